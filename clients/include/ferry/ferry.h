@@ -1,0 +1,157 @@
+// ferry/ferry.h — libferry, the C client library of the Ferry parameter
+// server. A trainer opens a client on the scheduler's address, declares its
+// tensors, then loops: compute gradients, push them, pull the new weights
+// (or do both in one round trip with ferry_client_push_pull).
+//
+// Threading: a ferry_client is used by one thread at a time (the trainer's
+// loop). Different clients are independent. Every call below blocks the
+// calling thread until it finishes or its deadline (opts.timeout_ms) passes;
+// internally the client talks to all servers in parallel.
+//
+// Errors: every function returns 0 (FERRY_OK) or a positive ferry_err.
+// When a server or the scheduler answered with an error status,
+// ferry_client_last_error() holds its message. Codes are append-only.
+//
+// Tensors are float32 and addressed by their id, the index in the order of
+// declaration (0, 1, ...). Calls that move weights or gradients take an
+// array of n_tensors pointers, one caller buffer per tensor, each holding
+// the tensor's full length; the client scatters/gathers shards itself.
+#ifndef FERRY_FERRY_H
+#define FERRY_FERRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(FERRY_BUILDING)
+#define FERRY_API __attribute__((visibility("default")))
+#else
+#define FERRY_API
+#endif
+
+typedef enum ferry_err {
+	FERRY_OK = 0,
+	FERRY_EINVAL,     // bad argument (message in last_error)
+	FERRY_ENOMEM,     // out of memory
+	FERRY_ECONNECT,   // cannot reach the scheduler or a server
+	FERRY_ETIMEDOUT,  // the deadline passed
+	FERRY_EREMOTE,    // the peer answered an error status (see last_error)
+	FERRY_EPROTO,     // malformed reply from a peer
+	FERRY_EMISMATCH,  // tensor table differs from the job's
+	FERRY_ESTATE,     // call out of order (e.g. push before declare)
+	FERRY_ECORRUPT,   // a checksum (pull reference CRC) failed
+	FERRY_ECLOSED,    // the job or client was closed
+	FERRY_EUNSUPP,    // option not supported by this build
+	FERRY_ERR_COUNT
+} ferry_err;
+
+// ferry_strerror returns a static description of err; never NULL.
+FERRY_API const char *ferry_strerror(int err);
+
+typedef struct ferry_client ferry_client;
+
+// Consistency modes of a job.
+enum ferry_mode {
+	FERRY_MODE_SYNC  = 0, // BSP: version v+1 = v - lr * (sum of pushes) / samples
+	FERRY_MODE_ASYNC = 1, // each push is applied as it arrives
+};
+
+// Options for ferry_client_open. Initialise with FERRY_OPTS_INIT and set
+// what you need. The job fields (mode, lr, codecs, bucket, warmup_steps) are
+// fixed by the first trainer to declare; later trainers must match.
+struct ferry_opts {
+	const char *scheduler_url; // e.g. "tcp://127.0.0.1:7000" (required)
+	int         rank;          // this trainer's rank, 0..trainers-1
+	uint32_t    timeout_ms;    // deadline for each call (0 = 60000)
+	int         mode;          // enum ferry_mode
+	double      lr;            // SGD learning rate (server-side optimizer)
+	const char *codec_push;    // "none", "fp16", "q8", ... (NULL = "none")
+	const char *codec_pull;    // same values (NULL = "none")
+	uint32_t    bucket;        // quantization bucket (0 = codec default)
+	uint32_t    warmup_steps;  // steps sent uncompressed first
+	uint64_t    seed;          // seed for stochastic codecs
+};
+#define FERRY_OPTS_INIT                                                     \
+	{                                                                   \
+		NULL, 0, 0, FERRY_MODE_SYNC, 0.1, NULL, NULL, 0, 0, 0      \
+	}
+
+// One tensor of the job's table.
+struct ferry_tensor_desc {
+	const char *name; // unique name, at most 127 bytes
+	size_t      len;  // number of float32 elements (> 0)
+};
+
+// Byte counters of one client, as on the wire (frame headers included).
+struct ferry_stats {
+	uint64_t bytes_pushed; // bytes sent to servers by push/push-pull
+	uint64_t bytes_pulled; // bytes received from servers by pull/push-pull
+	uint64_t requests;     // requests sent (all kinds)
+	uint64_t version;      // version of the weights this client holds
+};
+
+// ferry_client_open connects to the scheduler and registers as a trainer of
+// rank opts->rank. It does not wait for other members yet.
+// On success *out receives a client to release with ferry_client_close.
+// Errors: FERRY_EINVAL (bad opts), FERRY_ECONNECT, FERRY_ETIMEDOUT,
+// FERRY_EREMOTE (e.g. rank out of range or already taken).
+FERRY_API int ferry_client_open(const struct ferry_opts *opts,
+    ferry_client **out);
+
+// ferry_client_close leaves the job, closes connections and frees the
+// client. NULL is a no-op. Never fails.
+FERRY_API void ferry_client_close(ferry_client *c);
+
+// ferry_client_declare declares the job's tensor table (n tensors, ids
+// 0..n-1 in this order), then waits until every expected member has
+// registered and the placement map is published, and fetches it.
+// The first trainer's table (and job options) is the job's; a later one
+// that differs gets FERRY_EMISMATCH. Call once, before anything else.
+FERRY_API int ferry_client_declare(ferry_client *c,
+    const struct ferry_tensor_desc *descs, size_t n);
+
+// ferry_client_init_weights offers the initial values of every tensor
+// (w[i] holds descs[i].len floats). The first offer to reach each server
+// becomes version 0; later offers are ignored. Ranks that do not offer just
+// pull version 0. Blocks until the servers acknowledged.
+FERRY_API int ferry_client_init_weights(ferry_client *c,
+    const float *const *w);
+
+// ferry_client_pull fills w[i] (descs[i].len floats each) with the weights
+// of the version this client is due (0 after declare, v+1 after a push for
+// v in sync mode; the newest in async mode), waiting on the servers until
+// it exists. Updates the client's version.
+FERRY_API int ferry_client_pull(ferry_client *c, float *const *w);
+
+// ferry_client_push sends gradients for the client's current version:
+// g[i] holds descs[i].len floats, the SUM of the per-sample gradients over
+// n_samples samples (the server divides the total by the total samples).
+// Does not wait for other trainers. g is not modified.
+FERRY_API int ferry_client_push(ferry_client *c, const float *const *g,
+    uint32_t n_samples);
+
+// ferry_client_push_pull pushes g (as ferry_client_push) and, in the same
+// round trip, receives the next version into w (as ferry_client_pull).
+// g and w may be the same buffers only if the caller no longer needs g.
+FERRY_API int ferry_client_push_pull(ferry_client *c, const float *const *g,
+    uint32_t n_samples, float *const *w);
+
+// ferry_client_stats copies the client's counters into *st.
+FERRY_API void ferry_client_stats(const ferry_client *c,
+    struct ferry_stats *st);
+
+// ferry_client_last_error returns the message of the last failed call
+// (empty string if none). Borrowed: valid until the next call on c.
+FERRY_API const char *ferry_client_last_error(const ferry_client *c);
+
+// ferry_client_trainers returns the number of trainers in the job (known
+// after ferry_client_declare; 0 before).
+FERRY_API int ferry_client_trainers(const ferry_client *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // FERRY_FERRY_H
