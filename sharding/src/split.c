@@ -1,0 +1,76 @@
+// split.c — cutting tensors into shards, and the uniform baseline placement.
+//
+// A shard is a contiguous slice of one float32 tensor of at most shard_bytes
+// bytes (DESIGN.md §2). A large tensor is cut into the fewest pieces that
+// fit, of nearly equal length, so that the unit of placement is as uniform
+// as possible: LPT-style placement does best with pieces of similar size.
+#include "shard_impl.h"
+
+// Lengths above this many elements could overflow 4·len in uint64_t.
+#define SHARD_MAX_ELEMS (UINT64_C(1) << 61)
+
+// pieces returns the number of shards a tensor of len elements needs when a
+// shard holds at most per elements (per > 0).
+static uint64_t
+pieces(uint64_t len, uint64_t per)
+{
+	return len / per + (len % per != 0);
+}
+
+int
+shard_split(const uint64_t *tensor_lens, size_t n_tensors,
+    uint64_t shard_bytes, struct shard_desc **out, size_t *n_out)
+{
+	if (tensor_lens == NULL || out == NULL || n_out == NULL ||
+	    n_tensors == 0 || (uint64_t) n_tensors > UINT32_MAX ||
+	    shard_bytes < 4 || shard_bytes % 4 != 0)
+		return PS_EINVAL;
+
+	uint64_t per   = shard_bytes / 4;
+	uint64_t total = 0;
+	for (size_t t = 0; t < n_tensors; t++) {
+		if (tensor_lens[t] == 0)
+			return PS_EINVAL;
+		if (tensor_lens[t] > SHARD_MAX_ELEMS)
+			return PS_ERANGE;
+		uint64_t p = pieces(tensor_lens[t], per);
+		if (p > UINT32_MAX)
+			return PS_ERANGE;
+		total += p; // ≤ 2^32 · 2^32: cannot overflow
+	}
+	if (total > SIZE_MAX / sizeof(struct shard_desc))
+		return PS_ENOMEM;
+
+	struct shard_desc *d = ps_alloc((size_t) total * sizeof(*d));
+	if (d == NULL)
+		return PS_ENOMEM;
+
+	size_t k = 0;
+	for (size_t t = 0; t < n_tensors; t++) {
+		uint64_t len  = tensor_lens[t];
+		uint64_t p    = pieces(len, per);
+		uint64_t base = len / p, extra = len % p, off = 0;
+		for (uint64_t j = 0; j < p; j++) {
+			uint64_t l = base + (j < extra);
+			d[k].tensor = (uint32_t) t;
+			d[k].index  = (uint32_t) j;
+			d[k].offset = off;
+			d[k].len    = l;
+			off += l;
+			k++;
+		}
+	}
+	*out   = d;
+	*n_out = (size_t) total;
+	return PS_OK;
+}
+
+int
+shard_place_uniform(size_t n_shards, uint32_t n_servers, uint32_t *assign)
+{
+	if (n_servers == 0 || (assign == NULL && n_shards > 0))
+		return PS_EINVAL;
+	for (size_t i = 0; i < n_shards; i++)
+		assign[i] = (uint32_t) (i % n_servers);
+	return PS_OK;
+}

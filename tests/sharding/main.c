@@ -1,0 +1,14 @@
+// main.c — runs every Check suite of the shard library.
+#include <stdlib.h>
+
+#include "sharding_tests.h"
+
+int
+main(void)
+{
+	SRunner *sr = srunner_create(suite_split());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
