@@ -1,0 +1,114 @@
+// comp_impl.h — internal umbrella of the comp library: the per-codec entry
+// points that codec.c dispatches to, and the kernel table that lets the
+// bucketed quantizer run on portable C or AVX-512.
+#ifndef COMP_IMPL_H
+#define COMP_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <comp/comp.h>
+#include <ps/base.h>
+
+// How a decoder stores a dequantized value v into out[i].
+enum comp__mode {
+	COMP__SET = 0, // out[i] = v
+	COMP__ADD,     // out[i] = out[i] + v
+	COMP__SUB,     // out[i] = out[i] - v   (error feedback: e = p - deq)
+};
+
+// Bit pattern of +Inf: a |x| bit pattern at or above it is Inf or NaN.
+#define COMP__INF_BITS 0x7f800000u
+
+// The kernels behind q8 and q4. All of them are pure functions of their
+// arguments; both implementations produce identical bytes and floats.
+//   absmax_bits: max over x[0..m) of the bits of |x| (m >= 1). For finite
+//     floats this orders like the value; >= COMP__INF_BITS means Inf/NaN.
+//   q8_enc: codes[i] = (int8) clamp(rne(x[i] * inv), -127, 127).
+//   q4_enc: the same with L = 7, two codes a byte, low nibble first; x[0]
+//     goes to the low nibble of codes[0]; when m is odd the last byte's high
+//     nibble is 0.
+//   q*_dec: v = (float) q[i] * step, stored per mode.
+//   q8_bad / q4_bad: non-zero if codes[0..nbytes) hold the forbidden code
+//     -2^(b-1) (0x80 for q8, nibble 0x8 for q4).
+struct comp__kern {
+	const char *name;
+	uint32_t (*absmax_bits)(const float *x, size_t m);
+	void (*q8_enc)(const float *x, size_t m, float inv, uint8_t *codes);
+	void (*q4_enc)(const float *x, size_t m, float inv, uint8_t *codes);
+	void (*q8_dec)(const uint8_t *codes, size_t m, float step, float *out,
+	    int mode);
+	void (*q4_dec)(const uint8_t *codes, size_t m, float step, float *out,
+	    int mode);
+	int (*q8_bad)(const uint8_t *codes, size_t nbytes);
+	int (*q4_bad)(const uint8_t *codes, size_t nbytes);
+};
+
+extern const struct comp__kern comp__kern_portable;
+// comp__kern_avx512 returns the AVX-512 table, or NULL when the CPU (or the
+// compiler) lacks AVX-512F/BW/VL.
+const struct comp__kern *comp__kern_avx512(void);
+// comp__kern returns the table in use (see comp_simd_set).
+const struct comp__kern *comp__kern(void);
+
+// Bucketed quantizer (quant.c). b is 8, 4 or 2; 1 means the scaled sign.
+size_t comp__q_size(unsigned b, uint32_t bucket, size_t n);
+int    comp__q_encode(unsigned b, uint32_t bucket, int stochastic,
+       uint64_t *rng, const float *x, size_t n, uint8_t *out);
+// comp__q_validate checks an input of exactly comp__q_size bytes.
+int    comp__q_validate(unsigned b, uint32_t bucket, const uint8_t *in,
+       size_t n);
+void   comp__q_decode(unsigned b, uint32_t bucket, const uint8_t *in,
+       size_t n, float *out, int mode);
+
+// fp32 / fp16 / bf16 (float16.c).
+uint16_t comp__f32_to_f16(float f);
+float    comp__f16_to_f32(uint16_t h);
+uint16_t comp__f32_to_bf16(float f);
+float    comp__bf16_to_f32(uint16_t h);
+void     comp__flt_encode(uint32_t id, const float *x, size_t n,
+         uint8_t *out);
+void     comp__flt_decode(uint32_t id, const uint8_t *in, size_t n,
+         float *out, int mode);
+
+// topk (topk.c). The size is 4 + 8 * comp_topk_k(ratio, n).
+int comp__topk_encode(size_t k, const float *x, size_t n, uint8_t *out);
+int comp__topk_validate(const uint8_t *in, size_t len, size_t n);
+void comp__topk_decode(const uint8_t *in, size_t n, float *out, int mode);
+
+// codec.c internals shared with feedback.c.
+int  comp__check_enc_args(const struct comp_codec *c, const void *x, size_t n,
+     const uint64_t *rng, const uint8_t *out, size_t cap,
+     const size_t *out_len, size_t *need);
+int  comp__encode(const struct comp_codec *c, const float *x, size_t n,
+     uint64_t *rng, uint8_t *out, size_t need, size_t *out_len);
+void comp__decode(const struct comp_codec *c, const uint8_t *in, size_t n,
+     float *out, int mode);
+
+// comp__rng_next is splitmix64: advances *s and returns 64 random bits.
+static inline uint64_t
+comp__rng_next(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static inline uint32_t
+comp__f2u(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+static inline float
+comp__u2f(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+#endif // COMP_IMPL_H

@@ -1,0 +1,56 @@
+// feedback.c — error feedback on the push side and the shared reference on
+// the pull side (ALGORITHMS.md §2.4).
+//
+// Push (EF): p = g + e; c = Q(p); e = p - deq(c). e holds p while encoding,
+// then the SUB decode mode turns it into the residual, so no scratch is
+// needed; a pre-pass refuses a non-finite p so that e is never left half
+// updated.
+// Pull (EF21-P): d = Q(x - ref); ref += deq(d), where the update is
+// comp_decode_add itself: the trainer applying the same bytes with the same
+// call gets the same bits.
+#include "comp_impl.h"
+
+int
+comp_ef_encode(const struct comp_codec *c, const float *g, float *e,
+    size_t n, uint64_t *rng, uint8_t *out, size_t cap, size_t *out_len)
+{
+	size_t need;
+	int    rv = comp__check_enc_args(c, g, n, rng, out, cap, out_len, &need);
+	if (rv != PS_OK)
+		return rv;
+	if (n > 0 && e == NULL)
+		return PS_EINVAL;
+	// Refuse a non-finite p before touching e, so e stays valid state.
+	uint32_t mx = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t a = comp__f2u(g[i] + e[i]) & 0x7fffffffu;
+		mx = a > mx ? a : mx;
+	}
+	if (mx >= COMP__INF_BITS)
+		return PS_EINVAL;
+	for (size_t i = 0; i < n; i++)
+		e[i] = g[i] + e[i]; // e now holds p
+	rv = comp__encode(c, e, n, rng, out, need, out_len);
+	PS_ASSERT(rv == PS_OK); // p is finite and out is big enough
+	comp__decode(c, out, n, e, COMP__SUB); // e = p - deq(c)
+	return PS_OK;
+}
+
+int
+comp_ref_encode(const struct comp_codec *c, const float *x, float *ref,
+    size_t n, float *scratch, uint8_t *out, size_t cap, size_t *out_len)
+{
+	size_t need;
+	int    rv = comp__check_enc_args(c, x, n, NULL, out, cap, out_len, &need);
+	if (rv != PS_OK)
+		return rv;
+	if (c->stochastic || (n > 0 && (ref == NULL || scratch == NULL)))
+		return PS_EINVAL;
+	for (size_t i = 0; i < n; i++)
+		scratch[i] = x[i] - ref[i];
+	rv = comp__encode(c, scratch, n, NULL, out, need, out_len);
+	if (rv != PS_OK)
+		return rv;
+	// The very call the trainer makes on its copy: same bits by design.
+	return comp_decode_add(c, out, need, n, ref);
+}

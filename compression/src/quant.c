@@ -1,0 +1,384 @@
+// quant.c — the bucketed symmetric quantizer (q8, q4, q2) and the scaled
+// sign (1 bit), plus the portable C kernels.
+//
+// DESIGN
+// Wire layout (FORMAT.md): all nb = ceil(n/B) fp32 scales first, then the
+// n codes packed contiguously by global element index, b bits each, least
+// significant bits first, the final byte zero-padded. Packing by global index
+// (not per bucket) keeps the size at exactly 4*nb + ceil(n*b/8) for any B and
+// lets one vector loop run across bucket boundaries; a bucket may therefore
+// start in the middle of a byte, which the scalar head/tail code handles by
+// writing codes strictly in index order (the first code of a byte sets the
+// byte, the later ones OR into it).
+//
+// Codes are b-bit two's complement in [-L, L]; the pattern -2^(b-1) is never
+// produced and a decoder rejects it, as it rejects non-zero padding and any
+// scale that is not a finite number >= 0. Validation runs over the whole
+// buffer before the first float is written, so a failed decode_add leaves
+// the accumulator untouched.
+//
+// Rounding: q = rne(clamp(x * inv, -L, L)) with inv = L / s computed once per
+// bucket in fp32. When L / s overflows (s subnormal) the bucket falls back to
+// double arithmetic. Decoding is always (float) q * (s / L) with s / L
+// computed once per bucket, which both the portable and the AVX-512 kernels
+// do with separate multiply and add (the target has -ffp-contract=off).
+#include <math.h>
+#include <string.h>
+
+#include "comp_impl.h"
+
+// rne rounds t (|t| < 2^22) to the nearest integer, ties to even, under the
+// default rounding mode, as the vector cvtps2dq does.
+static inline float
+rne(float t)
+{
+	const float magic = 12582912.0f; // 1.5 * 2^23
+	return (t + magic) - magic;
+}
+
+static inline int
+qround(float t, float L)
+{
+	t = t > L ? L : t;
+	t = t < -L ? -L : t;
+	return (int) rne(t);
+}
+
+// ---- portable kernels -----------------------------------------------------
+
+static uint32_t
+absmax_bits_c(const float *x, size_t m)
+{
+	uint32_t mx = 0;
+	for (size_t i = 0; i < m; i++) {
+		uint32_t u = comp__f2u(x[i]) & 0x7fffffffu;
+		mx = u > mx ? u : mx;
+	}
+	return mx;
+}
+
+static void
+q8_enc_c(const float *x, size_t m, float inv, uint8_t *codes)
+{
+	for (size_t i = 0; i < m; i++)
+		codes[i] = (uint8_t) (int8_t) qround(x[i] * inv, 127.0f);
+}
+
+static void
+q4_enc_c(const float *x, size_t m, float inv, uint8_t *codes)
+{
+	size_t i = 0;
+	for (; i + 2 <= m; i += 2) {
+		unsigned lo = (unsigned) qround(x[i] * inv, 7.0f) & 0xfu;
+		unsigned hi = (unsigned) qround(x[i + 1] * inv, 7.0f) & 0xfu;
+		codes[i / 2] = (uint8_t) (lo | (hi << 4));
+	}
+	if (i < m)
+		codes[i / 2] = (uint8_t) ((unsigned) qround(x[i] * inv, 7.0f) &
+		    0xfu);
+}
+
+static inline void
+store(float *out, size_t i, float v, int mode)
+{
+	if (mode == COMP__SET)
+		out[i] = v;
+	else if (mode == COMP__ADD)
+		out[i] = out[i] + v;
+	else
+		out[i] = out[i] - v;
+}
+
+static void
+q8_dec_c(const uint8_t *codes, size_t m, float step, float *out, int mode)
+{
+	// One loop per mode so that each one vectorises on its own.
+	if (mode == COMP__SET) {
+		for (size_t i = 0; i < m; i++)
+			out[i] = (float) (int8_t) codes[i] * step;
+	} else if (mode == COMP__ADD) {
+		for (size_t i = 0; i < m; i++)
+			out[i] = out[i] + (float) (int8_t) codes[i] * step;
+	} else {
+		for (size_t i = 0; i < m; i++)
+			out[i] = out[i] - (float) (int8_t) codes[i] * step;
+	}
+}
+
+static inline int
+nib(unsigned v)
+{
+	return (int) ((v & 0xfu) ^ 0x8u) - 8;
+}
+
+static void
+q4_dec_c(const uint8_t *codes, size_t m, float step, float *out, int mode)
+{
+	for (size_t i = 0; i < m; i++) {
+		int q = nib(codes[i / 2] >> ((i & 1) * 4));
+		store(out, i, (float) q * step, mode);
+	}
+}
+
+static int
+q8_bad_c(const uint8_t *codes, size_t nbytes)
+{
+	unsigned bad = 0;
+	for (size_t i = 0; i < nbytes; i++)
+		bad |= codes[i] == 0x80;
+	return (int) bad;
+}
+
+// A nibble is 0b1000 when its top bit is set and its three low bits clear.
+static inline unsigned
+q4_bad_byte(unsigned c)
+{
+	return c & 0x88u & ~((c << 1) | (c << 2) | (c << 3));
+}
+
+static int
+q4_bad_c(const uint8_t *codes, size_t nbytes)
+{
+	unsigned bad = 0;
+	for (size_t i = 0; i < nbytes; i++)
+		bad |= q4_bad_byte(codes[i]);
+	return bad != 0;
+}
+
+const struct comp__kern comp__kern_portable = {
+	.name = "portable",
+	.absmax_bits = absmax_bits_c,
+	.q8_enc = q8_enc_c,
+	.q4_enc = q4_enc_c,
+	.q8_dec = q8_dec_c,
+	.q4_dec = q4_dec_c,
+	.q8_bad = q8_bad_c,
+	.q4_bad = q4_bad_c,
+};
+
+// ---- generic, any-b, element-at-a-time helpers ----------------------------
+
+// put_code stores code (b bits) of element i; elements arrive in order.
+static inline void
+put_code(unsigned b, uint8_t *codes, size_t i, unsigned code)
+{
+	size_t   bit = i * b;
+	unsigned off = (unsigned) (bit & 7);
+	code &= (1u << b) - 1;
+	if (off == 0)
+		codes[bit >> 3] = (uint8_t) code;
+	else
+		codes[bit >> 3] |= (uint8_t) (code << off);
+}
+
+static inline unsigned
+get_code(unsigned b, const uint8_t *codes, size_t i)
+{
+	size_t bit = i * b;
+	return ((unsigned) codes[bit >> 3] >> (bit & 7)) & ((1u << b) - 1);
+}
+
+static inline int
+sext(unsigned code, unsigned b)
+{
+	unsigned sign = 1u << (b - 1);
+	return (int) (code ^ sign) - (int) sign;
+}
+
+// ---- sizes ----------------------------------------------------------------
+
+size_t
+comp__q_size(unsigned b, uint32_t bucket, size_t n)
+{
+	size_t nb = n / bucket + (n % bucket != 0);
+	return 4 * nb + (n * b + 7) / 8;
+}
+
+// ---- encode ---------------------------------------------------------------
+
+// enc_range encodes x[0..m), elements i0.. of the shard, with multiplier inv.
+static void
+enc_range(const struct comp__kern *k, unsigned b, const float *x, size_t i0,
+    size_t m, float inv, uint8_t *codes)
+{
+	float L = (float) ((1u << (b - 1)) - 1);
+	if (b == 8) {
+		k->q8_enc(x, m, inv, codes + i0);
+		return;
+	}
+	size_t i = 0;
+	if (b == 4) {
+		if ((i0 & 1) && m > 0) {
+			put_code(4, codes, i0, (unsigned) qround(x[0] * inv, L));
+			i = 1;
+		}
+		if (i < m)
+			k->q4_enc(x + i, m - i, inv, codes + (i0 + i) / 2);
+		return;
+	}
+	for (; i < m; i++)
+		put_code(b, codes, i0 + i, (unsigned) qround(x[i] * inv, L));
+}
+
+// enc_range_slow is enc_range for a subnormal scale, where L / s overflows:
+// t = x * L / s in double.
+static void
+enc_range_slow(unsigned b, const float *x, size_t i0, size_t m, float s,
+    uint8_t *codes)
+{
+	double L = (double) ((1u << (b - 1)) - 1);
+	for (size_t i = 0; i < m; i++) {
+		double t = (double) x[i] * L / (double) s;
+		put_code(b, codes, i0 + i, (unsigned) qround((float) t,
+		    (float) L));
+	}
+}
+
+// enc_range_sr rounds stochastically: q = floor(t + u), u ~ U[0, 1) with
+// 53 random bits, t = x * L / s in double; E[q] = t up to 2^-53.
+static void
+enc_range_sr(unsigned b, const float *x, size_t i0, size_t m, float s,
+    uint64_t *rng, uint8_t *codes)
+{
+	double L = (double) ((1u << (b - 1)) - 1);
+	for (size_t i = 0; i < m; i++) {
+		double t = s > 0.0f ? (double) x[i] * L / (double) s : 0.0;
+		double u = (double) (comp__rng_next(rng) >> 11) * 0x1p-53;
+		double q = floor(t + u);
+		q = q > L ? L : q;
+		q = q < -L ? -L : q;
+		put_code(b, codes, i0 + i, (unsigned) (int) q);
+	}
+}
+
+static int
+sign_encode(uint32_t bucket, const float *x, size_t n, uint8_t *out)
+{
+	size_t   nb = n / bucket + (n % bucket != 0);
+	uint8_t *codes = out + 4 * nb;
+	for (size_t j = 0; j < nb; j++) {
+		size_t i0 = j * bucket;
+		size_t m = n - i0 < bucket ? n - i0 : bucket;
+		double sum = 0.0;
+		for (size_t i = 0; i < m; i++)
+			sum += fabs((double) x[i0 + i]);
+		if (!isfinite(sum))
+			return PS_EINVAL;
+		ps_put_f32le(out + 4 * j, (float) (sum / (double) m));
+		for (size_t i = 0; i < m; i++)
+			put_code(1, codes, i0 + i, x[i0 + i] < 0.0f);
+	}
+	return PS_OK;
+}
+
+int
+comp__q_encode(unsigned b, uint32_t bucket, int stochastic, uint64_t *rng,
+    const float *x, size_t n, uint8_t *out)
+{
+	if (b == 1)
+		return sign_encode(bucket, x, n, out);
+	const struct comp__kern *k = comp__kern();
+	size_t   nb = n / bucket + (n % bucket != 0);
+	uint8_t *codes = out + 4 * nb;
+	float    L = (float) ((1u << (b - 1)) - 1);
+	for (size_t j = 0; j < nb; j++) {
+		size_t   i0 = j * bucket;
+		size_t   m = n - i0 < bucket ? n - i0 : bucket;
+		uint32_t bits = k->absmax_bits(x + i0, m);
+		if (bits >= COMP__INF_BITS)
+			return PS_EINVAL;
+		float s = comp__u2f(bits);
+		ps_put_f32le(out + 4 * j, s);
+		if (stochastic) {
+			enc_range_sr(b, x + i0, i0, m, s, rng, codes);
+			continue;
+		}
+		float inv = s > 0.0f ? L / s : 0.0f;
+		if (isinf(inv))
+			enc_range_slow(b, x + i0, i0, m, s, codes);
+		else
+			enc_range(k, b, x + i0, i0, m, inv, codes);
+	}
+	return PS_OK;
+}
+
+// ---- validate and decode --------------------------------------------------
+
+int
+comp__q_validate(unsigned b, uint32_t bucket, const uint8_t *in, size_t n)
+{
+	size_t nb = n / bucket + (n % bucket != 0);
+	for (size_t j = 0; j < nb; j++) {
+		float s = ps_get_f32le(in + 4 * j);
+		if (!(s >= 0.0f) || isinf(s))
+			return PS_EPROTO;
+	}
+	const uint8_t *codes = in + 4 * nb;
+	size_t         nbytes = (n * b + 7) / 8;
+	unsigned       tail = (unsigned) ((n * b) & 7);
+	if (tail != 0 && (codes[nbytes - 1] >> tail) != 0)
+		return PS_EPROTO; // padding bits must be zero
+	const struct comp__kern *k = comp__kern();
+	int bad = 0;
+	if (b == 8) {
+		bad = k->q8_bad(codes, nbytes);
+	} else if (b == 4) {
+		bad = k->q4_bad(codes, nbytes);
+	} else if (b == 2) {
+		unsigned acc = 0;
+		for (size_t i = 0; i < nbytes; i++) {
+			unsigned c = codes[i];
+			acc |= c & 0xaau & ~(c << 1); // field 0b10 = -2
+		}
+		bad = acc != 0;
+	}
+	return bad ? PS_EPROTO : PS_OK;
+}
+
+static void
+dec_range(const struct comp__kern *k, unsigned b, const uint8_t *codes,
+    size_t i0, size_t m, float step, float *out, int mode)
+{
+	if (b == 8) {
+		k->q8_dec(codes + i0, m, step, out, mode);
+		return;
+	}
+	size_t i = 0;
+	if (b == 4) {
+		if ((i0 & 1) && m > 0) {
+			store(out, 0, (float) sext(get_code(4, codes, i0), 4) *
+			    step, mode);
+			i = 1;
+		}
+		if (i < m)
+			k->q4_dec(codes + (i0 + i) / 2, m - i, step, out + i,
+			    mode);
+		return;
+	}
+	for (; i < m; i++)
+		store(out, i, (float) sext(get_code(b, codes, i0 + i), b) * step,
+		    mode);
+}
+
+void
+comp__q_decode(unsigned b, uint32_t bucket, const uint8_t *in, size_t n,
+    float *out, int mode)
+{
+	const struct comp__kern *k = comp__kern();
+	size_t         nb = n / bucket + (n % bucket != 0);
+	const uint8_t *codes = in + 4 * nb;
+	float          L = (float) ((1u << (b - 1)) - 1);
+	for (size_t j = 0; j < nb; j++) {
+		size_t i0 = j * bucket;
+		size_t m = n - i0 < bucket ? n - i0 : bucket;
+		float  s = ps_get_f32le(in + 4 * j);
+		if (b == 1) {
+			for (size_t i = 0; i < m; i++)
+				store(out + i0, i,
+				    get_code(1, codes, i0 + i) ? -s : s, mode);
+			continue;
+		}
+		float step = s / L;
+		dec_range(k, b, codes, i0, m, step, out + i0, mode);
+	}
+}

@@ -1,0 +1,257 @@
+// quant_avx512.c — AVX-512 (F, BW, VL) kernels for q8 and q4.
+//
+// Compiled with per-function target attributes, so the library still runs
+// on any x86-64 (and builds on other architectures, where this table is just
+// absent); comp__kern() picks it at run time with __builtin_cpu_supports.
+// Each kernel computes exactly what its portable twin in quant.c computes:
+// rounding uses the explicit round-to-nearest-even conversion, and decoding
+// multiplies then adds in two instructions (no FMA), so the floats are the
+// same bits. tests/compression/test_quant_avx512.c compares the two.
+#include "comp_impl.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+AVX512 static uint32_t
+absmax_bits_512(const float *x, size_t m)
+{
+	const __m512i abs = _mm512_set1_epi32(0x7fffffff);
+	__m512i       mx0 = _mm512_setzero_si512();
+	__m512i       mx1 = _mm512_setzero_si512();
+	size_t        i = 0;
+	for (; i + 32 <= m; i += 32) {
+		__m512i a = _mm512_loadu_si512((const void *) (x + i));
+		__m512i b = _mm512_loadu_si512((const void *) (x + i + 16));
+		mx0 = _mm512_max_epu32(mx0, _mm512_and_si512(a, abs));
+		mx1 = _mm512_max_epu32(mx1, _mm512_and_si512(b, abs));
+	}
+	for (; i < m; i += 16) {
+		__mmask16 k = m - i >= 16 ? (__mmask16) 0xffff :
+		    (__mmask16) ((1u << (m - i)) - 1);
+		__m512i a = _mm512_maskz_loadu_epi32(k, x + i);
+		mx0 = _mm512_max_epu32(mx0, _mm512_and_si512(a, abs));
+	}
+	return _mm512_reduce_max_epu32(_mm512_max_epu32(mx0, mx1));
+}
+
+// quant16 returns the 16 codes of x[0..16) as int32 in [-L, L].
+AVX512 static inline __m512i
+quant16(__m512 x, __m512 inv, __m512 L, __m512 nL)
+{
+	__m512 t = _mm512_mul_ps(x, inv);
+	t = _mm512_min_ps(t, L);
+	t = _mm512_max_ps(t, nL);
+	return _mm512_cvt_roundps_epi32(t,
+	    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+AVX512 static void
+q8_enc_512(const float *x, size_t m, float inv, uint8_t *codes)
+{
+	const __m512 vi = _mm512_set1_ps(inv);
+	const __m512 L = _mm512_set1_ps(127.0f), nL = _mm512_set1_ps(-127.0f);
+	size_t       i = 0;
+	for (; i + 16 <= m; i += 16) {
+		__m512i q = quant16(_mm512_loadu_ps(x + i), vi, L, nL);
+		_mm_storeu_si128((__m128i *) (codes + i),
+		    _mm512_cvtepi32_epi8(q));
+	}
+	if (i < m) {
+		__mmask16 k = (__mmask16) ((1u << (m - i)) - 1);
+		__m512i   q = quant16(_mm512_maskz_loadu_ps(k, x + i), vi, L,
+		      nL);
+		_mm512_mask_cvtepi32_storeu_epi8(codes + i, k, q);
+	}
+}
+
+// pack4 turns 16 int32 codes into 8 bytes, element 2j in the low nibble of
+// byte j and element 2j+1 in its high nibble.
+AVX512 static inline __m128i
+pack4(__m512i q)
+{
+	__m512i m = _mm512_and_si512(q, _mm512_set1_epi64(0x0000000f0000000fll));
+	m = _mm512_or_si512(m, _mm512_srli_epi64(m, 28));
+	return _mm512_cvtepi64_epi8(m);
+}
+
+AVX512 static void
+q4_enc_512(const float *x, size_t m, float inv, uint8_t *codes)
+{
+	const __m512 vi = _mm512_set1_ps(inv);
+	const __m512 L = _mm512_set1_ps(7.0f), nL = _mm512_set1_ps(-7.0f);
+	size_t       i = 0;
+	for (; i + 32 <= m; i += 32) {
+		__m128i a = pack4(quant16(_mm512_loadu_ps(x + i), vi, L, nL));
+		__m128i b = pack4(
+		    quant16(_mm512_loadu_ps(x + i + 16), vi, L, nL));
+		_mm_storeu_si128((__m128i *) (codes + i / 2),
+		    _mm_unpacklo_epi64(a, b));
+	}
+	if (i < m) {
+		// up to 31 left: at most two masked groups of 16.
+		for (; i < m; i += 16) {
+			size_t    r = m - i < 16 ? m - i : 16;
+			__mmask16 k = (__mmask16) ((1u << r) - 1);
+			__m128i   p = pack4(quant16(_mm512_maskz_loadu_ps(k,
+			      x + i), vi, L, nL));
+			// masked-out lanes quantize 0 -> code 0, so the
+			// high nibble of an odd tail byte is 0.
+			__mmask16 kb = (__mmask16) ((1u << ((r + 1) / 2)) - 1);
+			_mm_mask_storeu_epi8(codes + i / 2, kb, p);
+		}
+	}
+}
+
+AVX512 static inline __m512
+apply(__m512 acc, __m512 v, int mode)
+{
+	if (mode == COMP__ADD)
+		return _mm512_add_ps(acc, v);
+	return _mm512_sub_ps(acc, v);
+}
+
+AVX512 static void
+q8_dec_512(const uint8_t *codes, size_t m, float step, float *out, int mode)
+{
+	const __m512 vs = _mm512_set1_ps(step);
+	size_t       i = 0;
+	if (mode == COMP__SET) {
+		for (; i + 16 <= m; i += 16) {
+			__m512i q = _mm512_cvtepi8_epi32(
+			    _mm_loadu_si128((const __m128i *) (codes + i)));
+			_mm512_storeu_ps(out + i,
+			    _mm512_mul_ps(_mm512_cvtepi32_ps(q), vs));
+		}
+	} else {
+		for (; i + 32 <= m; i += 32) {
+			__m512i q0 = _mm512_cvtepi8_epi32(
+			    _mm_loadu_si128((const __m128i *) (codes + i)));
+			__m512i q1 = _mm512_cvtepi8_epi32(_mm_loadu_si128(
+			    (const __m128i *) (codes + i + 16)));
+			__m512 v0 = _mm512_mul_ps(_mm512_cvtepi32_ps(q0), vs);
+			__m512 v1 = _mm512_mul_ps(_mm512_cvtepi32_ps(q1), vs);
+			_mm512_storeu_ps(out + i,
+			    apply(_mm512_loadu_ps(out + i), v0, mode));
+			_mm512_storeu_ps(out + i + 16,
+			    apply(_mm512_loadu_ps(out + i + 16), v1, mode));
+		}
+	}
+	for (; i < m; i += 16) {
+		size_t    r = m - i < 16 ? m - i : 16;
+		__mmask16 k = (__mmask16) (r == 16 ? 0xffffu : (1u << r) - 1);
+		__m512i   q = _mm512_cvtepi8_epi32(
+		      _mm_maskz_loadu_epi8(k, codes + i));
+		__m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(q), vs);
+		if (mode != COMP__SET)
+			v = apply(_mm512_maskz_loadu_ps(k, out + i), v, mode);
+		_mm512_mask_storeu_ps(out + i, k, v);
+	}
+}
+
+// unpack4 expands 8 bytes (16 nibbles) to 16 sign-extended int32 codes.
+AVX512 static inline __m512i
+unpack4(__m128i bytes)
+{
+	__m512i b = _mm512_cvtepu8_epi64(bytes);
+	// low dword gets the low nibble in bits 28..31, high dword the high
+	// nibble in bits 28..31; an arithmetic shift sign-extends both.
+	__m512i v = _mm512_or_si512(_mm512_slli_epi64(b, 28),
+	    _mm512_slli_epi64(b, 56));
+	return _mm512_srai_epi32(v, 28);
+}
+
+AVX512 static void
+q4_dec_512(const uint8_t *codes, size_t m, float step, float *out, int mode)
+{
+	const __m512 vs = _mm512_set1_ps(step);
+	size_t       i = 0;
+	for (; i + 16 <= m; i += 16) {
+		__m512i q = unpack4(
+		    _mm_loadl_epi64((const __m128i *) (codes + i / 2)));
+		__m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(q), vs);
+		if (mode != COMP__SET)
+			v = apply(_mm512_loadu_ps(out + i), v, mode);
+		_mm512_storeu_ps(out + i, v);
+	}
+	if (i < m) {
+		size_t    r = m - i;
+		__mmask16 k = (__mmask16) ((1u << r) - 1);
+		__mmask16 kb = (__mmask16) ((1u << ((r + 1) / 2)) - 1);
+		__m512i   q = unpack4(_mm_maskz_loadu_epi8(kb, codes + i / 2));
+		__m512    v = _mm512_mul_ps(_mm512_cvtepi32_ps(q), vs);
+		if (mode != COMP__SET)
+			v = apply(_mm512_maskz_loadu_ps(k, out + i), v, mode);
+		_mm512_mask_storeu_ps(out + i, k, v);
+	}
+}
+
+AVX512 static int
+q8_bad_512(const uint8_t *codes, size_t nbytes)
+{
+	const __m512i bad = _mm512_set1_epi8((char) 0x80);
+	__mmask64     hit = 0;
+	size_t        i = 0;
+	for (; i + 64 <= nbytes; i += 64)
+		hit |= _mm512_cmpeq_epi8_mask(_mm512_loadu_si512(codes + i),
+		    bad);
+	if (i < nbytes) {
+		__mmask64 k = ((1ull << (nbytes - i)) - 1);
+		hit |= _mm512_mask_cmpeq_epi8_mask(k,
+		    _mm512_maskz_loadu_epi8(k, codes + i), bad);
+	}
+	return hit != 0;
+}
+
+AVX512 static int
+q4_bad_512(const uint8_t *codes, size_t nbytes)
+{
+	// Per byte: c & 0x88 & ~((c<<1)|(c<<2)|(c<<3)). 16-bit shifts are safe:
+	// the bits landing on 3 and 7 of a byte come from the same byte.
+	const __m512i m88 = _mm512_set1_epi8((char) 0x88);
+	__m512i       acc = _mm512_setzero_si512();
+	for (size_t i = 0; i < nbytes; i += 64) {
+		__mmask64 k = nbytes - i >= 64 ? ~0ull :
+		    ((1ull << (nbytes - i)) - 1);
+		__m512i c = _mm512_maskz_loadu_epi8(k, codes + i);
+		__m512i s = _mm512_or_si512(_mm512_slli_epi16(c, 1),
+		    _mm512_or_si512(_mm512_slli_epi16(c, 2),
+			_mm512_slli_epi16(c, 3)));
+		acc = _mm512_or_si512(acc,
+		    _mm512_andnot_si512(s, _mm512_and_si512(c, m88)));
+	}
+	return _mm512_test_epi64_mask(acc, acc) != 0;
+}
+
+static const struct comp__kern kern_avx512 = {
+	.name = "avx512",
+	.absmax_bits = absmax_bits_512,
+	.q8_enc = q8_enc_512,
+	.q4_enc = q4_enc_512,
+	.q8_dec = q8_dec_512,
+	.q4_dec = q4_dec_512,
+	.q8_bad = q8_bad_512,
+	.q4_bad = q4_bad_512,
+};
+
+const struct comp__kern *
+comp__kern_avx512(void)
+{
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx512f") &&
+	    __builtin_cpu_supports("avx512bw") &&
+	    __builtin_cpu_supports("avx512vl"))
+		return &kern_avx512;
+	return NULL;
+}
+
+#else
+
+const struct comp__kern *
+comp__kern_avx512(void)
+{
+	return NULL;
+}
+
+#endif

@@ -1,0 +1,129 @@
+// topk.c — top-k sparsification: keep the k values of largest magnitude.
+//
+// DESIGN
+// Wire layout: u32 k, then k u32 indices (strictly increasing), then the k
+// fp32 values, all little-endian. k travels on the wire, so a decoder never
+// recomputes ceil(ratio * n) in floating point; it only checks k <= n and the
+// length, and rejects indices that are out of range or not increasing, and
+// non-finite values.
+//
+// Selection needs no allocation: a radix select over the bit patterns of
+// |x| (which order like the magnitudes for finite floats) finds the k-th
+// largest magnitude T in three histogram passes of 11, 11 and 9 bits (a
+// 2048-counter histogram on the stack). One last pass in index order keeps
+// every |x| > T and the first (k - #greater) values equal to T, so ties go to
+// the lowest indices and the indices come out sorted.
+#include <math.h>
+
+#include "comp_impl.h"
+
+size_t
+comp_topk_k(float ratio, size_t n)
+{
+	if (n == 0 || !(ratio > 0.0f))
+		return 0;
+	double k = ceil((double) ratio * (double) n);
+	if (k < 1.0)
+		return 1;
+	if (k >= (double) n)
+		return n;
+	return (size_t) k;
+}
+
+// kth_bits returns the bit pattern T of the k-th largest |x| (1 <= k <= n)
+// and, in *above, how many |x| are strictly greater than T.
+static uint32_t
+kth_bits(const float *x, size_t n, size_t k, size_t *above)
+{
+	static const unsigned shift[3] = {20, 9, 0};
+	static const unsigned width[3] = {11, 11, 9};
+	uint32_t prefix = 0, pmask = 0; // bits fixed so far
+	size_t   greater = 0;            // values known to be above the prefix
+	uint32_t hist[2048];
+	for (int pass = 0; pass < 3; pass++) {
+		unsigned nbin = 1u << width[pass];
+		memset(hist, 0, nbin * sizeof hist[0]);
+		for (size_t i = 0; i < n; i++) {
+			uint32_t a = comp__f2u(x[i]) & 0x7fffffffu;
+			if ((a & pmask) == prefix)
+				hist[(a >> shift[pass]) & (nbin - 1)]++;
+		}
+		// walk bins from the top until k - greater values are covered
+		size_t   need = k - greater;
+		unsigned bin = nbin;
+		while (bin-- > 0) {
+			if (hist[bin] >= need)
+				break;
+			need -= hist[bin];
+			greater += hist[bin];
+		}
+		prefix |= (uint32_t) bin << shift[pass];
+		pmask |= (uint32_t) (nbin - 1) << shift[pass];
+	}
+	*above = greater;
+	return prefix;
+}
+
+int
+comp__topk_encode(size_t k, const float *x, size_t n, uint8_t *out)
+{
+	for (size_t i = 0; i < n; i++)
+		if ((comp__f2u(x[i]) & 0x7fffffffu) >= COMP__INF_BITS)
+			return PS_EINVAL;
+	ps_put_u32le(out, (uint32_t) k);
+	if (k == 0)
+		return PS_OK;
+	size_t   above;
+	uint32_t t = kth_bits(x, n, k, &above);
+	size_t   ties = k - above, j = 0;
+	uint8_t *idx = out + 4, *val = out + 4 + 4 * k;
+	for (size_t i = 0; i < n && j < k; i++) {
+		uint32_t a = comp__f2u(x[i]) & 0x7fffffffu;
+		if (a > t || (a == t && ties > 0)) {
+			if (a == t)
+				ties--;
+			ps_put_u32le(idx + 4 * j, (uint32_t) i);
+			ps_put_f32le(val + 4 * j, x[i]);
+			j++;
+		}
+	}
+	return PS_OK;
+}
+
+int
+comp__topk_validate(const uint8_t *in, size_t len, size_t n)
+{
+	if (len < 4)
+		return PS_EPROTO;
+	uint32_t k = ps_get_u32le(in);
+	if (k > n || len != 4 + 8 * (size_t) k)
+		return PS_EPROTO;
+	const uint8_t *idx = in + 4, *val = in + 4 + 4 * (size_t) k;
+	for (size_t j = 0; j < k; j++) {
+		uint32_t i = ps_get_u32le(idx + 4 * j);
+		if (i >= n || (j > 0 && i <= ps_get_u32le(idx + 4 * (j - 1))))
+			return PS_EPROTO;
+		if ((ps_get_u32le(val + 4 * j) & 0x7fffffffu) >= COMP__INF_BITS)
+			return PS_EPROTO;
+	}
+	return PS_OK;
+}
+
+void
+comp__topk_decode(const uint8_t *in, size_t n, float *out, int mode)
+{
+	size_t         k = ps_get_u32le(in);
+	const uint8_t *idx = in + 4, *val = in + 4 + 4 * k;
+	if (mode == COMP__SET)
+		memset(out, 0, n * sizeof *out);
+	for (size_t j = 0; j < k; j++) {
+		size_t i = ps_get_u32le(idx + 4 * j);
+		float  v = ps_get_f32le(val + 4 * j);
+		if (mode == COMP__SET)
+			out[i] = v;
+		else if (mode == COMP__ADD)
+			out[i] = out[i] + v;
+		else
+			out[i] = out[i] - v;
+	}
+}
