@@ -1,0 +1,100 @@
+// psw/psw.h — Ferry's wire framing: the fixed 16-byte frame header that
+// precedes every message's protobuf Header and raw payload, and the status
+// code helpers. Byte layout: docs/protocol.md.
+//
+// The generated protobuf-c code ("ferry.pb-c.h", package pswire) is built
+// into the build tree and included by .c files only; no generated type
+// appears in this header.
+#ifndef PSW_PSW_H
+#define PSW_PSW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <nng/nng.h>
+#include <protobuf-c/protobuf-c.h>
+
+#define PSW_MAGIC 0x59524546u // "FERY" read as little-endian u32
+#define PSW_VERSION 1u
+#define PSW_FRAME_HDR 16u
+// Caps on the untrusted lengths in a frame (payload cap is the transport's
+// receive size, checked by the caller).
+#define PSW_MAX_HEADER (1u << 20)
+
+// Frame flags.
+#define PSW_FLAG_REPLY 0x1u
+
+// A parsed frame: pointers borrow the caller's buffer.
+struct psw_frame {
+	uint8_t        method;
+	uint16_t       flags;
+	const uint8_t *hdr;     // protobuf Header bytes
+	uint32_t       hdr_len;
+	const uint8_t *payload; // raw payload bytes
+	uint32_t       payload_len;
+};
+
+// psw_frame_put writes the 16-byte fixed header into dst.
+void psw_frame_put(uint8_t *dst, uint8_t method, uint16_t flags,
+    uint32_t hdr_len, uint32_t payload_len);
+
+// psw_frame_parse validates buf (len bytes) as one frame and fills *f with
+// pointers into buf. Returns PS_EPROTO with *why set to a static reason
+// (bad magic, unknown version, lengths that do not add up, header too
+// large) on any malformed input; never reads outside buf.
+int psw_frame_parse(const void *buf, size_t len, struct psw_frame *f,
+    const char **why);
+
+// psw_status_name returns the gRPC-style name of a pswire Status value
+// ("OK", "INVALID_ARGUMENT", ..., "STALE_EPOCH"); never NULL.
+const char *psw_status_name(int status);
+
+// psw_status_from_err maps a PS_E* error to the status that reports it.
+int psw_status_from_err(int err);
+
+// psw_method_name returns the rpc name of a method number ("Push", ...);
+// "?" when unknown.
+const char *psw_method_name(int method);
+
+// ---- building and reading nng messages, zero-copy for payloads ----------
+//
+// psw_msg_begin allocates a message with room for a header of up to
+// hdr_max packed bytes and payload_cap payload bytes, and returns in
+// *payload where the payload goes; the caller writes (or encodes) it in
+// place, then calls psw_msg_finish. hdr_max must bound the header's packed
+// size after its lengths are filled in (pack the header once with the
+// largest values to get it). Errors: PS_ENOMEM. Release with nng_msg_free
+// if the message is not sent.
+int psw_msg_begin(nng_msg **out, size_t hdr_max, size_t payload_cap,
+    uint8_t **payload);
+
+// psw_msg_finish packs hdr (a Pswire__Header) just before the payload,
+// writes the frame header in front of it, and trims the message to
+// 16 + packed + payload_len bytes. Errors: PS_ENOSPC if the packed header
+// exceeds hdr_max or payload_len exceeds the reserved capacity.
+int psw_msg_finish(nng_msg *m, uint8_t method, uint16_t flags,
+    const ProtobufCMessage *hdr, size_t hdr_max, size_t payload_len);
+
+// psw_msg_parse validates m's body as a frame (see psw_frame_parse).
+int psw_msg_parse(nng_msg *m, struct psw_frame *f, const char **why);
+
+// psw_reply_open validates a reply message: frame, REPLY flag, method,
+// Header unpack, request id. On PS_OK or PS_EREMOTE, *hdr receives the
+// unpacked Header (a Pswire__Header *; release it with
+// pswire__header__free_unpacked) and *f the frame (borrowing rep's body).
+// PS_EREMOTE means the peer answered a non-OK status (hdr->status,
+// hdr->error). PS_EPROTO (with *why) means the reply is malformed; then
+// *hdr is not set.
+int psw_reply_open(nng_msg *rep, uint8_t method, uint64_t request_id,
+    struct psw_frame *f, ProtobufCMessage **hdr, const char **why);
+
+// psw_call sends req on ctx (taking ownership of req, also on failure),
+// waits up to timeout_ms for the reply, and opens it with psw_reply_open.
+// On PS_OK/PS_EREMOTE *rep is the reply (free with nng_msg_free after the
+// Header). Errors: PS_ETIMEDOUT, PS_ETRANSPORT, PS_EPROTO, PS_EREMOTE.
+// Blocks the calling thread; aio must be idle and have no callback.
+int psw_call(nng_ctx ctx, nng_aio *aio, nng_msg *req, uint8_t method,
+    uint64_t request_id, int timeout_ms, nng_msg **rep,
+    struct psw_frame *f, ProtobufCMessage **hdr, const char **why);
+
+#endif // PSW_PSW_H

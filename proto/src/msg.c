@@ -1,0 +1,115 @@
+// msg.c — building nng messages so that payloads are written in place.
+//
+// DESIGN. A message is frame(16) | header(h) | payload(p). The header's size
+// depends on the payload's offsets and lengths, which are known only after
+// the payload is encoded. So psw_msg_begin reserves 16 + hdr_max bytes in
+// front, the caller encodes the payload in place, and psw_msg_finish packs
+// the header right in front of the payload and trims the unused front bytes
+// (nng_msg_trim only moves a pointer). The payload is never copied.
+#include "ferry.pb-c.h"
+#include "ps/base.h"
+#include "psw/psw.h"
+
+int
+psw_msg_begin(nng_msg **out, size_t hdr_max, size_t payload_cap,
+    uint8_t **payload)
+{
+	nng_msg *m;
+	if (nng_msg_alloc(&m, PSW_FRAME_HDR + hdr_max + payload_cap) != 0) {
+		return PS_ENOMEM;
+	}
+	*payload = (uint8_t *) nng_msg_body(m) + PSW_FRAME_HDR + hdr_max;
+	*out     = m;
+	return PS_OK;
+}
+
+int
+psw_msg_finish(nng_msg *m, uint8_t method, uint16_t flags,
+    const ProtobufCMessage *hdr, size_t hdr_max, size_t payload_len)
+{
+	size_t   hl   = protobuf_c_message_get_packed_size(hdr);
+	size_t   len  = nng_msg_len(m);
+	uint8_t *body = nng_msg_body(m);
+
+	if (hl > hdr_max || PSW_FRAME_HDR + hdr_max + payload_len > len ||
+	    hl > PSW_MAX_HEADER || payload_len > UINT32_MAX) {
+		return PS_ENOSPC;
+	}
+	size_t skip = hdr_max - hl;
+	protobuf_c_message_pack(hdr, body + PSW_FRAME_HDR + skip);
+	psw_frame_put(body + skip, method, flags, (uint32_t) hl,
+	    (uint32_t) payload_len);
+	nng_msg_chop(m, len - (PSW_FRAME_HDR + hdr_max + payload_len));
+	nng_msg_trim(m, skip);
+	return PS_OK;
+}
+
+int
+psw_msg_parse(nng_msg *m, struct psw_frame *f, const char **why)
+{
+	return psw_frame_parse(nng_msg_body(m), nng_msg_len(m), f, why);
+}
+
+int
+psw_reply_open(nng_msg *rep, uint8_t method, uint64_t request_id,
+    struct psw_frame *f, ProtobufCMessage **hdr, const char **why)
+{
+	Pswire__Header *h;
+
+	if (psw_msg_parse(rep, f, why) != PS_OK) {
+		return PS_EPROTO;
+	}
+	if (!(f->flags & PSW_FLAG_REPLY)) {
+		*why = "reply frame without the REPLY flag";
+		return PS_EPROTO;
+	}
+	h = pswire__header__unpack(NULL, f->hdr_len, f->hdr);
+	if (h == NULL) {
+		*why = "reply header is not a valid protobuf Header";
+		return PS_EPROTO;
+	}
+	// Errors for unparseable requests come back with request id 0 and
+	// method 0; accept them so the status text reaches the caller.
+	if (h->status == PSWIRE__STATUS__OK &&
+	    (h->request_id != request_id || f->method != method)) {
+		pswire__header__free_unpacked(h, NULL);
+		*why = "reply does not match the request (id or method)";
+		return PS_EPROTO;
+	}
+	*hdr = &h->base;
+	*why = h->status == PSWIRE__STATUS__OK ? NULL : h->error;
+	return h->status == PSWIRE__STATUS__OK ? PS_OK : PS_EREMOTE;
+}
+
+int
+psw_call(nng_ctx ctx, nng_aio *aio, nng_msg *req, uint8_t method,
+    uint64_t request_id, int timeout_ms, nng_msg **rep, struct psw_frame *f,
+    ProtobufCMessage **hdr, const char **why)
+{
+	int      rv;
+	nng_msg *m;
+
+	nng_aio_set_timeout(aio, timeout_ms);
+	nng_aio_set_msg(aio, req);
+	nng_ctx_send(ctx, aio);
+	nng_aio_wait(aio);
+	if ((rv = nng_aio_result(aio)) != 0) {
+		nng_msg_free(req);
+		*why = nng_strerror(rv);
+		return rv == NNG_ETIMEDOUT ? PS_ETIMEDOUT : PS_ETRANSPORT;
+	}
+	nng_ctx_recv(ctx, aio);
+	nng_aio_wait(aio);
+	if ((rv = nng_aio_result(aio)) != 0) {
+		*why = nng_strerror(rv);
+		return rv == NNG_ETIMEDOUT ? PS_ETIMEDOUT : PS_ETRANSPORT;
+	}
+	m  = nng_aio_get_msg(aio);
+	rv = psw_reply_open(m, method, request_id, f, hdr, why);
+	if (rv != PS_OK && rv != PS_EREMOTE) {
+		nng_msg_free(m);
+		return rv;
+	}
+	*rep = m;
+	return rv;
+}

@@ -1,0 +1,75 @@
+// ps/ps.h — the two roles of ps-server as embeddable objects: the
+// scheduler (membership, job table, placement) and the parameter server
+// (shards, aggregation, optimizer). ps-server's main() is a thin shell over
+// these; tests run them in-process.
+//
+// Threading: open/close from one thread; the objects serve requests on nng
+// callback threads in between.
+#ifndef PS_PS_H
+#define PS_PS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ps/base.h"
+
+struct ps_scheduler;
+struct ps_server;
+
+struct ps_scheduler_opts {
+	const char *url;         // listen URL, e.g. "tcp://127.0.0.1:0"
+	int         trainers;    // trainers expected before training starts
+	int         servers;     // servers expected before training starts
+	uint64_t    shard_bytes; // max bytes per shard
+	int         contexts;    // REP contexts (requests in flight)
+	size_t      max_msg;     // receive size cap in bytes
+};
+#define PS_SCHEDULER_OPTS_INIT                                              \
+	{                                                                   \
+		NULL, 1, 1, 1u << 20, 64, 64u << 20                        \
+	}
+
+// ps_scheduler_open starts a scheduler listening on opts->url. *out is
+// released with ps_scheduler_close. Errors: PS_EINVAL (bad opts),
+// PS_ETRANSPORT (cannot listen), PS_ENOMEM.
+int ps_scheduler_open(const struct ps_scheduler_opts *opts,
+    struct ps_scheduler **out);
+
+// ps_scheduler_url returns the URL it listens on, with the bound port.
+// Borrowed; valid until close.
+const char *ps_scheduler_url(const struct ps_scheduler *s);
+
+// ps_scheduler_close stops serving and frees. NULL is a no-op.
+void ps_scheduler_close(struct ps_scheduler *s);
+
+struct ps_server_opts {
+	const char *url;           // listen URL for trainers
+	const char *advertise_url; // URL given to the scheduler (NULL = url)
+	const char *scheduler_url; // where to register
+	int         contexts;      // REP contexts (requests in flight)
+	size_t      max_msg;       // receive size cap in bytes
+	uint32_t    timeout_ms;    // deadline of calls to the scheduler
+};
+#define PS_SERVER_OPTS_INIT                                                 \
+	{                                                                   \
+		NULL, NULL, NULL, 256, 256u << 20, 10000                   \
+	}
+
+// ps_server_open starts a parameter server: it listens on opts->url,
+// registers with the scheduler and, from a background thread, fetches the
+// placement and creates its shards when the job starts. Requests that
+// arrive before that get UNAVAILABLE. *out is released with
+// ps_server_close. Errors: PS_EINVAL, PS_ETRANSPORT, PS_ENOMEM.
+int ps_server_open(const struct ps_server_opts *opts, struct ps_server **out);
+
+// ps_server_url returns the URL it listens on (bound port filled in).
+const char *ps_server_url(const struct ps_server *s);
+
+// ps_server_stats writes the INFO-style stats text into buf (size n,
+// NUL-terminated, truncated if needed).
+void ps_server_stats(struct ps_server *s, char *buf, size_t n);
+
+// ps_server_close stops serving and frees. NULL is a no-op.
+void ps_server_close(struct ps_server *s);
+
+#endif // PS_PS_H

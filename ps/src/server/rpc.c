@@ -1,0 +1,254 @@
+// rpc.c — REP contexts with aio state machines (see rpc.h DESIGN).
+#include <stdarg.h>
+#include <stdio.h>
+#include <nng/protocol/reqrep0/rep.h>
+
+#include "ps/base.h"
+#include "rpc.h"
+
+enum { ST_INIT, ST_RECV, ST_WAIT, ST_SEND };
+
+struct ps_rpc {
+	nng_socket      sock;
+	nng_listener    listener;
+	int             n;
+	struct ps_call *calls;
+	ps_rpc_handler  handler;
+	void           *arg;
+	char            url[256];
+};
+
+static void call_cb(void *arg);
+
+static void
+call_release(struct ps_call *c)
+{
+	if (c->hdr != NULL) {
+		pswire__header__free_unpacked(c->hdr, NULL);
+		c->hdr = NULL;
+	}
+	if (c->req != NULL) {
+		nng_msg_free(c->req);
+		c->req = NULL;
+	}
+}
+
+void
+ps__call_reply_msg(struct ps_call *c, nng_msg *m)
+{
+	call_release(c);
+	c->state = ST_SEND;
+	nng_aio_set_msg(c->aio, m);
+	nng_ctx_send(c->ctx, c->aio);
+}
+
+static void
+reply_status(struct ps_call *c, uint64_t req_id, int status, const char *err)
+{
+	Pswire__Header h = PSWIRE__HEADER__INIT;
+	nng_msg       *m;
+	uint8_t       *payload;
+	size_t         hl;
+
+	h.request_id = req_id;
+	h.status     = status;
+	h.error      = (char *) (err ? err : "");
+	hl           = pswire__header__get_packed_size(&h);
+	if (psw_msg_begin(&m, hl, 0, &payload) != 0) {
+		// Out of memory: drop the request; the client's deadline
+		// fires. Go back to receiving.
+		call_release(c);
+		c->state = ST_RECV;
+		nng_ctx_recv(c->ctx, c->aio);
+		return;
+	}
+	psw_msg_finish(m, c->frame.method, PSW_FLAG_REPLY, &h.base, hl, 0);
+	ps__call_reply_msg(c, m);
+}
+
+void
+ps__call_reply_err(struct ps_call *c, int status, const char *fmt, ...)
+{
+	char    msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	PS_LOG(PS_LOG_INFO, "rpc", "%s -> %s: %s",
+	    psw_method_name(c->frame.method), psw_status_name(status), msg);
+	reply_status(c, c->hdr ? c->hdr->request_id : 0, status, msg);
+}
+
+void
+ps__call_reply(struct ps_call *c, Pswire__Header *h)
+{
+	nng_msg *m;
+	uint8_t *payload;
+	size_t   hl;
+
+	h->request_id = c->hdr->request_id;
+	h->status     = PSWIRE__STATUS__OK;
+	hl            = pswire__header__get_packed_size(h);
+	if (psw_msg_begin(&m, hl, 0, &payload) != 0) {
+		ps__call_reply_err(c, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+		    "out of memory building the reply");
+		return;
+	}
+	psw_msg_finish(m, c->frame.method, PSW_FLAG_REPLY, &h->base, hl, 0);
+	ps__call_reply_msg(c, m);
+}
+
+static void
+handle(struct ps_call *c)
+{
+	const char *why = NULL;
+
+	if (psw_msg_parse(c->req, &c->frame, &why) != PS_OK) {
+		c->frame.method = 0;
+		reply_status(c, 0, PSWIRE__STATUS__INVALID_ARGUMENT, why);
+		return;
+	}
+	if (c->frame.flags & PSW_FLAG_REPLY) {
+		reply_status(c, 0, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "a reply frame was sent as a request");
+		return;
+	}
+	c->hdr = pswire__header__unpack(NULL, c->frame.hdr_len, c->frame.hdr);
+	if (c->hdr == NULL) {
+		reply_status(c, 0, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "header is not a valid protobuf Header");
+		return;
+	}
+	c->deadline = c->hdr->deadline_ms
+	    ? ps_clock_ms() + c->hdr->deadline_ms
+	    : 0;
+	c->rpc->handler(c->rpc->arg, c);
+}
+
+static void
+call_cb(void *arg)
+{
+	struct ps_call *c = arg;
+	int             rv;
+
+	switch (c->state) {
+	case ST_INIT:
+		c->state = ST_RECV;
+		nng_ctx_recv(c->ctx, c->aio);
+		break;
+	case ST_RECV:
+		if ((rv = nng_aio_result(c->aio)) != 0) {
+			if (rv == NNG_ECLOSED) {
+				return;
+			}
+			nng_ctx_recv(c->ctx, c->aio);
+			break;
+		}
+		c->req   = nng_aio_get_msg(c->aio);
+		c->state = ST_WAIT;
+		handle(c);
+		break;
+	case ST_SEND:
+		if (nng_aio_result(c->aio) != 0) {
+			nng_msg_free(nng_aio_get_msg(c->aio));
+			if (nng_aio_result(c->aio) == NNG_ECLOSED) {
+				return;
+			}
+		}
+		c->state = ST_RECV;
+		nng_ctx_recv(c->ctx, c->aio);
+		break;
+	default:
+		break;
+	}
+}
+
+int
+ps__rpc_open(const char *url, int ncontexts, size_t max_msg,
+    ps_rpc_handler handler, void *arg, struct ps_rpc **out)
+{
+	struct ps_rpc *r;
+	int            rv;
+
+	if ((r = ps_zalloc(sizeof(*r))) == NULL) {
+		return PS_ENOMEM;
+	}
+	r->handler = handler;
+	r->arg     = arg;
+	r->n       = ncontexts;
+	if ((r->calls = ps_zalloc(sizeof(*r->calls) * (size_t) ncontexts)) ==
+	    NULL) {
+		ps_free(r);
+		return PS_ENOMEM;
+	}
+	if ((rv = nng_rep0_open(&r->sock)) != 0) {
+		ps_free(r->calls);
+		ps_free(r);
+		return PS_ETRANSPORT;
+	}
+	nng_socket_set_size(r->sock, NNG_OPT_RECVMAXSZ, max_msg);
+	for (int i = 0; i < ncontexts; i++) {
+		struct ps_call *c = &r->calls[i];
+		c->rpc            = r;
+		if (nng_aio_alloc(&c->aio, call_cb, c) != 0 ||
+		    nng_ctx_open(&c->ctx, r->sock) != 0) {
+			ps__rpc_close(r);
+			return PS_ENOMEM;
+		}
+	}
+	if ((rv = nng_listener_create(&r->listener, r->sock, url)) != 0 ||
+	    (rv = nng_listener_set_size(r->listener, NNG_OPT_RECVMAXSZ,
+	         max_msg)) != 0 ||
+	    (rv = nng_listener_start(r->listener, 0)) != 0) {
+		PS_LOG(PS_LOG_ERR, "rpc", "cannot listen on %s: %s", url,
+		    nng_strerror(rv));
+		ps__rpc_close(r);
+		return PS_ETRANSPORT;
+	}
+	snprintf(r->url, sizeof(r->url), "%s", url);
+	if (strncmp(url, "tcp://", 6) == 0) {
+		int port = 0;
+		if (nng_listener_get_int(r->listener, NNG_OPT_TCP_BOUND_PORT,
+		        &port) == 0) {
+			// Rewrite "tcp://host:0" with the bound port.
+			const char *colon = strrchr(url, ':');
+			if (colon != NULL) {
+				snprintf(r->url, sizeof(r->url), "%.*s:%d",
+				    (int) (colon - url), url, port);
+			}
+		}
+	}
+	for (int i = 0; i < ncontexts; i++) {
+		call_cb(&r->calls[i]);
+	}
+	*out = r;
+	return PS_OK;
+}
+
+const char *
+ps__rpc_url(const struct ps_rpc *r)
+{
+	return r->url;
+}
+
+void
+ps__rpc_close(struct ps_rpc *r)
+{
+	if (r == NULL) {
+		return;
+	}
+	nng_close(r->sock);
+	for (int i = 0; i < r->n; i++) {
+		if (r->calls[i].aio != NULL) {
+			nng_aio_stop(r->calls[i].aio);
+		}
+	}
+	for (int i = 0; i < r->n; i++) {
+		call_release(&r->calls[i]);
+		if (r->calls[i].aio != NULL) {
+			nng_aio_free(r->calls[i].aio);
+		}
+	}
+	ps_free(r->calls);
+	ps_free(r);
+}

@@ -1,0 +1,62 @@
+// rpc.h — the request loop shared by the scheduler and server roles.
+//
+// DESIGN. One nng REP socket with N contexts; each context is a small aio
+// state machine (RECV -> handle -> SEND -> RECV), as nng's demo/async
+// server. A handler runs on an nng callback thread and must not block: it
+// either replies at once (ps__call_reply*) or parks the call (keeps the
+// pointer and returns) and replies later from any thread. Until its reply
+// is sent a parked call's context receives nothing more, so N bounds the
+// number of requests in flight.
+#ifndef PS_RPC_H
+#define PS_RPC_H
+
+#include <nng/nng.h>
+#include <stdint.h>
+
+#include "ferry.pb-c.h"
+#include "psw/psw.h"
+
+struct ps_rpc;
+
+// One request being served. Owned by the rpc; valid until replied.
+struct ps_call {
+	struct ps_rpc   *rpc;
+	nng_ctx          ctx;
+	nng_aio         *aio;
+	int              state;
+	nng_msg         *req;      // the request message (freed on reply)
+	struct psw_frame frame;    // borrowed from req
+	Pswire__Header  *hdr;      // unpacked; freed on reply
+	uint64_t         deadline; // absolute ps_clock_ms(); 0 = none
+	struct ps_call  *next;     // for handlers' park lists
+	uint64_t         park_version; // for handlers' use while parked
+};
+
+typedef void (*ps_rpc_handler)(void *arg, struct ps_call *call);
+
+// ps__rpc_open listens on url with ncontexts contexts and starts serving;
+// handler(arg, call) is called for every well-formed request (frames that
+// cannot be parsed get an INVALID_ARGUMENT reply here, with the reason).
+// max_msg caps the receive size. *out is released with ps__rpc_close.
+int ps__rpc_open(const char *url, int ncontexts, size_t max_msg,
+    ps_rpc_handler handler, void *arg, struct ps_rpc **out);
+
+// ps__rpc_url writes the bound URL (with the real port if url had port 0).
+const char *ps__rpc_url(const struct ps_rpc *rpc);
+
+// ps__rpc_close stops serving, waits for callbacks to finish and frees.
+void ps__rpc_close(struct ps_rpc *rpc);
+
+// ps__call_reply_err answers call with a status and message (printf-style).
+void ps__call_reply_err(struct ps_call *call, int status, const char *fmt,
+    ...) __attribute__((format(printf, 3, 4)));
+
+// ps__call_reply answers call with header h (request id, status OK filled
+// in here) and no payload.
+void ps__call_reply(struct ps_call *call, Pswire__Header *h);
+
+// ps__call_reply_msg sends a prepared reply (built with psw_msg_begin/
+// psw_msg_finish; its request_id must be the call's). Takes ownership of m.
+void ps__call_reply_msg(struct ps_call *call, nng_msg *m);
+
+#endif // PS_RPC_H

@@ -1,0 +1,914 @@
+// server.c — the parameter-server role: holds the shards placement gives
+// it, aggregates pushes, applies the optimizer and answers pulls.
+//
+// DESIGN.
+// - State: one mutex (mu) guards the shard table, versions and the parked
+//   list. Gradient bytes are decoded OUTSIDE the lock into a per-rank
+//   staging slot that only that rank writes for that version (a push first
+//   reserves its slot under the lock), so trainers decode in parallel.
+// - Sync mode: when every trainer's push for version v of a shard is in,
+//   the slots are summed in rank order (reproducible), divided by the total
+//   samples and applied by SGD: x -= lr * sum / samples; version = v + 1.
+//   Async mode: each push is applied under the lock as it arrives.
+// - Pulls for a version not reached yet are parked (their nng context is
+//   simply not answered) and answered when the version exists, from the
+//   thread that applied the update; a sweeper thread answers parked calls
+//   whose deadline passed with DEADLINE_EXCEEDED.
+// - Every length, id, version and count from the network is checked before
+//   use; a bad request gets INVALID_ARGUMENT (or the precise status) and
+//   changes nothing.
+// - A background thread registers with the scheduler and fetches the
+//   placement; until it arrives requests get UNAVAILABLE.
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <time.h>
+#include <nng/protocol/reqrep0/req.h>
+
+#include "ps/ps.h"
+#include "rpc.h"
+
+struct srv_shard {
+	uint32_t id;      // global shard id
+	uint32_t tensor;
+	uint64_t offset;  // elements within the tensor
+	uint64_t len;     // elements
+	float   *x;       // master weights
+	float   *stage;   // [trainers][len] sync staging slots
+	uint8_t *state;   // per rank: 0 free, 1 decoding, 2 pushed
+	uint32_t n_pushed;
+	uint64_t samples;
+	uint64_t version;
+	int      init;    // version-0 weights have arrived
+	uint64_t seen;    // duplicate check stamp
+};
+
+struct ps_server {
+	struct ps_server_opts opts;
+	struct ps_rpc        *rpc;
+	char                  url[256];
+	pthread_mutex_t       mu;
+	pthread_t             boot_thread, sweep_thread;
+	atomic_int            closing;
+	atomic_int            ready;
+	uint32_t              index;
+	Pswire__Placement    *pl;
+	uint32_t              trainers;
+	int                   mode;
+	double                lr;
+	struct srv_shard     *shards;   // mine
+	uint32_t              n_shards;
+	int32_t              *local;    // global id -> index in shards, or -1
+	size_t                n_global;
+	float                *sum;      // scratch: largest shard
+	uint64_t              stamp;
+	struct ps_call       *parked;
+	// stats (relaxed atomics)
+	atomic_uint_fast64_t  n_push, n_pull, n_err, bytes_in, bytes_out;
+	atomic_uint_fast64_t  n_applied;
+	uint64_t              started_ms;
+};
+
+// ---- helpers ---------------------------------------------------------------
+
+static int
+all_finite(const float *p, size_t n)
+{
+	int ok = 1;
+	for (size_t i = 0; i < n; i++) {
+		ok &= isfinite(p[i]);
+	}
+	return ok;
+}
+
+static void
+reply_err(struct ps_server *s, struct ps_call *c, int status,
+    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void
+reply_err(struct ps_server *s, struct ps_call *c, int status, const char *fmt,
+    ...)
+{
+	char    msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	atomic_fetch_add_explicit(&s->n_err, 1, memory_order_relaxed);
+	ps__call_reply_err(c, status, "%s", msg);
+}
+
+// shards_ready reports whether every shard listed reached version want.
+static int
+shards_ready(struct ps_server *s, const uint32_t *ids, size_t n,
+    uint64_t want)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct srv_shard *sh = &s->shards[s->local[ids[i]]];
+		if (!sh->init || sh->version < want) {
+			return 0;
+		}
+	}
+	return 1;
+}
+
+// The shard ids of a parked or ready pull: from pull_req or push_req.
+static size_t
+call_shards(struct ps_call *c, uint32_t *ids, size_t cap)
+{
+	size_t n = 0;
+	if (c->hdr->body_case == PSWIRE__HEADER__BODY_PULL_REQ) {
+		for (size_t i = 0; i < c->hdr->pull_req->n_shards && n < cap;
+		     i++) {
+			ids[n++] = c->hdr->pull_req->shards[i];
+		}
+	} else {
+		for (size_t i = 0; i < c->hdr->push_req->n_shards && n < cap;
+		     i++) {
+			ids[n++] = c->hdr->push_req->shards[i]->shard;
+		}
+	}
+	return n;
+}
+
+// answer_pull replies with the current weights of the call's shards.
+// Called with mu held; every shard is ready.
+static void
+answer_pull(struct ps_server *s, struct ps_call *c)
+{
+	size_t            n;
+	Pswire__Header    h   = PSWIRE__HEADER__INIT;
+	Pswire__PullReply rep = PSWIRE__PULL_REPLY__INIT;
+	Pswire__ShardRef  refs_stack[64], *refs = refs_stack;
+	Pswire__ShardRef *ptr_stack[64], **ptrs = ptr_stack;
+	uint32_t          id_stack[64];
+	nng_msg          *m;
+	uint8_t          *payload;
+	uint64_t          off = 0;
+	size_t            hl;
+
+	n = c->hdr->body_case == PSWIRE__HEADER__BODY_PULL_REQ
+	    ? c->hdr->pull_req->n_shards
+	    : c->hdr->push_req->n_shards;
+	uint32_t *idv = id_stack;
+	if (n > 64) {
+		// Large maps: one allocation per reply of a big pull is
+		// acceptable (rare: > 64 shards on one server).
+		refs = ps_alloc(n * sizeof(*refs));
+		ptrs = ps_alloc(n * sizeof(*ptrs));
+		idv  = ps_alloc(n * sizeof(*idv));
+		if (refs == NULL || ptrs == NULL || idv == NULL) {
+			ps_free(refs);
+			ps_free(ptrs);
+			ps_free(idv);
+			reply_err(s, c, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+			    "out of memory building a pull reply");
+			return;
+		}
+	}
+	call_shards(c, idv, n);
+	for (size_t i = 0; i < n; i++) {
+		struct srv_shard *sh = &s->shards[s->local[idv[i]]];
+		pswire__shard_ref__init(&refs[i]);
+		refs[i].shard   = sh->id;
+		refs[i].version = sh->version;
+		refs[i].codec   = 0;
+		refs[i].offset  = off;
+		refs[i].length  = sh->len * 4;
+		off += sh->len * 4;
+		ptrs[i] = &refs[i];
+	}
+	rep.n_shards  = n;
+	rep.shards    = ptrs;
+	h.request_id  = c->hdr->request_id;
+	h.epoch       = s->pl->epoch;
+	h.body_case   = PSWIRE__HEADER__BODY_PULL_REP;
+	h.pull_rep    = &rep;
+	hl            = pswire__header__get_packed_size(&h);
+	if (psw_msg_begin(&m, hl, off, &payload) != PS_OK) {
+		reply_err(s, c, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+		    "out of memory building a pull reply");
+		goto done;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct srv_shard *sh = &s->shards[s->local[idv[i]]];
+		// Little-endian hosts only (checked at start-up): the fp32
+		// payload is the array's bytes.
+		memcpy(payload + refs[i].offset, sh->x, sh->len * 4);
+	}
+	psw_msg_finish(m, c->frame.method, PSW_FLAG_REPLY, &h.base, hl, off);
+	atomic_fetch_add_explicit(&s->bytes_out, nng_msg_len(m),
+	    memory_order_relaxed);
+	atomic_fetch_add_explicit(&s->n_pull, 1, memory_order_relaxed);
+	ps__call_reply_msg(c, m);
+done:
+	if (refs != refs_stack) {
+		ps_free(refs);
+		ps_free(ptrs);
+		ps_free(idv);
+	}
+}
+
+// wake answers every parked call whose shards are ready. mu held.
+static void
+wake(struct ps_server *s)
+{
+	struct ps_call **pp = &s->parked;
+	uint32_t         ids[64];
+	while (*pp != NULL) {
+		struct ps_call *c = *pp;
+		size_t          n = call_shards(c, ids, 64);
+		int             ready = 1;
+		// Calls with more than 64 shards are checked in chunks.
+		size_t total = c->hdr->body_case == PSWIRE__HEADER__BODY_PULL_REQ
+		    ? c->hdr->pull_req->n_shards
+		    : c->hdr->push_req->n_shards;
+		if (total > n) {
+			for (size_t i = 0; i < total && ready; i++) {
+				uint32_t id = c->hdr->body_case ==
+				        PSWIRE__HEADER__BODY_PULL_REQ
+				    ? c->hdr->pull_req->shards[i]
+				    : c->hdr->push_req->shards[i]->shard;
+				ready = shards_ready(s, &id, 1, c->park_version);
+			}
+		} else {
+			ready = shards_ready(s, ids, n, c->park_version);
+		}
+		if (ready) {
+			*pp = c->next;
+			answer_pull(s, c);
+		} else {
+			pp = &c->next;
+		}
+	}
+}
+
+// pull_or_park answers c now if its shards reached want, else parks it.
+// mu held.
+static void
+pull_or_park(struct ps_server *s, struct ps_call *c, uint64_t want)
+{
+	c->park_version = want;
+	c->next         = s->parked;
+	s->parked       = c;
+	wake(s);
+}
+
+// apply_sync sums the staged pushes in rank order and applies SGD. mu held.
+static void
+apply_sync(struct ps_server *s, struct srv_shard *sh)
+{
+	size_t n = sh->len;
+	memcpy(s->sum, sh->stage, n * sizeof(float));
+	for (uint32_t r = 1; r < s->trainers; r++) {
+		const float *g = sh->stage + (size_t) r * n;
+		for (size_t i = 0; i < n; i++) {
+			s->sum[i] += g[i];
+		}
+	}
+	float scale = (float) (s->lr / (double) sh->samples);
+	for (size_t i = 0; i < n; i++) {
+		sh->x[i] -= scale * s->sum[i];
+	}
+	sh->version++;
+	sh->n_pushed = 0;
+	sh->samples  = 0;
+	memset(sh->state, 0, s->trainers);
+	atomic_fetch_add_explicit(&s->n_applied, 1, memory_order_relaxed);
+}
+
+// ---- request handlers -----------------------------------------------------
+
+// check_refs validates a push's shard references against the map and the
+// payload. mu held. Returns 0 or replies an error and returns -1.
+static int
+check_refs(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
+{
+	uint64_t plen = c->frame.payload_len;
+	if (p->n_shards == 0 || p->n_shards > s->n_shards) {
+		reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "push lists %zu shards; this server holds %u", p->n_shards,
+		    s->n_shards);
+		return -1;
+	}
+	s->stamp++;
+	for (size_t i = 0; i < p->n_shards; i++) {
+		Pswire__ShardRef *r = p->shards[i];
+		if (r->shard >= s->n_global || s->local[r->shard] < 0) {
+			reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+			    "shard %u is not placed on this server", r->shard);
+			return -1;
+		}
+		struct srv_shard *sh = &s->shards[s->local[r->shard]];
+		if (sh->seen == s->stamp) {
+			reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+			    "shard %u listed twice", r->shard);
+			return -1;
+		}
+		sh->seen = s->stamp;
+		if (r->codec != 0) {
+			reply_err(s, c, PSWIRE__STATUS__UNIMPLEMENTED,
+			    "shard %u: codec %u not supported", r->shard,
+			    r->codec);
+			return -1;
+		}
+		if (r->length != sh->len * 4) {
+			reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+			    "shard %u: %llu payload bytes, expected %llu",
+			    r->shard, (unsigned long long) r->length,
+			    (unsigned long long) (sh->len * 4));
+			return -1;
+		}
+		if (r->offset > plen || r->length > plen - r->offset) {
+			reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+			    "shard %u: bytes [%llu, +%llu) outside the %llu-byte "
+			    "payload", r->shard, (unsigned long long) r->offset,
+			    (unsigned long long) r->length,
+			    (unsigned long long) plen);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static void
+on_init(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
+{
+	Pswire__Header h = PSWIRE__HEADER__INIT;
+	for (size_t i = 0; i < p->n_shards; i++) {
+		Pswire__ShardRef *r  = p->shards[i];
+		struct srv_shard *sh = &s->shards[s->local[r->shard]];
+		const float      *v  = (const float *) (c->frame.payload +
+                    r->offset);
+		// Payload offsets need not be aligned: copy first, check after.
+		if (!sh->init) {
+			memcpy(sh->x, v, sh->len * 4);
+			if (!all_finite(sh->x, sh->len)) {
+				memset(sh->x, 0, sh->len * 4);
+				reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+				    "shard %u: initial weights hold NaN or Inf",
+				    r->shard);
+				return;
+			}
+		}
+	}
+	for (size_t i = 0; i < p->n_shards; i++) {
+		s->shards[s->local[p->shards[i]->shard]].init = 1;
+	}
+	wake(s);
+	ps__call_reply(c, &h);
+}
+
+static void
+on_push(struct ps_server *s, struct ps_call *c)
+{
+	Pswire__PushRequest *p;
+	uint32_t             rank = c->hdr->rank;
+	int                  is_pp = c->frame.method == PSWIRE__METHOD__PUSH_PULL;
+	uint64_t             want  = 0;
+
+	if (c->hdr->body_case != PSWIRE__HEADER__BODY_PUSH_REQ) {
+		reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "%s needs a push_req body", psw_method_name(c->frame.method));
+		return;
+	}
+	p = c->hdr->push_req;
+	atomic_fetch_add_explicit(&s->bytes_in, nng_msg_len(c->req),
+	    memory_order_relaxed);
+	pthread_mutex_lock(&s->mu);
+	if (check_refs(s, c, p) != 0) {
+		goto out;
+	}
+	if (p->init) {
+		if (is_pp) {
+			reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+			    "an init offer must use Push, not PushPull");
+			goto out;
+		}
+		on_init(s, c, p);
+		goto out;
+	}
+	if (rank >= s->trainers) {
+		reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "rank %u out of range: job has %u trainers", rank,
+		    s->trainers);
+		goto out;
+	}
+	if (p->n_samples == 0 || p->n_samples > (1u << 30)) {
+		reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "n_samples %u not in 1..2^30", p->n_samples);
+		goto out;
+	}
+	for (size_t i = 0; i < p->n_shards; i++) {
+		Pswire__ShardRef *r  = p->shards[i];
+		struct srv_shard *sh = &s->shards[s->local[r->shard]];
+		if (!sh->init) {
+			reply_err(s, c, PSWIRE__STATUS__FAILED_PRECONDITION,
+			    "shard %u has no initial weights yet", r->shard);
+			goto out;
+		}
+		if (s->mode == PSWIRE__MODE__MODE_SYNC) {
+			if (r->version != sh->version) {
+				reply_err(s, c,
+				    PSWIRE__STATUS__FAILED_PRECONDITION,
+				    "shard %u: push for version %llu but the "
+				    "shard is at version %llu", r->shard,
+				    (unsigned long long) r->version,
+				    (unsigned long long) sh->version);
+				goto out;
+			}
+			if (sh->state[rank] != 0) {
+				reply_err(s, c, PSWIRE__STATUS__ALREADY_EXISTS,
+				    "shard %u: rank %u already pushed version "
+				    "%llu", r->shard, rank,
+				    (unsigned long long) sh->version);
+				goto out;
+			}
+		} else if (r->version > sh->version) {
+			reply_err(s, c, PSWIRE__STATUS__FAILED_PRECONDITION,
+			    "shard %u: push for future version %llu (at %llu)",
+			    r->shard, (unsigned long long) r->version,
+			    (unsigned long long) sh->version);
+			goto out;
+		}
+	}
+	if (s->mode == PSWIRE__MODE__MODE_ASYNC) {
+		// Validate every shard's values before changing any.
+		for (size_t i = 0; i < p->n_shards; i++) {
+			Pswire__ShardRef *r  = p->shards[i];
+			struct srv_shard *sh = &s->shards[s->local[r->shard]];
+			memcpy(s->sum, c->frame.payload + r->offset, sh->len * 4);
+			if (!all_finite(s->sum, sh->len)) {
+				reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+				    "shard %u: gradient holds NaN or Inf",
+				    r->shard);
+				goto out;
+			}
+		}
+		float scale = (float) (s->lr / (double) p->n_samples);
+		for (size_t i = 0; i < p->n_shards; i++) {
+			Pswire__ShardRef *r  = p->shards[i];
+			struct srv_shard *sh = &s->shards[s->local[r->shard]];
+			memcpy(s->sum, c->frame.payload + r->offset, sh->len * 4);
+			for (size_t j = 0; j < sh->len; j++) {
+				sh->x[j] -= scale * s->sum[j];
+			}
+			sh->version++;
+			if (sh->version > want) {
+				want = sh->version;
+			}
+		}
+		atomic_fetch_add_explicit(&s->n_push, 1, memory_order_relaxed);
+		want = 0; // async push-pull returns the newest, whatever it is
+		goto reply;
+	}
+	// Sync: reserve this rank's slots, decode outside the lock.
+	for (size_t i = 0; i < p->n_shards; i++) {
+		s->shards[s->local[p->shards[i]->shard]].state[rank] = 1;
+	}
+	pthread_mutex_unlock(&s->mu);
+	int bad = -1;
+	for (size_t i = 0; i < p->n_shards && bad < 0; i++) {
+		Pswire__ShardRef *r    = p->shards[i];
+		struct srv_shard *sh   = &s->shards[s->local[r->shard]];
+		float            *slot = sh->stage + (size_t) rank * sh->len;
+		memcpy(slot, c->frame.payload + r->offset, sh->len * 4);
+		if (!all_finite(slot, sh->len)) {
+			bad = (int) i;
+		}
+	}
+	pthread_mutex_lock(&s->mu);
+	if (bad >= 0) {
+		for (size_t i = 0; i < p->n_shards; i++) {
+			s->shards[s->local[p->shards[i]->shard]].state[rank] = 0;
+		}
+		reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "shard %u: gradient holds NaN or Inf",
+		    p->shards[bad]->shard);
+		goto out;
+	}
+	for (size_t i = 0; i < p->n_shards; i++) {
+		struct srv_shard *sh = &s->shards[s->local[p->shards[i]->shard]];
+		sh->state[rank]      = 2;
+		sh->n_pushed++;
+		sh->samples += p->n_samples;
+		want = sh->version + 1;
+		if (sh->n_pushed == s->trainers) {
+			apply_sync(s, sh);
+		}
+	}
+	atomic_fetch_add_explicit(&s->n_push, 1, memory_order_relaxed);
+reply:
+	if (is_pp) {
+		pull_or_park(s, c, want);
+	} else {
+		Pswire__Header h = PSWIRE__HEADER__INIT;
+		ps__call_reply(c, &h);
+	}
+	wake(s);
+out:
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void
+on_pull(struct ps_server *s, struct ps_call *c)
+{
+	Pswire__PullRequest *p;
+
+	if (c->hdr->body_case != PSWIRE__HEADER__BODY_PULL_REQ) {
+		reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "Pull needs a pull_req body");
+		return;
+	}
+	p = c->hdr->pull_req;
+	atomic_fetch_add_explicit(&s->bytes_in, nng_msg_len(c->req),
+	    memory_order_relaxed);
+	pthread_mutex_lock(&s->mu);
+	if (p->n_shards == 0 || p->n_shards > s->n_shards) {
+		reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "pull lists %zu shards; this server holds %u", p->n_shards,
+		    s->n_shards);
+		goto out;
+	}
+	s->stamp++;
+	for (size_t i = 0; i < p->n_shards; i++) {
+		uint32_t id = p->shards[i];
+		if (id >= s->n_global || s->local[id] < 0) {
+			reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+			    "shard %u is not placed on this server", id);
+			goto out;
+		}
+		struct srv_shard *sh = &s->shards[s->local[id]];
+		if (sh->seen == s->stamp) {
+			reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+			    "shard %u listed twice", id);
+			goto out;
+		}
+		sh->seen = s->stamp;
+		if (s->mode == PSWIRE__MODE__MODE_SYNC &&
+		    p->version > sh->version + 1) {
+			reply_err(s, c, PSWIRE__STATUS__FAILED_PRECONDITION,
+			    "shard %u: pull for version %llu, which cannot exist "
+			    "before version %llu is pushed", id,
+			    (unsigned long long) p->version,
+			    (unsigned long long) sh->version);
+			goto out;
+		}
+	}
+	pull_or_park(s, c, s->mode == PSWIRE__MODE__MODE_SYNC ? p->version : 0);
+out:
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void
+on_stats(struct ps_server *s, struct ps_call *c)
+{
+	char               text[2048];
+	Pswire__Header     h   = PSWIRE__HEADER__INIT;
+	Pswire__StatsReply rep = PSWIRE__STATS_REPLY__INIT;
+	ps_server_stats(s, text, sizeof(text));
+	rep.text    = text;
+	h.body_case = PSWIRE__HEADER__BODY_STATS_REP;
+	h.stats_rep = &rep;
+	ps__call_reply(c, &h);
+}
+
+static void
+dispatch(void *arg, struct ps_call *c)
+{
+	struct ps_server *s = arg;
+	int               method = c->frame.method;
+
+	if (method == PSWIRE__METHOD__STATS) {
+		on_stats(s, c);
+		return;
+	}
+	if (method != PSWIRE__METHOD__PUSH && method != PSWIRE__METHOD__PULL &&
+	    method != PSWIRE__METHOD__PUSH_PULL) {
+		reply_err(s, c, PSWIRE__STATUS__UNIMPLEMENTED,
+		    "method %d (%s) is not served by a parameter server",
+		    method, psw_method_name(method));
+		return;
+	}
+	// ready goes 0 -> 1 once, after pl is installed (release order).
+	if (!atomic_load(&s->ready)) {
+		reply_err(s, c, PSWIRE__STATUS__UNAVAILABLE,
+		    "server has no placement yet (job not started)");
+		return;
+	}
+	if (c->hdr->epoch != s->pl->epoch) {
+		reply_err(s, c, PSWIRE__STATUS__STALE_EPOCH,
+		    "request uses placement epoch %llu; current is %llu",
+		    (unsigned long long) c->hdr->epoch,
+		    (unsigned long long) s->pl->epoch);
+		return;
+	}
+	if (method == PSWIRE__METHOD__PULL) {
+		on_pull(s, c);
+	} else {
+		on_push(s, c);
+	}
+}
+
+// ---- start-up: register, fetch placement, build shards ---------------------
+
+static int
+install_placement(struct ps_server *s, Pswire__Placement *pl)
+{
+	Pswire__JobConfig *job = pl->job;
+	size_t             maxlen = 1;
+	uint32_t           mine   = 0;
+
+	if (job == NULL || pl->trainers == 0 || pl->n_shards == 0) {
+		return PS_EPROTO;
+	}
+	for (size_t i = 0; i < pl->n_shards; i++) {
+		Pswire__ShardInfo *si = pl->shards[i];
+		if (si->tensor >= job->n_tensors || si->len == 0 ||
+		    si->offset + si->len > job->tensors[si->tensor]->len ||
+		    si->server >= pl->n_servers) {
+			return PS_EPROTO;
+		}
+		if (si->server == s->index) {
+			mine++;
+			if (si->len > maxlen) {
+				maxlen = si->len;
+			}
+		}
+	}
+	s->trainers = pl->trainers;
+	s->mode     = job->mode;
+	s->lr       = job->lr;
+	s->n_global = pl->n_shards;
+	s->local    = ps_alloc(pl->n_shards * sizeof(*s->local));
+	s->shards   = ps_zalloc((mine ? mine : 1) * sizeof(*s->shards));
+	s->sum      = ps_alloc(maxlen * sizeof(float));
+	if (s->local == NULL || s->shards == NULL || s->sum == NULL) {
+		return PS_ENOMEM;
+	}
+	for (size_t i = 0; i < pl->n_shards; i++) {
+		Pswire__ShardInfo *si = pl->shards[i];
+		s->local[i]           = -1;
+		if (si->server != s->index) {
+			continue;
+		}
+		struct srv_shard *sh = &s->shards[s->n_shards];
+		sh->id               = (uint32_t) i;
+		sh->tensor           = si->tensor;
+		sh->offset           = si->offset;
+		sh->len              = si->len;
+		sh->x                = ps_zalloc(si->len * sizeof(float));
+		sh->stage = ps_alloc(si->len * sizeof(float) * s->trainers);
+		sh->state = ps_zalloc(s->trainers);
+		if (sh->x == NULL || sh->stage == NULL || sh->state == NULL) {
+			return PS_ENOMEM;
+		}
+		s->local[i] = (int32_t) s->n_shards++;
+	}
+	s->pl = pl;
+	PS_LOG(PS_LOG_NOTICE, "store",
+	    "placement epoch %llu: holding %u of %zu shards, %u trainers, "
+	    "mode %s, lr %g", (unsigned long long) pl->epoch, s->n_shards,
+	    pl->n_shards, s->trainers, s->mode ? "async" : "sync", s->lr);
+	return PS_OK;
+}
+
+static void *
+boot_main(void *arg)
+{
+	struct ps_server *s = arg;
+	nng_socket        sock;
+	nng_ctx           ctx;
+	nng_aio          *aio = NULL;
+	uint64_t          rid = 1;
+	int               rv;
+
+	if (nng_req0_open(&sock) != 0) {
+		PS_LOG(PS_LOG_ERR, "boot", "cannot open a REQ socket");
+		return NULL;
+	}
+	nng_socket_set_ms(sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+	nng_socket_set_ms(sock, NNG_OPT_RECONNMINT, 50);
+	nng_socket_set_ms(sock, NNG_OPT_RECONNMAXT, 1000);
+	nng_socket_set_size(sock, NNG_OPT_RECVMAXSZ, s->opts.max_msg);
+	if ((rv = nng_dial(sock, s->opts.scheduler_url, NULL,
+	         NNG_FLAG_NONBLOCK)) != 0 ||
+	    nng_ctx_open(&ctx, sock) != 0 || nng_aio_alloc(&aio, NULL, NULL)) {
+		PS_LOG(PS_LOG_ERR, "boot", "cannot dial scheduler %s: %s",
+		    s->opts.scheduler_url, nng_strerror(rv));
+		nng_close(sock);
+		return NULL;
+	}
+	// Register, then wait for the placement; retry while not closing.
+	int registered = 0;
+	while (!atomic_load(&s->closing)) {
+		Pswire__Header          h  = PSWIRE__HEADER__INIT;
+		Pswire__RegisterRequest rr = PSWIRE__REGISTER_REQUEST__INIT;
+		Pswire__GetPlacementRequest gp =
+		    PSWIRE__GET_PLACEMENT_REQUEST__INIT;
+		nng_msg          *req, *rep = NULL;
+		uint8_t          *payload;
+		struct psw_frame  f;
+		ProtobufCMessage *ph = NULL;
+		const char       *why = "";
+		uint8_t           method;
+		size_t            hl;
+
+		h.request_id  = rid++;
+		h.deadline_ms = s->opts.timeout_ms;
+		if (!registered) {
+			rr.role        = PSWIRE__ROLE__ROLE_SERVER;
+			rr.url         = s->url;
+			h.body_case    = PSWIRE__HEADER__BODY_REGISTER_REQ;
+			h.register_req = &rr;
+			method         = PSWIRE__METHOD__REGISTER;
+		} else {
+			gp.min_epoch    = 1;
+			h.body_case     = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
+			h.placement_req = &gp;
+			method          = PSWIRE__METHOD__GET_PLACEMENT;
+		}
+		hl = pswire__header__get_packed_size(&h);
+		if (psw_msg_begin(&req, hl, 0, &payload) != PS_OK) {
+			break;
+		}
+		psw_msg_finish(req, method, 0, &h.base, hl, 0);
+		// Short timeouts so that close is noticed quickly; the
+		// parked GetPlacement is simply re-sent.
+		rv = psw_call(ctx, aio, req, method, h.request_id, 1000, &rep,
+		    &f, &ph, &why);
+		if (rv == PS_OK && !registered) {
+			Pswire__Header *rh = (Pswire__Header *) ph;
+			if (rh->body_case == PSWIRE__HEADER__BODY_REGISTER_REP) {
+				s->index   = rh->register_rep->id;
+				registered = 1;
+				PS_LOG(PS_LOG_NOTICE, "boot",
+				    "registered as server %u", s->index);
+			}
+		} else if (rv == PS_OK) {
+			Pswire__Header *rh = (Pswire__Header *) ph;
+			if (rh->body_case == PSWIRE__HEADER__BODY_PLACEMENT) {
+				Pswire__Placement *pl = rh->placement;
+				rh->placement  = NULL; // keep it
+				rh->body_case  = PSWIRE__HEADER__BODY__NOT_SET;
+				pthread_mutex_lock(&s->mu);
+				rv = install_placement(s, pl);
+				if (rv == PS_OK) {
+					atomic_store(&s->ready, 1);
+				}
+				pthread_mutex_unlock(&s->mu);
+				pswire__header__free_unpacked(rh, NULL);
+				nng_msg_free(rep);
+				if (rv != PS_OK) {
+					PS_LOG(PS_LOG_ERR, "boot",
+					    "cannot install placement: %s",
+					    ps_strerror(rv));
+					pswire__placement__free_unpacked(pl,
+					    NULL);
+				}
+				break;
+			}
+		} else if (rv == PS_EREMOTE) {
+			PS_LOG(PS_LOG_ERR, "boot", "scheduler refused: %s", why);
+			struct timespec ts = { 1, 0 };
+			nanosleep(&ts, NULL);
+		} else if (rv != PS_ETIMEDOUT) {
+			struct timespec ts = { 0, 100000000 };
+			nanosleep(&ts, NULL);
+		}
+		if (ph != NULL) {
+			pswire__header__free_unpacked((Pswire__Header *) ph,
+			    NULL);
+		}
+		if (rep != NULL) {
+			nng_msg_free(rep);
+		}
+	}
+	nng_aio_free(aio);
+	nng_close(sock);
+	return NULL;
+}
+
+static void *
+sweep_main(void *arg)
+{
+	struct ps_server *s = arg;
+	while (!atomic_load(&s->closing)) {
+		struct timespec ts = { 0, 100000000 };
+		nanosleep(&ts, NULL);
+		uint64_t now = ps_clock_ms();
+		pthread_mutex_lock(&s->mu);
+		struct ps_call **pp = &s->parked;
+		while (*pp != NULL) {
+			struct ps_call *c = *pp;
+			if (c->deadline != 0 && c->deadline <= now) {
+				*pp = c->next;
+				reply_err(s, c, PSWIRE__STATUS__DEADLINE_EXCEEDED,
+				    "version %llu not reached before the "
+				    "deadline", (unsigned long long) c->park_version);
+			} else {
+				pp = &c->next;
+			}
+		}
+		pthread_mutex_unlock(&s->mu);
+	}
+	return NULL;
+}
+
+int
+ps_server_open(const struct ps_server_opts *o, struct ps_server **out)
+{
+	struct ps_server *s;
+	int               rv;
+	const uint16_t    one = 1;
+
+	if (*(const uint8_t *) &one != 1) {
+		PS_LOG(PS_LOG_ERR, "server", "big-endian hosts are unsupported");
+		return PS_EUNSUPP;
+	}
+	if (o == NULL || o->url == NULL || o->scheduler_url == NULL ||
+	    o->contexts < 1) {
+		return PS_EINVAL;
+	}
+	if ((s = ps_zalloc(sizeof(*s))) == NULL) {
+		return PS_ENOMEM;
+	}
+	s->opts       = *o;
+	s->started_ms = ps_clock_ms();
+	pthread_mutex_init(&s->mu, NULL);
+	if ((rv = ps__rpc_open(o->url, o->contexts, o->max_msg, dispatch, s,
+	         &s->rpc)) != PS_OK) {
+		pthread_mutex_destroy(&s->mu);
+		ps_free(s);
+		return rv;
+	}
+	snprintf(s->url, sizeof(s->url), "%s",
+	    o->advertise_url ? o->advertise_url : ps__rpc_url(s->rpc));
+	PS_LOG(PS_LOG_NOTICE, "server", "listening on %s (advertised %s)",
+	    ps__rpc_url(s->rpc), s->url);
+	pthread_create(&s->boot_thread, NULL, boot_main, s);
+	pthread_create(&s->sweep_thread, NULL, sweep_main, s);
+	*out = s;
+	return PS_OK;
+}
+
+const char *
+ps_server_url(const struct ps_server *s)
+{
+	return ps__rpc_url(s->rpc);
+}
+
+void
+ps_server_stats(struct ps_server *s, char *buf, size_t n)
+{
+	uint64_t version = 0;
+	pthread_mutex_lock(&s->mu);
+	if (s->n_shards > 0) {
+		version = s->shards[0].version;
+	}
+	snprintf(buf, n,
+	    "# Server\r\nrole:server\r\nindex:%u\r\nurl:%s\r\nuptime_ms:%llu\r\n"
+	    "ready:%d\r\n# Store\r\nshards:%u\r\nversion:%llu\r\nmode:%s\r\n"
+	    "used_memory:%zu\r\n# Net\r\npushes:%llu\r\npulls:%llu\r\n"
+	    "errors:%llu\r\nbytes_in:%llu\r\nbytes_out:%llu\r\n"
+	    "updates_applied:%llu\r\nparked:%d\r\n",
+	    s->index, s->url,
+	    (unsigned long long) (ps_clock_ms() - s->started_ms),
+	    atomic_load(&s->ready),
+	    s->n_shards, (unsigned long long) version,
+	    s->mode ? "async" : "sync", ps_used_memory(),
+	    (unsigned long long) atomic_load(&s->n_push),
+	    (unsigned long long) atomic_load(&s->n_pull),
+	    (unsigned long long) atomic_load(&s->n_err),
+	    (unsigned long long) atomic_load(&s->bytes_in),
+	    (unsigned long long) atomic_load(&s->bytes_out),
+	    (unsigned long long) atomic_load(&s->n_applied),
+	    s->parked != NULL);
+	pthread_mutex_unlock(&s->mu);
+}
+
+void
+ps_server_close(struct ps_server *s)
+{
+	if (s == NULL) {
+		return;
+	}
+	atomic_store(&s->closing, 1);
+	pthread_join(s->boot_thread, NULL);
+	pthread_join(s->sweep_thread, NULL);
+	ps__rpc_close(s->rpc);
+	for (uint32_t i = 0; i < s->n_shards; i++) {
+		ps_free(s->shards[i].x);
+		ps_free(s->shards[i].stage);
+		ps_free(s->shards[i].state);
+	}
+	ps_free(s->shards);
+	ps_free(s->local);
+	ps_free(s->sum);
+	if (s->pl != NULL) {
+		pswire__placement__free_unpacked(s->pl, NULL);
+	}
+	pthread_mutex_destroy(&s->mu);
+	ps_free(s);
+}
