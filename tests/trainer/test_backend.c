@@ -1,0 +1,76 @@
+// test_backend.c — device strings and backend selection.
+#include <string.h>
+
+#include "pt.h"
+#include "tr_impl.h"
+#include "trainer_tests.h"
+
+// cpu, cuda and cuda:N parse; anything else is refused.
+START_TEST(test_device_parse)
+{
+	int c, o;
+	PT_OK(tr_device_parse("cpu", &c, &o));
+	ck_assert_int_eq(c, 0);
+	PT_OK(tr_device_parse("cuda", &c, &o));
+	ck_assert_int_eq(c, 1);
+	ck_assert_int_eq(o, -1);
+	PT_OK(tr_device_parse("cuda:3", &c, &o));
+	ck_assert_int_eq(c, 1);
+	ck_assert_int_eq(o, 3);
+}
+END_TEST
+
+START_TEST(test_device_parse_bogus)
+{
+	static const char *bad[] = { "", "gpu", "CPU", "cuda:", "cuda:-1",
+		"cuda:x", "cuda:1x", "cuda1" };
+	int c, o;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		ck_assert_msg(tr_device_parse(bad[i], &c, &o) == PS_EINVAL,
+		    "'%s' accepted", bad[i]);
+	}
+	PT_FAIL(tr_device_parse(NULL, &c, &o), PS_EINVAL);
+}
+END_TEST
+
+// "cpu" opens the CPU backend; a CUDA request fails at once with a clear
+// message when this build has no CUDA backend.
+START_TEST(test_backend_alloc)
+{
+	struct tr_arch         a;
+	struct tr_backend_opts o = TR_BACKEND_OPTS_INIT;
+	struct tr_backend     *b = NULL;
+	char                   err[256] = "";
+	PT_OK(tr_arch_parse("4,3,2", &a, NULL, 0));
+	PT_OK(tr_backend_alloc("cpu", &a, &o, &b, err, sizeof(err)));
+	ck_assert_str_eq(b->ops->name, "cpu");
+	tr_backend_free(b);
+	tr_backend_free(NULL);
+	if (!tr_backend_has_cuda()) {
+		b = NULL;
+		PT_FAIL(tr_backend_alloc("cuda:0", &a, &o, &b, err, sizeof(err)),
+		    PS_EUNSUPP);
+		ck_assert_ptr_nonnull(strstr(err, "CUDA"));
+		ck_assert_ptr_null(b);
+	}
+	PT_FAIL(tr_backend_alloc("tpu", &a, &o, &b, err, sizeof(err)),
+	    PS_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "--device"));
+	o.max_batch = 0;
+	PT_FAIL(tr_backend_alloc("cpu", &a, &o, &b, err, sizeof(err)),
+	    PS_EINVAL);
+}
+END_TEST
+
+Suite *
+suite_backend(void)
+{
+	Suite *s  = suite_create("backend");
+	TCase *tc = tcase_create("select");
+	tcase_set_timeout(tc, 10);
+	tcase_add_test(tc, test_device_parse);
+	tcase_add_test(tc, test_device_parse_bogus);
+	tcase_add_test(tc, test_backend_alloc);
+	suite_add_tcase(s, tc);
+	return s;
+}

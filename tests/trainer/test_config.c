@@ -1,0 +1,137 @@
+// test_config.c — trainer flags: defaults, both spellings, and errors that
+// name the flag.
+#include <stdlib.h>
+#include <string.h>
+
+#include "pt.h"
+#include "tr_impl.h"
+#include "trainer_tests.h"
+
+#define ARGC(v) ((int) (sizeof(v) / sizeof((v)[0])))
+
+// Defaults match the documented ones.
+START_TEST(test_config_defaults)
+{
+	struct tr_config c;
+	tr_config_defaults(&c);
+	ck_assert_uint_eq(c.batch, 64);
+	ck_assert(c.lr == 0.1);
+	ck_assert_int_eq(c.arch.n_layers, 3);
+	ck_assert_uint_eq(c.arch.sizes[0], 784);
+	ck_assert_str_eq(c.device, "cpu");
+	ck_assert_int_eq(c.mode, TR_MODE_SYNC);
+	ck_assert_int_eq(c.blas_threads, 1);
+	ck_assert_ptr_null(c.scheduler);
+	ck_assert_ptr_null(c.curve);
+}
+END_TEST
+
+// Every flag parses, as "--f v" and "--f=v".
+START_TEST(test_config_parse)
+{
+	char *argv[] = { "trainer", "--scheduler", "tcp://127.0.0.1:9",
+		"--rank=3", "--data", "/d", "--layers", "10,5,2", "--batch", "32",
+		"--lr=0.05", "--epochs", "4", "--seed", "99", "--mode", "async",
+		"--log-interval", "0", "--codec-push", "q8", "--codec-pull=fp16",
+		"--bucket", "512", "--warmup-steps", "10", "--max-steps", "20",
+		"--device", "cuda:1", "--blas-threads", "2", "--curve", "c.csv",
+		"--timeout-ms", "1000" };
+	struct tr_config c;
+	char             err[256] = "";
+	tr_config_defaults(&c);
+	PT_OK(tr_config_parse(&c, ARGC(argv), argv, err, sizeof(err)));
+	ck_assert_str_eq(c.scheduler, "tcp://127.0.0.1:9");
+	ck_assert_int_eq(c.rank, 3);
+	ck_assert_str_eq(c.data_dir, "/d");
+	ck_assert_int_eq(c.arch.n_layers, 2);
+	ck_assert_uint_eq(c.batch, 32);
+	ck_assert(c.lr == 0.05);
+	ck_assert_int_eq(c.epochs, 4);
+	ck_assert_uint_eq(c.seed, 99);
+	ck_assert_int_eq(c.mode, TR_MODE_ASYNC);
+	ck_assert_int_eq(c.log_interval, 0);
+	ck_assert_str_eq(c.codec_push, "q8");
+	ck_assert_str_eq(c.codec_pull, "fp16");
+	ck_assert_uint_eq(c.bucket, 512);
+	ck_assert_uint_eq(c.warmup_steps, 10);
+	ck_assert_uint_eq(c.max_steps, 20);
+	ck_assert_str_eq(c.device, "cuda:1");
+	ck_assert_int_eq(c.blas_threads, 2);
+	ck_assert_str_eq(c.curve, "c.csv");
+	ck_assert_uint_eq(c.timeout_ms, 1000);
+	ck_assert_int_eq(c.help, 0);
+}
+END_TEST
+
+// --help stops parsing and sets help; usage lists every flag.
+START_TEST(test_config_help)
+{
+	char *argv[] = { "trainer", "--help", "--bogus" };
+	struct tr_config c;
+	char  *text = NULL;
+	size_t len  = 0;
+	FILE  *f;
+	tr_config_defaults(&c);
+	PT_OK(tr_config_parse(&c, ARGC(argv), argv, NULL, 0));
+	ck_assert_int_eq(c.help, 1);
+	f = open_memstream(&text, &len);
+	tr_config_usage(f);
+	fclose(f);
+	ck_assert_ptr_nonnull(strstr(text, "--blas-threads"));
+	ck_assert_ptr_nonnull(strstr(text, "--max-steps"));
+	free(text);
+}
+END_TEST
+
+// Bad flags and values fail with a message that names the flag.
+START_TEST(test_config_parse_bogus)
+{
+	static const char *cases[][3] = {
+		{ "--nope", "1", "--nope" },
+		{ "--batch", "0", "--batch" },
+		{ "--batch", "x", "--batch" },
+		{ "--lr", "-1", "--lr" },
+		{ "--lr", "abc", "--lr" },
+		{ "--mode", "ssp", "--mode" },
+		{ "--device", "gpu", "--device" },
+		{ "--layers", "10", "--layers" },
+		{ "--rank", "-1", "--rank" },
+		{ "--epochs", "0", "--epochs" },
+		{ "--blas-threads", "0", "--blas-threads" },
+		{ "--scheduler", "", "--scheduler" },
+		{ "stray", "x", "stray" },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *argv[] = { "trainer", (char *) cases[i][0],
+			(char *) cases[i][1] };
+		struct tr_config c;
+		char             err[256] = "";
+		tr_config_defaults(&c);
+		ck_assert_msg(tr_config_parse(&c, 3, argv, err, sizeof(err)) !=
+		        PS_OK,
+		    "%s %s accepted", cases[i][0], cases[i][1]);
+		ck_assert_msg(strstr(err, cases[i][2]) != NULL,
+		    "'%s' does not name %s", err, cases[i][2]);
+	}
+	char *argv[] = { "trainer", "--batch" };
+	struct tr_config c;
+	char             err[256] = "";
+	tr_config_defaults(&c);
+	PT_FAIL(tr_config_parse(&c, 2, argv, err, sizeof(err)), PS_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "missing"));
+}
+END_TEST
+
+Suite *
+suite_config(void)
+{
+	Suite *s  = suite_create("config");
+	TCase *tc = tcase_create("flags");
+	tcase_set_timeout(tc, 10);
+	tcase_add_test(tc, test_config_defaults);
+	tcase_add_test(tc, test_config_parse);
+	tcase_add_test(tc, test_config_help);
+	tcase_add_test(tc, test_config_parse_bogus);
+	suite_add_tcase(s, tc);
+	return s;
+}

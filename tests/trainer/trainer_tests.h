@@ -1,0 +1,15 @@
+// trainer_tests.h — one Check suite per source file of trainer/src.
+#ifndef TRAINER_TESTS_H
+#define TRAINER_TESTS_H
+
+#include <check.h>
+
+Suite *suite_rng(void);
+Suite *suite_data(void);
+Suite *suite_partition(void);
+Suite *suite_model(void);
+Suite *suite_backend(void);
+Suite *suite_backend_cpu(void);
+Suite *suite_config(void);
+
+#endif // TRAINER_TESTS_H

@@ -1,0 +1,387 @@
+// tr/tr.h — the Ferry trainer library: data, partition, model, compute
+// backends and the training loop that drives libferry.
+//
+// The pieces are usable on their own, which is what a single-process
+// reference (the integration test) needs to rebuild exactly what a group of
+// trainers computes:
+//
+//   struct tr_dataset train, test;          // (a) load data
+//   tr_data_load(dir, classes, &train, &test, err, sizeof err);
+//   struct tr_partition p;                  // (b) rank r's minibatches
+//   tr_partition_init(&p, train.n, r, trainers, seed);
+//   tr_partition_batch(&p, epoch, k, batch, &idx);
+//   struct tr_params w, g;                  // (c) same init as rank 0
+//   tr_params_init(&w, &arch); tr_params_randomize(&w, seed);
+//   struct tr_backend *b;                   // (d) summed gradients
+//   tr_backend_alloc("cpu", &arch, &bo, &b, err, sizeof err);
+//   tr_backend_set_weights(b, tr_params_cptrs(&w));
+//   tr_backend_grad(b, &train, idx, n, g.t, &loss_sum);
+//   tr_params_sgd(&w, &g, lr, n);           // (e) the server's update
+//
+// Errors: functions return 0 (PS_OK) or a positive PS_E* code from
+// <ps/base.h>. Functions that take (err, errlen) also write a one-line,
+// human-readable reason there on failure (err may be NULL). The library
+// never prints, except the training loop (tr_train_run), which writes its
+// progress lines to the FILE it is given and errors through PS_LOG.
+//
+// Threading: every object here is used by one thread at a time. Distinct
+// objects are independent, except that OpenBLAS's thread count is process
+// wide (see tr_backend_opts.blas_threads).
+//
+// Memory: all heap use goes through ps_alloc/ps_free. Nothing on the
+// per-step path (tr_partition_batch, tr_backend_grad, tr_params_sgd)
+// allocates.
+#ifndef TR_TR_H
+#define TR_TR_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ---- PRNG -----------------------------------------------------------------
+// splitmix64 (Steele, Lea, Flood 2014): a fixed, portable generator so that
+// every rank and every platform computes the same shuffles and weights.
+// Never rand().
+struct tr_rng {
+	uint64_t s;
+};
+
+// tr_rng_seed starts a stream at seed. Identical seeds give identical
+// streams.
+static inline void
+tr_rng_seed(struct tr_rng *r, uint64_t seed)
+{
+	r->s = seed;
+}
+
+// tr_rng_next returns the next 64 random bits.
+static inline uint64_t
+tr_rng_next(struct tr_rng *r)
+{
+	uint64_t z = (r->s += 0x9e3779b97f4a7c15ULL);
+	z          = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z          = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+// tr_rng_below returns a uniform integer in [0, n) without modulo bias
+// (rejection sampling). n must be > 0.
+uint64_t tr_rng_below(struct tr_rng *r, uint64_t n);
+
+// tr_rng_uniform returns a uniform float in [0, 1) (24 random bits).
+float tr_rng_uniform(struct tr_rng *r);
+
+// tr_rng_normal returns a standard normal sample (Box–Muller).
+float tr_rng_normal(struct tr_rng *r);
+
+// ---- data -----------------------------------------------------------------
+// A labelled data set held in memory: n rows of dim floats (row-major) and
+// n labels in [0, classes).
+struct tr_dataset {
+	size_t   n;       // number of samples
+	size_t   dim;     // input width (rows*cols for IDX images)
+	int      classes; // labels are < classes
+	float   *x;       // n*dim floats, pixels scaled to [0, 1]
+	int32_t *y;       // n labels
+};
+
+// Caps on what a file may declare (untrusted input): at most
+// TR_DATA_MAX_SAMPLES samples and TR_DATA_MAX_DIM pixels per sample.
+#define TR_DATA_MAX_SAMPLES (1u << 26)
+#define TR_DATA_MAX_DIM (1u << 20)
+
+// tr_dataset_load_idx reads an IDX image file (magic 0x00000803, ubyte,
+// n x rows x cols) and an IDX label file (magic 0x00000801, n) into ds.
+// Each path is opened as given through zlib, so gzipped and plain files
+// both work. classes is the number of classes the model predicts; every
+// label must be below it.
+// Errors: PS_ENOTFOUND (cannot open), PS_EPROTO (bad magic, bad or
+// inconsistent dimensions, truncated or trailing bytes, corrupt gzip,
+// label >= classes, image and label counts differ), PS_ENOMEM, PS_EINVAL.
+// err names the file and what is wrong. On success ds owns its buffers:
+// release them with tr_dataset_fini. On failure ds is left zeroed.
+int tr_dataset_load_idx(struct tr_dataset *ds, const char *images_path,
+    const char *labels_path, int classes, char *err, size_t errlen);
+
+// tr_data_load loads Fashion-MNIST-style data from directory dir:
+// train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte
+// and t10k-labels-idx1-ubyte, each as "<name>.gz" or, if that does not
+// exist, "<name>". The test set must have the training set's input width.
+// Errors as tr_dataset_load_idx. On success release both with
+// tr_dataset_fini; on failure neither needs it.
+int tr_data_load(const char *dir, int classes, struct tr_dataset *train,
+    struct tr_dataset *test, char *err, size_t errlen);
+
+// tr_dataset_synthetic fills ds with n samples of dim features in
+// `classes` Gaussian clusters (deterministic from seed); a learnable toy
+// set for tests and benchmarks. Release with tr_dataset_fini.
+// Errors: PS_EINVAL (zero sizes), PS_ENOMEM.
+int tr_dataset_synthetic(struct tr_dataset *ds, size_t n, size_t dim,
+    int classes, uint64_t seed);
+
+// tr_dataset_fini frees ds's buffers and zeroes it. Safe on a zeroed ds.
+void tr_dataset_fini(struct tr_dataset *ds);
+
+// ---- partition ------------------------------------------------------------
+// All ranks shuffle 0..n-1 with the same seed (Fisher–Yates over
+// tr_rng_seed(seed)); rank r of T takes the contiguous slice
+// [r*n/T, (r+1)*n/T) of that permutation, so partitions are disjoint,
+// cover the set and differ in size by at most one. Before each epoch e the
+// slice is reshuffled (from its original order, so the result depends only
+// on seed and e) with a stream seeded by seed + e + 1 mixed with a constant
+// (so epoch 0's order is not a second copy of the global shuffle). The k-th
+// minibatch of an epoch is order[k*batch .. (k+1)*batch).
+struct tr_partition {
+	size_t    n_total;  // size of the whole set
+	int       rank;     // this partition's rank
+	int       trainers; // number of ranks
+	uint64_t  seed;
+	size_t    begin;    // slice start in the global permutation
+	size_t    count;    // partition size
+	uint32_t *base;     // count indices: the slice, in permutation order
+	uint32_t *order;    // count indices: the current epoch's order
+	long      epoch;    // epoch `order` holds (-1: none yet)
+};
+
+// tr_partition_init builds rank's partition of n samples among trainers.
+// Errors: PS_EINVAL (n == 0, n > UINT32_MAX, trainers < 1, rank out of
+// range), PS_ENOMEM. Release with tr_partition_fini (safe on zeroed p).
+int  tr_partition_init(struct tr_partition *p, size_t n, int rank,
+     int trainers, uint64_t seed);
+void tr_partition_fini(struct tr_partition *p);
+
+// tr_partition_size returns the size of rank's partition of n samples.
+size_t tr_partition_size(size_t n, int rank, int trainers);
+
+// tr_partition_steps returns the number of minibatches every trainer runs
+// per epoch: floor(smallest partition / batch) = floor(floor(n/T)/batch).
+// Sync mode needs every trainer to run the same number of steps.
+size_t tr_partition_steps(size_t n, int trainers, size_t batch);
+
+// tr_partition_batch points *idx at the k-th minibatch (batch indices into
+// the data set) of the given epoch, reshuffling first if p holds another
+// epoch. *idx is borrowed: valid until the next call with another epoch or
+// tr_partition_fini. Does not allocate.
+// Errors: PS_EINVAL (batch == 0, epoch < 0), PS_ERANGE ((k+1)*batch >
+// count).
+int tr_partition_batch(struct tr_partition *p, long epoch, size_t k,
+    size_t batch, const uint32_t **idx);
+
+// ---- model ----------------------------------------------------------------
+// An MLP: sizes[0] inputs, sizes[1..n_layers-1] hidden ReLU units,
+// sizes[n_layers] classes with softmax cross-entropy.
+//
+// Parameters are 2*n_layers tensors in this order: W1, b1, W2, b2, ...,
+// named "fc1.weight", "fc1.bias", "fc2.weight", ... W_l is row-major
+// [out x in] (sizes[l] rows of sizes[l-1]), the PyTorch nn.Linear layout,
+// so y = x W_l^T + b_l.
+#define TR_MAX_LAYERS 16
+#define TR_MAX_TENSORS (2 * TR_MAX_LAYERS)
+#define TR_MAX_WIDTH (1u << 20)
+
+struct tr_arch {
+	int    n_layers;                  // weight layers (>= 1)
+	size_t sizes[TR_MAX_LAYERS + 1]; // n_layers + 1 widths
+};
+
+// tr_arch_parse parses "784,256,128,10" (at least two widths, each in
+// [1, TR_MAX_WIDTH], at most TR_MAX_LAYERS+1 of them; the last, the number
+// of classes, at least 2). Errors: PS_EINVAL with the reason in err.
+int tr_arch_parse(const char *spec, struct tr_arch *a, char *err,
+    size_t errlen);
+
+// tr_arch_n_tensors returns 2*n_layers; tr_arch_tensor_len the number of
+// floats of tensor i; tr_arch_n_params the total.
+size_t tr_arch_n_tensors(const struct tr_arch *a);
+size_t tr_arch_tensor_len(const struct tr_arch *a, size_t i);
+size_t tr_arch_n_params(const struct tr_arch *a);
+
+// tr_arch_tensor_name writes tensor i's name ("fc<l>.weight" or
+// "fc<l>.bias", l from 1) into buf (n bytes; 32 is always enough).
+void tr_arch_tensor_name(const struct tr_arch *a, size_t i, char *buf,
+    size_t n);
+
+// A set of parameter (or gradient) tensors in one contiguous block:
+// t[i] points at tensor i inside data; len[i] its floats.
+struct tr_params {
+	size_t n_tensors;
+	size_t total; // floats in data
+	float *data;
+	float *t[TR_MAX_TENSORS];
+	size_t len[TR_MAX_TENSORS];
+};
+
+// tr_params_init allocates zeroed tensors shaped for a. Errors: PS_EINVAL,
+// PS_ENOMEM. Release with tr_params_fini (safe on zeroed p).
+int  tr_params_init(struct tr_params *p, const struct tr_arch *a);
+void tr_params_fini(struct tr_params *p);
+
+// tr_params_cptrs returns p->t as the `const float *const *` that
+// libferry and tr_backend_set_weights take.
+static inline const float *const *
+tr_params_cptrs(const struct tr_params *p)
+{
+	return (const float *const *) p->t;
+}
+
+// tr_params_randomize sets weights to Kaiming-uniform values,
+// U(-sqrt(6/fan_in), +sqrt(6/fan_in)), drawn from one stream seeded with
+// seed, tensor by tensor in order; biases are 0. Deterministic.
+void tr_params_randomize(struct tr_params *p, uint64_t seed);
+
+// tr_params_copy copies src's values into dst (same shapes).
+void tr_params_copy(struct tr_params *dst, const struct tr_params *src);
+
+// tr_params_sgd applies the server's plain SGD update for a summed
+// gradient g over n_samples samples: w -= (float) lr * (g / n_samples),
+// element by element in float. n_samples must be > 0.
+void tr_params_sgd(struct tr_params *w, const struct tr_params *g,
+    double lr, size_t n_samples);
+
+// ---- compute backends -----------------------------------------------------
+// A backend runs the model's forward and backward passes. The training loop
+// holds the weights and gradients in host memory (that is what libferry
+// moves); a backend may keep its own copies where it computes (a GPU).
+//
+// Contract for an implementation (see backend_cpu.c; backend_cuda.cu
+// follows the same rules):
+// - alloc sizes every buffer for batches of up to opts->max_batch rows
+//   (and its evaluation chunk); grad and evaluate never allocate.
+// - set_weights: w[i] holds tr_arch_tensor_len(i) host floats. The backend
+//   either copies them (GPU: to the device) or keeps borrowing the pointers
+//   (CPU: zero copy) until the next set_weights or free; the caller calls
+//   set_weights again after changing the weights, and keeps the buffers
+//   alive and unchanged while grad/evaluate run.
+// - grad: forward + backward on rows idx[0..n) of ds (n <= max_batch).
+//   Writes the gradient SUMMED over the n samples (not the mean) into the
+//   host buffers g[i] and the summed cross-entropy into *loss_sum. A GPU
+//   backend may cache ds on the device, keyed by the pointer and assuming
+//   ds does not change while the backend is alive.
+// - evaluate: mean cross-entropy and accuracy over all of ds.
+// - Errors: PS_EINVAL (n == 0 or > max_batch), PS_ERANGE (an index or
+//   label out of range), backend-specific codes (PS_EUNSUPP: no device),
+//   with a message in err where the op takes one.
+struct tr_backend_opts {
+	int    device;       // GPU ordinal; -1: rank mod device count
+	int    rank;         // trainer rank (for device = -1)
+	int    blas_threads; // OpenBLAS threads (CPU backend), >= 1
+	size_t max_batch;    // largest n passed to grad (>= 1)
+};
+#define TR_BACKEND_OPTS_INIT { -1, 0, 1, 64 }
+
+struct tr_backend_ops {
+	const char *name; // "cpu", "cuda"
+	int (*alloc)(const struct tr_arch *a,
+	    const struct tr_backend_opts *opts, void **state, char *err,
+	    size_t errlen);
+	void (*free)(void *state);
+	int (*set_weights)(void *state, const float *const *w);
+	int (*grad)(void *state, const struct tr_dataset *ds,
+	    const uint32_t *idx, size_t n, float *const *g,
+	    double *loss_sum);
+	int (*evaluate)(void *state, const struct tr_dataset *ds,
+	    double *loss_mean, double *accuracy);
+};
+
+struct tr_backend {
+	const struct tr_backend_ops *ops;
+	void                        *state;
+	struct tr_arch               arch;
+};
+
+// tr_device_parse parses "cpu", "cuda" or "cuda:N" into *is_cuda and
+// *ordinal (-1 for plain "cuda"). Errors: PS_EINVAL.
+int tr_device_parse(const char *device, int *is_cuda, int *ordinal);
+
+// tr_backend_alloc creates the backend for device ("cpu", "cuda",
+// "cuda:N"); opts->device is overridden by the device string. A CUDA
+// request fails here, at start, with PS_EUNSUPP when this build has no
+// CUDA backend or the machine has no usable GPU (err says which).
+// Release with tr_backend_free (NULL is a no-op).
+int  tr_backend_alloc(const char *device, const struct tr_arch *a,
+     const struct tr_backend_opts *opts, struct tr_backend **out,
+     char *err, size_t errlen);
+void tr_backend_free(struct tr_backend *b);
+
+// tr_backend_has_cuda says whether this build includes the CUDA backend.
+int tr_backend_has_cuda(void);
+
+static inline int
+tr_backend_set_weights(struct tr_backend *b, const float *const *w)
+{
+	return b->ops->set_weights(b->state, w);
+}
+
+static inline int
+tr_backend_grad(struct tr_backend *b, const struct tr_dataset *ds,
+    const uint32_t *idx, size_t n, float *const *g, double *loss_sum)
+{
+	return b->ops->grad(b->state, ds, idx, n, g, loss_sum);
+}
+
+static inline int
+tr_backend_evaluate(struct tr_backend *b, const struct tr_dataset *ds,
+    double *loss_mean, double *accuracy)
+{
+	return b->ops->evaluate(b->state, ds, loss_mean, accuracy);
+}
+
+// ---- configuration --------------------------------------------------------
+enum tr_mode { TR_MODE_SYNC = 0, TR_MODE_ASYNC = 1 };
+
+struct tr_config {
+	const char    *scheduler;    // --scheduler URL (required to train)
+	int            rank;         // --rank
+	const char    *data_dir;     // --data
+	struct tr_arch arch;         // --layers
+	size_t         batch;        // --batch (per trainer)
+	double         lr;           // --lr
+	int            epochs;       // --epochs
+	uint64_t       seed;         // --seed
+	int            mode;         // --mode sync|async
+	int            log_interval; // --log-interval (0: epoch ends only)
+	const char    *codec_push;   // --codec-push
+	const char    *codec_pull;   // --codec-pull
+	uint32_t       bucket;       // --bucket
+	uint32_t       warmup_steps; // --warmup-steps
+	uint64_t       max_steps;    // --max-steps (0: unlimited)
+	const char    *device;       // --device cpu|cuda|cuda:N
+	int            blas_threads; // --blas-threads
+	const char    *curve;        // --curve FILE (NULL: none)
+	uint32_t       timeout_ms;   // --timeout-ms (libferry deadline)
+	int            help;         // --help was given
+};
+
+// tr_config_defaults fills c with the defaults listed by tr_config_usage.
+void tr_config_defaults(struct tr_config *c);
+
+// tr_config_parse parses argv[1..argc) ("--flag value" or "--flag=value")
+// over the values already in c. String fields borrow from argv.
+// Errors: PS_EINVAL (unknown flag, missing or bad value; err names the
+// flag), PS_ERANGE (value outside its bounds). "--help" sets c->help and
+// returns PS_OK without checking the remaining flags.
+int tr_config_parse(struct tr_config *c, int argc, char **argv, char *err,
+    size_t errlen);
+
+// tr_config_usage prints the flags, their defaults and meaning to f.
+void tr_config_usage(FILE *f);
+
+// ---- training loop --------------------------------------------------------
+// tr_train_run trains with cfg: loads the data, creates the backend (a CUDA
+// request without a GPU fails here, before any network traffic), opens a
+// libferry client on cfg->scheduler, declares fc*.weight/fc*.bias, rank 0
+// offers the initial weights, everybody pulls version 0, then each step
+// computes the summed gradient of the next local minibatch and
+// push-pulls it. Progress lines and the final JSON summary go to out;
+// errors are logged with PS_LOG. Blocks until training ends.
+// Returns PS_OK or the failing step's code.
+int tr_train_run(const struct tr_config *cfg, FILE *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // TR_TR_H

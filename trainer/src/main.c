@@ -1,0 +1,32 @@
+// main.c — the `trainer` executable: parse flags, run tr_train_run.
+// Exit codes: 0 done, 1 training failed, 2 bad flags.
+#include <stdio.h>
+
+#include "ps/base.h"
+#include "tr/tr.h"
+
+int
+main(int argc, char **argv)
+{
+	struct tr_config cfg;
+	char             err[512] = "";
+	char             role[32];
+	int              rv;
+	tr_config_defaults(&cfg);
+	if ((rv = tr_config_parse(&cfg, argc, argv, err, sizeof(err))) != 0) {
+		fprintf(stderr, "trainer: %s\n", err);
+		fprintf(stderr, "trainer: see --help\n");
+		return 2;
+	}
+	if (cfg.help) {
+		tr_config_usage(stdout);
+		return 0;
+	}
+	if (cfg.scheduler == NULL) {
+		fprintf(stderr, "trainer: --scheduler is required (see --help)\n");
+		return 2;
+	}
+	snprintf(role, sizeof(role), "trainer-%d", cfg.rank);
+	ps_log_set_role(role);
+	return tr_train_run(&cfg, stdout) == PS_OK ? 0 : 1;
+}

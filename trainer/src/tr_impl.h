@@ -1,0 +1,21 @@
+// tr_impl.h — internal umbrella of the trainer library (not installed).
+#ifndef TR_IMPL_H
+#define TR_IMPL_H
+
+#include <stdarg.h>
+
+#include "ps/base.h"
+#include "tr/tr.h"
+
+// tr__errf formats a message into err (errlen bytes) when err is non-NULL
+// and returns rv, so failures read `return tr__errf(rv, err, n, ...)`.
+int tr__errf(int rv, char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+// The CPU backend (backend_cpu.c) and, when built, the CUDA one.
+extern const struct tr_backend_ops tr__backend_cpu_ops;
+#ifdef TR_HAVE_CUDA
+extern const struct tr_backend_ops tr__backend_cuda_ops;
+#endif
+
+#endif // TR_IMPL_H

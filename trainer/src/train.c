@@ -1,0 +1,351 @@
+// train.c — the trainer's loop over libferry (the only network-facing file
+// of the trainer library).
+//
+// DESIGN
+// Start-up does everything that can fail locally first (flags, data,
+// backend: a CUDA request without a GPU fails here), then talks to the
+// job: open, declare fc*.weight/fc*.bias, rank 0 offers the initial weights
+// (tr_params_randomize with --seed), everybody pulls version 0.
+// Each step: next local minibatch (tr_partition_batch), summed gradient at
+// the current weights (backend), one push-pull that returns the next
+// version into the same weight buffers, then set_weights (a pointer swap on
+// the CPU). Nothing on that path allocates.
+//
+// Every trainer runs tr_partition_steps() steps per epoch, computed from
+// the smallest partition, because sync mode waits for every trainer.
+//
+// Output: every --log-interval steps and at the end of each epoch one line
+//   step 100 | train_loss 0.7557 | test_loss 0.7426 | test_acc 0.8123 |
+//   step 2.1 ms | sent 0.93 MB
+// where train_loss is the mean loss of the interval's minibatches (at the
+// weights they were computed on), step is the mean step time of the
+// interval (evaluation excluded) and sent is the cumulative bytes pushed.
+// Only rank 0 evaluates on the test set; other ranks print the same line
+// without the test_loss and test_acc fields. The last line is a JSON
+// summary; samples_per_s = samples this trainer processed / wall_s, where
+// wall_s runs from version 0 to the last step and includes rank 0's
+// evaluations (reported separately as eval_s).
+#include <ferry/ferry.h>
+#include <math.h>
+#include <string.h>
+
+#include "tr_impl.h"
+
+#define MOD "train"
+
+struct run {
+	const struct tr_config *cfg;
+	FILE                   *out, *curve;
+	struct tr_backend      *be;
+	ferry_client           *fc;
+	struct tr_dataset       train, test;
+	int                     trainers;
+	uint64_t                t0;         // ns at version 0
+	uint64_t                step;       // steps done
+	uint64_t                samples;    // samples processed
+	uint64_t                eval_ns;    // time spent evaluating
+	// interval accumulators
+	double                  iv_loss;
+	uint64_t                iv_samples, iv_steps, iv_ns;
+	uint64_t                last_report;
+	double                  test_loss, test_acc;
+	int                     have_test;
+};
+
+static int
+ferry_to_ps(int fe)
+{
+	switch (fe) {
+	case FERRY_OK:
+		return PS_OK;
+	case FERRY_EINVAL:
+		return PS_EINVAL;
+	case FERRY_ENOMEM:
+		return PS_ENOMEM;
+	case FERRY_ECONNECT:
+		return PS_ETRANSPORT;
+	case FERRY_ETIMEDOUT:
+		return PS_ETIMEDOUT;
+	case FERRY_EREMOTE:
+		return PS_EREMOTE;
+	case FERRY_EPROTO:
+		return PS_EPROTO;
+	case FERRY_ECORRUPT:
+		return PS_ECORRUPT;
+	case FERRY_ECLOSED:
+		return PS_ECLOSED;
+	case FERRY_EUNSUPP:
+		return PS_EUNSUPP;
+	default:
+		return PS_ESTATE;
+	}
+}
+
+static int
+ferry_fail(struct run *r, const char *op, int fe)
+{
+	const char *msg = r->fc ? ferry_client_last_error(r->fc) : "";
+	PS_LOG(PS_LOG_ERR, MOD, "%s: %s%s%s", op, ferry_strerror(fe),
+	    *msg ? ": " : "", msg);
+	return ferry_to_ps(fe);
+}
+
+// report prints one progress line (rank 0 evaluates first) and a curve row.
+static int
+report(struct run *r)
+{
+	struct ferry_stats st;
+	double             wall, step_ms, loss;
+	int                rv;
+	if (r->cfg->rank == 0) {
+		uint64_t t = ps_clock_ns();
+		rv = tr_backend_evaluate(r->be, &r->test, &r->test_loss,
+		    &r->test_acc);
+		r->eval_ns += ps_clock_ns() - t;
+		if (rv != PS_OK) {
+			PS_LOG(PS_LOG_ERR, MOD, "evaluate: %s", ps_strerror(rv));
+			return rv;
+		}
+		r->have_test = 1;
+	}
+	ferry_client_stats(r->fc, &st);
+	wall    = (double) (ps_clock_ns() - r->t0) * 1e-9;
+	step_ms = r->iv_steps ? (double) r->iv_ns * 1e-6 / (double) r->iv_steps
+	                      : 0.0;
+	loss = r->iv_samples ? r->iv_loss / (double) r->iv_samples : NAN;
+	fprintf(r->out, "step %llu | train_loss %.4f", (unsigned long long) r->step,
+	    loss);
+	if (r->have_test) {
+		fprintf(r->out, " | test_loss %.4f | test_acc %.4f",
+		    r->test_loss, r->test_acc);
+	}
+	fprintf(r->out, " | step %.1f ms | sent %.2f MB\n", step_ms,
+	    (double) st.bytes_pushed * 1e-6);
+	fflush(r->out);
+	if (r->curve != NULL) {
+		fprintf(r->curve, "%llu,%.6f,%.6f,", (unsigned long long) r->step,
+		    wall, loss);
+		if (r->have_test) {
+			fprintf(r->curve, "%.6f,%.6f,", r->test_loss,
+			    r->test_acc);
+		} else {
+			fprintf(r->curve, ",,");
+		}
+		fprintf(r->curve, "%llu\n", (unsigned long long) st.bytes_pushed);
+		fflush(r->curve);
+	}
+	r->iv_loss = 0.0;
+	r->iv_samples = r->iv_steps = r->iv_ns = 0;
+	r->last_report = r->step;
+	return PS_OK;
+}
+
+static void
+summary(struct run *r, size_t steps_per_epoch)
+{
+	struct ferry_stats st;
+	double             wall = (double) (ps_clock_ns() - r->t0) * 1e-9;
+	ferry_client_stats(r->fc, &st);
+	fprintf(r->out,
+	    "{\"summary\": {\"epochs\": %.6g, \"steps\": %llu, \"samples\": "
+	    "%llu, \"wall_s\": %.3f, \"samples_per_s\": %.1f, ",
+	    steps_per_epoch ? (double) r->step / (double) steps_per_epoch : 0.0,
+	    (unsigned long long) r->step, (unsigned long long) r->samples, wall,
+	    wall > 0 ? (double) r->samples / wall : 0.0);
+	if (r->have_test) {
+		fprintf(r->out, "\"test_acc\": %.4f, \"test_loss\": %.4f, ",
+		    r->test_acc, r->test_loss);
+	}
+	fprintf(r->out,
+	    "\"bytes_pushed\": %llu, \"bytes_pulled\": %llu, \"rank\": %d, "
+	    "\"trainers\": %d, \"eval_s\": %.3f, \"batch\": %zu, \"mode\": "
+	    "\"%s\", \"device\": \"%s\"}}\n",
+	    (unsigned long long) st.bytes_pushed,
+	    (unsigned long long) st.bytes_pulled, r->cfg->rank, r->trainers,
+	    (double) r->eval_ns * 1e-9, r->cfg->batch,
+	    r->cfg->mode == TR_MODE_ASYNC ? "async" : "sync", r->cfg->device);
+	fflush(r->out);
+}
+
+int
+tr_train_run(const struct tr_config *cfg, FILE *out)
+{
+	struct run               r    = { 0 };
+	struct tr_params         w    = { 0 }, g = { 0 };
+	struct tr_partition      part = { 0 };
+	struct tr_backend_opts   bo   = TR_BACKEND_OPTS_INIT;
+	struct ferry_opts        fo   = FERRY_OPTS_INIT;
+	struct ferry_tensor_desc descs[TR_MAX_TENSORS];
+	char                     names[TR_MAX_TENSORS][32];
+	char                     err[512] = "";
+	const struct tr_arch    *a        = &cfg->arch;
+	size_t                   spe      = 0;
+	int                      rv, fe, stop = 0;
+
+	r.cfg = cfg;
+	r.out = out;
+	if (cfg->scheduler == NULL) {
+		PS_LOG(PS_LOG_ERR, MOD, "--scheduler is required");
+		return PS_EINVAL;
+	}
+	rv = tr_data_load(cfg->data_dir, (int) a->sizes[a->n_layers], &r.train,
+	    &r.test, err, sizeof(err));
+	if (rv != PS_OK) {
+		PS_LOG(PS_LOG_ERR, MOD, "load data: %s", err);
+		return rv;
+	}
+	if (r.train.dim != a->sizes[0]) {
+		PS_LOG(PS_LOG_ERR, MOD,
+		    "--layers: input width %zu does not match the data's %zu "
+		    "pixels per sample",
+		    a->sizes[0], r.train.dim);
+		rv = PS_EINVAL;
+		goto done;
+	}
+	bo.rank         = cfg->rank;
+	bo.blas_threads = cfg->blas_threads;
+	bo.max_batch    = cfg->batch;
+	rv = tr_backend_alloc(cfg->device, a, &bo, &r.be, err, sizeof(err));
+	if (rv != PS_OK) {
+		PS_LOG(PS_LOG_ERR, MOD, "backend: %s", err);
+		goto done;
+	}
+	if ((rv = tr_params_init(&w, a)) != PS_OK ||
+	    (rv = tr_params_init(&g, a)) != PS_OK) {
+		PS_LOG(PS_LOG_ERR, MOD, "params: %s", ps_strerror(rv));
+		goto done;
+	}
+	if (cfg->curve != NULL) {
+		if ((r.curve = fopen(cfg->curve, "w")) == NULL) {
+			PS_LOG(PS_LOG_ERR, MOD, "--curve %s: cannot open",
+			    cfg->curve);
+			rv = PS_EINVAL;
+			goto done;
+		}
+		fprintf(r.curve,
+		    "step,wall_s,train_loss,test_loss,test_acc,bytes_sent\n");
+	}
+
+	fo.scheduler_url = cfg->scheduler;
+	fo.rank          = cfg->rank;
+	fo.timeout_ms    = cfg->timeout_ms;
+	fo.mode = cfg->mode == TR_MODE_ASYNC ? FERRY_MODE_ASYNC : FERRY_MODE_SYNC;
+	fo.lr           = cfg->lr;
+	fo.codec_push   = cfg->codec_push;
+	fo.codec_pull   = cfg->codec_pull;
+	fo.bucket       = cfg->bucket;
+	fo.warmup_steps = cfg->warmup_steps;
+	fo.seed         = cfg->seed;
+	if ((fe = ferry_client_open(&fo, &r.fc)) != FERRY_OK) {
+		rv = ferry_fail(&r, "open", fe);
+		goto done;
+	}
+	for (size_t i = 0; i < w.n_tensors; i++) {
+		tr_arch_tensor_name(a, i, names[i], sizeof(names[i]));
+		descs[i].name = names[i];
+		descs[i].len  = w.len[i];
+	}
+	if ((fe = ferry_client_declare(r.fc, descs, w.n_tensors)) != FERRY_OK) {
+		rv = ferry_fail(&r, "declare", fe);
+		goto done;
+	}
+	r.trainers = ferry_client_trainers(r.fc);
+	rv = tr_partition_init(&part, r.train.n, cfg->rank, r.trainers,
+	    cfg->seed);
+	if (rv != PS_OK) {
+		PS_LOG(PS_LOG_ERR, MOD, "partition: rank %d of %d trainers: %s",
+		    cfg->rank, r.trainers, ps_strerror(rv));
+		goto done;
+	}
+	spe = tr_partition_steps(r.train.n, r.trainers, cfg->batch);
+	if (spe == 0) {
+		PS_LOG(PS_LOG_ERR, MOD,
+		    "--batch %zu: larger than a partition (%zu samples over %d "
+		    "trainers)",
+		    cfg->batch, r.train.n, r.trainers);
+		rv = PS_EINVAL;
+		goto done;
+	}
+	if (cfg->rank == 0) {
+		tr_params_randomize(&w, cfg->seed);
+		fe = ferry_client_init_weights(r.fc, tr_params_cptrs(&w));
+		if (fe != FERRY_OK) {
+			rv = ferry_fail(&r, "init_weights", fe);
+			goto done;
+		}
+	}
+	if ((fe = ferry_client_pull(r.fc, w.t)) != FERRY_OK) {
+		rv = ferry_fail(&r, "pull version 0", fe);
+		goto done;
+	}
+	PS_LOG(PS_LOG_NOTICE, MOD,
+	    "rank %d of %d: %zu samples in partition, %zu steps per epoch, "
+	    "%zu parameters, device %s",
+	    cfg->rank, r.trainers, part.count, spe, w.total, cfg->device);
+	if ((rv = tr_backend_set_weights(r.be, tr_params_cptrs(&w))) != PS_OK) {
+		goto done;
+	}
+
+	r.t0 = ps_clock_ns();
+	for (long e = 0; e < cfg->epochs && !stop; e++) {
+		for (size_t k = 0; k < spe; k++) {
+			const uint32_t *idx;
+			double          loss;
+			uint64_t        ts = ps_clock_ns();
+			if (cfg->max_steps && r.step >= cfg->max_steps) {
+				stop = 1;
+				break;
+			}
+			if ((rv = tr_partition_batch(&part, e, k, cfg->batch,
+			         &idx)) != PS_OK ||
+			    (rv = tr_backend_grad(r.be, &r.train, idx,
+			         cfg->batch, g.t, &loss)) != PS_OK) {
+				PS_LOG(PS_LOG_ERR, MOD, "step %llu: %s",
+				    (unsigned long long) r.step, ps_strerror(rv));
+				goto done;
+			}
+			fe = ferry_client_push_pull(r.fc, tr_params_cptrs(&g),
+			    (uint32_t) cfg->batch, w.t);
+			if (fe != FERRY_OK) {
+				rv = ferry_fail(&r, "push_pull", fe);
+				goto done;
+			}
+			if ((rv = tr_backend_set_weights(r.be,
+			         tr_params_cptrs(&w))) != PS_OK) {
+				goto done;
+			}
+			r.step++;
+			r.samples += cfg->batch;
+			r.iv_loss += loss;
+			r.iv_samples += cfg->batch;
+			r.iv_steps++;
+			r.iv_ns += ps_clock_ns() - ts;
+			if (cfg->log_interval > 0 &&
+			    r.step % (uint64_t) cfg->log_interval == 0 &&
+			    (rv = report(&r)) != PS_OK) {
+				goto done;
+			}
+		}
+		if (r.last_report != r.step && (rv = report(&r)) != PS_OK) {
+			goto done;
+		}
+	}
+	if (r.step > 0 && r.last_report != r.step &&
+	    (rv = report(&r)) != PS_OK) {
+		goto done;
+	}
+	summary(&r, spe);
+	rv = PS_OK;
+done:
+	if (r.curve != NULL) {
+		fclose(r.curve);
+	}
+	ferry_client_close(r.fc);
+	tr_partition_fini(&part);
+	tr_params_fini(&w);
+	tr_params_fini(&g);
+	tr_backend_free(r.be);
+	tr_dataset_fini(&r.train);
+	tr_dataset_fini(&r.test);
+	return rv;
+}
