@@ -7,6 +7,10 @@ int
 main(void)
 {
 	SRunner *sr = srunner_create(suite_split());
+	srunner_add_suite(sr, suite_cost());
+	srunner_add_suite(sr, suite_solve());
+	srunner_add_suite(sr, suite_brute());
+	srunner_add_suite(sr, suite_format());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

@@ -4,6 +4,10 @@
 
 #include <check.h>
 
-Suite *suite_split(void);
+Suite *suite_split(void);  // split.c
+Suite *suite_cost(void);   // cost.c
+Suite *suite_solve(void);  // solve.c
+Suite *suite_brute(void);  // brute.c
+Suite *suite_format(void); // format.c
 
 #endif // SHARDING_TESTS_H

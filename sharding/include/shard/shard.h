@@ -63,6 +63,148 @@ int shard_split(const uint64_t *tensor_lens, size_t n_tensors,
 int shard_place_uniform(size_t n_shards, uint32_t n_servers,
     uint32_t *assign);
 
+// ---- latency-aware placement (ALGORITHMS.md §3.3) -------------------------
+
+// Cost models. Let load_m = Σ_{i→m} b_i.
+//  SHARD_MODEL_B (default): one batched message per server over parallel
+//   connections: time_t = max_{m: load_m>0} (k·L[t][m] + ρ·load_m/B[t][m]),
+//   plus the optional NIC bottlenecks (see struct shard_inst).
+//  SHARD_MODEL_A: serial per-shard RPCs:
+//   time_t = Σ_i (L[t][a(i)] + ρ·b_i/B[t][a(i)]). k and the NIC terms are
+//   not used.
+// The objective is F(a) = max_t time_t, ties broken by Σ_t time_t.
+enum shard_model {
+	SHARD_MODEL_B = 0,
+	SHARD_MODEL_A = 1,
+};
+
+// shard_inst is one placement problem. All arrays are borrowed: the caller
+// owns them and must keep them unchanged for the duration of a call that
+// takes the instance. Matrices are row-major with one row per trainer:
+// L[t][m] = lat[t * n_servers + m].
+struct shard_inst {
+	size_t          n_shards;    // S ≥ 1
+	uint32_t        n_servers;   // M ≥ 1
+	uint32_t        n_trainers;  // T ≥ 1
+	const uint64_t *size;        // [S] b_i in bytes (fp32: 4·len), > 0
+	const uint64_t *cap;         // [M] C_m in bytes; NULL, 0 or UINT64_MAX
+	                             // mean unbounded. Compared with load_m, so
+	                             // divide server memory by the copies kept
+	                             // per byte (about 2+opt) before passing it.
+	const double   *lat;         // [T·M] L[t][m], seconds, finite, ≥ 0
+	const double   *bw;          // [T·M] B[t][m], bytes/s, > 0 (may be +inf)
+	const double   *nic_trainer; // [T] trainer NIC bytes/s, or NULL; an entry
+	                             // ≤ 0 means unknown. Model B adds the term
+	                             // ρ·Σ_m load_m / NIC_t to time_t (as a max).
+	const double   *nic_server;  // [M] server egress bytes/s, or NULL; ≤ 0
+	                             // unknown. Model B adds ρ·T·load_m / NIC_m to
+	                             // server m's term (as a max).
+	double          rho;         // wire factor ρ > 0 (2 = fp32 push + pull)
+	uint32_t        k;           // round trips per step ≥ 1 (model B)
+	int             model;       // enum shard_model
+};
+
+#define SHARD_INST_INIT                                                    \
+	{ 0, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL, 2.0, 1, SHARD_MODEL_B }
+
+// shard_solve_opts tunes shard_solve. Start from SHARD_SOLVE_OPTS_INIT.
+struct shard_solve_opts {
+	uint32_t starts;     // K random feasible starts for multi-start (20)
+	uint32_t max_passes; // local-search passes per start (100); 0 turns
+	                     // local search off (with starts = 0: greedy only)
+	uint64_t seed;       // seed of the random starts; same seed, same result
+};
+
+#define SHARD_SOLVE_OPTS_INIT { 20, 100, UINT64_C(0x5eed) }
+
+// shard_report describes a solution. Times are in seconds.
+struct shard_report {
+	double   f;        // F = max_t time_t
+	double   f_sum;    // Σ_t time_t (the tie-break)
+	double   lb;       // lower bound on F (shard_lower_bound)
+	double   ratio;    // F / LB; 1 if both are 0, +inf if only LB is 0
+	double   greedy_f; // F of the greedy start before local search (or of
+	                   // its capacity fallback; +inf if greedy found no
+	                   // feasible start). Brute force: equals f.
+	uint32_t passes;   // local-search passes run, over all starts
+	uint32_t starts;   // random starts that were feasible and searched
+};
+
+// shard_cost evaluates assignment assign[0..S-1] (server of each shard) on
+// inst. Capacities are ignored (see shard_assign_check). Writes F to *f,
+// Σ_t time_t to *f_sum and, when trainer_time is not NULL, time_t to
+// trainer_time[0..T-1]. f and f_sum may be NULL.
+//
+// Errors: PS_EINVAL if inst is invalid (see shard_inst above), assign is
+// NULL or names a server ≥ M. PS_ERANGE if Σ b_i overflows 64 bits.
+// PS_ENOMEM if the working arrays cannot be allocated.
+int shard_cost(const struct shard_inst *inst, const uint32_t *assign,
+    double *f, double *f_sum, double *trainer_time);
+
+// shard_assign_check returns PS_OK if assign respects every capacity,
+// PS_ENOSPC if some server's load exceeds its capacity, and PS_EINVAL (or
+// PS_ERANGE) as shard_cost does. It does not allocate.
+int shard_assign_check(const struct shard_inst *inst, const uint32_t *assign);
+
+// shard_lower_bound writes a lower bound on the optimal F of inst to *lb,
+// valid whatever the capacities. Model B:
+//   LB = max( max_t ρ·Σ_i b_i / Σ_m B[t][m],
+//             max_t min_m (k·L[t][m] + ρ·b_max/B[t][m]) )
+// (with the NIC terms folded in when given). Model A:
+//   LB = max_t Σ_i min_m (L[t][m] + ρ·b_i/B[t][m]).
+// Errors: as shard_cost (no allocation, so never PS_ENOMEM).
+int shard_lower_bound(const struct shard_inst *inst, double *lb);
+
+// shard_solve places the shards of inst on its servers, minimising F under
+// the capacities (ALGORITHMS.md §3.3): LPT greedy (largest shard first, to
+// the feasible server giving the least F, ties to the least own time, then
+// the lowest index; first-fit-decreasing if greedy gets stuck), then local
+// search (per pass: the best strictly improving single-shard move, then the
+// best strictly improving pairwise swap; at most opts->max_passes passes),
+// then the same local search from opts->starts random feasible starts drawn
+// with opts->seed; the best result wins, earlier ones on ties.
+//
+// On success writes the server of shard i to assign[i] (S entries), time_t
+// to trainer_time[0..T-1] if it is not NULL, and the report to *rep if it
+// is not NULL. opts may be NULL for the defaults. The result is a pure
+// function of inst and opts. Working arrays are allocated once per call.
+// Cost: O(S log S + S·M·T) greedy; per pass O(S·M·T + S²·T).
+//
+// Errors: PS_EINVAL as shard_cost, or assign NULL. PS_ENOSPC if no feasible
+// assignment was found: always when Σ b_i exceeds Σ C_m or a shard is larger
+// than every capacity; otherwise when greedy, first-fit-decreasing and every
+// random start fail. PS_ENOMEM. Outputs are untouched on error.
+int shard_solve(const struct shard_inst *inst,
+    const struct shard_solve_opts *opts, uint32_t *assign,
+    double *trainer_time, struct shard_report *rep);
+
+// shard_solve_brute finds an exact optimum by enumerating all M^S
+// assignments within capacity (lexicographic on F, then Σ_t time_t; the
+// first in enumeration order on exact ties). For tests and benchmarks.
+// Outputs as shard_solve (rep->passes and rep->starts are 0).
+//
+// Errors: PS_ERANGE if S > 12 or M^S > 2,000,000. PS_ENOSPC if no
+// assignment fits. Otherwise as shard_solve.
+int shard_solve_brute(const struct shard_inst *inst, uint32_t *assign,
+    double *trainer_time, struct shard_report *rep);
+
+// shard_format_bound returns a buffer size that is always enough for
+// shard_format on inst, or 0 if inst is invalid.
+size_t shard_format_bound(const struct shard_inst *inst);
+
+// shard_format writes a human-readable, multi-line description of a
+// placement into buf (len bytes, NUL-terminated): the problem, the L (ms) and
+// B (MB/s) matrices, per-server shard counts and loads, the assignment,
+// the predicted time of each trainer, and F, LB and F/LB. It does not print
+// anything itself; the scheduler logs the text. When written is not NULL,
+// *written receives the string length.
+//
+// Errors: PS_EINVAL as shard_cost, or buf NULL. PS_ENOSPC if len is too
+// small (buf then holds a truncated, NUL-terminated prefix when len > 0).
+// PS_ENOMEM.
+int shard_format(const struct shard_inst *inst, const uint32_t *assign,
+    char *buf, size_t len, size_t *written);
+
 #ifdef __cplusplus
 }
 #endif
