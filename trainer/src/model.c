@@ -165,13 +165,14 @@ void
 tr_params_sgd(struct tr_params *w, const struct tr_params *g, double lr,
     size_t n_samples)
 {
-	float flr = (float) lr;
-	float n   = (float) n_samples;
+	// Same arithmetic as the server's apply (ps/src/server/server.c):
+	// one float scale lr/n computed in double, then x -= scale * g.
+	float scale = (float) (lr / (double) n_samples);
 	for (size_t i = 0; i < w->n_tensors; i++) {
 		float       *x = w->t[i];
 		const float *d = g->t[i];
 		for (size_t j = 0; j < w->len[i]; j++) {
-			x[j] -= flr * (d[j] / n);
+			x[j] -= scale * d[j];
 		}
 	}
 }

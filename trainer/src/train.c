@@ -2,9 +2,9 @@
 // of the trainer library).
 //
 // DESIGN
-// Start-up does everything that can fail locally first (flags, data,
-// backend: a CUDA request without a GPU fails here), then talks to the
-// job: open, declare fc*.weight/fc*.bias, rank 0 offers the initial weights
+// Start-up does everything that can fail locally first (the backend, so a
+// CUDA request without a GPU fails at once; then the data), then talks to
+// the job: open, declare fc*.weight/fc*.bias, rank 0 offers the initial weights
 // (tr_params_randomize with --seed), everybody pulls version 0.
 // Each step: next local minibatch (tr_partition_batch), summed gradient at
 // the current weights (backend), one push-pull that returns the next
@@ -188,11 +188,19 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 		PS_LOG(PS_LOG_ERR, MOD, "--scheduler is required");
 		return PS_EINVAL;
 	}
+	bo.rank         = cfg->rank;
+	bo.blas_threads = cfg->blas_threads;
+	bo.max_batch    = cfg->batch;
+	rv = tr_backend_alloc(cfg->device, a, &bo, &r.be, err, sizeof(err));
+	if (rv != PS_OK) {
+		PS_LOG(PS_LOG_ERR, MOD, "backend: %s", err);
+		return rv;
+	}
 	rv = tr_data_load(cfg->data_dir, (int) a->sizes[a->n_layers], &r.train,
 	    &r.test, err, sizeof(err));
 	if (rv != PS_OK) {
 		PS_LOG(PS_LOG_ERR, MOD, "load data: %s", err);
-		return rv;
+		goto done;
 	}
 	if (r.train.dim != a->sizes[0]) {
 		PS_LOG(PS_LOG_ERR, MOD,
@@ -200,14 +208,6 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 		    "pixels per sample",
 		    a->sizes[0], r.train.dim);
 		rv = PS_EINVAL;
-		goto done;
-	}
-	bo.rank         = cfg->rank;
-	bo.blas_threads = cfg->blas_threads;
-	bo.max_batch    = cfg->batch;
-	rv = tr_backend_alloc(cfg->device, a, &bo, &r.be, err, sizeof(err));
-	if (rv != PS_OK) {
-		PS_LOG(PS_LOG_ERR, MOD, "backend: %s", err);
 		goto done;
 	}
 	if ((rv = tr_params_init(&w, a)) != PS_OK ||

@@ -237,8 +237,9 @@ void tr_params_randomize(struct tr_params *p, uint64_t seed);
 void tr_params_copy(struct tr_params *dst, const struct tr_params *src);
 
 // tr_params_sgd applies the server's plain SGD update for a summed
-// gradient g over n_samples samples: w -= (float) lr * (g / n_samples),
-// element by element in float. n_samples must be > 0.
+// gradient g over n_samples samples, with the server's arithmetic:
+// scale = (float) (lr / n_samples) (in double), then w -= scale * g in
+// float, element by element. n_samples must be > 0.
 void tr_params_sgd(struct tr_params *w, const struct tr_params *g,
     double lr, size_t n_samples);
 
