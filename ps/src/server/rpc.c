@@ -1,6 +1,7 @@
 // rpc.c — REP contexts with aio state machines (see rpc.h DESIGN).
 #include <stdarg.h>
 #include <stdio.h>
+#include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
 
 #include "ps/base.h"

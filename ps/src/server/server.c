@@ -24,6 +24,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <time.h>
+#include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 
 #include "ps/ps.h"

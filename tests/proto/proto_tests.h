@@ -1,0 +1,5 @@
+#ifndef PROTO_TESTS_H
+#define PROTO_TESTS_H
+#include <check.h>
+Suite *suite_frame(void);
+#endif

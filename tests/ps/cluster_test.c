@@ -1,0 +1,372 @@
+// cluster_test.c — a scheduler and servers in this process, trainers as
+// threads using libferry: aggregation, the optimizer, membership errors,
+// and hostile frames sent to a live server.
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+
+#include "ferry.pb-c.h"
+#include "ferry/ferry.h"
+#include "ps/ps.h"
+#include "ps_tests.h"
+#include "psw/psw.h"
+#include "pt.h"
+
+// A job of 3 tensors; shard_bytes 64 cuts tensor 0 (40 floats) in 3 and
+// spreads the shards over both servers.
+#define NT 3
+static const size_t lens[NT] = { 40, 7, 1 };
+
+struct cluster {
+	struct ps_scheduler *sched;
+	struct ps_server    *srv[4];
+	int                  n_srv;
+};
+
+static void
+cluster_start(struct cluster *cl, int trainers, int servers)
+{
+	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
+	char                     url[64];
+	so.url         = pt_addr(url, sizeof(url), "tcp");
+	so.trainers    = trainers;
+	so.servers     = servers;
+	so.shard_bytes = 64;
+	PT_OK(ps_scheduler_open(&so, &cl->sched));
+	cl->n_srv = servers;
+	for (int i = 0; i < servers; i++) {
+		struct ps_server_opts o = PS_SERVER_OPTS_INIT;
+		char                  surl[64];
+		o.url           = pt_addr(surl, sizeof(surl), "tcp");
+		o.scheduler_url = ps_scheduler_url(cl->sched);
+		o.max_msg       = 1u << 20; // small cap: the oversize test
+		PT_OK(ps_server_open(&o, &cl->srv[i]));
+	}
+}
+
+static void
+cluster_stop(struct cluster *cl)
+{
+	for (int i = 0; i < cl->n_srv; i++) {
+		ps_server_close(cl->srv[i]);
+	}
+	ps_scheduler_close(cl->sched);
+}
+
+struct trainer_arg {
+	const char *url;
+	int         rank;
+	int         steps;
+	int         mode;
+	float       w[NT][40];
+	int         rv;
+	char        err[256];
+};
+
+// grad_for gives rank r's gradient sum at step k: deterministic values.
+static float
+grad_for(int rank, int step, int t, size_t i)
+{
+	return (float) (rank + 1) * 0.25f + (float) step * 0.125f +
+	    (float) t - (float) i * 0.0625f;
+}
+
+static void *
+trainer_main(void *arg)
+{
+	struct trainer_arg      *a = arg;
+	struct ferry_opts        o = FERRY_OPTS_INIT;
+	struct ferry_tensor_desc d[NT] = { { "a", 40 }, { "b", 7 }, { "c", 1 } };
+	ferry_client            *c = NULL;
+	float                    g[NT][40];
+	float                   *wp[NT], *gp[NT];
+
+	o.scheduler_url = a->url;
+	o.rank          = a->rank;
+	o.lr            = 0.5;
+	o.mode          = a->mode;
+	o.timeout_ms    = 20000;
+	for (int t = 0; t < NT; t++) {
+		wp[t] = a->w[t];
+		gp[t] = g[t];
+		for (size_t i = 0; i < lens[t]; i++) {
+			a->w[t][i] = (float) i; // initial weights
+		}
+	}
+	if ((a->rv = ferry_client_open(&o, &c)) != 0 ||
+	    (a->rv = ferry_client_declare(c, d, NT)) != 0) {
+		goto out;
+	}
+	if (a->rank == 0 &&
+	    (a->rv = ferry_client_init_weights(c, (const float *const *) wp))) {
+		goto out;
+	}
+	if ((a->rv = ferry_client_pull(c, wp)) != 0) {
+		goto out;
+	}
+	for (int k = 0; k < a->steps; k++) {
+		for (int t = 0; t < NT; t++) {
+			for (size_t i = 0; i < lens[t]; i++) {
+				g[t][i] = grad_for(a->rank, k, t, i);
+			}
+		}
+		a->rv = ferry_client_push_pull(c, (const float *const *) gp,
+		    10, wp);
+		if (a->rv != 0) {
+			goto out;
+		}
+	}
+out:
+	if (c != NULL) {
+		snprintf(a->err, sizeof(a->err), "%s",
+		    ferry_client_last_error(c));
+	}
+	ferry_client_close(c);
+	return NULL;
+}
+
+// Sync mode: after K steps every trainer holds the same weights, equal to
+// SGD on the sum of all ranks' gradients divided by the total samples.
+START_TEST(test_cluster_sync_aggregation)
+{
+	struct cluster     cl;
+	struct trainer_arg a[2];
+	pthread_t          th[2];
+	const int          K = 5;
+
+	cluster_start(&cl, 2, 2);
+	for (int r = 0; r < 2; r++) {
+		memset(&a[r], 0, sizeof(a[r]));
+		a[r].url   = ps_scheduler_url(cl.sched);
+		a[r].rank  = r;
+		a[r].steps = K;
+		pthread_create(&th[r], NULL, trainer_main, &a[r]);
+	}
+	for (int r = 0; r < 2; r++) {
+		pthread_join(th[r], NULL);
+		ck_assert_msg(a[r].rv == 0, "rank %d: %s: %s", r,
+		    ferry_strerror(a[r].rv), a[r].err);
+	}
+	for (int t = 0; t < NT; t++) {
+		for (size_t i = 0; i < lens[t]; i++) {
+			float x = (float) i;
+			for (int k = 0; k < K; k++) {
+				float sum = grad_for(0, k, t, i) +
+				    grad_for(1, k, t, i);
+				x -= (float) (0.5 / 20.0) * sum;
+			}
+			ck_assert_msg(a[0].w[t][i] == a[1].w[t][i],
+			    "ranks disagree at %d/%zu", t, i);
+			ck_assert_msg(fabsf(a[0].w[t][i] - x) <= 1e-5f *
+			        (1 + fabsf(x)),
+			    "tensor %d[%zu] = %g, expected %g", t, i,
+			    a[0].w[t][i], x);
+		}
+	}
+	cluster_stop(&cl);
+}
+END_TEST
+
+// Async mode with one trainer: each push is applied at once.
+START_TEST(test_cluster_async_single)
+{
+	struct cluster     cl;
+	struct trainer_arg a;
+	pthread_t          th;
+
+	cluster_start(&cl, 1, 2);
+	memset(&a, 0, sizeof(a));
+	a.url   = ps_scheduler_url(cl.sched);
+	a.steps = 3;
+	a.mode  = FERRY_MODE_ASYNC;
+	pthread_create(&th, NULL, trainer_main, &a);
+	pthread_join(th, NULL);
+	ck_assert_msg(a.rv == 0, "%s: %s", ferry_strerror(a.rv), a.err);
+	for (size_t i = 0; i < lens[0]; i++) {
+		float x = (float) i;
+		for (int k = 0; k < 3; k++) {
+			x -= (float) (0.5 / 10.0) * grad_for(0, k, 0, i);
+		}
+		ck_assert(fabsf(a.w[0][i] - x) <= 1e-5f * (1 + fabsf(x)));
+	}
+	cluster_stop(&cl);
+}
+END_TEST
+
+// A trainer whose table differs from the job's gets FERRY_EMISMATCH, and
+// a rank out of range is refused with a message.
+START_TEST(test_cluster_declare_mismatch_bogus)
+{
+	struct cluster           cl;
+	struct ferry_opts        o  = FERRY_OPTS_INIT;
+	struct ferry_tensor_desc d1[1] = { { "w", 10 } };
+	struct ferry_tensor_desc d2[1] = { { "w", 11 } };
+	ferry_client            *c0, *c1, *c2;
+
+	cluster_start(&cl, 2, 1);
+	o.scheduler_url = ps_scheduler_url(cl.sched);
+	o.timeout_ms    = 300; // declare of c0 waits for members: times out
+	PT_OK(ferry_client_open(&o, &c0));
+	ck_assert_int_eq(ferry_client_declare(c0, d1, 1), FERRY_ETIMEDOUT);
+	o.rank = 1;
+	PT_OK(ferry_client_open(&o, &c1));
+	ck_assert_int_eq(ferry_client_declare(c1, d2, 1), FERRY_EMISMATCH);
+	ck_assert_ptr_nonnull(strstr(ferry_client_last_error(c1), "len") ?
+	        ferry_client_last_error(c1) :
+	        strstr(ferry_client_last_error(c1), "floats"));
+	o.rank = 7;
+	PT_OK(ferry_client_open(&o, &c2));
+	ck_assert_int_eq(ferry_client_declare(c2, d1, 1), FERRY_EREMOTE);
+	ck_assert_ptr_nonnull(strstr(ferry_client_last_error(c2), "rank 7"));
+	ck_assert_int_eq(ferry_client_push(c2, NULL, 1), FERRY_ESTATE);
+	ferry_client_close(c0);
+	ferry_client_close(c1);
+	ferry_client_close(c2);
+	ck_assert_int_eq(ferry_client_open(NULL, &c0), FERRY_EINVAL);
+	o.scheduler_url = NULL;
+	ck_assert_int_eq(ferry_client_open(&o, &c0), FERRY_EINVAL);
+	cluster_stop(&cl);
+}
+END_TEST
+
+// send_raw sends bytes to url and returns the reply's status (or -1 when
+// no parseable reply came back).
+static int
+send_raw(const char *url, const void *buf, size_t len, char *err, size_t n)
+{
+	nng_socket s;
+	nng_msg   *m;
+	int        status = -1;
+
+	ck_assert_int_eq(nng_req0_open(&s), 0);
+	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 5000);
+	ck_assert_int_eq(nng_dial(s, url, NULL, 0), 0);
+	ck_assert_int_eq(nng_msg_alloc(&m, len), 0);
+	if (len > 0) {
+		memcpy(nng_msg_body(m), buf, len);
+	}
+	ck_assert_int_eq(nng_sendmsg(s, m, 0), 0);
+	if (nng_recvmsg(s, &m, 0) == 0) {
+		struct psw_frame f;
+		const char      *why;
+		if (psw_msg_parse(m, &f, &why) == PS_OK) {
+			Pswire__Header *h =
+			    pswire__header__unpack(NULL, f.hdr_len, f.hdr);
+			if (h != NULL) {
+				status = h->status;
+				snprintf(err, n, "%s", h->error);
+				pswire__header__free_unpacked(h, NULL);
+			}
+		}
+		nng_msg_free(m);
+	}
+	nng_close(s);
+	return status;
+}
+
+// Garbage, truncated, wrong-version and lying frames get error replies
+// with a reason, and the server still trains correctly afterwards.
+START_TEST(test_cluster_hostile_frames_bogus)
+{
+	struct cluster cl;
+	char           err[512];
+	uint8_t        buf[64];
+	const char    *url;
+
+	cluster_start(&cl, 1, 1);
+	url = ps_server_url(cl.srv[0]);
+	memset(buf, 0xab, sizeof(buf));
+	ck_assert_int_eq(send_raw(url, buf, sizeof(buf), err, sizeof(err)),
+	    PSWIRE__STATUS__INVALID_ARGUMENT);
+	ck_assert_ptr_nonnull(strstr(err, "magic"));
+	ck_assert_int_eq(send_raw(url, buf, 3, err, sizeof(err)),
+	    PSWIRE__STATUS__INVALID_ARGUMENT);
+	psw_frame_put(buf, PSWIRE__METHOD__PUSH, 0, 4, 0);
+	buf[4] = 99; // protocol version
+	ck_assert_int_eq(send_raw(url, buf, 20, err, sizeof(err)),
+	    PSWIRE__STATUS__INVALID_ARGUMENT);
+	ck_assert_ptr_nonnull(strstr(err, "version"));
+	psw_frame_put(buf, PSWIRE__METHOD__PUSH, 0, 40, 0); // header > frame
+	ck_assert_int_eq(send_raw(url, buf, 20, err, sizeof(err)),
+	    PSWIRE__STATUS__INVALID_ARGUMENT);
+	psw_frame_put(buf, PSWIRE__METHOD__PUSH, 0, 8, 0); // junk protobuf
+	memset(buf + 16, 0xff, 8);
+	ck_assert_int_eq(send_raw(url, buf, 24, err, sizeof(err)),
+	    PSWIRE__STATUS__INVALID_ARGUMENT);
+	psw_frame_put(buf, 99, 0, 0, 0); // unknown method
+	ck_assert_int_eq(send_raw(url, buf, 16, err, sizeof(err)),
+	    PSWIRE__STATUS__UNIMPLEMENTED);
+	// Oversize: above the server's receive cap, nng drops the message
+	// and the connection; the server must survive it.
+	{
+		size_t   big = 2u << 20;
+		uint8_t *p   = malloc(big);
+		ck_assert_ptr_nonnull(p);
+		memset(p, 0, big);
+		psw_frame_put(p, PSWIRE__METHOD__PUSH, 0, 0,
+		    (uint32_t) (big - 16));
+		ck_assert_int_eq(send_raw(url, p, big, err, sizeof(err)), -1);
+		free(p);
+	}
+	// Still trains: one trainer, 2 steps, exact result.
+	struct trainer_arg a;
+	pthread_t          th;
+	memset(&a, 0, sizeof(a));
+	a.url   = ps_scheduler_url(cl.sched);
+	a.steps = 2;
+	pthread_create(&th, NULL, trainer_main, &a);
+	pthread_join(th, NULL);
+	ck_assert_msg(a.rv == 0, "%s: %s", ferry_strerror(a.rv), a.err);
+	float x = 5.0f;
+	for (int k = 0; k < 2; k++) {
+		x -= (float) (0.5 / 10.0) * grad_for(0, k, 0, 5);
+	}
+	ck_assert(fabsf(a.w[0][5] - x) <= 1e-5f * (1 + fabsf(x)));
+	// Requests for shards, versions and ranks that do not exist.
+	{
+		Pswire__Header      h  = PSWIRE__HEADER__INIT;
+		Pswire__PullRequest pr = PSWIRE__PULL_REQUEST__INIT;
+		uint32_t            ids[2] = { 999, 0 };
+		uint8_t             out[256];
+		h.epoch     = 1;
+		h.body_case = PSWIRE__HEADER__BODY_PULL_REQ;
+		h.pull_req  = &pr;
+		pr.n_shards = 1;
+		pr.shards   = ids;
+		size_t hl   = pswire__header__pack(&h, out + 16);
+		psw_frame_put(out, PSWIRE__METHOD__PULL, 0, (uint32_t) hl, 0);
+		ck_assert_int_eq(send_raw(url, out, 16 + hl, err, sizeof(err)),
+		    PSWIRE__STATUS__INVALID_ARGUMENT);
+		ck_assert_ptr_nonnull(strstr(err, "shard 999"));
+		ids[0]     = 0;
+		pr.version = 1000; // far future in sync mode
+		hl         = pswire__header__pack(&h, out + 16);
+		psw_frame_put(out, PSWIRE__METHOD__PULL, 0, (uint32_t) hl, 0);
+		ck_assert_int_eq(send_raw(url, out, 16 + hl, err, sizeof(err)),
+		    PSWIRE__STATUS__FAILED_PRECONDITION);
+		h.epoch = 42;
+		hl      = pswire__header__pack(&h, out + 16);
+		psw_frame_put(out, PSWIRE__METHOD__PULL, 0, (uint32_t) hl, 0);
+		ck_assert_int_eq(send_raw(url, out, 16 + hl, err, sizeof(err)),
+		    PSWIRE__STATUS__STALE_EPOCH);
+	}
+	cluster_stop(&cl);
+}
+END_TEST
+
+Suite *
+suite_cluster(void)
+{
+	Suite *s  = suite_create("cluster");
+	TCase *tc = tcase_create("cluster");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_cluster_sync_aggregation);
+	tcase_add_test(tc, test_cluster_async_single);
+	tcase_add_test(tc, test_cluster_declare_mismatch_bogus);
+	tcase_add_test(tc, test_cluster_hostile_frames_bogus);
+	suite_add_tcase(s, tc);
+	return s;
+}

@@ -1,0 +1,5 @@
+#ifndef PS_TESTS_H
+#define PS_TESTS_H
+#include <check.h>
+Suite *suite_cluster(void);
+#endif
