@@ -51,6 +51,9 @@ static const struct flag flags[] = {
 	    "OpenBLAS threads" },
 	{ "curve", K_STR, OFF(curve), 0, 0, "(none)",
 	    "write the training curve as CSV to FILE" },
+	{ "weights-out", K_STR, OFF(weights_out), 0, 0, "(none)",
+	    "at the end, write the final weights to FILE (raw float32, "
+	    "host byte order, tensors in order fc1.weight, fc1.bias, ...)" },
 	{ "timeout-ms", K_U32, OFF(timeout_ms), 0, 86400000, "0",
 	    "deadline of each libferry call (0: library default)" },
 };

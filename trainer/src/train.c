@@ -167,6 +167,25 @@ summary(struct run *r, size_t steps_per_epoch)
 	fflush(r->out);
 }
 
+// write_weights saves w as raw float32 (host order), tensor after tensor.
+static int
+write_weights(const char *path, const struct tr_params *w)
+{
+	FILE *f = fopen(path, "wb");
+	int   ok = f != NULL;
+	for (size_t i = 0; ok && i < w->n_tensors; i++) {
+		ok = fwrite(w->t[i], sizeof(float), w->len[i], f) == w->len[i];
+	}
+	if (f != NULL && fclose(f) != 0) {
+		ok = 0;
+	}
+	if (!ok) {
+		PS_LOG(PS_LOG_ERR, MOD, "--weights-out %s: cannot write", path);
+		return PS_EINVAL;
+	}
+	return PS_OK;
+}
+
 int
 tr_train_run(const struct tr_config *cfg, FILE *out)
 {
@@ -335,6 +354,10 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 		goto done;
 	}
 	summary(&r, spe);
+	if (cfg->weights_out != NULL &&
+	    (rv = write_weights(cfg->weights_out, &w)) != PS_OK) {
+		goto done;
+	}
 	rv = PS_OK;
 done:
 	if (r.curve != NULL) {

@@ -354,6 +354,7 @@ struct tr_config {
 	int            blas_threads; // --blas-threads
 	const char    *curve;        // --curve FILE (NULL: none)
 	uint32_t       timeout_ms;   // --timeout-ms (libferry deadline)
+	const char    *weights_out;  // --weights-out FILE (NULL: none)
 	int            help;         // --help was given
 };
 
