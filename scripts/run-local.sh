@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# run-local.sh — train Fashion-MNIST on a local Ferry cluster: one
+# scheduler, M servers and T trainers on loopback, free ports chosen at run
+# time. Prints rank 0's progress and every trainer's summary, and stops
+# every process it started, also on Ctrl-C or failure.
+#
+#   scripts/run-local.sh [--servers M] [--trainers T] [--epochs E] [flags]
+#
+# Further flags go to whichever program knows them: ps-server's options
+# (see `build/ps/ps-server --help`) to the scheduler and servers, all
+# others to the trainers (see `build/trainer/trainer --help`).
+# Logs of every process are kept in $FERRY_RUN_DIR (default: a temp dir).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+servers=2 trainers=2 epochs=3
+server_flags=() trainer_flags=()
+scripts/setup.sh
+BUILD=${FERRY_BUILD_DIR:-build}
+PS="$BUILD/ps/ps-server" TR="$BUILD/trainer/trainer"
+ps_opts=$("$PS" --help | sed -n 's/^  --\([a-z-]*\).*/\1/p')
+
+while (($#)); do
+	case "$1" in
+	--servers) servers=$2; shift 2 ;;
+	--servers=*) servers=${1#*=}; shift ;;
+	--trainers) trainers=$2; shift 2 ;;
+	--trainers=*) trainers=${1#*=}; shift ;;
+	--epochs) epochs=$2; shift 2 ;;
+	--epochs=*) epochs=${1#*=}; shift ;;
+	--*)
+		name=${1#--}; name=${name%%=*}
+		if [[ "$1" == *=* ]]; then arg=("$1"); shift
+		elif (($# > 1)) && [[ "$2" != --* ]]; then arg=("$1" "$2"); shift 2
+		else arg=("$1"); shift; fi
+		if grep -qx -- "$name" <<<"$ps_opts"; then
+			server_flags+=("${arg[@]}")
+		else
+			trainer_flags+=("${arg[@]}")
+		fi ;;
+	*) echo "run-local: unexpected argument '$1'" >&2; exit 2 ;;
+	esac
+done
+for v in servers trainers epochs; do
+	[[ "${!v}" =~ ^[1-9][0-9]*$ ]] || {
+		echo "run-local: --$v must be a positive integer, got '${!v}'" >&2
+		exit 2
+	}
+done
+
+RUN=${FERRY_RUN_DIR:-$(mktemp -d /tmp/ferry-run.XXXXXX)}
+mkdir -p "$RUN"
+pids=()
+cleanup() {
+	trap - EXIT INT TERM
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+trap 'echo "run-local: interrupted" >&2; exit 130' INT TERM
+
+wait_file() { # wait_file PATH PID: until PATH exists or PID died
+	for _ in $(seq 200); do
+		[ -s "$1" ] && return 0
+		kill -0 "$2" 2>/dev/null || return 1
+		sleep 0.05
+	done
+	return 1
+}
+
+"$PS" --role=scheduler --trainers="$trainers" --servers="$servers" \
+	--url-file="$RUN/scheduler.url" "${server_flags[@]}" \
+	2>"$RUN/scheduler.log" &
+pids+=($!)
+wait_file "$RUN/scheduler.url" $! || {
+	echo "run-local: scheduler failed to start:" >&2
+	cat "$RUN/scheduler.log" >&2; exit 1
+}
+SCHED=$(cat "$RUN/scheduler.url")
+echo "ferry: scheduler at $SCHED; $servers servers, $trainers trainers," \
+	"$epochs epochs; logs in $RUN"
+for ((m = 0; m < servers; m++)); do
+	"$PS" --role=server --scheduler="$SCHED" "${server_flags[@]}" \
+		2>"$RUN/server-$m.log" &
+	pids+=($!)
+done
+tpids=()
+for ((r = 0; r < trainers; r++)); do
+	if ((r == 0)); then
+		"$TR" --scheduler="$SCHED" --rank=0 --epochs="$epochs" \
+			"${trainer_flags[@]}" 2>"$RUN/trainer-0.log" |
+			tee "$RUN/trainer-0.out" &
+	else
+		"$TR" --scheduler="$SCHED" --rank="$r" --epochs="$epochs" \
+			"${trainer_flags[@]}" >"$RUN/trainer-$r.out" \
+			2>"$RUN/trainer-$r.log" &
+	fi
+	tpids+=($!)
+	pids+=($!)
+done
+status=0
+for ((r = 0; r < trainers; r++)); do
+	wait "${tpids[$r]}" || status=$?
+done
+if ((status != 0)); then
+	echo "run-local: a trainer failed (exit $status); its log:" >&2
+	for ((r = 0; r < trainers; r++)); do
+		tail -5 "$RUN/trainer-$r.log" >&2 || true
+	done
+	exit "$status"
+fi
+echo "ferry: summaries"
+for ((r = 1; r < trainers; r++)); do
+	grep '"summary"' "$RUN/trainer-$r.out" || true
+done

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# setup.sh — install Ferry's Debian dependencies (idempotent, quiet when
+# everything is there) and build into build/.
+#
+#   scripts/setup.sh            # install what is missing, configure, build
+#   FERRY_BUILD_DIR=dir ...     # build somewhere else
+#   FERRY_CMAKE_ARGS="..."      # extra configure flags (e.g. -DFERRY_WERROR=ON)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PKGS=(build-essential cmake pkg-config libnng-dev libprotobuf-c-dev
+      protobuf-c-compiler libopenblas-dev check zlib1g-dev
+      dataset-fashion-mnist)
+
+missing=()
+for p in "${PKGS[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
+		missing+=("$p")
+done
+if ((${#missing[@]})); then
+	echo "setup: installing ${missing[*]}" >&2
+	SUDO=""
+	if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+	$SUDO apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
+		--no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+BUILD=${FERRY_BUILD_DIR:-build}
+if [ ! -f "$BUILD/CMakeCache.txt" ]; then
+	cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+		${FERRY_CMAKE_ARGS:-} >/dev/null
+elif [ -n "${FERRY_CMAKE_ARGS:-}" ]; then
+	cmake -S . -B "$BUILD" ${FERRY_CMAKE_ARGS} >/dev/null
+fi
+cmake --build "$BUILD" -j"$(nproc)" 2>&1 | grep -Ev '^\[|^(gmake|make)' || true
+test -x "$BUILD/ps/ps-server" && test -x "$BUILD/trainer/trainer" || {
+	echo "setup: build failed (ps-server or trainer missing)" >&2
+	exit 1
+}
