@@ -7,6 +7,10 @@
 #include "ps/base.h"
 #include "tr/tr.h"
 
+#ifdef __cplusplus
+extern "C" { // backend_cuda.cu defines tr__backend_cuda_ops with C linkage
+#endif
+
 // tr__errf formats a message into err (errlen bytes) when err is non-NULL
 // and returns rv, so failures read `return tr__errf(rv, err, n, ...)`.
 int tr__errf(int rv, char *err, size_t errlen, const char *fmt, ...)
@@ -18,4 +22,7 @@ extern const struct tr_backend_ops tr__backend_cpu_ops;
 extern const struct tr_backend_ops tr__backend_cuda_ops;
 #endif
 
+#ifdef __cplusplus
+}
+#endif
 #endif // TR_IMPL_H

@@ -266,6 +266,11 @@ void tr_params_sgd(struct tr_params *w, const struct tr_params *g,
 // - Errors: PS_EINVAL (n == 0 or > max_batch), PS_ERANGE (an index or
 //   label out of range), backend-specific codes (PS_EUNSUPP: no device),
 //   with a message in err where the op takes one.
+// - Extending: new ops go at the end of the struct and may be NULL
+//   (= unsupported), so existing backends keep compiling; e.g. a GPU
+//   backend's on-device gradient quantizer (issue 6) would be an optional
+//   `grad_encoded` op that the loop uses when present.
+// - A backend's state is used by one thread at a time.
 struct tr_backend_opts {
 	int    device;       // GPU ordinal; -1: rank mod device count
 	int    rank;         // trainer rank (for device = -1)
