@@ -1,0 +1,36 @@
+#ifndef INTEGRATION_TESTS_H
+#define INTEGRATION_TESTS_H
+#include <check.h>
+#include <stddef.h>
+
+Suite *suite_train(void);
+
+// A local cluster of real processes: a scheduler, servers and trainers.
+struct lc {
+	char dir[128];       // temp dir with logs and outputs
+	char sched_url[256];
+	int  pids[64];
+	int  n_pids;
+	int  trainer_pids[16];
+	int  n_trainers;
+};
+
+// lc_start starts a scheduler and `servers` servers (extra server flags in
+// sflags, NULL-terminated, may be NULL). Fails the test on error.
+void lc_start(struct lc *c, int trainers, int servers, const char **sflags);
+
+// lc_trainer starts trainer `rank` with the given NULL-terminated flags
+// (the scheduler flag is added); stdout goes to <dir>/trainer-<rank>.out.
+void lc_trainer(struct lc *c, int rank, const char **flags);
+
+// lc_wait_trainers waits for every trainer (up to timeout_s) and returns
+// how many exited with status 0.
+int lc_wait_trainers(struct lc *c, int timeout_s);
+
+// lc_stop kills everything still running and removes nothing (logs stay
+// in dir for post-mortems).
+void lc_stop(struct lc *c);
+
+// lc_path writes <dir>/<name> into buf.
+char *lc_path(const struct lc *c, const char *name, char *buf, size_t n);
+#endif

@@ -1,0 +1,164 @@
+// local_cluster.c — start and stop real ps-server and trainer processes.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "integration_tests.h"
+#include "pt.h"
+
+extern char **environ;
+
+char *
+lc_path(const struct lc *c, const char *name, char *buf, size_t n)
+{
+	snprintf(buf, n, "%s/%s", c->dir, name);
+	return buf;
+}
+
+static int
+spawn(struct lc *c, const char **argv, const char *out, const char *err)
+{
+	posix_spawn_file_actions_t fa;
+	pid_t                      pid;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 1, out,
+	    O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	posix_spawn_file_actions_addopen(&fa, 2, err,
+	    O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	ck_assert_int_eq(posix_spawn(&pid, argv[0], &fa, NULL,
+	                     (char *const *) argv, environ), 0);
+	posix_spawn_file_actions_destroy(&fa);
+	ck_assert_int_lt(c->n_pids, 64);
+	c->pids[c->n_pids++] = pid;
+	return pid;
+}
+
+static void
+nap(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+	nanosleep(&ts, NULL);
+}
+
+void
+lc_start(struct lc *c, int trainers, int servers, const char **sflags)
+{
+	char        urlfile[300], out[300], err[300], t[32], s[32], uf[320];
+	char        sch[300];
+	const char *argv[32];
+	int         n = 0;
+	FILE       *f;
+
+	memset(c, 0, sizeof(*c));
+	snprintf(c->dir, sizeof(c->dir), "/tmp/ferry-it-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(c->dir));
+	lc_path(c, "scheduler.url", urlfile, sizeof(urlfile));
+	snprintf(t, sizeof(t), "--trainers=%d", trainers);
+	snprintf(s, sizeof(s), "--servers=%d", servers);
+	snprintf(uf, sizeof(uf), "--url-file=%s", urlfile);
+	argv[n++] = PS_SERVER_BIN;
+	argv[n++] = "--role=scheduler";
+	argv[n++] = t;
+	argv[n++] = s;
+	argv[n++] = uf;
+	for (int i = 0; sflags && sflags[i]; i++) {
+		argv[n++] = sflags[i];
+	}
+	argv[n] = NULL;
+	spawn(c, argv, lc_path(c, "scheduler.out", out, sizeof(out)),
+	    lc_path(c, "scheduler.log", err, sizeof(err)));
+	for (int i = 0; i < 200; i++) {
+		if ((f = fopen(urlfile, "r")) != NULL) {
+			break;
+		}
+		nap(25);
+	}
+	ck_assert_msg(f != NULL, "scheduler did not start (see %s)", c->dir);
+	ck_assert_ptr_nonnull(fgets(c->sched_url, sizeof(c->sched_url), f));
+	fclose(f);
+	c->sched_url[strcspn(c->sched_url, "\n")] = '\0';
+	snprintf(sch, sizeof(sch), "--scheduler=%s", c->sched_url);
+	for (int m = 0; m < servers; m++) {
+		char name[64];
+		n         = 0;
+		argv[n++] = PS_SERVER_BIN;
+		argv[n++] = "--role=server";
+		argv[n++] = sch;
+		for (int i = 0; sflags && sflags[i]; i++) {
+			argv[n++] = sflags[i];
+		}
+		argv[n] = NULL;
+		snprintf(name, sizeof(name), "server-%d.log", m);
+		spawn(c, argv, "/dev/null", lc_path(c, name, err, sizeof(err)));
+	}
+}
+
+void
+lc_trainer(struct lc *c, int rank, const char **flags)
+{
+	char        sch[300], rk[32], out[300], err[300], name[64];
+	const char *argv[48];
+	int         n = 0;
+	snprintf(sch, sizeof(sch), "--scheduler=%s", c->sched_url);
+	snprintf(rk, sizeof(rk), "--rank=%d", rank);
+	argv[n++] = TRAINER_BIN;
+	argv[n++] = sch;
+	argv[n++] = rk;
+	for (int i = 0; flags && flags[i] && n < 46; i++) {
+		argv[n++] = flags[i];
+	}
+	argv[n] = NULL;
+	snprintf(name, sizeof(name), "trainer-%d.out", rank);
+	lc_path(c, name, out, sizeof(out));
+	snprintf(name, sizeof(name), "trainer-%d.log", rank);
+	c->trainer_pids[c->n_trainers++] =
+	    spawn(c, argv, out, lc_path(c, name, err, sizeof(err)));
+}
+
+int
+lc_wait_trainers(struct lc *c, int timeout_s)
+{
+	int      ok = 0, left = c->n_trainers;
+	uint64_t end = ps_clock_ms() + (uint64_t) timeout_s * 1000;
+	int      done[16] = { 0 };
+	while (left > 0 && ps_clock_ms() < end) {
+		for (int i = 0; i < c->n_trainers; i++) {
+			int st;
+			if (done[i] ||
+			    waitpid(c->trainer_pids[i], &st, WNOHANG) <= 0) {
+				continue;
+			}
+			done[i] = 1;
+			left--;
+			ok += WIFEXITED(st) && WEXITSTATUS(st) == 0;
+			for (int k = 0; k < c->n_pids; k++) {
+				if (c->pids[k] == c->trainer_pids[i]) {
+					c->pids[k] = 0; // reaped
+				}
+			}
+		}
+		nap(20);
+	}
+	return ok;
+}
+
+void
+lc_stop(struct lc *c)
+{
+	for (int i = 0; i < c->n_pids; i++) {
+		if (c->pids[i] > 0) {
+			kill(c->pids[i], SIGTERM);
+		}
+	}
+	for (int i = 0; i < c->n_pids; i++) {
+		if (c->pids[i] > 0) {
+			waitpid(c->pids[i], NULL, 0);
+		}
+	}
+}

@@ -1,0 +1,185 @@
+// train_test.c — end to end on Fashion-MNIST with real processes: the
+// data-parallel identity (sync, no compression, k trainers == one process
+// on the union of their minibatches) and accuracy after one epoch.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "integration_tests.h"
+#include "pt.h"
+#include "tr/tr.h"
+
+#define SEED "7"
+#define STEPS 20
+
+static int
+have_data(void)
+{
+	return access(FASHION_DIR "/train-images-idx3-ubyte.gz", R_OK) == 0 ||
+	    access(FASHION_DIR "/train-images-idx3-ubyte", R_OK) == 0;
+}
+
+// Two trainers, 2 servers, 20 sync steps without compression: the final
+// weights equal one process taking SGD steps on the union of the two
+// ranks' step-k minibatches (relative L2 error <= 1e-5).
+START_TEST(test_train_sync_equals_single_process)
+{
+	struct lc           c;
+	struct tr_arch      a;
+	struct tr_dataset   train, test;
+	struct tr_partition p[2];
+	struct tr_params    w, g, got;
+	struct tr_backend  *be = NULL;
+	struct tr_backend_opts bo = TR_BACKEND_OPTS_INIT;
+	char                err[256], path[300];
+	uint32_t            idx[128];
+	const uint32_t     *bi;
+	double              loss;
+
+	if (!have_data()) {
+		fprintf(stderr, "SKIP: Fashion-MNIST not installed at %s "
+		                "(apt-get install dataset-fashion-mnist)\n",
+		    FASHION_DIR);
+		return;
+	}
+	lc_start(&c, 2, 2, NULL);
+	for (int r = 0; r < 2; r++) {
+		char wo[320];
+		snprintf(wo, sizeof(wo), "--weights-out=%s/w%d.bin", c.dir, r);
+		const char *flags[] = { "--seed=" SEED, "--max-steps=20",
+			"--log-interval=0", "--batch=64", "--lr=0.1", wo, NULL };
+		lc_trainer(&c, r, flags);
+	}
+	int ok = lc_wait_trainers(&c, 120);
+	lc_stop(&c);
+	ck_assert_msg(ok == 2, "trainers failed; logs in %s", c.dir);
+
+	// The single-process reference.
+	PT_OK(tr_arch_parse("784,256,128,10", &a, err, sizeof(err)));
+	PT_OK(tr_data_load(FASHION_DIR, 10, &train, &test, err, sizeof(err)));
+	PT_OK(tr_params_init(&w, &a));
+	PT_OK(tr_params_init(&g, &a));
+	PT_OK(tr_params_init(&got, &a));
+	tr_params_randomize(&w, 7);
+	bo.max_batch = 128;
+	PT_OK(tr_backend_alloc("cpu", &a, &bo, &be, err, sizeof(err)));
+	for (int r = 0; r < 2; r++) {
+		PT_OK(tr_partition_init(&p[r], train.n, r, 2, 7));
+	}
+	for (size_t k = 0; k < STEPS; k++) {
+		for (int r = 0; r < 2; r++) {
+			PT_OK(tr_partition_batch(&p[r], 0, k, 64, &bi));
+			memcpy(idx + 64 * r, bi, 64 * sizeof(uint32_t));
+		}
+		PT_OK(tr_backend_set_weights(be,
+		    (const float *const *) w.t));
+		PT_OK(tr_backend_grad(be, &train, idx, 128, g.t, &loss));
+		tr_params_sgd(&w, &g, 0.1, 128);
+	}
+	struct tr_params init;
+	PT_OK(tr_params_init(&init, &a));
+	tr_params_randomize(&init, 7);
+	for (int r = 0; r < 2; r++) {
+		double num = 0, den = 0, moved = 0;
+		FILE  *f;
+		snprintf(path, sizeof(path), "%s/w%d.bin", c.dir, r);
+		ck_assert_ptr_nonnull(f = fopen(path, "rb"));
+		// The file holds the tensors back to back, in table order.
+		for (size_t t = 0; t < got.n_tensors; t++) {
+			ck_assert_uint_eq(fread(got.t[t], sizeof(float),
+			                      got.len[t], f), got.len[t]);
+			for (size_t i = 0; i < got.len[t]; i++) {
+				double d = (double) got.t[t][i] - w.t[t][i];
+				num += d * d;
+				den += (double) w.t[t][i] * w.t[t][i];
+				d = (double) w.t[t][i] - init.t[t][i];
+				moved += d * d;
+			}
+		}
+		ck_assert_int_eq(fgetc(f), EOF);
+		fclose(f);
+		// The weights did move (the check is not vacuous) ...
+		ck_assert_msg(sqrt(moved / den) > 1e-3, "no training happened");
+		// ... and match the single process.
+		ck_assert_msg(sqrt(num / den) <= 1e-5,
+		    "rank %d: relative error %.3g > 1e-5", r, sqrt(num / den));
+	}
+	tr_params_fini(&init);
+	tr_backend_free(be);
+	tr_partition_fini(&p[0]);
+	tr_partition_fini(&p[1]);
+	tr_params_fini(&w);
+	tr_params_fini(&g);
+	tr_params_fini(&got);
+	tr_dataset_fini(&train);
+	tr_dataset_fini(&test);
+}
+END_TEST
+
+// summary_value finds "key": <number> in rank 0's summary line.
+static double
+summary_value(const char *path, const char *key)
+{
+	char  line[4096], pat[64];
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "cannot open %s", path);
+	snprintf(pat, sizeof(pat), "\"%s\": ", key);
+	while (fgets(line, sizeof(line), f) != NULL) {
+		char *s = strstr(line, "{\"summary\"");
+		char *v = s ? strstr(s, pat) : NULL;
+		if (v != NULL) {
+			fclose(f);
+			return strtod(v + strlen(pat), NULL);
+		}
+	}
+	fclose(f);
+	ck_abort_msg("no summary with %s in %s", key, path);
+	return 0;
+}
+
+// run_epoch trains 2 trainers x 2 servers for one epoch with extra flags
+// and returns rank 0's test accuracy.
+double
+it_run_epoch(const char *codec_push, const char *codec_pull)
+{
+	struct lc c;
+	char      cp[64], cl[64], out[300];
+	snprintf(cp, sizeof(cp), "--codec-push=%s", codec_push);
+	snprintf(cl, sizeof(cl), "--codec-pull=%s", codec_pull);
+	lc_start(&c, 2, 2, NULL);
+	for (int r = 0; r < 2; r++) {
+		const char *flags[] = { "--epochs=1", "--log-interval=0",
+			"--seed=1", cp, cl, NULL };
+		lc_trainer(&c, r, flags);
+	}
+	int ok = lc_wait_trainers(&c, 240);
+	lc_stop(&c);
+	ck_assert_msg(ok == 2, "trainers failed; logs in %s", c.dir);
+	return summary_value(lc_path(&c, "trainer-0.out", out, sizeof(out)),
+	    "test_acc");
+}
+
+// One epoch with the defaults reaches >= 80% test accuracy.
+START_TEST(test_train_one_epoch_accuracy)
+{
+	if (!have_data()) {
+		fprintf(stderr, "SKIP: Fashion-MNIST not installed\n");
+		return;
+	}
+	double acc = it_run_epoch("none", "none");
+	ck_assert_msg(acc >= 0.80, "test accuracy %.4f < 0.80", acc);
+}
+END_TEST
+
+Suite *
+suite_train(void)
+{
+	Suite *s  = suite_create("train");
+	TCase *tc = tcase_create("train");
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, test_train_sync_equals_single_process);
+	tcase_add_test(tc, test_train_one_epoch_accuracy);
+	suite_add_tcase(s, tc);
+	return s;
+}
