@@ -15,8 +15,6 @@
 
 #include "shard_impl.h"
 
-#define SHARD_REL_TOL 1e-9
-
 int
 shard__inst_check(const struct shard_inst *in, uint64_t *total)
 {
@@ -182,8 +180,12 @@ shard__ws_rebuild(struct shard__ws *w)
 			w->time[t] = mx;
 		}
 	}
+	w->tcrit = 0;
 	for (uint32_t t = 0; t < T; t++) {
-		w->f = w->time[t] > w->f ? w->time[t] : w->f;
+		if (w->time[t] > w->f) {
+			w->f     = w->time[t];
+			w->tcrit = t;
+		}
 		w->sum += w->time[t];
 	}
 }
@@ -205,6 +207,59 @@ shard__ratio(double f, double lb)
 	if (lb > 0)
 		return f / lb;
 	return f == 0 ? 1.0 : INFINITY;
+}
+
+// fill_cap is the most bytes the servers can hold in total if every
+// trainer must finish within F (model B, capacities ignored): server m
+// takes load_m > 0 only if k·L[t][m] + ρ·load_m/B[t][m] ≤ F for every t
+// (and its NIC term fits), so load_m ≤ min_t (F − k·L[t][m])·B[t][m]/ρ.
+static double
+fill_cap(const struct shard__ws *w, double F)
+{
+	const struct shard_inst *in = w->in;
+	double                   sum = 0;
+	for (uint32_t m = 0; m < w->M; m++) {
+		double c = INFINITY;
+		for (uint32_t t = 0; t < w->T && c > 0; t++) {
+			size_t tm = (size_t) t * w->M + m;
+			double r  = F - (double) in->k * in->lat[tm];
+			double x  = r > 0 ? r * in->bw[tm] / in->rho : 0;
+			c         = x < c ? x : c;
+		}
+		if (c > 0 && in->nic_server != NULL && in->nic_server[m] > 0) {
+			double x = F * in->nic_server[m] / (in->rho * w->T);
+			c        = x < c ? x : c;
+		}
+		sum += c;
+	}
+	return sum;
+}
+
+// fill_bound sharpens lb with the multi-trainer water-filling bound: the
+// least F whose fill_cap reaches Σ b_i, found by bisection. It returns the
+// bisection's low end, at which the shards provably do not fit, so the
+// result stays a valid lower bound despite rounding.
+static double
+fill_bound(const struct shard__ws *w, uint64_t total, double lb)
+{
+	double need = (double) total;
+	if (fill_cap(w, lb) >= need)
+		return lb;
+	double lo = lb, hi = lb > 0 ? 2 * lb : 1e-9;
+	for (int i = 0; i < 2100 && fill_cap(w, hi) < need; i++) {
+		lo = hi;
+		hi *= 2;
+	}
+	if (fill_cap(w, hi) < need) // only on absurd inputs; keep lb valid
+		return lo;
+	for (int i = 0; i < 200 && hi - lo > 1e-13 * hi; i++) {
+		double mid = lo + (hi - lo) / 2;
+		if (fill_cap(w, mid) < need)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
 }
 
 double
@@ -244,28 +299,32 @@ shard__lb(const struct shard_inst *in, uint64_t total)
 		nic_sum += in->nic_server[m];
 	}
 	for (uint32_t t = 0; t < T; t++) {
-		// water-filling: max_m ρ·load_m/B_m ≥ ρ·Σ load / Σ_m B_m
+		// §3.3 water-filling: max_m ρ·load_m/B_m ≥ ρ·Σ load / Σ_m B_m
 		double bs = 0;
 		for (uint32_t m = 0; m < M; m++)
 			bs += in->bw[(size_t) t * M + m];
 		double v = in->rho * (double) total / bs;
 		lb = v > lb ? v : lb;
-		// wherever the largest shard lands, its server's term is at
-		// least this (terms grow with load)
-		double mn = INFINITY;
-		for (uint32_t m = 0; m < M; m++) {
-			double c = shard__term_b(&w, t, m, bmax);
-			mn = c < mn ? c : mn;
-		}
-		lb = mn > lb ? mn : lb;
 		v  = shard__nic_t(&w, t, total);
 		lb = v > lb ? v : lb;
 	}
+	// The largest shard sits on one server, the same for every trainer:
+	// min_m max_t term(bmax), which is ≥ §3.3's max_t min_m term(bmax).
+	double mn = INFINITY;
+	for (uint32_t m = 0; m < M; m++) {
+		double mx = 0;
+		for (uint32_t t = 0; t < T; t++) {
+			double c = shard__term_b(&w, t, m, bmax);
+			mx = c > mx ? c : mx;
+		}
+		mn = mx < mn ? mx : mn;
+	}
+	lb = mn > lb ? mn : lb;
 	if (all_nic) {
 		double v = in->rho * (double) T * (double) total / nic_sum;
 		lb = v > lb ? v : lb;
 	}
-	return lb;
+	return fill_bound(&w, total, lb);
 }
 
 // check_assign validates assign against inst (already checked).

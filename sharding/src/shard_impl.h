@@ -25,6 +25,7 @@ struct shard__ws {
 	uint32_t                *best;   // [S] best assignment so far
 	size_t                  *order;  // [S] shards by size, descending
 	double                   f, sum; // objective of a (after rebuild)
+	uint32_t                 tcrit;  // a trainer whose time is f
 	void                    *block;
 };
 
@@ -56,6 +57,9 @@ shard__cost_a(const struct shard__ws *w, uint32_t t, uint32_t m, size_t i)
 	return w->in->lat[tm] +
 	    w->in->rho * (double) w->in->size[i] / w->in->bw[tm];
 }
+
+// SHARD_REL_TOL is the relative tolerance of shard__less.
+#define SHARD_REL_TOL 1e-9
 
 // shard__less orders (f1, s1) before (f2, s2) lexicographically, with a
 // relative tolerance so that rounding noise never counts as improvement.

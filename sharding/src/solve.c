@@ -224,45 +224,65 @@ excl_max(const struct shard__ws *w, uint32_t t, uint32_t p, uint32_t q)
 	return 0;
 }
 
-// eval_b evaluates model B after servers p and q take loads lp and lq.
-static void
-eval_b(const struct shard__ws *w, uint32_t p, uint64_t lp, uint32_t q,
-    uint64_t lq, double *f, double *s)
-{
-	double fm = 0, sm = 0;
-	for (uint32_t t = 0; t < w->T; t++) {
-		double v  = excl_max(w, t, p, q);
-		double vp = shard__term_b(w, t, p, lp);
-		double vq = shard__term_b(w, t, q, lq);
-		double n  = shard__nic_t(w, t, w->placed);
-		v         = vp > v ? vp : v;
-		v         = vq > v ? vq : v;
-		v         = n > v ? n : v;
-		fm        = v > fm ? v : fm;
-		sm += v;
-	}
-	*f = fm;
-	*s = sm;
-}
+// The evaluators below return 0 as soon as some trainer's time exceeds
+// limit (the candidate then cannot beat the best one seen), otherwise 1
+// with F and Σ_t time_t. They start with the trainer that sets the current
+// F, which rejects most hopeless candidates after one step.
 
-// eval_a evaluates model A after shard i moves p→q and, if j < S, shard j
-// moves q→p.
-static void
-eval_a(const struct shard__ws *w, size_t i, size_t j, uint32_t p,
-    uint32_t q, double *f, double *s)
+// eval_b evaluates model B after servers p and q take loads lp and lq.
+static int
+eval_b(const struct shard__ws *w, uint32_t p, uint64_t lp, uint32_t q,
+    uint64_t lq, double limit, double *f, double *s)
 {
 	double fm = 0, sm = 0;
-	for (uint32_t t = 0; t < w->T; t++) {
-		double v = w->time[t] - shard__cost_a(w, t, p, i) +
-		    shard__cost_a(w, t, q, i);
-		if (j < w->S)
-			v += shard__cost_a(w, t, p, j) -
-			    shard__cost_a(w, t, q, j);
+	for (uint32_t k = 0; k < w->T; k++) {
+		uint32_t t  = k == 0 ? w->tcrit : (k == w->tcrit ? 0 : k);
+		double   v  = excl_max(w, t, p, q);
+		double   vp = shard__term_b(w, t, p, lp);
+		double   vq = shard__term_b(w, t, q, lq);
+		double   n  = shard__nic_t(w, t, w->placed);
+		v           = vp > v ? vp : v;
+		v           = vq > v ? vq : v;
+		v           = n > v ? n : v;
+		if (v > limit)
+			return 0;
 		fm = v > fm ? v : fm;
 		sm += v;
 	}
 	*f = fm;
 	*s = sm;
+	return 1;
+}
+
+// eval_a evaluates model A after shard i moves p→q and, if j < S, shard j
+// moves q→p.
+static int
+eval_a(const struct shard__ws *w, size_t i, size_t j, uint32_t p,
+    uint32_t q, double limit, double *f, double *s)
+{
+	double fm = 0, sm = 0;
+	for (uint32_t k = 0; k < w->T; k++) {
+		uint32_t t = k == 0 ? w->tcrit : (k == w->tcrit ? 0 : k);
+		double   v = w->time[t] - shard__cost_a(w, t, p, i) +
+		    shard__cost_a(w, t, q, i);
+		if (j < w->S)
+			v += shard__cost_a(w, t, p, j) -
+			    shard__cost_a(w, t, q, j);
+		if (v > limit)
+			return 0;
+		fm = v > fm ? v : fm;
+		sm += v;
+	}
+	*f = fm;
+	*s = sm;
+	return 1;
+}
+
+// limit_of is the largest F that can still beat (f, ·) under shard__less.
+static double
+limit_of(double f)
+{
+	return f + SHARD_REL_TOL * fabs(f);
 }
 
 // best_move applies the best strictly improving move. Returns 1 if it did.
@@ -280,12 +300,11 @@ best_move(struct shard__ws *w)
 			if (q == p || !fits(w, q, b, 0))
 				continue;
 			double f, s;
-			if (model_a)
-				eval_a(w, i, SIZE_MAX, p, q, &f, &s);
-			else
-				eval_b(w, p, w->load[p] - b, q,
-				    w->load[q] + b, &f, &s);
-			if (shard__less(f, s, bf, bs)) {
+			int    ok = model_a
+			       ? eval_a(w, i, SIZE_MAX, p, q, limit_of(bf), &f, &s)
+			       : eval_b(w, p, w->load[p] - b, q,
+			          w->load[q] + b, limit_of(bf), &f, &s);
+			if (ok && shard__less(f, s, bf, bs)) {
 				bf = f;
 				bs = s;
 				bi = i;
@@ -320,12 +339,11 @@ best_swap(struct shard__ws *w)
 			if (!fits(w, p, bj_, bi_) || !fits(w, q, bi_, bj_))
 				continue;
 			double f, s;
-			if (model_a)
-				eval_a(w, i, j, p, q, &f, &s);
-			else
-				eval_b(w, p, w->load[p] - bi_ + bj_, q,
-				    w->load[q] - bj_ + bi_, &f, &s);
-			if (shard__less(f, s, bf, bs)) {
+			int    ok = model_a
+			       ? eval_a(w, i, j, p, q, limit_of(bf), &f, &s)
+			       : eval_b(w, p, w->load[p] - bi_ + bj_, q,
+			          w->load[q] - bj_ + bi_, limit_of(bf), &f, &s);
+			if (ok && shard__less(f, s, bf, bs)) {
 				bf = f;
 				bs = s;
 				bi = i;

@@ -4,6 +4,7 @@
 
 #include <shard/shard.h>
 
+#include "gen.h"
 #include "pt.h"
 #include "sharding_tests.h"
 
@@ -97,17 +98,19 @@ START_TEST(test_lower_bound)
 {
 	struct shard_inst in = inst2(SHARD_MODEL_B);
 	double            lb;
-	// max(2·4000/3e6, min(0.01 + 0.006, 0.02 + 0.003)) = 0.016
+	// §3.3 gives max(2·4000/3e6, min(0.01 + 0.006, 0.02 + 0.003)) =
+	// 0.016; the fill bound is tight here: below F = 0.02 only server 0
+	// takes load, (F − 0.01)·1e6/2 ≥ 4000 ⇒ F ≥ 0.018 = OPT.
 	PT_OK(shard_lower_bound(&in, &lb));
-	ck_assert_double_eq_tol(lb, 0.016, EPS);
-	in.k = 2;
+	ck_assert_double_eq_tol(lb, 0.018, EPS);
+	in.k = 2; // (F − 0.02)·5e5 ≥ 4000 ⇒ 0.028
 	PT_OK(shard_lower_bound(&in, &lb));
-	ck_assert_double_eq_tol(lb, 0.026, EPS);
+	ck_assert_double_eq_tol(lb, 0.028, EPS);
 	// A: Σ_i min_m: 0.012 + 0.016
 	in = inst2(SHARD_MODEL_A);
 	PT_OK(shard_lower_bound(&in, &lb));
 	ck_assert_double_eq_tol(lb, 0.028, EPS);
-	// zero latency: the water-filling term wins: 2·4000/3e6
+	// zero latency: water-filling, 2·6000 / (1e6 + 2e6)
 	double z[] = { 0, 0 };
 	in         = inst2(SHARD_MODEL_B);
 	in.lat     = z;
@@ -115,6 +118,56 @@ START_TEST(test_lower_bound)
 	PT_OK(shard_lower_bound(&in, &lb));
 	size2[0] = 1000;
 	ck_assert_double_eq_tol(lb, 2.0 * 6000 / 3e6, EPS);
+}
+END_TEST
+
+// spec_lb is the §3.3 formula, verbatim.
+static double
+spec_lb(const struct shard_inst *in)
+{
+	size_t   M = in->n_servers;
+	uint64_t sum = 0, bmax = 0;
+	for (size_t i = 0; i < in->n_shards; i++) {
+		sum += in->size[i];
+		bmax = in->size[i] > bmax ? in->size[i] : bmax;
+	}
+	double lb = 0;
+	for (size_t t = 0; t < in->n_trainers; t++) {
+		double bs = 0, mn = INFINITY;
+		for (size_t m = 0; m < M; m++) {
+			double l = in->lat[t * M + m], b = in->bw[t * M + m];
+			bs += b;
+			mn = fmin(mn, in->k * l + in->rho * (double) bmax / b);
+		}
+		lb = fmax(lb, fmax(in->rho * (double) sum / bs, mn));
+	}
+	return lb;
+}
+
+// A failure means the bound is below the §3.3 formula or above the true
+// optimum (checked by brute force) on seeded random instances.
+START_TEST(test_lower_bound_vs_spec)
+{
+	uint64_t rng = 77;
+	int      sharper = 0;
+	for (int n = 0; n < 100; n++) {
+		struct gen_inst g;
+		size_t          S = 3 + gen_rand(&rng) % 5;
+		uint32_t        M = 2 + (uint32_t) (gen_rand(&rng) % 2);
+		uint32_t        T = 1 + (uint32_t) (gen_rand(&rng) % 3);
+		gen_random(&g, &rng, S, M, T, SHARD_MODEL_B, 0);
+		uint32_t            a[GEN_MAX_S];
+		struct shard_report r;
+		double              lb, sl = spec_lb(&g.in);
+		PT_OK(shard_lower_bound(&g.in, &lb));
+		PT_OK(shard_solve_brute(&g.in, a, NULL, &r));
+		ck_assert_msg(lb >= sl * (1 - 1e-12), "LB %g < §3.3 %g", lb,
+		    sl);
+		ck_assert_msg(lb <= r.f * (1 + 1e-12), "LB %g > OPT %g", lb,
+		    r.f);
+		sharper += lb > sl * 1.01;
+	}
+	ck_assert_int_gt(sharper, 10);
 }
 END_TEST
 
@@ -200,6 +253,7 @@ suite_cost(void)
 	tcase_add_test(tc, test_cost_nic);
 	tcase_add_test(tc, test_assign_check);
 	tcase_add_test(tc, test_lower_bound);
+	tcase_add_test(tc, test_lower_bound_vs_spec);
 	tcase_add_test(tc, test_cost_bogus);
 	tcase_add_test(tc, test_check_lb_bogus);
 	suite_add_tcase(s, tc);

@@ -146,12 +146,17 @@ int shard_cost(const struct shard_inst *inst, const uint32_t *assign,
 // PS_ERANGE) as shard_cost does. It does not allocate.
 int shard_assign_check(const struct shard_inst *inst, const uint32_t *assign);
 
-// shard_lower_bound writes a lower bound on the optimal F of inst to *lb,
-// valid whatever the capacities. Model B:
-//   LB = max( max_t ρ·Σ_i b_i / Σ_m B[t][m],
-//             max_t min_m (k·L[t][m] + ρ·b_max/B[t][m]) )
-// (with the NIC terms folded in when given). Model A:
-//   LB = max_t Σ_i min_m (L[t][m] + ρ·b_i/B[t][m]).
+// shard_lower_bound writes a lower bound on the optimal F of inst to *lb.
+// It ignores capacities, so it bounds the capacitated optimum as well.
+// Model B: the maximum of
+//   * §3.3's water-filling term max_t ρ·Σ_i b_i / Σ_m B[t][m],
+//   * the largest-shard term min_m max_t (k·L[t][m] + ρ·b_max/B[t][m])
+//     (≥ §3.3's max_t min_m form: that shard has one server for everyone),
+//   * the NIC terms when given, and
+//   * the multi-trainer water-filling bound: the least F for which
+//     Σ_m min_t (F − k·L[t][m])⁺·B[t][m]/ρ ≥ Σ_i b_i (bisection),
+// so it is never below the §3.3 formula and much tighter when trainers see
+// different links. Model A: LB = max_t Σ_i min_m (L[t][m] + ρ·b_i/B[t][m]).
 // Errors: as shard_cost (no allocation, so never PS_ENOMEM).
 int shard_lower_bound(const struct shard_inst *inst, double *lb);
 
