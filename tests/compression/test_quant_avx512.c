@@ -1,0 +1,115 @@
+// test_quant_avx512.c — the AVX-512 kernels (quant_avx512.c) against the
+// portable ones: the same bytes and the same float bits, for every length
+// and alignment, so that a server and a trainer on different CPUs stay in
+// lockstep. Skips (passes with a note) on a CPU without AVX-512.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <comp/comp.h>
+
+#include "comp_impl.h"
+#include "compression_tests.h"
+#include "pt.h"
+
+// Kernel by kernel, for lengths 1..200 at every start offset 0..3.
+START_TEST(test_quant_avx512_kernels)
+{
+	const struct comp__kern *v = comp__kern_avx512();
+	const struct comp__kern *p = &comp__kern_portable;
+	if (v == NULL) {
+		fprintf(stderr, "avx512 kernels: no AVX-512 here, skipped\n");
+		return;
+	}
+	float    x[260], a[260], b[260];
+	uint8_t  ca[260], cb[260];
+	uint64_t seed = 99;
+	for (size_t m = 1; m <= 200; m++)
+		for (size_t off = 0; off < 4; off++) {
+			tr_fill(x, 260, 3.0, seed++);
+			ck_assert_uint_eq(v->absmax_bits(x + off, m),
+			    p->absmax_bits(x + off, m));
+			float inv = (float) (7.0 / (1.0 + tr_unif(&seed) * 9));
+			memset(ca, 0xaa, sizeof ca);
+			memset(cb, 0xaa, sizeof cb);
+			v->q8_enc(x + off, m, inv * 18, ca + off);
+			p->q8_enc(x + off, m, inv * 18, cb + off);
+			ck_assert_mem_eq(ca, cb, sizeof ca);
+			v->q4_enc(x + off, m, inv, ca + off);
+			p->q4_enc(x + off, m, inv, cb + off);
+			ck_assert_mem_eq(ca, cb, sizeof ca);
+			for (size_t i = 0; i < 260; i++) // valid codes only
+				cb[i] = ca[i] = ca[i] == 0x80 ? 0 : ca[i];
+			for (int mode = 0; mode < 3; mode++) {
+				memcpy(a, x, sizeof a);
+				memcpy(b, x, sizeof b);
+				v->q8_dec(ca + off, m, 0.37f, a + off, mode);
+				p->q8_dec(cb + off, m, 0.37f, b + off, mode);
+				ck_assert_mem_eq(a, b, sizeof a);
+				v->q4_dec(ca + off, m, 0.37f, a + off, mode);
+				p->q4_dec(cb + off, m, 0.37f, b + off, mode);
+				ck_assert_mem_eq(a, b, sizeof a);
+			}
+			for (size_t i = 0; i < 260; i++)
+				ca[i] = (uint8_t) tr_next(&seed);
+			ck_assert_int_eq(v->q8_bad(ca + off, m) != 0,
+			    p->q8_bad(ca + off, m) != 0);
+			ck_assert_int_eq(v->q4_bad(ca + off, m) != 0,
+			    p->q4_bad(ca + off, m) != 0);
+			ca[off + m - 1] = 0x80; // a bad last byte is seen
+			TR_ASSERT(v->q8_bad(ca + off, m) && p->q8_bad(ca + off, m));
+			TR_ASSERT(v->q4_bad(ca + off, m) && p->q4_bad(ca + off, m));
+			memset(ca, 0x11, sizeof ca);
+			TR_ASSERT(!v->q8_bad(ca + off, m) &&
+			    !v->q4_bad(ca + off, m));
+		}
+}
+END_TEST
+
+// Through the public API with odd buckets: encode bytes and decode_add
+// floats are identical with the kernels switched on and off.
+START_TEST(test_quant_avx512_public)
+{
+	size_t   n = 2049;
+	float   *x = malloc(n * 4), *a = malloc(n * 4), *b = malloc(n * 4);
+	uint8_t *ea = malloc(8 * n), *eb = malloc(8 * n);
+	tr_fill(x, n, 1.0, 4);
+	const char    *sp[] = {"q8", "q4", "q2"};
+	const uint32_t bk[] = {1, 5, 33, 128, 512, 1000};
+	for (int s = 0; s < 3; s++)
+		for (int k = 0; k < 6; k++) {
+			struct comp_codec c;
+			size_t            la, lb;
+			PT_OK(comp_codec_parse(sp[s], bk[k], &c));
+			comp_simd_set(1);
+			PT_OK(comp_encode(&c, x, n, NULL, ea, 8 * n, &la));
+			memcpy(a, x, n * 4);
+			PT_OK(comp_decode_add(&c, ea, la, n, a));
+			comp_simd_set(0);
+			PT_OK(comp_encode(&c, x, n, NULL, eb, 8 * n, &lb));
+			memcpy(b, x, n * 4);
+			PT_OK(comp_decode_add(&c, ea, la, n, b));
+			comp_simd_set(1);
+			ck_assert_uint_eq(la, lb);
+			ck_assert_mem_eq(ea, eb, la);
+			ck_assert_mem_eq(a, b, n * 4);
+		}
+	free(x);
+	free(a);
+	free(b);
+	free(ea);
+	free(eb);
+}
+END_TEST
+
+Suite *
+suite_quant_avx512(void)
+{
+	Suite *s = suite_create("quant_avx512");
+	TCase *tc = tcase_create("quant_avx512");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_quant_avx512_kernels);
+	tcase_add_test(tc, test_quant_avx512_public);
+	suite_add_tcase(s, tc);
+	return s;
+}
