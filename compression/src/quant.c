@@ -281,23 +281,37 @@ comp__q_encode(unsigned b, uint32_t bucket, int stochastic, uint64_t *rng,
 	size_t   nb = n / bucket + (n % bucket != 0);
 	uint8_t *codes = out + 4 * nb;
 	float    L = (float) ((1u << (b - 1)) - 1);
-	for (size_t j = 0; j < nb; j++) {
-		size_t   i0 = j * bucket;
-		size_t   m = n - i0 < bucket ? n - i0 : bucket;
-		uint32_t bits = k->absmax_bits(x + i0, m);
-		if (bits >= COMP__INF_BITS)
-			return PS_EINVAL;
-		float s = comp__u2f(bits);
-		ps_put_f32le(out + 4 * j, s);
-		if (stochastic) {
-			enc_range_sr(b, x + i0, i0, m, s, rng, codes);
-			continue;
+	// Buckets go in groups of up to GROUP values: first every scale of the
+	// group (so the divisions L / s do not stall the vector loop), then the
+	// codes, while the group is still in L1.
+	enum { GROUP = 4096, GMAX = 64 };
+	size_t per = bucket >= GROUP ? 1 : GROUP / bucket;
+	per = per > GMAX ? GMAX : per;
+	float inv[GMAX];
+	for (size_t j0 = 0; j0 < nb; j0 += per) {
+		size_t j1 = j0 + per < nb ? j0 + per : nb;
+		for (size_t j = j0; j < j1; j++) {
+			size_t   i0 = j * bucket;
+			size_t   m = n - i0 < bucket ? n - i0 : bucket;
+			uint32_t bits = k->absmax_bits(x + i0, m);
+			if (bits >= COMP__INF_BITS)
+				return PS_EINVAL;
+			float s = comp__u2f(bits);
+			ps_put_f32le(out + 4 * j, s);
+			inv[j - j0] = s > 0.0f ? L / s : 0.0f;
 		}
-		float inv = s > 0.0f ? L / s : 0.0f;
-		if (isinf(inv))
-			enc_range_slow(b, x + i0, i0, m, s, codes);
-		else
-			enc_range(k, b, x + i0, i0, m, inv, codes);
+		for (size_t j = j0; j < j1; j++) {
+			size_t i0 = j * bucket;
+			size_t m = n - i0 < bucket ? n - i0 : bucket;
+			float  s = ps_get_f32le(out + 4 * j);
+			if (stochastic)
+				enc_range_sr(b, x + i0, i0, m, s, rng, codes);
+			else if (isinf(inv[j - j0]))
+				enc_range_slow(b, x + i0, i0, m, s, codes);
+			else
+				enc_range(k, b, x + i0, i0, m, inv[j - j0],
+				    codes);
+		}
 	}
 	return PS_OK;
 }
