@@ -1,0 +1,663 @@
+// codec_cuda.cu — compression/'s codecs as CUDA kernels (see codec_cuda.h).
+//
+// DESIGN
+// Byte identity with the CPU encoder rests on doing the same IEEE fp32
+// operations: the per-bucket scale is the largest |x| taken on bit
+// patterns (as comp's absmax_bits), inv = L / s is one correctly rounded
+// fp32 division (nvcc's default -prec-div=true), t = x * inv one fp32
+// multiply, clamped to [-L, L] and rounded to nearest even
+// (__float2int_rn, which is what comp's rne() trick computes for |t| <
+// 2^22). When L / s overflows the CPU falls back to double, and so do we.
+// Dequantizing is (float) q * (s / L), added or subtracted with separate
+// operations: the file is compiled with -fmad=false so nvcc cannot fuse
+// them into an FMA, which would round once instead of twice. fp16/bf16 are
+// the same bit-pattern conversions as compression/src/float16.c.
+//
+// Work split. A bucketed encode is two kernels: (1) per-bucket absmax,
+// written straight into the output's scale words (one block per bucket for
+// buckets of 64 and more, one thread per bucket below), which also raises
+// the error flag on a non-finite value; (2) one thread per 32-bit word of
+// packed codes (4, 8 or 16 values), which re-reads its values (from L2,
+// usually), quantizes them and stores the word with one aligned store.
+// Codes are packed by global index, so a word may span two buckets: each
+// value looks up its own bucket's scale. The same word-per-thread shape
+// serves error feedback (e = p - deq(q), written in the same pass) and
+// decode-add (validated first by a kernel that only raises the flag).
+//
+// Error flag. Kernels that write anything first read the context's flag
+// and return when it is set; the flag is cleared only by tr__dctx_check.
+// This is how "e / acc untouched on error" is kept without a host round
+// trip between the check and the write.
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "codec_cuda.h"
+#include "ps/base.h"
+
+#define FLAG_EINVAL 1
+#define FLAG_EPROTO 2
+#define INF_BITS 0x7f800000u
+#define THREADS 256
+
+// ---- fp16 / bf16 conversions (bit-exact twins of float16.c) -------------
+
+__device__ static inline uint16_t
+f32_to_f16(float f)
+{
+	uint32_t u    = __float_as_uint(f);
+	uint32_t sign = (u >> 16) & 0x8000u;
+	uint32_t a    = u & 0x7fffffffu;
+	if (a >= 0x7f800000u) {
+		return (uint16_t) (sign | 0x7c00u |
+		    (a > 0x7f800000u ? 0x200u | ((a >> 13) & 0x3ffu) : 0));
+	}
+	if (a >= 0x477ff000u) {
+		return (uint16_t) (sign | 0x7c00u);
+	}
+	if (a < 0x38800000u) {
+		if (a < 0x33000000u) {
+			return (uint16_t) sign;
+		}
+		uint32_t e     = a >> 23;
+		uint32_t m     = (a & 0x7fffffu) | 0x800000u;
+		uint32_t shift = 126 - e;
+		uint32_t h     = m >> shift;
+		uint32_t rem   = m & ((1u << shift) - 1);
+		uint32_t half  = 1u << (shift - 1);
+		if (rem > half || (rem == half && (h & 1))) {
+			h++;
+		}
+		return (uint16_t) (sign | h);
+	}
+	uint32_t h   = (a - 0x38000000u) >> 13;
+	uint32_t rem = a & 0x1fffu;
+	if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) {
+		h++;
+	}
+	return (uint16_t) (sign | h);
+}
+
+__device__ static inline float
+f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t) (h & 0x8000u) << 16;
+	uint32_t e    = (h >> 10) & 0x1fu;
+	uint32_t m    = h & 0x3ffu;
+	if (e == 0x1f) {
+		return __uint_as_float(sign | 0x7f800000u | (m << 13));
+	}
+	if (e == 0) {
+		float v = (float) m * 0x1p-24f;
+		return sign ? -v : v;
+	}
+	return __uint_as_float(sign | ((e + 112) << 23) | (m << 13));
+}
+
+__device__ static inline uint16_t
+f32_to_bf16(float f)
+{
+	uint32_t u = __float_as_uint(f);
+	if ((u & 0x7fffffffu) > 0x7f800000u) {
+		return (uint16_t) ((u >> 16) | 0x40u);
+	}
+	u += 0x7fffu + ((u >> 16) & 1);
+	return (uint16_t) (u >> 16);
+}
+
+__device__ static inline float
+bf16_to_f32(uint16_t h)
+{
+	return __uint_as_float((uint32_t) h << 16);
+}
+
+// flt_round returns the value id's encoding of v decodes to, and its code.
+__device__ static inline float
+flt_code(uint32_t id, float v, uint32_t *code)
+{
+	if (id == TR_DC_NONE) {
+		*code = __float_as_uint(v);
+		return v;
+	}
+	if (id == TR_DC_FP16) {
+		uint16_t h = f32_to_f16(v);
+		*code      = h;
+		return f16_to_f32(h);
+	}
+	uint16_t h = f32_to_bf16(v);
+	*code      = h;
+	return bf16_to_f32(h);
+}
+
+// ---- element-wise codecs -------------------------------------------------
+
+// k_flt_encode: plain encode (ef == 0) or error feedback (ef == 1, x = g,
+// e updated). Refusal of a non-finite p for ef was done by k_finite.
+__global__ static void
+k_flt_encode(uint32_t id, const float *x, float *e, size_t n, uint8_t *out,
+    const int *flag, int ef)
+{
+	if (*flag != 0) {
+		return;
+	}
+	size_t stride = (size_t) gridDim.x * blockDim.x;
+	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += stride) {
+		float    p = ef ? x[i] + e[i] : x[i];
+		uint32_t code;
+		float    back = flt_code(id, p, &code);
+		if (id == TR_DC_NONE) {
+			((uint32_t *) out)[i] = code;
+		} else {
+			((uint16_t *) out)[i] = (uint16_t) code;
+		}
+		if (ef) {
+			e[i] = p - back;
+		}
+	}
+}
+
+__global__ static void
+k_flt_decode_add(uint32_t id, const uint8_t *in, size_t n, float *acc,
+    const int *flag)
+{
+	if (*flag != 0) {
+		return;
+	}
+	size_t stride = (size_t) gridDim.x * blockDim.x;
+	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += stride) {
+		float v;
+		if (id == TR_DC_NONE) {
+			v = __uint_as_float(((const uint32_t *) in)[i]);
+		} else if (id == TR_DC_FP16) {
+			v = f16_to_f32(((const uint16_t *) in)[i]);
+		} else {
+			v = bf16_to_f32(((const uint16_t *) in)[i]);
+		}
+		acc[i] = acc[i] + v;
+	}
+}
+
+// k_finite raises FLAG_EINVAL when some g[i] (+ e[i]) is Inf or NaN.
+__global__ static void
+k_finite(const float *g, const float *e, size_t n, int *flag)
+{
+	size_t stride = (size_t) gridDim.x * blockDim.x;
+	int    bad    = 0;
+	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += stride) {
+		float p = e != NULL ? g[i] + e[i] : g[i];
+		bad |= (__float_as_uint(p) & 0x7fffffffu) >= INF_BITS;
+	}
+	if (__syncthreads_or(bad) && threadIdx.x == 0) {
+		atomicOr(flag, FLAG_EINVAL);
+	}
+}
+
+// ---- bucketed quantizer ----------------------------------------------------
+
+__device__ static inline float
+pval(const float *x, const float *e, size_t i)
+{
+	return e != NULL ? x[i] + e[i] : x[i];
+}
+
+// k_absmax_block: one block per bucket (grid-stride over buckets). Writes
+// the bit pattern of max |p| into scales[j].
+__global__ static void
+k_absmax_block(const float *x, const float *e, size_t n, uint32_t bucket,
+    size_t nb, uint32_t *scales, int *flag)
+{
+	__shared__ uint32_t red[THREADS / 32];
+	for (size_t j = blockIdx.x; j < nb; j += gridDim.x) {
+		size_t   i0 = j * bucket;
+		size_t   m  = n - i0 < bucket ? n - i0 : bucket;
+		uint32_t mx = 0;
+		for (size_t i = threadIdx.x; i < m; i += blockDim.x) {
+			uint32_t u = __float_as_uint(pval(x, e, i0 + i)) &
+			    0x7fffffffu;
+			mx = u > mx ? u : mx;
+		}
+		for (int o = 16; o > 0; o >>= 1) {
+			uint32_t v = __shfl_down_sync(0xffffffffu, mx, o);
+			mx         = v > mx ? v : mx;
+		}
+		if ((threadIdx.x & 31) == 0) {
+			red[threadIdx.x >> 5] = mx;
+		}
+		__syncthreads();
+		if (threadIdx.x == 0) {
+			for (int w = 1; w < THREADS / 32; w++) {
+				mx = red[w] > mx ? red[w] : mx;
+			}
+			scales[j] = mx;
+			if (mx >= INF_BITS) {
+				atomicOr(flag, FLAG_EINVAL);
+			}
+		}
+		__syncthreads();
+	}
+}
+
+// k_absmax_thread: one thread per (small) bucket.
+__global__ static void
+k_absmax_thread(const float *x, const float *e, size_t n, uint32_t bucket,
+    size_t nb, uint32_t *scales, int *flag)
+{
+	size_t stride = (size_t) gridDim.x * blockDim.x;
+	for (size_t j = (size_t) blockIdx.x * blockDim.x + threadIdx.x; j < nb;
+	     j += stride) {
+		size_t   i0 = j * bucket;
+		size_t   m  = n - i0 < bucket ? n - i0 : bucket;
+		uint32_t mx = 0;
+		for (size_t i = 0; i < m; i++) {
+			uint32_t u = __float_as_uint(pval(x, e, i0 + i)) &
+			    0x7fffffffu;
+			mx = u > mx ? u : mx;
+		}
+		scales[j] = mx;
+		if (mx >= INF_BITS) {
+			atomicOr(flag, FLAG_EINVAL);
+		}
+	}
+}
+
+// Per-bucket constants, recomputed only when a word crosses a bucket.
+struct bk {
+	size_t j;    // bucket
+	float  s;    // scale
+	float  inv;  // L / s (0 when s == 0)
+	float  step; // s / L
+	int    slow; // inv overflowed: quantize in double
+};
+
+__device__ static inline void
+bk_load(struct bk *k, const uint32_t *scales, size_t j, float L)
+{
+	k->j    = j;
+	k->s    = __uint_as_float(scales[j]);
+	k->inv  = k->s > 0.0f ? L / k->s : 0.0f;
+	k->slow = isinf(k->inv);
+	k->step = k->s / L;
+}
+
+__device__ static inline int
+qround(float t, float L)
+{
+	t = t > L ? L : t;
+	t = t < -L ? -L : t;
+	return __float2int_rn(t);
+}
+
+// k_q_encode: one thread per 32-bit word of codes; e != NULL is error
+// feedback (p = x + e, then e = p - deq).
+__global__ static void
+k_q_encode(unsigned b, const float *x, float *e, size_t n, uint32_t bucket,
+    const uint32_t *scales, uint8_t *codes, size_t nbytes, const int *flag)
+{
+	if (*flag != 0) {
+		return;
+	}
+	const unsigned per    = 32 / b;
+	const float    L      = (float) ((1u << (b - 1)) - 1);
+	const uint32_t mask   = (1u << b) - 1;
+	size_t         nwords = (nbytes + 3) / 4;
+	size_t         stride = (size_t) gridDim.x * blockDim.x;
+	for (size_t w = (size_t) blockIdx.x * blockDim.x + threadIdx.x;
+	     w < nwords; w += stride) {
+		size_t    i0   = w * per;
+		uint32_t  word = 0;
+		struct bk k;
+		bk_load(&k, scales, i0 / bucket, L);
+		size_t next = (k.j + 1) * (size_t) bucket;
+		for (unsigned t = 0; t < per; t++) {
+			size_t i = i0 + t;
+			if (i >= n) {
+				break;
+			}
+			if (i >= next) {
+				bk_load(&k, scales, k.j + 1, L);
+				next += bucket;
+			}
+			float p = e != NULL ? x[i] + e[i] : x[i];
+			int   q;
+			if (k.slow) {
+				double tt = (double) p * (double) L /
+				    (double) k.s;
+				q = qround((float) tt, L);
+			} else {
+				q = qround(p * k.inv, L);
+			}
+			word |= ((uint32_t) q & mask) << (t * b);
+			if (e != NULL) {
+				float v = (float) q * k.step;
+				e[i]    = p - v;
+			}
+		}
+		if (w * 4 + 4 <= nbytes) {
+			((uint32_t *) codes)[w] = word;
+		} else {
+			for (size_t y = w * 4; y < nbytes; y++) {
+				codes[y] = (uint8_t) (word >> (8 * (y - w * 4)));
+			}
+		}
+	}
+}
+
+// k_q_validate raises FLAG_EPROTO for a scale that is not a finite number
+// >= 0, a forbidden code (-2^(b-1)) or non-zero padding bits.
+__global__ static void
+k_q_validate(unsigned b, const uint8_t *in, size_t n, size_t nb, int *flag)
+{
+	const float   *sc     = (const float *) in;
+	const uint8_t *codes  = in + 4 * nb;
+	size_t         nbytes = (n * b + 7) / 8;
+	unsigned       tail   = (unsigned) ((n * b) & 7);
+	size_t         stride = (size_t) gridDim.x * blockDim.x;
+	int            bad    = 0;
+	size_t         tid = (size_t) blockIdx.x * blockDim.x + threadIdx.x;
+	for (size_t j = tid; j < nb; j += stride) {
+		float s = sc[j];
+		bad |= !(s >= 0.0f) || isinf(s);
+	}
+	for (size_t y = tid; y < nbytes; y += stride) {
+		unsigned c = codes[y];
+		if (b == 8) {
+			bad |= c == 0x80u;
+		} else if (b == 4) {
+			bad |= (c & 0x88u & ~((c << 1) | (c << 2) | (c << 3))) !=
+			    0;
+		} else {
+			bad |= (c & 0xaau & ~(c << 1)) != 0;
+		}
+		if (y == nbytes - 1 && tail != 0) {
+			bad |= (c >> tail) != 0;
+		}
+	}
+	if (__syncthreads_or(bad) && threadIdx.x == 0) {
+		atomicOr(flag, FLAG_EPROTO);
+	}
+}
+
+// k_q_decode_add: acc[i] = acc[i] + (float) q * (s / L), a word a thread.
+__global__ static void
+k_q_decode_add(unsigned b, const uint8_t *in, size_t n, uint32_t bucket,
+    size_t nb, float *acc, const int *flag)
+{
+	if (*flag != 0) {
+		return;
+	}
+	const uint32_t *scales = (const uint32_t *) in;
+	const uint8_t  *codes  = in + 4 * nb;
+	const unsigned  per    = 32 / b;
+	const float     L      = (float) ((1u << (b - 1)) - 1);
+	const uint32_t  mask   = (1u << b) - 1;
+	const uint32_t  sign   = 1u << (b - 1);
+	size_t          nbytes = (n * b + 7) / 8;
+	size_t          nwords = (nbytes + 3) / 4;
+	size_t          stride = (size_t) gridDim.x * blockDim.x;
+	for (size_t w = (size_t) blockIdx.x * blockDim.x + threadIdx.x;
+	     w < nwords; w += stride) {
+		uint32_t word = 0;
+		if (w * 4 + 4 <= nbytes) {
+			word = ((const uint32_t *) codes)[w];
+		} else {
+			for (size_t y = w * 4; y < nbytes; y++) {
+				word |= (uint32_t) codes[y] << (8 * (y - w * 4));
+			}
+		}
+		size_t    i0 = w * per;
+		struct bk k;
+		bk_load(&k, scales, i0 / bucket, L);
+		size_t next = (k.j + 1) * (size_t) bucket;
+		for (unsigned t = 0; t < per; t++) {
+			size_t i = i0 + t;
+			if (i >= n) {
+				break;
+			}
+			if (i >= next) {
+				bk_load(&k, scales, k.j + 1, L);
+				next += bucket;
+			}
+			uint32_t c = (word >> (t * b)) & mask;
+			int      q = (int) (c ^ sign) - (int) sign;
+			float    v = (float) q * k.step;
+			acc[i]     = acc[i] + v;
+		}
+	}
+}
+
+// ---- host side ---------------------------------------------------------------
+
+static unsigned
+qbits(uint32_t id)
+{
+	return id == TR_DC_Q8 ? 8 : id == TR_DC_Q4 ? 4 : id == TR_DC_Q2 ? 2 : 0;
+}
+
+static unsigned
+grid_for(size_t work)
+{
+	size_t g = (work + THREADS - 1) / THREADS;
+	if (g < 1) {
+		g = 1;
+	}
+	return g > 65535u * 8u ? 65535u * 8u : (unsigned) g;
+}
+
+extern "C" int
+tr__dctx_init(struct tr__dctx *x, void *stream)
+{
+	int dev = 0;
+	if (x == NULL) {
+		return PS_EINVAL;
+	}
+	memset(x, 0, sizeof(*x));
+	if (cudaGetDevice(&dev) != cudaSuccess) {
+		cudaGetLastError();
+		return PS_EUNSUPP;
+	}
+	x->stream = stream;
+	x->device = dev;
+	if (cudaMalloc((void **) &x->d_flag, sizeof(int)) != cudaSuccess) {
+		cudaGetLastError();
+		x->d_flag = NULL;
+		return PS_ENOMEM;
+	}
+	if (cudaMallocHost((void **) &x->h_flag, sizeof(int)) != cudaSuccess) {
+		cudaGetLastError();
+		cudaFree(x->d_flag);
+		memset(x, 0, sizeof(*x));
+		return PS_ENOMEM;
+	}
+	*x->h_flag = 0;
+	if (cudaMemset(x->d_flag, 0, sizeof(int)) != cudaSuccess) {
+		cudaGetLastError();
+		tr__dctx_fini(x);
+		return PS_ENOMEM;
+	}
+	return PS_OK;
+}
+
+extern "C" void
+tr__dctx_fini(struct tr__dctx *x)
+{
+	if (x == NULL) {
+		return;
+	}
+	if (x->d_flag != NULL) {
+		cudaFree(x->d_flag);
+	}
+	if (x->h_flag != NULL) {
+		cudaFreeHost(x->h_flag);
+	}
+	memset(x, 0, sizeof(*x));
+}
+
+extern "C" int
+tr__dctx_check(struct tr__dctx *x)
+{
+	cudaStream_t s = (cudaStream_t) x->stream;
+	int          f;
+	if (cudaMemcpyAsync(x->h_flag, x->d_flag, sizeof(int),
+	        cudaMemcpyDeviceToHost, s) != cudaSuccess ||
+	    cudaStreamSynchronize(s) != cudaSuccess) {
+		cudaGetLastError();
+		return PS_ETRANSPORT;
+	}
+	f = *x->h_flag;
+	if (f != 0 && cudaMemsetAsync(x->d_flag, 0, sizeof(int), s) !=
+	        cudaSuccess) {
+		return PS_ETRANSPORT;
+	}
+	if (f & FLAG_EPROTO) {
+		return PS_EPROTO;
+	}
+	return (f & FLAG_EINVAL) ? PS_EINVAL : PS_OK;
+}
+
+extern "C" int
+tr__dcodec_valid(const struct tr__dcodec *c)
+{
+	if (c == NULL) {
+		return PS_EINVAL;
+	}
+	if (c->id == 6 || c->id == 7) { // comp's sign, topk
+		return PS_EUNSUPP;
+	}
+	if (c->id > TR_DC_Q2) {
+		return PS_EINVAL;
+	}
+	if (qbits(c->id) != 0 &&
+	    (c->bucket < 1 || c->bucket > TR_DC_BUCKET_MAX)) {
+		return PS_EINVAL;
+	}
+	return PS_OK;
+}
+
+extern "C" size_t
+tr__dcodec_bound(const struct tr__dcodec *c, size_t n)
+{
+	unsigned b;
+	if (tr__dcodec_valid(c) != PS_OK || n > (size_t) UINT32_MAX) {
+		return 0;
+	}
+	if (c->id == TR_DC_NONE) {
+		return 4 * n;
+	}
+	if ((b = qbits(c->id)) == 0) {
+		return 2 * n;
+	}
+	return 4 * (n / c->bucket + (n % c->bucket != 0)) + (n * b + 7) / 8;
+}
+
+static int
+launched(void)
+{
+	return cudaGetLastError() == cudaSuccess ? PS_OK : PS_ETRANSPORT;
+}
+
+static int
+encode(struct tr__dctx *x, const struct tr__dcodec *c, const float *d_x,
+    float *d_e, size_t n, uint8_t *d_out)
+{
+	cudaStream_t s = (cudaStream_t) x->stream;
+	unsigned     b;
+	int          rv;
+	if ((rv = tr__dcodec_valid(c)) != PS_OK) {
+		return rv;
+	}
+	if (x->d_flag == NULL || n > (size_t) UINT32_MAX) {
+		return PS_EINVAL;
+	}
+	if (n == 0) {
+		return PS_OK;
+	}
+	if (d_x == NULL || d_out == NULL || ((uintptr_t) d_out & 3) != 0) {
+		return PS_EINVAL;
+	}
+	if ((b = qbits(c->id)) == 0) {
+		if (d_e != NULL) {
+			k_finite<<<grid_for(n), THREADS, 0, s>>>(d_x, d_e, n,
+			    x->d_flag);
+		}
+		k_flt_encode<<<grid_for(n), THREADS, 0, s>>>(c->id, d_x, d_e, n,
+		    d_out, x->d_flag, d_e != NULL);
+		return launched();
+	}
+	size_t nb     = n / c->bucket + (n % c->bucket != 0);
+	size_t nbytes = (n * b + 7) / 8;
+	if (c->bucket >= 64) {
+		unsigned g = nb > 65535u * 8u ? 65535u * 8u : (unsigned) nb;
+		k_absmax_block<<<g, THREADS, 0, s>>>(d_x, d_e, n, c->bucket, nb,
+		    (uint32_t *) d_out, x->d_flag);
+	} else {
+		k_absmax_thread<<<grid_for(nb), THREADS, 0, s>>>(d_x, d_e, n,
+		    c->bucket, nb, (uint32_t *) d_out, x->d_flag);
+	}
+	k_q_encode<<<grid_for((nbytes + 3) / 4), THREADS, 0, s>>>(b, d_x, d_e,
+	    n, c->bucket, (const uint32_t *) d_out, d_out + 4 * nb, nbytes,
+	    x->d_flag);
+	return launched();
+}
+
+extern "C" int
+tr__dcodec_encode(struct tr__dctx *x, const struct tr__dcodec *c,
+    const float *d_x, size_t n, uint8_t *d_out)
+{
+	if (x == NULL) {
+		return PS_EINVAL;
+	}
+	return encode(x, c, d_x, NULL, n, d_out);
+}
+
+extern "C" int
+tr__dcodec_ef_encode(struct tr__dctx *x, const struct tr__dcodec *c,
+    const float *d_g, float *d_e, size_t n, uint8_t *d_out)
+{
+	if (x == NULL || (n > 0 && d_e == NULL)) {
+		return PS_EINVAL;
+	}
+	return encode(x, c, d_g, d_e, n, d_out);
+}
+
+extern "C" int
+tr__dcodec_decode_add(struct tr__dctx *x, const struct tr__dcodec *c,
+    const uint8_t *d_in, size_t len, size_t n, float *d_acc)
+{
+	cudaStream_t s = (cudaStream_t) x->stream;
+	unsigned     b;
+	int          rv;
+	if (x == NULL || x->d_flag == NULL) {
+		return PS_EINVAL;
+	}
+	if ((rv = tr__dcodec_valid(c)) != PS_OK) {
+		return rv;
+	}
+	if (n > (size_t) UINT32_MAX) {
+		return PS_EINVAL;
+	}
+	if (len != tr__dcodec_bound(c, n)) {
+		return PS_EPROTO;
+	}
+	if (n == 0) {
+		return PS_OK;
+	}
+	if (d_in == NULL || d_acc == NULL || ((uintptr_t) d_in & 3) != 0) {
+		return PS_EINVAL;
+	}
+	if ((b = qbits(c->id)) == 0) {
+		k_flt_decode_add<<<grid_for(n), THREADS, 0, s>>>(c->id, d_in, n,
+		    d_acc, x->d_flag);
+		return launched();
+	}
+	size_t nb     = n / c->bucket + (n % c->bucket != 0);
+	size_t nbytes = (n * b + 7) / 8;
+	k_q_validate<<<grid_for(nb > nbytes ? nb : nbytes), THREADS, 0, s>>>(b,
+	    d_in, n, nb, x->d_flag);
+	k_q_decode_add<<<grid_for((nbytes + 3) / 4), THREADS, 0, s>>>(b, d_in,
+	    n, c->bucket, nb, d_acc, x->d_flag);
+	return launched();
+}
