@@ -14,6 +14,10 @@ main(void)
 	srunner_add_suite(sr, suite_backend());
 	srunner_add_suite(sr, suite_backend_cpu());
 	srunner_add_suite(sr, suite_config());
+#ifdef TR_HAVE_CUDA
+	srunner_add_suite(sr, suite_backend_cuda());
+	srunner_add_suite(sr, suite_codec_cuda());
+#endif
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
