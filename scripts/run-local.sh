@@ -50,6 +50,7 @@ done
 
 RUN=${FERRY_RUN_DIR:-$(mktemp -d /tmp/ferry-run.XXXXXX)}
 mkdir -p "$RUN"
+rm -f "$RUN/scheduler.url" # a reused run dir must not hand out an old URL
 pids=()
 cleanup() {
 	trap - EXIT INT TERM

@@ -31,6 +31,7 @@ struct conn {
 	uint64_t   bytes;   // fp32 bytes of its shards
 	// per-call state
 	int        pending;
+	int        need_full; // CRC mismatch or broken chain: resync in full
 	int        rv;
 	uint64_t   rid;
 	nng_msg   *rep;
@@ -48,8 +49,13 @@ struct ferry_client {
 	Pswire__Placement *pl;
 	struct conn       *conns;
 	size_t             n_conns;
-	uint64_t           version; // of the weights held
+	uint64_t           version; // of the weights held (min over shards)
 	uint64_t           want;    // version the next pull asks for
+	uint64_t          *shard_ver; // per global shard: version held
+	struct comp_codec  cpush, cpull, cnone;
+	float            **resid;   // per tensor: push error feedback (or NULL)
+	float            **ref;     // per tensor: pull reference (or NULL)
+	uint64_t           rng;     // stochastic rounding state
 	int                declared;
 	uint64_t           next_rid;
 	struct ferry_stats stats;
@@ -163,10 +169,13 @@ ferry_client_open(const struct ferry_opts *o, ferry_client **out)
 	c->opts.codec_push    = c->codec_push;
 	c->opts.codec_pull    = c->codec_pull;
 	c->next_rid           = ((uint64_t) (unsigned) o->rank << 48) | 1;
-	if (strcmp(c->codec_push, "none") != 0 ||
-	    strcmp(c->codec_pull, "none") != 0) {
+	c->rng = o->seed ^ (0x9e3779b97f4a7c15ull * (uint64_t) (o->rank + 1));
+	if (comp_codec_parse(c->codec_push, o->bucket, &c->cpush) != PS_OK ||
+	    comp_codec_parse(c->codec_pull, o->bucket, &c->cpull) != PS_OK ||
+	    c->cpull.stochastic ||
+	    comp_codec_parse("none", 0, &c->cnone) != PS_OK) {
 		ps_free(c);
-		return FERRY_EUNSUPP;
+		return FERRY_EINVAL;
 	}
 	if (open_req(c->url, 1u << 30, &c->sched, &c->sched_ctx,
 	        &c->sched_aio) != PS_OK) {
@@ -194,6 +203,17 @@ ferry_client_close(ferry_client *c)
 	if (c->pl != NULL) {
 		pswire__placement__free_unpacked(c->pl, NULL);
 	}
+	for (size_t t = 0; t < c->n_tensors; t++) {
+		if (c->resid != NULL) {
+			ps_free(c->resid[t]);
+		}
+		if (c->ref != NULL) {
+			ps_free(c->ref[t]);
+		}
+	}
+	ps_free(c->resid);
+	ps_free(c->ref);
+	ps_free(c->shard_ver);
 	ps_free(c->tensor_len);
 	ps_free(c);
 }
@@ -372,6 +392,25 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 		cn->shards[cn->n++]   = (uint32_t) i;
 		cn->bytes += c->pl->shards[i]->len * 4;
 	}
+	c->shard_ver = ps_zalloc(c->pl->n_shards * sizeof(uint64_t));
+	c->resid     = ps_zalloc(n * sizeof(float *));
+	c->ref       = ps_zalloc(n * sizeof(float *));
+	if (c->shard_ver == NULL || c->resid == NULL || c->ref == NULL) {
+		rv = fail(c, FERRY_ENOMEM, "out of memory");
+		goto done;
+	}
+	for (size_t t = 0; t < n; t++) {
+		if (c->cpush.id != COMP_NONE &&
+		    (c->resid[t] = ps_zalloc(d[t].len * sizeof(float))) == NULL) {
+			rv = fail(c, FERRY_ENOMEM, "out of memory");
+			goto done;
+		}
+		if (c->cpull.id != COMP_NONE &&
+		    (c->ref[t] = ps_zalloc(d[t].len * sizeof(float))) == NULL) {
+			rv = fail(c, FERRY_ENOMEM, "out of memory");
+			goto done;
+		}
+	}
 	c->declared = 1;
 	rv          = FERRY_OK;
 done:
@@ -385,22 +424,42 @@ done:
 
 // ---- batched exchanges with every server ----------------------------------
 
-enum op { OP_INIT, OP_PULL, OP_PUSH, OP_PUSH_PULL };
+enum op { OP_INIT, OP_PULL, OP_PULL_FULL, OP_PUSH, OP_PUSH_PULL };
 
 struct xfer {
-	enum op            op;
+	enum op             op;
 	const float *const *g;
-	float *const      *w;
-	uint32_t           n_samples;
-	uint64_t           got_version;
-	int                have_version;
+	float *const       *w;
+	uint32_t            n_samples;
 };
 
-// build_request creates server m's message for the operation.
+static int
+is_pull(enum op op)
+{
+	return op == OP_PULL || op == OP_PULL_FULL || op == OP_PUSH_PULL;
+}
+
+// encode_shard writes shard si of gradient g into dst (exactly
+// comp_bound(codec) bytes): fp32 during warm-up or without a push codec,
+// else Q(g + e) with error feedback.
+static int
+encode_shard(ferry_client *c, const struct comp_codec *codec,
+    const Pswire__ShardInfo *si, const float *g, uint8_t *dst, size_t len)
+{
+	size_t out;
+	if (codec->id == COMP_NONE) {
+		memcpy(dst, g + si->offset, si->len * 4);
+		return PS_OK;
+	}
+	return comp_ef_encode(codec, g + si->offset,
+	    c->resid[si->tensor] + si->offset, si->len, &c->rng, dst, len, &out);
+}
+
+// build_request creates server cn's message for the operation.
 static int
 build_request(ferry_client *c, struct conn *cn, struct xfer *x, nng_msg **out)
 {
-	Pswire__Header      h = PSWIRE__HEADER__INIT;
+	Pswire__Header      h  = PSWIRE__HEADER__INIT;
 	Pswire__PushRequest pr = PSWIRE__PUSH_REQUEST__INIT;
 	Pswire__PullRequest pl = PSWIRE__PULL_REQUEST__INIT;
 	Pswire__ShardRef    refs_stack[64], *refs = refs_stack;
@@ -409,16 +468,23 @@ build_request(ferry_client *c, struct conn *cn, struct xfer *x, nng_msg **out)
 	size_t              hl, plen = 0;
 	uint8_t             method;
 	int                 rv = PS_OK;
+	// Warm-up: the first warmup_steps versions travel in fp32.
+	const struct comp_codec *codec =
+	    x->op == OP_INIT || c->version < c->opts.warmup_steps
+	    ? &c->cnone
+	    : &c->cpush;
 
 	h.request_id  = cn->rid = c->next_rid++;
 	h.deadline_ms = timeout(c);
 	h.epoch       = c->pl->epoch;
 	h.rank        = (uint32_t) c->opts.rank;
-	if (x->op == OP_PULL) {
+	if (x->op == OP_PULL || x->op == OP_PULL_FULL) {
 		pl.n_shards     = cn->n;
 		pl.shards       = cn->shards;
 		pl.version      = c->want;
 		pl.have_version = c->version;
+		pl.full         = x->op == OP_PULL_FULL || c->cpull.id ==
+		    COMP_NONE;
 		h.body_case     = PSWIRE__HEADER__BODY_PULL_REQ;
 		h.pull_req      = &pl;
 		method          = PSWIRE__METHOD__PULL;
@@ -440,11 +506,12 @@ build_request(ferry_client *c, struct conn *cn, struct xfer *x, nng_msg **out)
 		const Pswire__ShardInfo *si = c->pl->shards[cn->shards[i]];
 		pswire__shard_ref__init(&refs[i]);
 		refs[i].shard   = cn->shards[i];
-		refs[i].version = c->version;
-		refs[i].codec   = COMP_NONE;
+		refs[i].version = c->shard_ver[cn->shards[i]];
+		refs[i].codec   = codec->id;
+		refs[i].bucket  = codec->bucket;
 		refs[i].offset  = plen;
-		refs[i].length  = si->len * 4;
-		plen += si->len * 4;
+		refs[i].length  = comp_bound(codec, si->len);
+		plen += refs[i].length;
 		ptrs[i] = &refs[i];
 	}
 	pr.n_shards  = cn->n;
@@ -459,12 +526,18 @@ build_request(ferry_client *c, struct conn *cn, struct xfer *x, nng_msg **out)
 	if ((rv = psw_msg_begin(out, hl, plen, &payload)) != PS_OK) {
 		goto done;
 	}
-	for (size_t i = 0; i < cn->n; i++) {
+	// Codes go straight into the message: no staging buffer.
+	for (size_t i = 0; i < cn->n && rv == PS_OK; i++) {
 		const Pswire__ShardInfo *si = c->pl->shards[cn->shards[i]];
-		memcpy(payload + refs[i].offset, x->g[si->tensor] + si->offset,
-		    si->len * 4);
+		rv = encode_shard(c, codec, si, x->g[si->tensor],
+		    payload + refs[i].offset, refs[i].length);
 	}
-	rv = psw_msg_finish(*out, method, 0, &h.base, hl, plen);
+	if (rv == PS_OK) {
+		rv = psw_msg_finish(*out, method, 0, &h.base, hl, plen);
+	}
+	if (rv != PS_OK) {
+		nng_msg_free(*out);
+	}
 done:
 	if (refs != refs_stack) {
 		ps_free(refs);
@@ -473,41 +546,101 @@ done:
 	return rv;
 }
 
+// take_shard applies the reply refs of one shard (r[0..k)) and copies the
+// result into the caller's tensor. Returns FERRY_OK, or FERRY_ECORRUPT
+// when the reference no longer matches the server's (the caller resyncs),
+// or FERRY_EPROTO for a malformed reply.
+static int
+take_shard(ferry_client *c, size_t m, uint32_t id,
+    Pswire__ShardRef *const *r, size_t k, const struct psw_frame *f,
+    float *const *w)
+{
+	const Pswire__ShardInfo *si  = c->pl->shards[id];
+	float                   *dst = w[si->tensor] + si->offset;
+	float                   *ref = c->cpull.id == COMP_NONE
+	                    ? dst
+	                    : c->ref[si->tensor] + si->offset;
+	uint64_t                 ver = c->shard_ver[id];
+
+	for (size_t j = 0; j < k; j++) {
+		const Pswire__ShardRef *e = r[j];
+		if (e->offset > f->payload_len ||
+		    e->length > f->payload_len - e->offset) {
+			return fail(c, FERRY_EPROTO, "server %s: shard %u bytes "
+			    "outside the reply", c->pl->servers[m], id);
+		}
+		if (e->kind == 0) { // FULL
+			if (k != 1 || e->codec != COMP_NONE ||
+			    e->length != si->len * 4) {
+				return fail(c, FERRY_EPROTO, "server %s: bad full "
+				    "shard %u", c->pl->servers[m], id);
+			}
+			memcpy(ref, f->payload + e->offset, e->length);
+			ver = e->version;
+		} else if (c->cpull.id == COMP_NONE || e->codec != c->cpull.id) {
+			return fail(c, FERRY_EPROTO, "server %s: delta for shard "
+			    "%u in codec %u", c->pl->servers[m], id, e->codec);
+		} else if (e->base_version < ver && e->version <= ver) {
+			continue; // already applied (async: shards drift apart)
+		} else if (e->base_version != ver) {
+			return FERRY_ECORRUPT; // a gap in the chain: resync
+		} else {
+			if (e->length > 0 &&
+			    comp_decode_add(&c->cpull, f->payload + e->offset,
+			        e->length, si->len, ref) != PS_OK) {
+				return fail(c, FERRY_EPROTO, "server %s: corrupt "
+				    "delta for shard %u", c->pl->servers[m], id);
+			}
+			ver = e->version;
+		}
+	}
+	if (c->cpull.id != COMP_NONE) {
+		if (ps_crc32(0, ref, si->len * 4) != r[k - 1]->crc) {
+			return FERRY_ECORRUPT;
+		}
+		memcpy(dst, ref, si->len * 4);
+	}
+	c->shard_ver[id] = ver;
+	return FERRY_OK;
+}
+
 // take_reply checks server m's reply and scatters pulled shards into w.
 static int
 take_reply(ferry_client *c, size_t m, struct xfer *x, Pswire__Header *rh,
     const struct psw_frame *f)
 {
 	struct conn *cn = &c->conns[m];
-	if (x->op == OP_INIT || x->op == OP_PUSH) {
+	size_t       j  = 0;
+	if (!is_pull(x->op)) {
 		return FERRY_OK;
 	}
-	if (rh->body_case != PSWIRE__HEADER__BODY_PULL_REP ||
-	    rh->pull_rep->n_shards != cn->n) {
-		return fail(c, FERRY_EPROTO, "server %s: pull reply lists the "
-		    "wrong shards", c->pl->servers[m]);
+	if (rh->body_case != PSWIRE__HEADER__BODY_PULL_REP) {
+		return fail(c, FERRY_EPROTO, "server %s: reply has no pull "
+		    "body", c->pl->servers[m]);
 	}
+	Pswire__PullReply *p = rh->pull_rep;
 	for (size_t i = 0; i < cn->n; i++) {
-		const Pswire__ShardRef  *r  = rh->pull_rep->shards[i];
-		const Pswire__ShardInfo *si;
-		if (r->shard != cn->shards[i]) {
-			return fail(c, FERRY_EPROTO, "server %s: reply shard %u "
-			    "out of order", c->pl->servers[m], r->shard);
+		size_t k = 0;
+		while (j + k < p->n_shards &&
+		    p->shards[j + k]->shard == cn->shards[i]) {
+			k++;
 		}
-		si = c->pl->shards[r->shard];
-		if (r->codec != COMP_NONE || r->length != si->len * 4 ||
-		    r->offset > f->payload_len ||
-		    r->length > f->payload_len - r->offset) {
-			return fail(c, FERRY_EPROTO, "server %s: shard %u bytes "
-			    "do not match the map", c->pl->servers[m],
-			    r->shard);
+		if (k == 0) {
+			return fail(c, FERRY_EPROTO, "server %s: reply lacks "
+			    "shard %u", c->pl->servers[m], cn->shards[i]);
 		}
-		memcpy(x->w[si->tensor] + si->offset, f->payload + r->offset,
-		    si->len * 4);
-		if (!x->have_version || r->version < x->got_version) {
-			x->got_version = r->version;
+		int rv = take_shard(c, m, cn->shards[i], p->shards + j, k, f,
+		    x->w);
+		if (rv == FERRY_ECORRUPT) {
+			cn->need_full = 1;
+		} else if (rv != FERRY_OK) {
+			return rv;
 		}
-		x->have_version = 1;
+		j += k;
+	}
+	if (j != p->n_shards) {
+		return fail(c, FERRY_EPROTO, "server %s: reply lists shards "
+		    "not asked for", c->pl->servers[m]);
 	}
 	return FERRY_OK;
 }
@@ -519,20 +652,29 @@ nap_ms(int ms)
 	nanosleep(&ts, NULL);
 }
 
-// exchange runs one operation against every server holding shards, in
-// parallel, retrying servers that answer UNAVAILABLE until the deadline.
+// exchange runs one operation against the servers marked pending (all
+// that hold shards, or only those needing a resync for OP_PULL_FULL), in
+// parallel. Idempotent operations (init, pulls) are retried on servers
+// that answer UNAVAILABLE (not started yet) until the deadline; pushes
+// never are (their error feedback state has already moved on).
 static int
 exchange(ferry_client *c, struct xfer *x)
 {
 	uint64_t deadline = ps_clock_ms() + timeout(c);
 	int      left     = 0, rv = FERRY_OK;
-	uint8_t  method   = x->op == OP_PULL ? PSWIRE__METHOD__PULL
-	        : x->op == OP_PUSH_PULL      ? PSWIRE__METHOD__PUSH_PULL
-	                                     : PSWIRE__METHOD__PUSH;
+	int      retry    = x->op == OP_INIT || x->op == OP_PULL ||
+	    x->op == OP_PULL_FULL;
+	uint8_t  method   = x->op == OP_PULL || x->op == OP_PULL_FULL
+	        ? PSWIRE__METHOD__PULL
+	        : x->op == OP_PUSH_PULL ? PSWIRE__METHOD__PUSH_PULL
+	                                : PSWIRE__METHOD__PUSH;
 
 	for (size_t m = 0; m < c->n_conns; m++) {
-		c->conns[m].pending = c->conns[m].n > 0;
-		left += c->conns[m].pending;
+		struct conn *cn = &c->conns[m];
+		cn->pending = cn->n > 0 &&
+		    (x->op != OP_PULL_FULL || cn->need_full);
+		cn->need_full = 0;
+		left += cn->pending;
 	}
 	while (left > 0 && rv == FERRY_OK) {
 		uint64_t now = ps_clock_ms();
@@ -552,7 +694,7 @@ exchange(ferry_client *c, struct xfer *x)
 			if ((cn->rv = build_request(c, cn, x, &req)) != PS_OK) {
 				continue;
 			}
-			if (x->op != OP_PULL) {
+			if (!is_pull(x->op) || x->op == OP_PUSH_PULL) {
 				c->stats.bytes_pushed += nng_msg_len(req);
 			}
 			c->stats.requests++;
@@ -598,12 +740,12 @@ exchange(ferry_client *c, struct xfer *x)
 				continue;
 			}
 			nng_msg *rep = nng_aio_get_msg(cn->aio);
-			if (x->op != OP_PUSH && x->op != OP_INIT) {
+			if (is_pull(x->op)) {
 				c->stats.bytes_pulled += nng_msg_len(rep);
 			}
 			r = psw_reply_open(rep, method, cn->rid, &f, &ph, &why);
 			Pswire__Header *rh = (Pswire__Header *) ph;
-			if (r == PS_EREMOTE &&
+			if (r == PS_EREMOTE && retry &&
 			    rh->status == PSWIRE__STATUS__UNAVAILABLE) {
 				// Not started yet: ask again below.
 			} else if (r == PS_EREMOTE) {
@@ -637,6 +779,39 @@ exchange(ferry_client *c, struct xfer *x)
 	return rv;
 }
 
+// finish_pull resyncs servers whose reference drifted (CRC mismatch or a
+// gap), then records the version now held.
+static int
+finish_pull(ferry_client *c, struct xfer *x)
+{
+	int need = 0, rv;
+	for (size_t m = 0; m < c->n_conns; m++) {
+		need |= c->conns[m].need_full;
+	}
+	if (need) {
+		struct xfer full = { .op = OP_PULL_FULL, .w = x->w };
+		c->stats.resyncs++;
+		if ((rv = exchange(c, &full)) != FERRY_OK) {
+			return rv;
+		}
+		for (size_t m = 0; m < c->n_conns; m++) {
+			if (c->conns[m].need_full) {
+				return fail(c, FERRY_ECORRUPT, "server %s: "
+				    "reference CRC mismatch after a full "
+				    "resync", c->pl->servers[m]);
+			}
+		}
+	}
+	uint64_t v = UINT64_MAX;
+	for (size_t i = 0; i < c->pl->n_shards; i++) {
+		v = c->shard_ver[i] < v ? c->shard_ver[i] : v;
+	}
+	c->version       = v;
+	c->want          = c->opts.mode == FERRY_MODE_SYNC ? c->version : 0;
+	c->stats.version = c->version;
+	return FERRY_OK;
+}
+
 static int
 check_ready(ferry_client *c, const void *bufs)
 {
@@ -661,17 +836,6 @@ ferry_client_init_weights(ferry_client *c, const float *const *w)
 		return rv;
 	}
 	return exchange(c, &x);
-}
-
-static int
-finish_pull(ferry_client *c, struct xfer *x)
-{
-	if (x->have_version) {
-		c->version = x->got_version;
-	}
-	c->want              = c->opts.mode == FERRY_MODE_SYNC ? c->version : 0;
-	c->stats.version     = c->version;
-	return FERRY_OK;
 }
 
 FERRY_API int

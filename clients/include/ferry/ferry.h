@@ -91,6 +91,7 @@ struct ferry_stats {
 	uint64_t bytes_pulled; // bytes received from servers by pull/push-pull
 	uint64_t requests;     // requests sent (all kinds)
 	uint64_t version;      // version of the weights this client holds
+	uint64_t resyncs;      // full pulls after a reference CRC mismatch
 };
 
 // ferry_client_open connects to the scheduler and registers as a trainer of

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdio.h>
 
+#include "comp/comp.h"
 #include "ps/ps.h"
 #include "rpc.h"
 #include "shard/shard.h"
@@ -106,6 +107,20 @@ check_job(const Pswire__JobConfig *j, char *why, size_t n)
 	}
 	if (!(j->lr > 0 && j->lr < 1e6)) {
 		snprintf(why, n, "learning rate %g not in (0, 1e6)", j->lr);
+		return PS_EINVAL;
+	}
+	struct comp_codec cc;
+	char              cwhy[128];
+	if (comp_codec_parse_msg(j->codec_push, j->bucket, &cc, cwhy,
+	        sizeof(cwhy)) != PS_OK) {
+		snprintf(why, n, "codec-push '%s': %s", j->codec_push, cwhy);
+		return PS_EINVAL;
+	}
+	if (comp_codec_parse_msg(j->codec_pull, j->bucket, &cc, cwhy,
+	        sizeof(cwhy)) != PS_OK || cc.stochastic) {
+		snprintf(why, n, "codec-pull '%s': %s", j->codec_pull,
+		    cc.stochastic ? "the pull side rounds deterministically"
+		                  : cwhy);
 		return PS_EINVAL;
 	}
 	if (j->mode != PSWIRE__MODE__MODE_SYNC &&

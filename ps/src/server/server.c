@@ -19,6 +19,13 @@
 //   changes nothing.
 // - A background thread registers with the scheduler and fetches the
 //   placement; until it arrives requests get UNAVAILABLE.
+// - Compression (ALGORITHMS.md §2.4): pushes arrive as the job's push codec
+//   (or fp32 during warm-up) and are decoded into fp32. With a pull codec,
+//   each shard keeps a reference `ref` that every trainer also holds; after
+//   each update the server encodes d = Q(x - ref), applies ref += deq(d)
+//   (comp_ref_encode) and keeps the last `log_k` encoded deltas, so a pull
+//   sends the chain of deltas the trainer is missing, or the full reference
+//   when it is too far behind, asks for it, or the job is in warm-up.
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -27,8 +34,13 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 
+#include "comp/comp.h"
 #include "ps/ps.h"
 #include "rpc.h"
+
+// Pull deltas kept per shard for trainers a few versions behind: past this
+// a full reference costs less than replaying (ALGORITHMS.md §2.4, LOG_K).
+#define PS_DELTA_LOG 4
 
 struct srv_shard {
 	uint32_t id;      // global shard id
@@ -43,6 +55,14 @@ struct srv_shard {
 	uint64_t version;
 	int      init;    // version-0 weights have arrived
 	uint64_t seen;    // duplicate check stamp
+	// pull reference and delta log (only with a pull codec)
+	float    *ref;
+	uint32_t  ref_crc;
+	uint8_t  *log;      // log_k entries of log_cap bytes
+	size_t    log_cap;
+	uint64_t *log_base; // base version of each entry (UINT64_MAX: empty)
+	uint32_t *log_crc;  // crc of ref after the entry
+	size_t   *log_len;
 };
 
 struct ps_server {
@@ -63,6 +83,11 @@ struct ps_server {
 	int32_t              *local;    // global id -> index in shards, or -1
 	size_t                n_global;
 	float                *sum;      // scratch: largest shard
+	float                *scratch;  // scratch: largest shard (ref encode)
+	struct comp_codec     cpush, cpull, cnone;
+	int                   pull_none; // no pull codec: send x in full
+	uint32_t              warmup;    // versions <= warmup are fp32
+	uint32_t              log_k;
 	uint64_t              stamp;
 	struct ps_call       *parked;
 	// stats (relaxed atomics)
@@ -114,89 +139,157 @@ shards_ready(struct ps_server *s, const uint32_t *ids, size_t n,
 	return 1;
 }
 
-// The shard ids of a parked or ready pull: from pull_req or push_req.
-static size_t
-call_shards(struct ps_call *c, uint32_t *ids, size_t cap)
+// The i-th shard of a pull or push-pull call, with the version of the
+// reference the caller holds and whether it asked for a full resync.
+static uint32_t
+call_shard(const struct ps_call *c, size_t i, uint64_t *have, int *full)
 {
-	size_t n = 0;
 	if (c->hdr->body_case == PSWIRE__HEADER__BODY_PULL_REQ) {
-		for (size_t i = 0; i < c->hdr->pull_req->n_shards && n < cap;
-		     i++) {
-			ids[n++] = c->hdr->pull_req->shards[i];
-		}
-	} else {
-		for (size_t i = 0; i < c->hdr->push_req->n_shards && n < cap;
-		     i++) {
-			ids[n++] = c->hdr->push_req->shards[i]->shard;
-		}
+		*have = c->hdr->pull_req->have_version;
+		*full = c->hdr->pull_req->full;
+		return c->hdr->pull_req->shards[i];
 	}
-	return n;
+	*have = c->hdr->push_req->shards[i]->version;
+	*full = 0;
+	return c->hdr->push_req->shards[i]->shard;
 }
 
-// answer_pull replies with the current weights of the call's shards.
-// Called with mu held; every shard is ready.
+static size_t
+call_n_shards(const struct ps_call *c)
+{
+	return c->hdr->body_case == PSWIRE__HEADER__BODY_PULL_REQ
+	    ? c->hdr->pull_req->n_shards
+	    : c->hdr->push_req->n_shards;
+}
+
+enum { PLAN_FULL, PLAN_CHAIN };
+
+// plan decides how to bring a caller holding version `have` up to the
+// shard's version: the chain of logged deltas when they are all there,
+// else the full reference. *nrefs and *bytes receive its size. mu held.
+static int
+plan(const struct ps_server *s, const struct srv_shard *sh, uint64_t have,
+    int full, size_t *nrefs, size_t *bytes)
+{
+	uint64_t cur = sh->version;
+	if (!s->pull_none && !full && have <= cur && cur - have <= s->log_k) {
+		size_t b = 0;
+		int    ok = 1;
+		for (uint64_t v = have; v < cur && ok; v++) {
+			uint32_t slot = (uint32_t) (v % s->log_k);
+			ok            = sh->log_base[slot] == v;
+			b += sh->log_len[slot];
+		}
+		if (ok) {
+			*nrefs = cur > have ? (size_t) (cur - have) : 1;
+			*bytes = b;
+			return PLAN_CHAIN;
+		}
+	}
+	*nrefs = 1;
+	*bytes = sh->len * 4;
+	return PLAN_FULL;
+}
+
+// answer_pull replies with what each of the call's shards needs: the full
+// weights (no pull codec), the full reference, or the chain of deltas from
+// the caller's version. mu held; every shard is ready.
 static void
 answer_pull(struct ps_server *s, struct ps_call *c)
 {
-	size_t            n;
+	size_t            n = call_n_shards(c), nrefs = 0, off = 0, hl;
 	Pswire__Header    h   = PSWIRE__HEADER__INIT;
 	Pswire__PullReply rep = PSWIRE__PULL_REPLY__INIT;
 	Pswire__ShardRef  refs_stack[64], *refs = refs_stack;
 	Pswire__ShardRef *ptr_stack[64], **ptrs = ptr_stack;
-	uint32_t          id_stack[64];
 	nng_msg          *m;
 	uint8_t          *payload;
-	uint64_t          off = 0;
-	size_t            hl;
+	uint64_t          have;
+	int               full;
 
-	n = c->hdr->body_case == PSWIRE__HEADER__BODY_PULL_REQ
-	    ? c->hdr->pull_req->n_shards
-	    : c->hdr->push_req->n_shards;
-	uint32_t *idv = id_stack;
-	if (n > 64) {
-		// Large maps: one allocation per reply of a big pull is
-		// acceptable (rare: > 64 shards on one server).
-		refs = ps_alloc(n * sizeof(*refs));
-		ptrs = ps_alloc(n * sizeof(*ptrs));
-		idv  = ps_alloc(n * sizeof(*idv));
-		if (refs == NULL || ptrs == NULL || idv == NULL) {
+	for (size_t i = 0; i < n; i++) {
+		uint32_t          id = call_shard(c, i, &have, &full);
+		struct srv_shard *sh = &s->shards[s->local[id]];
+		size_t            k, b;
+		plan(s, sh, have, full, &k, &b);
+		nrefs += k;
+	}
+	if (nrefs > 64) {
+		// Rare (many shards or long chains): one allocation per reply.
+		refs = ps_alloc(nrefs * sizeof(*refs));
+		ptrs = ps_alloc(nrefs * sizeof(*ptrs));
+		if (refs == NULL || ptrs == NULL) {
 			ps_free(refs);
 			ps_free(ptrs);
-			ps_free(idv);
 			reply_err(s, c, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
 			    "out of memory building a pull reply");
 			return;
 		}
 	}
-	call_shards(c, idv, n);
+	nrefs = 0;
 	for (size_t i = 0; i < n; i++) {
-		struct srv_shard *sh = &s->shards[s->local[idv[i]]];
-		pswire__shard_ref__init(&refs[i]);
-		refs[i].shard   = sh->id;
-		refs[i].version = sh->version;
-		refs[i].codec   = 0;
-		refs[i].offset  = off;
-		refs[i].length  = sh->len * 4;
-		off += sh->len * 4;
-		ptrs[i] = &refs[i];
+		uint32_t          id = call_shard(c, i, &have, &full);
+		struct srv_shard *sh = &s->shards[s->local[id]];
+		size_t            k, b;
+		int               how = plan(s, sh, have, full, &k, &b);
+		for (size_t j = 0; j < k; j++) {
+			Pswire__ShardRef *r = &refs[nrefs];
+			pswire__shard_ref__init(r);
+			ptrs[nrefs++] = r;
+			r->shard      = sh->id;
+			r->offset     = off;
+			if (how == PLAN_FULL) {
+				r->kind    = 0;
+				r->codec   = COMP_NONE;
+				r->version = sh->version;
+				r->length  = sh->len * 4;
+				r->crc     = s->pull_none ? 0 : sh->ref_crc;
+			} else if (sh->version == have) {
+				r->kind         = 1;
+				r->codec        = s->cpull.id;
+				r->bucket       = s->cpull.bucket;
+				r->base_version = have;
+				r->version      = have;
+				r->crc          = sh->ref_crc;
+			} else {
+				uint64_t v    = have + j;
+				uint32_t slot = (uint32_t) (v % s->log_k);
+				r->kind         = 1;
+				r->codec        = s->cpull.id;
+				r->bucket       = s->cpull.bucket;
+				r->base_version = v;
+				r->version      = v + 1;
+				r->length       = sh->log_len[slot];
+				r->crc          = sh->log_crc[slot];
+			}
+			off += r->length;
+		}
 	}
-	rep.n_shards  = n;
-	rep.shards    = ptrs;
-	h.request_id  = c->hdr->request_id;
-	h.epoch       = s->pl->epoch;
-	h.body_case   = PSWIRE__HEADER__BODY_PULL_REP;
-	h.pull_rep    = &rep;
-	hl            = pswire__header__get_packed_size(&h);
+	rep.n_shards = nrefs;
+	rep.shards   = ptrs;
+	h.request_id = c->hdr->request_id;
+	h.epoch      = s->pl->epoch;
+	h.body_case  = PSWIRE__HEADER__BODY_PULL_REP;
+	h.pull_rep   = &rep;
+	hl           = pswire__header__get_packed_size(&h);
 	if (psw_msg_begin(&m, hl, off, &payload) != PS_OK) {
 		reply_err(s, c, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
 		    "out of memory building a pull reply");
 		goto done;
 	}
-	for (size_t i = 0; i < n; i++) {
-		struct srv_shard *sh = &s->shards[s->local[idv[i]]];
-		// Little-endian hosts only (checked at start-up): the fp32
-		// payload is the array's bytes.
-		memcpy(payload + refs[i].offset, sh->x, sh->len * 4);
+	for (size_t i = 0; i < nrefs; i++) {
+		Pswire__ShardRef *r  = &refs[i];
+		struct srv_shard *sh = &s->shards[s->local[r->shard]];
+		// Little-endian hosts only (checked at start-up): fp32
+		// payloads are the arrays' bytes.
+		if (r->kind == 0) {
+			memcpy(payload + r->offset, s->pull_none ? sh->x : sh->ref,
+			    r->length);
+		} else if (r->length > 0) {
+			uint32_t slot = (uint32_t) (r->base_version % s->log_k);
+			memcpy(payload + r->offset,
+			    sh->log + (size_t) slot * sh->log_cap, r->length);
+		}
 	}
 	psw_msg_finish(m, c->frame.method, PSW_FLAG_REPLY, &h.base, hl, off);
 	atomic_fetch_add_explicit(&s->bytes_out, nng_msg_len(m),
@@ -207,7 +300,6 @@ done:
 	if (refs != refs_stack) {
 		ps_free(refs);
 		ps_free(ptrs);
-		ps_free(idv);
 	}
 }
 
@@ -216,25 +308,14 @@ static void
 wake(struct ps_server *s)
 {
 	struct ps_call **pp = &s->parked;
-	uint32_t         ids[64];
 	while (*pp != NULL) {
 		struct ps_call *c = *pp;
-		size_t          n = call_shards(c, ids, 64);
-		int             ready = 1;
-		// Calls with more than 64 shards are checked in chunks.
-		size_t total = c->hdr->body_case == PSWIRE__HEADER__BODY_PULL_REQ
-		    ? c->hdr->pull_req->n_shards
-		    : c->hdr->push_req->n_shards;
-		if (total > n) {
-			for (size_t i = 0; i < total && ready; i++) {
-				uint32_t id = c->hdr->body_case ==
-				        PSWIRE__HEADER__BODY_PULL_REQ
-				    ? c->hdr->pull_req->shards[i]
-				    : c->hdr->push_req->shards[i]->shard;
-				ready = shards_ready(s, &id, 1, c->park_version);
-			}
-		} else {
-			ready = shards_ready(s, ids, n, c->park_version);
+		size_t          n = call_n_shards(c);
+		int             ready = 1, full;
+		uint64_t        have;
+		for (size_t i = 0; i < n && ready; i++) {
+			uint32_t id = call_shard(c, i, &have, &full);
+			ready = shards_ready(s, &id, 1, c->park_version);
 		}
 		if (ready) {
 			*pp = c->next;
@@ -256,6 +337,46 @@ pull_or_park(struct ps_server *s, struct ps_call *c, uint64_t want)
 	wake(s);
 }
 
+static void
+log_reset(struct ps_server *s, struct srv_shard *sh)
+{
+	for (uint32_t k = 0; k < s->log_k; k++) {
+		sh->log_base[k] = UINT64_MAX;
+	}
+}
+
+// publish_version updates the pull reference after sh->x changed and
+// sh->version advanced. mu held.
+static void
+publish_version(struct ps_server *s, struct srv_shard *sh)
+{
+	if (s->pull_none) {
+		return;
+	}
+	if (sh->version > s->warmup) {
+		uint64_t base = sh->version - 1;
+		uint32_t slot = (uint32_t) (base % s->log_k);
+		size_t   n;
+		int      rv = comp_ref_encode(&s->cpull, sh->x, sh->ref, sh->len,
+		         s->scratch, sh->log + (size_t) slot * sh->log_cap,
+		         sh->log_cap, &n);
+		if (rv == PS_OK) {
+			sh->ref_crc        = ps_crc32(0, sh->ref, sh->len * 4);
+			sh->log_base[slot] = base;
+			sh->log_len[slot]  = n;
+			sh->log_crc[slot]  = sh->ref_crc;
+			return;
+		}
+		PS_LOG(PS_LOG_WARN, "store", "shard %u: pull delta encode "
+		    "failed (%s); trainers resync in full", sh->id,
+		    ps_strerror(rv));
+	}
+	// Warm-up (or encode failure): the reference is the weights.
+	memcpy(sh->ref, sh->x, sh->len * 4);
+	sh->ref_crc = ps_crc32(0, sh->ref, sh->len * 4);
+	log_reset(s, sh);
+}
+
 // apply_sync sums the staged pushes in rank order and applies SGD. mu held.
 static void
 apply_sync(struct ps_server *s, struct srv_shard *sh)
@@ -273,6 +394,7 @@ apply_sync(struct ps_server *s, struct srv_shard *sh)
 		sh->x[i] -= scale * s->sum[i];
 	}
 	sh->version++;
+	publish_version(s, sh);
 	sh->n_pushed = 0;
 	sh->samples  = 0;
 	memset(sh->state, 0, s->trainers);
@@ -280,6 +402,12 @@ apply_sync(struct ps_server *s, struct srv_shard *sh)
 }
 
 // ---- request handlers -----------------------------------------------------
+
+static const struct comp_codec *
+push_codec(const struct ps_server *s, const Pswire__ShardRef *r)
+{
+	return r->codec == COMP_NONE ? &s->cnone : &s->cpush;
+}
 
 // check_refs validates a push's shard references against the map and the
 // payload. mu held. Returns 0 or replies an error and returns -1.
@@ -308,17 +436,21 @@ check_refs(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 			return -1;
 		}
 		sh->seen = s->stamp;
-		if (r->codec != 0) {
-			reply_err(s, c, PSWIRE__STATUS__UNIMPLEMENTED,
-			    "shard %u: codec %u not supported", r->shard,
-			    r->codec);
+		if (r->codec != COMP_NONE && (p->init ||
+		                                 r->codec != s->cpush.id)) {
+			reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+			    "shard %u: codec %u (%s) is not this job's push "
+			    "codec %s", r->shard, r->codec,
+			    comp_codec_name(r->codec),
+			    comp_codec_name(s->cpush.id));
 			return -1;
 		}
-		if (r->length != sh->len * 4) {
+		size_t want = comp_bound(push_codec(s, r), sh->len);
+		if (r->length != want) {
 			reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
-			    "shard %u: %llu payload bytes, expected %llu",
-			    r->shard, (unsigned long long) r->length,
-			    (unsigned long long) (sh->len * 4));
+			    "shard %u: %llu payload bytes, expected %zu for "
+			    "%s", r->shard, (unsigned long long) r->length,
+			    want, comp_codec_name(r->codec));
 			return -1;
 		}
 		if (r->offset > plen || r->length > plen - r->offset) {
@@ -355,7 +487,11 @@ on_init(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 		}
 	}
 	for (size_t i = 0; i < p->n_shards; i++) {
-		s->shards[s->local[p->shards[i]->shard]].init = 1;
+		struct srv_shard *sh = &s->shards[s->local[p->shards[i]->shard]];
+		if (!sh->init) {
+			sh->init = 1;
+			publish_version(s, sh);
+		}
 	}
 	wake(s);
 	ps__call_reply(c, &h);
@@ -435,15 +571,20 @@ on_push(struct ps_server *s, struct ps_call *c)
 		}
 	}
 	if (s->mode == PSWIRE__MODE__MODE_ASYNC) {
-		// Validate every shard's values before changing any.
+		// Validate every shard's values before changing any, then
+		// decode again to apply (decoding is cheaper than a buffer per
+		// shard, and async pushes are applied under the lock anyway).
 		for (size_t i = 0; i < p->n_shards; i++) {
 			Pswire__ShardRef *r  = p->shards[i];
 			struct srv_shard *sh = &s->shards[s->local[r->shard]];
-			memcpy(s->sum, c->frame.payload + r->offset, sh->len * 4);
-			if (!all_finite(s->sum, sh->len)) {
+			int rv = comp_decode(push_codec(s, r),
+			    c->frame.payload + r->offset, r->length, sh->len,
+			    s->sum);
+			if (rv != PS_OK || !all_finite(s->sum, sh->len)) {
 				reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
-				    "shard %u: gradient holds NaN or Inf",
-				    r->shard);
+				    "shard %u: gradient is %s", r->shard,
+				    rv != PS_OK ? "a corrupt code"
+				                : "holding NaN or Inf");
 				goto out;
 			}
 		}
@@ -451,14 +592,13 @@ on_push(struct ps_server *s, struct ps_call *c)
 		for (size_t i = 0; i < p->n_shards; i++) {
 			Pswire__ShardRef *r  = p->shards[i];
 			struct srv_shard *sh = &s->shards[s->local[r->shard]];
-			memcpy(s->sum, c->frame.payload + r->offset, sh->len * 4);
+			comp_decode(push_codec(s, r), c->frame.payload + r->offset,
+			    r->length, sh->len, s->sum);
 			for (size_t j = 0; j < sh->len; j++) {
 				sh->x[j] -= scale * s->sum[j];
 			}
 			sh->version++;
-			if (sh->version > want) {
-				want = sh->version;
-			}
+			publish_version(s, sh);
 		}
 		atomic_fetch_add_explicit(&s->n_push, 1, memory_order_relaxed);
 		want = 0; // async push-pull returns the newest, whatever it is
@@ -469,13 +609,16 @@ on_push(struct ps_server *s, struct ps_call *c)
 		s->shards[s->local[p->shards[i]->shard]].state[rank] = 1;
 	}
 	pthread_mutex_unlock(&s->mu);
-	int bad = -1;
+	int bad = -1, bad_code = 0;
 	for (size_t i = 0; i < p->n_shards && bad < 0; i++) {
 		Pswire__ShardRef *r    = p->shards[i];
 		struct srv_shard *sh   = &s->shards[s->local[r->shard]];
 		float            *slot = sh->stage + (size_t) rank * sh->len;
-		memcpy(slot, c->frame.payload + r->offset, sh->len * 4);
-		if (!all_finite(slot, sh->len)) {
+		if (comp_decode(push_codec(s, r), c->frame.payload + r->offset,
+		        r->length, sh->len, slot) != PS_OK) {
+			bad      = (int) i;
+			bad_code = 1;
+		} else if (!all_finite(slot, sh->len)) {
 			bad = (int) i;
 		}
 	}
@@ -485,8 +628,8 @@ on_push(struct ps_server *s, struct ps_call *c)
 			s->shards[s->local[p->shards[i]->shard]].state[rank] = 0;
 		}
 		reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
-		    "shard %u: gradient holds NaN or Inf",
-		    p->shards[bad]->shard);
+		    "shard %u: gradient is %s", p->shards[bad]->shard,
+		    bad_code ? "a corrupt code" : "holding NaN or Inf");
 		goto out;
 	}
 	for (size_t i = 0; i < p->n_shards; i++) {
@@ -641,11 +784,25 @@ install_placement(struct ps_server *s, Pswire__Placement *pl)
 	s->trainers = pl->trainers;
 	s->mode     = job->mode;
 	s->lr       = job->lr;
+	s->warmup   = job->warmup_steps;
+	s->log_k    = PS_DELTA_LOG;
+	// The scheduler validated the codecs; a server still refuses a map
+	// it cannot serve rather than trusting it.
+	if (comp_codec_parse(job->codec_push, job->bucket, &s->cpush) !=
+	        PS_OK ||
+	    comp_codec_parse(job->codec_pull, job->bucket, &s->cpull) !=
+	        PS_OK ||
+	    comp_codec_parse("none", 0, &s->cnone) != PS_OK) {
+		return PS_EPROTO;
+	}
+	s->pull_none = s->cpull.id == COMP_NONE;
 	s->n_global = pl->n_shards;
 	s->local    = ps_alloc(pl->n_shards * sizeof(*s->local));
 	s->shards   = ps_zalloc((mine ? mine : 1) * sizeof(*s->shards));
 	s->sum      = ps_alloc(maxlen * sizeof(float));
-	if (s->local == NULL || s->shards == NULL || s->sum == NULL) {
+	s->scratch  = ps_alloc(maxlen * sizeof(float));
+	if (s->local == NULL || s->shards == NULL || s->sum == NULL ||
+	    s->scratch == NULL) {
 		return PS_ENOMEM;
 	}
 	for (size_t i = 0; i < pl->n_shards; i++) {
@@ -664,6 +821,20 @@ install_placement(struct ps_server *s, Pswire__Placement *pl)
 		sh->state = ps_zalloc(s->trainers);
 		if (sh->x == NULL || sh->stage == NULL || sh->state == NULL) {
 			return PS_ENOMEM;
+		}
+		if (!s->pull_none) {
+			sh->log_cap  = comp_bound(&s->cpull, sh->len);
+			sh->ref      = ps_zalloc(sh->len * sizeof(float));
+			sh->log      = ps_alloc(sh->log_cap * s->log_k + 1);
+			sh->log_base = ps_alloc(s->log_k * sizeof(uint64_t));
+			sh->log_crc  = ps_zalloc(s->log_k * sizeof(uint32_t));
+			sh->log_len  = ps_zalloc(s->log_k * sizeof(size_t));
+			if (sh->ref == NULL || sh->log == NULL ||
+			    sh->log_base == NULL || sh->log_crc == NULL ||
+			    sh->log_len == NULL) {
+				return PS_ENOMEM;
+			}
+			log_reset(s, sh);
 		}
 		s->local[i] = (int32_t) s->n_shards++;
 	}
@@ -903,7 +1074,13 @@ ps_server_close(struct ps_server *s)
 		ps_free(s->shards[i].x);
 		ps_free(s->shards[i].stage);
 		ps_free(s->shards[i].state);
+		ps_free(s->shards[i].ref);
+		ps_free(s->shards[i].log);
+		ps_free(s->shards[i].log_base);
+		ps_free(s->shards[i].log_crc);
+		ps_free(s->shards[i].log_len);
 	}
+	ps_free(s->scratch);
 	ps_free(s->shards);
 	ps_free(s->local);
 	ps_free(s->sum);
