@@ -140,7 +140,7 @@ summary_value(const char *path, const char *key)
 
 // run_epoch trains 2 trainers x 2 servers for one epoch with extra flags
 // and returns rank 0's test accuracy.
-double
+static double
 it_run_epoch(const char *codec_push, const char *codec_pull)
 {
 	struct lc c;
@@ -172,6 +172,21 @@ START_TEST(test_train_one_epoch_accuracy)
 }
 END_TEST
 
+// One epoch with q4 pushes and q8 reference-delta pulls (AQ-SGD style)
+// still reaches >= 80% and stays within 1 point of fp32 at one epoch.
+START_TEST(test_train_one_epoch_q4_q8)
+{
+	if (!have_data()) {
+		fprintf(stderr, "SKIP: Fashion-MNIST not installed\n");
+		return;
+	}
+	double fp32 = it_run_epoch("none", "none");
+	double q    = it_run_epoch("q4", "q8");
+	ck_assert_msg(q >= 0.80, "q4/q8 test accuracy %.4f < 0.80", q);
+	ck_assert_msg(q >= fp32 - 0.01, "q4/q8 %.4f vs fp32 %.4f", q, fp32);
+}
+END_TEST
+
 Suite *
 suite_train(void)
 {
@@ -180,6 +195,7 @@ suite_train(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_train_sync_equals_single_process);
 	tcase_add_test(tc, test_train_one_epoch_accuracy);
+	tcase_add_test(tc, test_train_one_epoch_q4_q8);
 	suite_add_tcase(s, tc);
 	return s;
 }

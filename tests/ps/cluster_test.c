@@ -61,6 +61,9 @@ struct trainer_arg {
 	int         rank;
 	int         steps;
 	int         mode;
+	const char *codec_push, *codec_pull;
+	uint32_t    warmup;
+	uint64_t    bytes_pushed, bytes_pulled;
 	float       w[NT][40];
 	int         rv;
 	char        err[256];
@@ -89,6 +92,9 @@ trainer_main(void *arg)
 	o.lr            = 0.5;
 	o.mode          = a->mode;
 	o.timeout_ms    = 20000;
+	o.codec_push    = a->codec_push;
+	o.codec_pull    = a->codec_pull;
+	o.warmup_steps  = a->warmup;
 	for (int t = 0; t < NT; t++) {
 		wp[t] = a->w[t];
 		gp[t] = g[t];
@@ -121,6 +127,10 @@ trainer_main(void *arg)
 	}
 out:
 	if (c != NULL) {
+		struct ferry_stats st;
+		ferry_client_stats(c, &st);
+		a->bytes_pushed = st.bytes_pushed;
+		a->bytes_pulled = st.bytes_pulled;
 		snprintf(a->err, sizeof(a->err), "%s",
 		    ferry_client_last_error(c));
 	}
@@ -357,6 +367,93 @@ START_TEST(test_cluster_hostile_frames_bogus)
 }
 END_TEST
 
+// run_pair trains 2 trainers x 2 servers for K steps with the codecs.
+static void
+run_pair(struct trainer_arg a[2], int K, const char *push, const char *pull,
+    uint32_t warmup)
+{
+	struct cluster cl;
+	pthread_t      th[2];
+	cluster_start(&cl, 2, 2);
+	for (int r = 0; r < 2; r++) {
+		memset(&a[r], 0, sizeof(a[r]));
+		a[r].url        = ps_scheduler_url(cl.sched);
+		a[r].rank       = r;
+		a[r].steps      = K;
+		a[r].codec_push = push;
+		a[r].codec_pull = pull;
+		a[r].warmup     = warmup;
+		pthread_create(&th[r], NULL, trainer_main, &a[r]);
+	}
+	for (int r = 0; r < 2; r++) {
+		pthread_join(th[r], NULL);
+		ck_assert_msg(a[r].rv == 0, "rank %d (%s/%s): %s: %s", r, push,
+		    pull, ferry_strerror(a[r].rv), a[r].err);
+	}
+	cluster_stop(&cl);
+}
+
+// With q4 pushes and q8 reference-delta pulls, both trainers end with
+// bit-identical weights (the pull reference is in lockstep through the
+// wire), close to the fp32 run, and the wire carries fewer bytes.
+START_TEST(test_cluster_codecs_lockstep)
+{
+	struct trainer_arg ref[2], q[2];
+	const int          K = 12;
+	run_pair(ref, K, "none", "none", 0);
+	run_pair(q, K, "q4", "q8", 2);
+	double err = 0, norm = 0;
+	for (int t = 0; t < NT; t++) {
+		ck_assert_int_eq(memcmp(q[0].w[t], q[1].w[t],
+		                     lens[t] * sizeof(float)), 0);
+		for (size_t i = 0; i < lens[t]; i++) {
+			double d = q[0].w[t][i] - ref[0].w[t][i];
+			err += d * d;
+			norm += (double) ref[0].w[t][i] * ref[0].w[t][i];
+		}
+	}
+	ck_assert_msg(sqrt(err / norm) < 0.02, "q4/q8 drifted %.3g from fp32",
+	    sqrt(err / norm));
+	ck_assert_uint_lt(q[0].bytes_pushed, ref[0].bytes_pushed);
+	ck_assert_uint_lt(q[0].bytes_pulled, ref[0].bytes_pulled);
+}
+END_TEST
+
+// Every codec trains without error in both directions.
+START_TEST(test_cluster_codecs_all)
+{
+	static const char *push[] = { "fp16", "bf16", "q8", "q2", "sign",
+		"topk:0.25", "q4:sr" };
+	static const char *pull[] = { "bf16", "fp16", "q2", "q4", "q8",
+		"fp16", "q8" };
+	for (size_t i = 0; i < sizeof(push) / sizeof(push[0]); i++) {
+		struct trainer_arg a[2];
+		run_pair(a, 4, push[i], pull[i], 1);
+		for (int t = 0; t < NT; t++) {
+			ck_assert_int_eq(memcmp(a[0].w[t], a[1].w[t],
+			                     lens[t] * sizeof(float)), 0);
+		}
+	}
+}
+END_TEST
+
+// A job with an unknown codec is refused at declaration, with the reason.
+START_TEST(test_cluster_codec_bogus)
+{
+	struct cluster           cl;
+	struct ferry_opts        o = FERRY_OPTS_INIT;
+	ferry_client            *c;
+	cluster_start(&cl, 1, 1);
+	o.scheduler_url = ps_scheduler_url(cl.sched);
+	o.codec_push    = "q3";
+	ck_assert_int_eq(ferry_client_open(&o, &c), FERRY_EINVAL);
+	o.codec_push = "none";
+	o.codec_pull = "q8:sr"; // pull side must round deterministically
+	ck_assert_int_eq(ferry_client_open(&o, &c), FERRY_EINVAL);
+	cluster_stop(&cl);
+}
+END_TEST
+
 Suite *
 suite_cluster(void)
 {
@@ -367,6 +464,9 @@ suite_cluster(void)
 	tcase_add_test(tc, test_cluster_async_single);
 	tcase_add_test(tc, test_cluster_declare_mismatch_bogus);
 	tcase_add_test(tc, test_cluster_hostile_frames_bogus);
+	tcase_add_test(tc, test_cluster_codecs_lockstep);
+	tcase_add_test(tc, test_cluster_codecs_all);
+	tcase_add_test(tc, test_cluster_codec_bogus);
 	suite_add_tcase(s, tc);
 	return s;
 }
