@@ -656,6 +656,7 @@ struct sc_shared {
 	double            duration;
 	pthread_barrier_t bar;
 	volatile int      fail;
+	int               done; // clients finished (atomic)
 };
 struct sc_client {
 	struct sc_shared *sh;
@@ -710,6 +711,7 @@ sc_main(void *arg)
 	ferry_client_close(fc);
 	free(g);
 	free(w);
+	__atomic_add_fetch(&sh->done, 1, __ATOMIC_SEQ_CST);
 	return NULL;
 }
 
@@ -765,10 +767,20 @@ run_scale(const char *list, size_t len, double duration, FILE *json)
 			cl[i].rank = i;
 			pthread_create(&th[i], NULL, sc_main, &cl[i]);
 		}
+		// Sample the server's RSS while the clients run.
+		long peak = 0;
+		while (__atomic_load_n(&sh.done, __ATOMIC_SEQ_CST) < n) {
+			proc_rss(c.srv[0].pid, &rss, &hwm);
+			if (rss > peak) {
+				peak = rss;
+			}
+			usleep(50000);
+		}
 		for (int i = 0; i < n; i++) {
 			pthread_join(th[i], NULL);
 		}
 		proc_rss(c.srv[0].pid, &rss, &hwm);
+		rss = peak;
 		cluster_down(&c);
 		if (sh.fail) {
 			fprintf(stderr, "scale: %d clients failed\n", n);

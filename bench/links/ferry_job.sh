@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# ferry_job.sh — run one Ferry training job over emulated links: a host
+# "srv" (scheduler + 1 server) and T trainer hosts t0..t{T-1}, every link
+# shaped to RATE (both directions) by netsim.sh, optionally with DELAY_MS of
+# added one-way latency on the trainers' path to the server (delay relay).
+# Prints rank 0's output (progress lines and the summary JSON) on stdout.
+#
+#   ferry_job.sh [--rate 100mbit|none] [--delay-ms D] [--trainers T]
+#                [--build DIR] [--name NET] -- [trainer flags...]
+#
+# Exit 77 (skip) when network namespaces are not available (not root).
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+NETSIM="$HERE/netsim.sh"
+rate=none delay=0 trainers=2 build="$ROOT/build" name="fj$$"
+while (($#)); do
+	case "$1" in
+	--rate) rate=$2; shift 2 ;;
+	--delay-ms) delay=$2; shift 2 ;;
+	--trainers) trainers=$2; shift 2 ;;
+	--build) build=$2; shift 2 ;;
+	--name) name=$2; shift 2 ;;
+	--) shift; break ;;
+	*) echo "ferry_job: unknown flag $1" >&2; exit 2 ;;
+	esac
+done
+"$NETSIM" check || exit 77
+PS="$build/ps/ps-server" TR="$build/trainer/trainer"
+RUN=$(mktemp -d /tmp/ferry-links.XXXXXX)
+hosts=("srv:$rate")
+for ((r = 0; r < trainers; r++)); do hosts+=("t$r:$rate"); done
+relay_pid=""
+cleanup() {
+	[ -n "$relay_pid" ] && kill "$relay_pid" 2>/dev/null || true
+	"$NETSIM" down "$name" || true
+}
+trap cleanup EXIT
+"$NETSIM" up "$name" "${hosts[@]}"
+SIP=$("$NETSIM" ip "$name" srv)
+
+"$NETSIM" exec "$name" srv "$PS" --role=scheduler --trainers="$trainers" \
+	--servers=1 --listen="tcp://$SIP:7000" --log-level=warn \
+	2>"$RUN/scheduler.log" &
+srv_args=(--role=server --scheduler="tcp://$SIP:7000" --log-level=warn)
+if [ "$delay" != 0 ]; then
+	# Server on 7001, the relay on 7101 in front of it; trainers dial the relay.
+	srv_args+=(--listen="tcp://$SIP:7001" --advertise="tcp://$SIP:7101")
+	relay_pid=$("$NETSIM" relay "$name" srv 7101 "$SIP:7001" "$delay")
+else
+	srv_args+=(--listen="tcp://$SIP:7001")
+fi
+sleep 0.2
+"$NETSIM" exec "$name" srv "$PS" "${srv_args[@]}" 2>"$RUN/server.log" &
+tp=()
+for ((r = 0; r < trainers; r++)); do
+	if ((r == 0)); then
+		"$NETSIM" exec "$name" "t$r" "$TR" --scheduler="tcp://$SIP:7000" \
+			--rank=$r "$@" 2>"$RUN/trainer-$r.log" &
+	else
+		"$NETSIM" exec "$name" "t$r" "$TR" --scheduler="tcp://$SIP:7000" \
+			--rank=$r "$@" >"$RUN/trainer-$r.out" 2>"$RUN/trainer-$r.log" &
+	fi
+	tp+=($!)
+done
+rc=0
+for p in "${tp[@]}"; do wait "$p" || rc=$?; done
+if ((rc != 0)); then
+	echo "ferry_job: a trainer failed (exit $rc):" >&2
+	tail -3 "$RUN"/trainer-*.log >&2 || true
+fi
+exit $rc

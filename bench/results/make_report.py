@@ -1,0 +1,445 @@
+#!/usr/bin/python3
+"""make_report.py RAW_DIR DOC_MD LATEST_JSON PLOTS_DIR
+
+Turns the raw outputs of bench/run.sh (RAW_DIR: machine.env, transport.json,
+scale.json, e2e.jsonl, links.jsonl, curves/*.csv, perf-*.txt, codec.*) into
+docs/benchmarks.md, bench/results/latest.json and gnuplot PNGs.
+"""
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+RAW, DOC, LATEST, PLOTS = sys.argv[1:5]
+TRAIN_N, BATCH = 60000, 64
+
+
+def load_json(name, default):
+    try:
+        with open(os.path.join(RAW, name)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return default
+
+
+def load_jsonl(name):
+    out = []
+    try:
+        with open(os.path.join(RAW, name)) as f:
+            for line in f:
+                line = line.strip()
+                if line:
+                    out.append(json.loads(line))
+    except OSError:
+        pass
+    return out
+
+
+def read_text(name):
+    try:
+        with open(os.path.join(RAW, name)) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+machine = {}
+for line in read_text("machine.env").splitlines():
+    if "=" in line:
+        k, v = line.split("=", 1)
+        machine[k] = v
+quick = machine.get("quick") == "1"
+
+# ---- transport ------------------------------------------------------------
+transport = load_json("transport.json", {}).get("transport", [])
+
+# ---- scale ----------------------------------------------------------------
+scale = load_json("scale.json", {}).get("scale", [])
+
+
+# ---- e2e ------------------------------------------------------------------
+def read_curve(name):
+    path = os.path.join(RAW, "curves", name + ".csv")
+    rows = []
+    try:
+        with open(path) as f:
+            for r in csv.DictReader(f):
+                try:
+                    rows.append({k: float(v) if v not in ("", None) else None
+                                 for k, v in r.items()})
+                except ValueError:
+                    pass
+    except OSError:
+        pass
+    return rows
+
+
+def per_epoch(curve, trainers):
+    spe = (TRAIN_N // trainers) // BATCH
+    out, prev_wall = [], 0.0
+    for r in curve:
+        if r["step"] and int(r["step"]) % spe == 0 and r.get("test_acc") is not None:
+            e = int(r["step"]) // spe
+            dt = r["wall_s"] - prev_wall
+            out.append({"epoch": e, "wall_s": round(r["wall_s"], 3),
+                        "samples_per_s": round(spe * BATCH * trainers / dt, 1) if dt > 0 else None,
+                        "test_acc": r["test_acc"]})
+            prev_wall = r["wall_s"]
+    return out
+
+
+e2e = []
+for run in load_jsonl("e2e.jsonl"):
+    row = {"name": run["name"], "system": run["system"], "mode": run["mode"],
+           "trainers": run["trainers"], "codec": run["codec"], "status": run["status"]}
+    sums = run.get("summaries", [])
+    if run["status"] == "ok" and sums:
+        r0 = next((s for s in sums if s.get("rank") == 0), sums[0])
+        row["samples_per_s"] = round(sum(s["samples_per_s"] for s in sums), 1)
+        wall = max(s["wall_s"] for s in sums)
+        ev = r0.get("eval_s", 0.0)
+        row["train_samples_per_s"] = round(sum(s["samples"] for s in sums) / max(wall - ev, 1e-9), 1)
+        row["test_acc"] = r0.get("test_acc")
+        row["test_loss"] = r0.get("test_loss")
+        row["wall_s"] = wall
+        row["eval_s"] = ev
+        row["bytes_pushed_rank0"] = r0.get("bytes_pushed")
+        row["per_epoch"] = per_epoch(read_curve(run["name"]), run["trainers"])
+    else:
+        row["samples_per_s"] = None
+        row["test_acc"] = None
+        row["why"] = run.get("why", "")
+    e2e.append(row)
+by_name = {r["name"]: r for r in e2e}
+
+# ---- slow links -----------------------------------------------------------
+links = []
+for run in load_jsonl("links.jsonl"):
+    row = {"rate": run["rate"], "codec": run["codec"], "status": run["status"]}
+    if run["status"] == "ok":
+        s = run["summary"]
+        spe = (TRAIN_N // s["trainers"]) // BATCH
+        step_s = (s["wall_s"] - s.get("eval_s", 0)) / max(s["steps"], 1)
+        row.update({"steps": s["steps"], "step_ms": round(step_s * 1e3, 2),
+                    "epoch_s": round(step_s * spe, 2),
+                    "epoch_measured": s["steps"] >= spe,
+                    "test_acc": s.get("test_acc"),
+                    "bytes_pushed_per_step": round(s["bytes_pushed"] / max(s["steps"], 1)),
+                    "bytes_pulled_per_step": round(s["bytes_pulled"] / max(s["steps"], 1))})
+    else:
+        row["why"] = run.get("why", "")
+    links.append(row)
+
+
+def link(rate, codec):
+    for r in links:
+        if r["rate"] == rate and r["codec"] == codec and r["status"] == "ok":
+            return r
+    return None
+
+
+# ---- targets --------------------------------------------------------------
+targets = []
+
+
+def target(name, value, goal, ok, note=""):
+    targets.append({"target": name, "measured": None if value is None else round(value, 3),
+                    "goal": goal, "met": ok if value is not None else None, "note": note})
+
+
+big = [t for t in transport if t["payload_bytes"] >= 1048576 and t["nng_echo_gbps"] > 0]
+if big:
+    ratios = [t["push_pull_gbps"] / t["nng_echo_gbps"] for t in big]
+    worst = min(big, key=lambda t: t["push_pull_gbps"] / t["nng_echo_gbps"])
+    target("push-pull goodput / raw nng echo, payload >= 1 MiB (worst cell)",
+           min(ratios), ">= 0.90", min(ratios) >= 0.9,
+           f"median {statistics.median(ratios):.2f}; worst {worst['transport']} "
+           f"{worst['clients']}->{worst['servers']} {worst['payload_bytes']} B")
+else:
+    target("push-pull goodput / raw nng echo, payload >= 1 MiB", None, ">= 0.90", None)
+
+f2 = by_name.get("sync-t2-none", {})
+for peer, goal, g in (("torch-rpc", ">= 2.5", 2.5), ("torch-ddp", ">= 2.0", 2.0),
+                      ("torch-single", ">= 1.0", 1.0)):
+    p = by_name.get(peer, {})
+    if f2.get("samples_per_s") and p.get("samples_per_s"):
+        v = f2["samples_per_s"] / p["samples_per_s"]
+        note = (f"{f2['samples_per_s']:.0f} vs {p['samples_per_s']:.0f} samples/s; "
+                f"acc {f2['test_acc']:.4f} vs {p['test_acc']:.4f}")
+        target(f"Ferry sync 2 trainers samples/s / {peer}", v, goal, v >= g, note)
+    else:
+        target(f"Ferry sync 2 trainers samples/s / {peer}", None, goal, None)
+for peer in ("torch-ddp", "torch-rpc"):
+    p = by_name.get(peer, {})
+    if f2.get("test_acc") is not None and p.get("test_acc") is not None:
+        d = (f2["test_acc"] - p["test_acc"]) * 100
+        target(f"test accuracy, Ferry sync 2 trainers - {peer} (points, 3 epochs)", d,
+               "within +-0.5", abs(d) <= 0.5)
+n100, q100 = link("100mbit", "none/none"), link("100mbit", "q4/q8")
+u_none, u_q4 = link("none", "none/none"), link("none", "q4/q8")
+if n100 and q100:
+    v = n100["epoch_s"] / q100["epoch_s"]
+    target("100 Mbit/s: epoch time none / q4", v, ">= 4", v >= 4,
+           f"{n100['epoch_s']} s vs {q100['epoch_s']} s")
+else:
+    target("100 Mbit/s: epoch time none / q4", None, ">= 4", None,
+           "q4 run pending" if n100 else "")
+if q100 and u_none:
+    v = q100["epoch_s"] / u_none["epoch_s"]
+    target("100 Mbit/s q4 epoch / unshaped (none) epoch", v, "<= 1.3", v <= 1.3,
+           f"{q100['epoch_s']} s vs {u_none['epoch_s']} s"
+           + (f"; vs unshaped q4 {q100['epoch_s'] / u_q4['epoch_s']:.2f}x" if u_q4 else ""))
+else:
+    target("100 Mbit/s q4 epoch / unshaped epoch", None, "<= 1.3", None)
+
+# ---- plots ----------------------------------------------------------------
+os.makedirs(PLOTS, exist_ok=True)
+plots = []
+series = [("sync-t2-none", "Ferry sync 2T none"), ("sync-t2-q8", "Ferry sync 2T q8/q8"),
+          ("sync-t2-q4", "Ferry sync 2T q4/q8"), ("async-t2-none", "Ferry async 2T none"),
+          ("sync-t1-none", "Ferry sync 1T"), ("torch-single", "torch single"),
+          ("torch-ddp", "torch DDP 2P"), ("torch-rpc", "torch RPC PS 2T")]
+avail = [(n, t) for n, t in series
+         if os.path.exists(os.path.join(RAW, "curves", n + ".csv")) and len(read_curve(n)) > 1]
+
+
+def gnuplot(script):
+    try:
+        subprocess.run(["gnuplot"], input=script, text=True, check=True,
+                       capture_output=True)
+        return True
+    except (OSError, subprocess.CalledProcessError) as e:
+        print("make_report: gnuplot failed:", getattr(e, "stderr", e), file=sys.stderr)
+        return False
+
+
+if avail:
+    for ycol, ylab, yname in ((3, "train loss (interval mean)", "loss"),
+                              (5, "test accuracy", "acc")):
+        for xcol, xlab, xname, xs in ((2, "wall time (s)", "time", "1"),
+                                      (6, "MB sent by rank 0", "bytes", "1e-6")):
+            out = f"{yname}_vs_{xname}.png"
+            lines = []
+            for n, t in avail:
+                p = os.path.join(RAW, "curves", n + ".csv")
+                xs_expr = f"(${xcol}*{xs})"
+                lines.append(f"'{p}' every ::1 using {xs_expr}:{ycol} with linespoints "
+                             f"pt 7 ps 0.4 title '{t}'")
+            extra = "set logscale x\n" if xname == "bytes" else ""
+            ok = gnuplot(f"""set terminal pngcairo size 900,560 font ',10'
+set output '{os.path.join(PLOTS, out)}'
+set datafile separator ','
+set key outside right
+set grid
+{extra}set xlabel '{xlab}'
+set ylabel '{ylab}'
+set title '{ylab} vs {xlab} (Fashion-MNIST MLP, 3 epochs)'
+plot {', '.join(lines)}
+""")
+            if ok:
+                plots.append((out, f"{ylab} vs {xlab}"))
+if transport:
+    dat = os.path.join(RAW, "transport-plot.dat")
+    with open(dat, "w") as f:
+        for tr in ("tcp", "ipc"):
+            for P in (1, 2):
+                rows = sorted((t for t in transport if t["transport"] == tr and t["clients"] == P),
+                              key=lambda t: t["payload_bytes"])
+                f.write(f"# {tr} {P}\n")
+                for t in rows:
+                    f.write(f"{t['payload_bytes']} {t['push_pull_gbps']} {t['echo_gbps']} "
+                            f"{t['push_gbps']} {t['pull_gbps']}\n")
+                f.write("\n\n")
+    if gnuplot(f"""set terminal pngcairo size 900,560 font ',10'
+set output '{os.path.join(PLOTS, 'transport.png')}'
+set logscale x 2
+set grid
+set key top left
+set xlabel 'payload (bytes)'
+set ylabel 'goodput (Gbit/s)'
+set title 'push-pull (solid) vs raw nng echo (dashed), 1->1 and 2->2'
+plot '{dat}' index 0 using 1:2 w lp lc 1 t 'tcp 1->1 push-pull', '' index 0 using 1:3 w lp dt 2 lc 1 t 'tcp 1->1 echo', \\
+     '' index 1 using 1:2 w lp lc 2 t 'tcp 2->2 push-pull', '' index 1 using 1:3 w lp dt 2 lc 2 t 'tcp 2->2 echo', \\
+     '' index 2 using 1:2 w lp lc 3 t 'ipc 1->1 push-pull', '' index 2 using 1:3 w lp dt 2 lc 3 t 'ipc 1->1 echo', \\
+     '' index 3 using 1:2 w lp lc 4 t 'ipc 2->2 push-pull', '' index 3 using 1:3 w lp dt 2 lc 4 t 'ipc 2->2 echo'
+"""):
+        plots.append(("transport.png", "transport goodput vs payload"))
+
+# ---- latest.json ----------------------------------------------------------
+codec = load_json("codec.json", None)
+latest = {"machine": machine, "transport": transport, "e2e": e2e, "slow_links": links,
+          "scale": scale, "targets": targets,
+          "codec": codec.get("throughput") if isinstance(codec, dict) else None,
+          "profile_top": read_text("perf-top.txt").splitlines()}
+with open(LATEST, "w") as f:
+    json.dump(latest, f, indent=1)
+    f.write("\n")
+
+
+# ---- markdown -------------------------------------------------------------
+def fmt(v, d=1):
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        return f"{v:.{d}f}"
+    return str(v)
+
+
+def human(b):
+    for u, k in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if b >= k:
+            return f"{b / k:g} {u}"
+    return f"{b} B"
+
+
+md = []
+w = md.append
+w("# Ferry benchmarks")
+w("")
+w("Generated by `bench/run.sh" + (" --quick" if quick else "") + "` on "
+  f"{machine.get('date', '?')} (commit {machine.get('commit', '?')}). Do not edit by hand: "
+  "rerun the script. Raw numbers: [`bench/results/latest.json`](../bench/results/latest.json).")
+w("")
+w(f"**Machine:** {machine.get('cpu', '?')}, {machine.get('cores', '?')} cores, "
+  f"{machine.get('mem_gib', '?')} GiB, {machine.get('os', '?')}, Linux {machine.get('kernel', '?')}; "
+  f"nng {machine.get('nng', '?')}, OpenBLAS {machine.get('openblas', '?')}, "
+  f"torch {machine.get('torch', '?')} (Python {machine.get('python', '?')}), gcc {machine.get('gcc', '?')}.")
+if quick:
+    w("")
+    w("*Quick run*: fewer payload sizes and repeats; slow-link epoch times are projected "
+      "from the mean step time of a few steps (the accuracy column is then after those steps only).")
+w("")
+w("## Targets (ratios measured in this run)")
+w("")
+w("| target | goal | measured | met | note |")
+w("|---|---|---|---|---|")
+for t in targets:
+    met = {True: "yes", False: "**no**", None: "pending"}[t["met"]]
+    w(f"| {t['target']} | {t['goal']} | {fmt(t['measured'], 2)} | {met} | {t['note']} |")
+w("")
+w("Where a target is missed, see [Where the time goes](#where-the-time-goes).")
+w("")
+w("## Transport")
+w("")
+w("`transport_bench` (bench/transport): a fresh job per cell (ps-server scheduler + P servers, "
+  "async mode, one float32 tensor of the payload size, 1 MiB shards dealt over the servers) and "
+  "P libferry client threads; beside them, in the same run, the same threads time a raw nng "
+  "REQ/REP exchange with P child echo servers (`echo`: payload both ways; `send`: payload up; "
+  "`recv`: payload down), split over the servers the way Ferry's placement splits the tensor. "
+  "Goodput counts payload bytes, both directions for push-pull and echo; median of repeats; "
+  "latency percentiles over all operations.")
+w("")
+w("| transport | P→P | payload | push Gbps | pull Gbps | push-pull Gbps | nng echo Gbps | push-pull / echo | push / send | pull / recv | push-pull p50 / p99 µs | echo p50 / p99 µs |")
+w("|---|---|---|---|---|---|---|---|---|---|---|---|")
+for t in transport:
+    r = lambda a, b: fmt(t[a] / t[b], 2) if t[b] > 0 else "—"
+    w(f"| {t['transport']} | {t['clients']}→{t['servers']} | {human(t['payload_bytes'])} | "
+      f"{fmt(t['push_gbps'], 2)} | {fmt(t['pull_gbps'], 2)} | {fmt(t['push_pull_gbps'], 2)} | "
+      f"{fmt(t['echo_gbps'], 2)} | {r('push_pull_gbps', 'echo_gbps')} | {r('push_gbps', 'send_gbps')} | "
+      f"{r('pull_gbps', 'recv_gbps')} | {fmt(t['push_pull_p50_us'], 0)} / {fmt(t['push_pull_p99_us'], 0)} | "
+      f"{fmt(t['echo_p50_us'], 0)} / {fmt(t['echo_p99_us'], 0)} |")
+if any(p[0] == "transport.png" for p in plots):
+    w("")
+    w("![transport goodput](plots/transport.png)")
+w("")
+w("## End to end: Fashion-MNIST")
+w("")
+w("MLP 784-256-128-10, batch 64 per worker, SGD lr 0.1, 3 epochs, seed 42, Kaiming-uniform "
+  "init, one thread per process, CPU. Ferry: `scripts/run-local.sh --servers 1` "
+  "(scheduler + 1 server + T trainers). PyTorch: `bench/peers/torch_mlp.py` (same files, model, "
+  "init scheme and batch; `single` = 1 process, `ddp` = DDP/gloo on 2 processes, `rpc` = "
+  "torch.distributed.rpc parameter server, 1 server + 2 trainers, synchronous averaging). "
+  f"Rank 0 evaluates the 10k test set every 100 steps in every system; samples/s is the job "
+  "total (sum over trainers) over the wall time including those evaluations; `train-only` "
+  "subtracts rank 0's evaluation time. Note that 2-worker runs take half as many steps "
+  "(effective batch 128), so their accuracy compares with each other, not with 1-worker runs.")
+w("")
+w("| system | mode | workers | codec (push/pull) | samples/s | train-only samples/s | test acc | per epoch: samples/s (acc) | MB pushed by rank 0 |")
+w("|---|---|---|---|---|---|---|---|---|")
+for r in e2e:
+    if r["status"] != "ok":
+        w(f"| {r['system']} | {r['mode']} | {r['trainers']} | {r['codec']} | pending | | | "
+          f"{r.get('why', '')[:120]} | |")
+        continue
+    pe = "; ".join(f"{e['samples_per_s']:.0f} ({e['test_acc']:.4f})" for e in r.get("per_epoch", [])
+                   if e["samples_per_s"])
+    w(f"| {r['system']} | {r['mode']} | {r['trainers']} | {r['codec']} | "
+      f"{fmt(r['samples_per_s'], 0)} | {fmt(r['train_samples_per_s'], 0)} | {fmt(r['test_acc'], 4)} | {pe} | "
+      f"{fmt((r.get('bytes_pushed_rank0') or 0) / 1e6, 1)} |")
+w("")
+for out, title in plots:
+    if out != "transport.png":
+        w(f"![{title}](plots/{out})")
+w("")
+w("## Slow links")
+w("")
+w("`bench/links/ferry_job.sh`: one network namespace per host (`srv`: scheduler + 1 server; "
+  "`t0`, `t1`: trainers) joined by veth pairs through a bridge namespace, every link shaped "
+  "both ways with `tc qdisc tbf` (`bench/links/netsim.sh`). `none` = same namespaces, no "
+  "shaping. Sync mode, 2 trainers. Epoch time = mean step time (evaluation excluded) x 468 "
+  "steps" + (" (projected from the steps shown)" if quick else
+             " (10 Mbit/s: projected from 40 steps; others: one measured epoch)") + ".")
+w("")
+w("| link | codec (push/pull) | steps run | step ms | epoch s | test acc | KB pushed / step | KB pulled / step |")
+w("|---|---|---|---|---|---|---|---|")
+if not links:
+    w(f"| skipped | {read_text('links-skip.txt').strip()} | | | | | | |")
+for r in links:
+    if r["status"] != "ok":
+        w(f"| {r['rate']} | {r['codec']} | pending: {r.get('why', '')[:100]} | | | | | |")
+        continue
+    w(f"| {r['rate']} | {r['codec']} | {r['steps']} | {fmt(r['step_ms'], 1)} | {fmt(r['epoch_s'], 1)} | "
+      f"{fmt(r['test_acc'], 4)} | {r['bytes_pushed_per_step'] / 1e3:.0f} | {r['bytes_pulled_per_step'] / 1e3:.0f} |")
+w("")
+w("## Scale: one server, many light clients")
+w("")
+w("`transport_bench --scale 1,4,16,64`: one ps-server, N client threads (N ranks of one async "
+  "job) each looping push-pull on the MLP's 235146 floats (0.94 MB) over tcp loopback. "
+  "Aggregation GB/s = push-pulls/s x model bytes; RSS sampled from /proc while the clients run.")
+w("")
+w("| clients | push-pulls/s | aggregation GB/s | mean latency ms | server RSS MB | server peak RSS MB |")
+w("|---|---|---|---|---|---|")
+for s in scale:
+    w(f"| {s['clients']} | {s['pushes_per_s']:.0f} | {s['agg_gbytes_per_s']:.3f} | "
+      f"{s['mean_latency_ms']:.2f} | {s['server_rss_mb']:.1f} | {s['server_hwm_mb']:.1f} |")
+w("")
+ct = read_text("codec.txt")
+if ct:
+    w("## Codec throughput (bench/codec)")
+    w("")
+    w("`codec_bench` by the compression engineer, run here in the same session "
+      "(see bench/codec/RESULTS.md for its method). First table (the MLP's size):")
+    w("")
+    lines = ct.splitlines()
+    start = next((i for i, l in enumerate(lines) if l.startswith("| codec")), None)
+    if start is not None:
+        for l in lines[start:]:
+            if not l.startswith("|"):
+                break
+            w(l)
+    w("")
+w("## Where the time goes")
+w("")
+w("`perf record -F 499 -g` over `scripts/run-local.sh --servers 1 --trainers 2 --epochs 1` "
+  "(scheduler, server and both trainers), self time:")
+w("")
+w("By process and library:")
+w("")
+w("```")
+w(read_text("perf-dso.txt").rstrip() or "(perf not available)")
+w("```")
+w("")
+w("Top symbols:")
+w("")
+w("```")
+w(read_text("perf-top.txt").rstrip() or "(perf not available)")
+w("```")
+w("")
+notes = read_text("notes.md")
+if notes:
+    w(notes)
+with open(DOC, "w") as f:
+    f.write("\n".join(md) + "\n")
+print(f"make_report: wrote {DOC}, {LATEST}, {len(plots)} plots")

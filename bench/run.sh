@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# run.sh — Ferry's benchmark suite (issue 5): transport vs raw nng, end to
+# end vs PyTorch (single, DDP/gloo, RPC parameter server), slow links, scale,
+# plus a perf profile of the sync job. Writes docs/benchmarks.md,
+# docs/plots/*.png and bench/results/latest.json.
+#
+#   bench/run.sh [--quick] [--skip-build]
+#
+# --quick: fewer payload sizes and repeats, a few steps per slow-link run
+#          (epoch time projected from the mean step time); under 5 minutes.
+# Raw logs go to $FERRY_BENCH_DIR (default a temp dir; printed at the end).
+# Builds into build-bench/ (override with FERRY_BUILD_DIR).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+quick=0 skip_build=0
+for a in "$@"; do
+	case "$a" in
+	--quick) quick=1 ;;
+	--skip-build) skip_build=1 ;;
+	-h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	*) echo "run.sh: unknown flag $a" >&2; exit 2 ;;
+	esac
+done
+BUILD=${FERRY_BUILD_DIR:-build-bench}
+RAW=${FERRY_BENCH_DIR:-$(mktemp -d /tmp/ferry-bench.XXXXXX)}
+mkdir -p "$RAW" "$RAW/curves" bench/results docs/plots
+PY=/usr/bin/python3
+T0=$(date +%s)
+log() { echo "[run.sh +$(($(date +%s) - T0))s] $*" >&2; }
+
+# --- build --------------------------------------------------------------
+if ((!skip_build)); then
+	log "building into $BUILD"
+	for i in 1 2 3; do
+		cmake -S . -B "$BUILD" -DFERRY_TESTS=OFF >"$RAW/cmake.log" 2>&1 &&
+			cmake --build "$BUILD" -j2 >>"$RAW/cmake.log" 2>&1 && break
+		log "build failed (try $i), retrying in 30 s; see $RAW/cmake.log"
+		sleep 30
+	done
+fi
+PS="$BUILD/ps/ps-server" TR="$BUILD/trainer/trainer"
+TB="$BUILD/bench/transport/transport_bench"
+for b in "$PS" "$TR" "$TB"; do [ -x "$b" ] || { echo "run.sh: missing $b" >&2; exit 1; }; done
+
+# --- machine line -------------------------------------------------------
+pkgver() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null || echo "?"; }
+{
+	echo "cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
+	echo "cores=$(nproc)"
+	echo "mem_gib=$(awk '/MemTotal/ {printf "%.0f", $2/1048576}' /proc/meminfo)"
+	echo "kernel=$(uname -r)"
+	echo "os=$(. /etc/os-release; echo "$PRETTY_NAME")"
+	echo "nng=$(pkgver libnng1)"
+	echo "openblas=$(pkgver libopenblas0)"
+	echo "torch=$($PY -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)"
+	echo "python=$($PY -c 'import sys; print(sys.version.split()[0])')"
+	echo "gcc=$(gcc -dumpfullversion 2>/dev/null || echo ?)"
+	echo "commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- ps proto clients compression trainer sharding || echo '+dirty')"
+	echo "quick=$quick"
+	echo "date=$(date -u +%Y-%m-%dT%H:%MZ)"
+} >"$RAW/machine.env"
+
+# --- 1. transport -------------------------------------------------------
+if ((quick)); then
+	tflags=(--payloads 4k,64k,1M,16M --repeats 3 --min-time 0.15)
+else
+	tflags=(--payloads 4k,16k,64k,256k,1M,4M,16M,64M --repeats 5 --min-time 0.3)
+fi
+log "transport: ${tflags[*]}"
+"$TB" --ps "$PS" "${tflags[@]}" --json "$RAW/transport.json" | tee "$RAW/transport.txt" >&2 ||
+	log "transport: some points failed (see above)"
+
+# --- 2. scale -----------------------------------------------------------
+log "scale: 1,4,16,64 clients"
+"$TB" --ps "$PS" --scale 1,4,16,64 --duration $((quick ? 1 : 3)) \
+	--json "$RAW/scale.json" | tee "$RAW/scale.txt" >&2 || log "scale failed"
+
+# --- 3. end to end ------------------------------------------------------
+EPOCHS=3 LOGI=100
+: >"$RAW/e2e.jsonl"
+# ferry_run NAME MODE TRAINERS PUSH PULL: 1 server, T trainers, 3 epochs.
+ferry_run() {
+	local name=$1 mode=$2 t=$3 cp=$4 cl=$5 dir="$RAW/e2e-$1"
+	mkdir -p "$dir"
+	log "e2e: ferry $name"
+	if FERRY_BUILD_DIR="$BUILD" FERRY_RUN_DIR="$dir" timeout 600 \
+		scripts/run-local.sh --servers 1 --trainers "$t" --epochs $EPOCHS \
+		--mode "$mode" --codec-push "$cp" --codec-pull "$cl" \
+		--log-interval $LOGI --curve "$RAW/curves/$name.csv" >"$dir/run.out" 2>&1; then
+		cat "$dir"/trainer-*.out | grep '"summary"' |
+			$PY -c 'import sys,json; print(json.dumps({"name": sys.argv[1], "system": "ferry", "mode": sys.argv[2], "trainers": int(sys.argv[3]), "codec": sys.argv[4], "status": "ok", "summaries": [json.loads(l)["summary"] for l in sys.stdin]}))' \
+				"$name" "$mode" "$t" "$cp/$cl" >>"$RAW/e2e.jsonl"
+	else
+		log "e2e: ferry $name failed: $(grep -m1 -iE 'error|unsupported|invalid' "$dir"/*.log "$dir/run.out" 2>/dev/null | head -1 | cut -c1-200)"
+		$PY -c 'import sys,json; print(json.dumps({"name": sys.argv[1], "system": "ferry", "mode": sys.argv[2], "trainers": int(sys.argv[3]), "codec": sys.argv[4], "status": "pending", "why": sys.argv[5], "summaries": []}))' \
+			"$name" "$mode" "$t" "$cp/$cl" "$(grep -h -m1 -iE 'error|unsupported|invalid|codec' "$dir"/*.log 2>/dev/null | head -1 | cut -c1-200)" >>"$RAW/e2e.jsonl"
+	fi
+}
+torch_run() { # torch_run MODE
+	local m=$1 dir="$RAW/e2e-torch-$1"
+	mkdir -p "$dir"
+	log "e2e: torch $m"
+	if timeout 900 $PY bench/peers/torch_mlp.py --mode "$m" --world 2 --epochs $EPOCHS \
+		--log-interval $LOGI --curve "$RAW/curves/torch-$m.csv" \
+		--port $((29500 + RANDOM % 2000)) >"$dir/run.out" 2>"$dir/run.log"; then
+		grep '"summary"' "$dir/run.out" |
+			$PY -c 'import sys,json; s=[json.loads(l)["summary"] for l in sys.stdin]; print(json.dumps({"name": "torch-"+sys.argv[1], "system": "torch-"+sys.argv[1], "mode": "sync", "trainers": s[0]["trainers"], "codec": "none/none", "status": "ok", "summaries": s}))' \
+				"$m" >>"$RAW/e2e.jsonl"
+	else
+		log "e2e: torch $m failed; see $dir/run.log"
+	fi
+}
+for mode in sync async; do
+	for t in 1 2; do
+		ferry_run "$mode-t$t-none" $mode $t none none
+	done
+done
+for codec in q8/q8 q4/q8; do
+	for mode in sync async; do
+		ferry_run "$mode-t2-${codec%/*}" $mode 2 "${codec%/*}" "${codec#*/}"
+	done
+	if ((!quick)); then
+		ferry_run "sync-t1-${codec%/*}" sync 1 "${codec%/*}" "${codec#*/}"
+	fi
+done
+for m in single ddp rpc; do torch_run $m; done
+
+# --- 4. slow links ------------------------------------------------------
+: >"$RAW/links.jsonl"
+if bench/links/netsim.sh check 2>"$RAW/links-skip.txt"; then
+	for rate in none 1gbit 100mbit 10mbit; do
+		for codec in none/none q8/q8 q4/q8; do
+			if ((quick)); then
+				case $rate in none | 1gbit) steps=80 ;; 100mbit) steps=20 ;; *) steps=6 ;; esac
+			else
+				case $rate in 10mbit) steps=40 ;; *) steps=0 ;; esac
+			fi
+			log "links: $rate $codec (${steps:-epoch} steps)"
+			out="$RAW/links-$rate-${codec%/*}.out"
+			if bench/links/ferry_job.sh --rate "$rate" --build "$BUILD" --name "fb$rate" -- \
+				--epochs 1 --max-steps "$steps" --log-interval 0 \
+				--codec-push "${codec%/*}" --codec-pull "${codec#*/}" >"$out" 2>"$out.err"; then
+				grep '"summary"' "$out" | $PY -c 'import sys,json; s=json.loads(sys.stdin.read())["summary"]; print(json.dumps({"rate": sys.argv[1], "codec": sys.argv[2], "status": "ok", "summary": s}))' \
+					"$rate" "$codec" >>"$RAW/links.jsonl"
+			else
+				log "links: $rate $codec failed: $(tail -1 "$out.err" | cut -c1-160)"
+				$PY -c 'import sys,json; print(json.dumps({"rate": sys.argv[1], "codec": sys.argv[2], "status": "pending", "why": sys.argv[3]}))' \
+					"$rate" "$codec" "$(tail -1 "$out.err" | cut -c1-200)" >>"$RAW/links.jsonl"
+			fi
+		done
+	done
+else
+	log "links: $(cat "$RAW/links-skip.txt")"
+fi
+
+# --- 5. profile of the sync job (where the time goes) -------------------
+if command -v perf >/dev/null; then
+	log "profile: perf record of ferry sync, 2 trainers, 1 epoch"
+	FERRY_BUILD_DIR="$BUILD" FERRY_RUN_DIR="$RAW/perf-run" perf record -F 499 -g \
+		-o "$RAW/perf.data" -- scripts/run-local.sh --servers 1 --trainers 2 \
+		--epochs 1 --log-interval 0 >"$RAW/perf-run.out" 2>"$RAW/perf.err" || true
+	perf report -i "$RAW/perf.data" --no-children --sort comm,dso,sym -g none \
+		--stdio 2>/dev/null | grep -v '^#' | grep '%' | head -25 >"$RAW/perf-top.txt" || true
+	perf report -i "$RAW/perf.data" --no-children --sort comm,dso -g none \
+		--stdio 2>/dev/null | grep -v '^#' | grep '%' | head -12 >"$RAW/perf-dso.txt" || true
+fi
+
+# --- 6. codec figures (bench/codec, owned by its author) ----------------
+CB="$BUILD/bench/codec/codec_bench"
+if [ -x "$CB" ]; then
+	log "codec: $CB"
+	timeout 300 "$CB" --reps $((quick ? 5 : 15)) --json "$RAW/codec.json" \
+		>"$RAW/codec.txt" 2>&1 || log "codec bench failed"
+fi
+
+# --- report -------------------------------------------------------------
+log "report"
+mkdir -p bench/results/curves
+cp "$RAW"/curves/*.csv bench/results/curves/ 2>/dev/null || true
+$PY bench/results/make_report.py "$RAW" docs/benchmarks.md bench/results/latest.json docs/plots
+log "done in $(($(date +%s) - T0)) s; raw logs in $RAW"
