@@ -12,6 +12,7 @@
 // asked again until the call's deadline.
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
@@ -285,6 +286,190 @@ check_placement(ferry_client *c, const Pswire__Placement *pl)
 	return FERRY_OK;
 }
 
+// fetch_map asks the scheduler for the map of at least min_epoch (0: the
+// membership map) and returns the reply header in *rh.
+static int
+fetch_map(ferry_client *c, uint64_t min_epoch, Pswire__Header **rh)
+{
+	Pswire__Header              g  = PSWIRE__HEADER__INIT;
+	Pswire__GetPlacementRequest gp = PSWIRE__GET_PLACEMENT_REQUEST__INIT;
+	int                         rv;
+	gp.min_epoch    = min_epoch;
+	g.body_case     = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
+	g.placement_req = &gp;
+	if ((rv = sched_call(c, &g, PSWIRE__METHOD__GET_PLACEMENT, timeout(c),
+	         rh)) != FERRY_OK) {
+		return rv;
+	}
+	if ((*rh)->body_case != PSWIRE__HEADER__BODY_PLACEMENT ||
+	    (*rh)->placement->n_servers == 0 ||
+	    (*rh)->placement->n_servers > 4096) {
+		pswire__header__free_unpacked(*rh, NULL);
+		*rh = NULL;
+		return fail(c, FERRY_EPROTO, "GetPlacement reply has no map");
+	}
+	return FERRY_OK;
+}
+
+// open_conns dials every server of map p (once: later maps of the same
+// job list the same servers).
+static int
+open_conns(ferry_client *c, const Pswire__Placement *p)
+{
+	if (c->conns != NULL) {
+		if (p->n_servers != c->n_conns) {
+			return fail(c, FERRY_EPROTO, "map lists %zu servers, "
+			    "membership had %zu", p->n_servers, c->n_conns);
+		}
+		return FERRY_OK;
+	}
+	if ((c->conns = ps_zalloc(p->n_servers * sizeof(*c->conns))) == NULL) {
+		return fail(c, FERRY_ENOMEM, "out of memory");
+	}
+	c->n_conns = p->n_servers;
+	for (size_t m = 0; m < c->n_conns; m++) {
+		struct conn *cn = &c->conns[m];
+		if (open_req(p->servers[m], 1u << 30, &cn->sock, &cn->ctx,
+		        &cn->aio) != PS_OK) {
+			return fail(c, FERRY_ECONNECT, "cannot dial server %s",
+			    p->servers[m]);
+		}
+	}
+	return FERRY_OK;
+}
+
+// assign_conns lists, per server, the shards the current map gives it.
+static int
+assign_conns(ferry_client *c)
+{
+	for (size_t m = 0; m < c->n_conns; m++) {
+		ps_free(c->conns[m].shards);
+		c->conns[m].shards = NULL;
+		c->conns[m].n      = 0;
+		c->conns[m].bytes  = 0;
+	}
+	for (size_t i = 0; i < c->pl->n_shards; i++) {
+		c->conns[c->pl->shards[i]->server].n++;
+	}
+	for (size_t m = 0; m < c->n_conns; m++) {
+		struct conn *cn = &c->conns[m];
+		cn->shards = ps_alloc((cn->n ? cn->n : 1) * sizeof(uint32_t));
+		if (cn->shards == NULL) {
+			return fail(c, FERRY_ENOMEM, "out of memory");
+		}
+		cn->n = 0;
+	}
+	for (size_t i = 0; i < c->pl->n_shards; i++) {
+		struct conn *cn     = &c->conns[c->pl->shards[i]->server];
+		cn->shards[cn->n++] = (uint32_t) i;
+		cn->bytes += c->pl->shards[i]->len * 4;
+	}
+	return FERRY_OK;
+}
+
+// probe_call sends one Probe of `bytes` payload to server m and returns
+// the round-trip time in seconds.
+static int
+probe_call(ferry_client *c, size_t m, uint64_t bytes, double *secs)
+{
+	struct conn      *cn = &c->conns[m];
+	Pswire__Header    h  = PSWIRE__HEADER__INIT;
+	nng_msg          *req, *rep = NULL;
+	uint8_t          *payload;
+	struct psw_frame  f;
+	ProtobufCMessage *ph  = NULL;
+	const char       *why = "";
+	size_t            hl;
+	int               rv;
+
+	h.request_id  = c->next_rid++;
+	h.deadline_ms = timeout(c);
+	hl            = pswire__header__get_packed_size(&h);
+	if (psw_msg_begin(&req, hl, bytes, &payload) != PS_OK) {
+		return fail(c, FERRY_ENOMEM, "out of memory");
+	}
+	memset(payload, 0, bytes);
+	psw_msg_finish(req, PSWIRE__METHOD__PROBE, 0, &h.base, hl, bytes);
+	uint64_t t0 = ps_clock_ns();
+	rv = psw_call(cn->ctx, cn->aio, req, PSWIRE__METHOD__PROBE,
+	    h.request_id, (int) timeout(c), &rep, &f, &ph, &why);
+	*secs = (double) (ps_clock_ns() - t0) * 1e-9;
+	if (ph != NULL) {
+		pswire__header__free_unpacked((Pswire__Header *) ph, NULL);
+	}
+	if (rep != NULL) {
+		nng_msg_free(rep);
+	}
+	if (rv != PS_OK) {
+		return fail(c, map_err(rv), "probe of server %zu: %s", m,
+		    why ? why : ps_strerror(rv));
+	}
+	return FERRY_OK;
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *) a, y = *(const double *) b;
+	return x < y ? -1 : x > y;
+}
+
+// probe_links measures every server (one at a time, so transfers do not
+// share a link): RTT = median of cnt empty probes, bandwidth = bytes over
+// the bulk probe's time less one RTT. Reports them to the scheduler.
+static int
+probe_links(ferry_client *c, uint32_t cnt, uint64_t bytes)
+{
+	double *rtt = ps_zalloc(c->n_conns * sizeof(double));
+	double *bw  = ps_zalloc(c->n_conns * sizeof(double));
+	double  samples[64];
+	int     rv = FERRY_OK;
+
+	if (rtt == NULL || bw == NULL) {
+		rv = fail(c, FERRY_ENOMEM, "out of memory");
+		goto done;
+	}
+	cnt = cnt < 1 ? 1 : cnt > 64 ? 64 : cnt;
+	for (size_t m = 0; m < c->n_conns && rv == FERRY_OK; m++) {
+		double t = 0;
+		// The first call also waits for the connection: not timed.
+		if ((rv = probe_call(c, m, 0, &t)) != FERRY_OK) {
+			break;
+		}
+		for (uint32_t i = 0; i < cnt && rv == FERRY_OK; i++) {
+			rv = probe_call(c, m, 0, &samples[i]);
+		}
+		if (rv != FERRY_OK || (rv = probe_call(c, m, bytes, &t))) {
+			break;
+		}
+		qsort(samples, cnt, sizeof(double), cmp_double);
+		rtt[m] = samples[cnt / 2];
+		double tx = t - rtt[m];
+		bw[m] = (double) bytes / (tx > 1e-7 ? tx : t);
+	}
+	if (rv == FERRY_OK) {
+		Pswire__Header             h = PSWIRE__HEADER__INIT;
+		Pswire__ReportLinksRequest r = PSWIRE__REPORT_LINKS_REQUEST__INIT;
+		Pswire__Header            *rh = NULL;
+		r.rank      = (uint32_t) c->opts.rank;
+		r.n_rtt_s   = c->n_conns;
+		r.rtt_s     = rtt;
+		r.n_bw_bps  = c->n_conns;
+		r.bw_bps    = bw;
+		h.body_case = PSWIRE__HEADER__BODY_LINKS_REQ;
+		h.links_req = &r;
+		rv = sched_call(c, &h, PSWIRE__METHOD__REPORT_LINKS, timeout(c),
+		    &rh);
+		if (rh != NULL) {
+			pswire__header__free_unpacked(rh, NULL);
+		}
+	}
+done:
+	ps_free(rtt);
+	ps_free(bw);
+	return rv;
+}
+
 FERRY_API int
 ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
     size_t n)
@@ -341,56 +526,35 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 	         &rh)) != FERRY_OK) {
 		goto done;
 	}
-	pswire__header__free_unpacked(rh, NULL);
-	rh = NULL;
+
+	if (rh->body_case == PSWIRE__HEADER__BODY_REGISTER_REP &&
+	    rh->register_rep->probe) {
+		uint32_t cnt   = rh->register_rep->probe_count;
+		uint64_t bytes = rh->register_rep->probe_bytes;
+		pswire__header__free_unpacked(rh, NULL);
+		rh = NULL;
+		if ((rv = fetch_map(c, 0, &rh)) != FERRY_OK ||
+		    (rv = open_conns(c, rh->placement)) != FERRY_OK ||
+		    (rv = probe_links(c, cnt, bytes)) != FERRY_OK) {
+			goto done;
+		}
+	}
+	if (rh != NULL) {
+		pswire__header__free_unpacked(rh, NULL);
+		rh = NULL;
+	}
 
 	// Wait (server-side, parked) for every member, then fetch the map.
-	Pswire__Header              g  = PSWIRE__HEADER__INIT;
-	Pswire__GetPlacementRequest gp = PSWIRE__GET_PLACEMENT_REQUEST__INIT;
-	gp.min_epoch                   = 1;
-	g.body_case                    = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
-	g.placement_req                = &gp;
-	if ((rv = sched_call(c, &g, PSWIRE__METHOD__GET_PLACEMENT, timeout(c),
-	         &rh)) != FERRY_OK) {
-		goto done;
-	}
-	if (rh->body_case != PSWIRE__HEADER__BODY_PLACEMENT) {
-		rv = fail(c, FERRY_EPROTO, "GetPlacement reply has no map");
+	if ((rv = fetch_map(c, 1, &rh)) != FERRY_OK) {
 		goto done;
 	}
 	c->pl         = rh->placement;
 	rh->placement = NULL;
 	rh->body_case = PSWIRE__HEADER__BODY__NOT_SET;
-	if ((rv = check_placement(c, c->pl)) != FERRY_OK) {
+	if ((rv = check_placement(c, c->pl)) != FERRY_OK ||
+	    (rv = open_conns(c, c->pl)) != FERRY_OK ||
+	    (rv = assign_conns(c)) != FERRY_OK) {
 		goto done;
-	}
-	c->n_conns = c->pl->n_servers;
-	if ((c->conns = ps_zalloc(c->n_conns * sizeof(*c->conns))) == NULL) {
-		rv = fail(c, FERRY_ENOMEM, "out of memory");
-		goto done;
-	}
-	for (size_t i = 0; i < c->pl->n_shards; i++) {
-		c->conns[c->pl->shards[i]->server].n++;
-	}
-	for (size_t m = 0; m < c->n_conns; m++) {
-		struct conn *cn = &c->conns[m];
-		cn->shards = ps_alloc((cn->n ? cn->n : 1) * sizeof(uint32_t));
-		if (cn->shards == NULL) {
-			rv = fail(c, FERRY_ENOMEM, "out of memory");
-			goto done;
-		}
-		cn->n = 0;
-		if (open_req(c->pl->servers[m], 1u << 30, &cn->sock, &cn->ctx,
-		        &cn->aio) != PS_OK) {
-			rv = fail(c, FERRY_ECONNECT, "cannot dial server %s",
-			    c->pl->servers[m]);
-			goto done;
-		}
-	}
-	for (size_t i = 0; i < c->pl->n_shards; i++) {
-		struct conn *cn       = &c->conns[c->pl->shards[i]->server];
-		cn->shards[cn->n++]   = (uint32_t) i;
-		cn->bytes += c->pl->shards[i]->len * 4;
 	}
 	c->shard_ver = ps_zalloc(c->pl->n_shards * sizeof(uint64_t));
 	c->resid     = ps_zalloc(n * sizeof(float *));

@@ -122,6 +122,8 @@ psw_method_name(int method)
 		return "Stats";
 	case PSWIRE__METHOD__PROBE:
 		return "Probe";
+	case PSWIRE__METHOD__TRANSFER:
+		return "Transfer";
 	default:
 		return "?";
 	}

@@ -34,6 +34,16 @@ static const struct cfg_def config_defs[] = {
 	    "scheduler: servers expected before training starts" },
 	{ "shard-bytes", CFG_INT, "1048576", 4, 1LL << 30,
 	    "scheduler: max bytes per shard (multiple of 4)" },
+	{ "placement", CFG_STR, "uniform", 0, 0,
+	    "scheduler: uniform (round-robin) | latency (probe links, solve)" },
+	{ "probe-count", CFG_INT, "7", 1, 1000,
+	    "scheduler: round trips per link for the RTT median" },
+	{ "probe-bytes", CFG_INT, "1048576", 0, 1LL << 30,
+	    "scheduler: bulk bytes per link for bandwidth (0: no probing)" },
+	{ "seed", CFG_INT, "1", 0, INT64_MAX,
+	    "scheduler: placement solver seed" },
+	{ "capacity-mb", CFG_INT, "0", 0, 1LL << 30,
+	    "server: memory for shards in MiB (0: unbounded)" },
 	{ "contexts", CFG_INT, "256", 1, 65536,
 	    "requests served concurrently (nng REP contexts)" },
 	{ "max-msg-mb", CFG_INT, "256", 1, 4096,
@@ -195,6 +205,18 @@ main(int argc, char **argv)
 		                "server\n", role);
 		return 2;
 	}
+	if (strcmp(cfg_str("placement"), "uniform") != 0 &&
+	    strcmp(cfg_str("placement"), "latency") != 0) {
+		fprintf(stderr, "ps-server: --placement=%s: expected uniform or "
+		                "latency\n", cfg_str("placement"));
+		return 2;
+	}
+	if (strcmp(cfg_str("placement"), "latency") == 0 &&
+	    cfg_int("probe-bytes") == 0) {
+		fprintf(stderr, "ps-server: --placement=latency needs "
+		                "--probe-bytes > 0\n");
+		return 2;
+	}
 	if (cfg_int("shard-bytes") % 4 != 0) {
 		fprintf(stderr, "ps-server: --shard-bytes=%s: must be a "
 		                "multiple of 4\n", cfg_str("shard-bytes"));
@@ -219,6 +241,12 @@ main(int argc, char **argv)
 		o.shard_bytes = (uint64_t) cfg_int("shard-bytes");
 		o.contexts    = (int) cfg_int("contexts");
 		o.max_msg     = (size_t) cfg_int("max-msg-mb") << 20;
+		o.placement   = strcmp(cfg_str("placement"), "latency") == 0
+		      ? PS_PLACEMENT_LATENCY
+		      : PS_PLACEMENT_UNIFORM;
+		o.probe_count = (uint32_t) cfg_int("probe-count");
+		o.probe_bytes = (uint64_t) cfg_int("probe-bytes");
+		o.seed        = (uint64_t) cfg_int("seed");
 		if ((rv = ps_scheduler_open(&o, &sched)) != PS_OK) {
 			PS_LOG(PS_LOG_ERR, "main", "cannot start scheduler: %s",
 			    ps_strerror(rv));
@@ -233,6 +261,7 @@ main(int argc, char **argv)
 		o.scheduler_url = cfg_str("scheduler");
 		o.contexts      = (int) cfg_int("contexts");
 		o.max_msg       = (size_t) cfg_int("max-msg-mb") << 20;
+		o.capacity      = (uint64_t) cfg_int("capacity-mb") << 20;
 		if (*o.scheduler_url == '\0') {
 			fprintf(stderr, "ps-server: --role=server needs "
 			                "--scheduler=URL\n");

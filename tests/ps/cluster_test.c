@@ -26,15 +26,19 @@ struct cluster {
 	int                  n_srv;
 };
 
+static int placement = PS_PLACEMENT_UNIFORM;
+
 static void
 cluster_start(struct cluster *cl, int trainers, int servers)
 {
 	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
+	so.placement                = placement;
 	char                     url[64];
 	so.url         = pt_addr(url, sizeof(url), "tcp");
 	so.trainers    = trainers;
 	so.servers     = servers;
 	so.shard_bytes = 64;
+	so.probe_bytes = 64 << 10; // below the servers' 1 MiB receive cap
 	PT_OK(ps_scheduler_open(&so, &cl->sched));
 	cl->n_srv = servers;
 	for (int i = 0; i < servers; i++) {
@@ -454,6 +458,139 @@ START_TEST(test_cluster_codec_bogus)
 }
 END_TEST
 
+// raw_call sends header h (no payload) for method to url and returns the
+// reply header (free with pswire__header__free_unpacked), or NULL.
+static Pswire__Header *
+raw_call(const char *url, uint8_t method, Pswire__Header *h)
+{
+	nng_socket       s;
+	nng_msg         *m;
+	uint8_t         *payload;
+	struct psw_frame f;
+	const char      *why;
+	Pswire__Header  *rh = NULL;
+	size_t           hl = pswire__header__get_packed_size(h);
+
+	ck_assert_int_eq(nng_req0_open(&s), 0);
+	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 10000);
+	ck_assert_int_eq(nng_dial(s, url, NULL, 0), 0);
+	PT_OK(psw_msg_begin(&m, hl, 0, &payload));
+	PT_OK(psw_msg_finish(m, method, 0, &h->base, hl, 0));
+	ck_assert_int_eq(nng_sendmsg(s, m, 0), 0);
+	if (nng_recvmsg(s, &m, 0) == 0) {
+		if (psw_msg_parse(m, &f, &why) == PS_OK) {
+			rh = pswire__header__unpack(NULL, f.hdr_len, f.hdr);
+		}
+		nng_msg_free(m);
+	}
+	nng_close(s);
+	return rh;
+}
+
+static void
+raw_register_trainer(const char *url, uint32_t rank, size_t nt)
+{
+	Pswire__Header          h  = PSWIRE__HEADER__INIT;
+	Pswire__RegisterRequest rr = PSWIRE__REGISTER_REQUEST__INIT;
+	Pswire__JobConfig       j  = PSWIRE__JOB_CONFIG__INIT;
+	Pswire__TensorDesc      td[16], *tp[16];
+	char                    names[16][8];
+	for (size_t i = 0; i < nt; i++) {
+		pswire__tensor_desc__init(&td[i]);
+		snprintf(names[i], sizeof(names[i]), "t%zu", i);
+		td[i].name = names[i];
+		td[i].len  = 16; // one 64-byte shard each
+		tp[i]      = &td[i];
+	}
+	j.n_tensors    = nt;
+	j.tensors      = tp;
+	j.lr           = 0.1;
+	j.codec_push   = "none";
+	j.codec_pull   = "none";
+	rr.role        = PSWIRE__ROLE__ROLE_TRAINER;
+	rr.rank        = rank;
+	rr.job         = &j;
+	h.body_case    = PSWIRE__HEADER__BODY_REGISTER_REQ;
+	h.register_req = &rr;
+	Pswire__Header *rh = raw_call(url, PSWIRE__METHOD__REGISTER, &h);
+	ck_assert_ptr_nonnull(rh);
+	ck_assert_int_eq(rh->status, PSWIRE__STATUS__OK);
+	ck_assert(rh->register_rep->probe);
+	pswire__header__free_unpacked(rh, NULL);
+}
+
+static int
+raw_report(const char *url, uint32_t rank, size_t n, double *rtt, double *bw)
+{
+	Pswire__Header             h = PSWIRE__HEADER__INIT;
+	Pswire__ReportLinksRequest r = PSWIRE__REPORT_LINKS_REQUEST__INIT;
+	r.rank      = rank;
+	r.n_rtt_s   = n;
+	r.rtt_s     = rtt;
+	r.n_bw_bps  = n;
+	r.bw_bps    = bw;
+	h.body_case = PSWIRE__HEADER__BODY_LINKS_REQ;
+	h.links_req = &r;
+	Pswire__Header *rh = raw_call(url, PSWIRE__METHOD__REPORT_LINKS, &h);
+	ck_assert_ptr_nonnull(rh);
+	int st = rh->status;
+	pswire__header__free_unpacked(rh, NULL);
+	return st;
+}
+
+// Latency placement: with server 1 behind links 10x slower than server
+// 0's, the solver gives server 1 less data; the scheduler's Stats report
+// F, LB and F/LB. Bad link reports are refused with a reason.
+START_TEST(test_cluster_latency_placement_slow_server)
+{
+	struct cluster cl;
+	double         rtt[2] = { 0.001, 0.001 }, bw[2] = { 100e6, 10e6 };
+	double         nan_bw[2] = { 100e6, NAN };
+
+	placement = PS_PLACEMENT_LATENCY;
+	cluster_start(&cl, 2, 2);
+	placement = PS_PLACEMENT_UNIFORM;
+	const char *url = ps_scheduler_url(cl.sched);
+	for (uint32_t r = 0; r < 2; r++) {
+		raw_register_trainer(url, r, 8);
+	}
+	ck_assert_int_eq(raw_report(url, 0, 1, rtt, bw),
+	    PSWIRE__STATUS__INVALID_ARGUMENT);
+	ck_assert_int_eq(raw_report(url, 0, 2, rtt, nan_bw),
+	    PSWIRE__STATUS__INVALID_ARGUMENT);
+	ck_assert_int_eq(raw_report(url, 5, 2, rtt, bw),
+	    PSWIRE__STATUS__INVALID_ARGUMENT);
+	for (uint32_t r = 0; r < 2; r++) {
+		ck_assert_int_eq(raw_report(url, r, 2, rtt, bw),
+		    PSWIRE__STATUS__OK);
+	}
+	Pswire__Header              h  = PSWIRE__HEADER__INIT;
+	Pswire__GetPlacementRequest gp = PSWIRE__GET_PLACEMENT_REQUEST__INIT;
+	gp.min_epoch    = 1;
+	h.body_case     = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
+	h.placement_req = &gp;
+	Pswire__Header *rh = raw_call(url, PSWIRE__METHOD__GET_PLACEMENT, &h);
+	ck_assert_ptr_nonnull(rh);
+	ck_assert_int_eq(rh->status, PSWIRE__STATUS__OK);
+	uint64_t load[2] = { 0, 0 };
+	ck_assert_uint_eq(rh->placement->n_shards, 8);
+	for (size_t i = 0; i < rh->placement->n_shards; i++) {
+		load[rh->placement->shards[i]->server] +=
+		    rh->placement->shards[i]->len * 4;
+	}
+	pswire__header__free_unpacked(rh, NULL);
+	ck_assert_msg(load[1] < load[0], "slow server got %llu bytes, fast "
+	    "%llu", (unsigned long long) load[1],
+	    (unsigned long long) load[0]);
+	char text[8192];
+	ps_scheduler_stats(cl.sched, text, sizeof(text));
+	ck_assert_ptr_nonnull(strstr(text, "f_over_lb:"));
+	ck_assert_ptr_nonnull(strstr(text, "placement:latency"));
+	ck_assert_ptr_nonnull(strstr(text, "link_t1_m1:rtt_s=0.001000"));
+	cluster_stop(&cl);
+}
+END_TEST
+
 Suite *
 suite_cluster(void)
 {
@@ -467,6 +604,7 @@ suite_cluster(void)
 	tcase_add_test(tc, test_cluster_codecs_lockstep);
 	tcase_add_test(tc, test_cluster_codecs_all);
 	tcase_add_test(tc, test_cluster_codec_bogus);
+	tcase_add_test(tc, test_cluster_latency_placement_slow_server);
 	suite_add_tcase(s, tc);
 	return s;
 }

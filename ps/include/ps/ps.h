@@ -16,6 +16,11 @@
 struct ps_scheduler;
 struct ps_server;
 
+enum ps_placement {
+	PS_PLACEMENT_UNIFORM = 0, // round-robin over shards (the baseline)
+	PS_PLACEMENT_LATENCY = 1, // probe links, minimise the slowest trainer
+};
+
 struct ps_scheduler_opts {
 	const char *url;         // listen URL, e.g. "tcp://127.0.0.1:0"
 	int         trainers;    // trainers expected before training starts
@@ -23,10 +28,15 @@ struct ps_scheduler_opts {
 	uint64_t    shard_bytes; // max bytes per shard
 	int         contexts;    // REP contexts (requests in flight)
 	size_t      max_msg;     // receive size cap in bytes
+	int         placement;   // enum ps_placement
+	uint32_t    probe_count; // RTT samples per link (latency placement)
+	uint64_t    probe_bytes; // bulk transfer size per link
+	uint64_t    seed;        // solver multi-start seed
 };
 #define PS_SCHEDULER_OPTS_INIT                                              \
 	{                                                                   \
-		NULL, 1, 1, 1u << 20, 64, 64u << 20                        \
+		NULL, 1, 1, 1u << 20, 64, 64u << 20, PS_PLACEMENT_UNIFORM, \
+		    7, 1u << 20, 1                                          \
 	}
 
 // ps_scheduler_open starts a scheduler listening on opts->url. *out is
@@ -39,6 +49,11 @@ int ps_scheduler_open(const struct ps_scheduler_opts *opts,
 // Borrowed; valid until close.
 const char *ps_scheduler_url(const struct ps_scheduler *s);
 
+// ps_scheduler_stats writes the scheduler's INFO-style text (members, the
+// link matrices, the assignment, F, LB and F/LB) into buf (size n,
+// NUL-terminated, truncated if needed).
+void ps_scheduler_stats(struct ps_scheduler *s, char *buf, size_t n);
+
 // ps_scheduler_close stops serving and frees. NULL is a no-op.
 void ps_scheduler_close(struct ps_scheduler *s);
 
@@ -49,10 +64,11 @@ struct ps_server_opts {
 	int         contexts;      // REP contexts (requests in flight)
 	size_t      max_msg;       // receive size cap in bytes
 	uint32_t    timeout_ms;    // deadline of calls to the scheduler
+	uint64_t    capacity;      // bytes of shard memory (0 = unbounded)
 };
 #define PS_SERVER_OPTS_INIT                                                 \
 	{                                                                   \
-		NULL, NULL, NULL, 256, 256u << 20, 10000                   \
+		NULL, NULL, NULL, 256, 256u << 20, 10000, 0                \
 	}
 
 // ps_server_open starts a parameter server: it listens on opts->url,

@@ -8,6 +8,16 @@
 // never by blocking a thread. The first trainer's JobConfig becomes the
 // job's; it is deep-copied by packing and unpacking it, so the request
 // message can be freed.
+//
+// Placement: when probing is on (probe-bytes > 0), every trainer first
+// fetches the membership map (epoch 0: server URLs only), measures RTT and
+// bandwidth to each server, and reports them (ReportLinks). Once every
+// member and every report is in, the scheduler builds L[t][m] and B[t][m],
+// places the shards (uniform round-robin, or the latency-aware solver of
+// sharding/ that minimises the slowest trainer's predicted step time under
+// the servers' memory capacity), logs the matrices, the assignment, F, LB
+// and F/LB, and publishes epoch 1.
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 
@@ -32,7 +42,23 @@ struct ps_scheduler {
 	size_t                   placement_len;
 	uint64_t                 epoch;
 	struct ps_call          *parked;       // GetPlacement waiters
+	uint64_t                *capacity;     // [servers] bytes, 0 = unbounded
+	double                  *lat, *bw;     // [trainers * servers]
+	uint8_t                 *links_seen;   // [trainers]
+	int                      n_links_seen;
+	uint32_t                *assign;       // [n_assign] shard -> server
+	size_t                   n_assign;
+	uint64_t                *shard_size;   // [n_assign] bytes
+	struct shard_report      report;       // of the published placement
+	int                      have_report;
+	char                     start_error[256];
 };
+
+static int
+probing(const struct ps_scheduler *s)
+{
+	return s->opts.probe_bytes > 0;
+}
 
 static Pswire__JobConfig *
 job_copy(const Pswire__JobConfig *j)
@@ -131,6 +157,139 @@ check_job(const Pswire__JobConfig *j, char *why, size_t n)
 	return PS_OK;
 }
 
+// wire_factor is rho of ALGORITHMS.md §3.3: bytes on the wire per fp32
+// byte of a shard, push plus pull, with the job's codecs.
+static double
+wire_factor(const Pswire__JobConfig *job)
+{
+	struct comp_codec a, b;
+	const size_t      n = 1u << 20;
+	if (comp_codec_parse(job->codec_push, job->bucket, &a) != PS_OK ||
+	    comp_codec_parse(job->codec_pull, job->bucket, &b) != PS_OK) {
+		return 2.0;
+	}
+	return (double) (comp_bound(&a, n) + comp_bound(&b, n)) / (4.0 * n);
+}
+
+// log_lines logs a multi-line text one line at a time.
+static void
+log_lines(const char *text)
+{
+	const char *p = text;
+	while (*p != '\0') {
+		const char *e = strchr(p, '\n');
+		int         n = e ? (int) (e - p) : (int) strlen(p);
+		PS_LOG(PS_LOG_NOTICE, "placement", "%.*s", n, p);
+		p += n + (e != NULL);
+	}
+}
+
+// choose fills assign[0..ns) for the shards sd, by the configured policy,
+// and records the model's figures when links were measured. mu held.
+static int
+choose(struct ps_scheduler *s, const struct shard_desc *sd, size_t ns,
+    uint32_t *assign)
+{
+	struct shard_inst in = SHARD_INST_INIT;
+	uint64_t         *cap  = NULL;
+	double           *tt   = NULL;
+	uint32_t          T    = (uint32_t) s->opts.trainers;
+	uint32_t          M    = (uint32_t) s->opts.servers;
+	int               rv, bounded = 0;
+	// Bytes a server holds per shard byte: weights, one staging slot per
+	// trainer and, with a pull codec, the reference and the delta log.
+	// (Keep in step with ps/src/server/server.c: PS_DELTA_LOG = 4.)
+	double            copies = 1.0 + T;
+	struct comp_codec pc;
+	if (comp_codec_parse(s->job->codec_pull, s->job->bucket, &pc) ==
+	        PS_OK &&
+	    pc.id != COMP_NONE) {
+		copies += 1.0 + 4.0 * (double) comp_bound(&pc, 1u << 20) /
+		    (4.0 * (1u << 20));
+	}
+
+	ps_free(s->shard_size);
+	s->shard_size = ps_alloc(ns * sizeof(uint64_t));
+	cap           = ps_alloc(M * sizeof(uint64_t));
+	tt            = ps_alloc(T * sizeof(double));
+	if (s->shard_size == NULL || cap == NULL || tt == NULL) {
+		rv = PS_ENOMEM;
+		goto done;
+	}
+	for (size_t i = 0; i < ns; i++) {
+		s->shard_size[i] = sd[i].len * 4;
+	}
+	for (uint32_t m = 0; m < M; m++) {
+		cap[m] = s->capacity[m]
+		    ? (uint64_t) ((double) s->capacity[m] / copies)
+		    : UINT64_MAX;
+		bounded |= s->capacity[m] != 0;
+	}
+	in.n_shards   = ns;
+	in.n_servers  = M;
+	in.n_trainers = T;
+	in.size       = s->shard_size;
+	in.cap        = bounded ? cap : NULL;
+	in.lat        = s->lat;
+	in.bw         = s->bw;
+	in.rho        = wire_factor(s->job);
+	in.k          = 1; // the pull rides on the push's reply
+	if (s->opts.placement == PS_PLACEMENT_LATENCY) {
+		struct shard_solve_opts so = SHARD_SOLVE_OPTS_INIT;
+		so.seed = s->opts.seed;
+		rv = shard_solve(&in, &so, assign, tt, &s->report);
+		if (rv == PS_ENOSPC) {
+			snprintf(s->start_error, sizeof(s->start_error),
+			    "no placement fits the servers' capacity "
+			    "(--capacity-mb): the shards need more memory");
+		}
+		if (rv != PS_OK) {
+			goto done;
+		}
+	} else {
+		if ((rv = shard_place_uniform(ns, M, assign)) != PS_OK) {
+			goto done;
+		}
+		if (bounded && shard_assign_check(&in, assign) != PS_OK) {
+			snprintf(s->start_error, sizeof(s->start_error),
+			    "uniform placement exceeds a server's capacity "
+			    "(--capacity-mb); add servers or memory");
+			rv = PS_ENOSPC;
+			goto done;
+		}
+		if (probing(s)) {
+			double f, fsum, lb;
+			if (shard_cost(&in, assign, &f, &fsum, tt) == PS_OK &&
+			    shard_lower_bound(&in, &lb) == PS_OK) {
+				memset(&s->report, 0, sizeof(s->report));
+				s->report.f     = f;
+				s->report.f_sum = fsum;
+				s->report.lb    = lb;
+				s->report.ratio = lb > 0 ? f / lb : 0;
+			}
+		}
+	}
+	s->have_report = probing(s);
+	if (probing(s)) {
+		size_t n   = shard_format_bound(&in);
+		char  *buf = n ? ps_alloc(n) : NULL;
+		size_t w;
+		if (buf != NULL && shard_format(&in, assign, buf, n, &w) == PS_OK) {
+			log_lines(buf);
+		}
+		ps_free(buf);
+		PS_LOG(PS_LOG_NOTICE, "placement",
+		    "predicted step comm %.3f ms, lower bound %.3f ms, "
+		    "F/LB %.3f", s->report.f * 1e3, s->report.lb * 1e3,
+		    s->report.ratio);
+	}
+	rv = PS_OK;
+done:
+	ps_free(cap);
+	ps_free(tt);
+	return rv;
+}
+
 // publish builds the placement map; called with mu held once every member
 // is in. Returns PS_OK or an error (logged).
 static int
@@ -162,8 +321,7 @@ publish(struct ps_scheduler *s)
 		rv = PS_ENOMEM;
 		goto done;
 	}
-	if ((rv = shard_place_uniform(ns, (uint32_t) s->opts.servers,
-	         assign)) != PS_OK) {
+	if ((rv = choose(s, sd, ns, assign)) != PS_OK) {
 		goto done;
 	}
 	for (size_t i = 0; i < ns; i++) {
@@ -196,8 +354,9 @@ publish(struct ps_scheduler *s)
 		goto done;
 	}
 	PS_LOG(PS_LOG_NOTICE, "placement",
-	    "epoch %llu: %zu shards on %d servers (uniform), %d trainers",
+	    "epoch %llu: %zu shards on %d servers (%s), %d trainers",
 	    (unsigned long long) p.epoch, ns, s->opts.servers,
+	    s->opts.placement == PS_PLACEMENT_LATENCY ? "latency" : "uniform",
 	    s->opts.trainers);
 	for (size_t i = 0; i < ns; i++) {
 		PS_LOG(PS_LOG_INFO, "placement",
@@ -209,7 +368,13 @@ publish(struct ps_scheduler *s)
 	rv = PS_OK;
 done:
 	ps_free(sd);
-	ps_free(assign);
+	if (rv == PS_OK) {
+		ps_free(s->assign);
+		s->assign   = assign;
+		s->n_assign = ns;
+	} else {
+		ps_free(assign);
+	}
 	ps_free(infos);
 	ps_free(ptrs);
 	return rv;
@@ -225,26 +390,65 @@ answer_placement(struct ps_scheduler *s, struct ps_call *c)
 	ps__call_reply(c, &h);
 }
 
+// answer_membership replies with epoch 0: the server URLs, no shards.
+static void
+answer_membership(struct ps_scheduler *s, struct ps_call *c)
+{
+	Pswire__Header    h = PSWIRE__HEADER__INIT;
+	Pswire__Placement p = PSWIRE__PLACEMENT__INIT;
+	p.n_servers         = (size_t) s->opts.servers;
+	p.servers           = s->server_urls;
+	p.trainers          = (uint32_t) s->opts.trainers;
+	h.body_case         = PSWIRE__HEADER__BODY_PLACEMENT;
+	h.placement         = &p;
+	ps__call_reply(c, &h);
+}
+
+// answer_parked answers every parked GetPlacement that can be: with the
+// map, the membership map (min_epoch 0), or the start error. mu held.
+static void
+answer_parked(struct ps_scheduler *s)
+{
+	struct ps_call **pp = &s->parked;
+	while (*pp != NULL) {
+		struct ps_call *c = *pp;
+		if (s->start_error[0] != '\0') {
+			*pp = c->next;
+			ps__call_reply_err(c, PSWIRE__STATUS__FAILED_PRECONDITION,
+			    "job cannot start: %s", s->start_error);
+		} else if (s->placement != NULL) {
+			*pp = c->next;
+			answer_placement(s, c);
+		} else if (c->park_version == 0 &&
+		    s->n_servers_seen == s->opts.servers) {
+			*pp = c->next;
+			answer_membership(s, c);
+		} else {
+			pp = &c->next;
+		}
+	}
+}
+
 static void
 maybe_start(struct ps_scheduler *s)
 {
 	int rv;
-	if (s->placement != NULL || s->job == NULL ||
-	    s->n_trainers_seen < s->opts.trainers ||
-	    s->n_servers_seen < s->opts.servers) {
-		return;
+	if (s->placement == NULL && s->start_error[0] == '\0' &&
+	    s->job != NULL && s->n_trainers_seen == s->opts.trainers &&
+	    s->n_servers_seen == s->opts.servers &&
+	    (!probing(s) || s->n_links_seen == s->opts.trainers)) {
+		if ((rv = publish(s)) != PS_OK) {
+			if (s->start_error[0] == '\0') {
+				snprintf(s->start_error, sizeof(s->start_error),
+				    "cannot place shards: %s", ps_strerror(rv));
+			}
+			PS_LOG(PS_LOG_ERR, "placement", "%s", s->start_error);
+		}
 	}
-	if ((rv = publish(s)) != PS_OK) {
-		PS_LOG(PS_LOG_ERR, "placement", "cannot place shards: %s",
-		    ps_strerror(rv));
-		return;
-	}
-	while (s->parked != NULL) {
-		struct ps_call *c = s->parked;
-		s->parked         = c->next;
-		answer_placement(s, c);
-	}
+	answer_parked(s);
 }
+
+static void on_simple(struct ps_scheduler *s, struct ps_call *c);
 
 static void
 on_register(struct ps_scheduler *s, struct ps_call *c)
@@ -290,6 +494,7 @@ on_register(struct ps_scheduler *s, struct ps_call *c)
 				    "out of memory");
 				return;
 			}
+			s->capacity[idx] = r->capacity_bytes;
 			s->n_servers_seen++;
 			PS_LOG(PS_LOG_NOTICE, "members",
 			    "server %d registered at %s (%d/%d)", idx, r->url,
@@ -355,6 +560,9 @@ on_register(struct ps_scheduler *s, struct ps_call *c)
 	}
 	rep.trainers    = (uint32_t) s->opts.trainers;
 	rep.servers     = (uint32_t) s->opts.servers;
+	rep.probe       = probing(s) && r->role == PSWIRE__ROLE__ROLE_TRAINER;
+	rep.probe_count = s->opts.probe_count;
+	rep.probe_bytes = s->opts.probe_bytes;
 	h.body_case     = PSWIRE__HEADER__BODY_REGISTER_REP;
 	h.register_rep  = &rep;
 	maybe_start(s);
@@ -365,14 +573,74 @@ on_register(struct ps_scheduler *s, struct ps_call *c)
 static void
 on_get_placement(struct ps_scheduler *s, struct ps_call *c)
 {
+	c->park_version = c->hdr->body_case == PSWIRE__HEADER__BODY_PLACEMENT_REQ
+	    ? c->hdr->placement_req->min_epoch
+	    : 1;
 	pthread_mutex_lock(&s->mu);
-	if (s->placement != NULL) {
-		answer_placement(s, c);
-	} else {
-		c->next   = s->parked;
-		s->parked = c;
-	}
+	c->next   = s->parked;
+	s->parked = c;
+	answer_parked(s);
 	pthread_mutex_unlock(&s->mu);
+}
+
+static void
+on_report_links(struct ps_scheduler *s, struct ps_call *c)
+{
+	Pswire__ReportLinksRequest *r = c->hdr->links_req;
+	size_t                      M = (size_t) s->opts.servers;
+
+	if (c->hdr->body_case != PSWIRE__HEADER__BODY_LINKS_REQ) {
+		ps__call_reply_err(c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "ReportLinks needs a links_req body");
+		return;
+	}
+	if (r->rank >= (uint32_t) s->opts.trainers || r->n_rtt_s != M ||
+	    r->n_bw_bps != M) {
+		ps__call_reply_err(c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "link report from rank %u: need %zu RTTs and bandwidths "
+		    "for %d trainers, got %zu and %zu", r->rank, M,
+		    s->opts.trainers, r->n_rtt_s, r->n_bw_bps);
+		return;
+	}
+	for (size_t m = 0; m < M; m++) {
+		if (!isfinite(r->rtt_s[m]) || r->rtt_s[m] < 0 ||
+		    r->rtt_s[m] > 3600 || !isfinite(r->bw_bps[m]) ||
+		    r->bw_bps[m] <= 0) {
+			ps__call_reply_err(c, PSWIRE__STATUS__INVALID_ARGUMENT,
+			    "link report from rank %u: server %zu has rtt %g s, "
+			    "bandwidth %g B/s", r->rank, m, r->rtt_s[m],
+			    r->bw_bps[m]);
+			return;
+		}
+	}
+	pthread_mutex_lock(&s->mu);
+	for (size_t m = 0; m < M; m++) {
+		s->lat[r->rank * M + m] = r->rtt_s[m];
+		s->bw[r->rank * M + m]  = r->bw_bps[m];
+		PS_LOG(PS_LOG_INFO, "links",
+		    "trainer %u -> server %zu: rtt %.3f ms, %.1f MB/s", r->rank,
+		    m, r->rtt_s[m] * 1e3, r->bw_bps[m] / 1e6);
+	}
+	if (!s->links_seen[r->rank]) {
+		s->links_seen[r->rank] = 1;
+		s->n_links_seen++;
+	}
+	maybe_start(s);
+	pthread_mutex_unlock(&s->mu);
+	on_simple(s, c);
+}
+
+static void
+on_stats(struct ps_scheduler *s, struct ps_call *c)
+{
+	char               text[8192];
+	Pswire__Header     h   = PSWIRE__HEADER__INIT;
+	Pswire__StatsReply rep = PSWIRE__STATS_REPLY__INIT;
+	ps_scheduler_stats(s, text, sizeof(text));
+	rep.text    = text;
+	h.body_case = PSWIRE__HEADER__BODY_STATS_REP;
+	h.stats_rep = &rep;
+	ps__call_reply(c, &h);
 }
 
 static void
@@ -403,6 +671,12 @@ dispatch(void *arg, struct ps_call *c)
 	case PSWIRE__METHOD__LEAVE:
 		on_simple(s, c);
 		break;
+	case PSWIRE__METHOD__REPORT_LINKS:
+		on_report_links(s, c);
+		break;
+	case PSWIRE__METHOD__STATS:
+		on_stats(s, c);
+		break;
 	default:
 		ps__call_reply_err(c, PSWIRE__STATUS__UNIMPLEMENTED,
 		    "method %u (%s) is not served by the scheduler",
@@ -419,7 +693,11 @@ ps_scheduler_open(const struct ps_scheduler_opts *o, struct ps_scheduler **out)
 	if (o == NULL || o->url == NULL || o->trainers < 1 ||
 	    o->trainers > MAX_MEMBERS || o->servers < 1 ||
 	    o->servers > MAX_MEMBERS || o->shard_bytes < 4 ||
-	    o->shard_bytes % 4 != 0 || o->contexts < 1) {
+	    o->shard_bytes % 4 != 0 || o->contexts < 1 ||
+	    (o->placement != PS_PLACEMENT_UNIFORM &&
+	     o->placement != PS_PLACEMENT_LATENCY) ||
+	    (o->placement == PS_PLACEMENT_LATENCY && o->probe_bytes == 0) ||
+	    o->probe_count < 1 || o->probe_count > 1000) {
 		return PS_EINVAL;
 	}
 	if ((s = ps_zalloc(sizeof(*s))) == NULL) {
@@ -429,7 +707,13 @@ ps_scheduler_open(const struct ps_scheduler_opts *o, struct ps_scheduler **out)
 	pthread_mutex_init(&s->mu, NULL);
 	s->trainer_seen = ps_zalloc((size_t) o->trainers);
 	s->server_urls  = ps_zalloc(sizeof(char *) * (size_t) o->servers);
-	if (s->trainer_seen == NULL || s->server_urls == NULL) {
+	s->capacity     = ps_zalloc(sizeof(uint64_t) * (size_t) o->servers);
+	s->lat = ps_zalloc(sizeof(double) * (size_t) o->servers * o->trainers);
+	s->bw  = ps_zalloc(sizeof(double) * (size_t) o->servers * o->trainers);
+	s->links_seen = ps_zalloc((size_t) o->trainers);
+	if (s->trainer_seen == NULL || s->server_urls == NULL ||
+	    s->capacity == NULL || s->lat == NULL || s->bw == NULL ||
+	    s->links_seen == NULL) {
 		ps_scheduler_close(s);
 		return PS_ENOMEM;
 	}
@@ -470,6 +754,70 @@ ps_scheduler_close(struct ps_scheduler *s)
 	}
 	ps_free(s->server_urls);
 	ps_free(s->trainer_seen);
+	ps_free(s->capacity);
+	ps_free(s->lat);
+	ps_free(s->bw);
+	ps_free(s->links_seen);
+	ps_free(s->assign);
+	ps_free(s->shard_size);
 	pthread_mutex_destroy(&s->mu);
 	ps_free(s);
+}
+
+void
+ps_scheduler_stats(struct ps_scheduler *s, char *buf, size_t n)
+{
+	size_t   off = 0;
+	uint32_t M   = (uint32_t) s->opts.servers;
+#define OUT(...)                                                             \
+	do {                                                                 \
+		if (off < n) {                                               \
+			int k_ = snprintf(buf + off, n - off, __VA_ARGS__);  \
+			off += k_ > 0 ? (size_t) k_ : 0;                     \
+		}                                                            \
+	} while (0)
+	pthread_mutex_lock(&s->mu);
+	OUT("# Scheduler\r\nrole:scheduler\r\nurl:%s\r\n",
+	    ps__rpc_url(s->rpc));
+	OUT("trainers:%d/%d\r\nservers:%d/%d\r\nlink_reports:%d\r\n",
+	    s->n_trainers_seen, s->opts.trainers, s->n_servers_seen, M,
+	    s->n_links_seen);
+	OUT("epoch:%llu\r\nplacement:%s\r\nstart_error:%s\r\n",
+	    (unsigned long long) s->epoch,
+	    s->opts.placement == PS_PLACEMENT_LATENCY ? "latency" : "uniform",
+	    s->start_error);
+	OUT("# Placement\r\n");
+	if (s->have_report) {
+		OUT("predicted_step_s:%.6f\r\nlower_bound_s:%.6f\r\n"
+		    "f_over_lb:%.4f\r\n", s->report.f, s->report.lb,
+		    s->report.ratio);
+	}
+	for (int t = 0; s->have_report && t < s->opts.trainers; t++) {
+		for (uint32_t m = 0; m < M; m++) {
+			OUT("link_t%d_m%u:rtt_s=%.6f,bw_Bps=%.0f\r\n", t, m,
+			    s->lat[(size_t) t * M + m],
+			    s->bw[(size_t) t * M + m]);
+		}
+	}
+	for (uint32_t m = 0; m < M && s->assign != NULL; m++) {
+		uint64_t load = 0;
+		size_t   cnt  = 0;
+		for (size_t i = 0; i < s->n_assign; i++) {
+			if (s->assign[i] == m) {
+				load += s->shard_size[i];
+				cnt++;
+			}
+		}
+		OUT("server_%u:shards=%zu,bytes=%llu\r\n", m, cnt,
+		    (unsigned long long) load);
+	}
+	for (size_t i = 0; i < s->n_assign; i++) {
+		OUT("shard_%zu:server=%u,bytes=%llu\r\n", i, s->assign[i],
+		    (unsigned long long) s->shard_size[i]);
+	}
+	pthread_mutex_unlock(&s->mu);
+#undef OUT
+	if (n > 0) {
+		buf[n - 1] = '\0';
+	}
 }

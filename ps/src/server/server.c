@@ -718,6 +718,42 @@ on_stats(struct ps_server *s, struct ps_call *c)
 	ps__call_reply(c, &h);
 }
 
+// Probe answers before the job starts (trainers measure links to decide
+// the placement): the request payload is discarded, the reply carries
+// reply_bytes of zeros (at most PS_PROBE_MAX), so either direction can be
+// timed.
+#define PS_PROBE_MAX (64u << 20)
+
+static void
+on_probe(struct ps_server *s, struct ps_call *c)
+{
+	Pswire__Header h     = PSWIRE__HEADER__INIT;
+	uint64_t       bytes = 0;
+	nng_msg       *m;
+	uint8_t       *payload;
+	size_t         hl;
+
+	if (c->hdr->body_case == PSWIRE__HEADER__BODY_PROBE_REQ) {
+		bytes = c->hdr->probe_req->reply_bytes;
+	}
+	if (bytes > PS_PROBE_MAX) {
+		reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "probe reply of %llu bytes exceeds the %u cap",
+		    (unsigned long long) bytes, PS_PROBE_MAX);
+		return;
+	}
+	h.request_id = c->hdr->request_id;
+	hl           = pswire__header__get_packed_size(&h);
+	if (psw_msg_begin(&m, hl, bytes, &payload) != PS_OK) {
+		reply_err(s, c, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+		    "out of memory for a probe reply");
+		return;
+	}
+	memset(payload, 0, bytes);
+	psw_msg_finish(m, c->frame.method, PSW_FLAG_REPLY, &h.base, hl, bytes);
+	ps__call_reply_msg(c, m);
+}
+
 static void
 dispatch(void *arg, struct ps_call *c)
 {
@@ -726,6 +762,10 @@ dispatch(void *arg, struct ps_call *c)
 
 	if (method == PSWIRE__METHOD__STATS) {
 		on_stats(s, c);
+		return;
+	}
+	if (method == PSWIRE__METHOD__PROBE) {
+		on_probe(s, c);
 		return;
 	}
 	if (method != PSWIRE__METHOD__PUSH && method != PSWIRE__METHOD__PULL &&
@@ -890,8 +930,9 @@ boot_main(void *arg)
 		h.request_id  = rid++;
 		h.deadline_ms = s->opts.timeout_ms;
 		if (!registered) {
-			rr.role        = PSWIRE__ROLE__ROLE_SERVER;
-			rr.url         = s->url;
+			rr.role           = PSWIRE__ROLE__ROLE_SERVER;
+			rr.url            = s->url;
+			rr.capacity_bytes = s->opts.capacity;
 			h.body_case    = PSWIRE__HEADER__BODY_REGISTER_REQ;
 			h.register_req = &rr;
 			method         = PSWIRE__METHOD__REGISTER;
