@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake pkg-config libnng-dev libprotobuf-c-dev
       protobuf-c-compiler libopenblas-dev check zlib1g-dev
-      dataset-fashion-mnist)
+      dataset-fashion-mnist nodejs npm yamllint)
 
 missing=()
 for p in "${PKGS[@]}"; do
