@@ -30,9 +30,11 @@ struct conn {
 	uint32_t  *shards;  // global shard ids held by this server
 	size_t     n;
 	uint64_t   bytes;   // fp32 bytes of its shards
-	// per-call state
+	// per-round state
+	uint32_t  *req;     // shards in this round's request
+	size_t     req_n;
+	uint8_t    method;
 	int        pending;
-	int        need_full; // CRC mismatch or broken chain: resync in full
 	int        rv;
 	uint64_t   rid;
 	nng_msg   *rep;
@@ -53,6 +55,10 @@ struct ferry_client {
 	uint64_t           version; // of the weights held (min over shards)
 	uint64_t           want;    // version the next pull asks for
 	uint64_t          *shard_ver; // per global shard: version held
+	uint8_t           *need;      // per global shard: NEED_* this op
+	uint8_t           *need_full; // per global shard: resync in full
+	uint8_t           *codes;     // staged push codes (EF codecs)
+	size_t            *code_off;  // per global shard: offset in codes
 	struct comp_codec  cpush, cpull, cnone;
 	float            **resid;   // per tensor: push error feedback (or NULL)
 	float            **ref;     // per tensor: pull reference (or NULL)
@@ -197,6 +203,7 @@ ferry_client_close(ferry_client *c)
 		nng_close(c->conns[i].sock);
 		nng_aio_free(c->conns[i].aio);
 		ps_free(c->conns[i].shards);
+		ps_free(c->conns[i].req);
 	}
 	ps_free(c->conns);
 	nng_close(c->sched);
@@ -215,6 +222,10 @@ ferry_client_close(ferry_client *c)
 	ps_free(c->resid);
 	ps_free(c->ref);
 	ps_free(c->shard_ver);
+	ps_free(c->need);
+	ps_free(c->need_full);
+	ps_free(c->codes);
+	ps_free(c->code_off);
 	ps_free(c->tensor_len);
 	ps_free(c);
 }
@@ -354,7 +365,10 @@ assign_conns(ferry_client *c)
 	for (size_t m = 0; m < c->n_conns; m++) {
 		struct conn *cn = &c->conns[m];
 		cn->shards = ps_alloc((cn->n ? cn->n : 1) * sizeof(uint32_t));
-		if (cn->shards == NULL) {
+		if (cn->req == NULL) {
+			cn->req = ps_alloc(c->pl->n_shards * sizeof(uint32_t));
+		}
+		if (cn->shards == NULL || cn->req == NULL) {
 			return fail(c, FERRY_ENOMEM, "out of memory");
 		}
 		cn->n = 0;
@@ -557,6 +571,24 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 		goto done;
 	}
 	c->shard_ver = ps_zalloc(c->pl->n_shards * sizeof(uint64_t));
+	c->need      = ps_zalloc(c->pl->n_shards);
+	c->need_full = ps_zalloc(c->pl->n_shards);
+	c->code_off  = ps_zalloc(c->pl->n_shards * sizeof(size_t));
+	if (c->need == NULL || c->need_full == NULL || c->code_off == NULL) {
+		rv = fail(c, FERRY_ENOMEM, "out of memory");
+		goto done;
+	}
+	if (c->cpush.id != COMP_NONE) {
+		size_t total = 0;
+		for (size_t i = 0; i < c->pl->n_shards; i++) {
+			c->code_off[i] = total;
+			total += comp_bound(&c->cpush, c->pl->shards[i]->len);
+		}
+		if ((c->codes = ps_alloc(total ? total : 1)) == NULL) {
+			rv = fail(c, FERRY_ENOMEM, "out of memory");
+			goto done;
+		}
+	}
 	c->resid     = ps_zalloc(n * sizeof(float *));
 	c->ref       = ps_zalloc(n * sizeof(float *));
 	if (c->shard_ver == NULL || c->resid == NULL || c->ref == NULL) {
@@ -590,36 +622,45 @@ done:
 
 enum op { OP_INIT, OP_PULL, OP_PULL_FULL, OP_PUSH, OP_PUSH_PULL };
 
+// What a shard still needs within one operation.
+enum { NEED_NONE = 0, NEED_MAIN, NEED_PULL };
+
 struct xfer {
-	enum op             op;
-	const float *const *g;
-	float *const       *w;
-	uint32_t            n_samples;
+	enum op                  op;
+	const float *const      *g;
+	float *const            *w;
+	uint32_t                 n_samples;
+	uint64_t                 pull_want; // version a (re-)pull waits for
+	const struct comp_codec *codec;     // push codec of this operation
+	int                      staged;    // codes are in c->codes
 };
 
+// stage_codes encodes every shard's gradient once per operation, with
+// error feedback, into c->codes: a request that must be re-sent (the
+// server was not ready, or the shard moved) sends the same codes again,
+// so the residual is updated exactly once.
 static int
-is_pull(enum op op)
+stage_codes(ferry_client *c, struct xfer *x)
 {
-	return op == OP_PULL || op == OP_PULL_FULL || op == OP_PUSH_PULL;
-}
-
-// encode_shard writes shard si of gradient g into dst (exactly
-// comp_bound(codec) bytes): fp32 during warm-up or without a push codec,
-// else Q(g + e) with error feedback.
-static int
-encode_shard(ferry_client *c, const struct comp_codec *codec,
-    const Pswire__ShardInfo *si, const float *g, uint8_t *dst, size_t len)
-{
-	size_t out;
-	if (codec->id == COMP_NONE) {
-		memcpy(dst, g + si->offset, si->len * 4);
-		return PS_OK;
+	for (size_t i = 0; i < c->pl->n_shards; i++) {
+		const Pswire__ShardInfo *si = c->pl->shards[i];
+		size_t                   out;
+		int rv = comp_ef_encode(x->codec, x->g[si->tensor] + si->offset,
+		    c->resid[si->tensor] + si->offset, si->len, &c->rng,
+		    c->codes + c->code_off[i], comp_bound(x->codec, si->len),
+		    &out);
+		if (rv != PS_OK) {
+			return fail(c, FERRY_EINVAL, "gradient of tensor %u "
+			    "cannot be encoded (%s): NaN or Inf?", si->tensor,
+			    ps_strerror(rv));
+		}
 	}
-	return comp_ef_encode(codec, g + si->offset,
-	    c->resid[si->tensor] + si->offset, si->len, &c->rng, dst, len, &out);
+	x->staged = 1;
+	return FERRY_OK;
 }
 
-// build_request creates server cn's message for the operation.
+// build_request creates the message for the shards in cn->req (method
+// cn->method).
 static int
 build_request(ferry_client *c, struct conn *cn, struct xfer *x, nng_msg **out)
 {
@@ -630,47 +671,46 @@ build_request(ferry_client *c, struct conn *cn, struct xfer *x, nng_msg **out)
 	Pswire__ShardRef   *ptr_stack[64], **ptrs = ptr_stack;
 	uint8_t            *payload;
 	size_t              hl, plen = 0;
-	uint8_t             method;
 	int                 rv = PS_OK;
-	// Warm-up: the first warmup_steps versions travel in fp32.
-	const struct comp_codec *codec =
-	    x->op == OP_INIT || c->version < c->opts.warmup_steps
-	    ? &c->cnone
-	    : &c->cpush;
+	const struct comp_codec *codec = x->codec;
 
 	h.request_id  = cn->rid = c->next_rid++;
 	h.deadline_ms = timeout(c);
 	h.epoch       = c->pl->epoch;
 	h.rank        = (uint32_t) c->opts.rank;
-	if (x->op == OP_PULL || x->op == OP_PULL_FULL) {
-		pl.n_shards     = cn->n;
-		pl.shards       = cn->shards;
-		pl.version      = c->want;
-		pl.have_version = c->version;
+	if (cn->method == PSWIRE__METHOD__PULL) {
+		uint64_t have = UINT64_MAX;
+		for (size_t i = 0; i < cn->req_n; i++) {
+			uint64_t v = c->shard_ver[cn->req[i]];
+			have       = v < have ? v : have;
+		}
+		pl.n_shards     = cn->req_n;
+		pl.shards       = cn->req;
+		pl.version      = x->pull_want;
+		pl.have_version = have;
 		pl.full         = x->op == OP_PULL_FULL || c->cpull.id ==
 		    COMP_NONE;
 		h.body_case     = PSWIRE__HEADER__BODY_PULL_REQ;
 		h.pull_req      = &pl;
-		method          = PSWIRE__METHOD__PULL;
 		hl              = pswire__header__get_packed_size(&h);
 		if (psw_msg_begin(out, hl, 0, &payload) != PS_OK) {
 			return PS_ENOMEM;
 		}
-		return psw_msg_finish(*out, method, 0, &h.base, hl, 0);
+		return psw_msg_finish(*out, cn->method, 0, &h.base, hl, 0);
 	}
-	if (cn->n > 64) {
-		refs = ps_alloc(cn->n * sizeof(*refs));
-		ptrs = ps_alloc(cn->n * sizeof(*ptrs));
+	if (cn->req_n > 64) {
+		refs = ps_alloc(cn->req_n * sizeof(*refs));
+		ptrs = ps_alloc(cn->req_n * sizeof(*ptrs));
 		if (refs == NULL || ptrs == NULL) {
 			rv = PS_ENOMEM;
 			goto done;
 		}
 	}
-	for (size_t i = 0; i < cn->n; i++) {
-		const Pswire__ShardInfo *si = c->pl->shards[cn->shards[i]];
+	for (size_t i = 0; i < cn->req_n; i++) {
+		const Pswire__ShardInfo *si = c->pl->shards[cn->req[i]];
 		pswire__shard_ref__init(&refs[i]);
-		refs[i].shard   = cn->shards[i];
-		refs[i].version = c->shard_ver[cn->shards[i]];
+		refs[i].shard   = cn->req[i];
+		refs[i].version = c->shard_ver[cn->req[i]];
 		refs[i].codec   = codec->id;
 		refs[i].bucket  = codec->bucket;
 		refs[i].offset  = plen;
@@ -678,27 +718,27 @@ build_request(ferry_client *c, struct conn *cn, struct xfer *x, nng_msg **out)
 		plen += refs[i].length;
 		ptrs[i] = &refs[i];
 	}
-	pr.n_shards  = cn->n;
+	pr.n_shards  = cn->req_n;
 	pr.shards    = ptrs;
 	pr.n_samples = x->n_samples;
 	pr.init      = x->op == OP_INIT;
 	h.body_case  = PSWIRE__HEADER__BODY_PUSH_REQ;
 	h.push_req   = &pr;
-	method       = x->op == OP_PUSH_PULL ? PSWIRE__METHOD__PUSH_PULL
-	                                     : PSWIRE__METHOD__PUSH;
 	hl           = pswire__header__get_packed_size(&h);
 	if ((rv = psw_msg_begin(out, hl, plen, &payload)) != PS_OK) {
 		goto done;
 	}
-	// Codes go straight into the message: no staging buffer.
-	for (size_t i = 0; i < cn->n && rv == PS_OK; i++) {
-		const Pswire__ShardInfo *si = c->pl->shards[cn->shards[i]];
-		rv = encode_shard(c, codec, si, x->g[si->tensor],
-		    payload + refs[i].offset, refs[i].length);
+	for (size_t i = 0; i < cn->req_n; i++) {
+		const Pswire__ShardInfo *si = c->pl->shards[cn->req[i]];
+		// fp32 goes straight from the caller's tensor; codes from the
+		// staging area (see stage_codes).
+		memcpy(payload + refs[i].offset,
+		    x->staged ? (const void *) (c->codes +
+		                    c->code_off[cn->req[i]])
+		              : (const void *) (x->g[si->tensor] + si->offset),
+		    refs[i].length);
 	}
-	if (rv == PS_OK) {
-		rv = psw_msg_finish(*out, method, 0, &h.base, hl, plen);
-	}
+	rv = psw_msg_finish(*out, cn->method, 0, &h.base, hl, plen);
 	if (rv != PS_OK) {
 		nng_msg_free(*out);
 	}
@@ -768,14 +808,15 @@ take_shard(ferry_client *c, size_t m, uint32_t id,
 	return FERRY_OK;
 }
 
-// take_reply checks server m's reply and scatters pulled shards into w.
+// take_reply checks server m's pull reply for the shards in cn->req and
+// scatters them into w.
 static int
 take_reply(ferry_client *c, size_t m, struct xfer *x, Pswire__Header *rh,
     const struct psw_frame *f)
 {
 	struct conn *cn = &c->conns[m];
 	size_t       j  = 0;
-	if (!is_pull(x->op)) {
+	if (cn->method == PSWIRE__METHOD__PUSH) {
 		return FERRY_OK;
 	}
 	if (rh->body_case != PSWIRE__HEADER__BODY_PULL_REP) {
@@ -783,20 +824,20 @@ take_reply(ferry_client *c, size_t m, struct xfer *x, Pswire__Header *rh,
 		    "body", c->pl->servers[m]);
 	}
 	Pswire__PullReply *p = rh->pull_rep;
-	for (size_t i = 0; i < cn->n; i++) {
+	for (size_t i = 0; i < cn->req_n; i++) {
 		size_t k = 0;
 		while (j + k < p->n_shards &&
-		    p->shards[j + k]->shard == cn->shards[i]) {
+		    p->shards[j + k]->shard == cn->req[i]) {
 			k++;
 		}
 		if (k == 0) {
 			return fail(c, FERRY_EPROTO, "server %s: reply lacks "
-			    "shard %u", c->pl->servers[m], cn->shards[i]);
+			    "shard %u", c->pl->servers[m], cn->req[i]);
 		}
-		int rv = take_shard(c, m, cn->shards[i], p->shards + j, k, f,
+		int rv = take_shard(c, m, cn->req[i], p->shards + j, k, f,
 		    x->w);
 		if (rv == FERRY_ECORRUPT) {
-			cn->need_full = 1;
+			c->need_full[cn->req[i]] = 1;
 		} else if (rv != FERRY_OK) {
 			return rv;
 		}
@@ -816,59 +857,112 @@ nap_ms(int ms)
 	nanosleep(&ts, NULL);
 }
 
-// exchange runs one operation against the servers marked pending (all
-// that hold shards, or only those needing a resync for OP_PULL_FULL), in
-// parallel. Idempotent operations (init, pulls) are retried on servers
-// that answer UNAVAILABLE (not started yet) until the deadline; pushes
-// never are (their error feedback state has already moved on).
+static uint8_t
+main_method(enum op op)
+{
+	switch (op) {
+	case OP_PULL:
+	case OP_PULL_FULL:
+		return PSWIRE__METHOD__PULL;
+	case OP_PUSH_PULL:
+		return PSWIRE__METHOD__PUSH_PULL;
+	default:
+		return PSWIRE__METHOD__PUSH;
+	}
+}
+
+// refetch_map replaces the map with the scheduler's next epoch.
+static int
+refetch_map(ferry_client *c)
+{
+	Pswire__Header *rh = NULL;
+	int             rv;
+	if ((rv = fetch_map(c, c->pl->epoch + 1, &rh)) != FERRY_OK) {
+		return rv;
+	}
+	Pswire__Placement *np = rh->placement;
+	rh->placement         = NULL;
+	rh->body_case         = PSWIRE__HEADER__BODY__NOT_SET;
+	pswire__header__free_unpacked(rh, NULL);
+	if (np->n_shards != c->pl->n_shards ||
+	    check_placement(c, np) != FERRY_OK) {
+		pswire__placement__free_unpacked(np, NULL);
+		return fail(c, FERRY_EPROTO, "new placement map does not "
+		    "match the job");
+	}
+	pswire__placement__free_unpacked(c->pl, NULL);
+	c->pl = np;
+	c->stats.map_changes++;
+	if ((rv = open_conns(c, c->pl)) != FERRY_OK) {
+		return rv;
+	}
+	return assign_conns(c);
+}
+
+// exchange runs one operation on every shard whose c->need is set, in
+// rounds: each round sends one batched request per server (the shards'
+// main method first; PULL for shards whose push was applied but whose
+// reply was lost to a move), in parallel, and waits for all replies.
+// UNAVAILABLE (not started, shard arriving) and STALE_EPOCH (shard moved:
+// the map is re-fetched) leave shards pending for the next round, until
+// the deadline. Requests refused with those statuses changed nothing on
+// the server, so re-sending cannot apply a push twice.
 static int
 exchange(ferry_client *c, struct xfer *x)
 {
 	uint64_t deadline = ps_clock_ms() + timeout(c);
-	int      left     = 0, rv = FERRY_OK;
-	int      retry    = x->op == OP_INIT || x->op == OP_PULL ||
-	    x->op == OP_PULL_FULL;
-	uint8_t  method   = x->op == OP_PULL || x->op == OP_PULL_FULL
-	        ? PSWIRE__METHOD__PULL
-	        : x->op == OP_PUSH_PULL ? PSWIRE__METHOD__PUSH_PULL
-	                                : PSWIRE__METHOD__PUSH;
+	int      rv       = FERRY_OK;
 
-	for (size_t m = 0; m < c->n_conns; m++) {
-		struct conn *cn = &c->conns[m];
-		cn->pending = cn->n > 0 &&
-		    (x->op != OP_PULL_FULL || cn->need_full);
-		cn->need_full = 0;
-		left += cn->pending;
-	}
-	while (left > 0 && rv == FERRY_OK) {
+	for (;;) {
+		int    sent = 0, refetch = 0, wait = 0;
 		uint64_t now = ps_clock_ms();
-		if (now >= deadline) {
-			return fail(c, FERRY_ETIMEDOUT, "%s: deadline passed "
-			    "waiting for %d server(s)", psw_method_name(method),
-			    left);
-		}
-		int tmo = (int) (deadline - now);
 		for (size_t m = 0; m < c->n_conns; m++) {
 			struct conn *cn = &c->conns[m];
 			nng_msg     *req;
-			cn->rv = PS_OK;
+			cn->req_n       = 0;
+			cn->method      = main_method(x->op);
+			for (int pass = 0; pass < 2 && cn->req_n == 0; pass++) {
+				int want = pass == 0 ? NEED_MAIN : NEED_PULL;
+				for (size_t k = 0; k < cn->n; k++) {
+					if (c->need[cn->shards[k]] == want) {
+						cn->req[cn->req_n++] =
+						    cn->shards[k];
+					}
+				}
+				if (pass == 1) {
+					cn->method = PSWIRE__METHOD__PULL;
+				}
+			}
+			cn->pending = cn->req_n > 0;
 			if (!cn->pending) {
 				continue;
 			}
-			if ((cn->rv = build_request(c, cn, x, &req)) != PS_OK) {
-				continue;
+			if (now >= deadline) {
+				return fail(c, FERRY_ETIMEDOUT, "%s: deadline "
+				    "passed waiting for server %s",
+				    psw_method_name(cn->method),
+				    c->pl->servers[m]);
 			}
-			if (!is_pull(x->op) || x->op == OP_PUSH_PULL) {
+			if ((rv = build_request(c, cn, x, &req)) != PS_OK) {
+				return fail(c, map_err(rv), "cannot build a "
+				    "request: %s", ps_strerror(rv));
+			}
+			if (cn->method != PSWIRE__METHOD__PULL) {
 				c->stats.bytes_pushed += nng_msg_len(req);
 			}
 			c->stats.requests++;
-			nng_aio_set_timeout(cn->aio, tmo);
+			nng_aio_set_timeout(cn->aio, (int) (deadline - now));
 			nng_aio_set_msg(cn->aio, req);
 			nng_ctx_send(cn->ctx, cn->aio);
+			sent++;
+		}
+		if (sent == 0) {
+			break;
 		}
 		for (size_t m = 0; m < c->n_conns; m++) {
 			struct conn *cn = &c->conns[m];
-			if (!cn->pending || cn->rv != PS_OK) {
+			cn->rv          = PS_OK;
+			if (!cn->pending) {
 				continue;
 			}
 			nng_aio_wait(cn->aio);
@@ -904,65 +998,108 @@ exchange(ferry_client *c, struct xfer *x)
 				continue;
 			}
 			nng_msg *rep = nng_aio_get_msg(cn->aio);
-			if (is_pull(x->op)) {
+			if (cn->method != PSWIRE__METHOD__PUSH) {
 				c->stats.bytes_pulled += nng_msg_len(rep);
 			}
-			r = psw_reply_open(rep, method, cn->rid, &f, &ph, &why);
+			r = psw_reply_open(rep, cn->method, cn->rid, &f, &ph,
+			    &why);
 			Pswire__Header *rh = (Pswire__Header *) ph;
-			if (r == PS_EREMOTE && retry &&
-			    rh->status == PSWIRE__STATUS__UNAVAILABLE) {
-				// Not started yet: ask again below.
+			int             st = rh ? (int) rh->status : -1;
+			if (rh != NULL && rh->epoch > c->pl->epoch) {
+				refetch = 1; // a newer map exists
+			}
+			if (r == PS_EREMOTE &&
+			    st == PSWIRE__STATUS__UNAVAILABLE) {
+				wait = 1; // not started / shard arriving
+			} else if (r == PS_EREMOTE &&
+			    st == PSWIRE__STATUS__STALE_EPOCH) {
+				refetch = 1;
+			} else if (r == PS_EREMOTE &&
+			    st == PSWIRE__STATUS__ABORTED &&
+			    cn->method == PSWIRE__METHOD__PUSH_PULL) {
+				// The push was applied; only the pull is left.
+				for (size_t k = 0; k < cn->req_n; k++) {
+					c->need[cn->req[k]] = NEED_PULL;
+				}
+				refetch = 1;
 			} else if (r == PS_EREMOTE) {
 				rv = fail(c, FERRY_EREMOTE, "server %s: %s: %s",
-				    c->pl->servers[m],
-				    psw_status_name(rh->status), rh->error);
-				cn->pending = 0;
-				left--;
+				    c->pl->servers[m], psw_status_name(st),
+				    rh->error);
 			} else if (r != PS_OK) {
 				rv = fail(c, FERRY_EPROTO, "server %s: %s",
 				    c->pl->servers[m], why);
-				cn->pending = 0;
-				left--;
+			} else if ((r = take_reply(c, m, x, rh, &f)) !=
+			    FERRY_OK) {
+				rv = r;
 			} else {
-				int t = take_reply(c, m, x, rh, &f);
-				if (t != FERRY_OK) {
-					rv = t;
+				for (size_t k = 0; k < cn->req_n; k++) {
+					c->need[cn->req[k]] = NEED_NONE;
 				}
-				cn->pending = 0;
-				left--;
 			}
 			if (rh != NULL) {
 				pswire__header__free_unpacked(rh, NULL);
 			}
 			nng_msg_free(rep);
 		}
-		if (left > 0 && rv == FERRY_OK) {
-			nap_ms(20);
+		if (rv != FERRY_OK) {
+			return rv;
+		}
+		if (refetch && (rv = refetch_map(c)) != FERRY_OK) {
+			return rv;
+		}
+		if (wait) {
+			nap_ms(5);
 		}
 	}
-	return rv;
+	return FERRY_OK;
 }
 
-// finish_pull resyncs servers whose reference drifted (CRC mismatch or a
+// run_op marks every shard (or only those flagged for a full resync) and
+// runs the exchange.
+static int
+run_op(ferry_client *c, struct xfer *x)
+{
+	int rv;
+	x->codec = x->op == OP_INIT || c->version < c->opts.warmup_steps
+	    ? &c->cnone
+	    : &c->cpush;
+	for (size_t i = 0; i < c->pl->n_shards; i++) {
+		c->need[i] = x->op != OP_PULL_FULL || c->need_full[i]
+		    ? NEED_MAIN
+		    : NEED_NONE;
+		if (x->op == OP_PULL_FULL) {
+			c->need_full[i] = 0;
+		}
+	}
+	if ((x->op == OP_PUSH || x->op == OP_PUSH_PULL) &&
+	    x->codec->id != COMP_NONE && (rv = stage_codes(c, x)) != FERRY_OK) {
+		return rv;
+	}
+	return exchange(c, x);
+}
+
+// finish_pull resyncs shards whose reference drifted (CRC mismatch or a
 // gap), then records the version now held.
 static int
 finish_pull(ferry_client *c, struct xfer *x)
 {
 	int need = 0, rv;
-	for (size_t m = 0; m < c->n_conns; m++) {
-		need |= c->conns[m].need_full;
+	for (size_t i = 0; i < c->pl->n_shards; i++) {
+		need |= c->need_full[i];
 	}
 	if (need) {
-		struct xfer full = { .op = OP_PULL_FULL, .w = x->w };
+		struct xfer full = { .op = OP_PULL_FULL, .w = x->w,
+			.pull_want = 0 };
 		c->stats.resyncs++;
-		if ((rv = exchange(c, &full)) != FERRY_OK) {
+		if ((rv = run_op(c, &full)) != FERRY_OK) {
 			return rv;
 		}
-		for (size_t m = 0; m < c->n_conns; m++) {
-			if (c->conns[m].need_full) {
-				return fail(c, FERRY_ECORRUPT, "server %s: "
+		for (size_t i = 0; i < c->pl->n_shards; i++) {
+			if (c->need_full[i]) {
+				return fail(c, FERRY_ECORRUPT, "shard %zu: "
 				    "reference CRC mismatch after a full "
-				    "resync", c->pl->servers[m]);
+				    "resync", i);
 			}
 		}
 	}
@@ -999,7 +1136,7 @@ ferry_client_init_weights(ferry_client *c, const float *const *w)
 	if ((rv = check_ready(c, w)) != FERRY_OK) {
 		return rv;
 	}
-	return exchange(c, &x);
+	return run_op(c, &x);
 }
 
 FERRY_API int
@@ -1010,7 +1147,8 @@ ferry_client_pull(ferry_client *c, float *const *w)
 	if ((rv = check_ready(c, w)) != FERRY_OK) {
 		return rv;
 	}
-	if ((rv = exchange(c, &x)) != FERRY_OK) {
+	x.pull_want = c->want;
+	if ((rv = run_op(c, &x)) != FERRY_OK) {
 		return rv;
 	}
 	return finish_pull(c, &x);
@@ -1027,7 +1165,7 @@ ferry_client_push(ferry_client *c, const float *const *g, uint32_t n_samples)
 	if (n_samples == 0) {
 		return fail(c, FERRY_EINVAL, "n_samples must be > 0");
 	}
-	if ((rv = exchange(c, &x)) != FERRY_OK) {
+	if ((rv = run_op(c, &x)) != FERRY_OK) {
 		return rv;
 	}
 	if (c->opts.mode == FERRY_MODE_SYNC) {
@@ -1052,7 +1190,8 @@ ferry_client_push_pull(ferry_client *c, const float *const *g,
 	if (n_samples == 0) {
 		return fail(c, FERRY_EINVAL, "n_samples must be > 0");
 	}
-	if ((rv = exchange(c, &x)) != FERRY_OK) {
+	x.pull_want = c->opts.mode == FERRY_MODE_SYNC ? c->version + 1 : 0;
+	if ((rv = run_op(c, &x)) != FERRY_OK) {
 		return rv;
 	}
 	return finish_pull(c, &x);

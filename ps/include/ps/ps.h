@@ -54,6 +54,15 @@ const char *ps_scheduler_url(const struct ps_scheduler *s);
 // NUL-terminated, truncated if needed).
 void ps_scheduler_stats(struct ps_scheduler *s, char *buf, size_t n);
 
+// ps_scheduler_replace publishes a new placement epoch that puts shard i
+// on server assign[i] (n must be the job's shard count). Servers move the
+// shards between them with their full state; clients re-fetch the map when
+// told STALE_EPOCH. For operators and tests; the scheduler also re-places
+// by itself when links change. Errors: PS_EINVAL (bad n or server index),
+// PS_ESTATE (the job has not started), PS_ENOMEM.
+int ps_scheduler_replace(struct ps_scheduler *s, const uint32_t *assign,
+    size_t n);
+
 // ps_scheduler_close stops serving and frees. NULL is a no-op.
 void ps_scheduler_close(struct ps_scheduler *s);
 

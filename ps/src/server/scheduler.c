@@ -416,7 +416,8 @@ answer_parked(struct ps_scheduler *s)
 			*pp = c->next;
 			ps__call_reply_err(c, PSWIRE__STATUS__FAILED_PRECONDITION,
 			    "job cannot start: %s", s->start_error);
-		} else if (s->placement != NULL) {
+		} else if (s->placement != NULL &&
+		    s->placement->epoch >= c->park_version) {
 			*pp = c->next;
 			answer_placement(s, c);
 		} else if (c->park_version == 0 &&
@@ -762,6 +763,70 @@ ps_scheduler_close(struct ps_scheduler *s)
 	ps_free(s->shard_size);
 	pthread_mutex_destroy(&s->mu);
 	ps_free(s);
+}
+
+// republish publishes the current map with shards reassigned (assign,
+// one server index per shard) as the next epoch. mu held.
+static int
+republish(struct ps_scheduler *s, const uint32_t *assign)
+{
+	Pswire__Placement *p = s->placement, *np;
+	uint8_t           *buf;
+	size_t             len;
+	int                moved = 0;
+
+	for (size_t i = 0; i < p->n_shards; i++) {
+		moved += p->shards[i]->server != assign[i];
+		p->shards[i]->server = assign[i];
+		s->assign[i]         = assign[i];
+	}
+	p->epoch = ++s->epoch;
+	len      = pswire__placement__get_packed_size(p);
+	if ((buf = ps_alloc(len)) == NULL) {
+		return PS_ENOMEM;
+	}
+	pswire__placement__pack(p, buf);
+	if ((np = pswire__placement__unpack(NULL, len, buf)) == NULL) {
+		ps_free(buf);
+		return PS_ENOMEM;
+	}
+	pswire__placement__free_unpacked(s->placement, NULL);
+	ps_free(s->placement_buf);
+	s->placement     = np;
+	s->placement_buf = buf;
+	s->placement_len = len;
+	PS_LOG(PS_LOG_NOTICE, "placement", "epoch %llu: %d of %zu shards "
+	    "move", (unsigned long long) s->epoch, moved, p->n_shards);
+	answer_parked(s);
+	return PS_OK;
+}
+
+int
+ps_scheduler_replace(struct ps_scheduler *s, const uint32_t *assign,
+    size_t n)
+{
+	int rv;
+	if (s == NULL || assign == NULL) {
+		return PS_EINVAL;
+	}
+	pthread_mutex_lock(&s->mu);
+	if (s->placement == NULL) {
+		rv = PS_ESTATE;
+	} else if (n != s->placement->n_shards) {
+		rv = PS_EINVAL;
+	} else {
+		rv = PS_OK;
+		for (size_t i = 0; i < n; i++) {
+			if (assign[i] >= (uint32_t) s->opts.servers) {
+				rv = PS_EINVAL;
+			}
+		}
+		if (rv == PS_OK) {
+			rv = republish(s, assign);
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+	return rv;
 }
 
 void

@@ -38,6 +38,12 @@
 #include "ps/ps.h"
 #include "rpc.h"
 
+// s->local[id]: the shard's index in s->shards (== id) when held here,
+// else one of these.
+#define PS_SHARD_ABSENT (-1)  // placed elsewhere
+#define PS_SHARD_ARRIVING (-2) // placed here by a new map; state in transit
+#define PS_SHARD_LEAVING (-3)  // placed elsewhere by a new map; moving out
+
 // Pull deltas kept per shard for trainers a few versions behind: past this
 // a full reference costs less than replaying (ALGORITHMS.md §2.4, LOG_K).
 #define PS_DELTA_LOG 4
@@ -131,7 +137,7 @@ shards_ready(struct ps_server *s, const uint32_t *ids, size_t n,
     uint64_t want)
 {
 	for (size_t i = 0; i < n; i++) {
-		struct srv_shard *sh = &s->shards[s->local[ids[i]]];
+		struct srv_shard *sh = &s->shards[ids[i]];
 		if (!sh->init || sh->version < want) {
 			return 0;
 		}
@@ -209,7 +215,7 @@ answer_pull(struct ps_server *s, struct ps_call *c)
 
 	for (size_t i = 0; i < n; i++) {
 		uint32_t          id = call_shard(c, i, &have, &full);
-		struct srv_shard *sh = &s->shards[s->local[id]];
+		struct srv_shard *sh = &s->shards[id];
 		size_t            k, b;
 		plan(s, sh, have, full, &k, &b);
 		nrefs += k;
@@ -229,7 +235,7 @@ answer_pull(struct ps_server *s, struct ps_call *c)
 	nrefs = 0;
 	for (size_t i = 0; i < n; i++) {
 		uint32_t          id = call_shard(c, i, &have, &full);
-		struct srv_shard *sh = &s->shards[s->local[id]];
+		struct srv_shard *sh = &s->shards[id];
 		size_t            k, b;
 		int               how = plan(s, sh, have, full, &k, &b);
 		for (size_t j = 0; j < k; j++) {
@@ -279,7 +285,7 @@ answer_pull(struct ps_server *s, struct ps_call *c)
 	}
 	for (size_t i = 0; i < nrefs; i++) {
 		Pswire__ShardRef *r  = &refs[i];
-		struct srv_shard *sh = &s->shards[s->local[r->shard]];
+		struct srv_shard *sh = &s->shards[r->shard];
 		// Little-endian hosts only (checked at start-up): fp32
 		// payloads are the arrays' bytes.
 		if (r->kind == 0) {
@@ -403,6 +409,39 @@ apply_sync(struct ps_server *s, struct srv_shard *sh)
 
 // ---- request handlers -----------------------------------------------------
 
+// own checks that shard id can be served here for a request made with
+// placement epoch `epoch`; otherwise replies the status that tells the
+// client what to do (STALE_EPOCH: fetch the new map; UNAVAILABLE: retry;
+// INVALID_ARGUMENT: a bug or a hostile peer) and returns -1. mu held.
+static int
+own(struct ps_server *s, struct ps_call *c, uint32_t id, uint64_t epoch)
+{
+	uint64_t mine = s->pl->epoch;
+	if (id >= s->n_global) {
+		reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "shard %u does not exist (the job has %zu)", id,
+		    s->n_global);
+		return -1;
+	}
+	if (s->local[id] >= 0) {
+		return 0; // held: served whatever map the client uses
+	}
+	if (s->local[id] == PS_SHARD_ARRIVING || epoch > mine) {
+		reply_err(s, c, PSWIRE__STATUS__UNAVAILABLE,
+		    "shard %u is moving here (epoch %llu); retry", id,
+		    (unsigned long long) mine);
+	} else if (epoch < mine) {
+		reply_err(s, c, PSWIRE__STATUS__STALE_EPOCH,
+		    "shard %u moved: request uses placement epoch %llu, "
+		    "current is %llu", id, (unsigned long long) epoch,
+		    (unsigned long long) mine);
+	} else {
+		reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "shard %u is not placed on this server", id);
+	}
+	return -1;
+}
+
 static const struct comp_codec *
 push_codec(const struct ps_server *s, const Pswire__ShardRef *r)
 {
@@ -415,21 +454,19 @@ static int
 check_refs(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 {
 	uint64_t plen = c->frame.payload_len;
-	if (p->n_shards == 0 || p->n_shards > s->n_shards) {
+	if (p->n_shards == 0 || p->n_shards > s->n_global) {
 		reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
-		    "push lists %zu shards; this server holds %u", p->n_shards,
-		    s->n_shards);
+		    "push lists %zu shards; the job has %zu", p->n_shards,
+		    s->n_global);
 		return -1;
 	}
 	s->stamp++;
 	for (size_t i = 0; i < p->n_shards; i++) {
 		Pswire__ShardRef *r = p->shards[i];
-		if (r->shard >= s->n_global || s->local[r->shard] < 0) {
-			reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
-			    "shard %u is not placed on this server", r->shard);
+		if (own(s, c, r->shard, c->hdr->epoch) != 0) {
 			return -1;
 		}
-		struct srv_shard *sh = &s->shards[s->local[r->shard]];
+		struct srv_shard *sh = &s->shards[r->shard];
 		if (sh->seen == s->stamp) {
 			reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
 			    "shard %u listed twice", r->shard);
@@ -471,7 +508,7 @@ on_init(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 	Pswire__Header h = PSWIRE__HEADER__INIT;
 	for (size_t i = 0; i < p->n_shards; i++) {
 		Pswire__ShardRef *r  = p->shards[i];
-		struct srv_shard *sh = &s->shards[s->local[r->shard]];
+		struct srv_shard *sh = &s->shards[r->shard];
 		const float      *v  = (const float *) (c->frame.payload +
                     r->offset);
 		// Payload offsets need not be aligned: copy first, check after.
@@ -487,7 +524,7 @@ on_init(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 		}
 	}
 	for (size_t i = 0; i < p->n_shards; i++) {
-		struct srv_shard *sh = &s->shards[s->local[p->shards[i]->shard]];
+		struct srv_shard *sh = &s->shards[p->shards[i]->shard];
 		if (!sh->init) {
 			sh->init = 1;
 			publish_version(s, sh);
@@ -539,7 +576,7 @@ on_push(struct ps_server *s, struct ps_call *c)
 	}
 	for (size_t i = 0; i < p->n_shards; i++) {
 		Pswire__ShardRef *r  = p->shards[i];
-		struct srv_shard *sh = &s->shards[s->local[r->shard]];
+		struct srv_shard *sh = &s->shards[r->shard];
 		if (!sh->init) {
 			reply_err(s, c, PSWIRE__STATUS__FAILED_PRECONDITION,
 			    "shard %u has no initial weights yet", r->shard);
@@ -576,7 +613,7 @@ on_push(struct ps_server *s, struct ps_call *c)
 		// shard, and async pushes are applied under the lock anyway).
 		for (size_t i = 0; i < p->n_shards; i++) {
 			Pswire__ShardRef *r  = p->shards[i];
-			struct srv_shard *sh = &s->shards[s->local[r->shard]];
+			struct srv_shard *sh = &s->shards[r->shard];
 			int rv = comp_decode(push_codec(s, r),
 			    c->frame.payload + r->offset, r->length, sh->len,
 			    s->sum);
@@ -591,7 +628,7 @@ on_push(struct ps_server *s, struct ps_call *c)
 		float scale = (float) (s->lr / (double) p->n_samples);
 		for (size_t i = 0; i < p->n_shards; i++) {
 			Pswire__ShardRef *r  = p->shards[i];
-			struct srv_shard *sh = &s->shards[s->local[r->shard]];
+			struct srv_shard *sh = &s->shards[r->shard];
 			comp_decode(push_codec(s, r), c->frame.payload + r->offset,
 			    r->length, sh->len, s->sum);
 			for (size_t j = 0; j < sh->len; j++) {
@@ -606,13 +643,13 @@ on_push(struct ps_server *s, struct ps_call *c)
 	}
 	// Sync: reserve this rank's slots, decode outside the lock.
 	for (size_t i = 0; i < p->n_shards; i++) {
-		s->shards[s->local[p->shards[i]->shard]].state[rank] = 1;
+		s->shards[p->shards[i]->shard].state[rank] = 1;
 	}
 	pthread_mutex_unlock(&s->mu);
 	int bad = -1, bad_code = 0;
 	for (size_t i = 0; i < p->n_shards && bad < 0; i++) {
 		Pswire__ShardRef *r    = p->shards[i];
-		struct srv_shard *sh   = &s->shards[s->local[r->shard]];
+		struct srv_shard *sh   = &s->shards[r->shard];
 		float            *slot = sh->stage + (size_t) rank * sh->len;
 		if (comp_decode(push_codec(s, r), c->frame.payload + r->offset,
 		        r->length, sh->len, slot) != PS_OK) {
@@ -625,7 +662,7 @@ on_push(struct ps_server *s, struct ps_call *c)
 	pthread_mutex_lock(&s->mu);
 	if (bad >= 0) {
 		for (size_t i = 0; i < p->n_shards; i++) {
-			s->shards[s->local[p->shards[i]->shard]].state[rank] = 0;
+			s->shards[p->shards[i]->shard].state[rank] = 0;
 		}
 		reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "shard %u: gradient is %s", p->shards[bad]->shard,
@@ -633,7 +670,7 @@ on_push(struct ps_server *s, struct ps_call *c)
 		goto out;
 	}
 	for (size_t i = 0; i < p->n_shards; i++) {
-		struct srv_shard *sh = &s->shards[s->local[p->shards[i]->shard]];
+		struct srv_shard *sh = &s->shards[p->shards[i]->shard];
 		sh->state[rank]      = 2;
 		sh->n_pushed++;
 		sh->samples += p->n_samples;
@@ -669,21 +706,19 @@ on_pull(struct ps_server *s, struct ps_call *c)
 	atomic_fetch_add_explicit(&s->bytes_in, nng_msg_len(c->req),
 	    memory_order_relaxed);
 	pthread_mutex_lock(&s->mu);
-	if (p->n_shards == 0 || p->n_shards > s->n_shards) {
+	if (p->n_shards == 0 || p->n_shards > s->n_global) {
 		reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
-		    "pull lists %zu shards; this server holds %u", p->n_shards,
-		    s->n_shards);
+		    "pull lists %zu shards; the job has %zu", p->n_shards,
+		    s->n_global);
 		goto out;
 	}
 	s->stamp++;
 	for (size_t i = 0; i < p->n_shards; i++) {
 		uint32_t id = p->shards[i];
-		if (id >= s->n_global || s->local[id] < 0) {
-			reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
-			    "shard %u is not placed on this server", id);
+		if (own(s, c, id, c->hdr->epoch) != 0) {
 			goto out;
 		}
-		struct srv_shard *sh = &s->shards[s->local[id]];
+		struct srv_shard *sh = &s->shards[id];
 		if (sh->seen == s->stamp) {
 			reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
 			    "shard %u listed twice", id);
@@ -754,6 +789,8 @@ on_probe(struct ps_server *s, struct ps_call *c)
 	ps__call_reply_msg(c, m);
 }
 
+static void on_transfer(struct ps_server *s, struct ps_call *c);
+
 static void
 dispatch(void *arg, struct ps_call *c)
 {
@@ -769,7 +806,8 @@ dispatch(void *arg, struct ps_call *c)
 		return;
 	}
 	if (method != PSWIRE__METHOD__PUSH && method != PSWIRE__METHOD__PULL &&
-	    method != PSWIRE__METHOD__PUSH_PULL) {
+	    method != PSWIRE__METHOD__PUSH_PULL &&
+	    method != PSWIRE__METHOD__TRANSFER) {
 		reply_err(s, c, PSWIRE__STATUS__UNIMPLEMENTED,
 		    "method %d (%s) is not served by a parameter server",
 		    method, psw_method_name(method));
@@ -781,15 +819,10 @@ dispatch(void *arg, struct ps_call *c)
 		    "server has no placement yet (job not started)");
 		return;
 	}
-	if (c->hdr->epoch != s->pl->epoch) {
-		reply_err(s, c, PSWIRE__STATUS__STALE_EPOCH,
-		    "request uses placement epoch %llu; current is %llu",
-		    (unsigned long long) c->hdr->epoch,
-		    (unsigned long long) s->pl->epoch);
-		return;
-	}
 	if (method == PSWIRE__METHOD__PULL) {
 		on_pull(s, c);
+	} else if (method == PSWIRE__METHOD__TRANSFER) {
+		on_transfer(s, c);
 	} else {
 		on_push(s, c);
 	}
@@ -797,28 +830,86 @@ dispatch(void *arg, struct ps_call *c)
 
 // ---- start-up: register, fetch placement, build shards ---------------------
 
+// check_map validates a placement map from the scheduler.
 static int
-install_placement(struct ps_server *s, Pswire__Placement *pl)
+check_map(const Pswire__Placement *pl)
 {
 	Pswire__JobConfig *job = pl->job;
-	size_t             maxlen = 1;
-	uint32_t           mine   = 0;
-
-	if (job == NULL || pl->trainers == 0 || pl->n_shards == 0) {
+	if (job == NULL || pl->trainers == 0 || pl->n_shards == 0 ||
+	    pl->n_shards > (1u << 24)) {
 		return PS_EPROTO;
 	}
 	for (size_t i = 0; i < pl->n_shards; i++) {
 		Pswire__ShardInfo *si = pl->shards[i];
 		if (si->tensor >= job->n_tensors || si->len == 0 ||
+		    si->len > (1ull << 34) ||
 		    si->offset + si->len > job->tensors[si->tensor]->len ||
 		    si->server >= pl->n_servers) {
 			return PS_EPROTO;
 		}
-		if (si->server == s->index) {
-			mine++;
-			if (si->len > maxlen) {
-				maxlen = si->len;
-			}
+	}
+	return PS_OK;
+}
+
+// shard_alloc gives shard sh (len elements) its buffers. mu held.
+static int
+shard_alloc(struct ps_server *s, struct srv_shard *sh)
+{
+	sh->x     = ps_zalloc(sh->len * sizeof(float));
+	sh->stage = ps_alloc(sh->len * sizeof(float) * s->trainers);
+	sh->state = ps_zalloc(s->trainers);
+	if (sh->x == NULL || sh->stage == NULL || sh->state == NULL) {
+		return PS_ENOMEM;
+	}
+	if (!s->pull_none) {
+		sh->log_cap  = comp_bound(&s->cpull, sh->len);
+		sh->ref      = ps_zalloc(sh->len * sizeof(float));
+		sh->log      = ps_alloc(sh->log_cap * s->log_k + 1);
+		sh->log_base = ps_alloc(s->log_k * sizeof(uint64_t));
+		sh->log_crc  = ps_zalloc(s->log_k * sizeof(uint32_t));
+		sh->log_len  = ps_zalloc(s->log_k * sizeof(size_t));
+		if (sh->ref == NULL || sh->log == NULL || sh->log_base == NULL ||
+		    sh->log_crc == NULL || sh->log_len == NULL) {
+			return PS_ENOMEM;
+		}
+		log_reset(s, sh);
+	}
+	return PS_OK;
+}
+
+// shard_release frees sh's buffers and zeroes its state (keeping its
+// identity: id, tensor, offset, len). mu held.
+static void
+shard_release(struct srv_shard *sh)
+{
+	ps_free(sh->x);
+	ps_free(sh->stage);
+	ps_free(sh->state);
+	ps_free(sh->ref);
+	ps_free(sh->log);
+	ps_free(sh->log_base);
+	ps_free(sh->log_crc);
+	ps_free(sh->log_len);
+	struct srv_shard keep = { .id = sh->id, .tensor = sh->tensor,
+		.offset = sh->offset, .len = sh->len };
+	*sh = keep;
+}
+
+// install_placement sets up the job from the first map: every shard has a
+// slot (indexed by global id); the ones placed here get buffers.
+static int
+install_placement(struct ps_server *s, Pswire__Placement *pl)
+{
+	Pswire__JobConfig *job    = pl->job;
+	size_t             maxlen = 1;
+	int                rv;
+
+	if (check_map(pl) != PS_OK) {
+		return PS_EPROTO;
+	}
+	for (size_t i = 0; i < pl->n_shards; i++) {
+		if (pl->shards[i]->len > maxlen) {
+			maxlen = pl->shards[i]->len;
 		}
 	}
 	s->trainers = pl->trainers;
@@ -836,47 +927,31 @@ install_placement(struct ps_server *s, Pswire__Placement *pl)
 		return PS_EPROTO;
 	}
 	s->pull_none = s->cpull.id == COMP_NONE;
-	s->n_global = pl->n_shards;
-	s->local    = ps_alloc(pl->n_shards * sizeof(*s->local));
-	s->shards   = ps_zalloc((mine ? mine : 1) * sizeof(*s->shards));
-	s->sum      = ps_alloc(maxlen * sizeof(float));
-	s->scratch  = ps_alloc(maxlen * sizeof(float));
+	s->n_global  = pl->n_shards;
+	s->local     = ps_alloc(pl->n_shards * sizeof(*s->local));
+	s->shards    = ps_zalloc(pl->n_shards * sizeof(*s->shards));
+	s->sum       = ps_alloc(maxlen * sizeof(float));
+	s->scratch   = ps_alloc(maxlen * sizeof(float));
 	if (s->local == NULL || s->shards == NULL || s->sum == NULL ||
 	    s->scratch == NULL) {
 		return PS_ENOMEM;
 	}
 	for (size_t i = 0; i < pl->n_shards; i++) {
 		Pswire__ShardInfo *si = pl->shards[i];
-		s->local[i]           = -1;
+		struct srv_shard  *sh = &s->shards[i];
+		sh->id                = (uint32_t) i;
+		sh->tensor            = si->tensor;
+		sh->offset            = si->offset;
+		sh->len               = si->len;
+		s->local[i]           = PS_SHARD_ABSENT;
 		if (si->server != s->index) {
 			continue;
 		}
-		struct srv_shard *sh = &s->shards[s->n_shards];
-		sh->id               = (uint32_t) i;
-		sh->tensor           = si->tensor;
-		sh->offset           = si->offset;
-		sh->len              = si->len;
-		sh->x                = ps_zalloc(si->len * sizeof(float));
-		sh->stage = ps_alloc(si->len * sizeof(float) * s->trainers);
-		sh->state = ps_zalloc(s->trainers);
-		if (sh->x == NULL || sh->stage == NULL || sh->state == NULL) {
-			return PS_ENOMEM;
+		if ((rv = shard_alloc(s, sh)) != PS_OK) {
+			return rv;
 		}
-		if (!s->pull_none) {
-			sh->log_cap  = comp_bound(&s->cpull, sh->len);
-			sh->ref      = ps_zalloc(sh->len * sizeof(float));
-			sh->log      = ps_alloc(sh->log_cap * s->log_k + 1);
-			sh->log_base = ps_alloc(s->log_k * sizeof(uint64_t));
-			sh->log_crc  = ps_zalloc(s->log_k * sizeof(uint32_t));
-			sh->log_len  = ps_zalloc(s->log_k * sizeof(size_t));
-			if (sh->ref == NULL || sh->log == NULL ||
-			    sh->log_base == NULL || sh->log_crc == NULL ||
-			    sh->log_len == NULL) {
-				return PS_ENOMEM;
-			}
-			log_reset(s, sh);
-		}
-		s->local[i] = (int32_t) s->n_shards++;
+		s->local[i] = (int32_t) i;
+		s->n_shards++;
 	}
 	s->pl = pl;
 	PS_LOG(PS_LOG_NOTICE, "store",
@@ -884,6 +959,454 @@ install_placement(struct ps_server *s, Pswire__Placement *pl)
 	    "mode %s, lr %g", (unsigned long long) pl->epoch, s->n_shards,
 	    pl->n_shards, s->trainers, s->mode ? "async" : "sync", s->lr);
 	return PS_OK;
+}
+
+// ---- re-placement: moving shards between servers -------------------------
+//
+// DESIGN. When the scheduler publishes a new map, the boot thread (which
+// watches for maps) calls apply_map. Under the lock it marks the shards
+// that leave LEAVING (new requests for them are refused with STALE_EPOCH or
+// UNAVAILABLE, so clients re-fetch the map or retry), waits for pushes
+// that are decoding into those shards outside the lock, then serialises
+// each leaving shard with its full state (weights, pull reference, delta
+// log, version and the pushes staged for the current version) and frees
+// it. Parked pulls on a leaving shard are answered ABORTED ("your push was
+// applied; pull again from the new server") or STALE_EPOCH. Shards that
+// arrive are marked ARRIVING until their Transfer comes (requests get
+// UNAVAILABLE meanwhile). Outside the lock it sends the Transfers to the
+// new servers, retrying while a receiver has not seen the new map yet.
+// Every push is thus applied exactly once: a refused request changed
+// nothing, and the staged pushes travel with the shard.
+
+struct peers {
+	size_t      n;
+	nng_socket *sock;
+	nng_ctx    *ctx;
+	nng_aio   **aio;
+	uint8_t    *open;
+	uint64_t    rid;
+};
+
+static void
+peers_close(struct peers *p)
+{
+	for (size_t i = 0; i < p->n; i++) {
+		if (p->open[i]) {
+			nng_aio_free(p->aio[i]);
+			nng_close(p->sock[i]);
+		}
+	}
+	ps_free(p->sock);
+	ps_free(p->ctx);
+	ps_free(p->aio);
+	ps_free(p->open);
+	memset(p, 0, sizeof(*p));
+}
+
+// peer_get returns the index of an open REQ context to server m.
+static int
+peer_get(struct ps_server *s, struct peers *p, const Pswire__Placement *pl,
+    size_t m)
+{
+	if (m >= p->n) {
+		size_t n = pl->n_servers;
+		nng_socket *so = ps_realloc(p->sock, n * sizeof(*so));
+		if (so != NULL) {
+			p->sock = so;
+		}
+		nng_ctx *cx = ps_realloc(p->ctx, n * sizeof(*cx));
+		if (cx != NULL) {
+			p->ctx = cx;
+		}
+		nng_aio **ai = ps_realloc(p->aio, n * sizeof(*ai));
+		if (ai != NULL) {
+			p->aio = ai;
+		}
+		uint8_t *op = ps_realloc(p->open, n);
+		if (op != NULL) {
+			p->open = op;
+		}
+		if (so == NULL || cx == NULL || ai == NULL || op == NULL) {
+			return PS_ENOMEM;
+		}
+		memset(p->open + p->n, 0, n - p->n);
+		p->n = n;
+	}
+	if (!p->open[m]) {
+		if (nng_req0_open(&p->sock[m]) != 0) {
+			return PS_ETRANSPORT;
+		}
+		nng_socket_set_ms(p->sock[m], NNG_OPT_REQ_RESENDTIME,
+		    NNG_DURATION_INFINITE);
+		nng_socket_set_ms(p->sock[m], NNG_OPT_RECONNMINT, 20);
+		nng_socket_set_ms(p->sock[m], NNG_OPT_RECONNMAXT, 500);
+		nng_socket_set_size(p->sock[m], NNG_OPT_RECVMAXSZ,
+		    s->opts.max_msg);
+		if (nng_dial(p->sock[m], pl->servers[m], NULL,
+		        NNG_FLAG_NONBLOCK) != 0 ||
+		    nng_ctx_open(&p->ctx[m], p->sock[m]) != 0 ||
+		    nng_aio_alloc(&p->aio[m], NULL, NULL) != 0) {
+			nng_close(p->sock[m]);
+			return PS_ETRANSPORT;
+		}
+		p->open[m] = 1;
+	}
+	return PS_OK;
+}
+
+// transfer_build serialises shard sh into a Transfer message. mu held.
+static int
+transfer_build(struct ps_server *s, struct srv_shard *sh, nng_msg **out)
+{
+	Pswire__Header          h = PSWIRE__HEADER__INIT;
+	Pswire__TransferRequest t = PSWIRE__TRANSFER_REQUEST__INIT;
+	uint64_t                lb[PS_DELTA_LOG], ll[PS_DELTA_LOG];
+	uint32_t                lc[PS_DELTA_LOG];
+	size_t                  plen = sh->len * 4, hl, off = 0;
+	uint8_t                *payload;
+
+	t.shard      = sh->id;
+	t.version    = sh->version;
+	t.init       = sh->init != 0;
+	t.samples    = sh->samples;
+	t.state.len  = s->trainers;
+	t.state.data = sh->state;
+	if (!s->pull_none) {
+		plen += sh->len * 4;
+		for (uint32_t k = 0; k < s->log_k; k++) {
+			lb[k] = sh->log_base[k];
+			lc[k] = sh->log_crc[k];
+			ll[k] = sh->log_base[k] == UINT64_MAX ? 0 : sh->log_len[k];
+			plen += ll[k];
+		}
+		t.ref_crc    = sh->ref_crc;
+		t.n_log_base = t.n_log_crc = t.n_log_len = s->log_k;
+		t.log_base   = lb;
+		t.log_crc    = lc;
+		t.log_len    = ll;
+	}
+	for (uint32_t r = 0; r < s->trainers; r++) {
+		plen += sh->state[r] == 2 ? sh->len * 4 : 0;
+	}
+	h.epoch        = s->pl->epoch;
+	h.body_case    = PSWIRE__HEADER__BODY_TRANSFER_REQ;
+	h.transfer_req = &t;
+	h.request_id   = 1; // the sender sets the real id
+	hl = pswire__header__get_packed_size(&h) + 10;
+	if (psw_msg_begin(out, hl, plen, &payload) != PS_OK) {
+		return PS_ENOMEM;
+	}
+	memcpy(payload, sh->x, sh->len * 4);
+	off = sh->len * 4;
+	if (!s->pull_none) {
+		memcpy(payload + off, sh->ref, sh->len * 4);
+		off += sh->len * 4;
+		for (uint32_t k = 0; k < s->log_k; k++) {
+			memcpy(payload + off, sh->log + (size_t) k * sh->log_cap,
+			    ll[k]);
+			off += ll[k];
+		}
+	}
+	for (uint32_t r = 0; r < s->trainers; r++) {
+		if (sh->state[r] == 2) {
+			memcpy(payload + off, sh->stage + (size_t) r * sh->len,
+			    sh->len * 4);
+			off += sh->len * 4;
+		}
+	}
+	return psw_msg_finish(*out, PSWIRE__METHOD__TRANSFER, 0, &h.base, hl,
+	    plen);
+}
+
+// call_touches reports whether parked call c involves shard id.
+static int
+call_touches(const struct ps_call *c, uint32_t id)
+{
+	size_t   n = call_n_shards(c);
+	uint64_t have;
+	int      full;
+	for (size_t i = 0; i < n; i++) {
+		if (call_shard(c, i, &have, &full) == id) {
+			return 1;
+		}
+	}
+	return 0;
+}
+
+static void
+nap_us(long us)
+{
+	struct timespec ts = { us / 1000000, (us % 1000000) * 1000L };
+	nanosleep(&ts, NULL);
+}
+
+// apply_map switches to map pl (taking ownership of it on PS_OK) and
+// moves shards as described above. Called from the boot thread.
+static int
+apply_map(struct ps_server *s, Pswire__Placement *pl, struct peers *peers)
+{
+	Pswire__Placement *old = s->pl;
+	nng_msg          **out;
+	uint32_t          *dest;
+	size_t             n_out = 0;
+	int                busy;
+
+	if (check_map(pl) != PS_OK || pl->n_shards != s->n_global ||
+	    pl->epoch <= old->epoch) {
+		return PS_EPROTO;
+	}
+	for (size_t i = 0; i < pl->n_shards; i++) {
+		if (pl->shards[i]->len != s->shards[i].len ||
+		    pl->shards[i]->offset != s->shards[i].offset ||
+		    pl->shards[i]->tensor != s->shards[i].tensor) {
+			return PS_EPROTO; // shards are never re-cut
+		}
+	}
+	out  = ps_zalloc(s->n_global * sizeof(*out));
+	dest = ps_zalloc(s->n_global * sizeof(*dest));
+	if (out == NULL || dest == NULL) {
+		ps_free(out);
+		ps_free(dest);
+		return PS_ENOMEM;
+	}
+	pthread_mutex_lock(&s->mu);
+	s->pl = pl;
+	for (size_t i = 0; i < s->n_global; i++) {
+		uint32_t to = pl->shards[i]->server;
+		if (s->local[i] >= 0 && to != s->index) {
+			s->local[i] = PS_SHARD_LEAVING;
+		} else if (s->local[i] == PS_SHARD_ABSENT && to == s->index) {
+			s->local[i] = PS_SHARD_ARRIVING;
+		}
+	}
+	// Pushes still decoding into a leaving shard finish first.
+	do {
+		busy = 0;
+		for (size_t i = 0; i < s->n_global && !busy; i++) {
+			for (uint32_t r = 0; s->local[i] == PS_SHARD_LEAVING &&
+			     r < s->trainers; r++) {
+				busy |= s->shards[i].state[r] == 1;
+			}
+		}
+		if (busy) {
+			pthread_mutex_unlock(&s->mu);
+			nap_us(200);
+			pthread_mutex_lock(&s->mu);
+		}
+	} while (busy);
+	// Parked calls on leaving shards cannot be answered here any more.
+	struct ps_call **pp = &s->parked;
+	while (*pp != NULL) {
+		struct ps_call *c     = *pp;
+		int             moved = 0;
+		for (size_t i = 0; i < s->n_global && !moved; i++) {
+			moved = s->local[i] == PS_SHARD_LEAVING &&
+			    call_touches(c, (uint32_t) i);
+		}
+		if (!moved) {
+			pp = &c->next;
+			continue;
+		}
+		*pp = c->next;
+		if (c->frame.method == PSWIRE__METHOD__PUSH_PULL) {
+			reply_err(s, c, PSWIRE__STATUS__ABORTED,
+			    "push applied; its shards moved (epoch %llu): "
+			    "pull from the new server",
+			    (unsigned long long) pl->epoch);
+		} else {
+			reply_err(s, c, PSWIRE__STATUS__STALE_EPOCH,
+			    "shards moved (epoch %llu): pull from the new "
+			    "server", (unsigned long long) pl->epoch);
+		}
+	}
+	for (size_t i = 0; i < s->n_global; i++) {
+		if (s->local[i] != PS_SHARD_LEAVING) {
+			continue;
+		}
+		struct srv_shard *sh = &s->shards[i];
+		if (transfer_build(s, sh, &out[n_out]) != PS_OK) {
+			// Keep the shard rather than lose it; it stays
+			// served here under its old ownership.
+			PS_LOG(PS_LOG_ERR, "move", "shard %zu: out of memory "
+			    "serialising it; it stays here", i);
+			s->local[i] = (int32_t) i;
+			continue;
+		}
+		dest[n_out++] = pl->shards[i]->server;
+		shard_release(sh);
+		s->local[i] = PS_SHARD_ABSENT;
+		s->n_shards--;
+	}
+	PS_LOG(PS_LOG_NOTICE, "move", "placement epoch %llu: %zu shard(s) "
+	    "leave, holding %u", (unsigned long long) pl->epoch, n_out,
+	    s->n_shards);
+	pthread_mutex_unlock(&s->mu);
+	// The old map may still be referenced by nothing now: requests read
+	// s->pl under the lock only.
+	pswire__placement__free_unpacked(old, NULL);
+
+	for (size_t k = 0; k < n_out; k++) {
+		uint64_t give_up = ps_clock_ms() + 60000;
+		int      rv      = PS_ETRANSPORT;
+		while (!atomic_load(&s->closing) && ps_clock_ms() < give_up) {
+			struct psw_frame  f;
+			ProtobufCMessage *ph  = NULL;
+			const char       *why = "";
+			nng_msg          *rep = NULL, *m;
+			if ((rv = peer_get(s, peers, pl, dest[k])) != PS_OK ||
+			    nng_msg_dup(&m, out[k]) != 0) {
+				nap_us(100000);
+				continue;
+			}
+			// The request id sits in the packed header; the
+			// receiver echoes it, so keep the one packed (1).
+			rv = psw_call(peers->ctx[dest[k]], peers->aio[dest[k]],
+			    m, PSWIRE__METHOD__TRANSFER, 1, 5000, &rep, &f,
+			    &ph, &why);
+			Pswire__Header *rh = (Pswire__Header *) ph;
+			int unavailable = rv == PS_EREMOTE &&
+			    rh->status == PSWIRE__STATUS__UNAVAILABLE;
+			if (rv == PS_EREMOTE && !unavailable) {
+				PS_LOG(PS_LOG_ERR, "move", "transfer to server "
+				    "%u refused: %s", dest[k], rh->error);
+			}
+			if (rh != NULL) {
+				pswire__header__free_unpacked(rh, NULL);
+			}
+			if (rep != NULL) {
+				nng_msg_free(rep);
+			}
+			if (rv == PS_OK || (rv == PS_EREMOTE && !unavailable)) {
+				break;
+			}
+			nap_us(20000);
+		}
+		if (rv != PS_OK) {
+			PS_LOG(PS_LOG_ERR, "move", "shard transfer to server %u "
+			    "failed: %s", dest[k], ps_strerror(rv));
+		}
+		nng_msg_free(out[k]);
+	}
+	ps_free(out);
+	ps_free(dest);
+	return PS_OK;
+}
+
+// on_transfer installs a shard moved here by a new map.
+static void
+on_transfer(struct ps_server *s, struct ps_call *c)
+{
+	Pswire__TransferRequest *t;
+	Pswire__Header           h = PSWIRE__HEADER__INIT;
+	const uint8_t           *p = c->frame.payload;
+	uint64_t                 need;
+	uint32_t                 pushed = 0;
+
+	if (c->hdr->body_case != PSWIRE__HEADER__BODY_TRANSFER_REQ) {
+		reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "Transfer needs a transfer_req body");
+		return;
+	}
+	t = c->hdr->transfer_req;
+	pthread_mutex_lock(&s->mu);
+	if (t->shard >= s->n_global) {
+		reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "transfer of shard %u: the job has %zu", t->shard,
+		    s->n_global);
+		goto out;
+	}
+	if (s->local[t->shard] != PS_SHARD_ARRIVING) {
+		if (s->local[t->shard] == PS_SHARD_ABSENT &&
+		    c->hdr->epoch > s->pl->epoch) {
+			reply_err(s, c, PSWIRE__STATUS__UNAVAILABLE,
+			    "map epoch %llu not seen yet; retry",
+			    (unsigned long long) c->hdr->epoch);
+		} else {
+			reply_err(s, c, PSWIRE__STATUS__FAILED_PRECONDITION,
+			    "shard %u is not expected here", t->shard);
+		}
+		goto out;
+	}
+	struct srv_shard *sh = &s->shards[t->shard];
+	need = sh->len * 4;
+	if (t->state.len != s->trainers ||
+	    (!s->pull_none && (t->n_log_base != s->log_k ||
+	                          t->n_log_crc != s->log_k ||
+	                          t->n_log_len != s->log_k)) ||
+	    (s->pull_none && t->n_log_len != 0)) {
+		reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "transfer of shard %u: state for %zu ranks, log of %zu",
+		    t->shard, t->state.len, t->n_log_len);
+		goto out;
+	}
+	for (uint32_t r = 0; r < s->trainers; r++) {
+		if (t->state.data[r] != 0 && t->state.data[r] != 2) {
+			reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+			    "transfer of shard %u: bad rank state", t->shard);
+			goto out;
+		}
+		pushed += t->state.data[r] == 2;
+		need += t->state.data[r] == 2 ? sh->len * 4 : 0;
+	}
+	if (!s->pull_none) {
+		need += sh->len * 4;
+		for (uint32_t k = 0; k < s->log_k; k++) {
+			if (t->log_len[k] > comp_bound(&s->cpull, sh->len)) {
+				reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+				    "transfer of shard %u: log entry too long",
+				    t->shard);
+				goto out;
+			}
+			need += t->log_len[k];
+		}
+	}
+	if (need != c->frame.payload_len || pushed >= s->trainers) {
+		reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "transfer of shard %u: %u payload bytes, expected %llu",
+		    t->shard, c->frame.payload_len, (unsigned long long) need);
+		goto out;
+	}
+	if (shard_alloc(s, sh) != PS_OK) {
+		shard_release(sh);
+		reply_err(s, c, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+		    "out of memory for shard %u", t->shard);
+		goto out;
+	}
+	memcpy(sh->x, p, sh->len * 4);
+	p += sh->len * 4;
+	if (!s->pull_none) {
+		memcpy(sh->ref, p, sh->len * 4);
+		p += sh->len * 4;
+		for (uint32_t k = 0; k < s->log_k; k++) {
+			sh->log_base[k] = t->log_base[k];
+			sh->log_crc[k]  = t->log_crc[k];
+			sh->log_len[k]  = t->log_len[k];
+			memcpy(sh->log + (size_t) k * sh->log_cap, p,
+			    t->log_len[k]);
+			p += t->log_len[k];
+		}
+		sh->ref_crc = t->ref_crc;
+	}
+	for (uint32_t r = 0; r < s->trainers; r++) {
+		sh->state[r] = t->state.data[r];
+		if (sh->state[r] == 2) {
+			memcpy(sh->stage + (size_t) r * sh->len, p, sh->len * 4);
+			p += sh->len * 4;
+		}
+	}
+	sh->version       = t->version;
+	sh->init          = t->init;
+	sh->samples       = t->samples;
+	sh->n_pushed      = pushed;
+	s->local[t->shard] = (int32_t) t->shard;
+	s->n_shards++;
+	PS_LOG(PS_LOG_INFO, "move", "shard %u arrived at version %llu",
+	    t->shard, (unsigned long long) t->version);
+	h.request_id = c->hdr->request_id;
+	ps__call_reply(c, &h);
+	wake(s);
+out:
+	pthread_mutex_unlock(&s->mu);
 }
 
 static void *
@@ -895,6 +1418,7 @@ boot_main(void *arg)
 	nng_aio          *aio = NULL;
 	uint64_t          rid = 1;
 	int               rv;
+	struct peers      peers = { 0 };
 
 	if (nng_req0_open(&sock) != 0) {
 		PS_LOG(PS_LOG_ERR, "boot", "cannot open a REQ socket");
@@ -937,7 +1461,9 @@ boot_main(void *arg)
 			h.register_req = &rr;
 			method         = PSWIRE__METHOD__REGISTER;
 		} else {
-			gp.min_epoch    = 1;
+			// Watch for the next map: the first (epoch 1),
+			// then every re-placement.
+			gp.min_epoch    = s->pl ? s->pl->epoch + 1 : 1;
 			h.body_case     = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
 			h.placement_req = &gp;
 			method          = PSWIRE__METHOD__GET_PLACEMENT;
@@ -965,22 +1491,26 @@ boot_main(void *arg)
 				Pswire__Placement *pl = rh->placement;
 				rh->placement  = NULL; // keep it
 				rh->body_case  = PSWIRE__HEADER__BODY__NOT_SET;
-				pthread_mutex_lock(&s->mu);
-				rv = install_placement(s, pl);
-				if (rv == PS_OK) {
-					atomic_store(&s->ready, 1);
+				if (s->pl == NULL) {
+					pthread_mutex_lock(&s->mu);
+					rv = install_placement(s, pl);
+					if (rv == PS_OK) {
+						atomic_store(&s->ready, 1);
+					}
+					pthread_mutex_unlock(&s->mu);
+				} else {
+					rv = apply_map(s, pl, &peers);
 				}
-				pthread_mutex_unlock(&s->mu);
-				pswire__header__free_unpacked(rh, NULL);
-				nng_msg_free(rep);
 				if (rv != PS_OK) {
 					PS_LOG(PS_LOG_ERR, "boot",
 					    "cannot install placement: %s",
 					    ps_strerror(rv));
 					pswire__placement__free_unpacked(pl,
 					    NULL);
+					if (s->pl == NULL) {
+						break;
+					}
 				}
-				break;
 			}
 		} else if (rv == PS_EREMOTE) {
 			PS_LOG(PS_LOG_ERR, "boot", "scheduler refused: %s", why);
@@ -998,6 +1528,7 @@ boot_main(void *arg)
 			nng_msg_free(rep);
 		}
 	}
+	peers_close(&peers);
 	nng_aio_free(aio);
 	nng_close(sock);
 	return NULL;
@@ -1077,8 +1608,11 @@ ps_server_stats(struct ps_server *s, char *buf, size_t n)
 {
 	uint64_t version = 0;
 	pthread_mutex_lock(&s->mu);
-	if (s->n_shards > 0) {
-		version = s->shards[0].version;
+	for (size_t i = 0; i < s->n_global; i++) {
+		if (s->local[i] >= 0) {
+			version = s->shards[i].version;
+			break;
+		}
 	}
 	snprintf(buf, n,
 	    "# Server\r\nrole:server\r\nindex:%u\r\nurl:%s\r\nuptime_ms:%llu\r\n"
@@ -1111,15 +1645,8 @@ ps_server_close(struct ps_server *s)
 	pthread_join(s->boot_thread, NULL);
 	pthread_join(s->sweep_thread, NULL);
 	ps__rpc_close(s->rpc);
-	for (uint32_t i = 0; i < s->n_shards; i++) {
-		ps_free(s->shards[i].x);
-		ps_free(s->shards[i].stage);
-		ps_free(s->shards[i].state);
-		ps_free(s->shards[i].ref);
-		ps_free(s->shards[i].log);
-		ps_free(s->shards[i].log_base);
-		ps_free(s->shards[i].log_crc);
-		ps_free(s->shards[i].log_len);
+	for (size_t i = 0; s->shards != NULL && i < s->n_global; i++) {
+		shard_release(&s->shards[i]);
 	}
 	ps_free(s->scratch);
 	ps_free(s->shards);
