@@ -79,22 +79,49 @@ log "scale: 1,4,16,64 clients"
 # --- 3. end to end ------------------------------------------------------
 EPOCHS=3 LOGI=100
 : >"$RAW/e2e.jsonl"
+# local_job DIR SERVERS TRAINERS [trainer flags...]: scheduler + servers +
+# trainers on loopback from $BUILD (no rebuild mid-run, unlike
+# scripts/run-local.sh); --curve only for rank 0. Outputs in DIR.
+local_job() {
+	local dir=$1 m=$2 t=$3 pids=() tp=() rc=0 sched i
+	shift 3
+	mkdir -p "$dir"
+	rm -f "$dir/scheduler.url"
+	"$PS" --role=scheduler --trainers="$t" --servers="$m" --url-file="$dir/scheduler.url" \
+		--log-level=warn 2>"$dir/scheduler.log" &
+	pids+=($!)
+	for i in $(seq 200); do [ -s "$dir/scheduler.url" ] && break; sleep 0.05; done
+	sched=$(cat "$dir/scheduler.url" 2>/dev/null) || { kill "${pids[@]}"; return 1; }
+	for ((i = 0; i < m; i++)); do
+		"$PS" --role=server --scheduler="$sched" --log-level=warn 2>"$dir/server-$i.log" &
+		pids+=($!)
+	done
+	for ((i = 0; i < t; i++)); do
+		local extra=()
+		((i == 0)) && [ -n "${CURVE:-}" ] && extra=(--curve "$CURVE")
+		"$TR" --scheduler="$sched" --rank=$i "$@" "${extra[@]}" >"$dir/trainer-$i.out" 2>"$dir/trainer-$i.log" &
+		tp+=($!)
+	done
+	for p in "${tp[@]}"; do wait "$p" || rc=$?; done
+	kill "${pids[@]}" 2>/dev/null || true
+	wait "${pids[@]}" 2>/dev/null || true
+	return $rc
+}
 # ferry_run NAME MODE TRAINERS PUSH PULL: 1 server, T trainers, 3 epochs.
 ferry_run() {
 	local name=$1 mode=$2 t=$3 cp=$4 cl=$5 dir="$RAW/e2e-$1"
-	mkdir -p "$dir"
 	log "e2e: ferry $name"
-	if FERRY_BUILD_DIR="$BUILD" FERRY_RUN_DIR="$dir" timeout 600 \
-		scripts/run-local.sh --servers 1 --trainers "$t" --epochs $EPOCHS \
-		--mode "$mode" --codec-push "$cp" --codec-pull "$cl" \
-		--log-interval $LOGI --curve "$RAW/curves/$name.csv" >"$dir/run.out" 2>&1; then
+	if CURVE="$RAW/curves/$name.csv" local_job "$dir" 1 "$t" --epochs $EPOCHS \
+		--mode "$mode" --codec-push "$cp" --codec-pull "$cl" --log-interval $LOGI; then
 		cat "$dir"/trainer-*.out | grep '"summary"' |
 			$PY -c 'import sys,json; print(json.dumps({"name": sys.argv[1], "system": "ferry", "mode": sys.argv[2], "trainers": int(sys.argv[3]), "codec": sys.argv[4], "status": "ok", "summaries": [json.loads(l)["summary"] for l in sys.stdin]}))' \
 				"$name" "$mode" "$t" "$cp/$cl" >>"$RAW/e2e.jsonl"
 	else
-		log "e2e: ferry $name failed: $(grep -m1 -iE 'error|unsupported|invalid' "$dir"/*.log "$dir/run.out" 2>/dev/null | head -1 | cut -c1-200)"
+		local why
+		why=$(grep -h -m1 -E ' E ' "$dir"/trainer-*.log 2>/dev/null | head -1 | cut -c1-200)
+		log "e2e: ferry $name failed: $why"
 		$PY -c 'import sys,json; print(json.dumps({"name": sys.argv[1], "system": "ferry", "mode": sys.argv[2], "trainers": int(sys.argv[3]), "codec": sys.argv[4], "status": "pending", "why": sys.argv[5], "summaries": []}))' \
-			"$name" "$mode" "$t" "$cp/$cl" "$(grep -h -m1 -iE 'error|unsupported|invalid|codec' "$dir"/*.log 2>/dev/null | head -1 | cut -c1-200)" >>"$RAW/e2e.jsonl"
+			"$name" "$mode" "$t" "$cp/$cl" "$why" >>"$RAW/e2e.jsonl"
 	fi
 }
 torch_run() { # torch_run MODE
@@ -132,7 +159,7 @@ if bench/links/netsim.sh check 2>"$RAW/links-skip.txt"; then
 	for rate in none 1gbit 100mbit 10mbit; do
 		for codec in none/none q8/q8 q4/q8; do
 			if ((quick)); then
-				case $rate in none | 1gbit) steps=80 ;; 100mbit) steps=20 ;; *) steps=6 ;; esac
+				case $rate in none | 1gbit) steps=80 ;; 100mbit) steps=20 ;; *) steps=10 ;; esac
 			else
 				case $rate in 10mbit) steps=40 ;; *) steps=0 ;; esac
 			fi
@@ -144,9 +171,9 @@ if bench/links/netsim.sh check 2>"$RAW/links-skip.txt"; then
 				grep '"summary"' "$out" | $PY -c 'import sys,json; s=json.loads(sys.stdin.read())["summary"]; print(json.dumps({"rate": sys.argv[1], "codec": sys.argv[2], "status": "ok", "summary": s}))' \
 					"$rate" "$codec" >>"$RAW/links.jsonl"
 			else
-				log "links: $rate $codec failed: $(tail -1 "$out.err" | cut -c1-160)"
+				log "links: $rate $codec failed: $(grep -v '^ *$' "$out.err" | tail -n 1 | cut -c1-160)"
 				$PY -c 'import sys,json; print(json.dumps({"rate": sys.argv[1], "codec": sys.argv[2], "status": "pending", "why": sys.argv[3]}))' \
-					"$rate" "$codec" "$(tail -1 "$out.err" | cut -c1-200)" >>"$RAW/links.jsonl"
+					"$rate" "$codec" "$(grep -h ' E ' "$out.err" | tail -n 1 | cut -c1-200)" >>"$RAW/links.jsonl"
 			fi
 		done
 	done
@@ -156,10 +183,10 @@ fi
 
 # --- 5. profile of the sync job (where the time goes) -------------------
 if command -v perf >/dev/null; then
-	log "profile: perf record of ferry sync, 2 trainers, 1 epoch"
-	FERRY_BUILD_DIR="$BUILD" FERRY_RUN_DIR="$RAW/perf-run" perf record -F 499 -g \
-		-o "$RAW/perf.data" -- scripts/run-local.sh --servers 1 --trainers 2 \
-		--epochs 1 --log-interval 0 >"$RAW/perf-run.out" 2>"$RAW/perf.err" || true
+	log "profile: perf record of ferry sync, 2 trainers, 3 epochs"
+	perf record -F 499 -g -o "$RAW/perf.data" -- bash -c "$(declare -f local_job); \
+		PS=$PS TR=$TR local_job $RAW/perf-run 1 2 --epochs 3 --log-interval 0" \
+		>"$RAW/perf-run.out" 2>"$RAW/perf.err" || true
 	perf report -i "$RAW/perf.data" --no-children --sort comm,dso,sym -g none \
 		--stdio 2>/dev/null | grep -v '^#' | grep '%' | head -25 >"$RAW/perf-top.txt" || true
 	perf report -i "$RAW/perf.data" --no-children --sort comm,dso -g none \

@@ -67,6 +67,6 @@ rc=0
 for p in "${tp[@]}"; do wait "$p" || rc=$?; done
 if ((rc != 0)); then
 	echo "ferry_job: a trainer failed (exit $rc):" >&2
-	tail -3 "$RUN"/trainer-*.log >&2 || true
+	tail -n 3 "$RUN"/trainer-*.log >&2 || true
 fi
 exit $rc

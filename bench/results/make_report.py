@@ -66,6 +66,8 @@ def read_curve(name):
     try:
         with open(path) as f:
             for r in csv.DictReader(f):
+                if None in r or None in r.values():
+                    continue
                 try:
                     rows.append({k: float(v) if v not in ("", None) else None
                                  for k, v in r.items()})
@@ -382,6 +384,8 @@ w("`bench/links/ferry_job.sh`: one network namespace per host (`srv`: scheduler 
   "steps" + (" (projected from the steps shown)" if quick else
              " (10 Mbit/s: projected from 40 steps; others: one measured epoch)") + ".")
 w("")
+w("KB pushed per step includes rank 0's one-off offer of the initial weights (0.94 MB) spread over the steps run, so short runs overstate it.")
+w("")
 w("| link | codec (push/pull) | steps run | step ms | epoch s | test acc | KB pushed / step | KB pulled / step |")
 w("|---|---|---|---|---|---|---|---|")
 if not links:
@@ -422,8 +426,8 @@ if ct:
     w("")
 w("## Where the time goes")
 w("")
-w("`perf record -F 499 -g` over `scripts/run-local.sh --servers 1 --trainers 2 --epochs 1` "
-  "(scheduler, server and both trainers), self time:")
+w("`perf record -F 499 -g` over a local job (scheduler, 1 server, 2 trainers, sync, 3 epochs, "
+  "start-up and data loading included), self time:")
 w("")
 w("By process and library:")
 w("")
@@ -437,7 +441,8 @@ w("```")
 w(read_text("perf-top.txt").rstrip() or "(perf not available)")
 w("```")
 w("")
-notes = read_text("notes.md")
+notes_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "notes.md")
+notes = open(notes_path).read() if os.path.exists(notes_path) else ""
 if notes:
     w(notes)
 with open(DOC, "w") as f:
