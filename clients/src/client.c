@@ -63,6 +63,8 @@ struct ferry_client {
 	float            **resid;   // per tensor: push error feedback (or NULL)
 	float            **ref;     // per tensor: pull reference (or NULL)
 	uint64_t           rng;     // stochastic rounding state
+	uint32_t           probe_count, reprobe_s;
+	uint64_t           probe_bytes, last_probe_ms;
 	int                declared;
 	uint64_t           next_rid;
 	struct ferry_stats stats;
@@ -543,15 +545,18 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 
 	if (rh->body_case == PSWIRE__HEADER__BODY_REGISTER_REP &&
 	    rh->register_rep->probe) {
-		uint32_t cnt   = rh->register_rep->probe_count;
-		uint64_t bytes = rh->register_rep->probe_bytes;
+		c->probe_count = rh->register_rep->probe_count;
+		c->probe_bytes = rh->register_rep->probe_bytes;
+		c->reprobe_s   = rh->register_rep->reprobe_s;
 		pswire__header__free_unpacked(rh, NULL);
 		rh = NULL;
 		if ((rv = fetch_map(c, 0, &rh)) != FERRY_OK ||
 		    (rv = open_conns(c, rh->placement)) != FERRY_OK ||
-		    (rv = probe_links(c, cnt, bytes)) != FERRY_OK) {
+		    (rv = probe_links(c, c->probe_count, c->probe_bytes)) !=
+		        FERRY_OK) {
 			goto done;
 		}
+		c->last_probe_ms = ps_clock_ms();
 	}
 	if (rh != NULL) {
 		pswire__header__free_unpacked(rh, NULL);
@@ -1113,6 +1118,23 @@ finish_pull(ferry_client *c, struct xfer *x)
 	return FERRY_OK;
 }
 
+// maybe_reprobe measures the links again every reprobe_s seconds (when
+// the scheduler asks for it) and reports them; the scheduler re-places
+// shards if they changed enough. Runs between operations, on the
+// connections' idle contexts.
+static int
+maybe_reprobe(ferry_client *c)
+{
+	uint64_t now = ps_clock_ms();
+	if (c->reprobe_s == 0 ||
+	    now - c->last_probe_ms < (uint64_t) c->reprobe_s * 1000) {
+		return FERRY_OK;
+	}
+	c->last_probe_ms = now;
+	c->stats.reprobes++;
+	return probe_links(c, c->probe_count, c->probe_bytes);
+}
+
 static int
 check_ready(ferry_client *c, const void *bufs)
 {
@@ -1189,6 +1211,9 @@ ferry_client_push_pull(ferry_client *c, const float *const *g,
 	}
 	if (n_samples == 0) {
 		return fail(c, FERRY_EINVAL, "n_samples must be > 0");
+	}
+	if ((rv = maybe_reprobe(c)) != FERRY_OK) {
+		return rv;
 	}
 	x.pull_want = c->opts.mode == FERRY_MODE_SYNC ? c->version + 1 : 0;
 	if ((rv = run_op(c, &x)) != FERRY_OK) {

@@ -42,6 +42,14 @@ static const struct cfg_def config_defs[] = {
 	    "scheduler: bulk bytes per link for bandwidth (0: no probing)" },
 	{ "seed", CFG_INT, "1", 0, INT64_MAX,
 	    "scheduler: placement solver seed" },
+	{ "reprobe-s", CFG_INT, "0", 0, 86400,
+	    "scheduler: trainers re-probe links this often; a change over "
+	    "--reprobe-change-pct re-places shards (0: never)" },
+	{ "reprobe-change-pct", CFG_INT, "50", 1, 10000,
+	    "scheduler: link change (percent) that triggers a re-placement" },
+	{ "leave-timeout-ms", CFG_INT, "0", 0, 3600000,
+	    "server: on SIGTERM, leave the job and wait this long for its "
+	    "shards to move to the other servers (0: exit at once)" },
 	{ "capacity-mb", CFG_INT, "0", 0, 1LL << 30,
 	    "server: memory for shards in MiB (0: unbounded)" },
 	{ "contexts", CFG_INT, "256", 1, 65536,
@@ -247,6 +255,8 @@ main(int argc, char **argv)
 		o.probe_count = (uint32_t) cfg_int("probe-count");
 		o.probe_bytes = (uint64_t) cfg_int("probe-bytes");
 		o.seed        = (uint64_t) cfg_int("seed");
+		o.reprobe_s   = (uint32_t) cfg_int("reprobe-s");
+		o.reprobe_change_pct = (uint32_t) cfg_int("reprobe-change-pct");
 		if ((rv = ps_scheduler_open(&o, &sched)) != PS_OK) {
 			PS_LOG(PS_LOG_ERR, "main", "cannot start scheduler: %s",
 			    ps_strerror(rv));
@@ -279,6 +289,16 @@ main(int argc, char **argv)
 		nanosleep(&ts, NULL);
 	}
 	PS_LOG(PS_LOG_NOTICE, "main", "shutting down");
+	// A server leaves gracefully: its shards move to the others first.
+	// (A second signal while waiting does not interrupt the wait; the
+	// timeout bounds it.)
+	if (srv != NULL && cfg_int("leave-timeout-ms") > 0) {
+		int lrv = ps_server_leave(srv,
+		    (uint32_t) cfg_int("leave-timeout-ms"));
+		if (lrv != PS_OK && lrv != PS_ESTATE) {
+			PS_LOG(PS_LOG_WARN, "main", "leave: %s", ps_strerror(lrv));
+		}
+	}
 	ps_scheduler_close(sched);
 	ps_server_close(srv);
 	return 0;

@@ -430,6 +430,68 @@ run_pair(struct trainer_arg a[2], int K, const char *push, const char *pull,
 	run_pair_hook(a, K, push, pull, warmup, 0);
 }
 
+struct leave_ctx {
+	struct cluster *cl;
+	int             rv;
+};
+
+// leave_one is a trainer hook: server 1 leaves the job mid-training.
+static void
+leave_one(void *arg, int step)
+{
+	struct leave_ctx *lc = arg;
+	(void) step;
+	lc->rv = ps_server_leave(lc->cl->srv[1], 20000);
+}
+
+// A server that leaves mid-training hands its shards to the others first:
+// the weights are bit-identical to a run where nobody left, the leaver
+// holds nothing, and the last server may not leave.
+START_TEST(test_cluster_server_leave_without_loss)
+{
+	struct trainer_arg still[2], left[2];
+	struct cluster     cl;
+	struct leave_ctx   lc = { &cl, -1 };
+	pthread_t          th[2];
+	char               text[2048];
+
+	run_pair(still, 10, "q8", "q8", 0);
+	cluster_start(&cl, 2, 3);
+	for (int r = 0; r < 2; r++) {
+		memset(&left[r], 0, sizeof(left[r]));
+		left[r].url        = ps_scheduler_url(cl.sched);
+		left[r].rank       = r;
+		left[r].steps      = 10;
+		left[r].codec_push = "q8";
+		left[r].codec_pull = "q8";
+		if (r == 0) {
+			left[r].hook     = leave_one;
+			left[r].hook_arg = &lc;
+			left[r].hook_at  = 4;
+		}
+		pthread_create(&th[r], NULL, trainer_main, &left[r]);
+	}
+	for (int r = 0; r < 2; r++) {
+		pthread_join(th[r], NULL);
+		ck_assert_msg(left[r].rv == 0, "rank %d: %s: %s", r,
+		    ferry_strerror(left[r].rv), left[r].err);
+	}
+	ck_assert_msg(lc.rv == PS_OK, "leave: %s", ps_strerror(lc.rv));
+	ps_server_stats(cl.srv[1], text, sizeof(text));
+	ck_assert_ptr_nonnull(strstr(text, "shards:0\r\n"));
+	for (int r = 0; r < 2; r++) {
+		for (int t = 0; t < NT; t++) {
+			ck_assert_int_eq(memcmp(still[r].w[t], left[r].w[t],
+			                     lens[t] * sizeof(float)), 0);
+		}
+	}
+	// Servers 0 and 2 remain; after 0 leaves too, 2 is the last.
+	ck_assert_int_eq(ps_server_leave(cl.srv[0], 20000), PS_OK);
+	ck_assert_int_eq(ps_server_leave(cl.srv[2], 2000), PS_EREMOTE);
+	cluster_stop(&cl);
+}
+END_TEST
+
 // Re-placement without loss: moving every shard to the other server
 // (three times, mid-training, while the other trainer is pushing) gives
 // bit-identical weights to a run without moves: no update is lost or
@@ -651,6 +713,66 @@ START_TEST(test_cluster_latency_placement_slow_server)
 }
 END_TEST
 
+// fetch_epoch asks the scheduler for the map of at least min_epoch and
+// returns each server's bytes in load[0..1] and the map's epoch.
+static uint64_t
+fetch_epoch(const char *url, uint64_t min_epoch, uint64_t load[2])
+{
+	Pswire__Header              h  = PSWIRE__HEADER__INIT;
+	Pswire__GetPlacementRequest gp = PSWIRE__GET_PLACEMENT_REQUEST__INIT;
+	gp.min_epoch    = min_epoch;
+	h.body_case     = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
+	h.placement_req = &gp;
+	Pswire__Header *rh = raw_call(url, PSWIRE__METHOD__GET_PLACEMENT, &h);
+	ck_assert_ptr_nonnull(rh);
+	ck_assert_int_eq(rh->status, PSWIRE__STATUS__OK);
+	load[0] = load[1] = 0;
+	for (size_t i = 0; i < rh->placement->n_shards; i++) {
+		load[rh->placement->shards[i]->server] +=
+		    rh->placement->shards[i]->len * 4;
+	}
+	uint64_t e = rh->placement->epoch;
+	pswire__header__free_unpacked(rh, NULL);
+	return e;
+}
+
+// A re-probe that finds the links changed (server 0 became the slow one)
+// makes the latency scheduler publish a new map that shifts data to
+// server 1; a re-probe with unchanged links does not.
+START_TEST(test_cluster_reprobe_replaces)
+{
+	struct cluster cl;
+	// Tiny RTTs so that bandwidth decides (shards are 64 bytes here).
+	double         rtt[2] = { 1e-6, 1e-6 }, bw[2] = { 100e6, 10e6 };
+	double         flip[2] = { 10e6, 100e6 };
+	uint64_t       load[2];
+
+	placement = PS_PLACEMENT_LATENCY;
+	cluster_start(&cl, 2, 2);
+	placement = PS_PLACEMENT_UNIFORM;
+	const char *url = ps_scheduler_url(cl.sched);
+	for (uint32_t r = 0; r < 2; r++) {
+		raw_register_trainer(url, r, 8);
+	}
+	for (uint32_t r = 0; r < 2; r++) {
+		ck_assert_int_eq(raw_report(url, r, 2, rtt, bw),
+		    PSWIRE__STATUS__OK);
+	}
+	ck_assert_uint_eq(fetch_epoch(url, 1, load), 1);
+	ck_assert_uint_lt(load[1], load[0]);
+	ck_assert_int_eq(raw_report(url, 0, 2, rtt, bw), PSWIRE__STATUS__OK);
+	ck_assert_uint_eq(fetch_epoch(url, 1, load), 1); // unchanged
+	for (uint32_t r = 0; r < 2; r++) {
+		ck_assert_int_eq(raw_report(url, r, 2, rtt, flip),
+		    PSWIRE__STATUS__OK);
+	}
+	ck_assert_uint_ge(fetch_epoch(url, 2, load), 2);
+	ck_assert_msg(load[0] < load[1], "after the flip: %llu vs %llu",
+	    (unsigned long long) load[0], (unsigned long long) load[1]);
+	cluster_stop(&cl);
+}
+END_TEST
+
 Suite *
 suite_cluster(void)
 {
@@ -666,6 +788,8 @@ suite_cluster(void)
 	tcase_add_test(tc, test_cluster_codec_bogus);
 	tcase_add_test(tc, test_cluster_latency_placement_slow_server);
 	tcase_add_test(tc, test_cluster_move_without_loss);
+	tcase_add_test(tc, test_cluster_server_leave_without_loss);
+	tcase_add_test(tc, test_cluster_reprobe_replaces);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -93,6 +93,7 @@ struct ferry_stats {
 	uint64_t version;      // version of the weights this client holds
 	uint64_t resyncs;      // full pulls after a reference CRC mismatch
 	uint64_t map_changes;  // placement maps re-fetched (shards moved)
+	uint64_t reprobes;     // link re-measurements sent to the scheduler
 };
 
 // ferry_client_open connects to the scheduler and registers as a trainer of

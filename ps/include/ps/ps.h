@@ -32,11 +32,13 @@ struct ps_scheduler_opts {
 	uint32_t    probe_count; // RTT samples per link (latency placement)
 	uint64_t    probe_bytes; // bulk transfer size per link
 	uint64_t    seed;        // solver multi-start seed
+	uint32_t    reprobe_s;   // trainers re-probe this often (0: never)
+	uint32_t    reprobe_change_pct; // link change that triggers a replan
 };
 #define PS_SCHEDULER_OPTS_INIT                                              \
 	{                                                                   \
 		NULL, 1, 1, 1u << 20, 64, 64u << 20, PS_PLACEMENT_UNIFORM, \
-		    7, 1u << 20, 1                                          \
+		    7, 1u << 20, 1, 0, 50                                   \
 	}
 
 // ps_scheduler_open starts a scheduler listening on opts->url. *out is
@@ -93,6 +95,14 @@ const char *ps_server_url(const struct ps_server *s);
 // ps_server_stats writes the INFO-style stats text into buf (size n,
 // NUL-terminated, truncated if needed).
 void ps_server_stats(struct ps_server *s, char *buf, size_t n);
+
+// ps_server_leave asks the scheduler to take this server out of the job,
+// then waits (up to timeout_ms) until every shard it held has moved to
+// the other servers. Call it before ps_server_close for a shutdown that
+// loses nothing. Errors: PS_EREMOTE (the scheduler refused, e.g. this is
+// the last server), PS_ETIMEDOUT, PS_ESTATE (the job has not started:
+// nothing to move).
+int ps_server_leave(struct ps_server *s, uint32_t timeout_ms);
 
 // ps_server_close stops serving and frees. NULL is a no-op.
 void ps_server_close(struct ps_server *s);

@@ -52,6 +52,7 @@ struct ps_scheduler {
 	struct shard_report      report;       // of the published placement
 	int                      have_report;
 	char                     start_error[256];
+	uint8_t                 *gone;         // [servers] left the job
 };
 
 static int
@@ -184,21 +185,20 @@ log_lines(const char *text)
 	}
 }
 
-// choose fills assign[0..ns) for the shards sd, by the configured policy,
-// and records the model's figures when links were measured. mu held.
-static int
-choose(struct ps_scheduler *s, const struct shard_desc *sd, size_t ns,
-    uint32_t *assign)
+// inst_build describes the placement problem for sharding/: shard sizes,
+// the servers' capacities (divided by the copies a server keeps of each
+// shard byte; 1 byte for a server that left, so it gets nothing), the
+// link matrices and the wire factor. cap has one entry per server. mu held.
+static void
+inst_build(struct ps_scheduler *s, size_t ns, struct shard_inst *in,
+    uint64_t *cap)
 {
-	struct shard_inst in = SHARD_INST_INIT;
-	uint64_t         *cap  = NULL;
-	double           *tt   = NULL;
-	uint32_t          T    = (uint32_t) s->opts.trainers;
-	uint32_t          M    = (uint32_t) s->opts.servers;
-	int               rv, bounded = 0;
+	uint32_t          T = (uint32_t) s->opts.trainers;
+	uint32_t          M = (uint32_t) s->opts.servers;
+	int               bounded = 0;
 	// Bytes a server holds per shard byte: weights, one staging slot per
-	// trainer and, with a pull codec, the reference and the delta log.
-	// (Keep in step with ps/src/server/server.c: PS_DELTA_LOG = 4.)
+	// trainer and, with a pull codec, the reference and the delta log
+	// (keep in step with ps/src/server/server.c: PS_DELTA_LOG = 4).
 	double            copies = 1.0 + T;
 	struct comp_codec pc;
 	if (comp_codec_parse(s->job->codec_pull, s->job->bucket, &pc) ==
@@ -207,37 +207,49 @@ choose(struct ps_scheduler *s, const struct shard_desc *sd, size_t ns,
 		copies += 1.0 + 4.0 * (double) comp_bound(&pc, 1u << 20) /
 		    (4.0 * (1u << 20));
 	}
-
-	ps_free(s->shard_size);
-	s->shard_size = ps_alloc(ns * sizeof(uint64_t));
-	cap           = ps_alloc(M * sizeof(uint64_t));
-	tt            = ps_alloc(T * sizeof(double));
-	if (s->shard_size == NULL || cap == NULL || tt == NULL) {
-		rv = PS_ENOMEM;
-		goto done;
-	}
-	for (size_t i = 0; i < ns; i++) {
-		s->shard_size[i] = sd[i].len * 4;
-	}
 	for (uint32_t m = 0; m < M; m++) {
 		cap[m] = s->capacity[m]
 		    ? (uint64_t) ((double) s->capacity[m] / copies)
 		    : UINT64_MAX;
-		bounded |= s->capacity[m] != 0;
+		if (s->gone[m]) {
+			cap[m] = 1;
+		}
+		bounded |= s->capacity[m] != 0 || s->gone[m];
 	}
-	in.n_shards   = ns;
-	in.n_servers  = M;
-	in.n_trainers = T;
-	in.size       = s->shard_size;
-	in.cap        = bounded ? cap : NULL;
-	in.lat        = s->lat;
-	in.bw         = s->bw;
-	in.rho        = wire_factor(s->job);
-	in.k          = 1; // the pull rides on the push's reply
+	*in            = (struct shard_inst) SHARD_INST_INIT;
+	in->n_shards   = ns;
+	in->n_servers  = M;
+	in->n_trainers = T;
+	in->size       = s->shard_size;
+	in->cap        = bounded ? cap : NULL;
+	in->lat        = s->lat;
+	in->bw         = s->bw;
+	in->rho        = wire_factor(s->job);
+	in->k          = 1; // the pull rides on the push's reply
+}
+
+// choose fills assign[0..ns) for the shards (sizes in s->shard_size) by
+// the configured policy, skipping servers that left, and records the
+// model's figures in s->report when links were measured. mu held.
+static int
+choose(struct ps_scheduler *s, size_t ns, uint32_t *assign)
+{
+	struct shard_inst in;
+	uint32_t          T   = (uint32_t) s->opts.trainers;
+	uint32_t          M   = (uint32_t) s->opts.servers;
+	uint64_t         *cap = ps_alloc(M * sizeof(uint64_t));
+	double           *tt  = ps_alloc(T * sizeof(double));
+	int               rv;
+
+	if (cap == NULL || tt == NULL) {
+		rv = PS_ENOMEM;
+		goto done;
+	}
+	inst_build(s, ns, &in, cap);
 	if (s->opts.placement == PS_PLACEMENT_LATENCY) {
 		struct shard_solve_opts so = SHARD_SOLVE_OPTS_INIT;
 		so.seed = s->opts.seed;
-		rv = shard_solve(&in, &so, assign, tt, &s->report);
+		rv      = shard_solve(&in, &so, assign, tt, &s->report);
 		if (rv == PS_ENOSPC) {
 			snprintf(s->start_error, sizeof(s->start_error),
 			    "no placement fits the servers' capacity "
@@ -247,10 +259,22 @@ choose(struct ps_scheduler *s, const struct shard_desc *sd, size_t ns,
 			goto done;
 		}
 	} else {
-		if ((rv = shard_place_uniform(ns, M, assign)) != PS_OK) {
+		// Round-robin over the servers still in the job: place on
+		// indices 0..alive-1, then map index k to the k-th such server.
+		uint32_t n_alive = 0;
+		for (uint32_t m = 0; m < M; m++) {
+			if (!s->gone[m]) {
+				cap[n_alive++] = m; // cap doubles as the index map
+			}
+		}
+		if ((rv = shard_place_uniform(ns, n_alive, assign)) != PS_OK) {
 			goto done;
 		}
-		if (bounded && shard_assign_check(&in, assign) != PS_OK) {
+		for (size_t i = 0; i < ns; i++) {
+			assign[i] = (uint32_t) cap[assign[i]];
+		}
+		inst_build(s, ns, &in, cap);
+		if (in.cap != NULL && shard_assign_check(&in, assign) != PS_OK) {
 			snprintf(s->start_error, sizeof(s->start_error),
 			    "uniform placement exceeds a server's capacity "
 			    "(--capacity-mb); add servers or memory");
@@ -290,6 +314,59 @@ done:
 	return rv;
 }
 
+// current_cost is F of the published assignment under the links known
+// now. mu held.
+static double
+current_cost(struct ps_scheduler *s)
+{
+	struct shard_inst in;
+	uint64_t *cap = ps_alloc((size_t) s->opts.servers * sizeof(uint64_t));
+	double   *tt  = ps_alloc((size_t) s->opts.trainers * sizeof(double));
+	double    f = HUGE_VAL, fsum;
+	if (cap != NULL && tt != NULL) {
+		inst_build(s, s->n_assign, &in, cap);
+		in.cap = NULL; // the current map is what it is
+		if (shard_cost(&in, s->assign, &f, &fsum, tt) != PS_OK) {
+			f = HUGE_VAL;
+		}
+	}
+	ps_free(cap);
+	ps_free(tt);
+	return f;
+}
+
+static int republish(struct ps_scheduler *s, const uint32_t *assign);
+
+// replan computes a new placement after links or membership changed and
+// publishes it when `force` (a server left: its shards must go) or when it
+// beats the current one by more than 10% under the new links. mu held.
+static void
+replan(struct ps_scheduler *s, const char *why, int force)
+{
+	uint32_t *na  = ps_alloc(s->n_assign * sizeof(uint32_t));
+	double    now = current_cost(s);
+	int       rv;
+	if (na == NULL) {
+		PS_LOG(PS_LOG_ERR, "placement", "replan (%s): out of memory", why);
+		return;
+	}
+	s->start_error[0] = '\0';
+	if ((rv = choose(s, s->n_assign, na)) != PS_OK) {
+		PS_LOG(PS_LOG_ERR, "placement", "replan (%s): %s", why,
+		    s->start_error[0] ? s->start_error : ps_strerror(rv));
+		s->start_error[0] = '\0'; // the running job goes on
+	} else if (force || s->report.f < 0.9 * now) {
+		PS_LOG(PS_LOG_NOTICE, "placement", "replan (%s): predicted "
+		    "%.3f ms -> %.3f ms", why, now * 1e3, s->report.f * 1e3);
+		republish(s, na);
+	} else {
+		PS_LOG(PS_LOG_NOTICE, "placement", "replan (%s): keeping the "
+		    "map (%.3f ms, new %.3f ms)", why, now * 1e3,
+		    s->report.f * 1e3);
+	}
+	ps_free(na);
+}
+
 // publish builds the placement map; called with mu held once every member
 // is in. Returns PS_OK or an error (logged).
 static int
@@ -321,7 +398,15 @@ publish(struct ps_scheduler *s)
 		rv = PS_ENOMEM;
 		goto done;
 	}
-	if ((rv = choose(s, sd, ns, assign)) != PS_OK) {
+	ps_free(s->shard_size);
+	if ((s->shard_size = ps_alloc(ns * sizeof(uint64_t))) == NULL) {
+		rv = PS_ENOMEM;
+		goto done;
+	}
+	for (size_t i = 0; i < ns; i++) {
+		s->shard_size[i] = sd[i].len * 4;
+	}
+	if ((rv = choose(s, ns, assign)) != PS_OK) {
 		goto done;
 	}
 	for (size_t i = 0; i < ns; i++) {
@@ -564,6 +649,7 @@ on_register(struct ps_scheduler *s, struct ps_call *c)
 	rep.probe       = probing(s) && r->role == PSWIRE__ROLE__ROLE_TRAINER;
 	rep.probe_count = s->opts.probe_count;
 	rep.probe_bytes = s->opts.probe_bytes;
+	rep.reprobe_s   = s->opts.reprobe_s;
 	h.body_case     = PSWIRE__HEADER__BODY_REGISTER_REP;
 	h.register_rep  = &rep;
 	maybe_start(s);
@@ -615,6 +701,15 @@ on_report_links(struct ps_scheduler *s, struct ps_call *c)
 		}
 	}
 	pthread_mutex_lock(&s->mu);
+	// A re-probe (the job has started) that finds a link changed by more
+	// than the threshold triggers a re-placement.
+	int    changed = 0;
+	double th      = s->opts.reprobe_change_pct / 100.0;
+	for (size_t m = 0; s->placement != NULL && m < M; m++) {
+		double l0 = s->lat[r->rank * M + m], b0 = s->bw[r->rank * M + m];
+		changed |= fabs(r->rtt_s[m] - l0) > th * fmax(l0, 1e-4) ||
+		    fabs(r->bw_bps[m] - b0) > th * b0;
+	}
 	for (size_t m = 0; m < M; m++) {
 		s->lat[r->rank * M + m] = r->rtt_s[m];
 		s->bw[r->rank * M + m]  = r->bw_bps[m];
@@ -626,7 +721,52 @@ on_report_links(struct ps_scheduler *s, struct ps_call *c)
 		s->links_seen[r->rank] = 1;
 		s->n_links_seen++;
 	}
+	if (changed && s->opts.placement == PS_PLACEMENT_LATENCY) {
+		replan(s, "links changed", 0);
+	}
 	maybe_start(s);
+	pthread_mutex_unlock(&s->mu);
+	on_simple(s, c);
+}
+
+// on_leave: a server that leaves gracefully gets no shard in the next
+// map; the servers move its shards away (it waits for that, then exits).
+static void
+on_leave(struct ps_scheduler *s, struct ps_call *c)
+{
+	Pswire__LeaveRequest *l = c->hdr->leave_req;
+	int                   alive = 0;
+
+	if (c->hdr->body_case != PSWIRE__HEADER__BODY_LEAVE_REQ ||
+	    l->role != PSWIRE__ROLE__ROLE_SERVER) {
+		ps__call_reply_err(c, PSWIRE__STATUS__UNIMPLEMENTED,
+		    "only servers can leave a running job");
+		return;
+	}
+	pthread_mutex_lock(&s->mu);
+	for (int m = 0; m < s->opts.servers; m++) {
+		alive += !s->gone[m];
+	}
+	if (l->id >= (uint32_t) s->n_servers_seen) {
+		pthread_mutex_unlock(&s->mu);
+		ps__call_reply_err(c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "no server %u", l->id);
+		return;
+	}
+	if (!s->gone[l->id] && alive <= 1) {
+		pthread_mutex_unlock(&s->mu);
+		ps__call_reply_err(c, PSWIRE__STATUS__FAILED_PRECONDITION,
+		    "server %u is the last one: its shards have nowhere to go",
+		    l->id);
+		return;
+	}
+	if (!s->gone[l->id]) {
+		s->gone[l->id] = 1;
+		PS_LOG(PS_LOG_NOTICE, "members", "server %u leaves", l->id);
+		if (s->placement != NULL) {
+			replan(s, "a server left", 1);
+		}
+	}
 	pthread_mutex_unlock(&s->mu);
 	on_simple(s, c);
 }
@@ -669,8 +809,10 @@ dispatch(void *arg, struct ps_call *c)
 		on_get_placement(s, c);
 		break;
 	case PSWIRE__METHOD__HEARTBEAT:
-	case PSWIRE__METHOD__LEAVE:
 		on_simple(s, c);
+		break;
+	case PSWIRE__METHOD__LEAVE:
+		on_leave(s, c);
 		break;
 	case PSWIRE__METHOD__REPORT_LINKS:
 		on_report_links(s, c);
@@ -712,9 +854,10 @@ ps_scheduler_open(const struct ps_scheduler_opts *o, struct ps_scheduler **out)
 	s->lat = ps_zalloc(sizeof(double) * (size_t) o->servers * o->trainers);
 	s->bw  = ps_zalloc(sizeof(double) * (size_t) o->servers * o->trainers);
 	s->links_seen = ps_zalloc((size_t) o->trainers);
+	s->gone       = ps_zalloc((size_t) o->servers);
 	if (s->trainer_seen == NULL || s->server_urls == NULL ||
 	    s->capacity == NULL || s->lat == NULL || s->bw == NULL ||
-	    s->links_seen == NULL) {
+	    s->links_seen == NULL || s->gone == NULL) {
 		ps_scheduler_close(s);
 		return PS_ENOMEM;
 	}
@@ -759,6 +902,7 @@ ps_scheduler_close(struct ps_scheduler *s)
 	ps_free(s->lat);
 	ps_free(s->bw);
 	ps_free(s->links_seen);
+	ps_free(s->gone);
 	ps_free(s->assign);
 	ps_free(s->shard_size);
 	pthread_mutex_destroy(&s->mu);

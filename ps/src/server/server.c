@@ -1597,6 +1597,84 @@ ps_server_open(const struct ps_server_opts *o, struct ps_server **out)
 	return PS_OK;
 }
 
+int
+ps_server_leave(struct ps_server *s, uint32_t timeout_ms)
+{
+	Pswire__Header       h = PSWIRE__HEADER__INIT;
+	Pswire__LeaveRequest l = PSWIRE__LEAVE_REQUEST__INIT;
+	nng_socket           sock;
+	nng_ctx              ctx;
+	nng_aio             *aio = NULL;
+	nng_msg             *req, *rep = NULL;
+	uint8_t             *payload;
+	struct psw_frame     f;
+	ProtobufCMessage    *ph  = NULL;
+	const char          *why = "";
+	uint64_t             end = ps_clock_ms() + timeout_ms;
+	size_t               hl;
+	int                  rv;
+
+	if (!atomic_load(&s->ready)) {
+		return PS_ESTATE;
+	}
+	if (nng_req0_open(&sock) != 0) {
+		return PS_ETRANSPORT;
+	}
+	nng_socket_set_ms(sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+	if (nng_dial(sock, s->opts.scheduler_url, NULL, NNG_FLAG_NONBLOCK) !=
+	        0 ||
+	    nng_ctx_open(&ctx, sock) != 0 || nng_aio_alloc(&aio, NULL, NULL)) {
+		nng_close(sock);
+		return PS_ETRANSPORT;
+	}
+	l.role        = PSWIRE__ROLE__ROLE_SERVER;
+	l.id          = s->index;
+	h.request_id  = 1;
+	h.deadline_ms = timeout_ms;
+	h.body_case   = PSWIRE__HEADER__BODY_LEAVE_REQ;
+	h.leave_req   = &l;
+	hl            = pswire__header__get_packed_size(&h);
+	if (psw_msg_begin(&req, hl, 0, &payload) != PS_OK) {
+		rv = PS_ENOMEM;
+		goto done;
+	}
+	psw_msg_finish(req, PSWIRE__METHOD__LEAVE, 0, &h.base, hl, 0);
+	// A scheduler that is gone should not hold the shutdown for long.
+	rv = psw_call(ctx, aio, req, PSWIRE__METHOD__LEAVE, 1,
+	    (int) (timeout_ms < 3000 ? timeout_ms : 3000), &rep, &f, &ph, &why);
+	if (rv != PS_OK) {
+		PS_LOG(PS_LOG_ERR, "leave", "scheduler: %s", why ? why : "");
+		goto done;
+	}
+	PS_LOG(PS_LOG_NOTICE, "leave", "leaving: moving my shards away");
+	for (;;) {
+		pthread_mutex_lock(&s->mu);
+		uint32_t left = s->n_shards;
+		pthread_mutex_unlock(&s->mu);
+		if (left == 0) {
+			rv = PS_OK;
+			break;
+		}
+		if (ps_clock_ms() >= end) {
+			PS_LOG(PS_LOG_ERR, "leave", "%u shard(s) still here after "
+			    "%u ms", left, timeout_ms);
+			rv = PS_ETIMEDOUT;
+			break;
+		}
+		nap_us(10000);
+	}
+done:
+	if (ph != NULL) {
+		pswire__header__free_unpacked((Pswire__Header *) ph, NULL);
+	}
+	if (rep != NULL) {
+		nng_msg_free(rep);
+	}
+	nng_aio_free(aio);
+	nng_close(sock);
+	return rv;
+}
+
 const char *
 ps_server_url(const struct ps_server *s)
 {
