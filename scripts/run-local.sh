@@ -15,7 +15,8 @@ cd "$(dirname "$0")/.."
 
 servers=2 trainers=2 epochs=3
 server_flags=() trainer_flags=()
-scripts/setup.sh
+# FERRY_SKIP_SETUP=1 runs what is built (benchmarks that call this often).
+[ "${FERRY_SKIP_SETUP:-0}" = 1 ] || scripts/setup.sh
 BUILD=${FERRY_BUILD_DIR:-build}
 PS="$BUILD/ps/ps-server" TR="$BUILD/trainer/trainer"
 ps_opts=$("$PS" --help | sed -n 's/^  --\([a-z-]*\).*/\1/p')
@@ -30,8 +31,9 @@ while (($#)); do
 	--epochs=*) epochs=${1#*=}; shift ;;
 	--*)
 		name=${1#--}; name=${name%%=*}
+		# Normalise to --name=value so values can be rewritten per rank.
 		if [[ "$1" == *=* ]]; then arg=("$1"); shift
-		elif (($# > 1)) && [[ "$2" != --* ]]; then arg=("$1" "$2"); shift 2
+		elif (($# > 1)) && [[ "$2" != --* ]]; then arg=("$1=$2"); shift 2
 		else arg=("$1"); shift; fi
 		if grep -qx -- "$name" <<<"$ps_opts"; then
 			server_flags+=("${arg[@]}")
@@ -92,8 +94,16 @@ for ((r = 0; r < trainers; r++)); do
 			"${trainer_flags[@]}" 2>"$RUN/trainer-0.log" |
 			tee "$RUN/trainer-0.out" &
 	else
+		# Ranks > 0 write their own curve file, never rank 0's.
+		rflags=()
+		for f in "${trainer_flags[@]}"; do
+			case "$f" in
+			--curve=*) rflags+=("--curve=$RUN/curve-$r.csv") ;;
+			*) rflags+=("$f") ;;
+			esac
+		done
 		"$TR" --scheduler="$SCHED" --rank="$r" --epochs="$epochs" \
-			"${trainer_flags[@]}" >"$RUN/trainer-$r.out" \
+			"${rflags[@]}" >"$RUN/trainer-$r.out" \
 			2>"$RUN/trainer-$r.log" &
 	fi
 	tpids+=($!)

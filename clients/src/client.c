@@ -155,14 +155,50 @@ open_req(const char *url, size_t max_msg, nng_socket *s, nng_ctx *ctx,
 }
 
 FERRY_API int
+ferry_opts_check(const struct ferry_opts *o, char *why, size_t n)
+{
+	struct comp_codec cc;
+	char              cwhy[128] = "";
+	const char       *msg = NULL;
+	char              buf[256];
+
+	if (o == NULL) {
+		msg = "opts is NULL";
+	} else if (o->scheduler_url == NULL || *o->scheduler_url == '\0' ||
+	    strlen(o->scheduler_url) >= 256) {
+		msg = "scheduler_url must be a URL of 1..255 bytes";
+	} else if (o->rank < 0) {
+		msg = "rank must be >= 0";
+	} else if (!(o->lr > 0 && o->lr < 1e6)) {
+		msg = "lr must be in (0, 1e6)";
+	} else if (o->mode != FERRY_MODE_SYNC && o->mode != FERRY_MODE_ASYNC) {
+		msg = "mode must be FERRY_MODE_SYNC or FERRY_MODE_ASYNC";
+	} else if (comp_codec_parse_msg(o->codec_push ? o->codec_push : "none",
+	               o->bucket, &cc, cwhy, sizeof(cwhy)) != PS_OK) {
+		snprintf(buf, sizeof(buf), "codec_push '%s': %s", o->codec_push,
+		    cwhy);
+		msg = buf;
+	} else if (comp_codec_parse_msg(o->codec_pull ? o->codec_pull : "none",
+	               o->bucket, &cc, cwhy, sizeof(cwhy)) != PS_OK) {
+		snprintf(buf, sizeof(buf), "codec_pull '%s': %s", o->codec_pull,
+		    cwhy);
+		msg = buf;
+	} else if (cc.stochastic) {
+		msg = "codec_pull cannot use stochastic rounding (:sr): both "
+		      "sides must round the same way";
+	}
+	if (msg != NULL && why != NULL && n > 0) {
+		snprintf(why, n, "%s", msg);
+	}
+	return msg != NULL ? FERRY_EINVAL : FERRY_OK;
+}
+
+FERRY_API int
 ferry_client_open(const struct ferry_opts *o, ferry_client **out)
 {
 	ferry_client *c;
 
-	if (o == NULL || out == NULL || o->scheduler_url == NULL ||
-	    strlen(o->scheduler_url) >= 256 || o->rank < 0 ||
-	    !(o->lr > 0) || (o->mode != FERRY_MODE_SYNC &&
-	    o->mode != FERRY_MODE_ASYNC)) {
+	if (out == NULL || ferry_opts_check(o, NULL, 0) != FERRY_OK) {
 		return FERRY_EINVAL;
 	}
 	if ((c = ps_zalloc(sizeof(*c))) == NULL) {

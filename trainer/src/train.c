@@ -255,6 +255,11 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 	fo.bucket       = cfg->bucket;
 	fo.warmup_steps = cfg->warmup_steps;
 	fo.seed         = cfg->seed;
+	if (ferry_opts_check(&fo, err, sizeof(err)) != FERRY_OK) {
+		PS_LOG(PS_LOG_ERR, MOD, "bad options: %s", err);
+		rv = PS_EINVAL;
+		goto done;
+	}
 	if ((fe = ferry_client_open(&fo, &r.fc)) != FERRY_OK) {
 		rv = ferry_fail(&r, "open", fe);
 		goto done;

@@ -96,23 +96,33 @@ struct ferry_stats {
 	uint64_t reprobes;     // link re-measurements sent to the scheduler
 };
 
-// ferry_client_open connects to the scheduler and registers as a trainer of
-// rank opts->rank. It does not wait for other members yet.
+// ferry_opts_check validates opts without connecting: the URL, rank, lr,
+// mode and both codec specs. On failure it writes a one-line reason into
+// why (size n, NUL-terminated; why may be NULL) and returns FERRY_EINVAL.
+FERRY_API int ferry_opts_check(const struct ferry_opts *opts, char *why,
+    size_t n);
+
+// ferry_client_open checks opts (ferry_opts_check) and starts dialing the
+// scheduler in the background; it does not register yet (that is
+// ferry_client_declare) and does not block on the network.
 // On success *out receives a client to release with ferry_client_close.
-// Errors: FERRY_EINVAL (bad opts), FERRY_ECONNECT, FERRY_ETIMEDOUT,
-// FERRY_EREMOTE (e.g. rank out of range or already taken).
+// Errors: FERRY_EINVAL (bad opts: call ferry_opts_check for the reason),
+// FERRY_ENOMEM, FERRY_ECONNECT (the URL cannot be dialed).
 FERRY_API int ferry_client_open(const struct ferry_opts *opts,
     ferry_client **out);
 
-// ferry_client_close leaves the job, closes connections and frees the
-// client. NULL is a no-op. Never fails.
+// ferry_client_close closes the connections and frees the client. It
+// sends nothing: in a sync job the other trainers wait for this rank's
+// pushes until their deadline. NULL is a no-op. Never fails.
 FERRY_API void ferry_client_close(ferry_client *c);
 
-// ferry_client_declare declares the job's tensor table (n tensors, ids
-// 0..n-1 in this order), then waits until every expected member has
-// registered and the placement map is published, and fetches it.
-// The first trainer's table (and job options) is the job's; a later one
-// that differs gets FERRY_EMISMATCH. Call once, before anything else.
+// ferry_client_declare registers this trainer with the job's tensor table
+// (n tensors, ids 0..n-1 in this order), measures its links to every
+// server when the scheduler asks for it, then waits until every expected
+// member has registered and the placement map is published, and fetches
+// it. The first trainer's table (and job options) is the job's; a later
+// one that differs gets FERRY_EMISMATCH; a rank out of range gets
+// FERRY_EREMOTE. Call once, before anything else.
 FERRY_API int ferry_client_declare(ferry_client *c,
     const struct ferry_tensor_desc *descs, size_t n);
 

@@ -1685,7 +1685,11 @@ void
 ps_server_stats(struct ps_server *s, char *buf, size_t n)
 {
 	uint64_t version = 0;
+	int      parked  = 0;
 	pthread_mutex_lock(&s->mu);
+	for (struct ps_call *c = s->parked; c != NULL; c = c->next) {
+		parked++;
+	}
 	for (size_t i = 0; i < s->n_global; i++) {
 		if (s->local[i] >= 0) {
 			version = s->shards[i].version;
@@ -1709,7 +1713,7 @@ ps_server_stats(struct ps_server *s, char *buf, size_t n)
 	    (unsigned long long) atomic_load(&s->bytes_in),
 	    (unsigned long long) atomic_load(&s->bytes_out),
 	    (unsigned long long) atomic_load(&s->n_applied),
-	    s->parked != NULL);
+	    parked);
 	pthread_mutex_unlock(&s->mu);
 }
 
