@@ -1,0 +1,12 @@
+# netns.cmake — registers placement_netns (issue 4): latency-aware placement
+# over network namespaces with one server's link 10x slower. Needs root; the
+# script exits 77 (skipped) without it. Include from
+# tests/integration/CMakeLists.txt: include(${CMAKE_CURRENT_LIST_DIR}/netns.cmake)
+add_test(NAME placement_netns
+  COMMAND ${CMAKE_CURRENT_LIST_DIR}/placement_netns.sh
+          $<TARGET_FILE:ps-server> $<TARGET_FILE:trainer>)
+set_tests_properties(placement_netns PROPERTIES
+  LABELS integration
+  SKIP_RETURN_CODE 77
+  TIMEOUT 120
+  RUN_SERIAL TRUE)
