@@ -59,6 +59,7 @@ struct ferry_client {
 	uint8_t           *need_full; // per global shard: resync in full
 	uint8_t           *codes;     // staged push codes (EF codecs)
 	size_t            *code_off;  // per global shard: offset in codes
+	struct ferry_shard *layout;   // per global shard, for the caller
 	struct comp_codec  cpush, cpull, cnone;
 	float            **resid;   // per tensor: push error feedback (or NULL)
 	float            **ref;     // per tensor: pull reference (or NULL)
@@ -264,6 +265,7 @@ ferry_client_close(ferry_client *c)
 	ps_free(c->need_full);
 	ps_free(c->codes);
 	ps_free(c->code_off);
+	ps_free(c->layout);
 	ps_free(c->tensor_len);
 	ps_free(c);
 }
@@ -615,9 +617,18 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 	c->need      = ps_zalloc(c->pl->n_shards);
 	c->need_full = ps_zalloc(c->pl->n_shards);
 	c->code_off  = ps_zalloc(c->pl->n_shards * sizeof(size_t));
-	if (c->need == NULL || c->need_full == NULL || c->code_off == NULL) {
+	c->layout    = ps_zalloc(c->pl->n_shards * sizeof(*c->layout));
+	if (c->need == NULL || c->need_full == NULL || c->code_off == NULL ||
+	    c->layout == NULL) {
 		rv = fail(c, FERRY_ENOMEM, "out of memory");
 		goto done;
+	}
+	for (size_t i = 0; i < c->pl->n_shards; i++) {
+		c->layout[i].tensor     = c->pl->shards[i]->tensor;
+		c->layout[i].offset     = c->pl->shards[i]->offset;
+		c->layout[i].len        = c->pl->shards[i]->len;
+		c->layout[i].code_bytes = comp_bound(&c->cpush,
+		    c->pl->shards[i]->len);
 	}
 	if (c->cpush.id != COMP_NONE) {
 		size_t total = 0;
@@ -674,6 +685,7 @@ struct xfer {
 	uint64_t                 pull_want; // version a (re-)pull waits for
 	const struct comp_codec *codec;     // push codec of this operation
 	int                      staged;    // codes are in c->codes
+	const uint8_t *const    *codes;     // caller's codes per shard, or NULL
 };
 
 // stage_codes encodes every shard's gradient once per operation, with
@@ -773,11 +785,12 @@ build_request(ferry_client *c, struct conn *cn, struct xfer *x, nng_msg **out)
 		const Pswire__ShardInfo *si = c->pl->shards[cn->req[i]];
 		// fp32 goes straight from the caller's tensor; codes from the
 		// staging area (see stage_codes).
-		memcpy(payload + refs[i].offset,
-		    x->staged ? (const void *) (c->codes +
-		                    c->code_off[cn->req[i]])
-		              : (const void *) (x->g[si->tensor] + si->offset),
-		    refs[i].length);
+		const void *src = x->codes != NULL
+		    ? (const void *) x->codes[cn->req[i]]
+		    : x->staged ? (const void *) (c->codes +
+		                      c->code_off[cn->req[i]])
+		                : (const void *) (x->g[si->tensor] + si->offset);
+		memcpy(payload + refs[i].offset, src, refs[i].length);
 	}
 	rv = psw_msg_finish(*out, cn->method, 0, &h.base, hl, plen);
 	if (rv != PS_OK) {
@@ -1113,7 +1126,7 @@ run_op(ferry_client *c, struct xfer *x)
 			c->need_full[i] = 0;
 		}
 	}
-	if ((x->op == OP_PUSH || x->op == OP_PUSH_PULL) &&
+	if ((x->op == OP_PUSH || x->op == OP_PUSH_PULL) && x->codes == NULL &&
 	    x->codec->id != COMP_NONE && (rv = stage_codes(c, x)) != FERRY_OK) {
 		return rv;
 	}
@@ -1247,6 +1260,58 @@ ferry_client_push_pull(ferry_client *c, const float *const *g,
 	}
 	if (n_samples == 0) {
 		return fail(c, FERRY_EINVAL, "n_samples must be > 0");
+	}
+	if ((rv = maybe_reprobe(c)) != FERRY_OK) {
+		return rv;
+	}
+	x.pull_want = c->opts.mode == FERRY_MODE_SYNC ? c->version + 1 : 0;
+	if ((rv = run_op(c, &x)) != FERRY_OK) {
+		return rv;
+	}
+	return finish_pull(c, &x);
+}
+
+FERRY_API int
+ferry_client_shards(const ferry_client *c, const struct ferry_shard **shards,
+    size_t *n, uint32_t *codec_id, uint32_t *bucket)
+{
+	if (c == NULL || shards == NULL || n == NULL || codec_id == NULL ||
+	    bucket == NULL) {
+		return FERRY_EINVAL;
+	}
+	if (!c->declared) {
+		return FERRY_ESTATE;
+	}
+	*shards   = c->layout;
+	*n        = c->pl->n_shards;
+	*codec_id = c->cpush.id;
+	*bucket   = c->cpush.bucket;
+	return FERRY_OK;
+}
+
+FERRY_API int
+ferry_client_in_warmup(const ferry_client *c)
+{
+	return c != NULL && c->version < c->opts.warmup_steps;
+}
+
+FERRY_API int
+ferry_client_push_pull_encoded(ferry_client *c, const uint8_t *const *codes,
+    uint32_t n_samples, float *const *w)
+{
+	struct xfer x = { .op = OP_PUSH_PULL, .codes = codes, .w = w,
+		.n_samples = n_samples };
+	int rv;
+	if ((rv = check_ready(c, codes)) != FERRY_OK) {
+		return rv;
+	}
+	if (w == NULL || n_samples == 0) {
+		return fail(c, FERRY_EINVAL, "need weight buffers and "
+		    "n_samples > 0");
+	}
+	if (c->cpush.id == COMP_NONE || ferry_client_in_warmup(c)) {
+		return fail(c, FERRY_ESTATE, "encoded pushes need a push codec "
+		    "and the end of warm-up");
 	}
 	if ((rv = maybe_reprobe(c)) != FERRY_OK) {
 		return rv;

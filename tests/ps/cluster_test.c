@@ -8,6 +8,7 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 
+#include "comp/comp.h"
 #include "ferry.pb-c.h"
 #include "ferry/ferry.h"
 #include "ps/ps.h"
@@ -72,6 +73,8 @@ struct trainer_arg {
 	void (*hook)(void *arg, int step);
 	void       *hook_arg;
 	int         hook_at;
+	int         encoded; // push codes encoded here, not by libferry
+	float       resid[NT][40];
 	float       w[NT][40];
 	int         rv;
 	char        err[256];
@@ -83,6 +86,38 @@ grad_for(int rank, int step, int t, size_t i)
 {
 	return (float) (rank + 1) * 0.25f + (float) step * 0.125f +
 	    (float) t - (float) i * 0.0625f;
+}
+
+// push_encoded encodes each shard with error feedback here, the way a GPU
+// trainer would on the device, and pushes the codes.
+static int
+push_encoded(ferry_client *c, const float *const *g, float *const *w,
+    float resid[NT][40])
+{
+	const struct ferry_shard *sh;
+	size_t                    n;
+	uint32_t                  id, bucket;
+	struct comp_codec         cc = COMP_CODEC_INIT;
+	uint8_t                   buf[16][256];
+	const uint8_t            *codes[16];
+	int                       rv;
+
+	if ((rv = ferry_client_shards(c, &sh, &n, &id, &bucket)) != 0) {
+		return rv;
+	}
+	cc.id     = id;
+	cc.bucket = bucket;
+	ck_assert_uint_le(n, 16);
+	for (size_t i = 0; i < n; i++) {
+		size_t out;
+		ck_assert_uint_le(sh[i].code_bytes, sizeof(buf[i]));
+		PT_OK(comp_ef_encode(&cc, g[sh[i].tensor] + sh[i].offset,
+		    resid[sh[i].tensor] + sh[i].offset, sh[i].len, NULL, buf[i],
+		    sizeof(buf[i]), &out));
+		ck_assert_uint_eq(out, sh[i].code_bytes);
+		codes[i] = buf[i];
+	}
+	return ferry_client_push_pull_encoded(c, codes, 10, w);
 }
 
 static void *
@@ -131,8 +166,13 @@ trainer_main(void *arg)
 				g[t][i] = grad_for(a->rank, k, t, i);
 			}
 		}
-		a->rv = ferry_client_push_pull(c, (const float *const *) gp,
-		    10, wp);
+		if (a->encoded && !ferry_client_in_warmup(c)) {
+			a->rv = push_encoded(c, (const float *const *) gp, wp,
+			    a->resid);
+		} else {
+			a->rv = ferry_client_push_pull(c,
+			    (const float *const *) gp, 10, wp);
+		}
 		if (a->rv != 0) {
 			goto out;
 		}
@@ -545,6 +585,40 @@ START_TEST(test_cluster_codecs_lockstep)
 }
 END_TEST
 
+// Gradients encoded by the caller (as a GPU trainer does on the device)
+// and pushed with ferry_client_push_pull_encoded give bit-identical
+// weights to libferry encoding them itself.
+START_TEST(test_cluster_encoded_push)
+{
+	struct trainer_arg lib[2], own[2];
+	struct cluster     cl;
+	pthread_t          th[2];
+	run_pair(lib, 8, "q4", "q8", 2);
+	cluster_start(&cl, 2, 2);
+	for (int r = 0; r < 2; r++) {
+		memset(&own[r], 0, sizeof(own[r]));
+		own[r].url        = ps_scheduler_url(cl.sched);
+		own[r].rank       = r;
+		own[r].steps      = 8;
+		own[r].codec_push = "q4";
+		own[r].codec_pull = "q8";
+		own[r].warmup     = 2;
+		own[r].encoded    = 1;
+		pthread_create(&th[r], NULL, trainer_main, &own[r]);
+	}
+	for (int r = 0; r < 2; r++) {
+		pthread_join(th[r], NULL);
+		ck_assert_msg(own[r].rv == 0, "rank %d: %s: %s", r,
+		    ferry_strerror(own[r].rv), own[r].err);
+		for (int t = 0; t < NT; t++) {
+			ck_assert_int_eq(memcmp(lib[r].w[t], own[r].w[t],
+			                     lens[t] * sizeof(float)), 0);
+		}
+	}
+	cluster_stop(&cl);
+}
+END_TEST
+
 // Every codec trains without error in both directions.
 START_TEST(test_cluster_codecs_all)
 {
@@ -785,6 +859,7 @@ suite_cluster(void)
 	tcase_add_test(tc, test_cluster_hostile_frames_bogus);
 	tcase_add_test(tc, test_cluster_codecs_lockstep);
 	tcase_add_test(tc, test_cluster_codecs_all);
+	tcase_add_test(tc, test_cluster_encoded_push);
 	tcase_add_test(tc, test_cluster_codec_bogus);
 	tcase_add_test(tc, test_cluster_latency_placement_slow_server);
 	tcase_add_test(tc, test_cluster_move_without_loss);

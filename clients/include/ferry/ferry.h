@@ -152,6 +152,43 @@ FERRY_API int ferry_client_push(ferry_client *c, const float *const *g,
 FERRY_API int ferry_client_push_pull(ferry_client *c, const float *const *g,
     uint32_t n_samples, float *const *w);
 
+// ---- encoded pushes (for trainers that quantize on a GPU) ------------------
+//
+// A trainer can encode its gradients itself, shard by shard, in the job's
+// push codec (keeping the error-feedback residual wherever it computes) and
+// hand libferry the codes: then only codes cross PCIe. The layout of the
+// shards is fixed for the job (maps may move shards between servers but
+// never re-cut them). Codec ids and byte formats: docs/protocol.md.
+
+// One shard of the job as the trainer encodes it.
+struct ferry_shard {
+	uint32_t tensor;     // tensor id
+	uint64_t offset;     // first element within the tensor
+	uint64_t len;        // elements
+	uint64_t code_bytes; // exact encoded size in the push codec
+};
+
+// ferry_client_shards returns the job's shards (after declare) in *shards
+// (borrowed; valid until ferry_client_close) and their count in *n, plus
+// the push codec's wire id and bucket (codec_id 0 = fp32: no codec).
+// Errors: FERRY_ESTATE before declare, FERRY_EINVAL for NULL outputs.
+FERRY_API int ferry_client_shards(const ferry_client *c,
+    const struct ferry_shard **shards, size_t *n, uint32_t *codec_id,
+    uint32_t *bucket);
+
+// ferry_client_in_warmup returns 1 while the job's first --warmup-steps
+// versions run uncompressed (push fp32 with ferry_client_push_pull then),
+// else 0.
+FERRY_API int ferry_client_in_warmup(const ferry_client *c);
+
+// ferry_client_push_pull_encoded is ferry_client_push_pull with gradients
+// already encoded: codes[i] holds shard i's code_bytes bytes (error
+// feedback is the caller's business). Not during warm-up (FERRY_ESTATE)
+// and not for a job without a push codec (FERRY_ESTATE). codes are not
+// modified and may be freed when the call returns.
+FERRY_API int ferry_client_push_pull_encoded(ferry_client *c,
+    const uint8_t *const *codes, uint32_t n_samples, float *const *w);
+
 // ferry_client_stats copies the client's counters into *st.
 FERRY_API void ferry_client_stats(const ferry_client *c,
     struct ferry_stats *st);
