@@ -1,15 +1,21 @@
 // client.c — libferry: a trainer's connection to a Ferry job.
 //
 // DESIGN. The client holds one REQ socket to the scheduler and one REQ
-// socket (one context, one aio) per server. A call that touches the model
-// (pull, push, push-pull, init) builds one batched message per server that
-// holds any of the job's shards, sends them all, then waits for all the
-// replies: the servers work in parallel and the round trip costs the
-// slowest server, not the sum. Gradients are written straight into the
-// outgoing nng message (psw_msg_begin/finish) and pulled shards are copied
-// straight from the reply into the caller's tensor buffers: one copy each
-// way, no staging. A server that answers UNAVAILABLE (not started yet) is
-// asked again until the call's deadline.
+// socket (one context, one aio) per server. An operation (pull, push,
+// push-pull, init) runs in rounds: each round sends one batched message to
+// every server that holds a shard still pending, then waits for all the
+// replies, so the servers work in parallel and a round costs the slowest
+// server, not the sum. fp32 gradients go straight from the caller's tensor
+// into the outgoing nng message (psw_msg_begin/finish); with a push codec
+// the codes are staged once per operation (stage_codes) so that a re-sent
+// request carries the same codes and the error-feedback residual moves
+// once. Pulled shards are copied from the reply into the caller's tensors
+// (with a pull codec, the deltas are first applied to the client's copy of
+// the shared reference, whose CRC is checked). Replies that say
+// UNAVAILABLE (not started, shard arriving) are retried; STALE_EPOCH (shard
+// moved) re-fetches the map and re-batches; ABORTED (push applied, shard
+// moved) turns into a pull. The client also measures its links to the
+// servers when the scheduler asks (probe_links).
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -424,7 +430,8 @@ assign_conns(ferry_client *c)
 // probe_call sends one Probe of `bytes` payload to server m and returns
 // the round-trip time in seconds.
 static int
-probe_call(ferry_client *c, size_t m, uint64_t bytes, double *secs)
+probe_call(ferry_client *c, size_t m, uint64_t bytes, uint32_t tmo,
+    double *secs)
 {
 	struct conn      *cn = &c->conns[m];
 	Pswire__Header    h  = PSWIRE__HEADER__INIT;
@@ -437,7 +444,7 @@ probe_call(ferry_client *c, size_t m, uint64_t bytes, double *secs)
 	int               rv;
 
 	h.request_id  = c->next_rid++;
-	h.deadline_ms = timeout(c);
+	h.deadline_ms = tmo;
 	hl            = pswire__header__get_packed_size(&h);
 	if (psw_msg_begin(&req, hl, bytes, &payload) != PS_OK) {
 		return fail(c, FERRY_ENOMEM, "out of memory");
@@ -446,7 +453,7 @@ probe_call(ferry_client *c, size_t m, uint64_t bytes, double *secs)
 	psw_msg_finish(req, PSWIRE__METHOD__PROBE, 0, &h.base, hl, bytes);
 	uint64_t t0 = ps_clock_ns();
 	rv = psw_call(cn->ctx, cn->aio, req, PSWIRE__METHOD__PROBE,
-	    h.request_id, (int) timeout(c), &rep, &f, &ph, &why);
+	    h.request_id, (int) tmo, &rep, &f, &ph, &why);
 	*secs = (double) (ps_clock_ns() - t0) * 1e-9;
 	if (ph != NULL) {
 		pswire__header__free_unpacked((Pswire__Header *) ph, NULL);
@@ -468,40 +475,62 @@ cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-// probe_links measures every server (one at a time, so transfers do not
-// share a link): RTT = median of cnt empty probes, bandwidth = bytes over
-// the bulk probe's time less one RTT. Reports them to the scheduler.
+// probe_links measures every server and reports to the scheduler. First
+// the RTTs of all servers (median of cnt empty probes each), then the
+// bandwidths (the best of two bulk probes of `bytes`, less one RTT): round
+// trips never queue behind this trainer's own bulk transfers, and the best
+// of two discounts a transfer that shared the link with another trainer's
+// probe. A server that does not answer (it left) is reported as
+// unusable (RTT 3600 s, 1 B/s) rather than failing the step.
 static int
 probe_links(ferry_client *c, uint32_t cnt, uint64_t bytes)
 {
-	double *rtt = ps_zalloc(c->n_conns * sizeof(double));
-	double *bw  = ps_zalloc(c->n_conns * sizeof(double));
-	double  samples[64];
-	int     rv = FERRY_OK;
+	double  *rtt = ps_zalloc(c->n_conns * sizeof(double));
+	double  *bw  = ps_zalloc(c->n_conns * sizeof(double));
+	uint8_t *bad = ps_zalloc(c->n_conns);
+	double   samples[64];
+	int      rv  = FERRY_OK;
+	// The first probing also waits for connections; re-probes are quick
+	// or the server is gone.
+	uint32_t tmo = c->last_probe_ms == 0 ? timeout(c)
+	    : (timeout(c) < 2000 ? timeout(c) : 2000);
 
-	if (rtt == NULL || bw == NULL) {
+	if (rtt == NULL || bw == NULL || bad == NULL) {
 		rv = fail(c, FERRY_ENOMEM, "out of memory");
 		goto done;
 	}
 	cnt = cnt < 1 ? 1 : cnt > 64 ? 64 : cnt;
-	for (size_t m = 0; m < c->n_conns && rv == FERRY_OK; m++) {
+	for (size_t m = 0; m < c->n_conns; m++) {
 		double t = 0;
-		// The first call also waits for the connection: not timed.
-		if ((rv = probe_call(c, m, 0, &t)) != FERRY_OK) {
-			break;
+		// The first call may wait for the connection: not timed.
+		int ok = probe_call(c, m, 0, tmo, &t) == FERRY_OK;
+		for (uint32_t i = 0; i < cnt && ok; i++) {
+			ok = probe_call(c, m, 0, tmo, &samples[i]) == FERRY_OK;
 		}
-		for (uint32_t i = 0; i < cnt && rv == FERRY_OK; i++) {
-			rv = probe_call(c, m, 0, &samples[i]);
-		}
-		if (rv != FERRY_OK || (rv = probe_call(c, m, bytes, &t))) {
-			break;
+		if (!ok) {
+			bad[m] = 1;
+			continue;
 		}
 		qsort(samples, cnt, sizeof(double), cmp_double);
 		rtt[m] = samples[cnt / 2];
-		double tx = t - rtt[m];
-		bw[m] = (double) bytes / (tx > 1e-7 ? tx : t);
 	}
-	if (rv == FERRY_OK) {
+	for (size_t m = 0; m < c->n_conns; m++) {
+		for (int k = 0; k < 2 && !bad[m]; k++) {
+			double t  = 0;
+			if (probe_call(c, m, bytes, timeout(c), &t) != FERRY_OK) {
+				bad[m] = 1;
+				break;
+			}
+			double tx = t - rtt[m];
+			double b  = (double) bytes / (tx > 1e-7 ? tx : t);
+			bw[m]     = b > bw[m] ? b : bw[m];
+		}
+		if (bad[m]) {
+			rtt[m] = 3600.0;
+			bw[m]  = 1.0;
+		}
+	}
+	{
 		Pswire__Header             h = PSWIRE__HEADER__INIT;
 		Pswire__ReportLinksRequest r = PSWIRE__REPORT_LINKS_REQUEST__INIT;
 		Pswire__Header            *rh = NULL;
@@ -521,6 +550,7 @@ probe_links(ferry_client *c, uint32_t cnt, uint64_t bytes)
 done:
 	ps_free(rtt);
 	ps_free(bw);
+	ps_free(bad);
 	return rv;
 }
 

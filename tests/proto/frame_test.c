@@ -30,7 +30,8 @@ make_push(uint64_t rid)
 	hmax         = pswire__header__get_packed_size(&h);
 	PT_OK(psw_msg_begin(&m, hmax, 40, &payload));
 	for (int i = 0; i < 10; i++) {
-		((float *) payload)[i] = (float) i * 0.5f;
+		float v = (float) i * 0.5f; // payload need not be aligned
+		memcpy(payload + 4 * i, &v, 4);
 	}
 	r.length = 40; // the real length packs shorter than hmax
 	PT_OK(psw_msg_finish(m, PSWIRE__METHOD__PUSH, 0, &h.base, hmax, 40));

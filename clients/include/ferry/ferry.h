@@ -85,7 +85,8 @@ struct ferry_tensor_desc {
 	size_t      len;  // number of float32 elements (> 0)
 };
 
-// Byte counters of one client, as on the wire (frame headers included).
+// Counters of one client. Bytes are as on the wire (frame headers
+// included).
 struct ferry_stats {
 	uint64_t bytes_pushed; // bytes sent to servers by push/push-pull
 	uint64_t bytes_pulled; // bytes received from servers by pull/push-pull

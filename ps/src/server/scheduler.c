@@ -343,9 +343,10 @@ static int republish(struct ps_scheduler *s, const uint32_t *assign);
 static void
 replan(struct ps_scheduler *s, const char *why, int force)
 {
-	uint32_t *na  = ps_alloc(s->n_assign * sizeof(uint32_t));
-	double    now = current_cost(s);
-	int       rv;
+	uint32_t           *na  = ps_alloc(s->n_assign * sizeof(uint32_t));
+	double              now = current_cost(s);
+	struct shard_report old = s->report; // of the published map
+	int                 rv;
 	if (na == NULL) {
 		PS_LOG(PS_LOG_ERR, "placement", "replan (%s): out of memory", why);
 		return;
@@ -363,6 +364,8 @@ replan(struct ps_scheduler *s, const char *why, int force)
 		PS_LOG(PS_LOG_NOTICE, "placement", "replan (%s): keeping the "
 		    "map (%.3f ms, new %.3f ms)", why, now * 1e3,
 		    s->report.f * 1e3);
+		s->report   = old; // Stats describe the map in force
+		s->report.f = now;
 	}
 	ps_free(na);
 }
@@ -916,7 +919,7 @@ republish(struct ps_scheduler *s, const uint32_t *assign)
 {
 	Pswire__Placement *p = s->placement, *np;
 	uint8_t           *buf;
-	size_t             len;
+	size_t             len, n = p->n_shards;
 	int                moved = 0;
 
 	for (size_t i = 0; i < p->n_shards; i++) {
@@ -940,7 +943,7 @@ republish(struct ps_scheduler *s, const uint32_t *assign)
 	s->placement_buf = buf;
 	s->placement_len = len;
 	PS_LOG(PS_LOG_NOTICE, "placement", "epoch %llu: %d of %zu shards "
-	    "move", (unsigned long long) s->epoch, moved, p->n_shards);
+	    "move", (unsigned long long) s->epoch, moved, n);
 	answer_parked(s);
 	return PS_OK;
 }

@@ -18,7 +18,8 @@
 //   use; a bad request gets INVALID_ARGUMENT (or the precise status) and
 //   changes nothing.
 // - A background thread registers with the scheduler and fetches the
-//   placement; until it arrives requests get UNAVAILABLE.
+//   placement (until it arrives requests get UNAVAILABLE), then watches for
+//   every later map epoch and moves shards (see "re-placement" below).
 // - Compression (ALGORITHMS.md §2.4): pushes arrive as the job's push codec
 //   (or fp32 during warm-up) and are decoded into fp32. With a pull codec,
 //   each shard keeps a reference `ref` that every trainer also holds; after
@@ -99,6 +100,7 @@ struct ps_server {
 	// stats (relaxed atomics)
 	atomic_uint_fast64_t  n_push, n_pull, n_err, bytes_in, bytes_out;
 	atomic_uint_fast64_t  n_applied;
+	atomic_int            transfers; // shards packed, not yet delivered
 	uint64_t              started_ms;
 };
 
@@ -1233,6 +1235,7 @@ apply_map(struct ps_server *s, Pswire__Placement *pl, struct peers *peers)
 			continue;
 		}
 		dest[n_out++] = pl->shards[i]->server;
+		atomic_fetch_add(&s->transfers, 1);
 		shard_release(sh);
 		s->local[i] = PS_SHARD_ABSENT;
 		s->n_shards--;
@@ -1285,6 +1288,7 @@ apply_map(struct ps_server *s, Pswire__Placement *pl, struct peers *peers)
 			PS_LOG(PS_LOG_ERR, "move", "shard transfer to server %u "
 			    "failed: %s", dest[k], ps_strerror(rv));
 		}
+		atomic_fetch_sub(&s->transfers, 1);
 		nng_msg_free(out[k]);
 	}
 	ps_free(out);
@@ -1649,7 +1653,9 @@ ps_server_leave(struct ps_server *s, uint32_t timeout_ms)
 	PS_LOG(PS_LOG_NOTICE, "leave", "leaving: moving my shards away");
 	for (;;) {
 		pthread_mutex_lock(&s->mu);
-		uint32_t left = s->n_shards;
+		// Done when nothing is held and every packed shard has been
+		// delivered (closing earlier would cut the transfers short).
+		uint32_t left = s->n_shards + (uint32_t) atomic_load(&s->transfers);
 		pthread_mutex_unlock(&s->mu);
 		if (left == 0) {
 			rv = PS_OK;
