@@ -1,5 +1,5 @@
 // feedback.c — error feedback on the push side and the shared reference on
-// the pull side (ALGORITHMS.md §2.4).
+// the pull side (docs/algorithms.md §2.4).
 //
 // Push (EF): p = g + e; c = Q(p); e = p - deq(c). e holds p while encoding,
 // then the SUB decode mode turns it into the residual, so no scratch is

@@ -1,4 +1,4 @@
-// cost.c — the cost models of ALGORITHMS.md §3.3, instance validation, the
+// cost.c — the cost models of docs/algorithms.md §3.3, instance validation, the
 // lower bound, and the working state shared by the solvers.
 //
 // DESIGN. Every solver evaluates candidates incrementally, so the state

@@ -1,4 +1,4 @@
-// solve.c — the latency-aware placement heuristic of ALGORITHMS.md §3.3.
+// solve.c — the latency-aware placement heuristic of docs/algorithms.md §3.3.
 //
 // DESIGN. Three stages over one working state (struct shard__ws), which is
 // allocated once per solve; nothing in the loops allocates.

@@ -1,7 +1,7 @@
 // split.c — cutting tensors into shards, and the uniform baseline placement.
 //
 // A shard is a contiguous slice of one float32 tensor of at most shard_bytes
-// bytes (DESIGN.md §2). A large tensor is cut into the fewest pieces that
+// bytes (docs/design.md §2). A large tensor is cut into the fewest pieces that
 // fit, of nearly equal length, so that the unit of placement is as uniform
 // as possible: LPT-style placement does best with pieces of similar size.
 #include "shard_impl.h"

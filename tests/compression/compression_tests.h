@@ -31,7 +31,7 @@ Suite *suite_feedback(void);
 
 // TR_QSLACK is the fp32 rounding allowance of the quantizer, relative to the
 // bucket scale s: x * (L/s) and (float) q * (s/L) each round once, so an
-// element may sit up to about 2^-23 s beyond s/(2L). ALGORITHMS.md §2.6
+// element may sit up to about 2^-23 s beyond s/(2L). docs/algorithms.md §2.6
 // states the bound as s/(2L)(1+1e-6), which exact arithmetic meets but the
 // specified fp32 decode formula alone can exceed by ~L * 2^-24 * s/L.
 #define TR_QSLACK 0x1p-22

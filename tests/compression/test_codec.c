@@ -161,7 +161,7 @@ START_TEST(test_codec_check_bogus)
 }
 END_TEST
 
-// The sizes of the sanity table (ALGORITHMS.md §4), exactly.
+// The sizes of the sanity table (docs/algorithms.md §4), exactly.
 START_TEST(test_codec_bound)
 {
 	struct comp_codec c;

@@ -1,5 +1,5 @@
 // test_feedback.c — error feedback and the shared pull reference
-// (feedback.c): ALGORITHMS.md §2.6 items 3 to 6 — the EF bookkeeping
+// (feedback.c): docs/algorithms.md §2.6 items 3 to 6 — the EF bookkeeping
 // identity, the residual bounds, pull lockstep with a naive-delta negative
 // control, and convex convergence against fp32 with a no-EF negative control.
 #include <stdio.h>

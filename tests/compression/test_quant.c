@@ -1,5 +1,5 @@
 // test_quant.c — the bucketed quantizer (q8, q4, q2) and scaled sign:
-// ALGORITHMS.md §2.6 items 1 and 2, the exact wire bytes, and rejection of
+// docs/algorithms.md §2.6 items 1 and 2, the exact wire bytes, and rejection of
 // corrupt scales, codes and padding.
 #include <float.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 // test_solve.c — the placement heuristic (solve.c), held against brute
-// force, Graham's bound and hand-built instances (ALGORITHMS.md §3.3).
+// force, Graham's bound and hand-built instances (docs/algorithms.md §3.3).
 #include <math.h>
 #include <stdint.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 // validate.mjs: offline checks of Ferry's Kubernetes manifests, as in
-// notes/k8s-validation.md. Run through validate.sh (which installs the pinned
+// docs/k8s-validation.md. Run through validate.sh (which installs the pinned
 // npm packages first).
 //
 // Sets checked: every overlay in ../overlays (must pass), and every case in

@@ -2,7 +2,7 @@
 # validate.sh: check deploy/k8s offline (no cluster, no Docker): render each
 # overlay, then yamllint, a tsc type check against kubernetes-types, the
 # JSON schemas of kubernetes-models and Ferry's own rules; every case in bad/
-# must be rejected. See notes/k8s-validation.md and validate.mjs.
+# must be rejected. See docs/k8s-validation.md and validate.mjs.
 #
 #   deploy/k8s/validate/validate.sh [-v]
 #

@@ -158,7 +158,7 @@ check_job(const Pswire__JobConfig *j, char *why, size_t n)
 	return PS_OK;
 }
 
-// wire_factor is rho of ALGORITHMS.md §3.3: bytes on the wire per fp32
+// wire_factor is rho of docs/algorithms.md §3.3: bytes on the wire per fp32
 // byte of a shard, push plus pull, with the job's codecs.
 static double
 wire_factor(const Pswire__JobConfig *job)

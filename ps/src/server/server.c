@@ -20,7 +20,7 @@
 // - A background thread registers with the scheduler and fetches the
 //   placement (until it arrives requests get UNAVAILABLE), then watches for
 //   every later map epoch and moves shards (see "re-placement" below).
-// - Compression (ALGORITHMS.md §2.4): pushes arrive as the job's push codec
+// - Compression (docs/algorithms.md §2.4): pushes arrive as the job's push codec
 //   (or fp32 during warm-up) and are decoded into fp32. With a pull codec,
 //   each shard keeps a reference `ref` that every trainer also holds; after
 //   each update the server encodes d = Q(x - ref), applies ref += deq(d)
@@ -46,7 +46,7 @@
 #define PS_SHARD_LEAVING (-3)  // placed elsewhere by a new map; moving out
 
 // Pull deltas kept per shard for trainers a few versions behind: past this
-// a full reference costs less than replaying (ALGORITHMS.md §2.4, LOG_K).
+// a full reference costs less than replaying (docs/algorithms.md §2.4, LOG_K).
 #define PS_DELTA_LOG 4
 
 struct srv_shard {

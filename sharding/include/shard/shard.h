@@ -63,7 +63,7 @@ int shard_split(const uint64_t *tensor_lens, size_t n_tensors,
 int shard_place_uniform(size_t n_shards, uint32_t n_servers,
     uint32_t *assign);
 
-// ---- latency-aware placement (ALGORITHMS.md §3.3) -------------------------
+// ---- latency-aware placement (docs/algorithms.md §3.3) -------------------------
 
 // Cost models. Let load_m = Σ_{i→m} b_i.
 //  SHARD_MODEL_B (default): one batched message per server over parallel
@@ -161,7 +161,7 @@ int shard_assign_check(const struct shard_inst *inst, const uint32_t *assign);
 int shard_lower_bound(const struct shard_inst *inst, double *lb);
 
 // shard_solve places the shards of inst on its servers, minimising F under
-// the capacities (ALGORITHMS.md §3.3): LPT greedy (largest shard first, to
+// the capacities (docs/algorithms.md §3.3): LPT greedy (largest shard first, to
 // the feasible server giving the least F, ties to the least own time, then
 // the lowest index; first-fit-decreasing if greedy gets stuck), then local
 // search (per pass: the best strictly improving single-shard move, then the
