@@ -30,6 +30,10 @@
 #include <string.h>
 
 #include "tr_impl.h"
+#ifdef TR_HAVE_CUDA
+#include "backend_cuda.h"
+#include "devpush.h"
+#endif
 
 #define MOD "train"
 
@@ -200,6 +204,10 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 	const struct tr_arch    *a        = &cfg->arch;
 	size_t                   spe      = 0;
 	int                      rv, fe, stop = 0;
+#ifdef TR_HAVE_CUDA
+	struct tr__devpush      *dp     = NULL;
+	const uint8_t          **dcodes = NULL;
+#endif
 
 	r.cfg = cfg;
 	r.out = out;
@@ -310,6 +318,32 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 		goto done;
 	}
 
+#ifdef TR_HAVE_CUDA
+	// With the CUDA backend and a push codec the device can encode,
+	// gradients are quantized on the GPU (devpush.h).
+	if (strcmp(r.be->ops->name, "cuda") == 0) {
+		const struct ferry_shard *sh;
+		size_t                    ns, base[TR_MAX_TENSORS], off = 0;
+		uint32_t                  cid, bucket;
+		if (ferry_client_shards(r.fc, &sh, &ns, &cid, &bucket) ==
+		        FERRY_OK &&
+		    tr__devpush_supported(cid)) {
+			for (size_t t = 0; t < w.n_tensors; t++) {
+				base[t] = off;
+				off += w.len[t];
+			}
+			if ((rv = tr__devpush_open(r.be, sh, ns, cid, bucket,
+			         base, &dp, err, sizeof(err))) != PS_OK ||
+			    (dcodes = ps_alloc(ns * sizeof(*dcodes))) == NULL) {
+				PS_LOG(PS_LOG_ERR, MOD, "device push: %s", err);
+				rv = rv != PS_OK ? rv : PS_ENOMEM;
+				goto done;
+			}
+			PS_LOG(PS_LOG_NOTICE, MOD, "gradients are quantized on "
+			    "the device (%zu shards)", ns);
+		}
+	}
+#endif
 	r.t0 = ps_clock_ns();
 	for (long e = 0; e < cfg->epochs && !stop; e++) {
 		for (size_t k = 0; k < spe; k++) {
@@ -321,8 +355,32 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 				break;
 			}
 			if ((rv = tr_partition_batch(&part, e, k, cfg->batch,
-			         &idx)) != PS_OK ||
-			    (rv = tr_backend_grad(r.be, &r.train, idx,
+			         &idx)) != PS_OK) {
+				PS_LOG(PS_LOG_ERR, MOD, "step %llu: %s",
+				    (unsigned long long) r.step, ps_strerror(rv));
+				goto done;
+			}
+#ifdef TR_HAVE_CUDA
+			if (dp != NULL && !ferry_client_in_warmup(r.fc)) {
+				// Gradient and quantization on the GPU: only
+				// codes cross PCIe.
+				float *d_grad;
+				if ((rv = tr__cuda_grad_device(r.be, &r.train,
+				         idx, cfg->batch, &d_grad, &loss)) !=
+				        PS_OK ||
+				    (rv = tr__devpush_encode(dp, d_grad,
+				         dcodes)) != PS_OK) {
+					PS_LOG(PS_LOG_ERR, MOD, "step %llu: %s",
+					    (unsigned long long) r.step,
+					    ps_strerror(rv));
+					goto done;
+				}
+				fe = ferry_client_push_pull_encoded(r.fc, dcodes,
+				    (uint32_t) cfg->batch, w.t);
+				goto pushed;
+			}
+#endif
+			if ((rv = tr_backend_grad(r.be, &r.train, idx,
 			         cfg->batch, g.t, &loss)) != PS_OK) {
 				PS_LOG(PS_LOG_ERR, MOD, "step %llu: %s",
 				    (unsigned long long) r.step, ps_strerror(rv));
@@ -330,6 +388,9 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 			}
 			fe = ferry_client_push_pull(r.fc, tr_params_cptrs(&g),
 			    (uint32_t) cfg->batch, w.t);
+#ifdef TR_HAVE_CUDA
+		pushed:
+#endif
 			if (fe != FERRY_OK) {
 				rv = ferry_fail(&r, "push_pull", fe);
 				goto done;
@@ -368,6 +429,10 @@ done:
 	if (r.curve != NULL) {
 		fclose(r.curve);
 	}
+#ifdef TR_HAVE_CUDA
+	tr__devpush_close(dp);
+	ps_free(dcodes);
+#endif
 	ferry_client_close(r.fc);
 	tr_partition_fini(&part);
 	tr_params_fini(&w);

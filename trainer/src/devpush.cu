@@ -1,0 +1,145 @@
+// devpush.cu — see devpush.h. Host code only: the kernels are codec_cuda's.
+#include <cuda_runtime.h>
+#include <stdio.h>
+
+#include "backend_cuda.h"
+#include "codec_cuda.h"
+#include "devpush.h"
+#include "ps/base.h"
+
+struct tr__devpush {
+	struct tr__dctx    ctx;
+	struct tr__dcodec  codec;
+	size_t             n;
+	float             *d_resid;  // one residual per shard element
+	size_t            *res_off;  // [n] offset in d_resid
+	size_t            *src_off;  // [n] offset in the gradient block
+	size_t            *code_off; // [n] offset in the code buffers (4-aligned)
+	size_t            *code_len; // [n]
+	size_t            *len;      // [n] elements
+	uint8_t           *d_codes;
+	uint8_t           *h_codes;  // pinned
+	size_t             total_codes;
+};
+
+extern "C" int
+tr__devpush_supported(uint32_t codec_id)
+{
+	struct tr__dcodec c = { codec_id, 512 };
+	return codec_id != TR_DC_NONE && tr__dcodec_valid(&c) == PS_OK;
+}
+
+extern "C" void
+tr__devpush_close(struct tr__devpush *d)
+{
+	if (d == NULL) {
+		return;
+	}
+	tr__dctx_fini(&d->ctx);
+	cudaFree(d->d_resid);
+	cudaFree(d->d_codes);
+	cudaFreeHost(d->h_codes);
+	ps_free(d->res_off);
+	ps_free(d->src_off);
+	ps_free(d->code_off);
+	ps_free(d->code_len);
+	ps_free(d->len);
+	ps_free(d);
+}
+
+extern "C" int
+tr__devpush_open(struct tr_backend *b, const struct ferry_shard *sh, size_t n,
+    uint32_t codec_id, uint32_t bucket, const size_t *tensor_base,
+    struct tr__devpush **out, char *err, size_t errlen)
+{
+	struct tr__devpush *d;
+	size_t              elems = 0, codes = 0;
+	int                 rv;
+
+	if ((d = (struct tr__devpush *) ps_zalloc(sizeof(*d))) == NULL) {
+		return PS_ENOMEM;
+	}
+	d->codec.id     = codec_id;
+	d->codec.bucket = bucket;
+	d->n            = n;
+	if (!tr__devpush_supported(codec_id) ||
+	    tr__dcodec_valid(&d->codec) != PS_OK) {
+		snprintf(err, errlen, "push codec %u cannot be encoded on the "
+		    "device (use fp16, bf16, q8, q4 or q2)", codec_id);
+		ps_free(d);
+		return PS_EUNSUPP;
+	}
+	d->res_off  = (size_t *) ps_alloc(n * sizeof(size_t));
+	d->src_off  = (size_t *) ps_alloc(n * sizeof(size_t));
+	d->code_off = (size_t *) ps_alloc(n * sizeof(size_t));
+	d->code_len = (size_t *) ps_alloc(n * sizeof(size_t));
+	d->len      = (size_t *) ps_alloc(n * sizeof(size_t));
+	if (d->res_off == NULL || d->src_off == NULL || d->code_off == NULL ||
+	    d->code_len == NULL || d->len == NULL) {
+		tr__devpush_close(d);
+		return PS_ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++) {
+		d->res_off[i]  = elems;
+		d->src_off[i]  = tensor_base[sh[i].tensor] + sh[i].offset;
+		d->code_off[i] = codes;
+		d->code_len[i] = tr__dcodec_bound(&d->codec, sh[i].len);
+		d->len[i]      = sh[i].len;
+		if (d->code_len[i] != sh[i].code_bytes) {
+			snprintf(err, errlen, "shard %zu: device code size %zu "
+			    "differs from libferry's %llu", i, d->code_len[i],
+			    (unsigned long long) sh[i].code_bytes);
+			tr__devpush_close(d);
+			return PS_EINVAL;
+		}
+		elems += sh[i].len;
+		codes += (d->code_len[i] + 3) & ~(size_t) 3; // keep 4-aligned
+	}
+	d->total_codes = codes;
+	if ((rv = tr__dctx_init(&d->ctx, tr__cuda_stream(b))) != PS_OK ||
+	    cudaMalloc((void **) &d->d_resid, elems * sizeof(float) + 4) !=
+	        cudaSuccess ||
+	    cudaMemset(d->d_resid, 0, elems * sizeof(float) + 4) !=
+	        cudaSuccess ||
+	    cudaMalloc((void **) &d->d_codes, codes + 4) != cudaSuccess ||
+	    cudaMallocHost((void **) &d->h_codes, codes + 4) != cudaSuccess) {
+		snprintf(err, errlen, "cannot allocate device push buffers "
+		    "(%zu floats, %zu code bytes)", elems, codes);
+		tr__devpush_close(d);
+		return rv != PS_OK ? rv : PS_ENOMEM;
+	}
+	*out = d;
+	return PS_OK;
+}
+
+extern "C" int
+tr__devpush_encode(struct tr__devpush *d, const float *d_grad,
+    const uint8_t **codes)
+{
+	int rv;
+	// Everything is enqueued on the backend's stream, after the gradient:
+	// one encode per shard, then a single copy of all the codes.
+	for (size_t i = 0; i < d->n; i++) {
+		rv = tr__dcodec_ef_encode(&d->ctx, &d->codec,
+		    d_grad + d->src_off[i], d->d_resid + d->res_off[i], d->len[i],
+		    d->d_codes + d->code_off[i]);
+		if (rv != PS_OK) {
+			return rv;
+		}
+	}
+	if (cudaMemcpyAsync(d->h_codes, d->d_codes, d->total_codes,
+	        cudaMemcpyDeviceToHost, (cudaStream_t) d->ctx.stream) !=
+	    cudaSuccess) {
+		return PS_ETRANSPORT;
+	}
+	// Waits for the copy and reports a non-finite gradient (then the
+	// step must be abandoned: shards before the bad one have moved their
+	// residuals).
+	if ((rv = tr__dctx_check(&d->ctx)) != PS_OK) {
+		return rv;
+	}
+	for (size_t i = 0; i < d->n; i++) {
+		codes[i] = d->h_codes + d->code_off[i];
+	}
+	return PS_OK;
+}

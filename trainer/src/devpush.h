@@ -1,0 +1,54 @@
+// devpush.h — gradients quantized on the GPU, so only codes cross PCIe
+// (private to tr; built only with the CUDA backend).
+//
+// For each shard of the job (ferry_client_shards) the device keeps the
+// error-feedback residual; every step it encodes p = g + e in the job's
+// push codec straight from the backend's device gradient
+// (tr__cuda_grad_device), copies all the codes to one pinned host buffer
+// in a single transfer, and hands libferry the host pointers
+// (ferry_client_push_pull_encoded). The bytes equal compression/'s CPU
+// encoder for the same input (codec_cuda.h), so a server cannot tell.
+#ifndef TR_DEVPUSH_H
+#define TR_DEVPUSH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ferry/ferry.h"
+#include "tr/tr.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct tr__devpush;
+
+// tr__devpush_supported says whether codec_id can be encoded on the device
+// (fp16, bf16, q8, q4, q2 with round to nearest).
+int tr__devpush_supported(uint32_t codec_id);
+
+// tr__devpush_open prepares device encoding for the n shards sh of a job
+// whose gradient block on the device holds tensor t at tensor_base[t]
+// floats. b must be a "cuda" backend (its stream orders the encoding after
+// the gradient). Errors: PS_EUNSUPP (codec), PS_ENOMEM, PS_ETRANSPORT
+// (CUDA), with a reason in err. Release with tr__devpush_close.
+int tr__devpush_open(struct tr_backend *b, const struct ferry_shard *sh,
+    size_t n, uint32_t codec_id, uint32_t bucket, const size_t *tensor_base,
+    struct tr__devpush **out, char *err, size_t errlen);
+
+// tr__devpush_encode encodes every shard of the device gradient d_grad
+// with error feedback and copies the codes to the host; codes[i] receives
+// shard i's host pointer (valid until the next encode or close). Blocks
+// until the codes are on the host. Errors: PS_EINVAL (a non-finite
+// gradient: abandon the step; residuals of earlier shards have moved),
+// PS_ETRANSPORT.
+int tr__devpush_encode(struct tr__devpush *d, const float *d_grad,
+    const uint8_t **codes);
+
+// tr__devpush_close frees everything; NULL is a no-op.
+void tr__devpush_close(struct tr__devpush *d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // TR_DEVPUSH_H
