@@ -151,6 +151,13 @@ for codec in q8/q8 q4/q8; do
 		ferry_run "sync-t1-${codec%/*}" sync 1 "${codec%/*}" "${codec#*/}"
 	fi
 done
+# Accuracy per codec pair (3 epochs, sync, 2 trainers): the full run only.
+if ((!quick)); then
+	for codec in fp16/fp16 q4/q4 q2/q4 sign/q8 topk:0.05/q8; do
+		ferry_run "sync-t2-${codec%/*}-${codec#*/}" sync 2 "${codec%/*}" \
+			"${codec#*/}"
+	done
+fi
 for m in single ddp rpc; do torch_run $m; done
 
 # --- 4. slow links ------------------------------------------------------

@@ -424,6 +424,37 @@ if ct:
                 break
             w(l)
     w("")
+# Placement: measured by bench/placement.sh (needs root; its own run).
+place_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "placement.json")
+if os.path.exists(place_path):
+    place = json.load(open(place_path))
+    w("## Placement: uniform vs latency-aware (bench/placement.sh)")
+    w("")
+    w("Measured separately by `bench/placement.sh --steps 60 --reps 5` (network "
+      "namespaces, `tc tbf`, a delaying TCP relay; 2 servers, 2 trainers, "
+      "`--shard-bytes 65536`; medians of 5 runs; step = the slower trainer's "
+      "(wall - eval) / steps). Predicted = the solver's F (model B) plus the "
+      "compute time per step measured without shaping; optimum = exhaustive "
+      "search over all assignments. Details: bench/placement/RESULTS.md.")
+    w("")
+    w("| scenario | uniform ms | latency ms | speed-up | predicted ms | "
+      "prediction error | optimum ms | solver F / optimum |")
+    w("|---|---|---|---|---|---|---|---|")
+    for p_ in place:
+        w(f"| {p_['scenario']}: {p_.get('description', '')} | "
+          f"{p_['uniform_step_ms']:.2f} | {p_['latency_step_ms']:.2f} | "
+          f"{p_['uniform_step_ms'] / p_['latency_step_ms']:.2f}x | "
+          f"{p_['predicted_step_ms']:.2f} | {100 * p_.get('latency_pred_error', 0):+.0f}% | "
+          f"{p_['optimum_step_ms']:.2f} | {p_.get('solver_over_opt_max', 0):.3f} |")
+    w("")
+w("## GPU (bench/gpu)")
+w("")
+w("`gpu_bench` (training step vs a plain cuBLAS GEMM of the same shapes, "
+  "device codecs vs a device-to-device copy) builds with CUDA and skips "
+  "without a GPU. No GPU was available to the sessions that wrote it: "
+  "**the GPU figures are still to be measured** (commands in "
+  "bench/gpu/README.md).")
+w("")
 w("## Where the time goes")
 w("")
 w("`perf record -F 499 -g` over a local job (scheduler, 1 server, 2 trainers, sync, 3 epochs, "

@@ -690,7 +690,7 @@ raw_register_trainer(const char *url, uint32_t rank, size_t nt)
 	Pswire__RegisterRequest rr = PSWIRE__REGISTER_REQUEST__INIT;
 	Pswire__JobConfig       j  = PSWIRE__JOB_CONFIG__INIT;
 	Pswire__TensorDesc      td[16], *tp[16];
-	char                    names[16][8];
+	char                    names[16][24];
 	for (size_t i = 0; i < nt; i++) {
 		pswire__tensor_desc__init(&td[i]);
 		snprintf(names[i], sizeof(names[i]), "t%zu", i);
