@@ -368,26 +368,31 @@ fetch_map(ferry_client *c, uint64_t min_epoch, Pswire__Header **rh)
 	return FERRY_OK;
 }
 
-// open_conns dials every server of map p (once: later maps of the same
-// job list the same servers).
+// open_conns dials every server of map p that is not dialed yet (a later
+// map may list more servers: one joined the job).
 static int
 open_conns(ferry_client *c, const Pswire__Placement *p)
 {
-	if (c->conns != NULL) {
-		if (p->n_servers != c->n_conns) {
-			return fail(c, FERRY_EPROTO, "map lists %zu servers, "
-			    "membership had %zu", p->n_servers, c->n_conns);
+	size_t had = c->n_conns;
+	if (p->n_servers < had) {
+		return fail(c, FERRY_EPROTO, "map lists %zu servers, fewer than "
+		    "the %zu known", p->n_servers, had);
+	}
+	if (p->n_servers > had) {
+		struct conn *cs = ps_realloc(c->conns,
+		    p->n_servers * sizeof(*c->conns));
+		if (cs == NULL) {
+			return fail(c, FERRY_ENOMEM, "out of memory");
 		}
-		return FERRY_OK;
+		memset(cs + had, 0, (p->n_servers - had) * sizeof(*cs));
+		c->conns   = cs;
+		c->n_conns = p->n_servers;
 	}
-	if ((c->conns = ps_zalloc(p->n_servers * sizeof(*c->conns))) == NULL) {
-		return fail(c, FERRY_ENOMEM, "out of memory");
-	}
-	c->n_conns = p->n_servers;
-	for (size_t m = 0; m < c->n_conns; m++) {
+	for (size_t m = had; m < c->n_conns; m++) {
 		struct conn *cn = &c->conns[m];
 		if (open_req(p->servers[m], 1u << 30, &cn->sock, &cn->ctx,
 		        &cn->aio) != PS_OK) {
+			c->n_conns = m; // close only what was opened
 			return fail(c, FERRY_ECONNECT, "cannot dial server %s",
 			    p->servers[m]);
 		}

@@ -532,6 +532,68 @@ START_TEST(test_cluster_server_leave_without_loss)
 }
 END_TEST
 
+// join_one is a trainer hook: a third server joins the running job.
+static void
+join_one(void *arg, int step)
+{
+	struct cluster       *cl = arg;
+	struct ps_server_opts o  = PS_SERVER_OPTS_INIT;
+	char                  url[64];
+	(void) step;
+	if (cl->n_srv >= 3) {
+		return; // join once
+	}
+	o.url           = pt_addr(url, sizeof(url), "tcp");
+	o.scheduler_url = ps_scheduler_url(cl->sched);
+	o.max_msg       = 1u << 20;
+	PT_OK(ps_server_open(&o, &cl->srv[cl->n_srv]));
+	cl->n_srv++;
+}
+
+// A server that joins mid-training receives shards from the others (the
+// uniform map is dealt again over three servers): the weights are
+// bit-identical to a run where nobody joined, and the newcomer holds
+// some of the shards.
+START_TEST(test_cluster_server_join_without_loss)
+{
+	struct trainer_arg still[2], joined[2];
+	struct cluster     cl;
+	pthread_t          th[2];
+	char               text[2048];
+
+	run_pair(still, 10, "q8", "q8", 0);
+	cluster_start(&cl, 2, 2);
+	for (int r = 0; r < 2; r++) {
+		memset(&joined[r], 0, sizeof(joined[r]));
+		joined[r].url        = ps_scheduler_url(cl.sched);
+		joined[r].rank       = r;
+		joined[r].steps      = 10;
+		joined[r].codec_push = "q8";
+		joined[r].codec_pull = "q8";
+		if (r == 0) {
+			joined[r].hook     = join_one;
+			joined[r].hook_arg = &cl;
+			joined[r].hook_at  = 4;
+		}
+		pthread_create(&th[r], NULL, trainer_main, &joined[r]);
+	}
+	for (int r = 0; r < 2; r++) {
+		pthread_join(th[r], NULL);
+		ck_assert_msg(joined[r].rv == 0, "rank %d: %s: %s", r,
+		    ferry_strerror(joined[r].rv), joined[r].err);
+		for (int t = 0; t < NT; t++) {
+			ck_assert_int_eq(memcmp(still[r].w[t], joined[r].w[t],
+			                     lens[t] * sizeof(float)), 0);
+		}
+	}
+	ck_assert_int_eq(cl.n_srv, 3);
+	ps_server_stats(cl.srv[2], text, sizeof(text));
+	ck_assert_msg(strstr(text, "shards:0\r\n") == NULL,
+	    "the new server holds nothing: %s", text);
+	cluster_stop(&cl);
+}
+END_TEST
+
 // Re-placement without loss: moving every shard to the other server
 // (three times, mid-training, while the other trainer is pushing) gives
 // bit-identical weights to a run without moves: no update is lost or
@@ -864,6 +926,7 @@ suite_cluster(void)
 	tcase_add_test(tc, test_cluster_latency_placement_slow_server);
 	tcase_add_test(tc, test_cluster_move_without_loss);
 	tcase_add_test(tc, test_cluster_server_leave_without_loss);
+	tcase_add_test(tc, test_cluster_server_join_without_loss);
 	tcase_add_test(tc, test_cluster_reprobe_replaces);
 	suite_add_tcase(s, tc);
 	return s;

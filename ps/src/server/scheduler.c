@@ -20,6 +20,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "comp/comp.h"
 #include "ps/ps.h"
@@ -194,7 +195,7 @@ inst_build(struct ps_scheduler *s, size_t ns, struct shard_inst *in,
     uint64_t *cap)
 {
 	uint32_t          T = (uint32_t) s->opts.trainers;
-	uint32_t          M = (uint32_t) s->opts.servers;
+	uint32_t          M = (uint32_t) s->n_servers_seen;
 	int               bounded = 0;
 	// Bytes a server holds per shard byte: weights, one staging slot per
 	// trainer and, with a pull codec, the reference and the delta log
@@ -236,7 +237,7 @@ choose(struct ps_scheduler *s, size_t ns, uint32_t *assign)
 {
 	struct shard_inst in;
 	uint32_t          T   = (uint32_t) s->opts.trainers;
-	uint32_t          M   = (uint32_t) s->opts.servers;
+	uint32_t          M   = (uint32_t) s->n_servers_seen;
 	uint64_t         *cap = ps_alloc(M * sizeof(uint64_t));
 	double           *tt  = ps_alloc(T * sizeof(double));
 	int               rv;
@@ -320,7 +321,7 @@ static double
 current_cost(struct ps_scheduler *s)
 {
 	struct shard_inst in;
-	uint64_t *cap = ps_alloc((size_t) s->opts.servers * sizeof(uint64_t));
+	uint64_t *cap = ps_alloc((size_t) s->n_servers_seen * sizeof(uint64_t));
 	double   *tt  = ps_alloc((size_t) s->opts.trainers * sizeof(double));
 	double    f = HUGE_VAL, fsum;
 	if (cap != NULL && tt != NULL) {
@@ -422,7 +423,7 @@ publish(struct ps_scheduler *s)
 		ptrs[i]         = &infos[i];
 	}
 	p.epoch       = ++s->epoch;
-	p.n_servers   = (size_t) s->opts.servers;
+	p.n_servers   = (size_t) s->n_servers_seen;
 	p.servers     = s->server_urls;
 	p.n_shards    = ns;
 	p.shards      = ptrs;
@@ -443,7 +444,7 @@ publish(struct ps_scheduler *s)
 	}
 	PS_LOG(PS_LOG_NOTICE, "placement",
 	    "epoch %llu: %zu shards on %d servers (%s), %d trainers",
-	    (unsigned long long) p.epoch, ns, s->opts.servers,
+	    (unsigned long long) p.epoch, ns, s->n_servers_seen,
 	    s->opts.placement == PS_PLACEMENT_LATENCY ? "latency" : "uniform",
 	    s->opts.trainers);
 	for (size_t i = 0; i < ns; i++) {
@@ -484,7 +485,7 @@ answer_membership(struct ps_scheduler *s, struct ps_call *c)
 {
 	Pswire__Header    h = PSWIRE__HEADER__INIT;
 	Pswire__Placement p = PSWIRE__PLACEMENT__INIT;
-	p.n_servers         = (size_t) s->opts.servers;
+	p.n_servers         = (size_t) s->n_servers_seen;
 	p.servers           = s->server_urls;
 	p.trainers          = (uint32_t) s->opts.trainers;
 	h.body_case         = PSWIRE__HEADER__BODY_PLACEMENT;
@@ -539,6 +540,69 @@ maybe_start(struct ps_scheduler *s)
 
 static void on_simple(struct ps_scheduler *s, struct ps_call *c);
 
+static int
+cmp_dbl(const void *a, const void *b)
+{
+	double x = *(const double *) a, y = *(const double *) b;
+	return x < y ? -1 : x > y;
+}
+
+// grow_servers makes room for one more server in the member arrays (the
+// link matrices are T x M, row-major, so they are re-laid out). Until the
+// trainers re-probe, the newcomer's links are estimated as the median of
+// each trainer's links. mu held.
+static int
+grow_servers(struct ps_scheduler *s)
+{
+	size_t M = (size_t) s->n_servers_seen, T = (size_t) s->opts.trainers;
+	char     **urls = ps_realloc(s->server_urls, (M + 1) * sizeof(char *));
+	if (urls == NULL) {
+		return PS_ENOMEM;
+	}
+	s->server_urls    = urls;
+	urls[M]           = NULL;
+	uint64_t *cap     = ps_realloc(s->capacity, (M + 1) * sizeof(uint64_t));
+	uint8_t  *gone    = ps_realloc(s->gone, M + 1);
+	double   *lat     = ps_alloc(T * (M + 1) * sizeof(double));
+	double   *bw      = ps_alloc(T * (M + 1) * sizeof(double));
+	double   *tmp     = ps_alloc((M ? M : 1) * sizeof(double));
+	if (cap != NULL) {
+		s->capacity = cap;
+	}
+	if (gone != NULL) {
+		s->gone = gone;
+	}
+	if (cap == NULL || gone == NULL || lat == NULL || bw == NULL ||
+	    tmp == NULL) {
+		ps_free(lat);
+		ps_free(bw);
+		ps_free(tmp);
+		return PS_ENOMEM;
+	}
+	cap[M]  = 0;
+	gone[M] = 0;
+	for (size_t t = 0; t < T; t++) {
+		for (size_t m = 0; m < M; m++) {
+			lat[t * (M + 1) + m] = s->lat[t * M + m];
+			bw[t * (M + 1) + m]  = s->bw[t * M + m];
+		}
+		for (int k = 0; k < 2; k++) {
+			const double *src = k ? s->bw : s->lat;
+			for (size_t m = 0; m < M; m++) {
+				tmp[m] = src[t * M + m];
+			}
+			qsort(tmp, M, sizeof(double), cmp_dbl);
+			(k ? bw : lat)[t * (M + 1) + M] = M ? tmp[M / 2] : 1.0;
+		}
+	}
+	ps_free(s->lat);
+	ps_free(s->bw);
+	ps_free(tmp);
+	s->lat = lat;
+	s->bw  = bw;
+	return PS_OK;
+}
+
 static void
 on_register(struct ps_scheduler *s, struct ps_call *c)
 {
@@ -567,12 +631,21 @@ on_register(struct ps_scheduler *s, struct ps_call *c)
 			}
 		}
 		if (idx < 0) {
-			if (s->n_servers_seen >= s->opts.servers) {
+			if (s->n_servers_seen >= s->opts.servers &&
+			    s->placement == NULL) {
 				pthread_mutex_unlock(&s->mu);
 				ps__call_reply_err(c,
 				    PSWIRE__STATUS__RESOURCE_EXHAUSTED,
 				    "job expects %d servers; all registered",
 				    s->opts.servers);
+				return;
+			}
+			if (s->n_servers_seen >= s->opts.servers &&
+			    grow_servers(s) != PS_OK) {
+				pthread_mutex_unlock(&s->mu);
+				ps__call_reply_err(c,
+				    PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+				    "cannot add a server: out of memory");
 				return;
 			}
 			idx = s->n_servers_seen;
@@ -588,6 +661,15 @@ on_register(struct ps_scheduler *s, struct ps_call *c)
 			PS_LOG(PS_LOG_NOTICE, "members",
 			    "server %d registered at %s (%d/%d)", idx, r->url,
 			    s->n_servers_seen, s->opts.servers);
+			if (s->placement != NULL) {
+				// Joining a running job: it gets shards by a
+				// new map and receives them by Transfer.
+				rep.late = 1;
+				replan(s, "a server joined",
+				    s->opts.placement == PS_PLACEMENT_UNIFORM);
+			}
+		} else {
+			rep.late = s->placement != NULL;
 		}
 		rep.id = (uint32_t) idx;
 	} else if (r->role == PSWIRE__ROLE__ROLE_TRAINER) {
@@ -677,21 +759,25 @@ static void
 on_report_links(struct ps_scheduler *s, struct ps_call *c)
 {
 	Pswire__ReportLinksRequest *r = c->hdr->links_req;
-	size_t                      M = (size_t) s->opts.servers;
+	size_t                      M = (size_t) s->n_servers_seen;
 
 	if (c->hdr->body_case != PSWIRE__HEADER__BODY_LINKS_REQ) {
 		ps__call_reply_err(c, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "ReportLinks needs a links_req body");
 		return;
 	}
-	if (r->rank >= (uint32_t) s->opts.trainers || r->n_rtt_s != M ||
-	    r->n_bw_bps != M) {
+	// A trainer that has not fetched a map with a newly joined server yet
+	// reports fewer servers: the first n are updated.
+	if (r->rank >= (uint32_t) s->opts.trainers || r->n_rtt_s == 0 ||
+	    r->n_rtt_s > M || r->n_bw_bps != r->n_rtt_s ||
+	    (s->placement == NULL && r->n_rtt_s != M)) {
 		ps__call_reply_err(c, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "link report from rank %u: need %zu RTTs and bandwidths "
 		    "for %d trainers, got %zu and %zu", r->rank, M,
 		    s->opts.trainers, r->n_rtt_s, r->n_bw_bps);
 		return;
 	}
+	M = r->n_rtt_s;
 	for (size_t m = 0; m < M; m++) {
 		if (!isfinite(r->rtt_s[m]) || r->rtt_s[m] < 0 ||
 		    r->rtt_s[m] > 3600 || !isfinite(r->bw_bps[m]) ||
@@ -708,14 +794,16 @@ on_report_links(struct ps_scheduler *s, struct ps_call *c)
 	// than the threshold triggers a re-placement.
 	int    changed = 0;
 	double th      = s->opts.reprobe_change_pct / 100.0;
+	size_t stride = (size_t) s->n_servers_seen;
 	for (size_t m = 0; s->placement != NULL && m < M; m++) {
-		double l0 = s->lat[r->rank * M + m], b0 = s->bw[r->rank * M + m];
+		double l0 = s->lat[r->rank * stride + m];
+		double b0 = s->bw[r->rank * stride + m];
 		changed |= fabs(r->rtt_s[m] - l0) > th * fmax(l0, 1e-4) ||
 		    fabs(r->bw_bps[m] - b0) > th * b0;
 	}
 	for (size_t m = 0; m < M; m++) {
-		s->lat[r->rank * M + m] = r->rtt_s[m];
-		s->bw[r->rank * M + m]  = r->bw_bps[m];
+		s->lat[r->rank * stride + m] = r->rtt_s[m];
+		s->bw[r->rank * stride + m]  = r->bw_bps[m];
 		PS_LOG(PS_LOG_INFO, "links",
 		    "trainer %u -> server %zu: rtt %.3f ms, %.1f MB/s", r->rank,
 		    m, r->rtt_s[m] * 1e3, r->bw_bps[m] / 1e6);
@@ -747,7 +835,7 @@ on_leave(struct ps_scheduler *s, struct ps_call *c)
 		return;
 	}
 	pthread_mutex_lock(&s->mu);
-	for (int m = 0; m < s->opts.servers; m++) {
+	for (int m = 0; m < s->n_servers_seen; m++) {
 		alive += !s->gone[m];
 	}
 	if (l->id >= (uint32_t) s->n_servers_seen) {
@@ -896,7 +984,7 @@ ps_scheduler_close(struct ps_scheduler *s)
 		pswire__placement__free_unpacked(s->placement, NULL);
 	}
 	ps_free(s->placement_buf);
-	for (int i = 0; s->server_urls && i < s->opts.servers; i++) {
+	for (int i = 0; s->server_urls && i < s->n_servers_seen; i++) {
 		ps_free(s->server_urls[i]);
 	}
 	ps_free(s->server_urls);
@@ -918,21 +1006,30 @@ static int
 republish(struct ps_scheduler *s, const uint32_t *assign)
 {
 	Pswire__Placement *p = s->placement, *np;
+	Pswire__Placement  q = PSWIRE__PLACEMENT__INIT;
 	uint8_t           *buf;
 	size_t             len, n = p->n_shards;
 	int                moved = 0;
 
-	for (size_t i = 0; i < p->n_shards; i++) {
+	for (size_t i = 0; i < n; i++) {
 		moved += p->shards[i]->server != assign[i];
 		p->shards[i]->server = assign[i];
 		s->assign[i]         = assign[i];
 	}
-	p->epoch = ++s->epoch;
-	len      = pswire__placement__get_packed_size(p);
+	// The next map: the same shards and job, the current members (a
+	// server may have joined).
+	q.epoch     = ++s->epoch;
+	q.n_servers = (size_t) s->n_servers_seen;
+	q.servers   = s->server_urls;
+	q.n_shards  = n;
+	q.shards    = p->shards;
+	q.job       = p->job;
+	q.trainers  = p->trainers;
+	len         = pswire__placement__get_packed_size(&q);
 	if ((buf = ps_alloc(len)) == NULL) {
 		return PS_ENOMEM;
 	}
-	pswire__placement__pack(p, buf);
+	pswire__placement__pack(&q, buf);
 	if ((np = pswire__placement__unpack(NULL, len, buf)) == NULL) {
 		ps_free(buf);
 		return PS_ENOMEM;
@@ -943,7 +1040,8 @@ republish(struct ps_scheduler *s, const uint32_t *assign)
 	s->placement_buf = buf;
 	s->placement_len = len;
 	PS_LOG(PS_LOG_NOTICE, "placement", "epoch %llu: %d of %zu shards "
-	    "move", (unsigned long long) s->epoch, moved, n);
+	    "move, %d servers", (unsigned long long) s->epoch, moved, n,
+	    s->n_servers_seen);
 	answer_parked(s);
 	return PS_OK;
 }
@@ -964,7 +1062,7 @@ ps_scheduler_replace(struct ps_scheduler *s, const uint32_t *assign,
 	} else {
 		rv = PS_OK;
 		for (size_t i = 0; i < n; i++) {
-			if (assign[i] >= (uint32_t) s->opts.servers) {
+			if (assign[i] >= (uint32_t) s->n_servers_seen) {
 				rv = PS_EINVAL;
 			}
 		}
@@ -980,7 +1078,7 @@ void
 ps_scheduler_stats(struct ps_scheduler *s, char *buf, size_t n)
 {
 	size_t   off = 0;
-	uint32_t M   = (uint32_t) s->opts.servers;
+	uint32_t M   = (uint32_t) s->n_servers_seen;
 #define OUT(...)                                                             \
 	do {                                                                 \
 		if (off < n) {                                               \

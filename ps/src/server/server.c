@@ -101,6 +101,7 @@ struct ps_server {
 	atomic_uint_fast64_t  n_push, n_pull, n_err, bytes_in, bytes_out;
 	atomic_uint_fast64_t  n_applied;
 	atomic_int            transfers; // shards packed, not yet delivered
+	int                   late;      // joined a running job
 	uint64_t              started_ms;
 };
 
@@ -949,6 +950,12 @@ install_placement(struct ps_server *s, Pswire__Placement *pl)
 		if (si->server != s->index) {
 			continue;
 		}
+		if (s->late) {
+			// A server joining a running job receives its shards
+			// from their old servers (Transfer).
+			s->local[i] = PS_SHARD_ARRIVING;
+			continue;
+		}
 		if ((rv = shard_alloc(s, sh)) != PS_OK) {
 			return rv;
 		}
@@ -1485,6 +1492,7 @@ boot_main(void *arg)
 			Pswire__Header *rh = (Pswire__Header *) ph;
 			if (rh->body_case == PSWIRE__HEADER__BODY_REGISTER_REP) {
 				s->index   = rh->register_rep->id;
+				s->late    = rh->register_rep->late;
 				registered = 1;
 				PS_LOG(PS_LOG_NOTICE, "boot",
 				    "registered as server %u", s->index);
