@@ -1358,6 +1358,32 @@ ferry_client_push_pull_encoded(ferry_client *c, const uint8_t *const *codes,
 	return finish_pull(c, &x);
 }
 
+FERRY_API int
+ferry_client_leave(ferry_client *c)
+{
+	Pswire__Header       h  = PSWIRE__HEADER__INIT;
+	Pswire__LeaveRequest l  = PSWIRE__LEAVE_REQUEST__INIT;
+	Pswire__Header      *rh = NULL;
+	int                  rv;
+	if (c == NULL) {
+		return FERRY_EINVAL;
+	}
+	if (!c->declared) {
+		return fail(c, FERRY_ESTATE, "declare the tensors first");
+	}
+	l.role      = PSWIRE__ROLE__ROLE_TRAINER;
+	l.id        = (uint32_t) c->opts.rank;
+	h.body_case = PSWIRE__HEADER__BODY_LEAVE_REQ;
+	h.leave_req = &l;
+	// Short: a trainer leaves while stopping, maybe with the job gone.
+	rv = sched_call(c, &h, PSWIRE__METHOD__LEAVE,
+	    timeout(c) < 3000 ? timeout(c) : 3000, &rh);
+	if (rh != NULL) {
+		pswire__header__free_unpacked(rh, NULL);
+	}
+	return rv;
+}
+
 FERRY_API void
 ferry_client_stats(const ferry_client *c, struct ferry_stats *st)
 {

@@ -74,6 +74,7 @@ struct trainer_arg {
 	void       *hook_arg;
 	int         hook_at;
 	int         encoded; // push codes encoded here, not by libferry
+	int         leave_at; // > 0: leave the job before this step
 	float       resid[NT][40];
 	float       w[NT][40];
 	int         rv;
@@ -157,6 +158,10 @@ trainer_main(void *arg)
 		goto out;
 	}
 	for (int k = 0; k < a->steps; k++) {
+		if (a->leave_at > 0 && k == a->leave_at) {
+			a->rv = ferry_client_leave(c);
+			goto out;
+		}
 		if (a->hook != NULL && a->hook_at > 0 && k > 0 &&
 		    k % a->hook_at == 0) {
 			a->hook(a->hook_arg, k);
@@ -223,6 +228,53 @@ START_TEST(test_cluster_sync_aggregation)
 			}
 			ck_assert_msg(a[0].w[t][i] == a[1].w[t][i],
 			    "ranks disagree at %d/%zu", t, i);
+			ck_assert_msg(fabsf(a[0].w[t][i] - x) <= 1e-5f *
+			        (1 + fabsf(x)),
+			    "tensor %d[%zu] = %g, expected %g", t, i,
+			    a[0].w[t][i], x);
+		}
+	}
+	cluster_stop(&cl);
+}
+END_TEST
+
+// A trainer that leaves stops the sync rounds from waiting for it: the
+// other trainer goes on alone, and the weights are SGD on both ranks'
+// gradients before the leave and on rank 0's alone after it.
+START_TEST(test_cluster_trainer_leave)
+{
+	struct cluster     cl;
+	struct trainer_arg a[2];
+	pthread_t          th[2];
+	const int          K = 8, L = 3;
+
+	cluster_start(&cl, 2, 2);
+	for (int r = 0; r < 2; r++) {
+		memset(&a[r], 0, sizeof(a[r]));
+		a[r].url      = ps_scheduler_url(cl.sched);
+		a[r].rank     = r;
+		a[r].steps    = K;
+		a[r].leave_at = r == 1 ? L : 0;
+		pthread_create(&th[r], NULL, trainer_main, &a[r]);
+	}
+	for (int r = 0; r < 2; r++) {
+		pthread_join(th[r], NULL);
+		ck_assert_msg(a[r].rv == 0, "rank %d: %s: %s", r,
+		    ferry_strerror(a[r].rv), a[r].err);
+	}
+	for (int t = 0; t < NT; t++) {
+		for (size_t i = 0; i < lens[t]; i++) {
+			float x = (float) i;
+			for (int k = 0; k < K; k++) {
+				if (k < L) {
+					x -= (float) (0.5 / 20.0) *
+					    (grad_for(0, k, t, i) +
+					        grad_for(1, k, t, i));
+				} else {
+					x -= (float) (0.5 / 10.0) *
+					    grad_for(0, k, t, i);
+				}
+			}
 			ck_assert_msg(fabsf(a[0].w[t][i] - x) <= 1e-5f *
 			        (1 + fabsf(x)),
 			    "tensor %d[%zu] = %g, expected %g", t, i,
@@ -917,6 +969,7 @@ suite_cluster(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_cluster_sync_aggregation);
 	tcase_add_test(tc, test_cluster_async_single);
+	tcase_add_test(tc, test_cluster_trainer_leave);
 	tcase_add_test(tc, test_cluster_declare_mismatch_bogus);
 	tcase_add_test(tc, test_cluster_hostile_frames_bogus);
 	tcase_add_test(tc, test_cluster_codecs_lockstep);

@@ -27,6 +27,7 @@
 // evaluations (reported separately as eval_s).
 #include <ferry/ferry.h>
 #include <math.h>
+#include <signal.h>
 #include <string.h>
 
 #include "tr_impl.h"
@@ -190,6 +191,17 @@ write_weights(const char *path, const struct tr_params *w)
 	return PS_OK;
 }
 
+// A signal stops the loop between steps; the trainer then leaves the job
+// so that the other trainers' sync rounds do not wait for it.
+static volatile sig_atomic_t stop_requested;
+
+static void
+on_stop_signal(int sig)
+{
+	(void) sig;
+	stop_requested = 1;
+}
+
 int
 tr_train_run(const struct tr_config *cfg, FILE *out)
 {
@@ -344,13 +356,17 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 		}
 	}
 #endif
+	stop_requested = 0;
+	signal(SIGINT, on_stop_signal);
+	signal(SIGTERM, on_stop_signal);
 	r.t0 = ps_clock_ns();
 	for (long e = 0; e < cfg->epochs && !stop; e++) {
 		for (size_t k = 0; k < spe; k++) {
 			const uint32_t *idx;
 			double          loss;
 			uint64_t        ts = ps_clock_ns();
-			if (cfg->max_steps && r.step >= cfg->max_steps) {
+			if ((cfg->max_steps && r.step >= cfg->max_steps) ||
+			    stop_requested) {
 				stop = 1;
 				break;
 			}
@@ -420,6 +436,14 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 		goto done;
 	}
 	summary(&r, spe);
+	if (stop_requested) {
+		// Stopped early: do not leave the others waiting.
+		PS_LOG(PS_LOG_NOTICE, MOD, "stopped by a signal; leaving the job");
+		if ((fe = ferry_client_leave(r.fc)) != FERRY_OK) {
+			PS_LOG(PS_LOG_WARN, MOD, "leave: %s: %s", ferry_strerror(fe),
+			    ferry_client_last_error(r.fc));
+		}
+	}
 	if (cfg->weights_out != NULL &&
 	    (rv = write_weights(cfg->weights_out, &w)) != PS_OK) {
 		goto done;

@@ -190,6 +190,13 @@ FERRY_API int ferry_client_in_warmup(const ferry_client *c);
 FERRY_API int ferry_client_push_pull_encoded(ferry_client *c,
     const uint8_t *const *codes, uint32_t n_samples, float *const *w);
 
+// ferry_client_leave tells the scheduler this trainer leaves the job: sync
+// rounds stop waiting for its pushes (rounds it already pushed to still
+// count them). Call it before ferry_client_close when stopping early.
+// Errors: FERRY_ESTATE before declare, FERRY_ECONNECT, FERRY_ETIMEDOUT,
+// FERRY_EREMOTE.
+FERRY_API int ferry_client_leave(ferry_client *c);
+
 // ferry_client_stats copies the client's counters into *st.
 FERRY_API void ferry_client_stats(const ferry_client *c,
     struct ferry_stats *st);

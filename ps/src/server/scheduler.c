@@ -54,6 +54,7 @@ struct ps_scheduler {
 	int                      have_report;
 	char                     start_error[256];
 	uint8_t                 *gone;         // [servers] left the job
+	uint8_t                 *trainer_gone; // [trainers] left the job
 };
 
 static int
@@ -828,13 +829,39 @@ on_leave(struct ps_scheduler *s, struct ps_call *c)
 	Pswire__LeaveRequest *l = c->hdr->leave_req;
 	int                   alive = 0;
 
-	if (c->hdr->body_case != PSWIRE__HEADER__BODY_LEAVE_REQ ||
-	    l->role != PSWIRE__ROLE__ROLE_SERVER) {
-		ps__call_reply_err(c, PSWIRE__STATUS__UNIMPLEMENTED,
-		    "only servers can leave a running job");
+	if (c->hdr->body_case != PSWIRE__HEADER__BODY_LEAVE_REQ) {
+		ps__call_reply_err(c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "Leave needs a leave_req body");
 		return;
 	}
 	pthread_mutex_lock(&s->mu);
+	if (l->role == PSWIRE__ROLE__ROLE_TRAINER) {
+		// A trainer that leaves: sync rounds stop waiting for it (a
+		// new map lists it as gone; servers complete pending rounds).
+		if (l->id >= (uint32_t) s->opts.trainers) {
+			pthread_mutex_unlock(&s->mu);
+			ps__call_reply_err(c, PSWIRE__STATUS__INVALID_ARGUMENT,
+			    "no trainer %u", l->id);
+			return;
+		}
+		if (!s->trainer_gone[l->id]) {
+			s->trainer_gone[l->id] = 1;
+			PS_LOG(PS_LOG_NOTICE, "members", "trainer %u leaves",
+			    l->id);
+			if (s->placement != NULL) {
+				republish(s, s->assign);
+			}
+		}
+		pthread_mutex_unlock(&s->mu);
+		on_simple(s, c);
+		return;
+	}
+	if (l->role != PSWIRE__ROLE__ROLE_SERVER) {
+		pthread_mutex_unlock(&s->mu);
+		ps__call_reply_err(c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "unknown role %d", l->role);
+		return;
+	}
 	for (int m = 0; m < s->n_servers_seen; m++) {
 		alive += !s->gone[m];
 	}
@@ -946,9 +973,11 @@ ps_scheduler_open(const struct ps_scheduler_opts *o, struct ps_scheduler **out)
 	s->bw  = ps_zalloc(sizeof(double) * (size_t) o->servers * o->trainers);
 	s->links_seen = ps_zalloc((size_t) o->trainers);
 	s->gone       = ps_zalloc((size_t) o->servers);
+	s->trainer_gone = ps_zalloc((size_t) o->trainers);
 	if (s->trainer_seen == NULL || s->server_urls == NULL ||
 	    s->capacity == NULL || s->lat == NULL || s->bw == NULL ||
-	    s->links_seen == NULL || s->gone == NULL) {
+	    s->links_seen == NULL || s->gone == NULL ||
+	    s->trainer_gone == NULL) {
 		ps_scheduler_close(s);
 		return PS_ENOMEM;
 	}
@@ -994,6 +1023,7 @@ ps_scheduler_close(struct ps_scheduler *s)
 	ps_free(s->bw);
 	ps_free(s->links_seen);
 	ps_free(s->gone);
+	ps_free(s->trainer_gone);
 	ps_free(s->assign);
 	ps_free(s->shard_size);
 	pthread_mutex_destroy(&s->mu);
@@ -1025,6 +1055,13 @@ republish(struct ps_scheduler *s, const uint32_t *assign)
 	q.shards    = p->shards;
 	q.job       = p->job;
 	q.trainers  = p->trainers;
+	uint32_t gone_t[4096];
+	for (int t = 0; t < s->opts.trainers && q.n_gone_trainers < 4096; t++) {
+		if (s->trainer_gone[t]) {
+			gone_t[q.n_gone_trainers++] = (uint32_t) t;
+		}
+	}
+	q.gone_trainers = gone_t;
 	len         = pswire__placement__get_packed_size(&q);
 	if ((buf = ps_alloc(len)) == NULL) {
 		return PS_ENOMEM;

@@ -102,6 +102,7 @@ struct ps_server {
 	atomic_uint_fast64_t  n_applied;
 	atomic_int            transfers; // shards packed, not yet delivered
 	int                   late;      // joined a running job
+	uint8_t              *gone;      // [trainers] ranks that left
 	uint64_t              started_ms;
 };
 
@@ -386,14 +387,40 @@ publish_version(struct ps_server *s, struct srv_shard *sh)
 	log_reset(s, sh);
 }
 
+// complete reports whether every trainer still in the job has pushed the
+// shard's current version. mu held.
+static int
+complete(const struct ps_server *s, const struct srv_shard *sh)
+{
+	if (sh->n_pushed == 0) {
+		return 0;
+	}
+	for (uint32_t r = 0; r < s->trainers; r++) {
+		if (!s->gone[r] && sh->state[r] != 2) {
+			return 0;
+		}
+	}
+	return 1;
+}
+
 // apply_sync sums the staged pushes in rank order and applies SGD. mu held.
 static void
 apply_sync(struct ps_server *s, struct srv_shard *sh)
 {
 	size_t n = sh->len;
-	memcpy(s->sum, sh->stage, n * sizeof(float));
-	for (uint32_t r = 1; r < s->trainers; r++) {
+	int    first = 1;
+	// Rank order, over the ranks that pushed (all of them, unless a
+	// trainer left the job).
+	for (uint32_t r = 0; r < s->trainers; r++) {
 		const float *g = sh->stage + (size_t) r * n;
+		if (sh->state[r] != 2) {
+			continue;
+		}
+		if (first) {
+			memcpy(s->sum, g, n * sizeof(float));
+			first = 0;
+			continue;
+		}
 		for (size_t i = 0; i < n; i++) {
 			s->sum[i] += g[i];
 		}
@@ -572,6 +599,11 @@ on_push(struct ps_server *s, struct ps_call *c)
 		    s->trainers);
 		goto out;
 	}
+	if (s->gone[rank]) {
+		reply_err(s, c, PSWIRE__STATUS__FAILED_PRECONDITION,
+		    "rank %u has left the job", rank);
+		goto out;
+	}
 	if (p->n_samples == 0 || p->n_samples > (1u << 30)) {
 		reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "n_samples %u not in 1..2^30", p->n_samples);
@@ -678,7 +710,7 @@ on_push(struct ps_server *s, struct ps_call *c)
 		sh->n_pushed++;
 		sh->samples += p->n_samples;
 		want = sh->version + 1;
-		if (sh->n_pushed == s->trainers) {
+		if (complete(s, sh)) {
 			apply_sync(s, sh);
 		}
 	}
@@ -935,9 +967,15 @@ install_placement(struct ps_server *s, Pswire__Placement *pl)
 	s->shards    = ps_zalloc(pl->n_shards * sizeof(*s->shards));
 	s->sum       = ps_alloc(maxlen * sizeof(float));
 	s->scratch   = ps_alloc(maxlen * sizeof(float));
+	s->gone      = ps_zalloc(pl->trainers);
 	if (s->local == NULL || s->shards == NULL || s->sum == NULL ||
-	    s->scratch == NULL) {
+	    s->scratch == NULL || s->gone == NULL) {
 		return PS_ENOMEM;
+	}
+	for (size_t k = 0; k < pl->n_gone_trainers; k++) {
+		if (pl->gone_trainers[k] < pl->trainers) {
+			s->gone[pl->gone_trainers[k]] = 1;
+		}
 	}
 	for (size_t i = 0; i < pl->n_shards; i++) {
 		Pswire__ShardInfo *si = pl->shards[i];
@@ -1180,6 +1218,18 @@ apply_map(struct ps_server *s, Pswire__Placement *pl, struct peers *peers)
 	}
 	pthread_mutex_lock(&s->mu);
 	s->pl = pl;
+	// Trainers that left: their absence may complete an aggregation.
+	for (size_t k = 0; k < pl->n_gone_trainers; k++) {
+		if (pl->gone_trainers[k] < s->trainers) {
+			s->gone[pl->gone_trainers[k]] = 1;
+		}
+	}
+	for (size_t i = 0; i < s->n_global; i++) {
+		if (s->local[i] >= 0 && complete(s, &s->shards[i])) {
+			apply_sync(s, &s->shards[i]);
+		}
+	}
+	wake(s);
 	for (size_t i = 0; i < s->n_global; i++) {
 		uint32_t to = pl->shards[i]->server;
 		if (s->local[i] >= 0 && to != s->index) {
@@ -1745,6 +1795,7 @@ ps_server_close(struct ps_server *s)
 		shard_release(&s->shards[i]);
 	}
 	ps_free(s->scratch);
+	ps_free(s->gone);
 	ps_free(s->shards);
 	ps_free(s->local);
 	ps_free(s->sum);
