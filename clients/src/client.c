@@ -91,6 +91,7 @@ static const char *const ferry_err_text[FERRY_ERR_COUNT] = {
 	[FERRY_ECORRUPT]  = "checksum mismatch",
 	[FERRY_ECLOSED]   = "closed",
 	[FERRY_EUNSUPP]   = "not supported",
+	[FERRY_EBEHIND]   = "behind the job's version: pull and recompute",
 };
 
 FERRY_API const char *
@@ -1111,6 +1112,10 @@ exchange(ferry_client *c, struct xfer *x)
 					c->need[cn->req[k]] = NEED_PULL;
 				}
 				refetch = 1;
+			} else if (r == PS_EREMOTE &&
+			    st == PSWIRE__STATUS__OUT_OF_RANGE) {
+				rv = fail(c, FERRY_EBEHIND, "server %s: %s",
+				    c->pl->servers[m], rh->error);
 			} else if (r == PS_EREMOTE) {
 				rv = fail(c, FERRY_EREMOTE, "server %s: %s: %s",
 				    c->pl->servers[m], psw_status_name(st),

@@ -285,6 +285,116 @@ START_TEST(test_cluster_trainer_leave)
 }
 END_TEST
 
+struct rejoin_arg {
+	const char *url;
+	int         rank, before, after, leave_at_end;
+	uint64_t    version;
+	int         rv;
+	char        err[256];
+};
+
+// rejoin_main trains `before` steps, leaves, opens a new client for the
+// same rank, and trains `after` more (pulling when told it is behind);
+// with leave_at_end it leaves after its last step.
+static void *
+rejoin_main(void *arg)
+{
+	struct rejoin_arg       *a = arg;
+	struct ferry_tensor_desc d[NT] = { { "a", 40 }, { "b", 7 }, { "c", 1 } };
+	float                    w[NT][40], g[NT][40];
+	float                   *wp[NT], *gp[NT];
+	ferry_client            *c = NULL;
+	struct ferry_opts        o = FERRY_OPTS_INIT;
+	o.scheduler_url = a->url;
+	o.rank          = a->rank;
+	o.lr            = 0.5;
+	o.timeout_ms    = 20000;
+	for (int t = 0; t < NT; t++) {
+		wp[t] = w[t];
+		gp[t] = g[t];
+		for (size_t i = 0; i < lens[t]; i++) {
+			w[t][i] = (float) i;
+			g[t][i] = grad_for(a->rank, 0, t, i);
+		}
+	}
+	for (int round = 0; round < 2; round++) {
+		int steps = round == 0 ? a->before : a->after;
+		if ((a->rv = ferry_client_open(&o, &c)) != 0 ||
+		    (a->rv = ferry_client_declare(c, d, NT)) != 0) {
+			goto out;
+		}
+		if (round == 0 && a->rank == 0 &&
+		    (a->rv = ferry_client_init_weights(c,
+		         (const float *const *) wp)) != 0) {
+			goto out;
+		}
+		if ((a->rv = ferry_client_pull(c, wp)) != 0) {
+			goto out;
+		}
+		for (int k = 0; k < steps; k++) {
+			a->rv = ferry_client_push_pull(c,
+			    (const float *const *) gp, 10, wp);
+			if (a->rv == FERRY_EBEHIND) {
+				a->rv = ferry_client_pull(c, wp);
+			}
+			if (a->rv != 0) {
+				goto out;
+			}
+		}
+		if ((round == 0 && a->after > 0) || a->leave_at_end) {
+			if ((a->rv = ferry_client_leave(c)) != 0) {
+				goto out;
+			}
+		}
+		struct ferry_stats st;
+		ferry_client_stats(c, &st);
+		a->version = st.version;
+		if (a->after == 0) {
+			break;
+		}
+		if (round == 0) {
+			ferry_client_close(c);
+			c = NULL;
+		}
+	}
+out:
+	if (c != NULL) {
+		snprintf(a->err, sizeof(a->err), "%s",
+		    ferry_client_last_error(c));
+	}
+	ferry_client_close(c);
+	return NULL;
+}
+
+// A trainer that left can come back under the same rank: rounds wait for
+// it again; pushing for a round that finished without it says "behind",
+// and a pull brings it up to date. Nobody hangs.
+START_TEST(test_cluster_trainer_rejoin)
+{
+	struct cluster    cl;
+	struct rejoin_arg a[2];
+	pthread_t         th[2];
+	cluster_start(&cl, 2, 2);
+	memset(a, 0, sizeof(a));
+	a[0] = (struct rejoin_arg) { .rank = 0, .before = 12, .after = 0,
+		.leave_at_end = 1 };
+	a[1] = (struct rejoin_arg) { .rank = 1, .before = 3, .after = 4,
+		.leave_at_end = 1 };
+	for (int r = 0; r < 2; r++) {
+		a[r].url = ps_scheduler_url(cl.sched);
+		pthread_create(&th[r], NULL, rejoin_main, &a[r]);
+	}
+	for (int r = 0; r < 2; r++) {
+		pthread_join(th[r], NULL);
+		ck_assert_msg(a[r].rv == 0, "rank %d: %s: %s", r,
+		    ferry_strerror(a[r].rv), a[r].err);
+	}
+	ck_assert_uint_ge(a[0].version, 12);
+	ck_assert_uint_ge(a[1].version, 7);
+	cluster_stop(&cl);
+}
+END_TEST
+
 // Async mode with one trainer: each push is applied at once.
 START_TEST(test_cluster_async_single)
 {
@@ -970,6 +1080,7 @@ suite_cluster(void)
 	tcase_add_test(tc, test_cluster_sync_aggregation);
 	tcase_add_test(tc, test_cluster_async_single);
 	tcase_add_test(tc, test_cluster_trainer_leave);
+	tcase_add_test(tc, test_cluster_trainer_rejoin);
 	tcase_add_test(tc, test_cluster_declare_mismatch_bogus);
 	tcase_add_test(tc, test_cluster_hostile_frames_bogus);
 	tcase_add_test(tc, test_cluster_codecs_lockstep);

@@ -407,6 +407,18 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 #ifdef TR_HAVE_CUDA
 		pushed:
 #endif
+			if (fe == FERRY_EBEHIND) {
+				// Rejoined while a round finished without us:
+				// take the job's weights and go on.
+				PS_LOG(PS_LOG_NOTICE, MOD, "behind the job: %s; "
+				    "pulling", ferry_client_last_error(r.fc));
+				if ((fe = ferry_client_pull(r.fc, w.t)) ==
+				        FERRY_OK &&
+				    (rv = tr_backend_set_weights(r.be,
+				         tr_params_cptrs(&w))) != PS_OK) {
+					goto done;
+				}
+			}
 			if (fe != FERRY_OK) {
 				rv = ferry_fail(&r, "push_pull", fe);
 				goto done;

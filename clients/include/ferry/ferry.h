@@ -45,6 +45,8 @@ typedef enum ferry_err {
 	FERRY_ECORRUPT,   // a checksum (pull reference CRC) failed
 	FERRY_ECLOSED,    // the job or client was closed
 	FERRY_EUNSUPP,    // option not supported by this build
+	FERRY_EBEHIND,    // sync push for a version the job has passed: pull
+	                  // (ferry_client_pull) and compute the step again
 	FERRY_ERR_COUNT
 } ferry_err;
 

@@ -716,6 +716,16 @@ on_register(struct ps_scheduler *s, struct ps_call *c)
 			    "lr %g", r->rank, s->job->n_tensors,
 			    s->job->mode ? "async" : "sync", s->job->lr);
 		}
+		if (s->trainer_gone[r->rank]) {
+			// A rank that left comes back: rounds wait for it again
+			// from the next map on.
+			s->trainer_gone[r->rank] = 0;
+			PS_LOG(PS_LOG_NOTICE, "members", "trainer %u rejoins",
+			    r->rank);
+			if (s->placement != NULL) {
+				republish(s, s->assign);
+			}
+		}
 		if (!s->trainer_seen[r->rank]) {
 			s->trainer_seen[r->rank] = 1;
 			s->n_trainers_seen++;

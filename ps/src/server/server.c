@@ -600,8 +600,10 @@ on_push(struct ps_server *s, struct ps_call *c)
 		goto out;
 	}
 	if (s->gone[rank]) {
-		reply_err(s, c, PSWIRE__STATUS__FAILED_PRECONDITION,
-		    "rank %u has left the job", rank);
+		// It left; if it is rejoining, the map saying so is on its
+		// way: the client retries.
+		reply_err(s, c, PSWIRE__STATUS__UNAVAILABLE,
+		    "rank %u is not in the job (left, or rejoining)", rank);
 		goto out;
 	}
 	if (p->n_samples == 0 || p->n_samples > (1u << 30)) {
@@ -619,8 +621,11 @@ on_push(struct ps_server *s, struct ps_call *c)
 		}
 		if (s->mode == PSWIRE__MODE__MODE_SYNC) {
 			if (r->version != sh->version) {
-				reply_err(s, c,
-				    PSWIRE__STATUS__FAILED_PRECONDITION,
+				// Behind (a rank that rejoined while a round
+				// finished without it): pull and recompute.
+				reply_err(s, c, r->version < sh->version
+				        ? PSWIRE__STATUS__OUT_OF_RANGE
+				        : PSWIRE__STATUS__FAILED_PRECONDITION,
 				    "shard %u: push for version %llu but the "
 				    "shard is at version %llu", r->shard,
 				    (unsigned long long) r->version,
@@ -1218,7 +1223,8 @@ apply_map(struct ps_server *s, Pswire__Placement *pl, struct peers *peers)
 	}
 	pthread_mutex_lock(&s->mu);
 	s->pl = pl;
-	// Trainers that left: their absence may complete an aggregation.
+	// Trainers that left (or came back): an absence may complete a round.
+	memset(s->gone, 0, s->trainers);
 	for (size_t k = 0; k < pl->n_gone_trainers; k++) {
 		if (pl->gone_trainers[k] < s->trainers) {
 			s->gone[pl->gone_trainers[k]] = 1;
