@@ -260,6 +260,41 @@ choose(struct ps_scheduler *s, size_t ns, uint32_t *assign)
 		if (rv != PS_OK) {
 			goto done;
 		}
+		// Probes are noisy: unless the solver predicts a clear gain
+		// (10%) over round-robin, keep round-robin, which spreads the
+		// load evenly over links that measure about the same.
+		uint32_t *rr = ps_alloc(ns * sizeof(uint32_t));
+		double    f_rr, fsum_rr;
+		uint32_t  n_alive = 0;
+		for (uint32_t m = 0; rr != NULL && m < M; m++) {
+			if (!s->gone[m]) {
+				cap[n_alive++] = m; // index map, as below
+			}
+		}
+		if (rr != NULL && n_alive > 0 &&
+		    shard_place_uniform(ns, n_alive, rr) == PS_OK) {
+			for (size_t i = 0; i < ns; i++) {
+				rr[i] = (uint32_t) cap[rr[i]];
+			}
+			inst_build(s, ns, &in, cap);
+			if (shard_cost(&in, rr, &f_rr, &fsum_rr, tt) == PS_OK &&
+			    (in.cap == NULL ||
+			        shard_assign_check(&in, rr) == PS_OK) &&
+			    s->report.f > 0.9 * f_rr) {
+				PS_LOG(PS_LOG_NOTICE, "placement",
+				    "solver %.3f ms vs round-robin %.3f ms: "
+				    "within 10%%, keeping round-robin",
+				    s->report.f * 1e3, f_rr * 1e3);
+				memcpy(assign, rr, ns * sizeof(uint32_t));
+				s->report.f     = f_rr;
+				s->report.f_sum = fsum_rr;
+				s->report.ratio = s->report.lb > 0
+				    ? f_rr / s->report.lb
+				    : 0;
+			}
+		}
+		ps_free(rr);
+		inst_build(s, ns, &in, cap);
 	} else {
 		// Round-robin over the servers still in the job: place on
 		// indices 0..alive-1, then map index k to the k-th such server.
