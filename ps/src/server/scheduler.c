@@ -375,8 +375,9 @@ current_cost(struct ps_scheduler *s)
 static int republish(struct ps_scheduler *s, const uint32_t *assign);
 
 // replan computes a new placement after links or membership changed and
-// publishes it when `force` (a server left: its shards must go) or when it
-// beats the current one by more than 10% under the new links. mu held.
+// publishes it when `force` (a server left and its shards must go, or one
+// joined under uniform placement) or when it beats the current one by more
+// than 10% under the new links. mu held.
 static void
 replan(struct ps_scheduler *s, const char *why, int force)
 {
@@ -776,7 +777,7 @@ on_register(struct ps_scheduler *s, struct ps_call *c)
 		return;
 	}
 	rep.trainers    = (uint32_t) s->opts.trainers;
-	rep.servers     = (uint32_t) s->opts.servers;
+	rep.servers     = (uint32_t) s->n_servers_seen;
 	rep.probe       = probing(s) && r->role == PSWIRE__ROLE__ROLE_TRAINER;
 	rep.probe_count = s->opts.probe_count;
 	rep.probe_bytes = s->opts.probe_bytes;
@@ -954,7 +955,7 @@ on_simple(struct ps_scheduler *s, struct ps_call *c)
 	Pswire__RegisterReply rep = PSWIRE__REGISTER_REPLY__INIT;
 	(void) s;
 	rep.trainers   = (uint32_t) s->opts.trainers;
-	rep.servers    = (uint32_t) s->opts.servers;
+	rep.servers    = (uint32_t) s->n_servers_seen;
 	h.body_case    = PSWIRE__HEADER__BODY_REGISTER_REP;
 	h.register_rep = &rep;
 	ps__call_reply(c, &h);
@@ -1172,8 +1173,8 @@ ps_scheduler_stats(struct ps_scheduler *s, char *buf, size_t n)
 	OUT("# Scheduler\r\nrole:scheduler\r\nurl:%s\r\n",
 	    ps__rpc_url(s->rpc));
 	OUT("trainers:%d/%d\r\nservers:%d/%d\r\nlink_reports:%d\r\n",
-	    s->n_trainers_seen, s->opts.trainers, s->n_servers_seen, M,
-	    s->n_links_seen);
+	    s->n_trainers_seen, s->opts.trainers, s->n_servers_seen,
+	    s->opts.servers, s->n_links_seen);
 	OUT("epoch:%llu\r\nplacement:%s\r\nstart_error:%s\r\n",
 	    (unsigned long long) s->epoch,
 	    s->opts.placement == PS_PLACEMENT_LATENCY ? "latency" : "uniform",
