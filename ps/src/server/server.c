@@ -108,14 +108,19 @@ struct ps_server {
 
 // ---- helpers ---------------------------------------------------------------
 
+// all_finite reports whether n floats at p (any alignment: payload bytes)
+// hold no NaN or Inf. Written on the bits so that it vectorises.
 static int
-all_finite(const float *p, size_t n)
+all_finite(const void *p, size_t n)
 {
-	int ok = 1;
+	const uint8_t *b   = p;
+	uint32_t       bad = 0;
 	for (size_t i = 0; i < n; i++) {
-		ok &= isfinite(p[i]);
+		uint32_t u;
+		memcpy(&u, b + 4 * i, 4);
+		bad |= (u & 0x7f800000u) == 0x7f800000u;
 	}
-	return ok;
+	return !bad;
 }
 
 static void
@@ -407,27 +412,46 @@ complete(const struct ps_server *s, const struct srv_shard *sh)
 static void
 apply_sync(struct ps_server *s, struct srv_shard *sh)
 {
-	size_t n = sh->len;
-	int    first = 1;
+	size_t       n     = sh->len;
+	float        scale = (float) (s->lr / (double) sh->samples);
+	const float *g[2];
+	uint32_t     k = 0;
 	// Rank order, over the ranks that pushed (all of them, unless a
-	// trainer left the job).
+	// trainer left the job). One or two pushers (the common case here) are
+	// summed and applied in one pass; more are summed into s->sum first.
+	// Either way each element is ((g0 + g1) + g2) + ..., then
+	// x -= scale * sum: the same floats, so runs are reproducible.
 	for (uint32_t r = 0; r < s->trainers; r++) {
-		const float *g = sh->stage + (size_t) r * n;
 		if (sh->state[r] != 2) {
 			continue;
 		}
-		if (first) {
-			memcpy(s->sum, g, n * sizeof(float));
-			first = 0;
-			continue;
+		const float *slot = sh->stage + (size_t) r * n;
+		if (k < 2) {
+			g[k] = slot;
+		} else {
+			if (k == 2) {
+				for (size_t i = 0; i < n; i++) {
+					s->sum[i] = g[0][i] + g[1][i];
+				}
+			}
+			for (size_t i = 0; i < n; i++) {
+				s->sum[i] += slot[i];
+			}
 		}
-		for (size_t i = 0; i < n; i++) {
-			s->sum[i] += g[i];
-		}
+		k++;
 	}
-	float scale = (float) (s->lr / (double) sh->samples);
-	for (size_t i = 0; i < n; i++) {
-		sh->x[i] -= scale * s->sum[i];
+	if (k == 1) {
+		for (size_t i = 0; i < n; i++) {
+			sh->x[i] -= scale * g[0][i];
+		}
+	} else if (k == 2) {
+		for (size_t i = 0; i < n; i++) {
+			sh->x[i] -= scale * (g[0][i] + g[1][i]);
+		}
+	} else {
+		for (size_t i = 0; i < n; i++) {
+			sh->x[i] -= scale * s->sum[i];
+		}
 	}
 	sh->version++;
 	publish_version(s, sh);
@@ -649,15 +673,22 @@ on_push(struct ps_server *s, struct ps_call *c)
 	}
 	if (s->mode == PSWIRE__MODE__MODE_ASYNC) {
 		// Validate every shard's values before changing any, then
-		// decode again to apply (decoding is cheaper than a buffer per
-		// shard, and async pushes are applied under the lock anyway).
+		// apply. fp32 is applied straight from the payload (no copy);
+		// codes are decoded again to apply (cheaper than a buffer per
+		// shard; async pushes are applied under the lock anyway).
 		for (size_t i = 0; i < p->n_shards; i++) {
 			Pswire__ShardRef *r  = p->shards[i];
 			struct srv_shard *sh = &s->shards[r->shard];
-			int rv = comp_decode(push_codec(s, r),
-			    c->frame.payload + r->offset, r->length, sh->len,
-			    s->sum);
-			if (rv != PS_OK || !all_finite(s->sum, sh->len)) {
+			const uint8_t    *b  = c->frame.payload + r->offset;
+			int rv = PS_OK, ok;
+			if (r->codec == COMP_NONE) {
+				ok = all_finite(b, sh->len);
+			} else {
+				rv = comp_decode(push_codec(s, r), b, r->length,
+				    sh->len, s->sum);
+				ok = rv == PS_OK && all_finite(s->sum, sh->len);
+			}
+			if (!ok) {
 				reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
 				    "shard %u: gradient is %s", r->shard,
 				    rv != PS_OK ? "a corrupt code"
@@ -669,10 +700,19 @@ on_push(struct ps_server *s, struct ps_call *c)
 		for (size_t i = 0; i < p->n_shards; i++) {
 			Pswire__ShardRef *r  = p->shards[i];
 			struct srv_shard *sh = &s->shards[r->shard];
-			comp_decode(push_codec(s, r), c->frame.payload + r->offset,
-			    r->length, sh->len, s->sum);
-			for (size_t j = 0; j < sh->len; j++) {
-				sh->x[j] -= scale * s->sum[j];
+			const uint8_t    *b  = c->frame.payload + r->offset;
+			if (r->codec == COMP_NONE) {
+				for (size_t j = 0; j < sh->len; j++) {
+					float g;
+					memcpy(&g, b + 4 * j, 4);
+					sh->x[j] -= scale * g;
+				}
+			} else {
+				comp_decode(push_codec(s, r), b, r->length,
+				    sh->len, s->sum);
+				for (size_t j = 0; j < sh->len; j++) {
+					sh->x[j] -= scale * s->sum[j];
+				}
 			}
 			sh->version++;
 			publish_version(s, sh);
