@@ -1285,6 +1285,22 @@ ferry_client_push(ferry_client *c, const float *const *g, uint32_t n_samples)
 	return FERRY_OK;
 }
 
+// push_pull_run is the common tail of the push-pull calls: re-probe when
+// due, push for the held version, wait for the next one.
+static int
+push_pull_run(ferry_client *c, struct xfer *x)
+{
+	int rv;
+	if ((rv = maybe_reprobe(c)) != FERRY_OK) {
+		return rv;
+	}
+	x->pull_want = c->opts.mode == FERRY_MODE_SYNC ? c->version + 1 : 0;
+	if ((rv = run_op(c, x)) != FERRY_OK) {
+		return rv;
+	}
+	return finish_pull(c, x);
+}
+
 FERRY_API int
 ferry_client_push_pull(ferry_client *c, const float *const *g,
     uint32_t n_samples, float *const *w)
@@ -1301,14 +1317,7 @@ ferry_client_push_pull(ferry_client *c, const float *const *g,
 	if (n_samples == 0) {
 		return fail(c, FERRY_EINVAL, "n_samples must be > 0");
 	}
-	if ((rv = maybe_reprobe(c)) != FERRY_OK) {
-		return rv;
-	}
-	x.pull_want = c->opts.mode == FERRY_MODE_SYNC ? c->version + 1 : 0;
-	if ((rv = run_op(c, &x)) != FERRY_OK) {
-		return rv;
-	}
-	return finish_pull(c, &x);
+	return push_pull_run(c, &x);
 }
 
 FERRY_API int
@@ -1353,14 +1362,7 @@ ferry_client_push_pull_encoded(ferry_client *c, const uint8_t *const *codes,
 		return fail(c, FERRY_ESTATE, "encoded pushes need a push codec "
 		    "and the end of warm-up");
 	}
-	if ((rv = maybe_reprobe(c)) != FERRY_OK) {
-		return rv;
-	}
-	x.pull_want = c->opts.mode == FERRY_MODE_SYNC ? c->version + 1 : 0;
-	if ((rv = run_op(c, &x)) != FERRY_OK) {
-		return rv;
-	}
-	return finish_pull(c, &x);
+	return push_pull_run(c, &x);
 }
 
 FERRY_API int

@@ -115,8 +115,9 @@ FERRY_API int ferry_client_open(const struct ferry_opts *opts,
     ferry_client **out);
 
 // ferry_client_close closes the connections and frees the client. It
-// sends nothing: in a sync job the other trainers wait for this rank's
-// pushes until their deadline. NULL is a no-op. Never fails.
+// sends nothing: in a sync job stopping early, call ferry_client_leave
+// first, or the other trainers wait for this rank's pushes until their
+// deadline. NULL is a no-op. Never fails.
 FERRY_API void ferry_client_close(ferry_client *c);
 
 // ferry_client_declare registers this trainer with the job's tensor table

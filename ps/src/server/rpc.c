@@ -99,6 +99,17 @@ ps__call_reply(struct ps_call *c, Pswire__Header *h)
 	ps__call_reply_msg(c, m);
 }
 
+void
+ps__call_reply_stats(struct ps_call *c, const char *text)
+{
+	Pswire__Header     h   = PSWIRE__HEADER__INIT;
+	Pswire__StatsReply rep = PSWIRE__STATS_REPLY__INIT;
+	rep.text    = (char *) text;
+	h.body_case = PSWIRE__HEADER__BODY_STATS_REP;
+	h.stats_rep = &rep;
+	ps__call_reply(c, &h);
+}
+
 static void
 handle(struct ps_call *c)
 {

@@ -55,6 +55,9 @@ void ps__call_reply_err(struct ps_call *call, int status, const char *fmt,
 // in here) and no payload.
 void ps__call_reply(struct ps_call *call, Pswire__Header *h);
 
+// ps__call_reply_stats answers call with an INFO-style text (StatsReply).
+void ps__call_reply_stats(struct ps_call *call, const char *text);
+
 // ps__call_reply_msg sends a prepared reply (built with psw_msg_begin/
 // psw_msg_finish; its request_id must be the call's). Takes ownership of m.
 void ps__call_reply_msg(struct ps_call *call, nng_msg *m);

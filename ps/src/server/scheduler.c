@@ -938,14 +938,9 @@ on_leave(struct ps_scheduler *s, struct ps_call *c)
 static void
 on_stats(struct ps_scheduler *s, struct ps_call *c)
 {
-	char               text[8192];
-	Pswire__Header     h   = PSWIRE__HEADER__INIT;
-	Pswire__StatsReply rep = PSWIRE__STATS_REPLY__INIT;
+	char text[8192];
 	ps_scheduler_stats(s, text, sizeof(text));
-	rep.text    = text;
-	h.body_case = PSWIRE__HEADER__BODY_STATS_REP;
-	h.stats_rep = &rep;
-	ps__call_reply(c, &h);
+	ps__call_reply_stats(c, text);
 }
 
 static void

@@ -823,14 +823,9 @@ out:
 static void
 on_stats(struct ps_server *s, struct ps_call *c)
 {
-	char               text[2048];
-	Pswire__Header     h   = PSWIRE__HEADER__INIT;
-	Pswire__StatsReply rep = PSWIRE__STATS_REPLY__INIT;
+	char text[2048];
 	ps_server_stats(s, text, sizeof(text));
-	rep.text    = text;
-	h.body_case = PSWIRE__HEADER__BODY_STATS_REP;
-	h.stats_rep = &rep;
-	ps__call_reply(c, &h);
+	ps__call_reply_stats(c, text);
 }
 
 // Probe answers before the job starts (trainers measure links to decide
