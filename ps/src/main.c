@@ -38,7 +38,7 @@ static const struct cfg_def config_defs[] = {
 	    "scheduler: uniform (round-robin) | latency (probe links, solve)" },
 	{ "probe-count", CFG_INT, "7", 1, 1000,
 	    "scheduler: round trips per link for the RTT median" },
-	{ "probe-bytes", CFG_INT, "1048576", 0, 1LL << 30,
+	{ "probe-bytes", CFG_INT, "1048576", 0, 64LL << 20,
 	    "scheduler: bulk bytes per link for bandwidth (0: no probing)" },
 	{ "seed", CFG_INT, "1", 0, INT64_MAX,
 	    "scheduler: placement solver seed" },

@@ -28,6 +28,8 @@
 #include "shard/shard.h"
 
 #define MAX_MEMBERS 4096
+// Shards per job: every map lists them all, and servers keep a slot each.
+#define PS_MAX_SHARDS (1u << 20)
 
 struct ps_scheduler {
 	struct ps_scheduler_opts opts;
@@ -431,6 +433,14 @@ publish(struct ps_scheduler *s)
 	ps_free(lens);
 	if (rv != PS_OK) {
 		return rv;
+	}
+	if (ns > PS_MAX_SHARDS) {
+		snprintf(s->start_error, sizeof(s->start_error),
+		    "the tensors make %zu shards of at most %llu bytes; the cap "
+		    "is %u: raise --shard-bytes", ns,
+		    (unsigned long long) s->opts.shard_bytes, PS_MAX_SHARDS);
+		ps_free(sd);
+		return PS_ERANGE;
 	}
 	assign = ps_alloc(ns * sizeof(*assign));
 	infos  = ps_alloc(ns * sizeof(*infos));

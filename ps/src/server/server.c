@@ -830,9 +830,10 @@ on_stats(struct ps_server *s, struct ps_call *c)
 
 // Probe answers before the job starts (trainers measure links to decide
 // the placement): the request payload is discarded, the reply carries
-// reply_bytes of zeros (at most PS_PROBE_MAX), so either direction can be
-// timed.
-#define PS_PROBE_MAX (64u << 20)
+// reply_bytes of zeros (at most PS_PROBE_MAX, small enough that a flood of
+// probes cannot make the server allocate much), so either direction can
+// be timed.
+#define PS_PROBE_MAX (16u << 20)
 
 static void
 on_probe(struct ps_server *s, struct ps_call *c)
