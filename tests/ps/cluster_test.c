@@ -593,35 +593,61 @@ move_all(void *arg, int step)
 	PT_OK(ps_scheduler_replace(cl->sched, assign, 5));
 }
 
+// A run of two trainer threads on a cluster already started.
+struct pair_opts {
+	int         steps;
+	const char *push, *pull;
+	uint32_t    warmup;
+	int         encoded;                  // rank 0 and 1 encode pushes
+	void (*hook)(void *arg, int step); // rank 0's hook, if any
+	void       *hook_arg;
+	int         hook_at;
+};
+
+// train_pair trains ranks 0 and 1 on cl with o and checks they succeeded.
+static void
+train_pair(struct cluster *cl, struct trainer_arg a[2],
+    const struct pair_opts *o)
+{
+	pthread_t th[2];
+	for (int r = 0; r < 2; r++) {
+		memset(&a[r], 0, sizeof(a[r]));
+		if (r == 0) {
+			a[r].hook     = o->hook;
+			a[r].hook_arg = o->hook_arg;
+			a[r].hook_at  = o->hook_at;
+		}
+		a[r].url        = ps_scheduler_url(cl->sched);
+		a[r].rank       = r;
+		a[r].steps      = o->steps;
+		a[r].codec_push = o->push;
+		a[r].codec_pull = o->pull;
+		a[r].warmup     = o->warmup;
+		a[r].encoded    = o->encoded;
+		pthread_create(&th[r], NULL, trainer_main, &a[r]);
+	}
+	for (int r = 0; r < 2; r++) {
+		pthread_join(th[r], NULL);
+		ck_assert_msg(a[r].rv == 0, "rank %d (%s/%s): %s: %s", r,
+		    o->push, o->pull, ferry_strerror(a[r].rv), a[r].err);
+	}
+}
+
 // run_pair_hook trains 2 trainers x 2 servers for K steps with the
 // codecs; with move_at > 0 rank 0 moves every shard every move_at steps.
 static void
 run_pair_hook(struct trainer_arg a[2], int K, const char *push,
     const char *pull, uint32_t warmup, int move_at)
 {
-	struct cluster cl;
-	pthread_t      th[2];
+	struct cluster   cl;
+	struct pair_opts o = { K, push, pull, warmup, 0, NULL, NULL, 0 };
 	cluster_start(&cl, 2, 2);
-	for (int r = 0; r < 2; r++) {
-		memset(&a[r], 0, sizeof(a[r]));
-		if (r == 0 && move_at > 0) {
-			a[r].hook     = move_all;
-			a[r].hook_arg = &cl;
-			a[r].hook_at  = move_at;
-		}
-		a[r].url        = ps_scheduler_url(cl.sched);
-		a[r].rank       = r;
-		a[r].steps      = K;
-		a[r].codec_push = push;
-		a[r].codec_pull = pull;
-		a[r].warmup     = warmup;
-		pthread_create(&th[r], NULL, trainer_main, &a[r]);
+	if (move_at > 0) {
+		o.hook     = move_all;
+		o.hook_arg = &cl;
+		o.hook_at  = move_at;
 	}
-	for (int r = 0; r < 2; r++) {
-		pthread_join(th[r], NULL);
-		ck_assert_msg(a[r].rv == 0, "rank %d (%s/%s): %s: %s", r, push,
-		    pull, ferry_strerror(a[r].rv), a[r].err);
-	}
+	train_pair(&cl, a, &o);
 	cluster_stop(&cl);
 }
 
@@ -630,6 +656,19 @@ run_pair(struct trainer_arg a[2], int K, const char *push, const char *pull,
     uint32_t warmup)
 {
 	run_pair_hook(a, K, push, pull, warmup, 0);
+}
+
+// same_weights checks that two runs ended with bit-identical weights.
+static void
+same_weights(struct trainer_arg x[2], struct trainer_arg y[2])
+{
+	for (int r = 0; r < 2; r++) {
+		for (int t = 0; t < NT; t++) {
+			ck_assert_msg(memcmp(x[r].w[t], y[r].w[t],
+			                  lens[t] * sizeof(float)) == 0,
+			    "rank %d tensor %d differs", r, t);
+		}
+	}
 }
 
 struct leave_ctx {
@@ -654,39 +693,16 @@ START_TEST(test_cluster_server_leave_without_loss)
 	struct trainer_arg still[2], left[2];
 	struct cluster     cl;
 	struct leave_ctx   lc = { &cl, -1 };
-	pthread_t          th[2];
 	char               text[2048];
 
+	struct pair_opts o = { 10, "q8", "q8", 0, 0, leave_one, &lc, 4 };
 	run_pair(still, 10, "q8", "q8", 0);
 	cluster_start(&cl, 2, 3);
-	for (int r = 0; r < 2; r++) {
-		memset(&left[r], 0, sizeof(left[r]));
-		left[r].url        = ps_scheduler_url(cl.sched);
-		left[r].rank       = r;
-		left[r].steps      = 10;
-		left[r].codec_push = "q8";
-		left[r].codec_pull = "q8";
-		if (r == 0) {
-			left[r].hook     = leave_one;
-			left[r].hook_arg = &lc;
-			left[r].hook_at  = 4;
-		}
-		pthread_create(&th[r], NULL, trainer_main, &left[r]);
-	}
-	for (int r = 0; r < 2; r++) {
-		pthread_join(th[r], NULL);
-		ck_assert_msg(left[r].rv == 0, "rank %d: %s: %s", r,
-		    ferry_strerror(left[r].rv), left[r].err);
-	}
+	train_pair(&cl, left, &o);
 	ck_assert_msg(lc.rv == PS_OK, "leave: %s", ps_strerror(lc.rv));
 	ps_server_stats(cl.srv[1], text, sizeof(text));
 	ck_assert_ptr_nonnull(strstr(text, "shards:0\r\n"));
-	for (int r = 0; r < 2; r++) {
-		for (int t = 0; t < NT; t++) {
-			ck_assert_int_eq(memcmp(still[r].w[t], left[r].w[t],
-			                     lens[t] * sizeof(float)), 0);
-		}
-	}
+	same_weights(still, left);
 	// Servers 0 and 2 remain; after 0 leaves too, 2 is the last.
 	ck_assert_int_eq(ps_server_leave(cl.srv[0], 20000), PS_OK);
 	ck_assert_int_eq(ps_server_leave(cl.srv[2], 2000), PS_EREMOTE);
@@ -720,34 +736,13 @@ START_TEST(test_cluster_server_join_without_loss)
 {
 	struct trainer_arg still[2], joined[2];
 	struct cluster     cl;
-	pthread_t          th[2];
 	char               text[2048];
 
+	struct pair_opts o = { 10, "q8", "q8", 0, 0, join_one, &cl, 4 };
 	run_pair(still, 10, "q8", "q8", 0);
 	cluster_start(&cl, 2, 2);
-	for (int r = 0; r < 2; r++) {
-		memset(&joined[r], 0, sizeof(joined[r]));
-		joined[r].url        = ps_scheduler_url(cl.sched);
-		joined[r].rank       = r;
-		joined[r].steps      = 10;
-		joined[r].codec_push = "q8";
-		joined[r].codec_pull = "q8";
-		if (r == 0) {
-			joined[r].hook     = join_one;
-			joined[r].hook_arg = &cl;
-			joined[r].hook_at  = 4;
-		}
-		pthread_create(&th[r], NULL, trainer_main, &joined[r]);
-	}
-	for (int r = 0; r < 2; r++) {
-		pthread_join(th[r], NULL);
-		ck_assert_msg(joined[r].rv == 0, "rank %d: %s: %s", r,
-		    ferry_strerror(joined[r].rv), joined[r].err);
-		for (int t = 0; t < NT; t++) {
-			ck_assert_int_eq(memcmp(still[r].w[t], joined[r].w[t],
-			                     lens[t] * sizeof(float)), 0);
-		}
-	}
+	train_pair(&cl, joined, &o);
+	same_weights(still, joined);
 	ck_assert_int_eq(cl.n_srv, 3);
 	ps_server_stats(cl.srv[2], text, sizeof(text));
 	ck_assert_msg(strstr(text, "shards:0\r\n") == NULL,
@@ -771,14 +766,7 @@ START_TEST(test_cluster_move_without_loss)
 		run_pair_hook(moved, 12, codecs[k][0], codecs[k][1], 0, 3);
 		ck_assert_uint_ge(moved[0].map_changes + moved[1].map_changes,
 		    2);
-		for (int r = 0; r < 2; r++) {
-			for (int t = 0; t < NT; t++) {
-				ck_assert_msg(memcmp(still[r].w[t], moved[r].w[t],
-				                  lens[t] * sizeof(float)) == 0,
-				    "%s/%s: rank %d tensor %d differs after "
-				    "moves", codecs[k][0], codecs[k][1], r, t);
-			}
-		}
+		same_weights(still, moved);
 	}
 }
 END_TEST
@@ -816,29 +804,11 @@ START_TEST(test_cluster_encoded_push)
 {
 	struct trainer_arg lib[2], own[2];
 	struct cluster     cl;
-	pthread_t          th[2];
+	struct pair_opts o = { 8, "q4", "q8", 2, 1, NULL, NULL, 0 };
 	run_pair(lib, 8, "q4", "q8", 2);
 	cluster_start(&cl, 2, 2);
-	for (int r = 0; r < 2; r++) {
-		memset(&own[r], 0, sizeof(own[r]));
-		own[r].url        = ps_scheduler_url(cl.sched);
-		own[r].rank       = r;
-		own[r].steps      = 8;
-		own[r].codec_push = "q4";
-		own[r].codec_pull = "q8";
-		own[r].warmup     = 2;
-		own[r].encoded    = 1;
-		pthread_create(&th[r], NULL, trainer_main, &own[r]);
-	}
-	for (int r = 0; r < 2; r++) {
-		pthread_join(th[r], NULL);
-		ck_assert_msg(own[r].rv == 0, "rank %d: %s: %s", r,
-		    ferry_strerror(own[r].rv), own[r].err);
-		for (int t = 0; t < NT; t++) {
-			ck_assert_int_eq(memcmp(lib[r].w[t], own[r].w[t],
-			                     lens[t] * sizeof(float)), 0);
-		}
-	}
+	train_pair(&cl, own, &o);
+	same_weights(lib, own);
 	cluster_stop(&cl);
 }
 END_TEST
