@@ -435,12 +435,38 @@ cmp_d(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+// join_job opens a libferry client of rank `rank` on a one-tensor async
+// job (rank 0 offers the initial weights w). Prints the error with `who`
+// and returns non-zero on failure; *fc is set either way (may be NULL).
+static int
+join_job(const char *sched_url, int rank, const struct ferry_tensor_desc *d,
+    float *const *w, ferry_client **fc, const char *who)
+{
+	struct ferry_opts o = FERRY_OPTS_INIT;
+	int               rv;
+	o.scheduler_url = sched_url;
+	o.rank          = rank;
+	o.mode          = FERRY_MODE_ASYNC;
+	o.lr            = 1e-9;
+	o.timeout_ms    = 120000;
+	*fc             = NULL;
+	if ((rv = ferry_client_open(&o, fc)) != 0 ||
+	    (rv = ferry_client_declare(*fc, d, 1)) != 0 ||
+	    (rank == 0 &&
+	        (rv = ferry_client_init_weights(*fc,
+	             (const float *const *) w)) != 0)) {
+		fprintf(stderr, "%s: rank %d: %s: %s\n", who, rank,
+		    ferry_strerror(rv), *fc ? ferry_client_last_error(*fc) : "");
+		return -1;
+	}
+	return 0;
+}
+
 static void *
 client_main(void *arg)
 {
 	struct client     *cl = arg;
 	struct shared     *sh = cl->sh;
-	struct ferry_opts  o  = FERRY_OPTS_INIT;
 	ferry_client      *fc = NULL;
 	struct raw         raw;
 	size_t             len = sh->payload / 4;
@@ -452,18 +478,8 @@ client_main(void *arg)
 	struct ferry_tensor_desc d = { "t", len };
 	int                rv;
 
-	o.scheduler_url = sh->sched_url;
-	o.rank          = cl->rank;
-	o.mode          = FERRY_MODE_ASYNC;
-	o.lr            = 1e-9;
-	o.timeout_ms    = 120000;
-	if ((rv = ferry_client_open(&o, &fc)) != 0 ||
-	    (rv = ferry_client_declare(fc, &d, 1)) != 0 ||
-	    (cl->rank == 0 &&
-	        (rv = ferry_client_init_weights(fc,
-	             (const float *const *) wp)) != 0)) {
-		fprintf(stderr, "transport_bench: rank %d: %s: %s\n", cl->rank,
-		    ferry_strerror(rv), fc ? ferry_client_last_error(fc) : "");
+	if (join_job(sh->sched_url, cl->rank, &d, wp, &fc, "transport_bench") !=
+	    0) {
 		sh->fail = 1;
 	}
 	if (raw_open(&raw, sh) != 0) {
@@ -670,26 +686,13 @@ sc_main(void *arg)
 {
 	struct sc_client *cl = arg;
 	struct sc_shared *sh = cl->sh;
-	struct ferry_opts o  = FERRY_OPTS_INIT;
 	ferry_client     *fc = NULL;
 	float            *g  = calloc(sh->len, 4);
 	float            *w  = calloc(sh->len, 4);
 	const float *const gp[1] = { g };
 	float *const       wp[1] = { w };
 	struct ferry_tensor_desc d = { "model", sh->len };
-	int               rv;
-	o.scheduler_url = sh->sched_url;
-	o.rank          = cl->rank;
-	o.mode          = FERRY_MODE_ASYNC;
-	o.lr            = 1e-9;
-	o.timeout_ms    = 120000;
-	if ((rv = ferry_client_open(&o, &fc)) != 0 ||
-	    (rv = ferry_client_declare(fc, &d, 1)) != 0 ||
-	    (cl->rank == 0 &&
-	        (rv = ferry_client_init_weights(fc,
-	             (const float *const *) wp)) != 0)) {
-		fprintf(stderr, "scale: rank %d: %s: %s\n", cl->rank,
-		    ferry_strerror(rv), fc ? ferry_client_last_error(fc) : "");
+	if (join_job(sh->sched_url, cl->rank, &d, wp, &fc, "scale") != 0) {
 		sh->fail = 1;
 	}
 	pthread_barrier_wait(&sh->bar);
