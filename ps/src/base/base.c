@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-#include <zlib.h>
 
 #include "ps/base.h"
 
@@ -229,21 +228,6 @@ uint64_t
 ps_clock_ms(void)
 {
 	return ps_clock_ns() / 1000000u;
-}
-
-// ---- crc ------------------------------------------------------------------
-uint32_t
-ps_crc32(uint32_t crc, const void *buf, size_t len)
-{
-	// zlib's crc32 takes uInt lengths; feed it in chunks.
-	const unsigned char *p = buf;
-	while (len > 0) {
-		uInt n = len > (1u << 30) ? (1u << 30) : (uInt) len;
-		crc    = (uint32_t) crc32(crc, p, n);
-		p += n;
-		len -= n;
-	}
-	return crc;
 }
 
 // ---- parsing --------------------------------------------------------------

@@ -1,0 +1,5 @@
+#ifndef BASE_TESTS_H
+#define BASE_TESTS_H
+#include <check.h>
+Suite *suite_crc(void);
+#endif

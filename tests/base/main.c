@@ -1,0 +1,14 @@
+// Check runner for ps_base (errors, clock, crc, parsing helpers).
+#include <stdlib.h>
+
+#include "base_tests.h"
+
+int
+main(void)
+{
+	SRunner *sr = srunner_create(suite_crc());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
