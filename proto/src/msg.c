@@ -24,6 +24,19 @@ psw_msg_begin(nng_msg **out, size_t hdr_max, size_t payload_cap,
 }
 
 int
+psw_msg_reuse(nng_msg *m, size_t hdr_max, size_t payload_cap,
+    uint8_t **payload)
+{
+	size_t need = PSW_FRAME_HDR + hdr_max + payload_cap;
+	// Within the capacity nng_msg_realloc only moves the length.
+	if (nng_msg_capacity(m) < need || nng_msg_realloc(m, need) != 0) {
+		return PS_ENOSPC;
+	}
+	*payload = (uint8_t *) nng_msg_body(m) + PSW_FRAME_HDR + hdr_max;
+	return PS_OK;
+}
+
+int
 psw_msg_finish(nng_msg *m, uint8_t method, uint16_t flags,
     const ProtobufCMessage *hdr, size_t hdr_max, size_t payload_len)
 {

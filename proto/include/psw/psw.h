@@ -68,6 +68,14 @@ const char *psw_method_name(int method);
 int psw_msg_begin(nng_msg **out, size_t hdr_max, size_t payload_cap,
     uint8_t **payload);
 
+// psw_msg_reuse is psw_msg_begin on a message the caller already owns (a
+// request being answered), so that a reply as large as its request costs
+// no allocation and no zeroing: m is resized within its capacity and its
+// old bytes are garbage. Errors: PS_ENOSPC when m's capacity is too
+// small (m is unchanged; use psw_msg_begin).
+int psw_msg_reuse(nng_msg *m, size_t hdr_max, size_t payload_cap,
+    uint8_t **payload);
+
 // psw_msg_finish packs hdr (a Pswire__Header) just before the payload,
 // writes the frame header in front of it, and trims the message to
 // 16 + packed + payload_len bytes. Errors: PS_ENOSPC if the packed header

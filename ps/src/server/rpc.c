@@ -34,6 +34,14 @@ call_release(struct ps_call *c)
 	}
 }
 
+nng_msg *
+ps__call_take_req(struct ps_call *c)
+{
+	nng_msg *m = c->req;
+	c->req     = NULL;
+	return m;
+}
+
 void
 ps__call_reply_msg(struct ps_call *c, nng_msg *m)
 {

@@ -47,6 +47,11 @@ const char *ps__rpc_url(const struct ps_rpc *rpc);
 // ps__rpc_close stops serving, waits for callbacks to finish and frees.
 void ps__rpc_close(struct ps_rpc *rpc);
 
+// ps__call_take_req detaches the request message from call and returns it
+// (the caller owns it: reuse it for the reply or free it). call->frame
+// still holds its values, but its pointers must no longer be used.
+nng_msg *ps__call_take_req(struct ps_call *call);
+
 // ps__call_reply_err answers call with a status and message (printf-style).
 void ps__call_reply_err(struct ps_call *call, int status, const char *fmt,
     ...) __attribute__((format(printf, 3, 4)));

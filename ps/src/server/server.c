@@ -287,10 +287,17 @@ answer_pull(struct ps_server *s, struct ps_call *c)
 	h.body_case  = PSWIRE__HEADER__BODY_PULL_REP;
 	h.pull_rep   = &rep;
 	hl           = pswire__header__get_packed_size(&h);
-	if (psw_msg_begin(&m, hl, off, &payload) != PS_OK) {
-		reply_err(s, c, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
-		    "out of memory building a pull reply");
-		goto done;
+	// A push-pull's request is about as large as its reply: answer in the
+	// request's own buffer (no allocation, no zeroing). The request's
+	// bytes are no longer needed: the pushes were decoded on arrival.
+	m = ps__call_take_req(c);
+	if (m == NULL || psw_msg_reuse(m, hl, off, &payload) != PS_OK) {
+		nng_msg_free(m);
+		if (psw_msg_begin(&m, hl, off, &payload) != PS_OK) {
+			reply_err(s, c, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+			    "out of memory building a pull reply");
+			goto done;
+		}
 	}
 	for (size_t i = 0; i < nrefs; i++) {
 		Pswire__ShardRef *r  = &refs[i];
