@@ -11,7 +11,11 @@
 // request carries the same codes and the error-feedback residual moves
 // once. Pulled shards are copied from the reply into the caller's tensors
 // (with a pull codec, the deltas are first applied to the client's copy of
-// the shared reference, whose CRC is checked). Replies that say
+// the shared reference, whose CRC is checked), or, with a pull sink set,
+// handed to the sink, which then holds the reference (a GPU trainer
+// decodes on the device); the versions, the chain checks and the full
+// resyncs stay here either way, and a shard whose reference lives on the
+// other side of that switch is resynced rather than patched. Replies that say
 // UNAVAILABLE (not started, shard arriving) are retried; STALE_EPOCH (shard
 // moved) re-fetches the map and re-batches; ABORTED (push applied, shard
 // moved) turns into a pull. The client also measures its links to the
@@ -46,6 +50,11 @@ struct conn {
 	nng_msg   *rep;
 };
 
+// Where a shard's pull reference lives: nowhere yet (its first pull asks
+// for FULL), in the client (c->ref, or the caller's buffers without a pull
+// codec), or in the pull sink.
+enum { REF_NONE = 0, REF_HOST, REF_SINK };
+
 struct ferry_client {
 	struct ferry_opts  opts;
 	char               url[256];
@@ -69,6 +78,9 @@ struct ferry_client {
 	struct comp_codec  cpush, cpull, cnone;
 	float            **resid;   // per tensor: push error feedback (or NULL)
 	float            **ref;     // per tensor: pull reference (or NULL)
+	struct ferry_pull_sink sink; // pulls go here when has_sink
+	int                has_sink;
+	uint8_t           *ref_at;   // per global shard: REF_* (who holds it)
 	uint64_t           rng;     // stochastic rounding state
 	uint32_t           probe_count, reprobe_s;
 	uint64_t           probe_bytes, last_probe_ms;
@@ -270,6 +282,7 @@ ferry_client_close(ferry_client *c)
 	ps_free(c->shard_ver);
 	ps_free(c->need);
 	ps_free(c->need_full);
+	ps_free(c->ref_at);
 	ps_free(c->codes);
 	ps_free(c->code_off);
 	ps_free(c->layout);
@@ -652,10 +665,11 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 	c->shard_ver = ps_zalloc(c->pl->n_shards * sizeof(uint64_t));
 	c->need      = ps_zalloc(c->pl->n_shards);
 	c->need_full = ps_zalloc(c->pl->n_shards);
+	c->ref_at  = ps_zalloc(c->pl->n_shards);
 	c->code_off  = ps_zalloc(c->pl->n_shards * sizeof(size_t));
 	c->layout    = ps_zalloc(c->pl->n_shards * sizeof(*c->layout));
 	if (c->need == NULL || c->need_full == NULL || c->code_off == NULL ||
-	    c->layout == NULL) {
+	    c->layout == NULL || c->ref_at == NULL) {
 		rv = fail(c, FERRY_ENOMEM, "out of memory");
 		goto done;
 	}
@@ -779,6 +793,10 @@ build_request(ferry_client *c, struct conn *cn, struct xfer *x, nng_msg **out)
 		pl.have_version = have;
 		pl.full         = x->op == OP_PULL_FULL || c->cpull.id ==
 		    COMP_NONE;
+		for (size_t i = 0; i < cn->req_n && !pl.full; i++) {
+			// A shard never pulled has no reference to patch.
+			pl.full = c->ref_at[cn->req[i]] == REF_NONE;
+		}
 		h.body_case     = PSWIRE__HEADER__BODY_PULL_REQ;
 		h.pull_req      = &pl;
 		hl              = pswire__header__get_packed_size(&h);
@@ -840,21 +858,43 @@ done:
 	return rv;
 }
 
-// take_shard applies the reply refs of one shard (r[0..k)) and copies the
-// result into the caller's tensor. Returns FERRY_OK, or FERRY_ECORRUPT
-// when the reference no longer matches the server's (the caller resyncs),
-// or FERRY_EPROTO for a malformed reply.
+// sink_rv turns a sink callback's result into the pull's: FERRY_OK and
+// FERRY_ECORRUPT (resync the shard) pass; anything else fails the call.
+static int
+sink_rv(ferry_client *c, uint32_t id, const char *cb, int rv)
+{
+	if (rv == FERRY_OK || rv == FERRY_ECORRUPT) {
+		return rv;
+	}
+	if (rv <= 0 || rv >= FERRY_ERR_COUNT) {
+		return fail(c, FERRY_EINVAL, "pull sink: %s of shard %u returned "
+		    "%d, not a ferry_err", cb, id, rv);
+	}
+	return fail(c, rv, "pull sink: %s of shard %u failed: %s", cb, id,
+	    ferry_strerror(rv));
+}
+
+// take_shard applies the reply refs of one shard (r[0..k)): to the
+// client's reference and the caller's tensor, or through the pull sink
+// when one is set. Returns FERRY_OK, or FERRY_ECORRUPT when the reference
+// no longer matches the server's (the caller resyncs), or FERRY_EPROTO for
+// a malformed reply (or the sink's error).
 static int
 take_shard(ferry_client *c, size_t m, uint32_t id,
     Pswire__ShardRef *const *r, size_t k, const struct psw_frame *f,
     float *const *w)
 {
-	const Pswire__ShardInfo *si  = c->pl->shards[id];
-	float                   *dst = w[si->tensor] + si->offset;
-	float                   *ref = c->cpull.id == COMP_NONE
-	                    ? dst
-	                    : c->ref[si->tensor] + si->offset;
+	const Pswire__ShardInfo *si   = c->pl->shards[id];
+	const int                sink = c->has_sink;
+	float                   *dst  = sink ? NULL : w[si->tensor] + si->offset;
+	float                   *ref  = sink ? NULL
+	                      : c->cpull.id == COMP_NONE
+	                      ? dst
+	                      : c->ref[si->tensor] + si->offset;
 	uint64_t                 ver = c->shard_ver[id];
+	struct ferry_pull_piece  p   = { .shard = id, .tensor = si->tensor,
+		   .offset = si->offset, .len = si->len };
+	int                      rv;
 
 	for (size_t j = 0; j < k; j++) {
 		const Pswire__ShardRef *e = r[j];
@@ -863,32 +903,78 @@ take_shard(ferry_client *c, size_t m, uint32_t id,
 			return fail(c, FERRY_EPROTO, "server %s: shard %u bytes "
 			    "outside the reply", c->pl->servers[m], id);
 		}
+		p.data  = f->payload + e->offset;
+		p.bytes = e->length;
 		if (e->kind == 0) { // FULL
 			if (k != 1 || e->codec != COMP_NONE ||
 			    e->length != si->len * 4) {
 				return fail(c, FERRY_EPROTO, "server %s: bad full "
 				    "shard %u", c->pl->servers[m], id);
 			}
-			memcpy(ref, f->payload + e->offset, e->length);
 			ver = e->version;
+			if (!sink) {
+				memcpy(ref, p.data, e->length);
+				c->ref_at[id] = REF_HOST;
+				continue;
+			}
+			if (c->cpull.id != COMP_NONE &&
+			    ps_crc32(0, p.data, e->length) != e->crc) {
+				return FERRY_ECORRUPT;
+			}
+			p.base_version = p.version = e->version;
+			rv = sink_rv(c, id, "full", c->sink.full(c->sink.arg, &p));
+			if (rv != FERRY_OK) {
+				return rv;
+			}
+			c->ref_at[id]    = REF_SINK;
+			c->shard_ver[id] = ver;
+			return FERRY_OK; // a FULL is alone and carries no check
 		} else if (c->cpull.id == COMP_NONE || e->codec != c->cpull.id) {
 			return fail(c, FERRY_EPROTO, "server %s: delta for shard "
 			    "%u in codec %u", c->pl->servers[m], id, e->codec);
 		} else if (e->base_version < ver && e->version <= ver) {
 			continue; // already applied (async: shards drift apart)
-		} else if (e->base_version != ver) {
-			return FERRY_ECORRUPT; // a gap in the chain: resync
+		} else if (e->base_version != ver ||
+		    c->ref_at[id] != (sink ? REF_SINK : REF_HOST)) {
+			// A gap in the chain, or no reference on this path (the
+			// sink was set or cleared since): resync.
+			return FERRY_ECORRUPT;
+		} else if (e->length > 0 && sink) {
+			if (e->length != comp_bound(&c->cpull, si->len)) {
+				return fail(c, FERRY_EPROTO, "server %s: delta for "
+				    "shard %u has %llu bytes, not %zu",
+				    c->pl->servers[m], id,
+				    (unsigned long long) e->length,
+				    comp_bound(&c->cpull, si->len));
+			}
+			p.codec        = c->cpull.id;
+			p.bucket       = c->cpull.bucket;
+			p.base_version = e->base_version;
+			p.version      = e->version;
+			rv = sink_rv(c, id, "delta", c->sink.delta(c->sink.arg, &p));
+			if (rv != FERRY_OK) {
+				return rv;
+			}
+			ver = e->version;
 		} else {
 			if (e->length > 0 &&
-			    comp_decode_add(&c->cpull, f->payload + e->offset,
-			        e->length, si->len, ref) != PS_OK) {
+			    comp_decode_add(&c->cpull, p.data, e->length, si->len,
+			        ref) != PS_OK) {
 				return fail(c, FERRY_EPROTO, "server %s: corrupt "
 				    "delta for shard %u", c->pl->servers[m], id);
 			}
 			ver = e->version;
 		}
 	}
-	if (c->cpull.id != COMP_NONE) {
+	if (sink) {
+		// Only chains get here (a FULL returned above), and a chain
+		// needs a pull codec.
+		rv = sink_rv(c, id, "check", c->sink.check(c->sink.arg, id, ver,
+		    r[k - 1]->crc));
+		if (rv != FERRY_OK) {
+			return rv;
+		}
+	} else if (c->cpull.id != COMP_NONE) {
 		if (ps_crc32(0, ref, si->len * 4) != r[k - 1]->crc) {
 			return FERRY_ECORRUPT;
 		}
@@ -1250,12 +1336,24 @@ ferry_client_init_weights(ferry_client *c, const float *const *w)
 	return run_op(c, &x);
 }
 
+// check_pull_bufs accepts w unless it is NULL and no pull sink is set.
+static int
+check_pull_bufs(ferry_client *c, float *const *w)
+{
+	if (w == NULL && !c->has_sink) {
+		return fail(c, FERRY_EINVAL, "weight buffer array is NULL (and "
+		    "no pull sink is set)");
+	}
+	return FERRY_OK;
+}
+
 FERRY_API int
 ferry_client_pull(ferry_client *c, float *const *w)
 {
 	struct xfer x = { .op = OP_PULL, .w = w };
 	int         rv;
-	if ((rv = check_ready(c, w)) != FERRY_OK) {
+	if ((rv = check_ready(c, c)) != FERRY_OK ||
+	    (rv = check_pull_bufs(c, w)) != FERRY_OK) {
 		return rv;
 	}
 	x.pull_want = c->want;
@@ -1308,11 +1406,9 @@ ferry_client_push_pull(ferry_client *c, const float *const *g,
 	struct xfer x = { .op = OP_PUSH_PULL, .g = g, .w = w,
 		.n_samples = n_samples };
 	int rv;
-	if ((rv = check_ready(c, g)) != FERRY_OK) {
+	if ((rv = check_ready(c, g)) != FERRY_OK ||
+	    (rv = check_pull_bufs(c, w)) != FERRY_OK) {
 		return rv;
-	}
-	if (w == NULL) {
-		return fail(c, FERRY_EINVAL, "weight buffer array is NULL");
 	}
 	if (n_samples == 0) {
 		return fail(c, FERRY_EINVAL, "n_samples must be > 0");
@@ -1351,18 +1447,49 @@ ferry_client_push_pull_encoded(ferry_client *c, const uint8_t *const *codes,
 	struct xfer x = { .op = OP_PUSH_PULL, .codes = codes, .w = w,
 		.n_samples = n_samples };
 	int rv;
-	if ((rv = check_ready(c, codes)) != FERRY_OK) {
+	if ((rv = check_ready(c, codes)) != FERRY_OK ||
+	    (rv = check_pull_bufs(c, w)) != FERRY_OK) {
 		return rv;
 	}
-	if (w == NULL || n_samples == 0) {
-		return fail(c, FERRY_EINVAL, "need weight buffers and "
-		    "n_samples > 0");
+	if (n_samples == 0) {
+		return fail(c, FERRY_EINVAL, "n_samples must be > 0");
 	}
 	if (c->cpush.id == COMP_NONE || ferry_client_in_warmup(c)) {
 		return fail(c, FERRY_ESTATE, "encoded pushes need a push codec "
 		    "and the end of warm-up");
 	}
 	return push_pull_run(c, &x);
+}
+
+FERRY_API int
+ferry_client_set_pull_sink(ferry_client *c, const struct ferry_pull_sink *sink)
+{
+	if (c == NULL) {
+		return FERRY_EINVAL;
+	}
+	if (sink == NULL) {
+		c->has_sink = 0;
+		return FERRY_OK;
+	}
+	if (sink->full == NULL || sink->delta == NULL || sink->check == NULL) {
+		return fail(c, FERRY_EINVAL, "pull sink: full, delta and check "
+		    "are all required");
+	}
+	c->sink     = *sink;
+	c->has_sink = 1;
+	return FERRY_OK;
+}
+
+FERRY_API int
+ferry_client_pull_codec(const ferry_client *c, uint32_t *codec_id,
+    uint32_t *bucket)
+{
+	if (c == NULL || codec_id == NULL || bucket == NULL) {
+		return FERRY_EINVAL;
+	}
+	*codec_id = c->cpull.id;
+	*bucket   = c->cpull.bucket;
+	return FERRY_OK;
 }
 
 FERRY_API int

@@ -140,7 +140,9 @@ FERRY_API int ferry_client_init_weights(ferry_client *c,
 // ferry_client_pull fills w[i] (descs[i].len floats each) with the weights
 // of the version this client is due (0 after declare, v+1 after a push for
 // v in sync mode; the newest in async mode), waiting on the servers until
-// it exists. Updates the client's version.
+// it exists. Updates the client's version. With a pull sink set
+// (ferry_client_set_pull_sink) the weights go to the sink and w may be
+// NULL.
 FERRY_API int ferry_client_pull(ferry_client *c, float *const *w);
 
 // ferry_client_push sends gradients for the client's current version:
@@ -153,6 +155,7 @@ FERRY_API int ferry_client_push(ferry_client *c, const float *const *g,
 // ferry_client_push_pull pushes g (as ferry_client_push) and, in the same
 // round trip, receives the next version into w (as ferry_client_pull).
 // g and w may be the same buffers only if the caller no longer needs g.
+// With a pull sink set, the weights go to the sink and w may be NULL.
 FERRY_API int ferry_client_push_pull(ferry_client *c, const float *const *g,
     uint32_t n_samples, float *const *w);
 
@@ -189,9 +192,87 @@ FERRY_API int ferry_client_in_warmup(const ferry_client *c);
 // already encoded: codes[i] holds shard i's code_bytes bytes (error
 // feedback is the caller's business). Not during warm-up (FERRY_ESTATE)
 // and not for a job without a push codec (FERRY_ESTATE). codes are not
-// modified and may be freed when the call returns.
+// modified and may be freed when the call returns. With a pull sink set,
+// the weights go to the sink and w may be NULL.
 FERRY_API int ferry_client_push_pull_encoded(ferry_client *c,
     const uint8_t *const *codes, uint32_t n_samples, float *const *w);
+
+// ---- pull sinks (for trainers that keep their weights on a GPU) -----------
+//
+// By default a pull writes the weights into the caller's host buffers and,
+// with a pull codec, libferry keeps the shared reference (docs/
+// algorithms.md §2.4) in host memory and checks its CRC-32. A trainer
+// whose weights live on a device can instead register a pull sink: then
+// libferry hands the sink what each pull reply carries, shard by shard, and
+// the sink owns the reference (which is also the shard's weights). Only the
+// codes need to cross PCIe. libferry keeps all the bookkeeping as before:
+// versions, skipping entries already applied, gaps in a chain, and the
+// full resync of a shard whose reference does not match the server's.
+
+// One piece of a pull reply, for one shard. Borrowed: valid only during
+// the callback that receives it.
+struct ferry_pull_piece {
+	uint32_t       shard;        // global shard id (ferry_client_shards)
+	uint32_t       tensor;       // tensor id
+	uint64_t       offset;       // first element within the tensor
+	uint64_t       len;          // elements of the shard
+	uint32_t       codec;        // delta: the pull codec's wire id; full: 0
+	uint32_t       bucket;       // delta: the pull codec's bucket; full: 0
+	uint64_t       base_version; // delta: version the reference holds now
+	uint64_t       version;      // version after this piece
+	const uint8_t *data;         // full: 4*len bytes of fp32 (little
+	                             // endian); delta: the codes. Not aligned.
+	uint64_t       bytes;        // bytes at data
+};
+
+// A pull sink: three callbacks and their argument. For each shard of a
+// pull, libferry calls either
+//   full(arg, p) once: the reference becomes the fp32 values at p->data
+//     (with a pull codec libferry has already checked their CRC-32), or
+//   delta(arg, p) zero or more times, in order, then check(arg, shard,
+//     version, crc) once (only when the job has a pull codec):
+//     delta adds the decoded codes to the reference, exactly as
+//     comp_decode_add (bit for bit, in the same float order), and check
+//     compares the CRC-32 (zlib's polynomial) of the reference's fp32
+//     bytes with crc.
+// The codes of a delta are checked for their exact length only (never
+// zero: "no change" entries are not passed on); their contents are bytes
+// from the network: a sink decodes them without trusting them (a decode
+// that goes wrong is caught by the CRC).
+// Each callback returns FERRY_OK; FERRY_ECORRUPT when the reference does
+// not match (CRC mismatch, or the codes could not be applied): libferry
+// then re-pulls that shard in full, as after its own CRC mismatch
+// (counted in ferry_stats.resyncs; a mismatch after the full pull fails
+// the call with FERRY_ECORRUPT); any other ferry_err fails the call with
+// that code (a device error, say), with the shard named in last_error.
+// Callbacks run on the thread that called the pull, one at a time, and
+// must not call back into the client.
+struct ferry_pull_sink {
+	int (*full)(void *arg, const struct ferry_pull_piece *p);
+	int (*delta)(void *arg, const struct ferry_pull_piece *p);
+	int (*check)(void *arg, uint32_t shard, uint64_t version, uint32_t crc);
+	void *arg;
+};
+
+// ferry_client_set_pull_sink makes every later pull of c (ferry_client_pull,
+// the pull half of ferry_client_push_pull and _encoded, and the full
+// resyncs libferry does inside them) deliver to *sink instead of the weight
+// buffers: those calls then accept w == NULL and leave any w untouched.
+// sink == NULL goes back to the buffers. *sink is copied; sink->arg must
+// stay valid while it is set. Set it before the first pull: a shard whose
+// reference was last set through the other path (sink or buffers) gets a
+// full pull the next time (counted as a resync), never a delta on top of a
+// reference that is not there. Does not block or allocate.
+// Errors: FERRY_EINVAL (c is NULL, or a callback of sink is NULL).
+FERRY_API int ferry_client_set_pull_sink(ferry_client *c,
+    const struct ferry_pull_sink *sink);
+
+// ferry_client_pull_codec returns the job's pull codec: its wire id (0 =
+// fp32: every pull is full) and bucket, as a sink will see them in
+// ferry_pull_piece. Valid after ferry_client_open.
+// Errors: FERRY_EINVAL (a NULL argument).
+FERRY_API int ferry_client_pull_codec(const ferry_client *c,
+    uint32_t *codec_id, uint32_t *bucket);
 
 // ferry_client_leave tells the scheduler this trainer leaves the job: sync
 // rounds stop waiting for its pushes (rounds it already pushed to still
