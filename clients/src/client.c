@@ -104,6 +104,7 @@ static const char *const ferry_err_text[FERRY_ERR_COUNT] = {
 	[FERRY_ECLOSED]   = "closed",
 	[FERRY_EUNSUPP]   = "not supported",
 	[FERRY_EBEHIND]   = "behind the job's version: pull and recompute",
+	[FERRY_ESINK]     = "the pull sink failed",
 };
 
 FERRY_API const char *

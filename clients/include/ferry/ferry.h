@@ -47,6 +47,8 @@ typedef enum ferry_err {
 	FERRY_EUNSUPP,    // option not supported by this build
 	FERRY_EBEHIND,    // sync push for a version the job has passed: pull
 	                  // (ferry_client_pull) and compute the step again
+	FERRY_ESINK,      // the pull sink failed (its own error, e.g. a
+	                  // device error; see ferry_pull_sink)
 	FERRY_ERR_COUNT
 } ferry_err;
 
@@ -244,7 +246,9 @@ struct ferry_pull_piece {
 // then re-pulls that shard in full, as after its own CRC mismatch
 // (counted in ferry_stats.resyncs; a mismatch after the full pull fails
 // the call with FERRY_ECORRUPT); any other ferry_err fails the call with
-// that code (a device error, say), with the shard named in last_error.
+// that code (FERRY_ESINK for the sink's own failure, a device error say;
+// FERRY_EPROTO for codes it found malformed), with the shard named in
+// last_error.
 // Callbacks run on the thread that called the pull, one at a time, and
 // must not call back into the client.
 struct ferry_pull_sink {
