@@ -14,9 +14,11 @@ main(void)
 	srunner_add_suite(sr, suite_backend());
 	srunner_add_suite(sr, suite_backend_cpu());
 	srunner_add_suite(sr, suite_config());
+	srunner_add_suite(sr, suite_crc());
 #ifdef TR_HAVE_CUDA
 	srunner_add_suite(sr, suite_backend_cuda());
 	srunner_add_suite(sr, suite_codec_cuda());
+	srunner_add_suite(sr, suite_devpull());
 #endif
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);

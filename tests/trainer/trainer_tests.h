@@ -11,7 +11,9 @@ Suite *suite_model(void);
 Suite *suite_backend(void);
 Suite *suite_backend_cpu(void);
 Suite *suite_config(void);
+Suite *suite_crc(void);
 Suite *suite_backend_cuda(void); // built with the CUDA backend only
 Suite *suite_codec_cuda(void);   // idem
+Suite *suite_devpull(void);      // idem
 
 #endif // TRAINER_TESTS_H

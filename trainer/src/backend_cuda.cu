@@ -739,6 +739,21 @@ tr__cuda_sync(struct tr_backend *b)
 	    PS_ETRANSPORT;
 }
 
+extern "C" int
+tr__cuda_weights_device(struct tr_backend *b, float **d_w)
+{
+	struct cu *c;
+	if (b == NULL || b->ops != &tr__backend_cuda_ops || d_w == NULL) {
+		return PS_EINVAL;
+	}
+	c = (struct cu *) b->state;
+	// The caller fills the block on c->s before the next grad (stream
+	// order), so grad and evaluate may run from now on.
+	c->have_w = 1;
+	*d_w      = c->d_w;
+	return PS_OK;
+}
+
 extern "C" void *
 tr__cuda_stream(struct tr_backend *b)
 {

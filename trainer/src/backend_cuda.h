@@ -34,6 +34,15 @@ int tr__cuda_grad_device(struct tr_backend *b, const struct tr_dataset *ds,
 // Returns PS_OK or PS_ETRANSPORT (a CUDA error).
 int tr__cuda_sync(struct tr_backend *b);
 
+// tr__cuda_weights_device returns in *d_w the device block the backend
+// computes with: tr_arch_n_params floats, tensors in order (as d_grad).
+// From this call on the caller owns its contents: it writes the weights
+// there itself, on the backend's stream (tr__cuda_stream), before the next
+// grad or evaluate, and no longer calls set_weights (which would overwrite
+// them). devpull.h keeps the pull reference there. Borrowed until free.
+// b must be a "cuda" backend. Errors: PS_EINVAL.
+int tr__cuda_weights_device(struct tr_backend *b, float **d_w);
+
 // tr__cuda_stream returns the backend's compute stream (a cudaStream_t),
 // on which tr__cuda_grad_device's work runs; a device codec context made
 // on it (codec_cuda.h) is ordered after the gradient without a sync.

@@ -11,6 +11,15 @@
 // version into the same weight buffers, then set_weights (a pointer swap on
 // the CPU). Nothing on that path allocates.
 //
+// With the CUDA backend the data path stays on the device where it can:
+// gradients are quantized there (devpush.h, with a push codec the device
+// encodes) and, with a pull codec the device decodes (or none), pulls go
+// to a libferry pull sink (devpull.h) set before version 0: the delta
+// codes are decoded straight into the backend's device weights, which are
+// the shared reference, and its CRC is checked on the device; no
+// set_weights then. The host weight buffers are stale in that mode and
+// are refreshed only for --weights-out (evaluation runs on the device).
+//
 // Every trainer runs tr_partition_steps() steps per epoch, computed from
 // the smallest partition, because sync mode waits for every trainer.
 //
@@ -33,6 +42,7 @@
 #include "tr_impl.h"
 #ifdef TR_HAVE_CUDA
 #include "backend_cuda.h"
+#include "devpull.h"
 #include "devpush.h"
 #endif
 
@@ -43,6 +53,7 @@ struct run {
 	FILE                   *out, *curve;
 	struct tr_backend      *be;
 	ferry_client           *fc;
+	const char             *sink_err; // device pull's reason, or NULL
 	struct tr_dataset       train, test;
 	int                     trainers;
 	uint64_t                t0;         // ns at version 0
@@ -81,6 +92,8 @@ ferry_to_ps(int fe)
 		return PS_ECLOSED;
 	case FERRY_EUNSUPP:
 		return PS_EUNSUPP;
+	case FERRY_ESINK:
+		return PS_ETRANSPORT; // the device failed, as in the backend
 	default:
 		return PS_ESTATE;
 	}
@@ -90,8 +103,10 @@ static int
 ferry_fail(struct run *r, const char *op, int fe)
 {
 	const char *msg = r->fc ? ferry_client_last_error(r->fc) : "";
-	PS_LOG(PS_LOG_ERR, MOD, "%s: %s%s%s", op, ferry_strerror(fe),
-	    *msg ? ": " : "", msg);
+	PS_LOG(PS_LOG_ERR, MOD, "%s: %s%s%s%s%s", op, ferry_strerror(fe),
+	    *msg ? ": " : "", msg,
+	    r->sink_err && *r->sink_err ? ": " : "",
+	    r->sink_err ? r->sink_err : "");
 	return ferry_to_ps(fe);
 }
 
@@ -218,8 +233,11 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 	int                      rv, fe, stop = 0;
 #ifdef TR_HAVE_CUDA
 	struct tr__devpush      *dp     = NULL;
+	struct tr__devpull      *dpull  = NULL;
 	const uint8_t          **dcodes = NULL;
+	size_t                   tbase[TR_MAX_TENSORS];
 #endif
+	int                      dev_w = 0; // weights live on the device only
 
 	r.cfg = cfg;
 	r.out = out;
@@ -310,6 +328,45 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 		rv = PS_EINVAL;
 		goto done;
 	}
+#ifdef TR_HAVE_CUDA
+	for (size_t t = 0, off = 0; t < w.n_tensors; t++) {
+		tbase[t] = off;
+		off += w.len[t];
+	}
+	// With the CUDA backend and a pull codec the device can decode, the
+	// pulls go to a sink that keeps the reference in the backend's device
+	// weights (devpull.h): set before version 0, so that every pull,
+	// warm-up and resyncs included, lands there.
+	if (strcmp(r.be->ops->name, "cuda") == 0) {
+		const struct ferry_shard *sh;
+		struct ferry_pull_sink    sink;
+		size_t                    ns;
+		uint32_t                  cid, bucket, pid, pbucket;
+		float                    *d_w;
+		if (ferry_client_pull_codec(r.fc, &pid, &pbucket) == FERRY_OK &&
+		    tr__devpull_supported(pid) &&
+		    ferry_client_shards(r.fc, &sh, &ns, &cid, &bucket) ==
+		        FERRY_OK) {
+			if ((rv = tr__cuda_weights_device(r.be, &d_w)) != PS_OK ||
+			    (rv = tr__devpull_open(d_w, tr__cuda_stream(r.be), sh,
+			         ns, pid, pbucket, tbase, &dpull, err,
+			         sizeof(err))) != PS_OK) {
+				PS_LOG(PS_LOG_ERR, MOD, "device pull: %s", err);
+				goto done;
+			}
+			tr__devpull_sink(dpull, &sink);
+			if ((fe = ferry_client_set_pull_sink(r.fc, &sink)) !=
+			    FERRY_OK) {
+				rv = ferry_fail(&r, "set_pull_sink", fe);
+				goto done;
+			}
+			r.sink_err = tr__devpull_error(dpull);
+			dev_w      = 1;
+			PS_LOG(PS_LOG_NOTICE, MOD, "pulled weights are decoded on "
+			    "the device (%zu shards)", ns);
+		}
+	}
+#endif
 	if (cfg->rank == 0) {
 		tr_params_randomize(&w, cfg->seed);
 		fe = ferry_client_init_weights(r.fc, tr_params_cptrs(&w));
@@ -326,7 +383,8 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 	    "rank %d of %d: %zu samples in partition, %zu steps per epoch, "
 	    "%zu parameters, device %s",
 	    cfg->rank, r.trainers, part.count, spe, w.total, cfg->device);
-	if ((rv = tr_backend_set_weights(r.be, tr_params_cptrs(&w))) != PS_OK) {
+	if (!dev_w &&
+	    (rv = tr_backend_set_weights(r.be, tr_params_cptrs(&w))) != PS_OK) {
 		goto done;
 	}
 
@@ -335,17 +393,13 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 	// gradients are quantized on the GPU (devpush.h).
 	if (strcmp(r.be->ops->name, "cuda") == 0) {
 		const struct ferry_shard *sh;
-		size_t                    ns, base[TR_MAX_TENSORS], off = 0;
+		size_t                    ns;
 		uint32_t                  cid, bucket;
 		if (ferry_client_shards(r.fc, &sh, &ns, &cid, &bucket) ==
 		        FERRY_OK &&
 		    tr__devpush_supported(cid)) {
-			for (size_t t = 0; t < w.n_tensors; t++) {
-				base[t] = off;
-				off += w.len[t];
-			}
 			if ((rv = tr__devpush_open(r.be, sh, ns, cid, bucket,
-			         base, &dp, err, sizeof(err))) != PS_OK ||
+			         tbase, &dp, err, sizeof(err))) != PS_OK ||
 			    (dcodes = ps_alloc(ns * sizeof(*dcodes))) == NULL) {
 				PS_LOG(PS_LOG_ERR, MOD, "device push: %s", err);
 				rv = rv != PS_OK ? rv : PS_ENOMEM;
@@ -414,6 +468,7 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 				    "pulling", ferry_client_last_error(r.fc));
 				if ((fe = ferry_client_pull(r.fc, w.t)) ==
 				        FERRY_OK &&
+				    !dev_w &&
 				    (rv = tr_backend_set_weights(r.be,
 				         tr_params_cptrs(&w))) != PS_OK) {
 					goto done;
@@ -423,8 +478,8 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 				rv = ferry_fail(&r, "push_pull", fe);
 				goto done;
 			}
-			if ((rv = tr_backend_set_weights(r.be,
-			         tr_params_cptrs(&w))) != PS_OK) {
+			if (!dev_w && (rv = tr_backend_set_weights(r.be,
+			                   tr_params_cptrs(&w))) != PS_OK) {
 				goto done;
 			}
 			r.step++;
@@ -456,6 +511,15 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 			    ferry_client_last_error(r.fc));
 		}
 	}
+#ifdef TR_HAVE_CUDA
+	// The host copy of device-pulled weights is refreshed only here.
+	if (cfg->weights_out != NULL && dpull != NULL &&
+	    (rv = tr__devpull_fetch(dpull, w.t)) != PS_OK) {
+		PS_LOG(PS_LOG_ERR, MOD, "--weights-out: copying the device "
+		    "weights: %s", ps_strerror(rv));
+		goto done;
+	}
+#endif
 	if (cfg->weights_out != NULL &&
 	    (rv = write_weights(cfg->weights_out, &w)) != PS_OK) {
 		goto done;
@@ -467,6 +531,7 @@ done:
 	}
 #ifdef TR_HAVE_CUDA
 	tr__devpush_close(dp);
+	tr__devpull_close(dpull);
 	ps_free(dcodes);
 #endif
 	ferry_client_close(r.fc);
