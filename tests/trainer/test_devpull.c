@@ -181,7 +181,8 @@ START_TEST(test_devpull_chain_matches_host)
 		ck_assert_int_eq(sk.delta(sk.arg, &p), FERRY_EPROTO);
 		p = piece(2, cc.id + 1, cc.bucket, codes[0][2], clen[0][2], 6);
 		ck_assert_int_eq(sk.delta(sk.arg, &p), FERRY_EPROTO);
-		p = piece(NSH, cc.id, cc.bucket, codes[0][2], clen[0][2], 6);
+		p       = piece(2, cc.id, cc.bucket, codes[0][2], clen[0][2], 6);
+		p.shard = NSH; // not a shard of the layout
 		ck_assert_int_eq(sk.delta(sk.arg, &p), FERRY_ESINK);
 		if (cc.id >= COMP_Q8) {
 			// A NaN scale: the device refuses the codes and leaves
