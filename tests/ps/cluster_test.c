@@ -75,6 +75,8 @@ struct trainer_arg {
 	int         hook_at;
 	int         encoded; // push codes encoded here, not by libferry
 	int         leave_at; // > 0: leave the job before this step
+	int         nan_at;   // > 0: first push a NaN (or Inf) at this step
+	int         nan_refused; // the server refused it with a message
 	float       resid[NT][40];
 	float       w[NT][40];
 	int         rv;
@@ -171,6 +173,17 @@ trainer_main(void *arg)
 				g[t][i] = grad_for(a->rank, k, t, i);
 			}
 		}
+		if (a->nan_at > 0 && k == a->nan_at) {
+			// A non-finite gradient is refused and changes nothing:
+			// the same step then pushes its real gradient.
+			float keep = g[0][3];
+			g[0][3]    = (a->rank & 1) ? INFINITY : NAN;
+			int rv     = ferry_client_push_pull(c,
+			        (const float *const *) gp, 10, wp);
+			a->nan_refused = rv == FERRY_EREMOTE &&
+			    strstr(ferry_client_last_error(c), "NaN or Inf");
+			g[0][3] = keep;
+		}
 		if (a->encoded && !ferry_client_in_warmup(c)) {
 			a->rv = push_encoded(c, (const float *const *) gp, wp,
 			    a->resid);
@@ -235,6 +248,53 @@ START_TEST(test_cluster_sync_aggregation)
 		}
 	}
 	cluster_stop(&cl);
+}
+END_TEST
+
+// A gradient holding NaN or Inf is refused, with a message naming it, in
+// sync and async mode; the round it was pushed to still completes with
+// the trainers' real gradients, so the weights come out exact.
+START_TEST(test_cluster_nonfinite_push_refused)
+{
+	for (int mode = 0; mode < 2; mode++) {
+		struct cluster     cl;
+		struct trainer_arg a[2];
+		pthread_t          th[2];
+		const int          K = 4, T = mode == 0 ? 2 : 1;
+		cluster_start(&cl, T, 1);
+		for (int r = 0; r < T; r++) {
+			memset(&a[r], 0, sizeof(a[r]));
+			a[r].url    = ps_scheduler_url(cl.sched);
+			a[r].rank   = r;
+			a[r].steps  = K;
+			a[r].mode   = mode == 0 ? FERRY_MODE_SYNC : FERRY_MODE_ASYNC;
+			a[r].nan_at = 2;
+			pthread_create(&th[r], NULL, trainer_main, &a[r]);
+		}
+		for (int r = 0; r < T; r++) {
+			pthread_join(th[r], NULL);
+			ck_assert_msg(a[r].rv == 0, "rank %d: %s: %s", r,
+			    ferry_strerror(a[r].rv), a[r].err);
+			ck_assert_msg(a[r].nan_refused,
+			    "rank %d: non-finite push not refused (%s)", r,
+			    a[r].err);
+		}
+		for (size_t i = 0; i < lens[0]; i++) {
+			float x = (float) i;
+			for (int k = 0; k < K; k++) {
+				float sum = grad_for(0, k, 0, i);
+				if (T == 2) {
+					sum += grad_for(1, k, 0, i);
+				}
+				x -= (float) (0.5 / (10.0 * T)) * sum;
+			}
+			ck_assert_msg(fabsf(a[0].w[0][i] - x) <=
+			        1e-5f * (1 + fabsf(x)),
+			    "mode %d: a[%zu] = %g, expected %g", mode, i,
+			    a[0].w[0][i], x);
+		}
+		cluster_stop(&cl);
+	}
 }
 END_TEST
 
@@ -1049,6 +1109,7 @@ suite_cluster(void)
 	TCase *tc = tcase_create("cluster");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_cluster_sync_aggregation);
+	tcase_add_test(tc, test_cluster_nonfinite_push_refused);
 	tcase_add_test(tc, test_cluster_async_single);
 	tcase_add_test(tc, test_cluster_trainer_leave);
 	tcase_add_test(tc, test_cluster_trainer_rejoin);
