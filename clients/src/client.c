@@ -666,7 +666,7 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 	c->shard_ver = ps_zalloc(c->pl->n_shards * sizeof(uint64_t));
 	c->need      = ps_zalloc(c->pl->n_shards);
 	c->need_full = ps_zalloc(c->pl->n_shards);
-	c->ref_at  = ps_zalloc(c->pl->n_shards);
+	c->ref_at    = ps_zalloc(c->pl->n_shards);
 	c->code_off  = ps_zalloc(c->pl->n_shards * sizeof(size_t));
 	c->layout    = ps_zalloc(c->pl->n_shards * sizeof(*c->layout));
 	if (c->need == NULL || c->need_full == NULL || c->code_off == NULL ||
