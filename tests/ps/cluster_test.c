@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
+#include <nng/supplemental/util/platform.h>
 
 #include "comp/comp.h"
 #include "ferry.pb-c.h"
@@ -804,7 +805,15 @@ START_TEST(test_cluster_server_join_without_loss)
 	train_pair(&cl, joined, &o);
 	same_weights(still, joined);
 	ck_assert_int_eq(cl.n_srv, 3);
-	ps_server_stats(cl.srv[2], text, sizeof(text));
+	// The move runs beside training: on a loaded machine the 10 steps
+	// can end before the Transfers land, so wait for them (10 s at most).
+	for (int i = 0; i < 200; i++) {
+		ps_server_stats(cl.srv[2], text, sizeof(text));
+		if (strstr(text, "shards:0\r\n") == NULL) {
+			break;
+		}
+		nng_msleep(50);
+	}
 	ck_assert_msg(strstr(text, "shards:0\r\n") == NULL,
 	    "the new server holds nothing: %s", text);
 	cluster_stop(&cl);
