@@ -58,8 +58,8 @@ comp_codec_name(uint32_t id)
 	return id < COMP_CODEC_COUNT ? names[id] : "unknown";
 }
 
-static unsigned
-qbits(uint32_t id)
+unsigned
+comp__qbits(uint32_t id)
 {
 	switch (id) {
 	case COMP_Q8:
@@ -130,7 +130,7 @@ comp_codec_parse_msg(const char *spec, uint32_t bucket,
 		}
 		c.topk_ratio = (float) r;
 	} else if (arg != NULL) {
-		if (qbits(id) >= 2 && strcmp(arg, "sr") == 0) {
+		if (comp__qbits(id) >= 2 && strcmp(arg, "sr") == 0) {
 			c.stochastic = 1;
 		} else {
 			say(why, why_len,
@@ -154,13 +154,13 @@ comp_codec_check(const struct comp_codec *c)
 {
 	if (c == NULL || c->id >= COMP_CODEC_COUNT)
 		return PS_EINVAL;
-	if (qbits(c->id) != 0 &&
+	if (comp__qbits(c->id) != 0 &&
 	    (c->bucket < 1 || c->bucket > COMP_BUCKET_MAX))
 		return PS_EINVAL;
 	if (c->id == COMP_TOPK &&
 	    !(c->topk_ratio > 0.0f && c->topk_ratio <= 1.0f))
 		return PS_EINVAL; // also rejects NaN
-	if (c->stochastic != 0 && (c->stochastic != 1 || qbits(c->id) < 2))
+	if (c->stochastic != 0 && (c->stochastic != 1 || comp__qbits(c->id) < 2))
 		return PS_EINVAL;
 	return PS_OK;
 }
@@ -195,7 +195,7 @@ size_of(const struct comp_codec *c, size_t n)
 	case COMP_TOPK:
 		return 4 + 8 * comp_topk_k(c->topk_ratio, n);
 	default:
-		return comp__q_size(qbits(c->id), c->bucket, n);
+		return comp__q_size(comp__qbits(c->id), c->bucket, n);
 	}
 }
 
@@ -225,7 +225,7 @@ comp__encode(const struct comp_codec *c, const float *x, size_t n, uint64_t *rng
 		rv = comp__topk_encode(comp_topk_k(c->topk_ratio, n), x, n,
 		    out);
 	} else {
-		rv = comp__q_encode(qbits(c->id), c->bucket, c->stochastic,
+		rv = comp__q_encode(comp__qbits(c->id), c->bucket, c->stochastic,
 		    rng, x, n, out);
 	}
 	if (rv == PS_OK)
@@ -269,9 +269,9 @@ validate(const struct comp_codec *c, const uint8_t *in, size_t len, size_t n)
 		return comp__topk_validate(in, len, n);
 	if (len != size_of(c, n))
 		return PS_EPROTO;
-	if (qbits(c->id) == 0 || n == 0)
+	if (comp__qbits(c->id) == 0 || n == 0)
 		return PS_OK; // every fp32/fp16/bf16 pattern is a value
-	return comp__q_validate(qbits(c->id), c->bucket, in, n);
+	return comp__q_validate(comp__qbits(c->id), c->bucket, in, n);
 }
 
 // comp__decode writes the already validated input per mode.
@@ -284,7 +284,7 @@ comp__decode(const struct comp_codec *c, const uint8_t *in, size_t n, float *out
 	else if (c->id == COMP_TOPK)
 		comp__topk_decode(in, n, out, mode);
 	else
-		comp__q_decode(qbits(c->id), c->bucket, in, n, out, mode);
+		comp__q_decode(comp__qbits(c->id), c->bucket, in, n, out, mode);
 }
 
 static int

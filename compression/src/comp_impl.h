@@ -52,12 +52,23 @@ const struct comp__kern *comp__kern_avx512(void);
 const struct comp__kern *comp__kern(void);
 
 // Bucketed quantizer (quant.c). b is 8, 4 or 2; 1 means the scaled sign.
+// comp__qbits: bits per value of a bucketed quantizer (q8 8, q4 4, q2 2,
+// sign 1), 0 for the other codecs.
+unsigned comp__qbits(uint32_t id);
 size_t comp__q_size(unsigned b, uint32_t bucket, size_t n);
 int    comp__q_encode(unsigned b, uint32_t bucket, int stochastic,
        uint64_t *rng, const float *x, size_t n, uint8_t *out);
 // comp__q_validate checks an input of exactly comp__q_size bytes.
 int    comp__q_validate(unsigned b, uint32_t bucket, const uint8_t *in,
        size_t n);
+// Fused error feedback / reference encoding for the bucketed quantizers
+// (quant.c): the same bytes and floats as the unfused sequences in
+// feedback.c, in two passes over memory. Only where comp__q_fusable.
+int    comp__q_fusable(unsigned b, uint32_t bucket);
+int    comp__q_ef_encode(unsigned b, uint32_t bucket, int stochastic,
+       uint64_t *rng, const float *g, float *e, size_t n, uint8_t *out);
+int    comp__q_ref_encode(unsigned b, uint32_t bucket, const float *x,
+       float *ref, size_t n, uint8_t *out);
 void   comp__q_decode(unsigned b, uint32_t bucket, const uint8_t *in,
        size_t n, float *out, int mode);
 

@@ -4,7 +4,8 @@
 // Push (EF): p = g + e; c = Q(p); e = p - deq(c). e holds p while encoding,
 // then the SUB decode mode turns it into the residual, so no scratch is
 // needed; a pre-pass refuses a non-finite p so that e is never left half
-// updated.
+// updated. The bucketed quantizers take a fused two-pass route in quant.c
+// (comp__q_ef_encode, comp__q_ref_encode) with the same bits.
 // Pull (EF21-P): d = Q(x - ref); ref += deq(d), where the update is
 // comp_decode_add itself: the trainer applying the same bytes with the same
 // call gets the same bits.
@@ -20,6 +21,13 @@ comp_ef_encode(const struct comp_codec *c, const float *g, float *e,
 		return rv;
 	if (n > 0 && e == NULL)
 		return PS_EINVAL;
+	if (comp__q_fusable(comp__qbits(c->id), c->bucket)) {
+		rv = comp__q_ef_encode(comp__qbits(c->id), c->bucket,
+		    c->stochastic, rng, g, e, n, out);
+		if (rv == PS_OK)
+			*out_len = need;
+		return rv;
+	}
 	// Refuse a non-finite p before touching e, so e stays valid state.
 	uint32_t mx = 0;
 	for (size_t i = 0; i < n; i++) {
@@ -46,6 +54,13 @@ comp_ref_encode(const struct comp_codec *c, const float *x, float *ref,
 		return rv;
 	if (c->stochastic || (n > 0 && (ref == NULL || scratch == NULL)))
 		return PS_EINVAL;
+	if (comp__q_fusable(comp__qbits(c->id), c->bucket)) {
+		rv = comp__q_ref_encode(comp__qbits(c->id), c->bucket, x, ref,
+		    n, out);
+		if (rv == PS_OK)
+			*out_len = need;
+		return rv;
+	}
 	for (size_t i = 0; i < n; i++)
 		scratch[i] = x[i] - ref[i];
 	rv = comp__encode(c, scratch, n, NULL, out, need, out_len);

@@ -396,3 +396,111 @@ comp__q_decode(unsigned b, uint32_t bucket, const uint8_t *in, size_t n,
 		dec_range(k, b, codes, i0, m, step, out + i0, mode);
 	}
 }
+
+// ---- fused error feedback and reference encoding ---------------------------
+// comp_ef_encode and comp_ref_encode quantise a value formed from two
+// arrays (p = g + e; d = x - ref) and then update one of them in place
+// (e = p - deq; ref = ref + deq). Done as separate calls that is about five
+// passes over memory; here it is two. Phase 1 forms the values group by
+// group (whole buckets, FUSE_GROUP values) in an L1 buffer, takes each
+// bucket's scale and writes the codes, touching neither e nor ref, so a
+// non-finite value fails with both as they were. Phase 2 updates them with
+// dec_range, the very code comp_decode_add runs, so the bits equal the
+// unfused sequence's (tests/compression/test_feedback.c compares them) and
+// the trainer applying the same delta gets the server's reference exactly.
+enum { FUSE_GROUP = 4096 };
+
+int
+comp__q_fusable(unsigned b, uint32_t bucket)
+{
+	return b >= 2 && b <= 8 && bucket >= 1 && bucket <= FUSE_GROUP;
+}
+
+// fused_codes writes the codes of a[i] + c[i] (sub: a[i] - c[i]).
+static int
+fused_codes(unsigned b, uint32_t bucket, int stochastic, uint64_t *rng,
+    const float *a, const float *c, int sub, size_t n, uint8_t *out)
+{
+	const struct comp__kern *k = comp__kern();
+	size_t        nb = n / bucket + (n % bucket != 0);
+	uint8_t      *codes = out + 4 * nb;
+	float         L = (float) ((1u << (b - 1)) - 1);
+	size_t        per = FUSE_GROUP / bucket;
+	_Alignas(64) float buf[FUSE_GROUP];
+
+	for (size_t j0 = 0; j0 < nb; j0 += per) {
+		size_t j1 = j0 + per < nb ? j0 + per : nb;
+		size_t i0 = j0 * bucket;
+		size_t m = (j1 * bucket < n ? j1 * bucket : n) - i0;
+		if (sub) {
+			for (size_t i = 0; i < m; i++)
+				buf[i] = a[i0 + i] - c[i0 + i];
+		} else {
+			for (size_t i = 0; i < m; i++)
+				buf[i] = a[i0 + i] + c[i0 + i];
+		}
+		for (size_t j = j0; j < j1; j++) {
+			size_t   o = (j - j0) * bucket;
+			size_t   mj = n - j * bucket < bucket ? n - j * bucket
+			                                      : bucket;
+			uint32_t bits = k->absmax_bits(buf + o, mj);
+			if (bits >= COMP__INF_BITS)
+				return PS_EINVAL;
+			float s   = comp__u2f(bits);
+			float inv = s > 0.0f ? L / s : 0.0f;
+			ps_put_f32le(out + 4 * j, s);
+			if (stochastic)
+				enc_range_sr(b, buf + o, j * bucket, mj, s, rng,
+				    codes);
+			else if (isinf(inv))
+				enc_range_slow(b, buf + o, j * bucket, mj, s,
+				    codes);
+			else
+				enc_range(k, b, buf + o, j * bucket, mj, inv,
+				    codes);
+		}
+	}
+	return PS_OK;
+}
+
+// fused_update applies the codes in out to x: ef: x = (g + x) - deq;
+// else x = x + deq.
+static void
+fused_update(unsigned b, uint32_t bucket, const uint8_t *out, size_t n,
+    const float *g, float *x, int ef)
+{
+	const struct comp__kern *k = comp__kern();
+	size_t         nb = n / bucket + (n % bucket != 0);
+	const uint8_t *codes = out + 4 * nb;
+	float          L = (float) ((1u << (b - 1)) - 1);
+	for (size_t j = 0; j < nb; j++) {
+		size_t i0 = j * bucket;
+		size_t m = n - i0 < bucket ? n - i0 : bucket;
+		if (ef) {
+			for (size_t i = 0; i < m; i++)
+				x[i0 + i] = g[i0 + i] + x[i0 + i];
+		}
+		dec_range(k, b, codes, i0, m, ps_get_f32le(out + 4 * j) / L,
+		    x + i0, ef ? COMP__SUB : COMP__ADD);
+	}
+}
+
+int
+comp__q_ef_encode(unsigned b, uint32_t bucket, int stochastic,
+    uint64_t *rng, const float *g, float *e, size_t n, uint8_t *out)
+{
+	int rv = fused_codes(b, bucket, stochastic, rng, g, e, 0, n, out);
+	if (rv == PS_OK)
+		fused_update(b, bucket, out, n, g, e, 1);
+	return rv;
+}
+
+int
+comp__q_ref_encode(unsigned b, uint32_t bucket, const float *x, float *ref,
+    size_t n, uint8_t *out)
+{
+	int rv = fused_codes(b, bucket, 0, NULL, x, ref, 1, n, out);
+	if (rv == PS_OK)
+		fused_update(b, bucket, out, n, NULL, ref, 0);
+	return rv;
+}

@@ -2,6 +2,7 @@
 // (feedback.c): docs/algorithms.md §2.6 items 3 to 6 — the EF bookkeeping
 // identity, the residual bounds, pull lockstep with a naive-delta negative
 // control, and convex convergence against fp32 with a no-EF negative control.
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -404,6 +405,93 @@ END_TEST
 
 // Argument errors of comp_ef_encode and comp_ref_encode; a non-finite
 // g + e or x - ref leaves the state untouched.
+// comp_ef_encode and comp_ref_encode take a fused route for the bucketed
+// quantizers; their bytes and floats must equal the plain sequence built
+// from the public calls (p = g + e, encode, e = p - deq; d = x - ref,
+// encode, decode_add), for every quantizer, stochastic rounding, buckets
+// on both sides of the fused group size, odd lengths, subnormal-scale
+// buckets and all-zero buckets. A non-finite value fails and leaves e and
+// ref untouched.
+START_TEST(test_feedback_fused_matches_plain)
+{
+	static const char *specs[] = { "q8", "q4", "q2", "q8:sr", "q4:sr",
+		"q2:sr", "sign" };
+	static const uint32_t buckets[] = { 512, 1, 7, 100, 4096, 4097 };
+	static const size_t   lens[]    = { 1, 1000, 10007, 70001 };
+	for (size_t a = 0; a < sizeof(specs) / sizeof(specs[0]); a++) {
+		for (size_t b = 0; b < sizeof(buckets) / sizeof(buckets[0]); b++) {
+			for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++) {
+				struct comp_codec c = codec(specs[a], buckets[b]);
+				size_t   n = lens[l], cap = comp_bound(&c, n), o1, o2;
+				float   *g = malloc(n * 4), *e1 = malloc(n * 4),
+				      *e2 = malloc(n * 4), *p = malloc(n * 4),
+				      *q = malloc(n * 4), *scr = malloc(n * 4);
+				uint8_t *c1 = malloc(cap), *c2 = malloc(cap);
+				uint64_t r1 = 77, r2 = 77;
+				uint32_t seed = (uint32_t) (a * 1000 + b * 10 + l);
+				for (size_t i = 0; i < n; i++) {
+					seed  = seed * 1664525u + 1013904223u;
+					g[i]  = ((float) (seed >> 8) / 16777216.0f - 0.5f);
+					e1[i] = e2[i] = g[i] * 0.25f - 0.01f;
+					if (i >= 200 && i < 300) // subnormal scale
+						g[i] = e1[i] = e2[i] = 1e-40f;
+					if (i >= 400 && i < 500) // zero bucket(s)
+						g[i] = e1[i] = e2[i] = 0.0f;
+				}
+				// EF: the library call against the plain sequence.
+				ck_assert_int_eq(comp_ef_encode(&c, g, e1, n, &r1,
+				                     c1, cap, &o1), 0);
+				for (size_t i = 0; i < n; i++)
+					p[i] = g[i] + e2[i];
+				ck_assert_int_eq(comp_encode(&c, p, n, &r2, c2, cap,
+				                     &o2), 0);
+				ck_assert_int_eq(comp_decode(&c, c2, o2, n, q), 0);
+				for (size_t i = 0; i < n; i++)
+					e2[i] = p[i] - q[i];
+				ck_assert_msg(o1 == o2 && memcmp(c1, c2, o1) == 0,
+				    "%s@%u n=%zu: EF codes differ", specs[a],
+				    buckets[b], n);
+				ck_assert_msg(memcmp(e1, e2, n * 4) == 0,
+				    "%s@%u n=%zu: residuals differ", specs[a],
+				    buckets[b], n);
+				ck_assert_uint_eq(r1, r2);
+				// Reference: x = g, ref = e (deterministic codecs).
+				if (!c.stochastic) {
+					memcpy(p, e1, n * 4);
+					ck_assert_int_eq(comp_ref_encode(&c, g, e1, n,
+					                     scr, c1, cap, &o1), 0);
+					for (size_t i = 0; i < n; i++)
+						q[i] = g[i] - p[i];
+					ck_assert_int_eq(comp_encode(&c, q, n, NULL,
+					                     c2, cap, &o2), 0);
+					ck_assert_int_eq(comp_decode_add(&c, c2, o2, n,
+					                     p), 0);
+					ck_assert_msg(memcmp(c1, c2, o1) == 0 &&
+					        memcmp(e1, p, n * 4) == 0,
+					    "%s@%u n=%zu: reference differs",
+					    specs[a], buckets[b], n);
+				}
+				// A NaN fails and changes nothing.
+				if (n > 600) {
+					g[n - 3] = NAN;
+					memcpy(p, e1, n * 4);
+					ck_assert_int_eq(comp_ef_encode(&c, g, e1, n, &r1,
+					                     c1, cap, &o1), PS_EINVAL);
+					ck_assert(memcmp(p, e1, n * 4) == 0);
+					if (!c.stochastic) {
+						ck_assert_int_ne(comp_ref_encode(&c, g, e1,
+						                     n, scr, c1, cap, &o1), 0);
+						ck_assert(memcmp(p, e1, n * 4) == 0);
+					}
+				}
+				free(g), free(e1), free(e2), free(p), free(q);
+				free(scr), free(c1), free(c2);
+			}
+		}
+	}
+}
+END_TEST
+
 START_TEST(test_feedback_ef_encode_bogus)
 {
 	struct comp_codec c = codec("q4", 8);
@@ -467,6 +555,7 @@ suite_feedback(void)
 	TCase *tc = tcase_create("feedback");
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_feedback_ef_identity);
+	tcase_add_test(tc, test_feedback_fused_matches_plain);
 	tcase_add_test(tc, test_feedback_ef_residual_bound);
 	tcase_add_test(tc, test_feedback_pull_lockstep);
 	tcase_add_test(tc, test_feedback_convex_convergence);
