@@ -976,10 +976,11 @@ take_shard(ferry_client *c, size_t m, uint32_t id,
 			return rv;
 		}
 	} else if (c->cpull.id != COMP_NONE) {
-		if (ps_crc32(0, ref, si->len * 4) != r[k - 1]->crc) {
+		// Check and hand over in one pass; on a mismatch dst holds a
+		// wrong copy, which the resync this triggers overwrites.
+		if (ps_crc32_copy(0, dst, ref, si->len * 4) != r[k - 1]->crc) {
 			return FERRY_ECORRUPT;
 		}
-		memcpy(dst, ref, si->len * 4);
 	}
 	c->shard_ver[id] = ver;
 	return FERRY_OK;

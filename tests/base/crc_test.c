@@ -74,6 +74,28 @@ START_TEST(test_crc_large_and_incremental)
 }
 END_TEST
 
+START_TEST(test_crc_copy)
+{
+	const size_t   max = 700;
+	unsigned char *b   = random_bytes(max + 16, 3);
+	unsigned char *d   = malloc(max + 16);
+	ck_assert_ptr_nonnull(d);
+	for (size_t off = 0; off < 16; off += 7) {
+		for (size_t n = 0; n <= max; n++) {
+			memset(d, 0xA5, max + 16);
+			ck_assert_msg(ps_crc32_copy(0, d + 1, b + off, n) ==
+			        (uint32_t) crc32(0, b + off, (uInt) n),
+			    "len %zu off %zu", n, off);
+			ck_assert_msg(memcmp(d + 1, b + off, n) == 0 &&
+			        d[0] == 0xA5 && d[n + 1] == 0xA5,
+			    "copy of len %zu off %zu", n, off);
+		}
+	}
+	free(d);
+	free(b);
+}
+END_TEST
+
 Suite *
 suite_crc(void)
 {
@@ -82,6 +104,7 @@ suite_crc(void)
 	tcase_add_test(tc, test_crc_check_value);
 	tcase_add_test(tc, test_crc_every_length_and_alignment);
 	tcase_add_test(tc, test_crc_large_and_incremental);
+	tcase_add_test(tc, test_crc_copy);
 	suite_add_tcase(s, tc);
 	return s;
 }

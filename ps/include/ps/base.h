@@ -112,6 +112,10 @@ uint64_t ps_clock_ms(void);
 // (0 for a fresh sum).
 uint32_t ps_crc32(uint32_t crc, const void *buf, size_t len);
 
+// ps_crc32_copy is ps_crc32 over src that also copies the len bytes to dst
+// (which must not overlap src) in the same pass.
+uint32_t ps_crc32_copy(uint32_t crc, void *dst, const void *src, size_t len);
+
 static inline void
 ps_put_u32le(uint8_t *p, uint32_t v)
 {

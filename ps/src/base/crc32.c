@@ -12,6 +12,7 @@
 // 2009) and finish with a Barrett reduction; the bytes that do not fill a
 // 16-byte block, short buffers and other CPUs go through zlib. The values
 // are identical either way (tests/ps/crc_test.c compares them).
+#include <string.h>
 #include <zlib.h>
 
 #include "ps/base.h"
@@ -41,9 +42,10 @@ fold(__m128i x, __m128i k, __m128i data)
 }
 
 // crc_clmul advances the raw (not inverted) CRC register r over n bytes;
-// n >= 64 and a multiple of 16.
+// n >= 64 and a multiple of 16. With dst, the bytes are also copied there
+// (from the registers the CRC loads anyway).
 __attribute__((target("pclmul,sse4.1"))) static uint32_t
-crc_clmul(uint32_t r, const unsigned char *p, size_t n)
+crc_clmul(uint32_t r, const unsigned char *p, size_t n, unsigned char *dst)
 {
 	const __m128i k12    = _mm_set_epi64x((long long) K2, (long long) K1);
 	const __m128i k34    = _mm_set_epi64x((long long) K4, (long long) K3);
@@ -52,24 +54,49 @@ crc_clmul(uint32_t r, const unsigned char *p, size_t n)
 	const __m128i mask32 = _mm_set_epi32(0, 0, 0, -1);
 	__m128i       x0, x1, x2, x3, t;
 
+	__m128i       d0, d1, d2, d3;
+
 	x0 = _mm_loadu_si128((const __m128i *) p);
 	x1 = _mm_loadu_si128((const __m128i *) (p + 16));
 	x2 = _mm_loadu_si128((const __m128i *) (p + 32));
 	x3 = _mm_loadu_si128((const __m128i *) (p + 48));
+	if (dst != NULL) {
+		_mm_storeu_si128((__m128i *) dst, x0);
+		_mm_storeu_si128((__m128i *) (dst + 16), x1);
+		_mm_storeu_si128((__m128i *) (dst + 32), x2);
+		_mm_storeu_si128((__m128i *) (dst + 48), x3);
+		dst += 64;
+	}
 	x0 = _mm_xor_si128(x0, _mm_cvtsi32_si128((int) r));
 	p += 64;
 	n -= 64;
 	for (; n >= 64; p += 64, n -= 64) {
-		x0 = fold(x0, k12, _mm_loadu_si128((const __m128i *) p));
-		x1 = fold(x1, k12, _mm_loadu_si128((const __m128i *) (p + 16)));
-		x2 = fold(x2, k12, _mm_loadu_si128((const __m128i *) (p + 32)));
-		x3 = fold(x3, k12, _mm_loadu_si128((const __m128i *) (p + 48)));
+		d0 = _mm_loadu_si128((const __m128i *) p);
+		d1 = _mm_loadu_si128((const __m128i *) (p + 16));
+		d2 = _mm_loadu_si128((const __m128i *) (p + 32));
+		d3 = _mm_loadu_si128((const __m128i *) (p + 48));
+		if (dst != NULL) {
+			_mm_storeu_si128((__m128i *) dst, d0);
+			_mm_storeu_si128((__m128i *) (dst + 16), d1);
+			_mm_storeu_si128((__m128i *) (dst + 32), d2);
+			_mm_storeu_si128((__m128i *) (dst + 48), d3);
+			dst += 64;
+		}
+		x0 = fold(x0, k12, d0);
+		x1 = fold(x1, k12, d1);
+		x2 = fold(x2, k12, d2);
+		x3 = fold(x3, k12, d3);
 	}
 	x0 = fold(x0, k34, x1);
 	x0 = fold(x0, k34, x2);
 	x0 = fold(x0, k34, x3);
 	for (; n >= 16; p += 16, n -= 16) {
-		x0 = fold(x0, k34, _mm_loadu_si128((const __m128i *) p));
+		d0 = _mm_loadu_si128((const __m128i *) p);
+		if (dst != NULL) {
+			_mm_storeu_si128((__m128i *) dst, d0);
+			dst += 16;
+		}
+		x0 = fold(x0, k34, d0);
 	}
 	// 128 -> 64 bits
 	t  = _mm_clmulepi64_si128(x0, k34, 0x10);
@@ -117,10 +144,30 @@ ps_crc32(uint32_t crc, const void *buf, size_t len)
 #ifdef PS_CRC_CLMUL
 	if (len >= 64 && have_clmul()) {
 		size_t n = len & ~(size_t) 15;
-		crc      = ~crc_clmul(~crc, p, n);
+		crc      = ~crc_clmul(~crc, p, n, NULL);
 		p += n;
 		len -= n;
 	}
 #endif
+	return crc_zlib(crc, p, len);
+}
+
+uint32_t
+ps_crc32_copy(uint32_t crc, void *dst, const void *src, size_t len)
+{
+	const unsigned char *p = src;
+	unsigned char       *d = dst;
+#ifdef PS_CRC_CLMUL
+	if (len >= 64 && have_clmul()) {
+		size_t n = len & ~(size_t) 15;
+		crc      = ~crc_clmul(~crc, p, n, d);
+		p += n;
+		d += n;
+		len -= n;
+	}
+#endif
+	if (len > 0) {
+		memcpy(d, p, len);
+	}
 	return crc_zlib(crc, p, len);
 }
