@@ -48,6 +48,7 @@ struct conn {
 	int        rv;
 	uint64_t   rid;
 	nng_msg   *rep;
+	nng_msg   *spare;   // the last reply, reused for the next push body
 };
 
 // Where a shard's pull reference lives: nowhere yet (its first pull asks
@@ -261,6 +262,7 @@ ferry_client_close(ferry_client *c)
 	for (size_t i = 0; i < c->n_conns; i++) {
 		nng_close(c->conns[i].sock);
 		nng_aio_free(c->conns[i].aio);
+		nng_msg_free(c->conns[i].spare);
 		ps_free(c->conns[i].shards);
 		ps_free(c->conns[i].req);
 	}
@@ -833,7 +835,13 @@ build_request(ferry_client *c, struct conn *cn, struct xfer *x, nng_msg **out)
 	h.body_case  = PSWIRE__HEADER__BODY_PUSH_REQ;
 	h.push_req   = &pr;
 	hl           = pswire__header__get_packed_size(&h);
-	if ((rv = psw_msg_begin(out, hl, plen, &payload)) != PS_OK) {
+	// A push body is about as large as the last reply from this server
+	// (same shards): build it there, with no allocation and no zeroing.
+	if (cn->spare != NULL && psw_msg_reuse(cn->spare, hl, plen, &payload) ==
+	                             PS_OK) {
+		*out      = cn->spare;
+		cn->spare = NULL;
+	} else if ((rv = psw_msg_begin(out, hl, plen, &payload)) != PS_OK) {
 		goto done;
 	}
 	for (size_t i = 0; i < cn->req_n; i++) {
@@ -1222,7 +1230,8 @@ exchange(ferry_client *c, struct xfer *x)
 			if (rh != NULL) {
 				pswire__header__free_unpacked(rh, NULL);
 			}
-			nng_msg_free(rep);
+			nng_msg_free(cn->spare);
+			cn->spare = rep;
 		}
 		if (rv != FERRY_OK) {
 			return rv;
