@@ -88,7 +88,7 @@ local_job() {
 	mkdir -p "$dir"
 	rm -f "$dir/scheduler.url"
 	"$PS" --role=scheduler --trainers="$t" --servers="$m" --url-file="$dir/scheduler.url" \
-		--log-level=warn 2>"$dir/scheduler.log" &
+		--shard-bytes="${SHARD_BYTES:-1048576}" --log-level=warn 2>"$dir/scheduler.log" &
 	pids+=($!)
 	for i in $(seq 200); do [ -s "$dir/scheduler.url" ] && break; sleep 0.05; done
 	sched=$(cat "$dir/scheduler.url" 2>/dev/null) || { kill "${pids[@]}"; return 1; }
@@ -107,15 +107,18 @@ local_job() {
 	wait "${pids[@]}" 2>/dev/null || true
 	return $rc
 }
-# ferry_run NAME MODE TRAINERS PUSH PULL: 1 server, T trainers, 3 epochs.
+# ferry_run NAME MODE TRAINERS PUSH PULL: $SERVERS servers (default 1)
+# with $SHARD_BYTES shards (default 1 MiB), T trainers, 3 epochs.
 ferry_run() {
 	local name=$1 mode=$2 t=$3 cp=$4 cl=$5 dir="$RAW/e2e-$1"
+	local m=${SERVERS:-1} sb=${SHARD_BYTES:-1048576}
 	log "e2e: ferry $name"
-	if CURVE="$RAW/curves/$name.csv" local_job "$dir" 1 "$t" --epochs $EPOCHS \
+	rm -rf "$dir"
+	if CURVE="$RAW/curves/$name.csv" local_job "$dir" "$m" "$t" --epochs $EPOCHS \
 		--mode "$mode" --codec-push "$cp" --codec-pull "$cl" --log-interval $LOGI; then
 		cat "$dir"/trainer-*.out | grep '"summary"' |
-			$PY -c 'import sys,json; print(json.dumps({"name": sys.argv[1], "system": "ferry", "mode": sys.argv[2], "trainers": int(sys.argv[3]), "codec": sys.argv[4], "status": "ok", "summaries": [json.loads(l)["summary"] for l in sys.stdin]}))' \
-				"$name" "$mode" "$t" "$cp/$cl" >>"$RAW/e2e.jsonl"
+			$PY -c 'import sys,json; print(json.dumps({"name": sys.argv[1], "system": "ferry", "mode": sys.argv[2], "trainers": int(sys.argv[3]), "codec": sys.argv[4], "servers": int(sys.argv[5]), "shard_bytes": int(sys.argv[6]), "status": "ok", "summaries": [json.loads(l)["summary"] for l in sys.stdin]}))' \
+				"$name" "$mode" "$t" "$cp/$cl" "$m" "$sb" >>"$RAW/e2e.jsonl"
 	else
 		local why
 		why=$(grep -h -m1 -E ' E ' "$dir"/trainer-*.log 2>/dev/null | head -1 | cut -c1-200)
@@ -124,16 +127,17 @@ ferry_run() {
 			"$name" "$mode" "$t" "$cp/$cl" "$why" >>"$RAW/e2e.jsonl"
 	fi
 }
-torch_run() { # torch_run MODE
-	local m=$1 dir="$RAW/e2e-torch-$1"
+torch_run() { # torch_run MODE [NAME]
+	local m=$1 name=${2:-torch-$1} dir="$RAW/e2e-${2:-torch-$1}"
+	rm -rf "$dir"
 	mkdir -p "$dir"
-	log "e2e: torch $m"
+	log "e2e: $name"
 	if timeout 900 $PY bench/peers/torch_mlp.py --mode "$m" --world 2 --epochs $EPOCHS \
-		--log-interval $LOGI --curve "$RAW/curves/torch-$m.csv" \
+		--log-interval $LOGI --curve "$RAW/curves/$name.csv" \
 		--port $((29500 + RANDOM % 2000)) >"$dir/run.out" 2>"$dir/run.log"; then
 		grep '"summary"' "$dir/run.out" |
-			$PY -c 'import sys,json; s=[json.loads(l)["summary"] for l in sys.stdin]; print(json.dumps({"name": "torch-"+sys.argv[1], "system": "torch-"+sys.argv[1], "mode": "sync", "trainers": s[0]["trainers"], "codec": "none/none", "status": "ok", "summaries": s}))' \
-				"$m" >>"$RAW/e2e.jsonl"
+			$PY -c 'import sys,json; s=[json.loads(l)["summary"] for l in sys.stdin]; print(json.dumps({"name": sys.argv[2], "system": "torch-"+sys.argv[1], "mode": "sync", "trainers": s[0]["trainers"], "codec": "none/none", "status": "ok", "summaries": s}))' \
+				"$m" "$name" >>"$RAW/e2e.jsonl"
 	else
 		log "e2e: torch $m failed; see $dir/run.log"
 	fi
@@ -159,12 +163,24 @@ if ((!quick)); then
 	done
 fi
 for m in single ddp rpc; do torch_run $m; done
+SERVERS=2 SHARD_BYTES=262144 ferry_run sync-t2-none-m2 sync 2 none none
+
+# Head to head: the configurations the targets compare, interleaved and
+# repeated (this machine's throughput drifts by tens of percent between
+# minutes; the report takes medians over the repeats).
+for ((rep = 1; rep <= (quick ? 1 : 3); rep++)); do
+	for cfg in "1 1048576 none" "1 1048576 q4" "2 262144 none" "2 262144 q4"; do
+		read -r m sb c <<<"$cfg"
+		SERVERS=$m SHARD_BYTES=$sb ferry_run "h2h-ferry-m$m-$c-r$rep" sync 2 "$c" "$c"
+	done
+	for m in single ddp rpc; do torch_run $m "h2h-torch-$m-r$rep"; done
+done
 
 # --- 4. slow links ------------------------------------------------------
 : >"$RAW/links.jsonl"
 if bench/links/netsim.sh check 2>"$RAW/links-skip.txt"; then
 	for rate in none 1gbit 100mbit 10mbit; do
-		for codec in none/none q8/q8 q4/q8; do
+		for codec in none/none q8/q8 q4/q8 q4/q4; do
 			if ((quick)); then
 				case $rate in none | 1gbit) steps=80 ;; 100mbit) steps=20 ;; *) steps=10 ;; esac
 			else
@@ -211,6 +227,7 @@ fi
 # --- report -------------------------------------------------------------
 log "report"
 mkdir -p bench/results/curves
-cp "$RAW"/curves/*.csv bench/results/curves/ 2>/dev/null || true
+# (the head-to-head repeats stay in $RAW: only medians are reported)
+find "$RAW/curves" -name "*.csv" ! -name "h2h-*" -exec cp {} bench/results/curves/ \;
 $PY bench/results/make_report.py "$RAW" docs/benchmarks.md bench/results/latest.json docs/plots
 log "done in $(($(date +%s) - T0)) s; raw logs in $RAW"
