@@ -94,11 +94,13 @@ for ((r = 0; r < trainers; r++)); do
 			"${trainer_flags[@]}" 2>"$RUN/trainer-0.log" |
 			tee "$RUN/trainer-0.out" &
 	else
-		# Ranks > 0 write their own curve file, never rank 0's.
+		# Ranks > 0 write their own curve and step-times files,
+		# never rank 0's.
 		rflags=()
 		for f in "${trainer_flags[@]}"; do
 			case "$f" in
 			--curve=*) rflags+=("--curve=$RUN/curve-$r.csv") ;;
+			--step-times=*) rflags+=("--step-times=$RUN/step-times-$r.csv") ;;
 			*) rflags+=("$f") ;;
 			esac
 		done

@@ -45,15 +45,34 @@ START_TEST(test_train_sync_equals_single_process)
 	}
 	lc_start(&c, 2, 2, NULL);
 	for (int r = 0; r < 2; r++) {
-		char wo[320];
+		char wo[320], stf[320];
 		snprintf(wo, sizeof(wo), "--weights-out=%s/w%d.bin", c.dir, r);
+		snprintf(stf, sizeof(stf), "--step-times=%s/st%d.csv", c.dir, r);
 		const char *flags[] = { "--seed=" SEED, "--max-steps=20",
-			"--log-interval=0", "--batch=64", "--lr=0.1", wo, NULL };
+			"--log-interval=0", "--batch=64", "--lr=0.1", wo, stf,
+			NULL };
 		lc_trainer(&c, r, flags);
 	}
 	int ok = lc_wait_trainers(&c, 120);
 	lc_stop(&c);
 	ck_assert_msg(ok == 2, "trainers failed; logs in %s", c.dir);
+
+	// --step-times: a header and one row per step, in order, with times.
+	snprintf(path, sizeof(path), "%s/st1.csv", c.dir);
+	FILE *stf = fopen(path, "r");
+	ck_assert_msg(stf != NULL, "no %s", path);
+	char line[128];
+	ck_assert_ptr_nonnull(fgets(line, sizeof(line), stf));
+	ck_assert_str_eq(line, "step,compute_ms,push_pull_ms\n");
+	for (unsigned k = 0; k < STEPS; k++) {
+		unsigned step;
+		double   cm, pm;
+		ck_assert_int_eq(fscanf(stf, "%u,%lf,%lf", &step, &cm, &pm), 3);
+		ck_assert_uint_eq(step, k);
+		ck_assert(cm > 0 && pm > 0);
+	}
+	ck_assert_int_eq(fscanf(stf, "%127s", line), EOF);
+	fclose(stf);
 
 	// The single-process reference.
 	PT_OK(tr_arch_parse("784,256,128,10", &a, err, sizeof(err)));

@@ -51,6 +51,10 @@ static const struct flag flags[] = {
 	    "OpenBLAS threads" },
 	{ "curve", K_STR, OFF(curve), 0, 0, "(none)",
 	    "write the training curve as CSV to FILE" },
+	{ "step-times", K_STR, OFF(step_times), 0, 0, "(none)",
+	    "write every step's times as CSV to FILE: step, compute_ms "
+	    "(minibatch and gradient), push_pull_ms (the exchange, waiting "
+	    "for the other trainers included)" },
 	{ "weights-out", K_STR, OFF(weights_out), 0, 0, "(none)",
 	    "at the end, write the final weights to FILE (raw float32, "
 	    "host byte order, tensors in order fc1.weight, fc1.bias, ...)" },

@@ -358,6 +358,7 @@ struct tr_config {
 	const char    *device;       // --device cpu|cuda|cuda:N
 	int            blas_threads; // --blas-threads
 	const char    *curve;        // --curve FILE (NULL: none)
+	const char    *step_times;   // --step-times FILE (NULL: none)
 	uint32_t       timeout_ms;   // --timeout-ms (libferry deadline)
 	const char    *weights_out;  // --weights-out FILE (NULL: none)
 	int            help;         // --help was given
