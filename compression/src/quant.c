@@ -271,29 +271,46 @@ sign_encode(uint32_t bucket, const float *x, size_t n, uint8_t *out)
 	return PS_OK;
 }
 
-int
-comp__q_encode(unsigned b, uint32_t bucket, int stochastic, uint64_t *rng,
-    const float *x, size_t n, uint8_t *out)
+// Values are encoded in groups of whole buckets, up to GROUP values: first
+// every scale of the group (so the divisions L / s do not stall the vector
+// loop), then the codes, while the group is still in L1. The values are
+// a's own (FORM_A) or formed from two arrays into an L1 buffer first,
+// a + c (FORM_ADD, error feedback) or a - c (FORM_SUB, the pull delta):
+// see "fused error feedback" below.
+enum { GROUP = 4096, GMAX = 64 };
+enum { FORM_A, FORM_ADD, FORM_SUB };
+
+static int
+q_encode_groups(unsigned b, uint32_t bucket, int stochastic, uint64_t *rng,
+    const float *a, const float *c, int form, size_t n, uint8_t *out)
 {
-	if (b == 1)
-		return sign_encode(bucket, x, n, out);
 	const struct comp__kern *k = comp__kern();
 	size_t   nb = n / bucket + (n % bucket != 0);
 	uint8_t *codes = out + 4 * nb;
 	float    L = (float) ((1u << (b - 1)) - 1);
-	// Buckets go in groups of up to GROUP values: first every scale of the
-	// group (so the divisions L / s do not stall the vector loop), then the
-	// codes, while the group is still in L1.
-	enum { GROUP = 4096, GMAX = 64 };
-	size_t per = bucket >= GROUP ? 1 : GROUP / bucket;
+	size_t   per = bucket >= GROUP ? 1 : GROUP / bucket;
 	per = per > GMAX ? GMAX : per;
 	float inv[GMAX];
+	_Alignas(64) float buf[GROUP]; // formed values (bucket <= GROUP)
 	for (size_t j0 = 0; j0 < nb; j0 += per) {
-		size_t j1 = j0 + per < nb ? j0 + per : nb;
+		size_t       j1 = j0 + per < nb ? j0 + per : nb;
+		size_t       g0 = j0 * bucket;
+		const float *x = a + g0; // x[0] is value g0
+		if (form != FORM_A) {
+			size_t m = (j1 * bucket < n ? j1 * bucket : n) - g0;
+			if (form == FORM_ADD) {
+				for (size_t i = 0; i < m; i++)
+					buf[i] = a[g0 + i] + c[g0 + i];
+			} else {
+				for (size_t i = 0; i < m; i++)
+					buf[i] = a[g0 + i] - c[g0 + i];
+			}
+			x = buf;
+		}
 		for (size_t j = j0; j < j1; j++) {
 			size_t   i0 = j * bucket;
 			size_t   m = n - i0 < bucket ? n - i0 : bucket;
-			uint32_t bits = k->absmax_bits(x + i0, m);
+			uint32_t bits = k->absmax_bits(x + (i0 - g0), m);
 			if (bits >= COMP__INF_BITS)
 				return PS_EINVAL;
 			float s = comp__u2f(bits);
@@ -301,19 +318,29 @@ comp__q_encode(unsigned b, uint32_t bucket, int stochastic, uint64_t *rng,
 			inv[j - j0] = s > 0.0f ? L / s : 0.0f;
 		}
 		for (size_t j = j0; j < j1; j++) {
-			size_t i0 = j * bucket;
-			size_t m = n - i0 < bucket ? n - i0 : bucket;
-			float  s = ps_get_f32le(out + 4 * j);
+			size_t       i0 = j * bucket;
+			size_t       m = n - i0 < bucket ? n - i0 : bucket;
+			float        s = ps_get_f32le(out + 4 * j);
+			const float *xj = x + (i0 - g0);
 			if (stochastic)
-				enc_range_sr(b, x + i0, i0, m, s, rng, codes);
+				enc_range_sr(b, xj, i0, m, s, rng, codes);
 			else if (isinf(inv[j - j0]))
-				enc_range_slow(b, x + i0, i0, m, s, codes);
+				enc_range_slow(b, xj, i0, m, s, codes);
 			else
-				enc_range(k, b, x + i0, i0, m, inv[j - j0],
-				    codes);
+				enc_range(k, b, xj, i0, m, inv[j - j0], codes);
 		}
 	}
 	return PS_OK;
+}
+
+int
+comp__q_encode(unsigned b, uint32_t bucket, int stochastic, uint64_t *rng,
+    const float *x, size_t n, uint8_t *out)
+{
+	if (b == 1)
+		return sign_encode(bucket, x, n, out);
+	return q_encode_groups(b, bucket, stochastic, rng, x, NULL, FORM_A, n,
+	    out);
 }
 
 // ---- validate and decode --------------------------------------------------
@@ -401,66 +428,16 @@ comp__q_decode(unsigned b, uint32_t bucket, const uint8_t *in, size_t n,
 // comp_ef_encode and comp_ref_encode quantise a value formed from two
 // arrays (p = g + e; d = x - ref) and then update one of them in place
 // (e = p - deq; ref = ref + deq). Done as separate calls that is about five
-// passes over memory; here it is two. Phase 1 forms the values group by
-// group (whole buckets, FUSE_GROUP values) in an L1 buffer, takes each
-// bucket's scale and writes the codes, touching neither e nor ref, so a
-// non-finite value fails with both as they were. Phase 2 updates them with
-// dec_range, the very code comp_decode_add runs, so the bits equal the
+// passes over memory; here it is two. Phase 1 is q_encode_groups forming
+// the values group by group in its L1 buffer, touching neither e nor ref,
+// so a non-finite value fails with both as they were. Phase 2 updates them
+// with dec_range, the very code comp_decode_add runs, so the bits equal the
 // unfused sequence's (tests/compression/test_feedback.c compares them) and
 // the trainer applying the same delta gets the server's reference exactly.
-enum { FUSE_GROUP = 4096 };
-
 int
 comp__q_fusable(unsigned b, uint32_t bucket)
 {
-	return b >= 2 && b <= 8 && bucket >= 1 && bucket <= FUSE_GROUP;
-}
-
-// fused_codes writes the codes of a[i] + c[i] (sub: a[i] - c[i]).
-static int
-fused_codes(unsigned b, uint32_t bucket, int stochastic, uint64_t *rng,
-    const float *a, const float *c, int sub, size_t n, uint8_t *out)
-{
-	const struct comp__kern *k = comp__kern();
-	size_t        nb = n / bucket + (n % bucket != 0);
-	uint8_t      *codes = out + 4 * nb;
-	float         L = (float) ((1u << (b - 1)) - 1);
-	size_t        per = FUSE_GROUP / bucket;
-	_Alignas(64) float buf[FUSE_GROUP];
-
-	for (size_t j0 = 0; j0 < nb; j0 += per) {
-		size_t j1 = j0 + per < nb ? j0 + per : nb;
-		size_t i0 = j0 * bucket;
-		size_t m = (j1 * bucket < n ? j1 * bucket : n) - i0;
-		if (sub) {
-			for (size_t i = 0; i < m; i++)
-				buf[i] = a[i0 + i] - c[i0 + i];
-		} else {
-			for (size_t i = 0; i < m; i++)
-				buf[i] = a[i0 + i] + c[i0 + i];
-		}
-		for (size_t j = j0; j < j1; j++) {
-			size_t   o = (j - j0) * bucket;
-			size_t   mj = n - j * bucket < bucket ? n - j * bucket
-			                                      : bucket;
-			uint32_t bits = k->absmax_bits(buf + o, mj);
-			if (bits >= COMP__INF_BITS)
-				return PS_EINVAL;
-			float s   = comp__u2f(bits);
-			float inv = s > 0.0f ? L / s : 0.0f;
-			ps_put_f32le(out + 4 * j, s);
-			if (stochastic)
-				enc_range_sr(b, buf + o, j * bucket, mj, s, rng,
-				    codes);
-			else if (isinf(inv))
-				enc_range_slow(b, buf + o, j * bucket, mj, s,
-				    codes);
-			else
-				enc_range(k, b, buf + o, j * bucket, mj, inv,
-				    codes);
-		}
-	}
-	return PS_OK;
+	return b >= 2 && b <= 8 && bucket >= 1 && bucket <= GROUP;
 }
 
 // fused_update applies the codes in out to x: ef: x = (g + x) - deq;
@@ -489,7 +466,8 @@ int
 comp__q_ef_encode(unsigned b, uint32_t bucket, int stochastic,
     uint64_t *rng, const float *g, float *e, size_t n, uint8_t *out)
 {
-	int rv = fused_codes(b, bucket, stochastic, rng, g, e, 0, n, out);
+	int rv = q_encode_groups(b, bucket, stochastic, rng, g, e, FORM_ADD, n,
+	    out);
 	if (rv == PS_OK)
 		fused_update(b, bucket, out, n, g, e, 1);
 	return rv;
@@ -499,7 +477,7 @@ int
 comp__q_ref_encode(unsigned b, uint32_t bucket, const float *x, float *ref,
     size_t n, uint8_t *out)
 {
-	int rv = fused_codes(b, bucket, 0, NULL, x, ref, 1, n, out);
+	int rv = q_encode_groups(b, bucket, 0, NULL, x, ref, FORM_SUB, n, out);
 	if (rv == PS_OK)
 		fused_update(b, bucket, out, n, NULL, ref, 0);
 	return rv;
