@@ -1322,7 +1322,7 @@ maybe_reprobe(ferry_client *c)
 }
 
 static int
-check_ready(ferry_client *c, const void *bufs)
+check_declared(ferry_client *c)
 {
 	if (c == NULL) {
 		return FERRY_EINVAL;
@@ -1330,10 +1330,26 @@ check_ready(ferry_client *c, const void *bufs)
 	if (!c->declared) {
 		return fail(c, FERRY_ESTATE, "declare the tensors first");
 	}
-	if (bufs == NULL) {
-		return fail(c, FERRY_EINVAL, "tensor buffer array is NULL");
-	}
 	return FERRY_OK;
+}
+
+// check_ready accepts a declared client and a non-NULL input array.
+static int
+check_ready(ferry_client *c, const void *bufs)
+{
+	int rv = check_declared(c);
+	if (rv == FERRY_OK && bufs == NULL) {
+		rv = fail(c, FERRY_EINVAL, "tensor buffer array is NULL");
+	}
+	return rv;
+}
+
+static int
+check_samples(ferry_client *c, uint32_t n_samples)
+{
+	return n_samples > 0
+	    ? FERRY_OK
+	    : fail(c, FERRY_EINVAL, "n_samples must be > 0");
 }
 
 FERRY_API int
@@ -1363,7 +1379,7 @@ ferry_client_pull(ferry_client *c, float *const *w)
 {
 	struct xfer x = { .op = OP_PULL, .w = w };
 	int         rv;
-	if ((rv = check_ready(c, c)) != FERRY_OK ||
+	if ((rv = check_declared(c)) != FERRY_OK ||
 	    (rv = check_pull_bufs(c, w)) != FERRY_OK) {
 		return rv;
 	}
@@ -1379,11 +1395,9 @@ ferry_client_push(ferry_client *c, const float *const *g, uint32_t n_samples)
 {
 	struct xfer x = { .op = OP_PUSH, .g = g, .n_samples = n_samples };
 	int         rv;
-	if ((rv = check_ready(c, g)) != FERRY_OK) {
+	if ((rv = check_ready(c, g)) != FERRY_OK ||
+	    (rv = check_samples(c, n_samples)) != FERRY_OK) {
 		return rv;
-	}
-	if (n_samples == 0) {
-		return fail(c, FERRY_EINVAL, "n_samples must be > 0");
 	}
 	if ((rv = run_op(c, &x)) != FERRY_OK) {
 		return rv;
@@ -1418,11 +1432,9 @@ ferry_client_push_pull(ferry_client *c, const float *const *g,
 		.n_samples = n_samples };
 	int rv;
 	if ((rv = check_ready(c, g)) != FERRY_OK ||
-	    (rv = check_pull_bufs(c, w)) != FERRY_OK) {
+	    (rv = check_pull_bufs(c, w)) != FERRY_OK ||
+	    (rv = check_samples(c, n_samples)) != FERRY_OK) {
 		return rv;
-	}
-	if (n_samples == 0) {
-		return fail(c, FERRY_EINVAL, "n_samples must be > 0");
 	}
 	return push_pull_run(c, &x);
 }
@@ -1459,11 +1471,9 @@ ferry_client_push_pull_encoded(ferry_client *c, const uint8_t *const *codes,
 		.n_samples = n_samples };
 	int rv;
 	if ((rv = check_ready(c, codes)) != FERRY_OK ||
-	    (rv = check_pull_bufs(c, w)) != FERRY_OK) {
+	    (rv = check_pull_bufs(c, w)) != FERRY_OK ||
+	    (rv = check_samples(c, n_samples)) != FERRY_OK) {
 		return rv;
-	}
-	if (n_samples == 0) {
-		return fail(c, FERRY_EINVAL, "n_samples must be > 0");
 	}
 	if (c->cpush.id == COMP_NONE || ferry_client_in_warmup(c)) {
 		return fail(c, FERRY_ESTATE, "encoded pushes need a push codec "
