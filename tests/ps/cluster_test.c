@@ -9,6 +9,7 @@
 #include <nng/protocol/reqrep0/req.h>
 #include <nng/supplemental/util/platform.h>
 
+#include "cluster.h"
 #include "comp/comp.h"
 #include "ferry.pb-c.h"
 #include "ferry/ferry.h"
@@ -17,49 +18,12 @@
 #include "psw/psw.h"
 #include "pt.h"
 
-// A job of 3 tensors; shard_bytes 64 cuts tensor 0 (40 floats) in 3 and
-// spreads the shards over both servers.
-#define NT 3
-static const size_t lens[NT] = { 40, 7, 1 };
-
-struct cluster {
-	struct ps_scheduler *sched;
-	struct ps_server    *srv[4];
-	int                  n_srv;
-};
-
 static int placement = PS_PLACEMENT_UNIFORM;
 
 static void
 cluster_start(struct cluster *cl, int trainers, int servers)
 {
-	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
-	so.placement                = placement;
-	char                     url[64];
-	so.url         = pt_addr(url, sizeof(url), "tcp");
-	so.trainers    = trainers;
-	so.servers     = servers;
-	so.shard_bytes = 64;
-	so.probe_bytes = 64 << 10; // below the servers' 1 MiB receive cap
-	PT_OK(ps_scheduler_open(&so, &cl->sched));
-	cl->n_srv = servers;
-	for (int i = 0; i < servers; i++) {
-		struct ps_server_opts o = PS_SERVER_OPTS_INIT;
-		char                  surl[64];
-		o.url           = pt_addr(surl, sizeof(surl), "tcp");
-		o.scheduler_url = ps_scheduler_url(cl->sched);
-		o.max_msg       = 1u << 20; // small cap: the oversize test
-		PT_OK(ps_server_open(&o, &cl->srv[i]));
-	}
-}
-
-static void
-cluster_stop(struct cluster *cl)
-{
-	for (int i = 0; i < cl->n_srv; i++) {
-		ps_server_close(cl->srv[i]);
-	}
-	ps_scheduler_close(cl->sched);
+	cluster_open(cl, trainers, servers, placement);
 }
 
 struct trainer_arg {
@@ -83,14 +47,6 @@ struct trainer_arg {
 	int         rv;
 	char        err[256];
 };
-
-// grad_for gives rank r's gradient sum at step k: deterministic values.
-static float
-grad_for(int rank, int step, int t, size_t i)
-{
-	return (float) (rank + 1) * 0.25f + (float) step * 0.125f +
-	    (float) t - (float) i * 0.0625f;
-}
 
 // push_encoded encodes each shard with error feedback here, the way a GPU
 // trainer would on the device, and pushes the codes.

@@ -8,51 +8,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cluster.h"
 #include "comp/comp.h"
 #include "ferry/ferry.h"
 #include "ps/ps.h"
 #include "ps_tests.h"
 #include "pt.h"
-
-#define NT 3
-static const size_t lens[NT] = { 40, 7, 1 };
-
-struct cl {
-	struct ps_scheduler *sched;
-	struct ps_server    *srv[2];
-};
-
-// cl_start starts a scheduler and two servers for two trainers; 64-byte
-// shards cut tensor 0 in three and spread the shards over both servers.
-static void
-cl_start(struct cl *cl)
-{
-	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
-	char                     url[64];
-	so.url         = pt_addr(url, sizeof(url), "tcp");
-	so.trainers    = 2;
-	so.servers     = 2;
-	so.shard_bytes = 64;
-	so.probe_bytes = 64 << 10;
-	PT_OK(ps_scheduler_open(&so, &cl->sched));
-	for (int i = 0; i < 2; i++) {
-		struct ps_server_opts o = PS_SERVER_OPTS_INIT;
-		char                  surl[64];
-		o.url           = pt_addr(surl, sizeof(surl), "tcp");
-		o.scheduler_url = ps_scheduler_url(cl->sched);
-		o.max_msg       = 1u << 20;
-		PT_OK(ps_server_open(&o, &cl->srv[i]));
-	}
-}
-
-static void
-cl_stop(struct cl *cl)
-{
-	for (int i = 0; i < 2; i++) {
-		ps_server_close(cl->srv[i]);
-	}
-	ps_scheduler_close(cl->sched);
-}
 
 // One trainer thread. With use_sink, pulls go to a host sink that keeps
 // its own reference in ref[][] (w[][] is then not written by pulls).
@@ -120,13 +81,6 @@ sink_check(void *arg, uint32_t shard, uint64_t version, uint32_t crc)
 		return FERRY_ECORRUPT;
 	}
 	return FERRY_OK;
-}
-
-static float
-grad_for(int rank, int step, int t, size_t i)
-{
-	return (float) (rank + 1) * 0.25f + (float) step * 0.125f +
-	    (float) t - (float) i * 0.0625f;
 }
 
 static void *
@@ -207,9 +161,10 @@ static void
 run(struct tr_arg a[2], const char *push, const char *pull,
     const struct tr_arg *s)
 {
-	struct cl cl;
+	struct cluster cl;
 	pthread_t th[2];
-	cl_start(&cl);
+	// 64-byte shards cut tensor 0 in three over both servers.
+	cluster_open(&cl, 2, 2, PS_PLACEMENT_UNIFORM);
 	for (int r = 0; r < 2; r++) {
 		if (r == 0 && s != NULL) {
 			a[r] = *s;
@@ -227,7 +182,7 @@ run(struct tr_arg a[2], const char *push, const char *pull,
 	for (int r = 0; r < 2; r++) {
 		pthread_join(th[r], NULL);
 	}
-	cl_stop(&cl);
+	cluster_stop(&cl);
 }
 
 static void

@@ -1,0 +1,35 @@
+// cluster.c — see cluster.h.
+#include "cluster.h"
+#include "pt.h"
+
+void
+cluster_open(struct cluster *cl, int trainers, int servers, int placement)
+{
+	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
+	char                     url[64];
+	so.placement   = placement;
+	so.url         = pt_addr(url, sizeof(url), "tcp");
+	so.trainers    = trainers;
+	so.servers     = servers;
+	so.shard_bytes = 64;
+	so.probe_bytes = 64 << 10; // below the servers' 1 MiB receive cap
+	PT_OK(ps_scheduler_open(&so, &cl->sched));
+	cl->n_srv = servers;
+	for (int i = 0; i < servers; i++) {
+		struct ps_server_opts o = PS_SERVER_OPTS_INIT;
+		char                  surl[64];
+		o.url           = pt_addr(surl, sizeof(surl), "tcp");
+		o.scheduler_url = ps_scheduler_url(cl->sched);
+		o.max_msg       = 1u << 20; // small cap: the oversize test
+		PT_OK(ps_server_open(&o, &cl->srv[i]));
+	}
+}
+
+void
+cluster_stop(struct cluster *cl)
+{
+	for (int i = 0; i < cl->n_srv; i++) {
+		ps_server_close(cl->srv[i]);
+	}
+	ps_scheduler_close(cl->sched);
+}

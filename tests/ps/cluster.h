@@ -1,0 +1,37 @@
+// cluster.h — the in-process job the ps suites train against: a scheduler
+// and servers on loopback, the 3-tensor table, and each rank's gradient.
+#ifndef PS_TEST_CLUSTER_H
+#define PS_TEST_CLUSTER_H
+
+#include <stddef.h>
+
+#include "ps/ps.h"
+
+// A job of 3 tensors; shard_bytes 64 cuts tensor 0 (40 floats) in 3 and
+// spreads the shards over the servers.
+#define NT 3
+static const size_t lens[NT] = { 40, 7, 1 };
+
+struct cluster {
+	struct ps_scheduler *sched;
+	struct ps_server    *srv[4];
+	int                  n_srv;
+};
+
+// cluster_open starts a scheduler (with the given PS_PLACEMENT_*) for
+// `trainers` trainers and `servers` servers (at most 4), and the servers.
+void cluster_open(struct cluster *cl, int trainers, int servers,
+    int placement);
+
+// cluster_stop closes every server cl holds, then the scheduler.
+void cluster_stop(struct cluster *cl);
+
+// grad_for gives rank r's gradient sum at step k: deterministic values.
+static inline float
+grad_for(int rank, int step, int t, size_t i)
+{
+	return (float) (rank + 1) * 0.25f + (float) step * 0.125f +
+	    (float) t - (float) i * 0.0625f;
+}
+
+#endif
