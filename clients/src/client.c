@@ -6,12 +6,15 @@
 // every server that holds a shard still pending, then waits for all the
 // replies, so the servers work in parallel and a round costs the slowest
 // server, not the sum. fp32 gradients go straight from the caller's tensor
-// into the outgoing nng message (psw_msg_begin/finish); with a push codec
+// into the outgoing nng message, built in the last reply from that server
+// when it is large enough (psw_msg_reuse; else psw_msg_begin), so a step
+// allocates and zeroes no message of its own; with a push codec
 // the codes are staged once per operation (stage_codes) so that a re-sent
 // request carries the same codes and the error-feedback residual moves
 // once. Pulled shards are copied from the reply into the caller's tensors
 // (with a pull codec, the deltas are first applied to the client's copy of
-// the shared reference, whose CRC is checked), or, with a pull sink set,
+// the shared reference, whose CRC is checked in the same pass as that
+// copy: ps_crc32_copy), or, with a pull sink set,
 // handed to the sink, which then holds the reference (a GPU trainer
 // decodes on the device); the versions, the chain checks and the full
 // resyncs stay here either way, and a shard whose reference lives on the

@@ -13,7 +13,9 @@
 // - Pulls for a version not reached yet are parked (their nng context is
 //   simply not answered) and answered when the version exists, from the
 //   thread that applied the update; a sweeper thread answers parked calls
-//   whose deadline passed with DEADLINE_EXCEEDED.
+//   whose deadline passed with DEADLINE_EXCEEDED. A reply is built in its
+//   request's buffer when that is large enough (a push-pull's is), so a
+//   step allocates and zeroes no reply message.
 // - Every length, id, version and count from the network is checked before
 //   use; a bad request gets INVALID_ARGUMENT (or the precise status) and
 //   changes nothing.
