@@ -36,7 +36,7 @@ mkdir -p "$RUN"
 EVAL="$RUN/evalplace"
 cc -O2 -std=c11 -I"$ROOT/sharding/include" -I"$ROOT/ps/include" \
 	"$HERE/placement/evalplace.c" "$BUILD/sharding/libshard.a" \
-	"$BUILD/ps/libps_base.a" -lz -lm -lpthread -o "$EVAL"
+	"$BUILD/ps/libfb.a" -lz -lm -lpthread -o "$EVAL"
 trap 'pl_down' EXIT
 # 4 MiB bulk probe: tbf's burst (≥128 KiB; 500 KB at 1gbit) inflates a 1 MiB probe.
 PROBE=(--probe-bytes=4194304)

@@ -136,7 +136,7 @@ bench_mlp(size_t hidden, size_t batch)
 	CK(tr_params_init(&g, &a));
 	tr_params_randomize(&w, 1);
 	o.max_batch = batch;
-	if (tr_backend_alloc("cuda", &a, &o, &b, err, sizeof(err)) != PS_OK) {
+	if (tr_backend_alloc("cuda", &a, &o, &b, err, sizeof(err)) != FB_OK) {
 		fprintf(stderr, "gpu_bench: %s\n", err);
 		exit(1);
 	}

@@ -109,6 +109,6 @@ int main(void)
 	    S, f_given * 1e3, lb * 1e3, rep.f * 1e3,
 	    isfinite(opt) ? opt * 1e3 : -1.0,
 	    isfinite(opt) && opt > 0 ? rep.f / opt : -1.0);
-	ps_free(sd);
+	fb_free(sd);
 	return 0;
 }

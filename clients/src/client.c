@@ -14,7 +14,7 @@
 // once. Pulled shards are copied from the reply into the caller's tensors
 // (with a pull codec, the deltas are first applied to the client's copy of
 // the shared reference, whose CRC is checked in the same pass as that
-// copy: ps_crc32_copy), or, with a pull sink set,
+// copy: fb_crc32_copy), or, with a pull sink set,
 // handed to the sink, which then holds the reference (a GPU trainer
 // decodes on the device); the versions, the chain checks and the full
 // resyncs stay here either way, and a shard whose reference lives on the
@@ -33,7 +33,7 @@
 #include "comp/comp.h"
 #include "ferry.pb-c.h"
 #include "ferry/ferry.h"
-#include "ps/base.h"
+#include "fb/fb.h"
 #include "psw/psw.h"
 
 struct conn {
@@ -138,15 +138,15 @@ static int
 map_err(int rv)
 {
 	switch (rv) {
-	case PS_OK:
+	case FB_OK:
 		return FERRY_OK;
-	case PS_ETIMEDOUT:
+	case FB_ETIMEDOUT:
 		return FERRY_ETIMEDOUT;
-	case PS_EREMOTE:
+	case FB_EREMOTE:
 		return FERRY_EREMOTE;
-	case PS_EPROTO:
+	case FB_EPROTO:
 		return FERRY_EPROTO;
-	case PS_ENOMEM:
+	case FB_ENOMEM:
 		return FERRY_ENOMEM;
 	default:
 		return FERRY_ECONNECT;
@@ -157,26 +157,6 @@ static uint32_t
 timeout(const ferry_client *c)
 {
 	return c->opts.timeout_ms ? c->opts.timeout_ms : 60000;
-}
-
-static int
-open_req(const char *url, size_t max_msg, nng_socket *s, nng_ctx *ctx,
-    nng_aio **aio)
-{
-	if (nng_req0_open(s) != 0) {
-		return PS_ETRANSPORT;
-	}
-	// A request is never re-sent by nng: pushes are not idempotent.
-	nng_socket_set_ms(*s, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
-	nng_socket_set_ms(*s, NNG_OPT_RECONNMINT, 20);
-	nng_socket_set_ms(*s, NNG_OPT_RECONNMAXT, 500);
-	nng_socket_set_size(*s, NNG_OPT_RECVMAXSZ, max_msg);
-	if (nng_dial(*s, url, NULL, NNG_FLAG_NONBLOCK) != 0 ||
-	    nng_ctx_open(ctx, *s) != 0 || nng_aio_alloc(aio, NULL, NULL) != 0) {
-		nng_close(*s);
-		return PS_ETRANSPORT;
-	}
-	return PS_OK;
 }
 
 FERRY_API int
@@ -199,12 +179,12 @@ ferry_opts_check(const struct ferry_opts *o, char *why, size_t n)
 	} else if (o->mode != FERRY_MODE_SYNC && o->mode != FERRY_MODE_ASYNC) {
 		msg = "mode must be FERRY_MODE_SYNC or FERRY_MODE_ASYNC";
 	} else if (comp_codec_parse_msg(o->codec_push ? o->codec_push : "none",
-	               o->bucket, &cc, cwhy, sizeof(cwhy)) != PS_OK) {
+	               o->bucket, &cc, cwhy, sizeof(cwhy)) != FB_OK) {
 		snprintf(buf, sizeof(buf), "codec_push '%s': %s", o->codec_push,
 		    cwhy);
 		msg = buf;
 	} else if (comp_codec_parse_msg(o->codec_pull ? o->codec_pull : "none",
-	               o->bucket, &cc, cwhy, sizeof(cwhy)) != PS_OK) {
+	               o->bucket, &cc, cwhy, sizeof(cwhy)) != FB_OK) {
 		snprintf(buf, sizeof(buf), "codec_pull '%s': %s", o->codec_pull,
 		    cwhy);
 		msg = buf;
@@ -226,7 +206,7 @@ ferry_client_open(const struct ferry_opts *o, ferry_client **out)
 	if (out == NULL || ferry_opts_check(o, NULL, 0) != FERRY_OK) {
 		return FERRY_EINVAL;
 	}
-	if ((c = ps_zalloc(sizeof(*c))) == NULL) {
+	if ((c = fb_zalloc(sizeof(*c))) == NULL) {
 		return FERRY_ENOMEM;
 	}
 	c->opts = *o;
@@ -240,16 +220,16 @@ ferry_client_open(const struct ferry_opts *o, ferry_client **out)
 	c->opts.codec_pull    = c->codec_pull;
 	c->next_rid           = ((uint64_t) (unsigned) o->rank << 48) | 1;
 	c->rng = o->seed ^ (0x9e3779b97f4a7c15ull * (uint64_t) (o->rank + 1));
-	if (comp_codec_parse(c->codec_push, o->bucket, &c->cpush) != PS_OK ||
-	    comp_codec_parse(c->codec_pull, o->bucket, &c->cpull) != PS_OK ||
+	if (comp_codec_parse(c->codec_push, o->bucket, &c->cpush) != FB_OK ||
+	    comp_codec_parse(c->codec_pull, o->bucket, &c->cpull) != FB_OK ||
 	    c->cpull.stochastic ||
-	    comp_codec_parse("none", 0, &c->cnone) != PS_OK) {
-		ps_free(c);
+	    comp_codec_parse("none", 0, &c->cnone) != FB_OK) {
+		fb_free(c);
 		return FERRY_EINVAL;
 	}
-	if (open_req(c->url, 1u << 30, &c->sched, &c->sched_ctx,
-	        &c->sched_aio) != PS_OK) {
-		ps_free(c);
+	if (psw_req_open(c->url, 1u << 30, 20, 500, &c->sched, &c->sched_ctx,
+	        &c->sched_aio) != FB_OK) {
+		fb_free(c);
 		return FERRY_ECONNECT;
 	}
 	*out = c;
@@ -266,10 +246,10 @@ ferry_client_close(ferry_client *c)
 		nng_close(c->conns[i].sock);
 		nng_aio_free(c->conns[i].aio);
 		nng_msg_free(c->conns[i].spare);
-		ps_free(c->conns[i].shards);
-		ps_free(c->conns[i].req);
+		fb_free(c->conns[i].shards);
+		fb_free(c->conns[i].req);
 	}
-	ps_free(c->conns);
+	fb_free(c->conns);
 	nng_close(c->sched);
 	nng_aio_free(c->sched_aio);
 	if (c->pl != NULL) {
@@ -277,23 +257,23 @@ ferry_client_close(ferry_client *c)
 	}
 	for (size_t t = 0; t < c->n_tensors; t++) {
 		if (c->resid != NULL) {
-			ps_free(c->resid[t]);
+			fb_free(c->resid[t]);
 		}
 		if (c->ref != NULL) {
-			ps_free(c->ref[t]);
+			fb_free(c->ref[t]);
 		}
 	}
-	ps_free(c->resid);
-	ps_free(c->ref);
-	ps_free(c->shard_ver);
-	ps_free(c->need);
-	ps_free(c->need_full);
-	ps_free(c->ref_at);
-	ps_free(c->codes);
-	ps_free(c->code_off);
-	ps_free(c->layout);
-	ps_free(c->tensor_len);
-	ps_free(c);
+	fb_free(c->resid);
+	fb_free(c->ref);
+	fb_free(c->shard_ver);
+	fb_free(c->need);
+	fb_free(c->need_full);
+	fb_free(c->ref_at);
+	fb_free(c->codes);
+	fb_free(c->code_off);
+	fb_free(c->layout);
+	fb_free(c->tensor_len);
+	fb_free(c);
 }
 
 // sched_call sends h (no payload) to the scheduler and returns the reply
@@ -302,29 +282,17 @@ static int
 sched_call(ferry_client *c, Pswire__Header *h, uint8_t method,
     uint32_t tmo, Pswire__Header **rh)
 {
-	nng_msg          *req, *rep = NULL;
-	uint8_t          *payload;
-	struct psw_frame  f;
 	ProtobufCMessage *ph  = NULL;
 	const char       *why = "";
-	size_t            hl;
 	int               rv;
 
 	h->request_id  = c->next_rid++;
 	h->deadline_ms = tmo;
 	h->rank        = (uint32_t) c->opts.rank;
-	hl             = pswire__header__get_packed_size(h);
-	if (psw_msg_begin(&req, hl, 0, &payload) != PS_OK) {
-		return fail(c, FERRY_ENOMEM, "out of memory");
-	}
-	psw_msg_finish(req, method, 0, &h->base, hl, 0);
 	c->stats.requests++;
-	rv = psw_call(c->sched_ctx, c->sched_aio, req, method, h->request_id,
-	    (int) tmo, &rep, &f, &ph, &why);
-	if (rep != NULL) {
-		nng_msg_free(rep);
-	}
-	if (rv == PS_EREMOTE) {
+	rv = psw_call_header(c->sched_ctx, c->sched_aio, &h->base, method,
+	    h->request_id, (int) tmo, &ph, &why);
+	if (rv == FB_EREMOTE) {
 		Pswire__Header *r = (Pswire__Header *) ph;
 		fail(c, FERRY_EREMOTE, "scheduler %s: %s: %s", c->url,
 		    psw_status_name(r->status), r->error);
@@ -334,9 +302,9 @@ sched_call(ferry_client *c, Pswire__Header *h, uint8_t method,
 		    ? FERRY_EMISMATCH
 		    : FERRY_EREMOTE;
 	}
-	if (rv != PS_OK) {
+	if (rv != FB_OK) {
 		return fail(c, map_err(rv), "scheduler %s: %s", c->url,
-		    why ? why : ps_strerror(rv));
+		    why ? why : fb_strerror(rv));
 	}
 	*rh = (Pswire__Header *) ph;
 	return FERRY_OK;
@@ -399,7 +367,7 @@ open_conns(ferry_client *c, const Pswire__Placement *p)
 		    "the %zu known", p->n_servers, had);
 	}
 	if (p->n_servers > had) {
-		struct conn *cs = ps_realloc(c->conns,
+		struct conn *cs = fb_realloc(c->conns,
 		    p->n_servers * sizeof(*c->conns));
 		if (cs == NULL) {
 			return fail(c, FERRY_ENOMEM, "out of memory");
@@ -410,8 +378,8 @@ open_conns(ferry_client *c, const Pswire__Placement *p)
 	}
 	for (size_t m = had; m < c->n_conns; m++) {
 		struct conn *cn = &c->conns[m];
-		if (open_req(p->servers[m], 1u << 30, &cn->sock, &cn->ctx,
-		        &cn->aio) != PS_OK) {
+		if (psw_req_open(p->servers[m], 1u << 30, 20, 500, &cn->sock,
+		        &cn->ctx, &cn->aio) != FB_OK) {
 			c->n_conns = m; // close only what was opened
 			return fail(c, FERRY_ECONNECT, "cannot dial server %s",
 			    p->servers[m]);
@@ -425,7 +393,7 @@ static int
 assign_conns(ferry_client *c)
 {
 	for (size_t m = 0; m < c->n_conns; m++) {
-		ps_free(c->conns[m].shards);
+		fb_free(c->conns[m].shards);
 		c->conns[m].shards = NULL;
 		c->conns[m].n      = 0;
 		c->conns[m].bytes  = 0;
@@ -435,9 +403,9 @@ assign_conns(ferry_client *c)
 	}
 	for (size_t m = 0; m < c->n_conns; m++) {
 		struct conn *cn = &c->conns[m];
-		cn->shards = ps_alloc((cn->n ? cn->n : 1) * sizeof(uint32_t));
+		cn->shards = fb_alloc((cn->n ? cn->n : 1) * sizeof(uint32_t));
 		if (cn->req == NULL) {
-			cn->req = ps_alloc(c->pl->n_shards * sizeof(uint32_t));
+			cn->req = fb_alloc(c->pl->n_shards * sizeof(uint32_t));
 		}
 		if (cn->shards == NULL || cn->req == NULL) {
 			return fail(c, FERRY_ENOMEM, "out of memory");
@@ -471,24 +439,24 @@ probe_call(ferry_client *c, size_t m, uint64_t bytes, uint32_t tmo,
 	h.request_id  = c->next_rid++;
 	h.deadline_ms = tmo;
 	hl            = pswire__header__get_packed_size(&h);
-	if (psw_msg_begin(&req, hl, bytes, &payload) != PS_OK) {
+	if (psw_msg_begin(&req, hl, bytes, &payload) != FB_OK) {
 		return fail(c, FERRY_ENOMEM, "out of memory");
 	}
 	memset(payload, 0, bytes);
 	psw_msg_finish(req, PSWIRE__METHOD__PROBE, 0, &h.base, hl, bytes);
-	uint64_t t0 = ps_clock_ns();
+	uint64_t t0 = fb_clock_ns();
 	rv = psw_call(cn->ctx, cn->aio, req, PSWIRE__METHOD__PROBE,
 	    h.request_id, (int) tmo, &rep, &f, &ph, &why);
-	*secs = (double) (ps_clock_ns() - t0) * 1e-9;
+	*secs = (double) (fb_clock_ns() - t0) * 1e-9;
 	if (ph != NULL) {
 		pswire__header__free_unpacked((Pswire__Header *) ph, NULL);
 	}
 	if (rep != NULL) {
 		nng_msg_free(rep);
 	}
-	if (rv != PS_OK) {
+	if (rv != FB_OK) {
 		return fail(c, map_err(rv), "probe of server %zu: %s", m,
-		    why ? why : ps_strerror(rv));
+		    why ? why : fb_strerror(rv));
 	}
 	return FERRY_OK;
 }
@@ -510,9 +478,9 @@ cmp_double(const void *a, const void *b)
 static int
 probe_links(ferry_client *c, uint32_t cnt, uint64_t bytes)
 {
-	double  *rtt = ps_zalloc(c->n_conns * sizeof(double));
-	double  *bw  = ps_zalloc(c->n_conns * sizeof(double));
-	uint8_t *bad = ps_zalloc(c->n_conns);
+	double  *rtt = fb_zalloc(c->n_conns * sizeof(double));
+	double  *bw  = fb_zalloc(c->n_conns * sizeof(double));
+	uint8_t *bad = fb_zalloc(c->n_conns);
 	double   samples[64];
 	int      rv  = FERRY_OK;
 	// The first probing also waits for connections; re-probes are quick
@@ -573,9 +541,9 @@ probe_links(ferry_client *c, uint32_t cnt, uint64_t bytes)
 		}
 	}
 done:
-	ps_free(rtt);
-	ps_free(bw);
-	ps_free(bad);
+	fb_free(rtt);
+	fb_free(bw);
+	fb_free(bad);
 	return rv;
 }
 
@@ -596,9 +564,9 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 	if (c->declared) {
 		return fail(c, FERRY_ESTATE, "tensors already declared");
 	}
-	c->tensor_len = ps_alloc(n * sizeof(*c->tensor_len));
-	tds           = ps_alloc(n * sizeof(*tds));
-	tdp           = ps_alloc(n * sizeof(*tdp));
+	c->tensor_len = fb_alloc(n * sizeof(*c->tensor_len));
+	tds           = fb_alloc(n * sizeof(*tds));
+	tdp           = fb_alloc(n * sizeof(*tdp));
 	if (c->tensor_len == NULL || tds == NULL || tdp == NULL) {
 		rv = fail(c, FERRY_ENOMEM, "out of memory");
 		goto done;
@@ -649,7 +617,7 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 		        FERRY_OK) {
 			goto done;
 		}
-		c->last_probe_ms = ps_clock_ms();
+		c->last_probe_ms = fb_clock_ms();
 	}
 	if (rh != NULL) {
 		pswire__header__free_unpacked(rh, NULL);
@@ -668,12 +636,12 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 	    (rv = assign_conns(c)) != FERRY_OK) {
 		goto done;
 	}
-	c->shard_ver = ps_zalloc(c->pl->n_shards * sizeof(uint64_t));
-	c->need      = ps_zalloc(c->pl->n_shards);
-	c->need_full = ps_zalloc(c->pl->n_shards);
-	c->ref_at    = ps_zalloc(c->pl->n_shards);
-	c->code_off  = ps_zalloc(c->pl->n_shards * sizeof(size_t));
-	c->layout    = ps_zalloc(c->pl->n_shards * sizeof(*c->layout));
+	c->shard_ver = fb_zalloc(c->pl->n_shards * sizeof(uint64_t));
+	c->need      = fb_zalloc(c->pl->n_shards);
+	c->need_full = fb_zalloc(c->pl->n_shards);
+	c->ref_at    = fb_zalloc(c->pl->n_shards);
+	c->code_off  = fb_zalloc(c->pl->n_shards * sizeof(size_t));
+	c->layout    = fb_zalloc(c->pl->n_shards * sizeof(*c->layout));
 	if (c->need == NULL || c->need_full == NULL || c->code_off == NULL ||
 	    c->layout == NULL || c->ref_at == NULL) {
 		rv = fail(c, FERRY_ENOMEM, "out of memory");
@@ -692,25 +660,25 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 			c->code_off[i] = total;
 			total += comp_bound(&c->cpush, c->pl->shards[i]->len);
 		}
-		if ((c->codes = ps_alloc(total ? total : 1)) == NULL) {
+		if ((c->codes = fb_alloc(total ? total : 1)) == NULL) {
 			rv = fail(c, FERRY_ENOMEM, "out of memory");
 			goto done;
 		}
 	}
-	c->resid     = ps_zalloc(n * sizeof(float *));
-	c->ref       = ps_zalloc(n * sizeof(float *));
+	c->resid     = fb_zalloc(n * sizeof(float *));
+	c->ref       = fb_zalloc(n * sizeof(float *));
 	if (c->shard_ver == NULL || c->resid == NULL || c->ref == NULL) {
 		rv = fail(c, FERRY_ENOMEM, "out of memory");
 		goto done;
 	}
 	for (size_t t = 0; t < n; t++) {
 		if (c->cpush.id != COMP_NONE &&
-		    (c->resid[t] = ps_zalloc(d[t].len * sizeof(float))) == NULL) {
+		    (c->resid[t] = fb_zalloc(d[t].len * sizeof(float))) == NULL) {
 			rv = fail(c, FERRY_ENOMEM, "out of memory");
 			goto done;
 		}
 		if (c->cpull.id != COMP_NONE &&
-		    (c->ref[t] = ps_zalloc(d[t].len * sizeof(float))) == NULL) {
+		    (c->ref[t] = fb_zalloc(d[t].len * sizeof(float))) == NULL) {
 			rv = fail(c, FERRY_ENOMEM, "out of memory");
 			goto done;
 		}
@@ -721,8 +689,8 @@ done:
 	if (rh != NULL) {
 		pswire__header__free_unpacked(rh, NULL);
 	}
-	ps_free(tds);
-	ps_free(tdp);
+	fb_free(tds);
+	fb_free(tdp);
 	return rv;
 }
 
@@ -758,10 +726,10 @@ stage_codes(ferry_client *c, struct xfer *x)
 		    c->resid[si->tensor] + si->offset, si->len, &c->rng,
 		    c->codes + c->code_off[i], comp_bound(x->codec, si->len),
 		    &out);
-		if (rv != PS_OK) {
+		if (rv != FB_OK) {
 			return fail(c, FERRY_EINVAL, "gradient of tensor %u "
 			    "cannot be encoded (%s): NaN or Inf?", si->tensor,
-			    ps_strerror(rv));
+			    fb_strerror(rv));
 		}
 	}
 	x->staged = 1;
@@ -780,7 +748,7 @@ build_request(ferry_client *c, struct conn *cn, struct xfer *x, nng_msg **out)
 	Pswire__ShardRef   *ptr_stack[64], **ptrs = ptr_stack;
 	uint8_t            *payload;
 	size_t              hl, plen = 0;
-	int                 rv = PS_OK;
+	int                 rv = FB_OK;
 	const struct comp_codec *codec = x->codec;
 
 	h.request_id  = cn->rid = c->next_rid++;
@@ -806,16 +774,16 @@ build_request(ferry_client *c, struct conn *cn, struct xfer *x, nng_msg **out)
 		h.body_case     = PSWIRE__HEADER__BODY_PULL_REQ;
 		h.pull_req      = &pl;
 		hl              = pswire__header__get_packed_size(&h);
-		if (psw_msg_begin(out, hl, 0, &payload) != PS_OK) {
-			return PS_ENOMEM;
+		if (psw_msg_begin(out, hl, 0, &payload) != FB_OK) {
+			return FB_ENOMEM;
 		}
 		return psw_msg_finish(*out, cn->method, 0, &h.base, hl, 0);
 	}
 	if (cn->req_n > 64) {
-		refs = ps_alloc(cn->req_n * sizeof(*refs));
-		ptrs = ps_alloc(cn->req_n * sizeof(*ptrs));
+		refs = fb_alloc(cn->req_n * sizeof(*refs));
+		ptrs = fb_alloc(cn->req_n * sizeof(*ptrs));
 		if (refs == NULL || ptrs == NULL) {
-			rv = PS_ENOMEM;
+			rv = FB_ENOMEM;
 			goto done;
 		}
 	}
@@ -841,10 +809,10 @@ build_request(ferry_client *c, struct conn *cn, struct xfer *x, nng_msg **out)
 	// A push body is about as large as the last reply from this server
 	// (same shards): build it there, with no allocation and no zeroing.
 	if (cn->spare != NULL && psw_msg_reuse(cn->spare, hl, plen, &payload) ==
-	                             PS_OK) {
+	                             FB_OK) {
 		*out      = cn->spare;
 		cn->spare = NULL;
-	} else if ((rv = psw_msg_begin(out, hl, plen, &payload)) != PS_OK) {
+	} else if ((rv = psw_msg_begin(out, hl, plen, &payload)) != FB_OK) {
 		goto done;
 	}
 	for (size_t i = 0; i < cn->req_n; i++) {
@@ -859,13 +827,13 @@ build_request(ferry_client *c, struct conn *cn, struct xfer *x, nng_msg **out)
 		memcpy(payload + refs[i].offset, src, refs[i].length);
 	}
 	rv = psw_msg_finish(*out, cn->method, 0, &h.base, hl, plen);
-	if (rv != PS_OK) {
+	if (rv != FB_OK) {
 		nng_msg_free(*out);
 	}
 done:
 	if (refs != refs_stack) {
-		ps_free(refs);
-		ps_free(ptrs);
+		fb_free(refs);
+		fb_free(ptrs);
 	}
 	return rv;
 }
@@ -917,7 +885,7 @@ take_shard(ferry_client *c, size_t m, uint32_t id,
 		}
 		p.data  = f->payload + e->offset;
 		p.bytes = e->length;
-		if (e->kind == 0) { // FULL
+		if (e->kind == PSWIRE__SHARD_KIND__SHARD_KIND_FULL) {
 			if (k != 1 || e->codec != COMP_NONE ||
 			    e->length != si->len * 4) {
 				return fail(c, FERRY_EPROTO, "server %s: bad full "
@@ -930,7 +898,7 @@ take_shard(ferry_client *c, size_t m, uint32_t id,
 				continue;
 			}
 			if (c->cpull.id != COMP_NONE &&
-			    ps_crc32(0, p.data, e->length) != e->crc) {
+			    fb_crc32(0, p.data, e->length) != e->crc) {
 				return FERRY_ECORRUPT;
 			}
 			p.base_version = p.version = e->version;
@@ -971,7 +939,7 @@ take_shard(ferry_client *c, size_t m, uint32_t id,
 		} else {
 			if (e->length > 0 &&
 			    comp_decode_add(&c->cpull, p.data, e->length, si->len,
-			        ref) != PS_OK) {
+			        ref) != FB_OK) {
 				return fail(c, FERRY_EPROTO, "server %s: corrupt "
 				    "delta for shard %u", c->pl->servers[m], id);
 			}
@@ -989,7 +957,7 @@ take_shard(ferry_client *c, size_t m, uint32_t id,
 	} else if (c->cpull.id != COMP_NONE) {
 		// Check and hand over in one pass; on a mismatch dst holds a
 		// wrong copy, which the resync this triggers overwrites.
-		if (ps_crc32_copy(0, dst, ref, si->len * 4) != r[k - 1]->crc) {
+		if (fb_crc32_copy(0, dst, ref, si->len * 4) != r[k - 1]->crc) {
 			return FERRY_ECORRUPT;
 		}
 	}
@@ -1037,13 +1005,6 @@ take_reply(ferry_client *c, size_t m, struct xfer *x, Pswire__Header *rh,
 		    "not asked for", c->pl->servers[m]);
 	}
 	return FERRY_OK;
-}
-
-static void
-nap_ms(int ms)
-{
-	struct timespec ts = { ms / 1000, (long) (ms % 1000) * 1000000L };
-	nanosleep(&ts, NULL);
 }
 
 static uint8_t
@@ -1099,12 +1060,12 @@ refetch_map(ferry_client *c)
 static int
 exchange(ferry_client *c, struct xfer *x)
 {
-	uint64_t deadline = ps_clock_ms() + timeout(c);
+	uint64_t deadline = fb_clock_ms() + timeout(c);
 	int      rv       = FERRY_OK;
 
 	for (;;) {
 		int    sent = 0, refetch = 0, wait = 0;
-		uint64_t now = ps_clock_ms();
+		uint64_t now = fb_clock_ms();
 		for (size_t m = 0; m < c->n_conns; m++) {
 			struct conn *cn = &c->conns[m];
 			nng_msg     *req;
@@ -1132,9 +1093,9 @@ exchange(ferry_client *c, struct xfer *x)
 				    psw_method_name(cn->method),
 				    c->pl->servers[m]);
 			}
-			if ((rv = build_request(c, cn, x, &req)) != PS_OK) {
+			if ((rv = build_request(c, cn, x, &req)) != FB_OK) {
 				return fail(c, map_err(rv), "cannot build a "
-				    "request: %s", ps_strerror(rv));
+				    "request: %s", fb_strerror(rv));
 			}
 			if (cn->method != PSWIRE__METHOD__PULL) {
 				c->stats.bytes_pushed += nng_msg_len(req);
@@ -1150,7 +1111,7 @@ exchange(ferry_client *c, struct xfer *x)
 		}
 		for (size_t m = 0; m < c->n_conns; m++) {
 			struct conn *cn = &c->conns[m];
-			cn->rv          = PS_OK;
+			cn->rv          = FB_OK;
 			if (!cn->pending) {
 				continue;
 			}
@@ -1158,8 +1119,8 @@ exchange(ferry_client *c, struct xfer *x)
 			if (nng_aio_result(cn->aio) != 0) {
 				nng_msg_free(nng_aio_get_msg(cn->aio));
 				cn->rv = nng_aio_result(cn->aio) ==
-				        NNG_ETIMEDOUT ? PS_ETIMEDOUT
-				                      : PS_ETRANSPORT;
+				        NNG_ETIMEDOUT ? FB_ETIMEDOUT
+				                      : FB_ETRANSPORT;
 				continue;
 			}
 			nng_ctx_recv(cn->ctx, cn->aio);
@@ -1173,9 +1134,9 @@ exchange(ferry_client *c, struct xfer *x)
 			if (!cn->pending) {
 				continue;
 			}
-			if (cn->rv != PS_OK) {
+			if (cn->rv != FB_OK) {
 				rv = fail(c, map_err(cn->rv), "server %s: %s",
-				    c->pl->servers[m], ps_strerror(cn->rv));
+				    c->pl->servers[m], fb_strerror(cn->rv));
 				continue;
 			}
 			nng_aio_wait(cn->aio);
@@ -1197,13 +1158,13 @@ exchange(ferry_client *c, struct xfer *x)
 			if (rh != NULL && rh->epoch > c->pl->epoch) {
 				refetch = 1; // a newer map exists
 			}
-			if (r == PS_EREMOTE &&
+			if (r == FB_EREMOTE &&
 			    st == PSWIRE__STATUS__UNAVAILABLE) {
 				wait = 1; // not started / shard arriving
-			} else if (r == PS_EREMOTE &&
+			} else if (r == FB_EREMOTE &&
 			    st == PSWIRE__STATUS__STALE_EPOCH) {
 				refetch = 1;
-			} else if (r == PS_EREMOTE &&
+			} else if (r == FB_EREMOTE &&
 			    st == PSWIRE__STATUS__ABORTED &&
 			    cn->method == PSWIRE__METHOD__PUSH_PULL) {
 				// The push was applied; only the pull is left.
@@ -1211,15 +1172,15 @@ exchange(ferry_client *c, struct xfer *x)
 					c->need[cn->req[k]] = NEED_PULL;
 				}
 				refetch = 1;
-			} else if (r == PS_EREMOTE &&
+			} else if (r == FB_EREMOTE &&
 			    st == PSWIRE__STATUS__OUT_OF_RANGE) {
 				rv = fail(c, FERRY_EBEHIND, "server %s: %s",
 				    c->pl->servers[m], rh->error);
-			} else if (r == PS_EREMOTE) {
+			} else if (r == FB_EREMOTE) {
 				rv = fail(c, FERRY_EREMOTE, "server %s: %s: %s",
 				    c->pl->servers[m], psw_status_name(st),
 				    rh->error);
-			} else if (r != PS_OK) {
+			} else if (r != FB_OK) {
 				rv = fail(c, FERRY_EPROTO, "server %s: %s",
 				    c->pl->servers[m], why);
 			} else if ((r = take_reply(c, m, x, rh, &f)) !=
@@ -1243,7 +1204,7 @@ exchange(ferry_client *c, struct xfer *x)
 			return rv;
 		}
 		if (wait) {
-			nap_ms(5);
+			fb_sleep_us(5000);
 		}
 	}
 	return FERRY_OK;
@@ -1314,7 +1275,7 @@ finish_pull(ferry_client *c, struct xfer *x)
 static int
 maybe_reprobe(ferry_client *c)
 {
-	uint64_t now = ps_clock_ms();
+	uint64_t now = fb_clock_ms();
 	if (c->reprobe_s == 0 ||
 	    now - c->last_probe_ms < (uint64_t) c->reprobe_s * 1000) {
 		return FERRY_OK;

@@ -4,7 +4,7 @@
 //
 // DESIGN
 // Every call validates the codec and its pointers first, then sizes (exact
-// for every codec, so PS_ENOSPC is decided before any byte is written), then
+// for every codec, so FB_ENOSPC is decided before any byte is written), then
 // validates untrusted input completely, and only then writes floats. Error
 // feedback and the shared reference are built from encode plus the internal
 // decode modes (SET/ADD/SUB), so the trainer's and the server's arithmetic
@@ -88,13 +88,13 @@ comp_codec_parse_msg(const char *spec, uint32_t bucket,
 {
 	if (spec == NULL || out == NULL) {
 		say(why, why_len, "%s", "no codec spec given");
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	if (bucket == 0)
 		bucket = COMP_BUCKET_DEFAULT;
 	if (bucket > COMP_BUCKET_MAX) {
 		say(why, why_len, "%s", "bucket must be in 1..1048576");
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	struct comp_codec c = COMP_CODEC_INIT;
 	c.bucket = bucket;
@@ -112,7 +112,7 @@ comp_codec_parse_msg(const char *spec, uint32_t bucket,
 		say(why, why_len,
 		    "unknown codec '%s' (want none, fp16, bf16, q8, q4, q2, "
 		    "sign or topk:R)", spec);
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	c.id = id;
 	if (id == COMP_TOPK) {
@@ -121,12 +121,12 @@ comp_codec_parse_msg(const char *spec, uint32_t bucket,
 		if (arg == NULL || *arg == '\0' || end == NULL || *end != '\0') {
 			say(why, why_len, "%s",
 			    "topk needs a ratio, as in topk:0.01");
-			return PS_EINVAL;
+			return FB_EINVAL;
 		}
 		if (!(r > 0.0 && r <= 1.0) || !((float) r > 0.0f)) {
 			say(why, why_len, "topk ratio '%s' must be in (0, 1]",
 			    arg);
-			return PS_EINVAL;
+			return FB_EINVAL;
 		}
 		c.topk_ratio = (float) r;
 	} else if (arg != NULL) {
@@ -136,11 +136,11 @@ comp_codec_parse_msg(const char *spec, uint32_t bucket,
 			say(why, why_len,
 			    "unexpected option in '%s' (only q8, q4 and q2 "
 			    "take ':sr')", spec);
-			return PS_EINVAL;
+			return FB_EINVAL;
 		}
 	}
 	*out = c;
-	return PS_OK;
+	return FB_OK;
 }
 
 int
@@ -153,23 +153,23 @@ int
 comp_codec_check(const struct comp_codec *c)
 {
 	if (c == NULL || c->id >= COMP_CODEC_COUNT)
-		return PS_EINVAL;
+		return FB_EINVAL;
 	if (comp__qbits(c->id) != 0 &&
 	    (c->bucket < 1 || c->bucket > COMP_BUCKET_MAX))
-		return PS_EINVAL;
+		return FB_EINVAL;
 	if (c->id == COMP_TOPK &&
 	    !(c->topk_ratio > 0.0f && c->topk_ratio <= 1.0f))
-		return PS_EINVAL; // also rejects NaN
+		return FB_EINVAL; // also rejects NaN
 	if (c->stochastic != 0 && (c->stochastic != 1 || comp__qbits(c->id) < 2))
-		return PS_EINVAL;
-	return PS_OK;
+		return FB_EINVAL;
+	return FB_OK;
 }
 
 int
 comp_codec_format(const struct comp_codec *c, char *buf, size_t len)
 {
-	if (comp_codec_check(c) != PS_OK || buf == NULL)
-		return PS_EINVAL;
+	if (comp_codec_check(c) != FB_OK || buf == NULL)
+		return FB_EINVAL;
 	int w;
 	if (c->id == COMP_TOPK)
 		w = snprintf(buf, len, "topk:%.9g", (double) c->topk_ratio);
@@ -177,8 +177,8 @@ comp_codec_format(const struct comp_codec *c, char *buf, size_t len)
 		w = snprintf(buf, len, "%s%s", names[c->id],
 		    c->stochastic ? ":sr" : "");
 	if (w < 0 || (size_t) w >= len)
-		return PS_ENOSPC;
-	return PS_OK;
+		return FB_ENOSPC;
+	return FB_OK;
 }
 
 // ---- sizes ------------------------------------------------------------------
@@ -202,7 +202,7 @@ size_of(const struct comp_codec *c, size_t n)
 size_t
 comp_bound(const struct comp_codec *c, size_t n)
 {
-	if (comp_codec_check(c) != PS_OK || n > COMP_MAX_N)
+	if (comp_codec_check(c) != FB_OK || n > COMP_MAX_N)
 		return 0;
 	return size_of(c, n);
 }
@@ -220,7 +220,7 @@ comp__encode(const struct comp_codec *c, const float *x, size_t n, uint64_t *rng
 	int rv;
 	if (c->id == COMP_NONE || c->id == COMP_FP16 || c->id == COMP_BF16) {
 		comp__flt_encode(c->id, x, n, out);
-		rv = PS_OK;
+		rv = FB_OK;
 	} else if (c->id == COMP_TOPK) {
 		rv = comp__topk_encode(comp_topk_k(c->topk_ratio, n), x, n,
 		    out);
@@ -228,7 +228,7 @@ comp__encode(const struct comp_codec *c, const float *x, size_t n, uint64_t *rng
 		rv = comp__q_encode(comp__qbits(c->id), c->bucket, c->stochastic,
 		    rng, x, n, out);
 	}
-	if (rv == PS_OK)
+	if (rv == FB_OK)
 		*out_len = need;
 	return rv;
 }
@@ -238,16 +238,16 @@ comp__check_enc_args(const struct comp_codec *c, const void *x, size_t n,
     const uint64_t *rng, const uint8_t *out, size_t cap,
     const size_t *out_len, size_t *need)
 {
-	if (comp_codec_check(c) != PS_OK || n > COMP_MAX_N ||
+	if (comp_codec_check(c) != FB_OK || n > COMP_MAX_N ||
 	    out_len == NULL || (n > 0 && x == NULL) ||
 	    (c->stochastic && rng == NULL))
-		return PS_EINVAL;
+		return FB_EINVAL;
 	*need = size_of(c, n);
 	if (cap < *need)
-		return PS_ENOSPC;
+		return FB_ENOSPC;
 	if (*need > 0 && out == NULL)
-		return PS_EINVAL;
-	return PS_OK;
+		return FB_EINVAL;
+	return FB_OK;
 }
 
 int
@@ -256,7 +256,7 @@ comp_encode(const struct comp_codec *c, const float *x, size_t n,
 {
 	size_t need;
 	int    rv = comp__check_enc_args(c, x, n, rng, out, cap, out_len, &need);
-	if (rv != PS_OK)
+	if (rv != FB_OK)
 		return rv;
 	return comp__encode(c, x, n, rng, out, need, out_len);
 }
@@ -268,9 +268,9 @@ validate(const struct comp_codec *c, const uint8_t *in, size_t len, size_t n)
 	if (c->id == COMP_TOPK)
 		return comp__topk_validate(in, len, n);
 	if (len != size_of(c, n))
-		return PS_EPROTO;
+		return FB_EPROTO;
 	if (comp__qbits(c->id) == 0 || n == 0)
-		return PS_OK; // every fp32/fp16/bf16 pattern is a value
+		return FB_OK; // every fp32/fp16/bf16 pattern is a value
 	return comp__q_validate(comp__qbits(c->id), c->bucket, in, n);
 }
 
@@ -291,14 +291,14 @@ static int
 decode_checked(const struct comp_codec *c, const uint8_t *in, size_t len,
     size_t n, float *out, int mode)
 {
-	if (comp_codec_check(c) != PS_OK || n > COMP_MAX_N ||
+	if (comp_codec_check(c) != FB_OK || n > COMP_MAX_N ||
 	    (len > 0 && in == NULL) || (n > 0 && out == NULL))
-		return PS_EINVAL;
+		return FB_EINVAL;
 	int rv = validate(c, in, len, n);
-	if (rv != PS_OK)
+	if (rv != FB_OK)
 		return rv;
 	comp__decode(c, in, n, out, mode);
-	return PS_OK;
+	return FB_OK;
 }
 
 int

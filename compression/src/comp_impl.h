@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include <comp/comp.h>
-#include <ps/base.h>
+#include <fb/fb.h>
 
 // How a decoder stores a dequantized value v into out[i].
 enum comp__mode {

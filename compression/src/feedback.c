@@ -17,14 +17,14 @@ comp_ef_encode(const struct comp_codec *c, const float *g, float *e,
 {
 	size_t need;
 	int    rv = comp__check_enc_args(c, g, n, rng, out, cap, out_len, &need);
-	if (rv != PS_OK)
+	if (rv != FB_OK)
 		return rv;
 	if (n > 0 && e == NULL)
-		return PS_EINVAL;
+		return FB_EINVAL;
 	if (comp__q_fusable(comp__qbits(c->id), c->bucket)) {
 		rv = comp__q_ef_encode(comp__qbits(c->id), c->bucket,
 		    c->stochastic, rng, g, e, n, out);
-		if (rv == PS_OK)
+		if (rv == FB_OK)
 			*out_len = need;
 		return rv;
 	}
@@ -35,13 +35,13 @@ comp_ef_encode(const struct comp_codec *c, const float *g, float *e,
 		mx = a > mx ? a : mx;
 	}
 	if (mx >= COMP__INF_BITS)
-		return PS_EINVAL;
+		return FB_EINVAL;
 	for (size_t i = 0; i < n; i++)
 		e[i] = g[i] + e[i]; // e now holds p
 	rv = comp__encode(c, e, n, rng, out, need, out_len);
-	PS_ASSERT(rv == PS_OK); // p is finite and out is big enough
+	FB_ASSERT(rv == FB_OK); // p is finite and out is big enough
 	comp__decode(c, out, n, e, COMP__SUB); // e = p - deq(c)
-	return PS_OK;
+	return FB_OK;
 }
 
 int
@@ -50,21 +50,21 @@ comp_ref_encode(const struct comp_codec *c, const float *x, float *ref,
 {
 	size_t need;
 	int    rv = comp__check_enc_args(c, x, n, NULL, out, cap, out_len, &need);
-	if (rv != PS_OK)
+	if (rv != FB_OK)
 		return rv;
 	if (c->stochastic || (n > 0 && (ref == NULL || scratch == NULL)))
-		return PS_EINVAL;
+		return FB_EINVAL;
 	if (comp__q_fusable(comp__qbits(c->id), c->bucket)) {
 		rv = comp__q_ref_encode(comp__qbits(c->id), c->bucket, x, ref,
 		    n, out);
-		if (rv == PS_OK)
+		if (rv == FB_OK)
 			*out_len = need;
 		return rv;
 	}
 	for (size_t i = 0; i < n; i++)
 		scratch[i] = x[i] - ref[i];
 	rv = comp__encode(c, scratch, n, NULL, out, need, out_len);
-	if (rv != PS_OK)
+	if (rv != FB_OK)
 		return rv;
 	// The very call the trainer makes on its copy: same bits by design.
 	return comp_decode_add(c, out, need, n, ref);

@@ -78,13 +78,13 @@ comp__flt_encode(uint32_t id, const float *x, size_t n, uint8_t *out)
 {
 	if (id == COMP_NONE) {
 		for (size_t i = 0; i < n; i++)
-			ps_put_f32le(out + 4 * i, x[i]);
+			fb_put_f32le(out + 4 * i, x[i]);
 	} else if (id == COMP_FP16) {
 		for (size_t i = 0; i < n; i++)
-			ps_put_u16le(out + 2 * i, comp__f32_to_f16(x[i]));
+			fb_put_u16le(out + 2 * i, comp__f32_to_f16(x[i]));
 	} else {
 		for (size_t i = 0; i < n; i++)
-			ps_put_u16le(out + 2 * i, comp__f32_to_bf16(x[i]));
+			fb_put_u16le(out + 2 * i, comp__f32_to_bf16(x[i]));
 	}
 }
 
@@ -92,10 +92,10 @@ static inline float
 get(uint32_t id, const uint8_t *in, size_t i)
 {
 	if (id == COMP_NONE)
-		return ps_get_f32le(in + 4 * i);
+		return fb_get_f32le(in + 4 * i);
 	if (id == COMP_FP16)
-		return comp__f16_to_f32(ps_get_u16le(in + 2 * i));
-	return comp__bf16_to_f32(ps_get_u16le(in + 2 * i));
+		return comp__f16_to_f32(fb_get_u16le(in + 2 * i));
+	return comp__bf16_to_f32(fb_get_u16le(in + 2 * i));
 }
 
 void

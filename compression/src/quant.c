@@ -263,12 +263,12 @@ sign_encode(uint32_t bucket, const float *x, size_t n, uint8_t *out)
 		for (size_t i = 0; i < m; i++)
 			sum += fabs((double) x[i0 + i]);
 		if (!isfinite(sum))
-			return PS_EINVAL;
-		ps_put_f32le(out + 4 * j, (float) (sum / (double) m));
+			return FB_EINVAL;
+		fb_put_f32le(out + 4 * j, (float) (sum / (double) m));
 		for (size_t i = 0; i < m; i++)
 			put_code(1, codes, i0 + i, x[i0 + i] < 0.0f);
 	}
-	return PS_OK;
+	return FB_OK;
 }
 
 // Values are encoded in groups of whole buckets, up to GROUP values: first
@@ -312,15 +312,15 @@ q_encode_groups(unsigned b, uint32_t bucket, int stochastic, uint64_t *rng,
 			size_t   m = n - i0 < bucket ? n - i0 : bucket;
 			uint32_t bits = k->absmax_bits(x + (i0 - g0), m);
 			if (bits >= COMP__INF_BITS)
-				return PS_EINVAL;
+				return FB_EINVAL;
 			float s = comp__u2f(bits);
-			ps_put_f32le(out + 4 * j, s);
+			fb_put_f32le(out + 4 * j, s);
 			inv[j - j0] = s > 0.0f ? L / s : 0.0f;
 		}
 		for (size_t j = j0; j < j1; j++) {
 			size_t       i0 = j * bucket;
 			size_t       m = n - i0 < bucket ? n - i0 : bucket;
-			float        s = ps_get_f32le(out + 4 * j);
+			float        s = fb_get_f32le(out + 4 * j);
 			const float *xj = x + (i0 - g0);
 			if (stochastic)
 				enc_range_sr(b, xj, i0, m, s, rng, codes);
@@ -330,7 +330,7 @@ q_encode_groups(unsigned b, uint32_t bucket, int stochastic, uint64_t *rng,
 				enc_range(k, b, xj, i0, m, inv[j - j0], codes);
 		}
 	}
-	return PS_OK;
+	return FB_OK;
 }
 
 int
@@ -350,15 +350,15 @@ comp__q_validate(unsigned b, uint32_t bucket, const uint8_t *in, size_t n)
 {
 	size_t nb = n / bucket + (n % bucket != 0);
 	for (size_t j = 0; j < nb; j++) {
-		float s = ps_get_f32le(in + 4 * j);
+		float s = fb_get_f32le(in + 4 * j);
 		if (!(s >= 0.0f) || isinf(s))
-			return PS_EPROTO;
+			return FB_EPROTO;
 	}
 	const uint8_t *codes = in + 4 * nb;
 	size_t         nbytes = (n * b + 7) / 8;
 	unsigned       tail = (unsigned) ((n * b) & 7);
 	if (tail != 0 && (codes[nbytes - 1] >> tail) != 0)
-		return PS_EPROTO; // padding bits must be zero
+		return FB_EPROTO; // padding bits must be zero
 	const struct comp__kern *k = comp__kern();
 	int bad = 0;
 	if (b == 8) {
@@ -373,7 +373,7 @@ comp__q_validate(unsigned b, uint32_t bucket, const uint8_t *in, size_t n)
 		}
 		bad = acc != 0;
 	}
-	return bad ? PS_EPROTO : PS_OK;
+	return bad ? FB_EPROTO : FB_OK;
 }
 
 static void
@@ -412,7 +412,7 @@ comp__q_decode(unsigned b, uint32_t bucket, const uint8_t *in, size_t n,
 	for (size_t j = 0; j < nb; j++) {
 		size_t i0 = j * bucket;
 		size_t m = n - i0 < bucket ? n - i0 : bucket;
-		float  s = ps_get_f32le(in + 4 * j);
+		float  s = fb_get_f32le(in + 4 * j);
 		if (b == 1) {
 			for (size_t i = 0; i < m; i++)
 				store(out + i0, i,
@@ -457,7 +457,7 @@ fused_update(unsigned b, uint32_t bucket, const uint8_t *out, size_t n,
 			for (size_t i = 0; i < m; i++)
 				x[i0 + i] = g[i0 + i] + x[i0 + i];
 		}
-		dec_range(k, b, codes, i0, m, ps_get_f32le(out + 4 * j) / L,
+		dec_range(k, b, codes, i0, m, fb_get_f32le(out + 4 * j) / L,
 		    x + i0, ef ? COMP__SUB : COMP__ADD);
 	}
 }
@@ -468,7 +468,7 @@ comp__q_ef_encode(unsigned b, uint32_t bucket, int stochastic,
 {
 	int rv = q_encode_groups(b, bucket, stochastic, rng, g, e, FORM_ADD, n,
 	    out);
-	if (rv == PS_OK)
+	if (rv == FB_OK)
 		fused_update(b, bucket, out, n, g, e, 1);
 	return rv;
 }
@@ -478,7 +478,7 @@ comp__q_ref_encode(unsigned b, uint32_t bucket, const float *x, float *ref,
     size_t n, uint8_t *out)
 {
 	int rv = q_encode_groups(b, bucket, 0, NULL, x, ref, FORM_SUB, n, out);
-	if (rv == PS_OK)
+	if (rv == FB_OK)
 		fused_update(b, bucket, out, n, NULL, ref, 0);
 	return rv;
 }

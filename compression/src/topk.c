@@ -69,10 +69,10 @@ comp__topk_encode(size_t k, const float *x, size_t n, uint8_t *out)
 {
 	for (size_t i = 0; i < n; i++)
 		if ((comp__f2u(x[i]) & 0x7fffffffu) >= COMP__INF_BITS)
-			return PS_EINVAL;
-	ps_put_u32le(out, (uint32_t) k);
+			return FB_EINVAL;
+	fb_put_u32le(out, (uint32_t) k);
 	if (k == 0)
-		return PS_OK;
+		return FB_OK;
 	size_t   above;
 	uint32_t t = kth_bits(x, n, k, &above);
 	size_t   ties = k - above, j = 0;
@@ -82,43 +82,43 @@ comp__topk_encode(size_t k, const float *x, size_t n, uint8_t *out)
 		if (a > t || (a == t && ties > 0)) {
 			if (a == t)
 				ties--;
-			ps_put_u32le(idx + 4 * j, (uint32_t) i);
-			ps_put_f32le(val + 4 * j, x[i]);
+			fb_put_u32le(idx + 4 * j, (uint32_t) i);
+			fb_put_f32le(val + 4 * j, x[i]);
 			j++;
 		}
 	}
-	return PS_OK;
+	return FB_OK;
 }
 
 int
 comp__topk_validate(const uint8_t *in, size_t len, size_t n)
 {
 	if (len < 4)
-		return PS_EPROTO;
-	uint32_t k = ps_get_u32le(in);
+		return FB_EPROTO;
+	uint32_t k = fb_get_u32le(in);
 	if (k > n || len != 4 + 8 * (size_t) k)
-		return PS_EPROTO;
+		return FB_EPROTO;
 	const uint8_t *idx = in + 4, *val = in + 4 + 4 * (size_t) k;
 	for (size_t j = 0; j < k; j++) {
-		uint32_t i = ps_get_u32le(idx + 4 * j);
-		if (i >= n || (j > 0 && i <= ps_get_u32le(idx + 4 * (j - 1))))
-			return PS_EPROTO;
-		if ((ps_get_u32le(val + 4 * j) & 0x7fffffffu) >= COMP__INF_BITS)
-			return PS_EPROTO;
+		uint32_t i = fb_get_u32le(idx + 4 * j);
+		if (i >= n || (j > 0 && i <= fb_get_u32le(idx + 4 * (j - 1))))
+			return FB_EPROTO;
+		if ((fb_get_u32le(val + 4 * j) & 0x7fffffffu) >= COMP__INF_BITS)
+			return FB_EPROTO;
 	}
-	return PS_OK;
+	return FB_OK;
 }
 
 void
 comp__topk_decode(const uint8_t *in, size_t n, float *out, int mode)
 {
-	size_t         k = ps_get_u32le(in);
+	size_t         k = fb_get_u32le(in);
 	const uint8_t *idx = in + 4, *val = in + 4 + 4 * k;
 	if (mode == COMP__SET)
 		memset(out, 0, n * sizeof *out);
 	for (size_t j = 0; j < k; j++) {
-		size_t i = ps_get_u32le(idx + 4 * j);
-		float  v = ps_get_f32le(val + 4 * j);
+		size_t i = fb_get_u32le(idx + 4 * j);
+		float  v = fb_get_f32le(val + 4 * j);
 		if (mode == COMP__SET)
 			out[i] = v;
 		else if (mode == COMP__ADD)

@@ -1,18 +1,18 @@
 // frame.c — the fixed frame header and status helpers (docs/protocol.md).
 #include "ferry.pb-c.h"
-#include "ps/base.h"
+#include "fb/fb.h"
 #include "psw/psw.h"
 
 void
 psw_frame_put(uint8_t *dst, uint8_t method, uint16_t flags, uint32_t hdr_len,
     uint32_t payload_len)
 {
-	ps_put_u32le(dst, PSW_MAGIC);
+	fb_put_u32le(dst, PSW_MAGIC);
 	dst[4] = PSW_VERSION;
 	dst[5] = method;
-	ps_put_u16le(dst + 6, flags);
-	ps_put_u32le(dst + 8, hdr_len);
-	ps_put_u32le(dst + 12, payload_len);
+	fb_put_u16le(dst + 6, flags);
+	fb_put_u32le(dst + 8, hdr_len);
+	fb_put_u32le(dst + 12, payload_len);
 }
 
 int
@@ -24,34 +24,34 @@ psw_frame_parse(const void *buf, size_t len, struct psw_frame *f,
 
 	if (p == NULL || len < PSW_FRAME_HDR) {
 		*why = "frame shorter than its 16-byte header";
-		return PS_EPROTO;
+		return FB_EPROTO;
 	}
-	if (ps_get_u32le(p) != PSW_MAGIC) {
+	if (fb_get_u32le(p) != PSW_MAGIC) {
 		*why = "bad frame magic (not a Ferry message)";
-		return PS_EPROTO;
+		return FB_EPROTO;
 	}
 	if (p[4] != PSW_VERSION) {
 		*why = "unsupported protocol version";
-		return PS_EPROTO;
+		return FB_EPROTO;
 	}
-	hl = ps_get_u32le(p + 8);
-	pl = ps_get_u32le(p + 12);
+	hl = fb_get_u32le(p + 8);
+	pl = fb_get_u32le(p + 12);
 	if (hl > PSW_MAX_HEADER) {
 		*why = "frame header length over the cap";
-		return PS_EPROTO;
+		return FB_EPROTO;
 	}
 	// 64-bit sum: no overflow for two u32 plus 16.
 	if ((uint64_t) PSW_FRAME_HDR + hl + pl != (uint64_t) len) {
 		*why = "frame lengths do not match the message size";
-		return PS_EPROTO;
+		return FB_EPROTO;
 	}
 	f->method      = p[5];
-	f->flags       = ps_get_u16le(p + 6);
+	f->flags       = fb_get_u16le(p + 6);
 	f->hdr         = p + PSW_FRAME_HDR;
 	f->hdr_len     = hl;
 	f->payload     = p + PSW_FRAME_HDR + hl;
 	f->payload_len = pl;
-	return PS_OK;
+	return FB_OK;
 }
 
 const char *
@@ -66,30 +66,30 @@ int
 psw_status_from_err(int err)
 {
 	switch (err) {
-	case PS_OK:
+	case FB_OK:
 		return PSWIRE__STATUS__OK;
-	case PS_EINVAL:
-	case PS_EPROTO:
-	case PS_ERANGE:
+	case FB_EINVAL:
+	case FB_EPROTO:
+	case FB_ERANGE:
 		return PSWIRE__STATUS__INVALID_ARGUMENT;
-	case PS_ENOMEM:
-	case PS_ENOSPC:
+	case FB_ENOMEM:
+	case FB_ENOSPC:
 		return PSWIRE__STATUS__RESOURCE_EXHAUSTED;
-	case PS_ENOTFOUND:
+	case FB_ENOTFOUND:
 		return PSWIRE__STATUS__NOT_FOUND;
-	case PS_ETIMEDOUT:
+	case FB_ETIMEDOUT:
 		return PSWIRE__STATUS__DEADLINE_EXCEEDED;
-	case PS_ESTATE:
+	case FB_ESTATE:
 		return PSWIRE__STATUS__FAILED_PRECONDITION;
-	case PS_ESTALE:
+	case FB_ESTALE:
 		return PSWIRE__STATUS__STALE_EPOCH;
-	case PS_EBUSY:
-	case PS_ECLOSED:
-	case PS_ETRANSPORT:
+	case FB_EBUSY:
+	case FB_ECLOSED:
+	case FB_ETRANSPORT:
 		return PSWIRE__STATUS__UNAVAILABLE;
-	case PS_ECORRUPT:
+	case FB_ECORRUPT:
 		return PSWIRE__STATUS__DATA_LOSS;
-	case PS_EUNSUPP:
+	case FB_EUNSUPP:
 		return PSWIRE__STATUS__UNIMPLEMENTED;
 	default:
 		return PSWIRE__STATUS__INTERNAL;

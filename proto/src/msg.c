@@ -7,7 +7,7 @@
 // the header right in front of the payload and trims the unused front bytes
 // (nng_msg_trim only moves a pointer). The payload is never copied.
 #include "ferry.pb-c.h"
-#include "ps/base.h"
+#include "fb/fb.h"
 #include "psw/psw.h"
 
 int
@@ -16,11 +16,11 @@ psw_msg_begin(nng_msg **out, size_t hdr_max, size_t payload_cap,
 {
 	nng_msg *m;
 	if (nng_msg_alloc(&m, PSW_FRAME_HDR + hdr_max + payload_cap) != 0) {
-		return PS_ENOMEM;
+		return FB_ENOMEM;
 	}
 	*payload = (uint8_t *) nng_msg_body(m) + PSW_FRAME_HDR + hdr_max;
 	*out     = m;
-	return PS_OK;
+	return FB_OK;
 }
 
 int
@@ -30,10 +30,10 @@ psw_msg_reuse(nng_msg *m, size_t hdr_max, size_t payload_cap,
 	size_t need = PSW_FRAME_HDR + hdr_max + payload_cap;
 	// Within the capacity nng_msg_realloc only moves the length.
 	if (nng_msg_capacity(m) < need || nng_msg_realloc(m, need) != 0) {
-		return PS_ENOSPC;
+		return FB_ENOSPC;
 	}
 	*payload = (uint8_t *) nng_msg_body(m) + PSW_FRAME_HDR + hdr_max;
-	return PS_OK;
+	return FB_OK;
 }
 
 int
@@ -46,7 +46,7 @@ psw_msg_finish(nng_msg *m, uint8_t method, uint16_t flags,
 
 	if (hl > hdr_max || PSW_FRAME_HDR + hdr_max + payload_len > len ||
 	    hl > PSW_MAX_HEADER || payload_len > UINT32_MAX) {
-		return PS_ENOSPC;
+		return FB_ENOSPC;
 	}
 	size_t skip = hdr_max - hl;
 	protobuf_c_message_pack(hdr, body + PSW_FRAME_HDR + skip);
@@ -54,7 +54,7 @@ psw_msg_finish(nng_msg *m, uint8_t method, uint16_t flags,
 	    (uint32_t) payload_len);
 	nng_msg_chop(m, len - (PSW_FRAME_HDR + hdr_max + payload_len));
 	nng_msg_trim(m, skip);
-	return PS_OK;
+	return FB_OK;
 }
 
 int
@@ -69,17 +69,17 @@ psw_reply_open(nng_msg *rep, uint8_t method, uint64_t request_id,
 {
 	Pswire__Header *h;
 
-	if (psw_msg_parse(rep, f, why) != PS_OK) {
-		return PS_EPROTO;
+	if (psw_msg_parse(rep, f, why) != FB_OK) {
+		return FB_EPROTO;
 	}
 	if (!(f->flags & PSW_FLAG_REPLY)) {
 		*why = "reply frame without the REPLY flag";
-		return PS_EPROTO;
+		return FB_EPROTO;
 	}
 	h = pswire__header__unpack(NULL, f->hdr_len, f->hdr);
 	if (h == NULL) {
 		*why = "reply header is not a valid protobuf Header";
-		return PS_EPROTO;
+		return FB_EPROTO;
 	}
 	// Errors for unparseable requests come back with request id 0 and
 	// method 0; accept them so the status text reaches the caller.
@@ -87,11 +87,11 @@ psw_reply_open(nng_msg *rep, uint8_t method, uint64_t request_id,
 	    (h->request_id != request_id || f->method != method)) {
 		pswire__header__free_unpacked(h, NULL);
 		*why = "reply does not match the request (id or method)";
-		return PS_EPROTO;
+		return FB_EPROTO;
 	}
 	*hdr = &h->base;
 	*why = h->status == PSWIRE__STATUS__OK ? NULL : h->error;
-	return h->status == PSWIRE__STATUS__OK ? PS_OK : PS_EREMOTE;
+	return h->status == PSWIRE__STATUS__OK ? FB_OK : FB_EREMOTE;
 }
 
 int
@@ -109,17 +109,17 @@ psw_call(nng_ctx ctx, nng_aio *aio, nng_msg *req, uint8_t method,
 	if ((rv = nng_aio_result(aio)) != 0) {
 		nng_msg_free(req);
 		*why = nng_strerror(rv);
-		return rv == NNG_ETIMEDOUT ? PS_ETIMEDOUT : PS_ETRANSPORT;
+		return rv == NNG_ETIMEDOUT ? FB_ETIMEDOUT : FB_ETRANSPORT;
 	}
 	nng_ctx_recv(ctx, aio);
 	nng_aio_wait(aio);
 	if ((rv = nng_aio_result(aio)) != 0) {
 		*why = nng_strerror(rv);
-		return rv == NNG_ETIMEDOUT ? PS_ETIMEDOUT : PS_ETRANSPORT;
+		return rv == NNG_ETIMEDOUT ? FB_ETIMEDOUT : FB_ETRANSPORT;
 	}
 	m  = nng_aio_get_msg(aio);
 	rv = psw_reply_open(m, method, request_id, f, hdr, why);
-	if (rv != PS_OK && rv != PS_EREMOTE) {
+	if (rv != FB_OK && rv != FB_EREMOTE) {
 		nng_msg_free(m);
 		return rv;
 	}

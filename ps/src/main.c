@@ -137,13 +137,13 @@ parse_config(int argc, char **argv)
 		if (config_defs[i].type != CFG_INT) {
 			continue;
 		}
-		rv = ps_parse_i64(cfg_val[i], config_defs[i].min,
+		rv = fb_parse_i64(cfg_val[i], config_defs[i].min,
 		    config_defs[i].max, &v);
-		if (rv != PS_OK) {
+		if (rv != FB_OK) {
 			fprintf(stderr,
 			    "ps-server: --%s=%s: %s (allowed %lld..%lld)\n",
 			    config_defs[i].name, cfg_val[i],
-			    rv == PS_ERANGE ? "out of range" : "not an integer",
+			    rv == FB_ERANGE ? "out of range" : "not an integer",
 			    (long long) config_defs[i].min,
 			    (long long) config_defs[i].max);
 			return -1;
@@ -162,7 +162,7 @@ static int64_t
 cfg_int(const char *name)
 {
 	int64_t v = 0;
-	ps_parse_i64(cfg_str(name), INT64_MIN, INT64_MAX, &v);
+	fb_parse_i64(cfg_str(name), INT64_MIN, INT64_MAX, &v);
 	return v;
 }
 
@@ -188,7 +188,7 @@ write_url_file(const char *url)
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	if ((f = fopen(tmp, "w")) == NULL || fprintf(f, "%s\n", url) < 0 ||
 	    fclose(f) != 0 || rename(tmp, path) != 0) {
-		PS_LOG(PS_LOG_ERR, "main", "cannot write --url-file %s", path);
+		FB_LOG(FB_LOG_ERR, "main", "cannot write --url-file %s", path);
 	}
 }
 
@@ -201,12 +201,12 @@ main(int argc, char **argv)
 	if (parse_config(argc, argv) != 0) {
 		return 2;
 	}
-	if (ps_log_parse_level(cfg_str("log-level"), &level) != PS_OK) {
+	if (fb_log_parse_level(cfg_str("log-level"), &level) != FB_OK) {
 		fprintf(stderr, "ps-server: --log-level=%s: expected err, warn, "
 		                "notice, info or debug\n", cfg_str("log-level"));
 		return 2;
 	}
-	ps_log_set_level(level);
+	fb_log_set_level(level);
 	role = cfg_str("role");
 	if (strcmp(role, "scheduler") != 0 && strcmp(role, "server") != 0) {
 		fprintf(stderr, "ps-server: --role=%s: expected scheduler or "
@@ -230,9 +230,9 @@ main(int argc, char **argv)
 		                "multiple of 4\n", cfg_str("shard-bytes"));
 		return 2;
 	}
-	ps_log_set_role(role);
+	fb_log_set_role(role);
 	for (size_t i = 0; i < N_CFG; i++) {
-		PS_LOG(PS_LOG_INFO, "config", "%s = %s", config_defs[i].name,
+		FB_LOG(FB_LOG_INFO, "config", "%s = %s", config_defs[i].name,
 		    cfg_val[i]);
 	}
 	signal(SIGINT, on_signal);
@@ -257,9 +257,9 @@ main(int argc, char **argv)
 		o.seed        = (uint64_t) cfg_int("seed");
 		o.reprobe_s   = (uint32_t) cfg_int("reprobe-s");
 		o.reprobe_change_pct = (uint32_t) cfg_int("reprobe-change-pct");
-		if ((rv = ps_scheduler_open(&o, &sched)) != PS_OK) {
-			PS_LOG(PS_LOG_ERR, "main", "cannot start scheduler: %s",
-			    ps_strerror(rv));
+		if ((rv = ps_scheduler_open(&o, &sched)) != FB_OK) {
+			FB_LOG(FB_LOG_ERR, "main", "cannot start scheduler: %s",
+			    fb_strerror(rv));
 			return 1;
 		}
 		write_url_file(ps_scheduler_url(sched));
@@ -277,26 +277,25 @@ main(int argc, char **argv)
 			                "--scheduler=URL\n");
 			return 2;
 		}
-		if ((rv = ps_server_open(&o, &srv)) != PS_OK) {
-			PS_LOG(PS_LOG_ERR, "main", "cannot start server: %s",
-			    ps_strerror(rv));
+		if ((rv = ps_server_open(&o, &srv)) != FB_OK) {
+			FB_LOG(FB_LOG_ERR, "main", "cannot start server: %s",
+			    fb_strerror(rv));
 			return 1;
 		}
 		write_url_file(ps_server_url(srv));
 	}
 	while (!stop) {
-		struct timespec ts = { 0, 100000000 };
-		nanosleep(&ts, NULL);
+		fb_sleep_us(100000);
 	}
-	PS_LOG(PS_LOG_NOTICE, "main", "shutting down");
+	FB_LOG(FB_LOG_NOTICE, "main", "shutting down");
 	// A server leaves gracefully: its shards move to the others first.
 	// (A second signal while waiting does not interrupt the wait; the
 	// timeout bounds it.)
 	if (srv != NULL && cfg_int("leave-timeout-ms") > 0) {
 		int lrv = ps_server_leave(srv,
 		    (uint32_t) cfg_int("leave-timeout-ms"));
-		if (lrv != PS_OK && lrv != PS_ESTATE) {
-			PS_LOG(PS_LOG_WARN, "main", "leave: %s", ps_strerror(lrv));
+		if (lrv != FB_OK && lrv != FB_ESTATE) {
+			FB_LOG(FB_LOG_WARN, "main", "leave: %s", fb_strerror(lrv));
 		}
 	}
 	ps_scheduler_close(sched);

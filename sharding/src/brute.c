@@ -15,14 +15,14 @@ shard_solve_brute(const struct shard_inst *inst, uint32_t *assign,
 	struct shard__ws w;
 	int              rv;
 	if (assign == NULL)
-		return PS_EINVAL;
-	if ((rv = shard__ws_init(&w, inst)) != PS_OK)
+		return FB_EINVAL;
+	if ((rv = shard__ws_init(&w, inst)) != FB_OK)
 		return rv;
 	uint64_t count = 1;
 	for (size_t i = 0; i < w.S && count <= BRUTE_MAX_ASSIGN; i++)
 		count *= w.M;
 	if (w.S > BRUTE_MAX_S || count > BRUTE_MAX_ASSIGN) {
-		rv = PS_ERANGE;
+		rv = FB_ERANGE;
 		goto done;
 	}
 
@@ -56,7 +56,7 @@ shard_solve_brute(const struct shard_inst *inst, uint32_t *assign,
 			break;
 	}
 	if (!have) {
-		rv = PS_ENOSPC;
+		rv = FB_ENOSPC;
 		goto done;
 	}
 	memcpy(w.a, w.best, sizeof(uint32_t) * w.S);
@@ -72,7 +72,7 @@ shard_solve_brute(const struct shard_inst *inst, uint32_t *assign,
 		rep->lb       = shard__lb(inst, w.total);
 		rep->ratio    = shard__ratio(w.f, rep->lb);
 	}
-	rv = PS_OK;
+	rv = FB_OK;
 done:
 	shard__ws_fini(&w);
 	return rv;

@@ -21,39 +21,39 @@ shard__inst_check(const struct shard_inst *in, uint64_t *total)
 	if (in == NULL || in->n_shards == 0 || in->n_servers == 0 ||
 	    in->n_trainers == 0 || in->size == NULL || in->lat == NULL ||
 	    in->bw == NULL)
-		return PS_EINVAL;
+		return FB_EINVAL;
 	if (in->model != SHARD_MODEL_A && in->model != SHARD_MODEL_B)
-		return PS_EINVAL;
+		return FB_EINVAL;
 	if (!(in->rho > 0) || !isfinite(in->rho) ||
 	    (in->model == SHARD_MODEL_B && in->k == 0))
-		return PS_EINVAL;
+		return FB_EINVAL;
 	size_t M = in->n_servers, T = in->n_trainers;
 	if (T > SIZE_MAX / 8 / M || in->n_shards > SIZE_MAX / 64)
-		return PS_ERANGE;
+		return FB_ERANGE;
 	uint64_t sum = 0;
 	for (size_t i = 0; i < in->n_shards; i++) {
 		if (in->size[i] == 0)
-			return PS_EINVAL;
+			return FB_EINVAL;
 		if (sum + in->size[i] < sum)
-			return PS_ERANGE;
+			return FB_ERANGE;
 		sum += in->size[i];
 	}
 	for (size_t j = 0; j < T * M; j++) {
 		double l = in->lat[j], b = in->bw[j];
 		if (!(l >= 0) || !isfinite(l) || !(b > 0))
-			return PS_EINVAL;
+			return FB_EINVAL;
 	}
 	// NIC entries: NaN is rejected; ≤ 0 means unknown.
 	if (in->nic_trainer != NULL)
 		for (size_t t = 0; t < T; t++)
 			if (isnan(in->nic_trainer[t]))
-				return PS_EINVAL;
+				return FB_EINVAL;
 	if (in->nic_server != NULL)
 		for (size_t m = 0; m < M; m++)
 			if (isnan(in->nic_server[m]))
-				return PS_EINVAL;
+				return FB_EINVAL;
 	*total = sum;
-	return PS_OK;
+	return FB_OK;
 }
 
 int
@@ -62,16 +62,16 @@ shard__ws_init(struct shard__ws *w, const struct shard_inst *in)
 	uint64_t total;
 	int      rv;
 	memset(w, 0, sizeof(*w));
-	if ((rv = shard__inst_check(in, &total)) != PS_OK)
+	if ((rv = shard__inst_check(in, &total)) != FB_OK)
 		return rv;
 	size_t S = in->n_shards, M = in->n_servers, T = in->n_trainers;
 	// Doubles and 64-bit words first, then the 32-bit arrays: every
 	// sub-array stays naturally aligned.
 	size_t n = sizeof(uint64_t) * 2 * M + sizeof(double) * (T * M + 4 * T) +
 	    sizeof(size_t) * S + sizeof(uint32_t) * (3 * T + 2 * S);
-	char *p = ps_alloc(n);
+	char *p = fb_alloc(n);
 	if (p == NULL)
-		return PS_ENOMEM;
+		return FB_ENOMEM;
 	w->block = p;
 	w->in    = in;
 	w->S     = S;
@@ -91,13 +91,13 @@ shard__ws_init(struct shard__ws *w, const struct shard_inst *in)
 		uint64_t c = in->cap != NULL ? in->cap[m] : 0;
 		w->cap[m]  = c == 0 ? UINT64_MAX : c;
 	}
-	return PS_OK;
+	return FB_OK;
 }
 
 void
 shard__ws_fini(struct shard__ws *w)
 {
-	ps_free(w->block);
+	fb_free(w->block);
 	memset(w, 0, sizeof(*w));
 }
 
@@ -332,11 +332,11 @@ static int
 check_assign(const struct shard_inst *in, const uint32_t *assign)
 {
 	if (assign == NULL)
-		return PS_EINVAL;
+		return FB_EINVAL;
 	for (size_t i = 0; i < in->n_shards; i++)
 		if (assign[i] >= in->n_servers)
-			return PS_EINVAL;
-	return PS_OK;
+			return FB_EINVAL;
+	return FB_OK;
 }
 
 int
@@ -346,10 +346,10 @@ shard_cost(const struct shard_inst *inst, const uint32_t *assign, double *f,
 	struct shard__ws w;
 	uint64_t         total;
 	int              rv;
-	if ((rv = shard__inst_check(inst, &total)) != PS_OK ||
-	    (rv = check_assign(inst, assign)) != PS_OK)
+	if ((rv = shard__inst_check(inst, &total)) != FB_OK ||
+	    (rv = check_assign(inst, assign)) != FB_OK)
 		return rv;
-	if ((rv = shard__ws_init(&w, inst)) != PS_OK)
+	if ((rv = shard__ws_init(&w, inst)) != FB_OK)
 		return rv;
 	memcpy(w.a, assign, sizeof(uint32_t) * w.S);
 	shard__ws_rebuild(&w);
@@ -360,7 +360,7 @@ shard_cost(const struct shard_inst *inst, const uint32_t *assign, double *f,
 	if (trainer_time != NULL)
 		memcpy(trainer_time, w.time, sizeof(double) * w.T);
 	shard__ws_fini(&w);
-	return PS_OK;
+	return FB_OK;
 }
 
 int
@@ -368,11 +368,11 @@ shard_assign_check(const struct shard_inst *inst, const uint32_t *assign)
 {
 	uint64_t total;
 	int      rv;
-	if ((rv = shard__inst_check(inst, &total)) != PS_OK ||
-	    (rv = check_assign(inst, assign)) != PS_OK)
+	if ((rv = shard__inst_check(inst, &total)) != FB_OK ||
+	    (rv = check_assign(inst, assign)) != FB_OK)
 		return rv;
 	if (inst->cap == NULL)
-		return PS_OK;
+		return FB_OK;
 	// One server at a time keeps this allocation-free: O(S·M), fine for a
 	// check that runs once per placement.
 	for (uint32_t m = 0; m < inst->n_servers; m++) {
@@ -383,9 +383,9 @@ shard_assign_check(const struct shard_inst *inst, const uint32_t *assign)
 			if (assign[i] == m)
 				load += inst->size[i];
 		if (load > c)
-			return PS_ENOSPC;
+			return FB_ENOSPC;
 	}
-	return PS_OK;
+	return FB_OK;
 }
 
 int
@@ -394,9 +394,9 @@ shard_lower_bound(const struct shard_inst *inst, double *lb)
 	uint64_t total;
 	int      rv;
 	if (lb == NULL)
-		return PS_EINVAL;
-	if ((rv = shard__inst_check(inst, &total)) != PS_OK)
+		return FB_EINVAL;
+	if ((rv = shard__inst_check(inst, &total)) != FB_OK)
 		return rv;
 	*lb = shard__lb(inst, total);
-	return PS_OK;
+	return FB_OK;
 }

@@ -35,7 +35,7 @@ size_t
 shard_format_bound(const struct shard_inst *inst)
 {
 	uint64_t total;
-	if (shard__inst_check(inst, &total) != PS_OK)
+	if (shard__inst_check(inst, &total) != FB_OK)
 		return 0;
 	size_t S = inst->n_shards, M = inst->n_servers, T = inst->n_trainers;
 	// header and totals 256; matrix rows "  t<u32>:" + M·" %10.4g";
@@ -51,13 +51,13 @@ shard_format(const struct shard_inst *inst, const uint32_t *assign,
 	struct shard__ws w;
 	int              rv;
 	if (buf == NULL || assign == NULL)
-		return PS_EINVAL;
-	if ((rv = shard__ws_init(&w, inst)) != PS_OK)
+		return FB_EINVAL;
+	if ((rv = shard__ws_init(&w, inst)) != FB_OK)
 		return rv;
 	for (size_t i = 0; i < w.S; i++) {
 		if (assign[i] >= w.M) {
 			shard__ws_fini(&w);
-			return PS_EINVAL;
+			return FB_EINVAL;
 		}
 	}
 	memcpy(w.a, assign, sizeof(uint32_t) * w.S);
@@ -117,8 +117,8 @@ shard_format(const struct shard_inst *inst, const uint32_t *assign,
 	    shard__ratio(w.f, lb));
 	shard__ws_fini(&w);
 	if (o.full)
-		return PS_ENOSPC;
+		return FB_ENOSPC;
 	if (written != NULL)
 		*written = o.pos;
-	return PS_OK;
+	return FB_OK;
 }

@@ -7,7 +7,7 @@
 #include <shard/shard.h>
 
 // shard__ws is the working state of one evaluation or solve. All arrays are
-// carved out of one ps_alloc block by shard__ws_init, so a solve allocates
+// carved out of one fb_alloc block by shard__ws_init, so a solve allocates
 // exactly once.
 struct shard__ws {
 	const struct shard_inst *in;

@@ -405,13 +405,13 @@ shard_solve(const struct shard_inst *inst,
 	struct shard_report                  r;
 	int                                  rv;
 	if (assign == NULL)
-		return PS_EINVAL;
+		return FB_EINVAL;
 	if (opts == NULL)
 		opts = &defaults;
-	if ((rv = shard__ws_init(&w, inst)) != PS_OK)
+	if ((rv = shard__ws_init(&w, inst)) != FB_OK)
 		return rv;
 	if (!feasible_at_all(&w)) {
-		rv = PS_ENOSPC;
+		rv = FB_ENOSPC;
 		goto done;
 	}
 	sort_by_size(&w);
@@ -447,7 +447,7 @@ shard_solve(const struct shard_inst *inst,
 		}
 	}
 	if (!have) {
-		rv = PS_ENOSPC;
+		rv = FB_ENOSPC;
 		goto done;
 	}
 	// Report from a fresh rebuild of the winner, so the numbers are
@@ -463,7 +463,7 @@ shard_solve(const struct shard_inst *inst,
 		memcpy(trainer_time, w.time, sizeof(double) * w.T);
 	if (rep != NULL)
 		*rep = r;
-	rv = PS_OK;
+	rv = FB_OK;
 done:
 	shard__ws_fini(&w);
 	return rv;

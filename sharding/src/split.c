@@ -24,26 +24,26 @@ shard_split(const uint64_t *tensor_lens, size_t n_tensors,
 	if (tensor_lens == NULL || out == NULL || n_out == NULL ||
 	    n_tensors == 0 || (uint64_t) n_tensors > UINT32_MAX ||
 	    shard_bytes < 4 || shard_bytes % 4 != 0)
-		return PS_EINVAL;
+		return FB_EINVAL;
 
 	uint64_t per   = shard_bytes / 4;
 	uint64_t total = 0;
 	for (size_t t = 0; t < n_tensors; t++) {
 		if (tensor_lens[t] == 0)
-			return PS_EINVAL;
+			return FB_EINVAL;
 		if (tensor_lens[t] > SHARD_MAX_ELEMS)
-			return PS_ERANGE;
+			return FB_ERANGE;
 		uint64_t p = pieces(tensor_lens[t], per);
 		if (p > UINT32_MAX)
-			return PS_ERANGE;
+			return FB_ERANGE;
 		total += p; // ≤ 2^32 · 2^32: cannot overflow
 	}
 	if (total > SIZE_MAX / sizeof(struct shard_desc))
-		return PS_ENOMEM;
+		return FB_ENOMEM;
 
-	struct shard_desc *d = ps_alloc((size_t) total * sizeof(*d));
+	struct shard_desc *d = fb_alloc((size_t) total * sizeof(*d));
 	if (d == NULL)
-		return PS_ENOMEM;
+		return FB_ENOMEM;
 
 	size_t k = 0;
 	for (size_t t = 0; t < n_tensors; t++) {
@@ -62,15 +62,15 @@ shard_split(const uint64_t *tensor_lens, size_t n_tensors,
 	}
 	*out   = d;
 	*n_out = (size_t) total;
-	return PS_OK;
+	return FB_OK;
 }
 
 int
 shard_place_uniform(size_t n_shards, uint32_t n_servers, uint32_t *assign)
 {
 	if (n_servers == 0 || (assign == NULL && n_shards > 0))
-		return PS_EINVAL;
+		return FB_EINVAL;
 	for (size_t i = 0; i < n_shards; i++)
 		assign[i] = (uint32_t) (i % n_servers);
-	return PS_OK;
+	return FB_OK;
 }

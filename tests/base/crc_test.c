@@ -1,4 +1,4 @@
-// ps_crc32 must give zlib's CRC-32 for every length, alignment and seed:
+// fb_crc32 must give zlib's CRC-32 for every length, alignment and seed:
 // the server and the trainers compare these values across machines, and
 // the folded (PCLMULQDQ) path only covers whole 16-byte blocks of buffers
 // of 64 bytes or more, so the boundaries between the paths are tested
@@ -9,7 +9,7 @@
 #include <zlib.h>
 
 #include "base_tests.h"
-#include "ps/base.h"
+#include "fb/fb.h"
 
 static unsigned char *
 random_bytes(size_t n, uint32_t seed)
@@ -26,8 +26,8 @@ random_bytes(size_t n, uint32_t seed)
 START_TEST(test_crc_check_value)
 {
 	// The CRC-32 check value of the ASCII digits (every CRC catalogue).
-	ck_assert_uint_eq(ps_crc32(0, "123456789", 9), 0xCBF43926u);
-	ck_assert_uint_eq(ps_crc32(0, NULL, 0), 0u);
+	ck_assert_uint_eq(fb_crc32(0, "123456789", 9), 0xCBF43926u);
+	ck_assert_uint_eq(fb_crc32(0, NULL, 0), 0u);
 }
 END_TEST
 
@@ -40,9 +40,9 @@ START_TEST(test_crc_every_length_and_alignment)
 			uint32_t want0 = (uint32_t) crc32(0, b + off, (uInt) n);
 			uint32_t wants = (uint32_t) crc32(0xdeadbeefu, b + off,
 			    (uInt) n);
-			ck_assert_msg(ps_crc32(0, b + off, n) == want0,
+			ck_assert_msg(fb_crc32(0, b + off, n) == want0,
 			    "len %zu off %zu seed 0", n, off);
-			ck_assert_msg(ps_crc32(0xdeadbeefu, b + off, n) == wants,
+			ck_assert_msg(fb_crc32(0xdeadbeefu, b + off, n) == wants,
 			    "len %zu off %zu seed 0xdeadbeef", n, off);
 		}
 	}
@@ -56,20 +56,20 @@ START_TEST(test_crc_large_and_incremental)
 	const size_t   n = 940584 + 13;
 	unsigned char *b = random_bytes(n, 99);
 	uint32_t       whole = (uint32_t) crc32(0, b, (uInt) n);
-	ck_assert_uint_eq(ps_crc32(0, b, n), whole);
+	ck_assert_uint_eq(fb_crc32(0, b, n), whole);
 	// Feeding the buffer in pieces continues the same CRC.
 	size_t   cuts[] = { 1, 63, 64, 65, 4096, 100000, 777777 };
 	uint32_t c      = 0;
 	size_t   at     = 0;
 	for (size_t i = 0; i < sizeof(cuts) / sizeof(cuts[0]); i++) {
-		c  = ps_crc32(c, b + at, cuts[i] - at);
+		c  = fb_crc32(c, b + at, cuts[i] - at);
 		at = cuts[i];
 	}
-	c = ps_crc32(c, b + at, n - at);
+	c = fb_crc32(c, b + at, n - at);
 	ck_assert_uint_eq(c, whole);
 	// One flipped bit changes it.
 	b[n / 2] ^= 0x10;
-	ck_assert_uint_ne(ps_crc32(0, b, n), whole);
+	ck_assert_uint_ne(fb_crc32(0, b, n), whole);
 	free(b);
 }
 END_TEST
@@ -83,7 +83,7 @@ START_TEST(test_crc_copy)
 	for (size_t off = 0; off < 16; off += 7) {
 		for (size_t n = 0; n <= max; n++) {
 			memset(d, 0xA5, max + 16);
-			ck_assert_msg(ps_crc32_copy(0, d + 1, b + off, n) ==
+			ck_assert_msg(fb_crc32_copy(0, d + 1, b + off, n) ==
 			        (uint32_t) crc32(0, b + off, (uInt) n),
 			    "len %zu off %zu", n, off);
 			ck_assert_msg(memcmp(d + 1, b + off, n) == 0 &&

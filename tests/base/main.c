@@ -1,4 +1,4 @@
-// Check runner for ps_base (errors, clock, crc, parsing helpers).
+// Check runner for fb (errors, clock, crc, parsing helpers).
 #include <stdlib.h>
 
 #include "base_tests.h"

@@ -55,19 +55,19 @@ START_TEST(test_codec_parse_bogus)
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		why[0] = '\0';
 		PT_FAIL(comp_codec_parse_msg(bad[i], 0, &c, why, sizeof why),
-		    PS_EINVAL);
+		    FB_EINVAL);
 		TR_ASSERT_MSG(strlen(why) > 10, "no reason for '%s'", bad[i]);
 		ck_assert_mem_eq(&c, &keep, sizeof c);
 	}
 	PT_FAIL(comp_codec_parse_msg("q4", COMP_BUCKET_MAX + 1, &c, why,
-	    sizeof why), PS_EINVAL);
+	    sizeof why), FB_EINVAL);
 	ck_assert_ptr_nonnull(strstr(why, "bucket"));
 	PT_FAIL(comp_codec_parse_msg("topk:2", 0, &c, why, sizeof why),
-	    PS_EINVAL);
+	    FB_EINVAL);
 	ck_assert_ptr_nonnull(strstr(why, "(0, 1]"));
-	PT_FAIL(comp_codec_parse(NULL, 0, &c), PS_EINVAL);
-	PT_FAIL(comp_codec_parse("q4", 0, NULL), PS_EINVAL);
-	PT_FAIL(comp_codec_parse_msg("zz", 0, &c, why, 1), PS_EINVAL);
+	PT_FAIL(comp_codec_parse(NULL, 0, &c), FB_EINVAL);
+	PT_FAIL(comp_codec_parse("q4", 0, NULL), FB_EINVAL);
+	PT_FAIL(comp_codec_parse_msg("zz", 0, &c, why, 1), FB_EINVAL);
 	ck_assert_str_eq(why, ""); // truncated, still terminated
 }
 END_TEST
@@ -110,11 +110,11 @@ START_TEST(test_codec_format_bogus)
 	char              buf[4];
 	struct comp_codec c = COMP_CODEC_INIT;
 	c.id = 99;
-	PT_FAIL(comp_codec_format(&c, buf, sizeof buf), PS_EINVAL);
-	PT_FAIL(comp_codec_format(NULL, buf, sizeof buf), PS_EINVAL);
+	PT_FAIL(comp_codec_format(&c, buf, sizeof buf), FB_EINVAL);
+	PT_FAIL(comp_codec_format(NULL, buf, sizeof buf), FB_EINVAL);
 	PT_OK(comp_codec_parse("topk:0.5", 0, &c));
-	PT_FAIL(comp_codec_format(&c, buf, sizeof buf), PS_ENOSPC);
-	PT_FAIL(comp_codec_format(&c, NULL, 0), PS_EINVAL);
+	PT_FAIL(comp_codec_format(&c, buf, sizeof buf), FB_ENOSPC);
+	PT_FAIL(comp_codec_format(&c, NULL, 0), FB_EINVAL);
 }
 END_TEST
 
@@ -137,26 +137,26 @@ END_TEST
 START_TEST(test_codec_check_bogus)
 {
 	struct comp_codec c = COMP_CODEC_INIT;
-	PT_FAIL(comp_codec_check(NULL), PS_EINVAL);
+	PT_FAIL(comp_codec_check(NULL), FB_EINVAL);
 	c.id = COMP_CODEC_COUNT;
-	PT_FAIL(comp_codec_check(&c), PS_EINVAL);
+	PT_FAIL(comp_codec_check(&c), FB_EINVAL);
 	c.id = COMP_Q4;
 	c.bucket = 0;
-	PT_FAIL(comp_codec_check(&c), PS_EINVAL);
+	PT_FAIL(comp_codec_check(&c), FB_EINVAL);
 	c.bucket = COMP_BUCKET_MAX + 1;
-	PT_FAIL(comp_codec_check(&c), PS_EINVAL);
+	PT_FAIL(comp_codec_check(&c), FB_EINVAL);
 	c.bucket = 512;
 	c.stochastic = 2;
-	PT_FAIL(comp_codec_check(&c), PS_EINVAL);
+	PT_FAIL(comp_codec_check(&c), FB_EINVAL);
 	c.id = COMP_SIGN;
 	c.stochastic = 1;
-	PT_FAIL(comp_codec_check(&c), PS_EINVAL);
+	PT_FAIL(comp_codec_check(&c), FB_EINVAL);
 	c.stochastic = 0;
 	c.id = COMP_TOPK;
 	const float bad[] = {0.0f, -0.1f, 1.0001f, NAN, INFINITY};
 	for (int i = 0; i < 5; i++) {
 		c.topk_ratio = bad[i];
-		PT_FAIL(comp_codec_check(&c), PS_EINVAL);
+		PT_FAIL(comp_codec_check(&c), FB_EINVAL);
 	}
 }
 END_TEST
@@ -255,21 +255,21 @@ START_TEST(test_codec_encode_bogus)
 	uint64_t          rng = 1;
 	PT_OK(comp_codec_parse("q4", 8, &c));
 	PT_FAIL(comp_encode(NULL, x, 16, NULL, out, sizeof out, &len),
-	    PS_EINVAL);
+	    FB_EINVAL);
 	PT_FAIL(comp_encode(&c, NULL, 16, NULL, out, sizeof out, &len),
-	    PS_EINVAL);
+	    FB_EINVAL);
 	PT_FAIL(comp_encode(&c, x, 16, NULL, NULL, sizeof out, &len),
-	    PS_EINVAL);
+	    FB_EINVAL);
 	PT_FAIL(comp_encode(&c, x, 16, NULL, out, sizeof out, NULL),
-	    PS_EINVAL);
+	    FB_EINVAL);
 	PT_FAIL(comp_encode(&c, x, 16, NULL, out, comp_bound(&c, 16) - 1,
-	    &len), PS_ENOSPC);
+	    &len), FB_ENOSPC);
 	PT_FAIL(comp_encode(&c, x, COMP_MAX_N + 1, NULL, out, sizeof out,
-	    &len), PS_EINVAL);
+	    &len), FB_EINVAL);
 	ck_assert_uint_eq(len, 7); // untouched on failure
 	c.stochastic = 1;
 	PT_FAIL(comp_encode(&c, x, 16, NULL, out, sizeof out, &len),
-	    PS_EINVAL);
+	    FB_EINVAL);
 	PT_OK(comp_encode(&c, x, 16, &rng, out, sizeof out, &len));
 	// non-finite values cannot be scaled
 	const char *nf[] = {"q8", "q4", "q2", "sign", "topk:0.5"};
@@ -277,17 +277,17 @@ START_TEST(test_codec_encode_bogus)
 		PT_OK(comp_codec_parse(nf[k], 8, &c));
 		x[11] = NAN;
 		PT_FAIL(comp_encode(&c, x, 16, NULL, out, sizeof out, &len),
-		    PS_EINVAL);
+		    FB_EINVAL);
 		x[11] = -INFINITY;
 		PT_FAIL(comp_encode(&c, x, 16, NULL, out, sizeof out, &len),
-		    PS_EINVAL);
+		    FB_EINVAL);
 		x[11] = 0;
 	}
 }
 END_TEST
 
 // Truncated, extended and randomly corrupted messages of every codec are
-// either rejected with PS_EPROTO (output untouched) or decode to finite
+// either rejected with FB_EPROTO (output untouched) or decode to finite
 // floats; nothing is read or written out of bounds (run under ASan).
 START_TEST(test_codec_decode_bogus)
 {
@@ -312,8 +312,8 @@ START_TEST(test_codec_decode_bogus)
 			memcpy(h, buf, l < len ? l : len);
 			memset(h + (l < len ? l : len), 0,
 			    l > len ? l - len : 0);
-			PT_FAIL(comp_decode(&c, h, l, n, out), PS_EPROTO);
-			PT_FAIL(comp_decode_add(&c, h, l, n, out), PS_EPROTO);
+			PT_FAIL(comp_decode(&c, h, l, n, out), FB_EPROTO);
+			PT_FAIL(comp_decode_add(&c, h, l, n, out), FB_EPROTO);
 			free(h);
 		}
 		ck_assert_mem_eq(out, keep, sizeof out);
@@ -325,8 +325,8 @@ START_TEST(test_codec_decode_bogus)
 				cp[tr_next(&seed) % len] ^=
 				    (uint8_t) (1u << (tr_next(&seed) % 8));
 			int rv = comp_decode(&c, cp, len, n, out);
-			TR_ASSERT(rv == PS_OK || rv == PS_EPROTO);
-			if (rv == PS_EPROTO) {
+			TR_ASSERT(rv == FB_OK || rv == FB_EPROTO);
+			if (rv == FB_EPROTO) {
 				rejected++;
 				ck_assert_mem_eq(out, keep, sizeof out);
 			} else {
@@ -337,11 +337,11 @@ START_TEST(test_codec_decode_bogus)
 			ck_assert_int_gt(rejected, 100);
 	}
 	struct comp_codec c = COMP_CODEC_INIT;
-	PT_FAIL(comp_decode(&c, NULL, 8, 2, out), PS_EINVAL);
-	PT_FAIL(comp_decode(&c, buf, 8, 2, NULL), PS_EINVAL);
-	PT_FAIL(comp_decode(NULL, buf, 8, 2, out), PS_EINVAL);
+	PT_FAIL(comp_decode(&c, NULL, 8, 2, out), FB_EINVAL);
+	PT_FAIL(comp_decode(&c, buf, 8, 2, NULL), FB_EINVAL);
+	PT_FAIL(comp_decode(NULL, buf, 8, 2, out), FB_EINVAL);
 	c.id = 77;
-	PT_FAIL(comp_decode(&c, buf, 8, 2, out), PS_EINVAL);
+	PT_FAIL(comp_decode(&c, buf, 8, 2, out), FB_EINVAL);
 }
 END_TEST
 
@@ -350,10 +350,10 @@ START_TEST(test_codec_decode_add_bogus)
 	float             acc[4] = {1, 2, 3, 4};
 	uint8_t           buf[16] = {0};
 	struct comp_codec c = COMP_CODEC_INIT;
-	PT_FAIL(comp_decode_add(&c, buf, 15, 4, acc), PS_EPROTO);
-	PT_FAIL(comp_decode_add(&c, buf, 16, 4, NULL), PS_EINVAL);
-	PT_FAIL(comp_decode_add(&c, NULL, 16, 4, acc), PS_EINVAL);
-	PT_FAIL(comp_decode_add(NULL, buf, 16, 4, acc), PS_EINVAL);
+	PT_FAIL(comp_decode_add(&c, buf, 15, 4, acc), FB_EPROTO);
+	PT_FAIL(comp_decode_add(&c, buf, 16, 4, NULL), FB_EINVAL);
+	PT_FAIL(comp_decode_add(&c, NULL, 16, 4, acc), FB_EINVAL);
+	PT_FAIL(comp_decode_add(NULL, buf, 16, 4, acc), FB_EINVAL);
 	TR_ASSERT(acc[0] == 1 && acc[3] == 4);
 	PT_OK(comp_decode_add(&c, buf, 16, 4, acc)); // adds zeros
 	TR_ASSERT(acc[0] == 1 && acc[3] == 4);

@@ -108,7 +108,7 @@ START_TEST(test_feedback_ef_residual_bound)
 			    &len));
 			double e2 = 0;
 			for (size_t i = 0; i < N; i++) {
-				double sj = ps_get_f32le(buf + 4 * (i / c.bucket));
+				double sj = fb_get_f32le(buf + 4 * (i / c.bucket));
 				TR_ASSERT(fabs(e[i]) <= sj / (2 * L) * (1 + 1e-6) +
 				    TR_QSLACK * sj);
 				TR_ASSERT(fabs(e[i]) <= 1.0 / (2 * L - 1) + 1e-6);
@@ -174,7 +174,7 @@ START_TEST(test_feedback_pull_lockstep)
 			    "%s: lockstep lost at step %d", sp[s], t);
 			if (q)
 				for (size_t i = 0; i < N; i++) {
-					double sj = ps_get_f32le(buf +
+					double sj = fb_get_f32le(buf +
 					    4 * (i / c.bucket));
 					double ulp = nextafterf(fabsf(ws[i]),
 					    INFINITY) - fabsf(ws[i]);
@@ -476,7 +476,7 @@ START_TEST(test_feedback_fused_matches_plain)
 					g[n - 3] = NAN;
 					memcpy(p, e1, n * 4);
 					ck_assert_int_eq(comp_ef_encode(&c, g, e1, n, &r1,
-					                     c1, cap, &o1), PS_EINVAL);
+					                     c1, cap, &o1), FB_EINVAL);
 					ck_assert(memcmp(p, e1, n * 4) == 0);
 					if (!c.stochastic) {
 						ck_assert_int_ne(comp_ref_encode(&c, g, e1,
@@ -500,20 +500,20 @@ START_TEST(test_feedback_ef_encode_bogus)
 	size_t  len;
 	memcpy(keep, e, sizeof e);
 	PT_FAIL(comp_ef_encode(&c, g, NULL, 10, NULL, out, 64, &len),
-	    PS_EINVAL);
+	    FB_EINVAL);
 	PT_FAIL(comp_ef_encode(&c, NULL, e, 10, NULL, out, 64, &len),
-	    PS_EINVAL);
-	PT_FAIL(comp_ef_encode(&c, g, e, 10, NULL, out, 3, &len), PS_ENOSPC);
+	    FB_EINVAL);
+	PT_FAIL(comp_ef_encode(&c, g, e, 10, NULL, out, 3, &len), FB_ENOSPC);
 	PT_FAIL(comp_ef_encode(NULL, g, e, 10, NULL, out, 64, &len),
-	    PS_EINVAL);
+	    FB_EINVAL);
 	g[4] = INFINITY;
-	PT_FAIL(comp_ef_encode(&c, g, e, 10, NULL, out, 64, &len), PS_EINVAL);
+	PT_FAIL(comp_ef_encode(&c, g, e, 10, NULL, out, 64, &len), FB_EINVAL);
 	c = codec("none", 0);
-	PT_FAIL(comp_ef_encode(&c, g, e, 10, NULL, out, 64, &len), PS_EINVAL);
+	PT_FAIL(comp_ef_encode(&c, g, e, 10, NULL, out, 64, &len), FB_EINVAL);
 	ck_assert_mem_eq(e, keep, sizeof e);
 	c = codec("q4:sr", 8);
 	g[4] = 0;
-	PT_FAIL(comp_ef_encode(&c, g, e, 10, NULL, out, 64, &len), PS_EINVAL);
+	PT_FAIL(comp_ef_encode(&c, g, e, 10, NULL, out, 64, &len), FB_EINVAL);
 	uint64_t rng = 5;
 	PT_OK(comp_ef_encode(&c, g, e, 10, &rng, out, 64, &len));
 }
@@ -527,17 +527,17 @@ START_TEST(test_feedback_ref_encode_bogus)
 	size_t  len;
 	memcpy(keep, ref, sizeof ref);
 	PT_FAIL(comp_ref_encode(&c, x, ref, 10, NULL, out, 64, &len),
-	    PS_EINVAL);
+	    FB_EINVAL);
 	PT_FAIL(comp_ref_encode(&c, x, NULL, 10, sc, out, 64, &len),
-	    PS_EINVAL);
-	PT_FAIL(comp_ref_encode(&c, x, ref, 10, sc, out, 5, &len), PS_ENOSPC);
+	    FB_EINVAL);
+	PT_FAIL(comp_ref_encode(&c, x, ref, 10, sc, out, 5, &len), FB_ENOSPC);
 	x[3] = NAN;
 	PT_FAIL(comp_ref_encode(&c, x, ref, 10, sc, out, 64, &len),
-	    PS_EINVAL);
+	    FB_EINVAL);
 	x[3] = 0;
 	c = codec("q8:sr", 8);
 	PT_FAIL(comp_ref_encode(&c, x, ref, 10, sc, out, 64, &len),
-	    PS_EINVAL);
+	    FB_EINVAL);
 	ck_assert_mem_eq(ref, keep, sizeof ref);
 	c = codec("q8", 8);
 	PT_OK(comp_ref_encode(&c, x, ref, 10, sc, out, 64, &len));

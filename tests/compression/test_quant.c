@@ -57,7 +57,7 @@ START_TEST(test_quant_round_trip_bound)
 				for (size_t j = 0; j * B < n; j++) {
 					size_t i0 = j * B;
 					size_t m = n - i0 < B ? n - i0 : B;
-					float  s = ps_get_f32le(buf + 4 * j);
+					float  s = fb_get_f32le(buf + 4 * j);
 					float  mx = 0;
 					size_t imx = i0;
 					for (size_t i = i0; i < i0 + m; i++)
@@ -120,7 +120,7 @@ START_TEST(test_quant_sign_round_trip)
 				for (size_t i = i0; i < i0 + m; i++)
 					sum += fabs(x[i]);
 				float s = (float) (sum / m);
-				ck_assert_float_eq(ps_get_f32le(buf + 4 * j), s);
+				ck_assert_float_eq(fb_get_f32le(buf + 4 * j), s);
 				for (size_t i = i0; i < i0 + m; i++) {
 					ck_assert_float_eq(fabsf(y[i]), s);
 					if (s > 0)
@@ -175,7 +175,7 @@ START_TEST(test_quant_exact_bytes)
 
 	// sign, bucket 8: s = mean|x| = 14/5 = 2.8f, bits 0b01010 LSB first
 	uint8_t wants[4 + 1];
-	ps_put_f32le(wants, 2.8f);
+	fb_put_f32le(wants, 2.8f);
 	wants[4] = 0x0a;
 	c = mk(COMP_SIGN, 8);
 	PT_OK(comp_encode(&c, x, 5, NULL, got, sizeof got, &len));
@@ -216,7 +216,7 @@ START_TEST(test_quant_pack_unpack_exact)
 				int      L = (1 << (b - 1)) - 1;
 				size_t   nb = (n + B - 1) / B;
 				for (size_t j = 0; j < nb; j++)
-					ps_put_f32le(wire + 4 * j,
+					fb_put_f32le(wire + 4 * j,
 					    (float) (0.5 + 4 * tr_unif(&seed)));
 				for (size_t i = 0; i < n; i++)
 					q[i] = (int) (tr_next(&seed) %
@@ -226,7 +226,7 @@ START_TEST(test_quant_pack_unpack_exact)
 				ck_assert_uint_eq(len, comp_bound(&c, n));
 				PT_OK(comp_decode(&c, wire, len, n, y));
 				for (size_t i = 0; i < n; i++) {
-					float s = ps_get_f32le(wire + 4 * (i / B));
+					float s = fb_get_f32le(wire + 4 * (i / B));
 					float step = s / (float) L;
 					TR_ASSERT(y[i] == (float) q[i] * step);
 					q[i] = (int) lrintf(y[i] / step);
@@ -260,14 +260,14 @@ START_TEST(test_quant_stochastic_unbiased)
 		PT_OK(comp_encode(&c, x, D, &rng, buf, 4 * D, &len));
 		PT_OK(comp_decode(&c, buf, len, D, y));
 		for (size_t i = 0; i < D; i++) {
-			float step = ps_get_f32le(buf + 4 * (i / 512)) / 7.0f;
+			float step = fb_get_f32le(buf + 4 * (i / 512)) / 7.0f;
 			TR_ASSERT(fabs((double) y[i] - x[i]) <= step * 1.000001);
 			sum[i] += y[i];
 		}
 	}
 	double zmax = 0;
 	for (size_t i = 0; i < D; i++) {
-		double step = ps_get_f32le(buf + 4 * (i / 512)) / 7.0;
+		double step = fb_get_f32le(buf + 4 * (i / 512)) / 7.0;
 		double z = fabs(sum[i] / N - x[i]) / (step / 2 / sqrt(N));
 		zmax = z > zmax ? z : zmax;
 	}
@@ -279,7 +279,7 @@ START_TEST(test_quant_stochastic_unbiased)
 	PT_OK(comp_decode(&c, buf, len, D, y));
 	size_t biased = 0;
 	for (size_t i = 0; i < D; i++) {
-		double step = ps_get_f32le(buf + 4 * (i / 512)) / 7.0;
+		double step = fb_get_f32le(buf + 4 * (i / 512)) / 7.0;
 		if (fabs((double) y[i] - x[i]) > 5 * step / 2 / sqrt(N))
 			biased++;
 	}
@@ -312,7 +312,7 @@ START_TEST(test_quant_subnormal_scale)
 END_TEST
 
 // Corrupt input: NaN/Inf/negative scales, the forbidden code -2^(b-1),
-// non-zero padding bits, wrong lengths. All give PS_EPROTO and leave the
+// non-zero padding bits, wrong lengths. All give FB_EPROTO and leave the
 // output untouched. A failure means a bad push could poison the model.
 START_TEST(test_quant_decode_corrupt)
 {
@@ -332,8 +332,8 @@ START_TEST(test_quant_decode_corrupt)
 		for (int k = 0; k < 4; k++) {
 			uint8_t cp[128];
 			memcpy(cp, buf, len);
-			ps_put_f32le(cp + 4, bad[k]); // second scale
-			PT_FAIL(comp_decode_add(&c, cp, len, n, acc), PS_EPROTO);
+			fb_put_f32le(cp + 4, bad[k]); // second scale
+			PT_FAIL(comp_decode_add(&c, cp, len, n, acc), FB_EPROTO);
 			ck_assert_mem_eq(acc, keep, sizeof acc);
 		}
 		// padding bits: n*b = 13*b bits, last byte partly unused
@@ -341,8 +341,8 @@ START_TEST(test_quant_decode_corrupt)
 			uint8_t cp[128];
 			memcpy(cp, buf, len);
 			cp[len - 1] |= 0x80;
-			PT_FAIL(comp_decode_add(&c, cp, len, n, acc), PS_EPROTO);
-			PT_FAIL(comp_decode(&c, cp, len, n, acc), PS_EPROTO);
+			PT_FAIL(comp_decode_add(&c, cp, len, n, acc), FB_EPROTO);
+			PT_FAIL(comp_decode(&c, cp, len, n, acc), FB_EPROTO);
 			ck_assert_mem_eq(acc, keep, sizeof acc);
 		}
 		if (b >= 2) { // forbidden code at element 6 (byte 12 + 6b/8)
@@ -352,16 +352,16 @@ START_TEST(test_quant_decode_corrupt)
 			unsigned mask = ((1u << b) - 1) << (bit % 8);
 			cp[at] = (uint8_t) ((cp[at] & ~mask) |
 			    ((1u << (b - 1)) << (bit % 8)));
-			PT_FAIL(comp_decode_add(&c, cp, len, n, acc), PS_EPROTO);
+			PT_FAIL(comp_decode_add(&c, cp, len, n, acc), FB_EPROTO);
 			ck_assert_mem_eq(acc, keep, sizeof acc);
 		}
 		for (size_t l = 0; l < len + 2; l++)
 			if (l != len)
 				PT_FAIL(comp_decode_add(&c, buf, l, n, acc),
-				    PS_EPROTO);
+				    FB_EPROTO);
 		ck_assert_mem_eq(acc, keep, sizeof acc);
 		float big[64];
-		PT_FAIL(comp_decode(&c, buf, len, n + 5, big), PS_EPROTO);
+		PT_FAIL(comp_decode(&c, buf, len, n + 5, big), FB_EPROTO);
 		PT_OK(comp_decode_add(&c, buf, len, n, acc)); // control
 	}
 }

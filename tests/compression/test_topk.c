@@ -52,16 +52,16 @@ START_TEST(test_topk_select)
 				size_t k = comp_topk_k(rs[ri], n), len;
 				PT_OK(comp_encode(&c, x, n, NULL, buf,
 				    comp_bound(&c, n), &len));
-				ck_assert_uint_eq(ps_get_u32le(buf), k);
+				ck_assert_uint_eq(fb_get_u32le(buf), k);
 				for (size_t i = 0; i < n; i++)
 					ref[i] = (uint32_t) i;
 				cmp_x = x;
 				qsort(ref, n, 4, cmp_idx);
 				qsort(ref, k, 4, cmp_u32);
 				for (size_t j = 0; j < k; j++) {
-					ck_assert_uint_eq(ps_get_u32le(buf + 4 +
+					ck_assert_uint_eq(fb_get_u32le(buf + 4 +
 					    4 * j), ref[j]);
-					TR_ASSERT(ps_get_f32le(buf + 4 + 4 * k +
+					TR_ASSERT(fb_get_f32le(buf + 4 + 4 * k +
 					    4 * j) == x[ref[j]]);
 				}
 				PT_OK(comp_decode(&c, buf, len, n, y));
@@ -88,11 +88,11 @@ START_TEST(test_topk_corrupt)
 	float   acc[4] = {1, 2, 3, 4}, keep[4] = {1, 2, 3, 4};
 	uint8_t m[4 + 16];
 	// valid: k = 2, indices 1, 3, values 0.5, -0.5
-	ps_put_u32le(m, 2);
-	ps_put_u32le(m + 4, 1);
-	ps_put_u32le(m + 8, 3);
-	ps_put_f32le(m + 12, 0.5f);
-	ps_put_f32le(m + 16, -0.5f);
+	fb_put_u32le(m, 2);
+	fb_put_u32le(m + 4, 1);
+	fb_put_u32le(m + 8, 3);
+	fb_put_f32le(m + 12, 0.5f);
+	fb_put_f32le(m + 16, -0.5f);
 	PT_OK(comp_decode(&c, m, sizeof m, 4, acc));
 	TR_ASSERT(acc[0] == 0 && acc[1] == 0.5f && acc[3] == -0.5f);
 	memcpy(acc, keep, sizeof acc);
@@ -102,23 +102,23 @@ START_TEST(test_topk_corrupt)
 		memcpy(b, m, sizeof m);                                   \
 		stmt;                                                     \
 		PT_FAIL(comp_decode_add(&c, b, sizeof b, 4, acc),         \
-		    PS_EPROTO);                                           \
+		    FB_EPROTO);                                           \
 		ck_assert_mem_eq(acc, keep, sizeof acc);                  \
 	} while (0)
-	CORRUPT(ps_put_u32le(b, 3));          // k disagrees with length
-	CORRUPT(ps_put_u32le(b, 0xffffffffu)); // huge k
-	CORRUPT(ps_put_u32le(b + 8, 4));      // index == n
-	CORRUPT(ps_put_u32le(b + 8, 0xffffffffu));
-	CORRUPT(ps_put_u32le(b + 8, 1));      // repeated
-	CORRUPT(ps_put_u32le(b + 4, 3));      // decreasing
-	CORRUPT(ps_put_f32le(b + 16, NAN));
-	CORRUPT(ps_put_f32le(b + 12, -INFINITY));
+	CORRUPT(fb_put_u32le(b, 3));          // k disagrees with length
+	CORRUPT(fb_put_u32le(b, 0xffffffffu)); // huge k
+	CORRUPT(fb_put_u32le(b + 8, 4));      // index == n
+	CORRUPT(fb_put_u32le(b + 8, 0xffffffffu));
+	CORRUPT(fb_put_u32le(b + 8, 1));      // repeated
+	CORRUPT(fb_put_u32le(b + 4, 3));      // decreasing
+	CORRUPT(fb_put_f32le(b + 16, NAN));
+	CORRUPT(fb_put_f32le(b + 12, -INFINITY));
 #undef CORRUPT
-	PT_FAIL(comp_decode_add(&c, m, sizeof m, 3, acc), PS_EPROTO); // 3 >= n
-	PT_FAIL(comp_decode_add(&c, m, 3, 4, acc), PS_EPROTO);
+	PT_FAIL(comp_decode_add(&c, m, sizeof m, 3, acc), FB_EPROTO); // 3 >= n
+	PT_FAIL(comp_decode_add(&c, m, 3, 4, acc), FB_EPROTO);
 	// k = 3 > n = 2 with a consistent length
 	uint8_t big[4 + 24] = {3, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0};
-	PT_FAIL(comp_decode_add(&c, big, sizeof big, 2, acc), PS_EPROTO);
+	PT_FAIL(comp_decode_add(&c, big, sizeof big, 2, acc), FB_EPROTO);
 	ck_assert_mem_eq(acc, keep, sizeof acc);
 }
 END_TEST

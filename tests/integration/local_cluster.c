@@ -125,9 +125,9 @@ int
 lc_wait_trainers(struct lc *c, int timeout_s)
 {
 	int      ok = 0, left = c->n_trainers;
-	uint64_t end = ps_clock_ms() + (uint64_t) timeout_s * 1000;
+	uint64_t end = fb_clock_ms() + (uint64_t) timeout_s * 1000;
 	int      done[16] = { 0 };
-	while (left > 0 && ps_clock_ms() < end) {
+	while (left > 0 && fb_clock_ms() < end) {
 		for (int i = 0; i < c->n_trainers; i++) {
 			int st;
 			if (done[i] ||

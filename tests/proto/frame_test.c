@@ -93,7 +93,7 @@ START_TEST(test_frame_truncated_bogus)
 	struct psw_frame f;
 	for (size_t cut = 0; cut < len; cut++) {
 		const char *why = NULL;
-		ck_assert_int_eq(psw_frame_parse(b, cut, &f, &why), PS_EPROTO);
+		ck_assert_int_eq(psw_frame_parse(b, cut, &f, &why), FB_EPROTO);
 		ck_assert_ptr_nonnull(why);
 	}
 	nng_msg_free(m);
@@ -112,19 +112,19 @@ START_TEST(test_frame_corrupt_bogus)
 	ck_assert_uint_le(len, sizeof(b));
 	memcpy(b, nng_msg_body(m), len);
 	b[0] ^= 0xff;
-	ck_assert_int_eq(psw_frame_parse(b, len, &f, &why), PS_EPROTO);
+	ck_assert_int_eq(psw_frame_parse(b, len, &f, &why), FB_EPROTO);
 	ck_assert_ptr_nonnull(strstr(why, "magic"));
 	memcpy(b, nng_msg_body(m), len);
 	b[4] = 9;
-	ck_assert_int_eq(psw_frame_parse(b, len, &f, &why), PS_EPROTO);
+	ck_assert_int_eq(psw_frame_parse(b, len, &f, &why), FB_EPROTO);
 	ck_assert_ptr_nonnull(strstr(why, "version"));
 	memcpy(b, nng_msg_body(m), len);
-	ps_put_u32le(b + 12, 0xffffffffu); // payload length overflows
-	ck_assert_int_eq(psw_frame_parse(b, len, &f, &why), PS_EPROTO);
+	fb_put_u32le(b + 12, 0xffffffffu); // payload length overflows
+	ck_assert_int_eq(psw_frame_parse(b, len, &f, &why), FB_EPROTO);
 	memcpy(b, nng_msg_body(m), len);
-	ps_put_u32le(b + 8, PSW_MAX_HEADER + 1);
-	ck_assert_int_eq(psw_frame_parse(b, len, &f, &why), PS_EPROTO);
-	ck_assert_int_eq(psw_frame_parse(NULL, 0, &f, &why), PS_EPROTO);
+	fb_put_u32le(b + 8, PSW_MAX_HEADER + 1);
+	ck_assert_int_eq(psw_frame_parse(b, len, &f, &why), FB_EPROTO);
+	ck_assert_int_eq(psw_frame_parse(NULL, 0, &f, &why), FB_EPROTO);
 	// Random bytes in the protobuf header must not unpack as a Header
 	// crash: unpack either fails or yields a message we free.
 	memcpy(b, nng_msg_body(m), len);
@@ -150,7 +150,7 @@ START_TEST(test_msg_finish_bogus)
 	h.error       = "a long error text that does not fit in 2 bytes";
 	h.status      = PSWIRE__STATUS__INTERNAL;
 	PT_OK(psw_msg_begin(&m, 2, 0, &payload));
-	PT_FAIL(psw_msg_finish(m, 1, 0, &h.base, 2, 0), PS_ENOSPC);
+	PT_FAIL(psw_msg_finish(m, 1, 0, &h.base, 2, 0), FB_ENOSPC);
 	nng_msg_free(m);
 }
 END_TEST
@@ -162,12 +162,12 @@ START_TEST(test_status_names)
 	    "STALE_EPOCH");
 	ck_assert_str_eq(psw_status_name(3), "INVALID_ARGUMENT");
 	ck_assert_str_eq(psw_status_name(12345), "UNKNOWN_STATUS");
-	ck_assert_int_eq(psw_status_from_err(PS_EPROTO),
+	ck_assert_int_eq(psw_status_from_err(FB_EPROTO),
 	    PSWIRE__STATUS__INVALID_ARGUMENT);
-	ck_assert_int_eq(psw_status_from_err(PS_ESTALE),
+	ck_assert_int_eq(psw_status_from_err(FB_ESTALE),
 	    PSWIRE__STATUS__STALE_EPOCH);
-	for (int e = 0; e < PS_ERR_COUNT; e++) {
-		ck_assert_str_ne(ps_strerror(e), "unknown error");
+	for (int e = 0; e < FB_ERR_COUNT; e++) {
+		ck_assert_str_ne(fb_strerror(e), "unknown error");
 	}
 	ck_assert_str_eq(psw_method_name(200), "?");
 }

@@ -497,7 +497,7 @@ send_raw(const char *url, const void *buf, size_t len, char *err, size_t n)
 	if (nng_recvmsg(s, &m, 0) == 0) {
 		struct psw_frame f;
 		const char      *why;
-		if (psw_msg_parse(m, &f, &why) == PS_OK) {
+		if (psw_msg_parse(m, &f, &why) == FB_OK) {
 			Pswire__Header *h =
 			    pswire__header__unpack(NULL, f.hdr_len, f.hdr);
 			if (h != NULL) {
@@ -716,13 +716,13 @@ START_TEST(test_cluster_server_leave_without_loss)
 	run_pair(still, 10, "q8", "q8", 0);
 	cluster_start(&cl, 2, 3);
 	train_pair(&cl, left, &o);
-	ck_assert_msg(lc.rv == PS_OK, "leave: %s", ps_strerror(lc.rv));
+	ck_assert_msg(lc.rv == FB_OK, "leave: %s", fb_strerror(lc.rv));
 	ps_server_stats(cl.srv[1], text, sizeof(text));
 	ck_assert_ptr_nonnull(strstr(text, "shards:0\r\n"));
 	same_weights(still, left);
 	// Servers 0 and 2 remain; after 0 leaves too, 2 is the last.
-	ck_assert_int_eq(ps_server_leave(cl.srv[0], 20000), PS_OK);
-	ck_assert_int_eq(ps_server_leave(cl.srv[2], 2000), PS_EREMOTE);
+	ck_assert_int_eq(ps_server_leave(cl.srv[0], 20000), FB_OK);
+	ck_assert_int_eq(ps_server_leave(cl.srv[2], 2000), FB_EREMOTE);
 	cluster_stop(&cl);
 }
 END_TEST
@@ -893,7 +893,7 @@ raw_call(const char *url, uint8_t method, Pswire__Header *h)
 	PT_OK(psw_msg_finish(m, method, 0, &h->base, hl, 0));
 	ck_assert_int_eq(nng_sendmsg(s, m, 0), 0);
 	if (nng_recvmsg(s, &m, 0) == 0) {
-		if (psw_msg_parse(m, &f, &why) == PS_OK) {
+		if (psw_msg_parse(m, &f, &why) == FB_OK) {
 			rh = pswire__header__unpack(NULL, f.hdr_len, f.hdr);
 		}
 		nng_msg_free(m);

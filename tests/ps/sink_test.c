@@ -1,6 +1,6 @@
 // sink_test.c — libferry's pull sink (ferry_client_set_pull_sink) against
 // the plain pull: a trainer whose sink keeps the shared reference itself
-// (here on the host, with comp_decode_add and ps_crc32, as a GPU trainer
+// (here on the host, with comp_decode_add and fb_crc32, as a GPU trainer
 // does on the device) ends with bit-identical weights; a sink that
 // reports a CRC mismatch gets the shard back in full; a sink set mid-run
 // is resynced, never patched; a sink's own error fails the call.
@@ -56,7 +56,7 @@ sink_delta(void *arg, const struct ferry_pull_piece *p)
 		return FERRY_EUNSUPP;
 	}
 	if (comp_decode_add(&cc, p->data, p->bytes, p->len,
-	        a->ref[p->tensor] + p->offset) != PS_OK) {
+	        a->ref[p->tensor] + p->offset) != FB_OK) {
 		return FERRY_EPROTO;
 	}
 	return FERRY_OK;
@@ -76,7 +76,7 @@ sink_check(void *arg, uint32_t shard, uint64_t version, uint32_t crc)
 	if (++a->checks == a->corrupt_at) {
 		r[0] = -r[0] + 1.0f; // the device reference drifted
 	}
-	if (ps_crc32(0, r, sh->len * 4) != crc) {
+	if (fb_crc32(0, r, sh->len * 4) != crc) {
 		a->mismatches++;
 		return FERRY_ECORRUPT;
 	}

@@ -58,7 +58,7 @@ START_TEST(test_brute_capacity_lb)
 		struct shard_report r;
 		double              lb;
 		int                 rv = shard_solve_brute(&g.in, a, NULL, &r);
-		if (rv == PS_ENOSPC)
+		if (rv == FB_ENOSPC)
 			continue;
 		PT_OK(rv);
 		PT_OK(shard_assign_check(&g.in, a));
@@ -82,21 +82,21 @@ START_TEST(test_brute_bogus)
 	struct gen_inst g;
 	uint32_t        a[GEN_MAX_S] = { 0 };
 	gen_random(&g, &rng, 13, 2, 1, SHARD_MODEL_B, 0);
-	PT_FAIL(shard_solve_brute(&g.in, a, NULL, NULL), PS_ERANGE); // S > 12
+	PT_FAIL(shard_solve_brute(&g.in, a, NULL, NULL), FB_ERANGE); // S > 12
 	gen_random(&g, &rng, 11, 4, 1, SHARD_MODEL_B, 0);
-	PT_FAIL(shard_solve_brute(&g.in, a, NULL, NULL), PS_ERANGE); // 4^11
+	PT_FAIL(shard_solve_brute(&g.in, a, NULL, NULL), FB_ERANGE); // 4^11
 	gen_random(&g, &rng, 10, 5, 1, SHARD_MODEL_B, 0);
-	PT_FAIL(shard_solve_brute(&g.in, a, NULL, NULL), PS_ERANGE); // 5^10
+	PT_FAIL(shard_solve_brute(&g.in, a, NULL, NULL), FB_ERANGE); // 5^10
 	gen_random(&g, &rng, 4, 3, 1, SHARD_MODEL_B, 0);
-	PT_FAIL(shard_solve_brute(&g.in, NULL, NULL, NULL), PS_EINVAL);
-	PT_FAIL(shard_solve_brute(NULL, a, NULL, NULL), PS_EINVAL);
+	PT_FAIL(shard_solve_brute(&g.in, NULL, NULL, NULL), FB_EINVAL);
+	PT_FAIL(shard_solve_brute(NULL, a, NULL, NULL), FB_EINVAL);
 	g.in.n_trainers = 0;
-	PT_FAIL(shard_solve_brute(&g.in, a, NULL, NULL), PS_EINVAL);
+	PT_FAIL(shard_solve_brute(&g.in, a, NULL, NULL), FB_EINVAL);
 	g.in.n_trainers = 1;
-	ps_alloc_fail_after(0);
+	fb_alloc_fail_after(0);
 	int rv = shard_solve_brute(&g.in, a, NULL, NULL);
-	ps_alloc_fail_after(-1);
-	PT_FAIL(rv, PS_ENOMEM);
+	fb_alloc_fail_after(-1);
+	PT_FAIL(rv, FB_ENOMEM);
 }
 END_TEST
 

@@ -83,7 +83,7 @@ START_TEST(test_assign_check)
 	in.cap                = cap;
 	PT_OK(shard_assign_check(&in, a));
 	PT_OK(shard_assign_check(&in, c));
-	PT_FAIL(shard_assign_check(&in, b), PS_ENOSPC);
+	PT_FAIL(shard_assign_check(&in, b), FB_ENOSPC);
 	cap[0] = 4000;
 	PT_OK(shard_assign_check(&in, b));
 	cap[1] = UINT64_MAX;
@@ -181,48 +181,48 @@ START_TEST(test_cost_bogus)
 	double            bw0[] = { 1e6, 0 }, lat_neg[] = { -1, 0 };
 	uint64_t          size0[] = { 1000, 0 };
 	uint64_t          big[] = { UINT64_MAX, 2 };
-	PT_FAIL(shard_cost(NULL, a, &f, NULL, NULL), PS_EINVAL);
-	PT_FAIL(shard_cost(&in, NULL, &f, NULL, NULL), PS_EINVAL);
-	PT_FAIL(shard_cost(&in, oob, &f, NULL, NULL), PS_EINVAL);
+	PT_FAIL(shard_cost(NULL, a, &f, NULL, NULL), FB_EINVAL);
+	PT_FAIL(shard_cost(&in, NULL, &f, NULL, NULL), FB_EINVAL);
+	PT_FAIL(shard_cost(&in, oob, &f, NULL, NULL), FB_EINVAL);
 	bad = in, bad.n_shards = 0;
-	PT_FAIL(shard_cost(&bad, a, &f, NULL, NULL), PS_EINVAL);
+	PT_FAIL(shard_cost(&bad, a, &f, NULL, NULL), FB_EINVAL);
 	bad = in, bad.n_servers = 0;
-	PT_FAIL(shard_cost(&bad, a, &f, NULL, NULL), PS_EINVAL);
+	PT_FAIL(shard_cost(&bad, a, &f, NULL, NULL), FB_EINVAL);
 	bad = in, bad.n_trainers = 0;
-	PT_FAIL(shard_cost(&bad, a, &f, NULL, NULL), PS_EINVAL);
+	PT_FAIL(shard_cost(&bad, a, &f, NULL, NULL), FB_EINVAL);
 	bad = in, bad.size = NULL;
-	PT_FAIL(shard_cost(&bad, a, &f, NULL, NULL), PS_EINVAL);
+	PT_FAIL(shard_cost(&bad, a, &f, NULL, NULL), FB_EINVAL);
 	bad = in, bad.lat = NULL;
-	PT_FAIL(shard_cost(&bad, a, &f, NULL, NULL), PS_EINVAL);
+	PT_FAIL(shard_cost(&bad, a, &f, NULL, NULL), FB_EINVAL);
 	bad = in, bad.bw = NULL;
-	PT_FAIL(shard_cost(&bad, a, &f, NULL, NULL), PS_EINVAL);
+	PT_FAIL(shard_cost(&bad, a, &f, NULL, NULL), FB_EINVAL);
 	bad = in, bad.model = 7;
-	PT_FAIL(shard_cost(&bad, a, &f, NULL, NULL), PS_EINVAL);
+	PT_FAIL(shard_cost(&bad, a, &f, NULL, NULL), FB_EINVAL);
 	bad = in, bad.rho = 0;
-	PT_FAIL(shard_cost(&bad, a, &f, NULL, NULL), PS_EINVAL);
+	PT_FAIL(shard_cost(&bad, a, &f, NULL, NULL), FB_EINVAL);
 	bad = in, bad.rho = INFINITY;
-	PT_FAIL(shard_cost(&bad, a, &f, NULL, NULL), PS_EINVAL);
+	PT_FAIL(shard_cost(&bad, a, &f, NULL, NULL), FB_EINVAL);
 	bad = in, bad.k = 0;
-	PT_FAIL(shard_cost(&bad, a, &f, NULL, NULL), PS_EINVAL);
+	PT_FAIL(shard_cost(&bad, a, &f, NULL, NULL), FB_EINVAL);
 	bad = in, bad.lat = lat_nan;
-	PT_FAIL(shard_cost(&bad, a, &f, NULL, NULL), PS_EINVAL);
+	PT_FAIL(shard_cost(&bad, a, &f, NULL, NULL), FB_EINVAL);
 	bad = in, bad.lat = lat_neg;
-	PT_FAIL(shard_cost(&bad, a, &f, NULL, NULL), PS_EINVAL);
+	PT_FAIL(shard_cost(&bad, a, &f, NULL, NULL), FB_EINVAL);
 	bad = in, bad.bw = bw0;
-	PT_FAIL(shard_cost(&bad, a, &f, NULL, NULL), PS_EINVAL);
+	PT_FAIL(shard_cost(&bad, a, &f, NULL, NULL), FB_EINVAL);
 	bad = in, bad.size = size0;
-	PT_FAIL(shard_cost(&bad, a, &f, NULL, NULL), PS_EINVAL);
+	PT_FAIL(shard_cost(&bad, a, &f, NULL, NULL), FB_EINVAL);
 	bad = in, bad.size = big;
-	PT_FAIL(shard_cost(&bad, a, &f, NULL, NULL), PS_ERANGE);
+	PT_FAIL(shard_cost(&bad, a, &f, NULL, NULL), FB_ERANGE);
 	ck_assert_double_eq(f, -1);
 	// model A ignores k, so k = 0 is fine there
 	bad = in, bad.model = SHARD_MODEL_A, bad.k = 0;
 	PT_OK(shard_cost(&bad, a, &f, NULL, NULL));
 	// allocation failure is an error, not a crash
-	ps_alloc_fail_after(0);
+	fb_alloc_fail_after(0);
 	int rv = shard_cost(&in, a, &f, NULL, NULL);
-	ps_alloc_fail_after(-1);
-	PT_FAIL(rv, PS_ENOMEM);
+	fb_alloc_fail_after(-1);
+	PT_FAIL(rv, FB_ENOMEM);
 }
 END_TEST
 
@@ -232,13 +232,13 @@ START_TEST(test_check_lb_bogus)
 	struct shard_inst in = inst2(SHARD_MODEL_B), bad;
 	uint32_t          oob[] = { 5, 0 };
 	double            lb    = -1;
-	PT_FAIL(shard_assign_check(NULL, oob), PS_EINVAL);
-	PT_FAIL(shard_assign_check(&in, NULL), PS_EINVAL);
-	PT_FAIL(shard_assign_check(&in, oob), PS_EINVAL);
-	PT_FAIL(shard_lower_bound(&in, NULL), PS_EINVAL);
-	PT_FAIL(shard_lower_bound(NULL, &lb), PS_EINVAL);
+	PT_FAIL(shard_assign_check(NULL, oob), FB_EINVAL);
+	PT_FAIL(shard_assign_check(&in, NULL), FB_EINVAL);
+	PT_FAIL(shard_assign_check(&in, oob), FB_EINVAL);
+	PT_FAIL(shard_lower_bound(&in, NULL), FB_EINVAL);
+	PT_FAIL(shard_lower_bound(NULL, &lb), FB_EINVAL);
 	bad = in, bad.n_trainers = 0;
-	PT_FAIL(shard_lower_bound(&bad, &lb), PS_EINVAL);
+	PT_FAIL(shard_lower_bound(&bad, &lb), FB_EINVAL);
 	ck_assert_double_eq(lb, -1);
 }
 END_TEST

@@ -20,7 +20,7 @@ START_TEST(test_format_report)
 	PT_OK(shard_solve(&g.in, NULL, a, NULL, NULL));
 	size_t n = shard_format_bound(&g.in), len;
 	ck_assert_uint_gt(n, 0);
-	char *buf = ps_alloc(n);
+	char *buf = fb_alloc(n);
 	ck_assert_ptr_nonnull(buf);
 	PT_OK(shard_format(&g.in, a, buf, n, &len));
 	ck_assert_uint_eq(len, strlen(buf));
@@ -48,7 +48,7 @@ START_TEST(test_format_report)
 	g.in.nic_trainer = NULL;
 	PT_OK(shard_format(&g.in, a, buf, n, &len));
 	ck_assert_uint_lt(len, n);
-	ps_free(buf);
+	fb_free(buf);
 }
 END_TEST
 
@@ -62,15 +62,15 @@ START_TEST(test_format_bogus)
 	char     buf[64];
 	size_t   len = 1234;
 	memset(buf, 'x', sizeof(buf));
-	PT_FAIL(shard_format(&g.in, a, buf, 20, &len), PS_ENOSPC);
+	PT_FAIL(shard_format(&g.in, a, buf, 20, &len), FB_ENOSPC);
 	ck_assert_uint_eq(strlen(buf), 19); // truncated, terminated
 	ck_assert_int_eq(buf[20], 'x');     // nothing written past len
 	ck_assert_uint_eq(len, 1234);
-	PT_FAIL(shard_format(&g.in, a, buf, 0, &len), PS_ENOSPC);
-	PT_FAIL(shard_format(&g.in, a, NULL, 64, &len), PS_EINVAL);
-	PT_FAIL(shard_format(&g.in, NULL, buf, 64, &len), PS_EINVAL);
-	PT_FAIL(shard_format(&g.in, oob, buf, 64, &len), PS_EINVAL);
-	PT_FAIL(shard_format(NULL, a, buf, 64, &len), PS_EINVAL);
+	PT_FAIL(shard_format(&g.in, a, buf, 0, &len), FB_ENOSPC);
+	PT_FAIL(shard_format(&g.in, a, NULL, 64, &len), FB_EINVAL);
+	PT_FAIL(shard_format(&g.in, NULL, buf, 64, &len), FB_EINVAL);
+	PT_FAIL(shard_format(&g.in, oob, buf, 64, &len), FB_EINVAL);
+	PT_FAIL(shard_format(NULL, a, buf, 64, &len), FB_EINVAL);
 	ck_assert_uint_eq(shard_format_bound(NULL), 0);
 	g.in.n_servers = 0;
 	ck_assert_uint_eq(shard_format_bound(&g.in), 0);

@@ -33,14 +33,14 @@ run_vs_brute(int model, double *worst)
 		double              tt[GEN_MAX_M], f;
 		int                 brv = shard_solve_brute(&g.in, ba, NULL, &br);
 		int hrv = shard_solve(&g.in, NULL, ha, tt, &hr);
-		if (brv == PS_ENOSPC) {
+		if (brv == FB_ENOSPC) {
 			// nothing fits: the heuristic must say so too
-			PT_FAIL(hrv, PS_ENOSPC);
+			PT_FAIL(hrv, FB_ENOSPC);
 			continue;
 		}
 		PT_OK(brv);
-		ck_assert_msg(hrv == PS_OK, "instance %d: heuristic %s but "
-		    "brute force found a placement", n, ps_strerror(hrv));
+		ck_assert_msg(hrv == FB_OK, "instance %d: heuristic %s but "
+		    "brute force found a placement", n, fb_strerror(hrv));
 		feasible++;
 		PT_OK(shard_assign_check(&g.in, ha));
 		// the report is what the cost model says about the assignment
@@ -222,18 +222,18 @@ START_TEST(test_solve_infeasible)
 	in.n_shards = 3, in.n_servers = 2, in.n_trainers = 1;
 	in.size = size, in.cap = cap, in.lat = lat, in.bw = bw;
 	// Σb = 1800 > ΣC = 1400
-	PT_FAIL(shard_solve(&in, NULL, a, NULL, &r), PS_ENOSPC);
-	PT_FAIL(shard_solve_brute(&in, a, NULL, &r), PS_ENOSPC);
+	PT_FAIL(shard_solve(&in, NULL, a, NULL, &r), FB_ENOSPC);
+	PT_FAIL(shard_solve_brute(&in, a, NULL, &r), FB_ENOSPC);
 	ck_assert_uint_eq(a[0], 9);
 	ck_assert_uint_eq(r.starts, 0x5a5a5a5a);
 	// Σb ≤ ΣC but the pieces do not pack: 600+600 > 1000, 600 > 500
 	cap[0] = 1000, cap[1] = 500;
 	size[2] = 10;
-	PT_FAIL(shard_solve(&in, NULL, a, NULL, &r), PS_ENOSPC);
-	PT_FAIL(shard_solve_brute(&in, a, NULL, &r), PS_ENOSPC);
+	PT_FAIL(shard_solve(&in, NULL, a, NULL, &r), FB_ENOSPC);
+	PT_FAIL(shard_solve_brute(&in, a, NULL, &r), FB_ENOSPC);
 	// a shard larger than every server
 	size[0] = 5000, cap[0] = 4000, cap[1] = 4000;
-	PT_FAIL(shard_solve(&in, NULL, a, NULL, &r), PS_ENOSPC);
+	PT_FAIL(shard_solve(&in, NULL, a, NULL, &r), FB_ENOSPC);
 	ck_assert_uint_eq(a[0], 9);
 	// exactly full is feasible: 600 + 10 on one, 600 on the other
 	size[0] = 600, cap[0] = 610, cap[1] = 600;
@@ -330,15 +330,15 @@ START_TEST(test_solve_bogus)
 	uint32_t            a[8] = { 0 };
 	struct shard_report r;
 	gen_random(&g, &rng, 8, 2, 2, SHARD_MODEL_B, 0);
-	PT_FAIL(shard_solve(&g.in, NULL, NULL, NULL, &r), PS_EINVAL);
-	PT_FAIL(shard_solve(NULL, NULL, a, NULL, &r), PS_EINVAL);
+	PT_FAIL(shard_solve(&g.in, NULL, NULL, NULL, &r), FB_EINVAL);
+	PT_FAIL(shard_solve(NULL, NULL, a, NULL, &r), FB_EINVAL);
 	g.in.rho = -1;
-	PT_FAIL(shard_solve(&g.in, NULL, a, NULL, &r), PS_EINVAL);
+	PT_FAIL(shard_solve(&g.in, NULL, a, NULL, &r), FB_EINVAL);
 	g.in.rho = 2;
-	ps_alloc_fail_after(0);
+	fb_alloc_fail_after(0);
 	int rv = shard_solve(&g.in, NULL, a, NULL, &r);
-	ps_alloc_fail_after(-1);
-	PT_FAIL(rv, PS_ENOMEM);
+	fb_alloc_fail_after(-1);
+	PT_FAIL(rv, FB_ENOMEM);
 	PT_OK(shard_solve(&g.in, NULL, a, NULL, NULL)); // rep is optional
 }
 END_TEST

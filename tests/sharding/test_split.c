@@ -51,7 +51,7 @@ START_TEST(test_split_cover)
 	for (size_t s = 0; s < sizeof(sbs) / sizeof(sbs[0]); s++) {
 		PT_OK(shard_split(lens, nt, sbs[s], &d, &n));
 		check_cover(lens, nt, sbs[s], d, n);
-		ps_free(d);
+		fb_free(d);
 	}
 }
 END_TEST
@@ -70,20 +70,20 @@ START_TEST(test_split_shapes)
 		ck_assert_uint_eq(d[i].tensor, 1);
 		ck_assert_uint_eq(d[i].len, 100);
 	}
-	ps_free(d);
+	fb_free(d);
 	// 1000 elements in 1200-byte (300) shards: 4 pieces of 250.
 	PT_OK(shard_split(lens, 2, 1200, &d, &n));
 	ck_assert_uint_eq(n, 5);
 	ck_assert_uint_eq(d[0].len, 100);
 	for (size_t i = 1; i < n; i++)
 		ck_assert_uint_eq(d[i].len, 250);
-	ps_free(d);
+	fb_free(d);
 	// Default 1 MiB shards: both tensors are single shards.
 	PT_OK(shard_split(lens, 2, 1 << 20, &d, &n));
 	ck_assert_uint_eq(n, 2);
 	ck_assert_uint_eq(d[1].len, 1000);
 	ck_assert_uint_eq(d[1].index, 0);
-	ps_free(d);
+	fb_free(d);
 }
 END_TEST
 
@@ -94,25 +94,25 @@ START_TEST(test_split_bogus)
 	uint64_t           lens[] = { 10, 0 };
 	struct shard_desc *d      = (struct shard_desc *) 0x1;
 	size_t             n      = 77;
-	PT_FAIL(shard_split(NULL, 1, 4, &d, &n), PS_EINVAL);
-	PT_FAIL(shard_split(lens, 0, 4, &d, &n), PS_EINVAL);
-	PT_FAIL(shard_split(lens, 2, 4, &d, &n), PS_EINVAL); // zero length
-	PT_FAIL(shard_split(lens, 1, 0, &d, &n), PS_EINVAL);
-	PT_FAIL(shard_split(lens, 1, 2, &d, &n), PS_EINVAL);
-	PT_FAIL(shard_split(lens, 1, 6, &d, &n), PS_EINVAL);
-	PT_FAIL(shard_split(lens, 1, 4, NULL, &n), PS_EINVAL);
-	PT_FAIL(shard_split(lens, 1, 4, &d, NULL), PS_EINVAL);
+	PT_FAIL(shard_split(NULL, 1, 4, &d, &n), FB_EINVAL);
+	PT_FAIL(shard_split(lens, 0, 4, &d, &n), FB_EINVAL);
+	PT_FAIL(shard_split(lens, 2, 4, &d, &n), FB_EINVAL); // zero length
+	PT_FAIL(shard_split(lens, 1, 0, &d, &n), FB_EINVAL);
+	PT_FAIL(shard_split(lens, 1, 2, &d, &n), FB_EINVAL);
+	PT_FAIL(shard_split(lens, 1, 6, &d, &n), FB_EINVAL);
+	PT_FAIL(shard_split(lens, 1, 4, NULL, &n), FB_EINVAL);
+	PT_FAIL(shard_split(lens, 1, 4, &d, NULL), FB_EINVAL);
 	uint64_t huge[] = { UINT64_MAX };
-	PT_FAIL(shard_split(huge, 1, 4, &d, &n), PS_ERANGE);
+	PT_FAIL(shard_split(huge, 1, 4, &d, &n), FB_ERANGE);
 	uint64_t many[] = { UINT64_C(1) << 40 }; // 2^40 shards of 1 element
-	PT_FAIL(shard_split(many, 1, 4, &d, &n), PS_ERANGE);
+	PT_FAIL(shard_split(many, 1, 4, &d, &n), FB_ERANGE);
 	ck_assert_ptr_eq(d, (struct shard_desc *) 0x1);
 	ck_assert_uint_eq(n, 77);
 	// Allocation failure is reported, not a crash.
-	ps_alloc_fail_after(0);
+	fb_alloc_fail_after(0);
 	int rv = shard_split(lens, 1, 4, &d, &n);
-	ps_alloc_fail_after(-1);
-	PT_FAIL(rv, PS_ENOMEM);
+	fb_alloc_fail_after(-1);
+	PT_FAIL(rv, FB_ENOMEM);
 }
 END_TEST
 
@@ -134,8 +134,8 @@ END_TEST
 START_TEST(test_place_uniform_bogus)
 {
 	uint32_t a[4] = { 9, 9, 9, 9 };
-	PT_FAIL(shard_place_uniform(4, 0, a), PS_EINVAL);
-	PT_FAIL(shard_place_uniform(4, 2, NULL), PS_EINVAL);
+	PT_FAIL(shard_place_uniform(4, 0, a), FB_EINVAL);
+	PT_FAIL(shard_place_uniform(4, 2, NULL), FB_EINVAL);
 	ck_assert_uint_eq(a[0], 9);
 }
 END_TEST

@@ -26,10 +26,10 @@ START_TEST(test_device_parse_bogus)
 		"cuda:x", "cuda:1x", "cuda1" };
 	int c, o;
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		ck_assert_msg(tr_device_parse(bad[i], &c, &o) == PS_EINVAL,
+		ck_assert_msg(tr_device_parse(bad[i], &c, &o) == FB_EINVAL,
 		    "'%s' accepted", bad[i]);
 	}
-	PT_FAIL(tr_device_parse(NULL, &c, &o), PS_EINVAL);
+	PT_FAIL(tr_device_parse(NULL, &c, &o), FB_EINVAL);
 }
 END_TEST
 
@@ -49,16 +49,16 @@ START_TEST(test_backend_alloc)
 	if (!tr_backend_has_cuda()) {
 		b = NULL;
 		PT_FAIL(tr_backend_alloc("cuda:0", &a, &o, &b, err, sizeof(err)),
-		    PS_EUNSUPP);
+		    FB_EUNSUPP);
 		ck_assert_ptr_nonnull(strstr(err, "CUDA"));
 		ck_assert_ptr_null(b);
 	}
 	PT_FAIL(tr_backend_alloc("tpu", &a, &o, &b, err, sizeof(err)),
-	    PS_EINVAL);
+	    FB_EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "--device"));
 	o.max_batch = 0;
 	PT_FAIL(tr_backend_alloc("cpu", &a, &o, &b, err, sizeof(err)),
-	    PS_EINVAL);
+	    FB_EINVAL);
 }
 END_TEST
 

@@ -152,17 +152,17 @@ START_TEST(test_cpu_grad_bogus)
 	uint32_t   idx[9] = { 0, 1, 2, 3, 4, 5, 6, 7, 8 };
 	double     l;
 	fix_open(&f, "5,4,3", 20, 8, 1);
-	PT_FAIL(tr_backend_grad(f.b, &f.ds, idx, 9, f.g.t, &l), PS_EINVAL);
-	PT_FAIL(tr_backend_grad(f.b, &f.ds, idx, 0, f.g.t, &l), PS_EINVAL);
+	PT_FAIL(tr_backend_grad(f.b, &f.ds, idx, 9, f.g.t, &l), FB_EINVAL);
+	PT_FAIL(tr_backend_grad(f.b, &f.ds, idx, 0, f.g.t, &l), FB_EINVAL);
 	idx[2] = 20;
-	PT_FAIL(tr_backend_grad(f.b, &f.ds, idx, 3, f.g.t, &l), PS_ERANGE);
+	PT_FAIL(tr_backend_grad(f.b, &f.ds, idx, 3, f.g.t, &l), FB_ERANGE);
 	idx[2]    = 2;
 	f.ds.y[1] = 3;
-	PT_FAIL(tr_backend_grad(f.b, &f.ds, idx, 3, f.g.t, &l), PS_ERANGE);
+	PT_FAIL(tr_backend_grad(f.b, &f.ds, idx, 3, f.g.t, &l), FB_ERANGE);
 	f.ds.y[1] = 0;
 	f.ds.dim  = 6;
-	PT_FAIL(tr_backend_grad(f.b, &f.ds, idx, 3, f.g.t, &l), PS_EINVAL);
-	PT_FAIL(tr_backend_evaluate(f.b, &f.ds, &l, &l), PS_EINVAL);
+	PT_FAIL(tr_backend_grad(f.b, &f.ds, idx, 3, f.g.t, &l), FB_EINVAL);
+	PT_FAIL(tr_backend_evaluate(f.b, &f.ds, &l, &l), FB_EINVAL);
 	f.ds.dim = 5;
 	fix_close(&f);
 }

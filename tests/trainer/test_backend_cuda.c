@@ -57,7 +57,7 @@ pair_open(struct pair *p, const char *layers, size_t n, size_t max_batch,
 	o.max_batch = max_batch;
 	PT_OK(tr_backend_alloc("cpu", &p->a, &o, &p->cpu, err, sizeof(err)));
 	ck_assert_msg(tr_backend_alloc("cuda", &p->a, &o, &p->gpu, err,
-	                  sizeof(err)) == PS_OK,
+	                  sizeof(err)) == FB_OK,
 	    "cuda backend: %s", err);
 	ck_assert_str_eq(p->gpu->ops->name, "cuda");
 	PT_OK(tr_backend_set_weights(p->cpu, tr_params_cptrs(&p->w)));
@@ -182,7 +182,7 @@ START_TEST(test_cuda_grad_device)
 	PT_OK(tr__cuda_sync(p.gpu));
 	ck_assert_ptr_nonnull(tr__cuda_stream(p.gpu));
 	PT_FAIL(tr__cuda_grad_device(p.cpu, &p.ds, idx, 16, &dg, NULL),
-	    PS_EINVAL);
+	    FB_EINVAL);
 	pair_close(&p);
 }
 END_TEST
@@ -200,11 +200,11 @@ START_TEST(test_cuda_grad_bogus)
 		return;
 	}
 	pair_open(&p, "4,3,2", 10, 4, 1);
-	PT_FAIL(tr_backend_grad(p.gpu, &p.ds, idx, 0, p.gg.t, NULL), PS_EINVAL);
-	PT_FAIL(tr_backend_grad(p.gpu, &p.ds, idx, 5, p.gg.t, NULL), PS_EINVAL);
-	PT_FAIL(tr_backend_grad(p.gpu, &p.ds, idx, 4, p.gg.t, NULL), PS_ERANGE);
+	PT_FAIL(tr_backend_grad(p.gpu, &p.ds, idx, 0, p.gg.t, NULL), FB_EINVAL);
+	PT_FAIL(tr_backend_grad(p.gpu, &p.ds, idx, 5, p.gg.t, NULL), FB_EINVAL);
+	PT_FAIL(tr_backend_grad(p.gpu, &p.ds, idx, 4, p.gg.t, NULL), FB_ERANGE);
 	PT_FAIL(tr_backend_alloc("cuda:1023", &p.a, &o, &b, err, sizeof(err)),
-	    PS_EUNSUPP);
+	    FB_EUNSUPP);
 	ck_assert_ptr_nonnull(strstr(err, "cuda:1023"));
 	ck_assert_ptr_null(b);
 	pair_close(&p);

@@ -204,7 +204,7 @@ START_TEST(test_dcodec_matches_cpu)
 END_TEST
 
 // Malformed deltas (forbidden code, bad scale, padding bits) give
-// PS_EPROTO and leave acc untouched; a non-finite input gives PS_EINVAL
+// FB_EPROTO and leave acc untouched; a non-finite input gives FB_EINVAL
 // and leaves e untouched; bad arguments and sign/topk are refused at once.
 START_TEST(test_dcodec_bogus)
 {
@@ -237,23 +237,23 @@ START_TEST(test_dcodec_bogus)
 			} else {
 				b[need - 1] |= 0x80; // padding (13*b % 8 != 0)
 			}
-			PT_FAIL(comp_decode_add(&cc, b, need, 13, acc), PS_EPROTO);
+			PT_FAIL(comp_decode_add(&cc, b, need, 13, acc), FB_EPROTO);
 			up(d.acc, acc, 13 * 4);
 			up(d.out, b, need);
 			PT_OK(tr__dcodec_decode_add(&d.ctx, &dc, d.out, need, 13,
 			    d.acc));
-			PT_FAIL(tr__dctx_check(&d.ctx), PS_EPROTO);
+			PT_FAIL(tr__dctx_check(&d.ctx), FB_EPROTO);
 			down(got, d.acc, 13 * 4);
 			ck_assert_int_eq(memcmp(got, acc, 13 * 4), 0);
 		}
 		PT_FAIL(tr__dcodec_decode_add(&d.ctx, &dc, d.out, need - 1, 13,
 		            d.acc),
-		    PS_EPROTO);
+		    FB_EPROTO);
 		// non-finite: encode refuses, ef_encode leaves e alone
 		x[7] = INFINITY;
 		up(d.x, x, 13 * 4);
 		PT_OK(tr__dcodec_encode(&d.ctx, &dc, d.x, 13, d.out));
-		PT_FAIL(tr__dctx_check(&d.ctx), PS_EINVAL);
+		PT_FAIL(tr__dctx_check(&d.ctx), FB_EINVAL);
 		x[7] = 1.0f;
 		PT_OK(tr__dctx_check(&d.ctx)); // the flag was cleared
 	}
@@ -264,22 +264,22 @@ START_TEST(test_dcodec_bogus)
 		up(d.x, x, 13 * 4);
 		up(d.e, e, 13 * 4);
 		PT_OK(tr__dcodec_ef_encode(&d.ctx, &dc, d.x, d.e, 13, d.out));
-		PT_FAIL(tr__dctx_check(&d.ctx), PS_EINVAL);
+		PT_FAIL(tr__dctx_check(&d.ctx), FB_EINVAL);
 		down(got, d.e, 13 * 4);
 		ck_assert_int_eq(memcmp(got, e, 13 * 4), 0);
 		x[2] = 0.5f;
 	}
 	struct tr__dcodec sign = { COMP_SIGN, 4 }, bad = { 99, 4 },
 	                  q0 = { COMP_Q8, 0 };
-	PT_FAIL(tr__dcodec_encode(&d.ctx, &sign, d.x, 13, d.out), PS_EUNSUPP);
-	PT_FAIL(tr__dcodec_encode(&d.ctx, &bad, d.x, 13, d.out), PS_EINVAL);
-	PT_FAIL(tr__dcodec_encode(&d.ctx, &q0, d.x, 13, d.out), PS_EINVAL);
-	PT_FAIL(tr__dcodec_encode(&d.ctx, &sign, NULL, 13, d.out), PS_EUNSUPP);
+	PT_FAIL(tr__dcodec_encode(&d.ctx, &sign, d.x, 13, d.out), FB_EUNSUPP);
+	PT_FAIL(tr__dcodec_encode(&d.ctx, &bad, d.x, 13, d.out), FB_EINVAL);
+	PT_FAIL(tr__dcodec_encode(&d.ctx, &q0, d.x, 13, d.out), FB_EINVAL);
+	PT_FAIL(tr__dcodec_encode(&d.ctx, &sign, NULL, 13, d.out), FB_EUNSUPP);
 	struct tr__dcodec q8 = { COMP_Q8, 4 };
-	PT_FAIL(tr__dcodec_encode(&d.ctx, &q8, d.x, 13, d.out + 1), PS_EINVAL);
-	PT_FAIL(tr__dcodec_encode(&d.ctx, &q8, NULL, 13, d.out), PS_EINVAL);
+	PT_FAIL(tr__dcodec_encode(&d.ctx, &q8, d.x, 13, d.out + 1), FB_EINVAL);
+	PT_FAIL(tr__dcodec_encode(&d.ctx, &q8, NULL, 13, d.out), FB_EINVAL);
 	PT_FAIL(tr__dcodec_ef_encode(&d.ctx, &q8, d.x, NULL, 13, d.out),
-	    PS_EINVAL);
+	    FB_EINVAL);
 	ck_assert_uint_eq(tr__dcodec_bound(&bad, 13), 0);
 	PT_OK(tr__dctx_check(&d.ctx));
 	dev_close(&d);
@@ -298,7 +298,7 @@ START_TEST(test_dcodec_bound)
 		ck_assert_uint_eq(tr__dcodec_bound(&q4, n), comp_bound(&cc, n));
 	}
 	ck_assert_uint_eq(tr__dcodec_bound(&f16, 7), 14);
-	PT_FAIL(tr__dcodec_valid(NULL), PS_EINVAL);
+	PT_FAIL(tr__dcodec_valid(NULL), FB_EINVAL);
 	PT_OK(tr__dcodec_valid(&f16));
 	tr__dctx_fini(NULL);
 }

@@ -108,7 +108,7 @@ START_TEST(test_config_parse_bogus)
 		char             err[256] = "";
 		tr_config_defaults(&c);
 		ck_assert_msg(tr_config_parse(&c, 3, argv, err, sizeof(err)) !=
-		        PS_OK,
+		        FB_OK,
 		    "%s %s accepted", cases[i][0], cases[i][1]);
 		ck_assert_msg(strstr(err, cases[i][2]) != NULL,
 		    "'%s' does not name %s", err, cases[i][2]);
@@ -117,7 +117,7 @@ START_TEST(test_config_parse_bogus)
 	struct tr_config c;
 	char             err[256] = "";
 	tr_config_defaults(&c);
-	PT_FAIL(tr_config_parse(&c, 2, argv, err, sizeof(err)), PS_EINVAL);
+	PT_FAIL(tr_config_parse(&c, 2, argv, err, sizeof(err)), FB_EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "missing"));
 }
 END_TEST

@@ -1,6 +1,6 @@
 // test_crc.c — the chunked CRC-32 of crc.h on the host: per-chunk CRCs
 // with the slice-by-4 word loop (the code the device kernel runs), folded
-// with crc32_combine, equal zlib's crc32 (= ps_crc32) of the whole buffer
+// with crc32_combine, equal zlib's crc32 (= fb_crc32) of the whole buffer
 // for lengths around the chunk size and odd float counts.
 #include <string.h>
 #include <zlib.h>
@@ -48,7 +48,7 @@ START_TEST(test_crc_chunked_equals_zlib)
 		    (uInt) (ns[k] * 4));
 		ck_assert_msg(chunked(t, x, ns[k]) == want, "n %zu: %08x != %08x",
 		    ns[k], chunked(t, x, ns[k]), want);
-		ck_assert_uint_eq(want, ps_crc32(0, x, ns[k] * 4));
+		ck_assert_uint_eq(want, fb_crc32(0, x, ns[k] * 4));
 	}
 	// A flipped bit anywhere changes the folded value.
 	uint32_t before = chunked(t, x, MAXF);

@@ -173,7 +173,7 @@ START_TEST(test_data_load_dim_mismatch)
 	    3, 0);
 	write_set("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte", 7, 2, 4,
 	    0);
-	PT_FAIL(tr_data_load(dir, 10, &tr, &te, err, sizeof(err)), PS_EPROTO);
+	PT_FAIL(tr_data_load(dir, 10, &tr, &te, err, sizeof(err)), FB_EPROTO);
 	ck_assert_ptr_nonnull(strstr(err, "t10k-images-idx3-ubyte"));
 }
 END_TEST
@@ -199,9 +199,9 @@ START_TEST(test_idx_bad_magic)
 	uint8_t buf[4096];
 	write_set("img", "lbl", 4, 2, 2, 0);
 	write_file("img2", buf, make_images(buf, 0x801, 4, 2, 2), 0);
-	expect_fail("img2", "lbl", PS_EPROTO, "img2", "bad magic");
+	expect_fail("img2", "lbl", FB_EPROTO, "img2", "bad magic");
 	write_file("lbl2", buf, make_labels(buf, 0x803, 4, 10), 1);
-	expect_fail("img", "lbl2", PS_EPROTO, "lbl2", "bad magic");
+	expect_fail("img", "lbl2", FB_EPROTO, "lbl2", "bad magic");
 }
 END_TEST
 
@@ -213,14 +213,14 @@ START_TEST(test_idx_truncated)
 	write_set("img", "lbl", 4, 2, 2, 0);
 	n = make_images(buf, 0x803, 4, 2, 2);
 	write_file("short", buf, n - 1, 0);
-	expect_fail("short", "lbl", PS_EPROTO, "short", "truncated");
+	expect_fail("short", "lbl", FB_EPROTO, "short", "truncated");
 	write_file("hdr", buf, 10, 0);
-	expect_fail("hdr", "lbl", PS_EPROTO, "hdr", "truncated");
+	expect_fail("hdr", "lbl", FB_EPROTO, "hdr", "truncated");
 	write_file("empty", buf, 0, 0);
-	expect_fail("empty", "lbl", PS_EPROTO, "empty", "truncated");
+	expect_fail("empty", "lbl", FB_EPROTO, "empty", "truncated");
 	n = make_labels(buf, 0x801, 4, 10);
 	write_file("lshort.gz", buf, n - 2, 1);
-	expect_fail("img", "lshort.gz", PS_EPROTO, "lshort.gz", "truncated");
+	expect_fail("img", "lshort.gz", FB_EPROTO, "lshort.gz", "truncated");
 
 	// A gzip stream cut in the middle.
 	char  path[256];
@@ -233,7 +233,7 @@ START_TEST(test_idx_truncated)
 	fclose(f);
 	ck_assert_uint_gt(n, 40);
 	write_file("cut.gz", buf, n / 2, 0);
-	expect_fail("cut.gz", "biglbl", PS_EPROTO, "cut.gz", "");
+	expect_fail("cut.gz", "biglbl", FB_EPROTO, "cut.gz", "");
 }
 END_TEST
 
@@ -248,16 +248,16 @@ START_TEST(test_idx_bad_dims)
 	make_images(buf, 0x803, 4, 2, 2);
 	put_be32(buf + 4, 0x7fffffff);
 	write_file("huge", buf, 32, 0);
-	expect_fail("huge", "lbl", PS_EPROTO, "huge", "dimensions");
+	expect_fail("huge", "lbl", FB_EPROTO, "huge", "dimensions");
 	put_be32(buf + 4, 4);
 	put_be32(buf + 8, 0);
 	write_file("zero", buf, 32, 0);
-	expect_fail("zero", "lbl", PS_EPROTO, "zero", "dimensions");
+	expect_fail("zero", "lbl", FB_EPROTO, "zero", "dimensions");
 	n = make_images(buf, 0x803, 4, 2, 2);
 	write_file("trail", buf, n + 3, 0);
-	expect_fail("trail", "lbl", PS_EPROTO, "trail", "trailing");
+	expect_fail("trail", "lbl", FB_EPROTO, "trail", "trailing");
 	write_file("lbl5", buf, make_labels(buf, 0x801, 5, 10), 0);
-	expect_fail("img", "lbl5", PS_EPROTO, "lbl5", "5 labels");
+	expect_fail("img", "lbl5", FB_EPROTO, "lbl5", "5 labels");
 }
 END_TEST
 
@@ -270,7 +270,7 @@ START_TEST(test_idx_label_out_of_range)
 	n          = make_labels(buf, 0x801, 4, 10);
 	buf[8 + 2] = 10;
 	write_file("badlbl.gz", buf, n, 1);
-	expect_fail("img", "badlbl.gz", PS_EPROTO, "badlbl.gz", "out of range");
+	expect_fail("img", "badlbl.gz", FB_EPROTO, "badlbl.gz", "out of range");
 }
 END_TEST
 
@@ -280,12 +280,12 @@ START_TEST(test_idx_load_bogus)
 	struct tr_dataset ds, te;
 	char              err[512] = "";
 	write_set("img", "lbl", 4, 2, 2, 0);
-	expect_fail("nope", "lbl", PS_ENOTFOUND, "nope", "cannot open");
+	expect_fail("nope", "lbl", FB_ENOTFOUND, "nope", "cannot open");
 	PT_FAIL(tr_dataset_load_idx(&ds, "a", "b", 1, err, sizeof(err)),
-	    PS_EINVAL);
-	PT_FAIL(tr_dataset_load_idx(NULL, "a", "b", 10, NULL, 0), PS_EINVAL);
+	    FB_EINVAL);
+	PT_FAIL(tr_dataset_load_idx(NULL, "a", "b", 10, NULL, 0), FB_EINVAL);
 	PT_FAIL(tr_data_load(dir, 10, &ds, &te, err, sizeof(err)),
-	    PS_ENOTFOUND);
+	    FB_ENOTFOUND);
 	ck_assert_ptr_nonnull(strstr(err, "train-images-idx3-ubyte"));
 }
 END_TEST
@@ -324,7 +324,7 @@ START_TEST(test_data_synthetic)
 	}
 	tr_dataset_fini(&a);
 	tr_dataset_fini(&b);
-	PT_FAIL(tr_dataset_synthetic(&a, 0, 5, 3, 9), PS_EINVAL);
+	PT_FAIL(tr_dataset_synthetic(&a, 0, 5, 3, 9), FB_EINVAL);
 }
 END_TEST
 

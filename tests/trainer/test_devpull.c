@@ -1,5 +1,5 @@
 // test_devpull.c — pulled deltas decoded on the GPU (devpull.h) against
-// the host path: the device chunked CRC-32 equals ps_crc32 for odd
+// the host path: the device chunked CRC-32 equals fb_crc32 for odd
 // lengths; a reference kept on the device and fed a full then delta chains
 // through the sink callbacks ends bit-identical to the host reference
 // (comp_ref_encode / comp_decode_add), for fp16, bf16, q8, q4, q2; a wrong
@@ -48,7 +48,7 @@ fill(float *x, size_t n, uint64_t seed, float scale)
 	}
 }
 
-// The device CRC of n floats equals ps_crc32 for odd n, n around the
+// The device CRC of n floats equals fb_crc32 for odd n, n around the
 // 4 KiB chunk, and a single float.
 START_TEST(test_devpull_crc_matches_host)
 {
@@ -65,16 +65,16 @@ START_TEST(test_devpull_crc_matches_host)
 	ck_assert_int_eq(cudaMemcpy(d_w, x, sizeof(x), cudaMemcpyHostToDevice),
 	    cudaSuccess);
 	ck_assert_msg(tr__devpull_open(d_w, NULL, shards, NSH, COMP_Q8, 512,
-	                  tbase, &d, err, sizeof(err)) == PS_OK, "%s", err);
+	                  tbase, &d, err, sizeof(err)) == FB_OK, "%s", err);
 	for (size_t k = 0; k < sizeof(ns) / sizeof(ns[0]); k++) {
 		uint32_t got = 0;
 		PT_OK(tr__devpull_crc(d, d_w + 7, ns[k], &got));
-		ck_assert_msg(got == ps_crc32(0, x + 7, ns[k] * 4),
+		ck_assert_msg(got == fb_crc32(0, x + 7, ns[k] * 4),
 		    "n %zu: device %08x host %08x", ns[k], got,
-		    ps_crc32(0, x + 7, ns[k] * 4));
+		    fb_crc32(0, x + 7, ns[k] * 4));
 	}
 	uint32_t c;
-	PT_FAIL(tr__devpull_crc(d, d_w, 3002, &c), PS_EINVAL); // > a shard
+	PT_FAIL(tr__devpull_crc(d, d_w, 3002, &c), FB_EINVAL); // > a shard
 	tr__devpull_close(d);
 	cudaFree(d_w);
 }
@@ -121,7 +121,7 @@ START_TEST(test_devpull_chain_matches_host)
 		ck_assert_int_eq(cudaMemset(d_w, 0, sizeof(x)), cudaSuccess);
 		ck_assert_msg(tr__devpull_open(d_w, NULL, shards, NSH, cc.id,
 		                  cc.bucket, tbase, &d, err, sizeof(err)) ==
-		        PS_OK, "%s", err);
+		        FB_OK, "%s", err);
 		tr__devpull_sink(d, &sk);
 		// version 0 in full
 		for (uint32_t s = 0; s < NSH; s++) {
@@ -144,7 +144,7 @@ START_TEST(test_devpull_chain_matches_host)
 				PT_OK(comp_ref_encode(&cc, x + o, ref + o,
 				    shards[s].len, scratch, codes[v][s],
 				    sizeof(codes[v][s]), &clen[v][s]));
-				crcs[v][s] = ps_crc32(0, ref + o,
+				crcs[v][s] = fb_crc32(0, ref + o,
 				    shards[s].len * 4);
 			}
 		}

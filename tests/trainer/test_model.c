@@ -42,11 +42,11 @@ START_TEST(test_arch_parse_bogus)
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		char err[256] = "";
 		ck_assert_msg(tr_arch_parse(bad[i], &a, err, sizeof(err)) ==
-		        PS_EINVAL,
+		        FB_EINVAL,
 		    "'%s' accepted", bad[i]);
 		ck_assert_ptr_nonnull(strstr(err, "--layers"));
 	}
-	PT_FAIL(tr_arch_parse(NULL, &a, NULL, 0), PS_EINVAL);
+	PT_FAIL(tr_arch_parse(NULL, &a, NULL, 0), FB_EINVAL);
 }
 END_TEST
 
@@ -127,9 +127,9 @@ START_TEST(test_params_init_bogus)
 {
 	struct tr_arch   a = { 0 };
 	struct tr_params p;
-	PT_FAIL(tr_params_init(&p, &a), PS_EINVAL);
-	PT_FAIL(tr_params_init(&p, NULL), PS_EINVAL);
-	PT_FAIL(tr_params_init(NULL, &a), PS_EINVAL);
+	PT_FAIL(tr_params_init(&p, &a), FB_EINVAL);
+	PT_FAIL(tr_params_init(&p, NULL), FB_EINVAL);
+	PT_FAIL(tr_params_init(NULL, &a), FB_EINVAL);
 	tr_params_fini(&p);
 }
 END_TEST

@@ -140,26 +140,26 @@ START_TEST(test_partition_steps)
 }
 END_TEST
 
-// Bad arguments are refused; a batch past the partition is PS_ERANGE.
+// Bad arguments are refused; a batch past the partition is FB_ERANGE.
 START_TEST(test_partition_bogus)
 {
 	struct tr_partition p;
 	const uint32_t     *a;
-	PT_FAIL(tr_partition_init(&p, 0, 0, 1, 1), PS_EINVAL);
-	PT_FAIL(tr_partition_init(&p, 10, 2, 2, 1), PS_EINVAL);
-	PT_FAIL(tr_partition_init(&p, 10, -1, 2, 1), PS_EINVAL);
-	PT_FAIL(tr_partition_init(&p, 10, 0, 0, 1), PS_EINVAL);
-	PT_FAIL(tr_partition_init(&p, 3, 0, 4, 1), PS_EINVAL);
-	PT_FAIL(tr_partition_init(NULL, 10, 0, 1, 1), PS_EINVAL);
+	PT_FAIL(tr_partition_init(&p, 0, 0, 1, 1), FB_EINVAL);
+	PT_FAIL(tr_partition_init(&p, 10, 2, 2, 1), FB_EINVAL);
+	PT_FAIL(tr_partition_init(&p, 10, -1, 2, 1), FB_EINVAL);
+	PT_FAIL(tr_partition_init(&p, 10, 0, 0, 1), FB_EINVAL);
+	PT_FAIL(tr_partition_init(&p, 3, 0, 4, 1), FB_EINVAL);
+	PT_FAIL(tr_partition_init(NULL, 10, 0, 1, 1), FB_EINVAL);
 	PT_OK(tr_partition_init(&p, 10, 0, 2, 1));
 	PT_OK(tr_partition_batch(&p, 0, 1, 2, &a));
-	PT_FAIL(tr_partition_batch(&p, 0, 2, 2, &a), PS_ERANGE);
-	PT_FAIL(tr_partition_batch(&p, 0, 0, 6, &a), PS_ERANGE);
-	PT_FAIL(tr_partition_batch(&p, 0, 0, 0, &a), PS_EINVAL);
-	PT_FAIL(tr_partition_batch(&p, -1, 0, 1, &a), PS_EINVAL);
+	PT_FAIL(tr_partition_batch(&p, 0, 2, 2, &a), FB_ERANGE);
+	PT_FAIL(tr_partition_batch(&p, 0, 0, 6, &a), FB_ERANGE);
+	PT_FAIL(tr_partition_batch(&p, 0, 0, 0, &a), FB_EINVAL);
+	PT_FAIL(tr_partition_batch(&p, -1, 0, 1, &a), FB_EINVAL);
 	tr_partition_fini(&p);
 	tr_partition_fini(&p);
-	PT_FAIL(tr_partition_batch(&p, 0, 0, 1, &a), PS_EINVAL);
+	PT_FAIL(tr_partition_batch(&p, 0, 0, 1, &a), FB_EINVAL);
 }
 END_TEST
 

@@ -13,25 +13,25 @@ tr_device_parse(const char *device, int *is_cuda, int *ordinal)
 {
 	int64_t v;
 	if (device == NULL || is_cuda == NULL || ordinal == NULL) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	if (strcmp(device, "cpu") == 0) {
 		*is_cuda = 0;
 		*ordinal = -1;
-		return PS_OK;
+		return FB_OK;
 	}
 	if (strcmp(device, "cuda") == 0) {
 		*is_cuda = 1;
 		*ordinal = -1;
-		return PS_OK;
+		return FB_OK;
 	}
 	if (strncmp(device, "cuda:", 5) == 0 &&
-	    ps_parse_i64(device + 5, 0, 1023, &v) == PS_OK) {
+	    fb_parse_i64(device + 5, 0, 1023, &v) == FB_OK) {
 		*is_cuda = 1;
 		*ordinal = (int) v;
-		return PS_OK;
+		return FB_OK;
 	}
-	return PS_EINVAL;
+	return FB_EINVAL;
 }
 
 int
@@ -54,10 +54,10 @@ tr_backend_alloc(const char *device, const struct tr_arch *a,
 	struct tr_backend           *b;
 	int                          is_cuda, ordinal, rv;
 	if (a == NULL || opts == NULL || out == NULL) {
-		return tr__errf(PS_EINVAL, err, errlen, "backend: bad arguments");
+		return tr__errf(FB_EINVAL, err, errlen, "backend: bad arguments");
 	}
-	if (tr_device_parse(device, &is_cuda, &ordinal) != PS_OK) {
-		return tr__errf(PS_EINVAL, err, errlen,
+	if (tr_device_parse(device, &is_cuda, &ordinal) != FB_OK) {
+		return tr__errf(FB_EINVAL, err, errlen,
 		    "--device '%s': expected cpu, cuda or cuda:N",
 		    device ? device : "(null)");
 	}
@@ -67,7 +67,7 @@ tr_backend_alloc(const char *device, const struct tr_arch *a,
 #ifdef TR_HAVE_CUDA
 		ops = &tr__backend_cuda_ops;
 #else
-		return tr__errf(PS_EUNSUPP, err, errlen,
+		return tr__errf(FB_EUNSUPP, err, errlen,
 		    "--device %s: this trainer was built without the CUDA "
 		    "backend (needs nvcc at build time)",
 		    device);
@@ -75,17 +75,17 @@ tr_backend_alloc(const char *device, const struct tr_arch *a,
 	} else {
 		ops = &tr__backend_cpu_ops;
 	}
-	if ((b = ps_zalloc(sizeof(*b))) == NULL) {
-		return tr__errf(PS_ENOMEM, err, errlen, "backend: no memory");
+	if ((b = fb_zalloc(sizeof(*b))) == NULL) {
+		return tr__errf(FB_ENOMEM, err, errlen, "backend: no memory");
 	}
 	b->ops  = ops;
 	b->arch = *a;
-	if ((rv = ops->alloc(a, &o, &b->state, err, errlen)) != PS_OK) {
-		ps_free(b);
+	if ((rv = ops->alloc(a, &o, &b->state, err, errlen)) != FB_OK) {
+		fb_free(b);
 		return rv;
 	}
 	*out = b;
-	return PS_OK;
+	return FB_OK;
 }
 
 void
@@ -95,5 +95,5 @@ tr_backend_free(struct tr_backend *b)
 		return;
 	}
 	b->ops->free(b->state);
-	ps_free(b);
+	fb_free(b);
 }

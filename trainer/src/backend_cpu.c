@@ -43,11 +43,11 @@ cpu_alloc(const struct tr_arch *a, const struct tr_backend_opts *o,
 	size_t      floats = 0, off = 0;
 	if (a == NULL || o == NULL || o->max_batch == 0 || a->n_layers < 1 ||
 	    a->n_layers > TR_MAX_LAYERS) {
-		return tr__errf(PS_EINVAL, err, errlen,
+		return tr__errf(FB_EINVAL, err, errlen,
 		    "cpu backend: bad architecture or max_batch");
 	}
-	if ((c = ps_zalloc(sizeof(*c))) == NULL) {
-		return tr__errf(PS_ENOMEM, err, errlen, "cpu backend: no memory");
+	if ((c = fb_zalloc(sizeof(*c))) == NULL) {
+		return tr__errf(FB_ENOMEM, err, errlen, "cpu backend: no memory");
 	}
 	c->a         = *a;
 	c->max_batch = o->max_batch;
@@ -63,9 +63,9 @@ cpu_alloc(const struct tr_arch *a, const struct tr_backend_opts *o,
 	floats += 2 * c->cap * ((c->max_width + 15) & ~(size_t) 15);
 	// deltas must also hold a layer's input width (D_{l-1})
 	floats += 2 * c->cap * 16;
-	if ((c->mem = ps_alloc((floats + 16) * sizeof(float))) == NULL) {
-		ps_free(c);
-		return tr__errf(PS_ENOMEM, err, errlen,
+	if ((c->mem = fb_alloc((floats + 16) * sizeof(float))) == NULL) {
+		fb_free(c);
+		return tr__errf(FB_ENOMEM, err, errlen,
 		    "cpu backend: no memory for %zu activations", floats);
 	}
 	float *base = (float *) (((uintptr_t) c->mem + 63) & ~(uintptr_t) 63);
@@ -80,7 +80,7 @@ cpu_alloc(const struct tr_arch *a, const struct tr_backend_opts *o,
 		openblas_set_num_threads(o->blas_threads);
 	}
 	*state = c;
-	return PS_OK;
+	return FB_OK;
 }
 
 static void
@@ -88,8 +88,8 @@ cpu_free(void *state)
 {
 	struct cpu *c = state;
 	if (c != NULL) {
-		ps_free(c->mem);
-		ps_free(c);
+		fb_free(c->mem);
+		fb_free(c);
 	}
 }
 
@@ -98,13 +98,13 @@ cpu_set_weights(void *state, const float *const *w)
 {
 	struct cpu *c = state;
 	if (w == NULL) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	for (int l = 0; l < c->a.n_layers; l++) {
 		c->w[l] = w[2 * l];
 		c->b[l] = w[2 * l + 1];
 	}
-	return PS_OK;
+	return FB_OK;
 }
 
 // forward computes act[1..L] for n rows of input x (row stride sizes[0]);
@@ -175,15 +175,15 @@ cpu_grad(void *state, const struct tr_dataset *ds, const uint32_t *idx,
 	double                loss = 0.0;
 	if (n == 0 || n > c->max_batch || ds == NULL || idx == NULL ||
 	    g == NULL || c->w[0] == NULL) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	if (ds->dim != d) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	for (size_t i = 0; i < n; i++) {
 		if (idx[i] >= ds->n || ds->y[idx[i]] < 0 ||
 		    (size_t) ds->y[idx[i]] >= k) {
-			return PS_ERANGE;
+			return FB_ERANGE;
 		}
 		memcpy(c->act[0] + i * d, ds->x + (size_t) idx[i] * d,
 		    d * sizeof(float));
@@ -228,7 +228,7 @@ cpu_grad(void *state, const struct tr_dataset *ds, const uint32_t *idx,
 	if (loss_sum != NULL) {
 		*loss_sum = loss;
 	}
-	return PS_OK;
+	return FB_OK;
 }
 
 static int
@@ -240,7 +240,7 @@ cpu_evaluate(void *state, const struct tr_dataset *ds, double *loss_mean,
 	size_t d = a->sizes[0], k = a->sizes[a->n_layers], correct = 0;
 	double loss = 0.0;
 	if (ds == NULL || ds->n == 0 || ds->dim != d || c->w[0] == NULL) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	for (size_t s = 0; s < ds->n; s += c->cap) {
 		size_t n = ds->n - s < c->cap ? ds->n - s : c->cap;
@@ -251,7 +251,7 @@ cpu_evaluate(void *state, const struct tr_dataset *ds, double *loss_mean,
 			float *row = z + i * k;
 			size_t best = 0;
 			if (y < 0 || (size_t) y >= k) {
-				return PS_ERANGE;
+				return FB_ERANGE;
 			}
 			for (size_t j = 1; j < k; j++) {
 				best = row[j] > row[best] ? j : best;
@@ -266,7 +266,7 @@ cpu_evaluate(void *state, const struct tr_dataset *ds, double *loss_mean,
 	if (accuracy != NULL) {
 		*accuracy = (double) correct / (double) ds->n;
 	}
-	return PS_OK;
+	return FB_OK;
 }
 
 const struct tr_backend_ops tr__backend_cpu_ops = {

@@ -31,7 +31,7 @@
 // caller's g[] as soon as that layer's copy has landed. Nothing on the
 // per-step path allocates.
 //
-// Errors: a CUDA or cuBLAS failure during a step gives PS_ETRANSPORT (the
+// Errors: a CUDA or cuBLAS failure during a step gives FB_ETRANSPORT (the
 // device is treated like a failed link: the trainer stops).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -324,7 +324,7 @@ cuda_free(void *state)
 		cudaStreamDestroy(c->sc);
 	}
 	cudaGetLastError();
-	ps_free(c);
+	fb_free(c);
 }
 
 static int
@@ -337,7 +337,7 @@ cuda_alloc(const struct tr_arch *a, const struct tr_backend_opts *o,
 	int         count, dev;
 	if (a == NULL || o == NULL || o->max_batch == 0 || a->n_layers < 1 ||
 	    a->n_layers > TR_MAX_LAYERS) {
-		return tr__errf(PS_EINVAL, err, errlen,
+		return tr__errf(FB_EINVAL, err, errlen,
 		    "cuda backend: bad architecture or max_batch");
 	}
 	if ((count = tr__cuda_device_count(why, sizeof(why))) == 0) {
@@ -345,12 +345,12 @@ cuda_alloc(const struct tr_arch *a, const struct tr_backend_opts *o,
 		if (o->device >= 0) {
 			snprintf(dn, sizeof(dn), "cuda:%d", o->device);
 		}
-		return tr__errf(PS_EUNSUPP, err, errlen,
+		return tr__errf(FB_EUNSUPP, err, errlen,
 		    "--device %s: no usable CUDA GPU on this machine (%s)", dn,
 		    why);
 	}
 	if (o->device >= 0 && o->device >= count) {
-		return tr__errf(PS_EUNSUPP, err, errlen,
+		return tr__errf(FB_EUNSUPP, err, errlen,
 		    "--device cuda:%d: no such CUDA device (this machine has "
 		    "%d, cuda:0..cuda:%d)",
 		    o->device, count, count - 1);
@@ -358,11 +358,11 @@ cuda_alloc(const struct tr_arch *a, const struct tr_backend_opts *o,
 	dev = o->device >= 0 ? o->device : (o->rank < 0 ? 0 : o->rank) % count;
 	if (cudaSetDevice(dev) != cudaSuccess) {
 		cudaGetLastError();
-		return tr__errf(PS_EUNSUPP, err, errlen,
+		return tr__errf(FB_EUNSUPP, err, errlen,
 		    "--device cuda:%d: cannot select the CUDA device", dev);
 	}
-	if ((c = (struct cu *) ps_zalloc(sizeof(*c))) == NULL) {
-		return tr__errf(PS_ENOMEM, err, errlen, "cuda backend: no memory");
+	if ((c = (struct cu *) fb_zalloc(sizeof(*c))) == NULL) {
+		return tr__errf(FB_ENOMEM, err, errlen, "cuda backend: no memory");
 	}
 	c->a         = *a;
 	c->dev       = dev;
@@ -425,11 +425,11 @@ cuda_alloc(const struct tr_arch *a, const struct tr_backend_opts *o,
 	    2 * sizeof(double)));
 #undef TRY
 	*state = c;
-	return PS_OK;
+	return FB_OK;
 fail:
 	cudaGetLastError();
 	cuda_free(c);
-	return tr__errf(PS_ENOMEM, err, errlen,
+	return tr__errf(FB_ENOMEM, err, errlen,
 	    "cuda backend on cuda:%d: %s failed (device memory?)", dev, op);
 }
 
@@ -438,26 +438,26 @@ cuda_set_weights(void *state, const float *const *w)
 {
 	struct cu *c = (struct cu *) state;
 	if (w == NULL) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	cudaSetDevice(c->dev);
 	// The previous upload must have left h_w before it is overwritten.
 	if (cudaEventSynchronize(c->ev_wup) != cudaSuccess) {
-		return PS_ETRANSPORT;
+		return FB_ETRANSPORT;
 	}
 	for (size_t i = 0; i < tr_arch_n_tensors(&c->a); i++) {
 		if (w[i] == NULL) {
-			return PS_EINVAL;
+			return FB_EINVAL;
 		}
 		memcpy(c->h_w + c->off[i], w[i], c->len[i] * sizeof(float));
 	}
 	if (cudaMemcpyAsync(c->d_w, c->h_w, c->np * sizeof(float),
 	        cudaMemcpyHostToDevice, c->s) != cudaSuccess ||
 	    cudaEventRecord(c->ev_wup, c->s) != cudaSuccess) {
-		return PS_ETRANSPORT;
+		return FB_ETRANSPORT;
 	}
 	c->have_w = 1;
-	return PS_OK;
+	return FB_OK;
 }
 
 // ds_get returns the device copy of ds, uploading it on first use (the
@@ -514,13 +514,13 @@ forward(struct cu *c, const float *x, size_t n)
 		        (int) n, (int) ni, &one, c->d_w + c->off[2 * (l - 1)],
 		        (int) ni, in, (int) ni, &zero, z, (int) no) !=
 		    CUBLAS_STATUS_SUCCESS) {
-			return PS_ETRANSPORT;
+			return FB_ETRANSPORT;
 		}
 		k_bias_act<<<blocks_for(n * no, 256), 256, 0, c->s>>>(z,
 		    c->d_w + c->off[2 * (l - 1) + 1], n, no, l < a->n_layers);
 		in = z;
 	}
-	return cudaGetLastError() == cudaSuccess ? PS_OK : PS_ETRANSPORT;
+	return cudaGetLastError() == cudaSuccess ? FB_OK : FB_ETRANSPORT;
 }
 
 // backward runs after k_xent turned d_act[L] into D_L; it writes the
@@ -540,7 +540,7 @@ backward(struct cu *c, size_t n, int host)
 		        (int) no, (int) n, &one, in, (int) ni, dz, (int) no,
 		        &zero, c->d_g + c->off[tw], (int) ni) !=
 		    CUBLAS_STATUS_SUCCESS) {
-			return PS_ETRANSPORT;
+			return FB_ETRANSPORT;
 		}
 		k_colsum<<<dim3((unsigned) ((no + CS_T - 1) / CS_T)),
 		    dim3(CS_T, CS_T), 0, c->s>>>(dz, n, no,
@@ -556,7 +556,7 @@ backward(struct cu *c, size_t n, int host)
 			        c->sc) != cudaSuccess ||
 			    cudaEventRecord(c->ev_gcopied[l - 1], c->sc) !=
 			        cudaSuccess) {
-				return PS_ETRANSPORT;
+				return FB_ETRANSPORT;
 			}
 		}
 		if (l == 1) {
@@ -566,14 +566,14 @@ backward(struct cu *c, size_t n, int host)
 		        (int) n, (int) no, &one, c->d_w + c->off[tw], (int) ni,
 		        dz, (int) no, &zero, dnext, (int) ni) !=
 		    CUBLAS_STATUS_SUCCESS) {
-			return PS_ETRANSPORT;
+			return FB_ETRANSPORT;
 		}
 		k_relu_mask<<<blocks_for(n * ni, 256), 256, 0, c->s>>>(dnext, in,
 		    n * ni);
 		dz    = dnext;
 		dnext = (dnext == c->d_d0) ? c->d_d1 : c->d_d0;
 	}
-	return cudaGetLastError() == cudaSuccess ? PS_OK : PS_ETRANSPORT;
+	return cudaGetLastError() == cudaSuccess ? FB_OK : FB_ETRANSPORT;
 }
 
 // step runs forward + backward for rows idx[0..n) of ds; host: also copy
@@ -588,33 +588,33 @@ step(struct cu *c, const struct tr_dataset *ds, const uint32_t *idx,
 	int                   rv;
 	if (n == 0 || n > c->max_batch || ds == NULL || idx == NULL ||
 	    (host && g == NULL) || !c->have_w || ds->dim != d) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	for (size_t i = 0; i < n; i++) {
 		if (idx[i] >= ds->n || ds->y[idx[i]] < 0 ||
 		    (size_t) ds->y[idx[i]] >= k) {
-			return PS_ERANGE;
+			return FB_ERANGE;
 		}
 	}
 	cudaSetDevice(c->dev);
 	if ((dc = ds_get(c, ds)) == NULL) {
-		return PS_ENOMEM;
+		return FB_ENOMEM;
 	}
 	// h_idx may be overwritten once the previous step's copy of it has
 	// left (the rest of that step may still run: d_idx is only rewritten
 	// after it, in stream order).
 	if (cudaEventSynchronize(c->ev_idx) != cudaSuccess) {
-		return PS_ETRANSPORT;
+		return FB_ETRANSPORT;
 	}
 	memcpy(c->h_idx, idx, n * sizeof(uint32_t));
 	if (cudaMemcpyAsync(c->d_idx, c->h_idx, n * sizeof(uint32_t),
 	        cudaMemcpyHostToDevice, c->s) != cudaSuccess ||
 	    cudaEventRecord(c->ev_idx, c->s) != cudaSuccess) {
-		return PS_ETRANSPORT;
+		return FB_ETRANSPORT;
 	}
 	k_gather<<<blocks_for(n * d, 256), 256, 0, c->s>>>(dc->x, c->d_idx, n,
 	    d, c->d_act[0]);
-	if ((rv = forward(c, c->d_act[0], n)) != PS_OK) {
+	if ((rv = forward(c, c->d_act[0], n)) != FB_OK) {
 		return rv;
 	}
 	k_xent<<<blocks_for(n, WARPS), WARPS * 32, 0, c->s>>>(
@@ -622,9 +622,9 @@ step(struct cu *c, const struct tr_dataset *ds, const uint32_t *idx,
 	k_sum<<<1, 1024, 0, c->s>>>(c->d_rowloss, NULL, n, c->d_red);
 	if (cudaMemcpyAsync(c->h_red, c->d_red, sizeof(double),
 	        cudaMemcpyDeviceToHost, c->s) != cudaSuccess) {
-		return PS_ETRANSPORT;
+		return FB_ETRANSPORT;
 	}
-	if ((rv = backward(c, n, host)) != PS_OK) {
+	if ((rv = backward(c, n, host)) != FB_OK) {
 		return rv;
 	}
 	if (host) {
@@ -634,7 +634,7 @@ step(struct cu *c, const struct tr_dataset *ds, const uint32_t *idx,
 			size_t tw = 2 * (size_t) (l - 1);
 			if (cudaEventSynchronize(c->ev_gcopied[l - 1]) !=
 			    cudaSuccess) {
-				return PS_ETRANSPORT;
+				return FB_ETRANSPORT;
 			}
 			memcpy(g[tw], c->h_g + c->off[tw],
 			    c->len[tw] * sizeof(float));
@@ -644,13 +644,13 @@ step(struct cu *c, const struct tr_dataset *ds, const uint32_t *idx,
 	}
 	if (loss_sum != NULL || host) {
 		if (cudaStreamSynchronize(c->s) != cudaSuccess) {
-			return PS_ETRANSPORT;
+			return FB_ETRANSPORT;
 		}
 		if (loss_sum != NULL) {
 			*loss_sum = c->h_red[0];
 		}
 	}
-	return PS_OK;
+	return FB_OK;
 }
 
 static int
@@ -671,20 +671,20 @@ cuda_evaluate(void *state, const struct tr_dataset *ds, double *loss_mean,
 	double loss = 0.0, correct = 0.0;
 	int    rv;
 	if (ds == NULL || ds->n == 0 || ds->dim != d || !c->have_w) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	for (size_t i = 0; i < ds->n; i++) {
 		if (ds->y[i] < 0 || (size_t) ds->y[i] >= k) {
-			return PS_ERANGE;
+			return FB_ERANGE;
 		}
 	}
 	cudaSetDevice(c->dev);
 	if ((dc = ds_get(c, ds)) == NULL) {
-		return PS_ENOMEM;
+		return FB_ENOMEM;
 	}
 	for (size_t s = 0; s < ds->n; s += c->cap) {
 		size_t n = ds->n - s < c->cap ? ds->n - s : c->cap;
-		if ((rv = forward(c, dc->x + s * d, n)) != PS_OK) {
+		if ((rv = forward(c, dc->x + s * d, n)) != FB_OK) {
 			return rv;
 		}
 		k_xent<<<blocks_for(n, WARPS), WARPS * 32, 0, c->s>>>(
@@ -695,7 +695,7 @@ cuda_evaluate(void *state, const struct tr_dataset *ds, double *loss_mean,
 		if (cudaMemcpyAsync(c->h_red, c->d_red, 2 * sizeof(double),
 		        cudaMemcpyDeviceToHost, c->s) != cudaSuccess ||
 		    cudaStreamSynchronize(c->s) != cudaSuccess) {
-			return PS_ETRANSPORT;
+			return FB_ETRANSPORT;
 		}
 		loss += c->h_red[0];
 		correct += c->h_red[1];
@@ -706,7 +706,7 @@ cuda_evaluate(void *state, const struct tr_dataset *ds, double *loss_mean,
 	if (accuracy != NULL) {
 		*accuracy = correct / (double) ds->n;
 	}
-	return PS_OK;
+	return FB_OK;
 }
 
 extern "C" int
@@ -715,10 +715,10 @@ tr__cuda_grad_device(struct tr_backend *b, const struct tr_dataset *ds,
 {
 	int rv;
 	if (b == NULL || b->ops != &tr__backend_cuda_ops) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	rv = step((struct cu *) b->state, ds, idx, n, NULL, 0, loss_sum);
-	if (rv == PS_OK && d_grad != NULL) {
+	if (rv == FB_OK && d_grad != NULL) {
 		*d_grad = ((struct cu *) b->state)->d_g;
 	}
 	return rv;
@@ -729,14 +729,14 @@ tr__cuda_sync(struct tr_backend *b)
 {
 	struct cu *c;
 	if (b == NULL || b->ops != &tr__backend_cuda_ops) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	c = (struct cu *) b->state;
 	cudaSetDevice(c->dev);
 	return cudaStreamSynchronize(c->s) == cudaSuccess &&
 	        cudaStreamSynchronize(c->sc) == cudaSuccess ?
-	    PS_OK :
-	    PS_ETRANSPORT;
+	    FB_OK :
+	    FB_ETRANSPORT;
 }
 
 extern "C" int
@@ -744,14 +744,14 @@ tr__cuda_weights_device(struct tr_backend *b, float **d_w)
 {
 	struct cu *c;
 	if (b == NULL || b->ops != &tr__backend_cuda_ops || d_w == NULL) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	c = (struct cu *) b->state;
 	// The caller fills the block on c->s before the next grad (stream
 	// order), so grad and evaluate may run from now on.
 	c->have_w = 1;
 	*d_w      = c->d_w;
-	return PS_OK;
+	return FB_OK;
 }
 
 extern "C" void *

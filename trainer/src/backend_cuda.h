@@ -31,7 +31,7 @@ int tr__cuda_grad_device(struct tr_backend *b, const struct tr_dataset *ds,
     const uint32_t *idx, size_t n, float **d_grad, double *loss_sum);
 
 // tr__cuda_sync waits for every kernel and copy the backend enqueued.
-// Returns PS_OK or PS_ETRANSPORT (a CUDA error).
+// Returns FB_OK or FB_ETRANSPORT (a CUDA error).
 int tr__cuda_sync(struct tr_backend *b);
 
 // tr__cuda_weights_device returns in *d_w the device block the backend
@@ -40,7 +40,7 @@ int tr__cuda_sync(struct tr_backend *b);
 // there itself, on the backend's stream (tr__cuda_stream), before the next
 // grad or evaluate, and no longer calls set_weights (which would overwrite
 // them). devpull.h keeps the pull reference there. Borrowed until free.
-// b must be a "cuda" backend. Errors: PS_EINVAL.
+// b must be a "cuda" backend. Errors: FB_EINVAL.
 int tr__cuda_weights_device(struct tr_backend *b, float **d_w);
 
 // tr__cuda_stream returns the backend's compute stream (a cudaStream_t),

@@ -34,7 +34,7 @@
 #include <string.h>
 
 #include "codec_cuda.h"
-#include "ps/base.h"
+#include "fb/fb.h"
 
 #define FLAG_EINVAL 1
 #define FLAG_EPROTO 2
@@ -452,33 +452,33 @@ tr__dctx_init(struct tr__dctx *x, void *stream)
 {
 	int dev = 0;
 	if (x == NULL) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	memset(x, 0, sizeof(*x));
 	if (cudaGetDevice(&dev) != cudaSuccess) {
 		cudaGetLastError();
-		return PS_EUNSUPP;
+		return FB_EUNSUPP;
 	}
 	x->stream = stream;
 	x->device = dev;
 	if (cudaMalloc((void **) &x->d_flag, sizeof(int)) != cudaSuccess) {
 		cudaGetLastError();
 		x->d_flag = NULL;
-		return PS_ENOMEM;
+		return FB_ENOMEM;
 	}
 	if (cudaMallocHost((void **) &x->h_flag, sizeof(int)) != cudaSuccess) {
 		cudaGetLastError();
 		cudaFree(x->d_flag);
 		memset(x, 0, sizeof(*x));
-		return PS_ENOMEM;
+		return FB_ENOMEM;
 	}
 	*x->h_flag = 0;
 	if (cudaMemset(x->d_flag, 0, sizeof(int)) != cudaSuccess) {
 		cudaGetLastError();
 		tr__dctx_fini(x);
-		return PS_ENOMEM;
+		return FB_ENOMEM;
 	}
-	return PS_OK;
+	return FB_OK;
 }
 
 extern "C" void
@@ -505,43 +505,43 @@ tr__dctx_check(struct tr__dctx *x)
 	        cudaMemcpyDeviceToHost, s) != cudaSuccess ||
 	    cudaStreamSynchronize(s) != cudaSuccess) {
 		cudaGetLastError();
-		return PS_ETRANSPORT;
+		return FB_ETRANSPORT;
 	}
 	f = *x->h_flag;
 	if (f != 0 && cudaMemsetAsync(x->d_flag, 0, sizeof(int), s) !=
 	        cudaSuccess) {
-		return PS_ETRANSPORT;
+		return FB_ETRANSPORT;
 	}
 	if (f & FLAG_EPROTO) {
-		return PS_EPROTO;
+		return FB_EPROTO;
 	}
-	return (f & FLAG_EINVAL) ? PS_EINVAL : PS_OK;
+	return (f & FLAG_EINVAL) ? FB_EINVAL : FB_OK;
 }
 
 extern "C" int
 tr__dcodec_valid(const struct tr__dcodec *c)
 {
 	if (c == NULL) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	if (c->id == 6 || c->id == 7) { // comp's sign, topk
-		return PS_EUNSUPP;
+		return FB_EUNSUPP;
 	}
 	if (c->id > TR_DC_Q2) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	if (qbits(c->id) != 0 &&
 	    (c->bucket < 1 || c->bucket > TR_DC_BUCKET_MAX)) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
-	return PS_OK;
+	return FB_OK;
 }
 
 extern "C" size_t
 tr__dcodec_bound(const struct tr__dcodec *c, size_t n)
 {
 	unsigned b;
-	if (tr__dcodec_valid(c) != PS_OK || n > (size_t) UINT32_MAX) {
+	if (tr__dcodec_valid(c) != FB_OK || n > (size_t) UINT32_MAX) {
 		return 0;
 	}
 	if (c->id == TR_DC_NONE) {
@@ -556,7 +556,7 @@ tr__dcodec_bound(const struct tr__dcodec *c, size_t n)
 static int
 launched(void)
 {
-	return cudaGetLastError() == cudaSuccess ? PS_OK : PS_ETRANSPORT;
+	return cudaGetLastError() == cudaSuccess ? FB_OK : FB_ETRANSPORT;
 }
 
 static int
@@ -566,17 +566,17 @@ encode(struct tr__dctx *x, const struct tr__dcodec *c, const float *d_x,
 	cudaStream_t s = (cudaStream_t) x->stream;
 	unsigned     b;
 	int          rv;
-	if ((rv = tr__dcodec_valid(c)) != PS_OK) {
+	if ((rv = tr__dcodec_valid(c)) != FB_OK) {
 		return rv;
 	}
 	if (x->d_flag == NULL || n > (size_t) UINT32_MAX) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	if (n == 0) {
-		return PS_OK;
+		return FB_OK;
 	}
 	if (d_x == NULL || d_out == NULL || ((uintptr_t) d_out & 3) != 0) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	if ((b = qbits(c->id)) == 0) {
 		if (d_e != NULL) {
@@ -608,7 +608,7 @@ tr__dcodec_encode(struct tr__dctx *x, const struct tr__dcodec *c,
     const float *d_x, size_t n, uint8_t *d_out)
 {
 	if (x == NULL) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	return encode(x, c, d_x, NULL, n, d_out);
 }
@@ -618,7 +618,7 @@ tr__dcodec_ef_encode(struct tr__dctx *x, const struct tr__dcodec *c,
     const float *d_g, float *d_e, size_t n, uint8_t *d_out)
 {
 	if (x == NULL || (n > 0 && d_e == NULL)) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	return encode(x, c, d_g, d_e, n, d_out);
 }
@@ -631,22 +631,22 @@ tr__dcodec_decode_add(struct tr__dctx *x, const struct tr__dcodec *c,
 	unsigned     b;
 	int          rv;
 	if (x == NULL || x->d_flag == NULL) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
-	if ((rv = tr__dcodec_valid(c)) != PS_OK) {
+	if ((rv = tr__dcodec_valid(c)) != FB_OK) {
 		return rv;
 	}
 	if (n > (size_t) UINT32_MAX) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	if (len != tr__dcodec_bound(c, n)) {
-		return PS_EPROTO;
+		return FB_EPROTO;
 	}
 	if (n == 0) {
-		return PS_OK;
+		return FB_OK;
 	}
 	if (d_in == NULL || d_acc == NULL || ((uintptr_t) d_in & 3) != 0) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	if ((b = qbits(c->id)) == 0) {
 		k_flt_decode_add<<<grid_for(n), THREADS, 0, s>>>(c->id, d_in, n,

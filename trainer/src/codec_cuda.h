@@ -6,7 +6,7 @@
 // in the same order as comp_decode_add (the file is built with
 // -fmad=false, so no multiply-add is contracted). Only the codes then need
 // to cross PCIe. Supported: none (fp32), fp16, bf16, q8, q4, q2 with round
-// to nearest; sign, topk and stochastic rounding are not (PS_EUNSUPP).
+// to nearest; sign, topk and stochastic rounding are not (FB_EUNSUPP).
 //
 // Codec ids equal compression's `enum comp_codec_id` values (tr does not
 // link comp: trainer uses libferry only), and the layout is the one in
@@ -14,7 +14,7 @@
 // the n codes packed by global index, b bits each, LSB first, zero padded.
 //
 // Asynchrony and errors: every call only enqueues kernels on the context's
-// stream and returns PS_OK when its host-side arguments are valid. Errors
+// stream and returns FB_OK when its host-side arguments are valid. Errors
 // the device finds (a non-finite value given to an encoder that refuses
 // it, a malformed delta given to decode-add) set a sticky flag in the
 // context: every later kernel of that context sees the flag and does
@@ -63,20 +63,20 @@ struct tr__dctx {
 
 // tr__dctx_init makes x use `stream` (a cudaStream_t or NULL) on the
 // current CUDA device and allocates its flag (device + pinned host).
-// Errors: PS_EUNSUPP (no CUDA device), PS_ENOMEM. Release with
+// Errors: FB_EUNSUPP (no CUDA device), FB_ENOMEM. Release with
 // tr__dctx_fini, which is safe on a zeroed x. Blocks (allocation).
 int  tr__dctx_init(struct tr__dctx *x, void *stream);
 void tr__dctx_fini(struct tr__dctx *x);
 
 // tr__dctx_check waits until every kernel enqueued on x has finished and
-// returns PS_OK, PS_EINVAL (an encoder met a non-finite value it refuses),
-// PS_EPROTO (decode-add met a malformed delta: bad scale, forbidden code,
-// non-zero padding) or PS_ETRANSPORT (a CUDA error; not recoverable). The
+// returns FB_OK, FB_EINVAL (an encoder met a non-finite value it refuses),
+// FB_EPROTO (decode-add met a malformed delta: bad scale, forbidden code,
+// non-zero padding) or FB_ETRANSPORT (a CUDA error; not recoverable). The
 // flag is cleared. Blocks.
 int tr__dctx_check(struct tr__dctx *x);
 
-// tr__dcodec_valid returns PS_OK if c is supported (see above), PS_EUNSUPP
-// for sign/topk, PS_EINVAL for an unknown id or a bad bucket.
+// tr__dcodec_valid returns FB_OK if c is supported (see above), FB_EUNSUPP
+// for sign/topk, FB_EINVAL for an unknown id or a bad bucket.
 int tr__dcodec_valid(const struct tr__dcodec *c);
 
 // tr__dcodec_bound returns the exact number of bytes an encoder writes for
@@ -84,16 +84,16 @@ int tr__dcodec_valid(const struct tr__dcodec *c);
 size_t tr__dcodec_bound(const struct tr__dcodec *c, size_t n);
 
 // tr__dcodec_encode encodes d_x[0..n) into d_out (tr__dcodec_bound bytes),
-// as comp_encode: for q8/q4/q2 a non-finite value sets the PS_EINVAL flag
+// as comp_encode: for q8/q4/q2 a non-finite value sets the FB_EINVAL flag
 // (the output is then unspecified); none/fp16/bf16 encode any value.
-// Errors (immediate): PS_EINVAL (NULL pointers, misaligned d_out),
-// PS_EUNSUPP (codec). Does not block or allocate.
+// Errors (immediate): FB_EINVAL (NULL pointers, misaligned d_out),
+// FB_EUNSUPP (codec). Does not block or allocate.
 int tr__dcodec_encode(struct tr__dctx *x, const struct tr__dcodec *c,
     const float *d_x, size_t n, uint8_t *d_out);
 
 // tr__dcodec_ef_encode is comp_ef_encode on the device: p = g + e,
 // d_out = Q(p), e = p - deq(d_out), e updated in place. A non-finite p
-// (any codec) sets the PS_EINVAL flag and leaves d_e unchanged.
+// (any codec) sets the FB_EINVAL flag and leaves d_e unchanged.
 // d_g and d_e hold n floats. Immediate errors as tr__dcodec_encode.
 int tr__dcodec_ef_encode(struct tr__dctx *x, const struct tr__dcodec *c,
     const float *d_g, float *d_e, size_t n, uint8_t *d_out);
@@ -102,8 +102,8 @@ int tr__dcodec_ef_encode(struct tr__dctx *x, const struct tr__dcodec *c,
 // acc[i] = acc[i] + deq[i], for q8/q4/q2 acc[i] + (float) q * (s / L)
 // with s / L computed once per bucket, bit-identical to the CPU. d_in
 // holds len bytes; len != tr__dcodec_bound(c, n) is an immediate
-// PS_EPROTO. A malformed delta (checked on the device before any float is
-// written) sets the PS_EPROTO flag and leaves d_acc unchanged. Does not
+// FB_EPROTO. A malformed delta (checked on the device before any float is
+// written) sets the FB_EPROTO flag and leaves d_acc unchanged. Does not
 // block or allocate.
 int tr__dcodec_decode_add(struct tr__dctx *x, const struct tr__dcodec *c,
     const uint8_t *d_in, size_t len, size_t n, float *d_acc);

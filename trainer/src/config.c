@@ -101,15 +101,15 @@ set_flag(struct tr_config *c, const struct flag *fl, const char *v,
 	void   *p = (char *) c + fl->off;
 	int64_t i;
 	double  d;
-	int     rv = PS_OK, a, b;
+	int     rv = FB_OK, a, b;
 	switch (fl->kind) {
 	case K_STR:
 		if (*v == '\0') {
-			return tr__errf(PS_EINVAL, err, errlen,
+			return tr__errf(FB_EINVAL, err, errlen,
 			    "--%s: empty value", fl->name);
 		}
 		*(const char **) p = v;
-		return PS_OK;
+		return FB_OK;
 	case K_LAYERS:
 		return tr_arch_parse(v, p, err, errlen);
 	case K_MODE:
@@ -118,30 +118,30 @@ set_flag(struct tr_config *c, const struct flag *fl, const char *v,
 		} else if (strcmp(v, "async") == 0) {
 			*(int *) p = TR_MODE_ASYNC;
 		} else {
-			return tr__errf(PS_EINVAL, err, errlen,
+			return tr__errf(FB_EINVAL, err, errlen,
 			    "--%s '%s': expected sync or async", fl->name, v);
 		}
-		return PS_OK;
+		return FB_OK;
 	case K_DEVICE:
-		if (tr_device_parse(v, &a, &b) != PS_OK) {
-			return tr__errf(PS_EINVAL, err, errlen,
+		if (tr_device_parse(v, &a, &b) != FB_OK) {
+			return tr__errf(FB_EINVAL, err, errlen,
 			    "--%s '%s': expected cpu, cuda or cuda:N", fl->name,
 			    v);
 		}
 		*(const char **) p = v;
-		return PS_OK;
+		return FB_OK;
 	case K_F64:
-		rv = ps_parse_f64(v, fl->min, fl->max, &d);
-		if (rv == PS_OK) {
+		rv = fb_parse_f64(v, fl->min, fl->max, &d);
+		if (rv == FB_OK) {
 			*(double *) p = d;
-			return PS_OK;
+			return FB_OK;
 		}
 		return tr__errf(rv, err, errlen,
 		    "--%s '%s': expected a number in [%g, %g]", fl->name, v,
 		    fl->min, fl->max);
 	default:
-		rv = ps_parse_i64(v, (int64_t) fl->min, (int64_t) fl->max, &i);
-		if (rv != PS_OK) {
+		rv = fb_parse_i64(v, (int64_t) fl->min, (int64_t) fl->max, &i);
+		if (rv != FB_OK) {
 			return tr__errf(rv, err, errlen,
 			    "--%s '%s': expected an integer in [%.0f, %.0f]",
 			    fl->name, v, fl->min, fl->max);
@@ -160,7 +160,7 @@ set_flag(struct tr_config *c, const struct flag *fl, const char *v,
 			*(size_t *) p = (size_t) i;
 			break;
 		}
-		return PS_OK;
+		return FB_OK;
 	}
 }
 
@@ -175,10 +175,10 @@ tr_config_parse(struct tr_config *c, int argc, char **argv, char *err,
 		int         rv;
 		if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
 			c->help = 1;
-			return PS_OK;
+			return FB_OK;
 		}
 		if (strncmp(arg, "--", 2) != 0) {
-			return tr__errf(PS_EINVAL, err, errlen,
+			return tr__errf(FB_EINVAL, err, errlen,
 			    "unexpected argument '%s' (flags start with --)",
 			    arg);
 		}
@@ -193,7 +193,7 @@ tr_config_parse(struct tr_config *c, int argc, char **argv, char *err,
 			}
 		}
 		if (fl == NULL) {
-			return tr__errf(PS_EINVAL, err, errlen,
+			return tr__errf(FB_EINVAL, err, errlen,
 			    "unknown flag '--%.*s' (see --help)", (int) nlen,
 			    arg);
 		}
@@ -202,12 +202,12 @@ tr_config_parse(struct tr_config *c, int argc, char **argv, char *err,
 		} else if (i + 1 < argc) {
 			val = argv[++i];
 		} else {
-			return tr__errf(PS_EINVAL, err, errlen,
+			return tr__errf(FB_EINVAL, err, errlen,
 			    "--%s: missing value", fl->name);
 		}
-		if ((rv = set_flag(c, fl, val, err, errlen)) != PS_OK) {
+		if ((rv = set_flag(c, fl, val, err, errlen)) != FB_OK) {
 			return rv;
 		}
 	}
-	return PS_OK;
+	return FB_OK;
 }

@@ -3,7 +3,7 @@
 //
 // The value is zlib's crc32 (the IEEE polynomial, reflected, init and final
 // xor 0xffffffff), the CRC the server sends with each pull delta
-// (ps_crc32). A buffer of `bytes` bytes is cut into chunks of
+// (fb_crc32). A buffer of `bytes` bytes is cut into chunks of
 // TR_CRC_CHUNK bytes (the last one shorter); each chunk's CRC is computed
 // independently (on the device: one thread per chunk, slice-by-4 tables),
 // then the host folds them in order with zlib's crc32_combine.

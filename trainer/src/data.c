@@ -38,18 +38,18 @@ read_exact(gzFile f, const char *path, void *buf, size_t n, const char *what,
 		const char *zmsg;
 		if (r < 0) {
 			zmsg = gzerror(f, &zerr);
-			return tr__errf(PS_EPROTO, err, errlen,
+			return tr__errf(FB_EPROTO, err, errlen,
 			    "%s: corrupt file while reading %s: %s", path, what,
 			    zmsg);
 		}
 		if (r == 0) {
-			return tr__errf(PS_EPROTO, err, errlen,
+			return tr__errf(FB_EPROTO, err, errlen,
 			    "%s: truncated: %s needs %zu bytes, file has %zu",
 			    path, what, n, got);
 		}
 		got += (size_t) r;
 	}
-	return PS_OK;
+	return FB_OK;
 }
 
 // expect_eof fails if the file has bytes after the declared data.
@@ -60,14 +60,14 @@ expect_eof(gzFile f, const char *path, char *err, size_t errlen)
 	int     r = gzread(f, &b, 1);
 	if (r < 0) {
 		int zerr;
-		return tr__errf(PS_EPROTO, err, errlen, "%s: corrupt file: %s",
+		return tr__errf(FB_EPROTO, err, errlen, "%s: corrupt file: %s",
 		    path, gzerror(f, &zerr));
 	}
 	if (r > 0) {
-		return tr__errf(PS_EPROTO, err, errlen,
+		return tr__errf(FB_EPROTO, err, errlen,
 		    "%s: trailing bytes after the declared data", path);
 	}
-	return PS_OK;
+	return FB_OK;
 }
 
 static int
@@ -76,13 +76,13 @@ open_file(const char *path, gzFile *out, char *err, size_t errlen)
 	gzFile f = gzopen(path, "rb");
 	if (f == NULL) {
 		int e = errno;
-		return tr__errf(e == ENOENT ? PS_ENOTFOUND : PS_ESYSERR | e,
+		return tr__errf(e == ENOENT ? FB_ENOTFOUND : FB_ESYSERR | e,
 		    err, errlen, "%s: cannot open: %s", path,
 		    e ? strerror(e) : "out of memory");
 	}
 	gzbuffer(f, 1u << 18);
 	*out = f;
-	return PS_OK;
+	return FB_OK;
 }
 
 static int
@@ -93,18 +93,18 @@ load_images(struct tr_dataset *ds, const char *path, uint32_t *n_out,
 	uint8_t  hdr[16];
 	uint8_t *chunk = NULL;
 	int      rv;
-	if ((rv = open_file(path, &f, err, errlen)) != PS_OK) {
+	if ((rv = open_file(path, &f, err, errlen)) != FB_OK) {
 		return rv;
 	}
 	if ((rv = read_exact(f, path, hdr, 16, "the image header", err,
-	         errlen)) != PS_OK) {
+	         errlen)) != FB_OK) {
 		goto fail;
 	}
 	uint32_t magic = get_u32be(hdr);
 	uint32_t n = get_u32be(hdr + 4), rows = get_u32be(hdr + 8),
 	         cols = get_u32be(hdr + 12);
 	if (magic != IDX_MAGIC_U8_3D) {
-		rv = tr__errf(PS_EPROTO, err, errlen,
+		rv = tr__errf(FB_EPROTO, err, errlen,
 		    "%s: bad magic 0x%08x (want 0x%08x: ubyte images, 3 "
 		    "dimensions)",
 		    path, magic, IDX_MAGIC_U8_3D);
@@ -112,7 +112,7 @@ load_images(struct tr_dataset *ds, const char *path, uint32_t *n_out,
 	}
 	if (n == 0 || n > TR_DATA_MAX_SAMPLES || rows == 0 || cols == 0 ||
 	    (uint64_t) rows * cols > TR_DATA_MAX_DIM) {
-		rv = tr__errf(PS_EPROTO, err, errlen,
+		rv = tr__errf(FB_EPROTO, err, errlen,
 		    "%s: bad dimensions %u x %u x %u (samples 1..%u, "
 		    "rows*cols 1..%u)",
 		    path, n, rows, cols, TR_DATA_MAX_SAMPLES, TR_DATA_MAX_DIM);
@@ -120,17 +120,17 @@ load_images(struct tr_dataset *ds, const char *path, uint32_t *n_out,
 	}
 	size_t dim   = (size_t) rows * cols;
 	size_t total = (size_t) n * dim;
-	ds->x        = ps_alloc(total * sizeof(float));
-	chunk        = ps_alloc(CHUNK);
+	ds->x        = fb_alloc(total * sizeof(float));
+	chunk        = fb_alloc(CHUNK);
 	if (ds->x == NULL || chunk == NULL) {
-		rv = tr__errf(PS_ENOMEM, err, errlen,
+		rv = tr__errf(FB_ENOMEM, err, errlen,
 		    "%s: out of memory for %zu pixels", path, total);
 		goto fail;
 	}
 	for (size_t done = 0; done < total;) {
 		size_t want = total - done > CHUNK ? CHUNK : total - done;
 		if ((rv = read_exact(f, path, chunk, want, "the pixel data", err,
-		         errlen)) != PS_OK) {
+		         errlen)) != FB_OK) {
 			goto fail;
 		}
 		float *dst = ds->x + done;
@@ -139,17 +139,17 @@ load_images(struct tr_dataset *ds, const char *path, uint32_t *n_out,
 		}
 		done += want;
 	}
-	if ((rv = expect_eof(f, path, err, errlen)) != PS_OK) {
+	if ((rv = expect_eof(f, path, err, errlen)) != FB_OK) {
 		goto fail;
 	}
-	ps_free(chunk);
+	fb_free(chunk);
 	gzclose(f);
 	ds->dim = dim;
 	*n_out  = n;
-	return PS_OK;
+	return FB_OK;
 fail:
-	ps_free(chunk);
-	ps_free(ds->x);
+	fb_free(chunk);
+	fb_free(ds->x);
 	ds->x = NULL;
 	gzclose(f);
 	return rv;
@@ -163,42 +163,42 @@ load_labels(struct tr_dataset *ds, const char *path, uint32_t n_images,
 	uint8_t  hdr[8];
 	uint8_t *raw = NULL;
 	int      rv;
-	if ((rv = open_file(path, &f, err, errlen)) != PS_OK) {
+	if ((rv = open_file(path, &f, err, errlen)) != FB_OK) {
 		return rv;
 	}
 	if ((rv = read_exact(f, path, hdr, 8, "the label header", err,
-	         errlen)) != PS_OK) {
+	         errlen)) != FB_OK) {
 		goto fail;
 	}
 	uint32_t magic = get_u32be(hdr), n = get_u32be(hdr + 4);
 	if (magic != IDX_MAGIC_U8_1D) {
-		rv = tr__errf(PS_EPROTO, err, errlen,
+		rv = tr__errf(FB_EPROTO, err, errlen,
 		    "%s: bad magic 0x%08x (want 0x%08x: ubyte labels, 1 "
 		    "dimension)",
 		    path, magic, IDX_MAGIC_U8_1D);
 		goto fail;
 	}
 	if (n != n_images) {
-		rv = tr__errf(PS_EPROTO, err, errlen,
+		rv = tr__errf(FB_EPROTO, err, errlen,
 		    "%s: %u labels but the image file has %u images", path, n,
 		    n_images);
 		goto fail;
 	}
-	raw   = ps_alloc(n);
-	ds->y = ps_alloc((size_t) n * sizeof(int32_t));
+	raw   = fb_alloc(n);
+	ds->y = fb_alloc((size_t) n * sizeof(int32_t));
 	if (raw == NULL || ds->y == NULL) {
-		rv = tr__errf(PS_ENOMEM, err, errlen,
+		rv = tr__errf(FB_ENOMEM, err, errlen,
 		    "%s: out of memory for %u labels", path, n);
 		goto fail;
 	}
 	if ((rv = read_exact(f, path, raw, n, "the labels", err, errlen)) !=
-	        PS_OK ||
-	    (rv = expect_eof(f, path, err, errlen)) != PS_OK) {
+	        FB_OK ||
+	    (rv = expect_eof(f, path, err, errlen)) != FB_OK) {
 		goto fail;
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		if (raw[i] >= classes) {
-			rv = tr__errf(PS_EPROTO, err, errlen,
+			rv = tr__errf(FB_EPROTO, err, errlen,
 			    "%s: label %u of sample %u is out of range (the "
 			    "model has %d classes)",
 			    path, raw[i], i, classes);
@@ -206,12 +206,12 @@ load_labels(struct tr_dataset *ds, const char *path, uint32_t n_images,
 		}
 		ds->y[i] = raw[i];
 	}
-	ps_free(raw);
+	fb_free(raw);
 	gzclose(f);
-	return PS_OK;
+	return FB_OK;
 fail:
-	ps_free(raw);
-	ps_free(ds->y);
+	fb_free(raw);
+	fb_free(ds->y);
 	ds->y = NULL;
 	gzclose(f);
 	return rv;
@@ -226,22 +226,22 @@ tr_dataset_load_idx(struct tr_dataset *ds, const char *images_path,
 	int               rv;
 	if (ds == NULL || images_path == NULL || labels_path == NULL ||
 	    classes < 2 || classes > 256) {
-		return tr__errf(PS_EINVAL, err, errlen,
+		return tr__errf(FB_EINVAL, err, errlen,
 		    "load_idx: bad arguments (classes must be 2..256)");
 	}
 	memset(ds, 0, sizeof(*ds));
-	if ((rv = load_images(&d, images_path, &n, err, errlen)) != PS_OK) {
+	if ((rv = load_images(&d, images_path, &n, err, errlen)) != FB_OK) {
 		return rv;
 	}
 	if ((rv = load_labels(&d, labels_path, n, classes, err, errlen)) !=
-	    PS_OK) {
+	    FB_OK) {
 		tr_dataset_fini(&d);
 		return rv;
 	}
 	d.n       = n;
 	d.classes = classes;
 	*ds       = d;
-	return PS_OK;
+	return FB_OK;
 }
 
 // find_file writes dir/name.gz into buf if it exists, else dir/name.
@@ -263,30 +263,30 @@ tr_data_load(const char *dir, int classes, struct tr_dataset *train,
 	char img[4096], lbl[4096];
 	int  rv;
 	if (dir == NULL || train == NULL || test == NULL) {
-		return tr__errf(PS_EINVAL, err, errlen, "data: bad arguments");
+		return tr__errf(FB_EINVAL, err, errlen, "data: bad arguments");
 	}
 	find_file(img, sizeof(img), dir, "train-images-idx3-ubyte");
 	find_file(lbl, sizeof(lbl), dir, "train-labels-idx1-ubyte");
 	if ((rv = tr_dataset_load_idx(train, img, lbl, classes, err,
-	         errlen)) != PS_OK) {
+	         errlen)) != FB_OK) {
 		return rv;
 	}
 	find_file(img, sizeof(img), dir, "t10k-images-idx3-ubyte");
 	find_file(lbl, sizeof(lbl), dir, "t10k-labels-idx1-ubyte");
 	if ((rv = tr_dataset_load_idx(test, img, lbl, classes, err,
-	         errlen)) != PS_OK) {
+	         errlen)) != FB_OK) {
 		tr_dataset_fini(train);
 		return rv;
 	}
 	if (test->dim != train->dim) {
-		rv = tr__errf(PS_EPROTO, err, errlen,
+		rv = tr__errf(FB_EPROTO, err, errlen,
 		    "%s: test images have %zu pixels, training images %zu",
 		    img, test->dim, train->dim);
 		tr_dataset_fini(train);
 		tr_dataset_fini(test);
 		return rv;
 	}
-	return PS_OK;
+	return FB_OK;
 }
 
 int
@@ -297,16 +297,16 @@ tr_dataset_synthetic(struct tr_dataset *ds, size_t n, size_t dim,
 	float        *centers;
 	if (ds == NULL || n == 0 || dim == 0 || classes < 2 ||
 	    n > TR_DATA_MAX_SAMPLES || dim > TR_DATA_MAX_DIM) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	memset(ds, 0, sizeof(*ds));
-	centers = ps_alloc((size_t) classes * dim * sizeof(float));
-	ds->x   = ps_alloc(n * dim * sizeof(float));
-	ds->y   = ps_alloc(n * sizeof(int32_t));
+	centers = fb_alloc((size_t) classes * dim * sizeof(float));
+	ds->x   = fb_alloc(n * dim * sizeof(float));
+	ds->y   = fb_alloc(n * sizeof(int32_t));
 	if (centers == NULL || ds->x == NULL || ds->y == NULL) {
-		ps_free(centers);
+		fb_free(centers);
 		tr_dataset_fini(ds);
-		return PS_ENOMEM;
+		return FB_ENOMEM;
 	}
 	tr_rng_seed(&r, seed);
 	for (size_t i = 0; i < (size_t) classes * dim; i++) {
@@ -320,11 +320,11 @@ tr_dataset_synthetic(struct tr_dataset *ds, size_t n, size_t dim,
 			    0.25f * tr_rng_normal(&r);
 		}
 	}
-	ps_free(centers);
+	fb_free(centers);
 	ds->n       = n;
 	ds->dim     = dim;
 	ds->classes = classes;
-	return PS_OK;
+	return FB_OK;
 }
 
 void
@@ -333,7 +333,7 @@ tr_dataset_fini(struct tr_dataset *ds)
 	if (ds == NULL) {
 		return;
 	}
-	ps_free(ds->x);
-	ps_free(ds->y);
+	fb_free(ds->x);
+	fb_free(ds->y);
 	memset(ds, 0, sizeof(*ds));
 }

@@ -8,7 +8,7 @@
 #include "codec_cuda.h"
 #include "crc.h"
 #include "devpull.h"
-#include "ps/base.h"
+#include "fb/fb.h"
 
 #define CRC_THREADS 128
 
@@ -72,7 +72,7 @@ extern "C" int
 tr__devpull_supported(uint32_t codec_id)
 {
 	struct tr__dcodec c = { codec_id, 512 };
-	return tr__dcodec_valid(&c) == PS_OK;
+	return tr__dcodec_valid(&c) == FB_OK;
 }
 
 extern "C" void
@@ -91,11 +91,11 @@ tr__devpull_close(struct tr__devpull *d)
 	cudaFree(d->d_crc);
 	cudaFreeHost(d->h_crc);
 	cudaGetLastError();
-	ps_free(d->base);
-	ps_free(d->len);
-	ps_free(d->tensor);
-	ps_free(d->offset);
-	ps_free(d);
+	fb_free(d->base);
+	fb_free(d->len);
+	fb_free(d->tensor);
+	fb_free(d->offset);
+	fb_free(d);
 }
 
 extern "C" int
@@ -111,10 +111,10 @@ tr__devpull_open(float *d_w, void *stream, const struct ferry_shard *sh,
 	if (d_w == NULL || sh == NULL || n == 0 || tensor_base == NULL ||
 	    out == NULL) {
 		snprintf(err, errlen, "device pull: bad arguments");
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
-	if ((d = (struct tr__devpull *) ps_zalloc(sizeof(*d))) == NULL) {
-		return PS_ENOMEM;
+	if ((d = (struct tr__devpull *) fb_zalloc(sizeof(*d))) == NULL) {
+		return FB_ENOMEM;
 	}
 	d->codec.id     = codec_id;
 	d->codec.bucket = bucket;
@@ -122,20 +122,20 @@ tr__devpull_open(float *d_w, void *stream, const struct ferry_shard *sh,
 	d->d_w          = d_w;
 	d->n            = n;
 	if (!tr__devpull_supported(codec_id) ||
-	    tr__dcodec_valid(&d->codec) != PS_OK) {
+	    tr__dcodec_valid(&d->codec) != FB_OK) {
 		snprintf(err, errlen, "pull codec %u cannot be decoded on the "
 		    "device (use none, fp16, bf16, q8, q4 or q2)", codec_id);
-		ps_free(d);
-		return PS_EUNSUPP;
+		fb_free(d);
+		return FB_EUNSUPP;
 	}
-	d->base   = (size_t *) ps_alloc(n * sizeof(size_t));
-	d->len    = (size_t *) ps_alloc(n * sizeof(size_t));
-	d->tensor = (uint32_t *) ps_alloc(n * sizeof(uint32_t));
-	d->offset = (uint64_t *) ps_alloc(n * sizeof(uint64_t));
+	d->base   = (size_t *) fb_alloc(n * sizeof(size_t));
+	d->len    = (size_t *) fb_alloc(n * sizeof(size_t));
+	d->tensor = (uint32_t *) fb_alloc(n * sizeof(uint32_t));
+	d->offset = (uint64_t *) fb_alloc(n * sizeof(uint64_t));
 	if (d->base == NULL || d->len == NULL || d->tensor == NULL ||
 	    d->offset == NULL) {
 		tr__devpull_close(d);
-		return PS_ENOMEM;
+		return FB_ENOMEM;
 	}
 	for (size_t i = 0; i < n; i++) {
 		d->base[i]   = tensor_base[sh[i].tensor] + sh[i].offset;
@@ -158,7 +158,7 @@ tr__devpull_open(float *d_w, void *stream, const struct ferry_shard *sh,
 	d->stage_cap = (d->stage_cap + 3) & ~(size_t) 3;
 	chunks = (d->max_len * 4 + TR_CRC_CHUNK - 1) / TR_CRC_CHUNK;
 	tr__crc_tables(tab);
-	if ((rv = tr__dctx_init(&d->ctx, stream)) != PS_OK ||
+	if ((rv = tr__dctx_init(&d->ctx, stream)) != FB_OK ||
 	    cudaMallocHost((void **) &d->h_stage, d->stage_cap) != cudaSuccess ||
 	    cudaMalloc((void **) &d->d_stage, d->stage_cap) != cudaSuccess ||
 	    cudaMalloc((void **) &d->d_tab, sizeof(tab)) != cudaSuccess ||
@@ -169,10 +169,10 @@ tr__devpull_open(float *d_w, void *stream, const struct ferry_shard *sh,
 		snprintf(err, errlen, "cannot allocate device pull buffers "
 		    "(%zu staging bytes, %zu chunk CRCs)", d->stage_cap, chunks);
 		tr__devpull_close(d);
-		return rv != PS_OK ? rv : PS_ENOMEM;
+		return rv != FB_OK ? rv : FB_ENOMEM;
 	}
 	*out = d;
-	return PS_OK;
+	return FB_OK;
 }
 
 // chunk_crc enqueues the chunk kernel over n floats at d_x, copies the
@@ -192,16 +192,16 @@ chunk_crc(struct tr__devpull *d, const float *d_x, size_t n, uint32_t *crc,
 		if (cudaGetLastError() != cudaSuccess ||
 		    cudaMemcpyAsync(d->h_crc, d->d_crc, chunks * 4,
 		        cudaMemcpyDeviceToHost, d->s) != cudaSuccess) {
-			return PS_ETRANSPORT;
+			return FB_ETRANSPORT;
 		}
 	}
 	*dec         = tr__dctx_check(&d->ctx); // waits for the stream
 	d->stage_off = 0;
-	if (*dec == PS_ETRANSPORT) {
-		return PS_ETRANSPORT;
+	if (*dec == FB_ETRANSPORT) {
+		return FB_ETRANSPORT;
 	}
 	*crc = tr__crc32_fold(d->h_crc, n * 4);
-	return PS_OK;
+	return FB_OK;
 }
 
 extern "C" int
@@ -210,12 +210,12 @@ tr__devpull_crc(struct tr__devpull *d, const float *d_x, size_t n,
 {
 	int dec, rv;
 	if (d == NULL || d_x == NULL || crc == NULL || n > d->max_len) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
-	if ((rv = chunk_crc(d, d_x, n, crc, &dec)) != PS_OK) {
+	if ((rv = chunk_crc(d, d_x, n, crc, &dec)) != FB_OK) {
 		return rv;
 	}
-	return dec == PS_ETRANSPORT ? dec : PS_OK;
+	return dec == FB_ETRANSPORT ? dec : FB_OK;
 }
 
 // shard_ok checks a piece against the layout given to open.
@@ -245,7 +245,7 @@ sink_full(void *arg, const struct ferry_pull_piece *p)
 	}
 	// A chain abandoned mid-way (this is its resync) may have left
 	// decodes and a flag behind: wait, and forget them.
-	if (tr__dctx_check(&d->ctx) == PS_ETRANSPORT) {
+	if (tr__dctx_check(&d->ctx) == FB_ETRANSPORT) {
 		return set_err(d, FERRY_ESINK, "CUDA error before the full "
 		    "copy of shard %u: %s", p->shard,
 		    cudaGetErrorString(cudaGetLastError()));
@@ -298,7 +298,7 @@ sink_delta(void *arg, const struct ferry_pull_piece *p)
 	        d->s) != cudaSuccess ||
 	    tr__dcodec_decode_add(&d->ctx, &d->codec,
 	        d->d_stage + d->stage_off, p->bytes, p->len,
-	        d->d_w + d->base[p->shard]) != PS_OK) {
+	        d->d_w + d->base[p->shard]) != FB_OK) {
 		return set_err(d, FERRY_ESINK, "delta for shard %u: cannot "
 		    "enqueue the decode: %s", p->shard,
 		    cudaGetErrorString(cudaGetLastError()));
@@ -318,19 +318,19 @@ sink_check(void *arg, uint32_t shard, uint64_t version, uint32_t crc)
 		    shard);
 	}
 	if (chunk_crc(d, d->d_w + d->base[shard], d->len[shard], &got,
-	        &dec) != PS_OK) {
+	        &dec) != FB_OK) {
 		return set_err(d, FERRY_ESINK, "CRC of shard %u on the device: "
 		    "%s", shard, cudaGetErrorString(cudaGetLastError()));
 	}
-	if (dec == PS_EPROTO) {
+	if (dec == FB_EPROTO) {
 		// Codes the device refused (bad scale, forbidden code): the
 		// reference was left as it was; as comp_decode_add on the host.
 		return set_err(d, FERRY_EPROTO, "corrupt delta for shard %u "
 		    "(version %llu)", shard, (unsigned long long) version);
 	}
-	if (dec != PS_OK) {
+	if (dec != FB_OK) {
 		return set_err(d, FERRY_ESINK, "shard %u: device decode: %s",
-		    shard, ps_strerror(dec));
+		    shard, fb_strerror(dec));
 	}
 	return got == crc ? FERRY_OK : FERRY_ECORRUPT;
 }
@@ -354,14 +354,14 @@ extern "C" int
 tr__devpull_fetch(struct tr__devpull *d, float *const *w)
 {
 	if (cudaStreamSynchronize(d->s) != cudaSuccess) {
-		return PS_ETRANSPORT;
+		return FB_ETRANSPORT;
 	}
 	for (size_t i = 0; i < d->n; i++) {
 		if (cudaMemcpy(w[d->tensor[i]] + d->offset[i], d->d_w + d->base[i],
 		        d->len[i] * sizeof(float), cudaMemcpyDeviceToHost) !=
 		    cudaSuccess) {
-			return PS_ETRANSPORT;
+			return FB_ETRANSPORT;
 		}
 	}
-	return PS_OK;
+	return FB_OK;
 }

@@ -42,8 +42,8 @@ int tr__devpull_supported(uint32_t codec_id);
 // tr__devpull_open prepares a sink for the n shards sh of a job whose
 // weights are the device block d_w (tensor t at tensor_base[t] floats, on
 // the current CUDA device), decoding on `stream` (a cudaStream_t, NULL:
-// the legacy default stream). Errors: PS_EUNSUPP (codec), PS_ENOMEM,
-// PS_ETRANSPORT (CUDA), with a reason in err. Blocks (allocation).
+// the legacy default stream). Errors: FB_EUNSUPP (codec), FB_ENOMEM,
+// FB_ETRANSPORT (CUDA), with a reason in err. Blocks (allocation).
 // Release with tr__devpull_close.
 int tr__devpull_open(float *d_w, void *stream, const struct ferry_shard *sh,
     size_t n, uint32_t codec_id, uint32_t bucket, const size_t *tensor_base,
@@ -59,13 +59,13 @@ void tr__devpull_sink(struct tr__devpull *d, struct ferry_pull_sink *sink);
 const char *tr__devpull_error(const struct tr__devpull *d);
 
 // tr__devpull_fetch copies the device weights of every shard into the
-// host tensors w (w[t] holds tensor t). Blocks. Errors: PS_ETRANSPORT.
+// host tensors w (w[t] holds tensor t). Blocks. Errors: FB_ETRANSPORT.
 int tr__devpull_fetch(struct tr__devpull *d, float *const *w);
 
-// tr__devpull_crc computes, on the device, the CRC-32 (= ps_crc32) of the
+// tr__devpull_crc computes, on the device, the CRC-32 (= fb_crc32) of the
 // n floats at d_x (at most the largest shard given to open), through the
-// chunk kernel and the host fold. Blocks. Errors: PS_EINVAL (n too large),
-// PS_ETRANSPORT.
+// chunk kernel and the host fold. Blocks. Errors: FB_EINVAL (n too large),
+// FB_ETRANSPORT.
 int tr__devpull_crc(struct tr__devpull *d, const float *d_x, size_t n,
     uint32_t *crc);
 

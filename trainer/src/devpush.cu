@@ -5,7 +5,7 @@
 #include "backend_cuda.h"
 #include "codec_cuda.h"
 #include "devpush.h"
-#include "ps/base.h"
+#include "fb/fb.h"
 
 struct tr__devpush {
 	struct tr__dctx    ctx;
@@ -26,7 +26,7 @@ extern "C" int
 tr__devpush_supported(uint32_t codec_id)
 {
 	struct tr__dcodec c = { codec_id, 512 };
-	return codec_id != TR_DC_NONE && tr__dcodec_valid(&c) == PS_OK;
+	return codec_id != TR_DC_NONE && tr__dcodec_valid(&c) == FB_OK;
 }
 
 extern "C" void
@@ -39,12 +39,12 @@ tr__devpush_close(struct tr__devpush *d)
 	cudaFree(d->d_resid);
 	cudaFree(d->d_codes);
 	cudaFreeHost(d->h_codes);
-	ps_free(d->res_off);
-	ps_free(d->src_off);
-	ps_free(d->code_off);
-	ps_free(d->code_len);
-	ps_free(d->len);
-	ps_free(d);
+	fb_free(d->res_off);
+	fb_free(d->src_off);
+	fb_free(d->code_off);
+	fb_free(d->code_len);
+	fb_free(d->len);
+	fb_free(d);
 }
 
 extern "C" int
@@ -56,28 +56,28 @@ tr__devpush_open(struct tr_backend *b, const struct ferry_shard *sh, size_t n,
 	size_t              elems = 0, codes = 0;
 	int                 rv;
 
-	if ((d = (struct tr__devpush *) ps_zalloc(sizeof(*d))) == NULL) {
-		return PS_ENOMEM;
+	if ((d = (struct tr__devpush *) fb_zalloc(sizeof(*d))) == NULL) {
+		return FB_ENOMEM;
 	}
 	d->codec.id     = codec_id;
 	d->codec.bucket = bucket;
 	d->n            = n;
 	if (!tr__devpush_supported(codec_id) ||
-	    tr__dcodec_valid(&d->codec) != PS_OK) {
+	    tr__dcodec_valid(&d->codec) != FB_OK) {
 		snprintf(err, errlen, "push codec %u cannot be encoded on the "
 		    "device (use fp16, bf16, q8, q4 or q2)", codec_id);
-		ps_free(d);
-		return PS_EUNSUPP;
+		fb_free(d);
+		return FB_EUNSUPP;
 	}
-	d->res_off  = (size_t *) ps_alloc(n * sizeof(size_t));
-	d->src_off  = (size_t *) ps_alloc(n * sizeof(size_t));
-	d->code_off = (size_t *) ps_alloc(n * sizeof(size_t));
-	d->code_len = (size_t *) ps_alloc(n * sizeof(size_t));
-	d->len      = (size_t *) ps_alloc(n * sizeof(size_t));
+	d->res_off  = (size_t *) fb_alloc(n * sizeof(size_t));
+	d->src_off  = (size_t *) fb_alloc(n * sizeof(size_t));
+	d->code_off = (size_t *) fb_alloc(n * sizeof(size_t));
+	d->code_len = (size_t *) fb_alloc(n * sizeof(size_t));
+	d->len      = (size_t *) fb_alloc(n * sizeof(size_t));
 	if (d->res_off == NULL || d->src_off == NULL || d->code_off == NULL ||
 	    d->code_len == NULL || d->len == NULL) {
 		tr__devpush_close(d);
-		return PS_ENOMEM;
+		return FB_ENOMEM;
 	}
 	for (size_t i = 0; i < n; i++) {
 		d->res_off[i]  = elems;
@@ -90,13 +90,13 @@ tr__devpush_open(struct tr_backend *b, const struct ferry_shard *sh, size_t n,
 			    "differs from libferry's %llu", i, d->code_len[i],
 			    (unsigned long long) sh[i].code_bytes);
 			tr__devpush_close(d);
-			return PS_EINVAL;
+			return FB_EINVAL;
 		}
 		elems += sh[i].len;
 		codes += (d->code_len[i] + 3) & ~(size_t) 3; // keep 4-aligned
 	}
 	d->total_codes = codes;
-	if ((rv = tr__dctx_init(&d->ctx, tr__cuda_stream(b))) != PS_OK ||
+	if ((rv = tr__dctx_init(&d->ctx, tr__cuda_stream(b))) != FB_OK ||
 	    cudaMalloc((void **) &d->d_resid, elems * sizeof(float) + 4) !=
 	        cudaSuccess ||
 	    cudaMemset(d->d_resid, 0, elems * sizeof(float) + 4) !=
@@ -106,10 +106,10 @@ tr__devpush_open(struct tr_backend *b, const struct ferry_shard *sh, size_t n,
 		snprintf(err, errlen, "cannot allocate device push buffers "
 		    "(%zu floats, %zu code bytes)", elems, codes);
 		tr__devpush_close(d);
-		return rv != PS_OK ? rv : PS_ENOMEM;
+		return rv != FB_OK ? rv : FB_ENOMEM;
 	}
 	*out = d;
-	return PS_OK;
+	return FB_OK;
 }
 
 extern "C" int
@@ -123,23 +123,23 @@ tr__devpush_encode(struct tr__devpush *d, const float *d_grad,
 		rv = tr__dcodec_ef_encode(&d->ctx, &d->codec,
 		    d_grad + d->src_off[i], d->d_resid + d->res_off[i], d->len[i],
 		    d->d_codes + d->code_off[i]);
-		if (rv != PS_OK) {
+		if (rv != FB_OK) {
 			return rv;
 		}
 	}
 	if (cudaMemcpyAsync(d->h_codes, d->d_codes, d->total_codes,
 	        cudaMemcpyDeviceToHost, (cudaStream_t) d->ctx.stream) !=
 	    cudaSuccess) {
-		return PS_ETRANSPORT;
+		return FB_ETRANSPORT;
 	}
 	// Waits for the copy and reports a non-finite gradient (then the
 	// step must be abandoned: shards before the bad one have moved their
 	// residuals).
-	if ((rv = tr__dctx_check(&d->ctx)) != PS_OK) {
+	if ((rv = tr__dctx_check(&d->ctx)) != FB_OK) {
 		return rv;
 	}
 	for (size_t i = 0; i < d->n; i++) {
 		codes[i] = d->h_codes + d->code_off[i];
 	}
-	return PS_OK;
+	return FB_OK;
 }

@@ -30,7 +30,7 @@ int tr__devpush_supported(uint32_t codec_id);
 // tr__devpush_open prepares device encoding for the n shards sh of a job
 // whose gradient block on the device holds tensor t at tensor_base[t]
 // floats. b must be a "cuda" backend (its stream orders the encoding after
-// the gradient). Errors: PS_EUNSUPP (codec), PS_ENOMEM, PS_ETRANSPORT
+// the gradient). Errors: FB_EUNSUPP (codec), FB_ENOMEM, FB_ETRANSPORT
 // (CUDA), with a reason in err. Release with tr__devpush_close.
 int tr__devpush_open(struct tr_backend *b, const struct ferry_shard *sh,
     size_t n, uint32_t codec_id, uint32_t bucket, const size_t *tensor_base,
@@ -39,9 +39,9 @@ int tr__devpush_open(struct tr_backend *b, const struct ferry_shard *sh,
 // tr__devpush_encode encodes every shard of the device gradient d_grad
 // with error feedback and copies the codes to the host; codes[i] receives
 // shard i's host pointer (valid until the next encode or close). Blocks
-// until the codes are on the host. Errors: PS_EINVAL (a non-finite
+// until the codes are on the host. Errors: FB_EINVAL (a non-finite
 // gradient: abandon the step; residuals of earlier shards have moved),
-// PS_ETRANSPORT.
+// FB_ETRANSPORT.
 int tr__devpush_encode(struct tr__devpush *d, const float *d_grad,
     const uint8_t **codes);
 

@@ -2,7 +2,7 @@
 // Exit codes: 0 done, 1 training failed, 2 bad flags.
 #include <stdio.h>
 
-#include "ps/base.h"
+#include "fb/fb.h"
 #include "tr/tr.h"
 
 int
@@ -27,6 +27,6 @@ main(int argc, char **argv)
 		return 2;
 	}
 	snprintf(role, sizeof(role), "trainer-%d", cfg.rank);
-	ps_log_set_role(role);
-	return tr_train_run(&cfg, stdout) == PS_OK ? 0 : 1;
+	fb_log_set_role(role);
+	return tr_train_run(&cfg, stdout) == FB_OK ? 0 : 1;
 }

@@ -15,25 +15,25 @@ tr_arch_parse(const char *spec, struct tr_arch *a, char *err, size_t errlen)
 	const char    *s = spec;
 	int            nw = 0;
 	if (spec == NULL || a == NULL || *spec == '\0') {
-		return tr__errf(PS_EINVAL, err, errlen, "--layers: empty");
+		return tr__errf(FB_EINVAL, err, errlen, "--layers: empty");
 	}
 	for (;;) {
 		char      num[32];
 		size_t    len = strcspn(s, ",");
 		int64_t   v;
 		if (len == 0 || len >= sizeof(num)) {
-			return tr__errf(PS_EINVAL, err, errlen,
+			return tr__errf(FB_EINVAL, err, errlen,
 			    "--layers '%s': empty or overlong width", spec);
 		}
 		if (nw > TR_MAX_LAYERS) {
-			return tr__errf(PS_EINVAL, err, errlen,
+			return tr__errf(FB_EINVAL, err, errlen,
 			    "--layers '%s': at most %d widths", spec,
 			    TR_MAX_LAYERS + 1);
 		}
 		memcpy(num, s, len);
 		num[len] = '\0';
-		if (ps_parse_i64(num, 1, TR_MAX_WIDTH, &v) != PS_OK) {
-			return tr__errf(PS_EINVAL, err, errlen,
+		if (fb_parse_i64(num, 1, TR_MAX_WIDTH, &v) != FB_OK) {
+			return tr__errf(FB_EINVAL, err, errlen,
 			    "--layers '%s': width '%s' is not an integer in "
 			    "1..%u",
 			    spec, num, TR_MAX_WIDTH);
@@ -45,17 +45,17 @@ tr_arch_parse(const char *spec, struct tr_arch *a, char *err, size_t errlen)
 		s += len + 1;
 	}
 	if (nw < 2) {
-		return tr__errf(PS_EINVAL, err, errlen,
+		return tr__errf(FB_EINVAL, err, errlen,
 		    "--layers '%s': need at least input and output widths",
 		    spec);
 	}
 	if (t.sizes[nw - 1] < 2) {
-		return tr__errf(PS_EINVAL, err, errlen,
+		return tr__errf(FB_EINVAL, err, errlen,
 		    "--layers '%s': the output layer needs >= 2 classes", spec);
 	}
 	t.n_layers = nw - 1;
 	*a         = t;
-	return PS_OK;
+	return FB_OK;
 }
 
 size_t
@@ -96,11 +96,11 @@ tr_params_init(struct tr_params *p, const struct tr_arch *a)
 {
 	size_t off = 0;
 	if (p == NULL) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	memset(p, 0, sizeof(*p));
 	if (a == NULL || a->n_layers < 1 || a->n_layers > TR_MAX_LAYERS) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	p->n_tensors = tr_arch_n_tensors(a);
 	p->total     = tr_arch_n_params(a);
@@ -109,10 +109,10 @@ tr_params_init(struct tr_params *p, const struct tr_arch *a)
 		p->len[i] = tr_arch_tensor_len(a, i);
 		off += (p->len[i] + 15) & ~(size_t) 15;
 	}
-	p->data = ps_zalloc(off * sizeof(float) + 64);
+	p->data = fb_zalloc(off * sizeof(float) + 64);
 	if (p->data == NULL) {
 		memset(p, 0, sizeof(*p));
-		return PS_ENOMEM;
+		return FB_ENOMEM;
 	}
 	float *base =
 	    (float *) (((uintptr_t) p->data + 63) & ~(uintptr_t) 63);
@@ -121,7 +121,7 @@ tr_params_init(struct tr_params *p, const struct tr_arch *a)
 		p->t[i] = base + off;
 		off += (p->len[i] + 15) & ~(size_t) 15;
 	}
-	return PS_OK;
+	return FB_OK;
 }
 
 void
@@ -130,7 +130,7 @@ tr_params_fini(struct tr_params *p)
 	if (p == NULL) {
 		return;
 	}
-	ps_free(p->data);
+	fb_free(p->data);
 	memset(p, 0, sizeof(*p));
 }
 

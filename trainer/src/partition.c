@@ -51,12 +51,12 @@ tr_partition_init(struct tr_partition *p, size_t n, int rank, int trainers,
 {
 	uint32_t *perm;
 	if (p == NULL) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	memset(p, 0, sizeof(*p));
 	if (n == 0 || n > UINT32_MAX || trainers < 1 || rank < 0 ||
 	    rank >= trainers || (size_t) trainers > n) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	p->n_total  = n;
 	p->rank     = rank;
@@ -65,21 +65,21 @@ tr_partition_init(struct tr_partition *p, size_t n, int rank, int trainers,
 	p->begin    = (n * (size_t) rank) / (size_t) trainers;
 	p->count    = tr_partition_size(n, rank, trainers);
 	p->epoch    = -1;
-	perm        = ps_alloc(n * sizeof(uint32_t));
-	p->base     = ps_alloc(p->count * sizeof(uint32_t));
-	p->order    = ps_alloc(p->count * sizeof(uint32_t));
+	perm        = fb_alloc(n * sizeof(uint32_t));
+	p->base     = fb_alloc(p->count * sizeof(uint32_t));
+	p->order    = fb_alloc(p->count * sizeof(uint32_t));
 	if (perm == NULL || p->base == NULL || p->order == NULL) {
-		ps_free(perm);
+		fb_free(perm);
 		tr_partition_fini(p);
-		return PS_ENOMEM;
+		return FB_ENOMEM;
 	}
 	for (size_t i = 0; i < n; i++) {
 		perm[i] = (uint32_t) i;
 	}
 	shuffle(perm, n, seed);
 	memcpy(p->base, perm + p->begin, p->count * sizeof(uint32_t));
-	ps_free(perm);
-	return PS_OK;
+	fb_free(perm);
+	return FB_OK;
 }
 
 void
@@ -88,8 +88,8 @@ tr_partition_fini(struct tr_partition *p)
 	if (p == NULL) {
 		return;
 	}
-	ps_free(p->base);
-	ps_free(p->order);
+	fb_free(p->base);
+	fb_free(p->order);
 	memset(p, 0, sizeof(*p));
 }
 
@@ -99,10 +99,10 @@ tr_partition_batch(struct tr_partition *p, long epoch, size_t k,
 {
 	if (p == NULL || p->order == NULL || idx == NULL || batch == 0 ||
 	    epoch < 0) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	if (k >= p->count / batch) {
-		return PS_ERANGE;
+		return FB_ERANGE;
 	}
 	if (p->epoch != epoch) {
 		memcpy(p->order, p->base, p->count * sizeof(uint32_t));
@@ -111,5 +111,5 @@ tr_partition_batch(struct tr_partition *p, long epoch, size_t k,
 		p->epoch = epoch;
 	}
 	*idx = p->order + k * batch;
-	return PS_OK;
+	return FB_OK;
 }

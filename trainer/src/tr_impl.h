@@ -4,7 +4,7 @@
 
 #include <stdarg.h>
 
-#include "ps/base.h"
+#include "fb/fb.h"
 #include "tr/tr.h"
 
 #ifdef __cplusplus

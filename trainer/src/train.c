@@ -75,29 +75,29 @@ ferry_to_ps(int fe)
 {
 	switch (fe) {
 	case FERRY_OK:
-		return PS_OK;
+		return FB_OK;
 	case FERRY_EINVAL:
-		return PS_EINVAL;
+		return FB_EINVAL;
 	case FERRY_ENOMEM:
-		return PS_ENOMEM;
+		return FB_ENOMEM;
 	case FERRY_ECONNECT:
-		return PS_ETRANSPORT;
+		return FB_ETRANSPORT;
 	case FERRY_ETIMEDOUT:
-		return PS_ETIMEDOUT;
+		return FB_ETIMEDOUT;
 	case FERRY_EREMOTE:
-		return PS_EREMOTE;
+		return FB_EREMOTE;
 	case FERRY_EPROTO:
-		return PS_EPROTO;
+		return FB_EPROTO;
 	case FERRY_ECORRUPT:
-		return PS_ECORRUPT;
+		return FB_ECORRUPT;
 	case FERRY_ECLOSED:
-		return PS_ECLOSED;
+		return FB_ECLOSED;
 	case FERRY_EUNSUPP:
-		return PS_EUNSUPP;
+		return FB_EUNSUPP;
 	case FERRY_ESINK:
-		return PS_ETRANSPORT; // the device failed, as in the backend
+		return FB_ETRANSPORT; // the device failed, as in the backend
 	default:
-		return PS_ESTATE;
+		return FB_ESTATE;
 	}
 }
 
@@ -105,7 +105,7 @@ static int
 ferry_fail(struct run *r, const char *op, int fe)
 {
 	const char *msg = r->fc ? ferry_client_last_error(r->fc) : "";
-	PS_LOG(PS_LOG_ERR, MOD, "%s: %s%s%s%s%s", op, ferry_strerror(fe),
+	FB_LOG(FB_LOG_ERR, MOD, "%s: %s%s%s%s%s", op, ferry_strerror(fe),
 	    *msg ? ": " : "", msg,
 	    r->sink_err && *r->sink_err ? ": " : "",
 	    r->sink_err ? r->sink_err : "");
@@ -120,18 +120,18 @@ report(struct run *r)
 	double             wall, step_ms, loss;
 	int                rv;
 	if (r->cfg->rank == 0) {
-		uint64_t t = ps_clock_ns();
+		uint64_t t = fb_clock_ns();
 		rv = tr_backend_evaluate(r->be, &r->test, &r->test_loss,
 		    &r->test_acc);
-		r->eval_ns += ps_clock_ns() - t;
-		if (rv != PS_OK) {
-			PS_LOG(PS_LOG_ERR, MOD, "evaluate: %s", ps_strerror(rv));
+		r->eval_ns += fb_clock_ns() - t;
+		if (rv != FB_OK) {
+			FB_LOG(FB_LOG_ERR, MOD, "evaluate: %s", fb_strerror(rv));
 			return rv;
 		}
 		r->have_test = 1;
 	}
 	ferry_client_stats(r->fc, &st);
-	wall    = (double) (ps_clock_ns() - r->t0) * 1e-9;
+	wall    = (double) (fb_clock_ns() - r->t0) * 1e-9;
 	step_ms = r->iv_steps ? (double) r->iv_ns * 1e-6 / (double) r->iv_steps
 	                      : 0.0;
 	loss = r->iv_samples ? r->iv_loss / (double) r->iv_samples : NAN;
@@ -159,14 +159,14 @@ report(struct run *r)
 	r->iv_loss = 0.0;
 	r->iv_samples = r->iv_steps = r->iv_ns = 0;
 	r->last_report = r->step;
-	return PS_OK;
+	return FB_OK;
 }
 
 static void
 summary(struct run *r, size_t steps_per_epoch)
 {
 	struct ferry_stats st;
-	double             wall = (double) (ps_clock_ns() - r->t0) * 1e-9;
+	double             wall = (double) (fb_clock_ns() - r->t0) * 1e-9;
 	ferry_client_stats(r->fc, &st);
 	fprintf(r->out,
 	    "{\"summary\": {\"epochs\": %.6g, \"steps\": %llu, \"samples\": "
@@ -202,10 +202,10 @@ write_weights(const char *path, const struct tr_params *w)
 		ok = 0;
 	}
 	if (!ok) {
-		PS_LOG(PS_LOG_ERR, MOD, "--weights-out %s: cannot write", path);
-		return PS_EINVAL;
+		FB_LOG(FB_LOG_ERR, MOD, "--weights-out %s: cannot write", path);
+		return FB_EINVAL;
 	}
-	return PS_OK;
+	return FB_OK;
 }
 
 // A signal stops the loop between steps; the trainer then leaves the job
@@ -244,41 +244,41 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 	r.cfg = cfg;
 	r.out = out;
 	if (cfg->scheduler == NULL) {
-		PS_LOG(PS_LOG_ERR, MOD, "--scheduler is required");
-		return PS_EINVAL;
+		FB_LOG(FB_LOG_ERR, MOD, "--scheduler is required");
+		return FB_EINVAL;
 	}
 	bo.rank         = cfg->rank;
 	bo.blas_threads = cfg->blas_threads;
 	bo.max_batch    = cfg->batch;
 	rv = tr_backend_alloc(cfg->device, a, &bo, &r.be, err, sizeof(err));
-	if (rv != PS_OK) {
-		PS_LOG(PS_LOG_ERR, MOD, "backend: %s", err);
+	if (rv != FB_OK) {
+		FB_LOG(FB_LOG_ERR, MOD, "backend: %s", err);
 		return rv;
 	}
 	rv = tr_data_load(cfg->data_dir, (int) a->sizes[a->n_layers], &r.train,
 	    &r.test, err, sizeof(err));
-	if (rv != PS_OK) {
-		PS_LOG(PS_LOG_ERR, MOD, "load data: %s", err);
+	if (rv != FB_OK) {
+		FB_LOG(FB_LOG_ERR, MOD, "load data: %s", err);
 		goto done;
 	}
 	if (r.train.dim != a->sizes[0]) {
-		PS_LOG(PS_LOG_ERR, MOD,
+		FB_LOG(FB_LOG_ERR, MOD,
 		    "--layers: input width %zu does not match the data's %zu "
 		    "pixels per sample",
 		    a->sizes[0], r.train.dim);
-		rv = PS_EINVAL;
+		rv = FB_EINVAL;
 		goto done;
 	}
-	if ((rv = tr_params_init(&w, a)) != PS_OK ||
-	    (rv = tr_params_init(&g, a)) != PS_OK) {
-		PS_LOG(PS_LOG_ERR, MOD, "params: %s", ps_strerror(rv));
+	if ((rv = tr_params_init(&w, a)) != FB_OK ||
+	    (rv = tr_params_init(&g, a)) != FB_OK) {
+		FB_LOG(FB_LOG_ERR, MOD, "params: %s", fb_strerror(rv));
 		goto done;
 	}
 	if (cfg->curve != NULL) {
 		if ((r.curve = fopen(cfg->curve, "w")) == NULL) {
-			PS_LOG(PS_LOG_ERR, MOD, "--curve %s: cannot open",
+			FB_LOG(FB_LOG_ERR, MOD, "--curve %s: cannot open",
 			    cfg->curve);
-			rv = PS_EINVAL;
+			rv = FB_EINVAL;
 			goto done;
 		}
 		fprintf(r.curve,
@@ -286,9 +286,9 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 	}
 	if (cfg->step_times != NULL) {
 		if ((r.step_times = fopen(cfg->step_times, "w")) == NULL) {
-			PS_LOG(PS_LOG_ERR, MOD, "--step-times %s: cannot open",
+			FB_LOG(FB_LOG_ERR, MOD, "--step-times %s: cannot open",
 			    cfg->step_times);
-			rv = PS_EINVAL;
+			rv = FB_EINVAL;
 			goto done;
 		}
 		fprintf(r.step_times, "step,compute_ms,push_pull_ms\n");
@@ -305,8 +305,8 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 	fo.warmup_steps = cfg->warmup_steps;
 	fo.seed         = cfg->seed;
 	if (ferry_opts_check(&fo, err, sizeof(err)) != FERRY_OK) {
-		PS_LOG(PS_LOG_ERR, MOD, "bad options: %s", err);
-		rv = PS_EINVAL;
+		FB_LOG(FB_LOG_ERR, MOD, "bad options: %s", err);
+		rv = FB_EINVAL;
 		goto done;
 	}
 	if ((fe = ferry_client_open(&fo, &r.fc)) != FERRY_OK) {
@@ -325,18 +325,18 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 	r.trainers = ferry_client_trainers(r.fc);
 	rv = tr_partition_init(&part, r.train.n, cfg->rank, r.trainers,
 	    cfg->seed);
-	if (rv != PS_OK) {
-		PS_LOG(PS_LOG_ERR, MOD, "partition: rank %d of %d trainers: %s",
-		    cfg->rank, r.trainers, ps_strerror(rv));
+	if (rv != FB_OK) {
+		FB_LOG(FB_LOG_ERR, MOD, "partition: rank %d of %d trainers: %s",
+		    cfg->rank, r.trainers, fb_strerror(rv));
 		goto done;
 	}
 	spe = tr_partition_steps(r.train.n, r.trainers, cfg->batch);
 	if (spe == 0) {
-		PS_LOG(PS_LOG_ERR, MOD,
+		FB_LOG(FB_LOG_ERR, MOD,
 		    "--batch %zu: larger than a partition (%zu samples over %d "
 		    "trainers)",
 		    cfg->batch, r.train.n, r.trainers);
-		rv = PS_EINVAL;
+		rv = FB_EINVAL;
 		goto done;
 	}
 #ifdef TR_HAVE_CUDA
@@ -358,11 +358,11 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 		    tr__devpull_supported(pid) &&
 		    ferry_client_shards(r.fc, &sh, &ns, &cid, &bucket) ==
 		        FERRY_OK) {
-			if ((rv = tr__cuda_weights_device(r.be, &d_w)) != PS_OK ||
+			if ((rv = tr__cuda_weights_device(r.be, &d_w)) != FB_OK ||
 			    (rv = tr__devpull_open(d_w, tr__cuda_stream(r.be), sh,
 			         ns, pid, pbucket, tbase, &dpull, err,
-			         sizeof(err))) != PS_OK) {
-				PS_LOG(PS_LOG_ERR, MOD, "device pull: %s", err);
+			         sizeof(err))) != FB_OK) {
+				FB_LOG(FB_LOG_ERR, MOD, "device pull: %s", err);
 				goto done;
 			}
 			tr__devpull_sink(dpull, &sink);
@@ -373,7 +373,7 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 			}
 			r.sink_err = tr__devpull_error(dpull);
 			dev_w      = 1;
-			PS_LOG(PS_LOG_NOTICE, MOD, "pulled weights are decoded on "
+			FB_LOG(FB_LOG_NOTICE, MOD, "pulled weights are decoded on "
 			    "the device (%zu shards)", ns);
 		}
 	}
@@ -390,12 +390,12 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 		rv = ferry_fail(&r, "pull version 0", fe);
 		goto done;
 	}
-	PS_LOG(PS_LOG_NOTICE, MOD,
+	FB_LOG(FB_LOG_NOTICE, MOD,
 	    "rank %d of %d: %zu samples in partition, %zu steps per epoch, "
 	    "%zu parameters, device %s",
 	    cfg->rank, r.trainers, part.count, spe, w.total, cfg->device);
 	if (!dev_w &&
-	    (rv = tr_backend_set_weights(r.be, tr_params_cptrs(&w))) != PS_OK) {
+	    (rv = tr_backend_set_weights(r.be, tr_params_cptrs(&w))) != FB_OK) {
 		goto done;
 	}
 
@@ -410,13 +410,13 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 		        FERRY_OK &&
 		    tr__devpush_supported(cid)) {
 			if ((rv = tr__devpush_open(r.be, sh, ns, cid, bucket,
-			         tbase, &dp, err, sizeof(err))) != PS_OK ||
-			    (dcodes = ps_alloc(ns * sizeof(*dcodes))) == NULL) {
-				PS_LOG(PS_LOG_ERR, MOD, "device push: %s", err);
-				rv = rv != PS_OK ? rv : PS_ENOMEM;
+			         tbase, &dp, err, sizeof(err))) != FB_OK ||
+			    (dcodes = fb_alloc(ns * sizeof(*dcodes))) == NULL) {
+				FB_LOG(FB_LOG_ERR, MOD, "device push: %s", err);
+				rv = rv != FB_OK ? rv : FB_ENOMEM;
 				goto done;
 			}
-			PS_LOG(PS_LOG_NOTICE, MOD, "gradients are quantized on "
+			FB_LOG(FB_LOG_NOTICE, MOD, "gradients are quantized on "
 			    "the device (%zu shards)", ns);
 		}
 	}
@@ -424,21 +424,21 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 	stop_requested = 0;
 	signal(SIGINT, on_stop_signal);
 	signal(SIGTERM, on_stop_signal);
-	r.t0 = ps_clock_ns();
+	r.t0 = fb_clock_ns();
 	for (long e = 0; e < cfg->epochs && !stop; e++) {
 		for (size_t k = 0; k < spe; k++) {
 			const uint32_t *idx;
 			double          loss;
-			uint64_t        ts = ps_clock_ns(), tx = ts;
+			uint64_t        ts = fb_clock_ns(), tx = ts;
 			if ((cfg->max_steps && r.step >= cfg->max_steps) ||
 			    stop_requested) {
 				stop = 1;
 				break;
 			}
 			if ((rv = tr_partition_batch(&part, e, k, cfg->batch,
-			         &idx)) != PS_OK) {
-				PS_LOG(PS_LOG_ERR, MOD, "step %llu: %s",
-				    (unsigned long long) r.step, ps_strerror(rv));
+			         &idx)) != FB_OK) {
+				FB_LOG(FB_LOG_ERR, MOD, "step %llu: %s",
+				    (unsigned long long) r.step, fb_strerror(rv));
 				goto done;
 			}
 #ifdef TR_HAVE_CUDA
@@ -448,27 +448,27 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 				float *d_grad;
 				if ((rv = tr__cuda_grad_device(r.be, &r.train,
 				         idx, cfg->batch, &d_grad, &loss)) !=
-				        PS_OK ||
+				        FB_OK ||
 				    (rv = tr__devpush_encode(dp, d_grad,
-				         dcodes)) != PS_OK) {
-					PS_LOG(PS_LOG_ERR, MOD, "step %llu: %s",
+				         dcodes)) != FB_OK) {
+					FB_LOG(FB_LOG_ERR, MOD, "step %llu: %s",
 					    (unsigned long long) r.step,
-					    ps_strerror(rv));
+					    fb_strerror(rv));
 					goto done;
 				}
-				tx = ps_clock_ns();
+				tx = fb_clock_ns();
 				fe = ferry_client_push_pull_encoded(r.fc, dcodes,
 				    (uint32_t) cfg->batch, w.t);
 				goto pushed;
 			}
 #endif
 			if ((rv = tr_backend_grad(r.be, &r.train, idx,
-			         cfg->batch, g.t, &loss)) != PS_OK) {
-				PS_LOG(PS_LOG_ERR, MOD, "step %llu: %s",
-				    (unsigned long long) r.step, ps_strerror(rv));
+			         cfg->batch, g.t, &loss)) != FB_OK) {
+				FB_LOG(FB_LOG_ERR, MOD, "step %llu: %s",
+				    (unsigned long long) r.step, fb_strerror(rv));
 				goto done;
 			}
-			tx = ps_clock_ns();
+			tx = fb_clock_ns();
 			fe = ferry_client_push_pull(r.fc, tr_params_cptrs(&g),
 			    (uint32_t) cfg->batch, w.t);
 #ifdef TR_HAVE_CUDA
@@ -476,7 +476,7 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 #endif
 			if (r.step_times != NULL) {
 				// stdio buffers: no allocation, no syscall per step
-				uint64_t te = ps_clock_ns();
+				uint64_t te = fb_clock_ns();
 				fprintf(r.step_times, "%llu,%.4f,%.4f\n",
 				    (unsigned long long) r.step,
 				    (double) (tx - ts) * 1e-6,
@@ -485,13 +485,13 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 			if (fe == FERRY_EBEHIND) {
 				// Rejoined while a round finished without us:
 				// take the job's weights and go on.
-				PS_LOG(PS_LOG_NOTICE, MOD, "behind the job: %s; "
+				FB_LOG(FB_LOG_NOTICE, MOD, "behind the job: %s; "
 				    "pulling", ferry_client_last_error(r.fc));
 				if ((fe = ferry_client_pull(r.fc, w.t)) ==
 				        FERRY_OK &&
 				    !dev_w &&
 				    (rv = tr_backend_set_weights(r.be,
-				         tr_params_cptrs(&w))) != PS_OK) {
+				         tr_params_cptrs(&w))) != FB_OK) {
 					goto done;
 				}
 			}
@@ -500,7 +500,7 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 				goto done;
 			}
 			if (!dev_w && (rv = tr_backend_set_weights(r.be,
-			                   tr_params_cptrs(&w))) != PS_OK) {
+			                   tr_params_cptrs(&w))) != FB_OK) {
 				goto done;
 			}
 			r.step++;
@@ -508,44 +508,44 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 			r.iv_loss += loss;
 			r.iv_samples += cfg->batch;
 			r.iv_steps++;
-			r.iv_ns += ps_clock_ns() - ts;
+			r.iv_ns += fb_clock_ns() - ts;
 			if (cfg->log_interval > 0 &&
 			    r.step % (uint64_t) cfg->log_interval == 0 &&
-			    (rv = report(&r)) != PS_OK) {
+			    (rv = report(&r)) != FB_OK) {
 				goto done;
 			}
 		}
-		if (r.last_report != r.step && (rv = report(&r)) != PS_OK) {
+		if (r.last_report != r.step && (rv = report(&r)) != FB_OK) {
 			goto done;
 		}
 	}
 	if (r.step > 0 && r.last_report != r.step &&
-	    (rv = report(&r)) != PS_OK) {
+	    (rv = report(&r)) != FB_OK) {
 		goto done;
 	}
 	summary(&r, spe);
 	if (stop_requested) {
 		// Stopped early: do not leave the others waiting.
-		PS_LOG(PS_LOG_NOTICE, MOD, "stopped by a signal; leaving the job");
+		FB_LOG(FB_LOG_NOTICE, MOD, "stopped by a signal; leaving the job");
 		if ((fe = ferry_client_leave(r.fc)) != FERRY_OK) {
-			PS_LOG(PS_LOG_WARN, MOD, "leave: %s: %s", ferry_strerror(fe),
+			FB_LOG(FB_LOG_WARN, MOD, "leave: %s: %s", ferry_strerror(fe),
 			    ferry_client_last_error(r.fc));
 		}
 	}
 #ifdef TR_HAVE_CUDA
 	// The host copy of device-pulled weights is refreshed only here.
 	if (cfg->weights_out != NULL && dpull != NULL &&
-	    (rv = tr__devpull_fetch(dpull, w.t)) != PS_OK) {
-		PS_LOG(PS_LOG_ERR, MOD, "--weights-out: copying the device "
-		    "weights: %s", ps_strerror(rv));
+	    (rv = tr__devpull_fetch(dpull, w.t)) != FB_OK) {
+		FB_LOG(FB_LOG_ERR, MOD, "--weights-out: copying the device "
+		    "weights: %s", fb_strerror(rv));
 		goto done;
 	}
 #endif
 	if (cfg->weights_out != NULL &&
-	    (rv = write_weights(cfg->weights_out, &w)) != PS_OK) {
+	    (rv = write_weights(cfg->weights_out, &w)) != FB_OK) {
 		goto done;
 	}
-	rv = PS_OK;
+	rv = FB_OK;
 done:
 	if (r.curve != NULL) {
 		fclose(r.curve);
@@ -556,7 +556,7 @@ done:
 #ifdef TR_HAVE_CUDA
 	tr__devpush_close(dp);
 	tr__devpull_close(dpull);
-	ps_free(dcodes);
+	fb_free(dcodes);
 #endif
 	ferry_client_close(r.fc);
 	tr_partition_fini(&part);

@@ -18,7 +18,7 @@
 //   sign   scaled 1-bit sign: s = mean|x| per bucket, x^ = +-s
 //   topk   the ceil(ratio*n) largest |x| as (u32 index, f32 value) pairs
 //
-// Errors are the PS_E* codes of <ps/base.h>. Out-parameters (out_len, decoded
+// Errors are the FB_E* codes of <fb/fb.h>. Out-parameters (out_len, decoded
 // floats) are written only on success, with one documented exception: the
 // bytes of an encode output buffer are unspecified after a failed encode.
 #ifndef COMP_COMP_H
@@ -46,7 +46,7 @@ enum comp_codec_id {
 #define COMP_BUCKET_DEFAULT 512u
 #define COMP_BUCKET_MAX (1u << 20)
 // COMP_MAX_N is the largest value count any codec accepts (topk indices are
-// u32). Larger n gives PS_EINVAL (comp_bound gives 0).
+// u32). Larger n gives FB_EINVAL (comp_bound gives 0).
 #define COMP_MAX_N ((size_t) UINT32_MAX)
 
 // struct comp_codec names a codec and its parameters. `bucket` matters for
@@ -68,7 +68,7 @@ struct comp_codec {
 // "fp16", "bf16", "q8", "q4", "q2" (each q may end in ":sr" for stochastic
 // rounding), "sign", "topk:R" with 0 < R <= 1. bucket is the bucket size
 // (0 picks COMP_BUCKET_DEFAULT); it is kept for every codec but only used by
-// the bucketed ones. Returns PS_EINVAL for an unknown name, a bad ratio or a
+// the bucketed ones. Returns FB_EINVAL for an unknown name, a bad ratio or a
 // bucket outside 1..COMP_BUCKET_MAX (*out untouched).
 int comp_codec_parse(const char *spec, uint32_t bucket, struct comp_codec *out);
 
@@ -84,14 +84,14 @@ const char *comp_codec_name(uint32_t id);
 
 // comp_codec_format writes the spec string of c ("q4", "q8:sr",
 // "topk:0.01") into buf (size len, NUL-terminated) so that comp_codec_parse
-// reads it back. Returns PS_EINVAL if c is invalid, PS_ENOSPC if it does not
+// reads it back. Returns FB_EINVAL if c is invalid, FB_ENOSPC if it does not
 // fit.
 int comp_codec_format(const struct comp_codec *c, char *buf, size_t len);
 
 // comp_codec_check validates a codec received from the network or a config:
 // a known id; for q8/q4/q2/sign a bucket in 1..COMP_BUCKET_MAX; for topk a
-// finite ratio in (0, 1]; stochastic 0, or 1 with q8/q4/q2. Returns PS_OK or
-// PS_EINVAL. Every other function below runs this check first.
+// finite ratio in (0, 1]; stochastic 0, or 1 with q8/q4/q2. Returns FB_OK or
+// FB_EINVAL. Every other function below runs this check first.
 int comp_codec_check(const struct comp_codec *c);
 
 // comp_bound returns the number of bytes comp_encode writes for n values.
@@ -106,18 +106,18 @@ size_t comp_topk_k(float ratio, size_t n);
 
 // comp_encode encodes x[0..n) into out (capacity cap) and sets *out_len.
 // rng is the state of the stochastic-rounding generator (advanced in place);
-// it may be NULL unless c->stochastic. Errors: PS_EINVAL (invalid codec,
+// it may be NULL unless c->stochastic. Errors: FB_EINVAL (invalid codec,
 // NULL pointer, n > COMP_MAX_N, a non-finite value for q8/q4/q2/sign/topk,
-// stochastic without rng), PS_ENOSPC (cap < comp_bound(c, n)).
+// stochastic without rng), FB_ENOSPC (cap < comp_bound(c, n)).
 int comp_encode(const struct comp_codec *c, const float *x, size_t n,
     uint64_t *rng, uint8_t *out, size_t cap, size_t *out_len);
 
 // comp_decode decodes in[0..len) into out[0..n) (out = deq). The bytes are
 // untrusted: a length that does not match n, a non-finite or negative scale,
 // a forbidden code, non-zero padding bits, a topk index out of range or not
-// strictly increasing, or a non-finite topk value give PS_EPROTO, and out is
+// strictly increasing, or a non-finite topk value give FB_EPROTO, and out is
 // then untouched. Never reads or writes outside in[0..len) and out[0..n).
-// PS_EINVAL for an invalid codec or NULL pointers.
+// FB_EINVAL for an invalid codec or NULL pointers.
 int comp_decode(const struct comp_codec *c, const uint8_t *in, size_t len,
     size_t n, float *out);
 
@@ -132,7 +132,7 @@ int comp_decode_add(const struct comp_codec *c, const uint8_t *in,
 // comp_ef_encode is the push side with error feedback: p = g + e,
 // encode p into out, e = p - deq(out). e (n floats, caller-owned, start at
 // zero) is updated in place, only on success. Errors as comp_encode; a
-// non-finite g + e gives PS_EINVAL for every codec.
+// non-finite g + e gives FB_EINVAL for every codec.
 int comp_ef_encode(const struct comp_codec *c, const float *g, float *e,
     size_t n, uint64_t *rng, uint8_t *out, size_t cap, size_t *out_len);
 
@@ -140,7 +140,7 @@ int comp_ef_encode(const struct comp_codec *c, const float *g, float *e,
 // d = Q(x - ref) into out, then ref += deq(d) through comp_decode_add, so a
 // peer that applies comp_decode_add(out) to its own copy of ref gets the same
 // bits. scratch is n floats of caller scratch. ref is updated only on
-// success. Errors as comp_encode; stochastic codecs give PS_EINVAL (the pull
+// success. Errors as comp_encode; stochastic codecs give FB_EINVAL (the pull
 // side rounds deterministically).
 int comp_ref_encode(const struct comp_codec *c, const float *x, float *ref,
     size_t n, float *scratch, uint8_t *out, size_t cap, size_t *out_len);

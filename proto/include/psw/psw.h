@@ -39,7 +39,7 @@ void psw_frame_put(uint8_t *dst, uint8_t method, uint16_t flags,
     uint32_t hdr_len, uint32_t payload_len);
 
 // psw_frame_parse validates buf (len bytes) as one frame and fills *f with
-// pointers into buf. Returns PS_EPROTO with *why set to a static reason
+// pointers into buf. Returns FB_EPROTO with *why set to a static reason
 // (bad magic, unknown version, lengths that do not add up, header too
 // large) on any malformed input; never reads outside buf.
 int psw_frame_parse(const void *buf, size_t len, struct psw_frame *f,
@@ -49,7 +49,7 @@ int psw_frame_parse(const void *buf, size_t len, struct psw_frame *f,
 // ("OK", "INVALID_ARGUMENT", ..., "STALE_EPOCH"); never NULL.
 const char *psw_status_name(int status);
 
-// psw_status_from_err maps a PS_E* error to the status that reports it.
+// psw_status_from_err maps a FB_E* error to the status that reports it.
 int psw_status_from_err(int err);
 
 // psw_method_name returns the rpc name of a method number ("Push", ...);
@@ -63,7 +63,7 @@ const char *psw_method_name(int method);
 // *payload where the payload goes; the caller writes (or encodes) it in
 // place, then calls psw_msg_finish. hdr_max must bound the header's packed
 // size after its lengths are filled in (pack the header once with the
-// largest values to get it). Errors: PS_ENOMEM. Release with nng_msg_free
+// largest values to get it). Errors: FB_ENOMEM. Release with nng_msg_free
 // if the message is not sent.
 int psw_msg_begin(nng_msg **out, size_t hdr_max, size_t payload_cap,
     uint8_t **payload);
@@ -71,14 +71,14 @@ int psw_msg_begin(nng_msg **out, size_t hdr_max, size_t payload_cap,
 // psw_msg_reuse is psw_msg_begin on a message the caller already owns (a
 // request being answered), so that a reply as large as its request costs
 // no allocation and no zeroing: m is resized within its capacity and its
-// old bytes are garbage. Errors: PS_ENOSPC when m's capacity is too
+// old bytes are garbage. Errors: FB_ENOSPC when m's capacity is too
 // small (m is unchanged; use psw_msg_begin).
 int psw_msg_reuse(nng_msg *m, size_t hdr_max, size_t payload_cap,
     uint8_t **payload);
 
 // psw_msg_finish packs hdr (a Pswire__Header) just before the payload,
 // writes the frame header in front of it, and trims the message to
-// 16 + packed + payload_len bytes. Errors: PS_ENOSPC if the packed header
+// 16 + packed + payload_len bytes. Errors: FB_ENOSPC if the packed header
 // exceeds hdr_max or payload_len exceeds the reserved capacity.
 int psw_msg_finish(nng_msg *m, uint8_t method, uint16_t flags,
     const ProtobufCMessage *hdr, size_t hdr_max, size_t payload_len);
@@ -87,22 +87,47 @@ int psw_msg_finish(nng_msg *m, uint8_t method, uint16_t flags,
 int psw_msg_parse(nng_msg *m, struct psw_frame *f, const char **why);
 
 // psw_reply_open validates a reply message: frame, REPLY flag, method,
-// Header unpack, request id. On PS_OK or PS_EREMOTE, *hdr receives the
+// Header unpack, request id. On FB_OK or FB_EREMOTE, *hdr receives the
 // unpacked Header (a Pswire__Header *; release it with
 // pswire__header__free_unpacked) and *f the frame (borrowing rep's body).
-// PS_EREMOTE means the peer answered a non-OK status (hdr->status,
-// hdr->error). PS_EPROTO (with *why) means the reply is malformed; then
+// FB_EREMOTE means the peer answered a non-OK status (hdr->status,
+// hdr->error). FB_EPROTO (with *why) means the reply is malformed; then
 // *hdr is not set.
 int psw_reply_open(nng_msg *rep, uint8_t method, uint64_t request_id,
     struct psw_frame *f, ProtobufCMessage **hdr, const char **why);
 
 // psw_call sends req on ctx (taking ownership of req, also on failure),
 // waits up to timeout_ms for the reply, and opens it with psw_reply_open.
-// On PS_OK/PS_EREMOTE *rep is the reply (free with nng_msg_free after the
-// Header). Errors: PS_ETIMEDOUT, PS_ETRANSPORT, PS_EPROTO, PS_EREMOTE.
+// On FB_OK/FB_EREMOTE *rep is the reply (free with nng_msg_free after the
+// Header). Errors: FB_ETIMEDOUT, FB_ETRANSPORT, FB_EPROTO, FB_EREMOTE.
 // Blocks the calling thread; aio must be idle and have no callback.
 int psw_call(nng_ctx ctx, nng_aio *aio, nng_msg *req, uint8_t method,
     uint64_t request_id, int timeout_ms, nng_msg **rep,
     struct psw_frame *f, ProtobufCMessage **hdr, const char **why);
+
+
+// ---- the client end of an rpc (call.c) ------------------------------------
+//
+// psw_req_open opens a REQ socket that never re-sends a request (pushes are
+// not idempotent), dials url without blocking (nng reconnects in the
+// background), and opens one context and one aio without a callback for
+// psw_call. max_msg caps the size of a reply (0: nng's default);
+// reconn_min_ms and reconn_max_ms set the reconnect back-off (0: nng's
+// default). On FB_OK the caller owns *sock, *ctx and *aio and releases
+// them with nng_aio_free(*aio) and nng_close(*sock). Errors:
+// FB_ETRANSPORT (nothing is left open).
+int psw_req_open(const char *url, size_t max_msg, int reconn_min_ms,
+    int reconn_max_ms, nng_socket *sock, nng_ctx *ctx, nng_aio **aio);
+
+// psw_call_header sends a request made of hdr alone (a Pswire__Header with
+// no payload) and waits for its reply, as psw_call. On FB_OK or FB_EREMOTE
+// *rhdr is the reply's unpacked Header (release it with
+// pswire__header__free_unpacked); the reply message itself is already
+// freed. Errors as psw_call, plus FB_ENOMEM and FB_ENOSPC (the header is
+// over PSW_MAX_HEADER); *why always points to a static or borrowed text.
+// Blocks the calling thread; aio must be idle and have no callback.
+int psw_call_header(nng_ctx ctx, nng_aio *aio, const ProtobufCMessage *hdr,
+    uint8_t method, uint64_t request_id, int timeout_ms,
+    ProtobufCMessage **rhdr, const char **why);
 
 #endif // PSW_PSW_H

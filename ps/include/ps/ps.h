@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ps/base.h"
+#include "fb/fb.h"
 
 struct ps_scheduler;
 struct ps_server;
@@ -42,8 +42,8 @@ struct ps_scheduler_opts {
 	}
 
 // ps_scheduler_open starts a scheduler listening on opts->url. *out is
-// released with ps_scheduler_close. Errors: PS_EINVAL (bad opts),
-// PS_ETRANSPORT (cannot listen), PS_ENOMEM.
+// released with ps_scheduler_close. Errors: FB_EINVAL (bad opts),
+// FB_ETRANSPORT (cannot listen), FB_ENOMEM.
 int ps_scheduler_open(const struct ps_scheduler_opts *opts,
     struct ps_scheduler **out);
 
@@ -60,8 +60,8 @@ void ps_scheduler_stats(struct ps_scheduler *s, char *buf, size_t n);
 // on server assign[i] (n must be the job's shard count). Servers move the
 // shards between them with their full state; clients re-fetch the map when
 // told STALE_EPOCH. For operators and tests; the scheduler also re-places
-// by itself when links change. Errors: PS_EINVAL (bad n or server index),
-// PS_ESTATE (the job has not started), PS_ENOMEM.
+// by itself when links change. Errors: FB_EINVAL (bad n or server index),
+// FB_ESTATE (the job has not started), FB_ENOMEM.
 int ps_scheduler_replace(struct ps_scheduler *s, const uint32_t *assign,
     size_t n);
 
@@ -86,7 +86,7 @@ struct ps_server_opts {
 // registers with the scheduler and, from a background thread, fetches the
 // placement and creates its shards when the job starts. Requests that
 // arrive before that get UNAVAILABLE. *out is released with
-// ps_server_close. Errors: PS_EINVAL, PS_ETRANSPORT, PS_ENOMEM.
+// ps_server_close. Errors: FB_EINVAL, FB_ETRANSPORT, FB_ENOMEM.
 int ps_server_open(const struct ps_server_opts *opts, struct ps_server **out);
 
 // ps_server_url returns the URL it listens on (bound port filled in).
@@ -100,8 +100,8 @@ void ps_server_stats(struct ps_server *s, char *buf, size_t n);
 // then waits (up to timeout_ms) until every shard it held has been
 // delivered to its new server, or its Transfer given up (logged as an
 // error: that shard's state is lost). Call it before ps_server_close for a shutdown that
-// loses nothing. Errors: PS_EREMOTE (the scheduler refused, e.g. this is
-// the last server), PS_ETIMEDOUT, PS_ESTATE (the job has not started:
+// loses nothing. Errors: FB_EREMOTE (the scheduler refused, e.g. this is
+// the last server), FB_ETIMEDOUT, FB_ESTATE (the job has not started:
 // nothing to move).
 int ps_server_leave(struct ps_server *s, uint32_t timeout_ms);
 

@@ -4,7 +4,7 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
 
-#include "ps/base.h"
+#include "fb/fb.h"
 #include "rpc.h"
 
 enum { ST_INIT, ST_RECV, ST_WAIT, ST_SEND };
@@ -83,7 +83,7 @@ ps__call_reply_err(struct ps_call *c, int status, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	PS_LOG(PS_LOG_INFO, "rpc", "%s -> %s: %s",
+	FB_LOG(FB_LOG_INFO, "rpc", "%s -> %s: %s",
 	    psw_method_name(c->frame.method), psw_status_name(status), msg);
 	reply_status(c, c->hdr ? c->hdr->request_id : 0, status, msg);
 }
@@ -123,7 +123,7 @@ handle(struct ps_call *c)
 {
 	const char *why = NULL;
 
-	if (psw_msg_parse(c->req, &c->frame, &why) != PS_OK) {
+	if (psw_msg_parse(c->req, &c->frame, &why) != FB_OK) {
 		c->frame.method = 0;
 		reply_status(c, 0, PSWIRE__STATUS__INVALID_ARGUMENT, why);
 		return;
@@ -140,7 +140,7 @@ handle(struct ps_call *c)
 		return;
 	}
 	c->deadline = c->hdr->deadline_ms
-	    ? ps_clock_ms() + c->hdr->deadline_ms
+	    ? fb_clock_ms() + c->hdr->deadline_ms
 	    : 0;
 	c->rpc->handler(c->rpc->arg, c);
 }
@@ -190,21 +190,21 @@ ps__rpc_open(const char *url, int ncontexts, size_t max_msg,
 	struct ps_rpc *r;
 	int            rv;
 
-	if ((r = ps_zalloc(sizeof(*r))) == NULL) {
-		return PS_ENOMEM;
+	if ((r = fb_zalloc(sizeof(*r))) == NULL) {
+		return FB_ENOMEM;
 	}
 	r->handler = handler;
 	r->arg     = arg;
 	r->n       = ncontexts;
-	if ((r->calls = ps_zalloc(sizeof(*r->calls) * (size_t) ncontexts)) ==
+	if ((r->calls = fb_zalloc(sizeof(*r->calls) * (size_t) ncontexts)) ==
 	    NULL) {
-		ps_free(r);
-		return PS_ENOMEM;
+		fb_free(r);
+		return FB_ENOMEM;
 	}
 	if ((rv = nng_rep0_open(&r->sock)) != 0) {
-		ps_free(r->calls);
-		ps_free(r);
-		return PS_ETRANSPORT;
+		fb_free(r->calls);
+		fb_free(r);
+		return FB_ETRANSPORT;
 	}
 	nng_socket_set_size(r->sock, NNG_OPT_RECVMAXSZ, max_msg);
 	for (int i = 0; i < ncontexts; i++) {
@@ -213,17 +213,17 @@ ps__rpc_open(const char *url, int ncontexts, size_t max_msg,
 		if (nng_aio_alloc(&c->aio, call_cb, c) != 0 ||
 		    nng_ctx_open(&c->ctx, r->sock) != 0) {
 			ps__rpc_close(r);
-			return PS_ENOMEM;
+			return FB_ENOMEM;
 		}
 	}
 	if ((rv = nng_listener_create(&r->listener, r->sock, url)) != 0 ||
 	    (rv = nng_listener_set_size(r->listener, NNG_OPT_RECVMAXSZ,
 	         max_msg)) != 0 ||
 	    (rv = nng_listener_start(r->listener, 0)) != 0) {
-		PS_LOG(PS_LOG_ERR, "rpc", "cannot listen on %s: %s", url,
+		FB_LOG(FB_LOG_ERR, "rpc", "cannot listen on %s: %s", url,
 		    nng_strerror(rv));
 		ps__rpc_close(r);
-		return PS_ETRANSPORT;
+		return FB_ETRANSPORT;
 	}
 	snprintf(r->url, sizeof(r->url), "%s", url);
 	if (strncmp(url, "tcp://", 6) == 0) {
@@ -242,7 +242,7 @@ ps__rpc_open(const char *url, int ncontexts, size_t max_msg,
 		call_cb(&r->calls[i]);
 	}
 	*out = r;
-	return PS_OK;
+	return FB_OK;
 }
 
 const char *
@@ -269,6 +269,6 @@ ps__rpc_close(struct ps_rpc *r)
 			nng_aio_free(r->calls[i].aio);
 		}
 	}
-	ps_free(r->calls);
-	ps_free(r);
+	fb_free(r->calls);
+	fb_free(r);
 }

@@ -27,7 +27,7 @@ struct ps_call {
 	nng_msg         *req;      // the request message (freed on reply)
 	struct psw_frame frame;    // borrowed from req
 	Pswire__Header  *hdr;      // unpacked; freed on reply
-	uint64_t         deadline; // absolute ps_clock_ms(); 0 = none
+	uint64_t         deadline; // absolute fb_clock_ms(); 0 = none
 	struct ps_call  *next;     // for handlers' park lists
 	uint64_t         park_version; // for handlers' use while parked
 };

@@ -69,14 +69,14 @@ static Pswire__JobConfig *
 job_copy(const Pswire__JobConfig *j)
 {
 	size_t             n   = pswire__job_config__get_packed_size(j);
-	uint8_t           *buf = ps_alloc(n ? n : 1);
+	uint8_t           *buf = fb_alloc(n ? n : 1);
 	Pswire__JobConfig *c;
 	if (buf == NULL) {
 		return NULL;
 	}
 	pswire__job_config__pack(j, buf);
 	c = pswire__job_config__unpack(NULL, n, buf);
-	ps_free(buf);
+	fb_free(buf);
 	return c;
 }
 
@@ -122,44 +122,44 @@ check_job(const Pswire__JobConfig *j, char *why, size_t n)
 	if (j->n_tensors == 0 || j->n_tensors > 65536) {
 		snprintf(why, n, "tensor count %zu not in 1..65536",
 		    j->n_tensors);
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	for (size_t i = 0; i < j->n_tensors; i++) {
 		if (j->tensors[i]->len == 0 ||
 		    j->tensors[i]->len > (1ull << 34)) {
 			snprintf(why, n, "tensor %zu length %llu not in 1..2^34",
 			    i, (unsigned long long) j->tensors[i]->len);
-			return PS_EINVAL;
+			return FB_EINVAL;
 		}
 		if (strlen(j->tensors[i]->name) > 127) {
 			snprintf(why, n, "tensor %zu name over 127 bytes", i);
-			return PS_EINVAL;
+			return FB_EINVAL;
 		}
 	}
 	if (!(j->lr > 0 && j->lr < 1e6)) {
 		snprintf(why, n, "learning rate %g not in (0, 1e6)", j->lr);
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	struct comp_codec cc;
 	char              cwhy[128];
 	if (comp_codec_parse_msg(j->codec_push, j->bucket, &cc, cwhy,
-	        sizeof(cwhy)) != PS_OK) {
+	        sizeof(cwhy)) != FB_OK) {
 		snprintf(why, n, "codec-push '%s': %s", j->codec_push, cwhy);
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	if (comp_codec_parse_msg(j->codec_pull, j->bucket, &cc, cwhy,
-	        sizeof(cwhy)) != PS_OK || cc.stochastic) {
+	        sizeof(cwhy)) != FB_OK || cc.stochastic) {
 		snprintf(why, n, "codec-pull '%s': %s", j->codec_pull,
 		    cc.stochastic ? "the pull side rounds deterministically"
 		                  : cwhy);
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	if (j->mode != PSWIRE__MODE__MODE_SYNC &&
 	    j->mode != PSWIRE__MODE__MODE_ASYNC) {
 		snprintf(why, n, "unknown mode %d", j->mode);
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
-	return PS_OK;
+	return FB_OK;
 }
 
 // wire_factor is rho of docs/algorithms.md §3.3: bytes on the wire per fp32
@@ -169,8 +169,8 @@ wire_factor(const Pswire__JobConfig *job)
 {
 	struct comp_codec a, b;
 	const size_t      n = 1u << 20;
-	if (comp_codec_parse(job->codec_push, job->bucket, &a) != PS_OK ||
-	    comp_codec_parse(job->codec_pull, job->bucket, &b) != PS_OK) {
+	if (comp_codec_parse(job->codec_push, job->bucket, &a) != FB_OK ||
+	    comp_codec_parse(job->codec_pull, job->bucket, &b) != FB_OK) {
 		return 2.0;
 	}
 	return (double) (comp_bound(&a, n) + comp_bound(&b, n)) / (4.0 * n);
@@ -184,7 +184,7 @@ log_lines(const char *text)
 	while (*p != '\0') {
 		const char *e = strchr(p, '\n');
 		int         n = e ? (int) (e - p) : (int) strlen(p);
-		PS_LOG(PS_LOG_NOTICE, "placement", "%.*s", n, p);
+		FB_LOG(FB_LOG_NOTICE, "placement", "%.*s", n, p);
 		p += n + (e != NULL);
 	}
 }
@@ -206,7 +206,7 @@ inst_build(struct ps_scheduler *s, size_t ns, struct shard_inst *in,
 	double            copies = 1.0 + T;
 	struct comp_codec pc;
 	if (comp_codec_parse(s->job->codec_pull, s->job->bucket, &pc) ==
-	        PS_OK &&
+	        FB_OK &&
 	    pc.id != COMP_NONE) {
 		copies += 1.0 + 4.0 * (double) comp_bound(&pc, 1u << 20) /
 		    (4.0 * (1u << 20));
@@ -241,12 +241,12 @@ choose(struct ps_scheduler *s, size_t ns, uint32_t *assign)
 	struct shard_inst in;
 	uint32_t          T   = (uint32_t) s->opts.trainers;
 	uint32_t          M   = (uint32_t) s->n_servers_seen;
-	uint64_t         *cap = ps_alloc(M * sizeof(uint64_t));
-	double           *tt  = ps_alloc(T * sizeof(double));
+	uint64_t         *cap = fb_alloc(M * sizeof(uint64_t));
+	double           *tt  = fb_alloc(T * sizeof(double));
 	int               rv;
 
 	if (cap == NULL || tt == NULL) {
-		rv = PS_ENOMEM;
+		rv = FB_ENOMEM;
 		goto done;
 	}
 	inst_build(s, ns, &in, cap);
@@ -254,18 +254,18 @@ choose(struct ps_scheduler *s, size_t ns, uint32_t *assign)
 		struct shard_solve_opts so = SHARD_SOLVE_OPTS_INIT;
 		so.seed = s->opts.seed;
 		rv      = shard_solve(&in, &so, assign, tt, &s->report);
-		if (rv == PS_ENOSPC) {
+		if (rv == FB_ENOSPC) {
 			snprintf(s->start_error, sizeof(s->start_error),
 			    "no placement fits the servers' capacity "
 			    "(--capacity-mb): the shards need more memory");
 		}
-		if (rv != PS_OK) {
+		if (rv != FB_OK) {
 			goto done;
 		}
 		// Probes are noisy: unless the solver predicts a clear gain
 		// (10%) over round-robin, keep round-robin, which spreads the
 		// load evenly over links that measure about the same.
-		uint32_t *rr = ps_alloc(ns * sizeof(uint32_t));
+		uint32_t *rr = fb_alloc(ns * sizeof(uint32_t));
 		double    f_rr, fsum_rr;
 		uint32_t  n_alive = 0;
 		for (uint32_t m = 0; rr != NULL && m < M; m++) {
@@ -274,16 +274,16 @@ choose(struct ps_scheduler *s, size_t ns, uint32_t *assign)
 			}
 		}
 		if (rr != NULL && n_alive > 0 &&
-		    shard_place_uniform(ns, n_alive, rr) == PS_OK) {
+		    shard_place_uniform(ns, n_alive, rr) == FB_OK) {
 			for (size_t i = 0; i < ns; i++) {
 				rr[i] = (uint32_t) cap[rr[i]];
 			}
 			inst_build(s, ns, &in, cap);
-			if (shard_cost(&in, rr, &f_rr, &fsum_rr, tt) == PS_OK &&
+			if (shard_cost(&in, rr, &f_rr, &fsum_rr, tt) == FB_OK &&
 			    (in.cap == NULL ||
-			        shard_assign_check(&in, rr) == PS_OK) &&
+			        shard_assign_check(&in, rr) == FB_OK) &&
 			    s->report.f > 0.9 * f_rr) {
-				PS_LOG(PS_LOG_NOTICE, "placement",
+				FB_LOG(FB_LOG_NOTICE, "placement",
 				    "solver %.3f ms vs round-robin %.3f ms: "
 				    "within 10%%, keeping round-robin",
 				    s->report.f * 1e3, f_rr * 1e3);
@@ -295,7 +295,7 @@ choose(struct ps_scheduler *s, size_t ns, uint32_t *assign)
 				    : 0;
 			}
 		}
-		ps_free(rr);
+		fb_free(rr);
 		inst_build(s, ns, &in, cap);
 	} else {
 		// Round-robin over the servers still in the job: place on
@@ -306,24 +306,24 @@ choose(struct ps_scheduler *s, size_t ns, uint32_t *assign)
 				cap[n_alive++] = m; // cap doubles as the index map
 			}
 		}
-		if ((rv = shard_place_uniform(ns, n_alive, assign)) != PS_OK) {
+		if ((rv = shard_place_uniform(ns, n_alive, assign)) != FB_OK) {
 			goto done;
 		}
 		for (size_t i = 0; i < ns; i++) {
 			assign[i] = (uint32_t) cap[assign[i]];
 		}
 		inst_build(s, ns, &in, cap);
-		if (in.cap != NULL && shard_assign_check(&in, assign) != PS_OK) {
+		if (in.cap != NULL && shard_assign_check(&in, assign) != FB_OK) {
 			snprintf(s->start_error, sizeof(s->start_error),
 			    "uniform placement exceeds a server's capacity "
 			    "(--capacity-mb); add servers or memory");
-			rv = PS_ENOSPC;
+			rv = FB_ENOSPC;
 			goto done;
 		}
 		if (probing(s)) {
 			double f, fsum, lb;
-			if (shard_cost(&in, assign, &f, &fsum, tt) == PS_OK &&
-			    shard_lower_bound(&in, &lb) == PS_OK) {
+			if (shard_cost(&in, assign, &f, &fsum, tt) == FB_OK &&
+			    shard_lower_bound(&in, &lb) == FB_OK) {
 				memset(&s->report, 0, sizeof(s->report));
 				s->report.f     = f;
 				s->report.f_sum = fsum;
@@ -335,21 +335,21 @@ choose(struct ps_scheduler *s, size_t ns, uint32_t *assign)
 	s->have_report = probing(s);
 	if (probing(s)) {
 		size_t n   = shard_format_bound(&in);
-		char  *buf = n ? ps_alloc(n) : NULL;
+		char  *buf = n ? fb_alloc(n) : NULL;
 		size_t w;
-		if (buf != NULL && shard_format(&in, assign, buf, n, &w) == PS_OK) {
+		if (buf != NULL && shard_format(&in, assign, buf, n, &w) == FB_OK) {
 			log_lines(buf);
 		}
-		ps_free(buf);
-		PS_LOG(PS_LOG_NOTICE, "placement",
+		fb_free(buf);
+		FB_LOG(FB_LOG_NOTICE, "placement",
 		    "predicted step comm %.3f ms, lower bound %.3f ms, "
 		    "F/LB %.3f", s->report.f * 1e3, s->report.lb * 1e3,
 		    s->report.ratio);
 	}
-	rv = PS_OK;
+	rv = FB_OK;
 done:
-	ps_free(cap);
-	ps_free(tt);
+	fb_free(cap);
+	fb_free(tt);
 	return rv;
 }
 
@@ -359,18 +359,18 @@ static double
 current_cost(struct ps_scheduler *s)
 {
 	struct shard_inst in;
-	uint64_t *cap = ps_alloc((size_t) s->n_servers_seen * sizeof(uint64_t));
-	double   *tt  = ps_alloc((size_t) s->opts.trainers * sizeof(double));
+	uint64_t *cap = fb_alloc((size_t) s->n_servers_seen * sizeof(uint64_t));
+	double   *tt  = fb_alloc((size_t) s->opts.trainers * sizeof(double));
 	double    f = HUGE_VAL, fsum;
 	if (cap != NULL && tt != NULL) {
 		inst_build(s, s->n_assign, &in, cap);
 		in.cap = NULL; // the current map is what it is
-		if (shard_cost(&in, s->assign, &f, &fsum, tt) != PS_OK) {
+		if (shard_cost(&in, s->assign, &f, &fsum, tt) != FB_OK) {
 			f = HUGE_VAL;
 		}
 	}
-	ps_free(cap);
-	ps_free(tt);
+	fb_free(cap);
+	fb_free(tt);
 	return f;
 }
 
@@ -383,35 +383,35 @@ static int republish(struct ps_scheduler *s, const uint32_t *assign);
 static void
 replan(struct ps_scheduler *s, const char *why, int force)
 {
-	uint32_t           *na  = ps_alloc(s->n_assign * sizeof(uint32_t));
+	uint32_t           *na  = fb_alloc(s->n_assign * sizeof(uint32_t));
 	double              now = current_cost(s);
 	struct shard_report old = s->report; // of the published map
 	int                 rv;
 	if (na == NULL) {
-		PS_LOG(PS_LOG_ERR, "placement", "replan (%s): out of memory", why);
+		FB_LOG(FB_LOG_ERR, "placement", "replan (%s): out of memory", why);
 		return;
 	}
 	s->start_error[0] = '\0';
-	if ((rv = choose(s, s->n_assign, na)) != PS_OK) {
-		PS_LOG(PS_LOG_ERR, "placement", "replan (%s): %s", why,
-		    s->start_error[0] ? s->start_error : ps_strerror(rv));
+	if ((rv = choose(s, s->n_assign, na)) != FB_OK) {
+		FB_LOG(FB_LOG_ERR, "placement", "replan (%s): %s", why,
+		    s->start_error[0] ? s->start_error : fb_strerror(rv));
 		s->start_error[0] = '\0'; // the running job goes on
 	} else if (force || s->report.f < 0.9 * now) {
-		PS_LOG(PS_LOG_NOTICE, "placement", "replan (%s): predicted "
+		FB_LOG(FB_LOG_NOTICE, "placement", "replan (%s): predicted "
 		    "%.3f ms -> %.3f ms", why, now * 1e3, s->report.f * 1e3);
 		republish(s, na);
 	} else {
-		PS_LOG(PS_LOG_NOTICE, "placement", "replan (%s): keeping the "
+		FB_LOG(FB_LOG_NOTICE, "placement", "replan (%s): keeping the "
 		    "map (%.3f ms, new %.3f ms)", why, now * 1e3,
 		    s->report.f * 1e3);
 		s->report   = old; // Stats describe the map in force
 		s->report.f = now;
 	}
-	ps_free(na);
+	fb_free(na);
 }
 
 // publish builds the placement map; called with mu held once every member
-// is in. Returns PS_OK or an error (logged).
+// is in. Returns FB_OK or an error (logged).
 static int
 publish(struct ps_scheduler *s)
 {
@@ -423,15 +423,15 @@ publish(struct ps_scheduler *s)
 	Pswire__Placement  p = PSWIRE__PLACEMENT__INIT;
 	Pswire__ShardInfo *infos = NULL, **ptrs = NULL;
 
-	if ((lens = ps_alloc(nt * sizeof(*lens))) == NULL) {
-		return PS_ENOMEM;
+	if ((lens = fb_alloc(nt * sizeof(*lens))) == NULL) {
+		return FB_ENOMEM;
 	}
 	for (size_t i = 0; i < nt; i++) {
 		lens[i] = s->job->tensors[i]->len;
 	}
 	rv = shard_split(lens, nt, s->opts.shard_bytes, &sd, &ns);
-	ps_free(lens);
-	if (rv != PS_OK) {
+	fb_free(lens);
+	if (rv != FB_OK) {
 		return rv;
 	}
 	if (ns > PS_MAX_SHARDS) {
@@ -439,25 +439,25 @@ publish(struct ps_scheduler *s)
 		    "the tensors make %zu shards of at most %llu bytes; the cap "
 		    "is %u: raise --shard-bytes", ns,
 		    (unsigned long long) s->opts.shard_bytes, PS_MAX_SHARDS);
-		ps_free(sd);
-		return PS_ERANGE;
+		fb_free(sd);
+		return FB_ERANGE;
 	}
-	assign = ps_alloc(ns * sizeof(*assign));
-	infos  = ps_alloc(ns * sizeof(*infos));
-	ptrs   = ps_alloc(ns * sizeof(*ptrs));
+	assign = fb_alloc(ns * sizeof(*assign));
+	infos  = fb_alloc(ns * sizeof(*infos));
+	ptrs   = fb_alloc(ns * sizeof(*ptrs));
 	if (assign == NULL || infos == NULL || ptrs == NULL) {
-		rv = PS_ENOMEM;
+		rv = FB_ENOMEM;
 		goto done;
 	}
-	ps_free(s->shard_size);
-	if ((s->shard_size = ps_alloc(ns * sizeof(uint64_t))) == NULL) {
-		rv = PS_ENOMEM;
+	fb_free(s->shard_size);
+	if ((s->shard_size = fb_alloc(ns * sizeof(uint64_t))) == NULL) {
+		rv = FB_ENOMEM;
 		goto done;
 	}
 	for (size_t i = 0; i < ns; i++) {
 		s->shard_size[i] = sd[i].len * 4;
 	}
-	if ((rv = choose(s, ns, assign)) != PS_OK) {
+	if ((rv = choose(s, ns, assign)) != FB_OK) {
 		goto done;
 	}
 	for (size_t i = 0; i < ns; i++) {
@@ -478,41 +478,41 @@ publish(struct ps_scheduler *s)
 	p.trainers    = (uint32_t) s->opts.trainers;
 	// Keep a private deep copy (pack + unpack) to answer fetches from.
 	s->placement_len = pswire__placement__get_packed_size(&p);
-	if ((s->placement_buf = ps_alloc(s->placement_len)) == NULL) {
-		rv = PS_ENOMEM;
+	if ((s->placement_buf = fb_alloc(s->placement_len)) == NULL) {
+		rv = FB_ENOMEM;
 		goto done;
 	}
 	pswire__placement__pack(&p, s->placement_buf);
 	s->placement = pswire__placement__unpack(NULL, s->placement_len,
 	    s->placement_buf);
 	if (s->placement == NULL) {
-		rv = PS_ENOMEM;
+		rv = FB_ENOMEM;
 		goto done;
 	}
-	PS_LOG(PS_LOG_NOTICE, "placement",
+	FB_LOG(FB_LOG_NOTICE, "placement",
 	    "epoch %llu: %zu shards on %d servers (%s), %d trainers",
 	    (unsigned long long) p.epoch, ns, s->n_servers_seen,
 	    s->opts.placement == PS_PLACEMENT_LATENCY ? "latency" : "uniform",
 	    s->opts.trainers);
 	for (size_t i = 0; i < ns; i++) {
-		PS_LOG(PS_LOG_INFO, "placement",
+		FB_LOG(FB_LOG_INFO, "placement",
 		    "shard %zu = tensor %u '%s' [%llu, +%llu) -> server %u",
 		    i, sd[i].tensor, s->job->tensors[sd[i].tensor]->name,
 		    (unsigned long long) sd[i].offset,
 		    (unsigned long long) sd[i].len, assign[i]);
 	}
-	rv = PS_OK;
+	rv = FB_OK;
 done:
-	ps_free(sd);
-	if (rv == PS_OK) {
-		ps_free(s->assign);
+	fb_free(sd);
+	if (rv == FB_OK) {
+		fb_free(s->assign);
 		s->assign   = assign;
 		s->n_assign = ns;
 	} else {
-		ps_free(assign);
+		fb_free(assign);
 	}
-	ps_free(infos);
-	ps_free(ptrs);
+	fb_free(infos);
+	fb_free(ptrs);
 	return rv;
 }
 
@@ -574,12 +574,12 @@ maybe_start(struct ps_scheduler *s)
 	    s->job != NULL && s->n_trainers_seen == s->opts.trainers &&
 	    s->n_servers_seen == s->opts.servers &&
 	    (!probing(s) || s->n_links_seen == s->opts.trainers)) {
-		if ((rv = publish(s)) != PS_OK) {
+		if ((rv = publish(s)) != FB_OK) {
 			if (s->start_error[0] == '\0') {
 				snprintf(s->start_error, sizeof(s->start_error),
-				    "cannot place shards: %s", ps_strerror(rv));
+				    "cannot place shards: %s", fb_strerror(rv));
 			}
-			PS_LOG(PS_LOG_ERR, "placement", "%s", s->start_error);
+			FB_LOG(FB_LOG_ERR, "placement", "%s", s->start_error);
 		}
 	}
 	answer_parked(s);
@@ -602,17 +602,17 @@ static int
 grow_servers(struct ps_scheduler *s)
 {
 	size_t M = (size_t) s->n_servers_seen, T = (size_t) s->opts.trainers;
-	char     **urls = ps_realloc(s->server_urls, (M + 1) * sizeof(char *));
+	char     **urls = fb_realloc(s->server_urls, (M + 1) * sizeof(char *));
 	if (urls == NULL) {
-		return PS_ENOMEM;
+		return FB_ENOMEM;
 	}
 	s->server_urls    = urls;
 	urls[M]           = NULL;
-	uint64_t *cap     = ps_realloc(s->capacity, (M + 1) * sizeof(uint64_t));
-	uint8_t  *gone    = ps_realloc(s->gone, M + 1);
-	double   *lat     = ps_alloc(T * (M + 1) * sizeof(double));
-	double   *bw      = ps_alloc(T * (M + 1) * sizeof(double));
-	double   *tmp     = ps_alloc((M ? M : 1) * sizeof(double));
+	uint64_t *cap     = fb_realloc(s->capacity, (M + 1) * sizeof(uint64_t));
+	uint8_t  *gone    = fb_realloc(s->gone, M + 1);
+	double   *lat     = fb_alloc(T * (M + 1) * sizeof(double));
+	double   *bw      = fb_alloc(T * (M + 1) * sizeof(double));
+	double   *tmp     = fb_alloc((M ? M : 1) * sizeof(double));
 	if (cap != NULL) {
 		s->capacity = cap;
 	}
@@ -621,10 +621,10 @@ grow_servers(struct ps_scheduler *s)
 	}
 	if (cap == NULL || gone == NULL || lat == NULL || bw == NULL ||
 	    tmp == NULL) {
-		ps_free(lat);
-		ps_free(bw);
-		ps_free(tmp);
-		return PS_ENOMEM;
+		fb_free(lat);
+		fb_free(bw);
+		fb_free(tmp);
+		return FB_ENOMEM;
 	}
 	cap[M]  = 0;
 	gone[M] = 0;
@@ -642,12 +642,12 @@ grow_servers(struct ps_scheduler *s)
 			(k ? bw : lat)[t * (M + 1) + M] = M ? tmp[M / 2] : 1.0;
 		}
 	}
-	ps_free(s->lat);
-	ps_free(s->bw);
-	ps_free(tmp);
+	fb_free(s->lat);
+	fb_free(s->bw);
+	fb_free(tmp);
 	s->lat = lat;
 	s->bw  = bw;
-	return PS_OK;
+	return FB_OK;
 }
 
 static void
@@ -688,7 +688,7 @@ on_register(struct ps_scheduler *s, struct ps_call *c)
 				return;
 			}
 			if (s->n_servers_seen >= s->opts.servers &&
-			    grow_servers(s) != PS_OK) {
+			    grow_servers(s) != FB_OK) {
 				pthread_mutex_unlock(&s->mu);
 				ps__call_reply_err(c,
 				    PSWIRE__STATUS__RESOURCE_EXHAUSTED,
@@ -696,7 +696,7 @@ on_register(struct ps_scheduler *s, struct ps_call *c)
 				return;
 			}
 			idx = s->n_servers_seen;
-			if ((s->server_urls[idx] = ps_strdup(r->url)) == NULL) {
+			if ((s->server_urls[idx] = fb_strdup(r->url)) == NULL) {
 				pthread_mutex_unlock(&s->mu);
 				ps__call_reply_err(c,
 				    PSWIRE__STATUS__RESOURCE_EXHAUSTED,
@@ -705,7 +705,7 @@ on_register(struct ps_scheduler *s, struct ps_call *c)
 			}
 			s->capacity[idx] = r->capacity_bytes;
 			s->n_servers_seen++;
-			PS_LOG(PS_LOG_NOTICE, "members",
+			FB_LOG(FB_LOG_NOTICE, "members",
 			    "server %d registered at %s (%d/%d)", idx, r->url,
 			    s->n_servers_seen, s->opts.servers);
 			if (s->placement != NULL) {
@@ -733,7 +733,7 @@ on_register(struct ps_scheduler *s, struct ps_call *c)
 			    "trainer registration needs the tensor table");
 			return;
 		}
-		if (check_job(r->job, why, sizeof(why)) != PS_OK) {
+		if (check_job(r->job, why, sizeof(why)) != FB_OK) {
 			pthread_mutex_unlock(&s->mu);
 			ps__call_reply_err(c, PSWIRE__STATUS__INVALID_ARGUMENT,
 			    "bad job declaration: %s", why);
@@ -757,7 +757,7 @@ on_register(struct ps_scheduler *s, struct ps_call *c)
 			if (s->job->shard_bytes == 0) {
 				s->job->shard_bytes = s->opts.shard_bytes;
 			}
-			PS_LOG(PS_LOG_NOTICE, "members",
+			FB_LOG(FB_LOG_NOTICE, "members",
 			    "job declared by rank %u: %zu tensors, mode %s, "
 			    "lr %g", r->rank, s->job->n_tensors,
 			    s->job->mode ? "async" : "sync", s->job->lr);
@@ -766,7 +766,7 @@ on_register(struct ps_scheduler *s, struct ps_call *c)
 			// A rank that left comes back: rounds wait for it again
 			// from the next map on.
 			s->trainer_gone[r->rank] = 0;
-			PS_LOG(PS_LOG_NOTICE, "members", "trainer %u rejoins",
+			FB_LOG(FB_LOG_NOTICE, "members", "trainer %u rejoins",
 			    r->rank);
 			if (s->placement != NULL) {
 				republish(s, s->assign);
@@ -775,7 +775,7 @@ on_register(struct ps_scheduler *s, struct ps_call *c)
 		if (!s->trainer_seen[r->rank]) {
 			s->trainer_seen[r->rank] = 1;
 			s->n_trainers_seen++;
-			PS_LOG(PS_LOG_NOTICE, "members",
+			FB_LOG(FB_LOG_NOTICE, "members",
 			    "trainer %u registered (%d/%d)", r->rank,
 			    s->n_trainers_seen, s->opts.trainers);
 		}
@@ -861,7 +861,7 @@ on_report_links(struct ps_scheduler *s, struct ps_call *c)
 	for (size_t m = 0; m < M; m++) {
 		s->lat[r->rank * stride + m] = r->rtt_s[m];
 		s->bw[r->rank * stride + m]  = r->bw_bps[m];
-		PS_LOG(PS_LOG_INFO, "links",
+		FB_LOG(FB_LOG_INFO, "links",
 		    "trainer %u -> server %zu: rtt %.3f ms, %.1f MB/s", r->rank,
 		    m, r->rtt_s[m] * 1e3, r->bw_bps[m] / 1e6);
 	}
@@ -902,7 +902,7 @@ on_leave(struct ps_scheduler *s, struct ps_call *c)
 		}
 		if (!s->trainer_gone[l->id]) {
 			s->trainer_gone[l->id] = 1;
-			PS_LOG(PS_LOG_NOTICE, "members", "trainer %u leaves",
+			FB_LOG(FB_LOG_NOTICE, "members", "trainer %u leaves",
 			    l->id);
 			if (s->placement != NULL) {
 				republish(s, s->assign);
@@ -936,7 +936,7 @@ on_leave(struct ps_scheduler *s, struct ps_call *c)
 	}
 	if (!s->gone[l->id]) {
 		s->gone[l->id] = 1;
-		PS_LOG(PS_LOG_NOTICE, "members", "server %u leaves", l->id);
+		FB_LOG(FB_LOG_NOTICE, "members", "server %u leaves", l->id);
 		if (s->placement != NULL) {
 			replan(s, "a server left", 1);
 		}
@@ -1010,38 +1010,38 @@ ps_scheduler_open(const struct ps_scheduler_opts *o, struct ps_scheduler **out)
 	     o->placement != PS_PLACEMENT_LATENCY) ||
 	    (o->placement == PS_PLACEMENT_LATENCY && o->probe_bytes == 0) ||
 	    o->probe_count < 1 || o->probe_count > 1000) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
-	if ((s = ps_zalloc(sizeof(*s))) == NULL) {
-		return PS_ENOMEM;
+	if ((s = fb_zalloc(sizeof(*s))) == NULL) {
+		return FB_ENOMEM;
 	}
 	s->opts = *o;
 	pthread_mutex_init(&s->mu, NULL);
-	s->trainer_seen = ps_zalloc((size_t) o->trainers);
-	s->server_urls  = ps_zalloc(sizeof(char *) * (size_t) o->servers);
-	s->capacity     = ps_zalloc(sizeof(uint64_t) * (size_t) o->servers);
-	s->lat = ps_zalloc(sizeof(double) * (size_t) o->servers * o->trainers);
-	s->bw  = ps_zalloc(sizeof(double) * (size_t) o->servers * o->trainers);
-	s->links_seen = ps_zalloc((size_t) o->trainers);
-	s->gone       = ps_zalloc((size_t) o->servers);
-	s->trainer_gone = ps_zalloc((size_t) o->trainers);
+	s->trainer_seen = fb_zalloc((size_t) o->trainers);
+	s->server_urls  = fb_zalloc(sizeof(char *) * (size_t) o->servers);
+	s->capacity     = fb_zalloc(sizeof(uint64_t) * (size_t) o->servers);
+	s->lat = fb_zalloc(sizeof(double) * (size_t) o->servers * o->trainers);
+	s->bw  = fb_zalloc(sizeof(double) * (size_t) o->servers * o->trainers);
+	s->links_seen = fb_zalloc((size_t) o->trainers);
+	s->gone       = fb_zalloc((size_t) o->servers);
+	s->trainer_gone = fb_zalloc((size_t) o->trainers);
 	if (s->trainer_seen == NULL || s->server_urls == NULL ||
 	    s->capacity == NULL || s->lat == NULL || s->bw == NULL ||
 	    s->links_seen == NULL || s->gone == NULL ||
 	    s->trainer_gone == NULL) {
 		ps_scheduler_close(s);
-		return PS_ENOMEM;
+		return FB_ENOMEM;
 	}
 	if ((rv = ps__rpc_open(o->url, o->contexts, o->max_msg, dispatch, s,
-	         &s->rpc)) != PS_OK) {
+	         &s->rpc)) != FB_OK) {
 		ps_scheduler_close(s);
 		return rv;
 	}
-	PS_LOG(PS_LOG_NOTICE, "scheduler",
+	FB_LOG(FB_LOG_NOTICE, "scheduler",
 	    "listening on %s; expecting %d servers, %d trainers",
 	    ps__rpc_url(s->rpc), o->servers, o->trainers);
 	*out = s;
-	return PS_OK;
+	return FB_OK;
 }
 
 const char *
@@ -1063,22 +1063,22 @@ ps_scheduler_close(struct ps_scheduler *s)
 	if (s->placement != NULL) {
 		pswire__placement__free_unpacked(s->placement, NULL);
 	}
-	ps_free(s->placement_buf);
+	fb_free(s->placement_buf);
 	for (int i = 0; s->server_urls && i < s->n_servers_seen; i++) {
-		ps_free(s->server_urls[i]);
+		fb_free(s->server_urls[i]);
 	}
-	ps_free(s->server_urls);
-	ps_free(s->trainer_seen);
-	ps_free(s->capacity);
-	ps_free(s->lat);
-	ps_free(s->bw);
-	ps_free(s->links_seen);
-	ps_free(s->gone);
-	ps_free(s->trainer_gone);
-	ps_free(s->assign);
-	ps_free(s->shard_size);
+	fb_free(s->server_urls);
+	fb_free(s->trainer_seen);
+	fb_free(s->capacity);
+	fb_free(s->lat);
+	fb_free(s->bw);
+	fb_free(s->links_seen);
+	fb_free(s->gone);
+	fb_free(s->trainer_gone);
+	fb_free(s->assign);
+	fb_free(s->shard_size);
 	pthread_mutex_destroy(&s->mu);
-	ps_free(s);
+	fb_free(s);
 }
 
 // republish publishes the current map with shards reassigned (assign,
@@ -1114,24 +1114,24 @@ republish(struct ps_scheduler *s, const uint32_t *assign)
 	}
 	q.gone_trainers = gone_t;
 	len         = pswire__placement__get_packed_size(&q);
-	if ((buf = ps_alloc(len)) == NULL) {
-		return PS_ENOMEM;
+	if ((buf = fb_alloc(len)) == NULL) {
+		return FB_ENOMEM;
 	}
 	pswire__placement__pack(&q, buf);
 	if ((np = pswire__placement__unpack(NULL, len, buf)) == NULL) {
-		ps_free(buf);
-		return PS_ENOMEM;
+		fb_free(buf);
+		return FB_ENOMEM;
 	}
 	pswire__placement__free_unpacked(s->placement, NULL);
-	ps_free(s->placement_buf);
+	fb_free(s->placement_buf);
 	s->placement     = np;
 	s->placement_buf = buf;
 	s->placement_len = len;
-	PS_LOG(PS_LOG_NOTICE, "placement", "epoch %llu: %d of %zu shards "
+	FB_LOG(FB_LOG_NOTICE, "placement", "epoch %llu: %d of %zu shards "
 	    "move, %d servers", (unsigned long long) s->epoch, moved, n,
 	    s->n_servers_seen);
 	answer_parked(s);
-	return PS_OK;
+	return FB_OK;
 }
 
 int
@@ -1140,21 +1140,21 @@ ps_scheduler_replace(struct ps_scheduler *s, const uint32_t *assign,
 {
 	int rv;
 	if (s == NULL || assign == NULL) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	pthread_mutex_lock(&s->mu);
 	if (s->placement == NULL) {
-		rv = PS_ESTATE;
+		rv = FB_ESTATE;
 	} else if (n != s->placement->n_shards) {
-		rv = PS_EINVAL;
+		rv = FB_EINVAL;
 	} else {
-		rv = PS_OK;
+		rv = FB_OK;
 		for (size_t i = 0; i < n; i++) {
 			if (assign[i] >= (uint32_t) s->n_servers_seen) {
-				rv = PS_EINVAL;
+				rv = FB_EINVAL;
 			}
 		}
-		if (rv == PS_OK) {
+		if (rv == FB_OK) {
 			rv = republish(s, assign);
 		}
 	}

@@ -250,11 +250,11 @@ answer_pull(struct ps_server *s, struct ps_call *c)
 	}
 	if (nrefs > 64) {
 		// Rare (many shards or long chains): one allocation per reply.
-		refs = ps_alloc(nrefs * sizeof(*refs));
-		ptrs = ps_alloc(nrefs * sizeof(*ptrs));
+		refs = fb_alloc(nrefs * sizeof(*refs));
+		ptrs = fb_alloc(nrefs * sizeof(*ptrs));
 		if (refs == NULL || ptrs == NULL) {
-			ps_free(refs);
-			ps_free(ptrs);
+			fb_free(refs);
+			fb_free(ptrs);
 			reply_err(s, c, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
 			    "out of memory building a pull reply");
 			return;
@@ -273,13 +273,13 @@ answer_pull(struct ps_server *s, struct ps_call *c)
 			r->shard      = sh->id;
 			r->offset     = off;
 			if (how == PLAN_FULL) {
-				r->kind    = 0;
+				r->kind    = PSWIRE__SHARD_KIND__SHARD_KIND_FULL;
 				r->codec   = COMP_NONE;
 				r->version = sh->version;
 				r->length  = sh->len * 4;
 				r->crc     = s->pull_none ? 0 : sh->ref_crc;
 			} else if (sh->version == have) {
-				r->kind         = 1;
+				r->kind         = PSWIRE__SHARD_KIND__SHARD_KIND_DELTA;
 				r->codec        = s->cpull.id;
 				r->bucket       = s->cpull.bucket;
 				r->base_version = have;
@@ -288,7 +288,7 @@ answer_pull(struct ps_server *s, struct ps_call *c)
 			} else {
 				uint64_t v    = have + j;
 				uint32_t slot = (uint32_t) (v % s->log_k);
-				r->kind         = 1;
+				r->kind         = PSWIRE__SHARD_KIND__SHARD_KIND_DELTA;
 				r->codec        = s->cpull.id;
 				r->bucket       = s->cpull.bucket;
 				r->base_version = v;
@@ -310,9 +310,9 @@ answer_pull(struct ps_server *s, struct ps_call *c)
 	// request's own buffer (no allocation, no zeroing). The request's
 	// bytes are no longer needed: the pushes were decoded on arrival.
 	m = ps__call_take_req(c);
-	if (m == NULL || psw_msg_reuse(m, hl, off, &payload) != PS_OK) {
+	if (m == NULL || psw_msg_reuse(m, hl, off, &payload) != FB_OK) {
 		nng_msg_free(m);
-		if (psw_msg_begin(&m, hl, off, &payload) != PS_OK) {
+		if (psw_msg_begin(&m, hl, off, &payload) != FB_OK) {
 			reply_err(s, c, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
 			    "out of memory building a pull reply");
 			goto done;
@@ -323,7 +323,7 @@ answer_pull(struct ps_server *s, struct ps_call *c)
 		struct srv_shard *sh = &s->shards[r->shard];
 		// Little-endian hosts only (checked at start-up): fp32
 		// payloads are the arrays' bytes.
-		if (r->kind == 0) {
+		if (r->kind == PSWIRE__SHARD_KIND__SHARD_KIND_FULL) {
 			memcpy(payload + r->offset, s->pull_none ? sh->x : sh->ref,
 			    r->length);
 		} else if (r->length > 0) {
@@ -339,8 +339,8 @@ answer_pull(struct ps_server *s, struct ps_call *c)
 	ps__call_reply_msg(c, m);
 done:
 	if (refs != refs_stack) {
-		ps_free(refs);
-		ps_free(ptrs);
+		fb_free(refs);
+		fb_free(ptrs);
 	}
 }
 
@@ -401,20 +401,20 @@ publish_version(struct ps_server *s, struct srv_shard *sh)
 		int      rv = comp_ref_encode(&s->cpull, sh->x, sh->ref, sh->len,
 		         s->scratch, sh->log + (size_t) slot * sh->log_cap,
 		         sh->log_cap, &n);
-		if (rv == PS_OK) {
-			sh->ref_crc        = ps_crc32(0, sh->ref, sh->len * 4);
+		if (rv == FB_OK) {
+			sh->ref_crc        = fb_crc32(0, sh->ref, sh->len * 4);
 			sh->log_base[slot] = base;
 			sh->log_len[slot]  = n;
 			sh->log_crc[slot]  = sh->ref_crc;
 			return;
 		}
-		PS_LOG(PS_LOG_WARN, "store", "shard %u: pull delta encode "
+		FB_LOG(FB_LOG_WARN, "store", "shard %u: pull delta encode "
 		    "failed (%s); trainers resync in full", sh->id,
-		    ps_strerror(rv));
+		    fb_strerror(rv));
 	}
 	// Warm-up (or encode failure): the reference is the weights.
 	memcpy(sh->ref, sh->x, sh->len * 4);
-	sh->ref_crc = ps_crc32(0, sh->ref, sh->len * 4);
+	sh->ref_crc = fb_crc32(0, sh->ref, sh->len * 4);
 	log_reset(s, sh);
 }
 
@@ -706,18 +706,18 @@ on_push(struct ps_server *s, struct ps_call *c)
 			Pswire__ShardRef *r  = p->shards[i];
 			struct srv_shard *sh = &s->shards[r->shard];
 			const uint8_t    *b  = c->frame.payload + r->offset;
-			int rv = PS_OK, ok;
+			int rv = FB_OK, ok;
 			if (r->codec == COMP_NONE) {
 				ok = all_finite(b, sh->len);
 			} else {
 				rv = comp_decode(push_codec(s, r), b, r->length,
 				    sh->len, s->sum);
-				ok = rv == PS_OK && all_finite(s->sum, sh->len);
+				ok = rv == FB_OK && all_finite(s->sum, sh->len);
 			}
 			if (!ok) {
 				reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
 				    "shard %u: gradient is %s", r->shard,
-				    rv != PS_OK ? "a corrupt code"
+				    rv != FB_OK ? "a corrupt code"
 				                : "holding NaN or Inf");
 				goto out;
 			}
@@ -764,7 +764,7 @@ on_push(struct ps_server *s, struct ps_call *c)
 			}
 		} else if (comp_decode(push_codec(s, r),
 		               c->frame.payload + r->offset, r->length,
-		               sh->len, slot) != PS_OK) {
+		               sh->len, slot) != FB_OK) {
 			bad      = (int) i;
 			bad_code = 1;
 		} else if (!all_finite(slot, sh->len)) {
@@ -887,7 +887,7 @@ on_probe(struct ps_server *s, struct ps_call *c)
 	}
 	h.request_id = c->hdr->request_id;
 	hl           = pswire__header__get_packed_size(&h);
-	if (psw_msg_begin(&m, hl, bytes, &payload) != PS_OK) {
+	if (psw_msg_begin(&m, hl, bytes, &payload) != FB_OK) {
 		reply_err(s, c, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
 		    "out of memory for a probe reply");
 		return;
@@ -945,7 +945,7 @@ check_map(const Pswire__Placement *pl)
 	Pswire__JobConfig *job = pl->job;
 	if (job == NULL || pl->trainers == 0 || pl->n_shards == 0 ||
 	    pl->n_shards > (1u << 24)) {
-		return PS_EPROTO;
+		return FB_EPROTO;
 	}
 	for (size_t i = 0; i < pl->n_shards; i++) {
 		Pswire__ShardInfo *si = pl->shards[i];
@@ -953,36 +953,36 @@ check_map(const Pswire__Placement *pl)
 		    si->len > (1ull << 34) ||
 		    si->offset + si->len > job->tensors[si->tensor]->len ||
 		    si->server >= pl->n_servers) {
-			return PS_EPROTO;
+			return FB_EPROTO;
 		}
 	}
-	return PS_OK;
+	return FB_OK;
 }
 
 // shard_alloc gives shard sh (len elements) its buffers. mu held.
 static int
 shard_alloc(struct ps_server *s, struct srv_shard *sh)
 {
-	sh->x     = ps_zalloc(sh->len * sizeof(float));
-	sh->stage = ps_alloc(sh->len * sizeof(float) * s->trainers);
-	sh->state = ps_zalloc(s->trainers);
+	sh->x     = fb_zalloc(sh->len * sizeof(float));
+	sh->stage = fb_alloc(sh->len * sizeof(float) * s->trainers);
+	sh->state = fb_zalloc(s->trainers);
 	if (sh->x == NULL || sh->stage == NULL || sh->state == NULL) {
-		return PS_ENOMEM;
+		return FB_ENOMEM;
 	}
 	if (!s->pull_none) {
 		sh->log_cap  = comp_bound(&s->cpull, sh->len);
-		sh->ref      = ps_zalloc(sh->len * sizeof(float));
-		sh->log      = ps_alloc(sh->log_cap * s->log_k + 1);
-		sh->log_base = ps_alloc(s->log_k * sizeof(uint64_t));
-		sh->log_crc  = ps_zalloc(s->log_k * sizeof(uint32_t));
-		sh->log_len  = ps_zalloc(s->log_k * sizeof(size_t));
+		sh->ref      = fb_zalloc(sh->len * sizeof(float));
+		sh->log      = fb_alloc(sh->log_cap * s->log_k + 1);
+		sh->log_base = fb_alloc(s->log_k * sizeof(uint64_t));
+		sh->log_crc  = fb_zalloc(s->log_k * sizeof(uint32_t));
+		sh->log_len  = fb_zalloc(s->log_k * sizeof(size_t));
 		if (sh->ref == NULL || sh->log == NULL || sh->log_base == NULL ||
 		    sh->log_crc == NULL || sh->log_len == NULL) {
-			return PS_ENOMEM;
+			return FB_ENOMEM;
 		}
 		log_reset(s, sh);
 	}
-	return PS_OK;
+	return FB_OK;
 }
 
 // shard_release frees sh's buffers and zeroes its state (keeping its
@@ -990,14 +990,14 @@ shard_alloc(struct ps_server *s, struct srv_shard *sh)
 static void
 shard_release(struct srv_shard *sh)
 {
-	ps_free(sh->x);
-	ps_free(sh->stage);
-	ps_free(sh->state);
-	ps_free(sh->ref);
-	ps_free(sh->log);
-	ps_free(sh->log_base);
-	ps_free(sh->log_crc);
-	ps_free(sh->log_len);
+	fb_free(sh->x);
+	fb_free(sh->stage);
+	fb_free(sh->state);
+	fb_free(sh->ref);
+	fb_free(sh->log);
+	fb_free(sh->log_base);
+	fb_free(sh->log_crc);
+	fb_free(sh->log_len);
 	struct srv_shard keep = { .id = sh->id, .tensor = sh->tensor,
 		.offset = sh->offset, .len = sh->len };
 	*sh = keep;
@@ -1012,8 +1012,8 @@ install_placement(struct ps_server *s, Pswire__Placement *pl)
 	size_t             maxlen = 1;
 	int                rv;
 
-	if (check_map(pl) != PS_OK) {
-		return PS_EPROTO;
+	if (check_map(pl) != FB_OK) {
+		return FB_EPROTO;
 	}
 	for (size_t i = 0; i < pl->n_shards; i++) {
 		if (pl->shards[i]->len > maxlen) {
@@ -1028,22 +1028,22 @@ install_placement(struct ps_server *s, Pswire__Placement *pl)
 	// The scheduler validated the codecs; a server still refuses a map
 	// it cannot serve rather than trusting it.
 	if (comp_codec_parse(job->codec_push, job->bucket, &s->cpush) !=
-	        PS_OK ||
+	        FB_OK ||
 	    comp_codec_parse(job->codec_pull, job->bucket, &s->cpull) !=
-	        PS_OK ||
-	    comp_codec_parse("none", 0, &s->cnone) != PS_OK) {
-		return PS_EPROTO;
+	        FB_OK ||
+	    comp_codec_parse("none", 0, &s->cnone) != FB_OK) {
+		return FB_EPROTO;
 	}
 	s->pull_none = s->cpull.id == COMP_NONE;
 	s->n_global  = pl->n_shards;
-	s->local     = ps_alloc(pl->n_shards * sizeof(*s->local));
-	s->shards    = ps_zalloc(pl->n_shards * sizeof(*s->shards));
-	s->sum       = ps_alloc(maxlen * sizeof(float));
-	s->scratch   = ps_alloc(maxlen * sizeof(float));
-	s->gone      = ps_zalloc(pl->trainers);
+	s->local     = fb_alloc(pl->n_shards * sizeof(*s->local));
+	s->shards    = fb_zalloc(pl->n_shards * sizeof(*s->shards));
+	s->sum       = fb_alloc(maxlen * sizeof(float));
+	s->scratch   = fb_alloc(maxlen * sizeof(float));
+	s->gone      = fb_zalloc(pl->trainers);
 	if (s->local == NULL || s->shards == NULL || s->sum == NULL ||
 	    s->scratch == NULL || s->gone == NULL) {
-		return PS_ENOMEM;
+		return FB_ENOMEM;
 	}
 	for (size_t k = 0; k < pl->n_gone_trainers; k++) {
 		if (pl->gone_trainers[k] < pl->trainers) {
@@ -1067,18 +1067,18 @@ install_placement(struct ps_server *s, Pswire__Placement *pl)
 			s->local[i] = PS_SHARD_ARRIVING;
 			continue;
 		}
-		if ((rv = shard_alloc(s, sh)) != PS_OK) {
+		if ((rv = shard_alloc(s, sh)) != FB_OK) {
 			return rv;
 		}
 		s->local[i] = (int32_t) i;
 		s->n_shards++;
 	}
 	s->pl = pl;
-	PS_LOG(PS_LOG_NOTICE, "store",
+	FB_LOG(FB_LOG_NOTICE, "store",
 	    "placement epoch %llu: holding %u of %zu shards, %u trainers, "
 	    "mode %s, lr %g", (unsigned long long) pl->epoch, s->n_shards,
 	    pl->n_shards, s->trainers, s->mode ? "async" : "sync", s->lr);
-	return PS_OK;
+	return FB_OK;
 }
 
 // ---- re-placement: moving shards between servers -------------------------
@@ -1116,10 +1116,10 @@ peers_close(struct peers *p)
 			nng_close(p->sock[i]);
 		}
 	}
-	ps_free(p->sock);
-	ps_free(p->ctx);
-	ps_free(p->aio);
-	ps_free(p->open);
+	fb_free(p->sock);
+	fb_free(p->ctx);
+	fb_free(p->aio);
+	fb_free(p->open);
 	memset(p, 0, sizeof(*p));
 }
 
@@ -1130,48 +1130,36 @@ peer_get(struct ps_server *s, struct peers *p, const Pswire__Placement *pl,
 {
 	if (m >= p->n) {
 		size_t n = pl->n_servers;
-		nng_socket *so = ps_realloc(p->sock, n * sizeof(*so));
+		nng_socket *so = fb_realloc(p->sock, n * sizeof(*so));
 		if (so != NULL) {
 			p->sock = so;
 		}
-		nng_ctx *cx = ps_realloc(p->ctx, n * sizeof(*cx));
+		nng_ctx *cx = fb_realloc(p->ctx, n * sizeof(*cx));
 		if (cx != NULL) {
 			p->ctx = cx;
 		}
-		nng_aio **ai = ps_realloc(p->aio, n * sizeof(*ai));
+		nng_aio **ai = fb_realloc(p->aio, n * sizeof(*ai));
 		if (ai != NULL) {
 			p->aio = ai;
 		}
-		uint8_t *op = ps_realloc(p->open, n);
+		uint8_t *op = fb_realloc(p->open, n);
 		if (op != NULL) {
 			p->open = op;
 		}
 		if (so == NULL || cx == NULL || ai == NULL || op == NULL) {
-			return PS_ENOMEM;
+			return FB_ENOMEM;
 		}
 		memset(p->open + p->n, 0, n - p->n);
 		p->n = n;
 	}
 	if (!p->open[m]) {
-		if (nng_req0_open(&p->sock[m]) != 0) {
-			return PS_ETRANSPORT;
-		}
-		nng_socket_set_ms(p->sock[m], NNG_OPT_REQ_RESENDTIME,
-		    NNG_DURATION_INFINITE);
-		nng_socket_set_ms(p->sock[m], NNG_OPT_RECONNMINT, 20);
-		nng_socket_set_ms(p->sock[m], NNG_OPT_RECONNMAXT, 500);
-		nng_socket_set_size(p->sock[m], NNG_OPT_RECVMAXSZ,
-		    s->opts.max_msg);
-		if (nng_dial(p->sock[m], pl->servers[m], NULL,
-		        NNG_FLAG_NONBLOCK) != 0 ||
-		    nng_ctx_open(&p->ctx[m], p->sock[m]) != 0 ||
-		    nng_aio_alloc(&p->aio[m], NULL, NULL) != 0) {
-			nng_close(p->sock[m]);
-			return PS_ETRANSPORT;
+		if (psw_req_open(pl->servers[m], s->opts.max_msg, 20, 500,
+		        &p->sock[m], &p->ctx[m], &p->aio[m]) != FB_OK) {
+			return FB_ETRANSPORT;
 		}
 		p->open[m] = 1;
 	}
-	return PS_OK;
+	return FB_OK;
 }
 
 // transfer_build serialises shard sh into a Transfer message. mu held.
@@ -1213,8 +1201,8 @@ transfer_build(struct ps_server *s, struct srv_shard *sh, nng_msg **out)
 	h.transfer_req = &t;
 	h.request_id   = 1; // the sender sets the real id
 	hl = pswire__header__get_packed_size(&h) + 10;
-	if (psw_msg_begin(out, hl, plen, &payload) != PS_OK) {
-		return PS_ENOMEM;
+	if (psw_msg_begin(out, hl, plen, &payload) != FB_OK) {
+		return FB_ENOMEM;
 	}
 	memcpy(payload, sh->x, sh->len * 4);
 	off = sh->len * 4;
@@ -1253,14 +1241,7 @@ call_touches(const struct ps_call *c, uint32_t id)
 	return 0;
 }
 
-static void
-nap_us(long us)
-{
-	struct timespec ts = { us / 1000000, (us % 1000000) * 1000L };
-	nanosleep(&ts, NULL);
-}
-
-// apply_map switches to map pl (taking ownership of it on PS_OK) and
+// apply_map switches to map pl (taking ownership of it on FB_OK) and
 // moves shards as described above. Called from the boot thread.
 static int
 apply_map(struct ps_server *s, Pswire__Placement *pl, struct peers *peers)
@@ -1271,23 +1252,23 @@ apply_map(struct ps_server *s, Pswire__Placement *pl, struct peers *peers)
 	size_t             n_out = 0;
 	int                busy;
 
-	if (check_map(pl) != PS_OK || pl->n_shards != s->n_global ||
+	if (check_map(pl) != FB_OK || pl->n_shards != s->n_global ||
 	    pl->epoch <= old->epoch) {
-		return PS_EPROTO;
+		return FB_EPROTO;
 	}
 	for (size_t i = 0; i < pl->n_shards; i++) {
 		if (pl->shards[i]->len != s->shards[i].len ||
 		    pl->shards[i]->offset != s->shards[i].offset ||
 		    pl->shards[i]->tensor != s->shards[i].tensor) {
-			return PS_EPROTO; // shards are never re-cut
+			return FB_EPROTO; // shards are never re-cut
 		}
 	}
-	out  = ps_zalloc(s->n_global * sizeof(*out));
-	dest = ps_zalloc(s->n_global * sizeof(*dest));
+	out  = fb_zalloc(s->n_global * sizeof(*out));
+	dest = fb_zalloc(s->n_global * sizeof(*dest));
 	if (out == NULL || dest == NULL) {
-		ps_free(out);
-		ps_free(dest);
-		return PS_ENOMEM;
+		fb_free(out);
+		fb_free(dest);
+		return FB_ENOMEM;
 	}
 	pthread_mutex_lock(&s->mu);
 	s->pl = pl;
@@ -1323,7 +1304,7 @@ apply_map(struct ps_server *s, Pswire__Placement *pl, struct peers *peers)
 		}
 		if (busy) {
 			pthread_mutex_unlock(&s->mu);
-			nap_us(200);
+			fb_sleep_us(200);
 			pthread_mutex_lock(&s->mu);
 		}
 	} while (busy);
@@ -1357,10 +1338,10 @@ apply_map(struct ps_server *s, Pswire__Placement *pl, struct peers *peers)
 			continue;
 		}
 		struct srv_shard *sh = &s->shards[i];
-		if (transfer_build(s, sh, &out[n_out]) != PS_OK) {
+		if (transfer_build(s, sh, &out[n_out]) != FB_OK) {
 			// Keep the shard rather than lose it; it stays
 			// served here under its old ownership.
-			PS_LOG(PS_LOG_ERR, "move", "shard %zu: out of memory "
+			FB_LOG(FB_LOG_ERR, "move", "shard %zu: out of memory "
 			    "serialising it; it stays here", i);
 			s->local[i] = (int32_t) i;
 			continue;
@@ -1371,7 +1352,7 @@ apply_map(struct ps_server *s, Pswire__Placement *pl, struct peers *peers)
 		s->local[i] = PS_SHARD_ABSENT;
 		s->n_shards--;
 	}
-	PS_LOG(PS_LOG_NOTICE, "move", "placement epoch %llu: %zu shard(s) "
+	FB_LOG(FB_LOG_NOTICE, "move", "placement epoch %llu: %zu shard(s) "
 	    "leave, holding %u", (unsigned long long) pl->epoch, n_out,
 	    s->n_shards);
 	pthread_mutex_unlock(&s->mu);
@@ -1380,16 +1361,16 @@ apply_map(struct ps_server *s, Pswire__Placement *pl, struct peers *peers)
 	pswire__placement__free_unpacked(old, NULL);
 
 	for (size_t k = 0; k < n_out; k++) {
-		uint64_t give_up = ps_clock_ms() + 60000;
-		int      rv      = PS_ETRANSPORT;
-		while (!atomic_load(&s->closing) && ps_clock_ms() < give_up) {
+		uint64_t give_up = fb_clock_ms() + 60000;
+		int      rv      = FB_ETRANSPORT;
+		while (!atomic_load(&s->closing) && fb_clock_ms() < give_up) {
 			struct psw_frame  f;
 			ProtobufCMessage *ph  = NULL;
 			const char       *why = "";
 			nng_msg          *rep = NULL, *m;
-			if ((rv = peer_get(s, peers, pl, dest[k])) != PS_OK ||
+			if ((rv = peer_get(s, peers, pl, dest[k])) != FB_OK ||
 			    nng_msg_dup(&m, out[k]) != 0) {
-				nap_us(100000);
+				fb_sleep_us(100000);
 				continue;
 			}
 			// The request id sits in the packed header; the
@@ -1398,10 +1379,10 @@ apply_map(struct ps_server *s, Pswire__Placement *pl, struct peers *peers)
 			    m, PSWIRE__METHOD__TRANSFER, 1, 5000, &rep, &f,
 			    &ph, &why);
 			Pswire__Header *rh = (Pswire__Header *) ph;
-			int unavailable = rv == PS_EREMOTE &&
+			int unavailable = rv == FB_EREMOTE &&
 			    rh->status == PSWIRE__STATUS__UNAVAILABLE;
-			if (rv == PS_EREMOTE && !unavailable) {
-				PS_LOG(PS_LOG_ERR, "move", "transfer to server "
+			if (rv == FB_EREMOTE && !unavailable) {
+				FB_LOG(FB_LOG_ERR, "move", "transfer to server "
 				    "%u refused: %s", dest[k], rh->error);
 			}
 			if (rh != NULL) {
@@ -1410,21 +1391,21 @@ apply_map(struct ps_server *s, Pswire__Placement *pl, struct peers *peers)
 			if (rep != NULL) {
 				nng_msg_free(rep);
 			}
-			if (rv == PS_OK || (rv == PS_EREMOTE && !unavailable)) {
+			if (rv == FB_OK || (rv == FB_EREMOTE && !unavailable)) {
 				break;
 			}
-			nap_us(20000);
+			fb_sleep_us(20000);
 		}
-		if (rv != PS_OK) {
-			PS_LOG(PS_LOG_ERR, "move", "shard transfer to server %u "
-			    "failed: %s", dest[k], ps_strerror(rv));
+		if (rv != FB_OK) {
+			FB_LOG(FB_LOG_ERR, "move", "shard transfer to server %u "
+			    "failed: %s", dest[k], fb_strerror(rv));
 		}
 		atomic_fetch_sub(&s->transfers, 1);
 		nng_msg_free(out[k]);
 	}
-	ps_free(out);
-	ps_free(dest);
-	return PS_OK;
+	fb_free(out);
+	fb_free(dest);
+	return FB_OK;
 }
 
 // on_transfer installs a shard moved here by a new map.
@@ -1501,7 +1482,7 @@ on_transfer(struct ps_server *s, struct ps_call *c)
 		    t->shard, c->frame.payload_len, (unsigned long long) need);
 		goto out;
 	}
-	if (shard_alloc(s, sh) != PS_OK) {
+	if (shard_alloc(s, sh) != FB_OK) {
 		shard_release(sh);
 		reply_err(s, c, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
 		    "out of memory for shard %u", t->shard);
@@ -1535,7 +1516,7 @@ on_transfer(struct ps_server *s, struct ps_call *c)
 	sh->n_pushed      = pushed;
 	s->local[t->shard] = (int32_t) t->shard;
 	s->n_shards++;
-	PS_LOG(PS_LOG_INFO, "move", "shard %u arrived at version %llu",
+	FB_LOG(FB_LOG_INFO, "move", "shard %u arrived at version %llu",
 	    t->shard, (unsigned long long) t->version);
 	h.request_id = c->hdr->request_id;
 	ps__call_reply(c, &h);
@@ -1555,20 +1536,10 @@ boot_main(void *arg)
 	int               rv;
 	struct peers      peers = { 0 };
 
-	if (nng_req0_open(&sock) != 0) {
-		PS_LOG(PS_LOG_ERR, "boot", "cannot open a REQ socket");
-		return NULL;
-	}
-	nng_socket_set_ms(sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
-	nng_socket_set_ms(sock, NNG_OPT_RECONNMINT, 50);
-	nng_socket_set_ms(sock, NNG_OPT_RECONNMAXT, 1000);
-	nng_socket_set_size(sock, NNG_OPT_RECVMAXSZ, s->opts.max_msg);
-	if ((rv = nng_dial(sock, s->opts.scheduler_url, NULL,
-	         NNG_FLAG_NONBLOCK)) != 0 ||
-	    nng_ctx_open(&ctx, sock) != 0 || nng_aio_alloc(&aio, NULL, NULL)) {
-		PS_LOG(PS_LOG_ERR, "boot", "cannot dial scheduler %s: %s",
-		    s->opts.scheduler_url, nng_strerror(rv));
-		nng_close(sock);
+	if (psw_req_open(s->opts.scheduler_url, s->opts.max_msg, 50, 1000,
+	        &sock, &ctx, &aio) != FB_OK) {
+		FB_LOG(FB_LOG_ERR, "boot", "cannot dial scheduler %s",
+		    s->opts.scheduler_url);
 		return NULL;
 	}
 	// Register, then wait for the placement; retry while not closing.
@@ -1578,13 +1549,9 @@ boot_main(void *arg)
 		Pswire__RegisterRequest rr = PSWIRE__REGISTER_REQUEST__INIT;
 		Pswire__GetPlacementRequest gp =
 		    PSWIRE__GET_PLACEMENT_REQUEST__INIT;
-		nng_msg          *req, *rep = NULL;
-		uint8_t          *payload;
-		struct psw_frame  f;
-		ProtobufCMessage *ph = NULL;
+		ProtobufCMessage *ph  = NULL;
 		const char       *why = "";
 		uint8_t           method;
-		size_t            hl;
 
 		h.request_id  = rid++;
 		h.deadline_ms = s->opts.timeout_ms;
@@ -1603,25 +1570,23 @@ boot_main(void *arg)
 			h.placement_req = &gp;
 			method          = PSWIRE__METHOD__GET_PLACEMENT;
 		}
-		hl = pswire__header__get_packed_size(&h);
-		if (psw_msg_begin(&req, hl, 0, &payload) != PS_OK) {
-			break;
-		}
-		psw_msg_finish(req, method, 0, &h.base, hl, 0);
 		// Short timeouts so that close is noticed quickly; the
 		// parked GetPlacement is simply re-sent.
-		rv = psw_call(ctx, aio, req, method, h.request_id, 1000, &rep,
-		    &f, &ph, &why);
-		if (rv == PS_OK && !registered) {
+		rv = psw_call_header(ctx, aio, &h.base, method, h.request_id,
+		    1000, &ph, &why);
+		if (rv == FB_ENOMEM) {
+			break;
+		}
+		if (rv == FB_OK && !registered) {
 			Pswire__Header *rh = (Pswire__Header *) ph;
 			if (rh->body_case == PSWIRE__HEADER__BODY_REGISTER_REP) {
 				s->index   = rh->register_rep->id;
 				s->late    = rh->register_rep->late;
 				registered = 1;
-				PS_LOG(PS_LOG_NOTICE, "boot",
+				FB_LOG(FB_LOG_NOTICE, "boot",
 				    "registered as server %u", s->index);
 			}
-		} else if (rv == PS_OK) {
+		} else if (rv == FB_OK) {
 			Pswire__Header *rh = (Pswire__Header *) ph;
 			if (rh->body_case == PSWIRE__HEADER__BODY_PLACEMENT) {
 				Pswire__Placement *pl = rh->placement;
@@ -1630,17 +1595,17 @@ boot_main(void *arg)
 				if (s->pl == NULL) {
 					pthread_mutex_lock(&s->mu);
 					rv = install_placement(s, pl);
-					if (rv == PS_OK) {
+					if (rv == FB_OK) {
 						atomic_store(&s->ready, 1);
 					}
 					pthread_mutex_unlock(&s->mu);
 				} else {
 					rv = apply_map(s, pl, &peers);
 				}
-				if (rv != PS_OK) {
-					PS_LOG(PS_LOG_ERR, "boot",
+				if (rv != FB_OK) {
+					FB_LOG(FB_LOG_ERR, "boot",
 					    "cannot install placement: %s",
-					    ps_strerror(rv));
+					    fb_strerror(rv));
 					pswire__placement__free_unpacked(pl,
 					    NULL);
 					if (s->pl == NULL) {
@@ -1648,20 +1613,15 @@ boot_main(void *arg)
 					}
 				}
 			}
-		} else if (rv == PS_EREMOTE) {
-			PS_LOG(PS_LOG_ERR, "boot", "scheduler refused: %s", why);
-			struct timespec ts = { 1, 0 };
-			nanosleep(&ts, NULL);
-		} else if (rv != PS_ETIMEDOUT) {
-			struct timespec ts = { 0, 100000000 };
-			nanosleep(&ts, NULL);
+		} else if (rv == FB_EREMOTE) {
+			FB_LOG(FB_LOG_ERR, "boot", "scheduler refused: %s", why);
+			fb_sleep_us(1000000);
+		} else if (rv != FB_ETIMEDOUT) {
+			fb_sleep_us(100000);
 		}
 		if (ph != NULL) {
 			pswire__header__free_unpacked((Pswire__Header *) ph,
 			    NULL);
-		}
-		if (rep != NULL) {
-			nng_msg_free(rep);
 		}
 	}
 	peers_close(&peers);
@@ -1675,9 +1635,8 @@ sweep_main(void *arg)
 {
 	struct ps_server *s = arg;
 	while (!atomic_load(&s->closing)) {
-		struct timespec ts = { 0, 100000000 };
-		nanosleep(&ts, NULL);
-		uint64_t now = ps_clock_ms();
+		fb_sleep_us(100000);
+		uint64_t now = fb_clock_ms();
 		pthread_mutex_lock(&s->mu);
 		struct ps_call **pp = &s->parked;
 		while (*pp != NULL) {
@@ -1704,33 +1663,33 @@ ps_server_open(const struct ps_server_opts *o, struct ps_server **out)
 	const uint16_t    one = 1;
 
 	if (*(const uint8_t *) &one != 1) {
-		PS_LOG(PS_LOG_ERR, "server", "big-endian hosts are unsupported");
-		return PS_EUNSUPP;
+		FB_LOG(FB_LOG_ERR, "server", "big-endian hosts are unsupported");
+		return FB_EUNSUPP;
 	}
 	if (o == NULL || o->url == NULL || o->scheduler_url == NULL ||
 	    o->contexts < 1) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
-	if ((s = ps_zalloc(sizeof(*s))) == NULL) {
-		return PS_ENOMEM;
+	if ((s = fb_zalloc(sizeof(*s))) == NULL) {
+		return FB_ENOMEM;
 	}
 	s->opts       = *o;
-	s->started_ms = ps_clock_ms();
+	s->started_ms = fb_clock_ms();
 	pthread_mutex_init(&s->mu, NULL);
 	if ((rv = ps__rpc_open(o->url, o->contexts, o->max_msg, dispatch, s,
-	         &s->rpc)) != PS_OK) {
+	         &s->rpc)) != FB_OK) {
 		pthread_mutex_destroy(&s->mu);
-		ps_free(s);
+		fb_free(s);
 		return rv;
 	}
 	snprintf(s->url, sizeof(s->url), "%s",
 	    o->advertise_url ? o->advertise_url : ps__rpc_url(s->rpc));
-	PS_LOG(PS_LOG_NOTICE, "server", "listening on %s (advertised %s)",
+	FB_LOG(FB_LOG_NOTICE, "server", "listening on %s (advertised %s)",
 	    ps__rpc_url(s->rpc), s->url);
 	pthread_create(&s->boot_thread, NULL, boot_main, s);
 	pthread_create(&s->sweep_thread, NULL, sweep_main, s);
 	*out = s;
-	return PS_OK;
+	return FB_OK;
 }
 
 int
@@ -1741,27 +1700,17 @@ ps_server_leave(struct ps_server *s, uint32_t timeout_ms)
 	nng_socket           sock;
 	nng_ctx              ctx;
 	nng_aio             *aio = NULL;
-	nng_msg             *req, *rep = NULL;
-	uint8_t             *payload;
-	struct psw_frame     f;
 	ProtobufCMessage    *ph  = NULL;
 	const char          *why = "";
-	uint64_t             end = ps_clock_ms() + timeout_ms;
-	size_t               hl;
+	uint64_t             end = fb_clock_ms() + timeout_ms;
 	int                  rv;
 
 	if (!atomic_load(&s->ready)) {
-		return PS_ESTATE;
+		return FB_ESTATE;
 	}
-	if (nng_req0_open(&sock) != 0) {
-		return PS_ETRANSPORT;
-	}
-	nng_socket_set_ms(sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
-	if (nng_dial(sock, s->opts.scheduler_url, NULL, NNG_FLAG_NONBLOCK) !=
-	        0 ||
-	    nng_ctx_open(&ctx, sock) != 0 || nng_aio_alloc(&aio, NULL, NULL)) {
-		nng_close(sock);
-		return PS_ETRANSPORT;
+	if (psw_req_open(s->opts.scheduler_url, 0, 0, 0, &sock, &ctx, &aio) !=
+	    FB_OK) {
+		return FB_ETRANSPORT;
 	}
 	l.role        = PSWIRE__ROLE__ROLE_SERVER;
 	l.id          = s->index;
@@ -1769,20 +1718,14 @@ ps_server_leave(struct ps_server *s, uint32_t timeout_ms)
 	h.deadline_ms = timeout_ms;
 	h.body_case   = PSWIRE__HEADER__BODY_LEAVE_REQ;
 	h.leave_req   = &l;
-	hl            = pswire__header__get_packed_size(&h);
-	if (psw_msg_begin(&req, hl, 0, &payload) != PS_OK) {
-		rv = PS_ENOMEM;
-		goto done;
-	}
-	psw_msg_finish(req, PSWIRE__METHOD__LEAVE, 0, &h.base, hl, 0);
 	// A scheduler that is gone should not hold the shutdown for long.
-	rv = psw_call(ctx, aio, req, PSWIRE__METHOD__LEAVE, 1,
-	    (int) (timeout_ms < 3000 ? timeout_ms : 3000), &rep, &f, &ph, &why);
-	if (rv != PS_OK) {
-		PS_LOG(PS_LOG_ERR, "leave", "scheduler: %s", why ? why : "");
+	rv = psw_call_header(ctx, aio, &h.base, PSWIRE__METHOD__LEAVE, 1,
+	    (int) (timeout_ms < 3000 ? timeout_ms : 3000), &ph, &why);
+	if (rv != FB_OK) {
+		FB_LOG(FB_LOG_ERR, "leave", "scheduler: %s", why ? why : "");
 		goto done;
 	}
-	PS_LOG(PS_LOG_NOTICE, "leave", "leaving: moving my shards away");
+	FB_LOG(FB_LOG_NOTICE, "leave", "leaving: moving my shards away");
 	for (;;) {
 		pthread_mutex_lock(&s->mu);
 		// Done when nothing is held and every packed shard has been
@@ -1790,23 +1733,20 @@ ps_server_leave(struct ps_server *s, uint32_t timeout_ms)
 		uint32_t left = s->n_shards + (uint32_t) atomic_load(&s->transfers);
 		pthread_mutex_unlock(&s->mu);
 		if (left == 0) {
-			rv = PS_OK;
+			rv = FB_OK;
 			break;
 		}
-		if (ps_clock_ms() >= end) {
-			PS_LOG(PS_LOG_ERR, "leave", "%u shard(s) still here after "
+		if (fb_clock_ms() >= end) {
+			FB_LOG(FB_LOG_ERR, "leave", "%u shard(s) still here after "
 			    "%u ms", left, timeout_ms);
-			rv = PS_ETIMEDOUT;
+			rv = FB_ETIMEDOUT;
 			break;
 		}
-		nap_us(10000);
+		fb_sleep_us(10000);
 	}
 done:
 	if (ph != NULL) {
 		pswire__header__free_unpacked((Pswire__Header *) ph, NULL);
-	}
-	if (rep != NULL) {
-		nng_msg_free(rep);
 	}
 	nng_aio_free(aio);
 	nng_close(sock);
@@ -1841,10 +1781,10 @@ ps_server_stats(struct ps_server *s, char *buf, size_t n)
 	    "errors:%llu\r\nbytes_in:%llu\r\nbytes_out:%llu\r\n"
 	    "updates_applied:%llu\r\nparked:%d\r\n",
 	    s->index, s->url,
-	    (unsigned long long) (ps_clock_ms() - s->started_ms),
+	    (unsigned long long) (fb_clock_ms() - s->started_ms),
 	    atomic_load(&s->ready),
 	    s->n_shards, (unsigned long long) version,
-	    s->mode ? "async" : "sync", ps_used_memory(),
+	    s->mode ? "async" : "sync", fb_used_memory(),
 	    (unsigned long long) atomic_load(&s->n_push),
 	    (unsigned long long) atomic_load(&s->n_pull),
 	    (unsigned long long) atomic_load(&s->n_err),
@@ -1868,14 +1808,14 @@ ps_server_close(struct ps_server *s)
 	for (size_t i = 0; s->shards != NULL && i < s->n_global; i++) {
 		shard_release(&s->shards[i]);
 	}
-	ps_free(s->scratch);
-	ps_free(s->gone);
-	ps_free(s->shards);
-	ps_free(s->local);
-	ps_free(s->sum);
+	fb_free(s->scratch);
+	fb_free(s->gone);
+	fb_free(s->shards);
+	fb_free(s->local);
+	fb_free(s->sum);
 	if (s->pl != NULL) {
 		pswire__placement__free_unpacked(s->pl, NULL);
 	}
 	pthread_mutex_destroy(&s->mu);
-	ps_free(s);
+	fb_free(s);
 }

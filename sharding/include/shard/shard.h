@@ -5,16 +5,16 @@
 // reentrant and may be called from any thread; calls that share no output
 // memory may run concurrently. Nothing here blocks.
 //
-// Conventions (see STYLE.md): functions return 0 (PS_OK) or a positive PS_E*
-// code from <ps/base.h>; out-params are written only on success; heap memory
-// comes from ps_alloc and each allocating call names its release call.
+// Conventions (see STYLE.md): functions return 0 (FB_OK) or a positive FB_E*
+// code from <fb/fb.h>; out-params are written only on success; heap memory
+// comes from fb_alloc and each allocating call names its release call.
 #ifndef SHARD_SHARD_H
 #define SHARD_SHARD_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include <ps/base.h>
+#include <fb/fb.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -43,12 +43,12 @@ struct shard_desc {
 // piece is at most shard_bytes bytes.
 //
 // On success *out points to an array of *n_out descriptors allocated with
-// ps_alloc; the caller owns it and releases it with ps_free.
+// fb_alloc; the caller owns it and releases it with fb_free.
 //
-// Errors: PS_EINVAL if tensor_lens, out or n_out is NULL, n_tensors is 0 or
+// Errors: FB_EINVAL if tensor_lens, out or n_out is NULL, n_tensors is 0 or
 // above UINT32_MAX, any length is 0, or shard_bytes is not a multiple of 4
-// or is below 4. PS_ERANGE if a length exceeds 2^61 elements or a tensor
-// needs more than UINT32_MAX shards. PS_ENOMEM if allocation fails.
+// or is below 4. FB_ERANGE if a length exceeds 2^61 elements or a tensor
+// needs more than UINT32_MAX shards. FB_ENOMEM if allocation fails.
 int shard_split(const uint64_t *tensor_lens, size_t n_tensors,
     uint64_t shard_bytes, struct shard_desc **out, size_t *n_out);
 
@@ -58,7 +58,7 @@ int shard_split(const uint64_t *tensor_lens, size_t n_tensors,
 // assign[i] = i mod n_servers for i in [0, n_shards), i.e. round-robin in
 // shard order. The caller owns assign (n_shards entries).
 //
-// Errors: PS_EINVAL if n_servers is 0, or assign is NULL while n_shards > 0.
+// Errors: FB_EINVAL if n_servers is 0, or assign is NULL while n_shards > 0.
 // n_shards == 0 succeeds and writes nothing.
 int shard_place_uniform(size_t n_shards, uint32_t n_servers,
     uint32_t *assign);
@@ -135,15 +135,15 @@ struct shard_report {
 // Σ_t time_t to *f_sum and, when trainer_time is not NULL, time_t to
 // trainer_time[0..T-1]. f and f_sum may be NULL.
 //
-// Errors: PS_EINVAL if inst is invalid (see shard_inst above), assign is
-// NULL or names a server ≥ M. PS_ERANGE if Σ b_i overflows 64 bits.
-// PS_ENOMEM if the working arrays cannot be allocated.
+// Errors: FB_EINVAL if inst is invalid (see shard_inst above), assign is
+// NULL or names a server ≥ M. FB_ERANGE if Σ b_i overflows 64 bits.
+// FB_ENOMEM if the working arrays cannot be allocated.
 int shard_cost(const struct shard_inst *inst, const uint32_t *assign,
     double *f, double *f_sum, double *trainer_time);
 
-// shard_assign_check returns PS_OK if assign respects every capacity,
-// PS_ENOSPC if some server's load exceeds its capacity, and PS_EINVAL (or
-// PS_ERANGE) as shard_cost does. It does not allocate.
+// shard_assign_check returns FB_OK if assign respects every capacity,
+// FB_ENOSPC if some server's load exceeds its capacity, and FB_EINVAL (or
+// FB_ERANGE) as shard_cost does. It does not allocate.
 int shard_assign_check(const struct shard_inst *inst, const uint32_t *assign);
 
 // shard_lower_bound writes a lower bound on the optimal F of inst to *lb.
@@ -157,7 +157,7 @@ int shard_assign_check(const struct shard_inst *inst, const uint32_t *assign);
 //     Σ_m min_t (F − k·L[t][m])⁺·B[t][m]/ρ ≥ Σ_i b_i (bisection),
 // so it is never below the §3.3 formula and much tighter when trainers see
 // different links. Model A: LB = max_t Σ_i min_m (L[t][m] + ρ·b_i/B[t][m]).
-// Errors: as shard_cost (no allocation, so never PS_ENOMEM).
+// Errors: as shard_cost (no allocation, so never FB_ENOMEM).
 int shard_lower_bound(const struct shard_inst *inst, double *lb);
 
 // shard_solve places the shards of inst on its servers, minimising F under
@@ -175,10 +175,10 @@ int shard_lower_bound(const struct shard_inst *inst, double *lb);
 // function of inst and opts. Working arrays are allocated once per call.
 // Cost: O(S log S + S·M·T) greedy; per pass O(S·M·T + S²·T).
 //
-// Errors: PS_EINVAL as shard_cost, or assign NULL. PS_ENOSPC if no feasible
+// Errors: FB_EINVAL as shard_cost, or assign NULL. FB_ENOSPC if no feasible
 // assignment was found: always when Σ b_i exceeds Σ C_m or a shard is larger
 // than every capacity; otherwise when greedy, first-fit-decreasing and every
-// random start fail. PS_ENOMEM. Outputs are untouched on error.
+// random start fail. FB_ENOMEM. Outputs are untouched on error.
 int shard_solve(const struct shard_inst *inst,
     const struct shard_solve_opts *opts, uint32_t *assign,
     double *trainer_time, struct shard_report *rep);
@@ -188,7 +188,7 @@ int shard_solve(const struct shard_inst *inst,
 // first in enumeration order on exact ties). For tests and benchmarks.
 // Outputs as shard_solve (rep->passes and rep->starts are 0).
 //
-// Errors: PS_ERANGE if S > 12 or M^S > 2,000,000. PS_ENOSPC if no
+// Errors: FB_ERANGE if S > 12 or M^S > 2,000,000. FB_ENOSPC if no
 // assignment fits. Otherwise as shard_solve.
 int shard_solve_brute(const struct shard_inst *inst, uint32_t *assign,
     double *trainer_time, struct shard_report *rep);
@@ -204,9 +204,9 @@ size_t shard_format_bound(const struct shard_inst *inst);
 // anything itself; the scheduler logs the text. When written is not NULL,
 // *written receives the string length.
 //
-// Errors: PS_EINVAL as shard_cost, or buf NULL. PS_ENOSPC if len is too
+// Errors: FB_EINVAL as shard_cost, or buf NULL. FB_ENOSPC if len is too
 // small (buf then holds a truncated, NUL-terminated prefix when len > 0).
-// PS_ENOMEM.
+// FB_ENOMEM.
 int shard_format(const struct shard_inst *inst, const uint32_t *assign,
     char *buf, size_t len, size_t *written);
 

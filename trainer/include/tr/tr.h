@@ -18,17 +18,17 @@
 //   tr_backend_grad(b, &train, idx, n, g.t, &loss_sum);
 //   tr_params_sgd(&w, &g, lr, n);           // (e) the server's update
 //
-// Errors: functions return 0 (PS_OK) or a positive PS_E* code from
-// <ps/base.h>. Functions that take (err, errlen) also write a one-line,
+// Errors: functions return 0 (FB_OK) or a positive FB_E* code from
+// <fb/fb.h>. Functions that take (err, errlen) also write a one-line,
 // human-readable reason there on failure (err may be NULL). The library
 // never prints, except the training loop (tr_train_run), which writes its
-// progress lines to the FILE it is given and errors through PS_LOG.
+// progress lines to the FILE it is given and errors through FB_LOG.
 //
 // Threading: every object here is used by one thread at a time. Distinct
 // objects are independent, except that OpenBLAS's thread count is process
 // wide (see tr_backend_opts.blas_threads).
 //
-// Memory: all heap use goes through ps_alloc/ps_free. Nothing on the
+// Memory: all heap use goes through fb_alloc/fb_free. Nothing on the
 // per-step path (tr_partition_batch, tr_backend_grad, tr_params_sgd)
 // allocates.
 #ifndef TR_TR_H
@@ -99,9 +99,9 @@ struct tr_dataset {
 // Each path is opened as given through zlib, so gzipped and plain files
 // both work. classes is the number of classes the model predicts; every
 // label must be below it.
-// Errors: PS_ENOTFOUND (cannot open), PS_EPROTO (bad magic, bad or
+// Errors: FB_ENOTFOUND (cannot open), FB_EPROTO (bad magic, bad or
 // inconsistent dimensions, truncated or trailing bytes, corrupt gzip,
-// label >= classes, image and label counts differ), PS_ENOMEM, PS_EINVAL.
+// label >= classes, image and label counts differ), FB_ENOMEM, FB_EINVAL.
 // err names the file and what is wrong. On success ds owns its buffers:
 // release them with tr_dataset_fini. On failure ds is left zeroed.
 int tr_dataset_load_idx(struct tr_dataset *ds, const char *images_path,
@@ -119,7 +119,7 @@ int tr_data_load(const char *dir, int classes, struct tr_dataset *train,
 // tr_dataset_synthetic fills ds with n samples of dim features in
 // `classes` Gaussian clusters (deterministic from seed); a learnable toy
 // set for tests and benchmarks. Release with tr_dataset_fini.
-// Errors: PS_EINVAL (zero sizes), PS_ENOMEM.
+// Errors: FB_EINVAL (zero sizes), FB_ENOMEM.
 int tr_dataset_synthetic(struct tr_dataset *ds, size_t n, size_t dim,
     int classes, uint64_t seed);
 
@@ -148,8 +148,8 @@ struct tr_partition {
 };
 
 // tr_partition_init builds rank's partition of n samples among trainers.
-// Errors: PS_EINVAL (n == 0, n > UINT32_MAX, trainers < 1, rank out of
-// range), PS_ENOMEM. Release with tr_partition_fini (safe on zeroed p).
+// Errors: FB_EINVAL (n == 0, n > UINT32_MAX, trainers < 1, rank out of
+// range), FB_ENOMEM. Release with tr_partition_fini (safe on zeroed p).
 int  tr_partition_init(struct tr_partition *p, size_t n, int rank,
      int trainers, uint64_t seed);
 void tr_partition_fini(struct tr_partition *p);
@@ -166,7 +166,7 @@ size_t tr_partition_steps(size_t n, int trainers, size_t batch);
 // the data set) of the given epoch, reshuffling first if p holds another
 // epoch. *idx is borrowed: valid until the next call with another epoch or
 // tr_partition_fini. Does not allocate.
-// Errors: PS_EINVAL (batch == 0, epoch < 0), PS_ERANGE ((k+1)*batch >
+// Errors: FB_EINVAL (batch == 0, epoch < 0), FB_ERANGE ((k+1)*batch >
 // count).
 int tr_partition_batch(struct tr_partition *p, long epoch, size_t k,
     size_t batch, const uint32_t **idx);
@@ -190,7 +190,7 @@ struct tr_arch {
 
 // tr_arch_parse parses "784,256,128,10" (at least two widths, each in
 // [1, TR_MAX_WIDTH], at most TR_MAX_LAYERS+1 of them; the last, the number
-// of classes, at least 2). Errors: PS_EINVAL with the reason in err.
+// of classes, at least 2). Errors: FB_EINVAL with the reason in err.
 int tr_arch_parse(const char *spec, struct tr_arch *a, char *err,
     size_t errlen);
 
@@ -215,8 +215,8 @@ struct tr_params {
 	size_t len[TR_MAX_TENSORS];
 };
 
-// tr_params_init allocates zeroed tensors shaped for a. Errors: PS_EINVAL,
-// PS_ENOMEM. Release with tr_params_fini (safe on zeroed p).
+// tr_params_init allocates zeroed tensors shaped for a. Errors: FB_EINVAL,
+// FB_ENOMEM. Release with tr_params_fini (safe on zeroed p).
 int  tr_params_init(struct tr_params *p, const struct tr_arch *a);
 void tr_params_fini(struct tr_params *p);
 
@@ -263,8 +263,8 @@ void tr_params_sgd(struct tr_params *w, const struct tr_params *g,
 //   backend may cache ds on the device, keyed by the pointer and assuming
 //   ds does not change while the backend is alive.
 // - evaluate: mean cross-entropy and accuracy over all of ds.
-// - Errors: PS_EINVAL (n == 0 or > max_batch), PS_ERANGE (an index or
-//   label out of range), backend-specific codes (PS_EUNSUPP: no device),
+// - Errors: FB_EINVAL (n == 0 or > max_batch), FB_ERANGE (an index or
+//   label out of range), backend-specific codes (FB_EUNSUPP: no device),
 //   with a message in err where the op takes one.
 // - Extending: new ops go at the end of the struct and may be NULL
 //   (= unsupported), so existing backends keep compiling; e.g. a GPU
@@ -300,12 +300,12 @@ struct tr_backend {
 };
 
 // tr_device_parse parses "cpu", "cuda" or "cuda:N" into *is_cuda and
-// *ordinal (-1 for plain "cuda"). Errors: PS_EINVAL.
+// *ordinal (-1 for plain "cuda"). Errors: FB_EINVAL.
 int tr_device_parse(const char *device, int *is_cuda, int *ordinal);
 
 // tr_backend_alloc creates the backend for device ("cpu", "cuda",
 // "cuda:N"); opts->device is overridden by the device string. A CUDA
-// request fails here, at start, with PS_EUNSUPP when this build has no
+// request fails here, at start, with FB_EUNSUPP when this build has no
 // CUDA backend or the machine has no usable GPU (err says which).
 // Release with tr_backend_free (NULL is a no-op).
 int  tr_backend_alloc(const char *device, const struct tr_arch *a,
@@ -369,9 +369,9 @@ void tr_config_defaults(struct tr_config *c);
 
 // tr_config_parse parses argv[1..argc) ("--flag value" or "--flag=value")
 // over the values already in c. String fields borrow from argv.
-// Errors: PS_EINVAL (unknown flag, missing or bad value; err names the
-// flag), PS_ERANGE (value outside its bounds). "--help" sets c->help and
-// returns PS_OK without checking the remaining flags.
+// Errors: FB_EINVAL (unknown flag, missing or bad value; err names the
+// flag), FB_ERANGE (value outside its bounds). "--help" sets c->help and
+// returns FB_OK without checking the remaining flags.
 int tr_config_parse(struct tr_config *c, int argc, char **argv, char *err,
     size_t errlen);
 
@@ -385,8 +385,8 @@ void tr_config_usage(FILE *f);
 // offers the initial weights, everybody pulls version 0, then each step
 // computes the summed gradient of the next local minibatch and
 // push-pulls it. Progress lines and the final JSON summary go to out;
-// errors are logged with PS_LOG. Blocks until training ends.
-// Returns PS_OK or the failing step's code.
+// errors are logged with FB_LOG. Blocks until training ends.
+// Returns FB_OK or the failing step's code.
 int tr_train_run(const struct tr_config *cfg, FILE *out);
 
 #ifdef __cplusplus

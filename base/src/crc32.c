@@ -1,4 +1,4 @@
-// crc32.c — ps_crc32: the standard CRC-32 (IEEE 802.3, zlib's crc32),
+// crc32.c — fb_crc32: the standard CRC-32 (IEEE 802.3, zlib's crc32),
 // fast enough for the compressed-pull path.
 //
 // DESIGN
@@ -15,11 +15,11 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "ps/base.h"
+#include "fb/fb.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-#define PS_CRC_CLMUL 1
+#define FB_CRC_CLMUL 1
 
 // Folding constants for the bit-reflected polynomial 0x104C11DB7: K1/K2
 // fold across 512 bits (four 128-bit lanes), K3/K4 across 128 bits, K5
@@ -138,10 +138,10 @@ crc_zlib(uint32_t crc, const unsigned char *p, size_t len)
 }
 
 uint32_t
-ps_crc32(uint32_t crc, const void *buf, size_t len)
+fb_crc32(uint32_t crc, const void *buf, size_t len)
 {
 	const unsigned char *p = buf;
-#ifdef PS_CRC_CLMUL
+#ifdef FB_CRC_CLMUL
 	if (len >= 64 && have_clmul()) {
 		size_t n = len & ~(size_t) 15;
 		crc      = ~crc_clmul(~crc, p, n, NULL);
@@ -153,11 +153,11 @@ ps_crc32(uint32_t crc, const void *buf, size_t len)
 }
 
 uint32_t
-ps_crc32_copy(uint32_t crc, void *dst, const void *src, size_t len)
+fb_crc32_copy(uint32_t crc, void *dst, const void *src, size_t len)
 {
 	const unsigned char *p = src;
 	unsigned char       *d = dst;
-#ifdef PS_CRC_CLMUL
+#ifdef FB_CRC_CLMUL
 	if (len >= 64 && have_clmul()) {
 		size_t n = len & ~(size_t) 15;
 		crc      = ~crc_clmul(~crc, p, n, d);

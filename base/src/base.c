@@ -1,8 +1,8 @@
 // base.c — error strings, logging, allocation hooks, clock, parsing.
 //
 // The allocator keeps a small header in front of every block so that
-// ps_used_memory can report live bytes without a global lock (relaxed
-// atomics), and tests can inject failures with ps_alloc_fail_after.
+// fb_used_memory can report live bytes without a global lock (relaxed
+// atomics), and tests can inject failures with fb_alloc_fail_after.
 #include <errno.h>
 #include <math.h>
 #include <stdatomic.h>
@@ -10,74 +10,74 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "ps/base.h"
+#include "fb/fb.h"
 
 // ---- errors ---------------------------------------------------------------
-static const char *const err_text[PS_ERR_COUNT] = {
-	[PS_OK]         = "ok",
-	[PS_EINVAL]     = "invalid argument",
-	[PS_ENOMEM]     = "out of memory",
-	[PS_EPROTO]     = "protocol error (malformed input)",
-	[PS_ERANGE]     = "value out of range",
-	[PS_ENOTFOUND]  = "not found",
-	[PS_ETIMEDOUT]  = "timed out",
-	[PS_ECLOSED]    = "closed",
-	[PS_ESTATE]     = "invalid in the current state",
-	[PS_EREMOTE]    = "remote peer returned an error",
-	[PS_ENOSPC]     = "buffer or capacity too small",
-	[PS_ECORRUPT]   = "checksum or data corruption",
-	[PS_ETRANSPORT] = "transport error",
-	[PS_EUNSUPP]    = "not supported",
-	[PS_ESTALE]     = "stale placement epoch",
-	[PS_EBUSY]      = "resource busy",
+static const char *const err_text[FB_ERR_COUNT] = {
+	[FB_OK]         = "ok",
+	[FB_EINVAL]     = "invalid argument",
+	[FB_ENOMEM]     = "out of memory",
+	[FB_EPROTO]     = "protocol error (malformed input)",
+	[FB_ERANGE]     = "value out of range",
+	[FB_ENOTFOUND]  = "not found",
+	[FB_ETIMEDOUT]  = "timed out",
+	[FB_ECLOSED]    = "closed",
+	[FB_ESTATE]     = "invalid in the current state",
+	[FB_EREMOTE]    = "remote peer returned an error",
+	[FB_ENOSPC]     = "buffer or capacity too small",
+	[FB_ECORRUPT]   = "checksum or data corruption",
+	[FB_ETRANSPORT] = "transport error",
+	[FB_EUNSUPP]    = "not supported",
+	[FB_ESTALE]     = "stale placement epoch",
+	[FB_EBUSY]      = "resource busy",
 };
 
 const char *
-ps_strerror(int rv)
+fb_strerror(int rv)
 {
-	if (rv & PS_ESYSERR) {
+	if (rv & FB_ESYSERR) {
 		// strerror is not thread-safe in theory; glibc's is for
 		// known errno values, which are all we pass.
-		return strerror(rv & ~PS_ESYSERR);
+		return strerror(rv & ~FB_ESYSERR);
 	}
-	if (rv >= 0 && rv < PS_ERR_COUNT && err_text[rv] != NULL) {
+	if (rv >= 0 && rv < FB_ERR_COUNT && err_text[rv] != NULL) {
 		return err_text[rv];
 	}
 	return "unknown error";
 }
 
 // ---- logging --------------------------------------------------------------
-int         ps_log_threshold = PS_LOG_NOTICE;
+int         fb_log_threshold = FB_LOG_NOTICE;
 static char log_role[32]     = "ferry";
 
 void
-ps_log_set_level(int level)
+fb_log_set_level(int level)
 {
-	ps_log_threshold = level;
+	fb_log_threshold = level;
 }
 
 void
-ps_log_set_role(const char *role)
+fb_log_set_role(const char *role)
 {
 	snprintf(log_role, sizeof(log_role), "%s", role ? role : "ferry");
 }
 
 int
-ps_log_parse_level(const char *name, int *out)
+fb_log_parse_level(const char *name, int *out)
 {
 	static const char *names[] = { "err", "warn", "notice", "info",
 		"debug" };
 	for (int i = 0; i < 5; i++) {
 		if (name != NULL && strcmp(name, names[i]) == 0) {
 			*out = i;
-			return PS_OK;
+			return FB_OK;
 		}
 	}
-	return PS_EINVAL;
+	return FB_EINVAL;
 }
 
 void
-ps__log(int level, const char *module, const char *fmt, ...)
+fb__log(int level, const char *module, const char *fmt, ...)
 {
 	static const char lv[] = "EWNID";
 	char              line[1024];
@@ -106,7 +106,7 @@ ps__log(int level, const char *module, const char *fmt, ...)
 }
 
 void
-ps__assert_fail(const char *expr, const char *file, int line)
+fb__assert_fail(const char *expr, const char *file, int line)
 {
 	fprintf(stderr, "assertion failed: %s (%s:%d)\n", expr, file, line);
 	abort();
@@ -133,13 +133,13 @@ should_fail(void)
 }
 
 void
-ps_alloc_fail_after(long n)
+fb_alloc_fail_after(long n)
 {
 	atomic_store(&fail_after, n);
 }
 
 void *
-ps_alloc(size_t n)
+fb_alloc(size_t n)
 {
 	if (should_fail() || n > SIZE_MAX - HDR) {
 		return NULL;
@@ -154,9 +154,9 @@ ps_alloc(size_t n)
 }
 
 void *
-ps_zalloc(size_t n)
+fb_zalloc(size_t n)
 {
-	void *p = ps_alloc(n);
+	void *p = fb_alloc(n);
 	if (p != NULL) {
 		memset(p, 0, n);
 	}
@@ -164,10 +164,10 @@ ps_zalloc(size_t n)
 }
 
 void *
-ps_realloc(void *ptr, size_t n)
+fb_realloc(void *ptr, size_t n)
 {
 	if (ptr == NULL) {
-		return ps_alloc(n);
+		return fb_alloc(n);
 	}
 	if (should_fail() || n > SIZE_MAX - HDR) {
 		return NULL;
@@ -186,7 +186,7 @@ ps_realloc(void *ptr, size_t n)
 }
 
 void
-ps_free(void *ptr)
+fb_free(void *ptr)
 {
 	if (ptr == NULL) {
 		return;
@@ -199,10 +199,10 @@ ps_free(void *ptr)
 }
 
 char *
-ps_strdup(const char *s)
+fb_strdup(const char *s)
 {
 	size_t n = strlen(s) + 1;
-	char  *d = ps_alloc(n);
+	char  *d = fb_alloc(n);
 	if (d != NULL) {
 		memcpy(d, s, n);
 	}
@@ -210,14 +210,14 @@ ps_strdup(const char *s)
 }
 
 size_t
-ps_used_memory(void)
+fb_used_memory(void)
 {
 	return atomic_load_explicit(&used_memory, memory_order_relaxed);
 }
 
 // ---- time -----------------------------------------------------------------
 uint64_t
-ps_clock_ns(void)
+fb_clock_ns(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -225,48 +225,58 @@ ps_clock_ns(void)
 }
 
 uint64_t
-ps_clock_ms(void)
+fb_clock_ms(void)
 {
-	return ps_clock_ns() / 1000000u;
+	return fb_clock_ns() / 1000000u;
+}
+
+void
+fb_sleep_us(uint64_t us)
+{
+	struct timespec ts = { (time_t) (us / 1000000u),
+		(long) (us % 1000000u) * 1000 };
+	// Restart after a signal so that the caller sleeps the whole time.
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+	}
 }
 
 // ---- parsing --------------------------------------------------------------
 int
-ps_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out)
+fb_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out)
 {
 	char     *end;
 	long long v;
 	if (s == NULL || *s == '\0') {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	errno = 0;
 	v     = strtoll(s, &end, 10);
 	if (*end != '\0') {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	if (errno == ERANGE || v < min || v > max) {
-		return PS_ERANGE;
+		return FB_ERANGE;
 	}
 	*out = (int64_t) v;
-	return PS_OK;
+	return FB_OK;
 }
 
 int
-ps_parse_f64(const char *s, double min, double max, double *out)
+fb_parse_f64(const char *s, double min, double max, double *out)
 {
 	char  *end;
 	double v;
 	if (s == NULL || *s == '\0') {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	errno = 0;
 	v     = strtod(s, &end);
 	if (*end != '\0' || isnan(v)) {
-		return PS_EINVAL;
+		return FB_EINVAL;
 	}
 	if (errno == ERANGE || v < min || v > max) {
-		return PS_ERANGE;
+		return FB_ERANGE;
 	}
 	*out = v;
-	return PS_OK;
+	return FB_OK;
 }
