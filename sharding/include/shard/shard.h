@@ -5,9 +5,10 @@
 // reentrant and may be called from any thread; calls that share no output
 // memory may run concurrently. Nothing here blocks.
 //
-// Conventions (see STYLE.md): functions return 0 (FB_OK) or a positive FB_E*
-// code from <fb/fb.h>; out-params are written only on success; heap memory
-// comes from fb_alloc and each allocating call names its release call.
+// Conventions (see docs/style.md): functions return 0 (FB_OK) or a
+// positive FB_E* code from <fb/fb.h>; out-params are written only on
+// success; heap memory comes from fb_alloc and each allocating call names
+// its release call.
 #ifndef SHARD_SHARD_H
 #define SHARD_SHARD_H
 
