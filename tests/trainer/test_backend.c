@@ -62,6 +62,20 @@ START_TEST(test_backend_alloc)
 }
 END_TEST
 
+// The CPU backend offers no on-device data path: NULL tells the training
+// loop to push and pull host buffers.
+START_TEST(test_backend_cpu_host_path)
+{
+	struct tr_arch         a;
+	struct tr_backend_opts o = TR_BACKEND_OPTS_INIT;
+	struct tr_backend     *b = NULL;
+	PT_OK(tr_arch_parse("4,3,2", &a, NULL, 0));
+	PT_OK(tr_backend_alloc("cpu", &a, &o, &b, NULL, 0));
+	ck_assert_ptr_null(b->ops->ondevice);
+	tr_backend_free(b);
+}
+END_TEST
+
 Suite *
 suite_backend(void)
 {
@@ -71,6 +85,7 @@ suite_backend(void)
 	tcase_add_test(tc, test_device_parse);
 	tcase_add_test(tc, test_device_parse_bogus);
 	tcase_add_test(tc, test_backend_alloc);
+	tcase_add_test(tc, test_backend_cpu_host_path);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -1,16 +1,19 @@
 // test_backend_cuda.c — the CUDA backend against the CPU one: gradients,
 // losses and evaluation on random inputs of several (odd) shapes, the
-// device-only gradient, bogus inputs, and SGD steps that learn. Every
-// TCase skips, with a message, when no CUDA device is found.
+// device-only gradient, the on-device encoder, bogus inputs, and SGD steps
+// that learn. Every TCase but the ops-table one skips, with a message,
+// when no CUDA device is found.
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "backend_cuda.h"
+#include "ondevice.h"
 #include "pt.h"
 #include "tr_impl.h"
 #include "trainer_tests.h"
 
+#include <comp/comp.h>
 #include <cuda_runtime_api.h>
 
 // gpu_or_skip returns 1 when a CUDA device is usable; otherwise it prints
@@ -187,6 +190,79 @@ START_TEST(test_cuda_grad_device)
 }
 END_TEST
 
+// The backend offers its on-device data path, every op filled in; the
+// encoder refuses fp32 (nothing to encode), the pull sink takes it.
+// Needs no device.
+START_TEST(test_cuda_ondevice_table)
+{
+	const struct tr__ondevice_ops *d = tr__backend_cuda_ops.ondevice;
+	ck_assert_ptr_eq(d, &tr__cuda_ondevice_ops);
+	ck_assert(d->push_supported != NULL && d->push_open != NULL &&
+	    d->push_grad != NULL && d->push_close != NULL);
+	ck_assert(d->pull_supported != NULL && d->pull_open != NULL &&
+	    d->pull_error != NULL && d->pull_fetch != NULL &&
+	    d->pull_close != NULL);
+	ck_assert(!d->push_supported(COMP_NONE));
+	ck_assert(d->push_supported(COMP_Q8));
+	ck_assert(!d->push_supported(COMP_SIGN));
+	ck_assert(d->pull_supported(COMP_NONE));
+	ck_assert(d->pull_supported(COMP_Q4));
+	d->push_close(NULL);
+	d->pull_close(NULL);
+}
+END_TEST
+
+// push_grad returns grad's loss and, per shard (here one per tensor),
+// the bytes comp_encode makes of the same gradient: the first step's
+// residual is zero.
+START_TEST(test_cuda_ondevice_push)
+{
+	static uint8_t                 want[4096];
+	const struct tr__ondevice_ops *d = tr__backend_cuda_ops.ondevice;
+	struct comp_codec              cc = COMP_CODEC_INIT;
+	struct ferry_shard             sh[TR_MAX_TENSORS];
+	size_t                         base[TR_MAX_TENSORS];
+	const uint8_t *const          *codes = NULL;
+	struct pair                    p;
+	uint32_t                       idx[16];
+	void                          *push = NULL;
+	double                         l1, l2;
+	char                           err[256] = "";
+	if (!gpu_or_skip("test_cuda_ondevice_push")) {
+		return;
+	}
+	cc.id = COMP_Q8;
+	cc.bucket = 64;
+	pair_open(&p, "9,11,3", 50, 16, 5);
+	for (size_t t = 0, off = 0; t < p.w.n_tensors; t++) {
+		sh[t].tensor     = (uint32_t) t;
+		sh[t].offset     = 0;
+		sh[t].len        = p.w.len[t];
+		sh[t].code_bytes = comp_bound(&cc, p.w.len[t]);
+		base[t]          = off;
+		off += p.w.len[t];
+	}
+	for (uint32_t i = 0; i < 16; i++) {
+		idx[i] = i * 3;
+	}
+	PT_OK(tr_backend_grad(p.gpu, &p.ds, idx, 16, p.gg.t, &l1));
+	ck_assert_msg(d->push_open(p.gpu, sh, p.w.n_tensors, cc.id, cc.bucket,
+	                  base, &push, err, sizeof(err)) == FB_OK,
+	    "%s", err);
+	PT_OK(d->push_grad(push, &p.ds, idx, 16, &codes, &l2));
+	ck_assert(l1 == l2);
+	for (size_t t = 0; t < p.w.n_tensors; t++) {
+		size_t len = 0;
+		PT_OK(comp_encode(&cc, p.gg.t[t], p.w.len[t], NULL, want,
+		    sizeof(want), &len));
+		ck_assert_uint_eq(len, sh[t].code_bytes);
+		ck_assert_int_eq(memcmp(codes[t], want, len), 0);
+	}
+	d->push_close(push);
+	pair_close(&p);
+}
+END_TEST
+
 // Bad batches and an absent device ordinal are refused with the CPU
 // backend's codes and a message.
 START_TEST(test_cuda_grad_bogus)
@@ -248,6 +324,10 @@ suite_backend_cuda(void)
 	tcase_add_test(tc, test_cuda_evaluate_matches_cpu);
 	tcase_add_test(tc, test_cuda_grad_device);
 	tcase_add_test(tc, test_cuda_grad_bogus);
+	tcase_add_test(tc, test_cuda_ondevice_push);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("ondevice_table");
+	tcase_add_test(tc, test_cuda_ondevice_table);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("gpu_train");
 	tcase_set_timeout(tc, 120);

@@ -770,4 +770,5 @@ extern "C" const struct tr_backend_ops tr__backend_cuda_ops = {
 	cuda_set_weights,
 	cuda_grad,
 	cuda_evaluate,
+	&tr__cuda_ondevice_ops,
 };

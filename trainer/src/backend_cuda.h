@@ -48,6 +48,12 @@ int tr__cuda_weights_device(struct tr_backend *b, float **d_w);
 // on it (codec_cuda.h) is ordered after the gradient without a sync.
 void *tr__cuda_stream(struct tr_backend *b);
 
+// tr__cuda_ondevice_ops is the backend's on-device data path (ondevice.h,
+// ondevice_cuda.c): gradients encoded and pulls decoded on the device. The
+// backend's ops table points at it.
+struct tr__ondevice_ops;
+extern const struct tr__ondevice_ops tr__cuda_ondevice_ops;
+
 #ifdef __cplusplus
 }
 #endif

@@ -266,10 +266,13 @@ void tr_params_sgd(struct tr_params *w, const struct tr_params *g,
 // - Errors: FB_EINVAL (n == 0 or > max_batch), FB_ERANGE (an index or
 //   label out of range), backend-specific codes (FB_EUNSUPP: no device),
 //   with a message in err where the op takes one.
+// - ondevice (optional, NULL = the host path): a backend that can encode
+//   gradients and decode pulled weights where it computes (the CUDA one)
+//   points it at a table of on-device ops; the training loop uses them
+//   when the table is there and accepts the job's codecs. The table is
+//   defined in trainer/src/ondevice.h, beside libferry's types it speaks.
 // - Extending: new ops go at the end of the struct and may be NULL
-//   (= unsupported), so existing backends keep compiling; e.g. a GPU
-//   backend's on-device gradient quantizer (issue 6) would be an optional
-//   `grad_encoded` op that the loop uses when present.
+//   (= unsupported), so existing backends keep compiling.
 // - A backend's state is used by one thread at a time.
 struct tr_backend_opts {
 	int    device;       // GPU ordinal; -1: rank mod device count
@@ -278,6 +281,8 @@ struct tr_backend_opts {
 	size_t max_batch;    // largest n passed to grad (>= 1)
 };
 #define TR_BACKEND_OPTS_INIT { -1, 0, 1, 64 }
+
+struct tr__ondevice_ops; // trainer/src/ondevice.h
 
 struct tr_backend_ops {
 	const char *name; // "cpu", "cuda"
@@ -291,6 +296,7 @@ struct tr_backend_ops {
 	    double *loss_sum);
 	int (*evaluate)(void *state, const struct tr_dataset *ds,
 	    double *loss_mean, double *accuracy);
+	const struct tr__ondevice_ops *ondevice; // NULL: host path only
 };
 
 struct tr_backend {
@@ -386,7 +392,9 @@ void tr_config_usage(FILE *f);
 // computes the summed gradient of the next local minibatch and
 // push-pulls it. Progress lines and the final JSON summary go to out;
 // errors are logged with FB_LOG. Blocks until training ends.
-// Returns FB_OK or the failing step's code.
+// Returns FB_OK, the failing local step's FB_E* code, or FB_EREMOTE for
+// any failed libferry call (whose FERRY_E* name and message are logged:
+// libferry's codes are not translated into FB_E* ones).
 int tr_train_run(const struct tr_config *cfg, FILE *out);
 
 #ifdef __cplusplus

@@ -1,0 +1,183 @@
+// report.c — the training loop's outputs besides its log: the progress
+// lines, the --curve and --step-times CSV files, the final JSON summary
+// and the --weights-out file (see report.h).
+//
+// Formats. Every --log-interval steps and at the end of each epoch one line
+//   step 100 | train_loss 0.7557 | test_loss 0.7426 | test_acc 0.8123 |
+//   step 2.1 ms | sent 0.93 MB
+// where train_loss is the mean loss of the interval's minibatches (at the
+// weights they were computed on), step is the mean step time of the
+// interval (evaluation excluded) and sent is the cumulative bytes pushed;
+// the test fields appear once an evaluation was recorded (rank 0 only).
+// --curve FILE gets the same as a CSV row; --step-times FILE one row per
+// step: the compute time (minibatch and gradient, on the device: also its
+// encoding) and the push-pull time. The last line of out is a JSON
+// summary; samples_per_s = samples this trainer processed / wall_s, where
+// wall_s runs from version 0 to the last step and includes rank 0's
+// evaluations (reported separately as eval_s).
+#include <math.h>
+#include <string.h>
+
+#include "report.h"
+#include "tr_impl.h"
+
+#define MOD "train"
+
+int
+tr__report_open(struct tr__report *rep, const struct tr_config *cfg,
+    FILE *out)
+{
+	memset(rep, 0, sizeof(*rep));
+	rep->out = out;
+	if (cfg->curve != NULL) {
+		if ((rep->curve = fopen(cfg->curve, "w")) == NULL) {
+			FB_LOG(FB_LOG_ERR, MOD, "--curve %s: cannot open",
+			    cfg->curve);
+			return FB_EINVAL;
+		}
+		fprintf(rep->curve,
+		    "step,wall_s,train_loss,test_loss,test_acc,bytes_sent\n");
+	}
+	if (cfg->step_times != NULL) {
+		if ((rep->step_times = fopen(cfg->step_times, "w")) == NULL) {
+			FB_LOG(FB_LOG_ERR, MOD, "--step-times %s: cannot open",
+			    cfg->step_times);
+			return FB_EINVAL;
+		}
+		fprintf(rep->step_times, "step,compute_ms,push_pull_ms\n");
+	}
+	return FB_OK;
+}
+
+void
+tr__report_close(struct tr__report *rep)
+{
+	if (rep->curve != NULL) {
+		fclose(rep->curve);
+		rep->curve = NULL;
+	}
+	if (rep->step_times != NULL) {
+		fclose(rep->step_times);
+		rep->step_times = NULL;
+	}
+}
+
+void
+tr__report_start(struct tr__report *rep)
+{
+	rep->t0 = fb_clock_ns();
+}
+
+void
+tr__report_step_time(struct tr__report *rep, uint64_t ts, uint64_t tx)
+{
+	if (rep->step_times != NULL) {
+		uint64_t te = fb_clock_ns();
+		fprintf(rep->step_times, "%llu,%.4f,%.4f\n",
+		    (unsigned long long) rep->step, (double) (tx - ts) * 1e-6,
+		    (double) (te - tx) * 1e-6);
+	}
+}
+
+void
+tr__report_step(struct tr__report *rep, size_t n, double loss, uint64_t ns)
+{
+	rep->step++;
+	rep->samples += n;
+	rep->iv_loss += loss;
+	rep->iv_samples += n;
+	rep->iv_steps++;
+	rep->iv_ns += ns;
+}
+
+void
+tr__report_test(struct tr__report *rep, double loss, double acc,
+    uint64_t eval_ns)
+{
+	rep->test_loss = loss;
+	rep->test_acc  = acc;
+	rep->have_test = 1;
+	rep->eval_ns += eval_ns;
+}
+
+void
+tr__report_progress(struct tr__report *rep, uint64_t bytes_pushed)
+{
+	double wall, step_ms, loss;
+	wall    = (double) (fb_clock_ns() - rep->t0) * 1e-9;
+	step_ms = rep->iv_steps ?
+	    (double) rep->iv_ns * 1e-6 / (double) rep->iv_steps :
+	    0.0;
+	loss = rep->iv_samples ? rep->iv_loss / (double) rep->iv_samples : NAN;
+	fprintf(rep->out, "step %llu | train_loss %.4f",
+	    (unsigned long long) rep->step, loss);
+	if (rep->have_test) {
+		fprintf(rep->out, " | test_loss %.4f | test_acc %.4f",
+		    rep->test_loss, rep->test_acc);
+	}
+	fprintf(rep->out, " | step %.1f ms | sent %.2f MB\n", step_ms,
+	    (double) bytes_pushed * 1e-6);
+	fflush(rep->out);
+	if (rep->curve != NULL) {
+		fprintf(rep->curve, "%llu,%.6f,%.6f,",
+		    (unsigned long long) rep->step, wall, loss);
+		if (rep->have_test) {
+			fprintf(rep->curve, "%.6f,%.6f,", rep->test_loss,
+			    rep->test_acc);
+		} else {
+			fprintf(rep->curve, ",,");
+		}
+		fprintf(rep->curve, "%llu\n",
+		    (unsigned long long) bytes_pushed);
+		fflush(rep->curve);
+	}
+	rep->iv_loss    = 0.0;
+	rep->iv_samples = rep->iv_steps = rep->iv_ns = 0;
+	rep->last_report = rep->step;
+}
+
+void
+tr__report_summary(struct tr__report *rep, const struct tr_config *cfg,
+    int trainers, size_t steps_per_epoch, const struct ferry_stats *st)
+{
+	double wall = (double) (fb_clock_ns() - rep->t0) * 1e-9;
+	fprintf(rep->out,
+	    "{\"summary\": {\"epochs\": %.6g, \"steps\": %llu, \"samples\": "
+	    "%llu, \"wall_s\": %.3f, \"samples_per_s\": %.1f, ",
+	    steps_per_epoch ? (double) rep->step / (double) steps_per_epoch :
+	                      0.0,
+	    (unsigned long long) rep->step, (unsigned long long) rep->samples,
+	    wall, wall > 0 ? (double) rep->samples / wall : 0.0);
+	if (rep->have_test) {
+		fprintf(rep->out, "\"test_acc\": %.4f, \"test_loss\": %.4f, ",
+		    rep->test_acc, rep->test_loss);
+	}
+	fprintf(rep->out,
+	    "\"bytes_pushed\": %llu, \"bytes_pulled\": %llu, \"rank\": %d, "
+	    "\"trainers\": %d, \"eval_s\": %.3f, \"batch\": %zu, \"mode\": "
+	    "\"%s\", \"device\": \"%s\"}}\n",
+	    (unsigned long long) st->bytes_pushed,
+	    (unsigned long long) st->bytes_pulled, cfg->rank, trainers,
+	    (double) rep->eval_ns * 1e-9, cfg->batch,
+	    cfg->mode == TR_MODE_ASYNC ? "async" : "sync", cfg->device);
+	fflush(rep->out);
+}
+
+int
+tr__report_weights(const char *path, const struct tr_params *w)
+{
+	FILE *f  = fopen(path, "wb");
+	int   ok = f != NULL;
+	for (size_t i = 0; ok && i < w->n_tensors; i++) {
+		ok = fwrite(w->t[i], sizeof(float), w->len[i], f) == w->len[i];
+	}
+	if (f != NULL && fclose(f) != 0) {
+		ok = 0;
+	}
+	if (!ok) {
+		FB_LOG(FB_LOG_ERR, MOD, "--weights-out %s: cannot write",
+		    path);
+		return FB_EINVAL;
+	}
+	return FB_OK;
+}
