@@ -27,7 +27,8 @@
 const struct fb_option fb_options[FB_OPT_COUNT] = {
 	// ---- ps-server ---------------------------------------------------
 	[FB_OPT_PS_ROLE] = { "role", PS, ENUM("scheduler|server"),
-	    .def = "server", .help = "scheduler | server" },
+	    .def = "server", .help = "scheduler | server",
+	    .doc = "the part this process plays" },
 	[FB_OPT_PS_LISTEN] = { "listen", PS, STR, .def = "tcp://127.0.0.1:0",
 	    .help = "URL to listen on (port 0 = any free port)",
 	    .doc = "URL to listen on; port 0 picks a free port" },
