@@ -203,16 +203,18 @@ START_TEST(test_config_bogus)
 	} cases[] = {
 		{ FB_ROLE_PS, "--trainers=x", "--trainers=x: not an integer" },
 		{ FB_ROLE_PS, "--trainers=", "--trainers=: not an integer" },
-		{ FB_ROLE_PS, "--trainers=3x", "--trainers=3x: not an integer" },
+		{ FB_ROLE_PS, "--trainers=3x", "--trainers=3x: not an "
+		    "integer" },
 		{ FB_ROLE_PS, "--role=x", "--role=x: expected scheduler or "
 		    "server" },
-		{ FB_ROLE_PS, "--log-level=loud", "expected err, warn, notice, "
-		    "info or debug" },
+		{ FB_ROLE_PS, "--log-level=loud", "expected err, warn, "
+		    "notice, info or debug" },
 		{ FB_ROLE_TRAINER, "--lr=abc", "--lr=abc: not a number" },
 		{ FB_ROLE_TRAINER, "--lr=nan", "--lr=nan: not a number" },
-		{ FB_ROLE_TRAINER, "--mode=ssp", "--mode=ssp: expected sync or "
-		    "async" },
-		{ FB_ROLE_TRAINER, "--scheduler=", "--scheduler: empty value" },
+		{ FB_ROLE_TRAINER, "--mode=ssp", "--mode=ssp: expected sync "
+		    "or async" },
+		{ FB_ROLE_TRAINER, "--scheduler=", "--scheduler: empty "
+		    "value" },
 	};
 	clear_env();
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

@@ -129,7 +129,8 @@ tr_config_parse(struct tr_config *c, int argc, char **argv, char *err,
 	// Only what the environment or a flag set: the rest of c is the
 	// caller's (tr_config_defaults, or values of its own).
 	for (size_t i = 0; i < N_BINDINGS; i++) {
-		if (fb_config_source_of(&fc, bindings[i].id) == FB_CFG_DEFAULT) {
+		enum fb_opt id = bindings[i].id;
+		if (fb_config_source_of(&fc, id) == FB_CFG_DEFAULT) {
 			continue;
 		}
 		if ((rv = store(c, &bindings[i], &fc, err, errlen)) != FB_OK) {
