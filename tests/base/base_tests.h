@@ -2,4 +2,5 @@
 #define BASE_TESTS_H
 #include <check.h>
 Suite *suite_crc(void);
+Suite *suite_config(void);
 #endif

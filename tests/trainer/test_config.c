@@ -1,5 +1,5 @@
-// test_config.c — trainer flags: defaults, both spellings, and errors that
-// name the flag.
+// test_config.c — trainer flags: defaults, both spellings, FERRY_*
+// variables under the flags, and errors that name the flag.
 #include <stdlib.h>
 #include <string.h>
 
@@ -122,6 +122,38 @@ START_TEST(test_config_parse_bogus)
 }
 END_TEST
 
+// FERRY_<NAME> variables set options under the flags; tr_config_defaults
+// ignores them, and options set by neither keep the caller's values.
+START_TEST(test_config_env)
+{
+	char *argv[] = { "trainer", "--batch=16" };
+	struct tr_config c;
+	char             err[256] = "";
+	setenv("FERRY_BATCH", "32", 1);
+	setenv("FERRY_CODEC_PUSH", "q8", 1);
+	setenv("FERRY_MODE", "async", 1);
+	tr_config_defaults(&c);
+	ck_assert_uint_eq(c.batch, 64);
+	ck_assert_str_eq(c.codec_push, "none");
+	c.epochs = 7;
+	PT_OK(tr_config_parse(&c, ARGC(argv), argv, err, sizeof(err)));
+	ck_assert_uint_eq(c.batch, 16);
+	ck_assert_str_eq(c.codec_push, "q8");
+	ck_assert_int_eq(c.mode, TR_MODE_ASYNC);
+	ck_assert_int_eq(c.epochs, 7);
+	setenv("FERRY_DEVICE", "gpu", 1);
+	PT_FAIL(tr_config_parse(&c, 1, argv, err, sizeof(err)), FB_EINVAL);
+	ck_assert_msg(strstr(err, "--device") != NULL, "%s", err);
+	unsetenv("FERRY_DEVICE");
+	setenv("FERRY_BATCH", "0", 1);
+	PT_FAIL(tr_config_parse(&c, 1, argv, err, sizeof(err)), FB_ERANGE);
+	ck_assert_msg(strstr(err, "FERRY_BATCH") != NULL, "%s", err);
+	unsetenv("FERRY_BATCH");
+	unsetenv("FERRY_CODEC_PUSH");
+	unsetenv("FERRY_MODE");
+}
+END_TEST
+
 Suite *
 suite_config(void)
 {
@@ -132,6 +164,7 @@ suite_config(void)
 	tcase_add_test(tc, test_config_parse);
 	tcase_add_test(tc, test_config_help);
 	tcase_add_test(tc, test_config_parse_bogus);
+	tcase_add_test(tc, test_config_env);
 	suite_add_tcase(s, tc);
 	return s;
 }

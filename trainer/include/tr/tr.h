@@ -370,14 +370,19 @@ struct tr_config {
 	int            help;         // --help was given
 };
 
-// tr_config_defaults fills c with the defaults listed by tr_config_usage.
+// The options are the trainer's entries of the config table in base/
+// (<fb/config.h>): names, defaults, bounds and help live there.
+
+// tr_config_defaults fills c with the table's defaults (no environment).
 void tr_config_defaults(struct tr_config *c);
 
-// tr_config_parse parses argv[1..argc) ("--flag value" or "--flag=value")
-// over the values already in c. String fields borrow from argv.
-// Errors: FB_EINVAL (unknown flag, missing or bad value; err names the
-// flag), FB_ERANGE (value outside its bounds). "--help" sets c->help and
-// returns FB_OK without checking the remaining flags.
+// tr_config_parse reads the FERRY_<NAME> environment variables (e.g.
+// FERRY_BATCH) and argv[1..argc) ("--flag value" or "--flag=value"), a
+// flag winning over its variable, over the values already in c: options
+// set by neither keep c's values. String fields borrow from argv or the
+// environment. Errors: FB_EINVAL (unknown flag, missing or bad value; err
+// names the flag), FB_ERANGE (value outside its bounds). "--help" sets
+// c->help and returns FB_OK without checking anything.
 int tr_config_parse(struct tr_config *c, int argc, char **argv, char *err,
     size_t errlen);
 

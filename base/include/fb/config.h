@@ -1,0 +1,195 @@
+// fb/config.h — the one configuration table of Ferry's programs and the
+// engine that reads it: `--name=value` / `--name value` flags, FERRY_NAME
+// environment variables, defaults, bounds, --help and the option list of
+// docs/operations.md all come from the same entries.
+//
+// Why a second public header beside fb/fb.h: fb.h is included by every file
+// of every module, while this header is included by the two programs that
+// read options (and their config tests). Every new option changes the
+// enum below; kept here, it rebuilds those few files instead of the tree.
+// It is also a different concern: fb.h is the utility layer, this is the
+// programs' vocabulary.
+//
+// Precedence: a flag wins over the environment, which wins over the
+// default. Values are checked after all three are merged, so a bad
+// environment value that a flag overrides is never looked at.
+#ifndef FB_CONFIG_H
+#define FB_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "fb/fb.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Which program roles read an option. ps-server reads the scheduler and
+// server options (whatever its --role: one set of flags can go to every
+// ps-server), the trainer reads the trainer's.
+enum fb_role {
+	FB_ROLE_SCHEDULER = 1u << 0,
+	FB_ROLE_SERVER    = 1u << 1,
+	FB_ROLE_TRAINER   = 1u << 2,
+	FB_ROLE_PS        = FB_ROLE_SCHEDULER | FB_ROLE_SERVER,
+};
+
+// The value types. INT and F64 are checked against [min, max]; ENUM
+// against the '|'-separated choices (its value is the choice's index);
+// STR is taken as given (empty too, unless FB_OPT_NONEMPTY).
+enum fb_opt_type {
+	FB_OPT_STR,
+	FB_OPT_INT,
+	FB_OPT_F64,
+	FB_OPT_ENUM,
+};
+
+// Entry flags.
+enum fb_opt_flag {
+	FB_OPT_NONEMPTY = 1u << 0, // an empty value is an error
+};
+
+// Every option, ps-server's (FB_OPT_PS_*) then the trainer's (FB_OPT_TR_*),
+// in --help order. Two programs may use one name for different things
+// (--seed, --scheduler): each has its own entry, told apart by roles.
+enum fb_opt {
+	FB_OPT_PS_ROLE,
+	FB_OPT_PS_LISTEN,
+	FB_OPT_PS_ADVERTISE,
+	FB_OPT_PS_SCHEDULER,
+	FB_OPT_PS_TRAINERS,
+	FB_OPT_PS_SERVERS,
+	FB_OPT_PS_SHARD_BYTES,
+	FB_OPT_PS_PLACEMENT,
+	FB_OPT_PS_PROBE_COUNT,
+	FB_OPT_PS_PROBE_BYTES,
+	FB_OPT_PS_SEED,
+	FB_OPT_PS_REPROBE_S,
+	FB_OPT_PS_REPROBE_CHANGE_PCT,
+	FB_OPT_PS_LEAVE_TIMEOUT_MS,
+	FB_OPT_PS_CAPACITY_MB,
+	FB_OPT_PS_CONTEXTS,
+	FB_OPT_PS_MAX_MSG_MB,
+	FB_OPT_PS_URL_FILE,
+	FB_OPT_PS_LOG_LEVEL,
+
+	FB_OPT_TR_SCHEDULER,
+	FB_OPT_TR_RANK,
+	FB_OPT_TR_DATA,
+	FB_OPT_TR_LAYERS,
+	FB_OPT_TR_BATCH,
+	FB_OPT_TR_LR,
+	FB_OPT_TR_EPOCHS,
+	FB_OPT_TR_SEED,
+	FB_OPT_TR_MODE,
+	FB_OPT_TR_LOG_INTERVAL,
+	FB_OPT_TR_CODEC_PUSH,
+	FB_OPT_TR_CODEC_PULL,
+	FB_OPT_TR_BUCKET,
+	FB_OPT_TR_WARMUP_STEPS,
+	FB_OPT_TR_MAX_STEPS,
+	FB_OPT_TR_DEVICE,
+	FB_OPT_TR_BLAS_THREADS,
+	FB_OPT_TR_CURVE,
+	FB_OPT_TR_STEP_TIMES,
+	FB_OPT_TR_WEIGHTS_OUT,
+	FB_OPT_TR_TIMEOUT_MS,
+
+	FB_OPT_COUNT,
+};
+
+// One table entry. def is the default as text (NULL: unset); unset says in
+// words what an unset or empty value means, for --help and the docs.
+// help is one line for --help; doc, when set, replaces it in the docs.
+struct fb_option {
+	const char      *name;  // kebab-case, without the leading "--"
+	unsigned         roles; // FB_ROLE_* bits that read it
+	enum fb_opt_type type;
+	unsigned         flags; // FB_OPT_NONEMPTY
+	const char      *def;
+	const char      *unset;
+	int64_t          min, max;   // FB_OPT_INT
+	double           fmin, fmax; // FB_OPT_F64
+	const char      *choices;    // FB_OPT_ENUM: "a|b|c"
+	const char      *help;
+	const char      *doc;
+};
+
+// fb_options is the table, indexed by enum fb_opt; it lives for the
+// process.
+extern const struct fb_option fb_options[FB_OPT_COUNT];
+
+// Where a value came from.
+enum fb_config_source {
+	FB_CFG_DEFAULT = 0,
+	FB_CFG_ENV,
+	FB_CFG_FLAG,
+};
+
+// One program's parsed configuration, in caller storage. Fill it with
+// fb_config_load; read it with the getters. Text values borrow from argv,
+// the environment or the table.
+struct fb_config {
+	unsigned roles; // the roles given to fb_config_load
+	int      help;  // --help or -h was given (nothing was checked)
+	struct fb_config_value {
+		const char           *text; // NULL: unset
+		enum fb_config_source source;
+		int64_t               i; // FB_OPT_INT value, FB_OPT_ENUM index
+		double                f; // FB_OPT_F64 value
+	} v[FB_OPT_COUNT];
+};
+
+// fb_config_init fills c with the table defaults of roles' options only
+// (no environment, no flags), parsed for the getters.
+void fb_config_init(struct fb_config *c, unsigned roles);
+
+// fb_config_load fills c for the program that reads the options of roles:
+// each option's default, then its FERRY_NAME environment variable, then
+// the flags in argv[1..argc) ("--name=value" or "--name value"), and
+// checks every value of those roles. "--help" or "-h" sets c->help and
+// returns FB_OK at once (the rest of argv is not read, nothing is checked).
+// Errors, with a one-line message in err naming the option (and its bounds
+// or choices): FB_EINVAL (stray argument, unknown option, missing, empty
+// or malformed value), FB_ERANGE (a number outside its bounds).
+int fb_config_load(struct fb_config *c, unsigned roles, int argc,
+    char **argv, char *err, size_t errlen);
+
+// fb_config_env_name writes "FERRY_" + name upper-cased with '-' as '_'
+// (FERRY_LEAVE_TIMEOUT_MS) into buf. Errors: FB_ENOSPC (buf too small).
+int fb_config_env_name(const char *name, char *buf, size_t len);
+
+// Typed getters of a loaded config. id must be an option of c's roles and
+// of the getter's type (FB_ASSERT). fb_config_str returns the text of any
+// type (NULL when unset), borrowed for as long as c's sources live;
+// fb_config_enum the index of the choice.
+const char *fb_config_str(const struct fb_config *c, enum fb_opt id);
+int64_t     fb_config_int(const struct fb_config *c, enum fb_opt id);
+double      fb_config_f64(const struct fb_config *c, enum fb_opt id);
+int         fb_config_enum(const struct fb_config *c, enum fb_opt id);
+enum fb_config_source fb_config_source_of(const struct fb_config *c,
+    enum fb_opt id);
+
+// fb_config_usage prints the --help text of roles' options to f, after
+// the usage line given (e.g. "usage: trainer --scheduler URL [flags]").
+void fb_config_usage(FILE *f, unsigned roles, const char *usage);
+
+// fb_config_write_md prints the Markdown table of roles' options (the
+// option list of docs/operations.md) to f. With more than one role in
+// roles, a column says which role reads each option.
+void fb_config_write_md(FILE *f, unsigned roles);
+
+// fb_config_update_doc copies the Markdown text to out with every
+// generated section replaced by the table it names: the line opening a
+// section starts with "<!-- fb-options:ROLE" (ROLE: ps, scheduler, server
+// or trainer), the section ends at the next "<!-- /fb-options -->". Text
+// that is up to date comes out unchanged. *n_sections (may be NULL) gets
+// the number of sections. Errors: FB_EPROTO (an unknown ROLE or a section
+// without its end), after part of the text was written.
+int fb_config_update_doc(const char *text, FILE *out, int *n_sections);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // FB_CONFIG_H
