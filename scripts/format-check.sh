@@ -43,21 +43,31 @@ fi
 mapfile -t files < <(git ls-files -- '*.c' '*.h' '*.cu' '*.cuh' |
 	grep -Ev '\.pb-c\.(c|h)$|^build[^/]*/')
 
-bad=()
-for f in "${files[@]}"; do
-	if ! "$CF" --style=file "$f" | cmp -s - "$f"; then
-		bad+=("$f")
-	fi
-done
+# differing: the files clang-format would change, into bad[].
+differing() {
+	bad=()
+	for f in "${files[@]}"; do
+		"$CF" --style=file "$f" | cmp -s - "$f" || bad+=("$f")
+	done
+}
+
+differing
 if ((${#bad[@]} == 0)); then
 	echo "format-check: ${#files[@]} files ok"
 	exit 0
 fi
-
 if ((fix)); then
-	"$CF" --style=file -i "${bad[@]}"
-	printf 'format-check: reformatted %s\n' "${bad[@]}"
-	exit 0
+	# A second pass can move a wrapped trailing comment again: repeat
+	# until clang-format has nothing left to change.
+	for _ in 1 2 3; do
+		((${#bad[@]})) || break
+		printf 'format-check: reformatting %s\n' "${bad[@]}"
+		"$CF" --style=file -i "${bad[@]}"
+		differing
+	done
+	((${#bad[@]} == 0)) && exit 0
+	echo "format-check: clang-format keeps changing ${bad[*]}" >&2
+	exit 1
 fi
 for f in "${bad[@]}"; do
 	"$CF" --style=file "$f" | diff -u --label "$f" --label "$f (formatted)" \
