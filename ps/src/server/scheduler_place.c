@@ -300,8 +300,9 @@ ps__sched_republish(struct ps_scheduler *s, const uint32_t *assign)
 	q.shards    = p->shards;
 	q.job       = p->job;
 	q.trainers  = p->trainers;
-	uint32_t gone_t[4096];
-	for (int t = 0; t < s->opts.trainers && q.n_gone_trainers < 4096; t++) {
+	uint32_t gone_t[PS_MAX_MEMBERS]; // opts.trainers <= PS_MAX_MEMBERS
+	for (int t = 0;
+	     t < s->opts.trainers && q.n_gone_trainers < PS_MAX_MEMBERS; t++) {
 		if (s->trainer_gone[t]) {
 			gone_t[q.n_gone_trainers++] = (uint32_t) t;
 		}
