@@ -11,6 +11,7 @@ main(void)
 	srunner_add_suite(sr, suite_solve());
 	srunner_add_suite(sr, suite_brute());
 	srunner_add_suite(sr, suite_format());
+	srunner_add_suite(sr, suite_policy());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

@@ -9,5 +9,6 @@ Suite *suite_cost(void);   // cost.c
 Suite *suite_solve(void);  // solve.c
 Suite *suite_brute(void);  // brute.c
 Suite *suite_format(void); // format.c
+Suite *suite_policy(void); // policy.c
 
 #endif // SHARDING_TESTS_H

@@ -1,5 +1,5 @@
-// shard/shard.h — Ferry's placement library: cutting tensors into shards and
-// assigning shards to servers.
+// shard/shard.h — Ferry's placement library: cutting tensors into shards,
+// assigning shards to servers, and the scheduler's placement policy.
 //
 // Pure code: no I/O, no threads, no global state. Every function is
 // reentrant and may be called from any thread; calls that share no output
@@ -210,6 +210,98 @@ size_t shard_format_bound(const struct shard_inst *inst);
 // FB_ENOMEM.
 int shard_format(const struct shard_inst *inst, const uint32_t *assign,
     char *buf, size_t len, size_t *written);
+
+// ---- placement policy (the scheduler's decisions) ------------------------
+
+// Link probes are noisy: a new placement replaces round-robin, or the map
+// in force, only when its predicted F is clearly lower, by this factor
+// (10% better). See shard_policy_place and shard_policy_gains for the
+// exact comparison each makes.
+#define SHARD_POLICY_GAIN 0.9
+
+// shard_policy_caps derives the capacities of a placement problem (the cap
+// array of struct shard_inst) from the servers' memory. A server keeps
+// `copies` bytes per shard byte (weights, staging slots, the pull
+// reference and its delta log), so cap[m] = memory[m] / copies, rounded
+// down; memory[m] == 0 means unbounded (cap[m] = UINT64_MAX); a server that
+// left (gone[m] != 0) gets cap[m] = 1, which no shard fits. *bounded is
+// set to 1 when some server has memory given or left (pass cap as the
+// instance's cap), 0 otherwise (pass NULL: every server is unbounded).
+// Writes n_servers entries of cap; the caller owns cap, memory and gone.
+//
+// Errors: FB_EINVAL if memory, gone, cap or bounded is NULL, n_servers is
+// 0, or copies is not finite or below 1. Outputs are untouched on error.
+int shard_policy_caps(uint32_t n_servers, const uint64_t *memory,
+    const uint8_t *gone, double copies, uint64_t *cap, int *bounded);
+
+// shard_place_live is shard_place_uniform over the servers still in the
+// job: with the live servers (gone[m] == 0) numbered 0..L-1 in index order,
+// shard i goes to the live server numbered i mod L. gone has n_servers
+// entries; the caller owns assign (n_shards entries).
+//
+// Errors: FB_EINVAL if gone is NULL, assign is NULL while n_shards > 0, or
+// no server is live (n_servers 0 included). n_shards == 0 succeeds and
+// writes nothing.
+int shard_place_live(size_t n_shards, uint32_t n_servers, const uint8_t *gone,
+    uint32_t *assign);
+
+// shard_policy selects what shard_policy_place does.
+struct shard_policy {
+	int      solve;    // 1: latency-aware (shard_solve, checked against
+	                   // round-robin); 0: round-robin over live servers
+	int      measured; // the instance's links were measured: report F,
+	                   // Σ and LB of a round-robin answer too
+	uint64_t seed;     // shard_solve's seed (struct shard_solve_opts)
+};
+
+// shard_policy_note says how shard_policy_place reached its answer, for
+// the caller's log.
+struct shard_policy_note {
+	int    kept_rr;  // solve: the solver's gain was under 10%, so the
+	                 // round-robin answer was kept
+	double f_solver; // F of the solver's own answer (when kept_rr)
+	double f_rr;     // F of the round-robin answer (when kept_rr)
+};
+
+// shard_policy_place places the shards of inst by policy p, never on a
+// server that left (gone[m] != 0; gone has n_servers entries, and inst's
+// cap should come from shard_policy_caps so that the solver avoids them).
+//
+// Round-robin (p->solve == 0): shard_place_live; then, if inst->cap is not
+// NULL, the answer must pass shard_assign_check (any failure, an invalid
+// instance included, is FB_ENOSPC); then, if p->measured, *rep is zeroed
+// and gets F, Σ, LB and F/LB (0 when LB is 0) when those can be computed.
+// Without p->measured *rep is left as it was, and without a cap the
+// instance's links are not read (they may be unmeasured zeros).
+//
+// Latency-aware (p->solve != 0): shard_solve with p->seed writes assign
+// and *rep; then round-robin over the live servers is evaluated and kept
+// instead, with rep's f, f_sum and ratio (F/LB, 0 when LB is 0) its own,
+// when it fits the capacities and the solver's F is above
+// SHARD_POLICY_GAIN × round-robin's: a solver answer exactly 10% better
+// wins. When round-robin cannot be evaluated (out of memory, an invalid
+// instance) the solver's answer stands.
+//
+// On success writes the server of shard i to assign[i] (n_shards entries)
+// and, when note is not NULL, *note. The result is a pure function of the
+// inputs (and of *rep's prior value when it is left as it was).
+//
+// Errors: FB_EINVAL if inst, gone, p, assign or rep is NULL, (round-robin)
+// no server is live, or (latency-aware) inst is invalid as for shard_solve.
+// FB_ENOSPC: the solver found no assignment within capacity, or round-robin
+// exceeds a capacity. FB_ENOMEM. On error assign is undefined and *rep
+// untouched.
+int shard_policy_place(const struct shard_inst *inst, const uint8_t *gone,
+    const struct shard_policy *p, uint32_t *assign, struct shard_report *rep,
+    struct shard_policy_note *note);
+
+// shard_policy_gains is the rule for replacing the map in force: it
+// returns 1 when a new placement's predicted F, f_new, is below
+// SHARD_POLICY_GAIN × f_now, the F of the map in force under the same
+// links (strictly more than 10% better), and 0 otherwise, NaN included.
+// f_now = +inf (the map in force cannot be evaluated) loses to any finite
+// f_new.
+int shard_policy_gains(double f_new, double f_now);
 
 #ifdef __cplusplus
 }

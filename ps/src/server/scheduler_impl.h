@@ -1,0 +1,161 @@
+// scheduler_impl.h — the scheduler role's private header: its state and
+// the functions its files share.
+//
+// The scheduler is split by concern, and calls run one way:
+//   scheduler.c         open/close, request dispatch, Stats
+//   scheduler_members.c Register, Leave, ReportLinks, the start barrier
+//   scheduler_job.c     the job declaration: checks, comparison, copy
+//   scheduler_place.c   the placement map: build, replan, publish
+//   scheduler_reply.c   GetPlacement (parked until a map exists), and the
+//                       acknowledgements of Heartbeat, Leave, ReportLinks
+// dispatch -> members -> place -> reply; members -> job. The placement
+// policy itself (the 10% rule, capacities, round-robin over live servers)
+// is pure code in sharding/ (shard_policy_*).
+//
+// LOCKING. One mutex, s->mu, guards every field below except opts and
+// rpc, which are set at open and never change. Requests are tiny and rare
+// (registration, placement fetches), so there is nothing to stripe. The
+// functions below say whether they take mu or expect it held; none blocks
+// while holding it.
+#ifndef PS_SCHEDULER_IMPL_H
+#define PS_SCHEDULER_IMPL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ps/ps.h"
+#include "rpc.h"
+#include "shard/shard.h"
+
+// Members of each role the options may ask for.
+#define PS_MAX_MEMBERS 4096
+// Shards per job: every map lists them all, and servers keep a slot each.
+#define PS_MAX_SHARDS (1u << 20)
+
+struct ps_scheduler {
+	struct ps_scheduler_opts opts; // immutable after open
+	struct ps_rpc           *rpc;  // immutable after open
+	pthread_mutex_t          mu;
+	uint8_t                 *trainer_seen; // [trainers]
+	int                      n_trainers_seen;
+	char                   **server_urls;  // [servers]
+	int                      n_servers_seen;
+	Pswire__JobConfig       *job;          // owned (unpacked copy)
+	Pswire__Placement       *placement;    // owned when published
+	uint8_t                 *placement_buf;
+	size_t                   placement_len;
+	uint64_t                 epoch;
+	struct ps_call          *parked;       // GetPlacement waiters
+	uint64_t                *capacity;     // [servers] bytes, 0 = unbounded
+	double                  *lat, *bw;     // [trainers * servers]
+	uint8_t                 *links_seen;   // [trainers]
+	int                      n_links_seen;
+	uint32_t                *assign;       // [n_assign] shard -> server
+	size_t                   n_assign;
+	uint64_t                *shard_size;   // [n_assign] bytes
+	struct shard_report      report;       // of the published placement
+	int                      have_report;
+	char                     start_error[256];
+	uint8_t                 *gone;         // [servers] left the job
+	uint8_t                 *trainer_gone; // [trainers] left the job
+};
+
+// ps__sched_probing says whether trainers measure their links before the
+// job starts (probe-bytes > 0). Reads opts only: no lock needed.
+static inline int
+ps__sched_probing(const struct ps_scheduler *s)
+{
+	return s->opts.probe_bytes > 0;
+}
+
+// ---- scheduler_members.c: the rpcs that change membership ----------------
+
+// ps__sched_on_register serves Register: a server (by URL; a known URL
+// keeps its slot, a new one joins a running job) or a trainer (by rank,
+// with the job's tensor table; the first declaration becomes the job's).
+// Replies with the member's id and the job's size, or an error status.
+// Takes mu.
+void ps__sched_on_register(struct ps_scheduler *s, struct ps_call *c);
+
+// ps__sched_on_leave serves Leave: a trainer stops being waited for, a
+// server gets no shard in the next map (refused for the last server).
+// Takes mu.
+void ps__sched_on_leave(struct ps_scheduler *s, struct ps_call *c);
+
+// ps__sched_on_report_links serves ReportLinks: one trainer's measured
+// RTT and bandwidth to each server. Counts towards the start barrier; once
+// the job runs, a change above the threshold re-places (latency policy).
+// Takes mu.
+void ps__sched_on_report_links(struct ps_scheduler *s, struct ps_call *c);
+
+// ---- scheduler_job.c: the job declaration --------------------------------
+
+// ps__sched_job_check validates a trainer's job declaration (tensor count,
+// lengths and names, learning rate, codecs, mode). Returns FB_OK, or
+// FB_EINVAL with the reason in why (n bytes). Pure: no lock needed.
+int ps__sched_job_check(const Pswire__JobConfig *j, char *why, size_t n);
+
+// ps__sched_job_diff returns 1 and describes the first difference between
+// the job a and a declaration b in why (n bytes), or returns 0 when they
+// agree. Pure: no lock needed.
+int ps__sched_job_diff(const Pswire__JobConfig *a,
+    const Pswire__JobConfig *b, char *why, size_t n);
+
+// ps__sched_job_copy deep-copies j (pack, then unpack) so that the request
+// can be freed. Returns NULL when out of memory; release the copy with
+// pswire__job_config__free_unpacked(copy, NULL). Pure: no lock needed.
+Pswire__JobConfig *ps__sched_job_copy(const Pswire__JobConfig *j);
+
+// ---- scheduler_place.c: the placement map --------------------------------
+
+// ps__sched_publish cuts the job's tensors into shards, places them by the
+// configured policy and publishes the first map (epoch 1). Called once
+// every member (and every link report, when probing) is in. Returns FB_OK,
+// or an error, with s->start_error set when the operator must act. Does
+// not answer parked calls. mu held.
+int ps__sched_publish(struct ps_scheduler *s);
+
+// ps__sched_replan places the shards again after the links or the members
+// changed and publishes the result when `force` (a server left and its
+// shards must go, or one joined under uniform placement) or when
+// shard_policy_gains says it beats the map in force under the new links.
+// `why` is for the log. Errors are logged; the running job goes on with
+// the map in force. mu held; the job has started (s->placement != NULL).
+void ps__sched_replan(struct ps_scheduler *s, const char *why, int force);
+
+// ps__sched_republish publishes the map in force with shard i moved to
+// server assign[i] (one entry per shard, each a known server index) as the
+// next epoch, with the current members and the trainers that left, and
+// answers the parked calls it satisfies. Returns FB_OK or FB_ENOMEM (the
+// map in force stays). mu held; the job has started.
+int ps__sched_republish(struct ps_scheduler *s, const uint32_t *assign);
+
+// ---- scheduler_reply.c: answers ------------------------------------------
+
+// ps__sched_answer_parked answers every parked GetPlacement that can be:
+// with the start error, the map (once its epoch reaches the call's
+// min_epoch) or the membership map (min_epoch 0, every server in). The
+// others stay parked. mu held.
+void ps__sched_answer_parked(struct ps_scheduler *s);
+
+// ps__sched_on_get_placement serves GetPlacement: parks the call until a
+// map of at least its min_epoch (1 without a body) exists, answering at
+// once when one does. Takes mu.
+void ps__sched_on_get_placement(struct ps_scheduler *s, struct ps_call *c);
+
+// ps__sched_on_heartbeat serves Heartbeat: replies with the job's trainer
+// and server counts. Does not take mu (the server count is read without
+// it, as it always was: a heartbeat only needs a live scheduler).
+void ps__sched_on_heartbeat(struct ps_scheduler *s, struct ps_call *c);
+
+// ps__sched_reply_leave acknowledges a Leave that was applied, with the
+// job's trainer and server counts. Called without mu, after the change.
+void ps__sched_reply_leave(struct ps_scheduler *s, struct ps_call *c);
+
+// ps__sched_reply_links acknowledges a ReportLinks that was applied, with
+// the job's trainer and server counts. Called without mu, after the
+// change.
+void ps__sched_reply_links(struct ps_scheduler *s, struct ps_call *c);
+
+#endif // PS_SCHEDULER_IMPL_H

@@ -1,0 +1,111 @@
+// scheduler_job.c — the job declaration: checking a trainer's tensor table
+// and options, comparing it with the job's, and keeping a private copy.
+//
+// DESIGN. The first trainer's JobConfig becomes the job's; every later
+// declaration must match it (tensors, mode, learning rate, codecs, bucket,
+// warm-up), so that a trainer started with other flags is refused at
+// registration rather than training a different model.
+// The copy is deep (pack, then unpack), so the request message can be
+// freed. Nothing here touches the scheduler's state: these are pure
+// functions of the messages.
+#include <stdio.h>
+#include <string.h>
+
+#include "comp/comp.h"
+#include "scheduler_impl.h"
+
+Pswire__JobConfig *
+ps__sched_job_copy(const Pswire__JobConfig *j)
+{
+	size_t             n   = pswire__job_config__get_packed_size(j);
+	uint8_t           *buf = fb_alloc(n ? n : 1);
+	Pswire__JobConfig *c;
+	if (buf == NULL) {
+		return NULL;
+	}
+	pswire__job_config__pack(j, buf);
+	c = pswire__job_config__unpack(NULL, n, buf);
+	fb_free(buf);
+	return c;
+}
+
+int
+ps__sched_job_diff(const Pswire__JobConfig *a, const Pswire__JobConfig *b,
+    char *why, size_t n)
+{
+	if (a->n_tensors != b->n_tensors) {
+		snprintf(why, n, "job has %zu tensors, declaration has %zu",
+		    a->n_tensors, b->n_tensors);
+		return 1;
+	}
+	for (size_t i = 0; i < a->n_tensors; i++) {
+		if (strcmp(a->tensors[i]->name, b->tensors[i]->name) != 0 ||
+		    a->tensors[i]->len != b->tensors[i]->len) {
+			snprintf(why, n,
+			    "tensor %zu: job has '%s' (%llu floats), "
+			    "declaration has '%s' (%llu floats)",
+			    i, a->tensors[i]->name,
+			    (unsigned long long) a->tensors[i]->len,
+			    b->tensors[i]->name,
+			    (unsigned long long) b->tensors[i]->len);
+			return 1;
+		}
+	}
+	if (a->mode != b->mode || a->lr != b->lr ||
+	    strcmp(a->codec_push, b->codec_push) != 0 ||
+	    strcmp(a->codec_pull, b->codec_pull) != 0 ||
+	    a->bucket != b->bucket || a->warmup_steps != b->warmup_steps) {
+		snprintf(why, n,
+		    "job options differ (mode/lr/codecs/bucket/warmup): job "
+		    "has mode %d lr %g push %s pull %s",
+		    a->mode, a->lr, a->codec_push, a->codec_pull);
+		return 1;
+	}
+	return 0;
+}
+
+int
+ps__sched_job_check(const Pswire__JobConfig *j, char *why, size_t n)
+{
+	if (j->n_tensors == 0 || j->n_tensors > 65536) {
+		snprintf(why, n, "tensor count %zu not in 1..65536",
+		    j->n_tensors);
+		return FB_EINVAL;
+	}
+	for (size_t i = 0; i < j->n_tensors; i++) {
+		if (j->tensors[i]->len == 0 ||
+		    j->tensors[i]->len > (1ull << 34)) {
+			snprintf(why, n, "tensor %zu length %llu not in 1..2^34",
+			    i, (unsigned long long) j->tensors[i]->len);
+			return FB_EINVAL;
+		}
+		if (strlen(j->tensors[i]->name) > 127) {
+			snprintf(why, n, "tensor %zu name over 127 bytes", i);
+			return FB_EINVAL;
+		}
+	}
+	if (!(j->lr > 0 && j->lr < 1e6)) {
+		snprintf(why, n, "learning rate %g not in (0, 1e6)", j->lr);
+		return FB_EINVAL;
+	}
+	struct comp_codec cc;
+	char              cwhy[128];
+	if (comp_codec_parse_msg(j->codec_push, j->bucket, &cc, cwhy,
+	        sizeof(cwhy)) != FB_OK) {
+		snprintf(why, n, "codec-push '%s': %s", j->codec_push, cwhy);
+		return FB_EINVAL;
+	}
+	if (comp_codec_parse_msg(j->codec_pull, j->bucket, &cc, cwhy,
+	        sizeof(cwhy)) != FB_OK || cc.stochastic) {
+		snprintf(why, n, "codec-pull '%s': %s", j->codec_pull,
+		    cc.stochastic ? "the pull side rounds deterministically"
+		                  : cwhy);
+		return FB_EINVAL;
+	}
+	if (j->mode != PSWIRE__MODE__MODE_SYNC &&
+	    j->mode != PSWIRE__MODE__MODE_ASYNC) {
+		snprintf(why, n, "unknown mode %d", j->mode);
+		return FB_EINVAL;
+	}
+	return FB_OK;
+}

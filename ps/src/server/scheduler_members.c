@@ -1,0 +1,429 @@
+// scheduler_members.c — who is in the job: Register (servers by URL,
+// trainers by rank with the job's tensor table), Leave, ReportLinks, and
+// the start barrier that publishes the first map once everyone is in.
+//
+// DESIGN. A handler decides under s->mu and replies with an error only
+// after releasing it: a refusal is recorded (struct refusal) and sent on
+// the single exit path. A server that registers after the job started
+// joins it (the link matrices grow, and a new map gives it shards); one
+// that leaves gets no shard in the next map. A trainer that leaves stops
+// the sync rounds from waiting for it; one that comes back is waited for
+// again from the next map on. The job starts when every expected server
+// and trainer has registered and, when probing is on, every trainer has
+// reported its links.
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "scheduler_impl.h"
+
+// refusal is an error reply decided with mu held and sent after it is
+// released. msg has the size of the rpc layer's message, so a reason is
+// cut where it always was.
+struct refusal {
+	int  status; // PSWIRE__STATUS__*, never OK
+	char msg[512];
+};
+
+// refuse records an error reply in no and returns its status (non-zero),
+// so that a handler can `return refuse(...)`.
+static int refuse(struct refusal *no, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int
+refuse(struct refusal *no, int status, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(no->msg, sizeof(no->msg), fmt, ap);
+	va_end(ap);
+	no->status = status;
+	return status;
+}
+
+// maybe_start publishes the first map once every member (and every link
+// report, when probing) is in, records why it cannot when it fails, and
+// answers the parked calls that can be. mu held.
+static void
+maybe_start(struct ps_scheduler *s)
+{
+	int rv;
+	if (s->placement == NULL && s->start_error[0] == '\0' &&
+	    s->job != NULL && s->n_trainers_seen == s->opts.trainers &&
+	    s->n_servers_seen == s->opts.servers &&
+	    (!ps__sched_probing(s) || s->n_links_seen == s->opts.trainers)) {
+		if ((rv = ps__sched_publish(s)) != FB_OK) {
+			if (s->start_error[0] == '\0') {
+				snprintf(s->start_error, sizeof(s->start_error),
+				    "cannot place shards: %s", fb_strerror(rv));
+			}
+			FB_LOG(FB_LOG_ERR, "placement", "%s", s->start_error);
+		}
+	}
+	ps__sched_answer_parked(s);
+}
+
+static int
+cmp_dbl(const void *a, const void *b)
+{
+	double x = *(const double *) a, y = *(const double *) b;
+	return x < y ? -1 : x > y;
+}
+
+// grow_servers makes room for one more server in the member arrays (the
+// link matrices are T x M, row-major, so they are re-laid out). Until the
+// trainers re-probe, the newcomer's links are estimated as the median of
+// each trainer's links. mu held.
+static int
+grow_servers(struct ps_scheduler *s)
+{
+	size_t M = (size_t) s->n_servers_seen, T = (size_t) s->opts.trainers;
+	char     **urls = fb_realloc(s->server_urls, (M + 1) * sizeof(char *));
+	if (urls == NULL) {
+		return FB_ENOMEM;
+	}
+	s->server_urls    = urls;
+	urls[M]           = NULL;
+	uint64_t *cap     = fb_realloc(s->capacity, (M + 1) * sizeof(uint64_t));
+	uint8_t  *gone    = fb_realloc(s->gone, M + 1);
+	double   *lat     = fb_alloc(T * (M + 1) * sizeof(double));
+	double   *bw      = fb_alloc(T * (M + 1) * sizeof(double));
+	double   *tmp     = fb_alloc((M ? M : 1) * sizeof(double));
+	if (cap != NULL) {
+		s->capacity = cap;
+	}
+	if (gone != NULL) {
+		s->gone = gone;
+	}
+	if (cap == NULL || gone == NULL || lat == NULL || bw == NULL ||
+	    tmp == NULL) {
+		fb_free(lat);
+		fb_free(bw);
+		fb_free(tmp);
+		return FB_ENOMEM;
+	}
+	cap[M]  = 0;
+	gone[M] = 0;
+	for (size_t t = 0; t < T; t++) {
+		for (size_t m = 0; m < M; m++) {
+			lat[t * (M + 1) + m] = s->lat[t * M + m];
+			bw[t * (M + 1) + m]  = s->bw[t * M + m];
+		}
+		for (int k = 0; k < 2; k++) {
+			const double *src = k ? s->bw : s->lat;
+			for (size_t m = 0; m < M; m++) {
+				tmp[m] = src[t * M + m];
+			}
+			qsort(tmp, M, sizeof(double), cmp_dbl);
+			(k ? bw : lat)[t * (M + 1) + M] = M ? tmp[M / 2] : 1.0;
+		}
+	}
+	fb_free(s->lat);
+	fb_free(s->bw);
+	fb_free(tmp);
+	s->lat = lat;
+	s->bw  = bw;
+	return FB_OK;
+}
+
+// register_server gives the server at r->url its slot: the same one on a
+// re-registration, a new one otherwise (joining a running job re-places
+// the shards). Fills rep's id and late flag; returns 0 or a refusal. mu
+// held.
+static int
+register_server(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
+    Pswire__RegisterReply *rep, struct refusal *no)
+{
+	int idx = -1;
+	if (strlen(r->url) == 0 || strlen(r->url) > 255) {
+		return refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "server registration needs a url of 1..255 bytes");
+	}
+	for (int i = 0; i < s->n_servers_seen; i++) {
+		if (strcmp(s->server_urls[i], r->url) == 0) {
+			idx = i; // re-registration: same slot
+		}
+	}
+	if (idx >= 0) {
+		rep->late = s->placement != NULL;
+		rep->id   = (uint32_t) idx;
+		return 0;
+	}
+	if (s->n_servers_seen >= s->opts.servers && s->placement == NULL) {
+		return refuse(no, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+		    "job expects %d servers; all registered", s->opts.servers);
+	}
+	if (s->n_servers_seen >= s->opts.servers && grow_servers(s) != FB_OK) {
+		return refuse(no, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+		    "cannot add a server: out of memory");
+	}
+	idx = s->n_servers_seen;
+	if ((s->server_urls[idx] = fb_strdup(r->url)) == NULL) {
+		return refuse(no, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+		    "out of memory");
+	}
+	s->capacity[idx] = r->capacity_bytes;
+	s->n_servers_seen++;
+	FB_LOG(FB_LOG_NOTICE, "members", "server %d registered at %s (%d/%d)",
+	    idx, r->url, s->n_servers_seen, s->opts.servers);
+	if (s->placement != NULL) {
+		// Joining a running job: it gets shards by a new map and
+		// receives them by Transfer.
+		rep->late = 1;
+		ps__sched_replan(s, "a server joined",
+		    s->opts.placement == PS_PLACEMENT_UNIFORM);
+	}
+	rep->id = (uint32_t) idx;
+	return 0;
+}
+
+// register_trainer admits rank r->rank with its job declaration, which
+// must be valid and, after the first (which becomes the job's), match the
+// job. A rank that left comes back. Fills rep's id; returns 0 or a
+// refusal. mu held.
+static int
+register_trainer(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
+    Pswire__RegisterReply *rep, struct refusal *no)
+{
+	char why[512];
+	if (r->rank >= (uint32_t) s->opts.trainers) {
+		return refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "rank %u out of range: job has %d trainers", r->rank,
+		    s->opts.trainers);
+	}
+	if (r->job == NULL) {
+		return refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "trainer registration needs the tensor table");
+	}
+	if (ps__sched_job_check(r->job, why, sizeof(why)) != FB_OK) {
+		return refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "bad job declaration: %s", why);
+	}
+	if (s->job != NULL &&
+	    ps__sched_job_diff(s->job, r->job, why, sizeof(why))) {
+		return refuse(no, PSWIRE__STATUS__FAILED_PRECONDITION,
+		    "declaration does not match the job: %s", why);
+	}
+	if (s->job == NULL) {
+		if ((s->job = ps__sched_job_copy(r->job)) == NULL) {
+			return refuse(no, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+			    "out of memory");
+		}
+		if (s->job->shard_bytes == 0) {
+			s->job->shard_bytes = s->opts.shard_bytes;
+		}
+		FB_LOG(FB_LOG_NOTICE, "members",
+		    "job declared by rank %u: %zu tensors, mode %s, lr %g",
+		    r->rank, s->job->n_tensors,
+		    s->job->mode ? "async" : "sync", s->job->lr);
+	}
+	if (s->trainer_gone[r->rank]) {
+		// A rank that left comes back: rounds wait for it again from
+		// the next map on.
+		s->trainer_gone[r->rank] = 0;
+		FB_LOG(FB_LOG_NOTICE, "members", "trainer %u rejoins",
+		    r->rank);
+		if (s->placement != NULL) {
+			ps__sched_republish(s, s->assign);
+		}
+	}
+	if (!s->trainer_seen[r->rank]) {
+		s->trainer_seen[r->rank] = 1;
+		s->n_trainers_seen++;
+		FB_LOG(FB_LOG_NOTICE, "members",
+		    "trainer %u registered (%d/%d)", r->rank,
+		    s->n_trainers_seen, s->opts.trainers);
+	}
+	rep->id = r->rank;
+	return 0;
+}
+
+void
+ps__sched_on_register(struct ps_scheduler *s, struct ps_call *c)
+{
+	Pswire__RegisterRequest *r   = c->hdr->register_req;
+	Pswire__Header           h   = PSWIRE__HEADER__INIT;
+	Pswire__RegisterReply    rep = PSWIRE__REGISTER_REPLY__INIT;
+	struct refusal           no;
+	int                      status;
+
+	if (c->hdr->body_case != PSWIRE__HEADER__BODY_REGISTER_REQ) {
+		ps__call_reply_err(c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "Register needs a register_req body");
+		return;
+	}
+	pthread_mutex_lock(&s->mu);
+	if (r->role == PSWIRE__ROLE__ROLE_SERVER) {
+		status = register_server(s, r, &rep, &no);
+	} else if (r->role == PSWIRE__ROLE__ROLE_TRAINER) {
+		status = register_trainer(s, r, &rep, &no);
+	} else {
+		status = refuse(&no, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "unknown role %d", r->role);
+	}
+	if (status == 0) {
+		// The welcome goes out before mu is released, as it always
+		// has; only refusals wait for the unlock.
+		rep.trainers    = (uint32_t) s->opts.trainers;
+		rep.servers     = (uint32_t) s->n_servers_seen;
+		rep.probe       = ps__sched_probing(s) &&
+		    r->role == PSWIRE__ROLE__ROLE_TRAINER;
+		rep.probe_count = s->opts.probe_count;
+		rep.probe_bytes = s->opts.probe_bytes;
+		rep.reprobe_s   = s->opts.reprobe_s;
+		h.body_case     = PSWIRE__HEADER__BODY_REGISTER_REP;
+		h.register_rep  = &rep;
+		maybe_start(s);
+		ps__call_reply(c, &h);
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (status != 0) {
+		ps__call_reply_err(c, status, "%s", no.msg);
+	}
+}
+
+// leave_trainer takes trainer id out of the sync rounds: a new map lists
+// it as gone and servers complete pending rounds without it. Returns 0 or
+// a refusal. mu held.
+static int
+leave_trainer(struct ps_scheduler *s, uint32_t id, struct refusal *no)
+{
+	if (id >= (uint32_t) s->opts.trainers) {
+		return refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "no trainer %u", id);
+	}
+	if (!s->trainer_gone[id]) {
+		s->trainer_gone[id] = 1;
+		FB_LOG(FB_LOG_NOTICE, "members", "trainer %u leaves", id);
+		if (s->placement != NULL) {
+			ps__sched_republish(s, s->assign);
+		}
+	}
+	return 0;
+}
+
+// leave_server gives server id no shard in the next map (the servers then
+// move its shards away); the last live server may not leave. Returns 0 or
+// a refusal. mu held.
+static int
+leave_server(struct ps_scheduler *s, uint32_t id, struct refusal *no)
+{
+	int alive = 0;
+	for (int m = 0; m < s->n_servers_seen; m++) {
+		alive += !s->gone[m];
+	}
+	if (id >= (uint32_t) s->n_servers_seen) {
+		return refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "no server %u", id);
+	}
+	if (!s->gone[id] && alive <= 1) {
+		return refuse(no, PSWIRE__STATUS__FAILED_PRECONDITION,
+		    "server %u is the last one: its shards have nowhere to go",
+		    id);
+	}
+	if (!s->gone[id]) {
+		s->gone[id] = 1;
+		FB_LOG(FB_LOG_NOTICE, "members", "server %u leaves", id);
+		if (s->placement != NULL) {
+			ps__sched_replan(s, "a server left", 1);
+		}
+	}
+	return 0;
+}
+
+void
+ps__sched_on_leave(struct ps_scheduler *s, struct ps_call *c)
+{
+	Pswire__LeaveRequest *l = c->hdr->leave_req;
+	struct refusal        no;
+	int                   status;
+
+	if (c->hdr->body_case != PSWIRE__HEADER__BODY_LEAVE_REQ) {
+		ps__call_reply_err(c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "Leave needs a leave_req body");
+		return;
+	}
+	pthread_mutex_lock(&s->mu);
+	if (l->role == PSWIRE__ROLE__ROLE_TRAINER) {
+		status = leave_trainer(s, l->id, &no);
+	} else if (l->role == PSWIRE__ROLE__ROLE_SERVER) {
+		status = leave_server(s, l->id, &no);
+	} else {
+		status = refuse(&no, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "unknown role %d", l->role);
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (status != 0) {
+		ps__call_reply_err(c, status, "%s", no.msg);
+	} else {
+		ps__sched_reply_leave(s, c);
+	}
+}
+
+void
+ps__sched_on_report_links(struct ps_scheduler *s, struct ps_call *c)
+{
+	Pswire__ReportLinksRequest *r = c->hdr->links_req;
+	size_t                      M = (size_t) s->n_servers_seen;
+
+	if (c->hdr->body_case != PSWIRE__HEADER__BODY_LINKS_REQ) {
+		ps__call_reply_err(c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "ReportLinks needs a links_req body");
+		return;
+	}
+	// A trainer that has not fetched a map with a newly joined server yet
+	// reports fewer servers: the first n are updated.
+	if (r->rank >= (uint32_t) s->opts.trainers || r->n_rtt_s == 0 ||
+	    r->n_rtt_s > M || r->n_bw_bps != r->n_rtt_s ||
+	    (s->placement == NULL && r->n_rtt_s != M)) {
+		ps__call_reply_err(c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "link report from rank %u: need %zu RTTs and bandwidths "
+		    "for %d trainers, got %zu and %zu", r->rank, M,
+		    s->opts.trainers, r->n_rtt_s, r->n_bw_bps);
+		return;
+	}
+	M = r->n_rtt_s;
+	for (size_t m = 0; m < M; m++) {
+		if (!isfinite(r->rtt_s[m]) || r->rtt_s[m] < 0 ||
+		    r->rtt_s[m] > 3600 || !isfinite(r->bw_bps[m]) ||
+		    r->bw_bps[m] <= 0) {
+			ps__call_reply_err(c, PSWIRE__STATUS__INVALID_ARGUMENT,
+			    "link report from rank %u: server %zu has rtt %g s, "
+			    "bandwidth %g B/s", r->rank, m, r->rtt_s[m],
+			    r->bw_bps[m]);
+			return;
+		}
+	}
+	pthread_mutex_lock(&s->mu);
+	// A re-probe (the job has started) that finds a link changed by more
+	// than the threshold triggers a re-placement.
+	int    changed = 0;
+	double th      = s->opts.reprobe_change_pct / 100.0;
+	size_t stride = (size_t) s->n_servers_seen;
+	for (size_t m = 0; s->placement != NULL && m < M; m++) {
+		double l0 = s->lat[r->rank * stride + m];
+		double b0 = s->bw[r->rank * stride + m];
+		changed |= fabs(r->rtt_s[m] - l0) > th * fmax(l0, 1e-4) ||
+		    fabs(r->bw_bps[m] - b0) > th * b0;
+	}
+	for (size_t m = 0; m < M; m++) {
+		s->lat[r->rank * stride + m] = r->rtt_s[m];
+		s->bw[r->rank * stride + m]  = r->bw_bps[m];
+		FB_LOG(FB_LOG_INFO, "links",
+		    "trainer %u -> server %zu: rtt %.3f ms, %.1f MB/s", r->rank,
+		    m, r->rtt_s[m] * 1e3, r->bw_bps[m] / 1e6);
+	}
+	if (!s->links_seen[r->rank]) {
+		s->links_seen[r->rank] = 1;
+		s->n_links_seen++;
+	}
+	if (changed && s->opts.placement == PS_PLACEMENT_LATENCY) {
+		ps__sched_replan(s, "links changed", 0);
+	}
+	maybe_start(s);
+	pthread_mutex_unlock(&s->mu);
+	ps__sched_reply_links(s, c);
+}

@@ -1,0 +1,388 @@
+// scheduler_place.c — the placement map: cutting the job into shards,
+// placing them on the servers, publishing the map as epoch 1 and each new
+// epoch after (a server joined or left, links changed, an operator's
+// ps_scheduler_replace).
+//
+// DESIGN. The decisions are sharding/'s (shard_policy_*: capacities from
+// memory, round-robin over live servers, the solver kept only on a clear
+// gain, the 10% rule for a new map); this file gathers their inputs from
+// the scheduler's state, logs what was decided and turns an assignment into
+// a map. When probing is on, every trainer has reported its RTT and
+// bandwidth to each server before the first map (L[t][m] and B[t][m]); the
+// matrices, the assignment, F, LB and F/LB are logged with the map. A map
+// is kept as a private deep copy (pack, then unpack) to answer fetches
+// from. Every function here runs with s->mu held.
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "comp/comp.h"
+#include "scheduler_impl.h"
+
+// wire_factor is rho of docs/algorithms.md §3.3: bytes on the wire per fp32
+// byte of a shard, push plus pull, with the job's codecs.
+static double
+wire_factor(const Pswire__JobConfig *job)
+{
+	struct comp_codec a, b;
+	const size_t      n = 1u << 20;
+	if (comp_codec_parse(job->codec_push, job->bucket, &a) != FB_OK ||
+	    comp_codec_parse(job->codec_pull, job->bucket, &b) != FB_OK) {
+		return 2.0;
+	}
+	return (double) (comp_bound(&a, n) + comp_bound(&b, n)) / (4.0 * n);
+}
+
+// log_lines logs a multi-line text one line at a time.
+static void
+log_lines(const char *text)
+{
+	const char *p = text;
+	while (*p != '\0') {
+		const char *e = strchr(p, '\n');
+		int         n = e ? (int) (e - p) : (int) strlen(p);
+		FB_LOG(FB_LOG_NOTICE, "placement", "%.*s", n, p);
+		p += n + (e != NULL);
+	}
+}
+
+// server_copies is how many bytes a server holds per shard byte: the
+// weights, one staging slot per trainer and, with a pull codec, the
+// reference and the delta log (keep in step with the server's
+// PS_DELTA_LOG = 4).
+static double
+server_copies(const struct ps_scheduler *s)
+{
+	uint32_t          T      = (uint32_t) s->opts.trainers;
+	double            copies = 1.0 + T;
+	struct comp_codec pc;
+	if (comp_codec_parse(s->job->codec_pull, s->job->bucket, &pc) ==
+	        FB_OK &&
+	    pc.id != COMP_NONE) {
+		copies += 1.0 + 4.0 * (double) comp_bound(&pc, 1u << 20) /
+		    (4.0 * (1u << 20));
+	}
+	return copies;
+}
+
+// inst_build describes the placement problem for sharding/: shard sizes,
+// the servers' capacities (shard_policy_caps: memory over server_copies;
+// 1 byte for a server that left, so it gets nothing), the link matrices and
+// the wire factor. cap has one entry per server; in borrows it and the
+// scheduler's arrays. Errors: FB_EINVAL (no server). mu held.
+static int
+inst_build(struct ps_scheduler *s, size_t ns, struct shard_inst *in,
+    uint64_t *cap)
+{
+	uint32_t M = (uint32_t) s->n_servers_seen;
+	int      bounded, rv;
+	if ((rv = shard_policy_caps(M, s->capacity, s->gone, server_copies(s),
+	         cap, &bounded)) != FB_OK) {
+		return rv;
+	}
+	*in            = (struct shard_inst) SHARD_INST_INIT;
+	in->n_shards   = ns;
+	in->n_servers  = M;
+	in->n_trainers = (uint32_t) s->opts.trainers;
+	in->size       = s->shard_size;
+	in->cap        = bounded ? cap : NULL;
+	in->lat        = s->lat;
+	in->bw         = s->bw;
+	in->rho        = wire_factor(s->job);
+	in->k          = 1; // the pull rides on the push's reply
+	return FB_OK;
+}
+
+// choose fills assign[0..ns) for the shards (sizes in s->shard_size) by
+// the configured policy (shard_policy_place), skipping servers that left,
+// and records the model's figures in s->report when links were measured.
+// Sets s->start_error when the shards do not fit. mu held.
+static int
+choose(struct ps_scheduler *s, size_t ns, uint32_t *assign)
+{
+	struct shard_inst        in;
+	struct shard_policy      pol;
+	struct shard_policy_note note;
+	uint32_t                 M   = (uint32_t) s->n_servers_seen;
+	uint64_t                *cap = fb_alloc(M * sizeof(uint64_t));
+	int                      rv;
+
+	if (cap == NULL) {
+		return FB_ENOMEM;
+	}
+	if ((rv = inst_build(s, ns, &in, cap)) != FB_OK) {
+		goto done;
+	}
+	pol.solve    = s->opts.placement == PS_PLACEMENT_LATENCY;
+	pol.measured = ps__sched_probing(s);
+	pol.seed     = s->opts.seed;
+	rv = shard_policy_place(&in, s->gone, &pol, assign, &s->report, &note);
+	if (rv == FB_ENOSPC) {
+		snprintf(s->start_error, sizeof(s->start_error), "%s",
+		    pol.solve
+		        ? "no placement fits the servers' capacity "
+		          "(--capacity-mb): the shards need more memory"
+		        : "uniform placement exceeds a server's capacity "
+		          "(--capacity-mb); add servers or memory");
+	}
+	if (rv != FB_OK) {
+		goto done;
+	}
+	if (note.kept_rr) {
+		FB_LOG(FB_LOG_NOTICE, "placement",
+		    "solver %.3f ms vs round-robin %.3f ms: "
+		    "within 10%%, keeping round-robin",
+		    note.f_solver * 1e3, note.f_rr * 1e3);
+	}
+	s->have_report = ps__sched_probing(s);
+	if (ps__sched_probing(s)) {
+		size_t n   = shard_format_bound(&in);
+		char  *buf = n ? fb_alloc(n) : NULL;
+		size_t w;
+		if (buf != NULL && shard_format(&in, assign, buf, n, &w) == FB_OK) {
+			log_lines(buf);
+		}
+		fb_free(buf);
+		FB_LOG(FB_LOG_NOTICE, "placement",
+		    "predicted step comm %.3f ms, lower bound %.3f ms, "
+		    "F/LB %.3f", s->report.f * 1e3, s->report.lb * 1e3,
+		    s->report.ratio);
+	}
+	rv = FB_OK;
+done:
+	fb_free(cap);
+	return rv;
+}
+
+// current_cost is F of the published assignment under the links known
+// now, ignoring capacities (the map in force is what it is); +inf when it
+// cannot be evaluated. mu held.
+static double
+current_cost(struct ps_scheduler *s)
+{
+	struct shard_inst in;
+	uint64_t *cap = fb_alloc((size_t) s->n_servers_seen * sizeof(uint64_t));
+	double    f   = HUGE_VAL;
+	if (cap != NULL && inst_build(s, s->n_assign, &in, cap) == FB_OK) {
+		in.cap = NULL;
+		if (shard_cost(&in, s->assign, &f, NULL, NULL) != FB_OK) {
+			f = HUGE_VAL;
+		}
+	}
+	fb_free(cap);
+	return f;
+}
+
+int
+ps__sched_publish(struct ps_scheduler *s)
+{
+	size_t             nt = s->job->n_tensors, ns = 0;
+	uint64_t          *lens;
+	struct shard_desc *sd = NULL;
+	uint32_t          *assign = NULL;
+	int                rv;
+	Pswire__Placement  p = PSWIRE__PLACEMENT__INIT;
+	Pswire__ShardInfo *infos = NULL, **ptrs = NULL;
+
+	if ((lens = fb_alloc(nt * sizeof(*lens))) == NULL) {
+		return FB_ENOMEM;
+	}
+	for (size_t i = 0; i < nt; i++) {
+		lens[i] = s->job->tensors[i]->len;
+	}
+	rv = shard_split(lens, nt, s->opts.shard_bytes, &sd, &ns);
+	fb_free(lens);
+	if (rv != FB_OK) {
+		return rv;
+	}
+	if (ns > PS_MAX_SHARDS) {
+		snprintf(s->start_error, sizeof(s->start_error),
+		    "the tensors make %zu shards of at most %llu bytes; the cap "
+		    "is %u: raise --shard-bytes", ns,
+		    (unsigned long long) s->opts.shard_bytes, PS_MAX_SHARDS);
+		fb_free(sd);
+		return FB_ERANGE;
+	}
+	assign = fb_alloc(ns * sizeof(*assign));
+	infos  = fb_alloc(ns * sizeof(*infos));
+	ptrs   = fb_alloc(ns * sizeof(*ptrs));
+	if (assign == NULL || infos == NULL || ptrs == NULL) {
+		rv = FB_ENOMEM;
+		goto done;
+	}
+	fb_free(s->shard_size);
+	if ((s->shard_size = fb_alloc(ns * sizeof(uint64_t))) == NULL) {
+		rv = FB_ENOMEM;
+		goto done;
+	}
+	for (size_t i = 0; i < ns; i++) {
+		s->shard_size[i] = sd[i].len * 4;
+	}
+	if ((rv = choose(s, ns, assign)) != FB_OK) {
+		goto done;
+	}
+	for (size_t i = 0; i < ns; i++) {
+		pswire__shard_info__init(&infos[i]);
+		infos[i].tensor = sd[i].tensor;
+		infos[i].index  = sd[i].index;
+		infos[i].offset = sd[i].offset;
+		infos[i].len    = sd[i].len;
+		infos[i].server = assign[i];
+		ptrs[i]         = &infos[i];
+	}
+	p.epoch       = ++s->epoch;
+	p.n_servers   = (size_t) s->n_servers_seen;
+	p.servers     = s->server_urls;
+	p.n_shards    = ns;
+	p.shards      = ptrs;
+	p.job         = s->job;
+	p.trainers    = (uint32_t) s->opts.trainers;
+	// Keep a private deep copy (pack + unpack) to answer fetches from.
+	s->placement_len = pswire__placement__get_packed_size(&p);
+	if ((s->placement_buf = fb_alloc(s->placement_len)) == NULL) {
+		rv = FB_ENOMEM;
+		goto done;
+	}
+	pswire__placement__pack(&p, s->placement_buf);
+	s->placement = pswire__placement__unpack(NULL, s->placement_len,
+	    s->placement_buf);
+	if (s->placement == NULL) {
+		rv = FB_ENOMEM;
+		goto done;
+	}
+	FB_LOG(FB_LOG_NOTICE, "placement",
+	    "epoch %llu: %zu shards on %d servers (%s), %d trainers",
+	    (unsigned long long) p.epoch, ns, s->n_servers_seen,
+	    s->opts.placement == PS_PLACEMENT_LATENCY ? "latency" : "uniform",
+	    s->opts.trainers);
+	for (size_t i = 0; i < ns; i++) {
+		FB_LOG(FB_LOG_INFO, "placement",
+		    "shard %zu = tensor %u '%s' [%llu, +%llu) -> server %u",
+		    i, sd[i].tensor, s->job->tensors[sd[i].tensor]->name,
+		    (unsigned long long) sd[i].offset,
+		    (unsigned long long) sd[i].len, assign[i]);
+	}
+	rv = FB_OK;
+done:
+	fb_free(sd);
+	if (rv == FB_OK) {
+		fb_free(s->assign);
+		s->assign   = assign;
+		s->n_assign = ns;
+	} else {
+		fb_free(assign);
+	}
+	fb_free(infos);
+	fb_free(ptrs);
+	return rv;
+}
+
+int
+ps__sched_republish(struct ps_scheduler *s, const uint32_t *assign)
+{
+	Pswire__Placement *p = s->placement, *np;
+	Pswire__Placement  q = PSWIRE__PLACEMENT__INIT;
+	uint8_t           *buf;
+	size_t             len, n = p->n_shards;
+	int                moved = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		moved += p->shards[i]->server != assign[i];
+		p->shards[i]->server = assign[i];
+		s->assign[i]         = assign[i];
+	}
+	// The next map: the same shards and job, the current members (a
+	// server may have joined).
+	q.epoch     = ++s->epoch;
+	q.n_servers = (size_t) s->n_servers_seen;
+	q.servers   = s->server_urls;
+	q.n_shards  = n;
+	q.shards    = p->shards;
+	q.job       = p->job;
+	q.trainers  = p->trainers;
+	uint32_t gone_t[PS_MAX_MEMBERS]; // opts.trainers <= PS_MAX_MEMBERS
+	for (int t = 0;
+	     t < s->opts.trainers && q.n_gone_trainers < PS_MAX_MEMBERS; t++) {
+		if (s->trainer_gone[t]) {
+			gone_t[q.n_gone_trainers++] = (uint32_t) t;
+		}
+	}
+	q.gone_trainers = gone_t;
+	len         = pswire__placement__get_packed_size(&q);
+	if ((buf = fb_alloc(len)) == NULL) {
+		return FB_ENOMEM;
+	}
+	pswire__placement__pack(&q, buf);
+	if ((np = pswire__placement__unpack(NULL, len, buf)) == NULL) {
+		fb_free(buf);
+		return FB_ENOMEM;
+	}
+	pswire__placement__free_unpacked(s->placement, NULL);
+	fb_free(s->placement_buf);
+	s->placement     = np;
+	s->placement_buf = buf;
+	s->placement_len = len;
+	FB_LOG(FB_LOG_NOTICE, "placement", "epoch %llu: %d of %zu shards "
+	    "move, %d servers", (unsigned long long) s->epoch, moved, n,
+	    s->n_servers_seen);
+	ps__sched_answer_parked(s);
+	return FB_OK;
+}
+
+void
+ps__sched_replan(struct ps_scheduler *s, const char *why, int force)
+{
+	uint32_t           *na  = fb_alloc(s->n_assign * sizeof(uint32_t));
+	double              now = current_cost(s);
+	struct shard_report old = s->report; // of the published map
+	int                 rv;
+	if (na == NULL) {
+		FB_LOG(FB_LOG_ERR, "placement", "replan (%s): out of memory", why);
+		return;
+	}
+	s->start_error[0] = '\0';
+	if ((rv = choose(s, s->n_assign, na)) != FB_OK) {
+		FB_LOG(FB_LOG_ERR, "placement", "replan (%s): %s", why,
+		    s->start_error[0] ? s->start_error : fb_strerror(rv));
+		s->start_error[0] = '\0'; // the running job goes on
+	} else if (force || shard_policy_gains(s->report.f, now)) {
+		FB_LOG(FB_LOG_NOTICE, "placement", "replan (%s): predicted "
+		    "%.3f ms -> %.3f ms", why, now * 1e3, s->report.f * 1e3);
+		ps__sched_republish(s, na);
+	} else {
+		FB_LOG(FB_LOG_NOTICE, "placement", "replan (%s): keeping the "
+		    "map (%.3f ms, new %.3f ms)", why, now * 1e3,
+		    s->report.f * 1e3);
+		s->report   = old; // Stats describe the map in force
+		s->report.f = now;
+	}
+	fb_free(na);
+}
+
+int
+ps_scheduler_replace(struct ps_scheduler *s, const uint32_t *assign,
+    size_t n)
+{
+	int rv;
+	if (s == NULL || assign == NULL) {
+		return FB_EINVAL;
+	}
+	pthread_mutex_lock(&s->mu);
+	if (s->placement == NULL) {
+		rv = FB_ESTATE;
+	} else if (n != s->placement->n_shards) {
+		rv = FB_EINVAL;
+	} else {
+		rv = FB_OK;
+		for (size_t i = 0; i < n; i++) {
+			if (assign[i] >= (uint32_t) s->n_servers_seen) {
+				rv = FB_EINVAL;
+			}
+		}
+		if (rv == FB_OK) {
+			rv = ps__sched_republish(s, assign);
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+	return rv;
+}

@@ -1,0 +1,108 @@
+// scheduler_reply.c — what the scheduler answers: GetPlacement, parked
+// until a map exists, and the acknowledgements of Heartbeat, Leave and
+// ReportLinks.
+//
+// DESIGN. GetPlacement calls that arrive before every expected member has
+// registered are parked on a list and answered when the map is published,
+// never by blocking a thread (an rpc handler must not block). A call's
+// min_epoch says which map it waits for: 0 is the membership map (server
+// URLs only, for probing), 1 the first placement, higher a newer one. The
+// three acknowledgements carry the same body, the job's trainer and server
+// counts, but answer different rpcs, so each has its own function.
+#include <pthread.h>
+
+#include "scheduler_impl.h"
+
+// answer_placement replies with the map in force. mu held.
+static void
+answer_placement(struct ps_scheduler *s, struct ps_call *c)
+{
+	Pswire__Header h = PSWIRE__HEADER__INIT;
+	h.epoch          = s->placement->epoch;
+	h.body_case      = PSWIRE__HEADER__BODY_PLACEMENT;
+	h.placement      = s->placement;
+	ps__call_reply(c, &h);
+}
+
+// answer_membership replies with epoch 0: the server URLs, no shards.
+static void
+answer_membership(struct ps_scheduler *s, struct ps_call *c)
+{
+	Pswire__Header    h = PSWIRE__HEADER__INIT;
+	Pswire__Placement p = PSWIRE__PLACEMENT__INIT;
+	p.n_servers         = (size_t) s->n_servers_seen;
+	p.servers           = s->server_urls;
+	p.trainers          = (uint32_t) s->opts.trainers;
+	h.body_case         = PSWIRE__HEADER__BODY_PLACEMENT;
+	h.placement         = &p;
+	ps__call_reply(c, &h);
+}
+
+void
+ps__sched_answer_parked(struct ps_scheduler *s)
+{
+	struct ps_call **pp = &s->parked;
+	while (*pp != NULL) {
+		struct ps_call *c = *pp;
+		if (s->start_error[0] != '\0') {
+			*pp = c->next;
+			ps__call_reply_err(c, PSWIRE__STATUS__FAILED_PRECONDITION,
+			    "job cannot start: %s", s->start_error);
+		} else if (s->placement != NULL &&
+		    s->placement->epoch >= c->park_version) {
+			*pp = c->next;
+			answer_placement(s, c);
+		} else if (c->park_version == 0 &&
+		    s->n_servers_seen == s->opts.servers) {
+			*pp = c->next;
+			answer_membership(s, c);
+		} else {
+			pp = &c->next;
+		}
+	}
+}
+
+void
+ps__sched_on_get_placement(struct ps_scheduler *s, struct ps_call *c)
+{
+	c->park_version = c->hdr->body_case == PSWIRE__HEADER__BODY_PLACEMENT_REQ
+	    ? c->hdr->placement_req->min_epoch
+	    : 1;
+	pthread_mutex_lock(&s->mu);
+	c->next   = s->parked;
+	s->parked = c;
+	ps__sched_answer_parked(s);
+	pthread_mutex_unlock(&s->mu);
+}
+
+// reply_counts answers c with a RegisterReply that carries the job's
+// trainer and server counts. Reads n_servers_seen without mu.
+static void
+reply_counts(struct ps_scheduler *s, struct ps_call *c)
+{
+	Pswire__Header        h   = PSWIRE__HEADER__INIT;
+	Pswire__RegisterReply rep = PSWIRE__REGISTER_REPLY__INIT;
+	rep.trainers   = (uint32_t) s->opts.trainers;
+	rep.servers    = (uint32_t) s->n_servers_seen;
+	h.body_case    = PSWIRE__HEADER__BODY_REGISTER_REP;
+	h.register_rep = &rep;
+	ps__call_reply(c, &h);
+}
+
+void
+ps__sched_on_heartbeat(struct ps_scheduler *s, struct ps_call *c)
+{
+	reply_counts(s, c);
+}
+
+void
+ps__sched_reply_leave(struct ps_scheduler *s, struct ps_call *c)
+{
+	reply_counts(s, c);
+}
+
+void
+ps__sched_reply_links(struct ps_scheduler *s, struct ps_call *c)
+{
+	reply_counts(s, c);
+}
