@@ -92,27 +92,26 @@ ferry_client_push(ferry_client *c, const float *const *g, uint32_t n_samples)
 	return FERRY_OK;
 }
 
-// push_pull_check is the argument check both push-pull calls share: a
-// declared client, an input array (gradients or codes), the weight
-// buffers unless a pull sink takes the pulls, and n_samples > 0.
+// push_pull_run is both push-pull calls once x is filled in (in: the
+// caller's gradients or codes). Both share one argument check, in one
+// order: the input array, the weight buffers unless a pull sink takes the
+// pulls, n_samples. Encoded pushes also need a push codec and the end of
+// the warm-up. Then: re-probe when due, push for the held version, wait
+// for the next one.
 static int
-push_pull_check(ferry_client *c, const void *in, float *const *w,
-    uint32_t n_samples)
+push_pull_run(ferry_client *c, struct xfer *x, const void *in)
 {
 	int rv;
 	if ((rv = check_ready(c, in)) != FERRY_OK ||
-	    (rv = check_pull_bufs(c, w)) != FERRY_OK) {
+	    (rv = check_pull_bufs(c, x->w)) != FERRY_OK ||
+	    (rv = check_samples(c, x->n_samples)) != FERRY_OK) {
 		return rv;
 	}
-	return check_samples(c, n_samples);
-}
-
-// push_pull_run is the common tail of the push-pull calls: re-probe when
-// due, push for the held version, wait for the next one.
-static int
-push_pull_run(ferry_client *c, struct xfer *x)
-{
-	int rv;
+	if (x->codes != NULL &&
+	    (c->cpush.id == COMP_NONE || ferry_client_in_warmup(c))) {
+		return ferry__fail(c, FERRY_ESTATE, "encoded pushes need a "
+		    "push codec and the end of warm-up");
+	}
 	if ((rv = ferry__links_reprobe(c)) != FERRY_OK) {
 		return rv;
 	}
@@ -129,11 +128,7 @@ ferry_client_push_pull(ferry_client *c, const float *const *g,
 {
 	struct xfer x = { .op = OP_PUSH_PULL, .g = g, .w = w,
 		.n_samples = n_samples };
-	int rv;
-	if ((rv = push_pull_check(c, g, w, n_samples)) != FERRY_OK) {
-		return rv;
-	}
-	return push_pull_run(c, &x);
+	return push_pull_run(c, &x, g);
 }
 
 FERRY_API int
@@ -142,13 +137,5 @@ ferry_client_push_pull_encoded(ferry_client *c, const uint8_t *const *codes,
 {
 	struct xfer x = { .op = OP_PUSH_PULL, .codes = codes, .w = w,
 		.n_samples = n_samples };
-	int rv;
-	if ((rv = push_pull_check(c, codes, w, n_samples)) != FERRY_OK) {
-		return rv;
-	}
-	if (c->cpush.id == COMP_NONE || ferry_client_in_warmup(c)) {
-		return ferry__fail(c, FERRY_ESTATE, "encoded pushes need a push codec "
-		    "and the end of warm-up");
-	}
-	return push_pull_run(c, &x);
+	return push_pull_run(c, &x, codes);
 }
