@@ -10,6 +10,8 @@
 // (push applied, shard moved) turns into a pull.
 #include "client_impl.h"
 
+// main_method is the rpc that carries op's requests (a shard whose push
+// was applied but whose reply was lost is then pulled with PULL).
 static uint8_t
 main_method(enum op op)
 {

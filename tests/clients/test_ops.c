@@ -117,12 +117,14 @@ END_TEST
 // then the weight buffers (unless a sink takes the pulls), then n_samples.
 START_TEST(test_push_pull_checks)
 {
-	ferry_client          *c = fake_client("q8", NULL, lens2, 2, 1, sh2, 2);
+	ferry_client          *c;
 	float                  buf[8], *w[2] = { buf, buf };
 	const float           *g[2] = { buf, buf };
 	uint8_t                code[64];
 	const uint8_t         *codes[2] = { code, code };
 	struct ferry_pull_sink sk = { nop_piece, nop_piece, nop_check, NULL };
+
+	c = fake_client("q8", NULL, lens2, 2, 1, sh2, 2);
 
 	ck_assert_int_eq(ferry_client_push_pull(c, NULL, 1, w), FERRY_EINVAL);
 	has(c, "tensor buffer array is NULL");

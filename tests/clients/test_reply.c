@@ -148,9 +148,9 @@ START_TEST(test_malformed_replies)
 }
 END_TEST
 
-// With a pull codec: a FULL sets the reference (CRC-checked); a chain of empty deltas
-// ("no change") moves the version when the CRC matches, and flags the
-// shard for a resync on a CRC mismatch or a gap in the chain.
+// With a pull codec: a FULL sets the reference (CRC-checked); a chain of
+// empty deltas ("no change") moves the version when the CRC matches, and
+// flags the shard for a resync on a CRC mismatch or a gap in the chain.
 START_TEST(test_delta_chains)
 {
 	ferry_client     *c = fake_client(NULL, "q8", lens, 1, 1, sh, 2);
