@@ -2,5 +2,4 @@
 #define PS_TESTS_H
 #include <check.h>
 Suite *suite_cluster(void);
-Suite *suite_sink(void);
 #endif

@@ -1,7 +1,8 @@
-// cluster.h — the in-process job the ps suites train against: a scheduler
-// and servers on loopback, the 3-tensor table, and each rank's gradient.
-#ifndef PS_TEST_CLUSTER_H
-#define PS_TEST_CLUSTER_H
+// cluster.h — the in-process job the ps and clients suites train against:
+// a scheduler and servers on loopback, the 3-tensor table, and each rank's
+// gradient (library pt_cluster).
+#ifndef PT_CLUSTER_H
+#define PT_CLUSTER_H
 
 #include <stddef.h>
 
@@ -34,4 +35,4 @@ grad_for(int rank, int step, int t, size_t i)
 	    (float) t - (float) i * 0.0625f;
 }
 
-#endif
+#endif // PT_CLUSTER_H

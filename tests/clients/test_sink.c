@@ -1,4 +1,4 @@
-// sink_test.c — libferry's pull sink (ferry_client_set_pull_sink) against
+// test_sink.c — libferry's pull sink (ferry_client_set_pull_sink) against
 // the plain pull: a trainer whose sink keeps the shared reference itself
 // (here on the host, with comp_decode_add and fb_crc32, as a GPU trainer
 // does on the device) ends with bit-identical weights; a sink that
@@ -8,11 +8,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "clients_tests.h"
 #include "cluster.h"
 #include "comp/comp.h"
 #include "ferry/ferry.h"
 #include "ps/ps.h"
-#include "ps_tests.h"
 #include "pt.h"
 
 // One trainer thread. With use_sink, pulls go to a host sink that keeps
@@ -318,6 +318,7 @@ suite_sink(void)
 {
 	Suite *s  = suite_create("sink");
 	TCase *tc = tcase_create("sink");
+	tcase_set_tags(tc, "cluster"); // see tests/clients/CMakeLists.txt
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_sink_equals_plain_pull);
 	tcase_add_test(tc, test_sink_no_pull_codec);

@@ -1,0 +1,181 @@
+// declare.c — joining and leaving a job: ferry_client_declare registers
+// the tensor table with the scheduler, probes the links when the
+// scheduler asks for it, waits for the first placement map and allocates
+// the per-shard and per-tensor state every later operation uses;
+// ferry_client_leave tells the scheduler this trainer is gone.
+#include "client_impl.h"
+
+FERRY_API int
+ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
+    size_t n)
+{
+	Pswire__Header          h   = PSWIRE__HEADER__INIT;
+	Pswire__RegisterRequest rr  = PSWIRE__REGISTER_REQUEST__INIT;
+	Pswire__JobConfig       job = PSWIRE__JOB_CONFIG__INIT;
+	Pswire__TensorDesc     *tds = NULL, **tdp = NULL;
+	Pswire__Header         *rh  = NULL;
+	int                     rv;
+
+	if (c == NULL || d == NULL || n == 0) {
+		return FERRY_EINVAL;
+	}
+	if (c->declared) {
+		return ferry__fail(c, FERRY_ESTATE,
+		    "tensors already declared");
+	}
+	c->tensor_len = fb_alloc(n * sizeof(*c->tensor_len));
+	tds           = fb_alloc(n * sizeof(*tds));
+	tdp           = fb_alloc(n * sizeof(*tdp));
+	if (c->tensor_len == NULL || tds == NULL || tdp == NULL) {
+		rv = ferry__fail(c, FERRY_ENOMEM, "out of memory");
+		goto done;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (d[i].name == NULL || strlen(d[i].name) > 127 ||
+		    d[i].len == 0) {
+			rv = ferry__fail(c, FERRY_EINVAL,
+			    "tensor %zu: needs a name of at most 127 bytes "
+			    "and a length > 0", i);
+			goto done;
+		}
+		pswire__tensor_desc__init(&tds[i]);
+		tds[i].name      = (char *) d[i].name;
+		tds[i].len       = d[i].len;
+		tdp[i]           = &tds[i];
+		c->tensor_len[i] = d[i].len;
+	}
+	c->n_tensors     = n;
+	job.n_tensors    = n;
+	job.tensors      = tdp;
+	job.mode         = c->opts.mode;
+	job.lr           = c->opts.lr;
+	job.codec_push   = c->codec_push;
+	job.codec_pull   = c->codec_pull;
+	job.bucket       = c->opts.bucket;
+	job.warmup_steps = c->opts.warmup_steps;
+	rr.role          = PSWIRE__ROLE__ROLE_TRAINER;
+	rr.rank          = (uint32_t) c->opts.rank;
+	rr.job           = &job;
+	h.body_case      = PSWIRE__HEADER__BODY_REGISTER_REQ;
+	h.register_req   = &rr;
+	if ((rv = ferry__sched_call(c, &h, PSWIRE__METHOD__REGISTER,
+	         ferry__timeout(c), &rh)) != FERRY_OK) {
+		goto done;
+	}
+
+	if (rh->body_case == PSWIRE__HEADER__BODY_REGISTER_REP &&
+	    rh->register_rep->probe) {
+		c->probe_count = rh->register_rep->probe_count;
+		c->probe_bytes = rh->register_rep->probe_bytes;
+		c->reprobe_s   = rh->register_rep->reprobe_s;
+		pswire__header__free_unpacked(rh, NULL);
+		rh = NULL;
+		if ((rv = ferry__map_fetch(c, 0, &rh)) != FERRY_OK ||
+		    (rv = ferry__conns_open(c, rh->placement)) != FERRY_OK ||
+		    (rv = ferry__links_probe(c, c->probe_count,
+		         c->probe_bytes)) != FERRY_OK) {
+			goto done;
+		}
+		c->last_probe_ms = fb_clock_ms();
+	}
+	if (rh != NULL) {
+		pswire__header__free_unpacked(rh, NULL);
+		rh = NULL;
+	}
+
+	// Wait (server-side, parked) for every member, then fetch the map.
+	if ((rv = ferry__map_fetch(c, 1, &rh)) != FERRY_OK) {
+		goto done;
+	}
+	c->pl         = rh->placement;
+	rh->placement = NULL;
+	rh->body_case = PSWIRE__HEADER__BODY__NOT_SET;
+	if ((rv = ferry__placement_check(c, c->pl)) != FERRY_OK ||
+	    (rv = ferry__conns_open(c, c->pl)) != FERRY_OK ||
+	    (rv = ferry__conns_assign(c)) != FERRY_OK) {
+		goto done;
+	}
+	c->shard_ver = fb_zalloc(c->pl->n_shards * sizeof(uint64_t));
+	c->need      = fb_zalloc(c->pl->n_shards);
+	c->need_full = fb_zalloc(c->pl->n_shards);
+	c->ref_at    = fb_zalloc(c->pl->n_shards);
+	c->code_off  = fb_zalloc(c->pl->n_shards * sizeof(size_t));
+	c->layout    = fb_zalloc(c->pl->n_shards * sizeof(*c->layout));
+	if (c->need == NULL || c->need_full == NULL || c->code_off == NULL ||
+	    c->layout == NULL || c->ref_at == NULL) {
+		rv = ferry__fail(c, FERRY_ENOMEM, "out of memory");
+		goto done;
+	}
+	for (size_t i = 0; i < c->pl->n_shards; i++) {
+		c->layout[i].tensor     = c->pl->shards[i]->tensor;
+		c->layout[i].offset     = c->pl->shards[i]->offset;
+		c->layout[i].len        = c->pl->shards[i]->len;
+		c->layout[i].code_bytes = comp_bound(&c->cpush,
+		    c->pl->shards[i]->len);
+	}
+	if (c->cpush.id != COMP_NONE) {
+		size_t total = 0;
+		for (size_t i = 0; i < c->pl->n_shards; i++) {
+			c->code_off[i] = total;
+			total += comp_bound(&c->cpush, c->pl->shards[i]->len);
+		}
+		if ((c->codes = fb_alloc(total ? total : 1)) == NULL) {
+			rv = ferry__fail(c, FERRY_ENOMEM, "out of memory");
+			goto done;
+		}
+	}
+	c->resid     = fb_zalloc(n * sizeof(float *));
+	c->ref       = fb_zalloc(n * sizeof(float *));
+	if (c->shard_ver == NULL || c->resid == NULL || c->ref == NULL) {
+		rv = ferry__fail(c, FERRY_ENOMEM, "out of memory");
+		goto done;
+	}
+	for (size_t t = 0; t < n; t++) {
+		if (c->cpush.id != COMP_NONE &&
+		    (c->resid[t] = fb_zalloc(d[t].len * sizeof(float))) == NULL) {
+			rv = ferry__fail(c, FERRY_ENOMEM, "out of memory");
+			goto done;
+		}
+		if (c->cpull.id != COMP_NONE &&
+		    (c->ref[t] = fb_zalloc(d[t].len * sizeof(float))) == NULL) {
+			rv = ferry__fail(c, FERRY_ENOMEM, "out of memory");
+			goto done;
+		}
+	}
+	c->declared = 1;
+	rv          = FERRY_OK;
+done:
+	if (rh != NULL) {
+		pswire__header__free_unpacked(rh, NULL);
+	}
+	fb_free(tds);
+	fb_free(tdp);
+	return rv;
+}
+
+FERRY_API int
+ferry_client_leave(ferry_client *c)
+{
+	Pswire__Header       h  = PSWIRE__HEADER__INIT;
+	Pswire__LeaveRequest l  = PSWIRE__LEAVE_REQUEST__INIT;
+	Pswire__Header      *rh = NULL;
+	int                  rv;
+	if (c == NULL) {
+		return FERRY_EINVAL;
+	}
+	if (!c->declared) {
+		return ferry__fail(c, FERRY_ESTATE,
+		    "declare the tensors first");
+	}
+	l.role      = PSWIRE__ROLE__ROLE_TRAINER;
+	l.id        = (uint32_t) c->opts.rank;
+	h.body_case = PSWIRE__HEADER__BODY_LEAVE_REQ;
+	h.leave_req = &l;
+	// Short: a trainer leaves while stopping, maybe with the job gone.
+	rv = ferry__sched_call(c, &h, PSWIRE__METHOD__LEAVE,
+	    ferry__timeout(c) < 3000 ? ferry__timeout(c) : 3000, &rh);
+	if (rh != NULL) {
+		pswire__header__free_unpacked(rh, NULL);
+	}
+	return rv;
+}

@@ -1,0 +1,250 @@
+// exchange.c — running one operation (init, pull, push, push-pull) over
+// every server in rounds, with the retries a moving job needs, and the
+// bookkeeping after a pull (resync, the version held).
+//
+// DESIGN. Each round sends one batched message to every server that holds
+// a shard still pending, then waits for all the replies, so the servers
+// work in parallel and a round costs the slowest server, not the sum.
+// Replies that say UNAVAILABLE (not started, shard arriving) are retried;
+// STALE_EPOCH (shard moved) re-fetches the map and re-batches; ABORTED
+// (push applied, shard moved) turns into a pull.
+#include "client_impl.h"
+
+// main_method is the rpc that carries op's requests (a shard whose push
+// was applied but whose reply was lost is then pulled with PULL).
+static uint8_t
+main_method(enum op op)
+{
+	switch (op) {
+	case OP_PULL:
+	case OP_PULL_FULL:
+		return PSWIRE__METHOD__PULL;
+	case OP_PUSH_PULL:
+		return PSWIRE__METHOD__PUSH_PULL;
+	default:
+		return PSWIRE__METHOD__PUSH;
+	}
+}
+
+// exchange runs one operation on every shard whose c->need is set, in
+// rounds: each round sends one batched request per server (the shards'
+// main method first; PULL for shards whose push was applied but whose
+// reply was lost to a move), in parallel, and waits for all replies.
+// UNAVAILABLE (not started, shard arriving) and STALE_EPOCH (shard moved:
+// the map is re-fetched) leave shards pending for the next round, until
+// the deadline. Requests refused with those statuses changed nothing on
+// the server, so re-sending cannot apply a push twice.
+static int
+exchange(ferry_client *c, struct xfer *x)
+{
+	uint64_t deadline = fb_clock_ms() + ferry__timeout(c);
+	int      rv       = FERRY_OK;
+
+	for (;;) {
+		int    sent = 0, refetch = 0, wait = 0;
+		uint64_t now = fb_clock_ms();
+		for (size_t m = 0; m < c->n_conns; m++) {
+			struct conn *cn = &c->conns[m];
+			nng_msg     *req;
+			cn->req_n       = 0;
+			cn->method      = main_method(x->op);
+			for (int pass = 0; pass < 2 && cn->req_n == 0; pass++) {
+				int want = pass == 0 ? NEED_MAIN : NEED_PULL;
+				for (size_t k = 0; k < cn->n; k++) {
+					if (c->need[cn->shards[k]] == want) {
+						cn->req[cn->req_n++] =
+						    cn->shards[k];
+					}
+				}
+				if (pass == 1) {
+					cn->method = PSWIRE__METHOD__PULL;
+				}
+			}
+			cn->pending = cn->req_n > 0;
+			if (!cn->pending) {
+				continue;
+			}
+			if (now >= deadline) {
+				return ferry__fail(c, FERRY_ETIMEDOUT, "%s: "
+				    "deadline passed waiting for server %s",
+				    psw_method_name(cn->method),
+				    c->pl->servers[m]);
+			}
+			if ((rv = ferry__request_build(c, cn, x, &req)) !=
+			    FB_OK) {
+				return ferry__fail(c, ferry__map_err(rv),
+				    "cannot build a request: %s",
+				    fb_strerror(rv));
+			}
+			if (cn->method != PSWIRE__METHOD__PULL) {
+				c->stats.bytes_pushed += nng_msg_len(req);
+			}
+			c->stats.requests++;
+			nng_aio_set_timeout(cn->aio, (int) (deadline - now));
+			nng_aio_set_msg(cn->aio, req);
+			nng_ctx_send(cn->ctx, cn->aio);
+			sent++;
+		}
+		if (sent == 0) {
+			break;
+		}
+		for (size_t m = 0; m < c->n_conns; m++) {
+			struct conn *cn = &c->conns[m];
+			cn->rv          = FB_OK;
+			if (!cn->pending) {
+				continue;
+			}
+			nng_aio_wait(cn->aio);
+			if (nng_aio_result(cn->aio) != 0) {
+				nng_msg_free(nng_aio_get_msg(cn->aio));
+				cn->rv = nng_aio_result(cn->aio) ==
+				        NNG_ETIMEDOUT ? FB_ETIMEDOUT
+				                      : FB_ETRANSPORT;
+				continue;
+			}
+			nng_ctx_recv(cn->ctx, cn->aio);
+		}
+		for (size_t m = 0; m < c->n_conns; m++) {
+			struct conn      *cn = &c->conns[m];
+			struct psw_frame  f;
+			ProtobufCMessage *ph  = NULL;
+			const char       *why = "";
+			int               r;
+			if (!cn->pending) {
+				continue;
+			}
+			if (cn->rv != FB_OK) {
+				rv = ferry__fail(c, ferry__map_err(cn->rv),
+				    "server %s: %s", c->pl->servers[m],
+				    fb_strerror(cn->rv));
+				continue;
+			}
+			nng_aio_wait(cn->aio);
+			if ((r = nng_aio_result(cn->aio)) != 0) {
+				rv = ferry__fail(c, r == NNG_ETIMEDOUT ? FERRY_ETIMEDOUT
+				                                : FERRY_ECONNECT,
+				    "server %s: %s", c->pl->servers[m],
+				    nng_strerror(r));
+				continue;
+			}
+			nng_msg *rep = nng_aio_get_msg(cn->aio);
+			if (cn->method != PSWIRE__METHOD__PUSH) {
+				c->stats.bytes_pulled += nng_msg_len(rep);
+			}
+			r = psw_reply_open(rep, cn->method, cn->rid, &f, &ph,
+			    &why);
+			Pswire__Header *rh = (Pswire__Header *) ph;
+			int             st = rh ? (int) rh->status : -1;
+			if (rh != NULL && rh->epoch > c->pl->epoch) {
+				refetch = 1; // a newer map exists
+			}
+			if (r == FB_EREMOTE &&
+			    st == PSWIRE__STATUS__UNAVAILABLE) {
+				wait = 1; // not started / shard arriving
+			} else if (r == FB_EREMOTE &&
+			    st == PSWIRE__STATUS__STALE_EPOCH) {
+				refetch = 1;
+			} else if (r == FB_EREMOTE &&
+			    st == PSWIRE__STATUS__ABORTED &&
+			    cn->method == PSWIRE__METHOD__PUSH_PULL) {
+				// The push was applied; only the pull is left.
+				for (size_t k = 0; k < cn->req_n; k++) {
+					c->need[cn->req[k]] = NEED_PULL;
+				}
+				refetch = 1;
+			} else if (r == FB_EREMOTE &&
+			    st == PSWIRE__STATUS__OUT_OF_RANGE) {
+				rv = ferry__fail(c, FERRY_EBEHIND,
+				    "server %s: %s", c->pl->servers[m],
+				    rh->error);
+			} else if (r == FB_EREMOTE) {
+				rv = ferry__fail(c, FERRY_EREMOTE,
+				    "server %s: %s: %s", c->pl->servers[m],
+				    psw_status_name(st), rh->error);
+			} else if (r != FB_OK) {
+				rv = ferry__fail(c, FERRY_EPROTO,
+				    "server %s: %s", c->pl->servers[m], why);
+			} else if ((r = ferry__reply_take(c, m, x, rh, &f)) !=
+			    FERRY_OK) {
+				rv = r;
+			} else {
+				for (size_t k = 0; k < cn->req_n; k++) {
+					c->need[cn->req[k]] = NEED_NONE;
+				}
+			}
+			if (rh != NULL) {
+				pswire__header__free_unpacked(rh, NULL);
+			}
+			nng_msg_free(cn->spare);
+			cn->spare = rep;
+		}
+		if (rv != FERRY_OK) {
+			return rv;
+		}
+		if (refetch && (rv = ferry__map_refetch(c)) != FERRY_OK) {
+			return rv;
+		}
+		if (wait) {
+			fb_sleep_us(5000);
+		}
+	}
+	return FERRY_OK;
+}
+
+// ferry__op_run marks every shard (or only those flagged for a full
+// resync) and runs the exchange.
+int
+ferry__op_run(ferry_client *c, struct xfer *x)
+{
+	int rv;
+	x->codec = x->op == OP_INIT || c->version < c->opts.warmup_steps
+	    ? &c->cnone
+	    : &c->cpush;
+	for (size_t i = 0; i < c->pl->n_shards; i++) {
+		c->need[i] = x->op != OP_PULL_FULL || c->need_full[i]
+		    ? NEED_MAIN
+		    : NEED_NONE;
+		if (x->op == OP_PULL_FULL) {
+			c->need_full[i] = 0;
+		}
+	}
+	if ((x->op == OP_PUSH || x->op == OP_PUSH_PULL) && x->codes == NULL &&
+	    x->codec->id != COMP_NONE && (rv = ferry__codes_stage(c, x)) != FERRY_OK) {
+		return rv;
+	}
+	return exchange(c, x);
+}
+
+// ferry__pull_finish resyncs shards whose reference drifted (CRC mismatch or a
+// gap), then records the version now held.
+int
+ferry__pull_finish(ferry_client *c, struct xfer *x)
+{
+	int need = 0, rv;
+	for (size_t i = 0; i < c->pl->n_shards; i++) {
+		need |= c->need_full[i];
+	}
+	if (need) {
+		struct xfer full = { .op = OP_PULL_FULL, .w = x->w,
+			.pull_want = 0 };
+		c->stats.resyncs++;
+		if ((rv = ferry__op_run(c, &full)) != FERRY_OK) {
+			return rv;
+		}
+		for (size_t i = 0; i < c->pl->n_shards; i++) {
+			if (c->need_full[i]) {
+				return ferry__fail(c, FERRY_ECORRUPT,
+				    "shard %zu: reference CRC mismatch after "
+				    "a full resync", i);
+			}
+		}
+	}
+	uint64_t v = UINT64_MAX;
+	for (size_t i = 0; i < c->pl->n_shards; i++) {
+		v = c->shard_ver[i] < v ? c->shard_ver[i] : v;
+	}
+	c->version       = v;
+	c->want          = c->opts.mode == FERRY_MODE_SYNC ? c->version : 0;
+	c->stats.version = c->version;
+	return FERRY_OK;
+}

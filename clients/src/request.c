@@ -1,0 +1,140 @@
+// request.c — building one server's request of a round: the pull header,
+// or the push body with each shard's bytes (fp32 straight from the
+// caller's tensor, or codes staged once per operation with error
+// feedback, or the caller's own codes).
+//
+// DESIGN. fp32 gradients go straight from the caller's tensor into the
+// outgoing nng message, built in the last reply from that server when it
+// is large enough (psw_msg_reuse; else psw_msg_begin), so a step
+// allocates and zeroes no message of its own; with a push codec the codes
+// are staged once per operation (ferry__codes_stage) so that a re-sent
+// request carries the same codes and the error-feedback residual moves
+// once.
+#include "client_impl.h"
+
+// ferry__codes_stage encodes every shard's gradient once per operation, with
+// error feedback, into c->codes: a request that must be re-sent (the
+// server was not ready, or the shard moved) sends the same codes again,
+// so the residual is updated exactly once.
+int
+ferry__codes_stage(ferry_client *c, struct xfer *x)
+{
+	for (size_t i = 0; i < c->pl->n_shards; i++) {
+		const Pswire__ShardInfo *si = c->pl->shards[i];
+		size_t                   out;
+		int rv = comp_ef_encode(x->codec, x->g[si->tensor] + si->offset,
+		    c->resid[si->tensor] + si->offset, si->len, &c->rng,
+		    c->codes + c->code_off[i], comp_bound(x->codec, si->len),
+		    &out);
+		if (rv != FB_OK) {
+			return ferry__fail(c, FERRY_EINVAL, "gradient of "
+			    "tensor %u cannot be encoded (%s): NaN or Inf?",
+			    si->tensor, fb_strerror(rv));
+		}
+	}
+	x->staged = 1;
+	return FERRY_OK;
+}
+
+// ferry__request_build creates the message for the shards in cn->req (method
+// cn->method).
+int
+ferry__request_build(ferry_client *c, struct conn *cn, struct xfer *x,
+    nng_msg **out)
+{
+	Pswire__Header      h  = PSWIRE__HEADER__INIT;
+	Pswire__PushRequest pr = PSWIRE__PUSH_REQUEST__INIT;
+	Pswire__PullRequest pl = PSWIRE__PULL_REQUEST__INIT;
+	Pswire__ShardRef    refs_stack[64], *refs = refs_stack;
+	Pswire__ShardRef   *ptr_stack[64], **ptrs = ptr_stack;
+	uint8_t            *payload;
+	size_t              hl, plen = 0;
+	int                 rv = FB_OK;
+	const struct comp_codec *codec = x->codec;
+
+	h.request_id  = cn->rid = c->next_rid++;
+	h.deadline_ms = ferry__timeout(c);
+	h.epoch       = c->pl->epoch;
+	h.rank        = (uint32_t) c->opts.rank;
+	if (cn->method == PSWIRE__METHOD__PULL) {
+		uint64_t have = UINT64_MAX;
+		for (size_t i = 0; i < cn->req_n; i++) {
+			uint64_t v = c->shard_ver[cn->req[i]];
+			have       = v < have ? v : have;
+		}
+		pl.n_shards     = cn->req_n;
+		pl.shards       = cn->req;
+		pl.version      = x->pull_want;
+		pl.have_version = have;
+		pl.full         = x->op == OP_PULL_FULL || c->cpull.id ==
+		    COMP_NONE;
+		for (size_t i = 0; i < cn->req_n && !pl.full; i++) {
+			// A shard never pulled has no reference to patch.
+			pl.full = c->ref_at[cn->req[i]] == REF_NONE;
+		}
+		h.body_case     = PSWIRE__HEADER__BODY_PULL_REQ;
+		h.pull_req      = &pl;
+		hl              = pswire__header__get_packed_size(&h);
+		if (psw_msg_begin(out, hl, 0, &payload) != FB_OK) {
+			return FB_ENOMEM;
+		}
+		return psw_msg_finish(*out, cn->method, 0, &h.base, hl, 0);
+	}
+	if (cn->req_n > 64) {
+		refs = fb_alloc(cn->req_n * sizeof(*refs));
+		ptrs = fb_alloc(cn->req_n * sizeof(*ptrs));
+		if (refs == NULL || ptrs == NULL) {
+			rv = FB_ENOMEM;
+			goto done;
+		}
+	}
+	for (size_t i = 0; i < cn->req_n; i++) {
+		const Pswire__ShardInfo *si = c->pl->shards[cn->req[i]];
+		pswire__shard_ref__init(&refs[i]);
+		refs[i].shard   = cn->req[i];
+		refs[i].version = c->shard_ver[cn->req[i]];
+		refs[i].codec   = codec->id;
+		refs[i].bucket  = codec->bucket;
+		refs[i].offset  = plen;
+		refs[i].length  = comp_bound(codec, si->len);
+		plen += refs[i].length;
+		ptrs[i] = &refs[i];
+	}
+	pr.n_shards  = cn->req_n;
+	pr.shards    = ptrs;
+	pr.n_samples = x->n_samples;
+	pr.init      = x->op == OP_INIT;
+	h.body_case  = PSWIRE__HEADER__BODY_PUSH_REQ;
+	h.push_req   = &pr;
+	hl           = pswire__header__get_packed_size(&h);
+	// A push body is about as large as the last reply from this server
+	// (same shards): build it there, with no allocation and no zeroing.
+	if (cn->spare != NULL && psw_msg_reuse(cn->spare, hl, plen, &payload) ==
+	                             FB_OK) {
+		*out      = cn->spare;
+		cn->spare = NULL;
+	} else if ((rv = psw_msg_begin(out, hl, plen, &payload)) != FB_OK) {
+		goto done;
+	}
+	for (size_t i = 0; i < cn->req_n; i++) {
+		const Pswire__ShardInfo *si = c->pl->shards[cn->req[i]];
+		// fp32 goes straight from the caller's tensor; codes from the
+		// staging area (see ferry__codes_stage).
+		const void *src = x->codes != NULL
+		    ? (const void *) x->codes[cn->req[i]]
+		    : x->staged ? (const void *) (c->codes +
+		                      c->code_off[cn->req[i]])
+		                : (const void *) (x->g[si->tensor] + si->offset);
+		memcpy(payload + refs[i].offset, src, refs[i].length);
+	}
+	rv = psw_msg_finish(*out, cn->method, 0, &h.base, hl, plen);
+	if (rv != FB_OK) {
+		nng_msg_free(*out);
+	}
+done:
+	if (refs != refs_stack) {
+		fb_free(refs);
+		fb_free(ptrs);
+	}
+	return rv;
+}

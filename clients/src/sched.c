@@ -1,0 +1,179 @@
+// sched.c — the scheduler's side of a client: header-only calls to the
+// scheduler, fetching the placement map (the first one and, when a shard
+// moved, the next epoch), checking it against the declared tensor table,
+// and keeping one connection per server of the map with the list of
+// shards it holds.
+#include "client_impl.h"
+
+// ferry__sched_call sends h (no payload) to the scheduler and returns the
+// reply header in *rh (free with pswire__header__free_unpacked).
+int
+ferry__sched_call(ferry_client *c, Pswire__Header *h, uint8_t method,
+    uint32_t tmo, Pswire__Header **rh)
+{
+	ProtobufCMessage *ph  = NULL;
+	const char       *why = "";
+	int               rv;
+
+	h->request_id  = c->next_rid++;
+	h->deadline_ms = tmo;
+	h->rank        = (uint32_t) c->opts.rank;
+	c->stats.requests++;
+	rv = psw_call_header(c->sched_ctx, c->sched_aio, &h->base, method,
+	    h->request_id, (int) tmo, &ph, &why);
+	if (rv == FB_EREMOTE) {
+		Pswire__Header *r = (Pswire__Header *) ph;
+		ferry__fail(c, FERRY_EREMOTE, "scheduler %s: %s: %s", c->url,
+		    psw_status_name(r->status), r->error);
+		int st = r->status;
+		pswire__header__free_unpacked(r, NULL);
+		return st == PSWIRE__STATUS__FAILED_PRECONDITION
+		    ? FERRY_EMISMATCH
+		    : FERRY_EREMOTE;
+	}
+	if (rv != FB_OK) {
+		return ferry__fail(c, ferry__map_err(rv), "scheduler %s: %s",
+		    c->url, why ? why : fb_strerror(rv));
+	}
+	*rh = (Pswire__Header *) ph;
+	return FERRY_OK;
+}
+
+// ferry__placement_check validates the map against the declared table.
+int
+ferry__placement_check(ferry_client *c, const Pswire__Placement *pl)
+{
+	if (pl->job == NULL || pl->job->n_tensors != c->n_tensors ||
+	    pl->n_servers == 0 || pl->n_servers > 4096) {
+		return ferry__fail(c, FERRY_EPROTO,
+		    "placement does not match the declared tensor table");
+	}
+	for (size_t i = 0; i < pl->n_shards; i++) {
+		const Pswire__ShardInfo *s = pl->shards[i];
+		if (s->tensor >= c->n_tensors || s->server >= pl->n_servers ||
+		    s->len == 0 || s->offset > c->tensor_len[s->tensor] ||
+		    s->len > c->tensor_len[s->tensor] - s->offset) {
+			return ferry__fail(c, FERRY_EPROTO,
+			    "placement shard %zu is out of range", i);
+		}
+	}
+	return FERRY_OK;
+}
+
+// ferry__map_fetch asks the scheduler for the map of at least min_epoch
+// (0: the membership map) and returns the reply header in *rh.
+int
+ferry__map_fetch(ferry_client *c, uint64_t min_epoch, Pswire__Header **rh)
+{
+	Pswire__Header              g  = PSWIRE__HEADER__INIT;
+	Pswire__GetPlacementRequest gp = PSWIRE__GET_PLACEMENT_REQUEST__INIT;
+	int                         rv;
+	gp.min_epoch    = min_epoch;
+	g.body_case     = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
+	g.placement_req = &gp;
+	if ((rv = ferry__sched_call(c, &g, PSWIRE__METHOD__GET_PLACEMENT,
+	         ferry__timeout(c), rh)) != FERRY_OK) {
+		return rv;
+	}
+	if ((*rh)->body_case != PSWIRE__HEADER__BODY_PLACEMENT ||
+	    (*rh)->placement->n_servers == 0 ||
+	    (*rh)->placement->n_servers > 4096) {
+		pswire__header__free_unpacked(*rh, NULL);
+		*rh = NULL;
+		return ferry__fail(c, FERRY_EPROTO,
+		    "GetPlacement reply has no map");
+	}
+	return FERRY_OK;
+}
+
+// ferry__conns_open dials every server of map p that is not dialed yet (a
+// later map may list more servers: one joined the job).
+int
+ferry__conns_open(ferry_client *c, const Pswire__Placement *p)
+{
+	size_t had = c->n_conns;
+	if (p->n_servers < had) {
+		return ferry__fail(c, FERRY_EPROTO, "map lists %zu servers, fewer than "
+		    "the %zu known", p->n_servers, had);
+	}
+	if (p->n_servers > had) {
+		struct conn *cs = fb_realloc(c->conns,
+		    p->n_servers * sizeof(*c->conns));
+		if (cs == NULL) {
+			return ferry__fail(c, FERRY_ENOMEM, "out of memory");
+		}
+		memset(cs + had, 0, (p->n_servers - had) * sizeof(*cs));
+		c->conns   = cs;
+		c->n_conns = p->n_servers;
+	}
+	for (size_t m = had; m < c->n_conns; m++) {
+		struct conn *cn = &c->conns[m];
+		if (psw_req_open(p->servers[m], 1u << 30, 20, 500, &cn->sock,
+		        &cn->ctx, &cn->aio) != FB_OK) {
+			c->n_conns = m; // close only what was opened
+			return ferry__fail(c, FERRY_ECONNECT,
+			    "cannot dial server %s", p->servers[m]);
+		}
+	}
+	return FERRY_OK;
+}
+
+// ferry__conns_assign lists, per server, the shards the current map gives it.
+int
+ferry__conns_assign(ferry_client *c)
+{
+	for (size_t m = 0; m < c->n_conns; m++) {
+		fb_free(c->conns[m].shards);
+		c->conns[m].shards = NULL;
+		c->conns[m].n      = 0;
+		c->conns[m].bytes  = 0;
+	}
+	for (size_t i = 0; i < c->pl->n_shards; i++) {
+		c->conns[c->pl->shards[i]->server].n++;
+	}
+	for (size_t m = 0; m < c->n_conns; m++) {
+		struct conn *cn = &c->conns[m];
+		cn->shards = fb_alloc((cn->n ? cn->n : 1) * sizeof(uint32_t));
+		if (cn->req == NULL) {
+			cn->req = fb_alloc(c->pl->n_shards * sizeof(uint32_t));
+		}
+		if (cn->shards == NULL || cn->req == NULL) {
+			return ferry__fail(c, FERRY_ENOMEM, "out of memory");
+		}
+		cn->n = 0;
+	}
+	for (size_t i = 0; i < c->pl->n_shards; i++) {
+		struct conn *cn     = &c->conns[c->pl->shards[i]->server];
+		cn->shards[cn->n++] = (uint32_t) i;
+		cn->bytes += c->pl->shards[i]->len * 4;
+	}
+	return FERRY_OK;
+}
+
+// ferry__map_refetch replaces the map with the scheduler's next epoch.
+int
+ferry__map_refetch(ferry_client *c)
+{
+	Pswire__Header *rh = NULL;
+	int             rv;
+	if ((rv = ferry__map_fetch(c, c->pl->epoch + 1, &rh)) != FERRY_OK) {
+		return rv;
+	}
+	Pswire__Placement *np = rh->placement;
+	rh->placement         = NULL;
+	rh->body_case         = PSWIRE__HEADER__BODY__NOT_SET;
+	pswire__header__free_unpacked(rh, NULL);
+	if (np->n_shards != c->pl->n_shards ||
+	    ferry__placement_check(c, np) != FERRY_OK) {
+		pswire__placement__free_unpacked(np, NULL);
+		return ferry__fail(c, FERRY_EPROTO, "new placement map does "
+		    "not match the job");
+	}
+	pswire__placement__free_unpacked(c->pl, NULL);
+	c->pl = np;
+	c->stats.map_changes++;
+	if ((rv = ferry__conns_open(c, c->pl)) != FERRY_OK) {
+		return rv;
+	}
+	return ferry__conns_assign(c);
+}

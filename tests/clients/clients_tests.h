@@ -1,0 +1,15 @@
+// clients_tests.h — one Check suite per source file of clients/src, plus
+// the pull-sink suite that trains against an in-process cluster.
+#ifndef CLIENTS_TESTS_H
+#define CLIENTS_TESTS_H
+
+#include <check.h>
+
+Suite *suite_client(void);  // client.c: options, errors, accessors
+Suite *suite_ops(void);     // ops.c: argument and state checks
+Suite *suite_sched(void);   // sched.c: the placement map, connections
+Suite *suite_request(void); // request.c: building requests
+Suite *suite_reply(void);   // reply.c: taking replies, the pull sink
+Suite *suite_sink(void);    // the pull sink against a cluster
+
+#endif // CLIENTS_TESTS_H
