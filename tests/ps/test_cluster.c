@@ -1,4 +1,4 @@
-// cluster_test.c — a scheduler and servers in this process, trainers as
+// test_cluster.c — a scheduler and servers in this process, trainers as
 // threads using libferry: aggregation, the optimizer, membership errors,
 // and hostile frames sent to a live server.
 #include <math.h>

@@ -1,4 +1,4 @@
-// train_test.c — end to end on Fashion-MNIST with real processes: the
+// test_train.c — end to end on Fashion-MNIST with real processes: the
 // data-parallel identity (sync, no compression, k trainers == one process
 // on the union of their minibatches) and accuracy after one epoch.
 #include <math.h>
