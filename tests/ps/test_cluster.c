@@ -960,6 +960,25 @@ raw_report(const char *url, uint32_t rank, size_t n, double *rtt, double *bw)
 	return st;
 }
 
+// wait_servers waits (10 s at most) until the scheduler has seen every
+// server of cl: servers register from their own thread after
+// ps_server_open returns, and the scheduler refuses a link report for
+// more servers than it knows, so the raw trainers below wait first.
+static void
+wait_servers(struct cluster *cl)
+{
+	char text[8192], want[32];
+	snprintf(want, sizeof(want), "servers:%d/%d\r\n", cl->n_srv,
+	    cl->n_srv);
+	for (int i = 0; i < 200; i++) {
+		ps_scheduler_stats(cl->sched, text, sizeof(text));
+		if (strstr(text, want) != NULL) {
+			return;
+		}
+		nng_msleep(50);
+	}
+}
+
 // Latency placement: with server 1 behind links 10x slower than server
 // 0's, the solver gives server 1 less data; the scheduler's Stats report
 // F, LB and F/LB. Bad link reports are refused with a reason.
@@ -973,6 +992,7 @@ START_TEST(test_cluster_latency_placement_slow_server)
 	placement = PS_PLACEMENT_LATENCY;
 	cluster_start(&cl, 2, 2);
 	placement = PS_PLACEMENT_UNIFORM;
+	wait_servers(&cl);
 	const char *url = ps_scheduler_url(cl.sched);
 	for (uint32_t r = 0; r < 2; r++) {
 		raw_register_trainer(url, r, 8);
@@ -1051,6 +1071,7 @@ START_TEST(test_cluster_reprobe_replaces)
 	placement = PS_PLACEMENT_LATENCY;
 	cluster_start(&cl, 2, 2);
 	placement = PS_PLACEMENT_UNIFORM;
+	wait_servers(&cl);
 	const char *url = ps_scheduler_url(cl.sched);
 	for (uint32_t r = 0; r < 2; r++) {
 		raw_register_trainer(url, r, 8);
