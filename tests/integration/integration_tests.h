@@ -5,6 +5,14 @@
 
 Suite *suite_train(void);
 
+// it_data_dir is the Fashion-MNIST directory the tests and their trainers
+// read: $FERRY_DATA_DIR when set and not empty, else FASHION_DIR.
+const char *it_data_dir(void);
+
+// it_have_data says whether it_data_dir() holds the training images
+// (plain or .gz); without them main.c skips the executable with exit 77.
+int it_have_data(void);
+
 // A local cluster of real processes: a scheduler, servers and trainers.
 struct lc {
 	char dir[128];       // temp dir with logs and outputs

@@ -1,4 +1,4 @@
-// frame_test.c — the frame layout, message building, and rejection of
+// test_frame.c — the frame layout, message building, and rejection of
 // truncated or corrupt frames.
 #include <nng/nng.h>
 

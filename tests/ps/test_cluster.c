@@ -1,6 +1,8 @@
-// cluster_test.c — a scheduler and servers in this process, trainers as
-// threads using libferry: aggregation, the optimizer, membership errors,
-// and hostile frames sent to a live server.
+// test_cluster.c — a scheduler and servers in this process, trainers as
+// threads using libferry. One test case per theme (see suite_cluster):
+// training (aggregation and the optimizer, sync and async), trainers that
+// leave and rejoin, bad input (membership errors, hostile frames sent to a
+// live server), codecs, latency-aware placement, and shard moves.
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -902,6 +904,9 @@ raw_call(const char *url, uint8_t method, Pswire__Header *h)
 	return rh;
 }
 
+// raw_register_trainer registers trainer `rank` of a job of nt one-shard
+// tensors straight over the wire, so that the test, not a probe by
+// libferry, supplies the link figures.
 static void
 raw_register_trainer(const char *url, uint32_t rank, size_t nt)
 {
@@ -934,6 +939,8 @@ raw_register_trainer(const char *url, uint32_t rank, size_t nt)
 	pswire__header__free_unpacked(rh, NULL);
 }
 
+// raw_report sends rank's link measurements for n servers and returns the
+// reply's status.
 static int
 raw_report(const char *url, uint32_t rank, size_t n, double *rtt, double *bw)
 {
@@ -953,6 +960,25 @@ raw_report(const char *url, uint32_t rank, size_t n, double *rtt, double *bw)
 	return st;
 }
 
+// wait_servers waits (10 s at most) until the scheduler has seen every
+// server of cl: servers register from their own thread after
+// ps_server_open returns, and the scheduler refuses a link report for
+// more servers than it knows, so the raw trainers below wait first.
+static void
+wait_servers(struct cluster *cl)
+{
+	char text[8192], want[32];
+	snprintf(want, sizeof(want), "servers:%d/%d\r\n", cl->n_srv,
+	    cl->n_srv);
+	for (int i = 0; i < 200; i++) {
+		ps_scheduler_stats(cl->sched, text, sizeof(text));
+		if (strstr(text, want) != NULL) {
+			return;
+		}
+		nng_msleep(50);
+	}
+}
+
 // Latency placement: with server 1 behind links 10x slower than server
 // 0's, the solver gives server 1 less data; the scheduler's Stats report
 // F, LB and F/LB. Bad link reports are refused with a reason.
@@ -966,6 +992,7 @@ START_TEST(test_cluster_latency_placement_slow_server)
 	placement = PS_PLACEMENT_LATENCY;
 	cluster_start(&cl, 2, 2);
 	placement = PS_PLACEMENT_UNIFORM;
+	wait_servers(&cl);
 	const char *url = ps_scheduler_url(cl.sched);
 	for (uint32_t r = 0; r < 2; r++) {
 		raw_register_trainer(url, r, 8);
@@ -1044,6 +1071,7 @@ START_TEST(test_cluster_reprobe_replaces)
 	placement = PS_PLACEMENT_LATENCY;
 	cluster_start(&cl, 2, 2);
 	placement = PS_PLACEMENT_UNIFORM;
+	wait_servers(&cl);
 	const char *url = ps_scheduler_url(cl.sched);
 	for (uint32_t r = 0; r < 2; r++) {
 		raw_register_trainer(url, r, 8);
@@ -1067,28 +1095,59 @@ START_TEST(test_cluster_reprobe_replaces)
 }
 END_TEST
 
+// The suite's test cases, one per theme, so that a failure names the area
+// at once and CK_RUN_CASE=<name> runs one theme. Each test starts its own
+// scheduler and servers; 60 s is ample for the slowest (two runs each).
 Suite *
 suite_cluster(void)
 {
-	Suite *s  = suite_create("cluster");
-	TCase *tc = tcase_create("cluster");
+	Suite *s = suite_create("cluster");
+	TCase *tc;
+
+	// Aggregation and the optimizer in sync and async mode.
+	tc = tcase_create("training");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_cluster_sync_aggregation);
 	tcase_add_test(tc, test_cluster_nonfinite_push_refused);
 	tcase_add_test(tc, test_cluster_async_single);
+	suite_add_tcase(s, tc);
+
+	// Trainers that leave the job and come back under the same rank.
+	tc = tcase_create("trainer_leave_rejoin");
+	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_cluster_trainer_leave);
 	tcase_add_test(tc, test_cluster_trainer_rejoin);
+	suite_add_tcase(s, tc);
+
+	// Bad declarations and hostile frames, answered with a reason.
+	tc = tcase_create("bad_input");
+	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_cluster_declare_mismatch_bogus);
 	tcase_add_test(tc, test_cluster_hostile_frames_bogus);
+	suite_add_tcase(s, tc);
+
+	// Push and pull codecs: reference-delta lockstep, encoded pushes.
+	tc = tcase_create("codecs");
+	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_cluster_codecs_lockstep);
 	tcase_add_test(tc, test_cluster_codecs_all);
 	tcase_add_test(tc, test_cluster_encoded_push);
 	tcase_add_test(tc, test_cluster_codec_bogus);
+	suite_add_tcase(s, tc);
+
+	// Latency-aware placement from link reports, and re-probes.
+	tc = tcase_create("placement");
+	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_cluster_latency_placement_slow_server);
+	tcase_add_test(tc, test_cluster_reprobe_replaces);
+	suite_add_tcase(s, tc);
+
+	// Shards moving between servers: re-placement, leaves and joins.
+	tc = tcase_create("moves");
+	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_cluster_move_without_loss);
 	tcase_add_test(tc, test_cluster_server_leave_without_loss);
 	tcase_add_test(tc, test_cluster_server_join_without_loss);
-	tcase_add_test(tc, test_cluster_reprobe_replaces);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -23,6 +23,8 @@ random_bytes(size_t n, uint32_t seed)
 	return b;
 }
 
+// A failure: fb_crc32 is not CRC-32 at all (wrong polynomial, seed or
+// final xor), so every checksum on the wire disagrees with zlib's.
 START_TEST(test_crc_check_value)
 {
 	// The CRC-32 check value of the ASCII digits (every CRC catalogue).
@@ -31,6 +33,8 @@ START_TEST(test_crc_check_value)
 }
 END_TEST
 
+// A failure: one path (byte loop, folded blocks, or the hand-over between
+// them) is wrong for the length, offset and seed named.
 START_TEST(test_crc_every_length_and_alignment)
 {
 	const size_t   max = 1100;
@@ -50,6 +54,8 @@ START_TEST(test_crc_every_length_and_alignment)
 }
 END_TEST
 
+// A failure: a checksum fed in pieces differs from the whole buffer's,
+// or a flipped bit goes unnoticed, on a buffer the size of the MLP.
 START_TEST(test_crc_large_and_incremental)
 {
 	// The MLP's reference is 940584 bytes; add an odd tail.
@@ -74,6 +80,8 @@ START_TEST(test_crc_large_and_incremental)
 }
 END_TEST
 
+// A failure: fb_crc32_copy gives another CRC than zlib, or copies the
+// wrong bytes or writes outside the destination.
 START_TEST(test_crc_copy)
 {
 	const size_t   max = 700;
