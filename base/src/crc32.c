@@ -11,7 +11,7 @@
 // "Fast CRC Computation for Generic Polynomials Using PCLMULQDQ", Intel
 // 2009) and finish with a Barrett reduction; the bytes that do not fill a
 // 16-byte block, short buffers and other CPUs go through zlib. The values
-// are identical either way (tests/ps/crc_test.c compares them).
+// are identical either way (tests/base/test_crc.c compares them).
 #include <string.h>
 #include <zlib.h>
 
