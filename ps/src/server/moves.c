@@ -7,17 +7,21 @@
 // watches for maps) calls ps__map_apply. Under the lock it marks the shards
 // that leave LEAVING (new requests for them are refused with STALE_EPOCH or
 // UNAVAILABLE, so clients re-fetch the map or retry), waits for pushes
-// that are decoding into those shards outside the lock, then serialises
-// each leaving shard with its full state (weights, pull reference, delta
-// log, version and the pushes staged for the current version) and frees
-// it. Parked pulls on a leaving shard are answered ABORTED ("your push was
-// applied; pull again from the new server") or STALE_EPOCH. Shards that
-// arrive are marked ARRIVING until their Transfer comes (requests get
-// UNAVAILABLE meanwhile). Outside the lock it sends the Transfers to the
+// that are decoding into those shards outside the lock (on s->decoded,
+// which push_commit signals), then serialises each leaving shard with its
+// full state (weights, pull reference, delta log, version and the pushes
+// staged for the current version) and frees it. Parked pulls on a
+// leaving shard are answered ABORTED ("your push was applied; pull again
+// from the new server") or STALE_EPOCH. Shards that arrive are marked
+// ARRIVING until their Transfer comes (requests get UNAVAILABLE
+// meanwhile). Outside the lock it sends the Transfers to the
 // new servers, retrying while a receiver has not seen the new map yet.
 // Every push is thus applied exactly once: a refused request changed
-// nothing, and the staged pushes travel with the shard.
+// nothing, and the staged pushes travel with the shard. Each delivered
+// (or abandoned) Transfer signals s->delivered, on which a leaving server
+// waits.
 #include <string.h>
+#include <time.h>
 
 #include "server_impl.h"
 
@@ -241,9 +245,7 @@ ps__map_apply(struct ps_server *s, Pswire__Placement *pl,
 	map_mark(s, pl);
 	// Pushes still decoding into a leaving shard finish first.
 	while (leaving_busy(s)) {
-		pthread_mutex_unlock(&s->mu);
-		fb_sleep_us(200);
-		pthread_mutex_lock(&s->mu);
+		pthread_cond_wait(&s->decoded, &s->mu);
 	}
 	// Parked calls on leaving shards cannot be answered here any more.
 	ps__pull_abort_leaving(s, pl->epoch);
@@ -262,7 +264,11 @@ ps__map_apply(struct ps_server *s, Pswire__Placement *pl,
 			FB_LOG(FB_LOG_ERR, "move", "shard transfer to server %u "
 			    "failed: %s", dest[k], fb_strerror(rv));
 		}
+		// Delivered or given up: a leaving server may be waiting.
+		pthread_mutex_lock(&s->mu);
 		atomic_fetch_sub(&s->transfers, 1);
+		pthread_cond_broadcast(&s->delivered);
+		pthread_mutex_unlock(&s->mu);
 		nng_msg_free(out[k]);
 	}
 	fb_free(out);
@@ -270,26 +276,34 @@ ps__map_apply(struct ps_server *s, Pswire__Placement *pl,
 	return FB_OK;
 }
 
-// wait_delivered polls until this server holds no shard and every packed
+// wait_delivered waits until this server holds no shard and every packed
 // shard has been delivered, or until fb_clock_ms() reaches end. Returns
 // FB_OK or FB_ETIMEDOUT (with *left, the shards still here). Takes mu.
 static int
 wait_delivered(struct ps_server *s, uint64_t end, uint32_t *left)
 {
+	struct timespec ts = { .tv_sec = (time_t) (end / 1000),
+		.tv_nsec = (long) (end % 1000) * 1000000L };
+	int rv;
+
+	pthread_mutex_lock(&s->mu);
 	for (;;) {
-		pthread_mutex_lock(&s->mu);
 		// Done when nothing is held and every packed shard has been
 		// delivered (closing earlier would cut the transfers short).
 		*left = s->n_shards + (uint32_t) atomic_load(&s->transfers);
-		pthread_mutex_unlock(&s->mu);
 		if (*left == 0) {
-			return FB_OK;
+			rv = FB_OK;
+			break;
 		}
 		if (fb_clock_ms() >= end) {
-			return FB_ETIMEDOUT;
+			rv = FB_ETIMEDOUT;
+			break;
 		}
-		fb_sleep_us(10000);
+		// s->delivered runs on CLOCK_MONOTONIC, as fb_clock_ms does.
+		pthread_cond_timedwait(&s->delivered, &s->mu, &ts);
 	}
+	pthread_mutex_unlock(&s->mu);
+	return rv;
 }
 
 int

@@ -8,10 +8,10 @@
 // decodes each shard's bytes into the rank's staging slot, which only that
 // rank writes for that version, so trainers decode in parallel. Under mu
 // again, push_commit marks the slots PS_SLOT_PUSHED (or frees them if a
-// gradient was bad) and applies every round that is now complete (a map
-// change polls for slots still decoding). An async push
-// is checked and applied in one hold of mu. The staging and apply loops
-// are hot: ps/CMakeLists.txt compiles this file with -O3.
+// gradient was bad), applies every round that is now complete and
+// signals s->decoded for a map change waiting on the slots. An async
+// push is checked and applied in one hold of mu. The staging and apply
+// loops are hot: ps/CMakeLists.txt compiles this file with -O3.
 #include <string.h>
 
 #include "server_impl.h"
@@ -270,12 +270,13 @@ push_stage(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 // push_commit ends a staged push: it frees rank's slots and replies the
 // error when shard `bad` (>= 0) was bad; else it marks them pushed and
 // applies every round that is now complete. *want receives the version a
-// push-pull waits for. mu held. Returns 0
+// push-pull waits for. Signals s->decoded either way. mu held. Returns 0
 // or -1 (error replied).
 static int
 push_commit(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
     uint32_t rank, int bad, int bad_code, uint64_t *want)
 {
+	pthread_cond_broadcast(&s->decoded);
 	if (bad >= 0) {
 		for (size_t i = 0; i < p->n_shards; i++) {
 			s->shards[p->shards[i]->shard].state[rank] =

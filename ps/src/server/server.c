@@ -1,11 +1,12 @@
 // server.c — the parameter-server role's front: ps_server_open and
-// ps_server_close (threads, the rpc), the dispatch of
-// requests to their handlers, shard admission, the Probe and Stats
+// ps_server_close (threads, condition variables, the rpc), the dispatch
+// of requests to their handlers, shard admission, the Probe and Stats
 // replies. The DESIGN of the role and the map of its files are in
 // server_impl.h.
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "server_impl.h"
 
@@ -138,6 +139,7 @@ int
 ps_server_open(const struct ps_server_opts *o, struct ps_server **out)
 {
 	struct ps_server  *s;
+	pthread_condattr_t ca;
 	int                rv;
 	const uint16_t     one = 1;
 
@@ -155,8 +157,17 @@ ps_server_open(const struct ps_server_opts *o, struct ps_server **out)
 	s->opts       = *o;
 	s->started_ms = fb_clock_ms();
 	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->decoded, NULL);
+	// ps_server_leave waits on delivered with a deadline from
+	// fb_clock_ms(), which is CLOCK_MONOTONIC.
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&s->delivered, &ca);
+	pthread_condattr_destroy(&ca);
 	if ((rv = ps__rpc_open(o->url, o->contexts, o->max_msg, dispatch, s,
 	         &s->rpc)) != FB_OK) {
+		pthread_cond_destroy(&s->delivered);
+		pthread_cond_destroy(&s->decoded);
 		pthread_mutex_destroy(&s->mu);
 		fb_free(s);
 		return rv;
@@ -234,6 +245,8 @@ ps_server_close(struct ps_server *s)
 	if (s->pl != NULL) {
 		pswire__placement__free_unpacked(s->pl, NULL);
 	}
+	pthread_cond_destroy(&s->delivered);
+	pthread_cond_destroy(&s->decoded);
 	pthread_mutex_destroy(&s->mu);
 	fb_free(s);
 }

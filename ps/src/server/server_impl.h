@@ -38,7 +38,8 @@
 // LOCK ORDER. s->mu is the role's only mutex; nothing else is taken while
 // it is held except nng's internal locks: replies are sent under mu, which
 // is safe because nng_ctx_send is asynchronous. No call that blocks on the
-// network (peer Transfers, scheduler calls) is made with mu held.
+// network (peer Transfers, scheduler calls) is made with mu held. The two
+// condition variables (decoded, delivered) wait on mu.
 //
 // Files: server.c (open/close, dispatch, probe, stats), store.c (shards,
 // SGD, finite checks, the first placement), pull_ref.c (pull reference and
@@ -105,6 +106,12 @@ struct ps_server {
 	struct ps_rpc        *rpc;
 	char                  url[256];
 	pthread_mutex_t       mu;
+	// Signalled (under mu) when pushes that were decoding leave the
+	// PS_SLOT_DECODING state: a map change waits for them (moves.c).
+	pthread_cond_t        decoded;
+	// Signalled (under mu) when a packed shard's Transfer is delivered
+	// or given up: ps_server_leave waits for them (CLOCK_MONOTONIC).
+	pthread_cond_t        delivered;
 	pthread_t             boot_thread, sweep_thread;
 	atomic_int            closing;
 	atomic_int            ready;
