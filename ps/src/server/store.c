@@ -10,16 +10,31 @@
 
 #include "server_impl.h"
 
-// Written on the bits so that it vectorises.
+// nonfinite reports whether fp32 bits u are a NaN or an Inf (every
+// exponent bit set). Testing the bits, not isfinite(), lets loops
+// vectorise.
+static inline uint32_t
+nonfinite(uint32_t u)
+{
+	return (u & 0x7f800000u) == 0x7f800000u;
+}
+
+// bits_at reads the i-th fp32 of payload bytes b (any alignment).
+static inline uint32_t
+bits_at(const uint8_t *b, size_t i)
+{
+	uint32_t u;
+	memcpy(&u, b + 4 * i, 4);
+	return u;
+}
+
 int
 ps__all_finite(const void *p, size_t n)
 {
 	const uint8_t *b   = p;
 	uint32_t       bad = 0;
 	for (size_t i = 0; i < n; i++) {
-		uint32_t u;
-		memcpy(&u, b + 4 * i, 4);
-		bad |= (u & 0x7f800000u) == 0x7f800000u;
+		bad |= nonfinite(bits_at(b, i));
 	}
 	return !bad;
 }
@@ -32,9 +47,8 @@ ps__copy_finite(float *dst, const void *p, size_t n)
 	const uint8_t *b   = p;
 	uint32_t       bad = 0;
 	for (size_t i = 0; i < n; i++) {
-		uint32_t u;
-		memcpy(&u, b + 4 * i, 4);
-		bad |= (u & 0x7f800000u) == 0x7f800000u;
+		uint32_t u = bits_at(b, i);
+		bad |= nonfinite(u);
 		memcpy(dst + i, &u, 4);
 	}
 	return !bad;
