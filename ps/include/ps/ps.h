@@ -99,8 +99,8 @@ void ps_server_stats(struct ps_server *s, char *buf, size_t n);
 // ps_server_leave asks the scheduler to take this server out of the job,
 // then waits (up to timeout_ms) until every shard it held has been
 // delivered to its new server, or its Transfer given up (logged as an
-// error: that shard's state is lost). Call it before ps_server_close for a shutdown that
-// loses nothing. Errors: FB_EREMOTE (the scheduler refused, e.g. this is
+// error: that shard's state is lost). Call it before ps_server_close for
+// a shutdown that loses nothing. Errors: FB_EREMOTE (the scheduler refused, e.g. this is
 // the last server), FB_ETIMEDOUT, FB_ESTATE (the job has not started:
 // nothing to move).
 int ps_server_leave(struct ps_server *s, uint32_t timeout_ms);

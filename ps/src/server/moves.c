@@ -1,0 +1,355 @@
+// moves.c — re-placement: applying a later placement map (which shards
+// leave, which arrive), the REQ connections to peer servers that carry the
+// Transfers, and ps_server_leave, which waits for this server's shards to
+// be delivered elsewhere.
+//
+// DESIGN. When the scheduler publishes a new map, the boot thread (which
+// watches for maps) calls ps__map_apply. Under the lock it marks the shards
+// that leave LEAVING (new requests for them are refused with STALE_EPOCH or
+// UNAVAILABLE, so clients re-fetch the map or retry), waits for pushes
+// that are decoding into those shards outside the lock (on s->decoded,
+// which push_commit signals), then serialises each leaving shard with its
+// full state (weights, pull reference, delta log, version and the pushes
+// staged for the current version) and frees it. Parked pulls on a
+// leaving shard are answered ABORTED ("your push was applied; pull again
+// from the new server") or STALE_EPOCH. Shards that arrive are marked
+// ARRIVING until their Transfer comes (requests get UNAVAILABLE
+// meanwhile). Outside the lock it sends the Transfers to the
+// new servers, retrying while a receiver has not seen the new map yet.
+// Every push is thus applied exactly once: a refused request changed
+// nothing, and the staged pushes travel with the shard. Each delivered
+// (or abandoned) Transfer signals s->delivered, on which a leaving server
+// waits.
+#include <string.h>
+#include <time.h>
+
+#include "server_impl.h"
+
+void
+ps__peers_close(struct ps_peers *p)
+{
+	for (size_t i = 0; i < p->n; i++) {
+		if (p->open[i]) {
+			nng_aio_free(p->aio[i]);
+			nng_close(p->sock[i]);
+		}
+	}
+	fb_free(p->sock);
+	fb_free(p->ctx);
+	fb_free(p->aio);
+	fb_free(p->open);
+	memset(p, 0, sizeof(*p));
+}
+
+// peer_get makes sure p has an open REQ context to server m (opened on
+// first use, p's arrays grown to the map's server count). FB_ENOMEM,
+// FB_ETRANSPORT.
+static int
+peer_get(struct ps_server *s, struct ps_peers *p, const Pswire__Placement *pl,
+    size_t m)
+{
+	if (m >= p->n) {
+		size_t n = pl->n_servers;
+		nng_socket *so = fb_realloc(p->sock, n * sizeof(*so));
+		if (so != NULL) {
+			p->sock = so;
+		}
+		nng_ctx *cx = fb_realloc(p->ctx, n * sizeof(*cx));
+		if (cx != NULL) {
+			p->ctx = cx;
+		}
+		nng_aio **ai = fb_realloc(p->aio, n * sizeof(*ai));
+		if (ai != NULL) {
+			p->aio = ai;
+		}
+		uint8_t *op = fb_realloc(p->open, n);
+		if (op != NULL) {
+			p->open = op;
+		}
+		if (so == NULL || cx == NULL || ai == NULL || op == NULL) {
+			return FB_ENOMEM;
+		}
+		memset(p->open + p->n, 0, n - p->n);
+		p->n = n;
+	}
+	if (!p->open[m]) {
+		if (psw_req_open(pl->servers[m], s->opts.max_msg, 20, 500,
+		        &p->sock[m], &p->ctx[m], &p->aio[m]) != FB_OK) {
+			return FB_ETRANSPORT;
+		}
+		p->open[m] = 1;
+	}
+	return FB_OK;
+}
+
+// map_same_cut checks that later map pl is valid and cuts the job into the
+// same shards as the current one (shards are never re-cut). No lock
+// needed: the shards' identity never changes.
+static int
+map_same_cut(const struct ps_server *s, const Pswire__Placement *pl)
+{
+	if (ps__map_check(pl) != FB_OK || pl->n_shards != s->n_global ||
+	    pl->epoch <= s->pl->epoch) {
+		return FB_EPROTO;
+	}
+	for (size_t i = 0; i < pl->n_shards; i++) {
+		if (pl->shards[i]->len != s->shards[i].len ||
+		    pl->shards[i]->offset != s->shards[i].offset ||
+		    pl->shards[i]->tensor != s->shards[i].tensor) {
+			return FB_EPROTO;
+		}
+	}
+	return FB_OK;
+}
+
+// map_mark installs map pl and its set of departed trainers (an absence
+// may complete a round), then marks the shards that leave LEAVING and
+// those that arrive ARRIVING. mu held.
+static void
+map_mark(struct ps_server *s, Pswire__Placement *pl)
+{
+	s->pl = pl;
+	// Trainers that left (or came back): an absence may complete a round.
+	memset(s->gone, 0, s->trainers);
+	for (size_t k = 0; k < pl->n_gone_trainers; k++) {
+		if (pl->gone_trainers[k] < s->trainers) {
+			s->gone[pl->gone_trainers[k]] = 1;
+		}
+	}
+	for (size_t i = 0; i < s->n_global; i++) {
+		if (s->local[i] >= 0 && ps__shard_complete(s, &s->shards[i])) {
+			ps__shard_apply_sync(s, &s->shards[i]);
+		}
+	}
+	ps__pull_wake(s);
+	for (size_t i = 0; i < s->n_global; i++) {
+		uint32_t to = pl->shards[i]->server;
+		if (s->local[i] >= 0 && to != s->index) {
+			s->local[i] = PS_SHARD_LEAVING;
+		} else if (s->local[i] == PS_SHARD_ABSENT && to == s->index) {
+			s->local[i] = PS_SHARD_ARRIVING;
+		}
+	}
+}
+
+// leaving_busy reports whether a push is still decoding into a leaving
+// shard (outside the lock). mu held.
+static int
+leaving_busy(const struct ps_server *s)
+{
+	int busy = 0;
+	for (size_t i = 0; i < s->n_global && !busy; i++) {
+		for (uint32_t r = 0; s->local[i] == PS_SHARD_LEAVING &&
+		     r < s->trainers; r++) {
+			busy |= s->shards[i].state[r] == PS_SLOT_DECODING;
+		}
+	}
+	return busy;
+}
+
+// map_pack serialises every leaving shard into out[] (its new server in
+// dest[]) and frees it; a shard that cannot be serialised stays here.
+// Returns how many were packed. mu held.
+static size_t
+map_pack(struct ps_server *s, const Pswire__Placement *pl, nng_msg **out,
+    uint32_t *dest)
+{
+	size_t n_out = 0;
+	for (size_t i = 0; i < s->n_global; i++) {
+		if (s->local[i] != PS_SHARD_LEAVING) {
+			continue;
+		}
+		struct srv_shard *sh = &s->shards[i];
+		if (ps__transfer_encode(s, sh, &out[n_out]) != FB_OK) {
+			// Keep the shard rather than lose it; it stays
+			// served here under its old ownership.
+			FB_LOG(FB_LOG_ERR, "move", "shard %zu: out of memory "
+			    "serialising it; it stays here", i);
+			s->local[i] = (int32_t) i;
+			continue;
+		}
+		dest[n_out++] = pl->shards[i]->server;
+		atomic_fetch_add(&s->transfers, 1);
+		ps__shard_release(sh);
+		s->local[i] = PS_SHARD_ABSENT;
+		s->n_shards--;
+	}
+	return n_out;
+}
+
+// transfer_send delivers packed Transfer m to server `to`, retrying (for
+// up to a minute, until closing) while the receiver has not seen the new
+// map yet or cannot be reached. Returns FB_OK, or the last error (logged
+// by the caller). Boot thread; mu not held.
+static int
+transfer_send(struct ps_server *s, struct ps_peers *peers,
+    const Pswire__Placement *pl, uint32_t to, nng_msg *m0)
+{
+	uint64_t give_up = fb_clock_ms() + 60000;
+	int      rv      = FB_ETRANSPORT;
+	while (!atomic_load(&s->closing) && fb_clock_ms() < give_up) {
+		struct psw_frame  f;
+		ProtobufCMessage *ph  = NULL;
+		const char       *why = "";
+		nng_msg          *rep = NULL, *m;
+		if ((rv = peer_get(s, peers, pl, to)) != FB_OK ||
+		    nng_msg_dup(&m, m0) != 0) {
+			fb_sleep_us(100000);
+			continue;
+		}
+		// The request id sits in the packed header; the receiver
+		// echoes it, so keep the one packed (1).
+		rv = psw_call(peers->ctx[to], peers->aio[to], m,
+		    PSWIRE__METHOD__TRANSFER, 1, 5000, &rep, &f, &ph, &why);
+		Pswire__Header *rh = (Pswire__Header *) ph;
+		int unavailable = rv == FB_EREMOTE &&
+		    rh->status == PSWIRE__STATUS__UNAVAILABLE;
+		if (rv == FB_EREMOTE && !unavailable) {
+			FB_LOG(FB_LOG_ERR, "move", "transfer to server %u "
+			    "refused: %s", to, rh->error);
+		}
+		if (rh != NULL) {
+			pswire__header__free_unpacked(rh, NULL);
+		}
+		if (rep != NULL) {
+			nng_msg_free(rep);
+		}
+		if (rv == FB_OK || (rv == FB_EREMOTE && !unavailable)) {
+			break;
+		}
+		fb_sleep_us(20000);
+	}
+	return rv;
+}
+
+int
+ps__map_apply(struct ps_server *s, Pswire__Placement *pl,
+    struct ps_peers *peers)
+{
+	Pswire__Placement *old = s->pl;
+	nng_msg          **out;
+	uint32_t          *dest;
+	size_t             n_out;
+
+	if (map_same_cut(s, pl) != FB_OK) {
+		return FB_EPROTO;
+	}
+	out  = fb_zalloc(s->n_global * sizeof(*out));
+	dest = fb_zalloc(s->n_global * sizeof(*dest));
+	if (out == NULL || dest == NULL) {
+		fb_free(out);
+		fb_free(dest);
+		return FB_ENOMEM;
+	}
+	pthread_mutex_lock(&s->mu);
+	map_mark(s, pl);
+	// Pushes still decoding into a leaving shard finish first.
+	while (leaving_busy(s)) {
+		pthread_cond_wait(&s->decoded, &s->mu);
+	}
+	// Parked calls on leaving shards cannot be answered here any more.
+	ps__pull_abort_leaving(s, pl->epoch);
+	n_out = map_pack(s, pl, out, dest);
+	FB_LOG(FB_LOG_NOTICE, "move", "placement epoch %llu: %zu shard(s) "
+	    "leave, holding %u", (unsigned long long) pl->epoch, n_out,
+	    s->n_shards);
+	pthread_mutex_unlock(&s->mu);
+	// The old map may still be referenced by nothing now: requests read
+	// s->pl under the lock only.
+	pswire__placement__free_unpacked(old, NULL);
+
+	for (size_t k = 0; k < n_out; k++) {
+		int rv = transfer_send(s, peers, pl, dest[k], out[k]);
+		if (rv != FB_OK) {
+			FB_LOG(FB_LOG_ERR, "move", "shard transfer to server %u "
+			    "failed: %s", dest[k], fb_strerror(rv));
+		}
+		// Delivered or given up: a leaving server may be waiting.
+		pthread_mutex_lock(&s->mu);
+		atomic_fetch_sub(&s->transfers, 1);
+		pthread_cond_broadcast(&s->delivered);
+		pthread_mutex_unlock(&s->mu);
+		nng_msg_free(out[k]);
+	}
+	fb_free(out);
+	fb_free(dest);
+	return FB_OK;
+}
+
+// wait_delivered waits until this server holds no shard and every packed
+// shard has been delivered, or until fb_clock_ms() reaches end. Returns
+// FB_OK or FB_ETIMEDOUT (with *left, the shards still here). Takes mu.
+static int
+wait_delivered(struct ps_server *s, uint64_t end, uint32_t *left)
+{
+	struct timespec ts = { .tv_sec = (time_t) (end / 1000),
+		.tv_nsec = (long) (end % 1000) * 1000000L };
+	int rv;
+
+	pthread_mutex_lock(&s->mu);
+	for (;;) {
+		// Done when nothing is held and every packed shard has been
+		// delivered (closing earlier would cut the transfers short).
+		*left = s->n_shards + (uint32_t) atomic_load(&s->transfers);
+		if (*left == 0) {
+			rv = FB_OK;
+			break;
+		}
+		if (fb_clock_ms() >= end) {
+			rv = FB_ETIMEDOUT;
+			break;
+		}
+		// s->delivered runs on CLOCK_MONOTONIC, as fb_clock_ms does.
+		pthread_cond_timedwait(&s->delivered, &s->mu, &ts);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return rv;
+}
+
+int
+ps_server_leave(struct ps_server *s, uint32_t timeout_ms)
+{
+	Pswire__Header       h = PSWIRE__HEADER__INIT;
+	Pswire__LeaveRequest l = PSWIRE__LEAVE_REQUEST__INIT;
+	nng_socket           sock;
+	nng_ctx              ctx;
+	nng_aio             *aio = NULL;
+	ProtobufCMessage    *ph  = NULL;
+	const char          *why = "";
+	uint64_t             end = fb_clock_ms() + timeout_ms;
+	uint32_t             left;
+	int                  rv;
+
+	if (!atomic_load(&s->ready)) {
+		return FB_ESTATE;
+	}
+	if (psw_req_open(s->opts.scheduler_url, 0, 0, 0, &sock, &ctx, &aio) !=
+	    FB_OK) {
+		return FB_ETRANSPORT;
+	}
+	l.role        = PSWIRE__ROLE__ROLE_SERVER;
+	l.id          = s->index;
+	h.request_id  = 1;
+	h.deadline_ms = timeout_ms;
+	h.body_case   = PSWIRE__HEADER__BODY_LEAVE_REQ;
+	h.leave_req   = &l;
+	// A scheduler that is gone should not hold the shutdown for long.
+	rv = psw_call_header(ctx, aio, &h.base, PSWIRE__METHOD__LEAVE, 1,
+	    (int) (timeout_ms < 3000 ? timeout_ms : 3000), &ph, &why);
+	if (rv != FB_OK) {
+		FB_LOG(FB_LOG_ERR, "leave", "scheduler: %s", why ? why : "");
+		goto done;
+	}
+	FB_LOG(FB_LOG_NOTICE, "leave", "leaving: moving my shards away");
+	if ((rv = wait_delivered(s, end, &left)) != FB_OK) {
+		FB_LOG(FB_LOG_ERR, "leave", "%u shard(s) still here after "
+		    "%u ms", left, timeout_ms);
+	}
+done:
+	if (ph != NULL) {
+		pswire__header__free_unpacked((Pswire__Header *) ph, NULL);
+	}
+	nng_aio_free(aio);
+	nng_close(sock);
+	return rv;
+}

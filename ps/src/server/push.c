@@ -1,0 +1,365 @@
+// push.c — pushes: the checks on a Push or PushPull, the init offer of
+// version-0 weights, the async apply, and the sync path that stages a
+// rank's gradient outside the lock and commits it (closing the round when
+// it is the last one).
+//
+// DESIGN. A sync push runs in three steps. Under mu it is checked and its
+// rank's slots are reserved (PS_SLOT_DECODING). Without mu, push_stage
+// decodes each shard's bytes into the rank's staging slot, which only that
+// rank writes for that version, so trainers decode in parallel. Under mu
+// again, push_commit marks the slots PS_SLOT_PUSHED (or frees them if a
+// gradient was bad), applies every round that is now complete and
+// signals s->decoded for a map change waiting on the slots. An async
+// push is checked and applied in one hold of mu. The staging and apply
+// loops are hot: ps/CMakeLists.txt compiles this file with -O3.
+#include <string.h>
+
+#include "server_impl.h"
+
+static const struct comp_codec *
+push_codec(const struct ps_server *s, const Pswire__ShardRef *r)
+{
+	return r->codec == COMP_NONE ? &s->cnone : &s->cpush;
+}
+
+// check_refs validates a push's shard references against the map and the
+// payload. mu held. Returns 0 or replies an error and returns -1.
+static int
+check_refs(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
+{
+	uint64_t plen = c->frame.payload_len;
+	if (p->n_shards == 0 || p->n_shards > s->n_global) {
+		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "push lists %zu shards; the job has %zu", p->n_shards,
+		    s->n_global);
+		return -1;
+	}
+	s->stamp++;
+	for (size_t i = 0; i < p->n_shards; i++) {
+		Pswire__ShardRef *r = p->shards[i];
+		if (ps__server_own_shard(s, c, r->shard, c->hdr->epoch) != 0) {
+			return -1;
+		}
+		struct srv_shard *sh = &s->shards[r->shard];
+		if (sh->seen == s->stamp) {
+			ps__server_reply_err(s, c,
+			    PSWIRE__STATUS__INVALID_ARGUMENT,
+			    "shard %u listed twice", r->shard);
+			return -1;
+		}
+		sh->seen = s->stamp;
+		if (r->codec != COMP_NONE && (p->init ||
+		                                 r->codec != s->cpush.id)) {
+			ps__server_reply_err(s, c,
+			    PSWIRE__STATUS__INVALID_ARGUMENT,
+			    "shard %u: codec %u (%s) is not this job's push "
+			    "codec %s", r->shard, r->codec,
+			    comp_codec_name(r->codec),
+			    comp_codec_name(s->cpush.id));
+			return -1;
+		}
+		size_t want = comp_bound(push_codec(s, r), sh->len);
+		if (r->length != want) {
+			ps__server_reply_err(s, c,
+			    PSWIRE__STATUS__INVALID_ARGUMENT,
+			    "shard %u: %llu payload bytes, expected %zu for "
+			    "%s", r->shard, (unsigned long long) r->length,
+			    want, comp_codec_name(r->codec));
+			return -1;
+		}
+		if (r->offset > plen || r->length > plen - r->offset) {
+			ps__server_reply_err(s, c,
+			    PSWIRE__STATUS__INVALID_ARGUMENT,
+			    "shard %u: bytes [%llu, +%llu) outside the %llu-byte "
+			    "payload", r->shard, (unsigned long long) r->offset,
+			    (unsigned long long) r->length,
+			    (unsigned long long) plen);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static void
+on_init(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
+{
+	Pswire__Header h = PSWIRE__HEADER__INIT;
+	for (size_t i = 0; i < p->n_shards; i++) {
+		Pswire__ShardRef *r  = p->shards[i];
+		struct srv_shard *sh = &s->shards[r->shard];
+		const float      *v  = (const float *) (c->frame.payload +
+                    r->offset);
+		// Payload offsets need not be aligned: copy first, check after.
+		if (!sh->init) {
+			memcpy(sh->x, v, sh->len * 4);
+			if (!ps__all_finite(sh->x, sh->len)) {
+				memset(sh->x, 0, sh->len * 4);
+				ps__server_reply_err(s, c,
+				    PSWIRE__STATUS__INVALID_ARGUMENT,
+				    "shard %u: initial weights hold NaN or Inf",
+				    r->shard);
+				return;
+			}
+		}
+	}
+	for (size_t i = 0; i < p->n_shards; i++) {
+		struct srv_shard *sh = &s->shards[p->shards[i]->shard];
+		if (!sh->init) {
+			sh->init = 1;
+			ps__ref_publish(s, sh);
+		}
+	}
+	ps__pull_wake(s);
+	ps__call_reply(c, &h);
+}
+
+// push_admit checks a non-init push against the job and every shard's
+// version (and, in sync mode, the rank's slot). mu held. Returns 0 or
+// replies an error and returns -1.
+static int
+push_admit(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
+    uint32_t rank)
+{
+	if (rank >= s->trainers) {
+		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "rank %u out of range: job has %u trainers", rank,
+		    s->trainers);
+		return -1;
+	}
+	if (s->gone[rank]) {
+		// It left; if it is rejoining, the map saying so is on its
+		// way: the client retries.
+		ps__server_reply_err(s, c, PSWIRE__STATUS__UNAVAILABLE,
+		    "rank %u is not in the job (left, or rejoining)", rank);
+		return -1;
+	}
+	if (p->n_samples == 0 || p->n_samples > (1u << 30)) {
+		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "n_samples %u not in 1..2^30", p->n_samples);
+		return -1;
+	}
+	for (size_t i = 0; i < p->n_shards; i++) {
+		Pswire__ShardRef *r  = p->shards[i];
+		struct srv_shard *sh = &s->shards[r->shard];
+		if (!sh->init) {
+			ps__server_reply_err(s, c,
+			    PSWIRE__STATUS__FAILED_PRECONDITION,
+			    "shard %u has no initial weights yet", r->shard);
+			return -1;
+		}
+		if (s->mode == PSWIRE__MODE__MODE_SYNC) {
+			if (r->version != sh->version) {
+				// Behind (a rank that rejoined while a round
+				// finished without it): pull and recompute.
+				ps__server_reply_err(s, c,
+				    r->version < sh->version
+				        ? PSWIRE__STATUS__OUT_OF_RANGE
+				        : PSWIRE__STATUS__FAILED_PRECONDITION,
+				    "shard %u: push for version %llu but the "
+				    "shard is at version %llu", r->shard,
+				    (unsigned long long) r->version,
+				    (unsigned long long) sh->version);
+				return -1;
+			}
+			if (sh->state[rank] != PS_SLOT_FREE) {
+				ps__server_reply_err(s, c,
+				    PSWIRE__STATUS__ALREADY_EXISTS,
+				    "shard %u: rank %u already pushed version "
+				    "%llu", r->shard, rank,
+				    (unsigned long long) sh->version);
+				return -1;
+			}
+		} else if (r->version > sh->version) {
+			ps__server_reply_err(s, c,
+			    PSWIRE__STATUS__FAILED_PRECONDITION,
+			    "shard %u: push for future version %llu (at %llu)",
+			    r->shard, (unsigned long long) r->version,
+			    (unsigned long long) sh->version);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+// push_async validates every shard's values before changing any, then
+// applies them. fp32 is applied straight from the payload (no copy);
+// codes are decoded again to apply (cheaper than a buffer per shard; async
+// pushes are applied under the lock anyway). mu held. Returns 0 or
+// replies an error and returns -1.
+static int
+push_async(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
+{
+	for (size_t i = 0; i < p->n_shards; i++) {
+		Pswire__ShardRef *r  = p->shards[i];
+		struct srv_shard *sh = &s->shards[r->shard];
+		const uint8_t    *b  = c->frame.payload + r->offset;
+		int rv = FB_OK, ok;
+		if (r->codec == COMP_NONE) {
+			ok = ps__all_finite(b, sh->len);
+		} else {
+			rv = comp_decode(push_codec(s, r), b, r->length,
+			    sh->len, s->sum);
+			ok = rv == FB_OK && ps__all_finite(s->sum, sh->len);
+		}
+		if (!ok) {
+			ps__server_reply_err(s, c,
+			    PSWIRE__STATUS__INVALID_ARGUMENT,
+			    "shard %u: gradient is %s", r->shard,
+			    rv != FB_OK ? "a corrupt code"
+			                : "holding NaN or Inf");
+			return -1;
+		}
+	}
+	float scale = (float) (s->lr / (double) p->n_samples);
+	for (size_t i = 0; i < p->n_shards; i++) {
+		Pswire__ShardRef *r  = p->shards[i];
+		struct srv_shard *sh = &s->shards[r->shard];
+		const uint8_t    *b  = c->frame.payload + r->offset;
+		if (r->codec == COMP_NONE) {
+			for (size_t j = 0; j < sh->len; j++) {
+				float g;
+				memcpy(&g, b + 4 * j, 4);
+				sh->x[j] -= scale * g;
+			}
+		} else {
+			comp_decode(push_codec(s, r), b, r->length, sh->len,
+			    s->sum);
+			for (size_t j = 0; j < sh->len; j++) {
+				sh->x[j] -= scale * s->sum[j];
+			}
+		}
+		sh->version++;
+		ps__ref_publish(s, sh);
+	}
+	atomic_fetch_add_explicit(&s->n_push, 1, memory_order_relaxed);
+	return 0;
+}
+
+// push_stage decodes each shard's gradient into rank's reserved staging
+// slot and checks it is finite. Runs WITHOUT mu: the slots are
+// PS_SLOT_DECODING, so only this call writes them. Returns the index of
+// the first bad shard (*bad_code: a corrupt code rather than NaN/Inf), or
+// -1 when all are good.
+static int
+push_stage(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
+    uint32_t rank, int *bad_code)
+{
+	int bad = -1;
+	*bad_code = 0;
+	for (size_t i = 0; i < p->n_shards && bad < 0; i++) {
+		Pswire__ShardRef *r    = p->shards[i];
+		struct srv_shard *sh   = &s->shards[r->shard];
+		float            *slot = sh->stage + (size_t) rank * sh->len;
+		if (r->codec == COMP_NONE) { // length checked in check_refs
+			if (!ps__copy_finite(slot,
+			        c->frame.payload + r->offset, sh->len)) {
+				bad = (int) i;
+			}
+		} else if (comp_decode(push_codec(s, r),
+		               c->frame.payload + r->offset, r->length,
+		               sh->len, slot) != FB_OK) {
+			bad       = (int) i;
+			*bad_code = 1;
+		} else if (!ps__all_finite(slot, sh->len)) {
+			bad = (int) i;
+		}
+	}
+	return bad;
+}
+
+// push_commit ends a staged push: it frees rank's slots and replies the
+// error when shard `bad` (>= 0) was bad; else it marks them pushed and
+// applies every round that is now complete. *want receives the version a
+// push-pull waits for. Signals s->decoded either way. mu held. Returns 0
+// or -1 (error replied).
+static int
+push_commit(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
+    uint32_t rank, int bad, int bad_code, uint64_t *want)
+{
+	pthread_cond_broadcast(&s->decoded);
+	if (bad >= 0) {
+		for (size_t i = 0; i < p->n_shards; i++) {
+			s->shards[p->shards[i]->shard].state[rank] =
+			    PS_SLOT_FREE;
+		}
+		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "shard %u: gradient is %s", p->shards[bad]->shard,
+		    bad_code ? "a corrupt code" : "holding NaN or Inf");
+		return -1;
+	}
+	for (size_t i = 0; i < p->n_shards; i++) {
+		struct srv_shard *sh = &s->shards[p->shards[i]->shard];
+		sh->state[rank]      = PS_SLOT_PUSHED;
+		sh->n_pushed++;
+		sh->samples += p->n_samples;
+		*want = sh->version + 1;
+		if (ps__shard_complete(s, sh)) {
+			ps__shard_apply_sync(s, sh);
+		}
+	}
+	atomic_fetch_add_explicit(&s->n_push, 1, memory_order_relaxed);
+	return 0;
+}
+
+void
+ps__on_push(struct ps_server *s, struct ps_call *c)
+{
+	Pswire__PushRequest *p;
+	uint32_t             rank = c->hdr->rank;
+	int                  is_pp = c->frame.method == PSWIRE__METHOD__PUSH_PULL;
+	uint64_t             want  = 0;
+	int                  bad, bad_code;
+
+	if (c->hdr->body_case != PSWIRE__HEADER__BODY_PUSH_REQ) {
+		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "%s needs a push_req body", psw_method_name(c->frame.method));
+		return;
+	}
+	p = c->hdr->push_req;
+	atomic_fetch_add_explicit(&s->bytes_in, nng_msg_len(c->req),
+	    memory_order_relaxed);
+	pthread_mutex_lock(&s->mu);
+	if (check_refs(s, c, p) != 0) {
+		goto out;
+	}
+	if (p->init) {
+		if (is_pp) {
+			ps__server_reply_err(s, c,
+			    PSWIRE__STATUS__INVALID_ARGUMENT,
+			    "an init offer must use Push, not PushPull");
+			goto out;
+		}
+		on_init(s, c, p);
+		goto out;
+	}
+	if (push_admit(s, c, p, rank) != 0) {
+		goto out;
+	}
+	if (s->mode == PSWIRE__MODE__MODE_ASYNC) {
+		if (push_async(s, c, p) != 0) {
+			goto out;
+		}
+		want = 0; // async push-pull returns the newest, whatever it is
+		goto reply;
+	}
+	// Sync: reserve this rank's slots, decode outside the lock.
+	for (size_t i = 0; i < p->n_shards; i++) {
+		s->shards[p->shards[i]->shard].state[rank] = PS_SLOT_DECODING;
+	}
+	pthread_mutex_unlock(&s->mu);
+	bad = push_stage(s, c, p, rank, &bad_code);
+	pthread_mutex_lock(&s->mu);
+	if (push_commit(s, c, p, rank, bad, bad_code, &want) != 0) {
+		goto out;
+	}
+reply:
+	if (is_pp) {
+		ps__pull_or_park(s, c, want);
+	} else {
+		Pswire__Header h = PSWIRE__HEADER__INIT;
+		ps__call_reply(c, &h);
+	}
+	ps__pull_wake(s);
+out:
+	pthread_mutex_unlock(&s->mu);
+}

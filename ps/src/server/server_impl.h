@@ -1,0 +1,295 @@
+// server_impl.h — the parameter-server role's private header: the shard and
+// server structs, the named states, the lock order, and the functions the
+// server's files call across each other (prefix ps__). Only the files of
+// the server role include it; the public face is ps/ps.h.
+//
+// DESIGN.
+// - State: one mutex (s->mu) guards the shard table, versions and the
+//   parked list. Gradient bytes are decoded OUTSIDE the lock into a
+//   per-rank staging slot that only that rank writes for that version (a
+//   push first reserves its slot under the lock), so trainers decode in
+//   parallel.
+// - Sync mode: when every trainer's push for version v of a shard is in,
+//   the slots are summed in rank order (reproducible), divided by the
+//   total samples and applied by SGD: x -= lr * sum / samples;
+//   version = v + 1. Async mode: each push is applied under the lock as it
+//   arrives.
+// - Pulls for a version not reached yet are parked (their nng context is
+//   simply not answered) and answered when the version exists, from the
+//   thread that applied the update; a sweeper thread answers parked calls
+//   whose deadline passed with DEADLINE_EXCEEDED. A reply is built in its
+//   request's buffer when that is large enough (a push-pull's is), so a
+//   step allocates and zeroes no reply message.
+// - Every length, id, version and count from the network is checked before
+//   use; a bad request gets INVALID_ARGUMENT (or the precise status) and
+//   changes nothing.
+// - A background thread registers with the scheduler and fetches the
+//   placement (until it arrives requests get UNAVAILABLE), then watches
+//   for every later map epoch and moves shards (moves.c).
+// - Compression (docs/algorithms.md §2.4): pushes arrive as the job's push
+//   codec (or fp32 during warm-up) and are decoded into fp32. With a pull
+//   codec, each shard keeps a reference `ref` that every trainer also
+//   holds; after each update the server encodes d = Q(x - ref), applies
+//   ref += deq(d) (comp_ref_encode) and keeps the last `log_k` encoded
+//   deltas, so a pull sends the chain of deltas the trainer is missing, or
+//   the full reference when it is too far behind, asks for it, or the job
+//   is in warm-up.
+//
+// LOCK ORDER. s->mu is the role's only mutex; nothing else is taken while
+// it is held except nng's internal locks: replies are sent under mu, which
+// is safe because nng_ctx_send is asynchronous. No call that blocks on the
+// network (peer Transfers, scheduler calls) is made with mu held. The two
+// condition variables (decoded, delivered) wait on mu.
+//
+// Files: server.c (open/close, dispatch, probe, stats), store.c (shards,
+// SGD, finite checks, the first placement), pull_ref.c (pull reference and
+// delta log), pull.c (pulls, parking, the deadline sweeper), push.c
+// (pushes: async, stage, commit), transfer.c (a shard's state on the wire),
+// moves.c (re-placement and leave), boot.c (the scheduler watch).
+#ifndef PS_SERVER_IMPL_H
+#define PS_SERVER_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <nng/nng.h>
+
+#include "comp/comp.h"
+#include "ps/ps.h"
+#include "rpc.h"
+
+// s->local[id]: the shard's index in s->shards (== id) when held here,
+// else one of these.
+#define PS_SHARD_ABSENT (-1)  // placed elsewhere
+#define PS_SHARD_ARRIVING (-2) // placed here by a new map; state in transit
+#define PS_SHARD_LEAVING (-3)  // placed elsewhere by a new map; moving out
+
+// Pull deltas kept per shard for trainers a few versions behind: past
+// this a full reference costs less than replaying (docs/algorithms.md
+// §2.4, LOG_K).
+#define PS_DELTA_LOG 4
+
+// The state of one rank's staging slot of a shard (sh->state[rank]) for
+// the shard's current version. The values travel in a Transfer's `state`
+// bytes (FREE and PUSHED only), so they must not be renumbered.
+enum ps_slot_state {
+	PS_SLOT_FREE     = 0, // no push yet for this version
+	PS_SLOT_DECODING = 1, // reserved: the push decodes outside the lock
+	PS_SLOT_PUSHED   = 2, // staged; waits for the round to complete
+};
+
+struct srv_shard {
+	uint32_t id;      // global shard id
+	uint32_t tensor;
+	uint64_t offset;  // elements within the tensor
+	uint64_t len;     // elements
+	float   *x;       // master weights
+	float   *stage;   // [trainers][len] sync staging slots
+	uint8_t *state;   // per rank: an enum ps_slot_state
+	uint32_t n_pushed;
+	uint64_t samples;
+	uint64_t version;
+	int      init;    // version-0 weights have arrived
+	uint64_t seen;    // duplicate check stamp
+	// pull reference and delta log (only with a pull codec)
+	float    *ref;
+	uint32_t  ref_crc;
+	uint8_t  *log;      // log_k entries of log_cap bytes
+	size_t    log_cap;
+	uint64_t *log_base; // base version of each entry (UINT64_MAX: empty)
+	uint32_t *log_crc;  // crc of ref after the entry
+	size_t   *log_len;
+};
+
+struct ps_server {
+	struct ps_server_opts opts;
+	struct ps_rpc        *rpc;
+	char                  url[256];
+	pthread_mutex_t       mu;
+	// Signalled (under mu) when pushes that were decoding leave the
+	// PS_SLOT_DECODING state: a map change waits for them (moves.c).
+	pthread_cond_t        decoded;
+	// Signalled (under mu) when a packed shard's Transfer is delivered
+	// or given up: ps_server_leave waits for them (CLOCK_MONOTONIC).
+	pthread_cond_t        delivered;
+	pthread_t             boot_thread, sweep_thread;
+	atomic_int            closing;
+	atomic_int            ready;
+	uint32_t              index;
+	Pswire__Placement    *pl;
+	uint32_t              trainers;
+	int                   mode;
+	double                lr;
+	struct srv_shard     *shards;   // mine
+	uint32_t              n_shards;
+	int32_t              *local;    // global id -> index in shards, or -1
+	size_t                n_global;
+	float                *sum;      // scratch: largest shard
+	float                *scratch;  // scratch: largest shard (ref encode)
+	struct comp_codec     cpush, cpull, cnone;
+	int                   pull_none; // no pull codec: send x in full
+	uint32_t              warmup;    // versions <= warmup are fp32
+	uint32_t              log_k;
+	uint64_t              stamp;
+	struct ps_call       *parked;
+	// stats (relaxed atomics)
+	atomic_uint_fast64_t  n_push, n_pull, n_err, bytes_in, bytes_out;
+	atomic_uint_fast64_t  n_applied;
+	atomic_int            transfers; // shards packed, not yet delivered
+	int                   late;      // joined a running job
+	uint8_t              *gone;      // [trainers] ranks that left
+	uint64_t              started_ms;
+};
+
+// One REQ context per peer server, opened on first use, for Transfers.
+// Owned by the boot thread; zero-initialise, release with ps__peers_close.
+struct ps_peers {
+	size_t      n;
+	nng_socket *sock;
+	nng_ctx    *ctx;
+	nng_aio   **aio;
+	uint8_t    *open;
+	uint64_t    rid;
+};
+
+// ---- server.c --------------------------------------------------------------
+
+// ps__server_reply_err answers c with status and a printf-style message
+// and counts the error in the stats. Any thread; mu may or may not be held.
+void ps__server_reply_err(struct ps_server *s, struct ps_call *c, int status,
+    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+// ps__server_own_shard checks that shard id can be served here for a
+// request made with placement epoch `epoch`; otherwise it replies the
+// status that tells the client what to do (STALE_EPOCH: fetch the new map;
+// UNAVAILABLE: retry; INVALID_ARGUMENT: a bug or a hostile peer) and
+// returns -1. mu held.
+int ps__server_own_shard(struct ps_server *s, struct ps_call *c, uint32_t id,
+    uint64_t epoch);
+
+// ---- store.c ---------------------------------------------------------------
+
+// ps__all_finite reports whether n floats at p (any alignment: payload
+// bytes) hold no NaN or Inf. No lock needed.
+int ps__all_finite(const void *p, size_t n);
+
+// ps__copy_finite copies n floats from payload bytes p to dst and reports
+// whether they hold no NaN or Inf (one pass instead of two). No lock.
+int ps__copy_finite(float *dst, const void *p, size_t n);
+
+// ps__shard_alloc gives shard sh (sh->len elements) its buffers: weights,
+// staging slots, slot states and, with a pull codec, the reference and
+// delta log. FB_ENOMEM leaves some allocated: ps__shard_release frees
+// them. mu held (or the server not serving yet).
+int ps__shard_alloc(struct ps_server *s, struct srv_shard *sh);
+
+// ps__shard_release frees sh's buffers and zeroes its state, keeping its
+// identity (id, tensor, offset, len). Safe on a shard without buffers.
+// mu held (or the server no longer serving).
+void ps__shard_release(struct srv_shard *sh);
+
+// ps__shard_complete reports whether every trainer still in the job has
+// pushed the shard's current version. mu held.
+int ps__shard_complete(const struct ps_server *s, const struct srv_shard *sh);
+
+// ps__shard_apply_sync sums the staged pushes in rank order, applies SGD,
+// advances the version, publishes the pull reference and frees the slots.
+// mu held.
+void ps__shard_apply_sync(struct ps_server *s, struct srv_shard *sh);
+
+// ps__map_check validates a placement map from the scheduler:
+// FB_OK or FB_EPROTO. No lock needed.
+int ps__map_check(const Pswire__Placement *pl);
+
+// ps__map_install sets up the job from the first map: every shard
+// gets a slot (indexed by global id), the ones placed here get buffers.
+// Takes ownership of pl on FB_OK. Errors: FB_EPROTO, FB_ENOMEM. mu held.
+int ps__map_install(struct ps_server *s, Pswire__Placement *pl);
+
+// ---- pull_ref.c ------------------------------------------------------------
+
+// How ps__ref_plan brings a caller up to date.
+enum ps_ref_plan {
+	PS_PLAN_FULL,  // send the full reference (or weights)
+	PS_PLAN_CHAIN, // send the chain of logged deltas
+};
+
+// ps__ref_log_reset empties sh's delta log. mu held.
+void ps__ref_log_reset(struct ps_server *s, struct srv_shard *sh);
+
+// ps__ref_publish updates the pull reference (and logs the delta) after
+// sh->x changed and sh->version advanced; no-op without a pull codec.
+// mu held.
+void ps__ref_publish(struct ps_server *s, struct srv_shard *sh);
+
+// ps__ref_plan decides how to bring a caller holding version `have` (or
+// asking for a `full` resync) up to the shard's version: the chain of
+// logged deltas when they are all there, else the full reference. *nrefs
+// and *bytes receive its size. Returns an enum ps_ref_plan. mu held.
+int ps__ref_plan(const struct ps_server *s, const struct srv_shard *sh,
+    uint64_t have, int full, size_t *nrefs, size_t *bytes);
+
+// ---- pull.c ----------------------------------------------------------------
+
+// ps__on_pull serves a Pull: checks it, then answers or parks it. Called
+// on an nng callback thread; takes mu.
+void ps__on_pull(struct ps_server *s, struct ps_call *c);
+
+// ps__pull_wake answers every parked call whose shards are ready. mu held.
+void ps__pull_wake(struct ps_server *s);
+
+// ps__pull_or_park answers c (a Pull or PushPull) now if its shards
+// reached version want, else parks it until they do. mu held.
+void ps__pull_or_park(struct ps_server *s, struct ps_call *c, uint64_t want);
+
+// ps__pull_abort_leaving answers every parked call that involves a shard
+// marked PS_SHARD_LEAVING (ABORTED for a PushPull, whose push was applied;
+// STALE_EPOCH for a Pull), naming map epoch `epoch`. mu held.
+void ps__pull_abort_leaving(struct ps_server *s, uint64_t epoch);
+
+// ps__sweep_main is the deadline sweeper thread (arg: the server): every
+// 100 ms it answers parked calls whose deadline passed with
+// DEADLINE_EXCEEDED, until s->closing. Takes mu.
+void *ps__sweep_main(void *arg);
+
+// ---- push.c ----------------------------------------------------------------
+
+// ps__on_push serves a Push or PushPull (including the init offer of
+// version-0 weights). Called on an nng callback thread; takes mu, and
+// releases it while a sync push decodes into its reserved slots.
+void ps__on_push(struct ps_server *s, struct ps_call *c);
+
+// ---- transfer.c ------------------------------------------------------------
+
+// ps__transfer_encode serialises shard sh with its full state (weights,
+// pull reference, delta log, version, staged pushes) into a Transfer
+// request in *out (release with nng_msg_free). Errors: FB_ENOMEM. mu held.
+int ps__transfer_encode(struct ps_server *s, struct srv_shard *sh,
+    nng_msg **out);
+
+// ps__on_transfer installs a shard moved here by a new map (the decoding
+// half of ps__transfer_encode). Called on an nng callback thread; takes mu.
+void ps__on_transfer(struct ps_server *s, struct ps_call *c);
+
+// ---- moves.c ---------------------------------------------------------------
+
+// ps__map_apply switches to the later map pl (taking ownership of it on
+// FB_OK) and moves shards: the leaving ones are packed and sent to their
+// new servers through peers, the arriving ones await their Transfer.
+// Errors: FB_EPROTO (bad or re-cut map), FB_ENOMEM. Boot thread only;
+// takes mu (not held on entry) and blocks while Transfers are sent.
+int ps__map_apply(struct ps_server *s, Pswire__Placement *pl,
+    struct ps_peers *peers);
+
+// ps__peers_close closes every open peer context and frees p's arrays,
+// leaving p zeroed. Boot thread only.
+void ps__peers_close(struct ps_peers *p);
+
+// ---- boot.c ----------------------------------------------------------------
+
+// ps__boot_main is the scheduler watch thread (arg: the server): it
+// registers, installs the first placement, then applies every later map
+// epoch, until s->closing. Takes mu while installing.
+void *ps__boot_main(void *arg);
+
+#endif // PS_SERVER_IMPL_H

@@ -1,0 +1,258 @@
+// store.c — the shard store: the shard table built from the first
+// placement, each shard's buffers, the finite checks on gradient bytes, and
+// the synchronous SGD apply that closes a round.
+//
+// DESIGN. This file and push.c hold the server's hot loops (the finite
+// checks, the rank-order sum and the SGD update); ps/CMakeLists.txt
+// compiles both with -O3 so that GCC vectorises them (no fast-math: the
+// floats stay exact and runs reproducible).
+#include <string.h>
+
+#include "server_impl.h"
+
+// nonfinite reports whether fp32 bits u are a NaN or an Inf (every
+// exponent bit set). Testing the bits, not isfinite(), lets loops
+// vectorise.
+static inline uint32_t
+nonfinite(uint32_t u)
+{
+	return (u & 0x7f800000u) == 0x7f800000u;
+}
+
+// bits_at reads the i-th fp32 of payload bytes b (any alignment).
+static inline uint32_t
+bits_at(const uint8_t *b, size_t i)
+{
+	uint32_t u;
+	memcpy(&u, b + 4 * i, 4);
+	return u;
+}
+
+int
+ps__all_finite(const void *p, size_t n)
+{
+	const uint8_t *b   = p;
+	uint32_t       bad = 0;
+	for (size_t i = 0; i < n; i++) {
+		bad |= nonfinite(bits_at(b, i));
+	}
+	return !bad;
+}
+
+// An fp32 push staged and checked in one pass over the bytes instead of
+// two.
+int
+ps__copy_finite(float *dst, const void *p, size_t n)
+{
+	const uint8_t *b   = p;
+	uint32_t       bad = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t u = bits_at(b, i);
+		bad |= nonfinite(u);
+		memcpy(dst + i, &u, 4);
+	}
+	return !bad;
+}
+
+int
+ps__shard_complete(const struct ps_server *s, const struct srv_shard *sh)
+{
+	if (sh->n_pushed == 0) {
+		return 0;
+	}
+	for (uint32_t r = 0; r < s->trainers; r++) {
+		if (!s->gone[r] && sh->state[r] != PS_SLOT_PUSHED) {
+			return 0;
+		}
+	}
+	return 1;
+}
+
+void
+ps__shard_apply_sync(struct ps_server *s, struct srv_shard *sh)
+{
+	size_t       n     = sh->len;
+	float        scale = (float) (s->lr / (double) sh->samples);
+	const float *g[2];
+	uint32_t     k = 0;
+	// Rank order, over the ranks that pushed (all of them, unless a
+	// trainer left the job). One or two pushers (the common case here) are
+	// summed and applied in one pass; more are summed into s->sum first.
+	// Either way each element is ((g0 + g1) + g2) + ..., then
+	// x -= scale * sum: the same floats, so runs are reproducible.
+	for (uint32_t r = 0; r < s->trainers; r++) {
+		if (sh->state[r] != PS_SLOT_PUSHED) {
+			continue;
+		}
+		const float *slot = sh->stage + (size_t) r * n;
+		if (k < 2) {
+			g[k] = slot;
+		} else {
+			if (k == 2) {
+				for (size_t i = 0; i < n; i++) {
+					s->sum[i] = g[0][i] + g[1][i];
+				}
+			}
+			for (size_t i = 0; i < n; i++) {
+				s->sum[i] += slot[i];
+			}
+		}
+		k++;
+	}
+	if (k == 1) {
+		for (size_t i = 0; i < n; i++) {
+			sh->x[i] -= scale * g[0][i];
+		}
+	} else if (k == 2) {
+		for (size_t i = 0; i < n; i++) {
+			sh->x[i] -= scale * (g[0][i] + g[1][i]);
+		}
+	} else {
+		for (size_t i = 0; i < n; i++) {
+			sh->x[i] -= scale * s->sum[i];
+		}
+	}
+	sh->version++;
+	ps__ref_publish(s, sh);
+	sh->n_pushed = 0;
+	sh->samples  = 0;
+	memset(sh->state, PS_SLOT_FREE, s->trainers);
+	atomic_fetch_add_explicit(&s->n_applied, 1, memory_order_relaxed);
+}
+
+int
+ps__map_check(const Pswire__Placement *pl)
+{
+	Pswire__JobConfig *job = pl->job;
+	if (job == NULL || pl->trainers == 0 || pl->n_shards == 0 ||
+	    pl->n_shards > (1u << 24)) {
+		return FB_EPROTO;
+	}
+	for (size_t i = 0; i < pl->n_shards; i++) {
+		Pswire__ShardInfo *si = pl->shards[i];
+		if (si->tensor >= job->n_tensors || si->len == 0 ||
+		    si->len > (1ull << 34) ||
+		    si->offset + si->len > job->tensors[si->tensor]->len ||
+		    si->server >= pl->n_servers) {
+			return FB_EPROTO;
+		}
+	}
+	return FB_OK;
+}
+
+int
+ps__shard_alloc(struct ps_server *s, struct srv_shard *sh)
+{
+	sh->x     = fb_zalloc(sh->len * sizeof(float));
+	sh->stage = fb_alloc(sh->len * sizeof(float) * s->trainers);
+	sh->state = fb_zalloc(s->trainers);
+	if (sh->x == NULL || sh->stage == NULL || sh->state == NULL) {
+		return FB_ENOMEM;
+	}
+	if (!s->pull_none) {
+		sh->log_cap  = comp_bound(&s->cpull, sh->len);
+		sh->ref      = fb_zalloc(sh->len * sizeof(float));
+		sh->log      = fb_alloc(sh->log_cap * s->log_k + 1);
+		sh->log_base = fb_alloc(s->log_k * sizeof(uint64_t));
+		sh->log_crc  = fb_zalloc(s->log_k * sizeof(uint32_t));
+		sh->log_len  = fb_zalloc(s->log_k * sizeof(size_t));
+		if (sh->ref == NULL || sh->log == NULL || sh->log_base == NULL ||
+		    sh->log_crc == NULL || sh->log_len == NULL) {
+			return FB_ENOMEM;
+		}
+		ps__ref_log_reset(s, sh);
+	}
+	return FB_OK;
+}
+
+void
+ps__shard_release(struct srv_shard *sh)
+{
+	fb_free(sh->x);
+	fb_free(sh->stage);
+	fb_free(sh->state);
+	fb_free(sh->ref);
+	fb_free(sh->log);
+	fb_free(sh->log_base);
+	fb_free(sh->log_crc);
+	fb_free(sh->log_len);
+	struct srv_shard keep = { .id = sh->id, .tensor = sh->tensor,
+		.offset = sh->offset, .len = sh->len };
+	*sh = keep;
+}
+
+int
+ps__map_install(struct ps_server *s, Pswire__Placement *pl)
+{
+	Pswire__JobConfig *job    = pl->job;
+	size_t             maxlen = 1;
+	int                rv;
+
+	if (ps__map_check(pl) != FB_OK) {
+		return FB_EPROTO;
+	}
+	for (size_t i = 0; i < pl->n_shards; i++) {
+		if (pl->shards[i]->len > maxlen) {
+			maxlen = pl->shards[i]->len;
+		}
+	}
+	s->trainers = pl->trainers;
+	s->mode     = job->mode;
+	s->lr       = job->lr;
+	s->warmup   = job->warmup_steps;
+	s->log_k    = PS_DELTA_LOG;
+	// The scheduler validated the codecs; a server still refuses a map
+	// it cannot serve rather than trusting it.
+	if (comp_codec_parse(job->codec_push, job->bucket, &s->cpush) !=
+	        FB_OK ||
+	    comp_codec_parse(job->codec_pull, job->bucket, &s->cpull) !=
+	        FB_OK ||
+	    comp_codec_parse("none", 0, &s->cnone) != FB_OK) {
+		return FB_EPROTO;
+	}
+	s->pull_none = s->cpull.id == COMP_NONE;
+	s->n_global  = pl->n_shards;
+	s->local     = fb_alloc(pl->n_shards * sizeof(*s->local));
+	s->shards    = fb_zalloc(pl->n_shards * sizeof(*s->shards));
+	s->sum       = fb_alloc(maxlen * sizeof(float));
+	s->scratch   = fb_alloc(maxlen * sizeof(float));
+	s->gone      = fb_zalloc(pl->trainers);
+	if (s->local == NULL || s->shards == NULL || s->sum == NULL ||
+	    s->scratch == NULL || s->gone == NULL) {
+		return FB_ENOMEM;
+	}
+	for (size_t k = 0; k < pl->n_gone_trainers; k++) {
+		if (pl->gone_trainers[k] < pl->trainers) {
+			s->gone[pl->gone_trainers[k]] = 1;
+		}
+	}
+	for (size_t i = 0; i < pl->n_shards; i++) {
+		Pswire__ShardInfo *si = pl->shards[i];
+		struct srv_shard  *sh = &s->shards[i];
+		sh->id                = (uint32_t) i;
+		sh->tensor            = si->tensor;
+		sh->offset            = si->offset;
+		sh->len               = si->len;
+		s->local[i]           = PS_SHARD_ABSENT;
+		if (si->server != s->index) {
+			continue;
+		}
+		if (s->late) {
+			// A server joining a running job receives its shards
+			// from their old servers (Transfer).
+			s->local[i] = PS_SHARD_ARRIVING;
+			continue;
+		}
+		if ((rv = ps__shard_alloc(s, sh)) != FB_OK) {
+			return rv;
+		}
+		s->local[i] = (int32_t) i;
+		s->n_shards++;
+	}
+	s->pl = pl;
+	FB_LOG(FB_LOG_NOTICE, "store",
+	    "placement epoch %llu: holding %u of %zu shards, %u trainers, "
+	    "mode %s, lr %g", (unsigned long long) pl->epoch, s->n_shards,
+	    pl->n_shards, s->trainers, s->mode ? "async" : "sync", s->lr);
+	return FB_OK;
+}

@@ -1,0 +1,211 @@
+// transfer.c — a shard's full state on the wire, as an encode/decode pair:
+// ps__transfer_encode packs a leaving shard into a Transfer request (the
+// weights, the pull reference, the delta log, the version and the pushes
+// staged for the current version), and ps__on_transfer checks such a
+// request from a peer and installs the shard it carries.
+//
+// DESIGN. The payload is laid out in a fixed order, both halves reading
+// the same fields: x [len floats], then with a pull codec ref [len
+// floats] and the log_k delta-log entries (log_len[k] bytes each, 0 for an
+// empty entry), then one staged slot [len floats] per rank in state
+// PS_SLOT_PUSHED, in rank order. The receiver checks every count and
+// length against its own job before it allocates or copies.
+#include <string.h>
+
+#include "server_impl.h"
+
+int
+ps__transfer_encode(struct ps_server *s, struct srv_shard *sh, nng_msg **out)
+{
+	Pswire__Header          h = PSWIRE__HEADER__INIT;
+	Pswire__TransferRequest t = PSWIRE__TRANSFER_REQUEST__INIT;
+	uint64_t                lb[PS_DELTA_LOG], ll[PS_DELTA_LOG];
+	uint32_t                lc[PS_DELTA_LOG];
+	size_t                  plen = sh->len * 4, hl, off = 0;
+	uint8_t                *payload;
+
+	t.shard      = sh->id;
+	t.version    = sh->version;
+	t.init       = sh->init != 0;
+	t.samples    = sh->samples;
+	t.state.len  = s->trainers;
+	t.state.data = sh->state;
+	if (!s->pull_none) {
+		plen += sh->len * 4;
+		for (uint32_t k = 0; k < s->log_k; k++) {
+			lb[k] = sh->log_base[k];
+			lc[k] = sh->log_crc[k];
+			ll[k] = sh->log_base[k] == UINT64_MAX ? 0 : sh->log_len[k];
+			plen += ll[k];
+		}
+		t.ref_crc    = sh->ref_crc;
+		t.n_log_base = t.n_log_crc = t.n_log_len = s->log_k;
+		t.log_base   = lb;
+		t.log_crc    = lc;
+		t.log_len    = ll;
+	}
+	for (uint32_t r = 0; r < s->trainers; r++) {
+		plen += sh->state[r] == PS_SLOT_PUSHED ? sh->len * 4 : 0;
+	}
+	h.epoch        = s->pl->epoch;
+	h.body_case    = PSWIRE__HEADER__BODY_TRANSFER_REQ;
+	h.transfer_req = &t;
+	h.request_id   = 1; // the sender sets the real id
+	hl = pswire__header__get_packed_size(&h) + 10;
+	if (psw_msg_begin(out, hl, plen, &payload) != FB_OK) {
+		return FB_ENOMEM;
+	}
+	memcpy(payload, sh->x, sh->len * 4);
+	off = sh->len * 4;
+	if (!s->pull_none) {
+		memcpy(payload + off, sh->ref, sh->len * 4);
+		off += sh->len * 4;
+		for (uint32_t k = 0; k < s->log_k; k++) {
+			memcpy(payload + off, sh->log + (size_t) k * sh->log_cap,
+			    ll[k]);
+			off += ll[k];
+		}
+	}
+	for (uint32_t r = 0; r < s->trainers; r++) {
+		if (sh->state[r] == PS_SLOT_PUSHED) {
+			memcpy(payload + off, sh->stage + (size_t) r * sh->len,
+			    sh->len * 4);
+			off += sh->len * 4;
+		}
+	}
+	return psw_msg_finish(*out, PSWIRE__METHOD__TRANSFER, 0, &h.base, hl,
+	    plen);
+}
+
+// transfer_decode checks Transfer t (payload in c) against this job and
+// installs the state it carries into shard sh (placed here, ARRIVING).
+// mu held. Returns 0, or replies an error and returns -1 with sh holding
+// no buffers.
+static int
+transfer_decode(struct ps_server *s, struct ps_call *c,
+    const Pswire__TransferRequest *t, struct srv_shard *sh)
+{
+	const uint8_t *p      = c->frame.payload;
+	uint64_t       need   = sh->len * 4;
+	uint32_t       pushed = 0;
+
+	if (t->state.len != s->trainers ||
+	    (!s->pull_none && (t->n_log_base != s->log_k ||
+	                          t->n_log_crc != s->log_k ||
+	                          t->n_log_len != s->log_k)) ||
+	    (s->pull_none && t->n_log_len != 0)) {
+		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "transfer of shard %u: state for %zu ranks, log of %zu",
+		    t->shard, t->state.len, t->n_log_len);
+		return -1;
+	}
+	for (uint32_t r = 0; r < s->trainers; r++) {
+		if (t->state.data[r] != PS_SLOT_FREE &&
+		    t->state.data[r] != PS_SLOT_PUSHED) {
+			ps__server_reply_err(s, c,
+			    PSWIRE__STATUS__INVALID_ARGUMENT,
+			    "transfer of shard %u: bad rank state", t->shard);
+			return -1;
+		}
+		pushed += t->state.data[r] == PS_SLOT_PUSHED;
+		need += t->state.data[r] == PS_SLOT_PUSHED ? sh->len * 4 : 0;
+	}
+	if (!s->pull_none) {
+		need += sh->len * 4;
+		for (uint32_t k = 0; k < s->log_k; k++) {
+			if (t->log_len[k] > comp_bound(&s->cpull, sh->len)) {
+				ps__server_reply_err(s, c,
+				    PSWIRE__STATUS__INVALID_ARGUMENT,
+				    "transfer of shard %u: log entry too long",
+				    t->shard);
+				return -1;
+			}
+			need += t->log_len[k];
+		}
+	}
+	if (need != c->frame.payload_len || pushed >= s->trainers) {
+		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "transfer of shard %u: %u payload bytes, expected %llu",
+		    t->shard, c->frame.payload_len, (unsigned long long) need);
+		return -1;
+	}
+	if (ps__shard_alloc(s, sh) != FB_OK) {
+		ps__shard_release(sh);
+		ps__server_reply_err(s, c, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+		    "out of memory for shard %u", t->shard);
+		return -1;
+	}
+	memcpy(sh->x, p, sh->len * 4);
+	p += sh->len * 4;
+	if (!s->pull_none) {
+		memcpy(sh->ref, p, sh->len * 4);
+		p += sh->len * 4;
+		for (uint32_t k = 0; k < s->log_k; k++) {
+			sh->log_base[k] = t->log_base[k];
+			sh->log_crc[k]  = t->log_crc[k];
+			sh->log_len[k]  = t->log_len[k];
+			memcpy(sh->log + (size_t) k * sh->log_cap, p,
+			    t->log_len[k]);
+			p += t->log_len[k];
+		}
+		sh->ref_crc = t->ref_crc;
+	}
+	for (uint32_t r = 0; r < s->trainers; r++) {
+		sh->state[r] = t->state.data[r];
+		if (sh->state[r] == PS_SLOT_PUSHED) {
+			memcpy(sh->stage + (size_t) r * sh->len, p, sh->len * 4);
+			p += sh->len * 4;
+		}
+	}
+	sh->version  = t->version;
+	sh->init     = t->init;
+	sh->samples  = t->samples;
+	sh->n_pushed = pushed;
+	return 0;
+}
+
+void
+ps__on_transfer(struct ps_server *s, struct ps_call *c)
+{
+	Pswire__TransferRequest *t;
+	Pswire__Header           h = PSWIRE__HEADER__INIT;
+
+	if (c->hdr->body_case != PSWIRE__HEADER__BODY_TRANSFER_REQ) {
+		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "Transfer needs a transfer_req body");
+		return;
+	}
+	t = c->hdr->transfer_req;
+	pthread_mutex_lock(&s->mu);
+	if (t->shard >= s->n_global) {
+		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "transfer of shard %u: the job has %zu", t->shard,
+		    s->n_global);
+		goto out;
+	}
+	if (s->local[t->shard] != PS_SHARD_ARRIVING) {
+		if (s->local[t->shard] == PS_SHARD_ABSENT &&
+		    c->hdr->epoch > s->pl->epoch) {
+			ps__server_reply_err(s, c, PSWIRE__STATUS__UNAVAILABLE,
+			    "map epoch %llu not seen yet; retry",
+			    (unsigned long long) c->hdr->epoch);
+		} else {
+			ps__server_reply_err(s, c,
+			    PSWIRE__STATUS__FAILED_PRECONDITION,
+			    "shard %u is not expected here", t->shard);
+		}
+		goto out;
+	}
+	if (transfer_decode(s, c, t, &s->shards[t->shard]) != 0) {
+		goto out;
+	}
+	s->local[t->shard] = (int32_t) t->shard;
+	s->n_shards++;
+	FB_LOG(FB_LOG_INFO, "move", "shard %u arrived at version %llu",
+	    t->shard, (unsigned long long) t->version);
+	h.request_id = c->hdr->request_id;
+	ps__call_reply(c, &h);
+	ps__pull_wake(s);
+out:
+	pthread_mutex_unlock(&s->mu);
+}
