@@ -14,8 +14,7 @@
 
 #include "fb/config.h"
 
-static int
-errf(int rv, char *err, size_t errlen, const char *fmt, ...)
+static int errf(int rv, char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
 static int
@@ -41,7 +40,7 @@ fb_config_env_name(const char *name, char *buf, size_t len)
 	k = 6;
 	for (const char *p = name; *p; p++) {
 		char ch  = *p;
-		buf[k++] = ch == '-' ? '_'
+		buf[k++] = ch == '-'           ? '_'
 		    : (ch >= 'a' && ch <= 'z') ? (char) (ch - 'a' + 'A')
 		                               : ch;
 	}
@@ -68,7 +67,7 @@ find(unsigned roles, const char *name, size_t len)
 static int
 choice_index(const struct fb_option *o, const char *v)
 {
-	const char *p = o->choices;
+	const char *p    = o->choices;
 	size_t      vlen = strlen(v);
 	for (int i = 0;; i++) {
 		size_t n = strcspn(p, "|");
@@ -90,10 +89,10 @@ choices_text(const struct fb_option *o, char *buf, size_t len)
 	size_t      k = 0;
 	buf[0]        = '\0';
 	while (*p && k < len) {
-		size_t n = strcspn(p, "|");
+		size_t      n   = strcspn(p, "|");
 		const char *sep = p == o->choices ? ""
-		    : p[n] == '\0'                 ? " or "
-		                                   : ", ";
+		    : p[n] == '\0'                ? " or "
+		                                  : ", ";
 		k += (size_t) snprintf(buf + k, len - k, "%s%.*s", sep,
 		    (int) n, p);
 		p += n + (p[n] == '|');
@@ -104,8 +103,8 @@ choices_text(const struct fb_option *o, char *buf, size_t len)
 static int
 check(struct fb_config *c, int id, char *err, size_t errlen)
 {
-	const struct fb_option *o = &fb_options[id];
-	struct fb_config_value *v = &c->v[id];
+	const struct fb_option *o        = &fb_options[id];
+	struct fb_config_value *v        = &c->v[id];
 	char                    from[80] = "", env[64], what[160];
 	int                     rv;
 	if (v->text == NULL) {

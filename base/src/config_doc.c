@@ -11,7 +11,7 @@
 #include "fb/config.h"
 
 #define MD_BEGIN "<!-- fb-options:"
-#define MD_END   "<!-- /fb-options -->"
+#define MD_END "<!-- /fb-options -->"
 
 // shown_default is what --help and the docs give as o's default.
 static const char *
@@ -26,10 +26,10 @@ shown_default(const struct fb_option *o)
 void
 fb_config_usage(FILE *f, unsigned roles, const char *usage)
 {
-	fprintf(f, "%s\n"
-	           "Each option can also be set as FERRY_<NAME> in the "
-	           "environment (upper case, dashes as underscores); a flag "
-	           "wins over the environment.\n\n",
+	fprintf(f,
+	    "%s\nEach option can also be set as FERRY_<NAME> in the "
+	    "environment (upper case, dashes as underscores); a flag "
+	    "wins over the environment.\n\n",
 	    usage);
 	for (int id = 0; id < FB_OPT_COUNT; id++) {
 		const struct fb_option *o = &fb_options[id];
@@ -99,8 +99,8 @@ md_allowed(FILE *f, const struct fb_option *o)
 		}
 		break;
 	default:
-		fprintf(f, (o->flags & FB_OPT_NONEMPTY) ? "text, not empty"
-		                                        : "text");
+		fprintf(f,
+		    (o->flags & FB_OPT_NONEMPTY) ? "text, not empty" : "text");
 		break;
 	}
 }
@@ -110,15 +110,16 @@ fb_config_write_md(FILE *f, unsigned roles)
 {
 	// A column for the role only where one program plays several.
 	int several = (roles & (roles - 1)) != 0;
-	fprintf(f, several ? "| option | applies to | default | allowed | "
-	                     "meaning |\n|---|---|---|---|---|\n"
-	                   : "| option | default | allowed | meaning |\n"
-	                     "|---|---|---|---|\n");
+	fprintf(f,
+	    several ? "| option | applies to | default | allowed | "
+	              "meaning |\n|---|---|---|---|---|\n"
+	            : "| option | default | allowed | meaning |\n"
+	              "|---|---|---|---|\n");
 	for (int id = 0; id < FB_OPT_COUNT; id++) {
 		const struct fb_option *o = &fb_options[id];
-		int has_def = o->def != NULL && *o->def != '\0';
-		int code    = has_def && (o->type == FB_OPT_STR ||
-		                          o->type == FB_OPT_ENUM);
+		int has_def               = o->def != NULL && *o->def != '\0';
+		int code                  = has_def &&
+		    (o->type == FB_OPT_STR || o->type == FB_OPT_ENUM);
 		if ((o->roles & roles) == 0) {
 			continue;
 		}
@@ -160,9 +161,9 @@ fb_config_update_doc(const char *text, FILE *out, int *n_sections)
 	const char *p = text, *b;
 	int         n = 0;
 	while ((b = strstr(p, MD_BEGIN)) != NULL) {
-		const char *w   = b + strlen(MD_BEGIN);
-		size_t      wn  = strcspn(w, " -\n");
-		const char *eol = strchr(b, '\n'), *e;
+		const char *w     = b + strlen(MD_BEGIN);
+		size_t      wn    = strcspn(w, " -\n");
+		const char *eol   = strchr(b, '\n'), *e;
 		unsigned    roles = md_roles(w, wn);
 		if (roles == 0 || eol == NULL ||
 		    (e = strstr(eol, MD_END)) == NULL) {

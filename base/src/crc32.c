@@ -54,7 +54,7 @@ crc_clmul(uint32_t r, const unsigned char *p, size_t n, unsigned char *dst)
 	const __m128i mask32 = _mm_set_epi32(0, 0, 0, -1);
 	__m128i       x0, x1, x2, x3, t;
 
-	__m128i       d0, d1, d2, d3;
+	__m128i d0, d1, d2, d3;
 
 	x0 = _mm_loadu_si128((const __m128i *) p);
 	x1 = _mm_loadu_si128((const __m128i *) (p + 16));
@@ -118,7 +118,7 @@ have_clmul(void)
 	if (have < 0) {
 		__builtin_cpu_init();
 		have = __builtin_cpu_supports("pclmul") &&
-		       __builtin_cpu_supports("sse4.1");
+		    __builtin_cpu_supports("sse4.1");
 	}
 	return have;
 }

@@ -11,185 +11,185 @@
 // needs probing") stay in the program that owns them.
 #include "fb/config.h"
 
-#define PS  FB_ROLE_PS
+#define PS FB_ROLE_PS
 #define SCH FB_ROLE_SCHEDULER
 #define SRV FB_ROLE_SERVER
-#define TR  FB_ROLE_TRAINER
+#define TR FB_ROLE_TRAINER
 
 // Designated initialisers keep the enum and the table in step: a missing
 // entry is a NULL name, which the engine's test catches.
-#define INT(lo, hi)  .type = FB_OPT_INT, .min = (lo), .max = (hi)
-#define F64(lo, hi)  .type = FB_OPT_F64, .fmin = (lo), .fmax = (hi)
-#define ENUM(c)      .type = FB_OPT_ENUM, .choices = (c)
-#define STR          .type = FB_OPT_STR
+#define INT(lo, hi) .type = FB_OPT_INT, .min = (lo), .max = (hi)
+#define F64(lo, hi) .type = FB_OPT_F64, .fmin = (lo), .fmax = (hi)
+#define ENUM(c) .type = FB_OPT_ENUM, .choices = (c)
+#define STR .type = FB_OPT_STR
 #define STR_NONEMPTY .type = FB_OPT_STR, .flags = FB_OPT_NONEMPTY
 
 const struct fb_option fb_options[FB_OPT_COUNT] = {
 	// ---- ps-server ---------------------------------------------------
-	[FB_OPT_PS_ROLE] = { "role", PS, ENUM("scheduler|server"),
-	    .def = "server", .help = "scheduler | server",
-	    .doc = "the part this process plays" },
+	[FB_OPT_PS_ROLE]   = { "role", PS, ENUM("scheduler|server"),
+	      .def = "server", .help = "scheduler | server",
+	      .doc = "the part this process plays" },
 	[FB_OPT_PS_LISTEN] = { "listen", PS, STR, .def = "tcp://127.0.0.1:0",
 	    .help = "URL to listen on (port 0 = any free port)",
-	    .doc = "URL to listen on; port 0 picks a free port" },
-	[FB_OPT_PS_ADVERTISE] = { "advertise", SRV, STR, .def = "",
-	    .unset = "the bound listen URL",
-	    .help = "server: URL trainers dial",
-	    .doc = "URL trainers (and other servers) dial; set it when "
-	           "listening on `0.0.0.0` or behind NAT" },
-	[FB_OPT_PS_SCHEDULER] = { "scheduler", SRV, STR, .def = "",
-	    .unset = "none; a server needs it",
-	    .help = "server: the scheduler's URL",
-	    .doc = "the scheduler's URL" },
-	[FB_OPT_PS_TRAINERS] = { "trainers", SCH, INT(1, 4096), .def = "1",
-	    .help = "scheduler: trainers expected before training starts",
-	    .doc = "trainers expected before training starts" },
-	[FB_OPT_PS_SERVERS] = { "servers", SCH, INT(1, 4096), .def = "1",
-	    .help = "scheduler: servers expected before training starts",
-	    .doc = "servers expected before training starts; more can join "
-	           "once it runs (§2.2)" },
+	    .doc  = "URL to listen on; port 0 picks a free port" },
+	[FB_OPT_PS_ADVERTISE]   = { "advertise", SRV, STR, .def = "",
+	      .unset = "the bound listen URL",
+	      .help  = "server: URL trainers dial",
+	      .doc   = "URL trainers (and other servers) dial; set it when "
+	                 "listening on `0.0.0.0` or behind NAT" },
+	[FB_OPT_PS_SCHEDULER]   = { "scheduler", SRV, STR, .def = "",
+	      .unset = "none; a server needs it",
+	      .help  = "server: the scheduler's URL",
+	      .doc   = "the scheduler's URL" },
+	[FB_OPT_PS_TRAINERS]    = { "trainers", SCH, INT(1, 4096), .def = "1",
+	       .help = "scheduler: trainers expected before training starts",
+	       .doc  = "trainers expected before training starts" },
+	[FB_OPT_PS_SERVERS]     = { "servers", SCH, INT(1, 4096), .def = "1",
+	        .help = "scheduler: servers expected before training starts",
+	        .doc  = "servers expected before training starts; more can join "
+	                    "once it runs (§2.2)" },
 	[FB_OPT_PS_SHARD_BYTES] = { "shard-bytes", SCH, INT(4, 1LL << 30),
-	    .def = "1048576",
+	    .def  = "1048576",
 	    .help = "scheduler: max bytes per shard (multiple of 4)",
-	    .doc = "max bytes per shard, a multiple of 4" },
-	[FB_OPT_PS_PLACEMENT] = { "placement", SCH, ENUM("uniform|latency"),
-	    .def = "uniform",
-	    .help = "scheduler: uniform (round-robin) | latency (probe links, "
-	            "solve)",
-	    .doc = "`uniform` (round-robin over shards) or `latency` (probe "
-	           "links, minimise the slowest trainer's predicted step "
-	           "time; keeps round-robin unless that predicts a step at "
-	           "least 10% shorter)" },
+	    .doc  = "max bytes per shard, a multiple of 4" },
+	[FB_OPT_PS_PLACEMENT]   = { "placement", SCH, ENUM("uniform|latency"),
+	      .def  = "uniform",
+	      .help = "scheduler: uniform (round-robin) | latency (probe links, "
+	                "solve)",
+	      .doc  = "`uniform` (round-robin over shards) or `latency` (probe "
+	                "links, minimise the slowest trainer's predicted step "
+	                "time; keeps round-robin unless that predicts a step at "
+	                "least 10% shorter)" },
 	[FB_OPT_PS_PROBE_COUNT] = { "probe-count", SCH, INT(1, 1000),
-	    .def = "7",
+	    .def  = "7",
 	    .help = "scheduler: round trips per link for the RTT median",
-	    .doc = "round trips per link for the RTT median (the client uses "
-	           "at most 64)" },
+	    .doc  = "round trips per link for the RTT median (the client uses "
+	            "at most 64)" },
 	[FB_OPT_PS_PROBE_BYTES] = { "probe-bytes", SCH, INT(0, 64LL << 20),
-	    .def = "1048576",
+	    .def  = "1048576",
 	    .help = "scheduler: bulk bytes per link for bandwidth (0: no "
 	            "probing)",
-	    .doc = "bulk bytes per link for bandwidth; 0 turns probing off "
-	           "(needs > 0 with `latency`)" },
-	[FB_OPT_PS_SEED] = { "seed", SCH, INT(0, INT64_MAX), .def = "1",
-	    .help = "scheduler: placement solver seed",
-	    .doc = "placement solver seed (multi-start)" },
+	    .doc  = "bulk bytes per link for bandwidth; 0 turns probing off "
+	            "(needs > 0 with `latency`)" },
+	[FB_OPT_PS_SEED]        = { "seed", SCH, INT(0, INT64_MAX), .def = "1",
+	           .help = "scheduler: placement solver seed",
+	           .doc  = "placement solver seed (multi-start)" },
 	[FB_OPT_PS_REPROBE_S] = { "reprobe-s", SCH, INT(0, 86400), .def = "0",
 	    .help = "scheduler: trainers re-probe links this often; a change "
 	            "over --reprobe-change-pct re-places shards (0: never)",
-	    .doc = "trainers re-measure their links this often, in seconds "
-	           "(0: never; needs probing on); see §2.2" },
+	    .doc  = "trainers re-measure their links this often, in seconds "
+	            "(0: never; needs probing on); see §2.2" },
 	[FB_OPT_PS_REPROBE_CHANGE_PCT] = { "reprobe-change-pct", SCH,
 	    INT(1, 10000), .def = "50",
 	    .help = "scheduler: link change (percent) that triggers a "
 	            "re-placement",
-	    .doc = "a re-probed link that changed by more than this percent "
-	           "triggers a re-placement" },
-	[FB_OPT_PS_LEAVE_TIMEOUT_MS] = { "leave-timeout-ms", SRV,
-	    INT(0, 3600000), .def = "0",
-	    .help = "server: on SIGTERM, leave the job and wait this long for "
-	            "its shards to move to the other servers (0: exit at "
-	            "once)",
-	    .doc = "on `SIGTERM`/`SIGINT`, leave the job and wait up to this "
-	           "long for the shards to be delivered to the other servers "
-	           "(0: exit at once, shards lost); see §2.2" },
+	    .doc  = "a re-probed link that changed by more than this percent "
+	            "triggers a re-placement" },
+	[FB_OPT_PS_LEAVE_TIMEOUT_MS]   = { "leave-timeout-ms", SRV,
+	      INT(0, 3600000), .def = "0",
+	      .help = "server: on SIGTERM, leave the job and wait this long for "
+	                "its shards to move to the other servers (0: exit at "
+	                "once)",
+	      .doc  = "on `SIGTERM`/`SIGINT`, leave the job and wait up to this "
+	                "long for the shards to be delivered to the other servers "
+	                "(0: exit at once, shards lost); see §2.2" },
 	[FB_OPT_PS_CAPACITY_MB] = { "capacity-mb", SRV, INT(0, 1LL << 30),
-	    .def = "0",
+	    .def  = "0",
 	    .help = "server: memory for shards in MiB (0: unbounded)",
-	    .doc = "memory for shards in MiB (0: unbounded); `latency` "
-	           "placement places within it, a `uniform` placement that "
-	           "exceeds it stops the job from starting" },
-	[FB_OPT_PS_CONTEXTS] = { "contexts", PS, INT(1, 65536), .def = "256",
-	    .help = "requests served concurrently (nng REP contexts)" },
+	    .doc  = "memory for shards in MiB (0: unbounded); `latency` "
+	            "placement places within it, a `uniform` placement that "
+	            "exceeds it stops the job from starting" },
+	[FB_OPT_PS_CONTEXTS]   = { "contexts", PS, INT(1, 65536), .def = "256",
+	      .help = "requests served concurrently (nng REP contexts)" },
 	[FB_OPT_PS_MAX_MSG_MB] = { "max-msg-mb", PS, INT(1, 4096),
 	    .def = "256", .help = "receive size cap per message, MiB" },
-	[FB_OPT_PS_URL_FILE] = { "url-file", PS, STR, .def = "",
-	    .unset = "none",
-	    .help = "write the bound listen URL to this file once listening",
-	    .doc = "write the bound listen URL to this file once listening "
-	           "(written to `FILE.tmp`, then renamed)" },
-	[FB_OPT_PS_LOG_LEVEL] = { "log-level", PS,
-	    ENUM("err|warn|notice|info|debug"), .def = "notice",
-	    .help = "err | warn | notice | info | debug",
-	    .doc = "log threshold" },
+	[FB_OPT_PS_URL_FILE]   = { "url-file", PS, STR, .def = "",
+	      .unset = "none",
+	      .help  = "write the bound listen URL to this file once listening",
+	      .doc   = "write the bound listen URL to this file once listening "
+	                 "(written to `FILE.tmp`, then renamed)" },
+	[FB_OPT_PS_LOG_LEVEL]  = { "log-level", PS,
+	     ENUM("err|warn|notice|info|debug"), .def = "notice",
+	     .help = "err | warn | notice | info | debug",
+	     .doc  = "log threshold" },
 
 	// ---- trainer -----------------------------------------------------
 	[FB_OPT_TR_SCHEDULER] = { "scheduler", TR, STR_NONEMPTY,
 	    .unset = "required",
-	    .help = "scheduler URL, e.g. tcp://127.0.0.1:7000",
-	    .doc = "scheduler URL" },
-	[FB_OPT_TR_RANK] = { "rank", TR, INT(0, 65535), .def = "0",
-	    .help = "this trainer's rank",
-	    .doc = "this trainer's rank, 0..trainers−1" },
-	[FB_OPT_TR_DATA] = { "data", TR, STR_NONEMPTY,
-	    .def = "/usr/share/datasets/fashion-mnist",
-	    .help = "directory of IDX files",
-	    .doc = "directory of IDX files (`train-images-idx3-ubyte`, "
-	           "`train-labels-idx1-ubyte`, `t10k-images-idx3-ubyte`, "
-	           "`t10k-labels-idx1-ubyte`, each `.gz` or plain)" },
-	[FB_OPT_TR_LAYERS] = { "layers", TR, STR_NONEMPTY,
-	    .def = "784,256,128,10",
-	    .help = "MLP widths: input,hidden...,classes",
-	    .doc = "MLP widths: input, hidden..., classes" },
-	[FB_OPT_TR_BATCH] = { "batch", TR, INT(1, 65536), .def = "64",
-	    .help = "minibatch size per trainer" },
-	[FB_OPT_TR_LR] = { "lr", TR, F64(1e-12, 1e6), .def = "0.1",
-	    .help = "SGD learning rate",
-	    .doc = "SGD learning rate (applied by the servers)" },
-	[FB_OPT_TR_EPOCHS] = { "epochs", TR, INT(1, 1000000), .def = "1",
-	    .help = "epochs to train" },
-	[FB_OPT_TR_SEED] = { "seed", TR, INT(0, 9200000000000000000LL),
-	    .def = "42",
-	    .help = "seed for the shuffle and the initial weights" },
+	    .help  = "scheduler URL, e.g. tcp://127.0.0.1:7000",
+	    .doc   = "scheduler URL" },
+	[FB_OPT_TR_RANK]      = { "rank", TR, INT(0, 65535), .def = "0",
+	         .help = "this trainer's rank",
+	         .doc  = "this trainer's rank, 0..trainers−1" },
+	[FB_OPT_TR_DATA]      = { "data", TR, STR_NONEMPTY,
+	         .def  = "/usr/share/datasets/fashion-mnist",
+	         .help = "directory of IDX files",
+	         .doc  = "directory of IDX files (`train-images-idx3-ubyte`, "
+	                      "`train-labels-idx1-ubyte`, `t10k-images-idx3-ubyte`, "
+	                      "`t10k-labels-idx1-ubyte`, each `.gz` or plain)" },
+	[FB_OPT_TR_LAYERS]    = { "layers", TR, STR_NONEMPTY,
+	       .def  = "784,256,128,10",
+	       .help = "MLP widths: input,hidden...,classes",
+	       .doc  = "MLP widths: input, hidden..., classes" },
+	[FB_OPT_TR_BATCH]     = { "batch", TR, INT(1, 65536), .def = "64",
+	        .help = "minibatch size per trainer" },
+	[FB_OPT_TR_LR]        = { "lr", TR, F64(1e-12, 1e6), .def = "0.1",
+	           .help = "SGD learning rate",
+	           .doc  = "SGD learning rate (applied by the servers)" },
+	[FB_OPT_TR_EPOCHS]    = { "epochs", TR, INT(1, 1000000), .def = "1",
+	       .help = "epochs to train" },
+	[FB_OPT_TR_SEED]      = { "seed", TR, INT(0, 9200000000000000000LL),
+	         .def  = "42",
+	         .help = "seed for the shuffle and the initial weights" },
 	[FB_OPT_TR_MODE] = { "mode", TR, ENUM("sync|async"), .def = "sync",
 	    .help = "sync or async",
-	    .doc = "synchronous rounds or asynchronous pushes" },
+	    .doc  = "synchronous rounds or asynchronous pushes" },
 	[FB_OPT_TR_LOG_INTERVAL] = { "log-interval", TR, INT(0, 1000000000),
-	    .def = "100",
+	    .def  = "100",
 	    .help = "steps between progress lines (0: epoch ends only)" },
-	[FB_OPT_TR_CODEC_PUSH] = { "codec-push", TR, STR_NONEMPTY,
-	    .def = "none", .help = "gradient codec (none, fp16, q8, ...)",
-	    .doc = "gradient codec: `none`, `fp16`, `bf16`, `q8`, `q4`, `q2` "
-	           "(`:sr` for stochastic rounding), `sign`, `topk:R`" },
-	[FB_OPT_TR_CODEC_PULL] = { "codec-pull", TR, STR_NONEMPTY,
-	    .def = "none", .help = "weight-delta codec",
-	    .doc = "weight-delta codec (same values, no `:sr`)" },
-	[FB_OPT_TR_BUCKET] = { "bucket", TR, INT(0, 1 << 30), .def = "0",
-	    .help = "quantization bucket (0: codec default)",
-	    .doc = "quantization bucket (0: 512)" },
+	[FB_OPT_TR_CODEC_PUSH]   = { "codec-push", TR, STR_NONEMPTY,
+	      .def = "none", .help = "gradient codec (none, fp16, q8, ...)",
+	      .doc = "gradient codec: `none`, `fp16`, `bf16`, `q8`, `q4`, `q2` "
+	               "(`:sr` for stochastic rounding), `sign`, `topk:R`" },
+	[FB_OPT_TR_CODEC_PULL]   = { "codec-pull", TR, STR_NONEMPTY,
+	      .def = "none", .help = "weight-delta codec",
+	      .doc = "weight-delta codec (same values, no `:sr`)" },
+	[FB_OPT_TR_BUCKET]       = { "bucket", TR, INT(0, 1 << 30), .def = "0",
+	          .help = "quantization bucket (0: codec default)",
+	          .doc  = "quantization bucket (0: 512)" },
 	[FB_OPT_TR_WARMUP_STEPS] = { "warmup-steps", TR, INT(0, 1 << 30),
 	    .def = "0", .help = "steps sent uncompressed first" },
-	[FB_OPT_TR_MAX_STEPS] = { "max-steps", TR,
-	    INT(0, 9200000000000000000LL), .def = "0",
-	    .help = "stop after this many steps (0: unlimited)" },
-	[FB_OPT_TR_DEVICE] = { "device", TR, STR_NONEMPTY, .def = "cpu",
-	    .help = "cpu, cuda (rank mod GPUs) or cuda:N",
-	    .doc = "`cpu`, `cuda` (rank mod GPU count) or `cuda:N`; a GPU "
-	           "request without a GPU fails at start" },
+	[FB_OPT_TR_MAX_STEPS]    = { "max-steps", TR,
+	       INT(0, 9200000000000000000LL), .def = "0",
+	       .help = "stop after this many steps (0: unlimited)" },
+	[FB_OPT_TR_DEVICE]       = { "device", TR, STR_NONEMPTY, .def = "cpu",
+	          .help = "cpu, cuda (rank mod GPUs) or cuda:N",
+	          .doc  = "`cpu`, `cuda` (rank mod GPU count) or `cuda:N`; a GPU "
+	                        "request without a GPU fails at start" },
 	[FB_OPT_TR_BLAS_THREADS] = { "blas-threads", TR, INT(1, 256),
 	    .def = "1", .help = "OpenBLAS threads" },
-	[FB_OPT_TR_CURVE] = { "curve", TR, STR_NONEMPTY, .unset = "none",
-	    .help = "write the training curve as CSV to FILE",
-	    .doc = "write the training curve as CSV (`step,wall_s,"
-	           "train_loss,test_loss,test_acc,bytes_sent`)" },
-	[FB_OPT_TR_STEP_TIMES] = { "step-times", TR, STR_NONEMPTY,
-	    .unset = "none",
-	    .help = "write every step's times as CSV to FILE: step, "
-	            "compute_ms (minibatch and gradient), push_pull_ms (the "
-	            "exchange, waiting for the other trainers included)",
-	    .doc = "write every step's times as CSV "
-	           "(`step,compute_ms,push_pull_ms`): where a slow job spends "
-	           "its steps (compute vs the exchange, waiting for other "
-	           "trainers included)" },
+	[FB_OPT_TR_CURVE]       = { "curve", TR, STR_NONEMPTY, .unset = "none",
+	          .help = "write the training curve as CSV to FILE",
+	          .doc  = "write the training curve as CSV (`step,wall_s,"
+	                        "train_loss,test_loss,test_acc,bytes_sent`)" },
+	[FB_OPT_TR_STEP_TIMES]  = { "step-times", TR, STR_NONEMPTY,
+	     .unset = "none",
+	     .help  = "write every step's times as CSV to FILE: step, "
+	               "compute_ms (minibatch and gradient), push_pull_ms (the "
+	               "exchange, waiting for the other trainers included)",
+	     .doc   = "write every step's times as CSV "
+	               "(`step,compute_ms,push_pull_ms`): where a slow job spends "
+	               "its steps (compute vs the exchange, waiting for other "
+	               "trainers included)" },
 	[FB_OPT_TR_WEIGHTS_OUT] = { "weights-out", TR, STR_NONEMPTY,
 	    .unset = "none",
-	    .help = "at the end, write the final weights to FILE (raw "
-	            "float32, host byte order, tensors in order fc1.weight, "
-	            "fc1.bias, ...)",
+	    .help  = "at the end, write the final weights to FILE (raw "
+	             "float32, host byte order, tensors in order fc1.weight, "
+	             "fc1.bias, ...)",
 	    .doc = "write the final weights (raw float32, host order, tensors "
 	           "in order)" },
-	[FB_OPT_TR_TIMEOUT_MS] = { "timeout-ms", TR, INT(0, 86400000),
-	    .def = "0",
-	    .help = "deadline of each libferry call (0: library default)",
-	    .doc = "deadline of each libferry call (0: 60000)" },
+	[FB_OPT_TR_TIMEOUT_MS]  = { "timeout-ms", TR, INT(0, 86400000),
+	     .def  = "0",
+	     .help = "deadline of each libferry call (0: library default)",
+	     .doc  = "deadline of each libferry call (0: 60000)" },
 };

@@ -12,9 +12,10 @@
 static void
 usage(FILE *f)
 {
-	fprintf(f, "usage: fb-options [ps|trainer]  print an option table\n"
-	           "       fb-options --update FILE  regenerate FILE's "
-	           "<!-- fb-options:... --> sections\n");
+	fprintf(f,
+	    "usage: fb-options [ps|trainer]  print an option table\n"
+	    "       fb-options --update FILE  regenerate FILE's "
+	    "<!-- fb-options:... --> sections\n");
 }
 
 // slurp reads the whole of path into a NUL-terminated fb_alloc buffer
@@ -22,7 +23,7 @@ usage(FILE *f)
 static char *
 slurp(const char *path)
 {
-	FILE  *f = fopen(path, "rb");
+	FILE  *f   = fopen(path, "rb");
 	char  *buf = NULL, *grown;
 	size_t len = 0, cap = 0, n;
 	if (f == NULL) {
@@ -52,7 +53,7 @@ update(const char *path)
 {
 	char  *old = slurp(path), *new = NULL;
 	size_t len = 0;
-	int    n   = 0, rv = 1;
+	int    n = 0, rv = 1;
 	FILE  *f;
 	if (old == NULL) {
 		fprintf(stderr, "fb-options: cannot read %s\n", path);
@@ -64,8 +65,10 @@ update(const char *path)
 	}
 	if (fb_config_update_doc(old, f, &n) != FB_OK || n == 0) {
 		fclose(f);
-		fprintf(stderr, "fb-options: %s: no well-formed "
-		                "<!-- fb-options:... --> section\n", path);
+		fprintf(stderr,
+		    "fb-options: %s: no well-formed "
+		    "<!-- fb-options:... --> section\n",
+		    path);
 		goto fail;
 	}
 	fclose(f);

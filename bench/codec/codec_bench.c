@@ -18,11 +18,11 @@
 
 #include <comp/comp.h>
 
-static const char *const specs[] = {"none", "fp16", "bf16", "q8", "q4",
-	"q4@128", "q2", "q2@128", "sign", "topk:0.01"};
+static const char *const specs[] = { "none", "fp16", "bf16", "q8", "q4",
+	"q4@128", "q2", "q2@128", "sign", "topk:0.01" };
 #define NSPECS (sizeof specs / sizeof specs[0])
 
-static const size_t mlp[6] = {784 * 256, 256, 256 * 128, 128, 128 * 10, 10};
+static const size_t mlp[6] = { 784 * 256, 256, 256 * 128, 128, 128 * 10, 10 };
 #define MLP_N 235146u
 
 static double
@@ -73,8 +73,8 @@ job_run(struct job *j)
 		memcpy(j->acc, j->x, j->n * 4);
 		break;
 	case OP_ENC:
-		if (comp_encode(j->c, j->x, j->n, NULL, j->buf, j->cap, &len) !=
-		    0)
+		if (comp_encode(j->c, j->x, j->n, NULL, j->buf, j->cap,
+		        &len) != 0)
 			abort();
 		j->len = len;
 		break;
@@ -90,7 +90,7 @@ static double
 median_gbs(struct job *j, int reps)
 {
 	int    iters = 1;
-	double t0 = now();
+	double t0    = now();
 	job_run(j);
 	double one = now() - t0;
 	if (one < 2e-3)
@@ -101,7 +101,7 @@ median_gbs(struct job *j, int reps)
 		for (int i = 0; i < iters; i++)
 			job_run(j);
 		double dt = (now() - t0) / iters;
-		gbs[r] = (double) j->n * 4 / dt / 1e9;
+		gbs[r]    = (double) j->n * 4 / dt / 1e9;
 	}
 	qsort(gbs, (size_t) reps, sizeof *gbs, cmpd);
 	double med = gbs[reps / 2];
@@ -112,13 +112,14 @@ median_gbs(struct job *j, int reps)
 int
 main(int argc, char **argv)
 {
-	size_t      sizes[3] = {MLP_N, (size_t) 16 << 20, 0};
+	size_t      sizes[3] = { MLP_N, (size_t) 16 << 20, 0 };
 	int         nsizes = 2, reps = 21;
 	uint32_t    bucket = 0;
-	const char *json = NULL;
+	const char *json   = NULL;
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--n") == 0 && i + 1 < argc)
-			sizes[nsizes++] = (size_t) strtoull(argv[++i], NULL, 10);
+			sizes[nsizes++] = (size_t) strtoull(argv[++i], NULL,
+			    10);
 		else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
 			reps = atoi(argv[++i]);
 		else if (strcmp(argv[i], "--bucket") == 0 && i + 1 < argc)
@@ -130,7 +131,8 @@ main(int argc, char **argv)
 		else {
 			fprintf(stderr,
 			    "usage: %s [--n N] [--reps R] [--bucket B] "
-			    "[--portable] [--json FILE]\n", argv[0]);
+			    "[--portable] [--json FILE]\n",
+			    argv[0]);
 			return 2;
 		}
 	}
@@ -142,23 +144,27 @@ main(int argc, char **argv)
 		return 1;
 	}
 	if (jf)
-		fprintf(jf, "{\n  \"kernels\": \"%s\",\n  \"reps\": %d,\n"
-		    "  \"throughput\": [", comp_simd_name(), reps);
+		fprintf(jf,
+		    "{\n  \"kernels\": \"%s\",\n  \"reps\": %d,\n"
+		    "  \"throughput\": [",
+		    comp_simd_name(), reps);
 	printf("kernels: %s, median of %d repeats, one core\n\n",
 	    comp_simd_name(), reps);
 	int first = 1;
 	for (int s = 0; s < nsizes; s++) {
 		size_t   n = sizes[s];
 		float   *x = malloc(n * 4), *acc = malloc(n * 4);
-		uint8_t *buf = malloc(8 * n + 64);
+		uint8_t *buf  = malloc(8 * n + 64);
 		uint64_t seed = 1;
 		for (size_t i = 0; i < n; i++) {
-			seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+			seed = seed * 6364136223846793005ull +
+			    1442695040888963407ull;
 			x[i] = (float) ((int64_t) (seed >> 11) - (1ll << 52)) *
 			    0x1p-52f;
 			acc[i] = 0.0f;
 		}
-		struct job m = {OP_MEMCPY, NULL, x, acc, buf, n, 8 * n + 64, 0};
+		struct job m  = { OP_MEMCPY, NULL, x, acc, buf, n, 8 * n + 64,
+			 0 };
 		double     mc = median_gbs(&m, reps);
 		printf("n = %zu floats (%.1f MiB): memcpy %.2f GB/s\n\n", n,
 		    n * 4 / 1048576.0, mc);
@@ -169,12 +175,12 @@ main(int argc, char **argv)
 			struct comp_codec c;
 			if (spec_codec(specs[k], bucket, &c) != 0)
 				abort();
-			struct job e = {OP_ENC, &c, x, acc, buf, n, 8 * n + 64,
-				0};
-			double     ge = median_gbs(&e, reps);
-			struct job d = e;
-			d.op = OP_DEC_ADD;
-			double gd = median_gbs(&d, reps);
+			struct job e    = { OP_ENC, &c, x, acc, buf, n,
+				   8 * n + 64, 0 };
+			double     ge   = median_gbs(&e, reps);
+			struct job d    = e;
+			d.op            = OP_DEC_ADD;
+			double gd       = median_gbs(&d, reps);
 			int    bucketed = c.id >= COMP_Q8 && c.id <= COMP_SIGN;
 			char   bk[16];
 			snprintf(bk, sizeof bk, "%u", c.bucket);
@@ -186,7 +192,8 @@ main(int argc, char **argv)
 				    "%s\n    {\"n\": %zu, \"codec\": \"%s\", "
 				    "\"bucket\": %u, \"memcpy_gbs\": %.3f, "
 				    "\"encode_gbs\": %.3f, \"decode_add_gbs\": "
-				    "%.3f}", first ? "" : ",", n, specs[k],
+				    "%.3f}",
+				    first ? "" : ",", n, specs[k],
 				    bucketed ? c.bucket : 0, mc, ge, gd);
 			first = 0;
 		}
@@ -200,7 +207,8 @@ main(int argc, char **argv)
 	printf("Wire bytes per step, MLP 784-256-128-10 (%u params, 6 "
 	       "tensors, each encoded on its own):\n\n"
 	       "| codec | bucket | bytes | x fewer than fp32 |\n"
-	       "|---|---|---|---|\n", MLP_N);
+	       "|---|---|---|---|\n",
+	    MLP_N);
 	for (size_t k = 0; k < NSPECS; k++) {
 		struct comp_codec c;
 		if (spec_codec(specs[k], bucket, &c) != 0)
@@ -208,14 +216,15 @@ main(int argc, char **argv)
 		size_t bytes = 0;
 		for (int t = 0; t < 6; t++)
 			bytes += comp_bound(&c, mlp[t]);
-		double ratio = (double) MLP_N * 4 / (double) bytes;
+		double ratio    = (double) MLP_N * 4 / (double) bytes;
 		int    bucketed = c.id >= COMP_Q8 && c.id <= COMP_SIGN;
 		char   bk[16];
 		snprintf(bk, sizeof bk, "%u", c.bucket);
 		printf("| %s | %s | %zu | %.2f |\n", specs[k],
 		    bucketed ? bk : "-", bytes, ratio);
 		if (jf)
-			fprintf(jf, "%s\n    {\"codec\": \"%s\", \"bucket\": "
+			fprintf(jf,
+			    "%s\n    {\"codec\": \"%s\", \"bucket\": "
 			    "%u, \"bytes\": %zu, \"ratio_vs_fp32\": %.4f}",
 			    k ? "," : "", specs[k], bucketed ? c.bucket : 0,
 			    bytes, ratio);

@@ -53,13 +53,13 @@ median(float *v, int n)
 	return n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]);
 }
 
-#define CK(call)                                                          \
-	do {                                                              \
-		if ((call) != 0) {                                        \
-			fprintf(stderr, "gpu_bench: %s failed at line %d\n", \
-			    #call, __LINE__);                             \
-			exit(1);                                          \
-		}                                                         \
+#define CK(call)                                                              \
+	do {                                                                  \
+		if ((call) != 0) {                                            \
+			fprintf(stderr, "gpu_bench: %s failed at line %d\n",  \
+			    #call, __LINE__);                                 \
+			exit(1);                                              \
+		}                                                             \
 	} while (0)
 
 // gemm_seq runs the step's SGEMMs (forward, dW, dA) on plain buffers.
@@ -70,16 +70,16 @@ gemm_seq(cublasHandle_t h, const struct tr_arch *a, size_t n, float *w,
 	const float one = 1.0f, zero = 0.0f;
 	for (int l = 1; l <= a->n_layers; l++) {
 		int ni = (int) a->sizes[l - 1], no = (int) a->sizes[l];
-		CK(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, no, (int) n, ni, &one,
-		    w, ni, act, ni, &zero, d, no));
+		CK(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, no, (int) n, ni,
+		    &one, w, ni, act, ni, &zero, d, no));
 	}
 	for (int l = a->n_layers; l >= 1; l--) {
 		int ni = (int) a->sizes[l - 1], no = (int) a->sizes[l];
-		CK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, ni, no, (int) n, &one,
-		    act, ni, d, no, &zero, g, ni));
+		CK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, ni, no, (int) n,
+		    &one, act, ni, d, no, &zero, g, ni));
 		if (l > 1) {
-			CK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, ni, (int) n, no,
-			    &one, w, ni, d, no, &zero, act, ni));
+			CK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, ni,
+			    (int) n, no, &one, w, ni, d, no, &zero, act, ni));
 		}
 	}
 }
@@ -98,8 +98,8 @@ step_flops(const struct tr_arch *a, size_t n)
 static FILE *json;
 static int   json_first = 1;
 
-static void
-json_rec(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void json_rec(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
 
 static void
 json_rec(const char *fmt, ...)
@@ -168,7 +168,7 @@ bench_mlp(size_t hidden, size_t batch)
 	for (int l = 1; l <= a.n_layers; l++) {
 		size_t m = a.sizes[l - 1] * a.sizes[l];
 		mw       = m > mw ? m : mw;
-		ma = batch * a.sizes[l] > ma ? batch * a.sizes[l] : ma;
+		ma       = batch * a.sizes[l] > ma ? batch * a.sizes[l] : ma;
 		ma = batch * a.sizes[l - 1] > ma ? batch * a.sizes[l - 1] : ma;
 	}
 	CK(cudaMalloc((void **) &dw, mw * 4));
@@ -195,10 +195,11 @@ bench_mlp(size_t hidden, size_t batch)
 	printf("| %5zu | %5zu | %9.3f | %7.2f | %9.3f | %7.2f | %5.0f%% | "
 	       "%10.3f |\n",
 	    hidden, batch, ms, ts, mg, tg, 100.0 * ts / tg, mh);
-	json_rec("{\"kind\": \"mlp_step\", \"layers\": \"%s\", \"hidden\": %zu, "
-	         "\"batch\": %zu, \"step_ms\": %.4f, \"step_tflops\": %.3f, "
-	         "\"gemm_ms\": %.4f, \"gemm_tflops\": %.3f, \"ratio\": %.3f, "
-	         "\"grad_to_host_ms\": %.4f}",
+	json_rec(
+	    "{\"kind\": \"mlp_step\", \"layers\": \"%s\", \"hidden\": %zu, "
+	    "\"batch\": %zu, \"step_ms\": %.4f, \"step_tflops\": %.3f, "
+	    "\"gemm_ms\": %.4f, \"gemm_tflops\": %.3f, \"ratio\": %.3f, "
+	    "\"grad_to_host_ms\": %.4f}",
 	    spec, hidden, batch, ms, ts, mg, tg, ts / tg, mh);
 	fflush(stdout);
 	cublasDestroy(h);
@@ -253,11 +254,12 @@ bench_codecs(size_t n)
 		CK(cudaEventSynchronize(e1));
 		CK(cudaEventElapsedTime(&t[k > 0 ? k - 1 : 0], e0, e1));
 	}
-	float  mc = median(t, repeats);
+	float  mc       = median(t, repeats);
 	double copy_gbs = (double) n * 4 / (mc * 1e-3) / 1e9;
-	printf("\nDevice codecs, %zu floats (%.0f MiB), bucket 512; GB/s of "
-	       "fp32 input; device-to-device cudaMemcpy of the buffer: %.3f ms "
-	       "= %.1f GB/s\n\n",
+	printf(
+	    "\nDevice codecs, %zu floats (%.0f MiB), bucket 512; GB/s of "
+	    "fp32 input; device-to-device cudaMemcpy of the buffer: %.3f ms "
+	    "= %.1f GB/s\n\n",
 	    n, n * 4.0 / (1 << 20), mc, copy_gbs);
 	printf("| codec | op | ms | GB/s | vs memcpy |\n");
 	printf("|---|---|---:|---:|---:|\n");
@@ -265,20 +267,22 @@ bench_codecs(size_t n)
 	         "\"gbs\": %.2f}",
 	    n, mc, copy_gbs);
 	for (size_t ci = 0; ci < sizeof(cs) / sizeof(cs[0]); ci++) {
-		struct tr__dcodec c   = { cs[ci].id, 512 };
-		size_t            len = tr__dcodec_bound(&c, n);
-		static const char *ops[] = { "encode", "ef_encode", "decode_add" };
+		struct tr__dcodec  c     = { cs[ci].id, 512 };
+		size_t             len   = tr__dcodec_bound(&c, n);
+		static const char *ops[] = { "encode", "ef_encode",
+			"decode_add" };
 		for (int op = 0; op < 3; op++) {
 			for (int k = 0; k <= repeats; k++) {
 				CK(cudaEventRecord(e0, s));
 				if (op == 0) {
-					CK(tr__dcodec_encode(&ctx, &c, x, n, out));
-				} else if (op == 1) {
-					CK(tr__dcodec_ef_encode(&ctx, &c, x, e, n,
+					CK(tr__dcodec_encode(&ctx, &c, x, n,
 					    out));
+				} else if (op == 1) {
+					CK(tr__dcodec_ef_encode(&ctx, &c, x, e,
+					    n, out));
 				} else {
-					CK(tr__dcodec_decode_add(&ctx, &c, out, len,
-					    n, y));
+					CK(tr__dcodec_decode_add(&ctx, &c, out,
+					    len, n, y));
 				}
 				CK(cudaEventRecord(e1, s));
 				CK(cudaEventSynchronize(e1));
@@ -288,11 +292,13 @@ bench_codecs(size_t n)
 			CK(tr__dctx_check(&ctx));
 			float  m   = median(t, repeats);
 			double gbs = (double) n * 4 / (m * 1e-3) / 1e9;
-			printf("| %s | %s | %.3f | %.1f | %.0f%% |\n", cs[ci].name,
-			    ops[op], m, gbs, 100.0 * gbs / copy_gbs);
-			json_rec("{\"kind\": \"codec\", \"codec\": \"%s\", \"op\": "
-			         "\"%s\", \"n\": %zu, \"bucket\": 512, \"ms\": %.4f, "
-			         "\"gbs\": %.2f, \"vs_memcpy\": %.3f}",
+			printf("| %s | %s | %.3f | %.1f | %.0f%% |\n",
+			    cs[ci].name, ops[op], m, gbs,
+			    100.0 * gbs / copy_gbs);
+			json_rec(
+			    "{\"kind\": \"codec\", \"codec\": \"%s\", \"op\": "
+			    "\"%s\", \"n\": %zu, \"bucket\": 512, \"ms\": %.4f, "
+			    "\"gbs\": %.2f, \"vs_memcpy\": %.3f}",
 			    cs[ci].name, ops[op], n, m, gbs, gbs / copy_gbs);
 		}
 	}
@@ -319,11 +325,11 @@ usage(void)
 int
 main(int argc, char **argv)
 {
-	static const size_t hiddens[] = { 256, 1024, 2048, 4096, 8192 };
-	static const size_t batches[] = { 64, 256, 1024, 4096 };
-	const char         *json_path = NULL;
-	int                 quick = 0, dev = 0;
-	char                why[160] = "";
+	static const size_t   hiddens[] = { 256, 1024, 2048, 4096, 8192 };
+	static const size_t   batches[] = { 64, 256, 1024, 4096 };
+	const char           *json_path = NULL;
+	int                   quick = 0, dev = 0;
+	char                  why[160] = "";
 	struct cudaDeviceProp prop;
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
@@ -354,7 +360,8 @@ main(int argc, char **argv)
 		perror(json_path);
 		return 1;
 	}
-	printf("# gpu_bench on %s (cuda:%d, sm_%d%d, %.0f GiB), median of %d\n\n",
+	printf(
+	    "# gpu_bench on %s (cuda:%d, sm_%d%d, %.0f GiB), median of %d\n\n",
 	    prop.name, dev, prop.major, prop.minor,
 	    prop.totalGlobalMem / 1073741824.0, repeats);
 	printf("MLP step: layers hidden,hidden,hidden,16, FP32 (no TF32); "
@@ -365,13 +372,15 @@ main(int argc, char **argv)
 	       "step/GEMM | to-host ms |\n");
 	printf("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
 	if (json != NULL) {
-		fprintf(json, "{\"device\": \"%s\", \"repeats\": %d, \"records\": [",
+		fprintf(json,
+		    "{\"device\": \"%s\", \"repeats\": %d, \"records\": [",
 		    prop.name, repeats);
 	}
 	for (size_t hi = 0; hi < sizeof(hiddens) / sizeof(hiddens[0]); hi++) {
 		for (size_t bi = 0; bi < sizeof(batches) / sizeof(batches[0]);
 		     bi++) {
-			if (quick && (hiddens[hi] > 1024 || batches[bi] > 1024)) {
+			if (quick &&
+			    (hiddens[hi] > 1024 || batches[bi] > 1024)) {
 				continue;
 			}
 			bench_mlp(hiddens[hi], batches[bi]);

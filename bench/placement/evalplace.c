@@ -17,7 +17,8 @@
 
 #include <shard/shard.h>
 
-static double rd(void)
+static double
+rd(void)
 {
 	double v;
 	if (scanf("%lf", &v) != 1) {
@@ -27,35 +28,37 @@ static double rd(void)
 	return v;
 }
 
-int main(void)
+int
+main(void)
 {
-	uint32_t T = (uint32_t)rd(), M = (uint32_t)rd();
-	double rho = rd();
-	uint32_t k = (uint32_t)rd();
-	uint64_t sb = (uint64_t)rd();
-	size_t nt = (size_t)rd();
+	uint32_t  T = (uint32_t) rd(), M = (uint32_t) rd();
+	double    rho  = rd();
+	uint32_t  k    = (uint32_t) rd();
+	uint64_t  sb   = (uint64_t) rd();
+	size_t    nt   = (size_t) rd();
 	uint64_t *lens = calloc(nt, sizeof *lens);
 	for (size_t i = 0; i < nt; i++)
-		lens[i] = (uint64_t)rd();
-	double *lat = calloc((size_t)T * M, sizeof *lat);
-	double *bw = calloc((size_t)T * M, sizeof *bw);
-	for (size_t i = 0; i < (size_t)T * M; i++)
+		lens[i] = (uint64_t) rd();
+	double *lat = calloc((size_t) T * M, sizeof *lat);
+	double *bw  = calloc((size_t) T * M, sizeof *bw);
+	for (size_t i = 0; i < (size_t) T * M; i++)
 		lat[i] = rd() / 1e3;
-	for (size_t i = 0; i < (size_t)T * M; i++)
+	for (size_t i = 0; i < (size_t) T * M; i++)
 		bw[i] = rd() * 1e6;
-	size_t na = (size_t)rd();
+	size_t    na    = (size_t) rd();
 	uint32_t *given = calloc(na ? na : 1, sizeof *given);
 	for (size_t i = 0; i < na; i++)
-		given[i] = (uint32_t)rd();
+		given[i] = (uint32_t) rd();
 
 	struct shard_desc *sd = NULL;
-	size_t S = 0;
+	size_t             S  = 0;
 	if (shard_split(lens, nt, sb, &sd, &S) != 0) {
 		fprintf(stderr, "evalplace: shard_split failed\n");
 		return 2;
 	}
 	if (na != S) {
-		fprintf(stderr, "evalplace: %zu assignments for %zu shards\n", na, S);
+		fprintf(stderr, "evalplace: %zu assignments for %zu shards\n",
+		    na, S);
 		return 2;
 	}
 	uint64_t *size = calloc(S, sizeof *size);
@@ -63,14 +66,14 @@ int main(void)
 		size[i] = 4 * sd[i].len;
 
 	struct shard_inst in = SHARD_INST_INIT;
-	in.n_shards = S;
-	in.n_servers = M;
-	in.n_trainers = T;
-	in.size = size;
-	in.lat = lat;
-	in.bw = bw;
-	in.rho = rho;
-	in.k = k;
+	in.n_shards          = S;
+	in.n_servers         = M;
+	in.n_trainers        = T;
+	in.size              = size;
+	in.lat               = lat;
+	in.bw                = bw;
+	in.rho               = rho;
+	in.k                 = k;
 
 	double f_given = 0, lb = 0;
 	if (shard_cost(&in, given, &f_given, NULL, NULL) != 0 ||
@@ -79,8 +82,8 @@ int main(void)
 		return 2;
 	}
 	struct shard_solve_opts o = SHARD_SOLVE_OPTS_INIT;
-	o.seed = 1;
-	uint32_t *sol = calloc(S, sizeof *sol);
+	o.seed                    = 1;
+	uint32_t           *sol   = calloc(S, sizeof *sol);
 	struct shard_report rep;
 	if (shard_solve(&in, &o, sol, NULL, &rep) != 0) {
 		fprintf(stderr, "evalplace: shard_solve failed\n");
@@ -88,7 +91,7 @@ int main(void)
 	}
 
 	// Exhaustive optimum: odometer over M^S.
-	double total = pow((double)M, (double)S), opt = INFINITY;
+	double total = pow((double) M, (double) S), opt = INFINITY;
 	if (total <= 4e6) {
 		uint32_t *a = calloc(S, sizeof *a);
 		for (;;) {

@@ -47,9 +47,9 @@
 #define MAX_SERVERS 4
 #define MAX_OPS 200000
 
-static const char *ps_bin     = "build/ps/ps-server";
-static double      min_time   = 0.3;
-static int         repeats    = 3;
+static const char *ps_bin      = "build/ps/ps-server";
+static double      min_time    = 0.3;
+static int         repeats     = 3;
 static size_t      shard_bytes = 1048576;
 static char        tmpdir[256];
 static int         cluster_seq;
@@ -87,7 +87,8 @@ read_url(const char *path, char *url, size_t n, pid_t pid)
 			size_t k = fread(url, 1, n - 1, f);
 			fclose(f);
 			url[k] = '\0';
-			while (k > 0 && (url[k - 1] == '\n' || url[k - 1] == ' ')) {
+			while (k > 0 &&
+			    (url[k - 1] == '\n' || url[k - 1] == ' ')) {
 				url[--k] = '\0';
 			}
 			if (k > 0) {
@@ -149,8 +150,7 @@ struct cluster {
 };
 
 static int
-cluster_up(struct cluster *c, const char *transport, int servers,
-    int trainers)
+cluster_up(struct cluster *c, const char *transport, int servers, int trainers)
 {
 	char a_role[64], a_tr[64], a_sv[64], a_sb[64], a_listen[400],
 	    a_url[400], a_sched[400], urlf[300], logf[300];
@@ -288,7 +288,7 @@ echo_server(const char *url, const char *url_file)
 		nng_aio_alloc(&ctx[i].aio, echo_cb, &ctx[i]);
 		nng_ctx_recv(ctx[i].ctx, ctx[i].aio);
 	}
-	char  tmp[300];
+	char tmp[300];
 	snprintf(tmp, sizeof(tmp), "%s.tmp", url_file);
 	FILE *f = fopen(tmp, "w");
 	if (f == NULL) {
@@ -383,7 +383,7 @@ raw_op(struct raw *r, enum op op, const uint8_t *src)
 	int rv = 0;
 	for (int i = 0; i < r->n; i++) {
 		nng_msg *m;
-		size_t   up = op == OP_RECV ? 8 : r->bytes[i];
+		size_t   up   = op == OP_RECV ? 8 : r->bytes[i];
 		uint64_t want = op == OP_ECHO ? ~(uint64_t) 0
 		    : op == OP_SEND           ? 8
 		                              : r->bytes[i];
@@ -456,7 +456,8 @@ join_job(const char *sched_url, int rank, const struct ferry_tensor_desc *d,
 	        (rv = ferry_client_init_weights(*fc,
 	             (const float *const *) w)) != 0)) {
 		fprintf(stderr, "%s: rank %d: %s: %s\n", who, rank,
-		    ferry_strerror(rv), *fc ? ferry_client_last_error(*fc) : "");
+		    ferry_strerror(rv),
+		    *fc ? ferry_client_last_error(*fc) : "");
 		return -1;
 	}
 	return 0;
@@ -465,21 +466,21 @@ join_job(const char *sched_url, int rank, const struct ferry_tensor_desc *d,
 static void *
 client_main(void *arg)
 {
-	struct client     *cl = arg;
-	struct shared     *sh = cl->sh;
-	ferry_client      *fc = NULL;
-	struct raw         raw;
-	size_t             len = sh->payload / 4;
-	float             *g   = calloc(len, 4);
-	float             *w   = calloc(len, 4);
-	uint8_t           *src = calloc(sh->payload + 8, 1);
-	const float *const gp[1] = { g };
-	float *const       wp[1] = { w };
-	struct ferry_tensor_desc d = { "t", len };
-	int                rv;
+	struct client           *cl = arg;
+	struct shared           *sh = cl->sh;
+	ferry_client            *fc = NULL;
+	struct raw               raw;
+	size_t                   len   = sh->payload / 4;
+	float                   *g     = calloc(len, 4);
+	float                   *w     = calloc(len, 4);
+	uint8_t                 *src   = calloc(sh->payload + 8, 1);
+	const float *const       gp[1] = { g };
+	float *const             wp[1] = { w };
+	struct ferry_tensor_desc d     = { "t", len };
+	int                      rv;
 
-	if (join_job(sh->sched_url, cl->rank, &d, wp, &fc, "transport_bench") !=
-	    0) {
+	if (join_job(sh->sched_url, cl->rank, &d, wp, &fc,
+	        "transport_bench") != 0) {
 		sh->fail = 1;
 	}
 	if (raw_open(&raw, sh) != 0) {
@@ -504,13 +505,18 @@ client_main(void *arg)
 				continue;
 			}
 			double   t0 = now_s(), t = t0;
-			uint64_t n  = 0;
+			uint64_t n = 0;
 			// Warm-up op, untimed.
 			if (rep == 0) {
-				if (op == OP_PUSH) rv = ferry_client_push(fc, gp, 1);
-				else if (op == OP_PULL) rv = ferry_client_pull(fc, wp);
-				else if (op == OP_PUSHPULL) rv = ferry_client_push_pull(fc, gp, 1, wp);
-				else rv = raw_op(&raw, (enum op) op, src);
+				if (op == OP_PUSH)
+					rv = ferry_client_push(fc, gp, 1);
+				else if (op == OP_PULL)
+					rv = ferry_client_pull(fc, wp);
+				else if (op == OP_PUSHPULL)
+					rv = ferry_client_push_pull(fc, gp, 1,
+					    wp);
+				else
+					rv = raw_op(&raw, (enum op) op, src);
 				t0 = t = now_s();
 			}
 			while ((t - t0 < min_time || n < 3) && n < 5000) {
@@ -523,17 +529,20 @@ client_main(void *arg)
 					rv = ferry_client_pull(fc, wp);
 					break;
 				case OP_PUSHPULL:
-					rv = ferry_client_push_pull(fc, gp, 1, wp);
+					rv = ferry_client_push_pull(fc, gp, 1,
+					    wp);
 					break;
 				default:
 					rv = raw_op(&raw, (enum op) op, src);
 				}
 				t = now_s();
 				if (rv != 0) {
-					fprintf(stderr, "transport_bench: %s: %s\n",
+					fprintf(stderr,
+					    "transport_bench: %s: %s\n",
 					    op_names[op],
-					    op < OP_ECHO ? ferry_client_last_error(fc)
-					                 : "nng error");
+					    op < OP_ECHO
+					        ? ferry_client_last_error(fc)
+					        : "nng error");
 					sh->fail = 1;
 					break;
 				}
@@ -590,14 +599,15 @@ run_point(const char *transport, int P, size_t payload, struct cell *out)
 		snprintf(logf, sizeof(logf), "%s/echo%d.log", tmpdir, i);
 		char *argv[] = { "/proc/self/exe", "--echo-server", url, urlf,
 			NULL };
-		char self[512];
+		char  self[512];
 		ssize_t k = readlink("/proc/self/exe", self, sizeof(self) - 1);
 		if (k > 0) {
 			self[k] = '\0';
 			argv[0] = self;
 		}
 		if (spawn(argv, urlf, logf, &echo[i]) != 0) {
-			fprintf(stderr, "transport_bench: echo server failed\n");
+			fprintf(stderr,
+			    "transport_bench: echo server failed\n");
 			rv = -1;
 			goto done;
 		}
@@ -623,18 +633,20 @@ run_point(const char *transport, int P, size_t payload, struct cell *out)
 	}
 	for (int op = 0; op < N_OPS && rv == 0; op++) {
 		double g[16];
-		size_t nl = 0;
+		size_t nl   = 0;
 		int    both = op == OP_PUSHPULL || op == OP_ECHO;
 		for (int rep = 0; rep < repeats; rep++) {
 			double   t0 = 1e300, t1 = 0;
-			uint64_t n  = 0;
+			uint64_t n = 0;
 			for (int i = 0; i < P; i++) {
-				if (cl[i].ep_start[op][rep] < t0) t0 = cl[i].ep_start[op][rep];
-				if (cl[i].ep_end[op][rep] > t1) t1 = cl[i].ep_end[op][rep];
+				if (cl[i].ep_start[op][rep] < t0)
+					t0 = cl[i].ep_start[op][rep];
+				if (cl[i].ep_end[op][rep] > t1)
+					t1 = cl[i].ep_end[op][rep];
 				n += cl[i].ep_ops[op][rep];
 			}
-			g[rep] = (double) n * (double) payload * (both ? 2 : 1) *
-			    8e-9 / (t1 - t0);
+			g[rep] = (double) n * (double) payload *
+			    (both ? 2 : 1) * 8e-9 / (t1 - t0);
 		}
 		out[op].gbps = median(g, repeats);
 		for (int i = 0; i < P; i++) {
@@ -643,12 +655,15 @@ run_point(const char *transport, int P, size_t payload, struct cell *out)
 		double *all = malloc((nl ? nl : 1) * sizeof(double));
 		nl          = 0;
 		for (int i = 0; i < P; i++) {
-			memcpy(all + nl, cl[i].lat[op], cl[i].n_lat[op] * sizeof(double));
+			memcpy(all + nl, cl[i].lat[op],
+			    cl[i].n_lat[op] * sizeof(double));
 			nl += cl[i].n_lat[op];
 		}
 		qsort(all, nl, sizeof(double), cmp_d);
 		out[op].p50_us = nl ? all[nl / 2] * 1e6 : 0;
-		out[op].p99_us = nl ? all[(size_t) ((double) (nl - 1) * 0.99)] * 1e6 : 0;
+		out[op].p99_us = nl
+		    ? all[(size_t) ((double) (nl - 1) * 0.99)] * 1e6
+		    : 0;
 		free(all);
 	}
 	for (int i = 0; i < P; i++) {
@@ -684,14 +699,14 @@ struct sc_client {
 static void *
 sc_main(void *arg)
 {
-	struct sc_client *cl = arg;
-	struct sc_shared *sh = cl->sh;
-	ferry_client     *fc = NULL;
-	float            *g  = calloc(sh->len, 4);
-	float            *w  = calloc(sh->len, 4);
-	const float *const gp[1] = { g };
-	float *const       wp[1] = { w };
-	struct ferry_tensor_desc d = { "model", sh->len };
+	struct sc_client        *cl    = arg;
+	struct sc_shared        *sh    = cl->sh;
+	ferry_client            *fc    = NULL;
+	float                   *g     = calloc(sh->len, 4);
+	float                   *w     = calloc(sh->len, 4);
+	const float *const       gp[1] = { g };
+	float *const             wp[1] = { w };
+	struct ferry_tensor_desc d     = { "model", sh->len };
 	if (join_job(sh->sched_url, cl->rank, &d, wp, &fc, "scale") != 0) {
 		sh->fail = 1;
 	}
@@ -738,8 +753,8 @@ proc_rss(pid_t pid, long *rss_kb, long *hwm_kb)
 static int
 run_scale(const char *list, size_t len, double duration, FILE *json)
 {
-	char  buf[256];
-	int   first = 1;
+	char buf[256];
+	int  first = 1;
 	snprintf(buf, sizeof(buf), "%s", list);
 	printf("%8s %12s %12s %12s %12s %12s\n", "clients", "pushes/s",
 	    "agg_GB/s", "p_mean_ms", "rss_MB", "hwm_MB");
@@ -747,12 +762,12 @@ run_scale(const char *list, size_t len, double duration, FILE *json)
 		fprintf(json, "{\"scale\": [");
 	}
 	for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-		int              n = atoi(tok);
-		struct cluster   c;
-		struct sc_shared sh;
+		int               n = atoi(tok);
+		struct cluster    c;
+		struct sc_shared  sh;
 		struct sc_client *cl = calloc((size_t) n, sizeof(*cl));
 		pthread_t        *th = calloc((size_t) n, sizeof(*th));
-		long             rss, hwm;
+		long              rss, hwm;
 		if (n < 1 || n > 256) {
 			die("bad client count '%s'", tok);
 		}
@@ -792,15 +807,17 @@ run_scale(const char *list, size_t len, double duration, FILE *json)
 		double   t0 = 1e300, t1 = 0;
 		uint64_t ops = 0;
 		for (int i = 0; i < n; i++) {
-			if (cl[i].t0 < t0) t0 = cl[i].t0;
-			if (cl[i].t1 > t1) t1 = cl[i].t1;
+			if (cl[i].t0 < t0)
+				t0 = cl[i].t0;
+			if (cl[i].t1 > t1)
+				t1 = cl[i].t1;
 			ops += cl[i].ops;
 		}
 		double rate = (double) ops / (t1 - t0);
 		double gbs  = rate * (double) len * 4 * 1e-9;
 		double lat  = rate > 0 ? (double) n / rate * 1e3 : 0;
-		printf("%8d %12.1f %12.3f %12.3f %12.1f %12.1f\n", n, rate, gbs,
-		    lat, rss / 1024.0, hwm / 1024.0);
+		printf("%8d %12.1f %12.3f %12.3f %12.1f %12.1f\n", n, rate,
+		    gbs, lat, rss / 1024.0, hwm / 1024.0);
 		if (json) {
 			fprintf(json,
 			    "%s{\"clients\": %d, \"model_bytes\": %zu, "
@@ -846,8 +863,10 @@ parse_size(const char *s)
 {
 	char  *end;
 	double v = strtod(s, &end);
-	if (*end == 'k' || *end == 'K') v *= 1024;
-	else if (*end == 'M' || *end == 'm') v *= 1048576;
+	if (*end == 'k' || *end == 'K')
+		v *= 1024;
+	else if (*end == 'M' || *end == 'm')
+		v *= 1048576;
 	return (size_t) v;
 }
 
@@ -874,18 +893,30 @@ main(int argc, char **argv)
 			return 0;
 		} else if (v == NULL) {
 			die("%s needs a value (see --help)", a);
-		} else if (strcmp(a, "--ps") == 0) ps_bin = v;
-		else if (strcmp(a, "--payloads") == 0) payloads = v;
-		else if (strcmp(a, "--transports") == 0) transports = v;
-		else if (strcmp(a, "--pairs") == 0) pairs = v;
-		else if (strcmp(a, "--repeats") == 0) repeats = atoi(v);
-		else if (strcmp(a, "--min-time") == 0) min_time = atof(v);
-		else if (strcmp(a, "--shard-bytes") == 0) shard_bytes = parse_size(v);
-		else if (strcmp(a, "--scale") == 0) scale = v;
-		else if (strcmp(a, "--model-floats") == 0) model = (size_t) atol(v);
-		else if (strcmp(a, "--duration") == 0) duration = atof(v);
-		else if (strcmp(a, "--json") == 0) json_path = v;
-		else die("unknown flag %s (see --help)", a);
+		} else if (strcmp(a, "--ps") == 0)
+			ps_bin = v;
+		else if (strcmp(a, "--payloads") == 0)
+			payloads = v;
+		else if (strcmp(a, "--transports") == 0)
+			transports = v;
+		else if (strcmp(a, "--pairs") == 0)
+			pairs = v;
+		else if (strcmp(a, "--repeats") == 0)
+			repeats = atoi(v);
+		else if (strcmp(a, "--min-time") == 0)
+			min_time = atof(v);
+		else if (strcmp(a, "--shard-bytes") == 0)
+			shard_bytes = parse_size(v);
+		else if (strcmp(a, "--scale") == 0)
+			scale = v;
+		else if (strcmp(a, "--model-floats") == 0)
+			model = (size_t) atol(v);
+		else if (strcmp(a, "--duration") == 0)
+			duration = atof(v);
+		else if (strcmp(a, "--json") == 0)
+			json_path = v;
+		else
+			die("unknown flag %s (see --help)", a);
 		i++;
 	}
 	if (repeats < 1 || repeats > 16) {
@@ -903,7 +934,8 @@ main(int argc, char **argv)
 	}
 	if (scale != NULL) {
 		int rv = run_scale(scale, model, duration, json);
-		if (json) fclose(json);
+		if (json)
+			fclose(json);
 		return rv;
 	}
 	printf("%-4s %2s %10s %-10s %10s %10s %10s\n", "tr", "P", "payload",
@@ -915,53 +947,72 @@ main(int argc, char **argv)
 	char tb[64], pb[64], lb[256];
 	snprintf(tb, sizeof(tb), "%s", transports);
 	char *sv1;
-	for (char *t = strtok_r(tb, ",", &sv1); t; t = strtok_r(NULL, ",", &sv1)) {
+	for (char *t = strtok_r(tb, ",", &sv1); t;
+	     t       = strtok_r(NULL, ",", &sv1)) {
 		char *sv2;
 		snprintf(pb, sizeof(pb), "%s", pairs);
-		for (char *p = strtok_r(pb, ",", &sv2); p; p = strtok_r(NULL, ",", &sv2)) {
+		for (char *p = strtok_r(pb, ",", &sv2); p;
+		     p       = strtok_r(NULL, ",", &sv2)) {
 			int   P = atoi(p);
 			char *sv3;
 			if (P < 1 || P > MAX_SERVERS) {
 				die("--pairs entries must be 1..4, got %s", p);
 			}
 			snprintf(lb, sizeof(lb), "%s", payloads);
-			for (char *s = strtok_r(lb, ",", &sv3); s; s = strtok_r(NULL, ",", &sv3)) {
+			for (char *s = strtok_r(lb, ",", &sv3); s;
+			     s       = strtok_r(NULL, ",", &sv3)) {
 				size_t      pl = parse_size(s);
 				struct cell cells[N_OPS];
 				pl = (pl + 3) & ~(size_t) 3;
 				memset(cells, 0, sizeof(cells));
 				if (run_point(t, P, pl, cells) != 0) {
-					fprintf(stderr, "transport_bench: %s P=%d %zu failed\n", t, P, pl);
+					fprintf(stderr,
+					    "transport_bench: %s P=%d %zu failed\n",
+					    t, P, pl);
 					failed = 1;
 					continue;
 				}
 				for (int op = 0; op < N_OPS; op++) {
-					printf("%-4s %2d %10zu %-10s %10.3f %10.1f %10.1f\n",
-					    t, P, pl, op_names[op], cells[op].gbps,
-					    cells[op].p50_us, cells[op].p99_us);
+					printf(
+					    "%-4s %2d %10zu %-10s %10.3f %10.1f %10.1f\n",
+					    t, P, pl, op_names[op],
+					    cells[op].gbps, cells[op].p50_us,
+					    cells[op].p99_us);
 				}
 				fflush(stdout);
 				if (json) {
-					fprintf(json, "%s{\"transport\": \"%s\", \"clients\": %d, "
+					fprintf(json,
+					    "%s{\"transport\": \"%s\", \"clients\": %d, "
 					    "\"servers\": %d, \"payload_bytes\": %zu",
 					    first ? "" : ", ", t, P, P, pl);
 					for (int op = 0; op < N_OPS; op++) {
-						fprintf(json, ", \"%s_gbps\": %.4f, \"%s_p50_us\": %.1f, "
-						    "\"%s_p99_us\": %.1f", op_names[op], cells[op].gbps,
-						    op_names[op], cells[op].p50_us, op_names[op],
+						fprintf(json,
+						    ", \"%s_gbps\": %.4f, \"%s_p50_us\": %.1f, "
+						    "\"%s_p99_us\": %.1f",
+						    op_names[op],
+						    cells[op].gbps,
+						    op_names[op],
+						    cells[op].p50_us,
+						    op_names[op],
 						    cells[op].p99_us);
 					}
-					fprintf(json, ", \"ferry_gbps\": %.4f, \"nng_echo_gbps\": %.4f, "
+					fprintf(json,
+					    ", \"ferry_gbps\": %.4f, \"nng_echo_gbps\": %.4f, "
 					    "\"ratio_push_pull_vs_echo\": %.4f}",
-					    cells[OP_PUSHPULL].gbps, cells[OP_ECHO].gbps,
-					    cells[OP_ECHO].gbps > 0 ? cells[OP_PUSHPULL].gbps / cells[OP_ECHO].gbps : 0);
+					    cells[OP_PUSHPULL].gbps,
+					    cells[OP_ECHO].gbps,
+					    cells[OP_ECHO].gbps > 0
+					        ? cells[OP_PUSHPULL].gbps /
+					            cells[OP_ECHO].gbps
+					        : 0);
 					first = 0;
 				}
 			}
 		}
 	}
 	if (json) {
-		fprintf(json, "], \"repeats\": %d, \"min_time_s\": %.2f}\n", repeats, min_time);
+		fprintf(json, "], \"repeats\": %d, \"min_time_s\": %.2f}\n",
+		    repeats, min_time);
 		fclose(json);
 	}
 	return failed;

@@ -82,7 +82,7 @@ ferry_opts_check(const struct ferry_opts *o, char *why, size_t n)
 {
 	struct comp_codec cc;
 	char              cwhy[128] = "";
-	const char       *msg = NULL;
+	const char       *msg       = NULL;
 	char              buf[256];
 
 	if (o == NULL) {
@@ -98,13 +98,13 @@ ferry_opts_check(const struct ferry_opts *o, char *why, size_t n)
 		msg = "mode must be FERRY_MODE_SYNC or FERRY_MODE_ASYNC";
 	} else if (comp_codec_parse_msg(o->codec_push ? o->codec_push : "none",
 	               o->bucket, &cc, cwhy, sizeof(cwhy)) != FB_OK) {
-		snprintf(buf, sizeof(buf), "codec_push '%s': %s", o->codec_push,
-		    cwhy);
+		snprintf(buf, sizeof(buf), "codec_push '%s': %s",
+		    o->codec_push, cwhy);
 		msg = buf;
 	} else if (comp_codec_parse_msg(o->codec_pull ? o->codec_pull : "none",
 	               o->bucket, &cc, cwhy, sizeof(cwhy)) != FB_OK) {
-		snprintf(buf, sizeof(buf), "codec_pull '%s': %s", o->codec_pull,
-		    cwhy);
+		snprintf(buf, sizeof(buf), "codec_pull '%s': %s",
+		    o->codec_pull, cwhy);
 		msg = buf;
 	} else if (cc.stochastic) {
 		msg = "codec_pull cannot use stochastic rounding (:sr): both "

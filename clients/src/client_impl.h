@@ -27,18 +27,18 @@ struct conn {
 	nng_socket sock;
 	nng_ctx    ctx;
 	nng_aio   *aio;
-	uint32_t  *shards;  // global shard ids held by this server
+	uint32_t  *shards; // global shard ids held by this server
 	size_t     n;
-	uint64_t   bytes;   // fp32 bytes of its shards
+	uint64_t   bytes; // fp32 bytes of its shards
 	// per-round state
-	uint32_t  *req;     // shards in this round's request
+	uint32_t  *req; // shards in this round's request
 	size_t     req_n;
 	uint8_t    method;
 	int        pending;
 	int        rv;
 	uint64_t   rid;
 	nng_msg   *rep;
-	nng_msg   *spare;   // the last reply, reused for the next push body
+	nng_msg   *spare; // the last reply, reused for the next push body
 };
 
 // Where a shard's pull reference lives: nowhere yet (its first pull asks
@@ -47,32 +47,32 @@ struct conn {
 enum { REF_NONE = 0, REF_HOST, REF_SINK };
 
 struct ferry_client {
-	struct ferry_opts  opts;
-	char               url[256];
-	char               codec_push[32], codec_pull[32];
-	nng_socket         sched;
-	nng_ctx            sched_ctx;
-	nng_aio           *sched_aio;
-	size_t             n_tensors;
-	uint64_t          *tensor_len;
-	Pswire__Placement *pl;
-	struct conn       *conns;
-	size_t             n_conns;
-	uint64_t           version; // of the weights held (min over shards)
-	uint64_t           want;    // version the next pull asks for
-	uint64_t          *shard_ver; // per global shard: version held
-	uint8_t           *need;      // per global shard: NEED_* this op
-	uint8_t           *need_full; // per global shard: resync in full
-	uint8_t           *codes;     // staged push codes (EF codecs)
-	size_t            *code_off;  // per global shard: offset in codes
-	struct ferry_shard *layout;   // per global shard, for the caller
-	struct comp_codec  cpush, cpull, cnone;
-	float            **resid;   // per tensor: push error feedback (or NULL)
-	float            **ref;     // per tensor: pull reference (or NULL)
+	struct ferry_opts   opts;
+	char                url[256];
+	char                codec_push[32], codec_pull[32];
+	nng_socket          sched;
+	nng_ctx             sched_ctx;
+	nng_aio            *sched_aio;
+	size_t              n_tensors;
+	uint64_t           *tensor_len;
+	Pswire__Placement  *pl;
+	struct conn        *conns;
+	size_t              n_conns;
+	uint64_t            version;   // of the weights held (min over shards)
+	uint64_t            want;      // version the next pull asks for
+	uint64_t           *shard_ver; // per global shard: version held
+	uint8_t            *need;      // per global shard: NEED_* this op
+	uint8_t            *need_full; // per global shard: resync in full
+	uint8_t            *codes;     // staged push codes (EF codecs)
+	size_t             *code_off;  // per global shard: offset in codes
+	struct ferry_shard *layout;    // per global shard, for the caller
+	struct comp_codec   cpush, cpull, cnone;
+	float             **resid; // per tensor: push error feedback (or NULL)
+	float             **ref;   // per tensor: pull reference (or NULL)
 	struct ferry_pull_sink sink; // pulls go here when has_sink
-	int                has_sink;
-	uint8_t           *ref_at;   // per global shard: REF_* (who holds it)
-	uint64_t           rng;     // stochastic rounding state
+	int                    has_sink;
+	uint8_t           *ref_at; // per global shard: REF_* (who holds it)
+	uint64_t           rng;    // stochastic rounding state
 	uint32_t           probe_count, reprobe_s;
 	uint64_t           probe_bytes, last_probe_ms;
 	int                declared;
@@ -98,7 +98,7 @@ struct xfer {
 	uint64_t                 pull_want; // version a (re-)pull waits for
 	const struct comp_codec *codec;     // push codec of this operation
 	int                      staged;    // codes are in c->codes
-	const uint8_t *const    *codes;     // caller's codes per shard, or NULL
+	const uint8_t *const    *codes; // caller's codes per shard, or NULL
 };
 
 // ---- client.c: errors and options ------------------------------------------
@@ -141,8 +141,7 @@ int ferry__placement_check(ferry_client *c, const Pswire__Placement *pl);
 // (0: the membership map, before placement; 1 waits for every member) and
 // returns the reply header, whose body is the map, in *rh (the caller
 // frees it). Errors: those of ferry__sched_call, FERRY_EPROTO (no map).
-int ferry__map_fetch(ferry_client *c, uint64_t min_epoch,
-    Pswire__Header **rh);
+int ferry__map_fetch(ferry_client *c, uint64_t min_epoch, Pswire__Header **rh);
 
 // ferry__conns_open dials every server of map p that has no connection
 // yet (a later map may list more: a server joined). Errors: FERRY_EPROTO

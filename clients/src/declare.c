@@ -13,7 +13,7 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 	Pswire__RegisterRequest rr  = PSWIRE__REGISTER_REQUEST__INIT;
 	Pswire__JobConfig       job = PSWIRE__JOB_CONFIG__INIT;
 	Pswire__TensorDesc     *tds = NULL, **tdp = NULL;
-	Pswire__Header         *rh  = NULL;
+	Pswire__Header         *rh = NULL;
 	int                     rv;
 
 	if (c == NULL || d == NULL || n == 0) {
@@ -35,7 +35,8 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 		    d[i].len == 0) {
 			rv = ferry__fail(c, FERRY_EINVAL,
 			    "tensor %zu: needs a name of at most 127 bytes "
-			    "and a length > 0", i);
+			    "and a length > 0",
+			    i);
 			goto done;
 		}
 		pswire__tensor_desc__init(&tds[i]);
@@ -124,20 +125,22 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 			goto done;
 		}
 	}
-	c->resid     = fb_zalloc(n * sizeof(float *));
-	c->ref       = fb_zalloc(n * sizeof(float *));
+	c->resid = fb_zalloc(n * sizeof(float *));
+	c->ref   = fb_zalloc(n * sizeof(float *));
 	if (c->shard_ver == NULL || c->resid == NULL || c->ref == NULL) {
 		rv = ferry__fail(c, FERRY_ENOMEM, "out of memory");
 		goto done;
 	}
 	for (size_t t = 0; t < n; t++) {
 		if (c->cpush.id != COMP_NONE &&
-		    (c->resid[t] = fb_zalloc(d[t].len * sizeof(float))) == NULL) {
+		    (c->resid[t] = fb_zalloc(d[t].len * sizeof(float))) ==
+		        NULL) {
 			rv = ferry__fail(c, FERRY_ENOMEM, "out of memory");
 			goto done;
 		}
 		if (c->cpull.id != COMP_NONE &&
-		    (c->ref[t] = fb_zalloc(d[t].len * sizeof(float))) == NULL) {
+		    (c->ref[t] = fb_zalloc(d[t].len * sizeof(float))) ==
+		        NULL) {
 			rv = ferry__fail(c, FERRY_ENOMEM, "out of memory");
 			goto done;
 		}

@@ -41,14 +41,15 @@ exchange(ferry_client *c, struct xfer *x)
 	int      rv       = FERRY_OK;
 
 	for (;;) {
-		int    sent = 0, refetch = 0, wait = 0;
+		int      sent = 0, refetch = 0, wait = 0;
 		uint64_t now = fb_clock_ms();
 		for (size_t m = 0; m < c->n_conns; m++) {
 			struct conn *cn = &c->conns[m];
 			nng_msg     *req;
-			cn->req_n       = 0;
-			cn->method      = main_method(x->op);
-			for (int pass = 0; pass < 2 && cn->req_n == 0; pass++) {
+			cn->req_n  = 0;
+			cn->method = main_method(x->op);
+			for (int pass = 0; pass < 2 && cn->req_n == 0;
+			     pass++) {
 				int want = pass == 0 ? NEED_MAIN : NEED_PULL;
 				for (size_t k = 0; k < cn->n; k++) {
 					if (c->need[cn->shards[k]] == want) {
@@ -65,7 +66,8 @@ exchange(ferry_client *c, struct xfer *x)
 				continue;
 			}
 			if (now >= deadline) {
-				return ferry__fail(c, FERRY_ETIMEDOUT, "%s: "
+				return ferry__fail(c, FERRY_ETIMEDOUT,
+				    "%s: "
 				    "deadline passed waiting for server %s",
 				    psw_method_name(cn->method),
 				    c->pl->servers[m]);
@@ -98,8 +100,9 @@ exchange(ferry_client *c, struct xfer *x)
 			if (nng_aio_result(cn->aio) != 0) {
 				nng_msg_free(nng_aio_get_msg(cn->aio));
 				cn->rv = nng_aio_result(cn->aio) ==
-				        NNG_ETIMEDOUT ? FB_ETIMEDOUT
-				                      : FB_ETRANSPORT;
+				        NNG_ETIMEDOUT
+				    ? FB_ETIMEDOUT
+				    : FB_ETRANSPORT;
 				continue;
 			}
 			nng_ctx_recv(cn->ctx, cn->aio);
@@ -121,8 +124,9 @@ exchange(ferry_client *c, struct xfer *x)
 			}
 			nng_aio_wait(cn->aio);
 			if ((r = nng_aio_result(cn->aio)) != 0) {
-				rv = ferry__fail(c, r == NNG_ETIMEDOUT ? FERRY_ETIMEDOUT
-				                                : FERRY_ECONNECT,
+				rv = ferry__fail(c,
+				    r == NNG_ETIMEDOUT ? FERRY_ETIMEDOUT
+				                       : FERRY_ECONNECT,
 				    "server %s: %s", c->pl->servers[m],
 				    nng_strerror(r));
 				continue;
@@ -209,7 +213,8 @@ ferry__op_run(ferry_client *c, struct xfer *x)
 		}
 	}
 	if ((x->op == OP_PUSH || x->op == OP_PUSH_PULL) && x->codes == NULL &&
-	    x->codec->id != COMP_NONE && (rv = ferry__codes_stage(c, x)) != FERRY_OK) {
+	    x->codec->id != COMP_NONE &&
+	    (rv = ferry__codes_stage(c, x)) != FERRY_OK) {
 		return rv;
 	}
 	return exchange(c, x);
@@ -225,8 +230,11 @@ ferry__pull_finish(ferry_client *c, struct xfer *x)
 		need |= c->need_full[i];
 	}
 	if (need) {
-		struct xfer full = { .op = OP_PULL_FULL, .w = x->w,
-			.pull_want = 0 };
+		struct xfer full = {
+			.op        = OP_PULL_FULL,
+			.w         = x->w,
+			.pull_want = 0,
+		};
 		c->stats.resyncs++;
 		if ((rv = ferry__op_run(c, &full)) != FERRY_OK) {
 			return rv;
@@ -235,7 +243,8 @@ ferry__pull_finish(ferry_client *c, struct xfer *x)
 			if (c->need_full[i]) {
 				return ferry__fail(c, FERRY_ECORRUPT,
 				    "shard %zu: reference CRC mismatch after "
-				    "a full resync", i);
+				    "a full resync",
+				    i);
 			}
 		}
 	}

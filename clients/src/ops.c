@@ -41,8 +41,8 @@ static int
 check_pull_bufs(ferry_client *c, float *const *w)
 {
 	if (w == NULL && !c->has_sink) {
-		return ferry__fail(c, FERRY_EINVAL, "weight buffer array is NULL (and "
-		    "no pull sink is set)");
+		return ferry__fail(c, FERRY_EINVAL,
+		    "weight buffer array is NULL (and no pull sink is set)");
 	}
 	return FERRY_OK;
 }
@@ -109,8 +109,8 @@ push_pull_run(ferry_client *c, struct xfer *x, const void *in)
 	}
 	if (x->codes != NULL &&
 	    (c->cpush.id == COMP_NONE || ferry_client_in_warmup(c))) {
-		return ferry__fail(c, FERRY_ESTATE, "encoded pushes need a "
-		    "push codec and the end of warm-up");
+		return ferry__fail(c, FERRY_ESTATE,
+		    "encoded pushes need a push codec and the end of warm-up");
 	}
 	if ((rv = ferry__links_reprobe(c)) != FERRY_OK) {
 		return rv;
@@ -126,8 +126,12 @@ FERRY_API int
 ferry_client_push_pull(ferry_client *c, const float *const *g,
     uint32_t n_samples, float *const *w)
 {
-	struct xfer x = { .op = OP_PUSH_PULL, .g = g, .w = w,
-		.n_samples = n_samples };
+	struct xfer x = {
+		.op        = OP_PUSH_PULL,
+		.g         = g,
+		.w         = w,
+		.n_samples = n_samples,
+	};
 	return push_pull_run(c, &x, g);
 }
 
@@ -135,7 +139,11 @@ FERRY_API int
 ferry_client_push_pull_encoded(ferry_client *c, const uint8_t *const *codes,
     uint32_t n_samples, float *const *w)
 {
-	struct xfer x = { .op = OP_PUSH_PULL, .codes = codes, .w = w,
-		.n_samples = n_samples };
+	struct xfer x = {
+		.op        = OP_PUSH_PULL,
+		.codes     = codes,
+		.w         = w,
+		.n_samples = n_samples,
+	};
 	return push_pull_run(c, &x, codes);
 }

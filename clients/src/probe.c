@@ -31,9 +31,9 @@ probe_call(ferry_client *c, size_t m, uint64_t bytes, uint32_t tmo,
 	memset(payload, 0, bytes);
 	psw_msg_finish(req, PSWIRE__METHOD__PROBE, 0, &h.base, hl, bytes);
 	uint64_t t0 = fb_clock_ns();
-	rv = psw_call(cn->ctx, cn->aio, req, PSWIRE__METHOD__PROBE,
-	    h.request_id, (int) tmo, &rep, &f, &ph, &why);
-	*secs = (double) (fb_clock_ns() - t0) * 1e-9;
+	rv          = psw_call(cn->ctx, cn->aio, req, PSWIRE__METHOD__PROBE,
+	             h.request_id, (int) tmo, &rep, &f, &ph, &why);
+	*secs       = (double) (fb_clock_ns() - t0) * 1e-9;
 	if (ph != NULL) {
 		pswire__header__free_unpacked((Pswire__Header *) ph, NULL);
 	}
@@ -68,10 +68,11 @@ ferry__links_probe(ferry_client *c, uint32_t cnt, uint64_t bytes)
 	double  *bw  = fb_zalloc(c->n_conns * sizeof(double));
 	uint8_t *bad = fb_zalloc(c->n_conns);
 	double   samples[64];
-	int      rv  = FERRY_OK;
+	int      rv = FERRY_OK;
 	// The first probing also waits for connections; re-probes are quick
 	// or the server is gone.
-	uint32_t tmo = c->last_probe_ms == 0 ? ferry__timeout(c)
+	uint32_t tmo = c->last_probe_ms == 0
+	    ? ferry__timeout(c)
 	    : (ferry__timeout(c) < 2000 ? ferry__timeout(c) : 2000);
 
 	if (rtt == NULL || bw == NULL || bad == NULL) {
@@ -82,7 +83,7 @@ ferry__links_probe(ferry_client *c, uint32_t cnt, uint64_t bytes)
 	for (size_t m = 0; m < c->n_conns; m++) {
 		double t = 0;
 		// The first call may wait for the connection: not timed.
-		int ok = probe_call(c, m, 0, tmo, &t) == FERRY_OK;
+		int    ok = probe_call(c, m, 0, tmo, &t) == FERRY_OK;
 		for (uint32_t i = 0; i < cnt && ok; i++) {
 			ok = probe_call(c, m, 0, tmo, &samples[i]) == FERRY_OK;
 		}
@@ -95,8 +96,9 @@ ferry__links_probe(ferry_client *c, uint32_t cnt, uint64_t bytes)
 	}
 	for (size_t m = 0; m < c->n_conns; m++) {
 		for (int k = 0; k < 2 && !bad[m]; k++) {
-			double t  = 0;
-			if (probe_call(c, m, bytes, ferry__timeout(c), &t) != FERRY_OK) {
+			double t = 0;
+			if (probe_call(c, m, bytes, ferry__timeout(c), &t) !=
+			    FERRY_OK) {
 				bad[m] = 1;
 				break;
 			}
@@ -111,17 +113,18 @@ ferry__links_probe(ferry_client *c, uint32_t cnt, uint64_t bytes)
 	}
 	{
 		Pswire__Header             h = PSWIRE__HEADER__INIT;
-		Pswire__ReportLinksRequest r = PSWIRE__REPORT_LINKS_REQUEST__INIT;
-		Pswire__Header            *rh = NULL;
-		r.rank      = (uint32_t) c->opts.rank;
-		r.n_rtt_s   = c->n_conns;
-		r.rtt_s     = rtt;
-		r.n_bw_bps  = c->n_conns;
-		r.bw_bps    = bw;
-		h.body_case = PSWIRE__HEADER__BODY_LINKS_REQ;
-		h.links_req = &r;
-		rv = ferry__sched_call(c, &h, PSWIRE__METHOD__REPORT_LINKS, ferry__timeout(c),
-		    &rh);
+		Pswire__ReportLinksRequest r =
+		    PSWIRE__REPORT_LINKS_REQUEST__INIT;
+		Pswire__Header *rh = NULL;
+		r.rank             = (uint32_t) c->opts.rank;
+		r.n_rtt_s          = c->n_conns;
+		r.rtt_s            = rtt;
+		r.n_bw_bps         = c->n_conns;
+		r.bw_bps           = bw;
+		h.body_case        = PSWIRE__HEADER__BODY_LINKS_REQ;
+		h.links_req        = &r;
+		rv = ferry__sched_call(c, &h, PSWIRE__METHOD__REPORT_LINKS,
+		    ferry__timeout(c), &rh);
 		if (rh != NULL) {
 			pswire__header__free_unpacked(rh, NULL);
 		}

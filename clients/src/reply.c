@@ -21,8 +21,9 @@ sink_rv(ferry_client *c, uint32_t id, const char *cb, int rv)
 		return rv;
 	}
 	if (rv <= 0 || rv >= FERRY_ERR_COUNT) {
-		return ferry__fail(c, FERRY_EINVAL, "pull sink: %s of shard %u returned "
-		    "%d, not a ferry_err", cb, id, rv);
+		return ferry__fail(c, FERRY_EINVAL,
+		    "pull sink: %s of shard %u returned %d, not a ferry_err",
+		    cb, id, rv);
 	}
 	return ferry__fail(c, rv, "pull sink: %s of shard %u failed: %s", cb,
 	    id, ferry_strerror(rv));
@@ -34,36 +35,42 @@ sink_rv(ferry_client *c, uint32_t id, const char *cb, int rv)
 // no longer matches the server's (the caller resyncs), or FERRY_EPROTO for
 // a malformed reply (or the sink's error).
 static int
-take_shard(ferry_client *c, size_t m, uint32_t id,
-    Pswire__ShardRef *const *r, size_t k, const struct psw_frame *f,
-    float *const *w)
+take_shard(ferry_client *c, size_t m, uint32_t id, Pswire__ShardRef *const *r,
+    size_t k, const struct psw_frame *f, float *const *w)
 {
 	const Pswire__ShardInfo *si   = c->pl->shards[id];
 	const int                sink = c->has_sink;
-	float                   *dst  = sink ? NULL : w[si->tensor] + si->offset;
-	float                   *ref  = sink ? NULL
-	                      : c->cpull.id == COMP_NONE
-	                      ? dst
-	                      : c->ref[si->tensor] + si->offset;
-	uint64_t                 ver = c->shard_ver[id];
-	struct ferry_pull_piece  p   = { .shard = id, .tensor = si->tensor,
-		   .offset = si->offset, .len = si->len };
+	uint64_t                 ver  = c->shard_ver[id];
+	float                   *dst = NULL, *ref = NULL;
+	struct ferry_pull_piece  p = { 0 };
 	int                      rv;
 
+	if (!sink) {
+		dst = w[si->tensor] + si->offset;
+		ref = c->cpull.id == COMP_NONE
+		    ? dst
+		    : c->ref[si->tensor] + si->offset;
+	}
+	p.shard  = id;
+	p.tensor = si->tensor;
+	p.offset = si->offset;
+	p.len    = si->len;
 	for (size_t j = 0; j < k; j++) {
 		const Pswire__ShardRef *e = r[j];
 		if (e->offset > f->payload_len ||
 		    e->length > f->payload_len - e->offset) {
-			return ferry__fail(c, FERRY_EPROTO, "server %s: shard %u bytes "
-			    "outside the reply", c->pl->servers[m], id);
+			return ferry__fail(c, FERRY_EPROTO,
+			    "server %s: shard %u bytes outside the reply",
+			    c->pl->servers[m], id);
 		}
 		p.data  = f->payload + e->offset;
 		p.bytes = e->length;
 		if (e->kind == PSWIRE__SHARD_KIND__SHARD_KIND_FULL) {
 			if (k != 1 || e->codec != COMP_NONE ||
 			    e->length != si->len * 4) {
-				return ferry__fail(c, FERRY_EPROTO, "server %s: bad full "
-				    "shard %u", c->pl->servers[m], id);
+				return ferry__fail(c, FERRY_EPROTO,
+				    "server %s: bad full shard %u",
+				    c->pl->servers[m], id);
 			}
 			ver = e->version;
 			if (!sink) {
@@ -76,26 +83,32 @@ take_shard(ferry_client *c, size_t m, uint32_t id,
 				return FERRY_ECORRUPT;
 			}
 			p.base_version = p.version = e->version;
-			rv = sink_rv(c, id, "full", c->sink.full(c->sink.arg, &p));
+			rv = c->sink.full(c->sink.arg, &p);
+			rv = sink_rv(c, id, "full", rv);
 			if (rv != FERRY_OK) {
 				return rv;
 			}
 			c->ref_at[id]    = REF_SINK;
 			c->shard_ver[id] = ver;
-			return FERRY_OK; // a FULL is alone and carries no check
-		} else if (c->cpull.id == COMP_NONE || e->codec != c->cpull.id) {
-			return ferry__fail(c, FERRY_EPROTO, "server %s: delta for shard "
-			    "%u in codec %u", c->pl->servers[m], id, e->codec);
+			return FERRY_OK; // a FULL is alone and carries no
+			                 // check
+		} else if (c->cpull.id == COMP_NONE ||
+		    e->codec != c->cpull.id) {
+			return ferry__fail(c, FERRY_EPROTO,
+			    "server %s: delta for shard %u in codec %u",
+			    c->pl->servers[m], id, e->codec);
 		} else if (e->base_version < ver && e->version <= ver) {
-			continue; // already applied (async: shards drift apart)
+			continue; // already applied (async: shards drift
+			          // apart)
 		} else if (e->base_version != ver ||
 		    c->ref_at[id] != (sink ? REF_SINK : REF_HOST)) {
-			// A gap in the chain, or no reference on this path (the
-			// sink was set or cleared since): resync.
+			// A gap in the chain, or no reference on this path
+			// (the sink was set or cleared since): resync.
 			return FERRY_ECORRUPT;
 		} else if (e->length > 0 && sink) {
 			if (e->length != comp_bound(&c->cpull, si->len)) {
-				return ferry__fail(c, FERRY_EPROTO, "server %s: delta for "
+				return ferry__fail(c, FERRY_EPROTO,
+				    "server %s: delta for "
 				    "shard %u has %llu bytes, not %zu",
 				    c->pl->servers[m], id,
 				    (unsigned long long) e->length,
@@ -105,17 +118,19 @@ take_shard(ferry_client *c, size_t m, uint32_t id,
 			p.bucket       = c->cpull.bucket;
 			p.base_version = e->base_version;
 			p.version      = e->version;
-			rv = sink_rv(c, id, "delta", c->sink.delta(c->sink.arg, &p));
+			rv             = sink_rv(c, id, "delta",
+			                c->sink.delta(c->sink.arg, &p));
 			if (rv != FERRY_OK) {
 				return rv;
 			}
 			ver = e->version;
 		} else {
 			if (e->length > 0 &&
-			    comp_decode_add(&c->cpull, p.data, e->length, si->len,
-			        ref) != FB_OK) {
-				return ferry__fail(c, FERRY_EPROTO, "server %s: corrupt "
-				    "delta for shard %u", c->pl->servers[m], id);
+			    comp_decode_add(&c->cpull, p.data, e->length,
+			        si->len, ref) != FB_OK) {
+				return ferry__fail(c, FERRY_EPROTO,
+				    "server %s: corrupt delta for shard %u",
+				    c->pl->servers[m], id);
 			}
 			ver = e->version;
 		}
@@ -123,8 +138,8 @@ take_shard(ferry_client *c, size_t m, uint32_t id,
 	if (sink) {
 		// Only chains get here (a FULL returned above), and a chain
 		// needs a pull codec.
-		rv = sink_rv(c, id, "check", c->sink.check(c->sink.arg, id, ver,
-		    r[k - 1]->crc));
+		rv = sink_rv(c, id, "check",
+		    c->sink.check(c->sink.arg, id, ver, r[k - 1]->crc));
 		if (rv != FERRY_OK) {
 			return rv;
 		}
@@ -151,8 +166,8 @@ ferry__reply_take(ferry_client *c, size_t m, struct xfer *x,
 		return FERRY_OK;
 	}
 	if (rh->body_case != PSWIRE__HEADER__BODY_PULL_REP) {
-		return ferry__fail(c, FERRY_EPROTO, "server %s: reply has no "
-		    "pull body", c->pl->servers[m]);
+		return ferry__fail(c, FERRY_EPROTO,
+		    "server %s: reply has no pull body", c->pl->servers[m]);
 	}
 	Pswire__PullReply *p = rh->pull_rep;
 	for (size_t i = 0; i < cn->req_n; i++) {
@@ -162,8 +177,9 @@ ferry__reply_take(ferry_client *c, size_t m, struct xfer *x,
 			k++;
 		}
 		if (k == 0) {
-			return ferry__fail(c, FERRY_EPROTO, "server %s: reply "
-			    "lacks shard %u", c->pl->servers[m], cn->req[i]);
+			return ferry__fail(c, FERRY_EPROTO,
+			    "server %s: reply lacks shard %u",
+			    c->pl->servers[m], cn->req[i]);
 		}
 		int rv = take_shard(c, m, cn->req[i], p->shards + j, k, f,
 		    x->w);
@@ -175,8 +191,9 @@ ferry__reply_take(ferry_client *c, size_t m, struct xfer *x,
 		j += k;
 	}
 	if (j != p->n_shards) {
-		return ferry__fail(c, FERRY_EPROTO, "server %s: reply lists "
-		    "shards not asked for", c->pl->servers[m]);
+		return ferry__fail(c, FERRY_EPROTO,
+		    "server %s: reply lists shards not asked for",
+		    c->pl->servers[m]);
 	}
 	return FERRY_OK;
 }
@@ -192,8 +209,8 @@ ferry_client_set_pull_sink(ferry_client *c, const struct ferry_pull_sink *sink)
 		return FERRY_OK;
 	}
 	if (sink->full == NULL || sink->delta == NULL || sink->check == NULL) {
-		return ferry__fail(c, FERRY_EINVAL, "pull sink: full, delta and check "
-		    "are all required");
+		return ferry__fail(c, FERRY_EINVAL,
+		    "pull sink: full, delta and check are all required");
 	}
 	c->sink     = *sink;
 	c->has_sink = 1;

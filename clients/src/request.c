@@ -20,14 +20,17 @@ int
 ferry__codes_stage(ferry_client *c, struct xfer *x)
 {
 	for (size_t i = 0; i < c->pl->n_shards; i++) {
-		const Pswire__ShardInfo *si = c->pl->shards[i];
+		const Pswire__ShardInfo *si  = c->pl->shards[i];
+		size_t                   cap = comp_bound(x->codec, si->len);
 		size_t                   out;
-		int rv = comp_ef_encode(x->codec, x->g[si->tensor] + si->offset,
+		int                      rv;
+
+		rv = comp_ef_encode(x->codec, x->g[si->tensor] + si->offset,
 		    c->resid[si->tensor] + si->offset, si->len, &c->rng,
-		    c->codes + c->code_off[i], comp_bound(x->codec, si->len),
-		    &out);
+		    c->codes + c->code_off[i], cap, &out);
 		if (rv != FB_OK) {
-			return ferry__fail(c, FERRY_EINVAL, "gradient of "
+			return ferry__fail(c, FERRY_EINVAL,
+			    "gradient of "
 			    "tensor %u cannot be encoded (%s): NaN or Inf?",
 			    si->tensor, fb_strerror(rv));
 		}
@@ -42,20 +45,20 @@ int
 ferry__request_build(ferry_client *c, struct conn *cn, struct xfer *x,
     nng_msg **out)
 {
-	Pswire__Header      h  = PSWIRE__HEADER__INIT;
-	Pswire__PushRequest pr = PSWIRE__PUSH_REQUEST__INIT;
-	Pswire__PullRequest pl = PSWIRE__PULL_REQUEST__INIT;
-	Pswire__ShardRef    refs_stack[64], *refs = refs_stack;
-	Pswire__ShardRef   *ptr_stack[64], **ptrs = ptr_stack;
-	uint8_t            *payload;
-	size_t              hl, plen = 0;
-	int                 rv = FB_OK;
+	Pswire__Header           h  = PSWIRE__HEADER__INIT;
+	Pswire__PushRequest      pr = PSWIRE__PUSH_REQUEST__INIT;
+	Pswire__PullRequest      pl = PSWIRE__PULL_REQUEST__INIT;
+	Pswire__ShardRef         refs_stack[64], *refs = refs_stack;
+	Pswire__ShardRef        *ptr_stack[64], **ptrs = ptr_stack;
+	uint8_t                 *payload;
+	size_t                   hl, plen = 0;
+	int                      rv    = FB_OK;
 	const struct comp_codec *codec = x->codec;
 
-	h.request_id  = cn->rid = c->next_rid++;
-	h.deadline_ms = ferry__timeout(c);
-	h.epoch       = c->pl->epoch;
-	h.rank        = (uint32_t) c->opts.rank;
+	h.request_id = cn->rid = c->next_rid++;
+	h.deadline_ms          = ferry__timeout(c);
+	h.epoch                = c->pl->epoch;
+	h.rank                 = (uint32_t) c->opts.rank;
 	if (cn->method == PSWIRE__METHOD__PULL) {
 		uint64_t have = UINT64_MAX;
 		for (size_t i = 0; i < cn->req_n; i++) {
@@ -66,15 +69,14 @@ ferry__request_build(ferry_client *c, struct conn *cn, struct xfer *x,
 		pl.shards       = cn->req;
 		pl.version      = x->pull_want;
 		pl.have_version = have;
-		pl.full         = x->op == OP_PULL_FULL || c->cpull.id ==
-		    COMP_NONE;
+		pl.full = x->op == OP_PULL_FULL || c->cpull.id == COMP_NONE;
 		for (size_t i = 0; i < cn->req_n && !pl.full; i++) {
 			// A shard never pulled has no reference to patch.
 			pl.full = c->ref_at[cn->req[i]] == REF_NONE;
 		}
-		h.body_case     = PSWIRE__HEADER__BODY_PULL_REQ;
-		h.pull_req      = &pl;
-		hl              = pswire__header__get_packed_size(&h);
+		h.body_case = PSWIRE__HEADER__BODY_PULL_REQ;
+		h.pull_req  = &pl;
+		hl          = pswire__header__get_packed_size(&h);
 		if (psw_msg_begin(out, hl, 0, &payload) != FB_OK) {
 			return FB_ENOMEM;
 		}
@@ -109,8 +111,8 @@ ferry__request_build(ferry_client *c, struct conn *cn, struct xfer *x,
 	hl           = pswire__header__get_packed_size(&h);
 	// A push body is about as large as the last reply from this server
 	// (same shards): build it there, with no allocation and no zeroing.
-	if (cn->spare != NULL && psw_msg_reuse(cn->spare, hl, plen, &payload) ==
-	                             FB_OK) {
+	if (cn->spare != NULL &&
+	    psw_msg_reuse(cn->spare, hl, plen, &payload) == FB_OK) {
 		*out      = cn->spare;
 		cn->spare = NULL;
 	} else if ((rv = psw_msg_begin(out, hl, plen, &payload)) != FB_OK) {
@@ -120,11 +122,14 @@ ferry__request_build(ferry_client *c, struct conn *cn, struct xfer *x,
 		const Pswire__ShardInfo *si = c->pl->shards[cn->req[i]];
 		// fp32 goes straight from the caller's tensor; codes from the
 		// staging area (see ferry__codes_stage).
-		const void *src = x->codes != NULL
-		    ? (const void *) x->codes[cn->req[i]]
-		    : x->staged ? (const void *) (c->codes +
-		                      c->code_off[cn->req[i]])
-		                : (const void *) (x->g[si->tensor] + si->offset);
+		const void              *src;
+		if (x->codes != NULL) {
+			src = x->codes[cn->req[i]];
+		} else if (x->staged) {
+			src = c->codes + c->code_off[cn->req[i]];
+		} else {
+			src = x->g[si->tensor] + si->offset;
+		}
 		memcpy(payload + refs[i].offset, src, refs[i].length);
 	}
 	rv = psw_msg_finish(*out, cn->method, 0, &h.base, hl, plen);

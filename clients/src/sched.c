@@ -93,8 +93,9 @@ ferry__conns_open(ferry_client *c, const Pswire__Placement *p)
 {
 	size_t had = c->n_conns;
 	if (p->n_servers < had) {
-		return ferry__fail(c, FERRY_EPROTO, "map lists %zu servers, fewer than "
-		    "the %zu known", p->n_servers, had);
+		return ferry__fail(c, FERRY_EPROTO,
+		    "map lists %zu servers, fewer than the %zu known",
+		    p->n_servers, had);
 	}
 	if (p->n_servers > had) {
 		struct conn *cs = fb_realloc(c->conns,
@@ -166,8 +167,8 @@ ferry__map_refetch(ferry_client *c)
 	if (np->n_shards != c->pl->n_shards ||
 	    ferry__placement_check(c, np) != FERRY_OK) {
 		pswire__placement__free_unpacked(np, NULL);
-		return ferry__fail(c, FERRY_EPROTO, "new placement map does "
-		    "not match the job");
+		return ferry__fail(c, FERRY_EPROTO,
+		    "new placement map does not match the job");
 	}
 	pswire__placement__free_unpacked(c->pl, NULL);
 	c->pl = np;

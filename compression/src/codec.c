@@ -20,9 +20,9 @@ static const char *const names[COMP_CODEC_COUNT] = {
 	[COMP_NONE] = "none",
 	[COMP_FP16] = "fp16",
 	[COMP_BF16] = "bf16",
-	[COMP_Q8] = "q8",
-	[COMP_Q4] = "q4",
-	[COMP_Q2] = "q2",
+	[COMP_Q8]   = "q8",
+	[COMP_Q4]   = "q4",
+	[COMP_Q2]   = "q2",
 	[COMP_SIGN] = "sign",
 	[COMP_TOPK] = "topk",
 };
@@ -50,7 +50,7 @@ comp_simd_name(void)
 	return comp__kern()->name;
 }
 
-// ---- codec descriptions ------------------------------------------------------
+// ---- codec descriptions ----------------------------------------------------
 
 const char *
 comp_codec_name(uint32_t id)
@@ -83,8 +83,8 @@ say(char *why, size_t why_len, const char *fmt, const char *arg)
 }
 
 int
-comp_codec_parse_msg(const char *spec, uint32_t bucket,
-    struct comp_codec *out, char *why, size_t why_len)
+comp_codec_parse_msg(const char *spec, uint32_t bucket, struct comp_codec *out,
+    char *why, size_t why_len)
 {
 	if (spec == NULL || out == NULL) {
 		say(why, why_len, "%s", "no codec spec given");
@@ -97,11 +97,11 @@ comp_codec_parse_msg(const char *spec, uint32_t bucket,
 		return FB_EINVAL;
 	}
 	struct comp_codec c = COMP_CODEC_INIT;
-	c.bucket = bucket;
-	const char *colon = strchr(spec, ':');
-	size_t      nlen = colon ? (size_t) (colon - spec) : strlen(spec);
-	const char *arg = colon ? colon + 1 : NULL;
-	uint32_t    id = COMP_CODEC_COUNT;
+	c.bucket            = bucket;
+	const char *colon   = strchr(spec, ':');
+	size_t      nlen    = colon ? (size_t) (colon - spec) : strlen(spec);
+	const char *arg     = colon ? colon + 1 : NULL;
+	uint32_t    id      = COMP_CODEC_COUNT;
 	for (uint32_t i = 0; i < COMP_CODEC_COUNT; i++)
 		if (strlen(names[i]) == nlen &&
 		    strncmp(spec, names[i], nlen) == 0)
@@ -111,14 +111,16 @@ comp_codec_parse_msg(const char *spec, uint32_t bucket,
 	if (id == COMP_CODEC_COUNT) {
 		say(why, why_len,
 		    "unknown codec '%s' (want none, fp16, bf16, q8, q4, q2, "
-		    "sign or topk:R)", spec);
+		    "sign or topk:R)",
+		    spec);
 		return FB_EINVAL;
 	}
 	c.id = id;
 	if (id == COMP_TOPK) {
 		char  *end = NULL;
 		double r = arg != NULL && *arg != '\0' ? strtod(arg, &end) : 0;
-		if (arg == NULL || *arg == '\0' || end == NULL || *end != '\0') {
+		if (arg == NULL || *arg == '\0' || end == NULL ||
+		    *end != '\0') {
 			say(why, why_len, "%s",
 			    "topk needs a ratio, as in topk:0.01");
 			return FB_EINVAL;
@@ -135,7 +137,8 @@ comp_codec_parse_msg(const char *spec, uint32_t bucket,
 		} else {
 			say(why, why_len,
 			    "unexpected option in '%s' (only q8, q4 and q2 "
-			    "take ':sr')", spec);
+			    "take ':sr')",
+			    spec);
 			return FB_EINVAL;
 		}
 	}
@@ -160,7 +163,8 @@ comp_codec_check(const struct comp_codec *c)
 	if (c->id == COMP_TOPK &&
 	    !(c->topk_ratio > 0.0f && c->topk_ratio <= 1.0f))
 		return FB_EINVAL; // also rejects NaN
-	if (c->stochastic != 0 && (c->stochastic != 1 || comp__qbits(c->id) < 2))
+	if (c->stochastic != 0 &&
+	    (c->stochastic != 1 || comp__qbits(c->id) < 2))
 		return FB_EINVAL;
 	return FB_OK;
 }
@@ -181,7 +185,7 @@ comp_codec_format(const struct comp_codec *c, char *buf, size_t len)
 	return FB_OK;
 }
 
-// ---- sizes ------------------------------------------------------------------
+// ---- sizes -----------------------------------------------------------------
 
 static size_t
 size_of(const struct comp_codec *c, size_t n)
@@ -207,15 +211,15 @@ comp_bound(const struct comp_codec *c, size_t n)
 	return size_of(c, n);
 }
 
-// ---- encode / decode ---------------------------------------------------------
+// ---- encode / decode -------------------------------------------------------
 
 // comp__check_enc_args checks the arguments common to every encoder and
 // sets *need to the exact output size.
 
 // comp__encode is comp_encode after the argument checks.
 int
-comp__encode(const struct comp_codec *c, const float *x, size_t n, uint64_t *rng,
-    uint8_t *out, size_t need, size_t *out_len)
+comp__encode(const struct comp_codec *c, const float *x, size_t n,
+    uint64_t *rng, uint8_t *out, size_t need, size_t *out_len)
 {
 	int rv;
 	if (c->id == COMP_NONE || c->id == COMP_FP16 || c->id == COMP_BF16) {
@@ -225,8 +229,8 @@ comp__encode(const struct comp_codec *c, const float *x, size_t n, uint64_t *rng
 		rv = comp__topk_encode(comp_topk_k(c->topk_ratio, n), x, n,
 		    out);
 	} else {
-		rv = comp__q_encode(comp__qbits(c->id), c->bucket, c->stochastic,
-		    rng, x, n, out);
+		rv = comp__q_encode(comp__qbits(c->id), c->bucket,
+		    c->stochastic, rng, x, n, out);
 	}
 	if (rv == FB_OK)
 		*out_len = need;
@@ -235,8 +239,8 @@ comp__encode(const struct comp_codec *c, const float *x, size_t n, uint64_t *rng
 
 int
 comp__check_enc_args(const struct comp_codec *c, const void *x, size_t n,
-    const uint64_t *rng, const uint8_t *out, size_t cap,
-    const size_t *out_len, size_t *need)
+    const uint64_t *rng, const uint8_t *out, size_t cap, const size_t *out_len,
+    size_t *need)
 {
 	if (comp_codec_check(c) != FB_OK || n > COMP_MAX_N ||
 	    out_len == NULL || (n > 0 && x == NULL) ||
@@ -255,7 +259,7 @@ comp_encode(const struct comp_codec *c, const float *x, size_t n,
     uint64_t *rng, uint8_t *out, size_t cap, size_t *out_len)
 {
 	size_t need;
-	int    rv = comp__check_enc_args(c, x, n, rng, out, cap, out_len, &need);
+	int rv = comp__check_enc_args(c, x, n, rng, out, cap, out_len, &need);
 	if (rv != FB_OK)
 		return rv;
 	return comp__encode(c, x, n, rng, out, need, out_len);
@@ -276,15 +280,16 @@ validate(const struct comp_codec *c, const uint8_t *in, size_t len, size_t n)
 
 // comp__decode writes the already validated input per mode.
 void
-comp__decode(const struct comp_codec *c, const uint8_t *in, size_t n, float *out,
-    int mode)
+comp__decode(const struct comp_codec *c, const uint8_t *in, size_t n,
+    float *out, int mode)
 {
 	if (c->id == COMP_NONE || c->id == COMP_FP16 || c->id == COMP_BF16)
 		comp__flt_decode(c->id, in, n, out, mode);
 	else if (c->id == COMP_TOPK)
 		comp__topk_decode(in, n, out, mode);
 	else
-		comp__q_decode(comp__qbits(c->id), c->bucket, in, n, out, mode);
+		comp__q_decode(comp__qbits(c->id), c->bucket, in, n, out,
+		    mode);
 }
 
 static int

@@ -47,62 +47,62 @@ struct comp__kern {
 extern const struct comp__kern comp__kern_portable;
 // comp__kern_avx512 returns the AVX-512 table, or NULL when the CPU (or the
 // compiler) lacks AVX-512F/BW/VL.
-const struct comp__kern *comp__kern_avx512(void);
+const struct comp__kern       *comp__kern_avx512(void);
 // comp__kern returns the table in use (see comp_simd_set).
-const struct comp__kern *comp__kern(void);
+const struct comp__kern       *comp__kern(void);
 
 // Bucketed quantizer (quant.c). b is 8, 4 or 2; 1 means the scaled sign.
 // comp__qbits: bits per value of a bucketed quantizer (q8 8, q4 4, q2 2,
 // sign 1), 0 for the other codecs.
 unsigned comp__qbits(uint32_t id);
-size_t comp__q_size(unsigned b, uint32_t bucket, size_t n);
-int    comp__q_encode(unsigned b, uint32_t bucket, int stochastic,
-       uint64_t *rng, const float *x, size_t n, uint8_t *out);
+size_t   comp__q_size(unsigned b, uint32_t bucket, size_t n);
+int comp__q_encode(unsigned b, uint32_t bucket, int stochastic, uint64_t *rng,
+    const float *x, size_t n, uint8_t *out);
 // comp__q_validate checks an input of exactly comp__q_size bytes.
-int    comp__q_validate(unsigned b, uint32_t bucket, const uint8_t *in,
-       size_t n);
+int comp__q_validate(unsigned b, uint32_t bucket, const uint8_t *in, size_t n);
 // Fused error feedback / reference encoding for the bucketed quantizers
 // (quant.c): the same bytes and floats as the unfused sequences in
 // feedback.c, in two passes over memory. Only where comp__q_fusable.
-int    comp__q_fusable(unsigned b, uint32_t bucket);
-int    comp__q_ef_encode(unsigned b, uint32_t bucket, int stochastic,
-       uint64_t *rng, const float *g, float *e, size_t n, uint8_t *out);
-int    comp__q_ref_encode(unsigned b, uint32_t bucket, const float *x,
-       float *ref, size_t n, uint8_t *out);
-void   comp__q_decode(unsigned b, uint32_t bucket, const uint8_t *in,
-       size_t n, float *out, int mode);
+int comp__q_fusable(unsigned b, uint32_t bucket);
+int comp__q_ef_encode(unsigned b, uint32_t bucket, int stochastic,
+    uint64_t *rng, const float *g, float *e, size_t n, uint8_t *out);
+int comp__q_ref_encode(unsigned b, uint32_t bucket, const float *x, float *ref,
+    size_t n, uint8_t *out);
+void comp__q_decode(unsigned b, uint32_t bucket, const uint8_t *in, size_t n,
+    float *out, int mode);
 
 // fp32 / fp16 / bf16 (float16.c).
 uint16_t comp__f32_to_f16(float f);
 float    comp__f16_to_f32(uint16_t h);
 uint16_t comp__f32_to_bf16(float f);
 float    comp__bf16_to_f32(uint16_t h);
-void     comp__flt_encode(uint32_t id, const float *x, size_t n,
-         uint8_t *out);
-void     comp__flt_decode(uint32_t id, const uint8_t *in, size_t n,
-         float *out, int mode);
+void     comp__flt_encode(uint32_t id, const float *x, size_t n, uint8_t *out);
+void     comp__flt_decode(uint32_t id, const uint8_t *in, size_t n, float *out,
+        int mode);
 
 // topk (topk.c). The size is 4 + 8 * comp_topk_k(ratio, n).
-int comp__topk_encode(size_t k, const float *x, size_t n, uint8_t *out);
-int comp__topk_validate(const uint8_t *in, size_t len, size_t n);
+int  comp__topk_encode(size_t k, const float *x, size_t n, uint8_t *out);
+int  comp__topk_validate(const uint8_t *in, size_t len, size_t n);
 void comp__topk_decode(const uint8_t *in, size_t n, float *out, int mode);
 
 // codec.c internals shared with feedback.c.
-int  comp__check_enc_args(const struct comp_codec *c, const void *x, size_t n,
-     const uint64_t *rng, const uint8_t *out, size_t cap,
-     const size_t *out_len, size_t *need);
-int  comp__encode(const struct comp_codec *c, const float *x, size_t n,
-     uint64_t *rng, uint8_t *out, size_t need, size_t *out_len);
+int comp__check_enc_args(const struct comp_codec *c, const void *x, size_t n,
+    const uint64_t *rng, const uint8_t *out, size_t cap, const size_t *out_len,
+    size_t *need);
+
+int comp__encode(const struct comp_codec *c, const float *x, size_t n,
+    uint64_t *rng, uint8_t *out, size_t need, size_t *out_len);
+
 void comp__decode(const struct comp_codec *c, const uint8_t *in, size_t n,
-     float *out, int mode);
+    float *out, int mode);
 
 // comp__rng_next is splitmix64: advances *s and returns 64 random bits.
 static inline uint64_t
 comp__rng_next(uint64_t *s)
 {
 	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	z          = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z          = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
 	return z ^ (z >> 31);
 }
 

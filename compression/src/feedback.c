@@ -12,11 +12,11 @@
 #include "comp_impl.h"
 
 int
-comp_ef_encode(const struct comp_codec *c, const float *g, float *e,
-    size_t n, uint64_t *rng, uint8_t *out, size_t cap, size_t *out_len)
+comp_ef_encode(const struct comp_codec *c, const float *g, float *e, size_t n,
+    uint64_t *rng, uint8_t *out, size_t cap, size_t *out_len)
 {
 	size_t need;
-	int    rv = comp__check_enc_args(c, g, n, rng, out, cap, out_len, &need);
+	int rv = comp__check_enc_args(c, g, n, rng, out, cap, out_len, &need);
 	if (rv != FB_OK)
 		return rv;
 	if (n > 0 && e == NULL)
@@ -32,7 +32,7 @@ comp_ef_encode(const struct comp_codec *c, const float *g, float *e,
 	uint32_t mx = 0;
 	for (size_t i = 0; i < n; i++) {
 		uint32_t a = comp__f2u(g[i] + e[i]) & 0x7fffffffu;
-		mx = a > mx ? a : mx;
+		mx         = a > mx ? a : mx;
 	}
 	if (mx >= COMP__INF_BITS)
 		return FB_EINVAL;
@@ -49,7 +49,7 @@ comp_ref_encode(const struct comp_codec *c, const float *x, float *ref,
     size_t n, float *scratch, uint8_t *out, size_t cap, size_t *out_len)
 {
 	size_t need;
-	int    rv = comp__check_enc_args(c, x, n, NULL, out, cap, out_len, &need);
+	int rv = comp__check_enc_args(c, x, n, NULL, out, cap, out_len, &need);
 	if (rv != FB_OK)
 		return rv;
 	if (c->stochastic || (n > 0 && (ref == NULL || scratch == NULL)))

@@ -12,29 +12,29 @@
 uint16_t
 comp__f32_to_f16(float f)
 {
-	uint32_t u = comp__f2u(f);
+	uint32_t u    = comp__f2u(f);
 	uint32_t sign = (u >> 16) & 0x8000u;
-	uint32_t a = u & 0x7fffffffu;
+	uint32_t a    = u & 0x7fffffffu;
 	if (a >= 0x7f800000u) // Inf or NaN
 		return (uint16_t) (sign | 0x7c00u |
 		    (a > 0x7f800000u ? 0x200u | ((a >> 13) & 0x3ffu) : 0));
 	if (a >= 0x477ff000u) // rounds to >= 65520: overflow to Inf
 		return (uint16_t) (sign | 0x7c00u);
-	if (a < 0x38800000u) { // below 2^-14: subnormal half (or zero)
+	if (a < 0x38800000u) {       // below 2^-14: subnormal half (or zero)
 		if (a < 0x33000000u) // below 2^-25: rounds to zero
 			return (uint16_t) sign;
-		uint32_t e = a >> 23;             // 102..112
-		uint32_t m = (a & 0x7fffffu) | 0x800000u;
-		uint32_t shift = 126 - e;         // 14..24
-		uint32_t h = m >> shift;
-		uint32_t rem = m & ((1u << shift) - 1);
-		uint32_t half = 1u << (shift - 1);
+		uint32_t e     = a >> 23; // 102..112
+		uint32_t m     = (a & 0x7fffffu) | 0x800000u;
+		uint32_t shift = 126 - e; // 14..24
+		uint32_t h     = m >> shift;
+		uint32_t rem   = m & ((1u << shift) - 1);
+		uint32_t half  = 1u << (shift - 1);
 		if (rem > half || (rem == half && (h & 1)))
 			h++;
 		return (uint16_t) (sign | h);
 	}
 	// normal: rebias exponent 127 -> 15 and round 13 mantissa bits away
-	uint32_t h = (a - 0x38000000u) >> 13;
+	uint32_t h   = (a - 0x38000000u) >> 13;
 	uint32_t rem = a & 0x1fffu;
 	if (rem > 0x1000u || (rem == 0x1000u && (h & 1)))
 		h++; // a carry into the exponent is the right answer
@@ -45,8 +45,8 @@ float
 comp__f16_to_f32(uint16_t h)
 {
 	uint32_t sign = (uint32_t) (h & 0x8000u) << 16;
-	uint32_t e = (h >> 10) & 0x1fu;
-	uint32_t m = h & 0x3ffu;
+	uint32_t e    = (h >> 10) & 0x1fu;
+	uint32_t m    = h & 0x3ffu;
 	if (e == 0x1f)
 		return comp__u2f(sign | 0x7f800000u | (m << 13));
 	if (e == 0) {

@@ -52,7 +52,7 @@ absmax_bits_c(const float *x, size_t m)
 	uint32_t mx = 0;
 	for (size_t i = 0; i < m; i++) {
 		uint32_t u = comp__f2u(x[i]) & 0x7fffffffu;
-		mx = u > mx ? u : mx;
+		mx         = u > mx ? u : mx;
 	}
 	return mx;
 }
@@ -69,8 +69,8 @@ q4_enc_c(const float *x, size_t m, float inv, uint8_t *codes)
 {
 	size_t i = 0;
 	for (; i + 2 <= m; i += 2) {
-		unsigned lo = (unsigned) qround(x[i] * inv, 7.0f) & 0xfu;
-		unsigned hi = (unsigned) qround(x[i + 1] * inv, 7.0f) & 0xfu;
+		unsigned lo  = (unsigned) qround(x[i] * inv, 7.0f) & 0xfu;
+		unsigned hi  = (unsigned) qround(x[i + 1] * inv, 7.0f) & 0xfu;
 		codes[i / 2] = (uint8_t) (lo | (hi << 4));
 	}
 	if (i < m)
@@ -146,14 +146,14 @@ q4_bad_c(const uint8_t *codes, size_t nbytes)
 }
 
 const struct comp__kern comp__kern_portable = {
-	.name = "portable",
+	.name        = "portable",
 	.absmax_bits = absmax_bits_c,
-	.q8_enc = q8_enc_c,
-	.q4_enc = q4_enc_c,
-	.q8_dec = q8_dec_c,
-	.q4_dec = q4_dec_c,
-	.q8_bad = q8_bad_c,
-	.q4_bad = q4_bad_c,
+	.q8_enc      = q8_enc_c,
+	.q4_enc      = q4_enc_c,
+	.q8_dec      = q8_dec_c,
+	.q4_dec      = q4_dec_c,
+	.q8_bad      = q8_bad_c,
+	.q4_bad      = q4_bad_c,
 };
 
 // ---- generic, any-b, element-at-a-time helpers ----------------------------
@@ -209,7 +209,8 @@ enc_range(const struct comp__kern *k, unsigned b, const float *x, size_t i0,
 	size_t i = 0;
 	if (b == 4) {
 		if ((i0 & 1) && m > 0) {
-			put_code(4, codes, i0, (unsigned) qround(x[0] * inv, L));
+			put_code(4, codes, i0,
+			    (unsigned) qround(x[0] * inv, L));
 			i = 1;
 		}
 		if (i < m)
@@ -229,8 +230,8 @@ enc_range_slow(unsigned b, const float *x, size_t i0, size_t m, float s,
 	double L = (double) ((1u << (b - 1)) - 1);
 	for (size_t i = 0; i < m; i++) {
 		double t = (double) x[i] * L / (double) s;
-		put_code(b, codes, i0 + i, (unsigned) qround((float) t,
-		    (float) L));
+		put_code(b, codes, i0 + i,
+		    (unsigned) qround((float) t, (float) L));
 	}
 }
 
@@ -245,8 +246,8 @@ enc_range_sr(unsigned b, const float *x, size_t i0, size_t m, float s,
 		double t = s > 0.0f ? (double) x[i] * L / (double) s : 0.0;
 		double u = (double) (comp__rng_next(rng) >> 11) * 0x1p-53;
 		double q = floor(t + u);
-		q = q > L ? L : q;
-		q = q < -L ? -L : q;
+		q        = q > L ? L : q;
+		q        = q < -L ? -L : q;
 		put_code(b, codes, i0 + i, (unsigned) (int) q);
 	}
 }
@@ -254,11 +255,11 @@ enc_range_sr(unsigned b, const float *x, size_t i0, size_t m, float s,
 static int
 sign_encode(uint32_t bucket, const float *x, size_t n, uint8_t *out)
 {
-	size_t   nb = n / bucket + (n % bucket != 0);
+	size_t   nb    = n / bucket + (n % bucket != 0);
 	uint8_t *codes = out + 4 * nb;
 	for (size_t j = 0; j < nb; j++) {
-		size_t i0 = j * bucket;
-		size_t m = n - i0 < bucket ? n - i0 : bucket;
+		size_t i0  = j * bucket;
+		size_t m   = n - i0 < bucket ? n - i0 : bucket;
 		double sum = 0.0;
 		for (size_t i = 0; i < m; i++)
 			sum += fabs((double) x[i0 + i]);
@@ -284,18 +285,18 @@ static int
 q_encode_groups(unsigned b, uint32_t bucket, int stochastic, uint64_t *rng,
     const float *a, const float *c, int form, size_t n, uint8_t *out)
 {
-	const struct comp__kern *k = comp__kern();
-	size_t   nb = n / bucket + (n % bucket != 0);
-	uint8_t *codes = out + 4 * nb;
-	float    L = (float) ((1u << (b - 1)) - 1);
-	size_t   per = bucket >= GROUP ? 1 : GROUP / bucket;
-	per = per > GMAX ? GMAX : per;
-	float inv[GMAX];
+	const struct comp__kern *k     = comp__kern();
+	size_t                   nb    = n / bucket + (n % bucket != 0);
+	uint8_t                 *codes = out + 4 * nb;
+	float                    L     = (float) ((1u << (b - 1)) - 1);
+	size_t                   per   = bucket >= GROUP ? 1 : GROUP / bucket;
+	per                            = per > GMAX ? GMAX : per;
+	float              inv[GMAX];
 	_Alignas(64) float buf[GROUP]; // formed values (bucket <= GROUP)
 	for (size_t j0 = 0; j0 < nb; j0 += per) {
 		size_t       j1 = j0 + per < nb ? j0 + per : nb;
 		size_t       g0 = j0 * bucket;
-		const float *x = a + g0; // x[0] is value g0
+		const float *x  = a + g0; // x[0] is value g0
 		if (form != FORM_A) {
 			size_t m = (j1 * bucket < n ? j1 * bucket : n) - g0;
 			if (form == FORM_ADD) {
@@ -308,8 +309,8 @@ q_encode_groups(unsigned b, uint32_t bucket, int stochastic, uint64_t *rng,
 			x = buf;
 		}
 		for (size_t j = j0; j < j1; j++) {
-			size_t   i0 = j * bucket;
-			size_t   m = n - i0 < bucket ? n - i0 : bucket;
+			size_t   i0   = j * bucket;
+			size_t   m    = n - i0 < bucket ? n - i0 : bucket;
 			uint32_t bits = k->absmax_bits(x + (i0 - g0), m);
 			if (bits >= COMP__INF_BITS)
 				return FB_EINVAL;
@@ -319,8 +320,8 @@ q_encode_groups(unsigned b, uint32_t bucket, int stochastic, uint64_t *rng,
 		}
 		for (size_t j = j0; j < j1; j++) {
 			size_t       i0 = j * bucket;
-			size_t       m = n - i0 < bucket ? n - i0 : bucket;
-			float        s = fb_get_f32le(out + 4 * j);
+			size_t       m  = n - i0 < bucket ? n - i0 : bucket;
+			float        s  = fb_get_f32le(out + 4 * j);
 			const float *xj = x + (i0 - g0);
 			if (stochastic)
 				enc_range_sr(b, xj, i0, m, s, rng, codes);
@@ -354,13 +355,13 @@ comp__q_validate(unsigned b, uint32_t bucket, const uint8_t *in, size_t n)
 		if (!(s >= 0.0f) || isinf(s))
 			return FB_EPROTO;
 	}
-	const uint8_t *codes = in + 4 * nb;
+	const uint8_t *codes  = in + 4 * nb;
 	size_t         nbytes = (n * b + 7) / 8;
-	unsigned       tail = (unsigned) ((n * b) & 7);
+	unsigned       tail   = (unsigned) ((n * b) & 7);
 	if (tail != 0 && (codes[nbytes - 1] >> tail) != 0)
 		return FB_EPROTO; // padding bits must be zero
-	const struct comp__kern *k = comp__kern();
-	int bad = 0;
+	const struct comp__kern *k   = comp__kern();
+	int                      bad = 0;
 	if (b == 8) {
 		bad = k->q8_bad(codes, nbytes);
 	} else if (b == 4) {
@@ -387,8 +388,9 @@ dec_range(const struct comp__kern *k, unsigned b, const uint8_t *codes,
 	size_t i = 0;
 	if (b == 4) {
 		if ((i0 & 1) && m > 0) {
-			store(out, 0, (float) sext(get_code(4, codes, i0), 4) *
-			    step, mode);
+			store(out, 0,
+			    (float) sext(get_code(4, codes, i0), 4) * step,
+			    mode);
 			i = 1;
 		}
 		if (i < m)
@@ -397,22 +399,22 @@ dec_range(const struct comp__kern *k, unsigned b, const uint8_t *codes,
 		return;
 	}
 	for (; i < m; i++)
-		store(out, i, (float) sext(get_code(b, codes, i0 + i), b) * step,
-		    mode);
+		store(out, i,
+		    (float) sext(get_code(b, codes, i0 + i), b) * step, mode);
 }
 
 void
 comp__q_decode(unsigned b, uint32_t bucket, const uint8_t *in, size_t n,
     float *out, int mode)
 {
-	const struct comp__kern *k = comp__kern();
-	size_t         nb = n / bucket + (n % bucket != 0);
-	const uint8_t *codes = in + 4 * nb;
-	float          L = (float) ((1u << (b - 1)) - 1);
+	const struct comp__kern *k     = comp__kern();
+	size_t                   nb    = n / bucket + (n % bucket != 0);
+	const uint8_t           *codes = in + 4 * nb;
+	float                    L     = (float) ((1u << (b - 1)) - 1);
 	for (size_t j = 0; j < nb; j++) {
 		size_t i0 = j * bucket;
-		size_t m = n - i0 < bucket ? n - i0 : bucket;
-		float  s = fb_get_f32le(in + 4 * j);
+		size_t m  = n - i0 < bucket ? n - i0 : bucket;
+		float  s  = fb_get_f32le(in + 4 * j);
 		if (b == 1) {
 			for (size_t i = 0; i < m; i++)
 				store(out + i0, i,
@@ -446,13 +448,13 @@ static void
 fused_update(unsigned b, uint32_t bucket, const uint8_t *out, size_t n,
     const float *g, float *x, int ef)
 {
-	const struct comp__kern *k = comp__kern();
-	size_t         nb = n / bucket + (n % bucket != 0);
-	const uint8_t *codes = out + 4 * nb;
-	float          L = (float) ((1u << (b - 1)) - 1);
+	const struct comp__kern *k     = comp__kern();
+	size_t                   nb    = n / bucket + (n % bucket != 0);
+	const uint8_t           *codes = out + 4 * nb;
+	float                    L     = (float) ((1u << (b - 1)) - 1);
 	for (size_t j = 0; j < nb; j++) {
 		size_t i0 = j * bucket;
-		size_t m = n - i0 < bucket ? n - i0 : bucket;
+		size_t m  = n - i0 < bucket ? n - i0 : bucket;
 		if (ef) {
 			for (size_t i = 0; i < m; i++)
 				x[i0 + i] = g[i0 + i] + x[i0 + i];
@@ -463,8 +465,8 @@ fused_update(unsigned b, uint32_t bucket, const uint8_t *out, size_t n,
 }
 
 int
-comp__q_ef_encode(unsigned b, uint32_t bucket, int stochastic,
-    uint64_t *rng, const float *g, float *e, size_t n, uint8_t *out)
+comp__q_ef_encode(unsigned b, uint32_t bucket, int stochastic, uint64_t *rng,
+    const float *g, float *e, size_t n, uint8_t *out)
 {
 	int rv = q_encode_groups(b, bucket, stochastic, rng, g, e, FORM_ADD, n,
 	    out);

@@ -20,18 +20,18 @@ absmax_bits_512(const float *x, size_t m)
 	const __m512i abs = _mm512_set1_epi32(0x7fffffff);
 	__m512i       mx0 = _mm512_setzero_si512();
 	__m512i       mx1 = _mm512_setzero_si512();
-	size_t        i = 0;
+	size_t        i   = 0;
 	for (; i + 32 <= m; i += 32) {
 		__m512i a = _mm512_loadu_si512((const void *) (x + i));
 		__m512i b = _mm512_loadu_si512((const void *) (x + i + 16));
-		mx0 = _mm512_max_epu32(mx0, _mm512_and_si512(a, abs));
-		mx1 = _mm512_max_epu32(mx1, _mm512_and_si512(b, abs));
+		mx0       = _mm512_max_epu32(mx0, _mm512_and_si512(a, abs));
+		mx1       = _mm512_max_epu32(mx1, _mm512_and_si512(b, abs));
 	}
 	for (; i < m; i += 16) {
-		__mmask16 k = m - i >= 16 ? (__mmask16) 0xffff :
-		    (__mmask16) ((1u << (m - i)) - 1);
-		__m512i a = _mm512_maskz_loadu_epi32(k, x + i);
-		mx0 = _mm512_max_epu32(mx0, _mm512_and_si512(a, abs));
+		__mmask16 k = m - i >= 16 ? (__mmask16) 0xffff
+		                          : (__mmask16) ((1u << (m - i)) - 1);
+		__m512i   a = _mm512_maskz_loadu_epi32(k, x + i);
+		mx0         = _mm512_max_epu32(mx0, _mm512_and_si512(a, abs));
 	}
 	return _mm512_reduce_max_epu32(_mm512_max_epu32(mx0, mx1));
 }
@@ -41,8 +41,8 @@ AVX512 static inline __m512i
 quant16(__m512 x, __m512 inv, __m512 L, __m512 nL)
 {
 	__m512 t = _mm512_mul_ps(x, inv);
-	t = _mm512_min_ps(t, L);
-	t = _mm512_max_ps(t, nL);
+	t        = _mm512_min_ps(t, L);
+	t        = _mm512_max_ps(t, nL);
 	return _mm512_cvt_roundps_epi32(t,
 	    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
@@ -71,8 +71,9 @@ q8_enc_512(const float *x, size_t m, float inv, uint8_t *codes)
 AVX512 static inline __m128i
 pack4(__m512i q)
 {
-	__m512i m = _mm512_and_si512(q, _mm512_set1_epi64(0x0000000f0000000fll));
-	m = _mm512_or_si512(m, _mm512_srli_epi64(m, 28));
+	__m512i m = _mm512_and_si512(q,
+	    _mm512_set1_epi64(0x0000000f0000000fll));
+	m         = _mm512_or_si512(m, _mm512_srli_epi64(m, 28));
 	return _mm512_cvtepi64_epi8(m);
 }
 
@@ -94,8 +95,8 @@ q4_enc_512(const float *x, size_t m, float inv, uint8_t *codes)
 		for (; i < m; i += 16) {
 			size_t    r = m - i < 16 ? m - i : 16;
 			__mmask16 k = (__mmask16) ((1u << r) - 1);
-			__m128i   p = pack4(quant16(_mm512_maskz_loadu_ps(k,
-			      x + i), vi, L, nL));
+			__m128i   p = pack4(quant16(
+			      _mm512_maskz_loadu_ps(k, x + i), vi, L, nL));
 			// masked-out lanes quantize 0 -> code 0, so the
 			// high nibble of an odd tail byte is 0.
 			__mmask16 kb = (__mmask16) ((1u << ((r + 1) / 2)) - 1);
@@ -116,7 +117,7 @@ AVX512 static void
 q8_dec_512(const uint8_t *codes, size_t m, float step, float *out, int mode)
 {
 	const __m512 vs = _mm512_set1_ps(step);
-	size_t       i = 0;
+	size_t       i  = 0;
 	if (mode == COMP__SET) {
 		for (; i + 16 <= m; i += 16) {
 			__m512i q = _mm512_cvtepi8_epi32(
@@ -130,8 +131,8 @@ q8_dec_512(const uint8_t *codes, size_t m, float step, float *out, int mode)
 			    _mm_loadu_si128((const __m128i *) (codes + i)));
 			__m512i q1 = _mm512_cvtepi8_epi32(_mm_loadu_si128(
 			    (const __m128i *) (codes + i + 16)));
-			__m512 v0 = _mm512_mul_ps(_mm512_cvtepi32_ps(q0), vs);
-			__m512 v1 = _mm512_mul_ps(_mm512_cvtepi32_ps(q1), vs);
+			__m512  v0 = _mm512_mul_ps(_mm512_cvtepi32_ps(q0), vs);
+			__m512  v1 = _mm512_mul_ps(_mm512_cvtepi32_ps(q1), vs);
 			_mm512_storeu_ps(out + i,
 			    apply(_mm512_loadu_ps(out + i), v0, mode));
 			_mm512_storeu_ps(out + i + 16,
@@ -166,7 +167,7 @@ AVX512 static void
 q4_dec_512(const uint8_t *codes, size_t m, float step, float *out, int mode)
 {
 	const __m512 vs = _mm512_set1_ps(step);
-	size_t       i = 0;
+	size_t       i  = 0;
 	for (; i + 16 <= m; i += 16) {
 		__m512i q = unpack4(
 		    _mm_loadl_epi64((const __m128i *) (codes + i / 2)));
@@ -176,8 +177,8 @@ q4_dec_512(const uint8_t *codes, size_t m, float step, float *out, int mode)
 		_mm512_storeu_ps(out + i, v);
 	}
 	if (i < m) {
-		size_t    r = m - i;
-		__mmask16 k = (__mmask16) ((1u << r) - 1);
+		size_t    r  = m - i;
+		__mmask16 k  = (__mmask16) ((1u << r) - 1);
 		__mmask16 kb = (__mmask16) ((1u << ((r + 1) / 2)) - 1);
 		__m512i   q = unpack4(_mm_maskz_loadu_epi8(kb, codes + i / 2));
 		__m512    v = _mm512_mul_ps(_mm512_cvtepi32_ps(q), vs);
@@ -192,7 +193,7 @@ q8_bad_512(const uint8_t *codes, size_t nbytes)
 {
 	const __m512i bad = _mm512_set1_epi8((char) 0x80);
 	__mmask64     hit = 0;
-	size_t        i = 0;
+	size_t        i   = 0;
 	for (; i + 64 <= nbytes; i += 64)
 		hit |= _mm512_cmpeq_epi8_mask(_mm512_loadu_si512(codes + i),
 		    bad);
@@ -207,32 +208,32 @@ q8_bad_512(const uint8_t *codes, size_t nbytes)
 AVX512 static int
 q4_bad_512(const uint8_t *codes, size_t nbytes)
 {
-	// Per byte: c & 0x88 & ~((c<<1)|(c<<2)|(c<<3)). 16-bit shifts are safe:
-	// the bits landing on 3 and 7 of a byte come from the same byte.
+	// Per byte: c & 0x88 & ~((c<<1)|(c<<2)|(c<<3)). 16-bit shifts are
+	// safe: the bits landing on 3 and 7 of a byte come from the same byte.
 	const __m512i m88 = _mm512_set1_epi8((char) 0x88);
 	__m512i       acc = _mm512_setzero_si512();
 	for (size_t i = 0; i < nbytes; i += 64) {
-		__mmask64 k = nbytes - i >= 64 ? ~0ull :
-		    ((1ull << (nbytes - i)) - 1);
-		__m512i c = _mm512_maskz_loadu_epi8(k, codes + i);
-		__m512i s = _mm512_or_si512(_mm512_slli_epi16(c, 1),
-		    _mm512_or_si512(_mm512_slli_epi16(c, 2),
-			_mm512_slli_epi16(c, 3)));
-		acc = _mm512_or_si512(acc,
-		    _mm512_andnot_si512(s, _mm512_and_si512(c, m88)));
+		__mmask64 k = nbytes - i >= 64 ? ~0ull
+		                               : ((1ull << (nbytes - i)) - 1);
+		__m512i   c = _mm512_maskz_loadu_epi8(k, codes + i);
+		__m512i   s = _mm512_or_si512(_mm512_slli_epi16(c, 1),
+		      _mm512_or_si512(_mm512_slli_epi16(c, 2),
+		          _mm512_slli_epi16(c, 3)));
+		acc         = _mm512_or_si512(acc,
+		            _mm512_andnot_si512(s, _mm512_and_si512(c, m88)));
 	}
 	return _mm512_test_epi64_mask(acc, acc) != 0;
 }
 
 static const struct comp__kern kern_avx512 = {
-	.name = "avx512",
+	.name        = "avx512",
 	.absmax_bits = absmax_bits_512,
-	.q8_enc = q8_enc_512,
-	.q4_enc = q4_enc_512,
-	.q8_dec = q8_dec_512,
-	.q4_dec = q4_dec_512,
-	.q8_bad = q8_bad_512,
-	.q4_bad = q4_bad_512,
+	.q8_enc      = q8_enc_512,
+	.q4_enc      = q4_enc_512,
+	.q8_dec      = q8_dec_512,
+	.q4_dec      = q4_dec_512,
+	.q8_bad      = q8_bad_512,
+	.q4_bad      = q4_bad_512,
 };
 
 const struct comp__kern *

@@ -35,10 +35,10 @@ comp_topk_k(float ratio, size_t n)
 static uint32_t
 kth_bits(const float *x, size_t n, size_t k, size_t *above)
 {
-	static const unsigned shift[3] = {20, 9, 0};
-	static const unsigned width[3] = {11, 11, 9};
-	uint32_t prefix = 0, pmask = 0; // bits fixed so far
-	size_t   greater = 0;            // values known to be above the prefix
+	static const unsigned shift[3] = { 20, 9, 0 };
+	static const unsigned width[3] = { 11, 11, 9 };
+	uint32_t              prefix = 0, pmask = 0; // bits fixed so far
+	size_t   greater = 0; // values known to be above the prefix
 	uint32_t hist[2048];
 	for (int pass = 0; pass < 3; pass++) {
 		unsigned nbin = 1u << width[pass];
@@ -50,7 +50,7 @@ kth_bits(const float *x, size_t n, size_t k, size_t *above)
 		}
 		// walk bins from the top until k - greater values are covered
 		size_t   need = k - greater;
-		unsigned bin = nbin;
+		unsigned bin  = nbin;
 		while (bin-- > 0) {
 			if (hist[bin] >= need)
 				break;
@@ -74,7 +74,7 @@ comp__topk_encode(size_t k, const float *x, size_t n, uint8_t *out)
 	if (k == 0)
 		return FB_OK;
 	size_t   above;
-	uint32_t t = kth_bits(x, n, k, &above);
+	uint32_t t    = kth_bits(x, n, k, &above);
 	size_t   ties = k - above, j = 0;
 	uint8_t *idx = out + 4, *val = out + 4 + 4 * k;
 	for (size_t i = 0; i < n && j < k; i++) {
@@ -103,7 +103,8 @@ comp__topk_validate(const uint8_t *in, size_t len, size_t n)
 		uint32_t i = fb_get_u32le(idx + 4 * j);
 		if (i >= n || (j > 0 && i <= fb_get_u32le(idx + 4 * (j - 1))))
 			return FB_EPROTO;
-		if ((fb_get_u32le(val + 4 * j) & 0x7fffffffu) >= COMP__INF_BITS)
+		if ((fb_get_u32le(val + 4 * j) & 0x7fffffffu) >=
+		    COMP__INF_BITS)
 			return FB_EPROTO;
 	}
 	return FB_OK;
@@ -112,7 +113,7 @@ comp__topk_validate(const uint8_t *in, size_t len, size_t n)
 void
 comp__topk_decode(const uint8_t *in, size_t n, float *out, int mode)
 {
-	size_t         k = fb_get_u32le(in);
+	size_t         k   = fb_get_u32le(in);
 	const uint8_t *idx = in + 4, *val = in + 4 + 4 * k;
 	if (mode == COMP__SET)
 		memset(out, 0, n * sizeof *out);

@@ -68,7 +68,8 @@ main(int argc, char **argv)
 		return 2;
 	}
 	if (cfg.help) {
-		fb_config_usage(stdout, FB_ROLE_PS, "usage: ps-server "
+		fb_config_usage(stdout, FB_ROLE_PS,
+		    "usage: ps-server "
 		    "--role=scheduler|server [--name=value]...");
 		return 0;
 	}
@@ -79,13 +80,14 @@ main(int argc, char **argv)
 	role = cfg_str(FB_OPT_PS_ROLE);
 	if (strcmp(cfg_str(FB_OPT_PS_PLACEMENT), "latency") == 0 &&
 	    cfg_int(FB_OPT_PS_PROBE_BYTES) == 0) {
-		fprintf(stderr, "ps-server: --placement=latency needs "
-		                "--probe-bytes > 0\n");
+		fprintf(stderr,
+		    "ps-server: --placement=latency needs "
+		    "--probe-bytes > 0\n");
 		return 2;
 	}
 	if (cfg_int(FB_OPT_PS_SHARD_BYTES) % 4 != 0) {
-		fprintf(stderr, "ps-server: --shard-bytes=%s: must be a "
-		                "multiple of 4\n",
+		fprintf(stderr,
+		    "ps-server: --shard-bytes=%s: must be a multiple of 4\n",
 		    cfg_str(FB_OPT_PS_SHARD_BYTES));
 		return 2;
 	}
@@ -105,41 +107,42 @@ main(int argc, char **argv)
 	struct ps_server    *srv   = NULL;
 	if (strcmp(role, "scheduler") == 0) {
 		struct ps_scheduler_opts o = PS_SCHEDULER_OPTS_INIT;
-		o.url         = cfg_str(FB_OPT_PS_LISTEN);
-		o.trainers    = (int) cfg_int(FB_OPT_PS_TRAINERS);
-		o.servers     = (int) cfg_int(FB_OPT_PS_SERVERS);
+		o.url                      = cfg_str(FB_OPT_PS_LISTEN);
+		o.trainers                 = (int) cfg_int(FB_OPT_PS_TRAINERS);
+		o.servers                  = (int) cfg_int(FB_OPT_PS_SERVERS);
 		o.shard_bytes = (uint64_t) cfg_int(FB_OPT_PS_SHARD_BYTES);
 		o.contexts    = (int) cfg_int(FB_OPT_PS_CONTEXTS);
 		o.max_msg     = (size_t) cfg_int(FB_OPT_PS_MAX_MSG_MB) << 20;
-		o.placement =
-		    strcmp(cfg_str(FB_OPT_PS_PLACEMENT), "latency") == 0
+		o.placement   = strcmp(cfg_str(FB_OPT_PS_PLACEMENT),
+		                    "latency") == 0
 		      ? PS_PLACEMENT_LATENCY
 		      : PS_PLACEMENT_UNIFORM;
 		o.probe_count = (uint32_t) cfg_int(FB_OPT_PS_PROBE_COUNT);
 		o.probe_bytes = (uint64_t) cfg_int(FB_OPT_PS_PROBE_BYTES);
 		o.seed        = (uint64_t) cfg_int(FB_OPT_PS_SEED);
 		o.reprobe_s   = (uint32_t) cfg_int(FB_OPT_PS_REPROBE_S);
-		o.reprobe_change_pct =
-		    (uint32_t) cfg_int(FB_OPT_PS_REPROBE_CHANGE_PCT);
+		o.reprobe_change_pct = (uint32_t) cfg_int(
+		    FB_OPT_PS_REPROBE_CHANGE_PCT);
 		if ((rv = ps_scheduler_open(&o, &sched)) != FB_OK) {
-			FB_LOG(FB_LOG_ERR, "main", "cannot start scheduler: %s",
-			    fb_strerror(rv));
+			FB_LOG(FB_LOG_ERR, "main",
+			    "cannot start scheduler: %s", fb_strerror(rv));
 			return 1;
 		}
 		write_url_file(ps_scheduler_url(sched));
 	} else {
 		struct ps_server_opts o = PS_SERVER_OPTS_INIT;
-		o.url           = cfg_str(FB_OPT_PS_LISTEN);
-		o.advertise_url = *cfg_str(FB_OPT_PS_ADVERTISE)
-		    ? cfg_str(FB_OPT_PS_ADVERTISE)
-		    : NULL;
-		o.scheduler_url = cfg_str(FB_OPT_PS_SCHEDULER);
-		o.contexts      = (int) cfg_int(FB_OPT_PS_CONTEXTS);
-		o.max_msg       = (size_t) cfg_int(FB_OPT_PS_MAX_MSG_MB) << 20;
+		o.url                   = cfg_str(FB_OPT_PS_LISTEN);
+		o.advertise_url         = *cfg_str(FB_OPT_PS_ADVERTISE)
+		            ? cfg_str(FB_OPT_PS_ADVERTISE)
+		            : NULL;
+		o.scheduler_url         = cfg_str(FB_OPT_PS_SCHEDULER);
+		o.contexts              = (int) cfg_int(FB_OPT_PS_CONTEXTS);
+		o.max_msg  = (size_t) cfg_int(FB_OPT_PS_MAX_MSG_MB) << 20;
 		o.capacity = (uint64_t) cfg_int(FB_OPT_PS_CAPACITY_MB) << 20;
 		if (*o.scheduler_url == '\0') {
-			fprintf(stderr, "ps-server: --role=server needs "
-			                "--scheduler=URL\n");
+			fprintf(stderr,
+			    "ps-server: --role=server needs "
+			    "--scheduler=URL\n");
 			return 2;
 		}
 		if ((rv = ps_server_open(&o, &srv)) != FB_OK) {
@@ -160,7 +163,8 @@ main(int argc, char **argv)
 		int lrv = ps_server_leave(srv,
 		    (uint32_t) cfg_int(FB_OPT_PS_LEAVE_TIMEOUT_MS));
 		if (lrv != FB_OK && lrv != FB_ESTATE) {
-			FB_LOG(FB_LOG_WARN, "main", "leave: %s", fb_strerror(lrv));
+			FB_LOG(FB_LOG_WARN, "main", "leave: %s",
+			    fb_strerror(lrv));
 		}
 	}
 	ps_scheduler_close(sched);

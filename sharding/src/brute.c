@@ -5,7 +5,7 @@
 
 #include "shard_impl.h"
 
-#define BRUTE_MAX_S      12
+#define BRUTE_MAX_S 12
 #define BRUTE_MAX_ASSIGN 2000000u
 
 int

@@ -1,5 +1,5 @@
-// cost.c — the cost models of docs/algorithms.md §3.3, instance validation, the
-// lower bound, and the working state shared by the solvers.
+// cost.c — the cost models of docs/algorithms.md §3.3, instance validation,
+// the lower bound, and the working state shared by the solvers.
 //
 // DESIGN. Every solver evaluates candidates incrementally, so the state
 // keeps, besides the loads, one term per (trainer, server):
@@ -67,8 +67,9 @@ shard__ws_init(struct shard__ws *w, const struct shard_inst *in)
 	size_t S = in->n_shards, M = in->n_servers, T = in->n_trainers;
 	// Doubles and 64-bit words first, then the 32-bit arrays: every
 	// sub-array stays naturally aligned.
-	size_t n = sizeof(uint64_t) * 2 * M + sizeof(double) * (T * M + 4 * T) +
-	    sizeof(size_t) * S + sizeof(uint32_t) * (3 * T + 2 * S);
+	size_t n = sizeof(uint64_t) * 2 * M +
+	    sizeof(double) * (T * M + 4 * T) + sizeof(size_t) * S +
+	    sizeof(uint32_t) * (3 * T + 2 * S);
 	char *p = fb_alloc(n);
 	if (p == NULL)
 		return FB_ENOMEM;
@@ -102,14 +103,13 @@ shard__ws_fini(struct shard__ws *w)
 }
 
 double
-shard__term_b(const struct shard__ws *w, uint32_t t, uint32_t m,
-    uint64_t load)
+shard__term_b(const struct shard__ws *w, uint32_t t, uint32_t m, uint64_t load)
 {
 	if (load == 0)
 		return 0;
 	const struct shard_inst *in = w->in;
 	size_t                   tm = (size_t) t * w->M + m;
-	double v = (double) in->k * in->lat[tm] +
+	double                   v  = (double) in->k * in->lat[tm] +
 	    in->rho * (double) load / in->bw[tm];
 	if (in->nic_server != NULL && in->nic_server[m] > 0) {
 		double e = in->rho * (double) w->T * (double) load /
@@ -161,12 +161,12 @@ shard__ws_rebuild(struct shard__ws *w)
 			for (uint32_t m = 0; m < M; m++) {
 				double v = shard__term_b(w, t, m, w->load[m]);
 				w->term[(size_t) t * M + m] = v;
-				mx = v > mx ? v : mx;
-				// insert into the top 3 (strictly larger moves up,
-				// so ties keep the lower server first)
+				mx                          = v > mx ? v : mx;
+				// insert into the top 3 (strictly larger moves
+				// up, so ties keep the lower server first)
 				int r = 3;
-				while (r > 0 && (ti[r - 1] == UINT32_MAX ||
-				    v > tv[r - 1]))
+				while (r > 0 &&
+				    (ti[r - 1] == UINT32_MAX || v > tv[r - 1]))
 					r--;
 				if (r < 3) {
 					for (int q = 2; q > r; q--) {
@@ -216,7 +216,7 @@ shard__ratio(double f, double lb)
 static double
 fill_cap(const struct shard__ws *w, double F)
 {
-	const struct shard_inst *in = w->in;
+	const struct shard_inst *in  = w->in;
 	double                   sum = 0;
 	for (uint32_t m = 0; m < w->M; m++) {
 		double c = INFINITY;
@@ -268,10 +268,10 @@ shard__lb(const struct shard_inst *in, uint64_t total)
 	// A throwaway ws view: term_b and cost_a only read in, M and T.
 	struct shard__ws w;
 	memset(&w, 0, sizeof(w));
-	w.in = in;
-	w.M  = in->n_servers;
-	w.T  = in->n_trainers;
-	w.S  = in->n_shards;
+	w.in       = in;
+	w.M        = in->n_servers;
+	w.T        = in->n_trainers;
+	w.S        = in->n_shards;
 	uint32_t M = w.M, T = w.T;
 	double   lb = 0;
 	if (in->model == SHARD_MODEL_A) {
@@ -281,7 +281,7 @@ shard__lb(const struct shard_inst *in, uint64_t total)
 				double mn = INFINITY;
 				for (uint32_t m = 0; m < M; m++) {
 					double c = shard__cost_a(&w, t, m, i);
-					mn = c < mn ? c : mn;
+					mn       = c < mn ? c : mn;
 				}
 				s += mn;
 			}
@@ -304,9 +304,9 @@ shard__lb(const struct shard_inst *in, uint64_t total)
 		for (uint32_t m = 0; m < M; m++)
 			bs += in->bw[(size_t) t * M + m];
 		double v = in->rho * (double) total / bs;
-		lb = v > lb ? v : lb;
-		v  = shard__nic_t(&w, t, total);
-		lb = v > lb ? v : lb;
+		lb       = v > lb ? v : lb;
+		v        = shard__nic_t(&w, t, total);
+		lb       = v > lb ? v : lb;
 	}
 	// The largest shard sits on one server, the same for every trainer:
 	// min_m max_t term(bmax), which is ≥ §3.3's max_t min_m term(bmax).
@@ -315,14 +315,14 @@ shard__lb(const struct shard_inst *in, uint64_t total)
 		double mx = 0;
 		for (uint32_t t = 0; t < T; t++) {
 			double c = shard__term_b(&w, t, m, bmax);
-			mx = c > mx ? c : mx;
+			mx       = c > mx ? c : mx;
 		}
 		mn = mx < mn ? mx : mn;
 	}
 	lb = mn > lb ? mn : lb;
 	if (all_nic) {
 		double v = in->rho * (double) T * (double) total / nic_sum;
-		lb = v > lb ? v : lb;
+		lb       = v > lb ? v : lb;
 	}
 	return fill_bound(&w, total, lb);
 }

@@ -45,8 +45,8 @@ shard_format_bound(const struct shard_inst *inst)
 }
 
 int
-shard_format(const struct shard_inst *inst, const uint32_t *assign,
-    char *buf, size_t len, size_t *written)
+shard_format(const struct shard_inst *inst, const uint32_t *assign, char *buf,
+    size_t len, size_t *written)
 {
 	struct shard__ws w;
 	int              rv;

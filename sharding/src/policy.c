@@ -88,8 +88,7 @@ place_rr(const struct shard_inst *in, const uint8_t *gone, int measured,
 // place_solve is the latency-aware policy (see shard_policy_place).
 static int
 place_solve(const struct shard_inst *in, const uint8_t *gone, uint64_t seed,
-    uint32_t *assign, struct shard_report *rep,
-    struct shard_policy_note *note)
+    uint32_t *assign, struct shard_report *rep, struct shard_policy_note *note)
 {
 	struct shard_solve_opts so = SHARD_SOLVE_OPTS_INIT;
 	double                  f_rr, fsum_rr;

@@ -28,8 +28,8 @@ static uint64_t
 rng_seed(uint64_t seed)
 {
 	uint64_t z = seed + UINT64_C(0x9e3779b97f4a7c15);
-	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+	z          = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+	z          = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
 	z ^= z >> 31;
 	return z != 0 ? z : UINT64_C(0x2545f4914f6cdd1d);
 }
@@ -97,7 +97,7 @@ static void
 place(struct shard__ws *w, size_t i, uint32_t m)
 {
 	uint32_t M = w->M;
-	w->a[i] = m;
+	w->a[i]    = m;
 	w->load[m] += w->in->size[i];
 	w->placed += w->in->size[i];
 	for (uint32_t t = 0; t < w->T; t++) {
@@ -107,9 +107,9 @@ place(struct shard__ws *w, size_t i, uint32_t m)
 			*tm += c;
 			w->time[t] += c;
 		} else {
-			*tm = shard__term_b(w, t, m, w->load[m]);
-			double v = *tm > w->time[t] ? *tm : w->time[t];
-			double n = shard__nic_t(w, t, w->placed);
+			*tm        = shard__term_b(w, t, m, w->load[m]);
+			double v   = *tm > w->time[t] ? *tm : w->time[t];
+			double n   = shard__nic_t(w, t, w->placed);
 			w->time[t] = n > v ? n : v;
 		}
 	}
@@ -123,8 +123,8 @@ greedy(struct shard__ws *w)
 	int      model_a = w->in->model == SHARD_MODEL_A;
 	start_empty(w);
 	for (size_t k = 0; k < w->S; k++) {
-		size_t   i = w->order[k];
-		uint64_t b = w->in->size[i];
+		size_t   i  = w->order[k];
+		uint64_t b  = w->in->size[i];
 		uint32_t bm = UINT32_MAX;
 		double   bf = 0, bo = 0;
 		for (uint32_t m = 0; m < M; m++) {
@@ -143,7 +143,7 @@ greedy(struct shard__ws *w)
 					v = o > w->time[t] ? o : w->time[t];
 					double n = shard__nic_t(w, t,
 					    w->placed + b);
-					v = n > v ? n : v;
+					v        = n > v ? n : v;
 				}
 				f   = v > f ? v : f;
 				own = o > own ? o : own;
@@ -257,8 +257,8 @@ eval_b(const struct shard__ws *w, uint32_t p, uint64_t lp, uint32_t q,
 // eval_a evaluates model A after shard i moves p→q and, if j < S, shard j
 // moves q→p.
 static int
-eval_a(const struct shard__ws *w, size_t i, size_t j, uint32_t p,
-    uint32_t q, double limit, double *f, double *s)
+eval_a(const struct shard__ws *w, size_t i, size_t j, uint32_t p, uint32_t q,
+    double limit, double *f, double *s)
 {
 	double fm = 0, sm = 0;
 	for (uint32_t k = 0; k < w->T; k++) {
@@ -300,10 +300,14 @@ best_move(struct shard__ws *w)
 			if (q == p || !fits(w, q, b, 0))
 				continue;
 			double f, s;
-			int    ok = model_a
-			       ? eval_a(w, i, SIZE_MAX, p, q, limit_of(bf), &f, &s)
-			       : eval_b(w, p, w->load[p] - b, q,
-			          w->load[q] + b, limit_of(bf), &f, &s);
+			int    ok;
+			if (model_a) {
+				ok = eval_a(w, i, SIZE_MAX, p, q, limit_of(bf),
+				    &f, &s);
+			} else {
+				ok = eval_b(w, p, w->load[p] - b, q,
+				    w->load[q] + b, limit_of(bf), &f, &s);
+			}
 			if (ok && shard__less(f, s, bf, bs)) {
 				bf = f;
 				bs = s;
@@ -327,10 +331,10 @@ best_swap(struct shard__ws *w)
 	double bf = w->f, bs = w->sum;
 	size_t bi = SIZE_MAX, bj = 0;
 	for (size_t i = 0; i < w->S; i++) {
-		uint32_t p  = w->a[i];
+		uint32_t p   = w->a[i];
 		uint64_t bi_ = w->in->size[i];
 		for (size_t j = i + 1; j < w->S; j++) {
-			uint32_t q  = w->a[j];
+			uint32_t q   = w->a[j];
 			uint64_t bj_ = w->in->size[j];
 			// equal sizes: the swap changes nothing in either
 			// model
@@ -342,7 +346,8 @@ best_swap(struct shard__ws *w)
 			int    ok = model_a
 			       ? eval_a(w, i, j, p, q, limit_of(bf), &f, &s)
 			       : eval_b(w, p, w->load[p] - bi_ + bj_, q,
-			          w->load[q] - bj_ + bi_, limit_of(bf), &f, &s);
+			             w->load[q] - bj_ + bi_, limit_of(bf), &f,
+			             &s);
 			if (ok && shard__less(f, s, bf, bs)) {
 				bf = f;
 				bs = s;
@@ -396,9 +401,8 @@ feasible_at_all(const struct shard__ws *w)
 }
 
 int
-shard_solve(const struct shard_inst *inst,
-    const struct shard_solve_opts *opts, uint32_t *assign,
-    double *trainer_time, struct shard_report *rep)
+shard_solve(const struct shard_inst *inst, const struct shard_solve_opts *opts,
+    uint32_t *assign, double *trainer_time, struct shard_report *rep)
 {
 	static const struct shard_solve_opts defaults = SHARD_SOLVE_OPTS_INIT;
 	struct shard__ws                     w;

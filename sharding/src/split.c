@@ -51,7 +51,7 @@ shard_split(const uint64_t *tensor_lens, size_t n_tensors,
 		uint64_t p    = pieces(len, per);
 		uint64_t base = len / p, extra = len % p, off = 0;
 		for (uint64_t j = 0; j < p; j++) {
-			uint64_t l = base + (j < extra);
+			uint64_t l  = base + (j < extra);
 			d[k].tensor = (uint32_t) t;
 			d[k].index  = (uint32_t) j;
 			d[k].offset = off;

@@ -61,8 +61,8 @@ START_TEST(test_config_table)
 		PT_OK(fb_config_env_name(o->name, env, sizeof(env)));
 		for (int j = id + 1; j < FB_OPT_COUNT; j++) {
 			for (size_t p = 0; p < 2; p++) {
-				ck_assert_msg(strcmp(o->name,
-				                  fb_options[j].name) != 0 ||
+				ck_assert_msg(
+				    strcmp(o->name, fb_options[j].name) != 0 ||
 				        (o->roles & programs[p]) == 0 ||
 				        (fb_options[j].roles & programs[p]) ==
 				            0,
@@ -111,8 +111,7 @@ START_TEST(test_config_types)
 	ck_assert_int_eq(fb_config_int(&c, FB_OPT_PS_SEED), INT64_MAX);
 	ck_assert_int_eq(fb_config_enum(&c, FB_OPT_PS_LOG_LEVEL), 4);
 	ck_assert_str_eq(fb_config_str(&c, FB_OPT_PS_ADVERTISE), "");
-	ck_assert_int_eq(fb_config_source_of(&c, FB_OPT_PS_SEED),
-	    FB_CFG_FLAG);
+	ck_assert_int_eq(fb_config_source_of(&c, FB_OPT_PS_SEED), FB_CFG_FLAG);
 }
 END_TEST
 
@@ -127,21 +126,23 @@ START_TEST(test_config_bounds)
 	} cases[] = {
 		{ FB_ROLE_PS, "--trainers=1", NULL, FB_OK },
 		{ FB_ROLE_PS, "--trainers=4096", NULL, FB_OK },
-		{ FB_ROLE_PS, "--trainers=0", "--trainers=0: out of range "
-		    "(allowed 1..4096)", FB_ERANGE },
-		{ FB_ROLE_PS, "--trainers=4097", "--trainers=4097: out of "
-		    "range (allowed 1..4096)", FB_ERANGE },
-		{ FB_ROLE_PS, "--seed=9223372036854775808", "(allowed "
-		    "0..9223372036854775807)", FB_ERANGE },
+		{ FB_ROLE_PS, "--trainers=0",
+		    "--trainers=0: out of range (allowed 1..4096)",
+		    FB_ERANGE },
+		{ FB_ROLE_PS, "--trainers=4097",
+		    "--trainers=4097: out of range (allowed 1..4096)",
+		    FB_ERANGE },
+		{ FB_ROLE_PS, "--seed=9223372036854775808",
+		    "(allowed 0..9223372036854775807)", FB_ERANGE },
 		{ FB_ROLE_TRAINER, "--lr=1e6", NULL, FB_OK },
 		{ FB_ROLE_TRAINER, "--lr=1e-12", NULL, FB_OK },
-		{ FB_ROLE_TRAINER, "--lr=0", "--lr=0: out of range (allowed "
-		    "1e-12..1e+06)", FB_ERANGE },
+		{ FB_ROLE_TRAINER, "--lr=0",
+		    "--lr=0: out of range (allowed 1e-12..1e+06)", FB_ERANGE },
 		{ FB_ROLE_TRAINER, "--lr=2e6", "--lr=2e6: out of range",
 		    FB_ERANGE },
 		{ FB_ROLE_TRAINER, "--rank=65535", NULL, FB_OK },
-		{ FB_ROLE_TRAINER, "--rank=-1", "--rank=-1: out of range "
-		    "(allowed 0..65535)", FB_ERANGE },
+		{ FB_ROLE_TRAINER, "--rank=-1",
+		    "--rank=-1: out of range (allowed 0..65535)", FB_ERANGE },
 	};
 	clear_env();
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -186,8 +187,9 @@ START_TEST(test_config_precedence)
 	PT_OK(load(&c, FB_ROLE_PS, err, sizeof(err), "--trainers=2", NULL));
 	ck_assert_int_eq(fb_config_int(&c, FB_OPT_PS_TRAINERS), 2);
 	PT_FAIL(load(&c, FB_ROLE_PS, err, sizeof(err), NULL), FB_EINVAL);
-	ck_assert_msg(strstr(err, "--trainers=many (from FERRY_TRAINERS): "
-	                          "not an integer (allowed 1..4096)") != NULL,
+	ck_assert_msg(strstr(err,
+	                  "--trainers=many (from FERRY_TRAINERS): "
+	                  "not an integer (allowed 1..4096)") != NULL,
 	    "%s", err);
 	clear_env();
 }
@@ -203,18 +205,18 @@ START_TEST(test_config_bogus)
 	} cases[] = {
 		{ FB_ROLE_PS, "--trainers=x", "--trainers=x: not an integer" },
 		{ FB_ROLE_PS, "--trainers=", "--trainers=: not an integer" },
-		{ FB_ROLE_PS, "--trainers=3x", "--trainers=3x: not an "
-		    "integer" },
-		{ FB_ROLE_PS, "--role=x", "--role=x: expected scheduler or "
-		    "server" },
-		{ FB_ROLE_PS, "--log-level=loud", "expected err, warn, "
-		    "notice, info or debug" },
+		{ FB_ROLE_PS, "--trainers=3x",
+		    "--trainers=3x: not an integer" },
+		{ FB_ROLE_PS, "--role=x",
+		    "--role=x: expected scheduler or server" },
+		{ FB_ROLE_PS, "--log-level=loud",
+		    "expected err, warn, notice, info or debug" },
 		{ FB_ROLE_TRAINER, "--lr=abc", "--lr=abc: not a number" },
 		{ FB_ROLE_TRAINER, "--lr=nan", "--lr=nan: not a number" },
-		{ FB_ROLE_TRAINER, "--mode=ssp", "--mode=ssp: expected sync "
-		    "or async" },
-		{ FB_ROLE_TRAINER, "--scheduler=", "--scheduler: empty "
-		    "value" },
+		{ FB_ROLE_TRAINER, "--mode=ssp",
+		    "--mode=ssp: expected sync or async" },
+		{ FB_ROLE_TRAINER,
+		    "--scheduler=", "--scheduler: empty value" },
 	};
 	clear_env();
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -245,8 +247,9 @@ START_TEST(test_config_unknown)
 	PT_FAIL(load(&c, FB_ROLE_PS, err, sizeof(err), "--batch=1", NULL),
 	    FB_EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "'--batch'"));
-	PT_FAIL(load(&c, FB_ROLE_TRAINER, err, sizeof(err), "--listen=x",
-	    NULL), FB_EINVAL);
+	PT_FAIL(
+	    load(&c, FB_ROLE_TRAINER, err, sizeof(err), "--listen=x", NULL),
+	    FB_EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "'--listen'"));
 	PT_FAIL(load(&c, FB_ROLE_TRAINER, err, sizeof(err), "stray", NULL),
 	    FB_EINVAL);
@@ -312,8 +315,8 @@ START_TEST(test_config_markdown)
 	fclose(f);
 	ck_assert_ptr_nonnull(strstr(text, "| option | default | allowed |"));
 	ck_assert_ptr_nonnull(strstr(text, "| `--batch` | 64 | 1..65536 | "));
-	ck_assert_ptr_nonnull(strstr(text, "| `--mode` | `sync` | `sync`, "
-	                                   "`async` | "));
+	ck_assert_ptr_nonnull(
+	    strstr(text, "| `--mode` | `sync` | `sync`, `async` | "));
 	ck_assert_ptr_null(strstr(text, "--listen"));
 	free(text);
 	f = open_memstream(&text, &len);
@@ -333,7 +336,7 @@ START_TEST(test_config_docs_match)
 	const char *path = FERRY_SOURCE_DIR "/docs/operations.md";
 	FILE       *f    = fopen(path, "rb");
 	char       *doc, *gen = NULL;
-	size_t      len = 0, n;
+	size_t      len      = 0, n;
 	int         sections = 0;
 	ck_assert_msg(f != NULL, "cannot open %s", path);
 	doc = calloc(1, 1 << 20);
@@ -349,7 +352,8 @@ START_TEST(test_config_docs_match)
 	ck_assert_ptr_nonnull(strstr(doc, "<!-- fb-options:trainer"));
 	ck_assert_msg(strcmp(doc, gen) == 0,
 	    "%s: the option lists differ from base/src/options.c; run "
-	    "`cmake --build build --target options-doc`", path);
+	    "`cmake --build build --target options-doc`",
+	    path);
 	free(gen);
 	free(doc);
 }
@@ -362,10 +366,11 @@ START_TEST(test_config_docs_bogus)
 	size_t len = 0;
 	FILE  *f   = open_memstream(&gen, &len);
 	PT_FAIL(fb_config_update_doc("a\n<!-- fb-options:nobody -->\n"
-	                             "<!-- /fb-options -->\n", f, NULL),
+	                             "<!-- /fb-options -->\n",
+	            f, NULL),
 	    FB_EPROTO);
-	PT_FAIL(fb_config_update_doc("a\n<!-- fb-options:ps -->\nb\n", f,
-	            NULL),
+	PT_FAIL(
+	    fb_config_update_doc("a\n<!-- fb-options:ps -->\nb\n", f, NULL),
 	    FB_EPROTO);
 	fclose(f);
 	free(gen);

@@ -41,12 +41,14 @@ START_TEST(test_crc_every_length_and_alignment)
 	unsigned char *b   = random_bytes(max + 16, 7);
 	for (size_t off = 0; off < 16; off += 5) {
 		for (size_t n = 0; n <= max; n++) {
-			uint32_t want0 = (uint32_t) crc32(0, b + off, (uInt) n);
+			uint32_t want0 = (uint32_t) crc32(0, b + off,
+			    (uInt) n);
 			uint32_t wants = (uint32_t) crc32(0xdeadbeefu, b + off,
 			    (uInt) n);
 			ck_assert_msg(fb_crc32(0, b + off, n) == want0,
 			    "len %zu off %zu seed 0", n, off);
-			ck_assert_msg(fb_crc32(0xdeadbeefu, b + off, n) == wants,
+			ck_assert_msg(fb_crc32(0xdeadbeefu, b + off, n) ==
+			        wants,
 			    "len %zu off %zu seed 0xdeadbeef", n, off);
 		}
 	}
@@ -59,8 +61,8 @@ END_TEST
 START_TEST(test_crc_large_and_incremental)
 {
 	// The MLP's reference is 940584 bytes; add an odd tail.
-	const size_t   n = 940584 + 13;
-	unsigned char *b = random_bytes(n, 99);
+	const size_t   n     = 940584 + 13;
+	unsigned char *b     = random_bytes(n, 99);
 	uint32_t       whole = (uint32_t) crc32(0, b, (uInt) n);
 	ck_assert_uint_eq(fb_crc32(0, b, n), whole);
 	// Feeding the buffer in pieces continues the same CRC.

@@ -8,12 +8,12 @@ Pswire__Placement *
 fake_map(size_t n_tensors, size_t n_servers, const struct fake_shard *sh,
     size_t n_shards, uint64_t epoch)
 {
-	Pswire__Placement  pl  = PSWIRE__PLACEMENT__INIT;
-	Pswire__JobConfig  job = PSWIRE__JOB_CONFIG__INIT;
-	Pswire__ShardInfo  si[128], *sp[128];
-	char              *urls[8];
-	uint8_t           *buf;
-	size_t             len;
+	Pswire__Placement pl  = PSWIRE__PLACEMENT__INIT;
+	Pswire__JobConfig job = PSWIRE__JOB_CONFIG__INIT;
+	Pswire__ShardInfo si[128], *sp[128];
+	char             *urls[8];
+	uint8_t          *buf;
+	size_t            len;
 
 	ck_assert_uint_le(n_shards, 128);
 	ck_assert_uint_le(n_servers, 8);
@@ -37,7 +37,7 @@ fake_map(size_t n_tensors, size_t n_servers, const struct fake_shard *sh,
 	pl.job        = &job;
 	pl.trainers   = 2;
 	if (n_tensors > 0) {
-		Pswire__TensorDesc **td = calloc(n_tensors, sizeof(*td));
+		Pswire__TensorDesc **td  = calloc(n_tensors, sizeof(*td));
 		Pswire__TensorDesc   one = PSWIRE__TENSOR_DESC__INIT;
 		ck_assert_ptr_nonnull(td);
 		for (size_t t = 0; t < n_tensors; t++) {

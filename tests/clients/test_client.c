@@ -88,7 +88,7 @@ START_TEST(test_opts_bogus)
 	o.codec_pull = "q8:sr";
 	check_bad(&o, "stochastic");
 	// The reason is cut to the caller's buffer, and n == 0 writes nothing.
-	o = good_opts();
+	o      = good_opts();
 	o.rank = -1;
 	ck_assert_int_eq(ferry_opts_check(&o, why, sizeof(why)), FERRY_EINVAL);
 	ck_assert_uint_eq(strlen(why), sizeof(why) - 1);
@@ -135,12 +135,12 @@ END_TEST
 
 START_TEST(test_open_and_accessors)
 {
-	struct ferry_opts  o = good_opts();
-	struct ferry_stats st;
-	ferry_client      *c = NULL;
+	struct ferry_opts         o = good_opts();
+	struct ferry_stats        st;
+	ferry_client             *c = NULL;
 	const struct ferry_shard *sh;
-	size_t             n;
-	uint32_t           id, bucket;
+	size_t                    n;
+	uint32_t                  id, bucket;
 
 	ck_assert_int_eq(ferry_client_open(&o, NULL), FERRY_EINVAL);
 	o.lr = 0;
@@ -185,13 +185,13 @@ END_TEST
 // A fake client shows what the accessors give once declared.
 START_TEST(test_declared_accessors)
 {
-	static const uint64_t    len[2] = { 40, 7 };
-	static const struct fake_shard sh[3] = { { 0, 0, 16, 0 },
-		{ 0, 16, 24, 1 }, { 1, 0, 7, 0 } };
-	ferry_client            *c = fake_client("q8", "q4", len, 2, 2, sh, 3);
+	static const uint64_t          len[2] = { 40, 7 };
+	static const struct fake_shard sh[3]  = { { 0, 0, 16, 0 },
+		 { 0, 16, 24, 1 }, { 1, 0, 7, 0 } };
+	ferry_client *c = fake_client("q8", "q4", len, 2, 2, sh, 3);
 	const struct ferry_shard *lay;
-	size_t                   n;
-	uint32_t                 id, bucket;
+	size_t                    n;
+	uint32_t                  id, bucket;
 
 	c->layout = fb_zalloc(3 * sizeof(*c->layout));
 	ck_assert_int_eq(ferry_client_shards(c, &lay, &n, &id, &bucket),

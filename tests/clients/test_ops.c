@@ -40,7 +40,7 @@ START_TEST(test_before_declare)
 	struct ferry_opts o = FERRY_OPTS_INIT;
 	ferry_client     *c;
 	float             buf[8], *w[2] = { buf, buf };
-	const float      *g[2] = { buf, buf };
+	const float      *g[2]     = { buf, buf };
 	const uint8_t    *codes[2] = { NULL, NULL };
 
 	o.scheduler_url = FAKE_URL;
@@ -87,7 +87,7 @@ START_TEST(test_declare_arguments)
 	has(c, "tensor 0");
 	ferry_client_close(c);
 	// A declared client refuses a second table.
-	c = fake_client(NULL, NULL, lens2, 2, 1, sh2, 2);
+	c         = fake_client(NULL, NULL, lens2, 2, 1, sh2, 2);
 	d[0].name = "a";
 	ck_assert_int_eq(ferry_client_declare(c, d, 1), FERRY_ESTATE);
 	has(c, "already declared");

@@ -43,8 +43,7 @@ rep_init(ferry_client *c, struct rep *r)
 // rep_add appends a ref for shard `shard` of `len` payload bytes (copied
 // from data, which may be NULL for zeros).
 static Pswire__ShardRef *
-rep_add(struct rep *r, uint32_t shard, int kind, const void *data,
-    size_t len)
+rep_add(struct rep *r, uint32_t shard, int kind, const void *data, size_t len)
 {
 	Pswire__ShardRef *e = &r->r[r->p.n_shards];
 	pswire__shard_ref__init(e);
@@ -71,7 +70,7 @@ static const float vals[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
 
 START_TEST(test_full_shards)
 {
-	ferry_client     *c = fake_client(NULL, NULL, lens, 1, 1, sh, 2);
+	ferry_client     *c    = fake_client(NULL, NULL, lens, 1, 1, sh, 2);
 	float             w[8] = { 0 }, *wp[1] = { w };
 	struct rep        r;
 	Pswire__ShardRef *e;
@@ -153,7 +152,7 @@ END_TEST
 // flags the shard for a resync on a CRC mismatch or a gap in the chain.
 START_TEST(test_delta_chains)
 {
-	ferry_client     *c = fake_client(NULL, "q8", lens, 1, 1, sh, 2);
+	ferry_client     *c    = fake_client(NULL, "q8", lens, 1, 1, sh, 2);
 	float             w[8] = { 0 }, *wp[1] = { w };
 	struct rep        r;
 	Pswire__ShardRef *e;
@@ -183,10 +182,10 @@ START_TEST(test_delta_chains)
 	e->codec = COMP_Q8, e->base_version = 3, e->version = 4;
 	e = rep_add(&r, 0, PSWIRE__SHARD_KIND__SHARD_KIND_DELTA, NULL, 0);
 	e->codec = COMP_Q8, e->base_version = 4, e->version = 5;
-	e->crc   = crc0;
-	e = rep_add(&r, 1, PSWIRE__SHARD_KIND__SHARD_KIND_DELTA, NULL, 0);
+	e->crc = crc0;
+	e      = rep_add(&r, 1, PSWIRE__SHARD_KIND__SHARD_KIND_DELTA, NULL, 0);
 	e->codec = COMP_Q8, e->base_version = 3, e->version = 4;
-	e->crc   = crc1 ^ 1;
+	e->crc = crc1 ^ 1;
 	ck_assert_int_eq(take(c, &r, wp), FERRY_OK);
 	ck_assert_uint_eq(c->shard_ver[0], 5);
 	ck_assert_mem_eq(w, vals, 16); // handed over with the check
@@ -199,8 +198,8 @@ START_TEST(test_delta_chains)
 	rep_init(c, &r);
 	e = rep_add(&r, 0, PSWIRE__SHARD_KIND__SHARD_KIND_DELTA, NULL, 0);
 	e->codec = COMP_Q8, e->base_version = 7, e->version = 8;
-	e->crc   = crc0;
-	e = rep_add(&r, 1, PSWIRE__SHARD_KIND__SHARD_KIND_DELTA, NULL, 0);
+	e->crc = crc0;
+	e      = rep_add(&r, 1, PSWIRE__SHARD_KIND__SHARD_KIND_DELTA, NULL, 0);
 	e->codec = COMP_Q4, e->base_version = 3, e->version = 4;
 	ck_assert_int_eq(take(c, &r, wp), FERRY_EPROTO);
 	ck_assert_int_eq(c->need_full[0], 1);
@@ -247,13 +246,13 @@ rec_check(void *arg, uint32_t shard, uint64_t version, uint32_t crc)
 
 START_TEST(test_pull_sink)
 {
-	ferry_client          *c = fake_client(NULL, "q8", lens, 1, 1, sh, 2);
+	ferry_client          *c  = fake_client(NULL, "q8", lens, 1, 1, sh, 2);
 	struct rec             rs = { 0 };
 	struct ferry_pull_sink sk = { rec_full, rec_delta, rec_check, &rs };
 	struct rep             r;
 	Pswire__ShardRef      *e;
 	uint8_t                code[64] = { 0 };
-	size_t                 cb = comp_bound(&c->cpull, 4);
+	size_t                 cb       = comp_bound(&c->cpull, 4);
 
 	ck_assert_int_eq(ferry_client_set_pull_sink(c, &sk), FERRY_OK);
 	// FULLs reach the sink with their CRC checked here.
@@ -277,7 +276,7 @@ START_TEST(test_pull_sink)
 	rep_init(c, &r);
 	e = rep_add(&r, 0, PSWIRE__SHARD_KIND__SHARD_KIND_DELTA, code, cb);
 	e->codec = COMP_Q8, e->base_version = 2, e->version = 3;
-	e->crc   = 0xabcd;
+	e->crc = 0xabcd;
 	e = rep_add(&r, 1, PSWIRE__SHARD_KIND__SHARD_KIND_DELTA, code, cb);
 	e->codec = COMP_Q8, e->base_version = 2, e->version = 3;
 	ck_assert_int_eq(take(c, &r, NULL), FERRY_OK);
@@ -316,7 +315,7 @@ END_TEST
 // A reference held on the other side of the sink switch is not patched.
 START_TEST(test_sink_switch_resyncs)
 {
-	ferry_client          *c = fake_client(NULL, "q8", lens, 1, 1, sh, 2);
+	ferry_client          *c  = fake_client(NULL, "q8", lens, 1, 1, sh, 2);
 	struct rec             rs = { 0 };
 	struct ferry_pull_sink sk = { rec_full, rec_delta, rec_check, &rs };
 	float                  w[8], *wp[1] = { w };

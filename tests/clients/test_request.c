@@ -11,14 +11,14 @@
 // Tensor 0 of 40 floats in three shards over servers 0 and 1, tensor 1 of
 // 7 on server 0.
 static const uint64_t          lens[2] = { 40, 7 };
-static const struct fake_shard sh[4]   = { { 0, 0, 16, 0 },
-	  { 0, 16, 16, 1 }, { 0, 32, 8, 0 }, { 1, 0, 7, 0 } };
+static const struct fake_shard sh[4]   = { { 0, 0, 16, 0 }, { 0, 16, 16, 1 },
+	  { 0, 32, 8, 0 }, { 1, 0, 7, 0 } };
 
 // A request as read back: its frame and unpacked header.
 struct sent {
-	nng_msg          *msg;
-	struct psw_frame  f;
-	Pswire__Header   *h;
+	nng_msg         *msg;
+	struct psw_frame f;
+	Pswire__Header  *h;
 };
 
 // build runs ferry__request_build for the shards of server m that x's
@@ -113,9 +113,13 @@ START_TEST(test_push_fp32)
 	ferry_client *c = fake_client(NULL, NULL, lens, 2, 2, sh, 4);
 	float         g[2][40];
 	const float  *gp[2] = { g[0], g[1] };
-	struct xfer   x = { .op = OP_PUSH, .g = gp, .n_samples = 32,
-		  .codec = &c->cnone };
-	struct sent   s;
+	struct xfer   x     = {
+		      .op        = OP_PUSH,
+		      .g         = gp,
+		      .n_samples = 32,
+		      .codec     = &c->cnone,
+	};
+	struct sent s;
 
 	fill(g);
 	c->shard_ver[0] = 7;
@@ -127,9 +131,9 @@ START_TEST(test_push_fp32)
 	ck_assert_uint_eq(pr->n_shards, 3);
 	// fp32, back to back: 16 + 8 + 7 floats.
 	ck_assert_uint_eq(s.f.payload_len, (16 + 8 + 7) * 4);
-	static const uint32_t  ids[3] = { 0, 2, 3 };
-	static const uint64_t  off[3] = { 0, 16 * 4, 24 * 4 };
-	const float           *src[3] = { g[0], g[0] + 32, g[1] };
+	static const uint32_t ids[3] = { 0, 2, 3 };
+	static const uint64_t off[3] = { 0, 16 * 4, 24 * 4 };
+	const float          *src[3] = { g[0], g[0] + 32, g[1] };
 	for (size_t i = 0; i < 3; i++) {
 		const Pswire__ShardRef *r = pr->shards[i];
 		ck_assert_uint_eq(r->shard, ids[i]);
@@ -159,10 +163,14 @@ START_TEST(test_push_reuses_spare)
 	ferry_client *c = fake_client(NULL, NULL, lens, 2, 2, sh, 4);
 	float         g[2][40];
 	const float  *gp[2] = { g[0], g[1] };
-	struct xfer   x = { .op = OP_PUSH, .g = gp, .n_samples = 1,
-		  .codec = &c->cnone };
-	struct sent   s;
-	nng_msg      *spare;
+	struct xfer   x     = {
+		      .op        = OP_PUSH,
+		      .g         = gp,
+		      .n_samples = 1,
+		      .codec     = &c->cnone,
+	};
+	struct sent s;
+	nng_msg    *spare;
 
 	fill(g);
 	ck_assert_int_eq(nng_msg_alloc(&spare, 4096), 0);
@@ -190,9 +198,13 @@ START_TEST(test_push_many_shards)
 		g[i]    = (float) i * 0.5f;
 	}
 	ferry_client *c = fake_client(NULL, NULL, len1, 1, 1, many, 100);
-	struct xfer   x = { .op = OP_PUSH, .g = gp, .n_samples = 1,
-		  .codec = &c->cnone };
-	struct sent   s;
+	struct xfer   x = {
+		  .op        = OP_PUSH,
+		  .g         = gp,
+		  .n_samples = 1,
+		  .codec     = &c->cnone,
+	};
+	struct sent s;
 	build(c, 0, PSWIRE__METHOD__PUSH, &x, &s);
 	ck_assert_uint_eq(s.h->push_req->n_shards, 100);
 	ck_assert_uint_eq(s.f.payload_len, 400);
@@ -210,10 +222,14 @@ START_TEST(test_push_staged_codes)
 	ferry_client *c = fake_client("q8", NULL, lens, 2, 2, sh, 4);
 	float         g[2][40];
 	const float  *gp[2] = { g[0], g[1] };
-	struct xfer   x = { .op = OP_PUSH, .g = gp, .n_samples = 1,
-		  .codec = &c->cpush };
-	struct sent   s;
-	size_t        total = 0;
+	struct xfer   x     = {
+		      .op        = OP_PUSH,
+		      .g         = gp,
+		      .n_samples = 1,
+		      .codec     = &c->cpush,
+	};
+	struct sent s;
+	size_t      total = 0;
 
 	fill(g);
 	for (size_t i = 0; i < 4; i++) {
@@ -232,18 +248,19 @@ START_TEST(test_push_staged_codes)
 	ck_assert_uint_eq(r->bucket, c->cpush.bucket);
 	ck_assert_uint_eq(r->length, comp_bound(&c->cpush, 16));
 	ck_assert_uint_eq(s.f.payload_len, r->length);
-	uint8_t want[256];
-	float   e[16] = { 0 };
-	size_t  out;
+	uint8_t  want[256];
+	float    e[16] = { 0 };
+	size_t   out;
 	uint64_t rng = 1;
 	ck_assert_uint_le(r->length, sizeof(want));
 	ck_assert_int_eq(comp_ef_encode(&c->cpush, g[0] + 16, e, 16, &rng,
-	    want, sizeof(want), &out), FB_OK);
+	                     want, sizeof(want), &out),
+	    FB_OK);
 	ck_assert_uint_eq(out, r->length);
 	ck_assert_mem_eq(s.f.payload, want, out);
 	sent_free(&s);
 
-	g[1][3] = NAN;
+	g[1][3]  = NAN;
 	x.staged = 0;
 	ck_assert_int_eq(ferry__codes_stage(c, &x), FERRY_EINVAL);
 	ck_assert_ptr_nonnull(strstr(c->err, "tensor 1 cannot be encoded"));
@@ -258,9 +275,13 @@ START_TEST(test_push_caller_codes)
 	ferry_client  *c = fake_client("q4", NULL, lens, 2, 2, sh, 4);
 	uint8_t        code[4][64];
 	const uint8_t *cp[4] = { code[0], code[1], code[2], code[3] };
-	struct xfer    x = { .op = OP_PUSH_PULL, .codes = cp, .n_samples = 1,
-		   .codec = &c->cpush };
-	struct sent    s;
+	struct xfer    x     = {
+		       .op        = OP_PUSH_PULL,
+		       .codes     = cp,
+		       .n_samples = 1,
+		       .codec     = &c->cpush,
+	};
+	struct sent s;
 
 	for (size_t i = 0; i < 4; i++) {
 		ck_assert_uint_le(comp_bound(&c->cpush, sh[i].len), 64);
@@ -270,8 +291,7 @@ START_TEST(test_push_caller_codes)
 	size_t at = 0;
 	for (size_t i = 0; i < 3; i++) {
 		const Pswire__ShardRef *r = s.h->push_req->shards[i];
-		size_t                  b = comp_bound(&c->cpush,
-                    sh[r->shard].len);
+		size_t b = comp_bound(&c->cpush, sh[r->shard].len);
 		ck_assert_uint_eq(r->codec, COMP_Q4);
 		ck_assert_uint_eq(r->offset, at);
 		ck_assert_uint_eq(r->length, b);

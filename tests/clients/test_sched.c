@@ -55,7 +55,7 @@ START_TEST(test_placement_check)
 	Pswire__Placement *pl = fake_map(2, 2, good, 3, 1);
 	pl->n_servers         = 4097;
 	ck_assert_int_eq(ferry__placement_check(c, pl), FERRY_EPROTO);
-	pl->n_servers = 2;
+	pl->n_servers          = 2;
 	Pswire__JobConfig *job = pl->job;
 	pl->job                = NULL;
 	ck_assert_int_eq(ferry__placement_check(c, pl), FERRY_EPROTO);

@@ -21,8 +21,8 @@ struct tr_arg {
 	const char *url, *push, *pull;
 	int         rank, steps;
 	uint32_t    warmup;
-	int         use_sink;   // set the sink ...
-	int         sink_at;    // ... before step sink_at (0: before version 0)
+	int         use_sink; // set the sink ...
+	int         sink_at;  // ... before step sink_at (0: before version 0)
 	int         corrupt_at; // > 0: drift the reference before that check
 	int         fail_at;    // > 0: that delta returns FERRY_EUNSUPP
 	float       w[NT][40], ref[NT][40];
@@ -86,16 +86,17 @@ sink_check(void *arg, uint32_t shard, uint64_t version, uint32_t crc)
 static void *
 tr_main(void *arg)
 {
-	struct tr_arg           *a = arg;
-	struct ferry_opts        o = FERRY_OPTS_INIT;
-	struct ferry_tensor_desc d[NT] = { { "a", 40 }, { "b", 7 }, { "c", 1 } };
+	struct tr_arg           *a     = arg;
+	struct ferry_opts        o     = FERRY_OPTS_INIT;
+	struct ferry_tensor_desc d[NT] = { { "a", 40 }, { "b", 7 },
+		{ "c", 1 } };
 	struct ferry_pull_sink   sk = { sink_full, sink_delta, sink_check, a };
 	const struct ferry_shard *sh;
-	ferry_client            *c = NULL;
-	float                    g[NT][40];
-	float                   *wp[NT], *gp[NT];
-	size_t                   ns;
-	uint32_t                 cid, bucket;
+	ferry_client             *c = NULL;
+	float                     g[NT][40];
+	float                    *wp[NT], *gp[NT];
+	size_t                    ns;
+	uint32_t                  cid, bucket;
 
 	o.scheduler_url = a->url;
 	o.rank          = a->rank;
@@ -118,7 +119,8 @@ tr_main(void *arg)
 	}
 	layout_of[a->rank] = sh;
 	if (a->rank == 0 &&
-	    (a->rv = ferry_client_init_weights(c, (const float *const *) wp))) {
+	    (a->rv = ferry_client_init_weights(c,
+	         (const float *const *) wp))) {
 		goto out;
 	}
 	for (int k = -1; k < a->steps; k++) {
@@ -162,7 +164,7 @@ run(struct tr_arg a[2], const char *push, const char *pull,
     const struct tr_arg *s)
 {
 	struct cluster cl;
-	pthread_t th[2];
+	pthread_t      th[2];
 	// 64-byte shards cut tensor 0 in three over both servers.
 	cluster_open(&cl, 2, 2, PS_PLACEMENT_UNIFORM);
 	for (int r = 0; r < 2; r++) {
@@ -237,8 +239,8 @@ START_TEST(test_sink_equals_plain_pull)
 		ck_assert_uint_eq(plain[1].resyncs, 0);
 		ck_assert_uint_eq(sunk[0].resyncs, 0);
 
-		int fulls         = sunk[0].fulls;
-		s.corrupt_at      = 7; // after the warm-up: a chain's check
+		int fulls    = sunk[0].fulls;
+		s.corrupt_at = 7; // after the warm-up: a chain's check
 		run(sunk, codecs[i][0], codecs[i][1], &s);
 		ok_both(sunk, "drifting sink");
 		same(plain, sunk, codecs[i][1]);
@@ -285,7 +287,7 @@ END_TEST
 START_TEST(test_sink_bogus)
 {
 	struct tr_arg          sunk[2], s = { 0 };
-	struct ferry_opts      o          = FERRY_OPTS_INIT;
+	struct ferry_opts      o   = FERRY_OPTS_INIT;
 	struct ferry_pull_sink bad = { sink_full, sink_delta, NULL, NULL };
 	ferry_client          *c;
 	uint32_t               id, bucket;
@@ -294,8 +296,8 @@ START_TEST(test_sink_bogus)
 	s.fail_at  = 1; // the first delta: rank 0's step 2, after warm-up
 	run(sunk, "q8", "q8", &s);
 	ck_assert_int_eq(sunk[0].rv, FERRY_EUNSUPP);
-	ck_assert_msg(strstr(sunk[0].err, "pull sink: delta of shard") !=
-	        NULL, "last_error: %s", sunk[0].err);
+	ck_assert_msg(strstr(sunk[0].err, "pull sink: delta of shard") != NULL,
+	    "last_error: %s", sunk[0].err);
 
 	o.scheduler_url = "tcp://127.0.0.1:1";
 	o.codec_pull    = "q4";

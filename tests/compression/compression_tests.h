@@ -18,15 +18,15 @@ Suite *suite_feedback(void);
 // into Check when the condition fails: Check records every passing
 // assertion (a pipe write each), which dominates loops over millions of
 // elements. The condition must be free of side effects.
-#define TR_ASSERT(c)                                                      \
-	do {                                                              \
-		if (!(c))                                                 \
-			ck_assert(c);                                     \
+#define TR_ASSERT(c)                                                          \
+	do {                                                                  \
+		if (!(c))                                                     \
+			ck_assert(c);                                         \
 	} while (0)
-#define TR_ASSERT_MSG(c, ...)                                             \
-	do {                                                              \
-		if (!(c))                                                 \
-			ck_assert_msg(c, __VA_ARGS__);                    \
+#define TR_ASSERT_MSG(c, ...)                                                 \
+	do {                                                                  \
+		if (!(c))                                                     \
+			ck_assert_msg(c, __VA_ARGS__);                        \
 	} while (0)
 
 // TR_QSLACK is the fp32 rounding allowance of the quantizer, relative to the
@@ -41,8 +41,8 @@ static inline uint64_t
 tr_next(uint64_t *s)
 {
 	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	z          = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z          = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
 	return z ^ (z >> 31);
 }
 

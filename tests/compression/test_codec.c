@@ -9,8 +9,8 @@
 #include "compression_tests.h"
 #include "pt.h"
 
-static const char *const specs[] = {"none", "fp16", "bf16", "q8", "q4", "q2",
-	"sign", "topk:0.1", "q4:sr"};
+static const char *const specs[] = { "none", "fp16", "bf16", "q8", "q4", "q2",
+	"sign", "topk:0.1", "q4:sr" };
 #define NSPECS (sizeof specs / sizeof specs[0])
 
 // Every codec name parses to its id with the right parameters.
@@ -44,13 +44,13 @@ END_TEST
 // Bad specs are refused with a reason, and *out is left alone.
 START_TEST(test_codec_parse_bogus)
 {
-	const char *bad[] = {"", "q3", "Q4", "q4:", "q4:rs", "sign:sr",
-		"fp16:sr", "topk", "topk:", "topk:0", "topk:-0.5", "topk:1.5",
-		"topk:abc", "topk:0.1x", "topk:nan", "topk:1e-50", "q44",
-		"none:1"};
-	struct comp_codec c = COMP_CODEC_INIT, keep;
-	c.id = COMP_Q2;
-	keep = c;
+	const char       *bad[] = { "", "q3", "Q4", "q4:", "q4:rs", "sign:sr",
+		      "fp16:sr", "topk", "topk:", "topk:0", "topk:-0.5", "topk:1.5",
+		      "topk:abc", "topk:0.1x", "topk:nan", "topk:1e-50", "q44",
+		      "none:1" };
+	struct comp_codec c     = COMP_CODEC_INIT, keep;
+	c.id                    = COMP_Q2;
+	keep                    = c;
 	char why[128];
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		why[0] = '\0';
@@ -60,7 +60,8 @@ START_TEST(test_codec_parse_bogus)
 		ck_assert_mem_eq(&c, &keep, sizeof c);
 	}
 	PT_FAIL(comp_codec_parse_msg("q4", COMP_BUCKET_MAX + 1, &c, why,
-	    sizeof why), FB_EINVAL);
+	            sizeof why),
+	    FB_EINVAL);
 	ck_assert_ptr_nonnull(strstr(why, "bucket"));
 	PT_FAIL(comp_codec_parse_msg("topk:2", 0, &c, why, sizeof why),
 	    FB_EINVAL);
@@ -109,7 +110,7 @@ START_TEST(test_codec_format_bogus)
 {
 	char              buf[4];
 	struct comp_codec c = COMP_CODEC_INIT;
-	c.id = 99;
+	c.id                = 99;
 	PT_FAIL(comp_codec_format(&c, buf, sizeof buf), FB_EINVAL);
 	PT_FAIL(comp_codec_format(NULL, buf, sizeof buf), FB_EINVAL);
 	PT_OK(comp_codec_parse("topk:0.5", 0, &c));
@@ -124,10 +125,10 @@ START_TEST(test_codec_check)
 	PT_OK(comp_codec_check(&c));
 	c.bucket = 0; // unused by none
 	PT_OK(comp_codec_check(&c));
-	c.id = COMP_Q2;
+	c.id     = COMP_Q2;
 	c.bucket = 1;
 	PT_OK(comp_codec_check(&c));
-	c.bucket = COMP_BUCKET_MAX;
+	c.bucket     = COMP_BUCKET_MAX;
 	c.stochastic = 1;
 	PT_OK(comp_codec_check(&c));
 }
@@ -140,20 +141,20 @@ START_TEST(test_codec_check_bogus)
 	PT_FAIL(comp_codec_check(NULL), FB_EINVAL);
 	c.id = COMP_CODEC_COUNT;
 	PT_FAIL(comp_codec_check(&c), FB_EINVAL);
-	c.id = COMP_Q4;
+	c.id     = COMP_Q4;
 	c.bucket = 0;
 	PT_FAIL(comp_codec_check(&c), FB_EINVAL);
 	c.bucket = COMP_BUCKET_MAX + 1;
 	PT_FAIL(comp_codec_check(&c), FB_EINVAL);
-	c.bucket = 512;
+	c.bucket     = 512;
 	c.stochastic = 2;
 	PT_FAIL(comp_codec_check(&c), FB_EINVAL);
-	c.id = COMP_SIGN;
+	c.id         = COMP_SIGN;
 	c.stochastic = 1;
 	PT_FAIL(comp_codec_check(&c), FB_EINVAL);
-	c.stochastic = 0;
-	c.id = COMP_TOPK;
-	const float bad[] = {0.0f, -0.1f, 1.0001f, NAN, INFINITY};
+	c.stochastic      = 0;
+	c.id              = COMP_TOPK;
+	const float bad[] = { 0.0f, -0.1f, 1.0001f, NAN, INFINITY };
 	for (int i = 0; i < 5; i++) {
 		c.topk_ratio = bad[i];
 		PT_FAIL(comp_codec_check(&c), FB_EINVAL);
@@ -192,7 +193,7 @@ END_TEST
 START_TEST(test_codec_bound_bogus)
 {
 	struct comp_codec c = COMP_CODEC_INIT;
-	c.id = 42;
+	c.id                = 42;
 	ck_assert_uint_eq(comp_bound(&c, 10), 0);
 	ck_assert_uint_eq(comp_bound(NULL, 10), 0);
 	c.id = COMP_NONE;
@@ -215,8 +216,8 @@ START_TEST(test_codec_encode_decode)
 		PT_OK(comp_codec_parse(specs[i], 100, &c));
 		uint64_t rng = 1;
 		size_t   len = 0;
-		PT_OK(comp_encode(&c, x, n, &rng, buf, comp_bound(&c, n),
-		    &len));
+		PT_OK(
+		    comp_encode(&c, x, n, &rng, buf, comp_bound(&c, n), &len));
 		ck_assert_uint_eq(len, comp_bound(&c, n));
 		PT_OK(comp_decode(&c, buf, len, n, y));
 		double e2 = 0, x2 = 0;
@@ -248,7 +249,7 @@ END_TEST
 
 START_TEST(test_codec_encode_bogus)
 {
-	float             x[16] = {1, 2, 3};
+	float             x[16] = { 1, 2, 3 };
 	uint8_t           out[256];
 	size_t            len = 7;
 	struct comp_codec c;
@@ -262,17 +263,19 @@ START_TEST(test_codec_encode_bogus)
 	    FB_EINVAL);
 	PT_FAIL(comp_encode(&c, x, 16, NULL, out, sizeof out, NULL),
 	    FB_EINVAL);
-	PT_FAIL(comp_encode(&c, x, 16, NULL, out, comp_bound(&c, 16) - 1,
-	    &len), FB_ENOSPC);
-	PT_FAIL(comp_encode(&c, x, COMP_MAX_N + 1, NULL, out, sizeof out,
-	    &len), FB_EINVAL);
+	PT_FAIL(
+	    comp_encode(&c, x, 16, NULL, out, comp_bound(&c, 16) - 1, &len),
+	    FB_ENOSPC);
+	PT_FAIL(
+	    comp_encode(&c, x, COMP_MAX_N + 1, NULL, out, sizeof out, &len),
+	    FB_EINVAL);
 	ck_assert_uint_eq(len, 7); // untouched on failure
 	c.stochastic = 1;
 	PT_FAIL(comp_encode(&c, x, 16, NULL, out, sizeof out, &len),
 	    FB_EINVAL);
 	PT_OK(comp_encode(&c, x, 16, &rng, out, sizeof out, &len));
 	// non-finite values cannot be scaled
-	const char *nf[] = {"q8", "q4", "q2", "sign", "topk:0.5"};
+	const char *nf[] = { "q8", "q4", "q2", "sign", "topk:0.5" };
 	for (int k = 0; k < 5; k++) {
 		PT_OK(comp_codec_parse(nf[k], 8, &c));
 		x[11] = NAN;
@@ -307,7 +310,8 @@ START_TEST(test_codec_decode_bogus)
 		for (size_t l = 0; l < len + 9; l++) {
 			if (l == len)
 				continue;
-			// a heap copy of exactly l bytes, so ASan sees overreads
+			// a heap copy of exactly l bytes, so ASan sees
+			// overreads
 			uint8_t *h = malloc(l + 1);
 			memcpy(h, buf, l < len ? l : len);
 			memset(h + (l < len ? l : len), 0,
@@ -322,8 +326,8 @@ START_TEST(test_codec_decode_bogus)
 			memcpy(cp, buf, len);
 			int flips = 1 + (int) (tr_next(&seed) % 4);
 			for (int f = 0; f < flips; f++)
-				cp[tr_next(&seed) % len] ^=
-				    (uint8_t) (1u << (tr_next(&seed) % 8));
+				cp[tr_next(&seed) % len] ^= (uint8_t) (1u
+				    << (tr_next(&seed) % 8));
 			int rv = comp_decode(&c, cp, len, n, out);
 			TR_ASSERT(rv == FB_OK || rv == FB_EPROTO);
 			if (rv == FB_EPROTO) {
@@ -347,9 +351,9 @@ END_TEST
 
 START_TEST(test_codec_decode_add_bogus)
 {
-	float             acc[4] = {1, 2, 3, 4};
-	uint8_t           buf[16] = {0};
-	struct comp_codec c = COMP_CODEC_INIT;
+	float             acc[4]  = { 1, 2, 3, 4 };
+	uint8_t           buf[16] = { 0 };
+	struct comp_codec c       = COMP_CODEC_INIT;
 	PT_FAIL(comp_decode_add(&c, buf, 15, 4, acc), FB_EPROTO);
 	PT_FAIL(comp_decode_add(&c, buf, 16, 4, NULL), FB_EINVAL);
 	PT_FAIL(comp_decode_add(&c, NULL, 16, 4, acc), FB_EINVAL);
@@ -374,7 +378,7 @@ END_TEST
 Suite *
 suite_codec(void)
 {
-	Suite *s = suite_create("codec");
+	Suite *s  = suite_create("codec");
 	TCase *tc = tcase_create("codec");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_codec_parse);

@@ -35,9 +35,9 @@ norm2(const double *v, size_t n)
 START_TEST(test_feedback_ef_identity)
 {
 	enum { N = 1001, T = 300 };
-	const char *sp[] = {"q8", "q4", "q2", "sign", "topk:0.05", "fp16",
-		"bf16", "none"};
-	float   *g = malloc(N * 4), *e = malloc(N * 4), *y = malloc(N * 4);
+	const char *sp[] = { "q8", "q4", "q2", "sign", "topk:0.05", "fp16",
+		"bf16", "none" };
+	float      *g = malloc(N * 4), *e = malloc(N * 4), *y = malloc(N * 4);
 	double  *sg = malloc(N * 8), *sd = malloc(N * 8), *r = malloc(N * 8);
 	uint8_t *buf = malloc(8 * N);
 	for (size_t s = 0; s < sizeof sp / sizeof sp[0]; s++) {
@@ -78,23 +78,24 @@ START_TEST(test_feedback_ef_identity)
 END_TEST
 
 // Residual bounds over 10^4 steps of bounded gradients: |e_i| <= s_j/(2L)
-// (+ fp32 rounding, TR_QSLACK) after every step (s_j read from the message); ||e||_inf <= ||g||_inf/(2L-1)
-// for every b; where a worst-case delta exists (q8 B<=512, q4 B<=128)
+// (+ fp32 rounding, TR_QSLACK) after every step (s_j read from the message);
+// ||e||_inf <= ||g||_inf/(2L-1) for every b; where a worst-case delta exists
+// (q8 B<=512, q4 B<=128)
 // ||e||_2 <= sqrt(1-d)/(1-sqrt(1-d)) max||g||_2; and the last 1000 steps
 // are no worse than 2x steps 1000..2000 (no linear growth).
 START_TEST(test_feedback_ef_residual_bound)
 {
 	enum { N = 300, T = 10000 };
-	const char    *sp[] = {"q8", "q4", "q2"};
-	const uint32_t bk[] = {512, 128, 128};
-	const double   Ls[] = {127, 7, 1};
+	const char    *sp[] = { "q8", "q4", "q2" };
+	const uint32_t bk[] = { 512, 128, 128 };
+	const double   Ls[] = { 127, 7, 1 };
 	float         *g = malloc(N * 4), *e = calloc(N, 4);
 	uint8_t       *buf = malloc(8 * N);
 	for (int s = 0; s < 3; s++) {
 		struct comp_codec c = codec(sp[s], bk[s]);
 		double            L = Ls[s], gmax2 = 0, early = 0, late = 0;
 		double            emax2 = 0;
-		uint64_t          seed = 31 + s;
+		uint64_t          seed  = 31 + s;
 		memset(e, 0, N * 4);
 		for (int t = 0; t < T; t++) {
 			double g2 = 0;
@@ -108,10 +109,13 @@ START_TEST(test_feedback_ef_residual_bound)
 			    &len));
 			double e2 = 0;
 			for (size_t i = 0; i < N; i++) {
-				double sj = fb_get_f32le(buf + 4 * (i / c.bucket));
-				TR_ASSERT(fabs(e[i]) <= sj / (2 * L) * (1 + 1e-6) +
-				    TR_QSLACK * sj);
-				TR_ASSERT(fabs(e[i]) <= 1.0 / (2 * L - 1) + 1e-6);
+				double sj = fb_get_f32le(
+				    buf + 4 * (i / c.bucket));
+				TR_ASSERT(
+				    fabs(e[i]) <= sj / (2 * L) * (1 + 1e-6) +
+				        TR_QSLACK * sj);
+				TR_ASSERT(
+				    fabs(e[i]) <= 1.0 / (2 * L - 1) + 1e-6);
 				e2 += (double) e[i] * e[i];
 			}
 			emax2 = e2 > emax2 ? e2 : emax2;
@@ -145,14 +149,14 @@ END_TEST
 START_TEST(test_feedback_pull_lockstep)
 {
 	enum { N = 1000, T = 3000 };
-	const char *sp[] = {"q8", "q4", "q2", "sign", "topk:0.1", "fp16",
-		"bf16", "none"};
+	const char *sp[] = { "q8", "q4", "q2", "sign", "topk:0.1", "fp16",
+		"bf16", "none" };
 	float *x = malloc(N * 4), *xprev = malloc(N * 4), *ws = malloc(N * 4);
 	float *wt = malloc(N * 4), *wn = malloc(N * 4), *sc = malloc(N * 4);
 	uint8_t *buf = malloc(8 * N), *nb = malloc(8 * N);
 	for (size_t s = 0; s < sizeof sp / sizeof sp[0]; s++) {
 		struct comp_codec c = codec(sp[s], 128);
-		int      q = c.id == COMP_Q8 || c.id == COMP_Q4 || c.id == COMP_Q2;
+		int q = c.id == COMP_Q8 || c.id == COMP_Q4 || c.id == COMP_Q2;
 		double   L = c.id == COMP_Q8 ? 127 : c.id == COMP_Q4 ? 7 : 1;
 		uint64_t seed = 7;
 		tr_fill(x, N, 1.0, 1);
@@ -162,8 +166,8 @@ START_TEST(test_feedback_pull_lockstep)
 		for (int t = 0; t < T; t++) {
 			memcpy(xprev, x, N * 4);
 			for (size_t i = 0; i < N; i++)
-				x[i] -= (float) (0.01 * (tr_gauss(&seed) +
-				    0.1 * x[i]));
+				x[i] -= (float) (0.01 *
+				    (tr_gauss(&seed) + 0.1 * x[i]));
 			size_t len;
 			PT_OK(comp_ref_encode(&c, x, ws, N, sc, buf, 8 * N,
 			    &len));
@@ -174,13 +178,15 @@ START_TEST(test_feedback_pull_lockstep)
 			    "%s: lockstep lost at step %d", sp[s], t);
 			if (q)
 				for (size_t i = 0; i < N; i++) {
-					double sj = fb_get_f32le(buf +
-					    4 * (i / c.bucket));
+					double sj = fb_get_f32le(
+					    buf + 4 * (i / c.bucket));
 					double ulp = nextafterf(fabsf(ws[i]),
-					    INFINITY) - fabsf(ws[i]);
-					TR_ASSERT(fabs((double) x[i] - ws[i]) <=
+					                 INFINITY) -
+					    fabsf(ws[i]);
+					TR_ASSERT(
+					    fabs((double) x[i] - ws[i]) <=
 					    sj / (2 * L) * (1 + 1e-6) +
-					    TR_QSLACK * sj + ulp);
+					        TR_QSLACK * sj + ulp);
 				}
 			// naive: send Q(x_t - x_{t-1}) and just accumulate
 			for (size_t i = 0; i < N; i++)
@@ -240,21 +246,21 @@ fval(const struct prob *p, const float *x)
 static struct prob *
 prob_init(void)
 {
-	struct prob *p = malloc(sizeof *p);
+	struct prob *p    = malloc(sizeof *p);
 	uint64_t     seed = 2024;
-	double      *x0 = malloc(D * 8);
+	double      *x0   = malloc(D * 8);
 	for (size_t j = 0; j < D; j++)
 		x0[j] = tr_gauss(&seed);
 	for (size_t i = 0; i < NS; i++) {
 		double dot = 0;
 		for (size_t j = 0; j < D; j++) {
-			double sc = exp(-1.5 + 3.0 * (double) j / D);
+			double sc  = exp(-1.5 + 3.0 * (double) j / D);
 			p->a[i][j] = (float) (sc * tr_gauss(&seed));
 			dot += p->a[i][j] * x0[j];
 		}
 		p->b[i] = (float) (dot + 0.5 * tr_gauss(&seed));
 	}
-	p->lam = 1e-2;
+	p->lam    = 1e-2;
 	double *h = calloc(D * D, 8), *rhs = calloc(D, 8);
 	for (size_t i = 0; i < NS; i++)
 		for (size_t j = 0; j < D; j++) {
@@ -310,7 +316,7 @@ prob_init(void)
 	for (size_t j = 0; j < D; j++)
 		xs[j] = (float) rhs[j];
 	p->fstar = fval(p, xs);
-	p->f0 = fval(p, z);
+	p->f0    = fval(p, z);
 	free(x0);
 	free(h);
 	free(rhs);
@@ -329,7 +335,7 @@ run(const struct prob *p, const struct comp_codec *push, int ef,
     const struct comp_codec *pull)
 {
 	static float e[W][D];
-	float        x[D] = {0}, w[D] = {0}, ws[D] = {0}, g[D], sum[D];
+	float        x[D] = { 0 }, w[D] = { 0 }, ws[D] = { 0 }, g[D], sum[D];
 	float        sc[D];
 	uint8_t      buf[8 * D + 16];
 	uint64_t     seed = 99;
@@ -342,8 +348,8 @@ run(const struct prob *p, const struct comp_codec *push, int ef,
 				g[j] = (float) p->lam * w[j];
 			for (int bi = 0; bi < BS; bi++) {
 				size_t       row = tr_next(&seed) % NS;
-				const float *a = p->a[row];
-				float        r = -p->b[row];
+				const float *a   = p->a[row];
+				float        r   = -p->b[row];
 				for (size_t j = 0; j < D; j++)
 					r += a[j] * w[j];
 				for (size_t j = 0; j < D; j++)
@@ -356,8 +362,8 @@ run(const struct prob *p, const struct comp_codec *push, int ef,
 				continue;
 			}
 			if (ef)
-				PT_OK(comp_ef_encode(push, g, e[k], D, NULL, buf,
-				    sizeof buf, &len));
+				PT_OK(comp_ef_encode(push, g, e[k], D, NULL,
+				    buf, sizeof buf, &len));
 			else
 				PT_OK(comp_encode(push, g, D, NULL, buf,
 				    sizeof buf, &len));
@@ -382,13 +388,13 @@ run(const struct prob *p, const struct comp_codec *push, int ef,
 // 2-bit push without EF at least 2x worse (the negative control).
 START_TEST(test_feedback_convex_convergence)
 {
-	struct prob      *p = prob_init();
+	struct prob      *p  = prob_init();
 	struct comp_codec q8 = codec("q8", 512), q4 = codec("q4", 128);
-	struct comp_codec q2 = codec("q2", 128);
+	struct comp_codec q2  = codec("q2", 128);
 	double            g32 = run(p, NULL, 0, NULL);
-	double            g8 = run(p, &q8, 1, &q8);
-	double            g4 = run(p, &q4, 1, &q4);
-	double            g2 = run(p, &q2, 1, &q2);
+	double            g8  = run(p, &q8, 1, &q8);
+	double            g4  = run(p, &q4, 1, &q4);
+	double            g2  = run(p, &q2, 1, &q2);
 	double            g2n = run(p, &q2, 0, NULL);
 	fprintf(stderr,
 	    "convex gap: fp32 %.4g  q8 %.4g (%.3fx)  q4 %.4g (%.3fx)  "
@@ -414,59 +420,80 @@ END_TEST
 // ref untouched.
 START_TEST(test_feedback_fused_matches_plain)
 {
-	static const char *specs[] = { "q8", "q4", "q2", "q8:sr", "q4:sr",
-		"q2:sr", "sign" };
+	static const char    *specs[]   = { "q8", "q4", "q2", "q8:sr", "q4:sr",
+		     "q2:sr", "sign" };
 	static const uint32_t buckets[] = { 512, 1, 7, 100, 4096, 4097 };
 	static const size_t   lens[]    = { 1, 1000, 10007, 70001 };
 	for (size_t a = 0; a < sizeof(specs) / sizeof(specs[0]); a++) {
-		for (size_t b = 0; b < sizeof(buckets) / sizeof(buckets[0]); b++) {
-			for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++) {
-				struct comp_codec c = codec(specs[a], buckets[b]);
-				size_t   n = lens[l], cap = comp_bound(&c, n), o1, o2;
-				float   *g = malloc(n * 4), *e1 = malloc(n * 4),
+		for (size_t b = 0; b < sizeof(buckets) / sizeof(buckets[0]);
+		     b++) {
+			for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]);
+			     l++) {
+				struct comp_codec c = codec(specs[a],
+				    buckets[b]);
+				size_t n = lens[l], cap = comp_bound(&c, n),
+				       o1, o2;
+				float *g = malloc(n * 4), *e1 = malloc(n * 4),
 				      *e2 = malloc(n * 4), *p = malloc(n * 4),
 				      *q = malloc(n * 4), *scr = malloc(n * 4);
 				uint8_t *c1 = malloc(cap), *c2 = malloc(cap);
 				uint64_t r1 = 77, r2 = 77;
-				uint32_t seed = (uint32_t) (a * 1000 + b * 10 + l);
+				uint32_t seed = (uint32_t) (a * 1000 + b * 10 +
+				    l);
 				for (size_t i = 0; i < n; i++) {
 					seed  = seed * 1664525u + 1013904223u;
-					g[i]  = ((float) (seed >> 8) / 16777216.0f - 0.5f);
+					g[i]  = ((float) (seed >> 8) /
+                                                16777216.0f -
+                                            0.5f);
 					e1[i] = e2[i] = g[i] * 0.25f - 0.01f;
-					if (i >= 200 && i < 300) // subnormal scale
+					if (i >= 200 &&
+					    i < 300) // subnormal scale
 						g[i] = e1[i] = e2[i] = 1e-40f;
-					if (i >= 400 && i < 500) // zero bucket(s)
+					if (i >= 400 &&
+					    i < 500) // zero bucket(s)
 						g[i] = e1[i] = e2[i] = 0.0f;
 				}
-				// EF: the library call against the plain sequence.
-				ck_assert_int_eq(comp_ef_encode(&c, g, e1, n, &r1,
-				                     c1, cap, &o1), 0);
+				// EF: the library call against the plain
+				// sequence.
+				ck_assert_int_eq(comp_ef_encode(&c, g, e1, n,
+				                     &r1, c1, cap, &o1),
+				    0);
 				for (size_t i = 0; i < n; i++)
 					p[i] = g[i] + e2[i];
-				ck_assert_int_eq(comp_encode(&c, p, n, &r2, c2, cap,
-				                     &o2), 0);
-				ck_assert_int_eq(comp_decode(&c, c2, o2, n, q), 0);
+				ck_assert_int_eq(
+				    comp_encode(&c, p, n, &r2, c2, cap, &o2),
+				    0);
+				ck_assert_int_eq(comp_decode(&c, c2, o2, n, q),
+				    0);
 				for (size_t i = 0; i < n; i++)
 					e2[i] = p[i] - q[i];
-				ck_assert_msg(o1 == o2 && memcmp(c1, c2, o1) == 0,
+				ck_assert_msg(o1 == o2 &&
+				        memcmp(c1, c2, o1) == 0,
 				    "%s@%u n=%zu: EF codes differ", specs[a],
 				    buckets[b], n);
 				ck_assert_msg(memcmp(e1, e2, n * 4) == 0,
 				    "%s@%u n=%zu: residuals differ", specs[a],
 				    buckets[b], n);
 				ck_assert_uint_eq(r1, r2);
-				// Reference: x = g, ref = e (deterministic codecs).
+				// Reference: x = g, ref = e (deterministic
+				// codecs).
 				if (!c.stochastic) {
 					memcpy(p, e1, n * 4);
-					ck_assert_int_eq(comp_ref_encode(&c, g, e1, n,
-					                     scr, c1, cap, &o1), 0);
+					ck_assert_int_eq(comp_ref_encode(&c, g,
+					                     e1, n, scr, c1,
+					                     cap, &o1),
+					    0);
 					for (size_t i = 0; i < n; i++)
 						q[i] = g[i] - p[i];
-					ck_assert_int_eq(comp_encode(&c, q, n, NULL,
-					                     c2, cap, &o2), 0);
-					ck_assert_int_eq(comp_decode_add(&c, c2, o2, n,
-					                     p), 0);
-					ck_assert_msg(memcmp(c1, c2, o1) == 0 &&
+					ck_assert_int_eq(comp_encode(&c, q, n,
+					                     NULL, c2, cap,
+					                     &o2),
+					    0);
+					ck_assert_int_eq(
+					    comp_decode_add(&c, c2, o2, n, p),
+					    0);
+					ck_assert_msg(memcmp(c1, c2, o1) ==
+					            0 &&
 					        memcmp(e1, p, n * 4) == 0,
 					    "%s@%u n=%zu: reference differs",
 					    specs[a], buckets[b], n);
@@ -475,13 +502,18 @@ START_TEST(test_feedback_fused_matches_plain)
 				if (n > 600) {
 					g[n - 3] = NAN;
 					memcpy(p, e1, n * 4);
-					ck_assert_int_eq(comp_ef_encode(&c, g, e1, n, &r1,
-					                     c1, cap, &o1), FB_EINVAL);
+					ck_assert_int_eq(comp_ef_encode(&c, g,
+					                     e1, n, &r1, c1,
+					                     cap, &o1),
+					    FB_EINVAL);
 					ck_assert(memcmp(p, e1, n * 4) == 0);
 					if (!c.stochastic) {
-						ck_assert_int_ne(comp_ref_encode(&c, g, e1,
-						                     n, scr, c1, cap, &o1), 0);
-						ck_assert(memcmp(p, e1, n * 4) == 0);
+						ck_assert_int_ne(
+						    comp_ref_encode(&c, g, e1,
+						        n, scr, c1, cap, &o1),
+						    0);
+						ck_assert(
+						    memcmp(p, e1, n * 4) == 0);
 					}
 				}
 				free(g), free(e1), free(e2), free(p), free(q);
@@ -494,10 +526,10 @@ END_TEST
 
 START_TEST(test_feedback_ef_encode_bogus)
 {
-	struct comp_codec c = codec("q4", 8);
-	float   g[10] = {1, 2, 3}, e[10] = {0.5f}, keep[10];
-	uint8_t out[64];
-	size_t  len;
+	struct comp_codec c     = codec("q4", 8);
+	float             g[10] = { 1, 2, 3 }, e[10] = { 0.5f }, keep[10];
+	uint8_t           out[64];
+	size_t            len;
 	memcpy(keep, e, sizeof e);
 	PT_FAIL(comp_ef_encode(&c, g, NULL, 10, NULL, out, 64, &len),
 	    FB_EINVAL);
@@ -511,7 +543,7 @@ START_TEST(test_feedback_ef_encode_bogus)
 	c = codec("none", 0);
 	PT_FAIL(comp_ef_encode(&c, g, e, 10, NULL, out, 64, &len), FB_EINVAL);
 	ck_assert_mem_eq(e, keep, sizeof e);
-	c = codec("q4:sr", 8);
+	c    = codec("q4:sr", 8);
 	g[4] = 0;
 	PT_FAIL(comp_ef_encode(&c, g, e, 10, NULL, out, 64, &len), FB_EINVAL);
 	uint64_t rng = 5;
@@ -522,7 +554,7 @@ END_TEST
 START_TEST(test_feedback_ref_encode_bogus)
 {
 	struct comp_codec c = codec("q8", 8);
-	float   x[10] = {1, 2, 3}, ref[10] = {0}, sc[10], keep[10];
+	float   x[10] = { 1, 2, 3 }, ref[10] = { 0 }, sc[10], keep[10];
 	uint8_t out[64];
 	size_t  len;
 	memcpy(keep, ref, sizeof ref);
@@ -532,12 +564,10 @@ START_TEST(test_feedback_ref_encode_bogus)
 	    FB_EINVAL);
 	PT_FAIL(comp_ref_encode(&c, x, ref, 10, sc, out, 5, &len), FB_ENOSPC);
 	x[3] = NAN;
-	PT_FAIL(comp_ref_encode(&c, x, ref, 10, sc, out, 64, &len),
-	    FB_EINVAL);
+	PT_FAIL(comp_ref_encode(&c, x, ref, 10, sc, out, 64, &len), FB_EINVAL);
 	x[3] = 0;
-	c = codec("q8:sr", 8);
-	PT_FAIL(comp_ref_encode(&c, x, ref, 10, sc, out, 64, &len),
-	    FB_EINVAL);
+	c    = codec("q8:sr", 8);
+	PT_FAIL(comp_ref_encode(&c, x, ref, 10, sc, out, 64, &len), FB_EINVAL);
 	ck_assert_mem_eq(ref, keep, sizeof ref);
 	c = codec("q8", 8);
 	PT_OK(comp_ref_encode(&c, x, ref, 10, sc, out, 64, &len));
@@ -551,7 +581,7 @@ END_TEST
 Suite *
 suite_feedback(void)
 {
-	Suite *s = suite_create("feedback");
+	Suite *s  = suite_create("feedback");
 	TCase *tc = tcase_create("feedback");
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_feedback_ef_identity);

@@ -50,7 +50,7 @@ START_TEST(test_float16_exhaustive)
 		}
 		ck_assert_uint_eq(comp__f32_to_f16(f), h);
 		if ((h & 0x7fff) < 0x7bff) { // has a finite upper neighbour
-			float g = comp__f16_to_f32((uint16_t) (h + 1));
+			float g   = comp__f16_to_f32((uint16_t) (h + 1));
 			float mid = (float) (((double) f + g) / 2);
 			ck_assert_uint_eq(comp__f32_to_f16(mid),
 			    (h & 1) ? h + 1 : h);
@@ -69,8 +69,8 @@ START_TEST(test_float16_codec_bound)
 	float   *x = malloc(n * 4), *y = malloc(n * 4);
 	uint8_t *buf = malloc(2 * n);
 	tr_fill(x, n, 10.0, 8);
-	const char *sp[2] = {"fp16", "bf16"};
-	double      rel[2] = {0x1p-11, 0x1p-8};
+	const char *sp[2]  = { "fp16", "bf16" };
+	double      rel[2] = { 0x1p-11, 0x1p-8 };
 	for (int k = 0; k < 2; k++) {
 		struct comp_codec c;
 		size_t            len;
@@ -92,7 +92,7 @@ END_TEST
 Suite *
 suite_float16(void)
 {
-	Suite *s = suite_create("float16");
+	Suite *s  = suite_create("float16");
 	TCase *tc = tcase_create("float16");
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_float16_known);

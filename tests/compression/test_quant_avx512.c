@@ -57,8 +57,10 @@ START_TEST(test_quant_avx512_kernels)
 			ck_assert_int_eq(v->q4_bad(ca + off, m) != 0,
 			    p->q4_bad(ca + off, m) != 0);
 			ca[off + m - 1] = 0x80; // a bad last byte is seen
-			TR_ASSERT(v->q8_bad(ca + off, m) && p->q8_bad(ca + off, m));
-			TR_ASSERT(v->q4_bad(ca + off, m) && p->q4_bad(ca + off, m));
+			TR_ASSERT(
+			    v->q8_bad(ca + off, m) && p->q8_bad(ca + off, m));
+			TR_ASSERT(
+			    v->q4_bad(ca + off, m) && p->q4_bad(ca + off, m));
 			memset(ca, 0x11, sizeof ca);
 			TR_ASSERT(!v->q8_bad(ca + off, m) &&
 			    !v->q4_bad(ca + off, m));
@@ -74,8 +76,8 @@ START_TEST(test_quant_avx512_public)
 	float   *x = malloc(n * 4), *a = malloc(n * 4), *b = malloc(n * 4);
 	uint8_t *ea = malloc(8 * n), *eb = malloc(8 * n);
 	tr_fill(x, n, 1.0, 4);
-	const char    *sp[] = {"q8", "q4", "q2"};
-	const uint32_t bk[] = {1, 5, 33, 128, 512, 1000};
+	const char    *sp[] = { "q8", "q4", "q2" };
+	const uint32_t bk[] = { 1, 5, 33, 128, 512, 1000 };
 	for (int s = 0; s < 3; s++)
 		for (int k = 0; k < 6; k++) {
 			struct comp_codec c;
@@ -105,7 +107,7 @@ END_TEST
 Suite *
 suite_quant_avx512(void)
 {
-	Suite *s = suite_create("quant_avx512");
+	Suite *s  = suite_create("quant_avx512");
 	TCase *tc = tcase_create("quant_avx512");
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_quant_avx512_kernels);

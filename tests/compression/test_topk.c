@@ -32,23 +32,26 @@ cmp_u32(const void *a, const void *b)
 // from a few levels). A failure means topk keeps the wrong values.
 START_TEST(test_topk_select)
 {
-	size_t    nmax = 3001;
-	float    *x = malloc(nmax * 4), *y = malloc(nmax * 4);
-	uint32_t *ref = malloc(nmax * 4);
-	uint8_t  *buf = malloc(8 * nmax + 4);
-	uint64_t  seed = 5;
-	const size_t ns[] = {1, 2, 10, 999, 3001};
-	const float  rs[] = {0.001f, 0.01f, 0.3f, 1.0f};
+	size_t       nmax = 3001;
+	float       *x = malloc(nmax * 4), *y = malloc(nmax * 4);
+	uint32_t    *ref  = malloc(nmax * 4);
+	uint8_t     *buf  = malloc(8 * nmax + 4);
+	uint64_t     seed = 5;
+	const size_t ns[] = { 1, 2, 10, 999, 3001 };
+	const float  rs[] = { 0.001f, 0.01f, 0.3f, 1.0f };
 	for (int ni = 0; ni < 5; ni++)
 		for (int ri = 0; ri < 4; ri++)
 			for (int ties = 0; ties < 2; ties++) {
 				size_t n = ns[ni];
 				for (size_t i = 0; i < n; i++)
-					x[i] = ties ? (float) ((int) (tr_next(&seed) %
-					    7) - 3) : (float) tr_gauss(&seed);
+					x[i] = ties
+					    ? (float) ((int) (tr_next(&seed) %
+					                   7) -
+					          3)
+					    : (float) tr_gauss(&seed);
 				struct comp_codec c = COMP_CODEC_INIT;
-				c.id = COMP_TOPK;
-				c.topk_ratio = rs[ri];
+				c.id                = COMP_TOPK;
+				c.topk_ratio        = rs[ri];
 				size_t k = comp_topk_k(rs[ri], n), len;
 				PT_OK(comp_encode(&c, x, n, NULL, buf,
 				    comp_bound(&c, n), &len));
@@ -59,10 +62,12 @@ START_TEST(test_topk_select)
 				qsort(ref, n, 4, cmp_idx);
 				qsort(ref, k, 4, cmp_u32);
 				for (size_t j = 0; j < k; j++) {
-					ck_assert_uint_eq(fb_get_u32le(buf + 4 +
-					    4 * j), ref[j]);
-					TR_ASSERT(fb_get_f32le(buf + 4 + 4 * k +
-					    4 * j) == x[ref[j]]);
+					ck_assert_uint_eq(
+					    fb_get_u32le(buf + 4 + 4 * j),
+					    ref[j]);
+					TR_ASSERT(
+					    fb_get_f32le(buf + 4 + 4 * k +
+					        4 * j) == x[ref[j]]);
 				}
 				PT_OK(comp_decode(&c, buf, len, n, y));
 				size_t nz = 0;
@@ -83,9 +88,9 @@ END_TEST
 START_TEST(test_topk_corrupt)
 {
 	struct comp_codec c = COMP_CODEC_INIT;
-	c.id = COMP_TOPK;
-	c.topk_ratio = 0.5f;
-	float   acc[4] = {1, 2, 3, 4}, keep[4] = {1, 2, 3, 4};
+	c.id                = COMP_TOPK;
+	c.topk_ratio        = 0.5f;
+	float   acc[4] = { 1, 2, 3, 4 }, keep[4] = { 1, 2, 3, 4 };
 	uint8_t m[4 + 16];
 	// valid: k = 2, indices 1, 3, values 0.5, -0.5
 	fb_put_u32le(m, 2);
@@ -97,27 +102,27 @@ START_TEST(test_topk_corrupt)
 	TR_ASSERT(acc[0] == 0 && acc[1] == 0.5f && acc[3] == -0.5f);
 	memcpy(acc, keep, sizeof acc);
 	uint8_t b[sizeof m];
-#define CORRUPT(stmt)                                                     \
-	do {                                                              \
-		memcpy(b, m, sizeof m);                                   \
-		stmt;                                                     \
-		PT_FAIL(comp_decode_add(&c, b, sizeof b, 4, acc),         \
-		    FB_EPROTO);                                           \
-		ck_assert_mem_eq(acc, keep, sizeof acc);                  \
+#define CORRUPT(stmt)                                                         \
+	do {                                                                  \
+		memcpy(b, m, sizeof m);                                       \
+		stmt;                                                         \
+		PT_FAIL(comp_decode_add(&c, b, sizeof b, 4, acc), FB_EPROTO); \
+		ck_assert_mem_eq(acc, keep, sizeof acc);                      \
 	} while (0)
-	CORRUPT(fb_put_u32le(b, 3));          // k disagrees with length
+	CORRUPT(fb_put_u32le(b, 3));           // k disagrees with length
 	CORRUPT(fb_put_u32le(b, 0xffffffffu)); // huge k
-	CORRUPT(fb_put_u32le(b + 8, 4));      // index == n
+	CORRUPT(fb_put_u32le(b + 8, 4));       // index == n
 	CORRUPT(fb_put_u32le(b + 8, 0xffffffffu));
-	CORRUPT(fb_put_u32le(b + 8, 1));      // repeated
-	CORRUPT(fb_put_u32le(b + 4, 3));      // decreasing
+	CORRUPT(fb_put_u32le(b + 8, 1)); // repeated
+	CORRUPT(fb_put_u32le(b + 4, 3)); // decreasing
 	CORRUPT(fb_put_f32le(b + 16, NAN));
 	CORRUPT(fb_put_f32le(b + 12, -INFINITY));
 #undef CORRUPT
 	PT_FAIL(comp_decode_add(&c, m, sizeof m, 3, acc), FB_EPROTO); // 3 >= n
 	PT_FAIL(comp_decode_add(&c, m, 3, 4, acc), FB_EPROTO);
 	// k = 3 > n = 2 with a consistent length
-	uint8_t big[4 + 24] = {3, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0};
+	uint8_t big[4 + 24] = { 3, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0,
+		0 };
 	PT_FAIL(comp_decode_add(&c, big, sizeof big, 2, acc), FB_EPROTO);
 	ck_assert_mem_eq(acc, keep, sizeof acc);
 }
@@ -126,7 +131,7 @@ END_TEST
 Suite *
 suite_topk(void)
 {
-	Suite *s = suite_create("topk");
+	Suite *s  = suite_create("topk");
 	TCase *tc = tcase_create("topk");
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_topk_select);

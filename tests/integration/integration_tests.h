@@ -15,7 +15,7 @@ int it_have_data(void);
 
 // A local cluster of real processes: a scheduler, servers and trainers.
 struct lc {
-	char dir[128];       // temp dir with logs and outputs
+	char dir[128]; // temp dir with logs and outputs
 	char sched_url[256];
 	int  pids[64];
 	int  n_pids;

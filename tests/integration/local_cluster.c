@@ -32,7 +32,8 @@ spawn(struct lc *c, const char **argv, const char *out, const char *err)
 	posix_spawn_file_actions_addopen(&fa, 2, err,
 	    O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	ck_assert_int_eq(posix_spawn(&pid, argv[0], &fa, NULL,
-	                     (char *const *) argv, environ), 0);
+	                     (char *const *) argv, environ),
+	    0);
 	posix_spawn_file_actions_destroy(&fa);
 	ck_assert_int_lt(c->n_pids, 64);
 	c->pids[c->n_pids++] = pid;
@@ -95,7 +96,8 @@ lc_start(struct lc *c, int trainers, int servers, const char **sflags)
 		}
 		argv[n] = NULL;
 		snprintf(name, sizeof(name), "server-%d.log", m);
-		spawn(c, argv, "/dev/null", lc_path(c, name, err, sizeof(err)));
+		spawn(c, argv, "/dev/null",
+		    lc_path(c, name, err, sizeof(err)));
 	}
 }
 
@@ -117,15 +119,15 @@ lc_trainer(struct lc *c, int rank, const char **flags)
 	snprintf(name, sizeof(name), "trainer-%d.out", rank);
 	lc_path(c, name, out, sizeof(out));
 	snprintf(name, sizeof(name), "trainer-%d.log", rank);
-	c->trainer_pids[c->n_trainers++] =
-	    spawn(c, argv, out, lc_path(c, name, err, sizeof(err)));
+	c->trainer_pids[c->n_trainers++] = spawn(c, argv, out,
+	    lc_path(c, name, err, sizeof(err)));
 }
 
 int
 lc_wait_trainers(struct lc *c, int timeout_s)
 {
 	int      ok = 0, left = c->n_trainers;
-	uint64_t end = fb_clock_ms() + (uint64_t) timeout_s * 1000;
+	uint64_t end      = fb_clock_ms() + (uint64_t) timeout_s * 1000;
 	int      done[16] = { 0 };
 	while (left > 0 && fb_clock_ms() < end) {
 		for (int i = 0; i < c->n_trainers; i++) {

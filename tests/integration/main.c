@@ -10,9 +10,9 @@ int
 main(void)
 {
 	if (!it_have_data()) {
-		fprintf(stderr, "SKIP: Fashion-MNIST not found in %s (apt-get "
-		                "install dataset-fashion-mnist, or set "
-		                "FERRY_DATA_DIR)\n",
+		fprintf(stderr,
+		    "SKIP: Fashion-MNIST not found in %s (apt-get "
+		    "install dataset-fashion-mnist, or set FERRY_DATA_DIR)\n",
 		    it_data_dir());
 		return 77;
 	}

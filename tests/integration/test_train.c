@@ -45,23 +45,24 @@ it_have_data(void)
 // ranks' step-k minibatches (relative L2 error <= 1e-5).
 START_TEST(test_train_sync_equals_single_process)
 {
-	struct lc           c;
-	struct tr_arch      a;
-	struct tr_dataset   train, test;
-	struct tr_partition p[2];
-	struct tr_params    w, g, got;
-	struct tr_backend  *be = NULL;
+	struct lc              c;
+	struct tr_arch         a;
+	struct tr_dataset      train, test;
+	struct tr_partition    p[2];
+	struct tr_params       w, g, got;
+	struct tr_backend     *be = NULL;
 	struct tr_backend_opts bo = TR_BACKEND_OPTS_INIT;
-	char                err[256], path[300];
-	uint32_t            idx[128];
-	const uint32_t     *bi;
-	double              loss;
+	char                   err[256], path[300];
+	uint32_t               idx[128];
+	const uint32_t        *bi;
+	double                 loss;
 
 	lc_start(&c, 2, 2, NULL);
 	for (int r = 0; r < 2; r++) {
 		char wo[320], stf[320], data[520];
 		snprintf(wo, sizeof(wo), "--weights-out=%s/w%d.bin", c.dir, r);
-		snprintf(stf, sizeof(stf), "--step-times=%s/st%d.csv", c.dir, r);
+		snprintf(stf, sizeof(stf), "--step-times=%s/st%d.csv", c.dir,
+		    r);
 		snprintf(data, sizeof(data), "--data=%s", it_data_dir());
 		const char *flags[] = { "--seed=" SEED, "--max-steps=20",
 			"--log-interval=0", "--batch=64", "--lr=0.1", wo, stf,
@@ -82,7 +83,8 @@ START_TEST(test_train_sync_equals_single_process)
 	for (unsigned k = 0; k < STEPS; k++) {
 		unsigned step;
 		double   cm, pm;
-		ck_assert_int_eq(fscanf(stf, "%u,%lf,%lf", &step, &cm, &pm), 3);
+		ck_assert_int_eq(fscanf(stf, "%u,%lf,%lf", &step, &cm, &pm),
+		    3);
 		ck_assert_uint_eq(step, k);
 		ck_assert(cm > 0 && pm > 0);
 	}
@@ -91,8 +93,8 @@ START_TEST(test_train_sync_equals_single_process)
 
 	// The single-process reference.
 	PT_OK(tr_arch_parse("784,256,128,10", &a, err, sizeof(err)));
-	PT_OK(tr_data_load(it_data_dir(), 10, &train, &test, err,
-	    sizeof(err)));
+	PT_OK(
+	    tr_data_load(it_data_dir(), 10, &train, &test, err, sizeof(err)));
 	PT_OK(tr_params_init(&w, &a));
 	PT_OK(tr_params_init(&g, &a));
 	PT_OK(tr_params_init(&got, &a));
@@ -107,8 +109,7 @@ START_TEST(test_train_sync_equals_single_process)
 			PT_OK(tr_partition_batch(&p[r], 0, k, 64, &bi));
 			memcpy(idx + 64 * r, bi, 64 * sizeof(uint32_t));
 		}
-		PT_OK(tr_backend_set_weights(be,
-		    (const float *const *) w.t));
+		PT_OK(tr_backend_set_weights(be, (const float *const *) w.t));
 		PT_OK(tr_backend_grad(be, &train, idx, 128, g.t, &loss));
 		tr_params_sgd(&w, &g, 0.1, 128);
 	}
@@ -122,8 +123,9 @@ START_TEST(test_train_sync_equals_single_process)
 		ck_assert_ptr_nonnull(f = fopen(path, "rb"));
 		// The file holds the tensors back to back, in table order.
 		for (size_t t = 0; t < got.n_tensors; t++) {
-			ck_assert_uint_eq(fread(got.t[t], sizeof(float),
-			                      got.len[t], f), got.len[t]);
+			ck_assert_uint_eq(
+			    fread(got.t[t], sizeof(float), got.len[t], f),
+			    got.len[t]);
 			for (size_t i = 0; i < got.len[t]; i++) {
 				double d = (double) got.t[t][i] - w.t[t][i];
 				num += d * d;
@@ -135,7 +137,8 @@ START_TEST(test_train_sync_equals_single_process)
 		ck_assert_int_eq(fgetc(f), EOF);
 		fclose(f);
 		// The weights did move (the check is not vacuous) ...
-		ck_assert_msg(sqrt(moved / den) > 1e-3, "no training happened");
+		ck_assert_msg(sqrt(moved / den) > 1e-3,
+		    "no training happened");
 		// ... and match the single process.
 		ck_assert_msg(sqrt(num / den) <= 1e-5,
 		    "rank %d: relative error %.3g > 1e-5", r, sqrt(num / den));

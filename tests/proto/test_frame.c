@@ -146,9 +146,9 @@ START_TEST(test_msg_finish_bogus)
 	Pswire__Header h = PSWIRE__HEADER__INIT;
 	nng_msg       *m;
 	uint8_t       *payload;
-	h.request_id  = 1;
-	h.error       = "a long error text that does not fit in 2 bytes";
-	h.status      = PSWIRE__STATUS__INTERNAL;
+	h.request_id = 1;
+	h.error      = "a long error text that does not fit in 2 bytes";
+	h.status     = PSWIRE__STATUS__INTERNAL;
 	PT_OK(psw_msg_begin(&m, 2, 0, &payload));
 	PT_FAIL(psw_msg_finish(m, 1, 0, &h.base, 2, 0), FB_ENOSPC);
 	nng_msg_free(m);

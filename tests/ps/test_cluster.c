@@ -38,16 +38,16 @@ struct trainer_arg {
 	uint64_t    bytes_pushed, bytes_pulled, map_changes;
 	// Called by rank 0 before step `hook_at` (and 2*hook_at), if set.
 	void (*hook)(void *arg, int step);
-	void       *hook_arg;
-	int         hook_at;
-	int         encoded; // push codes encoded here, not by libferry
-	int         leave_at; // > 0: leave the job before this step
-	int         nan_at;   // > 0: first push a NaN (or Inf) at this step
-	int         nan_refused; // the server refused it with a message
-	float       resid[NT][40];
-	float       w[NT][40];
-	int         rv;
-	char        err[256];
+	void *hook_arg;
+	int   hook_at;
+	int   encoded;     // push codes encoded here, not by libferry
+	int   leave_at;    // > 0: leave the job before this step
+	int   nan_at;      // > 0: first push a NaN (or Inf) at this step
+	int   nan_refused; // the server refused it with a message
+	float resid[NT][40];
+	float w[NT][40];
+	int   rv;
+	char  err[256];
 };
 
 // push_encoded encodes each shard with error feedback here, the way a GPU
@@ -74,8 +74,8 @@ push_encoded(ferry_client *c, const float *const *g, float *const *w,
 		size_t out;
 		ck_assert_uint_le(sh[i].code_bytes, sizeof(buf[i]));
 		PT_OK(comp_ef_encode(&cc, g[sh[i].tensor] + sh[i].offset,
-		    resid[sh[i].tensor] + sh[i].offset, sh[i].len, NULL, buf[i],
-		    sizeof(buf[i]), &out));
+		    resid[sh[i].tensor] + sh[i].offset, sh[i].len, NULL,
+		    buf[i], sizeof(buf[i]), &out));
 		ck_assert_uint_eq(out, sh[i].code_bytes);
 		codes[i] = buf[i];
 	}
@@ -85,10 +85,11 @@ push_encoded(ferry_client *c, const float *const *g, float *const *w,
 static void *
 trainer_main(void *arg)
 {
-	struct trainer_arg      *a = arg;
-	struct ferry_opts        o = FERRY_OPTS_INIT;
-	struct ferry_tensor_desc d[NT] = { { "a", 40 }, { "b", 7 }, { "c", 1 } };
-	ferry_client            *c = NULL;
+	struct trainer_arg      *a     = arg;
+	struct ferry_opts        o     = FERRY_OPTS_INIT;
+	struct ferry_tensor_desc d[NT] = { { "a", 40 }, { "b", 7 },
+		{ "c", 1 } };
+	ferry_client            *c     = NULL;
 	float                    g[NT][40];
 	float                   *wp[NT], *gp[NT];
 
@@ -112,7 +113,8 @@ trainer_main(void *arg)
 		goto out;
 	}
 	if (a->rank == 0 &&
-	    (a->rv = ferry_client_init_weights(c, (const float *const *) wp))) {
+	    (a->rv = ferry_client_init_weights(c,
+	         (const float *const *) wp))) {
 		goto out;
 	}
 	if ((a->rv = ferry_client_pull(c, wp)) != 0) {
@@ -133,12 +135,13 @@ trainer_main(void *arg)
 			}
 		}
 		if (a->nan_at > 0 && k == a->nan_at) {
-			// A non-finite gradient is refused and changes nothing:
-			// the same step then pushes its real gradient.
-			float keep = g[0][3];
-			g[0][3]    = (a->rank & 1) ? INFINITY : NAN;
-			int rv     = ferry_client_push_pull(c,
-			        (const float *const *) gp, 10, wp);
+			// A non-finite gradient is refused and changes
+			// nothing: the same step then pushes its real
+			// gradient.
+			float keep     = g[0][3];
+			g[0][3]        = (a->rank & 1) ? INFINITY : NAN;
+			int rv         = ferry_client_push_pull(c,
+			            (const float *const *) gp, 10, wp);
 			a->nan_refused = rv == FERRY_EREMOTE &&
 			    strstr(ferry_client_last_error(c), "NaN or Inf");
 			g[0][3] = keep;
@@ -200,8 +203,8 @@ START_TEST(test_cluster_sync_aggregation)
 			}
 			ck_assert_msg(a[0].w[t][i] == a[1].w[t][i],
 			    "ranks disagree at %d/%zu", t, i);
-			ck_assert_msg(fabsf(a[0].w[t][i] - x) <= 1e-5f *
-			        (1 + fabsf(x)),
+			ck_assert_msg(fabsf(a[0].w[t][i] - x) <=
+			        1e-5f * (1 + fabsf(x)),
 			    "tensor %d[%zu] = %g, expected %g", t, i,
 			    a[0].w[t][i], x);
 		}
@@ -226,7 +229,8 @@ START_TEST(test_cluster_nonfinite_push_refused)
 			a[r].url    = ps_scheduler_url(cl.sched);
 			a[r].rank   = r;
 			a[r].steps  = K;
-			a[r].mode   = mode == 0 ? FERRY_MODE_SYNC : FERRY_MODE_ASYNC;
+			a[r].mode   = mode == 0 ? FERRY_MODE_SYNC
+			                        : FERRY_MODE_ASYNC;
 			a[r].nan_at = 2;
 			pthread_create(&th[r], NULL, trainer_main, &a[r]);
 		}
@@ -294,8 +298,8 @@ START_TEST(test_cluster_trainer_leave)
 					    grad_for(0, k, t, i);
 				}
 			}
-			ck_assert_msg(fabsf(a[0].w[t][i] - x) <= 1e-5f *
-			        (1 + fabsf(x)),
+			ck_assert_msg(fabsf(a[0].w[t][i] - x) <=
+			        1e-5f * (1 + fabsf(x)),
 			    "tensor %d[%zu] = %g, expected %g", t, i,
 			    a[0].w[t][i], x);
 		}
@@ -318,16 +322,17 @@ struct rejoin_arg {
 static void *
 rejoin_main(void *arg)
 {
-	struct rejoin_arg       *a = arg;
-	struct ferry_tensor_desc d[NT] = { { "a", 40 }, { "b", 7 }, { "c", 1 } };
+	struct rejoin_arg       *a     = arg;
+	struct ferry_tensor_desc d[NT] = { { "a", 40 }, { "b", 7 },
+		{ "c", 1 } };
 	float                    w[NT][40], g[NT][40];
 	float                   *wp[NT], *gp[NT];
 	ferry_client            *c = NULL;
 	struct ferry_opts        o = FERRY_OPTS_INIT;
-	o.scheduler_url = a->url;
-	o.rank          = a->rank;
-	o.lr            = 0.5;
-	o.timeout_ms    = 20000;
+	o.scheduler_url            = a->url;
+	o.rank                     = a->rank;
+	o.lr                       = 0.5;
+	o.timeout_ms               = 20000;
 	for (int t = 0; t < NT; t++) {
 		wp[t] = w[t];
 		gp[t] = g[t];
@@ -395,10 +400,18 @@ START_TEST(test_cluster_trainer_rejoin)
 	pthread_t         th[2];
 	cluster_start(&cl, 2, 2);
 	memset(a, 0, sizeof(a));
-	a[0] = (struct rejoin_arg) { .rank = 0, .before = 12, .after = 0,
-		.leave_at_end = 1 };
-	a[1] = (struct rejoin_arg) { .rank = 1, .before = 3, .after = 4,
-		.leave_at_end = 1 };
+	a[0] = (struct rejoin_arg) {
+		.rank         = 0,
+		.before       = 12,
+		.after        = 0,
+		.leave_at_end = 1,
+	};
+	a[1] = (struct rejoin_arg) {
+		.rank         = 1,
+		.before       = 3,
+		.after        = 4,
+		.leave_at_end = 1,
+	};
 	for (int r = 0; r < 2; r++) {
 		a[r].url = ps_scheduler_url(cl.sched);
 		pthread_create(&th[r], NULL, rejoin_main, &a[r]);
@@ -445,7 +458,7 @@ END_TEST
 START_TEST(test_cluster_declare_mismatch_bogus)
 {
 	struct cluster           cl;
-	struct ferry_opts        o  = FERRY_OPTS_INIT;
+	struct ferry_opts        o     = FERRY_OPTS_INIT;
 	struct ferry_tensor_desc d1[1] = { { "w", 10 } };
 	struct ferry_tensor_desc d2[1] = { { "w", 11 } };
 	ferry_client            *c0, *c1, *c2;
@@ -458,9 +471,9 @@ START_TEST(test_cluster_declare_mismatch_bogus)
 	o.rank = 1;
 	PT_OK(ferry_client_open(&o, &c1));
 	ck_assert_int_eq(ferry_client_declare(c1, d2, 1), FERRY_EMISMATCH);
-	ck_assert_ptr_nonnull(strstr(ferry_client_last_error(c1), "len") ?
-	        ferry_client_last_error(c1) :
-	        strstr(ferry_client_last_error(c1), "floats"));
+	ck_assert_ptr_nonnull(strstr(ferry_client_last_error(c1), "len")
+	        ? ferry_client_last_error(c1)
+	        : strstr(ferry_client_last_error(c1), "floats"));
 	o.rank = 7;
 	PT_OK(ferry_client_open(&o, &c2));
 	ck_assert_int_eq(ferry_client_declare(c2, d1, 1), FERRY_EREMOTE);
@@ -500,8 +513,8 @@ send_raw(const char *url, const void *buf, size_t len, char *err, size_t n)
 		struct psw_frame f;
 		const char      *why;
 		if (psw_msg_parse(m, &f, &why) == FB_OK) {
-			Pswire__Header *h =
-			    pswire__header__unpack(NULL, f.hdr_len, f.hdr);
+			Pswire__Header *h = pswire__header__unpack(NULL,
+			    f.hdr_len, f.hdr);
 			if (h != NULL) {
 				status = h->status;
 				snprintf(err, n, "%s", h->error);
@@ -574,8 +587,8 @@ START_TEST(test_cluster_hostile_frames_bogus)
 	ck_assert(fabsf(a.w[0][5] - x) <= 1e-5f * (1 + fabsf(x)));
 	// Requests for shards, versions and ranks that do not exist.
 	{
-		Pswire__Header      h  = PSWIRE__HEADER__INIT;
-		Pswire__PullRequest pr = PSWIRE__PULL_REQUEST__INIT;
+		Pswire__Header      h      = PSWIRE__HEADER__INIT;
+		Pswire__PullRequest pr     = PSWIRE__PULL_REQUEST__INIT;
 		uint32_t            ids[2] = { 999, 0 };
 		uint8_t             out[256];
 		h.epoch     = 1;
@@ -617,10 +630,10 @@ struct pair_opts {
 	int         steps;
 	const char *push, *pull;
 	uint32_t    warmup;
-	int         encoded;                  // rank 0 and 1 encode pushes
+	int         encoded;               // rank 0 and 1 encode pushes
 	void (*hook)(void *arg, int step); // rank 0's hook, if any
-	void       *hook_arg;
-	int         hook_at;
+	void *hook_arg;
+	int   hook_at;
 };
 
 // train_pair trains ranks 0 and 1 on cl with o and checks they succeeded.
@@ -809,8 +822,8 @@ START_TEST(test_cluster_codecs_lockstep)
 	run_pair(q, K, "q4", "q8", 2);
 	double err = 0, norm = 0;
 	for (int t = 0; t < NT; t++) {
-		ck_assert_int_eq(memcmp(q[0].w[t], q[1].w[t],
-		                     lens[t] * sizeof(float)), 0);
+		ck_assert_int_eq(
+		    memcmp(q[0].w[t], q[1].w[t], lens[t] * sizeof(float)), 0);
 		for (size_t i = 0; i < lens[t]; i++) {
 			double d = q[0].w[t][i] - ref[0].w[t][i];
 			err += d * d;
@@ -831,7 +844,7 @@ START_TEST(test_cluster_encoded_push)
 {
 	struct trainer_arg lib[2], own[2];
 	struct cluster     cl;
-	struct pair_opts o = { 8, "q4", "q8", 2, 1, NULL, NULL, 0 };
+	struct pair_opts   o = { 8, "q4", "q8", 2, 1, NULL, NULL, 0 };
 	run_pair(lib, 8, "q4", "q8", 2);
 	cluster_start(&cl, 2, 2);
 	train_pair(&cl, own, &o);
@@ -845,14 +858,15 @@ START_TEST(test_cluster_codecs_all)
 {
 	static const char *push[] = { "fp16", "bf16", "q8", "q2", "sign",
 		"topk:0.25", "q4:sr" };
-	static const char *pull[] = { "bf16", "fp16", "q2", "q4", "q8",
-		"fp16", "q8" };
+	static const char *pull[] = { "bf16", "fp16", "q2", "q4", "q8", "fp16",
+		"q8" };
 	for (size_t i = 0; i < sizeof(push) / sizeof(push[0]); i++) {
 		struct trainer_arg a[2];
 		run_pair(a, 4, push[i], pull[i], 1);
 		for (int t = 0; t < NT; t++) {
 			ck_assert_int_eq(memcmp(a[0].w[t], a[1].w[t],
-			                     lens[t] * sizeof(float)), 0);
+			                     lens[t] * sizeof(float)),
+			    0);
 		}
 	}
 }
@@ -861,9 +875,9 @@ END_TEST
 // A job with an unknown codec is refused at declaration, with the reason.
 START_TEST(test_cluster_codec_bogus)
 {
-	struct cluster           cl;
-	struct ferry_opts        o = FERRY_OPTS_INIT;
-	ferry_client            *c;
+	struct cluster    cl;
+	struct ferry_opts o = FERRY_OPTS_INIT;
+	ferry_client     *c;
 	cluster_start(&cl, 1, 1);
 	o.scheduler_url = ps_scheduler_url(cl.sched);
 	o.codec_push    = "q3";
@@ -922,16 +936,16 @@ raw_register_trainer(const char *url, uint32_t rank, size_t nt)
 		td[i].len  = 16; // one 64-byte shard each
 		tp[i]      = &td[i];
 	}
-	j.n_tensors    = nt;
-	j.tensors      = tp;
-	j.lr           = 0.1;
-	j.codec_push   = "none";
-	j.codec_pull   = "none";
-	rr.role        = PSWIRE__ROLE__ROLE_TRAINER;
-	rr.rank        = rank;
-	rr.job         = &j;
-	h.body_case    = PSWIRE__HEADER__BODY_REGISTER_REQ;
-	h.register_req = &rr;
+	j.n_tensors        = nt;
+	j.tensors          = tp;
+	j.lr               = 0.1;
+	j.codec_push       = "none";
+	j.codec_pull       = "none";
+	rr.role            = PSWIRE__ROLE__ROLE_TRAINER;
+	rr.rank            = rank;
+	rr.job             = &j;
+	h.body_case        = PSWIRE__HEADER__BODY_REGISTER_REQ;
+	h.register_req     = &rr;
 	Pswire__Header *rh = raw_call(url, PSWIRE__METHOD__REGISTER, &h);
 	ck_assert_ptr_nonnull(rh);
 	ck_assert_int_eq(rh->status, PSWIRE__STATUS__OK);
@@ -946,13 +960,13 @@ raw_report(const char *url, uint32_t rank, size_t n, double *rtt, double *bw)
 {
 	Pswire__Header             h = PSWIRE__HEADER__INIT;
 	Pswire__ReportLinksRequest r = PSWIRE__REPORT_LINKS_REQUEST__INIT;
-	r.rank      = rank;
-	r.n_rtt_s   = n;
-	r.rtt_s     = rtt;
-	r.n_bw_bps  = n;
-	r.bw_bps    = bw;
-	h.body_case = PSWIRE__HEADER__BODY_LINKS_REQ;
-	h.links_req = &r;
+	r.rank                       = rank;
+	r.n_rtt_s                    = n;
+	r.rtt_s                      = rtt;
+	r.n_bw_bps                   = n;
+	r.bw_bps                     = bw;
+	h.body_case                  = PSWIRE__HEADER__BODY_LINKS_REQ;
+	h.links_req                  = &r;
 	Pswire__Header *rh = raw_call(url, PSWIRE__METHOD__REPORT_LINKS, &h);
 	ck_assert_ptr_nonnull(rh);
 	int st = rh->status;
@@ -1009,9 +1023,9 @@ START_TEST(test_cluster_latency_placement_slow_server)
 	}
 	Pswire__Header              h  = PSWIRE__HEADER__INIT;
 	Pswire__GetPlacementRequest gp = PSWIRE__GET_PLACEMENT_REQUEST__INIT;
-	gp.min_epoch    = 1;
-	h.body_case     = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
-	h.placement_req = &gp;
+	gp.min_epoch                   = 1;
+	h.body_case                    = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
+	h.placement_req                = &gp;
 	Pswire__Header *rh = raw_call(url, PSWIRE__METHOD__GET_PLACEMENT, &h);
 	ck_assert_ptr_nonnull(rh);
 	ck_assert_int_eq(rh->status, PSWIRE__STATUS__OK);
@@ -1022,9 +1036,9 @@ START_TEST(test_cluster_latency_placement_slow_server)
 		    rh->placement->shards[i]->len * 4;
 	}
 	pswire__header__free_unpacked(rh, NULL);
-	ck_assert_msg(load[1] < load[0], "slow server got %llu bytes, fast "
-	    "%llu", (unsigned long long) load[1],
-	    (unsigned long long) load[0]);
+	ck_assert_msg(load[1] < load[0],
+	    "slow server got %llu bytes, fast %llu",
+	    (unsigned long long) load[1], (unsigned long long) load[0]);
 	char text[8192];
 	ps_scheduler_stats(cl.sched, text, sizeof(text));
 	ck_assert_ptr_nonnull(strstr(text, "f_over_lb:"));
@@ -1041,9 +1055,9 @@ fetch_epoch(const char *url, uint64_t min_epoch, uint64_t load[2])
 {
 	Pswire__Header              h  = PSWIRE__HEADER__INIT;
 	Pswire__GetPlacementRequest gp = PSWIRE__GET_PLACEMENT_REQUEST__INIT;
-	gp.min_epoch    = min_epoch;
-	h.body_case     = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
-	h.placement_req = &gp;
+	gp.min_epoch                   = min_epoch;
+	h.body_case                    = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
+	h.placement_req                = &gp;
 	Pswire__Header *rh = raw_call(url, PSWIRE__METHOD__GET_PLACEMENT, &h);
 	ck_assert_ptr_nonnull(rh);
 	ck_assert_int_eq(rh->status, PSWIRE__STATUS__OK);

@@ -31,8 +31,8 @@ gen_reset(struct gen_inst *g)
 }
 
 void
-gen_random(struct gen_inst *g, uint64_t *rng, size_t S, uint32_t M,
-    uint32_t T, int model, double cap_frac)
+gen_random(struct gen_inst *g, uint64_t *rng, size_t S, uint32_t M, uint32_t T,
+    int model, double cap_frac)
 {
 	struct shard_inst init = SHARD_INST_INIT;
 	memset(g, 0, sizeof(*g));

@@ -6,8 +6,8 @@
 
 #include <shard/shard.h>
 
-#define GEN_MAX_S  64
-#define GEN_MAX_M  8
+#define GEN_MAX_S 64
+#define GEN_MAX_M 8
 #define GEN_MAX_TM 64
 
 // gen_inst owns the arrays its shard_inst points at.

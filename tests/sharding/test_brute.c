@@ -16,7 +16,7 @@ START_TEST(test_brute_known)
 	// split is 6 | 6 (3+3 vs 2+2+2), which LPT misses (3+2+2 | 3+2).
 	struct shard_inst   in     = SHARD_INST_INIT;
 	uint64_t            size[] = { 3, 3, 2, 2, 2 };
-	double              lat[]  = { 0, 0 }, bw[] = { 1, 1 }, tt[1];
+	double              lat[] = { 0, 0 }, bw[] = { 1, 1 }, tt[1];
 	uint32_t            a[5];
 	struct shard_report r;
 	in.n_shards = 5, in.n_servers = 2, in.n_trainers = 1;

@@ -33,7 +33,7 @@ inst2(int model)
 // A failure means a cost formula of §3.3 is computed wrongly.
 START_TEST(test_cost_models)
 {
-	struct shard_inst in = inst2(SHARD_MODEL_B);
+	struct shard_inst in      = inst2(SHARD_MODEL_B);
 	uint32_t          split[] = { 0, 1 }, same[] = { 0, 0 };
 	double            f, s, tt[1];
 	// B: max(0.01 + 2·1000/1e6, 0.02 + 2·3000/2e6) = 0.023
@@ -60,7 +60,7 @@ END_TEST
 // A failure means the NIC terms are missing or wrong (model B).
 START_TEST(test_cost_nic)
 {
-	struct shard_inst in = inst2(SHARD_MODEL_B);
+	struct shard_inst in   = inst2(SHARD_MODEL_B);
 	double            nt[] = { 1e5 }, ns[] = { 1e4, 0 };
 	uint32_t          split[] = { 0, 1 };
 	double            f;
@@ -77,10 +77,10 @@ END_TEST
 // A failure means over-capacity placements pass or legal ones fail.
 START_TEST(test_assign_check)
 {
-	struct shard_inst in  = inst2(SHARD_MODEL_B);
+	struct shard_inst in    = inst2(SHARD_MODEL_B);
 	uint64_t          cap[] = { 3000, 0 }; // server 1 unbounded
 	uint32_t          a[] = { 1, 0 }, b[] = { 0, 0 }, c[] = { 1, 1 };
-	in.cap                = cap;
+	in.cap = cap;
 	PT_OK(shard_assign_check(&in, a));
 	PT_OK(shard_assign_check(&in, c));
 	PT_FAIL(shard_assign_check(&in, b), FB_ENOSPC);
@@ -125,7 +125,7 @@ END_TEST
 static double
 spec_lb(const struct shard_inst *in)
 {
-	size_t   M = in->n_servers;
+	size_t   M   = in->n_servers;
 	uint64_t sum = 0, bmax = 0;
 	for (size_t i = 0; i < in->n_shards; i++) {
 		sum += in->size[i];
@@ -148,7 +148,7 @@ spec_lb(const struct shard_inst *in)
 // optimum (checked by brute force) on seeded random instances.
 START_TEST(test_lower_bound_vs_spec)
 {
-	uint64_t rng = 77;
+	uint64_t rng     = 77;
 	int      sharper = 0;
 	for (int n = 0; n < 100; n++) {
 		struct gen_inst g;
@@ -175,12 +175,12 @@ END_TEST
 // out-param was written on failure.
 START_TEST(test_cost_bogus)
 {
-	struct shard_inst in = inst2(SHARD_MODEL_B), bad;
+	struct shard_inst in  = inst2(SHARD_MODEL_B), bad;
 	uint32_t          a[] = { 0, 1 }, oob[] = { 0, 2 };
 	double            f = -1, lat_nan[] = { 0.01, NAN };
 	double            bw0[] = { 1e6, 0 }, lat_neg[] = { -1, 0 };
 	uint64_t          size0[] = { 1000, 0 };
-	uint64_t          big[] = { UINT64_MAX, 2 };
+	uint64_t          big[]   = { UINT64_MAX, 2 };
 	PT_FAIL(shard_cost(NULL, a, &f, NULL, NULL), FB_EINVAL);
 	PT_FAIL(shard_cost(&in, NULL, &f, NULL, NULL), FB_EINVAL);
 	PT_FAIL(shard_cost(&in, oob, &f, NULL, NULL), FB_EINVAL);
@@ -229,7 +229,7 @@ END_TEST
 // A failure means bad input to the check or the bound was accepted.
 START_TEST(test_check_lb_bogus)
 {
-	struct shard_inst in = inst2(SHARD_MODEL_B), bad;
+	struct shard_inst in    = inst2(SHARD_MODEL_B), bad;
 	uint32_t          oob[] = { 5, 0 };
 	double            lb    = -1;
 	PT_FAIL(shard_assign_check(NULL, oob), FB_EINVAL);

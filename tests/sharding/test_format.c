@@ -25,12 +25,14 @@ START_TEST(test_format_report)
 	PT_OK(shard_format(&g.in, a, buf, n, &len));
 	ck_assert_uint_eq(len, strlen(buf));
 	ck_assert_uint_lt(len, n);
-	const char *want[] = { "placement: 12 shards", "L[t][m] (ms):",
-		"B[t][m] (MB/s):", "  t1 ", "servers:", "  m2 ", "assign: ",
-		"trainer time (ms): t0=", " t1=", "F ", "LB ", "F/LB " };
+	const char *want[] = { "placement: 12 shards",
+		"L[t][m] (ms):", "B[t][m] (MB/s):", "  t1 ",
+		"servers:", "  m2 ",
+		"assign: ", "trainer time (ms): t0=", " t1=", "F ", "LB ",
+		"F/LB " };
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
-		ck_assert_msg(strstr(buf, want[i]) != NULL, "missing '%s' in:\n%s",
-		    want[i], buf);
+		ck_assert_msg(strstr(buf, want[i]) != NULL,
+		    "missing '%s' in:\n%s", want[i], buf);
 	// the assignment line lists every shard's server
 	const char *p = strstr(buf, "assign:") + 7;
 	for (int i = 0; i < 12; i++) {

@@ -72,9 +72,9 @@ END_TEST
 // writes its outputs when it fails.
 START_TEST(test_policy_caps_bogus)
 {
-	uint64_t mem[]  = { 100 };
-	uint8_t  gone[] = { 0 };
-	uint64_t cap[1] = { 42 };
+	uint64_t mem[]   = { 100 };
+	uint8_t  gone[]  = { 0 };
+	uint64_t cap[1]  = { 42 };
 	int      bounded = 42;
 	PT_FAIL(shard_policy_caps(0, mem, gone, 2, cap, &bounded), FB_EINVAL);
 	PT_FAIL(shard_policy_caps(1, NULL, gone, 2, cap, &bounded), FB_EINVAL);
@@ -216,7 +216,7 @@ START_TEST(test_policy_capacity)
 	PT_FAIL(shard_policy_place(&t.in, t.gone, &p, a, &r, &n), FB_ENOSPC);
 	// Round-robin that fits is accepted.
 	t.cap[0] = t.cap[1] = 2000000;
-	p.solve          = 0;
+	p.solve             = 0;
 	PT_OK(shard_policy_place(&t.in, t.gone, &p, a, &r, &n));
 }
 END_TEST
@@ -281,18 +281,16 @@ START_TEST(test_policy_place_bogus)
 	three_shards_init(&t, 1.2e9);
 	PT_FAIL(shard_policy_place(NULL, t.gone, &p, a, &r, &n), FB_EINVAL);
 	PT_FAIL(shard_policy_place(&t.in, NULL, &p, a, &r, &n), FB_EINVAL);
-	PT_FAIL(shard_policy_place(&t.in, t.gone, NULL, a, &r, &n),
-	    FB_EINVAL);
+	PT_FAIL(shard_policy_place(&t.in, t.gone, NULL, a, &r, &n), FB_EINVAL);
 	PT_FAIL(shard_policy_place(&t.in, t.gone, &p, NULL, &r, &n),
 	    FB_EINVAL);
-	PT_FAIL(shard_policy_place(&t.in, t.gone, &p, a, NULL, &n),
-	    FB_EINVAL);
+	PT_FAIL(shard_policy_place(&t.in, t.gone, &p, a, NULL, &n), FB_EINVAL);
 	t.in.n_trainers = 0;
 	PT_FAIL(shard_policy_place(&t.in, t.gone, &p, a, &r, &n), FB_EINVAL);
 	t.in.n_trainers = 1;
 	t.bw[1]         = 0; // a link that was never measured
 	PT_FAIL(shard_policy_place(&t.in, t.gone, &p, a, &r, &n), FB_EINVAL);
-	t.bw[1] = 1.2e9;
+	t.bw[1]   = 1.2e9;
 	t.gone[0] = t.gone[1] = 1;
 	p.solve               = 0;
 	PT_FAIL(shard_policy_place(&t.in, t.gone, &p, a, &r, &n), FB_EINVAL);

@@ -11,7 +11,7 @@
 #include "sharding_tests.h"
 
 #define N_RANDOM 200
-#define REL      1e-9
+#define REL 1e-9
 
 // run_vs_brute checks the heuristic against brute force on N_RANDOM seeded
 // instances (S 3–8, M 2–3, T 1–3, capacity 0.7·Σb) of one model and returns
@@ -21,7 +21,7 @@ run_vs_brute(int model, double *worst)
 {
 	uint64_t rng     = UINT64_C(0x243f6a8885a308d3) + (uint64_t) model;
 	int      optimal = 0, feasible = 0;
-	*worst           = 1;
+	*worst = 1;
 	for (int n = 0; n < N_RANDOM; n++) {
 		struct gen_inst g;
 		size_t          S = 3 + gen_rand(&rng) % 6;
@@ -31,7 +31,7 @@ run_vs_brute(int model, double *worst)
 		uint32_t            ha[GEN_MAX_S], ba[GEN_MAX_S];
 		struct shard_report hr, br;
 		double              tt[GEN_MAX_M], f;
-		int                 brv = shard_solve_brute(&g.in, ba, NULL, &br);
+		int brv = shard_solve_brute(&g.in, ba, NULL, &br);
 		int hrv = shard_solve(&g.in, NULL, ha, tt, &hr);
 		if (brv == FB_ENOSPC) {
 			// nothing fits: the heuristic must say so too
@@ -39,8 +39,10 @@ run_vs_brute(int model, double *worst)
 			continue;
 		}
 		PT_OK(brv);
-		ck_assert_msg(hrv == FB_OK, "instance %d: heuristic %s but "
-		    "brute force found a placement", n, fb_strerror(hrv));
+		ck_assert_msg(hrv == FB_OK,
+		    "instance %d: heuristic %s but "
+		    "brute force found a placement",
+		    n, fb_strerror(hrv));
 		feasible++;
 		PT_OK(shard_assign_check(&g.in, ha));
 		// the report is what the cost model says about the assignment
@@ -146,7 +148,7 @@ END_TEST
 // that has room for just one shard.
 START_TEST(test_solve_close_server)
 {
-	struct shard_inst in     = SHARD_INST_INIT;
+	struct shard_inst in = SHARD_INST_INIT;
 	// only one shard fits on server 0 (any two exceed 100000)
 	uint64_t          size[] = { 60000, 100000, 60000, 60000, 60000 };
 	uint64_t          cap[]  = { 100000, 0, 0 };
@@ -187,7 +189,7 @@ START_TEST(test_solve_model_a_identical)
 		lat[j] = 0.02, bw[j] = 5e6;
 	in.n_shards = 5, in.n_servers = 3, in.n_trainers = 2;
 	in.size = size, in.lat = lat, in.bw = bw;
-	in.model = SHARD_MODEL_A;
+	in.model      = SHARD_MODEL_A;
 	uint32_t a[5] = { 0 };
 	for (int n = 0; n < 243; n++) { // all 3^5 assignments
 		int x = n;
@@ -215,8 +217,8 @@ START_TEST(test_solve_infeasible)
 	struct shard_inst   in     = SHARD_INST_INIT;
 	uint64_t            size[] = { 600, 600, 600 };
 	uint64_t            cap[]  = { 700, 700 };
-	double              lat[]  = { 0.01, 0.01 }, bw[] = { 1e6, 1e6 };
-	uint32_t            a[3]   = { 9, 9, 9 };
+	double              lat[] = { 0.01, 0.01 }, bw[] = { 1e6, 1e6 };
+	uint32_t            a[3] = { 9, 9, 9 };
 	struct shard_report r;
 	memset(&r, 0x5a, sizeof(r));
 	in.n_shards = 3, in.n_servers = 2, in.n_trainers = 1;
@@ -251,7 +253,7 @@ START_TEST(test_solve_tight_capacity)
 	struct shard_inst       in     = SHARD_INST_INIT;
 	uint64_t                size[] = { 6, 5, 5 };
 	uint64_t                cap[]  = { 6, 10 };
-	double                  lat[]  = { 0.05, 0.001 }, bw[] = { 1e2, 1e3 };
+	double                  lat[] = { 0.05, 0.001 }, bw[] = { 1e2, 1e3 };
 	uint32_t                a[3];
 	struct shard_report     r;
 	struct shard_solve_opts o = SHARD_SOLVE_OPTS_INIT;

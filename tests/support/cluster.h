@@ -31,8 +31,8 @@ void cluster_stop(struct cluster *cl);
 static inline float
 grad_for(int rank, int step, int t, size_t i)
 {
-	return (float) (rank + 1) * 0.25f + (float) step * 0.125f +
-	    (float) t - (float) i * 0.0625f;
+	return (float) (rank + 1) * 0.25f + (float) step * 0.125f + (float) t -
+	    (float) i * 0.0625f;
 }
 
 #endif // PT_CLUSTER_H

@@ -8,20 +8,21 @@
 #include "fb/fb.h"
 
 // PT_OK asserts that expr returned FB_OK and prints fb_strerror otherwise.
-#define PT_OK(expr)                                                        \
-	do {                                                               \
-		int pt_rv_ = (expr);                                       \
-		ck_assert_msg(pt_rv_ == 0, "%s failed: %s (%d)", #expr,   \
-		    fb_strerror(pt_rv_), pt_rv_);                          \
+#define PT_OK(expr)                                                           \
+	do {                                                                  \
+		int pt_rv_ = (expr);                                          \
+		ck_assert_msg(pt_rv_ == 0, "%s failed: %s (%d)", #expr,       \
+		    fb_strerror(pt_rv_), pt_rv_);                             \
 	} while (0)
 
 // PT_FAIL asserts that expr returned the error code want.
-#define PT_FAIL(expr, want)                                                \
-	do {                                                               \
-		int pt_rv_ = (expr);                                       \
-		ck_assert_msg(pt_rv_ == (want), "%s returned %s (%d), "    \
-		    "wanted %s", #expr, fb_strerror(pt_rv_), pt_rv_,       \
-		    fb_strerror(want));                                    \
+#define PT_FAIL(expr, want)                                                   \
+	do {                                                                  \
+		int pt_rv_ = (expr);                                          \
+		ck_assert_msg(pt_rv_ == (want),                               \
+		    "%s returned %s (%d), "                                   \
+		    "wanted %s",                                              \
+		    #expr, fb_strerror(pt_rv_), pt_rv_, fb_strerror(want));   \
 	} while (0)
 
 // pt_addr writes a unique address for transport "inproc", "ipc" or "tcp"

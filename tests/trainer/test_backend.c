@@ -24,7 +24,7 @@ START_TEST(test_device_parse_bogus)
 {
 	static const char *bad[] = { "", "gpu", "CPU", "cuda:", "cuda:-1",
 		"cuda:x", "cuda:1x", "cuda1" };
-	int c, o;
+	int                c, o;
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		ck_assert_msg(tr_device_parse(bad[i], &c, &o) == FB_EINVAL,
 		    "'%s' accepted", bad[i]);
@@ -38,8 +38,8 @@ END_TEST
 START_TEST(test_backend_alloc)
 {
 	struct tr_arch         a;
-	struct tr_backend_opts o = TR_BACKEND_OPTS_INIT;
-	struct tr_backend     *b = NULL;
+	struct tr_backend_opts o        = TR_BACKEND_OPTS_INIT;
+	struct tr_backend     *b        = NULL;
 	char                   err[256] = "";
 	PT_OK(tr_arch_parse("4,3,2", &a, NULL, 0));
 	PT_OK(tr_backend_alloc("cpu", &a, &o, &b, err, sizeof(err)));
@@ -48,7 +48,8 @@ START_TEST(test_backend_alloc)
 	tr_backend_free(NULL);
 	if (!tr_backend_has_cuda()) {
 		b = NULL;
-		PT_FAIL(tr_backend_alloc("cuda:0", &a, &o, &b, err, sizeof(err)),
+		PT_FAIL(
+		    tr_backend_alloc("cuda:0", &a, &o, &b, err, sizeof(err)),
 		    FB_EUNSUPP);
 		ck_assert_ptr_nonnull(strstr(err, "CUDA"));
 		ck_assert_ptr_null(b);

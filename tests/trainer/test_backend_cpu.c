@@ -19,7 +19,7 @@ static void
 fix_open(struct fix *f, const char *layers, size_t n, size_t max_batch,
     uint64_t seed)
 {
-	struct tr_backend_opts o = TR_BACKEND_OPTS_INIT;
+	struct tr_backend_opts o        = TR_BACKEND_OPTS_INIT;
 	char                   err[256] = "";
 	memset(f, 0, sizeof(*f));
 	PT_OK(tr_arch_parse(layers, &f->a, NULL, 0));
@@ -47,9 +47,9 @@ fix_close(struct fix *f)
 // relative; a wrong transpose, bias or ReLU mask fails this.
 START_TEST(test_cpu_grad_finite_differences)
 {
-	struct fix f;
-	uint32_t   idx[6] = { 0, 3, 5, 7, 9, 11 };
-	double     loss, lp, lm, worst = 0;
+	struct fix    f;
+	uint32_t      idx[6] = { 0, 3, 5, 7, 9, 11 };
+	double        loss, lp, lm, worst = 0;
 	struct tr_rng r;
 	fix_open(&f, "7,6,5,4", 12, 8, 21);
 	// non-zero biases so their gradients and the ReLU masks are tested
@@ -63,7 +63,7 @@ START_TEST(test_cpu_grad_finite_differences)
 	ck_assert(loss > 0 && isfinite(loss));
 	for (size_t i = 0; i < f.w.n_tensors; i++) {
 		for (size_t j = 0; j < f.w.len[i]; j++) {
-			float save = f.w.t[i][j], eps = 1e-3f;
+			float            save = f.w.t[i][j], eps = 1e-3f;
 			struct tr_params tmp;
 			PT_OK(tr_params_init(&tmp, &f.a));
 			f.w.t[i][j] = save + eps;
@@ -78,8 +78,8 @@ START_TEST(test_cpu_grad_finite_differences)
 			double rel = fabs(num - ana) / den;
 			worst      = fmax(worst, rel);
 			ck_assert_msg(rel <= 1e-2,
-			    "tensor %zu elem %zu: analytic %g numeric %g", i, j,
-			    ana, num);
+			    "tensor %zu elem %zu: analytic %g numeric %g", i,
+			    j, ana, num);
 		}
 	}
 	ck_assert(worst < 1e-2);
@@ -138,8 +138,8 @@ START_TEST(test_cpu_evaluate_matches_grad)
 		sum += l;
 	}
 	PT_OK(tr_backend_evaluate(f.b, &f.ds, &mean, &acc));
-	ck_assert_msg(fabs(mean - sum / 2500) <= 1e-5 * mean, "%g vs %g",
-	    mean, sum / 2500);
+	ck_assert_msg(fabs(mean - sum / 2500) <= 1e-5 * mean, "%g vs %g", mean,
+	    sum / 2500);
 	ck_assert(acc >= 0.0 && acc <= 1.0);
 	fix_close(&f);
 }
@@ -184,7 +184,8 @@ START_TEST(test_cpu_sgd_learns)
 	for (long e = 0; e < 5; e++) {
 		for (size_t k = 0; k < spe; k++) {
 			PT_OK(tr_partition_batch(&p, e, k, B, &idx));
-			PT_OK(tr_backend_grad(f.b, &f.ds, idx, B, f.g.t, &loss));
+			PT_OK(
+			    tr_backend_grad(f.b, &f.ds, idx, B, f.g.t, &loss));
 			tr_params_sgd(&f.w, &f.g, 0.1, B);
 		}
 	}

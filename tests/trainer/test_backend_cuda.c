@@ -40,7 +40,7 @@ static void
 pair_open(struct pair *p, const char *layers, size_t n, size_t max_batch,
     uint64_t seed)
 {
-	struct tr_backend_opts o = TR_BACKEND_OPTS_INIT;
+	struct tr_backend_opts o        = TR_BACKEND_OPTS_INIT;
 	char                   err[256] = "";
 	struct tr_rng          r;
 	memset(p, 0, sizeof(*p));
@@ -94,8 +94,8 @@ assert_close(const struct tr_params *want, const struct tr_params *got,
 			double c = want->t[i][j], g = got->t[i][j];
 			double den = fmax(fmax(fabs(c), 1e-3 * mx), 1e-12);
 			ck_assert_msg(fabs(c - g) / den <= 1e-4,
-			    "%s: tensor %zu[%zu]: cpu %.9g gpu %.9g", what, i, j,
-			    c, g);
+			    "%s: tensor %zu[%zu]: cpu %.9g gpu %.9g", what, i,
+			    j, c, g);
 		}
 	}
 }
@@ -104,8 +104,8 @@ assert_close(const struct tr_params *want, const struct tr_params *got,
 // shapes and batch sizes; a wrong transpose, bias or mask fails this.
 START_TEST(test_cuda_grad_matches_cpu)
 {
-	static const char *shapes[] = { "7,5,3", "33,17,10", "1,1,2",
-		"100,129,65,10", "784,256,10", "31,8,8,8,40" };
+	static const char  *shapes[]  = { "7,5,3", "33,17,10", "1,1,2",
+		  "100,129,65,10", "784,256,10", "31,8,8,8,40" };
 	static const size_t batches[] = { 1, 13, 64 };
 	if (!gpu_or_skip("test_cuda_grad_matches_cpu")) {
 		return;
@@ -179,9 +179,8 @@ START_TEST(test_cuda_grad_device)
 	ck_assert_int_eq(cudaMemcpy(p.gc.data, dg, p.gc.total * sizeof(float),
 	                     cudaMemcpyDeviceToHost),
 	    cudaSuccess);
-	ck_assert_int_eq(memcmp(p.gc.data, p.gg.data,
-	                     p.gc.total * sizeof(float)),
-	    0);
+	ck_assert_int_eq(
+	    memcmp(p.gc.data, p.gg.data, p.gc.total * sizeof(float)), 0);
 	PT_OK(tr__cuda_sync(p.gpu));
 	ck_assert_ptr_nonnull(tr__cuda_stream(p.gpu));
 	PT_FAIL(tr__cuda_grad_device(p.cpu, &p.ds, idx, 16, &dg, NULL),
@@ -218,7 +217,7 @@ END_TEST
 START_TEST(test_cuda_ondevice_push)
 {
 	static uint8_t                 want[4096];
-	const struct tr__ondevice_ops *d = tr__backend_cuda_ops.ondevice;
+	const struct tr__ondevice_ops *d  = tr__backend_cuda_ops.ondevice;
 	struct comp_codec              cc = COMP_CODEC_INIT;
 	struct ferry_shard             sh[TR_MAX_TENSORS];
 	size_t                         base[TR_MAX_TENSORS];
@@ -231,7 +230,7 @@ START_TEST(test_cuda_ondevice_push)
 	if (!gpu_or_skip("test_cuda_ondevice_push")) {
 		return;
 	}
-	cc.id = COMP_Q8;
+	cc.id     = COMP_Q8;
 	cc.bucket = 64;
 	pair_open(&p, "9,11,3", 50, 16, 5);
 	for (size_t t = 0, off = 0; t < p.w.n_tensors; t++) {
@@ -268,17 +267,20 @@ END_TEST
 START_TEST(test_cuda_grad_bogus)
 {
 	struct pair            p;
-	struct tr_backend_opts o = TR_BACKEND_OPTS_INIT;
-	struct tr_backend     *b = NULL;
-	uint32_t               idx[4] = { 0, 1, 2, 999 };
+	struct tr_backend_opts o        = TR_BACKEND_OPTS_INIT;
+	struct tr_backend     *b        = NULL;
+	uint32_t               idx[4]   = { 0, 1, 2, 999 };
 	char                   err[256] = "";
 	if (!gpu_or_skip("test_cuda_grad_bogus")) {
 		return;
 	}
 	pair_open(&p, "4,3,2", 10, 4, 1);
-	PT_FAIL(tr_backend_grad(p.gpu, &p.ds, idx, 0, p.gg.t, NULL), FB_EINVAL);
-	PT_FAIL(tr_backend_grad(p.gpu, &p.ds, idx, 5, p.gg.t, NULL), FB_EINVAL);
-	PT_FAIL(tr_backend_grad(p.gpu, &p.ds, idx, 4, p.gg.t, NULL), FB_ERANGE);
+	PT_FAIL(tr_backend_grad(p.gpu, &p.ds, idx, 0, p.gg.t, NULL),
+	    FB_EINVAL);
+	PT_FAIL(tr_backend_grad(p.gpu, &p.ds, idx, 5, p.gg.t, NULL),
+	    FB_EINVAL);
+	PT_FAIL(tr_backend_grad(p.gpu, &p.ds, idx, 4, p.gg.t, NULL),
+	    FB_ERANGE);
 	PT_FAIL(tr_backend_alloc("cuda:1023", &p.a, &o, &b, err, sizeof(err)),
 	    FB_EUNSUPP);
 	ck_assert_ptr_nonnull(strstr(err, "cuda:1023"));

@@ -29,10 +29,10 @@ gpu_or_skip(const char *test)
 	return 0;
 }
 
-static const uint32_t ids[] = { COMP_NONE, COMP_FP16, COMP_BF16, COMP_Q8,
-	COMP_Q4, COMP_Q2 };
+static const uint32_t ids[]     = { COMP_NONE, COMP_FP16, COMP_BF16, COMP_Q8,
+	    COMP_Q4, COMP_Q2 };
 static const uint32_t buckets[] = { 512, 1, 3, 7, 64, 100 };
-static const size_t   lens[] = { 1, 2, 7, 13, 100, 515, 1029, 4099 };
+static const size_t   lens[]    = { 1, 2, 7, 13, 100, 515, 1029, 4099 };
 
 #define MAXN 4099
 
@@ -62,7 +62,8 @@ fill(float *x, size_t n, uint64_t seed)
 	}
 	// a run whose absmax is ~1e-38: L / s overflows (the double path)
 	for (size_t i = n / 2; i < n / 2 + 8 && i < n; i++) {
-		x[i] = (i & 1 ? -1.0f : 1.0f) * 3e-39f * (float) (i - n / 2 + 1);
+		x[i] = (i & 1 ? -1.0f : 1.0f) * 3e-39f *
+		    (float) (i - n / 2 + 1);
 	}
 }
 
@@ -131,24 +132,28 @@ START_TEST(test_dcodec_matches_cpu)
 			if (ids[ci] <= COMP_BF16 && bi > 0) {
 				continue; // the bucket does not matter there
 			}
-			for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]);
-			     li++) {
+			for (size_t li = 0;
+			     li < sizeof(lens) / sizeof(lens[0]); li++) {
 				size_t n = lens[li], len = 0;
 				size_t need = comp_bound(&cc, n);
 				char   what[64];
-				snprintf(what, sizeof(what), "%s bucket %u n %zu",
+				snprintf(what, sizeof(what),
+				    "%s bucket %u n %zu",
 				    comp_codec_name(cc.id), cc.bucket, n);
-				ck_assert_uint_eq(tr__dcodec_bound(&dc, n), need);
+				ck_assert_uint_eq(tr__dcodec_bound(&dc, n),
+				    need);
 				fill(x, n, 1000 * ci + 10 * bi + li);
-				// the formats that refuse nothing see a NaN too
+				// the formats that refuse nothing see a NaN
+				// too
 				if (ids[ci] <= COMP_BF16 && n > 4) {
 					x[4] = NAN;
 				}
 				// plain encode
-				PT_OK(comp_encode(&cc, x, n, NULL, bc, sizeof(bc),
-				    &len));
+				PT_OK(comp_encode(&cc, x, n, NULL, bc,
+				    sizeof(bc), &len));
 				up(d.x, x, n * 4);
-				PT_OK(tr__dcodec_encode(&d.ctx, &dc, d.x, n, d.out));
+				PT_OK(tr__dcodec_encode(&d.ctx, &dc, d.x, n,
+				    d.out));
 				PT_OK(tr__dctx_check(&d.ctx));
 				down(bg, d.out, need);
 				ck_assert_msg(memcmp(bc, bg, need) == 0,
@@ -159,7 +164,8 @@ START_TEST(test_dcodec_matches_cpu)
 				// decode-add onto a random accumulator
 				fill(acc, n, 77 + li);
 				for (size_t i = 0; i < n; i++) {
-					acc[i] = fmaxf(fminf(acc[i], 1e20f), -1e20f);
+					acc[i] = fmaxf(fminf(acc[i], 1e20f),
+					    -1e20f);
 				}
 				if (ids[ci] <= COMP_BF16) {
 					PT_OK(comp_encode(&cc, x, n, NULL, bc,
@@ -178,17 +184,19 @@ START_TEST(test_dcodec_matches_cpu)
 				// error feedback from a non-zero residual
 				fill(e, n, 555 + li);
 				for (size_t i = 0; i < n; i++) {
-					e[i] = fmaxf(fminf(e[i], 1e20f), -1e20f) *
+					e[i] = fmaxf(fminf(e[i], 1e20f),
+					           -1e20f) *
 					    0.01f;
-					x[i] = fmaxf(fminf(x[i], 1e30f), -1e30f);
+					x[i] = fmaxf(fminf(x[i], 1e30f),
+					    -1e30f);
 				}
 				memcpy(ec, e, n * 4);
 				PT_OK(comp_ef_encode(&cc, x, ec, n, NULL, bc,
 				    sizeof(bc), &len));
 				up(d.x, x, n * 4);
 				up(d.e, e, n * 4);
-				PT_OK(tr__dcodec_ef_encode(&d.ctx, &dc, d.x, d.e, n,
-				    d.out));
+				PT_OK(tr__dcodec_ef_encode(&d.ctx, &dc, d.x,
+				    d.e, n, d.out));
 				PT_OK(tr__dctx_check(&d.ctx));
 				down(bg, d.out, need);
 				down(eg, d.e, n * 4);
@@ -226,22 +234,24 @@ START_TEST(test_dcodec_bogus)
 		size_t need          = comp_bound(&cc, 13);
 		// q8's 13 codes fill whole bytes: no padding to corrupt
 		for (int kind = 0; kind < (id == COMP_Q8 ? 2 : 3); kind++) {
-			PT_OK(comp_encode(&cc, x, 13, NULL, b, sizeof(b), &len));
+			PT_OK(
+			    comp_encode(&cc, x, 13, NULL, b, sizeof(b), &len));
 			if (kind == 0) {
-				b[4 * 3] = id == COMP_Q8 ? 0x80 :
-				    id == COMP_Q4        ? 0x08 :
-				                           0x02; // forbidden code
+				b[4 * 3] = id == COMP_Q8 ? 0x80
+				    : id == COMP_Q4      ? 0x08
+				                    : 0x02; // forbidden code
 			} else if (kind == 1) {
 				float nan = NAN;
 				memcpy(b + 4, &nan, 4); // bad scale
 			} else {
 				b[need - 1] |= 0x80; // padding (13*b % 8 != 0)
 			}
-			PT_FAIL(comp_decode_add(&cc, b, need, 13, acc), FB_EPROTO);
+			PT_FAIL(comp_decode_add(&cc, b, need, 13, acc),
+			    FB_EPROTO);
 			up(d.acc, acc, 13 * 4);
 			up(d.out, b, need);
-			PT_OK(tr__dcodec_decode_add(&d.ctx, &dc, d.out, need, 13,
-			    d.acc));
+			PT_OK(tr__dcodec_decode_add(&d.ctx, &dc, d.out, need,
+			    13, d.acc));
 			PT_FAIL(tr__dctx_check(&d.ctx), FB_EPROTO);
 			down(got, d.acc, 13 * 4);
 			ck_assert_int_eq(memcmp(got, acc, 13 * 4), 0);
@@ -295,7 +305,8 @@ START_TEST(test_dcodec_bound)
 	cc.id                = COMP_Q4;
 	cc.bucket            = 3;
 	for (size_t n = 0; n < 40; n++) {
-		ck_assert_uint_eq(tr__dcodec_bound(&q4, n), comp_bound(&cc, n));
+		ck_assert_uint_eq(tr__dcodec_bound(&q4, n),
+		    comp_bound(&cc, n));
 	}
 	ck_assert_uint_eq(tr__dcodec_bound(&f16, 7), 14);
 	PT_FAIL(tr__dcodec_valid(NULL), FB_EINVAL);

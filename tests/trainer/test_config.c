@@ -30,12 +30,12 @@ END_TEST
 START_TEST(test_config_parse)
 {
 	char *argv[] = { "trainer", "--scheduler", "tcp://127.0.0.1:9",
-		"--rank=3", "--data", "/d", "--layers", "10,5,2", "--batch", "32",
-		"--lr=0.05", "--epochs", "4", "--seed", "99", "--mode", "async",
-		"--log-interval", "0", "--codec-push", "q8", "--codec-pull=fp16",
-		"--bucket", "512", "--warmup-steps", "10", "--max-steps", "20",
-		"--device", "cuda:1", "--blas-threads", "2", "--curve", "c.csv",
-		"--timeout-ms", "1000" };
+		"--rank=3", "--data", "/d", "--layers", "10,5,2", "--batch",
+		"32", "--lr=0.05", "--epochs", "4", "--seed", "99", "--mode",
+		"async", "--log-interval", "0", "--codec-push", "q8",
+		"--codec-pull=fp16", "--bucket", "512", "--warmup-steps", "10",
+		"--max-steps", "20", "--device", "cuda:1", "--blas-threads",
+		"2", "--curve", "c.csv", "--timeout-ms", "1000" };
 	struct tr_config c;
 	char             err[256] = "";
 	tr_config_defaults(&c);
@@ -66,11 +66,11 @@ END_TEST
 // --help stops parsing and sets help; usage lists every flag.
 START_TEST(test_config_help)
 {
-	char *argv[] = { "trainer", "--help", "--bogus" };
+	char            *argv[] = { "trainer", "--help", "--bogus" };
 	struct tr_config c;
-	char  *text = NULL;
-	size_t len  = 0;
-	FILE  *f;
+	char            *text = NULL;
+	size_t           len  = 0;
+	FILE            *f;
 	tr_config_defaults(&c);
 	PT_OK(tr_config_parse(&c, ARGC(argv), argv, NULL, 0));
 	ck_assert_int_eq(c.help, 1);
@@ -102,8 +102,8 @@ START_TEST(test_config_parse_bogus)
 		{ "stray", "x", "stray" },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		char *argv[] = { "trainer", (char *) cases[i][0],
-			(char *) cases[i][1] };
+		char            *argv[] = { "trainer", (char *) cases[i][0],
+			           (char *) cases[i][1] };
 		struct tr_config c;
 		char             err[256] = "";
 		tr_config_defaults(&c);
@@ -113,7 +113,7 @@ START_TEST(test_config_parse_bogus)
 		ck_assert_msg(strstr(err, cases[i][2]) != NULL,
 		    "'%s' does not name %s", err, cases[i][2]);
 	}
-	char *argv[] = { "trainer", "--batch" };
+	char            *argv[] = { "trainer", "--batch" };
 	struct tr_config c;
 	char             err[256] = "";
 	tr_config_defaults(&c);
@@ -126,7 +126,7 @@ END_TEST
 // ignores them, and options set by neither keep the caller's values.
 START_TEST(test_config_env)
 {
-	char *argv[] = { "trainer", "--batch=16" };
+	char            *argv[] = { "trainer", "--batch=16" };
 	struct tr_config c;
 	char             err[256] = "";
 	setenv("FERRY_BATCH", "32", 1);

@@ -20,7 +20,8 @@ chunked(const uint32_t *t, const float *x, size_t n)
 	size_t          bytes = n * 4;
 	const uint32_t *w     = (const uint32_t *) (const void *) x;
 	for (size_t o = 0, i = 0; o < bytes; o += TR_CRC_CHUNK, i++) {
-		size_t len = bytes - o < TR_CRC_CHUNK ? bytes - o : TR_CRC_CHUNK;
+		size_t len = bytes - o < TR_CRC_CHUNK ? bytes - o
+		                                      : TR_CRC_CHUNK;
 		cc[i]      = tr__crc_words(t, w + o / 4, len / 4);
 	}
 	return tr__crc32_fold(cc, bytes);
@@ -30,11 +31,11 @@ chunked(const uint32_t *t, const float *x, size_t n)
 // crc32 for 0, 1, odd counts and counts around each chunk boundary.
 START_TEST(test_crc_chunked_equals_zlib)
 {
-	static uint32_t t[1024];
-	static float    x[MAXF];
+	static uint32_t     t[1024];
+	static float        x[MAXF];
 	static const size_t ns[] = { 1, 2, 3, 7, 1023, 1024, 1025, 2047, 2048,
 		2049, 3079, MAXF };
-	struct tr_rng   r;
+	struct tr_rng       r;
 	tr__crc_tables(t);
 	ck_assert_uint_eq(t[1], 0x77073096u);
 	ck_assert_uint_eq(t[255], 0x2d02ef8du);
@@ -46,8 +47,8 @@ START_TEST(test_crc_chunked_equals_zlib)
 	for (size_t k = 0; k < sizeof(ns) / sizeof(ns[0]); k++) {
 		uint32_t want = (uint32_t) crc32(0, (const Bytef *) x,
 		    (uInt) (ns[k] * 4));
-		ck_assert_msg(chunked(t, x, ns[k]) == want, "n %zu: %08x != %08x",
-		    ns[k], chunked(t, x, ns[k]), want);
+		ck_assert_msg(chunked(t, x, ns[k]) == want,
+		    "n %zu: %08x != %08x", ns[k], chunked(t, x, ns[k]), want);
 		ck_assert_uint_eq(want, fb_crc32(0, x, ns[k] * 4));
 	}
 	// A flipped bit anywhere changes the folded value.

@@ -111,8 +111,8 @@ check_values(const struct tr_dataset *ds, uint32_t n, size_t dim)
 	ck_assert_uint_eq(ds->dim, dim);
 	ck_assert_int_eq(ds->classes, 10);
 	for (size_t i = 0; i < n * dim; i++) {
-		ck_assert_float_eq_tol(ds->x[i], (float) ((i * 7) & 255) / 255.0f,
-		    1e-7);
+		ck_assert_float_eq_tol(ds->x[i],
+		    (float) ((i * 7) & 255) / 255.0f, 1e-7);
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		ck_assert_int_eq(ds->y[i], (int) (i % 10));
@@ -270,7 +270,8 @@ START_TEST(test_idx_label_out_of_range)
 	n          = make_labels(buf, 0x801, 4, 10);
 	buf[8 + 2] = 10;
 	write_file("badlbl.gz", buf, n, 1);
-	expect_fail("img", "badlbl.gz", FB_EPROTO, "badlbl.gz", "out of range");
+	expect_fail("img", "badlbl.gz", FB_EPROTO, "badlbl.gz",
+	    "out of range");
 }
 END_TEST
 

@@ -34,9 +34,9 @@ gpu_or_skip(const char *test)
 #define T0 5003
 #define T1 1029
 #define NSH 3
-static const struct ferry_shard shards[NSH] = {
-	{ 0, 0, 3001, 0 }, { 0, 3001, T0 - 3001, 0 }, { 1, 0, T1, 0 } };
-static const size_t tbase[2] = { 0, T0 };
+static const struct ferry_shard shards[NSH] = { { 0, 0, 3001, 0 },
+	{ 0, 3001, T0 - 3001, 0 }, { 1, 0, T1, 0 } };
+static const size_t             tbase[2]    = { 0, T0 };
 
 static void
 fill(float *x, size_t n, uint64_t seed, float scale)
@@ -52,9 +52,9 @@ fill(float *x, size_t n, uint64_t seed, float scale)
 // 4 KiB chunk, and a single float.
 START_TEST(test_devpull_crc_matches_host)
 {
-	static float x[T0 + T1];
+	static float        x[T0 + T1];
 	static const size_t ns[] = { 1, 3, 1023, 1024, 1025, 2049, 3001 };
-	struct tr__devpull *d = NULL;
+	struct tr__devpull *d    = NULL;
 	float              *d_w;
 	char                err[256] = "";
 	if (!gpu_or_skip("test_devpull_crc_matches_host")) {
@@ -65,7 +65,8 @@ START_TEST(test_devpull_crc_matches_host)
 	ck_assert_int_eq(cudaMemcpy(d_w, x, sizeof(x), cudaMemcpyHostToDevice),
 	    cudaSuccess);
 	ck_assert_msg(tr__devpull_open(d_w, NULL, shards, NSH, COMP_Q8, 512,
-	                  tbase, &d, err, sizeof(err)) == FB_OK, "%s", err);
+	                  tbase, &d, err, sizeof(err)) == FB_OK,
+	    "%s", err);
 	for (size_t k = 0; k < sizeof(ns) / sizeof(ns[0]); k++) {
 		uint32_t got = 0;
 		PT_OK(tr__devpull_crc(d, d_w + 7, ns[k], &got));
@@ -98,9 +99,9 @@ START_TEST(test_devpull_chain_matches_host)
 	static const uint32_t ids[] = { COMP_FP16, COMP_BF16, COMP_Q8, COMP_Q4,
 		COMP_Q2 };
 	static const uint32_t bks[] = { 512, 512, 512, 100, 7 };
-	static float   x[T0 + T1], ref[T0 + T1], got[T0 + T1], scratch[T0];
-	static uint8_t codes[6][NSH][4 * T0 + 64];
-	static size_t  clen[6][NSH];
+	static float    x[T0 + T1], ref[T0 + T1], got[T0 + T1], scratch[T0];
+	static uint8_t  codes[6][NSH][4 * T0 + 64];
+	static size_t   clen[6][NSH];
 	static uint32_t crcs[6][NSH];
 	if (!gpu_or_skip("test_devpull_chain_matches_host")) {
 		return;
@@ -111,24 +112,25 @@ START_TEST(test_devpull_chain_matches_host)
 		struct ferry_pull_sink sk;
 		float                 *d_w;
 		char                   err[256] = "";
-		float                 *gw[2] = { got, got + T0 };
-		cc.id     = ids[ci];
-		cc.bucket = bks[ci];
+		float                 *gw[2]    = { got, got + T0 };
+		cc.id                           = ids[ci];
+		cc.bucket                       = bks[ci];
 		fill(x, T0 + T1, 10 + ci, 1.0f);
 		memcpy(ref, x, sizeof(x));
 		ck_assert_int_eq(cudaMalloc((void **) &d_w, sizeof(x)),
 		    cudaSuccess);
 		ck_assert_int_eq(cudaMemset(d_w, 0, sizeof(x)), cudaSuccess);
 		ck_assert_msg(tr__devpull_open(d_w, NULL, shards, NSH, cc.id,
-		                  cc.bucket, tbase, &d, err, sizeof(err)) ==
-		        FB_OK, "%s", err);
+		                  cc.bucket, tbase, &d, err,
+		                  sizeof(err)) == FB_OK,
+		    "%s", err);
 		tr__devpull_sink(d, &sk);
 		// version 0 in full
 		for (uint32_t s = 0; s < NSH; s++) {
 			struct ferry_pull_piece p = piece(s, 0, 0,
 			    x + tbase[shards[s].tensor] + shards[s].offset,
 			    shards[s].len * 4, 0);
-			p.version = 0;
+			p.version                 = 0;
 			ck_assert_int_eq(sk.full(sk.arg, &p), FERRY_OK);
 		}
 		// The server side: six versions of drifting weights.
@@ -159,9 +161,9 @@ START_TEST(test_devpull_chain_matches_host)
 					ck_assert_int_eq(sk.delta(sk.arg, &p),
 					    FERRY_OK);
 				}
-				ck_assert_msg(sk.check(sk.arg, s,
-				                  (uint64_t) to[c],
-				                  crcs[to[c] - 1][s]) == FERRY_OK,
+				ck_assert_msg(
+				    sk.check(sk.arg, s, (uint64_t) to[c],
+				        crcs[to[c] - 1][s]) == FERRY_OK,
 				    "%s shard %u chain %d: %s",
 				    comp_codec_name(cc.id), s, c,
 				    tr__devpull_error(d));
@@ -181,7 +183,7 @@ START_TEST(test_devpull_chain_matches_host)
 		ck_assert_int_eq(sk.delta(sk.arg, &p), FERRY_EPROTO);
 		p = piece(2, cc.id + 1, cc.bucket, codes[0][2], clen[0][2], 6);
 		ck_assert_int_eq(sk.delta(sk.arg, &p), FERRY_EPROTO);
-		p       = piece(2, cc.id, cc.bucket, codes[0][2], clen[0][2], 6);
+		p = piece(2, cc.id, cc.bucket, codes[0][2], clen[0][2], 6);
 		p.shard = NSH; // not a shard of the layout
 		ck_assert_int_eq(sk.delta(sk.arg, &p), FERRY_ESINK);
 		if (cc.id >= COMP_Q8) {

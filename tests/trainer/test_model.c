@@ -34,9 +34,18 @@ END_TEST
 // Malformed specs are refused with a message naming --layers.
 START_TEST(test_arch_parse_bogus)
 {
-	static const char *bad[] = { "", "784", "784,", ",10", "784,,10",
-		"784,x,10", "784,0,10", "784,-5,10", "784,256,1",
-		"1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18", "784,99999999,10",
+	static const char *bad[] = {
+		"",
+		"784",
+		"784,",
+		",10",
+		"784,,10",
+		"784,x,10",
+		"784,0,10",
+		"784,-5,10",
+		"784,256,1",
+		"1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18",
+		"784,99999999,10",
 	};
 	struct tr_arch a;
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {

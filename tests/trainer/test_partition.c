@@ -20,7 +20,7 @@ START_TEST(test_partition_disjoint_covering)
 			if ((size_t) T > n) {
 				continue;
 			}
-			uint8_t *seen = calloc(n, 1);
+			uint8_t *seen  = calloc(n, 1);
 			size_t   total = 0, lo = n, hi = 0;
 			for (int r = 0; r < T; r++) {
 				struct tr_partition p;

@@ -54,7 +54,8 @@ tr_backend_alloc(const char *device, const struct tr_arch *a,
 	struct tr_backend           *b;
 	int                          is_cuda, ordinal, rv;
 	if (a == NULL || opts == NULL || out == NULL) {
-		return tr__errf(FB_EINVAL, err, errlen, "backend: bad arguments");
+		return tr__errf(FB_EINVAL, err, errlen,
+		    "backend: bad arguments");
 	}
 	if (tr_device_parse(device, &is_cuda, &ordinal) != FB_OK) {
 		return tr__errf(FB_EINVAL, err, errlen,

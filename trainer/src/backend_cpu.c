@@ -25,14 +25,14 @@
 
 struct cpu {
 	struct tr_arch a;
-	size_t         cap;        // rows every buffer holds
-	size_t         max_batch;  // grad's limit
-	size_t         max_width;  // widest layer after the input
+	size_t         cap;       // rows every buffer holds
+	size_t         max_batch; // grad's limit
+	size_t         max_width; // widest layer after the input
 	const float   *w[TR_MAX_LAYERS];
 	const float   *b[TR_MAX_LAYERS];
 	float         *act[TR_MAX_LAYERS + 1]; // act[0]: gathered input
-	float         *d0, *d1;                 // ping-pong deltas
-	float         *mem;                     // owns all the above
+	float         *d0, *d1;                // ping-pong deltas
+	float         *mem;                    // owns all the above
 };
 
 static int
@@ -47,11 +47,12 @@ cpu_alloc(const struct tr_arch *a, const struct tr_backend_opts *o,
 		    "cpu backend: bad architecture or max_batch");
 	}
 	if ((c = fb_zalloc(sizeof(*c))) == NULL) {
-		return tr__errf(FB_ENOMEM, err, errlen, "cpu backend: no memory");
+		return tr__errf(FB_ENOMEM, err, errlen,
+		    "cpu backend: no memory");
 	}
 	c->a         = *a;
 	c->max_batch = o->max_batch;
-	c->cap = o->max_batch > EVAL_CHUNK ? o->max_batch : EVAL_CHUNK;
+	c->cap       = o->max_batch > EVAL_CHUNK ? o->max_batch : EVAL_CHUNK;
 	for (int l = 1; l <= a->n_layers; l++) {
 		if (a->sizes[l] > c->max_width) {
 			c->max_width = a->sizes[l];
@@ -116,8 +117,8 @@ forward(struct cpu *c, const float *x, size_t n)
 	const float          *in = x;
 	for (int l = 1; l <= a->n_layers; l++) {
 		size_t       ni = a->sizes[l - 1], no = a->sizes[l];
-		float       *z  = c->act[l];
-		const float *b  = c->b[l - 1];
+		float       *z = c->act[l];
+		const float *b = c->b[l - 1];
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int) n,
 		    (int) no, (int) ni, 1.0f, in, (int) ni, c->w[l - 1],
 		    (int) ni, 0.0f, z, (int) no);
@@ -171,7 +172,7 @@ cpu_grad(void *state, const struct tr_dataset *ds, const uint32_t *idx,
 	struct cpu           *c = state;
 	const struct tr_arch *a = &c->a;
 	size_t                d = a->sizes[0], k = a->sizes[a->n_layers];
-	int                   L = a->n_layers;
+	int                   L    = a->n_layers;
 	double                loss = 0.0;
 	if (n == 0 || n > c->max_batch || ds == NULL || idx == NULL ||
 	    g == NULL || c->w[0] == NULL) {
@@ -247,8 +248,8 @@ cpu_evaluate(void *state, const struct tr_dataset *ds, double *loss_mean,
 		forward(c, ds->x + s * d, n);
 		float *z = c->act[a->n_layers];
 		for (size_t i = 0; i < n; i++) {
-			int    y   = ds->y[s + i];
-			float *row = z + i * k;
+			int    y    = ds->y[s + i];
+			float *row  = z + i * k;
 			size_t best = 0;
 			if (y < 0 || (size_t) y >= k) {
 				return FB_ERANGE;

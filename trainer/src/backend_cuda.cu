@@ -61,11 +61,11 @@ struct cu {
 	size_t         off[TR_MAX_TENSORS];
 	size_t         len[TR_MAX_TENSORS];
 	cublasHandle_t blas;
-	cudaStream_t   s;  // compute
-	cudaStream_t   sc; // gradient copies to the host
-	cudaEvent_t    ev_wup;                    // weights uploaded
-	cudaEvent_t    ev_idx;                    // h_idx read by the device
-	cudaEvent_t    ev_gready[TR_MAX_LAYERS];  // layer's grad computed
+	cudaStream_t   s;                        // compute
+	cudaStream_t   sc;                       // gradient copies to the host
+	cudaEvent_t    ev_wup;                   // weights uploaded
+	cudaEvent_t    ev_idx;                   // h_idx read by the device
+	cudaEvent_t    ev_gready[TR_MAX_LAYERS]; // layer's grad computed
 	cudaEvent_t    ev_gcopied[TR_MAX_LAYERS]; // layer's grad on host
 	int            have_w;
 	float         *d_w, *d_g;
@@ -91,7 +91,7 @@ k_gather(const float *x, const uint32_t *idx, size_t n, size_t d, float *out)
 	for (size_t t = (size_t) blockIdx.x * blockDim.x + threadIdx.x;
 	     t < total; t += stride) {
 		size_t r = t / d, c = t - r * d;
-		out[t]   = x[(size_t) idx[r] * d + c];
+		out[t] = x[(size_t) idx[r] * d + c];
 	}
 }
 
@@ -131,9 +131,9 @@ k_xent(float *z, size_t n, size_t k, const int32_t *y, const uint32_t *idx,
 	size_t row  = (size_t) blockIdx.x * WARPS + (threadIdx.x >> 5);
 	size_t rs   = (size_t) gridDim.x * WARPS;
 	for (; row < n; row += rs) {
-		float *r   = z + row * k;
-		int    lab = y[idx != NULL ? idx[row] : row];
-		float  m   = -INFINITY;
+		float *r    = z + row * k;
+		int    lab  = y[idx != NULL ? idx[row] : row];
+		float  m    = -INFINITY;
 		size_t best = (size_t) -1;
 		for (size_t j = lane; j < k; j += 32) {
 			if (best == (size_t) -1 || r[j] > m) {
@@ -177,7 +177,8 @@ k_xent(float *z, size_t n, size_t k, const int32_t *y, const uint32_t *idx,
 		if (lane == 0) {
 			rowloss[row] = log(s) - (double) zy;
 			if (correct != NULL) {
-				correct[row] = best == (size_t) lab ? 1.0 : 0.0;
+				correct[row] = best == (size_t) lab ? 1.0
+				                                    : 0.0;
 			}
 		}
 	}
@@ -261,7 +262,8 @@ tr__cuda_device_count(char *why, size_t whylen)
 		return 0;
 	}
 	if (n <= 0) {
-		tr__errf(0, why, whylen, "cudaGetDeviceCount reports 0 devices");
+		tr__errf(0, why, whylen,
+		    "cudaGetDeviceCount reports 0 devices");
 		return 0;
 	}
 	return n;
@@ -331,9 +333,9 @@ static int
 cuda_alloc(const struct tr_arch *a, const struct tr_backend_opts *o,
     void **state, char *err, size_t errlen)
 {
-	struct cu  *c = NULL;
+	struct cu  *c        = NULL;
 	char        why[160] = "";
-	const char *op = "";
+	const char *op       = "";
 	int         count, dev;
 	if (a == NULL || o == NULL || o->max_batch == 0 || a->n_layers < 1 ||
 	    a->n_layers > TR_MAX_LAYERS) {
@@ -362,7 +364,8 @@ cuda_alloc(const struct tr_arch *a, const struct tr_backend_opts *o,
 		    "--device cuda:%d: cannot select the CUDA device", dev);
 	}
 	if ((c = (struct cu *) fb_zalloc(sizeof(*c))) == NULL) {
-		return tr__errf(FB_ENOMEM, err, errlen, "cuda backend: no memory");
+		return tr__errf(FB_ENOMEM, err, errlen,
+		    "cuda backend: no memory");
 	}
 	c->a         = *a;
 	c->dev       = dev;
@@ -374,55 +377,62 @@ cuda_alloc(const struct tr_arch *a, const struct tr_backend_opts *o,
 		c->np += c->len[i];
 	}
 	for (int l = 1; l <= a->n_layers; l++) {
-		c->max_width = a->sizes[l] > c->max_width ? a->sizes[l] :
-		                                            c->max_width;
+		c->max_width = a->sizes[l] > c->max_width ? a->sizes[l]
+		                                          : c->max_width;
 	}
-#define TRY(what, call)                                                   \
-	do {                                                              \
-		op = what;                                                \
-		if ((call) != 0) {                                        \
-			goto fail;                                        \
-		}                                                         \
+#define TRY(what, call)                                                       \
+	do {                                                                  \
+		op = what;                                                    \
+		if ((call) != 0) {                                            \
+			goto fail;                                            \
+		}                                                             \
 	} while (0)
 	TRY("stream", cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking));
-	TRY("stream", cudaStreamCreateWithFlags(&c->sc, cudaStreamNonBlocking));
-	TRY("event", cudaEventCreateWithFlags(&c->ev_wup,
-	    cudaEventDisableTiming));
-	TRY("event", cudaEventCreateWithFlags(&c->ev_idx,
-	    cudaEventDisableTiming));
+	TRY("stream",
+	    cudaStreamCreateWithFlags(&c->sc, cudaStreamNonBlocking));
+	TRY("event",
+	    cudaEventCreateWithFlags(&c->ev_wup, cudaEventDisableTiming));
+	TRY("event",
+	    cudaEventCreateWithFlags(&c->ev_idx, cudaEventDisableTiming));
 	for (int l = 0; l < a->n_layers; l++) {
-		TRY("event", cudaEventCreateWithFlags(&c->ev_gready[l],
-		    cudaEventDisableTiming));
-		TRY("event", cudaEventCreateWithFlags(&c->ev_gcopied[l],
-		    cudaEventDisableTiming));
+		TRY("event",
+		    cudaEventCreateWithFlags(&c->ev_gready[l],
+		        cudaEventDisableTiming));
+		TRY("event",
+		    cudaEventCreateWithFlags(&c->ev_gcopied[l],
+		        cudaEventDisableTiming));
 	}
 	TRY("cublasCreate", cublasCreate(&c->blas));
 	TRY("cublasSetStream", cublasSetStream(c->blas, c->s));
 	TRY("weights", cudaMalloc((void **) &c->d_w, c->np * sizeof(float)));
 	TRY("gradients", cudaMalloc((void **) &c->d_g, c->np * sizeof(float)));
 	for (int l = 0; l <= a->n_layers; l++) {
-		TRY("activations", cudaMalloc((void **) &c->d_act[l],
-		    c->cap * a->sizes[l] * sizeof(float)));
+		TRY("activations",
+		    cudaMalloc((void **) &c->d_act[l],
+		        c->cap * a->sizes[l] * sizeof(float)));
 	}
-	TRY("deltas", cudaMalloc((void **) &c->d_d0,
-	    c->cap * c->max_width * sizeof(float)));
-	TRY("deltas", cudaMalloc((void **) &c->d_d1,
-	    c->cap * c->max_width * sizeof(float)));
-	TRY("indices", cudaMalloc((void **) &c->d_idx,
-	    c->max_batch * sizeof(uint32_t)));
-	TRY("losses", cudaMalloc((void **) &c->d_rowloss,
-	    c->cap * sizeof(double)));
-	TRY("losses", cudaMalloc((void **) &c->d_correct,
-	    c->cap * sizeof(double)));
+	TRY("deltas",
+	    cudaMalloc((void **) &c->d_d0,
+	        c->cap * c->max_width * sizeof(float)));
+	TRY("deltas",
+	    cudaMalloc((void **) &c->d_d1,
+	        c->cap * c->max_width * sizeof(float)));
+	TRY("indices",
+	    cudaMalloc((void **) &c->d_idx, c->max_batch * sizeof(uint32_t)));
+	TRY("losses",
+	    cudaMalloc((void **) &c->d_rowloss, c->cap * sizeof(double)));
+	TRY("losses",
+	    cudaMalloc((void **) &c->d_correct, c->cap * sizeof(double)));
 	TRY("losses", cudaMalloc((void **) &c->d_red, 2 * sizeof(double)));
-	TRY("pinned weights", cudaMallocHost((void **) &c->h_w,
-	    c->np * sizeof(float)));
-	TRY("pinned gradients", cudaMallocHost((void **) &c->h_g,
-	    c->np * sizeof(float)));
-	TRY("pinned indices", cudaMallocHost((void **) &c->h_idx,
-	    c->max_batch * sizeof(uint32_t)));
-	TRY("pinned losses", cudaMallocHost((void **) &c->h_red,
-	    2 * sizeof(double)));
+	TRY("pinned weights",
+	    cudaMallocHost((void **) &c->h_w, c->np * sizeof(float)));
+	TRY("pinned gradients",
+	    cudaMallocHost((void **) &c->h_g, c->np * sizeof(float)));
+	TRY("pinned indices",
+	    cudaMallocHost((void **) &c->h_idx,
+	        c->max_batch * sizeof(uint32_t)));
+	TRY("pinned losses",
+	    cudaMallocHost((void **) &c->h_red, 2 * sizeof(double)));
 #undef TRY
 	*state = c;
 	return FB_OK;
@@ -509,11 +519,11 @@ forward(struct cu *c, const float *x, size_t n)
 	const float           one = 1.0f, zero = 0.0f;
 	for (int l = 1; l <= a->n_layers; l++) {
 		size_t ni = a->sizes[l - 1], no = a->sizes[l];
-		float *z  = c->d_act[l];
+		float *z = c->d_act[l];
 		if (cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int) no,
 		        (int) n, (int) ni, &one, c->d_w + c->off[2 * (l - 1)],
-		        (int) ni, in, (int) ni, &zero, z, (int) no) !=
-		    CUBLAS_STATUS_SUCCESS) {
+		        (int) ni, in, (int) ni, &zero, z,
+		        (int) no) != CUBLAS_STATUS_SUCCESS) {
 			return FB_ETRANSPORT;
 		}
 		k_bias_act<<<blocks_for(n * no, 256), 256, 0, c->s>>>(z,
@@ -538,21 +548,23 @@ backward(struct cu *c, size_t n, int host)
 		const float *in = c->d_act[l - 1];
 		if (cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, (int) ni,
 		        (int) no, (int) n, &one, in, (int) ni, dz, (int) no,
-		        &zero, c->d_g + c->off[tw], (int) ni) !=
-		    CUBLAS_STATUS_SUCCESS) {
+		        &zero, c->d_g + c->off[tw],
+		        (int) ni) != CUBLAS_STATUS_SUCCESS) {
 			return FB_ETRANSPORT;
 		}
 		k_colsum<<<dim3((unsigned) ((no + CS_T - 1) / CS_T)),
 		    dim3(CS_T, CS_T), 0, c->s>>>(dz, n, no,
 		    c->d_g + c->off[tw + 1]);
 		if (host) {
-			size_t bytes = (c->len[tw] + c->len[tw + 1]) * sizeof(float);
+			size_t bytes = (c->len[tw] + c->len[tw + 1]) *
+			    sizeof(float);
 			if (cudaEventRecord(c->ev_gready[l - 1], c->s) !=
 			        cudaSuccess ||
-			    cudaStreamWaitEvent(c->sc, c->ev_gready[l - 1], 0) !=
-			        cudaSuccess ||
+			    cudaStreamWaitEvent(c->sc, c->ev_gready[l - 1],
+			        0) != cudaSuccess ||
 			    cudaMemcpyAsync(c->h_g + c->off[tw],
-			        c->d_g + c->off[tw], bytes, cudaMemcpyDeviceToHost,
+			        c->d_g + c->off[tw], bytes,
+			        cudaMemcpyDeviceToHost,
 			        c->sc) != cudaSuccess ||
 			    cudaEventRecord(c->ev_gcopied[l - 1], c->sc) !=
 			        cudaSuccess) {
@@ -564,12 +576,12 @@ backward(struct cu *c, size_t n, int host)
 		}
 		if (cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int) ni,
 		        (int) n, (int) no, &one, c->d_w + c->off[tw], (int) ni,
-		        dz, (int) no, &zero, dnext, (int) ni) !=
-		    CUBLAS_STATUS_SUCCESS) {
+		        dz, (int) no, &zero, dnext,
+		        (int) ni) != CUBLAS_STATUS_SUCCESS) {
 			return FB_ETRANSPORT;
 		}
-		k_relu_mask<<<blocks_for(n * ni, 256), 256, 0, c->s>>>(dnext, in,
-		    n * ni);
+		k_relu_mask<<<blocks_for(n * ni, 256), 256, 0, c->s>>>(dnext,
+		    in, n * ni);
 		dz    = dnext;
 		dnext = (dnext == c->d_d0) ? c->d_d1 : c->d_d0;
 	}
@@ -579,8 +591,8 @@ backward(struct cu *c, size_t n, int host)
 // step runs forward + backward for rows idx[0..n) of ds; host: also copy
 // the gradient into g (host buffers); loss_sum != NULL: wait for the loss.
 static int
-step(struct cu *c, const struct tr_dataset *ds, const uint32_t *idx,
-    size_t n, float *const *g, int host, double *loss_sum)
+step(struct cu *c, const struct tr_dataset *ds, const uint32_t *idx, size_t n,
+    float *const *g, int host, double *loss_sum)
 {
 	const struct tr_arch *a = &c->a;
 	const struct dscache *dc;
@@ -618,7 +630,8 @@ step(struct cu *c, const struct tr_dataset *ds, const uint32_t *idx,
 		return rv;
 	}
 	k_xent<<<blocks_for(n, WARPS), WARPS * 32, 0, c->s>>>(
-	    c->d_act[a->n_layers], n, k, dc->y, c->d_idx, c->d_rowloss, NULL, 1);
+	    c->d_act[a->n_layers], n, k, dc->y, c->d_idx, c->d_rowloss, NULL,
+	    1);
 	k_sum<<<1, 1024, 0, c->s>>>(c->d_rowloss, NULL, n, c->d_red);
 	if (cudaMemcpyAsync(c->h_red, c->d_red, sizeof(double),
 	        cudaMemcpyDeviceToHost, c->s) != cudaSuccess) {
@@ -667,9 +680,9 @@ cuda_evaluate(void *state, const struct tr_dataset *ds, double *loss_mean,
 	struct cu            *c = (struct cu *) state;
 	const struct tr_arch *a = &c->a;
 	const struct dscache *dc;
-	size_t d = a->sizes[0], k = a->sizes[a->n_layers];
-	double loss = 0.0, correct = 0.0;
-	int    rv;
+	size_t                d = a->sizes[0], k = a->sizes[a->n_layers];
+	double                loss = 0.0, correct = 0.0;
+	int                   rv;
 	if (ds == NULL || ds->n == 0 || ds->dim != d || !c->have_w) {
 		return FB_EINVAL;
 	}
@@ -734,9 +747,9 @@ tr__cuda_sync(struct tr_backend *b)
 	c = (struct cu *) b->state;
 	cudaSetDevice(c->dev);
 	return cudaStreamSynchronize(c->s) == cudaSuccess &&
-	        cudaStreamSynchronize(c->sc) == cudaSuccess ?
-	    FB_OK :
-	    FB_ETRANSPORT;
+	        cudaStreamSynchronize(c->sc) == cudaSuccess
+	    ? FB_OK
+	    : FB_ETRANSPORT;
 }
 
 extern "C" int

@@ -340,7 +340,8 @@ k_q_encode(unsigned b, const float *x, float *e, size_t n, uint32_t bucket,
 			((uint32_t *) codes)[w] = word;
 		} else {
 			for (size_t y = w * 4; y < nbytes; y++) {
-				codes[y] = (uint8_t) (word >> (8 * (y - w * 4)));
+				codes[y] = (uint8_t) (word >>
+				    (8 * (y - w * 4)));
 			}
 		}
 	}
@@ -357,7 +358,7 @@ k_q_validate(unsigned b, const uint8_t *in, size_t n, size_t nb, int *flag)
 	unsigned       tail   = (unsigned) ((n * b) & 7);
 	size_t         stride = (size_t) gridDim.x * blockDim.x;
 	int            bad    = 0;
-	size_t         tid = (size_t) blockIdx.x * blockDim.x + threadIdx.x;
+	size_t         tid    = (size_t) blockIdx.x * blockDim.x + threadIdx.x;
 	for (size_t j = tid; j < nb; j += stride) {
 		float s = sc[j];
 		bad |= !(s >= 0.0f) || isinf(s);
@@ -367,8 +368,8 @@ k_q_validate(unsigned b, const uint8_t *in, size_t n, size_t nb, int *flag)
 		if (b == 8) {
 			bad |= c == 0x80u;
 		} else if (b == 4) {
-			bad |= (c & 0x88u & ~((c << 1) | (c << 2) | (c << 3))) !=
-			    0;
+			bad |= (c & 0x88u &
+			           ~((c << 1) | (c << 2) | (c << 3))) != 0;
 		} else {
 			bad |= (c & 0xaau & ~(c << 1)) != 0;
 		}
@@ -405,7 +406,8 @@ k_q_decode_add(unsigned b, const uint8_t *in, size_t n, uint32_t bucket,
 			word = ((const uint32_t *) codes)[w];
 		} else {
 			for (size_t y = w * 4; y < nbytes; y++) {
-				word |= (uint32_t) codes[y] << (8 * (y - w * 4));
+				word |= (uint32_t) codes[y]
+				    << (8 * (y - w * 4));
 			}
 		}
 		size_t    i0 = w * per;
@@ -429,12 +431,15 @@ k_q_decode_add(unsigned b, const uint8_t *in, size_t n, uint32_t bucket,
 	}
 }
 
-// ---- host side ---------------------------------------------------------------
+// ---- host side -------------------------------------------------------------
 
 static unsigned
 qbits(uint32_t id)
 {
-	return id == TR_DC_Q8 ? 8 : id == TR_DC_Q4 ? 4 : id == TR_DC_Q2 ? 2 : 0;
+	return id == TR_DC_Q8 ? 8
+	    : id == TR_DC_Q4  ? 4
+	    : id == TR_DC_Q2  ? 2
+	                      : 0;
 }
 
 static unsigned
@@ -508,8 +513,8 @@ tr__dctx_check(struct tr__dctx *x)
 		return FB_ETRANSPORT;
 	}
 	f = *x->h_flag;
-	if (f != 0 && cudaMemsetAsync(x->d_flag, 0, sizeof(int), s) !=
-	        cudaSuccess) {
+	if (f != 0 &&
+	    cudaMemsetAsync(x->d_flag, 0, sizeof(int), s) != cudaSuccess) {
 		return FB_ETRANSPORT;
 	}
 	if (f & FLAG_EPROTO) {
@@ -583,16 +588,16 @@ encode(struct tr__dctx *x, const struct tr__dcodec *c, const float *d_x,
 			k_finite<<<grid_for(n), THREADS, 0, s>>>(d_x, d_e, n,
 			    x->d_flag);
 		}
-		k_flt_encode<<<grid_for(n), THREADS, 0, s>>>(c->id, d_x, d_e, n,
-		    d_out, x->d_flag, d_e != NULL);
+		k_flt_encode<<<grid_for(n), THREADS, 0, s>>>(c->id, d_x, d_e,
+		    n, d_out, x->d_flag, d_e != NULL);
 		return launched();
 	}
 	size_t nb     = n / c->bucket + (n % c->bucket != 0);
 	size_t nbytes = (n * b + 7) / 8;
 	if (c->bucket >= 64) {
 		unsigned g = nb > 65535u * 8u ? 65535u * 8u : (unsigned) nb;
-		k_absmax_block<<<g, THREADS, 0, s>>>(d_x, d_e, n, c->bucket, nb,
-		    (uint32_t *) d_out, x->d_flag);
+		k_absmax_block<<<g, THREADS, 0, s>>>(d_x, d_e, n, c->bucket,
+		    nb, (uint32_t *) d_out, x->d_flag);
 	} else {
 		k_absmax_thread<<<grid_for(nb), THREADS, 0, s>>>(d_x, d_e, n,
 		    c->bucket, nb, (uint32_t *) d_out, x->d_flag);
@@ -649,8 +654,8 @@ tr__dcodec_decode_add(struct tr__dctx *x, const struct tr__dcodec *c,
 		return FB_EINVAL;
 	}
 	if ((b = qbits(c->id)) == 0) {
-		k_flt_decode_add<<<grid_for(n), THREADS, 0, s>>>(c->id, d_in, n,
-		    d_acc, x->d_flag);
+		k_flt_decode_add<<<grid_for(n), THREADS, 0, s>>>(c->id, d_in,
+		    n, d_acc, x->d_flag);
 		return launched();
 	}
 	size_t nb     = n / c->bucket + (n % c->bucket != 0);

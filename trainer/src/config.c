@@ -11,8 +11,17 @@
 #include "tr_impl.h"
 
 // How a value is stored in struct tr_config.
-enum kind { K_TEXT, K_INT, K_U32, K_U64, K_SIZE, K_F64, K_ENUM, K_LAYERS,
-	K_DEVICE };
+enum kind {
+	K_TEXT,
+	K_INT,
+	K_U32,
+	K_U64,
+	K_SIZE,
+	K_F64,
+	K_ENUM,
+	K_LAYERS,
+	K_DEVICE
+};
 
 struct binding {
 	enum fb_opt id;
@@ -50,8 +59,8 @@ _Static_assert(N_BINDINGS == FB_OPT_TR_TIMEOUT_MS - FB_OPT_TR_SCHEDULER + 1,
 
 // store copies the checked value of b from fc into c.
 static int
-store(struct tr_config *c, const struct binding *b,
-    const struct fb_config *fc, char *err, size_t errlen)
+store(struct tr_config *c, const struct binding *b, const struct fb_config *fc,
+    char *err, size_t errlen)
 {
 	void       *p = (char *) c + b->off;
 	const char *v = fb_config_str(fc, b->id);

@@ -38,7 +38,8 @@ tr__crc32_fold(const uint32_t *chunk_crc, size_t bytes)
 	}
 #else
 	for (size_t i = 1; i + 1 < n; i++) {
-		crc = (uint32_t) crc32_combine(crc, chunk_crc[i], TR_CRC_CHUNK);
+		crc = (uint32_t) crc32_combine(crc, chunk_crc[i],
+		    TR_CRC_CHUNK);
 	}
 #endif
 	if (n > 1) {

@@ -32,15 +32,15 @@ read_exact(gzFile f, const char *path, void *buf, size_t n, const char *what,
 {
 	size_t got = 0;
 	while (got < n) {
-		size_t   want = n - got > CHUNK ? CHUNK : n - got;
-		int      r    = gzread(f, (uint8_t *) buf + got, (unsigned) want);
-		int      zerr = Z_OK;
+		size_t want = n - got > CHUNK ? CHUNK : n - got;
+		int    r = gzread(f, (uint8_t *) buf + got, (unsigned) want);
+		int    zerr = Z_OK;
 		const char *zmsg;
 		if (r < 0) {
 			zmsg = gzerror(f, &zerr);
 			return tr__errf(FB_EPROTO, err, errlen,
-			    "%s: corrupt file while reading %s: %s", path, what,
-			    zmsg);
+			    "%s: corrupt file while reading %s: %s", path,
+			    what, zmsg);
 		}
 		if (r == 0) {
 			return tr__errf(FB_EPROTO, err, errlen,
@@ -129,8 +129,8 @@ load_images(struct tr_dataset *ds, const char *path, uint32_t *n_out,
 	}
 	for (size_t done = 0; done < total;) {
 		size_t want = total - done > CHUNK ? CHUNK : total - done;
-		if ((rv = read_exact(f, path, chunk, want, "the pixel data", err,
-		         errlen)) != FB_OK) {
+		if ((rv = read_exact(f, path, chunk, want, "the pixel data",
+		         err, errlen)) != FB_OK) {
 			goto fail;
 		}
 		float *dst = ds->x + done;
@@ -273,8 +273,8 @@ tr_data_load(const char *dir, int classes, struct tr_dataset *train,
 	}
 	find_file(img, sizeof(img), dir, "t10k-images-idx3-ubyte");
 	find_file(lbl, sizeof(lbl), dir, "t10k-labels-idx1-ubyte");
-	if ((rv = tr_dataset_load_idx(test, img, lbl, classes, err,
-	         errlen)) != FB_OK) {
+	if ((rv = tr_dataset_load_idx(test, img, lbl, classes, err, errlen)) !=
+	    FB_OK) {
 		tr_dataset_fini(train);
 		return rv;
 	}
@@ -290,8 +290,8 @@ tr_data_load(const char *dir, int classes, struct tr_dataset *train,
 }
 
 int
-tr_dataset_synthetic(struct tr_dataset *ds, size_t n, size_t dim,
-    int classes, uint64_t seed)
+tr_dataset_synthetic(struct tr_dataset *ds, size_t n, size_t dim, int classes,
+    uint64_t seed)
 {
 	struct tr_rng r;
 	float        *centers;

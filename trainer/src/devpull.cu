@@ -16,7 +16,7 @@ struct tr__devpull {
 	struct tr__dctx   ctx;
 	struct tr__dcodec codec;
 	cudaStream_t      s;
-	float            *d_w;      // the reference: the backend's weights
+	float            *d_w; // the reference: the backend's weights
 	size_t            n;
 	size_t           *base;     // [n] shard's offset in d_w (floats)
 	size_t           *len;      // [n] elements
@@ -27,9 +27,9 @@ struct tr__devpull {
 	uint8_t          *h_stage;  // pinned staging for codes and fulls
 	uint8_t          *d_stage;  // its device twin
 	size_t            stage_cap, stage_off;
-	uint32_t         *d_tab;    // crc.h slice-by-4 tables (1024)
-	uint32_t         *d_crc;    // per-chunk CRCs of one shard
-	uint32_t         *h_crc;    // pinned
+	uint32_t         *d_tab; // crc.h slice-by-4 tables (1024)
+	uint32_t         *d_crc; // per-chunk CRCs of one shard
+	uint32_t         *h_crc; // pinned
 	char              err[256];
 };
 
@@ -50,12 +50,11 @@ k_crc_chunks(const uint32_t *tab, const uint32_t *w, size_t n_words,
 		return;
 	}
 	size_t per = TR_CRC_CHUNK / 4, first = c * per;
-	size_t m   = n_words - first < per ? n_words - first : per;
-	out[c]     = tr__crc_words(t, w + first, m);
+	size_t m = n_words - first < per ? n_words - first : per;
+	out[c]   = tr__crc_words(t, w + first, m);
 }
 
-static int
-set_err(struct tr__devpull *d, int rv, const char *fmt, ...)
+static int set_err(struct tr__devpull *d, int rv, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 static int
@@ -123,8 +122,10 @@ tr__devpull_open(float *d_w, void *stream, const struct ferry_shard *sh,
 	d->n            = n;
 	if (!tr__devpull_supported(codec_id) ||
 	    tr__dcodec_valid(&d->codec) != FB_OK) {
-		snprintf(err, errlen, "pull codec %u cannot be decoded on the "
-		    "device (use none, fp16, bf16, q8, q4 or q2)", codec_id);
+		snprintf(err, errlen,
+		    "pull codec %u cannot be decoded on the "
+		    "device (use none, fp16, bf16, q8, q4 or q2)",
+		    codec_id);
 		fb_free(d);
 		return FB_EUNSUPP;
 	}
@@ -151,23 +152,27 @@ tr__devpull_open(float *d_w, void *stream, const struct ferry_shard *sh,
 	d->code_len = tr__dcodec_bound(&d->codec, d->max_len);
 	if (codec_id == TR_DC_NONE) {
 		d->stage_cap = d->code_len < (4u << 20) ? d->code_len
-		                                         : (4u << 20);
+		                                        : (4u << 20);
 	} else {
-		d->stage_cap = TR_DEVPULL_CHAIN * ((d->code_len + 3) & ~(size_t) 3);
+		d->stage_cap = TR_DEVPULL_CHAIN *
+		    ((d->code_len + 3) & ~(size_t) 3);
 	}
 	d->stage_cap = (d->stage_cap + 3) & ~(size_t) 3;
-	chunks = (d->max_len * 4 + TR_CRC_CHUNK - 1) / TR_CRC_CHUNK;
+	chunks       = (d->max_len * 4 + TR_CRC_CHUNK - 1) / TR_CRC_CHUNK;
 	tr__crc_tables(tab);
 	if ((rv = tr__dctx_init(&d->ctx, stream)) != FB_OK ||
-	    cudaMallocHost((void **) &d->h_stage, d->stage_cap) != cudaSuccess ||
+	    cudaMallocHost((void **) &d->h_stage, d->stage_cap) !=
+	        cudaSuccess ||
 	    cudaMalloc((void **) &d->d_stage, d->stage_cap) != cudaSuccess ||
 	    cudaMalloc((void **) &d->d_tab, sizeof(tab)) != cudaSuccess ||
 	    cudaMalloc((void **) &d->d_crc, chunks * 4) != cudaSuccess ||
 	    cudaMallocHost((void **) &d->h_crc, chunks * 4) != cudaSuccess ||
 	    cudaMemcpy(d->d_tab, tab, sizeof(tab), cudaMemcpyHostToDevice) !=
 	        cudaSuccess) {
-		snprintf(err, errlen, "cannot allocate device pull buffers "
-		    "(%zu staging bytes, %zu chunk CRCs)", d->stage_cap, chunks);
+		snprintf(err, errlen,
+		    "cannot allocate device pull buffers "
+		    "(%zu staging bytes, %zu chunk CRCs)",
+		    d->stage_cap, chunks);
 		tr__devpull_close(d);
 		return rv != FB_OK ? rv : FB_ENOMEM;
 	}
@@ -225,8 +230,10 @@ shard_ok(struct tr__devpull *d, const struct ferry_pull_piece *p)
 	if (p->shard >= d->n || p->len != d->len[p->shard] ||
 	    p->tensor != d->tensor[p->shard] ||
 	    p->offset != d->offset[p->shard]) {
-		return set_err(d, 0, "shard %u is not the job's shard the device "
-		    "pull was set up for", p->shard);
+		return set_err(d, 0,
+		    "shard %u is not the job's shard the device "
+		    "pull was set up for",
+		    p->shard);
 	}
 	return 1;
 }
@@ -246,20 +253,21 @@ sink_full(void *arg, const struct ferry_pull_piece *p)
 	// A chain abandoned mid-way (this is its resync) may have left
 	// decodes and a flag behind: wait, and forget them.
 	if (tr__dctx_check(&d->ctx) == FB_ETRANSPORT) {
-		return set_err(d, FERRY_ESINK, "CUDA error before the full "
-		    "copy of shard %u: %s", p->shard,
-		    cudaGetErrorString(cudaGetLastError()));
+		return set_err(d, FERRY_ESINK,
+		    "CUDA error before the full copy of shard %u: %s",
+		    p->shard, cudaGetErrorString(cudaGetLastError()));
 	}
 	dst = (uint8_t *) (d->d_w + d->base[p->shard]);
 	for (uint64_t o = 0; o < p->bytes; o += d->stage_cap) {
-		size_t m = p->bytes - o < d->stage_cap ? (size_t) (p->bytes - o)
-		                                       : d->stage_cap;
+		size_t m = p->bytes - o < d->stage_cap
+		    ? (size_t) (p->bytes - o)
+		    : d->stage_cap;
 		memcpy(d->h_stage, p->data + o, m);
 		if (cudaMemcpyAsync(dst + o, d->h_stage, m,
 		        cudaMemcpyHostToDevice, d->s) != cudaSuccess ||
 		    cudaStreamSynchronize(d->s) != cudaSuccess) {
-			return set_err(d, FERRY_ESINK, "full copy of shard %u: "
-			    "%s", p->shard,
+			return set_err(d, FERRY_ESINK,
+			    "full copy of shard %u: %s", p->shard,
 			    cudaGetErrorString(cudaGetLastError()));
 		}
 	}
@@ -277,10 +285,12 @@ sink_delta(void *arg, const struct ferry_pull_piece *p)
 	}
 	if (p->codec != d->codec.id || p->bucket != d->codec.bucket ||
 	    p->bytes != tr__dcodec_bound(&d->codec, p->len)) {
-		return set_err(d, FERRY_EPROTO, "delta for shard %u: codec %u "
+		return set_err(d, FERRY_EPROTO,
+		    "delta for shard %u: codec %u "
 		    "bucket %u, %llu bytes; expected codec %u bucket %u",
 		    p->shard, p->codec, p->bucket,
-		    (unsigned long long) p->bytes, d->codec.id, d->codec.bucket);
+		    (unsigned long long) p->bytes, d->codec.id,
+		    d->codec.bucket);
 	}
 	need = ((size_t) p->bytes + 3) & ~(size_t) 3;
 	if (d->stage_off + need > d->stage_cap) {
@@ -299,9 +309,9 @@ sink_delta(void *arg, const struct ferry_pull_piece *p)
 	    tr__dcodec_decode_add(&d->ctx, &d->codec,
 	        d->d_stage + d->stage_off, p->bytes, p->len,
 	        d->d_w + d->base[p->shard]) != FB_OK) {
-		return set_err(d, FERRY_ESINK, "delta for shard %u: cannot "
-		    "enqueue the decode: %s", p->shard,
-		    cudaGetErrorString(cudaGetLastError()));
+		return set_err(d, FERRY_ESINK,
+		    "delta for shard %u: cannot enqueue the decode: %s",
+		    p->shard, cudaGetErrorString(cudaGetLastError()));
 	}
 	d->stage_off += need;
 	return FERRY_OK;
@@ -310,23 +320,26 @@ sink_delta(void *arg, const struct ferry_pull_piece *p)
 static int
 sink_check(void *arg, uint32_t shard, uint64_t version, uint32_t crc)
 {
-	struct tr__devpull *d = (struct tr__devpull *) arg;
+	struct tr__devpull *d   = (struct tr__devpull *) arg;
 	uint32_t            got = 0;
 	int                 dec;
 	if (shard >= d->n) {
 		return set_err(d, FERRY_ESINK, "check of unknown shard %u",
 		    shard);
 	}
-	if (chunk_crc(d, d->d_w + d->base[shard], d->len[shard], &got,
-	        &dec) != FB_OK) {
-		return set_err(d, FERRY_ESINK, "CRC of shard %u on the device: "
-		    "%s", shard, cudaGetErrorString(cudaGetLastError()));
+	if (chunk_crc(d, d->d_w + d->base[shard], d->len[shard], &got, &dec) !=
+	    FB_OK) {
+		return set_err(d, FERRY_ESINK,
+		    "CRC of shard %u on the device: %s", shard,
+		    cudaGetErrorString(cudaGetLastError()));
 	}
 	if (dec == FB_EPROTO) {
 		// Codes the device refused (bad scale, forbidden code): the
-		// reference was left as it was; as comp_decode_add on the host.
-		return set_err(d, FERRY_EPROTO, "corrupt delta for shard %u "
-		    "(version %llu)", shard, (unsigned long long) version);
+		// reference was left as it was; as comp_decode_add on the
+		// host.
+		return set_err(d, FERRY_EPROTO,
+		    "corrupt delta for shard %u (version %llu)", shard,
+		    (unsigned long long) version);
 	}
 	if (dec != FB_OK) {
 		return set_err(d, FERRY_ESINK, "shard %u: device decode: %s",
@@ -357,9 +370,9 @@ tr__devpull_fetch(struct tr__devpull *d, float *const *w)
 		return FB_ETRANSPORT;
 	}
 	for (size_t i = 0; i < d->n; i++) {
-		if (cudaMemcpy(w[d->tensor[i]] + d->offset[i], d->d_w + d->base[i],
-		        d->len[i] * sizeof(float), cudaMemcpyDeviceToHost) !=
-		    cudaSuccess) {
+		if (cudaMemcpy(w[d->tensor[i]] + d->offset[i],
+		        d->d_w + d->base[i], d->len[i] * sizeof(float),
+		        cudaMemcpyDeviceToHost) != cudaSuccess) {
 			return FB_ETRANSPORT;
 		}
 	}

@@ -30,8 +30,9 @@
 extern "C" {
 #endif
 
-#define TR_DEVPULL_CHAIN 4 // deltas a pull chain usually has at most
-                           // (the server's PS_DELTA_LOG)
+#define TR_DEVPULL_CHAIN                                                      \
+	4 // deltas a pull chain usually has at most
+	  // (the server's PS_DELTA_LOG)
 
 struct tr__devpull;
 

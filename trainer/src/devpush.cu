@@ -8,18 +8,18 @@
 #include "fb/fb.h"
 
 struct tr__devpush {
-	struct tr__dctx    ctx;
-	struct tr__dcodec  codec;
-	size_t             n;
-	float             *d_resid;  // one residual per shard element
-	size_t            *res_off;  // [n] offset in d_resid
-	size_t            *src_off;  // [n] offset in the gradient block
-	size_t            *code_off; // [n] offset in the code buffers (4-aligned)
-	size_t            *code_len; // [n]
-	size_t            *len;      // [n] elements
-	uint8_t           *d_codes;
-	uint8_t           *h_codes;  // pinned
-	size_t             total_codes;
+	struct tr__dctx   ctx;
+	struct tr__dcodec codec;
+	size_t            n;
+	float            *d_resid; // one residual per shard element
+	size_t           *res_off; // [n] offset in d_resid
+	size_t           *src_off; // [n] offset in the gradient block
+	size_t  *code_off; // [n] offset in the code buffers (4-aligned)
+	size_t  *code_len; // [n]
+	size_t  *len;      // [n] elements
+	uint8_t *d_codes;
+	uint8_t *h_codes; // pinned
+	size_t   total_codes;
 };
 
 extern "C" int
@@ -64,8 +64,10 @@ tr__devpush_open(struct tr_backend *b, const struct ferry_shard *sh, size_t n,
 	d->n            = n;
 	if (!tr__devpush_supported(codec_id) ||
 	    tr__dcodec_valid(&d->codec) != FB_OK) {
-		snprintf(err, errlen, "push codec %u cannot be encoded on the "
-		    "device (use fp16, bf16, q8, q4 or q2)", codec_id);
+		snprintf(err, errlen,
+		    "push codec %u cannot be encoded on the "
+		    "device (use fp16, bf16, q8, q4 or q2)",
+		    codec_id);
 		fb_free(d);
 		return FB_EUNSUPP;
 	}
@@ -86,8 +88,10 @@ tr__devpush_open(struct tr_backend *b, const struct ferry_shard *sh, size_t n,
 		d->code_len[i] = tr__dcodec_bound(&d->codec, sh[i].len);
 		d->len[i]      = sh[i].len;
 		if (d->code_len[i] != sh[i].code_bytes) {
-			snprintf(err, errlen, "shard %zu: device code size %zu "
-			    "differs from libferry's %llu", i, d->code_len[i],
+			snprintf(err, errlen,
+			    "shard %zu: device code size %zu "
+			    "differs from libferry's %llu",
+			    i, d->code_len[i],
 			    (unsigned long long) sh[i].code_bytes);
 			tr__devpush_close(d);
 			return FB_EINVAL;
@@ -103,8 +107,10 @@ tr__devpush_open(struct tr_backend *b, const struct ferry_shard *sh, size_t n,
 	        cudaSuccess ||
 	    cudaMalloc((void **) &d->d_codes, codes + 4) != cudaSuccess ||
 	    cudaMallocHost((void **) &d->h_codes, codes + 4) != cudaSuccess) {
-		snprintf(err, errlen, "cannot allocate device push buffers "
-		    "(%zu floats, %zu code bytes)", elems, codes);
+		snprintf(err, errlen,
+		    "cannot allocate device push buffers "
+		    "(%zu floats, %zu code bytes)",
+		    elems, codes);
 		tr__devpush_close(d);
 		return rv != FB_OK ? rv : FB_ENOMEM;
 	}
@@ -121,15 +127,15 @@ tr__devpush_encode(struct tr__devpush *d, const float *d_grad,
 	// one encode per shard, then a single copy of all the codes.
 	for (size_t i = 0; i < d->n; i++) {
 		rv = tr__dcodec_ef_encode(&d->ctx, &d->codec,
-		    d_grad + d->src_off[i], d->d_resid + d->res_off[i], d->len[i],
-		    d->d_codes + d->code_off[i]);
+		    d_grad + d->src_off[i], d->d_resid + d->res_off[i],
+		    d->len[i], d->d_codes + d->code_off[i]);
 		if (rv != FB_OK) {
 			return rv;
 		}
 	}
 	if (cudaMemcpyAsync(d->h_codes, d->d_codes, d->total_codes,
-	        cudaMemcpyDeviceToHost, (cudaStream_t) d->ctx.stream) !=
-	    cudaSuccess) {
+	        cudaMemcpyDeviceToHost,
+	        (cudaStream_t) d->ctx.stream) != cudaSuccess) {
 		return FB_ETRANSPORT;
 	}
 	// Waits for the copy and reports a non-finite gradient (then the

@@ -23,7 +23,8 @@ main(int argc, char **argv)
 		return 0;
 	}
 	if (cfg.scheduler == NULL) {
-		fprintf(stderr, "trainer: --scheduler is required (see --help)\n");
+		fprintf(stderr,
+		    "trainer: --scheduler is required (see --help)\n");
 		return 2;
 	}
 	snprintf(role, sizeof(role), "trainer-%d", cfg.rank);

@@ -11,16 +11,16 @@
 int
 tr_arch_parse(const char *spec, struct tr_arch *a, char *err, size_t errlen)
 {
-	struct tr_arch t = { 0 };
-	const char    *s = spec;
+	struct tr_arch t  = { 0 };
+	const char    *s  = spec;
 	int            nw = 0;
 	if (spec == NULL || a == NULL || *spec == '\0') {
 		return tr__errf(FB_EINVAL, err, errlen, "--layers: empty");
 	}
 	for (;;) {
-		char      num[32];
-		size_t    len = strcspn(s, ",");
-		int64_t   v;
+		char    num[32];
+		size_t  len = strcspn(s, ",");
+		int64_t v;
 		if (len == 0 || len >= sizeof(num)) {
 			return tr__errf(FB_EINVAL, err, errlen,
 			    "--layers '%s': empty or overlong width", spec);
@@ -51,7 +51,8 @@ tr_arch_parse(const char *spec, struct tr_arch *a, char *err, size_t errlen)
 	}
 	if (t.sizes[nw - 1] < 2) {
 		return tr__errf(FB_EINVAL, err, errlen,
-		    "--layers '%s': the output layer needs >= 2 classes", spec);
+		    "--layers '%s': the output layer needs >= 2 classes",
+		    spec);
 	}
 	t.n_layers = nw - 1;
 	*a         = t;
@@ -114,9 +115,8 @@ tr_params_init(struct tr_params *p, const struct tr_arch *a)
 		memset(p, 0, sizeof(*p));
 		return FB_ENOMEM;
 	}
-	float *base =
-	    (float *) (((uintptr_t) p->data + 63) & ~(uintptr_t) 63);
-	off = 0;
+	float *base = (float *) (((uintptr_t) p->data + 63) & ~(uintptr_t) 63);
+	off         = 0;
 	for (size_t i = 0; i < p->n_tensors; i++) {
 		p->t[i] = base + off;
 		off += (p->len[i] + 15) & ~(size_t) 15;
@@ -148,7 +148,8 @@ tr_params_randomize(struct tr_params *p, uint64_t seed)
 		size_t fan_in = p->len[i] / p->len[i + 1];
 		float  bound  = (float) sqrt(6.0 / (double) fan_in);
 		for (size_t j = 0; j < p->len[i]; j++) {
-			p->t[i][j] = (2.0f * tr_rng_uniform(&r) - 1.0f) * bound;
+			p->t[i][j] = (2.0f * tr_rng_uniform(&r) - 1.0f) *
+			    bound;
 		}
 	}
 }

@@ -30,8 +30,8 @@ push_close(void *arg)
 
 static int
 push_open(struct tr_backend *b, const struct ferry_shard *sh, size_t n,
-    uint32_t codec_id, uint32_t bucket, const size_t *tensor_base,
-    void **out, char *err, size_t errlen)
+    uint32_t codec_id, uint32_t bucket, const size_t *tensor_base, void **out,
+    char *err, size_t errlen)
 {
 	struct push *p;
 	int          rv;
@@ -59,8 +59,8 @@ push_grad(void *arg, const struct tr_dataset *ds, const uint32_t *idx,
 	struct push *p = arg;
 	float       *d_grad;
 	int          rv;
-	if ((rv = tr__cuda_grad_device(p->b, ds, idx, n, &d_grad,
-	         loss_sum)) != FB_OK ||
+	if ((rv = tr__cuda_grad_device(p->b, ds, idx, n, &d_grad, loss_sum)) !=
+	        FB_OK ||
 	    (rv = tr__devpush_encode(p->dp, d_grad, p->codes)) != FB_OK) {
 		return rv;
 	}
@@ -70,8 +70,8 @@ push_grad(void *arg, const struct tr_dataset *ds, const uint32_t *idx,
 
 static int
 pull_open(struct tr_backend *b, const struct ferry_shard *sh, size_t n,
-    uint32_t codec_id, uint32_t bucket, const size_t *tensor_base,
-    void **out, struct ferry_pull_sink *sink, char *err, size_t errlen)
+    uint32_t codec_id, uint32_t bucket, const size_t *tensor_base, void **out,
+    struct ferry_pull_sink *sink, char *err, size_t errlen)
 {
 	struct tr__devpull *d;
 	float              *d_w;

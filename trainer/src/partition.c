@@ -94,8 +94,8 @@ tr_partition_fini(struct tr_partition *p)
 }
 
 int
-tr_partition_batch(struct tr_partition *p, long epoch, size_t k,
-    size_t batch, const uint32_t **idx)
+tr_partition_batch(struct tr_partition *p, long epoch, size_t k, size_t batch,
+    const uint32_t **idx)
 {
 	if (p == NULL || p->order == NULL || idx == NULL || batch == 0 ||
 	    epoch < 0) {

@@ -24,8 +24,7 @@
 #define MOD "train"
 
 int
-tr__report_open(struct tr__report *rep, const struct tr_config *cfg,
-    FILE *out)
+tr__report_open(struct tr__report *rep, const struct tr_config *cfg, FILE *out)
 {
 	memset(rep, 0, sizeof(*rep));
 	rep->out = out;
@@ -105,9 +104,9 @@ tr__report_progress(struct tr__report *rep, uint64_t bytes_pushed)
 {
 	double wall, step_ms, loss;
 	wall    = (double) (fb_clock_ns() - rep->t0) * 1e-9;
-	step_ms = rep->iv_steps ?
-	    (double) rep->iv_ns * 1e-6 / (double) rep->iv_steps :
-	    0.0;
+	step_ms = rep->iv_steps
+	    ? (double) rep->iv_ns * 1e-6 / (double) rep->iv_steps
+	    : 0.0;
 	loss = rep->iv_samples ? rep->iv_loss / (double) rep->iv_samples : NAN;
 	fprintf(rep->out, "step %llu | train_loss %.4f",
 	    (unsigned long long) rep->step, loss);
@@ -133,7 +132,7 @@ tr__report_progress(struct tr__report *rep, uint64_t bytes_pushed)
 	}
 	rep->iv_loss    = 0.0;
 	rep->iv_samples = rep->iv_steps = rep->iv_ns = 0;
-	rep->last_report = rep->step;
+	rep->last_report                             = rep->step;
 }
 
 void
@@ -144,8 +143,8 @@ tr__report_summary(struct tr__report *rep, const struct tr_config *cfg,
 	fprintf(rep->out,
 	    "{\"summary\": {\"epochs\": %.6g, \"steps\": %llu, \"samples\": "
 	    "%llu, \"wall_s\": %.3f, \"samples_per_s\": %.1f, ",
-	    steps_per_epoch ? (double) rep->step / (double) steps_per_epoch :
-	                      0.0,
+	    steps_per_epoch ? (double) rep->step / (double) steps_per_epoch
+	                    : 0.0,
 	    (unsigned long long) rep->step, (unsigned long long) rep->samples,
 	    wall, wall > 0 ? (double) rep->samples / wall : 0.0);
 	if (rep->have_test) {

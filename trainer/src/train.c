@@ -69,8 +69,7 @@ libferry_failed(struct run *r, const char *op, int fe)
 {
 	const char *msg = r->fc ? ferry_client_last_error(r->fc) : "";
 	FB_LOG(FB_LOG_ERR, MOD, "%s: %s%s%s%s%s", op, ferry_strerror(fe),
-	    *msg ? ": " : "", msg,
-	    r->sink_err && *r->sink_err ? ": " : "",
+	    *msg ? ": " : "", msg, r->sink_err && *r->sink_err ? ": " : "",
 	    r->sink_err ? r->sink_err : "");
 	return FB_EREMOTE;
 }
@@ -88,15 +87,15 @@ open_local(struct run *r, FILE *out)
 	bo.rank         = cfg->rank;
 	bo.blas_threads = cfg->blas_threads;
 	bo.max_batch    = cfg->batch;
-	rv = tr_backend_alloc(cfg->device, a, &bo, &r->be, r->err,
-	    sizeof(r->err));
+	rv              = tr_backend_alloc(cfg->device, a, &bo, &r->be, r->err,
+	                 sizeof(r->err));
 	if (rv != FB_OK) {
 		FB_LOG(FB_LOG_ERR, MOD, "backend: %s", r->err);
 		return rv;
 	}
 	r->dev = r->be->ops->ondevice;
-	rv = tr_data_load(cfg->data_dir, (int) a->sizes[a->n_layers],
-	    &r->train, &r->test, r->err, sizeof(r->err));
+	rv     = tr_data_load(cfg->data_dir, (int) a->sizes[a->n_layers],
+	        &r->train, &r->test, r->err, sizeof(r->err));
 	if (rv != FB_OK) {
 		FB_LOG(FB_LOG_ERR, MOD, "load data: %s", r->err);
 		return rv;
@@ -130,8 +129,8 @@ join_job(struct run *r)
 	fo.scheduler_url = cfg->scheduler;
 	fo.rank          = cfg->rank;
 	fo.timeout_ms    = cfg->timeout_ms;
-	fo.mode          = cfg->mode == TR_MODE_ASYNC ? FERRY_MODE_ASYNC :
-	                                                FERRY_MODE_SYNC;
+	fo.mode          = cfg->mode == TR_MODE_ASYNC ? FERRY_MODE_ASYNC
+	                                              : FERRY_MODE_SYNC;
 	fo.lr            = cfg->lr;
 	fo.codec_push    = cfg->codec_push;
 	fo.codec_pull    = cfg->codec_pull;
@@ -207,8 +206,8 @@ open_device_pull(struct run *r)
 		return libferry_failed(r, "set_pull_sink", fe);
 	}
 	r->sink_err = r->dev->pull_error(r->dev_pull);
-	FB_LOG(FB_LOG_NOTICE, MOD, "pulled weights are decoded on the device "
-	    "(%zu shards)", ns);
+	FB_LOG(FB_LOG_NOTICE, MOD,
+	    "pulled weights are decoded on the device (%zu shards)", ns);
 	return FB_OK;
 }
 
@@ -264,14 +263,13 @@ open_device_push(struct run *r)
 	    !r->dev->push_supported(cid)) {
 		return FB_OK; // the host path
 	}
-	if ((rv = r->dev->push_open(r->be, sh, ns, cid, bucket,
-	         r->tensor_base, &r->dev_push, r->err, sizeof(r->err))) !=
-	    FB_OK) {
+	if ((rv = r->dev->push_open(r->be, sh, ns, cid, bucket, r->tensor_base,
+	         &r->dev_push, r->err, sizeof(r->err))) != FB_OK) {
 		FB_LOG(FB_LOG_ERR, MOD, "device push: %s", r->err);
 		return rv;
 	}
-	FB_LOG(FB_LOG_NOTICE, MOD, "gradients are quantized on the device "
-	    "(%zu shards)", ns);
+	FB_LOG(FB_LOG_NOTICE, MOD,
+	    "gradients are quantized on the device (%zu shards)", ns);
 	return FB_OK;
 }
 
@@ -349,7 +347,7 @@ evaluate_and_report(struct run *r)
 
 	if (r->cfg->rank == 0) {
 		uint64_t t = fb_clock_ns();
-		rv = tr_backend_evaluate(r->be, &r->test, &loss, &acc);
+		rv         = tr_backend_evaluate(r->be, &r->test, &loss, &acc);
 		if (rv != FB_OK) {
 			FB_LOG(FB_LOG_ERR, MOD, "evaluate: %s",
 			    fb_strerror(rv));
@@ -445,8 +443,9 @@ finish(struct run *r)
 	// The host copy of device-pulled weights is refreshed only here.
 	if (r->dev_pull != NULL &&
 	    (rv = r->dev->pull_fetch(r->dev_pull, r->w.t)) != FB_OK) {
-		FB_LOG(FB_LOG_ERR, MOD, "--weights-out: copying the device "
-		    "weights: %s", fb_strerror(rv));
+		FB_LOG(FB_LOG_ERR, MOD,
+		    "--weights-out: copying the device weights: %s",
+		    fb_strerror(rv));
 		return rv;
 	}
 	return tr__report_weights(cfg->weights_out, &r->w);

@@ -153,8 +153,8 @@ void fb_config_init(struct fb_config *c, unsigned roles);
 // Errors, with a one-line message in err naming the option (and its bounds
 // or choices): FB_EINVAL (stray argument, unknown option, missing, empty
 // or malformed value), FB_ERANGE (a number outside its bounds).
-int fb_config_load(struct fb_config *c, unsigned roles, int argc,
-    char **argv, char *err, size_t errlen);
+int fb_config_load(struct fb_config *c, unsigned roles, int argc, char **argv,
+    char *err, size_t errlen);
 
 // fb_config_env_name writes "FERRY_" + name upper-cased with '-' as '_'
 // (FERRY_LEAVE_TIMEOUT_MS) into buf. Errors: FB_ENOSPC (buf too small).
@@ -169,7 +169,7 @@ int64_t     fb_config_int(const struct fb_config *c, enum fb_opt id);
 double      fb_config_f64(const struct fb_config *c, enum fb_opt id);
 int         fb_config_enum(const struct fb_config *c, enum fb_opt id);
 enum fb_config_source fb_config_source_of(const struct fb_config *c,
-    enum fb_opt id);
+    enum fb_opt                                                   id);
 
 // fb_config_usage prints the --help text of roles' options to f, after
 // the usage line given (e.g. "usage: trainer --scheduler URL [flags]").

@@ -72,17 +72,17 @@ int fb_log_parse_level(const char *name, int *out);
 void fb__log(int level, const char *module, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-#define FB_LOG(level, module, ...)                                       \
-	do {                                                             \
-		if ((level) <= fb_log_threshold)                         \
-			fb__log((level), (module), __VA_ARGS__);          \
+#define FB_LOG(level, module, ...)                                            \
+	do {                                                                  \
+		if ((level) <= fb_log_threshold)                              \
+			fb__log((level), (module), __VA_ARGS__);              \
 	} while (0)
 
 // FB_ASSERT is for programmer errors only, never for untrusted bytes.
-#define FB_ASSERT(x)                                                      \
-	do {                                                              \
-		if (!(x))                                                 \
-			fb__assert_fail(#x, __FILE__, __LINE__);          \
+#define FB_ASSERT(x)                                                          \
+	do {                                                                  \
+		if (!(x))                                                     \
+			fb__assert_fail(#x, __FILE__, __LINE__);              \
 	} while (0)
 void fb__assert_fail(const char *expr, const char *file, int line)
     __attribute__((noreturn));

@@ -34,21 +34,21 @@ extern "C" {
 
 typedef enum ferry_err {
 	FERRY_OK = 0,
-	FERRY_EINVAL,     // bad argument (message in last_error)
-	FERRY_ENOMEM,     // out of memory
-	FERRY_ECONNECT,   // cannot reach the scheduler or a server
-	FERRY_ETIMEDOUT,  // the deadline passed
-	FERRY_EREMOTE,    // the peer answered an error status (see last_error)
-	FERRY_EPROTO,     // malformed reply from a peer
-	FERRY_EMISMATCH,  // tensor table differs from the job's
-	FERRY_ESTATE,     // call out of order (e.g. push before declare)
-	FERRY_ECORRUPT,   // a checksum (pull reference CRC) failed
-	FERRY_ECLOSED,    // the job or client was closed
-	FERRY_EUNSUPP,    // option not supported by this build
-	FERRY_EBEHIND,    // sync push for a version the job has passed: pull
-	                  // (ferry_client_pull) and compute the step again
-	FERRY_ESINK,      // the pull sink failed (its own error, e.g. a
-	                  // device error; see ferry_pull_sink)
+	FERRY_EINVAL,    // bad argument (message in last_error)
+	FERRY_ENOMEM,    // out of memory
+	FERRY_ECONNECT,  // cannot reach the scheduler or a server
+	FERRY_ETIMEDOUT, // the deadline passed
+	FERRY_EREMOTE,   // the peer answered an error status (see last_error)
+	FERRY_EPROTO,    // malformed reply from a peer
+	FERRY_EMISMATCH, // tensor table differs from the job's
+	FERRY_ESTATE,    // call out of order (e.g. push before declare)
+	FERRY_ECORRUPT,  // a checksum (pull reference CRC) failed
+	FERRY_ECLOSED,   // the job or client was closed
+	FERRY_EUNSUPP,   // option not supported by this build
+	FERRY_EBEHIND,   // sync push for a version the job has passed: pull
+	                 // (ferry_client_pull) and compute the step again
+	FERRY_ESINK,     // the pull sink failed (its own error, e.g. a
+	                 // device error; see ferry_pull_sink)
 	FERRY_ERR_COUNT
 } ferry_err;
 
@@ -59,7 +59,8 @@ typedef struct ferry_client ferry_client;
 
 // Consistency modes of a job.
 enum ferry_mode {
-	FERRY_MODE_SYNC  = 0, // BSP: version v+1 = v - lr * (sum of pushes) / samples
+	FERRY_MODE_SYNC =
+	    0, // BSP: version v+1 = v - lr * (sum of pushes) / samples
 	FERRY_MODE_ASYNC = 1, // each push is applied as it arrives
 };
 
@@ -78,9 +79,9 @@ struct ferry_opts {
 	uint32_t    warmup_steps;  // steps sent uncompressed first
 	uint64_t    seed;          // seed for stochastic codecs
 };
-#define FERRY_OPTS_INIT                                                     \
-	{                                                                   \
-		NULL, 0, 0, FERRY_MODE_SYNC, 0.1, NULL, NULL, 0, 0, 0      \
+#define FERRY_OPTS_INIT                                                       \
+	{                                                                     \
+		NULL, 0, 0, FERRY_MODE_SYNC, 0.1, NULL, NULL, 0, 0, 0         \
 	}
 
 // One tensor of the job's table.
@@ -114,7 +115,7 @@ FERRY_API int ferry_opts_check(const struct ferry_opts *opts, char *why,
 // Errors: FERRY_EINVAL (bad opts: call ferry_opts_check for the reason),
 // FERRY_ENOMEM, FERRY_ECONNECT (the URL cannot be dialed).
 FERRY_API int ferry_client_open(const struct ferry_opts *opts,
-    ferry_client **out);
+    ferry_client                                       **out);
 
 // ferry_client_close closes the connections and frees the client. It
 // sends nothing: in a sync job stopping early, call ferry_client_leave
@@ -137,7 +138,7 @@ FERRY_API int ferry_client_declare(ferry_client *c,
 // becomes version 0; later offers are ignored. Ranks that do not offer just
 // pull version 0. Blocks until the servers acknowledged.
 FERRY_API int ferry_client_init_weights(ferry_client *c,
-    const float *const *w);
+    const float *const                               *w);
 
 // ferry_client_pull fills w[i] (descs[i].len floats each) with the weights
 // of the version this client is due (0 after declare, v+1 after a push for
@@ -214,12 +215,12 @@ FERRY_API int ferry_client_push_pull_encoded(ferry_client *c,
 // One piece of a pull reply, for one shard. Borrowed: valid only during
 // the callback that receives it.
 struct ferry_pull_piece {
-	uint32_t       shard;        // global shard id (ferry_client_shards)
-	uint32_t       tensor;       // tensor id
-	uint64_t       offset;       // first element within the tensor
-	uint64_t       len;          // elements of the shard
-	uint32_t       codec;        // delta: the pull codec's wire id; full: 0
-	uint32_t       bucket;       // delta: the pull codec's bucket; full: 0
+	uint32_t       shard;  // global shard id (ferry_client_shards)
+	uint32_t       tensor; // tensor id
+	uint64_t       offset; // first element within the tensor
+	uint64_t       len;    // elements of the shard
+	uint32_t       codec;  // delta: the pull codec's wire id; full: 0
+	uint32_t       bucket; // delta: the pull codec's bucket; full: 0
 	uint64_t       base_version; // delta: version the reference holds now
 	uint64_t       version;      // version after this piece
 	const uint8_t *data;         // full: 4*len bytes of fp32 (little
@@ -254,7 +255,8 @@ struct ferry_pull_piece {
 struct ferry_pull_sink {
 	int (*full)(void *arg, const struct ferry_pull_piece *p);
 	int (*delta)(void *arg, const struct ferry_pull_piece *p);
-	int (*check)(void *arg, uint32_t shard, uint64_t version, uint32_t crc);
+	int (
+	    *check)(void *arg, uint32_t shard, uint64_t version, uint32_t crc);
 	void *arg;
 };
 
@@ -269,7 +271,7 @@ struct ferry_pull_sink {
 // reference that is not there. Does not block or allocate.
 // Errors: FERRY_EINVAL (c is NULL, or a callback of sink is NULL).
 FERRY_API int ferry_client_set_pull_sink(ferry_client *c,
-    const struct ferry_pull_sink *sink);
+    const struct ferry_pull_sink                      *sink);
 
 // ferry_client_pull_codec returns the job's pull codec: its wire id (0 =
 // fp32: every pull is full) and bucket, as a sink will see them in
@@ -287,7 +289,7 @@ FERRY_API int ferry_client_leave(ferry_client *c);
 
 // ferry_client_stats copies the client's counters into *st.
 FERRY_API void ferry_client_stats(const ferry_client *c,
-    struct ferry_stats *st);
+    struct ferry_stats                               *st);
 
 // ferry_client_last_error returns the message of the last failed call
 // (empty string if none). Borrowed: valid until the next call on c.

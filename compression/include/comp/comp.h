@@ -59,9 +59,9 @@ struct comp_codec {
 	int      stochastic; // 1: stochastic rounding (q8/q4/q2 only)
 };
 
-#define COMP_CODEC_INIT                                                   \
-	{                                                                 \
-		COMP_NONE, COMP_BUCKET_DEFAULT, 0.0f, 0                   \
+#define COMP_CODEC_INIT                                                       \
+	{                                                                     \
+		COMP_NONE, COMP_BUCKET_DEFAULT, 0.0f, 0                       \
 	}
 
 // comp_codec_parse fills *out from a spec string: "none" (or "fp32"),
@@ -70,7 +70,8 @@ struct comp_codec {
 // (0 picks COMP_BUCKET_DEFAULT); it is kept for every codec but only used by
 // the bucketed ones. Returns FB_EINVAL for an unknown name, a bad ratio or a
 // bucket outside 1..COMP_BUCKET_MAX (*out untouched).
-int comp_codec_parse(const char *spec, uint32_t bucket, struct comp_codec *out);
+int comp_codec_parse(const char *spec, uint32_t bucket,
+    struct comp_codec *out);
 
 // comp_codec_parse_msg is comp_codec_parse that also writes, on failure, a
 // one-line reason such as "topk ratio must be in (0, 1]" into why (size
@@ -126,8 +127,8 @@ int comp_decode(const struct comp_codec *c, const uint8_t *in, size_t len,
 // acc[i] = acc[i] + (float)q[i] * (s_j / L), bit-exact on every machine
 // (comp_ref_encode relies on it). Validates the whole input before touching
 // acc, so on any error acc is unchanged. Errors as comp_decode.
-int comp_decode_add(const struct comp_codec *c, const uint8_t *in,
-    size_t len, size_t n, float *acc);
+int comp_decode_add(const struct comp_codec *c, const uint8_t *in, size_t len,
+    size_t n, float *acc);
 
 // comp_ef_encode is the push side with error feedback: p = g + e,
 // encode p into out, e = p - deq(out). e (n floats, caller-owned, start at

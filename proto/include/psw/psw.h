@@ -28,7 +28,7 @@
 struct psw_frame {
 	uint8_t        method;
 	uint16_t       flags;
-	const uint8_t *hdr;     // protobuf Header bytes
+	const uint8_t *hdr; // protobuf Header bytes
 	uint32_t       hdr_len;
 	const uint8_t *payload; // raw payload bytes
 	uint32_t       payload_len;
@@ -102,9 +102,8 @@ int psw_reply_open(nng_msg *rep, uint8_t method, uint64_t request_id,
 // Header). Errors: FB_ETIMEDOUT, FB_ETRANSPORT, FB_EPROTO, FB_EREMOTE.
 // Blocks the calling thread; aio must be idle and have no callback.
 int psw_call(nng_ctx ctx, nng_aio *aio, nng_msg *req, uint8_t method,
-    uint64_t request_id, int timeout_ms, nng_msg **rep,
-    struct psw_frame *f, ProtobufCMessage **hdr, const char **why);
-
+    uint64_t request_id, int timeout_ms, nng_msg **rep, struct psw_frame *f,
+    ProtobufCMessage **hdr, const char **why);
 
 // ---- the client end of an rpc (call.c) ------------------------------------
 //

@@ -35,17 +35,17 @@ struct ps_scheduler_opts {
 	uint32_t    reprobe_s;   // trainers re-probe this often (0: never)
 	uint32_t    reprobe_change_pct; // link change that triggers a replan
 };
-#define PS_SCHEDULER_OPTS_INIT                                              \
-	{                                                                   \
-		NULL, 1, 1, 1u << 20, 64, 64u << 20, PS_PLACEMENT_UNIFORM, \
-		    7, 1u << 20, 1, 0, 50                                   \
+#define PS_SCHEDULER_OPTS_INIT                                                \
+	{                                                                     \
+		NULL, 1, 1, 1u << 20, 64, 64u << 20, PS_PLACEMENT_UNIFORM, 7, \
+		    1u << 20, 1, 0, 50                                        \
 	}
 
 // ps_scheduler_open starts a scheduler listening on opts->url. *out is
 // released with ps_scheduler_close. Errors: FB_EINVAL (bad opts),
 // FB_ETRANSPORT (cannot listen), FB_ENOMEM.
 int ps_scheduler_open(const struct ps_scheduler_opts *opts,
-    struct ps_scheduler **out);
+    struct ps_scheduler                             **out);
 
 // ps_scheduler_url returns the URL it listens on, with the bound port.
 // Borrowed; valid until close.
@@ -77,9 +77,9 @@ struct ps_server_opts {
 	uint32_t    timeout_ms;    // deadline of calls to the scheduler
 	uint64_t    capacity;      // bytes of shard memory (0 = unbounded)
 };
-#define PS_SERVER_OPTS_INIT                                                 \
-	{                                                                   \
-		NULL, NULL, NULL, 256, 256u << 20, 10000, 0                \
+#define PS_SERVER_OPTS_INIT                                                   \
+	{                                                                     \
+		NULL, NULL, NULL, 256, 256u << 20, 10000, 0                   \
 	}
 
 // ps_server_open starts a parameter server: it listens on opts->url,
@@ -100,9 +100,9 @@ void ps_server_stats(struct ps_server *s, char *buf, size_t n);
 // then waits (up to timeout_ms) until every shard it held has been
 // delivered to its new server, or its Transfer given up (logged as an
 // error: that shard's state is lost). Call it before ps_server_close for
-// a shutdown that loses nothing. Errors: FB_EREMOTE (the scheduler refused, e.g. this is
-// the last server), FB_ETIMEDOUT, FB_ESTATE (the job has not started:
-// nothing to move).
+// a shutdown that loses nothing. Errors: FB_EREMOTE (the scheduler refused,
+// e.g. this is the last server), FB_ETIMEDOUT, FB_ESTATE (the job has not
+// started: nothing to move).
 int ps_server_leave(struct ps_server *s, uint32_t timeout_ms);
 
 // ps_server_close stops serving and frees. NULL is a no-op.

@@ -43,9 +43,9 @@ ps__boot_main(void *arg)
 			rr.role           = PSWIRE__ROLE__ROLE_SERVER;
 			rr.url            = s->url;
 			rr.capacity_bytes = s->opts.capacity;
-			h.body_case    = PSWIRE__HEADER__BODY_REGISTER_REQ;
-			h.register_req = &rr;
-			method         = PSWIRE__METHOD__REGISTER;
+			h.body_case       = PSWIRE__HEADER__BODY_REGISTER_REQ;
+			h.register_req    = &rr;
+			method            = PSWIRE__METHOD__REGISTER;
 		} else {
 			// Watch for the next map: the first (epoch 1),
 			// then every re-placement.
@@ -63,7 +63,8 @@ ps__boot_main(void *arg)
 		}
 		if (rv == FB_OK && !registered) {
 			Pswire__Header *rh = (Pswire__Header *) ph;
-			if (rh->body_case == PSWIRE__HEADER__BODY_REGISTER_REP) {
+			if (rh->body_case ==
+			    PSWIRE__HEADER__BODY_REGISTER_REP) {
 				s->index   = rh->register_rep->id;
 				s->late    = rh->register_rep->late;
 				registered = 1;
@@ -74,8 +75,8 @@ ps__boot_main(void *arg)
 			Pswire__Header *rh = (Pswire__Header *) ph;
 			if (rh->body_case == PSWIRE__HEADER__BODY_PLACEMENT) {
 				Pswire__Placement *pl = rh->placement;
-				rh->placement  = NULL; // keep it
-				rh->body_case  = PSWIRE__HEADER__BODY__NOT_SET;
+				rh->placement         = NULL; // keep it
+				rh->body_case = PSWIRE__HEADER__BODY__NOT_SET;
 				if (s->pl == NULL) {
 					pthread_mutex_lock(&s->mu);
 					rv = ps__map_install(s, pl);
@@ -98,7 +99,8 @@ ps__boot_main(void *arg)
 				}
 			}
 		} else if (rv == FB_EREMOTE) {
-			FB_LOG(FB_LOG_ERR, "boot", "scheduler refused: %s", why);
+			FB_LOG(FB_LOG_ERR, "boot", "scheduler refused: %s",
+			    why);
 			fb_sleep_us(1000000);
 		} else if (rv != FB_ETIMEDOUT) {
 			fb_sleep_us(100000);

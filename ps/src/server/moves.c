@@ -49,7 +49,7 @@ peer_get(struct ps_server *s, struct ps_peers *p, const Pswire__Placement *pl,
     size_t m)
 {
 	if (m >= p->n) {
-		size_t n = pl->n_servers;
+		size_t      n  = pl->n_servers;
 		nng_socket *so = fb_realloc(p->sock, n * sizeof(*so));
 		if (so != NULL) {
 			p->sock = so;
@@ -139,8 +139,8 @@ leaving_busy(const struct ps_server *s)
 {
 	int busy = 0;
 	for (size_t i = 0; i < s->n_global && !busy; i++) {
-		for (uint32_t r = 0; s->local[i] == PS_SHARD_LEAVING &&
-		     r < s->trainers; r++) {
+		for (uint32_t r = 0;
+		     s->local[i] == PS_SHARD_LEAVING && r < s->trainers; r++) {
 			busy |= s->shards[i].state[r] == PS_SLOT_DECODING;
 		}
 	}
@@ -163,8 +163,10 @@ map_pack(struct ps_server *s, const Pswire__Placement *pl, nng_msg **out,
 		if (ps__transfer_encode(s, sh, &out[n_out]) != FB_OK) {
 			// Keep the shard rather than lose it; it stays
 			// served here under its old ownership.
-			FB_LOG(FB_LOG_ERR, "move", "shard %zu: out of memory "
-			    "serialising it; it stays here", i);
+			FB_LOG(FB_LOG_ERR, "move",
+			    "shard %zu: out of memory "
+			    "serialising it; it stays here",
+			    i);
 			s->local[i] = (int32_t) i;
 			continue;
 		}
@@ -201,12 +203,13 @@ transfer_send(struct ps_server *s, struct ps_peers *peers,
 		// echoes it, so keep the one packed (1).
 		rv = psw_call(peers->ctx[to], peers->aio[to], m,
 		    PSWIRE__METHOD__TRANSFER, 1, 5000, &rep, &f, &ph, &why);
-		Pswire__Header *rh = (Pswire__Header *) ph;
-		int unavailable = rv == FB_EREMOTE &&
+		Pswire__Header *rh          = (Pswire__Header *) ph;
+		int             unavailable = rv == FB_EREMOTE &&
 		    rh->status == PSWIRE__STATUS__UNAVAILABLE;
 		if (rv == FB_EREMOTE && !unavailable) {
-			FB_LOG(FB_LOG_ERR, "move", "transfer to server %u "
-			    "refused: %s", to, rh->error);
+			FB_LOG(FB_LOG_ERR, "move",
+			    "transfer to server %u refused: %s", to,
+			    rh->error);
 		}
 		if (rh != NULL) {
 			pswire__header__free_unpacked(rh, NULL);
@@ -250,9 +253,9 @@ ps__map_apply(struct ps_server *s, Pswire__Placement *pl,
 	// Parked calls on leaving shards cannot be answered here any more.
 	ps__pull_abort_leaving(s, pl->epoch);
 	n_out = map_pack(s, pl, out, dest);
-	FB_LOG(FB_LOG_NOTICE, "move", "placement epoch %llu: %zu shard(s) "
-	    "leave, holding %u", (unsigned long long) pl->epoch, n_out,
-	    s->n_shards);
+	FB_LOG(FB_LOG_NOTICE, "move",
+	    "placement epoch %llu: %zu shard(s) leave, holding %u",
+	    (unsigned long long) pl->epoch, n_out, s->n_shards);
 	pthread_mutex_unlock(&s->mu);
 	// The old map may still be referenced by nothing now: requests read
 	// s->pl under the lock only.
@@ -261,8 +264,9 @@ ps__map_apply(struct ps_server *s, Pswire__Placement *pl,
 	for (size_t k = 0; k < n_out; k++) {
 		int rv = transfer_send(s, peers, pl, dest[k], out[k]);
 		if (rv != FB_OK) {
-			FB_LOG(FB_LOG_ERR, "move", "shard transfer to server %u "
-			    "failed: %s", dest[k], fb_strerror(rv));
+			FB_LOG(FB_LOG_ERR, "move",
+			    "shard transfer to server %u failed: %s", dest[k],
+			    fb_strerror(rv));
 		}
 		// Delivered or given up: a leaving server may be waiting.
 		pthread_mutex_lock(&s->mu);
@@ -282,8 +286,10 @@ ps__map_apply(struct ps_server *s, Pswire__Placement *pl,
 static int
 wait_delivered(struct ps_server *s, uint64_t end, uint32_t *left)
 {
-	struct timespec ts = { .tv_sec = (time_t) (end / 1000),
-		.tv_nsec = (long) (end % 1000) * 1000000L };
+	struct timespec ts = {
+		.tv_sec  = (time_t) (end / 1000),
+		.tv_nsec = (long) (end % 1000) * 1000000L,
+	};
 	int rv;
 
 	pthread_mutex_lock(&s->mu);
@@ -342,8 +348,8 @@ ps_server_leave(struct ps_server *s, uint32_t timeout_ms)
 	}
 	FB_LOG(FB_LOG_NOTICE, "leave", "leaving: moving my shards away");
 	if ((rv = wait_delivered(s, end, &left)) != FB_OK) {
-		FB_LOG(FB_LOG_ERR, "leave", "%u shard(s) still here after "
-		    "%u ms", left, timeout_ms);
+		FB_LOG(FB_LOG_ERR, "leave",
+		    "%u shard(s) still here after %u ms", left, timeout_ms);
 	}
 done:
 	if (ph != NULL) {

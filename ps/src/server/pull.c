@@ -16,8 +16,7 @@
 
 // shards_ready reports whether every shard listed reached version want.
 static int
-shards_ready(struct ps_server *s, const uint32_t *ids, size_t n,
-    uint64_t want)
+shards_ready(struct ps_server *s, const uint32_t *ids, size_t n, uint64_t want)
 {
 	for (size_t i = 0; i < n; i++) {
 		struct srv_shard *sh = &s->shards[ids[i]];
@@ -116,13 +115,13 @@ answer_pull(struct ps_server *s, struct ps_call *c)
 			r->shard      = sh->id;
 			r->offset     = off;
 			if (how == PS_PLAN_FULL) {
-				r->kind    = PSWIRE__SHARD_KIND__SHARD_KIND_FULL;
-				r->codec   = COMP_NONE;
+				r->kind  = PSWIRE__SHARD_KIND__SHARD_KIND_FULL;
+				r->codec = COMP_NONE;
 				r->version = sh->version;
 				r->length  = sh->len * 4;
 				r->crc     = s->pull_none ? 0 : sh->ref_crc;
 			} else if (sh->version == have) {
-				r->kind         = PSWIRE__SHARD_KIND__SHARD_KIND_DELTA;
+				r->kind = PSWIRE__SHARD_KIND__SHARD_KIND_DELTA;
 				r->codec        = s->cpull.id;
 				r->bucket       = s->cpull.bucket;
 				r->base_version = have;
@@ -131,7 +130,7 @@ answer_pull(struct ps_server *s, struct ps_call *c)
 			} else {
 				uint64_t v    = have + j;
 				uint32_t slot = (uint32_t) (v % s->log_k);
-				r->kind         = PSWIRE__SHARD_KIND__SHARD_KIND_DELTA;
+				r->kind = PSWIRE__SHARD_KIND__SHARD_KIND_DELTA;
 				r->codec        = s->cpull.id;
 				r->bucket       = s->cpull.bucket;
 				r->base_version = v;
@@ -168,10 +167,11 @@ answer_pull(struct ps_server *s, struct ps_call *c)
 		// Little-endian hosts only (checked at start-up): fp32
 		// payloads are the arrays' bytes.
 		if (r->kind == PSWIRE__SHARD_KIND__SHARD_KIND_FULL) {
-			memcpy(payload + r->offset, s->pull_none ? sh->x : sh->ref,
-			    r->length);
+			memcpy(payload + r->offset,
+			    s->pull_none ? sh->x : sh->ref, r->length);
 		} else if (r->length > 0) {
-			uint32_t slot = (uint32_t) (r->base_version % s->log_k);
+			uint32_t slot = (uint32_t) (r->base_version %
+			    s->log_k);
 			memcpy(payload + r->offset,
 			    sh->log + (size_t) slot * sh->log_cap, r->length);
 		}
@@ -193,13 +193,13 @@ ps__pull_wake(struct ps_server *s)
 {
 	struct ps_call **pp = &s->parked;
 	while (*pp != NULL) {
-		struct ps_call *c = *pp;
-		size_t          n = call_n_shards(c);
+		struct ps_call *c     = *pp;
+		size_t          n     = call_n_shards(c);
 		int             ready = 1, full;
 		uint64_t        have;
 		for (size_t i = 0; i < n && ready; i++) {
 			uint32_t id = call_shard(c, i, &have, &full);
-			ready = shards_ready(s, &id, 1, c->park_version);
+			ready       = shards_ready(s, &id, 1, c->park_version);
 		}
 		if (ready) {
 			*pp = c->next;
@@ -258,13 +258,14 @@ ps__on_pull(struct ps_server *s, struct ps_call *c)
 			ps__server_reply_err(s, c,
 			    PSWIRE__STATUS__FAILED_PRECONDITION,
 			    "shard %u: pull for version %llu, which cannot exist "
-			    "before version %llu is pushed", id,
-			    (unsigned long long) p->version,
+			    "before version %llu is pushed",
+			    id, (unsigned long long) p->version,
 			    (unsigned long long) sh->version);
 			goto out;
 		}
 	}
-	ps__pull_or_park(s, c, s->mode == PSWIRE__MODE__MODE_SYNC ? p->version : 0);
+	ps__pull_or_park(s, c,
+	    s->mode == PSWIRE__MODE__MODE_SYNC ? p->version : 0);
 out:
 	pthread_mutex_unlock(&s->mu);
 }
@@ -293,7 +294,8 @@ ps__pull_abort_leaving(struct ps_server *s, uint64_t epoch)
 		} else {
 			ps__server_reply_err(s, c, PSWIRE__STATUS__STALE_EPOCH,
 			    "shards moved (epoch %llu): pull from the new "
-			    "server", (unsigned long long) epoch);
+			    "server",
+			    (unsigned long long) epoch);
 		}
 	}
 }

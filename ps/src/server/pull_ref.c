@@ -26,9 +26,9 @@ ps__ref_publish(struct ps_server *s, struct srv_shard *sh)
 		uint64_t base = sh->version - 1;
 		uint32_t slot = (uint32_t) (base % s->log_k);
 		size_t   n;
-		int      rv = comp_ref_encode(&s->cpull, sh->x, sh->ref, sh->len,
-		         s->scratch, sh->log + (size_t) slot * sh->log_cap,
-		         sh->log_cap, &n);
+		int rv = comp_ref_encode(&s->cpull, sh->x, sh->ref, sh->len,
+		    s->scratch, sh->log + (size_t) slot * sh->log_cap,
+		    sh->log_cap, &n);
 		if (rv == FB_OK) {
 			sh->ref_crc        = fb_crc32(0, sh->ref, sh->len * 4);
 			sh->log_base[slot] = base;
@@ -36,9 +36,10 @@ ps__ref_publish(struct ps_server *s, struct srv_shard *sh)
 			sh->log_crc[slot]  = sh->ref_crc;
 			return;
 		}
-		FB_LOG(FB_LOG_WARN, "store", "shard %u: pull delta encode "
-		    "failed (%s); trainers resync in full", sh->id,
-		    fb_strerror(rv));
+		FB_LOG(FB_LOG_WARN, "store",
+		    "shard %u: pull delta encode "
+		    "failed (%s); trainers resync in full",
+		    sh->id, fb_strerror(rv));
 	}
 	// Warm-up (or encode failure): the reference is the weights.
 	memcpy(sh->ref, sh->x, sh->len * 4);
@@ -52,7 +53,7 @@ ps__ref_plan(const struct ps_server *s, const struct srv_shard *sh,
 {
 	uint64_t cur = sh->version;
 	if (!s->pull_none && !full && have <= cur && cur - have <= s->log_k) {
-		size_t b = 0;
+		size_t b  = 0;
 		int    ok = 1;
 		for (uint64_t v = have; v < cur && ok; v++) {
 			uint32_t slot = (uint32_t) (v % s->log_k);

@@ -48,13 +48,13 @@ check_refs(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 			return -1;
 		}
 		sh->seen = s->stamp;
-		if (r->codec != COMP_NONE && (p->init ||
-		                                 r->codec != s->cpush.id)) {
+		if (r->codec != COMP_NONE &&
+		    (p->init || r->codec != s->cpush.id)) {
 			ps__server_reply_err(s, c,
 			    PSWIRE__STATUS__INVALID_ARGUMENT,
 			    "shard %u: codec %u (%s) is not this job's push "
-			    "codec %s", r->shard, r->codec,
-			    comp_codec_name(r->codec),
+			    "codec %s",
+			    r->shard, r->codec, comp_codec_name(r->codec),
 			    comp_codec_name(s->cpush.id));
 			return -1;
 		}
@@ -63,15 +63,17 @@ check_refs(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 			ps__server_reply_err(s, c,
 			    PSWIRE__STATUS__INVALID_ARGUMENT,
 			    "shard %u: %llu payload bytes, expected %zu for "
-			    "%s", r->shard, (unsigned long long) r->length,
-			    want, comp_codec_name(r->codec));
+			    "%s",
+			    r->shard, (unsigned long long) r->length, want,
+			    comp_codec_name(r->codec));
 			return -1;
 		}
 		if (r->offset > plen || r->length > plen - r->offset) {
 			ps__server_reply_err(s, c,
 			    PSWIRE__STATUS__INVALID_ARGUMENT,
 			    "shard %u: bytes [%llu, +%llu) outside the %llu-byte "
-			    "payload", r->shard, (unsigned long long) r->offset,
+			    "payload",
+			    r->shard, (unsigned long long) r->offset,
 			    (unsigned long long) r->length,
 			    (unsigned long long) plen);
 			return -1;
@@ -89,7 +91,8 @@ on_init(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 		struct srv_shard *sh = &s->shards[r->shard];
 		const float      *v  = (const float *) (c->frame.payload +
                     r->offset);
-		// Payload offsets need not be aligned: copy first, check after.
+		// Payload offsets need not be aligned: copy first, check
+		// after.
 		if (!sh->init) {
 			memcpy(sh->x, v, sh->len * 4);
 			if (!ps__all_finite(sh->x, sh->len)) {
@@ -156,8 +159,8 @@ push_admit(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 				        ? PSWIRE__STATUS__OUT_OF_RANGE
 				        : PSWIRE__STATUS__FAILED_PRECONDITION,
 				    "shard %u: push for version %llu but the "
-				    "shard is at version %llu", r->shard,
-				    (unsigned long long) r->version,
+				    "shard is at version %llu",
+				    r->shard, (unsigned long long) r->version,
 				    (unsigned long long) sh->version);
 				return -1;
 			}
@@ -165,7 +168,8 @@ push_admit(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 				ps__server_reply_err(s, c,
 				    PSWIRE__STATUS__ALREADY_EXISTS,
 				    "shard %u: rank %u already pushed version "
-				    "%llu", r->shard, rank,
+				    "%llu",
+				    r->shard, rank,
 				    (unsigned long long) sh->version);
 				return -1;
 			}
@@ -193,7 +197,7 @@ push_async(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 		Pswire__ShardRef *r  = p->shards[i];
 		struct srv_shard *sh = &s->shards[r->shard];
 		const uint8_t    *b  = c->frame.payload + r->offset;
-		int rv = FB_OK, ok;
+		int               rv = FB_OK, ok;
 		if (r->codec == COMP_NONE) {
 			ok = ps__all_finite(b, sh->len);
 		} else {
@@ -244,7 +248,7 @@ static int
 push_stage(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
     uint32_t rank, int *bad_code)
 {
-	int bad = -1;
+	int bad   = -1;
 	*bad_code = 0;
 	for (size_t i = 0; i < p->n_shards && bad < 0; i++) {
 		Pswire__ShardRef *r    = p->shards[i];
@@ -306,13 +310,14 @@ ps__on_push(struct ps_server *s, struct ps_call *c)
 {
 	Pswire__PushRequest *p;
 	uint32_t             rank = c->hdr->rank;
-	int                  is_pp = c->frame.method == PSWIRE__METHOD__PUSH_PULL;
-	uint64_t             want  = 0;
-	int                  bad, bad_code;
+	int      is_pp = c->frame.method == PSWIRE__METHOD__PUSH_PULL;
+	uint64_t want  = 0;
+	int      bad, bad_code;
 
 	if (c->hdr->body_case != PSWIRE__HEADER__BODY_PUSH_REQ) {
 		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
-		    "%s needs a push_req body", psw_method_name(c->frame.method));
+		    "%s needs a push_req body",
+		    psw_method_name(c->frame.method));
 		return;
 	}
 	p = c->hdr->push_req;

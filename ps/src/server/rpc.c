@@ -112,9 +112,9 @@ ps__call_reply_stats(struct ps_call *c, const char *text)
 {
 	Pswire__Header     h   = PSWIRE__HEADER__INIT;
 	Pswire__StatsReply rep = PSWIRE__STATS_REPLY__INIT;
-	rep.text    = (char *) text;
-	h.body_case = PSWIRE__HEADER__BODY_STATS_REP;
-	h.stats_rep = &rep;
+	rep.text               = (char *) text;
+	h.body_case            = PSWIRE__HEADER__BODY_STATS_REP;
+	h.stats_rep            = &rep;
 	ps__call_reply(c, &h);
 }
 
@@ -139,9 +139,8 @@ handle(struct ps_call *c)
 		    "header is not a valid protobuf Header");
 		return;
 	}
-	c->deadline = c->hdr->deadline_ms
-	    ? fb_clock_ms() + c->hdr->deadline_ms
-	    : 0;
+	c->deadline = c->hdr->deadline_ms ? fb_clock_ms() + c->hdr->deadline_ms
+	                                  : 0;
 	c->rpc->handler(c->rpc->arg, c);
 }
 

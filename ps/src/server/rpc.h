@@ -24,11 +24,11 @@ struct ps_call {
 	nng_ctx          ctx;
 	nng_aio         *aio;
 	int              state;
-	nng_msg         *req;      // the request message (freed on reply)
-	struct psw_frame frame;    // borrowed from req
-	Pswire__Header  *hdr;      // unpacked; freed on reply
-	uint64_t         deadline; // absolute fb_clock_ms(); 0 = none
-	struct ps_call  *next;     // for handlers' park lists
+	nng_msg         *req;          // the request message (freed on reply)
+	struct psw_frame frame;        // borrowed from req
+	Pswire__Header  *hdr;          // unpacked; freed on reply
+	uint64_t         deadline;     // absolute fb_clock_ms(); 0 = none
+	struct ps_call  *next;         // for handlers' park lists
 	uint64_t         park_version; // for handlers' use while parked
 };
 
@@ -53,8 +53,8 @@ void ps__rpc_close(struct ps_rpc *rpc);
 nng_msg *ps__call_take_req(struct ps_call *call);
 
 // ps__call_reply_err answers call with a status and message (printf-style).
-void ps__call_reply_err(struct ps_call *call, int status, const char *fmt,
-    ...) __attribute__((format(printf, 3, 4)));
+void ps__call_reply_err(struct ps_call *call, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 // ps__call_reply answers call with header h (request id, status OK filled
 // in here) and no payload.

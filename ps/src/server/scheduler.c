@@ -68,7 +68,7 @@ ps_scheduler_open(const struct ps_scheduler_opts *o, struct ps_scheduler **out)
 	    o->servers > PS_MAX_MEMBERS || o->shard_bytes < 4 ||
 	    o->shard_bytes % 4 != 0 || o->contexts < 1 ||
 	    (o->placement != PS_PLACEMENT_UNIFORM &&
-	     o->placement != PS_PLACEMENT_LATENCY) ||
+	        o->placement != PS_PLACEMENT_LATENCY) ||
 	    (o->placement == PS_PLACEMENT_LATENCY && o->probe_bytes == 0) ||
 	    o->probe_count < 1 || o->probe_count > 1000) {
 		return FB_EINVAL;
@@ -83,8 +83,8 @@ ps_scheduler_open(const struct ps_scheduler_opts *o, struct ps_scheduler **out)
 	s->capacity     = fb_zalloc(sizeof(uint64_t) * (size_t) o->servers);
 	s->lat = fb_zalloc(sizeof(double) * (size_t) o->servers * o->trainers);
 	s->bw  = fb_zalloc(sizeof(double) * (size_t) o->servers * o->trainers);
-	s->links_seen = fb_zalloc((size_t) o->trainers);
-	s->gone       = fb_zalloc((size_t) o->servers);
+	s->links_seen   = fb_zalloc((size_t) o->trainers);
+	s->gone         = fb_zalloc((size_t) o->servers);
 	s->trainer_gone = fb_zalloc((size_t) o->trainers);
 	if (s->trainer_seen == NULL || s->server_urls == NULL ||
 	    s->capacity == NULL || s->lat == NULL || s->bw == NULL ||
@@ -147,12 +147,12 @@ ps_scheduler_stats(struct ps_scheduler *s, char *buf, size_t n)
 {
 	size_t   off = 0;
 	uint32_t M   = (uint32_t) s->n_servers_seen;
-#define OUT(...)                                                             \
-	do {                                                                 \
-		if (off < n) {                                               \
-			int k_ = snprintf(buf + off, n - off, __VA_ARGS__);  \
-			off += k_ > 0 ? (size_t) k_ : 0;                     \
-		}                                                            \
+#define OUT(...)                                                              \
+	do {                                                                  \
+		if (off < n) {                                                \
+			int k_ = snprintf(buf + off, n - off, __VA_ARGS__);   \
+			off += k_ > 0 ? (size_t) k_ : 0;                      \
+		}                                                             \
 	} while (0)
 	pthread_mutex_lock(&s->mu);
 	OUT("# Scheduler\r\nrole:scheduler\r\nurl:%s\r\n",
@@ -167,8 +167,8 @@ ps_scheduler_stats(struct ps_scheduler *s, char *buf, size_t n)
 	OUT("# Placement\r\n");
 	if (s->have_report) {
 		OUT("predicted_step_s:%.6f\r\nlower_bound_s:%.6f\r\n"
-		    "f_over_lb:%.4f\r\n", s->report.f, s->report.lb,
-		    s->report.ratio);
+		    "f_over_lb:%.4f\r\n",
+		    s->report.f, s->report.lb, s->report.ratio);
 	}
 	for (int t = 0; s->have_report && t < s->opts.trainers; t++) {
 		for (uint32_t m = 0; m < M; m++) {

@@ -39,22 +39,22 @@ struct ps_scheduler {
 	pthread_mutex_t          mu;
 	uint8_t                 *trainer_seen; // [trainers]
 	int                      n_trainers_seen;
-	char                   **server_urls;  // [servers]
+	char                   **server_urls; // [servers]
 	int                      n_servers_seen;
-	Pswire__JobConfig       *job;          // owned (unpacked copy)
-	Pswire__Placement       *placement;    // owned when published
+	Pswire__JobConfig       *job;       // owned (unpacked copy)
+	Pswire__Placement       *placement; // owned when published
 	uint8_t                 *placement_buf;
 	size_t                   placement_len;
 	uint64_t                 epoch;
-	struct ps_call          *parked;       // GetPlacement waiters
-	uint64_t                *capacity;     // [servers] bytes, 0 = unbounded
-	double                  *lat, *bw;     // [trainers * servers]
-	uint8_t                 *links_seen;   // [trainers]
+	struct ps_call          *parked;     // GetPlacement waiters
+	uint64_t                *capacity;   // [servers] bytes, 0 = unbounded
+	double                  *lat, *bw;   // [trainers * servers]
+	uint8_t                 *links_seen; // [trainers]
 	int                      n_links_seen;
-	uint32_t                *assign;       // [n_assign] shard -> server
+	uint32_t                *assign; // [n_assign] shard -> server
 	size_t                   n_assign;
-	uint64_t                *shard_size;   // [n_assign] bytes
-	struct shard_report      report;       // of the published placement
+	uint64_t                *shard_size; // [n_assign] bytes
+	struct shard_report      report;     // of the published placement
 	int                      have_report;
 	char                     start_error[256];
 	uint8_t                 *gone;         // [servers] left the job
@@ -99,8 +99,8 @@ int ps__sched_job_check(const Pswire__JobConfig *j, char *why, size_t n);
 // ps__sched_job_diff returns 1 and describes the first difference between
 // the job a and a declaration b in why (n bytes), or returns 0 when they
 // agree. Pure: no lock needed.
-int ps__sched_job_diff(const Pswire__JobConfig *a,
-    const Pswire__JobConfig *b, char *why, size_t n);
+int ps__sched_job_diff(const Pswire__JobConfig *a, const Pswire__JobConfig *b,
+    char *why, size_t n);
 
 // ps__sched_job_copy deep-copies j (pack, then unpack) so that the request
 // can be freed. Returns NULL when out of memory; release the copy with

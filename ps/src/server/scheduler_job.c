@@ -75,8 +75,9 @@ ps__sched_job_check(const Pswire__JobConfig *j, char *why, size_t n)
 	for (size_t i = 0; i < j->n_tensors; i++) {
 		if (j->tensors[i]->len == 0 ||
 		    j->tensors[i]->len > (1ull << 34)) {
-			snprintf(why, n, "tensor %zu length %llu not in 1..2^34",
-			    i, (unsigned long long) j->tensors[i]->len);
+			snprintf(why, n,
+			    "tensor %zu length %llu not in 1..2^34", i,
+			    (unsigned long long) j->tensors[i]->len);
 			return FB_EINVAL;
 		}
 		if (strlen(j->tensors[i]->name) > 127) {
@@ -96,7 +97,8 @@ ps__sched_job_check(const Pswire__JobConfig *j, char *why, size_t n)
 		return FB_EINVAL;
 	}
 	if (comp_codec_parse_msg(j->codec_pull, j->bucket, &cc, cwhy,
-	        sizeof(cwhy)) != FB_OK || cc.stochastic) {
+	        sizeof(cwhy)) != FB_OK ||
+	    cc.stochastic) {
 		snprintf(why, n, "codec-pull '%s': %s", j->codec_pull,
 		    cc.stochastic ? "the pull side rounds deterministically"
 		                  : cwhy);

@@ -57,8 +57,10 @@ maybe_start(struct ps_scheduler *s)
 	    (!ps__sched_probing(s) || s->n_links_seen == s->opts.trainers)) {
 		if ((rv = ps__sched_publish(s)) != FB_OK) {
 			if (s->start_error[0] == '\0') {
-				snprintf(s->start_error, sizeof(s->start_error),
-				    "cannot place shards: %s", fb_strerror(rv));
+				snprintf(s->start_error,
+				    sizeof(s->start_error),
+				    "cannot place shards: %s",
+				    fb_strerror(rv));
 			}
 			FB_LOG(FB_LOG_ERR, "placement", "%s", s->start_error);
 		}
@@ -81,17 +83,17 @@ static int
 grow_servers(struct ps_scheduler *s)
 {
 	size_t M = (size_t) s->n_servers_seen, T = (size_t) s->opts.trainers;
-	char     **urls = fb_realloc(s->server_urls, (M + 1) * sizeof(char *));
+	char **urls = fb_realloc(s->server_urls, (M + 1) * sizeof(char *));
 	if (urls == NULL) {
 		return FB_ENOMEM;
 	}
-	s->server_urls    = urls;
-	urls[M]           = NULL;
-	uint64_t *cap     = fb_realloc(s->capacity, (M + 1) * sizeof(uint64_t));
-	uint8_t  *gone    = fb_realloc(s->gone, M + 1);
-	double   *lat     = fb_alloc(T * (M + 1) * sizeof(double));
-	double   *bw      = fb_alloc(T * (M + 1) * sizeof(double));
-	double   *tmp     = fb_alloc((M ? M : 1) * sizeof(double));
+	s->server_urls = urls;
+	urls[M]        = NULL;
+	uint64_t *cap  = fb_realloc(s->capacity, (M + 1) * sizeof(uint64_t));
+	uint8_t  *gone = fb_realloc(s->gone, M + 1);
+	double   *lat  = fb_alloc(T * (M + 1) * sizeof(double));
+	double   *bw   = fb_alloc(T * (M + 1) * sizeof(double));
+	double   *tmp  = fb_alloc((M ? M : 1) * sizeof(double));
 	if (cap != NULL) {
 		s->capacity = cap;
 	}
@@ -267,9 +269,9 @@ ps__sched_on_register(struct ps_scheduler *s, struct ps_call *c)
 	if (status == 0) {
 		// The welcome goes out before mu is released, as it always
 		// has; only refusals wait for the unlock.
-		rep.trainers    = (uint32_t) s->opts.trainers;
-		rep.servers     = (uint32_t) s->n_servers_seen;
-		rep.probe       = ps__sched_probing(s) &&
+		rep.trainers = (uint32_t) s->opts.trainers;
+		rep.servers  = (uint32_t) s->n_servers_seen;
+		rep.probe    = ps__sched_probing(s) &&
 		    r->role == PSWIRE__ROLE__ROLE_TRAINER;
 		rep.probe_count = s->opts.probe_count;
 		rep.probe_bytes = s->opts.probe_bytes;
@@ -381,8 +383,8 @@ ps__sched_on_report_links(struct ps_scheduler *s, struct ps_call *c)
 	    (s->placement == NULL && r->n_rtt_s != M)) {
 		ps__call_reply_err(c, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "link report from rank %u: need %zu RTTs and bandwidths "
-		    "for %d trainers, got %zu and %zu", r->rank, M,
-		    s->opts.trainers, r->n_rtt_s, r->n_bw_bps);
+		    "for %d trainers, got %zu and %zu",
+		    r->rank, M, s->opts.trainers, r->n_rtt_s, r->n_bw_bps);
 		return;
 	}
 	M = r->n_rtt_s;
@@ -392,8 +394,8 @@ ps__sched_on_report_links(struct ps_scheduler *s, struct ps_call *c)
 		    r->bw_bps[m] <= 0) {
 			ps__call_reply_err(c, PSWIRE__STATUS__INVALID_ARGUMENT,
 			    "link report from rank %u: server %zu has rtt %g s, "
-			    "bandwidth %g B/s", r->rank, m, r->rtt_s[m],
-			    r->bw_bps[m]);
+			    "bandwidth %g B/s",
+			    r->rank, m, r->rtt_s[m], r->bw_bps[m]);
 			return;
 		}
 	}
@@ -402,7 +404,7 @@ ps__sched_on_report_links(struct ps_scheduler *s, struct ps_call *c)
 	// than the threshold triggers a re-placement.
 	int    changed = 0;
 	double th      = s->opts.reprobe_change_pct / 100.0;
-	size_t stride = (size_t) s->n_servers_seen;
+	size_t stride  = (size_t) s->n_servers_seen;
 	for (size_t m = 0; s->placement != NULL && m < M; m++) {
 		double l0 = s->lat[r->rank * stride + m];
 		double b0 = s->bw[r->rank * stride + m];
@@ -413,8 +415,8 @@ ps__sched_on_report_links(struct ps_scheduler *s, struct ps_call *c)
 		s->lat[r->rank * stride + m] = r->rtt_s[m];
 		s->bw[r->rank * stride + m]  = r->bw_bps[m];
 		FB_LOG(FB_LOG_INFO, "links",
-		    "trainer %u -> server %zu: rtt %.3f ms, %.1f MB/s", r->rank,
-		    m, r->rtt_s[m] * 1e3, r->bw_bps[m] / 1e6);
+		    "trainer %u -> server %zu: rtt %.3f ms, %.1f MB/s",
+		    r->rank, m, r->rtt_s[m] * 1e3, r->bw_bps[m] / 1e6);
 	}
 	if (!s->links_seen[r->rank]) {
 		s->links_seen[r->rank] = 1;

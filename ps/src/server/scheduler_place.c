@@ -59,8 +59,9 @@ server_copies(const struct ps_scheduler *s)
 	if (comp_codec_parse(s->job->codec_pull, s->job->bucket, &pc) ==
 	        FB_OK &&
 	    pc.id != COMP_NONE) {
-		copies += 1.0 + 4.0 * (double) comp_bound(&pc, 1u << 20) /
-		    (4.0 * (1u << 20));
+		copies += 1.0 +
+		    4.0 * (double) comp_bound(&pc, 1u << 20) /
+		        (4.0 * (1u << 20));
 	}
 	return copies;
 }
@@ -139,14 +140,15 @@ choose(struct ps_scheduler *s, size_t ns, uint32_t *assign)
 		size_t n   = shard_format_bound(&in);
 		char  *buf = n ? fb_alloc(n) : NULL;
 		size_t w;
-		if (buf != NULL && shard_format(&in, assign, buf, n, &w) == FB_OK) {
+		if (buf != NULL &&
+		    shard_format(&in, assign, buf, n, &w) == FB_OK) {
 			log_lines(buf);
 		}
 		fb_free(buf);
 		FB_LOG(FB_LOG_NOTICE, "placement",
 		    "predicted step comm %.3f ms, lower bound %.3f ms, "
-		    "F/LB %.3f", s->report.f * 1e3, s->report.lb * 1e3,
-		    s->report.ratio);
+		    "F/LB %.3f",
+		    s->report.f * 1e3, s->report.lb * 1e3, s->report.ratio);
 	}
 	rv = FB_OK;
 done:
@@ -161,8 +163,9 @@ static double
 current_cost(struct ps_scheduler *s)
 {
 	struct shard_inst in;
-	uint64_t *cap = fb_alloc((size_t) s->n_servers_seen * sizeof(uint64_t));
-	double    f   = HUGE_VAL;
+	uint64_t         *cap = fb_alloc(
+	            (size_t) s->n_servers_seen * sizeof(uint64_t));
+	double f = HUGE_VAL;
 	if (cap != NULL && inst_build(s, s->n_assign, &in, cap) == FB_OK) {
 		in.cap = NULL;
 		if (shard_cost(&in, s->assign, &f, NULL, NULL) != FB_OK) {
@@ -178,10 +181,10 @@ ps__sched_publish(struct ps_scheduler *s)
 {
 	size_t             nt = s->job->n_tensors, ns = 0;
 	uint64_t          *lens;
-	struct shard_desc *sd = NULL;
+	struct shard_desc *sd     = NULL;
 	uint32_t          *assign = NULL;
 	int                rv;
-	Pswire__Placement  p = PSWIRE__PLACEMENT__INIT;
+	Pswire__Placement  p     = PSWIRE__PLACEMENT__INIT;
 	Pswire__ShardInfo *infos = NULL, **ptrs = NULL;
 
 	if ((lens = fb_alloc(nt * sizeof(*lens))) == NULL) {
@@ -198,8 +201,9 @@ ps__sched_publish(struct ps_scheduler *s)
 	if (ns > PS_MAX_SHARDS) {
 		snprintf(s->start_error, sizeof(s->start_error),
 		    "the tensors make %zu shards of at most %llu bytes; the cap "
-		    "is %u: raise --shard-bytes", ns,
-		    (unsigned long long) s->opts.shard_bytes, PS_MAX_SHARDS);
+		    "is %u: raise --shard-bytes",
+		    ns, (unsigned long long) s->opts.shard_bytes,
+		    PS_MAX_SHARDS);
 		fb_free(sd);
 		return FB_ERANGE;
 	}
@@ -230,13 +234,13 @@ ps__sched_publish(struct ps_scheduler *s)
 		infos[i].server = assign[i];
 		ptrs[i]         = &infos[i];
 	}
-	p.epoch       = ++s->epoch;
-	p.n_servers   = (size_t) s->n_servers_seen;
-	p.servers     = s->server_urls;
-	p.n_shards    = ns;
-	p.shards      = ptrs;
-	p.job         = s->job;
-	p.trainers    = (uint32_t) s->opts.trainers;
+	p.epoch     = ++s->epoch;
+	p.n_servers = (size_t) s->n_servers_seen;
+	p.servers   = s->server_urls;
+	p.n_shards  = ns;
+	p.shards    = ptrs;
+	p.job       = s->job;
+	p.trainers  = (uint32_t) s->opts.trainers;
 	// Keep a private deep copy (pack + unpack) to answer fetches from.
 	s->placement_len = pswire__placement__get_packed_size(&p);
 	if ((s->placement_buf = fb_alloc(s->placement_len)) == NULL) {
@@ -257,8 +261,8 @@ ps__sched_publish(struct ps_scheduler *s)
 	    s->opts.trainers);
 	for (size_t i = 0; i < ns; i++) {
 		FB_LOG(FB_LOG_INFO, "placement",
-		    "shard %zu = tensor %u '%s' [%llu, +%llu) -> server %u",
-		    i, sd[i].tensor, s->job->tensors[sd[i].tensor]->name,
+		    "shard %zu = tensor %u '%s' [%llu, +%llu) -> server %u", i,
+		    sd[i].tensor, s->job->tensors[sd[i].tensor]->name,
 		    (unsigned long long) sd[i].offset,
 		    (unsigned long long) sd[i].len, assign[i]);
 	}
@@ -308,7 +312,7 @@ ps__sched_republish(struct ps_scheduler *s, const uint32_t *assign)
 		}
 	}
 	q.gone_trainers = gone_t;
-	len         = pswire__placement__get_packed_size(&q);
+	len             = pswire__placement__get_packed_size(&q);
 	if ((buf = fb_alloc(len)) == NULL) {
 		return FB_ENOMEM;
 	}
@@ -322,9 +326,9 @@ ps__sched_republish(struct ps_scheduler *s, const uint32_t *assign)
 	s->placement     = np;
 	s->placement_buf = buf;
 	s->placement_len = len;
-	FB_LOG(FB_LOG_NOTICE, "placement", "epoch %llu: %d of %zu shards "
-	    "move, %d servers", (unsigned long long) s->epoch, moved, n,
-	    s->n_servers_seen);
+	FB_LOG(FB_LOG_NOTICE, "placement",
+	    "epoch %llu: %d of %zu shards move, %d servers",
+	    (unsigned long long) s->epoch, moved, n, s->n_servers_seen);
 	ps__sched_answer_parked(s);
 	return FB_OK;
 }
@@ -337,7 +341,8 @@ ps__sched_replan(struct ps_scheduler *s, const char *why, int force)
 	struct shard_report old = s->report; // of the published map
 	int                 rv;
 	if (na == NULL) {
-		FB_LOG(FB_LOG_ERR, "placement", "replan (%s): out of memory", why);
+		FB_LOG(FB_LOG_ERR, "placement", "replan (%s): out of memory",
+		    why);
 		return;
 	}
 	s->start_error[0] = '\0';
@@ -346,13 +351,14 @@ ps__sched_replan(struct ps_scheduler *s, const char *why, int force)
 		    s->start_error[0] ? s->start_error : fb_strerror(rv));
 		s->start_error[0] = '\0'; // the running job goes on
 	} else if (force || shard_policy_gains(s->report.f, now)) {
-		FB_LOG(FB_LOG_NOTICE, "placement", "replan (%s): predicted "
-		    "%.3f ms -> %.3f ms", why, now * 1e3, s->report.f * 1e3);
+		FB_LOG(FB_LOG_NOTICE, "placement",
+		    "replan (%s): predicted %.3f ms -> %.3f ms", why,
+		    now * 1e3, s->report.f * 1e3);
 		ps__sched_republish(s, na);
 	} else {
-		FB_LOG(FB_LOG_NOTICE, "placement", "replan (%s): keeping the "
-		    "map (%.3f ms, new %.3f ms)", why, now * 1e3,
-		    s->report.f * 1e3);
+		FB_LOG(FB_LOG_NOTICE, "placement",
+		    "replan (%s): keeping the map (%.3f ms, new %.3f ms)", why,
+		    now * 1e3, s->report.f * 1e3);
 		s->report   = old; // Stats describe the map in force
 		s->report.f = now;
 	}
@@ -360,8 +366,7 @@ ps__sched_replan(struct ps_scheduler *s, const char *why, int force)
 }
 
 int
-ps_scheduler_replace(struct ps_scheduler *s, const uint32_t *assign,
-    size_t n)
+ps_scheduler_replace(struct ps_scheduler *s, const uint32_t *assign, size_t n)
 {
 	int rv;
 	if (s == NULL || assign == NULL) {

@@ -46,7 +46,8 @@ ps__sched_answer_parked(struct ps_scheduler *s)
 		struct ps_call *c = *pp;
 		if (s->start_error[0] != '\0') {
 			*pp = c->next;
-			ps__call_reply_err(c, PSWIRE__STATUS__FAILED_PRECONDITION,
+			ps__call_reply_err(c,
+			    PSWIRE__STATUS__FAILED_PRECONDITION,
 			    "job cannot start: %s", s->start_error);
 		} else if (s->placement != NULL &&
 		    s->placement->epoch >= c->park_version) {
@@ -65,7 +66,8 @@ ps__sched_answer_parked(struct ps_scheduler *s)
 void
 ps__sched_on_get_placement(struct ps_scheduler *s, struct ps_call *c)
 {
-	c->park_version = c->hdr->body_case == PSWIRE__HEADER__BODY_PLACEMENT_REQ
+	c->park_version = c->hdr->body_case ==
+	        PSWIRE__HEADER__BODY_PLACEMENT_REQ
 	    ? c->hdr->placement_req->min_epoch
 	    : 1;
 	pthread_mutex_lock(&s->mu);
@@ -82,10 +84,10 @@ reply_counts(struct ps_scheduler *s, struct ps_call *c)
 {
 	Pswire__Header        h   = PSWIRE__HEADER__INIT;
 	Pswire__RegisterReply rep = PSWIRE__REGISTER_REPLY__INIT;
-	rep.trainers   = (uint32_t) s->opts.trainers;
-	rep.servers    = (uint32_t) s->n_servers_seen;
-	h.body_case    = PSWIRE__HEADER__BODY_REGISTER_REP;
-	h.register_rep = &rep;
+	rep.trainers              = (uint32_t) s->opts.trainers;
+	rep.servers               = (uint32_t) s->n_servers_seen;
+	h.body_case               = PSWIRE__HEADER__BODY_REGISTER_REP;
+	h.register_rep            = &rep;
 	ps__call_reply(c, &h);
 }
 

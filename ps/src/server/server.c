@@ -44,8 +44,8 @@ ps__server_own_shard(struct ps_server *s, struct ps_call *c, uint32_t id,
 	} else if (epoch < mine) {
 		ps__server_reply_err(s, c, PSWIRE__STATUS__STALE_EPOCH,
 		    "shard %u moved: request uses placement epoch %llu, "
-		    "current is %llu", id, (unsigned long long) epoch,
-		    (unsigned long long) mine);
+		    "current is %llu",
+		    id, (unsigned long long) epoch, (unsigned long long) mine);
 	} else {
 		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "shard %u is not placed on this server", id);
@@ -101,7 +101,7 @@ on_probe(struct ps_server *s, struct ps_call *c)
 static void
 dispatch(void *arg, struct ps_call *c)
 {
-	struct ps_server *s = arg;
+	struct ps_server *s      = arg;
 	int               method = c->frame.method;
 
 	if (method == PSWIRE__METHOD__STATS) {
@@ -144,7 +144,8 @@ ps_server_open(const struct ps_server_opts *o, struct ps_server **out)
 	const uint16_t     one = 1;
 
 	if (*(const uint8_t *) &one != 1) {
-		FB_LOG(FB_LOG_ERR, "server", "big-endian hosts are unsupported");
+		FB_LOG(FB_LOG_ERR, "server",
+		    "big-endian hosts are unsupported");
 		return FB_EUNSUPP;
 	}
 	if (o == NULL || o->url == NULL || o->scheduler_url == NULL ||
@@ -211,16 +212,14 @@ ps_server_stats(struct ps_server *s, char *buf, size_t n)
 	    "updates_applied:%llu\r\nparked:%d\r\n",
 	    s->index, s->url,
 	    (unsigned long long) (fb_clock_ms() - s->started_ms),
-	    atomic_load(&s->ready),
-	    s->n_shards, (unsigned long long) version,
+	    atomic_load(&s->ready), s->n_shards, (unsigned long long) version,
 	    s->mode ? "async" : "sync", fb_used_memory(),
 	    (unsigned long long) atomic_load(&s->n_push),
 	    (unsigned long long) atomic_load(&s->n_pull),
 	    (unsigned long long) atomic_load(&s->n_err),
 	    (unsigned long long) atomic_load(&s->bytes_in),
 	    (unsigned long long) atomic_load(&s->bytes_out),
-	    (unsigned long long) atomic_load(&s->n_applied),
-	    parked);
+	    (unsigned long long) atomic_load(&s->n_applied), parked);
 	pthread_mutex_unlock(&s->mu);
 }
 

@@ -60,7 +60,7 @@
 
 // s->local[id]: the shard's index in s->shards (== id) when held here,
 // else one of these.
-#define PS_SHARD_ABSENT (-1)  // placed elsewhere
+#define PS_SHARD_ABSENT (-1)   // placed elsewhere
 #define PS_SHARD_ARRIVING (-2) // placed here by a new map; state in transit
 #define PS_SHARD_LEAVING (-3)  // placed elsewhere by a new map; moving out
 
@@ -79,22 +79,22 @@ enum ps_slot_state {
 };
 
 struct srv_shard {
-	uint32_t id;      // global shard id
-	uint32_t tensor;
-	uint64_t offset;  // elements within the tensor
-	uint64_t len;     // elements
-	float   *x;       // master weights
-	float   *stage;   // [trainers][len] sync staging slots
-	uint8_t *state;   // per rank: an enum ps_slot_state
-	uint32_t n_pushed;
-	uint64_t samples;
-	uint64_t version;
-	int      init;    // version-0 weights have arrived
-	uint64_t seen;    // duplicate check stamp
+	uint32_t  id; // global shard id
+	uint32_t  tensor;
+	uint64_t  offset; // elements within the tensor
+	uint64_t  len;    // elements
+	float    *x;      // master weights
+	float    *stage;  // [trainers][len] sync staging slots
+	uint8_t  *state;  // per rank: an enum ps_slot_state
+	uint32_t  n_pushed;
+	uint64_t  samples;
+	uint64_t  version;
+	int       init; // version-0 weights have arrived
+	uint64_t  seen; // duplicate check stamp
 	// pull reference and delta log (only with a pull codec)
 	float    *ref;
 	uint32_t  ref_crc;
-	uint8_t  *log;      // log_k entries of log_cap bytes
+	uint8_t  *log; // log_k entries of log_cap bytes
 	size_t    log_cap;
 	uint64_t *log_base; // base version of each entry (UINT64_MAX: empty)
 	uint32_t *log_crc;  // crc of ref after the entry
@@ -120,12 +120,12 @@ struct ps_server {
 	uint32_t              trainers;
 	int                   mode;
 	double                lr;
-	struct srv_shard     *shards;   // mine
+	struct srv_shard     *shards; // mine
 	uint32_t              n_shards;
-	int32_t              *local;    // global id -> index in shards, or -1
+	int32_t              *local; // global id -> index in shards, or -1
 	size_t                n_global;
-	float                *sum;      // scratch: largest shard
-	float                *scratch;  // scratch: largest shard (ref encode)
+	float                *sum;     // scratch: largest shard
+	float                *scratch; // scratch: largest shard (ref encode)
 	struct comp_codec     cpush, cpull, cnone;
 	int                   pull_none; // no pull codec: send x in full
 	uint32_t              warmup;    // versions <= warmup are fp32

@@ -156,8 +156,9 @@ ps__shard_alloc(struct ps_server *s, struct srv_shard *sh)
 		sh->log_base = fb_alloc(s->log_k * sizeof(uint64_t));
 		sh->log_crc  = fb_zalloc(s->log_k * sizeof(uint32_t));
 		sh->log_len  = fb_zalloc(s->log_k * sizeof(size_t));
-		if (sh->ref == NULL || sh->log == NULL || sh->log_base == NULL ||
-		    sh->log_crc == NULL || sh->log_len == NULL) {
+		if (sh->ref == NULL || sh->log == NULL ||
+		    sh->log_base == NULL || sh->log_crc == NULL ||
+		    sh->log_len == NULL) {
 			return FB_ENOMEM;
 		}
 		ps__ref_log_reset(s, sh);
@@ -176,8 +177,12 @@ ps__shard_release(struct srv_shard *sh)
 	fb_free(sh->log_base);
 	fb_free(sh->log_crc);
 	fb_free(sh->log_len);
-	struct srv_shard keep = { .id = sh->id, .tensor = sh->tensor,
-		.offset = sh->offset, .len = sh->len };
+	struct srv_shard keep = {
+		.id     = sh->id,
+		.tensor = sh->tensor,
+		.offset = sh->offset,
+		.len    = sh->len,
+	};
 	*sh = keep;
 }
 
@@ -252,7 +257,8 @@ ps__map_install(struct ps_server *s, Pswire__Placement *pl)
 	s->pl = pl;
 	FB_LOG(FB_LOG_NOTICE, "store",
 	    "placement epoch %llu: holding %u of %zu shards, %u trainers, "
-	    "mode %s, lr %g", (unsigned long long) pl->epoch, s->n_shards,
-	    pl->n_shards, s->trainers, s->mode ? "async" : "sync", s->lr);
+	    "mode %s, lr %g",
+	    (unsigned long long) pl->epoch, s->n_shards, pl->n_shards,
+	    s->trainers, s->mode ? "async" : "sync", s->lr);
 	return FB_OK;
 }

@@ -35,14 +35,15 @@ ps__transfer_encode(struct ps_server *s, struct srv_shard *sh, nng_msg **out)
 		for (uint32_t k = 0; k < s->log_k; k++) {
 			lb[k] = sh->log_base[k];
 			lc[k] = sh->log_crc[k];
-			ll[k] = sh->log_base[k] == UINT64_MAX ? 0 : sh->log_len[k];
+			ll[k] = sh->log_base[k] == UINT64_MAX ? 0
+			                                      : sh->log_len[k];
 			plen += ll[k];
 		}
 		t.ref_crc    = sh->ref_crc;
 		t.n_log_base = t.n_log_crc = t.n_log_len = s->log_k;
-		t.log_base   = lb;
-		t.log_crc    = lc;
-		t.log_len    = ll;
+		t.log_base                               = lb;
+		t.log_crc                                = lc;
+		t.log_len                                = ll;
 	}
 	for (uint32_t r = 0; r < s->trainers; r++) {
 		plen += sh->state[r] == PS_SLOT_PUSHED ? sh->len * 4 : 0;
@@ -51,7 +52,7 @@ ps__transfer_encode(struct ps_server *s, struct srv_shard *sh, nng_msg **out)
 	h.body_case    = PSWIRE__HEADER__BODY_TRANSFER_REQ;
 	h.transfer_req = &t;
 	h.request_id   = 1; // the sender sets the real id
-	hl = pswire__header__get_packed_size(&h) + 10;
+	hl             = pswire__header__get_packed_size(&h) + 10;
 	if (psw_msg_begin(out, hl, plen, &payload) != FB_OK) {
 		return FB_ENOMEM;
 	}
@@ -61,8 +62,8 @@ ps__transfer_encode(struct ps_server *s, struct srv_shard *sh, nng_msg **out)
 		memcpy(payload + off, sh->ref, sh->len * 4);
 		off += sh->len * 4;
 		for (uint32_t k = 0; k < s->log_k; k++) {
-			memcpy(payload + off, sh->log + (size_t) k * sh->log_cap,
-			    ll[k]);
+			memcpy(payload + off,
+			    sh->log + (size_t) k * sh->log_cap, ll[k]);
 			off += ll[k];
 		}
 	}
@@ -90,9 +91,9 @@ transfer_decode(struct ps_server *s, struct ps_call *c,
 	uint32_t       pushed = 0;
 
 	if (t->state.len != s->trainers ||
-	    (!s->pull_none && (t->n_log_base != s->log_k ||
-	                          t->n_log_crc != s->log_k ||
-	                          t->n_log_len != s->log_k)) ||
+	    (!s->pull_none &&
+	        (t->n_log_base != s->log_k || t->n_log_crc != s->log_k ||
+	            t->n_log_len != s->log_k)) ||
 	    (s->pull_none && t->n_log_len != 0)) {
 		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "transfer of shard %u: state for %zu ranks, log of %zu",
@@ -153,7 +154,8 @@ transfer_decode(struct ps_server *s, struct ps_call *c,
 	for (uint32_t r = 0; r < s->trainers; r++) {
 		sh->state[r] = t->state.data[r];
 		if (sh->state[r] == PS_SLOT_PUSHED) {
-			memcpy(sh->stage + (size_t) r * sh->len, p, sh->len * 4);
+			memcpy(sh->stage + (size_t) r * sh->len, p,
+			    sh->len * 4);
 			p += sh->len * 4;
 		}
 	}

@@ -61,10 +61,9 @@ int shard_split(const uint64_t *tensor_lens, size_t n_tensors,
 //
 // Errors: FB_EINVAL if n_servers is 0, or assign is NULL while n_shards > 0.
 // n_shards == 0 succeeds and writes nothing.
-int shard_place_uniform(size_t n_shards, uint32_t n_servers,
-    uint32_t *assign);
+int shard_place_uniform(size_t n_shards, uint32_t n_servers, uint32_t *assign);
 
-// ---- latency-aware placement (docs/algorithms.md §3.3) -------------------------
+// ---- latency-aware placement (docs/algorithms.md §3.3) ---------------------
 
 // Cost models. Let load_m = Σ_{i→m} b_i.
 //  SHARD_MODEL_B (default): one batched message per server over parallel
@@ -84,39 +83,45 @@ enum shard_model {
 // takes the instance. Matrices are row-major with one row per trainer:
 // L[t][m] = lat[t * n_servers + m].
 struct shard_inst {
-	size_t          n_shards;    // S ≥ 1
-	uint32_t        n_servers;   // M ≥ 1
-	uint32_t        n_trainers;  // T ≥ 1
-	const uint64_t *size;        // [S] b_i in bytes (fp32: 4·len), > 0
-	const uint64_t *cap;         // [M] C_m in bytes; NULL, 0 or UINT64_MAX
-	                             // mean unbounded. Compared with load_m, so
-	                             // divide server memory by the copies kept
-	                             // per byte (about 2+opt) before passing it.
-	const double   *lat;         // [T·M] L[t][m], seconds, finite, ≥ 0
-	const double   *bw;          // [T·M] B[t][m], bytes/s, > 0 (may be +inf)
-	const double   *nic_trainer; // [T] trainer NIC bytes/s, or NULL; an entry
-	                             // ≤ 0 means unknown. Model B adds the term
-	                             // ρ·Σ_m load_m / NIC_t to time_t (as a max).
-	const double   *nic_server;  // [M] server egress bytes/s, or NULL; ≤ 0
-	                             // unknown. Model B adds ρ·T·load_m / NIC_m to
-	                             // server m's term (as a max).
-	double          rho;         // wire factor ρ > 0 (2 = fp32 push + pull)
-	uint32_t        k;           // round trips per step ≥ 1 (model B)
-	int             model;       // enum shard_model
+	size_t          n_shards;   // S ≥ 1
+	uint32_t        n_servers;  // M ≥ 1
+	uint32_t        n_trainers; // T ≥ 1
+	const uint64_t *size;       // [S] b_i in bytes (fp32: 4·len), > 0
+	// [M] C_m in bytes; NULL, 0 or UINT64_MAX mean unbounded. Compared
+	// with load_m, so divide server memory by the copies kept per byte
+	// (about 2+opt) before passing it.
+	const uint64_t *cap;
+	const double   *lat; // [T·M] L[t][m], seconds, finite, ≥ 0
+	const double   *bw;  // [T·M] B[t][m], bytes/s, > 0 (may be +inf)
+	// [T] trainer NIC bytes/s, or NULL; an entry ≤ 0 means unknown.
+	// Model B adds the term ρ·Σ_m load_m / NIC_t to time_t (as a max).
+	const double   *nic_trainer;
+	// [M] server egress bytes/s, or NULL; ≤ 0 unknown. Model B adds
+	// ρ·T·load_m / NIC_m to server m's term (as a max).
+	const double   *nic_server;
+	double          rho;   // wire factor ρ > 0 (2 = fp32 push + pull)
+	uint32_t        k;     // round trips per step ≥ 1 (model B)
+	int             model; // enum shard_model
 };
 
-#define SHARD_INST_INIT                                                    \
-	{ 0, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL, 2.0, 1, SHARD_MODEL_B }
+#define SHARD_INST_INIT                                                       \
+	{                                                                     \
+		0, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL, 2.0, 1,          \
+		    SHARD_MODEL_B                                             \
+	}
 
 // shard_solve_opts tunes shard_solve. Start from SHARD_SOLVE_OPTS_INIT.
 struct shard_solve_opts {
 	uint32_t starts;     // K random feasible starts for multi-start (20)
 	uint32_t max_passes; // local-search passes per start (100); 0 turns
 	                     // local search off (with starts = 0: greedy only)
-	uint64_t seed;       // seed of the random starts; same seed, same result
+	uint64_t seed; // seed of the random starts; same seed, same result
 };
 
-#define SHARD_SOLVE_OPTS_INIT { 20, 100, UINT64_C(0x5eed) }
+#define SHARD_SOLVE_OPTS_INIT                                                 \
+	{                                                                     \
+		20, 100, UINT64_C(0x5eed)                                     \
+	}
 
 // shard_report describes a solution. Times are in seconds.
 struct shard_report {
@@ -162,8 +167,8 @@ int shard_assign_check(const struct shard_inst *inst, const uint32_t *assign);
 int shard_lower_bound(const struct shard_inst *inst, double *lb);
 
 // shard_solve places the shards of inst on its servers, minimising F under
-// the capacities (docs/algorithms.md §3.3): LPT greedy (largest shard first, to
-// the feasible server giving the least F, ties to the least own time, then
+// the capacities (docs/algorithms.md §3.3): LPT greedy (largest shard first,
+// to the feasible server giving the least F, ties to the least own time, then
 // the lowest index; first-fit-decreasing if greedy gets stuck), then local
 // search (per pass: the best strictly improving single-shard move, then the
 // best strictly improving pairwise swap; at most opts->max_passes passes),

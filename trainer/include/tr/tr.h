@@ -140,18 +140,18 @@ struct tr_partition {
 	int       rank;     // this partition's rank
 	int       trainers; // number of ranks
 	uint64_t  seed;
-	size_t    begin;    // slice start in the global permutation
-	size_t    count;    // partition size
-	uint32_t *base;     // count indices: the slice, in permutation order
-	uint32_t *order;    // count indices: the current epoch's order
-	long      epoch;    // epoch `order` holds (-1: none yet)
+	size_t    begin; // slice start in the global permutation
+	size_t    count; // partition size
+	uint32_t *base;  // count indices: the slice, in permutation order
+	uint32_t *order; // count indices: the current epoch's order
+	long      epoch; // epoch `order` holds (-1: none yet)
 };
 
 // tr_partition_init builds rank's partition of n samples among trainers.
 // Errors: FB_EINVAL (n == 0, n > UINT32_MAX, trainers < 1, rank out of
 // range), FB_ENOMEM. Release with tr_partition_fini (safe on zeroed p).
-int  tr_partition_init(struct tr_partition *p, size_t n, int rank,
-     int trainers, uint64_t seed);
+int tr_partition_init(struct tr_partition *p, size_t n, int rank, int trainers,
+    uint64_t seed);
 void tr_partition_fini(struct tr_partition *p);
 
 // tr_partition_size returns the size of rank's partition of n samples.
@@ -184,7 +184,7 @@ int tr_partition_batch(struct tr_partition *p, long epoch, size_t k,
 #define TR_MAX_WIDTH (1u << 20)
 
 struct tr_arch {
-	int    n_layers;                  // weight layers (>= 1)
+	int    n_layers;                 // weight layers (>= 1)
 	size_t sizes[TR_MAX_LAYERS + 1]; // n_layers + 1 widths
 };
 
@@ -240,8 +240,8 @@ void tr_params_copy(struct tr_params *dst, const struct tr_params *src);
 // gradient g over n_samples samples, with the server's arithmetic:
 // scale = (float) (lr / n_samples) (in double), then w -= scale * g in
 // float, element by element. n_samples must be > 0.
-void tr_params_sgd(struct tr_params *w, const struct tr_params *g,
-    double lr, size_t n_samples);
+void tr_params_sgd(struct tr_params *w, const struct tr_params *g, double lr,
+    size_t n_samples);
 
 // ---- compute backends -----------------------------------------------------
 // A backend runs the model's forward and backward passes. The training loop
@@ -280,7 +280,10 @@ struct tr_backend_opts {
 	int    blas_threads; // OpenBLAS threads (CPU backend), >= 1
 	size_t max_batch;    // largest n passed to grad (>= 1)
 };
-#define TR_BACKEND_OPTS_INIT { -1, 0, 1, 64 }
+#define TR_BACKEND_OPTS_INIT                                                  \
+	{                                                                     \
+		-1, 0, 1, 64                                                  \
+	}
 
 struct tr__ondevice_ops; // trainer/src/ondevice.h
 
@@ -292,8 +295,7 @@ struct tr_backend_ops {
 	void (*free)(void *state);
 	int (*set_weights)(void *state, const float *const *w);
 	int (*grad)(void *state, const struct tr_dataset *ds,
-	    const uint32_t *idx, size_t n, float *const *g,
-	    double *loss_sum);
+	    const uint32_t *idx, size_t n, float *const *g, double *loss_sum);
 	int (*evaluate)(void *state, const struct tr_dataset *ds,
 	    double *loss_mean, double *accuracy);
 	const struct tr__ondevice_ops *ondevice; // NULL: host path only
@@ -315,8 +317,8 @@ int tr_device_parse(const char *device, int *is_cuda, int *ordinal);
 // CUDA backend or the machine has no usable GPU (err says which).
 // Release with tr_backend_free (NULL is a no-op).
 int  tr_backend_alloc(const char *device, const struct tr_arch *a,
-     const struct tr_backend_opts *opts, struct tr_backend **out,
-     char *err, size_t errlen);
+     const struct tr_backend_opts *opts, struct tr_backend **out, char *err,
+     size_t errlen);
 void tr_backend_free(struct tr_backend *b);
 
 // tr_backend_has_cuda says whether this build includes the CUDA backend.
