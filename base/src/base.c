@@ -280,3 +280,63 @@ fb_parse_f64(const char *s, double min, double max, double *out)
 	*out = v;
 	return FB_OK;
 }
+
+// ---- id lists --------------------------------------------------------------
+void
+fb_ranges_init(struct fb_ranges *r, char *buf, size_t len)
+{
+	FB_ASSERT(len >= 4);
+	memset(r, 0, sizeof(*r));
+	r->buf    = buf;
+	r->len    = len;
+	r->buf[0] = '\0';
+}
+
+// ranges_flush writes the open range, or "..." when it does not fit with
+// room left for a later "...".
+static void
+ranges_flush(struct fb_ranges *r)
+{
+	char   piece[48];
+	size_t n;
+	if (r->full || r->n == 0) {
+		return;
+	}
+	if (r->first == r->last) {
+		n = (size_t) snprintf(piece, sizeof(piece), "%s%llu",
+		    r->k ? "," : "", (unsigned long long) r->first);
+	} else {
+		n = (size_t) snprintf(piece, sizeof(piece), "%s%llu-%llu",
+		    r->k ? "," : "", (unsigned long long) r->first,
+		    (unsigned long long) r->last);
+	}
+	if (r->k + n + 3 < r->len) {
+		memcpy(r->buf + r->k, piece, n + 1);
+		r->k += n;
+	} else {
+		memcpy(r->buf + r->k, "...", 4);
+		r->k += 3;
+		r->full = 1;
+	}
+}
+
+void
+fb_ranges_add(struct fb_ranges *r, uint64_t id)
+{
+	FB_ASSERT(r->n == 0 || id > r->last);
+	if (r->n > 0 && id == r->last + 1) {
+		r->last = id;
+	} else {
+		ranges_flush(r);
+		r->first = r->last = id;
+	}
+	r->n++;
+}
+
+const char *
+fb_ranges_end(struct fb_ranges *r)
+{
+	ranges_flush(r);
+	r->n = 0;
+	return r->buf;
+}

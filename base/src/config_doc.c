@@ -28,8 +28,9 @@ fb_config_usage(FILE *f, unsigned roles, const char *usage)
 {
 	fprintf(f,
 	    "%s\nEach option can also be set as FERRY_<NAME> in the "
-	    "environment (upper case, dashes as underscores); a flag "
-	    "wins over the environment.\n\n",
+	    "environment (upper case, dashes as underscores) or as a "
+	    "`name = value` line of the --config file; a flag wins over "
+	    "the environment, which wins over the file.\n\n",
 	    usage);
 	for (int id = 0; id < FB_OPT_COUNT; id++) {
 		const struct fb_option *o = &fb_options[id];
@@ -46,6 +47,8 @@ fb_config_usage(FILE *f, unsigned roles, const char *usage)
 		}
 		fprintf(f, ")\n");
 	}
+	fprintf(f, "  --%-18s %s\n", "print-config",
+	    "print every option's value and where it came from, then exit");
 	fprintf(f, "  --%-18s %s\n", "help", "print this help and exit");
 }
 

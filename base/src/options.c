@@ -25,6 +25,14 @@
 #define STR_NONEMPTY .type = FB_OPT_STR, .flags = FB_OPT_NONEMPTY
 
 const struct fb_option fb_options[FB_OPT_COUNT] = {
+	// ---- both programs -----------------------------------------------
+	[FB_OPT_CONFIG] = { "config", PS | TR, STR, .def = "", .unset = "none",
+	    .help = "read options from FILE (key = value lines); flags and "
+	            "FERRY_* variables override it",
+	    .doc  = "read options from this file: `key = value` lines with "
+	            "the names above, `#` comment lines; flags and `FERRY_*` "
+	            "variables override it (§7)" },
+
 	// ---- ps-server ---------------------------------------------------
 	[FB_OPT_PS_ROLE]   = { "role", PS, ENUM("scheduler|server"),
 	      .def = "server", .help = "scheduler | server",
@@ -112,6 +120,13 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	     ENUM("err|warn|notice|info|debug"), .def = "notice",
 	     .help = "err | warn | notice | info | debug",
 	     .doc  = "log threshold" },
+	[FB_OPT_PS_STALL_WARN_MS] = { "stall-warn-ms", SRV, INT(0, 86400000),
+	    .def  = "10000",
+	    .help = "server: log once when a sync round waits longer than "
+	            "this for some trainers' pushes (0: never)",
+	    .doc  = "a sync round that waits longer than this for the "
+	            "pushes of some trainers logs, once, which ranks it waits "
+	            "for and since when (0: never); see §8" },
 
 	// ---- trainer -----------------------------------------------------
 	[FB_OPT_TR_SCHEDULER] = { "scheduler", TR, STR_NONEMPTY,

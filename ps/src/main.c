@@ -3,9 +3,10 @@
 // Its options are the scheduler's and the server's entries of the one
 // config table (base/src/options.c, engine in <fb/config.h>): flags
 // (--name=value or --name value) override FERRY_NAME environment
-// variables, which override defaults; --help prints the table; the
-// start-up dump logs every value. Rules that tie options together (a
-// multiple of 4, latency needs probing, a server needs a scheduler) are
+// variables, which override the --config file, which overrides defaults;
+// --help prints the table; --print-config prints every value with its
+// source; the start-up dump logs every value. Rules that tie options together
+// (a multiple of 4, latency needs probing, a server needs a scheduler) are
 // checked here.
 #include <signal.h>
 #include <stdio.h>
@@ -73,6 +74,11 @@ main(int argc, char **argv)
 		    "--role=scheduler|server [--name=value]...");
 		return 0;
 	}
+	if (cfg.print) {
+		fb_config_print(&cfg, stdout);
+		fb_config_fini(&cfg);
+		return 0;
+	}
 	// The table checked the name against the same five levels.
 	rv = fb_log_parse_level(cfg_str(FB_OPT_PS_LOG_LEVEL), &level);
 	FB_ASSERT(rv == FB_OK);
@@ -93,10 +99,12 @@ main(int argc, char **argv)
 	}
 	fb_log_set_role(role);
 	for (int id = 0; id < FB_OPT_COUNT; id++) {
+		char from[512];
 		if (fb_options[id].roles & FB_ROLE_PS) {
-			FB_LOG(FB_LOG_INFO, "config", "%s = %s",
+			fb_config_source_text(&cfg, id, from, sizeof(from));
+			FB_LOG(FB_LOG_INFO, "config", "%s = %s (%s)",
 			    fb_options[id].name,
-			    cfg.v[id].text ? cfg.v[id].text : "");
+			    cfg.v[id].text ? cfg.v[id].text : "", from);
 		}
 	}
 	signal(SIGINT, on_signal);
@@ -139,6 +147,7 @@ main(int argc, char **argv)
 		o.contexts              = (int) cfg_int(FB_OPT_PS_CONTEXTS);
 		o.max_msg  = (size_t) cfg_int(FB_OPT_PS_MAX_MSG_MB) << 20;
 		o.capacity = (uint64_t) cfg_int(FB_OPT_PS_CAPACITY_MB) << 20;
+		o.stall_warn_ms = (uint32_t) cfg_int(FB_OPT_PS_STALL_WARN_MS);
 		if (*o.scheduler_url == '\0') {
 			fprintf(stderr,
 			    "ps-server: --role=server needs "
@@ -169,5 +178,6 @@ main(int argc, char **argv)
 	}
 	ps_scheduler_close(sched);
 	ps_server_close(srv);
+	fb_config_fini(&cfg);
 	return 0;
 }

@@ -3,4 +3,5 @@
 #include <check.h>
 Suite *suite_crc(void);
 Suite *suite_config(void);
+Suite *suite_ranges(void);
 #endif

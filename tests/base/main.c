@@ -1,4 +1,4 @@
-// Check runner for fb (errors, clock, crc, parsing helpers).
+// Check runner for fb (errors, clock, crc, parsing helpers, id ranges).
 #include <stdlib.h>
 
 #include "base_tests.h"
@@ -8,6 +8,7 @@ main(void)
 {
 	SRunner *sr = srunner_create(suite_crc());
 	srunner_add_suite(sr, suite_config());
+	srunner_add_suite(sr, suite_ranges());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

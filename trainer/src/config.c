@@ -1,10 +1,12 @@
 // config.c — the trainer's configuration: its options are the trainer's
 // entries of the one config table (base/src/options.c, engine in
 // <fb/config.h>), which gives the names, defaults, bounds, FERRY_NAME
-// environment variables and --help. This file only binds each option to
-// its field of struct tr_config and checks what the table cannot: the
+// environment variables, the --config file, --help and --print-config. This
+// file only binds each option to its field of struct tr_config and checks what
+// the table cannot: the
 // --layers widths and the --device spelling.
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "fb/config.h"
@@ -125,26 +127,49 @@ int
 tr_config_parse(struct tr_config *c, int argc, char **argv, char *err,
     size_t errlen)
 {
-	struct fb_config fc;
-	int              rv;
-	rv = fb_config_load(&fc, FB_ROLE_TRAINER, argc, argv, err, errlen);
+	struct fb_config *fc = &c->src;
+	int               rv;
+	fb_config_fini(fc);
+	rv = fb_config_load(fc, FB_ROLE_TRAINER, argc, argv, err, errlen);
 	if (rv != FB_OK) {
 		return rv;
 	}
-	if (fc.help) {
+	if (fc->help) {
 		c->help = 1;
 		return FB_OK;
 	}
-	// Only what the environment or a flag set: the rest of c is the
-	// caller's (tr_config_defaults, or values of its own).
+	c->print_config = fc->print;
+	// Only what the file, the environment or a flag set: the rest of c
+	// is the caller's (tr_config_defaults, or values of its own).
 	for (size_t i = 0; i < N_BINDINGS; i++) {
 		enum fb_opt id = bindings[i].id;
-		if (fb_config_source_of(&fc, id) == FB_CFG_DEFAULT) {
+		if (fb_config_source_of(fc, id) == FB_CFG_DEFAULT) {
 			continue;
 		}
-		if ((rv = store(c, &bindings[i], &fc, err, errlen)) != FB_OK) {
+		if ((rv = store(c, &bindings[i], fc, err, errlen)) != FB_OK) {
+			// The table's checks name the line; ours (--layers,
+			// --device) name the flag: add the line.
+			if (fb_config_source_of(fc, id) == FB_CFG_FILE &&
+			    err != NULL && errlen > 0) {
+				char msg[512];
+				snprintf(msg, sizeof(msg), "%s", err);
+				snprintf(err, errlen, "%s:%u: %s", fc->file,
+				    fc->v[id].line, msg);
+			}
 			return rv;
 		}
 	}
 	return FB_OK;
+}
+
+void
+tr_config_print(const struct tr_config *c, FILE *f)
+{
+	fb_config_print(&c->src, f);
+}
+
+void
+tr_config_fini(struct tr_config *c)
+{
+	fb_config_fini(&c->src);
 }

@@ -1,4 +1,5 @@
-// main.c — the `trainer` executable: parse flags, run tr_train_run.
+// main.c — the `trainer` executable: parse the options (flags, FERRY_*,
+// --config file), print them (--print-config) or run tr_train_run.
 // Exit codes: 0 done, 1 training failed, 2 bad flags.
 #include <stdio.h>
 
@@ -16,18 +17,29 @@ main(int argc, char **argv)
 	if ((rv = tr_config_parse(&cfg, argc, argv, err, sizeof(err))) != 0) {
 		fprintf(stderr, "trainer: %s\n", err);
 		fprintf(stderr, "trainer: see --help\n");
-		return 2;
+		rv = 2;
+		goto out;
 	}
 	if (cfg.help) {
 		tr_config_usage(stdout);
-		return 0;
+		rv = 0;
+		goto out;
+	}
+	if (cfg.print_config) {
+		tr_config_print(&cfg, stdout);
+		rv = 0;
+		goto out;
 	}
 	if (cfg.scheduler == NULL) {
 		fprintf(stderr,
 		    "trainer: --scheduler is required (see --help)\n");
-		return 2;
+		rv = 2;
+		goto out;
 	}
 	snprintf(role, sizeof(role), "trainer-%d", cfg.rank);
 	fb_log_set_role(role);
-	return tr_train_run(&cfg, stdout) == FB_OK ? 0 : 1;
+	rv = tr_train_run(&cfg, stdout) == FB_OK ? 0 : 1;
+out:
+	tr_config_fini(&cfg);
+	return rv;
 }

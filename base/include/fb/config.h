@@ -1,6 +1,7 @@
 // fb/config.h — the one configuration table of Ferry's programs and the
 // engine that reads it: `--name=value` / `--name value` flags, FERRY_NAME
-// environment variables, defaults, bounds, --help and the option list of
+// environment variables, `key = value` config files (--config FILE),
+// defaults, bounds, --help, --print-config and the option list of
 // docs/operations.md all come from the same entries.
 //
 // Why a second public header beside fb/fb.h: fb.h is included by every file
@@ -10,9 +11,10 @@
 // It is also a different concern: fb.h is the utility layer, this is the
 // programs' vocabulary.
 //
-// Precedence: a flag wins over the environment, which wins over the
-// default. Values are checked after all three are merged, so a bad
-// environment value that a flag overrides is never looked at.
+// Precedence: a flag wins over the environment, which wins over the config
+// file, which wins over the default. Values are checked after all four are
+// merged, so a bad environment value or file line that a flag overrides is
+// never looked at (a file's unknown keys and malformed lines always fail).
 #ifndef FB_CONFIG_H
 #define FB_CONFIG_H
 
@@ -54,6 +56,8 @@ enum fb_opt_flag {
 // in --help order. Two programs may use one name for different things
 // (--seed, --scheduler): each has its own entry, told apart by roles.
 enum fb_opt {
+	FB_OPT_CONFIG, // both programs: the config file
+
 	FB_OPT_PS_ROLE,
 	FB_OPT_PS_LISTEN,
 	FB_OPT_PS_ADVERTISE,
@@ -73,6 +77,7 @@ enum fb_opt {
 	FB_OPT_PS_MAX_MSG_MB,
 	FB_OPT_PS_URL_FILE,
 	FB_OPT_PS_LOG_LEVEL,
+	FB_OPT_PS_STALL_WARN_MS,
 
 	FB_OPT_TR_SCHEDULER,
 	FB_OPT_TR_RANK,
@@ -125,36 +130,78 @@ enum fb_config_source {
 	FB_CFG_DEFAULT = 0,
 	FB_CFG_ENV,
 	FB_CFG_FLAG,
+	FB_CFG_FILE, // a line of the --config file (fb_config_value.line)
 };
 
+// The largest config file fb_config_load reads.
+#define FB_CONFIG_FILE_MAX (1u << 20)
+
 // One program's parsed configuration, in caller storage. Fill it with
-// fb_config_load; read it with the getters. Text values borrow from argv,
-// the environment or the table.
+// fb_config_load (or fb_config_init), read it with the getters, release
+// it with fb_config_fini. Text values borrow from argv, the environment,
+// the table or the config file's text, which c owns.
 struct fb_config {
-	unsigned roles; // the roles given to fb_config_load
-	int      help;  // --help or -h was given (nothing was checked)
+	unsigned    roles;     // the roles given to fb_config_load
+	int         help;      // --help or -h was given (nothing was checked)
+	int         print;     // --print-config was given (everything was)
+	const char *file;      // the config file read (borrowed), or NULL
+	char       *file_text; // its text, owned: the values point into it
 	struct fb_config_value {
 		const char           *text; // NULL: unset
 		enum fb_config_source source;
+		uint32_t              line; // FB_CFG_FILE: its line (from 1)
 		int64_t               i; // FB_OPT_INT value, FB_OPT_ENUM index
 		double                f; // FB_OPT_F64 value
 	} v[FB_OPT_COUNT];
 };
 
 // fb_config_init fills c with the table defaults of roles' options only
-// (no environment, no flags), parsed for the getters.
+// (no file, no environment, no flags), parsed for the getters. c needs no
+// fb_config_fini afterwards (it is harmless).
 void fb_config_init(struct fb_config *c, unsigned roles);
 
 // fb_config_load fills c for the program that reads the options of roles:
-// each option's default, then its FERRY_NAME environment variable, then
-// the flags in argv[1..argc) ("--name=value" or "--name value"), and
-// checks every value of those roles. "--help" or "-h" sets c->help and
-// returns FB_OK at once (the rest of argv is not read, nothing is checked).
+// each option's default, then the lines of the config file, then its
+// FERRY_NAME environment variable, then the flags in argv[1..argc)
+// ("--name=value" or "--name value"), and checks every value of those
+// roles. The config file is the value of --config (a flag, else
+// FERRY_CONFIG; unset or empty: none): `key = value` lines, the keys being
+// option names without "--"; blank lines and lines whose first non-blank
+// character is '#' are skipped; the value is the rest of the line after
+// '=', blanks trimmed at both ends (it may be empty, or hold '#' and '=').
+// "--help" or "-h" sets c->help and returns FB_OK at once (the rest of argv
+// is not read, no file is read, nothing is checked). "--print-config"
+// (no value) sets c->print; everything is read and checked as usual.
+// c is overwritten: release a loaded c with fb_config_fini first. On
+// failure c holds nothing to release.
 // Errors, with a one-line message in err naming the option (and its bounds
-// or choices): FB_EINVAL (stray argument, unknown option, missing, empty
-// or malformed value), FB_ERANGE (a number outside its bounds).
+// or choices), prefixed "FILE:LINE: " for a file line and "FILE: " for the
+// file itself: FB_EINVAL (stray argument, unknown option, missing, empty or
+// malformed value; in the file: an unknown key, another program's option,
+// a key given twice, `config` itself, a line that is not `key = value`, a
+// NUL byte; a file over FB_CONFIG_FILE_MAX), FB_ERANGE (a number outside its
+// bounds), FB_ENOTFOUND (no such file), FB_ESYSERR | errno (the file cannot
+// be read), FB_ENOMEM.
 int fb_config_load(struct fb_config *c, unsigned roles, int argc, char **argv,
     char *err, size_t errlen);
+
+// fb_config_fini frees what c owns (the config file's text); the values
+// that borrowed from it go with it. Safe on zeroed memory and twice.
+void fb_config_fini(struct fb_config *c);
+
+// fb_config_source_text writes where option id's value came from into
+// buf: "default", "flag", "env FERRY_NAME" or "file PATH:LINE" (the same
+// words --print-config uses). Errors: FB_ENOSPC (buf too small; truncated).
+int fb_config_source_text(const struct fb_config *c, enum fb_opt id, char *buf,
+    size_t len);
+
+// fb_config_print writes the effective configuration of c's roles to f
+// (what --print-config shows), one line per option in table order:
+//   NAME = VALUE  # SOURCE
+// NAME without "--"; VALUE as given (empty when unset); SOURCE as
+// fb_config_source_text. A reader splits at the first " = " and the last
+// "  # ". Does not close f.
+void fb_config_print(const struct fb_config *c, FILE *f);
 
 // fb_config_env_name writes "FERRY_" + name upper-cased with '-' as '_'
 // (FERRY_LEAVE_TIMEOUT_MS) into buf. Errors: FB_ENOSPC (buf too small).

@@ -173,6 +173,31 @@ fb_get_f32le(const uint8_t *p)
 int fb_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out);
 int fb_parse_f64(const char *s, double min, double max, double *out);
 
+// ---- id lists in messages -------------------------------------------------
+// struct fb_ranges writes ascending ids as compact ranges, "0-7,9,12-13",
+// into a caller buffer, for log lines that name many shards or ranks
+// without allocating. Init it, add ids in ascending order, then read the
+// text with fb_ranges_end. What does not fit ends in "..." (never a cut
+// number). Caller storage; no fini.
+struct fb_ranges {
+	char    *buf;
+	size_t   len, k;      // buffer size, bytes written
+	uint64_t first, last; // the open range (when n > 0)
+	size_t   n;           // ids added
+	int      full;        // out of room: "..." written
+};
+
+// fb_ranges_init starts an empty list in buf (len >= 4 bytes).
+void fb_ranges_init(struct fb_ranges *r, char *buf, size_t len);
+
+// fb_ranges_add appends id, which must be larger than the last one added
+// (FB_ASSERT).
+void fb_ranges_add(struct fb_ranges *r, uint64_t id);
+
+// fb_ranges_end closes the open range and returns the text (r's buffer;
+// "" for no ids). Call it once, after the last fb_ranges_add.
+const char *fb_ranges_end(struct fb_ranges *r);
+
 #ifdef __cplusplus
 }
 #endif

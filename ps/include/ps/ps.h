@@ -76,10 +76,13 @@ struct ps_server_opts {
 	size_t      max_msg;       // receive size cap in bytes
 	uint32_t    timeout_ms;    // deadline of calls to the scheduler
 	uint64_t    capacity;      // bytes of shard memory (0 = unbounded)
+	// A sync round that waits longer than this (ms) for some ranks'
+	// pushes logs, once, which ranks and since when (0 = never).
+	uint32_t    stall_warn_ms;
 };
 #define PS_SERVER_OPTS_INIT                                                   \
 	{                                                                     \
-		NULL, NULL, NULL, 256, 256u << 20, 10000, 0                   \
+		NULL, NULL, NULL, 256, 256u << 20, 10000, 0, 10000            \
 	}
 
 // ps_server_open starts a parameter server: it listens on opts->url,

@@ -38,6 +38,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "fb/config.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -348,28 +350,33 @@ tr_backend_evaluate(struct tr_backend *b, const struct tr_dataset *ds,
 enum tr_mode { TR_MODE_SYNC = 0, TR_MODE_ASYNC = 1 };
 
 struct tr_config {
-	const char    *scheduler;    // --scheduler URL (required to train)
-	int            rank;         // --rank
-	const char    *data_dir;     // --data
-	struct tr_arch arch;         // --layers
-	size_t         batch;        // --batch (per trainer)
-	double         lr;           // --lr
-	int            epochs;       // --epochs
-	uint64_t       seed;         // --seed
-	int            mode;         // --mode sync|async
-	int            log_interval; // --log-interval (0: epoch ends only)
-	const char    *codec_push;   // --codec-push
-	const char    *codec_pull;   // --codec-pull
-	uint32_t       bucket;       // --bucket
-	uint32_t       warmup_steps; // --warmup-steps
-	uint64_t       max_steps;    // --max-steps (0: unlimited)
-	const char    *device;       // --device cpu|cuda|cuda:N
-	int            blas_threads; // --blas-threads
-	const char    *curve;        // --curve FILE (NULL: none)
-	const char    *step_times;   // --step-times FILE (NULL: none)
-	uint32_t       timeout_ms;   // --timeout-ms (libferry deadline)
-	const char    *weights_out;  // --weights-out FILE (NULL: none)
-	int            help;         // --help was given
+	const char      *scheduler;    // --scheduler URL (required to train)
+	int              rank;         // --rank
+	const char      *data_dir;     // --data
+	struct tr_arch   arch;         // --layers
+	size_t           batch;        // --batch (per trainer)
+	double           lr;           // --lr
+	int              epochs;       // --epochs
+	uint64_t         seed;         // --seed
+	int              mode;         // --mode sync|async
+	int              log_interval; // --log-interval (0: epoch ends only)
+	const char      *codec_push;   // --codec-push
+	const char      *codec_pull;   // --codec-pull
+	uint32_t         bucket;       // --bucket
+	uint32_t         warmup_steps; // --warmup-steps
+	uint64_t         max_steps;    // --max-steps (0: unlimited)
+	const char      *device;       // --device cpu|cuda|cuda:N
+	int              blas_threads; // --blas-threads
+	const char      *curve;        // --curve FILE (NULL: none)
+	const char      *step_times;   // --step-times FILE (NULL: none)
+	uint32_t         timeout_ms;   // --timeout-ms (libferry deadline)
+	const char      *weights_out;  // --weights-out FILE (NULL: none)
+	int              help;         // --help was given
+	int              print_config; // --print-config was given
+	// Where each value came from (for --print-config), and the text of
+	// the --config file that string fields may borrow: released by
+	// tr_config_fini.
+	struct fb_config src;
 };
 
 // The options are the trainer's entries of the config table in base/
@@ -378,15 +385,28 @@ struct tr_config {
 // tr_config_defaults fills c with the table's defaults (no environment).
 void tr_config_defaults(struct tr_config *c);
 
-// tr_config_parse reads the FERRY_<NAME> environment variables (e.g.
-// FERRY_BATCH) and argv[1..argc) ("--flag value" or "--flag=value"), a
-// flag winning over its variable, over the values already in c: options
-// set by neither keep c's values. String fields borrow from argv or the
-// environment. Errors: FB_EINVAL (unknown flag, missing or bad value; err
-// names the flag), FB_ERANGE (value outside its bounds). "--help" sets
-// c->help and returns FB_OK without checking anything.
+// tr_config_parse reads the --config file (or FERRY_CONFIG's), the
+// FERRY_<NAME> environment variables (e.g. FERRY_BATCH) and argv[1..argc)
+// ("--flag value" or "--flag=value"), a flag winning over its variable,
+// which wins over the file, over the values already in c: options set by
+// none of them keep c's values. String fields borrow from argv, the
+// environment or the file's text (kept in c->src until tr_config_fini).
+// Errors: FB_EINVAL (unknown flag or key, missing or bad value; err names
+// the flag, or the file and line), FB_ERANGE (value outside its bounds),
+// FB_ENOTFOUND or FB_ESYSERR | errno (the file cannot be read). "--help"
+// sets c->help and returns FB_OK without checking anything;
+// "--print-config" sets c->print_config (see tr_config_print).
 int tr_config_parse(struct tr_config *c, int argc, char **argv, char *err,
     size_t errlen);
+
+// tr_config_print writes the effective configuration parsed into c, one
+// `name = value  # source` line per option (fb_config_print), to f.
+void tr_config_print(const struct tr_config *c, FILE *f);
+
+// tr_config_fini releases what tr_config_parse kept (the config file's
+// text: string fields that borrowed from it go with it). Safe after
+// tr_config_defaults alone, and twice.
+void tr_config_fini(struct tr_config *c);
 
 // tr_config_usage prints the flags, their defaults and meaning to f.
 void tr_config_usage(FILE *f);
