@@ -163,6 +163,7 @@ ferry_client_close(ferry_client *c)
 	for (size_t i = 0; i < c->n_conns; i++) {
 		nng_close(c->conns[i].sock);
 		nng_aio_free(c->conns[i].aio);
+		ferry__conn_unwatch(&c->conns[i]); // after its aio's callback
 		nng_msg_free(c->conns[i].spare);
 		fb_free(c->conns[i].shards);
 		fb_free(c->conns[i].req);

@@ -39,6 +39,9 @@ struct conn {
 	uint64_t   rid;
 	nng_msg   *rep;
 	nng_msg   *spare; // the last reply, reused for the next push body
+	// With opts.log set: tells when the aio's operation ends, so that a
+	// call can wake up at 80% of its deadline (NULL without opts.log).
+	struct ferry__watch *watch;
 };
 
 // Where a shard's pull reference lives: nowhere yet (its first pull asks
@@ -199,6 +202,17 @@ int ferry__reply_take(ferry_client *c, size_t m, struct xfer *x,
     Pswire__Header *rh, const struct psw_frame *f);
 
 // ---- exchange.c: running operations ----------------------------------------
+
+// ferry__conn_watch gives cn a completion watch (cn->watch): its aio is
+// replaced by one whose callback reports each completion, so an exchange
+// can wait with a timeout and warn, through opts.log, before its
+// deadline. Call right after the connection is opened (no operation in
+// flight). Errors: FERRY_ENOMEM (cn unchanged).
+int ferry__conn_watch(struct conn *cn);
+
+// ferry__conn_unwatch frees cn's watch; call after nng_aio_free(cn->aio).
+// NULL watch: no-op.
+void ferry__conn_unwatch(struct conn *cn);
 
 // ferry__op_run picks the push codec of x (none during warm-up and for
 // init), marks every shard (OP_PULL_FULL: those flagged in need_full),

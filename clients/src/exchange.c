@@ -8,7 +8,154 @@
 // Replies that say UNAVAILABLE (not started, shard arriving) are retried;
 // STALE_EPOCH (shard moved) re-fetches the map and re-batches; ABORTED
 // (push applied, shard moved) turns into a pull.
+//
+// Deadline warning: with opts.log set, each connection's aio reports its
+// completions (struct ferry__watch), so the wait for a reply can wake at
+// 80% of the call's deadline and name, once per call, every server still
+// owing a reply and its shards: "it stopped and I don't know who it is
+// waiting for" gets an answer before the call fails. 80% rather than a
+// fixed margin: it scales from a test's 1 s deadline to a job's minutes,
+// and still leaves a fifth of the deadline to see the call end. Without
+// opts.log nothing of this runs (plain aios, plain nng_aio_wait).
+#include <stdio.h>
+
 #include "client_impl.h"
+// after <nng/nng.h> (client_impl.h), which defines what it needs
+#include <nng/supplemental/util/platform.h>
+
+// WARN_PCT is the share of a call's deadline after which it warns.
+#define WARN_PCT 80
+
+// A connection's completion flag, at a fixed address (the conns array
+// moves when it grows), with its own lock and condition variable.
+struct ferry__watch {
+	nng_mtx *mu;
+	nng_cv  *cv;
+	int      busy; // an operation is in flight on the aio (under mu)
+};
+
+// watch_done is the aio callback (an nng thread): the operation ended.
+static void
+watch_done(void *arg)
+{
+	struct ferry__watch *w = arg;
+	nng_mtx_lock(w->mu);
+	w->busy = 0;
+	nng_cv_wake(w->cv);
+	nng_mtx_unlock(w->mu);
+}
+
+int
+ferry__conn_watch(struct conn *cn)
+{
+	struct ferry__watch *w = fb_zalloc(sizeof(*w));
+	nng_aio             *aio;
+	if (w == NULL || nng_mtx_alloc(&w->mu) != 0) {
+		fb_free(w);
+		return FERRY_ENOMEM;
+	}
+	if (nng_cv_alloc(&w->cv, w->mu) != 0) {
+		nng_mtx_free(w->mu);
+		fb_free(w);
+		return FERRY_ENOMEM;
+	}
+	if (nng_aio_alloc(&aio, watch_done, w) != 0) {
+		nng_cv_free(w->cv);
+		nng_mtx_free(w->mu);
+		fb_free(w);
+		return FERRY_ENOMEM;
+	}
+	nng_aio_free(cn->aio);
+	cn->aio   = aio;
+	cn->watch = w;
+	return FERRY_OK;
+}
+
+void
+ferry__conn_unwatch(struct conn *cn)
+{
+	struct ferry__watch *w = cn->watch;
+	if (w == NULL) {
+		return;
+	}
+	nng_cv_free(w->cv);
+	nng_mtx_free(w->mu);
+	fb_free(w);
+	cn->watch = NULL;
+}
+
+// watch_start marks an operation in flight on cn's aio; call it just
+// before starting one.
+static void
+watch_start(struct conn *cn)
+{
+	if (cn->watch != NULL) {
+		nng_mtx_lock(cn->watch->mu);
+		cn->watch->busy = 1;
+		nng_mtx_unlock(cn->watch->mu);
+	}
+}
+
+// watch_busy reports whether cn's operation is still in flight.
+static int
+watch_busy(struct conn *cn)
+{
+	int busy;
+	nng_mtx_lock(cn->watch->mu);
+	busy = cn->watch->busy;
+	nng_mtx_unlock(cn->watch->mu);
+	return busy;
+}
+
+// warn_waiting logs, through opts.log, each server that still owes this
+// round a reply, with its shards.
+static void
+warn_waiting(ferry_client *c, uint32_t tmo)
+{
+	for (size_t m = 0; m < c->n_conns; m++) {
+		struct conn     *cn = &c->conns[m];
+		struct fb_ranges ids;
+		char             b_ids[160], msg[512];
+		if (!cn->pending || cn->watch == NULL || !watch_busy(cn)) {
+			continue;
+		}
+		fb_ranges_init(&ids, b_ids, sizeof(b_ids));
+		for (size_t k = 0; k < cn->req_n; k++) {
+			fb_ranges_add(&ids, cn->req[k]);
+		}
+		snprintf(msg, sizeof(msg),
+		    "%s: %d%% of the %u ms deadline passed, still waiting "
+		    "for server %s (shard(s) %s)",
+		    psw_method_name(cn->method), WARN_PCT, tmo,
+		    c->pl->servers[m], fb_ranges_end(&ids));
+		c->opts.log(c->opts.log_arg, FERRY_LOG_WARN, msg);
+	}
+}
+
+// conn_wait waits for the operation on connection m's aio to end. With a
+// watch, it first waits until warn_at at most; still waiting then (and
+// not warned yet in this call), it warns about every server it waits for.
+static void
+conn_wait(ferry_client *c, size_t m, nng_time warn_at, uint32_t tmo,
+    int *warned)
+{
+	struct conn         *cn = &c->conns[m];
+	struct ferry__watch *w  = cn->watch;
+	if (w != NULL && !*warned) {
+		int busy;
+		nng_mtx_lock(w->mu);
+		while (w->busy && nng_clock() < warn_at) {
+			nng_cv_until(w->cv, warn_at);
+		}
+		busy = w->busy;
+		nng_mtx_unlock(w->mu);
+		if (busy) {
+			*warned = 1;
+			warn_waiting(c, tmo);
+		}
+	}
+	nng_aio_wait(cn->aio);
+}
 
 // main_method is the rpc that carries op's requests (a shard whose push
 // was applied but whose reply was lost is then pulled with PULL).
@@ -37,8 +184,10 @@ main_method(enum op op)
 static int
 exchange(ferry_client *c, struct xfer *x)
 {
-	uint64_t deadline = fb_clock_ms() + ferry__timeout(c);
-	int      rv       = FERRY_OK;
+	uint32_t tmo      = ferry__timeout(c);
+	uint64_t deadline = fb_clock_ms() + tmo;
+	nng_time warn_at  = nng_clock() + (nng_time) tmo * WARN_PCT / 100;
+	int      rv = FERRY_OK, warned = 0;
 
 	for (;;) {
 		int      sent = 0, refetch = 0, wait = 0;
@@ -84,6 +233,7 @@ exchange(ferry_client *c, struct xfer *x)
 			c->stats.requests++;
 			nng_aio_set_timeout(cn->aio, (int) (deadline - now));
 			nng_aio_set_msg(cn->aio, req);
+			watch_start(cn);
 			nng_ctx_send(cn->ctx, cn->aio);
 			sent++;
 		}
@@ -96,7 +246,7 @@ exchange(ferry_client *c, struct xfer *x)
 			if (!cn->pending) {
 				continue;
 			}
-			nng_aio_wait(cn->aio);
+			conn_wait(c, m, warn_at, tmo, &warned);
 			if (nng_aio_result(cn->aio) != 0) {
 				nng_msg_free(nng_aio_get_msg(cn->aio));
 				cn->rv = nng_aio_result(cn->aio) ==
@@ -105,6 +255,7 @@ exchange(ferry_client *c, struct xfer *x)
 				    : FB_ETRANSPORT;
 				continue;
 			}
+			watch_start(cn);
 			nng_ctx_recv(cn->ctx, cn->aio);
 		}
 		for (size_t m = 0; m < c->n_conns; m++) {
@@ -122,7 +273,7 @@ exchange(ferry_client *c, struct xfer *x)
 				    fb_strerror(cn->rv));
 				continue;
 			}
-			nng_aio_wait(cn->aio);
+			conn_wait(c, m, warn_at, tmo, &warned);
 			if ((r = nng_aio_result(cn->aio)) != 0) {
 				rv = ferry__fail(c,
 				    r == NNG_ETIMEDOUT ? FERRY_ETIMEDOUT

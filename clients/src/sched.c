@@ -115,6 +115,10 @@ ferry__conns_open(ferry_client *c, const Pswire__Placement *p)
 			return ferry__fail(c, FERRY_ECONNECT,
 			    "cannot dial server %s", p->servers[m]);
 		}
+		if (c->opts.log != NULL && ferry__conn_watch(cn) != FERRY_OK) {
+			c->n_conns = m + 1;
+			return ferry__fail(c, FERRY_ENOMEM, "out of memory");
+		}
 	}
 	return FERRY_OK;
 }

@@ -2,4 +2,5 @@
 #define PS_TESTS_H
 #include <check.h>
 Suite *suite_cluster(void);
+Suite *suite_stall(void);
 #endif

@@ -115,6 +115,30 @@ open_local(struct run *r, FILE *out)
 	return tr__report_open(&r->rep, cfg, out);
 }
 
+// ferry_log prints what libferry reports through ferry_opts.log (it
+// never prints itself), e.g. a call near its deadline naming the server
+// and shards it waits for, as the trainer's own log lines (module
+// "ferry").
+static void
+ferry_log(void *arg, int level, const char *msg)
+{
+	(void) arg;
+	switch (level) {
+	case FERRY_LOG_ERR:
+		FB_LOG(FB_LOG_ERR, "ferry", "%s", msg);
+		break;
+	case FERRY_LOG_WARN:
+		FB_LOG(FB_LOG_WARN, "ferry", "%s", msg);
+		break;
+	case FERRY_LOG_NOTICE:
+		FB_LOG(FB_LOG_NOTICE, "ferry", "%s", msg);
+		break;
+	default:
+		FB_LOG(FB_LOG_INFO, "ferry", "%s", msg);
+		break;
+	}
+}
+
 // join_job opens the libferry client, declares the tensors and cuts this
 // rank's partition of the training set.
 static int
@@ -137,6 +161,7 @@ join_job(struct run *r)
 	fo.bucket        = cfg->bucket;
 	fo.warmup_steps  = cfg->warmup_steps;
 	fo.seed          = cfg->seed;
+	fo.log           = ferry_log;
 	if (ferry_opts_check(&fo, r->err, sizeof(r->err)) != FERRY_OK) {
 		FB_LOG(FB_LOG_ERR, MOD, "bad options: %s", r->err);
 		return FB_EINVAL;

@@ -64,9 +64,20 @@ enum ferry_mode {
 	FERRY_MODE_ASYNC = 1, // each push is applied as it arrives
 };
 
+// Levels of the messages libferry hands to ferry_opts.log (most severe
+// first, as syslog's).
+enum ferry_log_level {
+	FERRY_LOG_ERR    = 0,
+	FERRY_LOG_WARN   = 1,
+	FERRY_LOG_NOTICE = 2,
+	FERRY_LOG_INFO   = 3,
+};
+
 // Options for ferry_client_open. Initialise with FERRY_OPTS_INIT and set
 // what you need. The job fields (mode, lr, codecs, bucket, warmup_steps) are
 // fixed by the first trainer to declare; later trainers must match.
+// New fields are only ever added at the end, with FERRY_OPTS_INIT giving
+// them their "off" value.
 struct ferry_opts {
 	const char *scheduler_url; // e.g. "tcp://127.0.0.1:7000" (required)
 	int         rank;          // this trainer's rank, 0..trainers-1
@@ -78,10 +89,21 @@ struct ferry_opts {
 	uint32_t    bucket;        // quantization bucket (0 = codec default)
 	uint32_t    warmup_steps;  // steps sent uncompressed first
 	uint64_t    seed;          // seed for stochastic codecs
+	// Optional log hook (NULL = silent: libferry never prints). libferry
+	// calls log(log_arg, level, msg) on the thread of the call it is in,
+	// with an enum ferry_log_level and a one-line message (no newline,
+	// borrowed for the callback). It must not call back into the client.
+	// What it reports today: a model call (init, pull, push, push-pull)
+	// that has waited 80% of its deadline (timeout_ms) for servers logs,
+	// once per call, at FERRY_LOG_WARN, each server it still waits for and
+	// that server's shards (docs/operations.md §8).
+	void (*log)(void *log_arg, int level, const char *msg);
+	void *log_arg;
 };
 #define FERRY_OPTS_INIT                                                       \
 	{                                                                     \
-		NULL, 0, 0, FERRY_MODE_SYNC, 0.1, NULL, NULL, 0, 0, 0         \
+		NULL, 0, 0, FERRY_MODE_SYNC, 0.1, NULL, NULL, 0, 0, 0, NULL,  \
+		    NULL                                                      \
 	}
 
 // One tensor of the job's table.

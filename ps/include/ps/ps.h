@@ -108,6 +108,12 @@ void ps_server_stats(struct ps_server *s, char *buf, size_t n);
 // started: nothing to move).
 int ps_server_leave(struct ps_server *s, uint32_t timeout_ms);
 
+// ps_server_stalls returns how many stuck-round warnings s has logged
+// (see ps_server_opts.stall_warn_ms) and copies the last one's text into
+// buf (size n, NUL-terminated, truncated if needed; "" when none). Any
+// thread.
+uint64_t ps_server_stalls(struct ps_server *s, char *buf, size_t n);
+
 // ps_server_close stops serving and frees. NULL is a no-op.
 void ps_server_close(struct ps_server *s);
 

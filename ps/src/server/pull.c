@@ -1,6 +1,7 @@
 // pull.c — pulls: admission of a Pull, the reply built from the pull
 // reference or the weights, parking a call until the version it wants
-// exists, and the deadline sweeper that answers parked calls in time.
+// exists, and the sweeper that answers parked calls in time and reports
+// stuck sync rounds.
 //
 // DESIGN. A call for a version not reached yet is parked: its nng context
 // is simply not answered (the rpc lets a handler keep the call), and it
@@ -10,7 +11,17 @@
 // answers the ones whose deadline passed. A reply is built in the
 // request's own buffer when that is large enough (a push-pull's is), so a
 // step allocates and zeroes no reply message.
+//
+// Stuck rounds: a sync push records when its round's first push came in
+// (push.c, one clock read per push); the sweeper, already waking every
+// 100 ms under mu, compares that with --stall-warn-ms and logs once per
+// round which ranks it still waits for. Shards of one round waiting for
+// the same ranks share one line, so a server holding 1000 shards logs one
+// line, not 1000; the lines are formatted under mu into the stack and
+// written after releasing it.
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "server_impl.h"
 
@@ -300,10 +311,131 @@ ps__pull_abort_leaving(struct ps_server *s, uint64_t epoch)
 	}
 }
 
+// At most this many stuck-round lines per sweep (the rest wait for the
+// next one, 100 ms later).
+#define STALL_LINES 4
+
+// stall_due reports whether held shard sh's round has waited longer than
+// lim ms and was not reported yet. mu held.
+static int
+stall_due(struct srv_shard *sh, uint64_t now, uint64_t lim)
+{
+	if (!sh->init || sh->n_pushed == 0 ||
+	    sh->stall_warned == sh->version + 1) {
+		return 0;
+	}
+	if (sh->round_t0 == 0) {
+		sh->round_t0 = now; // arrived with pushes staged: start here
+		return 0;
+	}
+	return now - sh->round_t0 >= lim;
+}
+
+// same_round reports whether shards a and b are at one version and have
+// the same ranks pushed. mu held.
+static int
+same_round(const struct ps_server *s, const struct srv_shard *a,
+    const struct srv_shard *b)
+{
+	if (a->version != b->version) {
+		return 0;
+	}
+	for (uint32_t r = 0; r < s->trainers; r++) {
+		if ((a->state[r] == PS_SLOT_PUSHED) !=
+		    (b->state[r] == PS_SLOT_PUSHED)) {
+			return 0;
+		}
+	}
+	return 1;
+}
+
+// wall_time writes the UTC time `ago_ms` before now as ISO 8601 with ms.
+static void
+wall_time(uint64_t ago_ms, char *buf, size_t len)
+{
+	struct timespec ts;
+	struct tm       tm;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	int64_t ms = (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000 -
+	    (int64_t) ago_ms;
+	time_t sec = (time_t) (ms / 1000);
+	size_t n;
+	gmtime_r(&sec, &tm);
+	n = strftime(buf, len, "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(buf + n, len - n, ".%03dZ", (int) (ms % 1000));
+}
+
+// stall_scan formats a line into lines[] for each group of held shards
+// whose sync round waits past --stall-warn-ms and was not reported yet,
+// marks them reported, and returns the number of lines. mu held.
+static int
+stall_scan(struct ps_server *s, uint64_t now,
+    char lines[STALL_LINES][PS_STALL_LINE])
+{
+	uint64_t lim = s->opts.stall_warn_ms;
+	int      k   = 0;
+	if (lim == 0 || s->mode != PSWIRE__MODE__MODE_SYNC) {
+		return 0;
+	}
+	for (size_t i = 0; i < s->n_global && k < STALL_LINES; i++) {
+		struct srv_shard *sh = &s->shards[i];
+		struct fb_ranges  ids, waiting, pushed;
+		char              b_ids[160], b_wait[80], b_push[80], t0[32];
+		if (s->local[i] < 0 || !stall_due(sh, now, lim)) {
+			continue;
+		}
+		fb_ranges_init(&ids, b_ids, sizeof(b_ids));
+		for (size_t j = i; j < s->n_global; j++) {
+			struct srv_shard *o = &s->shards[j];
+			if (s->local[j] >= 0 && stall_due(o, now, lim) &&
+			    same_round(s, sh, o)) {
+				fb_ranges_add(&ids, o->id);
+				o->stall_warned = o->version + 1;
+			}
+		}
+		fb_ranges_init(&waiting, b_wait, sizeof(b_wait));
+		fb_ranges_init(&pushed, b_push, sizeof(b_push));
+		for (uint32_t r = 0; r < s->trainers; r++) {
+			if (!s->gone[r]) {
+				fb_ranges_add(sh->state[r] == PS_SLOT_PUSHED
+				        ? &pushed
+				        : &waiting,
+				    r);
+			}
+		}
+		wall_time(now - sh->round_t0, t0, sizeof(t0));
+		snprintf(lines[k++], PS_STALL_LINE,
+		    "round %llu of shard(s) %s waiting %.1f s for rank(s) %s "
+		    "(pushed: %s; first push at %s)",
+		    (unsigned long long) sh->version, fb_ranges_end(&ids),
+		    (double) (now - sh->round_t0) / 1000.0,
+		    fb_ranges_end(&waiting), fb_ranges_end(&pushed), t0);
+	}
+	if (k > 0) {
+		snprintf(s->stall_last, sizeof(s->stall_last), "%s",
+		    lines[k - 1]);
+		atomic_fetch_add_explicit(&s->n_stalls, (uint64_t) k,
+		    memory_order_relaxed);
+	}
+	return k;
+}
+
+uint64_t
+ps_server_stalls(struct ps_server *s, char *buf, size_t n)
+{
+	pthread_mutex_lock(&s->mu);
+	if (n > 0) {
+		snprintf(buf, n, "%s", s->stall_last);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return atomic_load_explicit(&s->n_stalls, memory_order_relaxed);
+}
+
 void *
 ps__sweep_main(void *arg)
 {
 	struct ps_server *s = arg;
+	char              lines[STALL_LINES][PS_STALL_LINE];
 	while (!atomic_load(&s->closing)) {
 		fb_sleep_us(100000);
 		uint64_t now = fb_clock_ms();
@@ -322,7 +454,11 @@ ps__sweep_main(void *arg)
 				pp = &c->next;
 			}
 		}
+		int n = stall_scan(s, now, lines);
 		pthread_mutex_unlock(&s->mu);
+		for (int i = 0; i < n; i++) {
+			FB_LOG(FB_LOG_WARN, "stall", "%s", lines[i]);
+		}
 	}
 	return NULL;
 }

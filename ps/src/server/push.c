@@ -291,10 +291,13 @@ push_commit(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 		    bad_code ? "a corrupt code" : "holding NaN or Inf");
 		return -1;
 	}
+	uint64_t now = fb_clock_ms(); // a round's start, for the sweeper
 	for (size_t i = 0; i < p->n_shards; i++) {
 		struct srv_shard *sh = &s->shards[p->shards[i]->shard];
 		sh->state[rank]      = PS_SLOT_PUSHED;
-		sh->n_pushed++;
+		if (sh->n_pushed++ == 0) {
+			sh->round_t0 = now;
+		}
 		sh->samples += p->n_samples;
 		*want = sh->version + 1;
 		if (ps__shard_complete(s, sh)) {

@@ -64,6 +64,10 @@
 #define PS_SHARD_ARRIVING (-2) // placed here by a new map; state in transit
 #define PS_SHARD_LEAVING (-3)  // placed elsewhere by a new map; moving out
 
+// The longest stuck-round warning (longer lists of shards or ranks end in
+// "...").
+#define PS_STALL_LINE 384
+
 // Pull deltas kept per shard for trainers a few versions behind: past
 // this a full reference costs less than replaying (docs/algorithms.md
 // §2.4, LOG_K).
@@ -91,6 +95,12 @@ struct srv_shard {
 	uint64_t  version;
 	int       init; // version-0 weights have arrived
 	uint64_t  seen; // duplicate check stamp
+	// stuck-round diagnostics (sync): when the current round's first
+	// push was committed (fb_clock_ms; 0: unknown, e.g. the shard arrived
+	// with pushes staged) and the round already warned about, as
+	// version + 1 (0: none). The sweeper reads both.
+	uint64_t  round_t0;
+	uint64_t  stall_warned;
 	// pull reference and delta log (only with a pull codec)
 	float    *ref;
 	uint32_t  ref_crc;
@@ -139,6 +149,9 @@ struct ps_server {
 	int                   late;      // joined a running job
 	uint8_t              *gone;      // [trainers] ranks that left
 	uint64_t              started_ms;
+	// stuck rounds: warnings logged, and the last one's text (under mu)
+	atomic_uint_fast64_t  n_stalls;
+	char                  stall_last[PS_STALL_LINE];
 };
 
 // One REQ context per peer server, opened on first use, for Transfers.
@@ -249,7 +262,10 @@ void ps__pull_abort_leaving(struct ps_server *s, uint64_t epoch);
 
 // ps__sweep_main is the deadline sweeper thread (arg: the server): every
 // 100 ms it answers parked calls whose deadline passed with
-// DEADLINE_EXCEEDED, until s->closing. Takes mu.
+// DEADLINE_EXCEEDED and, in a sync job, logs each round that has waited
+// longer than opts.stall_warn_ms (once per round: one line per group of
+// shards at the same version waiting for the same ranks), until
+// s->closing. Takes mu (and logs after releasing it).
 void *ps__sweep_main(void *arg);
 
 // ---- push.c ----------------------------------------------------------------
