@@ -31,7 +31,7 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	            "FERRY_* variables override it",
 	    .doc  = "read options from this file: `key = value` lines with "
 	            "the names above, `#` comment lines; flags and `FERRY_*` "
-	            "variables override it (§7)" },
+	            "variables override it (§2.3)" },
 
 	// ---- ps-server ---------------------------------------------------
 	[FB_OPT_PS_ROLE]   = { "role", PS, ENUM("scheduler|server"),
@@ -126,7 +126,7 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	            "this for some trainers' pushes (0: never)",
 	    .doc  = "a sync round that waits longer than this for the "
 	            "pushes of some trainers logs, once, which ranks it waits "
-	            "for and since when (0: never); see §8" },
+	            "for and since when (0: never); see §7.1" },
 
 	// ---- trainer -----------------------------------------------------
 	[FB_OPT_TR_SCHEDULER] = { "scheduler", TR, STR_NONEMPTY,

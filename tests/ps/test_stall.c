@@ -47,18 +47,18 @@ struct stall_rank {
 static void *
 stall_trainer(void *arg)
 {
-	struct stall_rank       *a = arg;
-	struct stall_job        *j = a->job;
-	struct ferry_opts        o = FERRY_OPTS_INIT;
-	struct ferry_tensor_desc d[NT] = { { "a", 40 }, { "b", 7 },
-		{ "c", 1 } };
-	ferry_client            *c = NULL;
+	struct stall_rank       *a         = arg;
+	struct stall_job        *j         = a->job;
+	struct ferry_opts        o         = FERRY_OPTS_INIT;
+	struct ferry_tensor_desc d[NT]     = { { "a", 40 }, { "b", 7 },
+		    { "c", 1 } };
+	ferry_client            *c         = NULL;
 	float                    w[NT][40] = { { 0 } }, g[NT][40] = { { 0 } };
 	float                   *wp[NT], *gp[NT];
 	int                      rv;
 	for (int t = 0; t < NT; t++) {
-		wp[t] = w[t];
-		gp[t] = g[t];
+		wp[t]   = w[t];
+		gp[t]   = g[t];
 		g[t][0] = 1;
 	}
 	o.scheduler_url = j->url;
@@ -156,8 +156,9 @@ START_TEST(test_stall_names_missing_rank)
 	ck_assert_msg(strncmp(last, "round 0 of shard(s) 0-4 waiting ", 32) ==
 	        0,
 	    "'%s'", last);
-	ck_assert_msg(strstr(last, " s for rank(s) 1 (pushed: 0; first push "
-	                           "at 20") != NULL,
+	ck_assert_msg(strstr(last,
+	                  " s for rank(s) 1 (pushed: 0; first push "
+	                  "at 20") != NULL,
 	    "'%s'", last);
 	ck_assert_msg(j.n_logged == 1, "rank 0 logged %d warnings",
 	    j.n_logged);

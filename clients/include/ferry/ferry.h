@@ -96,7 +96,7 @@ struct ferry_opts {
 	// What it reports today: a model call (init, pull, push, push-pull)
 	// that has waited 80% of its deadline (timeout_ms) for servers logs,
 	// once per call, at FERRY_LOG_WARN, each server it still waits for and
-	// that server's shards (docs/operations.md §8).
+	// that server's shards (docs/operations.md §7.1).
 	void (*log)(void *log_arg, int level, const char *msg);
 	void *log_arg;
 };
