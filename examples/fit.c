@@ -21,7 +21,7 @@ main(int argc, char **argv)
 		return 2;
 	}
 	if (ferry_client_open(&o, &c) != FERRY_OK || // connects nothing yet
-	    ferry_client_declare(c, &t, 1) != FERRY_OK || // registers, waits for the job
+	    ferry_client_declare(c, &t, 1) != FERRY_OK || // waits for the job
 	    (o.rank == 0 && ferry_client_init_weights(c, &w0) != FERRY_OK) ||
 	    ferry_client_pull(c, &wp) != FERRY_OK) // version 0
 		goto fail;

@@ -1,10 +1,11 @@
 // gpu_linreg.cu: a trainer whose weights never leave the GPU. It fits a
 // linear model y = X w to data generated on the device (features hashed
-// into [-1, 1), w_true[j] = 1 + (j % 7) / 7), computes its gradient with two small kernels, and
-// registers a pull sink (ferry_client_set_pull_sink) so that every pull
-// copies the servers' weights straight into device memory: the host only
-// ever holds the gradient it pushes. It owns the kernels, the sink and the
-// loop; it is built only when CUDA is enabled (examples/CMakeLists.txt).
+// into [-1, 1), w_true[j] = 1 + (j % 7) / 7), computes its gradient with two
+// small kernels, and registers a pull sink (ferry_client_set_pull_sink) so
+// that every pull copies the servers' weights straight into device memory: the
+// host only ever holds the gradient it pushes. It owns the kernels, the sink
+// and the loop; it is built only when CUDA is enabled
+// (examples/CMakeLists.txt).
 //
 // usage: gpu_linreg SCHEDULER_URL RANK
 // Exits 77 with a message when there is no usable CUDA device (the skip
@@ -22,7 +23,7 @@
 
 enum {
 	DIM   = 256, // weights
-	BATCH = 64,   // examples per rank and step
+	BATCH = 64,  // examples per rank and step
 	STEPS = 300,
 };
 
@@ -169,13 +170,14 @@ main(int argc, char **argv)
 	if (ferry_client_pull(c, NULL) != FERRY_OK) // into gw.w, on the device
 		goto fail;
 	for (int s = 0; s < STEPS; s++) {
-		int          first = (s * ferry_client_trainers(c) + o.rank) * BATCH;
-		const float *gp    = g;
+		int first = (s * ferry_client_trainers(c) + o.rank) * BATCH;
+		const float *gp = g;
 		residuals<<<1, BATCH>>>(gw.w, first, dr);
 		gradient<<<(DIM + 255) / 256, 256>>>(dr, first, dg);
 		if ((ce = cudaMemcpy(g, dg, DIM * sizeof(float),
 		         cudaMemcpyDeviceToHost)) != cudaSuccess) {
-			fprintf(stderr, "gpu_linreg: %s\n", cudaGetErrorString(ce));
+			fprintf(stderr, "gpu_linreg: %s\n",
+			    cudaGetErrorString(ce));
 			goto out;
 		}
 		if (ferry_client_push_pull(c, &gp, BATCH, NULL) != FERRY_OK)

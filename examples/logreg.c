@@ -34,9 +34,9 @@ enum {
 
 // The examples of the two classes: n rows of PIXELS features in [0, 1].
 struct set {
-	float  *x;
-	float  *y; // 0 or 1
-	size_t  n;
+	float *x;
+	float *y; // 0 or 1
+	size_t n;
 };
 
 // Reads a big-endian 32-bit field of an IDX header.
@@ -110,8 +110,8 @@ set_load(struct set *s, const char *dir, const char *prefix)
 		    prefix, isz[0], isz[1], isz[2], lsz[0]);
 		goto out;
 	}
-	px  = malloc((size_t) isz[0] * PIXELS);
-	lab = malloc(lsz[0]);
+	px   = malloc((size_t) isz[0] * PIXELS);
+	lab  = malloc(lsz[0]);
 	s->x = malloc((size_t) isz[0] * PIXELS * sizeof(float));
 	s->y = malloc((size_t) isz[0] * sizeof(float));
 	if (!px || !lab || !s->x || !s->y) {
@@ -195,7 +195,7 @@ batch_of(size_t r, size_t t, size_t step, size_t *idx)
 static void
 evaluate(const char *who, const struct set *test, const float *w, float b)
 {
-	double loss = 0;
+	double loss  = 0;
 	size_t right = 0;
 	for (size_t i = 0; i < test->n; i++) {
 		float p = predict(w, b, test->x + i * PIXELS);
@@ -221,7 +221,8 @@ train_local(size_t t, const struct set *train, const struct set *test)
 			gb = 0;
 			for (size_t r = 0; r < t; r++) {
 				batch_of(r, t, s, idx);
-				loss += grad_add(train, idx, BATCH, w, b, gw, &gb);
+				loss += grad_add(train, idx, BATCH, w, b, gw,
+				    &gb);
 			}
 			for (int j = 0; j < PIXELS; j++)
 				w[j] -= (float) (LR * gw[j] / (t * BATCH));
@@ -240,7 +241,7 @@ train_rank(const char *url, int rank, const struct set *train,
     const struct set *test)
 {
 	static float             w[PIXELS], gw[PIXELS];
-	float                    b = 0, gb;
+	float                    b       = 0, gb;
 	float *const             wts[2]  = { w, &b };
 	const float *const       grad[2] = { gw, &gb };
 	struct ferry_tensor_desc t[2]    = { { "w", PIXELS }, { "b", 1 } };
@@ -301,8 +302,9 @@ main(int argc, char **argv)
 	int         rv;
 
 	if (argc < 3 || argc > 4) {
-		fprintf(stderr, "usage: logreg SCHEDULER_URL RANK [DATA_DIR]\n"
-		                "       logreg --local TRAINERS [DATA_DIR]\n");
+		fprintf(stderr,
+		    "usage: logreg SCHEDULER_URL RANK [DATA_DIR]\n"
+		    "       logreg --local TRAINERS [DATA_DIR]\n");
 		return 2;
 	}
 	n = strtol(argv[2], &end, 10);

@@ -42,7 +42,7 @@ extern "C" {
 #define FERRY_VERSION_PATCH 0
 // The three as one comparable number, e.g. 0.1.0 -> 100.
 #define FERRY_VERSION_NUMBER                                                  \
-	(FERRY_VERSION_MAJOR * 10000 + FERRY_VERSION_MINOR * 100 +             \
+	(FERRY_VERSION_MAJOR * 10000 + FERRY_VERSION_MINOR * 100 +            \
 	    FERRY_VERSION_PATCH)
 
 typedef enum ferry_err {
