@@ -5,7 +5,8 @@
 # tiny CMake project with find_package(Ferry), once with Ferry::ferry and
 # once with Ferry::ferry_static), then runs both ranks of each build
 # against a live job of the installed ps-server and checks that both print
-# "w = 3.0000". CFLAGS (e.g. the sanitizer flags of the build) are added to
+# "w = 3.0000". On the way it checks the installed files, the SONAME and
+# that ferry.pc, ferry.h and ferry_version() agree on the version. CFLAGS (e.g. the sanitizer flags of the build) are added to
 # every compile and link.
 set -euo pipefail
 BUILD=$1 SRC=$2 EXTRA=${3:-}
@@ -37,6 +38,30 @@ cp "$SRC/examples/fit.c" "$WORK/fit.c"
 # shellcheck disable=SC2046,SC2086
 (cd "$WORK" && cc $EXTRA $(pkg-config --cflags --libs ferry) fit.c \
 	-o fit-pkgconfig) 2>"$WORK/cc.log" || job_fail "cc with pkg-config"
+
+# The three versions must agree: ferry.pc's, the header's macros and the
+# string the installed library returns.
+cat >"$WORK/version.c" <<'C'
+#include <ferry/ferry.h>
+#include <stdio.h>
+int
+main(void)
+{
+	printf("%d.%d.%d %s %d\n", FERRY_VERSION_MAJOR, FERRY_VERSION_MINOR,
+	    FERRY_VERSION_PATCH, ferry_version(), FERRY_VERSION_NUMBER);
+	return 0;
+}
+C
+# shellcheck disable=SC2046,SC2086
+(cd "$WORK" && cc $EXTRA $(pkg-config --cflags --libs ferry) version.c \
+	-o version) 2>"$WORK/cc.log" || job_fail "cc version.c"
+LD_LIBRARY_PATH=$libdir "$WORK/version" >"$WORK/version.out" ||
+	job_fail "version.c exited $?"
+v=$(pkg-config --modversion ferry)
+IFS=. read -r ma mi pa <<<"$v"
+[ "$(cat "$WORK/version.out")" = "$v $v $((ma * 10000 + mi * 100 + pa))" ] ||
+	job_fail "versions differ: ferry.pc $v; header, ferry_version()," \
+		"number: $(cat "$WORK/version.out")"
 
 # 2. find_package(Ferry), shared and static.
 mkdir -p "$WORK/proj"
