@@ -1,7 +1,7 @@
 // client.c — libferry's client object: opening and closing it, checking
 // its options, the error texts and the one translation from fb_ error
-// codes to ferry ones (ferry__map_err), and the read-only accessors
-// (shards, codecs, stats, last error).
+// codes to ferry ones (ferry__map_err), the read-only accessors
+// (shards, codecs, stats, last error) and the library's version.
 //
 // DESIGN. The client holds one REQ socket to the scheduler and one REQ
 // socket (one context, one aio) per server; the files of clients/src each
@@ -40,6 +40,17 @@ ferry_strerror(int err)
 		return ferry_err_text[err];
 	}
 	return "unknown error";
+}
+
+// Two steps so that the macros expand before they are turned into text.
+#define FERRY_STR_(x) #x
+#define FERRY_STR(x) FERRY_STR_(x)
+
+FERRY_API const char *
+ferry_version(void)
+{
+	return FERRY_STR(FERRY_VERSION_MAJOR) "." FERRY_STR(
+	    FERRY_VERSION_MINOR) "." FERRY_STR(FERRY_VERSION_PATCH);
 }
 
 int

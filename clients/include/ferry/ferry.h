@@ -32,6 +32,19 @@ extern "C" {
 #define FERRY_API
 #endif
 
+// The version of this header. CMake refuses to configure when these differ
+// from the project's version (clients/CMakeLists.txt), so they cannot
+// drift. The ABI promise (docs/libferry.md): within one MAJOR version
+// (the SONAME, libferry.so.MAJOR) a program built against an older MINOR
+// runs unchanged against a newer one.
+#define FERRY_VERSION_MAJOR 0
+#define FERRY_VERSION_MINOR 1
+#define FERRY_VERSION_PATCH 0
+// The three as one comparable number, e.g. 0.1.0 -> 100.
+#define FERRY_VERSION_NUMBER                                                  \
+	(FERRY_VERSION_MAJOR * 10000 + FERRY_VERSION_MINOR * 100 +            \
+	    FERRY_VERSION_PATCH)
+
 typedef enum ferry_err {
 	FERRY_OK = 0,
 	FERRY_EINVAL,    // bad argument (message in last_error)
@@ -54,6 +67,12 @@ typedef enum ferry_err {
 
 // ferry_strerror returns a static description of err; never NULL.
 FERRY_API const char *ferry_strerror(int err);
+
+// ferry_version returns the version of the libferry that is running, as
+// "MAJOR.MINOR.PATCH" (static storage, never NULL). The FERRY_VERSION_*
+// macros say which header a program was built against; this says which
+// library it loaded (the SONAME guarantees the same MAJOR only).
+FERRY_API const char *ferry_version(void);
 
 typedef struct ferry_client ferry_client;
 

@@ -1,0 +1,51 @@
+# cmake/FerryPackage.cmake: what `cmake --install build --prefix P` puts
+# under P for users of libferry, and the two ways to find it:
+#   lib/libferry.so.MAJOR.MINOR.PATCH (+ SONAME and dev links), lib/libferry.a
+#   include/ferry/ferry.h
+#   lib/pkgconfig/ferry.pc            pkg-config ferry
+#   lib/cmake/Ferry/                  find_package(Ferry) -> Ferry::ferry
+# (ps-server and trainer install themselves from ps/ and trainer/.)
+# Included by the top level after clients/ is added.
+include(CMakePackageConfigHelpers)
+
+install(TARGETS ferry EXPORT FerryTargets
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(FILES ${FERRY_ARCHIVE} DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(FILES ${PROJECT_SOURCE_DIR}/clients/include/ferry/ferry.h
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ferry)
+
+# CMake package: the exported shared target plus Ferry::ferry_static,
+# which FerryConfig.cmake declares by hand (libferry.a is a prelinked
+# archive, not a CMake target).
+set(FERRY_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/Ferry)
+install(EXPORT FerryTargets NAMESPACE Ferry:: DESTINATION ${FERRY_CMAKE_DIR})
+configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/FerryConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/FerryConfig.cmake
+  INSTALL_DESTINATION ${FERRY_CMAKE_DIR}
+  PATH_VARS CMAKE_INSTALL_LIBDIR CMAKE_INSTALL_INCLUDEDIR)
+# The ABI promise: any 0.x >= the one asked for (same MAJOR) will do.
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/FerryConfigVersion.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/FerryConfig.cmake
+  ${PROJECT_BINARY_DIR}/FerryConfigVersion.cmake DESTINATION ${FERRY_CMAKE_DIR})
+
+# pkg-config: the prefix is only known when installing (--prefix), so the
+# file is finished then. The configure step fills in everything else and
+# leaves @FERRY_PC_PREFIX@ for the install step.
+set(FERRY_PC_PREFIX "@FERRY_PC_PREFIX@")
+foreach(dir LIBDIR INCLUDEDIR)
+  if(IS_ABSOLUTE "${CMAKE_INSTALL_${dir}}")
+    set(FERRY_PC_${dir} "${CMAKE_INSTALL_${dir}}")
+  else()
+    set(FERRY_PC_${dir} "\${prefix}/${CMAKE_INSTALL_${dir}}")
+  endif()
+endforeach()
+configure_file(${CMAKE_CURRENT_LIST_DIR}/ferry.pc.in
+  ${PROJECT_BINARY_DIR}/ferry.pc.stage @ONLY)
+install(CODE "
+  set(FERRY_PC_PREFIX \"\${CMAKE_INSTALL_PREFIX}\")
+  configure_file(\"${PROJECT_BINARY_DIR}/ferry.pc.stage\"
+    \"${PROJECT_BINARY_DIR}/ferry.pc\" @ONLY)
+  file(INSTALL \"${PROJECT_BINARY_DIR}/ferry.pc\"
+    DESTINATION \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_LIBDIR}/pkgconfig\")
+")
