@@ -107,17 +107,9 @@ def start_job(args, run_dir):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--world", type=int, default=2, help="trainer processes")
+    torch_mlp.add_job_args(ap)
     ap.add_argument("--servers", type=int, default=1, help="ps-server servers (own job only)")
     ap.add_argument("--shard-bytes", type=int, default=1048576, help="(own job only)")
-    ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
-    ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--lr", type=float, default=0.1)
-    ap.add_argument("--seed", type=int, default=42)
-    ap.add_argument("--max-steps", type=int, default=0)
-    ap.add_argument("--log-interval", type=int, default=100)
-    ap.add_argument("--curve", default=None)
     ap.add_argument("--codec-push", default="none")
     ap.add_argument("--codec-pull", default="none")
     ap.add_argument("--timeout-ms", type=int, default=600000, help="deadline of each call")

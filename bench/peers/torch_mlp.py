@@ -318,10 +318,10 @@ def rpc_worker(rank, args):
     rpc.shutdown()
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--mode", choices=["single", "ddp", "rpc"], default="single")
-    ap.add_argument("--world", type=int, default=2, help="trainer processes (ddp, rpc)")
+def add_job_args(ap):
+    """The job's options that every peer shares (torch_ferry.py too), so
+    that the same flags mean the same training run."""
+    ap.add_argument("--world", type=int, default=2, help="trainer processes (not single)")
     ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch", type=int, default=64)
@@ -330,6 +330,12 @@ def main():
     ap.add_argument("--max-steps", type=int, default=0)
     ap.add_argument("--log-interval", type=int, default=100)
     ap.add_argument("--curve", default=None)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mode", choices=["single", "ddp", "rpc"], default="single")
+    add_job_args(ap)
     ap.add_argument("--port", type=int, default=29511)
     args = ap.parse_args()
     if args.mode == "single":

@@ -4,10 +4,12 @@ LocalJob starts a ps-server scheduler (on a free port, read back through
 --url-file) and its servers, hands out the scheduler URL, and stops every
 process it started. The ps-server binary comes from $FERRY_PS_SERVER (set
 by tests/python/CMakeLists.txt), else the build tree's build/ps/ps-server.
+run_ranks runs one function per rank, in threads.
 """
 import os
 import subprocess
 import tempfile
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -80,3 +82,25 @@ class LocalJob:
     def __exit__(self, *exc):
         self.stop()
         return False
+
+
+def run_ranks(fn, n):
+    """Run fn(rank) for ranks 0..n-1, each in its own thread (ctypes
+    releases the GIL in libferry's calls); returns their results in rank
+    order and re-raises the first error."""
+    out, errs = [None] * n, []
+
+    def body(r):
+        try:
+            out[r] = fn(r)
+        except BaseException as e:  # noqa: B902 (handed to the main thread)
+            errs.append(e)
+
+    ts = [threading.Thread(target=body, args=(r,)) for r in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    if errs:
+        raise errs[0]
+    return out

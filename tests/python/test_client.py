@@ -8,7 +8,7 @@ import unittest
 import numpy as np
 
 import ferry
-from job import LocalJob
+from job import LocalJob, run_ranks
 
 LR = 0.1
 CLASSES, FEATURES = 3, 8
@@ -35,26 +35,6 @@ def init_weights():
     rng = np.random.default_rng(7)
     return (rng.standard_normal((FEATURES, CLASSES)).astype(np.float32) * 0.1,
             np.zeros(CLASSES, np.float32))
-
-
-def run_ranks(fn, n):
-    """Run fn(rank) for ranks 0..n-1 in threads; re-raise the first error."""
-    out, errs = [None] * n, []
-
-    def body(r):
-        try:
-            out[r] = fn(r)
-        except BaseException as e:  # noqa: B902 (handed to the main thread)
-            errs.append(e)
-
-    ts = [threading.Thread(target=body, args=(r,)) for r in range(n)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    if errs:
-        raise errs[0]
-    return out
 
 
 class TrainTwoRanks(unittest.TestCase):

@@ -2,7 +2,6 @@
 ferry.torch.FerryParameterServer trains a module whose parameters equal
 what the plain binding pulls and a one-process reference. Run by
 tests/python/run.py (ctest python_torch)."""
-import threading
 import unittest
 
 import numpy as np
@@ -12,7 +11,7 @@ import torch.nn.functional as F
 
 import ferry
 from ferry.torch import FerryParameterServer
-from job import LocalJob
+from job import LocalJob, run_ranks
 
 LR, STEPS, BATCH = 0.2, 10, 16
 
@@ -86,21 +85,7 @@ class TorchHelper(unittest.TestCase):
 
     def test_helper_trains_and_equals_binding_and_reference(self):
         with LocalJob(trainers=2) as job:
-            out, errs = [None, None], []
-
-            def run(r):
-                try:
-                    out[r] = self.rank0(job.url) if r == 0 else self.rank1(job.url)
-                except BaseException as e:  # noqa: B902 (handed to the main thread)
-                    errs.append(e)
-
-            ts = [threading.Thread(target=run, args=(r,)) for r in range(2)]
-            for t in ts:
-                t.start()
-            for t in ts:
-                t.join()
-            if errs:
-                raise errs[0]
+            out = run_ranks(lambda r: self.rank0(job.url) if r == 0 else self.rank1(job.url), 2)
         (model, losses, st), ws = out
         self.assertEqual(st.version, STEPS)
         # The helper's parameters are exactly the weights the binding pulled.
