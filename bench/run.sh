@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run.sh — Ferry's benchmark suite (issue 5): transport vs raw nng, end to
-# end vs PyTorch (single, DDP/gloo, RPC parameter server), slow links, scale,
+# end vs PyTorch (single, DDP/gloo, RPC PS, PyTorch on Ferry), slow links, scale,
 # plus a perf profile of the sync job. Writes docs/benchmarks.md,
 # docs/plots/*.png and bench/results/latest.json.
 #
@@ -127,14 +127,23 @@ ferry_run() {
 			"$name" "$mode" "$t" "$cp/$cl" "$why" >>"$RAW/e2e.jsonl"
 	fi
 }
-torch_run() { # torch_run MODE [NAME]
-	local m=$1 name=${2:-torch-$1} dir="$RAW/e2e-${2:-torch-$1}"
+# torch_run MODE [NAME]: a PyTorch peer, 2 workers, 3 epochs. MODE is
+# torch_mlp.py's single, ddp or rpc, or ferry: the same PyTorch loop on a
+# Ferry job through the Python binding (bench/peers/torch_ferry.py, its own
+# scheduler + 1 server from $BUILD).
+torch_run() {
+	local m=$1 name=${2:-torch-$1} dir="$RAW/e2e-${2:-torch-$1}" peer
 	rm -rf "$dir"
 	mkdir -p "$dir"
 	log "e2e: $name"
-	if timeout 900 $PY bench/peers/torch_mlp.py --mode "$m" --world 2 --epochs $EPOCHS \
+	if [ "$m" = ferry ]; then
+		peer=(bench/peers/torch_ferry.py --build "$BUILD" --servers 1)
+	else
+		peer=(bench/peers/torch_mlp.py --mode "$m" --port $((29500 + RANDOM % 2000)))
+	fi
+	if timeout 900 $PY "${peer[@]}" --world 2 --epochs $EPOCHS \
 		--log-interval $LOGI --curve "$RAW/curves/$name.csv" \
-		--port $((29500 + RANDOM % 2000)) >"$dir/run.out" 2>"$dir/run.log"; then
+		>"$dir/run.out" 2>"$dir/run.log"; then
 		grep '"summary"' "$dir/run.out" |
 			$PY -c 'import sys,json; s=[json.loads(l)["summary"] for l in sys.stdin]; print(json.dumps({"name": sys.argv[2], "system": "torch-"+sys.argv[1], "mode": "sync", "trainers": s[0]["trainers"], "codec": "none/none", "status": "ok", "summaries": s}))' \
 				"$m" "$name" >>"$RAW/e2e.jsonl"
@@ -162,7 +171,7 @@ if ((!quick)); then
 			"${codec#*/}"
 	done
 fi
-for m in single ddp rpc; do torch_run $m; done
+for m in single ddp rpc ferry; do torch_run $m; done
 SERVERS=2 SHARD_BYTES=262144 ferry_run sync-t2-none-m2 sync 2 none none
 
 # Head to head: the configurations the targets compare, interleaved and
@@ -173,7 +182,7 @@ for ((rep = 1; rep <= (quick ? 1 : 3); rep++)); do
 		read -r m sb c <<<"$cfg"
 		SERVERS=$m SHARD_BYTES=$sb ferry_run "h2h-ferry-m$m-$c-r$rep" sync 2 "$c" "$c"
 	done
-	for m in single ddp rpc; do torch_run $m "h2h-torch-$m-r$rep"; done
+	for m in single ddp rpc ferry; do torch_run $m "h2h-torch-$m-r$rep"; done
 done
 
 # --- 4. slow links ------------------------------------------------------

@@ -153,8 +153,11 @@ def model_bytes(model):
     return sum(p.numel() * 4 for p in model.parameters())
 
 
-def train_loop(args, rank, world, mode, model, step_fn):
-    """Shared loop: step_fn(loss_tensor) does backward + update + comms."""
+def train_loop(args, rank, world, mode, model, step_fn, traffic=None):
+    """Shared loop: step_fn(loss_tensor) does backward + update + comms.
+    traffic, when given, returns the (bytes sent, bytes received) counted
+    by the transport itself (torch_ferry.py: libferry's stats); it is read
+    at each report instead of estimating bytes per step."""
     xs, ys, xt, yt = load_data(args.data)
     part = partition(xs.shape[0], rank, world, args.seed)
     spe = (xs.shape[0] // world) // args.batch
@@ -163,7 +166,7 @@ def train_loop(args, rank, world, mode, model, step_fn):
         per_step = int(2 * (world - 1) / world * model_bytes(model))
     elif mode == "rpc":
         per_step = model_bytes(model)
-    else:
+    else:  # single; or traffic() counts them
         per_step = 0
     step = samples = 0
     rep.t0 = time.perf_counter()
@@ -186,9 +189,15 @@ def train_loop(args, rank, world, mode, model, step_fn):
             rep.iv_steps += 1
             rep.iv_t += time.perf_counter() - ts
             if args.log_interval and step % args.log_interval == 0:
+                if traffic:
+                    rep.bytes_sent, rep.bytes_recv = traffic()
                 rep.report(step, model, xt, yt)
         if rep.iv_steps:
+            if traffic:
+                rep.bytes_sent, rep.bytes_recv = traffic()
             rep.report(step, model, xt, yt)
+    if traffic:
+        rep.bytes_sent, rep.bytes_recv = traffic()
     rep.summary(step, samples, spe)
 
 
@@ -309,10 +318,10 @@ def rpc_worker(rank, args):
     rpc.shutdown()
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--mode", choices=["single", "ddp", "rpc"], default="single")
-    ap.add_argument("--world", type=int, default=2, help="trainer processes (ddp, rpc)")
+def add_job_args(ap):
+    """The job's options that every peer shares (torch_ferry.py too), so
+    that the same flags mean the same training run."""
+    ap.add_argument("--world", type=int, default=2, help="trainer processes (not single)")
     ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch", type=int, default=64)
@@ -321,6 +330,12 @@ def main():
     ap.add_argument("--max-steps", type=int, default=0)
     ap.add_argument("--log-interval", type=int, default=100)
     ap.add_argument("--curve", default=None)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mode", choices=["single", "ddp", "rpc"], default="single")
+    add_job_args(ap)
     ap.add_argument("--port", type=int, default=29511)
     args = ap.parse_args()
     if args.mode == "single":

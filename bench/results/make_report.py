@@ -226,6 +226,21 @@ for label, f2 in pairs:
             d = (f2["median_test_acc"] - p["median_test_acc"]) * 100
             target(f"test accuracy, Ferry sync 2 trainers ({label}) - {peer} (points, 3 epochs)",
                    d, "within +-0.5", abs(d) <= 0.5)
+# PyTorch on Ferry (bench/peers/torch_ferry.py): the same PyTorch loop as
+# the RPC parameter server's, with Ferry as the parameter server (issue 16).
+tf, rpc = h2h_by.get("torch-ferry", {}), h2h_by.get("torch-rpc", {})
+label = "PyTorch on Ferry (Python binding, sync 2 trainers, 1 server)"
+if tf.get("median_samples_per_s") and rpc.get("median_samples_per_s"):
+    v = tf["median_samples_per_s"] / rpc["median_samples_per_s"]
+    target(f"{label} samples/s / torch-rpc", v, ">= 1.5", v >= 1.5,
+           f"medians of {tf['runs']} and {rpc['runs']}: {tf['median_samples_per_s']:.0f} vs "
+           f"{rpc['median_samples_per_s']:.0f} samples/s")
+else:
+    target(f"{label} samples/s / torch-rpc", None, ">= 1.5", None)
+if tf.get("median_test_acc") is not None and rpc.get("median_test_acc") is not None:
+    d = (tf["median_test_acc"] - rpc["median_test_acc"]) * 100
+    target(f"test accuracy, {label} - torch-rpc (points, 3 epochs)", d, "within +-0.5",
+           abs(d) <= 0.5, f"{tf['median_test_acc']:.4f} vs {rpc['median_test_acc']:.4f}")
 n100, q100 = link("100mbit", "none/none"), link("100mbit", "q4/q4")
 u_none, u_q4 = link("none", "none/none"), link("none", "q4/q4")
 if n100 and q100:
@@ -254,7 +269,8 @@ plots = []
 series = [("sync-t2-none", "Ferry sync 2T none"), ("sync-t2-q8", "Ferry sync 2T q8/q8"),
           ("sync-t2-q4", "Ferry sync 2T q4/q8"), ("async-t2-none", "Ferry async 2T none"),
           ("sync-t1-none", "Ferry sync 1T"), ("torch-single", "torch single"),
-          ("torch-ddp", "torch DDP 2P"), ("torch-rpc", "torch RPC PS 2T")]
+          ("torch-ddp", "torch DDP 2P"), ("torch-rpc", "torch RPC PS 2T"),
+          ("torch-ferry", "torch on Ferry 2T")]
 avail = [(n, t) for n, t in series
          if os.path.exists(os.path.join(RAW, "curves", n + ".csv")) and len(read_curve(n)) > 1]
 
@@ -405,7 +421,9 @@ w("MLP 784-256-128-10, batch 64 per worker, SGD lr 0.1, 3 epochs, seed 42, Kaimi
   "init, one thread per process, CPU. Ferry: `scripts/run-local.sh --servers 1` "
   "(scheduler + 1 server + T trainers). PyTorch: `bench/peers/torch_mlp.py` (same files, model, "
   "init scheme and batch; `single` = 1 process, `ddp` = DDP/gloo on 2 processes, `rpc` = "
-  "torch.distributed.rpc parameter server, 1 server + 2 trainers, synchronous averaging). "
+  "torch.distributed.rpc parameter server, 1 server + 2 trainers, synchronous averaging); "
+  "`torch-ferry` = `bench/peers/torch_ferry.py`, the rpc mode's PyTorch loop with a Ferry job "
+  "(scheduler + 1 server, sync) as its parameter server through the Python binding. "
   f"Rank 0 evaluates the 10k test set every 100 steps in every system; samples/s is the job "
   "total (sum over trainers) over the wall time including those evaluations; `train-only` "
   "subtracts rank 0's evaluation time. Note that 2-worker runs take half as many steps "

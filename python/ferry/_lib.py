@@ -1,0 +1,130 @@
+"""Finding and describing libferry.so for ctypes.
+
+This module owns the one place where the Python binding meets the C ABI of
+<ferry/ferry.h>: where the shared library is found, the ctypes mirrors of
+its structs (struct ferry_opts, struct ferry_stats) and the argument and
+return types of every function the binding calls. Nothing here knows about
+NumPy or PyTorch; client.py turns arrays into the pointers declared here.
+
+The library is looked up, in this order:
+  1. $FERRY_LIB, the path of a libferry.so (an error if it does not load);
+  2. the build tree this package sits in: <repo>/build/clients/libferry.so,
+     so that `PYTHONPATH=python python3 -c "import ferry"` works from a
+     checkout after `scripts/setup.sh` (or any build into build/);
+  3. the system loader (libferry.so.0, then libferry.so), for an installed
+     libferry (LD_LIBRARY_PATH, ld.so.conf).
+"""
+import ctypes
+import os
+
+# The SONAME's major version this binding speaks (clients/CMakeLists.txt
+# sets SOVERSION 0).
+ABI_MAJOR = 0
+
+# enum ferry_mode
+MODE_SYNC = 0
+MODE_ASYNC = 1
+
+
+class Opts(ctypes.Structure):
+    """struct ferry_opts, field for field (FERRY_OPTS_INIT in Opts.init)."""
+
+    _fields_ = [
+        ("scheduler_url", ctypes.c_char_p),
+        ("rank", ctypes.c_int),
+        ("timeout_ms", ctypes.c_uint32),
+        ("mode", ctypes.c_int),
+        ("lr", ctypes.c_double),
+        ("codec_push", ctypes.c_char_p),
+        ("codec_pull", ctypes.c_char_p),
+        ("bucket", ctypes.c_uint32),
+        ("warmup_steps", ctypes.c_uint32),
+        ("seed", ctypes.c_uint64),
+    ]
+
+    @classmethod
+    def init(cls):
+        """An Opts holding FERRY_OPTS_INIT's values."""
+        return cls(None, 0, 0, MODE_SYNC, 0.1, None, None, 0, 0, 0)
+
+
+class TensorDesc(ctypes.Structure):
+    """struct ferry_tensor_desc."""
+
+    _fields_ = [("name", ctypes.c_char_p), ("len", ctypes.c_size_t)]
+
+
+class CStats(ctypes.Structure):
+    """struct ferry_stats."""
+
+    _fields_ = [
+        ("bytes_pushed", ctypes.c_uint64),
+        ("bytes_pulled", ctypes.c_uint64),
+        ("requests", ctypes.c_uint64),
+        ("version", ctypes.c_uint64),
+        ("resyncs", ctypes.c_uint64),
+        ("map_changes", ctypes.c_uint64),
+        ("reprobes", ctypes.c_uint64),
+    ]
+
+
+_vp = ctypes.c_void_p
+_ptrs = ctypes.POINTER(ctypes.c_void_p)  # float *const * and const float *const *
+# name: (restype, argtypes)
+_PROTOS = {
+    "ferry_strerror": (ctypes.c_char_p, [ctypes.c_int]),
+    "ferry_opts_check": (ctypes.c_int, [ctypes.POINTER(Opts), ctypes.c_char_p, ctypes.c_size_t]),
+    "ferry_client_open": (ctypes.c_int, [ctypes.POINTER(Opts), ctypes.POINTER(_vp)]),
+    "ferry_client_close": (None, [_vp]),
+    "ferry_client_declare": (ctypes.c_int, [_vp, ctypes.POINTER(TensorDesc), ctypes.c_size_t]),
+    "ferry_client_init_weights": (ctypes.c_int, [_vp, _ptrs]),
+    "ferry_client_pull": (ctypes.c_int, [_vp, _ptrs]),
+    "ferry_client_push": (ctypes.c_int, [_vp, _ptrs, ctypes.c_uint32]),
+    "ferry_client_push_pull": (ctypes.c_int, [_vp, _ptrs, ctypes.c_uint32, _ptrs]),
+    "ferry_client_leave": (ctypes.c_int, [_vp]),
+    "ferry_client_stats": (None, [_vp, ctypes.POINTER(CStats)]),
+    "ferry_client_last_error": (ctypes.c_char_p, [_vp]),
+    "ferry_client_trainers": (ctypes.c_int, [_vp]),
+}
+
+
+def _candidates():
+    """The (path, why) pairs tried, in order; path None = system loader."""
+    env = os.environ.get("FERRY_LIB")
+    if env:
+        return [(env, "$FERRY_LIB")]
+    here = os.path.dirname(os.path.abspath(__file__))
+    repo = os.path.dirname(os.path.dirname(here))
+    return [(os.path.join(repo, "build", "clients", "libferry.so"), "build tree"),
+            ("libferry.so.%d" % ABI_MAJOR, "system loader"),
+            ("libferry.so", "system loader")]
+
+
+def load():
+    """Load libferry and declare its prototypes; returns (CDLL, path).
+
+    Raises ImportError naming every place tried when none loads. ctypes.CDLL
+    releases the GIL around each call, so clients in different threads
+    block independently.
+    """
+    tried = []
+    for path, why in _candidates():
+        if os.sep in path and not os.path.exists(path):
+            tried.append(f"{path} ({why}: no such file)")
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            tried.append(f"{path} ({why}: {e})")
+            continue
+        missing = [n for n in _PROTOS if not hasattr(lib, n)]
+        if missing:
+            tried.append(f"{path} ({why}: lacks {', '.join(missing)})")
+            continue
+        for name, (res, args) in _PROTOS.items():
+            fn = getattr(lib, name)
+            fn.restype = res
+            fn.argtypes = args
+        return lib, path
+    raise ImportError("ferry: cannot load libferry.so; tried " + "; ".join(tried)
+                      + ". Build it (scripts/setup.sh) or set FERRY_LIB=/path/to/libferry.so")

@@ -1,0 +1,396 @@
+"""ferry.Client: one trainer's connection to a Ferry job, over libferry.
+
+A Client wraps one ferry_client. It checks its options with
+ferry_opts_check (so a bad codec fails in the constructor with the
+library's reason), and every later call forwards to the C function of the
+same name, raising the ferry.Error subclass of the returned code with
+ferry_client_last_error's message.
+
+Arrays cross without copying: for each declared tensor the caller passes a
+NumPy array (anything with __array_interface__) or a PyTorch CPU tensor
+that is C-contiguous float32 holding exactly the tensor's length (any
+shape), and the binding hands libferry its data pointer. Anything else is
+an InvalidArgument naming the tensor and what was wrong; nothing is ever
+converted behind the caller's back. The two pointer tables a call needs are
+allocated once per client, so a step allocates nothing on the C side.
+
+Threading: like ferry_client, a Client is used by one thread at a time.
+ctypes releases the GIL during each call, so clients in different threads
+(several ranks in one process, or a trainer beside a data loader) run in
+parallel.
+"""
+import ctypes
+import dataclasses
+import numbers
+import sys
+
+from . import _lib
+from .errors import ClosedError, Error, InvalidArgument, StateError, make_error, _STRERROR
+
+LIB, LIB_PATH = _lib.load()
+for _code in range(1, 64):
+    _s = LIB.ferry_strerror(_code).decode()
+    if _s == "unknown error":
+        break
+    _STRERROR[_code] = _s
+
+_MODES = {"sync": _lib.MODE_SYNC, "async": _lib.MODE_ASYNC}
+_U32 = 0xFFFFFFFF
+
+
+def strerror(code):
+    """ferry_strerror(code): the library's description of a ferry_err."""
+    return LIB.ferry_strerror(int(code)).decode()
+
+
+@dataclasses.dataclass(frozen=True)
+class Stats:
+    """A client's counters (struct ferry_stats). Bytes are as on the wire."""
+
+    bytes_pushed: int  # sent to servers by push / push_pull
+    bytes_pulled: int  # received from servers by pull / push_pull
+    requests: int  # requests sent (all kinds)
+    version: int  # version of the weights this client holds
+    resyncs: int  # full pulls after a reference CRC mismatch
+    map_changes: int  # placement maps re-fetched (shards moved)
+    reprobes: int  # link re-measurements sent to the scheduler
+
+    def as_dict(self):
+        """The counters as a plain dict (e.g. for a JSON summary)."""
+        return dataclasses.asdict(self)
+
+
+def _torch_tensor_type():
+    mod = sys.modules.get("torch")
+    return getattr(mod, "Tensor", None) if mod is not None else None
+
+
+class Client:
+    """One trainer of a Ferry job (a ferry_client).
+
+    Client(scheduler, rank, mode="sync", lr=0.1, codec_push=None,
+           codec_pull=None, bucket=0, warmup_steps=0, seed=0, timeout_ms=0)
+
+    The keyword arguments are struct ferry_opts' fields with
+    FERRY_OPTS_INIT's defaults: mode "sync" or "async" (or 0/1); codecs as
+    the servers spell them ("none", "fp16", "q8", "q4:sr", "topk:0.01",
+    ...; None = "none"); timeout_ms the deadline of each call (0 = 60 s).
+    The job options (mode, lr, codecs, bucket, warmup_steps) are fixed by
+    the first trainer to declare; later ones must match.
+
+    Opening connects nothing yet: call declare() first, then (rank 0)
+    init_weights(), pull(), and loop push_pull(). Use it as a context
+    manager, or call close(); leave() first when stopping a sync job early
+    (the with-block does that itself when it exits on a non-ferry
+    exception, e.g. KeyboardInterrupt).
+    Raises InvalidArgument with the library's reason for bad options.
+    """
+
+    def __init__(self, scheduler, rank, *, mode="sync", lr=0.1, codec_push=None,
+                 codec_pull=None, bucket=0, warmup_steps=0, seed=0, timeout_ms=0):
+        self._c = None
+        self._n = 0
+        self._lens = ()
+        self._names = ()
+        self._in = self._out = None  # pointer tables, sized by declare
+        if isinstance(mode, str):
+            if mode not in _MODES:
+                raise InvalidArgument("open", f"mode must be 'sync' or 'async', got {mode!r}")
+            mode = _MODES[mode]
+        o = _lib.Opts.init()
+        # The byte strings must outlive the call: keep them on self.
+        self._keep = [s.encode() if isinstance(s, str) else s
+                      for s in (scheduler, codec_push, codec_pull)]
+        o.scheduler_url, o.codec_push, o.codec_pull = self._keep
+        try:
+            o.rank = int(rank)
+            o.timeout_ms = _u32("timeout_ms", timeout_ms)
+            o.mode = int(mode)
+            o.lr = float(lr)
+            o.bucket = _u32("bucket", bucket)
+            o.warmup_steps = _u32("warmup_steps", warmup_steps)
+            o.seed = int(seed)
+        except (TypeError, OverflowError) as e:
+            raise InvalidArgument("open", str(e)) from None
+        why = ctypes.create_string_buffer(256)
+        if LIB.ferry_opts_check(ctypes.byref(o), why, len(why)) != 0:
+            raise InvalidArgument("open", why.value.decode(errors="replace"))
+        h = ctypes.c_void_p()
+        rv = LIB.ferry_client_open(ctypes.byref(o), ctypes.byref(h))
+        if rv != 0:
+            raise make_error(rv, "open", f"scheduler {scheduler}")
+        self._c = h
+        self.rank = o.rank
+        self.scheduler = scheduler
+
+    # ---- lifecycle ---------------------------------------------------------
+    def close(self):
+        """Close the connections and free the client (ferry_client_close).
+        Sends nothing: call leave() first to stop a sync job early.
+        Idempotent; later calls raise ClosedError."""
+        c, self._c = self._c, None
+        if c is not None:
+            LIB.ferry_client_close(c)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, etype, exc, tb):
+        # A trainer stopping on its own error (or Ctrl-C) tells the job, so
+        # the other ranks do not wait out their deadlines; after a ferry
+        # error the link itself is suspect, and leave would only wait.
+        if etype is not None and not issubclass(etype, Error) and self._n:
+            try:
+                self.leave()
+            except Error:
+                pass
+        self.close()
+        return False
+
+    def __del__(self):
+        self.close()
+
+    def _handle(self, op):
+        if self._c is None:
+            raise ClosedError(op, "the client is closed")
+        return self._c
+
+    def _fail(self, rv, op):
+        msg = LIB.ferry_client_last_error(self._c) or b""
+        return make_error(rv, op, msg.decode(errors="replace"))
+
+    # ---- the job -----------------------------------------------------------
+    def declare(self, tensors):
+        """Register this trainer with its tensor table and wait for the job.
+
+        tensors: a dict name -> length or array (its number of elements),
+        or a sequence of (name, length-or-array) pairs. Ids follow this
+        order, which later calls' sequences use. Every rank declares the
+        same table (else MismatchError). Blocks until every trainer and
+        server has joined and the placement is published.
+        """
+        c = self._handle("declare")
+        if self._n:
+            raise StateError("declare", "already declared")
+        items = list(tensors.items()) if isinstance(tensors, dict) else list(tensors)
+        if not items:
+            raise InvalidArgument("declare", "no tensors")
+        descs = (_lib.TensorDesc * len(items))()
+        names, lens = [], []
+        for i, it in enumerate(items):
+            try:
+                name, spec = it
+            except (TypeError, ValueError):
+                raise InvalidArgument("declare", f"item {i}: want (name, length), got {it!r}") from None
+            n = int(spec) if isinstance(spec, numbers.Integral) else _numel(spec)
+            if n is None or n <= 0:
+                raise InvalidArgument("declare", f"tensor {name!r}: length must be a positive int or an array, got {spec!r}")
+            names.append(str(name))
+            lens.append(n)
+            descs[i].len = n
+        enc = [s.encode() for s in names]
+        for i, b in enumerate(enc):
+            descs[i].name = b
+        rv = LIB.ferry_client_declare(c, descs, len(items))
+        if rv != 0:
+            raise self._fail(rv, "declare")
+        self._names, self._lens, self._n = tuple(names), tuple(lens), len(items)
+        self._in = (ctypes.c_void_p * self._n)()
+        self._out = (ctypes.c_void_p * self._n)()
+
+    @property
+    def names(self):
+        """The declared tensor names, in id order (empty before declare)."""
+        return self._names
+
+    @property
+    def lengths(self):
+        """The declared tensor lengths (float32 elements), in id order."""
+        return self._lens
+
+    @property
+    def trainers(self):
+        """Trainers in the job (known after declare; 0 before)."""
+        return LIB.ferry_client_trainers(self._handle("trainers"))
+
+    def init_weights(self, weights):
+        """Offer the initial weights (one array per tensor, read only). The
+        first offer to reach each server becomes version 0; later ones are
+        ignored. Blocks until the servers acknowledged."""
+        c = self._handle("init_weights")
+        self._fill(self._in, weights, False, "init_weights")
+        rv = LIB.ferry_client_init_weights(c, self._in)
+        if rv != 0:
+            raise self._fail(rv, "init_weights")
+
+    def pull(self, weights=None):
+        """Fill weights (one writable array per tensor) with the version
+        this client is due, waiting until it exists; returns weights.
+        weights=None allocates NumPy arrays (1-D float32)."""
+        c = self._handle("pull")
+        weights = self._outputs(weights, "pull")
+        self._fill(self._out, weights, True, "pull")
+        rv = LIB.ferry_client_pull(c, self._out)
+        if rv != 0:
+            raise self._fail(rv, "pull")
+        return weights
+
+    def push(self, grads, n_samples):
+        """Push gradients for the current version: grads holds, per tensor,
+        the SUM of the per-sample gradients over n_samples samples (the
+        servers divide by the job's total). Does not wait for other ranks."""
+        c = self._handle("push")
+        self._fill(self._in, grads, False, "push")
+        rv = LIB.ferry_client_push(c, self._in, _samples(n_samples, "push"))
+        if rv != 0:
+            raise self._fail(rv, "push")
+
+    def push_pull(self, grads, n_samples, weights=None):
+        """push(grads, n_samples) and pull(weights) in one round trip;
+        returns weights. grads and weights may be the same arrays if the
+        gradients are no longer needed."""
+        c = self._handle("push_pull")
+        weights = self._outputs(weights, "push_pull")
+        self._fill(self._in, grads, False, "push_pull")
+        self._fill(self._out, weights, True, "push_pull")
+        rv = LIB.ferry_client_push_pull(c, self._in, _samples(n_samples, "push_pull"), self._out)
+        if rv != 0:
+            raise self._fail(rv, "push_pull")
+        return weights
+
+    def leave(self):
+        """Tell the job this trainer leaves: sync rounds stop waiting for
+        its pushes. Call before close() when stopping early."""
+        rv = LIB.ferry_client_leave(self._handle("leave"))
+        if rv != 0:
+            raise self._fail(rv, "leave")
+
+    def stats(self):
+        """The client's counters, as a Stats."""
+        st = _lib.CStats()
+        LIB.ferry_client_stats(self._handle("stats"), ctypes.byref(st))
+        return Stats(*(getattr(st, f) for f, _ in _lib.CStats._fields_))
+
+    def last_error(self):
+        """ferry_client_last_error: the message of the last failed call."""
+        return (LIB.ferry_client_last_error(self._handle("last_error")) or b"").decode(errors="replace")
+
+    # ---- arrays -> pointers ------------------------------------------------
+    def _outputs(self, weights, op):
+        if weights is not None:
+            return weights
+        if not self._n:
+            raise StateError(op, "declare first")
+        try:
+            import numpy
+        except ImportError:
+            raise InvalidArgument(op, "pass the output arrays (NumPy is not installed)") from None
+        return [numpy.empty(n, dtype=numpy.float32) for n in self._lens]
+
+    def _fill(self, table, arrays, writable, op):
+        """Write the data pointers of arrays (one per declared tensor, in id
+        order, or a dict name -> array; a bare array when one tensor is
+        declared) into table, checking each one."""
+        n = self._n
+        if not n:
+            raise StateError(op, "declare first")
+        if isinstance(arrays, dict):
+            try:
+                arrays = [arrays[k] for k in self._names]
+            except KeyError as e:
+                raise InvalidArgument(op, f"no array for tensor {e.args[0]!r}") from None
+        elif n == 1 and _is_array(arrays):
+            arrays = (arrays,)
+        if not hasattr(arrays, "__len__") or not hasattr(arrays, "__getitem__"):
+            raise InvalidArgument(op, f"want a list of {n} arrays or a dict name -> array, "
+                                  f"got a {type(arrays).__name__}")
+        if len(arrays) != n:
+            raise InvalidArgument(op, f"{len(arrays)} arrays for {n} declared tensors")
+        tt = _torch_tensor_type()
+        for i in range(n):
+            table[i] = _data_ptr(arrays[i], self._lens[i], writable, tt, op, self._names[i])
+
+
+def _u32(what, v):
+    v = int(v)
+    if not 0 <= v <= _U32:
+        raise OverflowError(f"{what} must be in 0..{_U32}, got {v}")
+    return v
+
+
+def _samples(n, op):
+    if not isinstance(n, int) or not 0 < n <= _U32:
+        raise InvalidArgument(op, f"n_samples must be an int in 1..{_U32}, got {n!r}")
+    return n
+
+
+def _is_array(a):
+    tt = _torch_tensor_type()
+    return hasattr(a, "__array_interface__") or (tt is not None and isinstance(a, tt))
+
+
+def _numel(a):
+    tt = _torch_tensor_type()
+    if tt is not None and isinstance(a, tt):
+        return a.numel()
+    ai = getattr(a, "__array_interface__", None)
+    if ai is None:
+        return None
+    n = 1
+    for d in ai["shape"]:
+        n *= d
+    return n
+
+
+def _data_ptr(a, n, writable, tt, op, name):
+    """The address of a's n float32 elements, or InvalidArgument saying why
+    a cannot be used in place."""
+    if tt is not None and isinstance(a, tt):
+        if a.dtype != sys.modules["torch"].float32:
+            why = f"dtype {a.dtype}, want torch.float32"
+        elif a.device.type != "cpu":
+            why = f"on {a.device}, want a CPU tensor (copy it to the host yourself)"
+        elif a.layout != sys.modules["torch"].strided or not a.is_contiguous():
+            why = "not contiguous (call .contiguous() yourself: the binding never copies)"
+        elif a.numel() != n:
+            why = f"{a.numel()} elements, want {n}"
+        else:
+            return a.data_ptr()
+        raise InvalidArgument(op, f"tensor {name!r}: {why}")
+    ai = getattr(a, "__array_interface__", None)
+    if ai is None:
+        raise InvalidArgument(op, f"tensor {name!r}: a {type(a).__name__} is not an array; "
+                              "pass a NumPy array or a PyTorch CPU tensor")
+    ptr, readonly = ai["data"]
+    size = 1
+    for d in ai["shape"]:
+        size *= d
+    if ai["typestr"] != _F32:
+        why = f"dtype {ai['typestr']}, want float32 ({_F32})"
+    elif ai.get("strides") is not None and not _c_contiguous(ai, size):
+        why = "not C-contiguous (use numpy.ascontiguousarray yourself: the binding never copies)"
+    elif size != n:
+        why = f"{size} elements, want {n}"
+    elif writable and readonly:
+        why = "read-only, but pull writes into it"
+    elif size and not ptr:
+        why = "has no data pointer"
+    else:
+        return ptr
+    raise InvalidArgument(op, f"tensor {name!r}: {why}")
+
+
+_F32 = "<f4" if sys.byteorder == "little" else ">f4"
+
+
+def _c_contiguous(ai, size):
+    # numpy reports strides=None for C-contiguous arrays; other exporters
+    # may spell them out, so check them against the C layout.
+    if size <= 1:
+        return True
+    want = 4
+    for d, s in zip(reversed(ai["shape"]), reversed(ai["strides"])):
+        if d != 1 and s != want:
+            return False
+        want *= d
+    return True
