@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake pkg-config libnng-dev libprotobuf-c-dev
       protobuf-c-compiler libopenblas-dev check zlib1g-dev
-      dataset-fashion-mnist yamllint)
+      dataset-fashion-mnist yamllint python3-numpy)
 
 missing=()
 for p in "${PKGS[@]}"; do
