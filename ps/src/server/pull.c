@@ -27,10 +27,8 @@ shards_ready(struct ps_server *s, const uint32_t *ids, size_t n, uint64_t want)
 	return 1;
 }
 
-// The i-th shard of a pull or push-pull call, with the version of the
-// reference the caller holds and whether it asked for a full resync.
-static uint32_t
-call_shard(const struct ps_call *c, size_t i, uint64_t *have, int *full)
+uint32_t
+ps__call_shard(const struct ps_call *c, size_t i, uint64_t *have, int *full)
 {
 	if (c->hdr->body_case == PSWIRE__HEADER__BODY_PULL_REQ) {
 		*have = c->hdr->pull_req->have_version;
@@ -42,8 +40,8 @@ call_shard(const struct ps_call *c, size_t i, uint64_t *have, int *full)
 	return c->hdr->push_req->shards[i]->shard;
 }
 
-static size_t
-call_n_shards(const struct ps_call *c)
+size_t
+ps__call_n_shards(const struct ps_call *c)
 {
 	return c->hdr->body_case == PSWIRE__HEADER__BODY_PULL_REQ
 	    ? c->hdr->pull_req->n_shards
@@ -54,11 +52,11 @@ call_n_shards(const struct ps_call *c)
 static int
 call_touches(const struct ps_call *c, uint32_t id)
 {
-	size_t   n = call_n_shards(c);
+	size_t   n = ps__call_n_shards(c);
 	uint64_t have;
 	int      full;
 	for (size_t i = 0; i < n; i++) {
-		if (call_shard(c, i, &have, &full) == id) {
+		if (ps__call_shard(c, i, &have, &full) == id) {
 			return 1;
 		}
 	}
@@ -71,7 +69,7 @@ call_touches(const struct ps_call *c, uint32_t id)
 static void
 answer_pull(struct ps_server *s, struct ps_call *c)
 {
-	size_t            n = call_n_shards(c), nrefs = 0, off = 0, hl;
+	size_t            n = ps__call_n_shards(c), nrefs = 0, off = 0, hl;
 	Pswire__Header    h   = PSWIRE__HEADER__INIT;
 	Pswire__PullReply rep = PSWIRE__PULL_REPLY__INIT;
 	Pswire__ShardRef  refs_stack[64], *refs = refs_stack;
@@ -82,7 +80,7 @@ answer_pull(struct ps_server *s, struct ps_call *c)
 	int               full;
 
 	for (size_t i = 0; i < n; i++) {
-		uint32_t          id = call_shard(c, i, &have, &full);
+		uint32_t          id = ps__call_shard(c, i, &have, &full);
 		struct srv_shard *sh = &s->shards[id];
 		size_t            k, b;
 		ps__ref_plan(s, sh, have, full, &k, &b);
@@ -103,7 +101,7 @@ answer_pull(struct ps_server *s, struct ps_call *c)
 	}
 	nrefs = 0;
 	for (size_t i = 0; i < n; i++) {
-		uint32_t          id = call_shard(c, i, &have, &full);
+		uint32_t          id = ps__call_shard(c, i, &have, &full);
 		struct srv_shard *sh = &s->shards[id];
 		size_t            k, b;
 		int               how;
@@ -194,11 +192,11 @@ ps__pull_wake(struct ps_server *s)
 	struct ps_call **pp = &s->parked;
 	while (*pp != NULL) {
 		struct ps_call *c     = *pp;
-		size_t          n     = call_n_shards(c);
+		size_t          n     = ps__call_n_shards(c);
 		int             ready = 1, full;
 		uint64_t        have;
 		for (size_t i = 0; i < n && ready; i++) {
-			uint32_t id = call_shard(c, i, &have, &full);
+			uint32_t id = ps__call_shard(c, i, &have, &full);
 			ready       = shards_ready(s, &id, 1, c->park_version);
 		}
 		if (ready) {

@@ -294,11 +294,15 @@ push_commit(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 	for (size_t i = 0; i < p->n_shards; i++) {
 		struct srv_shard *sh = &s->shards[p->shards[i]->shard];
 		sh->state[rank]      = PS_SLOT_PUSHED;
-		sh->n_pushed++;
+		if (sh->n_pushed++ == 0) {
+			sh->round_t0 =
+			    fb_clock_ns(); // the round's wait starts
+		}
 		sh->samples += p->n_samples;
 		*want = sh->version + 1;
 		if (ps__shard_complete(s, sh)) {
 			ps__shard_apply_sync(s, sh);
+			s->last_rank[rank]++; // the round waited for this rank
 		}
 	}
 	atomic_fetch_add_explicit(&s->n_push, 1, memory_order_relaxed);

@@ -89,8 +89,9 @@ struct srv_shard {
 	uint32_t  n_pushed;
 	uint64_t  samples;
 	uint64_t  version;
-	int       init; // version-0 weights have arrived
-	uint64_t  seen; // duplicate check stamp
+	uint64_t  round_t0; // fb_clock_ns() of the round's first push; 0: none
+	int       init;     // version-0 weights have arrived
+	uint64_t  seen;     // duplicate check stamp
 	// pull reference and delta log (only with a pull codec)
 	float    *ref;
 	uint32_t  ref_crc;
@@ -139,6 +140,12 @@ struct ps_server {
 	int                   late;      // joined a running job
 	uint8_t              *gone;      // [trainers] ranks that left
 	uint64_t              started_ms;
+	// metrics (server_obs.c): the registry and the series the hot paths
+	// update; last_rank[r] counts sync rounds rank r completed (under mu)
+	struct obs_registry  *reg;
+	struct obs_metric    *round_wait, *moves_out, *moves_in;
+	uint64_t             *last_rank; // [trainers]
+	atomic_int            leaving;   // ps_server_leave was called
 };
 
 // One REQ context per peer server, opened on first use, for Transfers.
@@ -235,6 +242,16 @@ int ps__ref_plan(const struct ps_server *s, const struct srv_shard *sh,
 // on an nng callback thread; takes mu.
 void ps__on_pull(struct ps_server *s, struct ps_call *c);
 
+// ps__call_n_shards returns how many shards parked (or parkable) call c,
+// a Pull or PushPull, names. mu held (c is on s->parked) or c is ours.
+size_t ps__call_n_shards(const struct ps_call *c);
+
+// ps__call_shard returns the i-th shard id of such a call, with the
+// version of the reference the caller holds (*have) and whether it asked
+// for a full resync (*full).
+uint32_t ps__call_shard(const struct ps_call *c, size_t i, uint64_t *have,
+    int *full);
+
 // ps__pull_wake answers every parked call whose shards are ready. mu held.
 void ps__pull_wake(struct ps_server *s);
 
@@ -284,6 +301,13 @@ int ps__map_apply(struct ps_server *s, Pswire__Placement *pl,
 // ps__peers_close closes every open peer context and frees p's arrays,
 // leaving p zeroed. Boot thread only.
 void ps__peers_close(struct ps_peers *p);
+
+// ---- server_obs.c ----------------------------------------------------------
+
+// ps__server_metrics_open makes s->reg and registers the server's series
+// and its scrape-time collector (shards, versions, parked calls, rounds by
+// last rank). Errors: FB_ENOMEM. Before the server serves.
+int ps__server_metrics_open(struct ps_server *s);
 
 // ---- boot.c ----------------------------------------------------------------
 
