@@ -115,7 +115,7 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	      .doc   = "serve `/metrics`, `/healthz`, `/readyz` and "
 	                 "`/debug/state` over HTTP on `host:port` or "
 	                 "`http://host:port` (port 0 picks a free port); see "
-	                 "[Metrics and health](#metrics-and-health)" },
+	                 "[§11](#11-metrics-and-health)" },
 	[FB_OPT_PS_HTTP_URL_FILE] = { "http-url-file", PS, STR, .def = "",
 	    .unset = "none",
 	    .help  = "write the HTTP endpoints' base URL to this file",

@@ -74,8 +74,8 @@ reply(nng_aio *aio, uint16_t status, const char *ctype, const char *body,
 	}
 	if ((rv = nng_http_res_set_status(res, status)) != 0 ||
 	    (rv = nng_http_res_set_header(res, "Content-Type", ctype)) != 0 ||
-	    (rv = nng_http_res_set_header(res, "Cache-Control",
-	         "no-store")) != 0 ||
+	    (rv = nng_http_res_set_header(res, "Cache-Control", "no-store")) !=
+	        0 ||
 	    (rv = nng_http_res_copy_data(res, body, len)) != 0) {
 		nng_http_res_free(res);
 		nng_aio_finish(aio, rv);
@@ -126,12 +126,12 @@ on_healthz(nng_aio *aio)
 static void
 on_readyz(nng_aio *aio)
 {
-	struct obs_http *h = handler_owner(aio);
+	struct obs_http *h        = handler_owner(aio);
 	char             why[256] = "";
 	char             body[300];
 	int              n;
-	if (h->opts.ready == NULL || h->opts.ready(h->opts.arg, why,
-	                                 sizeof(why))) {
+	if (h->opts.ready == NULL ||
+	    h->opts.ready(h->opts.arg, why, sizeof(why))) {
 		static const char ok[] = "ready\n";
 		reply(aio, 200, "text/plain", ok, sizeof(ok) - 1);
 		return;
@@ -186,8 +186,7 @@ obs_http_open(const struct obs_http_opts *o, struct obs_http **out)
 	    (rv = nng_http_server_hold(&h->srv, h->url)) != 0) {
 		goto fail;
 	}
-	for (size_t i = 0; i < sizeof(endpoints) / sizeof(endpoints[0]);
-	     i++) {
+	for (size_t i = 0; i < sizeof(endpoints) / sizeof(endpoints[0]); i++) {
 		nng_http_handler *hd;
 		if ((rv = nng_http_handler_alloc(&hd, endpoints[i].path,
 		         endpoints[i].fn)) != 0) {
@@ -209,10 +208,9 @@ obs_http_open(const struct obs_http_opts *o, struct obs_http **out)
 	    (sa.s_family != NNG_AF_INET && sa.s_family != NNG_AF_INET6)) {
 		goto fail;
 	}
-	snprintf(h->base, sizeof(h->base), "http://%s:%u",
-	    h->url->u_hostname,
+	snprintf(h->base, sizeof(h->base), "http://%s:%u", h->url->u_hostname,
 	    (unsigned) ntohs(sa.s_family == NNG_AF_INET ? sa.s_in.sa_port
-	                                                 : sa.s_in6.sa_port));
+	                                                : sa.s_in6.sa_port));
 	*out = h;
 	return FB_OK;
 fail:

@@ -21,17 +21,17 @@
 const double obs_latency_buckets[] = { 50e-6, 100e-6, 250e-6, 500e-6, 1e-3,
 	2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1, 2.5, 5,
 	10, 30, 60 };
-const size_t obs_latency_nbuckets =
-    sizeof(obs_latency_buckets) / sizeof(obs_latency_buckets[0]);
+const size_t obs_latency_nbuckets  = sizeof(obs_latency_buckets) /
+    sizeof(obs_latency_buckets[0]);
 
 struct obs_metric {
-	struct obs_family   *fam;
-	char                 labels[OBS_LABELS_MAX];
-	unsigned             flags;
-	atomic_uint_fast64_t u;     // counter value, gauge bits, hist count
-	atomic_uint_fast64_t sum;   // histogram: the sum's bits
+	struct obs_family    *fam;
+	char                  labels[OBS_LABELS_MAX];
+	unsigned              flags;
+	atomic_uint_fast64_t  u;   // counter value, gauge bits, hist count
+	atomic_uint_fast64_t  sum; // histogram: the sum's bits
 	atomic_uint_fast64_t *bkt; // histogram: [nbounds] (not cumulative)
-	struct obs_metric   *next;
+	struct obs_metric    *next;
 };
 
 struct obs_family {
@@ -136,15 +136,15 @@ obs_registry_free(struct obs_registry *r)
 // another type or other buckets.
 static int
 family_get(struct obs_registry *r, enum obs_type type, const char *name,
-    const char *help, const double *bounds, size_t nb,
-    struct obs_family **out)
+    const char *help, const double *bounds, size_t nb, struct obs_family **out)
 {
 	struct obs_family *f;
 	for (f = r->first; f != NULL; f = f->next) {
 		if (strcmp(f->name, name) == 0) {
 			if (f->type != type || f->nbounds != nb ||
 			    (nb > 0 &&
-			        memcmp(f->bounds, bounds, nb * sizeof(double)))) {
+			        memcmp(f->bounds, bounds,
+			            nb * sizeof(double)))) {
 				return FB_EINVAL;
 			}
 			*out = f;
@@ -178,8 +178,8 @@ family_get(struct obs_registry *r, enum obs_type type, const char *name,
 
 int
 obs_metric_add(struct obs_registry *r, enum obs_type type, const char *name,
-    const char *help, const char *labels, const double *bounds,
-    size_t nbounds, unsigned flags, struct obs_metric **out)
+    const char *help, const char *labels, const double *bounds, size_t nbounds,
+    unsigned flags, struct obs_metric **out)
 {
 	struct obs_family *f;
 	struct obs_metric *m;
@@ -288,8 +288,8 @@ obs_histogram_observe(struct obs_metric *m, double v)
 double
 obs_metric_value(const struct obs_metric *m)
 {
-	uint64_t u = atomic_load_explicit(
-	    (atomic_uint_fast64_t *) &m->u, memory_order_relaxed);
+	uint64_t u = atomic_load_explicit((atomic_uint_fast64_t *) &m->u,
+	    memory_order_relaxed);
 	return m->fam->type == OBS_GAUGE ? bitsd(u) : (double) u;
 }
 

@@ -109,8 +109,7 @@ void
 obs_write_family(struct obs_writer *w, const char *name, const char *help,
     enum obs_type type)
 {
-	static const char *const types[] = { "counter", "gauge",
-		"histogram" };
+	static const char *const types[] = { "counter", "gauge", "histogram" };
 	obs_writer_printf(w, "# HELP %s ", name);
 	put_escaped(w, help != NULL ? help : "", 0);
 	obs_writer_printf(w, "\n# TYPE %s %s\n", name, types[type]);

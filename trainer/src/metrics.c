@@ -99,7 +99,7 @@ series(struct tr__metrics *m)
 		int hist = t[i].type == OBS_HISTOGRAM;
 		int rv   = obs_metric_add(m->reg, t[i].type, t[i].name,
 		      t[i].help, t[i].labels, hist ? obs_latency_buckets : NULL,
-		      hist ? obs_latency_nbuckets : 0, 0, t[i].out);
+                    hist ? obs_latency_nbuckets : 0, 0, t[i].out);
 		if (rv != FB_OK) {
 			return rv;
 		}
@@ -200,11 +200,13 @@ tr__metrics_step(struct tr__metrics *m, ferry_client *fc, size_t n,
 	obs_counter_set(m->reprobes, st.reprobes);
 	steps = obs_metric_value(m->steps);
 	if (st.bytes_pushed > m->base_out) {
-		obs_gauge_set(m->ratio_push, steps * (double) m->fp32_bytes /
+		obs_gauge_set(m->ratio_push,
+		    steps * (double) m->fp32_bytes /
 		        (double) (st.bytes_pushed - m->base_out));
 	}
 	if (st.bytes_pulled > m->base_in) {
-		obs_gauge_set(m->ratio_pull, steps * (double) m->fp32_bytes /
+		obs_gauge_set(m->ratio_pull,
+		    steps * (double) m->fp32_bytes /
 		        (double) (st.bytes_pulled - m->base_in));
 	}
 }

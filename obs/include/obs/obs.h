@@ -144,8 +144,8 @@ void obs_writer_printf(struct obs_writer *w, const char *fmt, ...)
 
 // obs_write_family appends the `# HELP` and `# TYPE` lines of a family
 // (help escaped as the format asks).
-void obs_write_family(struct obs_writer *w, const char *name,
-    const char *help, enum obs_type type);
+void obs_write_family(struct obs_writer *w, const char *name, const char *help,
+    enum obs_type type);
 
 // obs_write_sample appends `name{labels} value` (labels NULL or "": no
 // braces). Values print exactly (%.17g; +Inf, -Inf, NaN by name).

@@ -35,8 +35,7 @@ collect(void *arg, struct obs_writer *w)
 		parked++;
 	}
 	obs_write_family(w, "ferry_scheduler_job_running",
-	    "1 once the first placement map is published, else 0.",
-	    OBS_GAUGE);
+	    "1 once the first placement map is published, else 0.", OBS_GAUGE);
 	obs_write_sample(w, "ferry_scheduler_job_running", NULL,
 	    s->placement != NULL);
 	obs_write_family(w, "ferry_scheduler_map_epoch",
@@ -54,14 +53,12 @@ collect(void *arg, struct obs_writer *w)
 	    "role=\"server\",state=\"gone\"", count_set(s->gone, M));
 	obs_write_sample(w, "ferry_scheduler_members",
 	    "role=\"trainer\",state=\"live\"",
-	    s->n_trainers_seen -
-	        count_set(s->trainer_gone, s->opts.trainers));
+	    s->n_trainers_seen - count_set(s->trainer_gone, s->opts.trainers));
 	obs_write_sample(w, "ferry_scheduler_members",
 	    "role=\"trainer\",state=\"gone\"",
 	    count_set(s->trainer_gone, s->opts.trainers));
 	obs_write_family(w, "ferry_scheduler_members_expected",
-	    "Members the job waits for before it starts, by role.",
-	    OBS_GAUGE);
+	    "Members the job waits for before it starts, by role.", OBS_GAUGE);
 	obs_write_sample(w, "ferry_scheduler_members_expected",
 	    "role=\"server\"", s->opts.servers);
 	obs_write_sample(w, "ferry_scheduler_members_expected",
@@ -86,8 +83,8 @@ collect(void *arg, struct obs_writer *w)
 		}
 		for (int m = 0; m < M; m++) {
 			size_t k = (size_t) t * (size_t) M + (size_t) m;
-			snprintf(lab, sizeof(lab), "trainer=\"%d\",server=\"%d\"",
-			    t, m);
+			snprintf(lab, sizeof(lab),
+			    "trainer=\"%d\",server=\"%d\"", t, m);
 			obs_write_sample(w, "ferry_scheduler_link_rtt_seconds",
 			    lab, s->lat[k]);
 			obs_write_sample(w,
@@ -150,7 +147,8 @@ ps_scheduler_state_json(struct ps_scheduler *s, struct obs_writer *w)
 		obs_writer_printf(w,
 		    "{\"mode\":\"%s\",\"lr\":%.17g,\"tensors\":%zu,"
 		    "\"shards\":%zu,\"codec_push\":",
-		    s->job->mode == PSWIRE__MODE__MODE_ASYNC ? "async" : "sync",
+		    s->job->mode == PSWIRE__MODE__MODE_ASYNC ? "async"
+		                                             : "sync",
 		    s->job->lr, s->job->n_tensors, s->n_assign);
 		obs_write_json_string(w, s->job->codec_push);
 		obs_writer_printf(w, ",\"codec_pull\":");

@@ -79,8 +79,8 @@ collect(void *arg, struct obs_writer *w)
 	    OBS_GAUGE);
 	obs_write_sample(w, "ferry_server_parked_calls", "method=\"Pull\"",
 	    parked_pull);
-	obs_write_sample(w, "ferry_server_parked_calls",
-	    "method=\"PushPull\"", parked_pp);
+	obs_write_sample(w, "ferry_server_parked_calls", "method=\"PushPull\"",
+	    parked_pp);
 	obs_write_family(w, "ferry_server_map_epoch",
 	    "Placement map epoch this server works with (0: none yet).",
 	    OBS_GAUGE);
@@ -168,8 +168,8 @@ write_ranks(const struct ps_server *s, const struct srv_shard *sh,
 // waits for and, in sync mode, the ranks whose pushes that version still
 // needs (on its first shard that lacks it). mu held.
 static void
-write_parked(const struct ps_server *s, const struct ps_call *c,
-    uint64_t now, struct obs_writer *w)
+write_parked(const struct ps_server *s, const struct ps_call *c, uint64_t now,
+    struct obs_writer *w)
 {
 	size_t   n = ps__call_n_shards(c);
 	uint64_t have;
@@ -181,7 +181,7 @@ write_parked(const struct ps_server *s, const struct ps_call *c,
 	    (unsigned long long) c->park_version, n,
 	    c->deadline ? (long long) c->deadline - (long long) now : -1LL);
 	for (size_t i = 0; i < n; i++) {
-		uint32_t                id = ps__call_shard(c, i, &have, &full);
+		uint32_t id = ps__call_shard(c, i, &have, &full);
 		const struct srv_shard *sh = &s->shards[id];
 		if (s->local[id] >= 0 && sh->version < c->park_version &&
 		    s->mode == PSWIRE__MODE__MODE_SYNC) {
@@ -200,8 +200,8 @@ ps_server_state_json(struct ps_server *s, struct obs_writer *w)
 	const char *sep = "";
 
 	pthread_mutex_lock(&s->mu);
-	obs_writer_printf(w, "{\"role\":\"server\",\"index\":%u,\"url\":",
-	    s->index);
+	obs_writer_printf(w,
+	    "{\"role\":\"server\",\"index\":%u,\"url\":", s->index);
 	obs_write_json_string(w, s->url);
 	obs_writer_printf(w,
 	    ",\"ready\":%s,\"leaving\":%s,\"map_epoch\":%llu,"
@@ -230,7 +230,7 @@ ps_server_state_json(struct ps_server *s, struct obs_writer *w)
 	sep = "";
 	for (size_t i = 0; i < s->n_global; i++) {
 		const struct srv_shard *sh = &s->shards[i];
-		const char             *st = s->local[i] >= 0 ? "held"
+		const char             *st = s->local[i] >= 0      ? "held"
 		                : s->local[i] == PS_SHARD_ARRIVING ? "arriving"
 		                : s->local[i] == PS_SHARD_LEAVING  ? "leaving"
 		                                                   : NULL;
