@@ -48,8 +48,8 @@ START_TEST(test_http_endpoints)
 	double               v;
 
 	PT_OK(obs_registry_alloc(&r));
-	PT_OK(obs_metric_add(r, OBS_COUNTER, "ferry_t_total", "T.", NULL,
-	    NULL, 0, 0, &c));
+	PT_OK(obs_metric_add(r, OBS_COUNTER, "ferry_t_total", "T.", NULL, NULL,
+	    0, 0, &c));
 	PT_OK(obs_process_register(r));
 	o.listen = "127.0.0.1:0";
 	o.reg    = r;
@@ -85,17 +85,15 @@ START_TEST(test_http_endpoints)
 	ck_assert_int_eq(st, 200);
 	free(body);
 
-	ck_assert_int_eq(pt_http_get(obs_http_url(h), "/debug/state", &st,
-	                     &body),
-	    0);
+	ck_assert_int_eq(
+	    pt_http_get(obs_http_url(h), "/debug/state", &st, &body), 0);
 	ck_assert_int_eq(st, 200);
 	ck_assert_msg(pt_json_check(body, why, sizeof(why)) == 0, "%s: %s",
 	    why, body);
 	ck_assert_ptr_nonnull(strstr(body, "\"map_epoch\":3"));
 	free(body);
 
-	ck_assert_int_eq(pt_http_get(obs_http_url(h), "/nope", &st, &body),
-	    0);
+	ck_assert_int_eq(pt_http_get(obs_http_url(h), "/nope", &st, &body), 0);
 	ck_assert_int_eq(st, 404);
 	free(body);
 	obs_http_close(h);
@@ -141,9 +139,9 @@ END_TEST
 
 START_TEST(test_http_url_parse_bogus)
 {
-	char                 url[128], why[128];
-	const char          *bad[] = { "", "9100", "host:", "host:99999",
-                 "host:12x", "tcp://h:1", "https://h:1" };
+	char        url[128], why[128];
+	const char *bad[] = { "", "9100", "host:", "host:99999", "host:12x",
+		"tcp://h:1", "https://h:1" };
 	struct obs_http     *h;
 	struct obs_http_opts o = { 0 };
 	struct obs_registry *r;

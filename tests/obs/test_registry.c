@@ -51,27 +51,23 @@ START_TEST(test_registry_values)
 	ck_assert(obs_metric_value(g) == -2.5);
 	ck_assert(obs_metric_value(h) == 3);
 	t = write_all(r);
-	ck_assert_int_eq(pt_prom_value(t, "ferry_x_total", "method=\"Push\"",
-	                     &v),
-	    0);
+	ck_assert_int_eq(
+	    pt_prom_value(t, "ferry_x_total", "method=\"Push\"", &v), 0);
 	ck_assert(v == 7);
 	ck_assert_int_eq(pt_prom_value(t, "ferry_g", NULL, &v), 0);
 	ck_assert(v == -2.5);
-	ck_assert_int_eq(pt_prom_value(t, "ferry_h_seconds_bucket",
-	                     "le=\"0.0025\"", &v),
+	ck_assert_int_eq(
+	    pt_prom_value(t, "ferry_h_seconds_bucket", "le=\"0.0025\"", &v),
 	    0);
 	ck_assert(v == 0);
-	ck_assert_int_eq(pt_prom_value(t, "ferry_h_seconds_bucket",
-	                     "le=\"0.005\"", &v),
-	    0);
+	ck_assert_int_eq(
+	    pt_prom_value(t, "ferry_h_seconds_bucket", "le=\"0.005\"", &v), 0);
 	ck_assert(v == 2);
-	ck_assert_int_eq(pt_prom_value(t, "ferry_h_seconds_bucket",
-	                     "le=\"60\"", &v),
-	    0);
+	ck_assert_int_eq(
+	    pt_prom_value(t, "ferry_h_seconds_bucket", "le=\"60\"", &v), 0);
 	ck_assert(v == 2);
-	ck_assert_int_eq(pt_prom_value(t, "ferry_h_seconds_bucket",
-	                     "le=\"+Inf\"", &v),
-	    0);
+	ck_assert_int_eq(
+	    pt_prom_value(t, "ferry_h_seconds_bucket", "le=\"+Inf\"", &v), 0);
 	ck_assert(v == 3);
 	ck_assert_int_eq(pt_prom_value(t, "ferry_h_seconds_sum", NULL, &v), 0);
 	ck_assert(fabs(v - 100.006) < 1e-9);
@@ -124,24 +120,24 @@ START_TEST(test_registry_add_bogus)
 	memset(longl, 'a', sizeof(longl) - 1);
 	longl[sizeof(longl) - 1] = '\0';
 	PT_OK(obs_registry_alloc(&r));
-	PT_FAIL(obs_metric_add(r, OBS_COUNTER, "9bad", "", NULL, NULL, 0, 0,
-	            &m),
+	PT_FAIL(
+	    obs_metric_add(r, OBS_COUNTER, "9bad", "", NULL, NULL, 0, 0, &m),
 	    FB_EINVAL);
 	PT_FAIL(obs_metric_add(r, OBS_COUNTER, "bad-name", "", NULL, NULL, 0,
 	            0, &m),
 	    FB_EINVAL);
-	PT_FAIL(obs_metric_add(r, OBS_COUNTER, "ok", "", longl, NULL, 0, 0,
-	            &m),
+	PT_FAIL(
+	    obs_metric_add(r, OBS_COUNTER, "ok", "", longl, NULL, 0, 0, &m),
 	    FB_EINVAL);
-	PT_FAIL(obs_metric_add(r, OBS_HISTOGRAM, "h", "", NULL, desc, 2, 0,
-	            &m),
+	PT_FAIL(
+	    obs_metric_add(r, OBS_HISTOGRAM, "h", "", NULL, desc, 2, 0, &m),
 	    FB_EINVAL);
-	PT_FAIL(obs_metric_add(r, OBS_HISTOGRAM, "h", "", NULL, NULL, 0, 0,
-	            &m),
+	PT_FAIL(
+	    obs_metric_add(r, OBS_HISTOGRAM, "h", "", NULL, NULL, 0, 0, &m),
 	    FB_EINVAL);
 	PT_OK(obs_metric_add(r, OBS_GAUGE, "same", "", NULL, NULL, 0, 0, &m));
-	PT_FAIL(obs_metric_add(r, OBS_COUNTER, "same", "", NULL, NULL, 0, 0,
-	            &m),
+	PT_FAIL(
+	    obs_metric_add(r, OBS_COUNTER, "same", "", NULL, NULL, 0, 0, &m),
 	    FB_EINVAL);
 	obs_registry_free(r);
 	obs_registry_free(NULL);
@@ -155,8 +151,8 @@ START_TEST(test_registry_enomem)
 	struct obs_metric   *m;
 	PT_OK(obs_registry_alloc(&r));
 	fb_alloc_fail_after(0);
-	PT_FAIL(obs_metric_add(r, OBS_COUNTER, "ferry_a_total", "", NULL,
-	            NULL, 0, 0, &m),
+	PT_FAIL(obs_metric_add(r, OBS_COUNTER, "ferry_a_total", "", NULL, NULL,
+	            0, 0, &m),
 	    FB_ENOMEM);
 	fb_alloc_fail_after(-1);
 	obs_registry_free(r);
@@ -185,13 +181,12 @@ START_TEST(test_registry_collector)
 	ck_assert_int_eq(pt_prom_value(t, "ferry_c", "k=\"1\"", &v), 0);
 	ck_assert(v == 1);
 	ck_assert_ptr_nonnull(strstr(t, "ferry_c{k=\"2\"} NaN\n"));
-	ck_assert_int_eq(pt_prom_value(t,
-	                     "ferry_process_resident_memory_bytes", NULL, &v),
+	ck_assert_int_eq(
+	    pt_prom_value(t, "ferry_process_resident_memory_bytes", NULL, &v),
 	    0);
 	ck_assert(v > 0);
-	ck_assert_int_eq(pt_prom_value(t, "ferry_process_cpu_seconds_total",
-	                     NULL, &v),
-	    0);
+	ck_assert_int_eq(
+	    pt_prom_value(t, "ferry_process_cpu_seconds_total", NULL, &v), 0);
 	ck_assert(v >= 0);
 	free(t);
 	obs_registry_free(r);

@@ -130,9 +130,9 @@ read_value(const char **p, double *v)
 }
 
 struct fam {
-	char name[128];
-	char type[16];
-	int  closed;
+	char   name[128];
+	char   type[16];
+	int    closed;
 	// histogram state of the current series
 	double last_bucket;
 	double inf;
@@ -183,10 +183,12 @@ pt_prom_check(const char *text, char *why, size_t n)
 		if (*p == '#') {
 			char kw[8], type[16];
 			if (sscanf(p, "# %7s", kw) == 1 &&
-			    (strcmp(kw, "HELP") == 0 || strcmp(kw, "TYPE") == 0)) {
+			    (strcmp(kw, "HELP") == 0 ||
+			        strcmp(kw, "TYPE") == 0)) {
 				p += 2 + strlen(kw);
-				if (*p++ != ' ' || read_name(&p, name,
-				                       sizeof(name), 0) != 0) {
+				if (*p++ != ' ' ||
+				    read_name(&p, name, sizeof(name), 0) !=
+				        0) {
 					BAD("bad %s name", kw);
 				}
 				struct fam *f = find_fam(fams, nf, name);
@@ -198,8 +200,8 @@ pt_prom_check(const char *text, char *why, size_t n)
 						cur->closed = 1;
 					}
 					f = &fams[nf++];
-					snprintf(f->name, sizeof(f->name), "%s",
-					    name);
+					snprintf(f->name, sizeof(f->name),
+					    "%s", name);
 					cur = f;
 				} else if (f != cur) {
 					BAD("%s of %s after another family",
@@ -217,12 +219,13 @@ pt_prom_check(const char *text, char *why, size_t n)
 					        strcmp(type, "untyped"))) {
 						BAD("bad TYPE of %s", name);
 					}
-					snprintf(f->type, sizeof(f->type), "%s",
-					    type);
+					snprintf(f->type, sizeof(f->type),
+					    "%s", type);
 				} else {
 					// HELP text: only \\ and \n escapes.
 					for (const char *q = p; q < eol; q++) {
-						if (*q == '\\' && q[1] != '\\' &&
+						if (*q == '\\' &&
+						    q[1] != '\\' &&
 						    q[1] != 'n') {
 							BAD("bad escape in "
 							    "HELP of %s",
@@ -243,12 +246,13 @@ pt_prom_check(const char *text, char *why, size_t n)
 		if (read_name(&p, sname, sizeof(sname), 0) != 0) {
 			BAD("bad sample name");
 		}
-		const char *le     = NULL;
+		const char *le      = NULL;
 		char        lev[64] = "";
 		if (*p == '{') {
 			p++;
 			while (*p != '}') {
-				if (read_name(&p, lname, sizeof(lname), 1) != 0 ||
+				if (read_name(&p, lname, sizeof(lname), 1) !=
+				        0 ||
 				    *p++ != '=' || *p++ != '"') {
 					BAD("bad label in %s", sname);
 				}
@@ -259,7 +263,8 @@ pt_prom_check(const char *text, char *why, size_t n)
 						BAD("unterminated label value");
 					}
 					if (*p == '\\') {
-						if (p[1] != '\\' && p[1] != '"' &&
+						if (p[1] != '\\' &&
+						    p[1] != '"' &&
 						    p[1] != 'n') {
 							BAD("bad escape in a "
 							    "label value");
@@ -295,7 +300,7 @@ pt_prom_check(const char *text, char *why, size_t n)
 			BAD("trailing bytes after %s", sname);
 		}
 		// Which family: the name, or a histogram's name + suffix.
-		struct fam *f = find_fam(fams, nf, sname);
+		struct fam *f      = find_fam(fams, nf, sname);
 		const char *suffix = "";
 		if (f == NULL) {
 			static const char *const sfx[] = { "_bucket", "_sum",
@@ -328,7 +333,7 @@ pt_prom_check(const char *text, char *why, size_t n)
 				    sname);
 			}
 			if (strcmp(suffix, "_bucket") == 0) {
-				double b;
+				double      b;
 				const char *q = le;
 				if (le == NULL || read_value(&q, &b) != 0) {
 					BAD("bucket of %s without le", sname);
@@ -379,8 +384,8 @@ pt_prom_value(const char *text, const char *name, const char *labels,
 {
 	size_t      nl = strlen(name);
 	const char *line;
-	for (line = text; line && *line; line = strchr(line, '\n'),
-	    line = line ? line + 1 : NULL) {
+	for (line = text; line && *line;
+	     line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
 		const char *eol = strchr(line, '\n');
 		if (*line == '#' || strncmp(line, name, nl) != 0 ||
 		    (line[nl] != ' ' && line[nl] != '{')) {
@@ -565,7 +570,8 @@ pt_doc_metrics(const char *path, char names[][96], char procs[][64], int max)
 			continue;
 		}
 		if (strncmp(name, "ferry_", 6) != 0 ||
-		    (strncmp(type, "counter", 7) && strncmp(type, "gauge", 5) &&
+		    (strncmp(type, "counter", 7) &&
+		        strncmp(type, "gauge", 5) &&
 		        strncmp(type, "histogram", 9))) {
 			continue;
 		}

@@ -22,6 +22,29 @@ count_set(const uint8_t *flags, int n)
 	return k;
 }
 
+// write_links writes one family of the T x M link matrix m (lat or bw):
+// the links of each trainer that reported them, once the job runs with
+// probing on. mu held.
+static void
+write_links(struct ps_scheduler *s, struct obs_writer *w, const char *name,
+    const char *help, const double *m)
+{
+	int  M = s->n_servers_seen;
+	char lab[64];
+	obs_write_family(w, name, help, OBS_GAUGE);
+	if (s->placement == NULL || !ps__sched_probing(s)) {
+		return;
+	}
+	for (int t = 0; t < s->opts.trainers; t++) {
+		for (int k = 0; s->links_seen[t] && k < M; k++) {
+			snprintf(lab, sizeof(lab),
+			    "trainer=\"%d\",server=\"%d\"", t, k);
+			obs_write_sample(w, name, lab,
+			    m[(size_t) t * (size_t) M + (size_t) k]);
+		}
+	}
+}
+
 static void
 collect(void *arg, struct obs_writer *w)
 {
@@ -66,32 +89,15 @@ collect(void *arg, struct obs_writer *w)
 	obs_write_family(w, "ferry_scheduler_parked_calls",
 	    "GetPlacement calls parked until their map exists.", OBS_GAUGE);
 	obs_write_sample(w, "ferry_scheduler_parked_calls", NULL, parked);
-	obs_write_family(w, "ferry_scheduler_link_rtt_seconds",
+	write_links(s, w, "ferry_scheduler_link_rtt_seconds",
 	    "Round-trip time of each trainer-server link as the trainer "
 	    "measured it (a server that joined later: the median of the "
 	    "trainer's links until re-probed).",
-	    OBS_GAUGE);
-	obs_write_family(w, "ferry_scheduler_link_bandwidth_bytes_per_second",
+	    s->lat);
+	write_links(s, w, "ferry_scheduler_link_bandwidth_bytes_per_second",
 	    "Bandwidth of each trainer-server link as measured, bytes per "
 	    "second.",
-	    OBS_GAUGE);
-	for (int t = 0; s->placement != NULL && ps__sched_probing(s) &&
-	     t < s->opts.trainers;
-	     t++) {
-		if (!s->links_seen[t]) {
-			continue;
-		}
-		for (int m = 0; m < M; m++) {
-			size_t k = (size_t) t * (size_t) M + (size_t) m;
-			snprintf(lab, sizeof(lab),
-			    "trainer=\"%d\",server=\"%d\"", t, m);
-			obs_write_sample(w, "ferry_scheduler_link_rtt_seconds",
-			    lab, s->lat[k]);
-			obs_write_sample(w,
-			    "ferry_scheduler_link_bandwidth_bytes_per_second",
-			    lab, s->bw[k]);
-		}
-	}
+	    s->bw);
 	pthread_mutex_unlock(&s->mu);
 }
 
