@@ -18,8 +18,8 @@
 #include "scrape.h"
 
 #define N_PROC 5 // scheduler, server-0, server-1, trainer-0, trainer-1
-static const char *const names[N_PROC] = { "scheduler", "server-0",
-	"server-1", "trainer-0", "trainer-1" };
+static const char *const names[N_PROC] = { "scheduler", "server-0", "server-1",
+	"trainer-0", "trainer-1" };
 
 static void
 nap_ms(long ms)
@@ -74,8 +74,8 @@ scrape(const struct lc *c, const char *url)
 		ck_assert_ptr_nonnull(f);
 		fputs(body, f);
 		fclose(f);
-		snprintf(cmd, sizeof(cmd),
-		    "promtool check metrics < %s >&2", path);
+		snprintf(cmd, sizeof(cmd), "promtool check metrics < %s >&2",
+		    path);
 		ck_assert_msg(system(cmd) == 0, "promtool refused %s/metrics",
 		    url);
 	}
@@ -133,14 +133,14 @@ check_documented(char *const texts[N_PROC])
 		int expect = 0;
 		for (int p = 0; p < N_PROC; p++) {
 			const char *role = p == 0 ? "scheduler"
-			    : p <= 2             ? "server"
-			                         : "trainer";
+			    : p <= 2              ? "server"
+			                          : "trainer";
 			if (!all && strstr(procs[i], role) == NULL) {
 				continue;
 			}
 			expect++;
-			ck_assert_msg(pt_prom_has_family(texts[p],
-			                  names_doc[i]),
+			ck_assert_msg(
+			    pt_prom_has_family(texts[p], names_doc[i]),
 			    "%s (documented for %s) missing from %s's "
 			    "/metrics",
 			    names_doc[i], procs[i], names[p]);
@@ -203,22 +203,25 @@ START_TEST(test_http_job_endpoints)
 	for (int p = 3; p < N_PROC; p++) {
 		ck_assert(value(m2[p], "ferry_trainer_steps_total", NULL) >
 		    value(m1[p], "ferry_trainer_steps_total", NULL));
-		ck_assert(value(m2[p], "ferry_trainer_sent_bytes_total", NULL) >
+		ck_assert(
+		    value(m2[p], "ferry_trainer_sent_bytes_total", NULL) >
 		    value(m1[p], "ferry_trainer_sent_bytes_total", NULL));
 		ck_assert(value(m2[p],
 		              "ferry_trainer_push_pull_duration_seconds_count",
 		              NULL) >
-		    value(m1[p], "ferry_trainer_push_pull_duration_seconds_count",
+		    value(m1[p],
+		        "ferry_trainer_push_pull_duration_seconds_count",
 		        NULL));
 	}
 	for (int p = 1; p <= 2; p++) {
 		const char *pp = "method=\"PushPull\"";
 		ck_assert(value(m2[p], "ferry_rpc_requests_total", pp) >
 		    value(m1[p], "ferry_rpc_requests_total", pp));
-		ck_assert(value(m2[p], "ferry_server_updates_applied_total",
-		              NULL) >
+		ck_assert(
+		    value(m2[p], "ferry_server_updates_applied_total", NULL) >
 		    value(m1[p], "ferry_server_updates_applied_total", NULL));
-		ck_assert(value(m2[p], "ferry_rpc_received_bytes_total", NULL) >
+		ck_assert(
+		    value(m2[p], "ferry_rpc_received_bytes_total", NULL) >
 		    value(m1[p], "ferry_rpc_received_bytes_total", NULL));
 		ck_assert(value(m2[p], "ferry_server_map_epoch", NULL) >= 1);
 	}
