@@ -9,6 +9,7 @@
 // own locks there; nothing here holds a lock. Port 0 asks the kernel for
 // a free port, which nng_http_server_get_addr reads back.
 #include <arpa/inet.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <nng/nng.h>
@@ -217,6 +218,29 @@ fail:
 	FB_LOG(FB_LOG_ERR, "http", "%s: %s", url, nng_strerror(rv));
 	obs_http_close(h);
 	return rv == NNG_ENOMEM ? FB_ENOMEM : FB_ETRANSPORT;
+}
+
+int
+obs_url_file_write(const char *path, const char *url)
+{
+	char  tmp[4096];
+	FILE *f;
+	if ((size_t) snprintf(tmp, sizeof(tmp), "%s.tmp", path) >=
+	    sizeof(tmp)) {
+		return FB_ESYSERR | ENAMETOOLONG;
+	}
+	if ((f = fopen(tmp, "w")) == NULL) {
+		return FB_ESYSERR | errno;
+	}
+	if (fprintf(f, "%s\n", url) < 0) {
+		int e = errno;
+		fclose(f);
+		return FB_ESYSERR | e;
+	}
+	if (fclose(f) != 0 || rename(tmp, path) != 0) {
+		return FB_ESYSERR | errno;
+	}
+	return FB_OK;
 }
 
 const char *

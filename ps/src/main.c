@@ -45,17 +45,10 @@ static void
 write_url_file(enum fb_opt id, const char *url)
 {
 	const char *path = cfg_str(id);
-	char        tmp[4096];
-	FILE       *f;
-	if (*path == '\0') {
-		return;
-	}
-	// Write then rename, so a reader never sees a partial URL.
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	if ((f = fopen(tmp, "w")) == NULL || fprintf(f, "%s\n", url) < 0 ||
-	    fclose(f) != 0 || rename(tmp, path) != 0) {
-		FB_LOG(FB_LOG_ERR, "main", "cannot write --%s %s",
-		    fb_options[id].name, path);
+	int         rv;
+	if (*path != '\0' && (rv = obs_url_file_write(path, url)) != FB_OK) {
+		FB_LOG(FB_LOG_ERR, "main", "cannot write --%s %s: %s",
+		    fb_options[id].name, path, fb_strerror(rv));
 	}
 }
 

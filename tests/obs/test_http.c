@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "obs/obs.h"
 #include "obs_tests.h"
@@ -163,6 +164,25 @@ START_TEST(test_http_url_parse_bogus)
 }
 END_TEST
 
+// The URL file holds the URL and a newline once written; a directory
+// that does not exist is an error naming errno, not a crash.
+START_TEST(test_http_url_file_write)
+{
+	char  path[] = "/tmp/ferry-obs-XXXXXX", file[64], line[64];
+	FILE *f;
+	ck_assert_ptr_nonnull(mkdtemp(path));
+	snprintf(file, sizeof(file), "%s/u", path);
+	PT_OK(obs_url_file_write(file, "http://127.0.0.1:1"));
+	ck_assert_ptr_nonnull(f = fopen(file, "r"));
+	ck_assert_ptr_nonnull(fgets(line, sizeof(line), f));
+	fclose(f);
+	ck_assert_str_eq(line, "http://127.0.0.1:1\n");
+	remove(file);
+	rmdir(path);
+	ck_assert_int_ne(obs_url_file_write("/nonexistent/dir/u", "x"), FB_OK);
+}
+END_TEST
+
 Suite *
 suite_http(void)
 {
@@ -173,6 +193,7 @@ suite_http(void)
 	tcase_add_test(tc, test_http_two_servers);
 	tcase_add_test(tc, test_http_url_parse);
 	tcase_add_test(tc, test_http_url_parse_bogus);
+	tcase_add_test(tc, test_http_url_file_write);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -107,21 +107,6 @@ series(struct tr__metrics *m)
 	return obs_process_register(m->reg);
 }
 
-// write_url_file writes url to path (FILE.tmp, then renamed, so a reader
-// never sees half a URL).
-static void
-write_url_file(const char *path, const char *url)
-{
-	char  tmp[4096];
-	FILE *f;
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	if ((f = fopen(tmp, "w")) == NULL || fprintf(f, "%s\n", url) < 0 ||
-	    fclose(f) != 0 || rename(tmp, path) != 0) {
-		FB_LOG(FB_LOG_ERR, MOD, "cannot write --http-url-file %s",
-		    path);
-	}
-}
-
 int
 tr__metrics_open(struct tr__metrics *m, const struct tr_config *cfg,
     size_t n_params)
@@ -153,8 +138,11 @@ tr__metrics_open(struct tr__metrics *m, const struct tr_config *cfg,
 	}
 	FB_LOG(FB_LOG_NOTICE, MOD, "http endpoints on %s",
 	    obs_http_url(m->http));
-	if (cfg->http_url_file != NULL && *cfg->http_url_file != '\0') {
-		write_url_file(cfg->http_url_file, obs_http_url(m->http));
+	if (cfg->http_url_file != NULL && *cfg->http_url_file != '\0' &&
+	    (rv = obs_url_file_write(cfg->http_url_file,
+	         obs_http_url(m->http))) != FB_OK) {
+		FB_LOG(FB_LOG_ERR, MOD, "cannot write --http-url-file %s: %s",
+		    cfg->http_url_file, fb_strerror(rv));
 	}
 	return FB_OK;
 }

@@ -204,6 +204,11 @@ int obs_http_open(const struct obs_http_opts *opts, struct obs_http **out);
 // "http://127.0.0.1:41234". Borrowed; valid until close.
 const char *obs_http_url(const struct obs_http *h);
 
+// obs_url_file_write writes url and a newline to path through path.tmp
+// and a rename, so that a launcher polling for the file never reads half
+// a URL (--url-file, --http-url-file). Errors: FB_ESYSERR | errno.
+int obs_url_file_write(const char *path, const char *url);
+
 // obs_http_close stops serving (handlers in flight finish first) and
 // frees. NULL is a no-op.
 void obs_http_close(struct obs_http *h);
