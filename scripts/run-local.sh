@@ -4,7 +4,13 @@
 # time. Prints rank 0's progress and every trainer's summary, and stops
 # every process it started, also on Ctrl-C or failure.
 #
-#   scripts/run-local.sh [--servers M] [--trainers T] [--epochs E] [flags]
+#   scripts/run-local.sh [--servers M] [--trainers T] [--epochs E] [--http]
+#                        [flags]
+#
+# --http gives every process its HTTP endpoints on a free loopback port
+# (--http-listen=127.0.0.1:0) and prints each one's URLs (/metrics,
+# /healthz, /readyz, /debug/state) once it serves; curl them during the
+# run (docs/operations.md, "Metrics and health").
 #
 # Further flags go to whichever program knows them: ps-server's options
 # (see `build/ps/ps-server --help`) to the scheduler and servers, all
@@ -13,7 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-servers=2 trainers=2 epochs=3
+servers=2 trainers=2 epochs=3 http=0
 server_flags=() trainer_flags=()
 # FERRY_SKIP_SETUP=1 runs what is built (benchmarks that call this often).
 [ "${FERRY_SKIP_SETUP:-0}" = 1 ] || scripts/setup.sh
@@ -29,6 +35,7 @@ while (($#)); do
 	--trainers=*) trainers=${1#*=}; shift ;;
 	--epochs) epochs=$2; shift 2 ;;
 	--epochs=*) epochs=${1#*=}; shift ;;
+	--http) http=1; shift ;;
 	--*)
 		name=${1#--}; name=${name%%=*}
 		# Normalise to --name=value so values can be rewritten per rank.
@@ -52,7 +59,14 @@ done
 
 RUN=${FERRY_RUN_DIR:-$(mktemp -d /tmp/ferry-run.XXXXXX)}
 mkdir -p "$RUN"
-rm -f "$RUN/scheduler.url" # a reused run dir must not hand out an old URL
+# A reused run dir must not hand out an old URL.
+rm -f "$RUN/scheduler.url" "$RUN"/*.http
+# http_flags NAME: the endpoint flags of process NAME under --http.
+http_flags() {
+	((http)) && echo "--http-listen=127.0.0.1:0" \
+		"--http-url-file=$RUN/$1.http"
+	return 0
+}
 pids=()
 cleanup() {
 	trap - EXIT INT TERM
@@ -72,8 +86,8 @@ wait_file() { # wait_file PATH PID: until PATH exists or PID died
 }
 
 "$PS" --role=scheduler --trainers="$trainers" --servers="$servers" \
-	--url-file="$RUN/scheduler.url" "${server_flags[@]}" \
-	2>"$RUN/scheduler.log" &
+	--url-file="$RUN/scheduler.url" $(http_flags scheduler) \
+	"${server_flags[@]}" 2>"$RUN/scheduler.log" &
 pids+=($!)
 wait_file "$RUN/scheduler.url" $! || {
 	echo "run-local: scheduler failed to start:" >&2
@@ -83,15 +97,16 @@ SCHED=$(cat "$RUN/scheduler.url")
 echo "ferry: scheduler at $SCHED; $servers servers, $trainers trainers," \
 	"$epochs epochs; logs in $RUN"
 for ((m = 0; m < servers; m++)); do
-	"$PS" --role=server --scheduler="$SCHED" "${server_flags[@]}" \
-		2>"$RUN/server-$m.log" &
+	"$PS" --role=server --scheduler="$SCHED" $(http_flags "server-$m") \
+		"${server_flags[@]}" 2>"$RUN/server-$m.log" &
 	pids+=($!)
 done
 tpids=()
 for ((r = 0; r < trainers; r++)); do
 	if ((r == 0)); then
 		"$TR" --scheduler="$SCHED" --rank=0 --epochs="$epochs" \
-			"${trainer_flags[@]}" 2>"$RUN/trainer-0.log" |
+			$(http_flags trainer-0) "${trainer_flags[@]}" \
+			2>"$RUN/trainer-0.log" |
 			tee "$RUN/trainer-0.out" &
 	else
 		# Ranks > 0 write their own curve and step-times files,
@@ -105,12 +120,35 @@ for ((r = 0; r < trainers; r++)); do
 			esac
 		done
 		"$TR" --scheduler="$SCHED" --rank="$r" --epochs="$epochs" \
-			"${rflags[@]}" >"$RUN/trainer-$r.out" \
+			$(http_flags "trainer-$r") "${rflags[@]}" \
+			>"$RUN/trainer-$r.out" \
 			2>"$RUN/trainer-$r.log" &
 	fi
 	tpids+=($!)
 	pids+=($!)
 done
+if ((http)); then
+	# Each process writes its URL once serving (trainers after loading
+	# the data): wait a little for each, in start order.
+	names=(scheduler)
+	for ((m = 0; m < servers; m++)); do names+=("server-$m"); done
+	for ((r = 0; r < trainers; r++)); do names+=("trainer-$r"); done
+	echo "ferry: endpoints (/metrics /healthz /readyz /debug/state):"
+	for n in "${names[@]}"; do
+		for _ in $(seq 200); do
+			[ -s "$RUN/$n.http" ] && break
+			sleep 0.05
+		done
+		if [ -s "$RUN/$n.http" ]; then
+			u=$(cat "$RUN/$n.http")
+			printf '  %-10s %s/metrics %s/healthz %s/readyz %s/debug/state\n' \
+				"$n" "$u" "$u" "$u" "$u"
+		else
+			printf '  %-10s (no endpoint yet; see %s)\n' "$n" \
+				"$RUN/$n.log"
+		fi
+	done
+fi
 status=0
 for ((r = 0; r < trainers; r++)); do
 	wait "${tpids[$r]}" || status=$?

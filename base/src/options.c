@@ -116,10 +116,23 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	      .help  = "write the bound listen URL to this file once listening",
 	      .doc   = "write the bound listen URL to this file once listening "
 	                 "(written to `FILE.tmp`, then renamed)" },
-	[FB_OPT_PS_LOG_LEVEL]  = { "log-level", PS,
-	     ENUM("err|warn|notice|info|debug"), .def = "notice",
-	     .help = "err | warn | notice | info | debug",
-	     .doc  = "log threshold" },
+	[FB_OPT_PS_HTTP_LISTEN]   = { "http-listen", PS, STR, .def = "",
+	      .unset = "off",
+	      .help  = "serve /metrics, /healthz, /readyz, /debug/state on "
+	                 "host:port (port 0: any free port)",
+	      .doc   = "serve `/metrics`, `/healthz`, `/readyz` and "
+	                 "`/debug/state` over HTTP on `host:port` or "
+	                 "`http://host:port` (port 0 picks a free port); see "
+	                 "[§11](#11-metrics-and-health)" },
+	[FB_OPT_PS_HTTP_URL_FILE] = { "http-url-file", PS, STR, .def = "",
+	    .unset = "none",
+	    .help  = "write the HTTP endpoints' base URL to this file",
+	    .doc   = "write the HTTP endpoints' base URL (bound port filled "
+	             "in) to this file once serving" },
+	[FB_OPT_PS_LOG_LEVEL]     = { "log-level", PS,
+	        ENUM("err|warn|notice|info|debug"), .def = "notice",
+	        .help = "err | warn | notice | info | debug",
+	        .doc  = "log threshold" },
 	[FB_OPT_PS_STALL_WARN_MS] = { "stall-warn-ms", SRV, INT(0, 86400000),
 	    .def  = "10000",
 	    .help = "server: log once when a sync round waits longer than "
@@ -207,4 +220,16 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	     .def  = "0",
 	     .help = "deadline of each libferry call (0: library default)",
 	     .doc  = "deadline of each libferry call (0: 60000)" },
+	[FB_OPT_TR_HTTP_LISTEN] = { "http-listen", TR, STR, .def = "",
+	    .unset = "off",
+	    .help  = "serve /metrics, /healthz, /readyz, /debug/state on "
+	             "host:port (port 0: any free port)",
+	    .doc   = "serve `/metrics`, `/healthz`, `/readyz` and "
+	             "`/debug/state` over HTTP on `host:port` or "
+	             "`http://host:port` (port 0 picks a free port)" },
+	[FB_OPT_TR_HTTP_URL_FILE] = { "http-url-file", TR, STR, .def = "",
+	    .unset = "none",
+	    .help  = "write the HTTP endpoints' base URL to this file",
+	    .doc   = "write the HTTP endpoints' base URL (bound port filled "
+	             "in) to this file once serving" },
 };

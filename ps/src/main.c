@@ -5,9 +5,12 @@
 // (--name=value or --name value) override FERRY_NAME environment
 // variables, which override the --config file, which overrides defaults;
 // --help prints the table; --print-config prints every value with its
-// source; the start-up dump logs every value. Rules that tie options together
-// (a multiple of 4, latency needs probing, a server needs a scheduler) are
-// checked here.
+// source; the start-up dump logs every value. Rules that tie options
+// together (a multiple of 4, latency needs probing, a server needs a
+// scheduler) are checked here. With --http-listen it serves the role's
+// metrics, health, readiness and state over HTTP (obs/) from start to
+// exit, the leave included: /readyz says "leaving" while the shards move
+// away.
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,28 +42,76 @@ on_signal(int sig)
 	stop = 1;
 }
 
+// write_url_file writes url to the file named by option id, if set.
 static void
-write_url_file(const char *url)
+write_url_file(enum fb_opt id, const char *url)
 {
-	const char *path = cfg_str(FB_OPT_PS_URL_FILE);
-	char        tmp[4096];
-	FILE       *f;
-	if (*path == '\0') {
-		return;
+	const char *path = cfg_str(id);
+	int         rv;
+	if (*path != '\0' && (rv = obs_url_file_write(path, url)) != FB_OK) {
+		FB_LOG(FB_LOG_ERR, "main", "cannot write --%s %s: %s",
+		    fb_options[id].name, path, fb_strerror(rv));
 	}
-	// Write then rename, so a reader never sees a partial URL.
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	if ((f = fopen(tmp, "w")) == NULL || fprintf(f, "%s\n", url) < 0 ||
-	    fclose(f) != 0 || rename(tmp, path) != 0) {
-		FB_LOG(FB_LOG_ERR, "main", "cannot write --url-file %s", path);
+}
+
+static int
+sched_ready(void *arg, char *why, size_t n)
+{
+	return ps_scheduler_ready(arg, why, n);
+}
+
+static void
+sched_state(void *arg, struct obs_writer *w)
+{
+	ps_scheduler_state_json(arg, w);
+}
+
+static int
+server_ready(void *arg, char *why, size_t n)
+{
+	return ps_server_ready(arg, why, n);
+}
+
+static void
+server_state(void *arg, struct obs_writer *w)
+{
+	ps_server_state_json(arg, w);
+}
+
+// http_open serves the role's endpoints on --http-listen (when set) into
+// *out. Returns 0, or 1 when they cannot be served (logged).
+static int
+http_open(struct ps_scheduler *sched, struct ps_server *srv,
+    struct obs_http **out)
+{
+	struct obs_http_opts o = { 0 };
+	int                  rv;
+
+	o.listen = cfg_str(FB_OPT_PS_HTTP_LISTEN);
+	if (*o.listen == '\0') {
+		return 0;
 	}
+	o.reg   = sched ? ps_scheduler_metrics(sched) : ps_server_metrics(srv);
+	o.ready = sched ? sched_ready : server_ready;
+	o.state = sched ? sched_state : server_state;
+	o.arg   = sched ? (void *) sched : (void *) srv;
+	if ((rv = obs_process_register(o.reg)) != FB_OK ||
+	    (rv = obs_http_open(&o, out)) != FB_OK) {
+		FB_LOG(FB_LOG_ERR, "main", "--http-listen=%s: %s", o.listen,
+		    fb_strerror(rv));
+		return 1;
+	}
+	FB_LOG(FB_LOG_NOTICE, "main", "http endpoints on %s",
+	    obs_http_url(*out));
+	write_url_file(FB_OPT_PS_HTTP_URL_FILE, obs_http_url(*out));
+	return 0;
 }
 
 int
 main(int argc, char **argv)
 {
 	const char *role;
-	char        err[512];
+	char        err[512], why[256];
 	int         level, rv;
 
 	if (fb_config_load(&cfg, FB_ROLE_PS, argc, argv, err, sizeof(err)) !=
@@ -91,6 +142,12 @@ main(int argc, char **argv)
 		    "--probe-bytes > 0\n");
 		return 2;
 	}
+	if (*cfg_str(FB_OPT_PS_HTTP_LISTEN) != '\0' &&
+	    obs_http_url_parse(cfg_str(FB_OPT_PS_HTTP_LISTEN), err,
+	        sizeof(err), why, sizeof(why)) != FB_OK) {
+		fprintf(stderr, "ps-server: --http-listen: %s\n", why);
+		return 2;
+	}
 	if (cfg_int(FB_OPT_PS_SHARD_BYTES) % 4 != 0) {
 		fprintf(stderr,
 		    "ps-server: --shard-bytes=%s: must be a multiple of 4\n",
@@ -113,6 +170,7 @@ main(int argc, char **argv)
 
 	struct ps_scheduler *sched = NULL;
 	struct ps_server    *srv   = NULL;
+	struct obs_http     *http  = NULL;
 	if (strcmp(role, "scheduler") == 0) {
 		struct ps_scheduler_opts o = PS_SCHEDULER_OPTS_INIT;
 		o.url                      = cfg_str(FB_OPT_PS_LISTEN);
@@ -136,7 +194,7 @@ main(int argc, char **argv)
 			    "cannot start scheduler: %s", fb_strerror(rv));
 			return 1;
 		}
-		write_url_file(ps_scheduler_url(sched));
+		write_url_file(FB_OPT_PS_URL_FILE, ps_scheduler_url(sched));
 	} else {
 		struct ps_server_opts o = PS_SERVER_OPTS_INIT;
 		o.url                   = cfg_str(FB_OPT_PS_LISTEN);
@@ -159,7 +217,12 @@ main(int argc, char **argv)
 			    fb_strerror(rv));
 			return 1;
 		}
-		write_url_file(ps_server_url(srv));
+		write_url_file(FB_OPT_PS_URL_FILE, ps_server_url(srv));
+	}
+	if (http_open(sched, srv, &http) != 0) {
+		ps_scheduler_close(sched);
+		ps_server_close(srv);
+		return 1;
 	}
 	while (!stop) {
 		fb_sleep_us(100000);
@@ -176,6 +239,7 @@ main(int argc, char **argv)
 			    fb_strerror(lrv));
 		}
 	}
+	obs_http_close(http); // its handlers read the role: close it first
 	ps_scheduler_close(sched);
 	ps_server_close(srv);
 	fb_config_fini(&cfg);

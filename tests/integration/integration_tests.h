@@ -4,6 +4,7 @@
 #include <stddef.h>
 
 Suite *suite_train(void);
+Suite *suite_http(void);
 
 // it_data_dir is the Fashion-MNIST directory the tests and their trainers
 // read: $FERRY_DATA_DIR when set and not empty, else FASHION_DIR.
@@ -21,11 +22,18 @@ struct lc {
 	int  n_pids;
 	int  trainer_pids[16];
 	int  n_trainers;
+	int  server_pids[16];
 };
 
 // lc_start starts a scheduler and `servers` servers (extra server flags in
 // sflags, NULL-terminated, may be NULL). Fails the test on error.
 void lc_start(struct lc *c, int trainers, int servers, const char **sflags);
+
+// lc_start_http is lc_start with HTTP endpoints on every process when http
+// is set: --http-listen=127.0.0.1:0, base URL in <dir>/scheduler.http and
+// <dir>/server-<m>.http (server m's pid in c->server_pids[m]).
+void lc_start_http(struct lc *c, int trainers, int servers,
+    const char **sflags, int http);
 
 // lc_trainer starts trainer `rank` with the given NULL-terminated flags
 // (the scheduler flag is added); stdout goes to <dir>/trainer-<rank>.out.

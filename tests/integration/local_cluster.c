@@ -50,8 +50,15 @@ nap(long ms)
 void
 lc_start(struct lc *c, int trainers, int servers, const char **sflags)
 {
+	lc_start_http(c, trainers, servers, sflags, 0);
+}
+
+void
+lc_start_http(struct lc *c, int trainers, int servers, const char **sflags,
+    int http)
+{
 	char        urlfile[300], out[300], err[300], t[32], s[32], uf[320];
-	char        sch[300];
+	char        sch[300], hf[340], hpath[300];
 	const char *argv[32];
 	int         n = 0;
 	FILE       *f;
@@ -68,6 +75,12 @@ lc_start(struct lc *c, int trainers, int servers, const char **sflags)
 	argv[n++] = t;
 	argv[n++] = s;
 	argv[n++] = uf;
+	if (http) {
+		snprintf(hf, sizeof(hf), "--http-url-file=%s",
+		    lc_path(c, "scheduler.http", hpath, sizeof(hpath)));
+		argv[n++] = "--http-listen=127.0.0.1:0";
+		argv[n++] = hf;
+	}
 	for (int i = 0; sflags && sflags[i]; i++) {
 		argv[n++] = sflags[i];
 	}
@@ -91,12 +104,19 @@ lc_start(struct lc *c, int trainers, int servers, const char **sflags)
 		argv[n++] = PS_SERVER_BIN;
 		argv[n++] = "--role=server";
 		argv[n++] = sch;
+		if (http) {
+			snprintf(name, sizeof(name), "server-%d.http", m);
+			snprintf(hf, sizeof(hf), "--http-url-file=%s",
+			    lc_path(c, name, hpath, sizeof(hpath)));
+			argv[n++] = "--http-listen=127.0.0.1:0";
+			argv[n++] = hf;
+		}
 		for (int i = 0; sflags && sflags[i]; i++) {
 			argv[n++] = sflags[i];
 		}
 		argv[n] = NULL;
 		snprintf(name, sizeof(name), "server-%d.log", m);
-		spawn(c, argv, "/dev/null",
+		c->server_pids[m] = spawn(c, argv, "/dev/null",
 		    lc_path(c, name, err, sizeof(err)));
 	}
 }

@@ -33,6 +33,7 @@
 #include <ferry/ferry.h>
 #include <signal.h>
 
+#include "metrics.h"
 #include "ondevice.h"
 #include "report.h"
 #include "tr_impl.h"
@@ -56,8 +57,9 @@ struct run {
 	void       *dev_push; // on-device gradient encoder, or NULL
 	void       *dev_pull; // on-device pull sink (weights on the device)
 	const char *sink_err; // the device pull's reason, or NULL
-	struct tr__report rep;
-	char              err[512]; // the reason of a failed set-up call
+	struct tr__report  rep;
+	struct tr__metrics met;      // the HTTP endpoints (--http-listen)
+	char               err[512]; // the reason of a failed set-up call
 };
 
 // libferry_failed logs a failed libferry call op with libferry's code
@@ -110,6 +112,9 @@ open_local(struct run *r, FILE *out)
 	if ((rv = tr_params_init(&r->w, a)) != FB_OK ||
 	    (rv = tr_params_init(&r->g, a)) != FB_OK) {
 		FB_LOG(FB_LOG_ERR, MOD, "params: %s", fb_strerror(rv));
+		return rv;
+	}
+	if ((rv = tr__metrics_open(&r->met, cfg, r->w.total)) != FB_OK) {
 		return rv;
 	}
 	return tr__report_open(&r->rep, cfg, out);
@@ -358,6 +363,8 @@ step(struct run *r, long e, size_t k)
 		return rv;
 	}
 	tr__report_step(&r->rep, cfg->batch, loss, fb_clock_ns() - ts);
+	tr__metrics_step(&r->met, r->fc, cfg->batch, tx - ts,
+	    fb_clock_ns() - tx);
 	return FB_OK;
 }
 
@@ -480,6 +487,8 @@ finish(struct run *r)
 static void
 close_run(struct run *r)
 {
+	tr__metrics_phase(&r->met, TR_PHASE_DONE, r->fc);
+	tr__metrics_close(&r->met);
 	tr__report_close(&r->rep);
 	if (r->dev != NULL) {
 		r->dev->push_close(r->dev_push);
@@ -509,9 +518,12 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 	    (rv = join_job(&r)) == FB_OK &&
 	    (rv = open_device_pull(&r)) == FB_OK &&
 	    (rv = start_weights(&r)) == FB_OK &&
-	    (rv = open_device_push(&r)) == FB_OK &&
-	    (rv = train(&r)) == FB_OK) {
-		rv = finish(&r);
+	    (rv = open_device_push(&r)) == FB_OK) {
+		// Version 0 is here: the job runs (/readyz turns ready).
+		tr__metrics_phase(&r.met, TR_PHASE_RUNNING, r.fc);
+		if ((rv = train(&r)) == FB_OK) {
+			rv = finish(&r);
+		}
 	}
 	close_run(&r);
 	return rv;

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "fb/fb.h"
+#include "obs/obs.h"
 
 struct ps_scheduler;
 struct ps_server;
@@ -65,6 +66,21 @@ void ps_scheduler_stats(struct ps_scheduler *s, char *buf, size_t n);
 int ps_scheduler_replace(struct ps_scheduler *s, const uint32_t *assign,
     size_t n);
 
+// ps_scheduler_metrics returns the scheduler's metrics registry (its
+// requests, members, map epoch, measured links) for obs_http_open.
+// Borrowed; valid until ps_scheduler_close (close the HTTP server first).
+struct obs_registry *ps_scheduler_metrics(struct ps_scheduler *s);
+
+// ps_scheduler_ready returns 1 once the job runs (the first map is
+// published), else 0 with the reason in why (n bytes). Any thread; takes
+// the scheduler's lock.
+int ps_scheduler_ready(struct ps_scheduler *s, char *why, size_t n);
+
+// ps_scheduler_state_json writes the scheduler's state as one JSON object
+// (job, members, map epoch, parked GetPlacements) to w. Any thread; takes
+// the scheduler's lock.
+void ps_scheduler_state_json(struct ps_scheduler *s, struct obs_writer *w);
+
 // ps_scheduler_close stops serving and frees. NULL is a no-op.
 void ps_scheduler_close(struct ps_scheduler *s);
 
@@ -113,6 +129,25 @@ int ps_server_leave(struct ps_server *s, uint32_t timeout_ms);
 // buf (size n, NUL-terminated, truncated if needed; "" when none). Any
 // thread.
 uint64_t ps_server_stalls(struct ps_server *s, char *buf, size_t n);
+
+// ps_server_metrics returns the server's metrics registry (requests,
+// bytes, latencies, round waits, shard versions and moves, parked calls)
+// for obs_http_open. Borrowed; valid until ps_server_close (close the HTTP
+// server first).
+struct obs_registry *ps_server_metrics(struct ps_server *s);
+
+// ps_server_ready returns 1 when the server serves its share of the job:
+// it holds its first placement, no shard of it is still arriving, and it
+// is not leaving (ps_server_leave). Else 0 with the reason in why (n
+// bytes). Any thread; takes the server's lock.
+int ps_server_ready(struct ps_server *s, char *why, size_t n);
+
+// ps_server_state_json writes the server's state as one JSON object to w:
+// map epoch, the job, each shard's state, version and (sync) the ranks
+// that pushed it and that it waits for, and every parked call with the
+// version it wants and the ranks that version still waits for. Any
+// thread; takes the server's lock.
+void ps_server_state_json(struct ps_server *s, struct obs_writer *w);
 
 // ps_server_close stops serving and frees. NULL is a no-op.
 void ps_server_close(struct ps_server *s);

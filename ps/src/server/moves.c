@@ -172,6 +172,7 @@ map_pack(struct ps_server *s, const Pswire__Placement *pl, nng_msg **out,
 		}
 		dest[n_out++] = pl->shards[i]->server;
 		atomic_fetch_add(&s->transfers, 1);
+		obs_counter_add(s->moves_out, 1);
 		ps__shard_release(sh);
 		s->local[i] = PS_SHARD_ABSENT;
 		s->n_shards--;
@@ -329,6 +330,8 @@ ps_server_leave(struct ps_server *s, uint32_t timeout_ms)
 	if (!atomic_load(&s->ready)) {
 		return FB_ESTATE;
 	}
+	// Not ready from here on (/readyz): the shards are on their way out.
+	atomic_store(&s->leaving, 1);
 	if (psw_req_open(s->opts.scheduler_url, 0, 0, 0, &sock, &ctx, &aio) !=
 	    FB_OK) {
 		return FB_ETRANSPORT;

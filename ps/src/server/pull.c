@@ -38,10 +38,8 @@ shards_ready(struct ps_server *s, const uint32_t *ids, size_t n, uint64_t want)
 	return 1;
 }
 
-// The i-th shard of a pull or push-pull call, with the version of the
-// reference the caller holds and whether it asked for a full resync.
-static uint32_t
-call_shard(const struct ps_call *c, size_t i, uint64_t *have, int *full)
+uint32_t
+ps__call_shard(const struct ps_call *c, size_t i, uint64_t *have, int *full)
 {
 	if (c->hdr->body_case == PSWIRE__HEADER__BODY_PULL_REQ) {
 		*have = c->hdr->pull_req->have_version;
@@ -53,8 +51,8 @@ call_shard(const struct ps_call *c, size_t i, uint64_t *have, int *full)
 	return c->hdr->push_req->shards[i]->shard;
 }
 
-static size_t
-call_n_shards(const struct ps_call *c)
+size_t
+ps__call_n_shards(const struct ps_call *c)
 {
 	return c->hdr->body_case == PSWIRE__HEADER__BODY_PULL_REQ
 	    ? c->hdr->pull_req->n_shards
@@ -65,11 +63,11 @@ call_n_shards(const struct ps_call *c)
 static int
 call_touches(const struct ps_call *c, uint32_t id)
 {
-	size_t   n = call_n_shards(c);
+	size_t   n = ps__call_n_shards(c);
 	uint64_t have;
 	int      full;
 	for (size_t i = 0; i < n; i++) {
-		if (call_shard(c, i, &have, &full) == id) {
+		if (ps__call_shard(c, i, &have, &full) == id) {
 			return 1;
 		}
 	}
@@ -82,7 +80,7 @@ call_touches(const struct ps_call *c, uint32_t id)
 static void
 answer_pull(struct ps_server *s, struct ps_call *c)
 {
-	size_t            n = call_n_shards(c), nrefs = 0, off = 0, hl;
+	size_t            n = ps__call_n_shards(c), nrefs = 0, off = 0, hl;
 	Pswire__Header    h   = PSWIRE__HEADER__INIT;
 	Pswire__PullReply rep = PSWIRE__PULL_REPLY__INIT;
 	Pswire__ShardRef  refs_stack[64], *refs = refs_stack;
@@ -93,7 +91,7 @@ answer_pull(struct ps_server *s, struct ps_call *c)
 	int               full;
 
 	for (size_t i = 0; i < n; i++) {
-		uint32_t          id = call_shard(c, i, &have, &full);
+		uint32_t          id = ps__call_shard(c, i, &have, &full);
 		struct srv_shard *sh = &s->shards[id];
 		size_t            k, b;
 		ps__ref_plan(s, sh, have, full, &k, &b);
@@ -114,7 +112,7 @@ answer_pull(struct ps_server *s, struct ps_call *c)
 	}
 	nrefs = 0;
 	for (size_t i = 0; i < n; i++) {
-		uint32_t          id = call_shard(c, i, &have, &full);
+		uint32_t          id = ps__call_shard(c, i, &have, &full);
 		struct srv_shard *sh = &s->shards[id];
 		size_t            k, b;
 		int               how;
@@ -205,11 +203,11 @@ ps__pull_wake(struct ps_server *s)
 	struct ps_call **pp = &s->parked;
 	while (*pp != NULL) {
 		struct ps_call *c     = *pp;
-		size_t          n     = call_n_shards(c);
+		size_t          n     = ps__call_n_shards(c);
 		int             ready = 1, full;
 		uint64_t        have;
 		for (size_t i = 0; i < n && ready; i++) {
-			uint32_t id = call_shard(c, i, &have, &full);
+			uint32_t id = ps__call_shard(c, i, &have, &full);
 			ready       = shards_ready(s, &id, 1, c->park_version);
 		}
 		if (ready) {
@@ -316,7 +314,7 @@ ps__pull_abort_leaving(struct ps_server *s, uint64_t epoch)
 #define STALL_LINES 4
 
 // stall_due reports whether held shard sh's round has waited longer than
-// lim ms and was not reported yet. mu held.
+// lim ms and was not reported yet (now: fb_clock_ns). mu held.
 static int
 stall_due(struct srv_shard *sh, uint64_t now, uint64_t lim)
 {
@@ -328,7 +326,7 @@ stall_due(struct srv_shard *sh, uint64_t now, uint64_t lim)
 		sh->round_t0 = now; // arrived with pushes staged: start here
 		return 0;
 	}
-	return now - sh->round_t0 >= lim;
+	return now - sh->round_t0 >= lim * 1000000u;
 }
 
 // same_round reports whether shards a and b are at one version and have
@@ -369,7 +367,7 @@ wall_time(uint64_t ago_ms, char *buf, size_t len)
 // whose sync round waits past --stall-warn-ms and was not reported yet,
 // marks them reported, and returns the number of lines. mu held.
 static int
-stall_scan(struct ps_server *s, uint64_t now,
+stall_scan(struct ps_server *s, uint64_t now, // fb_clock_ns
     char lines[STALL_LINES][PS_STALL_LINE])
 {
 	uint64_t lim = s->opts.stall_warn_ms;
@@ -403,12 +401,12 @@ stall_scan(struct ps_server *s, uint64_t now,
 				    r);
 			}
 		}
-		wall_time(now - sh->round_t0, t0, sizeof(t0));
+		wall_time((now - sh->round_t0) / 1000000u, t0, sizeof(t0));
 		snprintf(lines[k++], PS_STALL_LINE,
 		    "round %llu of shard(s) %s waiting %.1f s for rank(s) %s "
 		    "(pushed: %s; first push at %s)",
 		    (unsigned long long) sh->version, fb_ranges_end(&ids),
-		    (double) (now - sh->round_t0) / 1000.0,
+		    (double) (now - sh->round_t0) * 1e-9,
 		    fb_ranges_end(&waiting), fb_ranges_end(&pushed), t0);
 	}
 	if (k > 0) {
@@ -454,7 +452,7 @@ ps__sweep_main(void *arg)
 				pp = &c->next;
 			}
 		}
-		int n = stall_scan(s, now, lines);
+		int n = stall_scan(s, fb_clock_ns(), lines);
 		pthread_mutex_unlock(&s->mu);
 		for (int i = 0; i < n; i++) {
 			FB_LOG(FB_LOG_WARN, "stall", "%s", lines[i]);

@@ -291,17 +291,18 @@ push_commit(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 		    bad_code ? "a corrupt code" : "holding NaN or Inf");
 		return -1;
 	}
-	uint64_t now = fb_clock_ms(); // a round's start, for the sweeper
+	uint64_t now = fb_clock_ns(); // a round's start: sweeper, metrics
 	for (size_t i = 0; i < p->n_shards; i++) {
 		struct srv_shard *sh = &s->shards[p->shards[i]->shard];
 		sh->state[rank]      = PS_SLOT_PUSHED;
 		if (sh->n_pushed++ == 0) {
-			sh->round_t0 = now;
+			sh->round_t0 = now; // the round's wait starts
 		}
 		sh->samples += p->n_samples;
 		*want = sh->version + 1;
 		if (ps__shard_complete(s, sh)) {
 			ps__shard_apply_sync(s, sh);
+			s->last_rank[rank]++; // the round waited for this rank
 		}
 	}
 	atomic_fetch_add_explicit(&s->n_push, 1, memory_order_relaxed);

@@ -9,14 +9,53 @@
 
 enum { ST_INIT, ST_RECV, ST_WAIT, ST_SEND };
 
+// The methods and statuses the metrics name: index 0 of each stands for
+// any number the wire enum does not know.
+static const int methods[] = { 0, PSWIRE__METHOD__REGISTER,
+	PSWIRE__METHOD__HEARTBEAT, PSWIRE__METHOD__GET_PLACEMENT,
+	PSWIRE__METHOD__REPORT_LINKS, PSWIRE__METHOD__LEAVE,
+	PSWIRE__METHOD__PULL, PSWIRE__METHOD__PUSH, PSWIRE__METHOD__PUSH_PULL,
+	PSWIRE__METHOD__SNAPSHOT, PSWIRE__METHOD__STATS, PSWIRE__METHOD__PROBE,
+	PSWIRE__METHOD__TRANSFER };
+#define N_METHODS (sizeof(methods) / sizeof(methods[0]))
+#define N_STATUSES 18 // 0..16, then STALE_EPOCH (100)
+
+static size_t
+status_ix(int status)
+{
+	if (status >= 0 && status <= 16) {
+		return (size_t) status;
+	}
+	return N_STATUSES - 1; // STALE_EPOCH, or a number we never send
+}
+
+static int
+method_ix(int method)
+{
+	for (size_t i = 1; i < N_METHODS; i++) {
+		if (methods[i] == method) {
+			return (int) i;
+		}
+	}
+	return 0;
+}
+
+struct rpc_metrics {
+	struct obs_metric *requests[N_METHODS];
+	struct obs_metric *errors[N_METHODS][N_STATUSES];
+	struct obs_metric *seconds[N_METHODS];
+	struct obs_metric *bytes_in, *bytes_out;
+};
+
 struct ps_rpc {
-	nng_socket      sock;
-	nng_listener    listener;
-	int             n;
-	struct ps_call *calls;
-	ps_rpc_handler  handler;
-	void           *arg;
-	char            url[256];
+	nng_socket         sock;
+	nng_listener       listener;
+	int                n;
+	struct ps_call    *calls;
+	ps_rpc_handler     handler;
+	void              *arg;
+	char               url[256];
+	struct rpc_metrics m;
 };
 
 static void call_cb(void *arg);
@@ -42,13 +81,35 @@ ps__call_take_req(struct ps_call *c)
 	return m;
 }
 
-void
-ps__call_reply_msg(struct ps_call *c, nng_msg *m)
+// count records the answer of c with status, m bytes long.
+static void
+count(struct ps_call *c, int status, const nng_msg *m)
 {
+	struct rpc_metrics *rm = &c->rpc->m;
+	obs_counter_add(rm->requests[c->mix], 1);
+	if (status != PSWIRE__STATUS__OK) {
+		obs_counter_add(rm->errors[c->mix][status_ix(status)], 1);
+	}
+	obs_counter_add(rm->bytes_out, nng_msg_len(m));
+	obs_histogram_observe(rm->seconds[c->mix],
+	    (double) (fb_clock_ns() - c->t0_ns) * 1e-9);
+}
+
+// send_reply sends m, the answer of c with status.
+static void
+send_reply(struct ps_call *c, nng_msg *m, int status)
+{
+	count(c, status, m);
 	call_release(c);
 	c->state = ST_SEND;
 	nng_aio_set_msg(c->aio, m);
 	nng_ctx_send(c->ctx, c->aio);
+}
+
+void
+ps__call_reply_msg(struct ps_call *c, nng_msg *m)
+{
+	send_reply(c, m, PSWIRE__STATUS__OK);
 }
 
 static void
@@ -72,7 +133,7 @@ reply_status(struct ps_call *c, uint64_t req_id, int status, const char *err)
 		return;
 	}
 	psw_msg_finish(m, c->frame.method, PSW_FLAG_REPLY, &h.base, hl, 0);
-	ps__call_reply_msg(c, m);
+	send_reply(c, m, status);
 }
 
 void
@@ -123,6 +184,9 @@ handle(struct ps_call *c)
 {
 	const char *why = NULL;
 
+	c->t0_ns = fb_clock_ns();
+	c->mix   = 0;
+	obs_counter_add(c->rpc->m.bytes_in, nng_msg_len(c->req));
 	if (psw_msg_parse(c->req, &c->frame, &why) != FB_OK) {
 		c->frame.method = 0;
 		reply_status(c, 0, PSWIRE__STATUS__INVALID_ARGUMENT, why);
@@ -133,6 +197,7 @@ handle(struct ps_call *c)
 		    "a reply frame was sent as a request");
 		return;
 	}
+	c->mix = method_ix(c->frame.method);
 	c->hdr = pswire__header__unpack(NULL, c->frame.hdr_len, c->frame.hdr);
 	if (c->hdr == NULL) {
 		reply_status(c, 0, PSWIRE__STATUS__INVALID_ARGUMENT,
@@ -182,15 +247,85 @@ call_cb(void *arg)
 	}
 }
 
+// add registers one series of the request metrics; FB_ENOMEM or FB_OK.
+static int
+add(struct obs_registry *reg, enum obs_type type, const char *name,
+    const char *help, const char *labels, unsigned flags,
+    struct obs_metric **out)
+{
+	int hist = type == OBS_HISTOGRAM;
+	return obs_metric_add(reg, type, name, help, labels,
+	    hist ? obs_latency_buckets : NULL, hist ? obs_latency_nbuckets : 0,
+	    flags, out);
+}
+
+// metrics_register registers every request series in reg. Methods and
+// statuses nobody uses stay out of a scrape (OBS_HIDE_ZERO).
+static int
+metrics_register(struct rpc_metrics *m, struct obs_registry *reg)
+{
+	char lab[128];
+	int  rv = FB_OK;
+	for (size_t i = 0; i < N_METHODS && rv == FB_OK; i++) {
+		const char *mn = i == 0 ? "unknown"
+		                        : psw_method_name(methods[i]);
+		snprintf(lab, sizeof(lab), "method=\"%s\"", mn);
+		rv = add(reg, OBS_COUNTER, "ferry_rpc_requests_total",
+		    "Requests answered, by method.", lab, OBS_HIDE_ZERO,
+		    &m->requests[i]);
+	}
+	for (size_t i = 0; i < N_METHODS && rv == FB_OK; i++) {
+		const char *mn = i == 0 ? "unknown"
+		                        : psw_method_name(methods[i]);
+		for (size_t k = 1; k < N_STATUSES && rv == FB_OK; k++) {
+			int st = k < 17 ? (int) k
+			                : PSWIRE__STATUS__STALE_EPOCH;
+			snprintf(lab, sizeof(lab),
+			    "method=\"%s\",status=\"%s\"", mn,
+			    psw_status_name(st));
+			rv = add(reg, OBS_COUNTER, "ferry_rpc_errors_total",
+			    "Requests answered with a status other than OK, "
+			    "by method and status.",
+			    lab, OBS_HIDE_ZERO, &m->errors[i][k]);
+		}
+	}
+	for (size_t i = 0; i < N_METHODS && rv == FB_OK; i++) {
+		const char *mn = i == 0 ? "unknown"
+		                        : psw_method_name(methods[i]);
+		snprintf(lab, sizeof(lab), "method=\"%s\"", mn);
+		rv = add(reg, OBS_HISTOGRAM,
+		    "ferry_rpc_request_duration_seconds",
+		    "Time from receiving a request to sending its answer, "
+		    "parked time included, by method.",
+		    lab, OBS_HIDE_ZERO, &m->seconds[i]);
+	}
+	if (rv == FB_OK) {
+		rv = add(reg, OBS_COUNTER, "ferry_rpc_received_bytes_total",
+		    "Bytes of requests received (frames included).", NULL, 0,
+		    &m->bytes_in);
+	}
+	if (rv == FB_OK) {
+		rv = add(reg, OBS_COUNTER, "ferry_rpc_sent_bytes_total",
+		    "Bytes of answers sent (frames included).", NULL, 0,
+		    &m->bytes_out);
+	}
+	return rv;
+}
+
 int
 ps__rpc_open(const char *url, int ncontexts, size_t max_msg,
-    ps_rpc_handler handler, void *arg, struct ps_rpc **out)
+    ps_rpc_handler handler, void *arg, struct obs_registry *reg,
+    struct ps_rpc **out)
 {
 	struct ps_rpc *r;
 	int            rv;
 
 	if ((r = fb_zalloc(sizeof(*r))) == NULL) {
 		return FB_ENOMEM;
+	}
+	if ((rv = metrics_register(&r->m, reg)) != FB_OK) {
+		fb_free(r);
+		return rv;
 	}
 	r->handler = handler;
 	r->arg     = arg;

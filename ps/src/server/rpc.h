@@ -7,6 +7,12 @@
 // pointer and returns) and replies later from any thread. Until its reply
 // is sent a parked call's context receives nothing more, so N bounds the
 // number of requests in flight.
+//
+// METRICS. Every request is counted here, the one place all of them pass:
+// by method when answered (ferry_rpc_requests_total), by method and status
+// when the answer is not OK (ferry_rpc_errors_total), bytes in and out,
+// and the time from receipt to reply (parking included) per method. The
+// series are registered at open and updated with relaxed atomics.
 #ifndef PS_RPC_H
 #define PS_RPC_H
 
@@ -14,6 +20,7 @@
 #include <stdint.h>
 
 #include "ferry.pb-c.h"
+#include "obs/obs.h"
 #include "psw/psw.h"
 
 struct ps_rpc;
@@ -30,6 +37,8 @@ struct ps_call {
 	uint64_t         deadline;     // absolute fb_clock_ms(); 0 = none
 	struct ps_call  *next;         // for handlers' park lists
 	uint64_t         park_version; // for handlers' use while parked
+	uint64_t         t0_ns;        // fb_clock_ns() at receipt
+	int              mix;          // method's metrics index
 };
 
 typedef void (*ps_rpc_handler)(void *arg, struct ps_call *call);
@@ -37,9 +46,12 @@ typedef void (*ps_rpc_handler)(void *arg, struct ps_call *call);
 // ps__rpc_open listens on url with ncontexts contexts and starts serving;
 // handler(arg, call) is called for every well-formed request (frames that
 // cannot be parsed get an INVALID_ARGUMENT reply here, with the reason).
-// max_msg caps the receive size. *out is released with ps__rpc_close.
+// max_msg caps the receive size. The request metrics (METRICS above) are
+// registered in reg, which must outlive the rpc. *out is released with
+// ps__rpc_close. Errors: FB_ENOMEM, FB_ETRANSPORT (cannot listen).
 int ps__rpc_open(const char *url, int ncontexts, size_t max_msg,
-    ps_rpc_handler handler, void *arg, struct ps_rpc **out);
+    ps_rpc_handler handler, void *arg, struct obs_registry *reg,
+    struct ps_rpc **out);
 
 // ps__rpc_url writes the bound URL (with the real port if url had port 0).
 const char *ps__rpc_url(const struct ps_rpc *rpc);

@@ -93,8 +93,9 @@ ps_scheduler_open(const struct ps_scheduler_opts *o, struct ps_scheduler **out)
 		ps_scheduler_close(s);
 		return FB_ENOMEM;
 	}
-	if ((rv = ps__rpc_open(o->url, o->contexts, o->max_msg, dispatch, s,
-	         &s->rpc)) != FB_OK) {
+	if ((rv = ps__sched_metrics_open(s)) != FB_OK ||
+	    (rv = ps__rpc_open(o->url, o->contexts, o->max_msg, dispatch, s,
+	         s->reg, &s->rpc)) != FB_OK) {
 		ps_scheduler_close(s);
 		return rv;
 	}
@@ -138,6 +139,7 @@ ps_scheduler_close(struct ps_scheduler *s)
 	fb_free(s->trainer_gone);
 	fb_free(s->assign);
 	fb_free(s->shard_size);
+	obs_registry_free(s->reg);
 	pthread_mutex_destroy(&s->mu);
 	fb_free(s);
 }

@@ -8,12 +8,14 @@
 //   scheduler_place.c   the placement map: build, replan, publish
 //   scheduler_reply.c   GetPlacement (parked until a map exists), and the
 //                       acknowledgements of Heartbeat, Leave, ReportLinks
+//   scheduler_obs.c     metrics read at scrape time, readiness, the
+//                       /debug/state JSON
 // dispatch -> members -> place -> reply; members -> job. The placement
 // policy itself (the 10% rule, capacities, round-robin over live servers)
 // is pure code in sharding/ (shard_policy_*).
 //
-// LOCKING. One mutex, s->mu, guards every field below except opts and
-// rpc, which are set at open and never change. Requests are tiny and rare
+// LOCKING. One mutex, s->mu, guards every field below except opts, rpc
+// and reg, which are set at open and never change. Requests are tiny and rare
 // (registration, placement fetches), so there is nothing to stripe. The
 // functions below say whether they take mu or expect it held; none blocks
 // while holding it.
@@ -59,6 +61,7 @@ struct ps_scheduler {
 	char                     start_error[256];
 	uint8_t                 *gone;         // [servers] left the job
 	uint8_t                 *trainer_gone; // [trainers] left the job
+	struct obs_registry     *reg;          // metrics; immutable after open
 };
 
 // ps__sched_probing says whether trainers measure their links before the
@@ -130,6 +133,12 @@ void ps__sched_replan(struct ps_scheduler *s, const char *why, int force);
 // answers the parked calls it satisfies. Returns FB_OK or FB_ENOMEM (the
 // map in force stays). mu held; the job has started.
 int ps__sched_republish(struct ps_scheduler *s, const uint32_t *assign);
+
+// ---- scheduler_obs.c: what an operator sees -----------------------------
+
+// ps__sched_metrics_open makes s->reg with the scheduler's scrape-time
+// collector (members, map epoch, links). Errors: FB_ENOMEM. At open.
+int ps__sched_metrics_open(struct ps_scheduler *s);
 
 // ---- scheduler_reply.c: answers ------------------------------------------
 

@@ -165,8 +165,10 @@ ps_server_open(const struct ps_server_opts *o, struct ps_server **out)
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&s->delivered, &ca);
 	pthread_condattr_destroy(&ca);
-	if ((rv = ps__rpc_open(o->url, o->contexts, o->max_msg, dispatch, s,
-	         &s->rpc)) != FB_OK) {
+	if ((rv = ps__server_metrics_open(s)) != FB_OK ||
+	    (rv = ps__rpc_open(o->url, o->contexts, o->max_msg, dispatch, s,
+	         s->reg, &s->rpc)) != FB_OK) {
+		obs_registry_free(s->reg);
 		pthread_cond_destroy(&s->delivered);
 		pthread_cond_destroy(&s->decoded);
 		pthread_mutex_destroy(&s->mu);
@@ -238,6 +240,8 @@ ps_server_close(struct ps_server *s)
 	}
 	fb_free(s->scratch);
 	fb_free(s->gone);
+	fb_free(s->last_rank);
+	obs_registry_free(s->reg);
 	fb_free(s->shards);
 	fb_free(s->local);
 	fb_free(s->sum);

@@ -95,10 +95,10 @@ struct srv_shard {
 	uint64_t  version;
 	int       init; // version-0 weights have arrived
 	uint64_t  seen; // duplicate check stamp
-	// stuck-round diagnostics (sync): when the current round's first
-	// push was committed (fb_clock_ms; 0: unknown, e.g. the shard arrived
-	// with pushes staged) and the round already warned about, as
-	// version + 1 (0: none). The sweeper reads both.
+	// The current sync round's wait: when its first push was committed
+	// (fb_clock_ns; 0: none), for the round-wait histogram and the
+	// stuck-round sweeper, and the round already warned about, as
+	// version + 1 (0: none).
 	uint64_t  round_t0;
 	uint64_t  stall_warned;
 	// pull reference and delta log (only with a pull codec)
@@ -152,6 +152,12 @@ struct ps_server {
 	// stuck rounds: warnings logged, and the last one's text (under mu)
 	atomic_uint_fast64_t  n_stalls;
 	char                  stall_last[PS_STALL_LINE];
+	// metrics (server_obs.c): the registry and the series the hot paths
+	// update; last_rank[r] counts sync rounds rank r completed (under mu)
+	struct obs_registry  *reg;
+	struct obs_metric    *round_wait, *moves_out, *moves_in;
+	uint64_t             *last_rank; // [trainers]
+	atomic_int            leaving;   // ps_server_leave was called
 };
 
 // One REQ context per peer server, opened on first use, for Transfers.
@@ -248,6 +254,16 @@ int ps__ref_plan(const struct ps_server *s, const struct srv_shard *sh,
 // on an nng callback thread; takes mu.
 void ps__on_pull(struct ps_server *s, struct ps_call *c);
 
+// ps__call_n_shards returns how many shards parked (or parkable) call c,
+// a Pull or PushPull, names. mu held (c is on s->parked) or c is ours.
+size_t ps__call_n_shards(const struct ps_call *c);
+
+// ps__call_shard returns the i-th shard id of such a call, with the
+// version of the reference the caller holds (*have) and whether it asked
+// for a full resync (*full).
+uint32_t ps__call_shard(const struct ps_call *c, size_t i, uint64_t *have,
+    int *full);
+
 // ps__pull_wake answers every parked call whose shards are ready. mu held.
 void ps__pull_wake(struct ps_server *s);
 
@@ -300,6 +316,13 @@ int ps__map_apply(struct ps_server *s, Pswire__Placement *pl,
 // ps__peers_close closes every open peer context and frees p's arrays,
 // leaving p zeroed. Boot thread only.
 void ps__peers_close(struct ps_peers *p);
+
+// ---- server_obs.c ----------------------------------------------------------
+
+// ps__server_metrics_open makes s->reg and registers the server's series
+// and its scrape-time collector (shards, versions, parked calls, rounds by
+// last rank). Errors: FB_ENOMEM. Before the server serves.
+int ps__server_metrics_open(struct ps_server *s);
 
 // ---- boot.c ----------------------------------------------------------------
 

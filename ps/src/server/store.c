@@ -114,6 +114,11 @@ ps__shard_apply_sync(struct ps_server *s, struct srv_shard *sh)
 	}
 	sh->version++;
 	ps__ref_publish(s, sh);
+	if (sh->round_t0 != 0) {
+		obs_histogram_observe(s->round_wait,
+		    (double) (fb_clock_ns() - sh->round_t0) * 1e-9);
+		sh->round_t0 = 0;
+	}
 	sh->n_pushed = 0;
 	sh->samples  = 0;
 	memset(sh->state, PS_SLOT_FREE, s->trainers);
@@ -222,8 +227,9 @@ ps__map_install(struct ps_server *s, Pswire__Placement *pl)
 	s->sum       = fb_alloc(maxlen * sizeof(float));
 	s->scratch   = fb_alloc(maxlen * sizeof(float));
 	s->gone      = fb_zalloc(pl->trainers);
+	s->last_rank = fb_zalloc(pl->trainers * sizeof(*s->last_rank));
 	if (s->local == NULL || s->shards == NULL || s->sum == NULL ||
-	    s->scratch == NULL || s->gone == NULL) {
+	    s->scratch == NULL || s->gone == NULL || s->last_rank == NULL) {
 		return FB_ENOMEM;
 	}
 	for (size_t k = 0; k < pl->n_gone_trainers; k++) {

@@ -163,6 +163,7 @@ transfer_decode(struct ps_server *s, struct ps_call *c,
 	sh->init     = t->init;
 	sh->samples  = t->samples;
 	sh->n_pushed = pushed;
+	sh->round_t0 = pushed ? fb_clock_ns() : 0; // waited elsewhere before
 	return 0;
 }
 
@@ -203,6 +204,7 @@ ps__on_transfer(struct ps_server *s, struct ps_call *c)
 	}
 	s->local[t->shard] = (int32_t) t->shard;
 	s->n_shards++;
+	obs_counter_add(s->moves_in, 1);
 	FB_LOG(FB_LOG_INFO, "move", "shard %u arrived at version %llu",
 	    t->shard, (unsigned long long) t->version);
 	h.request_id = c->hdr->request_id;

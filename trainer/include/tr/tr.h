@@ -350,29 +350,31 @@ tr_backend_evaluate(struct tr_backend *b, const struct tr_dataset *ds,
 enum tr_mode { TR_MODE_SYNC = 0, TR_MODE_ASYNC = 1 };
 
 struct tr_config {
-	const char      *scheduler;    // --scheduler URL (required to train)
-	int              rank;         // --rank
-	const char      *data_dir;     // --data
-	struct tr_arch   arch;         // --layers
-	size_t           batch;        // --batch (per trainer)
-	double           lr;           // --lr
-	int              epochs;       // --epochs
-	uint64_t         seed;         // --seed
-	int              mode;         // --mode sync|async
-	int              log_interval; // --log-interval (0: epoch ends only)
-	const char      *codec_push;   // --codec-push
-	const char      *codec_pull;   // --codec-pull
-	uint32_t         bucket;       // --bucket
-	uint32_t         warmup_steps; // --warmup-steps
-	uint64_t         max_steps;    // --max-steps (0: unlimited)
-	const char      *device;       // --device cpu|cuda|cuda:N
-	int              blas_threads; // --blas-threads
-	const char      *curve;        // --curve FILE (NULL: none)
-	const char      *step_times;   // --step-times FILE (NULL: none)
-	uint32_t         timeout_ms;   // --timeout-ms (libferry deadline)
-	const char      *weights_out;  // --weights-out FILE (NULL: none)
-	int              help;         // --help was given
-	int              print_config; // --print-config was given
+	const char      *scheduler;     // --scheduler URL (required to train)
+	int              rank;          // --rank
+	const char      *data_dir;      // --data
+	struct tr_arch   arch;          // --layers
+	size_t           batch;         // --batch (per trainer)
+	double           lr;            // --lr
+	int              epochs;        // --epochs
+	uint64_t         seed;          // --seed
+	int              mode;          // --mode sync|async
+	int              log_interval;  // --log-interval (0: epoch ends only)
+	const char      *codec_push;    // --codec-push
+	const char      *codec_pull;    // --codec-pull
+	uint32_t         bucket;        // --bucket
+	uint32_t         warmup_steps;  // --warmup-steps
+	uint64_t         max_steps;     // --max-steps (0: unlimited)
+	const char      *device;        // --device cpu|cuda|cuda:N
+	int              blas_threads;  // --blas-threads
+	const char      *curve;         // --curve FILE (NULL: none)
+	const char      *step_times;    // --step-times FILE (NULL: none)
+	uint32_t         timeout_ms;    // --timeout-ms (libferry deadline)
+	const char      *weights_out;   // --weights-out FILE (NULL: none)
+	const char      *http_listen;   // --http-listen host:port ("": off)
+	const char      *http_url_file; // --http-url-file FILE ("": none)
+	int              help;          // --help was given
+	int              print_config;  // --print-config was given
 	// Where each value came from (for --print-config), and the text of
 	// the --config file that string fields may borrow: released by
 	// tr_config_fini.

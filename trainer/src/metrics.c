@@ -1,0 +1,208 @@
+// metrics.c — the trainer's side of observability (metrics.h): its
+// registry and series, the HTTP endpoints, readiness and /debug/state.
+//
+// DESIGN. libferry keeps its own counters (struct ferry_stats) and is not
+// thread-safe, so the HTTP threads never call into the client: after each
+// step the training thread copies ferry_client_stats (a struct copy) into
+// the registry's atomics, and the endpoints read only those. A scrape
+// therefore sees the counters as of the last finished step. The error
+// feedback residual's norm would need a pass over every residual inside
+// libferry per step: not exported (docs/operations.md lists it as not
+// yet).
+#include <stdio.h>
+#include <string.h>
+
+#include "metrics.h"
+#include "tr_impl.h"
+
+#define MOD "metrics"
+
+static const char *const phases[] = { "joining", "running", "done" };
+
+static int
+ready(void *arg, char *why, size_t n)
+{
+	struct tr__metrics *m = arg;
+	int                 p = atomic_load(&m->phase);
+	if (p != TR_PHASE_RUNNING) {
+		snprintf(why, n, "%s",
+		    p == TR_PHASE_JOINING ? "joining the job (not started yet)"
+		                          : "training has ended");
+		return 0;
+	}
+	return 1;
+}
+
+static void
+state(void *arg, struct obs_writer *w)
+{
+	struct tr__metrics *m = arg;
+	int                 p = atomic_load(&m->phase);
+	obs_writer_printf(w,
+	    "{\"role\":\"trainer\",\"rank\":%d,\"phase\":\"%s\","
+	    "\"trainers\":%d,\"steps\":%.0f,\"version\":%.0f,"
+	    "\"map_changes\":%.0f,\"resyncs\":%.0f}",
+	    m->rank, phases[p], p == TR_PHASE_JOINING ? 0 : m->trainers,
+	    obs_metric_value(m->steps), obs_metric_value(m->version),
+	    obs_metric_value(m->map_changes), obs_metric_value(m->resyncs));
+}
+
+// series registers the trainer's series. FB_OK or the first error.
+static int
+series(struct tr__metrics *m)
+{
+	struct {
+		struct obs_metric **out;
+		enum obs_type       type;
+		const char         *name, *help, *labels;
+	} t[] = {
+		{ &m->steps, OBS_COUNTER, "ferry_trainer_steps_total",
+		    "Training steps finished.", NULL },
+		{ &m->samples, OBS_COUNTER, "ferry_trainer_samples_total",
+		    "Training samples processed.", NULL },
+		{ &m->pp_seconds, OBS_HISTOGRAM,
+		    "ferry_trainer_push_pull_duration_seconds",
+		    "Time of each step's push-pull, waiting for the other "
+		    "trainers included.",
+		    NULL },
+		{ &m->compute_seconds, OBS_HISTOGRAM,
+		    "ferry_trainer_compute_duration_seconds",
+		    "Time of each step's minibatch and gradient.", NULL },
+		{ &m->bytes_out, OBS_COUNTER, "ferry_trainer_sent_bytes_total",
+		    "Bytes sent to servers by pushes (frames included).",
+		    NULL },
+		{ &m->bytes_in, OBS_COUNTER,
+		    "ferry_trainer_received_bytes_total",
+		    "Bytes received from servers by pulls (frames included).",
+		    NULL },
+		{ &m->requests, OBS_COUNTER, "ferry_trainer_requests_total",
+		    "Requests libferry sent (all kinds).", NULL },
+		{ &m->version, OBS_GAUGE, "ferry_trainer_version",
+		    "Version of the weights this trainer holds.", NULL },
+		{ &m->resyncs, OBS_COUNTER, "ferry_trainer_resyncs_total",
+		    "Full pulls after a reference checksum mismatch.", NULL },
+		{ &m->map_changes, OBS_COUNTER,
+		    "ferry_trainer_map_changes_total",
+		    "Placement maps re-fetched because shards moved.", NULL },
+		{ &m->reprobes, OBS_COUNTER, "ferry_trainer_reprobes_total",
+		    "Link re-measurements reported to the scheduler.", NULL },
+		{ &m->ratio_push, OBS_GAUGE,
+		    "ferry_trainer_codec_compression_ratio",
+		    "fp32 bytes over wire bytes (frames included) of the "
+		    "steps so far, by direction.",
+		    "direction=\"push\"" },
+		{ &m->ratio_pull, OBS_GAUGE,
+		    "ferry_trainer_codec_compression_ratio", NULL,
+		    "direction=\"pull\"" },
+	};
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		int hist = t[i].type == OBS_HISTOGRAM;
+		int rv   = obs_metric_add(m->reg, t[i].type, t[i].name,
+		      t[i].help, t[i].labels, hist ? obs_latency_buckets : NULL,
+                    hist ? obs_latency_nbuckets : 0, 0, t[i].out);
+		if (rv != FB_OK) {
+			return rv;
+		}
+	}
+	return obs_process_register(m->reg);
+}
+
+int
+tr__metrics_open(struct tr__metrics *m, const struct tr_config *cfg,
+    size_t n_params)
+{
+	struct obs_http_opts o = { 0 };
+	int                  rv;
+
+	memset(m, 0, sizeof(*m));
+	if (cfg->http_listen == NULL || *cfg->http_listen == '\0') {
+		return FB_OK;
+	}
+	m->rank       = cfg->rank;
+	m->fp32_bytes = (uint64_t) n_params * sizeof(float);
+	atomic_init(&m->phase, TR_PHASE_JOINING);
+	if ((rv = obs_registry_alloc(&m->reg)) != FB_OK ||
+	    (rv = series(m)) != FB_OK) {
+		FB_LOG(FB_LOG_ERR, MOD, "metrics: %s", fb_strerror(rv));
+		return rv;
+	}
+	o.listen = cfg->http_listen;
+	o.reg    = m->reg;
+	o.ready  = ready;
+	o.state  = state;
+	o.arg    = m;
+	if ((rv = obs_http_open(&o, &m->http)) != FB_OK) {
+		FB_LOG(FB_LOG_ERR, MOD, "--http-listen=%s: %s",
+		    cfg->http_listen, fb_strerror(rv));
+		return rv;
+	}
+	FB_LOG(FB_LOG_NOTICE, MOD, "http endpoints on %s",
+	    obs_http_url(m->http));
+	if (cfg->http_url_file != NULL && *cfg->http_url_file != '\0' &&
+	    (rv = obs_url_file_write(cfg->http_url_file,
+	         obs_http_url(m->http))) != FB_OK) {
+		FB_LOG(FB_LOG_ERR, MOD, "cannot write --http-url-file %s: %s",
+		    cfg->http_url_file, fb_strerror(rv));
+	}
+	return FB_OK;
+}
+
+void
+tr__metrics_phase(struct tr__metrics *m, int phase, ferry_client *fc)
+{
+	struct ferry_stats st;
+	if (m->reg == NULL) {
+		return;
+	}
+	if (phase == TR_PHASE_RUNNING) {
+		// The ratio counts steps only: not the init offer and the
+		// version-0 pull that came before.
+		ferry_client_stats(fc, &st);
+		m->base_out = st.bytes_pushed;
+		m->base_in  = st.bytes_pulled;
+		m->trainers = ferry_client_trainers(fc);
+	}
+	atomic_store(&m->phase, phase);
+}
+
+void
+tr__metrics_step(struct tr__metrics *m, ferry_client *fc, size_t n,
+    uint64_t compute_ns, uint64_t pp_ns)
+{
+	struct ferry_stats st;
+	double             steps;
+	if (m->reg == NULL) {
+		return;
+	}
+	ferry_client_stats(fc, &st);
+	obs_counter_add(m->steps, 1);
+	obs_counter_add(m->samples, n);
+	obs_histogram_observe(m->compute_seconds, (double) compute_ns * 1e-9);
+	obs_histogram_observe(m->pp_seconds, (double) pp_ns * 1e-9);
+	obs_counter_set(m->bytes_out, st.bytes_pushed);
+	obs_counter_set(m->bytes_in, st.bytes_pulled);
+	obs_counter_set(m->requests, st.requests);
+	obs_gauge_set(m->version, (double) st.version);
+	obs_counter_set(m->resyncs, st.resyncs);
+	obs_counter_set(m->map_changes, st.map_changes);
+	obs_counter_set(m->reprobes, st.reprobes);
+	steps = obs_metric_value(m->steps);
+	if (st.bytes_pushed > m->base_out) {
+		obs_gauge_set(m->ratio_push,
+		    steps * (double) m->fp32_bytes /
+		        (double) (st.bytes_pushed - m->base_out));
+	}
+	if (st.bytes_pulled > m->base_in) {
+		obs_gauge_set(m->ratio_pull,
+		    steps * (double) m->fp32_bytes /
+		        (double) (st.bytes_pulled - m->base_in));
+	}
+}
+
+void
+tr__metrics_close(struct tr__metrics *m)
+{
+	obs_http_close(m->http);
+	obs_registry_free(m->reg);
+	memset(m, 0, sizeof(*m));
+}
