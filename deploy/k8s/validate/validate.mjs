@@ -9,14 +9,20 @@
 //   tsc       a type check against kubernetes-types: wrong apiVersion/kind,
 //             misspelled fields, wrong types, missing required fields
 //   schema    kubernetes-models' JSON schemas: enums, quantities, types
-//   rules     what only an API server or Ferry itself would catch (below)
+//   rules     what only an API server or Ferry itself would catch (below,
+//             and ferry.mjs: config files, probes, grace periods, scrape
+//             annotations, PodDisruptionBudget, NetworkPolicy, and the
+//             structure of the ServiceMonitor CRD, which has no types)
 //   kustomize when `kubectl kustomize` works, its rendering must equal ours
+// The Grafana dashboards in deploy/monitoring form one more set, checked by
+//   dashboard valid JSON; every panel's PromQL names registered metrics
 //
 // A bad case is a kustomization directory (usually ../../overlays/cpu plus a
 // patch) or a single manifest file; its first lines say what must reject it:
 //   # expect: <validator> <text that must appear in one of its messages>
 // (one line per expectation; every one must be met). `# needs: build` skips
-// a case when no build of ps-server and trainer is there.
+// a case when no build of ps-server and trainer is there. A bad dashboard
+// case is a directory of *.json files and a file `expect` holding those lines.
 //
 // Options: -v prints every message of the bad cases too.
 import { execFileSync, spawnSync } from "node:child_process";
@@ -25,6 +31,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { createRequire } from "node:module";
 import YAML from "yaml";
+import * as ferry from "./ferry.mjs";
 
 const require = createRequire(import.meta.url);
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -106,12 +113,14 @@ function smp(base, patch, where) {
     if (typeof key === "function") key = key([...(base ?? []), ...patch]);
     if (!key || !Array.isArray(base)) return structuredClone(patch);
     const out = structuredClone(base);
+    const added = [];
     for (const p of patch) {
       const i = out.findIndex((e) => e?.[key] === p?.[key]);
-      if (i < 0) out.push(structuredClone(p));
+      if (i < 0) added.push(structuredClone(p));
       else out[i] = smp(out[i], p, "");
     }
-    return out;
+    return [...added, ...out]; // kustomize puts new entries first
+
   }
   if (typeof patch !== "object" || typeof base !== "object" || base === null || Array.isArray(base))
     return structuredClone(patch);
@@ -146,10 +155,14 @@ function loadSets() {
   const ov = path.join(K8S, "overlays");
   for (const d of fs.readdirSync(ov).sort())
     sets.push({ name: `overlays/${d}`, src: path.join(ov, d), bad: false });
+  const mon = path.join(REPO, "deploy/monitoring");
+  sets.push({ name: "monitoring", src: mon, bad: false, dashboards: jsonFiles(mon) });
   const bad = path.join(HERE, "bad");
   for (const d of fs.readdirSync(bad).sort()) {
     const src = path.join(bad, d);
-    const head = fs.statSync(src).isDirectory() ? path.join(src, "kustomization.yaml") : src;
+    const dash = fs.statSync(src).isDirectory() && !fs.existsSync(path.join(src, "kustomization.yaml"));
+    const head = dash ? path.join(src, "expect")
+      : fs.statSync(src).isDirectory() ? path.join(src, "kustomization.yaml") : src;
     const expect = [];
     for (const line of fs.readFileSync(head, "utf8").split("\n")) {
       const m = /^#\s*expect:\s*(\S+)\s+(.+?)\s*$/.exec(line);
@@ -157,11 +170,14 @@ function loadSets() {
     }
     if (!expect.length) throw new Error(`${rel(head)}: no '# expect: <validator> <text>' line`);
     const needsBuild = /^#\s*needs:\s*build\s*$/m.test(fs.readFileSync(head, "utf8"));
-    sets.push({ name: `bad/${d}`, src, bad: true, expect, skip: needsBuild && !OPTIONS });
+    sets.push({ name: `bad/${d}`, src, bad: true, expect, skip: needsBuild && !!FACTS.options.skip,
+      dashboards: dash ? jsonFiles(src) : undefined });
   }
   for (const s of sets) {
     s.errors = []; // {validator, msg}
     s.files = [];
+    s.objs = [];
+    if (s.dashboards) continue;
     try {
       if (fs.statSync(s.src).isDirectory()) s.objs = render(s.src, s.files);
       else { s.files.push(s.src); s.objs = parseDocs(s.src); }
@@ -171,6 +187,10 @@ function loadSets() {
     }
   }
   return sets;
+}
+
+function jsonFiles(dir) {
+  return fs.readdirSync(dir).filter((f) => f.endsWith(".json")).sort().map((f) => path.join(dir, f));
 }
 
 // ---------------------------------------------------------------- yamllint
@@ -214,6 +234,7 @@ function tsc(sets) {
     const body = [];
     const spans = [];
     s.objs.forEach((o, i) => {
+      if (ferry.CRDS.has(`${o.apiVersion} ${o.kind}`)) return; // no types: checked in rules
       const mod = TYPES[o.kind];
       if (!mod) {
         s.errors.push({ validator: "tsc", msg: `${id(o)}: kind '${o.kind}' has no type in the TYPES table` });
@@ -260,6 +281,7 @@ function tsc(sets) {
 // ---------------------------------------------------------------- schema
 function schema(sets) {
   for (const s of sets) for (const o of s.objs) {
+    if (ferry.CRDS.has(`${o.apiVersion} ${o.kind}`)) continue; // no schema: checked in rules
     const [group, version] = (o.apiVersion ?? "").includes("/") ? o.apiVersion.split("/") : ["", o.apiVersion];
     const dir = group === "" ? version : `${group}/${version}`;
     let Model;
@@ -284,21 +306,13 @@ function schema(sets) {
 }
 
 // ---------------------------------------------------------------- rules
-function ferryOptions() {
-  // Every FERRY_<NAME> key in a ConfigMap must be an option of ps-server or
-  // the trainer (their --help lists them: the config table). Needs a build.
-  const build = path.resolve(REPO, process.env.FERRY_BUILD_DIR ?? "build");
-  const opts = new Set();
-  for (const bin of ["ps/ps-server", "trainer/trainer"]) {
-    const b = path.join(build, bin);
-    if (!fs.existsSync(b)) return null;
-    const help = execFileSync(b, ["--help"], { encoding: "utf8" });
-    for (const m of help.matchAll(/^\s+--([a-z][a-z0-9-]*)/gm))
-      opts.add("FERRY_" + m[1].toUpperCase().replaceAll("-", "_"));
-  }
-  return opts;
-}
-const OPTIONS = ferryOptions();
+// Ferry's own tables (ferry.mjs): options from --help of a build, the
+// HTTP endpoints and the metric families from the sources.
+const FACTS = {
+  options: ferry.options(path.resolve(REPO, process.env.FERRY_BUILD_DIR ?? "build")),
+  endpoints: ferry.endpoints(REPO),
+  ...ferry.metrics(REPO),
+};
 
 function rules(s) {
   const err = (msg) => s.errors.push({ validator: "rules", msg });
@@ -338,7 +352,9 @@ function rules(s) {
       else if (svc.spec?.clusterIP !== "None") err(`${id(o)}: ${what} '${name}' is not a headless Service (clusterIP: None)`);
       else if (!matches(svc.spec?.selector, labels)) err(`${id(o)}: headless Service '${name}' does not select its pods`);
     }
-    const usesFerryEnv = (c) => (c.envFrom ?? []).some((e) => e.configMapRef) ||
+    // ps-server and the trainer read every FERRY_<NAME> variable
+    const usesFerryEnv = (c) => ["ps-server", "trainer"].includes(path.basename(String(c.command?.[0] ?? ""))) ||
+      (c.envFrom ?? []).some((e) => e.configMapRef) ||
       (c.env ?? []).some((e) => e.name?.startsWith("FERRY_"));
     const longRunning = o.kind !== "Job" && o.kind !== "CronJob";
     for (const c of containersOf(o)) {
@@ -402,21 +418,16 @@ function rules(s) {
     }
   }
 
-  // Ferry: the ConfigMap's counts agree with the workloads, and its keys are
-  // options the binaries know.
-  const cm = configMaps.get("ferry-config");
-  if (cm) {
-    const d = cm.data ?? {};
-    const sts = byKind("StatefulSet").find((o) => o.metadata?.name === "ferry-server");
-    const job = byKind("Job").find((o) => o.metadata?.name === "ferry-trainer");
-    if (sts && String(sts.spec.replicas ?? 1) !== String(d.FERRY_SERVERS))
-      err(`ConfigMap/ferry-config: FERRY_SERVERS (${d.FERRY_SERVERS}) != ${id(sts)} replicas (${sts.spec.replicas ?? 1})`);
-    if (job && String(job.spec.completions) !== String(d.FERRY_TRAINERS))
-      err(`ConfigMap/ferry-config: FERRY_TRAINERS (${d.FERRY_TRAINERS}) != ${id(job)} completions (${job.spec.completions ?? "unset"})`);
-    if (OPTIONS)
-      for (const k of Object.keys(d))
-        if (!OPTIONS.has(k)) err(`ConfigMap/ferry-config: ${k} is not an option of ps-server or trainer (--help)`);
-  }
+  ferry.ferryRules({ err, podSpecOf, podLabelsOf, containersOf, matches, configMaps, services,
+    workloads, byKind, id }, FACTS);
+}
+
+// ---------------------------------------------------------------- dashboard
+function dashboards(s) {
+  if (s.dashboards && !s.dashboards.length) s.errors.push({ validator: "dashboard", msg: "no *.json dashboard" });
+  for (const f of s.dashboards ?? [])
+    for (const msg of ferry.dashboardProblems(fs.readFileSync(f, "utf8"), FACTS))
+      s.errors.push({ validator: "dashboard", msg: `${rel(f)}: ${msg}` });
 }
 
 // ---------------------------------------------------------------- kustomize
@@ -428,7 +439,7 @@ function kubectlKustomize(sets) {
     id(a) < id(b) ? -1 : id(a) > id(b) ? 1 : 0));
   for (const s of sets) {
     // bad cases too: a planted error must not hide a renderer difference
-    if (!fs.statSync(s.src).isDirectory() || (s.bad && !s.objs.length)) continue;
+    if (!fs.statSync(s.src).isDirectory() || s.dashboards || (s.bad && !s.objs.length)) continue;
     const r = spawnSync("kubectl", ["kustomize", s.src], { encoding: "utf8" });
     if (r.status !== 0) { s.errors.push({ validator: "kustomize", msg: r.stderr.trim() }); continue; }
     const theirs = YAML.parseAllDocuments(r.stdout).map((d) => d.toJS()).filter(Boolean);
@@ -451,7 +462,8 @@ const sets = loadSets();
 yamllint(sets);
 tsc(sets);
 schema(sets);
-for (const s of sets) rules(s);
+for (const s of sets) if (s.objs.length) rules(s);
+for (const s of sets) dashboards(s);
 const kz = kubectlKustomize(sets);
 
 // keep the rendered good sets for inspection
@@ -467,6 +479,8 @@ for (const s of sets) {
       failed++;
       console.log(`FAIL ${s.name}: ${s.errors.length} problem(s)`);
       for (const e of s.errors) console.log(`  ${e.validator}: ${e.msg}`);
+    } else if (s.dashboards) {
+      console.log(`ok   ${s.name}: ${s.dashboards.map(rel).join(", ")}`);
     } else {
       console.log(`ok   ${s.name}: ${s.objs.length} objects (${s.objs.map(id).join(", ")})`);
     }
@@ -488,5 +502,6 @@ for (const s of sets) {
   }
 }
 console.log(`k8s-validate: ${sets.length} sets, ${failed} failed; kubectl kustomize: ${kz}; ` +
-  `option check: ${OPTIONS ? "against --help" : "skipped (no build)"}; ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+  `option check: ${FACTS.options.skip ? `skipped (${FACTS.options.skip})` : "against --help"}; ` +
+  `${FACTS.endpoints.size} endpoints, ${FACTS.names.size} metric families; ${((Date.now() - t0) / 1000).toFixed(1)} s`);
 process.exit(failed ? 1 : 0);
