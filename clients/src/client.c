@@ -11,6 +11,7 @@
 // every server, request.c builds the requests and reply.c takes the
 // replies apart (into the caller's tensors or a pull sink). The structs
 // they share live in client_impl.h.
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -260,4 +261,20 @@ FERRY_API int
 ferry_client_trainers(const ferry_client *c)
 {
 	return c != NULL && c->pl != NULL ? (int) c->pl->trainers : 0;
+}
+
+FERRY_API double
+ferry_client_ef_residual_norm(const ferry_client *c)
+{
+	double sum = 0;
+	if (c == NULL || c->resid == NULL) {
+		return 0;
+	}
+	for (size_t t = 0; t < c->n_tensors; t++) {
+		const float *e = c->resid[t];
+		for (size_t i = 0; e != NULL && i < c->tensor_len[t]; i++) {
+			sum += (double) e[i] * e[i];
+		}
+	}
+	return sqrt(sum);
 }

@@ -269,6 +269,56 @@ START_TEST(test_push_staged_codes)
 }
 END_TEST
 
+// The residual norm is the L2 norm of what one error-feedback step from a
+// zero residual leaves out, over every shard: a wrong sum, a missed tensor
+// or shard, or a norm of the gradient instead would fail.
+START_TEST(test_ef_residual_norm)
+{
+	ferry_client *c = fake_client("q4", NULL, lens, 2, 2, sh, 4);
+	float         g[2][40];
+	const float  *gp[2] = { g[0], g[1] };
+	struct xfer   x     = {
+		      .op        = OP_PUSH,
+		      .g         = gp,
+		      .n_samples = 1,
+		      .codec     = &c->cpush,
+	};
+	size_t total = 0;
+	double want  = 0;
+
+	ck_assert(ferry_client_ef_residual_norm(NULL) == 0);
+	fill(g);
+	for (size_t i = 0; i < 4; i++) {
+		c->code_off[i] = total;
+		total += comp_bound(&c->cpush, sh[i].len);
+	}
+	c->codes = fb_alloc(total);
+	for (size_t t = 0; t < 2; t++) {
+		c->resid[t] = fb_zalloc(lens[t] * sizeof(float));
+	}
+	ck_assert(ferry_client_ef_residual_norm(c) == 0);
+	ck_assert_int_eq(ferry__codes_stage(c, &x), FERRY_OK);
+	for (size_t i = 0; i < 4; i++) {
+		float    e[16] = { 0 };
+		uint8_t  codes[256];
+		size_t   out;
+		uint64_t rng = 1;
+		ck_assert_int_eq(
+		    comp_ef_encode(&c->cpush, g[sh[i].tensor] + sh[i].offset,
+		        e, sh[i].len, &rng, codes, sizeof(codes), &out),
+		    FB_OK);
+		for (size_t j = 0; j < sh[i].len; j++) {
+			want += (double) e[j] * e[j];
+		}
+	}
+	want = sqrt(want);
+	ck_assert(want > 0);
+	ck_assert_double_eq_tol(ferry_client_ef_residual_norm(c), want,
+	    1e-9 * want);
+	ferry_client_close(c);
+}
+END_TEST
+
 // The caller's codes (push_pull_encoded) go out as given.
 START_TEST(test_push_caller_codes)
 {
@@ -317,6 +367,7 @@ suite_request(void)
 	tcase_add_test(tc, test_push_many_shards);
 	tcase_add_test(tc, test_push_staged_codes);
 	tcase_add_test(tc, test_push_caller_codes);
+	tcase_add_test(tc, test_ef_residual_norm);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -28,7 +28,8 @@ struct tr__metrics {
 	struct obs_metric   *bytes_out, *bytes_in, *requests, *version;
 	struct obs_metric   *resyncs, *map_changes, *reprobes;
 	struct obs_metric   *ratio_push, *ratio_pull;
-	atomic_int           phase; // enum tr__phase
+	struct obs_metric   *ef_norm; // every TR_EF_NORM_EVERY steps
+	atomic_int           phase;   // enum tr__phase
 	int                  rank, trainers;
 	uint64_t             fp32_bytes; // one full gradient, in bytes
 	// libferry's byte counts when training began (the init offer and

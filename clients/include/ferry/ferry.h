@@ -340,6 +340,15 @@ FERRY_API const char *ferry_client_last_error(const ferry_client *c);
 // after ferry_client_declare; 0 before).
 FERRY_API int ferry_client_trainers(const ferry_client *c);
 
+// ferry_client_ef_residual_norm returns the L2 norm, over every declared
+// tensor, of the push side's error-feedback residual (what quantization
+// left out of the pushes so far and will add to the next ones). 0 before
+// ferry_client_declare, without a push codec, and when the caller encodes
+// its own gradients (ferry_client_push_pull_encoded keeps its residual
+// itself). It reads the whole residual, O(model size): call it every few
+// steps, not on every one. Same thread as the step calls.
+FERRY_API double ferry_client_ef_residual_norm(const ferry_client *c);
+
 #ifdef __cplusplus
 }
 #endif
