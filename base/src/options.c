@@ -140,6 +140,20 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	    .doc  = "a sync round that waits longer than this for the "
 	            "pushes of some trainers logs, once, which ranks it waits "
 	            "for and since when (0: never); see §7.1" },
+	[FB_OPT_PS_HEARTBEAT_MS]  = { "heartbeat-ms", SRV, INT(0, 3600000),
+	     .def  = "1000",
+	     .help = "server: heartbeat the scheduler this often (0: never)",
+	     .doc  = "heartbeat the scheduler this often, so that it notices "
+	              "when this server dies (0: never; the scheduler then "
+	              "never declares it dead); see §12" },
+	[FB_OPT_PS_DEAD_AFTER_MS] = { "dead-after-ms", SCH, INT(0, 86400000),
+	    .def  = "5000",
+	    .help = "scheduler: declare a member that heartbeats dead after "
+	            "this long without one (0: never)",
+	    .doc  = "a member that has heartbeated and then stays silent "
+	            "this long is declared dead: a trainer is taken out of "
+	            "the sync rounds, a server's lost shards are logged "
+	            "(0: never); see §12" },
 
 	// ---- trainer -----------------------------------------------------
 	[FB_OPT_TR_SCHEDULER] = { "scheduler", TR, STR_NONEMPTY,
@@ -232,4 +246,11 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	    .help  = "write the HTTP endpoints' base URL to this file",
 	    .doc   = "write the HTTP endpoints' base URL (bound port filled "
 	             "in) to this file once serving" },
+	[FB_OPT_TR_HEARTBEAT_MS]  = { "heartbeat-ms", TR, INT(0, 3600000),
+	     .def  = "1000",
+	     .help = "heartbeat the scheduler this often (0: never)",
+	     .doc  = "heartbeat the scheduler this often from a background "
+	              "thread, so that it notices when this trainer dies and "
+	              "stops the sync rounds from waiting for it (0: never); "
+	              "see §12" },
 };

@@ -172,6 +172,7 @@ ferry_client_close(ferry_client *c)
 	if (c == NULL) {
 		return;
 	}
+	ferry__hb_stop(c);
 	for (size_t i = 0; i < c->n_conns; i++) {
 		nng_close(c->conns[i].sock);
 		nng_aio_free(c->conns[i].aio);

@@ -80,6 +80,7 @@ struct ferry_client {
 	uint64_t           probe_bytes, last_probe_ms;
 	int                declared;
 	uint64_t           next_rid;
+	struct ferry__hb  *hb; // heartbeat thread (heartbeat.c), or NULL
 	struct ferry_stats stats;
 	char               err[512];
 };
@@ -131,6 +132,15 @@ uint32_t ferry__timeout(const ferry_client *c);
 // scheduler refused with FAILED_PRECONDITION: the tensor table differs),
 // FERRY_EREMOTE (any other error status), or ferry__map_err's translation
 // of a transport failure; the message is in c->err.
+// ferry__hb_start starts the heartbeat thread (heartbeat.c) when
+// opts.heartbeat_ms > 0 and it is not running. Errors: FERRY_ENOMEM,
+// FERRY_ECONNECT (with the reason set).
+int ferry__hb_start(ferry_client *c);
+
+// ferry__hb_stop stops and frees the heartbeat thread (a no-op when none
+// runs). Returns once the thread has exited.
+void ferry__hb_stop(ferry_client *c);
+
 int ferry__sched_call(ferry_client *c, Pswire__Header *h, uint8_t method,
     uint32_t tmo, Pswire__Header **rh);
 

@@ -2,7 +2,8 @@
 // the tensor table with the scheduler, probes the links when the
 // scheduler asks for it, waits for the first placement map and allocates
 // the per-shard and per-tensor state every later operation uses;
-// ferry_client_leave tells the scheduler this trainer is gone.
+// ferry_client_leave tells the scheduler this trainer is gone. Declare
+// starts the heartbeat thread (heartbeat.c) and leave stops it.
 #include "client_impl.h"
 
 FERRY_API int
@@ -145,8 +146,10 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 			goto done;
 		}
 	}
+	if ((rv = ferry__hb_start(c)) != FERRY_OK) {
+		goto done;
+	}
 	c->declared = 1;
-	rv          = FERRY_OK;
 done:
 	if (rh != NULL) {
 		pswire__header__free_unpacked(rh, NULL);
@@ -170,6 +173,9 @@ ferry_client_leave(ferry_client *c)
 		return ferry__fail(c, FERRY_ESTATE,
 		    "declare the tensors first");
 	}
+	// Heartbeats stop first: one that arrived after the Leave would be
+	// refused, and a trainer that left must not be declared dead.
+	ferry__hb_stop(c);
 	l.role      = PSWIRE__ROLE__ROLE_TRAINER;
 	l.id        = (uint32_t) c->opts.rank;
 	h.body_case = PSWIRE__HEADER__BODY_LEAVE_REQ;

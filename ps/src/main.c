@@ -189,6 +189,7 @@ main(int argc, char **argv)
 		o.reprobe_s   = (uint32_t) cfg_int(FB_OPT_PS_REPROBE_S);
 		o.reprobe_change_pct = (uint32_t) cfg_int(
 		    FB_OPT_PS_REPROBE_CHANGE_PCT);
+		o.dead_after_ms = (uint32_t) cfg_int(FB_OPT_PS_DEAD_AFTER_MS);
 		if ((rv = ps_scheduler_open(&o, &sched)) != FB_OK) {
 			FB_LOG(FB_LOG_ERR, "main",
 			    "cannot start scheduler: %s", fb_strerror(rv));
@@ -206,6 +207,7 @@ main(int argc, char **argv)
 		o.max_msg  = (size_t) cfg_int(FB_OPT_PS_MAX_MSG_MB) << 20;
 		o.capacity = (uint64_t) cfg_int(FB_OPT_PS_CAPACITY_MB) << 20;
 		o.stall_warn_ms = (uint32_t) cfg_int(FB_OPT_PS_STALL_WARN_MS);
+		o.heartbeat_ms  = (uint32_t) cfg_int(FB_OPT_PS_HEARTBEAT_MS);
 		if (*o.scheduler_url == '\0') {
 			fprintf(stderr,
 			    "ps-server: --role=server needs "

@@ -35,11 +35,15 @@ struct ps_scheduler_opts {
 	uint64_t    seed;        // solver multi-start seed
 	uint32_t    reprobe_s;   // trainers re-probe this often (0: never)
 	uint32_t    reprobe_change_pct; // link change that triggers a replan
+	// A member that heartbeats and then sends nothing for this long (ms)
+	// is declared dead (0 = never). Members that never heartbeat are not
+	// tracked.
+	uint32_t    dead_after_ms;
 };
 #define PS_SCHEDULER_OPTS_INIT                                                \
 	{                                                                     \
 		NULL, 1, 1, 1u << 20, 64, 64u << 20, PS_PLACEMENT_UNIFORM, 7, \
-		    1u << 20, 1, 0, 50                                        \
+		    1u << 20, 1, 0, 50, 5000                                  \
 	}
 
 // ps_scheduler_open starts a scheduler listening on opts->url. *out is
@@ -95,10 +99,13 @@ struct ps_server_opts {
 	// A sync round that waits longer than this (ms) for some ranks'
 	// pushes logs, once, which ranks and since when (0 = never).
 	uint32_t    stall_warn_ms;
+	// Heartbeat the scheduler this often (ms) so that it can tell when
+	// this server dies (0 = never).
+	uint32_t    heartbeat_ms;
 };
 #define PS_SERVER_OPTS_INIT                                                   \
 	{                                                                     \
-		NULL, NULL, NULL, 256, 256u << 20, 10000, 0, 10000            \
+		NULL, NULL, NULL, 256, 256u << 20, 10000, 0, 10000, 1000      \
 	}
 
 // ps_server_open starts a parameter server: it listens on opts->url,

@@ -3,11 +3,45 @@
 // UNAVAILABLE), then watches for every later map epoch and hands it to
 // ps__map_apply.
 //
-// DESIGN. The thread makes only short calls (1 s) so that close is noticed
-// quickly; a GetPlacement the scheduler parks until a new epoch exists is
-// simply re-sent on timeout. It owns the peer connections that moves use,
-// and closes them when it exits.
+// DESIGN. The thread makes only short calls (1 s, or one heartbeat
+// period when shorter) so that close is noticed quickly; a GetPlacement
+// the scheduler parks until a new epoch exists is simply re-sent on
+// timeout, and carries a deadline just past that wait so that the
+// scheduler frees the abandoned call soon after (its REP contexts are
+// finite). Between two waits it sends a Heartbeat when one is due
+// (opts.heartbeat_ms): one socket, one request at a time, and the map
+// watch stays as responsive as the heartbeat period. It owns the peer
+// connections that moves use, and closes them when it exits.
 #include "server_impl.h"
+
+// heartbeat tells the scheduler that server s->index is alive. A lost or
+// refused heartbeat is only logged at debug level: the scheduler judges.
+static void
+heartbeat(struct ps_server *s, nng_ctx ctx, nng_aio *aio, uint64_t rid,
+    int wait_ms)
+{
+	Pswire__Header       h   = PSWIRE__HEADER__INIT;
+	Pswire__LeaveRequest l   = PSWIRE__LEAVE_REQUEST__INIT;
+	ProtobufCMessage    *ph  = NULL;
+	const char          *why = "";
+	int                  rv;
+
+	l.role        = PSWIRE__ROLE__ROLE_SERVER;
+	l.id          = s->index;
+	h.request_id  = rid;
+	h.deadline_ms = (uint32_t) wait_ms;
+	h.body_case   = PSWIRE__HEADER__BODY_LEAVE_REQ;
+	h.leave_req   = &l;
+	rv = psw_call_header(ctx, aio, &h.base, PSWIRE__METHOD__HEARTBEAT, rid,
+	    wait_ms, &ph, &why);
+	if (rv != FB_OK) {
+		FB_LOG(FB_LOG_DEBUG, "boot", "heartbeat: %s",
+		    why && *why ? why : fb_strerror(rv));
+	}
+	if (ph != NULL) {
+		pswire__header__free_unpacked((Pswire__Header *) ph, NULL);
+	}
+}
 
 void *
 ps__boot_main(void *arg)
@@ -19,6 +53,9 @@ ps__boot_main(void *arg)
 	uint64_t          rid = 1;
 	int               rv;
 	struct ps_peers   peers = { 0 };
+	uint32_t          hb_ms = s->opts.heartbeat_ms;
+	int      wait    = hb_ms > 0 && hb_ms < 1000 ? (int) hb_ms : 1000;
+	uint64_t next_hb = 0;
 
 	if (psw_req_open(s->opts.scheduler_url, s->opts.max_msg, 50, 1000,
 	        &sock, &ctx, &aio) != FB_OK) {
@@ -37,6 +74,10 @@ ps__boot_main(void *arg)
 		const char       *why = "";
 		uint8_t           method;
 
+		if (registered && hb_ms > 0 && fb_clock_ms() >= next_hb) {
+			next_hb = fb_clock_ms() + hb_ms;
+			heartbeat(s, ctx, aio, rid++, wait);
+		}
 		h.request_id  = rid++;
 		h.deadline_ms = s->opts.timeout_ms;
 		if (!registered) {
@@ -50,6 +91,7 @@ ps__boot_main(void *arg)
 			// Watch for the next map: the first (epoch 1),
 			// then every re-placement.
 			gp.min_epoch    = s->pl ? s->pl->epoch + 1 : 1;
+			h.deadline_ms   = (uint32_t) wait + 500;
 			h.body_case     = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
 			h.placement_req = &gp;
 			method          = PSWIRE__METHOD__GET_PLACEMENT;
@@ -57,7 +99,7 @@ ps__boot_main(void *arg)
 		// Short timeouts so that close is noticed quickly; the
 		// parked GetPlacement is simply re-sent.
 		rv = psw_call_header(ctx, aio, &h.base, method, h.request_id,
-		    1000, &ph, &why);
+		    wait, &ph, &why);
 		if (rv == FB_ENOMEM) {
 			break;
 		}
@@ -98,6 +140,10 @@ ps__boot_main(void *arg)
 					}
 				}
 			}
+		} else if (rv == FB_EREMOTE && registered &&
+		    ((Pswire__Header *) ph)->status ==
+		        PSWIRE__STATUS__DEADLINE_EXCEEDED) {
+			// The scheduler expired the parked watch: re-send.
 		} else if (rv == FB_EREMOTE) {
 			FB_LOG(FB_LOG_ERR, "boot", "scheduler refused: %s",
 			    why);

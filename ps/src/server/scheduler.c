@@ -86,22 +86,28 @@ ps_scheduler_open(const struct ps_scheduler_opts *o, struct ps_scheduler **out)
 	s->links_seen   = fb_zalloc((size_t) o->trainers);
 	s->gone         = fb_zalloc((size_t) o->servers);
 	s->trainer_gone = fb_zalloc((size_t) o->trainers);
+	s->hb_trainer   = fb_zalloc(sizeof(uint64_t) * (size_t) o->trainers);
+	s->hb_server    = fb_zalloc(sizeof(uint64_t) * (size_t) o->servers);
+	s->server_dead  = fb_zalloc((size_t) o->servers);
 	if (s->trainer_seen == NULL || s->server_urls == NULL ||
 	    s->capacity == NULL || s->lat == NULL || s->bw == NULL ||
 	    s->links_seen == NULL || s->gone == NULL ||
-	    s->trainer_gone == NULL) {
+	    s->trainer_gone == NULL || s->hb_trainer == NULL ||
+	    s->hb_server == NULL || s->server_dead == NULL) {
 		ps_scheduler_close(s);
 		return FB_ENOMEM;
 	}
 	if ((rv = ps__sched_metrics_open(s)) != FB_OK ||
 	    (rv = ps__rpc_open(o->url, o->contexts, o->max_msg, dispatch, s,
-	         s->reg, &s->rpc)) != FB_OK) {
+	         s->reg, &s->rpc)) != FB_OK ||
+	    (rv = ps__sched_live_start(s)) != FB_OK) {
 		ps_scheduler_close(s);
 		return rv;
 	}
 	FB_LOG(FB_LOG_NOTICE, "scheduler",
-	    "listening on %s; expecting %d servers, %d trainers",
-	    ps__rpc_url(s->rpc), o->servers, o->trainers);
+	    "listening on %s; expecting %d servers, %d trainers; a member "
+	    "that heartbeats is declared dead after %u ms of silence",
+	    ps__rpc_url(s->rpc), o->servers, o->trainers, o->dead_after_ms);
 	*out = s;
 	return FB_OK;
 }
@@ -118,7 +124,8 @@ ps_scheduler_close(struct ps_scheduler *s)
 	if (s == NULL) {
 		return;
 	}
-	ps__rpc_close(s->rpc); // parked calls die with their contexts
+	ps__sched_live_stop(s); // it answers parked calls: stop it first
+	ps__rpc_close(s->rpc);  // parked calls die with their contexts
 	if (s->job != NULL) {
 		pswire__job_config__free_unpacked(s->job, NULL);
 	}
@@ -137,6 +144,9 @@ ps_scheduler_close(struct ps_scheduler *s)
 	fb_free(s->links_seen);
 	fb_free(s->gone);
 	fb_free(s->trainer_gone);
+	fb_free(s->hb_trainer);
+	fb_free(s->hb_server);
+	fb_free(s->server_dead);
 	fb_free(s->assign);
 	fb_free(s->shard_size);
 	obs_registry_free(s->reg);

@@ -8,9 +8,13 @@
 //   scheduler_place.c   the placement map: build, replan, publish
 //   scheduler_reply.c   GetPlacement (parked until a map exists), and the
 //                       acknowledgements of Heartbeat, Leave, ReportLinks
+//   scheduler_live.c    liveness: heartbeats, the sweeper thread that
+//                       declares silent members dead and expires parked
+//                       calls
 //   scheduler_obs.c     metrics read at scrape time, readiness, the
 //                       /debug/state JSON
-// dispatch -> members -> place -> reply; members -> job. The placement
+// dispatch -> members -> place -> reply; members -> job; live -> members,
+// place, reply. The placement
 // policy itself (the 10% rule, capacities, round-robin over live servers)
 // is pure code in sharding/ (shard_policy_*).
 //
@@ -23,6 +27,7 @@
 #define PS_SCHEDULER_IMPL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,6 +39,10 @@
 #define PS_MAX_MEMBERS 4096
 // Shards per job: every map lists them all, and servers keep a slot each.
 #define PS_MAX_SHARDS (1u << 20)
+// A parked GetPlacement without a deadline (or with a longer one) is
+// answered DEADLINE_EXCEEDED after this long, so that abandoned calls
+// cannot hold every REP context.
+#define PS_SCHED_PARK_MAX_MS 60000u
 
 struct ps_scheduler {
 	struct ps_scheduler_opts opts; // immutable after open
@@ -61,7 +70,16 @@ struct ps_scheduler {
 	char                     start_error[256];
 	uint8_t                 *gone;         // [servers] left the job
 	uint8_t                 *trainer_gone; // [trainers] left the job
-	struct obs_registry     *reg;          // metrics; immutable after open
+	// Liveness (scheduler_live.c): the fb_clock_ms() of each member's
+	// last heartbeat or request, 0 while it is not tracked (it never
+	// heartbeated, left, or was declared dead).
+	uint64_t                *hb_trainer;  // [trainers]
+	uint64_t                *hb_server;   // [n_servers_seen]
+	uint8_t                 *server_dead; // [n_servers_seen] shards lost
+	struct obs_registry     *reg;         // metrics; immutable after open
+	pthread_t                sweeper;     // scheduler_live.c
+	int                      sweeper_on;  // the thread was started
+	atomic_int               closing;     // tells the sweeper to stop
 };
 
 // ps__sched_probing says whether trainers measure their links before the
@@ -85,6 +103,12 @@ void ps__sched_on_register(struct ps_scheduler *s, struct ps_call *c);
 // server gets no shard in the next map (refused for the last server).
 // Takes mu.
 void ps__sched_on_leave(struct ps_scheduler *s, struct ps_call *c);
+
+// ps__sched_drop_trainer takes trainer id (< trainers) out of the job, as
+// a Leave does: it is no longer tracked for liveness and, once the job
+// runs, a new map lists it as gone (a no-op when it already is). The
+// caller logs why. mu held.
+void ps__sched_drop_trainer(struct ps_scheduler *s, uint32_t id);
 
 // ps__sched_on_report_links serves ReportLinks: one trainer's measured
 // RTT and bandwidth to each server. Counts towards the start barrier; once
@@ -134,6 +158,30 @@ void ps__sched_replan(struct ps_scheduler *s, const char *why, int force);
 // map in force stays). mu held; the job has started.
 int ps__sched_republish(struct ps_scheduler *s, const uint32_t *assign);
 
+// ---- scheduler_live.c: liveness ---------------------------------------
+
+// ps__sched_live_start starts the sweeper thread. Errors: FB_ENOMEM (the
+// thread cannot be created). At open.
+int ps__sched_live_start(struct ps_scheduler *s);
+
+// ps__sched_live_stop stops and joins the sweeper (a no-op when it never
+// started). At close, before the rpc is closed.
+void ps__sched_live_stop(struct ps_scheduler *s);
+
+// ps__sched_touch records a sign of life from a member (any request
+// naming it): it refreshes the member's time when the member is tracked
+// and does nothing otherwise. mu held.
+void ps__sched_touch(struct ps_scheduler *s, int role, uint32_t id);
+
+// ps__sched_live_untrack stops tracking a member (it left). mu held.
+void ps__sched_live_untrack(struct ps_scheduler *s, int role, uint32_t id);
+
+// ps__sched_on_heartbeat serves Heartbeat: with a leave_req body naming a
+// registered member (role, id), starts or refreshes its tracking; replies
+// with the job's trainer and server counts. Without a body it only
+// replies (a liveness probe of the scheduler). Takes mu.
+void ps__sched_on_heartbeat(struct ps_scheduler *s, struct ps_call *c);
+
 // ---- scheduler_obs.c: what an operator sees -----------------------------
 
 // ps__sched_metrics_open makes s->reg with the scheduler's scrape-time
@@ -150,13 +198,17 @@ void ps__sched_answer_parked(struct ps_scheduler *s);
 
 // ps__sched_on_get_placement serves GetPlacement: parks the call until a
 // map of at least its min_epoch (1 without a body) exists, answering at
-// once when one does. Takes mu.
+// once when one does. A parked call expires at its deadline, at most
+// PS_SCHED_PARK_MAX_MS from now (ps__sched_expire_parked). Takes mu.
 void ps__sched_on_get_placement(struct ps_scheduler *s, struct ps_call *c);
 
-// ps__sched_on_heartbeat serves Heartbeat: replies with the job's trainer
-// and server counts. Does not take mu (the server count is read without
-// it, as it always was: a heartbeat only needs a live scheduler).
-void ps__sched_on_heartbeat(struct ps_scheduler *s, struct ps_call *c);
+// ps__sched_expire_parked answers DEADLINE_EXCEEDED to every parked call
+// whose deadline is at or before now_ms. mu held.
+void ps__sched_expire_parked(struct ps_scheduler *s, uint64_t now_ms);
+
+// ps__sched_reply_counts answers c with a RegisterReply that carries the
+// job's trainer and server counts. Reads n_servers_seen without mu.
+void ps__sched_reply_counts(struct ps_scheduler *s, struct ps_call *c);
 
 // ps__sched_reply_leave acknowledges a Leave that was applied, with the
 // job's trainer and server counts. Called without mu, after the change.

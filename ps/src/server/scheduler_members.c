@@ -91,6 +91,8 @@ grow_servers(struct ps_scheduler *s)
 	urls[M]        = NULL;
 	uint64_t *cap  = fb_realloc(s->capacity, (M + 1) * sizeof(uint64_t));
 	uint8_t  *gone = fb_realloc(s->gone, M + 1);
+	uint64_t *hb   = fb_realloc(s->hb_server, (M + 1) * sizeof(uint64_t));
+	uint8_t  *dead = fb_realloc(s->server_dead, M + 1);
 	double   *lat  = fb_alloc(T * (M + 1) * sizeof(double));
 	double   *bw   = fb_alloc(T * (M + 1) * sizeof(double));
 	double   *tmp  = fb_alloc((M ? M : 1) * sizeof(double));
@@ -100,8 +102,14 @@ grow_servers(struct ps_scheduler *s)
 	if (gone != NULL) {
 		s->gone = gone;
 	}
-	if (cap == NULL || gone == NULL || lat == NULL || bw == NULL ||
-	    tmp == NULL) {
+	if (hb != NULL) {
+		s->hb_server = hb;
+	}
+	if (dead != NULL) {
+		s->server_dead = dead;
+	}
+	if (cap == NULL || gone == NULL || hb == NULL || dead == NULL ||
+	    lat == NULL || bw == NULL || tmp == NULL) {
 		fb_free(lat);
 		fb_free(bw);
 		fb_free(tmp);
@@ -109,6 +117,8 @@ grow_servers(struct ps_scheduler *s)
 	}
 	cap[M]  = 0;
 	gone[M] = 0;
+	hb[M]   = 0;
+	dead[M] = 0;
 	for (size_t t = 0; t < T; t++) {
 		for (size_t m = 0; m < M; m++) {
 			lat[t * (M + 1) + m] = s->lat[t * M + m];
@@ -152,6 +162,7 @@ register_server(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
 	if (idx >= 0) {
 		rep->late = s->placement != NULL;
 		rep->id   = (uint32_t) idx;
+		ps__sched_touch(s, PSWIRE__ROLE__ROLE_SERVER, (uint32_t) idx);
 		return 0;
 	}
 	if (s->n_servers_seen >= s->opts.servers && s->placement == NULL) {
@@ -239,6 +250,7 @@ register_trainer(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
 		    "trainer %u registered (%d/%d)", r->rank,
 		    s->n_trainers_seen, s->opts.trainers);
 	}
+	ps__sched_touch(s, PSWIRE__ROLE__ROLE_TRAINER, r->rank);
 	rep->id = r->rank;
 	return 0;
 }
@@ -287,6 +299,18 @@ ps__sched_on_register(struct ps_scheduler *s, struct ps_call *c)
 	}
 }
 
+void
+ps__sched_drop_trainer(struct ps_scheduler *s, uint32_t id)
+{
+	ps__sched_live_untrack(s, PSWIRE__ROLE__ROLE_TRAINER, id);
+	if (!s->trainer_gone[id]) {
+		s->trainer_gone[id] = 1;
+		if (s->placement != NULL) {
+			ps__sched_republish(s, s->assign);
+		}
+	}
+}
+
 // leave_trainer takes trainer id out of the sync rounds: a new map lists
 // it as gone and servers complete pending rounds without it. Returns 0 or
 // a refusal. mu held.
@@ -298,12 +322,9 @@ leave_trainer(struct ps_scheduler *s, uint32_t id, struct refusal *no)
 		    "no trainer %u", id);
 	}
 	if (!s->trainer_gone[id]) {
-		s->trainer_gone[id] = 1;
 		FB_LOG(FB_LOG_NOTICE, "members", "trainer %u leaves", id);
-		if (s->placement != NULL) {
-			ps__sched_republish(s, s->assign);
-		}
 	}
+	ps__sched_drop_trainer(s, id);
 	return 0;
 }
 
@@ -326,6 +347,7 @@ leave_server(struct ps_scheduler *s, uint32_t id, struct refusal *no)
 		    "server %u is the last one: its shards have nowhere to go",
 		    id);
 	}
+	ps__sched_live_untrack(s, PSWIRE__ROLE__ROLE_SERVER, id);
 	if (!s->gone[id]) {
 		s->gone[id] = 1;
 		FB_LOG(FB_LOG_NOTICE, "members", "server %u leaves", id);
@@ -418,6 +440,7 @@ ps__sched_on_report_links(struct ps_scheduler *s, struct ps_call *c)
 		    "trainer %u -> server %zu: rtt %.3f ms, %.1f MB/s",
 		    r->rank, m, r->rtt_s[m] * 1e3, r->bw_bps[m] / 1e6);
 	}
+	ps__sched_touch(s, PSWIRE__ROLE__ROLE_TRAINER, r->rank);
 	if (!s->links_seen[r->rank]) {
 		s->links_seen[r->rank] = 1;
 		s->n_links_seen++;

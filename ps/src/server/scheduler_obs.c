@@ -45,6 +45,35 @@ write_links(struct ps_scheduler *s, struct obs_writer *w, const char *name,
 	}
 }
 
+// write_heartbeats writes the age of each tracked member's last heartbeat
+// (members that never heartbeated, left or were declared dead have no
+// series). mu held.
+static void
+write_heartbeats(struct ps_scheduler *s, struct obs_writer *w)
+{
+	const char *name = "ferry_member_heartbeat_age_seconds";
+	uint64_t    now  = fb_clock_ms();
+	char        lab[64];
+	obs_write_family(w, name,
+	    "Seconds since each tracked member's last heartbeat (or other "
+	    "request); past --dead-after-ms it is declared dead.",
+	    OBS_GAUGE);
+	for (int r = 0; r < 2; r++) {
+		int             n = r ? s->n_servers_seen : s->opts.trainers;
+		const uint64_t *last = r ? s->hb_server : s->hb_trainer;
+		for (int i = 0; i < n; i++) {
+			if (last[i] == 0) {
+				continue;
+			}
+			snprintf(lab, sizeof(lab), "role=\"%s\",id=\"%d\"",
+			    r ? "server" : "trainer", i);
+			obs_write_sample(w, name, lab,
+			    now > last[i] ? (double) (now - last[i]) / 1e3
+			                  : 0.0);
+		}
+	}
+}
+
 static void
 collect(void *arg, struct obs_writer *w)
 {
@@ -89,6 +118,7 @@ collect(void *arg, struct obs_writer *w)
 	obs_write_family(w, "ferry_scheduler_parked_calls",
 	    "GetPlacement calls parked until their map exists.", OBS_GAUGE);
 	obs_write_sample(w, "ferry_scheduler_parked_calls", NULL, parked);
+	write_heartbeats(s, w);
 	write_links(s, w, "ferry_scheduler_link_rtt_seconds",
 	    "Round-trip time of each trainer-server link as the trainer "
 	    "measured it (a server that joined later: the median of the "

@@ -4,7 +4,10 @@
 //
 // DESIGN. GetPlacement calls that arrive before every expected member has
 // registered are parked on a list and answered when the map is published,
-// never by blocking a thread (an rpc handler must not block). A call's
+// never by blocking a thread (an rpc handler must not block). Each parked
+// call holds a REP context, so each has an expiry (its deadline, at most
+// PS_SCHED_PARK_MAX_MS) and the sweeper of scheduler_live.c answers the
+// expired ones. A call's
 // min_epoch says which map it waits for: 0 is the membership map (server
 // URLs only, for probing), 1 the first placement, higher a newer one. The
 // three acknowledgements carry the same body, the job's trainer and server
@@ -70,6 +73,13 @@ ps__sched_on_get_placement(struct ps_scheduler *s, struct ps_call *c)
 	        PSWIRE__HEADER__BODY_PLACEMENT_REQ
 	    ? c->hdr->placement_req->min_epoch
 	    : 1;
+	// Every parked call expires: a client that gave up (the servers'
+	// watch threads re-send every second) must not hold a context for
+	// ever, or the scheduler stops reading requests.
+	uint64_t cap = fb_clock_ms() + PS_SCHED_PARK_MAX_MS;
+	if (c->deadline == 0 || c->deadline > cap) {
+		c->deadline = cap;
+	}
 	pthread_mutex_lock(&s->mu);
 	c->next   = s->parked;
 	s->parked = c;
@@ -77,10 +87,8 @@ ps__sched_on_get_placement(struct ps_scheduler *s, struct ps_call *c)
 	pthread_mutex_unlock(&s->mu);
 }
 
-// reply_counts answers c with a RegisterReply that carries the job's
-// trainer and server counts. Reads n_servers_seen without mu.
-static void
-reply_counts(struct ps_scheduler *s, struct ps_call *c)
+void
+ps__sched_reply_counts(struct ps_scheduler *s, struct ps_call *c)
 {
 	Pswire__Header        h   = PSWIRE__HEADER__INIT;
 	Pswire__RegisterReply rep = PSWIRE__REGISTER_REPLY__INIT;
@@ -92,19 +100,31 @@ reply_counts(struct ps_scheduler *s, struct ps_call *c)
 }
 
 void
-ps__sched_on_heartbeat(struct ps_scheduler *s, struct ps_call *c)
-{
-	reply_counts(s, c);
-}
-
-void
 ps__sched_reply_leave(struct ps_scheduler *s, struct ps_call *c)
 {
-	reply_counts(s, c);
+	ps__sched_reply_counts(s, c);
 }
 
 void
 ps__sched_reply_links(struct ps_scheduler *s, struct ps_call *c)
 {
-	reply_counts(s, c);
+	ps__sched_reply_counts(s, c);
+}
+
+void
+ps__sched_expire_parked(struct ps_scheduler *s, uint64_t now_ms)
+{
+	struct ps_call **pp = &s->parked;
+	while (*pp != NULL) {
+		struct ps_call *c = *pp;
+		if (c->deadline != 0 && c->deadline <= now_ms) {
+			*pp = c->next;
+			ps__call_reply_err(c,
+			    PSWIRE__STATUS__DEADLINE_EXCEEDED,
+			    "no map of epoch %llu before the deadline",
+			    (unsigned long long) c->park_version);
+		} else {
+			pp = &c->next;
+		}
+	}
 }

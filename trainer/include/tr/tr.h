@@ -373,6 +373,7 @@ struct tr_config {
 	const char      *weights_out;   // --weights-out FILE (NULL: none)
 	const char      *http_listen;   // --http-listen host:port ("": off)
 	const char      *http_url_file; // --http-url-file FILE ("": none)
+	uint32_t         heartbeat_ms;  // --heartbeat-ms (0: no heartbeats)
 	int              help;          // --help was given
 	int              print_config;  // --print-config was given
 	// Where each value came from (for --print-config), and the text of

@@ -1,0 +1,201 @@
+// scheduler_live.c — liveness: who is still there. Members heartbeat the
+// scheduler (Heartbeat with their role and id); the sweeper thread declares
+// a member dead once --dead-after-ms passes without a heartbeat or any
+// other request from it, and answers parked GetPlacements whose deadline
+// passed (scheduler_reply.c parks them).
+//
+// DESIGN. Only members that have heartbeated at least once are tracked
+// (hb_* != 0): clients built before heartbeats, and tests that do not send
+// them, are never declared dead. A dead trainer is treated as a Leave: the
+// next map lists it as gone, so sync rounds stop waiting for it, and a
+// round it already pushed to keeps its push (the servers' gone_trainers
+// handling). A dead server is NOT taken out of the map: without replicas
+// or snapshots its shards are lost, and re-placing them would hand the
+// trainers freshly created (zero) shards while the job carries on as if
+// nothing happened. The scheduler logs which shards are lost and leaves
+// the map as it is, so clients keep failing on those shards (UNAVAILABLE,
+// then their deadline) instead of training on wrong weights; a server
+// that was only stalled (SIGSTOP) and heartbeats again is simply back.
+// A member declared dead that registers again rejoins as after a Leave.
+#include <stdio.h>
+
+#include "scheduler_impl.h"
+
+// last_of returns the liveness slot of (role, id), or NULL when there is
+// no such member. mu held.
+static uint64_t *
+last_of(struct ps_scheduler *s, int role, uint32_t id)
+{
+	if (role == PSWIRE__ROLE__ROLE_TRAINER &&
+	    id < (uint32_t) s->opts.trainers) {
+		return &s->hb_trainer[id];
+	}
+	if (role == PSWIRE__ROLE__ROLE_SERVER &&
+	    id < (uint32_t) s->n_servers_seen) {
+		return &s->hb_server[id];
+	}
+	return NULL;
+}
+
+void
+ps__sched_touch(struct ps_scheduler *s, int role, uint32_t id)
+{
+	uint64_t *last = last_of(s, role, id);
+	if (last != NULL && *last != 0) {
+		*last = fb_clock_ms();
+	}
+}
+
+void
+ps__sched_live_untrack(struct ps_scheduler *s, int role, uint32_t id)
+{
+	uint64_t *last = last_of(s, role, id);
+	if (last != NULL) {
+		*last = 0;
+	}
+}
+
+void
+ps__sched_on_heartbeat(struct ps_scheduler *s, struct ps_call *c)
+{
+	Pswire__LeaveRequest *l      = c->hdr->leave_req;
+	int                   status = 0;
+	char                  msg[160];
+
+	if (c->hdr->body_case != PSWIRE__HEADER__BODY_LEAVE_REQ) {
+		ps__sched_reply_counts(s, c); // a probe of the scheduler
+		return;
+	}
+	pthread_mutex_lock(&s->mu);
+	uint64_t *last = last_of(s, l->role, l->id);
+	if (last == NULL) {
+		status = PSWIRE__STATUS__INVALID_ARGUMENT;
+		snprintf(msg, sizeof(msg), "heartbeat from unknown %s %u",
+		    l->role == PSWIRE__ROLE__ROLE_SERVER ? "server" : "trainer",
+		    l->id);
+	} else if (l->role == PSWIRE__ROLE__ROLE_TRAINER &&
+	    s->trainer_gone[l->id]) {
+		// Declared dead (or left): rounds no longer wait for it, so
+		// its pushes would not count. It must register again.
+		status = PSWIRE__STATUS__FAILED_PRECONDITION;
+		snprintf(msg, sizeof(msg),
+		    "trainer %u is not in the job (it left or was declared "
+		    "dead): register again",
+		    l->id);
+	} else {
+		if (*last == 0) {
+			FB_LOG(FB_LOG_INFO, "live", "tracking %s %u",
+			    l->role == PSWIRE__ROLE__ROLE_SERVER ? "server"
+								 : "trainer",
+			    l->id);
+		}
+		*last = fb_clock_ms();
+		if (l->role == PSWIRE__ROLE__ROLE_SERVER &&
+		    s->server_dead[l->id]) {
+			s->server_dead[l->id] = 0;
+			FB_LOG(FB_LOG_NOTICE, "members",
+			    "server %u heartbeats again after it was declared "
+			    "dead; its shards were never re-placed",
+			    l->id);
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (status != 0) {
+		ps__call_reply_err(c, status, "%s", msg);
+	} else {
+		ps__sched_reply_counts(s, c);
+	}
+}
+
+// server_dies logs a dead server and the shards lost with it; the map
+// stays (see DESIGN). mu held.
+static void
+server_dies(struct ps_scheduler *s, uint32_t m)
+{
+	size_t   lost = 0, first = 0;
+	uint64_t bytes = 0;
+	for (size_t i = 0; i < s->n_assign; i++) {
+		if (s->assign[i] == m) {
+			first = lost == 0 ? i : first;
+			lost++;
+			bytes += s->shard_size[i];
+		}
+	}
+	s->server_dead[m] = 1;
+	if (lost > 0) {
+		FB_LOG(FB_LOG_ERR, "members",
+		    "server %u's %zu shard(s) (%llu bytes, the first is shard "
+		    "%zu) are lost: no replica or snapshot holds them; the map "
+		    "is left as it is, so trainers fail on them until the "
+		    "server is back",
+		    m, lost, (unsigned long long) bytes, first);
+	}
+}
+
+// sweep_members declares dead every tracked member silent for longer than
+// dead_after_ms. mu held.
+static void
+sweep_members(struct ps_scheduler *s, uint64_t now)
+{
+	uint64_t after = s->opts.dead_after_ms;
+	for (int r = 0; r < 2; r++) {
+		int       n    = r ? s->n_servers_seen : s->opts.trainers;
+		uint64_t *last = r ? s->hb_server : s->hb_trainer;
+		for (int i = 0; i < n; i++) {
+			if (last[i] == 0 || now - last[i] <= after) {
+				continue;
+			}
+			FB_LOG(FB_LOG_WARN, "members",
+			    "member %s %d dead: no heartbeat for %.1f s",
+			    r ? "server" : "trainer", i,
+			    (double) (now - last[i]) / 1e3);
+			last[i] = 0;
+			if (r) {
+				server_dies(s, (uint32_t) i);
+			} else {
+				ps__sched_drop_trainer(s, (uint32_t) i);
+			}
+		}
+	}
+}
+
+// sweep_main is the sweeper thread: every tick (dead_after/10, at most
+// 100 ms, at least 10 ms) it expires parked calls and sweeps members.
+static void *
+sweep_main(void *arg)
+{
+	struct ps_scheduler *s    = arg;
+	uint64_t             tick = s->opts.dead_after_ms / 10;
+	tick = tick == 0 || tick > 100 ? 100 : tick < 10 ? 10 : tick;
+	while (!atomic_load(&s->closing)) {
+		fb_sleep_us((unsigned) tick * 1000u);
+		uint64_t now = fb_clock_ms();
+		pthread_mutex_lock(&s->mu);
+		ps__sched_expire_parked(s, now);
+		if (s->opts.dead_after_ms > 0) {
+			sweep_members(s, now);
+		}
+		pthread_mutex_unlock(&s->mu);
+	}
+	return NULL;
+}
+
+int
+ps__sched_live_start(struct ps_scheduler *s)
+{
+	if (pthread_create(&s->sweeper, NULL, sweep_main, s) != 0) {
+		return FB_ENOMEM;
+	}
+	s->sweeper_on = 1;
+	return FB_OK;
+}
+
+void
+ps__sched_live_stop(struct ps_scheduler *s)
+{
+	if (s->sweeper_on) {
+		atomic_store(&s->closing, 1);
+		pthread_join(s->sweeper, NULL);
+		s->sweeper_on = 0;
+	}
+}
