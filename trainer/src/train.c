@@ -167,6 +167,7 @@ join_job(struct run *r)
 	fo.warmup_steps  = cfg->warmup_steps;
 	fo.seed          = cfg->seed;
 	fo.log           = ferry_log;
+	fo.heartbeat_ms  = cfg->heartbeat_ms;
 	if (ferry_opts_check(&fo, r->err, sizeof(r->err)) != FERRY_OK) {
 		FB_LOG(FB_LOG_ERR, MOD, "bad options: %s", r->err);
 		return FB_EINVAL;
