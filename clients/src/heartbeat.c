@@ -60,8 +60,8 @@ hb_main(void *arg)
 		uint64_t next = fb_clock_ms() + hb->period_ms;
 		beat(hb, rid++);
 		for (uint64_t now = fb_clock_ms();
-		    now < next && !atomic_load(&hb->stop);
-		    now = fb_clock_ms()) {
+		     now < next && !atomic_load(&hb->stop);
+		     now = fb_clock_ms()) {
 			uint64_t left = next - now;
 			fb_sleep_us((left < 20 ? left : 20) * 1000);
 		}

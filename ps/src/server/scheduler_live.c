@@ -71,7 +71,8 @@ ps__sched_on_heartbeat(struct ps_scheduler *s, struct ps_call *c)
 	if (last == NULL) {
 		status = PSWIRE__STATUS__INVALID_ARGUMENT;
 		snprintf(msg, sizeof(msg), "heartbeat from unknown %s %u",
-		    l->role == PSWIRE__ROLE__ROLE_SERVER ? "server" : "trainer",
+		    l->role == PSWIRE__ROLE__ROLE_SERVER ? "server"
+		                                         : "trainer",
 		    l->id);
 	} else if (l->role == PSWIRE__ROLE__ROLE_TRAINER &&
 	    s->trainer_gone[l->id]) {
@@ -86,7 +87,7 @@ ps__sched_on_heartbeat(struct ps_scheduler *s, struct ps_call *c)
 		if (*last == 0) {
 			FB_LOG(FB_LOG_INFO, "live", "tracking %s %u",
 			    l->role == PSWIRE__ROLE__ROLE_SERVER ? "server"
-								 : "trainer",
+			                                         : "trainer",
 			    l->id);
 		}
 		*last = fb_clock_ms();

@@ -1,0 +1,331 @@
+// test_live.c — the scheduler's liveness, against an in-process scheduler
+// spoken to over the wire: a member that heartbeats and then stops is
+// declared dead and a new map drops it; a member that never heartbeats is
+// never declared dead; a dead trainer that registers again rejoins; and
+// parked GetPlacements that their clients abandoned expire, so that they
+// cannot hold every REP context and stop Register from being answered.
+#include <stdio.h>
+#include <string.h>
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+#include <nng/supplemental/util/platform.h>
+
+#include "ferry.pb-c.h"
+#include "obs/obs.h"
+#include "ps/ps.h"
+#include "ps_tests.h"
+#include "psw/psw.h"
+#include "pt.h"
+
+// call sends header h (no payload) for method to url on a fresh socket
+// and returns the reply header (free with pswire__header__free_unpacked),
+// or NULL when none came within timeout_ms.
+static Pswire__Header *
+call(const char *url, uint8_t method, Pswire__Header *h, int timeout_ms)
+{
+	nng_socket       s;
+	nng_msg         *m;
+	uint8_t         *payload;
+	struct psw_frame f;
+	const char      *why;
+	Pswire__Header  *rh = NULL;
+	size_t           hl = pswire__header__get_packed_size(h);
+
+	ck_assert_int_eq(nng_req0_open(&s), 0);
+	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, timeout_ms);
+	ck_assert_int_eq(nng_dial(s, url, NULL, 0), 0);
+	PT_OK(psw_msg_begin(&m, hl, 0, &payload));
+	PT_OK(psw_msg_finish(m, method, 0, &h->base, hl, 0));
+	ck_assert_int_eq(nng_sendmsg(s, m, 0), 0);
+	if (nng_recvmsg(s, &m, 0) == 0) {
+		if (psw_msg_parse(m, &f, &why) == FB_OK) {
+			rh = pswire__header__unpack(NULL, f.hdr_len, f.hdr);
+		}
+		nng_msg_free(m);
+	}
+	nng_close(s);
+	return rh;
+}
+
+// status_of returns the status of the reply to (method, h), failing the
+// test when no reply came within 3 s.
+static int
+status_of(const char *url, uint8_t method, Pswire__Header *h)
+{
+	Pswire__Header *rh = call(url, method, h, 3000);
+	ck_assert_msg(rh != NULL, "no reply to %s within 3 s",
+	    psw_method_name(method));
+	int st = rh->status;
+	pswire__header__free_unpacked(rh, NULL);
+	return st;
+}
+
+static int
+register_server(const char *url, const char *srv_url)
+{
+	Pswire__Header          h  = PSWIRE__HEADER__INIT;
+	Pswire__RegisterRequest rr = PSWIRE__REGISTER_REQUEST__INIT;
+	rr.role                    = PSWIRE__ROLE__ROLE_SERVER;
+	rr.url                     = (char *) srv_url;
+	h.body_case                = PSWIRE__HEADER__BODY_REGISTER_REQ;
+	h.register_req             = &rr;
+	return status_of(url, PSWIRE__METHOD__REGISTER, &h);
+}
+
+// register_trainer registers rank with a one-tensor job.
+static int
+register_trainer(const char *url, uint32_t rank)
+{
+	Pswire__Header          h  = PSWIRE__HEADER__INIT;
+	Pswire__RegisterRequest rr = PSWIRE__REGISTER_REQUEST__INIT;
+	Pswire__JobConfig       j  = PSWIRE__JOB_CONFIG__INIT;
+	Pswire__TensorDesc      td = PSWIRE__TENSOR_DESC__INIT, *tp = &td;
+	td.name                    = "w";
+	td.len                     = 16;
+	j.n_tensors                = 1;
+	j.tensors                  = &tp;
+	j.lr                       = 0.1;
+	j.codec_push               = "none";
+	j.codec_pull               = "none";
+	rr.role                    = PSWIRE__ROLE__ROLE_TRAINER;
+	rr.rank                    = rank;
+	rr.job                     = &j;
+	h.body_case                = PSWIRE__HEADER__BODY_REGISTER_REQ;
+	h.register_req             = &rr;
+	return status_of(url, PSWIRE__METHOD__REGISTER, &h);
+}
+
+static int
+heartbeat(const char *url, int role, uint32_t id)
+{
+	Pswire__Header       h = PSWIRE__HEADER__INIT;
+	Pswire__LeaveRequest l = PSWIRE__LEAVE_REQUEST__INIT;
+	l.role                 = role;
+	l.id                   = id;
+	h.body_case            = PSWIRE__HEADER__BODY_LEAVE_REQ;
+	h.leave_req            = &l;
+	return status_of(url, PSWIRE__METHOD__HEARTBEAT, &h);
+}
+
+// map_at_least waits (up to timeout_ms, server-side) for a map of epoch
+// min_epoch or later and returns it (free with
+// pswire__header__free_unpacked), failing the test otherwise.
+static Pswire__Header *
+map_at_least(const char *url, uint64_t min_epoch, uint32_t timeout_ms)
+{
+	Pswire__Header              h = PSWIRE__HEADER__INIT;
+	Pswire__GetPlacementRequest g = PSWIRE__GET_PLACEMENT_REQUEST__INIT;
+	g.min_epoch                   = min_epoch;
+	h.deadline_ms                 = timeout_ms;
+	h.body_case                   = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
+	h.placement_req               = &g;
+	Pswire__Header *rh            = call(url,
+	               PSWIRE__METHOD__GET_PLACEMENT, &h, (int) timeout_ms + 2000);
+	ck_assert_msg(rh != NULL, "no reply to GetPlacement(%llu)",
+	    (unsigned long long) min_epoch);
+	ck_assert_msg(rh->status == PSWIRE__STATUS__OK,
+	    "GetPlacement(%llu): %s: %s", (unsigned long long) min_epoch,
+	    psw_status_name(rh->status), rh->error);
+	ck_assert_int_eq(rh->body_case, PSWIRE__HEADER__BODY_PLACEMENT);
+	return rh;
+}
+
+// has_age says whether the scheduler's metrics have a heartbeat age for
+// (role, id).
+static int
+has_age(struct ps_scheduler *s, const char *role, int id)
+{
+	struct obs_writer w = OBS_WRITER_INIT;
+	char              want[128];
+	PT_OK(obs_registry_write(ps_scheduler_metrics(s), &w));
+	snprintf(want, sizeof(want),
+	    "ferry_member_heartbeat_age_seconds{role=\"%s\",id=\"%d\"} ",
+	    role, id);
+	int found = strstr(w.buf, want) != NULL;
+	ck_assert_ptr_nonnull(
+	    strstr(w.buf, "# TYPE ferry_member_heartbeat_age_seconds gauge"));
+	obs_writer_fini(&w);
+	return found;
+}
+
+// has_rank says whether rank is in the map's gone_trainers.
+static int
+has_rank(const Pswire__Placement *p, uint32_t rank)
+{
+	for (size_t i = 0; i < p->n_gone_trainers; i++) {
+		if (p->gone_trainers[i] == rank) {
+			return 1;
+		}
+	}
+	return 0;
+}
+
+// Trainer 1 heartbeats, then stops: after dead_after_ms (not before) the
+// scheduler publishes a map that lists it as gone. Trainer 0 and the
+// server never heartbeat and are never declared dead. Trainer 1's next
+// heartbeat is refused; registering again brings it back.
+START_TEST(test_live_dead_trainer_leaves_the_map)
+{
+	struct ps_scheduler_opts o = PS_SCHEDULER_OPTS_INIT;
+	struct ps_scheduler     *s;
+	char                     text[8192];
+	o.url           = "tcp://127.0.0.1:0";
+	o.trainers      = 2;
+	o.servers       = 1;
+	o.probe_bytes   = 0;
+	o.dead_after_ms = 400;
+	PT_OK(ps_scheduler_open(&o, &s));
+	const char *url = ps_scheduler_url(s);
+
+	ck_assert_int_eq(register_server(url, "tcp://127.0.0.1:1"), 0);
+	ck_assert_int_eq(register_trainer(url, 0), 0);
+	ck_assert_int_eq(register_trainer(url, 1), 0);
+	Pswire__Header *m1 = map_at_least(url, 1, 3000);
+	ck_assert_uint_eq(m1->placement->epoch, 1);
+	ck_assert_uint_eq(m1->placement->n_gone_trainers, 0);
+	pswire__header__free_unpacked(m1, NULL);
+
+	// Alive while it heartbeats, well past dead_after.
+	uint64_t t0 = fb_clock_ms(), last = 0;
+	while (fb_clock_ms() - t0 < 1000) {
+		ck_assert_int_eq(heartbeat(url, PSWIRE__ROLE__ROLE_TRAINER, 1),
+		    PSWIRE__STATUS__OK);
+		last = fb_clock_ms();
+		nng_msleep(100);
+	}
+	ps_scheduler_stats(s, text, sizeof(text));
+	ck_assert_msg(strstr(text, "epoch:1\r\n") != NULL, "%s", text);
+	ck_assert(has_age(s, "trainer", 1));
+	ck_assert(!has_age(s, "trainer", 0));
+
+	// Silent: the next map drops it, not before dead_after.
+	Pswire__Header *m2 = map_at_least(url, 2, 5000);
+	uint64_t        dt = fb_clock_ms() - last;
+	ck_assert_msg(dt >= 400 && dt < 3000, "declared dead after %llu ms",
+	    (unsigned long long) dt);
+	ck_assert_uint_eq(m2->placement->epoch, 2);
+	ck_assert(has_rank(m2->placement, 1));
+	ck_assert(!has_rank(m2->placement, 0));
+	pswire__header__free_unpacked(m2, NULL);
+	ck_assert(!has_age(s, "trainer", 1));
+
+	// Members that never heartbeat are not tracked.
+	nng_msleep(1000);
+	ps_scheduler_stats(s, text, sizeof(text));
+	ck_assert_msg(strstr(text, "epoch:2\r\n") != NULL, "%s", text);
+
+	// A dead trainer is told so, and comes back by registering.
+	ck_assert_int_eq(heartbeat(url, PSWIRE__ROLE__ROLE_TRAINER, 1),
+	    PSWIRE__STATUS__FAILED_PRECONDITION);
+	ck_assert_int_eq(heartbeat(url, PSWIRE__ROLE__ROLE_TRAINER, 7),
+	    PSWIRE__STATUS__INVALID_ARGUMENT);
+	ck_assert_int_eq(register_trainer(url, 1), 0);
+	Pswire__Header *m3 = map_at_least(url, 3, 3000);
+	ck_assert(!has_rank(m3->placement, 1));
+	pswire__header__free_unpacked(m3, NULL);
+	ck_assert_int_eq(heartbeat(url, PSWIRE__ROLE__ROLE_TRAINER, 1),
+	    PSWIRE__STATUS__OK);
+	ps_scheduler_close(s);
+}
+END_TEST
+
+// A server that heartbeats and stops is declared dead, but its shards
+// are not re-placed (they are lost: re-creating them would hand trainers
+// zeros), so no new map is published; when it heartbeats again it is
+// back.
+START_TEST(test_live_dead_server_keeps_the_map)
+{
+	struct ps_scheduler_opts o = PS_SCHEDULER_OPTS_INIT;
+	struct ps_scheduler     *s;
+	char                     text[8192];
+	o.url           = "tcp://127.0.0.1:0";
+	o.trainers      = 1;
+	o.servers       = 2;
+	o.probe_bytes   = 0;
+	o.dead_after_ms = 300;
+	PT_OK(ps_scheduler_open(&o, &s));
+	const char *url = ps_scheduler_url(s);
+	ck_assert_int_eq(register_server(url, "tcp://127.0.0.1:1"), 0);
+	ck_assert_int_eq(register_server(url, "tcp://127.0.0.1:2"), 0);
+	ck_assert_int_eq(register_trainer(url, 0), 0);
+	pswire__header__free_unpacked(map_at_least(url, 1, 3000), NULL);
+	ck_assert_int_eq(heartbeat(url, PSWIRE__ROLE__ROLE_SERVER, 1), 0);
+	ck_assert_int_eq(heartbeat(url, PSWIRE__ROLE__ROLE_SERVER, 5),
+	    PSWIRE__STATUS__INVALID_ARGUMENT);
+	ck_assert(has_age(s, "server", 1));
+	ck_assert(!has_age(s, "server", 0));
+	nng_msleep(1200);
+	ck_assert(!has_age(s, "server", 1)); // dead: no longer tracked
+	ps_scheduler_stats(s, text, sizeof(text));
+	ck_assert_msg(strstr(text, "epoch:1\r\n") != NULL, "%s", text);
+	ck_assert_int_eq(heartbeat(url, PSWIRE__ROLE__ROLE_SERVER, 1), 0);
+	ps_scheduler_close(s);
+}
+END_TEST
+
+// Many GetPlacements from one client, each abandoned after 100 ms and
+// re-sent (as a server's watch thread does), on a scheduler with 8
+// contexts: they expire at their deadline, so Register and Heartbeat are
+// still answered. Before parked calls had an expiry, every context was
+// parked for ever after 8 of them and Register got no reply.
+START_TEST(test_live_parked_calls_expire)
+{
+	struct ps_scheduler_opts o = PS_SCHEDULER_OPTS_INIT;
+	struct ps_scheduler     *s;
+	nng_socket               sock;
+	nng_ctx                  ctx;
+	nng_aio                 *aio;
+	o.url         = "tcp://127.0.0.1:0";
+	o.trainers    = 1;
+	o.servers     = 2; // never all there: the map never comes
+	o.contexts    = 8;
+	o.probe_bytes = 0;
+	PT_OK(ps_scheduler_open(&o, &s));
+	const char *url = ps_scheduler_url(s);
+	PT_OK(psw_req_open(url, 0, 20, 200, &sock, &ctx, &aio));
+	for (uint64_t rid = 1; rid <= 30; rid++) {
+		Pswire__Header              h = PSWIRE__HEADER__INIT;
+		Pswire__GetPlacementRequest g =
+		    PSWIRE__GET_PLACEMENT_REQUEST__INIT;
+		ProtobufCMessage *ph  = NULL;
+		const char       *why = "";
+		g.min_epoch           = 1;
+		h.request_id          = rid;
+		h.deadline_ms         = 300;
+		h.body_case           = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
+		h.placement_req       = &g;
+		int rv = psw_call_header(ctx, aio, &h.base,
+		    PSWIRE__METHOD__GET_PLACEMENT, rid, 100, &ph, &why);
+		ck_assert_msg(rv == FB_ETIMEDOUT, "GetPlacement %llu: %s",
+		    (unsigned long long) rid, fb_strerror(rv));
+		ck_assert_ptr_null(ph);
+	}
+	ck_assert_int_eq(register_server(url, "tcp://127.0.0.1:1"), 0);
+	ck_assert_int_eq(heartbeat(url, PSWIRE__ROLE__ROLE_SERVER, 0), 0);
+	// And the expired ones were answered DEADLINE_EXCEEDED.
+	Pswire__Header              h = PSWIRE__HEADER__INIT;
+	Pswire__GetPlacementRequest g = PSWIRE__GET_PLACEMENT_REQUEST__INIT;
+	g.min_epoch                   = 1;
+	h.deadline_ms                 = 200;
+	h.body_case                   = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
+	h.placement_req               = &g;
+	ck_assert_int_eq(status_of(url, PSWIRE__METHOD__GET_PLACEMENT, &h),
+	    PSWIRE__STATUS__DEADLINE_EXCEEDED);
+	nng_aio_free(aio);
+	nng_close(sock);
+	ps_scheduler_close(s);
+}
+END_TEST
+
+Suite *
+suite_live(void)
+{
+	Suite *s  = suite_create("live");
+	TCase *tc = tcase_create("live");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_live_dead_trainer_leaves_the_map);
+	tcase_add_test(tc, test_live_dead_server_keeps_the_map);
+	tcase_add_test(tc, test_live_parked_calls_expire);
+	suite_add_tcase(s, tc);
+	return s;
+}
