@@ -5,6 +5,7 @@
 
 Suite *suite_train(void);
 Suite *suite_http(void);
+Suite *suite_faults(void);
 
 // it_data_dir is the Fashion-MNIST directory the tests and their trainers
 // read: $FERRY_DATA_DIR when set and not empty, else FASHION_DIR.

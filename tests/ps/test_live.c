@@ -80,18 +80,18 @@ register_trainer(const char *url, uint32_t rank)
 	Pswire__RegisterRequest rr = PSWIRE__REGISTER_REQUEST__INIT;
 	Pswire__JobConfig       j  = PSWIRE__JOB_CONFIG__INIT;
 	Pswire__TensorDesc      td = PSWIRE__TENSOR_DESC__INIT, *tp = &td;
-	td.name                    = "w";
-	td.len                     = 16;
-	j.n_tensors                = 1;
-	j.tensors                  = &tp;
-	j.lr                       = 0.1;
-	j.codec_push               = "none";
-	j.codec_pull               = "none";
-	rr.role                    = PSWIRE__ROLE__ROLE_TRAINER;
-	rr.rank                    = rank;
-	rr.job                     = &j;
-	h.body_case                = PSWIRE__HEADER__BODY_REGISTER_REQ;
-	h.register_req             = &rr;
+	td.name        = "w";
+	td.len         = 16;
+	j.n_tensors    = 1;
+	j.tensors      = &tp;
+	j.lr           = 0.1;
+	j.codec_push   = "none";
+	j.codec_pull   = "none";
+	rr.role        = PSWIRE__ROLE__ROLE_TRAINER;
+	rr.rank        = rank;
+	rr.job         = &j;
+	h.body_case    = PSWIRE__HEADER__BODY_REGISTER_REQ;
+	h.register_req = &rr;
 	return status_of(url, PSWIRE__METHOD__REGISTER, &h);
 }
 
@@ -119,8 +119,8 @@ map_at_least(const char *url, uint64_t min_epoch, uint32_t timeout_ms)
 	h.deadline_ms                 = timeout_ms;
 	h.body_case                   = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
 	h.placement_req               = &g;
-	Pswire__Header *rh            = call(url,
-	               PSWIRE__METHOD__GET_PLACEMENT, &h, (int) timeout_ms + 2000);
+	Pswire__Header *rh = call(url, PSWIRE__METHOD__GET_PLACEMENT, &h,
+	    (int) timeout_ms + 2000);
 	ck_assert_msg(rh != NULL, "no reply to GetPlacement(%llu)",
 	    (unsigned long long) min_epoch);
 	ck_assert_msg(rh->status == PSWIRE__STATUS__OK,
@@ -139,8 +139,8 @@ has_age(struct ps_scheduler *s, const char *role, int id)
 	char              want[128];
 	PT_OK(obs_registry_write(ps_scheduler_metrics(s), &w));
 	snprintf(want, sizeof(want),
-	    "ferry_member_heartbeat_age_seconds{role=\"%s\",id=\"%d\"} ",
-	    role, id);
+	    "ferry_member_heartbeat_age_seconds{role=\"%s\",id=\"%d\"} ", role,
+	    id);
 	int found = strstr(w.buf, want) != NULL;
 	ck_assert_ptr_nonnull(
 	    strstr(w.buf, "# TYPE ferry_member_heartbeat_age_seconds gauge"));
@@ -294,8 +294,8 @@ START_TEST(test_live_parked_calls_expire)
 		h.deadline_ms         = 300;
 		h.body_case           = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
 		h.placement_req       = &g;
-		int rv = psw_call_header(ctx, aio, &h.base,
-		    PSWIRE__METHOD__GET_PLACEMENT, rid, 100, &ph, &why);
+		int rv                = psw_call_header(ctx, aio, &h.base,
+		                   PSWIRE__METHOD__GET_PLACEMENT, rid, 100, &ph, &why);
 		ck_assert_msg(rv == FB_ETIMEDOUT, "GetPlacement %llu: %s",
 		    (unsigned long long) rid, fb_strerror(rv));
 		ck_assert_ptr_null(ph);
