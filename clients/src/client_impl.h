@@ -6,7 +6,9 @@
 //
 // DESIGN. Dependencies point one way: ops.c → exchange.c → request.c,
 // reply.c, sched.c, probe.c → client.c (errors, options). A ferry_client
-// is used by one thread at a time, so nothing here takes a lock.
+// is used by one thread at a time, so nothing here takes a lock; the
+// heartbeat thread (heartbeat.c) shares nothing with it but its own
+// struct, started and stopped from the caller's thread.
 #ifndef FERRY_CLIENT_IMPL_H
 #define FERRY_CLIENT_IMPL_H
 

@@ -59,8 +59,8 @@ START_TEST(test_faults_trainer_killed_sync)
 	for (int r = 0; r < 2; r++) {
 		const char *flags[] = { "--max-steps=20000", "--epochs=100",
 			"--log-interval=0", "--seed=1", "--layers=784,32,10",
-			"--batch=32", data,
-			"--heartbeat-ms=200", "--timeout-ms=10000", NULL };
+			"--batch=32", data, "--heartbeat-ms=200",
+			"--timeout-ms=10000", NULL };
 		lc_trainer(&c, r, flags);
 	}
 	lc_path(&c, "trainer-1.log", log1, sizeof(log1));

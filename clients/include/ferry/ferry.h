@@ -164,10 +164,11 @@ FERRY_API int ferry_opts_check(const struct ferry_opts *opts, char *why,
 FERRY_API int ferry_client_open(const struct ferry_opts *opts,
     ferry_client                                       **out);
 
-// ferry_client_close closes the connections and frees the client. It
-// sends nothing: in a sync job stopping early, call ferry_client_leave
-// first, or the other trainers wait for this rank's pushes until their
-// deadline. NULL is a no-op. Never fails.
+// ferry_client_close stops the heartbeat thread, closes the connections
+// and frees the client. It sends nothing: in a sync job stopping early,
+// call ferry_client_leave first, or the other trainers wait for this
+// rank's pushes until their deadline (or, with opts.heartbeat_ms, until
+// the scheduler declares this rank dead). NULL is a no-op. Never fails.
 FERRY_API void ferry_client_close(ferry_client *c);
 
 // ferry_client_declare registers this trainer with the job's tensor table
