@@ -4,13 +4,16 @@
 // never declared dead; a dead trainer that registers again rejoins; and
 // parked GetPlacements that their clients abandoned expire, so that they
 // cannot hold every REP context and stop Register from being answered.
+// Last, the real senders: in-process servers and a libferry client.
 #include <stdio.h>
 #include <string.h>
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 #include <nng/supplemental/util/platform.h>
 
+#include "cluster.h"
 #include "ferry.pb-c.h"
+#include "ferry/ferry.h"
 #include "obs/obs.h"
 #include "ps/ps.h"
 #include "ps_tests.h"
@@ -317,6 +320,48 @@ START_TEST(test_live_parked_calls_expire)
 }
 END_TEST
 
+// wait_age waits (up to 3 s) until (role, id) has a heartbeat age.
+static void
+wait_age(struct ps_scheduler *s, const char *role, int id)
+{
+	for (int i = 0; i < 150 && !has_age(s, role, id); i++) {
+		nng_msleep(20);
+	}
+	ck_assert_msg(has_age(s, role, id), "%s %d never heartbeated", role,
+	    id);
+}
+
+// The real senders: an in-process server heartbeats from its watch
+// thread, and libferry (opts.heartbeat_ms) from declare until leave; a
+// trainer that left is no longer tracked.
+START_TEST(test_live_members_heartbeat)
+{
+	struct cluster           cl;
+	struct ferry_opts        o = FERRY_OPTS_INIT;
+	ferry_client            *c;
+	struct ferry_tensor_desc d[NT];
+	cluster_open(&cl, 1, 1, PS_PLACEMENT_UNIFORM);
+	for (int t = 0; t < NT; t++) {
+		d[t].name = t == 0 ? "a" : t == 1 ? "b" : "c";
+		d[t].len  = lens[t];
+	}
+	o.scheduler_url = ps_scheduler_url(cl.sched);
+	o.timeout_ms    = 10000;
+	o.heartbeat_ms  = 50;
+	ck_assert_int_eq(ferry_client_open(&o, &c), FERRY_OK);
+	ck_assert(!has_age(cl.sched, "trainer", 0)); // not before declare
+	ck_assert_int_eq(ferry_client_declare(c, d, NT), FERRY_OK);
+	wait_age(cl.sched, "trainer", 0);
+	wait_age(cl.sched, "server", 0);
+	ck_assert_int_eq(ferry_client_leave(c), FERRY_OK);
+	ck_assert(!has_age(cl.sched, "trainer", 0));
+	nng_msleep(200); // no heartbeat after the leave re-tracks it
+	ck_assert(!has_age(cl.sched, "trainer", 0));
+	ferry_client_close(c);
+	cluster_stop(&cl);
+}
+END_TEST
+
 Suite *
 suite_live(void)
 {
@@ -326,6 +371,7 @@ suite_live(void)
 	tcase_add_test(tc, test_live_dead_trainer_leaves_the_map);
 	tcase_add_test(tc, test_live_dead_server_keeps_the_map);
 	tcase_add_test(tc, test_live_parked_calls_expire);
+	tcase_add_test(tc, test_live_members_heartbeat);
 	suite_add_tcase(s, tc);
 	return s;
 }
