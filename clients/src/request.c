@@ -93,7 +93,7 @@ ferry__request_build(ferry_client *c, struct conn *cn, struct xfer *x,
 	for (size_t i = 0; i < cn->req_n; i++) {
 		const Pswire__ShardInfo *si = c->pl->shards[cn->req[i]];
 		pswire__shard_ref__init(&refs[i]);
-		refs[i].shard   = cn->req[i];
+		refs[i].shard = cn->req[i];
 		// Sync: every shard of a step is pushed for the one version
 		// the client holds (the minimum over its shards), so a shard
 		// already past it answers OUT_OF_RANGE (FERRY_EBEHIND: pull

@@ -123,6 +123,27 @@ same_bytes(const char *a, const char *b)
 	return eq;
 }
 
+// reap waits up to timeout_s for trainer pid (started last, so the
+// cluster's lc_wait_trainers is not used) and returns its exit status, or
+// -1 when it did not exit in time.
+static int
+reap(struct lc *c, pid_t pid, int timeout_s)
+{
+	int st;
+	for (uint64_t end = fb_clock_ms() + (uint64_t) timeout_s * 1000;
+	     fb_clock_ms() < end; fb_sleep_us(20000)) {
+		if (waitpid(pid, &st, WNOHANG) == pid) {
+			for (int k = 0; k < c->n_pids; k++) {
+				if (c->pids[k] == pid) {
+					c->pids[k] = 0;
+				}
+			}
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+		}
+	}
+	return -1;
+}
+
 // fault_free runs the job without a fault and leaves rank 0's final
 // weights in ref (a path).
 static void
@@ -193,9 +214,43 @@ START_TEST(test_resume_after_sigkill)
 	flags_for(&c, 1, "", wo, stf, data, flags);
 	lc_trainer(&c, 1, flags); // the same rank, the same flags
 	int ok = lc_wait_trainers(&c, 180);
+	ck_assert_msg(ok == 2,
+	    "a trainer failed after the restart; logs in %s", c.dir);
+
+	// Rank 1 once more, after the job's last step: it finds nothing left
+	// to do, says so and exits 0 at once, holding the final weights.
+	char late[320], wlate[320], log1p[320];
+	lc_path(&c, "trainer-1.resumed.out", late, sizeof(late));
+	ck_assert_int_eq(rename(out1, late), 0);
+	lc_path(&c, "trainer-1.resumed.log", log1p, sizeof(log1p));
+	ck_assert_int_eq(
+	    rename(lc_path(&c, "trainer-1.log", path, sizeof(path)), log1p),
+	    0);
+	flags_for(&c, 1, "late", wo, stf, data, flags);
+	lc_trainer(&c, 1, flags);
+	ck_assert_int_eq(reap(&c, c.trainer_pids[c.n_trainers - 1], 60), 0);
 	lc_stop(&c);
-	ck_assert_msg(ok == 2, "a trainer failed after the restart; logs in %s",
-	    c.dir);
+	char *sl = read_file(out1, &len);
+	ck_assert_ptr_nonnull(sl);
+	ck_assert_uint_eq(summary_u64(sl, "resumed_at"), STEPS);
+	ck_assert_uint_eq(summary_u64(sl, "steps"), STEPS);
+	ck_assert_uint_eq(summary_u64(sl, "steps_run"), 0);
+	ck_assert_msg(strstr(sl, "step ") != sl, "a progress line: %s", sl);
+	free(sl);
+	lc_path(&c, "trainer-1.log", path, sizeof(path));
+	sl = read_file(path, &len);
+	ck_assert_ptr_nonnull(sl);
+	ck_assert_msg(strstr(sl,
+	                  "the job is at version " STEPS_S
+	                  ", its last step is " STEPS_S
+	                  ": nothing left to train") != NULL,
+	    "no nothing-left line in %s", path);
+	free(sl);
+	snprintf(wlate, sizeof(wlate), "%s/wlate1.bin", c.dir);
+	snprintf(path, sizeof(path), "%s/w0.bin", c.dir);
+	ck_assert_msg(same_bytes(path, wlate),
+	    "a late rejoin does not hold the job's final weights");
+	snprintf(out1, sizeof(out1), "%s", late); // the restarted one's
 
 	// Both summaries: the job's steps and version; who resumed where.
 	lc_path(&c, "trainer-0.out", path, sizeof(path));
@@ -218,14 +273,13 @@ START_TEST(test_resume_after_sigkill)
 
 	// Its log says where it resumed; "behind the job" means the kill
 	// split a push (some servers had it): that round's weights differ.
-	lc_path(&c, "trainer-1.log", path, sizeof(path));
-	char *log1 = read_file(path, &len);
+	char *log1 = read_file(log1p, &len);
 	ck_assert_ptr_nonnull(log1);
 	char want[96];
 	snprintf(want, sizeof(want), "rank 1 resumes at version %llu: epoch 0",
 	    at);
 	ck_assert_msg(strstr(log1, want) != NULL, "no \"%s\" in %s", want,
-	    path);
+	    log1p);
 	int behind = strstr(log1, "behind the job") != NULL;
 	free(log1);
 	if (!behind) {
@@ -247,8 +301,9 @@ START_TEST(test_resume_after_sigkill)
 	char w0[320], w1[320];
 	snprintf(w0, sizeof(w0), "%s/w0.bin", c.dir);
 	snprintf(w1, sizeof(w1), "%s/w1.bin", c.dir);
-	ck_assert_msg(same_bytes(w0, w1), "ranks 0 and 1 end with different "
-	                                  "weights");
+	ck_assert_msg(same_bytes(w0, w1),
+	    "ranks 0 and 1 end with different "
+	    "weights");
 	if (behind || at > (unsigned long long) finished + 1) {
 		fprintf(stderr,
 		    "resume: %s: weights not compared with the fault-free "

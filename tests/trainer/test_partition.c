@@ -224,11 +224,11 @@ END_TEST
 START_TEST(test_job_resume_same_batches)
 {
 	enum { N = 1000, T = 3, B = 16, EPOCHS = 3 };
-	size_t   spe   = tr_partition_steps(N, T, B); // 20
-	uint64_t total = tr_job_steps(spe, EPOCHS, 0);
-	uint64_t starts[] = { 1, 7, spe - 1, spe, spe + 1, 2 * spe,
-		total - 1 };
-	uint32_t *seq = malloc(total * B * sizeof(uint32_t));
+	size_t    spe      = tr_partition_steps(N, T, B); // 20
+	uint64_t  total    = tr_job_steps(spe, EPOCHS, 0);
+	uint64_t  starts[] = { 1, 7, spe - 1, spe, spe + 1, 2 * spe,
+		 total - 1 };
+	uint32_t *seq      = malloc(total * B * sizeof(uint32_t));
 	ck_assert_ptr_nonnull(seq);
 	ck_assert_uint_eq(spe, 20);
 	for (int rank = 0; rank < T; rank++) {
@@ -251,8 +251,8 @@ START_TEST(test_job_resume_same_batches)
 			PT_OK(tr_partition_init(&p, N, rank, T, 99));
 			for (uint64_t st = starts[i]; st < total; st++) {
 				PT_OK(tr_job_position(st, spe, total, &pos));
-				PT_OK(tr_partition_batch(&p, pos.epoch, pos.k, B,
-				    &a));
+				PT_OK(tr_partition_batch(&p, pos.epoch, pos.k,
+				    B, &a));
 				ck_assert_mem_eq(a, seq + st * B,
 				    B * sizeof(uint32_t));
 			}

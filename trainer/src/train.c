@@ -67,7 +67,7 @@ struct run {
 	int                            trainers;
 	size_t                         steps_per_epoch;
 	uint64_t                       total; // job steps to run
-	uint64_t                       start; // job step this process starts at
+	uint64_t                       start; // job step to start at
 	// tensor t starts tensor_base[t] floats into the parameter block
 	size_t                         tensor_base[TR_MAX_TENSORS];
 	void       *dev_push; // on-device gradient encoder, or NULL
@@ -515,7 +515,8 @@ finish(struct run *r)
 		FB_LOG(FB_LOG_NOTICE, MOD,
 		    "stopped by a signal; leaving the job");
 	} else {
-		FB_LOG(FB_LOG_INFO, MOD, "done at job step %llu; leaving the job",
+		FB_LOG(FB_LOG_INFO, MOD,
+		    "done at job step %llu; leaving the job",
 		    (unsigned long long) r->rep.step);
 	}
 	if ((fe = ferry_client_leave(r->fc)) != FERRY_OK) {
@@ -572,7 +573,8 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 	    (rv = open_device_pull(&r)) == FB_OK &&
 	    (rv = start_weights(&r)) == FB_OK &&
 	    (rv = open_device_push(&r)) == FB_OK) {
-		// The first version is here: the job runs (/readyz turns ready).
+		// The first version is here: the job runs (/readyz turns
+		// ready).
 		tr__metrics_phase(&r.met, TR_PHASE_RUNNING, r.fc);
 		if ((rv = train(&r)) == FB_OK) {
 			rv = finish(&r);

@@ -188,8 +188,7 @@ struct tr_position {
 // steps_per_epoch, capped at max_steps when that is not 0 (--max-steps and
 // --epochs count job steps, not the steps one process ran). 0 when
 // steps_per_epoch is 0 or epochs < 1.
-uint64_t tr_job_steps(size_t steps_per_epoch, long epochs,
-    uint64_t max_steps);
+uint64_t tr_job_steps(size_t steps_per_epoch, long epochs, uint64_t max_steps);
 
 // tr_job_position sets *pos to job step `step`'s epoch and minibatch.
 // Errors: FB_EINVAL (steps_per_epoch == 0, pos NULL), FB_ERANGE (step >=
