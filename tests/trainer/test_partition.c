@@ -185,26 +185,23 @@ END_TEST
 // have no position (the trainer has nothing left to do).
 START_TEST(test_job_position)
 {
+	static const struct {
+		uint64_t step, total;
+		long     epoch;
+		size_t   k;
+	} cases[] = {
+		{ 0, 30, 0, 0 }, { 9, 30, 0, 9 },
+		{ 10, 30, 1, 0 },                   // an epoch boundary
+		{ 27, 30, 2, 7 }, { 29, 30, 2, 9 }, // the last step
+		{ 24, 25, 2, 4 }, // --max-steps ends the job inside an epoch
+	};
 	struct tr_position pos;
-	PT_OK(tr_job_position(0, 10, 30, &pos));
-	ck_assert_int_eq(pos.epoch, 0);
-	ck_assert_uint_eq(pos.k, 0);
-	PT_OK(tr_job_position(9, 10, 30, &pos));
-	ck_assert_int_eq(pos.epoch, 0);
-	ck_assert_uint_eq(pos.k, 9);
-	PT_OK(tr_job_position(10, 10, 30, &pos)); // an epoch boundary
-	ck_assert_int_eq(pos.epoch, 1);
-	ck_assert_uint_eq(pos.k, 0);
-	PT_OK(tr_job_position(27, 10, 30, &pos));
-	ck_assert_int_eq(pos.epoch, 2);
-	ck_assert_uint_eq(pos.k, 7);
-	PT_OK(tr_job_position(29, 10, 30, &pos)); // the last step
-	ck_assert_int_eq(pos.epoch, 2);
-	ck_assert_uint_eq(pos.k, 9);
-	// --max-steps inside an epoch: the end is there, not at the epoch's.
-	PT_OK(tr_job_position(24, 10, 25, &pos));
-	ck_assert_int_eq(pos.epoch, 2);
-	ck_assert_uint_eq(pos.k, 4);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		PT_OK(
+		    tr_job_position(cases[i].step, 10, cases[i].total, &pos));
+		ck_assert_int_eq(pos.epoch, cases[i].epoch);
+		ck_assert_uint_eq(pos.k, cases[i].k);
+	}
 	pos.epoch = 42;
 	pos.k     = 43;
 	PT_FAIL(tr_job_position(30, 10, 30, &pos), FB_ERANGE);
