@@ -203,7 +203,8 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	    .def = "0", .help = "steps sent uncompressed first" },
 	[FB_OPT_TR_MAX_STEPS]    = { "max-steps", TR,
 	       INT(0, 9200000000000000000LL), .def = "0",
-	       .help = "stop after this many steps (0: unlimited)" },
+	       .help =
+	           "stop when the job has done this many steps (sync: job steps, so a restarted trainer stops with the others; 0: unlimited)" },
 	[FB_OPT_TR_DEVICE]       = { "device", TR, STR_NONEMPTY, .def = "cpu",
 	          .help = "cpu, cuda (rank mod GPUs) or cuda:N",
 	          .doc  = "`cpu`, `cuda` (rank mod GPU count) or `cuda:N`; a GPU "

@@ -93,8 +93,17 @@ ferry__request_build(ferry_client *c, struct conn *cn, struct xfer *x,
 	for (size_t i = 0; i < cn->req_n; i++) {
 		const Pswire__ShardInfo *si = c->pl->shards[cn->req[i]];
 		pswire__shard_ref__init(&refs[i]);
-		refs[i].shard   = cn->req[i];
-		refs[i].version = c->shard_ver[cn->req[i]];
+		refs[i].shard = cn->req[i];
+		// Sync: every shard of a step is pushed for the one version
+		// the client holds (the minimum over its shards), so a shard
+		// already past it answers OUT_OF_RANGE (FERRY_EBEHIND: pull
+		// and recompute) instead of taking a gradient computed on
+		// older weights as its next round's (a trainer that rejoined
+		// while a push of its dead process had reached only some
+		// servers). Async: each shard's own version.
+		refs[i].version = c->opts.mode == FERRY_MODE_SYNC
+		    ? c->version
+		    : c->shard_ver[cn->req[i]];
 		refs[i].codec   = codec->id;
 		refs[i].bucket  = codec->bucket;
 		refs[i].offset  = plen;

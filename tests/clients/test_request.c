@@ -122,7 +122,11 @@ START_TEST(test_push_fp32)
 	struct sent s;
 
 	fill(g);
+	// Sync: every shard is pushed for the version the client holds,
+	// even one it pulled further (it answers OUT_OF_RANGE then).
+	c->version      = 7;
 	c->shard_ver[0] = 7;
+	c->shard_ver[2] = 8;
 	build(c, 0, PSWIRE__METHOD__PUSH, &x, &s);
 	ck_assert_int_eq(s.h->body_case, PSWIRE__HEADER__BODY_PUSH_REQ);
 	Pswire__PushRequest *pr = s.h->push_req;
@@ -143,7 +147,16 @@ START_TEST(test_push_fp32)
 		ck_assert_mem_eq(s.f.payload + r->offset, src[i], r->length);
 	}
 	ck_assert_uint_eq(pr->shards[0]->version, 7);
+	ck_assert_uint_eq(pr->shards[1]->version, 7);
 	sent_free(&s);
+
+	// Async: each shard's own version (shards drift apart).
+	c->opts.mode = FERRY_MODE_ASYNC;
+	build(c, 0, PSWIRE__METHOD__PUSH, &x, &s);
+	ck_assert_uint_eq(s.h->push_req->shards[0]->version, 7);
+	ck_assert_uint_eq(s.h->push_req->shards[1]->version, 8);
+	sent_free(&s);
+	c->opts.mode = FERRY_MODE_SYNC;
 
 	// An init offer is a push with init set.
 	x.op = OP_INIT;

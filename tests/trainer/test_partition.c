@@ -163,6 +163,103 @@ START_TEST(test_partition_bogus)
 }
 END_TEST
 
+// --epochs and --max-steps count job steps: the job runs epochs *
+// steps_per_epoch steps, capped by a non-zero --max-steps.
+START_TEST(test_job_steps)
+{
+	ck_assert_uint_eq(tr_job_steps(468, 3, 0), 1404);
+	ck_assert_uint_eq(tr_job_steps(468, 3, 100), 100);
+	ck_assert_uint_eq(tr_job_steps(468, 3, 1404), 1404);
+	ck_assert_uint_eq(tr_job_steps(468, 3, 5000), 1404);
+	ck_assert_uint_eq(tr_job_steps(468, 1, 1), 1);
+	ck_assert_uint_eq(tr_job_steps(0, 3, 0), 0);
+	ck_assert_uint_eq(tr_job_steps(468, 0, 10), 0);
+	ck_assert_uint_eq(tr_job_steps(468, -1, 0), 0);
+	ck_assert_uint_eq(tr_job_steps(SIZE_MAX, 3, 0), UINT64_MAX);
+	ck_assert_uint_eq(tr_job_steps(SIZE_MAX, 3, 7), 7);
+}
+END_TEST
+
+// Version v -> epoch v / spe, minibatch v mod spe; the epoch boundary
+// starts the next epoch at minibatch 0; versions at or past the job's end
+// have no position (the trainer has nothing left to do).
+START_TEST(test_job_position)
+{
+	static const struct {
+		uint64_t step, total;
+		long     epoch;
+		size_t   k;
+	} cases[] = {
+		{ 0, 30, 0, 0 }, { 9, 30, 0, 9 },
+		{ 10, 30, 1, 0 },                   // an epoch boundary
+		{ 27, 30, 2, 7 }, { 29, 30, 2, 9 }, // the last step
+		{ 24, 25, 2, 4 }, // --max-steps ends the job inside an epoch
+	};
+	struct tr_position pos;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		PT_OK(
+		    tr_job_position(cases[i].step, 10, cases[i].total, &pos));
+		ck_assert_int_eq(pos.epoch, cases[i].epoch);
+		ck_assert_uint_eq(pos.k, cases[i].k);
+	}
+	pos.epoch = 42;
+	pos.k     = 43;
+	PT_FAIL(tr_job_position(30, 10, 30, &pos), FB_ERANGE);
+	PT_FAIL(tr_job_position(25, 10, 25, &pos), FB_ERANGE);
+	PT_FAIL(tr_job_position(UINT64_MAX, 10, 30, &pos), FB_ERANGE);
+	ck_assert_int_eq(pos.epoch, 42); // untouched
+	ck_assert_uint_eq(pos.k, 43);
+	PT_FAIL(tr_job_position(0, 10, 0, &pos), FB_ERANGE);
+	PT_FAIL(tr_job_position(0, 0, 30, &pos), FB_EINVAL);
+	PT_FAIL(tr_job_position(0, 10, 30, NULL), FB_EINVAL);
+}
+END_TEST
+
+// A trainer that starts at job step s (a fresh partition, as after a
+// restart) runs exactly the minibatches that one which never stopped runs
+// from step s on: mid-epoch, at an epoch boundary and across one.
+START_TEST(test_job_resume_same_batches)
+{
+	enum { N = 1000, T = 3, B = 16, EPOCHS = 3 };
+	size_t    spe      = tr_partition_steps(N, T, B); // 20
+	uint64_t  total    = tr_job_steps(spe, EPOCHS, 0);
+	uint64_t  starts[] = { 1, 7, spe - 1, spe, spe + 1, 2 * spe,
+		 total - 1 };
+	uint32_t *seq      = malloc(total * B * sizeof(uint32_t));
+	ck_assert_ptr_nonnull(seq);
+	ck_assert_uint_eq(spe, 20);
+	for (int rank = 0; rank < T; rank++) {
+		struct tr_partition ref;
+		const uint32_t     *a;
+		uint64_t            n = 0;
+		// The trainer that never stopped: epoch after epoch.
+		PT_OK(tr_partition_init(&ref, N, rank, T, 99));
+		for (long e = 0; e < EPOCHS; e++) {
+			for (size_t k = 0; k < spe; k++, n++) {
+				PT_OK(tr_partition_batch(&ref, e, k, B, &a));
+				memcpy(seq + n * B, a, B * sizeof(uint32_t));
+			}
+		}
+		tr_partition_fini(&ref);
+		for (size_t i = 0; i < sizeof(starts) / sizeof(starts[0]);
+		     i++) {
+			struct tr_partition p;
+			struct tr_position  pos;
+			PT_OK(tr_partition_init(&p, N, rank, T, 99));
+			for (uint64_t st = starts[i]; st < total; st++) {
+				PT_OK(tr_job_position(st, spe, total, &pos));
+				PT_OK(tr_partition_batch(&p, pos.epoch, pos.k,
+				    B, &a));
+				ck_assert_mem_eq(a, seq + st * B,
+				    B * sizeof(uint32_t));
+			}
+			tr_partition_fini(&p);
+		}
+	}
+	free(seq);
+}
+END_TEST
+
 Suite *
 suite_partition(void)
 {
@@ -174,6 +271,9 @@ suite_partition(void)
 	tcase_add_test(tc, test_partition_epoch_deterministic);
 	tcase_add_test(tc, test_partition_steps);
 	tcase_add_test(tc, test_partition_bogus);
+	tcase_add_test(tc, test_job_steps);
+	tcase_add_test(tc, test_job_position);
+	tcase_add_test(tc, test_job_resume_same_batches);
 	suite_add_tcase(s, tc);
 	return s;
 }

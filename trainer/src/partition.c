@@ -5,7 +5,9 @@
 // contiguous slice [r*n/T, (r+1)*n/T). Per-epoch order is a second shuffle
 // of that slice that restarts from the slice each epoch, so epoch e's
 // minibatches depend only on (seed, n, r, T, e): a single-process
-// reference can rebuild any trainer's step k without replaying history.
+// reference can rebuild any trainer's step k without replaying history,
+// and a trainer that rejoins the job at job step s finds its place with
+// tr_job_position alone.
 #include <string.h>
 
 #include "tr_impl.h"
@@ -111,5 +113,35 @@ tr_partition_batch(struct tr_partition *p, long epoch, size_t k, size_t batch,
 		p->epoch = epoch;
 	}
 	*idx = p->order + k * batch;
+	return FB_OK;
+}
+
+uint64_t
+tr_job_steps(size_t steps_per_epoch, long epochs, uint64_t max_steps)
+{
+	uint64_t total;
+	if (steps_per_epoch == 0 || epochs < 1) {
+		return 0;
+	}
+	if ((uint64_t) epochs > UINT64_MAX / steps_per_epoch) {
+		total = UINT64_MAX;
+	} else {
+		total = (uint64_t) epochs * steps_per_epoch;
+	}
+	return max_steps != 0 && max_steps < total ? max_steps : total;
+}
+
+int
+tr_job_position(uint64_t step, size_t steps_per_epoch, uint64_t total,
+    struct tr_position *pos)
+{
+	if (steps_per_epoch == 0 || pos == NULL) {
+		return FB_EINVAL;
+	}
+	if (step >= total) {
+		return FB_ERANGE;
+	}
+	pos->epoch = (long) (step / steps_per_epoch);
+	pos->k     = (size_t) (step % steps_per_epoch);
 	return FB_OK;
 }

@@ -13,8 +13,15 @@
 // step: the compute time (minibatch and gradient, on the device: also its
 // encoding) and the push-pull time. The last line of out is a JSON
 // summary; samples_per_s = samples this trainer processed / wall_s, where
-// wall_s runs from version 0 to the last step and includes rank 0's
-// evaluations (reported separately as eval_s).
+// wall_s runs from the first pulled version to the last step and includes
+// rank 0's evaluations (reported separately as eval_s).
+//
+// Steps are job steps everywhere (lines, CSVs, the summary's "steps" and
+// "epochs"): in sync mode the version the trainer holds, so a trainer that
+// rejoined at version 300 prints step 301 after its first step. The
+// summary adds "resumed_at" (the job step this process started at, 0 for
+// a fresh start), "steps_run" (the steps this process ran: "samples" and
+// samples_per_s count those) and "version" (the version held at the end).
 #include <math.h>
 #include <string.h>
 
@@ -62,9 +69,12 @@ tr__report_close(struct tr__report *rep)
 }
 
 void
-tr__report_start(struct tr__report *rep)
+tr__report_start(struct tr__report *rep, uint64_t at)
 {
-	rep->t0 = fb_clock_ns();
+	rep->t0          = fb_clock_ns();
+	rep->step        = at;
+	rep->resumed_at  = at;
+	rep->last_report = at;
 }
 
 void
@@ -79,9 +89,11 @@ tr__report_step_time(struct tr__report *rep, uint64_t ts, uint64_t tx)
 }
 
 void
-tr__report_step(struct tr__report *rep, size_t n, double loss, uint64_t ns)
+tr__report_step(struct tr__report *rep, uint64_t step, size_t n, double loss,
+    uint64_t ns)
 {
-	rep->step++;
+	rep->step = step;
+	rep->steps_run++;
 	rep->samples += n;
 	rep->iv_loss += loss;
 	rep->iv_samples += n;
@@ -154,11 +166,15 @@ tr__report_summary(struct tr__report *rep, const struct tr_config *cfg,
 	fprintf(rep->out,
 	    "\"bytes_pushed\": %llu, \"bytes_pulled\": %llu, \"rank\": %d, "
 	    "\"trainers\": %d, \"eval_s\": %.3f, \"batch\": %zu, \"mode\": "
-	    "\"%s\", \"device\": \"%s\"}}\n",
+	    "\"%s\", \"device\": \"%s\", \"resumed_at\": %llu, "
+	    "\"steps_run\": %llu, \"version\": %llu}}\n",
 	    (unsigned long long) st->bytes_pushed,
 	    (unsigned long long) st->bytes_pulled, cfg->rank, trainers,
 	    (double) rep->eval_ns * 1e-9, cfg->batch,
-	    cfg->mode == TR_MODE_ASYNC ? "async" : "sync", cfg->device);
+	    cfg->mode == TR_MODE_ASYNC ? "async" : "sync", cfg->device,
+	    (unsigned long long) rep->resumed_at,
+	    (unsigned long long) rep->steps_run,
+	    (unsigned long long) st->version);
 	fflush(rep->out);
 }
 

@@ -17,9 +17,11 @@ struct tr__report {
 	FILE    *out;        // progress lines and the summary
 	FILE    *curve;      // --curve CSV, or NULL
 	FILE    *step_times; // --step-times CSV, or NULL
-	uint64_t t0;         // ns at version 0
-	uint64_t step;       // steps done
-	uint64_t samples;    // samples processed
+	uint64_t t0;         // ns at the first pulled version
+	uint64_t step;       // job steps done (the version reached, sync)
+	uint64_t resumed_at; // job step this process started at
+	uint64_t steps_run;  // steps this process ran
+	uint64_t samples;    // samples this process processed
 	uint64_t eval_ns;    // time spent evaluating
 	// the current interval, since the last progress line
 	double   iv_loss;
@@ -39,8 +41,9 @@ int tr__report_open(struct tr__report *rep, const struct tr_config *cfg,
 // tr__report_close closes the CSV files (not out).
 void tr__report_close(struct tr__report *rep);
 
-// tr__report_start marks version 0: wall time counts from here.
-void tr__report_start(struct tr__report *rep);
+// tr__report_start marks the start of training at job step `at` (0, or
+// where a rejoining trainer resumes): wall time counts from here.
+void tr__report_start(struct tr__report *rep, uint64_t at);
 
 // tr__report_step_time writes the --step-times row of the current step
 // (started at ts ns, push-pull started at tx ns, finished now). Buffered
@@ -48,9 +51,11 @@ void tr__report_start(struct tr__report *rep);
 void tr__report_step_time(struct tr__report *rep, uint64_t ts, uint64_t tx);
 
 // tr__report_step counts a finished step of n samples whose summed loss
-// was loss and which took ns nanoseconds.
-void tr__report_step(struct tr__report *rep, size_t n, double loss,
-    uint64_t ns);
+// was loss and which took ns nanoseconds, after which the job is at job
+// step `step` (one more than before, or further when a round finished
+// without this trainer).
+void tr__report_step(struct tr__report *rep, uint64_t step, size_t n,
+    double loss, uint64_t ns);
 
 // tr__report_test records an evaluation on the test set that took
 // eval_ns nanoseconds; later progress lines and the summary show it.

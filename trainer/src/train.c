@@ -27,6 +27,20 @@
 // the smallest partition, because sync mode waits for every trainer.
 // Only rank 0 evaluates on the test set, before each progress line.
 //
+// Steps are job steps. In sync mode version v means v steps done by every
+// rank, so the loop is driven by the version the trainer holds: step v
+// runs minibatch v mod steps_per_epoch of epoch v / steps_per_epoch
+// (tr_job_position), and the job ends at tr_job_steps(). A trainer that
+// (re)joins under its rank pulls the job's current version v first, so it
+// resumes at job step v with the minibatch it would have used anyway, and
+// ends when the job does; when v is already the last step it exits at
+// once. In async mode versions count every rank's pushes, at each rank's
+// own pace, so they name no position of one rank: an async trainer starts
+// at step 0 and counts its own steps (a restarted one runs a full
+// --epochs/--max-steps again; nobody waits for it in async mode). A
+// trainer that stops, done or signalled, leaves the job so that the other
+// ranks' sync rounds never wait for it.
+//
 // Errors: local failures return their FB_E* code; a failed libferry call
 // is logged with libferry's own code name and message and returns
 // FB_EREMOTE (no translation of one error space into the other).
@@ -52,6 +66,8 @@ struct run {
 	struct tr_partition            part;
 	int                            trainers;
 	size_t                         steps_per_epoch;
+	uint64_t                       total; // job steps to run
+	uint64_t                       start; // job step to start at
 	// tensor t starts tensor_base[t] floats into the parameter block
 	size_t                         tensor_base[TR_MAX_TENSORS];
 	void       *dev_push; // on-device gradient encoder, or NULL
@@ -253,12 +269,37 @@ set_weights(struct run *r)
 	return tr_backend_set_weights(r->be, tr_params_cptrs(&r->w));
 }
 
-// start_weights has rank 0 offer the initial weights, then pulls
-// version 0 into the backend.
+// log_start says where this trainer starts when that is not a fresh job's
+// step 0: resuming inside the job, or with nothing left to do.
+static void
+log_start(const struct run *r, uint64_t version)
+{
+	struct tr_position pos;
+	if (r->start >= r->total) {
+		FB_LOG(FB_LOG_NOTICE, MOD,
+		    "rank %d: the job is at version %llu, its last step is "
+		    "%llu: nothing left to train",
+		    r->cfg->rank, (unsigned long long) version,
+		    (unsigned long long) r->total);
+	} else if (r->start > 0 &&
+	    tr_job_position(r->start, r->steps_per_epoch, r->total, &pos) ==
+	        FB_OK) {
+		FB_LOG(FB_LOG_NOTICE, MOD,
+		    "rank %d resumes at version %llu: epoch %ld, minibatch "
+		    "%zu of %zu (%llu job steps in all)",
+		    r->cfg->rank, (unsigned long long) version, pos.epoch,
+		    pos.k, r->steps_per_epoch, (unsigned long long) r->total);
+	}
+}
+
+// start_weights has rank 0 offer the initial weights, then pulls the
+// job's current version (0 unless this rank rejoins a running job) into
+// the backend and finds the job step to start at.
 static int
 start_weights(struct run *r)
 {
 	const struct tr_config *cfg = r->cfg;
+	struct ferry_stats      st;
 	int                     fe;
 
 	if (cfg->rank == 0) {
@@ -269,13 +310,18 @@ start_weights(struct run *r)
 		}
 	}
 	if ((fe = ferry_client_pull(r->fc, r->w.t)) != FERRY_OK) {
-		return libferry_failed(r, "pull version 0", fe);
+		return libferry_failed(r, "pull the first version", fe);
 	}
 	FB_LOG(FB_LOG_NOTICE, MOD,
 	    "rank %d of %d: %zu samples in partition, %zu steps per epoch, "
 	    "%zu parameters, device %s",
 	    cfg->rank, r->trainers, r->part.count, r->steps_per_epoch,
 	    r->w.total, cfg->device);
+	ferry_client_stats(r->fc, &st);
+	r->total = tr_job_steps(r->steps_per_epoch, cfg->epochs,
+	    cfg->max_steps);
+	r->start = cfg->mode == TR_MODE_SYNC ? st.version : 0;
+	log_start(r, st.version);
 	return set_weights(r);
 }
 
@@ -311,6 +357,20 @@ step_failed(struct run *r, int rv)
 	FB_LOG(FB_LOG_ERR, MOD, "step %llu: %s",
 	    (unsigned long long) r->rep.step, fb_strerror(rv));
 	return rv;
+}
+
+// next_step returns the job step reached after a step: the version now
+// held in sync mode (one more, or more after a round finished without this
+// trainer), one more in async mode.
+static uint64_t
+next_step(const struct run *r)
+{
+	struct ferry_stats st;
+	if (r->cfg->mode != TR_MODE_SYNC) {
+		return r->rep.step + 1;
+	}
+	ferry_client_stats(r->fc, &st);
+	return st.version;
 }
 
 // step runs minibatch k of epoch e: gradient, push-pull, new weights.
@@ -363,7 +423,8 @@ step(struct run *r, long e, size_t k)
 	if ((rv = set_weights(r)) != FB_OK) {
 		return rv;
 	}
-	tr__report_step(&r->rep, cfg->batch, loss, fb_clock_ns() - ts);
+	tr__report_step(&r->rep, next_step(r), cfg->batch, loss,
+	    fb_clock_ns() - ts);
 	tr__metrics_step(&r->met, r->fc, cfg->batch, tx - ts,
 	    fb_clock_ns() - tx);
 	return FB_OK;
@@ -404,53 +465,44 @@ on_stop_signal(int sig)
 	stop_requested = 1;
 }
 
-// step_limit_reached says whether --max-steps steps are done.
-static int
-step_limit_reached(const struct run *r)
-{
-	return r->cfg->max_steps != 0 && r->rep.step >= r->cfg->max_steps;
-}
-
-// train runs the epochs, reporting every --log-interval steps and at the
-// end of each epoch, until the last epoch, --max-steps or a signal.
+// train runs job steps from r->start, reporting every --log-interval
+// steps and at the end of each epoch, until the job's last step
+// (--epochs, --max-steps) or a signal.
 static int
 train(struct run *r)
 {
 	const struct tr_config *cfg = r->cfg;
-	int                     rv, stop = 0;
+	struct tr_position      pos;
+	int                     rv;
 
 	stop_requested = 0;
 	signal(SIGINT, on_stop_signal);
 	signal(SIGTERM, on_stop_signal);
-	tr__report_start(&r->rep);
-	for (long e = 0; e < cfg->epochs && !stop; e++) {
-		for (size_t k = 0; k < r->steps_per_epoch; k++) {
-			if (stop_requested || step_limit_reached(r)) {
-				stop = 1;
-				break;
-			}
-			if ((rv = step(r, e, k)) != FB_OK) {
-				return rv;
-			}
-			if (cfg->log_interval > 0 &&
-			    r->rep.step % (uint64_t) cfg->log_interval == 0 &&
-			    (rv = evaluate_and_report(r)) != FB_OK) {
-				return rv;
-			}
+	tr__report_start(&r->rep, r->start);
+	while (!stop_requested &&
+	    tr_job_position(r->rep.step, r->steps_per_epoch, r->total, &pos) ==
+	        FB_OK) {
+		if ((rv = step(r, pos.epoch, pos.k)) != FB_OK) {
+			return rv;
 		}
-		if (r->rep.last_report != r->rep.step &&
+		int due = cfg->log_interval > 0 &&
+		    r->rep.step % (uint64_t) cfg->log_interval == 0;
+		int epoch_end = r->rep.step / r->steps_per_epoch >
+		    (uint64_t) pos.epoch;
+		if ((due || epoch_end) && r->rep.last_report != r->rep.step &&
 		    (rv = evaluate_and_report(r)) != FB_OK) {
 			return rv;
 		}
 	}
-	if (r->rep.step > 0 && r->rep.last_report != r->rep.step) {
+	if (r->rep.steps_run > 0 && r->rep.last_report != r->rep.step) {
 		return evaluate_and_report(r);
 	}
 	return FB_OK;
 }
 
-// finish prints the summary, leaves the job when a signal stopped the
-// run, and writes --weights-out.
+// finish prints the summary, leaves the job (done or stopped by a signal:
+// either way the other ranks must not wait for this one), and writes
+// --weights-out.
 static int
 finish(struct run *r)
 {
@@ -461,14 +513,16 @@ finish(struct run *r)
 	ferry_client_stats(r->fc, &st);
 	tr__report_summary(&r->rep, cfg, r->trainers, r->steps_per_epoch, &st);
 	if (stop_requested) {
-		// Stopped early: do not leave the others waiting.
 		FB_LOG(FB_LOG_NOTICE, MOD,
 		    "stopped by a signal; leaving the job");
-		if ((fe = ferry_client_leave(r->fc)) != FERRY_OK) {
-			FB_LOG(FB_LOG_WARN, MOD, "leave: %s: %s",
-			    ferry_strerror(fe),
-			    ferry_client_last_error(r->fc));
-		}
+	} else {
+		FB_LOG(FB_LOG_INFO, MOD,
+		    "done at job step %llu; leaving the job",
+		    (unsigned long long) r->rep.step);
+	}
+	if ((fe = ferry_client_leave(r->fc)) != FERRY_OK) {
+		FB_LOG(FB_LOG_WARN, MOD, "leave: %s: %s", ferry_strerror(fe),
+		    ferry_client_last_error(r->fc));
 	}
 	if (cfg->weights_out == NULL) {
 		return FB_OK;
@@ -520,7 +574,8 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 	    (rv = open_device_pull(&r)) == FB_OK &&
 	    (rv = start_weights(&r)) == FB_OK &&
 	    (rv = open_device_push(&r)) == FB_OK) {
-		// Version 0 is here: the job runs (/readyz turns ready).
+		// The first version is here: the job runs (/readyz turns
+		// ready).
 		tr__metrics_phase(&r.met, TR_PHASE_RUNNING, r.fc);
 		if ((rv = train(&r)) == FB_OK) {
 			rv = finish(&r);

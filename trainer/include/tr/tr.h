@@ -173,6 +173,29 @@ size_t tr_partition_steps(size_t n, int trainers, size_t batch);
 int tr_partition_batch(struct tr_partition *p, long epoch, size_t k,
     size_t batch, const uint32_t **idx);
 
+// ---- the job's position in the data -----------------------------------
+// Job step s (s steps done by every rank; in sync mode the weights'
+// version is s) is minibatch k = s mod steps_per_epoch of epoch
+// e = s / steps_per_epoch. Since an epoch's order depends only on the seed
+// and e (above), a trainer that (re)joins at version s carries on with the
+// very minibatch it would have used had it never stopped.
+struct tr_position {
+	long   epoch; // epoch e, from 0
+	size_t k;     // minibatch k of epoch e
+};
+
+// tr_job_steps returns how many steps the job runs: epochs *
+// steps_per_epoch, capped at max_steps when that is not 0 (--max-steps and
+// --epochs count job steps, not the steps one process ran). 0 when
+// steps_per_epoch is 0 or epochs < 1.
+uint64_t tr_job_steps(size_t steps_per_epoch, long epochs, uint64_t max_steps);
+
+// tr_job_position sets *pos to job step `step`'s epoch and minibatch.
+// Errors: FB_EINVAL (steps_per_epoch == 0, pos NULL), FB_ERANGE (step >=
+// total: the job has no such step; *pos untouched).
+int tr_job_position(uint64_t step, size_t steps_per_epoch, uint64_t total,
+    struct tr_position *pos);
+
 // ---- model ----------------------------------------------------------------
 // An MLP: sizes[0] inputs, sizes[1..n_layers-1] hidden ReLU units,
 // sizes[n_layers] classes with softmax cross-entropy.
