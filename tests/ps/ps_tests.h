@@ -3,4 +3,5 @@
 #include <check.h>
 Suite *suite_cluster(void);
 Suite *suite_stall(void);
+Suite *suite_snapshot(void);
 #endif
