@@ -33,9 +33,9 @@ static int
 job_open(struct snapjob *j, const char *dir, uint64_t every, int restore,
     const char *pull, size_t last_len, uint32_t timeout_ms)
 {
-	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
-	struct ps_server_opts    o  = PS_SERVER_OPTS_INIT;
-	struct ferry_opts        fo = FERRY_OPTS_INIT;
+	struct ps_scheduler_opts so    = PS_SCHEDULER_OPTS_INIT;
+	struct ps_server_opts    o     = PS_SERVER_OPTS_INIT;
+	struct ferry_opts        fo    = FERRY_OPTS_INIT;
 	struct ferry_tensor_desc d[NT] = { { "a", lens[0] }, { "b", lens[1] },
 		{ "c", last_len } };
 	char                     url[64], surl[64];
@@ -252,8 +252,8 @@ START_TEST(test_snapshot_corrupt_bogus)
 
 	// The server refuses it: no placement installed, the trainer's
 	// calls find no server, the server never becomes ready.
-	ck_assert_int_ne(
-	    job_open(&b, dir, 0, PS_RESTORE_YES, NULL, 1, 1500), 0);
+	ck_assert_int_ne(job_open(&b, dir, 0, PS_RESTORE_YES, NULL, 1, 1500),
+	    0);
 	ck_assert_int_eq(ps_server_ready(b.srv, msg, sizeof(msg)), 0);
 	job_close(&b);
 	rmdir_all(dir);
@@ -269,8 +269,8 @@ START_TEST(test_snapshot_other_job_bogus)
 	char           dir[64], msg[128];
 
 	tmpdir(dir, sizeof(dir));
-	ck_assert_int_ne(
-	    job_open(&a, dir, 0, PS_RESTORE_YES, NULL, 1, 1500), 0);
+	ck_assert_int_ne(job_open(&a, dir, 0, PS_RESTORE_YES, NULL, 1, 1500),
+	    0);
 	ck_assert_int_eq(ps_server_ready(a.srv, msg, sizeof(msg)), 0);
 	job_close(&a);
 
@@ -279,8 +279,8 @@ START_TEST(test_snapshot_other_job_bogus)
 	job_step(&a, 0);
 	PT_OK(ps_server_snapshot(a.srv, 0, 10000, NULL));
 	job_close(&a);
-	ck_assert_int_ne(
-	    job_open(&b, dir, 0, PS_RESTORE_AUTO, NULL, 2, 1500), 0);
+	ck_assert_int_ne(job_open(&b, dir, 0, PS_RESTORE_AUTO, NULL, 2, 1500),
+	    0);
 	ck_assert_int_eq(ps_server_ready(b.srv, msg, sizeof(msg)), 0);
 	job_close(&b);
 	rmdir_all(dir);
@@ -351,8 +351,8 @@ START_TEST(test_snapshot_every)
 		uint64_t v = (uint64_t) k + 1, written = v / 3;
 		job_step(&a, k);
 		// The writer runs in the background: wait for it.
-		for (int i = 0; i < 500 &&
-		     stat_u64(a.srv, "snapshots_written") < written;
+		for (int i = 0;
+		     i < 500 && stat_u64(a.srv, "snapshots_written") < written;
 		     i++) {
 			fb_sleep_us(10000);
 		}
@@ -390,12 +390,12 @@ START_TEST(test_snapshot_bogus)
 	job_step(&a, 1);
 	PT_FAIL(ps_server_snapshot(a.srv, 1, 1000, NULL), FB_ESTATE);
 	job_close(&a);
-	ck_assert_int_eq(job_open(&a, NULL, 0, PS_RESTORE_AUTO, NULL, 1, 20000),
-	    0);
+	ck_assert_int_eq(
+	    job_open(&a, NULL, 0, PS_RESTORE_AUTO, NULL, 1, 20000), 0);
 	PT_FAIL(ps_server_snapshot(a.srv, 0, 1000, NULL), FB_ESTATE);
 	job_close(&a);
-	PT_FAIL(ps_snapshot_check("/nonexistent/server-0.snap", msg,
-	            sizeof(msg)),
+	PT_FAIL(
+	    ps_snapshot_check("/nonexistent/server-0.snap", msg, sizeof(msg)),
 	    FB_ENOTFOUND);
 	ck_assert_msg(strstr(msg, "/nonexistent/server-0.snap") != NULL, "%s",
 	    msg);

@@ -39,13 +39,17 @@
 // it is held except nng's internal locks: replies are sent under mu, which
 // is safe because nng_ctx_send is asynchronous. No call that blocks on the
 // network (peer Transfers, scheduler calls) is made with mu held. The two
-// condition variables (decoded, delivered) wait on mu.
+// condition variables (decoded, delivered) wait on mu. Disk I/O is not
+// done under mu either, except reading the snapshot at restore, which runs
+// in ps__map_install before the server serves.
 //
 // Files: server.c (open/close, dispatch, probe, stats), store.c (shards,
 // SGD, finite checks, the first placement), pull_ref.c (pull reference and
 // delta log), pull.c (pulls, parking, the deadline sweeper), push.c
 // (pushes: async, stage, commit), transfer.c (a shard's state on the wire),
-// moves.c (re-placement and leave), boot.c (the scheduler watch).
+// moves.c (re-placement and leave), boot.c (the scheduler watch),
+// snapshot.c (snapshots on disk and restore; its writer thread waits on
+// its own condition variables, on mu).
 #ifndef PS_SERVER_IMPL_H
 #define PS_SERVER_IMPL_H
 

@@ -253,8 +253,7 @@ ps__snap_on_version(struct ps_server *s, struct srv_shard *sh)
 		}
 		return;
 	}
-	if (p->state == SNAP_CAPTURING &&
-	    (p->requested || p->version > v)) {
+	if (p->state == SNAP_CAPTURING && (p->requested || p->version > v)) {
 		return;
 	}
 	// IDLE, or a periodic capture some shard never reached (it moved
@@ -299,12 +298,17 @@ snap_request(struct ps_server *s, uint64_t v, uint64_t *seq)
 
 // ---- writing ----------------------------------------------------------------
 
+// Files are written in chunks of this size, each CRC'ed just before it
+// is written: the chunk is still in the cache for the kernel's copy, and
+// one huge write() runs at a fraction of the disk's speed.
+#define SNAP_CHUNK (1u << 20)
+
 // write_all writes len bytes of buf to fd. Returns 0 or errno.
 static int
 write_all(int fd, const uint8_t *buf, size_t len)
 {
 	while (len > 0) {
-		ssize_t n = write(fd, buf, len > (1u << 30) ? 1u << 30 : len);
+		ssize_t n = write(fd, buf, len);
 		if (n < 0 && errno == EINTR) {
 			continue;
 		}
@@ -317,8 +321,27 @@ write_all(int fd, const uint8_t *buf, size_t len)
 	return 0;
 }
 
-// snap_write_file puts buf on disk as p->path through p->tmp: create
-// exclusively, write, fsync, close, rename, fsync the directory. Returns 0
+// write_crc writes len bytes of buf to fd, chunk by chunk, then their
+// CRC-32 (the file's trailer). Returns 0 or errno.
+static int
+write_crc(int fd, const uint8_t *buf, size_t len)
+{
+	uint32_t crc = 0;
+	uint8_t  trailer[SNAP_TRAILER];
+	int      e = 0;
+
+	for (size_t off = 0; off < len && e == 0; off += SNAP_CHUNK) {
+		size_t n = len - off < SNAP_CHUNK ? len - off : SNAP_CHUNK;
+		crc      = fb_crc32(crc, buf + off, n);
+		e        = write_all(fd, buf + off, n);
+	}
+	fb_put_u32le(trailer, crc);
+	return e != 0 ? e : write_all(fd, trailer, SNAP_TRAILER);
+}
+
+// snap_write_file puts buf and its CRC on disk as p->path through p->tmp:
+// create exclusively, write, fsync, close, rename, fsync the directory.
+// Returns 0
 // or errno (logged, temp file removed, the old file kept).
 static int
 snap_write_file(struct ps_snap *p, const uint8_t *buf, size_t len)
@@ -338,7 +361,7 @@ snap_write_file(struct ps_snap *p, const uint8_t *buf, size_t len)
 		goto fail;
 	}
 	step = "write";
-	if ((e = write_all(fd, buf, len)) == 0) {
+	if ((e = write_crc(fd, buf, len)) == 0) {
 		step = "fsync";
 		e    = fsync(fd) != 0 ? errno : 0;
 	}
@@ -389,13 +412,12 @@ snap_writer(void *arg)
 		uint64_t t0      = fb_clock_ns();
 		pthread_mutex_unlock(&s->mu);
 
-		fb_put_u32le(p->buf + len, fb_crc32(0, p->buf, len));
-		int e = snap_write_file(p, p->buf, len + SNAP_TRAILER);
+		int e = snap_write_file(p, p->buf, len);
 
 		pthread_mutex_lock(&s->mu);
-		p->state        = SNAP_IDLE;
-		p->done_seq     = p->seq;
-		p->done_rv      = e ? (int) (FB_ESYSERR | (unsigned) e) : FB_OK;
+		p->state    = SNAP_IDLE;
+		p->done_seq = p->seq;
+		p->done_rv  = e ? (int) (FB_ESYSERR | (unsigned) e) : FB_OK;
 		p->done_version = version;
 		if (e == 0) {
 			p->n_written++;
@@ -410,19 +432,19 @@ snap_writer(void *arg)
 			p->n_failed++;
 		}
 		if (p->call != NULL) {
-			Pswire__Header       h = PSWIRE__HEADER__INIT;
-			Pswire__SnapshotReply r =
-			    PSWIRE__SNAPSHOT_REPLY__INIT;
+			Pswire__Header        h = PSWIRE__HEADER__INIT;
+			Pswire__SnapshotReply r = PSWIRE__SNAPSHOT_REPLY__INIT;
 			if (e != 0) {
 				ps__server_reply_err(s, p->call,
 				    PSWIRE__STATUS__INTERNAL,
 				    "snapshot %s: %s", p->path, strerror(e));
 			} else {
-				r.version      = version;
-				r.shards       = p->n_rec;
-				r.bytes        = len + SNAP_TRAILER;
-				h.request_id   = p->call->hdr->request_id;
-				h.body_case    = PSWIRE__HEADER__BODY_SNAPSHOT_REP;
+				r.version    = version;
+				r.shards     = p->n_rec;
+				r.bytes      = len + SNAP_TRAILER;
+				h.request_id = p->call->hdr->request_id;
+				h.body_case =
+				    PSWIRE__HEADER__BODY_SNAPSHOT_REP;
 				h.snapshot_rep = &r;
 				ps__call_reply(p->call, &h);
 			}
@@ -523,10 +545,11 @@ ps__on_snapshot(struct ps_server *s, struct ps_call *c)
 		    rv == FB_EBUSY ? PSWIRE__STATUS__UNAVAILABLE
 		                   : PSWIRE__STATUS__FAILED_PRECONDITION,
 		    "snapshot at version %llu: %s", (unsigned long long) v,
-		    rv == FB_EBUSY    ? "another snapshot is in progress; retry"
-		    : rv == FB_ESTATE ? "no placement yet, or a shard is past "
-		                        "that version"
-		                      : fb_strerror(rv));
+		    rv == FB_EBUSY ? "another snapshot is in progress; retry"
+		        : rv == FB_ESTATE
+		        ? "no placement yet, or a shard is past "
+		          "that version"
+		        : fb_strerror(rv));
 	}
 	pthread_mutex_unlock(&s->mu);
 }
@@ -621,9 +644,8 @@ snap_file_free(struct snap_file *f)
 	memset(f, 0, sizeof(*f));
 }
 
-static int
-errmsg(char *msg, size_t n, int rv, const char *path, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
+static int errmsg(char *msg, size_t n, int rv, const char *path,
+    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 static int
 errmsg(char *msg, size_t n, int rv, const char *path, const char *fmt, ...)
@@ -650,7 +672,8 @@ snap_file_read(const char *path, struct snap_file *f, char *msg, size_t n)
 	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0) {
 		e = errno;
 		return errmsg(msg, n,
-		    e == ENOENT ? FB_ENOTFOUND : (int) (FB_ESYSERR | (unsigned) e),
+		    e == ENOENT ? FB_ENOTFOUND
+		                : (int) (FB_ESYSERR | (unsigned) e),
 		    path, "%s", strerror(e));
 	}
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -675,8 +698,9 @@ snap_file_read(const char *path, struct snap_file *f, char *msg, size_t n)
 		if (r <= 0) {
 			e = r < 0 ? errno : EIO;
 			close(fd);
-			return errmsg(msg, n, (int) (FB_ESYSERR | (unsigned) e),
-			    path, "read: %s", strerror(e));
+			return errmsg(msg, n,
+			    (int) (FB_ESYSERR | (unsigned) e), path,
+			    "read: %s", strerror(e));
 		}
 		off += (size_t) r;
 	}
