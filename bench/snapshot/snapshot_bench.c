@@ -40,8 +40,8 @@ die(const char *what, int rv)
 // job_open starts a job of n floats (tensors of at most 64 Mi floats) on
 // dir; w holds the initial weights (and receives the pulled ones).
 static void
-job_open(struct job *j, const char *dir, int restore, float **w,
-    size_t *lens, int nt)
+job_open(struct job *j, const char *dir, int restore, float **w, size_t *lens,
+    int nt)
 {
 	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
 	struct ps_server_opts    o  = PS_SERVER_OPTS_INIT;
@@ -143,10 +143,11 @@ main(int argc, char **argv)
 			if (rv != FB_OK) {
 				die("snapshot", rv);
 			}
-			t1       = fb_clock_ns();
-			first_s  = k == 0 ? (double) (t1 - t0) * 1e-9 : first_s;
-			write_s  = (double) (t1 - t0) * 1e-9;
-			file_s   = (double) stat_u64(j.srv, "snapshot_write_us") *
+			t1      = fb_clock_ns();
+			first_s = k == 0 ? (double) (t1 - t0) * 1e-9 : first_s;
+			write_s = (double) (t1 - t0) * 1e-9;
+			file_s  = (double) stat_u64(j.srv,
+			              "snapshot_write_us") *
 			    1e-6;
 		}
 		job_close(&j);
