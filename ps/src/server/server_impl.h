@@ -304,6 +304,14 @@ void ps__on_push(struct ps_server *s, struct ps_call *c);
 int ps__transfer_encode(struct ps_server *s, struct srv_shard *sh,
     nng_msg **out);
 
+// ps__shard_load_state copies into sh (buffers allocated) the weights, and
+// with a pull codec the reference and delta log, from payload p laid out as
+// a Transfer's, with the log's bases, crcs and lengths and ref_crc from t;
+// the caller has checked every length. Returns the first byte after them.
+// Used by Transfers and snapshot restores. mu held.
+const uint8_t *ps__shard_load_state(struct ps_server *s, struct srv_shard *sh,
+    const Pswire__TransferRequest *t, const uint8_t *p);
+
 // ps__on_transfer installs a shard moved here by a new map (the decoding
 // half of ps__transfer_encode). Called on an nng callback thread; takes mu.
 void ps__on_transfer(struct ps_server *s, struct ps_call *c);
