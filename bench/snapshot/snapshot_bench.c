@@ -47,7 +47,7 @@ job_open(struct job *j, const char *dir, int restore, float **w, size_t *lens,
 	struct ps_server_opts    o  = PS_SERVER_OPTS_INIT;
 	struct ferry_opts        fo = FERRY_OPTS_INIT;
 	struct ferry_tensor_desc d[64];
-	char                     names[64][8];
+	char                     names[64][16];
 	int                      rv;
 
 	so.url         = "tcp://127.0.0.1:0";

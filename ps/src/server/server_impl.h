@@ -48,8 +48,8 @@
 // delta log), pull.c (pulls, parking, the deadline sweeper), push.c
 // (pushes: async, stage, commit), transfer.c (a shard's state on the wire),
 // moves.c (re-placement and leave), boot.c (the scheduler watch),
-// snapshot.c (snapshots on disk and restore; its writer thread waits on
-// its own condition variables, on mu).
+// snapshot.c (snapshots on disk; its writer thread waits on its own
+// condition variables, on mu), snapshot_load.c (checking and restoring).
 #ifndef PS_SERVER_IMPL_H
 #define PS_SERVER_IMPL_H
 
@@ -330,7 +330,7 @@ int ps__map_apply(struct ps_server *s, Pswire__Placement *pl,
 // leaving p zeroed. Boot thread only.
 void ps__peers_close(struct ps_peers *p);
 
-// ---- snapshot.c ------------------------------------------------------------
+// ---- snapshot.c, snapshot_load.c ----------------------------------------
 
 // ps__snap_open starts the snapshot writer when opts.snapshot_dir is set
 // (s->snap stays NULL otherwise). Errors: FB_EINVAL (not a directory),
