@@ -539,6 +539,26 @@ if os.path.exists(place_path):
           f"{p_['predicted_step_ms']:.2f} | {100 * p_.get('latency_pred_error', 0):+.0f}% | "
           f"{p_['optimum_step_ms']:.2f} | {p_.get('solver_over_opt_max', 0):.3f} |")
     w("")
+# Snapshots: measured by bench/snapshot.sh (its own run).
+snap_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "snapshot.json")
+if os.path.exists(snap_path):
+    sn = json.load(open(snap_path))
+    w("## Snapshots (bench/snapshot.sh)")
+    w("")
+    w(f"Measured separately by `bench/snapshot.sh {sn['mb']} {sn['reps']}`: one "
+      f"server holding {sn['mb']} MB writes its snapshot (ps_server_snapshot: "
+      "the copy under the lock, CRC, write, fsync, rename, directory fsync) "
+      "and restores it from a cold page cache; `dd if=/dev/zero bs=1M "
+      "conv=fsync` of the same size runs beside each repetition on the same "
+      "disk. Medians, GB/s = 1e9 bytes/s.")
+    w("")
+    w("| snapshot write | writer thread alone | a server's first | restore | dd | write / dd (target >= 0.50) |")
+    w("|---|---|---|---|---|---|")
+    w(f"| {sn['snapshot_write_gbps']:.3f} | {sn['snapshot_file_gbps']:.3f} | "
+      f"{sn['snapshot_first_write_gbps']:.3f} | {sn['snapshot_restore_gbps']:.3f} | "
+      f"{sn['dd_write_gbps']:.3f} | {sn['write_vs_dd']:.2f} "
+      f"({'met' if sn['write_vs_dd'] >= 0.5 else '**not met**'}) |")
+    w("")
 w("## GPU (bench/gpu)")
 w("")
 w("`gpu_bench` (training step vs a plain cuBLAS GEMM of the same shapes, "

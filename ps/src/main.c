@@ -206,8 +206,24 @@ main(int argc, char **argv)
 		o.contexts              = (int) cfg_int(FB_OPT_PS_CONTEXTS);
 		o.max_msg  = (size_t) cfg_int(FB_OPT_PS_MAX_MSG_MB) << 20;
 		o.capacity = (uint64_t) cfg_int(FB_OPT_PS_CAPACITY_MB) << 20;
-		o.stall_warn_ms = (uint32_t) cfg_int(FB_OPT_PS_STALL_WARN_MS);
-		o.heartbeat_ms  = (uint32_t) cfg_int(FB_OPT_PS_HEARTBEAT_MS);
+		o.stall_warn_ms  = (uint32_t) cfg_int(FB_OPT_PS_STALL_WARN_MS);
+		o.heartbeat_ms   = (uint32_t) cfg_int(FB_OPT_PS_HEARTBEAT_MS);
+		o.snapshot_dir   = *cfg_str(FB_OPT_PS_SNAPSHOT_DIR)
+		      ? cfg_str(FB_OPT_PS_SNAPSHOT_DIR)
+		      : NULL;
+		o.snapshot_every = (uint64_t) cfg_int(
+		    FB_OPT_PS_SNAPSHOT_EVERY);
+		o.restore = strcmp(cfg_str(FB_OPT_PS_RESTORE), "yes") == 0
+		    ? PS_RESTORE_YES
+		    : strcmp(cfg_str(FB_OPT_PS_RESTORE), "no") == 0
+		    ? PS_RESTORE_NO
+		    : PS_RESTORE_AUTO;
+		if (o.snapshot_every > 0 && o.snapshot_dir == NULL) {
+			fprintf(stderr,
+			    "ps-server: --snapshot-every needs "
+			    "--snapshot-dir\n");
+			return 2;
+		}
 		if (*o.scheduler_url == '\0') {
 			fprintf(stderr,
 			    "ps-server: --role=server needs "

@@ -9,6 +9,7 @@ main(void)
 	SRunner *sr = srunner_create(suite_cluster());
 	srunner_add_suite(sr, suite_stall());
 	srunner_add_suite(sr, suite_live());
+	srunner_add_suite(sr, suite_snapshot());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

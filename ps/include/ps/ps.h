@@ -102,11 +102,26 @@ struct ps_server_opts {
 	// Heartbeat the scheduler this often (ms) so that it can tell when
 	// this server dies (0 = never).
 	uint32_t    heartbeat_ms;
+	// Snapshots (docs/operations.md "Snapshots"): the directory of this
+	// server's snapshot file (NULL: no snapshots), the sync version
+	// interval of automatic ones (0: only on request), and whether the
+	// file is loaded when the job starts (enum ps_restore).
+	const char *snapshot_dir;
+	uint64_t    snapshot_every;
+	int         restore;
 };
 #define PS_SERVER_OPTS_INIT                                                   \
 	{                                                                     \
-		NULL, NULL, NULL, 256, 256u << 20, 10000, 0, 10000, 1000      \
+		NULL, NULL, NULL, 256, 256u << 20, 10000, 0, 10000, 1000,     \
+		    NULL, 0, PS_RESTORE_AUTO                                  \
 	}
+
+// When a server with a snapshot_dir loads its snapshot file.
+enum ps_restore {
+	PS_RESTORE_AUTO = 0, // when the file exists
+	PS_RESTORE_YES  = 1, // always: a missing file is an error
+	PS_RESTORE_NO   = 2, // never (a fresh job; the file is overwritten)
+};
 
 // ps_server_open starts a parameter server: it listens on opts->url,
 // registers with the scheduler and, from a background thread, fetches the
@@ -155,6 +170,24 @@ int ps_server_ready(struct ps_server *s, char *why, size_t n);
 // version it wants and the ranks that version still waits for. Any
 // thread; takes the server's lock.
 void ps_server_state_json(struct ps_server *s, struct obs_writer *w);
+
+// ps_server_snapshot writes this server's shards to its snapshot file
+// (opts.snapshot_dir) and waits up to timeout_ms for the file to be on
+// disk: version 0 takes every shard as it is now; version V > 0 takes
+// each shard as it reaches V (a sync job's consistent version). *written
+// (may be NULL) receives the snapshot's version. The Snapshot rpc does the
+// same. Errors: FB_ESTATE (no snapshot_dir, no placement yet, or a shard
+// already past V), FB_EBUSY (another snapshot is in progress),
+// FB_ETIMEDOUT, FB_ESYSERR|errno (the write failed; the previous file is
+// kept). Any thread except the server's own.
+int ps_server_snapshot(struct ps_server *s, uint64_t version,
+    uint32_t timeout_ms, uint64_t *written);
+
+// ps_snapshot_check validates the snapshot file at path (magic, format
+// version, CRC, every record's bounds) without loading it. On error, msg
+// (n bytes) names the file and what is wrong. Errors: FB_ENOTFOUND,
+// FB_ECORRUPT, FB_EPROTO, FB_ENOMEM, FB_ESYSERR|errno.
+int ps_snapshot_check(const char *path, char *msg, size_t n);
 
 // ps_server_close stops serving and frees. NULL is a no-op.
 void ps_server_close(struct ps_server *s);

@@ -136,6 +136,11 @@ ps__boot_main(void *arg)
 					pswire__placement__free_unpacked(pl,
 					    NULL);
 					if (s->pl == NULL) {
+						// No first map: stop
+						// (the reply is freed here,
+						// the loop's end is skipped).
+						pswire__header__free_unpacked(
+						    rh, NULL);
 						break;
 					}
 				}

@@ -112,6 +112,10 @@ dispatch(void *arg, struct ps_call *c)
 		on_probe(s, c);
 		return;
 	}
+	if (method == PSWIRE__METHOD__SNAPSHOT) {
+		ps__on_snapshot(s, c);
+		return;
+	}
 	if (method != PSWIRE__METHOD__PUSH && method != PSWIRE__METHOD__PULL &&
 	    method != PSWIRE__METHOD__PUSH_PULL &&
 	    method != PSWIRE__METHOD__TRANSFER) {
@@ -166,8 +170,10 @@ ps_server_open(const struct ps_server_opts *o, struct ps_server **out)
 	pthread_cond_init(&s->delivered, &ca);
 	pthread_condattr_destroy(&ca);
 	if ((rv = ps__server_metrics_open(s)) != FB_OK ||
+	    (rv = ps__snap_open(s)) != FB_OK ||
 	    (rv = ps__rpc_open(o->url, o->contexts, o->max_msg, dispatch, s,
 	         s->reg, &s->rpc)) != FB_OK) {
+		ps__snap_close(s);
 		obs_registry_free(s->reg);
 		pthread_cond_destroy(&s->delivered);
 		pthread_cond_destroy(&s->decoded);
@@ -222,6 +228,10 @@ ps_server_stats(struct ps_server *s, char *buf, size_t n)
 	    (unsigned long long) atomic_load(&s->bytes_in),
 	    (unsigned long long) atomic_load(&s->bytes_out),
 	    (unsigned long long) atomic_load(&s->n_applied), parked);
+	size_t used = n > 0 ? strlen(buf) : 0;
+	if (used + 1 < n) {
+		ps__snap_stats(s, buf + used, n - used);
+	}
 	pthread_mutex_unlock(&s->mu);
 }
 
@@ -234,6 +244,7 @@ ps_server_close(struct ps_server *s)
 	atomic_store(&s->closing, 1);
 	pthread_join(s->boot_thread, NULL);
 	pthread_join(s->sweep_thread, NULL);
+	ps__snap_close(s); // answers a Snapshot call still waiting
 	ps__rpc_close(s->rpc);
 	for (size_t i = 0; s->shards != NULL && i < s->n_global; i++) {
 		ps__shard_release(&s->shards[i]);

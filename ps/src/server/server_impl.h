@@ -39,13 +39,17 @@
 // it is held except nng's internal locks: replies are sent under mu, which
 // is safe because nng_ctx_send is asynchronous. No call that blocks on the
 // network (peer Transfers, scheduler calls) is made with mu held. The two
-// condition variables (decoded, delivered) wait on mu.
+// condition variables (decoded, delivered) wait on mu. Disk I/O is not
+// done under mu either, except reading the snapshot at restore, which runs
+// in ps__map_install before the server serves.
 //
 // Files: server.c (open/close, dispatch, probe, stats), store.c (shards,
 // SGD, finite checks, the first placement), pull_ref.c (pull reference and
 // delta log), pull.c (pulls, parking, the deadline sweeper), push.c
 // (pushes: async, stage, commit), transfer.c (a shard's state on the wire),
-// moves.c (re-placement and leave), boot.c (the scheduler watch).
+// moves.c (re-placement and leave), boot.c (the scheduler watch),
+// snapshot.c (snapshots on disk; its writer thread waits on its own
+// condition variables, on mu), snapshot_load.c (checking and restoring).
 #ifndef PS_SERVER_IMPL_H
 #define PS_SERVER_IMPL_H
 
@@ -158,6 +162,7 @@ struct ps_server {
 	struct obs_metric    *round_wait, *moves_out, *moves_in;
 	uint64_t             *last_rank; // [trainers]
 	atomic_int            leaving;   // ps_server_leave was called
+	struct ps_snap       *snap;      // snapshot.c; NULL: no --snapshot-dir
 };
 
 // One REQ context per peer server, opened on first use, for Transfers.
@@ -299,6 +304,14 @@ void ps__on_push(struct ps_server *s, struct ps_call *c);
 int ps__transfer_encode(struct ps_server *s, struct srv_shard *sh,
     nng_msg **out);
 
+// ps__shard_load_state copies into sh (buffers allocated) the weights, and
+// with a pull codec the reference and delta log, from payload p laid out as
+// a Transfer's, with the log's bases, crcs and lengths and ref_crc from t;
+// the caller has checked every length. Returns the first byte after them.
+// Used by Transfers and snapshot restores. mu held.
+const uint8_t *ps__shard_load_state(struct ps_server *s, struct srv_shard *sh,
+    const Pswire__TransferRequest *t, const uint8_t *p);
+
 // ps__on_transfer installs a shard moved here by a new map (the decoding
 // half of ps__transfer_encode). Called on an nng callback thread; takes mu.
 void ps__on_transfer(struct ps_server *s, struct ps_call *c);
@@ -316,6 +329,38 @@ int ps__map_apply(struct ps_server *s, Pswire__Placement *pl,
 // ps__peers_close closes every open peer context and frees p's arrays,
 // leaving p zeroed. Boot thread only.
 void ps__peers_close(struct ps_peers *p);
+
+// ---- snapshot.c, snapshot_load.c ----------------------------------------
+
+// ps__snap_open starts the snapshot writer when opts.snapshot_dir is set
+// (s->snap stays NULL otherwise). Errors: FB_EINVAL (not a directory),
+// FB_ENOMEM. Before the server serves.
+int ps__snap_open(struct ps_server *s);
+
+// ps__snap_close stops the writer (after the write in progress) and frees
+// s->snap. Before the rpc closes. NULL snap: no-op.
+void ps__snap_close(struct ps_server *s);
+
+// ps__snap_on_version is told that shard sh reached a new version (sync
+// apply): it copies the shard into the snapshot being taken, or starts
+// one every opts.snapshot_every versions. No allocation but the first
+// (the buffer is reused). s->snap non-NULL; mu held.
+void ps__snap_on_version(struct ps_server *s, struct srv_shard *sh);
+
+// ps__on_snapshot serves a Snapshot rpc: the writer thread answers once
+// the file is on disk. Called on an nng callback thread; takes mu.
+void ps__on_snapshot(struct ps_server *s, struct ps_call *c);
+
+// ps__snap_restore names this server's snapshot file (s->index known) and,
+// unless opts.restore says no, loads it into the shards the first map
+// places here, after checking all of it. Errors: FB_ENOTFOUND (no file
+// with PS_RESTORE_YES), FB_EPROTO, FB_ECORRUPT, FB_ENOMEM, FB_ESYSERR;
+// nothing is loaded then. mu held, from ps__map_install.
+int ps__snap_restore(struct ps_server *s);
+
+// ps__snap_stats writes the "# Snapshot" stats section into buf (n bytes).
+// mu held.
+void ps__snap_stats(struct ps_server *s, char *buf, size_t n);
 
 // ---- server_obs.c ----------------------------------------------------------
 

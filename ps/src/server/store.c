@@ -123,6 +123,9 @@ ps__shard_apply_sync(struct ps_server *s, struct srv_shard *sh)
 	sh->samples  = 0;
 	memset(sh->state, PS_SLOT_FREE, s->trainers);
 	atomic_fetch_add_explicit(&s->n_applied, 1, memory_order_relaxed);
+	if (s->snap != NULL) {
+		ps__snap_on_version(s, sh);
+	}
 }
 
 int
@@ -259,6 +262,10 @@ ps__map_install(struct ps_server *s, Pswire__Placement *pl)
 		}
 		s->local[i] = (int32_t) i;
 		s->n_shards++;
+	}
+	// A snapshot is loaded (or refused whole) before the map is kept.
+	if ((rv = ps__snap_restore(s)) != FB_OK) {
+		return rv;
 	}
 	s->pl = pl;
 	FB_LOG(FB_LOG_NOTICE, "store",

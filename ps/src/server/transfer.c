@@ -78,6 +78,28 @@ ps__transfer_encode(struct ps_server *s, struct srv_shard *sh, nng_msg **out)
 	    plen);
 }
 
+const uint8_t *
+ps__shard_load_state(struct ps_server *s, struct srv_shard *sh,
+    const Pswire__TransferRequest *t, const uint8_t *p)
+{
+	memcpy(sh->x, p, sh->len * 4);
+	p += sh->len * 4;
+	if (!s->pull_none) {
+		memcpy(sh->ref, p, sh->len * 4);
+		p += sh->len * 4;
+		for (uint32_t k = 0; k < s->log_k; k++) {
+			sh->log_base[k] = t->log_base[k];
+			sh->log_crc[k]  = t->log_crc[k];
+			sh->log_len[k]  = t->log_len[k];
+			memcpy(sh->log + (size_t) k * sh->log_cap, p,
+			    t->log_len[k]);
+			p += t->log_len[k];
+		}
+		sh->ref_crc = t->ref_crc;
+	}
+	return p;
+}
+
 // transfer_decode checks Transfer t (payload in c) against this job and
 // installs the state it carries into shard sh (placed here, ARRIVING).
 // mu held. Returns 0, or replies an error and returns -1 with sh holding
@@ -136,21 +158,7 @@ transfer_decode(struct ps_server *s, struct ps_call *c,
 		    "out of memory for shard %u", t->shard);
 		return -1;
 	}
-	memcpy(sh->x, p, sh->len * 4);
-	p += sh->len * 4;
-	if (!s->pull_none) {
-		memcpy(sh->ref, p, sh->len * 4);
-		p += sh->len * 4;
-		for (uint32_t k = 0; k < s->log_k; k++) {
-			sh->log_base[k] = t->log_base[k];
-			sh->log_crc[k]  = t->log_crc[k];
-			sh->log_len[k]  = t->log_len[k];
-			memcpy(sh->log + (size_t) k * sh->log_cap, p,
-			    t->log_len[k]);
-			p += t->log_len[k];
-		}
-		sh->ref_crc = t->ref_crc;
-	}
+	p = ps__shard_load_state(s, sh, t, p);
 	for (uint32_t r = 0; r < s->trainers; r++) {
 		sh->state[r] = t->state.data[r];
 		if (sh->state[r] == PS_SLOT_PUSHED) {

@@ -1,0 +1,543 @@
+// snapshot.c — a server's shards on disk: the snapshot file format, taking
+// a snapshot (every --snapshot-every sync versions, or on request: the
+// Snapshot rpc and ps_server_snapshot), the writer thread that puts it on
+// disk, and restoring the file into the shards the first map gives this
+// server (--restore).
+//
+// FORMAT (little-endian; format version 1). One file per server,
+// DIR/server-<index>.snap, where <index> is the server index the
+// scheduler gives at registration (the same index for the same advertised
+// URL, so a server restarted with the same --advertise/--listen and
+// --snapshot-dir finds its file):
+//   header  32 bytes: "FERRYSNP", u32 format version, u32 server index,
+//           u64 snapshot version (the lowest of its shards'), u32 records,
+//           u32 flags (bit 0: the records carry a pull reference and
+//           delta log)
+//   record  per shard: u32 tensor, u32 hlen, u64 offset, u64 len (elements),
+//           u64 plen, then hlen bytes of a packed TransferRequest (shard id,
+//           version, init, ref_crc and the delta log's bases, crcs and
+//           lengths; no staged pushes: a snapshot holds versions, not
+//           rounds in progress), then plen payload bytes laid out as a
+//           Transfer's (transfer.c): x, then ref and the log entries.
+//   trailer u32 CRC-32 (fb_crc32) of every byte before it.
+// Optimizer state: SGD has none; a later optimizer adds its buffers as
+// more payload and bumps the format version.
+//
+// DESIGN.
+// - Taking: under mu each shard's state is copied into one reused buffer
+//   (p->buf; it grows only when this server's shards do, so a step never
+//   allocates) when the shard reaches the snapshot's version; once every
+//   held shard is in, the writer thread computes the CRC and writes the
+//   file outside the lock. The cost under mu is one memcpy of the shard
+//   (and its reference and log), the same as a Transfer's.
+// - Writing (docs/style.md "Persistence"): a temp file opened with
+//   O_CREAT|O_EXCL|O_NOFOLLOW, written, fsync'ed, closed, renamed over the
+//   old file, then the directory fsync'ed. Any error removes the temp file
+//   and keeps the previous snapshot.
+// - Loading: the whole file is read and checked (magic, format, CRC, every
+//   record's bounds, protobuf and its fit to the map) before one shard is
+//   touched, so a bad file is refused, naming the file, and nothing is
+//   half-loaded.
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "snapshot.h"
+
+// ---- taking a snapshot (mu held) ---------------------------------------------
+
+static size_t
+rec_bound(const struct ps_server *s, const struct srv_shard *sh)
+{
+	size_t b = SNAP_REC + SNAP_HMAX + sh->len * 4;
+	if (!s->pull_none) {
+		b += sh->len * 4 + (size_t) s->log_k * sh->log_cap;
+	}
+	return b;
+}
+
+// snap_begin starts capturing version v (0: every shard now) into the
+// buffer, growing it if this server's shards outgrew it. Returns -1 when
+// out of memory (nothing captured).
+static int
+snap_begin(struct ps_server *s, uint64_t v, int requested)
+{
+	struct ps_snap *p    = s->snap;
+	size_t          need = SNAP_HDR + SNAP_TRAILER;
+	for (size_t i = 0; i < s->n_global; i++) {
+		if (s->local[i] >= 0) {
+			need += rec_bound(s, &s->shards[i]);
+		}
+	}
+	if (need > p->cap) {
+		uint8_t *nb = fb_realloc(p->buf, need);
+		if (nb == NULL) {
+			FB_LOG(FB_LOG_ERR, "snapshot",
+			    "out of memory for a %zu-byte snapshot", need);
+			return -1;
+		}
+		p->buf = nb;
+		p->cap = need;
+	}
+	p->state     = SNAP_CAPTURING;
+	p->requested = requested;
+	p->version   = v;
+	p->low       = UINT64_MAX;
+	p->n_rec     = 0;
+	p->len       = SNAP_HDR;
+	p->seq++;
+	return 0;
+}
+
+// snap_add copies shard sh's state into the buffer as one record.
+static void
+snap_add(struct ps_server *s, const struct srv_shard *sh)
+{
+	struct ps_snap         *p = s->snap;
+	Pswire__TransferRequest t = PSWIRE__TRANSFER_REQUEST__INIT;
+	uint64_t                lb[PS_DELTA_LOG], ll[PS_DELTA_LOG];
+	uint32_t                lc[PS_DELTA_LOG];
+	uint64_t                plen = sh->len * 4;
+	uint8_t                *r    = p->buf + p->len, *d;
+	size_t                  hl;
+
+	t.shard   = sh->id;
+	t.version = sh->version;
+	t.init    = sh->init != 0;
+	if (!s->pull_none) {
+		for (uint32_t k = 0; k < s->log_k; k++) {
+			int empty = sh->log_base[k] == UINT64_MAX;
+			lb[k]     = sh->log_base[k];
+			lc[k]     = sh->log_crc[k];
+			ll[k]     = empty ? 0 : sh->log_len[k];
+			plen += ll[k];
+		}
+		plen += sh->len * 4;
+		t.ref_crc    = sh->ref_crc;
+		t.n_log_base = t.n_log_crc = t.n_log_len = s->log_k;
+		t.log_base                               = lb;
+		t.log_crc                                = lc;
+		t.log_len                                = ll;
+	}
+	hl = pswire__transfer_request__get_packed_size(&t);
+	FB_ASSERT(hl <= SNAP_HMAX); // our own values, bounded by the format
+	fb_put_u32le(r, sh->tensor);
+	fb_put_u32le(r + 4, (uint32_t) hl);
+	snap_put_u64(r + 8, sh->offset);
+	snap_put_u64(r + 16, sh->len);
+	snap_put_u64(r + 24, plen);
+	pswire__transfer_request__pack(&t, r + SNAP_REC);
+	d = r + SNAP_REC + hl;
+	memcpy(d, sh->x, sh->len * 4);
+	d += sh->len * 4;
+	if (!s->pull_none) {
+		memcpy(d, sh->ref, sh->len * 4);
+		d += sh->len * 4;
+		for (uint32_t k = 0; k < s->log_k; k++) {
+			memcpy(d, sh->log + (size_t) k * sh->log_cap, ll[k]);
+			d += ll[k];
+		}
+	}
+	p->len += SNAP_REC + hl + plen;
+	p->n_rec++;
+	if (sh->version < p->low) {
+		p->low = sh->version;
+	}
+}
+
+// snap_maybe_full hands the buffer to the writer once every held shard is
+// in it.
+static void
+snap_maybe_full(struct ps_server *s)
+{
+	struct ps_snap *p = s->snap;
+	if (p->state != SNAP_CAPTURING || p->n_rec < s->n_shards) {
+		return;
+	}
+	memcpy(p->buf, SNAP_MAGIC, 8);
+	fb_put_u32le(p->buf + 8, SNAP_FORMAT);
+	fb_put_u32le(p->buf + 12, s->index);
+	snap_put_u64(p->buf + 16, p->n_rec ? p->low : p->version);
+	fb_put_u32le(p->buf + 24, p->n_rec);
+	fb_put_u32le(p->buf + 28, s->pull_none ? 0 : SNAP_FLAG_REF);
+	p->state = SNAP_FULL;
+	pthread_cond_signal(&p->wake);
+}
+
+void
+ps__snap_on_version(struct ps_server *s, struct srv_shard *sh)
+{
+	struct ps_snap *p = s->snap;
+	uint64_t        v = sh->version;
+
+	if (p->state == SNAP_CAPTURING && p->version == v) {
+		snap_add(s, sh);
+		snap_maybe_full(s);
+		return;
+	}
+	if (p->every == 0 || v % p->every != 0 || s->mode != 0) {
+		return;
+	}
+	if (p->state == SNAP_FULL || p->state == SNAP_WRITING) {
+		if (p->skip_logged != v) {
+			p->skip_logged = v;
+			p->n_skipped++;
+			FB_LOG(FB_LOG_WARN, "snapshot",
+			    "version %llu not snapshotted: the previous "
+			    "snapshot is still being written (raise "
+			    "--snapshot-every)",
+			    (unsigned long long) v);
+		}
+		return;
+	}
+	if (p->state == SNAP_CAPTURING && (p->requested || p->version > v)) {
+		return;
+	}
+	// IDLE, or a periodic capture some shard never reached (it moved
+	// away): start this version's.
+	if (snap_begin(s, v, 0) == 0) {
+		snap_add(s, sh);
+		snap_maybe_full(s);
+	}
+}
+
+// snap_request starts a requested capture of version v (0: now). mu held.
+// Returns FB_OK, FB_ESTATE (no placement, or a shard past v) or FB_EBUSY.
+static int
+snap_request(struct ps_server *s, uint64_t v, uint64_t *seq)
+{
+	struct ps_snap *p = s->snap;
+	if (!atomic_load(&s->ready) || s->pl == NULL) {
+		return FB_ESTATE;
+	}
+	if (p->state == SNAP_FULL || p->state == SNAP_WRITING ||
+	    (p->state == SNAP_CAPTURING && p->requested)) {
+		return FB_EBUSY;
+	}
+	for (size_t i = 0; v != 0 && i < s->n_global; i++) {
+		if (s->local[i] >= 0 && s->shards[i].version > v) {
+			return FB_ESTATE;
+		}
+	}
+	if (snap_begin(s, v, 1) != 0) {
+		return FB_ENOMEM;
+	}
+	for (size_t i = 0; i < s->n_global; i++) {
+		if (s->local[i] >= 0 &&
+		    (v == 0 || s->shards[i].version == v)) {
+			snap_add(s, &s->shards[i]);
+		}
+	}
+	*seq = p->seq;
+	snap_maybe_full(s);
+	return FB_OK;
+}
+
+// ---- writing ----------------------------------------------------------------
+
+// Files are written in chunks of this size, each CRC'ed just before it
+// is written: the chunk is still in the cache for the kernel's copy, and
+// one huge write() runs at a fraction of the disk's speed.
+#define SNAP_CHUNK (1u << 20)
+
+// write_all writes len bytes of buf to fd. Returns 0 or errno.
+static int
+write_all(int fd, const uint8_t *buf, size_t len)
+{
+	while (len > 0) {
+		ssize_t n = write(fd, buf, len);
+		if (n < 0 && errno == EINTR) {
+			continue;
+		}
+		if (n <= 0) {
+			return n < 0 ? errno : EIO;
+		}
+		buf += n;
+		len -= (size_t) n;
+	}
+	return 0;
+}
+
+// write_crc writes len bytes of buf to fd, chunk by chunk, then their
+// CRC-32 (the file's trailer). Returns 0 or errno.
+static int
+write_crc(int fd, const uint8_t *buf, size_t len)
+{
+	uint32_t crc = 0;
+	uint8_t  trailer[SNAP_TRAILER];
+	int      e = 0;
+
+	for (size_t off = 0; off < len && e == 0; off += SNAP_CHUNK) {
+		size_t n = len - off < SNAP_CHUNK ? len - off : SNAP_CHUNK;
+		crc      = fb_crc32(crc, buf + off, n);
+		e        = write_all(fd, buf + off, n);
+	}
+	fb_put_u32le(trailer, crc);
+	return e != 0 ? e : write_all(fd, trailer, SNAP_TRAILER);
+}
+
+// snap_write_file puts buf and its CRC on disk as p->path through p->tmp:
+// create exclusively, write, fsync, close, rename, fsync the directory.
+// Returns 0
+// or errno (logged, temp file removed, the old file kept).
+static int
+snap_write_file(struct ps_snap *p, const uint8_t *buf, size_t len)
+{
+	const char *step = "create";
+	int         fd, e = 0, flags;
+
+	flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+	fd    = open(p->tmp, flags, 0644);
+	if (fd < 0 && errno == EEXIST) {
+		// Left by a crash mid-write: never a good snapshot.
+		unlink(p->tmp);
+		fd = open(p->tmp, flags, 0644);
+	}
+	if (fd < 0) {
+		e = errno;
+		goto fail;
+	}
+	step = "write";
+	if ((e = write_crc(fd, buf, len)) == 0) {
+		step = "fsync";
+		e    = fsync(fd) != 0 ? errno : 0;
+	}
+	if (close(fd) != 0 && e == 0) {
+		step = "close";
+		e    = errno;
+	}
+	if (e == 0) {
+		step = "rename";
+		e    = rename(p->tmp, p->path) != 0 ? errno : 0;
+	}
+	if (e != 0) {
+		unlink(p->tmp);
+		goto fail;
+	}
+	// The rename is durable once the directory is.
+	if ((fd = open(p->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
+		if (fsync(fd) != 0) {
+			FB_LOG(FB_LOG_WARN, "snapshot", "fsync %s: %s", p->dir,
+			    strerror(errno));
+		}
+		close(fd);
+	}
+	return 0;
+fail:
+	FB_LOG(FB_LOG_ERR, "snapshot", "%s %s: %s (previous snapshot kept)",
+	    step, step[0] == 'r' ? p->path : p->tmp, strerror(e));
+	return e;
+}
+
+static void *
+snap_writer(void *arg)
+{
+	struct ps_server *s = arg;
+	struct ps_snap   *p = s->snap;
+
+	pthread_mutex_lock(&s->mu);
+	for (;;) {
+		while (!p->quit && p->state != SNAP_FULL) {
+			pthread_cond_wait(&p->wake, &s->mu);
+		}
+		if (p->state != SNAP_FULL) {
+			break; // quit
+		}
+		p->state         = SNAP_WRITING;
+		size_t   len     = p->len;
+		uint64_t version = snap_get_u64(p->buf + 16);
+		uint64_t t0      = fb_clock_ns();
+		pthread_mutex_unlock(&s->mu);
+
+		int e = snap_write_file(p, p->buf, len);
+
+		pthread_mutex_lock(&s->mu);
+		p->state    = SNAP_IDLE;
+		p->done_seq = p->seq;
+		p->done_rv  = e ? (int) (FB_ESYSERR | (unsigned) e) : FB_OK;
+		p->done_version = version;
+		if (e == 0) {
+			p->n_written++;
+			p->last_bytes    = len + SNAP_TRAILER;
+			p->last_write_ns = fb_clock_ns() - t0;
+			p->last_version  = version;
+			FB_LOG(FB_LOG_INFO, "snapshot",
+			    "version %llu: %u shards, %zu bytes to %s",
+			    (unsigned long long) version, p->n_rec,
+			    len + SNAP_TRAILER, p->path);
+		} else {
+			p->n_failed++;
+		}
+		if (p->call != NULL) {
+			Pswire__Header        h = PSWIRE__HEADER__INIT;
+			Pswire__SnapshotReply r = PSWIRE__SNAPSHOT_REPLY__INIT;
+			if (e != 0) {
+				ps__server_reply_err(s, p->call,
+				    PSWIRE__STATUS__INTERNAL,
+				    "snapshot %s: %s", p->path, strerror(e));
+			} else {
+				r.version    = version;
+				r.shards     = p->n_rec;
+				r.bytes      = len + SNAP_TRAILER;
+				h.request_id = p->call->hdr->request_id;
+				h.body_case =
+				    PSWIRE__HEADER__BODY_SNAPSHOT_REP;
+				h.snapshot_rep = &r;
+				ps__call_reply(p->call, &h);
+			}
+			p->call = NULL;
+		}
+		pthread_cond_broadcast(&p->done);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return NULL;
+}
+
+// ---- open, close, requests -----------------------------------------------------
+
+int
+ps__snap_open(struct ps_server *s)
+{
+	struct ps_snap    *p;
+	pthread_condattr_t ca;
+	const char        *dir = s->opts.snapshot_dir;
+	struct stat        st;
+
+	if (dir == NULL || *dir == '\0') {
+		return FB_OK;
+	}
+	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+		FB_LOG(FB_LOG_ERR, "snapshot", "--snapshot-dir %s: %s", dir,
+		    errno ? strerror(errno) : "not a directory");
+		return FB_EINVAL;
+	}
+	if ((p = fb_zalloc(sizeof(*p))) == NULL) {
+		return FB_ENOMEM;
+	}
+	p->dir   = dir;
+	p->every = s->opts.snapshot_every;
+	pthread_cond_init(&p->wake, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&p->done, &ca);
+	pthread_condattr_destroy(&ca);
+	s->snap = p;
+	pthread_create(&p->thread, NULL, snap_writer, s);
+	return FB_OK;
+}
+
+void
+ps__snap_close(struct ps_server *s)
+{
+	struct ps_snap *p = s->snap;
+	if (p == NULL) {
+		return;
+	}
+	pthread_mutex_lock(&s->mu);
+	p->quit = 1;
+	pthread_cond_signal(&p->wake);
+	pthread_mutex_unlock(&s->mu);
+	pthread_join(p->thread, NULL);
+	// rpc callbacks may still run: they read s->snap under mu.
+	pthread_mutex_lock(&s->mu);
+	if (p->call != NULL) {
+		ps__server_reply_err(s, p->call, PSWIRE__STATUS__UNAVAILABLE,
+		    "server closing before its snapshot was complete");
+	}
+	s->snap = NULL;
+	pthread_mutex_unlock(&s->mu);
+	pthread_cond_destroy(&p->wake);
+	pthread_cond_destroy(&p->done);
+	fb_free(p->buf);
+	fb_free(p);
+}
+
+void
+ps__on_snapshot(struct ps_server *s, struct ps_call *c)
+{
+	uint64_t v = 0, seq;
+	int      rv;
+
+	if (c->hdr->body_case == PSWIRE__HEADER__BODY_SNAPSHOT_REQ) {
+		v = c->hdr->snapshot_req->version;
+	}
+	pthread_mutex_lock(&s->mu);
+	if (s->snap == NULL) {
+		ps__server_reply_err(s, c, PSWIRE__STATUS__FAILED_PRECONDITION,
+		    "this server has no --snapshot-dir");
+	} else if ((rv = snap_request(s, v, &seq)) == FB_OK) {
+		s->snap->call = c; // the writer answers
+	} else {
+		ps__server_reply_err(s, c,
+		    rv == FB_EBUSY ? PSWIRE__STATUS__UNAVAILABLE
+		                   : PSWIRE__STATUS__FAILED_PRECONDITION,
+		    "snapshot at version %llu: %s", (unsigned long long) v,
+		    rv == FB_EBUSY ? "another snapshot is in progress; retry"
+		        : rv == FB_ESTATE
+		        ? "no placement yet, or a shard is past "
+		          "that version"
+		        : fb_strerror(rv));
+	}
+	pthread_mutex_unlock(&s->mu);
+}
+
+int
+ps_server_snapshot(struct ps_server *s, uint64_t version, uint32_t timeout_ms,
+    uint64_t *written)
+{
+	struct ps_snap *p = s->snap;
+	uint64_t        seq, end = fb_clock_ms() + timeout_ms;
+	struct timespec ts = { (time_t) (end / 1000),
+		(long) (end % 1000) * 1000000L };
+	int             rv;
+
+	if (p == NULL) {
+		return FB_ESTATE;
+	}
+	pthread_mutex_lock(&s->mu);
+	rv = snap_request(s, version, &seq);
+	while (rv == FB_OK && p->done_seq < seq) {
+		if (pthread_cond_timedwait(&p->done, &s->mu, &ts) != 0 &&
+		    p->done_seq < seq) {
+			rv = FB_ETIMEDOUT;
+		}
+	}
+	if (rv == FB_OK) {
+		rv = p->done_rv;
+		if (written != NULL) {
+			*written = p->done_version;
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+	return rv;
+}
+
+void
+ps__snap_stats(struct ps_server *s, char *buf, size_t n)
+{
+	struct ps_snap *p = s->snap;
+	if (p == NULL) {
+		snprintf(buf, n, "# Snapshot\r\nsnapshot_dir:\r\n");
+		return;
+	}
+	snprintf(buf, n,
+	    "# Snapshot\r\nsnapshot_dir:%s\r\nsnapshots_written:%llu\r\n"
+	    "snapshots_failed:%llu\r\nsnapshots_skipped:%llu\r\n"
+	    "snapshot_version:%llu\r\nsnapshot_bytes:%llu\r\n"
+	    "snapshot_write_us:%llu\r\nrestore_version:%llu\r\n"
+	    "restore_shards:%u\r\nrestore_bytes:%llu\r\nrestore_us:%llu\r\n",
+	    p->dir, (unsigned long long) p->n_written,
+	    (unsigned long long) p->n_failed,
+	    (unsigned long long) p->n_skipped,
+	    (unsigned long long) p->last_version,
+	    (unsigned long long) p->last_bytes,
+	    (unsigned long long) (p->last_write_ns / 1000),
+	    (unsigned long long) p->restore_version, p->restore_shards,
+	    (unsigned long long) p->restore_bytes,
+	    (unsigned long long) (p->restore_ns / 1000));
+}

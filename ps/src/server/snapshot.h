@@ -1,0 +1,68 @@
+// snapshot.h — what snapshot.c (taking and writing snapshots) and
+// snapshot_load.c (checking and restoring them) share: the file format's
+// constants and the server's snapshot state. Only those two include it;
+// the format is described in snapshot.c.
+#ifndef PS_SNAPSHOT_H
+#define PS_SNAPSHOT_H
+
+#include "server_impl.h"
+
+#define SNAP_MAGIC "FERRYSNP"
+#define SNAP_FORMAT 1u
+#define SNAP_HDR 32
+#define SNAP_REC 32
+#define SNAP_TRAILER 4
+#define SNAP_FLAG_REF 1u
+// The packed TransferRequest of a record is at most this long (5 scalars
+// and PS_DELTA_LOG entries of three varints).
+#define SNAP_HMAX (64 + PS_DELTA_LOG * 32)
+
+enum snap_state {
+	SNAP_IDLE,      // nothing in the buffer
+	SNAP_CAPTURING, // shards are copied in as they reach p->version
+	SNAP_FULL,      // every shard is in: the writer's turn
+	SNAP_WRITING,   // the writer owns the buffer
+};
+
+struct ps_snap {
+	char            path[512], tmp[520];
+	const char     *dir;
+	uint64_t        every;
+	pthread_t       thread;
+	pthread_cond_t  wake; // on s->mu: the buffer is FULL, or quit
+	pthread_cond_t  done; // on s->mu: a write finished (CLOCK_MONOTONIC)
+	int             quit;
+	int             state;     // enum snap_state
+	int             requested; // the capture was asked for (not periodic)
+	uint64_t        version;   // version being captured (0: "now")
+	uint64_t        low;       // lowest version captured
+	uint32_t        n_rec;
+	uint8_t        *buf;
+	size_t          cap, len;
+	uint64_t        seq, done_seq; // captures begun, writes finished
+	int             done_rv;
+	uint64_t        done_version;
+	struct ps_call *call; // a Snapshot rpc waiting for this capture
+	uint64_t        skip_logged;
+	// stats (under mu)
+	uint64_t        n_written, n_failed, n_skipped;
+	uint64_t        last_bytes, last_write_ns, last_version;
+	uint64_t        restore_bytes, restore_ns, restore_version;
+	uint32_t        restore_shards;
+};
+
+static inline void
+snap_put_u64(uint8_t *p, uint64_t v)
+{
+	fb_put_u32le(p, (uint32_t) v);
+	fb_put_u32le(p + 4, (uint32_t) (v >> 32));
+}
+
+static inline uint64_t
+snap_get_u64(const uint8_t *p)
+{
+	return (uint64_t) fb_get_u32le(p) |
+	    ((uint64_t) fb_get_u32le(p + 4) << 32);
+}
+
+#endif // PS_SNAPSHOT_H

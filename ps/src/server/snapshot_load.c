@@ -1,0 +1,330 @@
+// snapshot_load.c — reading a server's snapshot file back: checking all
+// of it (magic, format version, CRC, every record's bounds and its fit to
+// the job) before one shard is touched, then copying it into the shards
+// the first map places here (ps__snap_restore), and the stand-alone check
+// (ps_snapshot_check). The format and the writing side are in snapshot.c.
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "snapshot.h"
+
+// A record checked against the file's bounds.
+struct snap_rec {
+	uint32_t                 tensor;
+	uint64_t                 offset, len, plen;
+	Pswire__TransferRequest *t;
+	const uint8_t           *payload;
+};
+
+// A snapshot file read and checked: the bytes, the header's fields and
+// the records.
+struct snap_file {
+	uint8_t         *buf;
+	size_t           len;
+	uint32_t         index, n_rec, flags;
+	uint64_t         version;
+	struct snap_rec *rec;
+};
+
+static void
+snap_file_free(struct snap_file *f)
+{
+	for (uint32_t i = 0; f->rec != NULL && i < f->n_rec; i++) {
+		if (f->rec[i].t != NULL) {
+			pswire__transfer_request__free_unpacked(f->rec[i].t,
+			    NULL);
+		}
+	}
+	fb_free(f->rec);
+	fb_free(f->buf);
+	memset(f, 0, sizeof(*f));
+}
+
+static int errmsg(char *msg, size_t n, int rv, const char *path,
+    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+static int
+errmsg(char *msg, size_t n, int rv, const char *path, const char *fmt, ...)
+{
+	char    why[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	snprintf(msg, n, "snapshot %s: %s", path, why);
+	return rv;
+}
+
+// snap_file_read reads path whole and checks its structure (not its fit to
+// a job). Errors as ps_snapshot_check.
+static int
+snap_file_read(const char *path, struct snap_file *f, char *msg, size_t n)
+{
+	struct stat st;
+	size_t      off;
+	int         fd, e;
+
+	memset(f, 0, sizeof(*f));
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0) {
+		e = errno;
+		return errmsg(msg, n,
+		    e == ENOENT ? FB_ENOTFOUND
+		                : (int) (FB_ESYSERR | (unsigned) e),
+		    path, "%s", strerror(e));
+	}
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return errmsg(msg, n, FB_EPROTO, path, "not a regular file");
+	}
+	f->len = (size_t) st.st_size;
+	if (f->len < SNAP_HDR + SNAP_TRAILER) {
+		close(fd);
+		return errmsg(msg, n, FB_ECORRUPT, path,
+		    "truncated: %zu bytes, shorter than a header", f->len);
+	}
+	if ((f->buf = fb_alloc(f->len)) == NULL) {
+		close(fd);
+		return errmsg(msg, n, FB_ENOMEM, path, "out of memory");
+	}
+	for (off = 0; off < f->len;) {
+		ssize_t r = read(fd, f->buf + off, f->len - off);
+		if (r < 0 && errno == EINTR) {
+			continue;
+		}
+		if (r <= 0) {
+			e = r < 0 ? errno : EIO;
+			close(fd);
+			return errmsg(msg, n,
+			    (int) (FB_ESYSERR | (unsigned) e), path,
+			    "read: %s", strerror(e));
+		}
+		off += (size_t) r;
+	}
+	close(fd);
+	if (memcmp(f->buf, SNAP_MAGIC, 8) != 0) {
+		return errmsg(msg, n, FB_EPROTO, path,
+		    "not a Ferry snapshot (bad magic)");
+	}
+	if (fb_get_u32le(f->buf + 8) != SNAP_FORMAT) {
+		return errmsg(msg, n, FB_EPROTO, path,
+		    "format version %u; this build reads %u",
+		    fb_get_u32le(f->buf + 8), SNAP_FORMAT);
+	}
+	uint32_t want = fb_get_u32le(f->buf + f->len - SNAP_TRAILER);
+	uint32_t got  = fb_crc32(0, f->buf, f->len - SNAP_TRAILER);
+	if (want != got) {
+		return errmsg(msg, n, FB_ECORRUPT, path,
+		    "CRC mismatch (file 0x%08x, computed 0x%08x): truncated "
+		    "or corrupt",
+		    want, got);
+	}
+	f->index   = fb_get_u32le(f->buf + 12);
+	f->version = snap_get_u64(f->buf + 16);
+	f->n_rec   = fb_get_u32le(f->buf + 24);
+	f->flags   = fb_get_u32le(f->buf + 28);
+	if (f->n_rec > (f->len - SNAP_HDR) / SNAP_REC ||
+	    (f->rec = fb_zalloc((f->n_rec + 1) * sizeof(*f->rec))) == NULL) {
+		return errmsg(msg, n, FB_EPROTO, path, "%u records do not fit",
+		    f->n_rec);
+	}
+	off = SNAP_HDR;
+	for (uint32_t i = 0; i < f->n_rec; i++) {
+		struct snap_rec *r   = &f->rec[i];
+		size_t           end = f->len - SNAP_TRAILER;
+		if (end - off < SNAP_REC) {
+			return errmsg(msg, n, FB_EPROTO, path,
+			    "record %u: cut short", i);
+		}
+		const uint8_t *p  = f->buf + off;
+		uint32_t       hl = fb_get_u32le(p + 4);
+		r->tensor         = fb_get_u32le(p);
+		r->offset         = snap_get_u64(p + 8);
+		r->len            = snap_get_u64(p + 16);
+		r->plen           = snap_get_u64(p + 24);
+		off += SNAP_REC;
+		if (hl > SNAP_HMAX || r->plen > end - off - hl ||
+		    hl > end - off) {
+			return errmsg(msg, n, FB_EPROTO, path,
+			    "record %u: lengths %u + %llu pass the end", i, hl,
+			    (unsigned long long) r->plen);
+		}
+		r->t = pswire__transfer_request__unpack(NULL, hl,
+		    f->buf + off);
+		if (r->t == NULL) {
+			return errmsg(msg, n, FB_EPROTO, path,
+			    "record %u: bad shard header", i);
+		}
+		r->payload = f->buf + off + hl;
+		off += hl + r->plen;
+	}
+	if (off != f->len - SNAP_TRAILER) {
+		return errmsg(msg, n, FB_EPROTO, path,
+		    "%zu bytes after the last record",
+		    f->len - SNAP_TRAILER - off);
+	}
+	return FB_OK;
+}
+
+int
+ps_snapshot_check(const char *path, char *msg, size_t n)
+{
+	struct snap_file f;
+	int              rv = snap_file_read(path, &f, msg, n);
+	if (rv == FB_OK) {
+		snprintf(msg, n, "snapshot %s: version %llu, %u shards", path,
+		    (unsigned long long) f.version, f.n_rec);
+	}
+	snap_file_free(&f);
+	return rv;
+}
+
+// snap_fit checks record r against this server's job: the shard exists
+// with the same slice and length, and the payload holds what the job's
+// pull codec needs. Returns 1 when it is placed here, 0 when elsewhere
+// (skipped), -1 (msg filled) when it does not fit. mu held.
+static int
+snap_fit(const struct ps_server *s, const char *path, const struct snap_rec *r,
+    int with_ref, char *msg, size_t n)
+{
+	const Pswire__TransferRequest *t = r->t;
+	const struct srv_shard        *sh;
+	uint64_t                       need;
+
+	if (t->shard >= s->n_global) {
+		errmsg(msg, n, 0, path, "shard %u: the job has %zu", t->shard,
+		    s->n_global);
+		return -1;
+	}
+	sh = &s->shards[t->shard];
+	if (sh->tensor != r->tensor || sh->offset != r->offset ||
+	    sh->len != r->len) {
+		errmsg(msg, n, 0, path,
+		    "shard %u is tensor %u [%llu, +%llu) but the job's is "
+		    "tensor %u [%llu, +%llu): another job's snapshot?",
+		    t->shard, r->tensor, (unsigned long long) r->offset,
+		    (unsigned long long) r->len, sh->tensor,
+		    (unsigned long long) sh->offset,
+		    (unsigned long long) sh->len);
+		return -1;
+	}
+	if (with_ref != !s->pull_none) {
+		errmsg(msg, n, 0, path,
+		    "taken %s a pull codec, the job runs %s one",
+		    with_ref ? "with" : "without",
+		    s->pull_none ? "without" : "with");
+		return -1;
+	}
+	need = sh->len * 4;
+	if (!s->pull_none) {
+		if (t->n_log_base != s->log_k || t->n_log_crc != s->log_k ||
+		    t->n_log_len != s->log_k) {
+			errmsg(msg, n, 0, path, "shard %u: delta log of %zu",
+			    t->shard, t->n_log_len);
+			return -1;
+		}
+		need += sh->len * 4;
+		for (uint32_t k = 0; k < s->log_k; k++) {
+			if (t->log_len[k] > comp_bound(&s->cpull, sh->len)) {
+				errmsg(msg, n, 0, path,
+				    "shard %u: delta log entry too long",
+				    t->shard);
+				return -1;
+			}
+			need += t->log_len[k];
+		}
+	}
+	if (need != r->plen) {
+		errmsg(msg, n, 0, path,
+		    "shard %u: %llu payload bytes, expected %llu", t->shard,
+		    (unsigned long long) r->plen, (unsigned long long) need);
+		return -1;
+	}
+	return s->local[t->shard] >= 0;
+}
+
+// snap_paths names this server's file once its index is known. mu held.
+static void
+snap_paths(struct ps_server *s)
+{
+	struct ps_snap *p = s->snap;
+	snprintf(p->path, sizeof(p->path), "%s/server-%u.snap", p->dir,
+	    s->index);
+	snprintf(p->tmp, sizeof(p->tmp), "%s.tmp", p->path);
+}
+
+int
+ps__snap_restore(struct ps_server *s)
+{
+	struct ps_snap  *p = s->snap;
+	struct snap_file f;
+	char             msg[512];
+	uint64_t         t0   = fb_clock_ns();
+	uint32_t         mine = 0;
+	int              rv, restore = s->opts.restore;
+
+	if (p == NULL) {
+		return FB_OK;
+	}
+	snap_paths(s);
+	if (restore == PS_RESTORE_NO) {
+		return FB_OK;
+	}
+	rv = snap_file_read(p->path, &f, msg, sizeof(msg));
+	if (rv == FB_ENOTFOUND && restore == PS_RESTORE_AUTO) {
+		FB_LOG(FB_LOG_NOTICE, "snapshot",
+		    "no snapshot at %s: starting from the trainers' weights",
+		    p->path);
+		snap_file_free(&f);
+		return FB_OK;
+	}
+	if (rv == FB_OK && f.index != s->index) {
+		rv = errmsg(msg, sizeof(msg), FB_EPROTO, p->path,
+		    "written by server %u, this is server %u", f.index,
+		    s->index);
+	}
+	// Check every record before touching a shard.
+	for (uint32_t i = 0; rv == FB_OK && i < f.n_rec; i++) {
+		int fit = snap_fit(s, p->path, &f.rec[i],
+		    (f.flags & SNAP_FLAG_REF) != 0, msg, sizeof(msg));
+		if (fit < 0) {
+			rv = FB_EPROTO;
+		}
+		mine += fit > 0;
+	}
+	if (rv != FB_OK) {
+		FB_LOG(FB_LOG_ERR, "snapshot", "refused, nothing loaded: %s",
+		    msg);
+		snap_file_free(&f);
+		return rv;
+	}
+	for (uint32_t i = 0; i < f.n_rec; i++) {
+		if (s->local[f.rec[i].t->shard] >= 0) {
+			struct srv_shard *sh = &s->shards[f.rec[i].t->shard];
+			ps__shard_load_state(s, sh, f.rec[i].t,
+			    f.rec[i].payload);
+			sh->version = f.rec[i].t->version;
+			sh->init    = f.rec[i].t->init;
+		}
+	}
+	p->restore_version = f.version;
+	p->restore_shards  = mine;
+	p->restore_bytes   = f.len;
+	p->restore_ns      = fb_clock_ns() - t0;
+	FB_LOG(FB_LOG_NOTICE, "snapshot",
+	    "restored %u of %u held shards from %s: the job rolls back to "
+	    "version %llu (the trainers resume from there)",
+	    mine, s->n_shards, p->path, (unsigned long long) f.version);
+	if (mine < s->n_shards) {
+		FB_LOG(FB_LOG_WARN, "snapshot",
+		    "%u shards placed here are not in %s: they start from "
+		    "the trainers' initial weights",
+		    s->n_shards - mine, p->path);
+	}
+	snap_file_free(&f);
+	return FB_OK;
+}

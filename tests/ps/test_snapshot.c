@@ -1,0 +1,421 @@
+// test_snapshot.c — snapshots with a scheduler, one server and one trainer
+// (libferry) in this process: a snapshot read back into a new job holds
+// bit-identical state (with and without a pull codec), a truncated or
+// corrupted file is refused naming the file, a failed write keeps the
+// previous snapshot, and --snapshot-every writes at the right versions.
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cluster.h"
+#include "fb/fb.h"
+#include "ferry/ferry.h"
+#include "ps/ps.h"
+#include "ps_tests.h"
+#include "pt.h"
+
+// One job: a scheduler, one server with a snapshot directory, a trainer.
+struct snapjob {
+	struct ps_scheduler *sched;
+	struct ps_server    *srv;
+	ferry_client        *c;
+	float                w[NT][40];
+	float               *wp[NT];
+};
+
+// job_open starts a job on dir; the trainer declares the 3-tensor table
+// (the last tensor last_len long), offers its initial weights and pulls.
+// Returns the trainer's result (the job is up either way).
+static int
+job_open(struct snapjob *j, const char *dir, uint64_t every, int restore,
+    const char *pull, size_t last_len, uint32_t timeout_ms)
+{
+	struct ps_scheduler_opts so    = PS_SCHEDULER_OPTS_INIT;
+	struct ps_server_opts    o     = PS_SERVER_OPTS_INIT;
+	struct ferry_opts        fo    = FERRY_OPTS_INIT;
+	struct ferry_tensor_desc d[NT] = { { "a", lens[0] }, { "b", lens[1] },
+		{ "c", last_len } };
+	char                     url[64], surl[64];
+	int                      rv;
+
+	memset(j, 0, sizeof(*j));
+	so.url         = pt_addr(url, sizeof(url), "tcp");
+	so.trainers    = 1;
+	so.servers     = 1;
+	so.shard_bytes = 64;
+	so.probe_bytes = 64 << 10;
+	PT_OK(ps_scheduler_open(&so, &j->sched));
+	o.url            = pt_addr(surl, sizeof(surl), "tcp");
+	o.scheduler_url  = ps_scheduler_url(j->sched);
+	o.snapshot_dir   = dir;
+	o.snapshot_every = every;
+	o.restore        = restore;
+	PT_OK(ps_server_open(&o, &j->srv));
+	fo.scheduler_url = ps_scheduler_url(j->sched);
+	fo.codec_pull    = pull;
+	fo.timeout_ms    = timeout_ms;
+	ck_assert_int_eq(ferry_client_open(&fo, &j->c), 0);
+	for (int t = 0; t < NT; t++) {
+		j->wp[t] = j->w[t];
+		for (size_t i = 0; i < 40; i++) {
+			j->w[t][i] = 0.5f - (float) i * 0.01f + (float) t;
+		}
+	}
+	if ((rv = ferry_client_declare(j->c, d, NT)) != 0 ||
+	    (rv = ferry_client_init_weights(j->c,
+	         (const float *const *) j->wp)) != 0) {
+		return rv;
+	}
+	return ferry_client_pull(j->c, j->wp);
+}
+
+static void
+job_close(struct snapjob *j)
+{
+	ferry_client_close(j->c);
+	ps_server_close(j->srv);
+	ps_scheduler_close(j->sched);
+}
+
+// job_step runs sync step k (a push-pull of rank 0's gradient).
+static void
+job_step(struct snapjob *j, int k)
+{
+	float  g[NT][40];
+	float *gp[NT];
+	for (int t = 0; t < NT; t++) {
+		gp[t] = g[t];
+		for (size_t i = 0; i < 40; i++) {
+			g[t][i] = grad_for(0, k, t, i);
+		}
+	}
+	ck_assert_msg(ferry_client_push_pull(j->c, (const float *const *) gp,
+	                  10, j->wp) == 0,
+	    "step %d: %s", k, ferry_client_last_error(j->c));
+}
+
+// stat_u64 reads "key:value" from the server's stats text.
+static uint64_t
+stat_u64(struct ps_server *s, const char *key)
+{
+	char        text[4096], pat[64];
+	const char *p;
+	ps_server_stats(s, text, sizeof(text));
+	snprintf(pat, sizeof(pat), "\n%s:", key);
+	p = strstr(text, pat);
+	ck_assert_msg(p != NULL, "no %s in stats", key);
+	return strtoull(p + strlen(pat), NULL, 10);
+}
+
+static void
+tmpdir(char *buf, size_t n)
+{
+	snprintf(buf, n, "/tmp/ferry-snap-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(buf));
+}
+
+static void
+rmdir_all(const char *dir)
+{
+	char cmd[600];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+// read_all returns the bytes of path (caller frees) and their count.
+static uint8_t *
+read_all(const char *path, size_t *n)
+{
+	FILE    *f = fopen(path, "rb");
+	uint8_t *b;
+	long     len;
+	ck_assert_ptr_nonnull(f);
+	fseek(f, 0, SEEK_END);
+	len = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	b = malloc((size_t) len + 1);
+	ck_assert_int_eq(fread(b, 1, (size_t) len, f), (size_t) len);
+	fclose(f);
+	*n = (size_t) len;
+	return b;
+}
+
+static void
+write_all(const char *path, const uint8_t *b, size_t n)
+{
+	FILE *f = fopen(path, "wb");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(fwrite(b, 1, n, f), n);
+	fclose(f);
+}
+
+// round_trip: 5 steps, a snapshot, one more step; a new job restored from
+// the snapshot pulls the same weights and, after the same sixth step, the
+// same weights again, bit for bit (x, the pull reference and the delta
+// log all came back). Fails if any of the state is lost or altered.
+static void
+round_trip(const char *pull)
+{
+	struct snapjob a, b;
+	char           dir[64], path[128], msg[512];
+	float          w5[NT][40], w6[NT][40];
+	uint64_t       v = 0;
+
+	tmpdir(dir, sizeof(dir));
+	ck_assert_int_eq(job_open(&a, dir, 0, PS_RESTORE_AUTO, pull, 1, 20000),
+	    0);
+	for (int k = 0; k < 5; k++) {
+		job_step(&a, k);
+	}
+	PT_OK(ps_server_snapshot(a.srv, 0, 10000, &v));
+	ck_assert_uint_eq(v, 5);
+	memcpy(w5, a.w, sizeof(w5));
+	job_step(&a, 5);
+	memcpy(w6, a.w, sizeof(w6));
+	ck_assert_uint_eq(stat_u64(a.srv, "snapshots_written"), 1);
+	job_close(&a);
+
+	snprintf(path, sizeof(path), "%s/server-0.snap", dir);
+	PT_OK(ps_snapshot_check(path, msg, sizeof(msg)));
+	ck_assert_msg(strstr(msg, "version 5") != NULL, "%s", msg);
+	// The new trainer offers other initial weights: the snapshot wins.
+	ck_assert_int_eq(job_open(&b, dir, 0, PS_RESTORE_YES, pull, 1, 20000),
+	    0);
+	ck_assert_uint_eq(stat_u64(b.srv, "restore_version"), 5);
+	ck_assert_uint_eq(stat_u64(b.srv, "restore_shards"), 5);
+	ck_assert_msg(memcmp(b.w, w5, sizeof(w5)) == 0,
+	    "restored weights differ");
+	job_step(&b, 5);
+	ck_assert_msg(memcmp(b.w, w6, sizeof(w6)) == 0,
+	    "the step after the restore differs");
+	job_close(&b);
+	rmdir_all(dir);
+}
+
+// test_snapshot_round_trip: weights only (no pull codec).
+START_TEST(test_snapshot_round_trip)
+{
+	round_trip(NULL);
+}
+END_TEST
+
+// test_snapshot_round_trip_ref: with a pull codec (reference, delta log).
+START_TEST(test_snapshot_round_trip_ref)
+{
+	round_trip("q8");
+}
+END_TEST
+
+// test_snapshot_corrupt_bogus: a truncated file and a file with one byte
+// flipped are refused by ps_snapshot_check naming the file, and a server
+// told to restore the flipped file does not serve (nothing half-loaded
+// is ever trained on). Fails if a damaged file passes or is used.
+START_TEST(test_snapshot_corrupt_bogus)
+{
+	struct snapjob a, b;
+	char           dir[64], path[128], msg[512];
+	uint8_t       *bytes;
+	size_t         n;
+
+	tmpdir(dir, sizeof(dir));
+	ck_assert_int_eq(job_open(&a, dir, 0, PS_RESTORE_AUTO, NULL, 1, 20000),
+	    0);
+	job_step(&a, 0);
+	PT_OK(ps_server_snapshot(a.srv, 0, 10000, NULL));
+	job_close(&a);
+	snprintf(path, sizeof(path), "%s/server-0.snap", dir);
+	bytes = read_all(path, &n);
+
+	write_all(path, bytes, n - 7); // truncated
+	PT_FAIL(ps_snapshot_check(path, msg, sizeof(msg)), FB_ECORRUPT);
+	ck_assert_msg(strstr(msg, path) != NULL, "%s", msg);
+	write_all(path, bytes, 20); // shorter than a header
+	PT_FAIL(ps_snapshot_check(path, msg, sizeof(msg)), FB_ECORRUPT);
+	ck_assert_msg(strstr(msg, path) != NULL, "%s", msg);
+	bytes[n / 2] ^= 0x10; // one bit flipped in the middle
+	write_all(path, bytes, n);
+	PT_FAIL(ps_snapshot_check(path, msg, sizeof(msg)), FB_ECORRUPT);
+	ck_assert_msg(strstr(msg, path) != NULL && strstr(msg, "CRC"), "%s",
+	    msg);
+	bytes[n / 2] ^= 0x10;
+	bytes[8] = 9; // a format this build does not read
+	write_all(path, bytes, n);
+	PT_FAIL(ps_snapshot_check(path, msg, sizeof(msg)), FB_EPROTO);
+	ck_assert_msg(strstr(msg, "format version 9") != NULL, "%s", msg);
+	bytes[8] = 1;
+	bytes[n / 2] ^= 0x10;
+	write_all(path, bytes, n);
+	free(bytes);
+
+	// The server refuses it: no placement installed, the trainer's
+	// calls find no server, the server never becomes ready.
+	ck_assert_int_ne(job_open(&b, dir, 0, PS_RESTORE_YES, NULL, 1, 1500),
+	    0);
+	ck_assert_int_eq(ps_server_ready(b.srv, msg, sizeof(msg)), 0);
+	job_close(&b);
+	rmdir_all(dir);
+}
+END_TEST
+
+// test_snapshot_other_job_bogus: a sound file whose shards do not match
+// the job (the last tensor is longer) is refused whole, and restore=yes
+// without a file is refused. Fails if it is loaded anyway.
+START_TEST(test_snapshot_other_job_bogus)
+{
+	struct snapjob a, b;
+	char           dir[64], msg[128];
+
+	tmpdir(dir, sizeof(dir));
+	ck_assert_int_ne(job_open(&a, dir, 0, PS_RESTORE_YES, NULL, 1, 1500),
+	    0);
+	ck_assert_int_eq(ps_server_ready(a.srv, msg, sizeof(msg)), 0);
+	job_close(&a);
+
+	ck_assert_int_eq(job_open(&a, dir, 0, PS_RESTORE_AUTO, NULL, 1, 20000),
+	    0);
+	job_step(&a, 0);
+	PT_OK(ps_server_snapshot(a.srv, 0, 10000, NULL));
+	job_close(&a);
+	ck_assert_int_ne(job_open(&b, dir, 0, PS_RESTORE_AUTO, NULL, 2, 1500),
+	    0);
+	ck_assert_int_eq(ps_server_ready(b.srv, msg, sizeof(msg)), 0);
+	job_close(&b);
+	rmdir_all(dir);
+}
+END_TEST
+
+// test_snapshot_write_error_keeps_old: when the new file cannot be
+// written (its temp name is taken by a directory; or, when not root, the
+// directory is read-only) the snapshot call fails and the previous
+// snapshot is left byte for byte. Fails if a failed write replaces or
+// removes the good file.
+START_TEST(test_snapshot_write_error_keeps_old)
+{
+	struct snapjob a;
+	char           dir[64], path[128], tmp[140];
+	uint8_t       *before, *after;
+	size_t         n0, n1;
+	uint64_t       v = 0;
+
+	tmpdir(dir, sizeof(dir));
+	ck_assert_int_eq(job_open(&a, dir, 0, PS_RESTORE_AUTO, NULL, 1, 20000),
+	    0);
+	job_step(&a, 0);
+	PT_OK(ps_server_snapshot(a.srv, 0, 10000, &v));
+	ck_assert_uint_eq(v, 1);
+	snprintf(path, sizeof(path), "%s/server-0.snap", dir);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	before = read_all(path, &n0);
+	job_step(&a, 1);
+
+	ck_assert_int_eq(mkdir(tmp, 0755), 0);
+	ck_assert_int_ne(ps_server_snapshot(a.srv, 0, 10000, NULL), FB_OK);
+	ck_assert_int_eq(rmdir(tmp), 0);
+	if (geteuid() != 0) {
+		ck_assert_int_eq(chmod(dir, 0555), 0);
+		ck_assert_int_ne(ps_server_snapshot(a.srv, 0, 10000, NULL),
+		    FB_OK);
+		ck_assert_int_eq(chmod(dir, 0755), 0);
+	}
+	after = read_all(path, &n1);
+	ck_assert_msg(n0 == n1 && memcmp(before, after, n0) == 0,
+	    "a failed write changed the previous snapshot");
+	ck_assert_int_eq(access(tmp, F_OK), -1);
+	ck_assert_uint_ge(stat_u64(a.srv, "snapshots_failed"), 1);
+	// Once the directory is writable again, snapshots work.
+	PT_OK(ps_server_snapshot(a.srv, 0, 10000, &v));
+	ck_assert_uint_eq(v, 2);
+	free(before);
+	free(after);
+	job_close(&a);
+	rmdir_all(dir);
+}
+END_TEST
+
+// test_snapshot_every: with --snapshot-every 3, versions 3 and 6 are
+// written, versions in between are not. Fails on a snapshot at the wrong
+// version, a missing one, or an extra one.
+START_TEST(test_snapshot_every)
+{
+	struct snapjob a;
+	char           dir[64], path[128], msg[512], want[32];
+
+	tmpdir(dir, sizeof(dir));
+	snprintf(path, sizeof(path), "%s/server-0.snap", dir);
+	ck_assert_int_eq(job_open(&a, dir, 3, PS_RESTORE_AUTO, NULL, 1, 20000),
+	    0);
+	for (int k = 0; k < 7; k++) {
+		uint64_t v = (uint64_t) k + 1, written = v / 3;
+		job_step(&a, k);
+		// The writer runs in the background: wait for it.
+		for (int i = 0;
+		     i < 500 && stat_u64(a.srv, "snapshots_written") < written;
+		     i++) {
+			fb_sleep_us(10000);
+		}
+		ck_assert_uint_eq(stat_u64(a.srv, "snapshots_written"),
+		    written);
+		if (written > 0) {
+			ck_assert_uint_eq(stat_u64(a.srv, "snapshot_version"),
+			    written * 3);
+			PT_OK(ps_snapshot_check(path, msg, sizeof(msg)));
+			snprintf(want, sizeof(want), "version %llu,",
+			    (unsigned long long) written * 3);
+			ck_assert_msg(strstr(msg, want) != NULL, "%s", msg);
+		} else {
+			ck_assert_int_eq(access(path, F_OK), -1);
+		}
+	}
+	ck_assert_uint_eq(stat_u64(a.srv, "snapshots_skipped"), 0);
+	job_close(&a);
+	rmdir_all(dir);
+}
+END_TEST
+
+// test_snapshot_bogus: the API refuses a server without a snapshot
+// directory and a version the shards are already past; the checker
+// refuses a missing file. Fails if any is accepted.
+START_TEST(test_snapshot_bogus)
+{
+	struct snapjob a;
+	char           dir[64], msg[256];
+
+	tmpdir(dir, sizeof(dir));
+	ck_assert_int_eq(job_open(&a, dir, 0, PS_RESTORE_AUTO, NULL, 1, 20000),
+	    0);
+	job_step(&a, 0);
+	job_step(&a, 1);
+	PT_FAIL(ps_server_snapshot(a.srv, 1, 1000, NULL), FB_ESTATE);
+	job_close(&a);
+	ck_assert_int_eq(
+	    job_open(&a, NULL, 0, PS_RESTORE_AUTO, NULL, 1, 20000), 0);
+	PT_FAIL(ps_server_snapshot(a.srv, 0, 1000, NULL), FB_ESTATE);
+	job_close(&a);
+	PT_FAIL(
+	    ps_snapshot_check("/nonexistent/server-0.snap", msg, sizeof(msg)),
+	    FB_ENOTFOUND);
+	ck_assert_msg(strstr(msg, "/nonexistent/server-0.snap") != NULL, "%s",
+	    msg);
+	rmdir_all(dir);
+}
+END_TEST
+
+Suite *
+suite_snapshot(void)
+{
+	Suite *s  = suite_create("snapshot");
+	TCase *tc = tcase_create("snapshot");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_snapshot_round_trip);
+	tcase_add_test(tc, test_snapshot_round_trip_ref);
+	tcase_add_test(tc, test_snapshot_corrupt_bogus);
+	tcase_add_test(tc, test_snapshot_other_job_bogus);
+	tcase_add_test(tc, test_snapshot_write_error_keeps_old);
+	tcase_add_test(tc, test_snapshot_every);
+	tcase_add_test(tc, test_snapshot_bogus);
+	suite_add_tcase(s, tc);
+	return s;
+}
