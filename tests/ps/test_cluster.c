@@ -1109,6 +1109,68 @@ START_TEST(test_cluster_reprobe_replaces)
 }
 END_TEST
 
+// A reply whose header exceeds PSW_MAX_HEADER (a Placement of 100k
+// one-float shards, about 1.8 MB packed) cannot be framed: the scheduler
+// answers RESOURCE_EXHAUSTED naming the cap instead of sending bytes
+// without a frame header (which the caller could not parse, or would
+// drop as oversized and then time out).
+START_TEST(test_cluster_oversized_reply_refused_bogus)
+{
+	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
+	struct ps_server_opts    o  = PS_SERVER_OPTS_INIT;
+	struct ps_scheduler     *sched;
+	struct ps_server        *srv;
+	char                     url[64], surl[64];
+
+	so.url         = pt_addr(url, sizeof(url), "tcp");
+	so.shard_bytes = 4; // one float per shard
+	PT_OK(ps_scheduler_open(&so, &sched));
+	o.url           = pt_addr(surl, sizeof(surl), "tcp");
+	o.scheduler_url = ps_scheduler_url(sched);
+	PT_OK(ps_server_open(&o, &srv));
+
+	Pswire__Header          h  = PSWIRE__HEADER__INIT;
+	Pswire__RegisterRequest rr = PSWIRE__REGISTER_REQUEST__INIT;
+	Pswire__JobConfig       j  = PSWIRE__JOB_CONFIG__INIT;
+	Pswire__TensorDesc      td = PSWIRE__TENSOR_DESC__INIT;
+	Pswire__TensorDesc     *tp = &td;
+	td.name                    = "big";
+	td.len                     = 100000;
+	j.n_tensors                = 1;
+	j.tensors                  = &tp;
+	j.lr                       = 0.1;
+	j.codec_push               = "none";
+	j.codec_pull               = "none";
+	rr.role                    = PSWIRE__ROLE__ROLE_TRAINER;
+	rr.job                     = &j;
+	h.body_case                = PSWIRE__HEADER__BODY_REGISTER_REQ;
+	h.register_req             = &rr;
+	Pswire__Header *rh         = raw_call(ps_scheduler_url(sched),
+	            PSWIRE__METHOD__REGISTER, &h);
+	ck_assert_ptr_nonnull(rh);
+	ck_assert_int_eq(rh->status, PSWIRE__STATUS__OK);
+	pswire__header__free_unpacked(rh, NULL);
+	double rtt = 1e-4, bw = 1e9; // the map waits for the link report
+	ck_assert_int_eq(raw_report(ps_scheduler_url(sched), 0, 1, &rtt, &bw),
+	    PSWIRE__STATUS__OK);
+
+	Pswire__Header              g  = PSWIRE__HEADER__INIT;
+	Pswire__GetPlacementRequest gp = PSWIRE__GET_PLACEMENT_REQUEST__INIT;
+	gp.min_epoch                   = 1;
+	g.body_case                    = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
+	g.placement_req                = &gp;
+	rh = raw_call(ps_scheduler_url(sched), PSWIRE__METHOD__GET_PLACEMENT,
+	    &g);
+	ck_assert_msg(rh != NULL, "no parseable reply to an oversized map");
+	ck_assert_int_eq(rh->status, PSWIRE__STATUS__RESOURCE_EXHAUSTED);
+	ck_assert_msg(strstr(rh->error, "exceeds the 1048576-byte cap"),
+	    "error: %s", rh->error);
+	pswire__header__free_unpacked(rh, NULL);
+	ps_server_close(srv);
+	ps_scheduler_close(sched);
+}
+END_TEST
+
 // The suite's test cases, one per theme, so that a failure names the area
 // at once and CK_RUN_CASE=<name> runs one theme. Each test starts its own
 // scheduler and servers; 60 s is ample for the slowest (two runs each).
@@ -1138,6 +1200,7 @@ suite_cluster(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_cluster_declare_mismatch_bogus);
 	tcase_add_test(tc, test_cluster_hostile_frames_bogus);
+	tcase_add_test(tc, test_cluster_oversized_reply_refused_bogus);
 	suite_add_tcase(s, tc);
 
 	// Push and pull codecs: reference-delta lockstep, encoded pushes.

@@ -94,7 +94,14 @@ on_probe(struct ps_server *s, struct ps_call *c)
 		return;
 	}
 	memset(payload, 0, bytes);
-	psw_msg_finish(m, c->frame.method, PSW_FLAG_REPLY, &h.base, hl, bytes);
+	if (psw_msg_finish(m, c->frame.method, PSW_FLAG_REPLY, &h.base, hl,
+	        bytes) != FB_OK) {
+		nng_msg_free(m);
+		ps__server_reply_err(s, c, PSWIRE__STATUS__INTERNAL,
+		    "probe reply of %llu bytes could not be framed",
+		    (unsigned long long) bytes);
+		return;
+	}
 	ps__call_reply_msg(c, m);
 }
 
