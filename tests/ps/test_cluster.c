@@ -1171,6 +1171,97 @@ START_TEST(test_cluster_oversized_reply_refused_bogus)
 }
 END_TEST
 
+struct gone_mid_decode {
+	struct cluster *cl;
+	int             fired;
+};
+
+// stat_at returns the value of INFO field `key` ("pushes:") of server i.
+static unsigned long long
+stat_at(struct cluster *cl, int i, const char *key)
+{
+	char        text[2048];
+	const char *p;
+	ps_server_stats(cl->srv[i], text, sizeof(text));
+	p = strstr(text, key);
+	ck_assert_ptr_nonnull(p);
+	return strtoull(p + strlen(key), NULL, 10);
+}
+
+// leave_while_decoding is server 0's stage hook: rank 1's first push,
+// with its slots reserved but not yet decoded, waits for rank 0's push to
+// be in, then rank 1 leaves the job and the hook returns only once the
+// server holds the map that marks it gone.
+static void
+leave_while_decoding(void *arg, uint32_t rank)
+{
+	struct gone_mid_decode *g = arg;
+	if (rank != 1 || g->fired++) {
+		return;
+	}
+	for (int i = 0; i < 500 && stat_at(g->cl, 0, "pushes:") < 1; i++) {
+		nng_msleep(10);
+	}
+	Pswire__Header       h = PSWIRE__HEADER__INIT;
+	Pswire__LeaveRequest l = PSWIRE__LEAVE_REQUEST__INIT;
+	l.role                 = PSWIRE__ROLE__ROLE_TRAINER;
+	l.id                   = 1;
+	h.body_case            = PSWIRE__HEADER__BODY_LEAVE_REQ;
+	h.leave_req            = &l;
+	Pswire__Header *rh     = raw_call(ps_scheduler_url(g->cl->sched),
+	        PSWIRE__METHOD__LEAVE, &h);
+	ck_assert_ptr_nonnull(rh);
+	ck_assert_int_eq(rh->status, PSWIRE__STATUS__OK);
+	pswire__header__free_unpacked(rh, NULL);
+	for (int i = 0; i < 500 && stat_at(g->cl, 0, "map_epoch:") < 2; i++) {
+		nng_msleep(10);
+	}
+}
+
+// A rank that leaves while its sync push is decoding (outside the lock)
+// keeps that push in the round it was admitted for: the round waits for
+// the decode instead of closing without it (which used to stage the
+// version-0 gradient into round 1 and free buffers under the decoder on a
+// later move). Rank 0 then goes on alone.
+START_TEST(test_cluster_leave_while_decoding)
+{
+	struct cluster         cl;
+	struct trainer_arg     a[2];
+	pthread_t              th[2];
+	struct gone_mid_decode g = { &cl, 0 };
+
+	cluster_start(&cl, 2, 1);
+	ps_server_test_stage_hook(cl.srv[0], leave_while_decoding, &g);
+	for (int r = 0; r < 2; r++) {
+		memset(&a[r], 0, sizeof(a[r]));
+		a[r].url   = ps_scheduler_url(cl.sched);
+		a[r].rank  = r;
+		a[r].steps = r == 0 ? 2 : 1;
+		pthread_create(&th[r], NULL, trainer_main, &a[r]);
+	}
+	for (int r = 0; r < 2; r++) {
+		pthread_join(th[r], NULL);
+		ck_assert_msg(a[r].rv == 0, "rank %d: %s: %s", r,
+		    ferry_strerror(a[r].rv), a[r].err);
+	}
+	ck_assert_int_eq(g.fired, 1);
+	for (int t = 0; t < NT; t++) {
+		for (size_t i = 0; i < lens[t]; i++) {
+			float x = (float) i;
+			x -= (float) (0.5 / 20.0) *
+			    (grad_for(0, 0, t, i) + grad_for(1, 0, t, i));
+			x -= (float) (0.5 / 10.0) * grad_for(0, 1, t, i);
+			ck_assert_msg(fabsf(a[0].w[t][i] - x) <=
+			        1e-5f * (1 + fabsf(x)),
+			    "tensor %d[%zu] = %g, expected %g", t, i,
+			    a[0].w[t][i], x);
+		}
+	}
+	ps_server_test_stage_hook(cl.srv[0], NULL, NULL);
+	cluster_stop(&cl);
+}
+END_TEST
+
 // The suite's test cases, one per theme, so that a failure names the area
 // at once and CK_RUN_CASE=<name> runs one theme. Each test starts its own
 // scheduler and servers; 60 s is ample for the slowest (two runs each).
@@ -1193,6 +1284,7 @@ suite_cluster(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_cluster_trainer_leave);
 	tcase_add_test(tc, test_cluster_trainer_rejoin);
+	tcase_add_test(tc, test_cluster_leave_while_decoding);
 	suite_add_tcase(s, tc);
 
 	// Bad declarations and hostile frames, answered with a reason.

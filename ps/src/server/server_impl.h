@@ -14,6 +14,13 @@
 //   total samples and applied by SGD: x -= lr * sum / samples;
 //   version = v + 1. Async mode: each push is applied under the lock as it
 //   arrives.
+// - A round never completes while one of its slots is PS_SLOT_DECODING,
+//   even when a new map marks that slot's rank gone: the decoder's commit
+//   (or its refusal of a bad gradient) closes the round instead. So a
+//   decoder always commits into the version it was admitted for (a rank
+//   that was in a round when it left keeps its push in it), and a shard
+//   with a decoding slot is never released (moves.c waits on s->decoded
+//   for the slots of leaving shards).
 // - Pulls for a version not reached yet are parked (their nng context is
 //   simply not answered) and answered when the version exists, from the
 //   thread that applied the update; a sweeper thread answers parked calls
@@ -158,6 +165,10 @@ struct ps_server {
 	struct obs_metric    *round_wait, *moves_out, *moves_in;
 	uint64_t             *last_rank; // [trainers]
 	atomic_int            leaving;   // ps_server_leave was called
+	// ps_server_test_stage_hook: called by a sync push between reserving
+	// its slots and decoding (tests widen the race window with it)
+	void (*stage_hook)(void *arg, uint32_t rank);
+	void *stage_hook_arg;
 };
 
 // One REQ context per peer server, opened on first use, for Transfers.
@@ -208,7 +219,8 @@ int ps__shard_alloc(struct ps_server *s, struct srv_shard *sh);
 void ps__shard_release(struct srv_shard *sh);
 
 // ps__shard_complete reports whether every trainer still in the job has
-// pushed the shard's current version. mu held.
+// pushed the shard's current version and no push (even a departed
+// rank's) is still decoding into it. mu held.
 int ps__shard_complete(const struct ps_server *s, const struct srv_shard *sh);
 
 // ps__shard_apply_sync sums the staged pushes in rank order, applies SGD,
