@@ -811,6 +811,40 @@ START_TEST(test_cluster_move_without_loss)
 }
 END_TEST
 
+// move_twice is a trainer hook: two maps published back to back, the
+// second moving every shard on again while the first's Transfers are in
+// flight (a shard ARRIVING at its first new server must go on to its
+// second, and a server that skips the first map must not drop it).
+static void
+move_twice(void *arg, int step)
+{
+	struct cluster *cl = arg;
+	uint32_t        assign[5];
+	for (uint32_t k = 1; k <= 2; k++) {
+		for (uint32_t i = 0; i < 5; i++) {
+			assign[i] = (i + (uint32_t) step / 2 + k) % 3;
+		}
+		PT_OK(ps_scheduler_replace(cl->sched, assign, 5));
+	}
+}
+
+// Back-to-back moves over three servers lose nothing: the weights are
+// bit-identical to a run without moves.
+START_TEST(test_cluster_back_to_back_moves_without_loss)
+{
+	struct trainer_arg still[2], moved[2];
+	struct cluster     cl;
+	struct pair_opts   o = { 12, "q4", "q8", 0, 0, move_twice, &cl, 4 };
+
+	run_pair(still, 12, "q4", "q8", 0);
+	cluster_start(&cl, 2, 3);
+	train_pair(&cl, moved, &o);
+	ck_assert_uint_ge(moved[0].map_changes + moved[1].map_changes, 2);
+	same_weights(still, moved);
+	cluster_stop(&cl);
+}
+END_TEST
+
 // With q4 pushes and q8 reference-delta pulls, both trainers end with
 // bit-identical weights (the pull reference is in lockstep through the
 // wire), close to the fp32 run, and the wire carries fewer bytes.
@@ -1317,6 +1351,7 @@ suite_cluster(void)
 	tcase_add_test(tc, test_cluster_move_without_loss);
 	tcase_add_test(tc, test_cluster_server_leave_without_loss);
 	tcase_add_test(tc, test_cluster_server_join_without_loss);
+	tcase_add_test(tc, test_cluster_back_to_back_moves_without_loss);
 	suite_add_tcase(s, tc);
 	return s;
 }

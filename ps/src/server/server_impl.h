@@ -311,6 +311,11 @@ void ps__on_push(struct ps_server *s, struct ps_call *c);
 int ps__transfer_encode(struct ps_server *s, struct srv_shard *sh,
     nng_msg **out);
 
+// ps__transfer_restamp copies packed Transfer m0 into *out with its
+// header's placement epoch set to epoch (a shard re-routed under a later
+// map). Errors: FB_EPROTO (m0 is not a framed message), FB_ENOMEM. No lock.
+int ps__transfer_restamp(nng_msg *m0, uint64_t epoch, nng_msg **out);
+
 // ps__on_transfer installs a shard moved here by a new map (the decoding
 // half of ps__transfer_encode). Called on an nng callback thread; takes mu.
 void ps__on_transfer(struct ps_server *s, struct ps_call *c);
