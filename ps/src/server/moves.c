@@ -14,8 +14,13 @@
 // leaving shard are answered ABORTED ("your push was applied; pull again
 // from the new server") or STALE_EPOCH. Shards that arrive are marked
 // ARRIVING until their Transfer comes (requests get UNAVAILABLE
-// meanwhile). Outside the lock it sends the Transfers to the
-// new servers, retrying while a receiver has not seen the new map yet.
+// meanwhile). Outside the lock it sends the Transfers to the new servers,
+// retrying while a receiver cannot be reached. A shard that a later map
+// moved on while its Transfer was in flight (the receiver marks an
+// ARRIVING shard placed elsewhere ABSENT and answers STALE_EPOCH) is
+// followed: the sender fetches the later map from the scheduler and
+// re-sends, stamped with that map's epoch, to the shard's owner there; a
+// receiver accepts a Transfer stamped with a later map than its own.
 // Every push is thus applied exactly once: a refused request changed
 // nothing, and the staged pushes travel with the shard. Each delivered
 // (or abandoned) Transfer signals s->delivered, on which a leaving server
