@@ -828,19 +828,81 @@ move_twice(void *arg, int step)
 	}
 }
 
-// Back-to-back moves over three servers lose nothing: the weights are
-// bit-identical to a run without moves.
+// Back-to-back moves over three servers (two maps at once, every other
+// step) lose nothing: the weights are bit-identical to a run without
+// moves.
 START_TEST(test_cluster_back_to_back_moves_without_loss)
 {
 	struct trainer_arg still[2], moved[2];
 	struct cluster     cl;
-	struct pair_opts   o = { 12, "q4", "q8", 0, 0, move_twice, &cl, 4 };
+	struct pair_opts   o = { 12, "q4", "q8", 0, 0, move_twice, &cl, 2 };
 
 	run_pair(still, 12, "q4", "q8", 0);
 	cluster_start(&cl, 2, 3);
 	train_pair(&cl, moved, &o);
 	ck_assert_uint_ge(moved[0].map_changes + moved[1].map_changes, 2);
 	same_weights(still, moved);
+	cluster_stop(&cl);
+}
+END_TEST
+
+struct leave_arg {
+	struct ps_server *srv;
+	int               rv;
+};
+
+static void *
+leave_main(void *arg)
+{
+	struct leave_arg *l = arg;
+	l->rv               = ps_server_leave(l->srv, 20000);
+	return NULL;
+}
+
+// leave_two is a trainer hook: servers 1 and 2 leave at once (as a
+// StatefulSet's parallel pod policy does), so the second map can move on
+// shards the first one is still moving.
+static void
+leave_two(void *arg, int step)
+{
+	struct leave_ctx *lc = arg;
+	struct leave_arg  l[2];
+	pthread_t         th[2];
+	if (step != 4) {
+		return;
+	}
+	for (int i = 0; i < 2; i++) {
+		l[i].srv = lc->cl->srv[1 + i];
+		pthread_create(&th[i], NULL, leave_main, &l[i]);
+	}
+	lc->rv = FB_OK;
+	for (int i = 0; i < 2; i++) {
+		pthread_join(th[i], NULL);
+		if (l[i].rv != FB_OK) {
+			lc->rv = l[i].rv;
+		}
+	}
+}
+
+// Two of four servers leaving at once lose nothing: the weights are
+// bit-identical to a run where nobody left, and the leavers hold nothing.
+START_TEST(test_cluster_two_servers_leave_at_once)
+{
+	struct trainer_arg still[2], left[2];
+	struct cluster     cl;
+	struct leave_ctx   lc = { &cl, -1 };
+	char               text[2048];
+
+	struct pair_opts o = { 10, "q4", "q8", 0, 0, leave_two, &lc, 4 };
+	run_pair(still, 10, "q4", "q8", 0);
+	cluster_start(&cl, 2, 4);
+	train_pair(&cl, left, &o);
+	ck_assert_msg(lc.rv == FB_OK, "leave: %s", fb_strerror(lc.rv));
+	for (int i = 1; i <= 2; i++) {
+		ps_server_stats(cl.srv[i], text, sizeof(text));
+		ck_assert_ptr_nonnull(strstr(text, "shards:0\r\n"));
+	}
+	same_weights(still, left);
 	cluster_stop(&cl);
 }
 END_TEST
@@ -1352,6 +1414,7 @@ suite_cluster(void)
 	tcase_add_test(tc, test_cluster_server_leave_without_loss);
 	tcase_add_test(tc, test_cluster_server_join_without_loss);
 	tcase_add_test(tc, test_cluster_back_to_back_moves_without_loss);
+	tcase_add_test(tc, test_cluster_two_servers_leave_at_once);
 	suite_add_tcase(s, tc);
 	return s;
 }
