@@ -29,7 +29,13 @@ probe_call(ferry_client *c, size_t m, uint64_t bytes, uint32_t tmo,
 		return ferry__fail(c, FERRY_ENOMEM, "out of memory");
 	}
 	memset(payload, 0, bytes);
-	psw_msg_finish(req, PSWIRE__METHOD__PROBE, 0, &h.base, hl, bytes);
+	if (psw_msg_finish(req, PSWIRE__METHOD__PROBE, 0, &h.base, hl,
+	        bytes) != FB_OK) {
+		nng_msg_free(req);
+		return ferry__fail(c, FERRY_EINVAL,
+		    "probe of %llu bytes could not be framed",
+		    (unsigned long long) bytes);
+	}
 	uint64_t t0 = fb_clock_ns();
 	rv          = psw_call(cn->ctx, cn->aio, req, PSWIRE__METHOD__PROBE,
 	             h.request_id, (int) tmo, &rep, &f, &ph, &why);

@@ -811,6 +811,102 @@ START_TEST(test_cluster_move_without_loss)
 }
 END_TEST
 
+// move_twice is a trainer hook: two maps published back to back, the
+// second moving every shard on again while the first's Transfers are in
+// flight (a shard ARRIVING at its first new server must go on to its
+// second, and a server that skips the first map must not drop it).
+static void
+move_twice(void *arg, int step)
+{
+	struct cluster *cl = arg;
+	uint32_t        assign[5];
+	for (uint32_t k = 1; k <= 2; k++) {
+		for (uint32_t i = 0; i < 5; i++) {
+			assign[i] = (i + (uint32_t) step / 2 + k) % 3;
+		}
+		PT_OK(ps_scheduler_replace(cl->sched, assign, 5));
+	}
+}
+
+// Back-to-back moves over three servers (two maps at once, every other
+// step) lose nothing: the weights are bit-identical to a run without
+// moves.
+START_TEST(test_cluster_back_to_back_moves_without_loss)
+{
+	struct trainer_arg still[2], moved[2];
+	struct cluster     cl;
+	struct pair_opts   o = { 12, "q4", "q8", 0, 0, move_twice, &cl, 2 };
+
+	run_pair(still, 12, "q4", "q8", 0);
+	cluster_start(&cl, 2, 3);
+	train_pair(&cl, moved, &o);
+	ck_assert_uint_ge(moved[0].map_changes + moved[1].map_changes, 2);
+	same_weights(still, moved);
+	cluster_stop(&cl);
+}
+END_TEST
+
+struct leave_arg {
+	struct ps_server *srv;
+	int               rv;
+};
+
+static void *
+leave_main(void *arg)
+{
+	struct leave_arg *l = arg;
+	l->rv               = ps_server_leave(l->srv, 20000);
+	return NULL;
+}
+
+// leave_two is a trainer hook: servers 1 and 2 leave at once (as a
+// StatefulSet's parallel pod policy does), so the second map can move on
+// shards the first one is still moving.
+static void
+leave_two(void *arg, int step)
+{
+	struct leave_ctx *lc = arg;
+	struct leave_arg  l[2];
+	pthread_t         th[2];
+	if (step != 4) {
+		return;
+	}
+	for (int i = 0; i < 2; i++) {
+		l[i].srv = lc->cl->srv[1 + i];
+		pthread_create(&th[i], NULL, leave_main, &l[i]);
+	}
+	lc->rv = FB_OK;
+	for (int i = 0; i < 2; i++) {
+		pthread_join(th[i], NULL);
+		if (l[i].rv != FB_OK) {
+			lc->rv = l[i].rv;
+		}
+	}
+}
+
+// Two of four servers leaving at once lose nothing: the weights are
+// bit-identical to a run where nobody left, and the leavers hold nothing.
+START_TEST(test_cluster_two_servers_leave_at_once)
+{
+	struct trainer_arg still[2], left[2];
+	struct cluster     cl;
+	struct leave_ctx   lc = { &cl, -1 };
+	char               text[2048];
+
+	struct pair_opts o = { 10, "q4", "q8", 0, 0, leave_two, &lc, 4 };
+	run_pair(still, 10, "q4", "q8", 0);
+	cluster_start(&cl, 2, 4);
+	train_pair(&cl, left, &o);
+	ck_assert_msg(lc.rv == FB_OK, "leave: %s", fb_strerror(lc.rv));
+	for (int i = 1; i <= 2; i++) {
+		ps_server_stats(cl.srv[i], text, sizeof(text));
+		ck_assert_ptr_nonnull(strstr(text, "shards:0\r\n"));
+	}
+	same_weights(still, left);
+	cluster_stop(&cl);
+}
+END_TEST
+
 // With q4 pushes and q8 reference-delta pulls, both trainers end with
 // bit-identical weights (the pull reference is in lockstep through the
 // wire), close to the fp32 run, and the wire carries fewer bytes.
@@ -1109,6 +1205,159 @@ START_TEST(test_cluster_reprobe_replaces)
 }
 END_TEST
 
+// A reply whose header exceeds PSW_MAX_HEADER (a Placement of 100k
+// one-float shards, about 1.8 MB packed) cannot be framed: the scheduler
+// answers RESOURCE_EXHAUSTED naming the cap instead of sending bytes
+// without a frame header (which the caller could not parse, or would
+// drop as oversized and then time out).
+START_TEST(test_cluster_oversized_reply_refused_bogus)
+{
+	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
+	struct ps_server_opts    o  = PS_SERVER_OPTS_INIT;
+	struct ps_scheduler     *sched;
+	struct ps_server        *srv;
+	char                     url[64], surl[64];
+
+	so.url         = pt_addr(url, sizeof(url), "tcp");
+	so.shard_bytes = 4; // one float per shard
+	PT_OK(ps_scheduler_open(&so, &sched));
+	o.url           = pt_addr(surl, sizeof(surl), "tcp");
+	o.scheduler_url = ps_scheduler_url(sched);
+	PT_OK(ps_server_open(&o, &srv));
+
+	Pswire__Header          h  = PSWIRE__HEADER__INIT;
+	Pswire__RegisterRequest rr = PSWIRE__REGISTER_REQUEST__INIT;
+	Pswire__JobConfig       j  = PSWIRE__JOB_CONFIG__INIT;
+	Pswire__TensorDesc      td = PSWIRE__TENSOR_DESC__INIT;
+	Pswire__TensorDesc     *tp = &td;
+	td.name                    = "big";
+	td.len                     = 100000;
+	j.n_tensors                = 1;
+	j.tensors                  = &tp;
+	j.lr                       = 0.1;
+	j.codec_push               = "none";
+	j.codec_pull               = "none";
+	rr.role                    = PSWIRE__ROLE__ROLE_TRAINER;
+	rr.job                     = &j;
+	h.body_case                = PSWIRE__HEADER__BODY_REGISTER_REQ;
+	h.register_req             = &rr;
+	Pswire__Header *rh         = raw_call(ps_scheduler_url(sched),
+	            PSWIRE__METHOD__REGISTER, &h);
+	ck_assert_ptr_nonnull(rh);
+	ck_assert_int_eq(rh->status, PSWIRE__STATUS__OK);
+	pswire__header__free_unpacked(rh, NULL);
+	double rtt = 1e-4, bw = 1e9; // the map waits for the link report
+	ck_assert_int_eq(raw_report(ps_scheduler_url(sched), 0, 1, &rtt, &bw),
+	    PSWIRE__STATUS__OK);
+
+	Pswire__Header              g  = PSWIRE__HEADER__INIT;
+	Pswire__GetPlacementRequest gp = PSWIRE__GET_PLACEMENT_REQUEST__INIT;
+	gp.min_epoch                   = 1;
+	g.body_case                    = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
+	g.placement_req                = &gp;
+	rh = raw_call(ps_scheduler_url(sched), PSWIRE__METHOD__GET_PLACEMENT,
+	    &g);
+	ck_assert_msg(rh != NULL, "no parseable reply to an oversized map");
+	ck_assert_int_eq(rh->status, PSWIRE__STATUS__RESOURCE_EXHAUSTED);
+	ck_assert_msg(strstr(rh->error, "exceeds the 1048576-byte cap"),
+	    "error: %s", rh->error);
+	pswire__header__free_unpacked(rh, NULL);
+	ps_server_close(srv);
+	ps_scheduler_close(sched);
+}
+END_TEST
+
+struct gone_mid_decode {
+	struct cluster *cl;
+	int             fired;
+};
+
+// stat_at returns the value of INFO field `key` ("pushes:") of server i.
+static unsigned long long
+stat_at(struct cluster *cl, int i, const char *key)
+{
+	char        text[2048];
+	const char *p;
+	ps_server_stats(cl->srv[i], text, sizeof(text));
+	p = strstr(text, key);
+	ck_assert_ptr_nonnull(p);
+	return strtoull(p + strlen(key), NULL, 10);
+}
+
+// leave_while_decoding is server 0's stage hook: rank 1's first push,
+// with its slots reserved but not yet decoded, waits for rank 0's push to
+// be in, then rank 1 leaves the job and the hook returns only once the
+// server holds the map that marks it gone.
+static void
+leave_while_decoding(void *arg, uint32_t rank)
+{
+	struct gone_mid_decode *g = arg;
+	if (rank != 1 || g->fired++) {
+		return;
+	}
+	for (int i = 0; i < 500 && stat_at(g->cl, 0, "pushes:") < 1; i++) {
+		nng_msleep(10);
+	}
+	Pswire__Header       h = PSWIRE__HEADER__INIT;
+	Pswire__LeaveRequest l = PSWIRE__LEAVE_REQUEST__INIT;
+	l.role                 = PSWIRE__ROLE__ROLE_TRAINER;
+	l.id                   = 1;
+	h.body_case            = PSWIRE__HEADER__BODY_LEAVE_REQ;
+	h.leave_req            = &l;
+	Pswire__Header *rh     = raw_call(ps_scheduler_url(g->cl->sched),
+	        PSWIRE__METHOD__LEAVE, &h);
+	ck_assert_ptr_nonnull(rh);
+	ck_assert_int_eq(rh->status, PSWIRE__STATUS__OK);
+	pswire__header__free_unpacked(rh, NULL);
+	for (int i = 0; i < 500 && stat_at(g->cl, 0, "map_epoch:") < 2; i++) {
+		nng_msleep(10);
+	}
+}
+
+// A rank that leaves while its sync push is decoding (outside the lock)
+// keeps that push in the round it was admitted for: the round waits for
+// the decode instead of closing without it (which used to stage the
+// version-0 gradient into round 1 and free buffers under the decoder on a
+// later move). Rank 0 then goes on alone.
+START_TEST(test_cluster_leave_while_decoding)
+{
+	struct cluster         cl;
+	struct trainer_arg     a[2];
+	pthread_t              th[2];
+	struct gone_mid_decode g = { &cl, 0 };
+
+	cluster_start(&cl, 2, 1);
+	ps_server_test_stage_hook(cl.srv[0], leave_while_decoding, &g);
+	for (int r = 0; r < 2; r++) {
+		memset(&a[r], 0, sizeof(a[r]));
+		a[r].url   = ps_scheduler_url(cl.sched);
+		a[r].rank  = r;
+		a[r].steps = r == 0 ? 2 : 1;
+		pthread_create(&th[r], NULL, trainer_main, &a[r]);
+	}
+	for (int r = 0; r < 2; r++) {
+		pthread_join(th[r], NULL);
+		ck_assert_msg(a[r].rv == 0, "rank %d: %s: %s", r,
+		    ferry_strerror(a[r].rv), a[r].err);
+	}
+	ck_assert_int_eq(g.fired, 1);
+	for (int t = 0; t < NT; t++) {
+		for (size_t i = 0; i < lens[t]; i++) {
+			float x = (float) i;
+			x -= (float) (0.5 / 20.0) *
+			    (grad_for(0, 0, t, i) + grad_for(1, 0, t, i));
+			x -= (float) (0.5 / 10.0) * grad_for(0, 1, t, i);
+			ck_assert_msg(fabsf(a[0].w[t][i] - x) <=
+			        1e-5f * (1 + fabsf(x)),
+			    "tensor %d[%zu] = %g, expected %g", t, i,
+			    a[0].w[t][i], x);
+		}
+	}
+	ps_server_test_stage_hook(cl.srv[0], NULL, NULL);
+	cluster_stop(&cl);
+}
+END_TEST
+
 // The suite's test cases, one per theme, so that a failure names the area
 // at once and CK_RUN_CASE=<name> runs one theme. Each test starts its own
 // scheduler and servers; 60 s is ample for the slowest (two runs each).
@@ -1131,6 +1380,7 @@ suite_cluster(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_cluster_trainer_leave);
 	tcase_add_test(tc, test_cluster_trainer_rejoin);
+	tcase_add_test(tc, test_cluster_leave_while_decoding);
 	suite_add_tcase(s, tc);
 
 	// Bad declarations and hostile frames, answered with a reason.
@@ -1138,6 +1388,7 @@ suite_cluster(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_cluster_declare_mismatch_bogus);
 	tcase_add_test(tc, test_cluster_hostile_frames_bogus);
+	tcase_add_test(tc, test_cluster_oversized_reply_refused_bogus);
 	suite_add_tcase(s, tc);
 
 	// Push and pull codecs: reference-delta lockstep, encoded pushes.
@@ -1162,6 +1413,8 @@ suite_cluster(void)
 	tcase_add_test(tc, test_cluster_move_without_loss);
 	tcase_add_test(tc, test_cluster_server_leave_without_loss);
 	tcase_add_test(tc, test_cluster_server_join_without_loss);
+	tcase_add_test(tc, test_cluster_back_to_back_moves_without_loss);
+	tcase_add_test(tc, test_cluster_two_servers_leave_at_once);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -14,8 +14,13 @@
 // leaving shard are answered ABORTED ("your push was applied; pull again
 // from the new server") or STALE_EPOCH. Shards that arrive are marked
 // ARRIVING until their Transfer comes (requests get UNAVAILABLE
-// meanwhile). Outside the lock it sends the Transfers to the
-// new servers, retrying while a receiver has not seen the new map yet.
+// meanwhile). Outside the lock it sends the Transfers to the new servers,
+// retrying while a receiver cannot be reached. A shard that a later map
+// moved on while its Transfer was in flight (the receiver marks an
+// ARRIVING shard placed elsewhere ABSENT and answers STALE_EPOCH) is
+// followed: the sender fetches the later map from the scheduler and
+// re-sends, stamped with that map's epoch, to the shard's owner there; a
+// receiver accepts a Transfer stamped with a later map than its own.
 // Every push is thus applied exactly once: a refused request changed
 // nothing, and the staged pushes travel with the shard. Each delivered
 // (or abandoned) Transfer signals s->delivered, on which a leaving server
@@ -128,6 +133,12 @@ map_mark(struct ps_server *s, Pswire__Placement *pl)
 			s->local[i] = PS_SHARD_LEAVING;
 		} else if (s->local[i] == PS_SHARD_ABSENT && to == s->index) {
 			s->local[i] = PS_SHARD_ARRIVING;
+		} else if (s->local[i] == PS_SHARD_ARRIVING &&
+		    to != s->index) {
+			// Still in flight from the previous owner, and
+			// already placed elsewhere: its Transfer is refused
+			// with STALE_EPOCH and its sender re-routes it.
+			s->local[i] = PS_SHARD_ABSENT;
 		}
 	}
 }
@@ -148,11 +159,11 @@ leaving_busy(const struct ps_server *s)
 }
 
 // map_pack serialises every leaving shard into out[] (its new server in
-// dest[]) and frees it; a shard that cannot be serialised stays here.
-// Returns how many were packed. mu held.
+// dest[], its id in ids[]) and frees it; a shard that cannot be
+// serialised stays here. Returns how many were packed. mu held.
 static size_t
 map_pack(struct ps_server *s, const Pswire__Placement *pl, nng_msg **out,
-    uint32_t *dest)
+    uint32_t *dest, uint32_t *ids)
 {
 	size_t n_out = 0;
 	for (size_t i = 0; i < s->n_global; i++) {
@@ -170,6 +181,7 @@ map_pack(struct ps_server *s, const Pswire__Placement *pl, nng_msg **out,
 			s->local[i] = (int32_t) i;
 			continue;
 		}
+		ids[n_out]    = (uint32_t) i;
 		dest[n_out++] = pl->shards[i]->server;
 		atomic_fetch_add(&s->transfers, 1);
 		obs_counter_add(s->moves_out, 1);
@@ -180,23 +192,114 @@ map_pack(struct ps_server *s, const Pswire__Placement *pl, nng_msg **out,
 	return n_out;
 }
 
-// transfer_send delivers packed Transfer m to server `to`, retrying (for
-// up to a minute, until closing) while the receiver has not seen the new
-// map yet or cannot be reached. Returns FB_OK, or the last error (logged
+// map_fetch asks the scheduler for a map of epoch min_epoch or later
+// (waiting up to 2 s for one to be published) and returns it in *out when
+// it is valid and cuts the job as this server does. FB_OK, FB_ETIMEDOUT,
+// FB_ETRANSPORT, FB_EPROTO. Boot thread; mu not held.
+static int
+map_fetch(struct ps_server *s, uint64_t min_epoch, Pswire__Placement **out)
+{
+	Pswire__Header              h  = PSWIRE__HEADER__INIT;
+	Pswire__GetPlacementRequest gp = PSWIRE__GET_PLACEMENT_REQUEST__INIT;
+	ProtobufCMessage           *ph = NULL;
+	const char                 *why;
+	nng_socket                  sock;
+	nng_ctx                     ctx;
+	nng_aio                    *aio;
+	int                         rv;
+
+	if (psw_req_open(s->opts.scheduler_url, s->opts.max_msg, 0, 0, &sock,
+	        &ctx, &aio) != FB_OK) {
+		return FB_ETRANSPORT;
+	}
+	gp.min_epoch    = min_epoch;
+	h.request_id    = 1;
+	h.deadline_ms   = 2000;
+	h.body_case     = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
+	h.placement_req = &gp;
+	rv = psw_call_header(ctx, aio, &h.base, PSWIRE__METHOD__GET_PLACEMENT,
+	    1, 2000, &ph, &why);
+	Pswire__Header *rh = (Pswire__Header *) ph;
+	if (rv == FB_OK) {
+		Pswire__Placement *pl = rh->placement;
+		rv                    = FB_EPROTO;
+		if (rh->body_case == PSWIRE__HEADER__BODY_PLACEMENT &&
+		    ps__map_check(pl) == FB_OK &&
+		    pl->n_shards == s->n_global && pl->epoch >= min_epoch) {
+			rh->placement = NULL; // keep it
+			rh->body_case = PSWIRE__HEADER__BODY__NOT_SET;
+			*out          = pl;
+			rv            = FB_OK;
+		}
+	}
+	if (rh != NULL) {
+		pswire__header__free_unpacked(rh, NULL);
+	}
+	nng_aio_free(aio);
+	nng_close(sock);
+	return rv;
+}
+
+// transfer_reroute handles a STALE_EPOCH answer to the Transfer of shard
+// id sent under map *route: the receiver holds a later map that places
+// the shard elsewhere (the shard was moved on while in flight). It fetches
+// that map, makes it *route (freeing a map it fetched before, *newer),
+// points *to at the shard's owner there and re-stamps the Transfer with
+// its epoch into *mine (the owner accepts a Transfer stamped with a map
+// it has not seen yet; a Transfer to this very server comes back here).
+// Returns FB_OK or the error. Boot thread; mu not held.
+static int
+transfer_reroute(struct ps_server *s, uint32_t id,
+    const Pswire__Placement **route, Pswire__Placement **newer, uint32_t *to,
+    nng_msg *m0, nng_msg **mine)
+{
+	Pswire__Placement *np = NULL;
+	nng_msg           *m  = NULL;
+	int                rv;
+
+	if ((rv = map_fetch(s, (*route)->epoch + 1, &np)) != FB_OK) {
+		return rv;
+	}
+	if ((rv = ps__transfer_restamp(m0, np->epoch, &m)) != FB_OK) {
+		pswire__placement__free_unpacked(np, NULL);
+		return rv;
+	}
+	if (*newer != NULL) {
+		pswire__placement__free_unpacked(*newer, NULL);
+	}
+	nng_msg_free(*mine);
+	*newer = np;
+	*mine  = m;
+	*route = np;
+	*to    = np->shards[id]->server;
+	FB_LOG(FB_LOG_NOTICE, "move",
+	    "shard %u moved on while in flight: forwarding it to server %u "
+	    "(epoch %llu)",
+	    id, *to, (unsigned long long) np->epoch);
+	return FB_OK;
+}
+
+// transfer_send delivers packed Transfer m0 of shard id to server `to`,
+// retrying (for up to a minute, until closing) while the receiver cannot
+// be reached, and following the shard to its newest owner when a later
+// map moved it on (STALE_EPOCH). Returns FB_OK, or the last error (logged
 // by the caller). Boot thread; mu not held.
 static int
 transfer_send(struct ps_server *s, struct ps_peers *peers,
-    const Pswire__Placement *pl, uint32_t to, nng_msg *m0)
+    const Pswire__Placement *pl, uint32_t id, uint32_t to, nng_msg *m0)
 {
-	uint64_t give_up = fb_clock_ms() + 60000;
-	int      rv      = FB_ETRANSPORT;
+	uint64_t                 give_up = fb_clock_ms() + 60000;
+	int                      rv      = FB_ETRANSPORT;
+	const Pswire__Placement *route   = pl;
+	Pswire__Placement       *newer   = NULL; // a later map, fetched
+	nng_msg                 *mine    = NULL; // m0 re-stamped for it
 	while (!atomic_load(&s->closing) && fb_clock_ms() < give_up) {
 		struct psw_frame  f;
 		ProtobufCMessage *ph  = NULL;
 		const char       *why = "";
 		nng_msg          *rep = NULL, *m;
-		if ((rv = peer_get(s, peers, pl, to)) != FB_OK ||
-		    nng_msg_dup(&m, m0) != 0) {
+		if ((rv = peer_get(s, peers, route, to)) != FB_OK ||
+		    nng_msg_dup(&m, mine != NULL ? mine : m0) != 0) {
 			fb_sleep_us(100000);
 			continue;
 		}
@@ -207,6 +310,19 @@ transfer_send(struct ps_server *s, struct ps_peers *peers,
 		Pswire__Header *rh          = (Pswire__Header *) ph;
 		int             unavailable = rv == FB_EREMOTE &&
 		    rh->status == PSWIRE__STATUS__UNAVAILABLE;
+		int stale = rv == FB_EREMOTE &&
+		    rh->status == PSWIRE__STATUS__STALE_EPOCH;
+		if (stale) {
+			int r2 = transfer_reroute(s, id, &route, &newer, &to,
+			    m0, &mine);
+			if (r2 != FB_OK) {
+				FB_LOG(FB_LOG_WARN, "move",
+				    "shard %u: no later map to follow yet "
+				    "(%s); retrying",
+				    id, fb_strerror(r2));
+			}
+			unavailable = 1; // send again, to the new owner
+		}
 		if (rv == FB_EREMOTE && !unavailable) {
 			FB_LOG(FB_LOG_ERR, "move",
 			    "transfer to server %u refused: %s", to,
@@ -223,6 +339,10 @@ transfer_send(struct ps_server *s, struct ps_peers *peers,
 		}
 		fb_sleep_us(20000);
 	}
+	nng_msg_free(mine);
+	if (newer != NULL) {
+		pswire__placement__free_unpacked(newer, NULL);
+	}
 	return rv;
 }
 
@@ -232,7 +352,7 @@ ps__map_apply(struct ps_server *s, Pswire__Placement *pl,
 {
 	Pswire__Placement *old = s->pl;
 	nng_msg          **out;
-	uint32_t          *dest;
+	uint32_t          *dest, *ids;
 	size_t             n_out;
 
 	if (map_same_cut(s, pl) != FB_OK) {
@@ -240,9 +360,11 @@ ps__map_apply(struct ps_server *s, Pswire__Placement *pl,
 	}
 	out  = fb_zalloc(s->n_global * sizeof(*out));
 	dest = fb_zalloc(s->n_global * sizeof(*dest));
-	if (out == NULL || dest == NULL) {
+	ids  = fb_zalloc(s->n_global * sizeof(*ids));
+	if (out == NULL || dest == NULL || ids == NULL) {
 		fb_free(out);
 		fb_free(dest);
+		fb_free(ids);
 		return FB_ENOMEM;
 	}
 	pthread_mutex_lock(&s->mu);
@@ -253,7 +375,7 @@ ps__map_apply(struct ps_server *s, Pswire__Placement *pl,
 	}
 	// Parked calls on leaving shards cannot be answered here any more.
 	ps__pull_abort_leaving(s, pl->epoch);
-	n_out = map_pack(s, pl, out, dest);
+	n_out = map_pack(s, pl, out, dest, ids);
 	FB_LOG(FB_LOG_NOTICE, "move",
 	    "placement epoch %llu: %zu shard(s) leave, holding %u",
 	    (unsigned long long) pl->epoch, n_out, s->n_shards);
@@ -263,7 +385,7 @@ ps__map_apply(struct ps_server *s, Pswire__Placement *pl,
 	pswire__placement__free_unpacked(old, NULL);
 
 	for (size_t k = 0; k < n_out; k++) {
-		int rv = transfer_send(s, peers, pl, dest[k], out[k]);
+		int rv = transfer_send(s, peers, pl, ids[k], dest[k], out[k]);
 		if (rv != FB_OK) {
 			FB_LOG(FB_LOG_ERR, "move",
 			    "shard transfer to server %u failed: %s", dest[k],
@@ -278,6 +400,7 @@ ps__map_apply(struct ps_server *s, Pswire__Placement *pl,
 	}
 	fb_free(out);
 	fb_free(dest);
+	fb_free(ids);
 	return FB_OK;
 }
 

@@ -185,7 +185,15 @@ answer_pull(struct ps_server *s, struct ps_call *c)
 			    sh->log + (size_t) slot * sh->log_cap, r->length);
 		}
 	}
-	psw_msg_finish(m, c->frame.method, PSW_FLAG_REPLY, &h.base, hl, off);
+	if (psw_msg_finish(m, c->frame.method, PSW_FLAG_REPLY, &h.base, hl,
+	        off) != FB_OK) {
+		nng_msg_free(m);
+		ps__server_reply_err(s, c, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+		    "pull reply header of %zu bytes (%zu shard refs) exceeds "
+		    "the %u-byte cap",
+		    hl, nrefs, PSW_MAX_HEADER);
+		goto done;
+	}
 	atomic_fetch_add_explicit(&s->bytes_out, nng_msg_len(m),
 	    memory_order_relaxed);
 	atomic_fetch_add_explicit(&s->n_pull, 1, memory_order_relaxed);

@@ -283,8 +283,12 @@ push_commit(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 	pthread_cond_broadcast(&s->decoded);
 	if (bad >= 0) {
 		for (size_t i = 0; i < p->n_shards; i++) {
-			s->shards[p->shards[i]->shard].state[rank] =
-			    PS_SLOT_FREE;
+			struct srv_shard *sh = &s->shards[p->shards[i]->shard];
+			sh->state[rank]      = PS_SLOT_FREE;
+			// A rank that left meanwhile held the round open.
+			if (ps__shard_complete(s, sh)) {
+				ps__shard_apply_sync(s, sh);
+			}
 		}
 		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "shard %u: gradient is %s", p->shards[bad]->shard,
@@ -355,7 +359,12 @@ ps__on_push(struct ps_server *s, struct ps_call *c)
 	for (size_t i = 0; i < p->n_shards; i++) {
 		s->shards[p->shards[i]->shard].state[rank] = PS_SLOT_DECODING;
 	}
+	void (*hook)(void *, uint32_t) = s->stage_hook;
+	void *hook_arg                 = s->stage_hook_arg;
 	pthread_mutex_unlock(&s->mu);
+	if (hook != NULL) {
+		hook(hook_arg, rank);
+	}
 	bad = push_stage(s, c, p, rank, &bad_code);
 	pthread_mutex_lock(&s->mu);
 	if (push_commit(s, c, p, rank, bad, bad_code, &want) != 0) {

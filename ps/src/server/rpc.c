@@ -132,7 +132,16 @@ reply_status(struct ps_call *c, uint64_t req_id, int status, const char *err)
 		nng_ctx_recv(c->ctx, c->aio);
 		return;
 	}
-	psw_msg_finish(m, c->frame.method, PSW_FLAG_REPLY, &h.base, hl, 0);
+	if (psw_msg_finish(m, c->frame.method, PSW_FLAG_REPLY, &h.base, hl,
+	        0) != FB_OK) {
+		// Cannot happen (the text is at most 512 bytes, hl is exact),
+		// but a frameless reply must never go out: drop it instead.
+		nng_msg_free(m);
+		call_release(c);
+		c->state = ST_RECV;
+		nng_ctx_recv(c->ctx, c->aio);
+		return;
+	}
 	send_reply(c, m, status);
 }
 
@@ -164,7 +173,17 @@ ps__call_reply(struct ps_call *c, Pswire__Header *h)
 		    "out of memory building the reply");
 		return;
 	}
-	psw_msg_finish(m, c->frame.method, PSW_FLAG_REPLY, &h->base, hl, 0);
+	if (psw_msg_finish(m, c->frame.method, PSW_FLAG_REPLY, &h->base, hl,
+	        0) != FB_OK) {
+		// A header over the cap (a Placement of more than ~60k
+		// shards) cannot be framed: say so rather than send bytes
+		// the caller cannot parse.
+		nng_msg_free(m);
+		ps__call_reply_err(c, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+		    "%s reply header of %zu bytes exceeds the %u-byte cap",
+		    psw_method_name(c->frame.method), hl, PSW_MAX_HEADER);
+		return;
+	}
 	ps__call_reply_msg(c, m);
 }
 

@@ -94,7 +94,14 @@ on_probe(struct ps_server *s, struct ps_call *c)
 		return;
 	}
 	memset(payload, 0, bytes);
-	psw_msg_finish(m, c->frame.method, PSW_FLAG_REPLY, &h.base, hl, bytes);
+	if (psw_msg_finish(m, c->frame.method, PSW_FLAG_REPLY, &h.base, hl,
+	        bytes) != FB_OK) {
+		nng_msg_free(m);
+		ps__server_reply_err(s, c, PSWIRE__STATUS__INTERNAL,
+		    "probe reply of %llu bytes could not be framed",
+		    (unsigned long long) bytes);
+		return;
+	}
 	ps__call_reply_msg(c, m);
 }
 
@@ -217,7 +224,7 @@ ps_server_stats(struct ps_server *s, char *buf, size_t n)
 	    "ready:%d\r\n# Store\r\nshards:%u\r\nversion:%llu\r\nmode:%s\r\n"
 	    "used_memory:%zu\r\n# Net\r\npushes:%llu\r\npulls:%llu\r\n"
 	    "errors:%llu\r\nbytes_in:%llu\r\nbytes_out:%llu\r\n"
-	    "updates_applied:%llu\r\nparked:%d\r\n",
+	    "updates_applied:%llu\r\nparked:%d\r\nmap_epoch:%llu\r\n",
 	    s->index, s->url,
 	    (unsigned long long) (fb_clock_ms() - s->started_ms),
 	    atomic_load(&s->ready), s->n_shards, (unsigned long long) version,
@@ -227,11 +234,22 @@ ps_server_stats(struct ps_server *s, char *buf, size_t n)
 	    (unsigned long long) atomic_load(&s->n_err),
 	    (unsigned long long) atomic_load(&s->bytes_in),
 	    (unsigned long long) atomic_load(&s->bytes_out),
-	    (unsigned long long) atomic_load(&s->n_applied), parked);
+	    (unsigned long long) atomic_load(&s->n_applied), parked,
+	    (unsigned long long) (s->pl != NULL ? s->pl->epoch : 0));
 	size_t used = n > 0 ? strlen(buf) : 0;
 	if (used + 1 < n) {
 		ps__snap_stats(s, buf + used, n - used);
 	}
+	pthread_mutex_unlock(&s->mu);
+}
+
+void
+ps_server_test_stage_hook(struct ps_server *s,
+    void (*fn)(void *arg, uint32_t rank), void *arg)
+{
+	pthread_mutex_lock(&s->mu);
+	s->stage_hook     = fn;
+	s->stage_hook_arg = arg;
 	pthread_mutex_unlock(&s->mu);
 }
 

@@ -14,6 +14,13 @@
 //   total samples and applied by SGD: x -= lr * sum / samples;
 //   version = v + 1. Async mode: each push is applied under the lock as it
 //   arrives.
+// - A round never completes while one of its slots is PS_SLOT_DECODING,
+//   even when a new map marks that slot's rank gone: the decoder's commit
+//   (or its refusal of a bad gradient) closes the round instead. So a
+//   decoder always commits into the version it was admitted for (a rank
+//   that was in a round when it left keeps its push in it), and a shard
+//   with a decoding slot is never released (moves.c waits on s->decoded
+//   for the slots of leaving shards).
 // - Pulls for a version not reached yet are parked (their nng context is
 //   simply not answered) and answered when the version exists, from the
 //   thread that applied the update; a sweeper thread answers parked calls
@@ -163,6 +170,10 @@ struct ps_server {
 	uint64_t             *last_rank; // [trainers]
 	atomic_int            leaving;   // ps_server_leave was called
 	struct ps_snap       *snap;      // snapshot.c; NULL: no --snapshot-dir
+	// ps_server_test_stage_hook: called by a sync push between reserving
+	// its slots and decoding (tests widen the race window with it)
+	void (*stage_hook)(void *arg, uint32_t rank);
+	void *stage_hook_arg;
 };
 
 // One REQ context per peer server, opened on first use, for Transfers.
@@ -213,7 +224,8 @@ int ps__shard_alloc(struct ps_server *s, struct srv_shard *sh);
 void ps__shard_release(struct srv_shard *sh);
 
 // ps__shard_complete reports whether every trainer still in the job has
-// pushed the shard's current version. mu held.
+// pushed the shard's current version and no push (even a departed
+// rank's) is still decoding into it. mu held.
 int ps__shard_complete(const struct ps_server *s, const struct srv_shard *sh);
 
 // ps__shard_apply_sync sums the staged pushes in rank order, applies SGD,
@@ -311,6 +323,10 @@ int ps__transfer_encode(struct ps_server *s, struct srv_shard *sh,
 // Used by Transfers and snapshot restores. mu held.
 const uint8_t *ps__shard_load_state(struct ps_server *s, struct srv_shard *sh,
     const Pswire__TransferRequest *t, const uint8_t *p);
+// ps__transfer_restamp copies packed Transfer m0 into *out with its
+// header's placement epoch set to epoch (a shard re-routed under a later
+// map). Errors: FB_EPROTO (m0 is not a framed message), FB_ENOMEM. No lock.
+int ps__transfer_restamp(nng_msg *m0, uint64_t epoch, nng_msg **out);
 
 // ps__on_transfer installs a shard moved here by a new map (the decoding
 // half of ps__transfer_encode). Called on an nng callback thread; takes mu.

@@ -61,7 +61,11 @@ ps__shard_complete(const struct ps_server *s, const struct srv_shard *sh)
 		return 0;
 	}
 	for (uint32_t r = 0; r < s->trainers; r++) {
-		if (!s->gone[r] && sh->state[r] != PS_SLOT_PUSHED) {
+		// A slot mid-decode holds the round open even when its rank
+		// has just gone: its decoder commits into this version (and
+		// closes the round then), never into the next.
+		if (sh->state[r] == PS_SLOT_DECODING ||
+		    (!s->gone[r] && sh->state[r] != PS_SLOT_PUSHED)) {
 			return 0;
 		}
 	}

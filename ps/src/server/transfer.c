@@ -100,6 +100,38 @@ ps__shard_load_state(struct ps_server *s, struct srv_shard *sh,
 	return p;
 }
 
+int
+ps__transfer_restamp(nng_msg *m0, uint64_t epoch, nng_msg **out)
+{
+	struct psw_frame f;
+	const char      *why;
+	Pswire__Header  *h;
+	uint8_t         *payload;
+	size_t           hl;
+	int              rv;
+
+	if (psw_msg_parse(m0, &f, &why) != FB_OK) {
+		return FB_EPROTO;
+	}
+	if ((h = pswire__header__unpack(NULL, f.hdr_len, f.hdr)) == NULL) {
+		return FB_EPROTO;
+	}
+	h->epoch = epoch;
+	hl       = pswire__header__get_packed_size(h);
+	// The payload's layout is relative to its start: copied as is.
+	if ((rv = psw_msg_begin(out, hl, f.payload_len, &payload)) == FB_OK) {
+		memcpy(payload, f.payload, f.payload_len);
+		rv = psw_msg_finish(*out, PSWIRE__METHOD__TRANSFER, 0,
+		    &h->base, hl, f.payload_len);
+		if (rv != FB_OK) {
+			nng_msg_free(*out);
+			*out = NULL;
+		}
+	}
+	pswire__header__free_unpacked(h, NULL);
+	return rv;
+}
+
 // transfer_decode checks Transfer t (payload in c) against this job and
 // installs the state it carries into shard sh (placed here, ARRIVING).
 // mu held. Returns 0, or replies an error and returns -1 with sh holding
@@ -194,17 +226,23 @@ ps__on_transfer(struct ps_server *s, struct ps_call *c)
 		    s->n_global);
 		goto out;
 	}
-	if (s->local[t->shard] != PS_SHARD_ARRIVING) {
-		if (s->local[t->shard] == PS_SHARD_ABSENT &&
-		    c->hdr->epoch > s->pl->epoch) {
-			ps__server_reply_err(s, c, PSWIRE__STATUS__UNAVAILABLE,
-			    "map epoch %llu not seen yet; retry",
-			    (unsigned long long) c->hdr->epoch);
-		} else {
-			ps__server_reply_err(s, c,
-			    PSWIRE__STATUS__FAILED_PRECONDITION,
-			    "shard %u is not expected here", t->shard);
-		}
+	// Accepted when this server's map expects it (ARRIVING), or when the
+	// sender's map is later than ours (it names us as the owner there;
+	// the map that says so is on its way). A shard our later map placed
+	// elsewhere gets STALE_EPOCH: the sender follows it to the new owner.
+	if (s->local[t->shard] == PS_SHARD_ABSENT &&
+	    c->hdr->epoch <= s->pl->epoch) {
+		ps__server_reply_err(s, c, PSWIRE__STATUS__STALE_EPOCH,
+		    "shard %u is not placed here in epoch %llu (transfer "
+		    "stamped %llu)",
+		    t->shard, (unsigned long long) s->pl->epoch,
+		    (unsigned long long) c->hdr->epoch);
+		goto out;
+	}
+	if (s->local[t->shard] != PS_SHARD_ARRIVING &&
+	    s->local[t->shard] != PS_SHARD_ABSENT) {
+		ps__server_reply_err(s, c, PSWIRE__STATUS__FAILED_PRECONDITION,
+		    "shard %u is not expected here", t->shard);
 		goto out;
 	}
 	if (transfer_decode(s, c, t, &s->shards[t->shard]) != 0) {
