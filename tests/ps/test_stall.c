@@ -21,6 +21,7 @@ struct stall_job {
 	const char *url;
 	uint32_t    timeout_ms; // rank 0's deadline
 	atomic_int  rank0_done;
+	atomic_int  rank1_left; // rank 0 closes only after this
 	int         rv[2];
 	char        err[2][256];
 	char        logged[4][512]; // rank 0's libferry warnings
@@ -81,11 +82,20 @@ stall_trainer(void *arg)
 		rv = ferry_client_push_pull(c, (const float *const *) gp, 1,
 		    wp);
 		atomic_store(&j->rank0_done, 1);
+		// The server answers the timed-out push-pull once rank 1
+		// leaves. Closing the socket while that reply is in flight
+		// can hang nng 1.5's nng_close (nanomsg/nng#1543, #1813), so
+		// let it arrive first (bounded: 5 s).
+		for (int i = 0; i < 500 && !atomic_load(&j->rank1_left); i++) {
+			fb_sleep_us(10000);
+		}
+		fb_sleep_us(200000);
 	} else {
 		while (!atomic_load(&j->rank0_done)) {
 			fb_sleep_us(10000);
 		}
 		rv = ferry_client_leave(c);
+		atomic_store(&j->rank1_left, 1);
 	}
 out:
 	j->rv[a->rank] = rv;
