@@ -2,6 +2,7 @@
 ferry.torch.FerryParameterServer trains a module whose parameters equal
 what the plain binding pulls and a one-process reference. Run by
 tests/python/run.py (ctest python_torch)."""
+import threading
 import unittest
 
 import numpy as np
@@ -15,13 +16,19 @@ from job import LocalJob, run_ranks
 
 LR, STEPS, BATCH = 0.2, 10, 16
 
+# nn.Linear draws its initial weights from torch's one global generator, and
+# the two ranks build their Net in two threads at once: without the lock
+# their draws interleave and the weights depend on the schedule.
+_INIT = threading.Lock()
+
 
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
-        torch.manual_seed(3)
-        self.fc1 = nn.Linear(6, 5)
-        self.fc2 = nn.Linear(5, 3)
+        with _INIT:
+            torch.manual_seed(3)
+            self.fc1 = nn.Linear(6, 5)
+            self.fc2 = nn.Linear(5, 3)
         self.unused = nn.Parameter(torch.ones(4))  # never gets a .grad
 
     def forward(self, x):
