@@ -7,6 +7,8 @@
 # (a refactor), the ratio should sit within the runs' spread.
 #
 #   bench/ab.sh BUILD_A BUILD_B [REPS]      # REPS per build (default 5)
+#   bench/ab.sh                             # FERRY_AB_BASE (default HEAD~1)
+#                                           # against this checkout
 #
 # Each BUILD is a CMake build directory holding ps/ps-server and
 # trainer/trainer (e.g. `cmake -S . -B /tmp/a -DFERRY_TESTS=OFF` at one
@@ -14,9 +16,22 @@
 # (default 1) for longer jobs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if (($# < 2)); then
-	sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+if (($# == 1)) || [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then
+	sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
+fi
+if (($# == 0)); then
+	# No builds named: build this checkout (scripts/setup.sh, which also
+	# installs what is missing) and FERRY_AB_BASE in a scratch worktree.
+	base=${FERRY_AB_BASE:-HEAD~1}
+	scripts/setup.sh
+	wt=$(mktemp -d /tmp/ferry-ab-base.XXXXXX)
+	git worktree add -q --detach "$wt" "$base"
+	trap 'git worktree remove --force "$wt"' EXIT
+	echo "ab.sh: A = $base ($(git rev-parse --short "$base")), B = this checkout" >&2
+	cmake -S "$wt" -B "$wt/build" -DFERRY_TESTS=OFF >/dev/null
+	cmake --build "$wt/build" -j"$(nproc)" >/dev/null
+	set -- "$wt/build" "${FERRY_BUILD_DIR:-build}"
 fi
 A=$1 B=$2 REPS=${3:-5} EPOCHS=${FERRY_AB_EPOCHS:-1}
 for b in "$A" "$B"; do
