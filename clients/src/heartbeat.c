@@ -7,7 +7,8 @@
 // socket is used by the caller's thread (a ferry_client is used by one
 // thread at a time), and a heartbeat must go out while that thread waits
 // in a long push-pull. It sleeps in short slices so that stopping is quick,
-// and stopping closes its socket first, which aborts a heartbeat in flight.
+// and stopping cancels a heartbeat in flight and joins the thread before it
+// closes the socket.
 // A refused or lost heartbeat is not an error of any call: the scheduler
 // judges liveness, and a trainer it declared dead learns it from its next
 // push or from ferry_client_declare.
@@ -106,9 +107,16 @@ ferry__hb_stop(ferry_client *c)
 	if (hb == NULL) {
 		return;
 	}
+	// Stop the thread before closing its socket: nng 1.5's nng_close can
+	// deadlock with a request in flight on a socket still being dialed
+	// (seen in test_live: nng_close, the reaper and every aio expiry
+	// stuck), so cancel the heartbeat in flight, wait for the thread to
+	// see the stop flag (at most one heartbeat's timeout), then close an
+	// idle socket.
 	atomic_store(&hb->stop, 1);
-	nng_close(hb->sock); // aborts a heartbeat in flight
+	nng_aio_cancel(hb->aio);
 	pthread_join(hb->thread, NULL);
+	nng_close(hb->sock);
 	nng_aio_free(hb->aio);
 	fb_free(hb);
 	c->hb = NULL;
