@@ -65,6 +65,10 @@ struct ferry_client {
 	size_t              n_conns;
 	uint64_t            version;   // of the weights held (min over shards)
 	uint64_t            want;      // version the next pull asks for
+	// Sync rounds (FERRY_MODE_SYNC, or SSP with staleness 0): pushes name
+	// the version held and pulls wait for the next one.
+	int                 lockstep;
+	uint64_t            pull_stale; // this pull's staleness so far
 	uint64_t           *shard_ver; // per global shard: version held
 	uint8_t            *need;      // per global shard: NEED_* this op
 	uint8_t            *need_full; // per global shard: resync in full

@@ -54,6 +54,10 @@ class Stats:
     resyncs: int  # full pulls after a reference CRC mismatch
     map_changes: int  # placement maps re-fetched (shards moved)
     reprobes: int  # link re-measurements sent to the scheduler
+    pulls: int  # pulls whose staleness is counted below
+    staleness_last: int  # the last pull's (clocks behind the puller)
+    staleness_max: int  # the largest
+    staleness_sum: int  # their sum (mean = sum / pulls)
 
     def as_dict(self):
         """The counters as a plain dict (e.g. for a JSON summary)."""
