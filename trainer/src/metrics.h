@@ -30,7 +30,7 @@ struct tr__metrics {
 	struct obs_metric   *ratio_push, *ratio_pull;
 	struct obs_metric   *ef_norm; // every TR_EF_NORM_EVERY steps
 	struct obs_metric   *staleness, *dropped;
-	atomic_int           phase;   // enum tr__phase
+	atomic_int           phase; // enum tr__phase
 	int                  rank, trainers;
 	uint64_t             fp32_bytes; // one full gradient, in bytes
 	// libferry's byte counts when training began (the init offer and

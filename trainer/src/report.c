@@ -178,9 +178,9 @@ tr__report_summary(struct tr__report *rep, const struct tr_config *cfg,
 	    (unsigned long long) st->bytes_pushed,
 	    (unsigned long long) st->bytes_pulled, cfg->rank, trainers,
 	    (double) rep->eval_ns * 1e-9, cfg->batch,
-	    cfg->mode == TR_MODE_SSP     ? "ssp"
-	    : cfg->mode == TR_MODE_ASYNC ? "async"
-	                                 : "sync",
+	    cfg->mode == TR_MODE_SSP         ? "ssp"
+	        : cfg->mode == TR_MODE_ASYNC ? "async"
+	                                     : "sync",
 	    cfg->device, (unsigned long long) rep->resumed_at,
 	    (unsigned long long) rep->steps_run,
 	    (unsigned long long) st->version, cfg->staleness,

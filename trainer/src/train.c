@@ -185,8 +185,8 @@ join_job(struct run *r)
 	fo.rank          = cfg->rank;
 	fo.timeout_ms    = cfg->timeout_ms;
 	fo.mode          = cfg->mode == TR_MODE_SSP ? FERRY_MODE_SSP
-	             : cfg->mode == TR_MODE_ASYNC ? FERRY_MODE_ASYNC
-	                                          : FERRY_MODE_SYNC;
+	             : cfg->mode == TR_MODE_ASYNC   ? FERRY_MODE_ASYNC
+	                                            : FERRY_MODE_SYNC;
 	fo.staleness     = cfg->staleness;
 	fo.sync_quorum   = cfg->sync_quorum;
 	fo.lr            = cfg->lr;

@@ -162,10 +162,10 @@ struct ferry_stats {
 	// Pull staleness: for each pull (or push-pull), the most clocks any
 	// shard's data lagged this rank's clock (the slowest rank's pushes
 	// it holds vs this rank's; always 0 in sync mode, <= K in SSP).
-	uint64_t pulls;           // pulls counted below
-	uint64_t staleness_last;  // the last pull's
-	uint64_t staleness_max;   // the largest
-	uint64_t staleness_sum;   // their sum (mean = sum / pulls)
+	uint64_t pulls;          // pulls counted below
+	uint64_t staleness_last; // the last pull's
+	uint64_t staleness_max;  // the largest
+	uint64_t staleness_sum;  // their sum (mean = sum / pulls)
 };
 
 // ferry_opts_check validates opts without connecting: the URL, rank, lr,

@@ -150,7 +150,7 @@ struct ps_server {
 	int                   ssp;
 	uint32_t              staleness; // SSP: K
 	uint32_t              quorum;    // sync: ranks that close a round
-	struct srv_shard     *shards; // mine
+	struct srv_shard     *shards;    // mine
 	uint32_t              n_shards;
 	int32_t              *local; // global id -> index in shards, or -1
 	size_t                n_global;
@@ -254,7 +254,7 @@ int ps__map_install(struct ps_server *s, Pswire__Placement *pl);
 // ps__shard_min_clock returns the lowest clock (pushes applied) over the
 // ranks still in the job (UINT64_MAX when none is). mu held.
 uint64_t ps__shard_min_clock(const struct ps_server *s,
-    const struct srv_shard *sh);
+    const struct srv_shard                          *sh);
 
 // ---- pull_ref.c ------------------------------------------------------------
 

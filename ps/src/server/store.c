@@ -242,8 +242,8 @@ ps__map_install(struct ps_server *s, Pswire__Placement *pl)
 	                                : PSWIRE__MODE__MODE_ASYNC)
 	         : job->mode;
 	s->lr        = job->lr;
-	s->warmup   = job->warmup_steps;
-	s->log_k    = PS_DELTA_LOG;
+	s->warmup    = job->warmup_steps;
+	s->log_k     = PS_DELTA_LOG;
 	// The scheduler validated the codecs; a server still refuses a map
 	// it cannot serve rather than trusting it.
 	if (comp_codec_parse(job->codec_push, job->bucket, &s->cpush) !=
@@ -303,7 +303,9 @@ ps__map_install(struct ps_server *s, Pswire__Placement *pl)
 	    "mode %s (staleness %u, quorum %u), lr %g",
 	    (unsigned long long) pl->epoch, s->n_shards, pl->n_shards,
 	    s->trainers,
-	    s->ssp ? "ssp" : s->mode ? "async" : "sync", s->staleness,
-	    s->quorum, s->lr);
+	    s->ssp        ? "ssp"
+	        : s->mode ? "async"
+	                  : "sync",
+	    s->staleness, s->quorum, s->lr);
 	return FB_OK;
 }
