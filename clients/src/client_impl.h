@@ -63,18 +63,14 @@ struct ferry_client {
 	Pswire__Placement  *pl;
 	struct conn        *conns;
 	size_t              n_conns;
-	uint64_t            version; // of the weights held (min over shards)
-	uint64_t            want;    // version the next pull asks for
-	// Sync rounds (FERRY_MODE_SYNC, or SSP with staleness 0): pushes name
-	// the version held and pulls wait for the next one.
-	int                 lockstep;
-	uint64_t            pull_stale; // this pull's staleness so far
-	uint64_t           *shard_ver;  // per global shard: version held
-	uint8_t            *need;       // per global shard: NEED_* this op
-	uint8_t            *need_full;  // per global shard: resync in full
-	uint8_t            *codes;      // staged push codes (EF codecs)
-	size_t             *code_off;   // per global shard: offset in codes
-	struct ferry_shard *layout;     // per global shard, for the caller
+	uint64_t            version;   // of the weights held (min over shards)
+	uint64_t            want;      // version the next pull asks for
+	uint64_t           *shard_ver; // per global shard: version held
+	uint8_t            *need;      // per global shard: NEED_* this op
+	uint8_t            *need_full; // per global shard: resync in full
+	uint8_t            *codes;     // staged push codes (EF codecs)
+	size_t             *code_off;  // per global shard: offset in codes
+	struct ferry_shard *layout;    // per global shard, for the caller
 	struct comp_codec   cpush, cpull, cnone;
 	float             **resid; // per tensor: push error feedback (or NULL)
 	float             **ref;   // per tensor: pull reference (or NULL)
@@ -88,6 +84,11 @@ struct ferry_client {
 	uint64_t           next_rid;
 	struct ferry__hb  *hb; // heartbeat thread (heartbeat.c), or NULL
 	struct ferry_stats stats;
+	// Sync rounds (FERRY_MODE_SYNC, or SSP with staleness 0): pushes name
+	// the version held and pulls wait for the next one.
+	int                lockstep;
+	// This pull's staleness so far (the most over its shards).
+	uint64_t           pull_stale;
 	char               err[512];
 };
 

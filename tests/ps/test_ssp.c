@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 #include "cluster.h"
 #include "fb/fb.h"
 #include "ferry/ferry.h"
@@ -36,10 +35,10 @@ struct ssp_arg {
 	uint64_t    stop_at;  // > 0: stop once holding this version
 	// Results.
 	float       w[NT][40];
-	uint64_t    worst;         // most clocks behind seen in the weights
-	uint64_t    reported_max;  // stats.staleness_max
-	uint64_t    bound_broken;  // reads that missed a push they needed
-	uint64_t    version;       // held at the end
+	uint64_t    worst;        // most clocks behind seen in the weights
+	uint64_t    reported_max; // stats.staleness_max
+	uint64_t    bound_broken; // reads that missed a push they needed
+	uint64_t    version;      // held at the end
 	uint64_t    pushed_v[MAX_STEPS]; // sync: version of each push
 	int         kept[MAX_STEPS];     // ... and whether it was kept
 	int         n_push, dropped;
@@ -119,15 +118,16 @@ ssp_main(void *arg)
 			for (size_t i = 0; i < lens[t]; i++) {
 				g[t][i] = a->one_hot
 				    ? (t == 0 && i == (size_t) a->rank)
-				    : grad_for(a->rank, (int) st.version, t, i);
+				    : grad_for(a->rank, (int) st.version, t,
+				          i);
 			}
 		}
 		if (a->delay_us > 0) {
 			fb_sleep_us(rand_r(&seed) % (unsigned) a->delay_us);
 		}
 		a->pushed_v[a->n_push] = st.version;
-		a->rv                  = ferry_client_push_pull(c,
-		                     (const float *const *) gp, a->one_hot ? 1 : 10, wp);
+		a->rv = ferry_client_push_pull(c, (const float *const *) gp,
+		    a->one_hot ? 1 : 10, wp);
 		if (a->rv == FERRY_EBEHIND) {
 			// The quorum closed the round first: re-pull.
 			a->dropped++;
@@ -210,7 +210,8 @@ START_TEST(test_ssp_k0_equals_sync)
 			ck_assert_uint_eq(p[r].reported_max, 0);
 			for (int t = 0; t < NT; t++) {
 				ck_assert_msg(memcmp(s[r].w[t], p[r].w[t],
-				                  lens[t] * sizeof(float)) == 0,
+				                  lens[t] * sizeof(float)) ==
+				        0,
 				    "%s/%s: rank %d tensor %d differs from sync",
 				    codecs[c][0], codecs[c][1], r, t);
 			}
@@ -252,7 +253,8 @@ START_TEST(test_ssp_never_staler_than_k)
 				    (unsigned long long) a[r].bound_broken);
 				ck_assert_uint_le(a[r].worst, ks[i]);
 				ck_assert_uint_le(a[r].reported_max, ks[i]);
-				worst = a[r].worst > worst ? a[r].worst : worst;
+				worst = a[r].worst > worst ? a[r].worst
+				                           : worst;
 			}
 			ck_assert_msg(worst >= 1,
 			    "K=%u: no read ran ahead of the slowest trainer",
@@ -342,9 +344,8 @@ START_TEST(test_ssp_quorum_exact_over_kept)
 			if (!a[r].kept[k]) {
 				dropped--;
 				ck_assert_int_eq(kept[v][r], 0);
-				ck_assert_int_ge(kept[v][0] + kept[v][1] +
-				        kept[v][2],
-				    2);
+				ck_assert_int_ge(
+				    kept[v][0] + kept[v][1] + kept[v][2], 2);
 			}
 		}
 	}
