@@ -121,7 +121,7 @@ series(struct tr__metrics *m)
 	}
 	// Staleness counts clocks, not seconds: its own buckets.
 	int rv = obs_metric_add(m->reg, OBS_HISTOGRAM,
-	    "ferry_trainer_pull_staleness",
+	    "ferry_trainer_staleness",
 	    "Clocks the slowest trainer's pushes in each pulled weights "
 	    "lagged this trainer's clock (0 in sync mode; at most "
 	    "--staleness in ssp mode).",
