@@ -589,6 +589,19 @@ if os.path.exists(ssp_path):
           f"{acc if acc is None else f'{acc:.4f}'} | "
           f"{r.get('acc_minus_sync', 0) * 100:+.2f} pt | {st} |")
     w("")
+    k4 = next((r for r in sp["runs"] if r["run"] == "ssp4"), None)
+    if k4 is not None and "vs_sync" in k4:
+        met = k4["vs_sync"] >= 1.4 and abs(k4.get("acc_minus_sync", 1)) <= 0.01
+        w(f"SSP K=4: {k4['vs_sync']:.2f}x sync's samples/s, accuracy "
+          f"{k4.get('acc_minus_sync', 0) * 100:+.2f} pt: target "
+          f"{'met' if met else '**not met**'}. SSP lets the fast trainer run at "
+          "most K clocks ahead of the slow one, so with a straggler that is "
+          "slow on every step both run at its pace after the first K steps "
+          "and the job's rate stays near sync's; only K = inf (async) lets "
+          "the fast trainer go at its own speed (its 'sum of own'), and then "
+          "it finishes early while the slow one trains alone, so the job's "
+          "wall time is still the slow trainer's (docs/algorithms.md §6.1).")
+        w("")
 w("## GPU (bench/gpu)")
 w("")
 w("`gpu_bench` (training step vs a plain cuBLAS GEMM of the same shapes, "
