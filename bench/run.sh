@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run.sh — Ferry's benchmark suite (issue 5): transport vs raw nng, end to
 # end vs PyTorch (single, DDP/gloo, RPC PS, PyTorch on Ferry), slow links, scale,
-# plus a perf profile of the sync job. Writes docs/benchmarks.md,
+# plus a perf profile of the sync job and the SSP sweep (bench/ssp.sh). Writes docs/benchmarks.md,
 # docs/plots/*.png and bench/results/latest.json.
 #
 #   bench/run.sh [--quick] [--skip-build]
@@ -232,6 +232,11 @@ if [ -x "$CB" ]; then
 	timeout 300 "$CB" --reps $((quick ? 5 : 15)) --json "$RAW/codec.json" \
 		>"$RAW/codec.txt" 2>&1 || log "codec bench failed"
 fi
+
+# --- 7. SSP sweep: one trainer at half speed (bench/ssp.sh) --------------
+log "ssp: sync vs SSP K = 0, 1, 4, inf with a straggler"
+FERRY_BUILD_DIR=$BUILD FERRY_BENCH_DIR=$RAW/ssp bash bench/ssp.sh \
+	$( ((quick)) && echo --quick) >"$RAW/ssp.txt" 2>&1 || log "ssp sweep failed; see $RAW/ssp.txt"
 
 # --- report -------------------------------------------------------------
 log "report"

@@ -5,7 +5,10 @@
 # every process it started, also on Ctrl-C or failure.
 #
 #   scripts/run-local.sh [--servers M] [--trainers T] [--epochs E] [--http]
-#                        [flags]
+#                        [--slow-rank R] [flags]
+#
+# --slow-rank R gives the trainers' --slow-ms to rank R only (one
+# straggler, for benchmarks); without it every trainer gets it.
 #
 # --http gives every process its HTTP endpoints on a free loopback port
 # (--http-listen=127.0.0.1:0) and prints each one's URLs (/metrics,
@@ -19,7 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-servers=2 trainers=2 epochs=3 http=0
+servers=2 trainers=2 epochs=3 http=0 slow_rank=
 server_flags=() trainer_flags=()
 # FERRY_SKIP_SETUP=1 runs what is built (benchmarks that call this often).
 [ "${FERRY_SKIP_SETUP:-0}" = 1 ] || scripts/setup.sh
@@ -36,6 +39,8 @@ while (($#)); do
 	--epochs) epochs=$2; shift 2 ;;
 	--epochs=*) epochs=${1#*=}; shift ;;
 	--http) http=1; shift ;;
+	--slow-rank) slow_rank=$2; shift 2 ;;
+	--slow-rank=*) slow_rank=${1#*=}; shift ;;
 	--*)
 		name=${1#--}; name=${name%%=*}
 		# Normalise to --name=value so values can be rewritten per rank.
@@ -102,17 +107,30 @@ for ((m = 0; m < servers; m++)); do
 	pids+=($!)
 done
 tpids=()
+# rank_flags R: the trainer flags without --slow-ms unless R is the
+# --slow-rank (or none was named).
+rank_flags() {
+	for f in "${trainer_flags[@]}"; do
+		case "$f" in
+		--slow-ms=*) [ -z "$slow_rank" ] || [ "$slow_rank" = "$1" ] &&
+			echo "$f" ;;
+		*) echo "$f" ;;
+		esac
+	done
+	return 0
+}
 for ((r = 0; r < trainers; r++)); do
+	mapfile -t my_flags < <(rank_flags "$r")
 	if ((r == 0)); then
 		"$TR" --scheduler="$SCHED" --rank=0 --epochs="$epochs" \
-			$(http_flags trainer-0) "${trainer_flags[@]}" \
+			$(http_flags trainer-0) "${my_flags[@]}" \
 			2>"$RUN/trainer-0.log" |
 			tee "$RUN/trainer-0.out" &
 	else
 		# Ranks > 0 write their own curve and step-times files,
 		# never rank 0's.
 		rflags=()
-		for f in "${trainer_flags[@]}"; do
+		for f in "${my_flags[@]}"; do
 			case "$f" in
 			--curve=*) rflags+=("--curve=$RUN/curve-$r.csv") ;;
 			--step-times=*) rflags+=("--step-times=$RUN/step-times-$r.csv") ;;

@@ -206,9 +206,11 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	[FB_OPT_TR_SEED]      = { "seed", TR, INT(0, 9200000000000000000LL),
 	         .def  = "42",
 	         .help = "seed for the shuffle and the initial weights" },
-	[FB_OPT_TR_MODE] = { "mode", TR, ENUM("sync|async"), .def = "sync",
-	    .help = "sync or async",
-	    .doc  = "synchronous rounds or asynchronous pushes" },
+	[FB_OPT_TR_MODE] = { "mode", TR, ENUM("sync|async|ssp"), .def = "sync",
+	    .help = "sync, async or ssp (stale-synchronous, --staleness)",
+	    .doc  = "synchronous rounds, asynchronous pushes, or "
+	            "stale-synchronous parallel (`ssp`: asynchronous pushes, "
+	            "reads at most `--staleness` clocks stale)" },
 	[FB_OPT_TR_LOG_INTERVAL] = { "log-interval", TR, INT(0, 1000000000),
 	    .def  = "100",
 	    .help = "steps between progress lines (0: epoch ends only)" },
@@ -277,4 +279,24 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	              "thread, so that it notices when this trainer dies and "
 	              "stops the sync rounds from waiting for it (0: never); "
 	              "see §12" },
+	[FB_OPT_TR_STALENESS]     = { "staleness", TR, INT(0, 1000000000),
+	        .def = "0",
+	        .help =
+	            "--mode ssp: clocks a trainer may run ahead of the slowest",
+	        .doc = "`--mode ssp`: a trainer at clock c (c pushes done) reads "
+	                   "weights holding every push up to clock c-K-1 and waits "
+	                   "on the servers otherwise; 0 is sync, bit for bit (a job "
+	                   "option)" },
+	[FB_OPT_TR_SYNC_QUORUM]   = { "sync-quorum", TR, INT(0, 1000000),
+	      .def  = "0",
+	      .help = "sync: close a round once this many trainers pushed "
+	                "(0: all)",
+	      .doc  = "sync mode, backup trainers: a round closes once Q "
+	                "trainers pushed; a later push for it is dropped "
+	                "(FERRY_EBEHIND) and its trainer re-pulls; 0: every "
+	                "trainer still in the job (a job option)" },
+	[FB_OPT_TR_SLOW_MS] = { "slow-ms", TR, INT(0, 3600000), .def = "0",
+	    .help = "sleep this long every step (benchmarks: a straggler)",
+	    .doc  = "sleep this many ms in every step, after the gradient: an "
+	            "artificial straggler for benchmarks (0: off)" },
 };

@@ -559,6 +559,49 @@ if os.path.exists(snap_path):
       f"{sn['dd_write_gbps']:.3f} | {sn['write_vs_dd']:.2f} "
       f"({'met' if sn['write_vs_dd'] >= 0.5 else '**not met**'}) |")
     w("")
+# SSP sweep: measured by bench/ssp.sh (run.sh step 7, or its own run).
+ssp_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ssp.json")
+if os.path.exists(ssp_path):
+    sp = json.load(open(ssp_path))
+    w("## SSP sweep: one trainer at half speed (bench/ssp.sh)")
+    w("")
+    w(f"`bench/ssp.sh {sp['epochs']}`: Fashion-MNIST, {sp['epochs']} epochs, "
+      f"{sp['servers']} servers, {sp['trainers']} trainers, batch 64, fp32; "
+      f"rank {sp['slow_rank']} sleeps `--slow-ms {sp['slow_ms']}` every step "
+      "(the calibrated mean step time, so it runs at about half speed). "
+      "Job samples/s = all trainers' samples / the slowest trainer's wall "
+      "time; 'sum of own' adds each trainer's own samples/s (a fast "
+      "trainer that finishes early counts at its own speed). Accuracy: "
+      "rank 0 (the fast one) at its end. Staleness in clocks (mean/max, "
+      "rank 0; rank 1). Medians over "
+      f"{sp.get('reps', 1)} interleaved repetitions (staleness max: the "
+      "largest). Target (issue 13): ssp K=4 >= 1.4x sync's "
+      "samples/s, accuracy within 1 point.")
+    w("")
+    w("| run | mode | K | job samples/s | x sync | sum of own samples/s | wall s | test_acc | acc - sync | staleness r0; r1 |")
+    w("|---|---|---|---|---|---|---|---|---|---|")
+    for r in sp["runs"]:
+        st = "; ".join(f"{m:.2f}/{x}" for m, x in zip(r["staleness_mean"], r["staleness_max"]))
+        k = "inf" if r["staleness"] >= 1000000000 else r["staleness"]
+        acc = r.get("test_acc")
+        w(f"| {r['run']} | {r['mode']} | {k} | {r['job_samples_per_s']:.0f} | "
+          f"{r.get('vs_sync', 0):.2f} | {r['sum_samples_per_s']:.0f} | {r['wall_s']:.2f} | "
+          f"{acc if acc is None else f'{acc:.4f}'} | "
+          f"{r.get('acc_minus_sync', 0) * 100:+.2f} pt | {st} |")
+    w("")
+    k4 = next((r for r in sp["runs"] if r["run"] == "ssp4"), None)
+    if k4 is not None and "vs_sync" in k4:
+        met = k4["vs_sync"] >= 1.4 and abs(k4.get("acc_minus_sync", 1)) <= 0.01
+        w(f"SSP K=4: {k4['vs_sync']:.2f}x sync's samples/s, accuracy "
+          f"{k4.get('acc_minus_sync', 0) * 100:+.2f} pt: target "
+          f"{'met' if met else '**not met**'}. SSP lets the fast trainer run at "
+          "most K clocks ahead of the slow one, so with a straggler that is "
+          "slow on every step both run at its pace after the first K steps "
+          "and the job's rate stays near sync's; only K = inf (async) lets "
+          "the fast trainer go at its own speed (its 'sum of own'), and then "
+          "it finishes early while the slow one trains alone, so the job's "
+          "wall time is still the slow trainer's (docs/algorithms.md §6.1).")
+        w("")
 w("## GPU (bench/gpu)")
 w("")
 w("`gpu_bench` (training step vs a plain cuBLAS GEMM of the same shapes, "

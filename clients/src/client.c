@@ -106,8 +106,14 @@ ferry_opts_check(const struct ferry_opts *o, char *why, size_t n)
 		msg = "rank must be >= 0";
 	} else if (!(o->lr > 0 && o->lr < 1e6)) {
 		msg = "lr must be in (0, 1e6)";
-	} else if (o->mode != FERRY_MODE_SYNC && o->mode != FERRY_MODE_ASYNC) {
-		msg = "mode must be FERRY_MODE_SYNC or FERRY_MODE_ASYNC";
+	} else if (o->mode != FERRY_MODE_SYNC && o->mode != FERRY_MODE_ASYNC &&
+	    o->mode != FERRY_MODE_SSP) {
+		msg = "mode must be FERRY_MODE_SYNC, FERRY_MODE_ASYNC or "
+		      "FERRY_MODE_SSP";
+	} else if (o->staleness != 0 && o->mode != FERRY_MODE_SSP) {
+		msg = "staleness needs FERRY_MODE_SSP";
+	} else if (o->sync_quorum != 0 && o->mode != FERRY_MODE_SYNC) {
+		msg = "sync_quorum needs FERRY_MODE_SYNC";
 	} else if (comp_codec_parse_msg(o->codec_push ? o->codec_push : "none",
 	               o->bucket, &cc, cwhy, sizeof(cwhy)) != FB_OK) {
 		snprintf(buf, sizeof(buf), "codec_push '%s': %s",
@@ -140,6 +146,9 @@ ferry_client_open(const struct ferry_opts *o, ferry_client **out)
 		return FERRY_ENOMEM;
 	}
 	c->opts = *o;
+	// SSP with staleness 0 runs the sync protocol (the servers do too).
+	c->lockstep = o->mode == FERRY_MODE_SYNC ||
+	    (o->mode == FERRY_MODE_SSP && o->staleness == 0);
 	snprintf(c->url, sizeof(c->url), "%s", o->scheduler_url);
 	snprintf(c->codec_push, sizeof(c->codec_push), "%s",
 	    o->codec_push ? o->codec_push : "none");

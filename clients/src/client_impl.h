@@ -84,6 +84,11 @@ struct ferry_client {
 	uint64_t           next_rid;
 	struct ferry__hb  *hb; // heartbeat thread (heartbeat.c), or NULL
 	struct ferry_stats stats;
+	// Sync rounds (FERRY_MODE_SYNC, or SSP with staleness 0): pushes name
+	// the version held and pulls wait for the next one.
+	int                lockstep;
+	// This pull's staleness so far (the most over its shards).
+	uint64_t           pull_stale;
 	char               err[512];
 };
 

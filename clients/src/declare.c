@@ -55,6 +55,8 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 	job.codec_pull   = c->codec_pull;
 	job.bucket       = c->opts.bucket;
 	job.warmup_steps = c->opts.warmup_steps;
+	job.staleness    = c->opts.staleness;
+	job.sync_quorum  = c->opts.sync_quorum;
 	rr.role          = PSWIRE__ROLE__ROLE_TRAINER;
 	rr.rank          = (uint32_t) c->opts.rank;
 	rr.job           = &job;

@@ -403,8 +403,15 @@ ferry__pull_finish(ferry_client *c, struct xfer *x)
 	for (size_t i = 0; i < c->pl->n_shards; i++) {
 		v = c->shard_ver[i] < v ? c->shard_ver[i] : v;
 	}
-	c->version       = v;
-	c->want          = c->opts.mode == FERRY_MODE_SYNC ? c->version : 0;
+	c->version = v;
+	c->stats.pulls++;
+	c->stats.staleness_last = c->pull_stale;
+	c->stats.staleness_sum += c->pull_stale;
+	if (c->pull_stale > c->stats.staleness_max) {
+		c->stats.staleness_max = c->pull_stale;
+	}
+	c->pull_stale    = 0;
+	c->want          = c->lockstep ? c->version : 0;
 	c->stats.version = c->version;
 	return FERRY_OK;
 }

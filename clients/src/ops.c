@@ -86,7 +86,7 @@ ferry_client_push(ferry_client *c, const float *const *g, uint32_t n_samples)
 	if ((rv = ferry__op_run(c, &x)) != FERRY_OK) {
 		return rv;
 	}
-	if (c->opts.mode == FERRY_MODE_SYNC) {
+	if (c->lockstep) {
 		c->want = c->version + 1;
 	}
 	return FERRY_OK;
@@ -115,7 +115,7 @@ push_pull_run(ferry_client *c, struct xfer *x, const void *in)
 	if ((rv = ferry__links_reprobe(c)) != FERRY_OK) {
 		return rv;
 	}
-	x->pull_want = c->opts.mode == FERRY_MODE_SYNC ? c->version + 1 : 0;
+	x->pull_want = c->lockstep ? c->version + 1 : 0;
 	if ((rv = ferry__op_run(c, x)) != FERRY_OK) {
 		return rv;
 	}

@@ -181,6 +181,11 @@ ferry__reply_take(ferry_client *c, size_t m, struct xfer *x,
 			    "server %s: reply lacks shard %u",
 			    c->pl->servers[m], cn->req[i]);
 		}
+		for (size_t e = j; e < j + k; e++) {
+			if (p->shards[e]->staleness > c->pull_stale) {
+				c->pull_stale = p->shards[e]->staleness;
+			}
+		}
 		int rv = take_shard(c, m, cn->req[i], p->shards + j, k, f,
 		    x->w);
 		if (rv == FERRY_ECORRUPT) {

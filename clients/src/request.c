@@ -101,9 +101,8 @@ ferry__request_build(ferry_client *c, struct conn *cn, struct xfer *x,
 		// older weights as its next round's (a trainer that rejoined
 		// while a push of its dead process had reached only some
 		// servers). Async: each shard's own version.
-		refs[i].version = c->opts.mode == FERRY_MODE_SYNC
-		    ? c->version
-		    : c->shard_ver[cn->req[i]];
+		refs[i].version = c->lockstep ? c->version
+		                              : c->shard_ver[cn->req[i]];
 		refs[i].codec   = codec->id;
 		refs[i].bucket  = codec->bucket;
 		refs[i].offset  = plen;

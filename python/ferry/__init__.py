@@ -22,7 +22,7 @@ library through $FERRY_LIB, else the build tree it sits in
 (<repo>/build/clients), else the system loader; from a checkout,
 `PYTHONPATH=python python3 -c "import ferry"`. See python/README.md.
 """
-from ._lib import MODE_ASYNC, MODE_SYNC
+from ._lib import MODE_ASYNC, MODE_SSP, MODE_SYNC
 from .client import LIB_PATH, Client, Stats, strerror
 from .errors import (Behind, ClosedError, ConnectError, CorruptError, Error, InvalidArgument,
                      MismatchError, OutOfMemory, ProtocolError, RemoteError, SinkError, StateError,
@@ -31,7 +31,7 @@ from .errors import (Behind, ClosedError, ConnectError, CorruptError, Error, Inv
 __version__ = "0.1.0"
 
 __all__ = ["Client", "Stats", "strerror", "library_path", "error_class", "MODE_SYNC",
-           "MODE_ASYNC", "Error", "InvalidArgument", "OutOfMemory", "ConnectError", "TimedOut",
+           "MODE_ASYNC", "MODE_SSP", "Error", "InvalidArgument", "OutOfMemory", "ConnectError", "TimedOut",
            "RemoteError", "ProtocolError", "MismatchError", "StateError", "CorruptError",
            "ClosedError", "UnsupportedError", "Behind", "SinkError"]
 

@@ -24,6 +24,7 @@ ABI_MAJOR = 0
 # enum ferry_mode
 MODE_SYNC = 0
 MODE_ASYNC = 1
+MODE_SSP = 2
 
 
 class Opts(ctypes.Structure):
@@ -40,12 +41,17 @@ class Opts(ctypes.Structure):
         ("bucket", ctypes.c_uint32),
         ("warmup_steps", ctypes.c_uint32),
         ("seed", ctypes.c_uint64),
+        ("log", ctypes.c_void_p),
+        ("log_arg", ctypes.c_void_p),
+        ("heartbeat_ms", ctypes.c_uint32),
+        ("staleness", ctypes.c_uint32),
+        ("sync_quorum", ctypes.c_uint32),
     ]
 
     @classmethod
     def init(cls):
         """An Opts holding FERRY_OPTS_INIT's values."""
-        return cls(None, 0, 0, MODE_SYNC, 0.1, None, None, 0, 0, 0)
+        return cls(None, 0, 0, MODE_SYNC, 0.1, None, None, 0, 0, 0, None, None, 0, 0, 0)
 
 
 class TensorDesc(ctypes.Structure):
@@ -65,6 +71,10 @@ class CStats(ctypes.Structure):
         ("resyncs", ctypes.c_uint64),
         ("map_changes", ctypes.c_uint64),
         ("reprobes", ctypes.c_uint64),
+        ("pulls", ctypes.c_uint64),
+        ("staleness_last", ctypes.c_uint64),
+        ("staleness_max", ctypes.c_uint64),
+        ("staleness_sum", ctypes.c_uint64),
     ]
 
 

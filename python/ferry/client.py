@@ -34,7 +34,7 @@ for _code in range(1, 64):
         break
     _STRERROR[_code] = _s
 
-_MODES = {"sync": _lib.MODE_SYNC, "async": _lib.MODE_ASYNC}
+_MODES = {"sync": _lib.MODE_SYNC, "async": _lib.MODE_ASYNC, "ssp": _lib.MODE_SSP}
 _U32 = 0xFFFFFFFF
 
 
@@ -54,6 +54,10 @@ class Stats:
     resyncs: int  # full pulls after a reference CRC mismatch
     map_changes: int  # placement maps re-fetched (shards moved)
     reprobes: int  # link re-measurements sent to the scheduler
+    pulls: int  # pulls whose staleness is counted below
+    staleness_last: int  # the last pull's (clocks behind the puller)
+    staleness_max: int  # the largest
+    staleness_sum: int  # their sum (mean = sum / pulls)
 
     def as_dict(self):
         """The counters as a plain dict (e.g. for a JSON summary)."""
@@ -69,13 +73,17 @@ class Client:
     """One trainer of a Ferry job (a ferry_client).
 
     Client(scheduler, rank, mode="sync", lr=0.1, codec_push=None,
-           codec_pull=None, bucket=0, warmup_steps=0, seed=0, timeout_ms=0)
+           codec_pull=None, bucket=0, warmup_steps=0, seed=0, timeout_ms=0,
+           staleness=0, sync_quorum=0)
 
     The keyword arguments are struct ferry_opts' fields with
-    FERRY_OPTS_INIT's defaults: mode "sync" or "async" (or 0/1); codecs as
+    FERRY_OPTS_INIT's defaults: mode "sync", "async" or "ssp" (or 0/1/2;
+    "ssp" reads at most `staleness` clocks stale, `sync_quorum` closes a
+    sync round on its Q-th push); codecs as
     the servers spell them ("none", "fp16", "q8", "q4:sr", "topk:0.01",
     ...; None = "none"); timeout_ms the deadline of each call (0 = 60 s).
-    The job options (mode, lr, codecs, bucket, warmup_steps) are fixed by
+    The job options (mode, lr, codecs, bucket, warmup_steps, staleness,
+    sync_quorum) are fixed by
     the first trainer to declare; later ones must match.
 
     Opening connects nothing yet: call declare() first, then (rank 0)
@@ -87,7 +95,8 @@ class Client:
     """
 
     def __init__(self, scheduler, rank, *, mode="sync", lr=0.1, codec_push=None,
-                 codec_pull=None, bucket=0, warmup_steps=0, seed=0, timeout_ms=0):
+                 codec_pull=None, bucket=0, warmup_steps=0, seed=0, timeout_ms=0,
+                 staleness=0, sync_quorum=0):
         self._c = None
         self._n = 0
         self._lens = ()
@@ -95,7 +104,7 @@ class Client:
         self._in = self._out = None  # pointer tables, sized by declare
         if isinstance(mode, str):
             if mode not in _MODES:
-                raise InvalidArgument("open", f"mode must be 'sync' or 'async', got {mode!r}")
+                raise InvalidArgument("open", f"mode must be 'sync', 'async' or 'ssp', got {mode!r}")
             mode = _MODES[mode]
         o = _lib.Opts.init()
         # The byte strings must outlive the call: keep them on self.
@@ -110,6 +119,8 @@ class Client:
             o.bucket = _u32("bucket", bucket)
             o.warmup_steps = _u32("warmup_steps", warmup_steps)
             o.seed = int(seed)
+            o.staleness = _u32("staleness", staleness)
+            o.sync_quorum = _u32("sync_quorum", sync_quorum)
         except (TypeError, OverflowError) as e:
             raise InvalidArgument("open", str(e)) from None
         why = ctypes.create_string_buffer(256)

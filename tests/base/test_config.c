@@ -233,8 +233,8 @@ START_TEST(test_config_bogus)
 		    "expected err, warn, notice, info or debug" },
 		{ FB_ROLE_TRAINER, "--lr=abc", "--lr=abc: not a number" },
 		{ FB_ROLE_TRAINER, "--lr=nan", "--lr=nan: not a number" },
-		{ FB_ROLE_TRAINER, "--mode=ssp",
-		    "--mode=ssp: expected sync or async" },
+		{ FB_ROLE_TRAINER, "--mode=bsp",
+		    "--mode=bsp: expected sync, async or ssp" },
 		{ FB_ROLE_TRAINER,
 		    "--scheduler=", "--scheduler: empty value" },
 	};
@@ -608,7 +608,7 @@ START_TEST(test_config_markdown)
 	ck_assert_ptr_nonnull(strstr(text, "| option | default | allowed |"));
 	ck_assert_ptr_nonnull(strstr(text, "| `--batch` | 64 | 1..65536 | "));
 	ck_assert_ptr_nonnull(
-	    strstr(text, "| `--mode` | `sync` | `sync`, `async` | "));
+	    strstr(text, "| `--mode` | `sync` | `sync`, `async`, `ssp` | "));
 	ck_assert_ptr_null(strstr(text, "--listen"));
 	free(text);
 	f = open_memstream(&text, &len);

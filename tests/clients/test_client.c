@@ -43,6 +43,13 @@ START_TEST(test_opts_good)
 	ck_assert_int_eq(ferry_opts_check(&o, NULL, 0), FERRY_OK);
 	o.codec_push = "q8:sr"; // stochastic rounding: pushes only
 	ck_assert_int_eq(ferry_opts_check(&o, NULL, 0), FERRY_OK);
+	o           = good_opts();
+	o.mode      = FERRY_MODE_SSP;
+	o.staleness = 4;
+	ck_assert_int_eq(ferry_opts_check(&o, NULL, 0), FERRY_OK);
+	o             = good_opts();
+	o.sync_quorum = 2;
+	ck_assert_int_eq(ferry_opts_check(&o, NULL, 0), FERRY_OK);
 }
 END_TEST
 
@@ -79,6 +86,14 @@ START_TEST(test_opts_bogus)
 	o      = good_opts();
 	o.mode = 7;
 	check_bad(&o, "mode");
+	// Staleness is SSP's, a quorum sync mode's.
+	o           = good_opts();
+	o.staleness = 1;
+	check_bad(&o, "staleness needs FERRY_MODE_SSP");
+	o             = good_opts();
+	o.mode        = FERRY_MODE_SSP;
+	o.sync_quorum = 1;
+	check_bad(&o, "sync_quorum needs FERRY_MODE_SYNC");
 	o            = good_opts();
 	o.codec_push = "zip";
 	check_bad(&o, "codec_push 'zip'");

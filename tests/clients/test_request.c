@@ -152,11 +152,13 @@ START_TEST(test_push_fp32)
 
 	// Async: each shard's own version (shards drift apart).
 	c->opts.mode = FERRY_MODE_ASYNC;
+	c->lockstep  = 0; // as ferry_client_open sets it for async
 	build(c, 0, PSWIRE__METHOD__PUSH, &x, &s);
 	ck_assert_uint_eq(s.h->push_req->shards[0]->version, 7);
 	ck_assert_uint_eq(s.h->push_req->shards[1]->version, 8);
 	sent_free(&s);
 	c->opts.mode = FERRY_MODE_SYNC;
+	c->lockstep  = 1;
 
 	// An init offer is a push with init set.
 	x.op = OP_INIT;

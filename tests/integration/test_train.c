@@ -218,6 +218,59 @@ START_TEST(test_train_one_epoch_q4_q8)
 }
 END_TEST
 
+// run_straggler trains `trainers` trainers x 1 server for 30 steps of a
+// small MLP with the job flags `mode` (NULL-terminated), the last rank
+// slowed by --slow-ms=20, and leaves the outputs in c->dir.
+static void
+run_straggler(struct lc *c, int trainers, const char **mode)
+{
+	char data[520];
+	snprintf(data, sizeof(data), "--data=%s", it_data_dir());
+	lc_start(c, trainers, 1, NULL);
+	for (int r = 0; r < trainers; r++) {
+		const char *flags[16] = { "--max-steps=30", "--log-interval=0",
+			"--layers=784,32,10", "--seed=1", data,
+			r == trainers - 1 ? "--slow-ms=20" : "--slow-ms=0" };
+		size_t      n         = 6;
+		for (size_t i = 0; mode[i] != NULL && n < 15; i++) {
+			flags[n++] = mode[i];
+		}
+		flags[n] = NULL;
+		lc_trainer(c, r, flags);
+	}
+	int ok = lc_wait_trainers(c, 240);
+	lc_stop(c);
+	ck_assert_msg(ok == trainers, "trainers failed; logs in %s", c->dir);
+}
+
+// The trainer's summary counts what the job did: with --sync-quorum 2 of
+// 3 the slowed rank's late pushes are dropped (and counted), sync reads
+// are never stale; in ssp mode the fast rank reads ahead of the slow one
+// by at most --staleness clocks, and does run ahead.
+START_TEST(test_train_straggler_summaries)
+{
+	struct lc   c;
+	char        out[300];
+	const char *quorum[] = { "--sync-quorum=2", NULL };
+	const char *ssp[]    = { "--mode=ssp", "--staleness=2", NULL };
+
+	run_straggler(&c, 3, quorum);
+	lc_path(&c, "trainer-2.out", out, sizeof(out));
+	ck_assert_msg(summary_value(out, "dropped_pushes") >= 1,
+	    "the slowed rank had no push dropped; logs in %s", c.dir);
+	ck_assert(summary_value(out, "staleness_max") == 0);
+	ck_assert(summary_value(out, "version") == 30);
+
+	run_straggler(&c, 2, ssp);
+	lc_path(&c, "trainer-0.out", out, sizeof(out));
+	double smax = summary_value(out, "staleness_max");
+	ck_assert_msg(smax >= 1 && smax <= 2, "staleness_max %g not in 1..2",
+	    smax);
+	ck_assert(summary_value(out, "staleness_mean") > 0);
+	ck_assert(summary_value(out, "dropped_pushes") == 0);
+}
+END_TEST
+
 Suite *
 suite_train(void)
 {
@@ -227,6 +280,7 @@ suite_train(void)
 	tcase_add_test(tc, test_train_sync_equals_single_process);
 	tcase_add_test(tc, test_train_one_epoch_accuracy);
 	tcase_add_test(tc, test_train_one_epoch_q4_q8);
+	tcase_add_test(tc, test_train_straggler_summaries);
 	suite_add_tcase(s, tc);
 	return s;
 }

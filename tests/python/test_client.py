@@ -84,7 +84,9 @@ class TrainTwoRanks(unittest.TestCase):
         self.assertFalse(np.array_equal(W, init_weights()[0]), "the model did not train")
         d = res[0][2].as_dict()
         self.assertEqual(set(d), {"bytes_pushed", "bytes_pulled", "requests", "version",
-                                  "resyncs", "map_changes", "reprobes"})
+                                  "resyncs", "map_changes", "reprobes", "pulls",
+                                  "staleness_last", "staleness_max", "staleness_sum"})
+        self.assertEqual(d["staleness_max"], 0)  # sync mode: never stale
 
 
 class Errors(unittest.TestCase):

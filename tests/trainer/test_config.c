@@ -83,6 +83,27 @@ START_TEST(test_config_help)
 }
 END_TEST
 
+// The SSP, quorum and straggler flags land in their fields; each is off
+// by default.
+START_TEST(test_config_parse_ssp)
+{
+	char *argv[] = { "trainer", "--mode", "ssp", "--staleness", "4",
+		"--sync-quorum=3", "--slow-ms", "12" };
+	struct tr_config c;
+	char             err[256] = "";
+	tr_config_defaults(&c);
+	ck_assert_uint_eq(c.staleness, 0);
+	ck_assert_uint_eq(c.sync_quorum, 0);
+	ck_assert_uint_eq(c.slow_ms, 0);
+	PT_OK(tr_config_parse(&c, ARGC(argv), argv, err, sizeof(err)));
+	ck_assert_int_eq(c.mode, TR_MODE_SSP);
+	ck_assert_uint_eq(c.staleness, 4);
+	ck_assert_uint_eq(c.sync_quorum, 3);
+	ck_assert_uint_eq(c.slow_ms, 12);
+	tr_config_fini(&c);
+}
+END_TEST
+
 // Bad flags and values fail with a message that names the flag.
 START_TEST(test_config_parse_bogus)
 {
@@ -92,7 +113,9 @@ START_TEST(test_config_parse_bogus)
 		{ "--batch", "x", "--batch" },
 		{ "--lr", "-1", "--lr" },
 		{ "--lr", "abc", "--lr" },
-		{ "--mode", "ssp", "--mode" },
+		{ "--mode", "bsp", "--mode" },
+		{ "--staleness", "-1", "--staleness" },
+		{ "--slow-ms", "x", "--slow-ms" },
 		{ "--device", "gpu", "--device" },
 		{ "--layers", "10", "--layers" },
 		{ "--rank", "-1", "--rank" },
@@ -162,6 +185,7 @@ suite_config(void)
 	tcase_set_timeout(tc, 10);
 	tcase_add_test(tc, test_config_defaults);
 	tcase_add_test(tc, test_config_parse);
+	tcase_add_test(tc, test_config_parse_ssp);
 	tcase_add_test(tc, test_config_help);
 	tcase_add_test(tc, test_config_parse_bogus);
 	tcase_add_test(tc, test_config_env);

@@ -41,7 +41,7 @@ static const struct binding bindings[] = {
 	{ FB_OPT_TR_LR, K_F64, OFF(lr) },
 	{ FB_OPT_TR_EPOCHS, K_INT, OFF(epochs) },
 	{ FB_OPT_TR_SEED, K_U64, OFF(seed) },
-	{ FB_OPT_TR_MODE, K_ENUM, OFF(mode) }, // sync|async: TR_MODE_*
+	{ FB_OPT_TR_MODE, K_ENUM, OFF(mode) }, // sync|async|ssp: TR_MODE_*
 	{ FB_OPT_TR_LOG_INTERVAL, K_INT, OFF(log_interval) },
 	{ FB_OPT_TR_CODEC_PUSH, K_TEXT, OFF(codec_push) },
 	{ FB_OPT_TR_CODEC_PULL, K_TEXT, OFF(codec_pull) },
@@ -57,9 +57,12 @@ static const struct binding bindings[] = {
 	{ FB_OPT_TR_HTTP_LISTEN, K_TEXT, OFF(http_listen) },
 	{ FB_OPT_TR_HTTP_URL_FILE, K_TEXT, OFF(http_url_file) },
 	{ FB_OPT_TR_HEARTBEAT_MS, K_U32, OFF(heartbeat_ms) },
+	{ FB_OPT_TR_STALENESS, K_U32, OFF(staleness) },
+	{ FB_OPT_TR_SYNC_QUORUM, K_U32, OFF(sync_quorum) },
+	{ FB_OPT_TR_SLOW_MS, K_U32, OFF(slow_ms) },
 };
 #define N_BINDINGS (sizeof(bindings) / sizeof(bindings[0]))
-_Static_assert(N_BINDINGS == FB_OPT_TR_HEARTBEAT_MS - FB_OPT_TR_SCHEDULER + 1,
+_Static_assert(N_BINDINGS == FB_OPT_TR_SLOW_MS - FB_OPT_TR_SCHEDULER + 1,
     "every trainer option of base/src/options.c needs a binding");
 
 // store copies the checked value of b from fc into c.

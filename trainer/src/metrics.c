@@ -50,6 +50,9 @@ state(void *arg, struct obs_writer *w)
 // Steps between two updates of ferry_trainer_ef_residual_norm.
 #define TR_EF_NORM_EVERY 50
 
+// Upper bounds of the pull-staleness histogram's buckets (clocks).
+static const double staleness_buckets[] = { 0, 1, 2, 4, 8, 16, 32, 64, 256 };
+
 // series registers the trainer's series. FB_OK or the first error.
 static int
 series(struct tr__metrics *m)
@@ -101,6 +104,11 @@ series(struct tr__metrics *m)
 		    "L2 norm of libferry's push error-feedback residual "
 		    "(0 without a push codec or with GPU-side encoding).",
 		    NULL },
+		{ &m->dropped, OBS_COUNTER,
+		    "ferry_trainer_dropped_pushes_total",
+		    "Pushes refused as late for a closed round (sync quorum, "
+		    "rejoin): the trainer re-pulled.",
+		    NULL },
 	};
 	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
 		int hist = t[i].type == OBS_HISTOGRAM;
@@ -110,6 +118,18 @@ series(struct tr__metrics *m)
 		if (rv != FB_OK) {
 			return rv;
 		}
+	}
+	// Staleness counts clocks, not seconds: its own buckets.
+	int rv = obs_metric_add(m->reg, OBS_HISTOGRAM,
+	    "ferry_trainer_staleness",
+	    "Clocks the slowest trainer's pushes in each pulled weights "
+	    "lagged this trainer's clock (0 in sync mode; at most "
+	    "--staleness in ssp mode).",
+	    NULL, staleness_buckets,
+	    sizeof(staleness_buckets) / sizeof(staleness_buckets[0]), 0,
+	    &m->staleness);
+	if (rv != FB_OK) {
+		return rv;
 	}
 	return obs_process_register(m->reg);
 }
@@ -174,7 +194,7 @@ tr__metrics_phase(struct tr__metrics *m, int phase, ferry_client *fc)
 
 void
 tr__metrics_step(struct tr__metrics *m, ferry_client *fc, size_t n,
-    uint64_t compute_ns, uint64_t pp_ns)
+    uint64_t compute_ns, uint64_t pp_ns, uint64_t dropped)
 {
 	struct ferry_stats st;
 	double             steps;
@@ -193,6 +213,8 @@ tr__metrics_step(struct tr__metrics *m, ferry_client *fc, size_t n,
 	obs_counter_set(m->resyncs, st.resyncs);
 	obs_counter_set(m->map_changes, st.map_changes);
 	obs_counter_set(m->reprobes, st.reprobes);
+	obs_counter_set(m->dropped, dropped);
+	obs_histogram_observe(m->staleness, (double) st.staleness_last);
 	steps = obs_metric_value(m->steps);
 	// The norm reads the whole residual: often enough for a dashboard,
 	// rarely enough to cost nothing measurable per step.

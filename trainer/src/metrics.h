@@ -29,7 +29,8 @@ struct tr__metrics {
 	struct obs_metric   *resyncs, *map_changes, *reprobes;
 	struct obs_metric   *ratio_push, *ratio_pull;
 	struct obs_metric   *ef_norm; // every TR_EF_NORM_EVERY steps
-	atomic_int           phase;   // enum tr__phase
+	struct obs_metric   *staleness, *dropped;
+	atomic_int           phase; // enum tr__phase
 	int                  rank, trainers;
 	uint64_t             fp32_bytes; // one full gradient, in bytes
 	// libferry's byte counts when training began (the init offer and
@@ -51,10 +52,11 @@ int tr__metrics_open(struct tr__metrics *m, const struct tr_config *cfg,
 void tr__metrics_phase(struct tr__metrics *m, int phase, ferry_client *fc);
 
 // tr__metrics_step counts a finished step of n samples that computed for
-// compute_ns and exchanged for pp_ns, and copies libferry's counters of
-// fc. No allocation, no lock. Training thread only.
+// compute_ns and exchanged for pp_ns, with `dropped` pushes refused as
+// late so far, and copies libferry's counters of fc (the step's pull
+// staleness among them). No allocation, no lock. Training thread only.
 void tr__metrics_step(struct tr__metrics *m, ferry_client *fc, size_t n,
-    uint64_t compute_ns, uint64_t pp_ns);
+    uint64_t compute_ns, uint64_t pp_ns, uint64_t dropped);
 
 // tr__metrics_close stops the endpoints and frees the registry.
 void tr__metrics_close(struct tr__metrics *m);

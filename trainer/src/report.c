@@ -21,7 +21,12 @@
 // rejoined at version 300 prints step 301 after its first step. The
 // summary adds "resumed_at" (the job step this process started at, 0 for
 // a fresh start), "steps_run" (the steps this process ran: "samples" and
-// samples_per_s count those) and "version" (the version held at the end).
+// samples_per_s count those) and "version" (the version held at the end),
+// then "staleness" (--staleness), "staleness_mean" and "staleness_max"
+// (over this process's pulls: how many clocks the slowest trainer's
+// pushes in the weights it read lagged its own clock; 0 in sync mode) and
+// "dropped_pushes" (pushes refused as late for a round a --sync-quorum
+// closed).
 #include <math.h>
 #include <string.h>
 
@@ -167,14 +172,21 @@ tr__report_summary(struct tr__report *rep, const struct tr_config *cfg,
 	    "\"bytes_pushed\": %llu, \"bytes_pulled\": %llu, \"rank\": %d, "
 	    "\"trainers\": %d, \"eval_s\": %.3f, \"batch\": %zu, \"mode\": "
 	    "\"%s\", \"device\": \"%s\", \"resumed_at\": %llu, "
-	    "\"steps_run\": %llu, \"version\": %llu}}\n",
+	    "\"steps_run\": %llu, \"version\": %llu, \"staleness\": %u, "
+	    "\"staleness_mean\": %.3f, \"staleness_max\": %llu, "
+	    "\"dropped_pushes\": %llu}}\n",
 	    (unsigned long long) st->bytes_pushed,
 	    (unsigned long long) st->bytes_pulled, cfg->rank, trainers,
 	    (double) rep->eval_ns * 1e-9, cfg->batch,
-	    cfg->mode == TR_MODE_ASYNC ? "async" : "sync", cfg->device,
-	    (unsigned long long) rep->resumed_at,
+	    cfg->mode == TR_MODE_SSP         ? "ssp"
+	        : cfg->mode == TR_MODE_ASYNC ? "async"
+	                                     : "sync",
+	    cfg->device, (unsigned long long) rep->resumed_at,
 	    (unsigned long long) rep->steps_run,
-	    (unsigned long long) st->version);
+	    (unsigned long long) st->version, cfg->staleness,
+	    st->pulls ? (double) st->staleness_sum / (double) st->pulls : 0.0,
+	    (unsigned long long) st->staleness_max,
+	    (unsigned long long) rep->dropped);
 	fflush(rep->out);
 }
 

@@ -22,6 +22,7 @@ struct tr__report {
 	uint64_t resumed_at; // job step this process started at
 	uint64_t steps_run;  // steps this process ran
 	uint64_t samples;    // samples this process processed
+	uint64_t dropped;    // pushes refused as late (--sync-quorum)
 	uint64_t eval_ns;    // time spent evaluating
 	// the current interval, since the last progress line
 	double   iv_loss;

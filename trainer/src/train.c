@@ -54,6 +54,16 @@
 
 #define MOD "train"
 
+// lockstep reports whether versions are job steps: sync mode, and SSP with
+// --staleness 0 (which runs the sync rounds). SSP with K > 0 counts each
+// trainer's own steps, as async mode does.
+static int
+lockstep(const struct tr_config *cfg)
+{
+	return cfg->mode == TR_MODE_SYNC ||
+	    (cfg->mode == TR_MODE_SSP && cfg->staleness == 0);
+}
+
 // One training run: what set-up made, what the steps use, what teardown
 // releases.
 struct run {
@@ -174,8 +184,11 @@ join_job(struct run *r)
 	fo.scheduler_url = cfg->scheduler;
 	fo.rank          = cfg->rank;
 	fo.timeout_ms    = cfg->timeout_ms;
-	fo.mode          = cfg->mode == TR_MODE_ASYNC ? FERRY_MODE_ASYNC
-	                                              : FERRY_MODE_SYNC;
+	fo.mode          = cfg->mode == TR_MODE_SSP ? FERRY_MODE_SSP
+	             : cfg->mode == TR_MODE_ASYNC   ? FERRY_MODE_ASYNC
+	                                            : FERRY_MODE_SYNC;
+	fo.staleness     = cfg->staleness;
+	fo.sync_quorum   = cfg->sync_quorum;
 	fo.lr            = cfg->lr;
 	fo.codec_push    = cfg->codec_push;
 	fo.codec_pull    = cfg->codec_pull;
@@ -320,7 +333,7 @@ start_weights(struct run *r)
 	ferry_client_stats(r->fc, &st);
 	r->total = tr_job_steps(r->steps_per_epoch, cfg->epochs,
 	    cfg->max_steps);
-	r->start = cfg->mode == TR_MODE_SYNC ? st.version : 0;
+	r->start = lockstep(cfg) ? st.version : 0;
 	log_start(r, st.version);
 	return set_weights(r);
 }
@@ -366,11 +379,21 @@ static uint64_t
 next_step(const struct run *r)
 {
 	struct ferry_stats st;
-	if (r->cfg->mode != TR_MODE_SYNC) {
+	if (!lockstep(r->cfg)) {
 		return r->rep.step + 1;
 	}
 	ferry_client_stats(r->fc, &st);
 	return st.version;
+}
+
+// straggle sleeps --slow-ms in a step (benchmarks: a slow trainer); its
+// time counts as compute in --step-times.
+static void
+straggle(const struct tr_config *cfg)
+{
+	if (cfg->slow_ms > 0) {
+		fb_sleep_us((uint64_t) cfg->slow_ms * 1000u);
+	}
 }
 
 // step runs minibatch k of epoch e: gradient, push-pull, new weights.
@@ -394,6 +417,7 @@ step(struct run *r, long e, size_t k)
 		         cfg->batch, &codes, &loss)) != FB_OK) {
 			return step_failed(r, rv);
 		}
+		straggle(cfg);
 		tx = fb_clock_ns();
 		fe = ferry_client_push_pull_encoded(r->fc, codes,
 		    (uint32_t) cfg->batch, r->w.t);
@@ -402,14 +426,17 @@ step(struct run *r, long e, size_t k)
 		         r->g.t, &loss)) != FB_OK) {
 			return step_failed(r, rv);
 		}
+		straggle(cfg);
 		tx = fb_clock_ns();
 		fe = ferry_client_push_pull(r->fc, tr_params_cptrs(&r->g),
 		    (uint32_t) cfg->batch, r->w.t);
 	}
 	tr__report_step_time(&r->rep, ts, tx);
 	if (fe == FERRY_EBEHIND) {
-		// Rejoined while a round finished without us: take the job's
-		// weights and go on.
+		// Rejoined while a round finished without us, or a
+		// --sync-quorum closed the round first (the push is dropped):
+		// take the job's weights and go on.
+		r->rep.dropped++;
 		FB_LOG(FB_LOG_NOTICE, MOD, "behind the job: %s; pulling",
 		    ferry_client_last_error(r->fc));
 		if ((fe = ferry_client_pull(r->fc, r->w.t)) == FERRY_OK &&
@@ -426,7 +453,7 @@ step(struct run *r, long e, size_t k)
 	tr__report_step(&r->rep, next_step(r), cfg->batch, loss,
 	    fb_clock_ns() - ts);
 	tr__metrics_step(&r->met, r->fc, cfg->batch, tx - ts,
-	    fb_clock_ns() - tx);
+	    fb_clock_ns() - tx, r->rep.dropped);
 	return FB_OK;
 }
 

@@ -81,6 +81,11 @@ enum ferry_mode {
 	FERRY_MODE_SYNC =
 	    0, // BSP: version v+1 = v - lr * (sum of pushes) / samples
 	FERRY_MODE_ASYNC = 1, // each push is applied as it arrives
+	// SSP: pushes apply as they arrive, and a trainer at clock c (its
+	// c-th push done) reads weights that hold every push of every rank
+	// up to clock c - staleness - 1, waiting on the servers otherwise.
+	// staleness 0 is FERRY_MODE_SYNC, bit for bit.
+	FERRY_MODE_SSP = 2,
 };
 
 // Levels of the messages libferry hands to ferry_opts.log (most severe
@@ -124,11 +129,18 @@ struct ferry_opts {
 	// notices when this trainer dies and stops the sync rounds from
 	// waiting for it (0 = off: the scheduler never declares it dead).
 	uint32_t heartbeat_ms;
+	// FERRY_MODE_SSP: how many clocks a trainer may run ahead of the
+	// slowest one (a job field; 0 = lockstep, as sync mode).
+	uint32_t staleness;
+	// FERRY_MODE_SYNC: a round closes once this many ranks pushed; the
+	// others' pushes for it fail with FERRY_EBEHIND (pull, go on). A job
+	// field; 0 = every rank still in the job (backup trainers off).
+	uint32_t sync_quorum;
 };
 #define FERRY_OPTS_INIT                                                       \
 	{                                                                     \
 		NULL, 0, 0, FERRY_MODE_SYNC, 0.1, NULL, NULL, 0, 0, 0, NULL,  \
-		    NULL, 0                                                   \
+		    NULL, 0, 0, 0                                             \
 	}
 
 // One tensor of the job's table.
@@ -147,6 +159,13 @@ struct ferry_stats {
 	uint64_t resyncs;      // full pulls after a reference CRC mismatch
 	uint64_t map_changes;  // placement maps re-fetched (shards moved)
 	uint64_t reprobes;     // link re-measurements sent to the scheduler
+	// Pull staleness: for each pull (or push-pull), the most clocks any
+	// shard's data lagged this rank's clock (the slowest rank's pushes
+	// it holds vs this rank's; always 0 in sync mode, <= K in SSP).
+	uint64_t pulls;          // pulls counted below
+	uint64_t staleness_last; // the last pull's
+	uint64_t staleness_max;  // the largest
+	uint64_t staleness_sum;  // their sum (mean = sum / pulls)
 };
 
 // ferry_opts_check validates opts without connecting: the URL, rank, lr,

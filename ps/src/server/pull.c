@@ -25,17 +25,34 @@
 
 #include "server_impl.h"
 
-// shards_ready reports whether every shard listed reached version want.
-static int
-shards_ready(struct ps_server *s, const uint32_t *ids, size_t n, uint64_t want)
+// pull_staleness returns how many clocks the slowest rank still in the
+// job is behind rank `rank` on shard sh (0 in sync mode, where every read
+// is of a closed round, and for a rank out of range). mu held.
+static uint64_t
+pull_staleness(const struct ps_server *s, const struct srv_shard *sh,
+    uint32_t rank)
 {
-	for (size_t i = 0; i < n; i++) {
-		struct srv_shard *sh = &s->shards[ids[i]];
-		if (!sh->init || sh->version < want) {
-			return 0;
-		}
+	uint64_t lo;
+	if (s->mode == PSWIRE__MODE__MODE_SYNC || rank >= s->trainers) {
+		return 0;
 	}
-	return 1;
+	lo = ps__shard_min_clock(s, sh);
+	return lo < sh->clock[rank] ? sh->clock[rank] - lo : 0;
+}
+
+// shard_ready reports whether call c may read shard id: it reached
+// version want, and in an SSP job the caller's clock is at most K ahead of
+// the slowest rank's (so the data holds every push up to clock c-K-1).
+static int
+shard_ready(struct ps_server *s, const struct ps_call *c, uint32_t id,
+    uint64_t want)
+{
+	struct srv_shard *sh = &s->shards[id];
+	if (!sh->init || sh->version < want) {
+		return 0;
+	}
+	return !s->ssp || s->mode == PSWIRE__MODE__MODE_SYNC ||
+	    pull_staleness(s, sh, c->hdr->rank) <= s->staleness;
 }
 
 uint32_t
@@ -123,6 +140,7 @@ answer_pull(struct ps_server *s, struct ps_call *c)
 			ptrs[nrefs++] = r;
 			r->shard      = sh->id;
 			r->offset     = off;
+			r->staleness  = pull_staleness(s, sh, c->hdr->rank);
 			if (how == PS_PLAN_FULL) {
 				r->kind  = PSWIRE__SHARD_KIND__SHARD_KIND_FULL;
 				r->codec = COMP_NONE;
@@ -216,7 +234,7 @@ ps__pull_wake(struct ps_server *s)
 		uint64_t        have;
 		for (size_t i = 0; i < n && ready; i++) {
 			uint32_t id = ps__call_shard(c, i, &have, &full);
-			ready       = shards_ready(s, &id, 1, c->park_version);
+			ready       = shard_ready(s, c, id, c->park_version);
 		}
 		if (ready) {
 			*pp = c->next;
@@ -254,6 +272,13 @@ ps__on_pull(struct ps_server *s, struct ps_call *c)
 		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "pull lists %zu shards; the job has %zu", p->n_shards,
 		    s->n_global);
+		goto out;
+	}
+	if (s->ssp && c->hdr->rank >= s->trainers) {
+		// An SSP read is gated on the caller's own clock.
+		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "rank %u out of range: job has %u trainers", c->hdr->rank,
+		    s->trainers);
 		goto out;
 	}
 	s->stamp++;

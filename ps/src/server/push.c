@@ -233,6 +233,7 @@ push_async(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 			}
 		}
 		sh->version++;
+		sh->clock[c->hdr->rank]++; // rank checked in push_admit
 		ps__ref_publish(s, sh);
 	}
 	atomic_fetch_add_explicit(&s->n_push, 1, memory_order_relaxed);
@@ -352,7 +353,9 @@ ps__on_push(struct ps_server *s, struct ps_call *c)
 		if (push_async(s, c, p) != 0) {
 			goto out;
 		}
-		want = 0; // async push-pull returns the newest, whatever it is
+		// Async push-pull returns the newest, whatever it is; an SSP
+		// one waits for the slowest rank's clock (pull.c).
+		want = 0;
 		goto reply;
 	}
 	// Sync: reserve this rank's slots, decode outside the lock.

@@ -54,11 +54,14 @@ ps__sched_job_diff(const Pswire__JobConfig *a, const Pswire__JobConfig *b,
 	if (a->mode != b->mode || a->lr != b->lr ||
 	    strcmp(a->codec_push, b->codec_push) != 0 ||
 	    strcmp(a->codec_pull, b->codec_pull) != 0 ||
-	    a->bucket != b->bucket || a->warmup_steps != b->warmup_steps) {
+	    a->bucket != b->bucket || a->warmup_steps != b->warmup_steps ||
+	    a->staleness != b->staleness || a->sync_quorum != b->sync_quorum) {
 		snprintf(why, n,
-		    "job options differ (mode/lr/codecs/bucket/warmup): job "
-		    "has mode %d lr %g push %s pull %s",
-		    a->mode, a->lr, a->codec_push, a->codec_pull);
+		    "job options differ (mode/lr/codecs/bucket/warmup/"
+		    "staleness/quorum): job has mode %d lr %g push %s pull %s "
+		    "staleness %u quorum %u",
+		    a->mode, a->lr, a->codec_push, a->codec_pull, a->staleness,
+		    a->sync_quorum);
 		return 1;
 	}
 	return 0;
@@ -105,8 +108,14 @@ ps__sched_job_check(const Pswire__JobConfig *j, char *why, size_t n)
 		return FB_EINVAL;
 	}
 	if (j->mode != PSWIRE__MODE__MODE_SYNC &&
-	    j->mode != PSWIRE__MODE__MODE_ASYNC) {
+	    j->mode != PSWIRE__MODE__MODE_ASYNC &&
+	    j->mode != PSWIRE__MODE__MODE_SSP) {
 		snprintf(why, n, "unknown mode %d", j->mode);
+		return FB_EINVAL;
+	}
+	if (j->sync_quorum != 0 && j->mode != PSWIRE__MODE__MODE_SYNC) {
+		snprintf(why, n, "sync quorum %u needs sync mode",
+		    j->sync_quorum);
 		return FB_EINVAL;
 	}
 	return FB_OK;

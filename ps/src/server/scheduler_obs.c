@@ -183,8 +183,9 @@ ps_scheduler_state_json(struct ps_scheduler *s, struct obs_writer *w)
 		obs_writer_printf(w,
 		    "{\"mode\":\"%s\",\"lr\":%.17g,\"tensors\":%zu,"
 		    "\"shards\":%zu,\"codec_push\":",
-		    s->job->mode == PSWIRE__MODE__MODE_ASYNC ? "async"
-		                                             : "sync",
+		    s->job->mode == PSWIRE__MODE__MODE_SSP         ? "ssp"
+		        : s->job->mode == PSWIRE__MODE__MODE_ASYNC ? "async"
+		                                                   : "sync",
 		    s->job->lr, s->job->n_tensors, s->n_assign);
 		obs_write_json_string(w, s->job->codec_push);
 		obs_writer_printf(w, ",\"codec_pull\":");

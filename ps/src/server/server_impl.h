@@ -106,6 +106,10 @@ struct srv_shard {
 	uint64_t  version;
 	int       init; // version-0 weights have arrived
 	uint64_t  seen; // duplicate check stamp
+	// Async and SSP: pushes applied per rank ([trainers]): a rank's
+	// clock. An SSP pull waits until the slowest rank still in the job
+	// is at most K clocks behind the puller (pull.c).
+	uint64_t *clock;
 	// The current sync round's wait: when its first push was committed
 	// (fb_clock_ns; 0: none), for the round-wait histogram and the
 	// stuck-round sweeper, and the round already warned about, as
@@ -139,9 +143,14 @@ struct ps_server {
 	uint32_t              index;
 	Pswire__Placement    *pl;
 	uint32_t              trainers;
-	int                   mode;
+	int                   mode; // how pushes apply: MODE_SYNC or _ASYNC
 	double                lr;
-	struct srv_shard     *shards; // mine
+	// SSP (job mode MODE_SSP): pushes apply as in async mode (as in sync
+	// mode when staleness is 0) and pulls wait on the ranks' clocks.
+	int                   ssp;
+	uint32_t              staleness; // SSP: K
+	uint32_t              quorum;    // sync: ranks that close a round
+	struct srv_shard     *shards;    // mine
 	uint32_t              n_shards;
 	int32_t              *local; // global id -> index in shards, or -1
 	size_t                n_global;
@@ -223,9 +232,9 @@ int ps__shard_alloc(struct ps_server *s, struct srv_shard *sh);
 // mu held (or the server no longer serving).
 void ps__shard_release(struct srv_shard *sh);
 
-// ps__shard_complete reports whether every trainer still in the job has
-// pushed the shard's current version and no push (even a departed
-// rank's) is still decoding into it. mu held.
+// ps__shard_complete reports whether every trainer still in the job (or,
+// with a sync quorum Q, Q of them) has pushed the shard's current version
+// and no push (even a departed rank's) is still decoding into it. mu held.
 int ps__shard_complete(const struct ps_server *s, const struct srv_shard *sh);
 
 // ps__shard_apply_sync sums the staged pushes in rank order, applies SGD,
@@ -241,6 +250,11 @@ int ps__map_check(const Pswire__Placement *pl);
 // gets a slot (indexed by global id), the ones placed here get buffers.
 // Takes ownership of pl on FB_OK. Errors: FB_EPROTO, FB_ENOMEM. mu held.
 int ps__map_install(struct ps_server *s, Pswire__Placement *pl);
+
+// ps__shard_min_clock returns the lowest clock (pushes applied) over the
+// ranks still in the job (UINT64_MAX when none is). mu held.
+uint64_t ps__shard_min_clock(const struct ps_server *s,
+    const struct srv_shard                          *sh);
 
 // ---- pull_ref.c ------------------------------------------------------------
 

@@ -218,7 +218,9 @@ ps_server_state_json(struct ps_server *s, struct obs_writer *w)
 	obs_writer_printf(w,
 	    ",\"job\":{\"mode\":\"%s\",\"trainers\":%u,\"shards\":%zu,"
 	    "\"gone_ranks\":[",
-	    s->mode == PSWIRE__MODE__MODE_ASYNC ? "async" : "sync",
+	    s->ssp                                    ? "ssp"
+	        : s->mode == PSWIRE__MODE__MODE_ASYNC ? "async"
+	                                              : "sync",
 	    s->trainers, s->n_global);
 	for (uint32_t r = 0; r < s->trainers; r++) {
 		if (s->gone[r]) {

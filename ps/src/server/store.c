@@ -57,6 +57,7 @@ ps__copy_finite(float *dst, const void *p, size_t n)
 int
 ps__shard_complete(const struct ps_server *s, const struct srv_shard *sh)
 {
+	uint32_t pushed = 0, missing = 0;
 	if (sh->n_pushed == 0) {
 		return 0;
 	}
@@ -64,12 +65,27 @@ ps__shard_complete(const struct ps_server *s, const struct srv_shard *sh)
 		// A slot mid-decode holds the round open even when its rank
 		// has just gone: its decoder commits into this version (and
 		// closes the round then), never into the next.
-		if (sh->state[r] == PS_SLOT_DECODING ||
-		    (!s->gone[r] && sh->state[r] != PS_SLOT_PUSHED)) {
+		if (sh->state[r] == PS_SLOT_DECODING) {
 			return 0;
 		}
+		pushed += sh->state[r] == PS_SLOT_PUSHED;
+		missing += !s->gone[r] && sh->state[r] != PS_SLOT_PUSHED;
 	}
-	return 1;
+	// With a quorum the round closes on its Q-th push; the ranks still
+	// missing then find the version passed (OUT_OF_RANGE: re-pull).
+	return missing == 0 || (s->quorum > 0 && pushed >= s->quorum);
+}
+
+uint64_t
+ps__shard_min_clock(const struct ps_server *s, const struct srv_shard *sh)
+{
+	uint64_t lo = UINT64_MAX;
+	for (uint32_t r = 0; r < s->trainers; r++) {
+		if (!s->gone[r] && sh->clock[r] < lo) {
+			lo = sh->clock[r];
+		}
+	}
+	return lo;
 }
 
 void
@@ -158,7 +174,9 @@ ps__shard_alloc(struct ps_server *s, struct srv_shard *sh)
 	sh->x     = fb_zalloc(sh->len * sizeof(float));
 	sh->stage = fb_alloc(sh->len * sizeof(float) * s->trainers);
 	sh->state = fb_zalloc(s->trainers);
-	if (sh->x == NULL || sh->stage == NULL || sh->state == NULL) {
+	sh->clock = fb_zalloc(s->trainers * sizeof(*sh->clock));
+	if (sh->x == NULL || sh->stage == NULL || sh->state == NULL ||
+	    sh->clock == NULL) {
 		return FB_ENOMEM;
 	}
 	if (!s->pull_none) {
@@ -184,6 +202,7 @@ ps__shard_release(struct srv_shard *sh)
 	fb_free(sh->x);
 	fb_free(sh->stage);
 	fb_free(sh->state);
+	fb_free(sh->clock);
 	fb_free(sh->ref);
 	fb_free(sh->log);
 	fb_free(sh->log_base);
@@ -214,10 +233,17 @@ ps__map_install(struct ps_server *s, Pswire__Placement *pl)
 		}
 	}
 	s->trainers = pl->trainers;
-	s->mode     = job->mode;
-	s->lr       = job->lr;
-	s->warmup   = job->warmup_steps;
-	s->log_k    = PS_DELTA_LOG;
+	// SSP with K = 0 is BSP: it runs the sync rounds (bit for bit).
+	s->ssp       = job->mode == PSWIRE__MODE__MODE_SSP;
+	s->staleness = job->staleness;
+	s->quorum    = job->sync_quorum;
+	s->mode      = job->mode == PSWIRE__MODE__MODE_SSP
+	         ? (job->staleness == 0 ? PSWIRE__MODE__MODE_SYNC
+	                                : PSWIRE__MODE__MODE_ASYNC)
+	         : job->mode;
+	s->lr        = job->lr;
+	s->warmup    = job->warmup_steps;
+	s->log_k     = PS_DELTA_LOG;
 	// The scheduler validated the codecs; a server still refuses a map
 	// it cannot serve rather than trusting it.
 	if (comp_codec_parse(job->codec_push, job->bucket, &s->cpush) !=
@@ -274,8 +300,12 @@ ps__map_install(struct ps_server *s, Pswire__Placement *pl)
 	s->pl = pl;
 	FB_LOG(FB_LOG_NOTICE, "store",
 	    "placement epoch %llu: holding %u of %zu shards, %u trainers, "
-	    "mode %s, lr %g",
+	    "mode %s (staleness %u, quorum %u), lr %g",
 	    (unsigned long long) pl->epoch, s->n_shards, pl->n_shards,
-	    s->trainers, s->mode ? "async" : "sync", s->lr);
+	    s->trainers,
+	    s->ssp        ? "ssp"
+	        : s->mode ? "async"
+	                  : "sync",
+	    s->staleness, s->quorum, s->lr);
 	return FB_OK;
 }

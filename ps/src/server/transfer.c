@@ -30,6 +30,8 @@ ps__transfer_encode(struct ps_server *s, struct srv_shard *sh, nng_msg **out)
 	t.samples    = sh->samples;
 	t.state.len  = s->trainers;
 	t.state.data = sh->state;
+	t.n_clocks   = s->trainers;
+	t.clocks     = sh->clock;
 	if (!s->pull_none) {
 		plen += sh->len * 4;
 		for (uint32_t k = 0; k < s->log_k; k++) {
@@ -145,6 +147,7 @@ transfer_decode(struct ps_server *s, struct ps_call *c,
 	uint32_t       pushed = 0;
 
 	if (t->state.len != s->trainers ||
+	    (t->n_clocks != 0 && t->n_clocks != s->trainers) ||
 	    (!s->pull_none &&
 	        (t->n_log_base != s->log_k || t->n_log_crc != s->log_k ||
 	            t->n_log_len != s->log_k)) ||
@@ -192,6 +195,9 @@ transfer_decode(struct ps_server *s, struct ps_call *c,
 	}
 	p = ps__shard_load_state(s, sh, t, p);
 	for (uint32_t r = 0; r < s->trainers; r++) {
+		// Clocks travel with the shard, so SSP reads stay bounded
+		// across a move (a sender without them: all zero).
+		sh->clock[r] = t->n_clocks != 0 ? t->clocks[r] : 0;
 		sh->state[r] = t->state.data[r];
 		if (sh->state[r] == PS_SLOT_PUSHED) {
 			memcpy(sh->stage + (size_t) r * sh->len, p,

@@ -370,7 +370,7 @@ tr_backend_evaluate(struct tr_backend *b, const struct tr_dataset *ds,
 }
 
 // ---- configuration --------------------------------------------------------
-enum tr_mode { TR_MODE_SYNC = 0, TR_MODE_ASYNC = 1 };
+enum tr_mode { TR_MODE_SYNC = 0, TR_MODE_ASYNC = 1, TR_MODE_SSP = 2 };
 
 struct tr_config {
 	const char      *scheduler;     // --scheduler URL (required to train)
@@ -381,7 +381,7 @@ struct tr_config {
 	double           lr;            // --lr
 	int              epochs;        // --epochs
 	uint64_t         seed;          // --seed
-	int              mode;          // --mode sync|async
+	int              mode;          // --mode sync|async|ssp
 	int              log_interval;  // --log-interval (0: epoch ends only)
 	const char      *codec_push;    // --codec-push
 	const char      *codec_pull;    // --codec-pull
@@ -397,6 +397,9 @@ struct tr_config {
 	const char      *http_listen;   // --http-listen host:port ("": off)
 	const char      *http_url_file; // --http-url-file FILE ("": none)
 	uint32_t         heartbeat_ms;  // --heartbeat-ms (0: no heartbeats)
+	uint32_t         staleness;     // --staleness (--mode ssp)
+	uint32_t         sync_quorum;   // --sync-quorum (0: every trainer)
+	uint32_t         slow_ms;       // --slow-ms (0: no artificial delay)
 	int              help;          // --help was given
 	int              print_config;  // --print-config was given
 	// Where each value came from (for --print-config), and the text of
