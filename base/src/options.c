@@ -177,6 +177,15 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	                          "first map places here: `auto` when it exists, "
 	                          "`yes` refuses to serve without it, `no` ignores "
 	                          "it (a fresh job)" },
+	[FB_OPT_PS_SECRET_FILE]    = { "secret-file", PS, STR, .def = "",
+	       .unset = "off",
+	       .help  = "the job's key: sign every request and reply, refuse "
+	                   "unsigned ones (docs/security.md)",
+	       .doc   = "file holding the job's key (16 to 4096 bytes, the same "
+	                   "for every member): every request and reply is signed "
+	                   "with HMAC-SHA256 and checked; unsigned, altered or "
+	                   "replayed requests get `UNAUTHENTICATED` "
+	                   "([security.md](security.md))" },
 
 	// ---- trainer -----------------------------------------------------
 	[FB_OPT_TR_SCHEDULER] = { "scheduler", TR, STR_NONEMPTY,
@@ -277,4 +286,10 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	              "thread, so that it notices when this trainer dies and "
 	              "stops the sync rounds from waiting for it (0: never); "
 	              "see §12" },
+	[FB_OPT_TR_SECRET_FILE]   = { "secret-file", TR, STR, .def = "",
+	      .unset = "off",
+	      .help  = "the job's key: sign every request, check every reply "
+	                 "(docs/security.md)",
+	      .doc   = "file holding the job's key, as `ps-server "
+	                 "--secret-file` ([security.md](security.md))" },
 };

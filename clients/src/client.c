@@ -121,6 +121,13 @@ ferry_opts_check(const struct ferry_opts *o, char *why, size_t n)
 	} else if (cc.stochastic) {
 		msg = "codec_pull cannot use stochastic rounding (:sr): both "
 		      "sides must round the same way";
+	} else if (o->secret_file != NULL && *o->secret_file != '\0') {
+		struct psw_auth *a = NULL;
+		if (psw_auth_open(o->secret_file, PSW_ROLE_TRAINER, 0, &a, buf,
+		        sizeof(buf)) != FB_OK) {
+			msg = buf;
+		}
+		psw_auth_close(a);
 	}
 	if (msg != NULL && why != NULL && n > 0) {
 		snprintf(why, n, "%s", msg);
@@ -132,6 +139,7 @@ FERRY_API int
 ferry_client_open(const struct ferry_opts *o, ferry_client **out)
 {
 	ferry_client *c;
+	char          buf[256];
 
 	if (out == NULL || ferry_opts_check(o, NULL, 0) != FERRY_OK) {
 		return FERRY_EINVAL;
@@ -157,8 +165,16 @@ ferry_client_open(const struct ferry_opts *o, ferry_client **out)
 		fb_free(c);
 		return FERRY_EINVAL;
 	}
+	if (o->secret_file != NULL && *o->secret_file != '\0' &&
+	    psw_auth_open(o->secret_file, PSW_ROLE_TRAINER, (uint32_t) o->rank,
+	        &c->auth, buf, sizeof(buf)) != FB_OK) {
+		fb_free(c);
+		return FERRY_EINVAL;
+	}
+	c->opts.secret_file = NULL; // not kept: the caller's string
 	if (psw_req_open(c->url, 1u << 30, 20, 500, &c->sched, &c->sched_ctx,
 	        &c->sched_aio) != FB_OK) {
+		psw_auth_close(c->auth);
 		fb_free(c);
 		return FERRY_ECONNECT;
 	}
@@ -184,6 +200,7 @@ ferry_client_close(ferry_client *c)
 	fb_free(c->conns);
 	nng_close(c->sched);
 	nng_aio_free(c->sched_aio);
+	psw_auth_close(c->auth);
 	if (c->pl != NULL) {
 		pswire__placement__free_unpacked(c->pl, NULL);
 	}

@@ -40,12 +40,19 @@ class Opts(ctypes.Structure):
         ("bucket", ctypes.c_uint32),
         ("warmup_steps", ctypes.c_uint32),
         ("seed", ctypes.c_uint64),
+        # The C struct goes on: every field must be here, or libferry
+        # reads past the end of this one.
+        ("log", ctypes.c_void_p),
+        ("log_arg", ctypes.c_void_p),
+        ("heartbeat_ms", ctypes.c_uint32),
+        ("secret_file", ctypes.c_char_p),
     ]
 
     @classmethod
     def init(cls):
         """An Opts holding FERRY_OPTS_INIT's values."""
-        return cls(None, 0, 0, MODE_SYNC, 0.1, None, None, 0, 0, 0)
+        return cls(None, 0, 0, MODE_SYNC, 0.1, None, None, 0, 0, 0, None, None, 0,
+                   None)
 
 
 class TensorDesc(ctypes.Structure):

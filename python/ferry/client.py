@@ -69,12 +69,15 @@ class Client:
     """One trainer of a Ferry job (a ferry_client).
 
     Client(scheduler, rank, mode="sync", lr=0.1, codec_push=None,
-           codec_pull=None, bucket=0, warmup_steps=0, seed=0, timeout_ms=0)
+           codec_pull=None, bucket=0, warmup_steps=0, seed=0, timeout_ms=0,
+           secret_file=None)
 
     The keyword arguments are struct ferry_opts' fields with
     FERRY_OPTS_INIT's defaults: mode "sync" or "async" (or 0/1); codecs as
     the servers spell them ("none", "fp16", "q8", "q4:sr", "topk:0.01",
-    ...; None = "none"); timeout_ms the deadline of each call (0 = 60 s).
+    ...; None = "none"); timeout_ms the deadline of each call (0 = 60 s);
+    secret_file the job's key file when the job signs its requests
+    (ps-server --secret-file; docs/security.md).
     The job options (mode, lr, codecs, bucket, warmup_steps) are fixed by
     the first trainer to declare; later ones must match.
 
@@ -87,7 +90,8 @@ class Client:
     """
 
     def __init__(self, scheduler, rank, *, mode="sync", lr=0.1, codec_push=None,
-                 codec_pull=None, bucket=0, warmup_steps=0, seed=0, timeout_ms=0):
+                 codec_pull=None, bucket=0, warmup_steps=0, seed=0, timeout_ms=0,
+                 secret_file=None):
         self._c = None
         self._n = 0
         self._lens = ()
@@ -100,8 +104,8 @@ class Client:
         o = _lib.Opts.init()
         # The byte strings must outlive the call: keep them on self.
         self._keep = [s.encode() if isinstance(s, str) else s
-                      for s in (scheduler, codec_push, codec_pull)]
-        o.scheduler_url, o.codec_push, o.codec_pull = self._keep
+                      for s in (scheduler, codec_push, codec_pull, secret_file)]
+        o.scheduler_url, o.codec_push, o.codec_pull, o.secret_file = self._keep
         try:
             o.rank = int(rank)
             o.timeout_ms = _u32("timeout_ms", timeout_ms)

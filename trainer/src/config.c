@@ -57,9 +57,10 @@ static const struct binding bindings[] = {
 	{ FB_OPT_TR_HTTP_LISTEN, K_TEXT, OFF(http_listen) },
 	{ FB_OPT_TR_HTTP_URL_FILE, K_TEXT, OFF(http_url_file) },
 	{ FB_OPT_TR_HEARTBEAT_MS, K_U32, OFF(heartbeat_ms) },
+	{ FB_OPT_TR_SECRET_FILE, K_TEXT, OFF(secret_file) },
 };
 #define N_BINDINGS (sizeof(bindings) / sizeof(bindings[0]))
-_Static_assert(N_BINDINGS == FB_OPT_TR_HEARTBEAT_MS - FB_OPT_TR_SCHEDULER + 1,
+_Static_assert(N_BINDINGS == FB_OPT_TR_SECRET_FILE - FB_OPT_TR_SCHEDULER + 1,
     "every trainer option of base/src/options.c needs a binding");
 
 // store copies the checked value of b from fc into c.

@@ -184,6 +184,7 @@ join_job(struct run *r)
 	fo.seed          = cfg->seed;
 	fo.log           = ferry_log;
 	fo.heartbeat_ms  = cfg->heartbeat_ms;
+	fo.secret_file   = cfg->secret_file;
 	if (ferry_opts_check(&fo, r->err, sizeof(r->err)) != FERRY_OK) {
 		FB_LOG(FB_LOG_ERR, MOD, "bad options: %s", r->err);
 		return FB_EINVAL;

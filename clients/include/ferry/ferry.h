@@ -117,18 +117,22 @@ struct ferry_opts {
 	// once per call, at FERRY_LOG_WARN, each server it still waits for and
 	// that server's shards (docs/operations.md §7.1).
 	void (*log)(void *log_arg, int level, const char *msg);
-	void    *log_arg;
+	void       *log_arg;
 	// Heartbeat the scheduler this often (ms) from a background thread
 	// with its own connection, from ferry_client_declare until
 	// ferry_client_leave or ferry_client_close, so that the scheduler
 	// notices when this trainer dies and stops the sync rounds from
 	// waiting for it (0 = off: the scheduler never declares it dead).
-	uint32_t heartbeat_ms;
+	uint32_t    heartbeat_ms;
+	// The job's key file (--secret-file; NULL = off): every request is
+	// signed with it as "trainer-<rank>" and every reply must be
+	// (docs/security.md). Read once by ferry_client_open.
+	const char *secret_file;
 };
 #define FERRY_OPTS_INIT                                                       \
 	{                                                                     \
 		NULL, 0, 0, FERRY_MODE_SYNC, 0.1, NULL, NULL, 0, 0, 0, NULL,  \
-		    NULL, 0                                                   \
+		    NULL, 0, NULL                                             \
 	}
 
 // One tensor of the job's table.

@@ -397,6 +397,7 @@ struct tr_config {
 	const char      *http_listen;   // --http-listen host:port ("": off)
 	const char      *http_url_file; // --http-url-file FILE ("": none)
 	uint32_t         heartbeat_ms;  // --heartbeat-ms (0: no heartbeats)
+	const char      *secret_file;   // --secret-file FILE ("": off)
 	int              help;          // --help was given
 	int              print_config;  // --print-config was given
 	// Where each value came from (for --print-config), and the text of
