@@ -100,7 +100,6 @@ ps__call_acts_as(struct ps_call *c, int role, uint32_t id, int operator_ok)
 	    (operator_ok && c->peer.role == PSW_ROLE_OPERATOR)) {
 		return 1;
 	}
-	obs_counter_add(c->rpc->m.denied, 1);
 	ps__call_reply_err(c, PSWIRE__STATUS__PERMISSION_DENIED,
 	    "%s may not %s for %s",
 	    psw_ident_format(c->peer, who, sizeof(who)),
@@ -125,6 +124,9 @@ count(struct ps_call *c, int status, const nng_msg *m)
 	obs_counter_add(rm->requests[c->mix], 1);
 	if (status != PSWIRE__STATUS__OK) {
 		obs_counter_add(rm->errors[c->mix][status_ix(status)], 1);
+	}
+	if (status == PSWIRE__STATUS__PERMISSION_DENIED) {
+		obs_counter_add(rm->denied, 1);
 	}
 	obs_counter_add(rm->bytes_out, nng_msg_len(m));
 	obs_histogram_observe(rm->seconds[c->mix],
