@@ -22,7 +22,8 @@ key_file(char *path, size_t n, const char *text)
 	snprintf(path, n, "/tmp/ferry-key-XXXXXX");
 	int fd = mkstemp(path);
 	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t) strlen(text));
+	ck_assert_int_eq(write(fd, text, strlen(text)),
+	    (ssize_t) strlen(text));
 	close(fd);
 }
 
@@ -70,10 +71,10 @@ START_TEST(test_auth_sign_check)
 {
 	struct psw_auth *a = open_auth("0123456789abcdef-key\n",
 	    PSW_ROLE_TRAINER, 3);
-	struct psw_auth *b = open_auth("0123456789abcdef-key",
-	    PSW_ROLE_SERVER, 0);
+	struct psw_auth *b = open_auth("0123456789abcdef-key", PSW_ROLE_SERVER,
+	    0);
 	struct psw_ident who;
-	nng_msg         *m = message(0, 1);
+	nng_msg         *m     = message(0, 1);
 	size_t           plain = nng_msg_len(m);
 
 	PT_OK(psw_auth_sign(a, m, 5, 0, NULL));
@@ -89,8 +90,8 @@ START_TEST(test_auth_sign_check)
 	// One payload byte changed after signing.
 	m = message(0, 1);
 	PT_OK(psw_auth_sign(a, m, 5, 0, NULL));
-	((uint8_t *) nng_msg_body(m))[nng_msg_len(m) - PSW_AUTH_TRAILER - 1] ^=
-	    1;
+	((uint8_t *) nng_msg_body(
+	    m))[nng_msg_len(m) - PSW_AUTH_TRAILER - 1] ^= 1;
 	PT_FAIL(check(b, m, &who), FB_EAUTH);
 	nng_msg_free(m);
 
@@ -102,7 +103,7 @@ START_TEST(test_auth_sign_check)
 	// Signed with another key.
 	struct psw_auth *z = open_auth("another key, 16+ bytes",
 	    PSW_ROLE_TRAINER, 3);
-	m = message(0, 1);
+	m                  = message(0, 1);
 	PT_OK(psw_auth_sign(z, m, 5, 0, NULL));
 	PT_FAIL(check(b, m, &who), FB_EAUTH);
 	nng_msg_free(m);
@@ -191,7 +192,7 @@ START_TEST(test_auth_reply_binding)
 	// With authentication off everything passes and nothing is signed.
 	PT_OK(psw_auth_check_reply(NULL, &f, 1, PSW_ROLE_SCHEDULER, &why));
 	nng_msg_free(m);
-	m = message(0, 1);
+	m        = message(0, 1);
 	size_t n = nng_msg_len(m);
 	PT_OK(psw_auth_sign(NULL, m, 1, 0, NULL));
 	ck_assert_uint_eq(nng_msg_len(m), n);

@@ -39,7 +39,8 @@ write_key(char *path, size_t n, const char *text)
 	snprintf(path, n, "/tmp/ferry-auth-XXXXXX");
 	int fd = mkstemp(path);
 	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t) strlen(text));
+	ck_assert_int_eq(write(fd, text, strlen(text)),
+	    (ssize_t) strlen(text));
 	close(fd);
 }
 
@@ -50,7 +51,8 @@ job_open(struct job *j)
 	char                     url[64];
 
 	write_key(j->key, sizeof(j->key), KEY);
-	write_key(j->other_key, sizeof(j->other_key), "not the job's key at all");
+	write_key(j->other_key, sizeof(j->other_key),
+	    "not the job's key at all");
 	so.url         = pt_addr(url, sizeof(url), "tcp");
 	so.trainers    = 2;
 	so.servers     = 3;
@@ -113,8 +115,9 @@ train(void *arg)
 	}
 	if ((a->rv = ferry_client_open(&o, &c)) != 0 ||
 	    (a->rv = ferry_client_declare(c, d, NT)) != 0 ||
-	    (a->rank == 0 && (a->rv = ferry_client_init_weights(c,
-	                          (const float *const *) wp)) != 0) ||
+	    (a->rank == 0 &&
+	        (a->rv = ferry_client_init_weights(c,
+	             (const float *const *) wp)) != 0) ||
 	    (a->rv = ferry_client_pull(c, wp)) != 0) {
 		goto out;
 	}
@@ -193,16 +196,16 @@ placement(struct job *j)
 	const char                 *why = "";
 	char                        err[256];
 
-	PT_OK(psw_auth_open(j->key, PSW_ROLE_TRAINER, 0, &a, err,
-	    sizeof(err)));
+	PT_OK(
+	    psw_auth_open(j->key, PSW_ROLE_TRAINER, 0, &a, err, sizeof(err)));
 	PT_OK(psw_req_open(ps_scheduler_url(j->sched), 0, 20, 200, &sock, &ctx,
 	    &aio));
 	g.min_epoch     = 1;
 	h.request_id    = 1;
 	h.body_case     = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
 	h.placement_req = &g;
-	int rv = psw_call_header(a, ctx, aio, &h.base,
-	    PSWIRE__METHOD__GET_PLACEMENT, 1, 5000, &ph, &why);
+	int rv          = psw_call_header(a, ctx, aio, &h.base,
+	             PSWIRE__METHOD__GET_PLACEMENT, 1, 5000, &ph, &why);
 	ck_assert_msg(rv == FB_OK, "GetPlacement: %s", why);
 	Pswire__Header    *rh = (Pswire__Header *) ph;
 	Pswire__Placement *pl = rh->placement;
@@ -260,20 +263,20 @@ static int
 transfer(const char *url, const char *key, struct psw_ident who, uint32_t id,
     uint64_t len, uint64_t epoch)
 {
-	Pswire__Header          h = PSWIRE__HEADER__INIT;
-	Pswire__TransferRequest t = PSWIRE__TRANSFER_REQUEST__INIT;
+	Pswire__Header          h        = PSWIRE__HEADER__INIT;
+	Pswire__TransferRequest t        = PSWIRE__TRANSFER_REQUEST__INIT;
 	uint8_t                 state[2] = { 0, 0 };
 	float                   x[64];
 	for (int i = 0; i < 64; i++) {
 		x[i] = 7.0f;
 	}
-	t.shard      = id;
-	t.version    = 1000;
-	t.samples    = 0;
-	t.state.data = state;
-	t.state.len  = 2;
-	h.epoch      = epoch;
-	h.body_case  = PSWIRE__HEADER__BODY_TRANSFER_REQ;
+	t.shard        = id;
+	t.version      = 1000;
+	t.samples      = 0;
+	t.state.data   = state;
+	t.state.len    = 2;
+	h.epoch        = epoch;
+	h.body_case    = PSWIRE__HEADER__BODY_TRANSFER_REQ;
 	h.transfer_req = &t;
 	return call(url, key, who, PSWIRE__METHOD__TRANSFER, &h, x, len * 4);
 }
@@ -296,19 +299,19 @@ START_TEST(test_auth_forgeries_refused)
 		pthread_join(th[r], NULL);
 		ck_assert_msg(a[r].rv == 0, "rank %d: %s", r, a[r].err);
 	}
-	Pswire__Placement *pl    = placement(&j);
-	uint64_t           epoch = pl->epoch;
-	struct psw_ident   t0 = { PSW_ROLE_TRAINER, 0 };
-	struct psw_ident   s0 = { PSW_ROLE_SERVER, 0 };
-	const char        *sched = ps_scheduler_url(j.sched);
-	struct obs_registry *reg = ps_scheduler_metrics(j.sched);
+	Pswire__Placement   *pl    = placement(&j);
+	uint64_t             epoch = pl->epoch;
+	struct psw_ident     t0    = { PSW_ROLE_TRAINER, 0 };
+	struct psw_ident     s0    = { PSW_ROLE_SERVER, 0 };
+	const char          *sched = ps_scheduler_url(j.sched);
+	struct obs_registry *reg   = ps_scheduler_metrics(j.sched);
 	double unauth0 = metric(reg, "ferry_rpc_unauthenticated_total");
 
 	// Outsiders: no signature, or another key.
 	ck_assert_int_eq(register_server(&j, NULL, t0, "tcp://127.0.0.1:9"),
 	    PSWIRE__STATUS__UNAUTHENTICATED);
-	ck_assert_int_eq(register_server(&j, j.other_key, s0,
-	                     "tcp://127.0.0.1:9"),
+	ck_assert_int_eq(
+	    register_server(&j, j.other_key, s0, "tcp://127.0.0.1:9"),
 	    PSWIRE__STATUS__UNAUTHENTICATED);
 	ck_assert_int_eq(leave(&j, NULL, t0, PSWIRE__ROLE__ROLE_SERVER, 1),
 	    PSWIRE__STATUS__UNAUTHENTICATED);
@@ -392,9 +395,9 @@ START_TEST(test_auth_forgeries_refused)
 	// A forged Transfer of shard 0 to the server the next map gives it,
 	// from a trainer and from the third server (which never held it),
 	// stamped with the next epoch: refused.
-	uint32_t owner = pl->shards[0]->server;
-	uint32_t to    = (owner + 1) % 3, other = (owner + 2) % 3;
-	uint64_t len   = pl->shards[0]->len;
+	uint32_t    owner = pl->shards[0]->server;
+	uint32_t    to = (owner + 1) % 3, other = (owner + 2) % 3;
+	uint64_t    len    = pl->shards[0]->len;
 	const char *to_url = NULL;
 	for (int i = 0; i < 3; i++) {
 		if (strcmp(ps_server_url(j.srv[i]), pl->servers[to]) == 0) {
@@ -438,7 +441,8 @@ START_TEST(test_auth_forgeries_refused)
 		if (rv == 0) {
 			rv = ferry_client_pull(c, wp);
 		}
-		ck_assert_msg(rv == 0, "rejoin: %s", ferry_client_last_error(c));
+		ck_assert_msg(rv == 0, "rejoin: %s",
+		    ferry_client_last_error(c));
 		for (int t = 0; t < NT; t++) {
 			for (size_t i = 0; i < lens[t]; i++) {
 				ck_assert_float_eq(w[t][i], a[0].w[t][i]);
@@ -454,9 +458,9 @@ END_TEST
 // the job never counts it.
 START_TEST(test_auth_wrong_key_trainer)
 {
-	struct job        j;
-	struct ferry_opts o     = FERRY_OPTS_INIT;
-	ferry_client     *c     = NULL;
+	struct job               j;
+	struct ferry_opts        o     = FERRY_OPTS_INIT;
+	ferry_client            *c     = NULL;
 	struct ferry_tensor_desc d[NT] = { { "a", 40 }, { "b", 7 },
 		{ "c", 1 } };
 
