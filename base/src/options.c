@@ -183,7 +183,7 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	                   "unsigned ones (docs/security.md)",
 	       .doc   = "file holding the job's key (16 to 4096 bytes, the same "
 	                   "for every member): every request and reply is signed "
-	                   "with HMAC-SHA256 and checked; unsigned, altered or "
+	                   "(GMAC-AES256) and checked; unsigned, altered or "
 	                   "replayed requests get `UNAUTHENTICATED` "
 	                   "([security.md](security.md))" },
 

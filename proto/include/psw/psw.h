@@ -148,7 +148,7 @@ int psw_call_header(struct psw_auth *auth, nng_ctx ctx, nng_aio *aio,
 // With a per-job secret (--secret-file), every request and reply carries a
 // PSW_AUTH_TRAILER-byte trailer after its payload and the SIGNED frame
 // flag: the sender's identity, a channel, a counter, the counter of the
-// request a reply answers, and an HMAC-SHA256 over the frame header, the
+// request a reply answers, and a GMAC-AES256 tag over the frame header, the
 // protobuf Header, the payload and those fields (docs/protocol.md,
 // docs/security.md). Without a secret, psw_auth is NULL everywhere and
 // every function below is a no-op that accepts.
