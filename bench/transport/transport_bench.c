@@ -464,13 +464,14 @@ join_job(const char *sched_url, int rank, const struct ferry_tensor_desc *d,
 	struct ferry_opts o = FERRY_OPTS_INIT;
 	int               rv;
 	o.scheduler_url = sched_url;
-	o.secret_file   = signing ? secret_path : NULL;
 	o.rank          = rank;
 	o.mode          = FERRY_MODE_ASYNC;
 	o.lr            = 1e-9;
 	o.timeout_ms    = 120000;
 	*fc             = NULL;
 	if ((rv = ferry_client_open(&o, fc)) != 0 ||
+	    (signing &&
+	        (rv = ferry_client_set_secret_file(*fc, secret_path)) != 0) ||
 	    (rv = ferry_client_declare(*fc, d, 1)) != 0 ||
 	    (rank == 0 &&
 	        (rv = ferry_client_init_weights(*fc,

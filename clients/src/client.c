@@ -121,13 +121,6 @@ ferry_opts_check(const struct ferry_opts *o, char *why, size_t n)
 	} else if (cc.stochastic) {
 		msg = "codec_pull cannot use stochastic rounding (:sr): both "
 		      "sides must round the same way";
-	} else if (o->secret_file != NULL && *o->secret_file != '\0') {
-		struct psw_auth *a = NULL;
-		if (psw_auth_open(o->secret_file, PSW_ROLE_TRAINER, 0, &a, buf,
-		        sizeof(buf)) != FB_OK) {
-			msg = buf;
-		}
-		psw_auth_close(a);
 	}
 	if (msg != NULL && why != NULL && n > 0) {
 		snprintf(why, n, "%s", msg);
@@ -139,7 +132,6 @@ FERRY_API int
 ferry_client_open(const struct ferry_opts *o, ferry_client **out)
 {
 	ferry_client *c;
-	char          buf[256];
 
 	if (out == NULL || ferry_opts_check(o, NULL, 0) != FERRY_OK) {
 		return FERRY_EINVAL;
@@ -165,13 +157,6 @@ ferry_client_open(const struct ferry_opts *o, ferry_client **out)
 		fb_free(c);
 		return FERRY_EINVAL;
 	}
-	if (o->secret_file != NULL && *o->secret_file != '\0' &&
-	    psw_auth_open(o->secret_file, PSW_ROLE_TRAINER, (uint32_t) o->rank,
-	        &c->auth, buf, sizeof(buf)) != FB_OK) {
-		fb_free(c);
-		return FERRY_EINVAL;
-	}
-	c->opts.secret_file = NULL; // not kept: the caller's string
 	if (psw_req_open(c->url, 1u << 30, 20, 500, &c->sched, &c->sched_ctx,
 	        &c->sched_aio) != FB_OK) {
 		psw_auth_close(c->auth);
@@ -179,6 +164,34 @@ ferry_client_open(const struct ferry_opts *o, ferry_client **out)
 		return FERRY_ECONNECT;
 	}
 	*out = c;
+	return FERRY_OK;
+}
+
+FERRY_API int
+ferry_client_set_secret_file(ferry_client *c, const char *path)
+{
+	struct psw_auth *a = NULL;
+	char             why[300];
+	int              rv;
+
+	if (c == NULL) {
+		return FERRY_EINVAL;
+	}
+	if (path == NULL || *path == '\0') {
+		return ferry__fail(c, FERRY_EINVAL,
+		    "secret file path is empty");
+	}
+	if (c->n_tensors > 0) {
+		return ferry__fail(c, FERRY_ESTATE,
+		    "set the secret file before declare");
+	}
+	if ((rv = psw_auth_open(path, PSW_ROLE_TRAINER,
+	         (uint32_t) c->opts.rank, &a, why, sizeof(why))) != FB_OK) {
+		return ferry__fail(c,
+		    rv == FB_ENOMEM ? FERRY_ENOMEM : FERRY_EINVAL, "%s", why);
+	}
+	psw_auth_close(c->auth);
+	c->auth = a;
 	return FERRY_OK;
 }
 

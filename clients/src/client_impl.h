@@ -56,7 +56,7 @@ struct ferry_client {
 	struct ferry_opts   opts;
 	char                url[256];
 	char                codec_push[32], codec_pull[32];
-	struct psw_auth    *auth; // opts.secret_file signing (NULL: off)
+	struct psw_auth    *auth; // ferry_client_set_secret_file (NULL: off)
 	nng_socket          sched;
 	nng_ctx             sched_ctx;
 	nng_aio            *sched_aio;

@@ -45,14 +45,12 @@ class Opts(ctypes.Structure):
         ("log", ctypes.c_void_p),
         ("log_arg", ctypes.c_void_p),
         ("heartbeat_ms", ctypes.c_uint32),
-        ("secret_file", ctypes.c_char_p),
     ]
 
     @classmethod
     def init(cls):
         """An Opts holding FERRY_OPTS_INIT's values."""
-        return cls(None, 0, 0, MODE_SYNC, 0.1, None, None, 0, 0, 0, None, None, 0,
-                   None)
+        return cls(None, 0, 0, MODE_SYNC, 0.1, None, None, 0, 0, 0, None, None, 0)
 
 
 class TensorDesc(ctypes.Structure):
@@ -92,6 +90,7 @@ _PROTOS = {
     "ferry_client_stats": (None, [_vp, ctypes.POINTER(CStats)]),
     "ferry_client_last_error": (ctypes.c_char_p, [_vp]),
     "ferry_client_trainers": (ctypes.c_int, [_vp]),
+    "ferry_client_set_secret_file": (ctypes.c_int, [_vp, ctypes.c_char_p]),
 }
 
 

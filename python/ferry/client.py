@@ -104,8 +104,8 @@ class Client:
         o = _lib.Opts.init()
         # The byte strings must outlive the call: keep them on self.
         self._keep = [s.encode() if isinstance(s, str) else s
-                      for s in (scheduler, codec_push, codec_pull, secret_file)]
-        o.scheduler_url, o.codec_push, o.codec_pull, o.secret_file = self._keep
+                      for s in (scheduler, codec_push, codec_pull)]
+        o.scheduler_url, o.codec_push, o.codec_pull = self._keep
         try:
             o.rank = int(rank)
             o.timeout_ms = _u32("timeout_ms", timeout_ms)
@@ -126,6 +126,13 @@ class Client:
         self._c = h
         self.rank = o.rank
         self.scheduler = scheduler
+        if secret_file is not None:
+            path = secret_file.encode() if isinstance(secret_file, str) else secret_file
+            rv = LIB.ferry_client_set_secret_file(h, path)
+            if rv != 0:
+                err = self._fail(rv, "open")
+                self.close()
+                raise err
 
     # ---- lifecycle ---------------------------------------------------------
     def close(self):

@@ -105,7 +105,6 @@ train(void *arg)
 	o.rank          = a->rank;
 	o.lr            = 0.5;
 	o.timeout_ms    = 20000;
-	o.secret_file   = a->key;
 	for (int t = 0; t < NT; t++) {
 		wp[t] = a->w[t];
 		gp[t] = g[t];
@@ -114,6 +113,7 @@ train(void *arg)
 		}
 	}
 	if ((a->rv = ferry_client_open(&o, &c)) != 0 ||
+	    (a->rv = ferry_client_set_secret_file(c, a->key)) != 0 ||
 	    (a->rv = ferry_client_declare(c, d, NT)) != 0 ||
 	    (a->rank == 0 &&
 	        (a->rv = ferry_client_init_weights(c,
@@ -432,11 +432,11 @@ START_TEST(test_auth_forgeries_refused)
 		o.rank          = 0;
 		o.lr            = 0.5;
 		o.timeout_ms    = 20000;
-		o.secret_file   = j.key;
 		for (int t = 0; t < NT; t++) {
 			wp[t] = w[t];
 		}
 		ck_assert_int_eq(ferry_client_open(&o, &c), 0);
+		ck_assert_int_eq(ferry_client_set_secret_file(c, j.key), 0);
 		int rv = ferry_client_declare(c, d, NT);
 		if (rv == 0) {
 			rv = ferry_client_pull(c, wp);
@@ -467,8 +467,12 @@ START_TEST(test_auth_wrong_key_trainer)
 	job_open(&j);
 	o.scheduler_url = ps_scheduler_url(j.sched);
 	o.timeout_ms    = 3000;
-	o.secret_file   = j.other_key;
 	ck_assert_int_eq(ferry_client_open(&o, &c), 0);
+	ck_assert_int_eq(ferry_client_set_secret_file(c, "/nonexistent/k"),
+	    FERRY_EINVAL);
+	ck_assert_msg(strstr(ferry_client_last_error(c), "/nonexistent/k"),
+	    "%s", ferry_client_last_error(c));
+	ck_assert_int_eq(ferry_client_set_secret_file(c, j.other_key), 0);
 	ck_assert_int_eq(ferry_client_declare(c, d, NT), FERRY_EREMOTE);
 	ck_assert_msg(strstr(ferry_client_last_error(c), "UNAUTHENTICATED"),
 	    "%s", ferry_client_last_error(c));

@@ -184,13 +184,17 @@ join_job(struct run *r)
 	fo.seed          = cfg->seed;
 	fo.log           = ferry_log;
 	fo.heartbeat_ms  = cfg->heartbeat_ms;
-	fo.secret_file   = cfg->secret_file;
 	if (ferry_opts_check(&fo, r->err, sizeof(r->err)) != FERRY_OK) {
 		FB_LOG(FB_LOG_ERR, MOD, "bad options: %s", r->err);
 		return FB_EINVAL;
 	}
 	if ((fe = ferry_client_open(&fo, &r->fc)) != FERRY_OK) {
 		return libferry_failed(r, "open", fe);
+	}
+	if (cfg->secret_file != NULL && *cfg->secret_file != '\0' &&
+	    (fe = ferry_client_set_secret_file(r->fc, cfg->secret_file)) !=
+	        FERRY_OK) {
+		return libferry_failed(r, "--secret-file", fe);
 	}
 	for (size_t i = 0; i < r->w.n_tensors; i++) {
 		tr_arch_tensor_name(&cfg->arch, i, names[i], sizeof(names[i]));

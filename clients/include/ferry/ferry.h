@@ -117,22 +117,18 @@ struct ferry_opts {
 	// once per call, at FERRY_LOG_WARN, each server it still waits for and
 	// that server's shards (docs/operations.md §7.1).
 	void (*log)(void *log_arg, int level, const char *msg);
-	void       *log_arg;
+	void    *log_arg;
 	// Heartbeat the scheduler this often (ms) from a background thread
 	// with its own connection, from ferry_client_declare until
 	// ferry_client_leave or ferry_client_close, so that the scheduler
 	// notices when this trainer dies and stops the sync rounds from
 	// waiting for it (0 = off: the scheduler never declares it dead).
-	uint32_t    heartbeat_ms;
-	// The job's key file (--secret-file; NULL = off): every request is
-	// signed with it as "trainer-<rank>" and every reply must be
-	// (docs/security.md). Read once by ferry_client_open.
-	const char *secret_file;
+	uint32_t heartbeat_ms;
 };
 #define FERRY_OPTS_INIT                                                       \
 	{                                                                     \
 		NULL, 0, 0, FERRY_MODE_SYNC, 0.1, NULL, NULL, 0, 0, 0, NULL,  \
-		    NULL, 0, NULL                                             \
+		    NULL, 0                                                   \
 	}
 
 // One tensor of the job's table.
@@ -167,6 +163,16 @@ FERRY_API int ferry_opts_check(const struct ferry_opts *opts, char *why,
 // FERRY_ENOMEM, FERRY_ECONNECT (the URL cannot be dialed).
 FERRY_API int ferry_client_open(const struct ferry_opts *opts,
     ferry_client                                       **out);
+
+// ferry_client_set_secret_file reads the job's key from path (the file
+// every process of the job was given with --secret-file, 16 to 4096
+// bytes): from then on every request c sends is signed as
+// "trainer-<rank>" and every reply must be signed by the scheduler or a
+// server (docs/security.md). Call it after ferry_client_open and before
+// ferry_client_declare. Errors: FERRY_EINVAL (unreadable or short file,
+// empty path; the reason in ferry_client_last_error; NULL c),
+// FERRY_ESTATE (after declare), FERRY_ENOMEM.
+FERRY_API int ferry_client_set_secret_file(ferry_client *c, const char *path);
 
 // ferry_client_close stops the heartbeat thread, closes the connections
 // and frees the client. It sends nothing: in a sync job stopping early,
