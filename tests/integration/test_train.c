@@ -201,9 +201,10 @@ it_run_epoch(const char *codec_push, const char *codec_pull)
 
 // run_weights runs 2 trainers on 2 servers for STEPS sync steps, with
 // secret (a key file for every process, or NULL), and reads rank 0's
-// final weights into buf (size n); returns their size.
+// final weights into buf (size n); returns their size. *warned says
+// whether the scheduler warned at start that the job is open.
 static size_t
-run_weights(const char *secret, char *buf, size_t n)
+run_weights(const char *secret, char *buf, size_t n, int *warned)
 {
 	struct lc   c;
 	char        sf[320]  = "", path[300];
@@ -229,11 +230,20 @@ run_weights(const char *secret, char *buf, size_t n)
 	ck_assert_msg(f != NULL, "no %s", path);
 	size_t got = fread(buf, 1, n, f);
 	fclose(f);
+	char line[512];
+	*warned = 0;
+	f       = fopen(lc_path(&c, "scheduler.log", path, sizeof(path)), "r");
+	ck_assert_msg(f != NULL, "no %s", path);
+	while (fgets(line, sizeof(line), f) != NULL) {
+		*warned |= strstr(line, "no --secret-file") != NULL;
+	}
+	fclose(f);
 	return got;
 }
 
 // A job whose every request and reply is signed (--secret-file) trains
-// to the same weights, bit for bit, as the same job in the clear.
+// to the same weights, bit for bit, as the same job in the clear, which
+// alone gets the start-up warning that it is open to its network.
 START_TEST(test_train_signed_equals_plain)
 {
 	static char plain[1 << 20], signed_[1 << 20];
@@ -242,9 +252,12 @@ START_TEST(test_train_signed_equals_plain)
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(write(fd, "integration test key 0123456789", 31), 31);
 	close(fd);
-	size_t n = run_weights(NULL, plain, sizeof(plain));
-	size_t m = run_weights(key, signed_, sizeof(signed_));
+	int    open_warned, signed_warned;
+	size_t n = run_weights(NULL, plain, sizeof(plain), &open_warned);
+	size_t m = run_weights(key, signed_, sizeof(signed_), &signed_warned);
 	unlink(key);
+	ck_assert_msg(open_warned, "no warning that the plain job is open");
+	ck_assert_msg(!signed_warned, "the signed job warned it is open");
 	ck_assert_uint_gt(n, 0);
 	ck_assert_uint_eq(n, m);
 	ck_assert_msg(memcmp(plain, signed_, n) == 0,
