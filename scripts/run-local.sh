@@ -5,10 +5,14 @@
 # every process it started, also on Ctrl-C or failure.
 #
 #   scripts/run-local.sh [--servers M] [--trainers T] [--epochs E] [--http]
-#                        [--slow-rank R] [flags]
+#                        [--slow-rank R] [--secret] [flags]
 #
 # --slow-rank R gives the trainers' --slow-ms to rank R only (one
 # straggler, for benchmarks); without it every trainer gets it.
+#
+# --secret signs every request and reply with a throw-away per-job key
+# (written to the run dir, passed to every process as --secret-file;
+# docs/security.md). --secret-file FILE uses FILE instead.
 #
 # --http gives every process its HTTP endpoints on a free loopback port
 # (--http-listen=127.0.0.1:0) and prints each one's URLs (/metrics,
@@ -22,7 +26,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-servers=2 trainers=2 epochs=3 http=0 slow_rank=
+servers=2 trainers=2 epochs=3 http=0 slow_rank= secret=0
 server_flags=() trainer_flags=()
 # FERRY_SKIP_SETUP=1 runs what is built (benchmarks that call this often).
 [ "${FERRY_SKIP_SETUP:-0}" = 1 ] || scripts/setup.sh
@@ -41,6 +45,9 @@ while (($#)); do
 	--http) http=1; shift ;;
 	--slow-rank) slow_rank=$2; shift 2 ;;
 	--slow-rank=*) slow_rank=${1#*=}; shift ;;
+	--secret) secret=1; shift ;;
+	--secret-file) secret_file=$2; shift 2 ;;
+	--secret-file=*) secret_file=${1#*=}; shift ;;
 	--*)
 		name=${1#--}; name=${name%%=*}
 		# Normalise to --name=value so values can be rewritten per rank.
@@ -66,6 +73,14 @@ RUN=${FERRY_RUN_DIR:-$(mktemp -d /tmp/ferry-run.XXXXXX)}
 mkdir -p "$RUN"
 # A reused run dir must not hand out an old URL.
 rm -f "$RUN/scheduler.url" "$RUN"/*.http
+if ((secret)) && [ -z "${secret_file:-}" ]; then
+	secret_file=$RUN/job.key
+	(umask 077 && head -c 32 /dev/urandom | base64 >"$secret_file")
+fi
+if [ -n "${secret_file:-}" ]; then
+	server_flags+=("--secret-file=$secret_file")
+	trainer_flags+=("--secret-file=$secret_file")
+fi
 # http_flags NAME: the endpoint flags of process NAME under --http.
 http_flags() {
 	((http)) && echo "--http-listen=127.0.0.1:0" \

@@ -30,6 +30,7 @@ static const char *const err_text[FB_ERR_COUNT] = {
 	[FB_EUNSUPP]    = "not supported",
 	[FB_ESTALE]     = "stale placement epoch",
 	[FB_EBUSY]      = "resource busy",
+	[FB_EAUTH]      = "authentication failed",
 };
 
 const char *

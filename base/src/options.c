@@ -177,6 +177,15 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	                          "first map places here: `auto` when it exists, "
 	                          "`yes` refuses to serve without it, `no` ignores "
 	                          "it (a fresh job)" },
+	[FB_OPT_PS_SECRET_FILE]    = { "secret-file", PS, STR, .def = "",
+	       .unset = "off",
+	       .help  = "the job's key: sign every request and reply, refuse "
+	                   "unsigned ones (docs/security.md)",
+	       .doc   = "file holding the job's key (16 to 4096 bytes, the same "
+	                   "for every member): every request and reply is signed "
+	                   "(GMAC-AES256) and checked; unsigned, altered or "
+	                   "replayed requests get `UNAUTHENTICATED` "
+	                   "([security.md](security.md))" },
 
 	// ---- trainer -----------------------------------------------------
 	[FB_OPT_TR_SCHEDULER] = { "scheduler", TR, STR_NONEMPTY,
@@ -295,8 +304,14 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	                "trainers pushed; a later push for it is dropped "
 	                "(FERRY_EBEHIND) and its trainer re-pulls; 0: every "
 	                "trainer still in the job (a job option)" },
-	[FB_OPT_TR_SLOW_MS] = { "slow-ms", TR, INT(0, 3600000), .def = "0",
-	    .help = "sleep this long every step (benchmarks: a straggler)",
-	    .doc  = "sleep this many ms in every step, after the gradient: an "
-	            "artificial straggler for benchmarks (0: off)" },
+	[FB_OPT_TR_SLOW_MS]     = { "slow-ms", TR, INT(0, 3600000), .def = "0",
+	        .help = "sleep this long every step (benchmarks: a straggler)",
+	        .doc  = "sleep this many ms in every step, after the gradient: an "
+	                    "artificial straggler for benchmarks (0: off)" },
+	[FB_OPT_TR_SECRET_FILE] = { "secret-file", TR, STR, .def = "",
+	    .unset = "off",
+	    .help  = "the job's key: sign every request, check every reply "
+	             "(docs/security.md)",
+	    .doc   = "file holding the job's key, as `ps-server "
+	             "--secret-file` ([security.md](security.md))" },
 };

@@ -53,6 +53,10 @@ static int         repeats     = 3;
 static size_t      shard_bytes = 1048576;
 static char        tmpdir[256];
 static int         cluster_seq;
+// "tcp+signed": tcp with --secret-file on every process (docs/security.md),
+// so that one run compares signed goodput with plain.
+static int         signing;
+static char        secret_path[300];
 
 static double
 now_s(void)
@@ -154,8 +158,22 @@ cluster_up(struct cluster *c, const char *transport, int servers, int trainers)
 {
 	char a_role[64], a_tr[64], a_sv[64], a_sb[64], a_listen[400],
 	    a_url[400], a_sched[400], urlf[300], logf[300];
+	char a_secret[340];
 	memset(c, 0, sizeof(*c));
 	c->n_srv = servers;
+	signing  = strstr(transport, "+signed") != NULL;
+	if (signing) {
+		snprintf(secret_path, sizeof(secret_path), "%s/job.key",
+		    tmpdir);
+		FILE *kf = fopen(secret_path, "w");
+		if (kf == NULL) {
+			die("cannot write %s", secret_path);
+		}
+		fputs("transport bench key, not secret\n", kf);
+		fclose(kf);
+		snprintf(a_secret, sizeof(a_secret), "--secret-file=%s",
+		    secret_path);
+	}
 	listen_url(transport, urlf, sizeof(urlf), "sched");
 	snprintf(a_listen, sizeof(a_listen), "--listen=%s", urlf);
 	snprintf(urlf, sizeof(urlf), "%s/sched.url", tmpdir);
@@ -166,7 +184,7 @@ cluster_up(struct cluster *c, const char *transport, int servers, int trainers)
 	snprintf(a_sv, sizeof(a_sv), "--servers=%d", servers);
 	snprintf(a_sb, sizeof(a_sb), "--shard-bytes=%zu", shard_bytes);
 	char *sargv[] = { (char *) ps_bin, a_role, a_tr, a_sv, a_sb, a_listen,
-		a_url, "--log-level=warn", NULL };
+		a_url, "--log-level=warn", signing ? a_secret : NULL, NULL };
 	if (spawn(sargv, urlf, logf, &c->sched) != 0) {
 		fprintf(stderr, "transport_bench: scheduler failed, see %s\n",
 		    logf);
@@ -180,7 +198,8 @@ cluster_up(struct cluster *c, const char *transport, int servers, int trainers)
 		snprintf(a_url, sizeof(a_url), "--url-file=%s", urlf);
 		snprintf(logf, sizeof(logf), "%s/srv%d.log", tmpdir, i);
 		char *vargv[] = { (char *) ps_bin, "--role=server", a_sched,
-			a_listen, a_url, "--log-level=warn", NULL };
+			a_listen, a_url, "--log-level=warn",
+			signing ? a_secret : NULL, NULL };
 		if (spawn(vargv, urlf, logf, &c->srv[i]) != 0) {
 			fprintf(stderr,
 			    "transport_bench: server failed, see %s\n", logf);
@@ -451,6 +470,8 @@ join_job(const char *sched_url, int rank, const struct ferry_tensor_desc *d,
 	o.timeout_ms    = 120000;
 	*fc             = NULL;
 	if ((rv = ferry_client_open(&o, fc)) != 0 ||
+	    (signing &&
+	        (rv = ferry_client_set_secret_file(*fc, secret_path)) != 0) ||
 	    (rv = ferry_client_declare(*fc, d, 1)) != 0 ||
 	    (rank == 0 &&
 	        (rv = ferry_client_init_weights(*fc,
@@ -846,7 +867,8 @@ usage(void)
 	    "usage: transport_bench [flags]\n"
 	    "  --ps PATH          ps-server binary (default build/ps/ps-server)\n"
 	    "  --payloads LIST    bytes, k/M suffixes (default 4k,64k,1M,16M,64M)\n"
-	    "  --transports LIST  tcp,ipc (default both)\n"
+	    "  --transports LIST  tcp,ipc,tcp+signed (default tcp,ipc;\n"
+	    "                     tcp+signed: every process --secret-file)\n"
 	    "  --pairs LIST       clients=servers per point (default 1,2)\n"
 	    "  --repeats N        timed repeats per cell (default 3)\n"
 	    "  --min-time S       seconds per repeat at least (default 0.3)\n"

@@ -168,10 +168,39 @@ ferry_client_open(const struct ferry_opts *o, ferry_client **out)
 	}
 	if (psw_req_open(c->url, 1u << 30, 20, 500, &c->sched, &c->sched_ctx,
 	        &c->sched_aio) != FB_OK) {
+		psw_auth_close(c->auth);
 		fb_free(c);
 		return FERRY_ECONNECT;
 	}
 	*out = c;
+	return FERRY_OK;
+}
+
+FERRY_API int
+ferry_client_set_secret_file(ferry_client *c, const char *path)
+{
+	struct psw_auth *a = NULL;
+	char             why[300];
+	int              rv;
+
+	if (c == NULL) {
+		return FERRY_EINVAL;
+	}
+	if (path == NULL || *path == '\0') {
+		return ferry__fail(c, FERRY_EINVAL,
+		    "secret file path is empty");
+	}
+	if (c->n_tensors > 0) {
+		return ferry__fail(c, FERRY_ESTATE,
+		    "set the secret file before declare");
+	}
+	if ((rv = psw_auth_open(path, PSW_ROLE_TRAINER,
+	         (uint32_t) c->opts.rank, &a, why, sizeof(why))) != FB_OK) {
+		return ferry__fail(c,
+		    rv == FB_ENOMEM ? FERRY_ENOMEM : FERRY_EINVAL, "%s", why);
+	}
+	psw_auth_close(c->auth);
+	c->auth = a;
 	return FERRY_OK;
 }
 
@@ -193,6 +222,7 @@ ferry_client_close(ferry_client *c)
 	fb_free(c->conns);
 	nng_close(c->sched);
 	nng_aio_free(c->sched_aio);
+	psw_auth_close(c->auth);
 	if (c->pl != NULL) {
 		pswire__placement__free_unpacked(c->pl, NULL);
 	}

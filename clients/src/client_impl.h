@@ -39,6 +39,7 @@ struct conn {
 	int        pending;
 	int        rv;
 	uint64_t   rid;
+	uint64_t   ctr; // the signed request's counter (0: unsigned)
 	nng_msg   *rep;
 	nng_msg   *spare; // the last reply, reused for the next push body
 	// With opts.log set: tells when the aio's operation ends, so that a
@@ -55,6 +56,7 @@ struct ferry_client {
 	struct ferry_opts   opts;
 	char                url[256];
 	char                codec_push[32], codec_pull[32];
+	struct psw_auth    *auth; // ferry_client_set_secret_file (NULL: off)
 	nng_socket          sched;
 	nng_ctx             sched_ctx;
 	nng_aio            *sched_aio;

@@ -231,6 +231,13 @@ exchange(ferry_client *c, struct xfer *x)
 				c->stats.bytes_pushed += nng_msg_len(req);
 			}
 			c->stats.requests++;
+			if (psw_auth_sign(c->auth, req,
+			        psw_auth_channel(c->auth, cn->ctx), 0,
+			        &cn->ctr) != FB_OK) {
+				nng_msg_free(req);
+				return ferry__fail(c, FERRY_ENOMEM,
+				    "cannot sign a request");
+			}
 			nng_aio_set_timeout(cn->aio, (int) (deadline - now));
 			nng_aio_set_msg(cn->aio, req);
 			watch_start(cn);
@@ -286,8 +293,8 @@ exchange(ferry_client *c, struct xfer *x)
 			if (cn->method != PSWIRE__METHOD__PUSH) {
 				c->stats.bytes_pulled += nng_msg_len(rep);
 			}
-			r = psw_reply_open(rep, cn->method, cn->rid, &f, &ph,
-			    &why);
+			r = psw_reply_open(c->auth, rep, cn->method, cn->rid,
+			    cn->ctr, &f, &ph, &why);
 			Pswire__Header *rh = (Pswire__Header *) ph;
 			int             st = rh ? (int) rh->status : -1;
 			if (rh != NULL && rh->epoch > c->pl->epoch) {

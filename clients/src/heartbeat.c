@@ -18,13 +18,14 @@
 #include "client_impl.h"
 
 struct ferry__hb {
-	pthread_t  thread;
-	nng_socket sock;
-	nng_ctx    ctx;
-	nng_aio   *aio;
-	uint32_t   period_ms;
-	uint32_t   rank;
-	atomic_int stop;
+	pthread_t        thread;
+	nng_socket       sock;
+	nng_ctx          ctx;
+	nng_aio         *aio;
+	uint32_t         period_ms;
+	uint32_t         rank;
+	atomic_int       stop;
+	struct psw_auth *auth; // the client's (borrowed; thread-safe)
 };
 
 // beat sends one Heartbeat and waits (at most a period, at most 1 s) for
@@ -45,7 +46,7 @@ beat(struct ferry__hb *hb, uint64_t rid)
 	h.request_id  = rid;
 	h.deadline_ms = (uint32_t) tmo;
 	h.rank        = hb->rank;
-	(void) psw_call_header(hb->ctx, hb->aio, &h.base,
+	(void) psw_call_header(hb->auth, hb->ctx, hb->aio, &h.base,
 	    PSWIRE__METHOD__HEARTBEAT, rid, tmo, &ph, &why);
 	if (ph != NULL) {
 		pswire__header__free_unpacked((Pswire__Header *) ph, NULL);
@@ -82,6 +83,7 @@ ferry__hb_start(ferry_client *c)
 	}
 	hb->period_ms = c->opts.heartbeat_ms;
 	hb->rank      = (uint32_t) c->opts.rank;
+	hb->auth      = c->auth;
 	if (psw_req_open(c->url, 1u << 20, 20, 500, &hb->sock, &hb->ctx,
 	        &hb->aio) != FB_OK) {
 		fb_free(hb);

@@ -37,9 +37,9 @@ probe_call(ferry_client *c, size_t m, uint64_t bytes, uint32_t tmo,
 		    (unsigned long long) bytes);
 	}
 	uint64_t t0 = fb_clock_ns();
-	rv          = psw_call(cn->ctx, cn->aio, req, PSWIRE__METHOD__PROBE,
-	             h.request_id, (int) tmo, &rep, &f, &ph, &why);
-	*secs       = (double) (fb_clock_ns() - t0) * 1e-9;
+	rv    = psw_call(c->auth, cn->ctx, cn->aio, req, PSWIRE__METHOD__PROBE,
+	       h.request_id, (int) tmo, &rep, &f, &ph, &why);
+	*secs = (double) (fb_clock_ns() - t0) * 1e-9;
 	if (ph != NULL) {
 		pswire__header__free_unpacked((Pswire__Header *) ph, NULL);
 	}

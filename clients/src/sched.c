@@ -19,8 +19,8 @@ ferry__sched_call(ferry_client *c, Pswire__Header *h, uint8_t method,
 	h->deadline_ms = tmo;
 	h->rank        = (uint32_t) c->opts.rank;
 	c->stats.requests++;
-	rv = psw_call_header(c->sched_ctx, c->sched_aio, &h->base, method,
-	    h->request_id, (int) tmo, &ph, &why);
+	rv = psw_call_header(c->auth, c->sched_ctx, c->sched_aio, &h->base,
+	    method, h->request_id, (int) tmo, &ph, &why);
 	if (rv == FB_EREMOTE) {
 		Pswire__Header *r = (Pswire__Header *) ph;
 		ferry__fail(c, FERRY_EREMOTE, "scheduler %s: %s: %s", c->url,

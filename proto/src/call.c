@@ -45,9 +45,9 @@ psw_req_open(const char *url, size_t max_msg, int reconn_min_ms,
 }
 
 int
-psw_call_header(nng_ctx ctx, nng_aio *aio, const ProtobufCMessage *hdr,
-    uint8_t method, uint64_t request_id, int timeout_ms,
-    ProtobufCMessage **rhdr, const char **why)
+psw_call_header(struct psw_auth *auth, nng_ctx ctx, nng_aio *aio,
+    const ProtobufCMessage *hdr, uint8_t method, uint64_t request_id,
+    int timeout_ms, ProtobufCMessage **rhdr, const char **why)
 {
 	nng_msg         *req, *rep = NULL;
 	uint8_t         *payload;
@@ -65,8 +65,8 @@ psw_call_header(nng_ctx ctx, nng_aio *aio, const ProtobufCMessage *hdr,
 		*why = "request header too large";
 		return rv;
 	}
-	rv = psw_call(ctx, aio, req, method, request_id, timeout_ms, &rep, &f,
-	    rhdr, why);
+	rv = psw_call(auth, ctx, aio, req, method, request_id, timeout_ms,
+	    &rep, &f, rhdr, why);
 	if (rep != NULL) {
 		// The header was unpacked into its own memory: the reply's
 		// bytes are no longer needed.

@@ -20,7 +20,8 @@ psw_frame_parse(const void *buf, size_t len, struct psw_frame *f,
     const char **why)
 {
 	const uint8_t *p = buf;
-	uint32_t       hl, pl;
+	uint32_t       hl, pl, tl;
+	uint16_t       flags;
 
 	if (p == NULL || len < PSW_FRAME_HDR) {
 		*why = "frame shorter than its 16-byte header";
@@ -34,23 +35,26 @@ psw_frame_parse(const void *buf, size_t len, struct psw_frame *f,
 		*why = "unsupported protocol version";
 		return FB_EPROTO;
 	}
-	hl = fb_get_u32le(p + 8);
-	pl = fb_get_u32le(p + 12);
+	hl    = fb_get_u32le(p + 8);
+	pl    = fb_get_u32le(p + 12);
+	flags = fb_get_u16le(p + 6);
+	tl    = (flags & PSW_FLAG_SIGNED) ? PSW_AUTH_TRAILER : 0;
 	if (hl > PSW_MAX_HEADER) {
 		*why = "frame header length over the cap";
 		return FB_EPROTO;
 	}
-	// 64-bit sum: no overflow for two u32 plus 16.
-	if ((uint64_t) PSW_FRAME_HDR + hl + pl != (uint64_t) len) {
+	// 64-bit sum: no overflow for three u32 plus 16.
+	if ((uint64_t) PSW_FRAME_HDR + hl + pl + tl != (uint64_t) len) {
 		*why = "frame lengths do not match the message size";
 		return FB_EPROTO;
 	}
 	f->method      = p[5];
-	f->flags       = fb_get_u16le(p + 6);
+	f->flags       = flags;
 	f->hdr         = p + PSW_FRAME_HDR;
 	f->hdr_len     = hl;
 	f->payload     = p + PSW_FRAME_HDR + hl;
 	f->payload_len = pl;
+	f->trailer     = tl ? p + PSW_FRAME_HDR + hl + pl : NULL;
 	return FB_OK;
 }
 
@@ -91,6 +95,8 @@ psw_status_from_err(int err)
 		return PSWIRE__STATUS__DATA_LOSS;
 	case FB_EUNSUPP:
 		return PSWIRE__STATUS__UNIMPLEMENTED;
+	case FB_EAUTH:
+		return PSWIRE__STATUS__UNAUTHENTICATED;
 	default:
 		return PSWIRE__STATUS__INTERNAL;
 	}

@@ -15,7 +15,11 @@ psw_msg_begin(nng_msg **out, size_t hdr_max, size_t payload_cap,
     uint8_t **payload)
 {
 	nng_msg *m;
-	if (nng_msg_alloc(&m, PSW_FRAME_HDR + hdr_max + payload_cap) != 0) {
+	// The trailer's room is reserved (and chopped by psw_msg_finish) so
+	// that signing appends in place.
+	if (nng_msg_alloc(&m,
+	        PSW_FRAME_HDR + hdr_max + payload_cap + PSW_AUTH_TRAILER) !=
+	    0) {
 		return FB_ENOMEM;
 	}
 	*payload = (uint8_t *) nng_msg_body(m) + PSW_FRAME_HDR + hdr_max;
@@ -27,7 +31,7 @@ int
 psw_msg_reuse(nng_msg *m, size_t hdr_max, size_t payload_cap,
     uint8_t **payload)
 {
-	size_t need = PSW_FRAME_HDR + hdr_max + payload_cap;
+	size_t need = PSW_FRAME_HDR + hdr_max + payload_cap + PSW_AUTH_TRAILER;
 	// Within the capacity nng_msg_realloc only moves the length.
 	if (nng_msg_capacity(m) < need || nng_msg_realloc(m, need) != 0) {
 		return FB_ENOSPC;
@@ -64,10 +68,13 @@ psw_msg_parse(nng_msg *m, struct psw_frame *f, const char **why)
 }
 
 int
-psw_reply_open(nng_msg *rep, uint8_t method, uint64_t request_id,
-    struct psw_frame *f, ProtobufCMessage **hdr, const char **why)
+psw_reply_open(struct psw_auth *auth, nng_msg *rep, uint8_t method,
+    uint64_t request_id, uint64_t reply_to, struct psw_frame *f,
+    ProtobufCMessage **hdr, const char **why)
 {
 	Pswire__Header *h;
+	int             want;
+	int             arv;
 
 	if (psw_msg_parse(rep, f, why) != FB_OK) {
 		return FB_EPROTO;
@@ -76,7 +83,25 @@ psw_reply_open(nng_msg *rep, uint8_t method, uint64_t request_id,
 		*why = "reply frame without the REPLY flag";
 		return FB_EPROTO;
 	}
-	h = pswire__header__unpack(NULL, f->hdr_len, f->hdr);
+	want = method < PSWIRE__METHOD__PULL ? PSW_ROLE_SCHEDULER
+	                                     : PSW_ROLE_SERVER;
+	arv  = psw_auth_check_reply(auth, f, reply_to, want, why);
+	h    = pswire__header__unpack(NULL, f->hdr_len, f->hdr);
+	if (arv != FB_OK) {
+		// A peer that could not check our signature says so unsigned
+		// (or signed with another key): pass its text on, as an
+		// error, so the caller learns why; nothing else is believed.
+		if (h != NULL &&
+		    h->status == PSWIRE__STATUS__UNAUTHENTICATED) {
+			*hdr = &h->base;
+			*why = h->error;
+			return FB_EREMOTE;
+		}
+		if (h != NULL) {
+			pswire__header__free_unpacked(h, NULL);
+		}
+		return FB_EAUTH;
+	}
 	if (h == NULL) {
 		*why = "reply header is not a valid protobuf Header";
 		return FB_EPROTO;
@@ -95,12 +120,20 @@ psw_reply_open(nng_msg *rep, uint8_t method, uint64_t request_id,
 }
 
 int
-psw_call(nng_ctx ctx, nng_aio *aio, nng_msg *req, uint8_t method,
-    uint64_t request_id, int timeout_ms, nng_msg **rep, struct psw_frame *f,
-    ProtobufCMessage **hdr, const char **why)
+psw_call(struct psw_auth *auth, nng_ctx ctx, nng_aio *aio, nng_msg *req,
+    uint8_t method, uint64_t request_id, int timeout_ms, nng_msg **rep,
+    struct psw_frame *f, ProtobufCMessage **hdr, const char **why)
 {
 	int      rv;
 	nng_msg *m;
+	uint64_t ctr;
+
+	if (psw_auth_sign(auth, req, psw_auth_channel(auth, ctx), 0, &ctr) !=
+	    FB_OK) {
+		nng_msg_free(req);
+		*why = "out of memory signing the request";
+		return FB_ENOMEM;
+	}
 
 	nng_aio_set_timeout(aio, timeout_ms);
 	nng_aio_set_msg(aio, req);
@@ -118,7 +151,7 @@ psw_call(nng_ctx ctx, nng_aio *aio, nng_msg *req, uint8_t method,
 		return rv == NNG_ETIMEDOUT ? FB_ETIMEDOUT : FB_ETRANSPORT;
 	}
 	m  = nng_aio_get_msg(aio);
-	rv = psw_reply_open(m, method, request_id, f, hdr, why);
+	rv = psw_reply_open(auth, m, method, request_id, ctr, f, hdr, why);
 	if (rv != FB_OK && rv != FB_EREMOTE) {
 		nng_msg_free(m);
 		return rv;

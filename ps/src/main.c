@@ -168,9 +168,19 @@ main(int argc, char **argv)
 	signal(SIGTERM, on_signal);
 	signal(SIGPIPE, SIG_IGN);
 
-	struct ps_scheduler *sched = NULL;
-	struct ps_server    *srv   = NULL;
-	struct obs_http     *http  = NULL;
+	struct ps_scheduler *sched       = NULL;
+	struct ps_server    *srv         = NULL;
+	struct obs_http     *http        = NULL;
+	const char          *secret_file = *cfg_str(FB_OPT_PS_SECRET_FILE)
+	             ? cfg_str(FB_OPT_PS_SECRET_FILE)
+	             : NULL;
+	if (secret_file == NULL) {
+		FB_LOG(FB_LOG_WARN, "main",
+		    "no --secret-file: requests are not authenticated, so "
+		    "anyone who can reach this %s's port can join, push or "
+		    "read the model (docs/security.md)",
+		    role);
+	}
 	if (strcmp(role, "scheduler") == 0) {
 		struct ps_scheduler_opts o = PS_SCHEDULER_OPTS_INIT;
 		o.url                      = cfg_str(FB_OPT_PS_LISTEN);
@@ -190,6 +200,7 @@ main(int argc, char **argv)
 		o.reprobe_change_pct = (uint32_t) cfg_int(
 		    FB_OPT_PS_REPROBE_CHANGE_PCT);
 		o.dead_after_ms = (uint32_t) cfg_int(FB_OPT_PS_DEAD_AFTER_MS);
+		o.secret_file   = secret_file;
 		if ((rv = ps_scheduler_open(&o, &sched)) != FB_OK) {
 			FB_LOG(FB_LOG_ERR, "main",
 			    "cannot start scheduler: %s", fb_strerror(rv));
@@ -213,11 +224,12 @@ main(int argc, char **argv)
 		      : NULL;
 		o.snapshot_every = (uint64_t) cfg_int(
 		    FB_OPT_PS_SNAPSHOT_EVERY);
-		o.restore = strcmp(cfg_str(FB_OPT_PS_RESTORE), "yes") == 0
-		    ? PS_RESTORE_YES
-		    : strcmp(cfg_str(FB_OPT_PS_RESTORE), "no") == 0
-		    ? PS_RESTORE_NO
-		    : PS_RESTORE_AUTO;
+		o.restore     = strcmp(cfg_str(FB_OPT_PS_RESTORE), "yes") == 0
+		        ? PS_RESTORE_YES
+		        : strcmp(cfg_str(FB_OPT_PS_RESTORE), "no") == 0
+		        ? PS_RESTORE_NO
+		        : PS_RESTORE_AUTO;
+		o.secret_file = secret_file;
 		if (o.snapshot_every > 0 && o.snapshot_dir == NULL) {
 			fprintf(stderr,
 			    "ps-server: --snapshot-every needs "

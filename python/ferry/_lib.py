@@ -41,6 +41,8 @@ class Opts(ctypes.Structure):
         ("bucket", ctypes.c_uint32),
         ("warmup_steps", ctypes.c_uint32),
         ("seed", ctypes.c_uint64),
+        # The C struct goes on: every field must be here, or libferry
+        # reads past the end of this one.
         ("log", ctypes.c_void_p),
         ("log_arg", ctypes.c_void_p),
         ("heartbeat_ms", ctypes.c_uint32),
@@ -95,6 +97,7 @@ _PROTOS = {
     "ferry_client_stats": (None, [_vp, ctypes.POINTER(CStats)]),
     "ferry_client_last_error": (ctypes.c_char_p, [_vp]),
     "ferry_client_trainers": (ctypes.c_int, [_vp]),
+    "ferry_client_set_secret_file": (ctypes.c_int, [_vp, ctypes.c_char_p]),
 }
 
 

@@ -74,14 +74,16 @@ class Client:
 
     Client(scheduler, rank, mode="sync", lr=0.1, codec_push=None,
            codec_pull=None, bucket=0, warmup_steps=0, seed=0, timeout_ms=0,
-           staleness=0, sync_quorum=0)
+           staleness=0, sync_quorum=0, secret_file=None)
 
     The keyword arguments are struct ferry_opts' fields with
     FERRY_OPTS_INIT's defaults: mode "sync", "async" or "ssp" (or 0/1/2;
     "ssp" reads at most `staleness` clocks stale, `sync_quorum` closes a
     sync round on its Q-th push); codecs as
     the servers spell them ("none", "fp16", "q8", "q4:sr", "topk:0.01",
-    ...; None = "none"); timeout_ms the deadline of each call (0 = 60 s).
+    ...; None = "none"); timeout_ms the deadline of each call (0 = 60 s);
+    secret_file the job's key file when the job signs its requests
+    (ps-server --secret-file; docs/security.md).
     The job options (mode, lr, codecs, bucket, warmup_steps, staleness,
     sync_quorum) are fixed by
     the first trainer to declare; later ones must match.
@@ -96,7 +98,7 @@ class Client:
 
     def __init__(self, scheduler, rank, *, mode="sync", lr=0.1, codec_push=None,
                  codec_pull=None, bucket=0, warmup_steps=0, seed=0, timeout_ms=0,
-                 staleness=0, sync_quorum=0):
+                 staleness=0, sync_quorum=0, secret_file=None):
         self._c = None
         self._n = 0
         self._lens = ()
@@ -133,6 +135,13 @@ class Client:
         self._c = h
         self.rank = o.rank
         self.scheduler = scheduler
+        if secret_file is not None:
+            path = secret_file.encode() if isinstance(secret_file, str) else secret_file
+            rv = LIB.ferry_client_set_secret_file(h, path)
+            if rv != 0:
+                err = self._fail(rv, "open")
+                self.close()
+                raise err
 
     # ---- lifecycle ---------------------------------------------------------
     def close(self):

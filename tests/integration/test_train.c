@@ -199,6 +199,72 @@ it_run_epoch(const char *codec_push, const char *codec_pull)
 	    "test_acc");
 }
 
+// run_weights runs 2 trainers on 2 servers for STEPS sync steps, with
+// secret (a key file for every process, or NULL), and reads rank 0's
+// final weights into buf (size n); returns their size. *warned says
+// whether the scheduler warned at start that the job is open.
+static size_t
+run_weights(const char *secret, char *buf, size_t n, int *warned)
+{
+	struct lc   c;
+	char        sf[320]  = "", path[300];
+	const char *sflags[] = { sf, NULL };
+
+	if (secret != NULL) {
+		snprintf(sf, sizeof(sf), "--secret-file=%s", secret);
+	}
+	lc_start(&c, 2, 2, secret != NULL ? sflags : NULL);
+	for (int r = 0; r < 2; r++) {
+		char wo[320], data[520];
+		snprintf(wo, sizeof(wo), "--weights-out=%s/w%d.bin", c.dir, r);
+		snprintf(data, sizeof(data), "--data=%s", it_data_dir());
+		const char *flags[] = { "--seed=" SEED, "--max-steps=20",
+			"--log-interval=0", "--batch=64", "--lr=0.1", wo, data,
+			secret != NULL ? sf : NULL, NULL };
+		lc_trainer(&c, r, flags);
+	}
+	int ok = lc_wait_trainers(&c, 120);
+	lc_stop(&c);
+	ck_assert_msg(ok == 2, "trainers failed; logs in %s", c.dir);
+	FILE *f = fopen(lc_path(&c, "w0.bin", path, sizeof(path)), "rb");
+	ck_assert_msg(f != NULL, "no %s", path);
+	size_t got = fread(buf, 1, n, f);
+	fclose(f);
+	char line[512];
+	*warned = 0;
+	f       = fopen(lc_path(&c, "scheduler.log", path, sizeof(path)), "r");
+	ck_assert_msg(f != NULL, "no %s", path);
+	while (fgets(line, sizeof(line), f) != NULL) {
+		*warned |= strstr(line, "no --secret-file") != NULL;
+	}
+	fclose(f);
+	return got;
+}
+
+// A job whose every request and reply is signed (--secret-file) trains
+// to the same weights, bit for bit, as the same job in the clear, which
+// alone gets the start-up warning that it is open to its network.
+START_TEST(test_train_signed_equals_plain)
+{
+	static char plain[1 << 20], signed_[1 << 20];
+	char        key[64] = "/tmp/ferry-key-XXXXXX";
+	int         fd      = mkstemp(key);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, "integration test key 0123456789", 31), 31);
+	close(fd);
+	int    open_warned, signed_warned;
+	size_t n = run_weights(NULL, plain, sizeof(plain), &open_warned);
+	size_t m = run_weights(key, signed_, sizeof(signed_), &signed_warned);
+	unlink(key);
+	ck_assert_msg(open_warned, "no warning that the plain job is open");
+	ck_assert_msg(!signed_warned, "the signed job warned it is open");
+	ck_assert_uint_gt(n, 0);
+	ck_assert_uint_eq(n, m);
+	ck_assert_msg(memcmp(plain, signed_, n) == 0,
+	    "signed job's weights differ from the plain job's");
+}
+END_TEST
+
 // One epoch with the defaults reaches >= 80% test accuracy.
 START_TEST(test_train_one_epoch_accuracy)
 {
@@ -282,5 +348,10 @@ suite_train(void)
 	tcase_add_test(tc, test_train_one_epoch_q4_q8);
 	tcase_add_test(tc, test_train_straggler_summaries);
 	suite_add_tcase(s, tc);
+	// Its own case, so that `CK_RUN_CASE=signed` runs it alone.
+	TCase *ts = tcase_create("signed");
+	tcase_set_timeout(ts, 300);
+	tcase_add_test(ts, test_train_signed_equals_plain);
+	suite_add_tcase(s, ts);
 	return s;
 }

@@ -2,4 +2,5 @@
 #define PROTO_TESTS_H
 #include <check.h>
 Suite *suite_frame(void);
+Suite *suite_auth(void);
 #endif

@@ -6,4 +6,5 @@ Suite *suite_stall(void);
 Suite *suite_live(void);
 Suite *suite_snapshot(void);
 Suite *suite_ssp(void);
+Suite *suite_auth(void);
 #endif

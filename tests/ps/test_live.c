@@ -299,8 +299,8 @@ START_TEST(test_live_parked_calls_expire)
 		h.deadline_ms         = 300;
 		h.body_case           = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
 		h.placement_req       = &g;
-		int rv                = psw_call_header(ctx, aio, &h.base,
-		                   PSWIRE__METHOD__GET_PLACEMENT, rid, 100, &ph, &why);
+		int rv = psw_call_header(NULL, ctx, aio, &h.base,
+		    PSWIRE__METHOD__GET_PLACEMENT, rid, 100, &ph, &why);
 		ck_assert_msg(rv == FB_ETIMEDOUT, "GetPlacement %llu: %s",
 		    (unsigned long long) rid, fb_strerror(rv));
 		ck_assert_ptr_null(ph);

@@ -22,13 +22,15 @@ def ps_server_bin():
 class LocalJob:
     """Scheduler + servers for trainers ranks; use as a context manager."""
 
-    def __init__(self, trainers, servers=1, shard_bytes=None, extra=()):
+    def __init__(self, trainers, servers=1, shard_bytes=None, extra=(), secret_file=None):
         self.dir = tempfile.TemporaryDirectory(prefix="ferry-pytest.")
         self.procs = []
         url_file = os.path.join(self.dir.name, "scheduler.url")
         flags = [f"--trainers={trainers}", f"--servers={servers}", "--log-level=warn"]
         if shard_bytes:
             flags.append(f"--shard-bytes={shard_bytes}")
+        signed = [f"--secret-file={secret_file}"] if secret_file else []
+        flags += signed
         self.scheduler = self._start("scheduler", ["--role=scheduler", f"--url-file={url_file}"]
                                      + flags + list(extra))
         for _ in range(400):
@@ -43,7 +45,7 @@ class LocalJob:
             self.url = f.read().strip()
         for i in range(servers):
             self._start(f"server-{i}", ["--role=server", f"--scheduler={self.url}",
-                                        "--log-level=warn"])
+                                        "--log-level=warn"] + signed)
 
     def _start(self, name, args):
         err = open(os.path.join(self.dir.name, name + ".log"), "w")

@@ -1,6 +1,7 @@
 """ferry.Client against a live job (NumPy): training equals a one-process
 reference, errors map to their classes, arrays are checked and never
 copied. Run by tests/python/run.py (ctest python_binding)."""
+import tempfile
 import threading
 import time
 import unittest
@@ -48,11 +49,11 @@ class TrainTwoRanks(unittest.TestCase):
         return [(x[i * self.BATCH:(i + 1) * self.BATCH], y[i * self.BATCH:(i + 1) * self.BATCH])
                 for i in range(self.STEPS)]
 
-    def rank_main(self, url, rank):
+    def rank_main(self, url, rank, secret_file=None):
         W, b = init_weights()
         if rank:
             W[:] = 0  # rank 1 starts from whatever rank 0 offered
-        with ferry.Client(url, rank, lr=LR, timeout_ms=20000) as c:
+        with ferry.Client(url, rank, lr=LR, timeout_ms=20000, secret_file=secret_file) as c:
             # declare by arrays on rank 0, by lengths on rank 1: one table
             c.declare({"W": W, "b": b} if rank == 0 else [("W", W.size), ("b", 3)])
             self.assertEqual(c.trainers, 2)
@@ -66,8 +67,18 @@ class TrainTwoRanks(unittest.TestCase):
             return W.copy(), b.copy(), c.stats()
 
     def test_two_ranks_equal_numpy_reference(self):
-        with LocalJob(trainers=2) as job:
-            res = run_ranks(lambda r: self.rank_main(job.url, r), 2)
+        self.check_two_ranks(None)
+
+    def test_signed_job_equals_numpy_reference(self):
+        # Every request and reply signed (--secret-file): the same weights.
+        with tempfile.NamedTemporaryFile("w", suffix=".key") as key:
+            key.write("python binding test key 0123456789\n")
+            key.flush()
+            self.check_two_ranks(key.name)
+
+    def check_two_ranks(self, secret_file):
+        with LocalJob(trainers=2, secret_file=secret_file) as job:
+            res = run_ranks(lambda r: self.rank_main(job.url, r, secret_file), 2)
         W, b = init_weights()
         b0, b1 = self.batches(0), self.batches(1)
         for (x0, y0), (x1, y1) in zip(b0, b1):
@@ -127,6 +138,8 @@ class Errors(unittest.TestCase):
             ferry.Client("tcp://127.0.0.1:9", -1)
         with self.assertRaisesRegex(ferry.InvalidArgument, "scheduler_url"):
             ferry.Client("", 0)
+        with self.assertRaisesRegex(ferry.InvalidArgument, "/nonexistent/job.key"):
+            ferry.Client("tcp://127.0.0.1:9", 0, secret_file="/nonexistent/job.key")
 
     def test_call_before_declare_is_state_error(self):
         c = ferry.Client("tcp://127.0.0.1:9", 0)

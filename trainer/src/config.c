@@ -60,9 +60,10 @@ static const struct binding bindings[] = {
 	{ FB_OPT_TR_STALENESS, K_U32, OFF(staleness) },
 	{ FB_OPT_TR_SYNC_QUORUM, K_U32, OFF(sync_quorum) },
 	{ FB_OPT_TR_SLOW_MS, K_U32, OFF(slow_ms) },
+	{ FB_OPT_TR_SECRET_FILE, K_TEXT, OFF(secret_file) },
 };
 #define N_BINDINGS (sizeof(bindings) / sizeof(bindings[0]))
-_Static_assert(N_BINDINGS == FB_OPT_TR_SLOW_MS - FB_OPT_TR_SCHEDULER + 1,
+_Static_assert(N_BINDINGS == FB_OPT_TR_SECRET_FILE - FB_OPT_TR_SCHEDULER + 1,
     "every trainer option of base/src/options.c needs a binding");
 
 // store copies the checked value of b from fc into c.

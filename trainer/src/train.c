@@ -204,6 +204,11 @@ join_job(struct run *r)
 	if ((fe = ferry_client_open(&fo, &r->fc)) != FERRY_OK) {
 		return libferry_failed(r, "open", fe);
 	}
+	if (cfg->secret_file != NULL && *cfg->secret_file != '\0' &&
+	    (fe = ferry_client_set_secret_file(r->fc, cfg->secret_file)) !=
+	        FERRY_OK) {
+		return libferry_failed(r, "--secret-file", fe);
+	}
 	for (size_t i = 0; i < r->w.n_tensors; i++) {
 		tr_arch_tensor_name(&cfg->arch, i, names[i], sizeof(names[i]));
 		descs[i].name = names[i];

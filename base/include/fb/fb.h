@@ -35,6 +35,7 @@ enum fb_err {
 	FB_EUNSUPP,    // not supported in this build or configuration
 	FB_ESTALE,     // a placement map epoch is out of date
 	FB_EBUSY,      // the resource is in use; try again
+	FB_EAUTH,      // a message's signature or sender identity failed
 	FB_ERR_COUNT,
 	FB_ESYSERR = 0x10000000,
 };

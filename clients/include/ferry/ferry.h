@@ -183,6 +183,16 @@ FERRY_API int ferry_opts_check(const struct ferry_opts *opts, char *why,
 FERRY_API int ferry_client_open(const struct ferry_opts *opts,
     ferry_client                                       **out);
 
+// ferry_client_set_secret_file reads the job's key from path (the file
+// every process of the job was given with --secret-file, 16 to 4096
+// bytes): from then on every request c sends is signed as
+// "trainer-<rank>" and every reply must be signed by the scheduler or a
+// server (docs/security.md). Call it after ferry_client_open and before
+// ferry_client_declare. Errors: FERRY_EINVAL (unreadable or short file,
+// empty path; the reason in ferry_client_last_error; NULL c),
+// FERRY_ESTATE (after declare), FERRY_ENOMEM.
+FERRY_API int ferry_client_set_secret_file(ferry_client *c, const char *path);
+
 // ferry_client_close stops the heartbeat thread, closes the connections
 // and frees the client. It sends nothing: in a sync job stopping early,
 // call ferry_client_leave first, or the other trainers wait for this

@@ -21,8 +21,14 @@
 // receive size, checked by the caller).
 #define PSW_MAX_HEADER (1u << 20)
 
+// Signing state (auth.c); NULL wherever authentication is off.
+struct psw_auth;
+
 // Frame flags.
 #define PSW_FLAG_REPLY 0x1u
+// SIGNED: a PSW_AUTH_TRAILER-byte trailer follows the payload (auth.c).
+#define PSW_FLAG_SIGNED 0x2u
+#define PSW_AUTH_TRAILER 64u
 
 // A parsed frame: pointers borrow the caller's buffer.
 struct psw_frame {
@@ -32,6 +38,7 @@ struct psw_frame {
 	uint32_t       hdr_len;
 	const uint8_t *payload; // raw payload bytes
 	uint32_t       payload_len;
+	const uint8_t *trailer; // PSW_AUTH_TRAILER bytes when SIGNED, or NULL
 };
 
 // psw_frame_put writes the 16-byte fixed header into dst.
@@ -93,17 +100,23 @@ int psw_msg_parse(nng_msg *m, struct psw_frame *f, const char **why);
 // FB_EREMOTE means the peer answered a non-OK status (hdr->status,
 // hdr->error). FB_EPROTO (with *why) means the reply is malformed; then
 // *hdr is not set.
-int psw_reply_open(nng_msg *rep, uint8_t method, uint64_t request_id,
-    struct psw_frame *f, ProtobufCMessage **hdr, const char **why);
+// With auth set, the reply must also pass psw_auth_check_reply (answering
+// the request whose counter was reply_to, from the scheduler for methods
+// 1..15 and from a server otherwise), else FB_EAUTH; a refusal that the
+// peer itself signalled (UNAUTHENTICATED) comes back as FB_EREMOTE.
+int psw_reply_open(struct psw_auth *auth, nng_msg *rep, uint8_t method,
+    uint64_t request_id, uint64_t reply_to, struct psw_frame *f,
+    ProtobufCMessage **hdr, const char **why);
 
-// psw_call sends req on ctx (taking ownership of req, also on failure),
+// psw_call signs req with auth (may be NULL), sends it on ctx (taking
+// ownership of req, also on failure),
 // waits up to timeout_ms for the reply, and opens it with psw_reply_open.
 // On FB_OK/FB_EREMOTE *rep is the reply (free with nng_msg_free after the
 // Header). Errors: FB_ETIMEDOUT, FB_ETRANSPORT, FB_EPROTO, FB_EREMOTE.
 // Blocks the calling thread; aio must be idle and have no callback.
-int psw_call(nng_ctx ctx, nng_aio *aio, nng_msg *req, uint8_t method,
-    uint64_t request_id, int timeout_ms, nng_msg **rep, struct psw_frame *f,
-    ProtobufCMessage **hdr, const char **why);
+int psw_call(struct psw_auth *auth, nng_ctx ctx, nng_aio *aio, nng_msg *req,
+    uint8_t method, uint64_t request_id, int timeout_ms, nng_msg **rep,
+    struct psw_frame *f, ProtobufCMessage **hdr, const char **why);
 
 // ---- the client end of an rpc (call.c) ------------------------------------
 //
@@ -118,15 +131,93 @@ int psw_call(nng_ctx ctx, nng_aio *aio, nng_msg *req, uint8_t method,
 int psw_req_open(const char *url, size_t max_msg, int reconn_min_ms,
     int reconn_max_ms, nng_socket *sock, nng_ctx *ctx, nng_aio **aio);
 
-// psw_call_header sends a request made of hdr alone (a Pswire__Header with
+// psw_call_header signs (with auth, may be NULL) and sends a request made
+// of hdr alone (a Pswire__Header with
 // no payload) and waits for its reply, as psw_call. On FB_OK or FB_EREMOTE
 // *rhdr is the reply's unpacked Header (release it with
 // pswire__header__free_unpacked); the reply message itself is already
 // freed. Errors as psw_call, plus FB_ENOMEM and FB_ENOSPC (the header is
 // over PSW_MAX_HEADER); *why always points to a static or borrowed text.
 // Blocks the calling thread; aio must be idle and have no callback.
-int psw_call_header(nng_ctx ctx, nng_aio *aio, const ProtobufCMessage *hdr,
-    uint8_t method, uint64_t request_id, int timeout_ms,
-    ProtobufCMessage **rhdr, const char **why);
+int psw_call_header(struct psw_auth *auth, nng_ctx ctx, nng_aio *aio,
+    const ProtobufCMessage *hdr, uint8_t method, uint64_t request_id,
+    int timeout_ms, ProtobufCMessage **rhdr, const char **why);
+
+// ---- who sent a message: signed frames (auth.c) ---------------------------
+//
+// With a per-job secret (--secret-file), every request and reply carries a
+// PSW_AUTH_TRAILER-byte trailer after its payload and the SIGNED frame
+// flag: the sender's identity, a channel, a counter, the counter of the
+// request a reply answers, and a GMAC-AES256 tag over the frame header, the
+// protobuf Header, the payload and those fields (docs/protocol.md,
+// docs/security.md). Without a secret, psw_auth is NULL everywhere and
+// every function below is a no-op that accepts.
+
+// A member's role, as its identity names it ("trainer-3", "server-1",
+// "scheduler", "operator").
+enum psw_role {
+	PSW_ROLE_NONE = 0, // unauthenticated (auth off)
+	PSW_ROLE_TRAINER,
+	PSW_ROLE_SERVER,
+	PSW_ROLE_SCHEDULER,
+	PSW_ROLE_OPERATOR,
+};
+// The id of a server that has not registered yet.
+#define PSW_ID_UNASSIGNED UINT32_MAX
+
+struct psw_ident {
+	int      role; // enum psw_role
+	uint32_t id;   // trainer rank or server index; 0 for the others
+};
+
+struct psw_auth;
+
+// psw_auth_open reads the job's key from secret_file (at least 16 bytes;
+// a trailing newline is dropped) and returns signing state for a member
+// whose identity is (role, id). Errors, with a one-line reason in why
+// (size n): FB_EINVAL (unreadable or short file), FB_ENOMEM.
+int psw_auth_open(const char *secret_file, int role, uint32_t id,
+    struct psw_auth **out, char *why, size_t n);
+
+// psw_auth_close frees a (NULL: no-op). No call may be using it.
+void psw_auth_close(struct psw_auth *a);
+
+// psw_auth_set_self changes the identity a signs with (a server learns its
+// index when it registers). Thread-safe.
+void psw_auth_set_self(struct psw_auth *a, int role, uint32_t id);
+
+// psw_auth_channel names the stream of requests sent on ctx: counters are
+// checked per (sender, channel), so requests on different sockets may
+// arrive in any order while each socket's stay strictly ordered.
+uint64_t psw_auth_channel(const struct psw_auth *a, nng_ctx ctx);
+
+// psw_auth_sign appends the trailer to m (a finished message, see
+// psw_msg_finish) and sets the SIGNED flag. reply_to is 0 for a request,
+// else the counter of the request answered; *counter (may be NULL)
+// receives the counter used. No-op with a NULL a. Errors: FB_ENOMEM.
+int psw_auth_sign(struct psw_auth *a, nng_msg *m, uint64_t channel,
+    uint64_t reply_to, uint64_t *counter);
+
+// psw_auth_check_request checks the request frame f (parsed from its
+// message): signed, MAC right, and its (sender, channel) counter above the
+// last accepted one, which it then becomes. *who, *channel and *counter
+// receive the trailer's fields. With a NULL a: FB_OK, *who is
+// PSW_ROLE_NONE. Errors: FB_EAUTH with *why set (nothing is recorded).
+int psw_auth_check_request(struct psw_auth *a, const struct psw_frame *f,
+    struct psw_ident *who, uint64_t *channel, uint64_t *counter,
+    const char **why);
+
+// psw_auth_check_reply checks the reply frame f: signed, MAC right, an
+// answer to the request whose counter was reply_to, from a sender of role
+// want_role. Errors: FB_EAUTH with *why set.
+int psw_auth_check_reply(struct psw_auth *a, const struct psw_frame *f,
+    uint64_t reply_to, int want_role, const char **why);
+
+// psw_auth_refused returns how many messages a refused (a metric).
+uint64_t psw_auth_refused(const struct psw_auth *a);
+
+// psw_ident_format writes who as "trainer-3", "server-1", "scheduler",
+// "operator" or "anyone" into buf (size n) and returns buf.
+const char *psw_ident_format(struct psw_ident who, char *buf, size_t n);
 
 #endif // PSW_PSW_H

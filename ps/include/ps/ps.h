@@ -39,11 +39,14 @@ struct ps_scheduler_opts {
 	// is declared dead (0 = never). Members that never heartbeat are not
 	// tracked.
 	uint32_t    dead_after_ms;
+	// The job's key (--secret-file): every request must be signed with
+	// it and every reply is (docs/security.md). NULL: off.
+	const char *secret_file;
 };
 #define PS_SCHEDULER_OPTS_INIT                                                \
 	{                                                                     \
 		NULL, 1, 1, 1u << 20, 64, 64u << 20, PS_PLACEMENT_UNIFORM, 7, \
-		    1u << 20, 1, 0, 50, 5000                                  \
+		    1u << 20, 1, 0, 50, 5000, NULL                            \
 	}
 
 // ps_scheduler_open starts a scheduler listening on opts->url. *out is
@@ -109,11 +112,13 @@ struct ps_server_opts {
 	const char *snapshot_dir;
 	uint64_t    snapshot_every;
 	int         restore;
+	// The job's key (--secret-file), as for the scheduler. NULL: off.
+	const char *secret_file;
 };
 #define PS_SERVER_OPTS_INIT                                                   \
 	{                                                                     \
 		NULL, NULL, NULL, 256, 256u << 20, 10000, 0, 10000, 1000,     \
-		    NULL, 0, PS_RESTORE_AUTO                                  \
+		    NULL, 0, PS_RESTORE_AUTO, NULL                            \
 	}
 
 // When a server with a snapshot_dir loads its snapshot file.

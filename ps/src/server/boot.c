@@ -32,8 +32,8 @@ heartbeat(struct ps_server *s, nng_ctx ctx, nng_aio *aio, uint64_t rid,
 	h.deadline_ms = (uint32_t) wait_ms;
 	h.body_case   = PSWIRE__HEADER__BODY_LEAVE_REQ;
 	h.leave_req   = &l;
-	rv = psw_call_header(ctx, aio, &h.base, PSWIRE__METHOD__HEARTBEAT, rid,
-	    wait_ms, &ph, &why);
+	rv            = psw_call_header(s->auth, ctx, aio, &h.base,
+	               PSWIRE__METHOD__HEARTBEAT, rid, wait_ms, &ph, &why);
 	if (rv != FB_OK) {
 		FB_LOG(FB_LOG_DEBUG, "boot", "heartbeat: %s",
 		    why && *why ? why : fb_strerror(rv));
@@ -98,8 +98,8 @@ ps__boot_main(void *arg)
 		}
 		// Short timeouts so that close is noticed quickly; the
 		// parked GetPlacement is simply re-sent.
-		rv = psw_call_header(ctx, aio, &h.base, method, h.request_id,
-		    wait, &ph, &why);
+		rv = psw_call_header(s->auth, ctx, aio, &h.base, method,
+		    h.request_id, wait, &ph, &why);
 		if (rv == FB_ENOMEM) {
 			break;
 		}
@@ -107,7 +107,9 @@ ps__boot_main(void *arg)
 			Pswire__Header *rh = (Pswire__Header *) ph;
 			if (rh->body_case ==
 			    PSWIRE__HEADER__BODY_REGISTER_REP) {
-				s->index   = rh->register_rep->id;
+				s->index = rh->register_rep->id;
+				psw_auth_set_self(s->auth, PSW_ROLE_SERVER,
+				    s->index);
 				s->late    = rh->register_rep->late;
 				registered = 1;
 				FB_LOG(FB_LOG_NOTICE, "boot",

@@ -128,7 +128,13 @@ map_mark(struct ps_server *s, Pswire__Placement *pl)
 	}
 	ps__pull_wake(s);
 	for (size_t i = 0; i < s->n_global; i++) {
-		uint32_t to = pl->shards[i]->server;
+		uint32_t  to = pl->shards[i]->server;
+		uint32_t *ow = s->owners + i * PS_OWNERS_SEEN;
+		if (ow[0] != to) {
+			memmove(ow + 1, ow,
+			    (PS_OWNERS_SEEN - 1) * sizeof(*ow));
+			ow[0] = to;
+		}
 		if (s->local[i] >= 0 && to != s->index) {
 			s->local[i] = PS_SHARD_LEAVING;
 		} else if (s->local[i] == PS_SHARD_ABSENT && to == s->index) {
@@ -212,13 +218,13 @@ map_fetch(struct ps_server *s, uint64_t min_epoch, Pswire__Placement **out)
 	        &ctx, &aio) != FB_OK) {
 		return FB_ETRANSPORT;
 	}
-	gp.min_epoch    = min_epoch;
-	h.request_id    = 1;
-	h.deadline_ms   = 2000;
-	h.body_case     = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
-	h.placement_req = &gp;
-	rv = psw_call_header(ctx, aio, &h.base, PSWIRE__METHOD__GET_PLACEMENT,
-	    1, 2000, &ph, &why);
+	gp.min_epoch       = min_epoch;
+	h.request_id       = 1;
+	h.deadline_ms      = 2000;
+	h.body_case        = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
+	h.placement_req    = &gp;
+	rv                 = psw_call_header(s->auth, ctx, aio, &h.base,
+	                    PSWIRE__METHOD__GET_PLACEMENT, 1, 2000, &ph, &why);
 	Pswire__Header *rh = (Pswire__Header *) ph;
 	if (rv == FB_OK) {
 		Pswire__Placement *pl = rh->placement;
@@ -305,7 +311,7 @@ transfer_send(struct ps_server *s, struct ps_peers *peers,
 		}
 		// The request id sits in the packed header; the receiver
 		// echoes it, so keep the one packed (1).
-		rv = psw_call(peers->ctx[to], peers->aio[to], m,
+		rv = psw_call(s->auth, peers->ctx[to], peers->aio[to], m,
 		    PSWIRE__METHOD__TRANSFER, 1, 5000, &rep, &f, &ph, &why);
 		Pswire__Header *rh          = (Pswire__Header *) ph;
 		int             unavailable = rv == FB_EREMOTE &&
@@ -466,8 +472,8 @@ ps_server_leave(struct ps_server *s, uint32_t timeout_ms)
 	h.body_case   = PSWIRE__HEADER__BODY_LEAVE_REQ;
 	h.leave_req   = &l;
 	// A scheduler that is gone should not hold the shutdown for long.
-	rv = psw_call_header(ctx, aio, &h.base, PSWIRE__METHOD__LEAVE, 1,
-	    (int) (timeout_ms < 3000 ? timeout_ms : 3000), &ph, &why);
+	rv = psw_call_header(s->auth, ctx, aio, &h.base, PSWIRE__METHOD__LEAVE,
+	    1, (int) (timeout_ms < 3000 ? timeout_ms : 3000), &ph, &why);
 	if (rv != FB_OK) {
 		FB_LOG(FB_LOG_ERR, "leave", "scheduler: %s", why ? why : "");
 		goto done;

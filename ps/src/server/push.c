@@ -329,6 +329,10 @@ ps__on_push(struct ps_server *s, struct ps_call *c)
 		    psw_method_name(c->frame.method));
 		return;
 	}
+	// Only trainer r pushes (and offers weights) for rank r.
+	if (!ps__call_acts_as(c, PSW_ROLE_TRAINER, rank, 0)) {
+		return;
+	}
 	p = c->hdr->push_req;
 	atomic_fetch_add_explicit(&s->bytes_in, nng_msg_len(c->req),
 	    memory_order_relaxed);

@@ -45,6 +45,8 @@ struct rpc_metrics {
 	struct obs_metric *errors[N_METHODS][N_STATUSES];
 	struct obs_metric *seconds[N_METHODS];
 	struct obs_metric *bytes_in, *bytes_out;
+	struct obs_metric *unauthenticated;
+	struct obs_metric *denied;
 };
 
 struct ps_rpc {
@@ -54,6 +56,7 @@ struct ps_rpc {
 	struct ps_call    *calls;
 	ps_rpc_handler     handler;
 	void              *arg;
+	struct psw_auth   *auth; // borrowed; NULL: requests are not signed
 	char               url[256];
 	struct rpc_metrics m;
 };
@@ -73,6 +76,38 @@ call_release(struct ps_call *c)
 	}
 }
 
+int
+ps__role_of(int wire_role)
+{
+	switch (wire_role) {
+	case PSWIRE__ROLE__ROLE_SERVER:
+		return PSW_ROLE_SERVER;
+	case PSWIRE__ROLE__ROLE_TRAINER:
+		return PSW_ROLE_TRAINER;
+	default:
+		return PSW_ROLE_NONE;
+	}
+}
+
+int
+ps__call_acts_as(struct ps_call *c, int role, uint32_t id, int operator_ok)
+{
+	char             who[48], as[48];
+	struct psw_ident want = { role, id };
+
+	if (c->rpc->auth == NULL ||
+	    (c->peer.role == role && c->peer.id == id) ||
+	    (operator_ok && c->peer.role == PSW_ROLE_OPERATOR)) {
+		return 1;
+	}
+	ps__call_reply_err(c, PSWIRE__STATUS__PERMISSION_DENIED,
+	    "%s may not %s for %s",
+	    psw_ident_format(c->peer, who, sizeof(who)),
+	    psw_method_name(c->frame.method),
+	    psw_ident_format(want, as, sizeof(as)));
+	return 0;
+}
+
 nng_msg *
 ps__call_take_req(struct ps_call *c)
 {
@@ -90,6 +125,9 @@ count(struct ps_call *c, int status, const nng_msg *m)
 	if (status != PSWIRE__STATUS__OK) {
 		obs_counter_add(rm->errors[c->mix][status_ix(status)], 1);
 	}
+	if (status == PSWIRE__STATUS__PERMISSION_DENIED) {
+		obs_counter_add(rm->denied, 1);
+	}
 	obs_counter_add(rm->bytes_out, nng_msg_len(m));
 	obs_histogram_observe(rm->seconds[c->mix],
 	    (double) (fb_clock_ns() - c->t0_ns) * 1e-9);
@@ -99,6 +137,9 @@ count(struct ps_call *c, int status, const nng_msg *m)
 static void
 send_reply(struct ps_call *c, nng_msg *m, int status)
 {
+	// The one place replies are signed. Out of memory leaves it
+	// unsigned: the caller refuses it, as it would a lost reply.
+	(void) psw_auth_sign(c->rpc->auth, m, c->chan, c->ctr, NULL);
 	count(c, status, m);
 	call_release(c);
 	c->state = ST_SEND;
@@ -205,6 +246,8 @@ handle(struct ps_call *c)
 
 	c->t0_ns = fb_clock_ns();
 	c->mix   = 0;
+	c->chan = c->ctr = 0;
+	c->peer.role     = PSW_ROLE_NONE;
 	obs_counter_add(c->rpc->m.bytes_in, nng_msg_len(c->req));
 	if (psw_msg_parse(c->req, &c->frame, &why) != FB_OK) {
 		c->frame.method = 0;
@@ -217,6 +260,14 @@ handle(struct ps_call *c)
 		return;
 	}
 	c->mix = method_ix(c->frame.method);
+	if (psw_auth_check_request(c->rpc->auth, &c->frame, &c->peer, &c->chan,
+	        &c->ctr, &why) != FB_OK) {
+		obs_counter_add(c->rpc->m.unauthenticated, 1);
+		FB_LOG(FB_LOG_NOTICE, "rpc", "%s refused: %s",
+		    psw_method_name(c->frame.method), why);
+		reply_status(c, 0, PSWIRE__STATUS__UNAUTHENTICATED, why);
+		return;
+	}
 	c->hdr = pswire__header__unpack(NULL, c->frame.hdr_len, c->frame.hdr);
 	if (c->hdr == NULL) {
 		reply_status(c, 0, PSWIRE__STATUS__INVALID_ARGUMENT,
@@ -328,13 +379,25 @@ metrics_register(struct rpc_metrics *m, struct obs_registry *reg)
 		    "Bytes of answers sent (frames included).", NULL, 0,
 		    &m->bytes_out);
 	}
+	if (rv == FB_OK) {
+		rv = add(reg, OBS_COUNTER, "ferry_rpc_unauthenticated_total",
+		    "Requests refused before any handler: not signed, a "
+		    "bad signature, or a replayed or reordered counter.",
+		    NULL, 0, &m->unauthenticated);
+	}
+	if (rv == FB_OK) {
+		rv = add(reg, OBS_COUNTER, "ferry_rpc_denied_total",
+		    "Authenticated requests refused because the sender may "
+		    "not act for the member they name (PERMISSION_DENIED).",
+		    NULL, 0, &m->denied);
+	}
 	return rv;
 }
 
 int
 ps__rpc_open(const char *url, int ncontexts, size_t max_msg,
-    ps_rpc_handler handler, void *arg, struct obs_registry *reg,
-    struct ps_rpc **out)
+    struct psw_auth *auth, ps_rpc_handler handler, void *arg,
+    struct obs_registry *reg, struct ps_rpc **out)
 {
 	struct ps_rpc *r;
 	int            rv;
@@ -348,6 +411,7 @@ ps__rpc_open(const char *url, int ncontexts, size_t max_msg,
 	}
 	r->handler = handler;
 	r->arg     = arg;
+	r->auth    = auth;
 	r->n       = ncontexts;
 	if ((r->calls = fb_zalloc(sizeof(*r->calls) * (size_t) ncontexts)) ==
 	    NULL) {
@@ -396,6 +460,30 @@ ps__rpc_open(const char *url, int ncontexts, size_t max_msg,
 	}
 	*out = r;
 	return FB_OK;
+}
+
+int
+ps__open_auth(const char *secret_file, int role, uint32_t id,
+    struct psw_auth **out)
+{
+	char why[256];
+	int  rv;
+
+	*out = NULL;
+	if (secret_file == NULL || secret_file[0] == '\0') {
+		return FB_OK;
+	}
+	if ((rv = psw_auth_open(secret_file, role, id, out, why,
+	         sizeof(why))) != FB_OK) {
+		FB_LOG(FB_LOG_ERR, "rpc", "%s", why);
+	}
+	return rv;
+}
+
+int
+ps__rpc_auth_on(const struct ps_rpc *r)
+{
+	return r->auth != NULL;
 }
 
 const char *

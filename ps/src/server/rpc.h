@@ -39,6 +39,10 @@ struct ps_call {
 	uint64_t         park_version; // for handlers' use while parked
 	uint64_t         t0_ns;        // fb_clock_ns() at receipt
 	int              mix;          // method's metrics index
+	// Who sent it (PSW_ROLE_NONE with authentication off) and the
+	// channel and counter its signature carried (the reply echoes them).
+	struct psw_ident peer;
+	uint64_t         chan, ctr;
 };
 
 typedef void (*ps_rpc_handler)(void *arg, struct ps_call *call);
@@ -46,18 +50,41 @@ typedef void (*ps_rpc_handler)(void *arg, struct ps_call *call);
 // ps__rpc_open listens on url with ncontexts contexts and starts serving;
 // handler(arg, call) is called for every well-formed request (frames that
 // cannot be parsed get an INVALID_ARGUMENT reply here, with the reason).
+// With auth (borrowed, may be NULL) every request must pass
+// psw_auth_check_request, else it is answered UNAUTHENTICATED here and
+// counted (ferry_rpc_unauthenticated_total), and every reply is signed.
 // max_msg caps the receive size. The request metrics (METRICS above) are
 // registered in reg, which must outlive the rpc. *out is released with
 // ps__rpc_close. Errors: FB_ENOMEM, FB_ETRANSPORT (cannot listen).
 int ps__rpc_open(const char *url, int ncontexts, size_t max_msg,
-    ps_rpc_handler handler, void *arg, struct obs_registry *reg,
-    struct ps_rpc **out);
+    struct psw_auth *auth, ps_rpc_handler handler, void *arg,
+    struct obs_registry *reg, struct ps_rpc **out);
+
+// ps__open_auth opens the signing state of a role from secret_file
+// (NULL: *out = NULL, authentication off), logging why it cannot.
+// Errors: FB_EINVAL, FB_ENOMEM.
+int ps__open_auth(const char *secret_file, int role, uint32_t id,
+    struct psw_auth **out);
+
+// ps__rpc_auth_on tells whether requests are authenticated (a secret or
+// TLS): the handlers' role checks apply only then.
+int ps__rpc_auth_on(const struct ps_rpc *rpc);
 
 // ps__rpc_url writes the bound URL (with the real port if url had port 0).
 const char *ps__rpc_url(const struct ps_rpc *rpc);
 
 // ps__rpc_close stops serving, waits for callbacks to finish and frees.
 void ps__rpc_close(struct ps_rpc *rpc);
+
+// ps__call_acts_as tells whether c's sender may act for (role, id), an
+// enum psw_role and a rank or server index: always with authentication
+// off; else when it is that member, or an operator and operator_ok. When
+// not, it answers c PERMISSION_DENIED (naming both) and returns 0.
+int ps__call_acts_as(struct ps_call *c, int role, uint32_t id,
+    int operator_ok);
+
+// ps__role_of maps a wire Role (pswire ROLE_*) to an enum psw_role.
+int ps__role_of(int wire_role);
 
 // ps__call_take_req detaches the request message from call and returns it
 // (the caller owns it: reuse it for the reply or free it). call->frame

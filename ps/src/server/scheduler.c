@@ -97,9 +97,11 @@ ps_scheduler_open(const struct ps_scheduler_opts *o, struct ps_scheduler **out)
 		ps_scheduler_close(s);
 		return FB_ENOMEM;
 	}
-	if ((rv = ps__sched_metrics_open(s)) != FB_OK ||
-	    (rv = ps__rpc_open(o->url, o->contexts, o->max_msg, dispatch, s,
-	         s->reg, &s->rpc)) != FB_OK ||
+	if ((rv = ps__open_auth(o->secret_file, PSW_ROLE_SCHEDULER, 0,
+	         &s->auth)) != FB_OK ||
+	    (rv = ps__sched_metrics_open(s)) != FB_OK ||
+	    (rv = ps__rpc_open(o->url, o->contexts, o->max_msg, s->auth,
+	         dispatch, s, s->reg, &s->rpc)) != FB_OK ||
 	    (rv = ps__sched_live_start(s)) != FB_OK) {
 		ps_scheduler_close(s);
 		return rv;
@@ -126,6 +128,7 @@ ps_scheduler_close(struct ps_scheduler *s)
 	}
 	ps__sched_live_stop(s); // it answers parked calls: stop it first
 	ps__rpc_close(s->rpc);  // parked calls die with their contexts
+	psw_auth_close(s->auth);
 	if (s->job != NULL) {
 		pswire__job_config__free_unpacked(s->job, NULL);
 	}

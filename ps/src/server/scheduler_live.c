@@ -66,6 +66,9 @@ ps__sched_on_heartbeat(struct ps_scheduler *s, struct ps_call *c)
 		ps__sched_reply_counts(s, c); // a probe of the scheduler
 		return;
 	}
+	if (!ps__call_acts_as(c, ps__role_of(l->role), l->id, 0)) {
+		return;
+	}
 	pthread_mutex_lock(&s->mu);
 	uint64_t *last = last_of(s, l->role, l->id);
 	if (last == NULL) {

@@ -143,11 +143,12 @@ grow_servers(struct ps_scheduler *s)
 
 // register_server gives the server at r->url its slot: the same one on a
 // re-registration, a new one otherwise (joining a running job re-places
-// the shards). Fills rep's id and late flag; returns 0 or a refusal. mu
-// held.
+// the shards). A sender signed as server k (claimed, else
+// PSW_ID_UNASSIGNED) may only take slot k. Fills rep's id and late flag;
+// returns 0 or a refusal. mu held.
 static int
 register_server(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
-    Pswire__RegisterReply *rep, struct refusal *no)
+    uint32_t claimed, Pswire__RegisterReply *rep, struct refusal *no)
 {
 	int idx = -1;
 	if (strlen(r->url) == 0 || strlen(r->url) > 255) {
@@ -158,6 +159,12 @@ register_server(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
 		if (strcmp(s->server_urls[i], r->url) == 0) {
 			idx = i; // re-registration: same slot
 		}
+	}
+	if (claimed != PSW_ID_UNASSIGNED &&
+	    claimed != (uint32_t) (idx >= 0 ? idx : s->n_servers_seen)) {
+		return refuse(no, PSWIRE__STATUS__PERMISSION_DENIED,
+		    "server-%u may not register %s (slot %d)", claimed, r->url,
+		    idx >= 0 ? idx : s->n_servers_seen);
 	}
 	if (idx >= 0) {
 		rep->late = s->placement != NULL;
@@ -269,9 +276,22 @@ ps__sched_on_register(struct ps_scheduler *s, struct ps_call *c)
 		    "Register needs a register_req body");
 		return;
 	}
+	// Who may register what (docs/security.md): a trainer only its own
+	// rank; a server only as a server, and only its own slot once it has
+	// one.
+	if (r->role == PSWIRE__ROLE__ROLE_TRAINER &&
+	    !ps__call_acts_as(c, PSW_ROLE_TRAINER, r->rank, 0)) {
+		return;
+	}
+	uint32_t claimed = c->peer.role == PSW_ROLE_SERVER ? c->peer.id
+	                                                   : PSW_ID_UNASSIGNED;
+	if (r->role == PSWIRE__ROLE__ROLE_SERVER && ps__rpc_auth_on(c->rpc) &&
+	    !ps__call_acts_as(c, PSW_ROLE_SERVER, claimed, 0)) {
+		return;
+	}
 	pthread_mutex_lock(&s->mu);
 	if (r->role == PSWIRE__ROLE__ROLE_SERVER) {
-		status = register_server(s, r, &rep, &no);
+		status = register_server(s, r, claimed, &rep, &no);
 	} else if (r->role == PSWIRE__ROLE__ROLE_TRAINER) {
 		status = register_trainer(s, r, &rep, &no);
 	} else {
@@ -370,6 +390,10 @@ ps__sched_on_leave(struct ps_scheduler *s, struct ps_call *c)
 		    "Leave needs a leave_req body");
 		return;
 	}
+	// A member leaves itself; an operator may take any member out.
+	if (!ps__call_acts_as(c, ps__role_of(l->role), l->id, 1)) {
+		return;
+	}
 	pthread_mutex_lock(&s->mu);
 	if (l->role == PSWIRE__ROLE__ROLE_TRAINER) {
 		status = leave_trainer(s, l->id, &no);
@@ -396,6 +420,9 @@ ps__sched_on_report_links(struct ps_scheduler *s, struct ps_call *c)
 	if (c->hdr->body_case != PSWIRE__HEADER__BODY_LINKS_REQ) {
 		ps__call_reply_err(c, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "ReportLinks needs a links_req body");
+		return;
+	}
+	if (!ps__call_acts_as(c, PSW_ROLE_TRAINER, r->rank, 0)) {
 		return;
 	}
 	// A trainer that has not fetched a map with a newly joined server yet

@@ -176,11 +176,14 @@ ps_server_open(const struct ps_server_opts *o, struct ps_server **out)
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&s->delivered, &ca);
 	pthread_condattr_destroy(&ca);
-	if ((rv = ps__server_metrics_open(s)) != FB_OK ||
+	if ((rv = ps__open_auth(o->secret_file, PSW_ROLE_SERVER,
+	         PSW_ID_UNASSIGNED, &s->auth)) != FB_OK ||
+	    (rv = ps__server_metrics_open(s)) != FB_OK ||
 	    (rv = ps__snap_open(s)) != FB_OK ||
-	    (rv = ps__rpc_open(o->url, o->contexts, o->max_msg, dispatch, s,
-	         s->reg, &s->rpc)) != FB_OK) {
+	    (rv = ps__rpc_open(o->url, o->contexts, o->max_msg, s->auth,
+	         dispatch, s, s->reg, &s->rpc)) != FB_OK) {
 		ps__snap_close(s);
+		psw_auth_close(s->auth);
 		obs_registry_free(s->reg);
 		pthread_cond_destroy(&s->delivered);
 		pthread_cond_destroy(&s->decoded);
@@ -264,6 +267,7 @@ ps_server_close(struct ps_server *s)
 	pthread_join(s->sweep_thread, NULL);
 	ps__snap_close(s); // answers a Snapshot call still waiting
 	ps__rpc_close(s->rpc);
+	psw_auth_close(s->auth);
 	for (size_t i = 0; s->shards != NULL && i < s->n_global; i++) {
 		ps__shard_release(&s->shards[i]);
 	}
@@ -273,6 +277,7 @@ ps_server_close(struct ps_server *s)
 	obs_registry_free(s->reg);
 	fb_free(s->shards);
 	fb_free(s->local);
+	fb_free(s->owners);
 	fb_free(s->sum);
 	if (s->pl != NULL) {
 		pswire__placement__free_unpacked(s->pl, NULL);

@@ -71,7 +71,8 @@
 
 // s->local[id]: the shard's index in s->shards (== id) when held here,
 // else one of these.
-#define PS_SHARD_ABSENT (-1)   // placed elsewhere
+#define PS_SHARD_ABSENT (-1) // placed elsewhere
+#define PS_OWNERS_SEEN 4
 #define PS_SHARD_ARRIVING (-2) // placed here by a new map; state in transit
 #define PS_SHARD_LEAVING (-3)  // placed elsewhere by a new map; moving out
 
@@ -129,6 +130,7 @@ struct srv_shard {
 struct ps_server {
 	struct ps_server_opts opts;
 	struct ps_rpc        *rpc;
+	struct psw_auth      *auth; // --secret-file signing (NULL: off)
 	char                  url[256];
 	pthread_mutex_t       mu;
 	// Signalled (under mu) when pushes that were decoding leave the
@@ -153,6 +155,10 @@ struct ps_server {
 	struct srv_shard     *shards;    // mine
 	uint32_t              n_shards;
 	int32_t              *local; // global id -> index in shards, or -1
+	// Per global shard, its last PS_OWNERS_SEEN servers in the maps
+	// installed here, newest first (PSW_ID_UNASSIGNED: none known): a
+	// Transfer must come from one of them (docs/security.md).
+	uint32_t             *owners;
 	size_t                n_global;
 	float                *sum;     // scratch: largest shard
 	float                *scratch; // scratch: largest shard (ref encode)

@@ -261,9 +261,16 @@ ps__map_install(struct ps_server *s, Pswire__Placement *pl)
 	s->scratch   = fb_alloc(maxlen * sizeof(float));
 	s->gone      = fb_zalloc(pl->trainers);
 	s->last_rank = fb_zalloc(pl->trainers * sizeof(*s->last_rank));
+	s->owners = fb_alloc(pl->n_shards * PS_OWNERS_SEEN * sizeof(uint32_t));
 	if (s->local == NULL || s->shards == NULL || s->sum == NULL ||
-	    s->scratch == NULL || s->gone == NULL || s->last_rank == NULL) {
+	    s->scratch == NULL || s->gone == NULL || s->last_rank == NULL ||
+	    s->owners == NULL) {
 		return FB_ENOMEM;
+	}
+	for (size_t i = 0; i < pl->n_shards * PS_OWNERS_SEEN; i++) {
+		s->owners[i] = i % PS_OWNERS_SEEN == 0
+		    ? pl->shards[i / PS_OWNERS_SEEN]->server
+		    : PSW_ID_UNASSIGNED;
 	}
 	for (size_t k = 0; k < pl->n_gone_trainers; k++) {
 		if (pl->gone_trainers[k] < pl->trainers) {

@@ -213,6 +213,38 @@ transfer_decode(struct ps_server *s, struct ps_call *c,
 	return 0;
 }
 
+// from_owner tells whether c's sender may hand over shard id: with
+// authentication on, a server that held it in one of the maps installed
+// here (any server when none but this one is known: a server joining a
+// running job never saw the previous owner). Else it answers c
+// PERMISSION_DENIED and returns 0. mu held.
+static int
+from_owner(struct ps_server *s, struct ps_call *c, uint32_t id)
+{
+	const uint32_t *ow    = s->owners + (size_t) id * PS_OWNERS_SEEN;
+	int             known = 0;
+
+	if (!ps__rpc_auth_on(s->rpc)) {
+		return 1;
+	}
+	for (int k = 0; k < PS_OWNERS_SEEN; k++) {
+		if (ow[k] == PSW_ID_UNASSIGNED || ow[k] == s->index) {
+			continue;
+		}
+		known = 1;
+		if (c->peer.role == PSW_ROLE_SERVER && c->peer.id == ow[k]) {
+			return 1;
+		}
+	}
+	if (!known && c->peer.role == PSW_ROLE_SERVER &&
+	    c->peer.id != s->index) {
+		return 1;
+	}
+	// The previous owner as the map said, named in the refusal.
+	return ps__call_acts_as(c, PSW_ROLE_SERVER,
+	    ow[1] != PSW_ID_UNASSIGNED ? ow[1] : ow[0], 0);
+}
+
 void
 ps__on_transfer(struct ps_server *s, struct ps_call *c)
 {
@@ -230,6 +262,9 @@ ps__on_transfer(struct ps_server *s, struct ps_call *c)
 		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "transfer of shard %u: the job has %zu", t->shard,
 		    s->n_global);
+		goto out;
+	}
+	if (!from_owner(s, c, t->shard)) {
 		goto out;
 	}
 	// Accepted when this server's map expects it (ARRIVING), or when the

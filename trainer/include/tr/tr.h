@@ -400,6 +400,7 @@ struct tr_config {
 	uint32_t         staleness;     // --staleness (--mode ssp)
 	uint32_t         sync_quorum;   // --sync-quorum (0: every trainer)
 	uint32_t         slow_ms;       // --slow-ms (0: no artificial delay)
+	const char      *secret_file;   // --secret-file FILE ("": off)
 	int              help;          // --help was given
 	int              print_config;  // --print-config was given
 	// Where each value came from (for --print-config), and the text of
