@@ -217,6 +217,13 @@ sweep_members(struct ps_scheduler *s, uint64_t now)
 			    (uint32_t) i, 0);
 			int dropped             = last[i] != 0 && c != NULL &&
 			    c->closed_ms != 0 && now - c->closed_ms > grace;
+			if (r && s->gone[i]) {
+				// Left on purpose (its shards moved away):
+				// never "dead", whatever its connection does.
+				last[i] = 0;
+				forget_conn(s, role, (uint32_t) i);
+				continue;
+			}
 			if (last[i] == 0 ||
 			    (now - last[i] <= after && !dropped)) {
 				continue;
