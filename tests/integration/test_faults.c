@@ -202,8 +202,9 @@ END_TEST
 
 // A server stopped (SIGSTOP) for 5 s at a random step of a sync job, then
 // continued: the trainers wait (their 30 s deadline is longer) and both
-// finish every step; the server, silent past nothing it cannot come back
-// from, is simply back. Nothing is lost: no shard moved.
+// finish every step. The server (declared dead or not: 5 s is the
+// default --dead-after-ms) heartbeats again and is simply back; no shard
+// moved, so nothing is lost.
 START_TEST(test_faults_server_stopped_sync)
 {
 	const char *sflags[] = { "--heartbeat-ms=200", NULL };
