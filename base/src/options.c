@@ -140,12 +140,17 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	     .doc  = "a sync round that waits longer than this for the "
 	              "pushes of some trainers logs, once, which ranks it waits "
 	              "for and since when (0: never); see §7.1" },
-	[FB_OPT_PS_HEARTBEAT_MS]   = { "heartbeat-ms", SRV, INT(0, 3600000),
+	[FB_OPT_PS_HEARTBEAT_MS]   = { "heartbeat-ms", PS, INT(0, 3600000),
 	      .def  = "1000",
-	      .help = "server: heartbeat the scheduler this often (0: never)",
-	      .doc  = "heartbeat the scheduler this often, so that it notices "
-	                "when this server dies (0: never; the scheduler then "
-	                "never declares it dead); see §12" },
+	      .help = "server: heartbeat the scheduler this often (0: "
+	                "never); scheduler: the members' period",
+	      .doc  = "server: heartbeat the scheduler this often, so that it "
+	                "notices when this server dies (0: never; the scheduler "
+	                "then never declares it dead). Scheduler: the members' "
+	                "period; a member whose heartbeat connection closes is "
+	                "declared dead when none comes on a new connection "
+	                "within twice this (0: only `--dead-after-ms`); see "
+	                "§12" },
 	[FB_OPT_PS_DEAD_AFTER_MS]  = { "dead-after-ms", SCH, INT(0, 86400000),
 	     .def  = "5000",
 	     .help = "scheduler: declare a member that heartbeats dead after "

@@ -3,7 +3,12 @@
 // the middle of a sync job is declared dead by the scheduler after
 // --dead-after-ms without a heartbeat, the next map drops it, and the
 // other trainer finishes all its steps instead of timing out in
-// push_pull. Every wait has a deadline.
+// push_pull. Also at a random step (FERRY_FAULT_SEED replays one): a
+// server stopped for 5 s (the job waits and finishes), a trainer killed
+// in an async job, and a trainer stopped past --dead-after-ms (declared
+// dead on silence; continued, it fails at its deadline). Servers killed
+// with replicas and restored from snapshots are other files' tests.
+// Every wait has a deadline.
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +48,105 @@ wait_for(const char *path, const char *needle, int timeout_ms)
 	}
 }
 
+// last_step returns the step of the last progress line ("step N | ...")
+// in the file at path, 0 when there is none.
+static unsigned long long
+last_step(const char *path)
+{
+	FILE              *f = fopen(path, "r");
+	char               line[4096];
+	unsigned long long n = 0, v;
+	while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+		if (sscanf(line, "step %llu |", &v) == 1) {
+			n = v;
+		}
+	}
+	if (f != NULL) {
+		fclose(f);
+	}
+	return n;
+}
+
+// wait_step waits (up to timeout_ms) until trainer rank's progress lines
+// reach step, failing the test otherwise.
+static void
+wait_step(const struct lc *c, int rank, unsigned long long step,
+    int timeout_ms)
+{
+	char     path[300], name[64];
+	uint64_t end = fb_clock_ms() + (uint64_t) timeout_ms;
+	snprintf(name, sizeof(name), "trainer-%d.out", rank);
+	lc_path(c, name, path, sizeof(path));
+	while (last_step(path) < step) {
+		ck_assert_msg(fb_clock_ms() < end,
+		    "trainer %d at step %llu after %d ms, want %llu (logs: %s)",
+		    rank, last_step(path), timeout_ms, step, c->dir);
+		fb_sleep_us(10000);
+	}
+}
+
+// random_step returns a step in [lo, hi], from $FERRY_FAULT_SEED when set
+// (to replay a failure), else from the clock; the seed is printed.
+static unsigned long long
+random_step(unsigned long long lo, unsigned long long hi)
+{
+	static unsigned seed;
+	if (seed == 0) {
+		const char *e = getenv("FERRY_FAULT_SEED");
+		seed          = e != NULL && *e
+		             ? (unsigned) strtoul(e, NULL, 10)
+		             : (unsigned) fb_clock_ms() ^ (unsigned) getpid();
+		seed          = seed == 0 ? 1 : seed;
+		fprintf(stderr, "faults: FERRY_FAULT_SEED=%u\n", seed);
+		srand(seed);
+	}
+	return lo + (unsigned long long) rand() % (hi - lo + 1);
+}
+
+// start_pair starts a 2-trainer job on `servers` servers (extra server
+// flags sflags): a small MLP, `steps` (a --max-steps flag), `mode` (a
+// --mode flag), `timeout` (a --timeout-ms flag: each call's deadline), a
+// progress line per step and heartbeats every 200 ms.
+static void
+start_pair(struct lc *c, int servers, const char **sflags, const char *mode,
+    const char *steps, const char *timeout)
+{
+	char data[520];
+	snprintf(data, sizeof(data), "--data=%s", it_data_dir());
+	lc_start(c, 2, servers, sflags);
+	for (int r = 0; r < 2; r++) {
+		const char *flags[] = { steps, "--epochs=1000",
+			"--log-interval=1", "--seed=1", "--layers=784,32,10",
+			"--batch=32", data, mode, "--heartbeat-ms=200",
+			timeout, NULL };
+		lc_trainer(c, r, flags);
+	}
+}
+
+// finished_steps returns the "steps" of trainer rank's summary, failing
+// the test when it wrote none.
+static unsigned long long
+finished_steps(const struct lc *c, int rank)
+{
+	char               path[300], name[64], line[4096];
+	unsigned long long n     = 0;
+	int                found = 0;
+	snprintf(name, sizeof(name), "trainer-%d.out", rank);
+	FILE *f = fopen(lc_path(c, name, path, sizeof(path)), "r");
+	while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+		const char *p = strstr(line, "{\"summary\"");
+		if (p != NULL && (p = strstr(p, "\"steps\": ")) != NULL) {
+			found = sscanf(p, "\"steps\": %llu", &n) == 1;
+		}
+	}
+	if (f != NULL) {
+		fclose(f);
+	}
+	ck_assert_msg(found, "trainer %d wrote no summary (logs: %s)", rank,
+	    c->dir);
+	return n;
+}
+
 // A 2-trainer sync job with heartbeats every 200 ms and death declared
 // after 1 s: trainer 1 is killed once both train; trainer 0 finishes its
 // 20000 steps. Without liveness it would wait for rank 1's pushes until its
@@ -80,12 +184,121 @@ START_TEST(test_faults_trainer_killed_sync)
 	ck_assert_msg(file_has(path, "{\"summary\""),
 	    "trainer 0 wrote no summary (logs: %s)", c.dir);
 	lc_path(&c, "scheduler.log", path, sizeof(path));
-	ck_assert_msg(file_has(path, "member trainer 1 dead: no heartbeat"),
-	    "the scheduler never declared trainer 1 dead (logs: %s)", c.dir);
+	// Killed, its connection closed: declared dead on that, not on
+	// --dead-after-ms of silence.
+	ck_assert_msg(file_has(path,
+	                  "member trainer 1 dead: its heartbeat "
+	                  "connection closed"),
+	    "the scheduler never declared trainer 1 dead on its closed "
+	    "connection (logs: %s)",
+	    c.dir);
 	ck_assert_msg(!file_has(path, "member trainer 0 dead"),
 	    "trainer 0 was declared dead (logs: %s)", c.dir);
 	fprintf(stderr, "faults: trainer 0 finished %.1f s after the kill\n",
 	    (double) (fb_clock_ms() - t_kill) / 1e3);
+	lc_stop(&c);
+}
+END_TEST
+
+// A server stopped (SIGSTOP) for 5 s at a random step of a sync job, then
+// continued: the trainers wait (their 30 s deadline is longer) and both
+// finish every step. The server (declared dead or not: 5 s is the
+// default --dead-after-ms) heartbeats again and is simply back; no shard
+// moved, so nothing is lost.
+START_TEST(test_faults_server_stopped_sync)
+{
+	const char *sflags[] = { "--heartbeat-ms=200", NULL };
+	struct lc   c;
+	start_pair(&c, 2, sflags, "--mode=sync", "--max-steps=1500",
+	    "--timeout-ms=30000");
+	unsigned long long at = random_step(20, 300);
+	wait_step(&c, 0, at, 60000);
+	ck_assert_int_eq(kill(c.server_pids[1], SIGSTOP), 0);
+	fprintf(stderr, "faults: server 1 stopped after step %llu\n", at);
+	fb_sleep_us(5000000);
+	char path[300];
+	lc_path(&c, "trainer-0.out", path, sizeof(path));
+	ck_assert_msg(!file_has(path, "{\"summary\""),
+	    "trainer 0 finished while server 1 was stopped (logs: %s)", c.dir);
+	ck_assert_int_eq(kill(c.server_pids[1], SIGCONT), 0);
+	int ok = lc_wait_trainers(&c, 120);
+	ck_assert_msg(ok == 2, "%d trainer(s) exited 0, want 2 (logs: %s)", ok,
+	    c.dir);
+	ck_assert_uint_eq(finished_steps(&c, 0), 1500);
+	ck_assert_uint_eq(finished_steps(&c, 1), 1500);
+	lc_stop(&c);
+}
+END_TEST
+
+// A trainer SIGKILLed at a random step of an async job (default
+// --dead-after-ms): the scheduler declares it dead on its closed
+// connection, and the other trainer, which never waits for it in async
+// mode, finishes all its steps.
+START_TEST(test_faults_trainer_killed_async)
+{
+	const char *sflags[] = { "--heartbeat-ms=200", NULL };
+	struct lc   c;
+	char        path[300];
+	start_pair(&c, 2, sflags, "--mode=async", "--max-steps=2000",
+	    "--timeout-ms=10000");
+	unsigned long long at = random_step(20, 300);
+	wait_step(&c, 1, at, 60000);
+	ck_assert_int_eq(kill(c.trainer_pids[1], SIGKILL), 0);
+	fprintf(stderr, "faults: async trainer 1 killed after step %llu\n",
+	    at);
+	lc_path(&c, "scheduler.log", path, sizeof(path));
+	wait_for(path,
+	    "member trainer 1 dead: its heartbeat connection closed", 10000);
+	int ok = lc_wait_trainers(&c, 120);
+	ck_assert_msg(ok == 1, "%d trainer(s) exited 0, want 1 (logs: %s)", ok,
+	    c.dir);
+	ck_assert_uint_eq(finished_steps(&c, 0), 2000);
+	ck_assert_msg(!file_has(path, "member trainer 0 dead"),
+	    "trainer 0 was declared dead (logs: %s)", c.dir);
+	lc_stop(&c);
+}
+END_TEST
+
+// A trainer stopped (SIGSTOP) at a random step of a sync job for longer
+// than --dead-after-ms: its connections stay open, so it is declared dead
+// on silence ("no heartbeat"), not on a closed connection, and the other
+// trainer carries on without it and finishes every step. Continued, the
+// stopped trainer is out of the job: its heartbeats are refused, the
+// rounds no longer count its pushes, and its next push-pull fails at its
+// deadline ("push_pull: timed out"), so it exits non-zero without
+// touching the job; restarted under its rank it would rejoin at the job's
+// version (faults_resume). It never hangs.
+START_TEST(test_faults_trainer_stopped_sync)
+{
+	const char *sflags[] = { "--heartbeat-ms=200", "--dead-after-ms=1000",
+		NULL };
+	struct lc   c;
+	char        path[300], p0[300], p1[300];
+	start_pair(&c, 2, sflags, "--mode=sync", "--max-steps=1500",
+	    "--timeout-ms=8000");
+	unsigned long long at = random_step(20, 300);
+	wait_step(&c, 1, at, 60000);
+	ck_assert_int_eq(kill(c.trainer_pids[1], SIGSTOP), 0);
+	fprintf(stderr, "faults: trainer 1 stopped after step %llu\n", at);
+	lc_path(&c, "scheduler.log", path, sizeof(path));
+	wait_for(path, "member trainer 1 dead: no heartbeat", 10000);
+	ck_assert_msg(!file_has(path, "member trainer 1 dead: its heartbeat"),
+	    "a stopped trainer's connection closed (logs: %s)", c.dir);
+	lc_path(&c, "trainer-0.out", p0, sizeof(p0));
+	wait_step(&c, 0, last_step(p0) + 50, 20000); // goes on alone
+	ck_assert_int_eq(kill(c.trainer_pids[1], SIGCONT), 0);
+	int ok = lc_wait_trainers(&c, 120);
+	ck_assert_msg(ok == 1, "%d trainer(s) exited 0, want 1 (logs: %s)", ok,
+	    c.dir);
+	ck_assert_uint_eq(finished_steps(&c, 0), 1500);
+	lc_path(&c, "trainer-1.out", p1, sizeof(p1));
+	ck_assert_msg(!file_has(p1, "{\"summary\""),
+	    "the stopped trainer finished as if it were in the job (logs: %s)",
+	    c.dir);
+	lc_path(&c, "trainer-1.log", p1, sizeof(p1));
+	ck_assert_msg(file_has(p1, "push_pull: timed out"),
+	    "the continued trainer did not fail at its deadline (logs: %s)",
+	    c.dir);
 	lc_stop(&c);
 }
 END_TEST
@@ -100,6 +313,9 @@ suite_faults(void)
 	tcase_set_tags(tc, "faults");
 	tcase_set_timeout(tc, 240);
 	tcase_add_test(tc, test_faults_trainer_killed_sync);
+	tcase_add_test(tc, test_faults_server_stopped_sync);
+	tcase_add_test(tc, test_faults_trainer_killed_async);
+	tcase_add_test(tc, test_faults_trainer_stopped_sync);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -1,10 +1,12 @@
 // test_live.c — the scheduler's liveness, against an in-process scheduler
 // spoken to over the wire: a member that heartbeats and then stops is
-// declared dead and a new map drops it; a member that never heartbeats is
-// never declared dead; a dead trainer that registers again rejoins; and
-// parked GetPlacements that their clients abandoned expire, so that they
-// cannot hold every REP context and stop Register from being answered.
-// Last, the real senders: in-process servers and a libferry client.
+// declared dead and a new map drops it; one whose connection closes (a
+// killed process) is declared dead within 2 heartbeat periods, one that
+// is stalled with its connection open only after dead_after; a member that
+// never heartbeats is never declared dead; a dead trainer that registers again
+// rejoins; and parked GetPlacements that their clients abandoned expire, so
+// that they cannot hold every REP context and stop Register from being
+// answered. Last, the real senders: in-process servers and a libferry client.
 #include <stdio.h>
 #include <string.h>
 #include <nng/nng.h>
@@ -20,13 +22,12 @@
 #include "psw/psw.h"
 #include "pt.h"
 
-// call sends header h (no payload) for method to url on a fresh socket
-// and returns the reply header (free with pswire__header__free_unpacked),
+// call_on sends header h (no payload) for method on the open REQ socket
+// s and returns the reply header (free with pswire__header__free_unpacked),
 // or NULL when none came within timeout_ms.
 static Pswire__Header *
-call(const char *url, uint8_t method, Pswire__Header *h, int timeout_ms)
+call_on(nng_socket s, uint8_t method, Pswire__Header *h, int timeout_ms)
 {
-	nng_socket       s;
 	nng_msg         *m;
 	uint8_t         *payload;
 	struct psw_frame f;
@@ -34,9 +35,7 @@ call(const char *url, uint8_t method, Pswire__Header *h, int timeout_ms)
 	Pswire__Header  *rh = NULL;
 	size_t           hl = pswire__header__get_packed_size(h);
 
-	ck_assert_int_eq(nng_req0_open(&s), 0);
 	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, timeout_ms);
-	ck_assert_int_eq(nng_dial(s, url, NULL, 0), 0);
 	PT_OK(psw_msg_begin(&m, hl, 0, &payload));
 	PT_OK(psw_msg_finish(m, method, 0, &h->base, hl, 0));
 	ck_assert_int_eq(nng_sendmsg(s, m, 0), 0);
@@ -46,6 +45,25 @@ call(const char *url, uint8_t method, Pswire__Header *h, int timeout_ms)
 		}
 		nng_msg_free(m);
 	}
+	return rh;
+}
+
+// dial opens a REQ socket connected to url (close with nng_close).
+static nng_socket
+dial(const char *url)
+{
+	nng_socket s;
+	ck_assert_int_eq(nng_req0_open(&s), 0);
+	ck_assert_int_eq(nng_dial(s, url, NULL, 0), 0);
+	return s;
+}
+
+// call is call_on over a fresh connection, closed before it returns.
+static Pswire__Header *
+call(const char *url, uint8_t method, Pswire__Header *h, int timeout_ms)
+{
+	nng_socket      s  = dial(url);
+	Pswire__Header *rh = call_on(s, method, h, timeout_ms);
 	nng_close(s);
 	return rh;
 }
@@ -98,8 +116,10 @@ register_trainer(const char *url, uint32_t rank)
 	return status_of(url, PSWIRE__METHOD__REGISTER, &h);
 }
 
+// heartbeat_on sends (role, id)'s Heartbeat on the open socket s and
+// returns the reply's status, failing the test when none came in 3 s.
 static int
-heartbeat(const char *url, int role, uint32_t id)
+heartbeat_on(nng_socket s, int role, uint32_t id)
 {
 	Pswire__Header       h = PSWIRE__HEADER__INIT;
 	Pswire__LeaveRequest l = PSWIRE__LEAVE_REQUEST__INIT;
@@ -107,7 +127,21 @@ heartbeat(const char *url, int role, uint32_t id)
 	l.id                   = id;
 	h.body_case            = PSWIRE__HEADER__BODY_LEAVE_REQ;
 	h.leave_req            = &l;
-	return status_of(url, PSWIRE__METHOD__HEARTBEAT, &h);
+	Pswire__Header *rh = call_on(s, PSWIRE__METHOD__HEARTBEAT, &h, 3000);
+	ck_assert_msg(rh != NULL, "no reply to Heartbeat within 3 s");
+	int st = rh->status;
+	pswire__header__free_unpacked(rh, NULL);
+	return st;
+}
+
+// heartbeat is heartbeat_on over a fresh connection.
+static int
+heartbeat(const char *url, int role, uint32_t id)
+{
+	nng_socket s  = dial(url);
+	int        st = heartbeat_on(s, role, id);
+	nng_close(s);
+	return st;
 }
 
 // map_at_least waits (up to timeout_ms, server-side) for a map of epoch
@@ -268,6 +302,100 @@ START_TEST(test_live_dead_server_keeps_the_map)
 }
 END_TEST
 
+// open_two_trainers opens a scheduler with one server and two trainers,
+// dead_after_ms and heartbeat_ms as given, and waits for the first map.
+static struct ps_scheduler *
+open_two_trainers(uint32_t dead_after_ms, uint32_t heartbeat_ms)
+{
+	struct ps_scheduler_opts o = PS_SCHEDULER_OPTS_INIT;
+	struct ps_scheduler     *s;
+	o.url           = "tcp://127.0.0.1:0";
+	o.trainers      = 2;
+	o.servers       = 1;
+	o.probe_bytes   = 0;
+	o.dead_after_ms = dead_after_ms;
+	o.heartbeat_ms  = heartbeat_ms;
+	PT_OK(ps_scheduler_open(&o, &s));
+	const char *url = ps_scheduler_url(s);
+	ck_assert_int_eq(register_server(url, "tcp://127.0.0.1:1"), 0);
+	ck_assert_int_eq(register_trainer(url, 0), 0);
+	ck_assert_int_eq(register_trainer(url, 1), 0);
+	pswire__header__free_unpacked(map_at_least(url, 1, 3000), NULL);
+	return s;
+}
+
+// A killed member's connection closes at once: the scheduler declares it
+// dead 2 x heartbeat_ms after that (here 0.4 s), far sooner than
+// dead_after_ms (20 s). Fails if only silence is watched.
+START_TEST(test_live_closed_connection_is_dead_soon)
+{
+	struct ps_scheduler *s   = open_two_trainers(20000, 200);
+	const char          *url = ps_scheduler_url(s);
+	nng_socket           hb  = dial(url);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(
+		    heartbeat_on(hb, PSWIRE__ROLE__ROLE_TRAINER, 1),
+		    PSWIRE__STATUS__OK);
+		nng_msleep(100);
+	}
+	uint64_t t0 = fb_clock_ms();
+	nng_close(hb); // what a SIGKILL does to the trainer's socket
+	Pswire__Header *m2 = map_at_least(url, 2, 10000);
+	uint64_t        dt = fb_clock_ms() - t0;
+	ck_assert_msg(dt >= 400 && dt < 3000,
+	    "declared dead %llu ms after "
+	    "its connection closed",
+	    (unsigned long long) dt);
+	ck_assert(has_rank(m2->placement, 1));
+	ck_assert(!has_rank(m2->placement, 0));
+	pswire__header__free_unpacked(m2, NULL);
+	ck_assert(!has_age(s, "trainer", 1));
+	ps_scheduler_close(s);
+}
+END_TEST
+
+// A member whose connection closes but which heartbeats again on a new
+// one within the grace (a redial after a network blip) stays in the job;
+// one that is stopped (SIGSTOP: connection open, silent) is still judged
+// by dead_after_ms alone, not by the shorter grace.
+START_TEST(test_live_redial_and_stall_judged_apart)
+{
+	struct ps_scheduler *s   = open_two_trainers(1500, 100);
+	const char          *url = ps_scheduler_url(s);
+	char                 text[8192];
+	nng_socket           a = dial(url);
+	nng_socket           b = dial(url);
+	ck_assert_int_eq(heartbeat_on(a, PSWIRE__ROLE__ROLE_TRAINER, 1), 0);
+	ck_assert_int_eq(heartbeat_on(b, PSWIRE__ROLE__ROLE_TRAINER, 0), 0);
+	nng_close(a);
+	a           = dial(url); // trainer 1 redials at once
+	uint64_t t0 = fb_clock_ms(), last0 = t0;
+	while (fb_clock_ms() - t0 < 1000) { // 5x the grace
+		ck_assert_int_eq(
+		    heartbeat_on(a, PSWIRE__ROLE__ROLE_TRAINER, 1),
+		    PSWIRE__STATUS__OK);
+		nng_msleep(50);
+	}
+	// Trainer 0 has been silent on an open connection for 1 s: alive.
+	ck_assert(has_age(s, "trainer", 0));
+	ck_assert(has_age(s, "trainer", 1));
+	ps_scheduler_stats(s, text, sizeof(text));
+	ck_assert_msg(strstr(text, "epoch:1\r\n") != NULL, "%s", text);
+	// ... until dead_after_ms of silence.
+	Pswire__Header *m2 = map_at_least(url, 2, 5000);
+	uint64_t        dt = fb_clock_ms() - last0;
+	ck_assert_msg(dt >= 1500 && dt < 4000,
+	    "stalled trainer declared dead after %llu ms",
+	    (unsigned long long) dt);
+	ck_assert(has_rank(m2->placement, 0));
+	ck_assert(!has_rank(m2->placement, 1));
+	pswire__header__free_unpacked(m2, NULL);
+	nng_close(a);
+	nng_close(b);
+	ps_scheduler_close(s);
+}
+END_TEST
+
 // Many GetPlacements from one client, each abandoned after 100 ms and
 // re-sent (as a server's watch thread does), on a scheduler with 8
 // contexts: they expire at their deadline, so Register and Heartbeat are
@@ -372,6 +500,8 @@ suite_live(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_live_dead_trainer_leaves_the_map);
 	tcase_add_test(tc, test_live_dead_server_keeps_the_map);
+	tcase_add_test(tc, test_live_closed_connection_is_dead_soon);
+	tcase_add_test(tc, test_live_redial_and_stall_judged_apart);
 	tcase_add_test(tc, test_live_parked_calls_expire);
 	tcase_add_test(tc, test_live_members_heartbeat);
 	suite_add_tcase(s, tc);

@@ -42,11 +42,17 @@ struct ps_scheduler_opts {
 	// The job's key (--secret-file): every request must be signed with
 	// it and every reply is (docs/security.md). NULL: off.
 	const char *secret_file;
+	// The members' heartbeat period (ms). A member whose heartbeat
+	// connection closes (a killed process closes its sockets at once)
+	// is declared dead when no heartbeat comes on a new connection
+	// within twice this (capped at dead_after_ms; 0 = only
+	// dead_after_ms counts).
+	uint32_t    heartbeat_ms;
 };
 #define PS_SCHEDULER_OPTS_INIT                                                \
 	{                                                                     \
 		NULL, 1, 1, 1u << 20, 64, 64u << 20, PS_PLACEMENT_UNIFORM, 7, \
-		    1u << 20, 1, 0, 50, 5000, NULL                            \
+		    1u << 20, 1, 0, 50, 5000, NULL, 1000                      \
 	}
 
 // ps_scheduler_open starts a scheduler listening on opts->url. *out is

@@ -59,6 +59,8 @@ struct ps_rpc {
 	struct psw_auth   *auth; // borrowed; NULL: requests are not signed
 	char               url[256];
 	struct rpc_metrics m;
+	void (*pipe_gone)(void *arg, uint32_t pipe_id); // or NULL
+	void *pipe_gone_arg;
 };
 
 static void call_cb(void *arg);
@@ -106,6 +108,39 @@ ps__call_acts_as(struct ps_call *c, int role, uint32_t id, int operator_ok)
 	    psw_method_name(c->frame.method),
 	    psw_ident_format(want, as, sizeof(as)));
 	return 0;
+}
+
+uint32_t
+ps__call_pipe(const struct ps_call *c)
+{
+	if (c->req == NULL) {
+		return 0;
+	}
+	int id = nng_pipe_id(nng_msg_get_pipe(c->req));
+	return id > 0 ? (uint32_t) id : 0;
+}
+
+// pipe_closed adapts nng's pipe callback to the watcher's.
+static void
+pipe_closed(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	struct ps_rpc *r  = arg;
+	int            id = nng_pipe_id(p);
+	(void) ev;
+	if (r->pipe_gone != NULL && id > 0) {
+		r->pipe_gone(r->pipe_gone_arg, (uint32_t) id);
+	}
+}
+
+void
+ps__rpc_on_pipe_closed(struct ps_rpc *r,
+    void (*gone)(void *arg, uint32_t pipe_id), void *arg)
+{
+	r->pipe_gone     = gone;
+	r->pipe_gone_arg = arg;
+	// nng runs NNG_PIPE_EV_REM_POST before it takes the pipe off the
+	// socket, and nng_close waits for that, so no call outlives close.
+	nng_pipe_notify(r->sock, NNG_PIPE_EV_REM_POST, pipe_closed, r);
 }
 
 nng_msg *

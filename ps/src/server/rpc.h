@@ -84,7 +84,18 @@ int ps__call_acts_as(struct ps_call *c, int role, uint32_t id,
     int operator_ok);
 
 // ps__role_of maps a wire Role (pswire ROLE_*) to an enum psw_role.
-int ps__role_of(int wire_role);
+int      ps__role_of(int wire_role);
+// ps__call_pipe returns the id of the connection (nng pipe) call came in
+// on, 0 when unknown (its request was already taken). Valid until replied.
+uint32_t ps__call_pipe(const struct ps_call *call);
+
+// ps__rpc_on_pipe_closed makes nng call gone(arg, pipe_id) on one of its
+// threads each time a connection to this socket closes (a peer that exits
+// or is killed closes its connections at once). Only one watcher; call it
+// once, after open. gone may take locks but must not block for long; it
+// is not called once ps__rpc_close has returned.
+void ps__rpc_on_pipe_closed(struct ps_rpc *rpc,
+    void (*gone)(void *arg, uint32_t pipe_id), void *arg);
 
 // ps__call_take_req detaches the request message from call and returns it
 // (the caller owns it: reuse it for the reply or free it). call->frame

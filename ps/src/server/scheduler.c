@@ -106,6 +106,7 @@ ps_scheduler_open(const struct ps_scheduler_opts *o, struct ps_scheduler **out)
 		ps_scheduler_close(s);
 		return rv;
 	}
+	ps__rpc_on_pipe_closed(s->rpc, ps__sched_live_pipe_closed, s);
 	FB_LOG(FB_LOG_NOTICE, "scheduler",
 	    "listening on %s; expecting %d servers, %d trainers; a member "
 	    "that heartbeats is declared dead after %u ms of silence",
@@ -150,6 +151,7 @@ ps_scheduler_close(struct ps_scheduler *s)
 	fb_free(s->hb_trainer);
 	fb_free(s->hb_server);
 	fb_free(s->server_dead);
+	fb_free(s->hb_conn);
 	fb_free(s->assign);
 	fb_free(s->shard_size);
 	obs_registry_free(s->reg);

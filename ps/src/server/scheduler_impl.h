@@ -44,6 +44,12 @@
 // cannot hold every REP context.
 #define PS_SCHED_PARK_MAX_MS 60000u
 
+// A member's heartbeat connection (scheduler_live.c).
+struct ps_sched_conn {
+	uint32_t pipe;      // nng pipe id of its last heartbeat, 0 = none
+	uint64_t closed_ms; // fb_clock_ms() when that pipe closed, 0 = open
+};
+
 struct ps_scheduler {
 	struct ps_scheduler_opts opts; // immutable after open
 	struct ps_rpc           *rpc;  // immutable after open
@@ -77,10 +83,15 @@ struct ps_scheduler {
 	uint64_t                *hb_trainer;  // [trainers]
 	uint64_t                *hb_server;   // [n_servers_seen]
 	uint8_t                 *server_dead; // [n_servers_seen] shards lost
-	struct obs_registry     *reg;         // metrics; immutable after open
-	pthread_t                sweeper;     // scheduler_live.c
-	int                      sweeper_on;  // the thread was started
-	atomic_int               closing;     // tells the sweeper to stop
+	// The connection each tracked member heartbeats on and when it
+	// closed (scheduler_live.c); trainers first, then servers, grown
+	// by the heartbeat that needs a slot.
+	struct ps_sched_conn    *hb_conn; // [n_hb_conn]
+	size_t                   n_hb_conn;
+	struct obs_registry     *reg;        // metrics; immutable after open
+	pthread_t                sweeper;    // scheduler_live.c
+	int                      sweeper_on; // the thread was started
+	atomic_int               closing;    // tells the sweeper to stop
 };
 
 // ps__sched_probing says whether trainers measure their links before the
@@ -173,6 +184,12 @@ void ps__sched_live_stop(struct ps_scheduler *s);
 // naming it): it refreshes the member's time when the member is tracked
 // and does nothing otherwise. mu held.
 void ps__sched_touch(struct ps_scheduler *s, int role, uint32_t id);
+
+// ps__sched_live_pipe_closed notes that connection pipe_id closed: a
+// member whose heartbeats came on it is declared dead unless it
+// heartbeats on a new connection within 2 x opts.heartbeat_ms. Called by
+// the rpc on an nng thread (ps__rpc_on_pipe_closed). Takes mu.
+void ps__sched_live_pipe_closed(void *s, uint32_t pipe_id);
 
 // ps__sched_live_untrack stops tracking a member (it left). mu held.
 void ps__sched_live_untrack(struct ps_scheduler *s, int role, uint32_t id);

@@ -17,7 +17,16 @@
 // then their deadline) instead of training on wrong weights; a server
 // that was only stalled (SIGSTOP) and heartbeats again is simply back.
 // A member declared dead that registers again rejoins as after a Leave.
+//
+// A killed process closes its TCP connections at once, so the scheduler
+// also watches the connection each member heartbeats on (nng's pipe
+// events): when it closes and no heartbeat comes on a new connection
+// within 2 x --heartbeat-ms (a live member's REQ socket redials and
+// heartbeats within one period), the member is dead: about 2 s with the
+// defaults instead of --dead-after-ms. A stopped process (SIGSTOP) keeps
+// its connections open and is still judged by --dead-after-ms alone.
 #include <stdio.h>
+#include <string.h>
 
 #include "scheduler_impl.h"
 
@@ -37,6 +46,55 @@ last_of(struct ps_scheduler *s, int role, uint32_t id)
 	return NULL;
 }
 
+// conn_of returns the heartbeat connection slot of (role, id), growing the
+// table when grow is set; NULL when there is none (or no memory: then
+// only --dead-after-ms judges the member). mu held.
+static struct ps_sched_conn *
+conn_of(struct ps_scheduler *s, int role, uint32_t id, int grow)
+{
+	size_t i = role == PSWIRE__ROLE__ROLE_TRAINER
+	    ? id
+	    : (size_t) s->opts.trainers + id;
+	if (i >= s->n_hb_conn && grow) {
+		size_t n = (size_t) s->opts.trainers +
+		    (size_t) s->n_servers_seen;
+		struct ps_sched_conn *c = fb_realloc(s->hb_conn,
+		    n * sizeof(*c));
+		if (c != NULL) {
+			memset(c + s->n_hb_conn, 0,
+			    (n - s->n_hb_conn) * sizeof(*c));
+			s->hb_conn   = c;
+			s->n_hb_conn = n;
+		}
+	}
+	return i < s->n_hb_conn ? &s->hb_conn[i] : NULL;
+}
+
+// forget_conn stops watching a member's connection. mu held.
+static void
+forget_conn(struct ps_scheduler *s, int role, uint32_t id)
+{
+	struct ps_sched_conn *c = conn_of(s, role, id, 0);
+	if (c != NULL) {
+		c->pipe      = 0;
+		c->closed_ms = 0;
+	}
+}
+
+void
+ps__sched_live_pipe_closed(void *arg, uint32_t pipe_id)
+{
+	struct ps_scheduler *s = arg;
+	pthread_mutex_lock(&s->mu);
+	for (size_t i = 0; i < s->n_hb_conn; i++) {
+		if (s->hb_conn[i].pipe == pipe_id) {
+			s->hb_conn[i].pipe      = 0;
+			s->hb_conn[i].closed_ms = fb_clock_ms();
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+}
+
 void
 ps__sched_touch(struct ps_scheduler *s, int role, uint32_t id)
 {
@@ -53,6 +111,7 @@ ps__sched_live_untrack(struct ps_scheduler *s, int role, uint32_t id)
 	if (last != NULL) {
 		*last = 0;
 	}
+	forget_conn(s, role, id);
 }
 
 void
@@ -93,7 +152,12 @@ ps__sched_on_heartbeat(struct ps_scheduler *s, struct ps_call *c)
 			                                         : "trainer",
 			    l->id);
 		}
-		*last = fb_clock_ms();
+		*last                      = fb_clock_ms();
+		struct ps_sched_conn *conn = conn_of(s, l->role, l->id, 1);
+		if (conn != NULL) {
+			conn->pipe      = ps__call_pipe(c);
+			conn->closed_ms = 0;
+		}
 		if (l->role == PSWIRE__ROLE__ROLE_SERVER &&
 		    s->server_dead[l->id]) {
 			s->server_dead[l->id] = 0;
@@ -137,23 +201,52 @@ server_dies(struct ps_scheduler *s, uint32_t m)
 }
 
 // sweep_members declares dead every tracked member silent for longer than
-// dead_after_ms. mu held.
+// dead_after_ms, or whose heartbeat connection closed more than the grace
+// (2 x heartbeat_ms, at most dead_after_ms) ago with no heartbeat since.
+// mu held.
 static void
 sweep_members(struct ps_scheduler *s, uint64_t now)
 {
 	uint64_t after = s->opts.dead_after_ms;
+	uint64_t grace = 2 * (uint64_t) s->opts.heartbeat_ms;
+	grace          = grace == 0 || grace > after ? after : grace;
 	for (int r = 0; r < 2; r++) {
 		int       n    = r ? s->n_servers_seen : s->opts.trainers;
 		uint64_t *last = r ? s->hb_server : s->hb_trainer;
+		int       role = r ? PSWIRE__ROLE__ROLE_SERVER
+		                   : PSWIRE__ROLE__ROLE_TRAINER;
 		for (int i = 0; i < n; i++) {
-			if (last[i] == 0 || now - last[i] <= after) {
+			struct ps_sched_conn *c = conn_of(s, role,
+			    (uint32_t) i, 0);
+			int dropped             = last[i] != 0 && c != NULL &&
+			    c->closed_ms != 0 && now - c->closed_ms > grace;
+			if (r && s->gone[i]) {
+				// Left on purpose (its shards moved away):
+				// never "dead", whatever its connection does.
+				last[i] = 0;
+				forget_conn(s, role, (uint32_t) i);
 				continue;
 			}
-			FB_LOG(FB_LOG_WARN, "members",
-			    "member %s %d dead: no heartbeat for %.1f s",
-			    r ? "server" : "trainer", i,
-			    (double) (now - last[i]) / 1e3);
+			if (last[i] == 0 ||
+			    (now - last[i] <= after && !dropped)) {
+				continue;
+			}
+			if (dropped) {
+				FB_LOG(FB_LOG_WARN, "members",
+				    "member %s %d dead: its heartbeat "
+				    "connection closed %.1f s ago and no "
+				    "heartbeat came on a new one",
+				    r ? "server" : "trainer", i,
+				    (double) (now - c->closed_ms) / 1e3);
+			} else {
+				FB_LOG(FB_LOG_WARN, "members",
+				    "member %s %d dead: no heartbeat for "
+				    "%.1f s",
+				    r ? "server" : "trainer", i,
+				    (double) (now - last[i]) / 1e3);
+			}
 			last[i] = 0;
+			forget_conn(s, role, (uint32_t) i);
 			if (r) {
 				server_dies(s, (uint32_t) i);
 			} else {
