@@ -12,10 +12,10 @@
 // pi, which strict C11 does not name (M_PI is an XSI extension).
 #define OPTIM_PI 3.14159265358979323846
 
-static const char *const optim_names[FB_OPTIM_COUNT] = { "sgd",
-	"momentum", "nesterov", "adam", "adamw", "adagrad" };
-static const char *const lr_names[FB_LR_COUNT] = { "constant", "step",
-	"cosine" };
+static const char *const optim_names[FB_OPTIM_COUNT] = { "sgd", "momentum",
+	"nesterov", "adam", "adamw", "adagrad" };
+static const char *const lr_names[FB_LR_COUNT]       = { "constant", "step",
+	      "cosine" };
 
 // name_index finds name in names (n entries); NULL or "" is entry 0.
 static int
@@ -119,19 +119,20 @@ fb_lr_at(const struct fb_lr_sched *sc, uint64_t t)
 	uint64_t u;
 	if (t < sc->warmup) {
 		// Linear ramp to the schedule's first value: the first
-		// update already moves (lr / warmup), the warmup-th reaches lr.
+		// update already moves (lr / warmup), the warmup-th reaches
+		// lr.
 		return sc->lr * (double) (t + 1) / (double) sc->warmup;
 	}
 	u = t - sc->warmup;
 	switch (sc->kind) {
 	case FB_LR_STEP:
 		return sc->lr *
-		    pow(sc->gamma, (double) (u / (sc->step_every ? sc->step_every
-		                                                  : 1)));
+		    pow(sc->gamma,
+		        (double) (u / (sc->step_every ? sc->step_every : 1)));
 	case FB_LR_COSINE: {
 		uint64_t span = sc->total > sc->warmup ? sc->total - sc->warmup
 		                                       : 1;
-		double   f = u >= span ? 1.0 : (double) u / (double) span;
+		double   f    = u >= span ? 1.0 : (double) u / (double) span;
 		return sc->lr_min +
 		    (sc->lr - sc->lr_min) * 0.5 * (1.0 + cos(OPTIM_PI * f));
 	}

@@ -22,7 +22,7 @@ START_TEST(test_optim_names)
 {
 	static const char *names[] = { "sgd", "momentum", "nesterov", "adam",
 		"adamw", "adagrad" };
-	int kind = -1;
+	int                kind    = -1;
 	for (int i = 0; i < FB_OPTIM_COUNT; i++) {
 		ck_assert_int_eq(fb_optim_parse(names[i], &kind), FB_OK);
 		ck_assert_int_eq(kind, i);
@@ -54,8 +54,7 @@ START_TEST(test_optim_names_bogus)
 	ck_assert_str_eq(fb_optim_name(99), "?");
 	ck_assert_int_eq(fb_optim_check(&o, &sc, why, sizeof(why)), FB_OK);
 	o.beta2 = 1.0;
-	ck_assert_int_eq(fb_optim_check(&o, &sc, why, sizeof(why)),
-	    FB_EINVAL);
+	ck_assert_int_eq(fb_optim_check(&o, &sc, why, sizeof(why)), FB_EINVAL);
 	ck_assert_ptr_nonnull(strstr(why, "beta2"));
 	o     = (struct fb_optim) FB_OPTIM_INIT;
 	o.eps = NAN;
@@ -63,14 +62,12 @@ START_TEST(test_optim_names_bogus)
 	o        = (struct fb_optim) FB_OPTIM_INIT;
 	sc.kind  = FB_LR_COSINE;
 	sc.total = 0;
-	ck_assert_int_eq(fb_optim_check(&o, &sc, why, sizeof(why)),
-	    FB_EINVAL);
+	ck_assert_int_eq(fb_optim_check(&o, &sc, why, sizeof(why)), FB_EINVAL);
 	ck_assert_ptr_nonnull(strstr(why, "lr-total-steps"));
 	sc            = (struct fb_lr_sched) FB_LR_SCHED_INIT;
 	sc.kind       = FB_LR_STEP;
 	sc.step_every = 0;
-	ck_assert_int_eq(fb_optim_check(&o, &sc, why, sizeof(why)),
-	    FB_EINVAL);
+	ck_assert_int_eq(fb_optim_check(&o, &sc, why, sizeof(why)), FB_EINVAL);
 	ck_assert_ptr_nonnull(strstr(why, "lr-step-every"));
 }
 END_TEST
@@ -122,8 +119,8 @@ START_TEST(test_optim_lr_cosine)
 	sc.total              = 100;
 	close_to(fb_lr_at(&sc, 0), 1.0, 0);
 	close_to(fb_lr_at(&sc, 50), 0.55, 50); // halfway: the midpoint
-	close_to(fb_lr_at(&sc, 25),
-	    0.1 + 0.9 * 0.5 * (1 + sqrt(0.5)), 25); // cos(pi/4)
+	close_to(fb_lr_at(&sc, 25), 0.1 + 0.9 * 0.5 * (1 + sqrt(0.5)),
+	    25); // cos(pi/4)
 	close_to(fb_lr_at(&sc, 100), 0.1, 100);
 	close_to(fb_lr_at(&sc, 5000), 0.1, 5000);
 	sc.warmup = 20; // 20 ramp steps, then 80 of cosine

@@ -45,20 +45,26 @@ struct fb_optim {
 	double beta1, beta2, eps;
 	double weight_decay; // L2 on the gradient; decoupled for adamw
 };
-#define FB_OPTIM_INIT { FB_OPTIM_SGD, 0.9, 0.9, 0.999, 1e-8, 0.0 }
+#define FB_OPTIM_INIT                                                         \
+	{                                                                     \
+		FB_OPTIM_SGD, 0.9, 0.9, 0.999, 1e-8, 0.0                      \
+	}
 
 // A job's learning rate as a function of the shard version. t counts the
 // updates already applied (the version an update starts from).
 struct fb_lr_sched {
-	double   lr;   // base learning rate
-	int      kind; // enum fb_lr_kind
+	double   lr;         // base learning rate
+	int      kind;       // enum fb_lr_kind
 	uint64_t warmup;     // updates with a linear ramp (0: none)
 	uint64_t step_every; // FB_LR_STEP: decay period, in updates
 	double   gamma;      // FB_LR_STEP: decay factor
 	double   lr_min;     // FB_LR_COSINE: the floor
 	uint64_t total;      // FB_LR_COSINE: updates until lr_min
 };
-#define FB_LR_SCHED_INIT { 0.1, FB_LR_CONSTANT, 0, 1000, 0.1, 0.0, 0 }
+#define FB_LR_SCHED_INIT                                                      \
+	{                                                                     \
+		0.1, FB_LR_CONSTANT, 0, 1000, 0.1, 0.0, 0                     \
+	}
 
 // fb_optim_parse maps a name ("sgd", "momentum", "nesterov", "adam",
 // "adamw", "adagrad"; NULL or "" mean "sgd") to *kind. Errors: FB_EINVAL

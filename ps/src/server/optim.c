@@ -60,8 +60,8 @@ apply_sgd(struct srv_shard *sh, const float *g0, const float *g1, double lr,
 // apply_momentum is heavy-ball momentum (nesterov 0) or Nesterov's (1),
 // PyTorch's form: v = mu v + g; x -= lr v (or lr (g + mu v)).
 static void
-apply_momentum(const struct fb_optim *o, struct srv_shard *sh,
-    const float *g0, const float *g1, double lr, double inv, int nesterov)
+apply_momentum(const struct fb_optim *o, struct srv_shard *sh, const float *g0,
+    const float *g1, double lr, double inv, int nesterov)
 {
 	float *v  = sh->opt;
 	double mu = o->momentum, wd = o->weight_decay;
@@ -69,8 +69,8 @@ apply_momentum(const struct fb_optim *o, struct srv_shard *sh,
 		double g  = (double) grad_at(g0, g1, i) * inv + wd * sh->x[i];
 		double vi = mu * v[i] + g;
 		v[i]      = (float) vi;
-		sh->x[i]  = (float) (sh->x[i] - lr * (nesterov ? g + mu * vi
-		                                                : vi));
+		sh->x[i]  = (float) (sh->x[i] -
+                    lr * (nesterov ? g + mu * vi : vi));
 	}
 }
 
@@ -82,11 +82,11 @@ apply_adam(const struct fb_optim *o, struct srv_shard *sh, const float *g0,
 {
 	float   *m = sh->opt, *v = sh->opt + sh->len;
 	double   b1 = o->beta1, b2 = o->beta2, eps = o->eps;
-	double   wd = o->weight_decay;
-	uint64_t t  = sh->version + 1;
-	double   c1 = 1.0 - pow(b1, (double) t);
-	double   c2 = sqrt(1.0 - pow(b2, (double) t));
-	double   l2 = decoupled ? 0.0 : wd;
+	double   wd     = o->weight_decay;
+	uint64_t t      = sh->version + 1;
+	double   c1     = 1.0 - pow(b1, (double) t);
+	double   c2     = sqrt(1.0 - pow(b2, (double) t));
+	double   l2     = decoupled ? 0.0 : wd;
 	double   shrink = decoupled ? 1.0 - lr * wd : 1.0;
 	for (size_t i = 0; i < sh->len; i++) {
 		double x  = (double) sh->x[i] * shrink;
@@ -95,14 +95,15 @@ apply_adam(const struct fb_optim *o, struct srv_shard *sh, const float *g0,
 		double vi = b2 * v[i] + (1.0 - b2) * g * g;
 		m[i]      = (float) mi;
 		v[i]      = (float) vi;
-		sh->x[i]  = (float) (x - (lr / c1) * mi / (sqrt(vi) / c2 + eps));
+		sh->x[i]  = (float) (x -
+                    (lr / c1) * mi / (sqrt(vi) / c2 + eps));
 	}
 }
 
 // apply_adagrad accumulates squares: G += g^2; x -= lr g / (sqrt(G) + eps).
 static void
-apply_adagrad(const struct fb_optim *o, struct srv_shard *sh,
-    const float *g0, const float *g1, double lr, double inv)
+apply_adagrad(const struct fb_optim *o, struct srv_shard *sh, const float *g0,
+    const float *g1, double lr, double inv)
 {
 	float *acc = sh->opt;
 	double eps = o->eps, wd = o->weight_decay;
@@ -152,7 +153,8 @@ ps__job_optim(const Pswire__JobConfig *job, struct fb_optim *o,
 	ks.lr = job->lr;
 	if (oc != NULL) {
 		if (fb_optim_parse(oc->name, &ko.kind) != FB_OK) {
-			snprintf(why, n, "unknown optimizer '%.32s'", oc->name);
+			snprintf(why, n, "unknown optimizer '%.32s'",
+			    oc->name);
 			return FB_EINVAL;
 		}
 		ko.momentum     = oc->momentum;
