@@ -133,8 +133,8 @@ run_two(struct otrainer a[2], const struct ferry_opts *o, int steps,
 	}
 	cluster_stop(&cl);
 	for (int t = 0; t < NT; t++) {
-		ck_assert_msg(memcmp(a[0].w[t], a[1].w[t],
-		                  lens[t] * sizeof(float)) == 0,
+		ck_assert_msg(
+		    memcmp(a[0].w[t], a[1].w[t], lens[t] * sizeof(float)) == 0,
 		    "ranks disagree on tensor %d", t);
 	}
 }
@@ -192,11 +192,11 @@ ref_step(const struct ferry_opts *o, struct ref *e, double g, int t)
 		e->v += g * g;
 		e->x -= lr * g / (sqrt(e->v) + o->eps);
 	} else { // adam, adamw
-		e->m       = o->beta1 * e->m + (1 - o->beta1) * g;
-		e->v       = o->beta2 * e->v + (1 - o->beta2) * g * g;
-		double mh  = e->m / (1 - pow(o->beta1, t + 1));
-		double vh  = e->v / (1 - pow(o->beta2, t + 1));
-		e->x      -= lr * mh / (sqrt(vh) + o->eps);
+		e->m      = o->beta1 * e->m + (1 - o->beta1) * g;
+		e->v      = o->beta2 * e->v + (1 - o->beta2) * g * g;
+		double mh = e->m / (1 - pow(o->beta1, t + 1));
+		double vh = e->v / (1 - pow(o->beta2, t + 1));
+		e->x -= lr * mh / (sqrt(vh) + o->eps);
 	}
 }
 
@@ -238,8 +238,8 @@ START_TEST(test_optim_sync_reference)
 	for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
 		struct ferry_opts o = FERRY_OPTS_INIT;
 		struct otrainer   a[2];
-		o.optimizer         = names[k];
-		o.lr = strncmp(names[k], "ada", 3) == 0 ? 0.01 : 0.02;
+		o.optimizer = names[k];
+		o.lr        = strncmp(names[k], "ada", 3) == 0 ? 0.01 : 0.02;
 		o.weight_decay = k % 2 == 0 ? 0.01 : 0.05; // adamw: 0.05
 		if (strcmp(names[k], "nesterov") == 0) {
 			o.momentum = 0.8;
@@ -257,12 +257,12 @@ START_TEST(test_optim_schedules_applied)
 {
 	struct ferry_opts o = FERRY_OPTS_INIT;
 	struct otrainer   a[2];
-	o.optimizer         = "momentum";
-	o.lr                = 0.05;
-	o.lr_schedule       = "step";
-	o.lr_warmup         = 5;
-	o.lr_step_every     = 10;
-	o.lr_gamma          = 0.5;
+	o.optimizer     = "momentum";
+	o.lr            = 0.05;
+	o.lr_schedule   = "step";
+	o.lr_warmup     = 5;
+	o.lr_step_every = 10;
+	o.lr_gamma      = 0.5;
 	run_two(a, &o, 30, NULL, 0);
 	check_reference(&a[0], &o, 30);
 	// Version 30: (30 - 5) / 10 = 2 decays.
@@ -291,8 +291,8 @@ START_TEST(test_optim_async_each_push)
 	struct otrainer   a;
 	struct ferry_opts o = FERRY_OPTS_INIT;
 	pthread_t         th;
-	o.optimizer         = "adam";
-	o.lr                = 0.01;
+	o.optimizer = "adam";
+	o.lr        = 0.01;
 	cluster_open(&cl, 1, 2, PS_PLACEMENT_UNIFORM);
 	memset(&a, 0, sizeof(a));
 	a.url   = ps_scheduler_url(cl.sched);
@@ -327,10 +327,10 @@ START_TEST(test_optim_clip_norm)
 {
 	struct ferry_opts o = FERRY_OPTS_INIT;
 	struct otrainer   a[2];
-	const double      C = 1.5;
+	const double      C       = 1.5;
 	int               clipped = 0;
-	o.lr                = 0.1;
-	o.clip_norm         = C;
+	o.lr                      = 0.1;
+	o.clip_norm               = C;
 	run_two(a, &o, 20, NULL, 0);
 	double err2 = 0, ref2 = 0;
 	double x[NT][40];
@@ -398,8 +398,8 @@ START_TEST(test_optim_state_moves_bit_for_bit)
 	for (size_t k = 0; k < 2; k++) {
 		struct ferry_opts o = FERRY_OPTS_INIT;
 		struct otrainer   still[2], moved[2];
-		o.optimizer         = names[k];
-		o.lr                = 0.01;
+		o.optimizer = names[k];
+		o.lr        = 0.01;
 		run_two(still, &o, 15, NULL, 0);
 		run_two(moved, &o, 15, move_every, 3);
 		for (int t = 0; t < NT; t++) {
@@ -416,26 +416,22 @@ START_TEST(test_optim_opts_bogus)
 {
 	struct ferry_opts o = FERRY_OPTS_INIT;
 	char              why[256];
-	o.scheduler_url     = "tcp://127.0.0.1:1";
+	o.scheduler_url = "tcp://127.0.0.1:1";
 	ck_assert_int_eq(ferry_opts_check(&o, why, sizeof(why)), FERRY_OK);
 	o.optimizer = "lamb";
-	ck_assert_int_eq(ferry_opts_check(&o, why, sizeof(why)),
-	    FERRY_EINVAL);
+	ck_assert_int_eq(ferry_opts_check(&o, why, sizeof(why)), FERRY_EINVAL);
 	ck_assert_ptr_nonnull(strstr(why, "lamb"));
 	o.optimizer = "adam";
 	o.beta1     = 1.5;
-	ck_assert_int_eq(ferry_opts_check(&o, why, sizeof(why)),
-	    FERRY_EINVAL);
+	ck_assert_int_eq(ferry_opts_check(&o, why, sizeof(why)), FERRY_EINVAL);
 	ck_assert_ptr_nonnull(strstr(why, "beta1"));
 	o.beta1       = 0.9;
 	o.lr_schedule = "cosine"; // without lr_total_steps
-	ck_assert_int_eq(ferry_opts_check(&o, why, sizeof(why)),
-	    FERRY_EINVAL);
+	ck_assert_int_eq(ferry_opts_check(&o, why, sizeof(why)), FERRY_EINVAL);
 	ck_assert_ptr_nonnull(strstr(why, "lr-total-steps"));
 	o.lr_schedule = NULL;
 	o.clip_norm   = -1;
-	ck_assert_int_eq(ferry_opts_check(&o, why, sizeof(why)),
-	    FERRY_EINVAL);
+	ck_assert_int_eq(ferry_opts_check(&o, why, sizeof(why)), FERRY_EINVAL);
 	ck_assert_ptr_nonnull(strstr(why, "clip_norm"));
 }
 END_TEST
