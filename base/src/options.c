@@ -199,8 +199,10 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	[FB_OPT_TR_BATCH]     = { "batch", TR, INT(1, 65536), .def = "64",
 	        .help = "minibatch size per trainer" },
 	[FB_OPT_TR_LR]        = { "lr", TR, F64(1e-12, 1e6), .def = "0.1",
-	           .help = "SGD learning rate",
-	           .doc  = "SGD learning rate (applied by the servers)" },
+	           .help = "base learning rate (the servers' optimizer)",
+	           .doc  = "base learning rate of the servers' optimizer "
+	                          "(`--optimizer`; `--lr-schedule` varies it by "
+	                          "version)" },
 	[FB_OPT_TR_EPOCHS]    = { "epochs", TR, INT(1, 1000000), .def = "1",
 	       .help = "epochs to train" },
 	[FB_OPT_TR_SEED]      = { "seed", TR, INT(0, 9200000000000000000LL),
