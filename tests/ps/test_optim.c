@@ -32,6 +32,9 @@ struct otrainer {
 	int    hook_at;
 	float  w[NT][40];
 	double lr_end; // ferry_client_lr at the end
+	// > 0: scale each gradient here as clip_norm would (the test's
+	// twin of libferry's clipping), with o.clip_norm left 0.
+	double manual_clip;
 	int    rv;
 	char   err[256];
 };
@@ -88,6 +91,21 @@ otrainer_main(void *arg)
 				g[t][i] = ograd(a->rank, k, t, i);
 			}
 		}
+		if (a->manual_clip > 0) {
+			double ss = 0;
+			for (int t = 0; t < NT; t++) {
+				for (size_t i = 0; i < lens[t]; i++) {
+					ss += (double) g[t][i] * g[t][i];
+				}
+			}
+			double norm = sqrt(ss) / SAMPLES;
+			float  f    = (float) (a->manual_clip / norm);
+			for (int t = 0; norm > a->manual_clip && t < NT; t++) {
+				for (size_t i = 0; i < lens[t]; i++) {
+					g[t][i] *= f;
+				}
+			}
+		}
 		if ((a->rv = ferry_client_push_pull(c,
 		         (const float *const *) gp, SAMPLES, wp)) != 0) {
 			goto out;
@@ -103,6 +121,9 @@ out:
 	return NULL;
 }
 
+// The manual_clip every run_two trainer gets (0: none).
+static double two_manual_clip;
+
 // run_two trains ranks 0 and 1 (sync) for `steps` steps with options o on
 // a fresh 2-server cluster and checks both succeeded and agree bit for bit.
 static void
@@ -114,11 +135,12 @@ run_two(struct otrainer a[2], const struct ferry_opts *o, int steps,
 	cluster_open(&cl, 2, 2, PS_PLACEMENT_UNIFORM);
 	for (int r = 0; r < 2; r++) {
 		memset(&a[r], 0, sizeof(a[r]));
-		a[r].url   = ps_scheduler_url(cl.sched);
-		a[r].rank  = r;
-		a[r].steps = steps;
-		a[r].mode  = FERRY_MODE_SYNC;
-		a[r].o     = *o;
+		a[r].url         = ps_scheduler_url(cl.sched);
+		a[r].rank        = r;
+		a[r].steps       = steps;
+		a[r].mode        = FERRY_MODE_SYNC;
+		a[r].o           = *o;
+		a[r].manual_clip = two_manual_clip;
 		if (r == 0 && hook != NULL) {
 			a[r].hook     = hook;
 			a[r].hook_arg = &cl;
@@ -376,6 +398,31 @@ START_TEST(test_optim_clip_norm)
 }
 END_TEST
 
+// With a push codec, clipping happens before the codes are encoded with
+// error feedback: clip_norm under q8 pushes gives bit-identical weights
+// to trainers that scale their gradients themselves and push them
+// unclipped through the same codec.
+START_TEST(test_optim_clip_norm_codec)
+{
+	struct ferry_opts o = FERRY_OPTS_INIT;
+	struct otrainer   lib[2], own[2];
+	o.lr         = 0.1;
+	o.optimizer  = "momentum";
+	o.codec_push = "q8";
+	o.clip_norm  = 1.5;
+	run_two(lib, &o, 20, NULL, 0);
+	o.clip_norm     = 0;
+	two_manual_clip = 1.5;
+	run_two(own, &o, 20, NULL, 0);
+	two_manual_clip = 0;
+	for (int t = 0; t < NT; t++) {
+		ck_assert_msg(memcmp(lib[0].w[t], own[0].w[t],
+		                  lens[t] * sizeof(float)) == 0,
+		    "tensor %d: libferry's clipping differs", t);
+	}
+}
+END_TEST
+
 // move_every is rank 0's hook: every shard goes to the other server.
 static void
 move_every(void *arg, int step)
@@ -445,13 +492,16 @@ START_TEST(test_optim_declare_mismatch_bogus)
 	struct ferry_tensor_desc d[NT] = { { "a", 40 }, { "b", 7 },
 		{ "c", 1 } };
 	ferry_client            *c0, *c1;
+	int                      rv;
 
 	cluster_open(&cl, 2, 1, PS_PLACEMENT_UNIFORM);
 	o.scheduler_url = ps_scheduler_url(cl.sched);
 	o.timeout_ms    = 300; // c0's declare waits for members: times out
 	o.optimizer     = "adam";
 	PT_OK(ferry_client_open(&o, &c0) == FERRY_OK ? FB_OK : FB_EINVAL);
-	ck_assert_int_eq(ferry_client_declare(c0, d, NT), FERRY_ETIMEDOUT);
+	rv = ferry_client_declare(c0, d, NT);
+	ck_assert_msg(rv == FERRY_ETIMEDOUT, "declare: %s: %s",
+	    ferry_strerror(rv), ferry_client_last_error(c0));
 	o.rank      = 1;
 	o.optimizer = "momentum";
 	PT_OK(ferry_client_open(&o, &c1) == FERRY_OK ? FB_OK : FB_EINVAL);
@@ -474,6 +524,7 @@ suite_optim(void)
 	tcase_add_test(tc, test_optim_schedules_applied);
 	tcase_add_test(tc, test_optim_async_each_push);
 	tcase_add_test(tc, test_optim_clip_norm);
+	tcase_add_test(tc, test_optim_clip_norm_codec);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("moves");
 	tcase_set_timeout(tc, 120);
