@@ -113,6 +113,31 @@ fb_optim_check(const struct fb_optim *o, const struct fb_lr_sched *sc,
 	return msg != NULL ? FB_EINVAL : FB_OK;
 }
 
+int
+fb_optim_finish(const char *optimizer, const char *schedule,
+    struct fb_optim *o, struct fb_lr_sched *sc, char *why, size_t n)
+{
+	if (fb_optim_parse(optimizer, &o->kind) != FB_OK) {
+		if (why != NULL && n > 0) {
+			snprintf(why, n,
+			    "optimizer '%.32s': expected sgd, momentum, "
+			    "nesterov, adam, adamw or adagrad",
+			    optimizer);
+		}
+		return FB_EINVAL;
+	}
+	if (fb_lr_parse(schedule, &sc->kind) != FB_OK) {
+		if (why != NULL && n > 0) {
+			snprintf(why, n,
+			    "lr schedule '%.32s': expected constant, step or "
+			    "cosine",
+			    schedule);
+		}
+		return FB_EINVAL;
+	}
+	return fb_optim_check(o, sc, why, n);
+}
+
 double
 fb_lr_at(const struct fb_lr_sched *sc, uint64_t t)
 {

@@ -97,31 +97,19 @@ opts_optim(const struct ferry_opts *o, struct fb_optim *op,
 {
 	struct fb_optim    ko = FB_OPTIM_INIT;
 	struct fb_lr_sched ks = FB_LR_SCHED_INIT;
-	if (fb_optim_parse(o->optimizer, &ko.kind) != FB_OK) {
-		snprintf(why, n,
-		    "optimizer '%.32s': expected sgd, momentum, nesterov, "
-		    "adam, adamw or adagrad",
-		    o->optimizer);
-		return FB_EINVAL;
-	}
-	if (fb_lr_parse(o->lr_schedule, &ks.kind) != FB_OK) {
-		snprintf(why, n,
-		    "lr_schedule '%.32s': expected constant, step or cosine",
-		    o->lr_schedule);
-		return FB_EINVAL;
-	}
-	ko.momentum     = o->momentum;
-	ko.beta1        = o->beta1;
-	ko.beta2        = o->beta2;
-	ko.eps          = o->eps;
-	ko.weight_decay = o->weight_decay;
-	ks.lr           = o->lr;
-	ks.warmup       = o->lr_warmup;
-	ks.step_every   = o->lr_step_every;
-	ks.gamma        = o->lr_gamma;
-	ks.lr_min       = o->lr_min;
-	ks.total        = o->lr_total_steps;
-	if (fb_optim_check(&ko, &ks, why, n) != FB_OK) {
+	ko.momentum           = o->momentum;
+	ko.beta1              = o->beta1;
+	ko.beta2              = o->beta2;
+	ko.eps                = o->eps;
+	ko.weight_decay       = o->weight_decay;
+	ks.lr                 = o->lr;
+	ks.warmup             = o->lr_warmup;
+	ks.step_every         = o->lr_step_every;
+	ks.gamma              = o->lr_gamma;
+	ks.lr_min             = o->lr_min;
+	ks.total              = o->lr_total_steps;
+	if (fb_optim_finish(o->optimizer, o->lr_schedule, &ko, &ks, why, n) !=
+	    FB_OK) {
 		return FB_EINVAL;
 	}
 	*op = ko;

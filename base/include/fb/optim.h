@@ -92,6 +92,14 @@ const char *fb_lr_name(int kind);
 int fb_optim_check(const struct fb_optim *o, const struct fb_lr_sched *sc,
     char *why, size_t n);
 
+// fb_optim_finish completes an optimizer and schedule whose parameters the
+// caller filled in (from flags, ferry_opts or a job config): it parses the
+// names optimizer and schedule (NULL or "": sgd, constant) into o->kind and
+// sc->kind, then runs fb_optim_check. Errors: FB_EINVAL with a reason
+// naming what was wrong in why (n bytes; may be NULL).
+int fb_optim_finish(const char *optimizer, const char *schedule,
+    struct fb_optim *o, struct fb_lr_sched *sc, char *why, size_t n);
+
 // fb_lr_at returns the learning rate of the update that starts from
 // version t (docs/algorithms.md §5.2): warm-up ramps lr * (t+1)/warmup for
 // t < warmup; after it, the schedule runs on u = t - warmup.

@@ -151,24 +151,14 @@ ps__job_optim(const Pswire__JobConfig *job, struct fb_optim *o,
 	struct fb_lr_sched         ks = FB_LR_SCHED_INIT;
 
 	ks.lr = job->lr;
-	if (oc != NULL) {
-		if (fb_optim_parse(oc->name, &ko.kind) != FB_OK) {
-			snprintf(why, n, "unknown optimizer '%.32s'",
-			    oc->name);
-			return FB_EINVAL;
-		}
+	if (oc != NULL) { // absent: SGD (a job from before optimizers)
 		ko.momentum     = oc->momentum;
 		ko.beta1        = oc->beta1;
 		ko.beta2        = oc->beta2;
 		ko.eps          = oc->eps;
 		ko.weight_decay = oc->weight_decay;
 	}
-	if (ls != NULL) {
-		if (fb_lr_parse(ls->kind, &ks.kind) != FB_OK) {
-			snprintf(why, n, "unknown lr schedule '%.32s'",
-			    ls->kind);
-			return FB_EINVAL;
-		}
+	if (ls != NULL) { // absent: constant
 		ks.warmup     = ls->lr_warmup;
 		ks.step_every = ls->step_every;
 		ks.gamma      = ls->gamma;
@@ -180,7 +170,8 @@ ps__job_optim(const Pswire__JobConfig *job, struct fb_optim *o,
 		    job->clip_norm);
 		return FB_EINVAL;
 	}
-	if (fb_optim_check(&ko, &ks, why, n) != FB_OK) {
+	if (fb_optim_finish(oc != NULL ? oc->name : NULL,
+	        ls != NULL ? ls->kind : NULL, &ko, &ks, why, n) != FB_OK) {
 		return FB_EINVAL;
 	}
 	*o  = ko;
