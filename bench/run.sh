@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # run.sh — Ferry's benchmark suite (issue 5): transport vs raw nng, end to
-# end vs PyTorch (single, DDP/gloo, RPC PS, PyTorch on Ferry), slow links, scale,
+# end vs PyTorch (single, DDP/gloo, RPC PS, PyTorch on Ferry), the servers'
+# optimizers vs torch.optim (bench/optim.sh), slow links, scale,
 # plus a perf profile of the sync job and the SSP sweep (bench/ssp.sh). Writes docs/benchmarks.md,
 # docs/plots/*.png and bench/results/latest.json.
 #
@@ -184,6 +185,14 @@ for ((rep = 1; rep <= (quick ? 1 : 3); rep++)); do
 	done
 	for m in single ddp rpc ferry; do torch_run $m "h2h-torch-$m-r$rep"; done
 done
+
+# --- 3b. optimizers vs torch.optim (issue 13) ----------------------------
+# adam (lr 1e-3) and momentum (0.9, lr 0.01) on Ferry's servers beside
+# torch.optim under DDP, same job; writes bench/results/optim.json, which
+# the report renders.
+log "optim: ferry --optimizer adam|momentum vs torch.optim"
+FERRY_SKIP_SETUP=1 FERRY_BUILD_DIR="$BUILD" bench/optim.sh $((quick ? 1 : 3)) \
+	>"$RAW/optim.txt" 2>"$RAW/optim.log" || log "optim: failed; see $RAW/optim.log"
 
 # --- 4. slow links ------------------------------------------------------
 : >"$RAW/links.jsonl"

@@ -213,8 +213,10 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	[FB_OPT_TR_BATCH]     = { "batch", TR, INT(1, 65536), .def = "64",
 	        .help = "minibatch size per trainer" },
 	[FB_OPT_TR_LR]        = { "lr", TR, F64(1e-12, 1e6), .def = "0.1",
-	           .help = "SGD learning rate",
-	           .doc  = "SGD learning rate (applied by the servers)" },
+	           .help = "base learning rate (the servers' optimizer)",
+	           .doc  = "base learning rate of the servers' optimizer "
+	                          "(`--optimizer`; `--lr-schedule` varies it by "
+	                          "version)" },
 	[FB_OPT_TR_EPOCHS]    = { "epochs", TR, INT(1, 1000000), .def = "1",
 	       .help = "epochs to train" },
 	[FB_OPT_TR_SEED]      = { "seed", TR, INT(0, 9200000000000000000LL),
@@ -319,4 +321,54 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	             "(docs/security.md)",
 	    .doc   = "file holding the job's key, as `ps-server "
 	             "--secret-file` ([security.md](security.md))" },
+	[FB_OPT_TR_OPTIMIZER]   = { "optimizer", TR,
+	      ENUM("sgd|momentum|nesterov|adam|adamw|adagrad"), .def = "sgd",
+	      .help = "the servers' optimizer: sgd | momentum | nesterov | adam "
+	                "| adamw | adagrad",
+	      .doc  = "the optimizer the servers run on each shard "
+	                "(docs/algorithms.md §5): `sgd`, `momentum`, `nesterov`, "
+	                "`adam`, `adamw` or `adagrad`; its state lives, moves and "
+	                "snapshots with the shard" },
+	[FB_OPT_TR_MOMENTUM]    = { "momentum", TR, F64(0, 0.999999),
+	       .def  = "0.9",
+	       .help = "momentum and nesterov: the velocity's decay" },
+	[FB_OPT_TR_BETA1] = { "beta1", TR, F64(0, 0.999999), .def = "0.9",
+	    .help = "adam, adamw: decay of the first moment" },
+	[FB_OPT_TR_BETA2] = { "beta2", TR, F64(0, 0.999999999), .def = "0.999",
+	    .help = "adam, adamw: decay of the second moment" },
+	[FB_OPT_TR_EPS]   = { "eps", TR, F64(1e-30, 1), .def = "1e-8",
+	      .help = "adam, adamw, adagrad: added to the denominator" },
+	[FB_OPT_TR_WEIGHT_DECAY]  = { "weight-decay", TR, F64(0, 999),
+	     .def  = "0",
+	     .help = "weight decay: L2 on the gradient (decoupled for adamw)" },
+	[FB_OPT_TR_LR_SCHEDULE]   = { "lr-schedule", TR,
+	      ENUM("constant|step|cosine"), .def = "constant",
+	      .help = "lr by version: constant | step | cosine",
+	      .doc  = "the learning rate the servers apply by version: "
+	                "`constant`, `step` (times `--lr-gamma` every "
+	                "`--lr-step-every` updates) or `cosine` (to `--lr-min` at "
+	                "`--lr-total-steps`), after `--lr-warmup`" },
+	[FB_OPT_TR_LR_WARMUP]     = { "lr-warmup", TR, INT(0, 1LL << 40),
+	        .def  = "0",
+	        .help = "updates of linear lr warm-up (not --warmup-steps, the "
+	                    "codecs')",
+	        .doc  = "updates of linear learning-rate warm-up, lr (t+1)/W "
+	                    "(unrelated to `--warmup-steps`, the codecs' uncompressed "
+	                    "start)" },
+	[FB_OPT_TR_LR_STEP_EVERY] = { "lr-step-every", TR, INT(1, 1LL << 40),
+	    .def = "1000", .help = "step schedule: updates between decays" },
+	[FB_OPT_TR_LR_GAMMA] = { "lr-gamma", TR, F64(1e-12, 1), .def = "0.1",
+	    .help = "step schedule: factor at each decay" },
+	[FB_OPT_TR_LR_MIN]   = { "lr-min", TR, F64(0, 1e6), .def = "0",
+	      .help = "cosine schedule: the final lr" },
+	[FB_OPT_TR_LR_TOTAL_STEPS] = { "lr-total-steps", TR, INT(0, 1LL << 40),
+	    .def  = "0",
+	    .help = "cosine schedule: updates until lr-min (warm-up "
+	            "included)" },
+	[FB_OPT_TR_CLIP_NORM] = { "clip-norm", TR, F64(0, 1e29), .def = "0",
+	    .help = "clip each push's gradient to this global L2 norm per "
+	            "sample (0: off)",
+	    .doc  = "clip each trainer's gradient, before it is encoded and "
+	            "pushed, to this global L2 norm over all tensors, per "
+	            "sample (docs/algorithms.md §5.3; 0: off)" },
 };

@@ -3,7 +3,8 @@
 
 Trains the same job as `trainer` (Fashion-MNIST, MLP 784-256-128-10, ReLU,
 softmax cross-entropy, Kaiming-uniform weights bound sqrt(6/fan_in), zero
-biases, pixels / 255, plain SGD lr 0.1, batch 64 per worker, each worker on a
+biases, pixels / 255, plain SGD lr 0.1 (or --optimizer momentum, nesterov,
+adam, adamw, adagrad: torch.optim's), batch 64 per worker, each worker on a
 seeded contiguous slice of a seeded permutation, reshuffled per epoch) with
 one of three PyTorch set-ups, CPU only, one thread per process:
 
@@ -201,10 +202,27 @@ def train_loop(args, rank, world, mode, model, step_fn, traffic=None):
     rep.summary(step, samples, spe)
 
 
+def make_optimizer(params, args):
+    """torch.optim's counterpart of the trainer's --optimizer (the rules
+    Ferry's servers implement, docs/algorithms.md section 5)."""
+    if args.optimizer == "momentum":
+        return torch.optim.SGD(params, lr=args.lr, momentum=args.momentum)
+    if args.optimizer == "nesterov":
+        return torch.optim.SGD(params, lr=args.lr, momentum=args.momentum,
+                               nesterov=True)
+    if args.optimizer == "adam":
+        return torch.optim.Adam(params, lr=args.lr)
+    if args.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
+    if args.optimizer == "adagrad":
+        return torch.optim.Adagrad(params, lr=args.lr, eps=1e-8)
+    return torch.optim.SGD(params, lr=args.lr)
+
+
 def run_single(args):
     torch.set_num_threads(1)
     model = MLP(args.seed)
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr)
+    opt = make_optimizer(model.parameters(), args)
 
     def step(loss):
         opt.zero_grad(set_to_none=True)
@@ -222,7 +240,7 @@ def ddp_worker(rank, args):
     os.environ["MASTER_PORT"] = str(args.port)
     dist.init_process_group("gloo", rank=rank, world_size=args.world)
     model = DDP(MLP(args.seed))
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr)
+    opt = make_optimizer(model.parameters(), args)
 
     def step(loss):
         opt.zero_grad(set_to_none=True)
@@ -337,7 +355,14 @@ def main():
     ap.add_argument("--mode", choices=["single", "ddp", "rpc"], default="single")
     add_job_args(ap)
     ap.add_argument("--port", type=int, default=29511)
+    ap.add_argument("--optimizer", default="sgd",
+                    choices=["sgd", "momentum", "nesterov", "adam", "adamw",
+                             "adagrad"],
+                    help="torch.optim rule (single and ddp; rpc is SGD)")
+    ap.add_argument("--momentum", type=float, default=0.9)
     args = ap.parse_args()
+    if args.mode == "rpc" and args.optimizer != "sgd":
+        ap.error("--mode rpc applies SGD only; use single or ddp")
     if args.mode == "single":
         run_single(args)
         return

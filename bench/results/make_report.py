@@ -602,6 +602,34 @@ if os.path.exists(ssp_path):
           "it finishes early while the slow one trains alone, so the job's "
           "wall time is still the slow trainer's (docs/algorithms.md §6.1).")
         w("")
+# Optimizers vs torch.optim: measured by bench/optim.sh (run.sh calls it).
+optim_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "optim.json")
+if os.path.exists(optim_path):
+    op = json.load(open(optim_path))
+    w("## Optimizers vs torch.optim (bench/optim.sh)")
+    w("")
+    w(f"`bench/optim.sh {op['reps']}`: the servers' optimizers (`--optimizer`, "
+      "docs/algorithms.md §5) against PyTorch's `torch.optim` on the same job: "
+      "Fashion-MNIST, MLP 784-256-128-10, 2 trainers x batch 64, 3 epochs, seed 42. "
+      "Ferry: `scripts/run-local.sh` (scheduler, 2 servers, 2 trainers); PyTorch: "
+      "`bench/peers/torch_mlp.py --mode ddp` (2 processes, gloo, the same rule). "
+      "adam: lr 1e-3 (betas 0.9/0.999, eps 1e-8); momentum: 0.9, lr 0.01. "
+      "Rank 0's test accuracy after the last step and the job's samples/s, "
+      f"medians of {op['reps']} run(s).")
+    w("")
+    w("| optimizer | Ferry test acc | torch.optim test acc | Ferry - torch (points) | "
+      "target | Ferry samples/s | torch samples/s |")
+    w("|---|---|---|---|---|---|---|")
+    for cfg, row in op["configs"].items():
+        f_, t_ = row.get("ferry", {}), row.get("torch", {})
+        d = row.get("acc_diff_points")
+        goal = ""
+        if cfg == "adam" and d is not None:
+            goal = "within +-0.5: " + ("met" if abs(d) <= 0.5 else "**not met**")
+        w(f"| {cfg} | {f_.get('test_acc', 'n/a')} | {t_.get('test_acc', 'n/a')} | "
+          f"{'n/a' if d is None else f'{d:+.2f}'} | {goal} | "
+          f"{f_.get('samples_per_s', 0):.0f} | {t_.get('samples_per_s', 0):.0f} |")
+    w("")
 w("## GPU (bench/gpu)")
 w("")
 w("`gpu_bench` (training step vs a plain cuBLAS GEMM of the same shapes, "

@@ -89,13 +89,43 @@ ferry__timeout(const ferry_client *c)
 	return c->opts.timeout_ms ? c->opts.timeout_ms : 60000;
 }
 
+// opts_optim parses and checks o's optimizer and lr schedule into *op and
+// *sc: FB_OK, or FB_EINVAL with a reason in why.
+static int
+opts_optim(const struct ferry_opts *o, struct fb_optim *op,
+    struct fb_lr_sched *sc, char *why, size_t n)
+{
+	struct fb_optim    ko = FB_OPTIM_INIT;
+	struct fb_lr_sched ks = FB_LR_SCHED_INIT;
+	ko.momentum           = o->momentum;
+	ko.beta1              = o->beta1;
+	ko.beta2              = o->beta2;
+	ko.eps                = o->eps;
+	ko.weight_decay       = o->weight_decay;
+	ks.lr                 = o->lr;
+	ks.warmup             = o->lr_warmup;
+	ks.step_every         = o->lr_step_every;
+	ks.gamma              = o->lr_gamma;
+	ks.lr_min             = o->lr_min;
+	ks.total              = o->lr_total_steps;
+	if (fb_optim_finish(o->optimizer, o->lr_schedule, &ko, &ks, why, n) !=
+	    FB_OK) {
+		return FB_EINVAL;
+	}
+	*op = ko;
+	*sc = ks;
+	return FB_OK;
+}
+
 FERRY_API int
 ferry_opts_check(const struct ferry_opts *o, char *why, size_t n)
 {
-	struct comp_codec cc;
-	char              cwhy[128] = "";
-	const char       *msg       = NULL;
-	char              buf[256];
+	struct fb_optim    op;
+	struct fb_lr_sched sc;
+	struct comp_codec  cc;
+	char               cwhy[128] = "";
+	const char        *msg       = NULL;
+	char               buf[256];
 
 	if (o == NULL) {
 		msg = "opts is NULL";
@@ -127,6 +157,11 @@ ferry_opts_check(const struct ferry_opts *o, char *why, size_t n)
 	} else if (cc.stochastic) {
 		msg = "codec_pull cannot use stochastic rounding (:sr): both "
 		      "sides must round the same way";
+	} else if (opts_optim(o, &op, &sc, cwhy, sizeof(cwhy)) != FB_OK) {
+		snprintf(buf, sizeof(buf), "%s", cwhy);
+		msg = buf;
+	} else if (!(o->clip_norm >= 0 && o->clip_norm < 1e30)) {
+		msg = "clip_norm must be in [0, 1e30) (0: off)";
 	}
 	if (msg != NULL && why != NULL && n > 0) {
 		snprintf(why, n, "%s", msg);
@@ -157,7 +192,15 @@ ferry_client_open(const struct ferry_opts *o, ferry_client **out)
 	c->opts.scheduler_url = c->url;
 	c->opts.codec_push    = c->codec_push;
 	c->opts.codec_pull    = c->codec_pull;
-	c->next_rid           = ((uint64_t) (unsigned) o->rank << 48) | 1;
+	// Checked by ferry_opts_check above: these cannot fail now.
+	(void) opts_optim(o, &c->optim, &c->lr_sched, NULL, 0);
+	snprintf(c->optimizer, sizeof(c->optimizer), "%s",
+	    fb_optim_name(c->optim.kind));
+	snprintf(c->lr_schedule, sizeof(c->lr_schedule), "%s",
+	    fb_lr_name(c->lr_sched.kind));
+	c->opts.optimizer   = c->optimizer;
+	c->opts.lr_schedule = c->lr_schedule;
+	c->next_rid         = ((uint64_t) (unsigned) o->rank << 48) | 1;
 	c->rng = o->seed ^ (0x9e3779b97f4a7c15ull * (uint64_t) (o->rank + 1));
 	if (comp_codec_parse(c->codec_push, o->bucket, &c->cpush) != FB_OK ||
 	    comp_codec_parse(c->codec_pull, o->bucket, &c->cpull) != FB_OK ||
@@ -243,6 +286,7 @@ ferry_client_close(ferry_client *c)
 	fb_free(c->codes);
 	fb_free(c->code_off);
 	fb_free(c->layout);
+	fb_free(c->clip);
 	fb_free(c->tensor_len);
 	fb_free(c);
 }
@@ -317,4 +361,10 @@ ferry_client_ef_residual_norm(const ferry_client *c)
 		}
 	}
 	return sqrt(sum);
+}
+
+FERRY_API double
+ferry_client_lr(const ferry_client *c)
+{
+	return c != NULL ? fb_lr_at(&c->lr_sched, c->version) : 0.0;
 }

@@ -19,6 +19,7 @@
 
 #include "comp/comp.h"
 #include "fb/fb.h"
+#include "fb/optim.h"
 #include "ferry.pb-c.h"
 #include "ferry/ferry.h"
 #include "psw/psw.h"
@@ -57,6 +58,11 @@ struct ferry_client {
 	char                url[256];
 	char                codec_push[32], codec_pull[32];
 	struct psw_auth    *auth; // ferry_client_set_secret_file (NULL: off)
+	char                optimizer[16], lr_schedule[16];
+	struct fb_optim     optim;    // opts' optimizer, parsed
+	struct fb_lr_sched  lr_sched; // opts' lr schedule, parsed
+	float              *clip;     // clip_norm with a push codec: one
+	                              // shard's scaled gradient (or NULL)
 	nng_socket          sched;
 	nng_ctx             sched_ctx;
 	nng_aio            *sched_aio;
@@ -112,9 +118,16 @@ struct xfer {
 	const struct comp_codec *codec;     // push codec of this operation
 	int                      staged;    // codes are in c->codes
 	const uint8_t *const    *codes; // caller's codes per shard, or NULL
+	float clip_scale; // opts.clip_norm: factor on g (0: unclipped)
 };
 
 // ---- client.c: errors and options ------------------------------------------
+
+// ferry__clip_prepare sets x->clip_scale for a push of the caller's fp32
+// gradients x->g over x->n_samples samples: with opts.clip_norm > 0 and a
+// per-sample global L2 norm above it, clip_norm / norm; else 0 (no
+// scaling). One read of the gradient; no allocation. (ops.c)
+void ferry__clip_prepare(ferry_client *c, struct xfer *x);
 
 // ferry__fail formats the message ferry_client_last_error returns into
 // c->err and returns err (so `return ferry__fail(c, FERRY_E..., ...)`).

@@ -13,6 +13,8 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 	Pswire__Header          h   = PSWIRE__HEADER__INIT;
 	Pswire__RegisterRequest rr  = PSWIRE__REGISTER_REQUEST__INIT;
 	Pswire__JobConfig       job = PSWIRE__JOB_CONFIG__INIT;
+	Pswire__OptimConfig     oc  = PSWIRE__OPTIM_CONFIG__INIT;
+	Pswire__LrSchedule      ls  = PSWIRE__LR_SCHEDULE__INIT;
 	Pswire__TensorDesc     *tds = NULL, **tdp = NULL;
 	Pswire__Header         *rh = NULL;
 	int                     rv;
@@ -57,6 +59,21 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 	job.warmup_steps = c->opts.warmup_steps;
 	job.staleness    = c->opts.staleness;
 	job.sync_quorum  = c->opts.sync_quorum;
+	oc.name          = c->optimizer;
+	oc.momentum      = c->opts.momentum;
+	oc.beta1         = c->opts.beta1;
+	oc.beta2         = c->opts.beta2;
+	oc.eps           = c->opts.eps;
+	oc.weight_decay  = c->opts.weight_decay;
+	ls.kind          = c->lr_schedule;
+	ls.lr_warmup     = c->opts.lr_warmup;
+	ls.step_every    = c->opts.lr_step_every;
+	ls.gamma         = c->opts.lr_gamma;
+	ls.lr_min        = c->opts.lr_min;
+	ls.total_steps   = c->opts.lr_total_steps;
+	job.optim        = &oc;
+	job.lr_schedule  = &ls;
+	job.clip_norm    = c->opts.clip_norm;
 	rr.role          = PSWIRE__ROLE__ROLE_TRAINER;
 	rr.rank          = (uint32_t) c->opts.rank;
 	rr.job           = &job;
@@ -124,6 +141,19 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 			total += comp_bound(&c->cpush, c->pl->shards[i]->len);
 		}
 		if ((c->codes = fb_alloc(total ? total : 1)) == NULL) {
+			rv = ferry__fail(c, FERRY_ENOMEM, "out of memory");
+			goto done;
+		}
+	}
+	if (c->opts.clip_norm > 0 && c->cpush.id != COMP_NONE) {
+		// Clipped codes are encoded from one shard's scaled copy.
+		size_t maxlen = 1;
+		for (size_t i = 0; i < c->pl->n_shards; i++) {
+			if (c->pl->shards[i]->len > maxlen) {
+				maxlen = c->pl->shards[i]->len;
+			}
+		}
+		if ((c->clip = fb_alloc(maxlen * sizeof(float))) == NULL) {
 			rv = ferry__fail(c, FERRY_ENOMEM, "out of memory");
 			goto done;
 		}

@@ -1,6 +1,8 @@
 // ops.c — the public step calls (init_weights, pull, push, push_pull and
 // push_pull_encoded): their argument and state checks, and what each call
 // asks of the exchange (which operation, which version to wait for).
+#include <math.h>
+
 #include "client_impl.h"
 
 static int
@@ -74,6 +76,28 @@ ferry_client_pull(ferry_client *c, float *const *w)
 	return ferry__pull_finish(c, &x);
 }
 
+void
+ferry__clip_prepare(ferry_client *c, struct xfer *x)
+{
+	double ss     = 0, norm;
+	x->clip_scale = 0;
+	if (!(c->opts.clip_norm > 0) || x->g == NULL) {
+		return;
+	}
+	// The global norm over every tensor (this trainer holds them all),
+	// in double so that a large model's sum of squares loses nothing.
+	for (size_t t = 0; t < c->n_tensors; t++) {
+		const float *g = x->g[t];
+		for (uint64_t i = 0; i < c->tensor_len[t]; i++) {
+			ss += (double) g[i] * g[i];
+		}
+	}
+	norm = sqrt(ss) / (double) x->n_samples;
+	if (norm > c->opts.clip_norm) {
+		x->clip_scale = (float) (c->opts.clip_norm / norm);
+	}
+}
+
 FERRY_API int
 ferry_client_push(ferry_client *c, const float *const *g, uint32_t n_samples)
 {
@@ -83,6 +107,7 @@ ferry_client_push(ferry_client *c, const float *const *g, uint32_t n_samples)
 	    (rv = check_samples(c, n_samples)) != FERRY_OK) {
 		return rv;
 	}
+	ferry__clip_prepare(c, &x);
 	if ((rv = ferry__op_run(c, &x)) != FERRY_OK) {
 		return rv;
 	}
@@ -115,6 +140,7 @@ push_pull_run(ferry_client *c, struct xfer *x, const void *in)
 	if ((rv = ferry__links_reprobe(c)) != FERRY_OK) {
 		return rv;
 	}
+	ferry__clip_prepare(c, x);
 	x->pull_want = c->lockstep ? c->version + 1 : 0;
 	if ((rv = ferry__op_run(c, x)) != FERRY_OK) {
 		return rv;

@@ -1,7 +1,8 @@
 // request.c — building one server's request of a round: the pull header,
 // or the push body with each shard's bytes (fp32 straight from the
 // caller's tensor, or codes staged once per operation with error
-// feedback, or the caller's own codes).
+// feedback, or the caller's own codes), scaled first when clip_norm
+// clips the step (ferry__clip_prepare).
 //
 // DESIGN. fp32 gradients go straight from the caller's tensor into the
 // outgoing nng message, built in the last reply from that server when it
@@ -25,7 +26,15 @@ ferry__codes_stage(ferry_client *c, struct xfer *x)
 		size_t                   out;
 		int                      rv;
 
-		rv = comp_ef_encode(x->codec, x->g[si->tensor] + si->offset,
+		const float *g = x->g[si->tensor] + si->offset;
+
+		if (x->clip_scale != 0) {
+			for (size_t k = 0; k < si->len; k++) {
+				c->clip[k] = g[k] * x->clip_scale;
+			}
+			g = c->clip;
+		}
+		rv = comp_ef_encode(x->codec, g,
 		    c->resid[si->tensor] + si->offset, si->len, &c->rng,
 		    c->codes + c->code_off[i], cap, &out);
 		if (rv != FB_OK) {
@@ -135,6 +144,15 @@ ferry__request_build(ferry_client *c, struct conn *cn, struct xfer *x,
 			src = x->codes[cn->req[i]];
 		} else if (x->staged) {
 			src = c->codes + c->code_off[cn->req[i]];
+		} else if (x->clip_scale != 0) {
+			// Clipped fp32: scaled in the copy into the message.
+			const float *g = x->g[si->tensor] + si->offset;
+			uint8_t     *d = payload + refs[i].offset;
+			for (size_t k = 0; k < si->len; k++) {
+				float v = g[k] * x->clip_scale;
+				memcpy(d + 4 * k, &v, 4);
+			}
+			continue;
 		} else {
 			src = x->g[si->tensor] + si->offset;
 		}

@@ -48,12 +48,28 @@ class Opts(ctypes.Structure):
         ("heartbeat_ms", ctypes.c_uint32),
         ("staleness", ctypes.c_uint32),
         ("sync_quorum", ctypes.c_uint32),
+        # the servers' optimizer, lr schedule and clipping (issue 13)
+        ("optimizer", ctypes.c_char_p),
+        ("momentum", ctypes.c_double),
+        ("beta1", ctypes.c_double),
+        ("beta2", ctypes.c_double),
+        ("eps", ctypes.c_double),
+        ("weight_decay", ctypes.c_double),
+        ("lr_schedule", ctypes.c_char_p),
+        ("lr_warmup", ctypes.c_uint64),
+        ("lr_step_every", ctypes.c_uint64),
+        ("lr_gamma", ctypes.c_double),
+        ("lr_min", ctypes.c_double),
+        ("lr_total_steps", ctypes.c_uint64),
+        ("clip_norm", ctypes.c_double),
     ]
 
     @classmethod
     def init(cls):
         """An Opts holding FERRY_OPTS_INIT's values."""
-        return cls(None, 0, 0, MODE_SYNC, 0.1, None, None, 0, 0, 0, None, None, 0, 0, 0)
+        return cls(None, 0, 0, MODE_SYNC, 0.1, None, None, 0, 0, 0, None, None,
+                   0, 0, 0, None, 0.9, 0.9, 0.999, 1e-8, 0.0, None, 0, 1000,
+                   0.1, 0.0, 0, 0.0)
 
 
 class TensorDesc(ctypes.Structure):
@@ -98,6 +114,7 @@ _PROTOS = {
     "ferry_client_last_error": (ctypes.c_char_p, [_vp]),
     "ferry_client_trainers": (ctypes.c_int, [_vp]),
     "ferry_client_set_secret_file": (ctypes.c_int, [_vp, ctypes.c_char_p]),
+    "ferry_client_lr": (ctypes.c_double, [_vp]),
 }
 
 

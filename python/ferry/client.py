@@ -74,7 +74,11 @@ class Client:
 
     Client(scheduler, rank, mode="sync", lr=0.1, codec_push=None,
            codec_pull=None, bucket=0, warmup_steps=0, seed=0, timeout_ms=0,
-           staleness=0, sync_quorum=0, secret_file=None)
+           staleness=0, sync_quorum=0, secret_file=None,
+           optimizer="sgd", momentum=0.9, beta1=0.9, beta2=0.999, eps=1e-8,
+           weight_decay=0.0, lr_schedule="constant", lr_warmup=0,
+           lr_step_every=1000, lr_gamma=0.1, lr_min=0.0, lr_total_steps=0,
+           clip_norm=0.0)
 
     The keyword arguments are struct ferry_opts' fields with
     FERRY_OPTS_INIT's defaults: mode "sync", "async" or "ssp" (or 0/1/2;
@@ -84,9 +88,13 @@ class Client:
     ...; None = "none"); timeout_ms the deadline of each call (0 = 60 s);
     secret_file the job's key file when the job signs its requests
     (ps-server --secret-file; docs/security.md).
+    The servers run `optimizer` ("sgd", "momentum", "nesterov", "adam",
+    "adamw", "adagrad") with the lr of `lr_schedule` ("constant", "step",
+    "cosine"; lr_warmup updates of linear ramp first); clip_norm > 0 clips
+    each pushed gradient's global norm per sample (docs/algorithms.md §5).
     The job options (mode, lr, codecs, bucket, warmup_steps, staleness,
-    sync_quorum) are fixed by
-    the first trainer to declare; later ones must match.
+    sync_quorum and these) are fixed by the first trainer to declare;
+    later ones must match.
 
     Opening connects nothing yet: call declare() first, then (rank 0)
     init_weights(), pull(), and loop push_pull(). Use it as a context
@@ -98,7 +106,11 @@ class Client:
 
     def __init__(self, scheduler, rank, *, mode="sync", lr=0.1, codec_push=None,
                  codec_pull=None, bucket=0, warmup_steps=0, seed=0, timeout_ms=0,
-                 staleness=0, sync_quorum=0, secret_file=None):
+                 staleness=0, sync_quorum=0, secret_file=None,
+                 optimizer="sgd", momentum=0.9, beta1=0.9, beta2=0.999, eps=1e-8,
+                 weight_decay=0.0, lr_schedule="constant", lr_warmup=0,
+                 lr_step_every=1000, lr_gamma=0.1, lr_min=0.0, lr_total_steps=0,
+                 clip_norm=0.0):
         self._c = None
         self._n = 0
         self._lens = ()
@@ -111,8 +123,10 @@ class Client:
         o = _lib.Opts.init()
         # The byte strings must outlive the call: keep them on self.
         self._keep = [s.encode() if isinstance(s, str) else s
-                      for s in (scheduler, codec_push, codec_pull)]
-        o.scheduler_url, o.codec_push, o.codec_pull = self._keep
+                      for s in (scheduler, codec_push, codec_pull, optimizer,
+                                lr_schedule)]
+        (o.scheduler_url, o.codec_push, o.codec_pull, o.optimizer,
+         o.lr_schedule) = self._keep
         try:
             o.rank = int(rank)
             o.timeout_ms = _u32("timeout_ms", timeout_ms)
@@ -123,6 +137,17 @@ class Client:
             o.seed = int(seed)
             o.staleness = _u32("staleness", staleness)
             o.sync_quorum = _u32("sync_quorum", sync_quorum)
+            o.momentum = float(momentum)
+            o.beta1 = float(beta1)
+            o.beta2 = float(beta2)
+            o.eps = float(eps)
+            o.weight_decay = float(weight_decay)
+            o.lr_warmup = _u64("lr_warmup", lr_warmup)
+            o.lr_step_every = _u64("lr_step_every", lr_step_every)
+            o.lr_gamma = float(lr_gamma)
+            o.lr_min = float(lr_min)
+            o.lr_total_steps = _u64("lr_total_steps", lr_total_steps)
+            o.clip_norm = float(clip_norm)
         except (TypeError, OverflowError) as e:
             raise InvalidArgument("open", str(e)) from None
         why = ctypes.create_string_buffer(256)
@@ -233,6 +258,11 @@ class Client:
         """Trainers in the job (known after declare; 0 before)."""
         return LIB.ferry_client_trainers(self._handle("trainers"))
 
+    def lr(self):
+        """The learning rate the servers apply to the next update
+        (ferry_client_lr: the job's schedule at this client's version)."""
+        return LIB.ferry_client_lr(self._handle("lr"))
+
     def init_weights(self, weights):
         """Offer the initial weights (one array per tensor, read only). The
         first offer to reach each server becomes version 0; later ones are
@@ -329,6 +359,13 @@ class Client:
         tt = _torch_tensor_type()
         for i in range(n):
             table[i] = _data_ptr(arrays[i], self._lens[i], writable, tt, op, self._names[i])
+
+
+def _u64(what, v):
+    v = int(v)
+    if not 0 <= v < 1 << 64:
+        raise OverflowError(f"{what} must be in 0..2**64-1, got {v}")
+    return v
 
 
 def _u32(what, v):

@@ -4,7 +4,8 @@ FerryParameterServer declares a module's parameters as the job's tensors
 (one per named parameter, in named_parameters() order), pulls the job's
 weights straight into the parameters' storage and pushes their .grad, all
 through ferry.Client without copying a tensor. It replaces the optimizer of
-a PyTorch loop: the servers apply SGD with the job's lr.
+a PyTorch loop: the servers apply the job's optimizer (Client(optimizer=...),
+SGD by default) with its lr.
 
     model = Net()
     with ferry.Client(url, rank, lr=0.1) as c:

@@ -9,6 +9,7 @@ main(void)
 	SRunner *sr = srunner_create(suite_crc());
 	srunner_add_suite(sr, suite_config());
 	srunner_add_suite(sr, suite_ranges());
+	srunner_add_suite(sr, suite_optim());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

@@ -75,8 +75,11 @@ START_TEST(test_config_table)
 		ck_assert_msg(o->name != NULL && o->help != NULL, "entry %d",
 		    id);
 		ck_assert_msg(o->roles != 0, "--%s: no role", o->name);
-		ck_assert_msg(strspn(o->name, "abcdefghijklmnopqrstuvwxyz-") ==
-		        strlen(o->name),
+		// Digits are allowed after the first letter (--beta1).
+		ck_assert_msg(
+		    strspn(o->name, "abcdefghijklmnopqrstuvwxyz0123456789-") ==
+		            strlen(o->name) &&
+		        o->name[0] >= 'a' && o->name[0] <= 'z',
 		    "--%s: not kebab-case", o->name);
 		PT_OK(fb_config_env_name(o->name, env, sizeof(env)));
 		for (int j = id + 1; j < FB_OPT_COUNT; j++) {

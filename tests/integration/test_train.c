@@ -337,6 +337,44 @@ START_TEST(test_train_straggler_summaries)
 }
 END_TEST
 
+// The servers' optimizer in a real job: two trainer processes, two
+// servers, adam with a cosine schedule after warm-up, clipping and q8
+// pushes, one epoch. It trains (>= 80%), and rank 0's last progress line
+// shows the schedule's final lr (the cosine ends at --lr-min by step 400
+// of the epoch's 468).
+START_TEST(test_train_one_epoch_adam_schedule)
+{
+	struct lc c;
+	char      data[520], out[300], line[512], last[512] = "";
+	FILE     *f;
+	snprintf(data, sizeof(data), "--data=%s", it_data_dir());
+	lc_start(&c, 2, 2, NULL);
+	for (int r = 0; r < 2; r++) {
+		const char *flags[] = { "--epochs=1", "--log-interval=0",
+			"--seed=1", "--optimizer=adam", "--lr=0.001",
+			"--lr-schedule=cosine", "--lr-warmup=50",
+			"--lr-min=0.0001", "--lr-total-steps=400",
+			"--clip-norm=5", "--codec-push=q8", data, NULL };
+		lc_trainer(&c, r, flags);
+	}
+	int ok = lc_wait_trainers(&c, 240);
+	lc_stop(&c);
+	ck_assert_msg(ok == 2, "trainers failed; logs in %s", c.dir);
+	lc_path(&c, "trainer-0.out", out, sizeof(out));
+	double acc = summary_value(out, "test_acc");
+	ck_assert_msg(acc >= 0.80, "adam test accuracy %.4f < 0.80", acc);
+	ck_assert_ptr_nonnull(f = fopen(out, "r"));
+	while (fgets(line, sizeof(line), f) != NULL) {
+		if (strncmp(line, "step ", 5) == 0) {
+			snprintf(last, sizeof(last), "%s", line);
+		}
+	}
+	fclose(f);
+	ck_assert_msg(strstr(last, "| lr 0.0001 |") != NULL,
+	    "last progress line: %s", last);
+}
+END_TEST
+
 Suite *
 suite_train(void)
 {
@@ -347,6 +385,7 @@ suite_train(void)
 	tcase_add_test(tc, test_train_one_epoch_accuracy);
 	tcase_add_test(tc, test_train_one_epoch_q4_q8);
 	tcase_add_test(tc, test_train_straggler_summaries);
+	tcase_add_test(tc, test_train_one_epoch_adam_schedule);
 	suite_add_tcase(s, tc);
 	// Its own case, so that `CK_RUN_CASE=signed` runs it alone.
 	TCase *ts = tcase_create("signed");

@@ -14,6 +14,7 @@ main(void)
 	srunner_add_suite(sr, suite_snapshot());
 	srunner_add_suite(sr, suite_ssp());
 	srunner_add_suite(sr, suite_auth());
+	srunner_add_suite(sr, suite_optim());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

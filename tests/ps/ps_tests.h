@@ -7,4 +7,5 @@ Suite *suite_live(void);
 Suite *suite_snapshot(void);
 Suite *suite_ssp(void);
 Suite *suite_auth(void);
+Suite *suite_optim(void);
 #endif

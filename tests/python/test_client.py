@@ -100,6 +100,59 @@ class TrainTwoRanks(unittest.TestCase):
         self.assertEqual(d["staleness_max"], 0)  # sync mode: never stale
 
 
+class TrainMomentum(unittest.TestCase):
+    """The optimizer keywords reach the servers: two ranks with momentum
+    and a step lr schedule equal the textbook update in float64 on the
+    averaged gradients (1e-6 relative), and lr() follows the schedule."""
+
+    STEPS, BATCH = 12, 16
+
+    def rank_main(self, url, rank, batches):
+        W, b = init_weights()
+        with ferry.Client(url, rank, lr=LR, timeout_ms=20000, optimizer="momentum",
+                          momentum=0.8, lr_schedule="step", lr_step_every=5,
+                          lr_gamma=0.5) as c:
+            c.declare({"W": W, "b": b})
+            if rank == 0:
+                c.init_weights([W, b])
+            c.pull([W, b])
+            self.assertEqual(c.lr(), LR)
+            for x, y in batches[rank]:
+                gW, gb = softmax_grads(W, b, x, y)
+                c.push_pull({"W": gW, "b": gb}, len(y), [W, b])
+            self.assertAlmostEqual(c.lr(), LR * 0.25, delta=1e-15)  # 12 // 5 decays
+            return W.copy(), b.copy()
+
+    def test_momentum_equals_reference(self):
+        batches = [TrainTwoRanks.batches(self, r) for r in (0, 1)]
+        with LocalJob(trainers=2) as job:
+            res = run_ranks(lambda r: self.rank_main(job.url, r, batches), 2)
+        W0, b0 = init_weights()
+        W, b = W0.astype(np.float64), b0.astype(np.float64)
+        vW, vb = np.zeros_like(W), np.zeros_like(b)
+        for k, ((x0, y0), (x1, y1)) in enumerate(zip(*batches)):
+            # the servers see the float32 gradients the ranks computed
+            Wf, bf = W.astype(np.float32), b.astype(np.float32)
+            g0, g1 = softmax_grads(Wf, bf, x0, y0), softmax_grads(Wf, bf, x1, y1)
+            n = len(y0) + len(y1)
+            lr = LR * 0.5 ** (k // 5)
+            vW = 0.8 * vW + (g0[0] + g1[0]).astype(np.float64) / n
+            vb = 0.8 * vb + (g0[1] + g1[1]).astype(np.float64) / n
+            W, b = W - lr * vW, b - lr * vb
+        for rW, rb in res:
+            self.assertLess(np.linalg.norm(rW - W), 1e-5 * np.linalg.norm(W))
+            self.assertLess(np.linalg.norm(rb - b), 1e-5 * np.linalg.norm(b) + 1e-7)
+
+    def test_bad_optimizer_options(self):
+        for kw, pat in (({"optimizer": "lamb"}, "optimizer 'lamb'"),
+                        ({"optimizer": "adam", "beta2": 1.0}, "beta2"),
+                        ({"lr_schedule": "cosine"}, "lr-total-steps"),
+                        ({"clip_norm": -1.0}, "clip_norm"),
+                        ({"lr_warmup": -1}, "lr_warmup")):
+            with self.assertRaisesRegex(ferry.InvalidArgument, pat):
+                ferry.Client("tcp://127.0.0.1:9", 0, **kw)
+
+
 class Errors(unittest.TestCase):
     """Every failure reaches Python as the ferry.Error subclass of its code,
     with the reason."""

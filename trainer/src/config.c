@@ -61,9 +61,22 @@ static const struct binding bindings[] = {
 	{ FB_OPT_TR_SYNC_QUORUM, K_U32, OFF(sync_quorum) },
 	{ FB_OPT_TR_SLOW_MS, K_U32, OFF(slow_ms) },
 	{ FB_OPT_TR_SECRET_FILE, K_TEXT, OFF(secret_file) },
+	{ FB_OPT_TR_OPTIMIZER, K_TEXT, OFF(optimizer) }, // checked choice
+	{ FB_OPT_TR_MOMENTUM, K_F64, OFF(momentum) },
+	{ FB_OPT_TR_BETA1, K_F64, OFF(beta1) },
+	{ FB_OPT_TR_BETA2, K_F64, OFF(beta2) },
+	{ FB_OPT_TR_EPS, K_F64, OFF(eps) },
+	{ FB_OPT_TR_WEIGHT_DECAY, K_F64, OFF(weight_decay) },
+	{ FB_OPT_TR_LR_SCHEDULE, K_TEXT, OFF(lr_schedule) },
+	{ FB_OPT_TR_LR_WARMUP, K_U64, OFF(lr_warmup) },
+	{ FB_OPT_TR_LR_STEP_EVERY, K_U64, OFF(lr_step_every) },
+	{ FB_OPT_TR_LR_GAMMA, K_F64, OFF(lr_gamma) },
+	{ FB_OPT_TR_LR_MIN, K_F64, OFF(lr_min) },
+	{ FB_OPT_TR_LR_TOTAL_STEPS, K_U64, OFF(lr_total_steps) },
+	{ FB_OPT_TR_CLIP_NORM, K_F64, OFF(clip_norm) },
 };
 #define N_BINDINGS (sizeof(bindings) / sizeof(bindings[0]))
-_Static_assert(N_BINDINGS == FB_OPT_TR_SECRET_FILE - FB_OPT_TR_SCHEDULER + 1,
+_Static_assert(N_BINDINGS == FB_OPT_TR_CLIP_NORM - FB_OPT_TR_SCHEDULER + 1,
     "every trainer option of base/src/options.c needs a binding");
 
 // store copies the checked value of b from fc into c.

@@ -117,7 +117,7 @@ tr__report_test(struct tr__report *rep, double loss, double acc,
 }
 
 void
-tr__report_progress(struct tr__report *rep, uint64_t bytes_pushed)
+tr__report_progress(struct tr__report *rep, uint64_t bytes_pushed, double lr)
 {
 	double wall, step_ms, loss;
 	wall    = (double) (fb_clock_ns() - rep->t0) * 1e-9;
@@ -131,8 +131,8 @@ tr__report_progress(struct tr__report *rep, uint64_t bytes_pushed)
 		fprintf(rep->out, " | test_loss %.4f | test_acc %.4f",
 		    rep->test_loss, rep->test_acc);
 	}
-	fprintf(rep->out, " | step %.1f ms | sent %.2f MB\n", step_ms,
-	    (double) bytes_pushed * 1e-6);
+	fprintf(rep->out, " | lr %.6g | step %.1f ms | sent %.2f MB\n", lr,
+	    step_ms, (double) bytes_pushed * 1e-6);
 	fflush(rep->out);
 	if (rep->curve != NULL) {
 		fprintf(rep->curve, "%llu,%.6f,%.6f,",

@@ -64,8 +64,10 @@ void tr__report_test(struct tr__report *rep, double loss, double acc,
     uint64_t eval_ns);
 
 // tr__report_progress prints one progress line and a --curve row, with
-// bytes_pushed so far, and starts a new interval.
-void tr__report_progress(struct tr__report *rep, uint64_t bytes_pushed);
+// bytes_pushed so far and lr, the learning rate of the next update
+// (ferry_client_lr), and starts a new interval.
+void tr__report_progress(struct tr__report *rep, uint64_t bytes_pushed,
+    double lr);
 
 // tr__report_summary prints the final JSON summary line for a run of
 // cfg among `trainers` trainers, steps_per_epoch steps an epoch, with

@@ -181,22 +181,35 @@ join_job(struct run *r)
 	char                     names[TR_MAX_TENSORS][32];
 	int                      rv, fe;
 
-	fo.scheduler_url = cfg->scheduler;
-	fo.rank          = cfg->rank;
-	fo.timeout_ms    = cfg->timeout_ms;
-	fo.mode          = cfg->mode == TR_MODE_SSP ? FERRY_MODE_SSP
-	             : cfg->mode == TR_MODE_ASYNC   ? FERRY_MODE_ASYNC
-	                                            : FERRY_MODE_SYNC;
-	fo.staleness     = cfg->staleness;
-	fo.sync_quorum   = cfg->sync_quorum;
-	fo.lr            = cfg->lr;
-	fo.codec_push    = cfg->codec_push;
-	fo.codec_pull    = cfg->codec_pull;
-	fo.bucket        = cfg->bucket;
-	fo.warmup_steps  = cfg->warmup_steps;
-	fo.seed          = cfg->seed;
-	fo.log           = ferry_log;
-	fo.heartbeat_ms  = cfg->heartbeat_ms;
+	fo.scheduler_url  = cfg->scheduler;
+	fo.rank           = cfg->rank;
+	fo.timeout_ms     = cfg->timeout_ms;
+	fo.mode           = cfg->mode == TR_MODE_SSP ? FERRY_MODE_SSP
+	              : cfg->mode == TR_MODE_ASYNC   ? FERRY_MODE_ASYNC
+	                                             : FERRY_MODE_SYNC;
+	fo.staleness      = cfg->staleness;
+	fo.sync_quorum    = cfg->sync_quorum;
+	fo.lr             = cfg->lr;
+	fo.codec_push     = cfg->codec_push;
+	fo.codec_pull     = cfg->codec_pull;
+	fo.bucket         = cfg->bucket;
+	fo.warmup_steps   = cfg->warmup_steps;
+	fo.seed           = cfg->seed;
+	fo.log            = ferry_log;
+	fo.heartbeat_ms   = cfg->heartbeat_ms;
+	fo.optimizer      = cfg->optimizer;
+	fo.momentum       = cfg->momentum;
+	fo.beta1          = cfg->beta1;
+	fo.beta2          = cfg->beta2;
+	fo.eps            = cfg->eps;
+	fo.weight_decay   = cfg->weight_decay;
+	fo.lr_schedule    = cfg->lr_schedule;
+	fo.lr_warmup      = cfg->lr_warmup;
+	fo.lr_step_every  = cfg->lr_step_every;
+	fo.lr_gamma       = cfg->lr_gamma;
+	fo.lr_min         = cfg->lr_min;
+	fo.lr_total_steps = cfg->lr_total_steps;
+	fo.clip_norm      = cfg->clip_norm;
 	if (ferry_opts_check(&fo, r->err, sizeof(r->err)) != FERRY_OK) {
 		FB_LOG(FB_LOG_ERR, MOD, "bad options: %s", r->err);
 		return FB_EINVAL;
@@ -353,7 +366,9 @@ open_device_push(struct run *r)
 	uint32_t                  cid, bucket;
 	int                       rv;
 
-	if (r->dev == NULL ||
+	// --clip-norm scales the gradient before it is encoded, which
+	// libferry does on the host path only.
+	if (r->dev == NULL || r->cfg->clip_norm > 0 ||
 	    ferry_client_shards(r->fc, &sh, &ns, &cid, &bucket) != FERRY_OK ||
 	    !r->dev->push_supported(cid)) {
 		return FB_OK; // the host path
@@ -482,7 +497,7 @@ evaluate_and_report(struct run *r)
 		tr__report_test(&r->rep, loss, acc, fb_clock_ns() - t);
 	}
 	ferry_client_stats(r->fc, &st);
-	tr__report_progress(&r->rep, st.bytes_pushed);
+	tr__report_progress(&r->rep, st.bytes_pushed, ferry_client_lr(r->fc));
 	return FB_OK;
 }
 

@@ -98,8 +98,9 @@ enum ferry_log_level {
 };
 
 // Options for ferry_client_open. Initialise with FERRY_OPTS_INIT and set
-// what you need. The job fields (mode, lr, codecs, bucket, warmup_steps) are
-// fixed by the first trainer to declare; later trainers must match.
+// what you need. The job fields (mode, lr, codecs, bucket, warmup_steps,
+// the optimizer, lr schedule and clip_norm) are fixed by the first trainer
+// to declare; later trainers must match.
 // New fields are only ever added at the end, with FERRY_OPTS_INIT giving
 // them their "off" value.
 struct ferry_opts {
@@ -107,12 +108,12 @@ struct ferry_opts {
 	int         rank;          // this trainer's rank, 0..trainers-1
 	uint32_t    timeout_ms;    // deadline for each call (0 = 60000)
 	int         mode;          // enum ferry_mode
-	double      lr;            // SGD learning rate (server-side optimizer)
-	const char *codec_push;    // "none", "fp16", "q8", ... (NULL = "none")
-	const char *codec_pull;    // same values (NULL = "none")
-	uint32_t    bucket;        // quantization bucket (0 = codec default)
-	uint32_t    warmup_steps;  // steps sent uncompressed first
-	uint64_t    seed;          // seed for stochastic codecs
+	double      lr;           // base learning rate (server-side optimizer)
+	const char *codec_push;   // "none", "fp16", "q8", ... (NULL = "none")
+	const char *codec_pull;   // same values (NULL = "none")
+	uint32_t    bucket;       // quantization bucket (0 = codec default)
+	uint32_t    warmup_steps; // steps sent uncompressed first
+	uint64_t    seed;         // seed for stochastic codecs
 	// Optional log hook (NULL = silent: libferry never prints). libferry
 	// calls log(log_arg, level, msg) on the thread of the call it is in,
 	// with an enum ferry_log_level and a one-line message (no newline,
@@ -122,25 +123,53 @@ struct ferry_opts {
 	// once per call, at FERRY_LOG_WARN, each server it still waits for and
 	// that server's shards (docs/operations.md §7.1).
 	void (*log)(void *log_arg, int level, const char *msg);
-	void    *log_arg;
+	void       *log_arg;
 	// Heartbeat the scheduler this often (ms) from a background thread
 	// with its own connection, from ferry_client_declare until
 	// ferry_client_leave or ferry_client_close, so that the scheduler
 	// notices when this trainer dies and stops the sync rounds from
 	// waiting for it (0 = off: the scheduler never declares it dead).
-	uint32_t heartbeat_ms;
+	uint32_t    heartbeat_ms;
 	// FERRY_MODE_SSP: how many clocks a trainer may run ahead of the
 	// slowest one (a job field; 0 = lockstep, as sync mode).
-	uint32_t staleness;
+	uint32_t    staleness;
 	// FERRY_MODE_SYNC: a round closes once this many ranks pushed; the
 	// others' pushes for it fail with FERRY_EBEHIND (pull, go on). A job
 	// field; 0 = every rank still in the job (backup trainers off).
-	uint32_t sync_quorum;
+	uint32_t    sync_quorum;
+	// ---- added in 0.x (issue 13): the servers' optimizer, the lr
+	// schedule and gradient clipping; job fields like lr (the first
+	// trainer's values are the job's, later ones must match). A program
+	// built against an older header passes a shorter struct: rebuild it
+	// before it runs with this library. docs/algorithms.md §5 states
+	// each rule.
+	// The optimizer the servers run: "sgd" (NULL), "momentum",
+	// "nesterov", "adam", "adamw" or "adagrad".
+	const char *optimizer;
+	double      momentum;     // momentum, nesterov (0.9)
+	double      beta1, beta2; // adam, adamw (0.9, 0.999)
+	double      eps;          // adam, adamw, adagrad (1e-8)
+	double      weight_decay; // L2 on g; decoupled for adamw (0)
+	// The learning rate by version: "constant" (NULL), "step" (times
+	// lr_gamma every lr_step_every updates) or "cosine" (to lr_min at
+	// lr_total_steps), after lr_warmup updates of linear ramp (0: none).
+	const char *lr_schedule;
+	uint64_t    lr_warmup;
+	uint64_t    lr_step_every; // (1000)
+	double      lr_gamma;      // (0.1)
+	double      lr_min;        // (0)
+	uint64_t    lr_total_steps;
+	// > 0: before each push, scale the gradient so that its global L2
+	// norm over every tensor, per sample (the gradient sum / n_samples),
+	// is at most clip_norm (0: off). Not applied to
+	// ferry_client_push_pull_encoded, whose caller encodes.
+	double      clip_norm;
 };
 #define FERRY_OPTS_INIT                                                       \
 	{                                                                     \
 		NULL, 0, 0, FERRY_MODE_SYNC, 0.1, NULL, NULL, 0, 0, 0, NULL,  \
-		    NULL, 0, 0, 0                                             \
+		    NULL, 0, 0, 0, NULL, 0.9, 0.9, 0.999, 1e-8, 0.0, NULL, 0, \
+		    1000, 0.1, 0.0, 0, 0.0                                    \
 	}
 
 // One tensor of the job's table.
@@ -384,6 +413,13 @@ FERRY_API int ferry_client_trainers(const ferry_client *c);
 // itself). It reads the whole residual, O(model size): call it every few
 // steps, not on every one. Same thread as the step calls.
 FERRY_API double ferry_client_ef_residual_norm(const ferry_client *c);
+
+// ferry_client_lr returns the learning rate the servers apply to the next
+// update of the weights this client holds: the job's schedule
+// (opts.lr_schedule, with its warm-up) at the client's version, computed
+// by the same function the servers use. 0 for NULL. Same thread as the
+// step calls.
+FERRY_API double ferry_client_lr(const ferry_client *c);
 
 #ifdef __cplusplus
 }

@@ -186,7 +186,9 @@ push_admit(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 }
 
 // push_async validates every shard's values before changing any, then
-// applies them. fp32 is applied straight from the payload (no copy);
+// applies each through the job's optimizer (ps__optim_apply), so an async
+// job gets the optimizer per push. fp32 under plain SGD is applied
+// straight from the payload (no copy);
 // codes are decoded again to apply (cheaper than a buffer per shard; async
 // pushes are applied under the lock anyway). mu held. Returns 0 or
 // replies an error and returns -1.
@@ -214,23 +216,30 @@ push_async(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 			return -1;
 		}
 	}
-	float scale = (float) (s->lr / (double) p->n_samples);
 	for (size_t i = 0; i < p->n_shards; i++) {
 		Pswire__ShardRef *r  = p->shards[i];
 		struct srv_shard *sh = &s->shards[r->shard];
 		const uint8_t    *b  = c->frame.payload + r->offset;
-		if (r->codec == COMP_NONE) {
+		if (r->codec != COMP_NONE) {
+			comp_decode(push_codec(s, r), b, r->length, sh->len,
+			    s->sum);
+			ps__optim_apply(s, sh, s->sum, NULL, p->n_samples);
+		} else if (s->optim.kind == FB_OPTIM_SGD &&
+		    s->optim.weight_decay == 0) {
+			// Plain SGD reads fp32 straight from the payload
+			// (no copy); the float math is ps__optim_apply's.
+			float scale = (float) (fb_lr_at(&s->lr_sched,
+			                           sh->version) /
+			    (double) p->n_samples);
 			for (size_t j = 0; j < sh->len; j++) {
 				float g;
 				memcpy(&g, b + 4 * j, 4);
 				sh->x[j] -= scale * g;
 			}
 		} else {
-			comp_decode(push_codec(s, r), b, r->length, sh->len,
-			    s->sum);
-			for (size_t j = 0; j < sh->len; j++) {
-				sh->x[j] -= scale * s->sum[j];
-			}
+			// The payload need not be aligned for floats.
+			memcpy(s->sum, b, sh->len * 4);
+			ps__optim_apply(s, sh, s->sum, NULL, p->n_samples);
 		}
 		sh->version++;
 		sh->clock[c->hdr->rank]++; // rank checked in push_admit

@@ -3,16 +3,38 @@
 //
 // DESIGN. The first trainer's JobConfig becomes the job's; every later
 // declaration must match it (tensors, mode, learning rate, codecs, bucket,
-// warm-up), so that a trainer started with other flags is refused at
-// registration rather than training a different model.
-// The copy is deep (pack, then unpack), so the request message can be
+// warm-up, optimizer, lr schedule, clip norm), so that a trainer started with
+// other flags is refused at registration rather than training a different
+// model. The copy is deep (pack, then unpack), so the request message can be
 // freed. Nothing here touches the scheduler's state: these are pure
 // functions of the messages.
 #include <stdio.h>
 #include <string.h>
 
 #include "comp/comp.h"
+#include "optim.h"
 #include "scheduler_impl.h"
+
+// packed_equal reports whether two optional sub-messages pack to the same
+// bytes (both absent counts as equal): protobuf-c packs fields in number
+// order, so equal values give equal bytes.
+static int
+packed_equal(const ProtobufCMessage *a, const ProtobufCMessage *b)
+{
+	uint8_t ba[512], bb[512];
+	size_t  na, nb;
+	if (a == NULL || b == NULL) {
+		return a == b;
+	}
+	na = protobuf_c_message_get_packed_size(a);
+	nb = protobuf_c_message_get_packed_size(b);
+	if (na != nb || na > sizeof(ba)) {
+		return 0;
+	}
+	protobuf_c_message_pack(a, ba);
+	protobuf_c_message_pack(b, bb);
+	return memcmp(ba, bb, na) == 0;
+}
 
 Pswire__JobConfig *
 ps__sched_job_copy(const Pswire__JobConfig *j)
@@ -64,6 +86,20 @@ ps__sched_job_diff(const Pswire__JobConfig *a, const Pswire__JobConfig *b,
 		    a->sync_quorum);
 		return 1;
 	}
+	if (!packed_equal((const ProtobufCMessage *) a->optim,
+	        (const ProtobufCMessage *) b->optim) ||
+	    !packed_equal((const ProtobufCMessage *) a->lr_schedule,
+	        (const ProtobufCMessage *) b->lr_schedule) ||
+	    a->clip_norm != b->clip_norm) {
+		snprintf(why, n,
+		    "job options differ (optimizer, lr schedule or clip "
+		    "norm): job has optimizer %s, lr schedule %s, clip norm "
+		    "%g",
+		    a->optim != NULL ? a->optim->name : "sgd",
+		    a->lr_schedule != NULL ? a->lr_schedule->kind : "constant",
+		    a->clip_norm);
+		return 1;
+	}
 	return 0;
 }
 
@@ -105,6 +141,13 @@ ps__sched_job_check(const Pswire__JobConfig *j, char *why, size_t n)
 		snprintf(why, n, "codec-pull '%s': %s", j->codec_pull,
 		    cc.stochastic ? "the pull side rounds deterministically"
 		                  : cwhy);
+		return FB_EINVAL;
+	}
+	struct fb_optim    o;
+	struct fb_lr_sched sc;
+	char               owhy[128];
+	if (ps__job_optim(j, &o, &sc, owhy, sizeof(owhy)) != FB_OK) {
+		snprintf(why, n, "optimizer: %s", owhy);
 		return FB_EINVAL;
 	}
 	if (j->mode != PSWIRE__MODE__MODE_SYNC &&

@@ -236,9 +236,13 @@ register_trainer(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
 			s->job->shard_bytes = s->opts.shard_bytes;
 		}
 		FB_LOG(FB_LOG_NOTICE, "members",
-		    "job declared by rank %u: %zu tensors, mode %s, lr %g",
+		    "job declared by rank %u: %zu tensors, mode %s, lr %g, "
+		    "optimizer %s",
 		    r->rank, s->job->n_tensors,
-		    s->job->mode ? "async" : "sync", s->job->lr);
+		    s->job->mode ? "async" : "sync", s->job->lr,
+		    s->job->optim != NULL && *s->job->optim->name != '\0'
+		        ? s->job->optim->name
+		        : "sgd");
 	}
 	if (s->trainer_gone[r->rank]) {
 		// A rank that left comes back: rounds wait for it again from

@@ -11,9 +11,9 @@
 //   parallel.
 // - Sync mode: when every trainer's push for version v of a shard is in,
 //   the slots are summed in rank order (reproducible), divided by the
-//   total samples and applied by SGD: x -= lr * sum / samples;
-//   version = v + 1. Async mode: each push is applied under the lock as it
-//   arrives.
+//   total samples and applied by the job's optimizer (optim.c; SGD:
+//   x -= lr * sum / samples); version = v + 1. Async mode: each push is
+//   applied under the lock as it arrives.
 // - A round never completes while one of its slots is PS_SLOT_DECODING,
 //   even when a new map marks that slot's rank gone: the decoder's commit
 //   (or its refusal of a bad gradient) closes the round instead. So a
@@ -51,7 +51,8 @@
 // in ps__map_install before the server serves.
 //
 // Files: server.c (open/close, dispatch, probe, stats), store.c (shards,
-// SGD, finite checks, the first placement), pull_ref.c (pull reference and
+// finite checks, the round's sum, the first placement), optim.c (the
+// optimizers and their state), pull_ref.c (pull reference and
 // delta log), pull.c (pulls, parking, the deadline sweeper), push.c
 // (pushes: async, stage, commit), transfer.c (a shard's state on the wire),
 // moves.c (re-placement and leave), boot.c (the scheduler watch),
@@ -66,6 +67,7 @@
 #include <nng/nng.h>
 
 #include "comp/comp.h"
+#include "fb/optim.h"
 #include "ps/ps.h"
 #include "rpc.h"
 
@@ -100,6 +102,7 @@ struct srv_shard {
 	uint64_t  offset; // elements within the tensor
 	uint64_t  len;    // elements
 	float    *x;      // master weights
+	float    *opt;    // optimizer state: s->optim_bufs x len (optim.c)
 	float    *stage;  // [trainers][len] sync staging slots
 	uint8_t  *state;  // per rank: an enum ps_slot_state
 	uint32_t  n_pushed;
@@ -152,7 +155,12 @@ struct ps_server {
 	int                   ssp;
 	uint32_t              staleness; // SSP: K
 	uint32_t              quorum;    // sync: ranks that close a round
-	struct srv_shard     *shards;    // mine
+	// The job's optimizer and lr schedule (ps__job_optim), and the
+	// state buffers each shard keeps for it (fb_optim_state_bufs).
+	struct fb_optim       optim;
+	struct fb_lr_sched    lr_sched;
+	uint32_t              optim_bufs;
+	struct srv_shard     *shards; // mine
 	uint32_t              n_shards;
 	int32_t              *local; // global id -> index in shards, or -1
 	// Per global shard, its last PS_OWNERS_SEEN servers in the maps
@@ -248,6 +256,11 @@ int ps__shard_complete(const struct ps_server *s, const struct srv_shard *sh);
 // mu held.
 void ps__shard_apply_sync(struct ps_server *s, struct srv_shard *sh);
 
+// ps__shard_apply_sum applies the rank-order sum of the pushes staged in
+// sh (the ranks in PS_SLOT_PUSHED) over sh->samples through the job's
+// optimizer (ps__optim_apply). Does not advance the version. mu held.
+void ps__shard_apply_sum(struct ps_server *s, struct srv_shard *sh);
+
 // ps__map_check validates a placement map from the scheduler:
 // FB_OK or FB_EPROTO. No lock needed.
 int ps__map_check(const Pswire__Placement *pl);
@@ -261,6 +274,17 @@ int ps__map_install(struct ps_server *s, Pswire__Placement *pl);
 // ranks still in the job (UINT64_MAX when none is). mu held.
 uint64_t ps__shard_min_clock(const struct ps_server *s,
     const struct srv_shard                          *sh);
+// ---- optim.c ---------------------------------------------------------------
+
+// ps__optim_apply applies one update to sh->x and its optimizer state
+// sh->opt from the gradient sum g0 (+ g1 element-wise when g1 is not NULL:
+// a two-push round, summed in float as the rank-order sum) over `samples`
+// samples, at lr = fb_lr_at(job schedule, sh->version). It does not advance
+// the version. The single apply of every update (sync rounds, async
+// pushes, replays), so the same inputs give the same bits. No allocation.
+// mu held (or the shard otherwise private to the caller).
+void ps__optim_apply(const struct ps_server *s, struct srv_shard *sh,
+    const float *g0, const float *g1, uint64_t samples);
 
 // ---- pull_ref.c ------------------------------------------------------------
 
@@ -331,18 +355,26 @@ void ps__on_push(struct ps_server *s, struct ps_call *c);
 // ---- transfer.c ------------------------------------------------------------
 
 // ps__transfer_encode serialises shard sh with its full state (weights,
-// pull reference, delta log, version, staged pushes) into a Transfer
-// request in *out (release with nng_msg_free). Errors: FB_ENOMEM. mu held.
+// optimizer state, pull reference, delta log, version, staged pushes) into a
+// Transfer request in *out (release with nng_msg_free). Errors: FB_ENOMEM. mu
+// held.
 int ps__transfer_encode(struct ps_server *s, struct srv_shard *sh,
     nng_msg **out);
 
-// ps__shard_load_state copies into sh (buffers allocated) the weights, and
+// ps__shard_load_state copies into sh (buffers allocated) the weights, the
+// optimizer state (s->optim_bufs buffers), and
 // with a pull codec the reference and delta log, from payload p laid out as
 // a Transfer's, with the log's bases, crcs and lengths and ref_crc from t;
 // the caller has checked every length. Returns the first byte after them.
 // Used by Transfers and snapshot restores. mu held.
 const uint8_t *ps__shard_load_state(struct ps_server *s, struct srv_shard *sh,
     const Pswire__TransferRequest *t, const uint8_t *p);
+// ps__optim_state_fits checks that Transfer or snapshot record t carries
+// the state of this job's optimizer (the same kind, as many buffers):
+// 0, or -1 with a reason in why (n bytes). mu held.
+int            ps__optim_state_fits(const struct ps_server *s,
+               const Pswire__TransferRequest *t, char *why, size_t n);
+
 // ps__transfer_restamp copies packed Transfer m0 into *out with its
 // header's placement epoch set to epoch (a shard re-routed under a later
 // map). Errors: FB_EPROTO (m0 is not a framed message), FB_ENOMEM. No lock.

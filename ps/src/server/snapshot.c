@@ -4,7 +4,7 @@
 // disk, and restoring the file into the shards the first map gives this
 // server (--restore).
 //
-// FORMAT (little-endian; format version 1). One file per server,
+// FORMAT (little-endian; format version 2). One file per server,
 // DIR/server-<index>.snap, where <index> is the server index the
 // scheduler gives at registration (the same index for the same advertised
 // URL, so a server restarted with the same --advertise/--listen and
@@ -16,12 +16,15 @@
 //   record  per shard: u32 tensor, u32 hlen, u64 offset, u64 len (elements),
 //           u64 plen, then hlen bytes of a packed TransferRequest (shard id,
 //           version, init, ref_crc and the delta log's bases, crcs and
-//           lengths; no staged pushes: a snapshot holds versions, not
-//           rounds in progress), then plen payload bytes laid out as a
-//           Transfer's (transfer.c): x, then ref and the log entries.
+//           lengths, the optimizer's name and state buffer count; no
+//           staged pushes: a snapshot holds versions, not rounds in
+//           progress), then plen payload bytes laid out as a Transfer's
+//           (transfer.c): x, the optimizer state (optim_bufs x len
+//           floats), then ref and the log entries.
 //   trailer u32 CRC-32 (fb_crc32) of every byte before it.
-// Optimizer state: SGD has none; a later optimizer adds its buffers as
-// more payload and bumps the format version.
+// Format 1 (before optimizers) is format 2 without optimizer state: it
+// still loads into a job whose optimizer keeps none (sgd) and is refused,
+// naming the optimizer, otherwise.
 //
 // DESIGN.
 // - Taking: under mu each shard's state is copied into one reused buffer
@@ -62,7 +65,7 @@
 static size_t
 rec_bound(const struct ps_server *s, const struct srv_shard *sh)
 {
-	size_t b = SNAP_REC + SNAP_HMAX + sh->len * 4;
+	size_t b = SNAP_REC + SNAP_HMAX + sh->len * 4 * (1 + s->optim_bufs);
 	if (!s->pull_none) {
 		b += sh->len * 4 + (size_t) s->log_k * sh->log_cap;
 	}
@@ -114,9 +117,12 @@ snap_add(struct ps_server *s, const struct srv_shard *sh)
 	uint8_t                *r    = p->buf + p->len, *d;
 	size_t                  hl;
 
-	t.shard   = sh->id;
-	t.version = sh->version;
-	t.init    = sh->init != 0;
+	t.shard      = sh->id;
+	t.version    = sh->version;
+	t.init       = sh->init != 0;
+	t.optim_bufs = s->optim_bufs;
+	t.optim      = (char *) fb_optim_name(s->optim.kind);
+	plen += (uint64_t) s->optim_bufs * sh->len * 4;
 	if (!s->pull_none) {
 		for (uint32_t k = 0; k < s->log_k; k++) {
 			int empty = sh->log_base[k] == UINT64_MAX;
@@ -143,6 +149,10 @@ snap_add(struct ps_server *s, const struct srv_shard *sh)
 	d = r + SNAP_REC + hl;
 	memcpy(d, sh->x, sh->len * 4);
 	d += sh->len * 4;
+	if (s->optim_bufs > 0) {
+		memcpy(d, sh->opt, (size_t) s->optim_bufs * sh->len * 4);
+		d += (size_t) s->optim_bufs * sh->len * 4;
+	}
 	if (!s->pull_none) {
 		memcpy(d, sh->ref, sh->len * 4);
 		d += sh->len * 4;

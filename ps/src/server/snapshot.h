@@ -8,14 +8,17 @@
 #include "server_impl.h"
 
 #define SNAP_MAGIC "FERRYSNP"
-#define SNAP_FORMAT 1u
+// Format 2 adds the optimizer state after each record's weights; format 1
+// files (no state) still load into a job whose optimizer keeps none.
+#define SNAP_FORMAT 2u
+#define SNAP_FORMAT_V1 1u
 #define SNAP_HDR 32
 #define SNAP_REC 32
 #define SNAP_TRAILER 4
 #define SNAP_FLAG_REF 1u
-// The packed TransferRequest of a record is at most this long (5 scalars
-// and PS_DELTA_LOG entries of three varints).
-#define SNAP_HMAX (64 + PS_DELTA_LOG * 32)
+// The packed TransferRequest of a record is at most this long (6 scalars,
+// the optimizer's name and PS_DELTA_LOG entries of three varints).
+#define SNAP_HMAX (96 + PS_DELTA_LOG * 32)
 
 enum snap_state {
 	SNAP_IDLE,      // nothing in the buffer

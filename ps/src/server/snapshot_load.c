@@ -26,7 +26,7 @@ struct snap_rec {
 struct snap_file {
 	uint8_t         *buf;
 	size_t           len;
-	uint32_t         index, n_rec, flags;
+	uint32_t         format, index, n_rec, flags;
 	uint64_t         version;
 	struct snap_rec *rec;
 };
@@ -110,10 +110,11 @@ snap_file_read(const char *path, struct snap_file *f, char *msg, size_t n)
 		return errmsg(msg, n, FB_EPROTO, path,
 		    "not a Ferry snapshot (bad magic)");
 	}
-	if (fb_get_u32le(f->buf + 8) != SNAP_FORMAT) {
+	f->format = fb_get_u32le(f->buf + 8);
+	if (f->format != SNAP_FORMAT && f->format != SNAP_FORMAT_V1) {
 		return errmsg(msg, n, FB_EPROTO, path,
-		    "format version %u; this build reads %u",
-		    fb_get_u32le(f->buf + 8), SNAP_FORMAT);
+		    "format version %u; this build reads %u and %u", f->format,
+		    SNAP_FORMAT_V1, SNAP_FORMAT);
 	}
 	uint32_t want = fb_get_u32le(f->buf + f->len - SNAP_TRAILER);
 	uint32_t got  = fb_crc32(0, f->buf, f->len - SNAP_TRAILER);
@@ -183,17 +184,19 @@ ps_snapshot_check(const char *path, char *msg, size_t n)
 	return rv;
 }
 
-// snap_fit checks record r against this server's job: the shard exists
-// with the same slice and length, and the payload holds what the job's
-// pull codec needs. Returns 1 when it is placed here, 0 when elsewhere
+// snap_fit checks record r (of a format fmt file) against this server's
+// job: the shard exists with the same slice and length, it carries the
+// job's optimizer state, and the payload holds what the job's pull codec
+// needs. Returns 1 when it is placed here, 0 when elsewhere
 // (skipped), -1 (msg filled) when it does not fit. mu held.
 static int
 snap_fit(const struct ps_server *s, const char *path, const struct snap_rec *r,
-    int with_ref, char *msg, size_t n)
+    uint32_t fmt, int with_ref, char *msg, size_t n)
 {
 	const Pswire__TransferRequest *t = r->t;
 	const struct srv_shard        *sh;
 	uint64_t                       need;
+	char                           why[160];
 
 	if (t->shard >= s->n_global) {
 		errmsg(msg, n, 0, path, "shard %u: the job has %zu", t->shard,
@@ -219,7 +222,19 @@ snap_fit(const struct ps_server *s, const char *path, const struct snap_rec *r,
 		    s->pull_none ? "without" : "with");
 		return -1;
 	}
-	need = sh->len * 4;
+	if (ps__optim_state_fits(s, t, why, sizeof(why)) != 0) {
+		if (fmt == SNAP_FORMAT_V1) {
+			errmsg(msg, n, 0, path,
+			    "format 1 (taken before optimizers) holds no "
+			    "optimizer state, but the job runs %s: restart "
+			    "with --optimizer sgd, or without --restore",
+			    fb_optim_name(s->optim.kind));
+		} else {
+			errmsg(msg, n, 0, path, "shard %u %s", t->shard, why);
+		}
+		return -1;
+	}
+	need = sh->len * 4 * (1 + (uint64_t) s->optim_bufs);
 	if (!s->pull_none) {
 		if (t->n_log_base != s->log_k || t->n_log_crc != s->log_k ||
 		    t->n_log_len != s->log_k) {
@@ -289,7 +304,7 @@ ps__snap_restore(struct ps_server *s)
 	}
 	// Check every record before touching a shard.
 	for (uint32_t i = 0; rv == FB_OK && i < f.n_rec; i++) {
-		int fit = snap_fit(s, p->path, &f.rec[i],
+		int fit = snap_fit(s, p->path, &f.rec[i], f.format,
 		    (f.flags & SNAP_FLAG_REF) != 0, msg, sizeof(msg));
 		if (fit < 0) {
 			rv = FB_EPROTO;

@@ -1,13 +1,15 @@
 // store.c — the shard store: the shard table built from the first
-// placement, each shard's buffers, the finite checks on gradient bytes, and
-// the synchronous SGD apply that closes a round.
+// placement, each shard's buffers (optimizer state included), the finite
+// checks on gradient bytes, and the rank-order sum that closes a sync
+// round and hands it to the optimizer (optim.c).
 //
 // DESIGN. This file and push.c hold the server's hot loops (the finite
-// checks, the rank-order sum and the SGD update); ps/CMakeLists.txt
+// checks and the rank-order sum; the update is optim.c's); ps/CMakeLists.txt
 // compiles both with -O3 so that GCC vectorises them (no fast-math: the
 // floats stay exact and runs reproducible).
 #include <string.h>
 
+#include "optim.h"
 #include "server_impl.h"
 
 // nonfinite reports whether fp32 bits u are a NaN or an Inf (every
@@ -89,17 +91,16 @@ ps__shard_min_clock(const struct ps_server *s, const struct srv_shard *sh)
 }
 
 void
-ps__shard_apply_sync(struct ps_server *s, struct srv_shard *sh)
+ps__shard_apply_sum(struct ps_server *s, struct srv_shard *sh)
 {
-	size_t       n     = sh->len;
-	float        scale = (float) (s->lr / (double) sh->samples);
+	size_t       n = sh->len;
 	const float *g[2];
 	uint32_t     k = 0;
 	// Rank order, over the ranks that pushed (all of them, unless a
-	// trainer left the job). One or two pushers (the common case here) are
-	// summed and applied in one pass; more are summed into s->sum first.
-	// Either way each element is ((g0 + g1) + g2) + ..., then
-	// x -= scale * sum: the same floats, so runs are reproducible.
+	// trainer left the job). One or two pushers (the common case here) go
+	// to the optimizer as they are (it adds two in its own pass); more
+	// are summed into s->sum first. Either way each element is
+	// ((g0 + g1) + g2) + ...: the same floats, so runs are reproducible.
 	for (uint32_t r = 0; r < s->trainers; r++) {
 		if (sh->state[r] != PS_SLOT_PUSHED) {
 			continue;
@@ -119,19 +120,21 @@ ps__shard_apply_sync(struct ps_server *s, struct srv_shard *sh)
 		}
 		k++;
 	}
-	if (k == 1) {
-		for (size_t i = 0; i < n; i++) {
-			sh->x[i] -= scale * g[0][i];
-		}
-	} else if (k == 2) {
-		for (size_t i = 0; i < n; i++) {
-			sh->x[i] -= scale * (g[0][i] + g[1][i]);
-		}
-	} else {
-		for (size_t i = 0; i < n; i++) {
-			sh->x[i] -= scale * s->sum[i];
-		}
+	if (k == 0) {
+		return; // a round closed by departures alone: nothing to apply
 	}
+	if (k > 2) {
+		ps__optim_apply(s, sh, s->sum, NULL, sh->samples);
+	} else {
+		ps__optim_apply(s, sh, g[0], k == 2 ? g[1] : NULL,
+		    sh->samples);
+	}
+}
+
+void
+ps__shard_apply_sync(struct ps_server *s, struct srv_shard *sh)
+{
+	ps__shard_apply_sum(s, sh);
 	sh->version++;
 	ps__ref_publish(s, sh);
 	if (sh->round_t0 != 0) {
@@ -179,6 +182,13 @@ ps__shard_alloc(struct ps_server *s, struct srv_shard *sh)
 	    sh->clock == NULL) {
 		return FB_ENOMEM;
 	}
+	// The optimizer's state starts at zero (no velocity, no moments)
+	// and lives as long as the shard's weights.
+	if (s->optim_bufs > 0 &&
+	    (sh->opt = fb_zalloc(sh->len * sizeof(float) * s->optim_bufs)) ==
+	        NULL) {
+		return FB_ENOMEM;
+	}
 	if (!s->pull_none) {
 		sh->log_cap  = comp_bound(&s->cpull, sh->len);
 		sh->ref      = fb_zalloc(sh->len * sizeof(float));
@@ -200,6 +210,7 @@ void
 ps__shard_release(struct srv_shard *sh)
 {
 	fb_free(sh->x);
+	fb_free(sh->opt);
 	fb_free(sh->stage);
 	fb_free(sh->state);
 	fb_free(sh->clock);
@@ -222,6 +233,7 @@ ps__map_install(struct ps_server *s, Pswire__Placement *pl)
 {
 	Pswire__JobConfig *job    = pl->job;
 	size_t             maxlen = 1;
+	char               why[128];
 	int                rv;
 
 	if (ps__map_check(pl) != FB_OK) {
@@ -244,6 +256,12 @@ ps__map_install(struct ps_server *s, Pswire__Placement *pl)
 	s->lr        = job->lr;
 	s->warmup    = job->warmup_steps;
 	s->log_k     = PS_DELTA_LOG;
+	if (ps__job_optim(job, &s->optim, &s->lr_sched, why, sizeof(why)) !=
+	    FB_OK) {
+		FB_LOG(FB_LOG_ERR, "store", "the job's optimizer: %s", why);
+		return FB_EPROTO;
+	}
+	s->optim_bufs = fb_optim_state_bufs(s->optim.kind);
 	// The scheduler validated the codecs; a server still refuses a map
 	// it cannot serve rather than trusting it.
 	if (comp_codec_parse(job->codec_push, job->bucket, &s->cpush) !=
@@ -307,12 +325,14 @@ ps__map_install(struct ps_server *s, Pswire__Placement *pl)
 	s->pl = pl;
 	FB_LOG(FB_LOG_NOTICE, "store",
 	    "placement epoch %llu: holding %u of %zu shards, %u trainers, "
-	    "mode %s (staleness %u, quorum %u), lr %g",
+	    "mode %s (staleness %u, quorum %u), lr %g, optimizer %s, "
+	    "lr schedule %s",
 	    (unsigned long long) pl->epoch, s->n_shards, pl->n_shards,
 	    s->trainers,
 	    s->ssp        ? "ssp"
 	        : s->mode ? "async"
 	                  : "sync",
-	    s->staleness, s->quorum, s->lr);
+	    s->staleness, s->quorum, s->lr, fb_optim_name(s->optim.kind),
+	    fb_lr_name(s->lr_sched.kind));
 	return FB_OK;
 }

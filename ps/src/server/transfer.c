@@ -1,15 +1,18 @@
 // transfer.c — a shard's full state on the wire, as an encode/decode pair:
 // ps__transfer_encode packs a leaving shard into a Transfer request (the
-// weights, the pull reference, the delta log, the version and the pushes
+// weights, the optimizer state, the pull reference, the delta log, the
+// version and the pushes
 // staged for the current version), and ps__on_transfer checks such a
 // request from a peer and installs the shard it carries.
 //
 // DESIGN. The payload is laid out in a fixed order, both halves reading
-// the same fields: x [len floats], then with a pull codec ref [len
+// the same fields: x [len floats], the optimizer state [optim_bufs x len
+// floats: velocity, or Adam's m then v], then with a pull codec ref [len
 // floats] and the log_k delta-log entries (log_len[k] bytes each, 0 for an
 // empty entry), then one staged slot [len floats] per rank in state
 // PS_SLOT_PUSHED, in rank order. The receiver checks every count and
 // length against its own job before it allocates or copies.
+#include <stdio.h>
 #include <string.h>
 
 #include "server_impl.h"
@@ -32,6 +35,9 @@ ps__transfer_encode(struct ps_server *s, struct srv_shard *sh, nng_msg **out)
 	t.state.data = sh->state;
 	t.n_clocks   = s->trainers;
 	t.clocks     = sh->clock;
+	t.optim_bufs = s->optim_bufs;
+	t.optim      = (char *) fb_optim_name(s->optim.kind);
+	plen += (size_t) s->optim_bufs * sh->len * 4;
 	if (!s->pull_none) {
 		plen += sh->len * 4;
 		for (uint32_t k = 0; k < s->log_k; k++) {
@@ -60,6 +66,11 @@ ps__transfer_encode(struct ps_server *s, struct srv_shard *sh, nng_msg **out)
 	}
 	memcpy(payload, sh->x, sh->len * 4);
 	off = sh->len * 4;
+	if (s->optim_bufs > 0) {
+		memcpy(payload + off, sh->opt,
+		    (size_t) s->optim_bufs * sh->len * 4);
+		off += (size_t) s->optim_bufs * sh->len * 4;
+	}
 	if (!s->pull_none) {
 		memcpy(payload + off, sh->ref, sh->len * 4);
 		off += sh->len * 4;
@@ -86,6 +97,10 @@ ps__shard_load_state(struct ps_server *s, struct srv_shard *sh,
 {
 	memcpy(sh->x, p, sh->len * 4);
 	p += sh->len * 4;
+	if (s->optim_bufs > 0) {
+		memcpy(sh->opt, p, (size_t) s->optim_bufs * sh->len * 4);
+		p += (size_t) s->optim_bufs * sh->len * 4;
+	}
 	if (!s->pull_none) {
 		memcpy(sh->ref, p, sh->len * 4);
 		p += sh->len * 4;
@@ -100,6 +115,25 @@ ps__shard_load_state(struct ps_server *s, struct srv_shard *sh,
 		sh->ref_crc = t->ref_crc;
 	}
 	return p;
+}
+
+int
+ps__optim_state_fits(const struct ps_server *s,
+    const Pswire__TransferRequest *t, char *why, size_t n)
+{
+	const char *name = t->optim != NULL && *t->optim != '\0' ? t->optim
+	                                                         : "sgd";
+	int         kind;
+	if (fb_optim_parse(name, &kind) != FB_OK || kind != s->optim.kind ||
+	    t->optim_bufs != s->optim_bufs) {
+		snprintf(why, n,
+		    "carries %u optimizer state buffers of '%.32s', the job "
+		    "runs %s (%u)",
+		    t->optim_bufs, name, fb_optim_name(s->optim.kind),
+		    s->optim_bufs);
+		return -1;
+	}
+	return 0;
 }
 
 int
@@ -145,6 +179,7 @@ transfer_decode(struct ps_server *s, struct ps_call *c,
 	const uint8_t *p      = c->frame.payload;
 	uint64_t       need   = sh->len * 4;
 	uint32_t       pushed = 0;
+	char           why[128];
 
 	if (t->state.len != s->trainers ||
 	    (t->n_clocks != 0 && t->n_clocks != s->trainers) ||
@@ -157,6 +192,12 @@ transfer_decode(struct ps_server *s, struct ps_call *c,
 		    t->shard, t->state.len, t->n_log_len);
 		return -1;
 	}
+	if (ps__optim_state_fits(s, t, why, sizeof(why)) != 0) {
+		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "transfer of shard %u: %s", t->shard, why);
+		return -1;
+	}
+	need += (uint64_t) s->optim_bufs * sh->len * 4;
 	for (uint32_t r = 0; r < s->trainers; r++) {
 		if (t->state.data[r] != PS_SLOT_FREE &&
 		    t->state.data[r] != PS_SLOT_PUSHED) {

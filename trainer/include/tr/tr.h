@@ -373,36 +373,48 @@ tr_backend_evaluate(struct tr_backend *b, const struct tr_dataset *ds,
 enum tr_mode { TR_MODE_SYNC = 0, TR_MODE_ASYNC = 1, TR_MODE_SSP = 2 };
 
 struct tr_config {
-	const char      *scheduler;     // --scheduler URL (required to train)
-	int              rank;          // --rank
-	const char      *data_dir;      // --data
-	struct tr_arch   arch;          // --layers
-	size_t           batch;         // --batch (per trainer)
-	double           lr;            // --lr
-	int              epochs;        // --epochs
-	uint64_t         seed;          // --seed
-	int              mode;          // --mode sync|async|ssp
-	int              log_interval;  // --log-interval (0: epoch ends only)
-	const char      *codec_push;    // --codec-push
-	const char      *codec_pull;    // --codec-pull
-	uint32_t         bucket;        // --bucket
-	uint32_t         warmup_steps;  // --warmup-steps
-	uint64_t         max_steps;     // --max-steps (0: unlimited)
-	const char      *device;        // --device cpu|cuda|cuda:N
-	int              blas_threads;  // --blas-threads
-	const char      *curve;         // --curve FILE (NULL: none)
-	const char      *step_times;    // --step-times FILE (NULL: none)
-	uint32_t         timeout_ms;    // --timeout-ms (libferry deadline)
-	const char      *weights_out;   // --weights-out FILE (NULL: none)
-	const char      *http_listen;   // --http-listen host:port ("": off)
-	const char      *http_url_file; // --http-url-file FILE ("": none)
-	uint32_t         heartbeat_ms;  // --heartbeat-ms (0: no heartbeats)
-	uint32_t         staleness;     // --staleness (--mode ssp)
-	uint32_t         sync_quorum;   // --sync-quorum (0: every trainer)
-	uint32_t         slow_ms;       // --slow-ms (0: no artificial delay)
-	const char      *secret_file;   // --secret-file FILE ("": off)
-	int              help;          // --help was given
-	int              print_config;  // --print-config was given
+	const char      *scheduler;      // --scheduler URL (required to train)
+	int              rank;           // --rank
+	const char      *data_dir;       // --data
+	struct tr_arch   arch;           // --layers
+	size_t           batch;          // --batch (per trainer)
+	double           lr;             // --lr
+	int              epochs;         // --epochs
+	uint64_t         seed;           // --seed
+	int              mode;           // --mode sync|async|ssp
+	int              log_interval;   // --log-interval (0: epoch ends only)
+	const char      *codec_push;     // --codec-push
+	const char      *codec_pull;     // --codec-pull
+	uint32_t         bucket;         // --bucket
+	uint32_t         warmup_steps;   // --warmup-steps
+	uint64_t         max_steps;      // --max-steps (0: unlimited)
+	const char      *device;         // --device cpu|cuda|cuda:N
+	int              blas_threads;   // --blas-threads
+	const char      *curve;          // --curve FILE (NULL: none)
+	const char      *step_times;     // --step-times FILE (NULL: none)
+	uint32_t         timeout_ms;     // --timeout-ms (libferry deadline)
+	const char      *weights_out;    // --weights-out FILE (NULL: none)
+	const char      *http_listen;    // --http-listen host:port ("": off)
+	const char      *http_url_file;  // --http-url-file FILE ("": none)
+	uint32_t         heartbeat_ms;   // --heartbeat-ms (0: no heartbeats)
+	uint32_t         staleness;      // --staleness (--mode ssp)
+	uint32_t         sync_quorum;    // --sync-quorum (0: every trainer)
+	uint32_t         slow_ms;        // --slow-ms (0: no artificial delay)
+	const char      *secret_file;    // --secret-file FILE ("": off)
+	const char      *optimizer;      // --optimizer (a name of fb/optim.h)
+	double           momentum;       // --momentum
+	double           beta1, beta2;   // --beta1, --beta2
+	double           eps;            // --eps
+	double           weight_decay;   // --weight-decay
+	const char      *lr_schedule;    // --lr-schedule
+	uint64_t         lr_warmup;      // --lr-warmup (updates)
+	uint64_t         lr_step_every;  // --lr-step-every
+	double           lr_gamma;       // --lr-gamma
+	double           lr_min;         // --lr-min
+	uint64_t         lr_total_steps; // --lr-total-steps
+	double           clip_norm;      // --clip-norm (0: off)
+	int              help;           // --help was given
+	int              print_config;   // --print-config was given
 	// Where each value came from (for --print-config), and the text of
 	// the --config file that string fields may borrow: released by
 	// tr_config_fini.

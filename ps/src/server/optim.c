@@ -1,0 +1,180 @@
+// optim.c — the server-side optimizers: the one function that applies a
+// gradient to a shard's weights and its optimizer state (SGD, momentum,
+// Nesterov, Adam, AdamW, Adagrad; docs/algorithms.md §5), at the learning
+// rate the job's schedule gives for the shard's version (fb_lr_at).
+//
+// DESIGN.
+// - One entry point, ps__optim_apply, used by the sync round (store.c),
+//   the async push (push.c) and anything else that must replay an update
+//   exactly (a backup applying what its primary applied): the same bytes
+//   in give the same bytes out.
+// - The state (velocity, Adam's m and v, Adagrad's sum of squares) is
+//   sh->opt: fb_optim_state_bufs(kind) buffers of sh->len floats, allocated
+//   with the shard (store.c), moved by Transfer and written in snapshots,
+//   so a step allocates nothing.
+// - Plain SGD keeps its float arithmetic (x -= (float)(lr / samples) * g),
+//   bit for bit what servers did before optimizers existed. The others
+//   compute each element in double and round the weight and state to
+//   float once, so they track the textbook update in double within float
+//   rounding (tests/ps/test_optim.c holds them to 1e-6 relative).
+// - Adam's bias correction uses t = version + 1: the version counts the
+//   updates a shard has had (it moves and snapshots with it), so no extra
+//   step counter is kept.
+// - Weight decay is L2 on the gradient (g += wd x) except for AdamW, which
+//   decays the weights directly (x -= lr wd x), as PyTorch's optimizers.
+// This file is a hot loop: ps/CMakeLists.txt compiles it with -O3.
+#include <math.h>
+#include <stdio.h>
+
+#include "optim.h"
+#include "server_impl.h"
+
+// grad_at returns the i-th element of the gradient sum: g0 alone, or
+// g0 + g1 in float (the rank-order sum of a two-trainer round, fused here
+// so that it costs no pass of its own).
+static inline float
+grad_at(const float *g0, const float *g1, size_t i)
+{
+	return g1 != NULL ? g0[i] + g1[i] : g0[i];
+}
+
+// apply_sgd is plain SGD, with L2 decay when wd > 0.
+static void
+apply_sgd(struct srv_shard *sh, const float *g0, const float *g1, double lr,
+    double inv, double wd)
+{
+	size_t n = sh->len;
+	if (wd == 0) {
+		float scale = (float) (lr * inv);
+		for (size_t i = 0; i < n; i++) {
+			sh->x[i] -= scale * grad_at(g0, g1, i);
+		}
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		double g = (double) grad_at(g0, g1, i) * inv + wd * sh->x[i];
+		sh->x[i] = (float) (sh->x[i] - lr * g);
+	}
+}
+
+// apply_momentum is heavy-ball momentum (nesterov 0) or Nesterov's (1),
+// PyTorch's form: v = mu v + g; x -= lr v (or lr (g + mu v)).
+static void
+apply_momentum(const struct fb_optim *o, struct srv_shard *sh, const float *g0,
+    const float *g1, double lr, double inv, int nesterov)
+{
+	float *v  = sh->opt;
+	double mu = o->momentum, wd = o->weight_decay;
+	for (size_t i = 0; i < sh->len; i++) {
+		double g  = (double) grad_at(g0, g1, i) * inv + wd * sh->x[i];
+		double vi = mu * v[i] + g;
+		v[i]      = (float) vi;
+		sh->x[i]  = (float) (sh->x[i] -
+                    lr * (nesterov ? g + mu * vi : vi));
+	}
+}
+
+// apply_adam is Adam with bias correction at step t; decoupled (AdamW)
+// decays x by lr wd first, else wd is L2 on the gradient.
+static void
+apply_adam(const struct fb_optim *o, struct srv_shard *sh, const float *g0,
+    const float *g1, double lr, double inv, int decoupled)
+{
+	float   *m = sh->opt, *v = sh->opt + sh->len;
+	double   b1 = o->beta1, b2 = o->beta2, eps = o->eps;
+	double   wd     = o->weight_decay;
+	uint64_t t      = sh->version + 1;
+	double   c1     = 1.0 - pow(b1, (double) t);
+	double   c2     = sqrt(1.0 - pow(b2, (double) t));
+	double   l2     = decoupled ? 0.0 : wd;
+	double   shrink = decoupled ? 1.0 - lr * wd : 1.0;
+	for (size_t i = 0; i < sh->len; i++) {
+		double x  = (double) sh->x[i] * shrink;
+		double g  = (double) grad_at(g0, g1, i) * inv + l2 * sh->x[i];
+		double mi = b1 * m[i] + (1.0 - b1) * g;
+		double vi = b2 * v[i] + (1.0 - b2) * g * g;
+		m[i]      = (float) mi;
+		v[i]      = (float) vi;
+		sh->x[i]  = (float) (x -
+                    (lr / c1) * mi / (sqrt(vi) / c2 + eps));
+	}
+}
+
+// apply_adagrad accumulates squares: G += g^2; x -= lr g / (sqrt(G) + eps).
+static void
+apply_adagrad(const struct fb_optim *o, struct srv_shard *sh, const float *g0,
+    const float *g1, double lr, double inv)
+{
+	float *acc = sh->opt;
+	double eps = o->eps, wd = o->weight_decay;
+	for (size_t i = 0; i < sh->len; i++) {
+		double g  = (double) grad_at(g0, g1, i) * inv + wd * sh->x[i];
+		double gi = acc[i] + g * g;
+		acc[i]    = (float) gi;
+		sh->x[i]  = (float) (sh->x[i] - lr * g / (sqrt(gi) + eps));
+	}
+}
+
+void
+ps__optim_apply(const struct ps_server *s, struct srv_shard *sh,
+    const float *g0, const float *g1, uint64_t samples)
+{
+	const struct fb_optim *o   = &s->optim;
+	double                 lr  = fb_lr_at(&s->lr_sched, sh->version);
+	double                 inv = 1.0 / (double) samples;
+	switch (o->kind) {
+	case FB_OPTIM_MOMENTUM:
+	case FB_OPTIM_NESTEROV:
+		apply_momentum(o, sh, g0, g1, lr, inv,
+		    o->kind == FB_OPTIM_NESTEROV);
+		break;
+	case FB_OPTIM_ADAM:
+	case FB_OPTIM_ADAMW:
+		apply_adam(o, sh, g0, g1, lr, inv, o->kind == FB_OPTIM_ADAMW);
+		break;
+	case FB_OPTIM_ADAGRAD:
+		apply_adagrad(o, sh, g0, g1, lr, inv);
+		break;
+	default:
+		apply_sgd(sh, g0, g1, lr, inv, o->weight_decay);
+		break;
+	}
+}
+
+int
+ps__job_optim(const Pswire__JobConfig *job, struct fb_optim *o,
+    struct fb_lr_sched *sc, char *why, size_t n)
+{
+	const Pswire__OptimConfig *oc = job->optim;
+	const Pswire__LrSchedule  *ls = job->lr_schedule;
+	struct fb_optim            ko = FB_OPTIM_INIT;
+	struct fb_lr_sched         ks = FB_LR_SCHED_INIT;
+
+	ks.lr = job->lr;
+	if (oc != NULL) { // absent: SGD (a job from before optimizers)
+		ko.momentum     = oc->momentum;
+		ko.beta1        = oc->beta1;
+		ko.beta2        = oc->beta2;
+		ko.eps          = oc->eps;
+		ko.weight_decay = oc->weight_decay;
+	}
+	if (ls != NULL) { // absent: constant
+		ks.warmup     = ls->lr_warmup;
+		ks.step_every = ls->step_every;
+		ks.gamma      = ls->gamma;
+		ks.lr_min     = ls->lr_min;
+		ks.total      = ls->total_steps;
+	}
+	if (!(job->clip_norm >= 0 && job->clip_norm < 1e30)) {
+		snprintf(why, n, "clip norm %g not in [0, 1e30)",
+		    job->clip_norm);
+		return FB_EINVAL;
+	}
+	if (fb_optim_finish(oc != NULL ? oc->name : NULL,
+	        ls != NULL ? ls->kind : NULL, &ko, &ks, why, n) != FB_OK) {
+		return FB_EINVAL;
+	}
+	*o  = ko;
+	*sc = ks;
+	return FB_OK;
+}

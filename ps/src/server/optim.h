@@ -1,0 +1,18 @@
+// optim.h — what the scheduler and the server share about a job's
+// optimizer: reading it out of the job config (optim.c). The update itself
+// (ps__optim_apply) is the server's, declared in server_impl.h.
+#ifndef PS_OPTIM_H
+#define PS_OPTIM_H
+
+#include <stddef.h>
+
+#include "fb/optim.h"
+#include "ferry.pb-c.h"
+
+// ps__job_optim reads job's optimizer, lr schedule and clip norm into *o
+// and *sc (absent messages: SGD, constant lr) and checks them. Errors:
+// FB_EINVAL with a reason in why (n bytes); *o and *sc untouched then. Pure.
+int ps__job_optim(const Pswire__JobConfig *job, struct fb_optim *o,
+    struct fb_lr_sched *sc, char *why, size_t n);
+
+#endif // PS_OPTIM_H
