@@ -81,9 +81,29 @@ void     comp__flt_decode(uint32_t id, const uint8_t *in, size_t n, float *out,
         int mode);
 
 // topk (topk.c). The size is 4 + 8 * comp_topk_k(ratio, n).
-int  comp__topk_encode(size_t k, const float *x, size_t n, uint8_t *out);
-int  comp__topk_validate(const uint8_t *in, size_t len, size_t n);
-void comp__topk_decode(const uint8_t *in, size_t n, float *out, int mode);
+// comp__topk_kth returns the bit pattern T of the k-th largest |x|
+// (1 <= k <= n, x finite) and in *ties how many values with |x| == T the
+// k kept take (the lowest-indexed ones): every |x| > T is kept too.
+uint32_t comp__topk_kth(const float *x, size_t n, size_t k, size_t *ties);
+// comp__finite_all is 1 if every x[0..n) is finite.
+int      comp__finite_all(const float *x, size_t n);
+int      comp__topk_encode(size_t k, const float *x, size_t n, uint8_t *out);
+int      comp__topk_validate(const uint8_t *in, size_t len, size_t n);
+void     comp__topk_decode(const uint8_t *in, size_t n, float *out, int mode);
+
+// Sparse composites and random-k (sparse.c): topk+q8/q4 (Elias-Fano
+// indices, quantized values), randk and randk+q8/q4 (seeded index set).
+// comp__sparse_is: 1 for the ids sparse.c owns. comp__sparse_bits: bits of
+// the value quantizer (8, 4), 32 for fp32 values.
+int      comp__sparse_is(uint32_t id);
+unsigned comp__sparse_bits(uint32_t id);
+size_t   comp__sparse_size(const struct comp_codec *c, size_t n);
+int  comp__sparse_encode(const struct comp_codec *c, const float *x, size_t n,
+     uint64_t *rng, uint8_t *out);
+int  comp__sparse_validate(const struct comp_codec *c, const uint8_t *in,
+     size_t len, size_t n);
+void comp__sparse_decode(const struct comp_codec *c, const uint8_t *in,
+    size_t n, float *out, int mode);
 
 // codec.c internals shared with feedback.c.
 int comp__check_enc_args(const struct comp_codec *c, const void *x, size_t n,
@@ -120,6 +140,55 @@ comp__u2f(uint32_t u)
 	float f;
 	memcpy(&f, &u, 4);
 	return f;
+}
+
+// comp__rne rounds t (|t| < 2^22) to the nearest integer, ties to even,
+// under the default rounding mode, as the vector cvtps2dq does.
+static inline float
+comp__rne(float t)
+{
+	const float magic = 12582912.0f; // 1.5 * 2^23
+	return (t + magic) - magic;
+}
+
+// comp__qround is the quantizer's code of t = x * L / s: clamp to [-L, L],
+// then round to nearest even.
+static inline int
+comp__qround(float t, float L)
+{
+	t = t > L ? L : t;
+	t = t < -L ? -L : t;
+	return (int) comp__rne(t);
+}
+
+// comp__put_code stores code (b bits) of element i in a packed code area;
+// elements arrive in index order (the first code of a byte sets it).
+static inline void
+comp__put_code(unsigned b, uint8_t *codes, size_t i, unsigned code)
+{
+	size_t   bit = i * b;
+	unsigned off = (unsigned) (bit & 7);
+	code &= (1u << b) - 1;
+	if (off == 0)
+		codes[bit >> 3] = (uint8_t) code;
+	else
+		codes[bit >> 3] |= (uint8_t) (code << off);
+}
+
+// comp__get_code reads the b-bit code of element i.
+static inline unsigned
+comp__get_code(unsigned b, const uint8_t *codes, size_t i)
+{
+	size_t bit = i * b;
+	return ((unsigned) codes[bit >> 3] >> (bit & 7)) & ((1u << b) - 1);
+}
+
+// comp__sext sign-extends a b-bit two's complement code.
+static inline int
+comp__sext(unsigned code, unsigned b)
+{
+	unsigned sign = 1u << (b - 1);
+	return (int) (code ^ sign) - (int) sign;
 }
 
 #endif // COMP_IMPL_H

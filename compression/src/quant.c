@@ -27,23 +27,6 @@
 
 #include "comp_impl.h"
 
-// rne rounds t (|t| < 2^22) to the nearest integer, ties to even, under the
-// default rounding mode, as the vector cvtps2dq does.
-static inline float
-rne(float t)
-{
-	const float magic = 12582912.0f; // 1.5 * 2^23
-	return (t + magic) - magic;
-}
-
-static inline int
-qround(float t, float L)
-{
-	t = t > L ? L : t;
-	t = t < -L ? -L : t;
-	return (int) rne(t);
-}
-
 // ---- portable kernels -----------------------------------------------------
 
 static uint32_t
@@ -61,7 +44,7 @@ static void
 q8_enc_c(const float *x, size_t m, float inv, uint8_t *codes)
 {
 	for (size_t i = 0; i < m; i++)
-		codes[i] = (uint8_t) (int8_t) qround(x[i] * inv, 127.0f);
+		codes[i] = (uint8_t) (int8_t) comp__qround(x[i] * inv, 127.0f);
 }
 
 static void
@@ -69,12 +52,14 @@ q4_enc_c(const float *x, size_t m, float inv, uint8_t *codes)
 {
 	size_t i = 0;
 	for (; i + 2 <= m; i += 2) {
-		unsigned lo  = (unsigned) qround(x[i] * inv, 7.0f) & 0xfu;
-		unsigned hi  = (unsigned) qround(x[i + 1] * inv, 7.0f) & 0xfu;
+		unsigned lo = (unsigned) comp__qround(x[i] * inv, 7.0f) & 0xfu;
+		unsigned hi = (unsigned) comp__qround(x[i + 1] * inv, 7.0f) &
+		    0xfu;
 		codes[i / 2] = (uint8_t) (lo | (hi << 4));
 	}
 	if (i < m)
-		codes[i / 2] = (uint8_t) ((unsigned) qround(x[i] * inv, 7.0f) &
+		codes[i / 2] = (uint8_t) ((unsigned) comp__qround(x[i] * inv,
+		                              7.0f) &
 		    0xfu);
 }
 
@@ -158,33 +143,6 @@ const struct comp__kern comp__kern_portable = {
 
 // ---- generic, any-b, element-at-a-time helpers ----------------------------
 
-// put_code stores code (b bits) of element i; elements arrive in order.
-static inline void
-put_code(unsigned b, uint8_t *codes, size_t i, unsigned code)
-{
-	size_t   bit = i * b;
-	unsigned off = (unsigned) (bit & 7);
-	code &= (1u << b) - 1;
-	if (off == 0)
-		codes[bit >> 3] = (uint8_t) code;
-	else
-		codes[bit >> 3] |= (uint8_t) (code << off);
-}
-
-static inline unsigned
-get_code(unsigned b, const uint8_t *codes, size_t i)
-{
-	size_t bit = i * b;
-	return ((unsigned) codes[bit >> 3] >> (bit & 7)) & ((1u << b) - 1);
-}
-
-static inline int
-sext(unsigned code, unsigned b)
-{
-	unsigned sign = 1u << (b - 1);
-	return (int) (code ^ sign) - (int) sign;
-}
-
 // ---- sizes ----------------------------------------------------------------
 
 size_t
@@ -209,8 +167,8 @@ enc_range(const struct comp__kern *k, unsigned b, const float *x, size_t i0,
 	size_t i = 0;
 	if (b == 4) {
 		if ((i0 & 1) && m > 0) {
-			put_code(4, codes, i0,
-			    (unsigned) qround(x[0] * inv, L));
+			comp__put_code(4, codes, i0,
+			    (unsigned) comp__qround(x[0] * inv, L));
 			i = 1;
 		}
 		if (i < m)
@@ -218,7 +176,8 @@ enc_range(const struct comp__kern *k, unsigned b, const float *x, size_t i0,
 		return;
 	}
 	for (; i < m; i++)
-		put_code(b, codes, i0 + i, (unsigned) qround(x[i] * inv, L));
+		comp__put_code(b, codes, i0 + i,
+		    (unsigned) comp__qround(x[i] * inv, L));
 }
 
 // enc_range_slow is enc_range for a subnormal scale, where L / s overflows:
@@ -230,8 +189,8 @@ enc_range_slow(unsigned b, const float *x, size_t i0, size_t m, float s,
 	double L = (double) ((1u << (b - 1)) - 1);
 	for (size_t i = 0; i < m; i++) {
 		double t = (double) x[i] * L / (double) s;
-		put_code(b, codes, i0 + i,
-		    (unsigned) qround((float) t, (float) L));
+		comp__put_code(b, codes, i0 + i,
+		    (unsigned) comp__qround((float) t, (float) L));
 	}
 }
 
@@ -248,7 +207,7 @@ enc_range_sr(unsigned b, const float *x, size_t i0, size_t m, float s,
 		double q = floor(t + u);
 		q        = q > L ? L : q;
 		q        = q < -L ? -L : q;
-		put_code(b, codes, i0 + i, (unsigned) (int) q);
+		comp__put_code(b, codes, i0 + i, (unsigned) (int) q);
 	}
 }
 
@@ -267,7 +226,7 @@ sign_encode(uint32_t bucket, const float *x, size_t n, uint8_t *out)
 			return FB_EINVAL;
 		fb_put_f32le(out + 4 * j, (float) (sum / (double) m));
 		for (size_t i = 0; i < m; i++)
-			put_code(1, codes, i0 + i, x[i0 + i] < 0.0f);
+			comp__put_code(1, codes, i0 + i, x[i0 + i] < 0.0f);
 	}
 	return FB_OK;
 }
@@ -389,7 +348,9 @@ dec_range(const struct comp__kern *k, unsigned b, const uint8_t *codes,
 	if (b == 4) {
 		if ((i0 & 1) && m > 0) {
 			store(out, 0,
-			    (float) sext(get_code(4, codes, i0), 4) * step,
+			    (float) comp__sext(comp__get_code(4, codes, i0),
+			        4) *
+			        step,
 			    mode);
 			i = 1;
 		}
@@ -400,7 +361,9 @@ dec_range(const struct comp__kern *k, unsigned b, const uint8_t *codes,
 	}
 	for (; i < m; i++)
 		store(out, i,
-		    (float) sext(get_code(b, codes, i0 + i), b) * step, mode);
+		    (float) comp__sext(comp__get_code(b, codes, i0 + i), b) *
+		        step,
+		    mode);
 }
 
 void
@@ -418,7 +381,8 @@ comp__q_decode(unsigned b, uint32_t bucket, const uint8_t *in, size_t n,
 		if (b == 1) {
 			for (size_t i = 0; i < m; i++)
 				store(out + i0, i,
-				    get_code(1, codes, i0 + i) ? -s : s, mode);
+				    comp__get_code(1, codes, i0 + i) ? -s : s,
+				    mode);
 			continue;
 		}
 		float step = s / L;

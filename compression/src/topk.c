@@ -64,18 +64,37 @@ kth_bits(const float *x, size_t n, size_t k, size_t *above)
 	return prefix;
 }
 
+uint32_t
+comp__topk_kth(const float *x, size_t n, size_t k, size_t *ties)
+{
+	size_t   above;
+	uint32_t t = kth_bits(x, n, k, &above);
+	*ties      = k - above;
+	return t;
+}
+
+int
+comp__finite_all(const float *x, size_t n)
+{
+	uint32_t mx = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t a = comp__f2u(x[i]) & 0x7fffffffu;
+		mx         = a > mx ? a : mx;
+	}
+	return mx < COMP__INF_BITS;
+}
+
 int
 comp__topk_encode(size_t k, const float *x, size_t n, uint8_t *out)
 {
-	for (size_t i = 0; i < n; i++)
-		if ((comp__f2u(x[i]) & 0x7fffffffu) >= COMP__INF_BITS)
-			return FB_EINVAL;
+	if (!comp__finite_all(x, n))
+		return FB_EINVAL;
 	fb_put_u32le(out, (uint32_t) k);
 	if (k == 0)
 		return FB_OK;
-	size_t   above;
-	uint32_t t    = kth_bits(x, n, k, &above);
-	size_t   ties = k - above, j = 0;
+	size_t   ties;
+	uint32_t t   = comp__topk_kth(x, n, k, &ties);
+	size_t   j   = 0;
 	uint8_t *idx = out + 4, *val = out + 4 + 4 * k;
 	for (size_t i = 0; i < n && j < k; i++) {
 		uint32_t a = comp__f2u(x[i]) & 0x7fffffffu;
