@@ -139,7 +139,7 @@ put_bits(uint8_t *buf, uint64_t off, uint32_t v, unsigned w)
 static uint32_t
 get_bits(const uint8_t *buf, uint64_t off, unsigned w)
 {
-	uint32_t v = 0;
+	uint32_t v   = 0;
 	unsigned got = 0;
 	while (got < w) {
 		unsigned o    = (unsigned) (off & 7);
@@ -217,19 +217,24 @@ iter_next(struct iter *it, size_t *idx)
 
 // ---- encode ----------------------------------------------------------------
 
-// seed_of picks a randk seed: from rng when given, else a hash of n and 64
-// values spread over x (the pull delta: a new delta gives a new set).
+// seed_of picks a randk seed: from rng when given, else a hash of every
+// value of x (the pull delta: any change gives a new set, so no coordinate
+// is starved by a set that repeats). The hash is two sums the compiler
+// vectorises: one read pass, no write.
 static uint64_t
 seed_of(const float *x, size_t n, uint64_t *rng)
 {
 	if (rng != NULL)
 		return comp__rng_next(rng);
-	uint64_t h = 0x5eed5eed5eedull ^ (uint64_t) n;
-	size_t   stride = n / 64 > 0 ? n / 64 : 1;
-	for (size_t i = 0; i < n; i += stride) {
-		h ^= comp__f2u(x[i]);
-		(void) comp__rng_next(&h);
+	uint64_t s1 = 0, s2 = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t u = comp__f2u(x[i]);
+		s1 += u;
+		s2 += u * (2 * (uint64_t) i + 1);
 	}
+	uint64_t h = s1 ^ (uint64_t) n << 32;
+	(void) comp__rng_next(&h);
+	h ^= s2;
 	return comp__rng_next(&h);
 }
 
@@ -269,18 +274,18 @@ encode_vals(const struct comp_codec *c, const float *x, struct iter *it,
 	if (b == 32) {
 		for (size_t j = 0; j < k; j++) {
 			(void) iter_next(it, &idx);
-			if ((comp__f2u(x[idx]) & 0x7fffffffu) >= COMP__INF_BITS)
+			if ((comp__f2u(x[idx]) & 0x7fffffffu) >=
+			    COMP__INF_BITS)
 				return FB_EINVAL;
 			fb_put_f32le(out + 4 * j, x[idx]);
 		}
 		return FB_OK;
 	}
 	size_t   bucket = c->bucket, nb = k / bucket + (k % bucket != 0);
-	uint8_t *codes  = out + 4 * nb;
-	float    L      = (float) ((1u << (b - 1)) - 1);
+	uint8_t *codes = out + 4 * nb;
+	float    L     = (float) ((1u << (b - 1)) - 1);
 	for (size_t jb = 0; jb < nb; jb++) {
-		size_t      m    = k - jb * bucket < bucket ? k - jb * bucket
-		                                             : bucket;
+		size_t m = k - jb * bucket < bucket ? k - jb * bucket : bucket;
 		struct iter save = *it;
 		uint32_t    mx   = 0;
 		for (size_t i = 0; i < m; i++) {
@@ -296,13 +301,15 @@ encode_vals(const struct comp_codec *c, const float *x, struct iter *it,
 		for (size_t i = 0; i < m; i++) {
 			(void) iter_next(it, &idx);
 			int q;
-			if (isinf(inv)) // subnormal scale: as quant.c, in double
+			if (isinf(
+			        inv)) // subnormal scale: as quant.c, in double
 				q = comp__qround((float) ((double) x[idx] *
 				                     (double) L / (double) s),
 				    L);
 			else
 				q = comp__qround(x[idx] * inv, L);
-			comp__put_code(b, codes, jb * bucket + i, (unsigned) q);
+			comp__put_code(b, codes, jb * bucket + i,
+			    (unsigned) q);
 		}
 	}
 	return FB_OK;
@@ -389,8 +396,8 @@ comp__sparse_decode(const struct comp_codec *c, const uint8_t *in, size_t n,
 	unsigned       b    = comp__sparse_bits(c->id);
 	struct iter    it;
 	size_t         idx;
-	iter_init(&it, c->id, in + 4, is_randk(c->id) ? get_u64(in + 4) : 0,
-	    n, k);
+	iter_init(&it, c->id, in + 4, is_randk(c->id) ? get_u64(in + 4) : 0, n,
+	    k);
 	if (mode == COMP__SET)
 		memset(out, 0, n * sizeof *out);
 	if (b == 32) {
@@ -403,12 +410,13 @@ comp__sparse_decode(const struct comp_codec *c, const uint8_t *in, size_t n,
 	size_t         bucket = c->bucket, nb = k / bucket + (k % bucket != 0);
 	const uint8_t *codes = vals + 4 * nb;
 	float          L     = (float) ((1u << (b - 1)) - 1);
-	float step = 0.0f;
+	float          step  = 0.0f;
 	for (size_t j = 0; j < k; j++) {
 		if (j % bucket == 0) // s / L once per bucket, as quant.c
 			step = fb_get_f32le(vals + 4 * (j / bucket)) / L;
 		(void) iter_next(&it, &idx);
-		put(out, idx, (float) comp__sext(comp__get_code(b, codes, j), b) * step,
+		put(out, idx,
+		    (float) comp__sext(comp__get_code(b, codes, j), b) * step,
 		    mode);
 	}
 }
