@@ -26,9 +26,9 @@ codec(const char *spec, uint32_t bucket)
 static size_t
 doc_size(const char *base, unsigned b, size_t bucket, size_t n, size_t k)
 {
-	size_t vals = b == 32 ? 4 * k
-	                      : 4 * ((k + bucket - 1) / bucket) +
-	        (k * b + 7) / 8;
+	size_t vals = b == 32
+	    ? 4 * k
+	    : 4 * ((k + bucket - 1) / bucket) + (k * b + 7) / 8;
 	if (strcmp(base, "randk") == 0)
 		return 12 + vals;
 	size_t ef = 0;
@@ -45,28 +45,31 @@ doc_size(const char *base, unsigned b, size_t bucket, size_t n, size_t k)
 // topk:0.01+q8 is under a third of plain topk:0.01 on the MLP's size.
 START_TEST(test_sparse_sizes)
 {
-	const size_t ns[] = { 0, 1, 2, 7, 1000, 4097, 235146 };
-	const float  rs[] = { 0.001f, 0.01f, 0.1f, 0.5f, 1.0f };
-	const char  *sfx[] = { "", "+q8", "+q4" };
+	const size_t   ns[]   = { 0, 1, 2, 7, 1000, 4097, 235146 };
+	const float    rs[]   = { 0.001f, 0.01f, 0.1f, 0.5f, 1.0f };
+	const char    *sfx[]  = { "", "+q8", "+q4" };
 	const unsigned bits[] = { 32, 8, 4 };
 	for (int base = 0; base < 2; base++)
 		for (size_t si = 0; si < 3; si++)
 			for (size_t ri = 0; ri < 5; ri++)
 				for (size_t ni = 0; ni < 7; ni++) {
-					const char *bn = base ? "randk" : "topk";
+					const char *bn = base ? "randk"
+					                      : "topk";
 					if (!base && si == 0)
-						continue; // plain topk: test_topk
+						continue; // plain topk:
+						          // test_topk
 					char spec[64];
 					snprintf(spec, sizeof spec, "%s:%g%s",
 					    bn, (double) rs[ri], sfx[si]);
 					struct comp_codec c = codec(spec, 64);
 					size_t k = comp_topk_k(rs[ri], ns[ni]);
-					ck_assert_uint_eq(comp_bound(&c, ns[ni]),
+					ck_assert_uint_eq(
+					    comp_bound(&c, ns[ni]),
 					    doc_size(bn, bits[si], 64, ns[ni],
 					        k));
 				}
 	struct comp_codec tq = codec("topk:0.01+q8", 0),
-			  tp = codec("topk:0.01", 0);
+	                  tp = codec("topk:0.01", 0);
 	ck_assert_uint_lt(3 * comp_bound(&tq, 235146),
 	    comp_bound(&tp, 235146));
 }
@@ -86,14 +89,14 @@ START_TEST(test_sparse_topk_same_set)
 	const char *sp[] = { "topk:0.01+q8", "topk:0.1+q4", "topk:1+q8" };
 	for (size_t s = 0; s < 3; s++) {
 		struct comp_codec c = codec(sp[s], 32), p = c;
-		p.id                = COMP_TOPK;
+		p.id = COMP_TOPK;
 		size_t len;
 		PT_OK(comp_encode(&p, x, N, NULL, buf, 8 * N + 64, &len));
 		PT_OK(comp_decode(&p, buf, len, N, a));
 		PT_OK(comp_encode(&c, x, N, NULL, buf, 8 * N + 64, &len));
 		ck_assert_uint_eq(len, comp_bound(&c, N));
 		PT_OK(comp_decode(&c, buf, len, N, b));
-		double L = c.id == COMP_TOPK_Q8 ? 127 : 7;
+		double L    = c.id == COMP_TOPK_Q8 ? 127 : 7;
 		size_t kept = 0;
 		for (size_t i = 0; i < N; i++) {
 			// (a kept value may quantize to 0, never the reverse)
@@ -151,8 +154,8 @@ START_TEST(test_sparse_randk_sets)
 			if (y[i] == 0.0f)
 				continue;
 			uint64_t lo = (uint64_t) j * N / k,
-				 hi = (uint64_t) (j + 1) * N / k;
-			uint64_t r = splitmix(&seed) >> 32;
+			         hi = (uint64_t) (j + 1) * N / k;
+			uint64_t r  = splitmix(&seed) >> 32;
 			ck_assert_uint_eq(i, lo + ((r * (hi - lo)) >> 32));
 			ck_assert_float_eq(y[i], x[i]);
 			j++;
@@ -181,7 +184,7 @@ START_TEST(test_sparse_ef_exact)
 	const char *sp[] = { "topk:0.01+q8", "topk:0.05+q4", "randk:0.02",
 		"randk:0.05+q8", "randk:0.1+q4", "topk:0.02" };
 	float      *g = malloc(N * 4), *e = malloc(N * 4), *p = malloc(N * 4);
-	float      *d = malloc(N * 4);
+	float      *d   = malloc(N * 4);
 	uint8_t    *buf = malloc(8 * N);
 	for (size_t s = 0; s < 6; s++) {
 		struct comp_codec c   = codec(sp[s], 16);
@@ -265,7 +268,7 @@ START_TEST(test_sparse_bogus)
 	size_t            len;
 	for (size_t i = 0; i < 64; i++)
 		x[i] = (float) (i % 5) * 0.01f;
-	x[3] = 5;
+	x[3]  = 5;
 	x[20] = -4;
 	x[41] = 3;
 	x[63] = 2; // kept: 3, 20, 41, 63
@@ -320,9 +323,9 @@ START_TEST(test_sparse_bogus)
 	PT_FAIL(comp_encode(&c, x, 64, NULL, b, sizeof b, &len), FB_EINVAL);
 	// parse: bad composites
 	struct comp_codec keep = c;
-	const char       *bad[] = { "topk:0.1+q2", "topk:0.1+", "topk:+q8",
-		      "randk", "randk:", "randk:0", "randk:2+q8", "topk:0.1q8",
-		      "randk:0.1+q8:sr", "topk+q8", "randk+q4" };
+	const char *bad[] = { "topk:0.1+q2", "topk:0.1+", "topk:+q8", "randk",
+		"randk:", "randk:0", "randk:2+q8", "topk:0.1q8",
+		"randk:0.1+q8:sr", "topk+q8", "randk+q4" };
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
 		TR_ASSERT_MSG(comp_codec_parse(bad[i], 0, &c) == FB_EINVAL,
 		    "'%s' parsed", bad[i]);
