@@ -49,6 +49,13 @@ comp__kern(void)
 	return k != NULL ? k : &comp__kern_portable;
 }
 
+const struct comp__f16 *
+comp__f16(void)
+{
+	const struct comp__f16 *k = simd_enabled ? comp__f16_f16c() : NULL;
+	return k != NULL ? k : &comp__f16_portable;
+}
+
 const char *
 comp_simd_name(void)
 {

@@ -71,6 +71,19 @@ int comp__q_ref_encode(unsigned b, uint32_t bucket, const float *x, float *ref,
 void comp__q_decode(unsigned b, uint32_t bucket, const uint8_t *in, size_t n,
     float *out, int mode);
 
+// fp16 kernels: portable (float16.c) and F16C (float16_f16c.c), the same
+// bytes and floats. enc writes n halves little-endian; dec stores per mode.
+struct comp__f16 {
+	void (*enc)(const float *x, size_t n, uint8_t *out);
+	void (*dec)(const uint8_t *in, size_t n, float *out, int mode);
+};
+extern const struct comp__f16 comp__f16_portable;
+// comp__f16_f16c returns the F16C kernels, or NULL when the CPU (or the
+// compiler) lacks F16C and AVX2.
+const struct comp__f16       *comp__f16_f16c(void);
+// comp__f16 returns the kernels in use (see comp_simd_set).
+const struct comp__f16       *comp__f16(void);
+
 // fp32 / fp16 / bf16 (float16.c).
 uint16_t comp__f32_to_f16(float f);
 float    comp__f16_to_f32(uint16_t h);
