@@ -73,10 +73,30 @@ void comp__q_decode(unsigned b, uint32_t bucket, const uint8_t *in, size_t n,
 
 // fp16 kernels: portable (float16.c) and F16C (float16_f16c.c), the same
 // bytes and floats. enc writes n halves little-endian; dec stores per mode.
+// bf16_enc is the bf16 encoder (built for AVX2 in the fast table).
 struct comp__f16 {
 	void (*enc)(const float *x, size_t n, uint8_t *out);
 	void (*dec)(const uint8_t *in, size_t n, float *out, int mode);
+	void (*bf16_enc)(const float *x, size_t n, uint8_t *out);
 };
+
+// comp__bf16_enc_loop is the one bf16 encoder loop, branch-free so that it
+// vectorises; each table instantiates it for its target. NaN keeps its top
+// bits and gets the quiet bit, as comp__f32_to_bf16 does. Little-endian
+// hosts only (float16.c has the byte-wise loop for the others).
+static inline void
+comp__bf16_enc_loop(const float *x, size_t n, uint8_t *out)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint32_t u;
+		memcpy(&u, x + i, 4);
+		uint32_t r   = (u + 0x7fffu + ((u >> 16) & 1)) >> 16;
+		uint32_t q   = (u >> 16) | 0x40u;
+		uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
+		uint16_t h   = (uint16_t) (nan ? q : r);
+		memcpy(out + 2 * i, &h, 2);
+	}
+}
 extern const struct comp__f16 comp__f16_portable;
 // comp__f16_f16c returns the F16C kernels, or NULL when the CPU (or the
 // compiler) lacks F16C and AVX2.

@@ -95,9 +95,16 @@ f16_dec_c(const uint8_t *in, size_t n, float *out, int mode)
 	}
 }
 
+static void
+bf16_enc_c(const float *x, size_t n, uint8_t *out)
+{
+	comp__bf16_enc_loop(x, n, out);
+}
+
 const struct comp__f16 comp__f16_portable = {
-	.enc = f16_enc_c,
-	.dec = f16_dec_c,
+	.enc      = f16_enc_c,
+	.dec      = f16_dec_c,
+	.bf16_enc = bf16_enc_c,
 };
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
@@ -119,21 +126,12 @@ comp__flt_encode(uint32_t id, const float *x, size_t n, uint8_t *out)
 	} else if (id == COMP_FP16) {
 		comp__f16()->enc(x, n, out);
 	} else {
-		// Branch-free on the bits so that the loop vectorises: NaN
-		// keeps its top bits and gets the quiet bit, as
-		// comp__f32_to_bf16 does.
-		for (size_t i = 0; i < n; i++) {
-			uint32_t u;
-			memcpy(&u, x + i, 4);
-			uint32_t r   = (u + 0x7fffu + ((u >> 16) & 1)) >> 16;
-			uint32_t q   = (u >> 16) | 0x40u;
-			uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
-			uint16_t h   = (uint16_t) (nan ? q : r);
-			if (HOST_LE)
-				memcpy(out + 2 * i, &h, 2);
-			else
-				fb_put_u16le(out + 2 * i, h);
+		if (HOST_LE) {
+			comp__f16()->bf16_enc(x, n, out);
+			return;
 		}
+		for (size_t i = 0; i < n; i++)
+			fb_put_u16le(out + 2 * i, comp__f32_to_bf16(x[i]));
 	}
 }
 

@@ -1,5 +1,6 @@
 // float16_f16c.c — fp16 encode and decode with the x86 F16C conversions
-// (vcvtps2ph, vcvtph2ps), eight values an instruction.
+// (vcvtps2ph, vcvtph2ps), eight values an instruction, and the bf16
+// encoder built for AVX2.
 //
 // Compiled with per-function target attributes and picked at run time
 // (comp__f16_kern, behind comp_simd_set), as the AVX-512 quantizer kernels
@@ -42,11 +43,11 @@ f16_dec_f16c(const uint8_t *in, size_t n, float *out, int mode)
 	size_t        i    = 0;
 	for (; i + 8 <= n; i += 8) {
 		__m128i h = _mm_loadu_si128((const __m128i *) (in + 2 * i));
-		__m128i special = _mm_cmpeq_epi16(_mm_and_si128(h, expm), expm);
+		__m128i special = _mm_cmpeq_epi16(_mm_and_si128(h, expm),
+		    expm);
 		if (_mm_movemask_epi8(special) != 0) {
 			// Inf or NaN in this group: the portable bits
-			comp__f16_portable.dec(in + 2 * i, 8, out + i,
-			    mode);
+			comp__f16_portable.dec(in + 2 * i, 8, out + i, mode);
 			continue;
 		}
 		__m256 v = _mm256_cvtph_ps(h);
@@ -60,9 +61,43 @@ f16_dec_f16c(const uint8_t *in, size_t n, float *out, int mode)
 		comp__f16_portable.dec(in + 2 * i, n - i, out + i, mode);
 }
 
+// bf16_8 rounds 8 floats to bf16 (in the low 16 bits of each lane) as
+// comp__f32_to_bf16: u + 0x7fff + lsb, top half; NaN: top half | 0x40.
+F16C static inline __m256i
+bf16_8(const float *x)
+{
+	const __m256i one  = _mm256_set1_epi32(1),
+	              bias = _mm256_set1_epi32(0x7fff);
+	const __m256i abs  = _mm256_set1_epi32(0x7fffffff);
+	const __m256i inf  = _mm256_set1_epi32(0x7f800000);
+	__m256i       u    = _mm256_loadu_si256((const __m256i *) x);
+	__m256i       lsb  = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+	__m256i       r    = _mm256_srli_epi32(
+	             _mm256_add_epi32(_mm256_add_epi32(u, bias), lsb), 16);
+	__m256i q   = _mm256_or_si256(_mm256_srli_epi32(u, 16),
+	      _mm256_set1_epi32(0x40));
+	__m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf);
+	return _mm256_blendv_epi8(r, q, nan);
+}
+
+F16C static void
+bf16_enc_avx2(const float *x, size_t n, uint8_t *out)
+{
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		// packus interleaves 128-bit lanes: 0 2 1 3 puts them back
+		__m256i p = _mm256_packus_epi32(bf16_8(x + i),
+		    bf16_8(x + i + 8));
+		_mm256_storeu_si256((__m256i *) (out + 2 * i),
+		    _mm256_permute4x64_epi64(p, 0xd8));
+	}
+	comp__bf16_enc_loop(x + i, n - i, out + 2 * i);
+}
+
 static const struct comp__f16 f16_f16c = {
-	.enc = f16_enc_f16c,
-	.dec = f16_dec_f16c,
+	.enc      = f16_enc_f16c,
+	.dec      = f16_dec_f16c,
+	.bf16_enc = bf16_enc_avx2,
 };
 
 const struct comp__f16 *
