@@ -42,6 +42,20 @@ struct comp__kern {
 	    int mode);
 	int (*q8_bad)(const uint8_t *codes, size_t nbytes);
 	int (*q4_bad)(const uint8_t *codes, size_t nbytes);
+	// q2_enc / q2_dec: as q4 with L = 1, four codes a byte, x[0] in bits
+	// 0-1 of codes[0]; the unused high bits of a last partial byte are 0.
+	void (*q2_enc)(const float *x, size_t m, float inv, uint8_t *codes);
+	void (*q2_dec)(const uint8_t *codes, size_t m, float step, float *out,
+	    int mode);
+	// sign_enc: bit i (LSB first from codes[0]) = x[i] < 0, a last partial
+	// byte's high bits 0. sign_dec: v = bit ? -s : s, stored per mode.
+	void (*sign_enc)(const float *x, size_t m, uint8_t *codes);
+	void (*sign_dec)(const uint8_t *codes, size_t m, float s, float *out,
+	    int mode);
+	// abs_sum: sum of |x[i]| in double over 8 lanes, lane r taking the i
+	// with i % 8 == r in order, then lanes 0..7 added in order (FORMAT.md,
+	// sign), so a vector unit computes the very same double.
+	double (*abs_sum)(const float *x, size_t m);
 };
 
 extern const struct comp__kern comp__kern_portable;

@@ -130,6 +130,59 @@ q4_bad_c(const uint8_t *codes, size_t nbytes)
 	return bad != 0;
 }
 
+static void
+q2_enc_c(const float *x, size_t m, float inv, uint8_t *codes)
+{
+	for (size_t i = 0; i < m; i += 4) {
+		unsigned byte = 0;
+		for (size_t r = 0; r < 4 && i + r < m; r++)
+			byte |= ((unsigned) comp__qround(x[i + r] * inv,
+			             1.0f) &
+			            3u)
+			    << (2 * r);
+		codes[i / 4] = (uint8_t) byte;
+	}
+}
+
+static void
+q2_dec_c(const uint8_t *codes, size_t m, float step, float *out, int mode)
+{
+	for (size_t i = 0; i < m; i++) {
+		int q = comp__sext(comp__get_code(2, codes, i), 2);
+		store(out, i, (float) q * step, mode);
+	}
+}
+
+static void
+sign_enc_c(const float *x, size_t m, uint8_t *codes)
+{
+	for (size_t i = 0; i < m; i += 8) {
+		unsigned byte = 0;
+		for (size_t r = 0; r < 8 && i + r < m; r++)
+			byte |= (unsigned) (x[i + r] < 0.0f) << r;
+		codes[i / 8] = (uint8_t) byte;
+	}
+}
+
+static void
+sign_dec_c(const uint8_t *codes, size_t m, float s, float *out, int mode)
+{
+	for (size_t i = 0; i < m; i++)
+		store(out, i, comp__get_code(1, codes, i) ? -s : s, mode);
+}
+
+static double
+abs_sum_c(const float *x, size_t m)
+{
+	double lane[8] = { 0 };
+	for (size_t i = 0; i < m; i++)
+		lane[i & 7] += fabs((double) x[i]);
+	double sum = lane[0];
+	for (int r = 1; r < 8; r++)
+		sum += lane[r];
+	return sum;
+}
+
 const struct comp__kern comp__kern_portable = {
 	.name        = "portable",
 	.absmax_bits = absmax_bits_c,
@@ -139,6 +192,11 @@ const struct comp__kern comp__kern_portable = {
 	.q4_dec      = q4_dec_c,
 	.q8_bad      = q8_bad_c,
 	.q4_bad      = q4_bad_c,
+	.q2_enc      = q2_enc_c,
+	.q2_dec      = q2_dec_c,
+	.sign_enc    = sign_enc_c,
+	.sign_dec    = sign_dec_c,
+	.abs_sum     = abs_sum_c,
 };
 
 // ---- generic, any-b, element-at-a-time helpers ----------------------------
@@ -175,9 +233,12 @@ enc_range(const struct comp__kern *k, unsigned b, const float *x, size_t i0,
 			k->q4_enc(x + i, m - i, inv, codes + (i0 + i) / 2);
 		return;
 	}
-	for (; i < m; i++)
+	// b == 2: codes one at a time up to a byte boundary, then the kernel
+	for (; i < m && ((i0 + i) & 3) != 0; i++)
 		comp__put_code(b, codes, i0 + i,
 		    (unsigned) comp__qround(x[i] * inv, L));
+	if (i < m)
+		k->q2_enc(x + i, m - i, inv, codes + (i0 + i) / 4);
 }
 
 // enc_range_slow is enc_range for a subnormal scale, where L / s overflows:
@@ -214,19 +275,22 @@ enc_range_sr(unsigned b, const float *x, size_t i0, size_t m, float s,
 static int
 sign_encode(uint32_t bucket, const float *x, size_t n, uint8_t *out)
 {
-	size_t   nb    = n / bucket + (n % bucket != 0);
-	uint8_t *codes = out + 4 * nb;
+	const struct comp__kern *k     = comp__kern();
+	size_t                   nb    = n / bucket + (n % bucket != 0);
+	uint8_t                 *codes = out + 4 * nb;
 	for (size_t j = 0; j < nb; j++) {
 		size_t i0  = j * bucket;
 		size_t m   = n - i0 < bucket ? n - i0 : bucket;
-		double sum = 0.0;
-		for (size_t i = 0; i < m; i++)
-			sum += fabs((double) x[i0 + i]);
+		double sum = k->abs_sum(x + i0, m);
 		if (!isfinite(sum))
 			return FB_EINVAL;
 		fb_put_f32le(out + 4 * j, (float) (sum / (double) m));
-		for (size_t i = 0; i < m; i++)
+		size_t i =
+		    0; // bits one at a time up to a byte, then the kernel
+		for (; i < m && ((i0 + i) & 7) != 0; i++)
 			comp__put_code(1, codes, i0 + i, x[i0 + i] < 0.0f);
+		if (i < m)
+			k->sign_enc(x + i0 + i, m - i, codes + (i0 + i) / 8);
 	}
 	return FB_OK;
 }
@@ -359,11 +423,13 @@ dec_range(const struct comp__kern *k, unsigned b, const uint8_t *codes,
 			    mode);
 		return;
 	}
-	for (; i < m; i++)
+	for (; i < m && ((i0 + i) & 3) != 0; i++) // b == 2
 		store(out, i,
 		    (float) comp__sext(comp__get_code(b, codes, i0 + i), b) *
 		        step,
 		    mode);
+	if (i < m)
+		k->q2_dec(codes + (i0 + i) / 4, m - i, step, out + i, mode);
 }
 
 void
@@ -379,10 +445,14 @@ comp__q_decode(unsigned b, uint32_t bucket, const uint8_t *in, size_t n,
 		size_t m  = n - i0 < bucket ? n - i0 : bucket;
 		float  s  = fb_get_f32le(in + 4 * j);
 		if (b == 1) {
-			for (size_t i = 0; i < m; i++)
+			size_t i = 0; // bits one at a time up to a byte
+			for (; i < m && ((i0 + i) & 7) != 0; i++)
 				store(out + i0, i,
 				    comp__get_code(1, codes, i0 + i) ? -s : s,
 				    mode);
+			if (i < m)
+				k->sign_dec(codes + (i0 + i) / 8, m - i, s,
+				    out + i0 + i, mode);
 			continue;
 		}
 		float step = s / L;
