@@ -183,6 +183,40 @@ abs_sum_c(const float *x, size_t m)
 	return sum;
 }
 
+static size_t
+select_ge_c(const float *x, size_t n, uint32_t t, uint8_t *idx, size_t cap)
+{
+	size_t c = 0;
+	for (size_t i = 0; i < n; i++) {
+		if ((comp__f2u(x[i]) & 0x7fffffffu) >= t) {
+			if (c == cap)
+				return cap + 1;
+			uint32_t u = (uint32_t) i;
+			memcpy(idx + 4 * c++, &u, 4);
+		}
+	}
+	return c;
+}
+
+static size_t
+collect_ge_c(const float *x, size_t n, uint32_t t, uint8_t *bits, size_t cap,
+    uint32_t *maxbits)
+{
+	size_t   c  = 0;
+	uint32_t mx = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t a = comp__f2u(x[i]) & 0x7fffffffu;
+		mx         = a > mx ? a : mx;
+		if (a >= t) {
+			if (c == cap)
+				return cap + 1;
+			memcpy(bits + 4 * c++, &a, 4);
+		}
+	}
+	*maxbits = mx;
+	return c;
+}
+
 const struct comp__kern comp__kern_portable = {
 	.name        = "portable",
 	.absmax_bits = absmax_bits_c,
@@ -197,6 +231,8 @@ const struct comp__kern comp__kern_portable = {
 	.sign_enc    = sign_enc_c,
 	.sign_dec    = sign_dec_c,
 	.abs_sum     = abs_sum_c,
+	.select_ge   = select_ge_c,
+	.collect_ge  = collect_ge_c,
 };
 
 // ---- generic, any-b, element-at-a-time helpers ----------------------------

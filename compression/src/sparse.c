@@ -238,8 +238,21 @@ seed_of(const float *x, size_t n, uint64_t *rng)
 	return comp__rng_next(&h);
 }
 
+// put_index records kept index i as the j-th of k (l low bits).
+static void
+put_index(uint8_t *ef, size_t k, unsigned l, size_t j, size_t i)
+{
+	uint32_t lowm = l == 32 ? 0xffffffffu : (1u << l) - 1;
+	put_bits(ef, (uint64_t) j * l, (uint32_t) i & lowm, l);
+	put_bits(ef, (uint64_t) k * l + (i >> l) + j, 1, 1);
+}
+
+// CAND: candidates topk_indices keeps on the stack (16 KiB); a larger k
+// takes the full radix passes of topk.c.
+enum { CAND = 4096 };
+
 // topk_indices writes the Elias-Fano block of the k largest |x| (ties to
-// the lowest indices, as topk does).
+// the lowest indices, as topk does). x is finite.
 static void
 topk_indices(const float *x, size_t n, size_t k, uint8_t *ef)
 {
@@ -247,18 +260,32 @@ topk_indices(const float *x, size_t n, size_t k, uint8_t *ef)
 	if (k == 0)
 		return;
 	unsigned l = ef_low(n, k);
-	size_t   ties;
-	uint32_t t    = comp__topk_kth(x, n, k, &ties);
-	uint32_t lowm = l == 32 ? 0xffffffffu : (1u << l) - 1;
-	size_t   j    = 0;
+	size_t   ties, j = 0, c;
+	uint32_t mx;
+	uint8_t  cand[4 * CAND];
+	if ((c = comp__topk_cand(x, n, k, cand, CAND, &mx)) > 0) {
+		uint32_t t  = comp__topk_kth_cand(cand, c, k, &ties);
+		size_t   c2 = comp__kern()->select_ge(x, n, t, cand, CAND);
+		if (c2 <= CAND) {
+			for (size_t r = 0; r < c2 && j < k; r++) {
+				uint32_t i = comp__cand_get(cand, r);
+				uint32_t a = comp__f2u(x[i]) & 0x7fffffffu;
+				if (a > t || (a == t && ties > 0)) {
+					if (a == t)
+						ties--;
+					put_index(ef, k, l, j++, i);
+				}
+			}
+			return;
+		}
+	}
+	uint32_t t = comp__topk_kth(x, n, k, &ties);
 	for (size_t i = 0; i < n && j < k; i++) {
 		uint32_t a = comp__f2u(x[i]) & 0x7fffffffu;
 		if (a > t || (a == t && ties > 0)) {
 			if (a == t)
 				ties--;
-			put_bits(ef, (uint64_t) j * l, (uint32_t) i & lowm, l);
-			put_bits(ef, (uint64_t) k * l + (i >> l) + j, 1, 1);
-			j++;
+			put_index(ef, k, l, j++, i);
 		}
 	}
 }

@@ -31,9 +31,11 @@ comp_topk_k(float ratio, size_t n)
 }
 
 // kth_bits returns the bit pattern T of the k-th largest |x| (1 <= k <= n)
-// and, in *above, how many |x| are strictly greater than T.
+// and, in *above, how many |x| are strictly greater than T. With cand, the
+// n patterns are read from cand instead (x unused).
 static uint32_t
-kth_bits(const float *x, size_t n, size_t k, size_t *above)
+kth_bits(const float *x, const uint8_t *cand, size_t n, size_t k,
+    size_t *above)
 {
 	static const unsigned shift[3] = { 20, 9, 0 };
 	static const unsigned width[3] = { 11, 11, 9 };
@@ -44,7 +46,8 @@ kth_bits(const float *x, size_t n, size_t k, size_t *above)
 		unsigned nbin = 1u << width[pass];
 		memset(hist, 0, nbin * sizeof hist[0]);
 		for (size_t i = 0; i < n; i++) {
-			uint32_t a = comp__f2u(x[i]) & 0x7fffffffu;
+			uint32_t a = cand ? comp__cand_get(cand, i)
+			                  : comp__f2u(x[i]) & 0x7fffffffu;
 			if ((a & pmask) == prefix)
 				hist[(a >> shift[pass]) & (nbin - 1)]++;
 		}
@@ -68,34 +71,94 @@ uint32_t
 comp__topk_kth(const float *x, size_t n, size_t k, size_t *ties)
 {
 	size_t   above;
-	uint32_t t = kth_bits(x, n, k, &above);
+	uint32_t t = kth_bits(x, NULL, n, k, &above);
 	*ties      = k - above;
 	return t;
+}
+
+uint32_t
+comp__topk_kth_cand(const uint8_t *cand, size_t c, size_t k, size_t *ties)
+{
+	size_t   above;
+	uint32_t t = kth_bits(NULL, cand, c, k, &above);
+	*ties      = k - above;
+	return t;
+}
+
+// The sample: SAMPLES values at a fixed stride. A guess at rank r of the
+// sample has a relative spread of about 1/sqrt(r); below MIN_RANK it is
+// too loose to be worth the pass, and small inputs take the plain path.
+enum { SAMPLES = 4096, MIN_RANK = 24, MIN_N = 16384 };
+
+size_t
+comp__topk_cand(const float *x, size_t n, size_t k, uint8_t *cand, size_t cap,
+    uint32_t *maxbits)
+{
+	if (n < MIN_N || cap <= k || cap >= n)
+		return 0;
+	double r = (double) (k + cap) / 2.0 * SAMPLES / (double) n;
+	if (r < MIN_RANK)
+		return 0;
+	// whole cache lines: 256 runs of 16 values, evenly spaced
+	float  samp[SAMPLES];
+	size_t stride = n / (SAMPLES / 16), above;
+	for (size_t j = 0; j < SAMPLES / 16; j++)
+		memcpy(samp + 16 * j, x + j * stride, 16 * sizeof *x);
+	uint32_t t = kth_bits(samp, NULL, SAMPLES, (size_t) r, &above);
+	size_t   c = comp__kern()->collect_ge(x, n, t, cand, cap, maxbits);
+	return c >= k && c <= cap ? c : 0;
 }
 
 int
 comp__finite_all(const float *x, size_t n)
 {
-	uint32_t mx = 0;
-	for (size_t i = 0; i < n; i++) {
-		uint32_t a = comp__f2u(x[i]) & 0x7fffffffu;
-		mx         = a > mx ? a : mx;
-	}
-	return mx < COMP__INF_BITS;
+	return n == 0 || comp__kern()->absmax_bits(x, n) < COMP__INF_BITS;
 }
 
 int
 comp__topk_encode(size_t k, const float *x, size_t n, uint8_t *out)
 {
-	if (!comp__finite_all(x, n))
+	if (k == 0 && !comp__finite_all(x, n))
 		return FB_EINVAL;
 	fb_put_u32le(out, (uint32_t) k);
 	if (k == 0)
 		return FB_OK;
-	size_t   ties;
-	uint32_t t   = comp__topk_kth(x, n, k, &ties);
-	size_t   j   = 0;
+	// Fast path: the candidates' patterns go where the indices and values
+	// will be (room for 2k u32) and give T; a second pass collects the
+	// indices of |x| >= T there, and the kept ones (all above T, the first
+	// `ties` equal to it) are compacted in place (slot j <= the one being
+	// read), then the values are filled in. Massive ties fall through.
 	uint8_t *idx = out + 4, *val = out + 4 + 4 * k;
+	size_t   ties, j             = 0;
+	uint32_t mx;
+	size_t   c = comp__topk_cand(x, n, k, idx, 2 * k, &mx);
+	if (c > 0 && mx >= COMP__INF_BITS)
+		return FB_EINVAL;
+	if (c > 0) {
+		uint32_t t  = comp__topk_kth_cand(idx, c, k, &ties);
+		size_t   c2 = comp__kern()->select_ge(x, n, t, idx, 2 * k);
+		if (c2 <= 2 * k) {
+			for (size_t r = 0; r < c2 && j < k; r++) {
+				uint32_t i = comp__cand_get(idx, r);
+				uint32_t a = comp__f2u(x[i]) & 0x7fffffffu;
+				if (a > t || (a == t && ties > 0)) {
+					if (a == t)
+						ties--;
+					memcpy(idx + 4 * j++, &i, 4);
+				}
+			}
+			for (j = 0; j < k; j++) {
+				uint32_t i = comp__cand_get(idx, j);
+				fb_put_u32le(idx + 4 * j, i);
+				fb_put_f32le(val + 4 * j, x[i]);
+			}
+			return FB_OK;
+		}
+		j = 0;
+	} else if (!comp__finite_all(x, n)) {
+		return FB_EINVAL;
+	}
+	uint32_t t = comp__topk_kth(x, n, k, &ties);
 	for (size_t i = 0; i < n && j < k; i++) {
 		uint32_t a = comp__f2u(x[i]) & 0x7fffffffu;
 		if (a > t || (a == t && ties > 0)) {
