@@ -143,6 +143,13 @@ void     comp__flt_decode(uint32_t id, const uint8_t *in, size_t n, float *out,
 // (1 <= k <= n, x finite) and in *ties how many values with |x| == T the
 // k kept take (the lowest-indexed ones): every |x| > T is kept too.
 uint32_t comp__topk_kth(const float *x, size_t n, size_t k, size_t *ties);
+// comp__topk_select finds the k largest |x| (1 <= k <= n; ties to the
+// lowest indices) and calls keep(ctx, j, i) for each, j = 0..k-1, with the
+// indices i increasing. scratch holds cap u32 candidates (any alignment);
+// it may be the caller's output, provided keep writes nothing past byte
+// 4 * j + 3 of it. FB_EINVAL (before any keep) if an x is not finite.
+int    comp__topk_select(const float *x, size_t n, size_t k, uint8_t *scratch,
+       size_t cap, void (*keep)(void *ctx, size_t j, uint32_t i), void *ctx);
 // comp__topk_cand narrows the search: it guesses from a sample of x a
 // threshold that about (k + cap) / 2 values reach, and writes the |x| bit
 // patterns of every value at or above it to cand (native-endian u32, any
@@ -150,8 +157,8 @@ uint32_t comp__topk_kth(const float *x, size_t n, size_t k, size_t *ties);
 // Returns their count c, k <= c <= cap (the k largest are among them, so
 // comp__topk_kth_cand on them is exact), or 0 when x is small or the guess
 // missed (then *maxbits is unset: use comp__topk_kth on all of x).
-size_t   comp__topk_cand(const float *x, size_t n, size_t k, uint8_t *cand,
-      size_t cap, uint32_t *maxbits);
+size_t comp__topk_cand(const float *x, size_t n, size_t k, uint8_t *cand,
+    size_t cap, uint32_t *maxbits);
 // comp__topk_kth_cand is comp__topk_kth over the c candidate patterns.
 uint32_t comp__topk_kth_cand(const uint8_t *cand, size_t c, size_t k,
     size_t *ties);
@@ -218,6 +225,18 @@ comp__u2f(uint32_t u)
 	float f;
 	memcpy(&f, &u, 4);
 	return f;
+}
+
+// comp__store stores a decoded value v into out[i] per mode (SET/ADD/SUB).
+static inline void
+comp__store(float *out, size_t i, float v, int mode)
+{
+	if (mode == COMP__SET)
+		out[i] = v;
+	else if (mode == COMP__ADD)
+		out[i] = out[i] + v;
+	else
+		out[i] = out[i] - v;
 }
 
 // comp__rne rounds t (|t| < 2^22) to the nearest integer, ties to even,

@@ -84,15 +84,9 @@ f16_enc_c(const float *x, size_t n, uint8_t *out)
 static void
 f16_dec_c(const uint8_t *in, size_t n, float *out, int mode)
 {
-	for (size_t i = 0; i < n; i++) {
-		float v = comp__f16_to_f32(fb_get_u16le(in + 2 * i));
-		if (mode == COMP__SET)
-			out[i] = v;
-		else if (mode == COMP__ADD)
-			out[i] = out[i] + v;
-		else
-			out[i] = out[i] - v;
-	}
+	for (size_t i = 0; i < n; i++)
+		comp__store(out, i, comp__f16_to_f32(fb_get_u16le(in + 2 * i)),
+		    mode);
 }
 
 static void

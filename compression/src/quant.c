@@ -63,17 +63,6 @@ q4_enc_c(const float *x, size_t m, float inv, uint8_t *codes)
 		    0xfu);
 }
 
-static inline void
-store(float *out, size_t i, float v, int mode)
-{
-	if (mode == COMP__SET)
-		out[i] = v;
-	else if (mode == COMP__ADD)
-		out[i] = out[i] + v;
-	else
-		out[i] = out[i] - v;
-}
-
 static void
 q8_dec_c(const uint8_t *codes, size_t m, float step, float *out, int mode)
 {
@@ -101,7 +90,7 @@ q4_dec_c(const uint8_t *codes, size_t m, float step, float *out, int mode)
 {
 	for (size_t i = 0; i < m; i++) {
 		int q = nib(codes[i / 2] >> ((i & 1) * 4));
-		store(out, i, (float) q * step, mode);
+		comp__store(out, i, (float) q * step, mode);
 	}
 }
 
@@ -149,7 +138,7 @@ q2_dec_c(const uint8_t *codes, size_t m, float step, float *out, int mode)
 {
 	for (size_t i = 0; i < m; i++) {
 		int q = comp__sext(comp__get_code(2, codes, i), 2);
-		store(out, i, (float) q * step, mode);
+		comp__store(out, i, (float) q * step, mode);
 	}
 }
 
@@ -168,7 +157,8 @@ static void
 sign_dec_c(const uint8_t *codes, size_t m, float s, float *out, int mode)
 {
 	for (size_t i = 0; i < m; i++)
-		store(out, i, comp__get_code(1, codes, i) ? -s : s, mode);
+		comp__store(out, i, comp__get_code(1, codes, i) ? -s : s,
+		    mode);
 }
 
 static double
@@ -447,7 +437,7 @@ dec_range(const struct comp__kern *k, unsigned b, const uint8_t *codes,
 	size_t i = 0;
 	if (b == 4) {
 		if ((i0 & 1) && m > 0) {
-			store(out, 0,
+			comp__store(out, 0,
 			    (float) comp__sext(comp__get_code(4, codes, i0),
 			        4) *
 			        step,
@@ -460,7 +450,7 @@ dec_range(const struct comp__kern *k, unsigned b, const uint8_t *codes,
 		return;
 	}
 	for (; i < m && ((i0 + i) & 3) != 0; i++) // b == 2
-		store(out, i,
+		comp__store(out, i,
 		    (float) comp__sext(comp__get_code(b, codes, i0 + i), b) *
 		        step,
 		    mode);
@@ -483,7 +473,7 @@ comp__q_decode(unsigned b, uint32_t bucket, const uint8_t *in, size_t n,
 		if (b == 1) {
 			size_t i = 0; // bits one at a time up to a byte
 			for (; i < m && ((i0 + i) & 7) != 0; i++)
-				store(out + i0, i,
+				comp__store(out + i0, i,
 				    comp__get_code(1, codes, i0 + i) ? -s : s,
 				    mode);
 			if (i < m)

@@ -238,56 +238,38 @@ seed_of(const float *x, size_t n, uint64_t *rng)
 	return comp__rng_next(&h);
 }
 
-// put_index records kept index i as the j-th of k (l low bits).
+// struct ef_out is where topk_indices' keep callback writes.
+struct ef_out {
+	uint8_t *ef;
+	size_t   k;
+	unsigned l;
+};
+
+// keep_ef records kept index i as the j-th of k: l low bits, one upper bit.
 static void
-put_index(uint8_t *ef, size_t k, unsigned l, size_t j, size_t i)
+keep_ef(void *ctx, size_t j, uint32_t i)
 {
-	uint32_t lowm = l == 32 ? 0xffffffffu : (1u << l) - 1;
-	put_bits(ef, (uint64_t) j * l, (uint32_t) i & lowm, l);
-	put_bits(ef, (uint64_t) k * l + (i >> l) + j, 1, 1);
+	struct ef_out *o    = ctx;
+	uint32_t       lowm = o->l == 32 ? 0xffffffffu : (1u << o->l) - 1;
+	put_bits(o->ef, (uint64_t) j * o->l, i & lowm, o->l);
+	put_bits(o->ef, (uint64_t) o->k * o->l + (i >> o->l) + j, 1, 1);
 }
 
 // CAND: candidates topk_indices keeps on the stack (16 KiB); a larger k
-// takes the full radix passes of topk.c.
+// takes the radix passes over all of x (topk.c).
 enum { CAND = 4096 };
 
 // topk_indices writes the Elias-Fano block of the k largest |x| (ties to
-// the lowest indices, as topk does). x is finite.
-static void
+// the lowest indices, as topk does). FB_EINVAL if an x is not finite.
+static int
 topk_indices(const float *x, size_t n, size_t k, uint8_t *ef)
 {
 	memset(ef, 0, (size_t) ((ef_bits(n, k) + 7) / 8));
 	if (k == 0)
-		return;
-	unsigned l = ef_low(n, k);
-	size_t   ties, j = 0, c;
-	uint32_t mx;
-	uint8_t  cand[4 * CAND];
-	if ((c = comp__topk_cand(x, n, k, cand, CAND, &mx)) > 0) {
-		uint32_t t  = comp__topk_kth_cand(cand, c, k, &ties);
-		size_t   c2 = comp__kern()->select_ge(x, n, t, cand, CAND);
-		if (c2 <= CAND) {
-			for (size_t r = 0; r < c2 && j < k; r++) {
-				uint32_t i = comp__cand_get(cand, r);
-				uint32_t a = comp__f2u(x[i]) & 0x7fffffffu;
-				if (a > t || (a == t && ties > 0)) {
-					if (a == t)
-						ties--;
-					put_index(ef, k, l, j++, i);
-				}
-			}
-			return;
-		}
-	}
-	uint32_t t = comp__topk_kth(x, n, k, &ties);
-	for (size_t i = 0; i < n && j < k; i++) {
-		uint32_t a = comp__f2u(x[i]) & 0x7fffffffu;
-		if (a > t || (a == t && ties > 0)) {
-			if (a == t)
-				ties--;
-			put_index(ef, k, l, j++, i);
-		}
-	}
+		return comp__finite_all(x, n) ? FB_OK : FB_EINVAL;
+	struct ef_out o = { ef, k, ef_low(n, k) };
+	uint8_t       cand[4 * CAND];
+	return comp__topk_select(x, n, k, cand, CAND, keep_ef, &o);
 }
 
 // encode_vals writes the k values at the iterator's indices as fp32 or as a
@@ -355,9 +337,9 @@ comp__sparse_encode(const struct comp_codec *c, const float *x, size_t n,
 		iter_init(&it, c->id, NULL, seed, n, k);
 		return encode_vals(c, x, &it, out + 12);
 	}
-	if (!comp__finite_all(x, n))
-		return FB_EINVAL;
-	topk_indices(x, n, k, out + 4);
+	int rv = topk_indices(x, n, k, out + 4);
+	if (rv != FB_OK)
+		return rv;
 	iter_init(&it, c->id, out + 4, 0, n, k);
 	return encode_vals(c, x, &it, out + 4 + (ef_bits(n, k) + 7) / 8);
 }
@@ -402,17 +384,6 @@ comp__sparse_validate(const struct comp_codec *c, const uint8_t *in,
 	return comp__q_validate(b, c->bucket, vals, k);
 }
 
-static inline void
-put(float *out, size_t i, float v, int mode)
-{
-	if (mode == COMP__SET)
-		out[i] = v;
-	else if (mode == COMP__ADD)
-		out[i] = out[i] + v;
-	else
-		out[i] = out[i] - v;
-}
-
 void
 comp__sparse_decode(const struct comp_codec *c, const uint8_t *in, size_t n,
     float *out, int mode)
@@ -430,7 +401,8 @@ comp__sparse_decode(const struct comp_codec *c, const uint8_t *in, size_t n,
 	if (b == 32) {
 		for (size_t j = 0; j < k; j++) {
 			(void) iter_next(&it, &idx);
-			put(out, idx, fb_get_f32le(vals + 4 * j), mode);
+			comp__store(out, idx, fb_get_f32le(vals + 4 * j),
+			    mode);
 		}
 		return;
 	}
@@ -442,7 +414,7 @@ comp__sparse_decode(const struct comp_codec *c, const uint8_t *in, size_t n,
 		if (j % bucket == 0) // s / L once per bucket, as quant.c
 			step = fb_get_f32le(vals + 4 * (j / bucket)) / L;
 		(void) iter_next(&it, &idx);
-		put(out, idx,
+		comp__store(out, idx,
 		    (float) comp__sext(comp__get_code(b, codes, j), b) * step,
 		    mode);
 	}

@@ -115,59 +115,79 @@ comp__finite_all(const float *x, size_t n)
 	return n == 0 || comp__kern()->absmax_bits(x, n) < COMP__INF_BITS;
 }
 
-int
-comp__topk_encode(size_t k, const float *x, size_t n, uint8_t *out)
+// keep_pass walks the kept indices of one pass (candidates or all of x):
+// every |x| > t, and the first `ties` equal to t. at(j) is the index of
+// entry j (cand: the u32 there, else j itself).
+static void
+keep_pass(const float *x, const uint8_t *cand, size_t m, size_t k, uint32_t t,
+    size_t ties, void (*keep)(void *, size_t, uint32_t), void *ctx)
 {
-	if (k == 0 && !comp__finite_all(x, n))
-		return FB_EINVAL;
-	fb_put_u32le(out, (uint32_t) k);
-	if (k == 0)
-		return FB_OK;
-	// Fast path: the candidates' patterns go where the indices and values
-	// will be (room for 2k u32) and give T; a second pass collects the
-	// indices of |x| >= T there, and the kept ones (all above T, the first
-	// `ties` equal to it) are compacted in place (slot j <= the one being
-	// read), then the values are filled in. Massive ties fall through.
-	uint8_t *idx = out + 4, *val = out + 4 + 4 * k;
-	size_t   ties, j             = 0;
-	uint32_t mx;
-	size_t   c = comp__topk_cand(x, n, k, idx, 2 * k, &mx);
-	if (c > 0 && mx >= COMP__INF_BITS)
-		return FB_EINVAL;
-	if (c > 0) {
-		uint32_t t  = comp__topk_kth_cand(idx, c, k, &ties);
-		size_t   c2 = comp__kern()->select_ge(x, n, t, idx, 2 * k);
-		if (c2 <= 2 * k) {
-			for (size_t r = 0; r < c2 && j < k; r++) {
-				uint32_t i = comp__cand_get(idx, r);
-				uint32_t a = comp__f2u(x[i]) & 0x7fffffffu;
-				if (a > t || (a == t && ties > 0)) {
-					if (a == t)
-						ties--;
-					memcpy(idx + 4 * j++, &i, 4);
-				}
-			}
-			for (j = 0; j < k; j++) {
-				uint32_t i = comp__cand_get(idx, j);
-				fb_put_u32le(idx + 4 * j, i);
-				fb_put_f32le(val + 4 * j, x[i]);
-			}
-			return FB_OK;
-		}
-		j = 0;
-	} else if (!comp__finite_all(x, n)) {
-		return FB_EINVAL;
-	}
-	uint32_t t = comp__topk_kth(x, n, k, &ties);
-	for (size_t i = 0; i < n && j < k; i++) {
+	size_t j = 0;
+	for (size_t r = 0; r < m && j < k; r++) {
+		uint32_t i = cand ? comp__cand_get(cand, r) : (uint32_t) r;
 		uint32_t a = comp__f2u(x[i]) & 0x7fffffffu;
 		if (a > t || (a == t && ties > 0)) {
 			if (a == t)
 				ties--;
-			fb_put_u32le(idx + 4 * j, (uint32_t) i);
-			fb_put_f32le(val + 4 * j, x[i]);
-			j++;
+			keep(ctx, j++, i);
 		}
+	}
+}
+
+int
+comp__topk_select(const float *x, size_t n, size_t k, uint8_t *scratch,
+    size_t cap, void (*keep)(void *ctx, size_t j, uint32_t i), void *ctx)
+{
+	// Fast path: the candidates' patterns give T; a second pass collects
+	// the indices of |x| >= T into scratch, and keep_pass walks them.
+	// A missed guess, or massive ties, take the radix passes over all x.
+	size_t   ties;
+	uint32_t mx;
+	size_t   c = comp__topk_cand(x, n, k, scratch, cap, &mx);
+	if (c > 0 && mx >= COMP__INF_BITS)
+		return FB_EINVAL;
+	if (c == 0 && !comp__finite_all(x, n))
+		return FB_EINVAL;
+	if (c > 0) {
+		uint32_t t  = comp__topk_kth_cand(scratch, c, k, &ties);
+		size_t   c2 = comp__kern()->select_ge(x, n, t, scratch, cap);
+		if (c2 <= cap) {
+			keep_pass(x, scratch, c2, k, t, ties, keep, ctx);
+			return FB_OK;
+		}
+	}
+	uint32_t t = comp__topk_kth(x, n, k, &ties);
+	keep_pass(x, NULL, n, k, t, ties, keep, ctx);
+	return FB_OK;
+}
+
+// keep_u32 stores kept index i as native u32 slot j of the index area (it
+// is rewritten little-endian once all are known).
+static void
+keep_u32(void *ctx, size_t j, uint32_t i)
+{
+	memcpy((uint8_t *) ctx + 4 * j, &i, 4);
+}
+
+int
+comp__topk_encode(size_t k, const float *x, size_t n, uint8_t *out)
+{
+	if (k == 0) {
+		if (!comp__finite_all(x, n))
+			return FB_EINVAL;
+		fb_put_u32le(out, 0);
+		return FB_OK;
+	}
+	// The index and value areas (2k u32) hold the candidates meanwhile.
+	uint8_t *idx = out + 4, *val = out + 4 + 4 * k;
+	int      rv = comp__topk_select(x, n, k, idx, 2 * k, keep_u32, idx);
+	if (rv != FB_OK)
+		return rv;
+	fb_put_u32le(out, (uint32_t) k);
+	for (size_t j = 0; j < k; j++) {
+		uint32_t i = comp__cand_get(idx, j);
+		fb_put_u32le(idx + 4 * j, i);
+		fb_put_f32le(val + 4 * j, x[i]);
 	}
 	return FB_OK;
 }
@@ -200,13 +220,7 @@ comp__topk_decode(const uint8_t *in, size_t n, float *out, int mode)
 	if (mode == COMP__SET)
 		memset(out, 0, n * sizeof *out);
 	for (size_t j = 0; j < k; j++) {
-		size_t i = fb_get_u32le(idx + 4 * j);
-		float  v = fb_get_f32le(val + 4 * j);
-		if (mode == COMP__SET)
-			out[i] = v;
-		else if (mode == COMP__ADD)
-			out[i] = out[i] + v;
-		else
-			out[i] = out[i] - v;
+		comp__store(out, fb_get_u32le(idx + 4 * j),
+		    fb_get_f32le(val + 4 * j), mode);
 	}
 }
