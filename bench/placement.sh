@@ -38,7 +38,7 @@ FERRY_BUILD_DIR="$BUILD" "$ROOT/scripts/setup.sh"
 RUN=${KEEP:-$(mktemp -d /tmp/placement-bench.XXXXXX)}
 mkdir -p "$RUN"
 EVAL="$RUN/evalplace"
-cc -O2 -std=c11 -I"$ROOT/sharding/include" -I"$ROOT/ps/include" \
+cc -O2 -std=c11 -I"$ROOT/sharding/include" -I"$ROOT/base/include" \
 	"$HERE/placement/evalplace.c" "$BUILD/sharding/libshard.a" \
 	"$BUILD/base/libfb.a" -lz -lm -lpthread -o "$EVAL"
 trap 'pl_down' EXIT
