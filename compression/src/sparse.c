@@ -219,8 +219,8 @@ iter_next(struct iter *it, size_t *idx)
 
 // seed_of picks a randk seed: from rng when given, else a hash of every
 // value of x (the pull delta: any change gives a new set, so no coordinate
-// is starved by a set that repeats). The hash is two sums the compiler
-// vectorises: one read pass, no write.
+// is starved by a set that repeats). The hash is two sums (the second of
+// each value xor its index) that vectorise: one read pass, no write.
 static uint64_t
 seed_of(const float *x, size_t n, uint64_t *rng)
 {
@@ -228,9 +228,9 @@ seed_of(const float *x, size_t n, uint64_t *rng)
 		return comp__rng_next(rng);
 	uint64_t s1 = 0, s2 = 0;
 	for (size_t i = 0; i < n; i++) {
-		uint64_t u = comp__f2u(x[i]);
+		uint32_t u = comp__f2u(x[i]);
 		s1 += u;
-		s2 += u * (2 * (uint64_t) i + 1);
+		s2 += u ^ (uint32_t) i; // position-dependent, no multiply
 	}
 	uint64_t h = s1 ^ (uint64_t) n << 32;
 	(void) comp__rng_next(&h);
