@@ -161,6 +161,8 @@ struct iter {
 	const uint8_t *ef;      // topk: the Elias-Fano block
 	unsigned       l;       // topk: low bits per index
 	uint64_t       up, end; // topk: next upper bit to scan, block end
+	uint64_t       lo, q, r, acc; // randk: stratum start, n / k, n % k,
+	                              // j * r mod k
 };
 
 static void
@@ -176,6 +178,10 @@ iter_init(struct iter *it, uint32_t id, const uint8_t *ef, uint64_t seed,
 	it->l     = ef_low(n, k);
 	it->up    = (uint64_t) k * it->l;
 	it->end   = ef_bits(n, k);
+	it->lo    = 0;
+	it->q     = k > 0 ? n / k : 0;
+	it->r     = k > 0 ? n % k : 0;
+	it->acc   = 0;
 }
 
 // iter_next sets *idx to the next index. Returns 0, or -1 when the upper
@@ -185,10 +191,17 @@ static int
 iter_next(struct iter *it, size_t *idx)
 {
 	if (it->randk) {
-		uint64_t lo = (uint64_t) it->j * it->n / it->k;
-		uint64_t hi = (uint64_t) (it->j + 1) * it->n / it->k;
-		uint64_t r  = comp__rng_next(&it->rng) >> 32;
-		*idx        = (size_t) (lo + ((r * (hi - lo)) >> 32));
+		// stratum j is [lo, hi): lo = floor(j n / k) kept as
+		// j q + floor(j r / k) (q, r: n / k, n % k) without a division
+		uint64_t lo = it->lo, hi = lo + it->q;
+		it->acc += it->r;
+		if (it->acc >= it->k) {
+			it->acc -= it->k;
+			hi++;
+		}
+		uint64_t r = comp__rng_next(&it->rng) >> 32;
+		*idx       = (size_t) (lo + ((r * (hi - lo)) >> 32));
+		it->lo     = hi;
 		it->j++;
 		return 0;
 	}
@@ -226,7 +239,7 @@ seed_of(const float *x, size_t n, uint64_t *rng)
 {
 	if (rng != NULL)
 		return comp__rng_next(rng);
-	uint64_t s1 = 0, s2 = 0;
+	uint32_t s1 = 0, s2 = 0; // 32-bit lanes: wrap-around sums vectorise
 	for (size_t i = 0; i < n; i++) {
 		uint32_t u = comp__f2u(x[i]);
 		s1 += u;
