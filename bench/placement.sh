@@ -13,7 +13,8 @@
 # bench/results/placement.json and bench/placement/RESULTS.md's table.
 #
 #   bench/placement.sh [--build DIR] [--steps N] [--reps R] [--keep DIR]
-# Exit 77 when network namespaces are unavailable.
+# Builds DIR (default build-place/) with scripts/setup.sh first, so a fresh
+# clone needs nothing else. Exit 77 when network namespaces are unavailable.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
@@ -30,13 +31,16 @@ done
 PS="$BUILD/ps/ps-server" TR="$BUILD/trainer/trainer"
 NETSIM="$ROOT/bench/links/netsim.sh" NET="plb$$"
 "$NETSIM" check || exit 77
+# setup.sh installs what is missing and builds (incrementally) into $BUILD:
+# ps-server, trainer and the static libraries evalplace links.
+FERRY_BUILD_DIR="$BUILD" "$ROOT/scripts/setup.sh"
 . "$HERE/placement/lib.sh"
 RUN=${KEEP:-$(mktemp -d /tmp/placement-bench.XXXXXX)}
 mkdir -p "$RUN"
 EVAL="$RUN/evalplace"
-cc -O2 -std=c11 -I"$ROOT/sharding/include" -I"$ROOT/ps/include" \
+cc -O2 -std=c11 -I"$ROOT/sharding/include" -I"$ROOT/base/include" \
 	"$HERE/placement/evalplace.c" "$BUILD/sharding/libshard.a" \
-	"$BUILD/ps/libfb.a" -lz -lm -lpthread -o "$EVAL"
+	"$BUILD/base/libfb.a" -lz -lm -lpthread -o "$EVAL"
 trap 'pl_down' EXIT
 # 4 MiB bulk probe: tbf's burst (≥128 KiB; 500 KB at 1gbit) inflates a 1 MiB probe.
 PROBE=(--probe-bytes=4194304)

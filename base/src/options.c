@@ -233,7 +233,9 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	[FB_OPT_TR_CODEC_PUSH]   = { "codec-push", TR, STR_NONEMPTY,
 	      .def = "none", .help = "gradient codec (none, fp16, q8, ...)",
 	      .doc = "gradient codec: `none`, `fp16`, `bf16`, `q8`, `q4`, `q2` "
-	               "(`:sr` for stochastic rounding), `sign`, `topk:R`" },
+	               "(`:sr` for stochastic rounding), `sign`, `topk:R`, "
+	               "`topk:R+q8`, `topk:R+q4`, `randk:R`, `randk:R+q8`, "
+	               "`randk:R+q4`" },
 	[FB_OPT_TR_CODEC_PULL]   = { "codec-pull", TR, STR_NONEMPTY,
 	      .def = "none", .help = "weight-delta codec",
 	      .doc = "weight-delta codec (same values, no `:sr`)" },

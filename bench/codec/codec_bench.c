@@ -19,7 +19,8 @@
 #include <comp/comp.h>
 
 static const char *const specs[] = { "none", "fp16", "bf16", "q8", "q4",
-	"q4@128", "q2", "q2@128", "sign", "topk:0.01" };
+	"q4@128", "q2", "q2@128", "sign", "topk:0.01", "topk:0.01+q8",
+	"topk:0.01+q4", "randk:0.01", "randk:0.01+q8" };
 #define NSPECS (sizeof specs / sizeof specs[0])
 
 static const size_t mlp[6] = { 784 * 256, 256, 256 * 128, 128, 128 * 10, 10 };

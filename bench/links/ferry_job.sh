@@ -8,7 +8,9 @@
 #   ferry_job.sh [--rate 100mbit|none] [--delay-ms D] [--trainers T]
 #                [--build DIR] [--name NET] -- [trainer flags...]
 #
-# Exit 77 (skip) when network namespaces are not available (not root).
+# Builds DIR (default build/) with scripts/setup.sh when its binaries are
+# missing. Exit 77 (skip) when network namespaces are not available (not
+# root).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -27,6 +29,10 @@ while (($#)); do
 done
 "$NETSIM" check || exit 77
 PS="$build/ps/ps-server" TR="$build/trainer/trainer"
+# A fresh clone has no build: setup.sh installs what is missing and builds.
+if [ ! -x "$PS" ] || [ ! -x "$TR" ]; then
+	FERRY_BUILD_DIR="$build" "$ROOT/scripts/setup.sh" >&2
+fi
 RUN=$(mktemp -d /tmp/ferry-links.XXXXXX)
 hosts=("srv:$rate")
 for ((r = 0; r < trainers; r++)); do hosts+=("t$r:$rate"); done

@@ -17,14 +17,19 @@
 #include "comp_impl.h"
 
 static const char *const names[COMP_CODEC_COUNT] = {
-	[COMP_NONE] = "none",
-	[COMP_FP16] = "fp16",
-	[COMP_BF16] = "bf16",
-	[COMP_Q8]   = "q8",
-	[COMP_Q4]   = "q4",
-	[COMP_Q2]   = "q2",
-	[COMP_SIGN] = "sign",
-	[COMP_TOPK] = "topk",
+	[COMP_NONE]     = "none",
+	[COMP_FP16]     = "fp16",
+	[COMP_BF16]     = "bf16",
+	[COMP_Q8]       = "q8",
+	[COMP_Q4]       = "q4",
+	[COMP_Q2]       = "q2",
+	[COMP_SIGN]     = "sign",
+	[COMP_TOPK]     = "topk",
+	[COMP_TOPK_Q8]  = "topk+q8",
+	[COMP_TOPK_Q4]  = "topk+q4",
+	[COMP_RANDK]    = "randk",
+	[COMP_RANDK_Q8] = "randk+q8",
+	[COMP_RANDK_Q4] = "randk+q4",
 };
 
 // ---- kernel selection ------------------------------------------------------
@@ -42,6 +47,13 @@ comp__kern(void)
 {
 	const struct comp__kern *k = simd_enabled ? comp__kern_avx512() : NULL;
 	return k != NULL ? k : &comp__kern_portable;
+}
+
+const struct comp__f16 *
+comp__f16(void)
+{
+	const struct comp__f16 *k = simd_enabled ? comp__f16_f16c() : NULL;
+	return k != NULL ? k : &comp__f16_portable;
 }
 
 const char *
@@ -102,34 +114,51 @@ comp_codec_parse_msg(const char *spec, uint32_t bucket, struct comp_codec *out,
 	size_t      nlen    = colon ? (size_t) (colon - spec) : strlen(spec);
 	const char *arg     = colon ? colon + 1 : NULL;
 	uint32_t    id      = COMP_CODEC_COUNT;
-	for (uint32_t i = 0; i < COMP_CODEC_COUNT; i++)
+	for (uint32_t i = 0; i <= COMP_TOPK; i++) // composites: by suffix
 		if (strlen(names[i]) == nlen &&
 		    strncmp(spec, names[i], nlen) == 0)
 			id = i;
 	if (nlen == 4 && strncmp(spec, "fp32", 4) == 0)
 		id = COMP_NONE;
+	if (nlen == 5 && strncmp(spec, "randk", 5) == 0)
+		id = COMP_RANDK;
 	if (id == COMP_CODEC_COUNT) {
 		say(why, why_len,
 		    "unknown codec '%s' (want none, fp16, bf16, q8, q4, q2, "
-		    "sign or topk:R)",
+		    "sign, topk:R, topk:R+q8, topk:R+q4, randk:R, "
+		    "randk:R+q8 or randk:R+q4)",
 		    spec);
 		return FB_EINVAL;
 	}
 	c.id = id;
-	if (id == COMP_TOPK) {
-		char  *end = NULL;
+	if (id == COMP_TOPK || id == COMP_RANDK) {
+		const char *base = id == COMP_TOPK ? "topk" : "randk";
+		char       *end  = NULL;
 		double r = arg != NULL && *arg != '\0' ? strtod(arg, &end) : 0;
-		if (arg == NULL || *arg == '\0' || end == NULL ||
-		    *end != '\0') {
-			say(why, why_len, "%s",
-			    "topk needs a ratio, as in topk:0.01");
+		if (arg == NULL || *arg == '\0' || end == NULL || end == arg) {
+			say(why, why_len,
+			    "%s needs a ratio, as in topk:0.01 "
+			    "or randk:0.01+q8",
+			    base);
+			return FB_EINVAL;
+		}
+		if (strcmp(end, "+q8") == 0) {
+			id += 1; // COMP_TOPK_Q8, COMP_RANDK_Q8
+		} else if (strcmp(end, "+q4") == 0) {
+			id += 2; // COMP_TOPK_Q4, COMP_RANDK_Q4
+		} else if (*end != '\0') {
+			say(why, why_len,
+			    "bad ratio or value codec in '%s' (want R, R+q8 "
+			    "or R+q4)",
+			    spec);
 			return FB_EINVAL;
 		}
 		if (!(r > 0.0 && r <= 1.0) || !((float) r > 0.0f)) {
-			say(why, why_len, "topk ratio '%s' must be in (0, 1]",
-			    arg);
+			say(why, why_len, "ratio in '%s' must be in (0, 1]",
+			    spec);
 			return FB_EINVAL;
 		}
+		c.id         = id;
 		c.topk_ratio = (float) r;
 	} else if (arg != NULL) {
 		if (comp__qbits(id) >= 2 && strcmp(arg, "sr") == 0) {
@@ -157,10 +186,11 @@ comp_codec_check(const struct comp_codec *c)
 {
 	if (c == NULL || c->id >= COMP_CODEC_COUNT)
 		return FB_EINVAL;
-	if (comp__qbits(c->id) != 0 &&
-	    (c->bucket < 1 || c->bucket > COMP_BUCKET_MAX))
+	int bucketed = comp__qbits(c->id) != 0 ||
+	    (comp__sparse_is(c->id) && comp__sparse_bits(c->id) < 32);
+	if (bucketed && (c->bucket < 1 || c->bucket > COMP_BUCKET_MAX))
 		return FB_EINVAL;
-	if (c->id == COMP_TOPK &&
+	if ((c->id == COMP_TOPK || comp__sparse_is(c->id)) &&
 	    !(c->topk_ratio > 0.0f && c->topk_ratio <= 1.0f))
 		return FB_EINVAL; // also rejects NaN
 	if (c->stochastic != 0 &&
@@ -175,11 +205,16 @@ comp_codec_format(const struct comp_codec *c, char *buf, size_t len)
 	if (comp_codec_check(c) != FB_OK || buf == NULL)
 		return FB_EINVAL;
 	int w;
-	if (c->id == COMP_TOPK)
-		w = snprintf(buf, len, "topk:%.9g", (double) c->topk_ratio);
-	else
+	if (c->id == COMP_TOPK || comp__sparse_is(c->id)) {
+		// "topk:R", "topk:R+q8", "randk:R+q4"...: base, ratio, suffix
+		const char *plus = strchr(names[c->id], '+');
+		const char *base = c->id < COMP_RANDK ? "topk" : "randk";
+		w                = snprintf(buf, len, "%s:%.9g%s", base,
+		                   (double) c->topk_ratio, plus ? plus : "");
+	} else {
 		w = snprintf(buf, len, "%s%s", names[c->id],
 		    c->stochastic ? ":sr" : "");
+	}
 	if (w < 0 || (size_t) w >= len)
 		return FB_ENOSPC;
 	return FB_OK;
@@ -198,6 +233,12 @@ size_of(const struct comp_codec *c, size_t n)
 		return 2 * n;
 	case COMP_TOPK:
 		return 4 + 8 * comp_topk_k(c->topk_ratio, n);
+	case COMP_TOPK_Q8:
+	case COMP_TOPK_Q4:
+	case COMP_RANDK:
+	case COMP_RANDK_Q8:
+	case COMP_RANDK_Q4:
+		return comp__sparse_size(c, n);
 	default:
 		return comp__q_size(comp__qbits(c->id), c->bucket, n);
 	}
@@ -228,6 +269,8 @@ comp__encode(const struct comp_codec *c, const float *x, size_t n,
 	} else if (c->id == COMP_TOPK) {
 		rv = comp__topk_encode(comp_topk_k(c->topk_ratio, n), x, n,
 		    out);
+	} else if (comp__sparse_is(c->id)) {
+		rv = comp__sparse_encode(c, x, n, rng, out);
 	} else {
 		rv = comp__q_encode(comp__qbits(c->id), c->bucket,
 		    c->stochastic, rng, x, n, out);
@@ -271,6 +314,8 @@ validate(const struct comp_codec *c, const uint8_t *in, size_t len, size_t n)
 {
 	if (c->id == COMP_TOPK)
 		return comp__topk_validate(in, len, n);
+	if (comp__sparse_is(c->id))
+		return comp__sparse_validate(c, in, len, n);
 	if (len != size_of(c, n))
 		return FB_EPROTO;
 	if (comp__qbits(c->id) == 0 || n == 0)
@@ -287,6 +332,8 @@ comp__decode(const struct comp_codec *c, const uint8_t *in, size_t n,
 		comp__flt_decode(c->id, in, n, out, mode);
 	else if (c->id == COMP_TOPK)
 		comp__topk_decode(in, n, out, mode);
+	else if (comp__sparse_is(c->id))
+		comp__sparse_decode(c, in, n, out, mode);
 	else
 		comp__q_decode(comp__qbits(c->id), c->bucket, in, n, out,
 		    mode);

@@ -42,6 +42,31 @@ struct comp__kern {
 	    int mode);
 	int (*q8_bad)(const uint8_t *codes, size_t nbytes);
 	int (*q4_bad)(const uint8_t *codes, size_t nbytes);
+	// q2_enc / q2_dec: as q4 with L = 1, four codes a byte, x[0] in bits
+	// 0-1 of codes[0]; the unused high bits of a last partial byte are 0.
+	void (*q2_enc)(const float *x, size_t m, float inv, uint8_t *codes);
+	void (*q2_dec)(const uint8_t *codes, size_t m, float step, float *out,
+	    int mode);
+	// sign_enc: bit i (LSB first from codes[0]) = x[i] < 0, a last partial
+	// byte's high bits 0. sign_dec: v = bit ? -s : s, stored per mode.
+	void (*sign_enc)(const float *x, size_t m, uint8_t *codes);
+	void (*sign_dec)(const uint8_t *codes, size_t m, float s, float *out,
+	    int mode);
+	// abs_sum: sum of |x[i]| in double over 8 lanes, lane r taking the i
+	// with i % 8 == r in order, then lanes 0..7 added in order (FORMAT.md,
+	// sign), so a vector unit computes the very same double.
+	double (*abs_sum)(const float *x, size_t m);
+	// select_ge writes, in order, the indices i of x[0..n) whose |x| bit
+	// pattern is >= t, as native-endian u32 at idx (any alignment), at
+	// most cap of them. Returns how many it wrote, or cap + 1 as soon as
+	// there are more than cap.
+	size_t (*select_ge)(const float *x, size_t n, uint32_t t, uint8_t *idx,
+	    size_t cap);
+	// collect_ge is select_ge writing the |x| bit patterns instead of the
+	// indices, and the largest pattern of all x[0..n) in *maxbits (set
+	// only when it returns <= cap).
+	size_t (*collect_ge)(const float *x, size_t n, uint32_t t,
+	    uint8_t *bits, size_t cap, uint32_t *maxbits);
 };
 
 extern const struct comp__kern comp__kern_portable;
@@ -71,6 +96,39 @@ int comp__q_ref_encode(unsigned b, uint32_t bucket, const float *x, float *ref,
 void comp__q_decode(unsigned b, uint32_t bucket, const uint8_t *in, size_t n,
     float *out, int mode);
 
+// fp16 kernels: portable (float16.c) and F16C (float16_f16c.c), the same
+// bytes and floats. enc writes n halves little-endian; dec stores per mode.
+// bf16_enc is the bf16 encoder (built for AVX2 in the fast table).
+struct comp__f16 {
+	void (*enc)(const float *x, size_t n, uint8_t *out);
+	void (*dec)(const uint8_t *in, size_t n, float *out, int mode);
+	void (*bf16_enc)(const float *x, size_t n, uint8_t *out);
+};
+
+// comp__bf16_enc_loop is the one bf16 encoder loop, branch-free so that it
+// vectorises; each table instantiates it for its target. NaN keeps its top
+// bits and gets the quiet bit, as comp__f32_to_bf16 does. Little-endian
+// hosts only (float16.c has the byte-wise loop for the others).
+static inline void
+comp__bf16_enc_loop(const float *x, size_t n, uint8_t *out)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint32_t u;
+		memcpy(&u, x + i, 4);
+		uint32_t r   = (u + 0x7fffu + ((u >> 16) & 1)) >> 16;
+		uint32_t q   = (u >> 16) | 0x40u;
+		uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
+		uint16_t h   = (uint16_t) (nan ? q : r);
+		memcpy(out + 2 * i, &h, 2);
+	}
+}
+extern const struct comp__f16 comp__f16_portable;
+// comp__f16_f16c returns the F16C kernels, or NULL when the CPU (or the
+// compiler) lacks F16C and AVX2.
+const struct comp__f16       *comp__f16_f16c(void);
+// comp__f16 returns the kernels in use (see comp_simd_set).
+const struct comp__f16       *comp__f16(void);
+
 // fp32 / fp16 / bf16 (float16.c).
 uint16_t comp__f32_to_f16(float f);
 float    comp__f16_to_f32(uint16_t h);
@@ -81,9 +139,56 @@ void     comp__flt_decode(uint32_t id, const uint8_t *in, size_t n, float *out,
         int mode);
 
 // topk (topk.c). The size is 4 + 8 * comp_topk_k(ratio, n).
+// comp__topk_kth returns the bit pattern T of the k-th largest |x|
+// (1 <= k <= n, x finite) and in *ties how many values with |x| == T the
+// k kept take (the lowest-indexed ones): every |x| > T is kept too.
+uint32_t comp__topk_kth(const float *x, size_t n, size_t k, size_t *ties);
+// comp__topk_select finds the k largest |x| (1 <= k <= n; ties to the
+// lowest indices) and calls keep(ctx, j, i) for each, j = 0..k-1, with the
+// indices i increasing. scratch holds cap u32 candidates (any alignment);
+// it may be the caller's output, provided keep writes nothing past byte
+// 4 * j + 3 of it. FB_EINVAL (before any keep) if an x is not finite.
+int    comp__topk_select(const float *x, size_t n, size_t k, uint8_t *scratch,
+       size_t cap, void (*keep)(void *ctx, size_t j, uint32_t i), void *ctx);
+// comp__topk_cand narrows the search: it guesses from a sample of x a
+// threshold that about (k + cap) / 2 values reach, and writes the |x| bit
+// patterns of every value at or above it to cand (native-endian u32, any
+// alignment, room for cap), with the largest pattern of all x in *maxbits.
+// Returns their count c, k <= c <= cap (the k largest are among them, so
+// comp__topk_kth_cand on them is exact), or 0 when x is small or the guess
+// missed (then *maxbits is unset: use comp__topk_kth on all of x).
+size_t comp__topk_cand(const float *x, size_t n, size_t k, uint8_t *cand,
+    size_t cap, uint32_t *maxbits);
+// comp__topk_kth_cand is comp__topk_kth over the c candidate patterns.
+uint32_t comp__topk_kth_cand(const uint8_t *cand, size_t c, size_t k,
+    size_t *ties);
+// comp__cand_get reads candidate j.
+static inline uint32_t
+comp__cand_get(const uint8_t *cand, size_t j)
+{
+	uint32_t v;
+	memcpy(&v, cand + 4 * j, 4);
+	return v;
+}
+// comp__finite_all is 1 if every x[0..n) is finite.
+int  comp__finite_all(const float *x, size_t n);
 int  comp__topk_encode(size_t k, const float *x, size_t n, uint8_t *out);
 int  comp__topk_validate(const uint8_t *in, size_t len, size_t n);
 void comp__topk_decode(const uint8_t *in, size_t n, float *out, int mode);
+
+// Sparse composites and random-k (sparse.c): topk+q8/q4 (Elias-Fano
+// indices, quantized values), randk and randk+q8/q4 (seeded index set).
+// comp__sparse_is: 1 for the ids sparse.c owns. comp__sparse_bits: bits of
+// the value quantizer (8, 4), 32 for fp32 values.
+int      comp__sparse_is(uint32_t id);
+unsigned comp__sparse_bits(uint32_t id);
+size_t   comp__sparse_size(const struct comp_codec *c, size_t n);
+int  comp__sparse_encode(const struct comp_codec *c, const float *x, size_t n,
+     uint64_t *rng, uint8_t *out);
+int  comp__sparse_validate(const struct comp_codec *c, const uint8_t *in,
+     size_t len, size_t n);
+void comp__sparse_decode(const struct comp_codec *c, const uint8_t *in,
+    size_t n, float *out, int mode);
 
 // codec.c internals shared with feedback.c.
 int comp__check_enc_args(const struct comp_codec *c, const void *x, size_t n,
@@ -120,6 +225,67 @@ comp__u2f(uint32_t u)
 	float f;
 	memcpy(&f, &u, 4);
 	return f;
+}
+
+// comp__store stores a decoded value v into out[i] per mode (SET/ADD/SUB).
+static inline void
+comp__store(float *out, size_t i, float v, int mode)
+{
+	if (mode == COMP__SET)
+		out[i] = v;
+	else if (mode == COMP__ADD)
+		out[i] = out[i] + v;
+	else
+		out[i] = out[i] - v;
+}
+
+// comp__rne rounds t (|t| < 2^22) to the nearest integer, ties to even,
+// under the default rounding mode, as the vector cvtps2dq does.
+static inline float
+comp__rne(float t)
+{
+	const float magic = 12582912.0f; // 1.5 * 2^23
+	return (t + magic) - magic;
+}
+
+// comp__qround is the quantizer's code of t = x * L / s: clamp to [-L, L],
+// then round to nearest even.
+static inline int
+comp__qround(float t, float L)
+{
+	t = t > L ? L : t;
+	t = t < -L ? -L : t;
+	return (int) comp__rne(t);
+}
+
+// comp__put_code stores code (b bits) of element i in a packed code area;
+// elements arrive in index order (the first code of a byte sets it).
+static inline void
+comp__put_code(unsigned b, uint8_t *codes, size_t i, unsigned code)
+{
+	size_t   bit = i * b;
+	unsigned off = (unsigned) (bit & 7);
+	code &= (1u << b) - 1;
+	if (off == 0)
+		codes[bit >> 3] = (uint8_t) code;
+	else
+		codes[bit >> 3] |= (uint8_t) (code << off);
+}
+
+// comp__get_code reads the b-bit code of element i.
+static inline unsigned
+comp__get_code(unsigned b, const uint8_t *codes, size_t i)
+{
+	size_t bit = i * b;
+	return ((unsigned) codes[bit >> 3] >> (bit & 7)) & ((1u << b) - 1);
+}
+
+// comp__sext sign-extends a b-bit two's complement code.
+static inline int
+comp__sext(unsigned code, unsigned b)
+{
+	unsigned sign = 1u << (b - 1);
+	return (int) (code ^ sign) - (int) sign;
 }
 
 #endif // COMP_IMPL_H

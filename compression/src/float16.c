@@ -6,6 +6,7 @@
 // NaN stays NaN (quiet). Every 2-byte pattern is a valid input, so decoding
 // only checks the length.
 #include <math.h>
+#include <string.h>
 
 #include "comp_impl.h"
 
@@ -73,16 +74,56 @@ comp__bf16_to_f32(uint16_t h)
 	return comp__u2f((uint32_t) h << 16);
 }
 
+static void
+f16_enc_c(const float *x, size_t n, uint8_t *out)
+{
+	for (size_t i = 0; i < n; i++)
+		fb_put_u16le(out + 2 * i, comp__f32_to_f16(x[i]));
+}
+
+static void
+f16_dec_c(const uint8_t *in, size_t n, float *out, int mode)
+{
+	for (size_t i = 0; i < n; i++)
+		comp__store(out, i, comp__f16_to_f32(fb_get_u16le(in + 2 * i)),
+		    mode);
+}
+
+static void
+bf16_enc_c(const float *x, size_t n, uint8_t *out)
+{
+	comp__bf16_enc_loop(x, n, out);
+}
+
+const struct comp__f16 comp__f16_portable = {
+	.enc      = f16_enc_c,
+	.dec      = f16_dec_c,
+	.bf16_enc = bf16_enc_c,
+};
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define HOST_LE 1
+#else
+#define HOST_LE 0
+#endif
+
 void
 comp__flt_encode(uint32_t id, const float *x, size_t n, uint8_t *out)
 {
 	if (id == COMP_NONE) {
+		if (HOST_LE) { // the wire is the host's layout: one copy
+			memcpy(out, x, 4 * n);
+			return;
+		}
 		for (size_t i = 0; i < n; i++)
 			fb_put_f32le(out + 4 * i, x[i]);
 	} else if (id == COMP_FP16) {
-		for (size_t i = 0; i < n; i++)
-			fb_put_u16le(out + 2 * i, comp__f32_to_f16(x[i]));
+		comp__f16()->enc(x, n, out);
 	} else {
+		if (HOST_LE) {
+			comp__f16()->bf16_enc(x, n, out);
+			return;
+		}
 		for (size_t i = 0; i < n; i++)
 			fb_put_u16le(out + 2 * i, comp__f32_to_bf16(x[i]));
 	}
@@ -93,8 +134,6 @@ get(uint32_t id, const uint8_t *in, size_t i)
 {
 	if (id == COMP_NONE)
 		return fb_get_f32le(in + 4 * i);
-	if (id == COMP_FP16)
-		return comp__f16_to_f32(fb_get_u16le(in + 2 * i));
 	return comp__bf16_to_f32(fb_get_u16le(in + 2 * i));
 }
 
@@ -102,7 +141,9 @@ void
 comp__flt_decode(uint32_t id, const uint8_t *in, size_t n, float *out,
     int mode)
 {
-	if (mode == COMP__SET) {
+	if (id == COMP_FP16) {
+		comp__f16()->dec(in, n, out, mode);
+	} else if (mode == COMP__SET) {
 		for (size_t i = 0; i < n; i++)
 			out[i] = get(id, in, i);
 	} else if (mode == COMP__ADD) {

@@ -27,23 +27,6 @@
 
 #include "comp_impl.h"
 
-// rne rounds t (|t| < 2^22) to the nearest integer, ties to even, under the
-// default rounding mode, as the vector cvtps2dq does.
-static inline float
-rne(float t)
-{
-	const float magic = 12582912.0f; // 1.5 * 2^23
-	return (t + magic) - magic;
-}
-
-static inline int
-qround(float t, float L)
-{
-	t = t > L ? L : t;
-	t = t < -L ? -L : t;
-	return (int) rne(t);
-}
-
 // ---- portable kernels -----------------------------------------------------
 
 static uint32_t
@@ -61,7 +44,7 @@ static void
 q8_enc_c(const float *x, size_t m, float inv, uint8_t *codes)
 {
 	for (size_t i = 0; i < m; i++)
-		codes[i] = (uint8_t) (int8_t) qround(x[i] * inv, 127.0f);
+		codes[i] = (uint8_t) (int8_t) comp__qround(x[i] * inv, 127.0f);
 }
 
 static void
@@ -69,24 +52,15 @@ q4_enc_c(const float *x, size_t m, float inv, uint8_t *codes)
 {
 	size_t i = 0;
 	for (; i + 2 <= m; i += 2) {
-		unsigned lo  = (unsigned) qround(x[i] * inv, 7.0f) & 0xfu;
-		unsigned hi  = (unsigned) qround(x[i + 1] * inv, 7.0f) & 0xfu;
+		unsigned lo = (unsigned) comp__qround(x[i] * inv, 7.0f) & 0xfu;
+		unsigned hi = (unsigned) comp__qround(x[i + 1] * inv, 7.0f) &
+		    0xfu;
 		codes[i / 2] = (uint8_t) (lo | (hi << 4));
 	}
 	if (i < m)
-		codes[i / 2] = (uint8_t) ((unsigned) qround(x[i] * inv, 7.0f) &
+		codes[i / 2] = (uint8_t) ((unsigned) comp__qround(x[i] * inv,
+		                              7.0f) &
 		    0xfu);
-}
-
-static inline void
-store(float *out, size_t i, float v, int mode)
-{
-	if (mode == COMP__SET)
-		out[i] = v;
-	else if (mode == COMP__ADD)
-		out[i] = out[i] + v;
-	else
-		out[i] = out[i] - v;
 }
 
 static void
@@ -116,7 +90,7 @@ q4_dec_c(const uint8_t *codes, size_t m, float step, float *out, int mode)
 {
 	for (size_t i = 0; i < m; i++) {
 		int q = nib(codes[i / 2] >> ((i & 1) * 4));
-		store(out, i, (float) q * step, mode);
+		comp__store(out, i, (float) q * step, mode);
 	}
 }
 
@@ -145,6 +119,94 @@ q4_bad_c(const uint8_t *codes, size_t nbytes)
 	return bad != 0;
 }
 
+static void
+q2_enc_c(const float *x, size_t m, float inv, uint8_t *codes)
+{
+	for (size_t i = 0; i < m; i += 4) {
+		unsigned byte = 0;
+		for (size_t r = 0; r < 4 && i + r < m; r++)
+			byte |= ((unsigned) comp__qround(x[i + r] * inv,
+			             1.0f) &
+			            3u)
+			    << (2 * r);
+		codes[i / 4] = (uint8_t) byte;
+	}
+}
+
+static void
+q2_dec_c(const uint8_t *codes, size_t m, float step, float *out, int mode)
+{
+	for (size_t i = 0; i < m; i++) {
+		int q = comp__sext(comp__get_code(2, codes, i), 2);
+		comp__store(out, i, (float) q * step, mode);
+	}
+}
+
+static void
+sign_enc_c(const float *x, size_t m, uint8_t *codes)
+{
+	for (size_t i = 0; i < m; i += 8) {
+		unsigned byte = 0;
+		for (size_t r = 0; r < 8 && i + r < m; r++)
+			byte |= (unsigned) (x[i + r] < 0.0f) << r;
+		codes[i / 8] = (uint8_t) byte;
+	}
+}
+
+static void
+sign_dec_c(const uint8_t *codes, size_t m, float s, float *out, int mode)
+{
+	for (size_t i = 0; i < m; i++)
+		comp__store(out, i, comp__get_code(1, codes, i) ? -s : s,
+		    mode);
+}
+
+static double
+abs_sum_c(const float *x, size_t m)
+{
+	double lane[8] = { 0 };
+	for (size_t i = 0; i < m; i++)
+		lane[i & 7] += fabs((double) x[i]);
+	double sum = lane[0];
+	for (int r = 1; r < 8; r++)
+		sum += lane[r];
+	return sum;
+}
+
+static size_t
+select_ge_c(const float *x, size_t n, uint32_t t, uint8_t *idx, size_t cap)
+{
+	size_t c = 0;
+	for (size_t i = 0; i < n; i++) {
+		if ((comp__f2u(x[i]) & 0x7fffffffu) >= t) {
+			if (c == cap)
+				return cap + 1;
+			uint32_t u = (uint32_t) i;
+			memcpy(idx + 4 * c++, &u, 4);
+		}
+	}
+	return c;
+}
+
+static size_t
+collect_ge_c(const float *x, size_t n, uint32_t t, uint8_t *bits, size_t cap,
+    uint32_t *maxbits)
+{
+	size_t   c  = 0;
+	uint32_t mx = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t a = comp__f2u(x[i]) & 0x7fffffffu;
+		mx         = a > mx ? a : mx;
+		if (a >= t) {
+			if (c == cap)
+				return cap + 1;
+			memcpy(bits + 4 * c++, &a, 4);
+		}
+	}
+	*maxbits = mx;
+	return c;
+}
+
 const struct comp__kern comp__kern_portable = {
 	.name        = "portable",
 	.absmax_bits = absmax_bits_c,
@@ -154,36 +216,16 @@ const struct comp__kern comp__kern_portable = {
 	.q4_dec      = q4_dec_c,
 	.q8_bad      = q8_bad_c,
 	.q4_bad      = q4_bad_c,
+	.q2_enc      = q2_enc_c,
+	.q2_dec      = q2_dec_c,
+	.sign_enc    = sign_enc_c,
+	.sign_dec    = sign_dec_c,
+	.abs_sum     = abs_sum_c,
+	.select_ge   = select_ge_c,
+	.collect_ge  = collect_ge_c,
 };
 
 // ---- generic, any-b, element-at-a-time helpers ----------------------------
-
-// put_code stores code (b bits) of element i; elements arrive in order.
-static inline void
-put_code(unsigned b, uint8_t *codes, size_t i, unsigned code)
-{
-	size_t   bit = i * b;
-	unsigned off = (unsigned) (bit & 7);
-	code &= (1u << b) - 1;
-	if (off == 0)
-		codes[bit >> 3] = (uint8_t) code;
-	else
-		codes[bit >> 3] |= (uint8_t) (code << off);
-}
-
-static inline unsigned
-get_code(unsigned b, const uint8_t *codes, size_t i)
-{
-	size_t bit = i * b;
-	return ((unsigned) codes[bit >> 3] >> (bit & 7)) & ((1u << b) - 1);
-}
-
-static inline int
-sext(unsigned code, unsigned b)
-{
-	unsigned sign = 1u << (b - 1);
-	return (int) (code ^ sign) - (int) sign;
-}
 
 // ---- sizes ----------------------------------------------------------------
 
@@ -209,16 +251,20 @@ enc_range(const struct comp__kern *k, unsigned b, const float *x, size_t i0,
 	size_t i = 0;
 	if (b == 4) {
 		if ((i0 & 1) && m > 0) {
-			put_code(4, codes, i0,
-			    (unsigned) qround(x[0] * inv, L));
+			comp__put_code(4, codes, i0,
+			    (unsigned) comp__qround(x[0] * inv, L));
 			i = 1;
 		}
 		if (i < m)
 			k->q4_enc(x + i, m - i, inv, codes + (i0 + i) / 2);
 		return;
 	}
-	for (; i < m; i++)
-		put_code(b, codes, i0 + i, (unsigned) qround(x[i] * inv, L));
+	// b == 2: codes one at a time up to a byte boundary, then the kernel
+	for (; i < m && ((i0 + i) & 3) != 0; i++)
+		comp__put_code(b, codes, i0 + i,
+		    (unsigned) comp__qround(x[i] * inv, L));
+	if (i < m)
+		k->q2_enc(x + i, m - i, inv, codes + (i0 + i) / 4);
 }
 
 // enc_range_slow is enc_range for a subnormal scale, where L / s overflows:
@@ -230,8 +276,8 @@ enc_range_slow(unsigned b, const float *x, size_t i0, size_t m, float s,
 	double L = (double) ((1u << (b - 1)) - 1);
 	for (size_t i = 0; i < m; i++) {
 		double t = (double) x[i] * L / (double) s;
-		put_code(b, codes, i0 + i,
-		    (unsigned) qround((float) t, (float) L));
+		comp__put_code(b, codes, i0 + i,
+		    (unsigned) comp__qround((float) t, (float) L));
 	}
 }
 
@@ -248,26 +294,29 @@ enc_range_sr(unsigned b, const float *x, size_t i0, size_t m, float s,
 		double q = floor(t + u);
 		q        = q > L ? L : q;
 		q        = q < -L ? -L : q;
-		put_code(b, codes, i0 + i, (unsigned) (int) q);
+		comp__put_code(b, codes, i0 + i, (unsigned) (int) q);
 	}
 }
 
 static int
 sign_encode(uint32_t bucket, const float *x, size_t n, uint8_t *out)
 {
-	size_t   nb    = n / bucket + (n % bucket != 0);
-	uint8_t *codes = out + 4 * nb;
+	const struct comp__kern *k     = comp__kern();
+	size_t                   nb    = n / bucket + (n % bucket != 0);
+	uint8_t                 *codes = out + 4 * nb;
 	for (size_t j = 0; j < nb; j++) {
 		size_t i0  = j * bucket;
 		size_t m   = n - i0 < bucket ? n - i0 : bucket;
-		double sum = 0.0;
-		for (size_t i = 0; i < m; i++)
-			sum += fabs((double) x[i0 + i]);
+		double sum = k->abs_sum(x + i0, m);
 		if (!isfinite(sum))
 			return FB_EINVAL;
 		fb_put_f32le(out + 4 * j, (float) (sum / (double) m));
-		for (size_t i = 0; i < m; i++)
-			put_code(1, codes, i0 + i, x[i0 + i] < 0.0f);
+		size_t i =
+		    0; // bits one at a time up to a byte, then the kernel
+		for (; i < m && ((i0 + i) & 7) != 0; i++)
+			comp__put_code(1, codes, i0 + i, x[i0 + i] < 0.0f);
+		if (i < m)
+			k->sign_enc(x + i0 + i, m - i, codes + (i0 + i) / 8);
 	}
 	return FB_OK;
 }
@@ -388,8 +437,10 @@ dec_range(const struct comp__kern *k, unsigned b, const uint8_t *codes,
 	size_t i = 0;
 	if (b == 4) {
 		if ((i0 & 1) && m > 0) {
-			store(out, 0,
-			    (float) sext(get_code(4, codes, i0), 4) * step,
+			comp__store(out, 0,
+			    (float) comp__sext(comp__get_code(4, codes, i0),
+			        4) *
+			        step,
 			    mode);
 			i = 1;
 		}
@@ -398,9 +449,13 @@ dec_range(const struct comp__kern *k, unsigned b, const uint8_t *codes,
 			    mode);
 		return;
 	}
-	for (; i < m; i++)
-		store(out, i,
-		    (float) sext(get_code(b, codes, i0 + i), b) * step, mode);
+	for (; i < m && ((i0 + i) & 3) != 0; i++) // b == 2
+		comp__store(out, i,
+		    (float) comp__sext(comp__get_code(b, codes, i0 + i), b) *
+		        step,
+		    mode);
+	if (i < m)
+		k->q2_dec(codes + (i0 + i) / 4, m - i, step, out + i, mode);
 }
 
 void
@@ -416,9 +471,14 @@ comp__q_decode(unsigned b, uint32_t bucket, const uint8_t *in, size_t n,
 		size_t m  = n - i0 < bucket ? n - i0 : bucket;
 		float  s  = fb_get_f32le(in + 4 * j);
 		if (b == 1) {
-			for (size_t i = 0; i < m; i++)
-				store(out + i0, i,
-				    get_code(1, codes, i0 + i) ? -s : s, mode);
+			size_t i = 0; // bits one at a time up to a byte
+			for (; i < m && ((i0 + i) & 7) != 0; i++)
+				comp__store(out + i0, i,
+				    comp__get_code(1, codes, i0 + i) ? -s : s,
+				    mode);
+			if (i < m)
+				k->sign_dec(codes + (i0 + i) / 8, m - i, s,
+				    out + i0 + i, mode);
 			continue;
 		}
 		float step = s / L;

@@ -1,4 +1,4 @@
-// quant_avx512.c — AVX-512 (F, BW, VL) kernels for q8 and q4.
+// quant_avx512.c — AVX-512 (F, BW, VL) kernels for q8, q4, q2 and sign.
 //
 // Compiled with per-function target attributes, so the library still runs
 // on any x86-64 (and builds on other architectures, where this table is just
@@ -225,6 +225,185 @@ q4_bad_512(const uint8_t *codes, size_t nbytes)
 	return _mm512_test_epi64_mask(acc, acc) != 0;
 }
 
+// ---- q2 and the scaled sign ------------------------------------------------
+
+AVX512 static void
+q2_enc_512(const float *x, size_t m, float inv, uint8_t *codes)
+{
+	const __m512  vi = _mm512_set1_ps(inv);
+	const __m512  L = _mm512_set1_ps(1.0f), nL = _mm512_set1_ps(-1.0f);
+	const __m512i sh = _mm512_set_epi32(6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0,
+	    6, 4, 2, 0);
+	const __m512i three = _mm512_set1_epi32(3);
+	size_t        i     = 0;
+	for (; i + 16 <= m; i += 16) {
+		__m512i q = quant16(_mm512_loadu_ps(x + i), vi, L, nL);
+		q         = _mm512_sllv_epi32(_mm512_and_si512(q, three), sh);
+		// 16 bytes, each a code in place; OR each 4 into one byte
+		__m128i b  = _mm512_cvtepi32_epi8(q);
+		b          = _mm_or_si128(b, _mm_srli_epi32(b, 8));
+		b          = _mm_or_si128(b, _mm_srli_epi32(b, 16));
+		uint32_t w = (uint32_t) _mm_cvtsi128_si32(
+		    _mm_cvtepi32_epi8(b));
+		memcpy(codes + i / 4, &w, 4);
+	}
+	if (i < m)
+		comp__kern_portable.q2_enc(x + i, m - i, inv, codes + i / 4);
+}
+
+AVX512 static void
+q2_dec_512(const uint8_t *codes, size_t m, float step, float *out, int mode)
+{
+	const __m512  vs = _mm512_set1_ps(step);
+	const __m512i sh = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14,
+	    12, 10, 8, 6, 4, 2, 0);
+	const __m512i three = _mm512_set1_epi32(3), two = _mm512_set1_epi32(2);
+	size_t        i = 0;
+	for (; i + 16 <= m; i += 16) {
+		uint32_t w;
+		memcpy(&w, codes + i / 4, 4);
+		__m512i c = _mm512_and_si512(
+		    _mm512_srlv_epi32(_mm512_set1_epi32((int) w), sh), three);
+		__m512i q = _mm512_sub_epi32(_mm512_xor_si512(c, two), two);
+		__m512  v = _mm512_mul_ps(_mm512_cvtepi32_ps(q), vs);
+		if (mode != COMP__SET)
+			v = apply(_mm512_loadu_ps(out + i), v, mode);
+		_mm512_storeu_ps(out + i, v);
+	}
+	if (i < m)
+		comp__kern_portable.q2_dec(codes + i / 4, m - i, step, out + i,
+		    mode);
+}
+
+AVX512 static void
+sign_enc_512(const float *x, size_t m, uint8_t *codes)
+{
+	const __m512 zero = _mm512_setzero_ps();
+	size_t       i    = 0;
+	for (; i + 16 <= m; i += 16) {
+		__mmask16 neg = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i),
+		    zero, _CMP_LT_OQ);
+		fb_put_u16le(codes + i / 8, (uint16_t) neg);
+	}
+	if (i < m)
+		comp__kern_portable.sign_enc(x + i, m - i, codes + i / 8);
+}
+
+AVX512 static void
+sign_dec_512(const uint8_t *codes, size_t m, float s, float *out, int mode)
+{
+	const __m512 pos = _mm512_set1_ps(s), neg = _mm512_set1_ps(-s);
+	size_t       i = 0;
+	for (; i + 16 <= m; i += 16) {
+		__mmask16 k = (__mmask16) fb_get_u16le(codes + i / 8);
+		__m512    v = _mm512_mask_blend_ps(k, pos, neg);
+		if (mode != COMP__SET)
+			v = apply(_mm512_loadu_ps(out + i), v, mode);
+		_mm512_storeu_ps(out + i, v);
+	}
+	if (i < m)
+		comp__kern_portable.sign_dec(codes + i / 8, m - i, s, out + i,
+		    mode);
+}
+
+// abs_sum_512 keeps the portable lane order: lane r of the accumulator
+// adds x[i] for i % 8 == r, in order (the tail's missing lanes add 0).
+AVX512 static double
+abs_sum_512(const float *x, size_t m)
+{
+	__m512d acc = _mm512_setzero_pd();
+	size_t  i   = 0;
+	for (; i + 8 <= m; i += 8)
+		acc = _mm512_add_pd(acc,
+		    _mm512_abs_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i))));
+	if (i < m) {
+		__mmask8 k = (__mmask8) ((1u << (m - i)) - 1);
+		acc        = _mm512_mask_add_pd(acc, k, acc,
+		           _mm512_abs_pd(
+		               _mm512_cvtps_pd(_mm256_maskz_loadu_ps(k, x + i))));
+	}
+	double lane[8];
+	_mm512_storeu_pd(lane, acc);
+	double sum = lane[0];
+	for (int r = 1; r < 8; r++)
+		sum += lane[r];
+	return sum;
+}
+
+// select_ge_512 compares 16 bit patterns at a time and compress-stores
+// the indices that pass, in order (the top-k candidate pass).
+AVX512 static size_t
+select_ge_512(const float *x, size_t n, uint32_t t, uint8_t *idx, size_t cap)
+{
+	const __m512i abs     = _mm512_set1_epi32(0x7fffffff);
+	const __m512i vt      = _mm512_set1_epi32((int) t);
+	const __m512i sixteen = _mm512_set1_epi32(16);
+	__m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5,
+	    4, 3, 2, 1, 0);
+	size_t  c = 0, i = 0;
+	for (; i + 16 <= n && i + 16 <= UINT32_MAX; i += 16) {
+		__m512i a = _mm512_and_si512(
+		    _mm512_loadu_si512((const void *) (x + i)), abs);
+		__mmask16 k = _mm512_cmpge_epu32_mask(a, vt);
+		if (k != 0) {
+			size_t got = (size_t) __builtin_popcount(k);
+			if (c + got > cap)
+				return cap + 1;
+			_mm512_mask_compressstoreu_epi32(idx + 4 * c, k, iota);
+			c += got;
+		}
+		iota = _mm512_add_epi32(iota, sixteen);
+	}
+	if (i < n) {
+		size_t r = comp__kern_portable.select_ge(x + i, n - i, t,
+		    idx + 4 * c, cap - c);
+		if (r > cap - c)
+			return cap + 1;
+		for (size_t j = 0; j < r; j++) { // rebase the tail's indices
+			uint32_t u = comp__cand_get(idx + 4 * c, j) +
+			    (uint32_t) i;
+			memcpy(idx + 4 * (c + j), &u, 4);
+		}
+		c += r;
+	}
+	return c;
+}
+
+// collect_ge_512: select_ge_512 storing the patterns, tracking the max.
+AVX512 static size_t
+collect_ge_512(const float *x, size_t n, uint32_t t, uint8_t *bits, size_t cap,
+    uint32_t *maxbits)
+{
+	const __m512i abs = _mm512_set1_epi32(0x7fffffff);
+	const __m512i vt  = _mm512_set1_epi32((int) t);
+	__m512i       mx  = _mm512_setzero_si512();
+	size_t        c = 0, i = 0;
+	for (; i + 16 <= n; i += 16) {
+		__m512i a = _mm512_and_si512(
+		    _mm512_loadu_si512((const void *) (x + i)), abs);
+		__mmask16 k = _mm512_cmpge_epu32_mask(a, vt);
+		mx          = _mm512_max_epu32(mx, a);
+		if (k != 0) {
+			size_t got = (size_t) __builtin_popcount(k);
+			if (c + got > cap)
+				return cap + 1;
+			_mm512_mask_compressstoreu_epi32(bits + 4 * c, k, a);
+			c += got;
+		}
+	}
+	uint32_t tail = 0;
+	if (i < n) {
+		size_t r = comp__kern_portable.collect_ge(x + i, n - i, t,
+		    bits + 4 * c, cap - c, &tail);
+		if (r > cap - c)
+			return cap + 1;
+		c += r;
+	}
+	uint32_t m = _mm512_reduce_max_epu32(mx);
+	*maxbits   = m > tail ? m : tail;
+	return c;
+}
+
 static const struct comp__kern kern_avx512 = {
 	.name        = "avx512",
 	.absmax_bits = absmax_bits_512,
@@ -234,6 +413,13 @@ static const struct comp__kern kern_avx512 = {
 	.q4_dec      = q4_dec_512,
 	.q8_bad      = q8_bad_512,
 	.q4_bad      = q4_bad_512,
+	.q2_enc      = q2_enc_512,
+	.q2_dec      = q2_dec_512,
+	.sign_enc    = sign_enc_512,
+	.sign_dec    = sign_dec_512,
+	.abs_sum     = abs_sum_512,
+	.select_ge   = select_ge_512,
+	.collect_ge  = collect_ge_512,
 };
 
 const struct comp__kern *

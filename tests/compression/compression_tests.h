@@ -13,6 +13,7 @@ Suite *suite_quant_avx512(void);
 Suite *suite_float16(void);
 Suite *suite_topk(void);
 Suite *suite_feedback(void);
+Suite *suite_sparse(void);
 
 // TR_ASSERT / TR_ASSERT_MSG are ck_assert / ck_assert_msg that only call
 // into Check when the condition fails: Check records every passing

@@ -12,6 +12,7 @@ main(void)
 	srunner_add_suite(sr, suite_float16());
 	srunner_add_suite(sr, suite_topk());
 	srunner_add_suite(sr, suite_feedback());
+	srunner_add_suite(sr, suite_sparse());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

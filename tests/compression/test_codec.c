@@ -10,7 +10,8 @@
 #include "pt.h"
 
 static const char *const specs[] = { "none", "fp16", "bf16", "q8", "q4", "q2",
-	"sign", "topk:0.1", "q4:sr" };
+	"sign", "topk:0.1", "q4:sr", "topk:0.1+q8", "topk:0.1+q4", "randk:0.1",
+	"randk:0.1+q8", "randk:0.2+q4" };
 #define NSPECS (sizeof specs / sizeof specs[0])
 
 // Every codec name parses to its id with the right parameters.
@@ -31,9 +32,7 @@ START_TEST(test_codec_parse)
 	PT_OK(comp_codec_parse("fp32", 0, &c));
 	ck_assert_uint_eq(c.id, COMP_NONE);
 	PT_OK(comp_codec_parse("topk:1", COMP_BUCKET_MAX, &c));
-	for (uint32_t id = 0; id < COMP_CODEC_COUNT; id++) {
-		if (id == COMP_TOPK)
-			continue;
+	for (uint32_t id = 0; id < COMP_TOPK; id++) {
 		PT_OK(comp_codec_parse(comp_codec_name(id), 1, &c));
 		ck_assert_uint_eq(c.id, id);
 		PT_OK(comp_codec_check(&c));
@@ -337,7 +336,8 @@ START_TEST(test_codec_decode_bogus)
 				memcpy(out, keep, sizeof out);
 			}
 		}
-		if (c.id == COMP_TOPK || c.id == COMP_Q2)
+		if (c.id == COMP_TOPK || c.id == COMP_Q2 ||
+		    c.id == COMP_TOPK_Q8 || c.id == COMP_TOPK_Q4)
 			ck_assert_int_gt(rejected, 100);
 	}
 	struct comp_codec c = COMP_CODEC_INIT;

@@ -36,7 +36,8 @@ START_TEST(test_feedback_ef_identity)
 {
 	enum { N = 1001, T = 300 };
 	const char *sp[] = { "q8", "q4", "q2", "sign", "topk:0.05", "fp16",
-		"bf16", "none" };
+		"bf16", "none", "topk:0.05+q8", "topk:0.05+q4", "randk:0.05",
+		"randk:0.1+q8", "randk:0.1+q4" };
 	float      *g = malloc(N * 4), *e = malloc(N * 4), *y = malloc(N * 4);
 	double  *sg = malloc(N * 8), *sd = malloc(N * 8), *r = malloc(N * 8);
 	uint8_t *buf = malloc(8 * N);
@@ -150,7 +151,8 @@ START_TEST(test_feedback_pull_lockstep)
 {
 	enum { N = 1000, T = 3000 };
 	const char *sp[] = { "q8", "q4", "q2", "sign", "topk:0.1", "fp16",
-		"bf16", "none" };
+		"bf16", "none", "topk:0.1+q8", "topk:0.1+q4", "randk:0.1",
+		"randk:0.1+q8" };
 	float *x = malloc(N * 4), *xprev = malloc(N * 4), *ws = malloc(N * 4);
 	float *wt = malloc(N * 4), *wn = malloc(N * 4), *sc = malloc(N * 4);
 	uint8_t *buf = malloc(8 * N), *nb = malloc(8 * N);

@@ -89,6 +89,92 @@ START_TEST(test_float16_codec_bound)
 }
 END_TEST
 
+// f16c_floats fills x with floats that probe every fp16 path: each
+// exponent from subnormal to overflow with random mantissas, the ties and
+// both sides of them, the overflow edge, +-0, Inf, quiet and signalling NaN.
+static size_t
+f16c_floats(float *x, size_t cap, uint64_t seed)
+{
+	size_t n = 0;
+	for (uint32_t e = 90; e < 160 && n + 64 <= cap; e++)
+		for (int k = 0; k < 64; k++) {
+			uint32_t m = (uint32_t) tr_next(&seed) & 0x7fffffu;
+			if (k < 8) // ties: the 13 dropped bits 0x1000 (+-1)
+				m = (m & ~0x1fffu) |
+				    (0x1000u + (uint32_t) k % 3 - 1);
+			x[n++] = comp__u2f((k & 1) << 31 | e << 23 | m);
+		}
+	const uint32_t edge[] = { 0x477fefffu, 0x477ff000u, 0x477ff001u,
+		0x7f800000u, 0xff800000u, 0x7fc00001u, 0x7f800001u,
+		0xff812345u, 0x00000000u, 0x80000000u, 0x00000001u,
+		0x33000000u, 0x33000001u, 0x387fffffu, 0x38800000u };
+	for (size_t i = 0; i < sizeof edge / sizeof edge[0] && n < cap; i++)
+		x[n++] = comp__u2f(edge[i]);
+	return n;
+}
+
+// The F16C kernels give the portable bytes for every probed float, and the
+// portable floats (in all three decode modes) for every one of the 65536
+// halves, NaN bits included, at lengths that leave a scalar tail.
+START_TEST(test_float16_f16c_same)
+{
+	if (comp__f16_f16c() == NULL)
+		return; // no F16C here: the portable path is the only one
+	enum { CAP = 6000 };
+	float *x = malloc(CAP * 4), *a = malloc(0x10000 * 4),
+	      *b    = malloc(0x10000 * 4);
+	uint8_t *ba = malloc(0x10000 * 2), *bb = malloc(0x10000 * 2);
+	size_t   n                   = f16c_floats(x, CAP, 5);
+	const struct comp__f16 *fast = comp__f16_f16c();
+	for (size_t len = n - 7; len <= n; len++) {
+		comp__f16_portable.enc(x, len, ba);
+		fast->enc(x, len, bb);
+		ck_assert_mem_eq(ba, bb, 2 * len);
+	}
+	for (uint32_t h = 0; h < 0x10000; h++)
+		fb_put_u16le(ba + 2 * h, (uint16_t) h);
+	for (int mode = COMP__SET; mode <= COMP__SUB; mode++) {
+		for (size_t i = 0; i < 0x10000; i++)
+			a[i] = b[i] = (float) (i % 97) * 0.25f;
+		comp__f16_portable.dec(ba, 0x10000 - 3, a, mode);
+		fast->dec(ba, 0x10000 - 3, b, mode);
+		ck_assert_mem_eq(a, b, 0x10000 * 4);
+	}
+	// and through the public calls with comp_simd_set
+	struct comp_codec c;
+	size_t            la, lb;
+	PT_OK(comp_codec_parse("fp16", 0, &c));
+	comp_simd_set(0);
+	PT_OK(comp_encode(&c, x, n, NULL, ba, 2 * n, &la));
+	comp_simd_set(1);
+	PT_OK(comp_encode(&c, x, n, NULL, bb, 2 * n, &lb));
+	ck_assert_mem_eq(ba, bb, la);
+	free(x);
+	free(a);
+	free(b);
+	free(ba);
+	free(bb);
+}
+END_TEST
+
+// bf16's vectorisable encoder equals comp__f32_to_bf16 on every probe.
+START_TEST(test_float16_bf16_codec_bits)
+{
+	enum { CAP = 6000 };
+	float            *x   = malloc(CAP * 4);
+	uint8_t          *out = malloc(CAP * 2);
+	size_t            n   = f16c_floats(x, CAP, 9), len;
+	struct comp_codec c;
+	PT_OK(comp_codec_parse("bf16", 0, &c));
+	PT_OK(comp_encode(&c, x, n, NULL, out, 2 * n, &len));
+	for (size_t i = 0; i < n; i++)
+		ck_assert_uint_eq(fb_get_u16le(out + 2 * i),
+		    comp__f32_to_bf16(x[i]));
+	free(x);
+	free(out);
+}
+END_TEST
+
 Suite *
 suite_float16(void)
 {
@@ -98,6 +184,8 @@ suite_float16(void)
 	tcase_add_test(tc, test_float16_known);
 	tcase_add_test(tc, test_float16_exhaustive);
 	tcase_add_test(tc, test_float16_codec_bound);
+	tcase_add_test(tc, test_float16_f16c_same);
+	tcase_add_test(tc, test_float16_bf16_codec_bits);
 	suite_add_tcase(s, tc);
 	return s;
 }

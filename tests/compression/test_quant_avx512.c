@@ -12,7 +12,8 @@
 #include "compression_tests.h"
 #include "pt.h"
 
-// Kernel by kernel, for lengths 1..200 at every start offset 0..3.
+// Kernel by kernel (q8, q4, q2, sign and the sign's lane-ordered sum), for
+// lengths 1..200 at every start offset 0..3.
 START_TEST(test_quant_avx512_kernels)
 {
 	const struct comp__kern *v = comp__kern_avx512();
@@ -38,6 +39,28 @@ START_TEST(test_quant_avx512_kernels)
 			v->q4_enc(x + off, m, inv, ca + off);
 			p->q4_enc(x + off, m, inv, cb + off);
 			ck_assert_mem_eq(ca, cb, sizeof ca);
+			v->q2_enc(x + off, m, inv, ca + off);
+			p->q2_enc(x + off, m, inv, cb + off);
+			ck_assert_mem_eq(ca, cb, sizeof ca);
+			v->sign_enc(x + off, m, ca + off);
+			p->sign_enc(x + off, m, cb + off);
+			ck_assert_mem_eq(ca, cb, sizeof ca);
+			double sv = v->abs_sum(x + off, m),
+			       sp = p->abs_sum(x + off, m);
+			ck_assert_mem_eq(&sv, &sp, sizeof sv); // same bits
+			for (int mode = 0; mode < 3; mode++) {
+				for (size_t i = 0; i < 260; i++)
+					cb[i] = ca[i] = (uint8_t) tr_next(
+					    &seed);
+				memcpy(a, x, sizeof a);
+				memcpy(b, x, sizeof b);
+				v->q2_dec(ca + off, m, 0.37f, a + off, mode);
+				p->q2_dec(cb + off, m, 0.37f, b + off, mode);
+				ck_assert_mem_eq(a, b, sizeof a);
+				v->sign_dec(ca + off, m, 0.37f, a + off, mode);
+				p->sign_dec(cb + off, m, 0.37f, b + off, mode);
+				ck_assert_mem_eq(a, b, sizeof a);
+			}
 			for (size_t i = 0; i < 260; i++) // valid codes only
 				cb[i] = ca[i] = ca[i] == 0x80 ? 0 : ca[i];
 			for (int mode = 0; mode < 3; mode++) {
@@ -76,9 +99,9 @@ START_TEST(test_quant_avx512_public)
 	float   *x = malloc(n * 4), *a = malloc(n * 4), *b = malloc(n * 4);
 	uint8_t *ea = malloc(8 * n), *eb = malloc(8 * n);
 	tr_fill(x, n, 1.0, 4);
-	const char    *sp[] = { "q8", "q4", "q2" };
+	const char    *sp[] = { "q8", "q4", "q2", "sign" };
 	const uint32_t bk[] = { 1, 5, 33, 128, 512, 1000 };
-	for (int s = 0; s < 3; s++)
+	for (int s = 0; s < 4; s++)
 		for (int k = 0; k < 6; k++) {
 			struct comp_codec c;
 			size_t            la, lb;

@@ -29,26 +29,35 @@ cmp_u32(const void *a, const void *b)
 }
 
 // The kept set equals a sort-based reference, with many ties (values drawn
-// from a few levels). A failure means topk keeps the wrong values.
+// from a few levels) and with mostly zeros, at sizes below and above the
+// sampled fast path, on the SIMD and the portable kernels; topk:R+q8 keeps
+// a subset of the same set. A failure means topk keeps the wrong values.
 START_TEST(test_topk_select)
 {
-	size_t       nmax = 3001;
+	size_t       nmax = 100003;
 	float       *x = malloc(nmax * 4), *y = malloc(nmax * 4);
 	uint32_t    *ref  = malloc(nmax * 4);
 	uint8_t     *buf  = malloc(8 * nmax + 4);
 	uint64_t     seed = 5;
-	const size_t ns[] = { 1, 2, 10, 999, 3001 };
+	const size_t ns[] = { 1, 2, 10, 999, 3001, 40000, 100003 };
 	const float  rs[] = { 0.001f, 0.01f, 0.3f, 1.0f };
-	for (int ni = 0; ni < 5; ni++)
+	float       *y2   = malloc(nmax * 4);
+	for (int ni = 0; ni < 7; ni++)
 		for (int ri = 0; ri < 4; ri++)
-			for (int ties = 0; ties < 2; ties++) {
+			for (int ties = 0; ties < 3; ties++) {
 				size_t n = ns[ni];
+				comp_simd_set(ties != 1 || ri != 1);
 				for (size_t i = 0; i < n; i++)
-					x[i] = ties
+					x[i] = ties == 1
 					    ? (float) ((int) (tr_next(&seed) %
 					                   7) -
 					          3)
 					    : (float) tr_gauss(&seed);
+				if (ties ==
+				    2) // 99.5% zeros: T = 0, ties galore
+					for (size_t i = 0; i < n; i++)
+						if (tr_next(&seed) % 200 != 0)
+							x[i] = 0.0f;
 				struct comp_codec c = COMP_CODEC_INIT;
 				c.id                = COMP_TOPK;
 				c.topk_ratio        = rs[ri];
@@ -74,7 +83,23 @@ START_TEST(test_topk_select)
 				for (size_t i = 0; i < n; i++)
 					nz += y[i] != 0.0f;
 				ck_assert_uint_le(nz, k);
+				// the composite keeps indices of the same set
+				struct comp_codec q = c;
+				q.id                = COMP_TOPK_Q8;
+				q.bucket            = 64;
+				PT_OK(comp_encode(&q, x, n, NULL, buf,
+				    comp_bound(&q, n), &len));
+				PT_OK(comp_decode(&q, buf, len, n, y2));
+				for (size_t i = 0; i < n; i++)
+					TR_ASSERT_MSG(y2[i] == 0.0f ||
+					        bsearch(&(uint32_t) { (
+					                    uint32_t) i },
+					            ref, k, 4,
+					            cmp_u32) != NULL,
+					    "topk+q8 kept %zu (n %zu)", i, n);
 			}
+	comp_simd_set(1);
+	free(y2);
 	free(x);
 	free(y);
 	free(ref);

@@ -375,6 +375,19 @@ START_TEST(test_train_one_epoch_adam_schedule)
 }
 END_TEST
 
+// One epoch with top-1% q8 pushes (Elias-Fano indices, error feedback) and
+// top-5% q8 reference-delta pulls (EF21-P), over 100x fewer push bytes,
+// still reaches >= 80% and stays within 1 point of fp32 (docs/algorithms.md,
+// sparse composites).
+START_TEST(test_train_one_epoch_topk_q8)
+{
+	double fp32 = it_run_epoch("none", "none");
+	double q    = it_run_epoch("topk:0.01+q8", "topk:0.05+q8");
+	ck_assert_msg(q >= 0.80, "topk+q8 test accuracy %.4f < 0.80", q);
+	ck_assert_msg(q >= fp32 - 0.01, "topk+q8 %.4f vs fp32 %.4f", q, fp32);
+}
+END_TEST
+
 Suite *
 suite_train(void)
 {
@@ -386,6 +399,7 @@ suite_train(void)
 	tcase_add_test(tc, test_train_one_epoch_q4_q8);
 	tcase_add_test(tc, test_train_straggler_summaries);
 	tcase_add_test(tc, test_train_one_epoch_adam_schedule);
+	tcase_add_test(tc, test_train_one_epoch_topk_q8);
 	suite_add_tcase(s, tc);
 	// Its own case, so that `CK_RUN_CASE=signed` runs it alone.
 	TCase *ts = tcase_create("signed");

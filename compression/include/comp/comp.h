@@ -17,6 +17,13 @@
 //          when `stochastic` is set.
 //   sign   scaled 1-bit sign: s = mean|x| per bucket, x^ = +-s
 //   topk   the ceil(ratio*n) largest |x| as (u32 index, f32 value) pairs
+//   topk:R+q8, topk:R+q4  the same k values, bucketed q8/q4 (per `bucket`
+//          kept values), their indices Elias-Fano coded (about
+//          2 + log2(1/R) bits an index)
+//   randk:R, randk:R+q8, randk:R+q4  k values at indices drawn from a
+//          64-bit seed in the payload (one per stratum of n/k values), fp32
+//          or q8/q4; no index travels
+// Every size is exact (comp_bound) and depends only on the codec and n.
 //
 // Errors are the FB_E* codes of <fb/fb.h>. Out-parameters (out_len, decoded
 // floats) are written only on success, with one documented exception: the
@@ -40,6 +47,11 @@ enum comp_codec_id {
 	COMP_Q2,
 	COMP_SIGN,
 	COMP_TOPK,
+	COMP_TOPK_Q8,  // topk:R+q8
+	COMP_TOPK_Q4,  // topk:R+q4
+	COMP_RANDK,    // randk:R
+	COMP_RANDK_Q8, // randk:R+q8
+	COMP_RANDK_Q4, // randk:R+q4
 	COMP_CODEC_COUNT,
 };
 
@@ -50,12 +62,13 @@ enum comp_codec_id {
 #define COMP_MAX_N ((size_t) UINT32_MAX)
 
 // struct comp_codec names a codec and its parameters. `bucket` matters for
-// q8/q4/q2/sign, `topk_ratio` for topk, `stochastic` (0 or 1) for q8/q4/q2
-// only. It is plain data: copy it freely.
+// q8/q4/q2/sign and the +q8/+q4 composites, `topk_ratio` for topk and
+// randk (all five sparse codecs), `stochastic` (0 or 1) for q8/q4/q2 only.
+// It is plain data: copy it freely.
 struct comp_codec {
 	uint32_t id;         // enum comp_codec_id
 	uint32_t bucket;     // values per scale, 1..COMP_BUCKET_MAX
-	float    topk_ratio; // fraction of values kept by topk, in (0, 1]
+	float    topk_ratio; // fraction kept by topk/randk, in (0, 1]
 	int      stochastic; // 1: stochastic rounding (q8/q4/q2 only)
 };
 
@@ -66,7 +79,8 @@ struct comp_codec {
 
 // comp_codec_parse fills *out from a spec string: "none" (or "fp32"),
 // "fp16", "bf16", "q8", "q4", "q2" (each q may end in ":sr" for stochastic
-// rounding), "sign", "topk:R" with 0 < R <= 1. bucket is the bucket size
+// rounding), "sign", "topk:R" with 0 < R <= 1, "topk:R+q8", "topk:R+q4",
+// "randk:R", "randk:R+q8", "randk:R+q4". bucket is the bucket size
 // (0 picks COMP_BUCKET_DEFAULT); it is kept for every codec but only used by
 // the bucketed ones. Returns FB_EINVAL for an unknown name, a bad ratio or a
 // bucket outside 1..COMP_BUCKET_MAX (*out untouched).
@@ -79,7 +93,8 @@ int comp_codec_parse(const char *spec, uint32_t bucket,
 int comp_codec_parse_msg(const char *spec, uint32_t bucket,
     struct comp_codec *out, char *why, size_t why_len);
 
-// comp_codec_name returns the static name of a codec id ("q4", "topk"...),
+// comp_codec_name returns the static name of a codec id ("q4", "topk",
+// "topk+q8", "randk"...),
 // or "unknown". Never NULL.
 const char *comp_codec_name(uint32_t id);
 
@@ -90,33 +105,39 @@ const char *comp_codec_name(uint32_t id);
 int comp_codec_format(const struct comp_codec *c, char *buf, size_t len);
 
 // comp_codec_check validates a codec received from the network or a config:
-// a known id; for q8/q4/q2/sign a bucket in 1..COMP_BUCKET_MAX; for topk a
-// finite ratio in (0, 1]; stochastic 0, or 1 with q8/q4/q2. Returns FB_OK or
+// a known id; for q8/q4/q2/sign and the +q8/+q4 composites a bucket in
+// 1..COMP_BUCKET_MAX; for topk and randk (all variants) a finite ratio in
+// (0, 1]; stochastic 0, or 1 with q8/q4/q2. Returns FB_OK or
 // FB_EINVAL. Every other function below runs this check first.
 int comp_codec_check(const struct comp_codec *c);
 
 // comp_bound returns the number of bytes comp_encode writes for n values.
 // It is exact for every codec (topk always keeps the same k for a given n).
 // Returns 0 for an invalid codec or n > COMP_MAX_N (an empty input also
-// encodes to 0 bytes, except topk, which writes a 4-byte count).
+// encodes to 0 bytes, except the sparse codecs, which write a 4-byte count
+// (randk: 12 bytes, count and seed)).
 size_t comp_bound(const struct comp_codec *c, size_t n);
 
-// comp_topk_k returns how many values topk:ratio keeps out of n:
+// comp_topk_k returns how many values topk:ratio (and randk:ratio) keeps
+// out of n:
 // min(n, max(1, ceil(ratio * n))), 0 for n == 0.
 size_t comp_topk_k(float ratio, size_t n);
 
 // comp_encode encodes x[0..n) into out (capacity cap) and sets *out_len.
 // rng is the state of the stochastic-rounding generator (advanced in place);
-// it may be NULL unless c->stochastic. Errors: FB_EINVAL (invalid codec,
-// NULL pointer, n > COMP_MAX_N, a non-finite value for q8/q4/q2/sign/topk,
-// stochastic without rng), FB_ENOSPC (cap < comp_bound(c, n)).
+// it may be NULL unless c->stochastic. randk draws its seed from rng when
+// rng is not NULL, else from a hash of x (so the same x gives the same
+// bytes). Errors: FB_EINVAL (invalid codec, NULL pointer, n > COMP_MAX_N, a
+// non-finite value for q8/q4/q2/sign/topk (any of x) or randk (a kept
+// one), stochastic without rng), FB_ENOSPC (cap < comp_bound(c, n)).
 int comp_encode(const struct comp_codec *c, const float *x, size_t n,
     uint64_t *rng, uint8_t *out, size_t cap, size_t *out_len);
 
 // comp_decode decodes in[0..len) into out[0..n) (out = deq). The bytes are
 // untrusted: a length that does not match n, a non-finite or negative scale,
 // a forbidden code, non-zero padding bits, a topk index out of range or not
-// strictly increasing, or a non-finite topk value give FB_EPROTO, and out is
+// strictly increasing (or an Elias-Fano block that does not hold exactly k
+// such indices), or a non-finite sparse value give FB_EPROTO, and out is
 // then untouched. Never reads or writes outside in[0..len) and out[0..n).
 // FB_EINVAL for an invalid codec or NULL pointers.
 int comp_decode(const struct comp_codec *c, const uint8_t *in, size_t len,

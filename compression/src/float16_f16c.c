@@ -1,0 +1,120 @@
+// float16_f16c.c — fp16 encode and decode with the x86 F16C conversions
+// (vcvtps2ph, vcvtph2ps), eight values an instruction, and the bf16
+// encoder built for AVX2.
+//
+// Compiled with per-function target attributes and picked at run time
+// (comp__f16_kern, behind comp_simd_set), as the AVX-512 quantizer kernels
+// are. The bytes and floats equal float16.c's portable conversions: the
+// encoder rounds with an explicit round-to-nearest-even immediate (not
+// MXCSR), which gives the same overflow to Inf at 65520, the same
+// subnormals and the same quiet NaN (sign, 0x7c00, 0x200 and the top
+// mantissa bits) as comp__f32_to_f16. The decoder is exact for every
+// finite half; the hardware would quiet a signalling NaN where the portable
+// decoder keeps its bits, so any group of eight holding an Inf or NaN half
+// is decoded by the portable code. tests/compression/test_float16.c
+// compares the two over every half and many floats.
+#include "comp_impl.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define F16C __attribute__((target("avx2,f16c")))
+
+F16C static void
+f16_enc_f16c(const float *x, size_t n, uint8_t *out)
+{
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		__m128i a = _mm256_cvtps_ph(_mm256_loadu_ps(x + i),
+		    _MM_FROUND_TO_NEAREST_INT);
+		__m128i b = _mm256_cvtps_ph(_mm256_loadu_ps(x + i + 8),
+		    _MM_FROUND_TO_NEAREST_INT);
+		_mm_storeu_si128((__m128i *) (out + 2 * i), a);
+		_mm_storeu_si128((__m128i *) (out + 2 * i + 16), b);
+	}
+	for (; i < n; i++)
+		fb_put_u16le(out + 2 * i, comp__f32_to_f16(x[i]));
+}
+
+F16C static void
+f16_dec_f16c(const uint8_t *in, size_t n, float *out, int mode)
+{
+	const __m128i expm = _mm_set1_epi16(0x7c00);
+	size_t        i    = 0;
+	for (; i + 8 <= n; i += 8) {
+		__m128i h = _mm_loadu_si128((const __m128i *) (in + 2 * i));
+		__m128i special = _mm_cmpeq_epi16(_mm_and_si128(h, expm),
+		    expm);
+		if (_mm_movemask_epi8(special) != 0) {
+			// Inf or NaN in this group: the portable bits
+			comp__f16_portable.dec(in + 2 * i, 8, out + i, mode);
+			continue;
+		}
+		__m256 v = _mm256_cvtph_ps(h);
+		if (mode == COMP__ADD)
+			v = _mm256_add_ps(_mm256_loadu_ps(out + i), v);
+		else if (mode == COMP__SUB)
+			v = _mm256_sub_ps(_mm256_loadu_ps(out + i), v);
+		_mm256_storeu_ps(out + i, v);
+	}
+	if (i < n)
+		comp__f16_portable.dec(in + 2 * i, n - i, out + i, mode);
+}
+
+// bf16_8 rounds 8 floats to bf16 (in the low 16 bits of each lane) as
+// comp__f32_to_bf16: u + 0x7fff + lsb, top half; NaN: top half | 0x40.
+F16C static inline __m256i
+bf16_8(const float *x)
+{
+	const __m256i one  = _mm256_set1_epi32(1),
+	              bias = _mm256_set1_epi32(0x7fff);
+	const __m256i abs  = _mm256_set1_epi32(0x7fffffff);
+	const __m256i inf  = _mm256_set1_epi32(0x7f800000);
+	__m256i       u    = _mm256_loadu_si256((const __m256i *) x);
+	__m256i       lsb  = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+	__m256i       r    = _mm256_srli_epi32(
+	             _mm256_add_epi32(_mm256_add_epi32(u, bias), lsb), 16);
+	__m256i q   = _mm256_or_si256(_mm256_srli_epi32(u, 16),
+	      _mm256_set1_epi32(0x40));
+	__m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf);
+	return _mm256_blendv_epi8(r, q, nan);
+}
+
+F16C static void
+bf16_enc_avx2(const float *x, size_t n, uint8_t *out)
+{
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		// packus interleaves 128-bit lanes: 0 2 1 3 puts them back
+		__m256i p = _mm256_packus_epi32(bf16_8(x + i),
+		    bf16_8(x + i + 8));
+		_mm256_storeu_si256((__m256i *) (out + 2 * i),
+		    _mm256_permute4x64_epi64(p, 0xd8));
+	}
+	comp__bf16_enc_loop(x + i, n - i, out + 2 * i);
+}
+
+static const struct comp__f16 f16_f16c = {
+	.enc      = f16_enc_f16c,
+	.dec      = f16_dec_f16c,
+	.bf16_enc = bf16_enc_avx2,
+};
+
+const struct comp__f16 *
+comp__f16_f16c(void)
+{
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2"))
+		return &f16_f16c;
+	return NULL;
+}
+
+#else
+
+const struct comp__f16 *
+comp__f16_f16c(void)
+{
+	return NULL;
+}
+
+#endif
