@@ -177,6 +177,14 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	                          "first map places here: `auto` when it exists, "
 	                          "`yes` refuses to serve without it, `no` ignores "
 	                          "it (a fresh job)" },
+	[FB_OPT_PS_REPLICAS]       = { "replicas", SCH, INT(1, 16), .def = "1",
+	          .help = "scheduler: copies of each shard: a primary and R-1 "
+	                        "backups on other servers (1: none)",
+	          .doc  = "each shard has a primary and R-1 backups on other "
+	                        "servers; the primary forwards every update to them "
+	                        "before answering, and when it dies a backup takes over "
+	                        "(capped at the number of servers, with a warning); "
+	                        "see §12" },
 
 	// ---- trainer -----------------------------------------------------
 	[FB_OPT_TR_SCHEDULER] = { "scheduler", TR, STR_NONEMPTY,

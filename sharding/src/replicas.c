@@ -28,14 +28,14 @@ holds(uint32_t primary, const uint32_t *b, uint32_t nb, uint32_t m)
 }
 
 int
-shard_replicas_repair(size_t n_shards, uint32_t n_servers,
-    const uint8_t *gone, uint32_t nb, uint32_t *assign, uint32_t *backups,
-    size_t *lost)
+shard_replicas_repair(size_t n_shards, uint32_t n_servers, const uint8_t *gone,
+    uint32_t nb, uint32_t *assign, uint32_t *backups, size_t *lost)
 {
-	uint32_t live = 0;
+	uint32_t live   = 0;
 	size_t   n_lost = 0;
 	if (gone == NULL || lost == NULL ||
-	    (n_shards > 0 && (assign == NULL || (nb > 0 && backups == NULL)))) {
+	    (n_shards > 0 &&
+	        (assign == NULL || (nb > 0 && backups == NULL)))) {
 		return FB_EINVAL;
 	}
 	for (uint32_t m = 0; m < n_servers; m++) {

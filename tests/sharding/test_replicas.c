@@ -55,8 +55,8 @@ START_TEST(test_replicas_promote)
 	// Server 1 dies: shard 1 (primary 1, backups 2, 0) is promoted to 2
 	// and keeps 0; shard 0 (primary 0, backups 1, 2) loses backup 1 and
 	// keeps 2 first, then gets 3 (the next live after 0 not holding it).
-	uint32_t a[2] = { 0, 1 };
-	uint32_t b[4] = { 1, 2, 2, 0 };
+	uint32_t a[2]    = { 0, 1 };
+	uint32_t b[4]    = { 1, 2, 2, 0 };
 	uint8_t  gone[4] = { 0, 1, 0, 0 };
 	size_t   lost;
 	PT_OK(shard_replicas_repair(2, 4, gone, 2, a, b, &lost));
@@ -71,8 +71,8 @@ END_TEST
 START_TEST(test_replicas_skip_dead_backup)
 {
 	// Primary and first backup both dead: the second backup takes over.
-	uint32_t a[1] = { 0 };
-	uint32_t b[2] = { 1, 2 };
+	uint32_t a[1]    = { 0 };
+	uint32_t b[2]    = { 1, 2 };
 	uint8_t  gone[3] = { 1, 1, 0 };
 	size_t   lost;
 	PT_OK(shard_replicas_repair(1, 3, gone, 2, a, b, &lost));
@@ -85,7 +85,7 @@ END_TEST
 START_TEST(test_replicas_lost)
 {
 	// R = 1 (no backups): a dead primary's shard is lost and stays put.
-	uint32_t a[2] = { 0, 1 };
+	uint32_t a[2]    = { 0, 1 };
 	uint8_t  gone[2] = { 1, 0 };
 	size_t   lost;
 	PT_OK(shard_replicas_repair(2, 2, gone, 0, a, NULL, &lost));

@@ -25,13 +25,14 @@
 
 #include "server_impl.h"
 
-// shards_ready reports whether every shard listed reached version want.
+// shards_ready reports whether every shard listed reached version want
+// and every backup holds it (no forward pending: replicate.c).
 static int
 shards_ready(struct ps_server *s, const uint32_t *ids, size_t n, uint64_t want)
 {
 	for (size_t i = 0; i < n; i++) {
 		struct srv_shard *sh = &s->shards[ids[i]];
-		if (!sh->init || sh->version < want) {
+		if (!sh->init || sh->version < want || sh->fwd_pending > 0) {
 			return 0;
 		}
 	}
