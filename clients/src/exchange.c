@@ -190,6 +190,23 @@ map_newer(ferry_client *c)
 	return newer;
 }
 
+// await_newer_map is what a replicated job does when a server's
+// connection fails (reset, refused: it may have died): it asks the
+// scheduler every 100 ms, until the call's deadline, for a map later
+// than the one held (the dead server's backups promoted). Returns 1 when
+// one exists (the caller re-fetches and re-sends), 0 at the deadline.
+static int
+await_newer_map(ferry_client *c, uint64_t deadline)
+{
+	while (fb_clock_ms() < deadline) {
+		if (map_newer(c)) {
+			return 1;
+		}
+		fb_sleep_us(100000);
+	}
+	return 0;
+}
+
 // wait_or_reroute waits for connection m's operation like conn_wait,
 // except that in a replicated job, every REROUTE_POLL_MS of waiting, it
 // asks the scheduler for a newer map; when one exists it cancels every
@@ -318,9 +335,14 @@ exchange(ferry_client *c, struct xfer *x)
 				rerouted = wait_or_reroute(c, m);
 			}
 			conn_wait(c, m, warn_at, tmo, &warned);
-			if (rerouted && nng_aio_result(cn->aio) != 0) {
-				nng_msg_free(nng_aio_get_msg(cn->aio));
-				cn->rv = FB_EBUSY; // re-sent after the refetch
+			if (rerouted) {
+				// Sent or cancelled, it is sent again after
+				// the refetch (a server counts a re-sent push
+				// once).
+				if (nng_aio_result(cn->aio) != 0) {
+					nng_msg_free(nng_aio_get_msg(cn->aio));
+				}
+				cn->rv = FB_EBUSY;
 				continue;
 			}
 			if (nng_aio_result(cn->aio) != 0) {
@@ -347,6 +369,11 @@ exchange(ferry_client *c, struct xfer *x)
 				refetch = 1; // cancelled for a newer map
 				continue;
 			}
+			if (cn->rv == FB_ETRANSPORT && c->replicated &&
+			    await_newer_map(c, deadline)) {
+				refetch = 1; // its backups took over
+				continue;
+			}
 			if (cn->rv != FB_OK) {
 				rv = ferry__fail(c, ferry__map_err(cn->rv),
 				    "server %s: %s", c->pl->servers[m],
@@ -361,7 +388,13 @@ exchange(ferry_client *c, struct xfer *x)
 				refetch = 1; // cancelled for a newer map
 				continue;
 			}
-			if ((r = nng_aio_result(cn->aio)) != 0) {
+			if ((r = nng_aio_result(cn->aio)) != 0 &&
+			    r != NNG_ETIMEDOUT && c->replicated &&
+			    await_newer_map(c, deadline)) {
+				refetch = 1; // its backups took over
+				continue;
+			}
+			if (r != 0) {
 				rv = ferry__fail(c,
 				    r == NNG_ETIMEDOUT ? FERRY_ETIMEDOUT
 				                       : FERRY_ECONNECT,

@@ -115,9 +115,11 @@ rep_run(struct rep_trainer a[2], int servers, uint32_t replicas,
 	}
 	for (int r = 0; r < 2; r++) {
 		pthread_join(th[r], NULL);
-		ck_assert_msg(a[r].rv == 0, "rank %d (R=%u, %s): %s: %s", r,
-		    replicas, codec, ferry_strerror(a[r].rv), a[r].err);
 	}
+	ck_assert_msg(a[0].rv == 0 && a[1].rv == 0,
+	    "R=%u, %s: rank 0: %s: %s; rank 1: %s: %s", replicas, codec,
+	    ferry_strerror(a[0].rv), a[0].err, ferry_strerror(a[1].rv),
+	    a[1].err);
 	cluster_stop(&cl);
 }
 
@@ -168,11 +170,11 @@ START_TEST(test_replicas_servers_hold_backups)
 	for (int m = 0; m < 2; m++) {
 		ps_server_stats(cl.srv[m], text, sizeof(text));
 		const char *p = strstr(text, "\r\nshards:");
-		const char *q = strstr(text, "backup_shards:");
+		const char *q = strstr(text, "\r\nbackups:");
 		ck_assert_ptr_nonnull(p);
 		ck_assert_ptr_nonnull(q);
 		held[m]    = (unsigned) strtoul(p + 9, NULL, 10);
-		backups[m] = (unsigned) strtoul(q + 14, NULL, 10);
+		backups[m] = (unsigned) strtoul(q + 10, NULL, 10);
 	}
 	ck_assert_uint_gt(held[0], 0);
 	ck_assert_uint_gt(held[1], 0);

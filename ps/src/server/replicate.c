@@ -40,21 +40,21 @@ enum ps_fwd_stage {
 // One shard's forward to one of its backups.
 struct ps_fwd {
 	struct ps_server *s;
-	uint32_t          id;   // shard
-	uint32_t          to;   // backup's server index
-	nng_ctx           ctx;  // on repl->sock[to]
+	uint32_t          id;  // shard
+	uint32_t          to;  // backup's server index
+	nng_ctx           ctx; // on repl->sock[to]
 	nng_aio          *aio;
-	nng_msg          *req;  // the packed request, kept for retries
+	nng_msg          *req; // the packed request, kept for retries
 	uint64_t          rid;
 	int               stage; // an enum ps_fwd_stage
 };
 
 struct ps_repl {
-	size_t          n_peers;
-	nng_socket     *sock;   // [n_peers]
-	uint8_t        *open;   // [n_peers]
-	struct ps_fwd **fwd;    // [n_global] NULL or PS_MAX_BACKUPS each
-	uint64_t        rid;
+	size_t             n_peers;
+	nng_socket        *sock; // [n_peers]
+	uint8_t           *open; // [n_peers]
+	struct ps_fwd    **fwd;  // [n_global] NULL or PS_MAX_BACKUPS each
+	uint64_t           rid;
 	struct obs_metric *forwards;
 };
 
@@ -77,8 +77,7 @@ ps__repl_open(struct ps_server *s)
 	}
 	r->fwd = fb_zalloc(s->n_global * sizeof(*r->fwd));
 	if (r->fwd == NULL ||
-	    obs_metric_add(s->reg, OBS_COUNTER,
-	        "ferry_replica_forwards_total",
+	    obs_metric_add(s->reg, OBS_COUNTER, "ferry_replica_forwards_total",
 	        "Updates a shard's primary forwarded to a backup and the "
 	        "backup acknowledged.",
 	        NULL, NULL, 0, 0, &r->forwards) != FB_OK) {
@@ -130,8 +129,7 @@ still_backup(const struct ps_server *s, const struct ps_fwd *f)
 {
 	const uint32_t *b;
 	int             n = ps__shard_backups(s, f->id, &b);
-	if (s->pl->shards[f->id]->server != s->index ||
-	    s->local[f->id] < 0) {
+	if (s->pl->shards[f->id]->server != s->index || s->local[f->id] < 0) {
 		return 0;
 	}
 	for (int k = 0; k < n; k++) {
@@ -331,16 +329,16 @@ fwd_build(struct ps_server *s, struct srv_shard *sh, const float *src,
 	Pswire__ReplicateRequest q = PSWIRE__REPLICATE_REQUEST__INIT;
 	uint8_t                 *payload;
 	size_t                   plen = sh->len * 4, hl;
-	q.shard         = sh->id;
-	q.version       = sh->version;
-	q.samples       = samples;
-	q.crc           = fb_crc32(0, sh->x, plen);
-	q.init          = init != 0;
-	h.request_id    = rid;
-	h.epoch         = s->pl->epoch;
-	h.body_case     = PSWIRE__HEADER__BODY_REPLICATE_REQ;
-	h.replicate_req = &q;
-	hl              = pswire__header__get_packed_size(&h);
+	q.shard                       = sh->id;
+	q.version                     = sh->version;
+	q.samples                     = samples;
+	q.crc                         = fb_crc32(0, sh->x, plen);
+	q.init                        = init != 0;
+	h.request_id                  = rid;
+	h.epoch                       = s->pl->epoch;
+	h.body_case                   = PSWIRE__HEADER__BODY_REPLICATE_REQ;
+	h.replicate_req               = &q;
+	hl                            = pswire__header__get_packed_size(&h);
 	if (psw_msg_begin(out, hl, plen, &payload) != FB_OK) {
 		return FB_ENOMEM;
 	}
@@ -360,8 +358,8 @@ ps__repl_forward(struct ps_server *s, struct srv_shard *sh, const float *src,
 	const uint32_t *b;
 	int             n = ps__shard_backups(s, sh->id, &b);
 	for (int k = 0; k < n; k++) {
-		struct ps_fwd *f = fwd_get(s, sh->id, k, b[k]);
-		nng_msg       *m = NULL;
+		struct ps_fwd *f   = fwd_get(s, sh->id, k, b[k]);
+		nng_msg       *m   = NULL;
 		uint64_t       rid = ++s->repl->rid;
 		if (f == NULL || f->stage != PS_FWD_IDLE ||
 		    fwd_build(s, sh, src, samples, init, rid, &m) != FB_OK) {
@@ -395,14 +393,14 @@ ps__repl_forward(struct ps_server *s, struct srv_shard *sh, const float *src,
 // there) with a message in why. mu held.
 static int
 replicate_apply(struct ps_server *s, struct srv_shard *sh,
-    const Pswire__ReplicateRequest *q, const uint8_t *p, char *why,
-    size_t n)
+    const Pswire__ReplicateRequest *q, const uint8_t *p, char *why, size_t n)
 {
 	if (q->init) {
 		if (!sh->init) {
 			if (!ps__copy_finite(sh->x, p, sh->len)) {
 				memset(sh->x, 0, sh->len * 4);
-				snprintf(why, n, "initial weights hold NaN or Inf");
+				snprintf(why, n,
+				    "initial weights hold NaN or Inf");
 				return PSWIRE__STATUS__INVALID_ARGUMENT;
 			}
 			sh->init = 1;

@@ -235,7 +235,7 @@ ps_server_stats(struct ps_server *s, char *buf, size_t n)
 	}
 	snprintf(buf, n,
 	    "# Server\r\nrole:server\r\nindex:%u\r\nurl:%s\r\nuptime_ms:%llu\r\n"
-	    "ready:%d\r\n# Store\r\nshards:%u\r\nbackup_shards:%u\r\n"
+	    "ready:%d\r\n# Store\r\nshards:%u\r\nbackups:%u\r\n"
 	    "version:%llu\r\nmode:%s\r\n"
 	    "used_memory:%zu\r\n# Net\r\npushes:%llu\r\npulls:%llu\r\n"
 	    "errors:%llu\r\nbytes_in:%llu\r\nbytes_out:%llu\r\n"
