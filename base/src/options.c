@@ -191,6 +191,14 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	                   "(GMAC-AES256) and checked; unsigned, altered or "
 	                   "replayed requests get `UNAUTHENTICATED` "
 	                   "([security.md](security.md))" },
+	[FB_OPT_PS_REPLICAS]       = { "replicas", SCH, INT(1, 16), .def = "1",
+	          .help = "scheduler: copies of each shard: a primary and R-1 "
+	                        "backups on other servers (1: none)",
+	          .doc  = "each shard has a primary and R-1 backups on other "
+	                        "servers; the primary forwards every update to them "
+	                        "before answering, and when it dies a backup takes over "
+	                        "(capped at the number of servers, with a warning); "
+	                        "see §12" },
 
 	// ---- trainer -----------------------------------------------------
 	[FB_OPT_TR_SCHEDULER] = { "scheduler", TR, STR_NONEMPTY,

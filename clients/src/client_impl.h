@@ -91,6 +91,10 @@ struct ferry_client {
 	int                declared;
 	uint64_t           next_rid;
 	struct ferry__hb  *hb; // heartbeat thread (heartbeat.c), or NULL
+	// The map names backups (--replicas): a wait on a server that may
+	// have died checks for a newer map (exchange.c); such a job's
+	// servers count a re-sent push once.
+	int                replicated;
 	struct ferry_stats stats;
 	// Sync rounds (FERRY_MODE_SYNC, or SSP with staleness 0): pushes name
 	// the version held and pulls wait for the next one.

@@ -157,6 +157,90 @@ conn_wait(ferry_client *c, size_t m, nng_time warn_at, uint32_t tmo,
 	nng_aio_wait(cn->aio);
 }
 
+// REROUTE_POLL_MS is how long a replicated job's wait for one server lets
+// pass before (and between) asking the scheduler whether a newer map
+// exists: a dead primary's backup may have been promoted.
+#define REROUTE_POLL_MS 500
+
+// map_newer asks the scheduler, briefly, whether a map later than the one
+// held exists. It leaves the client's last error alone: a "no" here is
+// no failure.
+static int
+map_newer(ferry_client *c)
+{
+	Pswire__Header              g  = PSWIRE__HEADER__INIT;
+	Pswire__GetPlacementRequest gp = PSWIRE__GET_PLACEMENT_REQUEST__INIT;
+	ProtobufCMessage           *ph = NULL;
+	const char                 *why;
+	gp.min_epoch    = c->pl->epoch + 1;
+	g.body_case     = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
+	g.placement_req = &gp;
+	g.request_id    = c->next_rid++;
+	g.deadline_ms   = 50; // parked at most this long (plus a sweep)
+	g.rank          = (uint32_t) c->opts.rank;
+	int rv = psw_call_header(c->auth, c->sched_ctx, c->sched_aio, &g.base,
+	    PSWIRE__METHOD__GET_PLACEMENT, g.request_id, 400, &ph, &why);
+	Pswire__Header *rh    = (Pswire__Header *) ph;
+	int             newer = rv == FB_OK &&
+	    rh->body_case == PSWIRE__HEADER__BODY_PLACEMENT &&
+	    rh->placement->epoch > c->pl->epoch;
+	if (rh != NULL) {
+		pswire__header__free_unpacked(rh, NULL);
+	}
+	return newer;
+}
+
+// await_newer_map is what a replicated job does when a server's
+// connection fails (reset, refused: it may have died): it asks the
+// scheduler every 100 ms, until the call's deadline, for a map later
+// than the one held (the dead server's backups promoted). Returns 1 when
+// one exists (the caller re-fetches and re-sends), 0 at the deadline.
+static int
+await_newer_map(ferry_client *c, uint64_t deadline)
+{
+	while (fb_clock_ms() < deadline) {
+		if (map_newer(c)) {
+			return 1;
+		}
+		fb_sleep_us(100000);
+	}
+	return 0;
+}
+
+// wait_or_reroute waits for connection m's operation like conn_wait,
+// except that in a replicated job, every REROUTE_POLL_MS of waiting, it
+// asks the scheduler for a newer map; when one exists it cancels every
+// pending operation (their servers count a re-sent push once) and
+// returns 1: the caller fetches the map and re-sends. Returns 0 when the
+// operation ended by itself.
+static int
+wait_or_reroute(ferry_client *c, size_t m)
+{
+	struct conn         *cn = &c->conns[m];
+	struct ferry__watch *w  = cn->watch;
+	for (;;) {
+		nng_time until = nng_clock() + REROUTE_POLL_MS;
+		int      busy;
+		nng_mtx_lock(w->mu);
+		while (w->busy && nng_clock() < until) {
+			nng_cv_until(w->cv, until);
+		}
+		busy = w->busy;
+		nng_mtx_unlock(w->mu);
+		if (!busy) {
+			return 0;
+		}
+		if (map_newer(c)) {
+			for (size_t k = 0; k < c->n_conns; k++) {
+				if (c->conns[k].pending) {
+					nng_aio_cancel(c->conns[k].aio);
+				}
+			}
+			return 1;
+		}
+	}
+}
+
 // main_method is the rpc that carries op's requests (a shard whose push
 // was applied but whose reply was lost is then pulled with PULL).
 static uint8_t
@@ -247,13 +331,27 @@ exchange(ferry_client *c, struct xfer *x)
 		if (sent == 0) {
 			break;
 		}
+		int rerouted = 0; // a newer map: pending operations cancelled
 		for (size_t m = 0; m < c->n_conns; m++) {
 			struct conn *cn = &c->conns[m];
 			cn->rv          = FB_OK;
 			if (!cn->pending) {
 				continue;
 			}
+			if (c->replicated && !rerouted) {
+				rerouted = wait_or_reroute(c, m);
+			}
 			conn_wait(c, m, warn_at, tmo, &warned);
+			if (rerouted) {
+				// Sent or cancelled, it is sent again after
+				// the refetch (a server counts a re-sent push
+				// once).
+				if (nng_aio_result(cn->aio) != 0) {
+					nng_msg_free(nng_aio_get_msg(cn->aio));
+				}
+				cn->rv = FB_EBUSY;
+				continue;
+			}
 			if (nng_aio_result(cn->aio) != 0) {
 				nng_msg_free(nng_aio_get_msg(cn->aio));
 				cn->rv = nng_aio_result(cn->aio) ==
@@ -274,14 +372,36 @@ exchange(ferry_client *c, struct xfer *x)
 			if (!cn->pending) {
 				continue;
 			}
+			if (cn->rv == FB_EBUSY) {
+				refetch = 1; // cancelled for a newer map
+				continue;
+			}
+			if (cn->rv == FB_ETRANSPORT && c->replicated &&
+			    await_newer_map(c, deadline)) {
+				refetch = 1; // its backups took over
+				continue;
+			}
 			if (cn->rv != FB_OK) {
 				rv = ferry__fail(c, ferry__map_err(cn->rv),
 				    "server %s: %s", c->pl->servers[m],
 				    fb_strerror(cn->rv));
 				continue;
 			}
+			if (c->replicated && !rerouted) {
+				rerouted = wait_or_reroute(c, m);
+			}
 			conn_wait(c, m, warn_at, tmo, &warned);
-			if ((r = nng_aio_result(cn->aio)) != 0) {
+			if (rerouted && nng_aio_result(cn->aio) != 0) {
+				refetch = 1; // cancelled for a newer map
+				continue;
+			}
+			if ((r = nng_aio_result(cn->aio)) != 0 &&
+			    r != NNG_ETIMEDOUT && c->replicated &&
+			    await_newer_map(c, deadline)) {
+				refetch = 1; // its backups took over
+				continue;
+			}
+			if (r != 0) {
 				rv = ferry__fail(c,
 				    r == NNG_ETIMEDOUT ? FERRY_ETIMEDOUT
 				                       : FERRY_ECONNECT,

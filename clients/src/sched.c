@@ -151,6 +151,15 @@ ferry__conns_assign(ferry_client *c)
 		struct conn *cn     = &c->conns[c->pl->shards[i]->server];
 		cn->shards[cn->n++] = (uint32_t) i;
 		cn->bytes += c->pl->shards[i]->len * 4;
+		c->replicated |= c->pl->shards[i]->n_backups > 0;
+	}
+	// With replicas a wait must be able to give up on a dead server
+	// (exchange.c): every connection reports its completions.
+	for (size_t m = 0; c->replicated && m < c->n_conns; m++) {
+		if (c->conns[m].watch == NULL &&
+		    ferry__conn_watch(&c->conns[m]) != FERRY_OK) {
+			return ferry__fail(c, FERRY_ENOMEM, "out of memory");
+		}
 	}
 	return FERRY_OK;
 }

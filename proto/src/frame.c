@@ -130,6 +130,8 @@ psw_method_name(int method)
 		return "Probe";
 	case PSWIRE__METHOD__TRANSFER:
 		return "Transfer";
+	case PSWIRE__METHOD__REPLICATE:
+		return "Replicate";
 	default:
 		return "?";
 	}

@@ -202,6 +202,7 @@ main(int argc, char **argv)
 		o.dead_after_ms = (uint32_t) cfg_int(FB_OPT_PS_DEAD_AFTER_MS);
 		o.secret_file   = secret_file;
 		o.heartbeat_ms  = (uint32_t) cfg_int(FB_OPT_PS_HEARTBEAT_MS);
+		o.replicas      = (uint32_t) cfg_int(FB_OPT_PS_REPLICAS);
 		if ((rv = ps_scheduler_open(&o, &sched)) != FB_OK) {
 			FB_LOG(FB_LOG_ERR, "main",
 			    "cannot start scheduler: %s", fb_strerror(rv));

@@ -6,9 +6,9 @@
 // push_pull. Also at a random step (FERRY_FAULT_SEED replays one): a
 // server stopped for 5 s (the job waits and finishes), a trainer killed
 // in an async job, and a trainer stopped past --dead-after-ms (declared
-// dead on silence; continued, it fails at its deadline). Servers killed
-// with replicas and restored from snapshots are other files' tests.
-// Every wait has a deadline.
+// dead on silence; continued, it fails at its deadline). With
+// --replicas 2, a server SIGKILLed mid sync job changes nothing in the
+// weights. Every wait has a deadline.
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -303,6 +303,93 @@ START_TEST(test_faults_trainer_stopped_sync)
 }
 END_TEST
 
+// files_equal says whether the files at a and b hold the same bytes.
+static int
+files_equal(const char *a, const char *b)
+{
+	FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+	int   same = fa != NULL && fb != NULL;
+	while (same) {
+		int ca = fgetc(fa), cb = fgetc(fb);
+		same = ca == cb;
+		if (ca == EOF || cb == EOF) {
+			break;
+		}
+	}
+	if (fa != NULL) {
+		fclose(fa);
+	}
+	if (fb != NULL) {
+		fclose(fb);
+	}
+	return same;
+}
+
+// replicated_job runs a 2-trainer sync job on 3 servers with --replicas
+// 2 (heartbeats every 200 ms, death after 1 s), each rank writing its
+// weights to <dir>/w<rank>.bin; kill_server >= 0 SIGKILLs that server
+// once both trainers train. Returns with the trainers done and c running.
+static void
+replicated_job(struct lc *c, int kill_server)
+{
+	const char *sflags[] = { "--heartbeat-ms=200", "--dead-after-ms=1000",
+		"--replicas=2", NULL };
+	char        data[520], log1[300];
+	char        wo[2][340];
+	snprintf(data, sizeof(data), "--data=%s", it_data_dir());
+	lc_start(c, 2, 3, sflags);
+	for (int r = 0; r < 2; r++) {
+		snprintf(wo[r], sizeof(wo[r]), "--weights-out=%s/w%d.bin",
+		    c->dir, r);
+		const char *flags[] = { "--max-steps=3000", "--epochs=100",
+			"--log-interval=0", "--seed=1", "--layers=784,32,10",
+			"--batch=32", data, "--timeout-ms=20000", wo[r],
+			NULL };
+		lc_trainer(c, r, flags);
+	}
+	if (kill_server >= 0) {
+		lc_path(c, "trainer-1.log", log1, sizeof(log1));
+		wait_for(log1, "steps per epoch", 60000);
+		fb_sleep_us(300000); // mid-run
+		ck_assert_int_eq(kill(c->server_pids[kill_server], SIGKILL),
+		    0);
+	}
+	int ok = lc_wait_trainers(c, 200);
+	ck_assert_msg(ok == 2, "%d trainer(s) exited 0, want 2 (logs: %s)", ok,
+	    c->dir);
+}
+
+// Sync mode with --replicas 2: a server SIGKILLed mid-job is declared
+// dead, the scheduler promotes its shards' backups, the trainers
+// re-route, and both end with weights bit-identical to a run without the
+// fault (and to each other).
+START_TEST(test_faults_server_killed_replicas_sync)
+{
+	struct lc clean, hurt;
+	char      a[320], b[320], p[320];
+	replicated_job(&clean, -1);
+	replicated_job(&hurt, 1);
+	lc_path(&hurt, "trainer-0.out", p, sizeof(p));
+	for (int r = 0; r < 2; r++) {
+		char name[16];
+		snprintf(name, sizeof(name), "w%d.bin", r);
+		lc_path(&clean, name, a, sizeof(a));
+		lc_path(&hurt, name, b, sizeof(b));
+		ck_assert_msg(files_equal(a, b),
+		    "rank %d: weights after the server death differ from the "
+		    "fault-free run (%s vs %s)",
+		    r, a, b);
+	}
+	lc_path(&hurt, "scheduler.log", p, sizeof(p));
+	ck_assert_msg(file_has(p, "promoted to a backup"),
+	    "no promotion map (logs: %s)", hurt.dir);
+	ck_assert_msg(file_has(p, "member server"),
+	    "no server was declared dead (logs: %s)", hurt.dir);
+	lc_stop(&clean);
+	lc_stop(&hurt);
+}
+END_TEST
+
 Suite *
 suite_faults(void)
 {
@@ -316,6 +403,7 @@ suite_faults(void)
 	tcase_add_test(tc, test_faults_server_stopped_sync);
 	tcase_add_test(tc, test_faults_trainer_killed_async);
 	tcase_add_test(tc, test_faults_trainer_stopped_sync);
+	tcase_add_test(tc, test_faults_server_killed_replicas_sync);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -8,4 +8,5 @@ Suite *suite_snapshot(void);
 Suite *suite_ssp(void);
 Suite *suite_auth(void);
 Suite *suite_optim(void);
+Suite *suite_replicas(void);
 #endif

@@ -4,11 +4,12 @@
 
 #include <check.h>
 
-Suite *suite_split(void);  // split.c
-Suite *suite_cost(void);   // cost.c
-Suite *suite_solve(void);  // solve.c
-Suite *suite_brute(void);  // brute.c
-Suite *suite_format(void); // format.c
-Suite *suite_policy(void); // policy.c
+Suite *suite_split(void);    // split.c
+Suite *suite_cost(void);     // cost.c
+Suite *suite_solve(void);    // solve.c
+Suite *suite_brute(void);    // brute.c
+Suite *suite_format(void);   // format.c
+Suite *suite_policy(void);   // policy.c
+Suite *suite_replicas(void); // replicas.c
 
 #endif // SHARDING_TESTS_H

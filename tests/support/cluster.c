@@ -5,8 +5,19 @@
 void
 cluster_open(struct cluster *cl, int trainers, int servers, int placement)
 {
+	cluster_open_replicas(cl, trainers, servers, placement, 1, 0);
+}
+
+void
+cluster_open_replicas(struct cluster *cl, int trainers, int servers,
+    int placement, uint32_t replicas, uint32_t dead_after_ms)
+{
 	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
 	char                     url[64];
+	so.replicas = replicas;
+	if (dead_after_ms > 0) {
+		so.dead_after_ms = dead_after_ms;
+	}
 	so.placement   = placement;
 	so.url         = pt_addr(url, sizeof(url), "tcp");
 	so.trainers    = trainers;
@@ -21,6 +32,9 @@ cluster_open(struct cluster *cl, int trainers, int servers, int placement)
 		o.url           = pt_addr(surl, sizeof(surl), "tcp");
 		o.scheduler_url = ps_scheduler_url(cl->sched);
 		o.max_msg       = 1u << 20; // small cap: the oversize test
+		if (dead_after_ms > 0) {
+			o.heartbeat_ms = dead_after_ms / 5;
+		}
 		PT_OK(ps_server_open(&o, &cl->srv[i]));
 	}
 }

@@ -5,6 +5,7 @@
 #define PT_CLUSTER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ps/ps.h"
 
@@ -23,6 +24,13 @@ struct cluster {
 // `trainers` trainers and `servers` servers (at most 4), and the servers.
 void cluster_open(struct cluster *cl, int trainers, int servers,
     int placement);
+
+// cluster_open_replicas is cluster_open with --replicas and, when
+// dead_after_ms > 0, faster liveness: the servers heartbeat every
+// dead_after_ms/5 and the scheduler declares one dead after dead_after_ms
+// of silence (0: the defaults).
+void cluster_open_replicas(struct cluster *cl, int trainers, int servers,
+    int placement, uint32_t replicas, uint32_t dead_after_ms);
 
 // cluster_stop closes every server cl holds, then the scheduler.
 void cluster_stop(struct cluster *cl);

@@ -48,11 +48,14 @@ struct ps_scheduler_opts {
 	// within twice this (capped at dead_after_ms; 0 = only
 	// dead_after_ms counts).
 	uint32_t    heartbeat_ms;
+	// Copies of each shard (--replicas): a primary and replicas - 1
+	// backups on other servers (1: no backups; capped at the servers).
+	uint32_t    replicas;
 };
 #define PS_SCHEDULER_OPTS_INIT                                                \
 	{                                                                     \
 		NULL, 1, 1, 1u << 20, 64, 64u << 20, PS_PLACEMENT_UNIFORM, 7, \
-		    1u << 20, 1, 0, 50, 5000, NULL, 1000                      \
+		    1u << 20, 1, 0, 50, 5000, NULL, 1000, 1                   \
 	}
 
 // ps_scheduler_open starts a scheduler listening on opts->url. *out is

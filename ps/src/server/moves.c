@@ -107,6 +107,98 @@ map_same_cut(const struct ps_server *s, const Pswire__Placement *pl)
 	return FB_OK;
 }
 
+// in_list reports whether server m is among the n entries of b.
+static int
+in_list(const uint32_t *b, size_t n, uint32_t m)
+{
+	for (size_t k = 0; k < n; k++) {
+		if (b[k] == m) {
+			return 1;
+		}
+	}
+	return 0;
+}
+
+// map_mark_backup applies map pl to shard i where replicas are concerned
+// and reports whether it did: a backup held here is promoted (pl makes
+// this server its primary: it holds every acknowledged version), kept, or
+// dropped; a shard pl newly backs up here is ARRIVING until its primary's
+// rebuild copy comes. mu held.
+static int
+map_mark_backup(struct ps_server *s, const Pswire__Placement *pl, size_t i)
+{
+	const Pswire__ShardInfo *si = pl->shards[i];
+	struct srv_shard        *sh = &s->shards[i];
+	int mine_b = in_list(si->backups, si->n_backups, s->index);
+	if (s->local[i] >= 0 && sh->backup) {
+		if (si->server == s->index) {
+			sh->backup = 0;
+			s->n_backup_shards--;
+			s->n_shards++;
+			FB_LOG(FB_LOG_NOTICE, "replica",
+			    "shard %zu: promoted from backup to primary at "
+			    "version %llu (epoch %llu)",
+			    i, (unsigned long long) sh->version,
+			    (unsigned long long) pl->epoch);
+		} else if (!mine_b) {
+			ps__shard_release(sh);
+			s->local[i] = PS_SHARD_ABSENT;
+			s->n_backup_shards--;
+		}
+		return 1;
+	}
+	if (mine_b &&
+	    (s->local[i] == PS_SHARD_ABSENT ||
+	        s->local[i] == PS_SHARD_ARRIVING)) {
+		s->local[i] = PS_SHARD_ARRIVING;
+		return 1;
+	}
+	return 0;
+}
+
+// map_rebuilds packs a rebuild copy of every shard this server is the
+// primary of in pl for each backup pl names that the old map did not
+// (the replacement of a dead one) into out[] from n_out on (with dest[],
+// ids[]), and returns the new count. A copy that cannot be packed is
+// logged: that backup stays missing. mu held.
+static size_t
+map_rebuilds(struct ps_server *s, const Pswire__Placement *old,
+    const Pswire__Placement *pl, nng_msg **out, uint32_t *dest, uint32_t *ids,
+    size_t n_out, size_t cap)
+{
+	for (size_t i = 0; i < s->n_global; i++) {
+		const Pswire__ShardInfo *si = pl->shards[i];
+		const Pswire__ShardInfo *so = old->shards[i];
+		if (s->local[i] < 0 || s->shards[i].backup ||
+		    si->server != s->index) {
+			continue;
+		}
+		for (size_t k = 0; k < si->n_backups && n_out < cap; k++) {
+			uint32_t b = si->backups[k];
+			if (b == so->server ||
+			    in_list(so->backups, so->n_backups, b)) {
+				continue; // it holds the shard already
+			}
+			if (ps__transfer_encode(s, &s->shards[i], 1,
+			        &out[n_out]) != FB_OK) {
+				FB_LOG(FB_LOG_ERR, "replica",
+				    "shard %zu: out of memory packing the "
+				    "copy for new backup %u",
+				    i, b);
+				continue;
+			}
+			ids[n_out]    = (uint32_t) i;
+			dest[n_out++] = b;
+			atomic_fetch_add(&s->transfers, 1);
+			FB_LOG(FB_LOG_NOTICE, "replica",
+			    "shard %zu: rebuilding a backup on server %u at "
+			    "version %llu",
+			    i, b, (unsigned long long) s->shards[i].version);
+		}
+	}
+	return n_out;
+}
+
 // map_mark installs map pl and its set of departed trainers (an absence
 // may complete a round), then marks the shards that leave LEAVING and
 // those that arrive ARRIVING. mu held.
@@ -135,6 +227,9 @@ map_mark(struct ps_server *s, Pswire__Placement *pl)
 			    (PS_OWNERS_SEEN - 1) * sizeof(*ow));
 			ow[0] = to;
 		}
+		if (map_mark_backup(s, pl, i)) {
+			continue;
+		}
 		if (s->local[i] >= 0 && to != s->index) {
 			s->local[i] = PS_SHARD_LEAVING;
 		} else if (s->local[i] == PS_SHARD_ABSENT && to == s->index) {
@@ -160,6 +255,9 @@ leaving_busy(const struct ps_server *s)
 		     s->local[i] == PS_SHARD_LEAVING && r < s->trainers; r++) {
 			busy |= s->shards[i].state[r] == PS_SLOT_DECODING;
 		}
+		// Its backups acknowledge the last version before it leaves.
+		busy |= s->local[i] == PS_SHARD_LEAVING &&
+		    s->shards[i].fwd_pending > 0;
 	}
 	return busy;
 }
@@ -177,7 +275,7 @@ map_pack(struct ps_server *s, const Pswire__Placement *pl, nng_msg **out,
 			continue;
 		}
 		struct srv_shard *sh = &s->shards[i];
-		if (ps__transfer_encode(s, sh, &out[n_out]) != FB_OK) {
+		if (ps__transfer_encode(s, sh, 0, &out[n_out]) != FB_OK) {
 			// Keep the shard rather than lose it; it stays
 			// served here under its old ownership.
 			FB_LOG(FB_LOG_ERR, "move",
@@ -364,9 +462,11 @@ ps__map_apply(struct ps_server *s, Pswire__Placement *pl,
 	if (map_same_cut(s, pl) != FB_OK) {
 		return FB_EPROTO;
 	}
-	out  = fb_zalloc(s->n_global * sizeof(*out));
-	dest = fb_zalloc(s->n_global * sizeof(*dest));
-	ids  = fb_zalloc(s->n_global * sizeof(*ids));
+	// Leaving shards, then rebuild copies for new backups.
+	size_t cap = s->n_global * (s->replicated ? 1 + PS_MAX_BACKUPS : 1);
+	out        = fb_zalloc(cap * sizeof(*out));
+	dest       = fb_zalloc(cap * sizeof(*dest));
+	ids        = fb_zalloc(cap * sizeof(*ids));
 	if (out == NULL || dest == NULL || ids == NULL) {
 		fb_free(out);
 		fb_free(dest);
@@ -381,10 +481,14 @@ ps__map_apply(struct ps_server *s, Pswire__Placement *pl,
 	}
 	// Parked calls on leaving shards cannot be answered here any more.
 	ps__pull_abort_leaving(s, pl->epoch);
-	n_out = map_pack(s, pl, out, dest, ids);
+	n_out        = map_pack(s, pl, out, dest, ids);
+	size_t n_mov = n_out;
+	n_out        = map_rebuilds(s, old, pl, out, dest, ids, n_out, cap);
 	FB_LOG(FB_LOG_NOTICE, "move",
-	    "placement epoch %llu: %zu shard(s) leave, holding %u",
-	    (unsigned long long) pl->epoch, n_out, s->n_shards);
+	    "placement epoch %llu: %zu shard(s) leave, %zu backup(s) to "
+	    "rebuild, holding %u (and %u backups)",
+	    (unsigned long long) pl->epoch, n_mov, n_out - n_mov, s->n_shards,
+	    s->n_backup_shards);
 	pthread_mutex_unlock(&s->mu);
 	// The old map may still be referenced by nothing now: requests read
 	// s->pl under the lock only.

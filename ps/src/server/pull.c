@@ -41,14 +41,15 @@ pull_staleness(const struct ps_server *s, const struct srv_shard *sh,
 }
 
 // shard_ready reports whether call c may read shard id: it reached
-// version want, and in an SSP job the caller's clock is at most K ahead of
+// version want, every backup holds that version (no forward pending:
+// replicate.c), and in an SSP job the caller's clock is at most K ahead of
 // the slowest rank's (so the data holds every push up to clock c-K-1).
 static int
 shard_ready(struct ps_server *s, const struct ps_call *c, uint32_t id,
     uint64_t want)
 {
 	struct srv_shard *sh = &s->shards[id];
-	if (!sh->init || sh->version < want) {
+	if (!sh->init || sh->version < want || sh->fwd_pending > 0) {
 		return 0;
 	}
 	return !s->ssp || s->mode == PSWIRE__MODE__MODE_SYNC ||

@@ -110,10 +110,28 @@ on_init(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 		if (!sh->init) {
 			sh->init = 1;
 			ps__ref_publish(s, sh);
+			ps__repl_forward(s, sh, sh->x, 0, 1);
 		}
 	}
 	ps__pull_wake(s);
 	ps__call_reply(c, &h);
+}
+
+// push_retried reports whether ref r of rank's push is one this shard
+// has already counted: staged for its version, or applied (the shard is
+// one version past it; in a sync round every rank still in the job
+// pushed). With replicas a client whose server died re-sends its push to
+// the promoted backup, and a client that gave up waiting re-sends to a
+// live one: the same bytes, so counting them once and serving the pull
+// is exact. mu held.
+static int
+push_retried(const struct ps_server *s, const struct srv_shard *sh,
+    const Pswire__ShardRef *r, uint32_t rank)
+{
+	(void) s;
+	return (r->version == sh->version &&
+	           sh->state[rank] == PS_SLOT_PUSHED) ||
+	    (r->version + 1 == sh->version && sh->state[rank] == PS_SLOT_FREE);
 }
 
 // push_admit checks a non-init push against the job and every shard's
@@ -121,8 +139,9 @@ on_init(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 // replies an error and returns -1.
 static int
 push_admit(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
-    uint32_t rank)
+    uint32_t rank, size_t *n_retried)
 {
+	*n_retried = 0;
 	if (rank >= s->trainers) {
 		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "rank %u out of range: job has %u trainers", rank,
@@ -149,6 +168,12 @@ push_admit(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 			    PSWIRE__STATUS__FAILED_PRECONDITION,
 			    "shard %u has no initial weights yet", r->shard);
 			return -1;
+		}
+		if (s->mode == PSWIRE__MODE__MODE_SYNC && s->replicated &&
+		    push_retried(s, sh, r, rank)) {
+			(*n_retried)++; // counted already: only the pull is
+			                // left
+			continue;
 		}
 		if (s->mode == PSWIRE__MODE__MODE_SYNC) {
 			if (r->version != sh->version) {
@@ -256,11 +281,14 @@ push_async(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 // -1 when all are good.
 static int
 push_stage(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
-    uint32_t rank, int *bad_code)
+    uint32_t rank, const uint8_t *skip, int *bad_code)
 {
 	int bad   = -1;
 	*bad_code = 0;
 	for (size_t i = 0; i < p->n_shards && bad < 0; i++) {
+		if (skip != NULL && skip[i]) {
+			continue;
+		}
 		Pswire__ShardRef *r    = p->shards[i];
 		struct srv_shard *sh   = &s->shards[r->shard];
 		float            *slot = sh->stage + (size_t) rank * sh->len;
@@ -288,11 +316,14 @@ push_stage(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 // or -1 (error replied).
 static int
 push_commit(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
-    uint32_t rank, int bad, int bad_code, uint64_t *want)
+    uint32_t rank, const uint8_t *skip, int bad, int bad_code, uint64_t *want)
 {
 	pthread_cond_broadcast(&s->decoded);
 	if (bad >= 0) {
 		for (size_t i = 0; i < p->n_shards; i++) {
+			if (skip != NULL && skip[i]) {
+				continue;
+			}
 			struct srv_shard *sh = &s->shards[p->shards[i]->shard];
 			sh->state[rank]      = PS_SLOT_FREE;
 			// A rank that left meanwhile held the round open.
@@ -307,6 +338,9 @@ push_commit(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 	}
 	uint64_t now = fb_clock_ns(); // a round's start: sweeper, metrics
 	for (size_t i = 0; i < p->n_shards; i++) {
+		if (skip != NULL && skip[i]) {
+			continue;
+		}
 		struct srv_shard *sh = &s->shards[p->shards[i]->shard];
 		sh->state[rank]      = PS_SLOT_PUSHED;
 		if (sh->n_pushed++ == 0) {
@@ -330,6 +364,8 @@ ps__on_push(struct ps_server *s, struct ps_call *c)
 	uint32_t             rank = c->hdr->rank;
 	int      is_pp = c->frame.method == PSWIRE__METHOD__PUSH_PULL;
 	uint64_t want  = 0;
+	uint8_t *skip  = NULL; // shards this push already counted (retried)
+	size_t   n_retried;
 	int      bad, bad_code;
 
 	if (c->hdr->body_case != PSWIRE__HEADER__BODY_PUSH_REQ) {
@@ -359,8 +395,26 @@ ps__on_push(struct ps_server *s, struct ps_call *c)
 		on_init(s, c, p);
 		goto out;
 	}
-	if (push_admit(s, c, p, rank) != 0) {
+	if (push_admit(s, c, p, rank, &n_retried) != 0) {
 		goto out;
+	}
+	if (n_retried > 0) {
+		// Only after a fault (replicas): which shards to skip.
+		want = p->shards[0]->version + 1;
+		if (n_retried == p->n_shards) {
+			goto reply;
+		}
+		if ((skip = fb_alloc(p->n_shards)) == NULL) {
+			ps__server_reply_err(s, c,
+			    PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+			    "out of memory");
+			goto out;
+		}
+		for (size_t i = 0; i < p->n_shards; i++) {
+			Pswire__ShardRef *r = p->shards[i];
+			skip[i]             = (uint8_t) push_retried(s,
+			                &s->shards[r->shard], r, rank);
+		}
 	}
 	if (s->mode == PSWIRE__MODE__MODE_ASYNC) {
 		if (push_async(s, c, p) != 0) {
@@ -373,7 +427,10 @@ ps__on_push(struct ps_server *s, struct ps_call *c)
 	}
 	// Sync: reserve this rank's slots, decode outside the lock.
 	for (size_t i = 0; i < p->n_shards; i++) {
-		s->shards[p->shards[i]->shard].state[rank] = PS_SLOT_DECODING;
+		if (skip == NULL || !skip[i]) {
+			s->shards[p->shards[i]->shard].state[rank] =
+			    PS_SLOT_DECODING;
+		}
 	}
 	void (*hook)(void *, uint32_t) = s->stage_hook;
 	void *hook_arg                 = s->stage_hook_arg;
@@ -381,9 +438,9 @@ ps__on_push(struct ps_server *s, struct ps_call *c)
 	if (hook != NULL) {
 		hook(hook_arg, rank);
 	}
-	bad = push_stage(s, c, p, rank, &bad_code);
+	bad = push_stage(s, c, p, rank, skip, &bad_code);
 	pthread_mutex_lock(&s->mu);
-	if (push_commit(s, c, p, rank, bad, bad_code, &want) != 0) {
+	if (push_commit(s, c, p, rank, skip, bad, bad_code, &want) != 0) {
 		goto out;
 	}
 reply:
@@ -396,4 +453,5 @@ reply:
 	ps__pull_wake(s);
 out:
 	pthread_mutex_unlock(&s->mu);
+	fb_free(skip);
 }

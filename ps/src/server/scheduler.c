@@ -70,13 +70,23 @@ ps_scheduler_open(const struct ps_scheduler_opts *o, struct ps_scheduler **out)
 	    (o->placement != PS_PLACEMENT_UNIFORM &&
 	        o->placement != PS_PLACEMENT_LATENCY) ||
 	    (o->placement == PS_PLACEMENT_LATENCY && o->probe_bytes == 0) ||
-	    o->probe_count < 1 || o->probe_count > 1000) {
+	    o->probe_count < 1 || o->probe_count > 1000 ||
+	    o->replicas > PS_MAX_MEMBERS) {
 		return FB_EINVAL;
 	}
 	if ((s = fb_zalloc(sizeof(*s))) == NULL) {
 		return FB_ENOMEM;
 	}
 	s->opts = *o;
+	if (o->replicas > (uint32_t) o->servers) {
+		FB_LOG(FB_LOG_WARN, "scheduler",
+		    "--replicas %u but %d servers: keeping %d copies of each "
+		    "shard",
+		    o->replicas, o->servers, o->servers);
+	}
+	s->n_backups = o->replicas <= 1           ? 0
+	    : o->replicas > (uint32_t) o->servers ? (uint32_t) o->servers - 1
+	                                          : o->replicas - 1;
 	pthread_mutex_init(&s->mu, NULL);
 	s->trainer_seen = fb_zalloc((size_t) o->trainers);
 	s->server_urls  = fb_zalloc(sizeof(char *) * (size_t) o->servers);
@@ -152,6 +162,7 @@ ps_scheduler_close(struct ps_scheduler *s)
 	fb_free(s->hb_server);
 	fb_free(s->server_dead);
 	fb_free(s->hb_conn);
+	fb_free(s->backups);
 	fb_free(s->assign);
 	fb_free(s->shard_size);
 	obs_registry_free(s->reg);

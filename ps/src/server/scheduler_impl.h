@@ -72,6 +72,12 @@ struct ps_scheduler {
 	uint32_t                *assign; // [n_assign] shard -> server
 	size_t                   n_assign;
 	uint64_t                *shard_size; // [n_assign] bytes
+	// --replicas: each shard's backups, n_backups per shard in promotion
+	// order (SHARD_NO_SERVER: empty), kept valid by
+	// shard_replicas_repair; n_backups is replicas - 1, capped.
+	uint32_t                *backups; // [n_assign * n_backups]
+	uint32_t                 n_backups;
+	uint64_t                 n_promoted; // shards a backup took over
 	struct shard_report      report;     // of the published placement
 	int                      have_report;
 	char                     start_error[256];
@@ -154,6 +160,12 @@ Pswire__JobConfig *ps__sched_job_copy(const Pswire__JobConfig *j);
 // or an error, with s->start_error set when the operator must act. Does
 // not answer parked calls. mu held.
 int ps__sched_publish(struct ps_scheduler *s);
+
+// ps__sched_server_dead takes dead server m out of the map: with
+// replicas, its shards are promoted to their first live backup and every
+// list it was in is filled up again, in a new map; without, its shards are
+// logged as lost and the map stays. mu held.
+void ps__sched_server_dead(struct ps_scheduler *s, uint32_t m);
 
 // ps__sched_replan places the shards again after the links or the members
 // changed and publishes the result when `force` (a server left and its

@@ -25,6 +25,9 @@
 // heartbeats within one period), the member is dead: about 2 s with the
 // defaults instead of --dead-after-ms. A stopped process (SIGSTOP) keeps
 // its connections open and is still judged by --dead-after-ms alone.
+//
+// With --replicas the dead server's shards are promoted to a backup in a
+// new map instead (ps__sched_server_dead).
 #include <stdio.h>
 #include <string.h>
 
@@ -175,10 +178,8 @@ ps__sched_on_heartbeat(struct ps_scheduler *s, struct ps_call *c)
 	}
 }
 
-// server_dies logs a dead server and the shards lost with it; the map
-// stays (see DESIGN). mu held.
-static void
-server_dies(struct ps_scheduler *s, uint32_t m)
+void
+ps__sched_server_dead(struct ps_scheduler *s, uint32_t m)
 {
 	size_t   lost = 0, first = 0;
 	uint64_t bytes = 0;
@@ -190,6 +191,22 @@ server_dies(struct ps_scheduler *s, uint32_t m)
 		}
 	}
 	s->server_dead[m] = 1;
+	if (s->n_backups > 0 && s->placement != NULL) {
+		// Replicas: a backup of each of its shards takes over.
+		uint32_t *keep = fb_alloc(s->n_assign * sizeof(*keep));
+		int       rv   = keep == NULL ? FB_ENOMEM : FB_OK;
+		if (keep != NULL) {
+			memcpy(keep, s->assign, s->n_assign * sizeof(*keep));
+			rv = ps__sched_republish(s, keep);
+		}
+		fb_free(keep);
+		if (rv != FB_OK) {
+			FB_LOG(FB_LOG_ERR, "members",
+			    "server %u: cannot promote its backups: %s", m,
+			    fb_strerror(rv));
+		}
+		return;
+	}
 	if (lost > 0) {
 		FB_LOG(FB_LOG_ERR, "members",
 		    "server %u's %zu shard(s) (%llu bytes, the first is shard "
@@ -248,7 +265,7 @@ sweep_members(struct ps_scheduler *s, uint64_t now)
 			last[i] = 0;
 			forget_conn(s, role, (uint32_t) i);
 			if (r) {
-				server_dies(s, (uint32_t) i);
+				ps__sched_server_dead(s, (uint32_t) i);
 			} else {
 				ps__sched_drop_trainer(s, (uint32_t) i);
 			}

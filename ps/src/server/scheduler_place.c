@@ -176,6 +176,64 @@ current_cost(struct ps_scheduler *s)
 	return f;
 }
 
+// backups_repair makes s->backups (n_backups per shard, resized to ns
+// shards when the cut is new) valid for assign and the servers live now,
+// promoting the first live backup of a shard whose primary is gone
+// (shard_replicas_repair), and reports in *lost the shards with no live
+// copy. A no-op without replicas. FB_ENOMEM. mu held.
+static int
+backups_repair(struct ps_scheduler *s, size_t ns, uint32_t *assign,
+    size_t *lost)
+{
+	uint32_t M    = (uint32_t) s->n_servers_seen;
+	size_t   nb   = s->n_backups;
+	uint8_t *dead = NULL;
+	int      rv;
+	*lost = 0;
+	if (nb == 0) {
+		return FB_OK;
+	}
+	if (s->backups == NULL || ns != s->n_assign) {
+		uint32_t *b = fb_alloc(ns * nb * sizeof(*b));
+		if (b == NULL) {
+			return FB_ENOMEM;
+		}
+		memset(b, 0xff, ns * nb * sizeof(*b)); // SHARD_NO_SERVER
+		fb_free(s->backups);
+		s->backups = b;
+	}
+	if ((dead = fb_alloc(M)) == NULL) {
+		return FB_ENOMEM;
+	}
+	for (uint32_t m = 0; m < M; m++) {
+		dead[m] = s->gone[m] || s->server_dead[m];
+	}
+	rv = shard_replicas_repair(ns, M, dead, (uint32_t) nb, assign,
+	    s->backups, lost);
+	fb_free(dead);
+	return rv;
+}
+
+// info_fill describes shard i (cut sd, placed on `server`) in *si with its
+// backups from s->backups (the filled entries come first). si borrows
+// s->backups until the map is packed. mu held.
+static void
+info_fill(struct ps_scheduler *s, size_t i, uint32_t server,
+    Pswire__ShardInfo *si)
+{
+	si->server = server;
+	if (s->n_backups == 0) {
+		return;
+	}
+	uint32_t *b = &s->backups[i * s->n_backups];
+	size_t    n = 0;
+	while (n < s->n_backups && b[n] != SHARD_NO_SERVER) {
+		n++;
+	}
+	si->n_backups = n;
+	si->backups   = b;
+}
+
 int
 ps__sched_publish(struct ps_scheduler *s)
 {
@@ -225,14 +283,18 @@ ps__sched_publish(struct ps_scheduler *s)
 	if ((rv = choose(s, ns, assign)) != FB_OK) {
 		goto done;
 	}
+	size_t lost;
+	if ((rv = backups_repair(s, ns, assign, &lost)) != FB_OK) {
+		goto done;
+	}
 	for (size_t i = 0; i < ns; i++) {
 		pswire__shard_info__init(&infos[i]);
 		infos[i].tensor = sd[i].tensor;
 		infos[i].index  = sd[i].index;
 		infos[i].offset = sd[i].offset;
 		infos[i].len    = sd[i].len;
-		infos[i].server = assign[i];
-		ptrs[i]         = &infos[i];
+		info_fill(s, i, assign[i], &infos[i]);
+		ptrs[i] = &infos[i];
 	}
 	p.epoch     = ++s->epoch;
 	p.n_servers = (size_t) s->n_servers_seen;
@@ -255,10 +317,11 @@ ps__sched_publish(struct ps_scheduler *s)
 		goto done;
 	}
 	FB_LOG(FB_LOG_NOTICE, "placement",
-	    "epoch %llu: %zu shards on %d servers (%s), %d trainers",
+	    "epoch %llu: %zu shards on %d servers (%s), %d trainers, %u "
+	    "backup(s) per shard",
 	    (unsigned long long) p.epoch, ns, s->n_servers_seen,
 	    s->opts.placement == PS_PLACEMENT_LATENCY ? "latency" : "uniform",
-	    s->opts.trainers);
+	    s->opts.trainers, s->n_backups);
 	for (size_t i = 0; i < ns; i++) {
 		FB_LOG(FB_LOG_INFO, "placement",
 		    "shard %zu = tensor %u '%s' [%llu, +%llu) -> server %u", i,
@@ -284,24 +347,40 @@ done:
 int
 ps__sched_republish(struct ps_scheduler *s, const uint32_t *assign)
 {
-	Pswire__Placement *p = s->placement, *np;
-	Pswire__Placement  q = PSWIRE__PLACEMENT__INIT;
-	uint8_t           *buf;
-	size_t             len, n = p->n_shards;
-	int                moved = 0;
+	Pswire__Placement  *p = s->placement, *np;
+	Pswire__Placement   q = PSWIRE__PLACEMENT__INIT;
+	uint8_t            *buf;
+	size_t              len, n = p->n_shards, lost;
+	int                 moved = 0, promoted = 0, rv;
+	uint32_t           *na    = fb_alloc(n * sizeof(*na));
+	Pswire__ShardInfo  *infos = fb_alloc(n * sizeof(*infos));
+	Pswire__ShardInfo **ptrs  = fb_alloc(n * sizeof(*ptrs));
 
-	for (size_t i = 0; i < n; i++) {
-		moved += p->shards[i]->server != assign[i];
-		p->shards[i]->server = assign[i];
-		s->assign[i]         = assign[i];
+	if (na == NULL || infos == NULL || ptrs == NULL) {
+		rv = FB_ENOMEM;
+		goto done;
 	}
+	memcpy(na, assign, n * sizeof(*na));
+	// A primary that is gone is replaced by its first live backup.
+	if ((rv = backups_repair(s, n, na, &lost)) != FB_OK) {
+		goto done;
+	}
+	for (size_t i = 0; i < n; i++) {
+		moved += p->shards[i]->server != na[i];
+		promoted += assign[i] != na[i];
+		s->assign[i] = na[i];
+		infos[i]     = *p->shards[i];
+		info_fill(s, i, na[i], &infos[i]);
+		ptrs[i] = &infos[i];
+	}
+	s->n_promoted += (uint64_t) promoted;
 	// The next map: the same shards and job, the current members (a
 	// server may have joined).
 	q.epoch     = ++s->epoch;
 	q.n_servers = (size_t) s->n_servers_seen;
 	q.servers   = s->server_urls;
 	q.n_shards  = n;
-	q.shards    = p->shards;
+	q.shards    = ptrs;
 	q.job       = p->job;
 	q.trainers  = p->trainers;
 	uint32_t gone_t[PS_MAX_MEMBERS]; // opts.trainers <= PS_MAX_MEMBERS
@@ -314,12 +393,14 @@ ps__sched_republish(struct ps_scheduler *s, const uint32_t *assign)
 	q.gone_trainers = gone_t;
 	len             = pswire__placement__get_packed_size(&q);
 	if ((buf = fb_alloc(len)) == NULL) {
-		return FB_ENOMEM;
+		rv = FB_ENOMEM;
+		goto done;
 	}
 	pswire__placement__pack(&q, buf);
 	if ((np = pswire__placement__unpack(NULL, len, buf)) == NULL) {
 		fb_free(buf);
-		return FB_ENOMEM;
+		rv = FB_ENOMEM;
+		goto done;
 	}
 	pswire__placement__free_unpacked(s->placement, NULL);
 	fb_free(s->placement_buf);
@@ -327,10 +408,22 @@ ps__sched_republish(struct ps_scheduler *s, const uint32_t *assign)
 	s->placement_buf = buf;
 	s->placement_len = len;
 	FB_LOG(FB_LOG_NOTICE, "placement",
-	    "epoch %llu: %d of %zu shards move, %d servers",
-	    (unsigned long long) s->epoch, moved, n, s->n_servers_seen);
+	    "epoch %llu: %d of %zu shards move (%d promoted to a backup), %d "
+	    "servers",
+	    (unsigned long long) s->epoch, moved, n, promoted,
+	    s->n_servers_seen);
+	if (lost > 0) {
+		FB_LOG(FB_LOG_ERR, "placement",
+		    "%zu shard(s) have no live copy left: they are lost",
+		    lost);
+	}
 	ps__sched_answer_parked(s);
-	return FB_OK;
+	rv = FB_OK;
+done:
+	fb_free(na);
+	fb_free(infos);
+	fb_free(ptrs);
+	return rv;
 }
 
 void

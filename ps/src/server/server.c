@@ -34,6 +34,17 @@ ps__server_own_shard(struct ps_server *s, struct ps_call *c, uint32_t id,
 		    s->n_global);
 		return -1;
 	}
+	if (s->local[id] >= 0 && s->shards[id].backup) {
+		// A backup is not served: the client's map is older than
+		// ours (the primary moved) or newer (a promotion here is on
+		// its way).
+		ps__server_reply_err(s, c,
+		    epoch > mine ? PSWIRE__STATUS__UNAVAILABLE
+		                 : PSWIRE__STATUS__STALE_EPOCH,
+		    "shard %u is a backup here (epoch %llu, request %llu)", id,
+		    (unsigned long long) mine, (unsigned long long) epoch);
+		return -1;
+	}
 	if (s->local[id] >= 0) {
 		return 0; // held: served whatever map the client uses
 	}
@@ -125,7 +136,8 @@ dispatch(void *arg, struct ps_call *c)
 	}
 	if (method != PSWIRE__METHOD__PUSH && method != PSWIRE__METHOD__PULL &&
 	    method != PSWIRE__METHOD__PUSH_PULL &&
-	    method != PSWIRE__METHOD__TRANSFER) {
+	    method != PSWIRE__METHOD__TRANSFER &&
+	    method != PSWIRE__METHOD__REPLICATE) {
 		ps__server_reply_err(s, c, PSWIRE__STATUS__UNIMPLEMENTED,
 		    "method %d (%s) is not served by a parameter server",
 		    method, psw_method_name(method));
@@ -141,6 +153,8 @@ dispatch(void *arg, struct ps_call *c)
 		ps__on_pull(s, c);
 	} else if (method == PSWIRE__METHOD__TRANSFER) {
 		ps__on_transfer(s, c);
+	} else if (method == PSWIRE__METHOD__REPLICATE) {
+		ps__on_replicate(s, c);
 	} else {
 		ps__on_push(s, c);
 	}
@@ -224,15 +238,16 @@ ps_server_stats(struct ps_server *s, char *buf, size_t n)
 	}
 	snprintf(buf, n,
 	    "# Server\r\nrole:server\r\nindex:%u\r\nurl:%s\r\nuptime_ms:%llu\r\n"
-	    "ready:%d\r\n# Store\r\nshards:%u\r\nversion:%llu\r\nmode:%s\r\n"
+	    "ready:%d\r\n# Store\r\nshards:%u\r\nbackups:%u\r\n"
+	    "version:%llu\r\nmode:%s\r\n"
 	    "used_memory:%zu\r\n# Net\r\npushes:%llu\r\npulls:%llu\r\n"
 	    "errors:%llu\r\nbytes_in:%llu\r\nbytes_out:%llu\r\n"
 	    "updates_applied:%llu\r\nparked:%d\r\nmap_epoch:%llu\r\n",
 	    s->index, s->url,
 	    (unsigned long long) (fb_clock_ms() - s->started_ms),
-	    atomic_load(&s->ready), s->n_shards, (unsigned long long) version,
-	    s->mode ? "async" : "sync", fb_used_memory(),
-	    (unsigned long long) atomic_load(&s->n_push),
+	    atomic_load(&s->ready), s->n_shards, s->n_backup_shards,
+	    (unsigned long long) version, s->mode ? "async" : "sync",
+	    fb_used_memory(), (unsigned long long) atomic_load(&s->n_push),
 	    (unsigned long long) atomic_load(&s->n_pull),
 	    (unsigned long long) atomic_load(&s->n_err),
 	    (unsigned long long) atomic_load(&s->bytes_in),
@@ -265,6 +280,7 @@ ps_server_close(struct ps_server *s)
 	atomic_store(&s->closing, 1);
 	pthread_join(s->boot_thread, NULL);
 	pthread_join(s->sweep_thread, NULL);
+	ps__repl_close(s);
 	ps__snap_close(s); // answers a Snapshot call still waiting
 	ps__rpc_close(s->rpc);
 	psw_auth_close(s->auth);

@@ -87,6 +87,9 @@
 // §2.4, LOG_K).
 #define PS_DELTA_LOG 4
 
+// Backups per shard a server forwards to (--replicas caps at 16 copies).
+#define PS_MAX_BACKUPS 15
+
 // The state of one rank's staging slot of a shard (sh->state[rank]) for
 // the shard's current version. The values travel in a Transfer's `state`
 // bytes (FREE and PUSHED only), so they must not be renumbered.
@@ -128,6 +131,12 @@ struct srv_shard {
 	uint64_t *log_base; // base version of each entry (UINT64_MAX: empty)
 	uint32_t *log_crc;  // crc of ref after the entry
 	size_t   *log_len;
+	// --replicas (replicate.c): held here as a backup (never served to
+	// trainers; it applies its primary's Replicate requests), and, on a
+	// primary, the forwards of the current version not yet acknowledged
+	// (pulls of the shard park until it is 0).
+	int       backup;
+	uint32_t  fwd_pending;
 };
 
 struct ps_server {
@@ -193,6 +202,9 @@ struct ps_server {
 	uint64_t             *last_rank; // [trainers]
 	atomic_int            leaving;   // ps_server_leave was called
 	struct ps_snap       *snap;      // snapshot.c; NULL: no --snapshot-dir
+	struct ps_repl       *repl;      // replicate.c (after the first map)
+	int                   replicated;      // the first map named backups
+	uint32_t              n_backup_shards; // held here as a backup
 	// ps_server_test_stage_hook: called by a sync push between reserving
 	// its slots and decoding (tests widen the race window with it)
 	void (*stage_hook)(void *arg, uint32_t rank);
@@ -258,8 +270,19 @@ void ps__shard_apply_sync(struct ps_server *s, struct srv_shard *sh);
 
 // ps__shard_apply_sum applies the rank-order sum of the pushes staged in
 // sh (the ranks in PS_SLOT_PUSHED) over sh->samples through the job's
-// optimizer (ps__optim_apply). Does not advance the version. mu held.
+// optimizer (ps__optim_apply), advances the version and publishes the
+// pull reference; a shard with backups also forwards the aggregate to them
+// (ps__repl_forward). mu held.
 void ps__shard_apply_sum(struct ps_server *s, struct srv_shard *sh);
+
+// ps__shard_apply_agg applies one sync update from aggregate g (the
+// round's pushes summed in rank order, `samples` samples) through the
+// job's optimizer, then advances the version and publishes the pull
+// reference. A primary with backups and each backup run exactly this, so
+// their weights, optimizer state and references stay bit-identical. mu
+// held.
+void ps__shard_apply_agg(struct ps_server *s, struct srv_shard *sh,
+    const float *g, uint64_t samples);
 
 // ps__map_check validates a placement map from the scheduler:
 // FB_OK or FB_EPROTO. No lock needed.
@@ -355,10 +378,10 @@ void ps__on_push(struct ps_server *s, struct ps_call *c);
 // ---- transfer.c ------------------------------------------------------------
 
 // ps__transfer_encode serialises shard sh with its full state (weights,
-// optimizer state, pull reference, delta log, version, staged pushes) into a
-// Transfer request in *out (release with nng_msg_free). Errors: FB_ENOMEM. mu
-// held.
-int ps__transfer_encode(struct ps_server *s, struct srv_shard *sh,
+// optimizer state, pull reference, delta log, version, staged pushes) into
+// a Transfer request in *out (release with nng_msg_free); with backup, a
+// copy that rebuilds a backup (replicas). Errors: FB_ENOMEM. mu held.
+int ps__transfer_encode(struct ps_server *s, struct srv_shard *sh, int backup,
     nng_msg **out);
 
 // ps__shard_load_state copies into sh (buffers allocated) the weights, the
@@ -397,6 +420,37 @@ int ps__map_apply(struct ps_server *s, Pswire__Placement *pl,
 // ps__peers_close closes every open peer context and frees p's arrays,
 // leaving p zeroed. Boot thread only.
 void ps__peers_close(struct ps_peers *p);
+
+// ---- replicate.c -----------------------------------------------------------
+
+// ps__repl_open sets up forwarding after the first map (s->n_global
+// known) and registers ferry_replica_forwards_total. FB_ENOMEM. Before
+// the server serves the map.
+int ps__repl_open(struct ps_server *s);
+
+// ps__repl_close stops every forward in flight and closes the peer
+// sockets. After the boot thread ended, before the rpc closes; mu not
+// held. NULL repl: no-op.
+void ps__repl_close(struct ps_server *s);
+
+// ps__shard_backups returns how many backups the map in force names for
+// shard id (at most PS_MAX_BACKUPS) and the list in *list (borrowed from
+// s->pl). mu held.
+int ps__shard_backups(const struct ps_server *s, uint32_t id,
+    const uint32_t **list);
+
+// ps__repl_forward sends shard sh's new version to each of its backups:
+// the aggregate src (sh->len floats, summed from `samples` samples), or
+// with init the version-0 weights. Each forward raises sh->fwd_pending
+// until its backup answers (or the map drops it); pulls of sh park
+// meanwhile. No blocking. mu held.
+void ps__repl_forward(struct ps_server *s, struct srv_shard *sh,
+    const float *src, uint64_t samples, int init);
+
+// ps__on_replicate serves Replicate on a backup: applies the update with
+// ps__shard_apply_agg and checks the weights' CRC. Called on an nng callback
+// thread; takes mu.
+void ps__on_replicate(struct ps_server *s, struct ps_call *c);
 
 // ---- snapshot.c, snapshot_load.c ----------------------------------------
 

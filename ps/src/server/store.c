@@ -121,7 +121,28 @@ ps__shard_apply_sum(struct ps_server *s, struct srv_shard *sh)
 		k++;
 	}
 	if (k == 0) {
-		return; // a round closed by departures alone: nothing to apply
+		// A round closed by departures alone (not reached today:
+		// ps__shard_complete needs a push): no update, the version
+		// still advances. Backups are not told; none would be.
+		sh->version++;
+		ps__ref_publish(s, sh);
+		return;
+	}
+	const uint32_t *backups;
+	if (ps__shard_backups(s, sh->id, &backups) > 0) {
+		// Replicas: the aggregate is materialised, applied and
+		// forwarded, so that the backups apply the same floats.
+		const float *agg = s->sum;
+		if (k == 1) {
+			agg = g[0];
+		} else if (k == 2) {
+			for (size_t i = 0; i < n; i++) {
+				s->sum[i] = g[0][i] + g[1][i];
+			}
+		}
+		ps__shard_apply_agg(s, sh, agg, sh->samples);
+		ps__repl_forward(s, sh, agg, sh->samples, 0);
+		return;
 	}
 	if (k > 2) {
 		ps__optim_apply(s, sh, s->sum, NULL, sh->samples);
@@ -129,14 +150,14 @@ ps__shard_apply_sum(struct ps_server *s, struct srv_shard *sh)
 		ps__optim_apply(s, sh, g[0], k == 2 ? g[1] : NULL,
 		    sh->samples);
 	}
+	sh->version++;
+	ps__ref_publish(s, sh);
 }
 
 void
 ps__shard_apply_sync(struct ps_server *s, struct srv_shard *sh)
 {
 	ps__shard_apply_sum(s, sh);
-	sh->version++;
-	ps__ref_publish(s, sh);
 	if (sh->round_t0 != 0) {
 		obs_histogram_observe(s->round_wait,
 		    (double) (fb_clock_ns() - sh->round_t0) * 1e-9);
@@ -149,6 +170,27 @@ ps__shard_apply_sync(struct ps_server *s, struct srv_shard *sh)
 	if (s->snap != NULL) {
 		ps__snap_on_version(s, sh);
 	}
+}
+
+void
+ps__shard_apply_agg(struct ps_server *s, struct srv_shard *sh, const float *g,
+    uint64_t samples)
+{
+	ps__optim_apply(s, sh, g, NULL, samples);
+	sh->version++;
+	ps__ref_publish(s, sh);
+}
+
+// placed_backup reports whether map shard si names server m as a backup.
+static int
+placed_backup(const Pswire__ShardInfo *si, uint32_t m)
+{
+	for (size_t k = 0; k < si->n_backups; k++) {
+		if (si->backups[k] == m) {
+			return 1;
+		}
+	}
+	return 0;
 }
 
 int
@@ -164,8 +206,15 @@ ps__map_check(const Pswire__Placement *pl)
 		if (si->tensor >= job->n_tensors || si->len == 0 ||
 		    si->len > (1ull << 34) ||
 		    si->offset + si->len > job->tensors[si->tensor]->len ||
-		    si->server >= pl->n_servers) {
+		    si->server >= pl->n_servers ||
+		    si->n_backups > PS_MAX_BACKUPS) {
 			return FB_EPROTO;
+		}
+		for (size_t k = 0; k < si->n_backups; k++) {
+			if (si->backups[k] >= pl->n_servers ||
+			    si->backups[k] == si->server) {
+				return FB_EPROTO;
+			}
 		}
 	}
 	return FB_OK;
@@ -303,6 +352,19 @@ ps__map_install(struct ps_server *s, Pswire__Placement *pl)
 		sh->offset            = si->offset;
 		sh->len               = si->len;
 		s->local[i]           = PS_SHARD_ABSENT;
+		s->replicated |= si->n_backups > 0;
+		if (si->server != s->index && !s->late &&
+		    placed_backup(si, s->index)) {
+			// A backup from the start: the init offer and every
+			// update reach it by Replicate.
+			if ((rv = ps__shard_alloc(s, sh)) != FB_OK) {
+				return rv;
+			}
+			sh->backup  = 1;
+			s->local[i] = (int32_t) i;
+			s->n_backup_shards++;
+			continue;
+		}
 		if (si->server != s->index) {
 			continue;
 		}
@@ -322,13 +384,16 @@ ps__map_install(struct ps_server *s, Pswire__Placement *pl)
 	if ((rv = ps__snap_restore(s)) != FB_OK) {
 		return rv;
 	}
+	if ((rv = ps__repl_open(s)) != FB_OK) {
+		return rv;
+	}
 	s->pl = pl;
 	FB_LOG(FB_LOG_NOTICE, "store",
-	    "placement epoch %llu: holding %u of %zu shards, %u trainers, "
-	    "mode %s (staleness %u, quorum %u), lr %g, optimizer %s, "
-	    "lr schedule %s",
+	    "placement epoch %llu: holding %u of %zu shards (and %u "
+	    "backups), %u trainers, mode %s (staleness %u, quorum %u), lr %g, "
+	    "optimizer %s, lr schedule %s",
 	    (unsigned long long) pl->epoch, s->n_shards, pl->n_shards,
-	    s->trainers,
+	    s->n_backup_shards, s->trainers,
 	    s->ssp        ? "ssp"
 	        : s->mode ? "async"
 	                  : "sync",

@@ -18,7 +18,8 @@
 #include "server_impl.h"
 
 int
-ps__transfer_encode(struct ps_server *s, struct srv_shard *sh, nng_msg **out)
+ps__transfer_encode(struct ps_server *s, struct srv_shard *sh, int backup,
+    nng_msg **out)
 {
 	Pswire__Header          h = PSWIRE__HEADER__INIT;
 	Pswire__TransferRequest t = PSWIRE__TRANSFER_REQUEST__INIT;
@@ -31,6 +32,7 @@ ps__transfer_encode(struct ps_server *s, struct srv_shard *sh, nng_msg **out)
 	t.version    = sh->version;
 	t.init       = sh->init != 0;
 	t.samples    = sh->samples;
+	t.backup     = backup != 0;
 	t.state.len  = s->trainers;
 	t.state.data = sh->state;
 	t.n_clocks   = s->trainers;
@@ -312,6 +314,15 @@ ps__on_transfer(struct ps_server *s, struct ps_call *c)
 	// sender's map is later than ours (it names us as the owner there;
 	// the map that says so is on its way). A shard our later map placed
 	// elsewhere gets STALE_EPOCH: the sender follows it to the new owner.
+	if (t->backup && s->local[t->shard] != PS_SHARD_ARRIVING &&
+	    !(s->local[t->shard] == PS_SHARD_ABSENT &&
+	        c->hdr->epoch > s->pl->epoch)) {
+		// A rebuild copy is never followed to another server.
+		ps__server_reply_err(s, c, PSWIRE__STATUS__FAILED_PRECONDITION,
+		    "shard %u: no backup expected here (epoch %llu)", t->shard,
+		    (unsigned long long) s->pl->epoch);
+		goto out;
+	}
 	if (s->local[t->shard] == PS_SHARD_ABSENT &&
 	    c->hdr->epoch <= s->pl->epoch) {
 		ps__server_reply_err(s, c, PSWIRE__STATUS__STALE_EPOCH,
@@ -331,7 +342,18 @@ ps__on_transfer(struct ps_server *s, struct ps_call *c)
 		goto out;
 	}
 	s->local[t->shard] = (int32_t) t->shard;
-	s->n_shards++;
+	if (t->backup) {
+		// A backup applies its primary's rounds, never its own.
+		struct srv_shard *sh = &s->shards[t->shard];
+		memset(sh->state, PS_SLOT_FREE, s->trainers);
+		sh->n_pushed = 0;
+		sh->samples  = 0;
+		sh->round_t0 = 0;
+		sh->backup   = 1;
+		s->n_backup_shards++;
+	} else {
+		s->n_shards++;
+	}
 	obs_counter_add(s->moves_in, 1);
 	FB_LOG(FB_LOG_INFO, "move", "shard %u arrived at version %llu",
 	    t->shard, (unsigned long long) t->version);

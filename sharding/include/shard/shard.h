@@ -308,6 +308,32 @@ int shard_policy_place(const struct shard_inst *inst, const uint8_t *gone,
 // f_new.
 int shard_policy_gains(double f_new, double f_now);
 
+// ---- replicas (--replicas R) -----------------------------------------------
+
+// SHARD_NO_SERVER marks an empty backup entry.
+#define SHARD_NO_SERVER UINT32_MAX
+
+// shard_replicas_repair makes every shard's primary and backups valid for
+// the servers live now (gone[m] == 0), changing as little as it can: a
+// shard whose primary is gone is promoted to its first live backup (the
+// backups are kept in promotion order); backups that are gone or equal to
+// the primary are dropped and the list is filled up again, in order, with
+// the live servers that follow the primary cyclically (so a first map's
+// backups of shard i on primary p are p+1, p+2, ... over the live
+// servers). assign has n_shards entries, backups n_shards × nb (shard i's
+// at backups[i*nb], SHARD_NO_SERVER for an empty entry); both are updated
+// in place. A shard keeps min(nb, live servers - 1) backups. *lost
+// receives how many shards had no live primary nor backup (their primary
+// is left as it was: nothing holds their state any more). The caller owns
+// every array.
+//
+// Errors: FB_EINVAL if gone or lost is NULL, assign or backups is NULL
+// while n_shards > 0 (backups only when nb > 0), or no server is live.
+// Outputs are untouched on error.
+int shard_replicas_repair(size_t n_shards, uint32_t n_servers,
+    const uint8_t *gone, uint32_t nb, uint32_t *assign, uint32_t *backups,
+    size_t *lost);
+
 #ifdef __cplusplus
 }
 #endif
