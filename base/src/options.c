@@ -177,6 +177,14 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	                          "first map places here: `auto` when it exists, "
 	                          "`yes` refuses to serve without it, `no` ignores "
 	                          "it (a fresh job)" },
+	[FB_OPT_PS_STATE_DIR]      = { "state-dir", SCH, STR, .def = "",
+	         .unset = "nothing persisted",
+	         .help  = "scheduler: keep the job, members and map in "
+	                       "DIR/scheduler.state (and carry on from it)",
+	         .doc   = "directory of the scheduler's state file "
+	                       "`scheduler.state`: the job, its members and the map, "
+	                       "written whenever they change; a scheduler restarted "
+	                       "with the same directory carries on (see §12)" },
 
 	// ---- trainer -----------------------------------------------------
 	[FB_OPT_TR_SCHEDULER] = { "scheduler", TR, STR_NONEMPTY,

@@ -190,6 +190,9 @@ main(int argc, char **argv)
 		o.reprobe_change_pct = (uint32_t) cfg_int(
 		    FB_OPT_PS_REPROBE_CHANGE_PCT);
 		o.dead_after_ms = (uint32_t) cfg_int(FB_OPT_PS_DEAD_AFTER_MS);
+		o.state_dir     = *cfg_str(FB_OPT_PS_STATE_DIR)
+		        ? cfg_str(FB_OPT_PS_STATE_DIR)
+		        : NULL;
 		if ((rv = ps_scheduler_open(&o, &sched)) != FB_OK) {
 			FB_LOG(FB_LOG_ERR, "main",
 			    "cannot start scheduler: %s", fb_strerror(rv));

@@ -39,16 +39,25 @@ struct ps_scheduler_opts {
 	// is declared dead (0 = never). Members that never heartbeat are not
 	// tracked.
 	uint32_t    dead_after_ms;
+	// Directory of the scheduler's state file (docs/operations.md §12):
+	// the job, members and map are written there whenever they change,
+	// and a scheduler opened on a directory holding one carries on from
+	// it. NULL: nothing persisted.
+	const char *state_dir;
 };
 #define PS_SCHEDULER_OPTS_INIT                                                \
 	{                                                                     \
 		NULL, 1, 1, 1u << 20, 64, 64u << 20, PS_PLACEMENT_UNIFORM, 7, \
-		    1u << 20, 1, 0, 50, 5000                                  \
+		    1u << 20, 1, 0, 50, 5000, NULL                            \
 	}
 
-// ps_scheduler_open starts a scheduler listening on opts->url. *out is
-// released with ps_scheduler_close. Errors: FB_EINVAL (bad opts),
-// FB_ETRANSPORT (cannot listen), FB_ENOMEM.
+// ps_scheduler_open starts a scheduler listening on opts->url. With
+// opts->state_dir holding a state file it first loads the job, members
+// and map from it (the epoch carries on). *out is released with
+// ps_scheduler_close. Errors: FB_EINVAL (bad opts, or state_dir is not a
+// directory), FB_ECORRUPT / FB_EPROTO (the state file is damaged or is
+// another job's: logged naming the file, nothing loaded), FB_ETRANSPORT
+// (cannot listen), FB_ENOMEM.
 int ps_scheduler_open(const struct ps_scheduler_opts *opts,
     struct ps_scheduler                             **out);
 

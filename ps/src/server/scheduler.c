@@ -97,7 +97,8 @@ ps_scheduler_open(const struct ps_scheduler_opts *o, struct ps_scheduler **out)
 		ps_scheduler_close(s);
 		return FB_ENOMEM;
 	}
-	if ((rv = ps__sched_metrics_open(s)) != FB_OK ||
+	if ((rv = ps__sched_state_open(s)) != FB_OK ||
+	    (rv = ps__sched_metrics_open(s)) != FB_OK ||
 	    (rv = ps__rpc_open(o->url, o->contexts, o->max_msg, dispatch, s,
 	         s->reg, &s->rpc)) != FB_OK ||
 	    (rv = ps__sched_live_start(s)) != FB_OK) {
@@ -176,6 +177,9 @@ ps_scheduler_stats(struct ps_scheduler *s, char *buf, size_t n)
 	    (unsigned long long) s->epoch,
 	    s->opts.placement == PS_PLACEMENT_LATENCY ? "latency" : "uniform",
 	    s->start_error);
+	OUT("state_file:%s\r\nstate_saved:%llu\r\nstate_failed:%llu\r\n",
+	    s->state_path, (unsigned long long) s->state_saved,
+	    (unsigned long long) s->state_failed);
 	OUT("# Placement\r\n");
 	if (s->have_report) {
 		OUT("predicted_step_s:%.6f\r\nlower_bound_s:%.6f\r\n"

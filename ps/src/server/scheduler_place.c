@@ -329,6 +329,7 @@ ps__sched_republish(struct ps_scheduler *s, const uint32_t *assign)
 	FB_LOG(FB_LOG_NOTICE, "placement",
 	    "epoch %llu: %d of %zu shards move, %d servers",
 	    (unsigned long long) s->epoch, moved, n, s->n_servers_seen);
+	ps__sched_state_save(s); // on disk before anyone sees this epoch
 	ps__sched_answer_parked(s);
 	return FB_OK;
 }

@@ -47,6 +47,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "durable.h"
 #include "snapshot.h"
 
 // ---- taking a snapshot (mu held) ---------------------------------------------
@@ -240,100 +241,6 @@ snap_request(struct ps_server *s, uint64_t v, uint64_t *seq)
 
 // ---- writing ----------------------------------------------------------------
 
-// Files are written in chunks of this size, each CRC'ed just before it
-// is written: the chunk is still in the cache for the kernel's copy, and
-// one huge write() runs at a fraction of the disk's speed.
-#define SNAP_CHUNK (1u << 20)
-
-// write_all writes len bytes of buf to fd. Returns 0 or errno.
-static int
-write_all(int fd, const uint8_t *buf, size_t len)
-{
-	while (len > 0) {
-		ssize_t n = write(fd, buf, len);
-		if (n < 0 && errno == EINTR) {
-			continue;
-		}
-		if (n <= 0) {
-			return n < 0 ? errno : EIO;
-		}
-		buf += n;
-		len -= (size_t) n;
-	}
-	return 0;
-}
-
-// write_crc writes len bytes of buf to fd, chunk by chunk, then their
-// CRC-32 (the file's trailer). Returns 0 or errno.
-static int
-write_crc(int fd, const uint8_t *buf, size_t len)
-{
-	uint32_t crc = 0;
-	uint8_t  trailer[SNAP_TRAILER];
-	int      e = 0;
-
-	for (size_t off = 0; off < len && e == 0; off += SNAP_CHUNK) {
-		size_t n = len - off < SNAP_CHUNK ? len - off : SNAP_CHUNK;
-		crc      = fb_crc32(crc, buf + off, n);
-		e        = write_all(fd, buf + off, n);
-	}
-	fb_put_u32le(trailer, crc);
-	return e != 0 ? e : write_all(fd, trailer, SNAP_TRAILER);
-}
-
-// snap_write_file puts buf and its CRC on disk as p->path through p->tmp:
-// create exclusively, write, fsync, close, rename, fsync the directory.
-// Returns 0
-// or errno (logged, temp file removed, the old file kept).
-static int
-snap_write_file(struct ps_snap *p, const uint8_t *buf, size_t len)
-{
-	const char *step = "create";
-	int         fd, e = 0, flags;
-
-	flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
-	fd    = open(p->tmp, flags, 0644);
-	if (fd < 0 && errno == EEXIST) {
-		// Left by a crash mid-write: never a good snapshot.
-		unlink(p->tmp);
-		fd = open(p->tmp, flags, 0644);
-	}
-	if (fd < 0) {
-		e = errno;
-		goto fail;
-	}
-	step = "write";
-	if ((e = write_crc(fd, buf, len)) == 0) {
-		step = "fsync";
-		e    = fsync(fd) != 0 ? errno : 0;
-	}
-	if (close(fd) != 0 && e == 0) {
-		step = "close";
-		e    = errno;
-	}
-	if (e == 0) {
-		step = "rename";
-		e    = rename(p->tmp, p->path) != 0 ? errno : 0;
-	}
-	if (e != 0) {
-		unlink(p->tmp);
-		goto fail;
-	}
-	// The rename is durable once the directory is.
-	if ((fd = open(p->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
-		if (fsync(fd) != 0) {
-			FB_LOG(FB_LOG_WARN, "snapshot", "fsync %s: %s", p->dir,
-			    strerror(errno));
-		}
-		close(fd);
-	}
-	return 0;
-fail:
-	FB_LOG(FB_LOG_ERR, "snapshot", "%s %s: %s (previous snapshot kept)",
-	    step, step[0] == 'r' ? p->path : p->tmp, strerror(e));
-	return e;
-}
-
 static void *
 snap_writer(void *arg)
 {
@@ -354,7 +261,8 @@ snap_writer(void *arg)
 		uint64_t t0      = fb_clock_ns();
 		pthread_mutex_unlock(&s->mu);
 
-		int e = snap_write_file(p, p->buf, len);
+		int e = ps__durable_write(p->dir, p->path, p->tmp, p->buf, len,
+		    "snapshot");
 
 		pthread_mutex_lock(&s->mu);
 		p->state    = SNAP_IDLE;
