@@ -122,8 +122,8 @@ START_TEST(test_scheduler_state_carries_on)
 	Pswire__Header *m2 = map_at_least(url, 2, 3000);
 	ck_assert_uint_eq(m2->placement->epoch, 2);
 	ck_assert_uint_eq(m2->placement->n_gone_trainers, 1);
-	size_t packed = pswire__placement__get_packed_size(m2->placement);
-	uint8_t *want = malloc(packed);
+	size_t   packed = pswire__placement__get_packed_size(m2->placement);
+	uint8_t *want   = malloc(packed);
 	pswire__placement__pack(m2->placement, want);
 	pswire__header__free_unpacked(m2, NULL);
 	ps_scheduler_close(s);
@@ -138,8 +138,8 @@ START_TEST(test_scheduler_state_carries_on)
 	char why[128];
 	ck_assert_int_eq(ps_scheduler_ready(s, why, sizeof(why)), 1);
 	Pswire__Header *m3 = map_at_least(url, 1, 3000);
-	size_t          got = pswire__placement__get_packed_size(m3->placement);
-	uint8_t        *buf = malloc(got);
+	size_t   got       = pswire__placement__get_packed_size(m3->placement);
+	uint8_t *buf       = malloc(got);
 	pswire__placement__pack(m3->placement, buf);
 	ck_assert_uint_eq(got, packed);
 	ck_assert(memcmp(buf, want, got) == 0); // the same map, bit for bit
@@ -188,9 +188,8 @@ START_TEST(test_scheduler_state_before_start)
 	struct ps_scheduler_opts o = opts(1, 2);
 	struct ps_scheduler     *s;
 	PT_OK(ps_scheduler_open(&o, &s));
-	ck_assert_int_eq(register_server(ps_scheduler_url(s),
-	                     "tcp://127.0.0.1:1"),
-	    0);
+	ck_assert_int_eq(
+	    register_server(ps_scheduler_url(s), "tcp://127.0.0.1:1"), 0);
 	ck_assert_int_eq(register_trainer(ps_scheduler_url(s), 0), 0);
 	ps_scheduler_close(s);
 	PT_OK(ps_scheduler_open(&o, &s));
@@ -214,9 +213,8 @@ write_state(void)
 	struct ps_scheduler_opts o = opts(1, 1);
 	struct ps_scheduler     *s;
 	PT_OK(ps_scheduler_open(&o, &s));
-	ck_assert_int_eq(register_server(ps_scheduler_url(s),
-	                     "tcp://127.0.0.1:1"),
-	    0);
+	ck_assert_int_eq(
+	    register_server(ps_scheduler_url(s), "tcp://127.0.0.1:1"), 0);
 	ck_assert_int_eq(register_trainer(ps_scheduler_url(s), 0), 0);
 	pswire__header__free_unpacked(
 	    map_at_least(ps_scheduler_url(s), 1, 3000), NULL);

@@ -44,7 +44,8 @@ write_crc(int fd, const uint8_t *buf, size_t len)
 	int      e = 0;
 
 	for (size_t off = 0; off < len && e == 0; off += DURABLE_CHUNK) {
-		size_t n = len - off < DURABLE_CHUNK ? len - off : DURABLE_CHUNK;
+		size_t n = len - off < DURABLE_CHUNK ? len - off
+		                                     : DURABLE_CHUNK;
 		crc      = fb_crc32(crc, buf + off, n);
 		e        = write_all(fd, buf + off, n);
 	}

@@ -50,6 +50,9 @@ dispatch(void *arg, struct ps_call *c)
 	case PSWIRE__METHOD__STATS:
 		on_stats(s, c);
 		break;
+	case PSWIRE__METHOD__SNAPSHOT:
+		ps__sched_on_snapshot(s, c);
+		break;
 	default:
 		ps__call_reply_err(c, PSWIRE__STATUS__UNIMPLEMENTED,
 		    "method %u (%s) is not served by the scheduler",
@@ -125,8 +128,9 @@ ps_scheduler_close(struct ps_scheduler *s)
 	if (s == NULL) {
 		return;
 	}
-	ps__sched_live_stop(s); // it answers parked calls: stop it first
-	ps__rpc_close(s->rpc);  // parked calls die with their contexts
+	ps__sched_live_stop(s);     // it answers parked calls: stop it first
+	ps__sched_snapshot_stop(s); // it answers a Snapshot call
+	ps__rpc_close(s->rpc);      // parked calls die with their contexts
 	if (s->job != NULL) {
 		pswire__job_config__free_unpacked(s->job, NULL);
 	}

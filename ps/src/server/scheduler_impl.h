@@ -14,6 +14,7 @@
 //   scheduler_obs.c     metrics read at scrape time, readiness, the
 //                       /debug/state JSON
 //   scheduler_state.c   the job, members and map on disk (--state-dir)
+//   scheduler_snapshot.c the Snapshot rpc forwarded to every server
 // dispatch -> members -> place -> reply; members -> job; live -> members,
 // place, reply. The placement
 // policy itself (the 10% rule, capacities, round-robin over live servers)
@@ -85,6 +86,10 @@ struct ps_scheduler {
 	// many writes succeeded and failed.
 	char                     state_path[512], state_tmp[520];
 	uint64_t                 state_saved, state_failed;
+	// The Snapshot forwarding thread (scheduler_snapshot.c): running
+	// while it works, joinable until joined.
+	pthread_t                snap_thread;
+	int                      snap_running, snap_joinable;
 };
 
 // ps__sched_probing says whether trainers measure their links before the
@@ -206,6 +211,20 @@ int ps__sched_state_open(struct ps_scheduler *s);
 // on the disk for one small write: the scheduler is off the training hot
 // path. mu held.
 int ps__sched_state_save(struct ps_scheduler *s);
+
+// ---- scheduler_snapshot.c: one snapshot of the whole job ----------------
+
+// ps__sched_on_snapshot serves Snapshot: forwards it to every server of
+// the map in force from a thread of its own (sync: one version V for all,
+// the requested one or the highest shard version + 1; async: each server
+// now) and answers with the version and the summed shards and bytes, or
+// the first server's error naming it. One at a time: a second call gets
+// UNAVAILABLE. Takes mu.
+void ps__sched_on_snapshot(struct ps_scheduler *s, struct ps_call *c);
+
+// ps__sched_snapshot_stop waits for a forwarding in progress to end (its
+// calls' deadline bounds it). At close, before the rpc is closed.
+void ps__sched_snapshot_stop(struct ps_scheduler *s);
 
 // ---- scheduler_obs.c: what an operator sees -----------------------------
 

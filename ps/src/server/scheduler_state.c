@@ -76,17 +76,17 @@ ps__sched_state_save(struct ps_scheduler *s)
 		    (s->trainer_gone[t] ? STATE_TRAINER_GONE : 0) |
 		    (s->links_seen[t] ? STATE_TRAINER_LINKS : 0));
 	}
-	st.trainers          = (uint32_t) T;
-	st.job               = s->job;
-	st.epoch             = s->epoch;
-	st.placement         = s->placement;
-	st.n_servers         = M;
-	st.servers           = s->server_urls;
-	st.n_capacity        = M;
-	st.capacity          = s->capacity;
-	st.server_flags.len  = M;
-	st.server_flags.data = sf;
-	st.trainer_flags.len = T;
+	st.trainers           = (uint32_t) T;
+	st.job                = s->job;
+	st.epoch              = s->epoch;
+	st.placement          = s->placement;
+	st.n_servers          = M;
+	st.servers            = s->server_urls;
+	st.n_capacity         = M;
+	st.capacity           = s->capacity;
+	st.server_flags.len   = M;
+	st.server_flags.data  = sf;
+	st.trainer_flags.len  = T;
 	st.trainer_flags.data = tf;
 	st.n_lat = st.n_bw = T * M;
 	st.lat             = s->lat;
@@ -129,8 +129,8 @@ done:
 
 // why records what is wrong with the file at path in msg (n bytes) and
 // returns rv.
-static int why(char *msg, size_t n, int rv, const char *path,
-    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static int why(char *msg, size_t n, int rv, const char *path, const char *fmt,
+    ...) __attribute__((format(printf, 5, 6)));
 
 static int
 why(char *msg, size_t n, int rv, const char *path, const char *fmt, ...)
@@ -150,10 +150,9 @@ why(char *msg, size_t n, int rv, const char *path, const char *fmt, ...)
 // pswire__scheduler_state__free_unpacked. Errors: FB_ENOTFOUND, FB_ECORRUPT,
 // FB_EPROTO, FB_ENOMEM, FB_ESYSERR|errno, with msg naming the file.
 static int
-state_read(const char *path, Pswire__SchedulerState **out, char *msg,
-    size_t n)
+state_read(const char *path, Pswire__SchedulerState **out, char *msg, size_t n)
 {
-	FILE    *f = fopen(path, "rb");
+	FILE    *f   = fopen(path, "rb");
 	uint8_t *buf = NULL;
 	long     size;
 	size_t   plen;
@@ -187,7 +186,8 @@ state_read(const char *path, Pswire__SchedulerState **out, char *msg,
 		goto done;
 	}
 	if (memcmp(buf, STATE_MAGIC, 8) != 0) {
-		rv = why(msg, n, FB_EPROTO, path, "not a scheduler state file");
+		rv = why(msg, n, FB_EPROTO, path,
+		    "not a scheduler state file");
 		goto done;
 	}
 	if (fb_get_u32le(buf + 8) != STATE_FORMAT) {
@@ -209,9 +209,9 @@ state_read(const char *path, Pswire__SchedulerState **out, char *msg,
 		goto done;
 	}
 	*out = pswire__scheduler_state__unpack(NULL, plen, buf + STATE_HDR);
-	rv   = *out != NULL ? FB_OK
-	                    : why(msg, n, FB_EPROTO, path,
-	                          "the state does not parse");
+	rv   = *out != NULL
+	      ? FB_OK
+	      : why(msg, n, FB_EPROTO, path, "the state does not parse");
 done:
 	fclose(f);
 	fb_free(buf);
@@ -222,8 +222,8 @@ done:
 // M servers, T trainers and the job's tensors. Returns FB_OK or FB_EPROTO
 // with msg.
 static int
-placement_check(const Pswire__SchedulerState *st, const char *path,
-    char *msg, size_t n)
+placement_check(const Pswire__SchedulerState *st, const char *path, char *msg,
+    size_t n)
 {
 	const Pswire__Placement *p = st->placement;
 	const Pswire__JobConfig *j = st->job;
@@ -240,8 +240,9 @@ placement_check(const Pswire__SchedulerState *st, const char *path,
 	}
 	for (size_t i = 0; i < p->n_shards; i++) {
 		const Pswire__ShardInfo *sh = p->shards[i];
-		if (sh->server >= st->n_servers || sh->tensor >= j->n_tensors ||
-		    sh->len == 0 || sh->offset > j->tensors[sh->tensor]->len ||
+		if (sh->server >= st->n_servers ||
+		    sh->tensor >= j->n_tensors || sh->len == 0 ||
+		    sh->offset > j->tensors[sh->tensor]->len ||
 		    sh->len > j->tensors[sh->tensor]->len - sh->offset) {
 			return why(msg, n, FB_EPROTO, path,
 			    "shard %zu (tensor %u [%llu, +%llu) on server %u) "
@@ -301,8 +302,7 @@ state_check(const struct ps_scheduler *s, const Pswire__SchedulerState *st,
 	if (st->placement == NULL) {
 		return st->epoch == 0
 		    ? FB_OK
-		    : why(msg, n, FB_EPROTO, path,
-		          "epoch %llu without a map",
+		    : why(msg, n, FB_EPROTO, path, "epoch %llu without a map",
 		          (unsigned long long) st->epoch);
 	}
 	return placement_check(st, path, msg, n);
@@ -314,7 +314,8 @@ static int
 state_apply(struct ps_scheduler *s, const Pswire__SchedulerState *st)
 {
 	size_t M = st->n_servers, T = st->trainers;
-	size_t cap = M > (size_t) s->opts.servers ? M : (size_t) s->opts.servers;
+	size_t cap = M > (size_t) s->opts.servers ? M
+	                                          : (size_t) s->opts.servers;
 
 	// The per-server arrays were sized for opts.servers at open; servers
 	// that joined a running job need more.
@@ -346,10 +347,11 @@ state_apply(struct ps_scheduler *s, const Pswire__SchedulerState *st)
 		}
 		s->n_servers_seen = (int) m + 1; // close frees what is set
 		s->capacity[m]    = st->capacity[m];
-		s->gone[m] = (st->server_flags.data[m] & STATE_SERVER_GONE) != 0;
-		s->server_dead[m] =
-		    (st->server_flags.data[m] & STATE_SERVER_DEAD) != 0;
-		s->hb_server[m] = 0; // tracked again from its next heartbeat
+		s->gone[m] = (st->server_flags.data[m] & STATE_SERVER_GONE) !=
+		    0;
+		s->server_dead[m] = (st->server_flags.data[m] &
+		                        STATE_SERVER_DEAD) != 0;
+		s->hb_server[m]   = 0; // tracked again from its next heartbeat
 	}
 	memcpy(s->lat, st->lat, T * M * sizeof(double));
 	memcpy(s->bw, st->bw, T * M * sizeof(double));
@@ -361,7 +363,8 @@ state_apply(struct ps_scheduler *s, const Pswire__SchedulerState *st)
 		s->n_trainers_seen += s->trainer_seen[t];
 		s->n_links_seen += s->links_seen[t];
 	}
-	if (st->job != NULL && (s->job = ps__sched_job_copy(st->job)) == NULL) {
+	if (st->job != NULL &&
+	    (s->job = ps__sched_job_copy(st->job)) == NULL) {
 		return FB_ENOMEM;
 	}
 	s->epoch = st->epoch;
@@ -426,7 +429,8 @@ ps__sched_state_open(struct ps_scheduler *s)
 		rv = state_check(s, st, s->state_path, msg, sizeof(msg));
 	}
 	if (rv != FB_OK) {
-		FB_LOG(FB_LOG_ERR, "state", "refused, nothing loaded: %s", msg);
+		FB_LOG(FB_LOG_ERR, "state", "refused, nothing loaded: %s",
+		    msg);
 	} else if ((rv = state_apply(s, st)) == FB_OK) {
 		FB_LOG(FB_LOG_NOTICE, "state",
 		    "carrying on from %s: epoch %llu, %d servers, %d of %d "

@@ -365,6 +365,31 @@ ps__snap_close(struct ps_server *s)
 	fb_free(p);
 }
 
+// snap_query answers a Snapshot query: the highest version of a shard
+// held here (the scheduler picks one version for every server from
+// these), and how many shards. Writes nothing. mu held.
+static void
+snap_query(struct ps_server *s, struct ps_call *c)
+{
+	Pswire__Header        h = PSWIRE__HEADER__INIT;
+	Pswire__SnapshotReply r = PSWIRE__SNAPSHOT_REPLY__INIT;
+	if (!atomic_load(&s->ready) || s->pl == NULL) {
+		ps__server_reply_err(s, c, PSWIRE__STATUS__UNAVAILABLE,
+		    "no placement yet");
+		return;
+	}
+	for (size_t i = 0; i < s->n_global; i++) {
+		if (s->local[i] >= 0 && s->shards[i].version > r.version) {
+			r.version = s->shards[i].version;
+		}
+	}
+	r.shards       = s->n_shards;
+	h.request_id   = c->hdr->request_id;
+	h.body_case    = PSWIRE__HEADER__BODY_SNAPSHOT_REP;
+	h.snapshot_rep = &r;
+	ps__call_reply(c, &h);
+}
+
 void
 ps__on_snapshot(struct ps_server *s, struct ps_call *c)
 {
@@ -375,7 +400,10 @@ ps__on_snapshot(struct ps_server *s, struct ps_call *c)
 		v = c->hdr->snapshot_req->version;
 	}
 	pthread_mutex_lock(&s->mu);
-	if (s->snap == NULL) {
+	if (c->hdr->body_case == PSWIRE__HEADER__BODY_SNAPSHOT_REQ &&
+	    c->hdr->snapshot_req->query) {
+		snap_query(s, c);
+	} else if (s->snap == NULL) {
 		ps__server_reply_err(s, c, PSWIRE__STATUS__FAILED_PRECONDITION,
 		    "this server has no --snapshot-dir");
 	} else if ((rv = snap_request(s, v, &seq)) == FB_OK) {
