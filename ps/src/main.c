@@ -1,4 +1,5 @@
-// main.c — ps-server: `--role=scheduler` or `--role=server`.
+// main.c — ps-server: `--role=scheduler` or `--role=server`, and
+// `--role=snapshot`, a one-shot client that snapshots the whole job.
 //
 // Its options are the scheduler's and the server's entries of the one
 // config table (base/src/options.c, engine in <fb/config.h>): flags
@@ -52,6 +53,34 @@ write_url_file(enum fb_opt id, const char *url)
 		FB_LOG(FB_LOG_ERR, "main", "cannot write --%s %s: %s",
 		    fb_options[id].name, path, fb_strerror(rv));
 	}
+}
+
+// snapshot_job is --role=snapshot: one snapshot of the whole job through
+// the scheduler at url, printed on stdout. Returns the exit status.
+static int
+snapshot_job(const char *url)
+{
+	struct ps_job_snapshot r;
+	char                   err[512];
+	int                    rv;
+	if (*url == '\0') {
+		fprintf(stderr,
+		    "ps-server: --role=snapshot needs "
+		    "--scheduler=URL\n");
+		return 2;
+	}
+	// Waiting for the next version takes one training step; 10 minutes
+	// covers a stalled job's slowest step.
+	if ((rv = ps_job_snapshot(url, 0, 600000, &r, err, sizeof(err))) !=
+	    FB_OK) {
+		fprintf(stderr, "ps-server: snapshot: %s\n",
+		    *err ? err : fb_strerror(rv));
+		return 1;
+	}
+	printf("snapshot version %llu: %u shards, %llu bytes\n",
+	    (unsigned long long) r.version, r.shards,
+	    (unsigned long long) r.bytes);
+	return 0;
 }
 
 static int
@@ -168,6 +197,9 @@ main(int argc, char **argv)
 	signal(SIGTERM, on_signal);
 	signal(SIGPIPE, SIG_IGN);
 
+	if (strcmp(role, "snapshot") == 0) {
+		return snapshot_job(cfg_str(FB_OPT_PS_SCHEDULER));
+	}
 	struct ps_scheduler *sched = NULL;
 	struct ps_server    *srv   = NULL;
 	struct obs_http     *http  = NULL;

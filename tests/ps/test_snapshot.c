@@ -437,17 +437,29 @@ snap_rpc(const char *url, uint64_t version)
 	return (Pswire__Header *) ph;
 }
 
+// A Snapshot asked from another thread while the test trains: the rpc
+// (version 0), or ps_job_snapshot (`ps-server --role=snapshot`) for
+// version `version`.
 struct snap_ask {
-	const char     *url;
-	Pswire__Header *rep;
-	atomic_int      done;
+	const char            *url;
+	uint64_t               version;
+	Pswire__Header        *rep; // the rpc's reply
+	struct ps_job_snapshot js;  // ps_job_snapshot's
+	int                    rv;
+	char                   err[256];
+	atomic_int             done;
 };
 
 static void *
 snap_ask_main(void *arg)
 {
 	struct snap_ask *a = arg;
-	a->rep             = snap_rpc(a->url, 0);
+	if (a->version == 0) {
+		a->rep = snap_rpc(a->url, 0);
+	} else {
+		a->rv = ps_job_snapshot(a->url, a->version, 20000, &a->js,
+		    a->err, sizeof(a->err));
+	}
 	atomic_store(&a->done, 1);
 	return NULL;
 }
@@ -551,7 +563,31 @@ START_TEST(test_snapshot_scheduler_consistent_cut)
 		PT_OK(ps_snapshot_check(path, msg, sizeof(msg)));
 		ck_assert_uint_eq(file_version(dir, m), v);
 	}
+	// The one-shot client, for a version ahead: the test pauses so that
+	// the request reaches the servers before the shards pass it, then
+	// trains until the files move to it.
+	struct snap_ask ask2 = { .url = su, .version = (uint64_t) k + 3 };
+	ck_assert_int_eq(pthread_create(&th, NULL, snap_ask_main, &ask2), 0);
+	fb_sleep_us(1000000);
+	for (int e = k + 40; k < e && !atomic_load(&ask2.done); k++) {
+		job_step(&j, k);
+		fb_sleep_us(20000);
+	}
+	pthread_join(th, NULL);
+	ck_assert_msg(ask2.rv == FB_OK, "%s (k %d, versions %llu %llu)",
+	    ask2.err, k, (unsigned long long) stat_u64(srv[0], "version"),
+	    (unsigned long long) stat_u64(srv[1], "version"));
+	ck_assert_uint_eq(ask2.js.version, ask2.version);
+	ck_assert_uint_eq(ask2.js.shards, 5);
+	ck_assert_uint_eq(file_version(dir, 0), ask2.version);
+	ck_assert_uint_eq(file_version(dir, 1), ask2.version);
 	// A version the shards are past is refused, naming a server.
+	struct ps_job_snapshot js;
+	PT_FAIL(ps_job_snapshot(su, 2, 5000, &js, msg, sizeof(msg)),
+	    FB_EREMOTE);
+	ck_assert_msg(strstr(msg, "FAILED_PRECONDITION") != NULL &&
+	        strstr(msg, "server ") != NULL,
+	    "%s", msg);
 	rh = snap_rpc(su, 2);
 	ck_assert_int_eq(rh->status, PSWIRE__STATUS__FAILED_PRECONDITION);
 	ck_assert_msg(strstr(rh->error, "server ") != NULL, "%s", rh->error);

@@ -94,6 +94,23 @@ int ps_scheduler_ready(struct ps_scheduler *s, char *why, size_t n);
 // the scheduler's lock.
 void ps_scheduler_state_json(struct ps_scheduler *s, struct obs_writer *w);
 
+// What one snapshot of a whole job wrote (ps_job_snapshot).
+struct ps_job_snapshot {
+	uint64_t version; // the version every server wrote
+	uint32_t shards;  // summed over the servers
+	uint64_t bytes;   // summed file sizes
+};
+
+// ps_job_snapshot asks the scheduler at scheduler_url for one snapshot of
+// the whole job (the Snapshot rpc: every server writes the same version
+// in sync mode; version 0 lets the scheduler pick the next one) and waits
+// up to timeout_ms for every file to be on disk. On FB_OK fills *out.
+// Errors: FB_EINVAL, FB_ETIMEDOUT, FB_EREMOTE (refused or failed: err, n
+// bytes, says why and names the server). Blocks the calling thread. This
+// is `ps-server --role=snapshot`.
+int ps_job_snapshot(const char *scheduler_url, uint64_t version,
+    uint32_t timeout_ms, struct ps_job_snapshot *out, char *err, size_t n);
+
 // ps_scheduler_close stops serving and frees. NULL is a no-op.
 void ps_scheduler_close(struct ps_scheduler *s);
 

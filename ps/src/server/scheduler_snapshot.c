@@ -29,13 +29,13 @@
 // One server's part.
 struct fwd_one {
 	const char *url;
-	uint64_t    version;         // asked for; then the snapshot's
-	int         query;           // a query, not a snapshot
+	uint64_t    version; // asked for; then the snapshot's
+	int         query;   // a query, not a snapshot
 	uint32_t    timeout_ms;
-	int         status;          // PSWIRE__STATUS__*
-	char        err[256];        // when status != OK
-	uint32_t    shards;          // from the reply
-	uint64_t    bytes;           // from the reply
+	int         status;   // PSWIRE__STATUS__*
+	char        err[256]; // when status != OK
+	uint32_t    shards;   // from the reply
+	uint64_t    bytes;    // from the reply
 	pthread_t   thread;
 };
 
@@ -47,7 +47,7 @@ struct fwd {
 	int                  async;
 	uint32_t             timeout_ms;
 	uint32_t             n;
-	struct fwd_one      *one; // [n]
+	struct fwd_one      *one;  // [n]
 	char               **urls; // [n] owned copies
 };
 
@@ -56,8 +56,8 @@ struct fwd {
 static void
 one_call(struct fwd_one *o)
 {
-	Pswire__Header          h = PSWIRE__HEADER__INIT;
-	Pswire__SnapshotRequest r = PSWIRE__SNAPSHOT_REQUEST__INIT;
+	Pswire__Header          h  = PSWIRE__HEADER__INIT;
+	Pswire__SnapshotRequest r  = PSWIRE__SNAPSHOT_REQUEST__INIT;
 	ProtobufCMessage       *ph = NULL;
 	nng_socket              sock;
 	nng_ctx                 ctx;
@@ -79,7 +79,8 @@ one_call(struct fwd_one *o)
 	rv = psw_call_header(ctx, aio, &h.base, PSWIRE__METHOD__SNAPSHOT, 1,
 	    (int) o->timeout_ms, &ph, &why);
 	Pswire__Header *rh = (Pswire__Header *) ph;
-	if (rv == FB_OK && rh->body_case == PSWIRE__HEADER__BODY_SNAPSHOT_REP) {
+	if (rv == FB_OK &&
+	    rh->body_case == PSWIRE__HEADER__BODY_SNAPSHOT_REP) {
 		o->status  = PSWIRE__STATUS__OK;
 		o->version = rh->snapshot_rep->version;
 		o->shards  = rh->snapshot_rep->shards;
@@ -159,31 +160,50 @@ fwd_main(void *arg)
 	uint64_t              v = f->version;
 	uint32_t              bad;
 
-	if (!f->async && v == 0) {
-		uint64_t high = 0;
-		for (uint32_t i = 0; i < f->n; i++) {
-			f->one[i].query = 1;
+	// Auto version: the shards may pass V between the query and the
+	// request (a step is quick); a server then refuses, and a new query
+	// picks a later V. The servers that took V have written it by then
+	// (fan_out waits for every answer) and write the new V over it.
+	for (int tries = 0;; tries++) {
+		if (!f->async && f->version == 0) {
+			uint64_t high = 0;
+			for (uint32_t i = 0; i < f->n; i++) {
+				f->one[i].query = 1;
+			}
+			fan_out(f);
+			if ((bad = first_error(f)) < f->n) {
+				goto fail;
+			}
+			for (uint32_t i = 0; i < f->n; i++) {
+				high            = f->one[i].version > high
+				               ? f->one[i].version
+				               : high;
+				f->one[i].query = 0;
+			}
+			v = high + 1 +
+			    (uint64_t) tries; // at or past every shard
 		}
+		for (uint32_t i = 0; i < f->n; i++) {
+			f->one[i].version = f->async ? 0 : v;
+		}
+		FB_LOG(FB_LOG_NOTICE, "snapshot",
+		    "asking %u servers for a snapshot %s%llu", f->n,
+		    f->async ? "now (async: no common version) "
+		             : "of version ",
+		    (unsigned long long) (f->async ? 0 : v));
 		fan_out(f);
-		if ((bad = first_error(f)) < f->n) {
-			goto fail;
+		bad = first_error(f);
+		if (bad == f->n || f->async || f->version != 0 || tries >= 4 ||
+		    f->one[bad].status !=
+		        PSWIRE__STATUS__FAILED_PRECONDITION) {
+			break;
 		}
-		for (uint32_t i = 0; i < f->n; i++) {
-			high = f->one[i].version > high ? f->one[i].version
-			                                : high;
-			f->one[i].query = 0;
-		}
-		v = high + 1; // every shard is at or below it
+		FB_LOG(FB_LOG_INFO, "snapshot",
+		    "version %llu passed before server %s got the request: "
+		    "asking again",
+		    (unsigned long long) v, f->one[bad].url);
 	}
-	for (uint32_t i = 0; i < f->n; i++) {
-		f->one[i].version = f->async ? 0 : v;
-	}
-	FB_LOG(FB_LOG_NOTICE, "snapshot",
-	    "asking %u servers for a snapshot %s%llu", f->n,
-	    f->async ? "now (async: no common version) " : "of version ",
-	    (unsigned long long) (f->async ? 0 : v));
-	fan_out(f);
-	if ((bad = first_error(f)) < f->n) {
+	if (bad < f->n) {
 		goto fail;
 	}
 	r.version = UINT64_MAX;
@@ -207,8 +227,9 @@ fail:
 	FB_LOG(FB_LOG_ERR, "snapshot", "server %s: %s: %s", f->one[bad].url,
 	    psw_status_name(f->one[bad].status), f->one[bad].err);
 	ps__call_reply_err(f->c, f->one[bad].status,
-	    "snapshot%s: server %u (%s): %s", f->one[bad].query ? " query" : "",
-	    bad, f->one[bad].url, f->one[bad].err);
+	    "snapshot%s: server %u (%s): %s",
+	    f->one[bad].query ? " query" : "", bad, f->one[bad].url,
+	    f->one[bad].err);
 done:
 	pthread_mutex_lock(&s->mu);
 	s->snap_running = 0;
@@ -231,11 +252,11 @@ fwd_alloc(struct ps_scheduler *s, struct ps_call *c)
 		fwd_free(f);
 		return NULL;
 	}
-	f->s = s;
-	f->c = c;
+	f->s          = s;
+	f->c          = c;
 	f->timeout_ms = c->hdr->deadline_ms ? c->hdr->deadline_ms
 	                                    : PS_SCHED_SNAPSHOT_MS;
-	f->async = s->job->mode != PSWIRE__MODE__MODE_SYNC;
+	f->async      = s->job->mode != PSWIRE__MODE__MODE_SYNC;
 	if (c->hdr->body_case == PSWIRE__HEADER__BODY_SNAPSHOT_REQ) {
 		f->version = c->hdr->snapshot_req->version;
 	}
@@ -302,4 +323,33 @@ ps__sched_snapshot_stop(struct ps_scheduler *s)
 	if (joinable) {
 		pthread_join(s->snap_thread, NULL);
 	}
+}
+
+int
+ps_job_snapshot(const char *scheduler_url, uint64_t version,
+    uint32_t timeout_ms, struct ps_job_snapshot *out, char *err, size_t n)
+{
+	struct fwd_one o;
+
+	if (scheduler_url == NULL || out == NULL || timeout_ms == 0) {
+		return FB_EINVAL;
+	}
+	memset(&o, 0, sizeof(o));
+	o.url        = scheduler_url;
+	o.version    = version;
+	o.timeout_ms = timeout_ms;
+	one_call(&o);
+	if (o.status != PSWIRE__STATUS__OK) {
+		snprintf(err, n, "%s: %s", psw_status_name(o.status), o.err);
+		return o.status == PSWIRE__STATUS__DEADLINE_EXCEEDED
+		    ? FB_ETIMEDOUT
+		    : FB_EREMOTE;
+	}
+	out->version = o.version;
+	out->shards  = o.shards;
+	out->bytes   = o.bytes;
+	if (n > 0) {
+		err[0] = '\0';
+	}
+	return FB_OK;
 }
