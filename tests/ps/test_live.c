@@ -99,7 +99,7 @@ register_trainer(const char *url, uint32_t rank)
 }
 
 int
-heartbeat(const char *url, int role, uint32_t id)
+member_call(const char *url, uint8_t method, int role, uint32_t id)
 {
 	Pswire__Header       h = PSWIRE__HEADER__INIT;
 	Pswire__LeaveRequest l = PSWIRE__LEAVE_REQUEST__INIT;
@@ -107,7 +107,13 @@ heartbeat(const char *url, int role, uint32_t id)
 	l.id                   = id;
 	h.body_case            = PSWIRE__HEADER__BODY_LEAVE_REQ;
 	h.leave_req            = &l;
-	return status_of(url, PSWIRE__METHOD__HEARTBEAT, &h);
+	return status_of(url, method, &h);
+}
+
+int
+heartbeat(const char *url, int role, uint32_t id)
+{
+	return member_call(url, PSWIRE__METHOD__HEARTBEAT, role, id);
 }
 
 // map_at_least waits (up to timeout_ms, server-side) for a map of epoch

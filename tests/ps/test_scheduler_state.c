@@ -50,30 +50,12 @@ opts(int trainers, int servers)
 	return o;
 }
 
-static int
-leave(const char *url, int role, uint32_t id)
-{
-	Pswire__Header       h = PSWIRE__HEADER__INIT;
-	Pswire__LeaveRequest l = PSWIRE__LEAVE_REQUEST__INIT;
-	l.role                 = role;
-	l.id                   = id;
-	h.body_case            = PSWIRE__HEADER__BODY_LEAVE_REQ;
-	h.leave_req            = &l;
-	return status_of(url, PSWIRE__METHOD__LEAVE, &h);
-}
-
 // register_id registers a server at srv_url and returns its id.
 static uint32_t
 register_id(const char *url, const char *srv_url)
 {
-	Pswire__Header          h  = PSWIRE__HEADER__INIT;
-	Pswire__RegisterRequest rr = PSWIRE__REGISTER_REQUEST__INIT;
-	rr.role                    = PSWIRE__ROLE__ROLE_SERVER;
-	rr.url                     = (char *) srv_url;
-	h.body_case                = PSWIRE__HEADER__BODY_REGISTER_REQ;
-	h.register_req             = &rr;
-	// status_of only returns the status: the map names the slot.
-	ck_assert_int_eq(status_of(url, PSWIRE__METHOD__REGISTER, &h), 0);
+	// register_server only returns the status: the map names the slot.
+	ck_assert_int_eq(register_server(url, srv_url), 0);
 	Pswire__Header *m  = map_at_least(url, 1, 3000);
 	uint32_t        id = UINT32_MAX;
 	for (size_t i = 0; i < m->placement->n_servers; i++) {
@@ -118,7 +100,9 @@ START_TEST(test_scheduler_state_carries_on)
 	ck_assert_uint_eq(m1->placement->n_shards, 4);
 	ck_assert_uint_gt(shards_on(m1->placement, 1), 0);
 	pswire__header__free_unpacked(m1, NULL);
-	ck_assert_int_eq(leave(url, PSWIRE__ROLE__ROLE_TRAINER, 1), 0);
+	ck_assert_int_eq(member_call(url, PSWIRE__METHOD__LEAVE,
+	                     PSWIRE__ROLE__ROLE_TRAINER, 1),
+	    0);
 	Pswire__Header *m2 = map_at_least(url, 2, 3000);
 	ck_assert_uint_eq(m2->placement->epoch, 2);
 	ck_assert_uint_eq(m2->placement->n_gone_trainers, 1);
