@@ -481,9 +481,10 @@ file_version(const char *dir, int m)
 }
 
 // The Snapshot rpc sent to the scheduler of a 2-server sync job while it
-// trains: both servers write the same version, the next one after the
-// highest any shard held (at least 4 after 3 steps), and the reply sums
+// trains: both servers write the same version (the one every shard held
+// when asked, or the next), at least 3 after 3 steps, and the reply sums
 // them.
+// With training stopped it takes the version every shard holds at once.
 // Before the job starts it is refused, and a version some shard is past
 // is refused naming the server. Fails if the servers' files hold
 // different versions (no consistent cut).
@@ -581,6 +582,16 @@ START_TEST(test_snapshot_scheduler_consistent_cut)
 	ck_assert_uint_eq(ask2.js.shards, 5);
 	ck_assert_uint_eq(file_version(dir, 0), ask2.version);
 	ck_assert_uint_eq(file_version(dir, 1), ask2.version);
+	// Training stopped (as after the job's last step): every shard holds
+	// one version, and the snapshot is of that version, at once; waiting
+	// for the next would never end.
+	uint64_t now = stat_u64(srv[0], "version");
+	rh           = snap_rpc(su, 0);
+	ck_assert_msg(rh->status == PSWIRE__STATUS__OK, "%s: %s",
+	    psw_status_name(rh->status), rh->error);
+	ck_assert_uint_eq(rh->snapshot_rep->version, now);
+	ck_assert_uint_eq(file_version(dir, 1), now);
+	pswire__header__free_unpacked(rh, NULL);
 	// A version the shards are past is refused, naming a server.
 	struct ps_job_snapshot js;
 	PT_FAIL(ps_job_snapshot(su, 2, 5000, &js, msg, sizeof(msg)),

@@ -216,7 +216,8 @@ int ps__sched_state_save(struct ps_scheduler *s);
 
 // ps__sched_on_snapshot serves Snapshot: forwards it to every server of
 // the map in force from a thread of its own (sync: one version V for all,
-// the requested one or the highest shard version + 1; async: each server
+// the requested one, the version every shard holds, or the highest + 1;
+// async: each server
 // now) and answers with the version and the summed shards and bytes, or
 // the first server's error naming it. One at a time: a second call gets
 // UNAVAILABLE. Takes mu.

@@ -4,8 +4,10 @@
 //
 // DESIGN. In a sync job every server must write the same version, or a
 // restore would mix versions: the scheduler asks each server for the
-// highest version any of its shards holds (a Snapshot query), picks
-// V = that maximum + 1 (or the version the caller asked for), and sends
+// highest and lowest versions its shards hold (a Snapshot query), picks
+// V = that version when every shard holds the same one (between steps,
+// or a job that has ended), else the highest + 1, which the round in
+// progress commits (or the version the caller asked for), and sends
 // Snapshot(V) to all servers at once (one thread each: a server refuses a
 // version some shard is already past, so a slow fan-out could miss it);
 // each server captures its shards as they commit V and answers once its
@@ -36,6 +38,7 @@ struct fwd_one {
 	char        err[256]; // when status != OK
 	uint32_t    shards;   // from the reply
 	uint64_t    bytes;    // from the reply
+	uint64_t    low;      // a query's lowest shard version
 	pthread_t   thread;
 };
 
@@ -85,6 +88,7 @@ one_call(struct fwd_one *o)
 		o->version = rh->snapshot_rep->version;
 		o->shards  = rh->snapshot_rep->shards;
 		o->bytes   = rh->snapshot_rep->bytes;
+		o->low     = rh->snapshot_rep->low;
 	} else if (rv == FB_EREMOTE && rh != NULL) {
 		o->status = rh->status;
 		snprintf(o->err, sizeof(o->err), "%s", rh->error);
@@ -166,7 +170,7 @@ fwd_main(void *arg)
 	// (fan_out waits for every answer) and write the new V over it.
 	for (int tries = 0;; tries++) {
 		if (!f->async && f->version == 0) {
-			uint64_t high = 0;
+			uint64_t high = 0, low = UINT64_MAX;
 			for (uint32_t i = 0; i < f->n; i++) {
 				f->one[i].query = 1;
 			}
@@ -175,13 +179,20 @@ fwd_main(void *arg)
 				goto fail;
 			}
 			for (uint32_t i = 0; i < f->n; i++) {
-				high            = f->one[i].version > high
-				               ? f->one[i].version
-				               : high;
+				high = f->one[i].version > high
+				    ? f->one[i].version
+				    : high;
+				low  = f->one[i].low < low ? f->one[i].low
+				                           : low;
 				f->one[i].query = 0;
 			}
-			v = high + 1 +
-			    (uint64_t) tries; // at or past every shard
+			// Every shard at one version (between steps, or the
+			// job has ended): that version, at once. Otherwise the
+			// next, which the round in progress commits; a retry
+			// goes further ahead.
+			v = tries == 0 && low == high
+			    ? high
+			    : high + 1 + (uint64_t) tries;
 		}
 		for (uint32_t i = 0; i < f->n; i++) {
 			f->one[i].version = f->async ? 0 : v;

@@ -365,9 +365,9 @@ ps__snap_close(struct ps_server *s)
 	fb_free(p);
 }
 
-// snap_query answers a Snapshot query: the highest version of a shard
-// held here (the scheduler picks one version for every server from
-// these), and how many shards. Writes nothing. mu held.
+// snap_query answers a Snapshot query: the highest and lowest versions
+// of the shards held here (the scheduler picks one version for every
+// server from these), and how many shards. Writes nothing. mu held.
 static void
 snap_query(struct ps_server *s, struct ps_call *c)
 {
@@ -378,11 +378,15 @@ snap_query(struct ps_server *s, struct ps_call *c)
 		    "no placement yet");
 		return;
 	}
+	r.low = UINT64_MAX;
 	for (size_t i = 0; i < s->n_global; i++) {
-		if (s->local[i] >= 0 && s->shards[i].version > r.version) {
-			r.version = s->shards[i].version;
+		if (s->local[i] >= 0) {
+			uint64_t v = s->shards[i].version;
+			r.version  = v > r.version ? v : r.version;
+			r.low      = v < r.low ? v : r.low;
 		}
 	}
+	r.low          = r.low == UINT64_MAX ? r.version : r.low;
 	r.shards       = s->n_shards;
 	h.request_id   = c->hdr->request_id;
 	h.body_case    = PSWIRE__HEADER__BODY_SNAPSHOT_REP;
