@@ -153,6 +153,15 @@ fwd_free(struct fwd *f)
 	fb_free(f);
 }
 
+// idle lets the next Snapshot call start (it joins this thread first).
+static void
+idle(struct ps_scheduler *s)
+{
+	pthread_mutex_lock(&s->mu);
+	s->snap_running = 0;
+	pthread_mutex_unlock(&s->mu);
+}
+
 // fwd_main is the forwarding thread: pick the version, fan out, answer.
 static void *
 fwd_main(void *arg)
@@ -232,19 +241,18 @@ fwd_main(void *arg)
 	h.request_id   = f->c->hdr->request_id;
 	h.body_case    = PSWIRE__HEADER__BODY_SNAPSHOT_REP;
 	h.snapshot_rep = &r;
+	idle(s); // before the answer: the caller may ask again at once
 	ps__call_reply(f->c, &h);
 	goto done;
 fail:
 	FB_LOG(FB_LOG_ERR, "snapshot", "server %s: %s: %s", f->one[bad].url,
 	    psw_status_name(f->one[bad].status), f->one[bad].err);
+	idle(s);
 	ps__call_reply_err(f->c, f->one[bad].status,
 	    "snapshot%s: server %u (%s): %s",
 	    f->one[bad].query ? " query" : "", bad, f->one[bad].url,
 	    f->one[bad].err);
 done:
-	pthread_mutex_lock(&s->mu);
-	s->snap_running = 0;
-	pthread_mutex_unlock(&s->mu);
 	fwd_free(f);
 	return NULL;
 }
