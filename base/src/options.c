@@ -34,9 +34,11 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	            "variables override it (§2.3)" },
 
 	// ---- ps-server ---------------------------------------------------
-	[FB_OPT_PS_ROLE]   = { "role", PS, ENUM("scheduler|server"),
-	      .def = "server", .help = "scheduler | server",
-	      .doc = "the part this process plays" },
+	[FB_OPT_PS_ROLE]   = { "role", PS, ENUM("scheduler|server|snapshot"),
+	      .def = "server", .help = "scheduler | server | snapshot",
+	      .doc = "the part this process plays; `snapshot` asks the "
+	               "scheduler at `--scheduler` for one snapshot of the "
+	               "whole job, prints it and exits (see §7.2)" },
 	[FB_OPT_PS_LISTEN] = { "listen", PS, STR, .def = "tcp://127.0.0.1:0",
 	    .help = "URL to listen on (port 0 = any free port)",
 	    .doc  = "URL to listen on; port 0 picks a free port" },
@@ -199,6 +201,14 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	                        "before answering, and when it dies a backup takes over "
 	                        "(capped at the number of servers, with a warning); "
 	                        "see §12" },
+	[FB_OPT_PS_STATE_DIR]      = { "state-dir", SCH, STR, .def = "",
+	         .unset = "nothing persisted",
+	         .help  = "scheduler: keep the job, members and map in "
+	                       "DIR/scheduler.state (and carry on from it)",
+	         .doc   = "directory of the scheduler's state file "
+	                       "`scheduler.state`: the job, its members and the map, "
+	                       "written whenever they change; a scheduler restarted "
+	                       "with the same directory carries on (see §12)" },
 
 	// ---- trainer -----------------------------------------------------
 	[FB_OPT_TR_SCHEDULER] = { "scheduler", TR, STR_NONEMPTY,

@@ -1,4 +1,5 @@
-// main.c — ps-server: `--role=scheduler` or `--role=server`.
+// main.c — ps-server: `--role=scheduler` or `--role=server`, and
+// `--role=snapshot`, a one-shot client that snapshots the whole job.
 //
 // Its options are the scheduler's and the server's entries of the one
 // config table (base/src/options.c, engine in <fb/config.h>): flags
@@ -52,6 +53,37 @@ write_url_file(enum fb_opt id, const char *url)
 		FB_LOG(FB_LOG_ERR, "main", "cannot write --%s %s: %s",
 		    fb_options[id].name, path, fb_strerror(rv));
 	}
+}
+
+// snapshot_job is --role=snapshot: one snapshot of the whole job through
+// the scheduler at url, printed on stdout. Returns the exit status.
+static int
+snapshot_job(const char *url)
+{
+	struct ps_job_snapshot r;
+	char                   err[512];
+	int                    rv;
+	if (*url == '\0') {
+		fprintf(stderr,
+		    "ps-server: --role=snapshot needs "
+		    "--scheduler=URL\n");
+		return 2;
+	}
+	// Waiting for the next version takes one training step; 10 minutes
+	// covers a stalled job's slowest step.
+	const char *key = *cfg_str(FB_OPT_PS_SECRET_FILE)
+	    ? cfg_str(FB_OPT_PS_SECRET_FILE)
+	    : NULL;
+	if ((rv = ps_job_snapshot(url, key, 0, 600000, &r, err,
+	         sizeof(err))) != FB_OK) {
+		fprintf(stderr, "ps-server: snapshot: %s\n",
+		    *err ? err : fb_strerror(rv));
+		return 1;
+	}
+	printf("snapshot version %llu: %u shards, %llu bytes\n",
+	    (unsigned long long) r.version, r.shards,
+	    (unsigned long long) r.bytes);
+	return 0;
 }
 
 static int
@@ -168,6 +200,9 @@ main(int argc, char **argv)
 	signal(SIGTERM, on_signal);
 	signal(SIGPIPE, SIG_IGN);
 
+	if (strcmp(role, "snapshot") == 0) {
+		return snapshot_job(cfg_str(FB_OPT_PS_SCHEDULER));
+	}
 	struct ps_scheduler *sched       = NULL;
 	struct ps_server    *srv         = NULL;
 	struct obs_http     *http        = NULL;
@@ -203,6 +238,9 @@ main(int argc, char **argv)
 		o.secret_file   = secret_file;
 		o.heartbeat_ms  = (uint32_t) cfg_int(FB_OPT_PS_HEARTBEAT_MS);
 		o.replicas      = (uint32_t) cfg_int(FB_OPT_PS_REPLICAS);
+		o.state_dir     = *cfg_str(FB_OPT_PS_STATE_DIR)
+		        ? cfg_str(FB_OPT_PS_STATE_DIR)
+		        : NULL;
 		if ((rv = ps_scheduler_open(&o, &sched)) != FB_OK) {
 			FB_LOG(FB_LOG_ERR, "main",
 			    "cannot start scheduler: %s", fb_strerror(rv));

@@ -44,6 +44,12 @@ void lc_trainer(struct lc *c, int rank, const char **flags);
 // how many exited with status 0.
 int lc_wait_trainers(struct lc *c, int timeout_s);
 
+// lc_scheduler_restart starts a scheduler again on the first one's URL
+// (c->sched_url; the first is c->pids[0]) with the given NULL-terminated
+// flags (its counts, --state-dir, ...); stderr goes to <dir>/<log>.
+// Returns its pid.
+int lc_scheduler_restart(struct lc *c, const char **flags, const char *log);
+
 // lc_stop kills everything still running and removes nothing (logs stay
 // in dir for post-mortems).
 void lc_stop(struct lc *c);

@@ -184,3 +184,23 @@ lc_stop(struct lc *c)
 		}
 	}
 }
+
+int
+lc_scheduler_restart(struct lc *c, const char **flags, const char *log)
+{
+	char        listen[300], out[300], err[300];
+	const char *argv[32];
+	int         n = 0;
+
+	snprintf(listen, sizeof(listen), "--listen=%s", c->sched_url);
+	argv[n++] = PS_SERVER_BIN;
+	argv[n++] = "--role=scheduler";
+	argv[n++] = listen;
+	for (int i = 0; flags && flags[i] && n < 31; i++) {
+		argv[n++] = flags[i];
+	}
+	argv[n] = NULL;
+	return spawn(c, argv,
+	    lc_path(c, "scheduler-again.out", out, sizeof(out)),
+	    lc_path(c, log, err, sizeof(err)));
+}

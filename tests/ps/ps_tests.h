@@ -9,4 +9,25 @@ Suite *suite_ssp(void);
 Suite *suite_auth(void);
 Suite *suite_optim(void);
 Suite *suite_replicas(void);
+Suite *suite_scheduler_state(void);
+
+// Wire helpers for tests that speak to an in-process scheduler, defined in
+// test_live.c. Each fails the test when no reply comes within its time.
+#include <stdint.h>
+#include "ferry.pb-c.h"
+// status_of returns the status of the reply to (method, h).
+int status_of(const char *url, uint8_t method, Pswire__Header *h);
+// register_server registers a server at srv_url; returns the status.
+int register_server(const char *url, const char *srv_url);
+// register_trainer registers rank with a one-tensor job (16 floats).
+int register_trainer(const char *url, uint32_t rank);
+// member_call sends method (Heartbeat, Leave) with a leave_req body
+// naming (role, id); returns the status.
+int member_call(const char *url, uint8_t method, int role, uint32_t id);
+// heartbeat sends a Heartbeat naming (role, id); returns the status.
+int heartbeat(const char *url, int role, uint32_t id);
+// map_at_least returns the map of epoch >= min_epoch (free with
+// pswire__header__free_unpacked).
+Pswire__Header *map_at_least(const char *url, uint64_t min_epoch,
+    uint32_t timeout_ms);
 #endif

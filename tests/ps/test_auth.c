@@ -244,7 +244,7 @@ leave(struct job *j, const char *key, struct psw_ident who, int role,
 }
 
 static int
-register_server(struct job *j, const char *key, struct psw_ident who,
+signed_register_server(struct job *j, const char *key, struct psw_ident who,
     const char *url)
 {
 	Pswire__Header          h = PSWIRE__HEADER__INIT;
@@ -308,10 +308,11 @@ START_TEST(test_auth_forgeries_refused)
 	double unauth0 = metric(reg, "ferry_rpc_unauthenticated_total");
 
 	// Outsiders: no signature, or another key.
-	ck_assert_int_eq(register_server(&j, NULL, t0, "tcp://127.0.0.1:9"),
+	ck_assert_int_eq(
+	    signed_register_server(&j, NULL, t0, "tcp://127.0.0.1:9"),
 	    PSWIRE__STATUS__UNAUTHENTICATED);
 	ck_assert_int_eq(
-	    register_server(&j, j.other_key, s0, "tcp://127.0.0.1:9"),
+	    signed_register_server(&j, j.other_key, s0, "tcp://127.0.0.1:9"),
 	    PSWIRE__STATUS__UNAUTHENTICATED);
 	ck_assert_int_eq(leave(&j, NULL, t0, PSWIRE__ROLE__ROLE_SERVER, 1),
 	    PSWIRE__STATUS__UNAUTHENTICATED);
@@ -319,9 +320,11 @@ START_TEST(test_auth_forgeries_refused)
 	    unauth0 + 3);
 	// Members acting for others: a late Register of a new server by a
 	// trainer and by server 0, Leaves of another trainer and server.
-	ck_assert_int_eq(register_server(&j, j.key, t0, "tcp://127.0.0.1:9"),
+	ck_assert_int_eq(
+	    signed_register_server(&j, j.key, t0, "tcp://127.0.0.1:9"),
 	    PSWIRE__STATUS__PERMISSION_DENIED);
-	ck_assert_int_eq(register_server(&j, j.key, s0, "tcp://127.0.0.1:9"),
+	ck_assert_int_eq(
+	    signed_register_server(&j, j.key, s0, "tcp://127.0.0.1:9"),
 	    PSWIRE__STATUS__PERMISSION_DENIED);
 	ck_assert_int_eq(leave(&j, j.key, t0, PSWIRE__ROLE__ROLE_TRAINER, 1),
 	    PSWIRE__STATUS__PERMISSION_DENIED);

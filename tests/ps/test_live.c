@@ -68,9 +68,9 @@ call(const char *url, uint8_t method, Pswire__Header *h, int timeout_ms)
 	return rh;
 }
 
-// status_of returns the status of the reply to (method, h), failing the
-// test when no reply came within 3 s.
-static int
+// status_of (shared through ps_tests.h) returns the status of the reply to
+// (method, h), failing the test when no reply came within 3 s.
+int
 status_of(const char *url, uint8_t method, Pswire__Header *h)
 {
 	Pswire__Header *rh = call(url, method, h, 3000);
@@ -81,7 +81,7 @@ status_of(const char *url, uint8_t method, Pswire__Header *h)
 	return st;
 }
 
-static int
+int
 register_server(const char *url, const char *srv_url)
 {
 	Pswire__Header          h  = PSWIRE__HEADER__INIT;
@@ -94,7 +94,7 @@ register_server(const char *url, const char *srv_url)
 }
 
 // register_trainer registers rank with a one-tensor job.
-static int
+int
 register_trainer(const char *url, uint32_t rank)
 {
 	Pswire__Header          h  = PSWIRE__HEADER__INIT;
@@ -134,8 +134,20 @@ heartbeat_on(nng_socket s, int role, uint32_t id)
 	return st;
 }
 
+int
+member_call(const char *url, uint8_t method, int role, uint32_t id)
+{
+	Pswire__Header       h = PSWIRE__HEADER__INIT;
+	Pswire__LeaveRequest l = PSWIRE__LEAVE_REQUEST__INIT;
+	l.role                 = role;
+	l.id                   = id;
+	h.body_case            = PSWIRE__HEADER__BODY_LEAVE_REQ;
+	h.leave_req            = &l;
+	return status_of(url, method, &h);
+}
+
 // heartbeat is heartbeat_on over a fresh connection.
-static int
+int
 heartbeat(const char *url, int role, uint32_t id)
 {
 	nng_socket s  = dial(url);
@@ -147,7 +159,7 @@ heartbeat(const char *url, int role, uint32_t id)
 // map_at_least waits (up to timeout_ms, server-side) for a map of epoch
 // min_epoch or later and returns it (free with
 // pswire__header__free_unpacked), failing the test otherwise.
-static Pswire__Header *
+Pswire__Header *
 map_at_least(const char *url, uint64_t min_epoch, uint32_t timeout_ms)
 {
 	Pswire__Header              h = PSWIRE__HEADER__INIT;

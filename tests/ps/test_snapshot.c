@@ -2,19 +2,26 @@
 // (libferry) in this process: a snapshot read back into a new job holds
 // bit-identical state (with and without a pull codec), a truncated or
 // corrupted file is refused naming the file, a failed write keeps the
-// previous snapshot, and --snapshot-every writes at the right versions.
+// previous snapshot, and --snapshot-every writes at the right versions;
+// the Snapshot rpc sent to the scheduler cuts one version on every server.
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <nng/nng.h>
+
 #include "cluster.h"
+#include "ferry.pb-c.h"
 #include "fb/fb.h"
 #include "ferry/ferry.h"
 #include "ps/ps.h"
 #include "ps_tests.h"
+#include "psw/psw.h"
 #include "pt.h"
 
 // One job: a scheduler, one server with a snapshot directory, a trainer.
@@ -464,6 +471,207 @@ START_TEST(test_snapshot_format1)
 }
 END_TEST
 
+// snap_rpc sends Snapshot(version) to url and returns the reply header
+// (free with pswire__header__free_unpacked), failing the test when none
+// came within 30 s.
+static Pswire__Header *
+snap_rpc(const char *url, uint64_t version)
+{
+	Pswire__Header          h  = PSWIRE__HEADER__INIT;
+	Pswire__SnapshotRequest r  = PSWIRE__SNAPSHOT_REQUEST__INIT;
+	ProtobufCMessage       *ph = NULL;
+	nng_socket              sock;
+	nng_ctx                 ctx;
+	nng_aio                *aio;
+	const char             *why = "";
+	r.version                   = version;
+	h.request_id                = 7;
+	h.deadline_ms               = 20000;
+	h.body_case                 = PSWIRE__HEADER__BODY_SNAPSHOT_REQ;
+	h.snapshot_req              = &r;
+	PT_OK(psw_req_open(url, 0, 50, 1000, &sock, &ctx, &aio));
+	int rv = psw_call_header(NULL, ctx, aio, &h.base,
+	    PSWIRE__METHOD__SNAPSHOT, 7, 30000, &ph, &why);
+	ck_assert_msg(rv == FB_OK || rv == FB_EREMOTE, "Snapshot: %s", why);
+	nng_aio_free(aio);
+	nng_close(sock);
+	return (Pswire__Header *) ph;
+}
+
+// A Snapshot asked from another thread while the test trains: the rpc
+// (version 0), or ps_job_snapshot (`ps-server --role=snapshot`) for
+// version `version`.
+struct snap_ask {
+	const char            *url;
+	uint64_t               version;
+	Pswire__Header        *rep; // the rpc's reply
+	struct ps_job_snapshot js;  // ps_job_snapshot's
+	int                    rv;
+	char                   err[256];
+	atomic_int             done;
+};
+
+static void *
+snap_ask_main(void *arg)
+{
+	struct snap_ask *a = arg;
+	if (a->version == 0) {
+		a->rep = snap_rpc(a->url, 0);
+	} else {
+		a->rv = ps_job_snapshot(a->url, NULL, a->version, 20000,
+		    &a->js, a->err, sizeof(a->err));
+	}
+	atomic_store(&a->done, 1);
+	return NULL;
+}
+
+// file_version reads the snapshot version in the header of dir's file of
+// server m.
+static uint64_t
+file_version(const char *dir, int m)
+{
+	char   path[128];
+	size_t n;
+	snprintf(path, sizeof(path), "%s/server-%d.snap", dir, m);
+	uint8_t *b = read_all(path, &n);
+	ck_assert_uint_ge(n, 24);
+	uint64_t v = (uint64_t) fb_get_u32le(b + 16) |
+	    ((uint64_t) fb_get_u32le(b + 20) << 32);
+	free(b);
+	return v;
+}
+
+// The Snapshot rpc sent to the scheduler of a 2-server sync job while it
+// trains: both servers write the same version (the one every shard held
+// when asked, or the next), at least 3 after 3 steps, and the reply sums
+// them.
+// With training stopped it takes the version every shard holds at once.
+// Before the job starts it is refused, and a version some shard is past
+// is refused naming the server. Fails if the servers' files hold
+// different versions (no consistent cut).
+START_TEST(test_snapshot_scheduler_consistent_cut)
+{
+	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
+	struct ps_server_opts    o  = PS_SERVER_OPTS_INIT;
+	struct ps_server        *srv[2];
+	struct ps_scheduler     *sched;
+	struct snapjob           j;
+	struct ferry_opts        fo    = FERRY_OPTS_INIT;
+	struct ferry_tensor_desc d[NT] = { { "a", lens[0] }, { "b", lens[1] },
+		{ "c", lens[2] } };
+	char                     dir[64], url[64], surl[2][64], msg[512];
+	pthread_t                th;
+	struct snap_ask          ask = { 0 };
+
+	tmpdir(dir, sizeof(dir));
+	so.url         = pt_addr(url, sizeof(url), "tcp");
+	so.trainers    = 1;
+	so.servers     = 2;
+	so.shard_bytes = 64;
+	so.probe_bytes = 0;
+	PT_OK(ps_scheduler_open(&so, &sched));
+	const char     *su = ps_scheduler_url(sched);
+	Pswire__Header *rh = snap_rpc(su, 0);
+	ck_assert_int_eq(rh->status, PSWIRE__STATUS__FAILED_PRECONDITION);
+	pswire__header__free_unpacked(rh, NULL);
+	for (int m = 0; m < 2; m++) {
+		o.url           = pt_addr(surl[m], sizeof(surl[m]), "tcp");
+		o.scheduler_url = su;
+		o.snapshot_dir  = dir;
+		PT_OK(ps_server_open(&o, &srv[m]));
+	}
+	memset(&j, 0, sizeof(j));
+	fo.scheduler_url = su;
+	fo.timeout_ms    = 20000;
+	ck_assert_int_eq(ferry_client_open(&fo, &j.c), 0);
+	for (int t = 0; t < NT; t++) {
+		j.wp[t] = j.w[t];
+		for (size_t i = 0; i < 40; i++) {
+			j.w[t][i] = 0.5f - (float) i * 0.01f;
+		}
+	}
+	ck_assert_int_eq(ferry_client_declare(j.c, d, NT), 0);
+	ck_assert_int_eq(
+	    ferry_client_init_weights(j.c, (const float *const *) j.wp), 0);
+	ck_assert_int_eq(ferry_client_pull(j.c, j.wp), 0);
+	for (int k = 0; k < 3; k++) {
+		job_step(&j, k);
+	}
+	// Ask while training goes on; the cut is the next version.
+	ask.url = su;
+	ck_assert_int_eq(pthread_create(&th, NULL, snap_ask_main, &ask), 0);
+	int k = 3;
+	for (; k < 40 && !atomic_load(&ask.done); k++) {
+		job_step(&j, k);
+		fb_sleep_us(50000);
+	}
+	pthread_join(th, NULL);
+	ck_assert_msg(ask.rep->status == PSWIRE__STATUS__OK, "%s: %s",
+	    psw_status_name(ask.rep->status), ask.rep->error);
+	ck_assert_int_eq(ask.rep->body_case,
+	    PSWIRE__HEADER__BODY_SNAPSHOT_REP);
+	uint64_t v = ask.rep->snapshot_rep->version;
+	ck_assert_msg(v >= 4 && v <= (uint64_t) k,
+	    "version %llu after %d "
+	    "steps",
+	    (unsigned long long) v, k);
+	ck_assert_uint_eq(ask.rep->snapshot_rep->servers, 2);
+	ck_assert_uint_eq(ask.rep->snapshot_rep->shards, 5);
+	ck_assert_uint_gt(ask.rep->snapshot_rep->bytes, 0);
+	pswire__header__free_unpacked(ask.rep, NULL);
+	for (int m = 0; m < 2; m++) {
+		char path[128];
+		snprintf(path, sizeof(path), "%s/server-%d.snap", dir, m);
+		PT_OK(ps_snapshot_check(path, msg, sizeof(msg)));
+		ck_assert_uint_eq(file_version(dir, m), v);
+	}
+	// The one-shot client, for a version ahead: the test pauses so that
+	// the request reaches the servers before the shards pass it, then
+	// trains until the files move to it.
+	struct snap_ask ask2 = { .url = su, .version = (uint64_t) k + 3 };
+	ck_assert_int_eq(pthread_create(&th, NULL, snap_ask_main, &ask2), 0);
+	fb_sleep_us(1000000);
+	for (int e = k + 40; k < e && !atomic_load(&ask2.done); k++) {
+		job_step(&j, k);
+		fb_sleep_us(20000);
+	}
+	pthread_join(th, NULL);
+	ck_assert_msg(ask2.rv == FB_OK, "%s (k %d, versions %llu %llu)",
+	    ask2.err, k, (unsigned long long) stat_u64(srv[0], "version"),
+	    (unsigned long long) stat_u64(srv[1], "version"));
+	ck_assert_uint_eq(ask2.js.version, ask2.version);
+	ck_assert_uint_eq(ask2.js.shards, 5);
+	ck_assert_uint_eq(file_version(dir, 0), ask2.version);
+	ck_assert_uint_eq(file_version(dir, 1), ask2.version);
+	// Training stopped (as after the job's last step): every shard holds
+	// one version, and the snapshot is of that version, at once; waiting
+	// for the next would never end.
+	uint64_t now = stat_u64(srv[0], "version");
+	rh           = snap_rpc(su, 0);
+	ck_assert_msg(rh->status == PSWIRE__STATUS__OK, "%s: %s",
+	    psw_status_name(rh->status), rh->error);
+	ck_assert_uint_eq(rh->snapshot_rep->version, now);
+	ck_assert_uint_eq(file_version(dir, 1), now);
+	pswire__header__free_unpacked(rh, NULL);
+	// A version the shards are past is refused, naming a server.
+	struct ps_job_snapshot js;
+	PT_FAIL(ps_job_snapshot(su, NULL, 2, 5000, &js, msg, sizeof(msg)),
+	    FB_EREMOTE);
+	ck_assert_msg(strstr(msg, "FAILED_PRECONDITION") != NULL &&
+	        strstr(msg, "server ") != NULL,
+	    "%s", msg);
+	rh = snap_rpc(su, 2);
+	ck_assert_int_eq(rh->status, PSWIRE__STATUS__FAILED_PRECONDITION);
+	ck_assert_msg(strstr(rh->error, "server ") != NULL, "%s", rh->error);
+	pswire__header__free_unpacked(rh, NULL);
+	ferry_client_close(j.c);
+	ps_server_close(srv[0]);
+	ps_server_close(srv[1]);
+	ps_scheduler_close(sched);
+	rmdir_all(dir);
+}
+END_TEST
+
 Suite *
 suite_snapshot(void)
 {
@@ -479,6 +687,7 @@ suite_snapshot(void)
 	tcase_add_test(tc, test_snapshot_bogus);
 	tcase_add_test(tc, test_snapshot_round_trip_optim);
 	tcase_add_test(tc, test_snapshot_format1);
+	tcase_add_test(tc, test_snapshot_scheduler_consistent_cut);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -51,16 +51,25 @@ struct ps_scheduler_opts {
 	// Copies of each shard (--replicas): a primary and replicas - 1
 	// backups on other servers (1: no backups; capped at the servers).
 	uint32_t    replicas;
+	// Directory of the scheduler's state file (docs/operations.md §12):
+	// the job, members and map are written there whenever they change,
+	// and a scheduler opened on a directory holding one carries on from
+	// it. NULL: nothing persisted.
+	const char *state_dir;
 };
 #define PS_SCHEDULER_OPTS_INIT                                                \
 	{                                                                     \
 		NULL, 1, 1, 1u << 20, 64, 64u << 20, PS_PLACEMENT_UNIFORM, 7, \
-		    1u << 20, 1, 0, 50, 5000, NULL, 1000, 1                   \
+		    1u << 20, 1, 0, 50, 5000, NULL, 1000, 1, NULL             \
 	}
 
-// ps_scheduler_open starts a scheduler listening on opts->url. *out is
-// released with ps_scheduler_close. Errors: FB_EINVAL (bad opts),
-// FB_ETRANSPORT (cannot listen), FB_ENOMEM.
+// ps_scheduler_open starts a scheduler listening on opts->url. With
+// opts->state_dir holding a state file it first loads the job, members
+// and map from it (the epoch carries on). *out is released with
+// ps_scheduler_close. Errors: FB_EINVAL (bad opts, or state_dir is not a
+// directory), FB_ECORRUPT / FB_EPROTO (the state file is damaged or is
+// another job's: logged naming the file, nothing loaded), FB_ETRANSPORT
+// (cannot listen), FB_ENOMEM.
 int ps_scheduler_open(const struct ps_scheduler_opts *opts,
     struct ps_scheduler                             **out);
 
@@ -96,6 +105,25 @@ int ps_scheduler_ready(struct ps_scheduler *s, char *why, size_t n);
 // (job, members, map epoch, parked GetPlacements) to w. Any thread; takes
 // the scheduler's lock.
 void ps_scheduler_state_json(struct ps_scheduler *s, struct obs_writer *w);
+
+// What one snapshot of a whole job wrote (ps_job_snapshot).
+struct ps_job_snapshot {
+	uint64_t version; // the version every server wrote
+	uint32_t shards;  // summed over the servers
+	uint64_t bytes;   // summed file sizes
+};
+
+// ps_job_snapshot asks the scheduler at scheduler_url for one snapshot of
+// the whole job (the Snapshot rpc: every server writes the same version
+// in sync mode; version 0 lets the scheduler pick the next one) and waits
+// up to timeout_ms for every file to be on disk. On FB_OK fills *out.
+// Errors: FB_EINVAL, FB_ETIMEDOUT, FB_EREMOTE (refused or failed: err, n
+// bytes, says why and names the server). Blocks the calling thread. With
+// secret_file (the job's key; NULL: off) the call is signed as the
+// operator. This is `ps-server --role=snapshot`.
+int ps_job_snapshot(const char *scheduler_url, const char *secret_file,
+    uint64_t version, uint32_t timeout_ms, struct ps_job_snapshot *out,
+    char *err, size_t n);
 
 // ps_scheduler_close stops serving and frees. NULL is a no-op.
 void ps_scheduler_close(struct ps_scheduler *s);

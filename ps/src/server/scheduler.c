@@ -50,6 +50,9 @@ dispatch(void *arg, struct ps_call *c)
 	case PSWIRE__METHOD__STATS:
 		on_stats(s, c);
 		break;
+	case PSWIRE__METHOD__SNAPSHOT:
+		ps__sched_on_snapshot(s, c);
+		break;
 	default:
 		ps__call_reply_err(c, PSWIRE__STATUS__UNIMPLEMENTED,
 		    "method %u (%s) is not served by the scheduler",
@@ -109,6 +112,7 @@ ps_scheduler_open(const struct ps_scheduler_opts *o, struct ps_scheduler **out)
 	}
 	if ((rv = ps__open_auth(o->secret_file, PSW_ROLE_SCHEDULER, 0,
 	         &s->auth)) != FB_OK ||
+	    (rv = ps__sched_state_open(s)) != FB_OK ||
 	    (rv = ps__sched_metrics_open(s)) != FB_OK ||
 	    (rv = ps__rpc_open(o->url, o->contexts, o->max_msg, s->auth,
 	         dispatch, s, s->reg, &s->rpc)) != FB_OK ||
@@ -137,8 +141,9 @@ ps_scheduler_close(struct ps_scheduler *s)
 	if (s == NULL) {
 		return;
 	}
-	ps__sched_live_stop(s); // it answers parked calls: stop it first
-	ps__rpc_close(s->rpc);  // parked calls die with their contexts
+	ps__sched_live_stop(s);     // it answers parked calls: stop it first
+	ps__sched_snapshot_stop(s); // it answers a Snapshot call
+	ps__rpc_close(s->rpc);      // parked calls die with their contexts
 	psw_auth_close(s->auth);
 	if (s->job != NULL) {
 		pswire__job_config__free_unpacked(s->job, NULL);
@@ -192,6 +197,9 @@ ps_scheduler_stats(struct ps_scheduler *s, char *buf, size_t n)
 	    (unsigned long long) s->epoch,
 	    s->opts.placement == PS_PLACEMENT_LATENCY ? "latency" : "uniform",
 	    s->start_error);
+	OUT("state_file:%s\r\nstate_saved:%llu\r\nstate_failed:%llu\r\n",
+	    s->state_path, (unsigned long long) s->state_saved,
+	    (unsigned long long) s->state_failed);
 	OUT("# Placement\r\n");
 	if (s->have_report) {
 		OUT("predicted_step_s:%.6f\r\nlower_bound_s:%.6f\r\n"

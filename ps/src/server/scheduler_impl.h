@@ -13,6 +13,8 @@
 //                       calls
 //   scheduler_obs.c     metrics read at scrape time, readiness, the
 //                       /debug/state JSON
+//   scheduler_state.c   the job, members and map on disk (--state-dir)
+//   scheduler_snapshot.c the Snapshot rpc forwarded to every server
 // dispatch -> members -> place -> reply; members -> job; live -> members,
 // place, reply. The placement
 // policy itself (the 10% rule, capacities, round-robin over live servers)
@@ -98,6 +100,14 @@ struct ps_scheduler {
 	pthread_t                sweeper;    // scheduler_live.c
 	int                      sweeper_on; // the thread was started
 	atomic_int               closing;    // tells the sweeper to stop
+	// --state-dir (scheduler_state.c): the file ("" when off) and how
+	// many writes succeeded and failed.
+	char                     state_path[512], state_tmp[520];
+	uint64_t                 state_saved, state_failed;
+	// The Snapshot forwarding thread (scheduler_snapshot.c): running
+	// while it works, joinable until joined.
+	pthread_t                snap_thread;
+	int                      snap_running, snap_joinable;
 };
 
 // ps__sched_probing says whether trainers measure their links before the
@@ -211,6 +221,41 @@ void ps__sched_live_untrack(struct ps_scheduler *s, int role, uint32_t id);
 // with the job's trainer and server counts. Without a body it only
 // replies (a liveness probe of the scheduler). Takes mu.
 void ps__sched_on_heartbeat(struct ps_scheduler *s, struct ps_call *c);
+
+// ---- scheduler_state.c: the job on disk (--state-dir) --------------------
+
+// ps__sched_state_open names the state file under opts.state_dir and, when
+// one is there, loads it into s (job, members, epoch, map): the whole file
+// is checked (magic, format, CRC, every count and index) before s is
+// touched. A no-op without a state_dir. Errors: FB_EINVAL (state_dir is
+// not a directory), FB_ECORRUPT or FB_EPROTO (the file is damaged or was
+// written for another job; logged naming the file, nothing loaded),
+// FB_ENOMEM, FB_ESYSERR|errno. At open, before the rpc serves.
+int ps__sched_state_open(struct ps_scheduler *s);
+
+// ps__sched_state_save writes the job, members, epoch and map to the state
+// file (temp file, fsync, rename: durable.c) when --state-dir is set.
+// Called whenever they change and before a new map is answered to anyone,
+// so that a restarted scheduler never reuses an epoch. Returns FB_OK or
+// FB_ENOMEM / FB_ESYSERR|errno (logged; the previous file is kept). Blocks
+// on the disk for one small write: the scheduler is off the training hot
+// path. mu held.
+int ps__sched_state_save(struct ps_scheduler *s);
+
+// ---- scheduler_snapshot.c: one snapshot of the whole job ----------------
+
+// ps__sched_on_snapshot serves Snapshot: forwards it to every server of
+// the map in force from a thread of its own (sync: one version V for all,
+// the requested one, the version every shard holds, or the highest + 1;
+// async: each server
+// now) and answers with the version and the summed shards and bytes, or
+// the first server's error naming it. One at a time: a second call gets
+// UNAVAILABLE. Takes mu.
+void ps__sched_on_snapshot(struct ps_scheduler *s, struct ps_call *c);
+
+// ps__sched_snapshot_stop waits for a forwarding in progress to end (its
+// calls' deadline bounds it). At close, before the rpc is closed.
+void ps__sched_snapshot_stop(struct ps_scheduler *s);
 
 // ---- scheduler_obs.c: what an operator sees -----------------------------
 

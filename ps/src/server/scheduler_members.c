@@ -65,6 +65,8 @@ maybe_start(struct ps_scheduler *s)
 			FB_LOG(FB_LOG_ERR, "placement", "%s", s->start_error);
 		}
 	}
+	// The members, and the first map, are on disk before anyone sees it.
+	ps__sched_state_save(s);
 	ps__sched_answer_parked(s);
 }
 
@@ -406,6 +408,9 @@ ps__sched_on_leave(struct ps_scheduler *s, struct ps_call *c)
 	} else {
 		status = refuse(&no, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "unknown role %d", l->role);
+	}
+	if (status == 0 && s->placement == NULL) {
+		ps__sched_state_save(s); // a running job saved with its map
 	}
 	pthread_mutex_unlock(&s->mu);
 	if (status != 0) {

@@ -412,6 +412,7 @@ ps__sched_republish(struct ps_scheduler *s, const uint32_t *assign)
 	    "servers",
 	    (unsigned long long) s->epoch, moved, n, promoted,
 	    s->n_servers_seen);
+	ps__sched_state_save(s); // on disk before anyone sees this epoch
 	if (lost > 0) {
 		FB_LOG(FB_LOG_ERR, "placement",
 		    "%zu shard(s) have no live copy left: they are lost",

@@ -58,6 +58,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "durable.h"
 #include "snapshot.h"
 
 // ---- taking a snapshot (mu held) ---------------------------------------------
@@ -258,160 +259,6 @@ snap_request(struct ps_server *s, uint64_t v, uint64_t *seq)
 
 // ---- writing ----------------------------------------------------------------
 
-// Files are written in chunks of this size, each CRC'ed while it is
-// copied into the aligned bounce buffer it is written from.
-#define SNAP_CHUNK (4u << 20)
-// O_DIRECT wants buffer addresses, lengths and file offsets aligned to
-// the device's logical block; 4096 covers every common one.
-#define SNAP_ALIGN 4096u
-
-// write_all writes len bytes of buf to fd. Returns 0 or errno; *done
-// (when not NULL) gets the bytes written either way.
-static int
-write_all(int fd, const uint8_t *buf, size_t len, size_t *done)
-{
-	size_t off = 0;
-	int    e   = 0;
-	while (off < len) {
-		ssize_t n = write(fd, buf + off, len - off);
-		if (n < 0 && errno == EINTR) {
-			continue;
-		}
-		if (n <= 0) {
-			e = n < 0 ? errno : EIO;
-			break;
-		}
-		off += (size_t) n;
-	}
-	if (done != NULL) {
-		*done = off;
-	}
-	return e;
-}
-
-// set_direct turns O_DIRECT on or off on fd. Returns 0 or errno.
-static int
-set_direct(int fd, int on)
-{
-	int fl = fcntl(fd, F_GETFL);
-	if (fl < 0) {
-		return errno;
-	}
-	fl = on ? fl | O_DIRECT : fl & ~O_DIRECT;
-	return fcntl(fd, F_SETFL, fl) != 0 ? errno : 0;
-}
-
-// write_chunk writes n bytes of the aligned bounce buffer b: directly
-// while *direct and n is a whole number of blocks, else buffered (the
-// file's tail, or a file system that refused O_DIRECT: then *direct is
-// cleared for the rest of the file). Returns 0 or errno.
-static int
-write_chunk(int fd, const uint8_t *b, size_t n, int *direct)
-{
-	if (*direct && n % SNAP_ALIGN == 0) {
-		size_t done = 0;
-		int    e    = write_all(fd, b, n, &done);
-		if (e != EINVAL || done != 0) {
-			return e;
-		}
-		// Refused before a byte was written: go buffered.
-	}
-	if (*direct) {
-		*direct = 0;
-		int e   = set_direct(fd, 0);
-		if (e != 0) {
-			return e;
-		}
-	}
-	return write_all(fd, b, n, NULL);
-}
-
-// write_crc writes len bytes of buf to fd, chunk by chunk, then their
-// CRC-32 (the file's trailer). Returns 0 or errno.
-static int
-write_crc(int fd, const uint8_t *buf, size_t len)
-{
-	uint32_t crc = 0;
-	int      e = 0, direct = set_direct(fd, 1) == 0;
-	// One allocation per file (not a hot path), aligned by hand as
-	// every allocation goes through fb_alloc.
-	uint8_t *raw = fb_alloc(SNAP_CHUNK + SNAP_TRAILER + SNAP_ALIGN);
-	if (raw == NULL) {
-		return ENOMEM;
-	}
-	uint8_t *b = raw + (SNAP_ALIGN - (uintptr_t) raw % SNAP_ALIGN);
-
-	for (size_t off = 0; e == 0; off += SNAP_CHUNK) {
-		size_t n = len - off < SNAP_CHUNK ? len - off : SNAP_CHUNK;
-		crc      = fb_crc32_copy(crc, b, buf + off, n);
-		if (off + n == len) { // the last chunk carries the trailer
-			fb_put_u32le(b + n, crc);
-			size_t t = n + SNAP_TRAILER, a = t - t % SNAP_ALIGN;
-			e = a > 0 ? write_chunk(fd, b, a, &direct) : 0;
-			if (e == 0 && t > a) { // the unaligned tail: buffered
-				e = write_chunk(fd, b + a, t - a, &direct);
-			}
-			break;
-		}
-		e = write_chunk(fd, b, n, &direct);
-	}
-	fb_free(raw);
-	return e;
-}
-
-// snap_write_file puts buf and its CRC on disk as p->path through p->tmp:
-// create exclusively, write, fsync, close, rename, fsync the directory.
-// Returns 0
-// or errno (logged, temp file removed, the old file kept).
-static int
-snap_write_file(struct ps_snap *p, const uint8_t *buf, size_t len)
-{
-	const char *step = "create";
-	int         fd, e = 0, flags;
-
-	flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
-	fd    = open(p->tmp, flags, 0644);
-	if (fd < 0 && errno == EEXIST) {
-		// Left by a crash mid-write: never a good snapshot.
-		unlink(p->tmp);
-		fd = open(p->tmp, flags, 0644);
-	}
-	if (fd < 0) {
-		e = errno;
-		goto fail;
-	}
-	step = "write";
-	if ((e = write_crc(fd, buf, len)) == 0) {
-		step = "fsync";
-		e    = fsync(fd) != 0 ? errno : 0;
-	}
-	if (close(fd) != 0 && e == 0) {
-		step = "close";
-		e    = errno;
-	}
-	if (e == 0) {
-		step = "rename";
-		e    = rename(p->tmp, p->path) != 0 ? errno : 0;
-	}
-	if (e != 0) {
-		unlink(p->tmp);
-		goto fail;
-	}
-	// The rename is durable once the directory is.
-	if ((fd = open(p->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
-		if (fsync(fd) != 0) {
-			FB_LOG(FB_LOG_WARN, "snapshot", "fsync %s: %s", p->dir,
-			    strerror(errno));
-		}
-		close(fd);
-	}
-	return 0;
-fail:
-	FB_LOG(FB_LOG_ERR, "snapshot", "%s %s: %s (previous snapshot kept)",
-	    step, step[0] == 'r' ? p->path : p->tmp, strerror(e));
-	return e;
-}
-
 static void *
 snap_writer(void *arg)
 {
@@ -432,7 +279,8 @@ snap_writer(void *arg)
 		uint64_t t0      = fb_clock_ns();
 		pthread_mutex_unlock(&s->mu);
 
-		int e = snap_write_file(p, p->buf, len);
+		int e = ps__durable_write(p->dir, p->path, p->tmp, p->buf, len,
+		    "snapshot");
 
 		pthread_mutex_lock(&s->mu);
 		p->state    = SNAP_IDLE;
@@ -535,6 +383,35 @@ ps__snap_close(struct ps_server *s)
 	fb_free(p);
 }
 
+// snap_query answers a Snapshot query: the highest and lowest versions
+// of the shards held here (the scheduler picks one version for every
+// server from these), and how many shards. Writes nothing. mu held.
+static void
+snap_query(struct ps_server *s, struct ps_call *c)
+{
+	Pswire__Header        h = PSWIRE__HEADER__INIT;
+	Pswire__SnapshotReply r = PSWIRE__SNAPSHOT_REPLY__INIT;
+	if (!atomic_load(&s->ready) || s->pl == NULL) {
+		ps__server_reply_err(s, c, PSWIRE__STATUS__UNAVAILABLE,
+		    "no placement yet");
+		return;
+	}
+	r.low = UINT64_MAX;
+	for (size_t i = 0; i < s->n_global; i++) {
+		if (s->local[i] >= 0) {
+			uint64_t v = s->shards[i].version;
+			r.version  = v > r.version ? v : r.version;
+			r.low      = v < r.low ? v : r.low;
+		}
+	}
+	r.low          = r.low == UINT64_MAX ? r.version : r.low;
+	r.shards       = s->n_shards;
+	h.request_id   = c->hdr->request_id;
+	h.body_case    = PSWIRE__HEADER__BODY_SNAPSHOT_REP;
+	h.snapshot_rep = &r;
+	ps__call_reply(c, &h);
+}
+
 void
 ps__on_snapshot(struct ps_server *s, struct ps_call *c)
 {
@@ -545,7 +422,10 @@ ps__on_snapshot(struct ps_server *s, struct ps_call *c)
 		v = c->hdr->snapshot_req->version;
 	}
 	pthread_mutex_lock(&s->mu);
-	if (s->snap == NULL) {
+	if (c->hdr->body_case == PSWIRE__HEADER__BODY_SNAPSHOT_REQ &&
+	    c->hdr->snapshot_req->query) {
+		snap_query(s, c);
+	} else if (s->snap == NULL) {
 		ps__server_reply_err(s, c, PSWIRE__STATUS__FAILED_PRECONDITION,
 		    "this server has no --snapshot-dir");
 	} else if ((rv = snap_request(s, v, &seq)) == FB_OK) {
