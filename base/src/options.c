@@ -116,67 +116,83 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	      .help  = "write the bound listen URL to this file once listening",
 	      .doc   = "write the bound listen URL to this file once listening "
 	                 "(written to `FILE.tmp`, then renamed)" },
-	[FB_OPT_PS_HTTP_LISTEN]    = { "http-listen", PS, STR, .def = "",
-	       .unset = "off",
-	       .help  = "serve /metrics, /healthz, /readyz, /debug/state on "
-	                   "host:port (port 0: any free port)",
-	       .doc   = "serve `/metrics`, `/healthz`, `/readyz` and "
-	                   "`/debug/state` over HTTP on `host:port` or "
-	                   "`http://host:port` (port 0 picks a free port); see "
-	                   "[§11](#11-metrics-and-health)" },
-	[FB_OPT_PS_HTTP_URL_FILE]  = { "http-url-file", PS, STR, .def = "",
-	     .unset = "none",
-	     .help  = "write the HTTP endpoints' base URL to this file",
-	     .doc   = "write the HTTP endpoints' base URL (bound port filled "
-	               "in) to this file once serving" },
-	[FB_OPT_PS_LOG_LEVEL]      = { "log-level", PS,
-	         ENUM("err|warn|notice|info|debug"), .def = "notice",
-	         .help = "err | warn | notice | info | debug",
-	         .doc  = "log threshold" },
-	[FB_OPT_PS_STALL_WARN_MS]  = { "stall-warn-ms", SRV, INT(0, 86400000),
-	     .def  = "10000",
-	     .help = "server: log once when a sync round waits longer than "
-	              "this for some trainers' pushes (0: never)",
-	     .doc  = "a sync round that waits longer than this for the "
-	              "pushes of some trainers logs, once, which ranks it waits "
-	              "for and since when (0: never); see §7.1" },
-	[FB_OPT_PS_HEARTBEAT_MS]   = { "heartbeat-ms", SRV, INT(0, 3600000),
-	      .def  = "1000",
-	      .help = "server: heartbeat the scheduler this often (0: never)",
-	      .doc  = "heartbeat the scheduler this often, so that it notices "
-	                "when this server dies (0: never; the scheduler then "
-	                "never declares it dead); see §12" },
-	[FB_OPT_PS_DEAD_AFTER_MS]  = { "dead-after-ms", SCH, INT(0, 86400000),
-	     .def  = "5000",
-	     .help = "scheduler: declare a member that heartbeats dead after "
-	              "this long without one (0: never)",
-	     .doc  = "a member that has heartbeated and then stays silent "
-	              "this long is declared dead: a trainer is taken out of "
-	              "the sync rounds, a server's lost shards are logged "
-	              "(0: never); see §12" },
-	[FB_OPT_PS_SNAPSHOT_DIR]   = { "snapshot-dir", SRV, STR, .def = "",
-	      .unset = "no snapshots",
-	      .help  = "server: write snapshots to DIR/server-<index>.snap "
-	                 "(and restore from it)",
-	      .doc   = "directory of this server's snapshot file "
-	                 "`server-<index>.snap`: written every "
-	                 "`--snapshot-every` versions or on a Snapshot rpc, "
-	                 "loaded at start (`--restore`); see §7.2" },
-	[FB_OPT_PS_SNAPSHOT_EVERY] = { "snapshot-every", SRV,
-	    INT(0, 1LL << 40), .def = "0",
-	    .help = "server: snapshot every N sync versions (0: only on "
-	            "request)",
-	    .doc  = "in a sync job, snapshot the shards each time they reach "
-	            "a multiple of this version (0: only on a Snapshot "
-	            "rpc); needs `--snapshot-dir`" },
-	[FB_OPT_PS_RESTORE]        = { "restore", SRV, ENUM("auto|yes|no"),
-	           .def  = "auto",
-	           .help = "server: load the snapshot at start: auto (when "
-	                          "the file exists) | yes (required) | no",
-	           .doc  = "load `--snapshot-dir`'s file into the shards the "
-	                          "first map places here: `auto` when it exists, "
-	                          "`yes` refuses to serve without it, `no` ignores "
-	                          "it (a fresh job)" },
+	[FB_OPT_PS_HTTP_LISTEN]     = { "http-listen", PS, STR, .def = "",
+	        .unset = "off",
+	        .help  = "serve /metrics, /healthz, /readyz, /debug/state on "
+	                     "host:port (port 0: any free port)",
+	        .doc   = "serve `/metrics`, `/healthz`, `/readyz` and "
+	                     "`/debug/state` over HTTP on `host:port` or "
+	                     "`http://host:port` (port 0 picks a free port); see "
+	                     "[§11](#11-metrics-and-health)" },
+	[FB_OPT_PS_HTTP_URL_FILE]   = { "http-url-file", PS, STR, .def = "",
+	      .unset = "none",
+	      .help  = "write the HTTP endpoints' base URL to this file",
+	      .doc   = "write the HTTP endpoints' base URL (bound port filled "
+	                 "in) to this file once serving" },
+	[FB_OPT_PS_LOG_LEVEL]       = { "log-level", PS,
+	          ENUM("err|warn|notice|info|debug"), .def = "notice",
+	          .help = "err | warn | notice | info | debug",
+	          .doc  = "log threshold" },
+	[FB_OPT_PS_STALL_WARN_MS]   = { "stall-warn-ms", SRV, INT(0, 86400000),
+	      .def  = "10000",
+	      .help = "server: log once when a sync round waits longer than "
+	                "this for some trainers' pushes (0: never)",
+	      .doc  = "a sync round that waits longer than this for the "
+	                "pushes of some trainers logs, once, which ranks it waits "
+	                "for and since when (0: never); see §7.1" },
+	[FB_OPT_PS_HEARTBEAT_MS]    = { "heartbeat-ms", SRV, INT(0, 3600000),
+	       .def  = "1000",
+	       .help = "server: heartbeat the scheduler this often (0: never)",
+	       .doc  = "heartbeat the scheduler this often, so that it notices "
+	                  "when this server dies (0: never; the scheduler then "
+	                  "never declares it dead); see §12" },
+	[FB_OPT_PS_DEAD_AFTER_MS]   = { "dead-after-ms", SCH, INT(0, 86400000),
+	      .def  = "5000",
+	      .help = "scheduler: declare a member that heartbeats dead after "
+	                "this long without one (0: never)",
+	      .doc  = "a member that has heartbeated and then stays silent "
+	                "this long is declared dead: a trainer is taken out of "
+	                "the sync rounds, a server's lost shards are logged "
+	                "(0: never); see §12" },
+	[FB_OPT_PS_SNAPSHOT_DIR]    = { "snapshot-dir", SRV, STR, .def = "",
+	       .unset = "no snapshots",
+	       .help  = "server: write snapshots to DIR/server-<index>.snap "
+	                   "(and restore from it)",
+	       .doc   = "directory of this server's snapshot file "
+	                   "`server-<index>.snap`: written every "
+	                   "`--snapshot-every` versions or on a Snapshot rpc, "
+	                   "loaded at start (`--restore`); see §7.2" },
+	[FB_OPT_PS_SNAPSHOT_EVERY]  = { "snapshot-every", SRV,
+	     INT(0, 1LL << 40), .def = "0",
+	     .help = "server: snapshot every N sync versions (0: only on "
+	              "request)",
+	     .doc  = "in a sync job, snapshot the shards each time they reach "
+	              "a multiple of this version (0: only on a Snapshot "
+	              "rpc); needs `--snapshot-dir`" },
+	[FB_OPT_PS_RESTORE]         = { "restore", SRV, ENUM("auto|yes|no"),
+	            .def  = "auto",
+	            .help = "server: load the snapshot at start: auto (when "
+	                            "the file exists) | yes (required) | no",
+	            .doc  = "load `--snapshot-dir`'s file into the shards the "
+	                            "first map places here: `auto` when it exists, "
+	                            "`yes` refuses to serve without it, `no` ignores "
+	                            "it (a fresh job)" },
+	[FB_OPT_PS_MAX_JOB_MB]      = { "max-job-mb", SCH, INT(1, 1LL << 24),
+	         .def  = "16384",
+	         .help = "scheduler: refuse a job whose tensors total more than "
+	                      "this, MiB",
+	         .doc  = "the most a job's declared tensors may total, MiB: a "
+	                      "larger declaration (or one cut into more than 2^20 "
+	                      "shards) gets `INVALID_ARGUMENT` before anything is "
+	                      "built (docs/security.md)" },
+	[FB_OPT_PS_MAX_INFLIGHT_MB] = { "max-inflight-mb", PS,
+	    INT(0, 1LL << 20), .def = "4096",
+	    .help = "bytes all calls in progress may hold, MiB (0: no cap)",
+	    .doc  = "the most all calls in progress (parked requests, "
+	            "replies being sent) may hold together, MiB; one "
+	            "connection may hold 2 x `--max-msg-mb` + 1 MiB and a "
+	            "quarter of `--contexts` calls (0: no total cap; "
+	            "docs/security.md)" },
 
 	// ---- trainer -----------------------------------------------------
 	[FB_OPT_TR_SCHEDULER] = { "scheduler", TR, STR_NONEMPTY,

@@ -190,6 +190,10 @@ main(int argc, char **argv)
 		o.reprobe_change_pct = (uint32_t) cfg_int(
 		    FB_OPT_PS_REPROBE_CHANGE_PCT);
 		o.dead_after_ms = (uint32_t) cfg_int(FB_OPT_PS_DEAD_AFTER_MS);
+		o.max_job_bytes = (uint64_t) cfg_int(FB_OPT_PS_MAX_JOB_MB)
+		    << 20;
+		o.max_inflight = (size_t) cfg_int(FB_OPT_PS_MAX_INFLIGHT_MB)
+		    << 20;
 		if ((rv = ps_scheduler_open(&o, &sched)) != FB_OK) {
 			FB_LOG(FB_LOG_ERR, "main",
 			    "cannot start scheduler: %s", fb_strerror(rv));
@@ -213,6 +217,8 @@ main(int argc, char **argv)
 		      : NULL;
 		o.snapshot_every = (uint64_t) cfg_int(
 		    FB_OPT_PS_SNAPSHOT_EVERY);
+		o.max_inflight = (size_t) cfg_int(FB_OPT_PS_MAX_INFLIGHT_MB)
+		    << 20;
 		o.restore = strcmp(cfg_str(FB_OPT_PS_RESTORE), "yes") == 0
 		    ? PS_RESTORE_YES
 		    : strcmp(cfg_str(FB_OPT_PS_RESTORE), "no") == 0

@@ -39,11 +39,19 @@ struct ps_scheduler_opts {
 	// is declared dead (0 = never). Members that never heartbeat are not
 	// tracked.
 	uint32_t    dead_after_ms;
+	// Limits (docs/security.md): a job's declared tensors may total at
+	// most max_job_bytes and be cut into at most max_shards shards,
+	// checked before anything is built; calls in progress may hold at
+	// most max_inflight bytes in all (0: no cap).
+	uint64_t    max_job_bytes;
+	uint32_t    max_shards;
+	size_t      max_inflight;
 };
 #define PS_SCHEDULER_OPTS_INIT                                                \
 	{                                                                     \
 		NULL, 1, 1, 1u << 20, 64, 64u << 20, PS_PLACEMENT_UNIFORM, 7, \
-		    1u << 20, 1, 0, 50, 5000                                  \
+		    1u << 20, 1, 0, 50, 5000, 16ull << 30, 1u << 20,          \
+		    1ull << 30                                                \
 	}
 
 // ps_scheduler_open starts a scheduler listening on opts->url. *out is
@@ -109,11 +117,17 @@ struct ps_server_opts {
 	const char *snapshot_dir;
 	uint64_t    snapshot_every;
 	int         restore;
+	// Limits (docs/security.md): the bytes calls in progress (parked
+	// requests, replies being sent) may hold in all (0: no cap), and
+	// the longest a call may stay parked (ms; a call without a deadline
+	// gets this one).
+	size_t      max_inflight;
+	uint32_t    park_max_ms;
 };
 #define PS_SERVER_OPTS_INIT                                                   \
 	{                                                                     \
 		NULL, NULL, NULL, 256, 256u << 20, 10000, 0, 10000, 1000,     \
-		    NULL, 0, PS_RESTORE_AUTO                                  \
+		    NULL, 0, PS_RESTORE_AUTO, 4ull << 30, 300000              \
 	}
 
 // When a server with a snapshot_dir loads its snapshot file.

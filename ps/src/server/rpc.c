@@ -56,9 +56,52 @@ struct ps_rpc {
 	void              *arg;
 	char               url[256];
 	struct rpc_metrics m;
+	// LIMITS (rpc.h); pipe_gone is set once before any pipe closes.
+	size_t             conn_bytes, total_bytes;
+	void (*pipe_gone)(void *arg, uint32_t pipe);
 };
 
 static void call_cb(void *arg);
+
+// call_unhold ends c's LIMITS accounting.
+static void
+call_unhold(struct ps_call *c)
+{
+	atomic_store_explicit(&c->pipe, 0, memory_order_relaxed);
+	atomic_store_explicit(&c->held, 0, memory_order_relaxed);
+}
+
+// pipe_usage counts the calls other than c that hold bytes for connection
+// pipe (*calls, *bytes) and the bytes every call holds (*total).
+static void
+pipe_usage(const struct ps_rpc *r, const struct ps_call *c, uint32_t pipe,
+    int *calls, size_t *bytes, size_t *total)
+{
+	*calls = 0;
+	*bytes = 0;
+	*total = 0;
+	for (int i = 0; i < r->n; i++) {
+		const struct ps_call *o    = &r->calls[i];
+		size_t                held = atomic_load_explicit(&o->held,
+		                   memory_order_relaxed);
+		*total += held;
+		if (o != c &&
+		    atomic_load_explicit(&o->pipe, memory_order_relaxed) ==
+		        pipe) {
+			(*calls)++;
+			*bytes += held;
+		}
+	}
+}
+
+size_t
+ps__rpc_pipe_held(const struct ps_call *c)
+{
+	int    calls;
+	size_t bytes, total;
+	pipe_usage(c->rpc, c, atomic_load(&c->pipe), &calls, &bytes, &total);
+	return bytes;
+}
 
 static void
 call_release(struct ps_call *c)
@@ -101,6 +144,7 @@ send_reply(struct ps_call *c, nng_msg *m, int status)
 {
 	count(c, status, m);
 	call_release(c);
+	atomic_store_explicit(&c->held, nng_msg_len(m), memory_order_relaxed);
 	c->state = ST_SEND;
 	nng_aio_set_msg(c->aio, m);
 	nng_ctx_send(c->ctx, c->aio);
@@ -128,6 +172,7 @@ reply_status(struct ps_call *c, uint64_t req_id, int status, const char *err)
 		// Out of memory: drop the request; the client's deadline
 		// fires. Go back to receiving.
 		call_release(c);
+		call_unhold(c);
 		c->state = ST_RECV;
 		nng_ctx_recv(c->ctx, c->aio);
 		return;
@@ -138,6 +183,7 @@ reply_status(struct ps_call *c, uint64_t req_id, int status, const char *err)
 		// but a frameless reply must never go out: drop it instead.
 		nng_msg_free(m);
 		call_release(c);
+		call_unhold(c);
 		c->state = ST_RECV;
 		nng_ctx_recv(c->ctx, c->aio);
 		return;
@@ -198,6 +244,44 @@ ps__call_reply_stats(struct ps_call *c, const char *text)
 	ps__call_reply(c, &h);
 }
 
+// over_limits starts c's LIMITS accounting and answers it
+// RESOURCE_EXHAUSTED (returning -1) when its connection or the whole rpc
+// would hold more than the limits allow.
+static int
+over_limits(struct ps_call *c)
+{
+	struct ps_rpc *r       = c->rpc;
+	uint32_t       pipe    = nng_pipe_id(nng_msg_get_pipe(c->req));
+	size_t         mine    = nng_msg_len(c->req), bytes, total;
+	int            calls   = 0;
+	int            max_cls = r->n / 4 > 2 ? r->n / 4 : 2;
+	char           why[160];
+
+	pipe_usage(r, c, pipe, &calls, &bytes, &total);
+	if (calls >= max_cls) {
+		snprintf(why, sizeof(why),
+		    "this connection already has %d calls in progress (cap %d)",
+		    calls, max_cls);
+	} else if (bytes + mine > r->conn_bytes) {
+		snprintf(why, sizeof(why),
+		    "this connection holds %zu bytes in calls in progress; "
+		    "%zu more exceed its %zu-byte cap",
+		    bytes, mine, r->conn_bytes);
+	} else if (r->total_bytes != 0 && total + mine > r->total_bytes) {
+		snprintf(why, sizeof(why),
+		    "calls in progress hold %zu bytes; %zu more exceed the "
+		    "%zu-byte cap",
+		    total, mine, r->total_bytes);
+	} else {
+		atomic_store_explicit(&c->held, mine, memory_order_relaxed);
+		atomic_store_explicit(&c->pipe, pipe, memory_order_relaxed);
+		return 0;
+	}
+	reply_status(c, c->hdr->request_id, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+	    why);
+	return -1;
+}
+
 static void
 handle(struct ps_call *c)
 {
@@ -225,6 +309,9 @@ handle(struct ps_call *c)
 	}
 	c->deadline = c->hdr->deadline_ms ? fb_clock_ms() + c->hdr->deadline_ms
 	                                  : 0;
+	if (over_limits(c) != 0) {
+		return;
+	}
 	c->rpc->handler(c->rpc->arg, c);
 }
 
@@ -252,6 +339,7 @@ call_cb(void *arg)
 		handle(c);
 		break;
 	case ST_SEND:
+		call_unhold(c);
 		if (nng_aio_result(c->aio) != 0) {
 			nng_msg_free(nng_aio_get_msg(c->aio));
 			if (nng_aio_result(c->aio) == NNG_ECLOSED) {
@@ -346,9 +434,10 @@ ps__rpc_open(const char *url, int ncontexts, size_t max_msg,
 		fb_free(r);
 		return rv;
 	}
-	r->handler = handler;
-	r->arg     = arg;
-	r->n       = ncontexts;
+	r->handler    = handler;
+	r->arg        = arg;
+	r->n          = ncontexts;
+	r->conn_bytes = 2 * max_msg + (1u << 20);
 	if ((r->calls = fb_zalloc(sizeof(*r->calls) * (size_t) ncontexts)) ==
 	    NULL) {
 		fb_free(r);
@@ -396,6 +485,29 @@ ps__rpc_open(const char *url, int ncontexts, size_t max_msg,
 	}
 	*out = r;
 	return FB_OK;
+}
+
+// on_pipe_rem tells the role that connection p closed (LIMITS).
+static void
+on_pipe_rem(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	struct ps_rpc *r = arg;
+	(void) ev;
+	if (r->pipe_gone != NULL) {
+		r->pipe_gone(r->arg, nng_pipe_id(p));
+	}
+}
+
+void
+ps__rpc_set_limits(struct ps_rpc *r, size_t conn_bytes, size_t total_bytes,
+    void (*pipe_gone)(void *arg, uint32_t pipe))
+{
+	r->conn_bytes  = conn_bytes;
+	r->total_bytes = total_bytes;
+	r->pipe_gone   = pipe_gone;
+	if (pipe_gone != NULL) {
+		nng_pipe_notify(r->sock, NNG_PIPE_EV_REM_POST, on_pipe_rem, r);
+	}
 }
 
 const char *

@@ -8,6 +8,15 @@
 // is sent a parked call's context receives nothing more, so N bounds the
 // number of requests in flight.
 //
+// LIMITS. A connection (an nng pipe) may hold at most a quarter of the
+// contexts (at least 2) in calls not yet answered or whose answer is still
+// being sent, and at most conn_bytes of their requests and answers; all
+// connections together at most total_bytes. A request over a limit is
+// answered RESOURCE_EXHAUSTED before any handler sees it, so one peer that
+// parks calls or never reads its answers cannot take the contexts or the
+// memory the others need. When a connection closes, the role's pipe_gone
+// hook answers the calls it parked, which frees their contexts.
+//
 // METRICS. Every request is counted here, the one place all of them pass:
 // by method when answered (ferry_rpc_requests_total), by method and status
 // when the answer is not OK (ferry_rpc_errors_total), bytes in and out,
@@ -17,6 +26,7 @@
 #define PS_RPC_H
 
 #include <nng/nng.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "ferry.pb-c.h"
@@ -39,6 +49,10 @@ struct ps_call {
 	uint64_t         park_version; // for handlers' use while parked
 	uint64_t         t0_ns;        // fb_clock_ns() at receipt
 	int              mix;          // method's metrics index
+	// LIMITS accounting, read by other contexts' threads: the id of the
+	// connection this call holds bytes for (0: none) and how many.
+	_Atomic uint32_t pipe;
+	_Atomic size_t   held;
 };
 
 typedef void (*ps_rpc_handler)(void *arg, struct ps_call *call);
@@ -52,6 +66,19 @@ typedef void (*ps_rpc_handler)(void *arg, struct ps_call *call);
 int ps__rpc_open(const char *url, int ncontexts, size_t max_msg,
     ps_rpc_handler handler, void *arg, struct obs_registry *reg,
     struct ps_rpc **out);
+
+// ps__rpc_set_limits sets the LIMITS above: conn_bytes per connection and
+// total_bytes over all (0: no total cap), and pipe_gone(arg, pipe id),
+// called on an nng thread when a connection closes so that the role can
+// answer the calls that connection parked (NULL: none). Call right after
+// ps__rpc_open; until then a connection may hold 2 * max_msg + 1 MiB.
+void ps__rpc_set_limits(struct ps_rpc *rpc, size_t conn_bytes,
+    size_t total_bytes, void (*pipe_gone)(void *arg, uint32_t pipe));
+
+// ps__rpc_pipe_held returns the bytes the other calls of c's connection
+// hold (requests parked, answers being sent), for handlers that bound
+// what one peer may ask for (Probe).
+size_t ps__rpc_pipe_held(const struct ps_call *c);
 
 // ps__rpc_url writes the bound URL (with the real port if url had port 0).
 const char *ps__rpc_url(const struct ps_rpc *rpc);

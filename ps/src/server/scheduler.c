@@ -57,6 +57,15 @@ dispatch(void *arg, struct ps_call *c)
 	}
 }
 
+// sched_max_msg is the scheduler's receive cap: its requests are
+// header-only, so a frame and the largest header, or less if configured.
+static size_t
+sched_max_msg(const struct ps_scheduler_opts *o)
+{
+	size_t cap = PSW_FRAME_HDR + PSW_MAX_HEADER;
+	return o->max_msg < cap ? o->max_msg : cap;
+}
+
 int
 ps_scheduler_open(const struct ps_scheduler_opts *o, struct ps_scheduler **out)
 {
@@ -98,9 +107,14 @@ ps_scheduler_open(const struct ps_scheduler_opts *o, struct ps_scheduler **out)
 		return FB_ENOMEM;
 	}
 	if ((rv = ps__sched_metrics_open(s)) != FB_OK ||
-	    (rv = ps__rpc_open(o->url, o->contexts, o->max_msg, dispatch, s,
-	         s->reg, &s->rpc)) != FB_OK ||
-	    (rv = ps__sched_live_start(s)) != FB_OK) {
+	    (rv = ps__rpc_open(o->url, o->contexts, sched_max_msg(o), dispatch,
+	         s, s->reg, &s->rpc)) != FB_OK) {
+		ps_scheduler_close(s);
+		return rv;
+	}
+	ps__rpc_set_limits(s->rpc, 2 * sched_max_msg(o), o->max_inflight,
+	    ps__sched_pipe_gone);
+	if ((rv = ps__sched_live_start(s)) != FB_OK) {
 		ps_scheduler_close(s);
 		return rv;
 	}

@@ -55,6 +55,35 @@ ps__copy_finite(float *dst, const void *p, size_t n)
 }
 
 int
+ps__update_finite(const float *x, float scale, const void *a, const void *b,
+    size_t n)
+{
+	const uint8_t *pa = a, *pb = b;
+	uint32_t       bad = 0;
+	if (pb == NULL) {
+		for (size_t i = 0; i < n; i++) {
+			float g, v;
+			memcpy(&g, pa + 4 * i, 4);
+			v = x[i] - scale * g;
+			uint32_t u;
+			memcpy(&u, &v, 4);
+			bad |= nonfinite(u);
+		}
+	} else {
+		for (size_t i = 0; i < n; i++) {
+			float    g, h, v;
+			uint32_t u;
+			memcpy(&g, pa + 4 * i, 4);
+			memcpy(&h, pb + 4 * i, 4);
+			v = x[i] - scale * (g + h);
+			memcpy(&u, &v, 4);
+			bad |= nonfinite(u);
+		}
+	}
+	return !bad;
+}
+
+int
 ps__shard_complete(const struct ps_server *s, const struct srv_shard *sh)
 {
 	if (sh->n_pushed == 0) {
@@ -103,7 +132,19 @@ ps__shard_apply_sync(struct ps_server *s, struct srv_shard *sh)
 		}
 		k++;
 	}
-	if (k == 1) {
+	// An update that would overflow (finite pushes whose sum, or whose
+	// step, leaves the float range) is refused whole: the weights stay
+	// as they were and the version still advances, so that no trainer
+	// waits for a round that cannot close.
+	if (!ps__update_finite(sh->x, scale, k > 2 ? s->sum : g[0],
+	        k == 2 ? g[1] : NULL, n)) {
+		atomic_fetch_add_explicit(&s->n_overflow, 1,
+		    memory_order_relaxed);
+		FB_LOG(FB_LOG_ERR, "store",
+		    "shard %u round %llu: the update would overflow to Inf or "
+		    "NaN; refused (weights unchanged)",
+		    sh->id, (unsigned long long) sh->version);
+	} else if (k == 1) {
 		for (size_t i = 0; i < n; i++) {
 			sh->x[i] -= scale * g[0][i];
 		}
