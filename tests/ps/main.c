@@ -12,6 +12,7 @@ main(void)
 	srunner_add_suite(sr, suite_stall());
 	srunner_add_suite(sr, suite_live());
 	srunner_add_suite(sr, suite_snapshot());
+	srunner_add_suite(sr, suite_limits());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

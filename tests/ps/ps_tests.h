@@ -5,4 +5,5 @@ Suite *suite_cluster(void);
 Suite *suite_stall(void);
 Suite *suite_live(void);
 Suite *suite_snapshot(void);
+Suite *suite_limits(void);
 #endif

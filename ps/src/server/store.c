@@ -177,15 +177,35 @@ int
 ps__map_check(const Pswire__Placement *pl)
 {
 	Pswire__JobConfig *job = pl->job;
-	if (job == NULL || pl->trainers == 0 || pl->n_shards == 0 ||
-	    pl->n_shards > (1u << 24)) {
+	// Bounds as the scheduler's own (--trainers and --servers at most
+	// 4096 at start, joins after; 65536 tensors of 2^34 floats; 2^24
+	// shards), so that every size below is computed without overflow.
+	if (job == NULL || pl->trainers == 0 || pl->trainers > 65536 ||
+	    pl->n_servers == 0 || pl->n_servers > 65536 || pl->n_shards == 0 ||
+	    pl->n_shards > (1u << 24) || job->n_tensors == 0 ||
+	    job->n_tensors > 65536 || pl->n_gone_trainers > pl->trainers) {
 		return FB_EPROTO;
+	}
+	for (size_t i = 0; i < pl->n_servers; i++) {
+		if (pl->servers[i] == NULL || pl->servers[i][0] == '\0') {
+			return FB_EPROTO;
+		}
+	}
+	for (size_t t = 0; t < job->n_tensors; t++) {
+		if (job->tensors[t]->len == 0 ||
+		    job->tensors[t]->len > (1ull << 34)) {
+			return FB_EPROTO;
+		}
 	}
 	for (size_t i = 0; i < pl->n_shards; i++) {
 		Pswire__ShardInfo *si = pl->shards[i];
+		// len <= 2^34 and trainers <= 2^16: len * 4 * trainers (the
+		// staging slots) stays below 2^52; offset is checked before
+		// it is added, so offset + len cannot wrap.
 		if (si->tensor >= job->n_tensors || si->len == 0 ||
 		    si->len > (1ull << 34) ||
-		    si->offset + si->len > job->tensors[si->tensor]->len ||
+		    si->offset > job->tensors[si->tensor]->len ||
+		    si->len > job->tensors[si->tensor]->len - si->offset ||
 		    si->server >= pl->n_servers) {
 			return FB_EPROTO;
 		}
