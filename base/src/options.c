@@ -184,7 +184,7 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	         .doc  = "the most a job's declared tensors may total, MiB: a "
 	                      "larger declaration (or one cut into more than 2^20 "
 	                      "shards) gets `INVALID_ARGUMENT` before anything is "
-	                      "built (docs/security.md)" },
+	                      "built (docs/operations.md §13)" },
 	[FB_OPT_PS_MAX_INFLIGHT_MB] = { "max-inflight-mb", PS,
 	    INT(0, 1LL << 20), .def = "4096",
 	    .help = "bytes all calls in progress may hold, MiB (0: no cap)",
@@ -192,7 +192,7 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	            "replies being sent) may hold together, MiB; one "
 	            "connection may hold 2 x `--max-msg-mb` + 1 MiB and a "
 	            "quarter of `--contexts` calls (0: no total cap; "
-	            "docs/security.md)" },
+	            "docs/operations.md §13)" },
 
 	// ---- trainer -----------------------------------------------------
 	[FB_OPT_TR_SCHEDULER] = { "scheduler", TR, STR_NONEMPTY,

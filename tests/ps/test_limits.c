@@ -1,6 +1,6 @@
-// test_limits.c — the limits of issue 12 (docs/security.md), each against
-// a live in-process job: parked calls from one connection do not stop the
-// others being served (and closing it frees them), an update that would
+// test_limits.c — the limits of issue 12 (docs/operations.md §13), each
+// against a live in-process job: parked calls from one connection do not stop
+// the others being served (and closing it frees them), an update that would
 // overflow is refused and leaves the weights finite, a huge declaration
 // is refused before anything is built, a server refuses a bad map from a
 // fake scheduler, a Pull with a payload is refused, and probe replies stay
@@ -379,7 +379,7 @@ register_huge(const char *url, size_t nt, uint64_t len)
 	Pswire__JobConfig       jc = PSWIRE__JOB_CONFIG__INIT;
 	Pswire__TensorDesc     *td = calloc(nt, sizeof(*td));
 	Pswire__TensorDesc    **tp = calloc(nt, sizeof(*tp));
-	char(*names)[16]           = calloc(nt, sizeof(*names));
+	char(*names)[24]           = calloc(nt, sizeof(*names));
 	ck_assert(td != NULL && tp != NULL && names != NULL);
 	for (size_t i = 0; i < nt; i++) {
 		pswire__tensor_desc__init(&td[i]);

@@ -39,8 +39,8 @@ struct ps_scheduler_opts {
 	// is declared dead (0 = never). Members that never heartbeat are not
 	// tracked.
 	uint32_t    dead_after_ms;
-	// Limits (docs/security.md): a job's declared tensors may total at
-	// most max_job_bytes and be cut into at most max_shards shards,
+	// Limits (docs/operations.md §13): a job's declared tensors may total
+	// at most max_job_bytes and be cut into at most max_shards shards,
 	// checked before anything is built; calls in progress may hold at
 	// most max_inflight bytes in all (0: no cap).
 	uint64_t    max_job_bytes;
@@ -117,7 +117,7 @@ struct ps_server_opts {
 	const char *snapshot_dir;
 	uint64_t    snapshot_every;
 	int         restore;
-	// Limits (docs/security.md): the bytes calls in progress (parked
+	// Limits (docs/operations.md §13): the bytes calls in progress (parked
 	// requests, replies being sent) may hold in all (0: no cap), and
 	// the longest a call may stay parked (ms; a call without a deadline
 	// gets this one).

@@ -56,9 +56,10 @@ struct ps_rpc {
 	void              *arg;
 	char               url[256];
 	struct rpc_metrics m;
-	// LIMITS (rpc.h); pipe_gone is set once before any pipe closes.
-	size_t             conn_bytes, total_bytes;
-	void (*pipe_gone)(void *arg, uint32_t pipe);
+	// LIMITS (rpc.h): set once just after open, while contexts may
+	// already be serving, hence atomic.
+	_Atomic size_t     conn_bytes, total_bytes;
+	void (*_Atomic pipe_gone)(void *arg, uint32_t pipe);
 };
 
 static void call_cb(void *arg);
@@ -251,6 +252,8 @@ static int
 over_limits(struct ps_call *c)
 {
 	struct ps_rpc *r       = c->rpc;
+	size_t         conn    = atomic_load(&r->conn_bytes);
+	size_t         all     = atomic_load(&r->total_bytes);
 	uint32_t       pipe    = nng_pipe_id(nng_msg_get_pipe(c->req));
 	size_t         mine    = nng_msg_len(c->req), bytes, total;
 	int            calls   = 0;
@@ -262,16 +265,16 @@ over_limits(struct ps_call *c)
 		snprintf(why, sizeof(why),
 		    "this connection already has %d calls in progress (cap %d)",
 		    calls, max_cls);
-	} else if (bytes + mine > r->conn_bytes) {
+	} else if (bytes + mine > conn) {
 		snprintf(why, sizeof(why),
 		    "this connection holds %zu bytes in calls in progress; "
 		    "%zu more exceed its %zu-byte cap",
-		    bytes, mine, r->conn_bytes);
-	} else if (r->total_bytes != 0 && total + mine > r->total_bytes) {
+		    bytes, mine, conn);
+	} else if (all != 0 && total + mine > all) {
 		snprintf(why, sizeof(why),
 		    "calls in progress hold %zu bytes; %zu more exceed the "
 		    "%zu-byte cap",
-		    total, mine, r->total_bytes);
+		    total, mine, all);
 	} else {
 		atomic_store_explicit(&c->held, mine, memory_order_relaxed);
 		atomic_store_explicit(&c->pipe, pipe, memory_order_relaxed);
@@ -491,10 +494,11 @@ ps__rpc_open(const char *url, int ncontexts, size_t max_msg,
 static void
 on_pipe_rem(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
-	struct ps_rpc *r = arg;
+	struct ps_rpc *r               = arg;
+	void (*gone)(void *, uint32_t) = atomic_load(&r->pipe_gone);
 	(void) ev;
-	if (r->pipe_gone != NULL) {
-		r->pipe_gone(r->arg, nng_pipe_id(p));
+	if (gone != NULL) {
+		gone(r->arg, nng_pipe_id(p));
 	}
 }
 
@@ -502,9 +506,9 @@ void
 ps__rpc_set_limits(struct ps_rpc *r, size_t conn_bytes, size_t total_bytes,
     void (*pipe_gone)(void *arg, uint32_t pipe))
 {
-	r->conn_bytes  = conn_bytes;
-	r->total_bytes = total_bytes;
-	r->pipe_gone   = pipe_gone;
+	atomic_store(&r->conn_bytes, conn_bytes);
+	atomic_store(&r->total_bytes, total_bytes);
+	atomic_store(&r->pipe_gone, pipe_gone);
 	if (pipe_gone != NULL) {
 		nng_pipe_notify(r->sock, NNG_PIPE_EV_REM_POST, on_pipe_rem, r);
 	}
@@ -529,6 +533,9 @@ ps__rpc_close(struct ps_rpc *r)
 		}
 	}
 	for (int i = 0; i < r->n; i++) {
+		// nng_aio_stop waited for the last callback; this load is the
+		// edge ThreadSanitizer can see (the `state` comment in rpc.h).
+		(void) atomic_load(&r->calls[i].state);
 		call_release(&r->calls[i]);
 		if (r->calls[i].aio != NULL) {
 			nng_aio_free(r->calls[i].aio);

@@ -40,7 +40,11 @@ struct ps_call {
 	struct ps_rpc   *rpc;
 	nng_ctx          ctx;
 	nng_aio         *aio;
-	int              state;
+	// Atomic (seq_cst) although one thread at a time owns the call: nng
+	// hands it between threads inside its own uninstrumented locks, and
+	// this store before each hand-off and load after it is the edge
+	// ThreadSanitizer can see.
+	_Atomic int      state;
 	nng_msg         *req;          // the request message (freed on reply)
 	struct psw_frame frame;        // borrowed from req
 	Pswire__Header  *hdr;          // unpacked; freed on reply
