@@ -45,9 +45,10 @@ struct ps_call {
 	// this store before each hand-off and load after it is the edge
 	// ThreadSanitizer can see.
 	_Atomic int      state;
-	nng_msg         *req;          // the request message (freed on reply)
-	struct psw_frame frame;        // borrowed from req
-	Pswire__Header  *hdr;          // unpacked; freed on reply
+	_Atomic unsigned steps; // callbacks finished (the same edge at close)
+	nng_msg         *req;   // the request message (freed on reply)
+	struct psw_frame frame; // borrowed from req
+	Pswire__Header  *hdr;   // unpacked; freed on reply
 	uint64_t         deadline;     // absolute fb_clock_ms(); 0 = none
 	struct ps_call  *next;         // for handlers' park lists
 	uint64_t         park_version; // for handlers' use while parked
