@@ -172,7 +172,7 @@ void
 ps_scheduler_stats(struct ps_scheduler *s, char *buf, size_t n)
 {
 	size_t   off = 0;
-	uint32_t M   = (uint32_t) s->n_servers_seen;
+	uint32_t M;
 #define OUT(...)                                                              \
 	do {                                                                  \
 		if (off < n) {                                                \
@@ -181,6 +181,7 @@ ps_scheduler_stats(struct ps_scheduler *s, char *buf, size_t n)
 		}                                                             \
 	} while (0)
 	pthread_mutex_lock(&s->mu);
+	M = (uint32_t) s->n_servers_seen; // under mu: Register writes it
 	OUT("# Scheduler\r\nrole:scheduler\r\nurl:%s\r\n",
 	    ps__rpc_url(s->rpc));
 	OUT("trainers:%d/%d\r\nservers:%d/%d\r\nlink_reports:%d\r\n",
