@@ -304,20 +304,11 @@ out:
 void
 ps__pull_pipe_gone(void *arg, uint32_t pipe)
 {
-	struct ps_server *s  = arg;
-	struct ps_call  **pp = &s->parked;
+	struct ps_server *s = arg;
 	pthread_mutex_lock(&s->mu);
-	while (*pp != NULL) {
-		struct ps_call *c = *pp;
-		if (atomic_load_explicit(&c->pipe, memory_order_relaxed) ==
-		    pipe) {
-			*pp = c->next;
-			ps__server_reply_err(s, c, PSWIRE__STATUS__CANCELLED,
-			    "connection closed");
-		} else {
-			pp = &c->next;
-		}
-	}
+	int n = ps__call_list_drop_pipe(&s->parked, pipe);
+	atomic_fetch_add_explicit(&s->n_err, (uint64_t) n,
+	    memory_order_relaxed);
 	pthread_mutex_unlock(&s->mu);
 }
 

@@ -523,6 +523,25 @@ on_pipe_rem(nng_pipe p, nng_pipe_ev ev, void *arg)
 	atomic_fetch_sub(&r->in_gone, 1);
 }
 
+int
+ps__call_list_drop_pipe(struct ps_call **pp, uint32_t pipe)
+{
+	int n = 0;
+	while (*pp != NULL) {
+		struct ps_call *c = *pp;
+		if (atomic_load_explicit(&c->pipe, memory_order_relaxed) ==
+		    pipe) {
+			*pp = c->next;
+			ps__call_reply_err(c, PSWIRE__STATUS__CANCELLED,
+			    "connection closed");
+			n++;
+		} else {
+			pp = &c->next;
+		}
+	}
+	return n;
+}
+
 void
 ps__rpc_set_limits(struct ps_rpc *r, size_t conn_bytes, size_t total_bytes,
     void (*pipe_gone)(void *arg, uint32_t pipe))

@@ -85,6 +85,12 @@ void ps__rpc_set_limits(struct ps_rpc *rpc, size_t conn_bytes,
 // what one peer may ask for (Probe).
 size_t ps__rpc_pipe_held(const struct ps_call *c);
 
+// ps__call_list_drop_pipe answers CANCELLED ("connection closed") to every
+// call on the list (linked by `next`, a role's parked calls) that came on
+// connection pipe, unlinks them and returns how many. The role holds the
+// lock that guards its list.
+int ps__call_list_drop_pipe(struct ps_call **list, uint32_t pipe);
+
 // ps__rpc_url writes the bound URL (with the real port if url had port 0).
 const char *ps__rpc_url(const struct ps_rpc *rpc);
 

@@ -114,20 +114,9 @@ ps__sched_reply_links(struct ps_scheduler *s, struct ps_call *c)
 void
 ps__sched_pipe_gone(void *arg, uint32_t pipe)
 {
-	struct ps_scheduler *s  = arg;
-	struct ps_call     **pp = &s->parked;
+	struct ps_scheduler *s = arg;
 	pthread_mutex_lock(&s->mu);
-	while (*pp != NULL) {
-		struct ps_call *c = *pp;
-		if (atomic_load_explicit(&c->pipe, memory_order_relaxed) ==
-		    pipe) {
-			*pp = c->next;
-			ps__call_reply_err(c, PSWIRE__STATUS__CANCELLED,
-			    "connection closed");
-		} else {
-			pp = &c->next;
-		}
-	}
+	(void) ps__call_list_drop_pipe(&s->parked, pipe);
 	pthread_mutex_unlock(&s->mu);
 }
 
