@@ -106,8 +106,8 @@ ps__shard_apply_sync(struct ps_server *s, struct srv_shard *sh)
 {
 	size_t       n     = sh->len;
 	float        scale = (float) (s->lr / (double) sh->samples);
-	const float *g[2] = { NULL, NULL };
-	uint32_t     k = 0;
+	const float *g[2]  = { NULL, NULL };
+	uint32_t     k     = 0;
 	// Rank order, over the ranks that pushed (all of them, unless a
 	// trainer left the job). One or two pushers (the common case here) are
 	// summed and applied in one pass; more are summed into s->sum first.
