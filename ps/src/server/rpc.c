@@ -337,7 +337,7 @@ call_step(struct ps_call *c)
 {
 	int rv;
 
-	switch (c->state) {
+	switch (atomic_load(&c->state)) {
 	case ST_INIT:
 		c->state = ST_RECV;
 		nng_ctx_recv(c->ctx, c->aio);
