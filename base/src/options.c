@@ -209,6 +209,22 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	                       "`scheduler.state`: the job, its members and the map, "
 	                       "written whenever they change; a scheduler restarted "
 	                       "with the same directory carries on (see §12)" },
+	[FB_OPT_PS_MAX_JOB_MB]     = { "max-job-mb", SCH, INT(1, 1LL << 24),
+	        .def  = "16384",
+	        .help = "scheduler: refuse a job whose tensors total more than "
+	                    "this, MiB",
+	        .doc  = "the most a job's declared tensors may total, MiB: a "
+	                    "larger declaration (or one cut into more than 2^20 "
+	                    "shards) gets `INVALID_ARGUMENT` before anything is "
+	                    "built (docs/operations.md §13)" },
+	[FB_OPT_PS_MAX_INFLIGHT_MB] = { "max-inflight-mb", PS,
+	    INT(0, 1LL << 20), .def = "4096",
+	    .help = "bytes all calls in progress may hold, MiB (0: no cap)",
+	    .doc  = "the most all calls in progress (parked requests, "
+	            "replies being sent) may hold together, MiB; one "
+	            "connection may hold 2 x `--max-msg-mb` + 1 MiB and a "
+	            "quarter of `--contexts` calls (0: no total cap; "
+	            "docs/operations.md §13)" },
 
 	// ---- trainer -----------------------------------------------------
 	[FB_OPT_TR_SCHEDULER] = { "scheduler", TR, STR_NONEMPTY,

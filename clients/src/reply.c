@@ -34,6 +34,20 @@ sink_rv(ferry_client *c, uint32_t id, const char *cb, int rv)
 // when one is set. Returns FERRY_OK, or FERRY_ECORRUPT when the reference
 // no longer matches the server's (the caller resyncs), or FERRY_EPROTO for
 // a malformed reply (or the sink's error).
+// all_finite reports whether n floats at x hold no NaN or Inf, testing
+// the exponent bits so that the loop vectorises.
+static int
+all_finite(const float *x, size_t n)
+{
+	uint32_t bad = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t u;
+		memcpy(&u, &x[i], 4);
+		bad |= (u & 0x7f800000u) == 0x7f800000u;
+	}
+	return !bad;
+}
+
 static int
 take_shard(ferry_client *c, size_t m, uint32_t id, Pswire__ShardRef *const *r,
     size_t k, const struct psw_frame *f, float *const *w)
@@ -149,6 +163,13 @@ take_shard(ferry_client *c, size_t m, uint32_t id, Pswire__ShardRef *const *r,
 		if (fb_crc32_copy(0, dst, ref, si->len * 4) != r[k - 1]->crc) {
 			return FERRY_ECORRUPT;
 		}
+	}
+	if (!sink && !all_finite(dst, si->len)) {
+		// A server bug or a hostile server: never hand the caller
+		// weights that would poison every later step.
+		return ferry__fail(c, FERRY_EPROTO,
+		    "server %s: pulled weights of shard %u hold NaN or Inf",
+		    c->pl->servers[m], id);
 	}
 	c->shard_ver[id] = ver;
 	return FERRY_OK;

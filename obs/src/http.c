@@ -12,6 +12,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <nng/nng.h>
 #include <nng/supplemental/http/http.h>
 
@@ -223,22 +225,32 @@ fail:
 int
 obs_url_file_write(const char *path, const char *url)
 {
-	char  tmp[4096];
-	FILE *f;
-	if ((size_t) snprintf(tmp, sizeof(tmp), "%s.tmp", path) >=
+	char tmp[4096];
+	int  fd, e;
+	errno = 0;
+	// An unpredictable name created exclusively (mkstemp: O_CREAT |
+	// O_EXCL, so never through a symlink someone planted), then renamed
+	// over path: readers see the whole URL or nothing.
+	if ((size_t) snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path) >=
 	    sizeof(tmp)) {
 		return FB_ESYSERR | ENAMETOOLONG;
 	}
-	if ((f = fopen(tmp, "w")) == NULL) {
+	if ((fd = mkstemp(tmp)) < 0) {
 		return FB_ESYSERR | errno;
 	}
-	if (fprintf(f, "%s\n", url) < 0) {
-		int e = errno;
-		fclose(f);
+	size_t  n  = strlen(url);
+	ssize_t w  = write(fd, url, n);
+	ssize_t nl = w == (ssize_t) n ? write(fd, "\n", 1) : -1;
+	if (w != (ssize_t) n || nl != 1 || fchmod(fd, 0644) != 0) {
+		e = errno != 0 ? errno : EIO;
+		close(fd);
+		unlink(tmp);
 		return FB_ESYSERR | e;
 	}
-	if (fclose(f) != 0 || rename(tmp, path) != 0) {
-		return FB_ESYSERR | errno;
+	if (close(fd) != 0 || rename(tmp, path) != 0) {
+		e = errno;
+		unlink(tmp);
+		return FB_ESYSERR | e;
 	}
 	return FB_OK;
 }

@@ -241,6 +241,10 @@ main(int argc, char **argv)
 		o.state_dir     = *cfg_str(FB_OPT_PS_STATE_DIR)
 		        ? cfg_str(FB_OPT_PS_STATE_DIR)
 		        : NULL;
+		o.max_job_bytes = (uint64_t) cfg_int(FB_OPT_PS_MAX_JOB_MB)
+		    << 20;
+		o.max_inflight = (size_t) cfg_int(FB_OPT_PS_MAX_INFLIGHT_MB)
+		    << 20;
 		if ((rv = ps_scheduler_open(&o, &sched)) != FB_OK) {
 			FB_LOG(FB_LOG_ERR, "main",
 			    "cannot start scheduler: %s", fb_strerror(rv));
@@ -264,12 +268,14 @@ main(int argc, char **argv)
 		      : NULL;
 		o.snapshot_every = (uint64_t) cfg_int(
 		    FB_OPT_PS_SNAPSHOT_EVERY);
-		o.restore     = strcmp(cfg_str(FB_OPT_PS_RESTORE), "yes") == 0
-		        ? PS_RESTORE_YES
-		        : strcmp(cfg_str(FB_OPT_PS_RESTORE), "no") == 0
-		        ? PS_RESTORE_NO
-		        : PS_RESTORE_AUTO;
-		o.secret_file = secret_file;
+		o.restore      = strcmp(cfg_str(FB_OPT_PS_RESTORE), "yes") == 0
+		         ? PS_RESTORE_YES
+		         : strcmp(cfg_str(FB_OPT_PS_RESTORE), "no") == 0
+		         ? PS_RESTORE_NO
+		         : PS_RESTORE_AUTO;
+		o.secret_file  = secret_file;
+		o.max_inflight = (size_t) cfg_int(FB_OPT_PS_MAX_INFLIGHT_MB)
+		    << 20;
 		if (o.snapshot_every > 0 && o.snapshot_dir == NULL) {
 			fprintf(stderr,
 			    "ps-server: --snapshot-every needs "

@@ -18,12 +18,12 @@ pieces(uint64_t len, uint64_t per)
 }
 
 int
-shard_split(const uint64_t *tensor_lens, size_t n_tensors,
-    uint64_t shard_bytes, struct shard_desc **out, size_t *n_out)
+shard_count(const uint64_t *tensor_lens, size_t n_tensors,
+    uint64_t shard_bytes, uint64_t *n_out)
 {
-	if (tensor_lens == NULL || out == NULL || n_out == NULL ||
-	    n_tensors == 0 || (uint64_t) n_tensors > UINT32_MAX ||
-	    shard_bytes < 4 || shard_bytes % 4 != 0)
+	if (tensor_lens == NULL || n_out == NULL || n_tensors == 0 ||
+	    (uint64_t) n_tensors > UINT32_MAX || shard_bytes < 4 ||
+	    shard_bytes % 4 != 0)
 		return FB_EINVAL;
 
 	uint64_t per   = shard_bytes / 4;
@@ -38,6 +38,21 @@ shard_split(const uint64_t *tensor_lens, size_t n_tensors,
 			return FB_ERANGE;
 		total += p; // ≤ 2^32 · 2^32: cannot overflow
 	}
+	*n_out = total;
+	return FB_OK;
+}
+
+int
+shard_split(const uint64_t *tensor_lens, size_t n_tensors,
+    uint64_t shard_bytes, struct shard_desc **out, size_t *n_out)
+{
+	uint64_t per = shard_bytes / 4, total;
+	int      rv;
+	if (out == NULL || n_out == NULL)
+		return FB_EINVAL;
+	if ((rv = shard_count(tensor_lens, n_tensors, shard_bytes, &total)) !=
+	    FB_OK)
+		return rv;
 	if (total > SIZE_MAX / sizeof(struct shard_desc))
 		return FB_ENOMEM;
 

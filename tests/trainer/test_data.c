@@ -193,6 +193,24 @@ expect_fail(const char *img, const char *lbl, int code, const char *file,
 	ck_assert_ptr_null(ds.y);
 }
 
+// A small gzipped file whose header claims the most samples and pixels
+// allowed (2^26 x 2^20 pixels: 256 TiB of floats) is refused as truncated
+// after reading what it holds: the buffer grows with the data read, not
+// with the header's claim (it used to be allocated from the header).
+START_TEST(test_idx_header_claims_more_than_file)
+{
+	uint8_t buf[4096];
+	size_t  n = make_images(buf, 0x803, 4, 16, 16);
+	put_be32(buf + 4, 1u << 26); // samples
+	put_be32(buf + 8, 1024);     // rows
+	put_be32(buf + 12, 1024);    // cols: 2^46 pixels claimed
+	write_file("bomb.gz", buf, n, 1);
+	size_t used0 = fb_used_memory();
+	expect_fail("bomb.gz", "lbl", FB_EPROTO, "bomb.gz", "truncated");
+	ck_assert_uint_le(fb_used_memory(), used0);
+}
+END_TEST
+
 // Wrong magic numbers in either file are named as such.
 START_TEST(test_idx_bad_magic)
 {
@@ -342,6 +360,7 @@ suite_data(void)
 	tcase_add_test(tc, test_data_load_dim_mismatch);
 	tcase_add_test(tc, test_idx_bad_magic);
 	tcase_add_test(tc, test_idx_truncated);
+	tcase_add_test(tc, test_idx_header_claims_more_than_file);
 	tcase_add_test(tc, test_idx_bad_dims);
 	tcase_add_test(tc, test_idx_label_out_of_range);
 	tcase_add_test(tc, test_idx_load_bogus);

@@ -2,8 +2,9 @@
 // data generator.
 //
 // IDX files are untrusted input: every count and dimension is checked
-// against the file's real length and against TR_DATA_MAX_* caps before
-// anything is allocated, and every failure names the file and the problem.
+// against TR_DATA_MAX_* caps, the pixel buffer grows only as the file's
+// (decompressed) bytes arrive, and every failure names the file and the
+// problem.
 // Pixels are streamed from the file straight into the float buffer in
 // chunks, so loading never holds a second copy of the images.
 #include <errno.h>
@@ -120,11 +121,16 @@ load_images(struct tr_dataset *ds, const char *path, uint32_t *n_out,
 	}
 	size_t dim   = (size_t) rows * cols;
 	size_t total = (size_t) n * dim;
-	ds->x        = fb_alloc(total * sizeof(float));
-	chunk        = fb_alloc(CHUNK);
+	// The header is not trusted for the allocation: the buffer grows
+	// (doubling, up to total) only as pixels are actually read, so a
+	// header declaring 2^31 pixels in a small (or gzip-bomb) file costs
+	// what the file really holds, not what it claims.
+	size_t cap = total < CHUNK ? total : CHUNK;
+	ds->x      = fb_alloc(cap * sizeof(float));
+	chunk      = fb_alloc(CHUNK);
 	if (ds->x == NULL || chunk == NULL) {
 		rv = tr__errf(FB_ENOMEM, err, errlen,
-		    "%s: out of memory for %zu pixels", path, total);
+		    "%s: out of memory for %zu pixels", path, cap);
 		goto fail;
 	}
 	for (size_t done = 0; done < total;) {
@@ -132,6 +138,18 @@ load_images(struct tr_dataset *ds, const char *path, uint32_t *n_out,
 		if ((rv = read_exact(f, path, chunk, want, "the pixel data",
 		         err, errlen)) != FB_OK) {
 			goto fail;
+		}
+		if (done + want > cap) {
+			size_t ncap = cap * 2 < total ? cap * 2 : total;
+			float *nx   = fb_realloc(ds->x, ncap * sizeof(float));
+			if (nx == NULL) {
+				rv = tr__errf(FB_ENOMEM, err, errlen,
+				    "%s: out of memory for %zu pixels", path,
+				    ncap);
+				goto fail;
+			}
+			ds->x = nx;
+			cap   = ncap;
 		}
 		float *dst = ds->x + done;
 		for (size_t i = 0; i < want; i++) {
@@ -184,6 +202,7 @@ load_labels(struct tr_dataset *ds, const char *path, uint32_t n_images,
 		    n_images);
 		goto fail;
 	}
+	// n matches the images already read, so it is backed by real data.
 	raw   = fb_alloc(n);
 	ds->y = fb_alloc((size_t) n * sizeof(int32_t));
 	if (raw == NULL || ds->y == NULL) {

@@ -204,8 +204,9 @@ int obs_http_open(const struct obs_http_opts *opts, struct obs_http **out);
 // "http://127.0.0.1:41234". Borrowed; valid until close.
 const char *obs_http_url(const struct obs_http *h);
 
-// obs_url_file_write writes url and a newline to path through path.tmp
-// and a rename, so that a launcher polling for the file never reads half
+// obs_url_file_write writes url and a newline to path through a temp file
+// of an unpredictable name (path.XXXXXX, created exclusively) and a
+// rename, so that a launcher polling for the file never reads half
 // a URL (--url-file, --http-url-file). Errors: FB_ESYSERR | errno.
 int obs_url_file_write(const char *path, const char *url);
 

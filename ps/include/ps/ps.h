@@ -56,11 +56,19 @@ struct ps_scheduler_opts {
 	// and a scheduler opened on a directory holding one carries on from
 	// it. NULL: nothing persisted.
 	const char *state_dir;
+	// Limits (docs/operations.md §13): a job's declared tensors may total
+	// at most max_job_bytes and be cut into at most max_shards shards,
+	// checked before anything is built; calls in progress may hold at
+	// most max_inflight bytes in all (0: no cap).
+	uint64_t    max_job_bytes;
+	uint32_t    max_shards;
+	size_t      max_inflight;
 };
 #define PS_SCHEDULER_OPTS_INIT                                                \
 	{                                                                     \
 		NULL, 1, 1, 1u << 20, 64, 64u << 20, PS_PLACEMENT_UNIFORM, 7, \
-		    1u << 20, 1, 0, 50, 5000, NULL, 1000, 1, NULL             \
+		    1u << 20, 1, 0, 50, 5000, NULL, 1000, 1, NULL,            \
+		    16ull << 30, 1u << 20, 1ull << 30                         \
 	}
 
 // ps_scheduler_open starts a scheduler listening on opts->url. With
@@ -151,11 +159,17 @@ struct ps_server_opts {
 	int         restore;
 	// The job's key (--secret-file), as for the scheduler. NULL: off.
 	const char *secret_file;
+	// Limits (docs/operations.md §13): the bytes calls in progress (parked
+	// requests, replies being sent) may hold in all (0: no cap), and
+	// the longest a call may stay parked (ms; a call without a deadline
+	// gets this one).
+	size_t      max_inflight;
+	uint32_t    park_max_ms;
 };
 #define PS_SERVER_OPTS_INIT                                                   \
 	{                                                                     \
 		NULL, NULL, NULL, 256, 256u << 20, 10000, 0, 10000, 1000,     \
-		    NULL, 0, PS_RESTORE_AUTO, NULL                            \
+		    NULL, 0, PS_RESTORE_AUTO, NULL, 4ull << 30, 300000        \
 	}
 
 // When a server with a snapshot_dir loads its snapshot file.

@@ -107,10 +107,13 @@ ps__boot_main(void *arg)
 			Pswire__Header *rh = (Pswire__Header *) ph;
 			if (rh->body_case ==
 			    PSWIRE__HEADER__BODY_REGISTER_REP) {
+				// Read by the stats and /debug/state under mu.
+				pthread_mutex_lock(&s->mu);
 				s->index = rh->register_rep->id;
+				s->late  = rh->register_rep->late;
+				pthread_mutex_unlock(&s->mu);
 				psw_auth_set_self(s->auth, PSW_ROLE_SERVER,
-				    s->index);
-				s->late    = rh->register_rep->late;
+				    rh->register_rep->id);
 				registered = 1;
 				FB_LOG(FB_LOG_NOTICE, "boot",
 				    "registered as server %u", s->index);

@@ -249,6 +249,13 @@ ps__pull_wake(struct ps_server *s)
 void
 ps__pull_or_park(struct ps_server *s, struct ps_call *c, uint64_t want)
 {
+	// Every parked call expires, at its deadline or park_max_ms from
+	// now, whichever comes first: a call without a deadline must not
+	// hold its context (and its request's memory) for ever.
+	uint64_t cap = fb_clock_ms() + s->opts.park_max_ms;
+	if (c->deadline == 0 || c->deadline > cap) {
+		c->deadline = cap;
+	}
 	c->park_version = want;
 	c->next         = s->parked;
 	s->parked       = c;
@@ -268,6 +275,13 @@ ps__on_pull(struct ps_server *s, struct ps_call *c)
 	p = c->hdr->pull_req;
 	atomic_fetch_add_explicit(&s->bytes_in, nng_msg_len(c->req),
 	    memory_order_relaxed);
+	if (c->frame.payload_len != 0) {
+		// A parked Pull would hold its message: nothing to carry.
+		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "Pull carries no payload; this one has %u bytes",
+		    c->frame.payload_len);
+		return;
+	}
 	pthread_mutex_lock(&s->mu);
 	if (p->n_shards == 0 || p->n_shards > s->n_global) {
 		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
@@ -310,6 +324,17 @@ ps__on_pull(struct ps_server *s, struct ps_call *c)
 	ps__pull_or_park(s, c,
 	    s->mode == PSWIRE__MODE__MODE_SYNC ? p->version : 0);
 out:
+	pthread_mutex_unlock(&s->mu);
+}
+
+void
+ps__pull_pipe_gone(void *arg, uint32_t pipe)
+{
+	struct ps_server *s = arg;
+	pthread_mutex_lock(&s->mu);
+	int n = ps__call_list_drop_pipe(&s->parked, pipe);
+	atomic_fetch_add_explicit(&s->n_err, (uint64_t) n,
+	    memory_order_relaxed);
 	pthread_mutex_unlock(&s->mu);
 }
 

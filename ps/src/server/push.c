@@ -220,10 +220,14 @@ push_admit(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 static int
 push_async(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 {
+	// The overflow check's step: plain SGD's at the base lr (no
+	// schedule raises it), a bound for the other optimizers.
+	float bound = (float) (s->lr / (double) p->n_samples);
 	for (size_t i = 0; i < p->n_shards; i++) {
 		Pswire__ShardRef *r  = p->shards[i];
 		struct srv_shard *sh = &s->shards[r->shard];
 		const uint8_t    *b  = c->frame.payload + r->offset;
+		const void       *g  = b;
 		int               rv = FB_OK, ok;
 		if (r->codec == COMP_NONE) {
 			ok = ps__all_finite(b, sh->len);
@@ -231,6 +235,7 @@ push_async(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 			rv = comp_decode(push_codec(s, r), b, r->length,
 			    sh->len, s->sum);
 			ok = rv == FB_OK && ps__all_finite(s->sum, sh->len);
+			g  = s->sum;
 		}
 		if (!ok) {
 			ps__server_reply_err(s, c,
@@ -238,6 +243,18 @@ push_async(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 			    "shard %u: gradient is %s", r->shard,
 			    rv != FB_OK ? "a corrupt code"
 			                : "holding NaN or Inf");
+			return -1;
+		}
+		// Finite values can still overflow the weights: refused
+		// before any shard changes.
+		if (!ps__update_finite(sh->x, bound, g, NULL, sh->len)) {
+			atomic_fetch_add_explicit(&s->n_overflow, 1,
+			    memory_order_relaxed);
+			ps__server_reply_err(s, c,
+			    PSWIRE__STATUS__INVALID_ARGUMENT,
+			    "shard %u: the update would overflow the weights "
+			    "to Inf or NaN",
+			    r->shard);
 			return -1;
 		}
 	}

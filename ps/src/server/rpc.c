@@ -59,11 +59,58 @@ struct ps_rpc {
 	struct psw_auth   *auth; // borrowed; NULL: requests are not signed
 	char               url[256];
 	struct rpc_metrics m;
-	void (*pipe_gone)(void *arg, uint32_t pipe_id); // or NULL
-	void *pipe_gone_arg;
+	// Connection-closed hooks, both called from one nng callback
+	// (on_pipe_rem: nng keeps one per event): the role's LIMITS hook
+	// (set once just after open, while contexts may already be serving,
+	// hence atomic) and the liveness watcher (ps__rpc_on_pipe_closed).
+	_Atomic size_t     conn_bytes, total_bytes;
+	void (*_Atomic pipe_gone)(void *arg, uint32_t pipe);
+	void (*_Atomic pipe_watch)(void *arg, uint32_t pipe);
+	void      *pipe_watch_arg;
+	atomic_int in_gone; // hook calls running (on_pipe_rem)
 };
 
 static void call_cb(void *arg);
+
+// call_unhold ends c's LIMITS accounting.
+static void
+call_unhold(struct ps_call *c)
+{
+	atomic_store_explicit(&c->pipe, 0, memory_order_relaxed);
+	atomic_store_explicit(&c->held, 0, memory_order_relaxed);
+}
+
+// pipe_usage counts the calls other than c that hold bytes for connection
+// pipe (*calls, *bytes) and the bytes every call holds (*total).
+static void
+pipe_usage(const struct ps_rpc *r, const struct ps_call *c, uint32_t pipe,
+    int *calls, size_t *bytes, size_t *total)
+{
+	*calls = 0;
+	*bytes = 0;
+	*total = 0;
+	for (int i = 0; i < r->n; i++) {
+		const struct ps_call *o    = &r->calls[i];
+		size_t                held = atomic_load_explicit(&o->held,
+		                   memory_order_relaxed);
+		*total += held;
+		if (o != c &&
+		    atomic_load_explicit(&o->pipe, memory_order_relaxed) ==
+		        pipe) {
+			(*calls)++;
+			*bytes += held;
+		}
+	}
+}
+
+size_t
+ps__rpc_pipe_held(const struct ps_call *c)
+{
+	int    calls;
+	size_t bytes, total;
+	pipe_usage(c->rpc, c, atomic_load(&c->pipe), &calls, &bytes, &total);
+	return bytes;
+}
 
 static void
 call_release(struct ps_call *c)
@@ -120,27 +167,18 @@ ps__call_pipe(const struct ps_call *c)
 	return id > 0 ? (uint32_t) id : 0;
 }
 
-// pipe_closed adapts nng's pipe callback to the watcher's.
-static void
-pipe_closed(nng_pipe p, nng_pipe_ev ev, void *arg)
-{
-	struct ps_rpc *r  = arg;
-	int            id = nng_pipe_id(p);
-	(void) ev;
-	if (r->pipe_gone != NULL && id > 0) {
-		r->pipe_gone(r->pipe_gone_arg, (uint32_t) id);
-	}
-}
+static void on_pipe_rem(nng_pipe p, nng_pipe_ev ev, void *arg);
 
 void
 ps__rpc_on_pipe_closed(struct ps_rpc *r,
     void (*gone)(void *arg, uint32_t pipe_id), void *arg)
 {
-	r->pipe_gone     = gone;
-	r->pipe_gone_arg = arg;
+	r->pipe_watch_arg = arg;
+	atomic_store(&r->pipe_watch, gone);
 	// nng runs NNG_PIPE_EV_REM_POST before it takes the pipe off the
-	// socket, and nng_close waits for that, so no call outlives close.
-	nng_pipe_notify(r->sock, NNG_PIPE_EV_REM_POST, pipe_closed, r);
+	// socket; ps__rpc_close clears the hooks and waits for the calls in
+	// flight, so none outlives close.
+	nng_pipe_notify(r->sock, NNG_PIPE_EV_REM_POST, on_pipe_rem, r);
 }
 
 nng_msg *
@@ -177,6 +215,7 @@ send_reply(struct ps_call *c, nng_msg *m, int status)
 	(void) psw_auth_sign(c->rpc->auth, m, c->chan, c->ctr, NULL);
 	count(c, status, m);
 	call_release(c);
+	atomic_store_explicit(&c->held, nng_msg_len(m), memory_order_relaxed);
 	c->state = ST_SEND;
 	nng_aio_set_msg(c->aio, m);
 	nng_ctx_send(c->ctx, c->aio);
@@ -204,6 +243,7 @@ reply_status(struct ps_call *c, uint64_t req_id, int status, const char *err)
 		// Out of memory: drop the request; the client's deadline
 		// fires. Go back to receiving.
 		call_release(c);
+		call_unhold(c);
 		c->state = ST_RECV;
 		nng_ctx_recv(c->ctx, c->aio);
 		return;
@@ -214,6 +254,7 @@ reply_status(struct ps_call *c, uint64_t req_id, int status, const char *err)
 		// but a frameless reply must never go out: drop it instead.
 		nng_msg_free(m);
 		call_release(c);
+		call_unhold(c);
 		c->state = ST_RECV;
 		nng_ctx_recv(c->ctx, c->aio);
 		return;
@@ -274,6 +315,46 @@ ps__call_reply_stats(struct ps_call *c, const char *text)
 	ps__call_reply(c, &h);
 }
 
+// over_limits starts c's LIMITS accounting and answers it
+// RESOURCE_EXHAUSTED (returning -1) when its connection or the whole rpc
+// would hold more than the limits allow.
+static int
+over_limits(struct ps_call *c)
+{
+	struct ps_rpc *r       = c->rpc;
+	size_t         conn    = atomic_load(&r->conn_bytes);
+	size_t         all     = atomic_load(&r->total_bytes);
+	uint32_t       pipe    = nng_pipe_id(nng_msg_get_pipe(c->req));
+	size_t         mine    = nng_msg_len(c->req), bytes, total;
+	int            calls   = 0;
+	int            max_cls = r->n / 4 > 2 ? r->n / 4 : 2;
+	char           why[160];
+
+	pipe_usage(r, c, pipe, &calls, &bytes, &total);
+	if (calls >= max_cls) {
+		snprintf(why, sizeof(why),
+		    "this connection already has %d calls in progress (cap %d)",
+		    calls, max_cls);
+	} else if (bytes + mine > conn) {
+		snprintf(why, sizeof(why),
+		    "this connection holds %zu bytes in calls in progress; "
+		    "%zu more exceed its %zu-byte cap",
+		    bytes, mine, conn);
+	} else if (all != 0 && total + mine > all) {
+		snprintf(why, sizeof(why),
+		    "calls in progress hold %zu bytes; %zu more exceed the "
+		    "%zu-byte cap",
+		    total, mine, all);
+	} else {
+		atomic_store_explicit(&c->held, mine, memory_order_relaxed);
+		atomic_store_explicit(&c->pipe, pipe, memory_order_relaxed);
+		return 0;
+	}
+	reply_status(c, c->hdr->request_id, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+	    why);
+	return -1;
+}
+
 static void
 handle(struct ps_call *c)
 {
@@ -311,16 +392,31 @@ handle(struct ps_call *c)
 	}
 	c->deadline = c->hdr->deadline_ms ? fb_clock_ms() + c->hdr->deadline_ms
 	                                  : 0;
+	if (over_limits(c) != 0) {
+		return;
+	}
 	c->rpc->handler(c->rpc->arg, c);
 }
 
+static void call_step(struct ps_call *c);
+
+// call_cb runs one step of c's state machine, then counts the step done:
+// that atomic store is what ps__rpc_close's load after nng_aio_stop pairs
+// with, the edge ThreadSanitizer can see (nng's own is uninstrumented).
 static void
 call_cb(void *arg)
 {
 	struct ps_call *c = arg;
-	int             rv;
+	call_step(c);
+	atomic_fetch_add(&c->steps, 1);
+}
 
-	switch (c->state) {
+static void
+call_step(struct ps_call *c)
+{
+	int rv;
+
+	switch (atomic_load(&c->state)) {
 	case ST_INIT:
 		c->state = ST_RECV;
 		nng_ctx_recv(c->ctx, c->aio);
@@ -338,6 +434,7 @@ call_cb(void *arg)
 		handle(c);
 		break;
 	case ST_SEND:
+		call_unhold(c);
 		if (nng_aio_result(c->aio) != 0) {
 			nng_msg_free(nng_aio_get_msg(c->aio));
 			if (nng_aio_result(c->aio) == NNG_ECLOSED) {
@@ -444,10 +541,11 @@ ps__rpc_open(const char *url, int ncontexts, size_t max_msg,
 		fb_free(r);
 		return rv;
 	}
-	r->handler = handler;
-	r->arg     = arg;
-	r->auth    = auth;
-	r->n       = ncontexts;
+	r->handler    = handler;
+	r->arg        = arg;
+	r->auth       = auth;
+	r->n          = ncontexts;
+	r->conn_bytes = 2 * max_msg + (1u << 20);
 	if ((r->calls = fb_zalloc(sizeof(*r->calls) * (size_t) ncontexts)) ==
 	    NULL) {
 		fb_free(r);
@@ -521,6 +619,63 @@ ps__rpc_auth_on(const struct ps_rpc *r)
 	return r->auth != NULL;
 }
 
+// on_pipe_rem tells the role that connection p closed (LIMITS).
+static void
+on_pipe_rem(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	struct ps_rpc *r = arg;
+	(void) ev;
+	// nng may run this while the socket closes: ps__rpc_close clears
+	// pipe_gone, then waits for the calls already in here (in_gone)
+	// before the role frees what they use.
+	if (atomic_load(&r->pipe_gone) == NULL &&
+	    atomic_load(&r->pipe_watch) == NULL) {
+		return; // (also the edge from ps__rpc_set_limits for TSan)
+	}
+	atomic_fetch_add(&r->in_gone, 1);
+	int id                          = nng_pipe_id(p);
+	void (*gone)(void *, uint32_t)  = atomic_load(&r->pipe_gone);
+	void (*watch)(void *, uint32_t) = atomic_load(&r->pipe_watch);
+	if (gone != NULL && id > 0) {
+		gone(r->arg, (uint32_t) id);
+	}
+	if (watch != NULL && id > 0) {
+		watch(r->pipe_watch_arg, (uint32_t) id);
+	}
+	atomic_fetch_sub(&r->in_gone, 1);
+}
+
+int
+ps__call_list_drop_pipe(struct ps_call **pp, uint32_t pipe)
+{
+	int n = 0;
+	while (*pp != NULL) {
+		struct ps_call *c = *pp;
+		if (atomic_load_explicit(&c->pipe, memory_order_relaxed) ==
+		    pipe) {
+			*pp = c->next;
+			ps__call_reply_err(c, PSWIRE__STATUS__CANCELLED,
+			    "connection closed");
+			n++;
+		} else {
+			pp = &c->next;
+		}
+	}
+	return n;
+}
+
+void
+ps__rpc_set_limits(struct ps_rpc *r, size_t conn_bytes, size_t total_bytes,
+    void (*pipe_gone)(void *arg, uint32_t pipe))
+{
+	atomic_store(&r->conn_bytes, conn_bytes);
+	atomic_store(&r->total_bytes, total_bytes);
+	atomic_store(&r->pipe_gone, pipe_gone);
+	if (pipe_gone != NULL) {
+		nng_pipe_notify(r->sock, NNG_PIPE_EV_REM_POST, on_pipe_rem, r);
+	}
+}
+
 const char *
 ps__rpc_url(const struct ps_rpc *r)
 {
@@ -533,13 +688,24 @@ ps__rpc_close(struct ps_rpc *r)
 	if (r == NULL) {
 		return;
 	}
+	atomic_store(&r->pipe_gone, NULL);
+	atomic_store(&r->pipe_watch, NULL);
+	while (atomic_load(&r->in_gone) > 0) {
+		fb_sleep_us(1000);
+	}
 	nng_close(r->sock);
+	while (atomic_load(&r->in_gone) > 0) { // those the close ran
+		fb_sleep_us(1000);
+	}
 	for (int i = 0; i < r->n; i++) {
 		if (r->calls[i].aio != NULL) {
 			nng_aio_stop(r->calls[i].aio);
 		}
 	}
 	for (int i = 0; i < r->n; i++) {
+		// nng_aio_stop waited for the last callback; this load is the
+		// edge ThreadSanitizer can see (the `state` comment in rpc.h).
+		(void) atomic_load(&r->calls[i].steps);
 		call_release(&r->calls[i]);
 		if (r->calls[i].aio != NULL) {
 			nng_aio_free(r->calls[i].aio);

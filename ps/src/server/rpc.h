@@ -8,6 +8,15 @@
 // is sent a parked call's context receives nothing more, so N bounds the
 // number of requests in flight.
 //
+// LIMITS. A connection (an nng pipe) may hold at most a quarter of the
+// contexts (at least 2) in calls not yet answered or whose answer is still
+// being sent, and at most conn_bytes of their requests and answers; all
+// connections together at most total_bytes. A request over a limit is
+// answered RESOURCE_EXHAUSTED before any handler sees it, so one peer that
+// parks calls or never reads its answers cannot take the contexts or the
+// memory the others need. When a connection closes, the role's pipe_gone
+// hook answers the calls it parked, which frees their contexts.
+//
 // METRICS. Every request is counted here, the one place all of them pass:
 // by method when answered (ferry_rpc_requests_total), by method and status
 // when the answer is not OK (ferry_rpc_errors_total), bytes in and out,
@@ -17,6 +26,7 @@
 #define PS_RPC_H
 
 #include <nng/nng.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "ferry.pb-c.h"
@@ -30,10 +40,15 @@ struct ps_call {
 	struct ps_rpc   *rpc;
 	nng_ctx          ctx;
 	nng_aio         *aio;
-	int              state;
-	nng_msg         *req;          // the request message (freed on reply)
-	struct psw_frame frame;        // borrowed from req
-	Pswire__Header  *hdr;          // unpacked; freed on reply
+	// Atomic (seq_cst) although one thread at a time owns the call: nng
+	// hands it between threads inside its own uninstrumented locks, and
+	// this store before each hand-off and load after it is the edge
+	// ThreadSanitizer can see.
+	_Atomic int      state;
+	_Atomic unsigned steps; // callbacks finished (the same edge at close)
+	nng_msg         *req;   // the request message (freed on reply)
+	struct psw_frame frame; // borrowed from req
+	Pswire__Header  *hdr;   // unpacked; freed on reply
 	uint64_t         deadline;     // absolute fb_clock_ms(); 0 = none
 	struct ps_call  *next;         // for handlers' park lists
 	uint64_t         park_version; // for handlers' use while parked
@@ -43,6 +58,10 @@ struct ps_call {
 	// channel and counter its signature carried (the reply echoes them).
 	struct psw_ident peer;
 	uint64_t         chan, ctr;
+	// LIMITS accounting, read by other contexts' threads: the id of the
+	// connection this call holds bytes for (0: none) and how many.
+	_Atomic uint32_t pipe;
+	_Atomic size_t   held;
 };
 
 typedef void (*ps_rpc_handler)(void *arg, struct ps_call *call);
@@ -69,6 +88,25 @@ int ps__open_auth(const char *secret_file, int role, uint32_t id,
 // ps__rpc_auth_on tells whether requests are authenticated (a secret or
 // TLS): the handlers' role checks apply only then.
 int ps__rpc_auth_on(const struct ps_rpc *rpc);
+
+// ps__rpc_set_limits sets the LIMITS above: conn_bytes per connection and
+// total_bytes over all (0: no total cap), and pipe_gone(arg, pipe id),
+// called on an nng thread when a connection closes so that the role can
+// answer the calls that connection parked (NULL: none). Call right after
+// ps__rpc_open; until then a connection may hold 2 * max_msg + 1 MiB.
+void ps__rpc_set_limits(struct ps_rpc *rpc, size_t conn_bytes,
+    size_t total_bytes, void (*pipe_gone)(void *arg, uint32_t pipe));
+
+// ps__rpc_pipe_held returns the bytes the other calls of c's connection
+// hold (requests parked, answers being sent), for handlers that bound
+// what one peer may ask for (Probe).
+size_t ps__rpc_pipe_held(const struct ps_call *c);
+
+// ps__call_list_drop_pipe answers CANCELLED ("connection closed") to every
+// call on the list (linked by `next`, a role's parked calls) that came on
+// connection pipe, unlinks them and returns how many. The role holds the
+// lock that guards its list.
+int ps__call_list_drop_pipe(struct ps_call **list, uint32_t pipe);
 
 // ps__rpc_url writes the bound URL (with the real port if url had port 0).
 const char *ps__rpc_url(const struct ps_rpc *rpc);

@@ -60,6 +60,15 @@ dispatch(void *arg, struct ps_call *c)
 	}
 }
 
+// sched_max_msg is the scheduler's receive cap: its requests are
+// header-only, so a frame and the largest header, or less if configured.
+static size_t
+sched_max_msg(const struct ps_scheduler_opts *o)
+{
+	size_t cap = PSW_FRAME_HDR + PSW_MAX_HEADER;
+	return o->max_msg < cap ? o->max_msg : cap;
+}
+
 int
 ps_scheduler_open(const struct ps_scheduler_opts *o, struct ps_scheduler **out)
 {
@@ -114,9 +123,14 @@ ps_scheduler_open(const struct ps_scheduler_opts *o, struct ps_scheduler **out)
 	         &s->auth)) != FB_OK ||
 	    (rv = ps__sched_state_open(s)) != FB_OK ||
 	    (rv = ps__sched_metrics_open(s)) != FB_OK ||
-	    (rv = ps__rpc_open(o->url, o->contexts, o->max_msg, s->auth,
-	         dispatch, s, s->reg, &s->rpc)) != FB_OK ||
-	    (rv = ps__sched_live_start(s)) != FB_OK) {
+	    (rv = ps__rpc_open(o->url, o->contexts, sched_max_msg(o), s->auth,
+	         dispatch, s, s->reg, &s->rpc)) != FB_OK) {
+		ps_scheduler_close(s);
+		return rv;
+	}
+	ps__rpc_set_limits(s->rpc, 2 * sched_max_msg(o), o->max_inflight,
+	    ps__sched_pipe_gone);
+	if ((rv = ps__sched_live_start(s)) != FB_OK) {
 		ps_scheduler_close(s);
 		return rv;
 	}
@@ -179,7 +193,7 @@ void
 ps_scheduler_stats(struct ps_scheduler *s, char *buf, size_t n)
 {
 	size_t   off = 0;
-	uint32_t M   = (uint32_t) s->n_servers_seen;
+	uint32_t M;
 #define OUT(...)                                                              \
 	do {                                                                  \
 		if (off < n) {                                                \
@@ -188,6 +202,7 @@ ps_scheduler_stats(struct ps_scheduler *s, char *buf, size_t n)
 		}                                                             \
 	} while (0)
 	pthread_mutex_lock(&s->mu);
+	M = (uint32_t) s->n_servers_seen; // under mu: Register writes it
 	OUT("# Scheduler\r\nrole:scheduler\r\nurl:%s\r\n",
 	    ps__rpc_url(s->rpc));
 	OUT("trainers:%d/%d\r\nservers:%d/%d\r\nlink_reports:%d\r\n",

@@ -149,7 +149,8 @@ void ps__sched_on_report_links(struct ps_scheduler *s, struct ps_call *c);
 // ps__sched_job_check validates a trainer's job declaration (tensor count,
 // lengths and names, learning rate, codecs, mode). Returns FB_OK, or
 // FB_EINVAL with the reason in why (n bytes). Pure: no lock needed.
-int ps__sched_job_check(const Pswire__JobConfig *j, char *why, size_t n);
+int ps__sched_job_check(const Pswire__JobConfig *j,
+    const struct ps_scheduler_opts *o, char *why, size_t n);
 
 // ps__sched_job_diff returns 1 and describes the first difference between
 // the job a and a declaration b in why (n bytes), or returns 0 when they
@@ -277,6 +278,10 @@ void ps__sched_answer_parked(struct ps_scheduler *s);
 // PS_SCHED_PARK_MAX_MS from now (ps__sched_expire_parked). Takes mu.
 void ps__sched_on_get_placement(struct ps_scheduler *s, struct ps_call *c);
 
+// ps__sched_pipe_gone answers CANCELLED to every parked call that came
+// on connection pipe, which has closed, so that its context serves again
+// (rpc.h LIMITS). Called on an nng thread; takes mu.
+void ps__sched_pipe_gone(void *arg, uint32_t pipe);
 // ps__sched_expire_parked answers DEADLINE_EXCEEDED to every parked call
 // whose deadline is at or before now_ms. mu held.
 void ps__sched_expire_parked(struct ps_scheduler *s, uint64_t now_ms);

@@ -103,8 +103,47 @@ ps__sched_job_diff(const Pswire__JobConfig *a, const Pswire__JobConfig *b,
 	return 0;
 }
 
+// job_size_check refuses a job whose tensors total more than the
+// scheduler's max_job_bytes or would be cut into more than its max_shards
+// shards, counting without building anything (a hostile declaration must
+// not make the scheduler allocate). Lengths are checked (<= 2^34) before.
+static int
+job_size_check(const Pswire__JobConfig *j, const struct ps_scheduler_opts *o,
+    char *why, size_t n)
+{
+	uint64_t bytes = 0, shards = 0, max_shards = o->max_shards;
+	if (max_shards == 0 || max_shards > PS_MAX_SHARDS) {
+		max_shards = PS_MAX_SHARDS;
+	}
+	for (size_t i = 0; i < j->n_tensors; i++) {
+		uint64_t per = o->shard_bytes / 4;
+		uint64_t len = j->tensors[i]->len;
+		bytes += len * 4; // <= 65536 * 2^36: no overflow
+		shards += len / per + (len % per != 0);
+	}
+	if (o->max_job_bytes != 0 && bytes > o->max_job_bytes) {
+		snprintf(why, n,
+		    "the tensors total %llu bytes; the job cap (--max-job-mb) "
+		    "is %llu MiB",
+		    (unsigned long long) bytes,
+		    (unsigned long long) (o->max_job_bytes >> 20));
+		return FB_EINVAL;
+	}
+	if (shards > max_shards) {
+		snprintf(why, n,
+		    "the tensors make %llu shards of at most %llu bytes; the "
+		    "cap is %llu: raise --shard-bytes",
+		    (unsigned long long) shards,
+		    (unsigned long long) o->shard_bytes,
+		    (unsigned long long) max_shards);
+		return FB_EINVAL;
+	}
+	return FB_OK;
+}
+
 int
-ps__sched_job_check(const Pswire__JobConfig *j, char *why, size_t n)
+ps__sched_job_check(const Pswire__JobConfig *j,
+    const struct ps_scheduler_opts *o, char *why, size_t n)
 {
 	if (j->n_tensors == 0 || j->n_tensors > 65536) {
 		snprintf(why, n, "tensor count %zu not in 1..65536",
@@ -123,6 +162,9 @@ ps__sched_job_check(const Pswire__JobConfig *j, char *why, size_t n)
 			snprintf(why, n, "tensor %zu name over 127 bytes", i);
 			return FB_EINVAL;
 		}
+	}
+	if (job_size_check(j, o, why, n) != FB_OK) {
+		return FB_EINVAL;
 	}
 	if (!(j->lr > 0 && j->lr < 1e6)) {
 		snprintf(why, n, "learning rate %g not in (0, 1e6)", j->lr);
@@ -143,10 +185,10 @@ ps__sched_job_check(const Pswire__JobConfig *j, char *why, size_t n)
 		                  : cwhy);
 		return FB_EINVAL;
 	}
-	struct fb_optim    o;
+	struct fb_optim    opt;
 	struct fb_lr_sched sc;
 	char               owhy[128];
-	if (ps__job_optim(j, &o, &sc, owhy, sizeof(owhy)) != FB_OK) {
+	if (ps__job_optim(j, &opt, &sc, owhy, sizeof(owhy)) != FB_OK) {
 		snprintf(why, n, "optimizer: %s", owhy);
 		return FB_EINVAL;
 	}

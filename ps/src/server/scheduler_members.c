@@ -220,7 +220,7 @@ register_trainer(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
 		return refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "trainer registration needs the tensor table");
 	}
-	if (ps__sched_job_check(r->job, why, sizeof(why)) != FB_OK) {
+	if (ps__sched_job_check(r->job, &s->opts, why, sizeof(why)) != FB_OK) {
 		return refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "bad job declaration: %s", why);
 	}

@@ -112,6 +112,15 @@ ps__sched_reply_links(struct ps_scheduler *s, struct ps_call *c)
 }
 
 void
+ps__sched_pipe_gone(void *arg, uint32_t pipe)
+{
+	struct ps_scheduler *s = arg;
+	pthread_mutex_lock(&s->mu);
+	(void) ps__call_list_drop_pipe(&s->parked, pipe);
+	pthread_mutex_unlock(&s->mu);
+}
+
+void
 ps__sched_expire_parked(struct ps_scheduler *s, uint64_t now_ms)
 {
 	struct ps_call **pp = &s->parked;

@@ -296,7 +296,7 @@ state_check(const struct ps_scheduler *s, const Pswire__SchedulerState *st,
 		}
 	}
 	if (st->job != NULL &&
-	    ps__sched_job_check(st->job, jw, sizeof(jw)) != FB_OK) {
+	    ps__sched_job_check(st->job, &s->opts, jw, sizeof(jw)) != FB_OK) {
 		return why(msg, n, FB_EPROTO, path, "bad job: %s", jw);
 	}
 	if (st->placement == NULL) {

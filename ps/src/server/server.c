@@ -97,6 +97,18 @@ on_probe(struct ps_server *s, struct ps_call *c)
 		    (unsigned long long) bytes, PS_PROBE_MAX);
 		return;
 	}
+	// Each peer's budget: its connection's calls in progress (probe
+	// replies it has not read yet, above all) and this reply together
+	// stay within PS_PROBE_MAX, so a peer that asks and never reads
+	// holds one probe's worth of memory, not one per context.
+	size_t held = ps__rpc_pipe_held(c);
+	if (held + bytes > PS_PROBE_MAX) {
+		ps__server_reply_err(s, c, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+		    "probe reply of %llu bytes: this connection already holds "
+		    "%zu bytes in calls in progress (probe budget %u)",
+		    (unsigned long long) bytes, held, PS_PROBE_MAX);
+		return;
+	}
 	h.request_id = c->hdr->request_id;
 	hl           = pswire__header__get_packed_size(&h);
 	if (psw_msg_begin(&m, hl, bytes, &payload) != FB_OK) {
@@ -182,6 +194,9 @@ ps_server_open(const struct ps_server_opts *o, struct ps_server **out)
 	}
 	s->opts       = *o;
 	s->started_ms = fb_clock_ms();
+	if (s->opts.park_max_ms == 0) {
+		s->opts.park_max_ms = 300000; // PS_SERVER_OPTS_INIT's
+	}
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->decoded, NULL);
 	// ps_server_leave waits on delivered with a deadline from
@@ -205,6 +220,8 @@ ps_server_open(const struct ps_server_opts *o, struct ps_server **out)
 		fb_free(s);
 		return rv;
 	}
+	ps__rpc_set_limits(s->rpc, 2 * o->max_msg + (1u << 20),
+	    o->max_inflight, ps__pull_pipe_gone);
 	snprintf(s->url, sizeof(s->url), "%s",
 	    o->advertise_url ? o->advertise_url : ps__rpc_url(s->rpc));
 	FB_LOG(FB_LOG_NOTICE, "server", "listening on %s (advertised %s)",
@@ -242,7 +259,8 @@ ps_server_stats(struct ps_server *s, char *buf, size_t n)
 	    "version:%llu\r\nmode:%s\r\n"
 	    "used_memory:%zu\r\n# Net\r\npushes:%llu\r\npulls:%llu\r\n"
 	    "errors:%llu\r\nbytes_in:%llu\r\nbytes_out:%llu\r\n"
-	    "updates_applied:%llu\r\nparked:%d\r\nmap_epoch:%llu\r\n",
+	    "updates_applied:%llu\r\nupdates_refused:%llu\r\nparked:%d\r\n"
+	    "map_epoch:%llu\r\n",
 	    s->index, s->url,
 	    (unsigned long long) (fb_clock_ms() - s->started_ms),
 	    atomic_load(&s->ready), s->n_shards, s->n_backup_shards,
@@ -252,7 +270,8 @@ ps_server_stats(struct ps_server *s, char *buf, size_t n)
 	    (unsigned long long) atomic_load(&s->n_err),
 	    (unsigned long long) atomic_load(&s->bytes_in),
 	    (unsigned long long) atomic_load(&s->bytes_out),
-	    (unsigned long long) atomic_load(&s->n_applied), parked,
+	    (unsigned long long) atomic_load(&s->n_applied),
+	    (unsigned long long) atomic_load(&s->n_overflow), parked,
 	    (unsigned long long) (s->pl != NULL ? s->pl->epoch : 0));
 	size_t used = n > 0 ? strlen(buf) : 0;
 	if (used + 1 < n) {

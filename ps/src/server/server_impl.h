@@ -188,9 +188,10 @@ struct ps_server {
 	// stats (relaxed atomics)
 	atomic_uint_fast64_t  n_push, n_pull, n_err, bytes_in, bytes_out;
 	atomic_uint_fast64_t  n_applied;
-	atomic_int            transfers; // shards packed, not yet delivered
-	int                   late;      // joined a running job
-	uint8_t              *gone;      // [trainers] ranks that left
+	atomic_uint_fast64_t  n_overflow; // updates refused: would overflow
+	atomic_int            transfers;  // shards packed, not yet delivered
+	int                   late;       // joined a running job
+	uint8_t              *gone;       // [trainers] ranks that left
 	uint64_t              started_ms;
 	// stuck rounds: warnings logged, and the last one's text (under mu)
 	atomic_uint_fast64_t  n_stalls;
@@ -247,6 +248,12 @@ int ps__all_finite(const void *p, size_t n);
 // whether they hold no NaN or Inf (one pass instead of two). No lock.
 int ps__copy_finite(float *dst, const void *p, size_t n);
 
+// ps__update_finite reports whether x - scale * g stays finite for every
+// one of n elements, g being the floats at a (any alignment: payload
+// bytes), or a + b when b is not NULL. Read-only: a check before an
+// update that must change nothing when refused. No lock needed.
+int ps__update_finite(const float *x, float scale, const void *a,
+    const void *b, size_t n);
 // ps__shard_alloc gives shard sh (sh->len elements) its buffers: weights,
 // staging slots, slot states and, with a pull codec, the reference and
 // delta log. FB_ENOMEM leaves some allocated: ps__shard_release frees
@@ -355,6 +362,11 @@ void ps__pull_wake(struct ps_server *s);
 // reached version want, else parks it until they do. mu held.
 void ps__pull_or_park(struct ps_server *s, struct ps_call *c, uint64_t want);
 
+// ps__pull_pipe_gone answers CANCELLED to every parked call that came on
+// connection pipe, which has closed, so that its context serves again
+// (rpc.h LIMITS; the arg is the server). Called on an nng thread; takes
+// mu.
+void ps__pull_pipe_gone(void *arg, uint32_t pipe);
 // ps__pull_abort_leaving answers every parked call that involves a shard
 // marked PS_SHARD_LEAVING (ABORTED for a PushPull, whose push was applied;
 // STALE_EPOCH for a Pull), naming map epoch `epoch`. mu held.

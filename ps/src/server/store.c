@@ -57,6 +57,35 @@ ps__copy_finite(float *dst, const void *p, size_t n)
 }
 
 int
+ps__update_finite(const float *x, float scale, const void *a, const void *b,
+    size_t n)
+{
+	const uint8_t *pa = a, *pb = b;
+	uint32_t       bad = 0;
+	if (pb == NULL) {
+		for (size_t i = 0; i < n; i++) {
+			float g, v;
+			memcpy(&g, pa + 4 * i, 4);
+			v = x[i] - scale * g;
+			uint32_t u;
+			memcpy(&u, &v, 4);
+			bad |= nonfinite(u);
+		}
+	} else {
+		for (size_t i = 0; i < n; i++) {
+			float    g, h, v;
+			uint32_t u;
+			memcpy(&g, pa + 4 * i, 4);
+			memcpy(&h, pb + 4 * i, 4);
+			v = x[i] - scale * (g + h);
+			memcpy(&u, &v, 4);
+			bad |= nonfinite(u);
+		}
+	}
+	return !bad;
+}
+
+int
 ps__shard_complete(const struct ps_server *s, const struct srv_shard *sh)
 {
 	uint32_t pushed = 0, missing = 0;
@@ -93,9 +122,10 @@ ps__shard_min_clock(const struct ps_server *s, const struct srv_shard *sh)
 void
 ps__shard_apply_sum(struct ps_server *s, struct srv_shard *sh)
 {
-	size_t       n = sh->len;
-	const float *g[2];
-	uint32_t     k = 0;
+	size_t       n     = sh->len;
+	float        scale = (float) (s->lr / (double) sh->samples);
+	const float *g[2]  = { NULL, NULL };
+	uint32_t     k     = 0;
 	// Rank order, over the ranks that pushed (all of them, unless a
 	// trainer left the job). One or two pushers (the common case here) go
 	// to the optimizer as they are (it adds two in its own pass); more
@@ -124,6 +154,24 @@ ps__shard_apply_sum(struct ps_server *s, struct srv_shard *sh)
 		// A round closed by departures alone (not reached today:
 		// ps__shard_complete needs a push): no update, the version
 		// still advances. Backups are not told; none would be.
+		sh->version++;
+		ps__ref_publish(s, sh);
+		return;
+	}
+	// An update that would overflow (finite pushes whose sum, or whose
+	// step, leaves the float range) is refused whole: the weights stay
+	// as they were and the version still advances, so that no trainer
+	// waits for a round that cannot close. The step checked is plain
+	// SGD's at the base lr (no schedule raises it): exact for sgd, a
+	// bound on the gradient for the other optimizers.
+	if (!ps__update_finite(sh->x, scale, k > 2 ? s->sum : g[0],
+	        k == 2 ? g[1] : NULL, n)) {
+		atomic_fetch_add_explicit(&s->n_overflow, 1,
+		    memory_order_relaxed);
+		FB_LOG(FB_LOG_ERR, "store",
+		    "shard %u round %llu: the update would overflow to Inf or "
+		    "NaN; refused (weights unchanged)",
+		    sh->id, (unsigned long long) sh->version);
 		sh->version++;
 		ps__ref_publish(s, sh);
 		return;
@@ -197,15 +245,35 @@ int
 ps__map_check(const Pswire__Placement *pl)
 {
 	Pswire__JobConfig *job = pl->job;
-	if (job == NULL || pl->trainers == 0 || pl->n_shards == 0 ||
-	    pl->n_shards > (1u << 24)) {
+	// Bounds as the scheduler's own (--trainers and --servers at most
+	// 4096 at start, joins after; 65536 tensors of 2^34 floats; 2^24
+	// shards), so that every size below is computed without overflow.
+	if (job == NULL || pl->trainers == 0 || pl->trainers > 65536 ||
+	    pl->n_servers == 0 || pl->n_servers > 65536 || pl->n_shards == 0 ||
+	    pl->n_shards > (1u << 24) || job->n_tensors == 0 ||
+	    job->n_tensors > 65536 || pl->n_gone_trainers > pl->trainers) {
 		return FB_EPROTO;
+	}
+	for (size_t i = 0; i < pl->n_servers; i++) {
+		if (pl->servers[i] == NULL || pl->servers[i][0] == '\0') {
+			return FB_EPROTO;
+		}
+	}
+	for (size_t t = 0; t < job->n_tensors; t++) {
+		if (job->tensors[t]->len == 0 ||
+		    job->tensors[t]->len > (1ull << 34)) {
+			return FB_EPROTO;
+		}
 	}
 	for (size_t i = 0; i < pl->n_shards; i++) {
 		Pswire__ShardInfo *si = pl->shards[i];
+		// len <= 2^34 and trainers <= 2^16: len * 4 * trainers (the
+		// staging slots) stays below 2^52; offset is checked before
+		// it is added, so offset + len cannot wrap.
 		if (si->tensor >= job->n_tensors || si->len == 0 ||
 		    si->len > (1ull << 34) ||
-		    si->offset + si->len > job->tensors[si->tensor]->len ||
+		    si->offset > job->tensors[si->tensor]->len ||
+		    si->len > job->tensors[si->tensor]->len - si->offset ||
 		    si->server >= pl->n_servers ||
 		    si->n_backups > PS_MAX_BACKUPS) {
 			return FB_EPROTO;

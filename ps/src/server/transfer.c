@@ -170,6 +170,66 @@ ps__transfer_restamp(nng_msg *m0, uint64_t epoch, nng_msg **out)
 	return rv;
 }
 
+// A version past this is refused in a Transfer: no job gets there, and
+// version + 1 (and the pull log's base + 1) must not wrap.
+#define PS_MAX_VERSION (UINT64_C(1) << 62)
+
+// transfer_values_check checks the values a Transfer for sh carries, its
+// lengths already checked: versions that cannot wrap, samples that match
+// the staged pushes (a round of `pushed` ranks with 0 samples would
+// divide by 0), and weights, reference and staged gradients all finite.
+// mu held. Returns 0, or replies an error and returns -1.
+static int
+transfer_values_check(struct ps_server *s, struct ps_call *c,
+    const Pswire__TransferRequest *t, const struct srv_shard *sh,
+    uint32_t pushed)
+{
+	const uint8_t *p   = c->frame.payload;
+	size_t         len = sh->len * 4;
+	const char    *bad = NULL;
+	if (t->version > PS_MAX_VERSION) {
+		bad = "version out of range";
+	} else if (pushed > 0
+	        ? t->samples == 0 || t->samples > (uint64_t) pushed << 30
+	        : t->samples != 0) {
+		bad = "samples do not match the staged pushes";
+	}
+	for (uint32_t k = 0; bad == NULL && !s->pull_none && k < s->log_k;
+	     k++) {
+		if (t->log_base[k] != UINT64_MAX &&
+		    t->log_base[k] >= t->version) {
+			bad = "delta log entry past the version";
+		}
+	}
+	if (bad == NULL && !ps__all_finite(p, sh->len)) {
+		bad = "weights hold NaN or Inf";
+	}
+	if (bad == NULL && !s->pull_none) {
+		if (!ps__all_finite(p + len, sh->len)) {
+			bad = "pull reference holds NaN or Inf";
+		}
+		p += len;
+		for (uint32_t k = 0; k < s->log_k; k++) {
+			p += t->log_len[k];
+		}
+	}
+	p += len;
+	for (uint32_t r = 0; bad == NULL && r < s->trainers; r++) {
+		if (t->state.data[r] == PS_SLOT_PUSHED) {
+			if (!ps__all_finite(p, sh->len)) {
+				bad = "a staged push holds NaN or Inf";
+			}
+			p += len;
+		}
+	}
+	if (bad != NULL) {
+		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "transfer of shard %u: %s", t->shard, bad);
+		return -1;
+	}
+	return 0;
+}
+
 // transfer_decode checks Transfer t (payload in c) against this job and
 // installs the state it carries into shard sh (placed here, ARRIVING).
 // mu held. Returns 0, or replies an error and returns -1 with sh holding
@@ -228,6 +288,9 @@ transfer_decode(struct ps_server *s, struct ps_call *c,
 		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "transfer of shard %u: %u payload bytes, expected %llu",
 		    t->shard, c->frame.payload_len, (unsigned long long) need);
+		return -1;
+	}
+	if (transfer_values_check(s, c, t, sh, pushed) != 0) {
 		return -1;
 	}
 	if (ps__shard_alloc(s, sh) != FB_OK) {

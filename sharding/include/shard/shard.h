@@ -53,6 +53,13 @@ struct shard_desc {
 int shard_split(const uint64_t *tensor_lens, size_t n_tensors,
     uint64_t shard_bytes, struct shard_desc **out, size_t *n_out);
 
+// shard_count writes into *n_out how many shards shard_split would cut the
+// same tensors into, without building them: a caller checks a declared
+// job against its caps before allocating anything. Errors: as shard_split
+// (FB_EINVAL, FB_ERANGE), never FB_ENOMEM.
+int shard_count(const uint64_t *tensor_lens, size_t n_tensors,
+    uint64_t shard_bytes, uint64_t *n_out);
+
 // ---- uniform placement (baseline) ----------------------------------------
 
 // shard_place_uniform is the hash baseline (--placement=uniform): it writes

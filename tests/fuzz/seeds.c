@@ -1,0 +1,230 @@
+// seeds.c — fuzz_seeds: writes the seed corpora of tests/fuzz (one file
+// per well-formed example of what each target reads) into DIR/<target>/.
+// Run after changing the wire format: fuzz_seeds tests/fuzz/corpus.
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ferry.pb-c.h"
+#include "psw/psw.h"
+
+static const char *root;
+
+// put writes n bytes as DIR/target/name.
+static void
+put(const char *target, const char *name, const void *b, size_t n)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%s", root, target);
+	mkdir(path, 0755);
+	snprintf(path, sizeof(path), "%s/%s/%s", root, target, name);
+	FILE *f = fopen(path, "wb");
+	if (f == NULL || fwrite(b, 1, n, f) != n) {
+		fprintf(stderr, "fuzz_seeds: %s: %s\n", path, strerror(errno));
+		return;
+	}
+	fclose(f);
+}
+
+// frame writes a framed request (method, header h, payload of plen
+// bytes 0x11) into out (prefixed by `prefix` bytes, 0 or 1) and returns
+// its size.
+static size_t
+frame(uint8_t *out, int prefix, uint8_t method, Pswire__Header *h, size_t plen)
+{
+	size_t hl = pswire__header__pack(h, out + prefix + PSW_FRAME_HDR);
+	psw_frame_put(out + prefix, method, 0, (uint32_t) hl, (uint32_t) plen);
+	memset(out + prefix + PSW_FRAME_HDR + hl, 0x11, plen);
+	return prefix + PSW_FRAME_HDR + hl + plen;
+}
+
+// requests writes one seed per request kind for target, each message
+// prefixed by `prefix` bytes (fuzz_rpc's role byte: role).
+static void
+requests(const char *target, int prefix)
+{
+	static uint8_t out[1 << 16];
+	uint32_t       ids[2] = { 0, 1 };
+	size_t         n;
+	{ // Pull of shards 0 and 1 at version 0
+		Pswire__Header      h = PSWIRE__HEADER__INIT;
+		Pswire__PullRequest p = PSWIRE__PULL_REQUEST__INIT;
+		h.request_id          = 1;
+		h.epoch               = 1;
+		h.deadline_ms         = 50;
+		h.body_case           = PSWIRE__HEADER__BODY_PULL_REQ;
+		h.pull_req            = &p;
+		p.n_shards            = 2;
+		p.shards              = ids;
+		out[0]                = 0;
+		n = frame(out, prefix, PSWIRE__METHOD__PULL, &h, 0);
+		put(target, "pull", out, n);
+	}
+	{ // Push of shard 0 (16 floats), version 0, fp32
+		Pswire__Header      h = PSWIRE__HEADER__INIT;
+		Pswire__PushRequest p = PSWIRE__PUSH_REQUEST__INIT;
+		Pswire__ShardRef    r = PSWIRE__SHARD_REF__INIT, *rp = &r;
+		h.request_id  = 2;
+		h.epoch       = 1;
+		h.deadline_ms = 50;
+		h.body_case   = PSWIRE__HEADER__BODY_PUSH_REQ;
+		h.push_req    = &p;
+		p.n_shards    = 1;
+		p.shards      = &rp;
+		p.n_samples   = 1;
+		r.length      = 64;
+		out[0]        = 0;
+		n = frame(out, prefix, PSWIRE__METHOD__PUSH, &h, 64);
+		put(target, "push", out, n);
+		n = frame(out, prefix, PSWIRE__METHOD__PUSH_PULL, &h, 64);
+		put(target, "push_pull", out, n);
+	}
+	{ // Probe
+		Pswire__Header       h = PSWIRE__HEADER__INIT;
+		Pswire__ProbeRequest p = PSWIRE__PROBE_REQUEST__INIT;
+		h.body_case            = PSWIRE__HEADER__BODY_PROBE_REQ;
+		h.probe_req            = &p;
+		p.reply_bytes          = 1024;
+		out[0]                 = 0;
+		n = frame(out, prefix, PSWIRE__METHOD__PROBE, &h, 16);
+		put(target, "probe", out, n);
+	}
+	{ // Transfer of shard 0 with no state
+		Pswire__Header          h     = PSWIRE__HEADER__INIT;
+		Pswire__TransferRequest t     = PSWIRE__TRANSFER_REQUEST__INIT;
+		uint8_t                 st[1] = { 0 };
+		h.epoch                       = 2;
+		h.body_case    = PSWIRE__HEADER__BODY_TRANSFER_REQ;
+		h.transfer_req = &t;
+		t.state.len    = 1;
+		t.state.data   = st;
+		t.version      = 3;
+		t.init         = 1;
+		out[0]         = 0;
+		n = frame(out, prefix, PSWIRE__METHOD__TRANSFER, &h, 64);
+		put(target, "transfer", out, n);
+	}
+	{ // Register (trainer rank 0, a job of one tensor), GetPlacement,
+	  // Heartbeat, ReportLinks, Leave, Stats: the scheduler's requests
+		Pswire__Header          h  = PSWIRE__HEADER__INIT;
+		Pswire__RegisterRequest rr = PSWIRE__REGISTER_REQUEST__INIT;
+		Pswire__JobConfig       j  = PSWIRE__JOB_CONFIG__INIT;
+		Pswire__TensorDesc td = PSWIRE__TENSOR_DESC__INIT, *tp = &td;
+		td.name        = "w";
+		td.len         = 40;
+		j.n_tensors    = 1;
+		j.tensors      = &tp;
+		j.lr           = 0.1;
+		j.codec_push   = "none";
+		j.codec_pull   = "q8";
+		rr.role        = PSWIRE__ROLE__ROLE_TRAINER;
+		rr.job         = &j;
+		h.body_case    = PSWIRE__HEADER__BODY_REGISTER_REQ;
+		h.register_req = &rr;
+		out[0]         = 1;
+		n = frame(out, prefix, PSWIRE__METHOD__REGISTER, &h, 0);
+		put(target, "register", out, n);
+
+		Pswire__Header              g = PSWIRE__HEADER__INIT;
+		Pswire__GetPlacementRequest gp =
+		    PSWIRE__GET_PLACEMENT_REQUEST__INIT;
+		gp.min_epoch    = 1;
+		g.deadline_ms   = 50;
+		g.body_case     = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
+		g.placement_req = &gp;
+		n = frame(out, prefix, PSWIRE__METHOD__GET_PLACEMENT, &g, 0);
+		put(target, "get_placement", out, n);
+
+		Pswire__Header       l  = PSWIRE__HEADER__INIT;
+		Pswire__LeaveRequest lr = PSWIRE__LEAVE_REQUEST__INIT;
+		lr.role                 = PSWIRE__ROLE__ROLE_TRAINER;
+		l.body_case             = PSWIRE__HEADER__BODY_LEAVE_REQ;
+		l.leave_req             = &lr;
+		n = frame(out, prefix, PSWIRE__METHOD__HEARTBEAT, &l, 0);
+		put(target, "heartbeat", out, n);
+
+		Pswire__Header             rl = PSWIRE__HEADER__INIT;
+		Pswire__ReportLinksRequest rq =
+		    PSWIRE__REPORT_LINKS_REQUEST__INIT;
+		double rtt[1] = { 0.001 }, bw[1] = { 1e9 };
+		rq.n_rtt_s   = 1;
+		rq.rtt_s     = rtt;
+		rq.n_bw_bps  = 1;
+		rq.bw_bps    = bw;
+		rl.body_case = PSWIRE__HEADER__BODY_LINKS_REQ;
+		rl.links_req = &rq;
+		n = frame(out, prefix, PSWIRE__METHOD__REPORT_LINKS, &rl, 0);
+		put(target, "report_links", out, n);
+
+		Pswire__Header s = PSWIRE__HEADER__INIT;
+		n = frame(out, prefix, PSWIRE__METHOD__STATS, &s, 0);
+		put(target, "stats", out, n);
+	}
+}
+
+int
+main(int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr, "usage: fuzz_seeds DIR\n");
+		return 2;
+	}
+	root = argv[1];
+	mkdir(root, 0755);
+	requests("fuzz_frame", 0);
+	requests("fuzz_rpc", 1);
+	{ // a map of one tensor in two shards on one server
+		Pswire__Placement  pl = PSWIRE__PLACEMENT__INIT;
+		Pswire__JobConfig  j  = PSWIRE__JOB_CONFIG__INIT;
+		Pswire__TensorDesc td = PSWIRE__TENSOR_DESC__INIT, *tp = &td;
+		Pswire__ShardInfo  s0 = PSWIRE__SHARD_INFO__INIT, s1 = s0;
+		Pswire__ShardInfo *sp[2]   = { &s0, &s1 };
+		char              *urls[1] = { "tcp://127.0.0.1:1" };
+		static uint8_t     out[4096];
+		td.name      = "w";
+		td.len       = 40;
+		j.n_tensors  = 1;
+		j.tensors    = &tp;
+		j.lr         = 0.1;
+		j.codec_push = "none";
+		j.codec_pull = "none";
+		s0.len       = 20;
+		s1.offset    = 20;
+		s1.len       = 20;
+		pl.epoch     = 1;
+		pl.trainers  = 2;
+		pl.n_servers = 1;
+		pl.servers   = urls;
+		pl.n_shards  = 2;
+		pl.shards    = sp;
+		pl.job       = &j;
+		put("fuzz_map", "two_shards", out,
+		    pswire__placement__pack(&pl, out));
+	}
+	{ // codecs: each codec over 64 values of junk codes
+		static uint8_t out[1024];
+		for (int c = 0; c < 9; c++) {
+			char name[16];
+			out[0] = (uint8_t) c;
+			out[1] = 31; // bucket 32
+			out[2] = 0;
+			out[3] = 64; // n = 65
+			out[4] = 0;
+			for (int i = 5; i < 5 + 300; i++) {
+				out[i] = (uint8_t) (i * 37);
+			}
+			snprintf(name, sizeof(name), "codec%d", c);
+			put("fuzz_codec", name, out, 305);
+		}
+	}
+	{ // a valid 4-image IDX file of 2 x 2 pixels
+		uint8_t idx[16 + 16] = { 0, 0, 8, 3, 0, 0, 0, 4, 0, 0, 0, 2, 0,
+			0, 0, 2 };
+		for (int i = 0; i < 16; i++) {
+			idx[16 + i] = (uint8_t) (i * 16);
+		}
+		put("fuzz_idx", "four_images", idx, sizeof(idx));
+	}
+	return 0;
+}

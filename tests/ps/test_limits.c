@@ -1,0 +1,705 @@
+// test_limits.c — the limits of issue 12 (docs/operations.md §13), each
+// against a live in-process job: parked calls from one connection do not stop
+// the others being served (and closing it frees them), an update that would
+// overflow is refused and leaves the weights finite, a huge declaration
+// is refused before anything is built, a server refuses a bad map from a
+// fake scheduler, a Pull with a payload is refused, and probe replies stay
+// within a connection's budget.
+#include <arpa/inet.h>
+#include <float.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/rep.h>
+#include <nng/protocol/reqrep0/req.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "ferry.pb-c.h"
+#include "ferry/ferry.h"
+#include "ps/ps.h"
+#include "ps_tests.h"
+#include "psw/psw.h"
+#include "pt.h"
+
+// A job of one 16-float tensor (one 64-byte shard) on one server.
+#define LEN 16
+
+struct job {
+	struct ps_scheduler *sched;
+	struct ps_server    *srv;
+};
+
+static void
+job_open(struct job *j, int trainers, int contexts)
+{
+	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
+	struct ps_server_opts    o  = PS_SERVER_OPTS_INIT;
+	char                     url[64], surl[64];
+	so.url         = pt_addr(url, sizeof(url), "tcp");
+	so.trainers    = trainers;
+	so.servers     = 1;
+	so.shard_bytes = 64;
+	so.probe_bytes = 0;
+	PT_OK(ps_scheduler_open(&so, &j->sched));
+	o.url           = pt_addr(surl, sizeof(surl), "tcp");
+	o.scheduler_url = ps_scheduler_url(j->sched);
+	o.contexts      = contexts;
+	PT_OK(ps_server_open(&o, &j->srv));
+}
+
+static void
+job_close(struct job *j)
+{
+	ps_server_close(j->srv);
+	ps_scheduler_close(j->sched);
+}
+
+// stat_of reads one "key:value" line of the server's stats text.
+static unsigned long long
+stat_of(struct ps_server *s, const char *key)
+{
+	char        text[4096], want[64];
+	const char *p;
+	ps_server_stats(s, text, sizeof(text));
+	snprintf(want, sizeof(want), "\n%s:", key);
+	p = strstr(text, want);
+	ck_assert_msg(p != NULL, "no %s in stats", key);
+	return strtoull(p + strlen(want), NULL, 10);
+}
+
+// One trainer of the test job, on libferry.
+struct trainer {
+	const char   *url;
+	int           rank, mode, steps;
+	float         grad; // every element of every push
+	float         w[LEN];
+	int           rv, n_refused;
+	char          err[256];
+	ferry_client *c;
+};
+
+// trainer_open opens, declares, offers (rank 0) and pulls the weights
+// 0, 1, ..., LEN-1.
+static int
+trainer_open(struct trainer *t)
+{
+	struct ferry_opts        o = FERRY_OPTS_INIT;
+	struct ferry_tensor_desc d = { "a", LEN };
+	float                   *wp[1];
+	int                      rv;
+	o.scheduler_url = t->url;
+	o.rank          = t->rank;
+	o.lr            = 0.5;
+	o.mode          = t->mode;
+	o.timeout_ms    = 10000;
+	wp[0]           = t->w;
+	for (int i = 0; i < LEN; i++) {
+		t->w[i] = (float) i;
+	}
+	if ((rv = ferry_client_open(&o, &t->c)) != 0 ||
+	    (rv = ferry_client_declare(t->c, &d, 1)) != 0 ||
+	    (t->rank == 0 &&
+	        (rv = ferry_client_init_weights(t->c,
+	             (const float *const *) wp)) != 0) ||
+	    (rv = ferry_client_pull(t->c, wp)) != 0) {
+		snprintf(t->err, sizeof(t->err), "%s",
+		    t->c ? ferry_client_last_error(t->c) : "open");
+	}
+	return rv;
+}
+
+// trainer_steps pushes t->grad (n_samples 1) t->steps times; a push the
+// server refuses is counted in n_refused and the error kept.
+static void *
+trainer_steps(void *arg)
+{
+	struct trainer *t = arg;
+	float           g[LEN];
+	const float    *gp[1] = { g };
+	float          *wp[1] = { t->w };
+	for (int i = 0; i < LEN; i++) {
+		g[i] = t->grad;
+	}
+	for (int k = 0; k < t->steps; k++) {
+		int rv = ferry_client_push_pull(t->c, gp, 1, wp);
+		if (rv == FERRY_EREMOTE) {
+			t->n_refused++;
+			snprintf(t->err, sizeof(t->err), "%s",
+			    ferry_client_last_error(t->c));
+			continue;
+		}
+		if ((t->rv = rv) != 0) {
+			snprintf(t->err, sizeof(t->err), "%s",
+			    ferry_client_last_error(t->c));
+			break;
+		}
+	}
+	return NULL;
+}
+
+static void *
+trainer_open_main(void *arg)
+{
+	struct trainer *t = arg;
+	t->rv             = trainer_open(t);
+	return NULL;
+}
+
+// all_finite reports whether n floats hold no NaN or Inf.
+static int
+all_finite(const float *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (!isfinite(x[i])) {
+			return 0;
+		}
+	}
+	return 1;
+}
+
+// pull_msg builds a Pull for shard 0 at version `version` (sync: parks
+// until it exists), with `payload` junk bytes after the header.
+static nng_msg *
+pull_msg(uint64_t rid, uint64_t version, size_t payload)
+{
+	Pswire__Header      h  = PSWIRE__HEADER__INIT;
+	Pswire__PullRequest pr = PSWIRE__PULL_REQUEST__INIT;
+	uint32_t            id = 0;
+	nng_msg            *m;
+	uint8_t            *p;
+	h.request_id = rid;
+	h.epoch      = 1;
+	h.body_case  = PSWIRE__HEADER__BODY_PULL_REQ;
+	h.pull_req   = &pr;
+	pr.n_shards  = 1;
+	pr.shards    = &id;
+	pr.version   = version;
+	size_t hl    = pswire__header__get_packed_size(&h);
+	PT_OK(psw_msg_begin(&m, hl, payload, &p));
+	memset(p, 0x5a, payload);
+	PT_OK(
+	    psw_msg_finish(m, PSWIRE__METHOD__PULL, 0, &h.base, hl, payload));
+	return m;
+}
+
+// A peer sends --contexts Pulls (deadline 0) for a version that needs the
+// trainer's next push, all on one connection. Before the limits they took
+// every context, so the trainer's push-pull was never read: now that
+// connection parks at most a quarter of them, the rest are refused
+// RESOURCE_EXHAUSTED, the trainer trains, and closing the connection
+// answers what it still had parked.
+START_TEST(test_limits_parked_pulls_from_one_peer)
+{
+	enum { CONTEXTS = 8 };
+	struct job     j;
+	struct trainer t;
+	nng_socket     sock;
+	nng_ctx        ctx[CONTEXTS];
+	nng_aio       *aio[CONTEXTS];
+	int            refused = 0;
+
+	job_open(&j, 1, CONTEXTS);
+	memset(&t, 0, sizeof(t));
+	t.url   = ps_scheduler_url(j.sched);
+	t.steps = 3;
+	t.grad  = 1.0f;
+	PT_OK(trainer_open(&t));
+	ck_assert_int_eq(nng_req0_open(&sock), 0);
+	ck_assert_int_eq(nng_dial(sock, ps_server_url(j.srv), NULL, 0), 0);
+	for (int i = 0; i < CONTEXTS; i++) {
+		ck_assert_int_eq(nng_ctx_open(&ctx[i], sock), 0);
+		ck_assert_int_eq(nng_aio_alloc(&aio[i], NULL, NULL), 0);
+		nng_aio_set_msg(aio[i], pull_msg((uint64_t) i + 1, 1, 0));
+		nng_ctx_send(ctx[i], aio[i]);
+		nng_aio_wait(aio[i]);
+		ck_assert_int_eq(nng_aio_result(aio[i]), 0);
+		nng_aio_set_timeout(aio[i], 200);
+		nng_ctx_recv(ctx[i], aio[i]);
+	}
+	// The refusals come back at once; the parked ones time out here.
+	for (int i = 0; i < CONTEXTS; i++) {
+		nng_aio_wait(aio[i]);
+		if (nng_aio_result(aio[i]) == 0) {
+			nng_msg         *m = nng_aio_get_msg(aio[i]);
+			struct psw_frame f;
+			const char      *why;
+			PT_OK(psw_msg_parse(m, &f, &why));
+			Pswire__Header *h = pswire__header__unpack(NULL,
+			    f.hdr_len, f.hdr);
+			ck_assert_ptr_nonnull(h);
+			ck_assert_int_eq(h->status,
+			    PSWIRE__STATUS__RESOURCE_EXHAUSTED);
+			ck_assert_ptr_nonnull(strstr(h->error, "connection"));
+			pswire__header__free_unpacked(h, NULL);
+			nng_msg_free(m);
+			refused++;
+		}
+	}
+	ck_assert_int_eq(refused, CONTEXTS - 2);
+	ck_assert_uint_eq(stat_of(j.srv, "parked"), 2);
+	trainer_steps(&t);
+	ck_assert_msg(t.rv == 0 && t.n_refused == 0, "trainer: %s", t.err);
+	// Its pushes reached version 1: the peer's parked Pulls were
+	// answered then. Park two more, then close: they are answered
+	// (CANCELLED) and the contexts serve again.
+	for (int i = 0; i < 2; i++) {
+		nng_aio_set_msg(aio[i], pull_msg(100 + (uint64_t) i, 4, 0));
+		nng_ctx_send(ctx[i], aio[i]);
+		nng_aio_wait(aio[i]);
+		ck_assert_int_eq(nng_aio_result(aio[i]), 0);
+	}
+	for (int i = 0; i < 50 && stat_of(j.srv, "parked") < 2; i++) {
+		fb_sleep_us(10000);
+	}
+	ck_assert_uint_eq(stat_of(j.srv, "parked"), 2);
+	for (int i = 0; i < CONTEXTS; i++) {
+		nng_aio_free(aio[i]);
+	}
+	nng_close(sock);
+	for (int i = 0; i < 200 && stat_of(j.srv, "parked") > 0; i++) {
+		fb_sleep_us(10000);
+	}
+	ck_assert_uint_eq(stat_of(j.srv, "parked"), 0);
+	ferry_client_close(t.c);
+	job_close(&j);
+}
+END_TEST
+
+// Two ranks push FLT_MAX everywhere: each push is finite, their sum is
+// not. The round is refused whole: the weights stay finite (and as they
+// were), and the job goes on. In async mode a push whose step would
+// overflow is refused with a message and changes nothing.
+START_TEST(test_limits_flt_max_pushes_leave_weights_finite)
+{
+	struct job     j;
+	struct trainer t[2];
+	pthread_t      th[2];
+
+	job_open(&j, 2, 64);
+	for (int r = 0; r < 2; r++) {
+		memset(&t[r], 0, sizeof(t[r]));
+		t[r].url   = ps_scheduler_url(j.sched);
+		t[r].rank  = r;
+		t[r].steps = 1;
+		t[r].grad  = FLT_MAX;
+		pthread_create(&th[r], NULL, trainer_open_main, &t[r]);
+	}
+	for (int r = 0; r < 2; r++) {
+		pthread_join(th[r], NULL);
+		ck_assert_msg(t[r].rv == 0, "rank %d: %s", r, t[r].err);
+		pthread_create(&th[r], NULL, trainer_steps, &t[r]);
+	}
+	for (int r = 0; r < 2; r++) {
+		pthread_join(th[r], NULL);
+		ck_assert_msg(t[r].rv == 0, "rank %d: %s", r, t[r].err);
+		ck_assert_msg(all_finite(t[r].w, LEN), "rank %d: w[0] = %g", r,
+		    t[r].w[0]);
+		for (int i = 0; i < LEN; i++) {
+			ck_assert_float_eq(t[r].w[i], (float) i);
+		}
+	}
+	ck_assert_uint_eq(stat_of(j.srv, "updates_refused"), 1);
+	// A normal round still applies: x -= 0.5 / 2 * (1 + 1).
+	for (int r = 0; r < 2; r++) {
+		t[r].grad = 1.0f;
+		pthread_create(&th[r], NULL, trainer_steps, &t[r]);
+	}
+	for (int r = 0; r < 2; r++) {
+		pthread_join(th[r], NULL);
+		ck_assert_msg(t[r].rv == 0, "rank %d: %s", r, t[r].err);
+		ck_assert_float_eq(t[r].w[3], 3.0f - 0.5f);
+		ferry_client_close(t[r].c);
+	}
+	job_close(&j);
+
+	// Async, one trainer: x - 0.5 * FLT_MAX is finite, the next
+	// -0.5 * FLT_MAX pushes overflow and are refused.
+	job_open(&j, 1, 64);
+	memset(&t[0], 0, sizeof(t[0]));
+	t[0].url   = ps_scheduler_url(j.sched);
+	t[0].mode  = FERRY_MODE_ASYNC;
+	t[0].steps = 4;
+	t[0].grad  = -FLT_MAX;
+	PT_OK(trainer_open(&t[0]));
+	trainer_steps(&t[0]);
+	ck_assert_msg(t[0].rv == 0, "%s", t[0].err);
+	ck_assert_int_ge(t[0].n_refused, 2);
+	ck_assert_msg(strstr(t[0].err, "overflow") != NULL, "%s", t[0].err);
+	{
+		float *wp[1] = { t[0].w };
+		PT_OK(ferry_client_pull(t[0].c, wp));
+	}
+	ck_assert_msg(all_finite(t[0].w, LEN), "w[0] = %g", t[0].w[0]);
+	ferry_client_close(t[0].c);
+	job_close(&j);
+}
+END_TEST
+
+// raw_header_call sends header h for method on a fresh connection and
+// returns the reply header (NULL when none came).
+static Pswire__Header *
+raw_header_call(const char *url, uint8_t method, Pswire__Header *h)
+{
+	nng_socket       s;
+	nng_msg         *m;
+	uint8_t         *payload;
+	struct psw_frame f;
+	const char      *why;
+	Pswire__Header  *rh = NULL;
+	size_t           hl = pswire__header__get_packed_size(h);
+
+	ck_assert_int_eq(nng_req0_open(&s), 0);
+	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 10000);
+	ck_assert_int_eq(nng_dial(s, url, NULL, 0), 0);
+	PT_OK(psw_msg_begin(&m, hl, 0, &payload));
+	PT_OK(psw_msg_finish(m, method, 0, &h->base, hl, 0));
+	ck_assert_int_eq(nng_sendmsg(s, m, 0), 0);
+	if (nng_recvmsg(s, &m, 0) == 0) {
+		if (psw_msg_parse(m, &f, &why) == FB_OK) {
+			rh = pswire__header__unpack(NULL, f.hdr_len, f.hdr);
+		}
+		nng_msg_free(m);
+	}
+	nng_close(s);
+	return rh;
+}
+
+// register_huge registers trainer 0 of a job of nt tensors of len floats
+// each and returns the reply (the caller frees it).
+static Pswire__Header *
+register_huge(const char *url, size_t nt, uint64_t len)
+{
+	Pswire__Header          h  = PSWIRE__HEADER__INIT;
+	Pswire__RegisterRequest rr = PSWIRE__REGISTER_REQUEST__INIT;
+	Pswire__JobConfig       jc = PSWIRE__JOB_CONFIG__INIT;
+	Pswire__TensorDesc     *td = calloc(nt, sizeof(*td));
+	Pswire__TensorDesc    **tp = calloc(nt, sizeof(*tp));
+	char(*names)[24]           = calloc(nt, sizeof(*names));
+	ck_assert(td != NULL && tp != NULL && names != NULL);
+	for (size_t i = 0; i < nt; i++) {
+		pswire__tensor_desc__init(&td[i]);
+		snprintf(names[i], sizeof(names[i]), "t%zu", i);
+		td[i].name = names[i];
+		td[i].len  = len;
+		tp[i]      = &td[i];
+	}
+	jc.n_tensors       = nt;
+	jc.tensors         = tp;
+	jc.lr              = 0.1;
+	jc.codec_push      = "none";
+	jc.codec_pull      = "none";
+	rr.role            = PSWIRE__ROLE__ROLE_TRAINER;
+	rr.job             = &jc;
+	h.body_case        = PSWIRE__HEADER__BODY_REGISTER_REQ;
+	h.register_req     = &rr;
+	Pswire__Header *rh = raw_header_call(url, PSWIRE__METHOD__REGISTER,
+	    &h);
+	free(td);
+	free(tp);
+	free(names);
+	ck_assert_ptr_nonnull(rh);
+	return rh;
+}
+
+// A declaration of 4096 tensors of 2^34 floats (256 TiB) passed every
+// check and made the scheduler build 2^28 shard descriptors when the job
+// started. It is refused at Register, naming --max-job-mb, and so is one
+// within the byte cap cut into too many shards; the scheduler allocates
+// next to nothing doing so.
+START_TEST(test_limits_huge_declaration_refused)
+{
+	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
+	struct ps_scheduler     *s;
+	Pswire__Header          *rh;
+	so.url         = "tcp://127.0.0.1:0";
+	so.probe_bytes = 0;
+	PT_OK(ps_scheduler_open(&so, &s));
+	size_t used0 = fb_used_memory();
+	rh           = register_huge(ps_scheduler_url(s), 4096, 1ull << 34);
+	ck_assert_int_eq(rh->status, PSWIRE__STATUS__INVALID_ARGUMENT);
+	ck_assert_msg(strstr(rh->error, "--max-job-mb") != NULL, "%s",
+	    rh->error);
+	pswire__header__free_unpacked(rh, NULL);
+	ck_assert_uint_lt(fb_used_memory(), used0 + (4u << 20));
+	ps_scheduler_close(s);
+
+	so.shard_bytes = 4; // 1 float per shard: 2^21 shards for 8 MiB
+	PT_OK(ps_scheduler_open(&so, &s));
+	rh = register_huge(ps_scheduler_url(s), 2, 1ull << 20);
+	ck_assert_int_eq(rh->status, PSWIRE__STATUS__INVALID_ARGUMENT);
+	ck_assert_msg(strstr(rh->error, "shards") != NULL, "%s", rh->error);
+	pswire__header__free_unpacked(rh, NULL);
+	ck_assert_uint_lt(fb_used_memory(), used0 + (4u << 20));
+	ps_scheduler_close(s);
+}
+END_TEST
+
+// A fake scheduler: a REP socket that registers the server as index 0 and
+// answers its GetPlacement with `bad`, a map whose shard runs past its
+// tensor by wrapping offset + len.
+struct fake_sched {
+	nng_socket sock;
+	char       url[64];
+	atomic_int maps_sent;
+};
+
+static void *
+fake_sched_main(void *arg)
+{
+	struct fake_sched *f = arg;
+	nng_msg           *m;
+	while (nng_recvmsg(f->sock, &m, 0) == 0) {
+		struct psw_frame      fr;
+		const char           *why;
+		Pswire__Header        h   = PSWIRE__HEADER__INIT;
+		Pswire__RegisterReply rr  = PSWIRE__REGISTER_REPLY__INIT;
+		Pswire__Placement     pl  = PSWIRE__PLACEMENT__INIT;
+		Pswire__JobConfig     jc  = PSWIRE__JOB_CONFIG__INIT;
+		Pswire__TensorDesc    td  = PSWIRE__TENSOR_DESC__INIT;
+		Pswire__TensorDesc   *tp  = &td;
+		Pswire__ShardInfo     si  = PSWIRE__SHARD_INFO__INIT;
+		Pswire__ShardInfo    *sp  = &si;
+		char                 *srv = f->url;
+		uint8_t              *payload;
+		nng_msg              *rep;
+		if (psw_msg_parse(m, &fr, &why) != FB_OK) {
+			nng_msg_free(m);
+			continue;
+		}
+		Pswire__Header *q = pswire__header__unpack(NULL, fr.hdr_len,
+		    fr.hdr);
+		h.request_id      = q ? q->request_id : 0;
+		if (fr.method == PSWIRE__METHOD__REGISTER) {
+			h.body_case    = PSWIRE__HEADER__BODY_REGISTER_REP;
+			h.register_rep = &rr;
+		} else if (fr.method == PSWIRE__METHOD__GET_PLACEMENT &&
+		    f->maps_sent == 0) {
+			td.name       = "a";
+			td.len        = 64;
+			jc.n_tensors  = 1;
+			jc.tensors    = &tp;
+			jc.lr         = 0.1;
+			jc.codec_push = "none";
+			jc.codec_pull = "none";
+			si.offset     = UINT64_MAX - 7; // + len wraps to 8
+			si.len        = 16;
+			pl.epoch      = 1;
+			pl.trainers   = 1;
+			pl.n_servers  = 1;
+			pl.servers    = &srv;
+			pl.n_shards   = 1;
+			pl.shards     = &sp;
+			pl.job        = &jc;
+			h.body_case   = PSWIRE__HEADER__BODY_PLACEMENT;
+			h.placement   = &pl;
+			f->maps_sent++;
+		} else {
+			h.status = PSWIRE__STATUS__DEADLINE_EXCEEDED;
+			fb_sleep_us(100000);
+		}
+		if (q != NULL) {
+			pswire__header__free_unpacked(q, NULL);
+		}
+		nng_msg_free(m);
+		size_t hl = pswire__header__get_packed_size(&h);
+		PT_OK(psw_msg_begin(&rep, hl, 0, &payload));
+		PT_OK(psw_msg_finish(rep, fr.method, PSW_FLAG_REPLY, &h.base,
+		    hl, 0));
+		if (nng_sendmsg(f->sock, rep, 0) != 0) {
+			nng_msg_free(rep);
+		}
+	}
+	return NULL;
+}
+
+// A server refuses a map whose shard's offset + len wraps (it would have
+// installed it, then read and written past the shard's tensor): it never
+// becomes ready, and still answers.
+START_TEST(test_limits_fake_scheduler_bad_map_refused)
+{
+	struct fake_sched     f;
+	struct ps_server_opts o = PS_SERVER_OPTS_INIT;
+	struct ps_server     *srv;
+	pthread_t             th;
+	char                  url[64], why[256];
+	memset(&f, 0, sizeof(f));
+	ck_assert_int_eq(nng_rep0_open(&f.sock), 0);
+	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", pt_free_port());
+	ck_assert_int_eq(nng_listen(f.sock, url, NULL, 0), 0);
+	snprintf(f.url, sizeof(f.url), "tcp://127.0.0.1:%d", pt_free_port());
+	pthread_create(&th, NULL, fake_sched_main, &f);
+	o.url           = f.url;
+	o.scheduler_url = url;
+	PT_OK(ps_server_open(&o, &srv));
+	for (int i = 0; i < 300 && f.maps_sent == 0; i++) {
+		fb_sleep_us(10000);
+	}
+	ck_assert_int_eq(f.maps_sent, 1);
+	fb_sleep_us(300000); // time to install it, were it accepted
+	ck_assert_int_eq(ps_server_ready(srv, why, sizeof(why)), 0);
+	ck_assert_uint_eq(stat_of(srv, "shards"), 0);
+	ps_server_close(srv);
+	nng_close(f.sock);
+	pthread_join(th, NULL);
+}
+END_TEST
+
+// send_msg sends m on a fresh connection to url and returns the reply's
+// status, its error text in err (n bytes).
+static int
+send_msg(const char *url, nng_msg *m, char *err, size_t n)
+{
+	nng_socket s;
+	int        status = -1;
+	ck_assert_int_eq(nng_req0_open(&s), 0);
+	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 5000);
+	ck_assert_int_eq(nng_dial(s, url, NULL, 0), 0);
+	ck_assert_int_eq(nng_sendmsg(s, m, 0), 0);
+	if (nng_recvmsg(s, &m, 0) == 0) {
+		struct psw_frame f;
+		const char      *why;
+		if (psw_msg_parse(m, &f, &why) == FB_OK) {
+			Pswire__Header *h = pswire__header__unpack(NULL,
+			    f.hdr_len, f.hdr);
+			if (h != NULL) {
+				status = h->status;
+				snprintf(err, n, "%s", h->error);
+				pswire__header__free_unpacked(h, NULL);
+			}
+		}
+		nng_msg_free(m);
+	}
+	nng_close(s);
+	return status;
+}
+
+// A Pull carrying a payload (which a parked Pull would hold, up to the
+// receive cap, for nothing) is refused, naming it; without one the same
+// Pull is answered.
+START_TEST(test_limits_pull_with_payload_refused)
+{
+	struct job     j;
+	struct trainer t;
+	char           err[512];
+	job_open(&j, 1, 64);
+	memset(&t, 0, sizeof(t));
+	t.url = ps_scheduler_url(j.sched);
+	PT_OK(trainer_open(&t));
+	ck_assert_int_eq(send_msg(ps_server_url(j.srv), pull_msg(1, 0, 4096),
+	                     err, sizeof(err)),
+	    PSWIRE__STATUS__INVALID_ARGUMENT);
+	ck_assert_msg(strstr(err, "no payload") != NULL, "%s", err);
+	ck_assert_int_eq(send_msg(ps_server_url(j.srv), pull_msg(2, 0, 0), err,
+	                     sizeof(err)),
+	    PSWIRE__STATUS__OK);
+	ferry_client_close(t.c);
+	job_close(&j);
+}
+END_TEST
+
+// sp_connect opens a raw TCP connection to nng tcp url and does the SP
+// handshake as a REQ peer, with a small receive buffer: a peer that sends
+// requests and never reads.
+static int
+sp_connect(const char *url)
+{
+	struct sockaddr_in a;
+	int                fd    = socket(AF_INET, SOCK_STREAM, 0);
+	int                buf   = 4096;
+	const char        *colon = strrchr(url, ':');
+	uint8_t hs[8] = { 0, 'S', 'P', 0, 0, 0x30, 0, 0 }; // REQ = 48
+	ck_assert_int_ge(fd, 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+	memset(&a, 0, sizeof(a));
+	a.sin_family      = AF_INET;
+	a.sin_port        = htons((uint16_t) atoi(colon + 1));
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *) &a, sizeof(a)), 0);
+	ck_assert_int_eq(write(fd, hs, 8), 8);
+	ck_assert_int_eq(read(fd, hs, 8), 8);
+	return fd;
+}
+
+// sp_send_probe sends a Probe asking for `bytes` of reply on fd.
+static void
+sp_send_probe(int fd, uint32_t rid, uint64_t bytes)
+{
+	Pswire__Header       h  = PSWIRE__HEADER__INIT;
+	Pswire__ProbeRequest pr = PSWIRE__PROBE_REQUEST__INIT;
+	uint8_t              out[256];
+	pr.reply_bytes = bytes;
+	h.request_id   = rid;
+	h.body_case    = PSWIRE__HEADER__BODY_PROBE_REQ;
+	h.probe_req    = &pr;
+	size_t   hl    = pswire__header__pack(&h, out + 16 + 12);
+	uint64_t len   = 4 + 16 + hl;
+	uint32_t id    = htonl(0x80000000u | rid);
+	psw_frame_put(out + 12, PSWIRE__METHOD__PROBE, 0, (uint32_t) hl, 0);
+	for (int i = 0; i < 8; i++) {
+		out[i] = (uint8_t) (len >> (56 - 8 * i));
+	}
+	memcpy(out + 8, &id, 4);
+	ck_assert_int_eq(write(fd, out, 12 + 16 + hl),
+	    (ssize_t) (12 + 16 + hl));
+}
+
+// A probe over the cap is refused; a peer that asks for 8 full-size
+// probe replies on one connection and never reads them gets one (its
+// budget), the others refused RESOURCE_EXHAUSTED before their reply is
+// built: the server holds about one reply's memory, not eight (before the
+// budget: 8 x 16 MiB, none refused).
+START_TEST(test_limits_probe_bounded)
+{
+	struct job j;
+	job_open(&j, 1, 64);
+	{
+		Pswire__Header       h  = PSWIRE__HEADER__INIT;
+		Pswire__ProbeRequest pr = PSWIRE__PROBE_REQUEST__INIT;
+		pr.reply_bytes          = 64u << 20;
+		h.body_case             = PSWIRE__HEADER__BODY_PROBE_REQ;
+		h.probe_req             = &pr;
+		Pswire__Header *rh      = raw_header_call(ps_server_url(j.srv),
+		         PSWIRE__METHOD__PROBE, &h);
+		ck_assert_ptr_nonnull(rh);
+		ck_assert_int_eq(rh->status, PSWIRE__STATUS__INVALID_ARGUMENT);
+		pswire__header__free_unpacked(rh, NULL);
+	}
+	unsigned long long e0 = stat_of(j.srv, "errors");
+	int                fd = sp_connect(ps_server_url(j.srv));
+	for (uint32_t i = 1; i <= 8; i++) {
+		sp_send_probe(fd, i, 16u << 20);
+	}
+	for (int i = 0; i < 300 && stat_of(j.srv, "errors") < e0 + 5; i++) {
+		fb_sleep_us(10000);
+	}
+	fb_sleep_us(200000);
+	unsigned long long refused = stat_of(j.srv, "errors") - e0;
+	// One reply in the connection, at most a second waiting for it
+	// (and a third that raced them in): the rest refused.
+	ck_assert_msg(refused >= 5, "%llu of 8 probes refused", refused);
+	close(fd);
+	job_close(&j);
+}
+END_TEST
+
+Suite *
+suite_limits(void)
+{
+	Suite *s  = suite_create("limits");
+	TCase *tc = tcase_create("limits");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_limits_parked_pulls_from_one_peer);
+	tcase_add_test(tc, test_limits_flt_max_pushes_leave_weights_finite);
+	tcase_add_test(tc, test_limits_huge_declaration_refused);
+	tcase_add_test(tc, test_limits_fake_scheduler_bad_map_refused);
+	tcase_add_test(tc, test_limits_pull_with_payload_refused);
+	tcase_add_test(tc, test_limits_probe_bounded);
+	suite_add_tcase(s, tc);
+	return s;
+}
