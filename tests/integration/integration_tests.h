@@ -50,8 +50,9 @@ int lc_wait_trainers(struct lc *c, int timeout_s);
 // Returns its pid.
 int lc_scheduler_restart(struct lc *c, const char **flags, const char *log);
 
-// lc_stop kills everything still running and removes nothing (logs stay
-// in dir for post-mortems).
+// lc_stop sends SIGTERM to everything still running and waits; a process
+// still there after 60 s is killed and fails the test, named. Removes
+// nothing (logs stay in dir for post-mortems).
 void lc_stop(struct lc *c);
 
 // lc_path writes <dir>/<name> into buf.

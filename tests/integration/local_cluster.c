@@ -178,11 +178,30 @@ lc_stop(struct lc *c)
 			kill(c->pids[i], SIGTERM);
 		}
 	}
+	// ps-server bounds its own shutdown (leave, then at most 15 s), so
+	// a process still there after 60 s is a hang: kill it and fail,
+	// naming it, instead of hanging the suite until its timeout.
+	pid_t stuck = 0;
 	for (int i = 0; i < c->n_pids; i++) {
-		if (c->pids[i] > 0) {
+		if (c->pids[i] <= 0) {
+			continue;
+		}
+		int done = 0;
+		for (int t = 0; t < 3000 && !done; t++) {
+			done = waitpid(c->pids[i], NULL, WNOHANG) != 0;
+			if (!done) {
+				nap(20);
+			}
+		}
+		if (!done) {
+			stuck = c->pids[i];
+			kill(c->pids[i], SIGKILL);
 			waitpid(c->pids[i], NULL, 0);
 		}
 	}
+	ck_assert_msg(stuck == 0,
+	    "process %d did not exit within 60 s of SIGTERM (logs: %s)",
+	    (int) stuck, c->dir);
 }
 
 int
