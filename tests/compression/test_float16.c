@@ -102,7 +102,8 @@ f16c_floats(float *x, size_t cap, uint64_t seed)
 			if (k < 8) // ties: the 13 dropped bits 0x1000 (+-1)
 				m = (m & ~0x1fffu) |
 				    (0x1000u + (uint32_t) k % 3 - 1);
-			x[n++] = comp__u2f((uint32_t) (k & 1) << 31 | e << 23 | m);
+			x[n++] = comp__u2f(
+			    (uint32_t) (k & 1) << 31 | e << 23 | m);
 		}
 	const uint32_t edge[] = { 0x477fefffu, 0x477ff000u, 0x477ff001u,
 		0x7f800000u, 0xff800000u, 0x7fc00001u, 0x7f800001u,
