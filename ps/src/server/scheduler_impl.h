@@ -287,7 +287,7 @@ void ps__sched_pipe_gone(void *arg, uint32_t pipe);
 void ps__sched_expire_parked(struct ps_scheduler *s, uint64_t now_ms);
 
 // ps__sched_reply_counts answers c with a RegisterReply that carries the
-// job's trainer and server counts. Reads n_servers_seen without mu.
+// job's trainer and server counts. Takes mu (call it without).
 void ps__sched_reply_counts(struct ps_scheduler *s, struct ps_call *c);
 
 // ps__sched_reply_leave acknowledges a Leave that was applied, with the

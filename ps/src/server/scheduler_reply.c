@@ -93,9 +93,11 @@ ps__sched_reply_counts(struct ps_scheduler *s, struct ps_call *c)
 	Pswire__Header        h   = PSWIRE__HEADER__INIT;
 	Pswire__RegisterReply rep = PSWIRE__REGISTER_REPLY__INIT;
 	rep.trainers              = (uint32_t) s->opts.trainers;
-	rep.servers               = (uint32_t) s->n_servers_seen;
-	h.body_case               = PSWIRE__HEADER__BODY_REGISTER_REP;
-	h.register_rep            = &rep;
+	pthread_mutex_lock(&s->mu); // a Register may be adding a server
+	rep.servers = (uint32_t) s->n_servers_seen;
+	pthread_mutex_unlock(&s->mu);
+	h.body_case    = PSWIRE__HEADER__BODY_REGISTER_REP;
+	h.register_rep = &rep;
 	ps__call_reply(c, &h);
 }
 
