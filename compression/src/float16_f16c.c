@@ -16,6 +16,7 @@
 #include "comp_impl.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 
 #define F16C __attribute__((target("avx2,f16c")))
@@ -103,9 +104,15 @@ static const struct comp__f16 f16_f16c = {
 const struct comp__f16 *
 comp__f16_f16c(void)
 {
+	// F16C from CPUID leaf 1 (ECX bit 29): clang's
+	// __builtin_cpu_supports has no "f16c"; "avx2" also tells that the OS
+	// saves the AVX registers.
+	unsigned a = 0, b = 0, c = 0, d = 0;
 	__builtin_cpu_init();
-	if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2"))
+	if (__get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0 &&
+	    __builtin_cpu_supports("avx2")) {
 		return &f16_f16c;
+	}
 	return NULL;
 }
 
