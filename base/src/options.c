@@ -407,4 +407,13 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	    .doc  = "clip each trainer's gradient, before it is encoded and "
 	            "pushed, to this global L2 norm over all tensors, per "
 	            "sample (docs/algorithms.md §5.3; 0: off)" },
+	[FB_OPT_TR_LINK_BUDGET] = { "link-budget", TR, F64(0.001, 1e6),
+	    .def  = "1.0",
+	    .help = "codec auto: a step's exchange may take this fraction of "
+	            "its compute time",
+	    .doc  = "with `--codec-push auto` / `--codec-pull auto`: each "
+	            "server link gets the least lossy codec whose step "
+	            "exchange (bytes over the probed bandwidth plus a round "
+	            "trip) takes at most this fraction of the measured "
+	            "compute time per step (docs/algorithms.md §2.8)" },
 };

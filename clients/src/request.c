@@ -21,10 +21,17 @@ int
 ferry__codes_stage(ferry_client *c, struct xfer *x)
 {
 	for (size_t i = 0; i < c->pl->n_shards; i++) {
-		const Pswire__ShardInfo *si  = c->pl->shards[i];
-		size_t                   cap = comp_bound(x->codec, si->len);
+		const Pswire__ShardInfo *si = c->pl->shards[i];
+		struct comp_codec        tmp;
 		size_t                   out;
 		int                      rv;
+
+		if (c->auto_push) {
+			// "auto": the rung of the link to the shard's server.
+			c->staged_rung[i] = c->conns[si->server].push_rung;
+		}
+		const struct comp_codec *codec = ferry__auto_codec(c, x, i, &tmp);
+		size_t                   cap   = comp_bound(codec, si->len);
 
 		const float *g = x->g[si->tensor] + si->offset;
 
@@ -34,7 +41,7 @@ ferry__codes_stage(ferry_client *c, struct xfer *x)
 			}
 			g = c->clip;
 		}
-		rv = comp_ef_encode(x->codec, g,
+		rv = comp_ef_encode(codec, g,
 		    c->resid[si->tensor] + si->offset, si->len, &c->rng,
 		    c->codes + c->code_off[i], cap, &out);
 		if (rv != FB_OK) {
@@ -62,7 +69,7 @@ ferry__request_build(ferry_client *c, struct conn *cn, struct xfer *x,
 	uint8_t                 *payload;
 	size_t                   hl, plen = 0;
 	int                      rv    = FB_OK;
-	const struct comp_codec *codec = x->codec;
+	struct comp_codec        tmp;
 
 	h.request_id = cn->rid = c->next_rid++;
 	h.deadline_ms          = ferry__timeout(c);
@@ -79,6 +86,8 @@ ferry__request_build(ferry_client *c, struct conn *cn, struct xfer *x,
 		pl.version      = x->pull_want;
 		pl.have_version = have;
 		pl.full = x->op == OP_PULL_FULL || c->cpull.id == COMP_NONE;
+		pl.weights = cn->pull_weights =
+		    c->auto_pull && cn->pull_rung == 0;
 		for (size_t i = 0; i < cn->req_n && !pl.full; i++) {
 			// A shard never pulled has no reference to patch.
 			pl.full = c->ref_at[cn->req[i]] == REF_NONE;
@@ -101,6 +110,8 @@ ferry__request_build(ferry_client *c, struct conn *cn, struct xfer *x,
 	}
 	for (size_t i = 0; i < cn->req_n; i++) {
 		const Pswire__ShardInfo *si = c->pl->shards[cn->req[i]];
+		const struct comp_codec *codec =
+		    ferry__auto_codec(c, x, cn->req[i], &tmp);
 		pswire__shard_ref__init(&refs[i]);
 		refs[i].shard = cn->req[i];
 		// Sync: every shard of a step is pushed for the one version
@@ -114,6 +125,7 @@ ferry__request_build(ferry_client *c, struct conn *cn, struct xfer *x,
 		                              : c->shard_ver[cn->req[i]];
 		refs[i].codec   = codec->id;
 		refs[i].bucket  = codec->bucket;
+		refs[i].topk_ratio = codec->topk_ratio;
 		refs[i].offset  = plen;
 		refs[i].length  = comp_bound(codec, si->len);
 		plen += refs[i].length;
@@ -123,6 +135,10 @@ ferry__request_build(ferry_client *c, struct conn *cn, struct xfer *x,
 	pr.shards    = ptrs;
 	pr.n_samples = x->n_samples;
 	pr.init      = x->op == OP_INIT;
+	pr.pull_weights = cn->pull_weights = cn->method ==
+	        PSWIRE__METHOD__PUSH_PULL &&
+	    c->auto_pull && cn->pull_rung == 0;
+	cn->link_push_bytes += plen;
 	h.body_case  = PSWIRE__HEADER__BODY_PUSH_REQ;
 	h.push_req   = &pr;
 	hl           = pswire__header__get_packed_size(&h);
