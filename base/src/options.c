@@ -401,12 +401,12 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	    .def  = "0",
 	    .help = "cosine schedule: updates until lr-min (warm-up "
 	            "included)" },
-	[FB_OPT_TR_CLIP_NORM] = { "clip-norm", TR, F64(0, 1e29), .def = "0",
-	    .help = "clip each push's gradient to this global L2 norm per "
-	            "sample (0: off)",
-	    .doc  = "clip each trainer's gradient, before it is encoded and "
-	            "pushed, to this global L2 norm over all tensors, per "
-	            "sample (docs/algorithms.md §5.3; 0: off)" },
+	[FB_OPT_TR_CLIP_NORM]   = { "clip-norm", TR, F64(0, 1e29), .def = "0",
+	      .help = "clip each push's gradient to this global L2 norm per "
+	                "sample (0: off)",
+	      .doc  = "clip each trainer's gradient, before it is encoded and "
+	                "pushed, to this global L2 norm over all tensors, per "
+	                "sample (docs/algorithms.md §5.3; 0: off)" },
 	[FB_OPT_TR_LINK_BUDGET] = { "link-budget", TR, F64(0.001, 1e6),
 	    .def  = "1.0",
 	    .help = "codec auto: a step's exchange may take this fraction of "

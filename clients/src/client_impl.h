@@ -283,8 +283,7 @@ struct ferry__auto_link {
 // ferry__auto_push_codec and ferry__auto_pull_name return rung r's codec
 // (push, parsed with bucket) and name (pull: "none" or COMP_AUTO_REF).
 // ferry__auto_push_codec returns FB_EINVAL for r out of range.
-int         ferry__auto_push_codec(int r, uint32_t bucket,
-            struct comp_codec *out);
+int ferry__auto_push_codec(int r, uint32_t bucket, struct comp_codec *out);
 const char *ferry__auto_push_name(int r);
 const char *ferry__auto_pull_name(int r);
 

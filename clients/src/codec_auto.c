@@ -118,7 +118,8 @@ fit(const struct ferry__auto_link *l, double budget_s, int *p, int *q)
 		if (!p_can && !q_can) {
 			return;
 		}
-		if (p_can && (!q_can || l->push_bytes[*p] >= l->pull_bytes[*q])) {
+		if (p_can &&
+		    (!q_can || l->push_bytes[*p] >= l->pull_bytes[*q])) {
 			(*p)++;
 		} else {
 			(*q)++;
@@ -187,8 +188,8 @@ rechoose(ferry_client *c)
 		if (lens != lens_stack) {
 			fb_free(lens);
 		}
-		ferry__auto_choose(&l, budget, cn->push_rung, cn->pull_rung, &p,
-		    &q);
+		ferry__auto_choose(&l, budget, cn->push_rung, cn->pull_rung,
+		    &p, &q);
 		if (!c->auto_push) {
 			p = cn->push_rung;
 		}
@@ -203,7 +204,8 @@ rechoose(ferry_client *c)
 			snprintf(msg, sizeof(msg),
 			    "codec auto: server %s: push %s -> %s, pull %s -> "
 			    "%s (%.3g MB/s, rtt %.3g ms, step budget %.3g ms)",
-			    c->pl->servers[m], ferry__auto_push_name(cn->push_rung),
+			    c->pl->servers[m],
+			    ferry__auto_push_name(cn->push_rung),
 			    ferry__auto_push_name(p),
 			    ferry__auto_pull_name(cn->pull_rung),
 			    ferry__auto_pull_name(q), cn->bw_bps / 1e6,
@@ -233,8 +235,9 @@ ferry__auto_step(ferry_client *c)
 		if (c->compute_s > 0 && gap > 4 * c->compute_s) {
 			gap = 4 * c->compute_s;
 		}
-		c->compute_s = c->compute_s > 0 ? 0.8 * c->compute_s + 0.2 * gap
-		                                : gap;
+		c->compute_s = c->compute_s > 0
+		    ? 0.8 * c->compute_s + 0.2 * gap
+		    : gap;
 	}
 	for (size_t m = 0; m < c->n_conns; m++) {
 		c->conns[m].link_steps++;

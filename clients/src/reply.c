@@ -57,7 +57,7 @@ take_shard(ferry_client *c, size_t m, uint32_t id, Pswire__ShardRef *const *r,
 	// Codec "auto" pulled the weights themselves over this link: fp32,
 	// no reference kept (the next pull of deltas resyncs it in full).
 	const int                weights = c->conns[m].pull_weights;
-	uint64_t                 ver  = c->shard_ver[id];
+	uint64_t                 ver     = c->shard_ver[id];
 	float                   *dst = NULL, *ref = NULL;
 	struct ferry_pull_piece  p = { 0 };
 	int                      rv;

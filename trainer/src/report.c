@@ -159,8 +159,9 @@ report_links(struct tr__report *rep, const struct tr_config *cfg,
     const ferry_client *fc)
 {
 	struct ferry_link l;
-	if (fc == NULL || (strcmp(cfg->codec_push, "auto") != 0 &&
-	                      strcmp(cfg->codec_pull, "auto") != 0)) {
+	if (fc == NULL ||
+	    (strcmp(cfg->codec_push, "auto") != 0 &&
+	        strcmp(cfg->codec_pull, "auto") != 0)) {
 		return;
 	}
 	fprintf(rep->out, "links");
@@ -169,8 +170,8 @@ report_links(struct tr__report *rep, const struct tr_config *cfg,
 		    " | %s: push %s %.1f kB/step, pull %s %.1f kB/step (%.1f "
 		    "MB/s, rtt %.2f ms)",
 		    l.server, l.codec_push, l.push_bytes_per_step * 1e-3,
-		    l.codec_pull, l.pull_bytes_per_step * 1e-3, l.bw_bps * 1e-6,
-		    l.rtt_s * 1e3);
+		    l.codec_pull, l.pull_bytes_per_step * 1e-3,
+		    l.bw_bps * 1e-6, l.rtt_s * 1e3);
 	}
 	fprintf(rep->out, "\n");
 }
@@ -213,8 +214,8 @@ tr__report_summary(struct tr__report *rep, const struct tr_config *cfg,
 	    st->pulls ? (double) st->staleness_sum / (double) st->pulls : 0.0,
 	    (unsigned long long) st->staleness_max,
 	    (unsigned long long) rep->dropped);
-	for (size_t m = 0; fc != NULL && ferry_client_link(fc, m, &l) == FERRY_OK;
-	     m++) {
+	for (size_t m = 0;
+	     fc != NULL && ferry_client_link(fc, m, &l) == FERRY_OK; m++) {
 		fprintf(rep->out,
 		    "%s{\"server\": \"%s\", \"codec_push\": \"%s\", "
 		    "\"codec_pull\": \"%s\", \"push_bytes_per_step\": %.0f, "

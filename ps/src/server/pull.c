@@ -159,8 +159,8 @@ answer_pull(struct ps_server *s, struct ps_call *c)
 				r->codec = COMP_NONE;
 				r->version = sh->version;
 				r->length  = sh->len * 4;
-				r->crc = s->pull_none || weights ? 0
-				                                 : sh->ref_crc;
+				r->crc     = s->pull_none || weights ? 0
+				                                     : sh->ref_crc;
 			} else if (sh->version == have) {
 				r->kind = PSWIRE__SHARD_KIND__SHARD_KIND_DELTA;
 				r->codec        = s->cpull.id;

@@ -290,8 +290,8 @@ push_async(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 		const uint8_t    *b  = c->frame.payload + r->offset;
 		struct comp_codec tmp;
 		if (r->codec != COMP_NONE) {
-			comp_decode(push_codec(s, r, &tmp), b, r->length, sh->len,
-			    s->sum);
+			comp_decode(push_codec(s, r, &tmp), b, r->length,
+			    sh->len, s->sum);
 			ps__optim_apply(s, sh, s->sum, NULL, p->n_samples);
 		} else if (s->optim.kind == FB_OPTIM_SGD &&
 		    s->optim.weight_decay == 0) {
