@@ -6,7 +6,12 @@
 # Prints rank 0's output (progress lines and the summary JSON) on stdout.
 #
 #   ferry_job.sh [--rate 100mbit|none] [--delay-ms D] [--trainers T]
+#                [--rate-of R=RATE]... [--curve FILE]
 #                [--build DIR] [--name NET] -- [trainer flags...]
+#
+# --rate-of R=RATE shapes trainer R's link to RATE instead (mixed links:
+# --rate none --rate-of 0=1gbit --rate-of 1=20mbit); --curve FILE gives
+# rank 0 alone --curve FILE (accuracy against wall time).
 #
 # Builds DIR (default build/) with scripts/setup.sh when its binaries are
 # missing. Exit 77 (skip) when network namespaces are not available (not
@@ -15,12 +20,15 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 NETSIM="$HERE/netsim.sh"
-rate=none delay=0 trainers=2 build="$ROOT/build" name="fj$$"
+rate=none delay=0 trainers=2 build="$ROOT/build" name="fj$$" curve=""
+declare -A rate_of=()
 while (($#)); do
 	case "$1" in
 	--rate) rate=$2; shift 2 ;;
 	--delay-ms) delay=$2; shift 2 ;;
 	--trainers) trainers=$2; shift 2 ;;
+	--rate-of) rate_of[${2%%=*}]=${2#*=}; shift 2 ;;
+	--curve) curve=$2; shift 2 ;;
 	--build) build=$2; shift 2 ;;
 	--name) name=$2; shift 2 ;;
 	--) shift; break ;;
@@ -35,7 +43,7 @@ if [ ! -x "$PS" ] || [ ! -x "$TR" ]; then
 fi
 RUN=$(mktemp -d /tmp/ferry-links.XXXXXX)
 hosts=("srv:$rate")
-for ((r = 0; r < trainers; r++)); do hosts+=("t$r:$rate"); done
+for ((r = 0; r < trainers; r++)); do hosts+=("t$r:${rate_of[$r]:-$rate}"); done
 relay_pid=""
 cleanup() {
 	[ -n "$relay_pid" ] && kill "$relay_pid" 2>/dev/null || true
@@ -62,7 +70,8 @@ tp=()
 for ((r = 0; r < trainers; r++)); do
 	if ((r == 0)); then
 		"$NETSIM" exec "$name" "t$r" "$TR" --scheduler="tcp://$SIP:7000" \
-			--rank=$r "$@" 2>"$RUN/trainer-$r.log" &
+			--rank=$r ${curve:+--curve="$curve"} "$@" \
+			2>"$RUN/trainer-$r.log" &
 	else
 		"$NETSIM" exec "$name" "t$r" "$TR" --scheduler="tcp://$SIP:7000" \
 			--rank=$r "$@" >"$RUN/trainer-$r.out" 2>"$RUN/trainer-$r.log" &

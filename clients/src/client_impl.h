@@ -115,6 +115,7 @@ struct ferry_client {
 	int                auto_push, auto_pull;
 	uint8_t           *staged_rung;
 	double             compute_s, chosen_compute_s;
+	uint64_t           steps_since_choice;
 	uint64_t           op_end_ns;
 	int                links_new;
 	char               err[512];
@@ -264,12 +265,17 @@ int ferry__reply_take(ferry_client *c, size_t m, struct xfer *x,
 #define FERRY_AUTO_PUSH_RUNGS 7
 #define FERRY_AUTO_PULL_RUNGS 2
 
-// FERRY_AUTO_UP: a link moves to a less lossy choice only when that one
-// fits this share of the budget (hysteresis, so a choice near the edge
-// does not flap). FERRY_AUTO_RECHOOSE: a change of the compute time by
-// more than this share of the one the last choice used chooses again.
+// Hysteresis, so that a choice near the edge does not flap with the noise
+// of a shared machine's compute time: a link moves to a less lossy
+// choice only when that one fits FERRY_AUTO_UP of the budget, and to a
+// more lossy one only when its current one takes more than the budget
+// over FERRY_AUTO_UP. FERRY_AUTO_RECHOOSE: a change of the compute time
+// by more than this share of the one the last choice used chooses again,
+// at most once every FERRY_AUTO_DWELL push-pulls (re-probed links: at
+// once).
 #define FERRY_AUTO_UP 0.8
 #define FERRY_AUTO_RECHOOSE 0.25
+#define FERRY_AUTO_DWELL 50
 
 // One server link as the chooser sees it: the probed bandwidth (bytes/s;
 // 0: unknown) and round trip, and the payload bytes of one step at each
@@ -303,8 +309,9 @@ double ferry__auto_time(const struct ferry__auto_link *l, int p, int q);
 // lossy rungs whose time fits the budget, demoting from (0, 0) the
 // direction with more bytes each time; the most compressed rungs when
 // none fit; (0, 0) when the bandwidth or budget is unknown (<= 0). With
-// hysteresis: a current choice that fits stays unless the choice for
-// FERRY_AUTO_UP of the budget is less lossy in both directions.
+// hysteresis: a current choice within budget / FERRY_AUTO_UP stays
+// unless the choice for FERRY_AUTO_UP of the budget is less lossy in
+// both directions; one beyond it gets the choice for the budget.
 void ferry__auto_choose(const struct ferry__auto_link *l, double budget_s,
     int cur_p, int cur_q, int *p, int *q);
 

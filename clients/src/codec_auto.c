@@ -136,8 +136,9 @@ ferry__auto_choose(const struct ferry__auto_link *l, double budget_s,
 		*q = cur_p < 0 ? 0 : cur_q;
 		return;
 	}
-	if (cur_p < 0 || ferry__auto_time(l, cur_p, cur_q) > budget_s) {
-		fit(l, budget_s, p, q); // first choice, or it no longer fits
+	if (cur_p < 0 ||
+	    ferry__auto_time(l, cur_p, cur_q) > budget_s / FERRY_AUTO_UP) {
+		fit(l, budget_s, p, q); // first choice, or well over budget
 		return;
 	}
 	int up_p, up_q;
@@ -216,8 +217,9 @@ rechoose(ferry_client *c)
 		cn->pull_rung       = (uint8_t) q;
 		cn->link_push_bytes = cn->link_pull_bytes = cn->link_steps = 0;
 	}
-	c->chosen_compute_s = c->compute_s;
-	c->links_new        = 0;
+	c->chosen_compute_s   = c->compute_s;
+	c->links_new          = 0;
+	c->steps_since_choice = 0;
 }
 
 void
@@ -239,14 +241,17 @@ ferry__auto_step(ferry_client *c)
 		    ? 0.8 * c->compute_s + 0.2 * gap
 		    : gap;
 	}
-	for (size_t m = 0; m < c->n_conns; m++) {
-		c->conns[m].link_steps++;
-	}
+	c->steps_since_choice++;
 	if (c->compute_s > 0 &&
 	    (c->links_new || c->chosen_compute_s == 0 ||
-	        fabs(c->compute_s - c->chosen_compute_s) >
-	            FERRY_AUTO_RECHOOSE * c->chosen_compute_s)) {
+	        (c->steps_since_choice >= FERRY_AUTO_DWELL &&
+	            fabs(c->compute_s - c->chosen_compute_s) >
+	                FERRY_AUTO_RECHOOSE * c->chosen_compute_s))) {
 		rechoose(c);
+	}
+	// After the choice: this step's bytes count for the rung they use.
+	for (size_t m = 0; m < c->n_conns; m++) {
+		c->conns[m].link_steps++;
 	}
 }
 

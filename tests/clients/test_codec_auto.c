@@ -29,7 +29,8 @@ START_TEST(test_auto_ladder_bytes_fall)
 		ck_assert_int_eq(ferry__auto_push_codec(r, 0, &cc), FB_OK);
 		ck_assert_uint_eq(l.push_bytes[r], comp_bound(&cc, 1000000));
 		if (r > 0) {
-			ck_assert_uint_lt(l.push_bytes[r], l.push_bytes[r - 1]);
+			ck_assert_uint_lt(l.push_bytes[r],
+			    l.push_bytes[r - 1]);
 		}
 	}
 	ck_assert_int_eq(ferry__auto_push_codec(FERRY_AUTO_PUSH_RUNGS, 0, &cc),
@@ -92,7 +93,8 @@ START_TEST(test_auto_choose_budget)
 END_TEST
 
 // Hysteresis: a choice that fits stays until a less lossy one fits
-// FERRY_AUTO_UP of the budget; one that no longer fits moves at once.
+// FERRY_AUTO_UP of the budget; one over budget stays until it exceeds
+// the budget over FERRY_AUTO_UP, then moves at once.
 START_TEST(test_auto_choose_hysteresis)
 {
 	struct ferry__auto_link l = link_of(1000000, 1e9, 0);
@@ -110,8 +112,13 @@ START_TEST(test_auto_choose_hysteresis)
 	ferry__auto_choose(&l, 0.0065, p, q, &p, &q);
 	ck_assert_int_eq(p, 1);
 	ck_assert_int_eq(q, 0);
-	// 5 ms: (1, 0) no longer fits: down at once, to the fit for 5 ms.
+	// 5 ms: (1, 0) is over budget but within 5 / 0.8 = 6.25 ms: stay.
 	ferry__auto_choose(&l, 0.005, 1, 0, &p, &q);
+	ck_assert_int_eq(p, 1);
+	ck_assert_int_eq(q, 0);
+	// 4.5 ms (5.6 ms with the margin): down at once, to the fit for
+	// 4.5 ms.
+	ferry__auto_choose(&l, 0.0045, 1, 0, &p, &q);
 	ck_assert_int_eq(p, 1);
 	ck_assert_int_eq(q, 1);
 	// A choice more lossy in one direction only is no move up: from
@@ -132,7 +139,7 @@ static const struct fake_shard sh[3]   = { { 0, 0, 16, 0 }, { 0, 16, 16, 1 },
 static ferry_client *
 auto_client(void)
 {
-	ferry_client *c = fake_client("auto", "auto", lens, 1, 2, sh, 3);
+	ferry_client *c     = fake_client("auto", "auto", lens, 1, 2, sh, 3);
 	size_t        total = 0;
 	ck_assert_int_eq(ferry__auto_init(c), FERRY_OK);
 	ck_assert(c->auto_push && c->auto_pull);
@@ -151,7 +158,7 @@ static Pswire__Header *
 read_req(ferry_client *c, size_t m, uint8_t method, struct xfer *x,
     nng_msg **msg)
 {
-	struct conn     *cn  = &c->conns[m];
+	struct conn     *cn = &c->conns[m];
 	struct psw_frame f;
 	const char      *why = "";
 	cn->method           = method;
@@ -180,8 +187,8 @@ START_TEST(test_auto_request_per_link)
 	}
 	c->conns[0].push_rung = 3; // q4
 	c->conns[1].push_rung = 0; // fp32
-	struct xfer x         = { .op = OP_PUSH_PULL, .g = gp, .n_samples = 1 };
-	x.codec               = &c->cpush;
+	struct xfer x = { .op = OP_PUSH_PULL, .g = gp, .n_samples = 1 };
+	x.codec       = &c->cpush;
 	ck_assert_int_eq(ferry__codes_stage(c, &x), FERRY_OK);
 	ck_assert_uint_eq(c->staged_rung[0], 3);
 	ck_assert_uint_eq(c->staged_rung[1], 0);
@@ -195,7 +202,8 @@ START_TEST(test_auto_request_per_link)
 	}
 	ck_assert(e0 > 0); // q4 left a residual
 
-	Pswire__Header   *h = read_req(c, 0, PSWIRE__METHOD__PUSH_PULL, &x, &msg);
+	Pswire__Header   *h = read_req(c, 0, PSWIRE__METHOD__PUSH_PULL, &x,
+	      &msg);
 	struct comp_codec q4;
 	ck_assert_int_eq(comp_codec_parse("q4", 0, &q4), FB_OK);
 	ck_assert_uint_eq(h->push_req->n_shards, 2);
@@ -243,7 +251,7 @@ START_TEST(test_auto_request_per_link)
 	nng_msg_free(msg);
 	struct xfer warm = { .op = OP_PUSH, .g = gp, .n_samples = 1 };
 	warm.codec       = &c->cnone;
-	h = read_req(c, 0, PSWIRE__METHOD__PUSH, &warm, &msg);
+	h                = read_req(c, 0, PSWIRE__METHOD__PUSH, &warm, &msg);
 	ck_assert_uint_eq(h->push_req->shards[0]->codec, COMP_NONE);
 	pswire__header__free_unpacked(h, NULL);
 	nng_msg_free(msg);
