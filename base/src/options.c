@@ -269,10 +269,13 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	      .doc = "gradient codec: `none`, `fp16`, `bf16`, `q8`, `q4`, `q2` "
 	               "(`:sr` for stochastic rounding), `sign`, `topk:R`, "
 	               "`topk:R+q8`, `topk:R+q4`, `randk:R`, `randk:R+q8`, "
-	               "`randk:R+q4`" },
+	               "`randk:R+q4`, or `auto` (per server link, by "
+	               "`--link-budget`)" },
 	[FB_OPT_TR_CODEC_PULL]   = { "codec-pull", TR, STR_NONEMPTY,
 	      .def = "none", .help = "weight-delta codec",
-	      .doc = "weight-delta codec (same values, no `:sr`)" },
+	      .doc = "weight-delta codec (same values, no `:sr`; `auto`: "
+	             "per server link, the weights in fp32 or `topk:0.05+q8` "
+	             "deltas)" },
 	[FB_OPT_TR_BUCKET]       = { "bucket", TR, INT(0, 1 << 30), .def = "0",
 	          .help = "quantization bucket (0: codec default)",
 	          .doc  = "quantization bucket (0: 512)" },
