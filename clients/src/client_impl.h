@@ -55,6 +55,11 @@ struct conn {
 	uint64_t             link_push_bytes, link_pull_bytes, link_steps;
 };
 
+// Codec "auto"'s ladders: rungs, least lossy first (which codecs, and why
+// in this order: codec_auto.c).
+#define FERRY_AUTO_PUSH_RUNGS 7
+#define FERRY_AUTO_PULL_RUNGS 2
+
 // Where a shard's pull reference lives: nowhere yet (its first pull asks
 // for FULL), in the client (c->ref, or the caller's buffers without a pull
 // codec), or in the pull sink.
@@ -114,6 +119,7 @@ struct ferry_client {
 	// whether links were re-probed since.
 	int                auto_push, auto_pull;
 	uint8_t           *staged_rung;
+	struct comp_codec  auto_codec[FERRY_AUTO_PUSH_RUNGS]; // parsed rungs
 	double             compute_s, chosen_compute_s;
 	uint64_t           steps_since_choice;
 	uint64_t           op_end_ns;
@@ -261,10 +267,6 @@ int ferry__reply_take(ferry_client *c, size_t m, struct xfer *x,
 
 // ---- codec_auto.c: link-aware codec choice ---------------------------------
 
-// The ladders, least lossy first (why this order: codec_auto.c).
-#define FERRY_AUTO_PUSH_RUNGS 7
-#define FERRY_AUTO_PULL_RUNGS 2
-
 // Hysteresis, so that a choice near the edge does not flap with the noise
 // of a shared machine's compute time: a link moves to a less lossy
 // choice only when that one fits FERRY_AUTO_UP of the budget, and to a
@@ -329,9 +331,9 @@ void ferry__auto_step_end(ferry_client *c);
 
 // ferry__auto_codec returns the codec shard i's staged codes use under
 // "auto" push (x's codec otherwise), after ferry__codes_stage sets
-// c->staged_rung[i]; tmp holds it.
-const struct comp_codec *ferry__auto_codec(ferry_client *c,
-    const struct xfer *x, size_t i, struct comp_codec *tmp);
+// c->staged_rung[i].
+const struct comp_codec *ferry__auto_codec(const ferry_client *c,
+    const struct xfer *x, size_t i);
 
 // ---- exchange.c: running operations ----------------------------------------
 

@@ -157,8 +157,18 @@ ferry__auto_init(ferry_client *c)
 {
 	c->auto_push = strcmp(c->codec_push, COMP_AUTO_SPEC) == 0;
 	c->auto_pull = strcmp(c->codec_pull, COMP_AUTO_SPEC) == 0;
-	if (c->auto_push &&
-	    (c->staged_rung = fb_zalloc(c->pl->n_shards)) == NULL) {
+	if (!c->auto_push) {
+		return FERRY_OK;
+	}
+	for (int r = 0; r < FERRY_AUTO_PUSH_RUNGS; r++) {
+		if (ferry__auto_push_codec(r, c->opts.bucket,
+		        &c->auto_codec[r]) != FB_OK) {
+			return ferry__fail(c, FERRY_EINVAL,
+			    "codec auto: rung %s with bucket %u does not parse",
+			    push_ladder[r], c->opts.bucket);
+		}
+	}
+	if ((c->staged_rung = fb_zalloc(c->pl->n_shards)) == NULL) {
 		return ferry__fail(c, FERRY_ENOMEM, "out of memory");
 	}
 	return FERRY_OK;
@@ -262,15 +272,12 @@ ferry__auto_step_end(ferry_client *c)
 }
 
 const struct comp_codec *
-ferry__auto_codec(ferry_client *c, const struct xfer *x, size_t i,
-    struct comp_codec *tmp)
+ferry__auto_codec(const ferry_client *c, const struct xfer *x, size_t i)
 {
-	if (!c->auto_push || x->codec == &c->cnone || x->codes != NULL ||
-	    ferry__auto_push_codec(c->staged_rung[i], c->opts.bucket, tmp) !=
-	        FB_OK) {
+	if (!c->auto_push || x->codec == &c->cnone || x->codes != NULL) {
 		return x->codec;
 	}
-	return tmp;
+	return &c->auto_codec[c->staged_rung[i]];
 }
 
 FERRY_API int

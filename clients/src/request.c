@@ -22,7 +22,6 @@ ferry__codes_stage(ferry_client *c, struct xfer *x)
 {
 	for (size_t i = 0; i < c->pl->n_shards; i++) {
 		const Pswire__ShardInfo *si = c->pl->shards[i];
-		struct comp_codec        tmp;
 		size_t                   out;
 		int                      rv;
 
@@ -30,8 +29,7 @@ ferry__codes_stage(ferry_client *c, struct xfer *x)
 			// "auto": the rung of the link to the shard's server.
 			c->staged_rung[i] = c->conns[si->server].push_rung;
 		}
-		const struct comp_codec *codec = ferry__auto_codec(c, x, i,
-		    &tmp);
+		const struct comp_codec *codec = ferry__auto_codec(c, x, i);
 		size_t                   cap   = comp_bound(codec, si->len);
 
 		const float *g = x->g[si->tensor] + si->offset;
@@ -70,7 +68,6 @@ ferry__request_build(ferry_client *c, struct conn *cn, struct xfer *x,
 	uint8_t            *payload;
 	size_t              hl, plen = 0;
 	int                 rv = FB_OK;
-	struct comp_codec   tmp;
 
 	h.request_id = cn->rid = c->next_rid++;
 	h.deadline_ms          = ferry__timeout(c);
@@ -112,7 +109,7 @@ ferry__request_build(ferry_client *c, struct conn *cn, struct xfer *x,
 	for (size_t i = 0; i < cn->req_n; i++) {
 		const Pswire__ShardInfo *si    = c->pl->shards[cn->req[i]];
 		const struct comp_codec *codec = ferry__auto_codec(c, x,
-		    cn->req[i], &tmp);
+		    cn->req[i]);
 		pswire__shard_ref__init(&refs[i]);
 		refs[i].shard = cn->req[i];
 		// Sync: every shard of a step is pushed for the one version
