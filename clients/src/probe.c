@@ -60,16 +60,15 @@ cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-// ferry__links_probe measures every server and reports to the scheduler. First
-// the RTTs of all servers (median of cnt empty probes each), then the
-// bandwidths (the best of two bulk probes of `bytes`, less one RTT): round
-// trips never queue behind this trainer's own bulk transfers, and the best
-// of two discounts a transfer that shared the link with another trainer's
-// probe. A server that does not answer (it left) is reported as
-// unusable (RTT 3600 s, 1 B/s) rather than failing the step.
-// measure runs the probes and keeps each link's figures in its
-// connection (for codec "auto"); with report, it also sends them to the
-// scheduler.
+// measure measures every server, keeps each link's figures in its
+// connection (for codec "auto") and, with report, reports them to the
+// scheduler. First the RTTs of all servers (median of cnt empty probes
+// each), then the bandwidths (the best of two bulk probes of `bytes`, less
+// one RTT): round trips never queue behind this trainer's own bulk
+// transfers, and the best of two discounts a transfer that shared the
+// link with another trainer's probe. A server that does not answer (it
+// left) is reported as unusable (RTT 3600 s, 1 B/s) rather than failing
+// the step.
 static int
 measure(ferry_client *c, uint32_t cnt, uint64_t bytes, int report)
 {
