@@ -322,6 +322,12 @@ void ferry__auto_choose(const struct ferry__auto_link *l, double budget_s,
 // FERRY_ENOMEM.
 int ferry__auto_init(ferry_client *c);
 
+// ferry__auto_bound is the staging room one shard of len values needs:
+// comp_bound of the push codec, or with "auto" the largest over the
+// rungs (a sparse rung of a tiny shard outgrows fp32). After
+// ferry__auto_init.
+size_t ferry__auto_bound(const ferry_client *c, size_t len);
+
 // ferry__auto_step runs at the start of each push-pull: it takes the gap
 // since the last one ended as a compute-time sample and chooses again
 // when the links were re-probed or the compute time moved by more than

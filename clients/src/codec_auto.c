@@ -174,6 +174,20 @@ ferry__auto_init(ferry_client *c)
 	return FERRY_OK;
 }
 
+size_t
+ferry__auto_bound(const ferry_client *c, size_t len)
+{
+	if (!c->auto_push) {
+		return comp_bound(&c->cpush, len);
+	}
+	size_t most = 0;
+	for (int r = 0; r < FERRY_AUTO_PUSH_RUNGS; r++) {
+		size_t b = comp_bound(&c->auto_codec[r], len);
+		most     = b > most ? b : most;
+	}
+	return most;
+}
+
 // rechoose applies ferry__auto_choose to every link at the current
 // compute time and logs, through opts.log, each change. A link's bytes
 // per step restart from zero when its choice changes.

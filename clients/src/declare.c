@@ -134,14 +134,14 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 		c->layout[i].code_bytes = comp_bound(&c->cpush,
 		    c->pl->shards[i]->len);
 	}
+	if ((rv = ferry__auto_init(c)) != FERRY_OK) {
+		goto done;
+	}
 	if (c->cpush.id != COMP_NONE) {
 		size_t total = 0;
 		for (size_t i = 0; i < c->pl->n_shards; i++) {
 			c->code_off[i] = total;
-			// "auto": room for any rung, fp32 the largest.
-			total += strcmp(c->codec_push, COMP_AUTO_SPEC) == 0
-			    ? 4 * c->pl->shards[i]->len
-			    : comp_bound(&c->cpush, c->pl->shards[i]->len);
+			total += ferry__auto_bound(c, c->pl->shards[i]->len);
 		}
 		if ((c->codes = fb_alloc(total ? total : 1)) == NULL) {
 			rv = ferry__fail(c, FERRY_ENOMEM, "out of memory");
@@ -180,9 +180,6 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 			rv = ferry__fail(c, FERRY_ENOMEM, "out of memory");
 			goto done;
 		}
-	}
-	if ((rv = ferry__auto_init(c)) != FERRY_OK) {
-		goto done;
 	}
 	// "auto" chooses codecs by the links: measure them here when the
 	// scheduler did not ask for probes (kept, not reported).

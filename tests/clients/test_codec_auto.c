@@ -145,7 +145,7 @@ auto_client(void)
 	ck_assert(c->auto_push && c->auto_pull);
 	for (size_t i = 0; i < 3; i++) {
 		c->code_off[i] = total;
-		total += 4 * c->pl->shards[i]->len;
+		total += ferry__auto_bound(c, c->pl->shards[i]->len);
 	}
 	c->codes    = fb_alloc(total);
 	c->resid[0] = fb_zalloc(40 * sizeof(float));
@@ -177,10 +177,18 @@ read_req(ferry_client *c, size_t m, uint8_t method, struct xfer *x,
 // it could not send.
 START_TEST(test_auto_request_per_link)
 {
-	ferry_client *c = auto_client();
-	float         g[40];
-	const float  *gp[1] = { g };
-	nng_msg      *msg;
+	ferry_client     *c = auto_client();
+	float             g[40];
+	// Staging room covers every rung: a sparse rung's count and index
+	// block outgrow fp32 on a one-value shard.
+	struct comp_codec last;
+	ck_assert_int_eq(
+	    ferry__auto_push_codec(FERRY_AUTO_PUSH_RUNGS - 1, 0, &last),
+	    FB_OK);
+	ck_assert_uint_gt(comp_bound(&last, 1), 4);
+	ck_assert_uint_eq(ferry__auto_bound(c, 1), comp_bound(&last, 1));
+	const float *gp[1] = { g };
+	nng_msg     *msg;
 	for (int i = 0; i < 40; i++) {
 		g[i]           = sinf((float) i) * 0.3f;
 		c->resid[0][i] = 0.01f; // left over from an earlier rung
