@@ -41,7 +41,8 @@ PS="$build/ps/ps-server" TR="$build/trainer/trainer"
 if [ ! -x "$PS" ] || [ ! -x "$TR" ]; then
 	FERRY_BUILD_DIR="$build" "$ROOT/scripts/setup.sh" >&2
 fi
-RUN=$(mktemp -d /tmp/ferry-links.XXXXXX)
+# FERRY_JOB_RUN_DIR keeps the logs and the other ranks' output there.
+RUN=${FERRY_JOB_RUN_DIR:-$(mktemp -d /tmp/ferry-links.XXXXXX)}
 hosts=("srv:$rate")
 for ((r = 0; r < trainers; r++)); do hosts+=("t$r:${rate_of[$r]:-$rate}"); done
 relay_pid=""
