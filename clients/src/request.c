@@ -119,11 +119,12 @@ ferry__request_build(ferry_client *c, struct conn *cn, struct xfer *x,
 		// older weights as its next round's (a trainer that rejoined
 		// while a push of its dead process had reached only some
 		// servers). Async: each shard's own version.
-		refs[i].version    = c->lockstep ? c->version
-		                                 : c->shard_ver[cn->req[i]];
-		refs[i].codec      = codec->id;
-		refs[i].bucket     = codec->bucket;
-		refs[i].topk_ratio = codec->topk_ratio;
+		refs[i].version = c->lockstep ? c->version
+		                              : c->shard_ver[cn->req[i]];
+		refs[i].codec   = codec->id;
+		refs[i].bucket  = codec->bucket;
+		// "auto": the server decodes the codec each ref names.
+		refs[i].topk_ratio = c->auto_push ? codec->topk_ratio : 0;
 		refs[i].offset     = plen;
 		refs[i].length     = comp_bound(codec, si->len);
 		plen += refs[i].length;
