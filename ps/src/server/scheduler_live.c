@@ -217,6 +217,16 @@ ps__sched_server_dead(struct ps_scheduler *s, uint32_t m)
 	}
 }
 
+// elapsed is now - t, or 0 when t is later than now: a heartbeat or a
+// close stamped after the sweeper read its clock (it waited for the lock)
+// is no silence at all, not an unsigned wrap into "dead for 584 million
+// years".
+static uint64_t
+elapsed(uint64_t now, uint64_t t)
+{
+	return t > now ? 0 : now - t;
+}
+
 // sweep_members declares dead every tracked member silent for longer than
 // dead_after_ms, or whose heartbeat connection closed more than the grace
 // (2 x heartbeat_ms, at most dead_after_ms) ago with no heartbeat since.
@@ -236,7 +246,8 @@ sweep_members(struct ps_scheduler *s, uint64_t now)
 			struct ps_sched_conn *c = conn_of(s, role,
 			    (uint32_t) i, 0);
 			int dropped             = last[i] != 0 && c != NULL &&
-			    c->closed_ms != 0 && now - c->closed_ms > grace;
+			    c->closed_ms != 0 &&
+			    elapsed(now, c->closed_ms) > grace;
 			if (r && s->gone[i]) {
 				// Left on purpose (its shards moved away):
 				// never "dead", whatever its connection does.
@@ -245,7 +256,7 @@ sweep_members(struct ps_scheduler *s, uint64_t now)
 				continue;
 			}
 			if (last[i] == 0 ||
-			    (now - last[i] <= after && !dropped)) {
+			    (elapsed(now, last[i]) <= after && !dropped)) {
 				continue;
 			}
 			if (dropped) {
@@ -254,13 +265,13 @@ sweep_members(struct ps_scheduler *s, uint64_t now)
 				    "connection closed %.1f s ago and no "
 				    "heartbeat came on a new one",
 				    r ? "server" : "trainer", i,
-				    (double) (now - c->closed_ms) / 1e3);
+				    (double) elapsed(now, c->closed_ms) / 1e3);
 			} else {
 				FB_LOG(FB_LOG_WARN, "members",
 				    "member %s %d dead: no heartbeat for "
 				    "%.1f s",
 				    r ? "server" : "trainer", i,
-				    (double) (now - last[i]) / 1e3);
+				    (double) elapsed(now, last[i]) / 1e3);
 			}
 			last[i] = 0;
 			forget_conn(s, role, (uint32_t) i);
@@ -283,8 +294,10 @@ sweep_main(void *arg)
 	tick = tick == 0 || tick > 100 ? 100 : tick < 10 ? 10 : tick;
 	while (!atomic_load(&s->closing)) {
 		fb_sleep_us((unsigned) tick * 1000u);
-		uint64_t now = fb_clock_ms();
 		pthread_mutex_lock(&s->mu);
+		// Read the clock under the lock: stamps written before we got
+		// it are then never later than now.
+		uint64_t now = fb_clock_ms();
 		ps__sched_expire_parked(s, now);
 		if (s->opts.dead_after_ms > 0) {
 			sweep_members(s, now);
