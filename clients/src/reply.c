@@ -175,15 +175,15 @@ take_shard(ferry_client *c, size_t m, uint32_t id, Pswire__ShardRef *const *r,
 	return FERRY_OK;
 }
 
-// ferry__reply_take checks server m's pull reply for the shards in cn->req and
-// scatters them into w.
+// ferry__reply_take checks server s->m's pull reply for the shards in
+// s->req and scatters them into w.
 int
-ferry__reply_take(ferry_client *c, size_t m, struct xfer *x,
+ferry__reply_take(ferry_client *c, struct slot *s, struct xfer *x,
     Pswire__Header *rh, const struct psw_frame *f)
 {
-	struct conn *cn = &c->conns[m];
-	size_t       j  = 0;
-	if (cn->method == PSWIRE__METHOD__PUSH) {
+	size_t m = s->m;
+	size_t j = 0;
+	if (s->method == PSWIRE__METHOD__PUSH) {
 		return FERRY_OK;
 	}
 	if (rh->body_case != PSWIRE__HEADER__BODY_PULL_REP) {
@@ -191,26 +191,26 @@ ferry__reply_take(ferry_client *c, size_t m, struct xfer *x,
 		    "server %s: reply has no pull body", c->pl->servers[m]);
 	}
 	Pswire__PullReply *p = rh->pull_rep;
-	for (size_t i = 0; i < cn->req_n; i++) {
+	for (size_t i = 0; i < s->req_n; i++) {
 		size_t k = 0;
 		while (j + k < p->n_shards &&
-		    p->shards[j + k]->shard == cn->req[i]) {
+		    p->shards[j + k]->shard == s->req[i]) {
 			k++;
 		}
 		if (k == 0) {
 			return ferry__fail(c, FERRY_EPROTO,
 			    "server %s: reply lacks shard %u",
-			    c->pl->servers[m], cn->req[i]);
+			    c->pl->servers[m], s->req[i]);
 		}
 		for (size_t e = j; e < j + k; e++) {
 			if (p->shards[e]->staleness > c->pull_stale) {
 				c->pull_stale = p->shards[e]->staleness;
 			}
 		}
-		int rv = take_shard(c, m, cn->req[i], p->shards + j, k, f,
+		int rv = take_shard(c, m, s->req[i], p->shards + j, k, f,
 		    x->w);
 		if (rv == FERRY_ECORRUPT) {
-			c->need_full[cn->req[i]] = 1;
+			c->need_full[s->req[i]] = 1;
 		} else if (rv != FERRY_OK) {
 			return rv;
 		}

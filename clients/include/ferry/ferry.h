@@ -268,6 +268,42 @@ FERRY_API int ferry_client_push(ferry_client *c, const float *const *g,
 FERRY_API int ferry_client_push_pull(ferry_client *c, const float *const *g,
     uint32_t n_samples, float *const *w);
 
+// ---- layer-wise push-pull (overlap with compute) ---------------------------
+//
+// A step's push-pull can be cut by tensors, so that a trainer pushes each
+// layer's gradient as soon as backward produced it (the last layer first)
+// and waits for each layer's new weights just before the next forward
+// needs them: the exchange of one layer overlaps the compute of the
+// others. Each tensor of a step is started exactly once and waited for
+// once, in any order; the step (the client's version, as after
+// ferry_client_push_pull) ends with the wait that finds every tensor
+// started and done. The weights are those ferry_client_push_pull gives, bit
+// for bit: a sync round still closes only when every trainer's gradient
+// of that shard is in. Requests for the started tensors travel while the
+// caller computes; replies are taken apart inside ferry_client_wait.
+// Between the first start and the step's end no other step call is
+// accepted (FERRY_ESTATE). Any error abandons the step: nothing stays in
+// flight, and the caller pulls (ferry_client_pull) before going on.
+
+// ferry_client_push_pull_start pushes the gradients of tensors [first,
+// first + count) (g as ferry_client_push_pull; one step passes the same g,
+// w and n_samples to every start) and returns without waiting for their
+// replies. Errors: FERRY_EINVAL (range outside the declared tensors, a
+// tensor started twice in one step, g/w/n_samples differing within the
+// step), FERRY_ESTATE (not declared; opts.clip_norm > 0, which needs every
+// gradient before the first push), and those of ferry_client_push_pull.
+// g[first..first+count) must stay unchanged until the step ends.
+FERRY_API int ferry_client_push_pull_start(ferry_client *c,
+    const float *const *g, uint32_t n_samples, float *const *w, size_t first,
+    size_t count);
+
+// ferry_client_wait blocks until the new weights of tensors [first, first +
+// count), all started in this step, are in w (or the pull sink), while the
+// other tensors' requests keep travelling. Errors: FERRY_ESTATE (no step in
+// progress, or a tensor of the range not started), FERRY_EINVAL, and those
+// of ferry_client_push_pull.
+FERRY_API int ferry_client_wait(ferry_client *c, size_t first, size_t count);
+
 // ---- encoded pushes (for trainers that quantize on a GPU) ------------------
 //
 // A trainer can encode its gradients itself, shard by shard, in the job's
