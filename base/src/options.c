@@ -407,4 +407,12 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	    .doc  = "clip each trainer's gradient, before it is encoded and "
 	            "pushed, to this global L2 norm over all tensors, per "
 	            "sample (docs/algorithms.md §5.3; 0: off)" },
+	[FB_OPT_TR_OVERLAP_LAYERS] = { "overlap-layers", TR, INT(0, 1),
+	    .def  = "0",
+	    .help = "push each layer's gradient as backward makes it (1)",
+	    .doc  = "1: push-pull layer by layer, each layer's gradient as "
+	            "soon as backward produced it (the last layer first), so "
+	            "the exchange overlaps the rest of backward; the weights "
+	            "are those of 0, bit for bit (docs/protocol.md). Needs "
+	            "the CPU backend's host path and `--clip-norm 0`" },
 };
