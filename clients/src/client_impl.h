@@ -125,10 +125,11 @@ struct ferry_client {
 	// This pull's staleness so far (the most over its shards).
 	uint64_t           pull_stale;
 	// A layer-wise push-pull in progress (ferry_client_push_pull_start):
-	// its operation, and which tensors were started (n_tensors flags).
+	// its operation, and per tensor 0 (not started), 1 (started) or 2
+	// (waited for); the step ends when every tensor was waited for.
 	struct xfer       *ax;
 	uint8_t           *ax_started;
-	size_t             ax_n_started;
+	size_t             ax_n_started, ax_n_waited;
 	char               err[512];
 };
 

@@ -237,6 +237,7 @@ ax_begin(ferry_client *c, const float *const *g, uint32_t n_samples,
 	x->pull_want = c->lockstep ? c->version + 1 : 0;
 	x->codec = c->version < c->opts.warmup_steps ? &c->cnone : &c->cpush;
 	memset(c->ax_started, 0, c->n_tensors);
+	c->ax_n_waited = 0;
 	ferry__xfer_begin(c, x);
 	return FERRY_OK;
 }
@@ -247,9 +248,14 @@ ferry_client_push_pull_start(ferry_client *c, const float *const *g,
 {
 	struct xfer *x;
 	int          rv;
-	if ((rv = check_declared_ax(c, 1)) != FERRY_OK ||
-	    (rv = check_ready(c, g)) != FERRY_OK ||
-	    (rv = check_pull_bufs(c, w)) != FERRY_OK ||
+	if ((rv = check_declared_ax(c, 1)) != FERRY_OK) {
+		return rv;
+	}
+	if (g == NULL) {
+		return ferry__fail(c, FERRY_EINVAL,
+		    "tensor buffer array is NULL");
+	}
+	if ((rv = check_pull_bufs(c, w)) != FERRY_OK ||
 	    (rv = check_samples(c, n_samples)) != FERRY_OK ||
 	    (rv = check_range(c, first, count)) != FERRY_OK) {
 		return rv;
@@ -330,9 +336,16 @@ ferry_client_wait(ferry_client *c, size_t first, size_t count)
 			return ax_fail(c, rv);
 		}
 	}
-	// The step ends with the wait that finds every tensor started and
-	// done.
-	if (c->ax_n_started == c->n_tensors && ferry__xfer_idle(c)) {
+	for (size_t t = first; t < first + count; t++) {
+		c->ax_n_waited += c->ax_started[t] == 1;
+		c->ax_started[t] = 2; // waited for
+	}
+	if (c->ax_n_waited == c->n_tensors) {
+		// The step's end: anything left in flight (none: every shard
+		// is done) or a newer map seen, then the version held.
+		if ((rv = ferry__xfer_until(c, x, 0, 0)) != FERRY_OK) {
+			return ax_fail(c, rv);
+		}
 		c->ax_n_started = 0;
 		return ferry__pull_finish(c, x);
 	}

@@ -274,13 +274,13 @@ FERRY_API int ferry_client_push_pull(ferry_client *c, const float *const *g,
 // layer's gradient as soon as backward produced it (the last layer first)
 // and waits for each layer's new weights just before the next forward
 // needs them: the exchange of one layer overlaps the compute of the
-// others. Each tensor of a step is started exactly once and waited for
-// once, in any order; the step (the client's version, as after
-// ferry_client_push_pull) ends with the wait that finds every tensor
-// started and done. The weights are those ferry_client_push_pull gives, bit
-// for bit: a sync round still closes only when every trainer's gradient
-// of that shard is in. Requests for the started tensors travel while the
-// caller computes; replies are taken apart inside ferry_client_wait.
+// others. Each tensor of a step is started exactly once and waited for,
+// in any order; the step (the client's version, as after
+// ferry_client_push_pull) ends with the wait after which every tensor of
+// the step has been waited for. The weights are those ferry_client_push_pull
+// gives, bit for bit: a sync round still closes only when every trainer's
+// gradient of that shard is in. Requests for the started tensors travel while
+// the caller computes; replies are taken apart inside ferry_client_wait.
 // Between the first start and the step's end no other step call is
 // accepted (FERRY_ESTATE). Any error abandons the step: nothing stays in
 // flight, and the caller pulls (ferry_client_pull) before going on.
