@@ -40,9 +40,12 @@
 #define WARN_PCT 80
 
 // PIPE_MIN_BYTES: a request carries at least this many fp32 bytes of
-// shards when the server holds that many, so small models are not cut
-// into messages whose fixed cost outweighs the overlap.
-#define PIPE_MIN_BYTES (128u << 10)
+// shards (one default --shard-bytes) when the server holds that many, so
+// a small model is not cut into messages whose fixed cost (a wake-up of
+// the caller per reply, a parked call per request on the server)
+// outweighs the overlap: on loopback, 128 KiB requests made the 0.9 MB
+// MLP's step ~20% slower; 64 MiB in 8 requests doubled push-pull goodput.
+#define PIPE_MIN_BYTES (1u << 20)
 
 // PIPE_CTX_BUDGET: the server contexts all trainers' slots may hold.
 #define PIPE_CTX_BUDGET 128u
@@ -635,6 +638,13 @@ ferry__xfer_until(ferry_client *c, struct xfer *x, size_t t0, size_t t1)
 		}
 		if (range_done(c, t0, t1)) {
 			return FERRY_OK;
+		}
+		if (busy_total(c) == 0) {
+			// Shards pending, none sendable, nothing to wait for:
+			// a bookkeeping bug, reported rather than a hang.
+			rv = ferry__fail(c, FERRY_EPROTO,
+			    "internal: shards pending with no request to send");
+			break;
 		}
 		if ((rv = reap(c, x)) != FERRY_OK) {
 			break;
