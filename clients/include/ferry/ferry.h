@@ -5,8 +5,10 @@
 //
 // Threading: a ferry_client is used by one thread at a time (the trainer's
 // loop). Different clients are independent. Every call below blocks the
-// calling thread until it finishes or its deadline (opts.timeout_ms) passes;
-// internally the client talks to all servers in parallel.
+// calling thread until it finishes or its deadline (opts.timeout_ms) passes
+// (except ferry_client_push_pull_start, which sends and returns);
+// internally the client talks to all servers in parallel, with several
+// requests in flight to each.
 //
 // Errors: every function returns 0 (FERRY_OK) or a positive ferry_err.
 // When a server or the scheduler answered with an error status,
