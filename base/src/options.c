@@ -419,4 +419,12 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	            "exchange (bytes over the probed bandwidth plus a round "
 	            "trip) takes at most this fraction of the measured "
 	            "compute time per step (docs/algorithms.md §2.8)" },
+	[FB_OPT_TR_OVERLAP_LAYERS] = { "overlap-layers", TR, INT(0, 1),
+	    .def  = "0",
+	    .help = "push each layer's gradient as backward makes it (1)",
+	    .doc  = "1: push-pull layer by layer, each layer's gradient as "
+	            "soon as backward produced it (the last layer first), so "
+	            "the exchange overlaps the rest of backward; the weights "
+	            "are those of 0, bit for bit (docs/protocol.md). Needs "
+	            "the CPU backend's host path and `--clip-norm 0`" },
 };

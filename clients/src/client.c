@@ -256,15 +256,19 @@ ferry_client_close(ferry_client *c)
 		return;
 	}
 	ferry__hb_stop(c);
+	if (c->ax != NULL) {
+		ferry__xfer_abort(c); // a layer-wise push-pull left running
+	}
 	for (size_t i = 0; i < c->n_conns; i++) {
 		nng_close(c->conns[i].sock);
 		nng_aio_free(c->conns[i].aio);
-		ferry__conn_unwatch(&c->conns[i]); // after its aio's callback
-		nng_msg_free(c->conns[i].spare);
+		ferry__slots_close(&c->conns[i]); // after the socket
 		fb_free(c->conns[i].shards);
-		fb_free(c->conns[i].req);
 	}
 	fb_free(c->conns);
+	ferry__pipe_close(c); // after every slot's callback
+	fb_free(c->ax);
+	fb_free(c->ax_started);
 	nng_close(c->sched);
 	nng_aio_free(c->sched_aio);
 	psw_auth_close(c->auth);

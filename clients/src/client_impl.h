@@ -24,41 +24,63 @@
 #include "ferry/ferry.h"
 #include "psw/psw.h"
 
-// One server of the placement map: its REQ socket and the shards the map
-// gives it, plus the state of the current round's request to it.
+// FERRY_PIPE_SLOTS is the most requests one connection keeps in flight
+// (exchange.c): an operation is split into about that many requests per
+// server, so that the server works on one while the next arrives and its
+// reply travels while the client still sends.
+#define FERRY_PIPE_SLOTS 8
+
+// The states of a slot (under the pipe's lock while an operation runs).
+enum { SLOT_IDLE = 0, SLOT_SEND, SLOT_RECV, SLOT_DONE };
+
+// One request in flight to a server: its own REQ context (nng matches the
+// reply to it) and aio, whose callback (exchange.c) turns a finished send
+// into the receive, so a request proceeds while the caller computes. The
+// slots of a connection are one allocation of fixed address: callbacks
+// hold pointers to them while c->conns grows.
+struct slot {
+	nng_ctx             ctx;
+	nng_aio            *aio;
+	struct ferry__pipe *pipe; // the client's completion lock
+	size_t              m;    // index of the server (c->conns)
+	uint32_t           *req;  // shards in this request (cap: conn.n)
+	size_t              req_n;
+	uint8_t             method;
+	int                 state;   // SLOT_* (under pipe->mu when busy)
+	int                 res;     // the aio's nng result once DONE
+	int                 in_send; // it ended while sending (own the msg)
+	uint64_t            expire;  // the receive's deadline (nng_clock)
+	uint64_t            rid;
+	uint64_t            ctr; // the signed request's counter (0: unsigned)
+	nng_msg            *spare; // the last reply, reused for the next push
+	int pull_weights; // codec "auto": this pull asked for the weights
+};
+
+// One server of the placement map: its REQ socket, the shards the map
+// gives it, and the slots of the requests in flight to it.
 struct conn {
-	nng_socket sock;
-	nng_ctx    ctx;
-	nng_aio   *aio;
-	uint32_t  *shards; // global shard ids held by this server
-	size_t     n;
-	uint64_t   bytes; // fp32 bytes of its shards
-	// per-round state
-	uint32_t  *req; // shards in this round's request
-	size_t     req_n;
-	uint8_t    method;
-	int        pending;
-	int        rv;
-	uint64_t   rid;
-	uint64_t   ctr; // the signed request's counter (0: unsigned)
-	nng_msg   *rep;
-	nng_msg   *spare; // the last reply, reused for the next push body
-	// With opts.log set: tells when the aio's operation ends, so that a
-	// call can wake up at 80% of its deadline (NULL without opts.log).
-	struct ferry__watch *watch;
+	nng_socket   sock;
+	nng_ctx      ctx; // probes (probe.c)
+	nng_aio     *aio;
+	uint32_t    *shards; // global shard ids held by this server
+	size_t       n;
+	uint64_t     bytes; // fp32 bytes of its shards
+	struct slot *slots; // FERRY_PIPE_SLOTS of them
+	size_t       busy;  // slots not SLOT_IDLE
 	// The link to this server as last probed (probe.c; 0: not yet) and,
 	// with codec "auto", the rungs chosen for it (codec_auto.c) and the
 	// payload bytes moved since that choice.
-	double               rtt_s, bw_bps;
-	uint8_t              push_rung, pull_rung;
-	int                  pull_weights; // this round's pull asked for x
-	uint64_t             link_push_bytes, link_pull_bytes, link_steps;
+	double       rtt_s, bw_bps;
+	uint8_t      push_rung, pull_rung;
+	uint64_t     link_push_bytes, link_pull_bytes, link_steps;
 };
 
 // Codec "auto"'s ladders: rungs, least lossy first (which codecs, and why
 // in this order: codec_auto.c).
 #define FERRY_AUTO_PUSH_RUNGS 7
 #define FERRY_AUTO_PULL_RUNGS 2
+
+struct xfer;
 
 // Where a shard's pull reference lives: nowhere yet (its first pull asks
 // for FULL), in the client (c->ref, or the caller's buffers without a pull
@@ -83,8 +105,9 @@ struct ferry_client {
 	Pswire__Placement  *pl;
 	struct conn        *conns;
 	size_t              n_conns;
-	uint64_t            version;   // of the weights held (min over shards)
-	uint64_t            want;      // version the next pull asks for
+	struct ferry__pipe *pipe;    // completions of every slot (exchange.c)
+	uint64_t            version; // of the weights held (min over shards)
+	uint64_t            want;    // version the next pull asks for
 	uint64_t           *shard_ver; // per global shard: version held
 	uint8_t            *need;      // per global shard: NEED_* this op
 	uint8_t            *need_full; // per global shard: resync in full
@@ -124,6 +147,12 @@ struct ferry_client {
 	uint64_t           steps_since_choice;
 	uint64_t           op_end_ns;
 	int                links_new;
+	// A layer-wise push-pull in progress (ferry_client_push_pull_start):
+	// its operation, and per tensor 0 (not started), 1 (started) or 2
+	// (waited for); the step ends when every tensor was waited for.
+	struct xfer       *ax;
+	uint8_t           *ax_started;
+	size_t             ax_n_started, ax_n_waited;
 	char               err[512];
 };
 
@@ -131,8 +160,9 @@ struct ferry_client {
 // shards flagged in need_full).
 enum op { OP_INIT, OP_PULL, OP_PULL_FULL, OP_PUSH, OP_PUSH_PULL };
 
-// What a shard still needs within one operation.
-enum { NEED_NONE = 0, NEED_MAIN, NEED_PULL };
+// What a shard still needs within one operation; NEED_SENT is or-ed in
+// while a request for it is in flight.
+enum { NEED_NONE = 0, NEED_MAIN, NEED_PULL, NEED_SENT = 0x10 };
 
 // One operation in flight: the caller's buffers and what the requests of
 // every round carry.
@@ -145,7 +175,15 @@ struct xfer {
 	const struct comp_codec *codec;     // push codec of this operation
 	int                      staged;    // codes are in c->codes
 	const uint8_t *const    *codes; // caller's codes per shard, or NULL
-	float clip_scale; // opts.clip_norm: factor on g (0: unclipped)
+	float    clip_scale; // opts.clip_norm: factor on g (0: unclipped)
+	// The exchange's clock and what it must do once nothing is in flight.
+	uint32_t tmo;      // the deadline, ms
+	uint64_t deadline; // fb_clock_ms
+	uint64_t warn_at;  // when a wait warns (nng_clock; opts.log)
+	int      warned;
+	int      refetch;  // a newer map: fetch it, then re-send
+	int      backoff;  // a server said UNAVAILABLE: sleep, then re-send
+	int      rerouted; // requests were cancelled for a newer map
 };
 
 // ---- client.c: errors and options ------------------------------------------
@@ -242,27 +280,28 @@ int ferry__links_reprobe(ferry_client *c);
 
 // ---- request.c: building requests ------------------------------------------
 
-// ferry__codes_stage encodes every shard's gradient x->g with x->codec
-// and error feedback (c->resid) into c->codes and sets x->staged. Errors:
-// FERRY_EINVAL (a gradient cannot be encoded: NaN or Inf).
-int ferry__codes_stage(ferry_client *c, struct xfer *x);
+// ferry__codes_stage encodes the gradient x->g of every shard of tensors
+// [t0, t1) with x->codec and error feedback (c->resid) into c->codes and
+// sets x->staged. Errors: FERRY_EINVAL (a gradient cannot be encoded: NaN
+// or Inf).
+int ferry__codes_stage(ferry_client *c, struct xfer *x, size_t t0, size_t t1);
 
 // ferry__request_build creates in *out the request for the shards in
-// cn->req with method cn->method (PULL: a header only; PUSH, PUSH_PULL:
-// one ShardRef and the bytes per shard), with a new request id stored in
-// cn->rid. A push may be built in cn->spare, which it then takes. The
+// s->req with method s->method (PULL: a header only; PUSH, PUSH_PULL: one
+// ShardRef and the bytes per shard), with a new request id stored in
+// s->rid. A push may be built in s->spare, which it then takes. The
 // caller owns *out on FB_OK. Returns an fb_ error (FB_ENOMEM, or psw's).
-int ferry__request_build(ferry_client *c, struct conn *cn, struct xfer *x,
+int ferry__request_build(ferry_client *c, struct slot *s, struct xfer *x,
     nng_msg **out);
 
 // ---- reply.c: taking replies apart -----------------------------------------
 
-// ferry__reply_take checks server m's reply (header rh, frame f) to the
-// shards in c->conns[m].req and applies them: into x->w, or through the
+// ferry__reply_take checks the reply (header rh, frame f) of server s->m
+// to the shards in s->req and applies them: into x->w, or through the
 // pull sink. Nothing to do for a PUSH. A shard whose reference no longer
 // matches the server's is flagged in c->need_full. Errors: FERRY_EPROTO
 // (malformed reply), or the pull sink's error.
-int ferry__reply_take(ferry_client *c, size_t m, struct xfer *x,
+int ferry__reply_take(ferry_client *c, struct slot *s, struct xfer *x,
     Pswire__Header *rh, const struct psw_frame *f);
 
 // ---- codec_auto.c: link-aware codec choice ---------------------------------
@@ -343,16 +382,19 @@ const struct comp_codec *ferry__auto_codec(const ferry_client *c,
 
 // ---- exchange.c: running operations ----------------------------------------
 
-// ferry__conn_watch gives cn a completion watch (cn->watch): its aio is
-// replaced by one whose callback reports each completion, so an exchange
-// can wait with a timeout and warn, through opts.log, before its
-// deadline. Call right after the connection is opened (no operation in
-// flight). Errors: FERRY_ENOMEM (cn unchanged).
-int ferry__conn_watch(struct conn *cn);
+// ferry__slots_open gives the client its completion lock (once) and
+// connection cn (server m, socket open) its FERRY_PIPE_SLOTS slots, each
+// with its own context and aio. Errors: FERRY_ENOMEM, FERRY_ECONNECT.
+int ferry__slots_open(ferry_client *c, struct conn *cn, size_t m);
 
-// ferry__conn_unwatch frees cn's watch; call after nng_aio_free(cn->aio).
-// NULL watch: no-op.
-void ferry__conn_unwatch(struct conn *cn);
+// ferry__slots_size gives each slot of cn a request list of cn->n shards
+// (after ferry__conns_assign; no request in flight). Errors: FERRY_ENOMEM.
+int ferry__slots_size(struct conn *cn);
+
+// ferry__slots_close stops and frees cn's slots (after its socket is
+// closed); ferry__pipe_close frees the client's lock after every slot.
+void ferry__slots_close(struct conn *cn);
+void ferry__pipe_close(ferry_client *c);
 
 // ferry__op_run picks the push codec of x (none during warm-up and for
 // init), marks every shard (OP_PULL_FULL: those flagged in need_full),
@@ -361,10 +403,33 @@ void ferry__conn_unwatch(struct conn *cn);
 // ferry_err, with the message in c->err.
 int ferry__op_run(ferry_client *c, struct xfer *x);
 
-// ferry__pull_finish resyncs, in full, the shards a pull flagged (CRC
-// mismatch or a gap in the delta chain), then records the version held
-// (c->version, c->want, stats.version). Errors: those of ferry__op_run,
+// ferry__xfer_begin starts x's clock (deadline, warning time) and clears
+// every shard's need; ferry__xfer_pump sends requests for the shards
+// whose need is set while slots are free; ferry__xfer_until drives x
+// (sending, waiting, taking replies, re-fetching maps, retrying) until
+// every shard of tensors [t0, t1) is done, or with t0 == t1 until nothing
+// is in flight. On an error every request in flight is cancelled and
+// waited for. Errors: any ferry_err, with the message in c->err.
+void ferry__xfer_begin(ferry_client *c, struct xfer *x);
+int  ferry__xfer_pump(ferry_client *c, struct xfer *x);
+int  ferry__xfer_until(ferry_client *c, struct xfer *x, size_t t0, size_t t1);
+
+// ferry__xfer_idle reports whether every shard is done and nothing is in
+// flight.
+int ferry__xfer_idle(const ferry_client *c);
+
+// ferry__xfer_abort cancels every request in flight and waits for them
+// (an abandoned layer-wise push-pull, a closing client).
+void ferry__xfer_abort(ferry_client *c);
+
+// ferry__pull_resync pulls in full the shards a pull flagged (CRC mismatch
+// or a gap in the delta chain). Errors: those of ferry__op_run,
 // FERRY_ECORRUPT (still mismatched after the resync).
+int ferry__pull_resync(ferry_client *c, struct xfer *x);
+
+// ferry__pull_finish runs ferry__pull_resync, then records the version
+// held (c->version, c->want, stats.version). Errors: those of
+// ferry__pull_resync.
 int ferry__pull_finish(ferry_client *c, struct xfer *x);
 
 #endif // FERRY_CLIENT_IMPL_H

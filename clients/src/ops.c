@@ -1,12 +1,15 @@
-// ops.c — the public step calls (init_weights, pull, push, push_pull and
-// push_pull_encoded): their argument and state checks, and what each call
-// asks of the exchange (which operation, which version to wait for).
+// ops.c — the public step calls (init_weights, pull, push, push_pull,
+// push_pull_encoded, and the layer-wise push_pull_start and wait): their
+// argument and state checks, and what each call asks of the exchange
+// (which operation, which version to wait for).
 #include <math.h>
 
 #include "client_impl.h"
 
+// check_declared accepts a declared client with no layer-wise push-pull
+// in progress (allow_ax: or with one).
 static int
-check_declared(ferry_client *c)
+check_declared_ax(ferry_client *c, int allow_ax)
 {
 	if (c == NULL) {
 		return FERRY_EINVAL;
@@ -15,7 +18,18 @@ check_declared(ferry_client *c)
 		return ferry__fail(c, FERRY_ESTATE,
 		    "declare the tensors first");
 	}
+	if (!allow_ax && c->ax_n_started > 0) {
+		return ferry__fail(c, FERRY_ESTATE,
+		    "a layer-wise push-pull is in progress: wait for every "
+		    "started tensor first (ferry_client_wait)");
+	}
 	return FERRY_OK;
+}
+
+static int
+check_declared(ferry_client *c)
+{
+	return check_declared_ax(c, 0);
 }
 
 // check_ready accepts a declared client and a non-NULL input array.
@@ -177,4 +191,168 @@ ferry_client_push_pull_encoded(ferry_client *c, const uint8_t *const *codes,
 		.n_samples = n_samples,
 	};
 	return push_pull_run(c, &x, codes);
+}
+
+// ax_fail abandons the layer-wise push-pull in progress after an error:
+// nothing stays in flight, and the next step starts afresh.
+static int
+ax_fail(ferry_client *c, int rv)
+{
+	ferry__xfer_abort(c);
+	c->ax_n_started = 0;
+	return rv;
+}
+
+// check_range accepts tensors [first, first + count) of the declared ones.
+static int
+check_range(ferry_client *c, size_t first, size_t count)
+{
+	if (count == 0 || first >= c->n_tensors ||
+	    count > c->n_tensors - first) {
+		return ferry__fail(c, FERRY_EINVAL,
+		    "tensors [%zu, +%zu) are not within the %zu declared",
+		    first, count, c->n_tensors);
+	}
+	return FERRY_OK;
+}
+
+// ax_begin starts a layer-wise step: re-probe when due, the push codec
+// (none in warm-up), the version to wait for, the exchange's clock.
+static int
+ax_begin(ferry_client *c, const float *const *g, uint32_t n_samples,
+    float *const *w)
+{
+	int rv;
+	if (c->ax == NULL) {
+		c->ax         = fb_zalloc(sizeof(*c->ax));
+		c->ax_started = fb_zalloc(c->n_tensors);
+		if (c->ax == NULL || c->ax_started == NULL) {
+			return ferry__fail(c, FERRY_ENOMEM, "out of memory");
+		}
+	}
+	if ((rv = ferry__links_reprobe(c)) != FERRY_OK) {
+		return rv;
+	}
+	struct xfer *x = c->ax;
+	memset(x, 0, sizeof(*x));
+	x->op        = OP_PUSH_PULL;
+	x->g         = g;
+	x->w         = w;
+	x->n_samples = n_samples;
+	x->pull_want = c->lockstep ? c->version + 1 : 0;
+	x->codec = c->version < c->opts.warmup_steps ? &c->cnone : &c->cpush;
+	memset(c->ax_started, 0, c->n_tensors);
+	c->ax_n_waited = 0;
+	ferry__xfer_begin(c, x);
+	return FERRY_OK;
+}
+
+FERRY_API int
+ferry_client_push_pull_start(ferry_client *c, const float *const *g,
+    uint32_t n_samples, float *const *w, size_t first, size_t count)
+{
+	struct xfer *x;
+	int          rv;
+	if ((rv = check_declared_ax(c, 1)) != FERRY_OK) {
+		return rv;
+	}
+	if (g == NULL) {
+		return ferry__fail(c, FERRY_EINVAL,
+		    "tensor buffer array is NULL");
+	}
+	if ((rv = check_pull_bufs(c, w)) != FERRY_OK ||
+	    (rv = check_samples(c, n_samples)) != FERRY_OK ||
+	    (rv = check_range(c, first, count)) != FERRY_OK) {
+		return rv;
+	}
+	if (c->opts.clip_norm > 0) {
+		return ferry__fail(c, FERRY_ESTATE,
+		    "a layer-wise push-pull cannot clip: clip_norm needs every "
+		    "gradient before the first push");
+	}
+	if (c->ax_n_started == 0) {
+		if ((rv = ax_begin(c, g, n_samples, w)) != FERRY_OK) {
+			return rv;
+		}
+	} else if (c->ax->g != g || c->ax->w != w ||
+	    c->ax->n_samples != n_samples) {
+		return ferry__fail(c, FERRY_EINVAL,
+		    "the layer-wise push-pulls of one step must pass the same "
+		    "g, w and n_samples");
+	}
+	x = c->ax;
+	for (size_t t = first; t < first + count; t++) {
+		if (c->ax_started[t]) {
+			return ferry__fail(c, FERRY_EINVAL,
+			    "tensor %zu was already started in this step", t);
+		}
+	}
+	memset(c->ax_started + first, 1, count);
+	c->ax_n_started += count;
+	for (size_t i = 0; i < c->pl->n_shards; i++) {
+		uint32_t t = c->pl->shards[i]->tensor;
+		if (t >= first && t < first + count) {
+			c->need[i] = NEED_MAIN;
+		}
+	}
+	if (x->codec->id != COMP_NONE &&
+	    (rv = ferry__codes_stage(c, x, first, first + count)) !=
+	        FERRY_OK) {
+		return ax_fail(c, rv);
+	}
+	if ((rv = ferry__xfer_pump(c, x)) != FERRY_OK) {
+		return ax_fail(c, rv);
+	}
+	return FERRY_OK;
+}
+
+FERRY_API int
+ferry_client_wait(ferry_client *c, size_t first, size_t count)
+{
+	struct xfer *x;
+	int          rv, resync = 0;
+	if ((rv = check_declared_ax(c, 1)) != FERRY_OK ||
+	    (rv = check_range(c, first, count)) != FERRY_OK) {
+		return rv;
+	}
+	if (c->ax_n_started == 0) {
+		return ferry__fail(c, FERRY_ESTATE,
+		    "no layer-wise push-pull in progress");
+	}
+	for (size_t t = first; t < first + count; t++) {
+		if (!c->ax_started[t]) {
+			return ferry__fail(c, FERRY_ESTATE,
+			    "tensor %zu was not started in this step", t);
+		}
+	}
+	x = c->ax;
+	if ((rv = ferry__xfer_until(c, x, first, first + count)) != FERRY_OK) {
+		return ax_fail(c, rv);
+	}
+	for (size_t i = 0; i < c->pl->n_shards; i++) {
+		uint32_t t = c->pl->shards[i]->tensor;
+		resync |= t >= first && t < first + count && c->need_full[i];
+	}
+	if (resync) {
+		// Rare: let everything started end, then pull in full what
+		// drifted.
+		if ((rv = ferry__xfer_until(c, x, 0, 0)) != FERRY_OK ||
+		    (rv = ferry__pull_resync(c, x)) != FERRY_OK) {
+			return ax_fail(c, rv);
+		}
+	}
+	for (size_t t = first; t < first + count; t++) {
+		c->ax_n_waited += c->ax_started[t] == 1;
+		c->ax_started[t] = 2; // waited for
+	}
+	if (c->ax_n_waited == c->n_tensors) {
+		// The step's end: anything left in flight (none: every shard
+		// is done) or a newer map seen, then the version held.
+		if ((rv = ferry__xfer_until(c, x, 0, 0)) != FERRY_OK) {
+			return ax_fail(c, rv);
+		}
+		c->ax_n_started = 0;
+		return ferry__pull_finish(c, x);
+	}
+	return FERRY_OK;
 }

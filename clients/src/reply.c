@@ -29,11 +29,6 @@ sink_rv(ferry_client *c, uint32_t id, const char *cb, int rv)
 	    id, ferry_strerror(rv));
 }
 
-// take_shard applies the reply refs of one shard (r[0..k)): to the
-// client's reference and the caller's tensor, or through the pull sink
-// when one is set. Returns FERRY_OK, or FERRY_ECORRUPT when the reference
-// no longer matches the server's (the caller resyncs), or FERRY_EPROTO for
-// a malformed reply (or the sink's error).
 // all_finite reports whether n floats at x hold no NaN or Inf, testing
 // the exponent bits so that the loop vectorises.
 static int
@@ -48,16 +43,19 @@ all_finite(const float *x, size_t n)
 	return !bad;
 }
 
+// take_shard applies the reply refs of one shard (r[0..k)): to the
+// client's reference and the caller's tensor, or through the pull sink
+// when one is set. Returns FERRY_OK, or FERRY_ECORRUPT when the reference
+// no longer matches the server's (the caller resyncs), or FERRY_EPROTO for
+// a malformed reply (or the sink's error).
 static int
-take_shard(ferry_client *c, size_t m, uint32_t id, Pswire__ShardRef *const *r,
-    size_t k, const struct psw_frame *f, float *const *w)
+take_shard(ferry_client *c, size_t m, int weights, uint32_t id,
+    Pswire__ShardRef *const *r, size_t k, const struct psw_frame *f,
+    float *const *w)
 {
 	const Pswire__ShardInfo *si   = c->pl->shards[id];
 	const int                sink = c->has_sink;
-	// Codec "auto" pulled the weights themselves over this link: fp32,
-	// no reference kept (the next pull of deltas resyncs it in full).
-	const int                weights = c->conns[m].pull_weights;
-	uint64_t                 ver     = c->shard_ver[id];
+	uint64_t                 ver  = c->shard_ver[id];
 	float                   *dst = NULL, *ref = NULL;
 	struct ferry_pull_piece  p = { 0 };
 	int                      rv;
@@ -178,15 +176,15 @@ take_shard(ferry_client *c, size_t m, uint32_t id, Pswire__ShardRef *const *r,
 	return FERRY_OK;
 }
 
-// ferry__reply_take checks server m's pull reply for the shards in cn->req and
-// scatters them into w.
+// ferry__reply_take checks server s->m's pull reply for the shards in
+// s->req and scatters them into w.
 int
-ferry__reply_take(ferry_client *c, size_t m, struct xfer *x,
+ferry__reply_take(ferry_client *c, struct slot *s, struct xfer *x,
     Pswire__Header *rh, const struct psw_frame *f)
 {
-	struct conn *cn = &c->conns[m];
-	size_t       j  = 0;
-	if (cn->method == PSWIRE__METHOD__PUSH) {
+	size_t m = s->m;
+	size_t j = 0;
+	if (s->method == PSWIRE__METHOD__PUSH) {
 		return FERRY_OK;
 	}
 	if (rh->body_case != PSWIRE__HEADER__BODY_PULL_REP) {
@@ -194,27 +192,30 @@ ferry__reply_take(ferry_client *c, size_t m, struct xfer *x,
 		    "server %s: reply has no pull body", c->pl->servers[m]);
 	}
 	Pswire__PullReply *p = rh->pull_rep;
-	cn->link_pull_bytes += f->payload_len;
-	for (size_t i = 0; i < cn->req_n; i++) {
+	c->conns[m].link_pull_bytes += f->payload_len;
+	for (size_t i = 0; i < s->req_n; i++) {
 		size_t k = 0;
 		while (j + k < p->n_shards &&
-		    p->shards[j + k]->shard == cn->req[i]) {
+		    p->shards[j + k]->shard == s->req[i]) {
 			k++;
 		}
 		if (k == 0) {
 			return ferry__fail(c, FERRY_EPROTO,
 			    "server %s: reply lacks shard %u",
-			    c->pl->servers[m], cn->req[i]);
+			    c->pl->servers[m], s->req[i]);
 		}
 		for (size_t e = j; e < j + k; e++) {
 			if (p->shards[e]->staleness > c->pull_stale) {
 				c->pull_stale = p->shards[e]->staleness;
 			}
 		}
-		int rv = take_shard(c, m, cn->req[i], p->shards + j, k, f,
-		    x->w);
+		// Codec "auto" may have pulled the weights themselves over
+		// this link: fp32, no reference kept (the next pull of deltas
+		// resyncs it in full).
+		int rv = take_shard(c, m, s->pull_weights, s->req[i],
+		    p->shards + j, k, f, x->w);
 		if (rv == FERRY_ECORRUPT) {
-			c->need_full[cn->req[i]] = 1;
+			c->need_full[s->req[i]] = 1;
 		} else if (rv != FERRY_OK) {
 			return rv;
 		}

@@ -18,13 +18,16 @@
 // server was not ready, or the shard moved) sends the same codes again,
 // so the residual is updated exactly once.
 int
-ferry__codes_stage(ferry_client *c, struct xfer *x)
+ferry__codes_stage(ferry_client *c, struct xfer *x, size_t t0, size_t t1)
 {
 	for (size_t i = 0; i < c->pl->n_shards; i++) {
 		const Pswire__ShardInfo *si = c->pl->shards[i];
 		size_t                   out;
 		int                      rv;
 
+		if (si->tensor < t0 || si->tensor >= t1) {
+			continue;
+		}
 		if (c->auto_push) {
 			// "auto": the rung of the link to the shard's server.
 			c->staged_rung[i] = c->conns[si->server].push_rung;
@@ -54,10 +57,10 @@ ferry__codes_stage(ferry_client *c, struct xfer *x)
 	return FERRY_OK;
 }
 
-// ferry__request_build creates the message for the shards in cn->req (method
-// cn->method).
+// ferry__request_build creates the message for the shards in s->req
+// (method s->method).
 int
-ferry__request_build(ferry_client *c, struct conn *cn, struct xfer *x,
+ferry__request_build(ferry_client *c, struct slot *s, struct xfer *x,
     nng_msg **out)
 {
 	Pswire__Header      h  = PSWIRE__HEADER__INIT;
@@ -69,26 +72,26 @@ ferry__request_build(ferry_client *c, struct conn *cn, struct xfer *x,
 	size_t              hl, plen = 0;
 	int                 rv = FB_OK;
 
-	h.request_id = cn->rid = c->next_rid++;
-	h.deadline_ms          = ferry__timeout(c);
-	h.epoch                = c->pl->epoch;
-	h.rank                 = (uint32_t) c->opts.rank;
-	if (cn->method == PSWIRE__METHOD__PULL) {
+	h.request_id = s->rid = c->next_rid++;
+	h.deadline_ms         = ferry__timeout(c);
+	h.epoch               = c->pl->epoch;
+	h.rank                = (uint32_t) c->opts.rank;
+	if (s->method == PSWIRE__METHOD__PULL) {
 		uint64_t have = UINT64_MAX;
-		for (size_t i = 0; i < cn->req_n; i++) {
-			uint64_t v = c->shard_ver[cn->req[i]];
+		for (size_t i = 0; i < s->req_n; i++) {
+			uint64_t v = c->shard_ver[s->req[i]];
 			have       = v < have ? v : have;
 		}
-		pl.n_shards     = cn->req_n;
-		pl.shards       = cn->req;
+		pl.n_shards     = s->req_n;
+		pl.shards       = s->req;
 		pl.version      = x->pull_want;
 		pl.have_version = have;
 		pl.full    = x->op == OP_PULL_FULL || c->cpull.id == COMP_NONE;
-		pl.weights = cn->pull_weights = c->auto_pull &&
-		    cn->pull_rung == 0;
-		for (size_t i = 0; i < cn->req_n && !pl.full; i++) {
+		pl.weights = s->pull_weights = c->auto_pull &&
+		    c->conns[s->m].pull_rung == 0;
+		for (size_t i = 0; i < s->req_n && !pl.full; i++) {
 			// A shard never pulled has no reference to patch.
-			pl.full = c->ref_at[cn->req[i]] == REF_NONE;
+			pl.full = c->ref_at[s->req[i]] == REF_NONE;
 		}
 		h.body_case = PSWIRE__HEADER__BODY_PULL_REQ;
 		h.pull_req  = &pl;
@@ -96,22 +99,22 @@ ferry__request_build(ferry_client *c, struct conn *cn, struct xfer *x,
 		if (psw_msg_begin(out, hl, 0, &payload) != FB_OK) {
 			return FB_ENOMEM;
 		}
-		return psw_msg_finish(*out, cn->method, 0, &h.base, hl, 0);
+		return psw_msg_finish(*out, s->method, 0, &h.base, hl, 0);
 	}
-	if (cn->req_n > 64) {
-		refs = fb_alloc(cn->req_n * sizeof(*refs));
-		ptrs = fb_alloc(cn->req_n * sizeof(*ptrs));
+	if (s->req_n > 64) {
+		refs = fb_alloc(s->req_n * sizeof(*refs));
+		ptrs = fb_alloc(s->req_n * sizeof(*ptrs));
 		if (refs == NULL || ptrs == NULL) {
 			rv = FB_ENOMEM;
 			goto done;
 		}
 	}
-	for (size_t i = 0; i < cn->req_n; i++) {
-		const Pswire__ShardInfo *si    = c->pl->shards[cn->req[i]];
+	for (size_t i = 0; i < s->req_n; i++) {
+		const Pswire__ShardInfo *si    = c->pl->shards[s->req[i]];
 		const struct comp_codec *codec = ferry__auto_codec(c, x,
-		    cn->req[i]);
+		    s->req[i]);
 		pswire__shard_ref__init(&refs[i]);
-		refs[i].shard = cn->req[i];
+		refs[i].shard = s->req[i];
 		// Sync: every shard of a step is pushed for the one version
 		// the client holds (the minimum over its shards), so a shard
 		// already past it answers OUT_OF_RANGE (FERRY_EBEHIND: pull
@@ -120,7 +123,7 @@ ferry__request_build(ferry_client *c, struct conn *cn, struct xfer *x,
 		// while a push of its dead process had reached only some
 		// servers). Async: each shard's own version.
 		refs[i].version = c->lockstep ? c->version
-		                              : c->shard_ver[cn->req[i]];
+		                              : c->shard_ver[s->req[i]];
 		refs[i].codec   = codec->id;
 		refs[i].bucket  = codec->bucket;
 		// "auto": the server decodes the codec each ref names.
@@ -130,35 +133,35 @@ ferry__request_build(ferry_client *c, struct conn *cn, struct xfer *x,
 		plen += refs[i].length;
 		ptrs[i] = &refs[i];
 	}
-	pr.n_shards     = cn->req_n;
+	pr.n_shards     = s->req_n;
 	pr.shards       = ptrs;
 	pr.n_samples    = x->n_samples;
 	pr.init         = x->op == OP_INIT;
-	pr.pull_weights = cn->pull_weights = cn->method ==
+	pr.pull_weights = s->pull_weights = s->method ==
 	        PSWIRE__METHOD__PUSH_PULL &&
-	    c->auto_pull && cn->pull_rung == 0;
-	cn->link_push_bytes += plen;
+	    c->auto_pull && c->conns[s->m].pull_rung == 0;
+	c->conns[s->m].link_push_bytes += plen;
 	h.body_case = PSWIRE__HEADER__BODY_PUSH_REQ;
 	h.push_req  = &pr;
 	hl          = pswire__header__get_packed_size(&h);
 	// A push body is about as large as the last reply from this server
 	// (same shards): build it there, with no allocation and no zeroing.
-	if (cn->spare != NULL &&
-	    psw_msg_reuse(cn->spare, hl, plen, &payload) == FB_OK) {
-		*out      = cn->spare;
-		cn->spare = NULL;
+	if (s->spare != NULL &&
+	    psw_msg_reuse(s->spare, hl, plen, &payload) == FB_OK) {
+		*out     = s->spare;
+		s->spare = NULL;
 	} else if ((rv = psw_msg_begin(out, hl, plen, &payload)) != FB_OK) {
 		goto done;
 	}
-	for (size_t i = 0; i < cn->req_n; i++) {
-		const Pswire__ShardInfo *si = c->pl->shards[cn->req[i]];
+	for (size_t i = 0; i < s->req_n; i++) {
+		const Pswire__ShardInfo *si = c->pl->shards[s->req[i]];
 		// fp32 goes straight from the caller's tensor; codes from the
 		// staging area (see ferry__codes_stage).
 		const void              *src;
 		if (x->codes != NULL) {
-			src = x->codes[cn->req[i]];
+			src = x->codes[s->req[i]];
 		} else if (x->staged) {
-			src = c->codes + c->code_off[cn->req[i]];
+			src = c->codes + c->code_off[s->req[i]];
 		} else if (x->clip_scale != 0) {
 			// Clipped fp32: scaled in the copy into the message.
 			const float *g = x->g[si->tensor] + si->offset;
@@ -173,7 +176,7 @@ ferry__request_build(ferry_client *c, struct conn *cn, struct xfer *x,
 		}
 		memcpy(payload + refs[i].offset, src, refs[i].length);
 	}
-	rv = psw_msg_finish(*out, cn->method, 0, &h.base, hl, plen);
+	rv = psw_msg_finish(*out, s->method, 0, &h.base, hl, plen);
 	if (rv != FB_OK) {
 		nng_msg_free(*out);
 	}

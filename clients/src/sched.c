@@ -92,6 +92,7 @@ int
 ferry__conns_open(ferry_client *c, const Pswire__Placement *p)
 {
 	size_t had = c->n_conns;
+	int    rv;
 	if (p->n_servers < had) {
 		return ferry__fail(c, FERRY_EPROTO,
 		    "map lists %zu servers, fewer than the %zu known",
@@ -115,9 +116,11 @@ ferry__conns_open(ferry_client *c, const Pswire__Placement *p)
 			return ferry__fail(c, FERRY_ECONNECT,
 			    "cannot dial server %s", p->servers[m]);
 		}
-		if (c->opts.log != NULL && ferry__conn_watch(cn) != FERRY_OK) {
-			c->n_conns = m + 1;
-			return ferry__fail(c, FERRY_ENOMEM, "out of memory");
+		if ((rv = ferry__slots_open(c, cn, m)) != FERRY_OK) {
+			c->n_conns = m + 1; // ferry_client_close frees it
+			return ferry__fail(c, rv,
+			    "cannot open the request contexts of server %s",
+			    p->servers[m]);
 		}
 	}
 	return FERRY_OK;
@@ -139,10 +142,7 @@ ferry__conns_assign(ferry_client *c)
 	for (size_t m = 0; m < c->n_conns; m++) {
 		struct conn *cn = &c->conns[m];
 		cn->shards = fb_alloc((cn->n ? cn->n : 1) * sizeof(uint32_t));
-		if (cn->req == NULL) {
-			cn->req = fb_alloc(c->pl->n_shards * sizeof(uint32_t));
-		}
-		if (cn->shards == NULL || cn->req == NULL) {
+		if (cn->shards == NULL || ferry__slots_size(cn) != FERRY_OK) {
 			return ferry__fail(c, FERRY_ENOMEM, "out of memory");
 		}
 		cn->n = 0;
@@ -152,14 +152,6 @@ ferry__conns_assign(ferry_client *c)
 		cn->shards[cn->n++] = (uint32_t) i;
 		cn->bytes += c->pl->shards[i]->len * 4;
 		c->replicated |= c->pl->shards[i]->n_backups > 0;
-	}
-	// With replicas a wait must be able to give up on a dead server
-	// (exchange.c): every connection reports its completions.
-	for (size_t m = 0; c->replicated && m < c->n_conns; m++) {
-		if (c->conns[m].watch == NULL &&
-		    ferry__conn_watch(&c->conns[m]) != FERRY_OK) {
-			return ferry__fail(c, FERRY_ENOMEM, "out of memory");
-		}
 	}
 	return FERRY_OK;
 }

@@ -159,12 +159,13 @@ read_req(ferry_client *c, size_t m, uint8_t method, struct xfer *x,
     nng_msg **msg)
 {
 	struct conn     *cn = &c->conns[m];
+	struct slot     *sl = &cn->slots[0];
 	struct psw_frame f;
 	const char      *why = "";
-	cn->method           = method;
-	cn->req_n            = cn->n;
-	memcpy(cn->req, cn->shards, cn->n * sizeof(uint32_t));
-	ck_assert_int_eq(ferry__request_build(c, cn, x, msg), FB_OK);
+	sl->method           = method;
+	sl->req_n            = cn->n;
+	memcpy(sl->req, cn->shards, cn->n * sizeof(uint32_t));
+	ck_assert_int_eq(ferry__request_build(c, sl, x, msg), FB_OK);
 	ck_assert_int_eq(psw_msg_parse(*msg, &f, &why), FB_OK);
 	Pswire__Header *h = pswire__header__unpack(NULL, f.hdr_len, f.hdr);
 	ck_assert_ptr_nonnull(h);
@@ -197,7 +198,7 @@ START_TEST(test_auto_request_per_link)
 	c->conns[1].push_rung = 0; // fp32
 	struct xfer x = { .op = OP_PUSH_PULL, .g = gp, .n_samples = 1 };
 	x.codec       = &c->cpush;
-	ck_assert_int_eq(ferry__codes_stage(c, &x), FERRY_OK);
+	ck_assert_int_eq(ferry__codes_stage(c, &x, 0, 1), FERRY_OK);
 	ck_assert_uint_eq(c->staged_rung[0], 3);
 	ck_assert_uint_eq(c->staged_rung[1], 0);
 	ck_assert_uint_eq(c->staged_rung[2], 3);
@@ -228,7 +229,7 @@ START_TEST(test_auto_request_per_link)
 	nng_msg_free(msg);
 	h = read_req(c, 0, PSWIRE__METHOD__PUSH_PULL, &x, &msg);
 	ck_assert(!h->push_req->pull_weights);
-	ck_assert(!c->conns[0].pull_weights);
+	ck_assert(!c->conns[0].slots[0].pull_weights);
 	pswire__header__free_unpacked(h, NULL);
 	nng_msg_free(msg);
 
@@ -238,13 +239,13 @@ START_TEST(test_auto_request_per_link)
 	ck_assert_uint_eq(h->push_req->shards[0]->length, 16 * 4);
 	// Rung 0 of the pull: the weights themselves.
 	ck_assert(h->push_req->pull_weights);
-	ck_assert(c->conns[1].pull_weights);
+	ck_assert(c->conns[1].slots[0].pull_weights);
 	pswire__header__free_unpacked(h, NULL);
 	nng_msg_free(msg);
 
 	// A sparse rung names its ratio.
 	c->conns[0].push_rung = FERRY_AUTO_PUSH_RUNGS - 1;
-	ck_assert_int_eq(ferry__codes_stage(c, &x), FERRY_OK);
+	ck_assert_int_eq(ferry__codes_stage(c, &x, 0, 1), FERRY_OK);
 	h = read_req(c, 0, PSWIRE__METHOD__PUSH, &x, &msg);
 	ck_assert_uint_eq(h->push_req->shards[0]->codec, COMP_TOPK_Q8);
 	ck_assert_float_eq(h->push_req->shards[0]->topk_ratio, 0.01f);

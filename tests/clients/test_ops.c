@@ -171,6 +171,49 @@ START_TEST(test_encoded_needs_push_codec)
 }
 END_TEST
 
+// The layer-wise calls: a range inside the declared tensors, each tensor
+// started once per step with the same buffers, waits only on started
+// tensors, no clipping, and no other step call while a step is open (the
+// started request stays in flight: nobody answers; close cancels it).
+START_TEST(test_layerwise_checks)
+{
+	ferry_client *c = fake_client(NULL, NULL, lens2, 2, 1, sh2, 2);
+	float         buf[8], *w[2] = { buf, buf };
+	const float  *g[2] = { buf, buf };
+
+	ck_assert_int_eq(ferry_client_wait(c, 0, 1), FERRY_ESTATE);
+	has(c, "no layer-wise push-pull in progress");
+	ck_assert_int_eq(ferry_client_push_pull_start(c, g, 1, w, 2, 1),
+	    FERRY_EINVAL);
+	has(c, "not within the 2 declared");
+	ck_assert_int_eq(ferry_client_push_pull_start(c, g, 1, w, 1, 0),
+	    FERRY_EINVAL);
+	ck_assert_int_eq(ferry_client_push_pull_start(c, NULL, 1, w, 0, 1),
+	    FERRY_EINVAL);
+	has(c, "tensor buffer array is NULL");
+	c->opts.clip_norm = 1.0;
+	ck_assert_int_eq(ferry_client_push_pull_start(c, g, 1, w, 0, 1),
+	    FERRY_ESTATE);
+	has(c, "cannot clip");
+	c->opts.clip_norm = 0;
+	ck_assert_int_eq(ferry_client_push_pull_start(c, g, 1, w, 0, 1),
+	    FERRY_OK);
+	ck_assert_int_eq(ferry_client_push_pull_start(c, g, 1, w, 0, 1),
+	    FERRY_EINVAL);
+	has(c, "already started");
+	ck_assert_int_eq(ferry_client_push_pull_start(c, g, 2, w, 1, 1),
+	    FERRY_EINVAL);
+	has(c, "same g, w and n_samples");
+	ck_assert_int_eq(ferry_client_push_pull(c, g, 1, w), FERRY_ESTATE);
+	has(c, "layer-wise push-pull is in progress");
+	ck_assert_int_eq(ferry_client_pull(c, w), FERRY_ESTATE);
+	ck_assert_int_eq(ferry_client_wait(c, 1, 1), FERRY_ESTATE);
+	has(c, "tensor 1 was not started");
+	ck_assert_int_eq(c->stats.requests, 1); // tensor 0's, in flight
+	ferry_client_close(c);
+}
+END_TEST
+
 Suite *
 suite_ops(void)
 {
@@ -183,6 +226,7 @@ suite_ops(void)
 	tcase_add_test(tc, test_buffers_and_samples);
 	tcase_add_test(tc, test_push_pull_checks);
 	tcase_add_test(tc, test_encoded_needs_push_codec);
+	tcase_add_test(tc, test_layerwise_checks);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -26,7 +26,7 @@ struct rep {
 static void
 rep_init(ferry_client *c, struct rep *r)
 {
-	struct conn *cn = &c->conns[0];
+	struct slot *cn = &c->conns[0].slots[0];
 	memset(r, 0, sizeof(*r));
 	pswire__header__init(&r->h);
 	pswire__pull_reply__init(&r->p);
@@ -63,7 +63,7 @@ static int
 take(ferry_client *c, struct rep *r, float *const *w)
 {
 	struct xfer x = { .op = OP_PULL, .w = w };
-	return ferry__reply_take(c, 0, &x, &r->h, &r->f);
+	return ferry__reply_take(c, &c->conns[0].slots[0], &x, &r->h, &r->f);
 }
 
 static const float vals[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
@@ -88,9 +88,11 @@ START_TEST(test_full_shards)
 	ck_assert_int_eq(c->need_full[0] | c->need_full[1], 0);
 
 	// A push has no pull body to take.
-	c->conns[0].method = PSWIRE__METHOD__PUSH;
-	r.h.body_case      = PSWIRE__HEADER__BODY__NOT_SET;
-	ck_assert_int_eq(ferry__reply_take(c, 0, NULL, &r.h, &r.f), FERRY_OK);
+	c->conns[0].slots[0].method = PSWIRE__METHOD__PUSH;
+	r.h.body_case               = PSWIRE__HEADER__BODY__NOT_SET;
+	ck_assert_int_eq(
+	    ferry__reply_take(c, &c->conns[0].slots[0], NULL, &r.h, &r.f),
+	    FERRY_OK);
 
 	// A FULL of the wrong size.
 	rep_init(c, &r);
@@ -132,7 +134,7 @@ START_TEST(test_malformed_replies)
 	ck_assert_ptr_nonnull(strstr(c->err, "lacks shard 0"));
 	// A shard not asked for.
 	rep_init(c, &r);
-	c->conns[0].req_n = 1;
+	c->conns[0].slots[0].req_n = 1;
 	rep_add(&r, 0, PSWIRE__SHARD_KIND__SHARD_KIND_FULL, vals, 16);
 	rep_add(&r, 1, PSWIRE__SHARD_KIND__SHARD_KIND_FULL, vals, 16);
 	ck_assert_int_eq(take(c, &r, wp), FERRY_EPROTO);
@@ -290,7 +292,7 @@ START_TEST(test_pull_sink)
 	// The sink's mismatch asks for a resync; its own error fails.
 	rs.rv = FERRY_ECORRUPT;
 	rep_init(c, &r);
-	c->conns[0].req_n = 1;
+	c->conns[0].slots[0].req_n = 1;
 	e = rep_add(&r, 0, PSWIRE__SHARD_KIND__SHARD_KIND_DELTA, code, cb);
 	e->codec = COMP_Q8, e->base_version = 3, e->version = 4;
 	ck_assert_int_eq(take(c, &r, NULL), FERRY_OK);
@@ -326,7 +328,7 @@ START_TEST(test_sink_switch_resyncs)
 	c->shard_ver[0] = c->shard_ver[1] = 3;
 	ck_assert_int_eq(ferry_client_set_pull_sink(c, &sk), FERRY_OK);
 	rep_init(c, &r);
-	c->conns[0].req_n = 1;
+	c->conns[0].slots[0].req_n = 1;
 	e = rep_add(&r, 0, PSWIRE__SHARD_KIND__SHARD_KIND_DELTA, NULL, 0);
 	e->codec = COMP_Q8, e->base_version = 3, e->version = 4;
 	ck_assert_int_eq(take(c, &r, NULL), FERRY_OK);

@@ -28,16 +28,17 @@ build(ferry_client *c, size_t m, uint8_t method, struct xfer *x,
     struct sent *s)
 {
 	struct conn *cn  = &c->conns[m];
+	struct slot *sl  = &cn->slots[0];
 	const char  *why = "";
-	cn->method       = method;
-	cn->req_n        = cn->n;
-	memcpy(cn->req, cn->shards, cn->n * sizeof(uint32_t));
-	ck_assert_int_eq(ferry__request_build(c, cn, x, &s->msg), FB_OK);
+	sl->method       = method;
+	sl->req_n        = cn->n;
+	memcpy(sl->req, cn->shards, cn->n * sizeof(uint32_t));
+	ck_assert_int_eq(ferry__request_build(c, sl, x, &s->msg), FB_OK);
 	ck_assert_int_eq(psw_msg_parse(s->msg, &s->f, &why), FB_OK);
 	ck_assert_uint_eq(s->f.method, method);
 	s->h = pswire__header__unpack(NULL, s->f.hdr_len, s->f.hdr);
 	ck_assert_ptr_nonnull(s->h);
-	ck_assert_uint_eq(s->h->request_id, cn->rid);
+	ck_assert_uint_eq(s->h->request_id, sl->rid);
 	ck_assert_uint_eq(s->h->rank, 3);
 	ck_assert_uint_eq(s->h->epoch, c->pl->epoch);
 	ck_assert_uint_eq(s->h->deadline_ms, ferry__timeout(c));
@@ -189,10 +190,10 @@ START_TEST(test_push_reuses_spare)
 
 	fill(g);
 	ck_assert_int_eq(nng_msg_alloc(&spare, 4096), 0);
-	c->conns[1].spare = spare;
+	c->conns[1].slots[0].spare = spare;
 	build(c, 1, PSWIRE__METHOD__PUSH_PULL, &x, &s);
 	ck_assert_ptr_eq(s.msg, spare);
-	ck_assert_ptr_null(c->conns[1].spare);
+	ck_assert_ptr_null(c->conns[1].slots[0].spare);
 	ck_assert_mem_eq(s.f.payload, g[0] + 16, 16 * 4);
 	sent_free(&s);
 	ferry_client_close(c);
@@ -255,7 +256,7 @@ START_TEST(test_push_staged_codes)
 	for (size_t t = 0; t < 2; t++) {
 		c->resid[t] = fb_zalloc(lens[t] * sizeof(float));
 	}
-	ck_assert_int_eq(ferry__codes_stage(c, &x), FERRY_OK);
+	ck_assert_int_eq(ferry__codes_stage(c, &x, 0, c->n_tensors), FERRY_OK);
 	ck_assert(x.staged);
 	build(c, 1, PSWIRE__METHOD__PUSH, &x, &s);
 	const Pswire__ShardRef *r = s.h->push_req->shards[0];
@@ -277,7 +278,8 @@ START_TEST(test_push_staged_codes)
 
 	g[1][3]  = NAN;
 	x.staged = 0;
-	ck_assert_int_eq(ferry__codes_stage(c, &x), FERRY_EINVAL);
+	ck_assert_int_eq(ferry__codes_stage(c, &x, 0, c->n_tensors),
+	    FERRY_EINVAL);
 	ck_assert_ptr_nonnull(strstr(c->err, "tensor 1 cannot be encoded"));
 	ck_assert(!x.staged);
 	ferry_client_close(c);
@@ -312,7 +314,7 @@ START_TEST(test_ef_residual_norm)
 		c->resid[t] = fb_zalloc(lens[t] * sizeof(float));
 	}
 	ck_assert(ferry_client_ef_residual_norm(c) == 0);
-	ck_assert_int_eq(ferry__codes_stage(c, &x), FERRY_OK);
+	ck_assert_int_eq(ferry__codes_stage(c, &x, 0, c->n_tensors), FERRY_OK);
 	for (size_t i = 0; i < 4; i++) {
 		float    e[16] = { 0 };
 		uint8_t  codes[256];

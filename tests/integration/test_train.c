@@ -200,11 +200,13 @@ it_run_epoch(const char *codec_push, const char *codec_pull)
 }
 
 // run_weights runs 2 trainers on 2 servers for STEPS sync steps, with
-// secret (a key file for every process, or NULL), and reads rank 0's
-// final weights into buf (size n); returns their size. *warned says
-// whether the scheduler warned at start that the job is open.
+// secret (a key file for every process, or NULL) and up to 3 more trainer
+// flags (extra, NULL-terminated, or NULL), and reads rank 0's final
+// weights into buf (size n); returns their size. *warned says whether the
+// scheduler warned at start that the job is open.
 static size_t
-run_weights(const char *secret, char *buf, size_t n, int *warned)
+run_weights(const char *secret, const char *const *extra, char *buf, size_t n,
+    int *warned)
 {
 	struct lc   c;
 	char        sf[320]  = "", path[300];
@@ -218,9 +220,17 @@ run_weights(const char *secret, char *buf, size_t n, int *warned)
 		char wo[320], data[520];
 		snprintf(wo, sizeof(wo), "--weights-out=%s/w%d.bin", c.dir, r);
 		snprintf(data, sizeof(data), "--data=%s", it_data_dir());
-		const char *flags[] = { "--seed=" SEED, "--max-steps=20",
-			"--log-interval=0", "--batch=64", "--lr=0.1", wo, data,
-			secret != NULL ? sf : NULL, NULL };
+		const char *flags[12] = { "--seed=" SEED, "--max-steps=20",
+			"--log-interval=0", "--batch=64", "--lr=0.1", wo,
+			data };
+		size_t      k         = 7;
+		if (secret != NULL) {
+			flags[k++] = sf;
+		}
+		for (size_t i = 0; extra != NULL && extra[i] != NULL && i < 3;
+		     i++) {
+			flags[k++] = extra[i];
+		}
 		lc_trainer(&c, r, flags);
 	}
 	int ok = lc_wait_trainers(&c, 120);
@@ -253,8 +263,9 @@ START_TEST(test_train_signed_equals_plain)
 	ck_assert_int_eq(write(fd, "integration test key 0123456789", 31), 31);
 	close(fd);
 	int    open_warned, signed_warned;
-	size_t n = run_weights(NULL, plain, sizeof(plain), &open_warned);
-	size_t m = run_weights(key, signed_, sizeof(signed_), &signed_warned);
+	size_t n = run_weights(NULL, NULL, plain, sizeof(plain), &open_warned);
+	size_t m = run_weights(key, NULL, signed_, sizeof(signed_),
+	    &signed_warned);
 	unlink(key);
 	ck_assert_msg(open_warned, "no warning that the plain job is open");
 	ck_assert_msg(!signed_warned, "the signed job warned it is open");
@@ -262,6 +273,34 @@ START_TEST(test_train_signed_equals_plain)
 	ck_assert_uint_eq(n, m);
 	ck_assert_msg(memcmp(plain, signed_, n) == 0,
 	    "signed job's weights differ from the plain job's");
+}
+END_TEST
+
+// Layer-wise push-pulls (--overlap-layers 1: each layer pushed as
+// backward makes it, requests of several layers in flight at once) train
+// a sync job to the same weights, bit for bit, as whole-model push-pulls:
+// in fp32 and with q4 pushes (error feedback per tensor) and q8 pulls.
+START_TEST(test_train_layerwise_equals_whole)
+{
+	static char        whole[1 << 20], layered[1 << 20];
+	static const char *codecs[][3] = {
+		{ "--codec-push=none", "--codec-pull=none", NULL },
+		{ "--codec-push=q4", "--codec-pull=q8", NULL },
+	};
+	for (size_t k = 0; k < 2; k++) {
+		const char *lw[] = { codecs[k][0], codecs[k][1],
+			"--overlap-layers=1", NULL };
+		int         warned;
+		size_t n = run_weights(NULL, codecs[k], whole, sizeof(whole),
+		    &warned);
+		size_t m = run_weights(NULL, lw, layered, sizeof(layered),
+		    &warned);
+		ck_assert_uint_gt(n, 0);
+		ck_assert_uint_eq(n, m);
+		ck_assert_msg(memcmp(whole, layered, n) == 0,
+		    "%s/%s: layer-wise weights differ from whole push-pulls",
+		    codecs[k][0], codecs[k][1]);
+	}
 }
 END_TEST
 
@@ -476,6 +515,7 @@ suite_train(void)
 	TCase *ts = tcase_create("signed");
 	tcase_set_timeout(ts, 300);
 	tcase_add_test(ts, test_train_signed_equals_plain);
+	tcase_add_test(ts, test_train_layerwise_equals_whole);
 	suite_add_tcase(s, ts);
 	return s;
 }

@@ -30,9 +30,11 @@ struct cpu {
 	size_t         max_width; // widest layer after the input
 	const float   *w[TR_MAX_LAYERS];
 	const float   *b[TR_MAX_LAYERS];
-	float         *act[TR_MAX_LAYERS + 1]; // act[0]: gathered input
-	float         *d0, *d1;                // ping-pong deltas
-	float         *mem;                    // owns all the above
+	float         *act[TR_MAX_LAYERS + 1];   // act[0]: gathered input
+	float         *d0, *d1;                  // ping-pong deltas
+	float         *mem;                      // owns all the above
+	int (*layer_done)(void *arg, int layer); // set_layer_hook (or NULL)
+	void *layer_arg;
 };
 
 static int
@@ -214,6 +216,11 @@ cpu_grad(void *state, const struct tr_dataset *ds, const uint32_t *idx,
 				gb[j] += row[j];
 			}
 		}
+		int rv;
+		if (c->layer_done != NULL &&
+		    (rv = c->layer_done(c->layer_arg, l - 1)) != FB_OK) {
+			return rv;
+		}
 		if (l == 1) {
 			break;
 		}
@@ -270,11 +277,21 @@ cpu_evaluate(void *state, const struct tr_dataset *ds, double *loss_mean,
 	return FB_OK;
 }
 
+static int
+cpu_set_layer_hook(void *state, int (*done)(void *arg, int layer), void *arg)
+{
+	struct cpu *c = state;
+	c->layer_done = done;
+	c->layer_arg  = arg;
+	return FB_OK;
+}
+
 const struct tr_backend_ops tr__backend_cpu_ops = {
-	.name        = "cpu",
-	.alloc       = cpu_alloc,
-	.free        = cpu_free,
-	.set_weights = cpu_set_weights,
-	.grad        = cpu_grad,
-	.evaluate    = cpu_evaluate,
+	.name           = "cpu",
+	.alloc          = cpu_alloc,
+	.free           = cpu_free,
+	.set_weights    = cpu_set_weights,
+	.grad           = cpu_grad,
+	.evaluate       = cpu_evaluate,
+	.set_layer_hook = cpu_set_layer_hook,
 };

@@ -75,9 +75,11 @@ static const struct binding bindings[] = {
 	{ FB_OPT_TR_LR_TOTAL_STEPS, K_U64, OFF(lr_total_steps) },
 	{ FB_OPT_TR_CLIP_NORM, K_F64, OFF(clip_norm) },
 	{ FB_OPT_TR_LINK_BUDGET, K_F64, OFF(link_budget) },
+	{ FB_OPT_TR_OVERLAP_LAYERS, K_U32, OFF(overlap_layers) },
 };
 #define N_BINDINGS (sizeof(bindings) / sizeof(bindings[0]))
-_Static_assert(N_BINDINGS == FB_OPT_TR_LINK_BUDGET - FB_OPT_TR_SCHEDULER + 1,
+_Static_assert(N_BINDINGS ==
+        FB_OPT_TR_OVERLAP_LAYERS - FB_OPT_TR_SCHEDULER + 1,
     "every trainer option of base/src/options.c needs a binding");
 
 // store copies the checked value of b from fc into c.

@@ -87,6 +87,7 @@ struct run {
 	struct tr__report  rep;
 	struct tr__metrics met;      // the HTTP endpoints (--http-listen)
 	char               err[512]; // the reason of a failed set-up call
+	int                layer_fe; // --overlap-layers: a start's error
 };
 
 // libferry_failed logs a failed libferry call op with libferry's code
@@ -421,6 +422,54 @@ straggle(const struct tr_config *cfg)
 	}
 }
 
+// layer_push is the backend's per-layer hook with --overlap-layers 1: it
+// starts the push-pull of layer l's weight and bias while backward goes
+// on to the layers before.
+static int
+layer_push(void *arg, int layer)
+{
+	struct run *r = arg;
+	r->layer_fe   = ferry_client_push_pull_start(r->fc,
+	      tr_params_cptrs(&r->g), (uint32_t) r->cfg->batch, r->w.t,
+	      2 * (size_t) layer, 2);
+	return r->layer_fe == FERRY_OK ? FB_OK : FB_EREMOTE;
+}
+
+// grad_layered computes the gradient with --overlap-layers 1: each
+// layer's push-pull starts as soon as backward made it (layer_push); then
+// it waits for the layers in the order the next forward reads them.
+// Returns an fb_ error of the backend in *rv, else libferry's result.
+static int
+grad_layered(struct run *r, const uint32_t *idx, double *loss, int *rv,
+    uint64_t *tx)
+{
+	int fe      = FERRY_OK;
+	r->layer_fe = FERRY_OK;
+	*tx         = fb_clock_ns();
+	if ((*rv = tr_backend_set_layer_hook(r->be, layer_push, r)) != FB_OK) {
+		FB_LOG(FB_LOG_ERR, MOD,
+		    "--overlap-layers 1 needs a backend with a layer hook "
+		    "(the cpu backend): %s",
+		    fb_strerror(*rv));
+		return FERRY_OK;
+	}
+	*rv = tr_backend_grad(r->be, &r->train, idx, r->cfg->batch, r->g.t,
+	    loss);
+	if (*rv != FB_OK && r->layer_fe != FERRY_OK) {
+		*rv = FB_OK; // libferry's failure, handled as the exchange's
+		return r->layer_fe;
+	}
+	if (*rv != FB_OK) {
+		return FERRY_OK;
+	}
+	straggle(r->cfg);
+	*tx = fb_clock_ns();
+	for (size_t l = 0; fe == FERRY_OK && 2 * l < r->w.n_tensors; l++) {
+		fe = ferry_client_wait(r->fc, 2 * l, 2);
+	}
+	return fe;
+}
+
 // step runs minibatch k of epoch e: gradient, push-pull, new weights.
 static int
 step(struct run *r, long e, size_t k)
@@ -446,6 +495,11 @@ step(struct run *r, long e, size_t k)
 		tx = fb_clock_ns();
 		fe = ferry_client_push_pull_encoded(r->fc, codes,
 		    (uint32_t) cfg->batch, r->w.t);
+	} else if (cfg->overlap_layers) {
+		fe = grad_layered(r, idx, &loss, &rv, &tx);
+		if (rv != FB_OK) {
+			return step_failed(r, rv);
+		}
 	} else {
 		if ((rv = tr_backend_grad(r->be, &r->train, idx, cfg->batch,
 		         r->g.t, &loss)) != FB_OK) {

@@ -5,8 +5,10 @@
 //
 // Threading: a ferry_client is used by one thread at a time (the trainer's
 // loop). Different clients are independent. Every call below blocks the
-// calling thread until it finishes or its deadline (opts.timeout_ms) passes;
-// internally the client talks to all servers in parallel.
+// calling thread until it finishes or its deadline (opts.timeout_ms) passes
+// (except ferry_client_push_pull_start, which sends and returns);
+// internally the client talks to all servers in parallel, with several
+// requests in flight to each.
 //
 // Errors: every function returns 0 (FERRY_OK) or a positive ferry_err.
 // When a server or the scheduler answered with an error status,
@@ -273,6 +275,42 @@ FERRY_API int ferry_client_push(ferry_client *c, const float *const *g,
 // With a pull sink set, the weights go to the sink and w may be NULL.
 FERRY_API int ferry_client_push_pull(ferry_client *c, const float *const *g,
     uint32_t n_samples, float *const *w);
+
+// ---- layer-wise push-pull (overlap with compute) ---------------------------
+//
+// A step's push-pull can be cut by tensors, so that a trainer pushes each
+// layer's gradient as soon as backward produced it (the last layer first)
+// and waits for each layer's new weights just before the next forward
+// needs them: the exchange of one layer overlaps the compute of the
+// others. Each tensor of a step is started exactly once and waited for,
+// in any order; the step (the client's version, as after
+// ferry_client_push_pull) ends with the wait after which every tensor of
+// the step has been waited for. The weights are those ferry_client_push_pull
+// gives, bit for bit: a sync round still closes only when every trainer's
+// gradient of that shard is in. Requests for the started tensors travel while
+// the caller computes; replies are taken apart inside ferry_client_wait.
+// Between the first start and the step's end no other step call is
+// accepted (FERRY_ESTATE). Any error abandons the step: nothing stays in
+// flight, and the caller pulls (ferry_client_pull) before going on.
+
+// ferry_client_push_pull_start pushes the gradients of tensors [first,
+// first + count) (g as ferry_client_push_pull; one step passes the same g,
+// w and n_samples to every start) and returns without waiting for their
+// replies. Errors: FERRY_EINVAL (range outside the declared tensors, a
+// tensor started twice in one step, g/w/n_samples differing within the
+// step), FERRY_ESTATE (not declared; opts.clip_norm > 0, which needs every
+// gradient before the first push), and those of ferry_client_push_pull.
+// g[first..first+count) must stay unchanged until the step ends.
+FERRY_API int ferry_client_push_pull_start(ferry_client *c,
+    const float *const *g, uint32_t n_samples, float *const *w, size_t first,
+    size_t count);
+
+// ferry_client_wait blocks until the new weights of tensors [first, first +
+// count), all started in this step, are in w (or the pull sink), while the
+// other tensors' requests keep travelling. Errors: FERRY_ESTATE (no step in
+// progress, or a tensor of the range not started), FERRY_EINVAL, and those
+// of ferry_client_push_pull.
+FERRY_API int ferry_client_wait(ferry_client *c, size_t first, size_t count);
 
 // ---- encoded pushes (for trainers that quantize on a GPU) ------------------
 //

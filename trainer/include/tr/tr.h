@@ -324,6 +324,13 @@ struct tr_backend_ops {
 	int (*evaluate)(void *state, const struct tr_dataset *ds,
 	    double *loss_mean, double *accuracy);
 	const struct tr__ondevice_ops *ondevice; // NULL: host path only
+	// set_layer_hook (NULL: not offered) makes grad call done(arg, l)
+	// as soon as layer l's gradient (tensors 2l and 2l+1 of g) is
+	// written, the last layer first, while it computes the layers
+	// before; a non-FB_OK return ends grad with that error. done NULL:
+	// no hook. The weights are read, not changed, after each call.
+	int (*set_layer_hook)(void *state, int (*done)(void *arg, int layer),
+	    void                   *arg);
 };
 
 struct tr_backend {
@@ -360,6 +367,18 @@ tr_backend_grad(struct tr_backend *b, const struct tr_dataset *ds,
     const uint32_t *idx, size_t n, float *const *g, double *loss_sum)
 {
 	return b->ops->grad(b->state, ds, idx, n, g, loss_sum);
+}
+
+// tr_backend_set_layer_hook sets (done NULL: clears) the backend's
+// per-layer gradient hook (tr_backend_ops.set_layer_hook). Errors:
+// FB_EUNSUPP when the backend offers none.
+static inline int
+tr_backend_set_layer_hook(struct tr_backend *b,
+    int (*done)(void *arg, int layer), void *arg)
+{
+	return b->ops->set_layer_hook != NULL
+	    ? b->ops->set_layer_hook(b->state, done, arg)
+	    : FB_EUNSUPP;
 }
 
 static inline int
@@ -414,6 +433,7 @@ struct tr_config {
 	uint64_t         lr_total_steps; // --lr-total-steps
 	double           clip_norm;      // --clip-norm (0: off)
 	double           link_budget;    // --link-budget (codec auto)
+	uint32_t         overlap_layers; // --overlap-layers (1: layer-wise)
 	int              help;           // --help was given
 	int              print_config;   // --print-config was given
 	// Where each value came from (for --print-config), and the text of
