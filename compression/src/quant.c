@@ -174,23 +174,8 @@ abs_sum_c(const float *x, size_t m)
 }
 
 static size_t
-select_ge_c(const float *x, size_t n, uint32_t t, uint8_t *idx, size_t cap)
-{
-	size_t c = 0;
-	for (size_t i = 0; i < n; i++) {
-		if ((comp__f2u(x[i]) & 0x7fffffffu) >= t) {
-			if (c == cap)
-				return cap + 1;
-			uint32_t u = (uint32_t) i;
-			memcpy(idx + 4 * c++, &u, 4);
-		}
-	}
-	return c;
-}
-
-static size_t
-collect_ge_c(const float *x, size_t n, uint32_t t, uint8_t *bits, size_t cap,
-    uint32_t *maxbits)
+collect_ge_c(const float *x, size_t n, uint32_t t, uint32_t *idx,
+    uint32_t *bits, size_t cap, uint32_t *maxbits)
 {
 	size_t   c  = 0;
 	uint32_t mx = 0;
@@ -200,11 +185,25 @@ collect_ge_c(const float *x, size_t n, uint32_t t, uint8_t *bits, size_t cap,
 		if (a >= t) {
 			if (c == cap)
 				return cap + 1;
-			memcpy(bits + 4 * c++, &a, 4);
+			idx[c]    = (uint32_t) i;
+			bits[c++] = a;
 		}
 	}
 	*maxbits = mx;
 	return c;
+}
+
+static void
+seed_sums_c(const float *x, size_t n, uint32_t *s1, uint32_t *s2)
+{
+	uint32_t a = 0, b = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t u = comp__f2u(x[i]);
+		a += u;
+		b += u ^ (uint32_t) i;
+	}
+	*s1 = a;
+	*s2 = b;
 }
 
 const struct comp__kern comp__kern_portable = {
@@ -221,8 +220,8 @@ const struct comp__kern comp__kern_portable = {
 	.sign_enc    = sign_enc_c,
 	.sign_dec    = sign_dec_c,
 	.abs_sum     = abs_sum_c,
-	.select_ge   = select_ge_c,
 	.collect_ge  = collect_ge_c,
+	.seed_sums   = seed_sums_c,
 };
 
 // ---- generic, any-b, element-at-a-time helpers ----------------------------

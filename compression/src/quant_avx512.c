@@ -330,54 +330,20 @@ abs_sum_512(const float *x, size_t m)
 	return sum;
 }
 
-// select_ge_512 compares 16 bit patterns at a time and compress-stores
-// the indices that pass, in order (the top-k candidate pass).
+// collect_ge_512 compares 16 bit patterns at a time and compress-stores
+// the indices and patterns that pass, in order (the top-k candidate pass),
+// tracking the max.
 AVX512 static size_t
-select_ge_512(const float *x, size_t n, uint32_t t, uint8_t *idx, size_t cap)
+collect_ge_512(const float *x, size_t n, uint32_t t, uint32_t *idx,
+    uint32_t *bits, size_t cap, uint32_t *maxbits)
 {
 	const __m512i abs     = _mm512_set1_epi32(0x7fffffff);
 	const __m512i vt      = _mm512_set1_epi32((int) t);
 	const __m512i sixteen = _mm512_set1_epi32(16);
 	__m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5,
 	    4, 3, 2, 1, 0);
+	__m512i mx   = _mm512_setzero_si512();
 	size_t  c = 0, i = 0;
-	for (; i + 16 <= n && i + 16 <= UINT32_MAX; i += 16) {
-		__m512i a = _mm512_and_si512(
-		    _mm512_loadu_si512((const void *) (x + i)), abs);
-		__mmask16 k = _mm512_cmpge_epu32_mask(a, vt);
-		if (k != 0) {
-			size_t got = (size_t) __builtin_popcount(k);
-			if (c + got > cap)
-				return cap + 1;
-			_mm512_mask_compressstoreu_epi32(idx + 4 * c, k, iota);
-			c += got;
-		}
-		iota = _mm512_add_epi32(iota, sixteen);
-	}
-	if (i < n) {
-		size_t r = comp__kern_portable.select_ge(x + i, n - i, t,
-		    idx + 4 * c, cap - c);
-		if (r > cap - c)
-			return cap + 1;
-		for (size_t j = 0; j < r; j++) { // rebase the tail's indices
-			uint32_t u = comp__cand_get(idx + 4 * c, j) +
-			    (uint32_t) i;
-			memcpy(idx + 4 * (c + j), &u, 4);
-		}
-		c += r;
-	}
-	return c;
-}
-
-// collect_ge_512: select_ge_512 storing the patterns, tracking the max.
-AVX512 static size_t
-collect_ge_512(const float *x, size_t n, uint32_t t, uint8_t *bits, size_t cap,
-    uint32_t *maxbits)
-{
-	const __m512i abs = _mm512_set1_epi32(0x7fffffff);
-	const __m512i vt  = _mm512_set1_epi32((int) t);
-	__m512i       mx  = _mm512_setzero_si512();
-	size_t        c = 0, i = 0;
 	for (; i + 16 <= n; i += 16) {
 		__m512i a = _mm512_and_si512(
 		    _mm512_loadu_si512((const void *) (x + i)), abs);
@@ -387,21 +353,57 @@ collect_ge_512(const float *x, size_t n, uint32_t t, uint8_t *bits, size_t cap,
 			size_t got = (size_t) __builtin_popcount(k);
 			if (c + got > cap)
 				return cap + 1;
-			_mm512_mask_compressstoreu_epi32(bits + 4 * c, k, a);
+			_mm512_mask_compressstoreu_epi32(idx + c, k, iota);
+			_mm512_mask_compressstoreu_epi32(bits + c, k, a);
 			c += got;
 		}
+		iota = _mm512_add_epi32(iota, sixteen);
 	}
 	uint32_t tail = 0;
 	if (i < n) {
 		size_t r = comp__kern_portable.collect_ge(x + i, n - i, t,
-		    bits + 4 * c, cap - c, &tail);
+		    idx + c, bits + c, cap - c, &tail);
 		if (r > cap - c)
 			return cap + 1;
+		for (size_t j = 0; j < r; j++) // rebase the tail's indices
+			idx[c + j] += (uint32_t) i;
 		c += r;
 	}
 	uint32_t m = _mm512_reduce_max_epu32(mx);
 	*maxbits   = m > tail ? m : tail;
 	return c;
+}
+
+// seed_sums_512: the two wrap-around sums in 16 lanes, then added.
+AVX512 static void
+seed_sums_512(const float *x, size_t n, uint32_t *s1, uint32_t *s2)
+{
+	const __m512i sixteen = _mm512_set1_epi32(16);
+	__m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5,
+	    4, 3, 2, 1, 0);
+	__m512i a0 = _mm512_setzero_si512(), a1 = _mm512_setzero_si512();
+	__m512i b0 = _mm512_setzero_si512(), b1 = _mm512_setzero_si512();
+	size_t  i = 0;
+	for (; i + 32 <= n; i += 32) {
+		__m512i u = _mm512_loadu_si512((const void *) (x + i));
+		__m512i v = _mm512_loadu_si512((const void *) (x + i + 16));
+		__m512i j = _mm512_add_epi32(iota, sixteen);
+		a0        = _mm512_add_epi32(a0, u);
+		a1        = _mm512_add_epi32(a1, v);
+		b0        = _mm512_add_epi32(b0, _mm512_xor_si512(u, iota));
+		b1        = _mm512_add_epi32(b1, _mm512_xor_si512(v, j));
+		iota      = _mm512_add_epi32(j, sixteen);
+	}
+	uint32_t ta = 0, tb = 0;
+	for (; i < n; i++) {
+		uint32_t u = comp__f2u(x[i]);
+		ta += u;
+		tb += u ^ (uint32_t) i;
+	}
+	*s1 = (uint32_t) _mm512_reduce_add_epi32(_mm512_add_epi32(a0, a1)) +
+	    ta;
+	*s2 = (uint32_t) _mm512_reduce_add_epi32(_mm512_add_epi32(b0, b1)) +
+	    tb;
 }
 
 static const struct comp__kern kern_avx512 = {
@@ -418,8 +420,8 @@ static const struct comp__kern kern_avx512 = {
 	.sign_enc    = sign_enc_512,
 	.sign_dec    = sign_dec_512,
 	.abs_sum     = abs_sum_512,
-	.select_ge   = select_ge_512,
 	.collect_ge  = collect_ge_512,
+	.seed_sums   = seed_sums_512,
 };
 
 const struct comp__kern *
