@@ -63,6 +63,8 @@ struct comp__kern {
 	// *maxbits is unset). n < 2^32.
 	size_t (*collect_ge)(const float *x, size_t n, uint32_t t,
 	    uint32_t *idx, uint32_t *bits, size_t cap, uint32_t *maxbits);
+	// count_ge: how many of a[0..m) are >= t (all < 2^31, t <= 2^31).
+	size_t (*count_ge)(const uint32_t *a, size_t m, uint32_t t);
 	// seed_sums: *s1 = the sum of the bit patterns of x[0..n) and *s2 the
 	// sum of (pattern xor (uint32) i), both mod 2^32 (randk's seed hash;
 	// wrap-around sums do not depend on the order of the additions).

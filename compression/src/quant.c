@@ -193,6 +193,20 @@ collect_ge_c(const float *x, size_t n, uint32_t t, uint32_t *idx,
 	return c;
 }
 
+static size_t
+count_ge_c(const uint32_t *a, size_t m, uint32_t t)
+{
+	if (t > 0x7fffffffu)
+		return 0;
+	// signed compares (every pattern < 2^31) and a u32 count (m < 2^32)
+	// so that the loop vectorises on plain SSE2
+	int32_t  st = (int32_t) t;
+	uint32_t c  = 0;
+	for (size_t i = 0; i < m; i++)
+		c += (int32_t) a[i] >= st;
+	return c;
+}
+
 static void
 seed_sums_c(const float *x, size_t n, uint32_t *s1, uint32_t *s2)
 {
@@ -221,6 +235,7 @@ const struct comp__kern comp__kern_portable = {
 	.sign_dec    = sign_dec_c,
 	.abs_sum     = abs_sum_c,
 	.collect_ge  = collect_ge_c,
+	.count_ge    = count_ge_c,
 	.seed_sums   = seed_sums_c,
 };
 

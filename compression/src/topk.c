@@ -31,25 +31,20 @@ comp_topk_k(float ratio, size_t n)
 }
 
 // kth_bits returns the bit pattern T of the k-th largest |x| (1 <= k <= n)
-// and, in *above, how many |x| are strictly greater than T. With cand, the
-// n patterns are read from cand instead (x unused). passes < 3 stops after
-// the first 11 (or 22) bits: the prefix then is at most the exact T, so at
-// least k values reach it (a threshold guess needs no more).
+// and, in *above, how many |x| are strictly greater than T.
 static uint32_t
-kth_bits(const float *x, const uint32_t *cand, size_t n, size_t k, int passes,
-    size_t *above)
+kth_bits(const float *x, size_t n, size_t k, size_t *above)
 {
 	static const unsigned shift[3] = { 20, 9, 0 };
 	static const unsigned width[3] = { 11, 11, 9 };
 	uint32_t              prefix = 0, pmask = 0; // bits fixed so far
 	size_t   greater = 0; // values known to be above the prefix
 	uint32_t hist[2048];
-	for (int pass = 0; pass < passes; pass++) {
+	for (int pass = 0; pass < 3; pass++) {
 		unsigned nbin = 1u << width[pass];
 		memset(hist, 0, nbin * sizeof hist[0]);
 		for (size_t i = 0; i < n; i++) {
-			uint32_t a = cand ? cand[i]
-			                  : comp__f2u(x[i]) & 0x7fffffffu;
+			uint32_t a = comp__f2u(x[i]) & 0x7fffffffu;
 			if ((a & pmask) == prefix)
 				hist[(a >> shift[pass]) & (nbin - 1)]++;
 		}
@@ -73,7 +68,7 @@ uint32_t
 comp__topk_kth(const float *x, size_t n, size_t k, size_t *ties)
 {
 	size_t   above;
-	uint32_t t = kth_bits(x, NULL, n, k, 3, &above);
+	uint32_t t = kth_bits(x, n, k, &above);
 	*ties      = k - above;
 	return t;
 }
@@ -82,6 +77,31 @@ comp__topk_kth(const float *x, size_t n, size_t k, size_t *ties)
 // sample has a relative spread of about 1/sqrt(r); below MIN_RANK it is
 // too loose to be worth the pass, and small inputs take the plain path.
 enum { SAMPLES = 4096, MIN_RANK = 24, MIN_N = 16384 };
+
+// kth_count returns the k-th largest of the patterns a[0..m) and, in
+// *above, how many are strictly greater, by bisecting [lo, hi) with
+// vectorised counts: count(>= lo) >= k > count(>= hi). About 30 counting
+// passes over m values, which beats a histogram whose bins (the values
+// near the top share a few) serialise their increments. With above NULL
+// it stops once [lo, hi) spans 2^15 patterns (1/256 of an octave) and
+// returns lo, a guess with at least k values at or above it (all that a
+// threshold needs).
+static uint32_t
+kth_count(const uint32_t *a, size_t m, size_t k, uint32_t lo, uint32_t hi,
+    size_t *above)
+{
+	const struct comp__kern *kn = comp__kern();
+	while (hi - lo > 1 && (above != NULL || hi - lo > (1u << 15))) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		if (kn->count_ge(a, m, mid) >= k)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	if (above != NULL)
+		*above = kn->count_ge(a, m, hi);
+	return lo;
+}
 
 // cand_threshold guesses from a sample of x a threshold that about
 // (k + cap) / 2 values reach; 0 when x is too small for a useful guess.
@@ -94,11 +114,16 @@ cand_threshold(const float *x, size_t n, size_t k, size_t cap)
 	if (r < MIN_RANK)
 		return 0;
 	// whole cache lines: 256 runs of 16 values, evenly spaced
-	float  samp[SAMPLES];
-	size_t stride = n / (SAMPLES / 16), above;
+	uint32_t samp[SAMPLES], mx = 0;
+	size_t   stride = n / (SAMPLES / 16);
 	for (size_t j = 0; j < SAMPLES / 16; j++)
-		memcpy(samp + 16 * j, x + j * stride, 16 * sizeof *x);
-	return kth_bits(samp, NULL, SAMPLES, (size_t) r, 2, &above);
+		for (size_t i = 0; i < 16; i++) {
+			uint32_t a = comp__f2u(x[j * stride + i]) &
+			    0x7fffffffu;
+			samp[16 * j + i] = a;
+			mx               = a > mx ? a : mx;
+		}
+	return kth_count(samp, SAMPLES, (size_t) r, 0, mx + 1, NULL);
 }
 
 int
@@ -109,22 +134,23 @@ comp__finite_all(const float *x, size_t n)
 
 // keep_cand compacts the c candidates (idx[r], bits[r]), in index order,
 // to the indices of the kept ones: every pattern > t and the first `ties`
-// equal to t. Branch-free (a kept candidate is a coin flip to the branch
-// predictor); list may be idx itself. Returns how many it kept.
-static size_t
+// equal to t. Branch-free on the common case (a kept candidate is a coin
+// flip to the branch predictor); only a pattern equal to t, rare, takes a
+// branch. list may be idx itself.
+static void
 keep_cand(const uint32_t *idx, const uint32_t *bits, size_t c, uint32_t t,
     size_t ties, uint32_t *list)
 {
 	size_t j = 0;
 	for (size_t r = 0; r < c; r++) {
-		uint32_t a  = bits[r];
-		size_t   eq = a == t;
-		size_t   kp = (a > t) | (eq & (ties > 0));
-		ties -= eq & kp;
-		list[j] = idx[r];
-		j += kp;
+		uint32_t a = bits[r];
+		list[j]    = idx[r];
+		j += a > t;
+		if (a == t && ties > 0) {
+			ties--;
+			j++;
+		}
 	}
-	return j;
 }
 
 // keep_all is keep_cand over all of x; list has room for k + 1.
@@ -134,12 +160,13 @@ keep_all(const float *x, size_t n, size_t k, uint32_t t, size_t ties,
 {
 	size_t j = 0;
 	for (size_t i = 0; i < n && j < k; i++) {
-		uint32_t a  = comp__f2u(x[i]) & 0x7fffffffu;
-		size_t   eq = a == t;
-		size_t   kp = (a > t) | (eq & (ties > 0));
-		ties -= eq & kp;
-		list[j] = (uint32_t) i;
-		j += kp;
+		uint32_t a = comp__f2u(x[i]) & 0x7fffffffu;
+		list[j]    = (uint32_t) i;
+		j += a > t;
+		if (a == t && ties > 0) {
+			ties--;
+			j++;
+		}
 	}
 }
 
@@ -168,8 +195,8 @@ comp__topk_select(const float *x, size_t n, size_t k, uint32_t **list,
 			return FB_EINVAL;
 		if (c >= k && c <= cap) {
 			size_t   above;
-			uint32_t t = kth_bits(NULL, bits, c, k, 3, &above);
-			(void) keep_cand(idx, bits, c, t, k - above, idx);
+			uint32_t t = kth_count(bits, c, k, t0, mx + 1, &above);
+			keep_cand(idx, bits, c, t, k - above, idx);
 			return FB_OK;
 		}
 	}
