@@ -354,7 +354,7 @@ q_encode_groups(unsigned b, uint32_t bucket, int stochastic, uint64_t *rng,
 	float                    L     = (float) ((1u << (b - 1)) - 1);
 	size_t                   per   = bucket >= GROUP ? 1 : GROUP / bucket;
 	per                            = per > GMAX ? GMAX : per;
-	float              inv[GMAX];
+	float              inv[GMAX], sv[GMAX];
 	_Alignas(64) float buf[GROUP]; // formed values (bucket <= GROUP)
 	for (size_t j0 = 0; j0 < nb; j0 += per) {
 		size_t       j1 = j0 + per < nb ? j0 + per : nb;
@@ -377,10 +377,12 @@ q_encode_groups(unsigned b, uint32_t bucket, int stochastic, uint64_t *rng,
 			uint32_t bits = k->absmax_bits(x + (i0 - g0), m);
 			if (bits >= COMP__INF_BITS)
 				return FB_EINVAL;
-			float s = comp__u2f(bits);
-			fb_put_f32le(out + 4 * j, s);
-			inv[j - j0] = s > 0.0f ? L / s : 0.0f;
+			sv[j - j0] = comp__u2f(bits);
+			fb_put_f32le(out + 4 * j, sv[j - j0]);
 		}
+		// the divisions in a loop of their own, which vectorises
+		for (size_t t = 0; t < j1 - j0; t++)
+			inv[t] = sv[t] > 0.0f ? L / sv[t] : 0.0f;
 		for (size_t j = j0; j < j1; j++) {
 			size_t       i0 = j * bucket;
 			size_t       m  = n - i0 < bucket ? n - i0 : bucket;

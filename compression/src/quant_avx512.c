@@ -235,7 +235,30 @@ q2_enc_512(const float *x, size_t m, float inv, uint8_t *codes)
 	const __m512i sh = _mm512_set_epi32(6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0,
 	    6, 4, 2, 0);
 	const __m512i three = _mm512_set1_epi32(3);
-	size_t        i     = 0;
+	// 64 values a step: the codes (q & 3) of four vectors packed to
+	// bytes (packus works per 128-bit lane, so lane l's dword v then
+	// holds the four codes of output byte 4v + l), each dword's four
+	// codes merged into one byte by two multiply-adds, and the 4x4
+	// transpose undone by one shuffle.
+	const __m512i m14  = _mm512_set1_epi16(0x0401);
+	const __m512i m116 = _mm512_set1_epi32(0x00100001);
+	const __m128i tr   = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10,
+	      14, 3, 7, 11, 15);
+	size_t        i    = 0;
+	for (; i + 64 <= m; i += 64) {
+		__m512i q[4];
+		for (int v = 0; v < 4; v++)
+			q[v] = _mm512_and_si512(
+			    quant16(_mm512_loadu_ps(x + i + 16 * v), vi, L,
+			        nL),
+			    three);
+		__m512i b = _mm512_packus_epi16(
+		    _mm512_packus_epi32(q[0], q[1]),
+		    _mm512_packus_epi32(q[2], q[3]));
+		b = _mm512_madd_epi16(_mm512_maddubs_epi16(b, m14), m116);
+		__m128i o = _mm_shuffle_epi8(_mm512_cvtepi32_epi8(b), tr);
+		_mm_storeu_si128((__m128i *) (void *) (codes + i / 4), o);
+	}
 	for (; i + 16 <= m; i += 16) {
 		__m512i q = quant16(_mm512_loadu_ps(x + i), vi, L, nL);
 		q         = _mm512_sllv_epi32(_mm512_and_si512(q, three), sh);
