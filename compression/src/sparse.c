@@ -16,7 +16,7 @@
 //
 // Random-k draws one index per stratum: stratum j is [j*n/k, (j+1)*n/k),
 // and splitmix64 from the seed picks a position in it. The set is sorted,
-// distinct and exactly k, derived in O(k) with no allocation, and covers
+// distinct and exactly k, derived in O(k) from the seed alone, and covers
 // the tensor evenly. The seed comes from the caller's rng when it passes
 // one (the trainer's push), else from a hash of the values themselves (the
 // server's pull delta, which has no rng), so each step picks a new set.

@@ -7,12 +7,17 @@
 // length, and rejects indices that are out of range or not increasing, and
 // non-finite values.
 //
-// Selection needs no allocation: a radix select over the bit patterns of
-// |x| (which order like the magnitudes for finite floats) finds the k-th
-// largest magnitude T in three histogram passes of 11, 11 and 9 bits (a
-// 2048-counter histogram on the stack). One last pass in index order keeps
-// every |x| > T and the first (k - #greater) values equal to T, so ties go to
-// the lowest indices and the indices come out sorted.
+// Selection: the bit patterns of |x| order like the magnitudes for finite
+// floats. A sample of 4096 values (whole cache lines at a fixed stride)
+// gives a threshold that about 1.5k values reach; one vectorised pass
+// collects the index and pattern of each of them into the thread's
+// workspace (work.c, 2k + 64 entries); bisection with vectorised counts
+// finds the exact k-th largest pattern T among them; and one branch-free
+// walk keeps every pattern > T and the first (k - #greater) equal to T, so
+// ties go to the lowest indices and the indices come out sorted. A guess
+// that misses (fewer than k or more than 2k + 64 candidates), a small x or
+// a large ratio take the exact path instead: a radix select over all of x
+// (three histogram passes of 11, 11 and 9 bits) and a walk over all of x.
 #include <math.h>
 
 #include "comp_impl.h"

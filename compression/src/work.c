@@ -7,9 +7,9 @@
 // the thread has made and is kept until the thread exits (a pthread key
 // frees it then), so a trainer or server thread that encodes the same
 // shapes step after step allocates once, on its first step, and never on
-// the hot path after that.
+// the hot path after that. It comes from fb_alloc, so fb_used_memory counts
+// it.
 #include <pthread.h>
-#include <stdlib.h>
 
 #include "comp_impl.h"
 
@@ -23,7 +23,7 @@ static _Thread_local size_t work_size;
 static void
 work_free(void *p)
 {
-	free(p);
+	fb_free(p);
 }
 
 static void
@@ -43,12 +43,12 @@ comp__work(size_t bytes)
 	// a little headroom, so that a thread whose shapes vary a bit
 	// settles after a few steps rather than growing on each
 	size_t want = bytes + bytes / 4 + 4096;
-	void  *p    = malloc(want);
+	void  *p    = fb_alloc(want);
 	if (p == NULL || pthread_setspecific(work_key, p) != 0) {
-		free(p);
+		fb_free(p);
 		return NULL;
 	}
-	free(work_buf);
+	fb_free(work_buf);
 	work_buf  = p;
 	work_size = want;
 	return p;
