@@ -129,13 +129,14 @@ comp__sparse_size(const struct comp_codec *c, size_t n)
 
 // load64 reads the 8 bytes of buf[0..nbytes) at byte `at` as a
 // little-endian u64, the bytes past nbytes read as zero.
-static uint64_t
+static inline uint64_t
 load64(const uint8_t *buf, size_t nbytes, size_t at)
 {
-	uint8_t b[8] = { 0 };
 	if (at + 8 <= nbytes)
-		memcpy(b, buf + at, 8);
-	else if (at < nbytes)
+		return fb_get_u32le(buf + at) |
+		    (uint64_t) fb_get_u32le(buf + at + 4) << 32;
+	uint8_t b[8] = { 0 };
+	if (at < nbytes)
 		memcpy(b, buf + at, nbytes - at);
 	return fb_get_u32le(b) | (uint64_t) fb_get_u32le(b + 4) << 32;
 }
@@ -201,20 +202,20 @@ src_fill(struct src *s, uint64_t *idx, size_t m)
 	}
 	uint64_t lowm = s->l == 0 ? 0 : (1ull << s->l) - 1;
 	uint64_t base = (uint64_t) s->k * s->l, p = s->up;
+	// w: the upper bits from p on, up to wend (57 or more a load)
+	uint64_t w = load64(s->ef, s->efbytes, (size_t) (p >> 3)) >> (p & 7);
+	uint64_t wend = p + 64 - (p & 7);
 	for (size_t t = 0; t < m; t++) {
-		// the next set bit at or after p, 57 or more bits a load
-		for (;;) {
+		while (w == 0) { // the next set bit is past this window
+			p = wend;
 			if (p >= s->end)
 				return -1;
-			uint64_t w = load64(s->ef, s->efbytes,
-			                 (size_t) (p >> 3)) >>
+			w = load64(s->ef, s->efbytes, (size_t) (p >> 3)) >>
 			    (p & 7);
-			if (w != 0) {
-				p += (uint64_t) __builtin_ctzll(w);
-				break;
-			}
-			p += 64 - (p & 7);
+			wend = p + 64 - (p & 7);
 		}
+		unsigned z = (unsigned) __builtin_ctzll(w);
+		p += z;
 		if (p >= s->end)
 			return -1;
 		uint64_t j = s->j + t, lb = j * s->l;
@@ -224,6 +225,7 @@ src_fill(struct src *s, uint64_t *idx, size_t m)
 		    lowm;
 		idx[t] = ((p - base - j) << s->l) | low;
 		p++;
+		w = (w >> z) >> 1;
 	}
 	s->up = p;
 	s->j += m;
