@@ -56,17 +56,20 @@ struct comp__kern {
 	// with i % 8 == r in order, then lanes 0..7 added in order (FORMAT.md,
 	// sign), so a vector unit computes the very same double.
 	double (*abs_sum)(const float *x, size_t m);
-	// select_ge writes, in order, the indices i of x[0..n) whose |x| bit
-	// pattern is >= t, as native-endian u32 at idx (any alignment), at
-	// most cap of them. Returns how many it wrote, or cap + 1 as soon as
-	// there are more than cap.
-	size_t (*select_ge)(const float *x, size_t n, uint32_t t, uint8_t *idx,
-	    size_t cap);
-	// collect_ge is select_ge writing the |x| bit patterns instead of the
-	// indices, and the largest pattern of all x[0..n) in *maxbits (set
-	// only when it returns <= cap).
+	// collect_ge writes, in order, the index i (idx) and the |x| bit
+	// pattern (bits) of every x[0..n) whose pattern is >= t, at most cap
+	// of them, and the largest pattern of all x in *maxbits. Returns how
+	// many it wrote, or cap + 1 as soon as there are more than cap (then
+	// *maxbits is unset). n < 2^32.
 	size_t (*collect_ge)(const float *x, size_t n, uint32_t t,
-	    uint8_t *bits, size_t cap, uint32_t *maxbits);
+	    uint32_t *idx, uint32_t *bits, size_t cap, uint32_t *maxbits);
+	// count_ge: how many of a[0..m) are >= t (all < 2^31, t <= 2^31).
+	size_t (*count_ge)(const uint32_t *a, size_t m, uint32_t t);
+	// seed_sums: *s1 = the sum of the bit patterns of x[0..n) and *s2 the
+	// sum of (pattern xor (uint32) i), both mod 2^32 (randk's seed hash;
+	// wrap-around sums do not depend on the order of the additions).
+	void (
+	    *seed_sums)(const float *x, size_t n, uint32_t *s1, uint32_t *s2);
 };
 
 extern const struct comp__kern comp__kern_portable;
@@ -144,37 +147,17 @@ void     comp__flt_decode(uint32_t id, const uint8_t *in, size_t n, float *out,
 // k kept take (the lowest-indexed ones): every |x| > T is kept too.
 uint32_t comp__topk_kth(const float *x, size_t n, size_t k, size_t *ties);
 // comp__topk_select finds the k largest |x| (1 <= k <= n; ties to the
-// lowest indices) and calls keep(ctx, j, i) for each, j = 0..k-1, with the
-// indices i increasing. scratch holds cap u32 candidates (any alignment);
-// it may be the caller's output, provided keep writes nothing past byte
-// 4 * j + 3 of it. FB_EINVAL (before any keep) if an x is not finite.
-int    comp__topk_select(const float *x, size_t n, size_t k, uint8_t *scratch,
-       size_t cap, void (*keep)(void *ctx, size_t j, uint32_t i), void *ctx);
-// comp__topk_cand narrows the search: it guesses from a sample of x a
-// threshold that about (k + cap) / 2 values reach, and writes the |x| bit
-// patterns of every value at or above it to cand (native-endian u32, any
-// alignment, room for cap), with the largest pattern of all x in *maxbits.
-// Returns their count c, k <= c <= cap (the k largest are among them, so
-// comp__topk_kth_cand on them is exact), or 0 when x is small or the guess
-// missed (then *maxbits is unset: use comp__topk_kth on all of x).
-size_t comp__topk_cand(const float *x, size_t n, size_t k, uint8_t *cand,
-    size_t cap, uint32_t *maxbits);
-// comp__topk_kth_cand is comp__topk_kth over the c candidate patterns.
-uint32_t comp__topk_kth_cand(const uint8_t *cand, size_t c, size_t k,
-    size_t *ties);
-// comp__cand_get reads candidate j.
-static inline uint32_t
-comp__cand_get(const uint8_t *cand, size_t j)
-{
-	uint32_t v;
-	memcpy(&v, cand + 4 * j, 4);
-	return v;
-}
+// lowest indices) and sets *list to their k indices, increasing, in the
+// thread's workspace (comp__work), and *spare to room there for k more
+// floats; both stay valid until the thread's next comp call. FB_EINVAL if
+// an x is not finite, FB_ENOMEM if the workspace cannot grow.
+int      comp__topk_select(const float *x, size_t n, size_t k, uint32_t **list,
+         float **spare);
 // comp__finite_all is 1 if every x[0..n) is finite.
-int  comp__finite_all(const float *x, size_t n);
-int  comp__topk_encode(size_t k, const float *x, size_t n, uint8_t *out);
-int  comp__topk_validate(const uint8_t *in, size_t len, size_t n);
-void comp__topk_decode(const uint8_t *in, size_t n, float *out, int mode);
+int      comp__finite_all(const float *x, size_t n);
+int      comp__topk_encode(size_t k, const float *x, size_t n, uint8_t *out);
+int      comp__topk_validate(const uint8_t *in, size_t len, size_t n);
+void     comp__topk_decode(const uint8_t *in, size_t n, float *out, int mode);
 
 // Sparse composites and random-k (sparse.c): topk+q8/q4 (Elias-Fano
 // indices, quantized values), randk and randk+q8/q4 (seeded index set).
@@ -189,6 +172,11 @@ int  comp__sparse_validate(const struct comp_codec *c, const uint8_t *in,
      size_t len, size_t n);
 void comp__sparse_decode(const struct comp_codec *c, const uint8_t *in,
     size_t n, float *out, int mode);
+
+// comp__work returns the calling thread's workspace, grown to at least
+// `bytes` (work.c), or NULL if it cannot grow. Its contents are the
+// caller's until the thread's next comp__work call.
+void *comp__work(size_t bytes);
 
 // codec.c internals shared with feedback.c.
 int comp__check_enc_args(const struct comp_codec *c, const void *x, size_t n,

@@ -174,23 +174,8 @@ abs_sum_c(const float *x, size_t m)
 }
 
 static size_t
-select_ge_c(const float *x, size_t n, uint32_t t, uint8_t *idx, size_t cap)
-{
-	size_t c = 0;
-	for (size_t i = 0; i < n; i++) {
-		if ((comp__f2u(x[i]) & 0x7fffffffu) >= t) {
-			if (c == cap)
-				return cap + 1;
-			uint32_t u = (uint32_t) i;
-			memcpy(idx + 4 * c++, &u, 4);
-		}
-	}
-	return c;
-}
-
-static size_t
-collect_ge_c(const float *x, size_t n, uint32_t t, uint8_t *bits, size_t cap,
-    uint32_t *maxbits)
+collect_ge_c(const float *x, size_t n, uint32_t t, uint32_t *idx,
+    uint32_t *bits, size_t cap, uint32_t *maxbits)
 {
 	size_t   c  = 0;
 	uint32_t mx = 0;
@@ -200,11 +185,39 @@ collect_ge_c(const float *x, size_t n, uint32_t t, uint8_t *bits, size_t cap,
 		if (a >= t) {
 			if (c == cap)
 				return cap + 1;
-			memcpy(bits + 4 * c++, &a, 4);
+			idx[c]    = (uint32_t) i;
+			bits[c++] = a;
 		}
 	}
 	*maxbits = mx;
 	return c;
+}
+
+static size_t
+count_ge_c(const uint32_t *a, size_t m, uint32_t t)
+{
+	if (t > 0x7fffffffu)
+		return 0;
+	// signed compares (every pattern < 2^31) and a u32 count (m < 2^32)
+	// so that the loop vectorises on plain SSE2
+	int32_t  st = (int32_t) t;
+	uint32_t c  = 0;
+	for (size_t i = 0; i < m; i++)
+		c += (int32_t) a[i] >= st;
+	return c;
+}
+
+static void
+seed_sums_c(const float *x, size_t n, uint32_t *s1, uint32_t *s2)
+{
+	uint32_t a = 0, b = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t u = comp__f2u(x[i]);
+		a += u;
+		b += u ^ (uint32_t) i;
+	}
+	*s1 = a;
+	*s2 = b;
 }
 
 const struct comp__kern comp__kern_portable = {
@@ -221,8 +234,9 @@ const struct comp__kern comp__kern_portable = {
 	.sign_enc    = sign_enc_c,
 	.sign_dec    = sign_dec_c,
 	.abs_sum     = abs_sum_c,
-	.select_ge   = select_ge_c,
 	.collect_ge  = collect_ge_c,
+	.count_ge    = count_ge_c,
+	.seed_sums   = seed_sums_c,
 };
 
 // ---- generic, any-b, element-at-a-time helpers ----------------------------
@@ -340,7 +354,7 @@ q_encode_groups(unsigned b, uint32_t bucket, int stochastic, uint64_t *rng,
 	float                    L     = (float) ((1u << (b - 1)) - 1);
 	size_t                   per   = bucket >= GROUP ? 1 : GROUP / bucket;
 	per                            = per > GMAX ? GMAX : per;
-	float              inv[GMAX];
+	float              inv[GMAX], sv[GMAX];
 	_Alignas(64) float buf[GROUP]; // formed values (bucket <= GROUP)
 	for (size_t j0 = 0; j0 < nb; j0 += per) {
 		size_t       j1 = j0 + per < nb ? j0 + per : nb;
@@ -363,10 +377,12 @@ q_encode_groups(unsigned b, uint32_t bucket, int stochastic, uint64_t *rng,
 			uint32_t bits = k->absmax_bits(x + (i0 - g0), m);
 			if (bits >= COMP__INF_BITS)
 				return FB_EINVAL;
-			float s = comp__u2f(bits);
-			fb_put_f32le(out + 4 * j, s);
-			inv[j - j0] = s > 0.0f ? L / s : 0.0f;
+			sv[j - j0] = comp__u2f(bits);
+			fb_put_f32le(out + 4 * j, sv[j - j0]);
 		}
+		// the divisions in a loop of their own, which vectorises
+		for (size_t t = 0; t < j1 - j0; t++)
+			inv[t] = sv[t] > 0.0f ? L / sv[t] : 0.0f;
 		for (size_t j = j0; j < j1; j++) {
 			size_t       i0 = j * bucket;
 			size_t       m  = n - i0 < bucket ? n - i0 : bucket;

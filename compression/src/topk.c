@@ -7,12 +7,17 @@
 // length, and rejects indices that are out of range or not increasing, and
 // non-finite values.
 //
-// Selection needs no allocation: a radix select over the bit patterns of
-// |x| (which order like the magnitudes for finite floats) finds the k-th
-// largest magnitude T in three histogram passes of 11, 11 and 9 bits (a
-// 2048-counter histogram on the stack). One last pass in index order keeps
-// every |x| > T and the first (k - #greater) values equal to T, so ties go to
-// the lowest indices and the indices come out sorted.
+// Selection: the bit patterns of |x| order like the magnitudes for finite
+// floats. A sample of 4096 values (whole cache lines at a fixed stride)
+// gives a threshold that about 1.5k values reach; one vectorised pass
+// collects the index and pattern of each of them into the thread's
+// workspace (work.c, 2k + 64 entries); bisection with vectorised counts
+// finds the exact k-th largest pattern T among them; and one branch-free
+// walk keeps every pattern > T and the first (k - #greater) equal to T, so
+// ties go to the lowest indices and the indices come out sorted. A guess
+// that misses (fewer than k or more than 2k + 64 candidates), a small x or
+// a large ratio take the exact path instead: a radix select over all of x
+// (three histogram passes of 11, 11 and 9 bits) and a walk over all of x.
 #include <math.h>
 
 #include "comp_impl.h"
@@ -31,11 +36,9 @@ comp_topk_k(float ratio, size_t n)
 }
 
 // kth_bits returns the bit pattern T of the k-th largest |x| (1 <= k <= n)
-// and, in *above, how many |x| are strictly greater than T. With cand, the
-// n patterns are read from cand instead (x unused).
+// and, in *above, how many |x| are strictly greater than T.
 static uint32_t
-kth_bits(const float *x, const uint8_t *cand, size_t n, size_t k,
-    size_t *above)
+kth_bits(const float *x, size_t n, size_t k, size_t *above)
 {
 	static const unsigned shift[3] = { 20, 9, 0 };
 	static const unsigned width[3] = { 11, 11, 9 };
@@ -46,8 +49,7 @@ kth_bits(const float *x, const uint8_t *cand, size_t n, size_t k,
 		unsigned nbin = 1u << width[pass];
 		memset(hist, 0, nbin * sizeof hist[0]);
 		for (size_t i = 0; i < n; i++) {
-			uint32_t a = cand ? comp__cand_get(cand, i)
-			                  : comp__f2u(x[i]) & 0x7fffffffu;
+			uint32_t a = comp__f2u(x[i]) & 0x7fffffffu;
 			if ((a & pmask) == prefix)
 				hist[(a >> shift[pass]) & (nbin - 1)]++;
 		}
@@ -71,16 +73,7 @@ uint32_t
 comp__topk_kth(const float *x, size_t n, size_t k, size_t *ties)
 {
 	size_t   above;
-	uint32_t t = kth_bits(x, NULL, n, k, &above);
-	*ties      = k - above;
-	return t;
-}
-
-uint32_t
-comp__topk_kth_cand(const uint8_t *cand, size_t c, size_t k, size_t *ties)
-{
-	size_t   above;
-	uint32_t t = kth_bits(NULL, cand, c, k, &above);
+	uint32_t t = kth_bits(x, n, k, &above);
 	*ties      = k - above;
 	return t;
 }
@@ -90,23 +83,52 @@ comp__topk_kth_cand(const uint8_t *cand, size_t c, size_t k, size_t *ties)
 // too loose to be worth the pass, and small inputs take the plain path.
 enum { SAMPLES = 4096, MIN_RANK = 24, MIN_N = 16384 };
 
-size_t
-comp__topk_cand(const float *x, size_t n, size_t k, uint8_t *cand, size_t cap,
-    uint32_t *maxbits)
+// kth_count returns the k-th largest of the patterns a[0..m) and, in
+// *above, how many are strictly greater, by bisecting [lo, hi) with
+// vectorised counts: count(>= lo) >= k > count(>= hi). About 30 counting
+// passes over m values, which beats a histogram whose bins (the values
+// near the top share a few) serialise their increments. With above NULL
+// it stops once [lo, hi) spans 2^15 patterns (1/256 of an octave) and
+// returns lo, a guess with at least k values at or above it (all that a
+// threshold needs).
+static uint32_t
+kth_count(const uint32_t *a, size_t m, size_t k, uint32_t lo, uint32_t hi,
+    size_t *above)
 {
-	if (n < MIN_N || cap <= k || cap >= n)
+	const struct comp__kern *kn = comp__kern();
+	while (hi - lo > 1 && (above != NULL || hi - lo > (1u << 15))) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		if (kn->count_ge(a, m, mid) >= k)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	if (above != NULL)
+		*above = kn->count_ge(a, m, hi);
+	return lo;
+}
+
+// cand_threshold guesses from a sample of x a threshold that about
+// (k + cap) / 2 values reach; 0 when x is too small for a useful guess.
+static uint32_t
+cand_threshold(const float *x, size_t n, size_t k, size_t cap)
+{
+	if (n < MIN_N || cap >= n)
 		return 0;
 	double r = (double) (k + cap) / 2.0 * SAMPLES / (double) n;
 	if (r < MIN_RANK)
 		return 0;
 	// whole cache lines: 256 runs of 16 values, evenly spaced
-	float  samp[SAMPLES];
-	size_t stride = n / (SAMPLES / 16), above;
+	uint32_t samp[SAMPLES], mx = 0;
+	size_t   stride = n / (SAMPLES / 16);
 	for (size_t j = 0; j < SAMPLES / 16; j++)
-		memcpy(samp + 16 * j, x + j * stride, 16 * sizeof *x);
-	uint32_t t = kth_bits(samp, NULL, SAMPLES, (size_t) r, &above);
-	size_t   c = comp__kern()->collect_ge(x, n, t, cand, cap, maxbits);
-	return c >= k && c <= cap ? c : 0;
+		for (size_t i = 0; i < 16; i++) {
+			uint32_t a = comp__f2u(x[j * stride + i]) &
+			    0x7fffffffu;
+			samp[16 * j + i] = a;
+			mx               = a > mx ? a : mx;
+		}
+	return kth_count(samp, SAMPLES, (size_t) r, 0, mx + 1, NULL);
 }
 
 int
@@ -115,58 +137,79 @@ comp__finite_all(const float *x, size_t n)
 	return n == 0 || comp__kern()->absmax_bits(x, n) < COMP__INF_BITS;
 }
 
-// keep_pass walks the kept indices of one pass (candidates or all of x):
-// every |x| > t, and the first `ties` equal to t. at(j) is the index of
-// entry j (cand: the u32 there, else j itself).
+// keep_cand compacts the c candidates (idx[r], bits[r]), in index order,
+// to the indices of the kept ones: every pattern > t and the first `ties`
+// equal to t. Branch-free on the common case (a kept candidate is a coin
+// flip to the branch predictor); only a pattern equal to t, rare, takes a
+// branch. list may be idx itself.
 static void
-keep_pass(const float *x, const uint8_t *cand, size_t m, size_t k, uint32_t t,
-    size_t ties, void (*keep)(void *, size_t, uint32_t), void *ctx)
+keep_cand(const uint32_t *idx, const uint32_t *bits, size_t c, uint32_t t,
+    size_t ties, uint32_t *list)
 {
 	size_t j = 0;
-	for (size_t r = 0; r < m && j < k; r++) {
-		uint32_t i = cand ? comp__cand_get(cand, r) : (uint32_t) r;
+	for (size_t r = 0; r < c; r++) {
+		uint32_t a = bits[r];
+		list[j]    = idx[r];
+		j += a > t;
+		if (a == t && ties > 0) {
+			ties--;
+			j++;
+		}
+	}
+}
+
+// keep_all is keep_cand over all of x; list has room for k + 1.
+static void
+keep_all(const float *x, size_t n, size_t k, uint32_t t, size_t ties,
+    uint32_t *list)
+{
+	size_t j = 0;
+	for (size_t i = 0; i < n && j < k; i++) {
 		uint32_t a = comp__f2u(x[i]) & 0x7fffffffu;
-		if (a > t || (a == t && ties > 0)) {
-			if (a == t)
-				ties--;
-			keep(ctx, j++, i);
+		list[j]    = (uint32_t) i;
+		j += a > t;
+		if (a == t && ties > 0) {
+			ties--;
+			j++;
 		}
 	}
 }
 
 int
-comp__topk_select(const float *x, size_t n, size_t k, uint8_t *scratch,
-    size_t cap, void (*keep)(void *ctx, size_t j, uint32_t i), void *ctx)
+comp__topk_select(const float *x, size_t n, size_t k, uint32_t **list,
+    float **spare)
 {
-	// Fast path: the candidates' patterns give T; a second pass collects
-	// the indices of |x| >= T into scratch, and keep_pass walks them.
+	// The workspace: cap candidate indices, then their cap patterns
+	// (which become the caller's spare floats once T is known).
+	size_t    cap = n < 2 * k + 64 ? n + 1 : 2 * k + 64;
+	uint32_t *idx = comp__work(8 * cap);
+	if (idx == NULL)
+		return FB_ENOMEM;
+	uint32_t *bits = idx + cap;
+	*list          = idx;
+	*spare         = (float *) (void *) bits;
+	// Fast path: one pass collects (index, pattern) of every |x| at or
+	// above the sampled guess; T and the kept set come from those alone.
 	// A missed guess, or massive ties, take the radix passes over all x.
 	size_t   ties;
-	uint32_t mx;
-	size_t   c = comp__topk_cand(x, n, k, scratch, cap, &mx);
-	if (c > 0 && mx >= COMP__INF_BITS)
-		return FB_EINVAL;
-	if (c == 0 && !comp__finite_all(x, n))
-		return FB_EINVAL;
-	if (c > 0) {
-		uint32_t t  = comp__topk_kth_cand(scratch, c, k, &ties);
-		size_t   c2 = comp__kern()->select_ge(x, n, t, scratch, cap);
-		if (c2 <= cap) {
-			keep_pass(x, scratch, c2, k, t, ties, keep, ctx);
+	uint32_t mx, t0 = cand_threshold(x, n, k, cap);
+	if (t0 != 0) {
+		size_t c = comp__kern()->collect_ge(x, n, t0, idx, bits, cap,
+		    &mx);
+		if (c <= cap && mx >= COMP__INF_BITS)
+			return FB_EINVAL;
+		if (c >= k && c <= cap) {
+			size_t   above;
+			uint32_t t = kth_count(bits, c, k, t0, mx + 1, &above);
+			keep_cand(idx, bits, c, t, k - above, idx);
 			return FB_OK;
 		}
 	}
+	if (!comp__finite_all(x, n))
+		return FB_EINVAL;
 	uint32_t t = comp__topk_kth(x, n, k, &ties);
-	keep_pass(x, NULL, n, k, t, ties, keep, ctx);
+	keep_all(x, n, k, t, ties, idx);
 	return FB_OK;
-}
-
-// keep_u32 stores kept index i as native u32 slot j of the index area (it
-// is rewritten little-endian once all are known).
-static void
-keep_u32(void *ctx, size_t j, uint32_t i)
-{
-	memcpy((uint8_t *) ctx + 4 * j, &i, 4);
 }
 
 int
@@ -178,14 +221,15 @@ comp__topk_encode(size_t k, const float *x, size_t n, uint8_t *out)
 		fb_put_u32le(out, 0);
 		return FB_OK;
 	}
-	// The index and value areas (2k u32) hold the candidates meanwhile.
-	uint8_t *idx = out + 4, *val = out + 4 + 4 * k;
-	int      rv = comp__topk_select(x, n, k, idx, 2 * k, keep_u32, idx);
+	uint32_t *list;
+	float    *spare;
+	int       rv = comp__topk_select(x, n, k, &list, &spare);
 	if (rv != FB_OK)
 		return rv;
+	uint8_t *idx = out + 4, *val = out + 4 + 4 * k;
 	fb_put_u32le(out, (uint32_t) k);
 	for (size_t j = 0; j < k; j++) {
-		uint32_t i = comp__cand_get(idx, j);
+		uint32_t i = list[j];
 		fb_put_u32le(idx + 4 * j, i);
 		fb_put_f32le(val + 4 * j, x[i]);
 	}

@@ -2,6 +2,7 @@
 // portable ones: the same bytes and the same float bits, for every length
 // and alignment, so that a server and a trainer on different CPUs stay in
 // lockstep. Skips (passes with a note) on a CPU without AVX-512.
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +92,83 @@ START_TEST(test_quant_avx512_kernels)
 }
 END_TEST
 
+// The top-k and randk kernels (collect_ge, count_ge, seed_sums): the same
+// results for lengths 0..300 (tails not a multiple of 16 or 64, inputs
+// shorter than a vector) at every start offset 0..3, with ties (values on a
+// few levels, the threshold on one of them), Inf and NaN (max and sums over
+// raw bits), and a cap just below, at and above the count.
+START_TEST(test_quant_avx512_select_kernels)
+{
+	const struct comp__kern *v = comp__kern_avx512();
+	const struct comp__kern *p = &comp__kern_portable;
+	if (v == NULL) {
+		fprintf(stderr, "avx512 kernels: no AVX-512 here, skipped\n");
+		return;
+	}
+	enum { M = 304 };
+	float    x[M];
+	uint32_t ia[M], ib[M], ba[M], bb[M];
+	uint64_t seed = 123;
+	for (size_t m = 0; m <= 300; m++)
+		for (size_t off = 0; off < 4; off++) {
+			int kind = (int) ((m + off) % 3);
+			tr_fill(x, M, 2.0, seed++);
+			if (kind == 1) // ties: five levels
+				for (size_t i = 0; i < M; i++)
+					x[i] = (float) ((int) (tr_next(&seed) %
+					                    5) -
+					    2);
+			if (kind == 2 && m > 0) { // Inf and NaN
+				x[off + tr_next(&seed) % m] = INFINITY;
+				x[off + tr_next(&seed) % m] = -NAN;
+			}
+			uint32_t ts[3] = { 0, comp__f2u(1.0f),
+				comp__f2u(1.5f) };
+			for (int ti = 0; ti < 3; ti++) {
+				uint32_t ma = 1, mb = 2;
+				size_t   ca = v->collect_ge(x + off, m, ts[ti],
+				      ia, ba, M, &ma);
+				size_t   cb = p->collect_ge(x + off, m, ts[ti],
+				      ib, bb, M, &mb);
+				ck_assert_uint_eq(ca, cb);
+				ck_assert_uint_eq(ma, mb);
+				ck_assert_mem_eq(ia, ib, 4 * ca);
+				ck_assert_mem_eq(ba, bb, 4 * ca);
+				for (size_t j = 0; j < ca; j++)
+					TR_ASSERT(ib[j] < m &&
+					    (comp__f2u(x[off + ib[j]]) &
+					        0x7fffffffu) == bb[j] &&
+					    bb[j] >= ts[ti]);
+				if (ca > 0) { // one short: both overflow
+					ck_assert_uint_eq(
+					    v->collect_ge(x + off, m, ts[ti],
+					        ia, ba, ca - 1, &ma),
+					    ca);
+					ck_assert_uint_eq(
+					    p->collect_ge(x + off, m, ts[ti],
+					        ib, bb, ca - 1, &mb),
+					    ca);
+				}
+				// count_ge over the patterns, at and around
+				// each level (unsigned, as the patterns are)
+				for (uint32_t d = 0; d < 3; d++) {
+					uint32_t t = ts[ti] + d - 1;
+					ck_assert_uint_eq(
+					    v->count_ge(bb, cb, t),
+					    p->count_ge(bb, cb, t));
+				}
+				ck_assert_uint_eq(
+				    v->count_ge(bb, cb, 0x80000000u), 0);
+			}
+			uint32_t a1, a2, b1, b2;
+			v->seed_sums(x + off, m, &a1, &a2);
+			p->seed_sums(x + off, m, &b1, &b2);
+			ck_assert_uint_eq(a1, b1);
+			ck_assert_uint_eq(a2, b2);
+		}
+}
+END_TEST
+
 // Through the public API with odd buckets: encode bytes and decode_add
 // floats are identical with the kernels switched on and off.
 START_TEST(test_quant_avx512_public)
@@ -135,6 +213,7 @@ suite_quant_avx512(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_quant_avx512_kernels);
 	tcase_add_test(tc, test_quant_avx512_public);
+	tcase_add_test(tc, test_quant_avx512_select_kernels);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -118,6 +118,51 @@ START_TEST(test_sparse_topk_same_set)
 }
 END_TEST
 
+// Large k (above the 4096 candidates the composites once kept on the
+// stack, and through the sampled path): topk+q8/q4 keep plain topk's set,
+// with ties on the threshold, and the portable and SIMD kernels agree on
+// every byte; a second encode (the workspace already grown) is the same.
+START_TEST(test_sparse_topk_large_k)
+{
+	enum { N = 300007 };
+	float   *x = malloc(N * 4), *a = malloc(N * 4), *b = malloc(N * 4);
+	uint8_t *ba = malloc(8 * N + 64), *bb = malloc(8 * N + 64);
+	tr_fill(x, N, 1.0, 31);
+	for (size_t i = 0; i < N; i++) // a third on 16 levels: ties
+		if (i % 3 == 0)
+			x[i] = (float) ((int) (x[i] * 4.0f)) / 4.0f + 0.125f;
+	const char *sp[] = { "topk:0.05+q8", "topk:0.02+q4", "topk:0.05" };
+	for (size_t s = 0; s < 3; s++) {
+		struct comp_codec c = codec(sp[s], 512), p = c;
+		p.id = COMP_TOPK;
+		size_t la, lb, lp;
+		comp_simd_set(0);
+		PT_OK(comp_encode(&c, x, N, NULL, ba, 8 * N + 64, &la));
+		comp_simd_set(1);
+		PT_OK(comp_encode(&c, x, N, NULL, bb, 8 * N + 64, &lb));
+		ck_assert_uint_eq(la, lb);
+		ck_assert_mem_eq(ba, bb, la);
+		PT_OK(comp_encode(&c, x, N, NULL, bb, 8 * N + 64, &lb));
+		ck_assert_mem_eq(ba, bb, la);
+		PT_OK(comp_decode(&c, ba, la, N, b));
+		PT_OK(comp_encode(&p, x, N, NULL, bb, 8 * N + 64, &lp));
+		PT_OK(comp_decode(&p, bb, lp, N, a));
+		size_t kept = 0;
+		for (size_t i = 0; i < N; i++) {
+			TR_ASSERT_MSG(b[i] == 0.0f || a[i] != 0.0f,
+			    "%s: index %zu not kept by topk", sp[s], i);
+			kept += a[i] != 0.0f;
+		}
+		ck_assert_uint_eq(kept, comp_topk_k(c.topk_ratio, N));
+	}
+	free(x);
+	free(a);
+	free(b);
+	free(ba);
+	free(bb);
+}
+END_TEST
+
 static uint64_t
 splitmix(uint64_t *s)
 {
@@ -359,6 +404,7 @@ suite_sparse(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_sparse_sizes);
 	tcase_add_test(tc, test_sparse_topk_same_set);
+	tcase_add_test(tc, test_sparse_topk_large_k);
 	tcase_add_test(tc, test_sparse_randk_sets);
 	tcase_add_test(tc, test_sparse_ef_exact);
 	tcase_add_test(tc, test_sparse_simd_same);

@@ -1,10 +1,14 @@
 // comp/comp.h — Ferry's gradient and weight codecs over caller buffers.
 //
-// A pure library: no I/O, no threads, no allocation. Every function works on
-// buffers the caller owns and sizes with comp_bound(). All functions are
-// reentrant and may be called from any thread at the same time, as long as
-// two calls do not write the same buffer (comp_simd_set is the exception: call
-// it at start-up only). None of them blocks.
+// A pure library: no I/O, no threads. Every function works on buffers the
+// caller owns and sizes with comp_bound(), with one exception: the top-k and
+// random-k codecs keep their candidate and index lists in a per-thread
+// workspace (fb_alloc) that grows to the largest request the thread makes
+// and is freed when the thread exits, so a thread that encodes the same
+// shapes allocates on its first encode only (FB_ENOMEM if that fails). All
+// functions are reentrant and may be called from any thread at the same time,
+// as long as two calls do not write the same buffer (comp_simd_set is the
+// exception: call it at start-up only). None of them blocks.
 //
 // Codecs (the exact bytes are in compression/FORMAT.md):
 //   none   fp32 little-endian, 4 bytes a value
