@@ -225,6 +225,20 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	            "connection may hold 2 x `--max-msg-mb` + 1 MiB and a "
 	            "quarter of `--contexts` calls (0: no total cap; "
 	            "docs/operations.md §13)" },
+	[FB_OPT_PS_MAX_LR] = { "max-lr", SCH, F64(1e-12, 1e6), .def = "10",
+	    .help = "scheduler: refuse a job whose learning rate is above "
+	            "this",
+	    .doc  = "the largest learning rate a job may declare: a "
+	            "Register with a higher one gets `INVALID_ARGUMENT` "
+	            "naming this flag (docs/operations.md §13)" },
+	[FB_OPT_PS_MAX_SAMPLES_PER_PUSH] = { "max-samples-per-push", SRV,
+	    INT(1, 1LL << 30), .def = "65536",
+	    .help = "server: refuse a push declaring more samples than this",
+	    .doc  = "the most samples one push may declare (`n_samples` "
+	            "divides the learning rate, so a huge count silences a "
+	            "push and outweighs the others): more gets "
+	            "`INVALID_ARGUMENT` naming this flag "
+	            "(docs/operations.md §13)" },
 
 	// ---- trainer -----------------------------------------------------
 	[FB_OPT_TR_SCHEDULER] = { "scheduler", TR, STR_NONEMPTY,
