@@ -62,7 +62,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct psw_frame f;
 	const char      *why;
-	struct xfer      x = { 0 };
+	struct xfer      x    = { 0 };
 	float *const     w[1] = { w0 };
 
 	if (size < 3) {
@@ -81,13 +81,13 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	ref_at[0] = ref_at[1] = REF_HOST;
 	memset(ref0, 0, sizeof(ref0));
 	memset(w0, 0, sizeof(w0));
-	cn.method   = PSWIRE__METHOD__PULL;
-	cn.req      = req;
-	cn.req_n    = 2;
-	c.has_sink  = 0;
+	cn.method    = PSWIRE__METHOD__PULL;
+	cn.req       = req;
+	cn.req_n     = 2;
+	c.has_sink   = 0;
 	c.pull_stale = 0;
-	x.op        = OP_PULL;
-	x.w         = w;
+	x.op         = OP_PULL;
+	x.w          = w;
 	if (psw_frame_parse(data + 3, size - 3, &f, &why) != FB_OK) {
 		return 0;
 	}
