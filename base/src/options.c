@@ -106,9 +106,10 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	[FB_OPT_PS_CAPACITY_MB] = { "capacity-mb", SRV, INT(0, 1LL << 30),
 	    .def  = "0",
 	    .help = "server: memory for shards in MiB (0: unbounded)",
-	    .doc  = "memory for shards in MiB (0: unbounded); `latency` "
-	            "placement places within it, a `uniform` placement that "
-	            "exceeds it stops the job from starting" },
+	    .doc  = "memory for shards in MiB (0: unbounded, given shards "
+	            "like any other server); `latency` placement places "
+	            "within it, a `uniform` placement that exceeds it stops "
+	            "the job from starting" },
 	[FB_OPT_PS_CONTEXTS]   = { "contexts", PS, INT(1, 65536), .def = "256",
 	      .help = "requests served concurrently (nng REP contexts)" },
 	[FB_OPT_PS_MAX_MSG_MB] = { "max-msg-mb", PS, INT(1, 4096),

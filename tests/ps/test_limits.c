@@ -755,6 +755,67 @@ START_TEST(test_limits_lr_and_samples_bounded)
 }
 END_TEST
 
+// --capacity-mb 0 means "unbounded" (the default), not "no memory": in
+// a job whose other server has a bounded capacity, the capacity-0 server
+// is given shards like any other, and the weights it holds are the ones
+// offered and updated (not zeroed).
+START_TEST(test_limits_capacity_zero_is_unbounded)
+{
+	enum { N = 64 }; // 4 shards of 16 floats
+	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
+	struct ps_scheduler     *sch;
+	struct ps_server        *srv[2];
+	struct ferry_opts        fo = FERRY_OPTS_INIT;
+	struct ferry_tensor_desc d  = { "a", N };
+	ferry_client            *c;
+	char                     url[64], surl[2][64];
+	float                    w[N], g[N];
+	float                   *wp[1] = { w };
+	const float             *gp[1] = { g };
+
+	so.url         = pt_addr(url, sizeof(url), "tcp");
+	so.servers     = 2;
+	so.shard_bytes = 64;
+	so.probe_bytes = 0;
+	PT_OK(ps_scheduler_open(&so, &sch));
+	for (int i = 0; i < 2; i++) {
+		struct ps_server_opts o = PS_SERVER_OPTS_INIT;
+		o.url           = pt_addr(surl[i], sizeof(surl[i]), "tcp");
+		o.scheduler_url = ps_scheduler_url(sch);
+		o.capacity      = i == 0 ? 1u << 20 : 0;
+		PT_OK(ps_server_open(&o, &srv[i]));
+	}
+	fo.scheduler_url = ps_scheduler_url(sch);
+	fo.timeout_ms    = 10000;
+	fo.lr            = 0.5;
+	PT_OK(ferry_client_open(&fo, &c));
+	int rv = ferry_client_declare(c, &d, 1);
+	ck_assert_msg(rv == FERRY_OK, "declare: %s",
+	    ferry_client_last_error(c));
+	for (int i = 0; i < N; i++) {
+		w[i] = (float) i + 1.0f;
+		g[i] = 2.0f;
+	}
+	PT_OK(ferry_client_init_weights(c, (const float *const *) wp));
+	memset(w, 0, sizeof(w));
+	PT_OK(ferry_client_pull(c, wp));
+	for (int i = 0; i < N; i++) {
+		ck_assert_float_eq(w[i], (float) i + 1.0f);
+	}
+	PT_OK(ferry_client_push_pull(c, gp, 1, wp));
+	for (int i = 0; i < N; i++) {
+		ck_assert_float_eq(w[i], (float) i + 1.0f - 1.0f);
+	}
+	for (int i = 0; i < 2; i++) {
+		ck_assert_uint_ge(stat_of(srv[i], "shards"), 1);
+	}
+	ferry_client_close(c);
+	ps_server_close(srv[0]);
+	ps_server_close(srv[1]);
+	ps_scheduler_close(sch);
+}
+END_TEST
+
 Suite *
 suite_limits(void)
 {
@@ -768,6 +829,7 @@ suite_limits(void)
 	tcase_add_test(tc, test_limits_pull_with_payload_refused);
 	tcase_add_test(tc, test_limits_probe_bounded);
 	tcase_add_test(tc, test_limits_lr_and_samples_bounded);
+	tcase_add_test(tc, test_limits_capacity_zero_is_unbounded);
 	suite_add_tcase(s, tc);
 	return s;
 }
