@@ -106,9 +106,10 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	[FB_OPT_PS_CAPACITY_MB] = { "capacity-mb", SRV, INT(0, 1LL << 30),
 	    .def  = "0",
 	    .help = "server: memory for shards in MiB (0: unbounded)",
-	    .doc  = "memory for shards in MiB (0: unbounded); `latency` "
-	            "placement places within it, a `uniform` placement that "
-	            "exceeds it stops the job from starting" },
+	    .doc  = "memory for shards in MiB (0: unbounded, given shards "
+	            "like any other server); `latency` placement places "
+	            "within it, a `uniform` placement that exceeds it stops "
+	            "the job from starting" },
 	[FB_OPT_PS_CONTEXTS]   = { "contexts", PS, INT(1, 65536), .def = "256",
 	      .help = "requests served concurrently (nng REP contexts)" },
 	[FB_OPT_PS_MAX_MSG_MB] = { "max-msg-mb", PS, INT(1, 4096),
@@ -225,6 +226,20 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	            "connection may hold 2 x `--max-msg-mb` + 1 MiB and a "
 	            "quarter of `--contexts` calls (0: no total cap; "
 	            "docs/operations.md §13)" },
+	[FB_OPT_PS_MAX_LR] = { "max-lr", SCH, F64(1e-12, 1e6), .def = "10",
+	    .help = "scheduler: refuse a job whose learning rate is above "
+	            "this",
+	    .doc  = "the largest learning rate a job may declare: a "
+	            "Register with a higher one gets `INVALID_ARGUMENT` "
+	            "naming this flag (docs/operations.md §13)" },
+	[FB_OPT_PS_MAX_SAMPLES_PER_PUSH] = { "max-samples-per-push", SRV,
+	    INT(1, 1LL << 30), .def = "65536",
+	    .help = "server: refuse a push declaring more samples than this",
+	    .doc  = "the most samples one push may declare (`n_samples` "
+	            "divides the learning rate, so a huge count silences a "
+	            "push and outweighs the others): more gets "
+	            "`INVALID_ARGUMENT` naming this flag "
+	            "(docs/operations.md §13)" },
 
 	// ---- trainer -----------------------------------------------------
 	[FB_OPT_TR_SCHEDULER] = { "scheduler", TR, STR_NONEMPTY,

@@ -9,6 +9,9 @@
 // Pull (EF21-P): d = Q(x - ref); ref += deq(d), where the update is
 // comp_decode_add itself: the trainer applying the same bytes with the same
 // call gets the same bits.
+#include <float.h>
+#include <math.h>
+
 #include "comp_impl.h"
 
 int
@@ -44,6 +47,20 @@ comp_ef_encode(const struct comp_codec *c, const float *g, float *e, size_t n,
 	return FB_OK;
 }
 
+// ref_delta_max is the largest magnitude codec id carries finitely.
+static float
+ref_delta_max(uint32_t id)
+{
+	switch (id) {
+	case COMP_FP16:
+		return 65504.0f;
+	case COMP_BF16:
+		return comp__u2f(0x7f7f0000u); // bf16's largest finite
+	default:
+		return FLT_MAX;
+	}
+}
+
 int
 comp_ref_encode(const struct comp_codec *c, const float *x, float *ref,
     size_t n, float *scratch, uint8_t *out, size_t cap, size_t *out_len)
@@ -61,8 +78,22 @@ comp_ref_encode(const struct comp_codec *c, const float *x, float *ref,
 			*out_len = need;
 		return rv;
 	}
-	for (size_t i = 0; i < n; i++)
-		scratch[i] = x[i] - ref[i];
+	// d is clamped to the codec's largest finite value: an fp16 delta
+	// over 65504 (or a difference over FLT_MAX) would otherwise encode
+	// as Inf and poison the reference on both sides for good. Clamped,
+	// the reference moves as far as the codec can carry and the rest
+	// goes out in the next delta; both sides add the same finite bits.
+	// Near FLT_MAX, bf16's rounding (up to 2^-8 of d) could carry ref
+	// past x and overflow: there d is shortened by 2^-7 first.
+	float max = ref_delta_max(c->id);
+	for (size_t i = 0; i < n; i++) {
+		float d = x[i] - ref[i];
+		d       = d > max ? max : d < -max ? -max : d;
+		if (c->id == COMP_BF16 && fabsf(x[i]) >= 0x1p127f) {
+			d *= 1.0f - 0x1p-7f;
+		}
+		scratch[i] = d;
+	}
 	rv = comp__encode(c, scratch, n, NULL, out, need, out_len);
 	if (rv != FB_OK)
 		return rv;

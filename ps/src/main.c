@@ -267,6 +267,7 @@ main(int argc, char **argv)
 		    << 20;
 		o.max_inflight = (size_t) cfg_int(FB_OPT_PS_MAX_INFLIGHT_MB)
 		    << 20;
+		o.max_lr = fb_config_f64(&cfg, FB_OPT_PS_MAX_LR);
 		if ((rv = ps_scheduler_open(&o, &sched)) != FB_OK) {
 			FB_LOG(FB_LOG_ERR, "main",
 			    "cannot start scheduler: %s", fb_strerror(rv));
@@ -298,6 +299,8 @@ main(int argc, char **argv)
 		o.secret_file  = secret_file;
 		o.max_inflight = (size_t) cfg_int(FB_OPT_PS_MAX_INFLIGHT_MB)
 		    << 20;
+		o.max_samples = (uint32_t) cfg_int(
+		    FB_OPT_PS_MAX_SAMPLES_PER_PUSH);
 		if (o.snapshot_every > 0 && o.snapshot_dir == NULL) {
 			fprintf(stderr,
 			    "ps-server: --snapshot-every needs "

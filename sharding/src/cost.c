@@ -366,10 +366,17 @@ shard_cost(const struct shard_inst *inst, const uint32_t *assign, double *f,
 int
 shard_assign_check(const struct shard_inst *inst, const uint32_t *assign)
 {
-	uint64_t total;
-	int      rv;
-	if ((rv = shard__inst_check(inst, &total)) != FB_OK ||
-	    (rv = check_assign(inst, assign)) != FB_OK)
+	int rv;
+	// Sizes and the assignment only: capacities need no link data, and
+	// unmeasured links (zero bandwidth) made every bounded uniform job
+	// fail to start as if over capacity.
+	if (inst == NULL || inst->n_shards == 0 || inst->n_servers == 0 ||
+	    inst->size == NULL)
+		return FB_EINVAL;
+	for (size_t i = 0; i < inst->n_shards; i++)
+		if (inst->size[i] == 0)
+			return FB_EINVAL;
+	if ((rv = check_assign(inst, assign)) != FB_OK)
 		return rv;
 	if (inst->cap == NULL)
 		return FB_OK;
@@ -379,11 +386,13 @@ shard_assign_check(const struct shard_inst *inst, const uint32_t *assign)
 		uint64_t c = inst->cap[m], load = 0;
 		if (c == 0 || c == UINT64_MAX)
 			continue;
-		for (size_t i = 0; i < inst->n_shards; i++)
-			if (assign[i] == m)
-				load += inst->size[i];
-		if (load > c)
-			return FB_ENOSPC;
+		for (size_t i = 0; i < inst->n_shards; i++) {
+			if (assign[i] != m)
+				continue;
+			if (inst->size[i] > c - load) // load <= c: no wrap
+				return FB_ENOSPC;
+			load += inst->size[i];
+		}
 	}
 	return FB_OK;
 }

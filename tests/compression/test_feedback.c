@@ -2,6 +2,7 @@
 // (feedback.c): docs/algorithms.md §2.6 items 3 to 6 — the EF bookkeeping
 // identity, the residual bounds, pull lockstep with a naive-delta negative
 // control, and convex convergence against fp32 with a no-EF negative control.
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -526,6 +527,46 @@ START_TEST(test_feedback_fused_matches_plain)
 }
 END_TEST
 
+// A pull delta beyond what fp16 can carry (x - ref = 1e5 > 65504) was
+// encoded as Inf, so the server's reference and every trainer's became
+// Inf for good. Now the delta is clamped to the codec's largest finite
+// value: both sides stay finite, in lockstep, and the reference reaches
+// x within a few deltas. bf16 likewise for a difference over FLT_MAX.
+START_TEST(test_feedback_ref_delta_out_of_range)
+{
+	enum { N = 5 };
+	const char *sp[] = { "fp16", "bf16" };
+	for (size_t s = 0; s < 2; s++) {
+		struct comp_codec c = codec(sp[s], 0);
+		float   x[N]   = { 1e5f, -1e5f, 70000.0f, 1.0f, -65505.0f };
+		float   ref[N] = { 0 }, peer[N] = { 0 }, sc[N];
+		uint8_t buf[8 * N];
+		if (c.id == COMP_BF16) {
+			x[0]   = FLT_MAX;
+			ref[0] = peer[0] = -FLT_MAX; // x - ref overflows float
+		}
+		for (int t = 0; t < 4; t++) {
+			size_t len;
+			PT_OK(comp_ref_encode(&c, x, ref, N, sc, buf,
+			    sizeof(buf), &len));
+			PT_OK(comp_decode_add(&c, buf, len, N, peer));
+			ck_assert_mem_eq(ref, peer, sizeof(ref));
+			for (int i = 0; i < N; i++) {
+				ck_assert_msg(isfinite(ref[i]),
+				    "%s: ref[%d] = %g at step %d", sp[s], i,
+				    (double) ref[i], t);
+			}
+		}
+		for (int i = 0; i < N; i++) {
+			ck_assert_msg(fabs((double) x[i] - ref[i]) <=
+			        fabs((double) x[i]) * 1e-2,
+			    "%s: ref[%d] = %g, x = %g", sp[s], i,
+			    (double) ref[i], (double) x[i]);
+		}
+	}
+}
+END_TEST
+
 START_TEST(test_feedback_ef_encode_bogus)
 {
 	struct comp_codec c     = codec("q4", 8);
@@ -593,6 +634,7 @@ suite_feedback(void)
 	tcase_add_test(tc, test_feedback_convex_convergence);
 	tcase_add_test(tc, test_feedback_ef_encode_bogus);
 	tcase_add_test(tc, test_feedback_ref_encode_bogus);
+	tcase_add_test(tc, test_feedback_ref_delta_out_of_range);
 	suite_add_tcase(s, tc);
 	return s;
 }

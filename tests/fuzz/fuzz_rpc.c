@@ -2,8 +2,9 @@
 // decodes, driven in-process. A scheduler and a server of a running job
 // (one trainer, on libferry, has declared and offered its weights) listen
 // on inproc://; each input's first byte picks the role, the rest is sent
-// as one raw message and its answer awaited (100 ms). A call the role
-// parks is abandoned by closing the connection, which also drives the
+// as one raw message and its answer awaited (20 ms: the server parks at
+// most 10 ms, so a parked call costs little of the fuzzer's time). A call the
+// role parks is abandoned by closing the connection, which also drives the
 // pipe_gone path. Crashes, hangs and sanitizer reports are the findings.
 #include <stdint.h>
 #include <stdio.h>
@@ -34,7 +35,7 @@ dial(int r)
 	    nng_dial(sock[r], url, NULL, 0) != 0) {
 		abort();
 	}
-	nng_socket_set_ms(sock[r], NNG_OPT_RECVTIMEO, 100);
+	nng_socket_set_ms(sock[r], NNG_OPT_RECVTIMEO, 20);
 	nng_socket_set_ms(sock[r], NNG_OPT_REQ_RESENDTIME,
 	    NNG_DURATION_INFINITE);
 	open_[r] = 1;
@@ -56,7 +57,7 @@ start(void)
 	so.shard_bytes = 64;
 	so.probe_bytes = 0;
 	o.url          = "inproc://ferry-fuzz-srv";
-	o.park_max_ms  = 50;
+	o.park_max_ms  = 10;
 	if (ps_scheduler_open(&so, &sched) != FB_OK) {
 		abort();
 	}

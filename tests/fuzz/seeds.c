@@ -6,7 +6,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "comp/comp.h"
 #include "ferry.pb-c.h"
+#include "fb/fb.h"
 #include "psw/psw.h"
 
 static const char *root;
@@ -225,6 +227,75 @@ main(int argc, char **argv)
 			idx[16 + i] = (uint8_t) (i * 16);
 		}
 		put("fuzz_idx", "four_images", idx, sizeof(idx));
+	}
+	{ // fuzz_reply: a pull reply of a 40-float tensor in two shards of
+	  // 20, for each pull codec index (fuzz_reply's list): shard 0 full,
+	  // shard 1 a chain of two deltas from the version held (1); and one
+	  // of two full shards.
+		static const char *specs[] = { "none", "fp16", "bf16", "q8",
+			"q4", "q2", "sign", "topk:0.1", "topk:0.5+q8" };
+		static uint8_t     out[4096];
+		static float       zero[20], ref[20];
+		static uint8_t     code[1024];
+		for (int ci = 0; ci < 9; ci++) {
+			struct comp_codec cc = COMP_CODEC_INIT;
+			Pswire__Header    h  = PSWIRE__HEADER__INIT;
+			Pswire__PullReply pr = PSWIRE__PULL_REPLY__INIT;
+			Pswire__ShardRef  r[3],
+			    *rp[3] = { &r[0], &r[1], &r[2] };
+			float  step[20], scratch[20];
+			size_t n, plen = 80, bound;
+			char   name[32];
+			(void) comp_codec_parse(specs[ci], 8, &cc);
+			bound = comp_bound(&cc, 20);
+			for (int i = 0; i < 3; i++) {
+				pswire__shard_ref__init(&r[i]);
+			}
+			r[0].shard   = 0;
+			r[0].kind    = PSWIRE__SHARD_KIND__SHARD_KIND_FULL;
+			r[0].length  = 80;
+			r[0].version = 2;
+			memset(ref, 0, sizeof(ref));
+			for (int k = 1; k < 3 && ci > 0; k++) {
+				for (int i = 0; i < 20; i++) {
+					step[i] = 0.01f * (float) (i * k - 7);
+				}
+				size_t got = 0;
+				if (comp_ref_encode(&cc, step, ref, 20,
+				        scratch, code + plen - 80, bound,
+				        &got) != FB_OK) {
+					got = 0;
+				}
+				r[k].shard = 1;
+				r[k].kind =
+				    PSWIRE__SHARD_KIND__SHARD_KIND_DELTA;
+				r[k].codec        = cc.id;
+				r[k].bucket       = cc.bucket;
+				r[k].offset       = plen;
+				r[k].length       = got;
+				r[k].base_version = (uint64_t) k;
+				r[k].version      = (uint64_t) k + 1;
+				r[k].crc = fb_crc32(0, ref, sizeof(ref));
+				plen += got;
+			}
+			pr.n_shards = ci > 0 ? 3 : 1;
+			pr.shards   = rp;
+			h.body_case = PSWIRE__HEADER__BODY_PULL_REP;
+			h.pull_rep  = &pr;
+			out[0]      = (uint8_t) ci;
+			out[1]      = 0;
+			out[2]      = 1;
+			size_t hl   = pswire__header__pack(&h,
+			      out + 3 + PSW_FRAME_HDR);
+			psw_frame_put(out + 3, PSWIRE__METHOD__PULL,
+			    PSW_FLAG_REPLY, (uint32_t) hl, (uint32_t) plen);
+			memcpy(out + 3 + PSW_FRAME_HDR + hl, zero, 80);
+			memcpy(out + 3 + PSW_FRAME_HDR + hl + 80, code,
+			    plen - 80);
+			n = 3 + PSW_FRAME_HDR + hl + plen;
+			snprintf(name, sizeof(name), "chain%d", ci);
+			put("fuzz_reply", name, out, n);
+		}
 	}
 	return 0;
 }

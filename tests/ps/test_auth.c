@@ -1,9 +1,10 @@
 // test_auth.c — a job run with a secret (--secret-file), attacked over the
 // wire: requests from outsiders (unsigned, or another key) and from a
 // member acting for another (a late server Register, a Leave of another
-// member, a push for another rank, a Transfer from a peer that never held
-// the shard) and a replayed request are all refused, the map epoch does
-// not move, the refusals are counted; then a real move lands and a
+// member, a push for another rank, a Snapshot from a trainer, a Replicate
+// from a server that is not the shard's primary, a Transfer from a peer
+// that never held the shard) and a replayed request are all refused, the map
+// epoch does not move, the refusals are counted; then a real move lands and a
 // trainer pulls the weights it left.
 #include <pthread.h>
 #include <stdio.h>
@@ -344,6 +345,54 @@ START_TEST(test_auth_forgeries_refused)
 		h.push_req            = &p;
 		ck_assert_int_eq(call(ps_server_url(j.srv[i]), j.key, t0,
 		                     PSWIRE__METHOD__PUSH, &h, NULL, 0),
+		    PSWIRE__STATUS__PERMISSION_DENIED);
+	}
+
+	// Snapshot is the operator's (through the scheduler, which forwards
+	// it to the servers): a trainer may not ask either.
+	{
+		Pswire__Header          h  = PSWIRE__HEADER__INIT;
+		Pswire__SnapshotRequest r  = PSWIRE__SNAPSHOT_REQUEST__INIT;
+		struct psw_ident        op = { PSW_ROLE_OPERATOR, 0 };
+		h.body_case                = PSWIRE__HEADER__BODY_SNAPSHOT_REQ;
+		h.snapshot_req             = &r;
+		ck_assert_int_eq(call(sched, j.key, t0,
+		                     PSWIRE__METHOD__SNAPSHOT, &h, NULL, 0),
+		    PSWIRE__STATUS__PERMISSION_DENIED);
+		ck_assert_int_eq(call(ps_server_url(j.srv[0]), j.key, t0,
+		                     PSWIRE__METHOD__SNAPSHOT, &h, NULL, 0),
+		    PSWIRE__STATUS__PERMISSION_DENIED);
+		// An operator gets past the role check (the servers have no
+		// --snapshot-dir, so the snapshot itself fails).
+		int st = call(sched, j.key, op, PSWIRE__METHOD__SNAPSHOT, &h,
+		    NULL, 0);
+		ck_assert_int_ne(st, PSWIRE__STATUS__PERMISSION_DENIED);
+		ck_assert_int_ne(st, PSWIRE__STATUS__UNAUTHENTICATED);
+	}
+
+	// Replicate of shard 0 (an update for its backups) from anyone but
+	// its primary in the current map: refused. The primary itself gets
+	// past the role check (no backups here: UNAVAILABLE).
+	for (int i = 0; i < 3; i++) {
+		Pswire__Header           h  = PSWIRE__HEADER__INIT;
+		Pswire__ReplicateRequest rq = PSWIRE__REPLICATE_REQUEST__INIT;
+		uint32_t                 primary     = pl->shards[0]->server;
+		struct psw_ident         not_primary = { PSW_ROLE_SERVER,
+			        (primary + 1) % 3 };
+		struct psw_ident is_primary = { PSW_ROLE_SERVER, primary };
+		h.epoch                     = epoch;
+		h.body_case     = PSWIRE__HEADER__BODY_REPLICATE_REQ;
+		h.replicate_req = &rq;
+		rq.shard        = 0;
+		const char *url = ps_server_url(j.srv[i]);
+		ck_assert_int_eq(call(url, j.key, not_primary,
+		                     PSWIRE__METHOD__REPLICATE, &h, NULL, 0),
+		    PSWIRE__STATUS__PERMISSION_DENIED);
+		ck_assert_int_eq(call(url, j.key, t0,
+		                     PSWIRE__METHOD__REPLICATE, &h, NULL, 0),
+		    PSWIRE__STATUS__PERMISSION_DENIED);
+		ck_assert_int_ne(call(url, j.key, is_primary,
+		                     PSWIRE__METHOD__REPLICATE, &h, NULL, 0),
 		    PSWIRE__STATUS__PERMISSION_DENIED);
 	}
 

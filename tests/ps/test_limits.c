@@ -3,8 +3,9 @@
 // the others being served (and closing it frees them), an update that would
 // overflow is refused and leaves the weights finite, a huge declaration
 // is refused before anything is built, a server refuses a bad map from a
-// fake scheduler, a Pull with a payload is refused, and probe replies stay
-// within a connection's budget.
+// fake scheduler, a Pull with a payload is refused, probe replies stay
+// within a connection's budget, and lr and n_samples stay within the
+// configured bounds.
 #include <arpa/inet.h>
 #include <float.h>
 #include <math.h>
@@ -688,6 +689,133 @@ START_TEST(test_limits_probe_bounded)
 }
 END_TEST
 
+// The learning rate and a push's sample count were whatever a member
+// declared (up to 1e6 and 2^30): a job above the scheduler's --max-lr is
+// refused at declaration naming the flag, and a push declaring more
+// samples than the server's --max-samples-per-push is refused naming its
+// flag and changes nothing; one at the bound is applied.
+START_TEST(test_limits_lr_and_samples_bounded)
+{
+	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
+	struct ps_server_opts    o  = PS_SERVER_OPTS_INIT;
+	struct ps_scheduler     *sch;
+	struct ps_server        *srv;
+	struct ferry_opts        fo = FERRY_OPTS_INIT;
+	struct ferry_tensor_desc d  = { "a", LEN };
+	ferry_client            *c;
+	char                     url[64], surl[64];
+	float                    w[LEN], g[LEN], before[LEN];
+	float                   *wp[1] = { w };
+	const float             *gp[1] = { g };
+
+	so.url         = pt_addr(url, sizeof(url), "tcp");
+	so.shard_bytes = 64;
+	so.probe_bytes = 0;
+	so.max_lr      = 1.0;
+	PT_OK(ps_scheduler_open(&so, &sch));
+	o.url           = pt_addr(surl, sizeof(surl), "tcp");
+	o.scheduler_url = ps_scheduler_url(sch);
+	o.max_samples   = 100;
+	PT_OK(ps_server_open(&o, &srv));
+
+	fo.scheduler_url = ps_scheduler_url(sch);
+	fo.timeout_ms    = 10000;
+	fo.lr            = 5.0; // above --max-lr 1
+	PT_OK(ferry_client_open(&fo, &c));
+	ck_assert_int_ne(ferry_client_declare(c, &d, 1), FERRY_OK);
+	ck_assert_msg(strstr(ferry_client_last_error(c), "--max-lr") != NULL,
+	    "%s", ferry_client_last_error(c));
+	ferry_client_close(c);
+
+	fo.lr = 0.5;
+	PT_OK(ferry_client_open(&fo, &c));
+	PT_OK(ferry_client_declare(c, &d, 1));
+	for (int i = 0; i < LEN; i++) {
+		w[i] = (float) i;
+		g[i] = 100.0f;
+	}
+	PT_OK(ferry_client_init_weights(c, (const float *const *) wp));
+	PT_OK(ferry_client_pull(c, wp));
+	memcpy(before, w, sizeof(w));
+	ck_assert_int_eq(ferry_client_push_pull(c, gp, 101, wp),
+	    FERRY_EREMOTE);
+	ck_assert_msg(strstr(ferry_client_last_error(c),
+	                  "--max-samples-per-push") != NULL,
+	    "%s", ferry_client_last_error(c));
+	PT_OK(ferry_client_pull(c, wp));
+	ck_assert_mem_eq(w, before, sizeof(w));
+	// At the bound: applied (w -= 0.5 * 100 / 100).
+	PT_OK(ferry_client_push_pull(c, gp, 100, wp));
+	for (int i = 0; i < LEN; i++) {
+		ck_assert_float_eq_tol(w[i], before[i] - 0.5f, 1e-6f);
+	}
+	ferry_client_close(c);
+	ps_server_close(srv);
+	ps_scheduler_close(sch);
+}
+END_TEST
+
+// --capacity-mb 0 means "unbounded" (the default), not "no memory": in
+// a job whose other server has a bounded capacity, the capacity-0 server
+// is given shards like any other, and the weights it holds are the ones
+// offered and updated (not zeroed).
+START_TEST(test_limits_capacity_zero_is_unbounded)
+{
+	enum { N = 64 }; // 4 shards of 16 floats
+	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
+	struct ps_scheduler     *sch;
+	struct ps_server        *srv[2];
+	struct ferry_opts        fo = FERRY_OPTS_INIT;
+	struct ferry_tensor_desc d  = { "a", N };
+	ferry_client            *c;
+	char                     url[64], surl[2][64];
+	float                    w[N], g[N];
+	float                   *wp[1] = { w };
+	const float             *gp[1] = { g };
+
+	so.url         = pt_addr(url, sizeof(url), "tcp");
+	so.servers     = 2;
+	so.shard_bytes = 64;
+	so.probe_bytes = 0;
+	PT_OK(ps_scheduler_open(&so, &sch));
+	for (int i = 0; i < 2; i++) {
+		struct ps_server_opts o = PS_SERVER_OPTS_INIT;
+		o.url           = pt_addr(surl[i], sizeof(surl[i]), "tcp");
+		o.scheduler_url = ps_scheduler_url(sch);
+		o.capacity      = i == 0 ? 1u << 20 : 0;
+		PT_OK(ps_server_open(&o, &srv[i]));
+	}
+	fo.scheduler_url = ps_scheduler_url(sch);
+	fo.timeout_ms    = 10000;
+	fo.lr            = 0.5;
+	PT_OK(ferry_client_open(&fo, &c));
+	int rv = ferry_client_declare(c, &d, 1);
+	ck_assert_msg(rv == FERRY_OK, "declare: %s",
+	    ferry_client_last_error(c));
+	for (int i = 0; i < N; i++) {
+		w[i] = (float) i + 1.0f;
+		g[i] = 2.0f;
+	}
+	PT_OK(ferry_client_init_weights(c, (const float *const *) wp));
+	memset(w, 0, sizeof(w));
+	PT_OK(ferry_client_pull(c, wp));
+	for (int i = 0; i < N; i++) {
+		ck_assert_float_eq(w[i], (float) i + 1.0f);
+	}
+	PT_OK(ferry_client_push_pull(c, gp, 1, wp));
+	for (int i = 0; i < N; i++) {
+		ck_assert_float_eq(w[i], (float) i + 1.0f - 1.0f);
+	}
+	for (int i = 0; i < 2; i++) {
+		ck_assert_uint_ge(stat_of(srv[i], "shards"), 1);
+	}
+	ferry_client_close(c);
+	ps_server_close(srv[0]);
+	ps_server_close(srv[1]);
+	ps_scheduler_close(sch);
+}
+END_TEST
+
 Suite *
 suite_limits(void)
 {
@@ -700,6 +828,8 @@ suite_limits(void)
 	tcase_add_test(tc, test_limits_fake_scheduler_bad_map_refused);
 	tcase_add_test(tc, test_limits_pull_with_payload_refused);
 	tcase_add_test(tc, test_limits_probe_bounded);
+	tcase_add_test(tc, test_limits_lr_and_samples_bounded);
+	tcase_add_test(tc, test_limits_capacity_zero_is_unbounded);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -18,6 +18,7 @@
 #define IDX_MAGIC_U8_1D 0x00000801u // labels: ubyte, 1 dimension
 #define IDX_MAGIC_U8_3D 0x00000803u // images: ubyte, 3 dimensions
 #define CHUNK (1u << 20)
+#define PIXEL_CHUNK (1u << 16)
 
 static uint32_t
 get_u32be(const uint8_t *p)
@@ -74,14 +75,21 @@ expect_eof(gzFile f, const char *path, char *err, size_t errlen)
 static int
 open_file(const char *path, gzFile *out, char *err, size_t errlen)
 {
-	gzFile f = gzopen(path, "rb");
+	struct stat st;
+	gzFile      f = gzopen(path, "rb");
 	if (f == NULL) {
 		int e = errno;
 		return tr__errf(e == ENOENT ? FB_ENOTFOUND : FB_ESYSERR | e,
 		    err, errlen, "%s: cannot open: %s", path,
 		    e ? strerror(e) : "out of memory");
 	}
-	gzbuffer(f, 1u << 18);
+	// zlib's buffers (the size in, twice it out) sized to the file up
+	// to 256 KiB: a small file (a test's, a fuzzer's) allocates little.
+	unsigned buf = 1u << 18;
+	if (stat(path, &st) == 0 && st.st_size < (off_t) buf) {
+		buf = st.st_size < 8192 ? 8192u : (unsigned) st.st_size;
+	}
+	gzbuffer(f, buf);
 	*out = f;
 	return FB_OK;
 }
@@ -125,16 +133,19 @@ load_images(struct tr_dataset *ds, const char *path, uint32_t *n_out,
 	// (doubling, up to total) only as pixels are actually read, so a
 	// header declaring 2^31 pixels in a small (or gzip-bomb) file costs
 	// what the file really holds, not what it claims.
-	size_t cap = total < CHUNK ? total : CHUNK;
+	// Reads go through a PIXEL_CHUNK buffer: a lying header costs
+	// 64 KiB, not a megabyte, before the file runs out.
+	size_t cap = total < PIXEL_CHUNK ? total : PIXEL_CHUNK;
 	ds->x      = fb_alloc(cap * sizeof(float));
-	chunk      = fb_alloc(CHUNK);
+	chunk      = fb_alloc(cap);
 	if (ds->x == NULL || chunk == NULL) {
 		rv = tr__errf(FB_ENOMEM, err, errlen,
 		    "%s: out of memory for %zu pixels", path, cap);
 		goto fail;
 	}
 	for (size_t done = 0; done < total;) {
-		size_t want = total - done > CHUNK ? CHUNK : total - done;
+		size_t want = total - done > PIXEL_CHUNK ? PIXEL_CHUNK
+		                                         : total - done;
 		if ((rv = read_exact(f, path, chunk, want, "the pixel data",
 		         err, errlen)) != FB_OK) {
 			goto fail;

@@ -63,12 +63,15 @@ struct ps_scheduler_opts {
 	uint64_t    max_job_bytes;
 	uint32_t    max_shards;
 	size_t      max_inflight;
+	// The largest learning rate a job may declare (--max-lr; at most
+	// 1e6, 0: 1e6).
+	double      max_lr;
 };
 #define PS_SCHEDULER_OPTS_INIT                                                \
 	{                                                                     \
 		NULL, 1, 1, 1u << 20, 64, 64u << 20, PS_PLACEMENT_UNIFORM, 7, \
 		    1u << 20, 1, 0, 50, 5000, NULL, 1000, 1, NULL,            \
-		    16ull << 30, 1u << 20, 1ull << 30                         \
+		    16ull << 30, 1u << 20, 1ull << 30, 10.0                   \
 	}
 
 // ps_scheduler_open starts a scheduler listening on opts->url. With
@@ -165,11 +168,14 @@ struct ps_server_opts {
 	// gets this one).
 	size_t      max_inflight;
 	uint32_t    park_max_ms;
+	// The most samples one push may declare (--max-samples-per-push;
+	// 0: 2^30, the wire's cap).
+	uint32_t    max_samples;
 };
 #define PS_SERVER_OPTS_INIT                                                   \
 	{                                                                     \
 		NULL, NULL, NULL, 256, 256u << 20, 10000, 0, 10000, 1000,     \
-		    NULL, 0, PS_RESTORE_AUTO, NULL, 4ull << 30, 300000        \
+		    NULL, 0, PS_RESTORE_AUTO, NULL, 4ull << 30, 300000, 65536 \
 	}
 
 // When a server with a snapshot_dir loads its snapshot file.

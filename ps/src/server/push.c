@@ -180,9 +180,15 @@ push_admit(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 		    "rank %u is not in the job (left, or rejoining)", rank);
 		return -1;
 	}
-	if (p->n_samples == 0 || p->n_samples > (1u << 30)) {
+	uint32_t max_samples = s->opts.max_samples != 0 &&
+	        s->opts.max_samples < (1u << 30)
+	    ? s->opts.max_samples
+	    : 1u << 30;
+	if (p->n_samples == 0 || p->n_samples > max_samples) {
 		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
-		    "n_samples %u not in 1..2^30", p->n_samples);
+		    "n_samples %u not in 1..%u (the server's "
+		    "--max-samples-per-push)",
+		    p->n_samples, max_samples);
 		return -1;
 	}
 	for (size_t i = 0; i < p->n_shards; i++) {

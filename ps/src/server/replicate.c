@@ -480,6 +480,12 @@ ps__on_replicate(struct ps_server *s, struct ps_call *c)
 		    q->shard);
 		goto out;
 	}
+	// Only the shard's primary in this server's map updates its backups
+	// (with authentication on; PERMISSION_DENIED names the primary).
+	if (!ps__call_acts_as(c, PSW_ROLE_SERVER,
+	        s->pl->shards[q->shard]->server, 0)) {
+		goto out;
+	}
 	struct srv_shard *sh = &s->shards[q->shard];
 	if (s->local[q->shard] < 0 || !sh->backup) {
 		// Not a backup here (yet): the rebuild or the map that makes

@@ -170,6 +170,12 @@ ps__sched_job_check(const Pswire__JobConfig *j,
 		snprintf(why, n, "learning rate %g not in (0, 1e6)", j->lr);
 		return FB_EINVAL;
 	}
+	if (o->max_lr > 0 && j->lr > o->max_lr) {
+		snprintf(why, n,
+		    "learning rate %g is above the scheduler's --max-lr %g",
+		    j->lr, o->max_lr);
+		return FB_EINVAL;
+	}
 	struct comp_codec cc;
 	char              cwhy[128];
 	if (comp_codec_parse_msg(j->codec_push, j->bucket, &cc, cwhy,

@@ -305,6 +305,11 @@ ps__sched_on_snapshot(struct ps_scheduler *s, struct ps_call *c)
 	int         status = PSWIRE__STATUS__OK;
 	const char *why    = "";
 
+	// An operator's (with authentication on): a member may not make
+	// every server write its shards.
+	if (!ps__call_acts_as(c, PSW_ROLE_OPERATOR, 0, 1)) {
+		return;
+	}
 	pthread_mutex_lock(&s->mu);
 	if (s->placement == NULL) {
 		status = PSWIRE__STATUS__FAILED_PRECONDITION;

@@ -418,6 +418,11 @@ ps__on_snapshot(struct ps_server *s, struct ps_call *c)
 	uint64_t v = 0, seq;
 	int      rv;
 
+	// Snapshots (and their queries) are the scheduler's, forwarding an
+	// operator's request, or an operator's (with authentication on).
+	if (!ps__call_acts_as(c, PSW_ROLE_SCHEDULER, 0, 1)) {
+		return;
+	}
 	if (c->hdr->body_case == PSWIRE__HEADER__BODY_SNAPSHOT_REQ) {
 		v = c->hdr->snapshot_req->version;
 	}

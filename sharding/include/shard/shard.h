@@ -155,8 +155,10 @@ int shard_cost(const struct shard_inst *inst, const uint32_t *assign,
     double *f, double *f_sum, double *trainer_time);
 
 // shard_assign_check returns FB_OK if assign respects every capacity,
-// FB_ENOSPC if some server's load exceeds its capacity, and FB_EINVAL (or
-// FB_ERANGE) as shard_cost does. It does not allocate.
+// FB_ENOSPC if some server's load exceeds its capacity, FB_EINVAL if inst
+// has no shards, no servers or a zero size, or assign is NULL or names a
+// server >= M. It reads no link data (lat, bw: a uniform placement is
+// checked before any link is measured) and does not allocate.
 int shard_assign_check(const struct shard_inst *inst, const uint32_t *assign);
 
 // shard_lower_bound writes a lower bound on the optimal F of inst to *lb.
