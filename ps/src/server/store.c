@@ -188,8 +188,7 @@ ps__shard_apply_sum(struct ps_server *s, struct srv_shard *sh)
 				s->sum[i] = g[0][i] + g[1][i];
 			}
 		}
-		ps__shard_apply_agg(s, sh, agg, sh->samples);
-		ps__repl_forward(s, sh, agg, sh->samples, 0);
+		ps__repl_apply(s, sh, agg, sh->samples);
 		return;
 	}
 	if (k > 2) {
