@@ -403,12 +403,35 @@ shard_crc(struct srv_shard *sh)
 	return sh->crc;
 }
 
+// fwd_payload writes the aggregate g0 (+ g1 element-wise when not NULL)
+// of n floats to payload bytes p, the sum computed as the optimizer does.
+static void
+fwd_payload(uint8_t *p, const float *g0, const float *g1, size_t n)
+{
+	if (g1 == NULL) {
+		memcpy(p, g0, n * 4);
+		return;
+	}
+	if (((uintptr_t) p & (_Alignof(float) - 1)) == 0) {
+		float *d = (float *) (void *) p;
+		for (size_t i = 0; i < n; i++) {
+			d[i] = g0[i] + g1[i];
+		}
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		float v = g0[i] + g1[i];
+		memcpy(p + i * 4, &v, 4);
+	}
+}
+
 // fwd_build packs the Replicate request of shard sh: the update making
-// `version` (payload: n floats from src) applied to weights of CRC base.
+// `version` (payload: g0 + g1, n floats) applied to weights of CRC base.
 // mu held. FB_ENOMEM.
 static int
-fwd_build(struct ps_server *s, struct srv_shard *sh, const float *src,
-    uint64_t samples, int init, uint32_t base, uint64_t rid, nng_msg **out)
+fwd_build(struct ps_server *s, struct srv_shard *sh, const float *g0,
+    const float *g1, uint64_t samples, int init, uint32_t base, uint64_t rid,
+    nng_msg **out)
 {
 	Pswire__Header           h = PSWIRE__HEADER__INIT;
 	Pswire__ReplicateRequest q = PSWIRE__REPLICATE_REQUEST__INIT;
@@ -423,11 +446,14 @@ fwd_build(struct ps_server *s, struct srv_shard *sh, const float *src,
 	h.epoch                       = s->pl->epoch;
 	h.body_case                   = PSWIRE__HEADER__BODY_REPLICATE_REQ;
 	h.replicate_req               = &q;
-	hl                            = pswire__header__get_packed_size(&h);
+	// Room rounded up to whole floats: the header is packed right in
+	// front of the payload, which then starts float-aligned (nng's
+	// message bodies are).
+	hl = (pswire__header__get_packed_size(&h) + 3) & ~(size_t) 3;
 	if (psw_msg_begin(out, hl, plen, &payload) != FB_OK) {
 		return FB_ENOMEM;
 	}
-	memcpy(payload, src, plen);
+	fwd_payload(payload, g0, g1, sh->len);
 	if (psw_msg_finish(*out, PSWIRE__METHOD__REPLICATE, 0, &h.base, hl,
 	        plen) != FB_OK) {
 		nng_msg_free(*out);
@@ -436,9 +462,10 @@ fwd_build(struct ps_server *s, struct srv_shard *sh, const float *src,
 	return FB_OK;
 }
 
-void
-ps__repl_forward(struct ps_server *s, struct srv_shard *sh, const float *src,
-    uint64_t samples, int init)
+// forward is ps__repl_forward with a two-push aggregate g0 + g1.
+static void
+forward(struct ps_server *s, struct srv_shard *sh, const float *g0,
+    const float *g1, uint64_t samples, int init)
 {
 	const uint32_t *b;
 	int             n = ps__shard_backups(s, sh->id, &b);
@@ -446,7 +473,7 @@ ps__repl_forward(struct ps_server *s, struct srv_shard *sh, const float *src,
 		return;
 	}
 	// The base: the weights the update applies to (with init, the
-	// weights themselves), known from the last update's apply.
+	// weights themselves), its CRC known from the last update's apply.
 	uint32_t base = shard_crc(sh);
 	for (int k = 0; k < n; k++) {
 		struct ps_fwd *f   = fwd_get(s, sh->id, k, b[k]);
@@ -459,7 +486,7 @@ ps__repl_forward(struct ps_server *s, struct srv_shard *sh, const float *src,
 			continue;
 		}
 		if (f == NULL ||
-		    fwd_build(s, sh, src, samples, init, base, rid, &m) !=
+		    fwd_build(s, sh, g0, g1, samples, init, base, rid, &m) !=
 		        FB_OK) {
 			// Cannot forward: the backup misses this version and
 			// refuses the next (UNAVAILABLE), which resyncs it.
@@ -487,11 +514,18 @@ ps__repl_forward(struct ps_server *s, struct srv_shard *sh, const float *src,
 }
 
 void
-ps__repl_apply(struct ps_server *s, struct srv_shard *sh, const float *g,
-    uint64_t samples)
+ps__repl_forward(struct ps_server *s, struct srv_shard *sh, const float *src,
+    uint64_t samples, int init)
 {
-	ps__repl_forward(s, sh, g, samples, 0);
-	ps__shard_apply_agg(s, sh, g, samples);
+	forward(s, sh, src, NULL, samples, init);
+}
+
+void
+ps__repl_apply(struct ps_server *s, struct srv_shard *sh, const float *g0,
+    const float *g1, uint64_t samples)
+{
+	forward(s, sh, g0, g1, samples, 0);
+	ps__shard_apply_agg(s, sh, g0, g1, samples);
 	(void) shard_crc(sh); // the next forward's base, off its path
 }
 
@@ -616,7 +650,7 @@ ps__on_replicate(struct ps_server *s, struct ps_call *c)
 		// Acknowledged first: the aggregate is held here (s->sum,
 		// under mu) and applied before anything else sees the shard,
 		// so the primary's wait ends one apply sooner.
-		ps__shard_apply_agg(s, sh, s->sum, samples);
+		ps__shard_apply_agg(s, sh, s->sum, NULL, samples);
 		(void) shard_crc(sh); // the next update's base, off its path
 	}
 out:

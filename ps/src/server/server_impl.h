@@ -290,14 +290,15 @@ void ps__shard_apply_sync(struct ps_server *s, struct srv_shard *sh);
 // applies it through ps__repl_apply. mu held.
 void ps__shard_apply_sum(struct ps_server *s, struct srv_shard *sh);
 
-// ps__shard_apply_agg applies one sync update from aggregate g (the
-// round's pushes summed in rank order, `samples` samples) through the
-// job's optimizer, then advances the version and publishes the pull
-// reference. A primary with backups and each backup run exactly this, so
-// their weights, optimizer state and references stay bit-identical. mu
-// held.
+// ps__shard_apply_agg applies one sync update from aggregate g0 (the
+// round's pushes summed in rank order, `samples` samples; + g1
+// element-wise when g1 is not NULL: a two-push round, the same floats as
+// their sum) through the job's optimizer, then advances the version and
+// publishes the pull reference. A primary with backups and each backup
+// run exactly this, so their weights, optimizer state and references stay
+// bit-identical. mu held.
 void ps__shard_apply_agg(struct ps_server *s, struct srv_shard *sh,
-    const float *g, uint64_t samples);
+    const float *g0, const float *g1, uint64_t samples);
 
 // ps__map_check validates a placement map from the scheduler:
 // FB_OK or FB_EPROTO. No lock needed.
@@ -462,19 +463,20 @@ int ps__shard_backups(const struct ps_server *s, uint32_t id,
 // ps__repl_forward sends shard sh's version to each of its backups. With
 // init: the version-0 weights src (sh->len floats). Otherwise src is the
 // aggregate (`samples` samples) of the update that makes version
-// sh->version + 1, sent BEFORE the primary applies it (ps__repl_apply).
-// Each forward raises sh->fwd_pending until its backup answers (or the
-// map drops it); pulls of sh park meanwhile. No blocking: the message is
-// handed to an nng thread. mu held.
+// sh->version + 1, sent BEFORE the primary applies it (ps__repl_apply
+// forwards sync rounds). Each forward raises sh->fwd_pending until its
+// backup answers (or the map drops it); pulls of sh park meanwhile. No
+// blocking: the message is handed to an nng thread. mu held.
 void ps__repl_forward(struct ps_server *s, struct srv_shard *sh,
     const float *src, uint64_t samples, int init);
 
 // ps__repl_apply applies one sync update to a shard that has backups:
-// forwards aggregate g (`samples` samples) to them first, then applies it
-// with ps__shard_apply_agg while the forwards travel, and records the CRC
-// of the new weights for the next forward. mu held.
-void ps__repl_apply(struct ps_server *s, struct srv_shard *sh, const float *g,
-    uint64_t samples);
+// forwards aggregate g0 (+ g1, as ps__shard_apply_agg; `samples` samples)
+// to them first, then applies it with ps__shard_apply_agg while the
+// forwards travel, and records the CRC of the new weights for the next
+// forward. mu held.
+void ps__repl_apply(struct ps_server *s, struct srv_shard *sh, const float *g0,
+    const float *g1, uint64_t samples);
 
 // ps__on_replicate serves Replicate on a backup: checks that its weights
 // are the update's base (CRC), acknowledges, then applies the update with
