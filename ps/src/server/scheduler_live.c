@@ -217,6 +217,15 @@ ps__sched_server_dead(struct ps_scheduler *s, uint32_t m)
 	}
 }
 
+// since returns how long before now (ms) time t was; 0 for a t stamped
+// after now (a heartbeat or a close that another thread recorded after
+// the caller read its clock must not look 584 million years old).
+static uint64_t
+since(uint64_t now, uint64_t t)
+{
+	return t < now ? now - t : 0;
+}
+
 // sweep_members declares dead every tracked member silent for longer than
 // dead_after_ms, or whose heartbeat connection closed more than the grace
 // (2 x heartbeat_ms, at most dead_after_ms) ago with no heartbeat since.
@@ -236,7 +245,8 @@ sweep_members(struct ps_scheduler *s, uint64_t now)
 			struct ps_sched_conn *c = conn_of(s, role,
 			    (uint32_t) i, 0);
 			int dropped             = last[i] != 0 && c != NULL &&
-			    c->closed_ms != 0 && now - c->closed_ms > grace;
+			    c->closed_ms != 0 &&
+			    since(now, c->closed_ms) > grace;
 			if (r && s->gone[i]) {
 				// Left on purpose (its shards moved away):
 				// never "dead", whatever its connection does.
@@ -245,7 +255,7 @@ sweep_members(struct ps_scheduler *s, uint64_t now)
 				continue;
 			}
 			if (last[i] == 0 ||
-			    (now - last[i] <= after && !dropped)) {
+			    (since(now, last[i]) <= after && !dropped)) {
 				continue;
 			}
 			if (dropped) {
@@ -254,13 +264,13 @@ sweep_members(struct ps_scheduler *s, uint64_t now)
 				    "connection closed %.1f s ago and no "
 				    "heartbeat came on a new one",
 				    r ? "server" : "trainer", i,
-				    (double) (now - c->closed_ms) / 1e3);
+				    (double) since(now, c->closed_ms) / 1e3);
 			} else {
 				FB_LOG(FB_LOG_WARN, "members",
 				    "member %s %d dead: no heartbeat for "
 				    "%.1f s",
 				    r ? "server" : "trainer", i,
-				    (double) (now - last[i]) / 1e3);
+				    (double) since(now, last[i]) / 1e3);
 			}
 			last[i] = 0;
 			forget_conn(s, role, (uint32_t) i);
@@ -283,8 +293,9 @@ sweep_main(void *arg)
 	tick = tick == 0 || tick > 100 ? 100 : tick < 10 ? 10 : tick;
 	while (!atomic_load(&s->closing)) {
 		fb_sleep_us((unsigned) tick * 1000u);
-		uint64_t now = fb_clock_ms();
 		pthread_mutex_lock(&s->mu);
+		// Read under mu: a stamp taken under mu is never later.
+		uint64_t now = fb_clock_ms();
 		ps__sched_expire_parked(s, now);
 		if (s->opts.dead_after_ms > 0) {
 			sweep_members(s, now);
