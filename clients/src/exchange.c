@@ -6,8 +6,10 @@
 // a shard still pending, then waits for all the replies, so the servers
 // work in parallel and a round costs the slowest server, not the sum.
 // Replies that say UNAVAILABLE (not started, shard arriving) are retried;
-// STALE_EPOCH (shard moved) re-fetches the map and re-batches; ABORTED
-// (push applied, shard moved) turns into a pull.
+// STALE_EPOCH (shard moved) re-fetches the map and re-batches (or, when
+// the scheduler has no later map than the one held, re-sends: the server
+// caught up with it); ABORTED (push applied, shard moved) turns into a
+// pull.
 //
 // Deadline warning: with opts.log set, each connection's aio reports its
 // completions (struct ferry__watch), so the wait for a reply can wake at
@@ -274,7 +276,7 @@ exchange(ferry_client *c, struct xfer *x)
 	int      rv = FERRY_OK, warned = 0;
 
 	for (;;) {
-		int      sent = 0, refetch = 0, wait = 0;
+		int      sent = 0, refetch = 0, wait = 0, moved = 0;
 		uint64_t now = fb_clock_ms();
 		for (size_t m = 0; m < c->n_conns; m++) {
 			struct conn *cn = &c->conns[m];
@@ -425,7 +427,7 @@ exchange(ferry_client *c, struct xfer *x)
 				wait = 1; // not started / shard arriving
 			} else if (r == FB_EREMOTE &&
 			    st == PSWIRE__STATUS__STALE_EPOCH) {
-				refetch = 1;
+				moved = 1;
 			} else if (r == FB_EREMOTE &&
 			    st == PSWIRE__STATUS__ABORTED &&
 			    cn->method == PSWIRE__METHOD__PUSH_PULL) {
@@ -433,7 +435,7 @@ exchange(ferry_client *c, struct xfer *x)
 				for (size_t k = 0; k < cn->req_n; k++) {
 					c->need[cn->req[k]] = NEED_PULL;
 				}
-				refetch = 1;
+				moved = 1;
 			} else if (r == FB_EREMOTE &&
 			    st == PSWIRE__STATUS__OUT_OF_RANGE) {
 				rv = ferry__fail(c, FERRY_EBEHIND,
@@ -462,6 +464,19 @@ exchange(ferry_client *c, struct xfer *x)
 		}
 		if (rv != FERRY_OK) {
 			return rv;
+		}
+		if (moved && !refetch) {
+			// The shard moved, but the map that moved it may be
+			// the one held already: a server that served this
+			// client's newer map while it caught up answers so
+			// when it does. Asking for the next epoch would wait
+			// for a map nobody publishes; re-send unless a later
+			// one exists.
+			if (map_newer(c)) {
+				refetch = 1;
+			} else {
+				wait = 1;
+			}
 		}
 		if (refetch && (rv = ferry__map_refetch(c)) != FERRY_OK) {
 			return rv;
