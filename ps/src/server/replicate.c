@@ -38,6 +38,7 @@
 
 #define PS_FWD_RETRY_MS 20
 #define PS_FWD_TIMEOUT_MS 2000
+#define PS_FWD_REFUSED_MS 200 // before a refused resync is tried again
 
 // What a forward's aio is doing.
 enum ps_fwd_stage {
@@ -57,12 +58,13 @@ struct ps_fwd {
 	uint32_t          to;  // backup's server index
 	nng_ctx           ctx; // on repl->sock[to]
 	nng_aio          *aio;
-	nng_msg          *req;     // KICK: the request an nng thread sends
-	uint64_t          rid;     // of the request in flight
-	uint64_t          counter; // the signed send's counter (auth on)
-	uint8_t           method;  // REPLICATE, or TRANSFER for a resync
-	int               stage;   // an enum ps_fwd_stage
-	int               stale;   // a later version came while this one flew
+	nng_msg          *req;      // KICK: the request an nng thread sends
+	uint64_t          rid;      // of the request in flight
+	uint64_t          counter;  // the signed send's counter (auth on)
+	uint8_t           method;   // REPLICATE, or TRANSFER for a resync
+	int               stage;    // an enum ps_fwd_stage
+	int               stale;    // a later version came while this one flew
+	uint32_t          refusals; // resyncs refused (logged 1 in 16)
 };
 
 // fwd_post signs request m (a no-op with authentication off) and sends it
@@ -203,8 +205,9 @@ fwd_done(struct ps_fwd *f, int acked)
 		nng_sleep_aio(0, f->aio);
 		return;
 	}
-	f->stale = 0;
-	f->stage = PS_FWD_IDLE;
+	f->stale    = 0;
+	f->refusals = 0;
+	f->stage    = PS_FWD_IDLE;
 	if (sh->fwd_pending > 0 && --sh->fwd_pending == 0) {
 		ps__pull_wake(s);
 		pthread_cond_broadcast(&s->decoded);
@@ -243,7 +246,8 @@ fwd_resync(struct ps_fwd *f)
 }
 
 // fwd_reply reads a backup's answer: 1 acknowledged, 0 not (a resync
-// follows), -1 a resync refused for good (logged).
+// follows), -1 a resync refused (logged; it is tried again, more slowly:
+// giving up would let trainers see a version the backup lacks).
 static int
 fwd_reply(struct ps_fwd *f, nng_msg *rep)
 {
@@ -256,10 +260,13 @@ fwd_reply(struct ps_fwd *f, nng_msg *rep)
 	int             out    = rv == FB_OK ? 1 : 0;
 	int             resync = f->method == PSWIRE__METHOD__TRANSFER;
 	if (rv == FB_EREMOTE && rh->status != PSWIRE__STATUS__UNAVAILABLE) {
-		FB_LOG(FB_LOG_ERR, "replica",
-		    "shard %u: backup server %u refused the %s: %s: %s", f->id,
-		    f->to, resync ? "resync" : "update",
-		    psw_status_name((int) rh->status), rh->error);
+		if (!resync || f->refusals++ % 16 == 0) {
+			FB_LOG(FB_LOG_ERR, "replica",
+			    "shard %u: backup server %u refused the %s: %s: "
+			    "%s",
+			    f->id, f->to, resync ? "resync" : "update",
+			    psw_status_name((int) rh->status), rh->error);
+		}
 		out = resync ? -1 : 0;
 	} else if (rv == FB_EPROTO) {
 		FB_LOG(FB_LOG_ERR, "replica",
@@ -307,8 +314,16 @@ fwd_cb(void *arg)
 	case PS_FWD_RECV:
 		if (r == 0) {
 			int got = fwd_reply(f, nng_aio_get_msg(f->aio));
-			if (got != 0) {
-				fwd_done(f, got > 0);
+			if (got > 0) {
+				fwd_done(f, 1);
+				return;
+			}
+			if (got < 0) {
+				// Refused: the version stays hidden while the
+				// map names this backup (fwd_resync ends the
+				// forward when it no longer does).
+				f->stage = PS_FWD_SLEEP;
+				nng_sleep_aio(PS_FWD_REFUSED_MS, f->aio);
 				return;
 			}
 		}
