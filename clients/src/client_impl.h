@@ -182,6 +182,7 @@ struct xfer {
 	uint64_t warn_at;  // when a wait warns (nng_clock; opts.log)
 	int      warned;
 	int      refetch;  // a newer map: fetch it, then re-send
+	int      moved;    // a shard moved: re-fetch if a newer map exists
 	int      backoff;  // a server said UNAVAILABLE: sleep, then re-send
 	int      rerouted; // requests were cancelled for a newer map
 };

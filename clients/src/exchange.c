@@ -12,7 +12,9 @@
 // and takes replies apart (the client has no lock: one thread at a time);
 // nng's threads only move bytes and flip a slot's state under the pipe's
 // lock. Replies that say UNAVAILABLE (not started, shard arriving) are
-// retried; STALE_EPOCH (shard moved) re-fetches the map and re-sends;
+// retried; STALE_EPOCH (shard moved) re-fetches the map and re-sends (or,
+// when the scheduler has no later map than the one held, only re-sends:
+// the server has caught up with it);
 // ABORTED (push applied, shard moved) turns into a pull. A re-fetch or a
 // back-off first lets every request in flight end (the map owns the
 // request lists), so those rules stay those of one round at a time.
@@ -317,7 +319,7 @@ ferry__xfer_begin(ferry_client *c, struct xfer *x)
 	x->tmo      = ferry__timeout(c);
 	x->deadline = fb_clock_ms() + x->tmo;
 	x->warn_at  = nng_clock() + (nng_time) x->tmo * WARN_PCT / 100;
-	x->warned = x->refetch = x->backoff = x->rerouted = 0;
+	x->warned = x->refetch = x->backoff = x->rerouted = x->moved = 0;
 	memset(c->need, NEED_NONE, c->pl->n_shards);
 }
 
@@ -459,14 +461,14 @@ take_reply(ferry_client *c, struct xfer *x, struct slot *s)
 		x->backoff = 1;
 	} else if (r == FB_EREMOTE && st == PSWIRE__STATUS__STALE_EPOCH) {
 		unsend(c, s);
-		x->refetch = 1;
+		x->moved = 1;
 	} else if (r == FB_EREMOTE && st == PSWIRE__STATUS__ABORTED &&
 	    s->method == PSWIRE__METHOD__PUSH_PULL) {
 		// The push was applied; only the pull is left.
 		for (size_t k = 0; k < s->req_n; k++) {
 			c->need[s->req[k]] = NEED_PULL;
 		}
-		x->refetch = 1;
+		x->moved = 1;
 	} else if (r == FB_EREMOTE && st == PSWIRE__STATUS__OUT_OF_RANGE) {
 		rv = ferry__fail(c, FERRY_EBEHIND, "server %s: %s", srv,
 		    rh->error);
@@ -623,6 +625,19 @@ ferry__xfer_until(ferry_client *c, struct xfer *x, size_t t0, size_t t1)
 	for (;;) {
 		if ((rv = ferry__xfer_pump(c, x)) != FERRY_OK) {
 			break;
+		}
+		if (busy_total(c) == 0 && x->moved) {
+			// The shard moved, but the map that moved it may be
+			// the one held already: a server that was still
+			// catching up with it answers so. Waiting for the next
+			// epoch would wait for a map nobody publishes: re-send
+			// unless a later one exists.
+			x->moved = 0;
+			if (x->refetch || map_newer(c)) {
+				x->refetch = 1;
+			} else {
+				x->backoff = 1;
+			}
 		}
 		if (busy_total(c) == 0 && x->refetch) {
 			x->refetch = x->rerouted = 0;

@@ -327,7 +327,9 @@ files_equal(const char *a, const char *b)
 }
 
 // replicated_job runs a 2-trainer sync job on 3 servers with --replicas
-// 2 (heartbeats every 200 ms, death after 1 s), each rank writing its
+// 2 (every member heartbeats every 200 ms, death after 1 s: a trainer on
+// the 1 s default would be declared dead whenever one heartbeat came a
+// little late), each rank writing its
 // weights to <dir>/w<rank>.bin; kill_server >= 0 SIGKILLs that server
 // once both trainers train. Returns with the trainers done and c running.
 static void
@@ -345,7 +347,7 @@ replicated_job(struct lc *c, int kill_server)
 		const char *flags[] = { "--max-steps=3000", "--epochs=100",
 			"--log-interval=0", "--seed=1", "--layers=784,32,10",
 			"--batch=32", data, "--timeout-ms=20000", wo[r],
-			NULL };
+			"--heartbeat-ms=200", NULL };
 		lc_trainer(c, r, flags);
 	}
 	if (kill_server >= 0) {

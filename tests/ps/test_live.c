@@ -378,10 +378,13 @@ START_TEST(test_live_redial_and_stall_judged_apart)
 	nng_socket           a = dial(url);
 	nng_socket           b = dial(url);
 	ck_assert_int_eq(heartbeat_on(a, PSWIRE__ROLE__ROLE_TRAINER, 1), 0);
+	// Trainer 0's silence starts when the scheduler stamps this
+	// heartbeat: after it was sent, before its reply came back.
+	uint64_t last0 = fb_clock_ms();
 	ck_assert_int_eq(heartbeat_on(b, PSWIRE__ROLE__ROLE_TRAINER, 0), 0);
 	nng_close(a);
 	a           = dial(url); // trainer 1 redials at once
-	uint64_t t0 = fb_clock_ms(), last0 = t0;
+	uint64_t t0 = fb_clock_ms();
 	while (fb_clock_ms() - t0 < 1000) { // 5x the grace
 		ck_assert_int_eq(
 		    heartbeat_on(a, PSWIRE__ROLE__ROLE_TRAINER, 1),

@@ -23,10 +23,12 @@ struct rep_trainer {
 	const char     *codec;
 	struct cluster *cl;      // rank 0: the cluster, for the fault
 	int             kill_at; // rank 0: close server 1 before this step
-	float           w[NT][40];
-	uint64_t        map_changes;
-	int             rv;
-	char            err[256];
+	int      corrupt_at; // rank 0: corrupt the other servers' backups then
+	int      corrupted;  // backup shards corrupted
+	float    w[NT][40];
+	uint64_t map_changes;
+	int      rv;
+	char     err[256];
 };
 
 static void *
@@ -68,6 +70,15 @@ rep_trainer_main(void *arg)
 			ps_server_close(a->cl->srv[1]);
 			a->cl->srv[1] = NULL;
 		}
+		if (a->cl != NULL && k == a->corrupt_at) {
+			for (int m = 0; m < a->cl->n_srv; m++) {
+				if (m != 1 && a->cl->srv[m] != NULL) {
+					a->corrupted +=
+					    ps_server_test_corrupt_backups(
+					        a->cl->srv[m]);
+				}
+			}
+		}
 		for (int t = 0; t < NT; t++) {
 			for (size_t i = 0; i < lens[t]; i++) {
 				g[t][i] = grad_for(a->rank, k, t, i);
@@ -91,11 +102,13 @@ out:
 	return NULL;
 }
 
-// rep_run trains 2 ranks for `steps` on `servers` servers with
-// `replicas` copies; kill_at > 0 closes server 1 before that step.
+// rep_run_corrupt trains 2 ranks for `steps` on `servers` servers with
+// `replicas` copies; kill_at > 0 closes server 1 before that step, and
+// corrupt_at > 0 corrupts the backups on the other servers before that
+// step.
 static void
-rep_run(struct rep_trainer a[2], int servers, uint32_t replicas,
-    const char *codec, int steps, int kill_at)
+rep_run_corrupt(struct rep_trainer a[2], int servers, uint32_t replicas,
+    const char *codec, int steps, int kill_at, int corrupt_at)
 {
 	struct cluster cl;
 	pthread_t      th[2];
@@ -107,9 +120,10 @@ rep_run(struct rep_trainer a[2], int servers, uint32_t replicas,
 		a[r].rank  = r;
 		a[r].steps = steps;
 		a[r].codec = codec;
-		if (r == 0 && kill_at > 0) {
-			a[r].cl      = &cl;
-			a[r].kill_at = kill_at;
+		if (r == 0 && (kill_at > 0 || corrupt_at > 0)) {
+			a[r].cl         = &cl;
+			a[r].kill_at    = kill_at > 0 ? kill_at : -1;
+			a[r].corrupt_at = corrupt_at > 0 ? corrupt_at : -1;
 		}
 		pthread_create(&th[r], NULL, rep_trainer_main, &a[r]);
 	}
@@ -121,6 +135,14 @@ rep_run(struct rep_trainer a[2], int servers, uint32_t replicas,
 	    ferry_strerror(a[0].rv), a[0].err, ferry_strerror(a[1].rv),
 	    a[1].err);
 	cluster_stop(&cl);
+}
+
+// rep_run is rep_run_corrupt without corruption.
+static void
+rep_run(struct rep_trainer a[2], int servers, uint32_t replicas,
+    const char *codec, int steps, int kill_at)
+{
+	rep_run_corrupt(a, servers, replicas, codec, steps, kill_at, 0);
 }
 
 // rep_same checks that two runs ended with bit-identical weights.
@@ -203,6 +225,64 @@ START_TEST(test_replicas_server_death_same_weights)
 }
 END_TEST
 
+// Backups that diverged from their primaries (a flipped bit, as a
+// corrupted apply would leave) are found by the next update's CRC check
+// and resynced with the primary's whole state; server 1 then dies, its
+// shards' resynced backups are promoted, and the weights still equal a
+// fault-free run. Before resyncs the diverged backups refused every
+// update, so the job stalled.
+START_TEST(test_replicas_diverged_backup_resynced)
+{
+	struct rep_trainer still[2], died[2];
+	const char        *codecs[] = { "none", "q8" };
+	for (int k = 0; k < 2; k++) {
+		rep_run(still, 3, 1, codecs[k], 14, 0);
+		rep_run_corrupt(died, 3, 2, codecs[k], 14, 8, 3);
+		ck_assert_int_gt(died[0].corrupted, 0);
+		rep_same(still, died);
+	}
+}
+END_TEST
+
+// A job that applies pushes asynchronously (async, SSP with K > 0) is
+// refused at its declaration when the scheduler keeps replicas: backups
+// follow sync rounds only, so a promoted one would hold stale weights.
+// The same job declares fine without replicas, and SSP with K = 0 (sync
+// rounds, bit for bit) declares with them.
+START_TEST(test_replicas_refuse_async_job)
+{
+	struct ferry_tensor_desc d[1] = { { "a", 40 } };
+	const int mode[] = { FERRY_MODE_ASYNC, FERRY_MODE_SSP, FERRY_MODE_SSP,
+		FERRY_MODE_ASYNC };
+	const uint32_t k[]    = { 0, 2, 0, 0 };
+	const uint32_t reps[] = { 2, 2, 2, 1 };
+	for (int i = 0; i < 4; i++) {
+		struct cluster    cl;
+		struct ferry_opts o = FERRY_OPTS_INIT;
+		ferry_client     *c = NULL;
+		cluster_open_replicas(&cl, 1, 2, PS_PLACEMENT_UNIFORM, reps[i],
+		    0);
+		o.scheduler_url = ps_scheduler_url(cl.sched);
+		o.mode          = mode[i];
+		o.staleness     = k[i];
+		o.timeout_ms    = 5000;
+		ck_assert_int_eq(ferry_client_open(&o, &c), 0);
+		int rv = ferry_client_declare(c, d, 1);
+		if (i < 2) {
+			ck_assert_int_ne(rv, 0);
+			ck_assert_msg(strstr(ferry_client_last_error(c),
+			                  "sync jobs only") != NULL,
+			    "case %d: %s", i, ferry_client_last_error(c));
+		} else {
+			ck_assert_msg(rv == 0, "case %d: %s", i,
+			    ferry_client_last_error(c));
+		}
+		ferry_client_close(c);
+		cluster_stop(&cl);
+	}
+}
+END_TEST
+
 Suite *
 suite_replicas(void)
 {
@@ -212,6 +292,8 @@ suite_replicas(void)
 	tcase_add_test(tc, test_replicas_no_fault_same_weights);
 	tcase_add_test(tc, test_replicas_servers_hold_backups);
 	tcase_add_test(tc, test_replicas_server_death_same_weights);
+	tcase_add_test(tc, test_replicas_diverged_backup_resynced);
+	tcase_add_test(tc, test_replicas_refuse_async_job);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -3,23 +3,33 @@
 // apply, and the rule that no trainer sees a version before every backup
 // holds it.
 //
-// DESIGN. A shard's primary applies a sync round with ps__shard_apply_agg from
-// the round's aggregate (the staged pushes summed in rank order) and
-// forwards that aggregate, its sample count and the CRC-32 of the weights
-// after the update to every backup the map names. A backup runs the same
-// ps__shard_apply_agg on the same floats, so its weights, pull reference and
-// delta log are bit-identical; it checks the CRC and answers DATA_LOSS
-// when it diverged. Until every backup answered, the shard's fwd_pending
+// DESIGN. A shard's primary applies a sync round with ps__shard_apply_agg
+// from the round's aggregate (the staged pushes summed in rank order).
+// ps__repl_apply first packs that aggregate, its sample count and the
+// CRC-32 of the weights it applies to (the base) into one Replicate per
+// backup and hands each to an nng thread, then applies it itself while the
+// forwards travel, and last computes the CRC of the new weights, the next
+// forward's base. A backup checks the base against its own weights,
+// acknowledges, and only then runs the same ps__shard_apply_agg on the
+// same floats (held in s->sum under mu, so nothing sees the shard before
+// it is applied): weights, optimizer state, pull reference and delta log
+// stay bit-identical. Until every backup answered, the shard's fwd_pending
 // is non-zero and pulls of it park (pull.c's readiness check), so a
 // version a trainer has seen is held by every live copy: when the primary
 // dies the scheduler promotes a backup (scheduler_live.c) and nothing
-// acknowledged is lost. The forward runs on nng aios (one REQ context per
-// shard and backup, on one socket per peer server, opened on first use),
-// so the thread that completed the round never blocks; a backup that does
-// not answer (UNAVAILABLE while its rebuild is in flight, or no answer at
-// all) is asked again every PS_FWD_RETRY_MS for as long as the map still
-// names it. The nng message of each forward is the one allocation per
-// update (nng owns a sent message); the aggregate is copied once into it.
+// acknowledged is lost. So the wait a forward adds to a round is the
+// aggregate's write and the backup's check, with the two applies and CRCs
+// off it.
+//
+// The forward runs on nng aios (one REQ context per shard and backup, on
+// one socket per peer server, opened on first use), so the thread that
+// completed the round never blocks. The nng message of each forward is
+// the one allocation per update (nng owns and frees a sent message) and
+// the aggregate is copied once, into it; nothing is kept for a resend.
+// Instead a backup that did not acknowledge (no answer, behind, diverged:
+// DATA_LOSS) is resynced: the primary sends it the shard's whole state as
+// a backup Transfer (transfer.c replaces the copy held there), asked again
+// every PS_FWD_RETRY_MS for as long as the map still names the backup.
 // The version-0 weights (the init offer) are forwarded the same way.
 #include <stdio.h>
 #include <string.h>
@@ -28,43 +38,52 @@
 
 #define PS_FWD_RETRY_MS 20
 #define PS_FWD_TIMEOUT_MS 2000
+#define PS_FWD_REFUSED_MS 200 // before a refused resync is tried again
 
 // What a forward's aio is doing.
 enum ps_fwd_stage {
 	PS_FWD_IDLE,
+	PS_FWD_KICK, // built under mu; an nng thread sends it
 	PS_FWD_SEND,
 	PS_FWD_RECV,
-	PS_FWD_SLEEP,
+	PS_FWD_SLEEP, // before a resync (a Transfer of the shard's state)
 };
 
-// One shard's forward to one of its backups.
+// One shard's forward to one of its backups. While stage is not IDLE the
+// forward belongs to its aio's callbacks; stage becomes IDLE, and stale is
+// read and written, only under mu.
 struct ps_fwd {
 	struct ps_server *s;
 	uint32_t          id;  // shard
 	uint32_t          to;  // backup's server index
 	nng_ctx           ctx; // on repl->sock[to]
 	nng_aio          *aio;
-	nng_msg          *req; // the packed request, kept for retries
-	uint64_t          rid;
-	uint64_t          counter; // the signed send's counter (auth on)
-	int               stage;   // an enum ps_fwd_stage
+	nng_msg          *req;      // KICK: the request an nng thread sends
+	uint64_t          rid;      // of the request in flight
+	uint64_t          counter;  // the signed send's counter (auth on)
+	uint8_t           method;   // REPLICATE, or TRANSFER for a resync
+	int               stage;    // an enum ps_fwd_stage
+	int               stale;    // a later version came while this one flew
+	uint32_t          refusals; // resyncs refused (logged 1 in 16)
 };
 
-// fwd_post signs copy d of f's request (a no-op with authentication off)
-// and sends it on f's context; the reply must answer that signature.
+// fwd_post signs request m (a no-op with authentication off) and sends it
+// on f's context (nng owns m from here); the reply must answer that
+// signature. No lock.
 static void
-fwd_post(struct ps_fwd *f, nng_msg *d)
+fwd_post(struct ps_fwd *f, nng_msg *m)
 {
 	struct ps_server *s = f->s;
 	f->counter          = 0;
-	if (psw_auth_sign(s->auth, d, psw_auth_channel(s->auth, f->ctx), 0,
+	if (psw_auth_sign(s->auth, m, psw_auth_channel(s->auth, f->ctx), 0,
 	        &f->counter) != FB_OK) {
-		nng_msg_free(d);
+		nng_msg_free(m);
 		f->stage = PS_FWD_SLEEP;
 		nng_sleep_aio(PS_FWD_RETRY_MS, f->aio);
 		return;
 	}
-	nng_aio_set_msg(f->aio, d);
+	f->stage = PS_FWD_SEND;
+	nng_aio_set_msg(f->aio, m);
 	nng_aio_set_timeout(f->aio, PS_FWD_TIMEOUT_MS);
 	nng_ctx_send(f->ctx, f->aio);
 }
@@ -75,7 +94,7 @@ struct ps_repl {
 	uint8_t           *open; // [n_peers]
 	struct ps_fwd    **fwd;  // [n_global] NULL or PS_MAX_BACKUPS each
 	uint64_t           rid;
-	struct obs_metric *forwards;
+	struct obs_metric *forwards, *resyncs;
 };
 
 int
@@ -100,7 +119,11 @@ ps__repl_open(struct ps_server *s)
 	    obs_metric_add(s->reg, OBS_COUNTER, "ferry_replica_forwards_total",
 	        "Updates a shard's primary forwarded to a backup and the "
 	        "backup acknowledged.",
-	        NULL, NULL, 0, 0, &r->forwards) != FB_OK) {
+	        NULL, NULL, 0, 0, &r->forwards) != FB_OK ||
+	    obs_metric_add(s->reg, OBS_COUNTER, "ferry_replica_resyncs_total",
+	        "Backups a shard's primary resynced with the shard's whole "
+	        "state after a forward they did not acknowledge.",
+	        NULL, NULL, 0, 0, &r->resyncs) != FB_OK) {
 		fb_free(r->fwd);
 		fb_free(r);
 		return FB_ENOMEM;
@@ -126,7 +149,9 @@ ps__repl_close(struct ps_server *s)
 	for (size_t i = 0; i < s->n_global; i++) {
 		for (int k = 0; r->fwd[i] != NULL && k < PS_MAX_BACKUPS; k++) {
 			nng_aio_free(r->fwd[i][k].aio);
-			nng_msg_free(r->fwd[i][k].req);
+			if (r->fwd[i][k].req != NULL) {
+				nng_msg_free(r->fwd[i][k].req);
+			}
 		}
 		fb_free(r->fwd[i]);
 	}
@@ -161,19 +186,28 @@ still_backup(const struct ps_server *s, const struct ps_fwd *f)
 }
 
 // fwd_done ends f's forward (acknowledged or given up): the shard's
-// version becomes visible once no forward is pending. Takes mu.
+// version becomes visible once no forward is pending. A forward that went
+// stale (a later version was not sent to its backup while it flew) resyncs
+// the backup instead. Takes mu.
 static void
 fwd_done(struct ps_fwd *f, int acked)
 {
 	struct ps_server *s = f->s;
 	pthread_mutex_lock(&s->mu);
-	nng_msg_free(f->req);
-	f->req               = NULL;
-	f->stage             = PS_FWD_IDLE;
 	struct srv_shard *sh = &s->shards[f->id];
 	if (acked) {
 		obs_counter_add(s->repl->forwards, 1);
 	}
+	if (f->stale && !atomic_load(&s->closing) && still_backup(s, f)) {
+		f->stale = 0;
+		f->stage = PS_FWD_SLEEP;
+		pthread_mutex_unlock(&s->mu);
+		nng_sleep_aio(0, f->aio);
+		return;
+	}
+	f->stale    = 0;
+	f->refusals = 0;
+	f->stage    = PS_FWD_IDLE;
 	if (sh->fwd_pending > 0 && --sh->fwd_pending == 0) {
 		ps__pull_wake(s);
 		pthread_cond_broadcast(&s->decoded);
@@ -181,52 +215,68 @@ fwd_done(struct ps_fwd *f, int acked)
 	pthread_mutex_unlock(&s->mu);
 }
 
-// fwd_send (re)sends f's request, or ends the forward when the map no
-// longer names its backup or the server closes. Takes mu.
+// fwd_resync sends f's backup the shard's whole state (a backup Transfer,
+// as a new backup's rebuild): after a forward the backup did not
+// acknowledge (no answer, behind, diverged), a resend of the aggregate
+// would not be enough or is gone (nng owned the sent message). Ends the
+// forward when the map no longer names the backup or the server closes.
+// Takes mu.
 static void
-fwd_send(struct ps_fwd *f)
+fwd_resync(struct ps_fwd *f)
 {
 	struct ps_server *s = f->s;
 	nng_msg          *m = NULL;
+	int               rv;
 	pthread_mutex_lock(&s->mu);
 	int go = !atomic_load(&s->closing) && still_backup(s, f);
+	rv     = go ? ps__transfer_encode(s, &s->shards[f->id], 1, &m) : 0;
 	pthread_mutex_unlock(&s->mu);
 	if (!go) {
 		fwd_done(f, 0);
 		return;
 	}
-	if (nng_msg_dup(&m, f->req) != 0) {
+	if (rv != FB_OK) {
 		f->stage = PS_FWD_SLEEP;
 		nng_sleep_aio(PS_FWD_RETRY_MS, f->aio);
 		return;
 	}
-	f->stage = PS_FWD_SEND;
+	f->method = PSWIRE__METHOD__TRANSFER;
+	f->rid    = 1; // ps__transfer_encode packs request id 1
 	fwd_post(f, m);
 }
 
-// fwd_reply reads a backup's answer: 1 acknowledged, 0 retry, -1 refused
-// for good (logged).
+// fwd_reply reads a backup's answer: 1 acknowledged, 0 not (a resync
+// follows), -1 a resync refused (logged; it is tried again, more slowly:
+// giving up would let trainers see a version the backup lacks).
 static int
 fwd_reply(struct ps_fwd *f, nng_msg *rep)
 {
 	struct psw_frame  fr;
 	ProtobufCMessage *ph  = NULL;
 	const char       *why = "";
-	int rv = psw_reply_open(f->s->auth, rep, PSWIRE__METHOD__REPLICATE,
-	    f->rid, f->counter, &fr, &ph, &why);
-	Pswire__Header *rh  = (Pswire__Header *) ph;
-	int             out = rv == FB_OK ? 1 : 0;
+	int rv = psw_reply_open(f->s->auth, rep, f->method, f->rid, f->counter,
+	    &fr, &ph, &why);
+	Pswire__Header *rh     = (Pswire__Header *) ph;
+	int             out    = rv == FB_OK ? 1 : 0;
+	int             resync = f->method == PSWIRE__METHOD__TRANSFER;
 	if (rv == FB_EREMOTE && rh->status != PSWIRE__STATUS__UNAVAILABLE) {
-		FB_LOG(FB_LOG_ERR, "replica",
-		    "shard %u: backup server %u refused the update: %s: %s",
-		    f->id, f->to, psw_status_name((int) rh->status),
-		    rh->error);
-		out = -1;
+		if (!resync || f->refusals++ % 16 == 0) {
+			FB_LOG(FB_LOG_ERR, "replica",
+			    "shard %u: backup server %u refused the %s: %s: "
+			    "%s",
+			    f->id, f->to, resync ? "resync" : "update",
+			    psw_status_name((int) rh->status), rh->error);
+		}
+		out = resync ? -1 : 0;
 	} else if (rv == FB_EPROTO) {
 		FB_LOG(FB_LOG_ERR, "replica",
 		    "shard %u: backup server %u: bad reply: %s", f->id, f->to,
 		    why);
-		out = -1;
+	} else if (rv == FB_OK && resync) {
+		obs_counter_add(f->s->repl->resyncs, 1);
+		FB_LOG(FB_LOG_NOTICE, "replica",
+		    "shard %u: backup server %u resynced from this primary",
+		    f->id, f->to);
 	}
 	if (rh != NULL) {
 		pswire__header__free_unpacked(rh, NULL);
@@ -236,13 +286,23 @@ fwd_reply(struct ps_fwd *f, nng_msg *rep)
 }
 
 // fwd_cb is f's aio callback (an nng thread): send, then receive, then
-// done, or sleep and send again.
+// done; on any failure sleep, then resync the backup.
 static void
 fwd_cb(void *arg)
 {
 	struct ps_fwd *f = arg;
 	int            r = nng_aio_result(f->aio);
+	nng_msg       *m;
 	switch (f->stage) {
+	case PS_FWD_KICK:
+		m      = f->req;
+		f->req = NULL;
+		if (r != 0) {
+			nng_msg_free(m);
+			return; // stopped: the server is closing
+		}
+		fwd_post(f, m);
+		return;
 	case PS_FWD_SEND:
 		if (r != 0) {
 			nng_msg_free(nng_aio_get_msg(f->aio));
@@ -254,8 +314,16 @@ fwd_cb(void *arg)
 	case PS_FWD_RECV:
 		if (r == 0) {
 			int got = fwd_reply(f, nng_aio_get_msg(f->aio));
-			if (got != 0) {
-				fwd_done(f, got > 0);
+			if (got > 0) {
+				fwd_done(f, 1);
+				return;
+			}
+			if (got < 0) {
+				// Refused: the version stays hidden while the
+				// map names this backup (fwd_resync ends the
+				// forward when it no longer does).
+				f->stage = PS_FWD_SLEEP;
+				nng_sleep_aio(PS_FWD_REFUSED_MS, f->aio);
 				return;
 			}
 		}
@@ -264,7 +332,7 @@ fwd_cb(void *arg)
 		if (r == NNG_ECANCELED) {
 			return; // stopped: the server is closing
 		}
-		fwd_send(f);
+		fwd_resync(f);
 		return;
 	default:
 		return;
@@ -337,30 +405,70 @@ fwd_get(struct ps_server *s, uint32_t id, int k, uint32_t to)
 	return f;
 }
 
-// fwd_build packs the Replicate request of shard sh (payload: n floats
-// from src). mu held. FB_ENOMEM.
+// shard_crc returns the CRC-32 of sh's weights at its version, computed
+// once per version. mu held.
+static uint32_t
+shard_crc(struct srv_shard *sh)
+{
+	if (!sh->crc_ok || sh->crc_at != sh->version) {
+		sh->crc    = fb_crc32(0, sh->x, sh->len * 4);
+		sh->crc_at = sh->version;
+		sh->crc_ok = 1;
+	}
+	return sh->crc;
+}
+
+// fwd_payload writes the aggregate g0 (+ g1 element-wise when not NULL)
+// of n floats to payload bytes p, the sum computed as the optimizer does.
+static void
+fwd_payload(uint8_t *p, const float *g0, const float *g1, size_t n)
+{
+	if (g1 == NULL) {
+		memcpy(p, g0, n * 4);
+		return;
+	}
+	if (((uintptr_t) p & (_Alignof(float) - 1)) == 0) {
+		float *d = (float *) (void *) p;
+		for (size_t i = 0; i < n; i++) {
+			d[i] = g0[i] + g1[i];
+		}
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		float v = g0[i] + g1[i];
+		memcpy(p + i * 4, &v, 4);
+	}
+}
+
+// fwd_build packs the Replicate request of shard sh: the update making
+// `version` (payload: g0 + g1, n floats) applied to weights of CRC base.
+// mu held. FB_ENOMEM.
 static int
-fwd_build(struct ps_server *s, struct srv_shard *sh, const float *src,
-    uint64_t samples, int init, uint64_t rid, nng_msg **out)
+fwd_build(struct ps_server *s, struct srv_shard *sh, const float *g0,
+    const float *g1, uint64_t samples, int init, uint32_t base, uint64_t rid,
+    nng_msg **out)
 {
 	Pswire__Header           h = PSWIRE__HEADER__INIT;
 	Pswire__ReplicateRequest q = PSWIRE__REPLICATE_REQUEST__INIT;
 	uint8_t                 *payload;
 	size_t                   plen = sh->len * 4, hl;
 	q.shard                       = sh->id;
-	q.version                     = sh->version;
+	q.version                     = init ? sh->version : sh->version + 1;
 	q.samples                     = samples;
-	q.crc                         = fb_crc32(0, sh->x, plen);
+	q.crc                         = base;
 	q.init                        = init != 0;
 	h.request_id                  = rid;
 	h.epoch                       = s->pl->epoch;
 	h.body_case                   = PSWIRE__HEADER__BODY_REPLICATE_REQ;
 	h.replicate_req               = &q;
-	hl                            = pswire__header__get_packed_size(&h);
+	// Room rounded up to whole floats: the header is packed right in
+	// front of the payload, which then starts float-aligned (nng's
+	// message bodies are).
+	hl = (pswire__header__get_packed_size(&h) + 3) & ~(size_t) 3;
 	if (psw_msg_begin(out, hl, plen, &payload) != FB_OK) {
 		return FB_ENOMEM;
 	}
-	memcpy(payload, src, plen);
+	fwd_payload(payload, g0, g1, sh->len);
 	if (psw_msg_finish(*out, PSWIRE__METHOD__REPLICATE, 0, &h.base, hl,
 	        plen) != FB_OK) {
 		nng_msg_free(*out);
@@ -369,48 +477,85 @@ fwd_build(struct ps_server *s, struct srv_shard *sh, const float *src,
 	return FB_OK;
 }
 
-void
-ps__repl_forward(struct ps_server *s, struct srv_shard *sh, const float *src,
-    uint64_t samples, int init)
+// forward is ps__repl_forward with a two-push aggregate g0 + g1.
+static void
+forward(struct ps_server *s, struct srv_shard *sh, const float *g0,
+    const float *g1, uint64_t samples, int init)
 {
 	const uint32_t *b;
 	int             n = ps__shard_backups(s, sh->id, &b);
+	if (n == 0) {
+		return;
+	}
+	// The base: the weights the update applies to (with init, the
+	// weights themselves), its CRC known from the last update's apply.
+	uint32_t base = shard_crc(sh);
 	for (int k = 0; k < n; k++) {
 		struct ps_fwd *f   = fwd_get(s, sh->id, k, b[k]);
 		nng_msg       *m   = NULL;
 		uint64_t       rid = ++s->repl->rid;
-		if (f == NULL || f->stage != PS_FWD_IDLE ||
-		    fwd_build(s, sh, src, samples, init, rid, &m) != FB_OK) {
+		if (f != NULL && f->stage != PS_FWD_IDLE) {
+			// Still busy with the last version (a retry): it
+			// resyncs the backup when it ends.
+			f->stale = 1;
+			continue;
+		}
+		if (f == NULL ||
+		    fwd_build(s, sh, g0, g1, samples, init, base, rid, &m) !=
+		        FB_OK) {
 			// Cannot forward: the backup misses this version and
-			// will refuse the next (UNAVAILABLE) until a rebuild.
+			// refuses the next (UNAVAILABLE), which resyncs it.
 			FB_LOG(FB_LOG_ERR, "replica",
 			    "shard %u: cannot forward version %llu to server "
 			    "%u (%s)",
 			    sh->id, (unsigned long long) sh->version, b[k],
-			    f == NULL ? "no connection" : "busy or no memory");
+			    f == NULL ? "no connection" : "no memory");
 			continue;
 		}
-		f->req   = m;
-		f->rid   = rid;
-		f->stage = PS_FWD_SEND;
+		if (!nng_aio_begin(f->aio)) {
+			nng_msg_free(m); // stopped: the server is closing
+			continue;
+		}
+		f->req    = m;
+		f->rid    = rid;
+		f->method = PSWIRE__METHOD__REPLICATE;
+		f->stage  = PS_FWD_KICK;
+		f->stale  = 0;
 		sh->fwd_pending++;
-		nng_msg *d = NULL;
-		if (nng_msg_dup(&d, m) != 0) {
-			f->stage = PS_FWD_SLEEP;
-			nng_sleep_aio(PS_FWD_RETRY_MS, f->aio);
-			continue;
-		}
-		fwd_post(f, d);
+		// The send (a write of the whole aggregate on loopback) runs
+		// on an nng thread, in parallel with the primary's own apply.
+		nng_aio_finish(f->aio, 0);
 	}
 }
 
-// replicate_apply applies Replicate q (payload p, checked length) to
-// backup shard sh. Returns the status to answer (OK: applied or already
-// there) with a message in why. mu held.
-static int
-replicate_apply(struct ps_server *s, struct srv_shard *sh,
-    const Pswire__ReplicateRequest *q, const uint8_t *p, char *why, size_t n)
+void
+ps__repl_forward(struct ps_server *s, struct srv_shard *sh, const float *src,
+    uint64_t samples, int init)
 {
+	forward(s, sh, src, NULL, samples, init);
+}
+
+void
+ps__repl_apply(struct ps_server *s, struct srv_shard *sh, const float *g0,
+    const float *g1, uint64_t samples)
+{
+	forward(s, sh, g0, g1, samples, 0);
+	ps__shard_apply_agg(s, sh, g0, g1, samples);
+	(void) shard_crc(sh); // the next forward's base, off its path
+}
+
+// replicate_check checks Replicate q (payload p, checked length) against
+// backup shard sh and stages what it applies: with init it installs the
+// version-0 weights; an update's aggregate is copied into s->sum for
+// replicate_on to apply after the acknowledgement (*apply set). Returns the
+// status to answer (OK: applied, to apply, or already there) with a
+// message in why. mu held.
+static int
+replicate_check(struct ps_server *s, struct srv_shard *sh,
+    const Pswire__ReplicateRequest *q, const uint8_t *p, int *apply, char *why,
+    size_t n)
+{
+	*apply = 0;
 	if (q->init) {
 		if (!sh->init) {
 			if (!ps__copy_finite(sh->x, p, sh->len)) {
@@ -418,6 +563,15 @@ replicate_apply(struct ps_server *s, struct srv_shard *sh,
 				snprintf(why, n,
 				    "initial weights hold NaN or Inf");
 				return PSWIRE__STATUS__INVALID_ARGUMENT;
+			}
+			sh->crc_ok = 0;
+			if (shard_crc(sh) != q->crc) {
+				memset(sh->x, 0, sh->len * 4);
+				sh->crc_ok = 0;
+				snprintf(why, n,
+				    "initial weights' crc %08x, primary %08x",
+				    sh->crc, q->crc);
+				return PSWIRE__STATUS__DATA_LOSS;
 			}
 			sh->init = 1;
 			ps__ref_publish(s, sh);
@@ -438,22 +592,22 @@ replicate_apply(struct ps_server *s, struct srv_shard *sh,
 		    (unsigned long long) q->samples);
 		return PSWIRE__STATUS__INVALID_ARGUMENT;
 	}
-	if (!ps__copy_finite(s->sum, p, sh->len)) {
-		snprintf(why, n, "aggregate holds NaN or Inf");
-		return PSWIRE__STATUS__INVALID_ARGUMENT;
-	}
-	ps__shard_apply_agg(s, sh, s->sum, q->samples);
-	uint32_t crc = fb_crc32(0, sh->x, sh->len * 4);
+	uint32_t crc = shard_crc(sh);
 	if (crc != q->crc) {
 		FB_LOG(FB_LOG_ERR, "replica",
 		    "shard %u diverged from its primary at version %llu "
-		    "(crc %08x, primary %08x)",
+		    "(crc %08x, primary %08x); awaiting a resync",
 		    sh->id, (unsigned long long) sh->version, crc, q->crc);
-		sh->init = 0; // refuse later updates until rebuilt
+		sh->init = 0; // refuse later updates until resynced
 		snprintf(why, n, "backup's weights differ (crc %08x vs %08x)",
 		    crc, q->crc);
 		return PSWIRE__STATUS__DATA_LOSS;
 	}
+	if (!ps__copy_finite(s->sum, p, sh->len)) {
+		snprintf(why, n, "aggregate holds NaN or Inf");
+		return PSWIRE__STATUS__INVALID_ARGUMENT;
+	}
+	*apply = 1;
 	return PSWIRE__STATUS__OK;
 }
 
@@ -502,14 +656,44 @@ ps__on_replicate(struct ps_server *s, struct ps_call *c)
 		    (unsigned long long) sh->len * 4);
 		goto out;
 	}
-	why[0] = '\0';
-	st     = replicate_apply(s, sh, q, c->frame.payload, why, sizeof(why));
+	why[0]           = '\0';
+	int      apply   = 0;
+	uint64_t samples = q->samples;
+	st = replicate_check(s, sh, q, c->frame.payload, &apply, why,
+	    sizeof(why));
 	if (st != PSWIRE__STATUS__OK) {
 		ps__server_reply_err(s, c, st, "shard %u: %s", q->shard, why);
 		goto out;
 	}
 	h.request_id = c->hdr->request_id;
-	ps__call_reply(c, &h);
+	ps__call_reply(c, &h); // releases c (q with it)
+	if (apply) {
+		// Acknowledged first: the aggregate is held here (s->sum,
+		// under mu) and applied before anything else sees the shard,
+		// so the primary's wait ends one apply sooner.
+		ps__shard_apply_agg(s, sh, s->sum, NULL, samples);
+		(void) shard_crc(sh); // the next update's base, off its path
+	}
 out:
 	pthread_mutex_unlock(&s->mu);
+}
+
+int
+ps_server_test_corrupt_backups(struct ps_server *s)
+{
+	int n = 0;
+	pthread_mutex_lock(&s->mu);
+	for (size_t i = 0; s->pl != NULL && i < s->n_global; i++) {
+		struct srv_shard *sh = &s->shards[i];
+		if (s->local[i] >= 0 && sh->backup && sh->init) {
+			uint32_t bits;
+			memcpy(&bits, &sh->x[0], 4);
+			bits ^= 1u;
+			memcpy(&sh->x[0], &bits, 4);
+			sh->crc_ok = 0;
+			n++;
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+	return n;
 }

@@ -204,6 +204,20 @@ ps__sched_job_check(const Pswire__JobConfig *j,
 		snprintf(why, n, "unknown mode %d", j->mode);
 		return FB_EINVAL;
 	}
+	int applies_async = j->mode == PSWIRE__MODE__MODE_ASYNC ||
+	    (j->mode == PSWIRE__MODE__MODE_SSP && j->staleness > 0);
+	if (o->replicas > 1 && o->servers > 1 && applies_async) {
+		// Backups apply a primary's sync rounds (replicate.c); an
+		// async push is not forwarded, so a promoted backup would
+		// hold stale weights: refused rather than unprotected.
+		snprintf(why, n,
+		    "the scheduler keeps --replicas %u copies, which covers "
+		    "sync jobs only; this job declares %s mode (use sync "
+		    "mode, or --replicas 1)",
+		    o->replicas,
+		    j->mode == PSWIRE__MODE__MODE_ASYNC ? "async" : "ssp");
+		return FB_EINVAL;
+	}
 	if (j->sync_quorum != 0 && j->mode != PSWIRE__MODE__MODE_SYNC) {
 		snprintf(why, n, "sync quorum %u needs sync mode",
 		    j->sync_quorum);

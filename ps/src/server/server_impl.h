@@ -137,6 +137,14 @@ struct srv_shard {
 	// (pulls of the shard park until it is 0).
 	int       backup;
 	uint32_t  fwd_pending;
+	// The CRC-32 of x at version crc_at, when crc_ok (replicate.c): a
+	// Replicate names the CRC of the weights it applies to, so that a
+	// backup checks it has the same base before it applies the update.
+	// Computed after each replicated update (off the forward's critical
+	// path); ps__shard_load_state clears crc_ok.
+	uint32_t  crc;
+	int       crc_ok;
+	uint64_t  crc_at;
 };
 
 struct ps_server {
@@ -280,18 +288,19 @@ void ps__shard_apply_sync(struct ps_server *s, struct srv_shard *sh);
 // ps__shard_apply_sum applies the rank-order sum of the pushes staged in
 // sh (the ranks in PS_SLOT_PUSHED) over sh->samples through the job's
 // optimizer (ps__optim_apply), advances the version and publishes the
-// pull reference; a shard with backups also forwards the aggregate to them
-// (ps__repl_forward). mu held.
+// pull reference; a shard with backups forwards the aggregate to them and
+// applies it through ps__repl_apply. mu held.
 void ps__shard_apply_sum(struct ps_server *s, struct srv_shard *sh);
 
-// ps__shard_apply_agg applies one sync update from aggregate g (the
-// round's pushes summed in rank order, `samples` samples) through the
-// job's optimizer, then advances the version and publishes the pull
-// reference. A primary with backups and each backup run exactly this, so
-// their weights, optimizer state and references stay bit-identical. mu
-// held.
+// ps__shard_apply_agg applies one sync update from aggregate g0 (the
+// round's pushes summed in rank order, `samples` samples; + g1
+// element-wise when g1 is not NULL: a two-push round, the same floats as
+// their sum) through the job's optimizer, then advances the version and
+// publishes the pull reference. A primary with backups and each backup
+// run exactly this, so their weights, optimizer state and references stay
+// bit-identical. mu held.
 void ps__shard_apply_agg(struct ps_server *s, struct srv_shard *sh,
-    const float *g, uint64_t samples);
+    const float *g0, const float *g1, uint64_t samples);
 
 // ps__map_check validates a placement map from the scheduler:
 // FB_OK or FB_EPROTO. No lock needed.
@@ -453,17 +462,27 @@ void ps__repl_close(struct ps_server *s);
 int ps__shard_backups(const struct ps_server *s, uint32_t id,
     const uint32_t **list);
 
-// ps__repl_forward sends shard sh's new version to each of its backups:
-// the aggregate src (sh->len floats, summed from `samples` samples), or
-// with init the version-0 weights. Each forward raises sh->fwd_pending
-// until its backup answers (or the map drops it); pulls of sh park
-// meanwhile. No blocking. mu held.
+// ps__repl_forward sends shard sh's version to each of its backups. With
+// init: the version-0 weights src (sh->len floats). Otherwise src is the
+// aggregate (`samples` samples) of the update that makes version
+// sh->version + 1, sent BEFORE the primary applies it (ps__repl_apply
+// forwards sync rounds). Each forward raises sh->fwd_pending until its
+// backup answers (or the map drops it); pulls of sh park meanwhile. No
+// blocking: the message is handed to an nng thread. mu held.
 void ps__repl_forward(struct ps_server *s, struct srv_shard *sh,
     const float *src, uint64_t samples, int init);
 
-// ps__on_replicate serves Replicate on a backup: applies the update with
-// ps__shard_apply_agg and checks the weights' CRC. Called on an nng callback
-// thread; takes mu.
+// ps__repl_apply applies one sync update to a shard that has backups:
+// forwards aggregate g0 (+ g1, as ps__shard_apply_agg; `samples` samples)
+// to them first, then applies it with ps__shard_apply_agg while the
+// forwards travel, and records the CRC of the new weights for the next
+// forward. mu held.
+void ps__repl_apply(struct ps_server *s, struct srv_shard *sh, const float *g0,
+    const float *g1, uint64_t samples);
+
+// ps__on_replicate serves Replicate on a backup: checks that its weights
+// are the update's base (CRC), acknowledges, then applies the update with
+// ps__shard_apply_agg. Called on an nng callback thread; takes mu.
 void ps__on_replicate(struct ps_server *s, struct ps_call *c);
 
 // ---- snapshot.c, snapshot_load.c ----------------------------------------

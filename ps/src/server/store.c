@@ -178,18 +178,10 @@ ps__shard_apply_sum(struct ps_server *s, struct srv_shard *sh)
 	}
 	const uint32_t *backups;
 	if (ps__shard_backups(s, sh->id, &backups) > 0) {
-		// Replicas: the aggregate is materialised, applied and
-		// forwarded, so that the backups apply the same floats.
-		const float *agg = s->sum;
-		if (k == 1) {
-			agg = g[0];
-		} else if (k == 2) {
-			for (size_t i = 0; i < n; i++) {
-				s->sum[i] = g[0][i] + g[1][i];
-			}
-		}
-		ps__shard_apply_agg(s, sh, agg, sh->samples);
-		ps__repl_forward(s, sh, agg, sh->samples, 0);
+		// Replicas: the backups get the aggregate as one array and
+		// apply it; g0 + g1 here are the same floats.
+		ps__repl_apply(s, sh, k > 2 ? s->sum : g[0],
+		    k == 2 ? g[1] : NULL, sh->samples);
 		return;
 	}
 	if (k > 2) {
@@ -221,10 +213,10 @@ ps__shard_apply_sync(struct ps_server *s, struct srv_shard *sh)
 }
 
 void
-ps__shard_apply_agg(struct ps_server *s, struct srv_shard *sh, const float *g,
-    uint64_t samples)
+ps__shard_apply_agg(struct ps_server *s, struct srv_shard *sh, const float *g0,
+    const float *g1, uint64_t samples)
 {
-	ps__optim_apply(s, sh, g, NULL, samples);
+	ps__optim_apply(s, sh, g0, g1, samples);
 	sh->version++;
 	ps__ref_publish(s, sh);
 }

@@ -99,6 +99,7 @@ ps__shard_load_state(struct ps_server *s, struct srv_shard *sh,
 {
 	memcpy(sh->x, p, sh->len * 4);
 	p += sh->len * 4;
+	sh->crc_ok = 0; // the weights changed under the same version
 	if (s->optim_bufs > 0) {
 		memcpy(sh->opt, p, (size_t) s->optim_bufs * sh->len * 4);
 		p += (size_t) s->optim_bufs * sh->len * 4;
@@ -372,6 +373,21 @@ ps__on_transfer(struct ps_server *s, struct ps_call *c)
 	}
 	if (!from_owner(s, c, t->shard)) {
 		goto out;
+	}
+	if (t->backup && s->local[t->shard] >= 0 &&
+	    s->shards[t->shard].backup) {
+		// A primary's resync of the backup held here (replicate.c),
+		// or a rebuild copy that a resync overtook: a copy older
+		// than ours changes nothing, any other replaces ours.
+		struct srv_shard *sh = &s->shards[t->shard];
+		if (sh->init && t->version < sh->version) {
+			h.request_id = c->hdr->request_id;
+			ps__call_reply(c, &h);
+			goto out;
+		}
+		ps__shard_release(sh);
+		s->local[t->shard] = PS_SHARD_ARRIVING;
+		s->n_backup_shards--;
 	}
 	// Accepted when this server's map expects it (ARRIVING), or when the
 	// sender's map is later than ours (it names us as the owner there;
