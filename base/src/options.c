@@ -407,4 +407,11 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	    .doc  = "clip each trainer's gradient, before it is encoded and "
 	            "pushed, to this global L2 norm over all tensors, per "
 	            "sample (docs/algorithms.md §5.3; 0: off)" },
+	[FB_OPT_TR_OVERLAP]   = { "overlap", TR, INT(0, 1), .def = "0",
+	      .help = "1: compute the next gradient while the push-pull runs "
+	                "(one step stale)",
+	      .doc  = "1: compute step t+1's gradient on version t's weights "
+	                "while step t's push-pull runs, on a communication thread "
+	                "(one-step delayed weights, docs/algorithms.md §6.3; host "
+	                "path only); 0: every gradient on the newest version" },
 };

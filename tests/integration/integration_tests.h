@@ -6,6 +6,12 @@
 Suite *suite_train(void);
 Suite *suite_http(void);
 Suite *suite_faults(void);
+Suite *suite_overlap(void);
+
+// summary_value returns the number after "key": in the trainer's JSON
+// summary line in the file at path (test_train.c); fails the test when
+// there is none.
+double summary_value(const char *path, const char *key);
 
 // it_data_dir is the Fashion-MNIST directory the tests and their trainers
 // read: $FERRY_DATA_DIR when set and not empty, else FASHION_DIR.

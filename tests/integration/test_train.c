@@ -156,7 +156,7 @@ START_TEST(test_train_sync_equals_single_process)
 END_TEST
 
 // summary_value finds "key": <number> in rank 0's summary line.
-static double
+double
 summary_value(const char *path, const char *key)
 {
 	char  line[4096], pat[64];

@@ -49,6 +49,7 @@
 
 #include "metrics.h"
 #include "ondevice.h"
+#include "overlap.h"
 #include "report.h"
 #include "tr_impl.h"
 
@@ -258,7 +259,8 @@ join_job(struct run *r)
 
 // open_device_pull sets the backend's pull sink when it has one for the
 // job's pull codec; before version 0, so that every pull, warm-up and
-// resyncs included, lands in the backend's device weights.
+// resyncs included, lands in the backend's device weights. Not with
+// --overlap, whose next pull must not overwrite the weights in use.
 static int
 open_device_pull(struct run *r)
 {
@@ -268,7 +270,7 @@ open_device_pull(struct run *r)
 	uint32_t                  cid, bucket, pid, pbucket;
 	int                       rv, fe;
 
-	if (r->dev == NULL ||
+	if (r->dev == NULL || r->cfg->overlap ||
 	    ferry_client_pull_codec(r->fc, &pid, &pbucket) != FERRY_OK ||
 	    !r->dev->pull_supported(pid) ||
 	    ferry_client_shards(r->fc, &sh, &ns, &cid, &bucket) != FERRY_OK) {
@@ -367,8 +369,9 @@ open_device_push(struct run *r)
 	int                       rv;
 
 	// --clip-norm scales the gradient before it is encoded, which
-	// libferry does on the host path only.
-	if (r->dev == NULL || r->cfg->clip_norm > 0 ||
+	// libferry does on the host path only; --overlap double-buffers the
+	// host weights and gradients.
+	if (r->dev == NULL || r->cfg->clip_norm > 0 || r->cfg->overlap ||
 	    ferry_client_shards(r->fc, &sh, &ns, &cid, &bucket) != FERRY_OK ||
 	    !r->dev->push_supported(cid)) {
 		return FB_OK; // the host path
@@ -512,6 +515,133 @@ on_stop_signal(int sig)
 	stop_requested = 1;
 }
 
+// overlap_done finishes the overlapped step s (minibatch of epoch e, loss,
+// gradient from ts, push-pull from tx) whose push-pull returned fe into
+// *nxt: takes those weights (after a pull when the job moved on without
+// this trainer), then reports as step() and train() do.
+static int
+overlap_done(struct run *r, int fe, struct tr_params **cur,
+    struct tr_params **nxt, long e, double loss, uint64_t ts, uint64_t tx)
+{
+	struct tr_params *t;
+	int               rv;
+
+	tr__report_step_time(&r->rep, ts, tx);
+	if (fe == FERRY_EBEHIND) {
+		r->rep.dropped++;
+		FB_LOG(FB_LOG_NOTICE, MOD, "behind the job: %s; pulling",
+		    ferry_client_last_error(r->fc));
+		fe = ferry_client_pull(r->fc, (*nxt)->t);
+	}
+	if (fe != FERRY_OK) {
+		return libferry_failed(r, "push_pull", fe);
+	}
+	t    = *cur; // the backend now reads the new version
+	*cur = *nxt;
+	*nxt = t;
+	if ((rv = tr_backend_set_weights(r->be, tr_params_cptrs(*cur))) !=
+	    FB_OK) {
+		return rv;
+	}
+	tr__report_step(&r->rep, next_step(r), r->cfg->batch, loss,
+	    fb_clock_ns() - ts);
+	tr__metrics_step(&r->met, r->fc, r->cfg->batch, tx - ts,
+	    fb_clock_ns() - tx, r->rep.dropped);
+	int due = r->cfg->log_interval > 0 &&
+	    r->rep.step % (uint64_t) r->cfg->log_interval == 0;
+	if ((due || r->rep.step / r->steps_per_epoch > (uint64_t) e) &&
+	    r->rep.last_report != r->rep.step) {
+		return evaluate_and_report(r);
+	}
+	return FB_OK;
+}
+
+// train_overlapped is train()'s loop for --overlap 1 (docs/algorithms.md
+// §6.3): while step s's push-pull runs on the communication thread into
+// the spare weight buffer, this thread computes step s+1's gradient, into
+// the spare gradient buffer, on the weights the backend holds: version s.
+// The client is touched here only between two push-pulls. Positions come
+// from the version held, as in step(): when a push-pull lands anywhere
+// but s+1 (a rejoin, a dropped push), the gradient computed meanwhile
+// was for the wrong minibatch and is dropped, and the pipeline restarts
+// from the job's step. Ends, done or signalled, with nothing in flight.
+static int
+train_overlapped(struct run *r)
+{
+	const struct tr_config *cfg     = r->cfg;
+	struct tr_params        spare_w = { 0 }, spare_g = { 0 };
+	struct tr_params       *cur = &r->w, *nxt = &spare_w;
+	struct tr_params       *gb[2] = { &r->g, &spare_g };
+	struct tr__comm         comm;
+	struct tr_position      pos, fl = { 0 }; // fl: the step in flight
+	double                  loss = 0, fl_loss = 0;
+	uint64_t                ts = 0, fl_ts = 0, fl_tx = 0, s = 0;
+	const uint32_t         *idx;
+	int                     busy = 0, gi = 0, rv, fe;
+
+	memset(&comm, 0, sizeof(comm));
+	if ((rv = tr_params_init(&spare_w, &cfg->arch)) != FB_OK ||
+	    (rv = tr_params_init(&spare_g, &cfg->arch)) != FB_OK ||
+	    (rv = tr__comm_open(&comm, r->fc)) != FB_OK) {
+		FB_LOG(FB_LOG_ERR, MOD, "--overlap: %s", fb_strerror(rv));
+		goto out;
+	}
+	for (;;) {
+		uint64_t want = busy ? s + 1 : r->rep.step;
+		int      have = !stop_requested &&
+		    tr_job_position(want, r->steps_per_epoch, r->total,
+		        &pos) == FB_OK;
+		if (have) {
+			ts = fb_clock_ns();
+			if ((rv = tr_partition_batch(&r->part, pos.epoch,
+			         pos.k, cfg->batch, &idx)) != FB_OK ||
+			    (rv = tr_backend_grad(r->be, &r->train, idx,
+			         cfg->batch, gb[gi]->t, &loss)) != FB_OK) {
+				rv = step_failed(r, rv);
+				break;
+			}
+			straggle(cfg);
+		}
+		if (busy) {
+			busy = 0;
+			fe   = tr__comm_wait(&comm, NULL);
+			if ((rv = overlap_done(r, fe, &cur, &nxt, fl.epoch,
+			         fl_loss, fl_ts, fl_tx)) != FB_OK) {
+				break;
+			}
+			if (r->rep.step != s + 1) {
+				continue; // the job moved: recompute there
+			}
+		}
+		if (!have) {
+			rv = FB_OK;
+			break;
+		}
+		s       = want;
+		fl      = pos;
+		fl_loss = loss;
+		fl_ts   = ts;
+		fl_tx   = fb_clock_ns();
+		tr__comm_push_pull(&comm, tr_params_cptrs(gb[gi]),
+		    (uint32_t) cfg->batch, nxt->t);
+		busy = 1;
+		gi ^= 1;
+	}
+	if (busy) {
+		(void) tr__comm_wait(&comm, NULL); // after a failed gradient
+	}
+out:
+	tr__comm_close(&comm);
+	if (cur != &r->w) {
+		// finish() writes r->w (--weights-out): the newest version.
+		memcpy(r->w.data, cur->data, r->w.total * sizeof(float));
+		(void) tr_backend_set_weights(r->be, tr_params_cptrs(&r->w));
+	}
+	tr_params_fini(&spare_w);
+	tr_params_fini(&spare_g);
+	return rv;
+}
+
 // train runs job steps from r->start, reporting every --log-interval
 // steps and at the end of each epoch, until the job's last step
 // (--epochs, --max-steps) or a signal.
@@ -526,6 +656,11 @@ train(struct run *r)
 	signal(SIGINT, on_stop_signal);
 	signal(SIGTERM, on_stop_signal);
 	tr__report_start(&r->rep, r->start);
+	// The overlapped loop runs to the job's end or a signal, so the
+	// loop below then has nothing left to do.
+	if (cfg->overlap && (rv = train_overlapped(r)) != FB_OK) {
+		return rv;
+	}
 	while (!stop_requested &&
 	    tr_job_position(r->rep.step, r->steps_per_epoch, r->total, &pos) ==
 	        FB_OK) {
