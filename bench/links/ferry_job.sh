@@ -6,7 +6,16 @@
 # Prints rank 0's output (progress lines and the summary JSON) on stdout.
 #
 #   ferry_job.sh [--rate 100mbit|none] [--delay-ms D] [--trainers T]
+#                [--trainer-rates R0,R1,...] [--time-cap S] [--run-dir D]
 #                [--build DIR] [--name NET] -- [trainer flags...]
+#
+# --trainer-rates gives trainer r's link its own rate (mixed links; the
+# server's link keeps --rate). --time-cap S sends the trainers SIGTERM
+# after S seconds: they stop between steps, print their summary and
+# leave the job (exit 0), so a capped run still reports. "%r" in a
+# trainer flag becomes the trainer's rank (e.g. --curve=DIR/curve-%r.csv).
+# --run-dir D keeps every process's log (and trainer r > 0's output,
+# trainer-r.out) in D instead of a temporary directory.
 #
 # Builds DIR (default build/) with scripts/setup.sh when its binaries are
 # missing. Exit 77 (skip) when network namespaces are not available (not
@@ -15,7 +24,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 NETSIM="$HERE/netsim.sh"
-rate=none delay=0 trainers=2 build="$ROOT/build" name="fj$$"
+rate=none delay=0 trainers=2 build="$ROOT/build" name="fj$$" trates="" cap=0 run=""
 while (($#)); do
 	case "$1" in
 	--rate) rate=$2; shift 2 ;;
@@ -23,6 +32,9 @@ while (($#)); do
 	--trainers) trainers=$2; shift 2 ;;
 	--build) build=$2; shift 2 ;;
 	--name) name=$2; shift 2 ;;
+	--trainer-rates) trates=$2; shift 2 ;;
+	--time-cap) cap=$2; shift 2 ;;
+	--run-dir) run=$2; shift 2 ;;
 	--) shift; break ;;
 	*) echo "ferry_job: unknown flag $1" >&2; exit 2 ;;
 	esac
@@ -33,12 +45,15 @@ PS="$build/ps/ps-server" TR="$build/trainer/trainer"
 if [ ! -x "$PS" ] || [ ! -x "$TR" ]; then
 	FERRY_BUILD_DIR="$build" "$ROOT/scripts/setup.sh" >&2
 fi
-RUN=$(mktemp -d /tmp/ferry-links.XXXXXX)
+RUN=${run:-$(mktemp -d /tmp/ferry-links.XXXXXX)}
+mkdir -p "$RUN"
 hosts=("srv:$rate")
-for ((r = 0; r < trainers; r++)); do hosts+=("t$r:$rate"); done
-relay_pid=""
+IFS=, read -r -a trate <<<"$trates"
+for ((r = 0; r < trainers; r++)); do hosts+=("t$r:${trate[r]:-$rate}"); done
+relay_pid="" cap_pid=""
 cleanup() {
 	[ -n "$relay_pid" ] && kill "$relay_pid" 2>/dev/null || true
+	[ -n "$cap_pid" ] && kill "$cap_pid" 2>/dev/null || true
 	"$NETSIM" down "$name" || true
 }
 trap cleanup EXIT
@@ -60,15 +75,20 @@ sleep 0.2
 "$NETSIM" exec "$name" srv "$PS" "${srv_args[@]}" 2>"$RUN/server.log" &
 tp=()
 for ((r = 0; r < trainers; r++)); do
+	targs=("${@//%r/$r}")
 	if ((r == 0)); then
 		"$NETSIM" exec "$name" "t$r" "$TR" --scheduler="tcp://$SIP:7000" \
-			--rank=$r "$@" 2>"$RUN/trainer-$r.log" &
+			--rank=$r "${targs[@]}" 2>"$RUN/trainer-$r.log" &
 	else
 		"$NETSIM" exec "$name" "t$r" "$TR" --scheduler="tcp://$SIP:7000" \
-			--rank=$r "$@" >"$RUN/trainer-$r.out" 2>"$RUN/trainer-$r.log" &
+			--rank=$r "${targs[@]}" >"$RUN/trainer-$r.out" 2>"$RUN/trainer-$r.log" &
 	fi
 	tp+=($!)
 done
+if ((cap > 0)); then
+	(sleep "$cap" && kill -TERM "${tp[@]}" 2>/dev/null) &
+	cap_pid=$!
+fi
 rc=0
 for p in "${tp[@]}"; do wait "$p" || rc=$?; done
 if ((rc != 0)); then

@@ -339,8 +339,14 @@ plot '{dat}' index 0 using 1:2 w lp lc 1 t 'tcp 1->1 push-pull', '' index 0 usin
 
 # ---- latest.json ----------------------------------------------------------
 codec = load_json("codec.json", None)
+# Time to 84%: bench/links/time_to_acc.sh (run.sh step 4b, or its own run)
+# writes bench/results/time_to_acc.json; its rows go to latest.json.
+tta_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "time_to_acc.json")
+tta = json.load(open(tta_path)) if os.path.exists(tta_path) else {}
 latest = {"machine": machine, "transport": transport, "e2e": e2e, "head_to_head": h2h,
           "slow_links": links,
+          "time_to_acc": tta.get("time_to_acc", []),
+          "time_to_acc_notes": tta.get("notes", []),
           "scale": scale, "targets": targets,
           "codec": codec.get("throughput") if isinstance(codec, dict) else None,
           "profile_top": read_text("perf-top.txt").splitlines()}
@@ -489,6 +495,27 @@ for r in links:
       f"{fmt(r.get('link_bound_step_ms'), 1) if r.get('link_bound_step_ms') else '-'} | {fmt(r['epoch_s'], 1)} | "
       f"{fmt(r['test_acc'], 4)} | {r['bytes_pushed_per_step'] / 1e3:.0f} | {r['bytes_pulled_per_step'] / 1e3:.0f} |")
 w("")
+if tta.get("time_to_acc"):
+    w("## Time to 84% test accuracy (bench/links/time_to_acc.sh)")
+    w("")
+    w(f"Command: `{tta.get('command', 'bench/links/time_to_acc.sh')}`. Fashion-MNIST, "
+      "the default MLP, 2 trainers, sync, 1 server, seed 1, up to 3 epochs or the "
+      "run's time cap; `mixed` = trainer 0 at 1 Gbit/s, trainer 1 at 20 Mbit/s. "
+      "Times leave rank 0's evaluations out. `-`: never reached 84% (or not run). "
+      "Curves: bench/results/time_to_acc/<link>/*.csv.")
+    w("")
+    w("| link | system | codec (push/pull) | overlap | time to 84% s | step ms | "
+      "link bound ms | test acc |")
+    w("|---|---|---|---|---|---|---|---|")
+    for r in tta["time_to_acc"]:
+        w(f"| {r['link']} | {r['system']} | {r['codec']} | {r['overlap']} | "
+          f"{fmt(r['time_to_84_s'], 1) if r['time_to_84_s'] is not None else '-'} | "
+          f"{fmt(r['step_ms'], 2) if r['step_ms'] is not None else '-'} | "
+          f"{fmt(r['link_bound_ms'], 2) if r['link_bound_ms'] is not None else '-'} | "
+          f"{fmt(r['test_acc'], 4) if r['test_acc'] is not None else '-'} |")
+    for n in tta.get("notes", []):
+        w(f"- {n}")
+    w("")
 w("## Scale: one server, many light clients")
 w("")
 w("`transport_bench --scale 1,4,16,64`: one ps-server, N client threads (N ranks of one async "
