@@ -62,15 +62,15 @@ l2_diff(const float *a, const float *b, size_t n)
 // minibatch 1's gradient at w1 instead, and land measurably elsewhere.
 START_TEST(test_overlap_gradient_on_previous_version)
 {
-	const char *delayed[] = { "--overlap=1", "--max-steps=2",
-		"--batch=32", "--lr=0.1", NULL };
-	const char *one_big[] = { "--overlap=0", "--max-steps=1",
-		"--batch=64", "--lr=0.2", NULL };
-	const char *plain[]   = { "--overlap=0", "--max-steps=2",
-		"--batch=32", "--lr=0.1", NULL };
-	float      *a = malloc(OV_MAX_FLOATS * sizeof(float));
-	float      *b = malloc(OV_MAX_FLOATS * sizeof(float));
-	float      *p = malloc(OV_MAX_FLOATS * sizeof(float));
+	const char *delayed[] = { "--overlap=1", "--max-steps=2", "--batch=32",
+		"--lr=0.1", NULL };
+	const char *one_big[] = { "--overlap=0", "--max-steps=1", "--batch=64",
+		"--lr=0.2", NULL };
+	const char *plain[]   = { "--overlap=0", "--max-steps=2", "--batch=32",
+		  "--lr=0.1", NULL };
+	float      *a         = malloc(OV_MAX_FLOATS * sizeof(float));
+	float      *b         = malloc(OV_MAX_FLOATS * sizeof(float));
+	float      *p         = malloc(OV_MAX_FLOATS * sizeof(float));
 	ck_assert(a != NULL && b != NULL && p != NULL);
 
 	size_t na = run_weights1(delayed, a);

@@ -22,9 +22,9 @@ struct tr__comm {
 	const float *const *g; // the queued push-pull's arguments
 	uint32_t            n;
 	float *const       *w;
-	int                 state;  // enum in overlap.c
-	int                 fe;     // the finished push-pull's ferry_err
-	uint64_t            end_ns; // when it finished (fb_clock_ns)
+	int                 state;   // enum in overlap.c
+	int                 fe;      // the finished push-pull's ferry_err
+	uint64_t            end_ns;  // when it finished (fb_clock_ns)
 	int                 running; // th was started
 };
 
@@ -36,8 +36,8 @@ int tr__comm_open(struct tr__comm *c, ferry_client *fc);
 // tr__comm_push_pull hands ferry_client_push_pull(fc, g, n, w) to the
 // communication thread and returns at once. g and w must stay untouched
 // by the caller until tr__comm_wait returns; at most one call in flight.
-void tr__comm_push_pull(struct tr__comm *c, const float *const *g,
-    uint32_t n, float *const *w);
+void tr__comm_push_pull(struct tr__comm *c, const float *const *g, uint32_t n,
+    float *const *w);
 
 // tr__comm_wait blocks until the push-pull in flight is done, gives the
 // client back to the caller and returns its ferry_err; *end_ns (may be

@@ -515,18 +515,29 @@ on_stop_signal(int sig)
 	stop_requested = 1;
 }
 
-// overlap_done finishes the overlapped step s (minibatch of epoch e, loss,
-// gradient from ts, push-pull from tx) whose push-pull returned fe into
-// *nxt: takes those weights (after a pull when the job moved on without
-// this trainer), then reports as step() and train() do.
+// struct ov_times is how an overlapped step spent its time: the gradient
+// computed while its push-pull ran (the next step's), the part of the
+// push-pull that gradient did not hide, and the time since the step
+// before it finished.
+struct ov_times {
+	uint64_t compute_ns, wait_ns, period_ns;
+};
+
+// overlap_done finishes an overlapped step of epoch e (loss, times t)
+// whose push-pull returned fe into *nxt: takes those weights (after a
+// pull when the job moved on without this trainer), then reports as
+// step() and train() do. --step-times and the metrics get the overlapped
+// compute and the exposed wait, which add up to the step's period.
 static int
 overlap_done(struct run *r, int fe, struct tr_params **cur,
-    struct tr_params **nxt, long e, double loss, uint64_t ts, uint64_t tx)
+    struct tr_params **nxt, long e, double loss, const struct ov_times *t)
 {
-	struct tr_params *t;
+	struct tr_params *sw;
+	uint64_t          now = fb_clock_ns();
 	int               rv;
 
-	tr__report_step_time(&r->rep, ts, tx);
+	tr__report_step_time(&r->rep, now - t->wait_ns - t->compute_ns,
+	    now - t->wait_ns);
 	if (fe == FERRY_EBEHIND) {
 		r->rep.dropped++;
 		FB_LOG(FB_LOG_NOTICE, MOD, "behind the job: %s; pulling",
@@ -536,17 +547,17 @@ overlap_done(struct run *r, int fe, struct tr_params **cur,
 	if (fe != FERRY_OK) {
 		return libferry_failed(r, "push_pull", fe);
 	}
-	t    = *cur; // the backend now reads the new version
+	sw   = *cur; // the backend now reads the new version
 	*cur = *nxt;
-	*nxt = t;
+	*nxt = sw;
 	if ((rv = tr_backend_set_weights(r->be, tr_params_cptrs(*cur))) !=
 	    FB_OK) {
 		return rv;
 	}
 	tr__report_step(&r->rep, next_step(r), r->cfg->batch, loss,
-	    fb_clock_ns() - ts);
-	tr__metrics_step(&r->met, r->fc, r->cfg->batch, tx - ts,
-	    fb_clock_ns() - tx, r->rep.dropped);
+	    t->period_ns);
+	tr__metrics_step(&r->met, r->fc, r->cfg->batch, t->compute_ns,
+	    t->wait_ns, r->rep.dropped);
 	int due = r->cfg->log_interval > 0 &&
 	    r->rep.step % (uint64_t) r->cfg->log_interval == 0;
 	if ((due || r->rep.step / r->steps_per_epoch > (uint64_t) e) &&
@@ -574,8 +585,9 @@ train_overlapped(struct run *r)
 	struct tr_params       *gb[2] = { &r->g, &spare_g };
 	struct tr__comm         comm;
 	struct tr_position      pos, fl = { 0 }; // fl: the step in flight
+	struct ov_times         tm;
 	double                  loss = 0, fl_loss = 0;
-	uint64_t                ts = 0, fl_ts = 0, fl_tx = 0, s = 0;
+	uint64_t                ts, t_grad = 0, last = fb_clock_ns(), s = 0;
 	const uint32_t         *idx;
 	int                     busy = 0, gi = 0, rv, fe;
 
@@ -591,6 +603,7 @@ train_overlapped(struct run *r)
 		int      have = !stop_requested &&
 		    tr_job_position(want, r->steps_per_epoch, r->total,
 		        &pos) == FB_OK;
+		t_grad = 0;
 		if (have) {
 			ts = fb_clock_ns();
 			if ((rv = tr_partition_batch(&r->part, pos.epoch,
@@ -601,12 +614,18 @@ train_overlapped(struct run *r)
 				break;
 			}
 			straggle(cfg);
+			t_grad = fb_clock_ns() - ts;
 		}
 		if (busy) {
-			busy = 0;
-			fe   = tr__comm_wait(&comm, NULL);
+			uint64_t tw   = fb_clock_ns();
+			busy          = 0;
+			fe            = tr__comm_wait(&comm, NULL);
+			tm.wait_ns    = fb_clock_ns() - tw;
+			tm.compute_ns = t_grad;
+			tm.period_ns  = fb_clock_ns() - last;
+			last          = fb_clock_ns();
 			if ((rv = overlap_done(r, fe, &cur, &nxt, fl.epoch,
-			         fl_loss, fl_ts, fl_tx)) != FB_OK) {
+			         fl_loss, &tm)) != FB_OK) {
 				break;
 			}
 			if (r->rep.step != s + 1) {
@@ -620,8 +639,6 @@ train_overlapped(struct run *r)
 		s       = want;
 		fl      = pos;
 		fl_loss = loss;
-		fl_ts   = ts;
-		fl_tx   = fb_clock_ns();
 		tr__comm_push_pull(&comm, tr_params_cptrs(gb[gi]),
 		    (uint32_t) cfg->batch, nxt->t);
 		busy = 1;
