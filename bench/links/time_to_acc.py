@@ -9,6 +9,7 @@ test_acc rows; rank0.out: the JSON summary) and writes, under RESULTS
   latest.json             its "time_to_acc" (and "time_to_acc_notes") replaced
   time_to_acc/<link>/<system>-<codec>-ov<o>.csv   accuracy vs wall time
   time_to_acc/<link>.png  the same curves, when matplotlib is installed
+  time_to_acc/section.md  the docs/benchmarks.md section (markdown())
 
 Each row has exactly: link, system, codec, overlap, time_to_84_s, step_ms,
 link_bound_ms, test_acc. Times leave rank 0's test-set evaluations out
@@ -118,6 +119,31 @@ def row_for(d, notes):
     return row, pts
 
 
+def markdown(data):
+    """The docs/benchmarks.md section of a time_to_acc.json's data, as
+    lines (bench/results/make_report.py renders it from here)."""
+    def f(v, d):
+        return "-" if v is None else f"{v:.{d}f}"
+    out = ["## Time to 84% test accuracy (bench/links/time_to_acc.sh)", "",
+           f"Command: `{data.get('command') or 'bench/links/time_to_acc.sh'}`. "
+           "Fashion-MNIST, the default MLP, 2 trainers, sync, 1 server, seed 1, "
+           "up to 3 epochs or the run's time cap; `mixed` = trainer 0 at "
+           "1 Gbit/s, trainer 1 at 20 Mbit/s. Times leave rank 0's "
+           "evaluations out. `-`: never reached 84% (or no result). Curves: "
+           "bench/results/time_to_acc/<link>/*.csv.", "",
+           "| link | system | codec (push/pull) | overlap | time to 84% s | "
+           "step ms | link bound ms | test acc |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in data.get("time_to_acc", []):
+        out.append(f"| {r['link']} | {r['system']} | {r['codec']} | "
+                   f"{r['overlap']} | {f(r['time_to_84_s'], 1)} | "
+                   f"{f(r['step_ms'], 2)} | {f(r['link_bound_ms'], 2)} | "
+                   f"{f(r['test_acc'], 4)} |")
+    notes = [f"- {n}" for n in data.get("notes", [])]
+    out += ([""] + notes if notes else []) + [""]
+    return out
+
+
 def plot(results, link, curves):
     try:
         import matplotlib
@@ -169,6 +195,9 @@ def main():
     with open(os.path.join(results, "time_to_acc.json"), "w") as f:
         json.dump(out, f, indent=1)
         f.write("\n")
+    os.makedirs(os.path.join(results, "time_to_acc"), exist_ok=True)
+    with open(os.path.join(results, "time_to_acc", "section.md"), "w") as f:
+        f.write("\n".join(markdown(out)) + "\n")
     latest = os.path.join(results, "latest.json")
     if os.path.exists(latest):
         with open(latest) as f:

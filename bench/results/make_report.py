@@ -496,26 +496,12 @@ for r in links:
       f"{fmt(r['test_acc'], 4)} | {r['bytes_pushed_per_step'] / 1e3:.0f} | {r['bytes_pulled_per_step'] / 1e3:.0f} |")
 w("")
 if tta.get("time_to_acc"):
-    w("## Time to 84% test accuracy (bench/links/time_to_acc.sh)")
-    w("")
-    w(f"Command: `{tta.get('command', 'bench/links/time_to_acc.sh')}`. Fashion-MNIST, "
-      "the default MLP, 2 trainers, sync, 1 server, seed 1, up to 3 epochs or the "
-      "run's time cap; `mixed` = trainer 0 at 1 Gbit/s, trainer 1 at 20 Mbit/s. "
-      "Times leave rank 0's evaluations out. `-`: never reached 84% (or not run). "
-      "Curves: bench/results/time_to_acc/<link>/*.csv.")
-    w("")
-    w("| link | system | codec (push/pull) | overlap | time to 84% s | step ms | "
-      "link bound ms | test acc |")
-    w("|---|---|---|---|---|---|---|---|")
-    for r in tta["time_to_acc"]:
-        w(f"| {r['link']} | {r['system']} | {r['codec']} | {r['overlap']} | "
-          f"{fmt(r['time_to_84_s'], 1) if r['time_to_84_s'] is not None else '-'} | "
-          f"{fmt(r['step_ms'], 2) if r['step_ms'] is not None else '-'} | "
-          f"{fmt(r['link_bound_ms'], 2) if r['link_bound_ms'] is not None else '-'} | "
-          f"{fmt(r['test_acc'], 4) if r['test_acc'] is not None else '-'} |")
-    for n in tta.get("notes", []):
-        w(f"- {n}")
-    w("")
+    # one renderer for this section: bench/links/time_to_acc.py's
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                    "..", "links"))
+    from time_to_acc import markdown as tta_markdown  # noqa: E402
+    for line in tta_markdown(tta):
+        w(line)
 w("## Scale: one server, many light clients")
 w("")
 w("`transport_bench --scale 1,4,16,64`: one ps-server, N client threads (N ranks of one async "
