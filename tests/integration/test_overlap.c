@@ -91,6 +91,29 @@ START_TEST(test_overlap_gradient_on_previous_version)
 }
 END_TEST
 
+// One step (an odd count: the newest weights end in the spare buffer) has
+// nothing to delay: --overlap 1 takes the same gradient at version 0 and
+// writes the same weights, bit for bit, as --overlap 0.
+START_TEST(test_overlap_one_step_same_weights)
+{
+	const char *ov[]    = { "--overlap=1", "--max-steps=1", NULL };
+	const char *plain[] = { "--overlap=0", "--max-steps=1", NULL };
+	float      *a       = malloc(OV_MAX_FLOATS * sizeof(float));
+	float      *p       = malloc(OV_MAX_FLOATS * sizeof(float));
+	ck_assert(a != NULL && p != NULL);
+
+	size_t na = run_weights1(ov, a);
+	size_t np = run_weights1(plain, p);
+	ck_assert_uint_eq(na, np);
+	for (size_t i = 0; i < na; i++) {
+		ck_assert_msg(a[i] == p[i], "float %zu: %.9g vs %.9g", i,
+		    (double) a[i], (double) p[i]);
+	}
+	free(a);
+	free(p);
+}
+END_TEST
+
 // run_epoch_overlap trains 2 trainers x 2 servers for one sync epoch with
 // --overlap=1 and the codecs given; returns rank 0's test accuracy.
 static double
@@ -135,6 +158,7 @@ suite_overlap(void)
 	TCase *tc = tcase_create("overlap");
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_overlap_gradient_on_previous_version);
+	tcase_add_test(tc, test_overlap_one_step_same_weights);
 	tcase_add_test(tc, test_overlap_two_trainers_one_epoch);
 	suite_add_tcase(s, tc);
 	return s;

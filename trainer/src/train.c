@@ -651,7 +651,11 @@ out:
 	tr__comm_close(&comm);
 	if (cur != &r->w) {
 		// finish() writes r->w (--weights-out): the newest version.
-		memcpy(r->w.data, cur->data, r->w.total * sizeof(float));
+		// Tensor by tensor: each starts 64-byte aligned (padding).
+		for (size_t i = 0; i < r->w.n_tensors; i++) {
+			memcpy(r->w.t[i], cur->t[i],
+			    r->w.len[i] * sizeof(float));
+		}
 		(void) tr_backend_set_weights(r->be, tr_params_cptrs(&r->w));
 	}
 	tr_params_fini(&spare_w);
