@@ -11,8 +11,8 @@
 #
 # --trainer-rates gives trainer r's link its own rate (mixed links; the
 # server's link keeps --rate). --time-cap S sends the trainers SIGTERM
-# after S seconds: they stop between steps, print their summary and
-# leave the job (exit 0), so a capped run still reports. "%r" in a
+# after S seconds (SIGKILL 30 s later): they stop between steps, print
+# their summary and leave the job (exit 0), so a capped run still reports. "%r" in a
 # trainer flag becomes the trainer's rank (e.g. --curve=DIR/curve-%r.csv).
 # --run-dir D keeps every process's log (and trainer r > 0's output,
 # trainer-r.out) in D instead of a temporary directory.
@@ -86,7 +86,11 @@ for ((r = 0; r < trainers; r++)); do
 	tp+=($!)
 done
 if ((cap > 0)); then
-	(sleep "$cap" && kill -TERM "${tp[@]}" 2>/dev/null) &
+	# SIGKILL 30 s later: a trainer stuck on its way out (nng 1.5's
+	# nng_close can deadlock in ferry_client_leave) must not hold the
+	# benchmark; its summary and curve are written by then.
+	(sleep "$cap" && kill -TERM "${tp[@]}" 2>/dev/null
+	sleep 30 && kill -KILL "${tp[@]}" 2>/dev/null) &
 	cap_pid=$!
 fi
 rc=0
