@@ -78,8 +78,12 @@ def row_for(d, notes):
     summ = summaries(os.path.join(d, "rank0.out"))
     s = summ[0] if summ else None
     if not rows:
+        why = first_error(d)
+        if "unknown codec 'auto'" in why:
+            why = ("this trainer does not know `--codec-push auto` "
+                   "(issue 14 item 4 not in this build): row left null")
         notes.append(f"{system} {link} {codec} overlap {ov}: no result "
-                     f"({first_error(d)})")
+                     f"({why})")
         return row, []
     eval_s = float(s.get("eval_s", 0)) if s else 0.0
     per_eval = eval_s / len(rows) if rows else 0.0
