@@ -34,6 +34,24 @@ LINK_RATES = {"none": (None, None, None), "1gbit": (1e9, 1e9, 1e9),
               "100mbit": (1e8, 1e8, 1e8), "10mbit": (1e7, 1e7, 1e7),
               "mixed": (1e9, 1e9, 2e7)}
 LINK_ORDER = ["none", "1gbit", "100mbit", "10mbit", "mixed"]
+# the full matrix of issue 14 (time_to_acc.sh's defaults)
+FULL_CODECS = ["none/none", "q4/q4", "topk:0.01+q8/topk:0.05+q8", "auto/auto"]
+
+
+def not_run(table):
+    """Cells of the full matrix without a row, one note per link."""
+    have = {(r["link"], r["system"], r["codec"], r["overlap"]) for r in table}
+    out = []
+    for link in LINK_ORDER:
+        miss = [f"{c} overlap {o}" for c in FULL_CODECS for o in (0, 1)
+                if (link, "ferry", c, o) not in have]
+        if (link, "torch-ddp", "none/none", 0) not in have:
+            miss.append("torch-ddp")
+        if len(miss) == 2 * len(FULL_CODECS) + 1:
+            out.append(f"not run: link {link} (every cell)")
+        elif miss:
+            out.append(f"not run: link {link}: " + ", ".join(miss))
+    return out
 
 
 def summaries(path):
@@ -195,6 +213,7 @@ def main():
     if by_link and not plotted:
         notes.append("no plots: matplotlib is not installed (curves are "
                      "in bench/results/time_to_acc/<link>/*.csv)")
+    notes += not_run(table)
     out = {"time_to_acc": table, "notes": notes, "command": command}
     with open(os.path.join(results, "time_to_acc.json"), "w") as f:
         json.dump(out, f, indent=1)
