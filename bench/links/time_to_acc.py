@@ -26,6 +26,7 @@ import csv
 import glob
 import json
 import os
+import re
 import sys
 
 TARGET = 0.84
@@ -196,8 +197,8 @@ def main():
         row, pts = row_for(d, notes)
         table.append(row)
         if pts:
-            tag = (f"{row['system']}-{row['codec'].replace('/', '_')}"
-                   f"-ov{row['overlap']}")
+            tag = re.sub(r"[^A-Za-z0-9.-]", "_", f"{row['system']}-"
+                         f"{row['codec']}") + f"-ov{row['overlap']}"
             cdir = os.path.join(results, "time_to_acc", row["link"])
             os.makedirs(cdir, exist_ok=True)
             with open(os.path.join(cdir, tag + ".csv"), "w") as f:
