@@ -8,10 +8,12 @@ Suite *suite_http(void);
 Suite *suite_faults(void);
 Suite *suite_overlap(void);
 
-// summary_value returns the number after "key": in the trainer's JSON
-// summary line in the file at path (test_train.c); fails the test when
-// there is none.
-double summary_value(const char *path, const char *key);
+// it_run_epoch_with trains 2 trainers x 2 servers for one sync epoch
+// (seed 1) with the codecs given and one extra trainer flag (NULL: none),
+// and returns rank 0's test accuracy (test_train.c). Fails the test when
+// a trainer fails.
+double it_run_epoch_with(const char *codec_push, const char *codec_pull,
+    const char *extra);
 
 // it_data_dir is the Fashion-MNIST directory the tests and their trainers
 // read: $FERRY_DATA_DIR when set and not empty, else FASHION_DIR.

@@ -114,39 +114,14 @@ START_TEST(test_overlap_one_step_same_weights)
 }
 END_TEST
 
-// run_epoch_overlap trains 2 trainers x 2 servers for one sync epoch with
-// --overlap=1 and the codecs given; returns rank 0's test accuracy.
-static double
-run_epoch_overlap(const char *push, const char *pull)
-{
-	struct lc c;
-	char      cp[64], cl[64], data[520], out[300];
-	snprintf(cp, sizeof(cp), "--codec-push=%s", push);
-	snprintf(cl, sizeof(cl), "--codec-pull=%s", pull);
-	snprintf(data, sizeof(data), "--data=%s", it_data_dir());
-	lc_start(&c, 2, 2, NULL);
-	for (int r = 0; r < 2; r++) {
-		const char *flags[] = { "--epochs=1", "--log-interval=0",
-			"--seed=1", "--overlap=1", cp, cl, data, NULL };
-		lc_trainer(&c, r, flags);
-	}
-	int ok = lc_wait_trainers(&c, 240);
-	lc_stop(&c);
-	ck_assert_msg(ok == 2, "trainers failed; logs in %s", c.dir);
-	lc_path(&c, "trainer-0.out", out, sizeof(out));
-	ck_assert_msg(summary_value(out, "version") == 468,
-	    "the job did not end at its last step; logs in %s", c.dir);
-	return summary_value(out, "test_acc");
-}
-
 // A 2-trainer sync job with --overlap 1 finishes one epoch at >= 80%,
 // uncompressed and with q4 pushes / q8 reference-delta pulls (whose error
 // feedback and reference live in libferry, unchanged by the overlap).
 START_TEST(test_overlap_two_trainers_one_epoch)
 {
-	double fp32 = run_epoch_overlap("none", "none");
+	double fp32 = it_run_epoch_with("none", "none", "--overlap=1");
 	ck_assert_msg(fp32 >= 0.80, "--overlap 1 accuracy %.4f < 0.80", fp32);
-	double q = run_epoch_overlap("q4", "q8");
+	double q = it_run_epoch_with("q4", "q8", "--overlap=1");
 	ck_assert_msg(q >= 0.80, "--overlap 1 q4/q8 accuracy %.4f < 0.80", q);
 }
 END_TEST
