@@ -115,6 +115,13 @@ for scen in [s for s in DESC if s in runs]:
         "logged_F_over_opt_max": round(max(x["F"] / x["opt_ms"] for x in l), 4),
         "uniform_step_ms_runs": [round(x["step_ms"], 3) for x in u],
         "latency_step_ms_runs": [round(x["step_ms"], 3) for x in l],
+        # the latency runs that chose uniform's very assignment (the
+        # solver keeps round-robin within 10%): equal work, so their step
+        # should match uniform's within noise
+        "latency_same_assign_step_ms": med([x["step_ms"] for x in l
+                                            if u and x.get("assign") == u[0].get("assign")]),
+        "latency_same_assign_runs": sum(1 for x in l
+                                        if u and x.get("assign") == u[0].get("assign")),
         "latency_loads_bytes": l[0].get("loads") if l else None,
         "uniform_loads_bytes": u[0].get("loads") if u else None,
         "L_ms_latency_run0": l[0]["L"] if l else None,
@@ -122,6 +129,15 @@ for scen in [s for s in DESC if s in runs]:
         "servers": l[0]["members"] if l else None,
         "failed_runs": sum(len(v) for v in runs[scen].values()) - len(u) - len(l),
     })
+# A run of some scenarios (placement.sh --scenarios) keeps the others'
+# rows of the previous results.
+if os.path.exists(out_json):
+    done = {r["scenario"] for r in results}
+    try:
+        results += [r for r in json.load(open(out_json)) if r.get("scenario") not in done]
+    except (ValueError, TypeError):
+        pass
+    results.sort(key=lambda r: r["scenario"])
 json.dump(results, open(out_json, "w"), indent=1)
 with open(out_md, "w") as f:
     f.write(f"compute per step (unshaped, median of {len(base)} runs of step - F): {compute} ms\n\n")
