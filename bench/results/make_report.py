@@ -556,7 +556,8 @@ if os.path.exists(place_path):
     w("Measured separately by `bench/placement.sh --steps 60 --reps 5` (network "
       "namespaces, `tc tbf`, a delaying TCP relay; 2 servers, 2 trainers, "
       "`--shard-bytes 65536`; medians of 5 runs; step = the slower trainer's "
-      "(wall - eval) / steps). Predicted = the solver's F (model B) plus the "
+      "median step after its first 10, once the start-up probes' traffic has "
+      "drained from tbf (bench/placement/steady.py)). Predicted = the solver's F (model B) plus the "
       "compute time per step measured without shaping; optimum = exhaustive "
       "search over all assignments. Details: bench/placement/RESULTS.md.")
     w("")
