@@ -1,14 +1,48 @@
-// overlap.h — the communication thread of --overlap 1 (private to tr):
-// one thread that runs the trainer's push-pulls, so that the training
-// thread computes the next gradient meanwhile. overlap.c has the thread;
-// the loop that uses it is train.c's train_overlapped.
+// overlap.h — `--overlap 1` (private to tr): one-step delayed weights.
+// overlap.c has the loop that computes step s+1's gradient on version s
+// while step s's push-pull runs, and the communication thread that runs
+// those push-pulls. train.c hands it its run through struct tr__ov_run.
 #ifndef TR_OVERLAP_H
 #define TR_OVERLAP_H
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 
 #include "ferry/ferry.h"
+#include "metrics.h"
+#include "report.h"
+#include "tr/tr.h"
+
+// What the overlapped loop borrows from train.c's run: its parts, and the
+// three steps train.c takes the same way in both loops (arg is train.c's
+// run): failed logs a failed libferry call op and returns FB_EREMOTE;
+// next_step returns the job step reached after a step; report prints a
+// progress line (rank 0 evaluates first).
+struct tr__ov_run {
+	const struct tr_config  *cfg;
+	struct tr_backend       *be;
+	ferry_client            *fc;
+	const struct tr_dataset *train;
+	struct tr_partition     *part;
+	struct tr_params        *w, *g; // the backend reads w; g is scratch
+	struct tr__report       *rep;
+	struct tr__metrics      *met;
+	size_t                   steps_per_epoch;
+	uint64_t                 total; // job steps in all
+	volatile sig_atomic_t   *stop;  // set by SIGINT/SIGTERM
+	void                    *arg;
+	int (*failed)(void *arg, const char *op, int fe);
+	uint64_t (*next_step)(void *arg);
+	int (*report)(void *arg);
+};
+
+// tr__train_overlapped runs job steps from o->rep->step to o->total (or a
+// signal) with one-step delayed weights (docs/algorithms.md §6.3), with
+// the same reports as train.c's loop, and leaves the newest version in
+// o->w (and the backend). Returns FB_OK, a local FB_E* code, or
+// o->failed's.
+int tr__train_overlapped(const struct tr__ov_run *o);
 
 // A libferry client is used by one thread at a time: between
 // tr__comm_push_pull and tr__comm_wait it belongs to the communication

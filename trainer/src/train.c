@@ -515,152 +515,49 @@ on_stop_signal(int sig)
 	stop_requested = 1;
 }
 
-// struct ov_times is how an overlapped step spent its time: the gradient
-// computed while its push-pull ran (the next step's), the part of the
-// push-pull that gradient did not hide, and the time since the step
-// before it finished.
-struct ov_times {
-	uint64_t compute_ns, wait_ns, period_ns;
-};
-
-// overlap_done finishes an overlapped step of epoch e (loss, times t)
-// whose push-pull returned fe into *nxt: takes those weights (after a
-// pull when the job moved on without this trainer), then reports as
-// step() and train() do. --step-times and the metrics get the overlapped
-// compute and the exposed wait, which add up to the step's period.
+// ov_failed, ov_next_step and ov_report are libferry_failed, next_step
+// and evaluate_and_report for overlap.c's loop.
 static int
-overlap_done(struct run *r, int fe, struct tr_params **cur,
-    struct tr_params **nxt, long e, double loss, const struct ov_times *t)
+ov_failed(void *r, const char *op, int fe)
 {
-	struct tr_params *sw;
-	uint64_t          now = fb_clock_ns();
-	int               rv;
-
-	tr__report_step_time(&r->rep, now - t->wait_ns - t->compute_ns,
-	    now - t->wait_ns);
-	if (fe == FERRY_EBEHIND) {
-		r->rep.dropped++;
-		FB_LOG(FB_LOG_NOTICE, MOD, "behind the job: %s; pulling",
-		    ferry_client_last_error(r->fc));
-		fe = ferry_client_pull(r->fc, (*nxt)->t);
-	}
-	if (fe != FERRY_OK) {
-		return libferry_failed(r, "push_pull", fe);
-	}
-	sw   = *cur; // the backend now reads the new version
-	*cur = *nxt;
-	*nxt = sw;
-	if ((rv = tr_backend_set_weights(r->be, tr_params_cptrs(*cur))) !=
-	    FB_OK) {
-		return rv;
-	}
-	tr__report_step(&r->rep, next_step(r), r->cfg->batch, loss,
-	    t->period_ns);
-	tr__metrics_step(&r->met, r->fc, r->cfg->batch, t->compute_ns,
-	    t->wait_ns, r->rep.dropped);
-	int due = r->cfg->log_interval > 0 &&
-	    r->rep.step % (uint64_t) r->cfg->log_interval == 0;
-	if ((due || r->rep.step / r->steps_per_epoch > (uint64_t) e) &&
-	    r->rep.last_report != r->rep.step) {
-		return evaluate_and_report(r);
-	}
-	return FB_OK;
+	return libferry_failed(r, op, fe);
 }
 
-// train_overlapped is train()'s loop for --overlap 1 (docs/algorithms.md
-// §6.3): while step s's push-pull runs on the communication thread into
-// the spare weight buffer, this thread computes step s+1's gradient, into
-// the spare gradient buffer, on the weights the backend holds: version s.
-// The client is touched here only between two push-pulls. Positions come
-// from the version held, as in step(): when a push-pull lands anywhere
-// but s+1 (a rejoin, a dropped push), the gradient computed meanwhile
-// was for the wrong minibatch and is dropped, and the pipeline restarts
-// from the job's step. Ends, done or signalled, with nothing in flight.
+static uint64_t
+ov_next_step(void *r)
+{
+	return next_step(r);
+}
+
+static int
+ov_report(void *r)
+{
+	return evaluate_and_report(r);
+}
+
+// train_overlapped runs overlap.c's loop (--overlap 1) on this run.
 static int
 train_overlapped(struct run *r)
 {
-	const struct tr_config *cfg     = r->cfg;
-	struct tr_params        spare_w = { 0 }, spare_g = { 0 };
-	struct tr_params       *cur = &r->w, *nxt = &spare_w;
-	struct tr_params       *gb[2] = { &r->g, &spare_g };
-	struct tr__comm         comm;
-	struct tr_position      pos, fl = { 0 }; // fl: the step in flight
-	struct ov_times         tm;
-	double                  loss = 0, fl_loss = 0;
-	uint64_t                ts, t_grad = 0, last = fb_clock_ns(), s = 0;
-	const uint32_t         *idx;
-	int                     busy = 0, gi = 0, rv, fe;
-
-	memset(&comm, 0, sizeof(comm));
-	if ((rv = tr_params_init(&spare_w, &cfg->arch)) != FB_OK ||
-	    (rv = tr_params_init(&spare_g, &cfg->arch)) != FB_OK ||
-	    (rv = tr__comm_open(&comm, r->fc)) != FB_OK) {
-		FB_LOG(FB_LOG_ERR, MOD, "--overlap: %s", fb_strerror(rv));
-		goto out;
-	}
-	for (;;) {
-		uint64_t want = busy ? s + 1 : r->rep.step;
-		int      have = !stop_requested &&
-		    tr_job_position(want, r->steps_per_epoch, r->total,
-		        &pos) == FB_OK;
-		t_grad = 0;
-		if (have) {
-			ts = fb_clock_ns();
-			if ((rv = tr_partition_batch(&r->part, pos.epoch,
-			         pos.k, cfg->batch, &idx)) != FB_OK ||
-			    (rv = tr_backend_grad(r->be, &r->train, idx,
-			         cfg->batch, gb[gi]->t, &loss)) != FB_OK) {
-				rv = step_failed(r, rv);
-				break;
-			}
-			straggle(cfg);
-			t_grad = fb_clock_ns() - ts;
-		}
-		if (busy) {
-			uint64_t tw   = fb_clock_ns();
-			busy          = 0;
-			fe            = tr__comm_wait(&comm, NULL);
-			tm.wait_ns    = fb_clock_ns() - tw;
-			tm.compute_ns = t_grad;
-			tm.period_ns  = fb_clock_ns() - last;
-			last          = fb_clock_ns();
-			if ((rv = overlap_done(r, fe, &cur, &nxt, fl.epoch,
-			         fl_loss, &tm)) != FB_OK) {
-				break;
-			}
-			if (r->rep.step != s + 1) {
-				continue; // the job moved: recompute there
-			}
-		}
-		if (!have) {
-			rv = FB_OK;
-			break;
-		}
-		s       = want;
-		fl      = pos;
-		fl_loss = loss;
-		tr__comm_push_pull(&comm, tr_params_cptrs(gb[gi]),
-		    (uint32_t) cfg->batch, nxt->t);
-		busy = 1;
-		gi ^= 1;
-	}
-	if (busy) {
-		(void) tr__comm_wait(&comm, NULL); // after a failed gradient
-	}
-out:
-	tr__comm_close(&comm);
-	if (cur != &r->w) {
-		// finish() writes r->w (--weights-out): the newest version.
-		// Tensor by tensor: each starts 64-byte aligned (padding).
-		for (size_t i = 0; i < r->w.n_tensors; i++) {
-			memcpy(r->w.t[i], cur->t[i],
-			    r->w.len[i] * sizeof(float));
-		}
-		(void) tr_backend_set_weights(r->be, tr_params_cptrs(&r->w));
-	}
-	tr_params_fini(&spare_w);
-	tr_params_fini(&spare_g);
-	return rv;
+	const struct tr__ov_run o = {
+		.cfg             = r->cfg,
+		.be              = r->be,
+		.fc              = r->fc,
+		.train           = &r->train,
+		.part            = &r->part,
+		.w               = &r->w,
+		.g               = &r->g,
+		.rep             = &r->rep,
+		.met             = &r->met,
+		.steps_per_epoch = r->steps_per_epoch,
+		.total           = r->total,
+		.stop            = &stop_requested,
+		.arg             = r,
+		.failed          = ov_failed,
+		.next_step       = ov_next_step,
+		.report          = ov_report,
+	};
+	return tr__train_overlapped(&o);
 }
 
 // train runs job steps from r->start, reporting every --log-interval
