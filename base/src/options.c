@@ -269,10 +269,13 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	      .doc = "gradient codec: `none`, `fp16`, `bf16`, `q8`, `q4`, `q2` "
 	               "(`:sr` for stochastic rounding), `sign`, `topk:R`, "
 	               "`topk:R+q8`, `topk:R+q4`, `randk:R`, `randk:R+q8`, "
-	               "`randk:R+q4`" },
+	               "`randk:R+q4`, or `auto` (per server link, by "
+	               "`--link-budget`)" },
 	[FB_OPT_TR_CODEC_PULL]   = { "codec-pull", TR, STR_NONEMPTY,
 	      .def = "none", .help = "weight-delta codec",
-	      .doc = "weight-delta codec (same values, no `:sr`)" },
+	      .doc = "weight-delta codec (same values, no `:sr`; `auto`: "
+	               "per server link, the weights in fp32 or `topk:0.05+q8` "
+	               "deltas)" },
 	[FB_OPT_TR_BUCKET]       = { "bucket", TR, INT(0, 1 << 30), .def = "0",
 	          .help = "quantization bucket (0: codec default)",
 	          .doc  = "quantization bucket (0: 512)" },
@@ -401,17 +404,26 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	    .def  = "0",
 	    .help = "cosine schedule: updates until lr-min (warm-up "
 	            "included)" },
-	[FB_OPT_TR_CLIP_NORM] = { "clip-norm", TR, F64(0, 1e29), .def = "0",
-	    .help = "clip each push's gradient to this global L2 norm per "
-	            "sample (0: off)",
-	    .doc  = "clip each trainer's gradient, before it is encoded and "
-	            "pushed, to this global L2 norm over all tensors, per "
-	            "sample (docs/algorithms.md §5.3; 0: off)" },
-	[FB_OPT_TR_OVERLAP]   = { "overlap", TR, INT(0, 1), .def = "0",
-	      .help = "1: compute the next gradient while the push-pull runs "
-	                "(one step stale)",
-	      .doc  = "1: compute step t+1's gradient on version t's weights "
-	                "while step t's push-pull runs, on a communication thread "
-	                "(one-step delayed weights, docs/algorithms.md §6.3; host "
-	                "path only); 0: every gradient on the newest version" },
+	[FB_OPT_TR_CLIP_NORM]   = { "clip-norm", TR, F64(0, 1e29), .def = "0",
+	      .help = "clip each push's gradient to this global L2 norm per "
+	                "sample (0: off)",
+	      .doc  = "clip each trainer's gradient, before it is encoded and "
+	                "pushed, to this global L2 norm over all tensors, per "
+	                "sample (docs/algorithms.md §5.3; 0: off)" },
+	[FB_OPT_TR_LINK_BUDGET] = { "link-budget", TR, F64(0.001, 1e6),
+	    .def  = "1.0",
+	    .help = "codec auto: a step's exchange may take this fraction of "
+	            "its compute time",
+	    .doc  = "with `--codec-push auto` / `--codec-pull auto`: each "
+	            "server link gets the least lossy codec whose step "
+	            "exchange (bytes over the probed bandwidth plus a round "
+	            "trip) takes at most this fraction of the measured "
+	            "compute time per step (docs/algorithms.md §2.8)" },
+	[FB_OPT_TR_OVERLAP]     = { "overlap", TR, INT(0, 1), .def = "0",
+	        .help = "1: compute the next gradient while the push-pull runs "
+	                    "(one step stale)",
+	        .doc  = "1: compute step t+1's gradient on version t's weights "
+	                    "while step t's push-pull runs, on a communication thread "
+	                    "(one-step delayed weights, docs/algorithms.md §6.3; host "
+	                    "path only); 0: every gradient on the newest version" },
 };

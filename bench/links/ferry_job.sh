@@ -6,16 +6,15 @@
 # Prints rank 0's output (progress lines and the summary JSON) on stdout.
 #
 #   ferry_job.sh [--rate 100mbit|none] [--delay-ms D] [--trainers T]
-#                [--trainer-rates R0,R1,...] [--time-cap S] [--run-dir D]
+#                [--rate-of R=RATE]... [--curve FILE] [--time-cap S]
 #                [--build DIR] [--name NET] -- [trainer flags...]
 #
-# --trainer-rates gives trainer r's link its own rate (mixed links; the
-# server's link keeps --rate). --time-cap S sends the trainers SIGTERM
-# after S seconds (SIGKILL 30 s later): they stop between steps, print
-# their summary and leave the job (exit 0), so a capped run still reports. "%r" in a
-# trainer flag becomes the trainer's rank (e.g. --curve=DIR/curve-%r.csv).
-# --run-dir D keeps every process's log (and trainer r > 0's output,
-# trainer-r.out) in D instead of a temporary directory.
+# --rate-of R=RATE shapes trainer R's link to RATE instead (mixed links:
+# --rate none --rate-of 0=1gbit --rate-of 1=20mbit); --curve FILE gives
+# rank 0 alone --curve FILE (accuracy against wall time). --time-cap S
+# sends the trainers SIGTERM after S seconds (SIGKILL 30 s later): they
+# stop between steps, print their summary and leave the job, so a capped
+# run still reports.
 #
 # Builds DIR (default build/) with scripts/setup.sh when its binaries are
 # missing. Exit 77 (skip) when network namespaces are not available (not
@@ -24,17 +23,18 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 NETSIM="$HERE/netsim.sh"
-rate=none delay=0 trainers=2 build="$ROOT/build" name="fj$$" trates="" cap=0 run=""
+rate=none delay=0 trainers=2 build="$ROOT/build" name="fj$$" curve="" cap=0
+declare -A rate_of=()
 while (($#)); do
 	case "$1" in
 	--rate) rate=$2; shift 2 ;;
 	--delay-ms) delay=$2; shift 2 ;;
 	--trainers) trainers=$2; shift 2 ;;
+	--rate-of) rate_of[${2%%=*}]=${2#*=}; shift 2 ;;
+	--curve) curve=$2; shift 2 ;;
+	--time-cap) cap=$2; shift 2 ;;
 	--build) build=$2; shift 2 ;;
 	--name) name=$2; shift 2 ;;
-	--trainer-rates) trates=$2; shift 2 ;;
-	--time-cap) cap=$2; shift 2 ;;
-	--run-dir) run=$2; shift 2 ;;
 	--) shift; break ;;
 	*) echo "ferry_job: unknown flag $1" >&2; exit 2 ;;
 	esac
@@ -45,15 +45,14 @@ PS="$build/ps/ps-server" TR="$build/trainer/trainer"
 if [ ! -x "$PS" ] || [ ! -x "$TR" ]; then
 	FERRY_BUILD_DIR="$build" "$ROOT/scripts/setup.sh" >&2
 fi
-RUN=${run:-$(mktemp -d /tmp/ferry-links.XXXXXX)}
-mkdir -p "$RUN"
+# FERRY_JOB_RUN_DIR keeps the logs and the other ranks' output there.
+RUN=${FERRY_JOB_RUN_DIR:-$(mktemp -d /tmp/ferry-links.XXXXXX)}
 hosts=("srv:$rate")
-IFS=, read -r -a trate <<<"$trates"
-for ((r = 0; r < trainers; r++)); do hosts+=("t$r:${trate[r]:-$rate}"); done
+for ((r = 0; r < trainers; r++)); do hosts+=("t$r:${rate_of[$r]:-$rate}"); done
 relay_pid="" cap_pid=""
 cleanup() {
-	[ -n "$relay_pid" ] && kill "$relay_pid" 2>/dev/null || true
 	[ -n "$cap_pid" ] && kill "$cap_pid" 2>/dev/null || true
+	[ -n "$relay_pid" ] && kill "$relay_pid" 2>/dev/null || true
 	"$NETSIM" down "$name" || true
 }
 trap cleanup EXIT
@@ -75,13 +74,13 @@ sleep 0.2
 "$NETSIM" exec "$name" srv "$PS" "${srv_args[@]}" 2>"$RUN/server.log" &
 tp=()
 for ((r = 0; r < trainers; r++)); do
-	targs=("${@//%r/$r}")
 	if ((r == 0)); then
 		"$NETSIM" exec "$name" "t$r" "$TR" --scheduler="tcp://$SIP:7000" \
-			--rank=$r "${targs[@]}" 2>"$RUN/trainer-$r.log" &
+			--rank=$r ${curve:+--curve="$curve"} "$@" \
+			2>"$RUN/trainer-$r.log" &
 	else
 		"$NETSIM" exec "$name" "t$r" "$TR" --scheduler="tcp://$SIP:7000" \
-			--rank=$r "${targs[@]}" >"$RUN/trainer-$r.out" 2>"$RUN/trainer-$r.log" &
+			--rank=$r "$@" >"$RUN/trainer-$r.out" 2>"$RUN/trainer-$r.log" &
 	fi
 	tp+=($!)
 done

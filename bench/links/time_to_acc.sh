@@ -67,17 +67,19 @@ trainer_rates() { case $1 in mixed) echo 1gbit,20mbit ;; *) echo "$1,$1" ;; esac
 
 # ferry_run LINK PUSH PULL OVERLAP: one Ferry job into $raw/<run>/.
 ferry_run() {
-	local link=$1 push=$2 pull=$3 ov=$4 d
+	local link=$1 push=$2 pull=$3 ov=$4 d trs
 	d="$raw/ferry-$link-${push//[:+]/_}-${pull//[:+]/_}-ov$ov"
 	rm -rf "$d" && mkdir -p "$d"
 	printf '%s\n' "$link" ferry "$push/$pull" "$ov" >"$d/run.txt"
 	log "ferry $link $push/$pull overlap $ov (cap ${cap}s)"
-	if ! "$HERE/ferry_job.sh" --rate "$(srv_rate "$link")" \
-		--trainer-rates "$(trainer_rates "$link")" --time-cap "$cap" \
-		--build "$build" --name "tta$$" --run-dir "$d" -- --data="$DATA" \
+	IFS=, read -r -a trs <<<"$(trainer_rates "$link")"
+	if ! FERRY_JOB_RUN_DIR="$d" "$HERE/ferry_job.sh" \
+		--rate "$(srv_rate "$link")" --rate-of "0=${trs[0]}" \
+		--rate-of "1=${trs[1]}" --time-cap "$cap" --curve "$d/curve-0.csv" \
+		--build "$build" --name "tta$$" -- --data="$DATA" \
 		--epochs="$epochs" --log-interval="$logi" --seed=1 \
 		--codec-push="$push" --codec-pull="$pull" --overlap="$ov" \
-		--curve="$d/curve-%r.csv" >"$d/rank0.out" 2>"$d/job.err"; then
+		>"$d/rank0.out" 2>"$d/job.err"; then
 		log "  failed: $(grep -v '^ *$' "$d/job.err" | tail -n 1 | cut -c1-200)"
 	fi
 }

@@ -162,6 +162,8 @@ ferry_opts_check(const struct ferry_opts *o, char *why, size_t n)
 		msg = buf;
 	} else if (!(o->clip_norm >= 0 && o->clip_norm < 1e30)) {
 		msg = "clip_norm must be in [0, 1e30) (0: off)";
+	} else if (!(o->link_budget >= 0 && o->link_budget <= 1e6)) {
+		msg = "link_budget must be in [0, 1e6] (0: 1.0)";
 	}
 	if (msg != NULL && why != NULL && n > 0) {
 		snprintf(why, n, "%s", msg);
@@ -285,6 +287,7 @@ ferry_client_close(ferry_client *c)
 	fb_free(c->ref_at);
 	fb_free(c->codes);
 	fb_free(c->code_off);
+	fb_free(c->staged_rung);
 	fb_free(c->layout);
 	fb_free(c->clip);
 	fb_free(c->tensor_len);

@@ -46,7 +46,19 @@ struct conn {
 	// With opts.log set: tells when the aio's operation ends, so that a
 	// call can wake up at 80% of its deadline (NULL without opts.log).
 	struct ferry__watch *watch;
+	// The link to this server as last probed (probe.c; 0: not yet) and,
+	// with codec "auto", the rungs chosen for it (codec_auto.c) and the
+	// payload bytes moved since that choice.
+	double               rtt_s, bw_bps;
+	uint8_t              push_rung, pull_rung;
+	int                  pull_weights; // this round's pull asked for x
+	uint64_t             link_push_bytes, link_pull_bytes, link_steps;
 };
+
+// Codec "auto"'s ladders: rungs, least lossy first (which codecs, and why
+// in this order: codec_auto.c).
+#define FERRY_AUTO_PUSH_RUNGS 7
+#define FERRY_AUTO_PULL_RUNGS 2
 
 // Where a shard's pull reference lives: nowhere yet (its first pull asks
 // for FULL), in the client (c->ref, or the caller's buffers without a pull
@@ -101,6 +113,17 @@ struct ferry_client {
 	int                lockstep;
 	// This pull's staleness so far (the most over its shards).
 	uint64_t           pull_stale;
+	// codec_push / codec_pull "auto" (codec_auto.c): the rung each
+	// shard's staged codes use, the compute time per step (an average of
+	// the gaps between push-pulls), the one the last choice used, and
+	// whether links were re-probed since.
+	int                auto_push, auto_pull;
+	uint8_t           *staged_rung;
+	struct comp_codec  auto_codec[FERRY_AUTO_PUSH_RUNGS]; // parsed rungs
+	double             compute_s, chosen_compute_s;
+	uint64_t           steps_since_choice;
+	uint64_t           op_end_ns;
+	int                links_new;
 	char               err[512];
 };
 
@@ -207,6 +230,11 @@ int ferry__map_refetch(ferry_client *c);
 // those of ferry__sched_call for the report.
 int ferry__links_probe(ferry_client *c, uint32_t cnt, uint64_t bytes);
 
+// ferry__links_measure is ferry__links_probe without the report: the
+// figures stay in the connections (conn.rtt_s, .bw_bps), for codec
+// "auto" in a job whose scheduler does not probe.
+int ferry__links_measure(ferry_client *c, uint32_t cnt, uint64_t bytes);
+
 // ferry__links_reprobe runs ferry__links_probe when the scheduler asked
 // for re-probes every reprobe_s seconds and that long has passed since
 // the last one; FERRY_OK otherwise.
@@ -236,6 +264,82 @@ int ferry__request_build(ferry_client *c, struct conn *cn, struct xfer *x,
 // (malformed reply), or the pull sink's error.
 int ferry__reply_take(ferry_client *c, size_t m, struct xfer *x,
     Pswire__Header *rh, const struct psw_frame *f);
+
+// ---- codec_auto.c: link-aware codec choice ---------------------------------
+
+// Hysteresis, so that a choice near the edge does not flap with the noise
+// of a shared machine's compute time: a link moves to a less lossy
+// choice only when that one fits FERRY_AUTO_UP of the budget, and to a
+// more lossy one only when its current one takes more than the budget
+// over FERRY_AUTO_UP. FERRY_AUTO_RECHOOSE: a change of the compute time
+// by more than this share of the one the last choice used chooses again,
+// at most once every FERRY_AUTO_DWELL push-pulls (re-probed links: at
+// once).
+#define FERRY_AUTO_UP 0.8
+#define FERRY_AUTO_RECHOOSE 0.25
+#define FERRY_AUTO_DWELL 50
+
+// One server link as the chooser sees it: the probed bandwidth (bytes/s;
+// 0: unknown) and round trip, and the payload bytes of one step at each
+// rung for the shards on that server.
+struct ferry__auto_link {
+	double   bw_bps, rtt_s;
+	uint64_t push_bytes[FERRY_AUTO_PUSH_RUNGS];
+	uint64_t pull_bytes[FERRY_AUTO_PULL_RUNGS];
+};
+
+// ferry__auto_push_codec and ferry__auto_pull_name return rung r's codec
+// (push, parsed with bucket) and name (pull: "none" or COMP_AUTO_REF).
+// ferry__auto_push_codec returns FB_EINVAL for r out of range.
+int ferry__auto_push_codec(int r, uint32_t bucket, struct comp_codec *out);
+const char *ferry__auto_push_name(int r);
+const char *ferry__auto_pull_name(int r);
+
+// ferry__auto_costs fills l's bytes per rung for n shards of lens[i]
+// values (exact: comp_bound per shard) with the job's bucket; bw and rtt
+// are left alone.
+void ferry__auto_costs(struct ferry__auto_link *l, const uint64_t *lens,
+    size_t n, uint32_t bucket);
+
+// ferry__auto_time is one step's exchange time on l at rungs (p, q): push
+// and pull bytes over the bandwidth, plus one round trip (a push-pull
+// sends, then receives).
+double ferry__auto_time(const struct ferry__auto_link *l, int p, int q);
+
+// ferry__auto_choose picks l's rungs for a step budget of budget_s
+// seconds, from the current ones (cur_p < 0: none yet). Pure. The least
+// lossy rungs whose time fits the budget, demoting from (0, 0) the
+// direction with more bytes each time; the most compressed rungs when
+// none fit; (0, 0) when the bandwidth or budget is unknown (<= 0). With
+// hysteresis: a current choice within budget / FERRY_AUTO_UP stays
+// unless the choice for FERRY_AUTO_UP of the budget is less lossy in
+// both directions; one beyond it gets the choice for the budget.
+void ferry__auto_choose(const struct ferry__auto_link *l, double budget_s,
+    int cur_p, int cur_q, int *p, int *q);
+
+// ferry__auto_init sets up "auto" after the map is known (declare.c):
+// which directions are auto, the per-shard rung array. Errors:
+// FERRY_ENOMEM.
+int ferry__auto_init(ferry_client *c);
+
+// ferry__auto_bound is the staging room one shard of len values needs:
+// comp_bound of the push codec, or with "auto" the largest over the
+// rungs (a sparse rung of a tiny shard outgrows fp32). After
+// ferry__auto_init.
+size_t ferry__auto_bound(const ferry_client *c, size_t len);
+
+// ferry__auto_step runs at the start of each push-pull: it takes the gap
+// since the last one ended as a compute-time sample and chooses again
+// when the links were re-probed or the compute time moved by more than
+// FERRY_AUTO_RECHOOSE. ferry__auto_step_end marks the end of one.
+void ferry__auto_step(ferry_client *c);
+void ferry__auto_step_end(ferry_client *c);
+
+// ferry__auto_codec returns the codec shard i's staged codes use under
+// "auto" push (x's codec otherwise), after ferry__codes_stage sets
+// c->staged_rung[i].
+const struct comp_codec *ferry__auto_codec(const ferry_client *c,
+    const struct xfer *x, size_t i);
 
 // ---- exchange.c: running operations ----------------------------------------
 

@@ -134,11 +134,14 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 		c->layout[i].code_bytes = comp_bound(&c->cpush,
 		    c->pl->shards[i]->len);
 	}
+	if ((rv = ferry__auto_init(c)) != FERRY_OK) {
+		goto done;
+	}
 	if (c->cpush.id != COMP_NONE) {
 		size_t total = 0;
 		for (size_t i = 0; i < c->pl->n_shards; i++) {
 			c->code_off[i] = total;
-			total += comp_bound(&c->cpush, c->pl->shards[i]->len);
+			total += ferry__auto_bound(c, c->pl->shards[i]->len);
 		}
 		if ((c->codes = fb_alloc(total ? total : 1)) == NULL) {
 			rv = ferry__fail(c, FERRY_ENOMEM, "out of memory");
@@ -177,6 +180,12 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 			rv = ferry__fail(c, FERRY_ENOMEM, "out of memory");
 			goto done;
 		}
+	}
+	// "auto" chooses codecs by the links: measure them here when the
+	// scheduler did not ask for probes (kept, not reported).
+	if ((c->auto_push || c->auto_pull) && c->last_probe_ms == 0 &&
+	    (rv = ferry__links_measure(c, 7, 1u << 20)) != FERRY_OK) {
+		goto done;
 	}
 	if ((rv = ferry__hb_start(c)) != FERRY_OK) {
 		goto done;

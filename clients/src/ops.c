@@ -133,19 +133,24 @@ push_pull_run(ferry_client *c, struct xfer *x, const void *in)
 		return rv;
 	}
 	if (x->codes != NULL &&
-	    (c->cpush.id == COMP_NONE || ferry_client_in_warmup(c))) {
+	    (c->cpush.id == COMP_NONE || c->auto_push ||
+	        ferry_client_in_warmup(c))) {
 		return ferry__fail(c, FERRY_ESTATE,
-		    "encoded pushes need a push codec and the end of warm-up");
+		    "encoded pushes need a push codec (not \"auto\") and the "
+		    "end of warm-up");
 	}
 	if ((rv = ferry__links_reprobe(c)) != FERRY_OK) {
 		return rv;
 	}
+	ferry__auto_step(c);
 	ferry__clip_prepare(c, x);
 	x->pull_want = c->lockstep ? c->version + 1 : 0;
-	if ((rv = ferry__op_run(c, x)) != FERRY_OK) {
+	if ((rv = ferry__op_run(c, x)) != FERRY_OK ||
+	    (rv = ferry__pull_finish(c, x)) != FERRY_OK) {
 		return rv;
 	}
-	return ferry__pull_finish(c, x);
+	ferry__auto_step_end(c);
+	return FERRY_OK;
 }
 
 FERRY_API int

@@ -60,15 +60,17 @@ cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-// ferry__links_probe measures every server and reports to the scheduler. First
-// the RTTs of all servers (median of cnt empty probes each), then the
-// bandwidths (the best of two bulk probes of `bytes`, less one RTT): round
-// trips never queue behind this trainer's own bulk transfers, and the best
-// of two discounts a transfer that shared the link with another trainer's
-// probe. A server that does not answer (it left) is reported as
-// unusable (RTT 3600 s, 1 B/s) rather than failing the step.
-int
-ferry__links_probe(ferry_client *c, uint32_t cnt, uint64_t bytes)
+// measure measures every server, keeps each link's figures in its
+// connection (for codec "auto") and, with report, reports them to the
+// scheduler. First the RTTs of all servers (median of cnt empty probes
+// each), then the bandwidths (the best of two bulk probes of `bytes`, less
+// one RTT): round trips never queue behind this trainer's own bulk
+// transfers, and the best of two discounts a transfer that shared the
+// link with another trainer's probe. A server that does not answer (it
+// left) is reported as unusable (RTT 3600 s, 1 B/s) rather than failing
+// the step.
+static int
+measure(ferry_client *c, uint32_t cnt, uint64_t bytes, int report)
 {
 	double  *rtt = fb_zalloc(c->n_conns * sizeof(double));
 	double  *bw  = fb_zalloc(c->n_conns * sizeof(double));
@@ -117,7 +119,12 @@ ferry__links_probe(ferry_client *c, uint32_t cnt, uint64_t bytes)
 			bw[m]  = 1.0;
 		}
 	}
-	{
+	for (size_t m = 0; m < c->n_conns; m++) {
+		c->conns[m].rtt_s  = rtt[m];
+		c->conns[m].bw_bps = bw[m];
+	}
+	c->links_new = 1;
+	if (report) {
 		Pswire__Header             h = PSWIRE__HEADER__INIT;
 		Pswire__ReportLinksRequest r =
 		    PSWIRE__REPORT_LINKS_REQUEST__INIT;
@@ -140,6 +147,18 @@ done:
 	fb_free(bw);
 	fb_free(bad);
 	return rv;
+}
+
+int
+ferry__links_probe(ferry_client *c, uint32_t cnt, uint64_t bytes)
+{
+	return measure(c, cnt, bytes, 1);
+}
+
+int
+ferry__links_measure(ferry_client *c, uint32_t cnt, uint64_t bytes)
+{
+	return measure(c, cnt, bytes, 0);
 }
 
 // ferry__links_reprobe measures the links again every reprobe_s seconds (when

@@ -54,14 +54,17 @@ take_shard(ferry_client *c, size_t m, uint32_t id, Pswire__ShardRef *const *r,
 {
 	const Pswire__ShardInfo *si   = c->pl->shards[id];
 	const int                sink = c->has_sink;
-	uint64_t                 ver  = c->shard_ver[id];
+	// Codec "auto" pulled the weights themselves over this link: fp32,
+	// no reference kept (the next pull of deltas resyncs it in full).
+	const int                weights = c->conns[m].pull_weights;
+	uint64_t                 ver     = c->shard_ver[id];
 	float                   *dst = NULL, *ref = NULL;
 	struct ferry_pull_piece  p = { 0 };
 	int                      rv;
 
 	if (!sink) {
 		dst = w[si->tensor] + si->offset;
-		ref = c->cpull.id == COMP_NONE
+		ref = c->cpull.id == COMP_NONE || weights
 		    ? dst
 		    : c->ref[si->tensor] + si->offset;
 	}
@@ -89,10 +92,10 @@ take_shard(ferry_client *c, size_t m, uint32_t id, Pswire__ShardRef *const *r,
 			ver = e->version;
 			if (!sink) {
 				memcpy(ref, p.data, e->length);
-				c->ref_at[id] = REF_HOST;
+				c->ref_at[id] = weights ? REF_NONE : REF_HOST;
 				continue;
 			}
-			if (c->cpull.id != COMP_NONE &&
+			if (c->cpull.id != COMP_NONE && !weights &&
 			    fb_crc32(0, p.data, e->length) != e->crc) {
 				return FERRY_ECORRUPT;
 			}
@@ -102,7 +105,7 @@ take_shard(ferry_client *c, size_t m, uint32_t id, Pswire__ShardRef *const *r,
 			if (rv != FERRY_OK) {
 				return rv;
 			}
-			c->ref_at[id]    = REF_SINK;
+			c->ref_at[id]    = weights ? REF_NONE : REF_SINK;
 			c->shard_ver[id] = ver;
 			return FERRY_OK; // a FULL is alone and carries no
 			                 // check
@@ -157,7 +160,7 @@ take_shard(ferry_client *c, size_t m, uint32_t id, Pswire__ShardRef *const *r,
 		if (rv != FERRY_OK) {
 			return rv;
 		}
-	} else if (c->cpull.id != COMP_NONE) {
+	} else if (c->cpull.id != COMP_NONE && !weights) {
 		// Check and hand over in one pass; on a mismatch dst holds a
 		// wrong copy, which the resync this triggers overwrites.
 		if (fb_crc32_copy(0, dst, ref, si->len * 4) != r[k - 1]->crc) {
@@ -191,6 +194,7 @@ ferry__reply_take(ferry_client *c, size_t m, struct xfer *x,
 		    "server %s: reply has no pull body", c->pl->servers[m]);
 	}
 	Pswire__PullReply *p = rh->pull_rep;
+	cn->link_pull_bytes += f->payload_len;
 	for (size_t i = 0; i < cn->req_n; i++) {
 		size_t k = 0;
 		while (j + k < p->n_shards &&

@@ -21,10 +21,16 @@ int
 ferry__codes_stage(ferry_client *c, struct xfer *x)
 {
 	for (size_t i = 0; i < c->pl->n_shards; i++) {
-		const Pswire__ShardInfo *si  = c->pl->shards[i];
-		size_t                   cap = comp_bound(x->codec, si->len);
+		const Pswire__ShardInfo *si = c->pl->shards[i];
 		size_t                   out;
 		int                      rv;
+
+		if (c->auto_push) {
+			// "auto": the rung of the link to the shard's server.
+			c->staged_rung[i] = c->conns[si->server].push_rung;
+		}
+		const struct comp_codec *codec = ferry__auto_codec(c, x, i);
+		size_t                   cap   = comp_bound(codec, si->len);
 
 		const float *g = x->g[si->tensor] + si->offset;
 
@@ -34,7 +40,7 @@ ferry__codes_stage(ferry_client *c, struct xfer *x)
 			}
 			g = c->clip;
 		}
-		rv = comp_ef_encode(x->codec, g,
+		rv = comp_ef_encode(codec, g,
 		    c->resid[si->tensor] + si->offset, si->len, &c->rng,
 		    c->codes + c->code_off[i], cap, &out);
 		if (rv != FB_OK) {
@@ -54,15 +60,14 @@ int
 ferry__request_build(ferry_client *c, struct conn *cn, struct xfer *x,
     nng_msg **out)
 {
-	Pswire__Header           h  = PSWIRE__HEADER__INIT;
-	Pswire__PushRequest      pr = PSWIRE__PUSH_REQUEST__INIT;
-	Pswire__PullRequest      pl = PSWIRE__PULL_REQUEST__INIT;
-	Pswire__ShardRef         refs_stack[64], *refs = refs_stack;
-	Pswire__ShardRef        *ptr_stack[64], **ptrs = ptr_stack;
-	uint8_t                 *payload;
-	size_t                   hl, plen = 0;
-	int                      rv    = FB_OK;
-	const struct comp_codec *codec = x->codec;
+	Pswire__Header      h  = PSWIRE__HEADER__INIT;
+	Pswire__PushRequest pr = PSWIRE__PUSH_REQUEST__INIT;
+	Pswire__PullRequest pl = PSWIRE__PULL_REQUEST__INIT;
+	Pswire__ShardRef    refs_stack[64], *refs = refs_stack;
+	Pswire__ShardRef   *ptr_stack[64], **ptrs = ptr_stack;
+	uint8_t            *payload;
+	size_t              hl, plen = 0;
+	int                 rv = FB_OK;
 
 	h.request_id = cn->rid = c->next_rid++;
 	h.deadline_ms          = ferry__timeout(c);
@@ -78,7 +83,9 @@ ferry__request_build(ferry_client *c, struct conn *cn, struct xfer *x,
 		pl.shards       = cn->req;
 		pl.version      = x->pull_want;
 		pl.have_version = have;
-		pl.full = x->op == OP_PULL_FULL || c->cpull.id == COMP_NONE;
+		pl.full    = x->op == OP_PULL_FULL || c->cpull.id == COMP_NONE;
+		pl.weights = cn->pull_weights = c->auto_pull &&
+		    cn->pull_rung == 0;
 		for (size_t i = 0; i < cn->req_n && !pl.full; i++) {
 			// A shard never pulled has no reference to patch.
 			pl.full = c->ref_at[cn->req[i]] == REF_NONE;
@@ -100,7 +107,9 @@ ferry__request_build(ferry_client *c, struct conn *cn, struct xfer *x,
 		}
 	}
 	for (size_t i = 0; i < cn->req_n; i++) {
-		const Pswire__ShardInfo *si = c->pl->shards[cn->req[i]];
+		const Pswire__ShardInfo *si    = c->pl->shards[cn->req[i]];
+		const struct comp_codec *codec = ferry__auto_codec(c, x,
+		    cn->req[i]);
 		pswire__shard_ref__init(&refs[i]);
 		refs[i].shard = cn->req[i];
 		// Sync: every shard of a step is pushed for the one version
@@ -114,18 +123,24 @@ ferry__request_build(ferry_client *c, struct conn *cn, struct xfer *x,
 		                              : c->shard_ver[cn->req[i]];
 		refs[i].codec   = codec->id;
 		refs[i].bucket  = codec->bucket;
-		refs[i].offset  = plen;
-		refs[i].length  = comp_bound(codec, si->len);
+		// "auto": the server decodes the codec each ref names.
+		refs[i].topk_ratio = c->auto_push ? codec->topk_ratio : 0;
+		refs[i].offset     = plen;
+		refs[i].length     = comp_bound(codec, si->len);
 		plen += refs[i].length;
 		ptrs[i] = &refs[i];
 	}
-	pr.n_shards  = cn->req_n;
-	pr.shards    = ptrs;
-	pr.n_samples = x->n_samples;
-	pr.init      = x->op == OP_INIT;
-	h.body_case  = PSWIRE__HEADER__BODY_PUSH_REQ;
-	h.push_req   = &pr;
-	hl           = pswire__header__get_packed_size(&h);
+	pr.n_shards     = cn->req_n;
+	pr.shards       = ptrs;
+	pr.n_samples    = x->n_samples;
+	pr.init         = x->op == OP_INIT;
+	pr.pull_weights = cn->pull_weights = cn->method ==
+	        PSWIRE__METHOD__PUSH_PULL &&
+	    c->auto_pull && cn->pull_rung == 0;
+	cn->link_push_bytes += plen;
+	h.body_case = PSWIRE__HEADER__BODY_PUSH_REQ;
+	h.push_req  = &pr;
+	hl          = pswire__header__get_packed_size(&h);
 	// A push body is about as large as the last reply from this server
 	// (same shards): build it there, with no allocation and no zeroing.
 	if (cn->spare != NULL &&

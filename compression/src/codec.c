@@ -108,6 +108,11 @@ comp_codec_parse_msg(const char *spec, uint32_t bucket, struct comp_codec *out,
 		say(why, why_len, "%s", "bucket must be in 1..1048576");
 		return FB_EINVAL;
 	}
+	if (strcmp(spec, COMP_AUTO_SPEC) == 0) {
+		// Link-aware choice: as one codec, the shared pull
+		// reference's (comp.h).
+		spec = COMP_AUTO_REF;
+	}
 	struct comp_codec c = COMP_CODEC_INIT;
 	c.bucket            = bucket;
 	const char *colon   = strchr(spec, ':');
@@ -126,7 +131,7 @@ comp_codec_parse_msg(const char *spec, uint32_t bucket, struct comp_codec *out,
 		say(why, why_len,
 		    "unknown codec '%s' (want none, fp16, bf16, q8, q4, q2, "
 		    "sign, topk:R, topk:R+q8, topk:R+q4, randk:R, "
-		    "randk:R+q8 or randk:R+q4)",
+		    "randk:R+q8, randk:R+q4 or auto)",
 		    spec);
 		return FB_EINVAL;
 	}

@@ -62,6 +62,7 @@ class Opts(ctypes.Structure):
         ("lr_min", ctypes.c_double),
         ("lr_total_steps", ctypes.c_uint64),
         ("clip_norm", ctypes.c_double),
+        ("link_budget", ctypes.c_double),  # codec "auto" (0: 1.0)
     ]
 
     @classmethod

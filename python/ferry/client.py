@@ -78,7 +78,7 @@ class Client:
            optimizer="sgd", momentum=0.9, beta1=0.9, beta2=0.999, eps=1e-8,
            weight_decay=0.0, lr_schedule="constant", lr_warmup=0,
            lr_step_every=1000, lr_gamma=0.1, lr_min=0.0, lr_total_steps=0,
-           clip_norm=0.0)
+           clip_norm=0.0, link_budget=0.0)
 
     The keyword arguments are struct ferry_opts' fields with
     FERRY_OPTS_INIT's defaults: mode "sync", "async" or "ssp" (or 0/1/2;
@@ -92,6 +92,9 @@ class Client:
     "adamw", "adagrad") with the lr of `lr_schedule` ("constant", "step",
     "cosine"; lr_warmup updates of linear ramp first); clip_norm > 0 clips
     each pushed gradient's global norm per sample (docs/algorithms.md §5).
+    With codec_push/codec_pull "auto", link_budget (0: 1.0) is the share
+    of the compute time a step's exchange may take on each server link
+    (docs/algorithms.md §2.8).
     The job options (mode, lr, codecs, bucket, warmup_steps, staleness,
     sync_quorum and these) are fixed by the first trainer to declare;
     later ones must match.
@@ -110,7 +113,7 @@ class Client:
                  optimizer="sgd", momentum=0.9, beta1=0.9, beta2=0.999, eps=1e-8,
                  weight_decay=0.0, lr_schedule="constant", lr_warmup=0,
                  lr_step_every=1000, lr_gamma=0.1, lr_min=0.0, lr_total_steps=0,
-                 clip_norm=0.0):
+                 clip_norm=0.0, link_budget=0.0):
         self._c = None
         self._n = 0
         self._lens = ()
@@ -148,6 +151,7 @@ class Client:
             o.lr_min = float(lr_min)
             o.lr_total_steps = _u64("lr_total_steps", lr_total_steps)
             o.clip_norm = float(clip_norm)
+            o.link_budget = float(link_budget)
         except (TypeError, OverflowError) as e:
             raise InvalidArgument("open", str(e)) from None
         why = ctypes.create_string_buffer(256)

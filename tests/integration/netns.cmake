@@ -10,3 +10,13 @@ set_tests_properties(placement_netns PROPERTIES
   SKIP_RETURN_CODE 77
   TIMEOUT 120
   RUN_SERIAL TRUE)
+
+# codec_auto_netns (issue 14): codec "auto" over mixed links (one trainer at
+# 1gbit, one at 20mbit): the slow link's push codec is the more compressed.
+add_test(NAME codec_auto_netns
+  COMMAND ${CMAKE_CURRENT_LIST_DIR}/codec_auto_netns.sh ${PROJECT_BINARY_DIR})
+set_tests_properties(codec_auto_netns PROPERTIES
+  LABELS integration
+  SKIP_RETURN_CODE 77
+  TIMEOUT 180
+  RUN_SERIAL TRUE)

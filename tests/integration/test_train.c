@@ -382,6 +382,72 @@ START_TEST(test_train_one_epoch_adam_schedule)
 }
 END_TEST
 
+// run_auto trains one epoch as it_run_epoch with codec "auto" both ways
+// and --link-budget budget, and checks every trainer's summary: each of
+// its links ("links" of the JSON line) uses push codec push and pull
+// codec pull. Returns rank 0's test accuracy.
+static double
+run_auto(const char *budget, const char *push, const char *pull)
+{
+	struct lc c;
+	char      lb[64], data[520], out[300], line[8192], want[128];
+	snprintf(lb, sizeof(lb), "--link-budget=%s", budget);
+	snprintf(data, sizeof(data), "--data=%s", it_data_dir());
+	lc_start(&c, 2, 2, NULL);
+	for (int r = 0; r < 2; r++) {
+		const char *flags[] = { "--epochs=1", "--log-interval=0",
+			"--seed=1", "--codec-push=auto", "--codec-pull=auto",
+			lb, data, NULL };
+		lc_trainer(&c, r, flags);
+	}
+	int ok = lc_wait_trainers(&c, 240);
+	lc_stop(&c);
+	ck_assert_msg(ok == 2, "trainers failed; logs in %s", c.dir);
+	snprintf(want, sizeof(want),
+	    "\"codec_push\": \"%s\", \"codec_pull\": \"%s\"", push, pull);
+	for (int r = 0; r < 2; r++) {
+		char  name[32];
+		FILE *f;
+		int   links = 0;
+		snprintf(name, sizeof(name), "trainer-%d.out", r);
+		lc_path(&c, name, out, sizeof(out));
+		ck_assert_ptr_nonnull(f = fopen(out, "r"));
+		while (fgets(line, sizeof(line), f) != NULL) {
+			char *s = strstr(line, "{\"summary\"");
+			for (char *l = s ? strstr(s, "{\"server\"") : NULL;
+			     l != NULL; l = strstr(l + 1, "{\"server\"")) {
+				ck_assert_msg(strstr(l, want) ==
+				        l + strcspn(l, ",") + 2,
+				    "rank %d link %d: want %s in %s", r, links,
+				    want, l);
+				links++;
+			}
+		}
+		fclose(f);
+		ck_assert_msg(links == 2, "rank %d: %d links in its summary",
+		    r, links);
+	}
+	return summary_value(lc_path(&c, "trainer-0.out", out, sizeof(out)),
+	    "test_acc");
+}
+
+// Codec "auto" on unshaped loopback: with a budget every link fits, each
+// picks the least lossy codecs (fp32 both ways) and trains; with a budget
+// nothing fits, each picks the most compressed rungs (the top-1% push and
+// the shared reference's deltas), which still trains to >= 80% — the
+// servers decode each ref's own codec and the pulls resync from the
+// weights to the reference when the choice moves there.
+START_TEST(test_train_one_epoch_auto)
+{
+	double acc = run_auto("1000", "none", "none");
+	ck_assert_msg(acc >= 0.80, "auto (fp32) test accuracy %.4f < 0.80",
+	    acc);
+	acc = run_auto("0.001", "topk:0.01+q8", "topk:0.05+q8");
+	ck_assert_msg(acc >= 0.80, "auto (top-k) test accuracy %.4f < 0.80",
+	    acc);
+}
+END_TEST
+
 // One epoch with top-1% q8 pushes (Elias-Fano indices, error feedback) and
 // top-5% q8 reference-delta pulls (EF21-P), over 100x fewer push bytes,
 // still reaches >= 80% and stays within 1 point of fp32 (docs/algorithms.md,
@@ -408,6 +474,11 @@ suite_train(void)
 	tcase_add_test(tc, test_train_one_epoch_adam_schedule);
 	tcase_add_test(tc, test_train_one_epoch_topk_q8);
 	suite_add_tcase(s, tc);
+	// Its own case: `CK_RUN_CASE=auto` runs it alone.
+	TCase *ta = tcase_create("auto");
+	tcase_set_timeout(ta, 300);
+	tcase_add_test(ta, test_train_one_epoch_auto);
+	suite_add_tcase(s, ta);
 	// Its own case, so that `CK_RUN_CASE=signed` runs it alone.
 	TCase *ts = tcase_create("signed");
 	tcase_set_timeout(ts, 300);

@@ -82,6 +82,10 @@ push_encoded(ferry_client *c, const float *const *g, float *const *w,
 	return ferry_client_push_pull_encoded(c, codes, 10, w);
 }
 
+// auto_budget is every trainer's opts.link_budget (codec "auto"; set by
+// the test that uses it, 0 otherwise).
+static double auto_budget;
+
 static void *
 trainer_main(void *arg)
 {
@@ -101,6 +105,7 @@ trainer_main(void *arg)
 	o.codec_push    = a->codec_push;
 	o.codec_pull    = a->codec_pull;
 	o.warmup_steps  = a->warmup;
+	o.link_budget   = auto_budget;
 	for (int t = 0; t < NT; t++) {
 		wp[t] = a->w[t];
 		gp[t] = g[t];
@@ -956,6 +961,41 @@ START_TEST(test_cluster_encoded_push)
 }
 END_TEST
 
+// Codec "auto": with a budget every link fits (the steps here compute
+// for microseconds, 1e6 times that is seconds) every link keeps fp32
+// pushes and pulls of the weights, bit-identical to none/none; with one
+// nothing fits, every link moves, after the first step, to the top-1%
+// pushes (each ShardRef naming its codec) and the shared reference's
+// deltas (a full resync from the weights), so both ranks hold the same
+// reference, near fp32, for fewer bytes.
+START_TEST(test_cluster_codec_auto)
+{
+	struct trainer_arg ref[2], fast[2], slow[2];
+	const int          K = 10;
+	run_pair(ref, K, "none", "none", 0);
+	auto_budget = 1e6;
+	run_pair(fast, K, "auto", "auto", 0);
+	same_weights(ref, fast);
+	auto_budget = 0.001;
+	run_pair(slow, K, "auto", "auto", 0);
+	auto_budget = 0;
+	double err = 0, norm = 0;
+	for (int t = 0; t < NT; t++) {
+		ck_assert_int_eq(memcmp(slow[0].w[t], slow[1].w[t],
+		                     lens[t] * sizeof(float)),
+		    0);
+		for (size_t i = 0; i < lens[t]; i++) {
+			double d = slow[0].w[t][i] - ref[0].w[t][i];
+			err += d * d;
+			norm += (double) ref[0].w[t][i] * ref[0].w[t][i];
+		}
+	}
+	ck_assert_msg(sqrt(err / norm) < 0.05, "auto drifted %.3g from fp32",
+	    sqrt(err / norm));
+	ck_assert_uint_lt(slow[0].bytes_pushed, ref[0].bytes_pushed);
+}
+END_TEST
+
 // Every codec trains without error in both directions.
 START_TEST(test_cluster_codecs_all)
 {
@@ -1403,6 +1443,7 @@ suite_cluster(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_cluster_codecs_lockstep);
 	tcase_add_test(tc, test_cluster_codecs_all);
+	tcase_add_test(tc, test_cluster_codec_auto);
 	tcase_add_test(tc, test_cluster_encoded_push);
 	tcase_add_test(tc, test_cluster_codec_bogus);
 	suite_add_tcase(s, tc);

@@ -74,6 +74,7 @@ static const struct binding bindings[] = {
 	{ FB_OPT_TR_LR_MIN, K_F64, OFF(lr_min) },
 	{ FB_OPT_TR_LR_TOTAL_STEPS, K_U64, OFF(lr_total_steps) },
 	{ FB_OPT_TR_CLIP_NORM, K_F64, OFF(clip_norm) },
+	{ FB_OPT_TR_LINK_BUDGET, K_F64, OFF(link_budget) },
 	{ FB_OPT_TR_OVERLAP, K_INT, OFF(overlap) },
 };
 #define N_BINDINGS (sizeof(bindings) / sizeof(bindings[0]))

@@ -152,11 +152,38 @@ tr__report_progress(struct tr__report *rep, uint64_t bytes_pushed, double lr)
 	rep->last_report                             = rep->step;
 }
 
+// report_links prints, with codec "auto", one line naming each server
+// link's codecs and payload bytes per step.
+static void
+report_links(struct tr__report *rep, const struct tr_config *cfg,
+    const ferry_client *fc)
+{
+	struct ferry_link l;
+	if (fc == NULL ||
+	    (strcmp(cfg->codec_push, "auto") != 0 &&
+	        strcmp(cfg->codec_pull, "auto") != 0)) {
+		return;
+	}
+	fprintf(rep->out, "links");
+	for (size_t m = 0; ferry_client_link(fc, m, &l) == FERRY_OK; m++) {
+		fprintf(rep->out,
+		    " | %s: push %s %.1f kB/step, pull %s %.1f kB/step (%.1f "
+		    "MB/s, rtt %.2f ms)",
+		    l.server, l.codec_push, l.push_bytes_per_step * 1e-3,
+		    l.codec_pull, l.pull_bytes_per_step * 1e-3,
+		    l.bw_bps * 1e-6, l.rtt_s * 1e3);
+	}
+	fprintf(rep->out, "\n");
+}
+
 void
 tr__report_summary(struct tr__report *rep, const struct tr_config *cfg,
-    int trainers, size_t steps_per_epoch, const struct ferry_stats *st)
+    int trainers, size_t steps_per_epoch, const struct ferry_stats *st,
+    const ferry_client *fc)
 {
-	double wall = (double) (fb_clock_ns() - rep->t0) * 1e-9;
+	double            wall = (double) (fb_clock_ns() - rep->t0) * 1e-9;
+	struct ferry_link l;
+	report_links(rep, cfg, fc);
 	fprintf(rep->out,
 	    "{\"summary\": {\"epochs\": %.6g, \"steps\": %llu, \"samples\": "
 	    "%llu, \"wall_s\": %.3f, \"samples_per_s\": %.1f, ",
@@ -174,7 +201,7 @@ tr__report_summary(struct tr__report *rep, const struct tr_config *cfg,
 	    "\"%s\", \"device\": \"%s\", \"resumed_at\": %llu, "
 	    "\"steps_run\": %llu, \"version\": %llu, \"staleness\": %u, "
 	    "\"staleness_mean\": %.3f, \"staleness_max\": %llu, "
-	    "\"dropped_pushes\": %llu}}\n",
+	    "\"dropped_pushes\": %llu, \"links\": [",
 	    (unsigned long long) st->bytes_pushed,
 	    (unsigned long long) st->bytes_pulled, cfg->rank, trainers,
 	    (double) rep->eval_ns * 1e-9, cfg->batch,
@@ -187,6 +214,18 @@ tr__report_summary(struct tr__report *rep, const struct tr_config *cfg,
 	    st->pulls ? (double) st->staleness_sum / (double) st->pulls : 0.0,
 	    (unsigned long long) st->staleness_max,
 	    (unsigned long long) rep->dropped);
+	for (size_t m = 0;
+	     fc != NULL && ferry_client_link(fc, m, &l) == FERRY_OK; m++) {
+		fprintf(rep->out,
+		    "%s{\"server\": \"%s\", \"codec_push\": \"%s\", "
+		    "\"codec_pull\": \"%s\", \"push_bytes_per_step\": %.0f, "
+		    "\"pull_bytes_per_step\": %.0f, \"bw_bps\": %.0f, "
+		    "\"rtt_ms\": %.3f}",
+		    m ? ", " : "", l.server, l.codec_push, l.codec_pull,
+		    l.push_bytes_per_step, l.pull_bytes_per_step, l.bw_bps,
+		    l.rtt_s * 1e3);
+	}
+	fprintf(rep->out, "]}}\n");
 	fflush(rep->out);
 }
 

@@ -71,9 +71,12 @@ void tr__report_progress(struct tr__report *rep, uint64_t bytes_pushed,
 
 // tr__report_summary prints the final JSON summary line for a run of
 // cfg among `trainers` trainers, steps_per_epoch steps an epoch, with
-// libferry's byte counts st.
+// libferry's byte counts st and, from fc (NULL: none), each server
+// link's codecs and payload bytes per step ("links"; with codec "auto"
+// also a "links |" line before it, for people).
 void tr__report_summary(struct tr__report *rep, const struct tr_config *cfg,
-    int trainers, size_t steps_per_epoch, const struct ferry_stats *st);
+    int trainers, size_t steps_per_epoch, const struct ferry_stats *st,
+    const ferry_client *fc);
 
 // tr__report_weights saves w to path as raw float32 (host order), tensor
 // after tensor. Errors: FB_EINVAL (cannot write; logged with the path).

@@ -46,6 +46,7 @@
 // FB_EREMOTE (no translation of one error space into the other).
 #include <ferry/ferry.h>
 #include <signal.h>
+#include <string.h>
 
 #include "metrics.h"
 #include "ondevice.h"
@@ -211,6 +212,7 @@ join_job(struct run *r)
 	fo.lr_min         = cfg->lr_min;
 	fo.lr_total_steps = cfg->lr_total_steps;
 	fo.clip_norm      = cfg->clip_norm;
+	fo.link_budget    = cfg->link_budget;
 	if (ferry_opts_check(&fo, r->err, sizeof(r->err)) != FERRY_OK) {
 		FB_LOG(FB_LOG_ERR, MOD, "bad options: %s", r->err);
 		return FB_EINVAL;
@@ -270,7 +272,10 @@ open_device_pull(struct run *r)
 	uint32_t                  cid, bucket, pid, pbucket;
 	int                       rv, fe;
 
-	if (r->dev == NULL || r->cfg->overlap ||
+	// Codec "auto" pulls the weights over fast links: the host path.
+	// --overlap's next pull must not overwrite the weights in use.
+	if (r->dev == NULL || strcmp(r->cfg->codec_pull, "auto") == 0 ||
+	    r->cfg->overlap ||
 	    ferry_client_pull_codec(r->fc, &pid, &pbucket) != FERRY_OK ||
 	    !r->dev->pull_supported(pid) ||
 	    ferry_client_shards(r->fc, &sh, &ns, &cid, &bucket) != FERRY_OK) {
@@ -369,9 +374,11 @@ open_device_push(struct run *r)
 	int                       rv;
 
 	// --clip-norm scales the gradient before it is encoded, which
-	// libferry does on the host path only; --overlap double-buffers the
-	// host weights and gradients.
+	// libferry does on the host path only; codec "auto" picks a codec
+	// per link there too; --overlap double-buffers the host weights and
+	// gradients.
 	if (r->dev == NULL || r->cfg->clip_norm > 0 || r->cfg->overlap ||
+	    strcmp(r->cfg->codec_push, "auto") == 0 ||
 	    ferry_client_shards(r->fc, &sh, &ns, &cid, &bucket) != FERRY_OK ||
 	    !r->dev->push_supported(cid)) {
 		return FB_OK; // the host path
@@ -611,7 +618,8 @@ finish(struct run *r)
 	int                     rv, fe;
 
 	ferry_client_stats(r->fc, &st);
-	tr__report_summary(&r->rep, cfg, r->trainers, r->steps_per_epoch, &st);
+	tr__report_summary(&r->rep, cfg, r->trainers, r->steps_per_epoch, &st,
+	    r->fc);
 	if (stop_requested) {
 		FB_LOG(FB_LOG_NOTICE, MOD,
 		    "stopped by a signal; leaving the job");

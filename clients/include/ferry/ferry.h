@@ -164,12 +164,18 @@ struct ferry_opts {
 	// is at most clip_norm (0: off). Not applied to
 	// ferry_client_push_pull_encoded, whose caller encodes.
 	double      clip_norm;
+	// ---- added in 0.x (issue 14): with codec_push and/or codec_pull
+	// "auto", each server link gets the least lossy codec whose step
+	// exchange (bytes over the probed bandwidth, plus a round trip)
+	// takes at most link_budget times the measured compute time per step
+	// (docs/algorithms.md §2.8). 0 = 1.0.
+	double      link_budget;
 };
 #define FERRY_OPTS_INIT                                                       \
 	{                                                                     \
 		NULL, 0, 0, FERRY_MODE_SYNC, 0.1, NULL, NULL, 0, 0, 0, NULL,  \
 		    NULL, 0, 0, 0, NULL, 0.9, 0.9, 0.999, 1e-8, 0.0, NULL, 0, \
-		    1000, 0.1, 0.0, 0, 0.0                                    \
+		    1000, 0.1, 0.0, 0, 0.0, 0.0                               \
 	}
 
 // One tensor of the job's table.
@@ -378,6 +384,26 @@ struct ferry_pull_sink {
 // Errors: FERRY_EINVAL (c is NULL, or a callback of sink is NULL).
 FERRY_API int ferry_client_set_pull_sink(ferry_client *c,
     const struct ferry_pull_sink                      *sink);
+
+// One server link of a declared client, as ferry_client_link reports
+// it: the codecs in use on it (the job's, or with "auto" this link's
+// choice: "none" for the pull means the weights in fp32), the link as
+// last probed (0: never probed), and the payload bytes per push-pull
+// since that choice was made (averages over `steps`).
+struct ferry_link {
+	const char *server;     // URL (borrowed; valid until the next call)
+	const char *codec_push; // e.g. "q4" (borrowed, static or the opts')
+	const char *codec_pull;
+	double      bw_bps, rtt_s;
+	double      push_bytes_per_step, pull_bytes_per_step;
+	uint64_t    steps;
+};
+
+// ferry_client_link fills *out for server link m (0 .. servers-1 of the
+// current map). Errors: FERRY_EINVAL (c or out NULL, not declared, m out
+// of range: a caller lists links by counting up until this).
+FERRY_API int ferry_client_link(const ferry_client *c, size_t m,
+    struct ferry_link *out);
 
 // ferry_client_pull_codec returns the job's pull codec: its wire id (0 =
 // fp32: every pull is full) and bucket, as a sink will see them in

@@ -77,10 +77,23 @@ struct comp_codec {
 		COMP_NONE, COMP_BUCKET_DEFAULT, 0.0f, 0                       \
 	}
 
+// COMP_AUTO_SPEC ("auto") is a job's link-aware codec choice
+// (docs/algorithms.md §2.8): each trainer picks a codec per server link,
+// names it in every ShardRef of its pushes, and pulls either the weights
+// in fp32 or the chain of deltas of the shared pull reference. That
+// reference is one per shard for every trainer, so it needs one codec:
+// COMP_AUTO_REF, the most compressed rung of the trainers' push ladder
+// that still keeps 5% of the values (the links that pull deltas are the
+// slow ones). comp_codec_parse reads "auto" as COMP_AUTO_REF; the caller
+// tells the two apart by the spec string.
+#define COMP_AUTO_SPEC "auto"
+#define COMP_AUTO_REF "topk:0.05+q8"
+
 // comp_codec_parse fills *out from a spec string: "none" (or "fp32"),
 // "fp16", "bf16", "q8", "q4", "q2" (each q may end in ":sr" for stochastic
 // rounding), "sign", "topk:R" with 0 < R <= 1, "topk:R+q8", "topk:R+q4",
-// "randk:R", "randk:R+q8", "randk:R+q4". bucket is the bucket size
+// "randk:R", "randk:R+q8", "randk:R+q4", and "auto" (COMP_AUTO_REF's
+// codec). bucket is the bucket size
 // (0 picks COMP_BUCKET_DEFAULT); it is kept for every codec but only used by
 // the bucketed ones. Returns FB_EINVAL for an unknown name, a bad ratio or a
 // bucket outside 1..COMP_BUCKET_MAX (*out untouched).

@@ -92,9 +92,21 @@ call_touches(const struct ps_call *c, uint32_t id)
 	return 0;
 }
 
+// call_weights reports whether call c asks for the weights themselves in
+// fp32 rather than the shared reference (PullRequest.weights: a trainer of
+// a codec_pull "auto" job whose link needs no pull codec).
+static int
+call_weights(const struct ps_call *c)
+{
+	return c->hdr->body_case == PSWIRE__HEADER__BODY_PULL_REQ
+	    ? c->hdr->pull_req->weights
+	    : c->hdr->push_req->pull_weights;
+}
+
 // answer_pull replies with what each of the call's shards needs: the full
-// weights (no pull codec), the full reference, or the chain of deltas from
-// the caller's version. mu held; every shard is ready.
+// weights (no pull codec, or the call asks for them), the full reference,
+// or the chain of deltas from the caller's version. mu held; every shard
+// is ready.
 static void
 answer_pull(struct ps_server *s, struct ps_call *c)
 {
@@ -106,13 +118,13 @@ answer_pull(struct ps_server *s, struct ps_call *c)
 	nng_msg          *m;
 	uint8_t          *payload;
 	uint64_t          have;
-	int               full;
+	int               full, weights = call_weights(c);
 
 	for (size_t i = 0; i < n; i++) {
 		uint32_t          id = ps__call_shard(c, i, &have, &full);
 		struct srv_shard *sh = &s->shards[id];
 		size_t            k, b;
-		ps__ref_plan(s, sh, have, full, &k, &b);
+		ps__ref_plan(s, sh, have, full || weights, &k, &b);
 		nrefs += k;
 	}
 	if (nrefs > 64) {
@@ -134,7 +146,7 @@ answer_pull(struct ps_server *s, struct ps_call *c)
 		struct srv_shard *sh = &s->shards[id];
 		size_t            k, b;
 		int               how;
-		how = ps__ref_plan(s, sh, have, full, &k, &b);
+		how = ps__ref_plan(s, sh, have, full || weights, &k, &b);
 		for (size_t j = 0; j < k; j++) {
 			Pswire__ShardRef *r = &refs[nrefs];
 			pswire__shard_ref__init(r);
@@ -147,7 +159,8 @@ answer_pull(struct ps_server *s, struct ps_call *c)
 				r->codec = COMP_NONE;
 				r->version = sh->version;
 				r->length  = sh->len * 4;
-				r->crc     = s->pull_none ? 0 : sh->ref_crc;
+				r->crc     = s->pull_none || weights ? 0
+				                                     : sh->ref_crc;
 			} else if (sh->version == have) {
 				r->kind = PSWIRE__SHARD_KIND__SHARD_KIND_DELTA;
 				r->codec        = s->cpull.id;
@@ -196,7 +209,8 @@ answer_pull(struct ps_server *s, struct ps_call *c)
 		// payloads are the arrays' bytes.
 		if (r->kind == PSWIRE__SHARD_KIND__SHARD_KIND_FULL) {
 			memcpy(payload + r->offset,
-			    s->pull_none ? sh->x : sh->ref, r->length);
+			    s->pull_none || weights ? sh->x : sh->ref,
+			    r->length);
 		} else if (r->length > 0) {
 			uint32_t slot = (uint32_t) (r->base_version %
 			    s->log_k);

@@ -16,10 +16,24 @@
 
 #include "server_impl.h"
 
+// push_codec is the codec of a push's shard ref r: fp32, the job's push
+// codec, or, in a job whose codec_push is "auto" (each trainer picks one
+// per link), the one r names, built in *tmp. check_refs has checked it.
 static const struct comp_codec *
-push_codec(const struct ps_server *s, const Pswire__ShardRef *r)
+push_codec(const struct ps_server *s, const Pswire__ShardRef *r,
+    struct comp_codec *tmp)
 {
-	return r->codec == COMP_NONE ? &s->cnone : &s->cpush;
+	if (r->codec == COMP_NONE) {
+		return &s->cnone;
+	}
+	if (!s->push_auto) {
+		return &s->cpush;
+	}
+	tmp->id         = r->codec;
+	tmp->bucket     = r->bucket;
+	tmp->topk_ratio = r->topk_ratio;
+	tmp->stochastic = 0; // decoding does not depend on it
+	return tmp;
 }
 
 // check_refs validates a push's shard references against the map and the
@@ -48,8 +62,19 @@ check_refs(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 			return -1;
 		}
 		sh->seen = s->stamp;
+		struct comp_codec tmp;
+		if (r->codec != COMP_NONE && s->push_auto && !p->init &&
+		    comp_codec_check(push_codec(s, r, &tmp)) != FB_OK) {
+			ps__server_reply_err(s, c,
+			    PSWIRE__STATUS__INVALID_ARGUMENT,
+			    "shard %u: codec %u (%s) with bucket %u and ratio "
+			    "%g is not a valid codec",
+			    r->shard, r->codec, comp_codec_name(r->codec),
+			    r->bucket, (double) r->topk_ratio);
+			return -1;
+		}
 		if (r->codec != COMP_NONE &&
-		    (p->init || r->codec != s->cpush.id)) {
+		    (p->init || (!s->push_auto && r->codec != s->cpush.id))) {
 			ps__server_reply_err(s, c,
 			    PSWIRE__STATUS__INVALID_ARGUMENT,
 			    "shard %u: codec %u (%s) is not this job's push "
@@ -58,7 +83,7 @@ check_refs(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 			    comp_codec_name(s->cpush.id));
 			return -1;
 		}
-		size_t want = comp_bound(push_codec(s, r), sh->len);
+		size_t want = comp_bound(push_codec(s, r, &tmp), sh->len);
 		if (r->length != want) {
 			ps__server_reply_err(s, c,
 			    PSWIRE__STATUS__INVALID_ARGUMENT,
@@ -228,11 +253,12 @@ push_async(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 		struct srv_shard *sh = &s->shards[r->shard];
 		const uint8_t    *b  = c->frame.payload + r->offset;
 		const void       *g  = b;
+		struct comp_codec tmp;
 		int               rv = FB_OK, ok;
 		if (r->codec == COMP_NONE) {
 			ok = ps__all_finite(b, sh->len);
 		} else {
-			rv = comp_decode(push_codec(s, r), b, r->length,
+			rv = comp_decode(push_codec(s, r, &tmp), b, r->length,
 			    sh->len, s->sum);
 			ok = rv == FB_OK && ps__all_finite(s->sum, sh->len);
 			g  = s->sum;
@@ -262,9 +288,10 @@ push_async(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 		Pswire__ShardRef *r  = p->shards[i];
 		struct srv_shard *sh = &s->shards[r->shard];
 		const uint8_t    *b  = c->frame.payload + r->offset;
+		struct comp_codec tmp;
 		if (r->codec != COMP_NONE) {
-			comp_decode(push_codec(s, r), b, r->length, sh->len,
-			    s->sum);
+			comp_decode(push_codec(s, r, &tmp), b, r->length,
+			    sh->len, s->sum);
 			ps__optim_apply(s, sh, s->sum, NULL, p->n_samples);
 		} else if (s->optim.kind == FB_OPTIM_SGD &&
 		    s->optim.weight_decay == 0) {
@@ -309,12 +336,13 @@ push_stage(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 		Pswire__ShardRef *r    = p->shards[i];
 		struct srv_shard *sh   = &s->shards[r->shard];
 		float            *slot = sh->stage + (size_t) rank * sh->len;
+		struct comp_codec tmp;
 		if (r->codec == COMP_NONE) { // length checked in check_refs
 			if (!ps__copy_finite(slot,
 			        c->frame.payload + r->offset, sh->len)) {
 				bad = (int) i;
 			}
-		} else if (comp_decode(push_codec(s, r),
+		} else if (comp_decode(push_codec(s, r, &tmp),
 		               c->frame.payload + r->offset, r->length,
 		               sh->len, slot) != FB_OK) {
 			bad       = (int) i;

@@ -181,6 +181,8 @@ struct ps_server {
 	float                *scratch; // scratch: largest shard (ref encode)
 	struct comp_codec     cpush, cpull, cnone;
 	int                   pull_none; // no pull codec: send x in full
+	int                   push_auto; // codec_push "auto": each push's
+	                                 // refs name their codec
 	uint32_t              warmup;    // versions <= warmup are fp32
 	uint32_t              log_k;
 	uint64_t              stamp;

@@ -389,6 +389,7 @@ ps__map_install(struct ps_server *s, Pswire__Placement *pl)
 		return FB_EPROTO;
 	}
 	s->pull_none = s->cpull.id == COMP_NONE;
+	s->push_auto = strcmp(job->codec_push, COMP_AUTO_SPEC) == 0;
 	s->n_global  = pl->n_shards;
 	s->local     = fb_alloc(pl->n_shards * sizeof(*s->local));
 	s->shards    = fb_zalloc(pl->n_shards * sizeof(*s->shards));

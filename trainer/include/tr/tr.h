@@ -413,6 +413,7 @@ struct tr_config {
 	double           lr_min;         // --lr-min
 	uint64_t         lr_total_steps; // --lr-total-steps
 	double           clip_norm;      // --clip-norm (0: off)
+	double           link_budget;    // --link-budget (codec auto)
 	int              overlap;        // --overlap (1: one-step delayed)
 	int              help;           // --help was given
 	int              print_config;   // --print-config was given
