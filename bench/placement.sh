@@ -12,19 +12,25 @@
 # REPS repeats of uniform and latency each, interleaved. Writes
 # bench/results/placement.json and bench/placement/RESULTS.md's table.
 #
+# Step = the slower trainer's median step after its first 10
+# (bench/placement/steady.py): the start-up probes' traffic has drained
+# from tbf's queues by then, so equal assignments measure equal.
+#
 #   bench/placement.sh [--build DIR] [--steps N] [--reps R] [--keep DIR]
+#                      [--scenarios "base a b c"]
 # Builds DIR (default build-place/) with scripts/setup.sh first, so a fresh
 # clone needs nothing else. Exit 77 when network namespaces are unavailable.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
-BUILD="$ROOT/build-place" STEPS=60 REPS=5 KEEP=""
+BUILD="$ROOT/build-place" STEPS=60 REPS=5 KEEP="" SCEN="base a b c"
 while (($#)); do
 	case "$1" in
 	--build) BUILD=$2; shift 2 ;;
 	--steps) STEPS=$2; shift 2 ;;
 	--reps) REPS=$2; shift 2 ;;
 	--keep) KEEP=$2; shift 2 ;;
+	--scenarios) SCEN=$2; shift 2 ;;
 	*) echo "placement.sh: unknown flag $1" >&2; exit 2 ;;
 	esac
 done
@@ -63,10 +69,15 @@ scenario() { # NAME RATE_S0 RATE_S1 [RTT delays...]
 	done
 	pl_down
 }
-scenario base none none
-scenario a 1gbit 100mbit
-scenario b 1gbit 1gbit 0.5 10 10 0.5
-scenario c 1gbit 1gbit
+for sc in $SCEN; do
+	case $sc in
+	base) scenario base none none ;;
+	a) scenario a 1gbit 100mbit ;;
+	b) scenario b 1gbit 1gbit 0.5 10 10 0.5 ;;
+	c) scenario c 1gbit 1gbit ;;
+	*) echo "placement.sh: unknown scenario $sc" >&2; exit 2 ;;
+	esac
+done
 python3 "$HERE/placement/analyze.py" "$RUN" "$EVAL" \
 	"$ROOT/bench/results/placement.json" "$RUN/table.md"
 echo "runs kept in $RUN" >&2

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run.sh — Ferry's benchmark suite (issue 5): transport vs raw nng, end to
 # end vs PyTorch (single, DDP/gloo, RPC PS, PyTorch on Ferry), the servers'
-# optimizers vs torch.optim (bench/optim.sh), slow links, scale,
+# optimizers vs torch.optim (bench/optim.sh), slow links, time to 84% over
+# slow links (bench/links/time_to_acc.sh), scale,
 # plus a perf profile of the sync job and the SSP sweep (bench/ssp.sh). Writes docs/benchmarks.md,
 # docs/plots/*.png and bench/results/latest.json.
 #
@@ -221,6 +222,14 @@ if bench/links/netsim.sh check 2>"$RAW/links-skip.txt"; then
 else
 	log "links: $(cat "$RAW/links-skip.txt")"
 fi
+
+# --- 4b. time to 84% over slow links (issue 14) -------------------------
+# Writes bench/results/time_to_acc.json, which the report renders; --quick:
+# unshaped and 100mbit only, 180 s per run.
+log "time to 84%: bench/links/time_to_acc.sh"
+bench/links/time_to_acc.sh --build "$BUILD" --raw "$RAW/ttacc" \
+	$( ((quick)) && echo --quick) >"$RAW/ttacc.txt" 2>"$RAW/ttacc.log" ||
+	log "time to 84%: skipped or failed; see $RAW/ttacc.log"
 
 # --- 5. profile of the sync job (where the time goes) -------------------
 if command -v perf >/dev/null; then

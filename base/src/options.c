@@ -442,4 +442,11 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	            "the exchange overlaps the rest of backward; the weights "
 	            "are those of 0, bit for bit (docs/protocol.md). Needs "
 	            "the CPU backend's host path and `--clip-norm 0`" },
+	[FB_OPT_TR_OVERLAP]        = { "overlap", TR, INT(0, 1), .def = "0",
+	           .help = "1: compute the next gradient while the push-pull runs "
+	                          "(one step stale)",
+	           .doc  = "1: compute step t+1's gradient on version t's weights "
+	                          "while step t's push-pull runs, on a communication thread "
+	                          "(one-step delayed weights, docs/algorithms.md §6.3; host "
+	                          "path only); 0: every gradient on the newest version" },
 };

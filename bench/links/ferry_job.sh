@@ -6,12 +6,15 @@
 # Prints rank 0's output (progress lines and the summary JSON) on stdout.
 #
 #   ferry_job.sh [--rate 100mbit|none] [--delay-ms D] [--trainers T]
-#                [--rate-of R=RATE]... [--curve FILE]
+#                [--rate-of R=RATE]... [--curve FILE] [--time-cap S]
 #                [--build DIR] [--name NET] -- [trainer flags...]
 #
 # --rate-of R=RATE shapes trainer R's link to RATE instead (mixed links:
 # --rate none --rate-of 0=1gbit --rate-of 1=20mbit); --curve FILE gives
-# rank 0 alone --curve FILE (accuracy against wall time).
+# rank 0 alone --curve FILE (accuracy against wall time). --time-cap S
+# sends the trainers SIGTERM after S seconds (SIGKILL 30 s later): they
+# stop between steps, print their summary and leave the job, so a capped
+# run still reports.
 #
 # Builds DIR (default build/) with scripts/setup.sh when its binaries are
 # missing. Exit 77 (skip) when network namespaces are not available (not
@@ -20,7 +23,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 NETSIM="$HERE/netsim.sh"
-rate=none delay=0 trainers=2 build="$ROOT/build" name="fj$$" curve=""
+rate=none delay=0 trainers=2 build="$ROOT/build" name="fj$$" curve="" cap=0
 declare -A rate_of=()
 while (($#)); do
 	case "$1" in
@@ -29,6 +32,7 @@ while (($#)); do
 	--trainers) trainers=$2; shift 2 ;;
 	--rate-of) rate_of[${2%%=*}]=${2#*=}; shift 2 ;;
 	--curve) curve=$2; shift 2 ;;
+	--time-cap) cap=$2; shift 2 ;;
 	--build) build=$2; shift 2 ;;
 	--name) name=$2; shift 2 ;;
 	--) shift; break ;;
@@ -45,8 +49,9 @@ fi
 RUN=${FERRY_JOB_RUN_DIR:-$(mktemp -d /tmp/ferry-links.XXXXXX)}
 hosts=("srv:$rate")
 for ((r = 0; r < trainers; r++)); do hosts+=("t$r:${rate_of[$r]:-$rate}"); done
-relay_pid=""
+relay_pid="" cap_pid=""
 cleanup() {
+	[ -n "$cap_pid" ] && kill "$cap_pid" 2>/dev/null || true
 	[ -n "$relay_pid" ] && kill "$relay_pid" 2>/dev/null || true
 	"$NETSIM" down "$name" || true
 }
@@ -79,6 +84,14 @@ for ((r = 0; r < trainers; r++)); do
 	fi
 	tp+=($!)
 done
+if ((cap > 0)); then
+	# SIGKILL 30 s later: a trainer stuck on its way out (nng 1.5's
+	# nng_close can deadlock in ferry_client_leave) must not hold the
+	# benchmark; its summary and curve are written by then.
+	(sleep "$cap" && kill -TERM "${tp[@]}" 2>/dev/null
+	sleep 30 && kill -KILL "${tp[@]}" 2>/dev/null) &
+	cap_pid=$!
+fi
 rc=0
 for p in "${tp[@]}"; do wait "$p" || rc=$?; done
 if ((rc != 0)); then

@@ -236,7 +236,7 @@ def ddp_worker(rank, args):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     torch.set_num_threads(1)
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_ADDR"] = args.master_addr
     os.environ["MASTER_PORT"] = str(args.port)
     dist.init_process_group("gloo", rank=rank, world_size=args.world)
     model = DDP(MLP(args.seed))
@@ -360,6 +360,11 @@ def main():
                              "adagrad"],
                     help="torch.optim rule (single and ddp; rpc is SGD)")
     ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--rank", type=int, default=-1,
+                    help="ddp: run only this rank here (one process per host, e.g. "
+                    "per network namespace of bench/links); default: spawn all")
+    ap.add_argument("--master-addr", default="127.0.0.1",
+                    help="ddp: rank 0's address (with --rank)")
     args = ap.parse_args()
     if args.mode == "rpc" and args.optimizer != "sgd":
         ap.error("--mode rpc applies SGD only; use single or ddp")
@@ -367,7 +372,9 @@ def main():
         run_single(args)
         return
     import torch.multiprocessing as mp
-    if args.mode == "ddp":
+    if args.mode == "ddp" and args.rank >= 0:
+        ddp_worker(args.rank, args)
+    elif args.mode == "ddp":
         mp.spawn(ddp_worker, args=(args,), nprocs=args.world, join=True)
     else:
         mp.spawn(rpc_worker, args=(args,), nprocs=args.world + 1, join=True)

@@ -4,25 +4,19 @@
 RUNDIR/<scenario>/<placement>-<rep>/ holds one job (sch.log, t0.out, t1.out).
 RUNDIR/base/latency-<rep>/ is the unshaped run used for compute time:
 compute_ms = median over reps of (measured step ms - logged F ms).
-For every run: measured step (max over ranks of (wall_s-eval_s)/steps), the
+For every run: measured step (steady.py: max over ranks of the median step
+after the first 10, once the start-up probes' traffic has drained), the
 logged F and LB, and, through EVALPLACE (Ferry's shard_cost/shard_solve on the
 logged L and B matrices), the exact optimum F by enumeration and the solver F.
 """
 import json, os, re, statistics, subprocess, sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from steady import step_ms  # noqa: E402  (steady step after the probes)
+
 rundir, evalplace, out_json, out_md = sys.argv[1:5]
 TENSORS = [784 * 256, 256, 256 * 128, 128, 128 * 10, 10]  # default 784-256-128-10
 DESC = json.load(open(os.path.join(rundir, "scenarios.json")))
-
-
-def step_ms(d):
-    best = 0.0
-    for r in (0, 1):
-        for line in open(os.path.join(d, f"t{r}.out")):
-            if line.startswith('{"summary"'):
-                s = json.loads(line)["summary"]
-                best = max(best, (s["wall_s"] - s.get("eval_s", 0.0)) / s["steps"] * 1e3)
-    return best
 
 
 def parse_log(d):
@@ -98,15 +92,17 @@ for scen in [s for s in DESC if s in runs]:
     us, ls = med([x["step_ms"] for x in u]), med([x["step_ms"] for x in l])
     lf, uf = med([x["F"] for x in l]), med([x["F"] for x in u])
     opt = med([x["opt_ms"] for x in l])
-    pred = round(lf + compute, 3)
-    upred = round(uf + compute, 3)
+    # without a base run (placement.sh --scenarios): no compute estimate
+    cpt = compute if compute is not None else float("nan")
+    pred = round(lf + cpt, 3)
+    upred = round(uf + cpt, 3)
     results.append({
         "scenario": scen,
         "description": DESC[scen],
         "uniform_step_ms": us,
         "latency_step_ms": ls,
         "predicted_step_ms": pred,
-        "optimum_step_ms": round(opt + compute, 3),
+        "optimum_step_ms": round(opt + cpt, 3),
         "uniform_predicted_step_ms": upred,
         "speedup_latency_vs_uniform": round(us / ls, 3),
         "latency_pred_error": round(ls / pred - 1, 3),
@@ -119,6 +115,13 @@ for scen in [s for s in DESC if s in runs]:
         "logged_F_over_opt_max": round(max(x["F"] / x["opt_ms"] for x in l), 4),
         "uniform_step_ms_runs": [round(x["step_ms"], 3) for x in u],
         "latency_step_ms_runs": [round(x["step_ms"], 3) for x in l],
+        # the latency runs that chose uniform's very assignment (the
+        # solver keeps round-robin within 10%): equal work, so their step
+        # should match uniform's within noise
+        "latency_same_assign_step_ms": med([x["step_ms"] for x in l
+                                            if u and x.get("assign") == u[0].get("assign")]),
+        "latency_same_assign_runs": sum(1 for x in l
+                                        if u and x.get("assign") == u[0].get("assign")),
         "latency_loads_bytes": l[0].get("loads") if l else None,
         "uniform_loads_bytes": u[0].get("loads") if u else None,
         "L_ms_latency_run0": l[0]["L"] if l else None,
@@ -126,6 +129,15 @@ for scen in [s for s in DESC if s in runs]:
         "servers": l[0]["members"] if l else None,
         "failed_runs": sum(len(v) for v in runs[scen].values()) - len(u) - len(l),
     })
+# A run of some scenarios (placement.sh --scenarios) keeps the others'
+# rows of the previous results.
+if os.path.exists(out_json):
+    done = {r["scenario"] for r in results}
+    try:
+        results += [r for r in json.load(open(out_json)) if r.get("scenario") not in done]
+    except (ValueError, TypeError):
+        pass
+    results.sort(key=lambda r: r["scenario"])
 json.dump(results, open(out_json, "w"), indent=1)
 with open(out_md, "w") as f:
     f.write(f"compute per step (unshaped, median of {len(base)} runs of step - F): {compute} ms\n\n")

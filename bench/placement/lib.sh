@@ -14,7 +14,12 @@
 #                                   run one job; logs in DIR (sch.log, s*.log,
 #                                   t*.out, t*.err). Returns non-zero on failure.
 # pl_down                           stop everything, remove the network
-# pl_step_ms DIR                    mean step ms: max over ranks of (wall_s-eval_s)/steps
+# pl_step_ms DIR                    steady step ms: max over ranks of the median
+#                                   step (compute + push-pull, --step-times) after
+#                                   the first PL_SKIP (10) steps, during which the
+#                                   start-up probes' traffic still drains from tbf's
+#                                   queues and buckets; without the CSVs, (wall_s -
+#                                   eval_s)/steps
 # pl_slow_index DIR IP              the scheduler's index of the server registered at IP
 # pl_load DIR M                     bytes the scheduler placed on server M
 PL_PORT=${PL_PORT:-7100}
@@ -92,7 +97,8 @@ pl_job() {
 	for t in 0 1; do
 		timeout 300 "$NETSIM" exec "$NET" "t$t" "$TR" \
 			--scheduler="tcp://$PL_SCH:$ps" --rank=$t --max-steps="$steps" \
-			--log-interval=0 >"$dir/t$t.out" 2>"$dir/t$t.err" &
+			--log-interval=0 --step-times="$dir/t$t.steps.csv" \
+			>"$dir/t$t.out" 2>"$dir/t$t.err" &
 		tp+=($!)
 	done
 	for t in "${tp[@]}"; do wait "$t" || rc=1; done
@@ -102,16 +108,7 @@ pl_job() {
 }
 
 pl_step_ms() {
-	python3 - "$1" <<'PY'
-import json, sys
-best = 0.0
-for r in (0, 1):
-    for line in open(f"{sys.argv[1]}/t{r}.out"):
-        if line.startswith('{"summary"'):
-            s = json.loads(line)["summary"]
-            best = max(best, (s["wall_s"] - s.get("eval_s", 0.0)) / s["steps"] * 1e3)
-print(f"{best:.3f}")
-PY
+	PL_SKIP=${PL_SKIP:-10} python3 "$(dirname "${BASH_SOURCE[0]}")/steady.py" "$1"
 }
 
 pl_slow_index() { # index of the server registered at IP (any port)

@@ -339,8 +339,14 @@ plot '{dat}' index 0 using 1:2 w lp lc 1 t 'tcp 1->1 push-pull', '' index 0 usin
 
 # ---- latest.json ----------------------------------------------------------
 codec = load_json("codec.json", None)
+# Time to 84%: bench/links/time_to_acc.sh (run.sh step 4b, or its own run)
+# writes bench/results/time_to_acc.json; its rows go to latest.json.
+tta_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "time_to_acc.json")
+tta = json.load(open(tta_path)) if os.path.exists(tta_path) else {}
 latest = {"machine": machine, "transport": transport, "e2e": e2e, "head_to_head": h2h,
           "slow_links": links,
+          "time_to_acc": tta.get("time_to_acc", []),
+          "time_to_acc_notes": tta.get("notes", []),
           "scale": scale, "targets": targets,
           "codec": codec.get("throughput") if isinstance(codec, dict) else None,
           "profile_top": read_text("perf-top.txt").splitlines()}
@@ -489,6 +495,13 @@ for r in links:
       f"{fmt(r.get('link_bound_step_ms'), 1) if r.get('link_bound_step_ms') else '-'} | {fmt(r['epoch_s'], 1)} | "
       f"{fmt(r['test_acc'], 4)} | {r['bytes_pushed_per_step'] / 1e3:.0f} | {r['bytes_pulled_per_step'] / 1e3:.0f} |")
 w("")
+if tta.get("time_to_acc"):
+    # one renderer for this section: bench/links/time_to_acc.py's
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                    "..", "links"))
+    from time_to_acc import markdown as tta_markdown  # noqa: E402
+    for line in tta_markdown(tta):
+        w(line)
 w("## Scale: one server, many light clients")
 w("")
 w("`transport_bench --scale 1,4,16,64`: one ps-server, N client threads (N ranks of one async "
@@ -543,7 +556,8 @@ if os.path.exists(place_path):
     w("Measured separately by `bench/placement.sh --steps 60 --reps 5` (network "
       "namespaces, `tc tbf`, a delaying TCP relay; 2 servers, 2 trainers, "
       "`--shard-bytes 65536`; medians of 5 runs; step = the slower trainer's "
-      "(wall - eval) / steps). Predicted = the solver's F (model B) plus the "
+      "median step after its first 10, once the start-up probes' traffic has "
+      "drained from tbf (bench/placement/steady.py)). Predicted = the solver's F (model B) plus the "
       "compute time per step measured without shaping; optimum = exhaustive "
       "search over all assignments. Details: bench/placement/RESULTS.md.")
     w("")

@@ -6,6 +6,14 @@
 Suite *suite_train(void);
 Suite *suite_http(void);
 Suite *suite_faults(void);
+Suite *suite_overlap(void);
+
+// it_run_epoch_with trains 2 trainers x 2 servers for one sync epoch
+// (seed 1) with the codecs given and one extra trainer flag (NULL: none),
+// and returns rank 0's test accuracy (test_train.c). Fails the test when
+// a trainer fails.
+double it_run_epoch_with(const char *codec_push, const char *codec_pull,
+    const char *extra);
 
 // it_data_dir is the Fashion-MNIST directory the tests and their trainers
 // read: $FERRY_DATA_DIR when set and not empty, else FASHION_DIR.

@@ -181,6 +181,13 @@ summary_value(const char *path, const char *key)
 static double
 it_run_epoch(const char *codec_push, const char *codec_pull)
 {
+	return it_run_epoch_with(codec_push, codec_pull, NULL);
+}
+
+double
+it_run_epoch_with(const char *codec_push, const char *codec_pull,
+    const char *extra)
+{
 	struct lc c;
 	char      cp[64], cl[64], data[520], out[300];
 	snprintf(cp, sizeof(cp), "--codec-push=%s", codec_push);
@@ -189,7 +196,7 @@ it_run_epoch(const char *codec_push, const char *codec_pull)
 	lc_start(&c, 2, 2, NULL);
 	for (int r = 0; r < 2; r++) {
 		const char *flags[] = { "--epochs=1", "--log-interval=0",
-			"--seed=1", cp, cl, data, NULL };
+			"--seed=1", cp, cl, data, extra, NULL };
 		lc_trainer(&c, r, flags);
 	}
 	int ok = lc_wait_trainers(&c, 240);

@@ -76,10 +76,10 @@ static const struct binding bindings[] = {
 	{ FB_OPT_TR_CLIP_NORM, K_F64, OFF(clip_norm) },
 	{ FB_OPT_TR_LINK_BUDGET, K_F64, OFF(link_budget) },
 	{ FB_OPT_TR_OVERLAP_LAYERS, K_U32, OFF(overlap_layers) },
+	{ FB_OPT_TR_OVERLAP, K_INT, OFF(overlap) },
 };
 #define N_BINDINGS (sizeof(bindings) / sizeof(bindings[0]))
-_Static_assert(N_BINDINGS ==
-        FB_OPT_TR_OVERLAP_LAYERS - FB_OPT_TR_SCHEDULER + 1,
+_Static_assert(N_BINDINGS == FB_OPT_TR_OVERLAP - FB_OPT_TR_SCHEDULER + 1,
     "every trainer option of base/src/options.c needs a binding");
 
 // store copies the checked value of b from fc into c.
@@ -181,6 +181,13 @@ tr_config_parse(struct tr_config *c, int argc, char **argv, char *err,
 			}
 			return rv;
 		}
+	}
+	if (c->overlap && c->overlap_layers) {
+		// Two different exchanges: delayed weights for the whole
+		// step, or exact layer-by-layer; one step cannot be both.
+		return tr__errf(FB_EINVAL, err, errlen,
+		    "--overlap 1 and --overlap-layers 1 exclude each other: "
+		    "choose one");
 	}
 	return FB_OK;
 }

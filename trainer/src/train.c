@@ -50,6 +50,7 @@
 
 #include "metrics.h"
 #include "ondevice.h"
+#include "overlap.h"
 #include "report.h"
 #include "tr_impl.h"
 
@@ -261,7 +262,8 @@ join_job(struct run *r)
 
 // open_device_pull sets the backend's pull sink when it has one for the
 // job's pull codec; before version 0, so that every pull, warm-up and
-// resyncs included, lands in the backend's device weights.
+// resyncs included, lands in the backend's device weights. Not with
+// --overlap, whose next pull must not overwrite the weights in use.
 static int
 open_device_pull(struct run *r)
 {
@@ -272,7 +274,9 @@ open_device_pull(struct run *r)
 	int                       rv, fe;
 
 	// Codec "auto" pulls the weights over fast links: the host path.
+	// --overlap's next pull must not overwrite the weights in use.
 	if (r->dev == NULL || strcmp(r->cfg->codec_pull, "auto") == 0 ||
+	    r->cfg->overlap ||
 	    ferry_client_pull_codec(r->fc, &pid, &pbucket) != FERRY_OK ||
 	    !r->dev->pull_supported(pid) ||
 	    ferry_client_shards(r->fc, &sh, &ns, &cid, &bucket) != FERRY_OK) {
@@ -372,8 +376,9 @@ open_device_push(struct run *r)
 
 	// --clip-norm scales the gradient before it is encoded, which
 	// libferry does on the host path only; codec "auto" picks a codec
-	// per link there too.
-	if (r->dev == NULL || r->cfg->clip_norm > 0 ||
+	// per link there too; --overlap double-buffers the host weights and
+	// gradients.
+	if (r->dev == NULL || r->cfg->clip_norm > 0 || r->cfg->overlap ||
 	    strcmp(r->cfg->codec_push, "auto") == 0 ||
 	    ferry_client_shards(r->fc, &sh, &ns, &cid, &bucket) != FERRY_OK ||
 	    !r->dev->push_supported(cid)) {
@@ -571,6 +576,51 @@ on_stop_signal(int sig)
 	stop_requested = 1;
 }
 
+// ov_failed, ov_next_step and ov_report are libferry_failed, next_step
+// and evaluate_and_report for overlap.c's loop.
+static int
+ov_failed(void *r, const char *op, int fe)
+{
+	return libferry_failed(r, op, fe);
+}
+
+static uint64_t
+ov_next_step(void *r)
+{
+	return next_step(r);
+}
+
+static int
+ov_report(void *r)
+{
+	return evaluate_and_report(r);
+}
+
+// train_overlapped runs overlap.c's loop (--overlap 1) on this run.
+static int
+train_overlapped(struct run *r)
+{
+	const struct tr__ov_run o = {
+		.cfg             = r->cfg,
+		.be              = r->be,
+		.fc              = r->fc,
+		.train           = &r->train,
+		.part            = &r->part,
+		.w               = &r->w,
+		.g               = &r->g,
+		.rep             = &r->rep,
+		.met             = &r->met,
+		.steps_per_epoch = r->steps_per_epoch,
+		.total           = r->total,
+		.stop            = &stop_requested,
+		.arg             = r,
+		.failed          = ov_failed,
+		.next_step       = ov_next_step,
+		.report          = ov_report,
+	};
+	return tr__train_overlapped(&o);
+}
+
 // train runs job steps from r->start, reporting every --log-interval
 // steps and at the end of each epoch, until the job's last step
 // (--epochs, --max-steps) or a signal.
@@ -585,6 +635,11 @@ train(struct run *r)
 	signal(SIGINT, on_stop_signal);
 	signal(SIGTERM, on_stop_signal);
 	tr__report_start(&r->rep, r->start);
+	// The overlapped loop runs to the job's end or a signal, so the
+	// loop below then has nothing left to do.
+	if (cfg->overlap && (rv = train_overlapped(r)) != FB_OK) {
+		return rv;
+	}
 	while (!stop_requested &&
 	    tr_job_position(r->rep.step, r->steps_per_epoch, r->total, &pos) ==
 	        FB_OK) {

@@ -434,6 +434,7 @@ struct tr_config {
 	double           clip_norm;      // --clip-norm (0: off)
 	double           link_budget;    // --link-budget (codec auto)
 	uint32_t         overlap_layers; // --overlap-layers (1: layer-wise)
+	int              overlap;        // --overlap (1: one-step delayed)
 	int              help;           // --help was given
 	int              print_config;   // --print-config was given
 	// Where each value came from (for --print-config), and the text of
