@@ -74,9 +74,12 @@ static const struct binding bindings[] = {
 	{ FB_OPT_TR_LR_MIN, K_F64, OFF(lr_min) },
 	{ FB_OPT_TR_LR_TOTAL_STEPS, K_U64, OFF(lr_total_steps) },
 	{ FB_OPT_TR_CLIP_NORM, K_F64, OFF(clip_norm) },
+	{ FB_OPT_TR_TLS_CERT, K_TEXT, OFF(tls_cert) },
+	{ FB_OPT_TR_TLS_KEY, K_TEXT, OFF(tls_key) },
+	{ FB_OPT_TR_TLS_CA, K_TEXT, OFF(tls_ca) },
 };
 #define N_BINDINGS (sizeof(bindings) / sizeof(bindings[0]))
-_Static_assert(N_BINDINGS == FB_OPT_TR_CLIP_NORM - FB_OPT_TR_SCHEDULER + 1,
+_Static_assert(N_BINDINGS == FB_OPT_TR_TLS_CA - FB_OPT_TR_SCHEDULER + 1,
     "every trainer option of base/src/options.c needs a binding");
 
 // store copies the checked value of b from fc into c.

@@ -413,6 +413,9 @@ struct tr_config {
 	double           lr_min;         // --lr-min
 	uint64_t         lr_total_steps; // --lr-total-steps
 	double           clip_norm;      // --clip-norm (0: off)
+	const char      *tls_cert;       // --tls-cert FILE ("": off)
+	const char      *tls_key;        // --tls-key FILE
+	const char      *tls_ca;         // --tls-ca FILE
 	int              help;           // --help was given
 	int              print_config;   // --print-config was given
 	// Where each value came from (for --print-config), and the text of
