@@ -130,7 +130,7 @@ psw_tls_open(const char *cert, const char *key, const char *ca,
 		snprintf(why, n,
 		    "TLS needs all three of --tls-cert, --tls-key and "
 		    "--tls-ca (missing %s)",
-		    !is_set(cert)     ? "--tls-cert"
+		    !is_set(cert)      ? "--tls-cert"
 		        : !is_set(key) ? "--tls-key"
 		                       : "--tls-ca");
 		return FB_EINVAL;
@@ -224,8 +224,8 @@ psw_tls_dial(const struct psw_tls *t, nng_socket s, const char *url)
 	if (nng_dialer_create(&d, s, u) != 0) {
 		return FB_ETRANSPORT;
 	}
-	if (t != NULL && nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, t->dial) !=
-	        0) {
+	if (t != NULL &&
+	    nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, t->dial) != 0) {
 		nng_dialer_close(d);
 		return FB_ETRANSPORT;
 	}
