@@ -74,7 +74,7 @@ static void
 job_open(struct tls_job *j)
 {
 	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
-	char url[64], cert[96], key[96], ca[96];
+	char                     url[64], cert[96], key[96], ca[96];
 
 	so.url         = pt_addr(url, sizeof(url), "tcp");
 	so.trainers    = 2;
@@ -90,8 +90,8 @@ job_open(struct tls_job *j)
 	}
 	PT_OK(ps_scheduler_open(&so, &j->sched));
 	if (j->tls) {
-		ck_assert_msg(strncmp(ps_scheduler_url(j->sched), "tls+tcp://",
-		                  10) == 0,
+		ck_assert_msg(
+		    strncmp(ps_scheduler_url(j->sched), "tls+tcp://", 10) == 0,
 		    "%s", ps_scheduler_url(j->sched));
 	}
 	for (int i = 0; i < SERVERS; i++) {
@@ -247,10 +247,10 @@ enum peer {
 static int
 register_as(struct tls_job *j, const char *url, enum peer peer)
 {
-	Pswire__Header          h   = PSWIRE__HEADER__INIT;
-	Pswire__RegisterRequest r   = PSWIRE__REGISTER_REQUEST__INIT;
-	Pswire__JobConfig       job = PSWIRE__JOB_CONFIG__INIT;
-	Pswire__TensorDesc      td  = PSWIRE__TENSOR_DESC__INIT;
+	Pswire__Header          h      = PSWIRE__HEADER__INIT;
+	Pswire__RegisterRequest r      = PSWIRE__REGISTER_REQUEST__INIT;
+	Pswire__JobConfig       job    = PSWIRE__JOB_CONFIG__INIT;
+	Pswire__TensorDesc      td     = PSWIRE__TENSOR_DESC__INIT;
 	Pswire__TensorDesc     *tds[1] = { &td };
 	nng_socket              s;
 	nng_dialer              d;
@@ -289,11 +289,12 @@ register_as(struct tls_job *j, const char *url, enum peer peer)
 		ck_assert_int_eq(nng_dialer_create(&d, s, url), 0);
 		ck_assert_int_eq(
 		    nng_tls_config_alloc(&cfg, NNG_TLS_MODE_CLIENT), 0);
-		ck_assert_int_eq(nng_tls_config_auth_mode(cfg,
-		                     NNG_TLS_AUTH_MODE_REQUIRED),
+		ck_assert_int_eq(
+		    nng_tls_config_auth_mode(cfg, NNG_TLS_AUTH_MODE_REQUIRED),
 		    0);
-		ck_assert_int_eq(nng_tls_config_ca_file(cfg,
-		                     path_in(ca, sizeof(ca), j->dir, "ca.pem")),
+		ck_assert_int_eq(
+		    nng_tls_config_ca_file(cfg,
+		        path_in(ca, sizeof(ca), j->dir, "ca.pem")),
 		    0);
 		ck_assert_int_eq(
 		    nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, cfg), 0);
@@ -301,8 +302,8 @@ register_as(struct tls_job *j, const char *url, enum peer peer)
 	case PEER_OTHER_CA:
 	case PEER_MEMBER: {
 		const char *dir = peer == PEER_MEMBER ? j->dir : j->other;
-		PT_OK(psw_tls_open(path_in(cert, sizeof(cert), dir,
-		                       "trainer-0.pem"),
+		PT_OK(psw_tls_open(
+		    path_in(cert, sizeof(cert), dir, "trainer-0.pem"),
 		    path_in(key, sizeof(key), dir, "trainer-0.key"),
 		    path_in(ca, sizeof(ca), dir, "ca.pem"), &t, err,
 		    sizeof(err)));
@@ -374,17 +375,14 @@ START_TEST(test_tls_bad_options)
 	char              why[300], dir[64], cert[96], key[96], ca[96];
 
 	o.scheduler_url = "tls+tcp://127.0.0.1:1";
-	ck_assert_int_eq(ferry_opts_check(&o, why, sizeof(why)),
-	    FERRY_EINVAL);
+	ck_assert_int_eq(ferry_opts_check(&o, why, sizeof(why)), FERRY_EINVAL);
 	ck_assert_msg(strstr(why, "--tls-ca") != NULL, "%s", why);
 	o.tls_cert = "/nonexistent/c.pem";
-	ck_assert_int_eq(ferry_opts_check(&o, why, sizeof(why)),
-	    FERRY_EINVAL);
+	ck_assert_int_eq(ferry_opts_check(&o, why, sizeof(why)), FERRY_EINVAL);
 	ck_assert_msg(strstr(why, "missing --tls-key") != NULL, "%s", why);
 	o.tls_key = "/nonexistent/c.key";
 	o.tls_ca  = "/nonexistent/ca.pem";
-	ck_assert_int_eq(ferry_opts_check(&o, why, sizeof(why)),
-	    FERRY_EINVAL);
+	ck_assert_int_eq(ferry_opts_check(&o, why, sizeof(why)), FERRY_EINVAL);
 	ck_assert_msg(strstr(why, "--tls-cert /nonexistent/c.pem") != NULL,
 	    "%s", why);
 	if (!make_certs(dir, sizeof(dir), "trainer-0")) {
@@ -393,13 +391,11 @@ START_TEST(test_tls_bad_options)
 	o.tls_cert = path_in(cert, sizeof(cert), dir, "trainer-0.pem");
 	o.tls_key  = path_in(key, sizeof(key), dir, "ca.pem"); // not a key
 	o.tls_ca   = path_in(ca, sizeof(ca), dir, "ca.pem");
-	ck_assert_int_eq(ferry_opts_check(&o, why, sizeof(why)),
-	    FERRY_EINVAL);
+	ck_assert_int_eq(ferry_opts_check(&o, why, sizeof(why)), FERRY_EINVAL);
 	ck_assert_msg(strstr(why, "--tls-key") != NULL, "%s", why);
 	o.tls_key       = path_in(key, sizeof(key), dir, "trainer-0.key");
 	o.scheduler_url = "ipc:///tmp/x";
-	ck_assert_int_eq(ferry_opts_check(&o, why, sizeof(why)),
-	    FERRY_EINVAL);
+	ck_assert_int_eq(ferry_opts_check(&o, why, sizeof(why)), FERRY_EINVAL);
 	ck_assert_msg(strstr(why, "tcp:// or tls+tcp://") != NULL, "%s", why);
 	o.scheduler_url = "tcp://127.0.0.1:1";
 	ck_assert_int_eq(ferry_opts_check(&o, why, sizeof(why)), FERRY_OK);
