@@ -11,7 +11,8 @@
 // the dialing side: members are named by their certificates (e.g.
 // "ferry-server-1"), not by the host names in the URLs they are dialed
 // at, so the check is CA membership, not the host name
-// (docs/security.md says what that trusts).
+// (docs/security.md says what that trusts). The records are made by
+// OpenSSL through tls_engine.c, not by nng's built-in mbed TLS.
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 
 #include "fb/fb.h"
 #include "psw/psw.h"
+#include "tls_impl.h"
 
 // A PEM certificate chain or key larger than this is not one.
 #define PEM_MAX (1u << 20)
@@ -134,6 +136,11 @@ psw_tls_open(const char *cert, const char *key, const char *ca,
 		        : !is_set(key) ? "--tls-key"
 		                       : "--tls-ca");
 		return FB_EINVAL;
+	}
+	if (psw__tls_engine_register() != 0) {
+		FB_LOG(FB_LOG_WARN, "tls",
+		    "cannot install the OpenSSL engine: TLS runs on nng's "
+		    "built-in engine (slower)");
 	}
 	if ((t = fb_zalloc(sizeof(*t))) == NULL) {
 		snprintf(why, n, "TLS: out of memory");

@@ -1,0 +1,12 @@
+// tls_impl.h — what tls.c and tls_engine.c share: registering Ferry's
+// OpenSSL engine under nng's tls+tcp:// transport.
+#ifndef PSW_TLS_IMPL_H
+#define PSW_TLS_IMPL_H
+
+// psw__tls_engine_register makes OpenSSL nng's TLS engine for the rest of
+// the process (once; any thread; before the first TLS configuration is
+// made, or that one keeps nng's own engine). Returns 0, or -1 when it
+// could not (nng's built-in engine then stays).
+int psw__tls_engine_register(void);
+
+#endif
