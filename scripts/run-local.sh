@@ -15,7 +15,7 @@
 # docs/security.md). --secret-file FILE uses FILE instead.
 #
 # --tls runs the job over mutual TLS: a throw-away CA and one certificate
-# per process (CN=ferry-scheduler, ferry-server-I, ferry-trainer-R) are
+# per member (CN=ferry-scheduler, ferry-server, ferry-trainer-R) are
 # made with openssl (scripts/tls-certs.sh) in the run dir's tls/, and
 # every process gets --tls-cert, --tls-key and --tls-ca (docs/security.md).
 #
@@ -88,8 +88,9 @@ if [ -n "${secret_file:-}" ]; then
 	trainer_flags+=("--secret-file=$secret_file")
 fi
 if ((tls)); then
-	names=(scheduler)
-	for ((m = 0; m < servers; m++)); do names+=("server-$m"); done
+	# The servers share one certificate (CN=ferry-server): the
+	# scheduler assigns their indices in the order they register.
+	names=(scheduler server)
 	for ((r = 0; r < trainers; r++)); do names+=("trainer-$r"); done
 	scripts/tls-certs.sh "$RUN/tls" "${names[@]}"
 fi
@@ -137,7 +138,7 @@ echo "ferry: scheduler at $SCHED; $servers servers, $trainers trainers," \
 	"$epochs epochs; logs in $RUN"
 for ((m = 0; m < servers; m++)); do
 	"$PS" --role=server --scheduler="$SCHED" $(http_flags "server-$m") \
-		$(tls_flags "server-$m") \
+		$(tls_flags server) \
 		"${server_flags[@]}" 2>"$RUN/server-$m.log" &
 	pids+=($!)
 done

@@ -283,3 +283,62 @@ psw_tls_listen(const struct psw_tls *t, nng_socket s, const char *url,
 	*l = ln;
 	return FB_OK;
 }
+
+// member_id parses the decimal index after prefix in cn into *id (at most
+// 2^31 - 1); 1 when cn is exactly prefix followed by one.
+static int
+member_id(const char *cn, const char *prefix, uint32_t *id)
+{
+	size_t        k = strlen(prefix);
+	unsigned long v = 0;
+
+	if (strncmp(cn, prefix, k) != 0 || cn[k] < '0' || cn[k] > '9' ||
+	    (cn[k] == '0' && cn[k + 1] != '\0')) {
+		return 0;
+	}
+	for (const char *p = cn + k; *p != '\0'; p++) {
+		if (*p < '0' || *p > '9' || v > 214748364ul) {
+			return 0;
+		}
+		v = v * 10 + (unsigned long) (*p - '0');
+	}
+	if (v > 2147483647ul) {
+		return 0;
+	}
+	*id = (uint32_t) v;
+	return 1;
+}
+
+int
+psw_tls_peer(nng_pipe p, struct psw_ident *who, char *name, size_t n)
+{
+	char     cn[PSW_TLS_NAME_MAX];
+	uint32_t id;
+
+	who->role = PSW_ROLE_NONE;
+	who->id   = 0;
+	if (n > 0) {
+		name[0] = '\0';
+	}
+	if (psw__tls_engine_peer(p, cn, sizeof(cn)) != 0) {
+		return FB_EAUTH;
+	}
+	snprintf(name, n, "%s", cn);
+	if (member_id(cn, "ferry-trainer-", &id)) {
+		who->role = PSW_ROLE_TRAINER;
+		who->id   = id;
+	} else if (member_id(cn, "ferry-server-", &id)) {
+		who->role = PSW_ROLE_SERVER;
+		who->id   = id;
+	} else if (strcmp(cn, "ferry-server") == 0) {
+		who->role = PSW_ROLE_SERVER;
+		who->id   = PSW_ID_UNASSIGNED;
+	} else if (strcmp(cn, "ferry-scheduler") == 0) {
+		who->role = PSW_ROLE_SCHEDULER;
+	} else if (strcmp(cn, "ferry-operator") == 0) {
+		who->role = PSW_ROLE_OPERATOR;
+	} else {
+		return FB_EAUTH;
+	}
+	return FB_OK;
+}

@@ -20,6 +20,7 @@
 // certificate; TLS 1.2 at least.
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <nng/nng.h>
@@ -43,7 +44,15 @@ struct nng_tls_engine_config {
 struct nng_tls_engine_conn {
 	SSL *ssl;
 	BIO *bio;
+	// The subject CN of the certificate the peer presented and that
+	// verified ("" until the handshake is done, or when none did).
+	char peer[PSW_TLS_NAME_MAX];
 };
+
+// The peer name conn_verified last saw on this thread (see
+// psw__tls_engine_peer).
+static _Thread_local int  seen;
+static _Thread_local char seen_peer[PSW_TLS_NAME_MAX];
 
 // ---- the BIO: records to and from nng --------------------------------------
 
@@ -170,8 +179,20 @@ conn_close(nng_tls_engine_conn *ec)
 static int
 conn_handshake(nng_tls_engine_conn *ec)
 {
-	int r = SSL_do_handshake(ec->ssl);
-	return r == 1 ? 0 : map_err(ec->ssl, r);
+	int   r = SSL_do_handshake(ec->ssl);
+	X509 *x;
+	if (r != 1) {
+		return map_err(ec->ssl, r);
+	}
+	ec->peer[0] = '\0';
+	if ((x = SSL_get0_peer_certificate(ec->ssl)) != NULL &&
+	    SSL_get_verify_result(ec->ssl) == X509_V_OK &&
+	    X509_NAME_get_text_by_NID(X509_get_subject_name(x), NID_commonName,
+	        ec->peer, (int) sizeof(ec->peer)) < 0) {
+		ec->peer[0] = '\0';
+	}
+	ERR_clear_error();
+	return 0;
 }
 
 static int
@@ -201,8 +222,14 @@ conn_send(nng_tls_engine_conn *ec, const uint8_t *buf, size_t *szp)
 static bool
 conn_verified(nng_tls_engine_conn *ec)
 {
-	return SSL_get0_peer_certificate(ec->ssl) != NULL &&
+	bool ok = SSL_get0_peer_certificate(ec->ssl) != NULL &&
 	    SSL_get_verify_result(ec->ssl) == X509_V_OK;
+	// nng asks this on the thread that reads the pipe's
+	// NNG_OPT_TLS_VERIFIED, for that pipe's connection, under its lock:
+	// the one way to learn which connection a pipe is.
+	seen = 1;
+	snprintf(seen_peer, sizeof(seen_peer), "%s", ok ? ec->peer : "");
+	return ok;
 }
 
 // ---- configurations -------------------------------------------------------
@@ -241,7 +268,7 @@ config_init(nng_tls_engine_config *cfg, nng_tls_mode mode)
 	cfg->server      = mode == NNG_TLS_MODE_SERVER;
 	cfg->server_name = NULL;
 	cfg->ctx         = SSL_CTX_new(
-            cfg->server ? TLS_server_method() : TLS_client_method());
+	            cfg->server ? TLS_server_method() : TLS_client_method());
 	if (cfg->ctx == NULL) {
 		return NNG_ENOMEM;
 	}
@@ -249,7 +276,8 @@ config_init(nng_tls_engine_config *cfg, nng_tls_mode mode)
 	// nng hands back the same bytes after NNG_EAGAIN, not always at the
 	// same address; and a large write may go out record by record.
 	SSL_CTX_set_mode(cfg->ctx,
-	    SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_ENABLE_PARTIAL_WRITE);
+	    SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
+	        SSL_MODE_ENABLE_PARTIAL_WRITE);
 	return config_auth(cfg,
 	    cfg->server ? NNG_TLS_AUTH_MODE_NONE : NNG_TLS_AUTH_MODE_REQUIRED);
 }
@@ -306,8 +334,8 @@ config_ca_chain(nng_tls_engine_config *cfg, const char *certs, const char *crl)
 		if ((b = BIO_new_mem_buf(crl, -1)) == NULL) {
 			return NNG_ENOMEM;
 		}
-		while ((c = PEM_read_bio_X509_CRL(b, NULL, NULL, NULL)) !=
-		    NULL) {
+		while (
+		    (c = PEM_read_bio_X509_CRL(b, NULL, NULL, NULL)) != NULL) {
 			X509_STORE_add_crl(st, c);
 			X509_CRL_free(c);
 		}
@@ -424,8 +452,9 @@ do_register(void)
 	if (nng_tls_config_alloc(&probe, NNG_TLS_MODE_CLIENT) == 0) {
 		nng_tls_config_free(probe);
 	}
-	if ((bio_method = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK,
-	         "ferry-nng")) == NULL ||
+	if ((bio_method = BIO_meth_new(
+	         BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "ferry-nng")) ==
+	        NULL ||
 	    !BIO_meth_set_write_ex(bio_method, bio_write) ||
 	    !BIO_meth_set_read_ex(bio_method, bio_read) ||
 	    !BIO_meth_set_ctrl(bio_method, bio_ctrl) ||
@@ -433,6 +462,20 @@ do_register(void)
 		return;
 	}
 	registered = nng_tls_engine_register(&engine) == 0;
+}
+
+int
+psw__tls_engine_peer(nng_pipe p, char *name, size_t n)
+{
+	bool v = false;
+
+	seen = 0;
+	if (nng_pipe_get_bool(p, NNG_OPT_TLS_VERIFIED, &v) != 0 || !v ||
+	    !seen || seen_peer[0] == '\0') {
+		return -1;
+	}
+	snprintf(name, n, "%s", seen_peer);
+	return 0;
 }
 
 int

@@ -14,6 +14,7 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 #include <nng/supplemental/tls/tls.h>
+#include <nng/supplemental/util/platform.h>
 
 #include "cluster.h"
 #include "ferry.pb-c.h"
@@ -29,6 +30,7 @@
 struct tls_job {
 	char                 dir[64], other[64]; // the job's CA; another CA
 	int                  tls;
+	const char          *key; // --secret-file too (NULL: off)
 	struct ps_scheduler *sched;
 	struct ps_server    *srv[SERVERS];
 };
@@ -81,6 +83,7 @@ job_open(struct tls_job *j)
 	so.servers     = SERVERS;
 	so.shard_bytes = 64;
 	so.probe_bytes = 0;
+	so.secret_file = j->key;
 	if (j->tls) {
 		so.tls_cert = path_in(cert, sizeof(cert), j->dir,
 		    "scheduler.pem");
@@ -99,10 +102,20 @@ job_open(struct tls_job *j)
 		char                  surl[64], name[32];
 		o.url           = pt_addr(surl, sizeof(surl), "tcp");
 		o.scheduler_url = ps_scheduler_url(j->sched);
+		o.secret_file   = j->key;
 		if (j->tls) {
-			snprintf(name, sizeof(name), "server-%d.pem", i);
+			// With a secret, the certificate must agree with the
+			// index the scheduler assigns: the unindexed
+			// "ferry-server" one does, in any order.
+			snprintf(name, sizeof(name), "%s.pem",
+			    j->key  ? "server"
+			        : i ? "server-1"
+			            : "server-0");
 			o.tls_cert = path_in(cert, sizeof(cert), j->dir, name);
-			snprintf(name, sizeof(name), "server-%d.key", i);
+			snprintf(name, sizeof(name), "%s.key",
+			    j->key  ? "server"
+			        : i ? "server-1"
+			            : "server-0");
 			o.tls_key = path_in(key, sizeof(key), j->dir, name);
 			o.tls_ca  = path_in(ca, sizeof(ca), j->dir, "ca.pem");
 		}
@@ -367,6 +380,129 @@ START_TEST(test_tls_strangers_refused)
 }
 END_TEST
 
+// signed_register sends a Register of role (trainer: for rank) to the
+// scheduler over TLS with certificate <cert>.pem of the job's CA, signed
+// with key as who; returns the reply's status (-1: none in 1.5 s).
+static int
+signed_register(struct tls_job *j, const char *cert_name, struct psw_ident who,
+    int role, uint32_t rank)
+{
+	Pswire__Header          h      = PSWIRE__HEADER__INIT;
+	Pswire__RegisterRequest r      = PSWIRE__REGISTER_REQUEST__INIT;
+	Pswire__JobConfig       job    = PSWIRE__JOB_CONFIG__INIT;
+	Pswire__TensorDesc      td     = PSWIRE__TENSOR_DESC__INIT;
+	Pswire__TensorDesc     *tds[1] = { &td };
+	nng_socket              s;
+	struct psw_tls         *t = NULL;
+	struct psw_auth        *a = NULL;
+	nng_msg                *m;
+	uint8_t                *p;
+	struct psw_frame        f;
+	const char             *why;
+	char cert[160], key[160], ca[160], name[48], err[300];
+	int  status = -1;
+
+	td.name        = "a";
+	td.len         = 16;
+	job.n_tensors  = 1;
+	job.tensors    = tds;
+	job.lr         = 0.1;
+	job.codec_push = "none";
+	job.codec_pull = "none";
+	r.role         = role;
+	r.rank         = rank;
+	r.job          = role == PSWIRE__ROLE__ROLE_TRAINER ? &job : NULL;
+	r.url = role == PSWIRE__ROLE__ROLE_SERVER ? "tcp://127.0.0.1:9" : "";
+	h.body_case    = PSWIRE__HEADER__BODY_REGISTER_REQ;
+	h.register_req = &r;
+	PT_OK(psw_auth_open(j->key, who.role, who.id, &a, err, sizeof(err)));
+	snprintf(name, sizeof(name), "%s.pem", cert_name);
+	path_in(cert, sizeof(cert), j->dir, name);
+	snprintf(name, sizeof(name), "%s.key", cert_name);
+	path_in(key, sizeof(key), j->dir, name);
+	PT_OK(psw_tls_open(cert, key,
+	    path_in(ca, sizeof(ca), j->dir, "ca.pem"), &t, err, sizeof(err)));
+	ck_assert_int_eq(nng_req0_open(&s), 0);
+	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 1500);
+	PT_OK(psw_tls_dial(t, s, ps_scheduler_url(j->sched)));
+	size_t hl = pswire__header__get_packed_size(&h);
+	PT_OK(psw_msg_begin(&m, hl, 0, &p));
+	PT_OK(psw_msg_finish(m, PSWIRE__METHOD__REGISTER, 0, &h.base, hl, 0));
+	PT_OK(psw_auth_sign(a, m, 1, 0, NULL));
+	ck_assert_int_eq(nng_sendmsg(s, m, 0), 0);
+	if (nng_recvmsg(s, &m, 0) == 0) {
+		PT_OK(psw_msg_parse(m, &f, &why));
+		Pswire__Header *rh = pswire__header__unpack(NULL, f.hdr_len,
+		    f.hdr);
+		ck_assert_ptr_nonnull(rh);
+		status = (int) rh->status;
+		pswire__header__free_unpacked(rh, NULL);
+		nng_msg_free(m);
+	}
+	nng_close(s);
+	psw_tls_close(t);
+	psw_auth_close(a);
+	return status;
+}
+
+// With TLS and a secret, the identity a request is signed as must be the
+// one its connection's certificate names: trainer-0's certificate cannot
+// act for rank 1, nor as a server, although it holds the job's key; the
+// same certificate acting as itself is served.
+START_TEST(test_tls_identity_from_certificate)
+{
+	struct tls_job   j      = { 0 };
+	char             kf[64] = "/tmp/ferry-tls-key-XXXXXX", stats[4096];
+	struct psw_ident t0     = { PSW_ROLE_TRAINER, 0 };
+	struct psw_ident t1     = { PSW_ROLE_TRAINER, 1 };
+	struct psw_ident srv    = { PSW_ROLE_SERVER, PSW_ID_UNASSIGNED };
+	int              fd;
+
+	if (!make_certs(j.dir, sizeof(j.dir), MEMBERS " server")) {
+		fprintf(stderr, "test_tls: no openssl, not run\n");
+		return;
+	}
+	ck_assert_int_ge(fd = mkstemp(kf), 0);
+	ck_assert_int_eq(write(fd, "a per-job key of 16+ bytes", 26), 26);
+	close(fd);
+	j.tls = 1;
+	j.key = kf;
+	job_open(&j);
+	for (int i = 0; i < 100; i++) { // both servers register (5 s)
+		ps_scheduler_stats(j.sched, stats, sizeof(stats));
+		if (strstr(stats, "servers:2/2") != NULL) {
+			break;
+		}
+		nng_msleep(50);
+	}
+	ck_assert_msg(strstr(stats, "servers:2/2") != NULL, "%s", stats);
+	// trainer-0's certificate signing as trainer-1, for rank 1.
+	ck_assert_int_eq(signed_register(&j, "trainer-0", t1,
+	                     PSWIRE__ROLE__ROLE_TRAINER, 1),
+	    PSWIRE__STATUS__UNAUTHENTICATED);
+	// trainer-0's certificate signing as a server, registering one.
+	ck_assert_int_eq(signed_register(&j, "trainer-0", srv,
+	                     PSWIRE__ROLE__ROLE_SERVER, 0),
+	    PSWIRE__STATUS__UNAUTHENTICATED);
+	// trainer-0 as itself may not register a server either (roles).
+	ck_assert_int_eq(
+	    signed_register(&j, "trainer-0", t0, PSWIRE__ROLE__ROLE_SERVER, 0),
+	    PSWIRE__STATUS__PERMISSION_DENIED);
+	ps_scheduler_stats(j.sched, stats, sizeof(stats));
+	ck_assert_msg(strstr(stats, "trainers:0/2") != NULL, "%s", stats);
+	ck_assert_msg(strstr(stats, "servers:2/2") != NULL, "%s", stats);
+	// trainer-0's certificate as itself, for rank 0: served.
+	ck_assert_int_eq(signed_register(&j, "trainer-0", t0,
+	                     PSWIRE__ROLE__ROLE_TRAINER, 0),
+	    PSWIRE__STATUS__OK);
+	ps_scheduler_stats(j.sched, stats, sizeof(stats));
+	ck_assert_msg(strstr(stats, "trainers:1/2") != NULL, "%s", stats);
+	job_close(&j);
+	unlink(kf);
+	rm_dir(j.dir);
+}
+END_TEST
+
 // Bad TLS options get a clear error naming what is wrong, before any
 // connection.
 START_TEST(test_tls_bad_options)
@@ -412,6 +548,7 @@ suite_tls(void)
 	tcase_add_test(tc, test_tls_job_equals_plain);
 	tcase_add_test(tc, test_tls_strangers_refused);
 	tcase_add_test(tc, test_tls_bad_options);
+	tcase_add_test(tc, test_tls_identity_from_certificate);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -25,6 +25,8 @@
 struct psw_auth;
 // Mutual TLS state (tls.c); NULL wherever TLS is off.
 struct psw_tls;
+// Who sent a message (auth.c, tls.c).
+struct psw_ident;
 
 // Frame flags.
 #define PSW_FLAG_REPLY 0x1u
@@ -150,6 +152,18 @@ int psw_req_open(const struct psw_tls *tls, const char *url, size_t max_msg,
 // unreadable, not PEM, key not usable), FB_ENOMEM.
 int psw_tls_open(const char *cert, const char *key, const char *ca,
     struct psw_tls **out, char *why, size_t n);
+
+// The longest certificate name psw_tls_peer reports, NUL included.
+#define PSW_TLS_NAME_MAX 64
+
+// psw_tls_peer finds who the peer of pipe p is from its certificate: the
+// subject CN, verified against the job's CA during the handshake, is
+// written into name (size n) and read as a member: "ferry-trainer-R",
+// "ferry-server-I" (or "ferry-server": a server whose index the
+// scheduler assigns), "ferry-scheduler", "ferry-operator". Errors:
+// FB_EAUTH (no verified certificate on p, or a CN that names no member:
+// *who is PSW_ROLE_NONE, name holds the CN or "").
+int psw_tls_peer(nng_pipe p, struct psw_ident *who, char *name, size_t n);
 
 // psw_tls_close frees t (NULL: no-op) once no dialer or listener made
 // with it is still open (nng holds its own reference while they are).

@@ -50,20 +50,23 @@ struct rpc_metrics {
 };
 
 struct ps_rpc {
-	nng_socket         sock;
-	nng_listener       listener;
-	int                n;
-	struct ps_call    *calls;
-	ps_rpc_handler     handler;
-	void              *arg;
-	struct psw_auth   *auth; // borrowed; NULL: requests are not signed
-	char               url[256];
-	struct rpc_metrics m;
+	nng_socket            sock;
+	nng_listener          listener;
+	int                   n;
+	struct ps_call       *calls;
+	ps_rpc_handler        handler;
+	void                 *arg;
+	struct psw_auth      *auth; // borrowed; NULL: requests are not signed
+	// borrowed; NULL: plain tcp. With auth too, a request's signed
+	// identity must be its connection's certificate's (identity.c).
+	const struct psw_tls *tls;
+	char                  url[256];
+	struct rpc_metrics    m;
 	// Connection-closed hooks, both called from one nng callback
 	// (on_pipe_rem: nng keeps one per event): the role's LIMITS hook
 	// (set once just after open, while contexts may already be serving,
 	// hence atomic) and the liveness watcher (ps__rpc_on_pipe_closed).
-	_Atomic size_t     conn_bytes, total_bytes;
+	_Atomic size_t        conn_bytes, total_bytes;
 	void (*_Atomic pipe_gone)(void *arg, uint32_t pipe);
 	void (*_Atomic pipe_watch)(void *arg, uint32_t pipe);
 	void      *pipe_watch_arg;
@@ -377,7 +380,9 @@ handle(struct ps_call *c)
 	}
 	c->mix = method_ix(c->frame.method);
 	if (psw_auth_check_request(c->rpc->auth, &c->frame, &c->peer, &c->chan,
-	        &c->ctr, &why) != FB_OK) {
+	        &c->ctr, &why) != FB_OK ||
+	    (c->rpc->tls != NULL && c->rpc->auth != NULL &&
+	        ps__call_cert_check(c, &why) != FB_OK)) {
 		obs_counter_add(c->rpc->m.unauthenticated, 1);
 		FB_LOG(FB_LOG_NOTICE, "rpc", "%s refused: %s",
 		    psw_method_name(c->frame.method), why);
@@ -544,6 +549,7 @@ ps__rpc_open(const struct psw_tls *tls, const char *url, int ncontexts,
 	r->handler    = handler;
 	r->arg        = arg;
 	r->auth       = auth;
+	r->tls        = tls;
 	r->n          = ncontexts;
 	r->conn_bytes = 2 * max_msg + (1u << 20);
 	if ((r->calls = fb_zalloc(sizeof(*r->calls) * (size_t) ncontexts)) ==

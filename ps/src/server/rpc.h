@@ -93,6 +93,12 @@ int ps__open_auth(const char *secret_file, int role, uint32_t id,
 int ps__open_tls(const char *cert, const char *key, const char *ca,
     struct psw_tls **out);
 
+// ps__call_cert_check checks, in a job with both TLS and a secret, that
+// the identity c's request was signed as (c->peer) is the one the
+// certificate of c's connection names (identity.c). Errors: FB_EAUTH with
+// *why set (static per thread, valid until the next call).
+int ps__call_cert_check(const struct ps_call *c, const char **why);
+
 // ps__rpc_auth_on tells whether requests are authenticated (a secret or
 // TLS): the handlers' role checks apply only then.
 int ps__rpc_auth_on(const struct ps_rpc *rpc);
