@@ -35,6 +35,10 @@
 #include "psw/psw.h"
 #include "tls_impl.h"
 
+// The plaintext per TLS record: with the record's framing it fits nng's
+// 16 KiB send ring (NNG_TLS_MAX_SEND_SIZE) whole.
+#define RECORD_MAX (16384 - 64)
+
 struct nng_tls_engine_config {
 	SSL_CTX *ctx;
 	int      server;
@@ -278,6 +282,11 @@ config_init(nng_tls_engine_config *cfg, nng_tls_mode mode)
 	SSL_CTX_set_mode(cfg->ctx,
 	    SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
 	        SSL_MODE_ENABLE_PARTIAL_WRITE);
+	// nng 1.5.2 sends through a 16 KiB ring, one TCP send at a time: a
+	// full 16 KiB record (plus its 22 to 29 bytes of framing) would not
+	// fit and would take two sends. Records of RECORD_MAX fit whole (no
+	// measurable change on the loaded 2-core machine).
+	SSL_CTX_set_max_send_fragment(cfg->ctx, RECORD_MAX);
 	return config_auth(cfg,
 	    cfg->server ? NNG_TLS_AUTH_MODE_NONE : NNG_TLS_AUTH_MODE_REQUIRED);
 }
