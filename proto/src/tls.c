@@ -342,3 +342,20 @@ psw_tls_peer(nng_pipe p, struct psw_ident *who, char *name, size_t n)
 	}
 	return FB_OK;
 }
+
+int
+psw_tls_check_sender(nng_msg *m, int want_role, const char **why)
+{
+	struct psw_ident who;
+	char             cn[PSW_TLS_NAME_MAX];
+
+	if (psw_tls_peer(nng_msg_get_pipe(m), &who, cn, sizeof(cn)) != FB_OK ||
+	    who.role == want_role) {
+		return FB_OK;
+	}
+	*why = want_role == PSW_ROLE_SCHEDULER
+	    ? "reply from a connection whose certificate is not the "
+	      "scheduler's"
+	    : "reply from a connection whose certificate is not a server's";
+	return FB_EAUTH;
+}

@@ -30,7 +30,9 @@
 struct tls_job {
 	char                 dir[64], other[64]; // the job's CA; another CA
 	int                  tls;
-	const char          *key; // --secret-file too (NULL: off)
+	const char          *key;      // --secret-file too (NULL: off)
+	const char          *sched_as; // the scheduler's certificate
+	                               // (NULL: "scheduler")
 	struct ps_scheduler *sched;
 	struct ps_server    *srv[SERVERS];
 };
@@ -76,7 +78,7 @@ static void
 job_open(struct tls_job *j)
 {
 	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
-	char                     url[64], cert[96], key[96], ca[96];
+	char                     url[64], cert[160], key[160], ca[160];
 
 	so.url         = pt_addr(url, sizeof(url), "tcp");
 	so.trainers    = 2;
@@ -85,11 +87,14 @@ job_open(struct tls_job *j)
 	so.probe_bytes = 0;
 	so.secret_file = j->key;
 	if (j->tls) {
-		so.tls_cert = path_in(cert, sizeof(cert), j->dir,
-		    "scheduler.pem");
-		so.tls_key  = path_in(key, sizeof(key), j->dir,
-		     "scheduler.key");
-		so.tls_ca   = path_in(ca, sizeof(ca), j->dir, "ca.pem");
+		char sn[48];
+		snprintf(sn, sizeof(sn), "%s.pem",
+		    j->sched_as ? j->sched_as : "scheduler");
+		so.tls_cert = path_in(cert, sizeof(cert), j->dir, sn);
+		snprintf(sn, sizeof(sn), "%s.key",
+		    j->sched_as ? j->sched_as : "scheduler");
+		so.tls_key = path_in(key, sizeof(key), j->dir, sn);
+		so.tls_ca  = path_in(ca, sizeof(ca), j->dir, "ca.pem");
 	}
 	PT_OK(ps_scheduler_open(&so, &j->sched));
 	if (j->tls) {
@@ -151,7 +156,7 @@ train(void *arg)
 	ferry_client            *c     = NULL;
 	float                    g[NT][40];
 	float                   *wp[NT], *gp[NT];
-	char                     cert[96], key[96], ca[96], name[32];
+	char                     cert[160], key[160], ca[160], name[32];
 
 	o.scheduler_url = a->url;
 	o.rank          = a->rank;
@@ -273,7 +278,7 @@ register_as(struct tls_job *j, const char *url, enum peer peer)
 	uint8_t                *p;
 	struct psw_frame        f;
 	const char             *why;
-	char                    u[300], cert[96], key[96], ca[96], err[300];
+	char                    u[300], cert[160], key[160], ca[160], err[300];
 	int                     status = -1;
 
 	td.name        = "a";
@@ -503,12 +508,56 @@ START_TEST(test_tls_identity_from_certificate)
 }
 END_TEST
 
+// With TLS and a secret, a trainer accepts the scheduler's replies (maps
+// among them) only over a connection with the scheduler's certificate: a
+// "scheduler" holding the job's key and CA but trainer-0's certificate is
+// refused.
+START_TEST(test_tls_maps_only_from_scheduler_certificate)
+{
+	struct tls_job           j      = { 0 };
+	char                     kf[64] = "/tmp/ferry-tls-key-XXXXXX";
+	char                     cert[160], key[160], ca[160];
+	struct ferry_opts        o    = FERRY_OPTS_INIT;
+	struct ferry_tensor_desc d[1] = { { "a", 40 } };
+	ferry_client            *c    = NULL;
+	int                      fd;
+
+	if (!make_certs(j.dir, sizeof(j.dir), MEMBERS " server")) {
+		fprintf(stderr, "test_tls: no openssl, not run\n");
+		return;
+	}
+	ck_assert_int_ge(fd = mkstemp(kf), 0);
+	ck_assert_int_eq(write(fd, "a per-job key of 16+ bytes", 26), 26);
+	close(fd);
+	j.tls      = 1;
+	j.key      = kf;
+	j.sched_as = "trainer-0";
+	job_open(&j);
+	o.scheduler_url = ps_scheduler_url(j.sched);
+	o.rank          = 1;
+	o.timeout_ms    = 3000;
+	o.tls_cert      = path_in(cert, sizeof(cert), j.dir, "trainer-1.pem");
+	o.tls_key       = path_in(key, sizeof(key), j.dir, "trainer-1.key");
+	o.tls_ca        = path_in(ca, sizeof(ca), j.dir, "ca.pem");
+	ck_assert_int_eq(ferry_client_open(&o, &c), 0);
+	ck_assert_int_eq(ferry_client_set_secret_file(c, kf), 0);
+	ck_assert_int_ne(ferry_client_declare(c, d, 1), 0);
+	ck_assert_msg(
+	    strstr(ferry_client_last_error(c), "not the scheduler's") != NULL,
+	    "%s", ferry_client_last_error(c));
+	ferry_client_close(c);
+	job_close(&j);
+	unlink(kf);
+	rm_dir(j.dir);
+}
+END_TEST
+
 // Bad TLS options get a clear error naming what is wrong, before any
 // connection.
 START_TEST(test_tls_bad_options)
 {
 	struct ferry_opts o = FERRY_OPTS_INIT;
-	char              why[300], dir[64], cert[96], key[96], ca[96];
+	char              why[300], dir[64], cert[160], key[160], ca[160];
 
 	o.scheduler_url = "tls+tcp://127.0.0.1:1";
 	ck_assert_int_eq(ferry_opts_check(&o, why, sizeof(why)), FERRY_EINVAL);
@@ -549,6 +598,7 @@ suite_tls(void)
 	tcase_add_test(tc, test_tls_strangers_refused);
 	tcase_add_test(tc, test_tls_bad_options);
 	tcase_add_test(tc, test_tls_identity_from_certificate);
+	tcase_add_test(tc, test_tls_maps_only_from_scheduler_certificate);
 	suite_add_tcase(s, tc);
 	return s;
 }

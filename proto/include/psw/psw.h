@@ -165,6 +165,12 @@ int psw_tls_open(const char *cert, const char *key, const char *ca,
 // *who is PSW_ROLE_NONE, name holds the CN or "").
 int psw_tls_peer(nng_pipe p, struct psw_ident *who, char *name, size_t n);
 
+// psw_tls_check_sender checks that message m (a reply) came over a
+// connection whose certificate, if it names a member (psw_tls_peer), is
+// of role want_role. Plain tcp pipes and certificates naming no member
+// pass. Errors: FB_EAUTH with *why set.
+int psw_tls_check_sender(nng_msg *m, int want_role, const char **why);
+
 // psw_tls_close frees t (NULL: no-op) once no dialer or listener made
 // with it is still open (nng holds its own reference while they are).
 void psw_tls_close(struct psw_tls *t);
