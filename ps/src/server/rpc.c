@@ -50,23 +50,23 @@ struct rpc_metrics {
 };
 
 struct ps_rpc {
-	nng_socket            sock;
-	nng_listener          listener;
-	int                   n;
-	struct ps_call       *calls;
-	ps_rpc_handler        handler;
-	void                 *arg;
-	struct psw_auth      *auth; // borrowed; NULL: requests are not signed
+	nng_socket         sock;
+	nng_listener       listener;
+	int                n;
+	struct ps_call    *calls;
+	ps_rpc_handler     handler;
+	void              *arg;
+	struct psw_auth   *auth; // borrowed; NULL: requests are not signed
 	// borrowed; NULL: plain tcp. With auth too, a request's signed
 	// identity must be its connection's certificate's (identity.c).
-	const struct psw_tls *tls;
-	char                  url[256];
-	struct rpc_metrics    m;
+	struct psw_tls    *tls;
+	char               url[256];
+	struct rpc_metrics m;
 	// Connection-closed hooks, both called from one nng callback
 	// (on_pipe_rem: nng keeps one per event): the role's LIMITS hook
 	// (set once just after open, while contexts may already be serving,
 	// hence atomic) and the liveness watcher (ps__rpc_on_pipe_closed).
-	_Atomic size_t        conn_bytes, total_bytes;
+	_Atomic size_t     conn_bytes, total_bytes;
 	void (*_Atomic pipe_gone)(void *arg, uint32_t pipe);
 	void (*_Atomic pipe_watch)(void *arg, uint32_t pipe);
 	void      *pipe_watch_arg;
@@ -532,7 +532,7 @@ metrics_register(struct rpc_metrics *m, struct obs_registry *reg)
 }
 
 int
-ps__rpc_open(const struct psw_tls *tls, const char *url, int ncontexts,
+ps__rpc_open(struct psw_tls *tls, const char *url, int ncontexts,
     size_t max_msg, struct psw_auth *auth, ps_rpc_handler handler, void *arg,
     struct obs_registry *reg, struct ps_rpc **out)
 {

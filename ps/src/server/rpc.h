@@ -77,7 +77,7 @@ typedef void (*ps_rpc_handler)(void *arg, struct ps_call *call);
 // registered in reg, which must outlive the rpc. *out is released with
 // ps__rpc_close. Errors: FB_ENOMEM, FB_ETRANSPORT (cannot listen),
 // FB_EINVAL (url does not fit tls).
-int ps__rpc_open(const struct psw_tls *tls, const char *url, int ncontexts,
+int ps__rpc_open(struct psw_tls *tls, const char *url, int ncontexts,
     size_t max_msg, struct psw_auth *auth, ps_rpc_handler handler, void *arg,
     struct obs_registry *reg, struct ps_rpc **out);
 
