@@ -5,7 +5,7 @@
 # every process it started, also on Ctrl-C or failure.
 #
 #   scripts/run-local.sh [--servers M] [--trainers T] [--epochs E] [--http]
-#                        [--slow-rank R] [--secret] [flags]
+#                        [--slow-rank R] [--secret] [--tls] [flags]
 #
 # --slow-rank R gives the trainers' --slow-ms to rank R only (one
 # straggler, for benchmarks); without it every trainer gets it.
@@ -13,6 +13,11 @@
 # --secret signs every request and reply with a throw-away per-job key
 # (written to the run dir, passed to every process as --secret-file;
 # docs/security.md). --secret-file FILE uses FILE instead.
+#
+# --tls runs the job over mutual TLS: a throw-away CA and one certificate
+# per member (CN=ferry-scheduler, ferry-server, ferry-trainer-R) are
+# made with openssl (scripts/tls-certs.sh) in the run dir's tls/, and
+# every process gets --tls-cert, --tls-key and --tls-ca (docs/security.md).
 #
 # --http gives every process its HTTP endpoints on a free loopback port
 # (--http-listen=127.0.0.1:0) and prints each one's URLs (/metrics,
@@ -26,7 +31,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-servers=2 trainers=2 epochs=3 http=0 slow_rank= secret=0
+servers=2 trainers=2 epochs=3 http=0 slow_rank= secret=0 tls=0
 server_flags=() trainer_flags=()
 # FERRY_SKIP_SETUP=1 runs what is built (benchmarks that call this often).
 [ "${FERRY_SKIP_SETUP:-0}" = 1 ] || scripts/setup.sh
@@ -46,6 +51,7 @@ while (($#)); do
 	--slow-rank) slow_rank=$2; shift 2 ;;
 	--slow-rank=*) slow_rank=${1#*=}; shift ;;
 	--secret) secret=1; shift ;;
+	--tls) tls=1; shift ;;
 	--secret-file) secret_file=$2; shift 2 ;;
 	--secret-file=*) secret_file=${1#*=}; shift ;;
 	--*)
@@ -81,6 +87,19 @@ if [ -n "${secret_file:-}" ]; then
 	server_flags+=("--secret-file=$secret_file")
 	trainer_flags+=("--secret-file=$secret_file")
 fi
+if ((tls)); then
+	# The servers share one certificate (CN=ferry-server): the
+	# scheduler assigns their indices in the order they register.
+	names=(scheduler server)
+	for ((r = 0; r < trainers; r++)); do names+=("trainer-$r"); done
+	scripts/tls-certs.sh "$RUN/tls" "${names[@]}"
+fi
+# tls_flags NAME: the certificate flags of process NAME under --tls.
+tls_flags() {
+	((tls)) && echo "--tls-cert=$RUN/tls/$1.pem" \
+		"--tls-key=$RUN/tls/$1.key" "--tls-ca=$RUN/tls/ca.pem"
+	return 0
+}
 # http_flags NAME: the endpoint flags of process NAME under --http.
 http_flags() {
 	((http)) && echo "--http-listen=127.0.0.1:0" \
@@ -107,6 +126,7 @@ wait_file() { # wait_file PATH PID: until PATH exists or PID died
 
 "$PS" --role=scheduler --trainers="$trainers" --servers="$servers" \
 	--url-file="$RUN/scheduler.url" $(http_flags scheduler) \
+	$(tls_flags scheduler) \
 	"${server_flags[@]}" 2>"$RUN/scheduler.log" &
 pids+=($!)
 wait_file "$RUN/scheduler.url" $! || {
@@ -118,6 +138,7 @@ echo "ferry: scheduler at $SCHED; $servers servers, $trainers trainers," \
 	"$epochs epochs; logs in $RUN"
 for ((m = 0; m < servers; m++)); do
 	"$PS" --role=server --scheduler="$SCHED" $(http_flags "server-$m") \
+		$(tls_flags server) \
 		"${server_flags[@]}" 2>"$RUN/server-$m.log" &
 	pids+=($!)
 done
@@ -138,7 +159,8 @@ for ((r = 0; r < trainers; r++)); do
 	mapfile -t my_flags < <(rank_flags "$r")
 	if ((r == 0)); then
 		"$TR" --scheduler="$SCHED" --rank=0 --epochs="$epochs" \
-			$(http_flags trainer-0) "${my_flags[@]}" \
+			$(http_flags trainer-0) $(tls_flags trainer-0) \
+			"${my_flags[@]}" \
 			2>"$RUN/trainer-0.log" |
 			tee "$RUN/trainer-0.out" &
 	else
@@ -153,7 +175,8 @@ for ((r = 0; r < trainers; r++)); do
 			esac
 		done
 		"$TR" --scheduler="$SCHED" --rank="$r" --epochs="$epochs" \
-			$(http_flags "trainer-$r") "${rflags[@]}" \
+			$(http_flags "trainer-$r") $(tls_flags "trainer-$r") \
+			"${rflags[@]}" \
 			>"$RUN/trainer-$r.out" \
 			2>"$RUN/trainer-$r.log" &
 	fi

@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake pkg-config libnng-dev libprotobuf-c-dev
       protobuf-c-compiler libopenblas-dev check zlib1g-dev libgcrypt20-dev
+      libssl-dev
       dataset-fashion-mnist yamllint python3-numpy)
 
 missing=()

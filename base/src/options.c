@@ -240,6 +240,23 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	            "push and outweighs the others): more gets "
 	            "`INVALID_ARGUMENT` naming this flag "
 	            "(docs/operations.md §13)" },
+	[FB_OPT_PS_TLS_CERT]             = { "tls-cert", PS, STR, .def = "",
+	                .unset = "off",
+	                .help  = "this member's TLS certificate (PEM): mutual TLS with "
+	                                     "--tls-key and --tls-ca (docs/security.md)",
+	                .doc   = "this member's certificate (PEM, chain allowed). With "
+	                                     "`--tls-key` and `--tls-ca` every connection is "
+	                                     "`tls+tcp://` (`tcp://` URLs are mapped) and both ends "
+	                                     "must present a certificate signed by the job's CA "
+	                                     "([security.md](security.md))" },
+	[FB_OPT_PS_TLS_KEY] = { "tls-key", PS, STR, .def = "", .unset = "off",
+	    .help = "the private key of --tls-cert (PEM, unencrypted)",
+	    .doc  = "the unencrypted private key of `--tls-cert` (PEM)" },
+	[FB_OPT_PS_TLS_CA]  = { "tls-ca", PS, STR, .def = "", .unset = "off",
+	     .help = "the job's CA certificate(s) (PEM): peers must present a "
+	              "certificate it signed",
+	     .doc  = "the job's CA certificate(s) (PEM): every peer must "
+	              "present a certificate signed by it" },
 
 	// ---- trainer -----------------------------------------------------
 	[FB_OPT_TR_SCHEDULER] = { "scheduler", TR, STR_NONEMPTY,
@@ -449,4 +466,17 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	                          "while step t's push-pull runs, on a communication thread "
 	                          "(one-step delayed weights, docs/algorithms.md §6.3; host "
 	                          "path only); 0: every gradient on the newest version" },
+	[FB_OPT_TR_TLS_CERT]       = { "tls-cert", TR, STR, .def = "",
+	          .unset = "off",
+	          .help  = "this trainer's TLS certificate (PEM), as ps-server "
+	                         "--tls-cert",
+	          .doc   = "this trainer's certificate (PEM), as `ps-server "
+	                         "--tls-cert` ([security.md](security.md))" },
+	[FB_OPT_TR_TLS_KEY] = { "tls-key", TR, STR, .def = "", .unset = "off",
+	    .help = "the private key of --tls-cert (PEM, unencrypted)",
+	    .doc  = "the unencrypted private key of `--tls-cert` (PEM)" },
+	[FB_OPT_TR_TLS_CA]  = { "tls-ca", TR, STR, .def = "", .unset = "off",
+	     .help = "the job's CA certificate(s) (PEM)",
+	     .doc  = "the job's CA certificate(s) (PEM), as `ps-server "
+	              "--tls-ca`" },
 };

@@ -57,6 +57,11 @@ static int         cluster_seq;
 // so that one run compares signed goodput with plain.
 static int         signing;
 static char        secret_path[300];
+// "tls": tcp with mutual TLS on every process (--tls-cert, --tls-key,
+// --tls-ca; certificates of a throw-away CA made once per run with
+// scripts/tls-certs.sh). The raw echo stays plain tcp.
+static int         tls;
+static char        tls_dir[300];
 
 static double
 now_s(void)
@@ -158,10 +163,23 @@ cluster_up(struct cluster *c, const char *transport, int servers, int trainers)
 {
 	char a_role[64], a_tr[64], a_sv[64], a_sb[64], a_listen[400],
 	    a_url[400], a_sched[400], urlf[300], logf[300];
-	char a_secret[340];
+	char a_secret[340], a_cert[340], a_key[340], a_ca[340];
 	memset(c, 0, sizeof(*c));
 	c->n_srv = servers;
 	signing  = strstr(transport, "+signed") != NULL;
+	tls      = strcmp(transport, "tls") == 0;
+	if (tls && *tls_dir == '\0') {
+		char cmd[700];
+		snprintf(tls_dir, sizeof(tls_dir), "%s/tls", tmpdir);
+		snprintf(cmd, sizeof(cmd),
+		    "bash scripts/tls-certs.sh %s server trainer", tls_dir);
+		if (system(cmd) != 0) {
+			die("cannot make certificates (%s)", cmd);
+		}
+	}
+	snprintf(a_cert, sizeof(a_cert), "--tls-cert=%s/server.pem", tls_dir);
+	snprintf(a_key, sizeof(a_key), "--tls-key=%s/server.key", tls_dir);
+	snprintf(a_ca, sizeof(a_ca), "--tls-ca=%s/ca.pem", tls_dir);
 	if (signing) {
 		snprintf(secret_path, sizeof(secret_path), "%s/job.key",
 		    tmpdir);
@@ -184,7 +202,12 @@ cluster_up(struct cluster *c, const char *transport, int servers, int trainers)
 	snprintf(a_sv, sizeof(a_sv), "--servers=%d", servers);
 	snprintf(a_sb, sizeof(a_sb), "--shard-bytes=%zu", shard_bytes);
 	char *sargv[] = { (char *) ps_bin, a_role, a_tr, a_sv, a_sb, a_listen,
-		a_url, "--log-level=warn", signing ? a_secret : NULL, NULL };
+		a_url, "--log-level=warn", tls ? a_cert : NULL, a_key, a_ca,
+		NULL };
+	if (signing) {
+		sargv[8] = a_secret;
+		sargv[9] = NULL;
+	}
 	if (spawn(sargv, urlf, logf, &c->sched) != 0) {
 		fprintf(stderr, "transport_bench: scheduler failed, see %s\n",
 		    logf);
@@ -199,7 +222,11 @@ cluster_up(struct cluster *c, const char *transport, int servers, int trainers)
 		snprintf(logf, sizeof(logf), "%s/srv%d.log", tmpdir, i);
 		char *vargv[] = { (char *) ps_bin, "--role=server", a_sched,
 			a_listen, a_url, "--log-level=warn",
-			signing ? a_secret : NULL, NULL };
+			tls ? a_cert : NULL, a_key, a_ca, NULL };
+		if (signing) {
+			vargv[6] = a_secret;
+			vargv[7] = NULL;
+		}
 		if (spawn(vargv, urlf, logf, &c->srv[i]) != 0) {
 			fprintf(stderr,
 			    "transport_bench: server failed, see %s\n", logf);
@@ -462,7 +489,16 @@ join_job(const char *sched_url, int rank, const struct ferry_tensor_desc *d,
     float *const *w, ferry_client **fc, const char *who)
 {
 	struct ferry_opts o = FERRY_OPTS_INIT;
+	char              cert[340], key[340], ca[340];
 	int               rv;
+	if (tls) {
+		snprintf(cert, sizeof(cert), "%s/trainer.pem", tls_dir);
+		snprintf(key, sizeof(key), "%s/trainer.key", tls_dir);
+		snprintf(ca, sizeof(ca), "%s/ca.pem", tls_dir);
+		o.tls_cert = cert;
+		o.tls_key  = key;
+		o.tls_ca   = ca;
+	}
 	o.scheduler_url = sched_url;
 	o.rank          = rank;
 	o.mode          = FERRY_MODE_ASYNC;
@@ -867,8 +903,9 @@ usage(void)
 	    "usage: transport_bench [flags]\n"
 	    "  --ps PATH          ps-server binary (default build/ps/ps-server)\n"
 	    "  --payloads LIST    bytes, k/M suffixes (default 4k,64k,1M,16M,64M)\n"
-	    "  --transports LIST  tcp,ipc,tcp+signed (default tcp,ipc;\n"
-	    "                     tcp+signed: every process --secret-file)\n"
+	    "  --transports LIST  tcp,ipc,tcp+signed,tls (default tcp,ipc;\n"
+	    "                     tcp+signed: every process --secret-file;\n"
+	    "                     tls: every process --tls-*, raw echo tcp)\n"
 	    "  --pairs LIST       clients=servers per point (default 1,2)\n"
 	    "  --repeats N        timed repeats per cell (default 3)\n"
 	    "  --min-time S       seconds per repeat at least (default 0.3)\n"
@@ -1036,6 +1073,14 @@ main(int argc, char **argv)
 		fprintf(json, "], \"repeats\": %d, \"min_time_s\": %.2f}\n",
 		    repeats, min_time);
 		fclose(json);
+	}
+	if (*tls_dir != '\0') {
+		char cmd[340];
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", tls_dir);
+		if (system(cmd) != 0) {
+			fprintf(stderr, "transport_bench: cannot remove %s\n",
+			    tls_dir);
+		}
 	}
 	return failed;
 }

@@ -117,6 +117,28 @@ opts_optim(const struct ferry_opts *o, struct fb_optim *op,
 	return FB_OK;
 }
 
+// opts_tls_check loads o's TLS files once (then frees them) and checks
+// the scheduler URL fits: NULL when fine, else the reason written in buf.
+static const char *
+opts_tls_check(const struct ferry_opts *o, char *buf, size_t n)
+{
+	struct psw_tls *t = NULL;
+	char            u[300];
+
+	if (psw_tls_open(o->tls_cert, o->tls_key, o->tls_ca, &t, buf, n) !=
+	    FB_OK) {
+		return buf;
+	}
+	if (psw_tls_url(t, o->scheduler_url, u, sizeof(u)) != FB_OK) {
+		snprintf(buf, n, "scheduler_url %s: %s", o->scheduler_url,
+		    psw_tls_url_why(t, o->scheduler_url));
+		psw_tls_close(t);
+		return buf;
+	}
+	psw_tls_close(t);
+	return NULL;
+}
+
 FERRY_API int
 ferry_opts_check(const struct ferry_opts *o, char *why, size_t n)
 {
@@ -164,6 +186,8 @@ ferry_opts_check(const struct ferry_opts *o, char *why, size_t n)
 		msg = "clip_norm must be in [0, 1e30) (0: off)";
 	} else if (!(o->link_budget >= 0 && o->link_budget <= 1e6)) {
 		msg = "link_budget must be in [0, 1e6] (0: 1.0)";
+	} else {
+		msg = opts_tls_check(o, buf, sizeof(buf));
 	}
 	if (msg != NULL && why != NULL && n > 0) {
 		snprintf(why, n, "%s", msg);
@@ -211,9 +235,19 @@ ferry_client_open(const struct ferry_opts *o, ferry_client **out)
 		fb_free(c);
 		return FERRY_EINVAL;
 	}
-	if (psw_req_open(c->url, 1u << 30, 20, 500, &c->sched, &c->sched_ctx,
-	        &c->sched_aio) != FB_OK) {
-		psw_auth_close(c->auth);
+	// The files were read by ferry_opts_check above; they are read again
+	// (and may have changed) here.
+	char why[300];
+	int rv = psw_tls_open(o->tls_cert, o->tls_key, o->tls_ca, &c->tls, why,
+	    sizeof(why));
+	if (rv != FB_OK) {
+		fb_free(c);
+		return rv == FB_ENOMEM ? FERRY_ENOMEM : FERRY_EINVAL;
+	}
+	c->opts.tls_cert = c->opts.tls_key = c->opts.tls_ca = NULL;
+	if (psw_req_open(c->tls, c->url, 1u << 30, 20, 500, &c->sched,
+	        &c->sched_ctx, &c->sched_aio) != FB_OK) {
+		psw_tls_close(c->tls);
 		fb_free(c);
 		return FERRY_ECONNECT;
 	}
@@ -272,6 +306,7 @@ ferry_client_close(ferry_client *c)
 	nng_close(c->sched);
 	nng_aio_free(c->sched_aio);
 	psw_auth_close(c->auth);
+	psw_tls_close(c->tls);
 	if (c->pl != NULL) {
 		pswire__placement__free_unpacked(c->pl, NULL);
 	}

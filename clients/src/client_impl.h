@@ -92,6 +92,7 @@ struct ferry_client {
 	char                url[256];
 	char                codec_push[32], codec_pull[32];
 	struct psw_auth    *auth; // ferry_client_set_secret_file (NULL: off)
+	struct psw_tls     *tls;  // opts.tls_* (NULL: plain tcp)
 	char                optimizer[16], lr_schedule[16];
 	struct fb_optim     optim;    // opts' optimizer, parsed
 	struct fb_lr_sched  lr_sched; // opts' lr schedule, parsed

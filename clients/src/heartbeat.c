@@ -84,8 +84,8 @@ ferry__hb_start(ferry_client *c)
 	hb->period_ms = c->opts.heartbeat_ms;
 	hb->rank      = (uint32_t) c->opts.rank;
 	hb->auth      = c->auth;
-	if (psw_req_open(c->url, 1u << 20, 20, 500, &hb->sock, &hb->ctx,
-	        &hb->aio) != FB_OK) {
+	if (psw_req_open(c->tls, c->url, 1u << 20, 20, 500, &hb->sock,
+	        &hb->ctx, &hb->aio) != FB_OK) {
 		fb_free(hb);
 		return ferry__fail(c, FERRY_ECONNECT,
 		    "scheduler %s: cannot open the heartbeat connection",

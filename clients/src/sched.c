@@ -110,8 +110,8 @@ ferry__conns_open(ferry_client *c, const Pswire__Placement *p)
 	}
 	for (size_t m = had; m < c->n_conns; m++) {
 		struct conn *cn = &c->conns[m];
-		if (psw_req_open(p->servers[m], 1u << 30, 20, 500, &cn->sock,
-		        &cn->ctx, &cn->aio) != FB_OK) {
+		if (psw_req_open(c->tls, p->servers[m], 1u << 30, 20, 500,
+		        &cn->sock, &cn->ctx, &cn->aio) != FB_OK) {
 			c->n_conns = m; // close only what was opened
 			return ferry__fail(c, FERRY_ECONNECT,
 			    "cannot dial server %s", p->servers[m]);

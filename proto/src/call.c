@@ -12,8 +12,9 @@
 #include "psw/psw.h"
 
 int
-psw_req_open(const char *url, size_t max_msg, int reconn_min_ms,
-    int reconn_max_ms, nng_socket *sock, nng_ctx *ctx, nng_aio **aio)
+psw_req_open(const struct psw_tls *tls, const char *url, size_t max_msg,
+    int reconn_min_ms, int reconn_max_ms, nng_socket *sock, nng_ctx *ctx,
+    nng_aio **aio)
 {
 	nng_socket s;
 	nng_ctx    cx;
@@ -33,10 +34,11 @@ psw_req_open(const char *url, size_t max_msg, int reconn_min_ms,
 	if (max_msg > 0) {
 		nng_socket_set_size(s, NNG_OPT_RECVMAXSZ, max_msg);
 	}
-	if (nng_dial(s, url, NULL, NNG_FLAG_NONBLOCK) != 0 ||
-	    nng_ctx_open(&cx, s) != 0 || nng_aio_alloc(&a, NULL, NULL) != 0) {
+	int rv = psw_tls_dial(tls, s, url);
+	if (rv != FB_OK || nng_ctx_open(&cx, s) != 0 ||
+	    nng_aio_alloc(&a, NULL, NULL) != 0) {
 		nng_close(s);
-		return FB_ETRANSPORT;
+		return rv != FB_OK ? rv : FB_ETRANSPORT;
 	}
 	*sock = s;
 	*ctx  = cx;

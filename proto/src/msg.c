@@ -86,7 +86,12 @@ psw_reply_open(struct psw_auth *auth, nng_msg *rep, uint8_t method,
 	want = method < PSWIRE__METHOD__PULL ? PSW_ROLE_SCHEDULER
 	                                     : PSW_ROLE_SERVER;
 	arv  = psw_auth_check_reply(auth, f, reply_to, want, why);
-	h    = pswire__header__unpack(NULL, f->hdr_len, f->hdr);
+	if (arv == FB_OK && auth != NULL) {
+		// Under TLS too: a member-named certificate must be the
+		// signer's role (maps only from ferry-scheduler's).
+		arv = psw_tls_check_sender(rep, want, why);
+	}
+	h = pswire__header__unpack(NULL, f->hdr_len, f->hdr);
 	if (arv != FB_OK) {
 		// A peer that could not check our signature says so unsigned
 		// (or signed with another key): pass its text on, as an

@@ -77,6 +77,17 @@ write_url_file(enum fb_opt id, const char *url)
 	}
 }
 
+// tls_opts reads --tls-cert, --tls-key and --tls-ca (NULL where unset;
+// psw_tls_open refuses one or two of the three).
+static void
+tls_opts(const char **cert, const char **key, const char **ca)
+{
+	*cert = *cfg_str(FB_OPT_PS_TLS_CERT) ? cfg_str(FB_OPT_PS_TLS_CERT)
+	                                     : NULL;
+	*key = *cfg_str(FB_OPT_PS_TLS_KEY) ? cfg_str(FB_OPT_PS_TLS_KEY) : NULL;
+	*ca  = *cfg_str(FB_OPT_PS_TLS_CA) ? cfg_str(FB_OPT_PS_TLS_CA) : NULL;
+}
+
 // snapshot_job is --role=snapshot: one snapshot of the whole job through
 // the scheduler at url, printed on stdout. Returns the exit status.
 static int
@@ -231,11 +242,11 @@ main(int argc, char **argv)
 	const char          *secret_file = *cfg_str(FB_OPT_PS_SECRET_FILE)
 	             ? cfg_str(FB_OPT_PS_SECRET_FILE)
 	             : NULL;
-	if (secret_file == NULL) {
+	if (secret_file == NULL && *cfg_str(FB_OPT_PS_TLS_CA) == '\0') {
 		FB_LOG(FB_LOG_WARN, "main",
-		    "no --secret-file: requests are not authenticated, so "
-		    "anyone who can reach this %s's port can join, push or "
-		    "read the model (docs/security.md)",
+		    "no --secret-file and no --tls-ca: requests are not "
+		    "authenticated, so anyone who can reach this %s's port "
+		    "can join, push or read the model (docs/security.md)",
 		    role);
 	}
 	if (strcmp(role, "scheduler") == 0) {
@@ -268,6 +279,7 @@ main(int argc, char **argv)
 		o.max_inflight = (size_t) cfg_int(FB_OPT_PS_MAX_INFLIGHT_MB)
 		    << 20;
 		o.max_lr = fb_config_f64(&cfg, FB_OPT_PS_MAX_LR);
+		tls_opts(&o.tls_cert, &o.tls_key, &o.tls_ca);
 		if ((rv = ps_scheduler_open(&o, &sched)) != FB_OK) {
 			FB_LOG(FB_LOG_ERR, "main",
 			    "cannot start scheduler: %s", fb_strerror(rv));
@@ -301,6 +313,7 @@ main(int argc, char **argv)
 		    << 20;
 		o.max_samples = (uint32_t) cfg_int(
 		    FB_OPT_PS_MAX_SAMPLES_PER_PUSH);
+		tls_opts(&o.tls_cert, &o.tls_key, &o.tls_ca);
 		if (o.snapshot_every > 0 && o.snapshot_dir == NULL) {
 			fprintf(stderr,
 			    "ps-server: --snapshot-every needs "

@@ -63,6 +63,10 @@ class Opts(ctypes.Structure):
         ("lr_total_steps", ctypes.c_uint64),
         ("clip_norm", ctypes.c_double),
         ("link_budget", ctypes.c_double),  # codec "auto" (0: 1.0)
+        # mutual TLS (issue 12): PEM files, all None = plain tcp
+        ("tls_cert", ctypes.c_char_p),
+        ("tls_key", ctypes.c_char_p),
+        ("tls_ca", ctypes.c_char_p),
     ]
 
     @classmethod
@@ -70,7 +74,7 @@ class Opts(ctypes.Structure):
         """An Opts holding FERRY_OPTS_INIT's values."""
         return cls(None, 0, 0, MODE_SYNC, 0.1, None, None, 0, 0, 0, None, None,
                    0, 0, 0, None, 0.9, 0.9, 0.999, 1e-8, 0.0, None, 0, 1000,
-                   0.1, 0.0, 0, 0.0)
+                   0.1, 0.0, 0, 0.0, None, None, None)
 
 
 class TensorDesc(ctypes.Structure):

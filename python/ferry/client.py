@@ -78,7 +78,8 @@ class Client:
            optimizer="sgd", momentum=0.9, beta1=0.9, beta2=0.999, eps=1e-8,
            weight_decay=0.0, lr_schedule="constant", lr_warmup=0,
            lr_step_every=1000, lr_gamma=0.1, lr_min=0.0, lr_total_steps=0,
-           clip_norm=0.0, link_budget=0.0)
+           clip_norm=0.0, link_budget=0.0, tls_cert=None, tls_key=None,
+           tls_ca=None)
 
     The keyword arguments are struct ferry_opts' fields with
     FERRY_OPTS_INIT's defaults: mode "sync", "async" or "ssp" (or 0/1/2;
@@ -87,7 +88,9 @@ class Client:
     the servers spell them ("none", "fp16", "q8", "q4:sr", "topk:0.01",
     ...; None = "none"); timeout_ms the deadline of each call (0 = 60 s);
     secret_file the job's key file when the job signs its requests
-    (ps-server --secret-file; docs/security.md).
+    (ps-server --secret-file; docs/security.md); tls_cert, tls_key and
+    tls_ca (PEM files, all three or none) run every connection over mutual
+    TLS (ps-server --tls-cert, --tls-key, --tls-ca; docs/security.md).
     The servers run `optimizer` ("sgd", "momentum", "nesterov", "adam",
     "adamw", "adagrad") with the lr of `lr_schedule` ("constant", "step",
     "cosine"; lr_warmup updates of linear ramp first); clip_norm > 0 clips
@@ -113,7 +116,8 @@ class Client:
                  optimizer="sgd", momentum=0.9, beta1=0.9, beta2=0.999, eps=1e-8,
                  weight_decay=0.0, lr_schedule="constant", lr_warmup=0,
                  lr_step_every=1000, lr_gamma=0.1, lr_min=0.0, lr_total_steps=0,
-                 clip_norm=0.0, link_budget=0.0):
+                 clip_norm=0.0, link_budget=0.0, tls_cert=None, tls_key=None,
+                 tls_ca=None):
         self._c = None
         self._n = 0
         self._lens = ()
@@ -127,9 +131,9 @@ class Client:
         # The byte strings must outlive the call: keep them on self.
         self._keep = [s.encode() if isinstance(s, str) else s
                       for s in (scheduler, codec_push, codec_pull, optimizer,
-                                lr_schedule)]
+                                lr_schedule, tls_cert, tls_key, tls_ca)]
         (o.scheduler_url, o.codec_push, o.codec_pull, o.optimizer,
-         o.lr_schedule) = self._keep
+         o.lr_schedule, o.tls_cert, o.tls_key, o.tls_ca) = self._keep
         try:
             o.rank = int(rank)
             o.timeout_ms = _u32("timeout_ms", timeout_ms)

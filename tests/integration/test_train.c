@@ -206,37 +206,29 @@ it_run_epoch_with(const char *codec_push, const char *codec_pull,
 	    "test_acc");
 }
 
-// run_weights runs 2 trainers on 2 servers for STEPS sync steps, with
-// secret (a key file for every process, or NULL) and up to 3 more trainer
-// flags (extra, NULL-terminated, or NULL), and reads rank 0's final
-// weights into buf (size n); returns their size. *warned says whether the
-// scheduler warned at start that the job is open.
+// run_weights runs 2 trainers on 2 servers for STEPS sync steps, the
+// scheduler and servers with the extra flags sflags, the trainers with
+// tflags (NULL-terminated, at most 4; may be NULL), and reads rank 0's
+// final weights into buf (size n); returns their size. *warned says
+// whether the scheduler warned at start that the job is open.
 static size_t
-run_weights(const char *secret, const char *const *extra, char *buf, size_t n,
+run_weights(const char **sflags, const char **tflags, char *buf, size_t n,
     int *warned)
 {
-	struct lc   c;
-	char        sf[320]  = "", path[300];
-	const char *sflags[] = { sf, NULL };
+	struct lc c;
+	char      path[300];
 
-	if (secret != NULL) {
-		snprintf(sf, sizeof(sf), "--secret-file=%s", secret);
-	}
-	lc_start(&c, 2, 2, secret != NULL ? sflags : NULL);
+	lc_start(&c, 2, 2, sflags);
 	for (int r = 0; r < 2; r++) {
 		char wo[320], data[520];
 		snprintf(wo, sizeof(wo), "--weights-out=%s/w%d.bin", c.dir, r);
 		snprintf(data, sizeof(data), "--data=%s", it_data_dir());
-		const char *flags[12] = { "--seed=" SEED, "--max-steps=20",
+		const char *flags[16] = { "--seed=" SEED, "--max-steps=20",
 			"--log-interval=0", "--batch=64", "--lr=0.1", wo,
 			data };
-		size_t      k         = 7;
-		if (secret != NULL) {
-			flags[k++] = sf;
-		}
-		for (size_t i = 0; extra != NULL && extra[i] != NULL && i < 3;
+		for (int i = 0; tflags != NULL && tflags[i] != NULL && i < 4;
 		     i++) {
-			flags[k++] = extra[i];
+			flags[7 + i] = tflags[i];
 		}
 		lc_trainer(&c, r, flags);
 	}
@@ -264,14 +256,16 @@ run_weights(const char *secret, const char *const *extra, char *buf, size_t n,
 START_TEST(test_train_signed_equals_plain)
 {
 	static char plain[1 << 20], signed_[1 << 20];
-	char        key[64] = "/tmp/ferry-key-XXXXXX";
+	char        key[64] = "/tmp/ferry-key-XXXXXX", sf[96];
 	int         fd      = mkstemp(key);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(write(fd, "integration test key 0123456789", 31), 31);
 	close(fd);
-	int    open_warned, signed_warned;
+	snprintf(sf, sizeof(sf), "--secret-file=%s", key);
+	const char *flags[] = { sf, NULL };
+	int         open_warned, signed_warned;
 	size_t n = run_weights(NULL, NULL, plain, sizeof(plain), &open_warned);
-	size_t m = run_weights(key, NULL, signed_, sizeof(signed_),
+	size_t m = run_weights(flags, flags, signed_, sizeof(signed_),
 	    &signed_warned);
 	unlink(key);
 	ck_assert_msg(open_warned, "no warning that the plain job is open");
@@ -308,6 +302,43 @@ START_TEST(test_train_layerwise_equals_whole)
 		    "%s/%s: layer-wise weights differ from whole push-pulls",
 		    codecs[k][0], codecs[k][1]);
 	}
+}
+END_TEST
+
+// A job over mutual TLS (certificates of a throw-away CA made with
+// openssl at test time) trains to the same weights, bit for bit, as the
+// same job in the clear, and its scheduler listens on tls+tcp://.
+START_TEST(test_train_tls_equals_plain)
+{
+	static char plain[1 << 20], tls[1 << 20];
+	char        dir[64] = "/tmp/ferry-it-tls-XXXXXX", cmd[512];
+	char        sc[128], sk[128], tc[128], tk[128], ca[128];
+
+	if (system("command -v openssl >/dev/null 2>&1") != 0) {
+		fprintf(stderr, "test_train_tls_equals_plain: no openssl\n");
+		return;
+	}
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(cmd, sizeof(cmd), "bash %s %s server trainer", TLS_CERTS_SH,
+	    dir);
+	ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
+	snprintf(sc, sizeof(sc), "--tls-cert=%s/server.pem", dir);
+	snprintf(sk, sizeof(sk), "--tls-key=%s/server.key", dir);
+	snprintf(tc, sizeof(tc), "--tls-cert=%s/trainer.pem", dir);
+	snprintf(tk, sizeof(tk), "--tls-key=%s/trainer.key", dir);
+	snprintf(ca, sizeof(ca), "--tls-ca=%s/ca.pem", dir);
+	const char *sflags[] = { sc, sk, ca, NULL };
+	const char *tflags[] = { tc, tk, ca, NULL };
+	int         w1, w2;
+	size_t      n = run_weights(NULL, NULL, plain, sizeof(plain), &w1);
+	size_t      m = run_weights(sflags, tflags, tls, sizeof(tls), &w2);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	ck_assert_int_eq(system(cmd), 0);
+	ck_assert_msg(w1 && !w2, "open-job warning: plain %d, tls %d", w1, w2);
+	ck_assert_uint_gt(n, 0);
+	ck_assert_uint_eq(n, m);
+	ck_assert_msg(memcmp(plain, tls, n) == 0,
+	    "the TLS job's weights differ from the plain job's");
 }
 END_TEST
 
@@ -518,11 +549,13 @@ suite_train(void)
 	tcase_set_timeout(ta, 300);
 	tcase_add_test(ta, test_train_one_epoch_auto);
 	suite_add_tcase(s, ta);
-	// Its own case, so that `CK_RUN_CASE=signed` runs it alone.
+	// Their own case, so that `CK_RUN_CASE=signed` runs them alone
+	// (signed requests, TLS and layer-wise, each against a plain job).
 	TCase *ts = tcase_create("signed");
 	tcase_set_timeout(ts, 300);
 	tcase_add_test(ts, test_train_signed_equals_plain);
 	tcase_add_test(ts, test_train_layerwise_equals_whole);
+	tcase_add_test(ts, test_train_tls_equals_plain);
 	suite_add_tcase(s, ts);
 	return s;
 }

@@ -31,4 +31,5 @@ int heartbeat(const char *url, int role, uint32_t id);
 Pswire__Header *map_at_least(const char *url, uint64_t min_epoch,
     uint32_t timeout_ms);
 Suite          *suite_limits(void);
+Suite          *suite_tls(void);
 #endif

@@ -199,8 +199,8 @@ placement(struct job *j)
 
 	PT_OK(
 	    psw_auth_open(j->key, PSW_ROLE_TRAINER, 0, &a, err, sizeof(err)));
-	PT_OK(psw_req_open(ps_scheduler_url(j->sched), 0, 20, 200, &sock, &ctx,
-	    &aio));
+	PT_OK(psw_req_open(NULL, ps_scheduler_url(j->sched), 0, 20, 200, &sock,
+	    &ctx, &aio));
 	g.min_epoch     = 1;
 	h.request_id    = 1;
 	h.body_case     = PSWIRE__HEADER__BODY_PLACEMENT_REQ;

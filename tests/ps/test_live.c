@@ -431,7 +431,7 @@ START_TEST(test_live_parked_calls_expire)
 	o.probe_bytes = 0;
 	PT_OK(ps_scheduler_open(&o, &s));
 	const char *url = ps_scheduler_url(s);
-	PT_OK(psw_req_open(url, 0, 20, 200, &sock, &ctx, &aio));
+	PT_OK(psw_req_open(NULL, url, 0, 20, 200, &sock, &ctx, &aio));
 	int n_parked = 0, n_refused = 0;
 	for (uint64_t rid = 1; rid <= 30; rid++) {
 		Pswire__Header              h = PSWIRE__HEADER__INIT;

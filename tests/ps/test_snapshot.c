@@ -489,7 +489,7 @@ snap_rpc(const char *url, uint64_t version)
 	h.deadline_ms               = 20000;
 	h.body_case                 = PSWIRE__HEADER__BODY_SNAPSHOT_REQ;
 	h.snapshot_req              = &r;
-	PT_OK(psw_req_open(url, 0, 50, 1000, &sock, &ctx, &aio));
+	PT_OK(psw_req_open(NULL, url, 0, 50, 1000, &sock, &ctx, &aio));
 	int rv = psw_call_header(NULL, ctx, aio, &h.base,
 	    PSWIRE__METHOD__SNAPSHOT, 7, 30000, &ph, &why);
 	ck_assert_msg(rv == FB_OK || rv == FB_EREMOTE, "Snapshot: %s", why);

@@ -22,7 +22,8 @@ def ps_server_bin():
 class LocalJob:
     """Scheduler + servers for trainers ranks; use as a context manager."""
 
-    def __init__(self, trainers, servers=1, shard_bytes=None, extra=(), secret_file=None):
+    def __init__(self, trainers, servers=1, shard_bytes=None, extra=(), secret_file=None,
+                 member_flags=()):
         self.dir = tempfile.TemporaryDirectory(prefix="ferry-pytest.")
         self.procs = []
         url_file = os.path.join(self.dir.name, "scheduler.url")
@@ -30,6 +31,7 @@ class LocalJob:
         if shard_bytes:
             flags.append(f"--shard-bytes={shard_bytes}")
         signed = [f"--secret-file={secret_file}"] if secret_file else []
+        signed += list(member_flags)  # e.g. --tls-*: scheduler and servers
         flags += signed
         self.scheduler = self._start("scheduler", ["--role=scheduler", f"--url-file={url_file}"]
                                      + flags + list(extra))

@@ -1,6 +1,9 @@
 """ferry.Client against a live job (NumPy): training equals a one-process
 reference, errors map to their classes, arrays are checked and never
 copied. Run by tests/python/run.py (ctest python_binding)."""
+import os
+import shutil
+import subprocess
 import tempfile
 import threading
 import time
@@ -12,6 +15,8 @@ import ferry
 from job import LocalJob, run_ranks
 
 LR = 0.1
+TLS_CERTS_SH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                            "scripts", "tls-certs.sh")
 CLASSES, FEATURES = 3, 8
 
 
@@ -49,11 +54,12 @@ class TrainTwoRanks(unittest.TestCase):
         return [(x[i * self.BATCH:(i + 1) * self.BATCH], y[i * self.BATCH:(i + 1) * self.BATCH])
                 for i in range(self.STEPS)]
 
-    def rank_main(self, url, rank, secret_file=None):
+    def rank_main(self, url, rank, secret_file=None, tls=None):
         W, b = init_weights()
         if rank:
             W[:] = 0  # rank 1 starts from whatever rank 0 offered
-        with ferry.Client(url, rank, lr=LR, timeout_ms=20000, secret_file=secret_file) as c:
+        with ferry.Client(url, rank, lr=LR, timeout_ms=20000, secret_file=secret_file,
+                          **(tls or {})) as c:
             # declare by arrays on rank 0, by lengths on rank 1: one table
             c.declare({"W": W, "b": b} if rank == 0 else [("W", W.size), ("b", 3)])
             self.assertEqual(c.trainers, 2)
@@ -76,9 +82,21 @@ class TrainTwoRanks(unittest.TestCase):
             key.flush()
             self.check_two_ranks(key.name)
 
-    def check_two_ranks(self, secret_file):
-        with LocalJob(trainers=2, secret_file=secret_file) as job:
-            res = run_ranks(lambda r: self.rank_main(job.url, r, secret_file), 2)
+    @unittest.skipIf(shutil.which("openssl") is None, "no openssl to make certificates")
+    def test_tls_job_equals_numpy_reference(self):
+        # Every connection over mutual TLS (certificates of a throw-away CA).
+        with tempfile.TemporaryDirectory(prefix="ferry-pytls.") as d:
+            subprocess.run(["bash", TLS_CERTS_SH, d, "server", "trainer"], check=True)
+            member = [f"--tls-cert={d}/server.pem", f"--tls-key={d}/server.key",
+                      f"--tls-ca={d}/ca.pem"]
+            tls = {"tls_cert": f"{d}/trainer.pem", "tls_key": f"{d}/trainer.key",
+                   "tls_ca": f"{d}/ca.pem"}
+            self.check_two_ranks(None, member, tls)
+
+    def check_two_ranks(self, secret_file, member_flags=(), tls=None):
+        with LocalJob(trainers=2, secret_file=secret_file, member_flags=member_flags) as job:
+            self.assertEqual(job.url.startswith("tls+tcp://"), tls is not None)
+            res = run_ranks(lambda r: self.rank_main(job.url, r, secret_file, tls), 2)
         W, b = init_weights()
         b0, b1 = self.batches(0), self.batches(1)
         for (x0, y0), (x1, y1) in zip(b0, b1):

@@ -77,9 +77,12 @@ static const struct binding bindings[] = {
 	{ FB_OPT_TR_LINK_BUDGET, K_F64, OFF(link_budget) },
 	{ FB_OPT_TR_OVERLAP_LAYERS, K_U32, OFF(overlap_layers) },
 	{ FB_OPT_TR_OVERLAP, K_INT, OFF(overlap) },
+	{ FB_OPT_TR_TLS_CERT, K_TEXT, OFF(tls_cert) },
+	{ FB_OPT_TR_TLS_KEY, K_TEXT, OFF(tls_key) },
+	{ FB_OPT_TR_TLS_CA, K_TEXT, OFF(tls_ca) },
 };
 #define N_BINDINGS (sizeof(bindings) / sizeof(bindings[0]))
-_Static_assert(N_BINDINGS == FB_OPT_TR_OVERLAP - FB_OPT_TR_SCHEDULER + 1,
+_Static_assert(N_BINDINGS == FB_OPT_TR_TLS_CA - FB_OPT_TR_SCHEDULER + 1,
     "every trainer option of base/src/options.c needs a binding");
 
 // store copies the checked value of b from fc into c.

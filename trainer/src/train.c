@@ -214,6 +214,9 @@ join_job(struct run *r)
 	fo.lr_total_steps = cfg->lr_total_steps;
 	fo.clip_norm      = cfg->clip_norm;
 	fo.link_budget    = cfg->link_budget;
+	fo.tls_cert       = cfg->tls_cert;
+	fo.tls_key        = cfg->tls_key;
+	fo.tls_ca         = cfg->tls_ca;
 	if (ferry_opts_check(&fo, r->err, sizeof(r->err)) != FERRY_OK) {
 		FB_LOG(FB_LOG_ERR, MOD, "bad options: %s", r->err);
 		return FB_EINVAL;

@@ -172,12 +172,20 @@ struct ferry_opts {
 	// takes at most link_budget times the measured compute time per step
 	// (docs/algorithms.md §2.8). 0 = 1.0.
 	double      link_budget;
+	// ---- added in 0.x (issue 12): mutual TLS (docs/security.md). PEM
+	// files: this trainer's certificate, its unencrypted private key and
+	// the job's CA. All NULL: plain tcp. All set: every connection is
+	// tls+tcp:// (tcp:// URLs are mapped), this client presents its
+	// certificate and requires the peers' to be signed by the CA.
+	const char *tls_cert;
+	const char *tls_key;
+	const char *tls_ca;
 };
 #define FERRY_OPTS_INIT                                                       \
 	{                                                                     \
 		NULL, 0, 0, FERRY_MODE_SYNC, 0.1, NULL, NULL, 0, 0, 0, NULL,  \
 		    NULL, 0, 0, 0, NULL, 0.9, 0.9, 0.999, 1e-8, 0.0, NULL, 0, \
-		    1000, 0.1, 0.0, 0, 0.0, 0.0                               \
+		    1000, 0.1, 0.0, 0, 0.0, 0.0, NULL, NULL, NULL             \
 	}
 
 // One tensor of the job's table.

@@ -23,6 +23,10 @@
 
 // Signing state (auth.c); NULL wherever authentication is off.
 struct psw_auth;
+// Mutual TLS state (tls.c); NULL wherever TLS is off.
+struct psw_tls;
+// Who sent a message (auth.c, tls.c).
+struct psw_ident;
 
 // Frame flags.
 #define PSW_FLAG_REPLY 0x1u
@@ -127,9 +131,70 @@ int psw_call(struct psw_auth *auth, nng_ctx ctx, nng_aio *aio, nng_msg *req,
 // reconn_min_ms and reconn_max_ms set the reconnect back-off (0: nng's
 // default). On FB_OK the caller owns *sock, *ctx and *aio and releases
 // them with nng_aio_free(*aio) and nng_close(*sock). Errors:
-// FB_ETRANSPORT (nothing is left open).
-int psw_req_open(const char *url, size_t max_msg, int reconn_min_ms,
-    int reconn_max_ms, nng_socket *sock, nng_ctx *ctx, nng_aio **aio);
+// FB_ETRANSPORT (nothing is left open), FB_EINVAL (url does not fit tls:
+// psw_tls_url_why says why). tls (NULL: plain tcp) is the process's TLS
+// state: with it the socket dials tls+tcp:// and presents its certificate.
+int psw_req_open(const struct psw_tls *tls, const char *url, size_t max_msg,
+    int reconn_min_ms, int reconn_max_ms, nng_socket *sock, nng_ctx *ctx,
+    nng_aio **aio);
+
+// ---- mutual TLS (tls.c) ---------------------------------------------------
+//
+// With --tls-cert, --tls-key and --tls-ca every connection a process dials
+// or accepts is tls+tcp://, and both ends must present a certificate
+// signed by the job's CA (docs/security.md). struct psw_tls holds the two
+// nng TLS configurations; NULL wherever TLS is off.
+
+// psw_tls_open loads our certificate (PEM, chain allowed), its unencrypted
+// private key and the CA certificate(s) from the three files. All three
+// empty or NULL: TLS off, *out = NULL and FB_OK. Errors (a one-line reason
+// naming the flag and file in why): FB_EINVAL (one or two of three given,
+// unreadable, not PEM, key not usable), FB_ENOMEM.
+int psw_tls_open(const char *cert, const char *key, const char *ca,
+    struct psw_tls **out, char *why, size_t n);
+
+// The longest certificate name psw_tls_peer reports, NUL included.
+#define PSW_TLS_NAME_MAX 64
+
+// psw_tls_peer finds who the peer of pipe p is from its certificate: the
+// subject CN, verified against the job's CA during the handshake, is
+// written into name (size n) and read as a member: "ferry-trainer-R",
+// "ferry-server-I" (or "ferry-server": a server whose index the
+// scheduler assigns), "ferry-scheduler", "ferry-operator". Errors:
+// FB_EAUTH (no verified certificate on p, or a CN that names no member:
+// *who is PSW_ROLE_NONE, name holds the CN or "").
+int psw_tls_peer(nng_pipe p, struct psw_ident *who, char *name, size_t n);
+
+// psw_tls_check_sender checks that message m (a reply) came over a
+// connection whose certificate, if it names a member (psw_tls_peer), is
+// of role want_role. Plain tcp pipes and certificates naming no member
+// pass. Errors: FB_EAUTH with *why set.
+int psw_tls_check_sender(nng_msg *m, int want_role, const char **why);
+
+// psw_tls_close frees t (NULL: no-op) once no dialer or listener made
+// with it is still open (nng holds its own reference while they are).
+void psw_tls_close(struct psw_tls *t);
+
+// psw_tls_url writes into out (size n) the URL to use for url under t:
+// with TLS, tcp://, tcp4:// and tcp6:// become tls+tcp://...; tls+tcp://
+// stays. Errors: FB_EINVAL (tls+tcp:// without TLS, another scheme with
+// TLS, or out too small; psw_tls_url_why says which in words).
+int psw_tls_url(const struct psw_tls *t, const char *url, char *out, size_t n);
+
+// psw_tls_url_why returns a static sentence saying why psw_tls_url
+// refused url.
+const char *psw_tls_url_why(const struct psw_tls *t, const char *url);
+
+// psw_tls_dial dials url (mapped by psw_tls_url) on s without blocking,
+// with t's client configuration. Errors: FB_EINVAL (url), FB_ETRANSPORT.
+int psw_tls_dial(const struct psw_tls *t, nng_socket s, const char *url);
+
+// psw_tls_listen listens on url (mapped by psw_tls_url) on s with t's
+// server configuration and a receive cap of max_msg (0: nng's), and writes
+// the URL it is bound to into bound (size n; a tcp port 0 replaced by the
+// port chosen). Logs and returns FB_EINVAL (url) or FB_ETRANSPORT.
+int psw_tls_listen(const struct psw_tls *t, nng_socket s, const char *url,
+    size_t max_msg, nng_listener *l, char *bound, size_t n);
 
 // psw_call_header signs (with auth, may be NULL) and sends a request made
 // of hdr alone (a Pswire__Header with

@@ -66,12 +66,17 @@ struct ps_scheduler_opts {
 	// The largest learning rate a job may declare (--max-lr; at most
 	// 1e6, 0: 1e6).
 	double      max_lr;
+	// Mutual TLS (--tls-cert, --tls-key, --tls-ca; docs/security.md):
+	// our certificate, its key and the job's CA, PEM files. All NULL:
+	// plain tcp; all set: every connection is tls+tcp:// and the peer
+	// must present a certificate signed by the CA.
+	const char *tls_cert, *tls_key, *tls_ca;
 };
 #define PS_SCHEDULER_OPTS_INIT                                                \
 	{                                                                     \
 		NULL, 1, 1, 1u << 20, 64, 64u << 20, PS_PLACEMENT_UNIFORM, 7, \
 		    1u << 20, 1, 0, 50, 5000, NULL, 1000, 1, NULL,            \
-		    16ull << 30, 1u << 20, 1ull << 30, 10.0                   \
+		    16ull << 30, 1u << 20, 1ull << 30, 10.0, NULL, NULL, NULL \
 	}
 
 // ps_scheduler_open starts a scheduler listening on opts->url. With
@@ -171,11 +176,14 @@ struct ps_server_opts {
 	// The most samples one push may declare (--max-samples-per-push;
 	// 0: 2^30, the wire's cap).
 	uint32_t    max_samples;
+	// Mutual TLS, as for the scheduler (all NULL: off).
+	const char *tls_cert, *tls_key, *tls_ca;
 };
 #define PS_SERVER_OPTS_INIT                                                   \
 	{                                                                     \
 		NULL, NULL, NULL, 256, 256u << 20, 10000, 0, 10000, 1000,     \
-		    NULL, 0, PS_RESTORE_AUTO, NULL, 4ull << 30, 300000, 65536 \
+		    NULL, 0, PS_RESTORE_AUTO, NULL, 4ull << 30, 300000,       \
+		    65536, NULL, NULL, NULL                                   \
 	}
 
 // When a server with a snapshot_dir loads its snapshot file.

@@ -57,8 +57,8 @@ ps__boot_main(void *arg)
 	int      wait    = hb_ms > 0 && hb_ms < 1000 ? (int) hb_ms : 1000;
 	uint64_t next_hb = 0;
 
-	if (psw_req_open(s->opts.scheduler_url, s->opts.max_msg, 50, 1000,
-	        &sock, &ctx, &aio) != FB_OK) {
+	if (psw_req_open(s->tls, s->opts.scheduler_url, s->opts.max_msg, 50,
+	        1000, &sock, &ctx, &aio) != FB_OK) {
 		FB_LOG(FB_LOG_ERR, "boot", "cannot dial scheduler %s",
 		    s->opts.scheduler_url);
 		return NULL;

@@ -78,8 +78,8 @@ peer_get(struct ps_server *s, struct ps_peers *p, const Pswire__Placement *pl,
 		p->n = n;
 	}
 	if (!p->open[m]) {
-		if (psw_req_open(pl->servers[m], s->opts.max_msg, 20, 500,
-		        &p->sock[m], &p->ctx[m], &p->aio[m]) != FB_OK) {
+		if (psw_req_open(s->tls, pl->servers[m], s->opts.max_msg, 20,
+		        500, &p->sock[m], &p->ctx[m], &p->aio[m]) != FB_OK) {
 			return FB_ETRANSPORT;
 		}
 		p->open[m] = 1;
@@ -312,8 +312,8 @@ map_fetch(struct ps_server *s, uint64_t min_epoch, Pswire__Placement **out)
 	nng_aio                    *aio;
 	int                         rv;
 
-	if (psw_req_open(s->opts.scheduler_url, s->opts.max_msg, 0, 0, &sock,
-	        &ctx, &aio) != FB_OK) {
+	if (psw_req_open(s->tls, s->opts.scheduler_url, s->opts.max_msg, 0, 0,
+	        &sock, &ctx, &aio) != FB_OK) {
 		return FB_ETRANSPORT;
 	}
 	gp.min_epoch       = min_epoch;
@@ -565,8 +565,8 @@ ps_server_leave(struct ps_server *s, uint32_t timeout_ms)
 	}
 	// Not ready from here on (/readyz): the shards are on their way out.
 	atomic_store(&s->leaving, 1);
-	if (psw_req_open(s->opts.scheduler_url, 0, 0, 0, &sock, &ctx, &aio) !=
-	    FB_OK) {
+	if (psw_req_open(s->tls, s->opts.scheduler_url, 0, 0, 0, &sock, &ctx,
+	        &aio) != FB_OK) {
 		return FB_ETRANSPORT;
 	}
 	l.role        = PSWIRE__ROLE__ROLE_SERVER;

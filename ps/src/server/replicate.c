@@ -369,8 +369,8 @@ fwd_get(struct ps_server *s, uint32_t id, int k, uint32_t to)
 	if (!r->open[to]) {
 		nng_ctx  cx;
 		nng_aio *a;
-		if (psw_req_open(s->pl->servers[to], s->opts.max_msg, 20, 500,
-		        &r->sock[to], &cx, &a) != FB_OK) {
+		if (psw_req_open(s->tls, s->pl->servers[to], s->opts.max_msg,
+		        20, 500, &r->sock[to], &cx, &a) != FB_OK) {
 			return NULL;
 		}
 		nng_aio_free(a);

@@ -57,6 +57,9 @@ struct ps_rpc {
 	ps_rpc_handler     handler;
 	void              *arg;
 	struct psw_auth   *auth; // borrowed; NULL: requests are not signed
+	// borrowed; NULL: plain tcp. With auth too, a request's signed
+	// identity must be its connection's certificate's (identity.c).
+	struct psw_tls    *tls;
 	char               url[256];
 	struct rpc_metrics m;
 	// Connection-closed hooks, both called from one nng callback
@@ -377,7 +380,9 @@ handle(struct ps_call *c)
 	}
 	c->mix = method_ix(c->frame.method);
 	if (psw_auth_check_request(c->rpc->auth, &c->frame, &c->peer, &c->chan,
-	        &c->ctr, &why) != FB_OK) {
+	        &c->ctr, &why) != FB_OK ||
+	    (c->rpc->tls != NULL && c->rpc->auth != NULL &&
+	        ps__call_cert_check(c, &why) != FB_OK)) {
 		obs_counter_add(c->rpc->m.unauthenticated, 1);
 		FB_LOG(FB_LOG_NOTICE, "rpc", "%s refused: %s",
 		    psw_method_name(c->frame.method), why);
@@ -527,8 +532,8 @@ metrics_register(struct rpc_metrics *m, struct obs_registry *reg)
 }
 
 int
-ps__rpc_open(const char *url, int ncontexts, size_t max_msg,
-    struct psw_auth *auth, ps_rpc_handler handler, void *arg,
+ps__rpc_open(struct psw_tls *tls, const char *url, int ncontexts,
+    size_t max_msg, struct psw_auth *auth, ps_rpc_handler handler, void *arg,
     struct obs_registry *reg, struct ps_rpc **out)
 {
 	struct ps_rpc *r;
@@ -544,6 +549,7 @@ ps__rpc_open(const char *url, int ncontexts, size_t max_msg,
 	r->handler    = handler;
 	r->arg        = arg;
 	r->auth       = auth;
+	r->tls        = tls;
 	r->n          = ncontexts;
 	r->conn_bytes = 2 * max_msg + (1u << 20);
 	if ((r->calls = fb_zalloc(sizeof(*r->calls) * (size_t) ncontexts)) ==
@@ -566,27 +572,10 @@ ps__rpc_open(const char *url, int ncontexts, size_t max_msg,
 			return FB_ENOMEM;
 		}
 	}
-	if ((rv = nng_listener_create(&r->listener, r->sock, url)) != 0 ||
-	    (rv = nng_listener_set_size(r->listener, NNG_OPT_RECVMAXSZ,
-	         max_msg)) != 0 ||
-	    (rv = nng_listener_start(r->listener, 0)) != 0) {
-		FB_LOG(FB_LOG_ERR, "rpc", "cannot listen on %s: %s", url,
-		    nng_strerror(rv));
+	if ((rv = psw_tls_listen(tls, r->sock, url, max_msg, &r->listener,
+	         r->url, sizeof(r->url))) != FB_OK) {
 		ps__rpc_close(r);
-		return FB_ETRANSPORT;
-	}
-	snprintf(r->url, sizeof(r->url), "%s", url);
-	if (strncmp(url, "tcp://", 6) == 0) {
-		int port = 0;
-		if (nng_listener_get_int(r->listener, NNG_OPT_TCP_BOUND_PORT,
-		        &port) == 0) {
-			// Rewrite "tcp://host:0" with the bound port.
-			const char *colon = strrchr(url, ':');
-			if (colon != NULL) {
-				snprintf(r->url, sizeof(r->url), "%.*s:%d",
-				    (int) (colon - url), url, port);
-			}
-		}
+		return rv;
 	}
 	for (int i = 0; i < ncontexts; i++) {
 		call_cb(&r->calls[i]);
@@ -609,6 +598,20 @@ ps__open_auth(const char *secret_file, int role, uint32_t id,
 	if ((rv = psw_auth_open(secret_file, role, id, out, why,
 	         sizeof(why))) != FB_OK) {
 		FB_LOG(FB_LOG_ERR, "rpc", "%s", why);
+	}
+	return rv;
+}
+
+int
+ps__open_tls(const char *cert, const char *key, const char *ca,
+    struct psw_tls **out)
+{
+	char why[600];
+	int  rv;
+
+	if ((rv = psw_tls_open(cert, key, ca, out, why, sizeof(why))) !=
+	    FB_OK) {
+		FB_LOG(FB_LOG_ERR, "tls", "%s", why);
 	}
 	return rv;
 }

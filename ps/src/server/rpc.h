@@ -66,7 +66,8 @@ struct ps_call {
 
 typedef void (*ps_rpc_handler)(void *arg, struct ps_call *call);
 
-// ps__rpc_open listens on url with ncontexts contexts and starts serving;
+// ps__rpc_open listens on url with ncontexts contexts and starts serving
+// (with tls, borrowed, may be NULL: on tls+tcp://, see psw_tls_listen);
 // handler(arg, call) is called for every well-formed request (frames that
 // cannot be parsed get an INVALID_ARGUMENT reply here, with the reason).
 // With auth (borrowed, may be NULL) every request must pass
@@ -74,9 +75,10 @@ typedef void (*ps_rpc_handler)(void *arg, struct ps_call *call);
 // counted (ferry_rpc_unauthenticated_total), and every reply is signed.
 // max_msg caps the receive size. The request metrics (METRICS above) are
 // registered in reg, which must outlive the rpc. *out is released with
-// ps__rpc_close. Errors: FB_ENOMEM, FB_ETRANSPORT (cannot listen).
-int ps__rpc_open(const char *url, int ncontexts, size_t max_msg,
-    struct psw_auth *auth, ps_rpc_handler handler, void *arg,
+// ps__rpc_close. Errors: FB_ENOMEM, FB_ETRANSPORT (cannot listen),
+// FB_EINVAL (url does not fit tls).
+int ps__rpc_open(struct psw_tls *tls, const char *url, int ncontexts,
+    size_t max_msg, struct psw_auth *auth, ps_rpc_handler handler, void *arg,
     struct obs_registry *reg, struct ps_rpc **out);
 
 // ps__open_auth opens the signing state of a role from secret_file
@@ -84,6 +86,18 @@ int ps__rpc_open(const char *url, int ncontexts, size_t max_msg,
 // Errors: FB_EINVAL, FB_ENOMEM.
 int ps__open_auth(const char *secret_file, int role, uint32_t id,
     struct psw_auth **out);
+
+// ps__open_tls opens the mutual TLS state from the three PEM files (all
+// NULL or empty: *out = NULL, plain tcp), logging why it cannot.
+// Errors: FB_EINVAL, FB_ENOMEM.
+int ps__open_tls(const char *cert, const char *key, const char *ca,
+    struct psw_tls **out);
+
+// ps__call_cert_check checks, in a job with both TLS and a secret, that
+// the identity c's request was signed as (c->peer) is the one the
+// certificate of c's connection names (identity.c). Errors: FB_EAUTH with
+// *why set (static per thread, valid until the next call).
+int ps__call_cert_check(const struct ps_call *c, const char **why);
 
 // ps__rpc_auth_on tells whether requests are authenticated (a secret or
 // TLS): the handlers' role checks apply only then.

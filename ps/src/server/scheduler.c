@@ -121,10 +121,12 @@ ps_scheduler_open(const struct ps_scheduler_opts *o, struct ps_scheduler **out)
 	}
 	if ((rv = ps__open_auth(o->secret_file, PSW_ROLE_SCHEDULER, 0,
 	         &s->auth)) != FB_OK ||
+	    (rv = ps__open_tls(o->tls_cert, o->tls_key, o->tls_ca, &s->tls)) !=
+	        FB_OK ||
 	    (rv = ps__sched_state_open(s)) != FB_OK ||
 	    (rv = ps__sched_metrics_open(s)) != FB_OK ||
-	    (rv = ps__rpc_open(o->url, o->contexts, sched_max_msg(o), s->auth,
-	         dispatch, s, s->reg, &s->rpc)) != FB_OK) {
+	    (rv = ps__rpc_open(s->tls, o->url, o->contexts, sched_max_msg(o),
+	         s->auth, dispatch, s, s->reg, &s->rpc)) != FB_OK) {
 		ps_scheduler_close(s);
 		return rv;
 	}
@@ -159,6 +161,7 @@ ps_scheduler_close(struct ps_scheduler *s)
 	ps__sched_snapshot_stop(s); // it answers a Snapshot call
 	ps__rpc_close(s->rpc);      // parked calls die with their contexts
 	psw_auth_close(s->auth);
+	psw_tls_close(s->tls);
 	if (s->job != NULL) {
 		pswire__job_config__free_unpacked(s->job, NULL);
 	}

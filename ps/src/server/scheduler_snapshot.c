@@ -32,6 +32,7 @@
 struct fwd_one {
 	const char      *url;
 	struct psw_auth *auth;    // signs the call (NULL: off)
+	struct psw_tls  *tls;     // dials with TLS (NULL: plain tcp)
 	uint64_t         version; // asked for; then the snapshot's
 	int              query;   // a query, not a snapshot
 	uint32_t         timeout_ms;
@@ -70,7 +71,8 @@ one_call(struct fwd_one *o)
 	int                     rv;
 
 	o->status = PSWIRE__STATUS__UNAVAILABLE;
-	if (psw_req_open(o->url, 0, 50, 1000, &sock, &ctx, &aio) != FB_OK) {
+	if (psw_req_open(o->tls, o->url, 0, 50, 1000, &sock, &ctx, &aio) !=
+	    FB_OK) {
 		snprintf(o->err, sizeof(o->err), "cannot dial %s", o->url);
 		return;
 	}
@@ -292,6 +294,7 @@ fwd_alloc(struct ps_scheduler *s, struct ps_call *c)
 		f->one[k].url        = f->urls[k];
 		f->one[k].timeout_ms = f->timeout_ms;
 		f->one[k].auth       = f->s->auth;
+		f->one[k].tls        = f->s->tls;
 		k++;
 	}
 	f->n = k;

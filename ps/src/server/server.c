@@ -207,12 +207,15 @@ ps_server_open(const struct ps_server_opts *o, struct ps_server **out)
 	pthread_condattr_destroy(&ca);
 	if ((rv = ps__open_auth(o->secret_file, PSW_ROLE_SERVER,
 	         PSW_ID_UNASSIGNED, &s->auth)) != FB_OK ||
+	    (rv = ps__open_tls(o->tls_cert, o->tls_key, o->tls_ca, &s->tls)) !=
+	        FB_OK ||
 	    (rv = ps__server_metrics_open(s)) != FB_OK ||
 	    (rv = ps__snap_open(s)) != FB_OK ||
-	    (rv = ps__rpc_open(o->url, o->contexts, o->max_msg, s->auth,
-	         dispatch, s, s->reg, &s->rpc)) != FB_OK) {
+	    (rv = ps__rpc_open(s->tls, o->url, o->contexts, o->max_msg,
+	         s->auth, dispatch, s, s->reg, &s->rpc)) != FB_OK) {
 		ps__snap_close(s);
 		psw_auth_close(s->auth);
+		psw_tls_close(s->tls);
 		obs_registry_free(s->reg);
 		pthread_cond_destroy(&s->delivered);
 		pthread_cond_destroy(&s->decoded);
@@ -303,6 +306,7 @@ ps_server_close(struct ps_server *s)
 	ps__snap_close(s); // answers a Snapshot call still waiting
 	ps__rpc_close(s->rpc);
 	psw_auth_close(s->auth);
+	psw_tls_close(s->tls);
 	for (size_t i = 0; s->shards != NULL && i < s->n_global; i++) {
 		ps__shard_release(&s->shards[i]);
 	}

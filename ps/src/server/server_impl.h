@@ -151,6 +151,7 @@ struct ps_server {
 	struct ps_server_opts opts;
 	struct ps_rpc        *rpc;
 	struct psw_auth      *auth; // --secret-file signing (NULL: off)
+	struct psw_tls       *tls;  // --tls-* (NULL: plain tcp)
 	char                  url[256];
 	pthread_mutex_t       mu;
 	// Signalled (under mu) when pushes that were decoding leave the

@@ -435,6 +435,9 @@ struct tr_config {
 	double           link_budget;    // --link-budget (codec auto)
 	uint32_t         overlap_layers; // --overlap-layers (1: layer-wise)
 	int              overlap;        // --overlap (1: one-step delayed)
+	const char      *tls_cert;       // --tls-cert FILE ("": off)
+	const char      *tls_key;        // --tls-key FILE
+	const char      *tls_ca;         // --tls-ca FILE
 	int              help;           // --help was given
 	int              print_config;   // --print-config was given
 	// Where each value came from (for --print-config), and the text of

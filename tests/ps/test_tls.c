@@ -1,0 +1,604 @@
+// test_tls.c — a job over mutual TLS (--tls-cert, --tls-key, --tls-ca):
+// it trains to the same weights, bit for bit, as the same job in the
+// clear; a peer without a certificate, with one from another CA, or
+// speaking plain tcp to a TLS port, gets no answer and changes nothing
+// (the scheduler never counts it), while a member with the job's CA's
+// certificate is served on the same port. Certificates are made at test
+// time with openssl (scripts/tls-certs.sh); without openssl the tests say
+// so and pass without running.
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+#include <nng/supplemental/tls/tls.h>
+#include <nng/supplemental/util/platform.h>
+
+#include "cluster.h"
+#include "ferry.pb-c.h"
+#include "ferry/ferry.h"
+#include "ps/ps.h"
+#include "ps_tests.h"
+#include "psw/psw.h"
+#include "pt.h"
+
+#define STEPS 3
+#define SERVERS 2
+
+struct tls_job {
+	char                 dir[64], other[64]; // the job's CA; another CA
+	int                  tls;
+	const char          *key;      // --secret-file too (NULL: off)
+	const char          *sched_as; // the scheduler's certificate
+	                               // (NULL: "scheduler")
+	struct ps_scheduler *sched;
+	struct ps_server    *srv[SERVERS];
+};
+
+// path_in writes <dir>/<name> into buf (static storage per call site is
+// the caller's).
+static const char *
+path_in(char *buf, size_t n, const char *dir, const char *name)
+{
+	snprintf(buf, n, "%s/%s", dir, name);
+	return buf;
+}
+
+// make_certs makes a CA and certificates for names in a fresh temp dir
+// (written into dir); returns 0 when openssl is missing.
+static int
+make_certs(char *dir, size_t n, const char *names)
+{
+	char cmd[512];
+	if (system("command -v openssl >/dev/null 2>&1") != 0) {
+		return 0;
+	}
+	snprintf(dir, n, "/tmp/ferry-tls-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(cmd, sizeof(cmd), "bash %s %s %s", TLS_CERTS_SH, dir, names);
+	ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
+	return 1;
+}
+
+static void
+rm_dir(const char *dir)
+{
+	char cmd[128];
+	if (*dir != '\0') {
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+		ck_assert_int_eq(system(cmd), 0);
+	}
+}
+
+// job_open starts a scheduler and SERVERS servers, over TLS when j->tls
+// (certificates from j->dir), else plain tcp.
+static void
+job_open(struct tls_job *j)
+{
+	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
+	char                     url[64], cert[160], key[160], ca[160];
+
+	so.url         = pt_addr(url, sizeof(url), "tcp");
+	so.trainers    = 2;
+	so.servers     = SERVERS;
+	so.shard_bytes = 64;
+	so.probe_bytes = 0;
+	so.secret_file = j->key;
+	if (j->tls) {
+		char sn[48];
+		snprintf(sn, sizeof(sn), "%s.pem",
+		    j->sched_as ? j->sched_as : "scheduler");
+		so.tls_cert = path_in(cert, sizeof(cert), j->dir, sn);
+		snprintf(sn, sizeof(sn), "%s.key",
+		    j->sched_as ? j->sched_as : "scheduler");
+		so.tls_key = path_in(key, sizeof(key), j->dir, sn);
+		so.tls_ca  = path_in(ca, sizeof(ca), j->dir, "ca.pem");
+	}
+	PT_OK(ps_scheduler_open(&so, &j->sched));
+	if (j->tls) {
+		ck_assert_msg(
+		    strncmp(ps_scheduler_url(j->sched), "tls+tcp://", 10) == 0,
+		    "%s", ps_scheduler_url(j->sched));
+	}
+	for (int i = 0; i < SERVERS; i++) {
+		struct ps_server_opts o = PS_SERVER_OPTS_INIT;
+		char                  surl[64], name[32];
+		o.url           = pt_addr(surl, sizeof(surl), "tcp");
+		o.scheduler_url = ps_scheduler_url(j->sched);
+		o.secret_file   = j->key;
+		if (j->tls) {
+			// With a secret, the certificate must agree with the
+			// index the scheduler assigns: the unindexed
+			// "ferry-server" one does, in any order.
+			snprintf(name, sizeof(name), "%s.pem",
+			    j->key  ? "server"
+			        : i ? "server-1"
+			            : "server-0");
+			o.tls_cert = path_in(cert, sizeof(cert), j->dir, name);
+			snprintf(name, sizeof(name), "%s.key",
+			    j->key  ? "server"
+			        : i ? "server-1"
+			            : "server-0");
+			o.tls_key = path_in(key, sizeof(key), j->dir, name);
+			o.tls_ca  = path_in(ca, sizeof(ca), j->dir, "ca.pem");
+		}
+		PT_OK(ps_server_open(&o, &j->srv[i]));
+	}
+}
+
+static void
+job_close(struct tls_job *j)
+{
+	for (int i = 0; i < SERVERS; i++) {
+		ps_server_close(j->srv[i]);
+	}
+	ps_scheduler_close(j->sched);
+}
+
+struct trainer {
+	const char *url, *dir; // dir: certificates (NULL: plain)
+	int         rank, rv;
+	float       w[NT][40];
+	char        err[256];
+};
+
+// train declares, (rank 0) offers the weights i, and runs STEPS sync
+// push-pulls with grad_for's gradients, keeping the weights it ends with.
+static void *
+train(void *arg)
+{
+	struct trainer          *a     = arg;
+	struct ferry_opts        o     = FERRY_OPTS_INIT;
+	struct ferry_tensor_desc d[NT] = { { "a", 40 }, { "b", 7 },
+		{ "c", 1 } };
+	ferry_client            *c     = NULL;
+	float                    g[NT][40];
+	float                   *wp[NT], *gp[NT];
+	char                     cert[160], key[160], ca[160], name[32];
+
+	o.scheduler_url = a->url;
+	o.rank          = a->rank;
+	o.lr            = 0.5;
+	o.timeout_ms    = 20000;
+	if (a->dir != NULL) {
+		snprintf(name, sizeof(name), "trainer-%d.pem", a->rank);
+		o.tls_cert = path_in(cert, sizeof(cert), a->dir, name);
+		snprintf(name, sizeof(name), "trainer-%d.key", a->rank);
+		o.tls_key = path_in(key, sizeof(key), a->dir, name);
+		o.tls_ca  = path_in(ca, sizeof(ca), a->dir, "ca.pem");
+	}
+	for (int t = 0; t < NT; t++) {
+		wp[t] = a->w[t];
+		gp[t] = g[t];
+		for (size_t i = 0; i < lens[t]; i++) {
+			a->w[t][i] = (float) i;
+		}
+	}
+	if ((a->rv = ferry_client_open(&o, &c)) != 0 ||
+	    (a->rv = ferry_client_declare(c, d, NT)) != 0 ||
+	    (a->rank == 0 &&
+	        (a->rv = ferry_client_init_weights(c,
+	             (const float *const *) wp)) != 0) ||
+	    (a->rv = ferry_client_pull(c, wp)) != 0) {
+		goto out;
+	}
+	for (int k = 0; k < STEPS && a->rv == 0; k++) {
+		for (int t = 0; t < NT; t++) {
+			for (size_t i = 0; i < lens[t]; i++) {
+				g[t][i] = grad_for(a->rank, k, t, i);
+			}
+		}
+		a->rv = ferry_client_push_pull(c, (const float *const *) gp,
+		    10, wp);
+	}
+out:
+	snprintf(a->err, sizeof(a->err), "%s",
+	    c ? ferry_client_last_error(c) : "open failed");
+	ferry_client_close(c);
+	return NULL;
+}
+
+// run_job trains 2 ranks on a job (TLS per j->tls) and leaves rank 0's
+// final weights in w0.
+static void
+run_job(struct tls_job *j, float w0[NT][40])
+{
+	struct trainer a[2];
+	pthread_t      th[2];
+
+	job_open(j);
+	for (int r = 0; r < 2; r++) {
+		memset(&a[r], 0, sizeof(a[r]));
+		a[r].url  = ps_scheduler_url(j->sched);
+		a[r].dir  = j->tls ? j->dir : NULL;
+		a[r].rank = r;
+		pthread_create(&th[r], NULL, train, &a[r]);
+	}
+	for (int r = 0; r < 2; r++) {
+		pthread_join(th[r], NULL);
+		ck_assert_msg(a[r].rv == 0, "rank %d (tls %d): %s", r, j->tls,
+		    a[r].err);
+	}
+	job_close(j);
+	memcpy(w0, a[0].w, sizeof(a[0].w));
+}
+
+#define MEMBERS "scheduler server-0 server-1 trainer-0 trainer-1"
+
+// The same job over TLS and in the clear ends with the same weights, bit
+// for bit.
+START_TEST(test_tls_job_equals_plain)
+{
+	struct tls_job plain = { 0 }, tls = { 0 };
+	float          wp[NT][40], wt[NT][40];
+
+	if (!make_certs(tls.dir, sizeof(tls.dir), MEMBERS)) {
+		fprintf(stderr, "test_tls: no openssl, not run\n");
+		return;
+	}
+	tls.tls = 1;
+	run_job(&plain, wp);
+	run_job(&tls, wt);
+	rm_dir(tls.dir);
+	for (int t = 0; t < NT; t++) {
+		ck_assert_msg(memcmp(wp[t], wt[t], lens[t] * sizeof(float)) ==
+		        0,
+		    "tensor %d differs over TLS", t);
+	}
+	// And the job did train: rank 0's weights moved off their start.
+	ck_assert_float_ne(wp[0][1], 1.0f);
+}
+END_TEST
+
+enum peer {
+	PEER_PLAIN,    // plain tcp to the TLS port
+	PEER_NO_CERT,  // TLS, trusts the job's CA, presents no certificate
+	PEER_OTHER_CA, // TLS with a certificate of another CA
+	PEER_MEMBER,   // TLS with a certificate of the job's CA (control)
+};
+
+// register_as sends a trainer Register for rank 0 to the scheduler at
+// url as peer; returns the reply's status, or -1 when no reply came
+// within 1.5 s (the connection never completed).
+static int
+register_as(struct tls_job *j, const char *url, enum peer peer)
+{
+	Pswire__Header          h      = PSWIRE__HEADER__INIT;
+	Pswire__RegisterRequest r      = PSWIRE__REGISTER_REQUEST__INIT;
+	Pswire__JobConfig       job    = PSWIRE__JOB_CONFIG__INIT;
+	Pswire__TensorDesc      td     = PSWIRE__TENSOR_DESC__INIT;
+	Pswire__TensorDesc     *tds[1] = { &td };
+	nng_socket              s;
+	nng_dialer              d;
+	nng_tls_config         *cfg = NULL;
+	struct psw_tls         *t   = NULL;
+	nng_msg                *m;
+	uint8_t                *p;
+	struct psw_frame        f;
+	const char             *why;
+	char                    u[300], cert[160], key[160], ca[160], err[300];
+	int                     status = -1;
+
+	td.name        = "a";
+	td.len         = 16;
+	job.n_tensors  = 1;
+	job.tensors    = tds;
+	job.mode       = PSWIRE__MODE__MODE_SYNC;
+	job.lr         = 0.1;
+	job.codec_push = "none";
+	job.codec_pull = "none";
+	r.role         = PSWIRE__ROLE__ROLE_TRAINER;
+	r.rank         = 0;
+	r.job          = &job;
+	h.body_case    = PSWIRE__HEADER__BODY_REGISTER_REQ;
+	h.register_req = &r;
+	ck_assert_int_eq(nng_req0_open(&s), 0);
+	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 1500);
+	nng_socket_set_ms(s, NNG_OPT_SENDTIMEO, 1500);
+	switch (peer) {
+	case PEER_PLAIN:
+		// tls+tcp://host:port -> tcp://host:port
+		snprintf(u, sizeof(u), "%s", url + 4);
+		ck_assert_int_eq(nng_dialer_create(&d, s, u), 0);
+		break;
+	case PEER_NO_CERT:
+		ck_assert_int_eq(nng_dialer_create(&d, s, url), 0);
+		ck_assert_int_eq(
+		    nng_tls_config_alloc(&cfg, NNG_TLS_MODE_CLIENT), 0);
+		ck_assert_int_eq(
+		    nng_tls_config_auth_mode(cfg, NNG_TLS_AUTH_MODE_REQUIRED),
+		    0);
+		ck_assert_int_eq(
+		    nng_tls_config_ca_file(cfg,
+		        path_in(ca, sizeof(ca), j->dir, "ca.pem")),
+		    0);
+		ck_assert_int_eq(
+		    nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, cfg), 0);
+		break;
+	case PEER_OTHER_CA:
+	case PEER_MEMBER: {
+		const char *dir = peer == PEER_MEMBER ? j->dir : j->other;
+		PT_OK(psw_tls_open(
+		    path_in(cert, sizeof(cert), dir, "trainer-0.pem"),
+		    path_in(key, sizeof(key), dir, "trainer-0.key"),
+		    path_in(ca, sizeof(ca), dir, "ca.pem"), &t, err,
+		    sizeof(err)));
+		PT_OK(psw_tls_dial(t, s, url));
+		break;
+	}
+	}
+	if (peer != PEER_MEMBER && peer != PEER_OTHER_CA) {
+		ck_assert_int_eq(nng_dialer_start(d, NNG_FLAG_NONBLOCK), 0);
+	}
+	size_t hl = pswire__header__get_packed_size(&h);
+	PT_OK(psw_msg_begin(&m, hl, 0, &p));
+	PT_OK(psw_msg_finish(m, PSWIRE__METHOD__REGISTER, 0, &h.base, hl, 0));
+	if (nng_sendmsg(s, m, 0) != 0) {
+		nng_msg_free(m);
+	} else if (nng_recvmsg(s, &m, 0) == 0) {
+		PT_OK(psw_msg_parse(m, &f, &why));
+		Pswire__Header *rh = pswire__header__unpack(NULL, f.hdr_len,
+		    f.hdr);
+		ck_assert_ptr_nonnull(rh);
+		status = (int) rh->status;
+		pswire__header__free_unpacked(rh, NULL);
+		nng_msg_free(m);
+	}
+	nng_close(s);
+	if (cfg != NULL) {
+		nng_tls_config_free(cfg);
+	}
+	psw_tls_close(t);
+	return status;
+}
+
+// Strangers get no answer and change nothing; a member is served.
+START_TEST(test_tls_strangers_refused)
+{
+	struct tls_job j = { 0 };
+	char           stats[4096];
+
+	if (!make_certs(j.dir, sizeof(j.dir), MEMBERS) ||
+	    !make_certs(j.other, sizeof(j.other), "trainer-0")) {
+		fprintf(stderr, "test_tls: no openssl, not run\n");
+		return;
+	}
+	j.tls = 1;
+	job_open(&j);
+	const char *url = ps_scheduler_url(j.sched);
+	ck_assert_int_eq(register_as(&j, url, PEER_PLAIN), -1);
+	ck_assert_int_eq(register_as(&j, url, PEER_NO_CERT), -1);
+	ck_assert_int_eq(register_as(&j, url, PEER_OTHER_CA), -1);
+	ps_scheduler_stats(j.sched, stats, sizeof(stats));
+	ck_assert_msg(strstr(stats, "trainers:0/2") != NULL, "%s", stats);
+	// The same call from a member with the job's CA's certificate is
+	// answered and counted: the refusals above were TLS's.
+	ck_assert_int_eq(register_as(&j, url, PEER_MEMBER),
+	    PSWIRE__STATUS__OK);
+	ps_scheduler_stats(j.sched, stats, sizeof(stats));
+	ck_assert_msg(strstr(stats, "trainers:1/2") != NULL, "%s", stats);
+	job_close(&j);
+	rm_dir(j.dir);
+	rm_dir(j.other);
+}
+END_TEST
+
+// signed_register sends a Register of role (trainer: for rank) to the
+// scheduler over TLS with certificate <cert>.pem of the job's CA, signed
+// with key as who; returns the reply's status (-1: none in 1.5 s).
+static int
+signed_register(struct tls_job *j, const char *cert_name, struct psw_ident who,
+    int role, uint32_t rank)
+{
+	Pswire__Header          h      = PSWIRE__HEADER__INIT;
+	Pswire__RegisterRequest r      = PSWIRE__REGISTER_REQUEST__INIT;
+	Pswire__JobConfig       job    = PSWIRE__JOB_CONFIG__INIT;
+	Pswire__TensorDesc      td     = PSWIRE__TENSOR_DESC__INIT;
+	Pswire__TensorDesc     *tds[1] = { &td };
+	nng_socket              s;
+	struct psw_tls         *t = NULL;
+	struct psw_auth        *a = NULL;
+	nng_msg                *m;
+	uint8_t                *p;
+	struct psw_frame        f;
+	const char             *why;
+	char cert[160], key[160], ca[160], name[48], err[300];
+	int  status = -1;
+
+	td.name        = "a";
+	td.len         = 16;
+	job.n_tensors  = 1;
+	job.tensors    = tds;
+	job.lr         = 0.1;
+	job.codec_push = "none";
+	job.codec_pull = "none";
+	r.role         = role;
+	r.rank         = rank;
+	r.job          = role == PSWIRE__ROLE__ROLE_TRAINER ? &job : NULL;
+	r.url = role == PSWIRE__ROLE__ROLE_SERVER ? "tcp://127.0.0.1:9" : "";
+	h.body_case    = PSWIRE__HEADER__BODY_REGISTER_REQ;
+	h.register_req = &r;
+	PT_OK(psw_auth_open(j->key, who.role, who.id, &a, err, sizeof(err)));
+	snprintf(name, sizeof(name), "%s.pem", cert_name);
+	path_in(cert, sizeof(cert), j->dir, name);
+	snprintf(name, sizeof(name), "%s.key", cert_name);
+	path_in(key, sizeof(key), j->dir, name);
+	PT_OK(psw_tls_open(cert, key,
+	    path_in(ca, sizeof(ca), j->dir, "ca.pem"), &t, err, sizeof(err)));
+	ck_assert_int_eq(nng_req0_open(&s), 0);
+	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 1500);
+	PT_OK(psw_tls_dial(t, s, ps_scheduler_url(j->sched)));
+	size_t hl = pswire__header__get_packed_size(&h);
+	PT_OK(psw_msg_begin(&m, hl, 0, &p));
+	PT_OK(psw_msg_finish(m, PSWIRE__METHOD__REGISTER, 0, &h.base, hl, 0));
+	PT_OK(psw_auth_sign(a, m, 1, 0, NULL));
+	ck_assert_int_eq(nng_sendmsg(s, m, 0), 0);
+	if (nng_recvmsg(s, &m, 0) == 0) {
+		PT_OK(psw_msg_parse(m, &f, &why));
+		Pswire__Header *rh = pswire__header__unpack(NULL, f.hdr_len,
+		    f.hdr);
+		ck_assert_ptr_nonnull(rh);
+		status = (int) rh->status;
+		pswire__header__free_unpacked(rh, NULL);
+		nng_msg_free(m);
+	}
+	nng_close(s);
+	psw_tls_close(t);
+	psw_auth_close(a);
+	return status;
+}
+
+// With TLS and a secret, the identity a request is signed as must be the
+// one its connection's certificate names: trainer-0's certificate cannot
+// act for rank 1, nor as a server, although it holds the job's key; the
+// same certificate acting as itself is served.
+START_TEST(test_tls_identity_from_certificate)
+{
+	struct tls_job   j      = { 0 };
+	char             kf[64] = "/tmp/ferry-tls-key-XXXXXX", stats[4096];
+	struct psw_ident t0     = { PSW_ROLE_TRAINER, 0 };
+	struct psw_ident t1     = { PSW_ROLE_TRAINER, 1 };
+	struct psw_ident srv    = { PSW_ROLE_SERVER, PSW_ID_UNASSIGNED };
+	int              fd;
+
+	if (!make_certs(j.dir, sizeof(j.dir), MEMBERS " server")) {
+		fprintf(stderr, "test_tls: no openssl, not run\n");
+		return;
+	}
+	ck_assert_int_ge(fd = mkstemp(kf), 0);
+	ck_assert_int_eq(write(fd, "a per-job key of 16+ bytes", 26), 26);
+	close(fd);
+	j.tls = 1;
+	j.key = kf;
+	job_open(&j);
+	for (int i = 0; i < 100; i++) { // both servers register (5 s)
+		ps_scheduler_stats(j.sched, stats, sizeof(stats));
+		if (strstr(stats, "servers:2/2") != NULL) {
+			break;
+		}
+		nng_msleep(50);
+	}
+	ck_assert_msg(strstr(stats, "servers:2/2") != NULL, "%s", stats);
+	// trainer-0's certificate signing as trainer-1, for rank 1.
+	ck_assert_int_eq(signed_register(&j, "trainer-0", t1,
+	                     PSWIRE__ROLE__ROLE_TRAINER, 1),
+	    PSWIRE__STATUS__UNAUTHENTICATED);
+	// trainer-0's certificate signing as a server, registering one.
+	ck_assert_int_eq(signed_register(&j, "trainer-0", srv,
+	                     PSWIRE__ROLE__ROLE_SERVER, 0),
+	    PSWIRE__STATUS__UNAUTHENTICATED);
+	// trainer-0 as itself may not register a server either (roles).
+	ck_assert_int_eq(
+	    signed_register(&j, "trainer-0", t0, PSWIRE__ROLE__ROLE_SERVER, 0),
+	    PSWIRE__STATUS__PERMISSION_DENIED);
+	ps_scheduler_stats(j.sched, stats, sizeof(stats));
+	ck_assert_msg(strstr(stats, "trainers:0/2") != NULL, "%s", stats);
+	ck_assert_msg(strstr(stats, "servers:2/2") != NULL, "%s", stats);
+	// trainer-0's certificate as itself, for rank 0: served.
+	ck_assert_int_eq(signed_register(&j, "trainer-0", t0,
+	                     PSWIRE__ROLE__ROLE_TRAINER, 0),
+	    PSWIRE__STATUS__OK);
+	ps_scheduler_stats(j.sched, stats, sizeof(stats));
+	ck_assert_msg(strstr(stats, "trainers:1/2") != NULL, "%s", stats);
+	job_close(&j);
+	unlink(kf);
+	rm_dir(j.dir);
+}
+END_TEST
+
+// With TLS and a secret, a trainer accepts the scheduler's replies (maps
+// among them) only over a connection with the scheduler's certificate: a
+// "scheduler" holding the job's key and CA but trainer-0's certificate is
+// refused.
+START_TEST(test_tls_maps_only_from_scheduler_certificate)
+{
+	struct tls_job           j      = { 0 };
+	char                     kf[64] = "/tmp/ferry-tls-key-XXXXXX";
+	char                     cert[160], key[160], ca[160];
+	struct ferry_opts        o    = FERRY_OPTS_INIT;
+	struct ferry_tensor_desc d[1] = { { "a", 40 } };
+	ferry_client            *c    = NULL;
+	int                      fd;
+
+	if (!make_certs(j.dir, sizeof(j.dir), MEMBERS " server")) {
+		fprintf(stderr, "test_tls: no openssl, not run\n");
+		return;
+	}
+	ck_assert_int_ge(fd = mkstemp(kf), 0);
+	ck_assert_int_eq(write(fd, "a per-job key of 16+ bytes", 26), 26);
+	close(fd);
+	j.tls      = 1;
+	j.key      = kf;
+	j.sched_as = "trainer-0";
+	job_open(&j);
+	o.scheduler_url = ps_scheduler_url(j.sched);
+	o.rank          = 1;
+	o.timeout_ms    = 3000;
+	o.tls_cert      = path_in(cert, sizeof(cert), j.dir, "trainer-1.pem");
+	o.tls_key       = path_in(key, sizeof(key), j.dir, "trainer-1.key");
+	o.tls_ca        = path_in(ca, sizeof(ca), j.dir, "ca.pem");
+	ck_assert_int_eq(ferry_client_open(&o, &c), 0);
+	ck_assert_int_eq(ferry_client_set_secret_file(c, kf), 0);
+	ck_assert_int_ne(ferry_client_declare(c, d, 1), 0);
+	ck_assert_msg(
+	    strstr(ferry_client_last_error(c), "not the scheduler's") != NULL,
+	    "%s", ferry_client_last_error(c));
+	ferry_client_close(c);
+	job_close(&j);
+	unlink(kf);
+	rm_dir(j.dir);
+}
+END_TEST
+
+// Bad TLS options get a clear error naming what is wrong, before any
+// connection.
+START_TEST(test_tls_bad_options)
+{
+	struct ferry_opts o = FERRY_OPTS_INIT;
+	char              why[300], dir[64], cert[160], key[160], ca[160];
+
+	o.scheduler_url = "tls+tcp://127.0.0.1:1";
+	ck_assert_int_eq(ferry_opts_check(&o, why, sizeof(why)), FERRY_EINVAL);
+	ck_assert_msg(strstr(why, "--tls-ca") != NULL, "%s", why);
+	o.tls_cert = "/nonexistent/c.pem";
+	ck_assert_int_eq(ferry_opts_check(&o, why, sizeof(why)), FERRY_EINVAL);
+	ck_assert_msg(strstr(why, "missing --tls-key") != NULL, "%s", why);
+	o.tls_key = "/nonexistent/c.key";
+	o.tls_ca  = "/nonexistent/ca.pem";
+	ck_assert_int_eq(ferry_opts_check(&o, why, sizeof(why)), FERRY_EINVAL);
+	ck_assert_msg(strstr(why, "--tls-cert /nonexistent/c.pem") != NULL,
+	    "%s", why);
+	if (!make_certs(dir, sizeof(dir), "trainer-0")) {
+		return;
+	}
+	o.tls_cert = path_in(cert, sizeof(cert), dir, "trainer-0.pem");
+	o.tls_key  = path_in(key, sizeof(key), dir, "ca.pem"); // not a key
+	o.tls_ca   = path_in(ca, sizeof(ca), dir, "ca.pem");
+	ck_assert_int_eq(ferry_opts_check(&o, why, sizeof(why)), FERRY_EINVAL);
+	ck_assert_msg(strstr(why, "--tls-key") != NULL, "%s", why);
+	o.tls_key       = path_in(key, sizeof(key), dir, "trainer-0.key");
+	o.scheduler_url = "ipc:///tmp/x";
+	ck_assert_int_eq(ferry_opts_check(&o, why, sizeof(why)), FERRY_EINVAL);
+	ck_assert_msg(strstr(why, "tcp:// or tls+tcp://") != NULL, "%s", why);
+	o.scheduler_url = "tcp://127.0.0.1:1";
+	ck_assert_int_eq(ferry_opts_check(&o, why, sizeof(why)), FERRY_OK);
+	rm_dir(dir);
+}
+END_TEST
+
+Suite *
+suite_tls(void)
+{
+	Suite *s  = suite_create("tls");
+	TCase *tc = tcase_create("core");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_tls_job_equals_plain);
+	tcase_add_test(tc, test_tls_strangers_refused);
+	tcase_add_test(tc, test_tls_bad_options);
+	tcase_add_test(tc, test_tls_identity_from_certificate);
+	tcase_add_test(tc, test_tls_maps_only_from_scheduler_certificate);
+	suite_add_tcase(s, tc);
+	return s;
+}
