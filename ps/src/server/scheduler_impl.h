@@ -39,6 +39,9 @@
 
 // Members of each role the options may ask for.
 #define PS_MAX_MEMBERS 4096
+// Snapshot versions a server reports that the scheduler keeps (servers
+// keep 2 files).
+#define PS_SNAP_REPORTED 4
 // Shards per job: every map lists them all, and servers keep a slot each.
 #define PS_MAX_SHARDS (1u << 20)
 // A parked GetPlacement without a deadline (or with a longer one) is
@@ -104,6 +107,12 @@ struct ps_scheduler {
 	// many writes succeeded and failed.
 	char                     state_path[512], state_tmp[520];
 	uint64_t                 state_saved, state_failed;
+	// Rollbacks (scheduler_snapshot.c): each server's snapshot versions
+	// (from its heartbeats and a restart's Register) and the rollback the
+	// maps carry (Placement.rollback_version, rollback_gen).
+	uint64_t                 snap_held[PS_MAX_MEMBERS][PS_SNAP_REPORTED];
+	uint32_t                 n_snap_held[PS_MAX_MEMBERS];
+	uint64_t                 rollback_version, rollback_gen;
 	// The Snapshot forwarding thread (scheduler_snapshot.c): running
 	// while it works, joinable until joined.
 	pthread_t                snap_thread;
@@ -192,6 +201,23 @@ void ps__sched_replan(struct ps_scheduler *s, const char *why, int force);
 // answers the parked calls it satisfies. Returns FB_OK or FB_ENOMEM (the
 // map in force stays). mu held; the job has started.
 int ps__sched_republish(struct ps_scheduler *s, const uint32_t *assign);
+
+// ---- scheduler_snapshot.c: rollbacks ----------------------------------
+
+// ps__sched_snap_held records the snapshot versions server m reported
+// (n of them; more than PS_SNAP_REPORTED are cut). mu held.
+void ps__sched_snap_held(struct ps_scheduler *s, uint32_t m, const uint64_t *v,
+    size_t n);
+
+// ps__sched_rollback rolls the job back after server m, which had
+// shards in a job without replicas, restarted with snapshots of versions
+// v[0..n): it picks the newest version every server holding shards has
+// (shard_rollback_pick), logs it and publishes a map carrying the
+// rollback. Returns 0, or FAILED_PRECONDITION with the reason in why (n
+// bytes: no common version; nothing published). mu held; the job has
+// started.
+int ps__sched_rollback(struct ps_scheduler *s, uint32_t m, const uint64_t *v,
+    size_t n, char *why, size_t why_n);
 
 // ---- scheduler_live.c: liveness ---------------------------------------
 

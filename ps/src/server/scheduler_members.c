@@ -172,6 +172,16 @@ register_server(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
 		rep->late = s->placement != NULL;
 		rep->id   = (uint32_t) idx;
 		ps__sched_touch(s, PSWIRE__ROLE__ROLE_SERVER, (uint32_t) idx);
+		if (s->placement != NULL && s->n_backups == 0 &&
+		    r->n_snapshot_versions > 0) {
+			// Restarted from its snapshots: the job rolls back
+			// and it restores its own shards (not late).
+			int st    = ps__sched_rollback(s, (uint32_t) idx,
+			       r->snapshot_versions, r->n_snapshot_versions,
+			       no->msg, sizeof(no->msg));
+			rep->late = st != 0;
+			return st;
+		}
 		return 0;
 	}
 	if (s->n_servers_seen >= s->opts.servers && s->placement == NULL) {

@@ -390,8 +390,10 @@ ps__sched_republish(struct ps_scheduler *s, const uint32_t *assign)
 			gone_t[q.n_gone_trainers++] = (uint32_t) t;
 		}
 	}
-	q.gone_trainers = gone_t;
-	len             = pswire__placement__get_packed_size(&q);
+	q.gone_trainers    = gone_t;
+	q.rollback_version = s->rollback_version;
+	q.rollback_gen     = s->rollback_gen;
+	len                = pswire__placement__get_packed_size(&q);
 	if ((buf = fb_alloc(len)) == NULL) {
 		rv = FB_ENOMEM;
 		goto done;
