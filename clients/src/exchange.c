@@ -376,7 +376,7 @@ exchange(ferry_client *c, struct xfer *x)
 				refetch = 1; // cancelled for a newer map
 				continue;
 			}
-			if (cn->rv == FB_ETRANSPORT && c->replicated &&
+			if (cn->rv == FB_ETRANSPORT && c->recoverable &&
 			    await_newer_map(c, deadline)) {
 				refetch = 1; // its backups took over
 				continue;
@@ -396,7 +396,7 @@ exchange(ferry_client *c, struct xfer *x)
 				continue;
 			}
 			if ((r = nng_aio_result(cn->aio)) != 0 &&
-			    r != NNG_ETIMEDOUT && c->replicated &&
+			    r != NNG_ETIMEDOUT && c->recoverable &&
 			    await_newer_map(c, deadline)) {
 				refetch = 1; // its backups took over
 				continue;

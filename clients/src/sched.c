@@ -153,6 +153,7 @@ ferry__conns_assign(ferry_client *c)
 		cn->bytes += c->pl->shards[i]->len * 4;
 		c->replicated |= c->pl->shards[i]->n_backups > 0;
 	}
+	c->recoverable = c->replicated || c->pl->snapshots;
 	// With replicas a wait must be able to give up on a dead server
 	// (exchange.c): every connection reports its completions.
 	for (size_t m = 0; c->replicated && m < c->n_conns; m++) {

@@ -45,8 +45,9 @@ shard_rollback_pick(size_t n_servers, const uint8_t *use, const uint64_t *held,
 		uint64_t v  = held[first * k + j];
 		int      ok = 1;
 		for (size_t m = 0; m < n_servers && ok; m++) {
-			if (use[m] && !holds(&held[m * k],
-			                  n_held[m] < k ? n_held[m] : k, v)) {
+			if (use[m] &&
+			    !holds(&held[m * k], n_held[m] < k ? n_held[m] : k,
+			        v)) {
 				ok = 0;
 				if (!found) {
 					*missing = (uint32_t) m;

@@ -19,6 +19,7 @@ main(void)
 	SRunner *sr = srunner_create(suite_train());
 	srunner_add_suite(sr, suite_http());
 	srunner_add_suite(sr, suite_faults());
+	srunner_add_suite(sr, suite_rollback());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

@@ -116,7 +116,8 @@ ps__boot_main(void *arg)
 	// the job back to one every server holds.
 	int      registered = 0, scanned = 0;
 	uint64_t held[SNAP_KEEP_MAX];
-	size_t   n_held = 0;
+	size_t   n_held      = 0;
+	uint64_t first_epoch = 0; // the first map to wait for (a restart)
 	while (!atomic_load(&s->closing)) {
 		Pswire__Header          h  = PSWIRE__HEADER__INIT;
 		Pswire__RegisterRequest rr = PSWIRE__REGISTER_REQUEST__INIT;
@@ -136,6 +137,7 @@ ps__boot_main(void *arg)
 			rr.role                = PSWIRE__ROLE__ROLE_SERVER;
 			rr.url                 = s->url;
 			rr.capacity_bytes      = s->opts.capacity;
+			rr.has_snapshots       = s->snap != NULL;
 			rr.snapshot_versions   = held;
 			rr.n_snapshot_versions = n_held;
 			h.body_case    = PSWIRE__HEADER__BODY_REGISTER_REQ;
@@ -144,7 +146,9 @@ ps__boot_main(void *arg)
 		} else {
 			// Watch for the next map: the first (epoch 1),
 			// then every re-placement.
-			gp.min_epoch    = s->pl ? s->pl->epoch + 1 : 1;
+			gp.min_epoch    = s->pl ? s->pl->epoch + 1
+			       : first_epoch    ? first_epoch
+			                        : 1;
 			h.deadline_ms   = (uint32_t) wait + 500;
 			h.body_case     = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
 			h.placement_req = &gp;
@@ -163,8 +167,9 @@ ps__boot_main(void *arg)
 			    PSWIRE__HEADER__BODY_REGISTER_REP) {
 				// Read by the stats and /debug/state under mu.
 				pthread_mutex_lock(&s->mu);
-				s->index = rh->register_rep->id;
-				s->late  = rh->register_rep->late;
+				s->index    = rh->register_rep->id;
+				s->late     = rh->register_rep->late;
+				first_epoch = rh->register_rep->wait_epoch;
 				pthread_mutex_unlock(&s->mu);
 				psw_auth_set_self(s->auth, PSW_ROLE_SERVER,
 				    rh->register_rep->id);

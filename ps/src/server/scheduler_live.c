@@ -293,6 +293,11 @@ sweep_main(void *arg)
 		if (s->opts.dead_after_ms > 0) {
 			sweep_members(s, now);
 		}
+		if (s->rb_pending != 0 &&
+		    now - s->rb_since_ms >= s->opts.dead_after_ms) {
+			// A server that never reported: decide anyway.
+			ps__sched_rollback_check(s, 1);
+		}
 		pthread_mutex_unlock(&s->mu);
 	}
 	return NULL;

@@ -168,6 +168,10 @@ register_server(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
 		    "server-%u may not register %s (slot %d)", claimed, r->url,
 		    idx >= 0 ? idx : s->n_servers_seen);
 	}
+	if (idx >= 0 || s->n_servers_seen < PS_MAX_MEMBERS) {
+		s->snap_dir[idx >= 0 ? idx : s->n_servers_seen] =
+		    r->has_snapshots;
+	}
 	if (idx >= 0) {
 		rep->late = s->placement != NULL;
 		rep->id   = (uint32_t) idx;
@@ -176,11 +180,8 @@ register_server(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
 		    r->n_snapshot_versions > 0) {
 			// Restarted from its snapshots: the job rolls back
 			// and it restores its own shards (not late).
-			int st    = ps__sched_rollback(s, (uint32_t) idx,
-			       r->snapshot_versions, r->n_snapshot_versions,
-			       no->msg, sizeof(no->msg));
-			rep->late = st != 0;
-			return st;
+			ps__sched_rollback_begin(s, (uint32_t) idx,
+			    r->snapshot_versions, r->n_snapshot_versions, rep);
 		}
 		return 0;
 	}

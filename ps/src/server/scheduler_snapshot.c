@@ -410,6 +410,21 @@ ps__sched_snap_held(struct ps_scheduler *s, uint32_t m, const uint64_t *v,
 	n = n < PS_SNAP_REPORTED ? n : PS_SNAP_REPORTED;
 	memcpy(s->snap_held[m], v, n * sizeof(*v));
 	s->n_snap_held[m] = (uint32_t) n;
+	if (s->rb_pending != 0) {
+		s->rb_fresh[m] = 1;
+		ps__sched_rollback_check(s, 0);
+	}
+}
+
+int
+ps__sched_snapshots_all(const struct ps_scheduler *s)
+{
+	int all = s->n_servers_seen > 0 && s->n_backups == 0;
+	for (int m = 0; all && m < s->n_servers_seen && m < PS_MAX_MEMBERS;
+	     m++) {
+		all = s->snap_dir[m];
+	}
+	return all;
 }
 
 // versions_text writes server m's reported versions as "a, b" (or "none").
@@ -427,26 +442,48 @@ versions_text(const struct ps_scheduler *s, uint32_t m, char *buf, size_t n)
 	}
 }
 
-int
-ps__sched_rollback(struct ps_scheduler *s, uint32_t m, const uint64_t *v,
-    size_t n, char *why, size_t why_n)
+void
+ps__sched_rollback_begin(struct ps_scheduler *s, uint32_t m, const uint64_t *v,
+    size_t n, Pswire__RegisterReply *rep)
+{
+	s->rb_pending  = m + 1;
+	s->rb_since_ms = fb_clock_ms();
+	memset(s->rb_fresh, 0, sizeof(s->rb_fresh));
+	FB_LOG(FB_LOG_NOTICE, "snapshot",
+	    "server %u restarted with %zu snapshot(s): the job rolls back "
+	    "once every server has reported its snapshots",
+	    m, n);
+	rep->late       = 0;
+	rep->wait_epoch = s->epoch + 1;
+	ps__sched_snap_held(s, m, v, n);
+}
+
+void
+ps__sched_rollback_check(struct ps_scheduler *s, int expired)
 {
 	size_t   M   = (size_t) s->n_servers_seen;
+	uint32_t m   = s->rb_pending - 1;
 	uint8_t *use = fb_zalloc(M ? M : 1);
 	uint64_t V;
 	uint32_t missing;
 	int      rv;
 
-	if (use == NULL) {
-		snprintf(why, why_n, "out of memory");
-		return PSWIRE__STATUS__RESOURCE_EXHAUSTED;
+	if (s->rb_pending == 0 || use == NULL) {
+		fb_free(use);
+		return;
 	}
-	ps__sched_snap_held(s, m, v, n);
 	for (size_t i = 0; i < s->n_assign; i++) {
 		if (s->assign[i] < M) {
 			use[s->assign[i]] = 1;
 		}
 	}
+	for (size_t i = 0; i < M && !expired; i++) {
+		if (use[i] && !s->rb_fresh[i]) {
+			fb_free(use);
+			return; // wait for its next heartbeat
+		}
+	}
+	s->rb_pending = 0;
 	rv = shard_rollback_pick(M, use, &s->snap_held[0][0], s->n_snap_held,
 	    PS_SNAP_REPORTED, &V, &missing);
 	fb_free(use);
@@ -455,14 +492,14 @@ ps__sched_rollback(struct ps_scheduler *s, uint32_t m, const uint64_t *v,
 		versions_text(s, m, mine, sizeof(mine));
 		versions_text(s, missing < M ? missing : m, theirs,
 		    sizeof(theirs));
-		snprintf(why, why_n,
+		FB_LOG(FB_LOG_ERR, "snapshot",
 		    "cannot roll the job back after server %u restarted: no "
 		    "snapshot version is held by every server (server %u "
-		    "holds %s; server %u holds %s): the job cannot continue "
-		    "consistently",
-		    m, m, mine, missing, theirs);
-		FB_LOG(FB_LOG_ERR, "snapshot", "%s", why);
-		return PSWIRE__STATUS__FAILED_PRECONDITION;
+		    "holds %s; server %u holds %s%s): the job cannot continue "
+		    "consistently and stops here",
+		    m, m, mine, missing, theirs,
+		    expired ? "; not every server reported in time" : "");
+		return;
 	}
 	s->rollback_version = V;
 	s->rollback_gen++;
@@ -472,9 +509,7 @@ ps__sched_rollback(struct ps_scheduler *s, uint32_t m, const uint64_t *v,
 	    (unsigned long long) V, m, (unsigned long long) s->rollback_gen);
 	if ((rv = ps__sched_republish(s, s->assign)) != FB_OK) {
 		s->rollback_gen--;
-		snprintf(why, why_n, "cannot publish the rollback map: %s",
-		    fb_strerror(rv));
-		return PSWIRE__STATUS__RESOURCE_EXHAUSTED;
+		FB_LOG(FB_LOG_ERR, "snapshot",
+		    "cannot publish the rollback map: %s", fb_strerror(rv));
 	}
-	return 0;
 }

@@ -282,18 +282,28 @@ snap_writer(void *arg)
 		pthread_mutex_unlock(&s->mu);
 
 		// The file in place becomes the previous one (kept for a
-		// rollback) unless it already holds this version.
-		int rotated = cur != SNAP_NONE && cur != version &&
-		    rename(p->path, p->prev) == 0;
+		// rollback) unless it already holds this version: a second
+		// name for it is made first and takes the previous one's place
+		// only once the new file is in, so a failed write changes
+		// neither file.
+		char keep[540];
+		snprintf(keep, sizeof(keep), "%s.tmp", p->prev);
+		(void) unlink(keep);
+		int linked = cur != SNAP_NONE && cur != version &&
+		    link(p->path, keep) == 0;
 		int e = ps__durable_write(p->dir, p->path, p->tmp, p->buf, len,
 		    "snapshot");
+		int rotated = linked && e == 0 && rename(keep, p->prev) == 0;
+		if (linked && !rotated) {
+			(void) unlink(keep);
+		}
 
 		pthread_mutex_lock(&s->mu);
 		if (rotated) {
 			p->held[1] = cur;
 		}
-		if (e == 0 || rotated) {
-			p->held[0] = e == 0 ? version : SNAP_NONE;
+		if (e == 0) {
+			p->held[0] = version;
 		}
 		p->state    = SNAP_IDLE;
 		p->done_seq = p->seq;
@@ -494,7 +504,11 @@ ps__snap_held(struct ps_server *s, uint64_t *held, protobuf_c_boolean *has)
 	size_t n = 0;
 	*has     = s->snap != NULL;
 	pthread_mutex_lock(&s->mu);
-	for (int k = 0; s->snap != NULL && k < SNAP_KEEP; k++) {
+	// While a snapshot is taken or written, the older file may be
+	// rotated out at any moment: only the newer one is sure to stay.
+	int keep = s->snap != NULL && s->snap->state != SNAP_IDLE ? 1
+	                                                          : SNAP_KEEP;
+	for (int k = 0; s->snap != NULL && k < keep; k++) {
 		if (s->snap->held[k] != SNAP_NONE) {
 			held[n++] = s->snap->held[k];
 		}
