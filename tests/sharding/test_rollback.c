@@ -15,7 +15,8 @@
 START_TEST(test_rollback_newest_common)
 {
 	// Server 0 wrote 180 (server 1 died before it): 160 is common.
-	uint64_t held[3 * K] = { 180, 160, 0, 0, 160, 140, 0, 0, 999, 0, 0, 0 };
+	uint64_t held[3 * K] = { 180, 160, 0, 0, 160, 140, 0, 0, 999, 0, 0,
+		0 };
 	uint32_t n[3]        = { 2, 2, 1 };
 	uint8_t  use[3]      = { 1, 1, 0 }; // server 2 holds no shard
 	uint64_t v           = 0;
@@ -65,9 +66,8 @@ START_TEST(test_rollback_none_common)
 	ck_assert_uint_eq(v, 0);
 	// Bad arguments.
 	uint8_t none[2] = { 0, 0 };
-	ck_assert_int_eq(shard_rollback_pick(2, none, held, n, K, &v,
-	                     &missing),
-	    FB_EINVAL);
+	ck_assert_int_eq(
+	    shard_rollback_pick(2, none, held, n, K, &v, &missing), FB_EINVAL);
 	ck_assert_int_eq(shard_rollback_pick(2, use, held, n, 0, &v, &missing),
 	    FB_EINVAL);
 	ck_assert_int_eq(shard_rollback_pick(2, use, NULL, n, K, &v, &missing),

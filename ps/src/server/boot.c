@@ -116,8 +116,10 @@ ps__boot_main(void *arg)
 	// the job back to one every server holds.
 	int      registered = 0, scanned = 0;
 	uint64_t held[SNAP_KEEP_MAX];
-	size_t   n_held      = 0;
-	uint64_t first_epoch = 0; // the first map to wait for (a restart)
+	size_t   n_held = 0;
+	// A restart from snapshots: the first map to install is the one that
+	// rolls the job back (epoch >= first_epoch, rollback_gen > first_gen).
+	uint64_t first_epoch = 0, first_gen = 0;
 	while (!atomic_load(&s->closing)) {
 		Pswire__Header          h  = PSWIRE__HEADER__INIT;
 		Pswire__RegisterRequest rr = PSWIRE__REGISTER_REQUEST__INIT;
@@ -170,6 +172,7 @@ ps__boot_main(void *arg)
 				s->index    = rh->register_rep->id;
 				s->late     = rh->register_rep->late;
 				first_epoch = rh->register_rep->wait_epoch;
+				first_gen   = rh->register_rep->rollback_gen;
 				pthread_mutex_unlock(&s->mu);
 				psw_auth_set_self(s->auth, PSW_ROLE_SERVER,
 				    rh->register_rep->id);
@@ -191,7 +194,14 @@ ps__boot_main(void *arg)
 				Pswire__Placement *pl = rh->placement;
 				rh->placement         = NULL; // keep it
 				rh->body_case = PSWIRE__HEADER__BODY__NOT_SET;
-				if (s->pl == NULL) {
+				if (s->pl == NULL && first_epoch != 0 &&
+				    pl->rollback_gen <= first_gen) {
+					// Published before the rollback:
+					// not this restart's map.
+					first_epoch = pl->epoch + 1;
+					pswire__placement__free_unpacked(pl,
+					    NULL);
+				} else if (s->pl == NULL) {
 					pthread_mutex_lock(&s->mu);
 					rv = ps__map_install(s, pl);
 					if (rv == FB_OK) {

@@ -453,8 +453,9 @@ ps__sched_rollback_begin(struct ps_scheduler *s, uint32_t m, const uint64_t *v,
 	    "server %u restarted with %zu snapshot(s): the job rolls back "
 	    "once every server has reported its snapshots",
 	    m, n);
-	rep->late       = 0;
-	rep->wait_epoch = s->epoch + 1;
+	rep->late         = 0;
+	rep->wait_epoch   = s->epoch + 1;
+	rep->rollback_gen = s->rollback_gen;
 	ps__sched_snap_held(s, m, v, n);
 }
 
