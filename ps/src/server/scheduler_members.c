@@ -143,6 +143,19 @@ grow_servers(struct ps_scheduler *s)
 	return FB_OK;
 }
 
+// holds_shards says whether the map in force places a shard on server m.
+// mu held.
+static int
+holds_shards(const struct ps_scheduler *s, uint32_t m)
+{
+	for (size_t i = 0; i < s->n_assign; i++) {
+		if (s->assign[i] == m) {
+			return 1;
+		}
+	}
+	return 0;
+}
+
 // register_server gives the server at r->url its slot: the same one on a
 // re-registration, a new one otherwise (joining a running job re-places
 // the shards). A sender signed as server k (claimed, else
@@ -177,7 +190,8 @@ register_server(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
 		rep->id   = (uint32_t) idx;
 		ps__sched_touch(s, PSWIRE__ROLE__ROLE_SERVER, (uint32_t) idx);
 		if (s->placement != NULL && s->n_backups == 0 &&
-		    r->n_snapshot_versions > 0) {
+		    r->n_snapshot_versions > 0 &&
+		    holds_shards(s, (uint32_t) idx)) {
 			// Restarted from its snapshots: the job rolls back
 			// and it restores its own shards (not late).
 			ps__sched_rollback_begin(s, (uint32_t) idx,
