@@ -408,7 +408,9 @@ ps__sched_snap_held(struct ps_scheduler *s, uint32_t m, const uint64_t *v,
 		return;
 	}
 	n = n < PS_SNAP_REPORTED ? n : PS_SNAP_REPORTED;
-	memcpy(s->snap_held[m], v, n * sizeof(*v));
+	if (n > 0) { // v may be NULL for none
+		memcpy(s->snap_held[m], v, n * sizeof(*v));
+	}
 	s->n_snap_held[m] = (uint32_t) n;
 	if (s->rb_pending != 0) {
 		s->rb_fresh[m] = 1;
