@@ -333,6 +333,23 @@ files_equal(const char *a, const char *b)
 	return same;
 }
 
+// same_weights fails the test unless every rank's <dir>/w<rank>.bin of
+// run hurt (a fault, `what`) equals the fault-free run's byte for byte.
+static void
+same_weights(const struct lc *clean, const struct lc *hurt, const char *what)
+{
+	char a[320], b[320], name[16];
+	for (int r = 0; r < 2; r++) {
+		snprintf(name, sizeof(name), "w%d.bin", r);
+		lc_path(clean, name, a, sizeof(a));
+		lc_path(hurt, name, b, sizeof(b));
+		ck_assert_msg(files_equal(a, b),
+		    "rank %d: weights after %s differ from the fault-free run "
+		    "(%s vs %s)",
+		    r, what, a, b);
+	}
+}
+
 // replicated_job runs a 2-trainer sync job on 3 servers with --replicas
 // 2 (heartbeats every 200 ms, death after 1 s), each rank writing its
 // weights to <dir>/w<rank>.bin; kill_server >= 0 SIGKILLs that server
@@ -374,20 +391,10 @@ replicated_job(struct lc *c, int kill_server)
 START_TEST(test_faults_server_killed_replicas_sync)
 {
 	struct lc clean, hurt;
-	char      a[320], b[320], p[320];
+	char      p[320];
 	replicated_job(&clean, -1);
 	replicated_job(&hurt, 1);
-	lc_path(&hurt, "trainer-0.out", p, sizeof(p));
-	for (int r = 0; r < 2; r++) {
-		char name[16];
-		snprintf(name, sizeof(name), "w%d.bin", r);
-		lc_path(&clean, name, a, sizeof(a));
-		lc_path(&hurt, name, b, sizeof(b));
-		ck_assert_msg(files_equal(a, b),
-		    "rank %d: weights after the server death differ from the "
-		    "fault-free run (%s vs %s)",
-		    r, a, b);
-	}
+	same_weights(&clean, &hurt, "the server death");
 	lc_path(&hurt, "scheduler.log", p, sizeof(p));
 	ck_assert_msg(file_has(p, "promoted to a backup"),
 	    "no promotion map (logs: %s)", hurt.dir);
@@ -557,21 +564,13 @@ snap_job(struct lc *c, unsigned long long kill_at)
 START_TEST(test_rollback_server_killed_restarted_sync)
 {
 	struct lc          clean, hurt;
-	char               a[320], b[320], p[320];
+	char               p[320];
 	unsigned long long at = random_step(3, 30) * 10;
 	snap_job(&clean, 0);
 	snap_job(&hurt, at);
-	for (int r = 0; r < 2; r++) {
-		char name[16];
-		snprintf(name, sizeof(name), "w%d.bin", r);
-		lc_path(&clean, name, a, sizeof(a));
-		lc_path(&hurt, name, b, sizeof(b));
-		ck_assert_msg(files_equal(a, b),
-		    "rank %d: weights after the rollback differ from the "
-		    "fault-free run (%s vs %s)",
-		    r, a, b);
-		ck_assert_uint_eq(finished_steps(&hurt, r), 400);
-	}
+	same_weights(&clean, &hurt, "the rollback");
+	ck_assert_uint_eq(finished_steps(&hurt, 0), 400);
+	ck_assert_uint_eq(finished_steps(&hurt, 1), 400);
 	lc_path(&hurt, "scheduler.log", p, sizeof(p));
 	ck_assert_msg(file_has(p, "rolling back job to version "),
 	    "the scheduler did not roll back (logs: %s)", hurt.dir);

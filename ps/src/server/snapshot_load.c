@@ -388,6 +388,21 @@ snap_load_all(struct ps_server *s, const struct snap_file *f)
 	}
 }
 
+// snap_loaded loads f's records placed here (mine of them; the load
+// began at t0) and records the restore in the stats. mu held (or the
+// server not serving yet).
+static void
+snap_loaded(struct ps_server *s, const struct snap_file *f, uint32_t mine,
+    uint64_t t0)
+{
+	struct ps_snap *p = s->snap;
+	snap_load_all(s, f);
+	p->restore_version = f->version;
+	p->restore_shards  = mine;
+	p->restore_bytes   = f->len;
+	p->restore_ns      = fb_clock_ns() - t0;
+}
+
 int
 ps__snap_restore(struct ps_server *s, uint64_t want)
 {
@@ -425,11 +440,7 @@ ps__snap_restore(struct ps_server *s, uint64_t want)
 		snap_file_free(&f);
 		return rv;
 	}
-	snap_load_all(s, &f);
-	p->restore_version = f.version;
-	p->restore_shards  = mine;
-	p->restore_bytes   = f.len;
-	p->restore_ns      = fb_clock_ns() - t0;
+	snap_loaded(s, &f, mine, t0);
 	FB_LOG(FB_LOG_NOTICE, "snapshot",
 	    "restored %u of %u held shards from %s: the job rolls back to "
 	    "version %llu (the trainers resume from there)",
@@ -517,7 +528,7 @@ ps__snap_rollback(struct ps_server *s, uint64_t version, uint64_t epoch)
 	while (decoding(s)) {
 		pthread_cond_wait(&s->decoded, &s->mu);
 	}
-	snap_load_all(s, &f);
+	snap_loaded(s, &f, mine, t0);
 	for (size_t i = 0; i < s->n_global; i++) {
 		if (s->local[i] >= 0 && !s->shards[i].backup) {
 			round_reset(s, &s->shards[i]);
@@ -538,10 +549,6 @@ ps__snap_rollback(struct ps_server *s, uint64_t version, uint64_t epoch)
 	s->rollback_epoch = epoch;
 	// Every parked call waits for a version that will now be redone.
 	ps__pull_abort_all(s, epoch);
-	p->restore_version = f.version;
-	p->restore_shards  = mine;
-	p->restore_bytes   = f.len;
-	p->restore_ns      = fb_clock_ns() - t0;
 	p->n_rollbacks++;
 	pthread_mutex_unlock(&s->mu);
 	FB_LOG(FB_LOG_NOTICE, "snapshot",
