@@ -447,6 +447,16 @@ rolled_back(struct run *r)
 	if (lockstep(r->cfg)) {
 		r->rep.step = st.version;
 	}
+	if (r->dev_push != NULL) {
+		// The device encoder's error-feedback residuals belong to the
+		// undone steps too: start it afresh, as libferry's own.
+		r->dev->push_close(r->dev_push);
+		r->dev_push = NULL;
+		int rv      = open_device_push(r);
+		if (rv != FB_OK) {
+			return rv;
+		}
+	}
 	FB_LOG(FB_LOG_NOTICE, MOD,
 	    "rank %d resumes at version %llu (step %llu)", r->cfg->rank,
 	    (unsigned long long) st.version, (unsigned long long) r->rep.step);

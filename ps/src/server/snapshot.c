@@ -502,13 +502,17 @@ size_t
 ps__snap_held(struct ps_server *s, uint64_t *held, protobuf_c_boolean *has)
 {
 	size_t n = 0;
-	*has     = s->snap != NULL;
+	// s->snap is set before the boot thread starts and cleared after it
+	// ended: no lock to read it.
+	*has = s->snap != NULL;
+	if (s->snap == NULL) {
+		return 0;
+	}
 	pthread_mutex_lock(&s->mu);
 	// While a snapshot is taken or written, the older file may be
 	// rotated out at any moment: only the newer one is sure to stay.
-	int keep = s->snap != NULL && s->snap->state != SNAP_IDLE ? 1
-	                                                          : SNAP_KEEP;
-	for (int k = 0; s->snap != NULL && k < keep; k++) {
+	int keep = s->snap->state != SNAP_IDLE ? 1 : SNAP_KEEP;
+	for (int k = 0; k < keep; k++) {
 		if (s->snap->held[k] != SNAP_NONE) {
 			held[n++] = s->snap->held[k];
 		}
