@@ -534,6 +534,17 @@ snap_job(struct lc *c, unsigned long long kill_at)
 		lc_trainer(c, r, flags);
 	}
 	if (kill_at > 0) {
+		// Both servers have a snapshot on disk (a kill during the
+		// first write would leave nothing to roll back to).
+		char f0[240], f1[240];
+		snprintf(f0, sizeof(f0), "%s/server-0.snap", snaps);
+		snprintf(f1, sizeof(f1), "%s/server-1.snap", snaps);
+		uint64_t end = fb_clock_ms() + 120000;
+		while (access(f0, F_OK) != 0 || access(f1, F_OK) != 0) {
+			ck_assert_msg(fb_clock_ms() < end,
+			    "no snapshots after 120 s (logs: %s)", c->dir);
+			fb_sleep_us(10000);
+		}
 		wait_step(c, 0, kill_at, 120000);
 		ck_assert_int_eq(kill(c->server_pids[1], SIGKILL), 0);
 		ck_assert_int_eq(waitpid(c->server_pids[1], NULL, 0),

@@ -683,6 +683,7 @@ snap_register(const char *url, const char *srv, uint64_t *v, size_t n)
 	rr.role                    = PSWIRE__ROLE__ROLE_SERVER;
 	rr.url                     = (char *) srv;
 	rr.has_snapshots           = 1;
+	rr.restarted               = n > 0;
 	rr.snapshot_versions       = v;
 	rr.n_snapshot_versions     = n;
 	h.body_case                = PSWIRE__HEADER__BODY_REGISTER_REQ;

@@ -114,7 +114,7 @@ ps__boot_main(void *arg)
 	// registers twice: first to learn its index (which names its files),
 	// then with the versions they hold, so that the scheduler can roll
 	// the job back to one every server holds.
-	int      registered = 0, scanned = 0;
+	int      registered = 0, scanned = 0, restarted = 0;
 	uint64_t held[SNAP_KEEP_MAX];
 	size_t   n_held = 0;
 	// A restart from snapshots: the first map to install is the one that
@@ -140,6 +140,7 @@ ps__boot_main(void *arg)
 			rr.url                 = s->url;
 			rr.capacity_bytes      = s->opts.capacity;
 			rr.has_snapshots       = s->snap != NULL;
+			rr.restarted           = restarted;
 			rr.snapshot_versions   = held;
 			rr.n_snapshot_versions = n_held;
 			h.body_case    = PSWIRE__HEADER__BODY_REGISTER_REQ;
@@ -183,9 +184,12 @@ ps__boot_main(void *arg)
 				if (!scanned) {
 					scanned = 1;
 					n_held  = scan(s, held);
-					// Restarted with snapshots: again,
-					// with their versions.
-					registered = !(s->late && n_held > 0);
+					// Restarted with a snapshot dir:
+					// again, with the versions held
+					// (none: the scheduler says the job
+					// cannot go on).
+					restarted = s->late && s->snap != NULL;
+					registered = !restarted;
 				}
 			}
 		} else if (rv == FB_OK) {

@@ -190,8 +190,7 @@ register_server(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
 		rep->id   = (uint32_t) idx;
 		ps__sched_touch(s, PSWIRE__ROLE__ROLE_SERVER, (uint32_t) idx);
 		if (s->placement != NULL && s->n_backups == 0 &&
-		    r->n_snapshot_versions > 0 &&
-		    holds_shards(s, (uint32_t) idx)) {
+		    r->restarted && holds_shards(s, (uint32_t) idx)) {
 			// Restarted from its snapshots: the job rolls back
 			// and it restores its own shards (not late).
 			ps__sched_rollback_begin(s, (uint32_t) idx,

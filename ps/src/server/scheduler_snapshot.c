@@ -451,7 +451,7 @@ ps__sched_rollback_begin(struct ps_scheduler *s, uint32_t m, const uint64_t *v,
 	s->rb_pending  = m + 1;
 	s->rb_since_ms = fb_clock_ms();
 	memset(s->rb_fresh, 0, sizeof(s->rb_fresh));
-	FB_LOG(FB_LOG_NOTICE, "snapshot",
+	FB_LOG(n > 0 ? FB_LOG_NOTICE : FB_LOG_WARN, "snapshot",
 	    "server %u restarted with %zu snapshot(s): the job rolls back "
 	    "once every server has reported its snapshots",
 	    m, n);
