@@ -167,9 +167,11 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	      .help  = "server: write snapshots to DIR/server-<index>.snap "
 	                 "(and restore from it)",
 	      .doc   = "directory of this server's snapshot file "
-	                 "`server-<index>.snap`: written every "
+	                 "`server-<index>.snap` (the one before it is kept as "
+	                 "`server-<index>.prev.snap`): written every "
 	                 "`--snapshot-every` versions or on a Snapshot rpc, "
-	                 "loaded at start (`--restore`); see §7.2" },
+	                 "loaded at start (`--restore`) and on a job's "
+	                 "rollback; see §7.2" },
 	[FB_OPT_PS_SNAPSHOT_EVERY] = { "snapshot-every", SRV,
 	    INT(0, 1LL << 40), .def = "0",
 	    .help = "server: snapshot every N sync versions (0: only on "

@@ -32,6 +32,8 @@ static const char *const ferry_err_text[FERRY_ERR_COUNT] = {
 	[FERRY_EUNSUPP]   = "not supported",
 	[FERRY_EBEHIND]   = "behind the job's version: pull and recompute",
 	[FERRY_ESINK]     = "the pull sink failed",
+	[FERRY_EROLLBACK] = "the job rolled back to a snapshot: pull and go "
+	                    "on from its version",
 };
 
 FERRY_API const char *

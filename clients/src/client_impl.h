@@ -131,6 +131,10 @@ struct ferry_client {
 	// have died checks for a newer map (exchange.c); such a job's
 	// servers count a re-sent push once.
 	int                replicated;
+	// A dead server's shards can come back in a later map (replicas, or
+	// a restart from snapshots with a rollback): a failed connection
+	// waits for that map, until the call's deadline (exchange.c).
+	int                recoverable;
 	struct ferry_stats stats;
 	// Sync rounds (FERRY_MODE_SYNC, or SSP with staleness 0): pushes name
 	// the version held and pulls wait for the next one.

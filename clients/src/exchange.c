@@ -411,8 +411,9 @@ ferry__xfer_pump(ferry_client *c, struct xfer *x)
 
 // take_failed handles slot s whose send or receive failed (nng result
 // r): a request cancelled for a newer map, or lost with a server that
-// may have died in a replicated job, is sent again after the re-fetch;
-// anything else fails the call.
+// may have died in a recoverable job (replicas, or every server keeps
+// snapshots: a restart rolls the job back), is sent again after the
+// re-fetch; anything else fails the call.
 static int
 take_failed(ferry_client *c, struct xfer *x, struct slot *s, int r)
 {
@@ -421,7 +422,7 @@ take_failed(ferry_client *c, struct xfer *x, struct slot *s, int r)
 		nng_aio_set_msg(s->aio, NULL);
 	}
 	if (x->rerouted ||
-	    (r != NNG_ETIMEDOUT && c->replicated &&
+	    (r != NNG_ETIMEDOUT && c->recoverable &&
 	        await_newer_map(c, x->deadline))) {
 		unsend(c, s); // its backups took over: re-send
 		x->refetch = 1;

@@ -153,7 +153,41 @@ ferry__conns_assign(ferry_client *c)
 		cn->bytes += c->pl->shards[i]->len * 4;
 		c->replicated |= c->pl->shards[i]->n_backups > 0;
 	}
+	c->recoverable = c->replicated || c->pl->snapshots;
 	return FERRY_OK;
+}
+
+// rollback resets the client to the version the new map rolls the job
+// back to (a server restarted from its snapshot, no replicas): every
+// shard is held at that version with no reference (the next pull asks for
+// it in full), the push error feedback is dropped (the residuals belong
+// to the undone steps, and a fault-free run's at that version were never
+// saved: dropping them is what a trainer restarted there has), and the
+// caller is told with FERRY_EROLLBACK so that it pulls and moves its
+// data position back. The sync round in progress is forgotten by the
+// servers too.
+static int
+rollback(ferry_client *c)
+{
+	uint64_t v = c->pl->rollback_version;
+	for (size_t i = 0; i < c->pl->n_shards; i++) {
+		c->shard_ver[i] = v;
+		c->ref_at[i]    = REF_NONE;
+		c->need_full[i] = 0;
+	}
+	for (size_t t = 0; t < c->n_tensors; t++) {
+		if (c->resid[t] != NULL) {
+			memset(c->resid[t], 0,
+			    c->tensor_len[t] * sizeof(float));
+		}
+	}
+	c->version       = v;
+	c->want          = c->lockstep ? v : 0;
+	c->stats.version = v;
+	return ferry__fail(c, FERRY_EROLLBACK,
+	    "the job rolled back to version %llu (placement epoch %llu): a "
+	    "server restarted from its snapshot; pull and go on from there",
+	    (unsigned long long) v, (unsigned long long) c->pl->epoch);
 }
 
 // ferry__map_refetch replaces the map with the scheduler's next epoch.
@@ -175,11 +209,13 @@ ferry__map_refetch(ferry_client *c)
 		return ferry__fail(c, FERRY_EPROTO,
 		    "new placement map does not match the job");
 	}
+	int rolled = np->rollback_gen > c->pl->rollback_gen;
 	pswire__placement__free_unpacked(c->pl, NULL);
 	c->pl = np;
 	c->stats.map_changes++;
-	if ((rv = ferry__conns_open(c, c->pl)) != FERRY_OK) {
+	if ((rv = ferry__conns_open(c, c->pl)) != FERRY_OK ||
+	    (rv = ferry__conns_assign(c)) != FERRY_OK) {
 		return rv;
 	}
-	return ferry__conns_assign(c);
+	return rolled ? rollback(c) : FERRY_OK;
 }

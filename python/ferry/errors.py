@@ -90,10 +90,16 @@ class SinkError(Error):
     """FERRY_ESINK: the pull sink failed."""
 
 
+class RolledBack(Error):
+    """FERRY_EROLLBACK: the job rolled back to a snapshot (a server
+    restarted without replicas); pull and go on from the job's version."""
+
+
 # enum ferry_err, in order (FERRY_OK = 0 is not an error).
 _CLASSES = [None, InvalidArgument, OutOfMemory, ConnectError, TimedOut,
             RemoteError, ProtocolError, MismatchError, StateError,
-            CorruptError, ClosedError, UnsupportedError, Behind, SinkError]
+            CorruptError, ClosedError, UnsupportedError, Behind, SinkError,
+            RolledBack]
 for _code, _cls in enumerate(_CLASSES):
     if _cls is not None:
         _cls.code = _code

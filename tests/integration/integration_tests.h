@@ -14,6 +14,7 @@ Suite *suite_overlap(void);
 // a trainer fails.
 double it_run_epoch_with(const char *codec_push, const char *codec_pull,
     const char *extra);
+Suite *suite_rollback(void);
 
 // it_data_dir is the Fashion-MNIST directory the tests and their trainers
 // read: $FERRY_DATA_DIR when set and not empty, else FASHION_DIR.
@@ -43,6 +44,17 @@ void lc_start(struct lc *c, int trainers, int servers, const char **sflags);
 // <dir>/server-<m>.http (server m's pid in c->server_pids[m]).
 void lc_start_http(struct lc *c, int trainers, int servers,
     const char **sflags, int http);
+
+// lc_start_sched starts only the scheduler of a new cluster (for
+// `trainers` and `servers`, extra flags sflags); start the servers with
+// lc_server.
+void lc_start_sched(struct lc *c, int trainers, int servers,
+    const char **sflags);
+
+// lc_server starts server m (pid in c->server_pids[m], also after a
+// restart) with the given NULL-terminated flags (the scheduler flag is
+// added); stderr goes to <dir>/<log>. Returns its pid.
+int lc_server(struct lc *c, int m, const char **flags, const char *log);
 
 // lc_trainer starts trainer `rank` with the given NULL-terminated flags
 // (the scheduler flag is added); stdout goes to <dir>/trainer-<rank>.out.

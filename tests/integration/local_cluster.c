@@ -53,12 +53,14 @@ lc_start(struct lc *c, int trainers, int servers, const char **sflags)
 	lc_start_http(c, trainers, servers, sflags, 0);
 }
 
-void
-lc_start_http(struct lc *c, int trainers, int servers, const char **sflags,
+// sched_start starts the scheduler of a new cluster in c (a new temp dir)
+// and reads its URL.
+static void
+sched_start(struct lc *c, int trainers, int servers, const char **sflags,
     int http)
 {
 	char        urlfile[300], out[300], err[300], t[32], s[32], uf[320];
-	char        sch[300], hf[340], hpath[300];
+	char        hf[340], hpath[300];
 	const char *argv[32];
 	int         n = 0;
 	FILE       *f;
@@ -97,6 +99,43 @@ lc_start_http(struct lc *c, int trainers, int servers, const char **sflags,
 	ck_assert_ptr_nonnull(fgets(c->sched_url, sizeof(c->sched_url), f));
 	fclose(f);
 	c->sched_url[strcspn(c->sched_url, "\n")] = '\0';
+}
+
+void
+lc_start_sched(struct lc *c, int trainers, int servers, const char **sflags)
+{
+	sched_start(c, trainers, servers, sflags, 0);
+}
+
+int
+lc_server(struct lc *c, int m, const char **flags, const char *log)
+{
+	char        sch[300], err[300];
+	const char *argv[32];
+	int         n = 0;
+
+	snprintf(sch, sizeof(sch), "--scheduler=%s", c->sched_url);
+	argv[n++] = PS_SERVER_BIN;
+	argv[n++] = "--role=server";
+	argv[n++] = sch;
+	for (int i = 0; flags && flags[i] && n < 31; i++) {
+		argv[n++] = flags[i];
+	}
+	argv[n]           = NULL;
+	c->server_pids[m] = spawn(c, argv, "/dev/null",
+	    lc_path(c, log, err, sizeof(err)));
+	return c->server_pids[m];
+}
+
+void
+lc_start_http(struct lc *c, int trainers, int servers, const char **sflags,
+    int http)
+{
+	char        err[300], sch[300], hf[340], hpath[300];
+	const char *argv[32];
+	int         n = 0;
+
+	sched_start(c, trainers, servers, sflags, http);
 	snprintf(sch, sizeof(sch), "--scheduler=%s", c->sched_url);
 	for (int m = 0; m < servers; m++) {
 		char name[64];

@@ -9,11 +9,18 @@
 // dead on silence; continued, it fails at its deadline). With
 // --replicas 2, a server SIGKILLed mid sync job changes nothing in the
 // weights; a scheduler killed and restarted with its --state-dir
-// carries on with the job. Every wait has a deadline.
+// carries on with the job. Without replicas, a server SIGKILLed and
+// restarted from its snapshots rolls the job back to a consistent
+// snapshot and the run ends with the fault-free run's weights (suite
+// "rollback"). Every wait has a deadline.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -326,6 +333,23 @@ files_equal(const char *a, const char *b)
 	return same;
 }
 
+// same_weights fails the test unless every rank's <dir>/w<rank>.bin of
+// run hurt (a fault, `what`) equals the fault-free run's byte for byte.
+static void
+same_weights(const struct lc *clean, const struct lc *hurt, const char *what)
+{
+	char a[320], b[320], name[16];
+	for (int r = 0; r < 2; r++) {
+		snprintf(name, sizeof(name), "w%d.bin", r);
+		lc_path(clean, name, a, sizeof(a));
+		lc_path(hurt, name, b, sizeof(b));
+		ck_assert_msg(files_equal(a, b),
+		    "rank %d: weights after %s differ from the fault-free run "
+		    "(%s vs %s)",
+		    r, what, a, b);
+	}
+}
+
 // replicated_job runs a 2-trainer sync job on 3 servers with --replicas
 // 2 (every member heartbeats every 200 ms, death after 1 s: a trainer on
 // the 1 s default would be declared dead whenever one heartbeat came a
@@ -369,20 +393,10 @@ replicated_job(struct lc *c, int kill_server)
 START_TEST(test_faults_server_killed_replicas_sync)
 {
 	struct lc clean, hurt;
-	char      a[320], b[320], p[320];
+	char      p[320];
 	replicated_job(&clean, -1);
 	replicated_job(&hurt, 1);
-	lc_path(&hurt, "trainer-0.out", p, sizeof(p));
-	for (int r = 0; r < 2; r++) {
-		char name[16];
-		snprintf(name, sizeof(name), "w%d.bin", r);
-		lc_path(&clean, name, a, sizeof(a));
-		lc_path(&hurt, name, b, sizeof(b));
-		ck_assert_msg(files_equal(a, b),
-		    "rank %d: weights after the server death differ from the "
-		    "fault-free run (%s vs %s)",
-		    r, a, b);
-	}
+	same_weights(&clean, &hurt, "the server death");
 	lc_path(&hurt, "scheduler.log", p, sizeof(p));
 	ck_assert_msg(file_has(p, "promoted to a backup"),
 	    "no promotion map (logs: %s)", hurt.dir);
@@ -470,6 +484,131 @@ START_TEST(test_faults_scheduler_killed_restarted_with_state)
 	ck_assert_int_eq(system(path), 0);
 }
 END_TEST
+
+// free_port returns a loopback TCP port nobody listens on right now.
+static int
+free_port(void)
+{
+	struct sockaddr_in a   = { .sin_family = AF_INET };
+	socklen_t          len = sizeof(a);
+	int                fd  = socket(AF_INET, SOCK_STREAM, 0);
+	a.sin_addr.s_addr      = htonl(INADDR_LOOPBACK);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *) &a, sizeof(a)), 0);
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *) &a, &len), 0);
+	close(fd);
+	return ntohs(a.sin_port);
+}
+
+// snap_job runs a 2-trainer sync job on 2 servers without replicas, each
+// server with its own fixed URL and a snapshot every 20 versions in
+// <dir>/snaps; each rank writes its weights to <dir>/w<rank>.bin. With
+// kill_at > 0, server 1 is SIGKILLed once trainer 0 reports that step and
+// restarted at once with the same URL and snapshot directory. Returns
+// with the trainers done and c running.
+static void
+snap_job(struct lc *c, unsigned long long kill_at)
+{
+	const char *sflags[] = { "--heartbeat-ms=200", "--dead-after-ms=1000",
+		NULL };
+	char        data[520], snaps[200], sd[220], listen[2][64], wo[2][340];
+	lc_start_sched(c, 2, 2, sflags);
+	snprintf(data, sizeof(data), "--data=%s", it_data_dir());
+	lc_path(c, "snaps", snaps, sizeof(snaps));
+	ck_assert_int_eq(mkdir(snaps, 0755), 0);
+	snprintf(sd, sizeof(sd), "--snapshot-dir=%s", snaps);
+	for (int m = 0; m < 2; m++) {
+		char log[32];
+		snprintf(listen[m], sizeof(listen[m]),
+		    "--listen=tcp://127.0.0.1:%d", free_port());
+		snprintf(log, sizeof(log), "server-%d.log", m);
+		const char *f[] = { listen[m], sd, "--snapshot-every=20",
+			"--heartbeat-ms=200", "--log-level=info", NULL };
+		lc_server(c, m, f, log);
+	}
+	for (int r = 0; r < 2; r++) {
+		snprintf(wo[r], sizeof(wo[r]), "--weights-out=%s/w%d.bin",
+		    c->dir, r);
+		const char *flags[] = { "--max-steps=400", "--epochs=100",
+			"--log-interval=10", "--seed=1", "--layers=784,32,10",
+			"--batch=32", data, "--heartbeat-ms=200",
+			"--timeout-ms=30000", wo[r], NULL };
+		lc_trainer(c, r, flags);
+	}
+	if (kill_at > 0) {
+		// Both servers have a snapshot on disk (a kill during the
+		// first write would leave nothing to roll back to).
+		char f0[240], f1[240];
+		snprintf(f0, sizeof(f0), "%s/server-0.snap", snaps);
+		snprintf(f1, sizeof(f1), "%s/server-1.snap", snaps);
+		uint64_t end = fb_clock_ms() + 120000;
+		while (access(f0, F_OK) != 0 || access(f1, F_OK) != 0) {
+			ck_assert_msg(fb_clock_ms() < end,
+			    "no snapshots after 120 s (logs: %s)", c->dir);
+			fb_sleep_us(10000);
+		}
+		wait_step(c, 0, kill_at, 120000);
+		ck_assert_int_eq(kill(c->server_pids[1], SIGKILL), 0);
+		ck_assert_int_eq(waitpid(c->server_pids[1], NULL, 0),
+		    c->server_pids[1]);
+		for (int i = 0; i < c->n_pids; i++) {
+			c->pids[i] = c->pids[i] == c->server_pids[1]
+			    ? 0 // reaped
+			    : c->pids[i];
+		}
+		const char *f[] = { listen[1], sd, "--snapshot-every=20",
+			"--heartbeat-ms=200", "--log-level=info", NULL };
+		lc_server(c, 1, f, "server-1-again.log");
+	}
+	int ok = lc_wait_trainers(c, 200);
+	ck_assert_msg(ok == 2, "%d trainer(s) exited 0, want 2 (logs: %s)", ok,
+	    c->dir);
+}
+
+// Sync mode without replicas: server 1 is SIGKILLed at a random step
+// past the first snapshot and restarted with the same URL and
+// --snapshot-dir. The scheduler rolls the job back to the newest
+// snapshot version both servers hold, server 0 restores its shards from
+// it, the trainers re-pull that version and redo its minibatches, so
+// both finish all their steps with weights bit-identical to a run
+// without the fault. Fails without the rollback: server 0 keeps its newer
+// versions, the trainers' pushes for the restored version are refused,
+// or the weights differ.
+START_TEST(test_rollback_server_killed_restarted_sync)
+{
+	struct lc          clean, hurt;
+	char               p[320];
+	unsigned long long at = random_step(3, 30) * 10;
+	snap_job(&clean, 0);
+	snap_job(&hurt, at);
+	same_weights(&clean, &hurt, "the rollback");
+	ck_assert_uint_eq(finished_steps(&hurt, 0), 400);
+	ck_assert_uint_eq(finished_steps(&hurt, 1), 400);
+	lc_path(&hurt, "scheduler.log", p, sizeof(p));
+	ck_assert_msg(file_has(p, "rolling back job to version "),
+	    "the scheduler did not roll back (logs: %s)", hurt.dir);
+	lc_path(&hurt, "server-0.log", p, sizeof(p));
+	ck_assert_msg(file_has(p, "rolled back to version "),
+	    "server 0 did not roll back (logs: %s)", hurt.dir);
+	lc_path(&hurt, "trainer-0.log", p, sizeof(p));
+	ck_assert_msg(file_has(p, "rolled back to version"),
+	    "trainer 0 was not told of the rollback (logs: %s)", hurt.dir);
+	lc_stop(&clean);
+	lc_stop(&hurt);
+}
+END_TEST
+
+Suite *
+suite_rollback(void)
+{
+	Suite *s  = suite_create("rollback");
+	TCase *tc = tcase_create("rollback");
+	tcase_set_tags(tc, "faults");
+	tcase_set_timeout(tc, 280);
+	tcase_add_test(tc, test_rollback_server_killed_restarted_sync);
+	suite_add_tcase(s, tc);
+	return s;
+}
 
 Suite *
 suite_faults(void)

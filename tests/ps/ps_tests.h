@@ -15,12 +15,17 @@ Suite *suite_scheduler_state(void);
 // test_live.c. Each fails the test when no reply comes within its time.
 #include <stdint.h>
 #include "ferry.pb-c.h"
+// wire_call sends header h (no payload) for method over a fresh connection
+// and returns the reply header (free with pswire__header__free_unpacked),
+// or NULL when none came within timeout_ms.
+Pswire__Header *wire_call(const char *url, uint8_t method, Pswire__Header *h,
+    int timeout_ms);
 // status_of returns the status of the reply to (method, h).
-int status_of(const char *url, uint8_t method, Pswire__Header *h);
+int             status_of(const char *url, uint8_t method, Pswire__Header *h);
 // register_server registers a server at srv_url; returns the status.
-int register_server(const char *url, const char *srv_url);
+int             register_server(const char *url, const char *srv_url);
 // register_trainer registers rank with a one-tensor job (16 floats).
-int register_trainer(const char *url, uint32_t rank);
+int             register_trainer(const char *url, uint32_t rank);
 // member_call sends method (Heartbeat, Leave) with a leave_req body
 // naming (role, id); returns the status.
 int member_call(const char *url, uint8_t method, int role, uint32_t id);

@@ -68,6 +68,12 @@ call(const char *url, uint8_t method, Pswire__Header *h, int timeout_ms)
 	return rh;
 }
 
+Pswire__Header *
+wire_call(const char *url, uint8_t method, Pswire__Header *h, int timeout_ms)
+{
+	return call(url, method, h, timeout_ms);
+}
+
 // status_of (shared through ps_tests.h) returns the status of the reply to
 // (method, h), failing the test when no reply came within 3 s.
 int

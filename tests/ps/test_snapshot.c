@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <nng/nng.h>
+#include <nng/supplemental/util/platform.h>
 
 #include "cluster.h"
 #include "ferry.pb-c.h"
@@ -672,6 +673,122 @@ START_TEST(test_snapshot_scheduler_consistent_cut)
 }
 END_TEST
 
+// snap_register registers a server at srv with a --snapshot-dir holding
+// versions v[0..n) and returns the reply (free it), failing on a refusal.
+static Pswire__Header *
+snap_register(const char *url, const char *srv, uint64_t *v, size_t n)
+{
+	Pswire__Header          h  = PSWIRE__HEADER__INIT;
+	Pswire__RegisterRequest rr = PSWIRE__REGISTER_REQUEST__INIT;
+	rr.role                    = PSWIRE__ROLE__ROLE_SERVER;
+	rr.url                     = (char *) srv;
+	rr.has_snapshots           = 1;
+	rr.restarted               = n > 0;
+	rr.snapshot_versions       = v;
+	rr.n_snapshot_versions     = n;
+	h.body_case                = PSWIRE__HEADER__BODY_REGISTER_REQ;
+	h.register_req             = &rr;
+	Pswire__Header *rh = wire_call(url, PSWIRE__METHOD__REGISTER, &h,
+	    3000);
+	ck_assert_ptr_nonnull(rh);
+	ck_assert_msg(rh->status == 0, "Register: %s", rh->error);
+	ck_assert_int_eq(rh->body_case, PSWIRE__HEADER__BODY_REGISTER_REP);
+	return rh;
+}
+
+// snap_heartbeat sends server id's heartbeat listing versions v[0..n).
+static void
+snap_heartbeat(const char *url, uint32_t id, uint64_t *v, size_t n)
+{
+	Pswire__Header       h = PSWIRE__HEADER__INIT;
+	Pswire__LeaveRequest l = PSWIRE__LEAVE_REQUEST__INIT;
+	l.role                 = PSWIRE__ROLE__ROLE_SERVER;
+	l.id                   = id;
+	l.has_snapshots        = 1;
+	l.snapshot_versions    = v;
+	l.n_snapshot_versions  = n;
+	h.body_case            = PSWIRE__HEADER__BODY_LEAVE_REQ;
+	h.leave_req            = &l;
+	ck_assert_int_eq(status_of(url, PSWIRE__METHOD__HEARTBEAT, &h), 0);
+}
+
+// sched_epoch returns the scheduler's map epoch from its stats.
+static uint64_t
+sched_epoch(struct ps_scheduler *s)
+{
+	char        text[8192];
+	const char *p;
+	ps_scheduler_stats(s, text, sizeof(text));
+	p = strstr(text, "\nepoch:");
+	ck_assert_ptr_nonnull(p);
+	return strtoull(p + strlen("\nepoch:"), NULL, 10);
+}
+
+// The scheduler's choice of the rollback version, over the wire: both
+// servers register with snapshots (the map says so); server 1 restarts
+// with versions {160, 140} while server 0 last reported {180, 160}. The
+// scheduler tells server 1 to restore (not late) and to wait for epoch
+// 2, but decides only after server 0's next heartbeat (its list may have
+// changed since), then publishes epoch 2 rolling back to 160, the newest
+// common version. A second restart with {100, 80}, which server 0 does
+// not hold, publishes nothing: the job is not rolled back to mixed
+// versions, even after dead_after_ms. Fails on a wrong version, a map
+// published before the fresh report, or a map without a common version.
+START_TEST(test_snapshot_scheduler_rollback_choice)
+{
+	struct ps_scheduler_opts o = PS_SCHEDULER_OPTS_INIT;
+	struct ps_scheduler     *s;
+	Pswire__Header          *rh;
+	uint64_t                 a[2] = { 180, 160 }, b[2] = { 160, 140 },
+	         old[2] = { 100, 80 };
+	o.url           = "tcp://127.0.0.1:0";
+	o.trainers      = 1;
+	o.servers       = 2;
+	o.probe_bytes   = 0;
+	o.dead_after_ms = 1500;
+	o.shard_bytes   = 32; // the 16 floats make 2 shards, one per server
+	PT_OK(ps_scheduler_open(&o, &s));
+	const char *url = ps_scheduler_url(s);
+	pswire__header__free_unpacked(
+	    snap_register(url, "tcp://127.0.0.1:1", NULL, 0), NULL);
+	pswire__header__free_unpacked(
+	    snap_register(url, "tcp://127.0.0.1:2", NULL, 0), NULL);
+	ck_assert_int_eq(register_trainer(url, 0), 0);
+	rh = map_at_least(url, 1, 3000);
+	ck_assert_uint_eq(rh->placement->n_shards, 2);
+	ck_assert_uint_ne(rh->placement->shards[0]->server,
+	    rh->placement->shards[1]->server);
+	ck_assert(rh->placement->snapshots);
+	ck_assert_uint_eq(rh->placement->rollback_gen, 0);
+	pswire__header__free_unpacked(rh, NULL);
+	snap_heartbeat(url, 0, a, 2);
+
+	rh = snap_register(url, "tcp://127.0.0.1:2", b, 2);
+	ck_assert_uint_eq(rh->register_rep->id, 1);
+	ck_assert(!rh->register_rep->late);
+	ck_assert_uint_eq(rh->register_rep->wait_epoch, 2);
+	ck_assert_uint_eq(rh->register_rep->rollback_gen, 0);
+	pswire__header__free_unpacked(rh, NULL);
+	nng_msleep(200);
+	ck_assert_uint_eq(sched_epoch(s), 1); // server 0 not fresh yet
+	snap_heartbeat(url, 0, a, 2);
+	rh = map_at_least(url, 2, 3000);
+	ck_assert_uint_eq(rh->placement->epoch, 2);
+	ck_assert_uint_eq(rh->placement->rollback_version, 160);
+	ck_assert_uint_eq(rh->placement->rollback_gen, 1);
+	pswire__header__free_unpacked(rh, NULL);
+
+	rh = snap_register(url, "tcp://127.0.0.1:2", old, 2);
+	ck_assert_uint_eq(rh->register_rep->wait_epoch, 3);
+	ck_assert_uint_eq(rh->register_rep->rollback_gen, 1);
+	pswire__header__free_unpacked(rh, NULL);
+	snap_heartbeat(url, 0, a, 2);
+	nng_msleep(2000); // past dead_after_ms: decided, refused
+	ck_assert_uint_eq(sched_epoch(s), 2);
+	ps_scheduler_close(s);
+}
+END_TEST
+
 Suite *
 suite_snapshot(void)
 {
@@ -688,6 +805,7 @@ suite_snapshot(void)
 	tcase_add_test(tc, test_snapshot_round_trip_optim);
 	tcase_add_test(tc, test_snapshot_format1);
 	tcase_add_test(tc, test_snapshot_scheduler_consistent_cut);
+	tcase_add_test(tc, test_snapshot_scheduler_rollback_choice);
 	suite_add_tcase(s, tc);
 	return s;
 }

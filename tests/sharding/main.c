@@ -13,6 +13,7 @@ main(void)
 	srunner_add_suite(sr, suite_format());
 	srunner_add_suite(sr, suite_policy());
 	srunner_add_suite(sr, suite_replicas());
+	srunner_add_suite(sr, suite_rollback());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

@@ -11,5 +11,6 @@ Suite *suite_brute(void);    // brute.c
 Suite *suite_format(void);   // format.c
 Suite *suite_policy(void);   // policy.c
 Suite *suite_replicas(void); // replicas.c
+Suite *suite_rollback(void); // rollback.c
 
 #endif // SHARDING_TESTS_H

@@ -39,7 +39,10 @@
 // at step 0 and counts its own steps (a restarted one runs a full
 // --epochs/--max-steps again; nobody waits for it in async mode). A
 // trainer that stops, done or signalled, leaves the job so that the other
-// ranks' sync rounds never wait for it.
+// ranks' sync rounds never wait for it. When the job rolls back to a
+// snapshot (FERRY_EROLLBACK: a server without replicas restarted), a sync
+// trainer pulls that version and moves its step back to it, so the same
+// minibatches are redone and the job ends at the same step.
 //
 // Errors: local failures return their FB_E* code; a failed libferry call
 // is logged with libferry's own code name and message and returns
@@ -478,6 +481,50 @@ grad_layered(struct run *r, const uint32_t *idx, double *loss, int *rv,
 	return fe;
 }
 
+// rolled_back takes the job's rollback (a server restarted from its
+// snapshot; FERRY_EROLLBACK): it pulls the rollback version in full and,
+// in sync mode, moves the job step back to it, so that the next steps
+// redo that version's minibatches and the job still ends at its last
+// step. An async trainer keeps counting its own steps (versions name no
+// position of one rank). The step that got the rollback is not counted.
+static int
+rolled_back(struct run *r)
+{
+	struct ferry_stats st;
+	int                fe;
+
+	FB_LOG(FB_LOG_WARN, MOD, "rank %d: %s", r->cfg->rank,
+	    ferry_client_last_error(r->fc));
+	// A second rollback during the pull: pull again (bounded).
+	for (int k = 0; k < 4; k++) {
+		if ((fe = ferry_client_pull(r->fc, r->w.t)) !=
+		    FERRY_EROLLBACK) {
+			break;
+		}
+	}
+	if (fe != FERRY_OK) {
+		return libferry_failed(r, "pull after a rollback", fe);
+	}
+	ferry_client_stats(r->fc, &st);
+	if (lockstep(r->cfg)) {
+		r->rep.step = st.version;
+	}
+	if (r->dev_push != NULL) {
+		// The device encoder's error-feedback residuals belong to the
+		// undone steps too: start it afresh, as libferry's own.
+		r->dev->push_close(r->dev_push);
+		r->dev_push = NULL;
+		int rv      = open_device_push(r);
+		if (rv != FB_OK) {
+			return rv;
+		}
+	}
+	FB_LOG(FB_LOG_NOTICE, MOD,
+	    "rank %d resumes at version %llu (step %llu)", r->cfg->rank,
+	    (unsigned long long) st.version, (unsigned long long) r->rep.step);
+	return set_weights(r);
+}
+
 // step runs minibatch k of epoch e: gradient, push-pull, new weights.
 static int
 step(struct run *r, long e, size_t k)
@@ -519,6 +566,9 @@ step(struct run *r, long e, size_t k)
 		    (uint32_t) cfg->batch, r->w.t);
 	}
 	tr__report_step_time(&r->rep, ts, tx);
+	if (fe == FERRY_EROLLBACK) {
+		return rolled_back(r);
+	}
 	if (fe == FERRY_EBEHIND) {
 		// Rejoined while a round finished without us, or a
 		// --sync-quorum closed the round first (the push is dropped):

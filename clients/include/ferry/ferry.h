@@ -64,6 +64,10 @@ typedef enum ferry_err {
 	                 // (ferry_client_pull) and compute the step again
 	FERRY_ESINK,     // the pull sink failed (its own error, e.g. a
 	                 // device error; see ferry_pull_sink)
+	FERRY_EROLLBACK, // the job rolled back to a snapshot (a server
+	                 // restarted without replicas): the call did
+	                 // nothing; pull (ferry_client_pull) and go on from
+	                 // the version in ferry_client_stats
 	FERRY_ERR_COUNT
 } ferry_err;
 

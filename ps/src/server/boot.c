@@ -14,6 +14,9 @@
 // connections that moves use, and closes them when it exits.
 #include "server_impl.h"
 
+// The most snapshot versions a server reports (snapshot.h keeps 2).
+#define SNAP_KEEP_MAX 4
+
 // heartbeat tells the scheduler that server s->index is alive. A lost or
 // refused heartbeat is only logged at debug level: the scheduler judges.
 static void
@@ -26,14 +29,17 @@ heartbeat(struct ps_server *s, nng_ctx ctx, nng_aio *aio, uint64_t rid,
 	const char          *why = "";
 	int                  rv;
 
-	l.role        = PSWIRE__ROLE__ROLE_SERVER;
-	l.id          = s->index;
-	h.request_id  = rid;
-	h.deadline_ms = (uint32_t) wait_ms;
-	h.body_case   = PSWIRE__HEADER__BODY_LEAVE_REQ;
-	h.leave_req   = &l;
-	rv            = psw_call_header(s->auth, ctx, aio, &h.base,
-	               PSWIRE__METHOD__HEARTBEAT, rid, wait_ms, &ph, &why);
+	uint64_t held[SNAP_KEEP_MAX];
+	l.role                = PSWIRE__ROLE__ROLE_SERVER;
+	l.id                  = s->index;
+	l.snapshot_versions   = held;
+	l.n_snapshot_versions = ps__snap_held(s, held, &l.has_snapshots);
+	h.request_id          = rid;
+	h.deadline_ms         = (uint32_t) wait_ms;
+	h.body_case           = PSWIRE__HEADER__BODY_LEAVE_REQ;
+	h.leave_req           = &l;
+	rv                    = psw_call_header(s->auth, ctx, aio, &h.base,
+	                       PSWIRE__METHOD__HEARTBEAT, rid, wait_ms, &ph, &why);
 	if (rv != FB_OK) {
 		FB_LOG(FB_LOG_DEBUG, "boot", "heartbeat: %s",
 		    why && *why ? why : fb_strerror(rv));
@@ -41,6 +47,46 @@ heartbeat(struct ps_server *s, nng_ctx ctx, nng_aio *aio, uint64_t rid,
 	if (ph != NULL) {
 		pswire__header__free_unpacked((Pswire__Header *) ph, NULL);
 	}
+}
+
+// scan reads the versions of this server's snapshot files (its index
+// known) into held, newest first, and returns how many there are.
+static size_t
+scan(struct ps_server *s, uint64_t *held)
+{
+	uint64_t v[2];
+	size_t   n = 0;
+	pthread_mutex_lock(&s->mu);
+	ps__snap_scan(s, v);
+	pthread_mutex_unlock(&s->mu);
+	for (size_t k = 0; k < 2; k++) {
+		if (v[k] != UINT64_MAX) {
+			held[n++] = v[k];
+		}
+	}
+	return n;
+}
+
+// map_next applies a later map: a rollback it orders first (so that no
+// request under the new epoch sees the undone versions: until the map is
+// applied they get UNAVAILABLE), then the moves.
+static int
+map_next(struct ps_server *s, Pswire__Placement *pl, struct ps_peers *peers)
+{
+	if (pl->rollback_gen > s->rollback_gen) {
+		FB_LOG(FB_LOG_NOTICE, "boot",
+		    "placement epoch %llu rolls the job back to version %llu",
+		    (unsigned long long) pl->epoch,
+		    (unsigned long long) pl->rollback_version);
+		// A failure is logged; the shards keep their versions and
+		// the trainers' pushes for the rollback version are refused
+		// (OUT_OF_RANGE) rather than trained on wrong weights.
+		(void) ps__snap_rollback(s, pl->rollback_version, pl->epoch);
+		pthread_mutex_lock(&s->mu);
+		s->rollback_gen = pl->rollback_gen;
+		pthread_mutex_unlock(&s->mu);
+	}
+	return ps__map_apply(s, pl, peers);
 }
 
 void *
@@ -64,7 +110,16 @@ ps__boot_main(void *arg)
 		return NULL;
 	}
 	// Register, then wait for the placement; retry while not closing.
-	int registered = 0;
+	// A server restarted in a running job with snapshots on disk
+	// registers twice: first to learn its index (which names its files),
+	// then with the versions they hold, so that the scheduler can roll
+	// the job back to one every server holds.
+	int      registered = 0, scanned = 0, restarted = 0;
+	uint64_t held[SNAP_KEEP_MAX];
+	size_t   n_held = 0;
+	// A restart from snapshots: the first map to install is the one that
+	// rolls the job back (epoch >= first_epoch, rollback_gen > first_gen).
+	uint64_t first_epoch = 0, first_gen = 0;
 	while (!atomic_load(&s->closing)) {
 		Pswire__Header          h  = PSWIRE__HEADER__INIT;
 		Pswire__RegisterRequest rr = PSWIRE__REGISTER_REQUEST__INIT;
@@ -81,16 +136,22 @@ ps__boot_main(void *arg)
 		h.request_id  = rid++;
 		h.deadline_ms = s->opts.timeout_ms;
 		if (!registered) {
-			rr.role           = PSWIRE__ROLE__ROLE_SERVER;
-			rr.url            = s->url;
-			rr.capacity_bytes = s->opts.capacity;
-			h.body_case       = PSWIRE__HEADER__BODY_REGISTER_REQ;
-			h.register_req    = &rr;
-			method            = PSWIRE__METHOD__REGISTER;
+			rr.role                = PSWIRE__ROLE__ROLE_SERVER;
+			rr.url                 = s->url;
+			rr.capacity_bytes      = s->opts.capacity;
+			rr.has_snapshots       = s->snap != NULL;
+			rr.restarted           = restarted;
+			rr.snapshot_versions   = held;
+			rr.n_snapshot_versions = n_held;
+			h.body_case    = PSWIRE__HEADER__BODY_REGISTER_REQ;
+			h.register_req = &rr;
+			method         = PSWIRE__METHOD__REGISTER;
 		} else {
 			// Watch for the next map: the first (epoch 1),
 			// then every re-placement.
-			gp.min_epoch    = s->pl ? s->pl->epoch + 1 : 1;
+			gp.min_epoch    = s->pl ? s->pl->epoch + 1
+			       : first_epoch    ? first_epoch
+			                        : 1;
 			h.deadline_ms   = (uint32_t) wait + 500;
 			h.body_case     = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
 			h.placement_req = &gp;
@@ -109,14 +170,27 @@ ps__boot_main(void *arg)
 			    PSWIRE__HEADER__BODY_REGISTER_REP) {
 				// Read by the stats and /debug/state under mu.
 				pthread_mutex_lock(&s->mu);
-				s->index = rh->register_rep->id;
-				s->late  = rh->register_rep->late;
+				s->index    = rh->register_rep->id;
+				s->late     = rh->register_rep->late;
+				first_epoch = rh->register_rep->wait_epoch;
+				first_gen   = rh->register_rep->rollback_gen;
 				pthread_mutex_unlock(&s->mu);
 				psw_auth_set_self(s->auth, PSW_ROLE_SERVER,
 				    rh->register_rep->id);
 				registered = 1;
 				FB_LOG(FB_LOG_NOTICE, "boot",
-				    "registered as server %u", s->index);
+				    "registered as server %u%s", s->index,
+				    s->late ? " (the job is running)" : "");
+				if (!scanned) {
+					scanned = 1;
+					n_held  = scan(s, held);
+					// Restarted with a snapshot dir:
+					// again, with the versions held
+					// (none: the scheduler says the job
+					// cannot go on).
+					restarted = s->late && s->snap != NULL;
+					registered = !restarted;
+				}
 			}
 		} else if (rv == FB_OK) {
 			Pswire__Header *rh = (Pswire__Header *) ph;
@@ -124,7 +198,14 @@ ps__boot_main(void *arg)
 				Pswire__Placement *pl = rh->placement;
 				rh->placement         = NULL; // keep it
 				rh->body_case = PSWIRE__HEADER__BODY__NOT_SET;
-				if (s->pl == NULL) {
+				if (s->pl == NULL && first_epoch != 0 &&
+				    pl->rollback_gen <= first_gen) {
+					// Published before the rollback:
+					// not this restart's map.
+					first_epoch = pl->epoch + 1;
+					pswire__placement__free_unpacked(pl,
+					    NULL);
+				} else if (s->pl == NULL) {
 					pthread_mutex_lock(&s->mu);
 					rv = ps__map_install(s, pl);
 					if (rv == FB_OK) {
@@ -132,7 +213,7 @@ ps__boot_main(void *arg)
 					}
 					pthread_mutex_unlock(&s->mu);
 				} else {
-					rv = ps__map_apply(s, pl, &peers);
+					rv = map_next(s, pl, &peers);
 				}
 				if (rv != FB_OK) {
 					FB_LOG(FB_LOG_ERR, "boot",

@@ -353,6 +353,19 @@ ps__pull_pipe_gone(void *arg, uint32_t pipe)
 }
 
 void
+ps__pull_abort_all(struct ps_server *s, uint64_t epoch)
+{
+	while (s->parked != NULL) {
+		struct ps_call *c = s->parked;
+		s->parked         = c->next;
+		ps__server_reply_err(s, c, PSWIRE__STATUS__STALE_EPOCH,
+		    "the job rolled back to a snapshot (epoch %llu): fetch "
+		    "the new map",
+		    (unsigned long long) epoch);
+	}
+}
+
+void
 ps__pull_abort_leaving(struct ps_server *s, uint64_t epoch)
 {
 	struct ps_call **pp = &s->parked;

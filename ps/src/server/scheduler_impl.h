@@ -39,6 +39,9 @@
 
 // Members of each role the options may ask for.
 #define PS_MAX_MEMBERS 4096
+// Snapshot versions a server reports that the scheduler keeps (servers
+// keep 2 files).
+#define PS_SNAP_REPORTED 4
 // Shards per job: every map lists them all, and servers keep a slot each.
 #define PS_MAX_SHARDS (1u << 20)
 // A parked GetPlacement without a deadline (or with a longer one) is
@@ -105,6 +108,20 @@ struct ps_scheduler {
 	// many writes succeeded and failed.
 	char                     state_path[512], state_tmp[520];
 	uint64_t                 state_saved, state_failed;
+	// Rollbacks (scheduler_snapshot.c): each server's snapshot versions
+	// (from its heartbeats and a restart's Register) and the rollback the
+	// maps carry (Placement.rollback_version, rollback_gen).
+	uint64_t                 snap_held[PS_MAX_MEMBERS][PS_SNAP_REPORTED];
+	uint32_t                 n_snap_held[PS_MAX_MEMBERS];
+	uint8_t                  snap_dir[PS_MAX_MEMBERS]; // registered
+	                                                   // with one
+	uint64_t                 rollback_version, rollback_gen;
+	// A restart waiting for its rollback (scheduler_snapshot.c): server
+	// rb_server + 1 (0: none) since rb_since_ms; rb_fresh[m] marks the
+	// servers whose versions were reported after it.
+	uint32_t                 rb_pending;
+	uint64_t                 rb_since_ms;
+	uint8_t                  rb_fresh[PS_MAX_MEMBERS];
 	// The Snapshot forwarding thread (scheduler_snapshot.c): running
 	// while it works, joinable until joined.
 	pthread_t                snap_thread;
@@ -193,6 +210,37 @@ void ps__sched_replan(struct ps_scheduler *s, const char *why, int force);
 // answers the parked calls it satisfies. Returns FB_OK or FB_ENOMEM (the
 // map in force stays). mu held; the job has started.
 int ps__sched_republish(struct ps_scheduler *s, const uint32_t *assign);
+
+// ---- scheduler_snapshot.c: rollbacks ----------------------------------
+
+// ps__sched_snapshots_all says whether every server registered with a
+// --snapshot-dir (Placement.snapshots). mu held.
+int ps__sched_snapshots_all(const struct ps_scheduler *s);
+
+// ps__sched_snap_held records the snapshot versions server m reported
+// (n of them; more than PS_SNAP_REPORTED are cut) and checks a pending
+// rollback with them. mu held.
+void ps__sched_snap_held(struct ps_scheduler *s, uint32_t m, const uint64_t *v,
+    size_t n);
+
+// ps__sched_rollback_begin starts the rollback after server m, which had
+// shards in a job without replicas, restarted with snapshots of versions
+// v[0..n): the decision waits until every other server holding shards has
+// reported its versions again (its next heartbeat: a list reported before
+// the restart may name files rotated out since), or dead_after_ms. Sets
+// rep's late (0: m restores its own shards) and wait_epoch (the map it
+// must wait for). mu held; the job has started.
+void ps__sched_rollback_begin(struct ps_scheduler *s, uint32_t m,
+    const uint64_t *v, size_t n, Pswire__RegisterReply *rep);
+
+// ps__sched_rollback_check decides a pending rollback once every server
+// holding shards has reported fresh versions, or when `expired`: the
+// newest version every such server holds (shard_rollback_pick), logged
+// and published in a map carrying the rollback. No common version: the
+// job cannot continue consistently; that is logged, naming the servers'
+// versions, and nothing is published (the trainers fail at their
+// deadline). mu held.
+void ps__sched_rollback_check(struct ps_scheduler *s, int expired);
 
 // ---- scheduler_live.c: liveness ---------------------------------------
 

@@ -155,7 +155,11 @@ ps__sched_on_heartbeat(struct ps_scheduler *s, struct ps_call *c)
 			                                         : "trainer",
 			    l->id);
 		}
-		*last                      = fb_clock_ms();
+		*last = fb_clock_ms();
+		if (l->role == PSWIRE__ROLE__ROLE_SERVER && l->has_snapshots) {
+			ps__sched_snap_held(s, l->id, l->snapshot_versions,
+			    l->n_snapshot_versions);
+		}
 		struct ps_sched_conn *conn = conn_of(s, l->role, l->id, 1);
 		if (conn != NULL) {
 			conn->pipe      = ps__call_pipe(c);
@@ -301,6 +305,11 @@ sweep_main(void *arg)
 		ps__sched_expire_parked(s, now);
 		if (s->opts.dead_after_ms > 0) {
 			sweep_members(s, now);
+		}
+		if (s->rb_pending != 0 &&
+		    now - s->rb_since_ms >= s->opts.dead_after_ms) {
+			// A server that never reported: decide anyway.
+			ps__sched_rollback_check(s, 1);
 		}
 		pthread_mutex_unlock(&s->mu);
 	}

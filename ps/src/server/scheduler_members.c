@@ -143,6 +143,19 @@ grow_servers(struct ps_scheduler *s)
 	return FB_OK;
 }
 
+// holds_shards says whether the map in force places a shard on server m.
+// mu held.
+static int
+holds_shards(const struct ps_scheduler *s, uint32_t m)
+{
+	for (size_t i = 0; i < s->n_assign; i++) {
+		if (s->assign[i] == m) {
+			return 1;
+		}
+	}
+	return 0;
+}
+
 // register_server gives the server at r->url its slot: the same one on a
 // re-registration, a new one otherwise (joining a running job re-places
 // the shards). A sender signed as server k (claimed, else
@@ -168,10 +181,21 @@ register_server(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
 		    "server-%u may not register %s (slot %d)", claimed, r->url,
 		    idx >= 0 ? idx : s->n_servers_seen);
 	}
+	if (idx >= 0 || s->n_servers_seen < PS_MAX_MEMBERS) {
+		s->snap_dir[idx >= 0 ? idx : s->n_servers_seen] =
+		    r->has_snapshots;
+	}
 	if (idx >= 0) {
 		rep->late = s->placement != NULL;
 		rep->id   = (uint32_t) idx;
 		ps__sched_touch(s, PSWIRE__ROLE__ROLE_SERVER, (uint32_t) idx);
+		if (s->placement != NULL && s->n_backups == 0 &&
+		    r->restarted && holds_shards(s, (uint32_t) idx)) {
+			// Restarted from its snapshots: the job rolls back
+			// and it restores its own shards (not late).
+			ps__sched_rollback_begin(s, (uint32_t) idx,
+			    r->snapshot_versions, r->n_snapshot_versions, rep);
+		}
 		return 0;
 	}
 	if (s->n_servers_seen >= s->opts.servers && s->placement == NULL) {

@@ -303,6 +303,7 @@ ps__sched_publish(struct ps_scheduler *s)
 	p.shards    = ptrs;
 	p.job       = s->job;
 	p.trainers  = (uint32_t) s->opts.trainers;
+	p.snapshots = ps__sched_snapshots_all(s);
 	// Keep a private deep copy (pack + unpack) to answer fetches from.
 	s->placement_len = pswire__placement__get_packed_size(&p);
 	if ((s->placement_buf = fb_alloc(s->placement_len)) == NULL) {
@@ -390,8 +391,11 @@ ps__sched_republish(struct ps_scheduler *s, const uint32_t *assign)
 			gone_t[q.n_gone_trainers++] = (uint32_t) t;
 		}
 	}
-	q.gone_trainers = gone_t;
-	len             = pswire__placement__get_packed_size(&q);
+	q.gone_trainers    = gone_t;
+	q.rollback_version = s->rollback_version;
+	q.rollback_gen     = s->rollback_gen;
+	q.snapshots        = ps__sched_snapshots_all(s);
+	len                = pswire__placement__get_packed_size(&q);
 	if ((buf = fb_alloc(len)) == NULL) {
 		rv = FB_ENOMEM;
 		goto done;

@@ -16,6 +16,20 @@
 // forwarding blocks on the servers, so it runs on its own thread (rpc
 // callbacks never block), one snapshot at a time; the call's deadline
 // (default PS_SCHED_SNAPSHOT_MS) bounds it.
+//
+// ROLLBACK. Without replicas a dead server's shards exist only in its
+// snapshots. When it restarts with the same --snapshot-dir and identity
+// it registers twice: the second time with the versions of its snapshot
+// files. The other servers report theirs in every heartbeat. The
+// scheduler picks V, the newest version every server holding shards has
+// (shard_rollback_pick: each keeps its last two files, so a write cut
+// short or skipped on one server still leaves a common one), and
+// publishes the same map with rollback_version V and a new rollback_gen.
+// Every server restores its shards from its snapshot of V; trainers that
+// see the new generation re-pull version V and redo the steps from there.
+// No common version: the restarted server is refused, naming what each
+// lacks, and the job stays stopped (trainers fail at their deadline)
+// rather than mixing versions.
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -24,6 +38,7 @@
 
 #include "psw/psw.h"
 #include "scheduler_impl.h"
+#include "shard/shard.h"
 
 // The forwarding's time limit when the caller gave no deadline.
 #define PS_SCHED_SNAPSHOT_MS 60000u
@@ -389,4 +404,123 @@ ps_job_snapshot(const char *scheduler_url, const char *secret_file,
 		err[0] = '\0';
 	}
 	return FB_OK;
+}
+
+// ---- rollback ----------------------------------------------------------------
+
+void
+ps__sched_snap_held(struct ps_scheduler *s, uint32_t m, const uint64_t *v,
+    size_t n)
+{
+	if (m >= PS_MAX_MEMBERS) {
+		return;
+	}
+	n = n < PS_SNAP_REPORTED ? n : PS_SNAP_REPORTED;
+	if (n > 0) { // v may be NULL for none
+		memcpy(s->snap_held[m], v, n * sizeof(*v));
+	}
+	s->n_snap_held[m] = (uint32_t) n;
+	if (s->rb_pending != 0) {
+		s->rb_fresh[m] = 1;
+		ps__sched_rollback_check(s, 0);
+	}
+}
+
+int
+ps__sched_snapshots_all(const struct ps_scheduler *s)
+{
+	int all = s->n_servers_seen > 0 && s->n_backups == 0;
+	for (int m = 0; all && m < s->n_servers_seen && m < PS_MAX_MEMBERS;
+	     m++) {
+		all = s->snap_dir[m];
+	}
+	return all;
+}
+
+// versions_text writes server m's reported versions as "a, b" (or "none").
+static void
+versions_text(const struct ps_scheduler *s, uint32_t m, char *buf, size_t n)
+{
+	size_t used = 0;
+	buf[0]      = '\0';
+	for (uint32_t j = 0; j < s->n_snap_held[m] && used < n; j++) {
+		used += (size_t) snprintf(buf + used, n - used, "%s%llu",
+		    j ? ", " : "", (unsigned long long) s->snap_held[m][j]);
+	}
+	if (s->n_snap_held[m] == 0) {
+		snprintf(buf, n, "none");
+	}
+}
+
+void
+ps__sched_rollback_begin(struct ps_scheduler *s, uint32_t m, const uint64_t *v,
+    size_t n, Pswire__RegisterReply *rep)
+{
+	s->rb_pending  = m + 1;
+	s->rb_since_ms = fb_clock_ms();
+	memset(s->rb_fresh, 0, sizeof(s->rb_fresh));
+	FB_LOG(n > 0 ? FB_LOG_NOTICE : FB_LOG_WARN, "snapshot",
+	    "server %u restarted with %zu snapshot(s): the job rolls back "
+	    "once every server has reported its snapshots",
+	    m, n);
+	rep->late         = 0;
+	rep->wait_epoch   = s->epoch + 1;
+	rep->rollback_gen = s->rollback_gen;
+	ps__sched_snap_held(s, m, v, n);
+}
+
+void
+ps__sched_rollback_check(struct ps_scheduler *s, int expired)
+{
+	size_t   M   = (size_t) s->n_servers_seen;
+	uint32_t m   = s->rb_pending - 1;
+	uint8_t *use = fb_zalloc(M ? M : 1);
+	uint64_t V;
+	uint32_t missing;
+	int      rv;
+
+	if (s->rb_pending == 0 || use == NULL) {
+		fb_free(use);
+		return;
+	}
+	for (size_t i = 0; i < s->n_assign; i++) {
+		if (s->assign[i] < M) {
+			use[s->assign[i]] = 1;
+		}
+	}
+	for (size_t i = 0; i < M && !expired; i++) {
+		if (use[i] && !s->rb_fresh[i]) {
+			fb_free(use);
+			return; // wait for its next heartbeat
+		}
+	}
+	s->rb_pending = 0;
+	rv = shard_rollback_pick(M, use, &s->snap_held[0][0], s->n_snap_held,
+	    PS_SNAP_REPORTED, &V, &missing);
+	fb_free(use);
+	if (rv != FB_OK) {
+		char mine[96], theirs[96];
+		versions_text(s, m, mine, sizeof(mine));
+		versions_text(s, missing < M ? missing : m, theirs,
+		    sizeof(theirs));
+		FB_LOG(FB_LOG_ERR, "snapshot",
+		    "cannot roll the job back after server %u restarted: no "
+		    "snapshot version is held by every server (server %u "
+		    "holds %s; server %u holds %s%s): the job cannot continue "
+		    "consistently and stops here",
+		    m, m, mine, missing, theirs,
+		    expired ? "; not every server reported in time" : "");
+		return;
+	}
+	s->rollback_version = V;
+	s->rollback_gen++;
+	FB_LOG(FB_LOG_WARN, "snapshot",
+	    "rolling back job to version %llu (server %u restarted from its "
+	    "snapshot; rollback %llu)",
+	    (unsigned long long) V, m, (unsigned long long) s->rollback_gen);
+	if ((rv = ps__sched_republish(s, s->assign)) != FB_OK) {
+		s->rollback_gen--;
+		FB_LOG(FB_LOG_ERR, "snapshot",
+		    "cannot publish the rollback map: %s", fb_strerror(rv));
+	}
 }

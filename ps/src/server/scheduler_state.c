@@ -374,6 +374,8 @@ state_apply(struct ps_scheduler *s, const Pswire__SchedulerState *st)
 	// The map in force, kept as the publisher keeps it: packed, and a
 	// private unpacked copy.
 	const Pswire__Placement *p = st->placement;
+	s->rollback_version        = p->rollback_version;
+	s->rollback_gen            = p->rollback_gen;
 	s->placement_len           = pswire__placement__get_packed_size(p);
 	s->placement_buf           = fb_alloc(s->placement_len);
 	s->assign                  = fb_alloc(p->n_shards * sizeof(uint32_t));

@@ -45,6 +45,24 @@ ps__server_own_shard(struct ps_server *s, struct ps_call *c, uint32_t id,
 		    (unsigned long long) mine, (unsigned long long) epoch);
 		return -1;
 	}
+	if (s->local[id] >= 0 && epoch < s->rollback_epoch) {
+		// Made before the job rolled back: its versions are undone.
+		ps__server_reply_err(s, c, PSWIRE__STATUS__STALE_EPOCH,
+		    "the job rolled back to a snapshot at placement epoch "
+		    "%llu; the request uses epoch %llu: fetch the new map",
+		    (unsigned long long) s->rollback_epoch,
+		    (unsigned long long) epoch);
+		return -1;
+	}
+	if (s->local[id] >= 0 && epoch > mine && s->snap != NULL) {
+		// The client has a newer map, which may order a rollback
+		// this server has not applied yet: wait for it.
+		ps__server_reply_err(s, c, PSWIRE__STATUS__UNAVAILABLE,
+		    "placement epoch %llu is not applied here yet (have "
+		    "%llu); retry",
+		    (unsigned long long) epoch, (unsigned long long) mine);
+		return -1;
+	}
 	if (s->local[id] >= 0) {
 		return 0; // held: served whatever map the client uses
 	}

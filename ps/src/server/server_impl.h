@@ -214,8 +214,12 @@ struct ps_server {
 	uint64_t             *last_rank; // [trainers]
 	atomic_int            leaving;   // ps_server_leave was called
 	struct ps_snap       *snap;      // snapshot.c; NULL: no --snapshot-dir
-	struct ps_repl       *repl;      // replicate.c (after the first map)
-	int                   replicated;      // the first map named backups
+	// The last rollback this server applied (snapshot_load.c): its map
+	// generation (Placement.rollback_gen) and placement epoch; a request
+	// made under an older map is refused STALE_EPOCH.
+	uint64_t              rollback_gen, rollback_epoch;
+	struct ps_repl       *repl;       // replicate.c (after the first map)
+	int                   replicated; // the first map named backups
 	uint32_t              n_backup_shards; // held here as a backup
 	// ps_server_test_stage_hook: called by a sync push between reserving
 	// its slots and decoding (tests widen the race window with it)
@@ -379,6 +383,10 @@ void ps__pull_or_park(struct ps_server *s, struct ps_call *c, uint64_t want);
 // (rpc.h LIMITS; the arg is the server). Called on an nng thread; takes
 // mu.
 void ps__pull_pipe_gone(void *arg, uint32_t pipe);
+// ps__pull_abort_all answers every parked call STALE_EPOCH, naming map
+// epoch `epoch` (a rollback: the versions they wait for are redone). mu
+// held.
+void ps__pull_abort_all(struct ps_server *s, uint64_t epoch);
 // ps__pull_abort_leaving answers every parked call that involves a shard
 // marked PS_SHARD_LEAVING (ABORTED for a PushPull, whose push was applied;
 // STALE_EPOCH for a Pull), naming map epoch `epoch`. mu held.
@@ -509,10 +517,36 @@ void ps__on_snapshot(struct ps_server *s, struct ps_call *c);
 
 // ps__snap_restore names this server's snapshot file (s->index known) and,
 // unless opts.restore says no, loads it into the shards the first map
-// places here, after checking all of it. Errors: FB_ENOTFOUND (no file
-// with PS_RESTORE_YES), FB_EPROTO, FB_ECORRUPT, FB_ENOMEM, FB_ESYSERR;
-// nothing is loaded then. mu held, from ps__map_install.
-int ps__snap_restore(struct ps_server *s);
+// places here, after checking all of it: the newest file (want UINT64_MAX)
+// or, when the first map orders a rollback, the one of version want
+// (whatever opts.restore says). Errors: FB_ENOTFOUND (no file with
+// PS_RESTORE_YES, or none of version want), FB_EPROTO, FB_ECORRUPT,
+// FB_ENOMEM, FB_ESYSERR; nothing is loaded then. mu held, from
+// ps__map_install.
+int ps__snap_restore(struct ps_server *s, uint64_t want);
+
+// ps__snap_scan names this server's snapshot files (s->index known) and
+// reads the versions in their headers into held[0] (the newest file) and
+// held[1] (the previous one), UINT64_MAX for none; also kept for the
+// heartbeats. No snapshot dir: both UINT64_MAX. mu held.
+void ps__snap_scan(struct ps_server *s, uint64_t *held);
+
+// ps__snap_held copies the versions of this server's snapshot files,
+// newest first, into held (room for 2) and returns how many; *has says
+// whether the server has a --snapshot-dir. Takes mu.
+size_t ps__snap_held(struct ps_server *s, uint64_t *held,
+    protobuf_c_boolean *has);
+
+// ps__snap_rollback rolls this running server back to snapshot `version`
+// (a map of placement epoch `epoch` orders it): the file is read and
+// checked whole, then, under mu once no push is decoding, every held
+// shard gets the snapshot's state, its round in progress and clocks are
+// forgotten, every parked call is answered STALE_EPOCH, and requests made
+// under an older map are refused from then on (s->rollback_epoch).
+// Errors (logged; nothing changed): FB_ESTATE (no --snapshot-dir),
+// FB_ENOTFOUND (no snapshot of that version), FB_EPROTO, FB_ECORRUPT,
+// FB_ESYSERR. Boot thread; takes mu.
+int ps__snap_rollback(struct ps_server *s, uint64_t version, uint64_t epoch);
 
 // ps__snap_stats writes the "# Snapshot" stats section into buf (n bytes).
 // mu held.

@@ -5,9 +5,10 @@
 // server (--restore).
 //
 // FORMAT (little-endian; format version 2). One file per server,
-// DIR/server-<index>.snap, where <index> is the server index the
-// scheduler gives at registration (the same index for the same advertised
-// URL, so a server restarted with the same --advertise/--listen and
+// DIR/server-<index>.snap (the newest; the one before it is kept as
+// DIR/server-<index>.prev.snap for a rollback), where <index> is the server
+// index the scheduler gives at registration (the same index for the same
+// advertised URL, so a server restarted with the same --advertise/--listen and
 // --snapshot-dir finds its file):
 //   header  32 bytes: "FERRYSNP", u32 format version, u32 server index,
 //           u64 snapshot version (the lowest of its shards'), u32 records,
@@ -277,12 +278,33 @@ snap_writer(void *arg)
 		size_t   len     = p->len;
 		uint64_t version = snap_get_u64(p->buf + 16);
 		uint64_t t0      = fb_clock_ns();
+		uint64_t cur     = p->held[0];
 		pthread_mutex_unlock(&s->mu);
 
+		// The file in place becomes the previous one (kept for a
+		// rollback) unless it already holds this version: a second
+		// name for it is made first and takes the previous one's place
+		// only once the new file is in, so a failed write changes
+		// neither file.
+		char keep[540];
+		snprintf(keep, sizeof(keep), "%s.tmp", p->prev);
+		(void) unlink(keep);
+		int linked = cur != SNAP_NONE && cur != version &&
+		    link(p->path, keep) == 0;
 		int e = ps__durable_write(p->dir, p->path, p->tmp, p->buf, len,
 		    "snapshot");
+		int rotated = linked && e == 0 && rename(keep, p->prev) == 0;
+		if (linked && !rotated) {
+			(void) unlink(keep);
+		}
 
 		pthread_mutex_lock(&s->mu);
+		if (rotated) {
+			p->held[1] = cur;
+		}
+		if (e == 0) {
+			p->held[0] = version;
+		}
 		p->state    = SNAP_IDLE;
 		p->done_seq = p->seq;
 		p->done_rv  = e ? (int) (FB_ESYSERR | (unsigned) e) : FB_OK;
@@ -345,8 +367,9 @@ ps__snap_open(struct ps_server *s)
 	if ((p = fb_zalloc(sizeof(*p))) == NULL) {
 		return FB_ENOMEM;
 	}
-	p->dir   = dir;
-	p->every = s->opts.snapshot_every;
+	p->dir     = dir;
+	p->every   = s->opts.snapshot_every;
+	p->held[0] = p->held[1] = SNAP_NONE;
 	pthread_cond_init(&p->wake, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -480,6 +503,29 @@ ps_server_snapshot(struct ps_server *s, uint64_t version, uint32_t timeout_ms,
 	return rv;
 }
 
+size_t
+ps__snap_held(struct ps_server *s, uint64_t *held, protobuf_c_boolean *has)
+{
+	size_t n = 0;
+	// s->snap is set before the boot thread starts and cleared after it
+	// ended: no lock to read it.
+	*has = s->snap != NULL;
+	if (s->snap == NULL) {
+		return 0;
+	}
+	pthread_mutex_lock(&s->mu);
+	// While a snapshot is taken or written, the older file may be
+	// rotated out at any moment: only the newer one is sure to stay.
+	int keep = s->snap->state != SNAP_IDLE ? 1 : SNAP_KEEP;
+	for (int k = 0; k < keep; k++) {
+		if (s->snap->held[k] != SNAP_NONE) {
+			held[n++] = s->snap->held[k];
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+	return n;
+}
+
 void
 ps__snap_stats(struct ps_server *s, char *buf, size_t n)
 {
@@ -493,7 +539,8 @@ ps__snap_stats(struct ps_server *s, char *buf, size_t n)
 	    "snapshots_failed:%llu\r\nsnapshots_skipped:%llu\r\n"
 	    "snapshot_version:%llu\r\nsnapshot_bytes:%llu\r\n"
 	    "snapshot_write_us:%llu\r\nrestore_version:%llu\r\n"
-	    "restore_shards:%u\r\nrestore_bytes:%llu\r\nrestore_us:%llu\r\n",
+	    "restore_shards:%u\r\nrestore_bytes:%llu\r\nrestore_us:%llu\r\n"
+	    "rollbacks:%llu\r\n",
 	    p->dir, (unsigned long long) p->n_written,
 	    (unsigned long long) p->n_failed,
 	    (unsigned long long) p->n_skipped,
@@ -502,5 +549,6 @@ ps__snap_stats(struct ps_server *s, char *buf, size_t n)
 	    (unsigned long long) (p->last_write_ns / 1000),
 	    (unsigned long long) p->restore_version, p->restore_shards,
 	    (unsigned long long) p->restore_bytes,
-	    (unsigned long long) (p->restore_ns / 1000));
+	    (unsigned long long) (p->restore_ns / 1000),
+	    (unsigned long long) p->n_rollbacks);
 }

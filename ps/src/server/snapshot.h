@@ -16,6 +16,13 @@
 #define SNAP_REC 32
 #define SNAP_TRAILER 4
 #define SNAP_FLAG_REF 1u
+// Snapshot files kept per server: the newest (server-<i>.snap) and the one
+// before it (server-<i>.prev.snap), so that a rollback finds a version
+// every server holds even when one server's newest write was cut short or
+// skipped (rollback: snapshot_load.c).
+#define SNAP_KEEP 2
+#define SNAP_NONE UINT64_MAX
+
 // The packed TransferRequest of a record is at most this long (6 scalars,
 // the optimizer's name and PS_DELTA_LOG entries of three varints).
 #define SNAP_HMAX (96 + PS_DELTA_LOG * 32)
@@ -28,7 +35,7 @@ enum snap_state {
 };
 
 struct ps_snap {
-	char            path[512], tmp[520];
+	char            path[512], tmp[520], prev[520];
 	const char     *dir;
 	uint64_t        every;
 	pthread_t       thread;
@@ -52,6 +59,10 @@ struct ps_snap {
 	uint64_t        last_bytes, last_write_ns, last_version;
 	uint64_t        restore_bytes, restore_ns, restore_version;
 	uint32_t        restore_shards;
+	// The versions of the files on disk (path, prev; SNAP_NONE: none),
+	// known once the server has its index (ps__snap_scan).
+	uint64_t        held[SNAP_KEEP];
+	uint64_t        n_rollbacks;
 };
 
 static inline void

@@ -262,7 +262,7 @@ snap_fit(const struct ps_server *s, const char *path, const struct snap_rec *r,
 	return s->local[t->shard] >= 0;
 }
 
-// snap_paths names this server's file once its index is known. mu held.
+// snap_paths names this server's files once its index is known. mu held.
 static void
 snap_paths(struct ps_server *s)
 {
@@ -270,14 +270,146 @@ snap_paths(struct ps_server *s)
 	snprintf(p->path, sizeof(p->path), "%s/server-%u.snap", p->dir,
 	    s->index);
 	snprintf(p->tmp, sizeof(p->tmp), "%s.tmp", p->path);
+	snprintf(p->prev, sizeof(p->prev), "%s/server-%u.prev.snap", p->dir,
+	    s->index);
+}
+
+// head_version reads the version in the header of the snapshot at path
+// written by server idx: SNAP_NONE when there is none or the header is not
+// one (the whole file is checked when it is loaded).
+static uint64_t
+head_version(const char *path, uint32_t idx)
+{
+	uint8_t h[SNAP_HDR];
+	int     fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	ssize_t r  = fd < 0 ? -1 : read(fd, h, sizeof(h));
+	if (fd >= 0) {
+		close(fd);
+	}
+	if (r != (ssize_t) sizeof(h) || memcmp(h, SNAP_MAGIC, 8) != 0 ||
+	    fb_get_u32le(h + 12) != idx) {
+		return SNAP_NONE;
+	}
+	return snap_get_u64(h + 16);
+}
+
+void
+ps__snap_scan(struct ps_server *s, uint64_t *held)
+{
+	struct ps_snap *p = s->snap;
+	held[0] = held[1] = SNAP_NONE;
+	if (p == NULL) {
+		return;
+	}
+	snap_paths(s);
+	p->held[0] = head_version(p->path, s->index);
+	p->held[1] = head_version(p->prev, s->index);
+	held[0]    = p->held[0];
+	held[1]    = p->held[1];
+}
+
+// snap_read_version reads and checks this server's snapshot of version
+// want (SNAP_NONE: the newest) from its file or the previous one into f.
+// Errors as ps_snapshot_check, FB_ENOTFOUND when neither holds it (msg
+// filled).
+static int
+snap_read_version(struct ps_server *s, uint64_t want, struct snap_file *f,
+    const char **path, char *msg, size_t n)
+{
+	struct ps_snap *p  = s->snap;
+	int             rv = snap_file_read(p->path, f, msg, n);
+	*path              = p->path;
+	if (rv == FB_OK && (want == SNAP_NONE || f->version == want)) {
+		return FB_OK;
+	}
+	if (rv == FB_OK || rv == FB_ENOTFOUND) {
+		char first[512];
+		snprintf(first, sizeof(first), "%s", msg);
+		snap_file_free(f);
+		*path = p->prev;
+		rv    = snap_file_read(p->prev, f, msg, n);
+		if (rv == FB_OK && want != SNAP_NONE && f->version != want) {
+			rv = FB_ENOTFOUND;
+		}
+		if (rv == FB_ENOTFOUND) {
+			snap_file_free(f);
+			*path = p->path;
+			if (want == SNAP_NONE) {
+				snprintf(msg, n, "%s", first);
+			} else {
+				errmsg(msg, n, FB_ENOTFOUND, p->path,
+				    "no snapshot of version %llu there nor in "
+				    "%s",
+				    (unsigned long long) want, p->prev);
+			}
+		}
+	}
+	return rv;
+}
+
+// snap_check_all checks every record of f against the job before one
+// shard is touched; *mine counts those placed here. FB_OK or FB_EPROTO
+// (msg filled). mu held.
+static int
+snap_check_all(struct ps_server *s, const char *path,
+    const struct snap_file *f, uint32_t *mine, char *msg, size_t n)
+{
+	int rv = FB_OK;
+	*mine  = 0;
+	if (f->index != s->index) {
+		return errmsg(msg, n, FB_EPROTO, path,
+		    "written by server %u, this is server %u", f->index,
+		    s->index);
+	}
+	for (uint32_t i = 0; rv == FB_OK && i < f->n_rec; i++) {
+		int fit = snap_fit(s, path, &f->rec[i], f->format,
+		    (f->flags & SNAP_FLAG_REF) != 0, msg, n);
+		if (fit < 0) {
+			rv = FB_EPROTO;
+		}
+		*mine += fit > 0;
+	}
+	return rv;
+}
+
+// snap_load_all copies every record of f placed here into its shard. mu
+// held (or the server not serving yet).
+static void
+snap_load_all(struct ps_server *s, const struct snap_file *f)
+{
+	for (uint32_t i = 0; i < f->n_rec; i++) {
+		if (s->local[f->rec[i].t->shard] >= 0) {
+			struct srv_shard *sh = &s->shards[f->rec[i].t->shard];
+			ps__shard_load_state(s, sh, f->rec[i].t,
+			    f->rec[i].payload);
+			sh->version = f->rec[i].t->version;
+			sh->init    = f->rec[i].t->init;
+		}
+	}
+}
+
+// snap_loaded loads f's records placed here (mine of them; the load
+// began at t0) and records the restore in the stats. mu held (or the
+// server not serving yet).
+static void
+snap_loaded(struct ps_server *s, const struct snap_file *f, uint32_t mine,
+    uint64_t t0)
+{
+	struct ps_snap *p = s->snap;
+	snap_load_all(s, f);
+	p->restore_version = f->version;
+	p->restore_shards  = mine;
+	p->restore_bytes   = f->len;
+	p->restore_ns      = fb_clock_ns() - t0;
 }
 
 int
-ps__snap_restore(struct ps_server *s)
+ps__snap_restore(struct ps_server *s, uint64_t want)
 {
 	struct ps_snap  *p = s->snap;
 	struct snap_file f;
 	char             msg[512];
+	const char      *path;
 	uint64_t         t0   = fb_clock_ns();
 	uint32_t         mine = 0;
 	int              rv, restore = s->opts.restore;
@@ -286,30 +418,21 @@ ps__snap_restore(struct ps_server *s)
 		return FB_OK;
 	}
 	snap_paths(s);
-	if (restore == PS_RESTORE_NO) {
+	if (restore == PS_RESTORE_NO && want == SNAP_NONE) {
 		return FB_OK;
 	}
-	rv = snap_file_read(p->path, &f, msg, sizeof(msg));
-	if (rv == FB_ENOTFOUND && restore == PS_RESTORE_AUTO) {
+	rv = snap_read_version(s, want, &f, &path, msg, sizeof(msg));
+	if (rv == FB_ENOTFOUND && restore == PS_RESTORE_AUTO &&
+	    want == SNAP_NONE) {
 		FB_LOG(FB_LOG_NOTICE, "snapshot",
 		    "no snapshot at %s: starting from the trainers' weights",
 		    p->path);
 		snap_file_free(&f);
 		return FB_OK;
 	}
-	if (rv == FB_OK && f.index != s->index) {
-		rv = errmsg(msg, sizeof(msg), FB_EPROTO, p->path,
-		    "written by server %u, this is server %u", f.index,
-		    s->index);
-	}
 	// Check every record before touching a shard.
-	for (uint32_t i = 0; rv == FB_OK && i < f.n_rec; i++) {
-		int fit = snap_fit(s, p->path, &f.rec[i], f.format,
-		    (f.flags & SNAP_FLAG_REF) != 0, msg, sizeof(msg));
-		if (fit < 0) {
-			rv = FB_EPROTO;
-		}
-		mine += fit > 0;
+	if (rv == FB_OK) {
+		rv = snap_check_all(s, path, &f, &mine, msg, sizeof(msg));
 	}
 	if (rv != FB_OK) {
 		FB_LOG(FB_LOG_ERR, "snapshot", "refused, nothing loaded: %s",
@@ -317,29 +440,122 @@ ps__snap_restore(struct ps_server *s)
 		snap_file_free(&f);
 		return rv;
 	}
-	for (uint32_t i = 0; i < f.n_rec; i++) {
-		if (s->local[f.rec[i].t->shard] >= 0) {
-			struct srv_shard *sh = &s->shards[f.rec[i].t->shard];
-			ps__shard_load_state(s, sh, f.rec[i].t,
-			    f.rec[i].payload);
-			sh->version = f.rec[i].t->version;
-			sh->init    = f.rec[i].t->init;
-		}
-	}
-	p->restore_version = f.version;
-	p->restore_shards  = mine;
-	p->restore_bytes   = f.len;
-	p->restore_ns      = fb_clock_ns() - t0;
+	snap_loaded(s, &f, mine, t0);
 	FB_LOG(FB_LOG_NOTICE, "snapshot",
 	    "restored %u of %u held shards from %s: the job rolls back to "
 	    "version %llu (the trainers resume from there)",
-	    mine, s->n_shards, p->path, (unsigned long long) f.version);
+	    mine, s->n_shards, path, (unsigned long long) f.version);
 	if (mine < s->n_shards) {
 		FB_LOG(FB_LOG_WARN, "snapshot",
 		    "%u shards placed here are not in %s: they start from "
 		    "the trainers' initial weights",
-		    s->n_shards - mine, p->path);
+		    s->n_shards - mine, path);
 	}
+	snap_file_free(&f);
+	return FB_OK;
+}
+
+// decoding reports whether a push is still decoding into a shard held
+// here (outside the lock). mu held.
+static int
+decoding(const struct ps_server *s)
+{
+	for (size_t i = 0; i < s->n_global; i++) {
+		for (uint32_t r = 0; s->local[i] >= 0 && r < s->trainers;
+		     r++) {
+			if (s->shards[i].state[r] == PS_SLOT_DECODING) {
+				return 1;
+			}
+		}
+	}
+	return 0;
+}
+
+// round_reset forgets shard sh's round in progress and its clocks: the
+// versions after the rollback's are redone from scratch. mu held.
+static void
+round_reset(struct ps_server *s, struct srv_shard *sh)
+{
+	memset(sh->state, PS_SLOT_FREE, s->trainers);
+	if (sh->clock != NULL) {
+		memset(sh->clock, 0, s->trainers * sizeof(*sh->clock));
+	}
+	sh->n_pushed     = 0;
+	sh->samples      = 0;
+	sh->round_t0     = 0;
+	sh->stall_warned = 0;
+}
+
+int
+ps__snap_rollback(struct ps_server *s, uint64_t version, uint64_t epoch)
+{
+	struct ps_snap  *p = s->snap;
+	struct snap_file f;
+	char             msg[512];
+	const char      *path;
+	uint64_t         t0   = fb_clock_ns();
+	uint32_t         mine = 0;
+	int              rv;
+
+	if (p == NULL) {
+		FB_LOG(FB_LOG_ERR, "snapshot",
+		    "the job rolls back to version %llu, but this server has "
+		    "no --snapshot-dir: its shards keep their versions",
+		    (unsigned long long) version);
+		return FB_ESTATE;
+	}
+	// The file is read and checked whole outside the lock: the server
+	// keeps serving (the scheduler's new map already tells the trainers
+	// to stop) until the shards are replaced in one step under mu.
+	rv = snap_read_version(s, version, &f, &path, msg, sizeof(msg));
+	pthread_mutex_lock(&s->mu);
+	if (rv == FB_OK) {
+		rv = snap_check_all(s, path, &f, &mine, msg, sizeof(msg));
+	}
+	if (rv == FB_OK && mine < s->n_shards) {
+		rv = errmsg(msg, sizeof(msg), FB_EPROTO, path,
+		    "holds %u of the %u shards placed here", mine,
+		    s->n_shards);
+	}
+	if (rv != FB_OK) {
+		pthread_mutex_unlock(&s->mu);
+		FB_LOG(FB_LOG_ERR, "snapshot",
+		    "cannot roll back to version %llu, nothing loaded: %s",
+		    (unsigned long long) version, msg);
+		snap_file_free(&f);
+		return rv;
+	}
+	while (decoding(s)) {
+		pthread_cond_wait(&s->decoded, &s->mu);
+	}
+	snap_loaded(s, &f, mine, t0);
+	for (size_t i = 0; i < s->n_global; i++) {
+		if (s->local[i] >= 0 && !s->shards[i].backup) {
+			round_reset(s, &s->shards[i]);
+		}
+	}
+	if (p->state == SNAP_CAPTURING) {
+		// Records of versions that are now undone: start again.
+		p->state = SNAP_IDLE;
+		if (p->call != NULL) {
+			ps__server_reply_err(s, p->call,
+			    PSWIRE__STATUS__ABORTED,
+			    "the job rolled back to version %llu during the "
+			    "snapshot",
+			    (unsigned long long) version);
+			p->call = NULL;
+		}
+	}
+	s->rollback_epoch = epoch;
+	// Every parked call waits for a version that will now be redone.
+	ps__pull_abort_all(s, epoch);
+	p->n_rollbacks++;
+	pthread_mutex_unlock(&s->mu);
+	FB_LOG(FB_LOG_NOTICE, "snapshot",
+	    "rolled back to version %llu: %u shards restored from %s "
+	    "(placement epoch %llu)",
+	    (unsigned long long) version, mine, path,
+	    (unsigned long long) epoch);
 	snap_file_free(&f);
 	return FB_OK;
 }

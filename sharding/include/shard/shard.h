@@ -343,6 +343,19 @@ int shard_replicas_repair(size_t n_shards, uint32_t n_servers,
     const uint8_t *gone, uint32_t nb, uint32_t *assign, uint32_t *backups,
     size_t *lost);
 
+// ---- rollback (a server restarted from its snapshot, no replicas) ---------
+
+// shard_rollback_pick chooses the version a job rolls back to: the newest
+// snapshot version held by every server m with use[m] set (those holding
+// shards). Server m's versions are held[m*k .. m*k + n_held[m]) (at most
+// k, any order). On FB_OK *version receives it. Errors: FB_EINVAL (a NULL
+// argument, k == 0, or no server in use), FB_ENOTFOUND (no version is
+// held by every server in use: *missing names one that lacks the first
+// server's versions, for the message). The caller owns every array.
+int shard_rollback_pick(size_t n_servers, const uint8_t *use,
+    const uint64_t *held, const uint32_t *n_held, uint32_t k,
+    uint64_t *version, uint32_t *missing);
+
 #ifdef __cplusplus
 }
 #endif
