@@ -74,7 +74,7 @@ class Opts(ctypes.Structure):
         """An Opts holding FERRY_OPTS_INIT's values."""
         return cls(None, 0, 0, MODE_SYNC, 0.1, None, None, 0, 0, 0, None, None,
                    0, 0, 0, None, 0.9, 0.9, 0.999, 1e-8, 0.0, None, 0, 1000,
-                   0.1, 0.0, 0, 0.0, None, None, None)
+                   0.1, 0.0, 0, 0.0, 0.0, None, None, None)
 
 
 class TensorDesc(ctypes.Structure):
