@@ -351,7 +351,7 @@ ferry__xfer_pump(ferry_client *c, struct xfer *x)
 {
 	size_t   w   = window(c);
 	uint64_t now = fb_clock_ms();
-	if (x->refetch || x->backoff) {
+	if (x->refetch || x->backoff || x->moved) {
 		return FERRY_OK; // once every request in flight has ended
 	}
 	for (size_t m = 0; m < c->n_conns; m++) {
