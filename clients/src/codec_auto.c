@@ -250,6 +250,10 @@ void
 ferry__auto_step(ferry_client *c)
 {
 	if (!c->auto_push && !c->auto_pull) {
+		// Fixed codecs: the link report's bytes are per step too.
+		for (size_t m = 0; m < c->n_conns; m++) {
+			c->conns[m].link_steps++;
+		}
 		return;
 	}
 	uint64_t now = fb_clock_ns();
