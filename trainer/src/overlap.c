@@ -136,7 +136,16 @@ overlap_done(const struct tr__ov_run *r, int fe, struct tr_params **cur,
 
 	tr__report_step_time(r->rep, now - t->wait_ns - t->compute_ns,
 	    now - t->wait_ns);
-	if (fe == FERRY_EBEHIND) {
+	if (fe == FERRY_EROLLBACK) {
+		// The job rolled back to a snapshot (train.c's rolled_back):
+		// pull that version in full (again if a second rollback came
+		// meanwhile); the job step follows from it below, and the
+		// loop recomputes from there. libferry dropped its residuals.
+		FB_LOG(FB_LOG_WARN, MOD, "%s", ferry_client_last_error(r->fc));
+		for (int k = 0; k < 4 && fe == FERRY_EROLLBACK; k++) {
+			fe = ferry_client_pull(r->fc, (*nxt)->t);
+		}
+	} else if (fe == FERRY_EBEHIND) {
 		r->rep->dropped++;
 		FB_LOG(FB_LOG_NOTICE, MOD, "behind the job: %s; pulling",
 		    ferry_client_last_error(r->fc));
