@@ -422,6 +422,20 @@ count_ge_512(const uint32_t *a, size_t m, uint32_t t)
 	return c;
 }
 
+// hsum_u32_512 adds v's 16 lanes modulo 2^32. Not _mm512_reduce_add_epi32:
+// GCC implements it with signed int additions, whose overflow is
+// undefined (UBSan reports it), while these sums wrap on purpose.
+AVX512 static uint32_t
+hsum_u32_512(__m512i v)
+{
+	uint32_t lane[16], t = 0;
+	_mm512_storeu_si512((void *) lane, v);
+	for (int k = 0; k < 16; k++) {
+		t += lane[k];
+	}
+	return t;
+}
+
 // seed_sums_512: the two wrap-around sums in 16 lanes, then added.
 AVX512 static void
 seed_sums_512(const float *x, size_t n, uint32_t *s1, uint32_t *s2)
@@ -448,10 +462,8 @@ seed_sums_512(const float *x, size_t n, uint32_t *s1, uint32_t *s2)
 		ta += u;
 		tb += u ^ (uint32_t) i;
 	}
-	*s1 = (uint32_t) _mm512_reduce_add_epi32(_mm512_add_epi32(a0, a1)) +
-	    ta;
-	*s2 = (uint32_t) _mm512_reduce_add_epi32(_mm512_add_epi32(b0, b1)) +
-	    tb;
+	*s1 = hsum_u32_512(_mm512_add_epi32(a0, a1)) + ta;
+	*s2 = hsum_u32_512(_mm512_add_epi32(b0, b1)) + tb;
 }
 
 static const struct comp__kern kern_avx512 = {
