@@ -1293,6 +1293,17 @@ START_TEST(test_cluster_oversized_reply_refused_bogus)
 	ck_assert_ptr_nonnull(rh);
 	ck_assert_int_eq(rh->status, PSWIRE__STATUS__OK);
 	pswire__header__free_unpacked(rh, NULL);
+	// The server registers from its own thread after ps_server_open
+	// returns, and a link report naming more servers than the scheduler
+	// knows is refused: wait for it (10 s at most).
+	char text[8192];
+	for (int i = 0; i < 200; i++) {
+		ps_scheduler_stats(sched, text, sizeof(text));
+		if (strstr(text, "servers:1/1\r\n") != NULL) {
+			break;
+		}
+		nng_msleep(50);
+	}
 	double rtt = 1e-4, bw = 1e9; // the map waits for the link report
 	ck_assert_int_eq(raw_report(ps_scheduler_url(sched), 0, 1, &rtt, &bw),
 	    PSWIRE__STATUS__OK);
