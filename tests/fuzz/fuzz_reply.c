@@ -31,6 +31,7 @@ static char               *urls[1] = { "inproc://fuzz-reply" };
 static uint64_t            shard_ver[2];
 static uint8_t             need_full[2], ref_at[2];
 static uint32_t            req[2] = { 0, 1 };
+static struct slot         sl; // the request the reply answers
 static float               ref0[LEN], w0[LEN];
 static float              *refs[1] = { ref0 };
 
@@ -81,13 +82,15 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	ref_at[0] = ref_at[1] = REF_HOST;
 	memset(ref0, 0, sizeof(ref0));
 	memset(w0, 0, sizeof(w0));
-	cn.method    = PSWIRE__METHOD__PULL;
-	cn.req       = req;
-	cn.req_n     = 2;
-	c.has_sink   = 0;
-	c.pull_stale = 0;
-	x.op         = OP_PULL;
-	x.w          = w;
+	sl.method       = PSWIRE__METHOD__PULL;
+	sl.req          = req;
+	sl.req_n        = 2;
+	sl.m            = 0;
+	sl.pull_weights = 0;
+	c.has_sink      = 0;
+	c.pull_stale    = 0;
+	x.op            = OP_PULL;
+	x.w             = w;
 	if (psw_frame_parse(data + 3, size - 3, &f, &why) != FB_OK) {
 		return 0;
 	}
@@ -95,7 +98,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (h == NULL) {
 		return 0;
 	}
-	if (ferry__reply_take(&c, 0, &x, h, &f) == FERRY_OK) {
+	if (ferry__reply_take(&c, &sl, &x, h, &f) == FERRY_OK) {
 		// What was taken without a resync is what the caller trains
 		// on: it must be finite.
 		for (uint32_t s = 0; s < 2; s++) {
