@@ -145,6 +145,26 @@ START_TEST(test_config_parse_bogus)
 }
 END_TEST
 
+// --overlap 1 and --overlap-layers 1 are two exchanges for one step: the
+// pair is refused naming both flags; either alone parses.
+START_TEST(test_config_overlap_exclusive_bogus)
+{
+	char *both[] = { "trainer", "--overlap=1", "--overlap-layers=1" };
+	char *one[]  = { "trainer", "--overlap=1" };
+	struct tr_config c;
+	char             err[256] = "";
+	tr_config_defaults(&c);
+	PT_FAIL(tr_config_parse(&c, 3, both, err, sizeof(err)), FB_EINVAL);
+	ck_assert_msg(strstr(err, "--overlap 1") &&
+	        strstr(err, "--overlap-layers"),
+	    "'%s' does not name both flags", err);
+	tr_config_defaults(&c);
+	PT_OK(tr_config_parse(&c, 2, one, err, sizeof(err)));
+	ck_assert_int_eq(c.overlap, 1);
+	tr_config_fini(&c);
+}
+END_TEST
+
 // FERRY_<NAME> variables set options under the flags; tr_config_defaults
 // ignores them, and options set by neither keep the caller's values.
 START_TEST(test_config_env)
@@ -189,6 +209,7 @@ suite_config(void)
 	tcase_add_test(tc, test_config_help);
 	tcase_add_test(tc, test_config_parse_bogus);
 	tcase_add_test(tc, test_config_env);
+	tcase_add_test(tc, test_config_overlap_exclusive_bogus);
 	suite_add_tcase(s, tc);
 	return s;
 }
