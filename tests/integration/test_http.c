@@ -92,6 +92,15 @@ value(const char *text, const char *name, const char *labels)
 	return v;
 }
 
+// value0 reads one sample that may still be hidden (a counter nobody has
+// moved yet is left out of a scrape): absent reads as 0.
+static double
+value0(const char *text, const char *name, const char *labels)
+{
+	double v;
+	return pt_prom_value(text, name, labels, &v) == 0 ? v : 0;
+}
+
 // wait_ready polls url's /readyz until it answers want (up to 60 s).
 static void
 wait_ready(const char *url, int want)
@@ -215,11 +224,13 @@ START_TEST(test_http_job_endpoints)
 	}
 	for (int p = 1; p <= 2; p++) {
 		const char *pp = "method=\"PushPull\"";
+		// A server can be ready before its first sync round has
+		// closed, so the first scrape may not show these yet.
 		ck_assert(value(m2[p], "ferry_rpc_requests_total", pp) >
-		    value(m1[p], "ferry_rpc_requests_total", pp));
+		    value0(m1[p], "ferry_rpc_requests_total", pp));
 		ck_assert(
 		    value(m2[p], "ferry_server_updates_applied_total", NULL) >
-		    value(m1[p], "ferry_server_updates_applied_total", NULL));
+		    value0(m1[p], "ferry_server_updates_applied_total", NULL));
 		ck_assert(
 		    value(m2[p], "ferry_rpc_received_bytes_total", NULL) >
 		    value(m1[p], "ferry_rpc_received_bytes_total", NULL));
