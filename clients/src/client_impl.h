@@ -230,8 +230,14 @@ uint32_t ferry__timeout(const ferry_client *c);
 // FERRY_ECONNECT (with the reason set).
 int ferry__hb_start(ferry_client *c);
 
-// ferry__hb_stop stops and frees the heartbeat thread (a no-op when none
-// runs). Returns once the thread has exited.
+// ferry__hb_halt stops the heartbeat thread and joins it, but keeps its
+// socket for ferry__hb_stop: a leave must not wait behind an nng_close
+// (nng 1.5.2 can hang in one, nanomsg/nng#1543), so the Leave goes out
+// first and the socket is closed with the client. A no-op when none runs.
+void ferry__hb_halt(ferry_client *c);
+
+// ferry__hb_stop stops (if running) and frees the heartbeat thread and its
+// socket (a no-op when none exists). Returns once the thread has exited.
 void ferry__hb_stop(ferry_client *c);
 
 int ferry__sched_call(ferry_client *c, Pswire__Header *h, uint8_t method,

@@ -215,8 +215,9 @@ ferry_client_leave(ferry_client *c)
 		    "declare the tensors first");
 	}
 	// Heartbeats stop first: one that arrived after the Leave would be
-	// refused, and a trainer that left must not be declared dead.
-	ferry__hb_stop(c);
+	// refused, and a trainer that left must not be declared dead. Their
+	// socket closes with the client (ferry__hb_halt says why).
+	ferry__hb_halt(c);
 	l.role      = PSWIRE__ROLE__ROLE_TRAINER;
 	l.id        = (uint32_t) c->opts.rank;
 	h.body_case = PSWIRE__HEADER__BODY_LEAVE_REQ;

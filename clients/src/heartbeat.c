@@ -25,7 +25,8 @@ struct ferry__hb {
 	uint32_t         period_ms;
 	uint32_t         rank;
 	atomic_int       stop;
-	struct psw_auth *auth; // the client's (borrowed; thread-safe)
+	int              halted; // the thread has been joined
+	struct psw_auth *auth;   // the client's (borrowed; thread-safe)
 };
 
 // beat sends one Heartbeat and waits (at most a period, at most 1 s) for
@@ -75,6 +76,9 @@ int
 ferry__hb_start(ferry_client *c)
 {
 	struct ferry__hb *hb;
+	if (c->hb != NULL && c->hb->halted) {
+		ferry__hb_stop(c); // left, now declared again
+	}
 	if (c->opts.heartbeat_ms == 0 || c->hb != NULL) {
 		return FERRY_OK;
 	}
@@ -103,6 +107,19 @@ ferry__hb_start(ferry_client *c)
 }
 
 void
+ferry__hb_halt(ferry_client *c)
+{
+	struct ferry__hb *hb = c->hb;
+	if (hb == NULL || hb->halted) {
+		return;
+	}
+	atomic_store(&hb->stop, 1);
+	nng_aio_cancel(hb->aio);
+	pthread_join(hb->thread, NULL);
+	hb->halted = 1;
+}
+
+void
 ferry__hb_stop(ferry_client *c)
 {
 	struct ferry__hb *hb = c->hb;
@@ -115,9 +132,7 @@ ferry__hb_stop(ferry_client *c)
 	// stuck), so cancel the heartbeat in flight, wait for the thread to
 	// see the stop flag (at most one heartbeat's timeout), then close an
 	// idle socket.
-	atomic_store(&hb->stop, 1);
-	nng_aio_cancel(hb->aio);
-	pthread_join(hb->thread, NULL);
+	ferry__hb_halt(c);
 	nng_close(hb->sock);
 	nng_aio_free(hb->aio);
 	fb_free(hb);
