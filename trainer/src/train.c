@@ -48,8 +48,10 @@
 // is logged with libferry's own code name and message and returns
 // FB_EREMOTE (no translation of one error space into the other).
 #include <ferry/ferry.h>
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "metrics.h"
 #include "ondevice.h"
@@ -714,31 +716,18 @@ train(struct run *r)
 	return FB_OK;
 }
 
-// finish prints the summary, leaves the job (done or stopped by a signal:
-// either way the other ranks must not wait for this one), and writes
-// --weights-out.
+// finish prints the summary and writes --weights-out: everything the run
+// produced is saved before the trainer leaves (leave_job).
 static int
 finish(struct run *r)
 {
 	const struct tr_config *cfg = r->cfg;
 	struct ferry_stats      st;
-	int                     rv, fe;
+	int                     rv;
 
 	ferry_client_stats(r->fc, &st);
 	tr__report_summary(&r->rep, cfg, r->trainers, r->steps_per_epoch, &st,
 	    r->fc);
-	if (stop_requested) {
-		FB_LOG(FB_LOG_NOTICE, MOD,
-		    "stopped by a signal; leaving the job");
-	} else {
-		FB_LOG(FB_LOG_INFO, MOD,
-		    "done at job step %llu; leaving the job",
-		    (unsigned long long) r->rep.step);
-	}
-	if ((fe = ferry_client_leave(r->fc)) != FERRY_OK) {
-		FB_LOG(FB_LOG_WARN, MOD, "leave: %s: %s", ferry_strerror(fe),
-		    ferry_client_last_error(r->fc));
-	}
 	if (cfg->weights_out == NULL) {
 		return FB_OK;
 	}
@@ -751,6 +740,64 @@ finish(struct run *r)
 		return rv;
 	}
 	return tr__report_weights(cfg->weights_out, &r->w);
+}
+
+// leave_job leaves the job (done or stopped by a signal: either way the
+// other ranks must not wait for this one). A failed leave is logged: the
+// scheduler also notices a silent trainer by its heartbeats.
+static void
+leave_job(struct run *r)
+{
+	int fe;
+	if (stop_requested) {
+		FB_LOG(FB_LOG_NOTICE, MOD,
+		    "stopped by a signal; leaving the job");
+	} else {
+		FB_LOG(FB_LOG_INFO, MOD,
+		    "done at job step %llu; leaving the job",
+		    (unsigned long long) r->rep.step);
+	}
+	if ((fe = ferry_client_leave(r->fc)) != FERRY_OK) {
+		FB_LOG(FB_LOG_WARN, MOD, "leave: %s: %s", ferry_strerror(fe),
+		    ferry_client_last_error(r->fc));
+	}
+}
+
+// EXIT_GRACE_S: how long leaving the job and tearing down may take once
+// the run has ended. nng 1.5.2 can hang for good in nng_close
+// (nanomsg/nng#1543; seen a few times under heavy load, after the
+// summary); by then the trainer's work is done and saved, so a watchdog
+// ends the process with the run's exit status rather than leaving a Job's
+// pod (or run-local.sh) waiting forever.
+#define EXIT_GRACE_S 20
+
+static void *
+exit_watchdog(void *arg)
+{
+	int code = *(const int *) arg;
+	fb_sleep_us((uint64_t) EXIT_GRACE_S * 1000000u);
+	FB_LOG(FB_LOG_WARN, MOD,
+	    "exit: leaving and closing the connections took over %d s "
+	    "(nng 1.5.2 can hang in nng_close, nanomsg/nng#1543); exiting "
+	    "with status %d",
+	    EXIT_GRACE_S, code);
+	fflush(NULL);
+	_exit(code);
+}
+
+// arm_exit_watchdog starts exit_watchdog for a run that ended with rv
+// (exit status as main.c maps it: 0 done, 1 failed). Best effort: without
+// a thread, the teardown simply runs unguarded.
+static void
+arm_exit_watchdog(int rv)
+{
+	static int code;
+	pthread_t  th;
+	code = rv == FB_OK ? 0 : 1;
+	fflush(NULL);
+	if (pthread_create(&th, NULL, exit_watchdog, &code) == 0) {
+		pthread_detach(th);
+	}
 }
 
 // close_run releases everything open_* made; safe on a partial set-up.
@@ -792,8 +839,13 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 		// The first version is here: the job runs (/readyz turns
 		// ready).
 		tr__metrics_phase(&r.met, TR_PHASE_RUNNING, r.fc);
-		if ((rv = train(&r)) == FB_OK) {
+		int trained = (rv = train(&r)) == FB_OK;
+		if (trained) {
 			rv = finish(&r);
+		}
+		arm_exit_watchdog(rv);
+		if (trained) {
+			leave_job(&r);
 		}
 	}
 	close_run(&r);
