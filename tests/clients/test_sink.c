@@ -153,6 +153,12 @@ out:
 		snprintf(a->err, sizeof(a->err), "%s",
 		    ferry_client_last_error(c));
 	}
+	if (c != NULL && a->rv != 0) {
+		// Stopping early: leave, as ferry_client_close's comment
+		// asks, so that the other rank does not wait for this one's
+		// pushes until its deadline.
+		(void) ferry_client_leave(c);
+	}
 	ferry_client_close(c);
 	return NULL;
 }
