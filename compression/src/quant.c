@@ -371,7 +371,17 @@ q_encode_groups(unsigned b, uint32_t bucket, int stochastic, uint64_t *rng,
 			}
 			x = buf;
 		}
-		for (size_t j = j0; j < j1; j++) {
+		// jf: the first bucket the generic passes below encode.
+		size_t jf      = j0;
+		size_t (*fused)(const float *, size_t, uint8_t *,
+		    uint8_t *) = b == 4 ? k->q4_enc_b128
+		    : b == 2            ? k->q2_enc_b128
+		                        : NULL;
+		if (bucket == 128 && !stochastic && fused != NULL) {
+			size_t full = (j1 * bucket <= n ? j1 : j1 - 1) - j0;
+			jf += fused(x, full, out + 4 * j0, codes + g0 * b / 8);
+		}
+		for (size_t j = jf; j < j1; j++) {
 			size_t   i0   = j * bucket;
 			size_t   m    = n - i0 < bucket ? n - i0 : bucket;
 			uint32_t bits = k->absmax_bits(x + (i0 - g0), m);
@@ -381,9 +391,9 @@ q_encode_groups(unsigned b, uint32_t bucket, int stochastic, uint64_t *rng,
 			fb_put_f32le(out + 4 * j, sv[j - j0]);
 		}
 		// the divisions in a loop of their own, which vectorises
-		for (size_t t = 0; t < j1 - j0; t++)
+		for (size_t t = jf - j0; t < j1 - j0; t++)
 			inv[t] = sv[t] > 0.0f ? L / sv[t] : 0.0f;
-		for (size_t j = j0; j < j1; j++) {
+		for (size_t j = jf; j < j1; j++) {
 			size_t       i0 = j * bucket;
 			size_t       m  = n - i0 < bucket ? n - i0 : bucket;
 			float        s  = fb_get_f32le(out + 4 * j);

@@ -11,6 +11,7 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
+#include <math.h>
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
@@ -103,6 +104,117 @@ q4_enc_512(const float *x, size_t m, float inv, uint8_t *codes)
 			_mm_mask_storeu_epi8(codes + i / 2, kb, p);
 		}
 	}
+}
+
+// pack4x128 turns the 128 int32 codes of q[0..8) (values 16r..16r+15 in
+// q[r]) into q4_enc's 64 bytes. Saturating packs narrow in-lane (one uop
+// each, where pack4's cross-lane narrowing costs two per 16 values); one
+// dword and one qword permute then undo the packs' lane interleave.
+AVX512 static inline __m512i
+pack4x128(const __m512i q[8])
+{
+	// packs_epi16(packs_epi32(a, b), packs_epi32(c, d)) holds in dword
+	// 4L+P the values 4L..4L+3 of the P-th input; put it at 4P+L.
+	const __m512i tr = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6,
+	    10, 14, 3, 7, 11, 15);
+	const __m512i lo = _mm512_set1_epi16(0x000f);
+	const __m512i hi = _mm512_set1_epi16(0x00f0);
+	__m512i       u[2];
+	for (int h = 0; h < 2; h++) {
+		__m512i b = _mm512_packs_epi16(
+		    _mm512_packs_epi32(q[4 * h], q[4 * h + 1]),
+		    _mm512_packs_epi32(q[4 * h + 2], q[4 * h + 3]));
+		b = _mm512_permutexvar_epi32(tr, b); // values 64h.. in order
+		// word = byte 2j | byte 2j+1 << 8 -> low nibbles side by side
+		u[h] = _mm512_or_si512(_mm512_and_si512(b, lo),
+		    _mm512_and_si512(_mm512_srli_epi16(b, 4), hi));
+	}
+	// packus: qword 2L+p = output bytes 8(4p+L)..; back in order.
+	return _mm512_permutexvar_epi64(
+	    _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7),
+	    _mm512_packus_epi16(u[0], u[1]));
+}
+
+// pack2x128 is pack4x128 for q2_enc: the 128 codes into 32 bytes, four
+// codes a byte.
+AVX512 static inline __m256i
+pack2x128(const __m512i q[8])
+{
+	const __m512i tr = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6,
+	    10, 14, 3, 7, 11, 15);
+	const __m512i m2 = _mm512_set1_epi32(0x03030303);
+	__m128i       o[2];
+	for (int h = 0; h < 2; h++) {
+		__m512i b = _mm512_packs_epi16(
+		    _mm512_packs_epi32(q[4 * h], q[4 * h + 1]),
+		    _mm512_packs_epi32(q[4 * h + 2], q[4 * h + 3]));
+		b = _mm512_and_si512(_mm512_permutexvar_epi32(tr, b), m2);
+		// dword = codes 4j..4j+3 in its bytes -> bits 0-7 of byte 0
+		b    = _mm512_or_si512(b, _mm512_srli_epi32(b, 6));
+		b    = _mm512_or_si512(b, _mm512_srli_epi32(b, 12));
+		o[h] = _mm512_cvtepi32_epi8(b);
+	}
+	return _mm256_set_m128i(o[1], o[0]);
+}
+
+// load128 loads the 128 values of a bucket into v and returns the largest
+// bit pattern of their |x| (as absmax_bits does).
+AVX512 static inline uint32_t
+load128(const float *p, __m512 v[8])
+{
+	const __m512i abs = _mm512_set1_epi32(0x7fffffff);
+	__m512i       mx  = _mm512_setzero_si512();
+	for (int r = 0; r < 8; r++) {
+		v[r] = _mm512_loadu_ps(p + 16 * r);
+		mx   = _mm512_max_epu32(mx,
+		      _mm512_and_si512(_mm512_castps_si512(v[r]), abs));
+	}
+	return _mm512_reduce_max_epu32(mx);
+}
+
+// q_enc_b128_512 is comp__kern.q4_enc_b128 (b = 4) and q2_enc_b128 (b =
+// 2): the eight registers that give a bucket's absmax are quantized
+// straight away, one load per value.
+AVX512 static inline size_t
+q_enc_b128_512(unsigned b, const float *x, size_t nbk, uint8_t *scales,
+    uint8_t *codes)
+{
+	const float  lv = b == 4 ? 7.0f : 1.0f;
+	const __m512 L = _mm512_set1_ps(lv), nL = _mm512_set1_ps(-lv);
+	for (size_t j = 0; j < nbk; j++) {
+		__m512   v[8];
+		__m512i  q[8];
+		uint32_t bits = load128(x + 128 * j, v);
+		if (bits >= COMP__INF_BITS)
+			return j;
+		float s   = comp__u2f(bits);
+		float inv = s > 0.0f ? lv / s : 0.0f;
+		if (isinf(inv))
+			return j;
+		fb_put_f32le(scales + 4 * j, s);
+		__m512 vi = _mm512_set1_ps(inv);
+		for (int r = 0; r < 8; r++)
+			q[r] = quant16(v[r], vi, L, nL);
+		if (b == 4)
+			_mm512_storeu_si512((void *) (codes + 64 * j),
+			    pack4x128(q));
+		else
+			_mm256_storeu_si256((__m256i *) (codes + 32 * j),
+			    pack2x128(q));
+	}
+	return nbk;
+}
+
+AVX512 static size_t
+q4_enc_b128_512(const float *x, size_t nbk, uint8_t *scales, uint8_t *codes)
+{
+	return q_enc_b128_512(4, x, nbk, scales, codes);
+}
+
+AVX512 static size_t
+q2_enc_b128_512(const float *x, size_t nbk, uint8_t *scales, uint8_t *codes)
+{
+	return q_enc_b128_512(2, x, nbk, scales, codes);
 }
 
 AVX512 static inline __m512
@@ -483,6 +595,8 @@ static const struct comp__kern kern_avx512 = {
 	.collect_ge  = collect_ge_512,
 	.count_ge    = count_ge_512,
 	.seed_sums   = seed_sums_512,
+	.q4_enc_b128 = q4_enc_b128_512,
+	.q2_enc_b128 = q2_enc_b128_512,
 };
 
 const struct comp__kern *

@@ -205,6 +205,54 @@ START_TEST(test_quant_avx512_public)
 }
 END_TEST
 
+// q4 and q2 at bucket 128 run the fused one-pass kernels (q4_enc_b128,
+// q2_enc_b128): a bucket
+// of subnormals (7 / s overflows: the slow path) and an all-zero bucket in
+// the middle of a group encode as the portable code does, and an Inf in a
+// later bucket is refused the same way, whichever bucket of the group it
+// is in.
+START_TEST(test_quant_avx512_q4_b128_edges)
+{
+	enum { N = 128 * 70 + 5 };
+	static float      x[N];
+	static uint8_t    ea[N], eb[N];
+	struct comp_codec c;
+	size_t            la, lb;
+	if (comp__kern_avx512() == NULL) {
+		fprintf(stderr, "avx512 kernels: no AVX-512 here, skipped\n");
+		return;
+	}
+	for (int b = 0; b < 2; b++) {
+		PT_OK(comp_codec_parse(b ? "q2" : "q4", 128, &c));
+		tr_fill(x, N, 1.0, 17);
+		for (size_t i = 0; i < 128; i++) {
+			x[128 * 3 + i] = (i % 3 ? 1 : -1) * 1e-41f * (float) i;
+			x[128 * 5 + i] = 0.0f;
+		}
+		comp_simd_set(1);
+		PT_OK(comp_encode(&c, x, N, NULL, ea, sizeof ea, &la));
+		comp_simd_set(0);
+		PT_OK(comp_encode(&c, x, N, NULL, eb, sizeof eb, &lb));
+		comp_simd_set(1);
+		ck_assert_uint_eq(la, lb);
+		ck_assert_mem_eq(ea, eb, la);
+		for (size_t at = 1; at < N; at += 128 * 9 + 7) {
+			float keep = x[at];
+			x[at]      = INFINITY;
+			ck_assert_int_eq(
+			    comp_encode(&c, x, N, NULL, ea, sizeof ea, &la),
+			    FB_EINVAL);
+			comp_simd_set(0);
+			ck_assert_int_eq(
+			    comp_encode(&c, x, N, NULL, eb, sizeof eb, &lb),
+			    FB_EINVAL);
+			comp_simd_set(1);
+			x[at] = keep;
+		}
+	}
+}
+END_TEST
+
 Suite *
 suite_quant_avx512(void)
 {
@@ -213,6 +261,7 @@ suite_quant_avx512(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_quant_avx512_kernels);
 	tcase_add_test(tc, test_quant_avx512_public);
+	tcase_add_test(tc, test_quant_avx512_q4_b128_edges);
 	tcase_add_test(tc, test_quant_avx512_select_kernels);
 	suite_add_tcase(s, tc);
 	return s;
