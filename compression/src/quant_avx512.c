@@ -106,25 +106,32 @@ q4_enc_512(const float *x, size_t m, float inv, uint8_t *codes)
 	}
 }
 
+// bytes64 narrows q[0..4) (64 int32 codes in [-7, 7], values 16r..16r+15
+// in q[r]) to 64 int8 codes in value order. Saturating packs narrow in-lane
+// (one uop each, where pack4's cross-lane narrowing costs two per 16
+// values); packs_epi16(packs_epi32(a, b), packs_epi32(c, d)) holds in
+// dword 4L+P the values 4L..4L+3 of the P-th input, which one dword
+// permute puts at 4P+L.
+AVX512 static inline __m512i
+bytes64(const __m512i q[4])
+{
+	const __m512i tr = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6,
+	    10, 14, 3, 7, 11, 15);
+	return _mm512_permutexvar_epi32(tr,
+	    _mm512_packs_epi16(_mm512_packs_epi32(q[0], q[1]),
+	        _mm512_packs_epi32(q[2], q[3])));
+}
+
 // pack4x128 turns the 128 int32 codes of q[0..8) (values 16r..16r+15 in
-// q[r]) into q4_enc's 64 bytes. Saturating packs narrow in-lane (one uop
-// each, where pack4's cross-lane narrowing costs two per 16 values); one
-// dword and one qword permute then undo the packs' lane interleave.
+// q[r]) into q4_enc's 64 bytes.
 AVX512 static inline __m512i
 pack4x128(const __m512i q[8])
 {
-	// packs_epi16(packs_epi32(a, b), packs_epi32(c, d)) holds in dword
-	// 4L+P the values 4L..4L+3 of the P-th input; put it at 4P+L.
-	const __m512i tr = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6,
-	    10, 14, 3, 7, 11, 15);
 	const __m512i lo = _mm512_set1_epi16(0x000f);
 	const __m512i hi = _mm512_set1_epi16(0x00f0);
 	__m512i       u[2];
 	for (int h = 0; h < 2; h++) {
-		__m512i b = _mm512_packs_epi16(
-		    _mm512_packs_epi32(q[4 * h], q[4 * h + 1]),
-		    _mm512_packs_epi32(q[4 * h + 2], q[4 * h + 3]));
-		b = _mm512_permutexvar_epi32(tr, b); // values 64h.. in order
+		__m512i b = bytes64(q + 4 * h); // values 64h.. in order
 		// word = byte 2j | byte 2j+1 << 8 -> low nibbles side by side
 		u[h] = _mm512_or_si512(_mm512_and_si512(b, lo),
 		    _mm512_and_si512(_mm512_srli_epi16(b, 4), hi));
@@ -140,15 +147,10 @@ pack4x128(const __m512i q[8])
 AVX512 static inline __m256i
 pack2x128(const __m512i q[8])
 {
-	const __m512i tr = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6,
-	    10, 14, 3, 7, 11, 15);
 	const __m512i m2 = _mm512_set1_epi32(0x03030303);
 	__m128i       o[2];
 	for (int h = 0; h < 2; h++) {
-		__m512i b = _mm512_packs_epi16(
-		    _mm512_packs_epi32(q[4 * h], q[4 * h + 1]),
-		    _mm512_packs_epi32(q[4 * h + 2], q[4 * h + 3]));
-		b = _mm512_and_si512(_mm512_permutexvar_epi32(tr, b), m2);
+		__m512i b = _mm512_and_si512(bytes64(q + 4 * h), m2);
 		// dword = codes 4j..4j+3 in its bytes -> bits 0-7 of byte 0
 		b    = _mm512_or_si512(b, _mm512_srli_epi32(b, 6));
 		b    = _mm512_or_si512(b, _mm512_srli_epi32(b, 12));
