@@ -32,10 +32,12 @@
 struct tls_job {
 	char                 dir[64], other[64]; // the job's CA; another CA
 	int                  tls;
-	const char          *key;      // --secret-file too (NULL: off)
-	const char          *sched_as; // the scheduler's certificate
-	                               // (NULL: "scheduler")
-	const char          *snap_dir; // the servers' --snapshot-dir (NULL)
+	const char          *key;       // --secret-file too (NULL: off)
+	const char          *sched_as;  // the scheduler's certificate
+	                                // (NULL: "scheduler")
+	const char          *snap_dir;  // the servers' --snapshot-dir (NULL)
+	const char          *server_as; // every server's certificate (NULL:
+	                                // server i's own, "server-i")
 	struct ps_scheduler *sched;
 	struct ps_server    *srv[SERVERS];
 };
@@ -113,21 +115,15 @@ job_open(struct tls_job *j)
 		o.secret_file   = j->key;
 		o.snapshot_dir  = j->snap_dir;
 		if (j->tls) {
-			// With a secret, the certificate must agree with the
-			// index the scheduler assigns: the unindexed
-			// "ferry-server" one does, in any order. Without one
-			// the indexed certificate claims its slot: a server
-			// that registers before the slot below it is filled is
-			// refused and retries.
-			snprintf(name, sizeof(name), "%s.pem",
-			    j->key  ? "server"
-			        : i ? "server-1"
-			            : "server-0");
+			// An indexed certificate claims its slot: a server
+			// that registers before the slots below it are taken
+			// is refused and retries. "ferry-server" takes any.
+			char base[24];
+			snprintf(base, sizeof(base), "server-%d", i);
+			const char *as = j->server_as ? j->server_as : base;
+			snprintf(name, sizeof(name), "%.24s.pem", as);
 			o.tls_cert = path_in(cert, sizeof(cert), j->dir, name);
-			snprintf(name, sizeof(name), "%s.key",
-			    j->key  ? "server"
-			        : i ? "server-1"
-			            : "server-0");
+			snprintf(name, sizeof(name), "%.24s.key", as);
 			o.tls_key = path_in(key, sizeof(key), j->dir, name);
 			o.tls_ca  = path_in(ca, sizeof(ca), j->dir, "ca.pem");
 		}
@@ -817,8 +813,9 @@ START_TEST(test_tls_identity_from_certificate)
 	ck_assert_int_ge(fd = mkstemp(kf), 0);
 	ck_assert_int_eq(write(fd, "a per-job key of 16+ bytes", 26), 26);
 	close(fd);
-	j.tls = 1;
-	j.key = kf;
+	j.tls       = 1;
+	j.key       = kf;
+	j.server_as = "server"; // (test_tls_job_snapshot: indexed ones)
 	job_open(&j);
 	wait_servers(&j, 2);
 	// trainer-0's certificate signing as trainer-1, for rank 1.

@@ -13,8 +13,10 @@
 // every member holds the same key, so a member could sign as another;
 // here the two must agree (ps__call_cert_check): the trailer's role must
 // be the certificate's, and a trainer's rank, or a server's index when
-// the certificate names one, must be the certificate's. A request whose
-// trailer claims anyone else is refused before any handler reads it.
+// the certificate names one, must be the certificate's (a server not yet
+// registered, signing without an index, takes the certificate's). A
+// request whose trailer claims anyone else is refused before any handler
+// reads it.
 // A certificate whose CN names no member (one shared by every pod, e.g.
 // "ferry-member") proves membership only: without a secret the request
 // has no identity and the role checks pass, as without TLS; with one its
@@ -28,7 +30,7 @@
 #include "rpc.h"
 
 int
-ps__call_cert_check(const struct ps_call *c, const char **why)
+ps__call_cert_check(struct ps_call *c, const char **why)
 {
 	static _Thread_local char msg[192];
 	struct psw_ident          cert;
@@ -48,6 +50,11 @@ ps__call_cert_check(const struct ps_call *c, const char **why)
 		    psw_ident_format(c->peer, claim, sizeof(claim)), cn);
 		*why = msg;
 		return FB_EAUTH;
+	}
+	if (cert.role == PSW_ROLE_SERVER && c->peer.id == PSW_ID_UNASSIGNED) {
+		// A server not yet registered signs without an index: its
+		// certificate's, if it names one, is the slot it may take.
+		c->peer.id = cert.id;
 	}
 	return FB_OK;
 }

@@ -96,9 +96,10 @@ int ps__open_tls(const char *cert, const char *key, const char *ca,
 
 // ps__call_cert_check checks, in a job with both TLS and a secret, that
 // the identity c's request was signed as (c->peer) is the one the
-// certificate of c's connection names (identity.c). Errors: FB_EAUTH with
-// *why set (static per thread, valid until the next call).
-int ps__call_cert_check(const struct ps_call *c, const char **why);
+// certificate of c's connection names (identity.c); a server signed
+// without an index gets the certificate's in c->peer. Errors: FB_EAUTH
+// with *why set (static per thread, valid until the next call).
+int ps__call_cert_check(struct ps_call *c, const char **why);
 
 // ps__call_cert_ident sets c->peer, in a job with TLS and no secret, to
 // the member the certificate of c's connection names (identity.c);
