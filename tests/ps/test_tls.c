@@ -21,10 +21,10 @@
 #include "ferry/ferry.h"
 #include "obs/obs.h"
 #include "ps/ps.h"
+#include "harness.h"
 #include "ps_tests.h"
 #include "psw/psw.h"
 #include "pt.h"
-#include "scrape.h"
 
 #define STEPS 3
 #define SERVERS 2
@@ -140,92 +140,19 @@ job_close(struct tls_job *j)
 	ps_scheduler_close(j->sched);
 }
 
-struct trainer {
-	const char *url, *dir; // dir: certificates (NULL: plain)
-	const char *key;       // --secret-file (NULL: off)
-	int         rank, rv;
-	float       w[NT][40];
-	char        err[256];
-};
-
-// train declares, (rank 0) offers the weights i, and runs STEPS sync
-// push-pulls with grad_for's gradients, keeping the weights it ends with.
-static void *
-train(void *arg)
-{
-	struct trainer          *a     = arg;
-	struct ferry_opts        o     = FERRY_OPTS_INIT;
-	struct ferry_tensor_desc d[NT] = { { "a", 40 }, { "b", 7 },
-		{ "c", 1 } };
-	ferry_client            *c     = NULL;
-	float                    g[NT][40];
-	float                   *wp[NT], *gp[NT];
-	char                     cert[160], key[160], ca[160], name[32];
-
-	o.scheduler_url = a->url;
-	o.rank          = a->rank;
-	o.lr            = 0.5;
-	o.timeout_ms    = 20000;
-	if (a->dir != NULL) {
-		snprintf(name, sizeof(name), "trainer-%d.pem", a->rank);
-		o.tls_cert = path_in(cert, sizeof(cert), a->dir, name);
-		snprintf(name, sizeof(name), "trainer-%d.key", a->rank);
-		o.tls_key = path_in(key, sizeof(key), a->dir, name);
-		o.tls_ca  = path_in(ca, sizeof(ca), a->dir, "ca.pem");
-	}
-	for (int t = 0; t < NT; t++) {
-		wp[t] = a->w[t];
-		gp[t] = g[t];
-		for (size_t i = 0; i < lens[t]; i++) {
-			a->w[t][i] = (float) i;
-		}
-	}
-	if ((a->rv = ferry_client_open(&o, &c)) != 0 ||
-	    (a->key != NULL &&
-	        (a->rv = ferry_client_set_secret_file(c, a->key)) != 0) ||
-	    (a->rv = ferry_client_declare(c, d, NT)) != 0 ||
-	    (a->rank == 0 &&
-	        (a->rv = ferry_client_init_weights(c,
-	             (const float *const *) wp)) != 0) ||
-	    (a->rv = ferry_client_pull(c, wp)) != 0) {
-		goto out;
-	}
-	for (int k = 0; k < STEPS && a->rv == 0; k++) {
-		for (int t = 0; t < NT; t++) {
-			for (size_t i = 0; i < lens[t]; i++) {
-				g[t][i] = grad_for(a->rank, k, t, i);
-			}
-		}
-		a->rv = ferry_client_push_pull(c, (const float *const *) gp,
-		    10, wp);
-	}
-out:
-	snprintf(a->err, sizeof(a->err), "%s",
-	    c ? ferry_client_last_error(c) : "open failed");
-	ferry_client_close(c);
-	return NULL;
-}
-
-// train_all trains ranks 0 and 1 on j's open job (TLS per j->tls) to
-// the end, each with its own certificate; both must succeed.
+// train_all trains ranks 0 and 1 on j's open job (TLS per j->tls, with
+// j->key) to the end, each with its own certificate; both must succeed.
 static void
-train_all(struct tls_job *j, struct trainer a[2])
+train_all(struct tls_job *j, struct pt_rank a[2])
 {
-	pthread_t th[2];
-
+	memset(a, 0, 2 * sizeof(*a));
 	for (int r = 0; r < 2; r++) {
-		memset(&a[r], 0, sizeof(a[r]));
-		a[r].url  = ps_scheduler_url(j->sched);
-		a[r].dir  = j->tls ? j->dir : NULL;
-		a[r].key  = j->key;
-		a[r].rank = r;
-		pthread_create(&th[r], NULL, train, &a[r]);
+		a[r].url     = ps_scheduler_url(j->sched);
+		a[r].steps   = STEPS;
+		a[r].tls_dir = j->tls ? j->dir : NULL;
+		a[r].key     = j->key;
 	}
-	for (int r = 0; r < 2; r++) {
-		pthread_join(th[r], NULL);
-		ck_assert_msg(a[r].rv == 0, "rank %d (tls %d): %s", r, j->tls,
-		    a[r].err);
-	}
+	pt_ranks_train(a, 2);
 }
 
 // run_job trains 2 ranks on a job (TLS per j->tls) and leaves rank 0's
@@ -233,7 +160,7 @@ train_all(struct tls_job *j, struct trainer a[2])
 static void
 run_job(struct tls_job *j, float w0[NT][40])
 {
-	struct trainer a[2];
+	struct pt_rank a[2];
 
 	job_open(j);
 	train_all(j, a);
@@ -404,61 +331,14 @@ END_TEST
 // tls_call sends header h (and len bytes of payload) for method to url
 // over TLS with the job's CA's certificate <cert_name>.pem, signed as who
 // with j->key when the job has one (else unsigned: TLS alone), and
-// returns the reply's status (-1: none in 5 s). With rep, the reply's
-// Header is left there (free with pswire__header__free_unpacked).
+// returns the reply's status (pt_rpc).
 static int
 tls_call(struct tls_job *j, const char *cert_name, const char *url,
     struct psw_ident who, uint8_t method, Pswire__Header *h,
     const void *payload, size_t len, Pswire__Header **rep)
 {
-	nng_socket       s;
-	struct psw_tls  *t = NULL;
-	struct psw_auth *a = NULL;
-	nng_msg         *m;
-	uint8_t         *p;
-	struct psw_frame f;
-	const char      *why;
-	char             cert[160], key[160], ca[160], name[48], err[300];
-	int              status = -1;
-	size_t           hl     = pswire__header__get_packed_size(h);
-
-	if (j->key != NULL) {
-		PT_OK(psw_auth_open(j->key, who.role, who.id, &a, err,
-		    sizeof(err)));
-	}
-	snprintf(name, sizeof(name), "%s.pem", cert_name);
-	path_in(cert, sizeof(cert), j->dir, name);
-	snprintf(name, sizeof(name), "%s.key", cert_name);
-	path_in(key, sizeof(key), j->dir, name);
-	PT_OK(psw_tls_open(cert, key,
-	    path_in(ca, sizeof(ca), j->dir, "ca.pem"), &t, err, sizeof(err)));
-	ck_assert_int_eq(nng_req0_open(&s), 0);
-	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 5000);
-	PT_OK(psw_tls_dial(t, s, url));
-	PT_OK(psw_msg_begin(&m, hl, len, &p));
-	if (len > 0) {
-		memcpy(p, payload, len);
-	}
-	PT_OK(psw_msg_finish(m, method, 0, &h->base, hl, len));
-	PT_OK(psw_auth_sign(a, m, 1, 0, NULL));
-	ck_assert_int_eq(nng_sendmsg(s, m, 0), 0);
-	if (nng_recvmsg(s, &m, 0) == 0) {
-		PT_OK(psw_msg_parse(m, &f, &why));
-		Pswire__Header *rh = pswire__header__unpack(NULL, f.hdr_len,
-		    f.hdr);
-		ck_assert_ptr_nonnull(rh);
-		status = (int) rh->status;
-		if (rep != NULL) {
-			*rep = rh;
-		} else {
-			pswire__header__free_unpacked(rh, NULL);
-		}
-		nng_msg_free(m);
-	}
-	nng_close(s);
-	psw_tls_close(t);
-	psw_auth_close(a);
-	return status;
+	struct pt_peer as = { j->key, who, j->dir, cert_name };
+	return pt_rpc(&as, url, method, h, payload, len, rep);
 }
 
 // signed_register sends a Register of role (trainer: for rank; server:
@@ -491,6 +371,17 @@ signed_register(struct tls_job *j, const char *cert_name, struct psw_ident who,
 	    PSWIRE__METHOD__REGISTER, &h, NULL, 0, NULL);
 }
 
+// write_key writes a job key into a fresh temporary file named into kf.
+static void
+write_key(char kf[64])
+{
+	int fd;
+	snprintf(kf, 64, "/tmp/ferry-tls-key-XXXXXX");
+	ck_assert_int_ge(fd = mkstemp(kf), 0);
+	ck_assert_int_eq(write(fd, "a per-job key of 16+ bytes", 26), 26);
+	close(fd);
+}
+
 // wait_servers waits up to 10 s for the scheduler to count n servers.
 static void
 wait_servers(struct tls_job *j, int n)
@@ -506,18 +397,6 @@ wait_servers(struct tls_job *j, int n)
 		nng_msleep(50);
 	}
 	ck_assert_msg(0, "want %s: %s", want, stats);
-}
-
-// metric reads the unlabelled sample name from registry r.
-static double
-metric(struct obs_registry *r, const char *name)
-{
-	struct obs_writer w = OBS_WRITER_INIT;
-	double            v = -1;
-	PT_OK(obs_registry_write(r, &w));
-	ck_assert_int_eq(pt_prom_value(w.buf, name, NULL, &v), 0);
-	obs_writer_fini(&w);
-	return v;
 }
 
 // leave_as sends a Leave of member (role, id) to the scheduler over TLS
@@ -584,7 +463,7 @@ push_as(struct tls_job *j, int i, const char *cert_name, uint32_t rank,
 START_TEST(test_tls_alone_roles_from_certificate)
 {
 	struct tls_job   j = { 0 };
-	struct trainer   a[2];
+	struct pt_rank   a[2];
 	struct psw_ident nobody = { PSW_ROLE_NONE, 0 };
 	char             stats[4096];
 
@@ -597,7 +476,7 @@ START_TEST(test_tls_alone_roles_from_certificate)
 	train_all(&j, a);
 	uint64_t             epoch  = map_epoch(&j);
 	struct obs_registry *reg    = ps_scheduler_metrics(j.sched);
-	double               denied = metric(reg, "ferry_rpc_denied_total");
+	double               denied = pt_metric(reg, "ferry_rpc_denied_total");
 
 	// The scheduler's rpcs, each for another member.
 	ck_assert_int_eq(signed_register(&j, "trainer-1", nobody,
@@ -637,7 +516,8 @@ START_TEST(test_tls_alone_roles_from_certificate)
 		                     NULL),
 		    PSWIRE__STATUS__PERMISSION_DENIED);
 	}
-	ck_assert_double_eq(metric(reg, "ferry_rpc_denied_total"), denied + 7);
+	ck_assert_double_eq(pt_metric(reg, "ferry_rpc_denied_total"),
+	    denied + 7);
 	ps_scheduler_stats(j.sched, stats, sizeof(stats));
 	ck_assert_msg(strstr(stats, "servers:2/2") != NULL, "%s", stats);
 
@@ -646,7 +526,7 @@ START_TEST(test_tls_alone_roles_from_certificate)
 	// and a Transfer of shard 0 from a trainer.
 	for (int i = 0; i < SERVERS; i++) {
 		struct obs_registry *sr = ps_server_metrics(j.srv[i]);
-		double               d0 = metric(sr, "ferry_rpc_denied_total");
+		double d0 = pt_metric(sr, "ferry_rpc_denied_total");
 		ck_assert_int_eq(push_as(&j, i, "trainer-1", 0, epoch),
 		    PSWIRE__STATUS__PERMISSION_DENIED);
 		ck_assert_int_ne(push_as(&j, i, "trainer-1", 1, epoch),
@@ -670,44 +550,21 @@ START_TEST(test_tls_alone_roles_from_certificate)
 		    tls_call(&j, "trainer-0", ps_server_url(j.srv[i]), nobody,
 		        PSWIRE__METHOD__TRANSFER, &h, x, sizeof(x), NULL),
 		    PSWIRE__STATUS__PERMISSION_DENIED);
-		ck_assert_double_eq(metric(sr, "ferry_rpc_denied_total"),
+		ck_assert_double_eq(pt_metric(sr, "ferry_rpc_denied_total"),
 		    d0 + 2);
 	}
 	ck_assert_uint_eq(map_epoch(&j), epoch);
 
 	// Rank 0 comes back with its own certificate and pulls exactly the
 	// weights the job trained to: nothing above changed them.
-	{
-		struct ferry_opts        o     = FERRY_OPTS_INIT;
-		struct ferry_tensor_desc d[NT] = { { "a", 40 }, { "b", 7 },
-			{ "c", 1 } };
-		ferry_client            *c;
-		float                    w[NT][40], *wp[NT];
-		char                     cert[160], key[160], ca[160];
-		o.scheduler_url = ps_scheduler_url(j.sched);
-		o.rank          = 0;
-		o.lr            = 0.5;
-		o.timeout_ms    = 20000;
-		o.tls_cert      = path_in(cert, sizeof(cert), j.dir,
-		         "trainer-0.pem");
-		o.tls_key = path_in(key, sizeof(key), j.dir, "trainer-0.key");
-		o.tls_ca  = path_in(ca, sizeof(ca), j.dir, "ca.pem");
-		for (int t = 0; t < NT; t++) {
-			wp[t] = w[t];
-		}
-		ck_assert_int_eq(ferry_client_open(&o, &c), 0);
-		int rv = ferry_client_declare(c, d, NT);
-		if (rv == 0) {
-			rv = ferry_client_pull(c, wp);
-		}
-		ck_assert_msg(rv == 0, "rejoin: %s",
-		    ferry_client_last_error(c));
-		for (int t = 0; t < NT; t++) {
-			ck_assert_msg(memcmp(w[t], a[0].w[t],
-			                  lens[t] * sizeof(float)) == 0,
-			    "tensor %d changed", t);
-		}
-		ferry_client_close(c);
+	struct pt_rank back = { .url = ps_scheduler_url(j.sched),
+		.tls_dir             = j.dir,
+		.rejoin              = 1 };
+	pt_ranks_train(&back, 1);
+	for (int t = 0; t < NT; t++) {
+		ck_assert_msg(
+		    memcmp(back.w[t], a[0].w[t], lens[t] * sizeof(float)) == 0,
+		    "tensor %d changed", t);
 	}
 	job_close(&j);
 	rm_dir(j.dir);
@@ -722,13 +579,12 @@ START_TEST(test_tls_job_snapshot)
 {
 	for (int with_key = 0; with_key < 2; with_key++) {
 		struct tls_job              j = { 0 };
-		struct trainer              a[2];
+		struct pt_rank              a[2];
 		struct ps_job_snapshot      js;
 		struct ps_job_snapshot_auth au = { 0 };
 		char kf[64]                    = "/tmp/ferry-tls-key-XXXXXX";
 		char snap[64]                  = "/tmp/ferry-tls-snap-XXXXXX";
 		char cert[160], key[160], ca[160], err[512];
-		int  fd;
 
 		if (!make_certs(j.dir, sizeof(j.dir),
 		        MEMBERS " server operator")) {
@@ -736,10 +592,7 @@ START_TEST(test_tls_job_snapshot)
 			return;
 		}
 		if (with_key) {
-			ck_assert_int_ge(fd = mkstemp(kf), 0);
-			ck_assert_int_eq(
-			    write(fd, "a per-job key of 16+ bytes", 26), 26);
-			close(fd);
+			write_key(kf);
 			j.key          = kf;
 			au.secret_file = kf;
 		}
@@ -804,15 +657,12 @@ START_TEST(test_tls_identity_from_certificate)
 	struct psw_ident t0     = { PSW_ROLE_TRAINER, 0 };
 	struct psw_ident t1     = { PSW_ROLE_TRAINER, 1 };
 	struct psw_ident srv    = { PSW_ROLE_SERVER, PSW_ID_UNASSIGNED };
-	int              fd;
 
 	if (!make_certs(j.dir, sizeof(j.dir), MEMBERS " server")) {
 		fprintf(stderr, "test_tls: no openssl, not run\n");
 		return;
 	}
-	ck_assert_int_ge(fd = mkstemp(kf), 0);
-	ck_assert_int_eq(write(fd, "a per-job key of 16+ bytes", 26), 26);
-	close(fd);
+	write_key(kf);
 	j.tls       = 1;
 	j.key       = kf;
 	j.server_as = "server"; // (test_tls_job_snapshot: indexed ones)
@@ -858,17 +708,13 @@ START_TEST(test_tls_maps_only_from_scheduler_certificate)
 		struct ferry_opts        o    = FERRY_OPTS_INIT;
 		struct ferry_tensor_desc d[1] = { { "a", 40 } };
 		ferry_client            *c    = NULL;
-		int                      fd;
 
 		if (!make_certs(j.dir, sizeof(j.dir), MEMBERS " server")) {
 			fprintf(stderr, "test_tls: no openssl, not run\n");
 			return;
 		}
 		if (with_key) {
-			ck_assert_int_ge(fd = mkstemp(kf), 0);
-			ck_assert_int_eq(
-			    write(fd, "a per-job key of 16+ bytes", 26), 26);
-			close(fd);
+			write_key(kf);
 			j.key = kf;
 		}
 		j.tls      = 1;
