@@ -121,9 +121,9 @@ pt_rpc(const struct pt_peer *as, const char *url, uint8_t method,
 	const char                 *why;
 	struct psw_auth            *a = NULL;
 	struct psw_tls             *t = NULL;
-	char   cert[160], key[160], ca[160], err[300];
-	int    status = -1;
-	size_t hl     = pswire__header__get_packed_size(h);
+	char                        cert[160], key[160], ca[160], err[300];
+	int                         status = -1;
+	size_t                      hl = pswire__header__get_packed_size(h);
 
 	as = as != NULL ? as : &plain;
 	if (as->key != NULL) {
@@ -135,8 +135,8 @@ pt_rpc(const struct pt_peer *as, const char *url, uint8_t method,
 		    as->cert);
 		snprintf(key, sizeof(key), "%s/%s.key", as->tls_dir, as->cert);
 		snprintf(ca, sizeof(ca), "%s/ca.pem", as->tls_dir);
-		ck_assert_msg(psw_tls_open(cert, key, ca, &t, err,
-		                  sizeof(err)) == FB_OK,
+		ck_assert_msg(
+		    psw_tls_open(cert, key, ca, &t, err, sizeof(err)) == FB_OK,
 		    "%s", err);
 	}
 	ck_assert_int_eq(nng_req0_open(&s), 0);

@@ -26,7 +26,7 @@ struct pt_rank {
 	int         rejoin;  // declare and pull only: no offer, no steps
 	// Called before step k (NULL: none), e.g. to inject a fault.
 	void (*before_step)(struct pt_rank *a, int k);
-	void *ctx; // for before_step
+	void    *ctx; // for before_step
 	// Out: the weights it ends with, libferry's map changes, the first
 	// error and libferry's last error text.
 	float    w[NT][40];
