@@ -164,6 +164,7 @@ cluster_up(struct cluster *c, const char *transport, int servers, int trainers)
 	char a_role[64], a_tr[64], a_sv[64], a_sb[64], a_listen[400],
 	    a_url[400], a_sched[400], urlf[300], logf[300];
 	char a_secret[340], a_cert[340], a_key[340], a_ca[340];
+	char a_scert[340], a_skey[340]; // the scheduler's own certificate
 	memset(c, 0, sizeof(*c));
 	c->n_srv = servers;
 	signing  = strstr(transport, "+signed") != NULL;
@@ -172,7 +173,8 @@ cluster_up(struct cluster *c, const char *transport, int servers, int trainers)
 		char cmd[700];
 		snprintf(tls_dir, sizeof(tls_dir), "%s/tls", tmpdir);
 		snprintf(cmd, sizeof(cmd),
-		    "bash scripts/tls-certs.sh %s server trainer", tls_dir);
+		    "bash scripts/tls-certs.sh %s scheduler server trainer",
+		    tls_dir);
 		if (system(cmd) != 0) {
 			die("cannot make certificates (%s)", cmd);
 		}
@@ -180,6 +182,11 @@ cluster_up(struct cluster *c, const char *transport, int servers, int trainers)
 	snprintf(a_cert, sizeof(a_cert), "--tls-cert=%s/server.pem", tls_dir);
 	snprintf(a_key, sizeof(a_key), "--tls-key=%s/server.key", tls_dir);
 	snprintf(a_ca, sizeof(a_ca), "--tls-ca=%s/ca.pem", tls_dir);
+	// Members accept maps only from ferry-scheduler's certificate.
+	snprintf(a_scert, sizeof(a_scert), "--tls-cert=%s/scheduler.pem",
+	    tls_dir);
+	snprintf(a_skey, sizeof(a_skey), "--tls-key=%s/scheduler.key",
+	    tls_dir);
 	if (signing) {
 		snprintf(secret_path, sizeof(secret_path), "%s/job.key",
 		    tmpdir);
@@ -202,7 +209,7 @@ cluster_up(struct cluster *c, const char *transport, int servers, int trainers)
 	snprintf(a_sv, sizeof(a_sv), "--servers=%d", servers);
 	snprintf(a_sb, sizeof(a_sb), "--shard-bytes=%zu", shard_bytes);
 	char *sargv[] = { (char *) ps_bin, a_role, a_tr, a_sv, a_sb, a_listen,
-		a_url, "--log-level=warn", tls ? a_cert : NULL, a_key, a_ca,
+		a_url, "--log-level=warn", tls ? a_scert : NULL, a_skey, a_ca,
 		NULL };
 	if (signing) {
 		sargv[8] = a_secret;

@@ -86,10 +86,16 @@ psw_reply_open(struct psw_auth *auth, nng_msg *rep, uint8_t method,
 	want = method < PSWIRE__METHOD__PULL ? PSW_ROLE_SCHEDULER
 	                                     : PSW_ROLE_SERVER;
 	arv  = psw_auth_check_reply(auth, f, reply_to, want, why);
-	if (arv == FB_OK && auth != NULL) {
-		// Under TLS too: a member-named certificate must be the
-		// signer's role (maps only from ferry-scheduler's).
+	if (arv == FB_OK) {
+		// Under TLS, with a secret or without: a member-named
+		// certificate must be of the answering role (maps only from
+		// ferry-scheduler's). A Snapshot is answered by a server, or
+		// by the scheduler when an operator asks it for the job's.
 		arv = psw_tls_check_sender(rep, want, why);
+		if (arv != FB_OK && method == PSWIRE__METHOD__SNAPSHOT) {
+			arv = psw_tls_check_sender(rep, PSW_ROLE_SCHEDULER,
+			    why);
+		}
 	}
 	h = pswire__header__unpack(NULL, f->hdr_len, f->hdr);
 	if (arv != FB_OK) {

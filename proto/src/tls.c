@@ -14,6 +14,7 @@
 // (docs/security.md says what that trusts). The records are made by
 // OpenSSL through tls_engine.c, not by nng's built-in mbed TLS.
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -26,6 +27,11 @@
 
 // A PEM certificate chain or key larger than this is not one.
 #define PEM_MAX (1u << 20)
+
+// Set once any psw_tls_open succeeds in this process: before that no
+// connection can be TLS, so psw_tls_check_sender skips the pipe look-up
+// on every reply of a plain job.
+static atomic_int tls_seen;
 
 struct psw_tls {
 	nng_tls_config *dial;   // NNG_TLS_MODE_CLIENT
@@ -154,6 +160,7 @@ psw_tls_open(const char *cert, const char *key, const char *ca,
 	         key, ca, &t->listen, why, n)) != FB_OK) {
 		psw_tls_close(t);
 	} else {
+		atomic_store_explicit(&tls_seen, 1, memory_order_relaxed);
 		*out = t;
 	}
 	if (key_pem != NULL) {
@@ -349,7 +356,8 @@ psw_tls_check_sender(nng_msg *m, int want_role, const char **why)
 	struct psw_ident who;
 	char             cn[PSW_TLS_NAME_MAX];
 
-	if (psw_tls_peer(nng_msg_get_pipe(m), &who, cn, sizeof(cn)) != FB_OK ||
+	if (!atomic_load_explicit(&tls_seen, memory_order_relaxed) ||
+	    psw_tls_peer(nng_msg_get_pipe(m), &who, cn, sizeof(cn)) != FB_OK ||
 	    who.role == want_role) {
 		return FB_OK;
 	}

@@ -104,11 +104,13 @@ snapshot_job(const char *url)
 	}
 	// Waiting for the next version takes one training step; 10 minutes
 	// covers a stalled job's slowest step.
-	const char *key = *cfg_str(FB_OPT_PS_SECRET_FILE)
-	    ? cfg_str(FB_OPT_PS_SECRET_FILE)
-	    : NULL;
-	if ((rv = ps_job_snapshot(url, key, 0, 600000, &r, err,
-	         sizeof(err))) != FB_OK) {
+	struct ps_job_snapshot_auth a = { 0 };
+	a.secret_file                 = *cfg_str(FB_OPT_PS_SECRET_FILE)
+	                    ? cfg_str(FB_OPT_PS_SECRET_FILE)
+	                    : NULL;
+	tls_opts(&a.tls_cert, &a.tls_key, &a.tls_ca);
+	if ((rv = ps_job_snapshot(url, &a, 0, 600000, &r, err, sizeof(err))) !=
+	    FB_OK) {
 		fprintf(stderr, "ps-server: snapshot: %s\n",
 		    *err ? err : fb_strerror(rv));
 		return 1;

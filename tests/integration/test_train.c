@@ -319,11 +319,14 @@ START_TEST(test_train_tls_equals_plain)
 		return;
 	}
 	ck_assert_ptr_nonnull(mkdtemp(dir));
-	snprintf(cmd, sizeof(cmd), "bash %s %s server trainer", TLS_CERTS_SH,
+	// One certificate shared by the scheduler and the servers (a CN
+	// naming no member, as deploy/k8s mounts): it proves membership,
+	// and a scheduler with a server's certificate would be refused.
+	snprintf(cmd, sizeof(cmd), "bash %s %s member trainer", TLS_CERTS_SH,
 	    dir);
 	ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
-	snprintf(sc, sizeof(sc), "--tls-cert=%s/server.pem", dir);
-	snprintf(sk, sizeof(sk), "--tls-key=%s/server.key", dir);
+	snprintf(sc, sizeof(sc), "--tls-cert=%s/member.pem", dir);
+	snprintf(sk, sizeof(sk), "--tls-key=%s/member.key", dir);
 	snprintf(tc, sizeof(tc), "--tls-cert=%s/trainer.pem", dir);
 	snprintf(tk, sizeof(tk), "--tls-key=%s/trainer.key", dir);
 	snprintf(ca, sizeof(ca), "--tls-ca=%s/ca.pem", dir);

@@ -6,7 +6,6 @@
 // that never held the shard) and a replayed request are all refused, the map
 // epoch does not move, the refusals are counted; then a real move lands and a
 // trainer pulls the weights it left.
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,10 +18,10 @@
 #include "ferry/ferry.h"
 #include "obs/obs.h"
 #include "ps/ps.h"
+#include "harness.h"
 #include "ps_tests.h"
 #include "psw/psw.h"
 #include "pt.h"
-#include "scrape.h"
 
 #define KEY "a per-job key of more than 16 bytes"
 #define STEPS 3
@@ -82,104 +81,14 @@ job_close(struct job *j)
 	unlink(j->other_key);
 }
 
-struct trainer {
-	const char *url, *key;
-	int         rank, rv;
-	float       w[NT][40];
-	char        err[256];
-};
-
-// train declares, (rank 0) offers the weights i, and runs STEPS sync
-// push-pulls with grad_for's gradients, keeping the weights it ends with.
-static void *
-train(void *arg)
-{
-	struct trainer          *a     = arg;
-	struct ferry_opts        o     = FERRY_OPTS_INIT;
-	struct ferry_tensor_desc d[NT] = { { "a", 40 }, { "b", 7 },
-		{ "c", 1 } };
-	ferry_client            *c     = NULL;
-	float                    g[NT][40];
-	float                   *wp[NT], *gp[NT];
-
-	o.scheduler_url = a->url;
-	o.rank          = a->rank;
-	o.lr            = 0.5;
-	o.timeout_ms    = 20000;
-	for (int t = 0; t < NT; t++) {
-		wp[t] = a->w[t];
-		gp[t] = g[t];
-		for (size_t i = 0; i < lens[t]; i++) {
-			a->w[t][i] = (float) i;
-		}
-	}
-	if ((a->rv = ferry_client_open(&o, &c)) != 0 ||
-	    (a->rv = ferry_client_set_secret_file(c, a->key)) != 0 ||
-	    (a->rv = ferry_client_declare(c, d, NT)) != 0 ||
-	    (a->rank == 0 &&
-	        (a->rv = ferry_client_init_weights(c,
-	             (const float *const *) wp)) != 0) ||
-	    (a->rv = ferry_client_pull(c, wp)) != 0) {
-		goto out;
-	}
-	for (int k = 0; k < STEPS && a->rv == 0; k++) {
-		for (int t = 0; t < NT; t++) {
-			for (size_t i = 0; i < lens[t]; i++) {
-				g[t][i] = grad_for(a->rank, k, t, i);
-			}
-		}
-		a->rv = ferry_client_push_pull(c, (const float *const *) gp,
-		    10, wp);
-	}
-out:
-	snprintf(a->err, sizeof(a->err), "%s",
-	    c ? ferry_client_last_error(c) : "open failed");
-	ferry_client_close(c);
-	return NULL;
-}
-
 // call sends header h with payload (len bytes) for method to url, signed
 // as who with key_file (NULL: unsigned), and returns the reply's status.
-// The reply of a refusal is not signed in a way the sender can check, so
-// only its status is read here.
 static int
 call(const char *url, const char *key_file, struct psw_ident who,
     uint8_t method, Pswire__Header *h, const void *payload, size_t len)
 {
-	nng_socket       s;
-	nng_msg         *m;
-	uint8_t         *p;
-	struct psw_frame f;
-	const char      *why;
-	struct psw_auth *a = NULL;
-	char             err[256];
-	int              status = -1;
-	size_t           hl     = pswire__header__get_packed_size(h);
-
-	if (key_file != NULL) {
-		PT_OK(psw_auth_open(key_file, who.role, who.id, &a, err,
-		    sizeof(err)));
-	}
-	ck_assert_int_eq(nng_req0_open(&s), 0);
-	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 5000);
-	ck_assert_int_eq(nng_dial(s, url, NULL, 0), 0);
-	PT_OK(psw_msg_begin(&m, hl, len, &p));
-	if (len > 0) {
-		memcpy(p, payload, len);
-	}
-	PT_OK(psw_msg_finish(m, method, 0, &h->base, hl, len));
-	PT_OK(psw_auth_sign(a, m, 1, 0, NULL));
-	ck_assert_int_eq(nng_sendmsg(s, m, 0), 0);
-	ck_assert_int_eq(nng_recvmsg(s, &m, 0), 0);
-	PT_OK(psw_msg_parse(m, &f, &why));
-	Pswire__Header *rh = pswire__header__unpack(NULL, f.hdr_len, f.hdr);
-	ck_assert_ptr_nonnull(rh);
-	status = (int) rh->status;
-	pswire__header__free_unpacked(rh, NULL);
-	nng_msg_free(m);
-	nng_close(s);
-	psw_auth_close(a);
-	return status;
+	struct pt_peer as = { key_file, who, NULL, NULL };
+	return pt_rpc(&as, url, method, h, payload, len, NULL);
 }
 
 // placement fetches the current map from the scheduler, signed as
@@ -217,17 +126,6 @@ placement(struct job *j)
 	nng_close(sock);
 	psw_auth_close(a);
 	return pl;
-}
-
-static double
-metric(struct obs_registry *r, const char *name)
-{
-	struct obs_writer w = OBS_WRITER_INIT;
-	double            v = -1;
-	PT_OK(obs_registry_write(r, &w));
-	ck_assert_int_eq(pt_prom_value(w.buf, name, NULL, &v), 0);
-	obs_writer_fini(&w);
-	return v;
 }
 
 static int
@@ -285,28 +183,22 @@ transfer(const char *url, const char *key, struct psw_ident who, uint32_t id,
 START_TEST(test_auth_forgeries_refused)
 {
 	struct job     j;
-	struct trainer a[2];
-	pthread_t      th[2];
+	struct pt_rank a[2] = { { 0 } };
 
 	job_open(&j);
 	for (int r = 0; r < 2; r++) {
-		memset(&a[r], 0, sizeof(a[r]));
-		a[r].url  = ps_scheduler_url(j.sched);
-		a[r].key  = j.key;
-		a[r].rank = r;
-		pthread_create(&th[r], NULL, train, &a[r]);
+		a[r].url   = ps_scheduler_url(j.sched);
+		a[r].key   = j.key;
+		a[r].steps = STEPS;
 	}
-	for (int r = 0; r < 2; r++) {
-		pthread_join(th[r], NULL);
-		ck_assert_msg(a[r].rv == 0, "rank %d: %s", r, a[r].err);
-	}
+	pt_ranks_train(a, 2);
 	Pswire__Placement   *pl    = placement(&j);
 	uint64_t             epoch = pl->epoch;
 	struct psw_ident     t0    = { PSW_ROLE_TRAINER, 0 };
 	struct psw_ident     s0    = { PSW_ROLE_SERVER, 0 };
 	const char          *sched = ps_scheduler_url(j.sched);
 	struct obs_registry *reg   = ps_scheduler_metrics(j.sched);
-	double unauth0 = metric(reg, "ferry_rpc_unauthenticated_total");
+	double unauth0 = pt_metric(reg, "ferry_rpc_unauthenticated_total");
 
 	// Outsiders: no signature, or another key.
 	ck_assert_int_eq(
@@ -317,7 +209,7 @@ START_TEST(test_auth_forgeries_refused)
 	    PSWIRE__STATUS__UNAUTHENTICATED);
 	ck_assert_int_eq(leave(&j, NULL, t0, PSWIRE__ROLE__ROLE_SERVER, 1),
 	    PSWIRE__STATUS__UNAUTHENTICATED);
-	ck_assert_double_eq(metric(reg, "ferry_rpc_unauthenticated_total"),
+	ck_assert_double_eq(pt_metric(reg, "ferry_rpc_unauthenticated_total"),
 	    unauth0 + 3);
 	// Members acting for others: a late Register of a new server by a
 	// trainer and by server 0, Leaves of another trainer and server.
@@ -333,7 +225,7 @@ START_TEST(test_auth_forgeries_refused)
 	    PSWIRE__STATUS__PERMISSION_DENIED);
 	ck_assert_int_eq(leave(&j, j.key, s0, PSWIRE__ROLE__ROLE_SERVER, 2),
 	    PSWIRE__STATUS__PERMISSION_DENIED);
-	ck_assert_double_ge(metric(reg, "ferry_rpc_denied_total"), 5);
+	ck_assert_double_ge(pt_metric(reg, "ferry_rpc_denied_total"), 5);
 
 	// A push for rank 1 signed by trainer 0, to every server.
 	for (int i = 0; i < 3; i++) {
@@ -474,33 +366,12 @@ START_TEST(test_auth_forgeries_refused)
 	PT_OK(ps_scheduler_replace(j.sched, assign, pl->n_shards));
 	free(assign);
 	pswire__placement__free_unpacked(pl, NULL);
-	{
-		struct ferry_opts        o     = FERRY_OPTS_INIT;
-		struct ferry_tensor_desc d[NT] = { { "a", 40 }, { "b", 7 },
-			{ "c", 1 } };
-		ferry_client            *c;
-		float                    w[NT][40], *wp[NT];
-		o.scheduler_url = sched;
-		o.rank          = 0;
-		o.lr            = 0.5;
-		o.timeout_ms    = 20000;
-		for (int t = 0; t < NT; t++) {
-			wp[t] = w[t];
+	struct pt_rank back = { .url = sched, .key = j.key, .rejoin = 1 };
+	pt_ranks_train(&back, 1);
+	for (int t = 0; t < NT; t++) {
+		for (size_t i = 0; i < lens[t]; i++) {
+			ck_assert_float_eq(back.w[t][i], a[0].w[t][i]);
 		}
-		ck_assert_int_eq(ferry_client_open(&o, &c), 0);
-		ck_assert_int_eq(ferry_client_set_secret_file(c, j.key), 0);
-		int rv = ferry_client_declare(c, d, NT);
-		if (rv == 0) {
-			rv = ferry_client_pull(c, wp);
-		}
-		ck_assert_msg(rv == 0, "rejoin: %s",
-		    ferry_client_last_error(c));
-		for (int t = 0; t < NT; t++) {
-			for (size_t i = 0; i < lens[t]; i++) {
-				ck_assert_float_eq(w[t][i], a[0].w[t][i]);
-			}
-		}
-		ferry_client_close(c);
 	}
 	job_close(&j);
 }

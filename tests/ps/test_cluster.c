@@ -16,6 +16,7 @@
 #include "ferry.pb-c.h"
 #include "ferry/ferry.h"
 #include "ps/ps.h"
+#include "harness.h"
 #include "ps_tests.h"
 #include "psw/psw.h"
 #include "pt.h"
@@ -1037,27 +1038,8 @@ END_TEST
 static Pswire__Header *
 raw_call(const char *url, uint8_t method, Pswire__Header *h)
 {
-	nng_socket       s;
-	nng_msg         *m;
-	uint8_t         *payload;
-	struct psw_frame f;
-	const char      *why;
-	Pswire__Header  *rh = NULL;
-	size_t           hl = pswire__header__get_packed_size(h);
-
-	ck_assert_int_eq(nng_req0_open(&s), 0);
-	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 10000);
-	ck_assert_int_eq(nng_dial(s, url, NULL, 0), 0);
-	PT_OK(psw_msg_begin(&m, hl, 0, &payload));
-	PT_OK(psw_msg_finish(m, method, 0, &h->base, hl, 0));
-	ck_assert_int_eq(nng_sendmsg(s, m, 0), 0);
-	if (nng_recvmsg(s, &m, 0) == 0) {
-		if (psw_msg_parse(m, &f, &why) == FB_OK) {
-			rh = pswire__header__unpack(NULL, f.hdr_len, f.hdr);
-		}
-		nng_msg_free(m);
-	}
-	nng_close(s);
+	Pswire__Header *rh = NULL;
+	(void) pt_rpc(NULL, url, method, h, NULL, 0, &rh);
 	return rh;
 }
 

@@ -4,7 +4,6 @@
 // re-route and re-send) ends with bit-identical weights to a job where
 // nothing failed; and a replicated job without a fault trains exactly
 // like an unreplicated one.
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,93 +12,40 @@
 #include <nng/nng.h>
 
 #include "cluster.h"
+#include "harness.h"
 #include "ps_tests.h"
 #include "pt.h"
 
-// One trainer thread of a replicated run.
+// One trainer of a replicated run: a pt_rank whose before_step injects
+// rank 0's fault (ctx points back here).
 struct rep_trainer {
-	const char     *url;
-	int             rank, steps;
-	const char     *codec;
+	struct pt_rank  base;
 	struct cluster *cl;      // rank 0: the cluster, for the fault
 	int             kill_at; // rank 0: close server 1 before this step
-	int      corrupt_at; // rank 0: corrupt the other servers' backups then
-	int      corrupted;  // backup shards corrupted
-	float    w[NT][40];
-	uint64_t map_changes;
-	int      rv;
-	char     err[256];
+	int corrupt_at; // rank 0: corrupt the other servers' backups then
+	int corrupted;  // backup shards corrupted
 };
 
-static void *
-rep_trainer_main(void *arg)
+// rep_fault is rank 0's before_step: the fault its rep_trainer names.
+static void
+rep_fault(struct pt_rank *base, int k)
 {
-	struct rep_trainer      *a     = arg;
-	struct ferry_opts        o     = FERRY_OPTS_INIT;
-	struct ferry_tensor_desc d[NT] = { { "a", 40 }, { "b", 7 },
-		{ "c", 1 } };
-	ferry_client            *c     = NULL;
-	float                    g[NT][40];
-	float                   *wp[NT], *gp[NT];
+	struct rep_trainer *a = base->ctx;
 
-	o.scheduler_url = a->url;
-	o.rank          = a->rank;
-	o.lr            = 0.5;
-	o.timeout_ms    = 20000;
-	o.codec_push    = a->codec;
-	o.codec_pull    = a->codec;
-	for (int t = 0; t < NT; t++) {
-		wp[t] = a->w[t];
-		gp[t] = g[t];
-		for (size_t i = 0; i < lens[t]; i++) {
-			a->w[t][i] = (float) i;
-		}
+	if (k == a->kill_at) {
+		// Server 1 dies: no Leave, its heartbeats stop, its socket
+		// closes with whatever was parked on it.
+		ps_server_close(a->cl->srv[1]);
+		a->cl->srv[1] = NULL;
 	}
-	if ((a->rv = ferry_client_open(&o, &c)) != 0 ||
-	    (a->rv = ferry_client_declare(c, d, NT)) != 0 ||
-	    (a->rank == 0 &&
-	        (a->rv = ferry_client_init_weights(c,
-	             (const float *const *) wp)) != 0) ||
-	    (a->rv = ferry_client_pull(c, wp)) != 0) {
-		goto out;
-	}
-	for (int k = 0; k < a->steps; k++) {
-		if (a->cl != NULL && k == a->kill_at) {
-			// Server 1 dies: no Leave, its heartbeats stop, its
-			// socket closes with whatever was parked on it.
-			ps_server_close(a->cl->srv[1]);
-			a->cl->srv[1] = NULL;
-		}
-		if (a->cl != NULL && k == a->corrupt_at) {
-			for (int m = 0; m < a->cl->n_srv; m++) {
-				if (m != 1 && a->cl->srv[m] != NULL) {
-					a->corrupted +=
-					    ps_server_test_corrupt_backups(
-					        a->cl->srv[m]);
-				}
+	if (k == a->corrupt_at) {
+		for (int m = 0; m < a->cl->n_srv; m++) {
+			if (m != 1 && a->cl->srv[m] != NULL) {
+				a->corrupted += ps_server_test_corrupt_backups(
+				    a->cl->srv[m]);
 			}
 		}
-		for (int t = 0; t < NT; t++) {
-			for (size_t i = 0; i < lens[t]; i++) {
-				g[t][i] = grad_for(a->rank, k, t, i);
-			}
-		}
-		a->rv = ferry_client_push_pull(c, (const float *const *) gp,
-		    10, wp);
-		if (a->rv != 0) {
-			goto out;
-		}
 	}
-out:
-	if (c != NULL) {
-		struct ferry_stats st;
-		ferry_client_stats(c, &st);
-		a->map_changes = st.map_changes;
-		snprintf(a->err, sizeof(a->err), "%s",
-		    ferry_client_last_error(c));
-	}
-	ferry_client_close(c);
-	return NULL;
 }
 
 // rep_run_corrupt trains 2 ranks for `steps` on `servers` servers with
@@ -111,29 +57,31 @@ rep_run_corrupt(struct rep_trainer a[2], int servers, uint32_t replicas,
     const char *codec, int steps, int kill_at, int corrupt_at)
 {
 	struct cluster cl;
-	pthread_t      th[2];
+	struct pt_rank ranks[2];
 	cluster_open_replicas(&cl, 2, servers, PS_PLACEMENT_UNIFORM, replicas,
 	    kill_at > 0 ? 500 : 0);
+	memset(a, 0, 2 * sizeof(*a));
+	memset(ranks, 0, sizeof(ranks));
 	for (int r = 0; r < 2; r++) {
-		memset(&a[r], 0, sizeof(a[r]));
-		a[r].url   = ps_scheduler_url(cl.sched);
-		a[r].rank  = r;
-		a[r].steps = steps;
-		a[r].codec = codec;
-		if (r == 0 && (kill_at > 0 || corrupt_at > 0)) {
-			a[r].cl         = &cl;
-			a[r].kill_at    = kill_at > 0 ? kill_at : -1;
-			a[r].corrupt_at = corrupt_at > 0 ? corrupt_at : -1;
-		}
-		pthread_create(&th[r], NULL, rep_trainer_main, &a[r]);
+		ranks[r].url   = ps_scheduler_url(cl.sched);
+		ranks[r].steps = steps;
+		ranks[r].codec = codec;
 	}
-	for (int r = 0; r < 2; r++) {
-		pthread_join(th[r], NULL);
+	if (kill_at > 0 || corrupt_at > 0) {
+		a[0].cl              = &cl;
+		a[0].kill_at         = kill_at > 0 ? kill_at : -1;
+		a[0].corrupt_at      = corrupt_at > 0 ? corrupt_at : -1;
+		ranks[0].before_step = rep_fault;
+		ranks[0].ctx         = &a[0];
 	}
-	ck_assert_msg(a[0].rv == 0 && a[1].rv == 0,
+	pt_ranks_run(ranks, 2);
+	ck_assert_msg(ranks[0].rv == 0 && ranks[1].rv == 0,
 	    "R=%u, %s: rank 0: %s: %s; rank 1: %s: %s", replicas, codec,
-	    ferry_strerror(a[0].rv), a[0].err, ferry_strerror(a[1].rv),
-	    a[1].err);
+	    ferry_strerror(ranks[0].rv), ranks[0].err,
+	    ferry_strerror(ranks[1].rv), ranks[1].err);
+	for (int r = 0; r < 2; r++) {
+		a[r].base = ranks[r];
+	}
 	cluster_stop(&cl);
 }
 
@@ -151,7 +99,7 @@ rep_same(struct rep_trainer x[2], struct rep_trainer y[2])
 {
 	for (int r = 0; r < 2; r++) {
 		for (int t = 0; t < NT; t++) {
-			ck_assert_msg(memcmp(x[r].w[t], y[r].w[t],
+			ck_assert_msg(memcmp(x[r].base.w[t], y[r].base.w[t],
 			                  lens[t] * sizeof(float)) == 0,
 			    "rank %d tensor %d differs", r, t);
 		}
@@ -180,14 +128,11 @@ START_TEST(test_replicas_servers_hold_backups)
 	struct cluster cl;
 	char           text[2048];
 	cluster_open_replicas(&cl, 1, 2, PS_PLACEMENT_UNIFORM, 5, 0);
-	struct rep_trainer a = { 0 };
-	pthread_t          th;
-	a.url   = ps_scheduler_url(cl.sched);
-	a.steps = 3;
-	a.codec = "none";
-	pthread_create(&th, NULL, rep_trainer_main, &a);
-	pthread_join(th, NULL);
-	ck_assert_msg(a.rv == 0, "%s", a.err);
+	struct pt_rank a = { 0 };
+	a.url            = ps_scheduler_url(cl.sched);
+	a.steps          = 3;
+	a.codec          = "none";
+	pt_ranks_train(&a, 1);
 	unsigned held[2], backups[2];
 	for (int m = 0; m < 2; m++) {
 		ps_server_stats(cl.srv[m], text, sizeof(text));
@@ -218,8 +163,8 @@ START_TEST(test_replicas_server_death_same_weights)
 		rep_run(still, 3, 1, codecs[k], 14, 0);
 		rep_run(died, 3, 2, codecs[k], 14, 6);
 		rep_same(still, died);
-		ck_assert_msg(died[0].map_changes > 0 ||
-		        died[1].map_changes > 0,
+		ck_assert_msg(died[0].base.map_changes > 0 ||
+		        died[1].base.map_changes > 0,
 		    "nobody saw the promotion map");
 	}
 }

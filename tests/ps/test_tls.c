@@ -19,7 +19,9 @@
 #include "cluster.h"
 #include "ferry.pb-c.h"
 #include "ferry/ferry.h"
+#include "obs/obs.h"
 #include "ps/ps.h"
+#include "harness.h"
 #include "ps_tests.h"
 #include "psw/psw.h"
 #include "pt.h"
@@ -30,9 +32,12 @@
 struct tls_job {
 	char                 dir[64], other[64]; // the job's CA; another CA
 	int                  tls;
-	const char          *key;      // --secret-file too (NULL: off)
-	const char          *sched_as; // the scheduler's certificate
-	                               // (NULL: "scheduler")
+	const char          *key;       // --secret-file too (NULL: off)
+	const char          *sched_as;  // the scheduler's certificate
+	                                // (NULL: "scheduler")
+	const char          *snap_dir;  // the servers' --snapshot-dir (NULL)
+	const char          *server_as; // every server's certificate (NULL:
+	                                // server i's own, "server-i")
 	struct ps_scheduler *sched;
 	struct ps_server    *srv[SERVERS];
 };
@@ -108,19 +113,17 @@ job_open(struct tls_job *j)
 		o.url           = pt_addr(surl, sizeof(surl), "tcp");
 		o.scheduler_url = ps_scheduler_url(j->sched);
 		o.secret_file   = j->key;
+		o.snapshot_dir  = j->snap_dir;
 		if (j->tls) {
-			// With a secret, the certificate must agree with the
-			// index the scheduler assigns: the unindexed
-			// "ferry-server" one does, in any order.
-			snprintf(name, sizeof(name), "%s.pem",
-			    j->key  ? "server"
-			        : i ? "server-1"
-			            : "server-0");
+			// An indexed certificate claims its slot: a server
+			// that registers before the slots below it are taken
+			// is refused and retries. "ferry-server" takes any.
+			char base[24];
+			snprintf(base, sizeof(base), "server-%d", i);
+			const char *as = j->server_as ? j->server_as : base;
+			snprintf(name, sizeof(name), "%.24s.pem", as);
 			o.tls_cert = path_in(cert, sizeof(cert), j->dir, name);
-			snprintf(name, sizeof(name), "%s.key",
-			    j->key  ? "server"
-			        : i ? "server-1"
-			            : "server-0");
+			snprintf(name, sizeof(name), "%.24s.key", as);
 			o.tls_key = path_in(key, sizeof(key), j->dir, name);
 			o.tls_ca  = path_in(ca, sizeof(ca), j->dir, "ca.pem");
 		}
@@ -137,67 +140,19 @@ job_close(struct tls_job *j)
 	ps_scheduler_close(j->sched);
 }
 
-struct trainer {
-	const char *url, *dir; // dir: certificates (NULL: plain)
-	int         rank, rv;
-	float       w[NT][40];
-	char        err[256];
-};
-
-// train declares, (rank 0) offers the weights i, and runs STEPS sync
-// push-pulls with grad_for's gradients, keeping the weights it ends with.
-static void *
-train(void *arg)
+// train_all trains ranks 0 and 1 on j's open job (TLS per j->tls, with
+// j->key) to the end, each with its own certificate; both must succeed.
+static void
+train_all(struct tls_job *j, struct pt_rank a[2])
 {
-	struct trainer          *a     = arg;
-	struct ferry_opts        o     = FERRY_OPTS_INIT;
-	struct ferry_tensor_desc d[NT] = { { "a", 40 }, { "b", 7 },
-		{ "c", 1 } };
-	ferry_client            *c     = NULL;
-	float                    g[NT][40];
-	float                   *wp[NT], *gp[NT];
-	char                     cert[160], key[160], ca[160], name[32];
-
-	o.scheduler_url = a->url;
-	o.rank          = a->rank;
-	o.lr            = 0.5;
-	o.timeout_ms    = 20000;
-	if (a->dir != NULL) {
-		snprintf(name, sizeof(name), "trainer-%d.pem", a->rank);
-		o.tls_cert = path_in(cert, sizeof(cert), a->dir, name);
-		snprintf(name, sizeof(name), "trainer-%d.key", a->rank);
-		o.tls_key = path_in(key, sizeof(key), a->dir, name);
-		o.tls_ca  = path_in(ca, sizeof(ca), a->dir, "ca.pem");
+	memset(a, 0, 2 * sizeof(*a));
+	for (int r = 0; r < 2; r++) {
+		a[r].url     = ps_scheduler_url(j->sched);
+		a[r].steps   = STEPS;
+		a[r].tls_dir = j->tls ? j->dir : NULL;
+		a[r].key     = j->key;
 	}
-	for (int t = 0; t < NT; t++) {
-		wp[t] = a->w[t];
-		gp[t] = g[t];
-		for (size_t i = 0; i < lens[t]; i++) {
-			a->w[t][i] = (float) i;
-		}
-	}
-	if ((a->rv = ferry_client_open(&o, &c)) != 0 ||
-	    (a->rv = ferry_client_declare(c, d, NT)) != 0 ||
-	    (a->rank == 0 &&
-	        (a->rv = ferry_client_init_weights(c,
-	             (const float *const *) wp)) != 0) ||
-	    (a->rv = ferry_client_pull(c, wp)) != 0) {
-		goto out;
-	}
-	for (int k = 0; k < STEPS && a->rv == 0; k++) {
-		for (int t = 0; t < NT; t++) {
-			for (size_t i = 0; i < lens[t]; i++) {
-				g[t][i] = grad_for(a->rank, k, t, i);
-			}
-		}
-		a->rv = ferry_client_push_pull(c, (const float *const *) gp,
-		    10, wp);
-	}
-out:
-	snprintf(a->err, sizeof(a->err), "%s",
-	    c ? ferry_client_last_error(c) : "open failed");
-	ferry_client_close(c);
-	return NULL;
+	pt_ranks_train(a, 2);
 }
 
 // run_job trains 2 ranks on a job (TLS per j->tls) and leaves rank 0's
@@ -205,22 +160,10 @@ out:
 static void
 run_job(struct tls_job *j, float w0[NT][40])
 {
-	struct trainer a[2];
-	pthread_t      th[2];
+	struct pt_rank a[2];
 
 	job_open(j);
-	for (int r = 0; r < 2; r++) {
-		memset(&a[r], 0, sizeof(a[r]));
-		a[r].url  = ps_scheduler_url(j->sched);
-		a[r].dir  = j->tls ? j->dir : NULL;
-		a[r].rank = r;
-		pthread_create(&th[r], NULL, train, &a[r]);
-	}
-	for (int r = 0; r < 2; r++) {
-		pthread_join(th[r], NULL);
-		ck_assert_msg(a[r].rv == 0, "rank %d (tls %d): %s", r, j->tls,
-		    a[r].err);
-	}
+	train_all(j, a);
 	job_close(j);
 	memcpy(w0, a[0].w, sizeof(a[0].w));
 }
@@ -385,9 +328,22 @@ START_TEST(test_tls_strangers_refused)
 }
 END_TEST
 
-// signed_register sends a Register of role (trainer: for rank) to the
-// scheduler over TLS with certificate <cert>.pem of the job's CA, signed
-// with key as who; returns the reply's status (-1: none in 1.5 s).
+// tls_call sends header h (and len bytes of payload) for method to url
+// over TLS with the job's CA's certificate <cert_name>.pem, signed as who
+// with j->key when the job has one (else unsigned: TLS alone), and
+// returns the reply's status (pt_rpc).
+static int
+tls_call(struct tls_job *j, const char *cert_name, const char *url,
+    struct psw_ident who, uint8_t method, Pswire__Header *h,
+    const void *payload, size_t len, Pswire__Header **rep)
+{
+	struct pt_peer as = { j->key, who, j->dir, cert_name };
+	return pt_rpc(&as, url, method, h, payload, len, rep);
+}
+
+// signed_register sends a Register of role (trainer: for rank; server:
+// at a URL nobody listens on) to the scheduler with tls_call; returns the
+// reply's status.
 static int
 signed_register(struct tls_job *j, const char *cert_name, struct psw_ident who,
     int role, uint32_t rank)
@@ -397,15 +353,6 @@ signed_register(struct tls_job *j, const char *cert_name, struct psw_ident who,
 	Pswire__JobConfig       job    = PSWIRE__JOB_CONFIG__INIT;
 	Pswire__TensorDesc      td     = PSWIRE__TENSOR_DESC__INIT;
 	Pswire__TensorDesc     *tds[1] = { &td };
-	nng_socket              s;
-	struct psw_tls         *t = NULL;
-	struct psw_auth        *a = NULL;
-	nng_msg                *m;
-	uint8_t                *p;
-	struct psw_frame        f;
-	const char             *why;
-	char cert[160], key[160], ca[160], name[48], err[300];
-	int  status = -1;
 
 	td.name        = "a";
 	td.len         = 16;
@@ -420,35 +367,284 @@ signed_register(struct tls_job *j, const char *cert_name, struct psw_ident who,
 	r.url = role == PSWIRE__ROLE__ROLE_SERVER ? "tcp://127.0.0.1:9" : "";
 	h.body_case    = PSWIRE__HEADER__BODY_REGISTER_REQ;
 	h.register_req = &r;
-	PT_OK(psw_auth_open(j->key, who.role, who.id, &a, err, sizeof(err)));
-	snprintf(name, sizeof(name), "%s.pem", cert_name);
-	path_in(cert, sizeof(cert), j->dir, name);
-	snprintf(name, sizeof(name), "%s.key", cert_name);
-	path_in(key, sizeof(key), j->dir, name);
-	PT_OK(psw_tls_open(cert, key,
-	    path_in(ca, sizeof(ca), j->dir, "ca.pem"), &t, err, sizeof(err)));
-	ck_assert_int_eq(nng_req0_open(&s), 0);
-	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 1500);
-	PT_OK(psw_tls_dial(t, s, ps_scheduler_url(j->sched)));
-	size_t hl = pswire__header__get_packed_size(&h);
-	PT_OK(psw_msg_begin(&m, hl, 0, &p));
-	PT_OK(psw_msg_finish(m, PSWIRE__METHOD__REGISTER, 0, &h.base, hl, 0));
-	PT_OK(psw_auth_sign(a, m, 1, 0, NULL));
-	ck_assert_int_eq(nng_sendmsg(s, m, 0), 0);
-	if (nng_recvmsg(s, &m, 0) == 0) {
-		PT_OK(psw_msg_parse(m, &f, &why));
-		Pswire__Header *rh = pswire__header__unpack(NULL, f.hdr_len,
-		    f.hdr);
-		ck_assert_ptr_nonnull(rh);
-		status = (int) rh->status;
-		pswire__header__free_unpacked(rh, NULL);
-		nng_msg_free(m);
-	}
-	nng_close(s);
-	psw_tls_close(t);
-	psw_auth_close(a);
-	return status;
+	return tls_call(j, cert_name, ps_scheduler_url(j->sched), who,
+	    PSWIRE__METHOD__REGISTER, &h, NULL, 0, NULL);
 }
+
+// write_key writes a job key into a fresh temporary file named into kf.
+static void
+write_key(char kf[64])
+{
+	int fd;
+	snprintf(kf, 64, "/tmp/ferry-tls-key-XXXXXX");
+	ck_assert_int_ge(fd = mkstemp(kf), 0);
+	ck_assert_int_eq(write(fd, "a per-job key of 16+ bytes", 26), 26);
+	close(fd);
+}
+
+// wait_servers waits up to 10 s for the scheduler to count n servers.
+static void
+wait_servers(struct tls_job *j, int n)
+{
+	char stats[4096], want[32];
+
+	snprintf(want, sizeof(want), "servers:%d/", n);
+	for (int i = 0; i < 200; i++) {
+		ps_scheduler_stats(j->sched, stats, sizeof(stats));
+		if (strstr(stats, want) != NULL) {
+			return;
+		}
+		nng_msleep(50);
+	}
+	ck_assert_msg(0, "want %s: %s", want, stats);
+}
+
+// leave_as sends a Leave of member (role, id) to the scheduler over TLS
+// with certificate cert_name; returns the reply's status.
+static int
+leave_as(struct tls_job *j, const char *cert_name, int role, uint32_t id)
+{
+	Pswire__Header       h      = PSWIRE__HEADER__INIT;
+	Pswire__LeaveRequest l      = PSWIRE__LEAVE_REQUEST__INIT;
+	struct psw_ident     nobody = { PSW_ROLE_NONE, 0 };
+	l.role                      = role;
+	l.id                        = id;
+	h.body_case                 = PSWIRE__HEADER__BODY_LEAVE_REQ;
+	h.leave_req                 = &l;
+	return tls_call(j, cert_name, ps_scheduler_url(j->sched), nobody,
+	    PSWIRE__METHOD__LEAVE, &h, NULL, 0, NULL);
+}
+
+// map_epoch fetches the scheduler's current map over TLS with
+// trainer-0's certificate and returns its epoch.
+static uint64_t
+map_epoch(struct tls_job *j)
+{
+	Pswire__Header              h   = PSWIRE__HEADER__INIT;
+	Pswire__GetPlacementRequest g   = PSWIRE__GET_PLACEMENT_REQUEST__INIT;
+	struct psw_ident            t0  = { PSW_ROLE_TRAINER, 0 };
+	Pswire__Header             *rep = NULL;
+	g.min_epoch                     = 1;
+	h.body_case                     = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
+	h.placement_req                 = &g;
+	ck_assert_int_eq(tls_call(j, "trainer-0", ps_scheduler_url(j->sched),
+	                     t0, PSWIRE__METHOD__GET_PLACEMENT, &h, NULL, 0,
+	                     &rep),
+	    PSWIRE__STATUS__OK);
+	ck_assert_int_eq(rep->body_case, PSWIRE__HEADER__BODY_PLACEMENT);
+	uint64_t epoch = rep->placement->epoch;
+	pswire__header__free_unpacked(rep, NULL);
+	return epoch;
+}
+
+// push_as sends an empty Push for rank to server i over TLS with
+// certificate cert_name; returns the reply's status.
+static int
+push_as(struct tls_job *j, int i, const char *cert_name, uint32_t rank,
+    uint64_t epoch)
+{
+	Pswire__Header      h      = PSWIRE__HEADER__INIT;
+	Pswire__PushRequest p      = PSWIRE__PUSH_REQUEST__INIT;
+	struct psw_ident    nobody = { PSW_ROLE_NONE, 0 };
+	h.rank                     = rank;
+	h.epoch                    = epoch;
+	h.body_case                = PSWIRE__HEADER__BODY_PUSH_REQ;
+	h.push_req                 = &p;
+	return tls_call(j, cert_name, ps_server_url(j->srv[i]), nobody,
+	    PSWIRE__METHOD__PUSH, &h, NULL, 0, NULL);
+}
+
+// With TLS and no secret, who a request comes from is its certificate:
+// trainer-1's certificate may not register, push, report links or leave
+// for rank 0, nor register or take out a server; server-0's may not take
+// a new slot nor take out server 1; a trainer's may not Transfer a
+// shard. Each is PERMISSION_DENIED and counted, the map's epoch does not
+// move, and rank 0 then pulls exactly the weights the job trained to.
+START_TEST(test_tls_alone_roles_from_certificate)
+{
+	struct tls_job   j = { 0 };
+	struct pt_rank   a[2];
+	struct psw_ident nobody = { PSW_ROLE_NONE, 0 };
+	char             stats[4096];
+
+	if (!make_certs(j.dir, sizeof(j.dir), MEMBERS)) {
+		fprintf(stderr, "test_tls: no openssl, not run\n");
+		return;
+	}
+	j.tls = 1; // and no secret
+	job_open(&j);
+	train_all(&j, a);
+	uint64_t             epoch  = map_epoch(&j);
+	struct obs_registry *reg    = ps_scheduler_metrics(j.sched);
+	double               denied = pt_metric(reg, "ferry_rpc_denied_total");
+
+	// The scheduler's rpcs, each for another member.
+	ck_assert_int_eq(signed_register(&j, "trainer-1", nobody,
+	                     PSWIRE__ROLE__ROLE_TRAINER, 0),
+	    PSWIRE__STATUS__PERMISSION_DENIED);
+	ck_assert_int_eq(signed_register(&j, "trainer-1", nobody,
+	                     PSWIRE__ROLE__ROLE_SERVER, 0),
+	    PSWIRE__STATUS__PERMISSION_DENIED);
+	ck_assert_int_eq(signed_register(&j, "server-0", nobody,
+	                     PSWIRE__ROLE__ROLE_SERVER, 0),
+	    PSWIRE__STATUS__PERMISSION_DENIED);
+	ck_assert_int_eq(
+	    leave_as(&j, "trainer-1", PSWIRE__ROLE__ROLE_TRAINER, 0),
+	    PSWIRE__STATUS__PERMISSION_DENIED);
+	ck_assert_int_eq(
+	    leave_as(&j, "trainer-1", PSWIRE__ROLE__ROLE_SERVER, 1),
+	    PSWIRE__STATUS__PERMISSION_DENIED);
+	ck_assert_int_eq(
+	    leave_as(&j, "server-0", PSWIRE__ROLE__ROLE_SERVER, 1),
+	    PSWIRE__STATUS__PERMISSION_DENIED);
+	{
+		Pswire__Header             h = PSWIRE__HEADER__INIT;
+		Pswire__ReportLinksRequest r =
+		    PSWIRE__REPORT_LINKS_REQUEST__INIT;
+		double rtt[2] = { 3600, 3600 };
+		double bw[2]  = { 1, 1 };
+		r.rank        = 0;
+		r.n_rtt_s     = 2;
+		r.rtt_s       = rtt;
+		r.n_bw_bps    = 2;
+		r.bw_bps      = bw;
+		h.body_case   = PSWIRE__HEADER__BODY_LINKS_REQ;
+		h.links_req   = &r;
+		ck_assert_int_eq(tls_call(&j, "trainer-1",
+		                     ps_scheduler_url(j.sched), nobody,
+		                     PSWIRE__METHOD__REPORT_LINKS, &h, NULL, 0,
+		                     NULL),
+		    PSWIRE__STATUS__PERMISSION_DENIED);
+	}
+	ck_assert_double_eq(pt_metric(reg, "ferry_rpc_denied_total"),
+	    denied + 7);
+	ps_scheduler_stats(j.sched, stats, sizeof(stats));
+	ck_assert_msg(strstr(stats, "servers:2/2") != NULL, "%s", stats);
+
+	// The servers' rpcs: a push for rank 0 by trainer-1 (the same
+	// certificate pushing for its own rank gets past the role check),
+	// and a Transfer of shard 0 from a trainer.
+	for (int i = 0; i < SERVERS; i++) {
+		struct obs_registry *sr = ps_server_metrics(j.srv[i]);
+		double d0 = pt_metric(sr, "ferry_rpc_denied_total");
+		ck_assert_int_eq(push_as(&j, i, "trainer-1", 0, epoch),
+		    PSWIRE__STATUS__PERMISSION_DENIED);
+		ck_assert_int_ne(push_as(&j, i, "trainer-1", 1, epoch),
+		    PSWIRE__STATUS__PERMISSION_DENIED);
+
+		Pswire__Header          h = PSWIRE__HEADER__INIT;
+		Pswire__TransferRequest t = PSWIRE__TRANSFER_REQUEST__INIT;
+		uint8_t                 state[2] = { 0, 0 };
+		float                   x[16];
+		for (int k = 0; k < 16; k++) {
+			x[k] = 7.0f;
+		}
+		t.shard        = 0;
+		t.version      = 1000;
+		t.state.data   = state;
+		t.state.len    = 2;
+		h.epoch        = epoch + 1;
+		h.body_case    = PSWIRE__HEADER__BODY_TRANSFER_REQ;
+		h.transfer_req = &t;
+		ck_assert_int_eq(
+		    tls_call(&j, "trainer-0", ps_server_url(j.srv[i]), nobody,
+		        PSWIRE__METHOD__TRANSFER, &h, x, sizeof(x), NULL),
+		    PSWIRE__STATUS__PERMISSION_DENIED);
+		ck_assert_double_eq(pt_metric(sr, "ferry_rpc_denied_total"),
+		    d0 + 2);
+	}
+	ck_assert_uint_eq(map_epoch(&j), epoch);
+
+	// Rank 0 comes back with its own certificate and pulls exactly the
+	// weights the job trained to: nothing above changed them.
+	struct pt_rank back = { .url = ps_scheduler_url(j.sched),
+		.tls_dir             = j.dir,
+		.rejoin              = 1 };
+	pt_ranks_train(&back, 1);
+	for (int t = 0; t < NT; t++) {
+		ck_assert_msg(
+		    memcmp(back.w[t], a[0].w[t], lens[t] * sizeof(float)) == 0,
+		    "tensor %d changed", t);
+	}
+	job_close(&j);
+	rm_dir(j.dir);
+}
+END_TEST
+
+// ps_job_snapshot (`ps-server --role=snapshot`) over TLS, alone and with
+// a secret: with the operator's certificate every server writes its
+// file; a trainer's certificate is refused (PERMISSION_DENIED), and
+// without a certificate the TLS scheduler never answers.
+START_TEST(test_tls_job_snapshot)
+{
+	for (int with_key = 0; with_key < 2; with_key++) {
+		struct tls_job              j = { 0 };
+		struct pt_rank              a[2];
+		struct ps_job_snapshot      js;
+		struct ps_job_snapshot_auth au = { 0 };
+		char kf[64]                    = "/tmp/ferry-tls-key-XXXXXX";
+		char snap[64]                  = "/tmp/ferry-tls-snap-XXXXXX";
+		char cert[160], key[160], ca[160], err[512];
+
+		if (!make_certs(j.dir, sizeof(j.dir),
+		        MEMBERS " server operator")) {
+			fprintf(stderr, "test_tls: no openssl, not run\n");
+			return;
+		}
+		if (with_key) {
+			write_key(kf);
+			j.key          = kf;
+			au.secret_file = kf;
+		}
+		ck_assert_ptr_nonnull(mkdtemp(snap));
+		j.tls      = 1;
+		j.snap_dir = snap;
+		job_open(&j);
+		train_all(&j, a);
+		const char *url = ps_scheduler_url(j.sched);
+		au.tls_ca       = path_in(ca, sizeof(ca), j.dir, "ca.pem");
+		au.tls_cert     = path_in(cert, sizeof(cert), j.dir,
+		        "operator.pem");
+		au.tls_key = path_in(key, sizeof(key), j.dir, "operator.key");
+		int rv     = ps_job_snapshot(url, &au, 0, 20000, &js, err,
+		        sizeof(err));
+		ck_assert_msg(rv == FB_OK, "key %d: %s", with_key, err);
+		ck_assert_uint_eq(js.version, STEPS);
+		ck_assert_uint_gt(js.shards, 0);
+		ck_assert_uint_gt(js.bytes, 0);
+		// A trainer's certificate is not the operator's.
+		au.tls_cert = path_in(cert, sizeof(cert), j.dir,
+		    "trainer-0.pem");
+		au.tls_key = path_in(key, sizeof(key), j.dir, "trainer-0.key");
+		// (With the key, signing as the operator over trainer-0's
+		// certificate is UNAUTHENTICATED; without, the certificate is
+		// the identity and the role check refuses it.)
+		rv = ps_job_snapshot(url, &au, 0, 5000, &js, err, sizeof(err));
+		ck_assert_int_eq(rv, FB_EREMOTE);
+		ck_assert_msg(strstr(err,
+		                  with_key ? "UNAUTHENTICATED"
+		                           : "PERMISSION_DENIED") != NULL,
+		    "key %d: %s", with_key, err);
+		// No certificate: TLS never lets the call through.
+		struct ps_job_snapshot_auth plain = { 0 };
+		plain.secret_file                 = au.secret_file;
+		rv = ps_job_snapshot(url, &plain, 0, 1500, &js, err,
+		    sizeof(err));
+		ck_assert_int_ne(rv, FB_OK);
+		// Half the TLS flags: named.
+		au.tls_key = NULL;
+		rv = ps_job_snapshot(url, &au, 0, 1500, &js, err, sizeof(err));
+		ck_assert_int_eq(rv, FB_EINVAL);
+		ck_assert_msg(strstr(err, "--tls-key") != NULL, "%s", err);
+		job_close(&j);
+		rm_dir(j.dir);
+		rm_dir(snap);
+		if (with_key) {
+			unlink(kf);
+		}
+	}
+}
+END_TEST
 
 // With TLS and a secret, the identity a request is signed as must be the
 // one its connection's certificate names: trainer-0's certificate cannot
@@ -461,26 +657,17 @@ START_TEST(test_tls_identity_from_certificate)
 	struct psw_ident t0     = { PSW_ROLE_TRAINER, 0 };
 	struct psw_ident t1     = { PSW_ROLE_TRAINER, 1 };
 	struct psw_ident srv    = { PSW_ROLE_SERVER, PSW_ID_UNASSIGNED };
-	int              fd;
 
 	if (!make_certs(j.dir, sizeof(j.dir), MEMBERS " server")) {
 		fprintf(stderr, "test_tls: no openssl, not run\n");
 		return;
 	}
-	ck_assert_int_ge(fd = mkstemp(kf), 0);
-	ck_assert_int_eq(write(fd, "a per-job key of 16+ bytes", 26), 26);
-	close(fd);
-	j.tls = 1;
-	j.key = kf;
+	write_key(kf);
+	j.tls       = 1;
+	j.key       = kf;
+	j.server_as = "server"; // (test_tls_job_snapshot: indexed ones)
 	job_open(&j);
-	for (int i = 0; i < 100; i++) { // both servers register (5 s)
-		ps_scheduler_stats(j.sched, stats, sizeof(stats));
-		if (strstr(stats, "servers:2/2") != NULL) {
-			break;
-		}
-		nng_msleep(50);
-	}
-	ck_assert_msg(strstr(stats, "servers:2/2") != NULL, "%s", stats);
+	wait_servers(&j, 2);
 	// trainer-0's certificate signing as trainer-1, for rank 1.
 	ck_assert_int_eq(signed_register(&j, "trainer-0", t1,
 	                     PSWIRE__ROLE__ROLE_TRAINER, 1),
@@ -508,47 +695,54 @@ START_TEST(test_tls_identity_from_certificate)
 }
 END_TEST
 
-// With TLS and a secret, a trainer accepts the scheduler's replies (maps
-// among them) only over a connection with the scheduler's certificate: a
-// "scheduler" holding the job's key and CA but trainer-0's certificate is
-// refused.
+// With TLS, with a secret and without, a trainer accepts the scheduler's
+// replies (maps among them) only over a connection with the scheduler's
+// certificate: a "scheduler" with the job's CA (and key) but trainer-0's
+// certificate is refused.
 START_TEST(test_tls_maps_only_from_scheduler_certificate)
 {
-	struct tls_job           j      = { 0 };
-	char                     kf[64] = "/tmp/ferry-tls-key-XXXXXX";
-	char                     cert[160], key[160], ca[160];
-	struct ferry_opts        o    = FERRY_OPTS_INIT;
-	struct ferry_tensor_desc d[1] = { { "a", 40 } };
-	ferry_client            *c    = NULL;
-	int                      fd;
+	for (int with_key = 0; with_key < 2; with_key++) {
+		struct tls_job           j      = { 0 };
+		char                     kf[64] = "/tmp/ferry-tls-key-XXXXXX";
+		char                     cert[160], key[160], ca[160];
+		struct ferry_opts        o    = FERRY_OPTS_INIT;
+		struct ferry_tensor_desc d[1] = { { "a", 40 } };
+		ferry_client            *c    = NULL;
 
-	if (!make_certs(j.dir, sizeof(j.dir), MEMBERS " server")) {
-		fprintf(stderr, "test_tls: no openssl, not run\n");
-		return;
+		if (!make_certs(j.dir, sizeof(j.dir), MEMBERS " server")) {
+			fprintf(stderr, "test_tls: no openssl, not run\n");
+			return;
+		}
+		if (with_key) {
+			write_key(kf);
+			j.key = kf;
+		}
+		j.tls      = 1;
+		j.sched_as = "trainer-0";
+		job_open(&j);
+		o.scheduler_url = ps_scheduler_url(j.sched);
+		o.rank          = 1;
+		o.timeout_ms    = 3000;
+		o.tls_cert      = path_in(cert, sizeof(cert), j.dir,
+		         "trainer-1.pem");
+		o.tls_key = path_in(key, sizeof(key), j.dir, "trainer-1.key");
+		o.tls_ca  = path_in(ca, sizeof(ca), j.dir, "ca.pem");
+		ck_assert_int_eq(ferry_client_open(&o, &c), 0);
+		if (with_key) {
+			ck_assert_int_eq(ferry_client_set_secret_file(c, kf),
+			    0);
+		}
+		ck_assert_int_ne(ferry_client_declare(c, d, 1), 0);
+		ck_assert_msg(strstr(ferry_client_last_error(c),
+		                  "not the scheduler's") != NULL,
+		    "key %d: %s", with_key, ferry_client_last_error(c));
+		ferry_client_close(c);
+		job_close(&j);
+		if (with_key) {
+			unlink(kf);
+		}
+		rm_dir(j.dir);
 	}
-	ck_assert_int_ge(fd = mkstemp(kf), 0);
-	ck_assert_int_eq(write(fd, "a per-job key of 16+ bytes", 26), 26);
-	close(fd);
-	j.tls      = 1;
-	j.key      = kf;
-	j.sched_as = "trainer-0";
-	job_open(&j);
-	o.scheduler_url = ps_scheduler_url(j.sched);
-	o.rank          = 1;
-	o.timeout_ms    = 3000;
-	o.tls_cert      = path_in(cert, sizeof(cert), j.dir, "trainer-1.pem");
-	o.tls_key       = path_in(key, sizeof(key), j.dir, "trainer-1.key");
-	o.tls_ca        = path_in(ca, sizeof(ca), j.dir, "ca.pem");
-	ck_assert_int_eq(ferry_client_open(&o, &c), 0);
-	ck_assert_int_eq(ferry_client_set_secret_file(c, kf), 0);
-	ck_assert_int_ne(ferry_client_declare(c, d, 1), 0);
-	ck_assert_msg(
-	    strstr(ferry_client_last_error(c), "not the scheduler's") != NULL,
-	    "%s", ferry_client_last_error(c));
-	ferry_client_close(c);
-	job_close(&j);
-	unlink(kf);
-	rm_dir(j.dir);
 }
 END_TEST
 
@@ -599,6 +793,8 @@ suite_tls(void)
 	tcase_add_test(tc, test_tls_bad_options);
 	tcase_add_test(tc, test_tls_identity_from_certificate);
 	tcase_add_test(tc, test_tls_maps_only_from_scheduler_certificate);
+	tcase_add_test(tc, test_tls_alone_roles_from_certificate);
+	tcase_add_test(tc, test_tls_job_snapshot);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -86,8 +86,10 @@ class TrainTwoRanks(unittest.TestCase):
     def test_tls_job_equals_numpy_reference(self):
         # Every connection over mutual TLS (certificates of a throw-away CA).
         with tempfile.TemporaryDirectory(prefix="ferry-pytls.") as d:
-            subprocess.run(["bash", TLS_CERTS_SH, d, "server", "trainer"], check=True)
-            member = [f"--tls-cert={d}/server.pem", f"--tls-key={d}/server.key",
+            # One certificate for the scheduler and servers, naming no member
+            # (as deploy/k8s): a scheduler with a server's would be refused.
+            subprocess.run(["bash", TLS_CERTS_SH, d, "member", "trainer"], check=True)
+            member = [f"--tls-cert={d}/member.pem", f"--tls-key={d}/member.key",
                       f"--tls-ca={d}/ca.pem"]
             tls = {"tls_cert": f"{d}/trainer.pem", "tls_key": f"{d}/trainer.key",
                    "tls_ca": f"{d}/ca.pem"}

@@ -107,7 +107,9 @@ int psw_msg_parse(nng_msg *m, struct psw_frame *f, const char **why);
 // With auth set, the reply must also pass psw_auth_check_reply (answering
 // the request whose counter was reply_to, from the scheduler for methods
 // 1..15 and from a server otherwise), else FB_EAUTH; a refusal that the
-// peer itself signalled (UNAUTHENTICATED) comes back as FB_EREMOTE.
+// peer itself signalled (UNAUTHENTICATED) comes back as FB_EREMOTE. Under
+// TLS, with auth or without, a connection whose certificate names a
+// member must name one of that role (psw_tls_check_sender), else FB_EAUTH.
 int psw_reply_open(struct psw_auth *auth, nng_msg *rep, uint8_t method,
     uint64_t request_id, uint64_t reply_to, struct psw_frame *f,
     ProtobufCMessage **hdr, const char **why);
@@ -168,7 +170,8 @@ int psw_tls_peer(nng_pipe p, struct psw_ident *who, char *name, size_t n);
 // psw_tls_check_sender checks that message m (a reply) came over a
 // connection whose certificate, if it names a member (psw_tls_peer), is
 // of role want_role. Plain tcp pipes and certificates naming no member
-// pass. Errors: FB_EAUTH with *why set.
+// pass (and every message, at no cost, in a process that never opened
+// TLS). Errors: FB_EAUTH with *why set.
 int psw_tls_check_sender(nng_msg *m, int want_role, const char **why);
 
 // psw_tls_close frees t (NULL: no-op) once no dialer or listener made
@@ -274,7 +277,8 @@ int psw_auth_check_request(struct psw_auth *a, const struct psw_frame *f,
 
 // psw_auth_check_reply checks the reply frame f: signed, MAC right, an
 // answer to the request whose counter was reply_to, from a sender of role
-// want_role. Errors: FB_EAUTH with *why set.
+// want_role (a Snapshot reply also from the scheduler: it answers an
+// operator's Snapshot of the job). Errors: FB_EAUTH with *why set.
 int psw_auth_check_reply(struct psw_auth *a, const struct psw_frame *f,
     uint64_t reply_to, int want_role, const char **why);
 

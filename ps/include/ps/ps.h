@@ -129,17 +129,28 @@ struct ps_job_snapshot {
 	uint64_t bytes;   // summed file sizes
 };
 
+// How ps_job_snapshot authenticates, as the operator: the job's key
+// (--secret-file) and an operator certificate of the job's CA
+// (--tls-cert, --tls-key, --tls-ca; CN "ferry-operator" under
+// docs/security.md's names). Each NULL or "": off; TLS needs all three.
+struct ps_job_snapshot_auth {
+	const char *secret_file;
+	const char *tls_cert, *tls_key, *tls_ca;
+};
+
 // ps_job_snapshot asks the scheduler at scheduler_url for one snapshot of
 // the whole job (the Snapshot rpc: every server writes the same version
 // in sync mode; version 0 lets the scheduler pick the next one) and waits
 // up to timeout_ms for every file to be on disk. On FB_OK fills *out.
-// Errors: FB_EINVAL, FB_ETIMEDOUT, FB_EREMOTE (refused or failed: err, n
-// bytes, says why and names the server). Blocks the calling thread. With
-// secret_file (the job's key; NULL: off) the call is signed as the
-// operator. This is `ps-server --role=snapshot`.
-int ps_job_snapshot(const char *scheduler_url, const char *secret_file,
-    uint64_t version, uint32_t timeout_ms, struct ps_job_snapshot *out,
-    char *err, size_t n);
+// Errors: FB_EINVAL (also a bad key or TLS file: err says which),
+// FB_ETIMEDOUT, FB_EREMOTE (refused, failed, or an answer that is not the
+// scheduler's: err, n bytes, says why and names the server).
+// Blocks the calling thread. With auth (NULL: plain and unsigned) the
+// call is signed as the operator and/or dialled over TLS with its
+// certificate. This is `ps-server --role=snapshot`.
+int ps_job_snapshot(const char        *scheduler_url,
+    const struct ps_job_snapshot_auth *auth, uint64_t version,
+    uint32_t timeout_ms, struct ps_job_snapshot *out, char *err, size_t n);
 
 // ps_scheduler_close stops serving and frees. NULL is a no-op.
 void ps_scheduler_close(struct ps_scheduler *s);

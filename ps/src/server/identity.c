@@ -1,20 +1,26 @@
-// identity.c — binding a request's signed identity to its connection's
-// certificate when a job runs with both mutual TLS and a secret.
+// identity.c — who a request comes from when a job runs with mutual TLS:
+// the identity its connection's certificate names, alone or bound to the
+// identity a signed request claims.
 //
-// A signed request names its sender in its trailer (auth.c), but every
-// member holds the same key, so a member could sign as another. Under
-// TLS each connection also carries the certificate its peer proved it
+// Under TLS each connection carries the certificate its peer proved it
 // holds during the handshake (tls_engine.c reads its subject CN: e.g.
-// "ferry-trainer-3"). Here the two must agree: the trailer's role must be
-// the certificate's, and a trainer's rank, or a server's index when the
-// certificate names one, must be the certificate's. A request whose
-// trailer claims anyone else is refused before any handler reads it, so
-// the role checks of docs/security.md (a rank pushes only for itself,
-// only servers register as servers, maps only from the scheduler) hold
-// for identities that come from certificates, not from the shared key.
+// "ferry-trainer-3"). Without a secret that certificate is the request's
+// identity (ps__call_cert_ident): the handlers' role checks (rpc.h
+// ps__call_acts_as, docs/security.md) then compare the rank, server index
+// or role a request names with the certificate's, so trainer-1's
+// certificate cannot push for rank 0 nor register a server. With a
+// secret a signed request names its sender in its trailer (auth.c), but
+// every member holds the same key, so a member could sign as another;
+// here the two must agree (ps__call_cert_check): the trailer's role must
+// be the certificate's, and a trainer's rank, or a server's index when
+// the certificate names one, must be the certificate's (a server not yet
+// registered, signing without an index, takes the certificate's). A
+// request whose trailer claims anyone else is refused before any handler
+// reads it.
 // A certificate whose CN names no member (one shared by every pod, e.g.
-// "ferry-member") proves membership only: its trailer is taken as is, as
-// without TLS (docs/security.md says what that trusts).
+// "ferry-member") proves membership only: without a secret the request
+// has no identity and the role checks pass, as without TLS; with one its
+// trailer is taken as is (docs/security.md says what that trusts).
 #include <stdio.h>
 
 #include <nng/nng.h>
@@ -24,7 +30,7 @@
 #include "rpc.h"
 
 int
-ps__call_cert_check(const struct ps_call *c, const char **why)
+ps__call_cert_check(struct ps_call *c, const char **why)
 {
 	static _Thread_local char msg[192];
 	struct psw_ident          cert;
@@ -45,5 +51,22 @@ ps__call_cert_check(const struct ps_call *c, const char **why)
 		*why = msg;
 		return FB_EAUTH;
 	}
+	if (cert.role == PSW_ROLE_SERVER && c->peer.id == PSW_ID_UNASSIGNED) {
+		// A server not yet registered signs without an index: its
+		// certificate's, if it names one, is the slot it may take.
+		c->peer.id = cert.id;
+	}
 	return FB_OK;
+}
+
+void
+ps__call_cert_ident(struct ps_call *c)
+{
+	char cn[PSW_TLS_NAME_MAX];
+
+	if (psw_tls_peer(nng_msg_get_pipe(c->req), &c->peer, cn, sizeof(cn)) !=
+	    FB_OK) {
+		c->peer.role = PSW_ROLE_NONE; // a shared certificate
+		c->peer.id   = 0;
+	}
 }

@@ -58,7 +58,8 @@ struct ps_rpc {
 	void              *arg;
 	struct psw_auth   *auth; // borrowed; NULL: requests are not signed
 	// borrowed; NULL: plain tcp. With auth too, a request's signed
-	// identity must be its connection's certificate's (identity.c).
+	// identity must be its connection's certificate's; without, the
+	// certificate is its identity (identity.c).
 	struct psw_tls    *tls;
 	char               url[256];
 	struct rpc_metrics m;
@@ -147,8 +148,14 @@ ps__call_acts_as(struct ps_call *c, int role, uint32_t id, int operator_ok)
 	char             who[48], as[48];
 	struct psw_ident want = { role, id };
 
-	if (c->rpc->auth == NULL ||
-	    (c->peer.role == role && c->peer.id == id) ||
+	// Without a secret the identity, if any, is the certificate's
+	// (identity.c): "ferry-server" names a server but no slot.
+	int cert_only = c->rpc->auth == NULL;
+	if ((cert_only && c->peer.role == PSW_ROLE_NONE) ||
+	    (c->peer.role == role &&
+	        (c->peer.id == id ||
+	            (cert_only && role == PSW_ROLE_SERVER &&
+	                c->peer.id == PSW_ID_UNASSIGNED))) ||
 	    (operator_ok && c->peer.role == PSW_ROLE_OPERATOR)) {
 		return 1;
 	}
@@ -389,6 +396,9 @@ handle(struct ps_call *c)
 		reply_status(c, 0, PSWIRE__STATUS__UNAUTHENTICATED, why);
 		return;
 	}
+	if (c->rpc->tls != NULL && c->rpc->auth == NULL) {
+		ps__call_cert_ident(c); // TLS alone: who the certificate names
+	}
 	c->hdr = pswire__header__unpack(NULL, c->frame.hdr_len, c->frame.hdr);
 	if (c->hdr == NULL) {
 		reply_status(c, 0, PSWIRE__STATUS__INVALID_ARGUMENT,
@@ -619,7 +629,7 @@ ps__open_tls(const char *cert, const char *key, const char *ca,
 int
 ps__rpc_auth_on(const struct ps_rpc *r)
 {
-	return r->auth != NULL;
+	return r->auth != NULL || r->tls != NULL;
 }
 
 // on_pipe_rem tells the role that connection p closed (LIMITS).

@@ -54,7 +54,8 @@ struct ps_call {
 	uint64_t         park_version; // for handlers' use while parked
 	uint64_t         t0_ns;        // fb_clock_ns() at receipt
 	int              mix;          // method's metrics index
-	// Who sent it (PSW_ROLE_NONE with authentication off) and the
+	// Who sent it: the signed identity, or under TLS alone the one its
+	// connection's certificate names (PSW_ROLE_NONE: neither), and the
 	// channel and counter its signature carried (the reply echoes them).
 	struct psw_ident peer;
 	uint64_t         chan, ctr;
@@ -95,9 +96,16 @@ int ps__open_tls(const char *cert, const char *key, const char *ca,
 
 // ps__call_cert_check checks, in a job with both TLS and a secret, that
 // the identity c's request was signed as (c->peer) is the one the
-// certificate of c's connection names (identity.c). Errors: FB_EAUTH with
-// *why set (static per thread, valid until the next call).
-int ps__call_cert_check(const struct ps_call *c, const char **why);
+// certificate of c's connection names (identity.c); a server signed
+// without an index gets the certificate's in c->peer. Errors: FB_EAUTH
+// with *why set (static per thread, valid until the next call).
+int ps__call_cert_check(struct ps_call *c, const char **why);
+
+// ps__call_cert_ident sets c->peer, in a job with TLS and no secret, to
+// the member the certificate of c's connection names (identity.c);
+// PSW_ROLE_NONE when it names none (a shared certificate: membership
+// only).
+void ps__call_cert_ident(struct ps_call *c);
 
 // ps__rpc_auth_on tells whether requests are authenticated (a secret or
 // TLS): the handlers' role checks apply only then.
@@ -129,9 +137,12 @@ const char *ps__rpc_url(const struct ps_rpc *rpc);
 void ps__rpc_close(struct ps_rpc *rpc);
 
 // ps__call_acts_as tells whether c's sender may act for (role, id), an
-// enum psw_role and a rank or server index: always with authentication
-// off; else when it is that member, or an operator and operator_ok. When
-// not, it answers c PERMISSION_DENIED (naming both) and returns 0.
+// enum psw_role and a rank or server index: always when the sender has no
+// identity (authentication off, or TLS alone with a certificate that
+// names no member); else when it is that member, or an operator and
+// operator_ok. Under TLS alone an unindexed server certificate
+// ("ferry-server") acts as any server slot. When not, it answers c
+// PERMISSION_DENIED (naming both), counted, and returns 0.
 int ps__call_acts_as(struct ps_call *c, int role, uint32_t id,
     int operator_ok);
 

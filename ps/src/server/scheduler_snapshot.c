@@ -370,27 +370,36 @@ ps__sched_snapshot_stop(struct ps_scheduler *s)
 }
 
 int
-ps_job_snapshot(const char *scheduler_url, const char *secret_file,
-    uint64_t version, uint32_t timeout_ms, struct ps_job_snapshot *out,
-    char *err, size_t n)
+ps_job_snapshot(const char            *scheduler_url,
+    const struct ps_job_snapshot_auth *auth, uint64_t version,
+    uint32_t timeout_ms, struct ps_job_snapshot *out, char *err, size_t n)
 {
-	struct fwd_one o;
-	int            rv;
+	struct ps_job_snapshot_auth none = { 0 };
+	struct fwd_one              o;
+	int                         rv;
 
 	if (scheduler_url == NULL || out == NULL || timeout_ms == 0) {
 		return FB_EINVAL;
 	}
+	auth = auth != NULL ? auth : &none;
 	memset(&o, 0, sizeof(o));
 	o.url        = scheduler_url;
 	o.version    = version;
 	o.timeout_ms = timeout_ms;
-	if ((rv = ps__open_auth(secret_file, PSW_ROLE_OPERATOR, 0, &o.auth)) !=
-	    FB_OK) {
-		snprintf(err, n, "cannot read the job's key %s", secret_file);
+	if ((rv = ps__open_auth(auth->secret_file, PSW_ROLE_OPERATOR, 0,
+	         &o.auth)) != FB_OK) {
+		snprintf(err, n, "cannot read the job's key %s",
+		    auth->secret_file);
+		return rv;
+	}
+	if ((rv = psw_tls_open(auth->tls_cert, auth->tls_key, auth->tls_ca,
+	         &o.tls, err, n)) != FB_OK) {
+		psw_auth_close(o.auth);
 		return rv;
 	}
 	one_call(&o);
 	psw_auth_close(o.auth);
+	psw_tls_close(o.tls);
 	if (o.status != PSWIRE__STATUS__OK) {
 		snprintf(err, n, "%s: %s", psw_status_name(o.status), o.err);
 		return o.status == PSWIRE__STATUS__DEADLINE_EXCEEDED

@@ -1,0 +1,182 @@
+// harness.c — the ps suites' shared trainer thread, raw rpc and metric
+// read (harness.h).
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+
+#include "ferry/ferry.h"
+#include "harness.h"
+#include "pt.h"
+#include "scrape.h"
+
+void *
+pt_rank_main(void *arg)
+{
+	struct pt_rank          *a     = arg;
+	struct ferry_opts        o     = FERRY_OPTS_INIT;
+	struct ferry_tensor_desc d[NT] = { { "a", 40 }, { "b", 7 },
+		{ "c", 1 } };
+	ferry_client            *c     = NULL;
+	float                    g[NT][40];
+	float                   *wp[NT], *gp[NT];
+	char                     cert[160], key[160], ca[160];
+
+	o.scheduler_url = a->url;
+	o.rank          = a->rank;
+	o.lr            = 0.5;
+	o.timeout_ms    = 20000;
+	if (a->codec != NULL) {
+		o.codec_push = a->codec;
+		o.codec_pull = a->codec;
+	}
+	if (a->tls_dir != NULL) {
+		snprintf(cert, sizeof(cert), "%s/trainer-%d.pem", a->tls_dir,
+		    a->rank);
+		snprintf(key, sizeof(key), "%s/trainer-%d.key", a->tls_dir,
+		    a->rank);
+		snprintf(ca, sizeof(ca), "%s/ca.pem", a->tls_dir);
+		o.tls_cert = cert;
+		o.tls_key  = key;
+		o.tls_ca   = ca;
+	}
+	for (int t = 0; t < NT; t++) {
+		wp[t] = a->w[t];
+		gp[t] = g[t];
+		for (size_t i = 0; i < lens[t]; i++) {
+			a->w[t][i] = (float) i;
+		}
+	}
+	if ((a->rv = ferry_client_open(&o, &c)) != 0 ||
+	    (a->key != NULL &&
+	        (a->rv = ferry_client_set_secret_file(c, a->key)) != 0) ||
+	    (a->rv = ferry_client_declare(c, d, NT)) != 0 ||
+	    (a->rank == 0 && !a->rejoin &&
+	        (a->rv = ferry_client_init_weights(c,
+	             (const float *const *) wp)) != 0) ||
+	    (a->rv = ferry_client_pull(c, wp)) != 0) {
+		goto out;
+	}
+	for (int k = 0; k < a->steps && !a->rejoin && a->rv == 0; k++) {
+		if (a->before_step != NULL) {
+			a->before_step(a, k);
+		}
+		for (int t = 0; t < NT; t++) {
+			for (size_t i = 0; i < lens[t]; i++) {
+				g[t][i] = grad_for(a->rank, k, t, i);
+			}
+		}
+		a->rv = ferry_client_push_pull(c, (const float *const *) gp,
+		    10, wp);
+	}
+out:
+	if (c != NULL) {
+		struct ferry_stats st;
+		ferry_client_stats(c, &st);
+		a->map_changes = st.map_changes;
+	}
+	snprintf(a->err, sizeof(a->err), "%s",
+	    c ? ferry_client_last_error(c) : "open failed");
+	ferry_client_close(c);
+	return NULL;
+}
+
+void
+pt_ranks_run(struct pt_rank *a, int n)
+{
+	pthread_t th[8];
+
+	ck_assert_int_le(n, 8);
+	for (int r = 0; r < n; r++) {
+		a[r].rank = r;
+		ck_assert_int_eq(
+		    pthread_create(&th[r], NULL, pt_rank_main, &a[r]), 0);
+	}
+	for (int r = 0; r < n; r++) {
+		pthread_join(th[r], NULL);
+	}
+}
+
+void
+pt_ranks_train(struct pt_rank *a, int n)
+{
+	pt_ranks_run(a, n);
+	for (int r = 0; r < n; r++) {
+		ck_assert_msg(a[r].rv == 0, "rank %d: %s: %s", r,
+		    ferry_strerror(a[r].rv), a[r].err);
+	}
+}
+
+int
+pt_rpc(const struct pt_peer *as, const char *url, uint8_t method,
+    Pswire__Header *h, const void *payload, size_t len, Pswire__Header **rep)
+{
+	static const struct pt_peer plain = { 0 };
+	nng_socket                  s;
+	nng_msg                    *m;
+	uint8_t                    *p;
+	struct psw_frame            f;
+	const char                 *why;
+	struct psw_auth            *a = NULL;
+	struct psw_tls             *t = NULL;
+	char                        cert[160], key[160], ca[160], err[300];
+	int                         status = -1;
+	size_t                      hl = pswire__header__get_packed_size(h);
+
+	as = as != NULL ? as : &plain;
+	if (as->key != NULL) {
+		PT_OK(psw_auth_open(as->key, as->who.role, as->who.id, &a, err,
+		    sizeof(err)));
+	}
+	if (as->tls_dir != NULL) {
+		snprintf(cert, sizeof(cert), "%s/%s.pem", as->tls_dir,
+		    as->cert);
+		snprintf(key, sizeof(key), "%s/%s.key", as->tls_dir, as->cert);
+		snprintf(ca, sizeof(ca), "%s/ca.pem", as->tls_dir);
+		ck_assert_msg(
+		    psw_tls_open(cert, key, ca, &t, err, sizeof(err)) == FB_OK,
+		    "%s", err);
+	}
+	ck_assert_int_eq(nng_req0_open(&s), 0);
+	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 10000);
+	PT_OK(psw_tls_dial(t, s, url));
+	PT_OK(psw_msg_begin(&m, hl, len, &p));
+	if (len > 0) {
+		memcpy(p, payload, len);
+	}
+	PT_OK(psw_msg_finish(m, method, 0, &h->base, hl, len));
+	PT_OK(psw_auth_sign(a, m, 1, 0, NULL));
+	ck_assert_int_eq(nng_sendmsg(s, m, 0), 0);
+	if (nng_recvmsg(s, &m, 0) == 0) {
+		// A refusal's reply may not be signed in a way the sender can
+		// check: only its Header is read.
+		PT_OK(psw_msg_parse(m, &f, &why));
+		Pswire__Header *rh = pswire__header__unpack(NULL, f.hdr_len,
+		    f.hdr);
+		ck_assert_ptr_nonnull(rh);
+		status = (int) rh->status;
+		if (rep != NULL) {
+			*rep = rh;
+		} else {
+			pswire__header__free_unpacked(rh, NULL);
+		}
+		nng_msg_free(m);
+	}
+	nng_close(s);
+	psw_tls_close(t);
+	psw_auth_close(a);
+	return status;
+}
+
+double
+pt_metric(struct obs_registry *r, const char *name)
+{
+	struct obs_writer w = OBS_WRITER_INIT;
+	double            v = -1;
+	PT_OK(obs_registry_write(r, &w));
+	ck_assert_int_eq(pt_prom_value(w.buf, name, NULL, &v), 0);
+	obs_writer_fini(&w);
+	return v;
+}
