@@ -17,6 +17,16 @@
 // The most snapshot versions a server reports (snapshot.h keeps 2).
 #define SNAP_KEEP_MAX 4
 
+// nap waits ms milliseconds before a retry, in 10 ms slices so that a
+// close is not held by it.
+static void
+nap(struct ps_server *s, int ms)
+{
+	for (int t = 0; t < ms && !atomic_load(&s->closing); t += 10) {
+		fb_sleep_us(10000);
+	}
+}
+
 // heartbeat tells the scheduler that server s->index is alive. A lost or
 // refused heartbeat is only logged at debug level: the scheduler judges.
 static void
@@ -109,6 +119,9 @@ ps__boot_main(void *arg)
 		    s->opts.scheduler_url);
 		return NULL;
 	}
+	pthread_mutex_lock(&s->boot_mu);
+	s->boot_aio = aio; // ps_server_close may stop it from now on
+	pthread_mutex_unlock(&s->boot_mu);
 	// Register, then wait for the placement; retry while not closing.
 	// A server restarted in a running job with snapshots on disk
 	// registers twice: first to learn its index (which names its files),
@@ -238,9 +251,9 @@ ps__boot_main(void *arg)
 		} else if (rv == FB_EREMOTE) {
 			FB_LOG(FB_LOG_ERR, "boot", "scheduler refused: %s",
 			    why);
-			fb_sleep_us(1000000);
+			nap(s, 1000);
 		} else if (rv != FB_ETIMEDOUT) {
-			fb_sleep_us(100000);
+			nap(s, 100);
 		}
 		if (ph != NULL) {
 			pswire__header__free_unpacked((Pswire__Header *) ph,
@@ -248,6 +261,9 @@ ps__boot_main(void *arg)
 		}
 	}
 	ps__peers_close(&peers);
+	pthread_mutex_lock(&s->boot_mu);
+	s->boot_aio = NULL;
+	pthread_mutex_unlock(&s->boot_mu);
 	nng_aio_free(aio);
 	nng_close(sock);
 	return NULL;

@@ -216,6 +216,7 @@ ps_server_open(const struct ps_server_opts *o, struct ps_server **out)
 		s->opts.park_max_ms = 300000; // PS_SERVER_OPTS_INIT's
 	}
 	pthread_mutex_init(&s->mu, NULL);
+	pthread_mutex_init(&s->boot_mu, NULL);
 	pthread_cond_init(&s->decoded, NULL);
 	// ps_server_leave waits on delivered with a deadline from
 	// fb_clock_ms(), which is CLOCK_MONOTONIC.
@@ -317,7 +318,12 @@ ps_server_close(struct ps_server *s)
 	if (s == NULL) {
 		return;
 	}
+	pthread_mutex_lock(&s->boot_mu);
 	atomic_store(&s->closing, 1);
+	if (s->boot_aio != NULL) {
+		nng_aio_stop(s->boot_aio); // its call ends ECANCELED
+	}
+	pthread_mutex_unlock(&s->boot_mu);
 	pthread_join(s->boot_thread, NULL);
 	pthread_join(s->sweep_thread, NULL);
 	ps__repl_close(s);
@@ -342,5 +348,6 @@ ps_server_close(struct ps_server *s)
 	pthread_cond_destroy(&s->delivered);
 	pthread_cond_destroy(&s->decoded);
 	pthread_mutex_destroy(&s->mu);
+	pthread_mutex_destroy(&s->boot_mu);
 	fb_free(s);
 }

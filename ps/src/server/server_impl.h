@@ -162,6 +162,11 @@ struct ps_server {
 	pthread_cond_t        delivered;
 	pthread_t             boot_thread, sweep_thread;
 	atomic_int            closing;
+	// The boot thread's aio while it has one (boot_mu): ps_server_close
+	// stops it, so that a parked GetPlacement (up to 1 s) does not hold
+	// the close; later calls on it fail at once.
+	pthread_mutex_t       boot_mu;
+	nng_aio              *boot_aio;
 	atomic_int            ready;
 	uint32_t              index;
 	Pswire__Placement    *pl;
