@@ -272,6 +272,104 @@ START_TEST(test_limits_parked_pulls_from_one_peer)
 }
 END_TEST
 
+// A peer on one host (dialing from 127.0.0.2) opens HOST_CONNS connections
+// and parks the most each may (a quarter of the contexts) on every one.
+// The connections of one host together park at most three quarters of
+// the contexts: the last connection's Pulls are refused, naming the host,
+// and the trainer (from 127.0.0.1, another host) still trains. Closing
+// the peer's connections answers what they had parked.
+START_TEST(test_limits_parked_pulls_from_one_host)
+{
+	enum { CONTEXTS = 16, PER = CONTEXTS / 4, HOST_CONNS = 4 };
+	struct job     j;
+	struct trainer t;
+	nng_socket     sock[HOST_CONNS];
+	nng_ctx        ctx[HOST_CONNS][PER];
+	nng_aio       *aio[HOST_CONNS][PER];
+	int            refused = 0, named = 0;
+
+	job_open(&j, 1, CONTEXTS);
+	memset(&t, 0, sizeof(t));
+	t.url   = ps_scheduler_url(j.sched);
+	t.steps = 3;
+	t.grad  = 1.0f;
+	PT_OK(trainer_open(&t));
+	for (int k = 0; k < HOST_CONNS; k++) {
+		nng_dialer   d;
+		nng_sockaddr sa;
+		memset(&sa, 0, sizeof(sa));
+		sa.s_in.sa_family = NNG_AF_INET;
+		sa.s_in.sa_addr   = htonl(0x7f000002u); // 127.0.0.2
+		ck_assert_int_eq(nng_req0_open(&sock[k]), 0);
+		ck_assert_int_eq(
+		    nng_dialer_create(&d, sock[k], ps_server_url(j.srv)), 0);
+		ck_assert_int_eq(nng_dialer_set_addr(d, NNG_OPT_LOCADDR, &sa),
+		    0);
+		ck_assert_int_eq(nng_dialer_start(d, 0), 0);
+		for (int i = 0; i < PER; i++) {
+			ck_assert_int_eq(nng_ctx_open(&ctx[k][i], sock[k]), 0);
+			ck_assert_int_eq(nng_aio_alloc(&aio[k][i], NULL, NULL),
+			    0);
+			nng_aio_set_msg(aio[k][i],
+			    pull_msg((uint64_t) (k * PER + i) + 1, 1, 0));
+			nng_ctx_send(ctx[k][i], aio[k][i]);
+			nng_aio_wait(aio[k][i]);
+			ck_assert_int_eq(nng_aio_result(aio[k][i]), 0);
+			nng_aio_set_timeout(aio[k][i], 300);
+			nng_ctx_recv(ctx[k][i], aio[k][i]);
+		}
+		// One connection at a time, so that the refusals fall on the
+		// last one: wait until this one's calls are parked.
+		for (int i = 0; i < 200 &&
+		     stat_of(j.srv, "parked") <
+		         (unsigned long long) ((k + 1) * PER > 3 * PER
+		                 ? 3 * PER
+		                 : (k + 1) * PER);
+		     i++) {
+			fb_sleep_us(5000);
+		}
+	}
+	for (int k = 0; k < HOST_CONNS; k++) {
+		for (int i = 0; i < PER; i++) {
+			nng_aio_wait(aio[k][i]);
+			if (nng_aio_result(aio[k][i]) != 0) {
+				continue; // parked: timed out here
+			}
+			nng_msg         *m = nng_aio_get_msg(aio[k][i]);
+			struct psw_frame f;
+			const char      *why;
+			PT_OK(psw_msg_parse(m, &f, &why));
+			Pswire__Header *h = pswire__header__unpack(NULL,
+			    f.hdr_len, f.hdr);
+			ck_assert_ptr_nonnull(h);
+			ck_assert_int_eq(h->status,
+			    PSWIRE__STATUS__RESOURCE_EXHAUSTED);
+			named += strstr(h->error, "host (127.0.0.2)") != NULL;
+			pswire__header__free_unpacked(h, NULL);
+			nng_msg_free(m);
+			refused++;
+		}
+	}
+	ck_assert_int_eq(refused, PER);
+	ck_assert_int_eq(named, PER);
+	ck_assert_uint_eq(stat_of(j.srv, "parked"), 3 * PER);
+	trainer_steps(&t);
+	ck_assert_msg(t.rv == 0 && t.n_refused == 0, "trainer: %s", t.err);
+	for (int k = 0; k < HOST_CONNS; k++) {
+		for (int i = 0; i < PER; i++) {
+			nng_aio_free(aio[k][i]);
+		}
+		nng_close(sock[k]);
+	}
+	for (int i = 0; i < 200 && stat_of(j.srv, "parked") > 0; i++) {
+		fb_sleep_us(10000);
+	}
+	ck_assert_uint_eq(stat_of(j.srv, "parked"), 0);
+	ferry_client_close(t.c);
+	job_close(&j);
+}
+END_TEST
+
 // Two ranks push FLT_MAX everywhere: each push is finite, their sum is
 // not. The round is refused whole: the weights stay finite (and as they
 // were), and the job goes on. In async mode a push whose step would
@@ -823,6 +921,7 @@ suite_limits(void)
 	TCase *tc = tcase_create("limits");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_limits_parked_pulls_from_one_peer);
+	tcase_add_test(tc, test_limits_parked_pulls_from_one_host);
 	tcase_add_test(tc, test_limits_flt_max_pushes_leave_weights_finite);
 	tcase_add_test(tc, test_limits_huge_declaration_refused);
 	tcase_add_test(tc, test_limits_fake_scheduler_bad_map_refused);

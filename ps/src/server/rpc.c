@@ -1,4 +1,5 @@
 // rpc.c — REP contexts with aio state machines (see rpc.h DESIGN).
+#include <arpa/inet.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <nng/nng.h>
@@ -82,6 +83,55 @@ call_unhold(struct ps_call *c)
 {
 	atomic_store_explicit(&c->pipe, 0, memory_order_relaxed);
 	atomic_store_explicit(&c->held, 0, memory_order_relaxed);
+	atomic_store_explicit(&c->host, 0, memory_order_relaxed);
+}
+
+// host_key names the host at the other end of pipe: its IPv4 or IPv6
+// address folded into 64 bits (never 0), or 0 when the pipe has no IP
+// peer (ipc, inproc). With text, also writes the address there.
+static uint64_t
+host_key(nng_pipe pipe, char *text, size_t n)
+{
+	nng_sockaddr sa;
+	uint64_t     k = 0;
+	if (text != NULL && n > 0) {
+		snprintf(text, n, "?");
+	}
+	if (nng_pipe_get_addr(pipe, NNG_OPT_REMADDR, &sa) != 0) {
+		return 0;
+	}
+	if (sa.s_family == NNG_AF_INET) {
+		k = (1ull << 32) | sa.s_in.sa_addr;
+		if (text != NULL) {
+			inet_ntop(AF_INET, &sa.s_in.sa_addr, text,
+			    (socklen_t) n);
+		}
+	} else if (sa.s_family == NNG_AF_INET6) {
+		k = 1469598103934665603ull; // FNV-1a over the 16 bytes
+		for (int i = 0; i < 16; i++) {
+			k = (k ^ sa.s_in6.sa_addr[i]) * 1099511628211ull;
+		}
+		k |= 1ull << 63; // never 0, never an IPv4 key
+		if (text != NULL) {
+			inet_ntop(AF_INET6, sa.s_in6.sa_addr, text,
+			    (socklen_t) n);
+		}
+	}
+	return k;
+}
+
+// host_usage counts the calls other than c held for host (0: none).
+static int
+host_usage(const struct ps_rpc *r, const struct ps_call *c, uint64_t host)
+{
+	int calls = 0;
+	for (int i = 0; host != 0 && i < r->n; i++) {
+		const struct ps_call *o = &r->calls[i];
+		calls += o != c &&
+		    atomic_load_explicit(&o->host, memory_order_relaxed) ==
+		        host;
+	}
+	return calls;
 }
 
 // pipe_usage counts the calls other than c that hold bytes for connection
@@ -334,17 +384,31 @@ over_limits(struct ps_call *c)
 	struct ps_rpc *r       = c->rpc;
 	size_t         conn    = atomic_load(&r->conn_bytes);
 	size_t         all     = atomic_load(&r->total_bytes);
-	uint32_t       pipe    = nng_pipe_id(nng_msg_get_pipe(c->req));
+	nng_pipe       np      = nng_msg_get_pipe(c->req);
+	uint32_t       pipe    = nng_pipe_id(np);
 	size_t         mine    = nng_msg_len(c->req), bytes, total;
 	int            calls   = 0;
 	int            max_cls = r->n / 4 > 2 ? r->n / 4 : 2;
-	char           why[160];
+	int            max_hst = r->n - r->n / 4 > 2 ? r->n - r->n / 4 : 2;
+	char           why[200], addr[64];
 
+	if (c->host_pipe != pipe) {
+		c->host_key  = host_key(np, NULL, 0);
+		c->host_pipe = pipe;
+	}
+	uint64_t host   = c->host_key;
+	int      hcalls = host_usage(r, c, host);
 	pipe_usage(r, c, pipe, &calls, &bytes, &total);
 	if (calls >= max_cls) {
 		snprintf(why, sizeof(why),
 		    "this connection already has %d calls in progress (cap %d)",
 		    calls, max_cls);
+	} else if (host != 0 && hcalls >= max_hst) {
+		host_key(np, addr, sizeof(addr));
+		snprintf(why, sizeof(why),
+		    "this host (%s) already has %d calls in progress over its "
+		    "connections (cap %d)",
+		    addr, hcalls, max_hst);
 	} else if (bytes + mine > conn) {
 		snprintf(why, sizeof(why),
 		    "this connection holds %zu bytes in calls in progress; "
@@ -358,6 +422,7 @@ over_limits(struct ps_call *c)
 	} else {
 		atomic_store_explicit(&c->held, mine, memory_order_relaxed);
 		atomic_store_explicit(&c->pipe, pipe, memory_order_relaxed);
+		atomic_store_explicit(&c->host, host, memory_order_relaxed);
 		return 0;
 	}
 	reply_status(c, c->hdr->request_id, PSWIRE__STATUS__RESOURCE_EXHAUSTED,

@@ -11,7 +11,11 @@
 // LIMITS. A connection (an nng pipe) may hold at most a quarter of the
 // contexts (at least 2) in calls not yet answered or whose answer is still
 // being sent, and at most conn_bytes of their requests and answers; all
-// connections together at most total_bytes. A request over a limit is
+// the connections of one host (its IP address) at most three quarters of
+// the contexts, so that a peer opening many connections still leaves a
+// quarter to every other host (three quarters, not less: a local job
+// runs every trainer on 127.0.0.1); all connections together at most
+// total_bytes. A request over a limit is
 // answered RESOURCE_EXHAUSTED before any handler sees it, so one peer that
 // parks calls or never reads its answers cannot take the contexts or the
 // memory the others need. When a connection closes, the role's pipe_gone
@@ -60,9 +64,15 @@ struct ps_call {
 	struct psw_ident peer;
 	uint64_t         chan, ctr;
 	// LIMITS accounting, read by other contexts' threads: the id of the
-	// connection this call holds bytes for (0: none) and how many.
+	// connection this call holds bytes for (0: none), how many, and the
+	// host it came from (0: none, or not a network peer).
 	_Atomic uint32_t pipe;
 	_Atomic size_t   held;
+	_Atomic uint64_t host;
+	// The host of the connection this context last heard from (a cache:
+	// the peer's address is a system call away).
+	uint32_t         host_pipe;
+	uint64_t         host_key;
 };
 
 typedef void (*ps_rpc_handler)(void *arg, struct ps_call *call);
