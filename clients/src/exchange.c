@@ -342,8 +342,9 @@ ferry__xfer_begin(ferry_client *c, struct xfer *x)
 uint64_t
 ferry__req_bytes(uint64_t conn_bytes, size_t w, double bw_bps, double rtt_s)
 {
-	uint64_t fast = (conn_bytes + w - 1) / (w ? w : 1);
-	double   t    = rtt_s > 0 && w ? 2.0 * rtt_s / (double) w : 0;
+	size_t   ww   = w ? w : 1;
+	uint64_t fast = conn_bytes / ww + (conn_bytes % ww != 0);
+	double   t    = rtt_s > 0 ? 2.0 * rtt_s / (double) ww : 0;
 	double   link = bw_bps * (t > REQ_LINK_S ? t : REQ_LINK_S);
 	fast          = fast < PIPE_MIN_BYTES ? PIPE_MIN_BYTES : fast;
 	// !(bw > 0) also catches NaN (not measured)
