@@ -58,13 +58,14 @@ start(double bw, double rtt)
 		sh[i] = (struct fake_shard) { 0, (uint64_t) i * SHARD_LEN,
 			SHARD_LEN, 0 };
 	}
-	ferry_client *c = fake_client(NULL, NULL, &len, 1, 1, sh, N_SHARDS);
+	ferry_client *c    = fake_client(NULL, NULL, &len, 1, 1, sh, N_SHARDS);
 	float        *w[1] = { buf };
 	const float  *g[1] = { buf };
 	c->conns[0].bw_bps = bw;
 	c->conns[0].rtt_s  = rtt;
-	ck_assert_int_eq(ferry_client_push_pull_start(c, g, 1, w, 0, 1),
-	    FERRY_OK);
+	int rv             = ferry_client_push_pull_start(c, g, 1, w, 0, 1);
+	ck_assert_msg(rv == FERRY_OK, "push_pull_start: %s",
+	    ferry_client_last_error(c));
 	return c;
 }
 

@@ -217,7 +217,9 @@ backups_repair(struct ps_scheduler *s, size_t ns, uint32_t *assign,
 // cut_bytes is the shard size of the job's cut: --shard-bytes, or, at the
 // first map of a probed job, the smaller size its slowest link calls for
 // (shard_link_bytes: on a slow link a sync exchange overlaps its two
-// directions only to the grain of a shard), unless that makes more than
+// directions only to the grain of a shard), counted in wire bytes (the
+// job's codecs: a q4 shard may hold 8x the fp32 bytes of an uncompressed
+// one for the same time on the link), unless that makes more than
 // PS_MAX_SHARDS shards. Recorded in the job (saved with it), so every
 // later map, and a restarted scheduler, keeps the same cut. A link
 // reported unusable (1 B/s: the server did not answer) does not count.
@@ -241,7 +243,10 @@ cut_bytes(struct ps_scheduler *s, const uint64_t *lens, size_t nt)
 			}
 		}
 	}
-	b = shard_link_bytes(slow, max);
+	// A shard's time on the link is its wire bytes, push and pull: with
+	// a codec (rho < 2) the same time holds more fp32 bytes.
+	double rho = wire_factor(s->job);
+	b          = shard_link_bytes(rho > 0 ? slow * 2.0 / rho : slow, max);
 	if (b != max &&
 	    (shard_count(lens, nt, b, &n) != FB_OK || n > PS_MAX_SHARDS)) {
 		b = max;
