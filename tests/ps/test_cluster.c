@@ -1202,9 +1202,11 @@ START_TEST(test_cluster_latency_placement_slow_server)
 END_TEST
 
 // fetch_epoch asks the scheduler for the map of at least min_epoch and
-// returns each server's bytes in load[0..1] and the map's epoch.
+// returns each server's bytes in load[0..1], its shard count in *n_shards
+// (when not NULL) and the map's epoch.
 static uint64_t
-fetch_epoch(const char *url, uint64_t min_epoch, uint64_t load[2])
+fetch_epoch(const char *url, uint64_t min_epoch, uint64_t load[2],
+    size_t *n_shards)
 {
 	Pswire__Header              h  = PSWIRE__HEADER__INIT;
 	Pswire__GetPlacementRequest gp = PSWIRE__GET_PLACEMENT_REQUEST__INIT;
@@ -1220,6 +1222,9 @@ fetch_epoch(const char *url, uint64_t min_epoch, uint64_t load[2])
 		    rh->placement->shards[i]->len * 4;
 	}
 	uint64_t e = rh->placement->epoch;
+	if (n_shards != NULL) {
+		*n_shards = rh->placement->n_shards;
+	}
 	pswire__header__free_unpacked(rh, NULL);
 	return e;
 }
@@ -1247,39 +1252,20 @@ START_TEST(test_cluster_reprobe_replaces)
 		ck_assert_int_eq(raw_report(url, r, 2, rtt, bw),
 		    PSWIRE__STATUS__OK);
 	}
-	ck_assert_uint_eq(fetch_epoch(url, 1, load), 1);
+	ck_assert_uint_eq(fetch_epoch(url, 1, load, NULL), 1);
 	ck_assert_uint_lt(load[1], load[0]);
 	ck_assert_int_eq(raw_report(url, 0, 2, rtt, bw), PSWIRE__STATUS__OK);
-	ck_assert_uint_eq(fetch_epoch(url, 1, load), 1); // unchanged
+	ck_assert_uint_eq(fetch_epoch(url, 1, load, NULL), 1); // unchanged
 	for (uint32_t r = 0; r < 2; r++) {
 		ck_assert_int_eq(raw_report(url, r, 2, rtt, flip),
 		    PSWIRE__STATUS__OK);
 	}
-	ck_assert_uint_ge(fetch_epoch(url, 2, load), 2);
+	ck_assert_uint_ge(fetch_epoch(url, 2, load, NULL), 2);
 	ck_assert_msg(load[0] < load[1], "after the flip: %llu vs %llu",
 	    (unsigned long long) load[0], (unsigned long long) load[1]);
 	cluster_stop(&cl);
 }
 END_TEST
-
-// shard_count_at fetches the map of at least min_epoch and returns how
-// many shards it has; *epoch gets its epoch.
-static size_t
-shard_count_at(const char *url, uint64_t min_epoch, uint64_t *epoch)
-{
-	Pswire__Header              h  = PSWIRE__HEADER__INIT;
-	Pswire__GetPlacementRequest gp = PSWIRE__GET_PLACEMENT_REQUEST__INIT;
-	gp.min_epoch                   = min_epoch;
-	h.body_case                    = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
-	h.placement_req                = &gp;
-	Pswire__Header *rh = raw_call(url, PSWIRE__METHOD__GET_PLACEMENT, &h);
-	ck_assert_ptr_nonnull(rh);
-	ck_assert_int_eq(rh->status, PSWIRE__STATUS__OK);
-	size_t n = rh->placement->n_shards;
-	*epoch   = rh->placement->epoch;
-	pswire__header__free_unpacked(rh, NULL);
-	return n;
-}
 
 // link_cut_job starts a latency scheduler with 1 MiB --shard-bytes and two
 // servers, registers two raw trainers of one 256 KiB tensor, has both
@@ -1291,7 +1277,6 @@ link_cut_job(struct cluster *cl, double bw)
 	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
 	char                     url[64];
 	double                   rtt[2] = { 1e-4, 1e-4 }, b[2] = { bw, bw };
-	uint64_t                 epoch;
 	so.placement   = PS_PLACEMENT_LATENCY;
 	so.url         = pt_addr(url, sizeof(url), "tcp");
 	so.trainers    = 2;
@@ -1316,8 +1301,9 @@ link_cut_job(struct cluster *cl, double bw)
 		ck_assert_int_eq(raw_report(su, r, 2, rtt, b),
 		    PSWIRE__STATUS__OK);
 	}
-	size_t n = shard_count_at(su, 1, &epoch);
-	ck_assert_uint_eq(epoch, 1);
+	uint64_t load[2];
+	size_t   n;
+	ck_assert_uint_eq(fetch_epoch(su, 1, load, &n), 1);
 	return n;
 }
 
@@ -1330,7 +1316,6 @@ START_TEST(test_cluster_link_sized_shards)
 {
 	struct cluster cl;
 	double         rtt[2] = { 1e-4, 1e-4 }, slower[2] = { 6.5e6, 0.5e6 };
-	uint64_t       epoch = 0;
 
 	ck_assert_uint_eq(link_cut_job(&cl, 2e9), 1);
 	cluster_stop(&cl);
@@ -1341,8 +1326,10 @@ START_TEST(test_cluster_link_sized_shards)
 		ck_assert_int_eq(raw_report(url, r, 2, rtt, slower),
 		    PSWIRE__STATUS__OK);
 	}
-	ck_assert_uint_eq(shard_count_at(url, 2, &epoch), 262144 / 8192);
-	ck_assert_uint_ge(epoch, 2);
+	uint64_t load[2];
+	size_t   n = 0;
+	ck_assert_uint_ge(fetch_epoch(url, 2, load, &n), 2);
+	ck_assert_uint_eq(n, 262144 / 8192);
 	cluster_stop(&cl);
 }
 END_TEST
