@@ -354,23 +354,27 @@ ferry__req_bytes(uint64_t conn_bytes, size_t w, double bw_bps, double rtt_s)
 	return link < 1.0 ? 1 : (uint64_t) link;
 }
 
-// wire_ratio is the wire bytes per fp32 byte of x's requests and their
-// replies, both directions averaged (1 uncompressed; about 1/8 with
+// wire_ratio is the wire bytes per fp32 byte of x's requests to cn and
+// their replies, both directions averaged (1 uncompressed; about 1/8 with
 // q4/q4): a slow link's request size is its time on the link, so a
-// compressed exchange packs more fp32 bytes into it. "auto" counts as
-// fp32 (its rung may change).
+// compressed exchange packs more fp32 bytes into it. With "auto", the
+// rungs chosen for cn's link.
 static double
-wire_ratio(const ferry_client *c, const struct xfer *x)
+wire_ratio(const ferry_client *c, const struct xfer *x, const struct conn *cn)
 {
-	const size_t n    = 1u << 16;
-	double       push = 4.0 * n, pull = 4.0 * n;
-	if (x->codec != NULL && !c->auto_push) {
-		push = (double) comp_bound(x->codec, n);
+	const size_t             n    = 1u << 16;
+	const struct comp_codec *push = x->codec;
+	double                   up = 4.0 * n, down = 4.0 * n;
+	if (c->auto_push && push != &c->cnone) {
+		push = &c->auto_codec[cn->push_rung];
 	}
-	if (!c->auto_pull) {
-		pull = (double) comp_bound(&c->cpull, n);
+	if (push != NULL) {
+		up = (double) comp_bound(push, n);
 	}
-	double r = (push + pull) / (8.0 * n);
+	if (!c->auto_pull || cn->pull_rung != 0) {
+		down = (double) comp_bound(&c->cpull, n);
+	}
+	double r = (up + down) / (8.0 * n);
 	return r < 1e-3 ? 1e-3 : r > 1.0 ? 1.0 : r;
 }
 
@@ -405,12 +409,11 @@ ferry__xfer_pump(ferry_client *c, struct xfer *x)
 	if (x->refetch || x->backoff || x->moved) {
 		return FERRY_OK; // once every request in flight has ended
 	}
-	double ratio = wire_ratio(c, x);
 	for (size_t m = 0; m < c->n_conns; m++) {
 		struct conn *cn = &c->conns[m];
 		// the link's rate in fp32 bytes of this operation
 		uint64_t     target = ferry__req_bytes(cn->bytes, w,
-		        cn->bw_bps / ratio, cn->rtt_s);
+		        cn->bw_bps / wire_ratio(c, x, cn), cn->rtt_s);
 		for (size_t k = 0; k < w && cn->busy < w; k++) {
 			struct slot *s = &cn->slots[k];
 			nng_msg     *req;
