@@ -399,6 +399,17 @@ const struct comp_codec *ferry__auto_codec(const ferry_client *c,
 // with its own context and aio. Errors: FERRY_ENOMEM, FERRY_ECONNECT.
 int ferry__slots_open(ferry_client *c, struct conn *cn, size_t m);
 
+// ferry__req_bytes is the fp32 bytes a request to a server aims at (it
+// carries whole shards until it reaches them): for a connection of
+// conn_bytes over a window of w requests, on a link measured at bw_bps
+// bytes/s with round trip rtt_s (0: not measured). A link that moves
+// PIPE_MIN_BYTES (1 MiB) in REQ_LINK_S (2 ms) or more, or one not
+// measured, gets conn_bytes / w but at least PIPE_MIN_BYTES; a slower one
+// what it moves in REQ_LINK_S or in 2·rtt_s / w, whichever is longer, so
+// a slow link is fed many small pipelined requests (exchange.c, DESIGN).
+uint64_t ferry__req_bytes(uint64_t conn_bytes, size_t w, double bw_bps,
+    double rtt_s);
+
 // ferry__slots_size gives each slot of cn a request list of cn->n shards
 // (after ferry__conns_assign; no request in flight). Errors: FERRY_ENOMEM.
 int ferry__slots_size(struct conn *cn);

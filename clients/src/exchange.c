@@ -19,6 +19,15 @@
 // back-off first lets every request in flight end (the map owns the
 // request lists), so those rules stay those of one round at a time.
 //
+// How big a request: at least PIPE_MIN_BYTES (today's loopback optimum)
+// on a link that moves that much in REQ_LINK_S; on a slower one (probed
+// bandwidth, ferry__req_bytes) a request is what the link moves in
+// REQ_LINK_S, or a round trip's worth over the window, so that many small
+// requests follow each other and the replies of the first ones travel
+// while the later ones are sent; the scheduler cuts the shards of such a
+// job to the same grain (shard_link_bytes), since a request carries whole
+// shards and a sync reply waits for all of them.
+//
 // How many in flight: a sync server parks a push-pull until its round
 // closes, holding one of its --contexts (256 by default) until then, so
 // every trainer's slots together must stay below that or the job stalls.
@@ -35,6 +44,7 @@
 #include <stdio.h>
 
 #include "client_impl.h"
+#include "shard/shard.h"
 // after <nng/nng.h> (client_impl.h), which defines what it needs
 #include <nng/supplemental/util/platform.h>
 
@@ -48,6 +58,12 @@
 // outweighs the overlap: on loopback, 128 KiB requests made the 0.9 MB
 // MLP's step ~20% slower; 64 MiB in 8 requests doubled push-pull goodput.
 #define PIPE_MIN_BYTES (1u << 20)
+
+// REQ_LINK_S: the time on a slow link one request aims at (the same as the
+// scheduler's SHARD_LINK_S). At 100 Mbit/s shared by two trainers, 8-16
+// KiB requests measured 1.03x the link bound, 32 KiB shards 1.17x and one
+// 1 MiB request 1.8x (docs/benchmarks.md).
+#define REQ_LINK_S SHARD_LINK_S
 
 // PIPE_CTX_BUDGET: the server contexts all trainers' slots may hold.
 #define PIPE_CTX_BUDGET 128u
@@ -323,6 +339,45 @@ ferry__xfer_begin(ferry_client *c, struct xfer *x)
 	memset(c->need, NEED_NONE, c->pl->n_shards);
 }
 
+uint64_t
+ferry__req_bytes(uint64_t conn_bytes, size_t w, double bw_bps, double rtt_s)
+{
+	size_t   ww   = w ? w : 1;
+	uint64_t fast = conn_bytes / ww + (conn_bytes % ww != 0);
+	double   t    = rtt_s > 0 ? 2.0 * rtt_s / (double) ww : 0;
+	double   link = bw_bps * (t > REQ_LINK_S ? t : REQ_LINK_S);
+	fast          = fast < PIPE_MIN_BYTES ? PIPE_MIN_BYTES : fast;
+	// !(bw > 0) also catches NaN (not measured)
+	if (!(bw_bps > 0) || !(link < (double) PIPE_MIN_BYTES)) {
+		return fast;
+	}
+	return link < 1.0 ? 1 : (uint64_t) link;
+}
+
+// wire_ratio is the wire bytes per fp32 byte of x's requests to cn and
+// their replies, both directions averaged (1 uncompressed; about 1/8 with
+// q4/q4): a slow link's request size is its time on the link, so a
+// compressed exchange packs more fp32 bytes into it. With "auto", the
+// rungs chosen for cn's link.
+static double
+wire_ratio(const ferry_client *c, const struct xfer *x, const struct conn *cn)
+{
+	const size_t             n    = 1u << 16;
+	const struct comp_codec *push = x->codec;
+	double                   up = 4.0 * n, down = 4.0 * n;
+	if (c->auto_push && push != &c->cnone) {
+		push = &c->auto_codec[cn->push_rung];
+	}
+	if (push != NULL) {
+		up = (double) comp_bound(push, n);
+	}
+	if (!c->auto_pull || cn->pull_rung != 0) {
+		down = (double) comp_bound(&c->cpull, n);
+	}
+	double r = (up + down) / (8.0 * n);
+	return r < 1e-3 ? 1e-3 : r > 1.0 ? 1.0 : r;
+}
+
 // fill lists in s the shards of cn's next request: those still to send
 // with the operation's method (main) first, else those left to pull, in
 // map order, until they reach `target` fp32 bytes. Returns how many.
@@ -355,9 +410,10 @@ ferry__xfer_pump(ferry_client *c, struct xfer *x)
 		return FERRY_OK; // once every request in flight has ended
 	}
 	for (size_t m = 0; m < c->n_conns; m++) {
-		struct conn *cn     = &c->conns[m];
-		uint64_t     target = (cn->bytes + w - 1) / w;
-		target = target < PIPE_MIN_BYTES ? PIPE_MIN_BYTES : target;
+		struct conn *cn = &c->conns[m];
+		// the link's rate in fp32 bytes of this operation
+		uint64_t     target = ferry__req_bytes(cn->bytes, w,
+		        cn->bw_bps / wire_ratio(c, x, cn), cn->rtt_s);
 		for (size_t k = 0; k < w && cn->busy < w; k++) {
 			struct slot *s = &cn->slots[k];
 			nng_msg     *req;

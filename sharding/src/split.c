@@ -1,4 +1,5 @@
-// split.c — cutting tensors into shards, and the uniform baseline placement.
+// split.c — cutting tensors into shards (and their size for a slow link),
+// and the uniform baseline placement.
 //
 // A shard is a contiguous slice of one float32 tensor of at most shard_bytes
 // bytes (docs/design.md §2). A large tensor is cut into the fewest pieces that
@@ -78,6 +79,22 @@ shard_split(const uint64_t *tensor_lens, size_t n_tensors,
 	*out   = d;
 	*n_out = (size_t) total;
 	return FB_OK;
+}
+
+uint64_t
+shard_link_bytes(double bw_bps, uint64_t max_bytes)
+{
+	// !(x > 0) also catches NaN; x == x + 1 catches +Inf.
+	if (!(bw_bps > 0) || bw_bps == bw_bps + 1.0 ||
+	    bw_bps * SHARD_LINK_S >= (double) max_bytes ||
+	    max_bytes <= SHARD_LINK_MIN_BYTES) {
+		return max_bytes;
+	}
+	uint64_t b = SHARD_LINK_MIN_BYTES;
+	while ((double) (b * 2) <= bw_bps * SHARD_LINK_S) {
+		b *= 2; // below max_bytes: bw * SHARD_LINK_S < max_bytes
+	}
+	return b;
 }
 
 int

@@ -12,5 +12,6 @@ Suite *suite_request(void);    // request.c: building requests
 Suite *suite_reply(void);      // reply.c: taking replies, the pull sink
 Suite *suite_sink(void);       // the pull sink against a cluster
 Suite *suite_codec_auto(void); // codec_auto.c: link-aware codec choice
+Suite *suite_exchange(void);   // exchange.c: request sizing per link
 
 #endif // CLIENTS_TESTS_H

@@ -1046,8 +1046,18 @@ raw_call(const char *url, uint8_t method, Pswire__Header *h)
 // raw_register_trainer registers trainer `rank` of a job of nt one-shard
 // tensors straight over the wire, so that the test, not a probe by
 // libferry, supplies the link figures.
+static void raw_register_job(const char *url, uint32_t rank, size_t nt,
+    uint64_t len);
+
 static void
 raw_register_trainer(const char *url, uint32_t rank, size_t nt)
+{
+	raw_register_job(url, rank, nt, 16); // one 64-byte shard each
+}
+
+// raw_register_job is raw_register_trainer with tensors of len floats.
+static void
+raw_register_job(const char *url, uint32_t rank, size_t nt, uint64_t len)
 {
 	Pswire__Header          h  = PSWIRE__HEADER__INIT;
 	Pswire__RegisterRequest rr = PSWIRE__REGISTER_REQUEST__INIT;
@@ -1058,7 +1068,7 @@ raw_register_trainer(const char *url, uint32_t rank, size_t nt)
 		pswire__tensor_desc__init(&td[i]);
 		snprintf(names[i], sizeof(names[i]), "t%zu", i);
 		td[i].name = names[i];
-		td[i].len  = 16; // one 64-byte shard each
+		td[i].len  = len;
 		tp[i]      = &td[i];
 	}
 	j.n_tensors        = nt;
@@ -1174,9 +1184,11 @@ START_TEST(test_cluster_latency_placement_slow_server)
 END_TEST
 
 // fetch_epoch asks the scheduler for the map of at least min_epoch and
-// returns each server's bytes in load[0..1] and the map's epoch.
+// returns each server's bytes in load[0..1], its shard count in *n_shards
+// (when not NULL) and the map's epoch.
 static uint64_t
-fetch_epoch(const char *url, uint64_t min_epoch, uint64_t load[2])
+fetch_epoch(const char *url, uint64_t min_epoch, uint64_t load[2],
+    size_t *n_shards)
 {
 	Pswire__Header              h  = PSWIRE__HEADER__INIT;
 	Pswire__GetPlacementRequest gp = PSWIRE__GET_PLACEMENT_REQUEST__INIT;
@@ -1192,6 +1204,9 @@ fetch_epoch(const char *url, uint64_t min_epoch, uint64_t load[2])
 		    rh->placement->shards[i]->len * 4;
 	}
 	uint64_t e = rh->placement->epoch;
+	if (n_shards != NULL) {
+		*n_shards = rh->placement->n_shards;
+	}
 	pswire__header__free_unpacked(rh, NULL);
 	return e;
 }
@@ -1219,17 +1234,84 @@ START_TEST(test_cluster_reprobe_replaces)
 		ck_assert_int_eq(raw_report(url, r, 2, rtt, bw),
 		    PSWIRE__STATUS__OK);
 	}
-	ck_assert_uint_eq(fetch_epoch(url, 1, load), 1);
+	ck_assert_uint_eq(fetch_epoch(url, 1, load, NULL), 1);
 	ck_assert_uint_lt(load[1], load[0]);
 	ck_assert_int_eq(raw_report(url, 0, 2, rtt, bw), PSWIRE__STATUS__OK);
-	ck_assert_uint_eq(fetch_epoch(url, 1, load), 1); // unchanged
+	ck_assert_uint_eq(fetch_epoch(url, 1, load, NULL), 1); // unchanged
 	for (uint32_t r = 0; r < 2; r++) {
 		ck_assert_int_eq(raw_report(url, r, 2, rtt, flip),
 		    PSWIRE__STATUS__OK);
 	}
-	ck_assert_uint_ge(fetch_epoch(url, 2, load), 2);
+	ck_assert_uint_ge(fetch_epoch(url, 2, load, NULL), 2);
 	ck_assert_msg(load[0] < load[1], "after the flip: %llu vs %llu",
 	    (unsigned long long) load[0], (unsigned long long) load[1]);
+	cluster_stop(&cl);
+}
+END_TEST
+
+// link_cut_job starts a latency scheduler with 1 MiB --shard-bytes and two
+// servers, registers two raw trainers of one 256 KiB tensor, has both
+// report links at bw bytes/s to both servers and returns the first map's
+// shard count (the cluster stays up in *cl).
+static size_t
+link_cut_job(struct cluster *cl, double bw)
+{
+	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
+	char                     url[64];
+	double                   rtt[2] = { 1e-4, 1e-4 }, b[2] = { bw, bw };
+	so.placement   = PS_PLACEMENT_LATENCY;
+	so.url         = pt_addr(url, sizeof(url), "tcp");
+	so.trainers    = 2;
+	so.servers     = 2;
+	so.shard_bytes = 1u << 20;
+	so.probe_bytes = 64 << 10;
+	PT_OK(ps_scheduler_open(&so, &cl->sched));
+	cl->n_srv = 2;
+	for (int i = 0; i < 2; i++) {
+		struct ps_server_opts o = PS_SERVER_OPTS_INIT;
+		char                  surl[64];
+		o.url           = pt_addr(surl, sizeof(surl), "tcp");
+		o.scheduler_url = ps_scheduler_url(cl->sched);
+		PT_OK(ps_server_open(&o, &cl->srv[i]));
+	}
+	wait_servers(cl);
+	const char *su = ps_scheduler_url(cl->sched);
+	for (uint32_t r = 0; r < 2; r++) {
+		raw_register_job(su, r, 1, 65536);
+	}
+	for (uint32_t r = 0; r < 2; r++) {
+		ck_assert_int_eq(raw_report(su, r, 2, rtt, b),
+		    PSWIRE__STATUS__OK);
+	}
+	uint64_t load[2];
+	size_t   n;
+	ck_assert_uint_eq(fetch_epoch(su, 1, load, &n), 1);
+	return n;
+}
+
+// Link-sized shards: a job whose trainers probed ~100 Mbit/s links (6.5
+// MB/s each, two sharing the server) gets 8 KiB shards instead of one 1
+// MiB shard per tensor, so a sync exchange can overlap its directions;
+// one on loopback-fast links keeps --shard-bytes. A later map (the links
+// changed: re-placement) keeps the first map's cut.
+START_TEST(test_cluster_link_sized_shards)
+{
+	struct cluster cl;
+	double         rtt[2] = { 1e-4, 1e-4 }, slower[2] = { 6.5e6, 0.5e6 };
+
+	ck_assert_uint_eq(link_cut_job(&cl, 2e9), 1);
+	cluster_stop(&cl);
+
+	ck_assert_uint_eq(link_cut_job(&cl, 6.5e6), 262144 / 8192);
+	const char *url = ps_scheduler_url(cl.sched);
+	for (uint32_t r = 0; r < 2; r++) {
+		ck_assert_int_eq(raw_report(url, r, 2, rtt, slower),
+		    PSWIRE__STATUS__OK);
+	}
+	uint64_t load[2];
+	size_t   n = 0;
+	ck_assert_uint_ge(fetch_epoch(url, 2, load, &n), 2);
+	ck_assert_uint_eq(n, 262144 / 8192);
 	cluster_stop(&cl);
 }
 END_TEST
@@ -1446,6 +1528,7 @@ suite_cluster(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_cluster_latency_placement_slow_server);
 	tcase_add_test(tc, test_cluster_reprobe_replaces);
+	tcase_add_test(tc, test_cluster_link_sized_shards);
 	suite_add_tcase(s, tc);
 
 	// Shards moving between servers: re-placement, leaves and joins.

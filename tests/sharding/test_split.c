@@ -1,4 +1,5 @@
-// test_split.c — shard_split and shard_place_uniform.
+// test_split.c — shard_split, shard_link_bytes and shard_place_uniform.
+#include <math.h>
 #include <stdint.h>
 
 #include <shard/shard.h>
@@ -140,6 +141,43 @@ START_TEST(test_place_uniform_bogus)
 }
 END_TEST
 
+// A failure means a slow link no longer gets shards it moves in about
+// SHARD_LINK_S (or a fast one lost the operator's --shard-bytes).
+START_TEST(test_link_bytes)
+{
+	const uint64_t mib = 1u << 20;
+	// unmeasured links and fast ones keep --shard-bytes
+	ck_assert_uint_eq(shard_link_bytes(0, mib), mib);
+	ck_assert_uint_eq(shard_link_bytes(-5, mib), mib);
+	ck_assert_uint_eq(shard_link_bytes(NAN, mib), mib);
+	ck_assert_uint_eq(shard_link_bytes(INFINITY, mib), mib);
+	ck_assert_uint_eq(shard_link_bytes(2e9, mib), mib); // loopback
+	ck_assert_uint_eq(shard_link_bytes(mib / SHARD_LINK_S, mib), mib);
+	// 100 Mbit/s, shared by two trainers (the probe sees ~6.5 MB/s) or
+	// not (12.5 MB/s): 8 and 16 KiB
+	ck_assert_uint_eq(shard_link_bytes(6.5e6, mib), 8192);
+	ck_assert_uint_eq(shard_link_bytes(12.5e6, mib), 16384);
+	// 1 Gbit/s: 128 KiB; 10 Mbit/s: the floor
+	ck_assert_uint_eq(shard_link_bytes(125e6, mib), 131072);
+	ck_assert_uint_eq(shard_link_bytes(1.25e6, mib), SHARD_LINK_MIN_BYTES);
+	ck_assert_uint_eq(shard_link_bytes(1.0, mib), SHARD_LINK_MIN_BYTES);
+	// never above --shard-bytes, nor below it when it is under the floor
+	ck_assert_uint_eq(shard_link_bytes(6.5e6, 4000), 4000);
+	ck_assert_uint_eq(shard_link_bytes(5e6, 12000), 8192);
+	ck_assert_uint_eq(shard_link_bytes(1.0, 64), 64);
+	// monotone in the bandwidth, a power of two below the cap
+	uint64_t prev = 0;
+	for (double bw = 1e5; bw < 1e10; bw *= 1.3) {
+		uint64_t b = shard_link_bytes(bw, mib);
+		ck_assert_uint_ge(b, prev);
+		ck_assert(b == mib || (b & (b - 1)) == 0);
+		ck_assert(b == SHARD_LINK_MIN_BYTES ||
+		    (double) b <= bw * SHARD_LINK_S);
+		prev = b;
+	}
+}
+END_TEST
+
 Suite *
 suite_split(void)
 {
@@ -151,6 +189,7 @@ suite_split(void)
 	tcase_add_test(tc, test_split_bogus);
 	tcase_add_test(tc, test_place_uniform);
 	tcase_add_test(tc, test_place_uniform_bogus);
+	tcase_add_test(tc, test_link_bytes);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -214,6 +214,55 @@ backups_repair(struct ps_scheduler *s, size_t ns, uint32_t *assign,
 	return rv;
 }
 
+// cut_bytes is the shard size of the job's cut: --shard-bytes, or, at the
+// first map of a probed job, the smaller size its slowest link calls for
+// (shard_link_bytes: on a slow link a sync exchange overlaps its two
+// directions only to the grain of a shard), counted in wire bytes (the
+// job's codecs: a q4 shard may hold 8x the fp32 bytes of an uncompressed
+// one for the same time on the link), unless that makes more than
+// PS_MAX_SHARDS shards. Recorded in the job (saved with it), so every
+// later map, and a restarted scheduler, keeps the same cut. A link
+// reported unusable (1 B/s: the server did not answer) does not count.
+// mu held.
+static uint64_t
+cut_bytes(struct ps_scheduler *s, const uint64_t *lens, size_t nt)
+{
+	uint64_t max  = s->opts.shard_bytes, b, n;
+	double   slow = 0;
+	size_t   M    = (size_t) s->n_servers_seen;
+	if (s->epoch > 0 && s->job->shard_bytes != 0) {
+		return s->job->shard_bytes; // the cut in force
+	}
+	for (size_t t = 0; ps__sched_probing(s) && s->bw != NULL &&
+	     t < (size_t) s->opts.trainers;
+	     t++) {
+		for (size_t m = 0; s->links_seen[t] && m < M; m++) {
+			double bw = s->bw[t * M + m];
+			if (bw > 1.0 && (slow == 0 || bw < slow)) {
+				slow = bw;
+			}
+		}
+	}
+	// A shard's time on the link is its wire bytes, push and pull: with
+	// a codec (rho < 2) the same time holds more fp32 bytes.
+	double rho = wire_factor(s->job);
+	b          = shard_link_bytes(rho > 0 ? slow * 2.0 / rho : slow, max);
+	if (b != max &&
+	    (shard_count(lens, nt, b, &n) != FB_OK || n > PS_MAX_SHARDS)) {
+		b = max;
+	}
+	if (b != max) {
+		FB_LOG(FB_LOG_NOTICE, "placement",
+		    "slowest link %.3g MB/s: shards of %llu bytes "
+		    "(--shard-bytes %llu), so a sync exchange overlaps its "
+		    "pushes and replies",
+		    slow / 1e6, (unsigned long long) b,
+		    (unsigned long long) max);
+	}
+	s->job->shard_bytes = b;
+	return b;
+}
+
 // info_fill describes shard i (cut sd, placed on `server`) in *si with its
 // backups from s->backups (the filled entries come first). si borrows
 // s->backups until the map is packed. mu held.
@@ -251,7 +300,8 @@ ps__sched_publish(struct ps_scheduler *s)
 	for (size_t i = 0; i < nt; i++) {
 		lens[i] = s->job->tensors[i]->len;
 	}
-	rv = shard_split(lens, nt, s->opts.shard_bytes, &sd, &ns);
+	uint64_t cut = cut_bytes(s, lens, nt);
+	rv           = shard_split(lens, nt, cut, &sd, &ns);
 	fb_free(lens);
 	if (rv != FB_OK) {
 		return rv;
@@ -260,8 +310,7 @@ ps__sched_publish(struct ps_scheduler *s)
 		snprintf(s->start_error, sizeof(s->start_error),
 		    "the tensors make %zu shards of at most %llu bytes; the cap "
 		    "is %u: raise --shard-bytes",
-		    ns, (unsigned long long) s->opts.shard_bytes,
-		    PS_MAX_SHARDS);
+		    ns, (unsigned long long) cut, PS_MAX_SHARDS);
 		fb_free(sd);
 		return FB_ERANGE;
 	}

@@ -60,6 +60,24 @@ int shard_split(const uint64_t *tensor_lens, size_t n_tensors,
 int shard_count(const uint64_t *tensor_lens, size_t n_tensors,
     uint64_t shard_bytes, uint64_t *n_out);
 
+// SHARD_LINK_S is the time on the slowest link that shard_link_bytes aims
+// a shard at; SHARD_LINK_MIN_BYTES its smallest shard (below it per-shard
+// costs, not the link, dominate).
+#define SHARD_LINK_S 0.002
+#define SHARD_LINK_MIN_BYTES 4096u
+
+// shard_link_bytes is the shard size for a job whose slowest probed link
+// moves bw_bps bytes/s, given the operator's max_bytes (--shard-bytes):
+// in a sync job a shard's reply can only leave once every trainer pushed
+// all of it, so the exchange overlaps its two directions only to the grain
+// of a shard, and one shard's transfer is the step's tail beyond the link
+// bound. A link that moves max_bytes in SHARD_LINK_S or less (loopback, a
+// data centre) keeps max_bytes; a slower one gets the largest power of two
+// it moves in SHARD_LINK_S, at least SHARD_LINK_MIN_BYTES (and never above
+// max_bytes). bw_bps <= 0 or not finite (not measured) keeps max_bytes.
+// The result is a multiple of 4 when max_bytes is.
+uint64_t shard_link_bytes(double bw_bps, uint64_t max_bytes);
+
 // ---- uniform placement (baseline) ----------------------------------------
 
 // shard_place_uniform is the hash baseline (--placement=uniform): it writes
