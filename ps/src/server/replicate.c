@@ -8,13 +8,14 @@
 // ps__repl_apply first packs that aggregate, its sample count and the
 // CRC-32 of the weights it applies to (the base) into one Replicate per
 // backup, applies the aggregate from the first message's payload (summed
-// once: the same floats as the staged pushes' sum), hands the messages to
-// nng threads, and computes the CRC of the new weights, the next forward's
-// base, while they travel. A backup checks the base against its own
+// once: the same floats as the staged pushes' sum; the pass also leaves
+// the new weights' CRC, the next forward's base) and hands the messages to
+// nng threads. A backup checks the base against its own
 // weights and the floats for NaN/Inf, acknowledges, and only then runs the
 // same ps__shard_apply_agg on the same floats, read in place from the
 // request it keeps (under mu, so nothing sees the shard before it is
-// applied): weights, optimizer state, pull reference and delta log stay
+// applied; its pass leaves the CRC the next update's base is checked
+// against): weights, optimizer state, pull reference and delta log stay
 // bit-identical. Until every backup answered, the shard's fwd_pending is
 // non-zero and pulls of it park (pull.c's readiness check), so a version a
 // trainer has seen is held by every live copy: when the primary dies the
@@ -594,7 +595,6 @@ ps__repl_apply(struct ps_server *s, struct srv_shard *sh, const float *g0,
 		ps__shard_apply_agg(s, sh, g0, g1, samples);
 	}
 	forward_kick(s, sh, built);
-	(void) shard_crc(sh); // the next forward's base, off its path
 }
 
 // replicate_check checks Replicate q (payload p, checked length) against
@@ -737,7 +737,6 @@ ps__on_replicate(struct ps_server *s, struct ps_call *c)
 	ps__call_reply(c, &h); // releases c (q with it)
 	if (apply) {
 		ps__shard_apply_agg(s, sh, agg, NULL, samples);
-		(void) shard_crc(sh); // the next update's base, off its path
 	}
 	if (req != NULL) {
 		nng_msg_free(req);
