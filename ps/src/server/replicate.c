@@ -7,10 +7,10 @@
 // from the round's aggregate (the staged pushes summed in rank order).
 // ps__repl_apply first packs that aggregate, its sample count and the
 // CRC-32 of the weights it applies to (the base) into one Replicate per
-// backup, applies the aggregate from the first message's payload (summed
-// once: the same floats as the staged pushes' sum; the pass also leaves
-// the new weights' CRC, the next forward's base) and hands the messages to
-// nng threads. A backup checks the base against its own
+// backup (a second backup's copies the first's floats instead of summing
+// again) and hands them to nng threads, then applies the aggregate itself
+// while they travel; the apply's pass also leaves the new weights' CRC,
+// the next forward's base. A backup checks the base against its own
 // weights and the floats for NaN/Inf, acknowledges, and only then runs the
 // same ps__shard_apply_agg on the same floats, read in place from the
 // request it keeps (under mu, so nothing sees the shard before it is
@@ -312,6 +312,7 @@ fwd_cb(void *arg)
 	case PS_FWD_SEND:
 		if (r != 0) {
 			nng_msg_free(nng_aio_get_msg(f->aio));
+			nng_aio_set_msg(f->aio, NULL);
 			break;
 		}
 		f->stage = PS_FWD_RECV;
@@ -319,7 +320,9 @@ fwd_cb(void *arg)
 		return;
 	case PS_FWD_RECV:
 		if (r == 0) {
-			int got = fwd_reply(f, nng_aio_get_msg(f->aio));
+			nng_msg *rep = nng_aio_get_msg(f->aio);
+			nng_aio_set_msg(f->aio, NULL);
+			int got = fwd_reply(f, rep);
 			if (got > 0) {
 				fwd_done(f, 1);
 				return;
@@ -489,9 +492,9 @@ fwd_build(struct ps_server *s, struct srv_shard *sh, const float *g0,
 // init the weights) into one Replicate per backup and leaves each in its
 // forward's req, stage KICK, counted in fwd_pending, to be sent by
 // forward_kick; returns the set of backups it built for (bit k: the k-th).
-// *agg gets the first message's payload as floats (the aggregate as the
-// optimizer sums it) when it is float-aligned, else NULL. mu held, and
-// kept until forward_kick.
+// *agg gets the first message's payload as floats (the aggregate, summed
+// once) when it is float-aligned, else NULL; it may be read only until
+// forward_kick. mu held, and kept until forward_kick.
 static unsigned
 forward_build(struct ps_server *s, struct srv_shard *sh, const float *g0,
     const float *g1, uint64_t samples, int init, const float **agg)
@@ -585,16 +588,10 @@ ps__repl_apply(struct ps_server *s, struct srv_shard *sh, const float *g0,
     const float *g1, uint64_t samples)
 {
 	const float *agg;
-	unsigned     built = forward_build(s, sh, g0, g1, samples, 0, &agg);
-	// The primary applies the aggregate it just wrote into the forward
-	// (the same floats as g0 + g1, summed once) before the forwards
-	// leave: once sent, nng owns and frees those bytes.
-	if (agg != NULL) {
-		ps__shard_apply_agg(s, sh, agg, NULL, samples);
-	} else {
-		ps__shard_apply_agg(s, sh, g0, g1, samples);
-	}
-	forward_kick(s, sh, built);
+	forward_kick(s, sh, forward_build(s, sh, g0, g1, samples, 0, &agg));
+	// The forwards travel while the primary applies; from the kick nng
+	// owns their bytes, so the apply reads the staged pushes.
+	ps__shard_apply_agg(s, sh, g0, g1, samples);
 }
 
 // replicate_check checks Replicate q (payload p, checked length) against
