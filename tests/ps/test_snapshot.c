@@ -789,6 +789,67 @@ START_TEST(test_snapshot_scheduler_rollback_choice)
 }
 END_TEST
 
+// A rollback still waiting for a server's snapshot list outlives a
+// scheduler restart (--state-dir): server 1 restarts with {160, 140}
+// while server 0 has not reported since, the scheduler is closed and
+// opened again on the same directory, and server 0's next heartbeat to
+// the new one publishes epoch 2 rolling back to 160, as the first would
+// have. Fails if the restarted scheduler forgot the rollback (no map 2:
+// the restarted server would wait for ever) or decides it differently.
+START_TEST(test_snapshot_scheduler_rollback_restart)
+{
+	struct ps_scheduler_opts o = PS_SCHEDULER_OPTS_INIT;
+	struct ps_scheduler     *s;
+	Pswire__Header          *rh;
+	uint64_t                 a[2] = { 180, 160 }, b[2] = { 160, 140 };
+	char                     sdir[64], url[128];
+	tmpdir(sdir, sizeof(sdir));
+	o.url           = "tcp://127.0.0.1:0";
+	o.trainers      = 1;
+	o.servers       = 2;
+	o.probe_bytes   = 0;
+	o.dead_after_ms = 60000; // the wait never expires here
+	o.shard_bytes   = 32;    // 2 shards, one per server
+	o.state_dir     = sdir;
+	PT_OK(ps_scheduler_open(&o, &s));
+	snprintf(url, sizeof(url), "%s", ps_scheduler_url(s));
+	pswire__header__free_unpacked(
+	    snap_register(url, "tcp://127.0.0.1:1", NULL, 0), NULL);
+	pswire__header__free_unpacked(
+	    snap_register(url, "tcp://127.0.0.1:2", NULL, 0), NULL);
+	ck_assert_int_eq(register_trainer(url, 0), 0);
+	pswire__header__free_unpacked(map_at_least(url, 1, 3000), NULL);
+	snap_heartbeat(url, 0, a, 2);
+	rh = snap_register(url, "tcp://127.0.0.1:2", b, 2);
+	ck_assert_uint_eq(rh->register_rep->wait_epoch, 2);
+	pswire__header__free_unpacked(rh, NULL);
+	ck_assert_uint_eq(sched_epoch(s), 1); // waiting for server 0
+	ps_scheduler_close(s);
+
+	PT_OK(ps_scheduler_open(&o, &s));
+	snprintf(url, sizeof(url), "%s", ps_scheduler_url(s));
+	ck_assert_uint_eq(sched_epoch(s), 1);
+	nng_msleep(200);
+	ck_assert_uint_eq(sched_epoch(s), 1); // still waiting for server 0
+	snap_heartbeat(url, 0, a, 2);
+	rh = map_at_least(url, 2, 3000);
+	ck_assert_uint_eq(rh->placement->epoch, 2);
+	ck_assert_uint_eq(rh->placement->rollback_version, 160);
+	ck_assert_uint_eq(rh->placement->rollback_gen, 1);
+	pswire__header__free_unpacked(rh, NULL);
+	ps_scheduler_close(s);
+
+	// Decided: a third scheduler on the directory has nothing pending.
+	PT_OK(ps_scheduler_open(&o, &s));
+	snprintf(url, sizeof(url), "%s", ps_scheduler_url(s));
+	snap_heartbeat(url, 0, a, 2);
+	nng_msleep(200);
+	ck_assert_uint_eq(sched_epoch(s), 2);
+	ps_scheduler_close(s);
+	rmdir_all(sdir);
+}
+END_TEST
+
 Suite *
 suite_snapshot(void)
 {
@@ -806,6 +867,7 @@ suite_snapshot(void)
 	tcase_add_test(tc, test_snapshot_format1);
 	tcase_add_test(tc, test_snapshot_scheduler_consistent_cut);
 	tcase_add_test(tc, test_snapshot_scheduler_rollback_choice);
+	tcase_add_test(tc, test_snapshot_scheduler_rollback_restart);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -41,17 +41,16 @@ grad_at(const float *g0, const float *g1, size_t i)
 // apply_sgd is plain SGD, with L2 decay when wd > 0.
 static void
 apply_sgd(struct srv_shard *sh, const float *g0, const float *g1, double lr,
-    double inv, double wd)
+    double inv, double wd, size_t lo, size_t n)
 {
-	size_t n = sh->len;
 	if (wd == 0) {
 		float scale = (float) (lr * inv);
-		for (size_t i = 0; i < n; i++) {
+		for (size_t i = lo; i < n; i++) {
 			sh->x[i] -= scale * grad_at(g0, g1, i);
 		}
 		return;
 	}
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = lo; i < n; i++) {
 		double g = (double) grad_at(g0, g1, i) * inv + wd * sh->x[i];
 		sh->x[i] = (float) (sh->x[i] - lr * g);
 	}
@@ -61,11 +60,11 @@ apply_sgd(struct srv_shard *sh, const float *g0, const float *g1, double lr,
 // PyTorch's form: v = mu v + g; x -= lr v (or lr (g + mu v)).
 static void
 apply_momentum(const struct fb_optim *o, struct srv_shard *sh, const float *g0,
-    const float *g1, double lr, double inv, int nesterov)
+    const float *g1, double lr, double inv, int nesterov, size_t lo, size_t n)
 {
 	float *v  = sh->opt;
 	double mu = o->momentum, wd = o->weight_decay;
-	for (size_t i = 0; i < sh->len; i++) {
+	for (size_t i = lo; i < n; i++) {
 		double g  = (double) grad_at(g0, g1, i) * inv + wd * sh->x[i];
 		double vi = mu * v[i] + g;
 		v[i]      = (float) vi;
@@ -78,7 +77,7 @@ apply_momentum(const struct fb_optim *o, struct srv_shard *sh, const float *g0,
 // decays x by lr wd first, else wd is L2 on the gradient.
 static void
 apply_adam(const struct fb_optim *o, struct srv_shard *sh, const float *g0,
-    const float *g1, double lr, double inv, int decoupled)
+    const float *g1, double lr, double inv, int decoupled, size_t lo, size_t n)
 {
 	float   *m = sh->opt, *v = sh->opt + sh->len;
 	double   b1 = o->beta1, b2 = o->beta2, eps = o->eps;
@@ -88,7 +87,7 @@ apply_adam(const struct fb_optim *o, struct srv_shard *sh, const float *g0,
 	double   c2     = sqrt(1.0 - pow(b2, (double) t));
 	double   l2     = decoupled ? 0.0 : wd;
 	double   shrink = decoupled ? 1.0 - lr * wd : 1.0;
-	for (size_t i = 0; i < sh->len; i++) {
+	for (size_t i = lo; i < n; i++) {
 		double x  = (double) sh->x[i] * shrink;
 		double g  = (double) grad_at(g0, g1, i) * inv + l2 * sh->x[i];
 		double mi = b1 * m[i] + (1.0 - b1) * g;
@@ -103,11 +102,11 @@ apply_adam(const struct fb_optim *o, struct srv_shard *sh, const float *g0,
 // apply_adagrad accumulates squares: G += g^2; x -= lr g / (sqrt(G) + eps).
 static void
 apply_adagrad(const struct fb_optim *o, struct srv_shard *sh, const float *g0,
-    const float *g1, double lr, double inv)
+    const float *g1, double lr, double inv, size_t lo, size_t n)
 {
 	float *acc = sh->opt;
 	double eps = o->eps, wd = o->weight_decay;
-	for (size_t i = 0; i < sh->len; i++) {
+	for (size_t i = lo; i < n; i++) {
 		double g  = (double) grad_at(g0, g1, i) * inv + wd * sh->x[i];
 		double gi = acc[i] + g * g;
 		acc[i]    = (float) gi;
@@ -115,30 +114,61 @@ apply_adagrad(const struct fb_optim *o, struct srv_shard *sh, const float *g0,
 	}
 }
 
-void
-ps__optim_apply(const struct ps_server *s, struct srv_shard *sh,
-    const float *g0, const float *g1, uint64_t samples)
+// apply_range applies the update to elements [lo, hi) of sh: each
+// element's arithmetic depends on that element alone, so any split of the
+// shard into ranges gives the same bits as one pass.
+static void
+apply_range(const struct fb_optim *o, struct srv_shard *sh, const float *g0,
+    const float *g1, double lr, double inv, size_t lo, size_t hi)
 {
-	const struct fb_optim *o   = &s->optim;
-	double                 lr  = fb_lr_at(&s->lr_sched, sh->version);
-	double                 inv = 1.0 / (double) samples;
 	switch (o->kind) {
 	case FB_OPTIM_MOMENTUM:
 	case FB_OPTIM_NESTEROV:
 		apply_momentum(o, sh, g0, g1, lr, inv,
-		    o->kind == FB_OPTIM_NESTEROV);
+		    o->kind == FB_OPTIM_NESTEROV, lo, hi);
 		break;
 	case FB_OPTIM_ADAM:
 	case FB_OPTIM_ADAMW:
-		apply_adam(o, sh, g0, g1, lr, inv, o->kind == FB_OPTIM_ADAMW);
+		apply_adam(o, sh, g0, g1, lr, inv, o->kind == FB_OPTIM_ADAMW,
+		    lo, hi);
 		break;
 	case FB_OPTIM_ADAGRAD:
-		apply_adagrad(o, sh, g0, g1, lr, inv);
+		apply_adagrad(o, sh, g0, g1, lr, inv, lo, hi);
 		break;
 	default:
-		apply_sgd(sh, g0, g1, lr, inv, o->weight_decay);
+		apply_sgd(sh, g0, g1, lr, inv, o->weight_decay, lo, hi);
 		break;
 	}
+}
+
+void
+ps__optim_apply(const struct ps_server *s, struct srv_shard *sh,
+    const float *g0, const float *g1, uint64_t samples)
+{
+	double lr = fb_lr_at(&s->lr_sched, sh->version);
+	apply_range(&s->optim, sh, g0, g1, lr, 1.0 / (double) samples, 0,
+	    sh->len);
+}
+
+// The block ps__optim_apply_crc checksums right after updating it: small
+// enough to be read back from L1 (16 KiB), large enough that the CRC's
+// per-call set-up does not show.
+#define PS_CRC_BLOCK 4096
+
+uint32_t
+ps__optim_apply_crc(const struct ps_server *s, struct srv_shard *sh,
+    const float *g0, const float *g1, uint64_t samples)
+{
+	double   lr  = fb_lr_at(&s->lr_sched, sh->version);
+	double   inv = 1.0 / (double) samples;
+	uint32_t crc = 0;
+	for (size_t lo = 0; lo < sh->len; lo += PS_CRC_BLOCK) {
+		size_t hi = sh->len - lo > PS_CRC_BLOCK ? lo + PS_CRC_BLOCK
+		                                        : sh->len;
+		apply_range(&s->optim, sh, g0, g1, lr, inv, lo, hi);
+		crc = fb_crc32(crc, sh->x + lo, (hi - lo) * 4);
+	}
+	return crc;
 }
 
 int

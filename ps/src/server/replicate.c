@@ -7,19 +7,25 @@
 // from the round's aggregate (the staged pushes summed in rank order).
 // ps__repl_apply first packs that aggregate, its sample count and the
 // CRC-32 of the weights it applies to (the base) into one Replicate per
-// backup and hands each to an nng thread, then applies it itself while the
-// forwards travel, and last computes the CRC of the new weights, the next
-// forward's base. A backup checks the base against its own weights,
-// acknowledges, and only then runs the same ps__shard_apply_agg on the
-// same floats (held in s->sum under mu, so nothing sees the shard before
-// it is applied): weights, optimizer state, pull reference and delta log
-// stay bit-identical. Until every backup answered, the shard's fwd_pending
-// is non-zero and pulls of it park (pull.c's readiness check), so a
-// version a trainer has seen is held by every live copy: when the primary
-// dies the scheduler promotes a backup (scheduler_live.c) and nothing
-// acknowledged is lost. So the wait a forward adds to a round is the
-// aggregate's write and the backup's check, with the two applies and CRCs
-// off it.
+// backup (a second backup's copies the first's floats instead of summing
+// again) and hands them to nng threads, then applies the aggregate itself
+// while they travel; the apply's pass also leaves the new weights' CRC,
+// the next forward's base. A backup checks the base against its own
+// weights and the floats for NaN/Inf, acknowledges, and only then runs the
+// same ps__shard_apply_agg on the same floats, read in place from the
+// request it keeps (under mu, so nothing sees the shard before it is
+// applied; its pass leaves the CRC the next update's base is checked
+// against): weights, optimizer state, pull reference and delta log stay
+// bit-identical. Until every backup answered, the shard's fwd_pending is
+// non-zero and pulls of it park (pull.c's readiness check), so a version a
+// trainer has seen is held by every live copy: when the primary dies the
+// scheduler promotes a backup (scheduler_live.c) and nothing acknowledged
+// is lost. So the wait a forward adds to a round is the aggregate's write,
+// its trip and the backup's checks, with the backup's apply and both CRCs
+// off it. (Answering pulls before the acknowledgement would let a trainer
+// hold a version that a primary's death loses: the backup may never have
+// read the bytes, e.g. still in the dead primary's send buffer. It is not
+// done.)
 //
 // The forward runs on nng aios (one REQ context per shard and backup, on
 // one socket per peer server, opened on first use), so the thread that
@@ -306,6 +312,7 @@ fwd_cb(void *arg)
 	case PS_FWD_SEND:
 		if (r != 0) {
 			nng_msg_free(nng_aio_get_msg(f->aio));
+			nng_aio_set_msg(f->aio, NULL);
 			break;
 		}
 		f->stage = PS_FWD_RECV;
@@ -313,7 +320,9 @@ fwd_cb(void *arg)
 		return;
 	case PS_FWD_RECV:
 		if (r == 0) {
-			int got = fwd_reply(f, nng_aio_get_msg(f->aio));
+			nng_msg *rep = nng_aio_get_msg(f->aio);
+			nng_aio_set_msg(f->aio, NULL);
+			int got = fwd_reply(f, rep);
 			if (got > 0) {
 				fwd_done(f, 1);
 				return;
@@ -441,12 +450,13 @@ fwd_payload(uint8_t *p, const float *g0, const float *g1, size_t n)
 }
 
 // fwd_build packs the Replicate request of shard sh: the update making
-// `version` (payload: g0 + g1, n floats) applied to weights of CRC base.
-// mu held. FB_ENOMEM.
+// `version` (payload: g0 + g1, n floats, left at *pay: packing the header
+// in front does not move it) applied to weights of CRC base. mu held.
+// FB_ENOMEM.
 static int
 fwd_build(struct ps_server *s, struct srv_shard *sh, const float *g0,
     const float *g1, uint64_t samples, int init, uint32_t base, uint64_t rid,
-    nng_msg **out)
+    nng_msg **out, const uint8_t **pay)
 {
 	Pswire__Header           h = PSWIRE__HEADER__INIT;
 	Pswire__ReplicateRequest q = PSWIRE__REPLICATE_REQUEST__INIT;
@@ -469,6 +479,7 @@ fwd_build(struct ps_server *s, struct srv_shard *sh, const float *g0,
 		return FB_ENOMEM;
 	}
 	fwd_payload(payload, g0, g1, sh->len);
+	*pay = payload;
 	if (psw_msg_finish(*out, PSWIRE__METHOD__REPLICATE, 0, &h.base, hl,
 	        plen) != FB_OK) {
 		nng_msg_free(*out);
@@ -477,22 +488,28 @@ fwd_build(struct ps_server *s, struct srv_shard *sh, const float *g0,
 	return FB_OK;
 }
 
-// forward is ps__repl_forward with a two-push aggregate g0 + g1.
-static void
-forward(struct ps_server *s, struct srv_shard *sh, const float *g0,
-    const float *g1, uint64_t samples, int init)
+// forward_build packs shard sh's update (the aggregate g0 + g1, or with
+// init the weights) into one Replicate per backup and leaves each in its
+// forward's req, stage KICK, counted in fwd_pending, to be sent by
+// forward_kick; returns the set of backups it built for (bit k: the k-th).
+// *agg gets the first message's payload as floats (the aggregate, summed
+// once) when it is float-aligned, else NULL; it may be read only until
+// forward_kick. mu held, and kept until forward_kick.
+static unsigned
+forward_build(struct ps_server *s, struct srv_shard *sh, const float *g0,
+    const float *g1, uint64_t samples, int init, const float **agg)
 {
 	const uint32_t *b;
-	int             n = ps__shard_backups(s, sh->id, &b);
-	if (n == 0) {
-		return;
-	}
+	int             n     = ps__shard_backups(s, sh->id, &b);
+	unsigned        built = 0;
+	*agg                  = NULL;
 	// The base: the weights the update applies to (with init, the
 	// weights themselves), its CRC known from the last update's apply.
-	uint32_t base = shard_crc(sh);
+	uint32_t base = n > 0 ? shard_crc(sh) : 0;
 	for (int k = 0; k < n; k++) {
 		struct ps_fwd *f   = fwd_get(s, sh->id, k, b[k]);
 		nng_msg       *m   = NULL;
+		const uint8_t *p   = NULL;
 		uint64_t       rid = ++s->repl->rid;
 		if (f != NULL && f->stage != PS_FWD_IDLE) {
 			// Still busy with the last version (a retry): it
@@ -500,9 +517,12 @@ forward(struct ps_server *s, struct srv_shard *sh, const float *g0,
 			f->stale = 1;
 			continue;
 		}
+		// A second backup's message copies the first's floats
+		// instead of summing again.
 		if (f == NULL ||
-		    fwd_build(s, sh, g0, g1, samples, init, base, rid, &m) !=
-		        FB_OK) {
+		    fwd_build(s, sh, *agg != NULL ? *agg : g0,
+		        *agg != NULL ? NULL : g1, samples, init, base, rid, &m,
+		        &p) != FB_OK) {
 			// Cannot forward: the backup misses this version and
 			// refuses the next (UNAVAILABLE), which resyncs it.
 			FB_LOG(FB_LOG_ERR, "replica",
@@ -512,9 +532,9 @@ forward(struct ps_server *s, struct srv_shard *sh, const float *g0,
 			    f == NULL ? "no connection" : "no memory");
 			continue;
 		}
-		if (!nng_aio_begin(f->aio)) {
-			nng_msg_free(m); // stopped: the server is closing
-			continue;
+		if (*agg == NULL && !init &&
+		    ((uintptr_t) p & (_Alignof(float) - 1)) == 0) {
+			*agg = (const float *) (const void *) p;
 		}
 		f->req    = m;
 		f->rid    = rid;
@@ -522,8 +542,34 @@ forward(struct ps_server *s, struct srv_shard *sh, const float *g0,
 		f->stage  = PS_FWD_KICK;
 		f->stale  = 0;
 		sh->fwd_pending++;
-		// The send (a write of the whole aggregate on loopback) runs
-		// on an nng thread, in parallel with the primary's own apply.
+		built |= 1u << k;
+	}
+	return built;
+}
+
+// forward_kick hands the forwards forward_build built (set `built`) to
+// an nng thread, which sends each (a write of the whole aggregate on
+// loopback) while this thread goes on. From here nng owns the messages:
+// nothing may read them. mu held.
+static void
+forward_kick(struct ps_server *s, struct srv_shard *sh, unsigned built)
+{
+	struct ps_fwd *fw = s->repl->fwd[sh->id];
+	for (int k = 0; fw != NULL && k < PS_MAX_BACKUPS; k++) {
+		struct ps_fwd *f = &fw[k];
+		if (!(built & (1u << k))) {
+			continue;
+		}
+		if (!nng_aio_begin(f->aio)) {
+			// Stopped: the server is closing.
+			nng_msg_free(f->req);
+			f->req   = NULL;
+			f->stage = PS_FWD_IDLE;
+			if (sh->fwd_pending > 0) {
+				sh->fwd_pending--;
+			}
+			continue;
+		}
 		nng_aio_finish(f->aio, 0);
 	}
 }
@@ -532,24 +578,28 @@ void
 ps__repl_forward(struct ps_server *s, struct srv_shard *sh, const float *src,
     uint64_t samples, int init)
 {
-	forward(s, sh, src, NULL, samples, init);
+	const float *agg;
+	forward_kick(s, sh,
+	    forward_build(s, sh, src, NULL, samples, init, &agg));
 }
 
 void
 ps__repl_apply(struct ps_server *s, struct srv_shard *sh, const float *g0,
     const float *g1, uint64_t samples)
 {
-	forward(s, sh, g0, g1, samples, 0);
+	const float *agg;
+	forward_kick(s, sh, forward_build(s, sh, g0, g1, samples, 0, &agg));
+	// The forwards travel while the primary applies; from the kick nng
+	// owns their bytes, so the apply reads the staged pushes.
 	ps__shard_apply_agg(s, sh, g0, g1, samples);
-	(void) shard_crc(sh); // the next forward's base, off its path
 }
 
 // replicate_check checks Replicate q (payload p, checked length) against
-// backup shard sh and stages what it applies: with init it installs the
-// version-0 weights; an update's aggregate is copied into s->sum for
-// replicate_on to apply after the acknowledgement (*apply set). Returns the
-// status to answer (OK: applied, to apply, or already there) with a
-// message in why. mu held.
+// backup shard sh: with init it installs the version-0 weights; an update
+// whose base and floats check is to be applied after the acknowledgement
+// (*apply set; ps__on_replicate applies it from the request's own bytes,
+// nothing copied). Returns the status to answer (OK: applied, to apply,
+// or already there) with a message in why. mu held.
 static int
 replicate_check(struct ps_server *s, struct srv_shard *sh,
     const Pswire__ReplicateRequest *q, const uint8_t *p, int *apply, char *why,
@@ -603,7 +653,7 @@ replicate_check(struct ps_server *s, struct srv_shard *sh,
 		    crc, q->crc);
 		return PSWIRE__STATUS__DATA_LOSS;
 	}
-	if (!ps__copy_finite(s->sum, p, sh->len)) {
+	if (!ps__all_finite(p, sh->len)) {
 		snprintf(why, n, "aggregate holds NaN or Inf");
 		return PSWIRE__STATUS__INVALID_ARGUMENT;
 	}
@@ -665,14 +715,28 @@ ps__on_replicate(struct ps_server *s, struct ps_call *c)
 		ps__server_reply_err(s, c, st, "shard %u: %s", q->shard, why);
 		goto out;
 	}
+	// Acknowledged first: the aggregate is held here (the request's
+	// bytes, kept past the reply, under mu) and applied before anything
+	// else sees the shard, so the primary's wait ends one apply sooner.
+	// The payload is read in place when it is float-aligned (fwd_build
+	// pads the header so that it is); else it is copied to s->sum.
+	const float *agg = NULL;
+	nng_msg     *req = NULL;
+	if (apply &&
+	    ((uintptr_t) c->frame.payload & (_Alignof(float) - 1)) == 0) {
+		agg = (const float *) (const void *) c->frame.payload;
+		req = ps__call_take_req(c);
+	} else if (apply) {
+		memcpy(s->sum, c->frame.payload, sh->len * 4);
+		agg = s->sum;
+	}
 	h.request_id = c->hdr->request_id;
 	ps__call_reply(c, &h); // releases c (q with it)
 	if (apply) {
-		// Acknowledged first: the aggregate is held here (s->sum,
-		// under mu) and applied before anything else sees the shard,
-		// so the primary's wait ends one apply sooner.
-		ps__shard_apply_agg(s, sh, s->sum, NULL, samples);
-		(void) shard_crc(sh); // the next update's base, off its path
+		ps__shard_apply_agg(s, sh, agg, NULL, samples);
+	}
+	if (req != NULL) {
+		nng_msg_free(req);
 	}
 out:
 	pthread_mutex_unlock(&s->mu);

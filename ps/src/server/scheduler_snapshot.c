@@ -476,6 +476,11 @@ ps__sched_rollback_begin(struct ps_scheduler *s, uint32_t m, const uint64_t *v,
 	rep->wait_epoch   = s->epoch + 1;
 	rep->rollback_gen = s->rollback_gen;
 	ps__sched_snap_held(s, m, v, n);
+	if (s->rb_pending != 0) {
+		// Still waiting: on disk before the restarted server is told
+		// to wait for it, so a scheduler restart does not lose it.
+		ps__sched_state_save(s);
+	}
 }
 
 void
@@ -519,6 +524,7 @@ ps__sched_rollback_check(struct ps_scheduler *s, int expired)
 		    "consistently and stops here",
 		    m, m, mine, missing, theirs,
 		    expired ? "; not every server reported in time" : "");
+		ps__sched_state_save(s); // no longer pending
 		return;
 	}
 	s->rollback_version = V;
@@ -531,5 +537,6 @@ ps__sched_rollback_check(struct ps_scheduler *s, int expired)
 		s->rollback_gen--;
 		FB_LOG(FB_LOG_ERR, "snapshot",
 		    "cannot publish the rollback map: %s", fb_strerror(rv));
+		ps__sched_state_save(s); // no longer pending
 	}
 }

@@ -21,7 +21,10 @@
 // count and index against the options) before anything is applied, so a
 // damaged file is refused, naming it, and nothing is half-loaded.
 // Liveness is not persisted: after a restart, members are tracked again
-// from their next heartbeat.
+// from their next heartbeat. A rollback still waiting for the servers'
+// snapshot lists is (the restarted server and the versions it registered
+// with): the restarted scheduler waits for every other server's next
+// list, as the old one did, and decides it the same way.
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -91,7 +94,15 @@ ps__sched_state_save(struct ps_scheduler *s)
 	st.n_lat = st.n_bw = T * M;
 	st.lat             = s->lat;
 	st.bw              = s->bw;
-	len                = pswire__scheduler_state__get_packed_size(&st);
+	if (s->rb_pending != 0 && s->rb_pending <= M) {
+		// A rollback still waiting for the servers' lists: a
+		// restarted scheduler decides it as this one would have.
+		uint32_t m          = s->rb_pending - 1;
+		st.rollback_pending = s->rb_pending;
+		st.n_rollback_held  = s->n_snap_held[m];
+		st.rollback_held    = s->snap_held[m];
+	}
+	len = pswire__scheduler_state__get_packed_size(&st);
 	if ((buf = fb_alloc(STATE_HDR + len)) == NULL) {
 		rv = FB_ENOMEM;
 		goto done;
@@ -295,6 +306,17 @@ state_check(const struct ps_scheduler *s, const Pswire__SchedulerState *st,
 			    "server %zu has a url of %zu bytes", m, ul);
 		}
 	}
+	if (st->rollback_pending > M ||
+	    (st->rollback_pending != 0 && st->placement == NULL) ||
+	    st->n_rollback_held > PS_SNAP_REPORTED ||
+	    (st->rollback_pending == 0 && st->n_rollback_held != 0)) {
+		return why(msg, n, FB_EPROTO, path,
+		    "a pending rollback of server %u with %zu versions does "
+		    "not fit %zu servers%s",
+		    st->rollback_pending - (st->rollback_pending != 0),
+		    st->n_rollback_held, M,
+		    st->placement == NULL ? " and no map" : "");
+	}
 	if (st->job != NULL &&
 	    ps__sched_job_check(st->job, &s->opts, jw, sizeof(jw)) != FB_OK) {
 		return why(msg, n, FB_EPROTO, path, "bad job: %s", jw);
@@ -395,6 +417,19 @@ state_apply(struct ps_scheduler *s, const Pswire__SchedulerState *st)
 		s->shard_size[i] = p->shards[i]->len * 4;
 	}
 	s->n_assign = p->n_shards;
+	if (st->rollback_pending != 0) {
+		// The restarted server's list is the one it registered with;
+		// every other server must report again (from its next
+		// heartbeat), and the wait starts over from this open.
+		uint32_t m    = st->rollback_pending - 1;
+		s->rb_pending = st->rollback_pending;
+		memcpy(s->snap_held[m], st->rollback_held,
+		    st->n_rollback_held * sizeof(uint64_t));
+		s->n_snap_held[m] = (uint32_t) st->n_rollback_held;
+		memset(s->rb_fresh, 0, sizeof(s->rb_fresh));
+		s->rb_fresh[m] = 1;
+		s->rb_since_ms = fb_clock_ms();
+	}
 	return FB_OK;
 }
 
@@ -436,10 +471,13 @@ ps__sched_state_open(struct ps_scheduler *s)
 	} else if ((rv = state_apply(s, st)) == FB_OK) {
 		FB_LOG(FB_LOG_NOTICE, "state",
 		    "carrying on from %s: epoch %llu, %d servers, %d of %d "
-		    "trainers registered, %s",
+		    "trainers registered, %s%s",
 		    s->state_path, (unsigned long long) s->epoch,
 		    s->n_servers_seen, s->n_trainers_seen, s->opts.trainers,
-		    s->placement != NULL ? "the job runs" : "not started");
+		    s->placement != NULL ? "the job runs" : "not started",
+		    s->rb_pending != 0 ? "; a rollback waits for every "
+		                         "server's snapshot list"
+		                       : "");
 	}
 	if (st != NULL) {
 		pswire__scheduler_state__free_unpacked(st, NULL);

@@ -308,7 +308,8 @@ void ps__shard_apply_sum(struct ps_server *s, struct srv_shard *sh);
 // their sum) through the job's optimizer, then advances the version and
 // publishes the pull reference. A primary with backups and each backup
 // run exactly this, so their weights, optimizer state and references stay
-// bit-identical. mu held.
+// bit-identical; it leaves the new weights' CRC-32 in sh->crc (crc_at,
+// crc_ok), computed in the optimizer's pass. mu held.
 void ps__shard_apply_agg(struct ps_server *s, struct srv_shard *sh,
     const float *g0, const float *g1, uint64_t samples);
 
@@ -335,6 +336,13 @@ uint64_t ps__shard_min_clock(const struct ps_server *s,
 // pushes, replays), so the same inputs give the same bits. No allocation.
 // mu held (or the shard otherwise private to the caller).
 void ps__optim_apply(const struct ps_server *s, struct srv_shard *sh,
+    const float *g0, const float *g1, uint64_t samples);
+
+// ps__optim_apply_crc is ps__optim_apply (the same bits) that also
+// returns the CRC-32 of the new weights, each block checksummed while it
+// is still in cache instead of in a second pass over the shard (a
+// replicated shard's primary and backups check each other's weights).
+uint32_t ps__optim_apply_crc(const struct ps_server *s, struct srv_shard *sh,
     const float *g0, const float *g1, uint64_t samples);
 
 // ---- pull_ref.c ------------------------------------------------------------

@@ -216,8 +216,10 @@ void
 ps__shard_apply_agg(struct ps_server *s, struct srv_shard *sh, const float *g0,
     const float *g1, uint64_t samples)
 {
-	ps__optim_apply(s, sh, g0, g1, samples);
+	sh->crc = ps__optim_apply_crc(s, sh, g0, g1, samples);
 	sh->version++;
+	sh->crc_at = sh->version;
+	sh->crc_ok = 1;
 	ps__ref_publish(s, sh);
 }
 
