@@ -393,6 +393,15 @@ fwd_get(struct ps_server *s, uint32_t id, int k, uint32_t to)
 	}
 	struct ps_fwd *f = &r->fwd[id][k];
 	if (f->aio != NULL && f->to != to) {
+		if (f->stage != PS_FWD_IDLE) {
+			// Still busy with the old backup: it ends on its own
+			// (still_backup fails) and the caller skips this
+			// version for slot k (a busy forward). Freeing the aio
+			// now would abort it without fwd_done (fwd_pending
+			// never drops, the stage never returns to idle) and
+			// wait, with mu held, for a callback that takes mu.
+			return f;
+		}
 		// The k-th backup changed: a new context on its socket.
 		nng_ctx_close(f->ctx);
 		nng_aio_free(f->aio);
