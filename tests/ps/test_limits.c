@@ -189,6 +189,20 @@ pull_msg(uint64_t rid, uint64_t version, size_t payload)
 	return m;
 }
 
+// one_trainer_job opens a one-trainer job whose server has `contexts`
+// contexts, and trainer t (rank 0, three steps of gradient 1), declared
+// and pulled.
+static void
+one_trainer_job(struct job *j, struct trainer *t, int contexts)
+{
+	job_open(j, 1, contexts);
+	memset(t, 0, sizeof(*t));
+	t->url   = ps_scheduler_url(j->sched);
+	t->steps = 3;
+	t->grad  = 1.0f;
+	PT_OK(trainer_open(t));
+}
+
 // refusal waits for aio's reply: 0 when none came (a parked call, timed
 // out here), 1 when the server answered RESOURCE_EXHAUSTED with an error
 // naming `names`; any other answer fails the test.
@@ -229,12 +243,7 @@ START_TEST(test_limits_parked_pulls_from_one_peer)
 	nng_aio       *aio[CONTEXTS];
 	int            refused = 0;
 
-	job_open(&j, 1, CONTEXTS);
-	memset(&t, 0, sizeof(t));
-	t.url   = ps_scheduler_url(j.sched);
-	t.steps = 3;
-	t.grad  = 1.0f;
-	PT_OK(trainer_open(&t));
+	one_trainer_job(&j, &t, CONTEXTS);
 	ck_assert_int_eq(nng_req0_open(&sock), 0);
 	ck_assert_int_eq(nng_dial(sock, ps_server_url(j.srv), NULL, 0), 0);
 	for (int i = 0; i < CONTEXTS; i++) {
@@ -297,12 +306,7 @@ START_TEST(test_limits_parked_pulls_from_one_host)
 	nng_aio       *aio[HOST_CONNS][PER];
 	int            refused = 0;
 
-	job_open(&j, 1, CONTEXTS);
-	memset(&t, 0, sizeof(t));
-	t.url   = ps_scheduler_url(j.sched);
-	t.steps = 3;
-	t.grad  = 1.0f;
-	PT_OK(trainer_open(&t));
+	one_trainer_job(&j, &t, CONTEXTS);
 	for (int k = 0; k < HOST_CONNS; k++) {
 		nng_dialer   d;
 		nng_sockaddr sa;
