@@ -5,10 +5,12 @@
 // atomics), and tests can inject failures with fb_alloc_fail_after.
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "fb/fb.h"
 
@@ -238,6 +240,43 @@ fb_sleep_us(uint64_t us)
 		(long) (us % 1000000u) * 1000 };
 	// Restart after a signal so that the caller sleeps the whole time.
 	while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+	}
+}
+
+// The one armed watchdog (static: its thread may outlive every caller).
+static struct {
+	atomic_int  armed;
+	unsigned    seconds;
+	int         code;
+	const char *what;
+} watchdog;
+
+static void *
+watchdog_main(void *arg)
+{
+	(void) arg;
+	fb_sleep_us((uint64_t) watchdog.seconds * 1000000u);
+	FB_LOG(FB_LOG_ERR, "exit",
+	    "%s took over %u s (nng 1.5.2 can hang in nng_close, "
+	    "nanomsg/nng#1543); exiting with status %d",
+	    watchdog.what, watchdog.seconds, watchdog.code);
+	fflush(NULL);
+	_exit(watchdog.code);
+}
+
+void
+fb_exit_watchdog(unsigned seconds, int code, const char *what)
+{
+	pthread_t th;
+	if (atomic_exchange(&watchdog.armed, 1)) {
+		return;
+	}
+	watchdog.seconds = seconds;
+	watchdog.code    = code;
+	watchdog.what    = what;
+	fflush(NULL); // what was written so far is out before any _exit
+	if (pthread_create(&th, NULL, watchdog_main, NULL) == 0) {
+		pthread_detach(th);
 	}
 }
 

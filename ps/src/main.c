@@ -12,12 +12,10 @@
 // metrics, health, readiness and state over HTTP (obs/) from start to
 // exit, the leave included: /readyz says "leaving" while the shards move
 // away.
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "fb/config.h"
 #include "ps/ps.h"
@@ -59,25 +57,9 @@ keep_buffers(void)
 #endif
 }
 
-// Closing must not hang the process: nng 1.5.2 can deadlock in nng_close
-// (seen in tests: the reaper and every aio expiry stuck), and an
-// orchestrator waiting for the exit would wait for ever. The watchdog
-// gives the shutdown this long after the leave, then exits anyway.
+// SHUTDOWN_GRACE_S: how long the shutdown may take after the leave
+// (fb_exit_watchdog says why it needs a guard).
 #define SHUTDOWN_GRACE_S 15
-
-static void *
-shutdown_watchdog(void *arg)
-{
-	unsigned s = (unsigned) (uintptr_t) arg;
-	while ((s = sleep(s)) > 0) {
-	}
-	FB_LOG(FB_LOG_ERR, "main",
-	    "shutdown did not finish within %u s of the leave; exiting "
-	    "anyway",
-	    SHUTDOWN_GRACE_S);
-	_exit(1);
-	return NULL;
-}
 
 static void
 on_signal(int sig)
@@ -377,11 +359,7 @@ main(int argc, char **argv)
 			    fb_strerror(lrv));
 		}
 	}
-	pthread_t wd;
-	if (pthread_create(&wd, NULL, shutdown_watchdog,
-	        (void *) (uintptr_t) SHUTDOWN_GRACE_S) == 0) {
-		pthread_detach(wd);
-	}
+	fb_exit_watchdog(SHUTDOWN_GRACE_S, 1, "shutdown after the leave");
 	obs_http_close(http); // its handlers read the role: close it first
 	ps_scheduler_close(sched);
 	ps_server_close(srv);

@@ -5,4 +5,5 @@ Suite *suite_crc(void);
 Suite *suite_config(void);
 Suite *suite_ranges(void);
 Suite *suite_optim(void);
+Suite *suite_exit(void);
 #endif

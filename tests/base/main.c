@@ -1,4 +1,5 @@
-// Check runner for fb (errors, clock, crc, parsing helpers, id ranges).
+// Check runner for fb (errors, clock, crc, parsing helpers, id ranges,
+// the exit watchdog).
 #include <stdlib.h>
 
 #include "base_tests.h"
@@ -10,6 +11,7 @@ main(void)
 	srunner_add_suite(sr, suite_config());
 	srunner_add_suite(sr, suite_ranges());
 	srunner_add_suite(sr, suite_optim());
+	srunner_add_suite(sr, suite_exit());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

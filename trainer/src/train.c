@@ -48,10 +48,8 @@
 // is logged with libferry's own code name and message and returns
 // FB_EREMOTE (no translation of one error space into the other).
 #include <ferry/ferry.h>
-#include <pthread.h>
 #include <signal.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "metrics.h"
 #include "ondevice.h"
@@ -764,41 +762,9 @@ leave_job(struct run *r)
 }
 
 // EXIT_GRACE_S: how long leaving the job and tearing down may take once
-// the run has ended. nng 1.5.2 can hang for good in nng_close
-// (nanomsg/nng#1543; seen a few times under heavy load, after the
-// summary); by then the trainer's work is done and saved, so a watchdog
-// ends the process with the run's exit status rather than leaving a Job's
-// pod (or run-local.sh) waiting forever.
+// the run has ended (its outputs are written by then; fb_exit_watchdog
+// says why a teardown needs a guard).
 #define EXIT_GRACE_S 20
-
-static void *
-exit_watchdog(void *arg)
-{
-	int code = *(const int *) arg;
-	fb_sleep_us((uint64_t) EXIT_GRACE_S * 1000000u);
-	FB_LOG(FB_LOG_WARN, MOD,
-	    "exit: leaving and closing the connections took over %d s "
-	    "(nng 1.5.2 can hang in nng_close, nanomsg/nng#1543); exiting "
-	    "with status %d",
-	    EXIT_GRACE_S, code);
-	fflush(NULL);
-	_exit(code);
-}
-
-// arm_exit_watchdog starts exit_watchdog for a run that ended with rv
-// (exit status as main.c maps it: 0 done, 1 failed). Best effort: without
-// a thread, the teardown simply runs unguarded.
-static void
-arm_exit_watchdog(int rv)
-{
-	static int code;
-	pthread_t  th;
-	code = rv == FB_OK ? 0 : 1;
-	fflush(NULL);
-	if (pthread_create(&th, NULL, exit_watchdog, &code) == 0) {
-		pthread_detach(th);
-	}
-}
 
 // close_run releases everything open_* made; safe on a partial set-up.
 static void
@@ -843,7 +809,9 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 		if (trained) {
 			rv = finish(&r);
 		}
-		arm_exit_watchdog(rv);
+		// Exit status as main.c maps it: 0 done, 1 failed.
+		fb_exit_watchdog(EXIT_GRACE_S, rv == FB_OK ? 0 : 1,
+		    "exit: leaving and closing the connections");
 		if (trained) {
 			leave_job(&r);
 		}

@@ -112,6 +112,15 @@ uint64_t fb_clock_ms(void);
 // a signal, so the whole time passes).
 void fb_sleep_us(uint64_t us);
 
+// fb_exit_watchdog guards a process's teardown: a detached thread that,
+// unless the process has exited by then, logs "<what> took over <seconds>
+// s ..." after `seconds` and ends the process with _exit(code). nng 1.5.2
+// can hang for good in nng_close (nanomsg/nng#1543); a program whose work
+// is done and saved arms this before closing, so that an orchestrator
+// waiting for its exit does not wait for ever. One per process (a second
+// call is ignored); best effort (without a thread, nothing is armed).
+void fb_exit_watchdog(unsigned seconds, int code, const char *what);
+
 // ---- checksums and byte order ---------------------------------------------
 // fb_crc32 is the standard CRC-32 (IEEE, zlib's polynomial), seeded with crc
 // (0 for a fresh sum).
