@@ -203,6 +203,19 @@ one_trainer_job(struct job *j, struct trainer *t, int contexts)
 	PT_OK(trainer_open(t));
 }
 
+// one_trainer_job_close checks that the server answers every call the
+// closed peer connections had parked (within 2 s), then closes t and j.
+static void
+one_trainer_job_close(struct job *j, struct trainer *t)
+{
+	for (int i = 0; i < 200 && stat_of(j->srv, "parked") > 0; i++) {
+		fb_sleep_us(10000);
+	}
+	ck_assert_uint_eq(stat_of(j->srv, "parked"), 0);
+	ferry_client_close(t->c);
+	job_close(j);
+}
+
 // refusal waits for aio's reply: 0 when none came (a parked call, timed
 // out here), 1 when the server answered RESOURCE_EXHAUSTED with an error
 // naming `names`; any other answer fails the test.
@@ -281,12 +294,7 @@ START_TEST(test_limits_parked_pulls_from_one_peer)
 		nng_aio_free(aio[i]);
 	}
 	nng_close(sock);
-	for (int i = 0; i < 200 && stat_of(j.srv, "parked") > 0; i++) {
-		fb_sleep_us(10000);
-	}
-	ck_assert_uint_eq(stat_of(j.srv, "parked"), 0);
-	ferry_client_close(t.c);
-	job_close(&j);
+	one_trainer_job_close(&j, &t);
 }
 END_TEST
 
@@ -357,12 +365,7 @@ START_TEST(test_limits_parked_pulls_from_one_host)
 		}
 		nng_close(sock[k]);
 	}
-	for (int i = 0; i < 200 && stat_of(j.srv, "parked") > 0; i++) {
-		fb_sleep_us(10000);
-	}
-	ck_assert_uint_eq(stat_of(j.srv, "parked"), 0);
-	ferry_client_close(t.c);
-	job_close(&j);
+	one_trainer_job_close(&j, &t);
 }
 END_TEST
 
