@@ -157,6 +157,23 @@ START_TEST(test_cuda_evaluate_matches_cpu)
 }
 END_TEST
 
+// assert_same fails on the first element of got that differs, bit for
+// bit, from want, naming its tensor and index.
+static void
+assert_same(const struct tr_params *want, const struct tr_params *got,
+    const char *what)
+{
+	for (size_t t = 0; t < want->n_tensors; t++) {
+		for (size_t j = 0; j < want->len[t]; j++) {
+			ck_assert_msg(memcmp(&want->t[t][j], &got->t[t][j],
+			                  sizeof(float)) == 0,
+			    "%s: tensor %zu [%zu] is %.9g, expected %.9g",
+			    what, t, j, (double) got->t[t][j],
+			    (double) want->t[t][j]);
+		}
+	}
+}
+
 // tr__cuda_grad_device leaves the same gradient in device memory that
 // grad copies to the host.
 START_TEST(test_cuda_grad_device)
@@ -176,11 +193,19 @@ START_TEST(test_cuda_grad_device)
 	PT_OK(tr__cuda_grad_device(p.gpu, &p.ds, idx, 16, &dg, &l2));
 	ck_assert_ptr_nonnull(dg);
 	ck_assert(l1 == l2);
-	ck_assert_int_eq(cudaMemcpy(p.gc.data, dg, p.gc.total * sizeof(float),
-	                     cudaMemcpyDeviceToHost),
-	    cudaSuccess);
-	ck_assert_int_eq(
-	    memcmp(p.gc.data, p.gg.data, p.gc.total * sizeof(float)), 0);
+	// The device buffer is the tensors back to back; tr_params pads
+	// each tensor to 64 bytes.
+	for (size_t t = 0, at = 0; t < p.gc.n_tensors; at += p.gc.len[t++]) {
+		ck_assert_int_eq(cudaMemcpy(p.gc.t[t], dg + at,
+		                     p.gc.len[t] * sizeof(float),
+		                     cudaMemcpyDeviceToHost),
+		    cudaSuccess);
+	}
+	assert_same(&p.gg, &p.gc, "device vs host gradient");
+	// and the host path again gives the same bits
+	PT_OK(tr_backend_grad(p.gpu, &p.ds, idx, 16, p.gc.t, &l2));
+	ck_assert(l1 == l2);
+	assert_same(&p.gg, &p.gc, "host gradient, twice");
 	PT_OK(tr__cuda_sync(p.gpu));
 	ck_assert_ptr_nonnull(tr__cuda_stream(p.gpu));
 	PT_FAIL(tr__cuda_grad_device(p.cpu, &p.ds, idx, 16, &dg, NULL),
