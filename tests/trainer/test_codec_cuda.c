@@ -31,10 +31,10 @@ gpu_or_skip(const char *test)
 
 static const uint32_t ids[]     = { COMP_NONE, COMP_FP16, COMP_BF16, COMP_Q8,
 	    COMP_Q4, COMP_Q2 };
-static const uint32_t buckets[] = { 512, 1, 3, 7, 64, 100 };
-static const size_t   lens[]    = { 1, 2, 7, 13, 100, 515, 1029, 4099 };
+static const uint32_t buckets[] = { 512, 1, 3, 7, 64, 100, 32, 128 };
+static const size_t lens[] = { 1, 2, 7, 13, 100, 515, 1029, 4099, 4096, 4100 };
 
-#define MAXN 4099
+#define MAXN 4100
 
 // fill writes n test values: normals of several magnitudes, zeros,
 // subnormals, one bucket-sized run of tiny values and a huge one.
@@ -78,9 +78,13 @@ dev_open(struct dev *d)
 {
 	size_t cap = 4 * MAXN + 4 * MAXN + 64;
 	memset(d, 0, sizeof(*d));
-	ck_assert_int_eq(cudaMalloc((void **) &d->x, MAXN * 4), cudaSuccess);
-	ck_assert_int_eq(cudaMalloc((void **) &d->e, MAXN * 4), cudaSuccess);
-	ck_assert_int_eq(cudaMalloc((void **) &d->acc, MAXN * 4), cudaSuccess);
+	// one float more: the tests also run on pointers one float in
+	ck_assert_int_eq(cudaMalloc((void **) &d->x, MAXN * 4 + 4),
+	    cudaSuccess);
+	ck_assert_int_eq(cudaMalloc((void **) &d->e, MAXN * 4 + 4),
+	    cudaSuccess);
+	ck_assert_int_eq(cudaMalloc((void **) &d->acc, MAXN * 4 + 4),
+	    cudaSuccess);
 	ck_assert_int_eq(cudaMalloc((void **) &d->out, cap), cudaSuccess);
 	PT_OK(tr__dctx_init(&d->ctx, NULL));
 }
@@ -135,11 +139,16 @@ START_TEST(test_dcodec_matches_cpu)
 			for (size_t li = 0;
 			     li < sizeof(lens) / sizeof(lens[0]); li++) {
 				size_t n = lens[li], len = 0;
+				// odd lengths run on pointers one float in:
+				// the kernels' unaligned paths
+				size_t off = li % 2;
+				float *dx = d.x + off, *de = d.e + off;
+				float *dacc = d.acc + off;
 				size_t need = comp_bound(&cc, n);
 				char   what[64];
 				snprintf(what, sizeof(what),
-				    "%s bucket %u n %zu",
-				    comp_codec_name(cc.id), cc.bucket, n);
+				    "%s bucket %u n %zu off %zu",
+				    comp_codec_name(cc.id), cc.bucket, n, off);
 				ck_assert_uint_eq(tr__dcodec_bound(&dc, n),
 				    need);
 				fill(x, n, 1000 * ci + 10 * bi + li);
@@ -151,8 +160,8 @@ START_TEST(test_dcodec_matches_cpu)
 				// plain encode
 				PT_OK(comp_encode(&cc, x, n, NULL, bc,
 				    sizeof(bc), &len));
-				up(d.x, x, n * 4);
-				PT_OK(tr__dcodec_encode(&d.ctx, &dc, d.x, n,
+				up(dx, x, n * 4);
+				PT_OK(tr__dcodec_encode(&d.ctx, &dc, dx, n,
 				    d.out));
 				PT_OK(tr__dctx_check(&d.ctx));
 				down(bg, d.out, need);
@@ -173,12 +182,12 @@ START_TEST(test_dcodec_matches_cpu)
 				}
 				memcpy(accc, acc, n * 4);
 				PT_OK(comp_decode_add(&cc, bc, need, n, accc));
-				up(d.acc, acc, n * 4);
+				up(dacc, acc, n * 4);
 				up(d.out, bc, need);
 				PT_OK(tr__dcodec_decode_add(&d.ctx, &dc, d.out,
-				    need, n, d.acc));
+				    need, n, dacc));
 				PT_OK(tr__dctx_check(&d.ctx));
-				down(accg, d.acc, n * 4);
+				down(accg, dacc, n * 4);
 				ck_assert_msg(memcmp(accc, accg, n * 4) == 0,
 				    "decode_add differs: %s", what);
 				// error feedback from a non-zero residual
@@ -193,13 +202,13 @@ START_TEST(test_dcodec_matches_cpu)
 				memcpy(ec, e, n * 4);
 				PT_OK(comp_ef_encode(&cc, x, ec, n, NULL, bc,
 				    sizeof(bc), &len));
-				up(d.x, x, n * 4);
-				up(d.e, e, n * 4);
-				PT_OK(tr__dcodec_ef_encode(&d.ctx, &dc, d.x,
-				    d.e, n, d.out));
+				up(dx, x, n * 4);
+				up(de, e, n * 4);
+				PT_OK(tr__dcodec_ef_encode(&d.ctx, &dc, dx, de,
+				    n, d.out));
 				PT_OK(tr__dctx_check(&d.ctx));
 				down(bg, d.out, need);
-				down(eg, d.e, n * 4);
+				down(eg, de, n * 4);
 				ck_assert_msg(memcmp(bc, bg, need) == 0,
 				    "ef_encode bytes differ: %s", what);
 				ck_assert_msg(memcmp(ec, eg, n * 4) == 0,
