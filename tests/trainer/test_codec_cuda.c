@@ -305,6 +305,52 @@ START_TEST(test_dcodec_bogus)
 }
 END_TEST
 
+// A forbidden code (-2^(b-1)) is found wherever it sits: in any code of a
+// whole 32-bit word (the validator reads words) and in the last bytes.
+START_TEST(test_dcodec_forbidden_anywhere)
+{
+	static float   x[64], acc[64], got[64];
+	static uint8_t b[512];
+	struct dev     d;
+	size_t         len, n = 23;
+	if (!gpu_or_skip("test_dcodec_forbidden_anywhere")) {
+		return;
+	}
+	dev_open(&d);
+	fill(x, n, 5);
+	fill(acc, n, 6);
+	for (uint32_t id = COMP_Q8; id <= COMP_Q2; id++) {
+		struct comp_codec cc = COMP_CODEC_INIT;
+		struct tr__dcodec dc = { id, 8 };
+		unsigned bits = id == COMP_Q8 ? 8 : id == COMP_Q4 ? 4 : 2;
+		cc.id         = id;
+		cc.bucket     = 8;
+		size_t need   = comp_bound(&cc, n);
+		size_t nb     = (n + 7) / 8;
+		for (size_t i = 0; i < n; i++) {
+			PT_OK(
+			    comp_encode(&cc, x, n, NULL, b, sizeof(b), &len));
+			size_t   bit  = i * bits;
+			uint8_t *y    = b + 4 * nb + bit / 8;
+			unsigned mask = ((1u << bits) - 1) << (bit % 8);
+			*y            = (uint8_t) ((*y & ~mask) |
+                            ((1u << (bits - 1)) << (bit % 8)));
+			PT_FAIL(comp_decode_add(&cc, b, need, n, acc),
+			    FB_EPROTO);
+			up(d.acc, acc, n * 4);
+			up(d.out, b, need);
+			PT_OK(tr__dcodec_decode_add(&d.ctx, &dc, d.out, need,
+			    n, d.acc));
+			ck_assert_msg(tr__dctx_check(&d.ctx) == FB_EPROTO,
+			    "q%u: forbidden code %zu not refused", bits, i);
+			down(got, d.acc, n * 4);
+			ck_assert_int_eq(memcmp(got, acc, n * 4), 0);
+		}
+	}
+	dev_close(&d);
+}
+END_TEST
+
 // The host-side sizing equals comp_bound for odd lengths and buckets and
 // bad codecs are refused (no device needed: runs on every machine).
 START_TEST(test_dcodec_bound)
@@ -336,6 +382,7 @@ suite_codec_cuda(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_dcodec_matches_cpu);
 	tcase_add_test(tc, test_dcodec_bogus);
+	tcase_add_test(tc, test_dcodec_forbidden_anywhere);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -133,17 +133,18 @@ flt_code(uint32_t id, float v, uint32_t *code)
 // ---- element-wise codecs -------------------------------------------------
 
 // k_flt_encode: plain encode (ef == 0) or error feedback (ef == 1, x = g,
-// e updated). Refusal of a non-finite p for ef was done by k_finite.
+// e updated), elements i0..n-1. Refusal of a non-finite p for ef was done
+// by k_finite. Any alignment (k_flt_encode_vec is the fast case).
 __global__ static void
-k_flt_encode(uint32_t id, const float *x, float *e, size_t n, uint8_t *out,
-    const int *flag, int ef)
+k_flt_encode(uint32_t id, const float *x, float *e, size_t n, size_t i0,
+    uint8_t *out, const int *flag, int ef)
 {
 	if (*flag != 0) {
 		return;
 	}
 	size_t stride = (size_t) gridDim.x * blockDim.x;
-	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n;
-	     i += stride) {
+	for (size_t i = i0 + (size_t) blockIdx.x * blockDim.x + threadIdx.x;
+	     i < n; i += stride) {
 		float    p = ef ? x[i] + e[i] : x[i];
 		uint32_t code;
 		float    back = flt_code(id, p, &code);
@@ -158,16 +159,18 @@ k_flt_encode(uint32_t id, const float *x, float *e, size_t n, uint8_t *out,
 	}
 }
 
+// k_flt_decode_add: acc[i] += decoded in[i] for i in i0..n-1; any
+// alignment (k_flt_decode_add_vec is the fast case).
 __global__ static void
-k_flt_decode_add(uint32_t id, const uint8_t *in, size_t n, float *acc,
-    const int *flag)
+k_flt_decode_add(uint32_t id, const uint8_t *in, size_t n, size_t i0,
+    float *acc, const int *flag)
 {
 	if (*flag != 0) {
 		return;
 	}
 	size_t stride = (size_t) gridDim.x * blockDim.x;
-	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n;
-	     i += stride) {
+	for (size_t i = i0 + (size_t) blockIdx.x * blockDim.x + threadIdx.x;
+	     i < n; i += stride) {
 		float v;
 		if (id == TR_DC_NONE) {
 			v = __uint_as_float(((const uint32_t *) in)[i]);
@@ -350,34 +353,50 @@ k_q_encode(unsigned b, const float *x, float *e, size_t n, uint32_t bucket,
 }
 
 // k_q_validate raises FLAG_EPROTO for a scale that is not a finite number
-// >= 0, a forbidden code (-2^(b-1)) or non-zero padding bits.
+// >= 0, a forbidden code (-2^(b-1)) or non-zero padding bits. The codes
+// are read a 32-bit word a thread (the checks below hold for every code in
+// a word at once: bits shifted across a code's edge land outside the
+// mask), then the last 0-3 bytes one at a time.
 __global__ static void
 k_q_validate(unsigned b, const uint8_t *in, size_t n, size_t nb, int *flag)
 {
-	const float   *sc     = (const float *) in;
-	const uint8_t *codes  = in + 4 * nb;
-	size_t         nbytes = (n * b + 7) / 8;
-	unsigned       tail   = (unsigned) ((n * b) & 7);
-	size_t         stride = (size_t) gridDim.x * blockDim.x;
-	int            bad    = 0;
-	size_t         tid    = (size_t) blockIdx.x * blockDim.x + threadIdx.x;
+	const float    *sc     = (const float *) in;
+	const uint8_t  *codes  = in + 4 * nb;
+	const uint32_t *words  = (const uint32_t *) codes;
+	size_t          nbytes = (n * b + 7) / 8, nw = nbytes / 4;
+	unsigned        tail   = (unsigned) ((n * b) & 7);
+	size_t          stride = (size_t) gridDim.x * blockDim.x;
+	int             bad    = 0;
+	size_t          tid = (size_t) blockIdx.x * blockDim.x + threadIdx.x;
 	for (size_t j = tid; j < nb; j += stride) {
 		float s = sc[j];
 		bad |= !(s >= 0.0f) || isinf(s);
 	}
-	for (size_t y = tid; y < nbytes; y += stride) {
-		unsigned c = codes[y];
+	for (size_t w = tid; w < nw + (nbytes - 4 * nw); w += stride) {
+		uint32_t c;
+		if (w < nw) {
+			c = words[w];
+		} else {
+			c = codes[4 * nw + (w - nw)];
+		}
 		if (b == 8) {
-			bad |= c == 0x80u;
+			if (w < nw) {
+				uint32_t t = c ^
+				    0x80808080u; // a 0x80 byte -> 0
+				bad |= ((t - 0x01010101u) & ~t &
+				           0x80808080u) != 0;
+			} else {
+				bad |= c == 0x80u;
+			}
 		} else if (b == 4) {
-			bad |= (c & 0x88u &
+			bad |= (c & 0x88888888u &
 			           ~((c << 1) | (c << 2) | (c << 3))) != 0;
 		} else {
-			bad |= (c & 0xaau & ~(c << 1)) != 0;
+			bad |= (c & 0xaaaaaaaau & ~(c << 1)) != 0;
 		}
-		if (y == nbytes - 1 && tail != 0) {
-			bad |= (c >> tail) != 0;
-		}
+	}
+	if (tid == 0 && tail != 0) {
+		bad |= (codes[nbytes - 1] >> tail) != 0;
 	}
 	if (__syncthreads_or(bad) && threadIdx.x == 0) {
 		atomicOr(flag, FLAG_EPROTO);
@@ -443,6 +462,103 @@ k_q_decode_add(unsigned b, const uint8_t *in, size_t n, uint32_t bucket,
 // codes straddles a bucket (bucket % (32 / b) == 0), a thread reads its
 // word's floats as float4s instead; the arithmetic is the general
 // kernels', operation for operation, so the bytes are the same.
+
+// flt_out4 stores the codes of p (4 floats) at group g of out: 16 bytes
+// for TR_DC_NONE, 8 for the 16-bit formats; returns the decoded values.
+template <uint32_t ID>
+__device__ static inline float4
+flt_out4(float4 p, uint8_t *out, size_t g)
+{
+	uint32_t c0, c1, c2, c3;
+	float4   back;
+	back.x = flt_code(ID, p.x, &c0);
+	back.y = flt_code(ID, p.y, &c1);
+	back.z = flt_code(ID, p.z, &c2);
+	back.w = flt_code(ID, p.w, &c3);
+	if (ID == TR_DC_NONE) {
+		((uint4 *) out)[g] = make_uint4(c0, c1, c2, c3);
+	} else {
+		((uint2 *) out)[g] = make_uint2(c0 | (c1 << 16),
+		    c2 | (c3 << 16));
+	}
+	return back;
+}
+
+// k_flt_encode_vec: elements [0, 4 * n4) as float4 groups; x and e 16-byte
+// aligned, out 16 (NONE) or 8 (16-bit formats) bytes aligned.
+template <uint32_t ID>
+__global__ static void
+k_flt_encode_vec(const float *x, float *e, size_t n4, uint8_t *out,
+    const int *flag)
+{
+	if (*flag != 0) {
+		return;
+	}
+	size_t stride = (size_t) gridDim.x * blockDim.x;
+	for (size_t g = (size_t) blockIdx.x * blockDim.x + threadIdx.x; g < n4;
+	     g += stride) {
+		float4 p = ((const float4 *) x)[g];
+		if (e == NULL) {
+			flt_out4<ID>(p, out, g);
+			continue;
+		}
+		float4 r          = ((const float4 *) e)[g];
+		p.x               = p.x + r.x;
+		p.y               = p.y + r.y;
+		p.z               = p.z + r.z;
+		p.w               = p.w + r.w;
+		float4 b          = flt_out4<ID>(p, out, g);
+		r.x               = p.x - b.x;
+		r.y               = p.y - b.y;
+		r.z               = p.z - b.z;
+		r.w               = p.w - b.w;
+		((float4 *) e)[g] = r;
+	}
+}
+
+// flt_in returns the value of code c (a 32- or 16-bit pattern).
+template <uint32_t ID>
+__device__ static inline float
+flt_in(uint32_t c)
+{
+	if (ID == TR_DC_NONE) {
+		return __uint_as_float(c);
+	}
+	if (ID == TR_DC_FP16) {
+		return f16_to_f32((uint16_t) c);
+	}
+	return bf16_to_f32((uint16_t) c);
+}
+
+// k_flt_decode_add_vec: elements [0, 4 * n4) as float4 groups; acc
+// 16-byte aligned, in aligned as out is for k_flt_encode_vec.
+template <uint32_t ID>
+__global__ static void
+k_flt_decode_add_vec(const uint8_t *in, size_t n4, float *acc, const int *flag)
+{
+	if (*flag != 0) {
+		return;
+	}
+	size_t stride = (size_t) gridDim.x * blockDim.x;
+	for (size_t g = (size_t) blockIdx.x * blockDim.x + threadIdx.x; g < n4;
+	     g += stride) {
+		uint32_t c0, c1, c2, c3;
+		if (ID == TR_DC_NONE) {
+			uint4 w = ((const uint4 *) in)[g];
+			c0 = w.x, c1 = w.y, c2 = w.z, c3 = w.w;
+		} else {
+			uint2 w = ((const uint2 *) in)[g];
+			c0 = w.x & 0xffffu, c1 = w.x >> 16;
+			c2 = w.y & 0xffffu, c3 = w.y >> 16;
+		}
+		float4 a            = ((float4 *) acc)[g];
+		a.x                 = a.x + flt_in<ID>(c0);
+		a.y                 = a.y + flt_in<ID>(c1);
+		a.z                 = a.z + flt_in<ID>(c2);
+		a.w                 = a.w + flt_in<ID>(c3);
+		((float4 *) acc)[g] = a;
+	}
+}
 
 // k_absmax_warp: one warp per bucket, float4 loads (x and e 16-byte
 // aligned, bucket % 4 == 0); the last bucket's tail is read a float at a
@@ -764,8 +880,33 @@ encode(struct tr__dctx *x, const struct tr__dcodec *c, const float *d_x,
 			k_finite<<<grid_for(n), THREADS, 0, s>>>(d_x, d_e, n,
 			    x->d_flag);
 		}
-		k_flt_encode<<<grid_for(n), THREADS, 0, s>>>(c->id, d_x, d_e,
-		    n, d_out, x->d_flag, d_e != NULL);
+		size_t n4 = 0;
+		if (aligned16(d_x) && (d_e == NULL || aligned16(d_e)) &&
+		    ((uintptr_t) d_out & (c->id == TR_DC_NONE ? 15 : 7)) ==
+		        0) {
+			n4 = n / 4;
+		}
+		if (n4 > 0) {
+			unsigned g = grid_for(n4);
+			if (c->id == TR_DC_NONE) {
+				k_flt_encode_vec<TR_DC_NONE>
+				    <<<g, THREADS, 0, s>>>(d_x, d_e, n4, d_out,
+				        x->d_flag);
+			} else if (c->id == TR_DC_FP16) {
+				k_flt_encode_vec<TR_DC_FP16>
+				    <<<g, THREADS, 0, s>>>(d_x, d_e, n4, d_out,
+				        x->d_flag);
+			} else {
+				k_flt_encode_vec<TR_DC_BF16>
+				    <<<g, THREADS, 0, s>>>(d_x, d_e, n4, d_out,
+				        x->d_flag);
+			}
+		}
+		if (4 * n4 < n) {
+			k_flt_encode<<<grid_for(n - 4 * n4), THREADS, 0, s>>>(
+			    c->id, d_x, d_e, n, 4 * n4, d_out, x->d_flag,
+			    d_e != NULL);
+		}
 		return launched();
 	}
 	size_t nb     = n / c->bucket + (n % c->bucket != 0);
@@ -860,14 +1001,37 @@ tr__dcodec_decode_add(struct tr__dctx *x, const struct tr__dcodec *c,
 		return FB_EINVAL;
 	}
 	if ((b = qbits(c->id)) == 0) {
-		k_flt_decode_add<<<grid_for(n), THREADS, 0, s>>>(c->id, d_in,
-		    n, d_acc, x->d_flag);
+		size_t n4 = 0;
+		if (aligned16(d_acc) &&
+		    ((uintptr_t) d_in & (c->id == TR_DC_NONE ? 15 : 7)) == 0) {
+			n4 = n / 4;
+		}
+		if (n4 > 0) {
+			unsigned g = grid_for(n4);
+			if (c->id == TR_DC_NONE) {
+				k_flt_decode_add_vec<TR_DC_NONE>
+				    <<<g, THREADS, 0, s>>>(d_in, n4, d_acc,
+				        x->d_flag);
+			} else if (c->id == TR_DC_FP16) {
+				k_flt_decode_add_vec<TR_DC_FP16>
+				    <<<g, THREADS, 0, s>>>(d_in, n4, d_acc,
+				        x->d_flag);
+			} else {
+				k_flt_decode_add_vec<TR_DC_BF16>
+				    <<<g, THREADS, 0, s>>>(d_in, n4, d_acc,
+				        x->d_flag);
+			}
+		}
+		if (4 * n4 < n) {
+			k_flt_decode_add<<<grid_for(n - 4 * n4), THREADS, 0,
+			    s>>>(c->id, d_in, n, 4 * n4, d_acc, x->d_flag);
+		}
 		return launched();
 	}
 	size_t nb     = n / c->bucket + (n % c->bucket != 0);
 	size_t nbytes = (n * b + 7) / 8;
-	k_q_validate<<<grid_for(nb > nbytes ? nb : nbytes), THREADS, 0, s>>>(b,
-	    d_in, n, nb, x->d_flag);
+	k_q_validate<<<grid_for(nb > nbytes / 4 ? nb : nbytes / 4 + 3),
+	    THREADS, 0, s>>>(b, d_in, n, nb, x->d_flag);
 	size_t nwords = (nbytes + 3) / 4, nvec = 0;
 	if (aligned16(d_acc) && c->bucket % (32 / b) == 0) {
 		nvec = n / (32 / b);
