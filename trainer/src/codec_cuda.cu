@@ -684,35 +684,38 @@ q_add(float a, uint32_t word, unsigned t, float step)
 	return a + v;
 }
 
-// k_q_decode_add_vec: words [0, nw), acc read and written as float4s;
-// bucket % (32 / B) == 0, acc 16-byte aligned.
-template <unsigned B>
+// k_q_decode_add_vec: elements [0, G * ng) in groups of G, a group a
+// thread: its G codes are one 32-bit word (q8: G = 4, q4: G = 8) or one
+// byte (q2: G = 4; measured faster than a word of 16 codes), its
+// accumulator G / 4 float4s. bucket % G == 0 (a group never straddles a
+// bucket), acc 16-byte aligned.
+template <unsigned B, unsigned G>
 __global__ static void
-k_q_decode_add_vec(const uint8_t *in, size_t nw, uint32_t bucket, size_t nb,
+k_q_decode_add_vec(const uint8_t *in, size_t ng, uint32_t bucket, size_t nb,
     float *acc, const int *flag)
 {
 	if (*flag != 0) {
 		return;
 	}
-	constexpr unsigned PER    = 32 / B;
-	const float        L      = (float) ((1u << (B - 1)) - 1);
-	const uint32_t    *scales = (const uint32_t *) in;
-	const uint32_t    *codes  = (const uint32_t *) (in + 4 * nb);
-	size_t             stride = (size_t) gridDim.x * blockDim.x;
-	for (size_t w = (size_t) blockIdx.x * blockDim.x + threadIdx.x; w < nw;
-	     w += stride) {
-		size_t    i0   = w * PER;
-		uint32_t  word = codes[w];
+	const float     L      = (float) ((1u << (B - 1)) - 1);
+	const uint32_t *scales = (const uint32_t *) in;
+	const uint8_t  *codes  = in + 4 * nb;
+	size_t          stride = (size_t) gridDim.x * blockDim.x;
+	for (size_t g = (size_t) blockIdx.x * blockDim.x + threadIdx.x; g < ng;
+	     g += stride) {
+		uint32_t  word = G * B == 32 ? ((const uint32_t *) codes)[g]
+		                             : codes[g];
 		struct bk k;
-		bk_load(&k, scales, i0 / bucket, L);
+		bk_load(&k, scales, G * g / bucket, L);
 #pragma unroll
-		for (unsigned v = 0; v < PER / 4; v++) {
-			float4 a = *(float4 *) (acc + i0 + 4 * v);
-			a.x      = q_add<B>(a.x, word, 4 * v, k.step);
-			a.y      = q_add<B>(a.y, word, 4 * v + 1, k.step);
-			a.z      = q_add<B>(a.z, word, 4 * v + 2, k.step);
-			a.w      = q_add<B>(a.w, word, 4 * v + 3, k.step);
-			*(float4 *) (acc + i0 + 4 * v) = a;
+		for (unsigned v = 0; v < G / 4; v++) {
+			float4 *p = (float4 *) (acc + G * g) + v;
+			float4  a = *p;
+			a.x       = q_add<B>(a.x, word, 4 * v, k.step);
+			a.y       = q_add<B>(a.y, word, 4 * v + 1, k.step);
+			a.z       = q_add<B>(a.z, word, 4 * v + 2, k.step);
+			a.w       = q_add<B>(a.w, word, 4 * v + 3, k.step);
+			*p        = a;
 		}
 	}
 }
@@ -1032,23 +1035,23 @@ tr__dcodec_decode_add(struct tr__dctx *x, const struct tr__dcodec *c,
 	size_t nbytes = (n * b + 7) / 8;
 	k_q_validate<<<grid_for(nb > nbytes / 4 ? nb : nbytes / 4 + 3),
 	    THREADS, 0, s>>>(b, d_in, n, nb, x->d_flag);
-	size_t nwords = (nbytes + 3) / 4, nvec = 0;
-	if (aligned16(d_acc) && c->bucket % (32 / b) == 0) {
-		nvec = n / (32 / b);
-		if (nvec > 0) {
-			unsigned g = grid_for(nvec);
+	size_t   nwords = (nbytes + 3) / 4, nvec = 0;
+	unsigned grp = b == 4 ? 8 : 4; // k_q_decode_add_vec's G
+	if (aligned16(d_acc) && c->bucket % grp == 0) {
+		// whole words of codes here, the last partial one below
+		nvec      = n / (32 / b);
+		size_t ng = nvec * (32 / b) / grp;
+		if (ng > 0) {
+			unsigned g = grid_for(ng);
 			if (b == 8) {
-				k_q_decode_add_vec<8>
-				    <<<g, THREADS, 0, s>>>(d_in, nvec,
-				        c->bucket, nb, d_acc, x->d_flag);
+				k_q_decode_add_vec<8, 4><<<g, THREADS, 0, s>>>(
+				    d_in, ng, c->bucket, nb, d_acc, x->d_flag);
 			} else if (b == 4) {
-				k_q_decode_add_vec<4>
-				    <<<g, THREADS, 0, s>>>(d_in, nvec,
-				        c->bucket, nb, d_acc, x->d_flag);
+				k_q_decode_add_vec<4, 8><<<g, THREADS, 0, s>>>(
+				    d_in, ng, c->bucket, nb, d_acc, x->d_flag);
 			} else {
-				k_q_decode_add_vec<2>
-				    <<<g, THREADS, 0, s>>>(d_in, nvec,
-				        c->bucket, nb, d_acc, x->d_flag);
+				k_q_decode_add_vec<2, 4><<<g, THREADS, 0, s>>>(
+				    d_in, ng, c->bucket, nb, d_acc, x->d_flag);
 			}
 		}
 	}
