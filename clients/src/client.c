@@ -296,9 +296,15 @@ ferry_client_close(ferry_client *c)
 		ferry__xfer_abort(c); // a layer-wise push-pull left running
 	}
 	for (size_t i = 0; i < c->n_conns; i++) {
+		// The slots first: nng_aio_stop waits for a slot callback
+		// still inside nng_ctx_recv (a request aborted just before:
+		// its reply's callback may have run already), which must not
+		// overlap nng_close. nng 1.5.2 frees a context's protocol
+		// state after waking the closer: closing first panicked
+		// ("pthread_mutex_lock: Invalid argument") under load.
+		ferry__slots_close(&c->conns[i]);
 		nng_close(c->conns[i].sock);
 		nng_aio_free(c->conns[i].aio);
-		ferry__slots_close(&c->conns[i]); // after the socket
 		fb_free(c->conns[i].shards);
 	}
 	fb_free(c->conns);
