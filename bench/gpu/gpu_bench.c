@@ -120,21 +120,28 @@ bench_mlp(size_t hidden, size_t batch)
 {
 	struct tr_arch         a;
 	struct tr_dataset      ds;
-	struct tr_params       w, g;
+	struct tr_params       w, g, wp, gp; // wp, gp: pinned (the trainer's)
 	struct tr_backend     *b = NULL;
 	struct tr_backend_opts o = TR_BACKEND_OPTS_INIT;
 	char                   spec[64], err[256];
 	uint32_t              *idx;
 	float                  t_step[MAXREP], t_gemm[MAXREP], t_host[MAXREP];
-	cudaEvent_t            e0, e1;
-	cublasHandle_t         h;
-	float                 *dw, *dact, *dd, *dg;
+	float          t_hostp[MAXREP], t_setw[MAXREP], t_setwp[MAXREP];
+	cudaEvent_t    e0, e1;
+	cublasHandle_t h;
+	float         *dw, *dact, *dd, *dg;
 	snprintf(spec, sizeof(spec), "%zu,%zu,%zu,16", hidden, hidden, hidden);
 	CK(tr_arch_parse(spec, &a, NULL, 0));
 	CK(tr_dataset_synthetic(&ds, batch, hidden, 16, 1));
 	CK(tr_params_init(&w, &a));
 	CK(tr_params_init(&g, &a));
+	CK(tr_params_init(&wp, &a));
+	CK(tr_params_init(&gp, &a));
 	tr_params_randomize(&w, 1);
+	memcpy(wp.data, w.data,
+	    (size_t) ((char *) (w.t[w.n_tensors - 1] +
+	                  w.len[w.n_tensors - 1]) -
+	        (char *) w.data));
 	o.max_batch = batch;
 	if (tr_backend_alloc("cuda", &a, &o, &b, err, sizeof(err)) != FB_OK) {
 		fprintf(stderr, "gpu_bench: %s\n", err);
@@ -157,11 +164,35 @@ bench_mlp(size_t hidden, size_t batch)
 		CK(cudaEventSynchronize(e1));
 		CK(cudaEventElapsedTime(&t_step[r], e0, e1));
 	}
+	// The full grad into host buffers, staged (g) and straight into
+	// page-locked ones (gp, as the trainer pins its own); set_weights
+	// likewise. Wall clock: the host copies count.
+	CK(tr_backend_pin(b, &wp));
+	CK(tr_backend_pin(b, &gp));
 	CK(tr_backend_grad(b, &ds, idx, batch, g.t, NULL));
-	for (int r = 0; r < repeats; r++) { // wall clock: host copies too
+	CK(tr_backend_grad(b, &ds, idx, batch, gp.t, NULL));
+	for (int r = 0; r < repeats; r++) {
 		double t0 = now_ms();
 		CK(tr_backend_grad(b, &ds, idx, batch, g.t, NULL));
 		t_host[r] = (float) (now_ms() - t0);
+		t0        = now_ms();
+		CK(tr_backend_grad(b, &ds, idx, batch, gp.t, NULL));
+		t_hostp[r] = (float) (now_ms() - t0);
+		t0         = now_ms();
+		CK(tr_backend_set_weights(b, tr_params_cptrs(&w)));
+		CK(tr__cuda_sync(b));
+		t_setw[r] = (float) (now_ms() - t0);
+		t0        = now_ms();
+		CK(tr_backend_set_weights(b, tr_params_cptrs(&wp)));
+		CK(tr__cuda_sync(b));
+		t_setwp[r] = (float) (now_ms() - t0);
+	}
+	for (size_t i = 0; i < g.n_tensors; i++) { // same bits either way
+		if (memcmp(g.t[i], gp.t[i], g.len[i] * sizeof(float)) != 0) {
+			fprintf(stderr,
+			    "gpu_bench: pinned gradient differs\n");
+			exit(1);
+		}
 	}
 	// Plain SGEMMs of the same shapes on buffers of the largest sizes.
 	size_t mw = 0, ma = 0;
@@ -189,18 +220,21 @@ bench_mlp(size_t hidden, size_t batch)
 		CK(cudaEventElapsedTime(&t_gemm[r], e0, e1));
 	}
 	float  ms = median(t_step, repeats), mg = median(t_gemm, repeats);
-	float  mh = median(t_host, repeats);
+	float  mh = median(t_host, repeats), mhp = median(t_hostp, repeats);
+	float  msw = median(t_setw, repeats), mswp = median(t_setwp, repeats);
 	double fl = step_flops(&a, batch);
 	double ts = fl / (ms * 1e-3) / 1e12, tg = fl / (mg * 1e-3) / 1e12;
 	printf("| %5zu | %5zu | %9.3f | %7.2f | %9.3f | %7.2f | %5.0f%% | "
-	       "%10.3f |\n",
-	    hidden, batch, ms, ts, mg, tg, 100.0 * ts / tg, mh);
+	       "%10.3f | %10.3f | %9.3f | %9.3f |\n",
+	    hidden, batch, ms, ts, mg, tg, 100.0 * ts / tg, mh, mhp, msw,
+	    mswp);
 	json_rec(
 	    "{\"kind\": \"mlp_step\", \"layers\": \"%s\", \"hidden\": %zu, "
 	    "\"batch\": %zu, \"step_ms\": %.4f, \"step_tflops\": %.3f, "
 	    "\"gemm_ms\": %.4f, \"gemm_tflops\": %.3f, \"ratio\": %.3f, "
-	    "\"grad_to_host_ms\": %.4f}",
-	    spec, hidden, batch, ms, ts, mg, tg, ts / tg, mh);
+	    "\"grad_to_host_ms\": %.4f, \"grad_to_host_pinned_ms\": %.4f, "
+	    "\"set_weights_ms\": %.4f, \"set_weights_pinned_ms\": %.4f}",
+	    spec, hidden, batch, ms, ts, mg, tg, ts / tg, mh, mhp, msw, mswp);
 	fflush(stdout);
 	cublasDestroy(h);
 	cudaFree(dw);
@@ -210,9 +244,11 @@ bench_mlp(size_t hidden, size_t batch)
 	cudaEventDestroy(e0);
 	cudaEventDestroy(e1);
 	free(idx);
-	tr_backend_free(b);
+	tr_backend_free(b); // before the pinned buffers go
 	tr_params_fini(&w);
 	tr_params_fini(&g);
+	tr_params_fini(&wp);
+	tr_params_fini(&gp);
 	tr_dataset_fini(&ds);
 }
 
@@ -367,10 +403,12 @@ main(int argc, char **argv)
 	printf("MLP step: layers hidden,hidden,hidden,16, FP32 (no TF32); "
 	       "step = forward + backward with the gradient left on the "
 	       "device; GEMM = the same SGEMMs alone; to-host = the full "
-	       "tr_backend_grad\n\n");
+	       "tr_backend_grad into staged / page-locked (pinned) host "
+	       "buffers; set_w = tr_backend_set_weights, staged / pinned\n\n");
 	printf("| hidden | batch | step ms | TFLOP/s | GEMM ms | TFLOP/s | "
-	       "step/GEMM | to-host ms |\n");
-	printf("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+	       "step/GEMM | to-host ms | pinned ms | set_w ms | pinned ms "
+	       "|\n");
+	printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
 	if (json != NULL) {
 		fprintf(json,
 		    "{\"device\": \"%s\", \"repeats\": %d, \"records\": [",

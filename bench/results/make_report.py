@@ -682,16 +682,23 @@ else:
       "*step* = forward + backward with the gradient left on the device; "
       "*GEMM* = the same eight SGEMMs alone; *to-host* = the full "
       "`tr_backend_grad`, which also copies the gradient to the caller's host "
-      "buffers (through pinned memory). Target (issue 6): step/GEMM >= 60% at "
-      "hidden >= 4096, batch >= 1024.")
+      "buffers: *staged* through the backend's own page-locked buffer, or "
+      "*pinned*, straight into buffers the caller page-locked with "
+      "`tr_backend_pin` (what the trainer does); *set_w* = "
+      "`tr_backend_set_weights`, staged or pinned. Wall-clock medians, same "
+      "run. Target (issue 6): step/GEMM >= 60% at hidden >= 4096, batch >= 1024.")
     w("")
-    w("| hidden | batch | step ms | step TFLOP/s | GEMM ms | GEMM TFLOP/s | step/GEMM | to-host ms |")
-    w("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    w("| hidden | batch | step ms | step TFLOP/s | GEMM ms | GEMM TFLOP/s | step/GEMM | "
+      "to-host staged ms | to-host pinned ms | set_w staged ms | set_w pinned ms |")
+    w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     mlp = [r for r in gp["records"] if r["kind"] == "mlp_step"]
+    def opt(r, k):
+        return f"{r[k]:.3f}" if k in r else ""
     for r in mlp:
         w(f"| {r['hidden']} | {r['batch']} | {r['step_ms']:.3f} | {r['step_tflops']:.2f} | "
           f"{r['gemm_ms']:.3f} | {r['gemm_tflops']:.2f} | {r['ratio'] * 100:.0f}% | "
-          f"{r['grad_to_host_ms']:.3f} |")
+          f"{r['grad_to_host_ms']:.3f} | {opt(r, 'grad_to_host_pinned_ms')} | "
+          f"{opt(r, 'set_weights_ms')} | {opt(r, 'set_weights_pinned_ms')} |")
     big = [r["ratio"] for r in mlp if r["hidden"] >= 4096 and r["batch"] >= 1024]
     if big:
         w("")

@@ -214,6 +214,53 @@ START_TEST(test_cuda_grad_device)
 }
 END_TEST
 
+// Weights and gradients in page-locked buffers (tr_backend_pin, as the
+// trainer pins its own) go straight to and from the device: the same
+// bits as through the staging buffers. The CPU backend has nothing to pin.
+START_TEST(test_cuda_pinned_same_bits)
+{
+	struct pair      p;
+	struct tr_params wp, gp;
+	uint32_t         idx[16];
+	double           l1, l2;
+	if (!gpu_or_skip("test_cuda_pinned_same_bits")) {
+		return;
+	}
+	pair_open(&p, "9,11,3", 50, 16, 5);
+	PT_OK(tr_params_init(&wp, &p.a));
+	PT_OK(tr_params_init(&gp, &p.a));
+	for (size_t t = 0; t < p.w.n_tensors; t++) {
+		memcpy(wp.t[t], p.w.t[t], p.w.len[t] * sizeof(float));
+	}
+	PT_OK(tr_backend_pin(p.cpu, &wp)); // a no-op
+	PT_OK(tr_backend_pin(p.gpu, &wp));
+	PT_OK(tr_backend_pin(p.gpu, &gp));
+	for (uint32_t i = 0; i < 16; i++) {
+		idx[i] = i * 3 + 1;
+	}
+	PT_OK(tr_backend_grad(p.gpu, &p.ds, idx, 16, p.gg.t, &l1));
+	PT_OK(tr_backend_grad(p.gpu, &p.ds, idx, 16, gp.t, &l2));
+	ck_assert(l1 == l2);
+	assert_same(&p.gg, &gp, "pinned vs staged gradient");
+	// new weights through the pinned path, then the staged one
+	for (size_t t = 0; t < wp.n_tensors; t++) {
+		for (size_t j = 0; j < wp.len[t]; j++) {
+			wp.t[t][j] *= 0.5f;
+			p.w.t[t][j] *= 0.5f;
+		}
+	}
+	PT_OK(tr_backend_set_weights(p.gpu, tr_params_cptrs(&wp)));
+	PT_OK(tr_backend_grad(p.gpu, &p.ds, idx, 16, gp.t, &l1));
+	PT_OK(tr_backend_set_weights(p.gpu, tr_params_cptrs(&p.w)));
+	PT_OK(tr_backend_grad(p.gpu, &p.ds, idx, 16, p.gg.t, &l2));
+	ck_assert(l1 == l2);
+	assert_same(&p.gg, &gp, "after pinned vs staged set_weights");
+	pair_close(&p); // frees the backends, then the pinned buffers
+	tr_params_fini(&wp);
+	tr_params_fini(&gp);
+}
+END_TEST
+
 // The backend offers its on-device data path, every op filled in; the
 // encoder refuses fp32 (nothing to encode), the pull sink takes it.
 // Needs no device.
@@ -350,6 +397,7 @@ suite_backend_cuda(void)
 	tcase_add_test(tc, test_cuda_grad_matches_cpu);
 	tcase_add_test(tc, test_cuda_evaluate_matches_cpu);
 	tcase_add_test(tc, test_cuda_grad_device);
+	tcase_add_test(tc, test_cuda_pinned_same_bits);
 	tcase_add_test(tc, test_cuda_grad_bogus);
 	tcase_add_test(tc, test_cuda_ondevice_push);
 	suite_add_tcase(s, tc);

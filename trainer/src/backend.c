@@ -98,3 +98,19 @@ tr_backend_free(struct tr_backend *b)
 	b->ops->free(b->state);
 	fb_free(b);
 }
+
+int
+tr_backend_pin(struct tr_backend *b, const struct tr_params *p)
+{
+	if (b == NULL || p == NULL || p->n_tensors == 0) {
+		return FB_EINVAL;
+	}
+	if (b->ops->pin == NULL) {
+		return FB_OK;
+	}
+	// tr_params_init lays the tensors out in order in one block.
+	char *lo = (char *) p->t[0];
+	char *hi = (char *) (p->t[p->n_tensors - 1] +
+	    p->len[p->n_tensors - 1]);
+	return b->ops->pin(b->state, lo, (size_t) (hi - lo));
+}

@@ -43,8 +43,9 @@
 #include "tr_impl.h"
 
 #define EVAL_CHUNK 1024
-#define WARPS 8 // warps per block in the row kernels
-#define CS_T 32 // k_colsum tile
+#define WARPS 8   // warps per block in the row kernels
+#define CS_T 32   // k_colsum tile
+#define CU_PINS 4 // pinned host ranges (weights, gradients, spares)
 
 struct dscache {
 	const struct tr_dataset *key;
@@ -80,6 +81,13 @@ struct cu {
 	double        *h_red;
 	struct dscache ds[2];
 	uint64_t       tick;
+	// Host ranges page-locked by pin: weights and gradients inside one
+	// are copied straight to and from the device, not through h_w/h_g.
+	struct {
+		char  *base;
+		size_t bytes;
+	} pins[CU_PINS];
+	int n_pins;
 };
 
 // ---- kernels --------------------------------------------------------------
@@ -298,6 +306,9 @@ cuda_free(void *state)
 	cudaFree(c->d_rowloss);
 	cudaFree(c->d_correct);
 	cudaFree(c->d_red);
+	for (int i = 0; i < c->n_pins; i++) {
+		cudaHostUnregister(c->pins[i].base);
+	}
 	cudaFreeHost(c->h_w);
 	cudaFreeHost(c->h_g);
 	cudaFreeHost(c->h_idx);
@@ -444,6 +455,46 @@ fail:
 }
 
 static int
+cuda_pin(void *state, void *base, size_t bytes)
+{
+	struct cu *c = (struct cu *) state;
+	if (base == NULL || bytes == 0) {
+		return FB_EINVAL;
+	}
+	if (c->n_pins == CU_PINS) {
+		return FB_EUNSUPP;
+	}
+	cudaSetDevice(c->dev);
+	if (cudaHostRegister(base, bytes, cudaHostRegisterDefault) !=
+	    cudaSuccess) {
+		cudaGetLastError(); // e.g. overlaps a range already pinned
+		return FB_EUNSUPP;
+	}
+	c->pins[c->n_pins].base    = (char *) base;
+	c->pins[c->n_pins++].bytes = bytes;
+	return FB_OK;
+}
+
+// all_pinned says whether every tensor t[i] lies in one pinned range.
+static int
+all_pinned(const struct cu *c, const float *const *t)
+{
+	for (size_t i = 0; i < tr_arch_n_tensors(&c->a); i++) {
+		const char *p  = (const char *) t[i];
+		int         in = 0;
+		for (int k = 0; k < c->n_pins && !in; k++) {
+			in = p >= c->pins[k].base &&
+			    p + c->len[i] * sizeof(float) <=
+			        c->pins[k].base + c->pins[k].bytes;
+		}
+		if (!in) {
+			return 0;
+		}
+	}
+	return c->n_pins > 0;
+}
+
+static int
 cuda_set_weights(void *state, const float *const *w)
 {
 	struct cu *c = (struct cu *) state;
@@ -459,6 +510,25 @@ cuda_set_weights(void *state, const float *const *w)
 		if (w[i] == NULL) {
 			return FB_EINVAL;
 		}
+	}
+	if (all_pinned(c, w)) {
+		// Straight from the caller's page-locked tensors; waited for,
+		// since the caller may change w once this returns.
+		for (size_t i = 0; i < tr_arch_n_tensors(&c->a); i++) {
+			if (cudaMemcpyAsync(c->d_w + c->off[i], w[i],
+			        c->len[i] * sizeof(float),
+			        cudaMemcpyHostToDevice, c->s) != cudaSuccess) {
+				return FB_ETRANSPORT;
+			}
+		}
+		if (cudaEventRecord(c->ev_wup, c->s) != cudaSuccess ||
+		    cudaEventSynchronize(c->ev_wup) != cudaSuccess) {
+			return FB_ETRANSPORT;
+		}
+		c->have_w = 1;
+		return FB_OK;
+	}
+	for (size_t i = 0; i < tr_arch_n_tensors(&c->a); i++) {
 		memcpy(c->h_w + c->off[i], w[i], c->len[i] * sizeof(float));
 	}
 	if (cudaMemcpyAsync(c->d_w, c->h_w, c->np * sizeof(float),
@@ -534,10 +604,11 @@ forward(struct cu *c, const float *x, size_t n)
 }
 
 // backward runs after k_xent turned d_act[L] into D_L; it writes the
-// summed gradient into d_g and, when host, copies each layer's gradient to
-// h_g on the copy stream as soon as it is computed.
+// summed gradient into d_g and, when host, copies each layer's gradient on
+// the copy stream as soon as it is computed: into g (direct: the caller's
+// page-locked tensors), else into h_g.
 static int
-backward(struct cu *c, size_t n, int host)
+backward(struct cu *c, size_t n, int host, float *const *g, int direct)
 {
 	const struct tr_arch *a   = &c->a;
 	const float           one = 1.0f, zero = 0.0f;
@@ -561,11 +632,26 @@ backward(struct cu *c, size_t n, int host)
 			if (cudaEventRecord(c->ev_gready[l - 1], c->s) !=
 			        cudaSuccess ||
 			    cudaStreamWaitEvent(c->sc, c->ev_gready[l - 1],
-			        0) != cudaSuccess ||
-			    cudaMemcpyAsync(c->h_g + c->off[tw],
-			        c->d_g + c->off[tw], bytes,
-			        cudaMemcpyDeviceToHost,
-			        c->sc) != cudaSuccess ||
+			        0) != cudaSuccess) {
+				return FB_ETRANSPORT;
+			}
+			cudaError_t e;
+			if (direct) {
+				e = cudaMemcpyAsync(g[tw], c->d_g + c->off[tw],
+				    c->len[tw] * sizeof(float),
+				    cudaMemcpyDeviceToHost, c->sc);
+				if (e == cudaSuccess) {
+					e = cudaMemcpyAsync(g[tw + 1],
+					    c->d_g + c->off[tw + 1],
+					    c->len[tw + 1] * sizeof(float),
+					    cudaMemcpyDeviceToHost, c->sc);
+				}
+			} else {
+				e = cudaMemcpyAsync(c->h_g + c->off[tw],
+				    c->d_g + c->off[tw], bytes,
+				    cudaMemcpyDeviceToHost, c->sc);
+			}
+			if (e != cudaSuccess ||
 			    cudaEventRecord(c->ev_gcopied[l - 1], c->sc) !=
 			        cudaSuccess) {
 				return FB_ETRANSPORT;
@@ -637,7 +723,8 @@ step(struct cu *c, const struct tr_dataset *ds, const uint32_t *idx, size_t n,
 	        cudaMemcpyDeviceToHost, c->s) != cudaSuccess) {
 		return FB_ETRANSPORT;
 	}
-	if ((rv = backward(c, n, host)) != FB_OK) {
+	int direct = host && all_pinned(c, (const float *const *) g);
+	if ((rv = backward(c, n, host, g, direct)) != FB_OK) {
 		return rv;
 	}
 	if (host) {
@@ -648,6 +735,9 @@ step(struct cu *c, const struct tr_dataset *ds, const uint32_t *idx, size_t n,
 			if (cudaEventSynchronize(c->ev_gcopied[l - 1]) !=
 			    cudaSuccess) {
 				return FB_ETRANSPORT;
+			}
+			if (direct) {
+				continue;
 			}
 			memcpy(g[tw], c->h_g + c->off[tw],
 			    c->len[tw] * sizeof(float));
@@ -784,4 +874,6 @@ extern "C" const struct tr_backend_ops tr__backend_cuda_ops = {
 	cuda_grad,
 	cuda_evaluate,
 	&tr__cuda_ondevice_ops,
+	NULL, // set_layer_hook: not offered
+	cuda_pin,
 };

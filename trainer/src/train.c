@@ -146,6 +146,13 @@ open_local(struct run *r, FILE *out)
 		FB_LOG(FB_LOG_ERR, MOD, "params: %s", fb_strerror(rv));
 		return rv;
 	}
+	// A GPU backend then copies weights and gradients straight between
+	// these and the device (no staging copy); not pinned, they stage.
+	if (tr_backend_pin(r->be, &r->w) != FB_OK ||
+	    tr_backend_pin(r->be, &r->g) != FB_OK) {
+		FB_LOG(FB_LOG_INFO, MOD,
+		    "weights/gradients not page-locked: copies stage");
+	}
 	if ((rv = tr__metrics_open(&r->met, cfg, r->w.total)) != FB_OK) {
 		return rv;
 	}
@@ -779,9 +786,9 @@ close_run(struct run *r)
 	}
 	ferry_client_close(r->fc);
 	tr_partition_fini(&r->part);
+	tr_backend_free(r->be); // first: it may have pinned w and g
 	tr_params_fini(&r->w);
 	tr_params_fini(&r->g);
-	tr_backend_free(r->be);
 	tr_dataset_fini(&r->train);
 	tr_dataset_fini(&r->test);
 }

@@ -331,6 +331,13 @@ struct tr_backend_ops {
 	// no hook. The weights are read, not changed, after each call.
 	int (*set_layer_hook)(void *state, int (*done)(void *arg, int layer),
 	    void                   *arg);
+	// pin (NULL: nothing to gain) is told that host memory [base, base +
+	// bytes) will hold weights or gradients passed to set_weights and
+	// grad for the backend's life; the CUDA backend page-locks it so
+	// those copies go straight between it and the device instead of
+	// through a staging buffer. FB_EUNSUPP when it cannot (the copies
+	// then stage as before); undone by free.
+	int (*pin)(void *state, void *base, size_t bytes);
 };
 
 struct tr_backend {
@@ -380,6 +387,12 @@ tr_backend_set_layer_hook(struct tr_backend *b,
 	    ? b->ops->set_layer_hook(b->state, done, arg)
 	    : FB_EUNSUPP;
 }
+
+// tr_backend_pin offers p's tensors to the backend's pin op (tr_backend_ops
+// .pin) for the backend's life: p must outlive it. FB_OK when pinned or
+// when the backend has nothing to gain; FB_EUNSUPP (harmless: copies stage
+// as before) when the memory could not be pinned.
+int tr_backend_pin(struct tr_backend *b, const struct tr_params *p);
 
 static inline int
 tr_backend_evaluate(struct tr_backend *b, const struct tr_dataset *ds,
