@@ -190,6 +190,15 @@ struct xfer {
 	int      moved;    // a shard moved: re-fetch if a newer map exists
 	int      backoff;  // a server said UNAVAILABLE: sleep, then re-send
 	int      rerouted; // requests were cancelled for a newer map
+	// A re-fetch or back-off waits for the requests in flight; those
+	// still parked after REQUEUE_MS are cancelled and re-sent with the
+	// rest (requeue), so two trainers never wait on each other's unsent
+	// shards. stuck_since: when that wait began (nng_clock, 0: none);
+	// requeued: this operation cancelled some (a server may then still
+	// be taking the first copy in: ALREADY_EXISTS is retried).
+	uint64_t stuck_since;
+	int      requeue;
+	int      requeued;
 };
 
 // ---- client.c: errors and options ------------------------------------------

@@ -17,7 +17,13 @@
 // the server has caught up with it);
 // ABORTED (push applied, shard moved) turns into a pull. A re-fetch or a
 // back-off first lets every request in flight end (the map owns the
-// request lists), so those rules stay those of one round at a time.
+// request lists), so those rules stay those of one round at a time. In a
+// sync job a request parked at a server may wait for another trainer's
+// push of a shard that trainer cannot send until its own parked requests
+// end: each waiting for the other's unsent shards until the deadline
+// (seen when two servers left at once). So requests still in flight
+// REQUEUE_MS into such a wait are cancelled and re-sent after it; a
+// server counts a re-sent push once (push_retried) and serves its pull.
 //
 // How big a request: at least PIPE_MIN_BYTES (today's loopback optimum)
 // on a link that moves that much in REQ_LINK_S; on a slower one (probed
@@ -227,6 +233,11 @@ warn_waiting(ferry_client *c, uint32_t tmo)
 // exists: a dead primary's backup may have been promoted.
 #define REROUTE_POLL_MS 500
 
+// REQUEUE_MS: how long a re-fetch or back-off waits for the requests in
+// flight before it cancels them to re-send (above). Long against a
+// loopback round (~1 ms), short against a deadline (seconds).
+#define REQUEUE_MS 250
+
 // map_newer asks the scheduler, briefly, whether a map later than the one
 // held exists. It leaves the client's last error alone: a "no" here is
 // no failure.
@@ -336,6 +347,8 @@ ferry__xfer_begin(ferry_client *c, struct xfer *x)
 	x->deadline = fb_clock_ms() + x->tmo;
 	x->warn_at  = nng_clock() + (nng_time) x->tmo * WARN_PCT / 100;
 	x->warned = x->refetch = x->backoff = x->rerouted = x->moved = 0;
+	x->stuck_since                                               = 0;
+	x->requeue = x->requeued = 0;
 	memset(c->need, NEED_NONE, c->pl->n_shards);
 }
 
@@ -477,6 +490,10 @@ take_failed(ferry_client *c, struct xfer *x, struct slot *s, int r)
 		nng_msg_free(nng_aio_get_msg(s->aio));
 		nng_aio_set_msg(s->aio, NULL);
 	}
+	if (x->requeue && r == NNG_ECANCELED) {
+		unsend(c, s); // cancelled to be sent again (reap)
+		return FERRY_OK;
+	}
 	if (x->rerouted ||
 	    (r != NNG_ETIMEDOUT && c->recoverable &&
 	        await_newer_map(c, x->deadline))) {
@@ -513,8 +530,12 @@ take_reply(ferry_client *c, struct xfer *x, struct slot *s)
 	if (rh != NULL && rh->epoch > c->pl->epoch) {
 		x->refetch = 1; // a newer map exists
 	}
-	if (r == FB_EREMOTE && st == PSWIRE__STATUS__UNAVAILABLE) {
-		unsend(c, s); // not started / shard arriving
+	if (r == FB_EREMOTE &&
+	    (st == PSWIRE__STATUS__UNAVAILABLE ||
+	        (st == PSWIRE__STATUS__ALREADY_EXISTS && x->requeued))) {
+		// not started / shard arriving; or a cancelled copy of this
+		// push still being taken in: once in, the re-send counts once
+		unsend(c, s);
 		x->backoff = 1;
 	} else if (r == FB_EREMOTE && st == PSWIRE__STATUS__STALE_EPOCH) {
 		unsend(c, s);
@@ -565,6 +586,17 @@ reap(ferry_client *c, struct xfer *x)
 		    : warn          ? x->warn_at
 		    : c->replicated ? poll
 		                    : 0;
+		// A re-fetch or back-off waits for these requests: after
+		// REQUEUE_MS, cancel them (xfer's comment at the top).
+		nng_time requeue_at = 0;
+		if ((x->refetch || x->backoff || x->moved) && !x->requeue) {
+			if (x->stuck_since == 0) {
+				x->stuck_since = nng_clock();
+			}
+			requeue_at = x->stuck_since + REQUEUE_MS;
+			until = until == 0 || requeue_at < until ? requeue_at
+			                                         : until;
+		}
 		nng_mtx_lock(p->mu);
 		for (size_t m = 0; m < c->n_conns && !done; m++) {
 			for (size_t k = 0; k < FERRY_PIPE_SLOTS; k++) {
@@ -587,6 +619,15 @@ reap(ferry_client *c, struct xfer *x)
 		if (warn && now >= x->warn_at) {
 			x->warned = 1;
 			warn_waiting(c, x->tmo);
+		}
+		if (requeue_at != 0 && now >= requeue_at) {
+			x->requeue = x->requeued = 1;
+			for (size_t m = 0; m < c->n_conns; m++) {
+				for (size_t k = 0; k < FERRY_PIPE_SLOTS; k++) {
+					nng_aio_cancel(
+					    c->conns[m].slots[k].aio);
+				}
+			}
 		}
 		if (c->replicated && now >= poll) {
 			poll = now + REROUTE_POLL_MS;
@@ -682,6 +723,10 @@ ferry__xfer_until(ferry_client *c, struct xfer *x, size_t t0, size_t t1)
 	for (;;) {
 		if ((rv = ferry__xfer_pump(c, x)) != FERRY_OK) {
 			break;
+		}
+		if (busy_total(c) == 0) {
+			x->stuck_since = 0; // nothing in flight to cancel
+			x->requeue     = 0;
 		}
 		if (busy_total(c) == 0 && x->moved) {
 			// The shard moved, but the map that moved it may be

@@ -137,6 +137,7 @@ ferry__request_build(ferry_client *c, struct slot *s, struct xfer *x,
 	pr.shards       = ptrs;
 	pr.n_samples    = x->n_samples;
 	pr.init         = x->op == OP_INIT;
+	pr.resend       = x->requeued != 0;
 	pr.pull_weights = s->pull_weights = s->method ==
 	        PSWIRE__METHOD__PUSH_PULL &&
 	    c->auto_pull && c->conns[s->m].pull_rung == 0;

@@ -147,8 +147,11 @@ on_init(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 // one version past it; in a sync round every rank still in the job
 // pushed). With replicas a client whose server died re-sends its push to
 // the promoted backup, and a client that gave up waiting re-sends to a
-// live one: the same bytes, so counting them once and serving the pull
-// is exact. mu held.
+// live one; and any sync client re-sends, marked `resend`, the requests
+// it cancelled so as not to wait on another trainer's unsent shards
+// (clients/src/exchange.c, REQUEUE_MS): the same bytes, so counting them
+// once and serving the pull is exact. (Unmarked, without replicas, a push
+// for a closed round is a rank behind: OUT_OF_RANGE.) mu held.
 static int
 push_retried(const struct ps_server *s, const struct srv_shard *sh,
     const Pswire__ShardRef *r, uint32_t rank)
@@ -200,7 +203,8 @@ push_admit(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 			    "shard %u has no initial weights yet", r->shard);
 			return -1;
 		}
-		if (s->mode == PSWIRE__MODE__MODE_SYNC && s->replicated &&
+		if (s->mode == PSWIRE__MODE__MODE_SYNC &&
+		    (s->replicated || p->resend) &&
 		    push_retried(s, sh, r, rank)) {
 			(*n_retried)++; // counted already: only the pull is
 			                // left
