@@ -201,6 +201,9 @@ struct xfer {
 	int      requeued;
 };
 
+// ferry__requeue_ms is REQUEUE_MS (exchange.c) unless a test lowered it.
+extern unsigned ferry__requeue_ms;
+
 // ---- client.c: errors and options ------------------------------------------
 
 // ferry__clip_prepare sets x->clip_scale for a push of the caller's fp32

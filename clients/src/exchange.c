@@ -238,6 +238,9 @@ warn_waiting(ferry_client *c, uint32_t tmo)
 // loopback round (~1 ms), short against a deadline (seconds).
 #define REQUEUE_MS 250
 
+// The value in force: a test lowers it to make every such wait requeue.
+unsigned ferry__requeue_ms = REQUEUE_MS;
+
 // map_newer asks the scheduler, briefly, whether a map later than the one
 // held exists. It leaves the client's last error alone: a "no" here is
 // no failure.
@@ -593,7 +596,7 @@ reap(ferry_client *c, struct xfer *x)
 			if (x->stuck_since == 0) {
 				x->stuck_since = nng_clock();
 			}
-			requeue_at = x->stuck_since + REQUEUE_MS;
+			requeue_at = x->stuck_since + ferry__requeue_ms;
 			until = until == 0 || requeue_at < until ? requeue_at
 			                                         : until;
 		}

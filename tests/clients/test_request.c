@@ -149,7 +149,16 @@ START_TEST(test_push_fp32)
 	}
 	ck_assert_uint_eq(pr->shards[0]->version, 7);
 	ck_assert_uint_eq(pr->shards[1]->version, 7);
+	ck_assert(!pr->resend);
 	sent_free(&s);
+
+	// Once the exchange has cancelled requests to re-send them
+	// (exchange.c, REQUEUE_MS), its pushes are marked so.
+	x.requeued = 1;
+	build(c, 0, PSWIRE__METHOD__PUSH, &x, &s);
+	ck_assert(s.h->push_req->resend);
+	sent_free(&s);
+	x.requeued = 0;
 
 	// Async: each shard's own version (shards drift apart).
 	c->opts.mode = FERRY_MODE_ASYNC;

@@ -859,6 +859,31 @@ START_TEST(test_cluster_back_to_back_moves_without_loss)
 }
 END_TEST
 
+// ferry__requeue_ms (clients/src/exchange.c): how long a re-fetch or
+// back-off waits for the requests in flight before re-sending them.
+extern unsigned ferry__requeue_ms;
+
+// With every such wait cancelling and re-sending its requests at once
+// (marked resend), the back-to-back moves still lose nothing: each server
+// counts a re-sent push once, also after its round closed, and the weights
+// are bit-identical to a run without moves.
+START_TEST(test_cluster_moves_with_resends)
+{
+	struct trainer_arg still[2], moved[2];
+	struct cluster     cl;
+	struct pair_opts   o = { 12, "q4", "q8", 0, 0, move_twice, &cl, 2 };
+
+	run_pair(still, 12, "q4", "q8", 0);
+	ferry__requeue_ms = 0;
+	cluster_start(&cl, 2, 3);
+	train_pair(&cl, moved, &o);
+	ferry__requeue_ms = 250;
+	ck_assert_uint_ge(moved[0].map_changes + moved[1].map_changes, 2);
+	same_weights(still, moved);
+	cluster_stop(&cl);
+}
+END_TEST
+
 struct leave_arg {
 	struct ps_server *srv;
 	int               rv;
@@ -1538,6 +1563,7 @@ suite_cluster(void)
 	tcase_add_test(tc, test_cluster_server_leave_without_loss);
 	tcase_add_test(tc, test_cluster_server_join_without_loss);
 	tcase_add_test(tc, test_cluster_back_to_back_moves_without_loss);
+	tcase_add_test(tc, test_cluster_moves_with_resends);
 	tcase_add_test(tc, test_cluster_two_servers_leave_at_once);
 	suite_add_tcase(s, tc);
 	return s;
