@@ -625,8 +625,49 @@ START_TEST(test_cluster_hostile_frames_bogus)
 }
 END_TEST
 
+// stat_u64 reads the line "key<n>" of an INFO-style stats text (0 if
+// absent): key at a line's start, so "epoch:" is not "map_epoch:".
+static unsigned long long
+stat_u64(const char *text, const char *key)
+{
+	size_t k = strlen(key);
+	for (const char *p = text; p != NULL && *p != '\0';) {
+		if (strncmp(p, key, k) == 0) {
+			return strtoull(p + k, NULL, 10);
+		}
+		p = strchr(p, '\n');
+		p = p != NULL ? p + 1 : NULL;
+	}
+	return 0;
+}
+
+// servers_caught_up waits (5 s at most) until every server of cl has
+// applied the scheduler's current map, so that a trainer's next request
+// meets it: on a loaded machine the few steps left could otherwise end
+// before any server has heard of the move, and nobody re-fetches.
+static void
+servers_caught_up(struct cluster *cl)
+{
+	char text[2048];
+	ps_scheduler_stats(cl->sched, text, sizeof(text));
+	unsigned long long want = stat_u64(text, "epoch:");
+	for (int i = 0; i < 500; i++) {
+		int behind = 0;
+		for (int m = 0; m < cl->n_srv; m++) {
+			ps_server_stats(cl->srv[m], text, sizeof(text));
+			behind |= stat_u64(text, "map_epoch:") < want;
+		}
+		if (!behind) {
+			return;
+		}
+		nng_msleep(10);
+	}
+	ck_abort_msg("servers did not apply map epoch %llu in 5 s", want);
+}
+
 // move_all is a trainer hook: it re-places every shard on the other
-// server, in the middle of training.
+// server, in the middle of training, and waits until the servers have
+// the new map.
 static void
 move_all(void *arg, int step)
 {
@@ -636,6 +677,7 @@ move_all(void *arg, int step)
 		assign[i] = (i + (uint32_t) (step / 3)) % 2;
 	}
 	PT_OK(ps_scheduler_replace(cl->sched, assign, 5));
+	servers_caught_up(cl);
 }
 
 // A run of two trainer threads on a cluster already started.
@@ -839,6 +881,7 @@ move_twice(void *arg, int step)
 		}
 		PT_OK(ps_scheduler_replace(cl->sched, assign, 5));
 	}
+	servers_caught_up(cl);
 }
 
 // Back-to-back moves over three servers (two maps at once, every other
