@@ -207,6 +207,24 @@ pval(const float *x, const float *e, size_t i)
 	return e != NULL ? x[i] + e[i] : x[i];
 }
 
+// abs_bits is |v|'s bit pattern: ordered as the magnitudes (NaN above Inf).
+__device__ static inline uint32_t
+abs_bits(float v)
+{
+	return __float_as_uint(v) & 0x7fffffffu;
+}
+
+// warp_max returns the largest mx of the warp's lanes in lane 0.
+__device__ static inline uint32_t
+warp_max(uint32_t mx)
+{
+	for (int o = 16; o > 0; o >>= 1) {
+		uint32_t v = __shfl_down_sync(0xffffffffu, mx, o);
+		mx         = v > mx ? v : mx;
+	}
+	return mx;
+}
+
 // k_absmax_block: one block per bucket (grid-stride over buckets). Writes
 // the bit pattern of max |p| into scales[j].
 __global__ static void
@@ -219,14 +237,10 @@ k_absmax_block(const float *x, const float *e, size_t n, uint32_t bucket,
 		size_t   m  = n - i0 < bucket ? n - i0 : bucket;
 		uint32_t mx = 0;
 		for (size_t i = threadIdx.x; i < m; i += blockDim.x) {
-			uint32_t u = __float_as_uint(pval(x, e, i0 + i)) &
-			    0x7fffffffu;
-			mx = u > mx ? u : mx;
+			uint32_t u = abs_bits(pval(x, e, i0 + i));
+			mx         = u > mx ? u : mx;
 		}
-		for (int o = 16; o > 0; o >>= 1) {
-			uint32_t v = __shfl_down_sync(0xffffffffu, mx, o);
-			mx         = v > mx ? v : mx;
-		}
+		mx = warp_max(mx);
 		if ((threadIdx.x & 31) == 0) {
 			red[threadIdx.x >> 5] = mx;
 		}
@@ -256,9 +270,8 @@ k_absmax_thread(const float *x, const float *e, size_t n, uint32_t bucket,
 		size_t   m  = n - i0 < bucket ? n - i0 : bucket;
 		uint32_t mx = 0;
 		for (size_t i = 0; i < m; i++) {
-			uint32_t u = __float_as_uint(pval(x, e, i0 + i)) &
-			    0x7fffffffu;
-			mx = u > mx ? u : mx;
+			uint32_t u = abs_bits(pval(x, e, i0 + i));
+			mx         = u > mx ? u : mx;
 		}
 		scales[j] = mx;
 		if (mx >= INF_BITS) {
@@ -584,24 +597,18 @@ k_absmax_warp(const float *x, const float *e, size_t n, uint32_t bucket,
 				v.z      = v.z + r.z;
 				v.w      = v.w + r.w;
 			}
-			uint32_t a = __float_as_uint(v.x) & 0x7fffffffu;
-			uint32_t b = __float_as_uint(v.y) & 0x7fffffffu;
-			uint32_t c = __float_as_uint(v.z) & 0x7fffffffu;
-			uint32_t d = __float_as_uint(v.w) & 0x7fffffffu;
-			a          = a > b ? a : b;
-			c          = c > d ? c : d;
-			a          = a > c ? a : c;
-			mx         = a > mx ? a : mx;
+			uint32_t a = abs_bits(v.x), b = abs_bits(v.y);
+			uint32_t c = abs_bits(v.z), d = abs_bits(v.w);
+			a  = a > b ? a : b;
+			c  = c > d ? c : d;
+			a  = a > c ? a : c;
+			mx = a > mx ? a : mx;
 		}
 		for (size_t i = m4 + lane; i < m; i += 32) {
-			uint32_t u = __float_as_uint(pval(x, e, i0 + i)) &
-			    0x7fffffffu;
-			mx = u > mx ? u : mx;
+			uint32_t u = abs_bits(pval(x, e, i0 + i));
+			mx         = u > mx ? u : mx;
 		}
-		for (int o = 16; o > 0; o >>= 1) {
-			uint32_t v = __shfl_down_sync(0xffffffffu, mx, o);
-			mx         = v > mx ? v : mx;
-		}
+		mx = warp_max(mx);
 		if (lane == 0) {
 			scales[j] = mx;
 			if (mx >= INF_BITS) {
