@@ -631,6 +631,16 @@ reap(ferry_client *c, struct xfer *x)
 					    c->conns[m].slots[k].aio);
 				}
 			}
+			if (c->opts.log != NULL) {
+				char msg[160];
+				snprintf(msg, sizeof(msg),
+				    "%zu request(s) still in flight %u ms into "
+				    "a map re-fetch or back-off: cancelled, to "
+				    "be sent again",
+				    busy_total(c), ferry__requeue_ms);
+				c->opts.log(c->opts.log_arg, FERRY_LOG_INFO,
+				    msg);
+			}
 		}
 		if (c->replicated && now >= poll) {
 			poll = now + REROUTE_POLL_MS;
