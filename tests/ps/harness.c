@@ -2,6 +2,7 @@
 // read (harness.h).
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <nng/nng.h>
@@ -179,4 +180,19 @@ pt_metric(struct obs_registry *r, const char *name)
 	ck_assert_int_eq(pt_prom_value(w.buf, name, NULL, &v), 0);
 	obs_writer_fini(&w);
 	return v;
+}
+
+uint64_t
+pt_stat(const char *text, const char *key)
+{
+	size_t k = strlen(key);
+	for (const char *p = text; p != NULL && *p != '\0';) {
+		if (strncmp(p, key, k) == 0) {
+			return strtoull(p + k, NULL, 10);
+		}
+		p = strchr(p, '\n');
+		p = p != NULL ? p + 1 : NULL;
+	}
+	ck_abort_msg("no stats line %s", key);
+	return 0;
 }

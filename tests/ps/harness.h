@@ -68,4 +68,9 @@ int pt_rpc(const struct pt_peer *as, const char *url, uint8_t method,
 // pt_metric reads the unlabelled sample `name` from registry r.
 double pt_metric(struct obs_registry *r, const char *name);
 
+// pt_stat reads the line "key<n>" of an INFO-style stats text (as
+// ps_server_stats and ps_scheduler_stats write; key at a line's start,
+// so "epoch:" is not "map_epoch:"). Fails the test when it is absent.
+uint64_t pt_stat(const char *text, const char *key);
+
 #endif // PS_HARNESS_H

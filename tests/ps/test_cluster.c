@@ -625,22 +625,6 @@ START_TEST(test_cluster_hostile_frames_bogus)
 }
 END_TEST
 
-// stat_u64 reads the line "key<n>" of an INFO-style stats text (0 if
-// absent): key at a line's start, so "epoch:" is not "map_epoch:".
-static unsigned long long
-stat_u64(const char *text, const char *key)
-{
-	size_t k = strlen(key);
-	for (const char *p = text; p != NULL && *p != '\0';) {
-		if (strncmp(p, key, k) == 0) {
-			return strtoull(p + k, NULL, 10);
-		}
-		p = strchr(p, '\n');
-		p = p != NULL ? p + 1 : NULL;
-	}
-	return 0;
-}
-
 // servers_caught_up waits (5 s at most) until every server of cl has
 // applied the scheduler's current map, so that a trainer's next request
 // meets it: on a loaded machine the few steps left could otherwise end
@@ -650,12 +634,12 @@ servers_caught_up(struct cluster *cl)
 {
 	char text[2048];
 	ps_scheduler_stats(cl->sched, text, sizeof(text));
-	unsigned long long want = stat_u64(text, "epoch:");
+	unsigned long long want = pt_stat(text, "epoch:");
 	for (int i = 0; i < 500; i++) {
 		int behind = 0;
 		for (int m = 0; m < cl->n_srv; m++) {
 			ps_server_stats(cl->srv[m], text, sizeof(text));
-			behind |= stat_u64(text, "map_epoch:") < want;
+			behind |= pt_stat(text, "map_epoch:") < want;
 		}
 		if (!behind) {
 			return;

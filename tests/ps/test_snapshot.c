@@ -20,6 +20,7 @@
 #include "ferry.pb-c.h"
 #include "fb/fb.h"
 #include "ferry/ferry.h"
+#include "harness.h"
 #include "ps/ps.h"
 #include "ps_tests.h"
 #include "psw/psw.h"
@@ -716,12 +717,27 @@ snap_heartbeat(const char *url, uint32_t id, uint64_t *v, size_t n)
 static uint64_t
 sched_epoch(struct ps_scheduler *s)
 {
-	char        text[8192];
-	const char *p;
+	char text[8192];
 	ps_scheduler_stats(s, text, sizeof(text));
-	p = strstr(text, "\nepoch:");
-	ck_assert_ptr_nonnull(p);
-	return strtoull(p + strlen("\nepoch:"), NULL, 10);
+	return pt_stat(text, "epoch:");
+}
+
+// rolls_back_to_160 checks that scheduler s still holds map 1 (waiting
+// for server 0's snapshot list) 200 ms on, then sends server 0's
+// heartbeat listing a[0..2) and expects map 2 rolling the job back to
+// version 160 (rollback generation 1).
+static void
+rolls_back_to_160(struct ps_scheduler *s, const char *url, uint64_t *a)
+{
+	Pswire__Header *rh;
+	nng_msleep(200);
+	ck_assert_uint_eq(sched_epoch(s), 1); // server 0 not fresh yet
+	snap_heartbeat(url, 0, a, 2);
+	rh = map_at_least(url, 2, 3000);
+	ck_assert_uint_eq(rh->placement->epoch, 2);
+	ck_assert_uint_eq(rh->placement->rollback_version, 160);
+	ck_assert_uint_eq(rh->placement->rollback_gen, 1);
+	pswire__header__free_unpacked(rh, NULL);
 }
 
 // The scheduler's choice of the rollback version, over the wire: both
@@ -769,14 +785,7 @@ START_TEST(test_snapshot_scheduler_rollback_choice)
 	ck_assert_uint_eq(rh->register_rep->wait_epoch, 2);
 	ck_assert_uint_eq(rh->register_rep->rollback_gen, 0);
 	pswire__header__free_unpacked(rh, NULL);
-	nng_msleep(200);
-	ck_assert_uint_eq(sched_epoch(s), 1); // server 0 not fresh yet
-	snap_heartbeat(url, 0, a, 2);
-	rh = map_at_least(url, 2, 3000);
-	ck_assert_uint_eq(rh->placement->epoch, 2);
-	ck_assert_uint_eq(rh->placement->rollback_version, 160);
-	ck_assert_uint_eq(rh->placement->rollback_gen, 1);
-	pswire__header__free_unpacked(rh, NULL);
+	rolls_back_to_160(s, url, a);
 
 	rh = snap_register(url, "tcp://127.0.0.1:2", old, 2);
 	ck_assert_uint_eq(rh->register_rep->wait_epoch, 3);
@@ -829,14 +838,7 @@ START_TEST(test_snapshot_scheduler_rollback_restart)
 	PT_OK(ps_scheduler_open(&o, &s));
 	snprintf(url, sizeof(url), "%s", ps_scheduler_url(s));
 	ck_assert_uint_eq(sched_epoch(s), 1);
-	nng_msleep(200);
-	ck_assert_uint_eq(sched_epoch(s), 1); // still waiting for server 0
-	snap_heartbeat(url, 0, a, 2);
-	rh = map_at_least(url, 2, 3000);
-	ck_assert_uint_eq(rh->placement->epoch, 2);
-	ck_assert_uint_eq(rh->placement->rollback_version, 160);
-	ck_assert_uint_eq(rh->placement->rollback_gen, 1);
-	pswire__header__free_unpacked(rh, NULL);
+	rolls_back_to_160(s, url, a);
 	ps_scheduler_close(s);
 
 	// Decided: a third scheduler on the directory has nothing pending.
