@@ -307,6 +307,36 @@ qround(float t, float L)
 	return __float2int_rn(t);
 }
 
+// q_code quantizes p (b-bit codes, L = 2^(b-1) - 1) with bucket
+// constants k: the code's low bits, and p minus what it decodes to in
+// *resid. The one place the encoders (general and float4) round.
+__device__ static inline uint32_t
+q_code(const struct bk *k, float p, float L, uint32_t mask, float *resid)
+{
+	int q;
+	if (k->slow) {
+		double tt = (double) p * (double) L / (double) k->s;
+		q         = qround((float) tt, L);
+	} else {
+		q = qround(p * k->inv, L);
+	}
+	*resid = p - (float) q * k->step;
+	return (uint32_t) q & mask;
+}
+
+// q_add returns a + (float) q * step for the b-bit code t of word: the one
+// place the decoders (general and float4) dequantize; b is a constant
+// where the caller's is.
+__device__ static inline float
+q_add(unsigned b, float a, uint32_t word, unsigned t, float step)
+{
+	const uint32_t mask = (1u << b) - 1, sign = 1u << (b - 1);
+	uint32_t       c = (word >> (t * b)) & mask;
+	int            q = (int) (c ^ sign) - (int) sign;
+	float          v = (float) q * step;
+	return a + v;
+}
+
 // k_q_encode: one thread per 32-bit word of codes, from word w0 on; e !=
 // NULL is error feedback (p = x + e, then e = p - deq). The general case:
 // any bucket, any alignment (k_q_encode_vec is the fast one).
@@ -340,18 +370,10 @@ k_q_encode(unsigned b, const float *x, float *e, size_t n, uint32_t bucket,
 				next += bucket;
 			}
 			float p = e != NULL ? x[i] + e[i] : x[i];
-			int   q;
-			if (k.slow) {
-				double tt = (double) p * (double) L /
-				    (double) k.s;
-				q = qround((float) tt, L);
-			} else {
-				q = qround(p * k.inv, L);
-			}
-			word |= ((uint32_t) q & mask) << (t * b);
+			float r;
+			word |= q_code(&k, p, L, mask, &r) << (t * b);
 			if (e != NULL) {
-				float v = (float) q * k.step;
-				e[i]    = p - v;
+				e[i] = r;
 			}
 		}
 		if (w * 4 + 4 <= nbytes) {
@@ -430,8 +452,6 @@ k_q_decode_add(unsigned b, const uint8_t *in, size_t n, uint32_t bucket,
 	const uint8_t  *codes  = in + 4 * nb;
 	const unsigned  per    = 32 / b;
 	const float     L      = (float) ((1u << (b - 1)) - 1);
-	const uint32_t  mask   = (1u << b) - 1;
-	const uint32_t  sign   = 1u << (b - 1);
 	size_t          nbytes = (n * b + 7) / 8;
 	size_t          nwords = (nbytes + 3) / 4;
 	size_t          stride = (size_t) gridDim.x * blockDim.x;
@@ -459,10 +479,7 @@ k_q_decode_add(unsigned b, const uint8_t *in, size_t n, uint32_t bucket,
 				bk_load(&k, scales, k.j + 1, L);
 				next += bucket;
 			}
-			uint32_t c = (word >> (t * b)) & mask;
-			int      q = (int) (c ^ sign) - (int) sign;
-			float    v = (float) q * k.step;
-			acc[i]     = acc[i] + v;
+			acc[i] = q_add(b, acc[i], word, t, k.step);
 		}
 	}
 }
@@ -618,21 +635,6 @@ k_absmax_warp(const float *x, const float *e, size_t n, uint32_t bucket,
 	}
 }
 
-// q_code quantizes p with bucket constants k, as k_q_encode does.
-__device__ static inline uint32_t
-q_code(const struct bk *k, float p, float L, uint32_t mask, float *resid)
-{
-	int q;
-	if (k->slow) {
-		double tt = (double) p * (double) L / (double) k->s;
-		q         = qround((float) tt, L);
-	} else {
-		q = qround(p * k->inv, L);
-	}
-	*resid = p - (float) q * k->step;
-	return (uint32_t) q & mask;
-}
-
 // k_q_encode_vec: words [0, nw) of B-bit codes, each from 32 / B floats
 // read as float4s; bucket % (32 / B) == 0, x and e 16-byte aligned.
 template <unsigned B>
@@ -679,18 +681,6 @@ k_q_encode_vec(const float *x, float *e, size_t nw, uint32_t bucket,
 	}
 }
 
-// q_add returns a + (float) q * step for B-bit code c, as k_q_decode_add.
-template <unsigned B>
-__device__ static inline float
-q_add(float a, uint32_t word, unsigned t, float step)
-{
-	const uint32_t mask = (1u << B) - 1, sign = 1u << (B - 1);
-	uint32_t       c = (word >> (t * B)) & mask;
-	int            q = (int) (c ^ sign) - (int) sign;
-	float          v = (float) q * step;
-	return a + v;
-}
-
 // k_q_decode_add_vec: elements [0, G * ng) in groups of G, a group a
 // thread: its G codes are one 32-bit word (q8: G = 4, q4: G = 8) or one
 // byte (q2: G = 4; measured faster than a word of 16 codes), its
@@ -718,10 +708,10 @@ k_q_decode_add_vec(const uint8_t *in, size_t ng, uint32_t bucket, size_t nb,
 		for (unsigned v = 0; v < G / 4; v++) {
 			float4 *p = (float4 *) (acc + G * g) + v;
 			float4  a = *p;
-			a.x       = q_add<B>(a.x, word, 4 * v, k.step);
-			a.y       = q_add<B>(a.y, word, 4 * v + 1, k.step);
-			a.z       = q_add<B>(a.z, word, 4 * v + 2, k.step);
-			a.w       = q_add<B>(a.w, word, 4 * v + 3, k.step);
+			a.x       = q_add(B, a.x, word, 4 * v, k.step);
+			a.y       = q_add(B, a.y, word, 4 * v + 1, k.step);
+			a.z       = q_add(B, a.z, word, 4 * v + 2, k.step);
+			a.w       = q_add(B, a.w, word, 4 * v + 3, k.step);
 			*p        = a;
 		}
 	}
