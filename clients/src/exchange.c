@@ -350,8 +350,9 @@ ferry__xfer_begin(ferry_client *c, struct xfer *x)
 	x->deadline = fb_clock_ms() + x->tmo;
 	x->warn_at  = nng_clock() + (nng_time) x->tmo * WARN_PCT / 100;
 	x->warned = x->refetch = x->backoff = x->rerouted = x->moved = 0;
-	x->stuck_since                                               = 0;
+
 	x->requeue = x->requeued = 0;
+	x->stuck_since           = 0; // no wait on requests in flight yet
 	memset(c->need, NEED_NONE, c->pl->n_shards);
 }
 
