@@ -44,7 +44,16 @@ START_TEST(test_backend_alloc)
 	PT_OK(tr_arch_parse("4,3,2", &a, NULL, 0));
 	PT_OK(tr_backend_alloc("cpu", &a, &o, &b, err, sizeof(err)));
 	ck_assert_str_eq(b->ops->name, "cpu");
+	// pin: nothing to gain on the CPU (FB_OK); no tensors is refused
+	struct tr_params p, none;
+	memset(&none, 0, sizeof(none));
+	PT_OK(tr_params_init(&p, &a));
+	PT_OK(tr_backend_pin(b, &p));
+	PT_FAIL(tr_backend_pin(b, NULL), FB_EINVAL);
+	PT_FAIL(tr_backend_pin(b, &none), FB_EINVAL);
+	PT_FAIL(tr_backend_pin(NULL, &p), FB_EINVAL);
 	tr_backend_free(b);
+	tr_params_fini(&p);
 	tr_backend_free(NULL);
 	if (!tr_backend_has_cuda()) {
 		b = NULL;
