@@ -3,12 +3,18 @@
 // UNAVAILABLE), then watches for every later map epoch and hands it to
 // ps__map_apply.
 //
-// DESIGN. The thread makes only short calls (1 s, or one heartbeat
-// period when shorter) so that close is noticed quickly; a GetPlacement
-// the scheduler parks until a new epoch exists is simply re-sent on
-// timeout, and carries a deadline just past that wait so that the
-// scheduler frees the abandoned call soon after (its REP contexts are
-// finite). Between two waits it sends a Heartbeat when one is due
+// DESIGN. Closing a REQ socket while a reply is arriving on it can hang
+// nng 1.5.2 for good (nanomsg/nng#1543: the transport's receive, stopped
+// between a message's header and body, never completes the protocol's,
+// and the reaper waits on it for ever; seen in CI). So no reply is ever
+// left in flight: every call's deadline for the scheduler is shorter
+// than the time this thread waits for its answer (by
+// PS_BOOT_REPLY_MARGIN_MS), so the scheduler answers each call, a parked
+// GetPlacement with DEADLINE_EXCEEDED after PS_BOOT_PARK_MS (or one
+// heartbeat period when shorter), and the watch re-sends it; and
+// ps_server_close lets the call in flight end before the socket closes
+// (it stops the call only when the scheduler has not answered by then).
+// Between two calls the thread sends a Heartbeat when one is due
 // (opts.heartbeat_ms): one socket, one request at a time, and the map
 // watch stays as responsive as the heartbeat period. It owns the peer
 // connections that moves use, and closes them when it exits.
@@ -27,11 +33,12 @@ nap(struct ps_server *s, int ms)
 	}
 }
 
-// heartbeat tells the scheduler that server s->index is alive. A lost or
-// refused heartbeat is only logged at debug level: the scheduler judges.
+// heartbeat tells the scheduler that server s->index is alive (its
+// deadline wait_ms, answered within answer_ms). A lost or refused
+// heartbeat is only logged at debug level: the scheduler judges.
 static void
 heartbeat(struct ps_server *s, nng_ctx ctx, nng_aio *aio, uint64_t rid,
-    int wait_ms)
+    int wait_ms, int answer_ms)
 {
 	Pswire__Header       h   = PSWIRE__HEADER__INIT;
 	Pswire__LeaveRequest l   = PSWIRE__LEAVE_REQUEST__INIT;
@@ -49,7 +56,7 @@ heartbeat(struct ps_server *s, nng_ctx ctx, nng_aio *aio, uint64_t rid,
 	h.body_case           = PSWIRE__HEADER__BODY_LEAVE_REQ;
 	h.leave_req           = &l;
 	rv                    = psw_call_header(s->auth, ctx, aio, &h.base,
-	                       PSWIRE__METHOD__HEARTBEAT, rid, wait_ms, &ph, &why);
+	                       PSWIRE__METHOD__HEARTBEAT, rid, answer_ms, &ph, &why);
 	if (rv != FB_OK) {
 		FB_LOG(FB_LOG_DEBUG, "boot", "heartbeat: %s",
 		    why && *why ? why : fb_strerror(rv));
@@ -110,13 +117,18 @@ ps__boot_main(void *arg)
 	int               rv;
 	struct ps_peers   peers = { 0 };
 	uint32_t          hb_ms = s->opts.heartbeat_ms;
-	int      wait    = hb_ms > 0 && hb_ms < 1000 ? (int) hb_ms : 1000;
-	uint64_t next_hb = 0;
+	// wait: the scheduler's deadline for a call; the thread waits
+	// PS_BOOT_REPLY_MARGIN_MS longer for its answer.
+	int      wait      = hb_ms > 0 && hb_ms < PS_BOOT_PARK_MS ? (int) hb_ms
+	                                                          : PS_BOOT_PARK_MS;
+	int      answer_ms = wait + PS_BOOT_REPLY_MARGIN_MS;
+	uint64_t next_hb   = 0;
 
 	if (psw_req_open(s->tls, s->opts.scheduler_url, s->opts.max_msg, 50,
 	        1000, &sock, &ctx, &aio) != FB_OK) {
 		FB_LOG(FB_LOG_ERR, "boot", "cannot dial scheduler %s",
 		    s->opts.scheduler_url);
+		atomic_store(&s->boot_done, 1);
 		return NULL;
 	}
 	pthread_mutex_lock(&s->boot_mu);
@@ -144,10 +156,10 @@ ps__boot_main(void *arg)
 
 		if (registered && hb_ms > 0 && fb_clock_ms() >= next_hb) {
 			next_hb = fb_clock_ms() + hb_ms;
-			heartbeat(s, ctx, aio, rid++, wait);
+			heartbeat(s, ctx, aio, rid++, wait, answer_ms);
 		}
 		h.request_id  = rid++;
-		h.deadline_ms = s->opts.timeout_ms;
+		h.deadline_ms = (uint32_t) wait;
 		if (!registered) {
 			rr.role                = PSWIRE__ROLE__ROLE_SERVER;
 			rr.url                 = s->url;
@@ -165,15 +177,15 @@ ps__boot_main(void *arg)
 			gp.min_epoch    = s->pl ? s->pl->epoch + 1
 			       : first_epoch    ? first_epoch
 			                        : 1;
-			h.deadline_ms   = (uint32_t) wait + 500;
+			h.deadline_ms   = (uint32_t) wait;
 			h.body_case     = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
 			h.placement_req = &gp;
 			method          = PSWIRE__METHOD__GET_PLACEMENT;
 		}
-		// Short timeouts so that close is noticed quickly; the
-		// parked GetPlacement is simply re-sent.
+		// Short waits so that close is noticed quickly; the expired
+		// GetPlacement is simply re-sent.
 		rv = psw_call_header(s->auth, ctx, aio, &h.base, method,
-		    h.request_id, wait, &ph, &why);
+		    h.request_id, answer_ms, &ph, &why);
 		if (rv == FB_ENOMEM) {
 			break;
 		}
@@ -266,5 +278,6 @@ ps__boot_main(void *arg)
 	pthread_mutex_unlock(&s->boot_mu);
 	nng_aio_free(aio);
 	nng_close(sock);
+	atomic_store(&s->boot_done, 1);
 	return NULL;
 }

@@ -318,8 +318,15 @@ ps_server_close(struct ps_server *s)
 	if (s == NULL) {
 		return;
 	}
-	pthread_mutex_lock(&s->boot_mu);
 	atomic_store(&s->closing, 1);
+	// Let the boot thread's call end: the scheduler answers it within
+	// PS_BOOT_PARK_MS (boot.c's DESIGN). Stopped only when it has not.
+	for (int t = 0; t < PS_BOOT_PARK_MS + PS_BOOT_REPLY_MARGIN_MS &&
+	     !atomic_load(&s->boot_done);
+	     t += 5) {
+		fb_sleep_us(5000);
+	}
+	pthread_mutex_lock(&s->boot_mu);
 	if (s->boot_aio != NULL) {
 		nng_aio_stop(s->boot_aio); // its call ends ECANCELED
 	}

@@ -162,11 +162,14 @@ struct ps_server {
 	pthread_cond_t        delivered;
 	pthread_t             boot_thread, sweep_thread;
 	atomic_int            closing;
-	// The boot thread's aio while it has one (boot_mu): ps_server_close
-	// stops it, so that a parked GetPlacement (up to 1 s) does not hold
-	// the close; later calls on it fail at once.
+	// The boot thread's aio while it has one (boot_mu). ps_server_close
+	// lets the call in flight end first (boot.c's DESIGN: closing its
+	// socket while a reply arrives can hang nng 1.5.2) and stops it only
+	// when the scheduler has not answered by then; later calls on a
+	// stopped aio fail at once. boot_done: the boot thread has finished.
 	pthread_mutex_t       boot_mu;
 	nng_aio              *boot_aio;
+	atomic_int            boot_done;
 	atomic_int            ready;
 	uint32_t              index;
 	Pswire__Placement    *pl;
@@ -574,9 +577,17 @@ int ps__server_metrics_open(struct ps_server *s);
 
 // ---- boot.c ----------------------------------------------------------------
 
+// The longest the scheduler parks the watch's GetPlacement (its deadline),
+// and how much longer the watch waits for any answer before it gives up
+// on the call: the scheduler answers first, so no late reply is ever in
+// flight (boot.c's DESIGN).
+#define PS_BOOT_PARK_MS 500
+#define PS_BOOT_REPLY_MARGIN_MS 500
+
 // ps__boot_main is the scheduler watch thread (arg: the server): it
 // registers, installs the first placement, then applies every later map
-// epoch, until s->closing. Takes mu while installing.
+// epoch, until s->closing; it sets s->boot_done as it returns. Takes mu
+// while installing.
 void *ps__boot_main(void *arg);
 
 #endif // PS_SERVER_IMPL_H
