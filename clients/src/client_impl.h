@@ -235,8 +235,14 @@ uint32_t ferry__timeout(const ferry_client *c);
 // for the reply. On FERRY_OK *rh is the reply header (the caller frees it
 // with pswire__header__free_unpacked). Errors: FERRY_EMISMATCH (the
 // scheduler refused with FAILED_PRECONDITION: the tensor table differs),
-// FERRY_EREMOTE (any other error status), or ferry__map_err's translation
-// of a transport failure; the message is in c->err.
+// FERRY_ETIMEDOUT (DEADLINE_EXCEEDED: the scheduler answers a call it
+// parked at its deadline, and the client waits a margin longer so that the
+// answer is never left in flight), FERRY_EREMOTE (any other error status),
+// or ferry__map_err's translation of a transport failure; the message is
+// in c->err.
+int ferry__sched_call(ferry_client *c, Pswire__Header *h, uint8_t method,
+    uint32_t tmo, Pswire__Header **rh);
+
 // ferry__hb_start starts the heartbeat thread (heartbeat.c) when
 // opts.heartbeat_ms > 0 and it is not running. Errors: FERRY_ENOMEM,
 // FERRY_ECONNECT (with the reason set).
@@ -251,9 +257,6 @@ void ferry__hb_halt(ferry_client *c);
 // ferry__hb_stop stops (if running) and frees the heartbeat thread and its
 // socket (a no-op when none exists). Returns once the thread has exited.
 void ferry__hb_stop(ferry_client *c);
-
-int ferry__sched_call(ferry_client *c, Pswire__Header *h, uint8_t method,
-    uint32_t tmo, Pswire__Header **rh);
 
 // ferry__placement_check validates map pl against the declared tensor
 // table (c->n_tensors, c->tensor_len): same tensor count, 1..4096 servers,

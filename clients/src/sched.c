@@ -5,6 +5,13 @@
 // shards it holds.
 #include "client_impl.h"
 
+// How much longer than a call's deadline the client waits for the
+// scheduler's answer. The scheduler answers a call it parked (GetPlacement)
+// DEADLINE_EXCEEDED at the deadline, so no late reply is on its way when
+// the client moves on or closes (nng 1.5.2 can hang for good closing a
+// socket while a reply arrives, nanomsg/nng#1543).
+#define FERRY__ANSWER_MARGIN_MS 500
+
 // ferry__sched_call sends h (no payload) to the scheduler and returns the
 // reply header in *rh (free with pswire__header__free_unpacked).
 int
@@ -20,16 +27,21 @@ ferry__sched_call(ferry_client *c, Pswire__Header *h, uint8_t method,
 	h->rank        = (uint32_t) c->opts.rank;
 	c->stats.requests++;
 	rv = psw_call_header(c->auth, c->sched_ctx, c->sched_aio, &h->base,
-	    method, h->request_id, (int) tmo, &ph, &why);
+	    method, h->request_id, (int) tmo + FERRY__ANSWER_MARGIN_MS, &ph,
+	    &why);
 	if (rv == FB_EREMOTE) {
-		Pswire__Header *r = (Pswire__Header *) ph;
-		ferry__fail(c, FERRY_EREMOTE, "scheduler %s: %s: %s", c->url,
-		    psw_status_name(r->status), r->error);
-		int st = r->status;
+		Pswire__Header *r   = (Pswire__Header *) ph;
+		int             st  = r->status;
+		int             err = FERRY_EREMOTE;
+		if (st == PSWIRE__STATUS__FAILED_PRECONDITION) {
+			err = FERRY_EMISMATCH;
+		} else if (st == PSWIRE__STATUS__DEADLINE_EXCEEDED) {
+			err = FERRY_ETIMEDOUT;
+		}
+		ferry__fail(c, err, "scheduler %s: %s: %s", c->url,
+		    psw_status_name(st), r->error);
 		pswire__header__free_unpacked(r, NULL);
-		return st == PSWIRE__STATUS__FAILED_PRECONDITION
-		    ? FERRY_EMISMATCH
-		    : FERRY_EREMOTE;
+		return err;
 	}
 	if (rv != FB_OK) {
 		return ferry__fail(c, ferry__map_err(rv), "scheduler %s: %s",
