@@ -852,6 +852,54 @@ START_TEST(test_snapshot_scheduler_rollback_restart)
 }
 END_TEST
 
+// A job whose servers keep snapshots is cut by --shard-bytes even when its
+// probed links would make shards smaller: a restore needs the cut the
+// snapshot was written from, and a new job with the same flags measures
+// its links anew. (Loopback probed with 64 KiB moves far less than the 16
+// MiB shard in SHARD_LINK_S, so without the rule the tensor is cut finer.)
+START_TEST(test_snapshot_cut_ignores_links)
+{
+	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
+	struct ps_server_opts    o  = PS_SERVER_OPTS_INIT;
+	struct ferry_opts        fo = FERRY_OPTS_INIT;
+	struct ps_scheduler     *sched;
+	struct ps_server        *srv;
+	ferry_client            *c;
+	enum { N = 4u << 20 }; // 16 MiB: one shard of --shard-bytes
+	struct ferry_tensor_desc d[1] = { { "big", N } };
+	char                     dir[64], url[64], surl[64], text[4096];
+	float                   *w = calloc(N, sizeof(float));
+	ck_assert_ptr_nonnull(w);
+	tmpdir(dir, sizeof(dir));
+	so.url         = pt_addr(url, sizeof(url), "tcp");
+	so.trainers    = 1;
+	so.servers     = 1;
+	so.shard_bytes = 16u << 20;
+	so.probe_bytes = 64 << 10;
+	so.max_msg     = 64u << 20;
+	PT_OK(ps_scheduler_open(&so, &sched));
+	o.url           = pt_addr(surl, sizeof(surl), "tcp");
+	o.scheduler_url = ps_scheduler_url(sched);
+	o.snapshot_dir  = dir;
+	o.max_msg       = 64u << 20;
+	PT_OK(ps_server_open(&o, &srv));
+	fo.scheduler_url = ps_scheduler_url(sched);
+	fo.timeout_ms    = 20000;
+	ck_assert_int_eq(ferry_client_open(&fo, &c), 0);
+	const float *wp[1] = { w };
+	ck_assert_msg(ferry_client_declare(c, d, 1) == 0 &&
+	        ferry_client_init_weights(c, wp) == 0,
+	    "%s", ferry_client_last_error(c));
+	ps_server_stats(srv, text, sizeof(text));
+	ck_assert_msg(pt_stat(text, "shards:") == 1, "%s", text);
+	ferry_client_close(c);
+	ps_server_close(srv);
+	ps_scheduler_close(sched);
+	free(w);
+	rmdir_all(dir);
+}
+END_TEST
+
 Suite *
 suite_snapshot(void)
 {
@@ -870,6 +918,7 @@ suite_snapshot(void)
 	tcase_add_test(tc, test_snapshot_scheduler_consistent_cut);
 	tcase_add_test(tc, test_snapshot_scheduler_rollback_choice);
 	tcase_add_test(tc, test_snapshot_scheduler_rollback_restart);
+	tcase_add_test(tc, test_snapshot_cut_ignores_links);
 	suite_add_tcase(s, tc);
 	return s;
 }

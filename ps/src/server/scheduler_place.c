@@ -223,6 +223,10 @@ backups_repair(struct ps_scheduler *s, size_t ns, uint32_t *assign,
 // PS_MAX_SHARDS shards. Recorded in the job (saved with it), so every
 // later map, and a restarted scheduler, keeps the same cut. A link
 // reported unusable (1 B/s: the server did not answer) does not count.
+// A job whose servers keep snapshots always gets --shard-bytes: a
+// snapshot restores only into the cut it was written from, and a new job
+// started with the same flags (a restore without the scheduler's
+// --state-dir) must cut the same way, whatever its links measure.
 // mu held.
 static uint64_t
 cut_bytes(struct ps_scheduler *s, const uint64_t *lens, size_t nt)
@@ -232,6 +236,12 @@ cut_bytes(struct ps_scheduler *s, const uint64_t *lens, size_t nt)
 	size_t   M    = (size_t) s->n_servers_seen;
 	if (s->epoch > 0 && s->job->shard_bytes != 0) {
 		return s->job->shard_bytes; // the cut in force
+	}
+	for (size_t m = 0; m < M && m < PS_MAX_MEMBERS; m++) {
+		if (s->snap_dir[m]) {
+			s->job->shard_bytes = max;
+			return max;
+		}
 	}
 	for (size_t t = 0; ps__sched_probing(s) && s->bw != NULL &&
 	     t < (size_t) s->opts.trainers;
