@@ -5,15 +5,10 @@
 // shards it holds.
 #include "client_impl.h"
 
-// How much longer than a call's deadline the client waits for the
-// scheduler's answer. The scheduler answers a call it parked (GetPlacement)
-// DEADLINE_EXCEEDED at the deadline, so no late reply is on its way when
-// the client moves on or closes (nng 1.5.2 can hang for good closing a
-// socket while a reply arrives, nanomsg/nng#1543).
-#define FERRY__ANSWER_MARGIN_MS 500
-
 // ferry__sched_call sends h (no payload) to the scheduler and returns the
-// reply header in *rh (free with pswire__header__free_unpacked).
+// reply header in *rh (free with pswire__header__free_unpacked). It waits
+// PSW_ANSWER_MARGIN_MS past the deadline it sends: the scheduler answers
+// first, even a call it parked.
 int
 ferry__sched_call(ferry_client *c, Pswire__Header *h, uint8_t method,
     uint32_t tmo, Pswire__Header **rh)
@@ -27,7 +22,7 @@ ferry__sched_call(ferry_client *c, Pswire__Header *h, uint8_t method,
 	h->rank        = (uint32_t) c->opts.rank;
 	c->stats.requests++;
 	rv = psw_call_header(c->auth, c->sched_ctx, c->sched_aio, &h->base,
-	    method, h->request_id, (int) tmo + FERRY__ANSWER_MARGIN_MS, &ph,
+	    method, h->request_id, (int) tmo + PSW_ANSWER_MARGIN_MS, &ph,
 	    &why);
 	if (rv == FB_EREMOTE) {
 		Pswire__Header *r   = (Pswire__Header *) ph;

@@ -199,6 +199,16 @@ int psw_tls_dial(const struct psw_tls *t, nng_socket s, const char *url);
 int psw_tls_listen(const struct psw_tls *t, nng_socket s, const char *url,
     size_t max_msg, nng_listener *l, char *bound, size_t n);
 
+// PSW_ANSWER_MARGIN_MS: how much longer than the deadline_ms it sends a
+// caller of a peer that parks calls (the scheduler's GetPlacement) waits
+// for the answer. The peer answers an expired call DEADLINE_EXCEEDED, so
+// the answer arrives before the caller gives up and is never still in
+// flight when the caller moves on or closes the socket: nng 1.5.2 can hang
+// for good closing a socket while a reply arrives (nanomsg/nng#1543: the
+// transport's receive, stopped between a message's header and body, never
+// completes the protocol's, and the reaper waits on it for ever).
+#define PSW_ANSWER_MARGIN_MS 500
+
 // psw_call_header signs (with auth, may be NULL) and sends a request made
 // of hdr alone (a Pswire__Header with
 // no payload) and waits for its reply, as psw_call. On FB_OK or FB_EREMOTE

@@ -3,13 +3,10 @@
 // UNAVAILABLE), then watches for every later map epoch and hands it to
 // ps__map_apply.
 //
-// DESIGN. Closing a REQ socket while a reply is arriving on it can hang
-// nng 1.5.2 for good (nanomsg/nng#1543: the transport's receive, stopped
-// between a message's header and body, never completes the protocol's,
-// and the reaper waits on it for ever; seen in CI). So no reply is ever
-// left in flight: every call's deadline for the scheduler is shorter
-// than the time this thread waits for its answer (by
-// PS_BOOT_REPLY_MARGIN_MS), so the scheduler answers each call, a parked
+// DESIGN. No reply is ever left in flight when the socket closes (nng
+// 1.5.2 can then hang for good: PSW_ANSWER_MARGIN_MS, seen in CI): every
+// call's deadline for the scheduler is shorter than the time this thread
+// waits for its answer, so the scheduler answers each call, a parked
 // GetPlacement with DEADLINE_EXCEEDED after PS_BOOT_PARK_MS (or one
 // heartbeat period when shorter), and the watch re-sends it; and
 // ps_server_close lets the call in flight end before the socket closes
@@ -118,10 +115,10 @@ ps__boot_main(void *arg)
 	struct ps_peers   peers = { 0 };
 	uint32_t          hb_ms = s->opts.heartbeat_ms;
 	// wait: the scheduler's deadline for a call; the thread waits
-	// PS_BOOT_REPLY_MARGIN_MS longer for its answer.
+	// PSW_ANSWER_MARGIN_MS longer for its answer.
 	int      wait      = hb_ms > 0 && hb_ms < PS_BOOT_PARK_MS ? (int) hb_ms
 	                                                          : PS_BOOT_PARK_MS;
-	int      answer_ms = wait + PS_BOOT_REPLY_MARGIN_MS;
+	int      answer_ms = wait + PSW_ANSWER_MARGIN_MS;
 	uint64_t next_hb   = 0;
 
 	if (psw_req_open(s->tls, s->opts.scheduler_url, s->opts.max_msg, 50,
@@ -177,7 +174,6 @@ ps__boot_main(void *arg)
 			gp.min_epoch    = s->pl ? s->pl->epoch + 1
 			       : first_epoch    ? first_epoch
 			                        : 1;
-			h.deadline_ms   = (uint32_t) wait;
 			h.body_case     = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
 			h.placement_req = &gp;
 			method          = PSWIRE__METHOD__GET_PLACEMENT;

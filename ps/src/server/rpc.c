@@ -771,9 +771,10 @@ ps__rpc_close(struct ps_rpc *r)
 	while (atomic_load(&r->in_gone) > 0) {
 		fb_sleep_us(1000);
 	}
-	// The socket closes first, then the calls stop. (Stopping them first,
-	// as ferry_client_close now does for its slots, hung a server's close
-	// once in CI, not reproduced: kept the order that has run.)
+	// The socket closes first, then the calls stop: the order every CI
+	// run has used. (ferry_client_close stops its slots first; trying
+	// that here coincided with a CI hang later traced to the boot
+	// socket, boot.c's DESIGN, so neither order is known to hang.)
 	nng_close(r->sock);
 	while (atomic_load(&r->in_gone) > 0) { // those the close ran
 		fb_sleep_us(1000);

@@ -321,7 +321,7 @@ ps_server_close(struct ps_server *s)
 	atomic_store(&s->closing, 1);
 	// Let the boot thread's call end: the scheduler answers it within
 	// PS_BOOT_PARK_MS (boot.c's DESIGN). Stopped only when it has not.
-	for (int t = 0; t < PS_BOOT_PARK_MS + PS_BOOT_REPLY_MARGIN_MS &&
+	for (int t = 0; t < PS_BOOT_PARK_MS + PSW_ANSWER_MARGIN_MS &&
 	     !atomic_load(&s->boot_done);
 	     t += 5) {
 		fb_sleep_us(5000);

@@ -577,12 +577,10 @@ int ps__server_metrics_open(struct ps_server *s);
 
 // ---- boot.c ----------------------------------------------------------------
 
-// The longest the scheduler parks the watch's GetPlacement (its deadline),
-// and how much longer the watch waits for any answer before it gives up
-// on the call: the scheduler answers first, so no late reply is ever in
-// flight (boot.c's DESIGN).
+// The longest the scheduler parks the watch's GetPlacement (its deadline;
+// the watch waits PSW_ANSWER_MARGIN_MS longer for the answer: boot.c's
+// DESIGN).
 #define PS_BOOT_PARK_MS 250
-#define PS_BOOT_REPLY_MARGIN_MS 500
 
 // ps__boot_main is the scheduler watch thread (arg: the server): it
 // registers, installs the first placement, then applies every later map
