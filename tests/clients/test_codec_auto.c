@@ -196,6 +196,7 @@ START_TEST(test_auto_request_per_link)
 	}
 	c->conns[0].push_rung = 3; // q4
 	c->conns[1].push_rung = 0; // fp32
+	c->conns[1].pull_rung = 0; // the weights
 	struct xfer x = { .op = OP_PUSH_PULL, .g = gp, .n_samples = 1 };
 	x.codec       = &c->cpush;
 	ck_assert_int_eq(ferry__codes_stage(c, &x, 0, 1), FERRY_OK);
@@ -268,6 +269,34 @@ START_TEST(test_auto_request_per_link)
 }
 END_TEST
 
+// Before any step is timed there is no budget: every link starts at the
+// most compressed rungs. Once a step's compute time is measured, a link
+// with room moves up at once and a slow one stays.
+START_TEST(test_auto_first_step_compressed)
+{
+	ferry_client *c = auto_client();
+	for (size_t m = 0; m < 2; m++) {
+		ck_assert_int_eq(c->conns[m].push_rung,
+		    FERRY_AUTO_PUSH_RUNGS - 1);
+		ck_assert_int_eq(c->conns[m].pull_rung,
+		    FERRY_AUTO_PULL_RUNGS - 1);
+	}
+	c->conns[0].bw_bps = 1e9; // 40 floats fit 10 ms many times over
+	c->conns[1].bw_bps = 1.0; // nothing fits
+	ferry__auto_step(c);      // the first step: nothing to time yet
+	ck_assert_int_eq(c->conns[0].push_rung, FERRY_AUTO_PUSH_RUNGS - 1);
+	// The first step's compute: 10 ms between two push-pulls.
+	c->op_end_ns = fb_clock_ns() - 10000000;
+	ferry__auto_step(c);
+	ck_assert(c->compute_s >= 0.01);
+	ck_assert_int_eq(c->conns[0].push_rung, 0);
+	ck_assert_int_eq(c->conns[0].pull_rung, 0);
+	ck_assert_int_eq(c->conns[1].push_rung, FERRY_AUTO_PUSH_RUNGS - 1);
+	ck_assert_int_eq(c->conns[1].pull_rung, FERRY_AUTO_PULL_RUNGS - 1);
+	ferry_client_close(c);
+}
+END_TEST
+
 // ferry_client_link reports each link's rung names and bytes per step,
 // and refuses an index past the last server.
 START_TEST(test_auto_link_report)
@@ -279,6 +308,8 @@ START_TEST(test_auto_link_report)
 	c->conns[1].link_push_bytes = 3000;
 	c->conns[1].link_pull_bytes = 600;
 	c->conns[1].link_steps      = 3;
+	c->conns[0].push_rung       = 0;
+	c->conns[0].pull_rung       = 0;
 	ck_assert_int_eq(ferry_client_link(c, 1, &l), FERRY_OK);
 	ck_assert_str_eq(l.codec_push, "q8");
 	ck_assert_str_eq(l.codec_pull, COMP_AUTO_REF);
@@ -302,6 +333,7 @@ suite_codec_auto(void)
 	tcase_add_test(tc, test_auto_choose_budget);
 	tcase_add_test(tc, test_auto_choose_hysteresis);
 	tcase_add_test(tc, test_auto_request_per_link);
+	tcase_add_test(tc, test_auto_first_step_compressed);
 	tcase_add_test(tc, test_auto_link_report);
 	suite_add_tcase(s, tc);
 	return s;
