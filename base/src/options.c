@@ -308,7 +308,7 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	[FB_OPT_TR_CODEC_PULL]   = { "codec-pull", TR, STR_NONEMPTY,
 	      .def = "none", .help = "weight-delta codec",
 	      .doc = "weight-delta codec (same values, no `:sr`; `auto`: "
-	               "per server link, the weights in fp32 or `topk:0.05+q8` "
+	               "per server link, the weights in fp32 or `topk:0.02+q8` "
 	               "deltas)" },
 	[FB_OPT_TR_BUCKET]       = { "bucket", TR, INT(0, 1 << 30), .def = "0",
 	          .help = "quantization bucket (0: codec default)",

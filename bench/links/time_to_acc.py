@@ -36,7 +36,8 @@ LINK_RATES = {"none": (None, None, None), "1gbit": (1e9, 1e9, 1e9),
               "mixed": (1e9, 1e9, 2e7)}
 LINK_ORDER = ["none", "1gbit", "100mbit", "10mbit", "mixed"]
 # the full matrix of issue 14 (time_to_acc.sh's defaults)
-FULL_CODECS = ["none/none", "q4/q4", "topk:0.01+q8/topk:0.05+q8", "auto/auto"]
+FULL_CODECS = ["none/none", "q4/q4", "topk:0.01+q8/topk:0.02+q8",
+               "randk:0.02+q8/topk:0.02+q8", "auto/auto"]
 
 
 def not_run(table):

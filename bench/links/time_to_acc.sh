@@ -7,7 +7,8 @@
 # reports null.
 #
 #   bench/links/time_to_acc.sh [--links "none 1gbit 100mbit 10mbit mixed"]
-#       [--codecs "none/none q4/q4 topk:0.01+q8/topk:0.05+q8 auto/auto"]
+#       [--codecs "none/none q4/q4 topk:0.01+q8/topk:0.02+q8
+#                  randk:0.02+q8/topk:0.02+q8 auto/auto"]
 #       [--overlap "0 1"] [--epochs 3] [--cap-s 900] [--log-interval 50]
 #       [--no-ddp] [--quick] [--build DIR] [--raw DIR]
 #
@@ -29,7 +30,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 links="none 1gbit 100mbit 10mbit mixed"
-codecs="none/none q4/q4 topk:0.01+q8/topk:0.05+q8 auto/auto"
+codecs="none/none q4/q4 topk:0.01+q8/topk:0.02+q8 randk:0.02+q8/topk:0.02+q8 auto/auto"
 overlaps="0 1" epochs=3 cap=900 logi=50 ddp=1 quick=0
 build=${FERRY_BUILD_DIR:-$ROOT/build-bench}
 raw=${FERRY_BENCH_DIR:-}

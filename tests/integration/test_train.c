@@ -515,7 +515,7 @@ START_TEST(test_train_one_epoch_auto)
 	double acc = run_auto("1000", "none", "none");
 	ck_assert_msg(acc >= 0.80, "auto (fp32) test accuracy %.4f < 0.80",
 	    acc);
-	acc = run_auto("0.001", "topk:0.01+q8", "topk:0.05+q8");
+	acc = run_auto("0.001", "topk:0.01+q8", "topk:0.02+q8");
 	ck_assert_msg(acc >= 0.80, "auto (top-k) test accuracy %.4f < 0.80",
 	    acc);
 }
