@@ -192,6 +192,11 @@ def main():
     raw, results = sys.argv[1], sys.argv[2]
     command = sys.argv[3] if len(sys.argv) > 3 else ""
     notes, table, by_link = [], [], {}
+    # time_to_acc.json is this one run's, whole: so are the curves (a
+    # curve of an earlier run's codec would sit beside rows without it).
+    for old in glob.glob(os.path.join(results, "time_to_acc", "*", "*")):
+        if old.endswith((".csv", ".png")):
+            os.remove(old)
     for d in sorted(glob.glob(os.path.join(raw, "*"))):
         if not os.path.exists(os.path.join(d, "run.txt")):
             continue
