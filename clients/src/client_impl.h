@@ -395,9 +395,10 @@ int ferry__auto_init(ferry_client *c);
 size_t ferry__auto_bound(const ferry_client *c, size_t len);
 
 // ferry__auto_step runs at the start of each push-pull: it takes the gap
-// since the last one ended as a compute-time sample and chooses again
-// when the links were re-probed or the compute time moved by more than
-// FERRY_AUTO_RECHOOSE. ferry__auto_step_end marks the end of one.
+// since the last exchange ended (a push-pull or a pull) as a compute-time
+// sample and chooses again when the links were re-probed or the compute
+// time moved by more than FERRY_AUTO_RECHOOSE. ferry__auto_step_end marks
+// the end of an exchange.
 void ferry__auto_step(ferry_client *c);
 void ferry__auto_step_end(ferry_client *c);
 

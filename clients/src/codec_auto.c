@@ -158,10 +158,11 @@ ferry__auto_init(ferry_client *c)
 	c->auto_push = strcmp(c->codec_push, COMP_AUTO_SPEC) == 0;
 	c->auto_pull = strcmp(c->codec_pull, COMP_AUTO_SPEC) == 0;
 	// No step has been timed yet, so there is no budget: every link
-	// starts at the most compressed rungs, and the first timed step moves
-	// a fast link up at once. The other guess costs far more: one fp32
-	// exchange of the MLP takes 1.5 s over 10 Mbit/s, against one step's
-	// coarser gradient (kept in the residual) on a fast link.
+	// starts at the most compressed rungs, and the first timed step (the
+	// first push-pull after a pull, or else the second) moves a fast link
+	// up at once. The other guess costs far more: one fp32 exchange of
+	// the MLP takes 1.5 s over 10 Mbit/s, against one step's coarser
+	// gradient (kept in the residual) on a fast link.
 	for (size_t m = 0; m < c->n_conns; m++) {
 		if (c->auto_push) {
 			c->conns[m].push_rung = FERRY_AUTO_PUSH_RUNGS - 1;

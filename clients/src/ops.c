@@ -84,10 +84,14 @@ ferry_client_pull(ferry_client *c, float *const *w)
 		return rv;
 	}
 	x.pull_want = c->want;
-	if ((rv = ferry__op_run(c, &x)) != FERRY_OK) {
+	if ((rv = ferry__op_run(c, &x)) != FERRY_OK ||
+	    (rv = ferry__pull_finish(c, &x)) != FERRY_OK) {
 		return rv;
 	}
-	return ferry__pull_finish(c, &x);
+	// "auto" times a step from the end of the exchange before it: a
+	// trainer's first step follows a pull, so it gets a budget too.
+	ferry__auto_step_end(c);
+	return FERRY_OK;
 }
 
 void
