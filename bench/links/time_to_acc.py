@@ -5,7 +5,8 @@ Reads the run directories of one time_to_acc.sh run (RAW/<run>/run.txt:
 link, system, codec, overlap; curve-0.csv: rank 0's step,wall_s,...,
 test_acc rows; rank0.out: the JSON summary) and writes, under RESULTS
 (bench/results):
-  time_to_acc.json        {"time_to_acc": [row...], "notes": [...], "command": ...}
+  time_to_acc.json        {"time_to_acc": [row...], "notes": [...], "command": ...,
+                           "plots": [links with a <link>.png]}
   latest.json             its "time_to_acc" (and "time_to_acc_notes") replaced
   time_to_acc/<link>/<system>-<codec>-ov<o>.csv   accuracy vs wall time
   time_to_acc/<link>.png  the same curves, when matplotlib is installed
@@ -165,6 +166,9 @@ def markdown(data):
                    f"{f(r['test_acc'], 4)} |")
     notes = [f"- {n}" for n in data.get("notes", [])]
     out += ([""] + notes if notes else []) + [""]
+    for link in data.get("plots", []):
+        out += [f"![test accuracy against wall time, link {link}]"
+                f"(../bench/results/time_to_acc/{link}.png)", ""]
     return out
 
 
@@ -176,10 +180,16 @@ def plot(results, link, curves):
     except ImportError:
         return False
     fig, ax = plt.subplots(figsize=(8, 5))
+    # one colour per system and codec, dashed with --overlap 1
+    colours = {}
     for label, pts in curves:
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label)
+        key, ov = label.rsplit(" ", 1)
+        c = colours.setdefault(key, f"C{len(colours) % 10}")
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label,
+                color=c, ls="--" if ov == "ov1" else "-")
     ax.axhline(TARGET, color="grey", ls=":")
-    ax.set_xlabel("wall time, s (evaluations excluded)")
+    ax.set_xscale("log")  # 2 s to the 180 s cap on one link
+    ax.set_xlabel("wall time, s (evaluations excluded, log scale)")
     ax.set_ylabel("test accuracy")
     ax.set_title(f"Fashion-MNIST, 2 trainers, sync, link {link}")
     ax.legend(fontsize=8)
@@ -194,9 +204,9 @@ def main():
     notes, table, by_link = [], [], {}
     # time_to_acc.json is this one run's, whole: so are the curves (a
     # curve of an earlier run's codec would sit beside rows without it).
-    for old in glob.glob(os.path.join(results, "time_to_acc", "*", "*")):
-        if old.endswith((".csv", ".png")):
-            os.remove(old)
+    for old in (glob.glob(os.path.join(results, "time_to_acc", "*", "*.csv"))
+                + glob.glob(os.path.join(results, "time_to_acc", "*.png"))):
+        os.remove(old)
     for d in sorted(glob.glob(os.path.join(raw, "*"))):
         if not os.path.exists(os.path.join(d, "run.txt")):
             continue
@@ -221,7 +231,9 @@ def main():
         notes.append("no plots: matplotlib is not installed (curves are "
                      "in bench/results/time_to_acc/<link>/*.csv)")
     notes += not_run(table)
-    out = {"time_to_acc": table, "notes": notes, "command": command}
+    out = {"time_to_acc": table, "notes": notes, "command": command,
+           "plots": sorted(plotted, key=lambda l: (LINK_ORDER.index(l)
+                                                   if l in LINK_ORDER else 9))}
     with open(os.path.join(results, "time_to_acc.json"), "w") as f:
         json.dump(out, f, indent=1)
         f.write("\n")

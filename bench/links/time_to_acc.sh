@@ -58,6 +58,16 @@ DATA=${FERRY_DATA_DIR:-/usr/share/datasets/fashion-mnist}
 if [ ! -x "$build/ps/ps-server" ] || [ ! -x "$build/trainer/trainer" ]; then
 	FERRY_BUILD_DIR="$build" "$ROOT/scripts/setup.sh" >&2
 fi
+# The accuracy-vs-time plots need matplotlib: install Debian's when it is
+# missing (this script runs as root); without it the curves stay CSV.
+if ! "$PY" -c 'import matplotlib' 2>/dev/null; then
+	apt_mpl() {
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends python3-matplotlib >/dev/null 2>&1
+	}
+	apt_mpl || { apt-get update -qq >/dev/null 2>&1 && apt_mpl; } ||
+		echo "time_to_acc: python3-matplotlib could not be installed; no plots" >&2
+fi
 raw=${raw:-$(mktemp -d /tmp/ferry-ttacc.XXXXXX)}
 mkdir -p "$raw"
 log() { echo "[time_to_acc $(date -u +%H:%M:%S)] $*" >&2; }
