@@ -41,8 +41,14 @@ echo "faults.sh: snapshots (bench/snapshot.sh $MB $RUNS)" >&2
 FERRY_BUILD_DIR="$BUILD" bench/snapshot.sh "$MB" "$RUNS" >"$LOGS/snapshot.txt"
 cat "$LOGS/snapshot.txt" >&2
 
+# What replicas cost: bench/replicas.sh, the one place it is measured.
 REPLICAS=0
-if "$PS" --help 2>&1 | grep -q -- '--replicas'; then REPLICAS=1; fi
+if "$PS" --help 2>&1 | grep -q -- '--replicas'; then
+	REPLICAS=1
+	echo "faults.sh: replicas (bench/replicas.sh $RUNS)" >&2
+	FERRY_BUILD_DIR="$BUILD" FERRY_DATA_DIR="$DATA" bench/replicas.sh \
+		"$RUNS" "$LOGS/replicas.json" >&2
+fi
 
 python3 - "$PS" "$TR" "$DATA" "$LOGS" "$RUNS" "$REPLICAS" <<'PY'
 import datetime, json, os, random, re, signal, statistics, subprocess, sys
@@ -107,15 +113,6 @@ class Job:
                 if m:
                     self.stamps.append((t, int(m.group(1))))
 
-    def wait_trainers(self, timeout):
-        end = time.time() + timeout
-        for p in self.trainers:
-            try:
-                p.wait(max(0.1, end - time.time()))
-            except subprocess.TimeoutExpired:
-                return False
-        return True
-
     def stop(self):
         for p in self.procs:
             if p.poll() is None:
@@ -165,27 +162,6 @@ def fault_run(i):
         job.stop()
 
 
-def throughput_run(i, replicas):
-    """samples/s of a fault-free 2x2 sync job (both trainers summed)."""
-    d = f"{LOGS}/replicas{replicas}-{i}"
-    flags = ["--layers=784,256,128,10", "--batch=64", "--max-steps=1500",
-             "--log-interval=0", "--seed=1", "--timeout-ms=30000"]
-    job = Job(d, [f"--replicas={replicas}"], flags)
-    try:
-        if not job.wait_trainers(300):
-            sys.exit(f"faults.sh: the job did not finish ({d})")
-        total = 0.0
-        for r in range(2):
-            s = [json.loads(l) for l in open(f"{d}/trainer-{r}.out")
-                 if l.startswith('{"summary"')]
-            if not s:
-                sys.exit(f"faults.sh: trainer {r} wrote no summary ({d})")
-            total += s[-1]["summary"]["samples_per_s"]
-        return total
-    finally:
-        job.stop()
-
-
 detect, recover = [], []
 for i in range(RUNS):
     dm, rm = fault_run(i)
@@ -198,14 +174,7 @@ out = {}
 out["detect_ms"] = round(statistics.median(detect), 1)
 out["recover_ms"] = round(statistics.median(recover), 1)
 if REPLICAS:
-    r1, r2 = [], []
-    for i in range(RUNS):  # interleaved: robust to drift
-        r1.append(throughput_run(i, 1))
-        r2.append(throughput_run(i, 2))
-    m1, m2 = statistics.median(r1), statistics.median(r2)
-    out["replicas_overhead"] = round(1 - m2 / m1, 4)
-    out["samples_per_s_replicas_1"] = [round(x, 1) for x in r1]
-    out["samples_per_s_replicas_2"] = [round(x, 1) for x in r2]
+    out.update(json.load(open(f"{LOGS}/replicas.json")))
 else:
     out["replicas_overhead"] = None
     out["replicas_note"] = ("ps-server has no --replicas option in this "

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# replicas.sh — what --replicas 2 costs a fault-free sync job: faults.sh's
-# replicas_overhead on its own (no faults, no snapshots), for a machine
-# other than the one faults.sh ran on. A scheduler, 2 servers and 2
+# replicas.sh — what --replicas 2 costs a fault-free sync job: the one
+# measurement of replicas_overhead (bench/faults.sh runs it too, and it
+# runs alone on a machine without apt). A scheduler, 2 servers and 2
 # trainers on loopback (--layers=784,256,128,10 --batch=64
 # --max-steps=1500), --replicas 1 and 2 interleaved REPS times; prints
-# each pair's job samples/s (both trainers summed) and the medians.
+# each pair's job samples/s (both trainers summed) and the medians, and
+# with JSON writes them there too ({"replicas_overhead": ...,
+# "samples_per_s_replicas_1": [...], "samples_per_s_replicas_2": [...]}).
 #
-#   bench/replicas.sh [REPS]      # default 5
+#   bench/replicas.sh [REPS [JSON]]      # default 5 pairs
 #
 # FERRY_BUILD_DIR picks the build directory (default build; built with
 # scripts/setup.sh unless it already holds ps-server and trainer, so a
@@ -57,8 +59,8 @@ for i in $(seq "$REPS"); do
 	r1+=("$a"); r2+=("$b")
 	echo "pair $i: samples/s replicas 1 $a, replicas 2 $b"
 done
-python3 - "${r1[*]}" "${r2[*]}" <<'PY'
-import statistics, sys
+python3 - "${r1[*]}" "${r2[*]}" "${2:-}" <<'PY'
+import json, statistics, sys
 r1 = [float(x) for x in sys.argv[1].split()]
 r2 = [float(x) for x in sys.argv[2].split()]
 m1, m2 = statistics.median(r1), statistics.median(r2)
@@ -66,4 +68,9 @@ pairs = [1 - b / a for a, b in zip(r1, r2)]
 print(f"medians: replicas 1 {m1:.1f}, replicas 2 {m2:.1f} samples/s; "
       f"replicas_overhead {1 - m2 / m1:.3f} (per pair median "
       f"{statistics.median(pairs):.3f}; target <= 0.15)")
+if sys.argv[3]:
+    json.dump({"replicas_overhead": round(1 - m2 / m1, 4),
+               "samples_per_s_replicas_1": [round(x, 1) for x in r1],
+               "samples_per_s_replicas_2": [round(x, 1) for x in r2]},
+              open(sys.argv[3], "w"), indent=1)
 PY
