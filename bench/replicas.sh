@@ -18,6 +18,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REPS=${1:-5}
 [[ "$REPS" =~ ^[1-9][0-9]*$ ]] || { echo "replicas.sh: REPS must be a positive integer" >&2; exit 2; }
+JSON=${2:-}
+if [ -n "$JSON" ] && ! { : >"$JSON"; } 2>/dev/null; then
+	echo "replicas.sh: cannot write $JSON" >&2
+	exit 2
+fi
 BUILD=${FERRY_BUILD_DIR:-build}
 PS="$BUILD/ps/ps-server" TR="$BUILD/trainer/trainer"
 [ -x "$PS" ] && [ -x "$TR" ] || FERRY_BUILD_DIR="$BUILD" scripts/setup.sh
@@ -59,7 +64,7 @@ for i in $(seq "$REPS"); do
 	r1+=("$a"); r2+=("$b")
 	echo "pair $i: samples/s replicas 1 $a, replicas 2 $b"
 done
-python3 - "${r1[*]}" "${r2[*]}" "${2:-}" <<'PY'
+python3 - "${r1[*]}" "${r2[*]}" "$JSON" <<'PY'
 import json, statistics, sys
 r1 = [float(x) for x in sys.argv[1].split()]
 r2 = [float(x) for x in sys.argv[2].split()]
