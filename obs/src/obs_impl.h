@@ -17,9 +17,6 @@ obs__alpha(char c)
 	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 }
 
-// obs__name_ok reports whether n is a valid metric name that fits.
-int obs__name_ok(const char *n);
-
 // obs__fmt_double writes v in the fewest digits (15 to 17) that read back
 // exactly, as %g does (finite v only).
 void obs__fmt_double(char *buf, size_t n, double v);

@@ -82,8 +82,9 @@ add_double(atomic_uint_fast64_t *a, double v)
 	}
 }
 
-int
-obs__name_ok(const char *n)
+// name_ok reports whether n is a valid metric name that fits.
+static int
+name_ok(const char *n)
 {
 	if (n == NULL || *n == '\0' || strlen(n) >= OBS_NAME_MAX ||
 	    !(obs__alpha(n[0]) || n[0] == '_' || n[0] == ':')) {
@@ -186,7 +187,7 @@ obs_metric_add(struct obs_registry *r, enum obs_type type, const char *name,
 	int                rv;
 
 	labels = labels != NULL ? labels : "";
-	if (r == NULL || out == NULL || !obs__name_ok(name) ||
+	if (r == NULL || out == NULL || !name_ok(name) ||
 	    strlen(labels) >= OBS_LABELS_MAX ||
 	    (type == OBS_HISTOGRAM) != (nbounds > 0) ||
 	    nbounds > OBS_MAX_BUCKETS) {

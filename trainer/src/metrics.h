@@ -1,7 +1,7 @@
 // metrics.h — the trainer's HTTP endpoints and metrics (private to tr):
 // step times, libferry's counters, the compression ratio, readiness and
-// /debug/state. metrics.c owns them; train.c calls these at set-up, after
-// each step and at the end.
+// /debug/state. metrics.c owns them; train.c calls these at set-up and at
+// the end, step.c after each step.
 #ifndef TR_METRICS_H
 #define TR_METRICS_H
 

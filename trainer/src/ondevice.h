@@ -4,17 +4,16 @@
 // codes cross the bus between host and device.
 //
 // DESIGN
-// A backend that can do this points tr_backend_ops.ondevice at one of
-// these tables (the CUDA backend: ondevice_cuda.c over devpush.h and
-// devpull.h); a backend that cannot leaves it NULL, which means "the host
-// path": the loop moves host buffers through libferry and calls
-// set_weights. The loop asks the table, never the backend's name, so
-// train.c needs no #ifdef. The table lives here and not in tr.h because it
-// speaks libferry's types (shards, pull sinks), which tr.h does not
-// include. Each half is optional on its own: the loop uses the push half
-// when push_supported accepts the job's push codec, and the pull half when
-// pull_supported accepts its pull codec; otherwise that half stays on the
-// host.
+// A backend that can do this points tr_backend_ops.ondevice at one of these
+// tables (the CUDA backend: ondevice_cuda.c over devpush.h and devpull.h); a
+// backend that cannot leaves it NULL, which means "the host path": the loop
+// moves host buffers through libferry and calls set_weights. The loop asks the
+// table, never the backend's name, so train.c and step.c need no #ifdef. The
+// table lives here and not in tr.h because it speaks libferry's types (shards,
+// pull sinks), which tr.h does not include. Each half is optional on its own:
+// the loop uses the push half when push_supported accepts the job's push
+// codec, and the pull half when pull_supported accepts its pull codec;
+// otherwise that half stays on the host.
 #ifndef TR_ONDEVICE_H
 #define TR_ONDEVICE_H
 

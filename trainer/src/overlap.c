@@ -113,86 +113,25 @@ tr__comm_close(struct tr__comm *c)
 	c->running = 0;
 }
 
-// struct ov_times is how an overlapped step spent its time: the gradient
-// computed while its push-pull ran (the next step's), the part of the
-// push-pull that gradient did not hide, and the time since the step
-// before it finished.
-struct ov_times {
-	uint64_t compute_ns, wait_ns, period_ns;
-};
-
-// overlap_done finishes an overlapped step of epoch e (loss, times t)
-// whose push-pull returned fe into *nxt: takes those weights (after a
-// pull when the job moved on without this trainer), then reports as
-// train.c's step() and train() do. --step-times and the metrics get the
-// overlapped compute and the exposed wait, which add up to the step's period.
-static int
-overlap_done(const struct tr__ov_run *r, int fe, struct tr_params **cur,
-    struct tr_params **nxt, long e, double loss, const struct ov_times *t)
-{
-	struct tr_params *sw;
-	uint64_t          now = fb_clock_ns();
-	int               rv;
-
-	tr__report_step_time(r->rep, now - t->wait_ns - t->compute_ns,
-	    now - t->wait_ns);
-	if (fe == FERRY_EROLLBACK) {
-		// The job rolled back to a snapshot (train.c's rolled_back):
-		// pull that version in full (again if a second rollback came
-		// meanwhile); the job step follows from it below, and the
-		// loop recomputes from there. libferry dropped its residuals.
-		FB_LOG(FB_LOG_WARN, MOD, "%s", ferry_client_last_error(r->fc));
-		for (int k = 0; k < 4 && fe == FERRY_EROLLBACK; k++) {
-			fe = ferry_client_pull(r->fc, (*nxt)->t);
-		}
-	} else if (fe == FERRY_EBEHIND) {
-		r->rep->dropped++;
-		FB_LOG(FB_LOG_NOTICE, MOD, "behind the job: %s; pulling",
-		    ferry_client_last_error(r->fc));
-		fe = ferry_client_pull(r->fc, (*nxt)->t);
-	}
-	if (fe != FERRY_OK) {
-		return r->failed(r->arg, "push_pull", fe);
-	}
-	sw   = *cur; // the backend now reads the new version
-	*cur = *nxt;
-	*nxt = sw;
-	if ((rv = tr_backend_set_weights(r->be, tr_params_cptrs(*cur))) !=
-	    FB_OK) {
-		return rv;
-	}
-	tr__report_step(r->rep, r->next_step(r->arg), r->cfg->batch, loss,
-	    t->period_ns);
-	tr__metrics_step(r->met, r->fc, r->cfg->batch, t->compute_ns,
-	    t->wait_ns, r->rep->dropped);
-	int due = r->cfg->log_interval > 0 &&
-	    r->rep->step % (uint64_t) r->cfg->log_interval == 0;
-	if ((due || r->rep->step / r->steps_per_epoch > (uint64_t) e) &&
-	    r->rep->last_report != r->rep->step) {
-		return r->report(r->arg);
-	}
-	return FB_OK;
-}
-
 // The loop (docs/algorithms.md §6.3): while step s's push-pull runs on the
 // communication thread into the spare weight buffer, this thread computes step
 // s+1's gradient, into the spare gradient buffer, on the weights the backend
 // holds: version s. The client is touched here only between two push-pulls.
-// Positions come from the version held, as in train.c's step(): when a
+// Positions come from the version held, as in step.c's tr__step(): when a
 // push-pull lands anywhere but s+1 (a rejoin, a dropped push), the gradient
 // computed meanwhile was for the wrong minibatch and is dropped, and the
 // pipeline restarts from the job's step. Ends, done or signalled, with nothing
 // in flight.
 int
-tr__train_overlapped(const struct tr__ov_run *r)
+tr__train_overlapped(struct tr__run *r, const volatile sig_atomic_t *stop)
 {
 	const struct tr_config *cfg     = r->cfg;
 	struct tr_params        spare_w = { 0 }, spare_g = { 0 };
-	struct tr_params       *cur = r->w, *nxt = &spare_w;
-	struct tr_params       *gb[2] = { r->g, &spare_g };
+	struct tr_params       *cur = &r->w, *nxt = &spare_w, *sw;
+	struct tr_params       *gb[2] = { &r->g, &spare_g };
 	struct tr__comm         comm;
 	struct tr_position      pos, fl = { 0 }; // fl: the step in flight
-	struct ov_times         tm;
+	struct tr__step_times   tm;
 	double                  loss = 0, fl_loss = 0;
 	uint64_t                ts, t_grad = 0, last = fb_clock_ns(), s = 0;
 	const uint32_t         *idx;
@@ -206,16 +145,16 @@ tr__train_overlapped(const struct tr__ov_run *r)
 		goto out;
 	}
 	for (;;) {
-		uint64_t want = busy ? s + 1 : r->rep->step;
-		int      have = !*r->stop &&
+		uint64_t want = busy ? s + 1 : r->rep.step;
+		int      have = !*stop &&
 		    tr_job_position(want, r->steps_per_epoch, r->total,
 		        &pos) == FB_OK;
 		t_grad = 0;
 		if (have) {
 			ts = fb_clock_ns();
-			if ((rv = tr_partition_batch(r->part, pos.epoch, pos.k,
-			         cfg->batch, &idx)) != FB_OK ||
-			    (rv = tr_backend_grad(r->be, r->train, idx,
+			if ((rv = tr_partition_batch(&r->part, pos.epoch,
+			         pos.k, cfg->batch, &idx)) != FB_OK ||
+			    (rv = tr_backend_grad(r->be, &r->train, idx,
 			         cfg->batch, gb[gi]->t, &loss)) != FB_OK) {
 				FB_LOG(FB_LOG_ERR, MOD, "step %llu: %s",
 				    (unsigned long long) want,
@@ -228,18 +167,26 @@ tr__train_overlapped(const struct tr__ov_run *r)
 			t_grad = fb_clock_ns() - ts;
 		}
 		if (busy) {
-			uint64_t tw   = fb_clock_ns();
-			busy          = 0;
-			fe            = tr__comm_wait(&comm, NULL);
-			tm.wait_ns    = fb_clock_ns() - tw;
-			tm.compute_ns = t_grad;
-			tm.period_ns  = fb_clock_ns() - last;
-			last          = fb_clock_ns();
-			if ((rv = overlap_done(r, fe, &cur, &nxt, fl.epoch,
-			         fl_loss, &tm)) != FB_OK) {
+			// --step-times and the metrics get the gradient
+			// computed meanwhile and the wait it did not hide,
+			// which add up to the step's period.
+			uint64_t tw = fb_clock_ns();
+			busy        = 0;
+			fe          = tr__comm_wait(&comm, NULL);
+			tm.since_ns = last;
+			tm.start_ns = tw - t_grad;
+			tm.xchg_ns  = tw;
+			tm.end_ns   = fb_clock_ns();
+			last        = tm.end_ns;
+			// The backend reads the new version from here on.
+			sw  = cur;
+			cur = nxt;
+			nxt = sw;
+			if ((rv = tr__step_end(r, fe, cur, fl.epoch, fl_loss,
+			         &tm)) != FB_OK) {
 				break;
 			}
-			if (r->rep->step != s + 1) {
+			if (r->rep.step != s + 1) {
 				continue; // the job moved: recompute there
 			}
 		}
@@ -260,14 +207,14 @@ tr__train_overlapped(const struct tr__ov_run *r)
 	}
 out:
 	tr__comm_close(&comm);
-	if (cur != r->w) {
+	if (cur != &r->w) {
 		// The caller reads r->w (--weights-out): the newest version.
 		// Tensor by tensor: each starts 64-byte aligned (padding).
-		for (size_t i = 0; i < r->w->n_tensors; i++) {
-			memcpy(r->w->t[i], cur->t[i],
-			    r->w->len[i] * sizeof(float));
+		for (size_t i = 0; i < r->w.n_tensors; i++) {
+			memcpy(r->w.t[i], cur->t[i],
+			    r->w.len[i] * sizeof(float));
 		}
-		(void) tr_backend_set_weights(r->be, tr_params_cptrs(r->w));
+		(void) tr_backend_set_weights(r->be, tr_params_cptrs(&r->w));
 	}
 	tr_params_fini(&spare_w);
 	tr_params_fini(&spare_g);

@@ -1,7 +1,7 @@
 // overlap.h — `--overlap 1` (private to tr): one-step delayed weights.
 // overlap.c has the loop that computes step s+1's gradient on version s
 // while step s's push-pull runs, and the communication thread that runs
-// those push-pulls. train.c hands it its run through struct tr__ov_run.
+// those push-pulls. train.c hands it its run; step.c ends its steps.
 #ifndef TR_OVERLAP_H
 #define TR_OVERLAP_H
 
@@ -10,39 +10,14 @@
 #include <stdint.h>
 
 #include "ferry/ferry.h"
-#include "metrics.h"
-#include "report.h"
-#include "tr/tr.h"
+#include "step.h"
 
-// What the overlapped loop borrows from train.c's run: its parts, and the
-// three steps train.c takes the same way in both loops (arg is train.c's
-// run): failed logs a failed libferry call op and returns FB_EREMOTE;
-// next_step returns the job step reached after a step; report prints a
-// progress line (rank 0 evaluates first).
-struct tr__ov_run {
-	const struct tr_config  *cfg;
-	struct tr_backend       *be;
-	ferry_client            *fc;
-	const struct tr_dataset *train;
-	struct tr_partition     *part;
-	struct tr_params        *w, *g; // the backend reads w; g is scratch
-	struct tr__report       *rep;
-	struct tr__metrics      *met;
-	size_t                   steps_per_epoch;
-	uint64_t                 total; // job steps in all
-	volatile sig_atomic_t   *stop;  // set by SIGINT/SIGTERM
-	void                    *arg;
-	int (*failed)(void *arg, const char *op, int fe);
-	uint64_t (*next_step)(void *arg);
-	int (*report)(void *arg);
-};
-
-// tr__train_overlapped runs job steps from o->rep->step to o->total (or a
-// signal) with one-step delayed weights (docs/algorithms.md §6.3), with
-// the same reports as train.c's loop, and leaves the newest version in
-// o->w (and the backend). Returns FB_OK, a local FB_E* code, or
-// o->failed's.
-int tr__train_overlapped(const struct tr__ov_run *o);
+// tr__train_overlapped runs r's job steps from r->rep.step to r->total
+// (or until *stop is set, by SIGINT/SIGTERM) with one-step delayed weights
+// (docs/algorithms.md §6.3), each ended by tr__step_end as the plain
+// loop's are, and leaves the newest version in r->w (and the backend).
+// Returns FB_OK, a local FB_E* code, or FB_EREMOTE (logged).
+int tr__train_overlapped(struct tr__run *r, const volatile sig_atomic_t *stop);
 
 // A libferry client is used by one thread at a time: between
 // tr__comm_push_pull and tr__comm_wait it belongs to the communication

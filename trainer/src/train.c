@@ -1,6 +1,7 @@
-// train.c — the trainer's loop over libferry (the only network-facing file
-// of the trainer library): set-up, one step, evaluation, teardown. What
-// the loop prints and writes is report.c's.
+// train.c — one training run over libferry: set-up, the plain loop,
+// --weights-out, teardown. A step and the step end both loops take are
+// step.c's, the loop with one-step delayed weights (--overlap 1) is
+// overlap.c's, and what the loop prints and writes is report.c's.
 //
 // DESIGN
 // Start-up does everything that can fail locally first (the backend, so a
@@ -51,67 +52,16 @@
 #include <signal.h>
 #include <string.h>
 
-#include "metrics.h"
-#include "ondevice.h"
 #include "overlap.h"
-#include "report.h"
+#include "step.h"
 #include "tr_impl.h"
 
 #define MOD "train"
 
-// lockstep reports whether versions are job steps: sync mode, and SSP with
-// --staleness 0 (which runs the sync rounds). SSP with K > 0 counts each
-// trainer's own steps, as async mode does.
-static int
-lockstep(const struct tr_config *cfg)
-{
-	return cfg->mode == TR_MODE_SYNC ||
-	    (cfg->mode == TR_MODE_SSP && cfg->staleness == 0);
-}
-
-// One training run: what set-up made, what the steps use, what teardown
-// releases.
-struct run {
-	const struct tr_config        *cfg;
-	struct tr_backend             *be;
-	const struct tr__ondevice_ops *dev; // backend's on-device path or NULL
-	ferry_client                  *fc;
-	struct tr_dataset              train, test;
-	struct tr_params               w, g;
-	struct tr_partition            part;
-	int                            trainers;
-	size_t                         steps_per_epoch;
-	uint64_t                       total; // job steps to run
-	uint64_t                       start; // job step to start at
-	// tensor t starts tensor_base[t] floats into the parameter block
-	size_t                         tensor_base[TR_MAX_TENSORS];
-	void       *dev_push; // on-device gradient encoder, or NULL
-	void       *dev_pull; // on-device pull sink (weights on the device)
-	const char *sink_err; // the device pull's reason, or NULL
-	struct tr__report  rep;
-	struct tr__metrics met;      // the HTTP endpoints (--http-listen)
-	char               err[512]; // the reason of a failed set-up call
-	int                layer_fe; // --overlap-layers: a start's error
-};
-
-// libferry_failed logs a failed libferry call op with libferry's code
-// name, its last message and the pull sink's reason, and returns
-// FB_EREMOTE: the trainer reports libferry's failures, it does not
-// translate them.
-static int
-libferry_failed(struct run *r, const char *op, int fe)
-{
-	const char *msg = r->fc ? ferry_client_last_error(r->fc) : "";
-	FB_LOG(FB_LOG_ERR, MOD, "%s: %s%s%s%s%s", op, ferry_strerror(fe),
-	    *msg ? ": " : "", msg, r->sink_err && *r->sink_err ? ": " : "",
-	    r->sink_err ? r->sink_err : "");
-	return FB_EREMOTE;
-}
-
 // open_local makes everything that needs no network: the backend, the
 // data, the weight and gradient buffers and the report's files.
 static int
-open_local(struct run *r, FILE *out)
+open_local(struct tr__run *r, FILE *out)
 {
 	const struct tr_config *cfg = r->cfg;
 	const struct tr_arch   *a   = &cfg->arch;
@@ -186,7 +136,7 @@ ferry_log(void *arg, int level, const char *msg)
 // join_job opens the libferry client, declares the tensors and cuts this
 // rank's partition of the training set.
 static int
-join_job(struct run *r)
+join_job(struct tr__run *r)
 {
 	const struct tr_config  *cfg = r->cfg;
 	struct ferry_opts        fo  = FERRY_OPTS_INIT;
@@ -232,12 +182,12 @@ join_job(struct run *r)
 		return FB_EINVAL;
 	}
 	if ((fe = ferry_client_open(&fo, &r->fc)) != FERRY_OK) {
-		return libferry_failed(r, "open", fe);
+		return tr__run_failed(r, "open", fe);
 	}
 	if (cfg->secret_file != NULL && *cfg->secret_file != '\0' &&
 	    (fe = ferry_client_set_secret_file(r->fc, cfg->secret_file)) !=
 	        FERRY_OK) {
-		return libferry_failed(r, "--secret-file", fe);
+		return tr__run_failed(r, "--secret-file", fe);
 	}
 	for (size_t i = 0; i < r->w.n_tensors; i++) {
 		tr_arch_tensor_name(&cfg->arch, i, names[i], sizeof(names[i]));
@@ -246,7 +196,7 @@ join_job(struct run *r)
 	}
 	if ((fe = ferry_client_declare(r->fc, descs, r->w.n_tensors)) !=
 	    FERRY_OK) {
-		return libferry_failed(r, "declare", fe);
+		return tr__run_failed(r, "declare", fe);
 	}
 	r->trainers = ferry_client_trainers(r->fc);
 	rv = tr_partition_init(&r->part, r->train.n, cfg->rank, r->trainers,
@@ -278,7 +228,7 @@ join_job(struct run *r)
 // resyncs included, lands in the backend's device weights. Not with
 // --overlap, whose next pull must not overwrite the weights in use.
 static int
-open_device_pull(struct run *r)
+open_device_pull(struct tr__run *r)
 {
 	const struct ferry_shard *sh;
 	struct ferry_pull_sink    sink;
@@ -302,7 +252,7 @@ open_device_pull(struct run *r)
 		return rv;
 	}
 	if ((fe = ferry_client_set_pull_sink(r->fc, &sink)) != FERRY_OK) {
-		return libferry_failed(r, "set_pull_sink", fe);
+		return tr__run_failed(r, "set_pull_sink", fe);
 	}
 	r->sink_err = r->dev->pull_error(r->dev_pull);
 	FB_LOG(FB_LOG_NOTICE, MOD,
@@ -310,21 +260,10 @@ open_device_pull(struct run *r)
 	return FB_OK;
 }
 
-// set_weights hands the pulled host weights to the backend, unless they
-// were pulled straight into it.
-static int
-set_weights(struct run *r)
-{
-	if (r->dev_pull != NULL) {
-		return FB_OK;
-	}
-	return tr_backend_set_weights(r->be, tr_params_cptrs(&r->w));
-}
-
 // log_start says where this trainer starts when that is not a fresh job's
 // step 0: resuming inside the job, or with nothing left to do.
 static void
-log_start(const struct run *r, uint64_t version)
+log_start(const struct tr__run *r, uint64_t version)
 {
 	struct tr_position pos;
 	if (r->start >= r->total) {
@@ -348,7 +287,7 @@ log_start(const struct run *r, uint64_t version)
 // job's current version (0 unless this rank rejoins a running job) into
 // the backend and finds the job step to start at.
 static int
-start_weights(struct run *r)
+start_weights(struct tr__run *r)
 {
 	const struct tr_config *cfg = r->cfg;
 	struct ferry_stats      st;
@@ -358,11 +297,11 @@ start_weights(struct run *r)
 		tr_params_randomize(&r->w, cfg->seed);
 		fe = ferry_client_init_weights(r->fc, tr_params_cptrs(&r->w));
 		if (fe != FERRY_OK) {
-			return libferry_failed(r, "init_weights", fe);
+			return tr__run_failed(r, "init_weights", fe);
 		}
 	}
 	if ((fe = ferry_client_pull(r->fc, r->w.t)) != FERRY_OK) {
-		return libferry_failed(r, "pull the first version", fe);
+		return tr__run_failed(r, "pull the first version", fe);
 	}
 	FB_LOG(FB_LOG_NOTICE, MOD,
 	    "rank %d of %d: %zu samples in partition, %zu steps per epoch, "
@@ -372,257 +311,9 @@ start_weights(struct run *r)
 	ferry_client_stats(r->fc, &st);
 	r->total = tr_job_steps(r->steps_per_epoch, cfg->epochs,
 	    cfg->max_steps);
-	r->start = lockstep(cfg) ? st.version : 0;
+	r->start = tr__run_lockstep(cfg) ? st.version : 0;
 	log_start(r, st.version);
-	return set_weights(r);
-}
-
-// open_device_push prepares on-device gradient encoding when the backend
-// can encode the job's push codec.
-static int
-open_device_push(struct run *r)
-{
-	const struct ferry_shard *sh;
-	size_t                    ns;
-	uint32_t                  cid, bucket;
-	int                       rv;
-
-	// --clip-norm scales the gradient before it is encoded, which
-	// libferry does on the host path only; codec "auto" picks a codec
-	// per link there too; --overlap double-buffers the host weights and
-	// gradients.
-	if (r->dev == NULL || r->cfg->clip_norm > 0 || r->cfg->overlap ||
-	    strcmp(r->cfg->codec_push, "auto") == 0 ||
-	    ferry_client_shards(r->fc, &sh, &ns, &cid, &bucket) != FERRY_OK ||
-	    !r->dev->push_supported(cid)) {
-		return FB_OK; // the host path
-	}
-	if ((rv = r->dev->push_open(r->be, sh, ns, cid, bucket, r->tensor_base,
-	         &r->dev_push, r->err, sizeof(r->err))) != FB_OK) {
-		FB_LOG(FB_LOG_ERR, MOD, "device push: %s", r->err);
-		return rv;
-	}
-	FB_LOG(FB_LOG_NOTICE, MOD,
-	    "gradients are quantized on the device (%zu shards)", ns);
-	return FB_OK;
-}
-
-// step_failed logs a local failure of the current step.
-static int
-step_failed(struct run *r, int rv)
-{
-	FB_LOG(FB_LOG_ERR, MOD, "step %llu: %s",
-	    (unsigned long long) r->rep.step, fb_strerror(rv));
-	return rv;
-}
-
-// next_step returns the job step reached after a step: the version now
-// held in sync mode (one more, or more after a round finished without this
-// trainer), one more in async mode.
-static uint64_t
-next_step(const struct run *r)
-{
-	struct ferry_stats st;
-	if (!lockstep(r->cfg)) {
-		return r->rep.step + 1;
-	}
-	ferry_client_stats(r->fc, &st);
-	return st.version;
-}
-
-// straggle sleeps --slow-ms in a step (benchmarks: a slow trainer); its
-// time counts as compute in --step-times.
-static void
-straggle(const struct tr_config *cfg)
-{
-	if (cfg->slow_ms > 0) {
-		fb_sleep_us((uint64_t) cfg->slow_ms * 1000u);
-	}
-}
-
-// layer_push is the backend's per-layer hook with --overlap-layers 1: it
-// starts the push-pull of layer l's weight and bias while backward goes
-// on to the layers before.
-static int
-layer_push(void *arg, int layer)
-{
-	struct run *r = arg;
-	r->layer_fe   = ferry_client_push_pull_start(r->fc,
-	      tr_params_cptrs(&r->g), (uint32_t) r->cfg->batch, r->w.t,
-	      2 * (size_t) layer, 2);
-	return r->layer_fe == FERRY_OK ? FB_OK : FB_EREMOTE;
-}
-
-// grad_layered computes the gradient with --overlap-layers 1: each
-// layer's push-pull starts as soon as backward made it (layer_push); then
-// it waits for the layers in the order the next forward reads them.
-// Returns an fb_ error of the backend in *rv, else libferry's result.
-static int
-grad_layered(struct run *r, const uint32_t *idx, double *loss, int *rv,
-    uint64_t *tx)
-{
-	int fe      = FERRY_OK;
-	r->layer_fe = FERRY_OK;
-	*tx         = fb_clock_ns();
-	if ((*rv = tr_backend_set_layer_hook(r->be, layer_push, r)) != FB_OK) {
-		FB_LOG(FB_LOG_ERR, MOD,
-		    "--overlap-layers 1 needs a backend with a layer hook "
-		    "(the cpu backend): %s",
-		    fb_strerror(*rv));
-		return FERRY_OK;
-	}
-	*rv = tr_backend_grad(r->be, &r->train, idx, r->cfg->batch, r->g.t,
-	    loss);
-	if (*rv != FB_OK && r->layer_fe != FERRY_OK) {
-		*rv = FB_OK; // libferry's failure, handled as the exchange's
-		return r->layer_fe;
-	}
-	if (*rv != FB_OK) {
-		return FERRY_OK;
-	}
-	straggle(r->cfg);
-	*tx = fb_clock_ns();
-	for (size_t l = 0; fe == FERRY_OK && 2 * l < r->w.n_tensors; l++) {
-		fe = ferry_client_wait(r->fc, 2 * l, 2);
-	}
-	return fe;
-}
-
-// rolled_back takes the job's rollback (a server restarted from its
-// snapshot; FERRY_EROLLBACK): it pulls the rollback version in full and,
-// in sync mode, moves the job step back to it, so that the next steps
-// redo that version's minibatches and the job still ends at its last
-// step. An async trainer keeps counting its own steps (versions name no
-// position of one rank). The step that got the rollback is not counted.
-static int
-rolled_back(struct run *r)
-{
-	struct ferry_stats st;
-	int                fe;
-
-	FB_LOG(FB_LOG_WARN, MOD, "rank %d: %s", r->cfg->rank,
-	    ferry_client_last_error(r->fc));
-	// A second rollback during the pull: pull again (bounded).
-	for (int k = 0; k < 4; k++) {
-		if ((fe = ferry_client_pull(r->fc, r->w.t)) !=
-		    FERRY_EROLLBACK) {
-			break;
-		}
-	}
-	if (fe != FERRY_OK) {
-		return libferry_failed(r, "pull after a rollback", fe);
-	}
-	ferry_client_stats(r->fc, &st);
-	if (lockstep(r->cfg)) {
-		r->rep.step = st.version;
-	}
-	if (r->dev_push != NULL) {
-		// The device encoder's error-feedback residuals belong to the
-		// undone steps too: start it afresh, as libferry's own.
-		r->dev->push_close(r->dev_push);
-		r->dev_push = NULL;
-		int rv      = open_device_push(r);
-		if (rv != FB_OK) {
-			return rv;
-		}
-	}
-	FB_LOG(FB_LOG_NOTICE, MOD,
-	    "rank %d resumes at version %llu (step %llu)", r->cfg->rank,
-	    (unsigned long long) st.version, (unsigned long long) r->rep.step);
-	return set_weights(r);
-}
-
-// step runs minibatch k of epoch e: gradient, push-pull, new weights.
-static int
-step(struct run *r, long e, size_t k)
-{
-	const struct tr_config *cfg = r->cfg;
-	const uint32_t         *idx;
-	double                  loss;
-	uint64_t                ts = fb_clock_ns(), tx;
-	int                     rv, fe;
-
-	if ((rv = tr_partition_batch(&r->part, e, k, cfg->batch, &idx)) !=
-	    FB_OK) {
-		return step_failed(r, rv);
-	}
-	if (r->dev_push != NULL && !ferry_client_in_warmup(r->fc)) {
-		// Gradient and encoding on the device: only codes cross.
-		const uint8_t *const *codes;
-		if ((rv = r->dev->push_grad(r->dev_push, &r->train, idx,
-		         cfg->batch, &codes, &loss)) != FB_OK) {
-			return step_failed(r, rv);
-		}
-		straggle(cfg);
-		tx = fb_clock_ns();
-		fe = ferry_client_push_pull_encoded(r->fc, codes,
-		    (uint32_t) cfg->batch, r->w.t);
-	} else if (cfg->overlap_layers) {
-		fe = grad_layered(r, idx, &loss, &rv, &tx);
-		if (rv != FB_OK) {
-			return step_failed(r, rv);
-		}
-	} else {
-		if ((rv = tr_backend_grad(r->be, &r->train, idx, cfg->batch,
-		         r->g.t, &loss)) != FB_OK) {
-			return step_failed(r, rv);
-		}
-		straggle(cfg);
-		tx = fb_clock_ns();
-		fe = ferry_client_push_pull(r->fc, tr_params_cptrs(&r->g),
-		    (uint32_t) cfg->batch, r->w.t);
-	}
-	tr__report_step_time(&r->rep, ts, tx);
-	if (fe == FERRY_EROLLBACK) {
-		return rolled_back(r);
-	}
-	if (fe == FERRY_EBEHIND) {
-		// Rejoined while a round finished without us, or a
-		// --sync-quorum closed the round first (the push is dropped):
-		// take the job's weights and go on.
-		r->rep.dropped++;
-		FB_LOG(FB_LOG_NOTICE, MOD, "behind the job: %s; pulling",
-		    ferry_client_last_error(r->fc));
-		if ((fe = ferry_client_pull(r->fc, r->w.t)) == FERRY_OK &&
-		    (rv = set_weights(r)) != FB_OK) {
-			return rv;
-		}
-	}
-	if (fe != FERRY_OK) {
-		return libferry_failed(r, "push_pull", fe);
-	}
-	if ((rv = set_weights(r)) != FB_OK) {
-		return rv;
-	}
-	tr__report_step(&r->rep, next_step(r), cfg->batch, loss,
-	    fb_clock_ns() - ts);
-	tr__metrics_step(&r->met, r->fc, cfg->batch, tx - ts,
-	    fb_clock_ns() - tx, r->rep.dropped);
-	return FB_OK;
-}
-
-// evaluate_and_report prints a progress line; rank 0 evaluates on the
-// test set first.
-static int
-evaluate_and_report(struct run *r)
-{
-	struct ferry_stats st;
-	double             loss, acc;
-	int                rv;
-
-	if (r->cfg->rank == 0) {
-		uint64_t t = fb_clock_ns();
-		rv         = tr_backend_evaluate(r->be, &r->test, &loss, &acc);
-		if (rv != FB_OK) {
-			FB_LOG(FB_LOG_ERR, MOD, "evaluate: %s",
-			    fb_strerror(rv));
-			return rv;
-		}
-		tr__report_test(&r->rep, loss, acc, fb_clock_ns() - t);
-	}
-	ferry_client_stats(r->fc, &st);
-	tr__report_progress(&r->rep, st.bytes_pushed, ferry_client_lr(r->fc));
-	return FB_OK;
+	return tr__run_set_weights(r, &r->w);
 }
 
 // A signal stops the loop between steps; the trainer then leaves the job
@@ -636,56 +327,11 @@ on_stop_signal(int sig)
 	stop_requested = 1;
 }
 
-// ov_failed, ov_next_step and ov_report are libferry_failed, next_step
-// and evaluate_and_report for overlap.c's loop.
-static int
-ov_failed(void *r, const char *op, int fe)
-{
-	return libferry_failed(r, op, fe);
-}
-
-static uint64_t
-ov_next_step(void *r)
-{
-	return next_step(r);
-}
-
-static int
-ov_report(void *r)
-{
-	return evaluate_and_report(r);
-}
-
-// train_overlapped runs overlap.c's loop (--overlap 1) on this run.
-static int
-train_overlapped(struct run *r)
-{
-	const struct tr__ov_run o = {
-		.cfg             = r->cfg,
-		.be              = r->be,
-		.fc              = r->fc,
-		.train           = &r->train,
-		.part            = &r->part,
-		.w               = &r->w,
-		.g               = &r->g,
-		.rep             = &r->rep,
-		.met             = &r->met,
-		.steps_per_epoch = r->steps_per_epoch,
-		.total           = r->total,
-		.stop            = &stop_requested,
-		.arg             = r,
-		.failed          = ov_failed,
-		.next_step       = ov_next_step,
-		.report          = ov_report,
-	};
-	return tr__train_overlapped(&o);
-}
-
 // train runs job steps from r->start, reporting every --log-interval
 // steps and at the end of each epoch, until the job's last step
 // (--epochs, --max-steps) or a signal.
 static int
-train(struct run *r)
+train(struct tr__run *r)
 {
 	const struct tr_config *cfg = r->cfg;
 	struct tr_position      pos;
@@ -697,26 +343,19 @@ train(struct run *r)
 	tr__report_start(&r->rep, r->start);
 	// The overlapped loop runs to the job's end or a signal, so the
 	// loop below then has nothing left to do.
-	if (cfg->overlap && (rv = train_overlapped(r)) != FB_OK) {
+	if (cfg->overlap &&
+	    (rv = tr__train_overlapped(r, &stop_requested)) != FB_OK) {
 		return rv;
 	}
 	while (!stop_requested &&
 	    tr_job_position(r->rep.step, r->steps_per_epoch, r->total, &pos) ==
 	        FB_OK) {
-		if ((rv = step(r, pos.epoch, pos.k)) != FB_OK) {
-			return rv;
-		}
-		int due = cfg->log_interval > 0 &&
-		    r->rep.step % (uint64_t) cfg->log_interval == 0;
-		int epoch_end = r->rep.step / r->steps_per_epoch >
-		    (uint64_t) pos.epoch;
-		if ((due || epoch_end) && r->rep.last_report != r->rep.step &&
-		    (rv = evaluate_and_report(r)) != FB_OK) {
+		if ((rv = tr__step(r, pos.epoch, pos.k)) != FB_OK) {
 			return rv;
 		}
 	}
 	if (r->rep.steps_run > 0 && r->rep.last_report != r->rep.step) {
-		return evaluate_and_report(r);
+		return tr__run_report(r);
 	}
 	return FB_OK;
 }
@@ -724,7 +363,7 @@ train(struct run *r)
 // finish prints the summary and writes --weights-out: everything the run
 // produced is saved before the trainer leaves (leave_job).
 static int
-finish(struct run *r)
+finish(struct tr__run *r)
 {
 	const struct tr_config *cfg = r->cfg;
 	struct ferry_stats      st;
@@ -751,7 +390,7 @@ finish(struct run *r)
 // other ranks must not wait for this one). A failed leave is logged: the
 // scheduler also notices a silent trainer by its heartbeats.
 static void
-leave_job(struct run *r)
+leave_job(struct tr__run *r)
 {
 	int fe;
 	if (stop_requested) {
@@ -775,7 +414,7 @@ leave_job(struct run *r)
 
 // close_run releases everything open_* made; safe on a partial set-up.
 static void
-close_run(struct run *r)
+close_run(struct tr__run *r)
 {
 	tr__metrics_phase(&r->met, TR_PHASE_DONE, r->fc);
 	tr__metrics_close(&r->met);
@@ -796,8 +435,8 @@ close_run(struct run *r)
 int
 tr_train_run(const struct tr_config *cfg, FILE *out)
 {
-	struct run r = { 0 };
-	int        rv;
+	struct tr__run r = { 0 };
+	int            rv;
 
 	r.cfg = cfg;
 	if (cfg->scheduler == NULL) {
@@ -808,7 +447,7 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 	    (rv = join_job(&r)) == FB_OK &&
 	    (rv = open_device_pull(&r)) == FB_OK &&
 	    (rv = start_weights(&r)) == FB_OK &&
-	    (rv = open_device_push(&r)) == FB_OK) {
+	    (rv = tr__run_open_device_push(&r)) == FB_OK) {
 		// The first version is here: the job runs (/readyz turns
 		// ready).
 		tr__metrics_phase(&r.met, TR_PHASE_RUNNING, r.fc);

@@ -1,0 +1,90 @@
+// step.h — one training run and its steps (private to tr). train.c sets
+// a run up, drives the plain loop and tears it down; step.c has the plain
+// loop's step and the step end both loops take (rollback, behind, new
+// weights, report); overlap.c has the loop with one-step delayed weights.
+#ifndef TR_STEP_H
+#define TR_STEP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ferry/ferry.h"
+#include "metrics.h"
+#include "ondevice.h"
+#include "report.h"
+#include "tr/tr.h"
+
+// One training run: what set-up made, what the steps use, what teardown
+// releases. train.c owns it.
+struct tr__run {
+	const struct tr_config        *cfg;
+	struct tr_backend             *be;
+	const struct tr__ondevice_ops *dev; // backend's on-device path or NULL
+	ferry_client                  *fc;
+	struct tr_dataset              train, test;
+	struct tr_params               w, g;
+	struct tr_partition            part;
+	int                            trainers;
+	size_t                         steps_per_epoch;
+	uint64_t                       total; // job steps to run
+	uint64_t                       start; // job step to start at
+	// tensor t starts tensor_base[t] floats into the parameter block
+	size_t                         tensor_base[TR_MAX_TENSORS];
+	void       *dev_push; // on-device gradient encoder, or NULL
+	void       *dev_pull; // on-device pull sink (weights on the device)
+	const char *sink_err; // the device pull's reason, or NULL
+	struct tr__report  rep;
+	struct tr__metrics met;      // the HTTP endpoints (--http-listen)
+	char               err[512]; // the reason of a failed set-up call
+	int                layer_fe; // --overlap-layers: a start's error
+};
+
+// tr__run_lockstep reports whether versions are job steps: sync mode, and
+// SSP with --staleness 0 (which runs the sync rounds). SSP with K > 0
+// counts each trainer's own steps, as async mode does.
+int tr__run_lockstep(const struct tr_config *cfg);
+
+// tr__run_failed logs a failed libferry call op with libferry's code
+// name, its last message and the pull sink's reason, and returns
+// FB_EREMOTE: the trainer reports libferry's failures, it does not
+// translate them.
+int tr__run_failed(struct tr__run *r, const char *op, int fe);
+
+// tr__run_set_weights hands the pulled host weights w to the backend,
+// unless they were pulled straight into it (r->dev_pull).
+int tr__run_set_weights(struct tr__run *r, const struct tr_params *w);
+
+// tr__run_open_device_push prepares on-device gradient encoding when the
+// backend can encode the job's push codec; r->dev_push stays NULL when it
+// cannot (the host path). Released by r->dev->push_close.
+int tr__run_open_device_push(struct tr__run *r);
+
+// tr__run_report prints a progress line; rank 0 evaluates on the test
+// set first.
+int tr__run_report(struct tr__run *r);
+
+// struct tr__step_times is when a step's parts ran, for --step-times, the
+// progress lines and the metrics: its gradient from start_ns, its
+// push-pull from xchg_ns to end_ns (0: when the step end has set the new
+// weights, as the plain loop counts it). Its period runs from since_ns:
+// the plain loop's step start, the overlapped loop's step before's end.
+struct tr__step_times {
+	uint64_t since_ns, start_ns, xchg_ns, end_ns;
+};
+
+// tr__step_end finishes a step of epoch e (summed loss `loss`, times t)
+// whose push-pull returned fe into w (r->w, or the overlapped loop's spare
+// buffer): after a rollback it pulls the job's version and, in lockstep,
+// moves the job step back to it (the step is not counted); when the job
+// went on without this trainer it pulls the job's weights into w; then it
+// sets the backend's weights from w, counts the step and prints a
+// progress line every --log-interval steps and at an epoch's end.
+// Returns FB_OK, a local FB_E* code, or FB_EREMOTE (logged).
+int tr__step_end(struct tr__run *r, int fe, struct tr_params *w, long e,
+    double loss, const struct tr__step_times *t);
+
+// tr__step runs the plain loop's step: minibatch k of epoch e, gradient,
+// push-pull into r->w, then tr__step_end.
+int tr__step(struct tr__run *r, long e, size_t k);
+
+#endif // TR_STEP_H
