@@ -9,7 +9,7 @@
 // floats stay exact and runs reproducible).
 #include <string.h>
 
-#include "optim.h"
+#include "jobconf.h"
 #include "server_impl.h"
 
 // nonfinite reports whether fp32 bits u are a NaN or an Inf (every
