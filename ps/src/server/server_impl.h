@@ -553,15 +553,17 @@ void ps__snap_scan(struct ps_server *s, uint64_t *held);
 size_t ps__snap_held(struct ps_server *s, uint64_t *held,
     protobuf_c_boolean *has);
 
-// ps__snap_rollback rolls this running server back to snapshot `version`
-// (a map of placement epoch `epoch` orders it): the file is read and
-// checked whole, then, under mu once no push is decoding, every held
-// shard gets the snapshot's state, its round in progress and clocks are
-// forgotten, every parked call is answered STALE_EPOCH, and requests made
-// under an older map are refused from then on (s->rollback_epoch).
-// Errors (logged; nothing changed): FB_ESTATE (no --snapshot-dir),
-// FB_ENOTFOUND (no snapshot of that version), FB_EPROTO, FB_ECORRUPT,
-// FB_ESYSERR. Boot thread; takes mu.
+// ps__snap_rollback rolls this running server back to snapshot `version` (a
+// map of placement epoch `epoch` orders it): the file is read and checked as a
+// file (format, checksums) without mu, the server still serving; then, under
+// mu, its records are checked against the shards placed here and, once no push
+// is decoding, every held shard gets the snapshot's state, its round in
+// progress and clocks are forgotten, a snapshot being taken is abandoned (its
+// Snapshot call answered ABORTED), every parked call is answered STALE_EPOCH,
+// and requests made under an older map are refused from then on
+// (s->rollback_epoch). Errors (logged; nothing changed): FB_ESTATE (no
+// --snapshot-dir), FB_ENOTFOUND (no snapshot of that version), FB_EPROTO,
+// FB_ECORRUPT, FB_ESYSERR. Boot thread; takes mu (not held on entry).
 int ps__snap_rollback(struct ps_server *s, uint64_t version, uint64_t epoch);
 
 // ps__snap_stats writes the "# Snapshot" stats section into buf (n bytes).
