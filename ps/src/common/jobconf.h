@@ -1,7 +1,7 @@
 // jobconf.h — what the scheduler and the server share about a job's
 // config: reading its optimizer and lr schedule out of the JobConfig
-// (jobconf.c). The update itself (ps__optim_apply) is the server's,
-// declared in server/server_impl.h.
+// (jobconf.c). The scheduler checks a job with it; a server sets up its
+// update with it (the update itself is the server role's own).
 #ifndef PS_JOBCONF_H
 #define PS_JOBCONF_H
 
