@@ -103,6 +103,136 @@ map_next(struct ps_server *s, Pswire__Placement *pl, struct ps_peers *peers)
 	return ps__map_apply(s, pl, peers);
 }
 
+// The watch's state between its calls (ps__boot_main's loop). A server
+// restarted in a running job with snapshots on disk registers twice:
+// first to learn its index (which names its files), then with the
+// versions they hold, so that the scheduler can roll the job back to one
+// every server holds.
+struct boot {
+	int             registered, scanned, restarted;
+	uint64_t        held[SNAP_KEEP_MAX];
+	size_t          n_held;
+	// A restart from snapshots: the first map to install is the one
+	// that rolls the job back (epoch >= first_epoch, rollback_gen >
+	// first_gen).
+	uint64_t        first_epoch, first_gen;
+	struct ps_peers peers;
+};
+
+// call_next sends the watch's next call, request id rid with the
+// scheduler's deadline wait_ms, answered within answer_ms: Register until
+// registered, then a GetPlacement for the next map. Returns as
+// psw_call_header, the reply in *ph and a refusal's reason in *why.
+static int
+call_next(struct ps_server *s, const struct boot *b, nng_ctx ctx, nng_aio *aio,
+    uint64_t rid, int wait_ms, int answer_ms, ProtobufCMessage **ph,
+    const char **why)
+{
+	Pswire__Header              h  = PSWIRE__HEADER__INIT;
+	Pswire__RegisterRequest     rr = PSWIRE__REGISTER_REQUEST__INIT;
+	Pswire__GetPlacementRequest gp = PSWIRE__GET_PLACEMENT_REQUEST__INIT;
+	uint8_t                     method;
+
+	h.request_id  = rid;
+	h.deadline_ms = (uint32_t) wait_ms;
+	if (!b->registered) {
+		rr.role                = PSWIRE__ROLE__ROLE_SERVER;
+		rr.url                 = s->url;
+		rr.capacity_bytes      = s->opts.capacity;
+		rr.has_snapshots       = s->snap != NULL;
+		rr.restarted           = b->restarted;
+		rr.snapshot_versions   = (uint64_t *) b->held;
+		rr.n_snapshot_versions = b->n_held;
+		h.body_case            = PSWIRE__HEADER__BODY_REGISTER_REQ;
+		h.register_req         = &rr;
+		method                 = PSWIRE__METHOD__REGISTER;
+	} else {
+		// Watch for the next map: the first (epoch 1), then every
+		// re-placement.
+		gp.min_epoch    = s->pl ? s->pl->epoch + 1
+		       : b->first_epoch ? b->first_epoch
+		                        : 1;
+		h.body_case     = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
+		h.placement_req = &gp;
+		method          = PSWIRE__METHOD__GET_PLACEMENT;
+	}
+	// Short waits so that close is noticed quickly; the expired
+	// GetPlacement is simply re-sent.
+	return psw_call_header(s->auth, ctx, aio, &h.base, method,
+	    h.request_id, answer_ms, ph, why);
+}
+
+// on_registered takes the scheduler's answer rh to Register: this
+// server's index, whether the job runs, and for a restart from snapshots
+// the map to wait for; a server restarted with a snapshot dir registers
+// again, with the versions it holds (none: the scheduler says the job
+// cannot go on).
+static void
+on_registered(struct ps_server *s, struct boot *b, const Pswire__Header *rh)
+{
+	if (rh->body_case != PSWIRE__HEADER__BODY_REGISTER_REP) {
+		return;
+	}
+	// Read by the stats and /debug/state under mu.
+	pthread_mutex_lock(&s->mu);
+	s->index       = rh->register_rep->id;
+	s->late        = rh->register_rep->late;
+	b->first_epoch = rh->register_rep->wait_epoch;
+	b->first_gen   = rh->register_rep->rollback_gen;
+	pthread_mutex_unlock(&s->mu);
+	psw_auth_set_self(s->auth, PSW_ROLE_SERVER, rh->register_rep->id);
+	b->registered = 1;
+	FB_LOG(FB_LOG_NOTICE, "boot", "registered as server %u%s", s->index,
+	    s->late ? " (the job is running)" : "");
+	if (!b->scanned) {
+		b->scanned    = 1;
+		b->n_held     = scan(s, b->held);
+		b->restarted  = s->late && s->snap != NULL;
+		b->registered = !b->restarted;
+	}
+}
+
+// on_placement installs the map a GetPlacement answered with (rh keeps
+// it no longer): the first, or a later one. Returns 0, or -1 when the
+// first map cannot be installed: the watch stops.
+static int
+on_placement(struct ps_server *s, struct boot *b, Pswire__Header *rh)
+{
+	Pswire__Placement *pl;
+	int                rv = FB_OK;
+
+	if (rh->body_case != PSWIRE__HEADER__BODY_PLACEMENT) {
+		return 0;
+	}
+	pl            = rh->placement;
+	rh->placement = NULL; // keep it
+	rh->body_case = PSWIRE__HEADER__BODY__NOT_SET;
+	if (s->pl == NULL && b->first_epoch != 0 &&
+	    pl->rollback_gen <= b->first_gen) {
+		// Published before the rollback: not this restart's map.
+		b->first_epoch = pl->epoch + 1;
+		pswire__placement__free_unpacked(pl, NULL);
+	} else if (s->pl == NULL) {
+		pthread_mutex_lock(&s->mu);
+		rv = ps__map_install(s, pl);
+		if (rv == FB_OK) {
+			atomic_store(&s->ready, 1);
+		}
+		pthread_mutex_unlock(&s->mu);
+	} else {
+		rv = map_next(s, pl, &b->peers);
+	}
+	if (rv != FB_OK) {
+		FB_LOG(FB_LOG_ERR, "boot", "cannot install placement: %s",
+		    fb_strerror(rv));
+		pswire__placement__free_unpacked(pl, NULL);
+		if (s->pl == NULL) {
+			return -1; // no first map: stop
+		}
+	}
+	return 0;
+}
+
 void *
 ps__boot_main(void *arg)
 {
@@ -112,7 +242,7 @@ ps__boot_main(void *arg)
 	nng_aio          *aio = NULL;
 	uint64_t          rid = 1;
 	int               rv;
-	struct ps_peers   peers = { 0 };
+	struct boot       b     = { 0 };
 	uint32_t          hb_ms = s->opts.heartbeat_ms;
 	// wait: the scheduler's deadline for a call; the thread waits
 	// PSW_ANSWER_MARGIN_MS longer for its answer.
@@ -132,127 +262,28 @@ ps__boot_main(void *arg)
 	s->boot_aio = aio; // ps_server_close may stop it from now on
 	pthread_mutex_unlock(&s->boot_mu);
 	// Register, then wait for the placement; retry while not closing.
-	// A server restarted in a running job with snapshots on disk
-	// registers twice: first to learn its index (which names its files),
-	// then with the versions they hold, so that the scheduler can roll
-	// the job back to one every server holds.
-	int      registered = 0, scanned = 0, restarted = 0;
-	uint64_t held[SNAP_KEEP_MAX];
-	size_t   n_held = 0;
-	// A restart from snapshots: the first map to install is the one that
-	// rolls the job back (epoch >= first_epoch, rollback_gen > first_gen).
-	uint64_t first_epoch = 0, first_gen = 0;
 	while (!atomic_load(&s->closing)) {
-		Pswire__Header          h  = PSWIRE__HEADER__INIT;
-		Pswire__RegisterRequest rr = PSWIRE__REGISTER_REQUEST__INIT;
-		Pswire__GetPlacementRequest gp =
-		    PSWIRE__GET_PLACEMENT_REQUEST__INIT;
 		ProtobufCMessage *ph  = NULL;
 		const char       *why = "";
-		uint8_t           method;
 
-		if (registered && hb_ms > 0 && fb_clock_ms() >= next_hb) {
+		if (b.registered && hb_ms > 0 && fb_clock_ms() >= next_hb) {
 			next_hb = fb_clock_ms() + hb_ms;
 			heartbeat(s, ctx, aio, rid++, wait, answer_ms);
 		}
-		h.request_id  = rid++;
-		h.deadline_ms = (uint32_t) wait;
-		if (!registered) {
-			rr.role                = PSWIRE__ROLE__ROLE_SERVER;
-			rr.url                 = s->url;
-			rr.capacity_bytes      = s->opts.capacity;
-			rr.has_snapshots       = s->snap != NULL;
-			rr.restarted           = restarted;
-			rr.snapshot_versions   = held;
-			rr.n_snapshot_versions = n_held;
-			h.body_case    = PSWIRE__HEADER__BODY_REGISTER_REQ;
-			h.register_req = &rr;
-			method         = PSWIRE__METHOD__REGISTER;
-		} else {
-			// Watch for the next map: the first (epoch 1),
-			// then every re-placement.
-			gp.min_epoch    = s->pl ? s->pl->epoch + 1
-			       : first_epoch    ? first_epoch
-			                        : 1;
-			h.body_case     = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
-			h.placement_req = &gp;
-			method          = PSWIRE__METHOD__GET_PLACEMENT;
-		}
-		// Short waits so that close is noticed quickly; the expired
-		// GetPlacement is simply re-sent.
-		rv = psw_call_header(s->auth, ctx, aio, &h.base, method,
-		    h.request_id, answer_ms, &ph, &why);
+		rv = call_next(s, &b, ctx, aio, rid++, wait, answer_ms, &ph,
+		    &why);
 		if (rv == FB_ENOMEM) {
 			break;
 		}
-		if (rv == FB_OK && !registered) {
-			Pswire__Header *rh = (Pswire__Header *) ph;
-			if (rh->body_case ==
-			    PSWIRE__HEADER__BODY_REGISTER_REP) {
-				// Read by the stats and /debug/state under mu.
-				pthread_mutex_lock(&s->mu);
-				s->index    = rh->register_rep->id;
-				s->late     = rh->register_rep->late;
-				first_epoch = rh->register_rep->wait_epoch;
-				first_gen   = rh->register_rep->rollback_gen;
-				pthread_mutex_unlock(&s->mu);
-				psw_auth_set_self(s->auth, PSW_ROLE_SERVER,
-				    rh->register_rep->id);
-				registered = 1;
-				FB_LOG(FB_LOG_NOTICE, "boot",
-				    "registered as server %u%s", s->index,
-				    s->late ? " (the job is running)" : "");
-				if (!scanned) {
-					scanned = 1;
-					n_held  = scan(s, held);
-					// Restarted with a snapshot dir:
-					// again, with the versions held
-					// (none: the scheduler says the job
-					// cannot go on).
-					restarted = s->late && s->snap != NULL;
-					registered = !restarted;
-				}
-			}
+		if (rv == FB_OK && !b.registered) {
+			on_registered(s, &b, (Pswire__Header *) ph);
 		} else if (rv == FB_OK) {
-			Pswire__Header *rh = (Pswire__Header *) ph;
-			if (rh->body_case == PSWIRE__HEADER__BODY_PLACEMENT) {
-				Pswire__Placement *pl = rh->placement;
-				rh->placement         = NULL; // keep it
-				rh->body_case = PSWIRE__HEADER__BODY__NOT_SET;
-				if (s->pl == NULL && first_epoch != 0 &&
-				    pl->rollback_gen <= first_gen) {
-					// Published before the rollback:
-					// not this restart's map.
-					first_epoch = pl->epoch + 1;
-					pswire__placement__free_unpacked(pl,
-					    NULL);
-				} else if (s->pl == NULL) {
-					pthread_mutex_lock(&s->mu);
-					rv = ps__map_install(s, pl);
-					if (rv == FB_OK) {
-						atomic_store(&s->ready, 1);
-					}
-					pthread_mutex_unlock(&s->mu);
-				} else {
-					rv = map_next(s, pl, &peers);
-				}
-				if (rv != FB_OK) {
-					FB_LOG(FB_LOG_ERR, "boot",
-					    "cannot install placement: %s",
-					    fb_strerror(rv));
-					pswire__placement__free_unpacked(pl,
-					    NULL);
-					if (s->pl == NULL) {
-						// No first map: stop
-						// (the reply is freed here,
-						// the loop's end is skipped).
-						pswire__header__free_unpacked(
-						    rh, NULL);
-						break;
-					}
-				}
+			if (on_placement(s, &b, (Pswire__Header *) ph) != 0) {
+				pswire__header__free_unpacked(
+				    (Pswire__Header *) ph, NULL);
+				break;
 			}
-		} else if (rv == FB_EREMOTE && registered &&
+		} else if (rv == FB_EREMOTE && b.registered &&
 		    ((Pswire__Header *) ph)->status ==
 		        PSWIRE__STATUS__DEADLINE_EXCEEDED) {
 			// The scheduler expired the parked watch: re-send.
@@ -268,7 +299,7 @@ ps__boot_main(void *arg)
 			    NULL);
 		}
 	}
-	ps__peers_close(&peers);
+	ps__peers_close(&b.peers);
 	pthread_mutex_lock(&s->boot_mu);
 	s->boot_aio = NULL;
 	pthread_mutex_unlock(&s->boot_mu);

@@ -24,9 +24,7 @@
 //   decays the weights directly (x -= lr wd x), as PyTorch's optimizers.
 // This file is a hot loop: ps/CMakeLists.txt compiles it with -O3.
 #include <math.h>
-#include <stdio.h>
 
-#include "optim.h"
 #include "server_impl.h"
 
 // grad_at returns the i-th element of the gradient sum: g0 alone, or
@@ -169,42 +167,4 @@ ps__optim_apply_crc(const struct ps_server *s, struct srv_shard *sh,
 		crc = fb_crc32(crc, sh->x + lo, (hi - lo) * 4);
 	}
 	return crc;
-}
-
-int
-ps__job_optim(const Pswire__JobConfig *job, struct fb_optim *o,
-    struct fb_lr_sched *sc, char *why, size_t n)
-{
-	const Pswire__OptimConfig *oc = job->optim;
-	const Pswire__LrSchedule  *ls = job->lr_schedule;
-	struct fb_optim            ko = FB_OPTIM_INIT;
-	struct fb_lr_sched         ks = FB_LR_SCHED_INIT;
-
-	ks.lr = job->lr;
-	if (oc != NULL) { // absent: SGD (a job from before optimizers)
-		ko.momentum     = oc->momentum;
-		ko.beta1        = oc->beta1;
-		ko.beta2        = oc->beta2;
-		ko.eps          = oc->eps;
-		ko.weight_decay = oc->weight_decay;
-	}
-	if (ls != NULL) { // absent: constant
-		ks.warmup     = ls->lr_warmup;
-		ks.step_every = ls->step_every;
-		ks.gamma      = ls->gamma;
-		ks.lr_min     = ls->lr_min;
-		ks.total      = ls->total_steps;
-	}
-	if (!(job->clip_norm >= 0 && job->clip_norm < 1e30)) {
-		snprintf(why, n, "clip norm %g not in [0, 1e30)",
-		    job->clip_norm);
-		return FB_EINVAL;
-	}
-	if (fb_optim_finish(oc != NULL ? oc->name : NULL,
-	        ls != NULL ? ls->kind : NULL, &ko, &ks, why, n) != FB_OK) {
-		return FB_EINVAL;
-	}
-	*o  = ko;
-	*sc = ks;
-	return FB_OK;
 }

@@ -3,7 +3,7 @@
 // apply, and the rule that no trainer sees a version before every backup
 // holds it.
 //
-// DESIGN. A shard's primary applies a sync round with ps__shard_apply_agg
+// DESIGN. A shard's primary applies a sync round with apply_agg
 // from the round's aggregate (the staged pushes summed in rank order).
 // ps__repl_apply first packs that aggregate, its sample count and the
 // CRC-32 of the weights it applies to (the base) into one Replicate per
@@ -12,7 +12,7 @@
 // while they travel; the apply's pass also leaves the new weights' CRC,
 // the next forward's base. A backup checks the base against its own
 // weights and the floats for NaN/Inf, acknowledges, and only then runs the
-// same ps__shard_apply_agg on the same floats, read in place from the
+// same apply_agg on the same floats, read in place from the
 // request it keeps (under mu, so nothing sees the shard before it is
 // applied; its pass leaves the CRC the next update's base is checked
 // against): weights, optimizer state, pull reference and delta log stay
@@ -583,6 +583,25 @@ forward_kick(struct ps_server *s, struct srv_shard *sh, unsigned built)
 	}
 }
 
+// apply_agg applies one sync update from aggregate g0 (the round's pushes
+// summed in rank order, `samples` samples; + g1 element-wise when g1 is
+// not NULL: a two-push round, the same floats as their sum) through the
+// job's optimizer, then advances the version and publishes the pull
+// reference. A primary with backups and each backup run exactly this, so
+// their weights, optimizer state and references stay bit-identical; it
+// leaves the new weights' CRC-32 in sh->crc (crc_at, crc_ok), computed in
+// the optimizer's pass. mu held.
+static void
+apply_agg(struct ps_server *s, struct srv_shard *sh, const float *g0,
+    const float *g1, uint64_t samples)
+{
+	sh->crc = ps__optim_apply_crc(s, sh, g0, g1, samples);
+	sh->version++;
+	sh->crc_at = sh->version;
+	sh->crc_ok = 1;
+	ps__ref_publish(s, sh);
+}
+
 void
 ps__repl_forward(struct ps_server *s, struct srv_shard *sh, const float *src,
     uint64_t samples, int init)
@@ -600,7 +619,7 @@ ps__repl_apply(struct ps_server *s, struct srv_shard *sh, const float *g0,
 	forward_kick(s, sh, forward_build(s, sh, g0, g1, samples, 0, &agg));
 	// The forwards travel while the primary applies; from the kick nng
 	// owns their bytes, so the apply reads the staged pushes.
-	ps__shard_apply_agg(s, sh, g0, g1, samples);
+	apply_agg(s, sh, g0, g1, samples);
 }
 
 // replicate_check checks Replicate q (payload p, checked length) against
@@ -742,7 +761,7 @@ ps__on_replicate(struct ps_server *s, struct ps_call *c)
 	h.request_id = c->hdr->request_id;
 	ps__call_reply(c, &h); // releases c (q with it)
 	if (apply) {
-		ps__shard_apply_agg(s, sh, agg, NULL, samples);
+		apply_agg(s, sh, agg, NULL, samples);
 	}
 	if (req != NULL) {
 		nng_msg_free(req);

@@ -1,86 +1,14 @@
 // server.c — the parameter-server role's front: ps_server_open and
 // ps_server_close (threads, condition variables, the rpc), the dispatch
-// of requests to their handlers, shard admission, the Probe and Stats
-// replies. The DESIGN of the role and the map of its files are in
-// server_impl.h.
-#include <stdarg.h>
+// of requests to their handlers, the Probe and Stats replies. The helpers
+// the handlers share live in files of their own (errors.c, owner.c), so
+// that no handler calls back into this file. The DESIGN of the role and
+// the map of its files are in server_impl.h.
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 #include "server_impl.h"
-
-void
-ps__server_reply_err(struct ps_server *s, struct ps_call *c, int status,
-    const char *fmt, ...)
-{
-	char    msg[512];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	atomic_fetch_add_explicit(&s->n_err, 1, memory_order_relaxed);
-	ps__call_reply_err(c, status, "%s", msg);
-}
-
-int
-ps__server_own_shard(struct ps_server *s, struct ps_call *c, uint32_t id,
-    uint64_t epoch)
-{
-	uint64_t mine = s->pl->epoch;
-	if (id >= s->n_global) {
-		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
-		    "shard %u does not exist (the job has %zu)", id,
-		    s->n_global);
-		return -1;
-	}
-	if (s->local[id] >= 0 && s->shards[id].backup) {
-		// A backup is not served: the client's map is older than
-		// ours (the primary moved) or newer (a promotion here is on
-		// its way).
-		ps__server_reply_err(s, c,
-		    epoch > mine ? PSWIRE__STATUS__UNAVAILABLE
-		                 : PSWIRE__STATUS__STALE_EPOCH,
-		    "shard %u is a backup here (epoch %llu, request %llu)", id,
-		    (unsigned long long) mine, (unsigned long long) epoch);
-		return -1;
-	}
-	if (s->local[id] >= 0 && epoch < s->rollback_epoch) {
-		// Made before the job rolled back: its versions are undone.
-		ps__server_reply_err(s, c, PSWIRE__STATUS__STALE_EPOCH,
-		    "the job rolled back to a snapshot at placement epoch "
-		    "%llu; the request uses epoch %llu: fetch the new map",
-		    (unsigned long long) s->rollback_epoch,
-		    (unsigned long long) epoch);
-		return -1;
-	}
-	if (s->local[id] >= 0 && epoch > mine && s->snap != NULL) {
-		// The client has a newer map, which may order a rollback
-		// this server has not applied yet: wait for it.
-		ps__server_reply_err(s, c, PSWIRE__STATUS__UNAVAILABLE,
-		    "placement epoch %llu is not applied here yet (have "
-		    "%llu); retry",
-		    (unsigned long long) epoch, (unsigned long long) mine);
-		return -1;
-	}
-	if (s->local[id] >= 0) {
-		return 0; // held: served whatever map the client uses
-	}
-	if (s->local[id] == PS_SHARD_ARRIVING || epoch > mine) {
-		ps__server_reply_err(s, c, PSWIRE__STATUS__UNAVAILABLE,
-		    "shard %u is moving here (epoch %llu); retry", id,
-		    (unsigned long long) mine);
-	} else if (epoch < mine) {
-		ps__server_reply_err(s, c, PSWIRE__STATUS__STALE_EPOCH,
-		    "shard %u moved: request uses placement epoch %llu, "
-		    "current is %llu",
-		    id, (unsigned long long) epoch, (unsigned long long) mine);
-	} else {
-		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
-		    "shard %u is not placed on this server", id);
-	}
-	return -1;
-}
 
 static void
 on_stats(struct ps_server *s, struct ps_call *c)

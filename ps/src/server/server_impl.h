@@ -50,14 +50,19 @@
 // done under mu either, except reading the snapshot at restore, which runs
 // in ps__map_install before the server serves.
 //
-// Files: server.c (open/close, dispatch, probe, stats), store.c (shards,
-// finite checks, the round's sum, the first placement), optim.c (the
-// optimizers and their state), pull_ref.c (pull reference and
-// delta log), pull.c (pulls, parking, the deadline sweeper), push.c
-// (pushes: async, stage, commit), transfer.c (a shard's state on the wire),
-// moves.c (re-placement and leave), boot.c (the scheduler watch),
+// Files: server.c (open/close, dispatch, probe, stats), errors.c (the
+// error reply), owner.c (shard admission), finite.c (finite checks on
+// gradient bytes), store.c (a round's completion and sum, clocks, shard
+// buffers), mapinstall.c (map checks, the first placement), optim.c (the
+// optimizers and their state), pull_ref.c (pull reference and delta log),
+// pull.c (pulls, parking, the deadline sweeper), push.c (pushes: async,
+// stage, commit), transfer.c (a shard's state on the wire), moves.c
+// (re-placement and leave), replicate.c (--replicas: forwards and the
+// backup's apply), boot.c (the scheduler watch), server_obs.c (metrics),
 // snapshot.c (snapshots on disk; its writer thread waits on its own
 // condition variables, on mu), snapshot_load.c (checking and restoring).
+// What the scheduler shares with the server (rpc.h, durable.h,
+// jobconf.h) is in ../common/.
 #ifndef PS_SERVER_IMPL_H
 #define PS_SERVER_IMPL_H
 
@@ -246,12 +251,14 @@ struct ps_peers {
 	uint64_t    rid;
 };
 
-// ---- server.c --------------------------------------------------------------
+// ---- errors.c --------------------------------------------------------------
 
 // ps__server_reply_err answers c with status and a printf-style message
 // and counts the error in the stats. Any thread; mu may or may not be held.
 void ps__server_reply_err(struct ps_server *s, struct ps_call *c, int status,
     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+// ---- owner.c ---------------------------------------------------------------
 
 // ps__server_own_shard checks that shard id can be served here for a
 // request made with placement epoch `epoch`; otherwise it replies the
@@ -261,7 +268,7 @@ void ps__server_reply_err(struct ps_server *s, struct ps_call *c, int status,
 int ps__server_own_shard(struct ps_server *s, struct ps_call *c, uint32_t id,
     uint64_t epoch);
 
-// ---- store.c ---------------------------------------------------------------
+// ---- finite.c --------------------------------------------------------------
 
 // ps__all_finite reports whether n floats at p (any alignment: payload
 // bytes) hold no NaN or Inf. No lock needed.
@@ -277,6 +284,9 @@ int ps__copy_finite(float *dst, const void *p, size_t n);
 // update that must change nothing when refused. No lock needed.
 int ps__update_finite(const float *x, float scale, const void *a,
     const void *b, size_t n);
+
+// ---- store.c ---------------------------------------------------------------
+
 // ps__shard_alloc gives shard sh (sh->len elements) its buffers: weights,
 // staging slots, slot states and, with a pull codec, the reference and
 // delta log. FB_ENOMEM leaves some allocated: ps__shard_release frees
@@ -293,28 +303,20 @@ void ps__shard_release(struct srv_shard *sh);
 // and no push (even a departed rank's) is still decoding into it. mu held.
 int ps__shard_complete(const struct ps_server *s, const struct srv_shard *sh);
 
-// ps__shard_apply_sync sums the staged pushes in rank order, applies SGD,
-// advances the version, publishes the pull reference and frees the slots.
-// mu held.
+// ps__shard_apply_sync closes a complete sync round: it sums the staged
+// pushes in rank order and applies the sum through the job's optimizer
+// (ps__optim_apply; through ps__repl_apply when the shard has backups;
+// an update that would overflow is refused, the weights unchanged),
+// advances the version, publishes the pull reference, frees the slots and
+// tells the snapshot writer. mu held.
 void ps__shard_apply_sync(struct ps_server *s, struct srv_shard *sh);
 
-// ps__shard_apply_sum applies the rank-order sum of the pushes staged in
-// sh (the ranks in PS_SLOT_PUSHED) over sh->samples through the job's
-// optimizer (ps__optim_apply), advances the version and publishes the
-// pull reference; a shard with backups forwards the aggregate to them and
-// applies it through ps__repl_apply. mu held.
-void ps__shard_apply_sum(struct ps_server *s, struct srv_shard *sh);
+// ps__shard_min_clock returns the lowest clock (pushes applied) over the
+// ranks still in the job (UINT64_MAX when none is). mu held.
+uint64_t ps__shard_min_clock(const struct ps_server *s,
+    const struct srv_shard                          *sh);
 
-// ps__shard_apply_agg applies one sync update from aggregate g0 (the
-// round's pushes summed in rank order, `samples` samples; + g1
-// element-wise when g1 is not NULL: a two-push round, the same floats as
-// their sum) through the job's optimizer, then advances the version and
-// publishes the pull reference. A primary with backups and each backup
-// run exactly this, so their weights, optimizer state and references stay
-// bit-identical; it leaves the new weights' CRC-32 in sh->crc (crc_at,
-// crc_ok), computed in the optimizer's pass. mu held.
-void ps__shard_apply_agg(struct ps_server *s, struct srv_shard *sh,
-    const float *g0, const float *g1, uint64_t samples);
+// ---- mapinstall.c ----------------------------------------------------------
 
 // ps__map_check validates a placement map from the scheduler:
 // FB_OK or FB_EPROTO. No lock needed.
@@ -325,10 +327,6 @@ int ps__map_check(const Pswire__Placement *pl);
 // Takes ownership of pl on FB_OK. Errors: FB_EPROTO, FB_ENOMEM. mu held.
 int ps__map_install(struct ps_server *s, Pswire__Placement *pl);
 
-// ps__shard_min_clock returns the lowest clock (pushes applied) over the
-// ranks still in the job (UINT64_MAX when none is). mu held.
-uint64_t ps__shard_min_clock(const struct ps_server *s,
-    const struct srv_shard                          *sh);
 // ---- optim.c ---------------------------------------------------------------
 
 // ps__optim_apply applies one update to sh->x and its optimizer state
@@ -498,16 +496,18 @@ void ps__repl_forward(struct ps_server *s, struct srv_shard *sh,
     const float *src, uint64_t samples, int init);
 
 // ps__repl_apply applies one sync update to a shard that has backups:
-// forwards aggregate g0 (+ g1, as ps__shard_apply_agg; `samples` samples)
-// to them first, then applies it with ps__shard_apply_agg while the
-// forwards travel, and records the CRC of the new weights for the next
-// forward. mu held.
+// forwards aggregate g0 (+ g1 element-wise when g1 is not NULL: a
+// two-push round; `samples` samples) to them first, then applies it
+// through the job's optimizer, as a backup will, while the forwards
+// travel, and records the CRC of the new weights for the next forward. mu
+// held.
 void ps__repl_apply(struct ps_server *s, struct srv_shard *sh, const float *g0,
     const float *g1, uint64_t samples);
 
 // ps__on_replicate serves Replicate on a backup: checks that its weights
-// are the update's base (CRC), acknowledges, then applies the update with
-// ps__shard_apply_agg. Called on an nng callback thread; takes mu.
+// are the update's base (CRC), acknowledges, then applies the update as
+// its primary did (the same optimizer pass on the same floats). Called on
+// an nng callback thread; takes mu.
 void ps__on_replicate(struct ps_server *s, struct ps_call *c);
 
 // ---- snapshot.c, snapshot_load.c ----------------------------------------
@@ -553,15 +553,17 @@ void ps__snap_scan(struct ps_server *s, uint64_t *held);
 size_t ps__snap_held(struct ps_server *s, uint64_t *held,
     protobuf_c_boolean *has);
 
-// ps__snap_rollback rolls this running server back to snapshot `version`
-// (a map of placement epoch `epoch` orders it): the file is read and
-// checked whole, then, under mu once no push is decoding, every held
-// shard gets the snapshot's state, its round in progress and clocks are
-// forgotten, every parked call is answered STALE_EPOCH, and requests made
-// under an older map are refused from then on (s->rollback_epoch).
-// Errors (logged; nothing changed): FB_ESTATE (no --snapshot-dir),
-// FB_ENOTFOUND (no snapshot of that version), FB_EPROTO, FB_ECORRUPT,
-// FB_ESYSERR. Boot thread; takes mu.
+// ps__snap_rollback rolls this running server back to snapshot `version` (a
+// map of placement epoch `epoch` orders it): the file is read and checked as a
+// file (format, checksums) without mu, the server still serving; then, under
+// mu, its records are checked against the shards placed here and, once no push
+// is decoding, every held shard gets the snapshot's state, its round in
+// progress and clocks are forgotten, a snapshot being taken is abandoned (its
+// Snapshot call answered ABORTED), every parked call is answered STALE_EPOCH,
+// and requests made under an older map are refused from then on
+// (s->rollback_epoch). Errors (logged; nothing changed): FB_ESTATE (no
+// --snapshot-dir), FB_ENOTFOUND (no snapshot of that version), FB_EPROTO,
+// FB_ECORRUPT, FB_ESYSERR. Boot thread; takes mu (not held on entry).
 int ps__snap_rollback(struct ps_server *s, uint64_t version, uint64_t epoch);
 
 // ps__snap_stats writes the "# Snapshot" stats section into buf (n bytes).

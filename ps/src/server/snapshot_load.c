@@ -504,9 +504,11 @@ ps__snap_rollback(struct ps_server *s, uint64_t version, uint64_t epoch)
 		    (unsigned long long) version);
 		return FB_ESTATE;
 	}
-	// The file is read and checked whole outside the lock: the server
-	// keeps serving (the scheduler's new map already tells the trainers
-	// to stop) until the shards are replaced in one step under mu.
+	// The file is read and checked as a file (format, checksums) outside
+	// the lock: the server keeps serving (the scheduler's new map already
+	// tells the trainers to stop). Its records are checked against the
+	// shards placed here under mu, which guards them, and the shards are
+	// then replaced in the same hold.
 	rv = snap_read_version(s, version, &f, &path, msg, sizeof(msg));
 	pthread_mutex_lock(&s->mu);
 	if (rv == FB_OK) {

@@ -435,17 +435,6 @@ ps__sched_snap_held(struct ps_scheduler *s, uint32_t m, const uint64_t *v,
 	}
 }
 
-int
-ps__sched_snapshots_all(const struct ps_scheduler *s)
-{
-	int all = s->n_servers_seen > 0 && s->n_backups == 0;
-	for (int m = 0; all && m < s->n_servers_seen && m < PS_MAX_MEMBERS;
-	     m++) {
-		all = s->snap_dir[m];
-	}
-	return all;
-}
-
 // versions_text writes server m's reported versions as "a, b" (or "none").
 static void
 versions_text(const struct ps_scheduler *s, uint32_t m, char *buf, size_t n)

@@ -349,18 +349,6 @@ ps__sched_on_register(struct ps_scheduler *s, struct ps_call *c)
 	}
 }
 
-void
-ps__sched_drop_trainer(struct ps_scheduler *s, uint32_t id)
-{
-	ps__sched_live_untrack(s, PSWIRE__ROLE__ROLE_TRAINER, id);
-	if (!s->trainer_gone[id]) {
-		s->trainer_gone[id] = 1;
-		if (s->placement != NULL) {
-			ps__sched_republish(s, s->assign);
-		}
-	}
-}
-
 // leave_trainer takes trainer id out of the sync rounds: a new map lists
 // it as gone and servers complete pending rounds without it. Returns 0 or
 // a refusal. mu held.

@@ -150,12 +150,6 @@ void ps__sched_on_register(struct ps_scheduler *s, struct ps_call *c);
 // Takes mu.
 void ps__sched_on_leave(struct ps_scheduler *s, struct ps_call *c);
 
-// ps__sched_drop_trainer takes trainer id (< trainers) out of the job, as
-// a Leave does: it is no longer tracked for liveness and, once the job
-// runs, a new map lists it as gone (a no-op when it already is). The
-// caller logs why. mu held.
-void ps__sched_drop_trainer(struct ps_scheduler *s, uint32_t id);
-
 // ps__sched_on_report_links serves ReportLinks: one trainer's measured
 // RTT and bandwidth to each server. Counts towards the start barrier; once
 // the job runs, a change above the threshold re-places (latency policy).
@@ -190,12 +184,6 @@ Pswire__JobConfig *ps__sched_job_copy(const Pswire__JobConfig *j);
 // not answer parked calls. mu held.
 int ps__sched_publish(struct ps_scheduler *s);
 
-// ps__sched_server_dead takes dead server m out of the map: with
-// replicas, its shards are promoted to their first live backup and every
-// list it was in is filled up again, in a new map; without, its shards are
-// logged as lost and the map stays. mu held.
-void ps__sched_server_dead(struct ps_scheduler *s, uint32_t m);
-
 // ps__sched_replan places the shards again after the links or the members
 // changed and publishes the result when `force` (a server left and its
 // shards must go, or one joined under uniform placement) or when
@@ -212,10 +200,6 @@ void ps__sched_replan(struct ps_scheduler *s, const char *why, int force);
 int ps__sched_republish(struct ps_scheduler *s, const uint32_t *assign);
 
 // ---- scheduler_snapshot.c: rollbacks ----------------------------------
-
-// ps__sched_snapshots_all says whether every server registered with a
-// --snapshot-dir (Placement.snapshots). mu held.
-int ps__sched_snapshots_all(const struct ps_scheduler *s);
 
 // ps__sched_snap_held records the snapshot versions server m reported
 // (n of them; more than PS_SNAP_REPORTED are cut) and checks a pending
@@ -265,6 +249,12 @@ void ps__sched_live_pipe_closed(void *s, uint32_t pipe_id);
 
 // ps__sched_live_untrack stops tracking a member (it left). mu held.
 void ps__sched_live_untrack(struct ps_scheduler *s, int role, uint32_t id);
+
+// ps__sched_drop_trainer takes trainer id (< trainers) out of the job, as
+// a Leave does: it is no longer tracked for liveness and, once the job
+// runs, a new map lists it as gone (a no-op when it already is). The
+// caller logs why. mu held.
+void ps__sched_drop_trainer(struct ps_scheduler *s, uint32_t id);
 
 // ps__sched_on_heartbeat serves Heartbeat: with a leave_req body naming a
 // registered member (role, id), starts or refreshes its tracking; replies

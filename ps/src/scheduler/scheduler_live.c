@@ -27,7 +27,7 @@
 // its connections open and is still judged by --dead-after-ms alone.
 //
 // With --replicas the dead server's shards are promoted to a backup in a
-// new map instead (ps__sched_server_dead).
+// new map instead (sched_server_dead).
 #include <stdio.h>
 #include <string.h>
 
@@ -118,6 +118,18 @@ ps__sched_live_untrack(struct ps_scheduler *s, int role, uint32_t id)
 }
 
 void
+ps__sched_drop_trainer(struct ps_scheduler *s, uint32_t id)
+{
+	ps__sched_live_untrack(s, PSWIRE__ROLE__ROLE_TRAINER, id);
+	if (!s->trainer_gone[id]) {
+		s->trainer_gone[id] = 1;
+		if (s->placement != NULL) {
+			ps__sched_republish(s, s->assign);
+		}
+	}
+}
+
+void
 ps__sched_on_heartbeat(struct ps_scheduler *s, struct ps_call *c)
 {
 	Pswire__LeaveRequest *l      = c->hdr->leave_req;
@@ -182,8 +194,12 @@ ps__sched_on_heartbeat(struct ps_scheduler *s, struct ps_call *c)
 	}
 }
 
-void
-ps__sched_server_dead(struct ps_scheduler *s, uint32_t m)
+// sched_server_dead takes dead server m out of the map: with replicas, its
+// shards are promoted to their first live backup and every list it was in
+// is filled up again, in a new map; without, its shards are logged as lost
+// and the map stays. mu held.
+static void
+sched_server_dead(struct ps_scheduler *s, uint32_t m)
 {
 	size_t   lost = 0, first = 0;
 	uint64_t bytes = 0;
@@ -280,7 +296,7 @@ sweep_members(struct ps_scheduler *s, uint64_t now)
 			last[i] = 0;
 			forget_conn(s, role, (uint32_t) i);
 			if (r) {
-				ps__sched_server_dead(s, (uint32_t) i);
+				sched_server_dead(s, (uint32_t) i);
 			} else {
 				ps__sched_drop_trainer(s, (uint32_t) i);
 			}

@@ -293,6 +293,19 @@ info_fill(struct ps_scheduler *s, size_t i, uint32_t server,
 	si->backups   = b;
 }
 
+// snapshots_all says whether every server registered with a
+// --snapshot-dir (Placement.snapshots). mu held.
+static int
+snapshots_all(const struct ps_scheduler *s)
+{
+	int all = s->n_servers_seen > 0 && s->n_backups == 0;
+	for (int m = 0; all && m < s->n_servers_seen && m < PS_MAX_MEMBERS;
+	     m++) {
+		all = s->snap_dir[m];
+	}
+	return all;
+}
+
 int
 ps__sched_publish(struct ps_scheduler *s)
 {
@@ -362,7 +375,7 @@ ps__sched_publish(struct ps_scheduler *s)
 	p.shards    = ptrs;
 	p.job       = s->job;
 	p.trainers  = (uint32_t) s->opts.trainers;
-	p.snapshots = ps__sched_snapshots_all(s);
+	p.snapshots = snapshots_all(s);
 	// Keep a private deep copy (pack + unpack) to answer fetches from.
 	s->placement_len = pswire__placement__get_packed_size(&p);
 	if ((s->placement_buf = fb_alloc(s->placement_len)) == NULL) {
@@ -453,7 +466,7 @@ ps__sched_republish(struct ps_scheduler *s, const uint32_t *assign)
 	q.gone_trainers    = gone_t;
 	q.rollback_version = s->rollback_version;
 	q.rollback_gen     = s->rollback_gen;
-	q.snapshots        = ps__sched_snapshots_all(s);
+	q.snapshots        = snapshots_all(s);
 	len                = pswire__placement__get_packed_size(&q);
 	if ((buf = fb_alloc(len)) == NULL) {
 		rv = FB_ENOMEM;

@@ -1,8 +1,9 @@
-// optim.h — what the scheduler and the server share about a job's
-// optimizer: reading it out of the job config (optim.c). The update itself
-// (ps__optim_apply) is the server's, declared in server_impl.h.
-#ifndef PS_OPTIM_H
-#define PS_OPTIM_H
+// jobconf.h — what the scheduler and the server share about a job's
+// config: reading its optimizer and lr schedule out of the JobConfig
+// (jobconf.c). The scheduler checks a job with it; a server sets up its
+// update with it (the update itself is the server role's own).
+#ifndef PS_JOBCONF_H
+#define PS_JOBCONF_H
 
 #include <stddef.h>
 
@@ -15,4 +16,4 @@
 int ps__job_optim(const Pswire__JobConfig *job, struct fb_optim *o,
     struct fb_lr_sched *sc, char *why, size_t n);
 
-#endif // PS_OPTIM_H
+#endif // PS_JOBCONF_H

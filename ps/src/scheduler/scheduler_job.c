@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "comp/comp.h"
-#include "optim.h"
+#include "jobconf.h"
 #include "scheduler_impl.h"
 
 // packed_equal reports whether two optional sub-messages pack to the same

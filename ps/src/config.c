@@ -1,0 +1,231 @@
+// config.c — ps-server's configuration: its options are the scheduler's
+// and the server's entries of the one config table (base/src/options.c,
+// engine in <fb/config.h>), which gives the names, defaults, bounds,
+// FERRY_NAME environment variables, the --config file, --help and
+// --print-config. This file binds each option to its field of struct
+// ps_scheduler_opts or struct ps_server_opts (a table, as the trainer's
+// trainer/src/config.c) and checks what the table cannot: the rules that
+// tie options together.
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "config.h"
+#include "obs/obs.h"
+
+// How a value is stored in an option struct.
+enum kind {
+	K_TEXT,      // const char *
+	K_PATH,      // const char *, NULL when empty (unset)
+	K_INT,       // int
+	K_U32,       // uint32_t
+	K_U64,       // uint64_t
+	K_F64,       // double
+	K_MB_U64,    // uint64_t bytes from MiB
+	K_MB_SIZE,   // size_t bytes from MiB
+	K_PLACEMENT, // int: enum ps_placement
+	K_RESTORE,   // int: PS_RESTORE_*
+};
+
+struct binding {
+	enum fb_opt id;
+	enum kind   kind;
+	size_t      off;
+};
+
+#define SCHED(f) offsetof(struct ps_scheduler_opts, f)
+static const struct binding sched_bindings[] = {
+	{ FB_OPT_PS_LISTEN, K_TEXT, SCHED(url) },
+	{ FB_OPT_PS_TRAINERS, K_INT, SCHED(trainers) },
+	{ FB_OPT_PS_SERVERS, K_INT, SCHED(servers) },
+	{ FB_OPT_PS_SHARD_BYTES, K_U64, SCHED(shard_bytes) },
+	{ FB_OPT_PS_CONTEXTS, K_INT, SCHED(contexts) },
+	{ FB_OPT_PS_MAX_MSG_MB, K_MB_SIZE, SCHED(max_msg) },
+	{ FB_OPT_PS_PLACEMENT, K_PLACEMENT, SCHED(placement) },
+	{ FB_OPT_PS_PROBE_COUNT, K_U32, SCHED(probe_count) },
+	{ FB_OPT_PS_PROBE_BYTES, K_U64, SCHED(probe_bytes) },
+	{ FB_OPT_PS_SEED, K_U64, SCHED(seed) },
+	{ FB_OPT_PS_REPROBE_S, K_U32, SCHED(reprobe_s) },
+	{ FB_OPT_PS_REPROBE_CHANGE_PCT, K_U32, SCHED(reprobe_change_pct) },
+	{ FB_OPT_PS_DEAD_AFTER_MS, K_U32, SCHED(dead_after_ms) },
+	{ FB_OPT_PS_SECRET_FILE, K_PATH, SCHED(secret_file) },
+	{ FB_OPT_PS_HEARTBEAT_MS, K_U32, SCHED(heartbeat_ms) },
+	{ FB_OPT_PS_REPLICAS, K_U32, SCHED(replicas) },
+	{ FB_OPT_PS_STATE_DIR, K_PATH, SCHED(state_dir) },
+	{ FB_OPT_PS_MAX_JOB_MB, K_MB_U64, SCHED(max_job_bytes) },
+	{ FB_OPT_PS_MAX_INFLIGHT_MB, K_MB_SIZE, SCHED(max_inflight) },
+	{ FB_OPT_PS_MAX_LR, K_F64, SCHED(max_lr) },
+	{ FB_OPT_PS_TLS_CERT, K_PATH, SCHED(tls_cert) },
+	{ FB_OPT_PS_TLS_KEY, K_PATH, SCHED(tls_key) },
+	{ FB_OPT_PS_TLS_CA, K_PATH, SCHED(tls_ca) },
+};
+
+#define SRV(f) offsetof(struct ps_server_opts, f)
+static const struct binding srv_bindings[] = {
+	{ FB_OPT_PS_LISTEN, K_TEXT, SRV(url) },
+	{ FB_OPT_PS_ADVERTISE, K_PATH, SRV(advertise_url) },
+	{ FB_OPT_PS_SCHEDULER, K_TEXT, SRV(scheduler_url) },
+	{ FB_OPT_PS_CONTEXTS, K_INT, SRV(contexts) },
+	{ FB_OPT_PS_MAX_MSG_MB, K_MB_SIZE, SRV(max_msg) },
+	{ FB_OPT_PS_CAPACITY_MB, K_MB_U64, SRV(capacity) },
+	{ FB_OPT_PS_STALL_WARN_MS, K_U32, SRV(stall_warn_ms) },
+	{ FB_OPT_PS_HEARTBEAT_MS, K_U32, SRV(heartbeat_ms) },
+	{ FB_OPT_PS_SNAPSHOT_DIR, K_PATH, SRV(snapshot_dir) },
+	{ FB_OPT_PS_SNAPSHOT_EVERY, K_U64, SRV(snapshot_every) },
+	{ FB_OPT_PS_RESTORE, K_RESTORE, SRV(restore) },
+	{ FB_OPT_PS_SECRET_FILE, K_PATH, SRV(secret_file) },
+	{ FB_OPT_PS_MAX_INFLIGHT_MB, K_MB_SIZE, SRV(max_inflight) },
+	{ FB_OPT_PS_MAX_SAMPLES_PER_PUSH, K_U32, SRV(max_samples) },
+	{ FB_OPT_PS_TLS_CERT, K_PATH, SRV(tls_cert) },
+	{ FB_OPT_PS_TLS_KEY, K_PATH, SRV(tls_key) },
+	{ FB_OPT_PS_TLS_CA, K_PATH, SRV(tls_ca) },
+};
+
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+// store copies option b's value from cfg into the struct at base.
+static void
+store(void *base, const struct binding *b, const struct fb_config *cfg)
+{
+	void       *p = (char *) base + b->off;
+	const char *v = fb_config_str(cfg, b->id);
+	switch (b->kind) {
+	case K_TEXT:
+		*(const char **) p = v;
+		break;
+	case K_PATH:
+		*(const char **) p = *v ? v : NULL;
+		break;
+	case K_INT:
+		*(int *) p = (int) fb_config_int(cfg, b->id);
+		break;
+	case K_U32:
+		*(uint32_t *) p = (uint32_t) fb_config_int(cfg, b->id);
+		break;
+	case K_U64:
+		*(uint64_t *) p = (uint64_t) fb_config_int(cfg, b->id);
+		break;
+	case K_F64:
+		*(double *) p = fb_config_f64(cfg, b->id);
+		break;
+	case K_MB_U64:
+		*(uint64_t *) p = (uint64_t) fb_config_int(cfg, b->id) << 20;
+		break;
+	case K_MB_SIZE:
+		*(size_t *) p = (size_t) fb_config_int(cfg, b->id) << 20;
+		break;
+	case K_PLACEMENT:
+		*(int *) p = strcmp(v, "latency") == 0 ? PS_PLACEMENT_LATENCY
+		                                       : PS_PLACEMENT_UNIFORM;
+		break;
+	case K_RESTORE:
+		*(int *) p = strcmp(v, "yes") == 0 ? PS_RESTORE_YES
+		    : strcmp(v, "no") == 0         ? PS_RESTORE_NO
+		                                   : PS_RESTORE_AUTO;
+		break;
+	}
+}
+
+int
+ps__cfg_load(struct fb_config *cfg, int argc, char **argv)
+{
+	char err[512];
+	int  level, rv;
+
+	if (fb_config_load(cfg, FB_ROLE_PS, argc, argv, err, sizeof(err)) !=
+	    FB_OK) {
+		fprintf(stderr, "ps-server: %s\n", err);
+		return 2;
+	}
+	if (cfg->help) {
+		fb_config_usage(stdout, FB_ROLE_PS,
+		    "usage: ps-server "
+		    "--role=scheduler|server [--name=value]...");
+		return 0;
+	}
+	if (cfg->print) {
+		fb_config_print(cfg, stdout);
+		fb_config_fini(cfg);
+		return 0;
+	}
+	// The table checked the name against the same five levels.
+	rv = fb_log_parse_level(fb_config_str(cfg, FB_OPT_PS_LOG_LEVEL),
+	    &level);
+	FB_ASSERT(rv == FB_OK);
+	fb_log_set_level(level);
+	return PS_CFG_RUN;
+}
+
+int
+ps__cfg_check(const struct fb_config *cfg)
+{
+	const char *listen = fb_config_str(cfg, FB_OPT_PS_HTTP_LISTEN);
+	char        err[512], why[256];
+
+	if (strcmp(fb_config_str(cfg, FB_OPT_PS_PLACEMENT), "latency") == 0 &&
+	    fb_config_int(cfg, FB_OPT_PS_PROBE_BYTES) == 0) {
+		fprintf(stderr,
+		    "ps-server: --placement=latency needs "
+		    "--probe-bytes > 0\n");
+		return 2;
+	}
+	if (*listen != '\0' &&
+	    obs_http_url_parse(listen, err, sizeof(err), why, sizeof(why)) !=
+	        FB_OK) {
+		fprintf(stderr, "ps-server: --http-listen: %s\n", why);
+		return 2;
+	}
+	if (fb_config_int(cfg, FB_OPT_PS_SHARD_BYTES) % 4 != 0) {
+		fprintf(stderr,
+		    "ps-server: --shard-bytes=%s: must be a multiple of 4\n",
+		    fb_config_str(cfg, FB_OPT_PS_SHARD_BYTES));
+		return 2;
+	}
+	fb_log_set_role(fb_config_str(cfg, FB_OPT_PS_ROLE));
+	for (int id = 0; id < FB_OPT_COUNT; id++) {
+		char from[512];
+		if (fb_options[id].roles & FB_ROLE_PS) {
+			fb_config_source_text(cfg, id, from, sizeof(from));
+			FB_LOG(FB_LOG_INFO, "config", "%s = %s (%s)",
+			    fb_options[id].name,
+			    cfg->v[id].text ? cfg->v[id].text : "", from);
+		}
+	}
+	return PS_CFG_RUN;
+}
+
+const char *
+ps__cfg_text(const struct fb_config *cfg, enum fb_opt id)
+{
+	const char *v = fb_config_str(cfg, id);
+	return *v ? v : NULL;
+}
+
+void
+ps__cfg_scheduler(const struct fb_config *cfg, struct ps_scheduler_opts *o)
+{
+	for (size_t i = 0; i < N_OF(sched_bindings); i++) {
+		store(o, &sched_bindings[i], cfg);
+	}
+}
+
+int
+ps__cfg_server(const struct fb_config *cfg, struct ps_server_opts *o)
+{
+	for (size_t i = 0; i < N_OF(srv_bindings); i++) {
+		store(o, &srv_bindings[i], cfg);
+	}
+	if (o->snapshot_every > 0 && o->snapshot_dir == NULL) {
+		fprintf(stderr,
+		    "ps-server: --snapshot-every needs "
+		    "--snapshot-dir\n");
+		return 2;
+	}
+	if (*o->scheduler_url == '\0') {
+		fprintf(stderr,
+		    "ps-server: --role=server needs "
+		    "--scheduler=URL\n");
+		return 2;
+	}
+	return PS_CFG_RUN;
+}
