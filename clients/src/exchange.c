@@ -51,8 +51,6 @@
 
 #include "client_impl.h"
 #include "shard/shard.h"
-// after <nng/nng.h> (client_impl.h), which defines what it needs
-#include <nng/supplemental/util/platform.h>
 
 // WARN_PCT is the share of a call's deadline after which it warns.
 #define WARN_PCT 80
@@ -73,119 +71,6 @@
 
 // PIPE_CTX_BUDGET: the server contexts all trainers' slots may hold.
 #define PIPE_CTX_BUDGET 128u
-
-// The client's completion lock: every slot's callback flips its state
-// under mu and wakes cv, so the caller waits for whichever ends first.
-struct ferry__pipe {
-	nng_mtx *mu;
-	nng_cv  *cv;
-};
-
-// slot_cb is every slot's aio callback (an nng thread): a send that
-// worked becomes the receive of its reply; anything else ends the slot.
-static void
-slot_cb(void *arg)
-{
-	struct slot        *s = arg;
-	struct ferry__pipe *p = s->pipe;
-	int                 r = nng_aio_result(s->aio);
-	nng_mtx_lock(p->mu);
-	if (s->state == SLOT_SEND && r == 0) {
-		nng_duration left = (nng_duration) (s->expire - nng_clock());
-		s->state          = SLOT_RECV;
-		nng_mtx_unlock(p->mu);
-		nng_aio_set_timeout(s->aio, left > 0 ? left : 1);
-		nng_ctx_recv(s->ctx, s->aio);
-		return;
-	}
-	s->in_send = s->state == SLOT_SEND;
-	s->res     = r;
-	s->state   = SLOT_DONE;
-	nng_cv_wake(p->cv);
-	nng_mtx_unlock(p->mu);
-}
-
-int
-ferry__slots_open(ferry_client *c, struct conn *cn, size_t m)
-{
-	if (c->pipe == NULL) {
-		struct ferry__pipe *p = fb_zalloc(sizeof(*p));
-		if (p == NULL || nng_mtx_alloc(&p->mu) != 0) {
-			fb_free(p);
-			return FERRY_ENOMEM;
-		}
-		if (nng_cv_alloc(&p->cv, p->mu) != 0) {
-			nng_mtx_free(p->mu);
-			fb_free(p);
-			return FERRY_ENOMEM;
-		}
-		c->pipe = p;
-	}
-	cn->slots = fb_zalloc(FERRY_PIPE_SLOTS * sizeof(*cn->slots));
-	if (cn->slots == NULL) {
-		return FERRY_ENOMEM;
-	}
-	for (size_t k = 0; k < FERRY_PIPE_SLOTS; k++) {
-		struct slot *s = &cn->slots[k];
-		s->pipe        = c->pipe;
-		s->m           = m;
-		if (nng_ctx_open(&s->ctx, cn->sock) != 0) {
-			return FERRY_ECONNECT;
-		}
-		if (nng_aio_alloc(&s->aio, slot_cb, s) != 0) {
-			return FERRY_ENOMEM;
-		}
-	}
-	return FERRY_OK;
-}
-
-int
-ferry__slots_size(struct conn *cn)
-{
-	for (size_t k = 0; cn->slots != NULL && k < FERRY_PIPE_SLOTS; k++) {
-		struct slot *s = &cn->slots[k];
-		fb_free(s->req);
-		s->req   = fb_alloc((cn->n ? cn->n : 1) * sizeof(uint32_t));
-		s->req_n = 0;
-		if (s->req == NULL) {
-			return FERRY_ENOMEM;
-		}
-	}
-	return FERRY_OK;
-}
-
-void
-ferry__slots_close(struct conn *cn)
-{
-	for (size_t k = 0; cn->slots != NULL && k < FERRY_PIPE_SLOTS; k++) {
-		struct slot *s = &cn->slots[k];
-		if (s->aio != NULL) {
-			nng_aio_stop(s->aio); // waits for its callback
-			if (s->state == SLOT_DONE && s->in_send &&
-			    nng_aio_get_msg(s->aio) != NULL) {
-				nng_msg_free(nng_aio_get_msg(s->aio));
-			}
-			nng_aio_free(s->aio);
-		}
-		if (s->spare != NULL) {
-			nng_msg_free(s->spare);
-		}
-		fb_free(s->req);
-	}
-	fb_free(cn->slots);
-	cn->slots = NULL;
-}
-
-void
-ferry__pipe_close(ferry_client *c)
-{
-	if (c->pipe != NULL) {
-		nng_cv_free(c->pipe->cv);
-		nng_mtx_free(c->pipe->mu);
-		fb_free(c->pipe);
-		c->pipe = NULL;
-	}
-}
 
 // window is how many requests the client keeps in flight per server.
 static size_t
