@@ -219,12 +219,6 @@ extern unsigned ferry__requeue_ms;
 
 // ---- errors.c: the error toolbox ------------------------------------------
 
-// ferry__clip_prepare sets x->clip_scale for a push of the caller's fp32
-// gradients x->g over x->n_samples samples: with opts.clip_norm > 0 and a
-// per-sample global L2 norm above it, clip_norm / norm; else 0 (no
-// scaling). One read of the gradient; no allocation. (ops.c)
-void ferry__clip_prepare(ferry_client *c, struct xfer *x);
-
 // ferry__fail formats the message ferry_client_last_error returns into
 // c->err and returns err (so `return ferry__fail(c, FERRY_E..., ...)`).
 int ferry__fail(ferry_client *c, int err, const char *fmt, ...)
@@ -379,12 +373,11 @@ struct ferry__auto_link {
 	uint64_t pull_bytes[FERRY_AUTO_PULL_RUNGS];
 };
 
-// ferry__auto_push_codec and ferry__auto_pull_name return rung r's codec
-// (push, parsed with bucket) and name (pull: "none" or COMP_AUTO_REF).
-// ferry__auto_push_codec returns FB_EINVAL for r out of range.
+// ferry__auto_push_codec and ferry__auto_push_name return push rung r's
+// codec (parsed with bucket) and name. ferry__auto_push_codec returns
+// FB_EINVAL for r out of range.
 int ferry__auto_push_codec(int r, uint32_t bucket, struct comp_codec *out);
 const char *ferry__auto_push_name(int r);
-const char *ferry__auto_pull_name(int r);
 
 // ferry__auto_costs fills l's bytes per rung for n shards of lens[i]
 // values (exact: comp_bound per shard) with the job's bucket; bw and rtt
@@ -463,10 +456,6 @@ int ferry__op_run(ferry_client *c, struct xfer *x);
 void ferry__xfer_begin(ferry_client *c, struct xfer *x);
 int  ferry__xfer_pump(ferry_client *c, struct xfer *x);
 int  ferry__xfer_until(ferry_client *c, struct xfer *x, size_t t0, size_t t1);
-
-// ferry__xfer_idle reports whether every shard is done and nothing is in
-// flight.
-int ferry__xfer_idle(const ferry_client *c);
 
 // ferry__xfer_abort cancels every request in flight and waits for them
 // (an abandoned layer-wise push-pull, a closing client).

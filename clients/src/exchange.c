@@ -610,12 +610,6 @@ range_done(const ferry_client *c, size_t t0, size_t t1)
 }
 
 int
-ferry__xfer_idle(const ferry_client *c)
-{
-	return range_done(c, 0, 0);
-}
-
-int
 ferry__xfer_until(ferry_client *c, struct xfer *x, size_t t0, size_t t1)
 {
 	int rv;

@@ -2,7 +2,7 @@
 // or the push body with each shard's bytes (fp32 straight from the
 // caller's tensor, or codes staged once per operation with error
 // feedback, or the caller's own codes), scaled first when clip_norm
-// clips the step (ferry__clip_prepare).
+// clips the step (clip_prepare, ops.c).
 //
 // DESIGN. fp32 gradients go straight from the caller's tensor into the
 // outgoing nng message, built in the last reply from that server when it
