@@ -8,11 +8,11 @@
 // scheduler and keeps the placement map, conn.c keeps one connection per
 // server and its request slots, probe.c measures the links, ops.c checks
 // the public step calls, exchange.c runs them in rounds over every
-// server, request.c builds the
-// requests and reply.c takes the replies apart (into the caller's
-// tensors or a pull sink); errors.c holds the error texts and the one fb
-// → ferry error translation. The structs they share live in
-// client_impl.h. This file calls into its neighbours; none calls into it.
+// server, pull.c is a pull's own path through it, request.c builds the
+// requests and reply.c takes the replies apart (into the caller's tensors
+// or a pull sink); errors.c holds the error texts and the one fb → ferry
+// error translation. The structs they share live in client_impl.h. This
+// file calls into its neighbours; none calls into it.
 #include <math.h>
 #include <stdio.h>
 

@@ -6,7 +6,7 @@
 //
 // DESIGN. Dependencies point one way, and no two files call each other's
 // ferry__ functions: client.c → heartbeat.c, exchange.c, conn.c; ops.c →
-// exchange.c → request.c, reply.c, sched.c → conn.c; declare.c →
+// pull.c → exchange.c → request.c, reply.c, sched.c → conn.c; declare.c →
 // sched.c, conn.c, probe.c, codec_auto.c, heartbeat.c; and every file →
 // errors.c, which calls none of them. A ferry_client
 // is used by one thread at a time, so nothing here takes a lock; the
@@ -183,16 +183,22 @@ enum op { OP_INIT, OP_PULL, OP_PULL_FULL, OP_PUSH, OP_PUSH_PULL };
 enum { NEED_NONE = 0, NEED_MAIN, NEED_PULL, NEED_SENT = 0x10 };
 
 // One operation in flight: the caller's buffers and what the requests of
-// every round carry.
+// every round carry. A pull (pull.c) fills in only op and its pull part;
+// the push staging stays zero (no codec, nothing staged or clipped), and a
+// pull's path never stages, encodes or clips.
 struct xfer {
 	enum op                  op;
-	const float *const      *g;
+	// The pull part: where pulled shards go (or the pull sink) and the
+	// version a (re-)pull waits for.
 	float *const            *w;
+	uint64_t                 pull_want;
+	// The push staging: the caller's gradients or codes, and how they
+	// are encoded (request.c).
+	const float *const      *g;
 	uint32_t                 n_samples;
-	uint64_t                 pull_want; // version a (re-)pull waits for
-	const struct comp_codec *codec;     // push codec of this operation
-	int                      staged;    // codes are in c->codes
-	const uint8_t *const    *codes; // caller's codes per shard, or NULL
+	const struct comp_codec *codec;  // push codec of this operation
+	int                      staged; // codes are in c->codes
+	const uint8_t *const    *codes;  // caller's codes per shard, or NULL
 	float    clip_scale; // opts.clip_norm: factor on g (0: unclipped)
 	// The exchange's clock and what it must do once nothing is in flight.
 	uint32_t tmo;      // the deadline, ms
@@ -439,9 +445,9 @@ const struct comp_codec *ferry__auto_codec(const ferry_client *c,
 uint64_t ferry__req_bytes(uint64_t conn_bytes, size_t w, double bw_bps,
     double rtt_s);
 
-// ferry__op_run picks the push codec of x (none during warm-up and for
-// init), marks every shard (OP_PULL_FULL: those flagged in need_full),
-// stages the codes when a push needs them, and exchanges with every
+// ferry__op_run runs push x (OP_INIT, OP_PUSH, OP_PUSH_PULL): it picks
+// the push codec (none during warm-up and for init), marks every shard,
+// stages the codes when the push needs them, and exchanges with every
 // server until each shard is done or the deadline passes. Errors: any
 // ferry_err, with the message in c->err.
 int ferry__op_run(ferry_client *c, struct xfer *x);
@@ -461,9 +467,17 @@ int  ferry__xfer_until(ferry_client *c, struct xfer *x, size_t t0, size_t t1);
 // (an abandoned layer-wise push-pull, a closing client).
 void ferry__xfer_abort(ferry_client *c);
 
-// ferry__pull_resync pulls in full the shards a pull flagged (CRC mismatch
-// or a gap in the delta chain). Errors: those of ferry__op_run,
-// FERRY_ECORRUPT (still mismatched after the resync).
+// ---- pull.c: a pull's own path ---------------------------------------------
+
+// ferry__pull_run runs pull x (OP_PULL: every shard; OP_PULL_FULL: those
+// flagged in need_full, whose flags it clears) until each shard is done or
+// the deadline passes. It reads x's pull part only. Errors: any
+// ferry_err, with the message in c->err.
+int ferry__pull_run(ferry_client *c, struct xfer *x);
+
+// ferry__pull_resync pulls in full, into x->w, the shards a pull flagged
+// (CRC mismatch or a gap in the delta chain). Errors: those of
+// ferry__pull_run, FERRY_ECORRUPT (still mismatched after the resync).
 int ferry__pull_resync(ferry_client *c, struct xfer *x);
 
 // ferry__pull_finish runs ferry__pull_resync, then records the version

@@ -1,6 +1,7 @@
 // exchange.c — running one operation (init, pull, push, push-pull) over
 // every server as pipelined requests, with the retries a moving job
-// needs, and the bookkeeping after a pull (resync, the version held).
+// needs; ferry__op_run sets up a push (its codec, the staged codes), and a
+// pull comes in through pull.c. The slots themselves are conn.c's.
 //
 // DESIGN. Full duplex: each server's shards are cut into about
 // FERRY_PIPE_SLOTS requests (whole shards, at least PIPE_MIN_BYTES each)
@@ -267,6 +268,13 @@ wire_ratio(const ferry_client *c, const struct xfer *x, const struct conn *cn)
 	const size_t             n    = 1u << 16;
 	const struct comp_codec *push = x->codec;
 	double                   up = 4.0 * n, down = 4.0 * n;
+	if (push == NULL) {
+		// A pull chose no push codec (pull.c). Its requests are cut
+		// to the grain of this version's push-pulls, as they always
+		// were: the push codec a push now would use.
+		push = c->version < c->opts.warmup_steps ? &c->cnone
+		                                         : &c->cpush;
+	}
 	if (c->auto_push && push != &c->cnone) {
 		push = &c->auto_codec[cn->push_rung];
 	}
@@ -664,8 +672,9 @@ ferry__xfer_until(ferry_client *c, struct xfer *x, size_t t0, size_t t1)
 	return rv;
 }
 
-// ferry__op_run marks every shard (or only those flagged for a full
-// resync) and runs the exchange.
+// ferry__op_run picks the push codec, marks every shard, stages the codes
+// when the push needs them and runs the exchange. Pushes only: a pull
+// takes its own path (pull.c).
 int
 ferry__op_run(ferry_client *c, struct xfer *x)
 {
@@ -675,12 +684,7 @@ ferry__op_run(ferry_client *c, struct xfer *x)
 	    : &c->cpush;
 	ferry__xfer_begin(c, x);
 	for (size_t i = 0; i < c->pl->n_shards; i++) {
-		c->need[i] = x->op != OP_PULL_FULL || c->need_full[i]
-		    ? NEED_MAIN
-		    : NEED_NONE;
-		if (x->op == OP_PULL_FULL) {
-			c->need_full[i] = 0;
-		}
+		c->need[i] = NEED_MAIN;
 	}
 	if ((x->op == OP_PUSH || x->op == OP_PUSH_PULL) && x->codes == NULL &&
 	    x->codec->id != COMP_NONE &&
@@ -688,62 +692,4 @@ ferry__op_run(ferry_client *c, struct xfer *x)
 		return rv;
 	}
 	return ferry__xfer_until(c, x, 0, 0);
-}
-
-// ferry__pull_resync pulls in full the shards whose reference drifted (CRC
-// mismatch or a gap).
-int
-ferry__pull_resync(ferry_client *c, struct xfer *x)
-{
-	int need = 0, rv;
-	for (size_t i = 0; i < c->pl->n_shards; i++) {
-		need |= c->need_full[i];
-	}
-	if (!need) {
-		return FERRY_OK;
-	}
-	struct xfer full = {
-		.op        = OP_PULL_FULL,
-		.w         = x->w,
-		.pull_want = 0,
-	};
-	c->stats.resyncs++;
-	if ((rv = ferry__op_run(c, &full)) != FERRY_OK) {
-		return rv;
-	}
-	for (size_t i = 0; i < c->pl->n_shards; i++) {
-		if (c->need_full[i]) {
-			return ferry__fail(c, FERRY_ECORRUPT,
-			    "shard %zu: reference CRC mismatch after a full "
-			    "resync",
-			    i);
-		}
-	}
-	return FERRY_OK;
-}
-
-// ferry__pull_finish resyncs shards whose reference drifted, then records
-// the version now held.
-int
-ferry__pull_finish(ferry_client *c, struct xfer *x)
-{
-	int rv;
-	if ((rv = ferry__pull_resync(c, x)) != FERRY_OK) {
-		return rv;
-	}
-	uint64_t v = UINT64_MAX;
-	for (size_t i = 0; i < c->pl->n_shards; i++) {
-		v = c->shard_ver[i] < v ? c->shard_ver[i] : v;
-	}
-	c->version = v;
-	c->stats.pulls++;
-	c->stats.staleness_last = c->pull_stale;
-	c->stats.staleness_sum += c->pull_stale;
-	if (c->pull_stale > c->stats.staleness_max) {
-		c->stats.staleness_max = c->pull_stale;
-	}
-	c->pull_stale    = 0;
-	c->want          = c->lockstep ? c->version : 0;
-	c->stats.version = c->version;
-	return FERRY_OK;
 }

@@ -77,6 +77,7 @@ ferry_client_init_weights(ferry_client *c, const float *const *w)
 FERRY_API int
 ferry_client_pull(ferry_client *c, float *const *w)
 {
+	// A pull's own path (pull.c): no push codec, no staging.
 	struct xfer x = { .op = OP_PULL, .w = w };
 	int         rv;
 	if ((rv = check_declared(c)) != FERRY_OK ||
@@ -84,7 +85,7 @@ ferry_client_pull(ferry_client *c, float *const *w)
 		return rv;
 	}
 	x.pull_want = c->want;
-	if ((rv = ferry__op_run(c, &x)) != FERRY_OK ||
+	if ((rv = ferry__pull_run(c, &x)) != FERRY_OK ||
 	    (rv = ferry__pull_finish(c, &x)) != FERRY_OK) {
 		return rv;
 	}
