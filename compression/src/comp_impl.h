@@ -1,6 +1,7 @@
 // comp_impl.h — internal umbrella of the comp library: the per-codec entry
-// points that codec.c dispatches to, and the kernel table that lets the
-// bucketed quantizer run on portable C or AVX-512.
+// points that codec.c dispatches to, and the kernel tables (quant_kern.c,
+// float16_kern.c, picked in kern.c) that let the codecs run on portable C,
+// AVX-512 or F16C.
 #ifndef COMP_IMPL_H
 #define COMP_IMPL_H
 
@@ -86,11 +87,12 @@ struct comp__kern {
 	    uint8_t *codes);
 };
 
+// The portable table and its AVX-512 twin (quant_kern.c).
 extern const struct comp__kern comp__kern_portable;
 // comp__kern_avx512 returns the AVX-512 table, or NULL when the CPU (or the
 // compiler) lacks AVX-512F/BW/VL.
 const struct comp__kern       *comp__kern_avx512(void);
-// comp__kern returns the table in use (see comp_simd_set).
+// comp__kern returns the table in use (kern.c; see comp_simd_set).
 const struct comp__kern       *comp__kern(void);
 
 // Bucketed quantizer (quant.c). b is 8, 4 or 2; 1 means the scaled sign.
@@ -113,7 +115,7 @@ int comp__q_ref_encode(unsigned b, uint32_t bucket, const float *x, float *ref,
 void comp__q_decode(unsigned b, uint32_t bucket, const uint8_t *in, size_t n,
     float *out, int mode);
 
-// fp16 kernels: portable (float16.c) and F16C (float16_f16c.c), the same
+// fp16 kernels: portable and F16C (both float16_kern.c), the same
 // bytes and floats. enc writes n halves little-endian; dec stores per mode.
 // bf16_enc is the bf16 encoder (built for AVX2 in the fast table).
 struct comp__f16 {
@@ -143,10 +145,11 @@ extern const struct comp__f16 comp__f16_portable;
 // comp__f16_f16c returns the F16C kernels, or NULL when the CPU (or the
 // compiler) lacks F16C and AVX2.
 const struct comp__f16       *comp__f16_f16c(void);
-// comp__f16 returns the kernels in use (see comp_simd_set).
+// comp__f16 returns the kernels in use (kern.c; see comp_simd_set).
 const struct comp__f16       *comp__f16(void);
 
-// fp32 / fp16 / bf16 (float16.c).
+// fp16 <-> fp32 on bit patterns (float16_kern.c); bf16 and the
+// element-wise codecs (float16.c).
 uint16_t comp__f32_to_f16(float f);
 float    comp__f16_to_f32(uint16_t h);
 uint16_t comp__f32_to_bf16(float f);
