@@ -159,22 +159,16 @@ void     comp__flt_decode(uint32_t id, const uint8_t *in, size_t n, float *out,
         int mode);
 
 // topk (topk.c). The size is 4 + 8 * comp_topk_k(ratio, n).
-// comp__topk_kth returns the bit pattern T of the k-th largest |x|
-// (1 <= k <= n, x finite) and in *ties how many values with |x| == T the
-// k kept take (the lowest-indexed ones): every |x| > T is kept too.
-uint32_t comp__topk_kth(const float *x, size_t n, size_t k, size_t *ties);
 // comp__topk_select finds the k largest |x| (1 <= k <= n; ties to the
 // lowest indices) and sets *list to their k indices, increasing, in the
 // thread's workspace (comp__work), and *spare to room there for k more
 // floats; both stay valid until the thread's next comp call. FB_EINVAL if
 // an x is not finite, FB_ENOMEM if the workspace cannot grow.
-int      comp__topk_select(const float *x, size_t n, size_t k, uint32_t **list,
-         float **spare);
-// comp__finite_all is 1 if every x[0..n) is finite.
-int      comp__finite_all(const float *x, size_t n);
-int      comp__topk_encode(size_t k, const float *x, size_t n, uint8_t *out);
-int      comp__topk_validate(const uint8_t *in, size_t len, size_t n);
-void     comp__topk_decode(const uint8_t *in, size_t n, float *out, int mode);
+int  comp__topk_select(const float *x, size_t n, size_t k, uint32_t **list,
+     float **spare);
+int  comp__topk_encode(size_t k, const float *x, size_t n, uint8_t *out);
+int  comp__topk_validate(const uint8_t *in, size_t len, size_t n);
+void comp__topk_decode(const uint8_t *in, size_t n, float *out, int mode);
 
 // Sparse composites and random-k (sparse.c): topk+q8/q4 (Elias-Fano
 // indices, quantized values), randk and randk+q8/q4 (seeded index set).
