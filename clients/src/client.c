@@ -1,49 +1,22 @@
-// client.c — libferry's client object: opening and closing it, checking
-// its options, the error texts and the one translation from fb_ error
-// codes to ferry ones (ferry__map_err), the read-only accessors
-// (shards, codecs, stats, last error) and the library's version.
+// client.c — libferry's front door: opening and closing the client,
+// checking its options, the read-only accessors (shards, codecs, stats,
+// last error) and the library's version.
 //
 // DESIGN. The client holds one REQ socket to the scheduler and one REQ
 // socket (one context, one aio) per server; the files of clients/src each
 // own one part of its life: declare.c joins the job, sched.c talks to the
-// scheduler and keeps the placement map, probe.c measures the links,
-// ops.c checks the public step calls, exchange.c runs them in rounds over
-// every server, request.c builds the requests and reply.c takes the
-// replies apart (into the caller's tensors or a pull sink). The structs
-// they share live in client_impl.h.
+// scheduler and keeps the placement map, conn.c keeps one connection per
+// server and its request slots, probe.c measures the links, ops.c checks
+// the public step calls, exchange.c runs them in rounds over every
+// server, pull.c is a pull's own path through it, request.c builds the
+// requests and reply.c takes the replies apart (into the caller's tensors
+// or a pull sink); errors.c holds the error texts and the one fb → ferry
+// error translation. The structs they share live in client_impl.h. This
+// file calls into its neighbours; none calls into it.
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 
 #include "client_impl.h"
-
-static const char *const ferry_err_text[FERRY_ERR_COUNT] = {
-	[FERRY_OK]        = "ok",
-	[FERRY_EINVAL]    = "invalid argument",
-	[FERRY_ENOMEM]    = "out of memory",
-	[FERRY_ECONNECT]  = "cannot connect",
-	[FERRY_ETIMEDOUT] = "timed out",
-	[FERRY_EREMOTE]   = "the peer returned an error",
-	[FERRY_EPROTO]    = "malformed reply",
-	[FERRY_EMISMATCH] = "tensor table does not match the job",
-	[FERRY_ESTATE]    = "call out of order",
-	[FERRY_ECORRUPT]  = "checksum mismatch",
-	[FERRY_ECLOSED]   = "closed",
-	[FERRY_EUNSUPP]   = "not supported",
-	[FERRY_EBEHIND]   = "behind the job's version: pull and recompute",
-	[FERRY_ESINK]     = "the pull sink failed",
-	[FERRY_EROLLBACK] = "the job rolled back to a snapshot: pull and go "
-	                    "on from its version",
-};
-
-FERRY_API const char *
-ferry_strerror(int err)
-{
-	if (err >= 0 && err < FERRY_ERR_COUNT && ferry_err_text[err]) {
-		return ferry_err_text[err];
-	}
-	return "unknown error";
-}
 
 // Two steps so that the macros expand before they are turned into text.
 #define FERRY_STR_(x) #x
@@ -54,41 +27,6 @@ ferry_version(void)
 {
 	return FERRY_STR(FERRY_VERSION_MAJOR) "." FERRY_STR(
 	    FERRY_VERSION_MINOR) "." FERRY_STR(FERRY_VERSION_PATCH);
-}
-
-int
-ferry__fail(ferry_client *c, int err, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(c->err, sizeof(c->err), fmt, ap);
-	va_end(ap);
-	return err;
-}
-
-int
-ferry__map_err(int rv)
-{
-	switch (rv) {
-	case FB_OK:
-		return FERRY_OK;
-	case FB_ETIMEDOUT:
-		return FERRY_ETIMEDOUT;
-	case FB_EREMOTE:
-		return FERRY_EREMOTE;
-	case FB_EPROTO:
-		return FERRY_EPROTO;
-	case FB_ENOMEM:
-		return FERRY_ENOMEM;
-	default:
-		return FERRY_ECONNECT;
-	}
-}
-
-uint32_t
-ferry__timeout(const ferry_client *c)
-{
-	return c->opts.timeout_ms ? c->opts.timeout_ms : 60000;
 }
 
 // opts_optim parses and checks o's optimizer and lr schedule into *op and
@@ -295,20 +233,7 @@ ferry_client_close(ferry_client *c)
 	if (c->ax != NULL) {
 		ferry__xfer_abort(c); // a layer-wise push-pull left running
 	}
-	for (size_t i = 0; i < c->n_conns; i++) {
-		// The slots first: nng_aio_stop waits for a slot callback
-		// still inside nng_ctx_recv (a request aborted just before:
-		// its reply's callback may have run already), which must not
-		// overlap nng_close. nng 1.5.2 frees a context's protocol
-		// state after waking the closer: closing first panicked
-		// ("pthread_mutex_lock: Invalid argument") under load.
-		ferry__slots_close(&c->conns[i]);
-		nng_close(c->conns[i].sock);
-		nng_aio_free(c->conns[i].aio);
-		fb_free(c->conns[i].shards);
-	}
-	fb_free(c->conns);
-	ferry__pipe_close(c); // after every slot's callback
+	ferry__conns_close(c); // slots, sockets, the completion lock
 	fb_free(c->ax);
 	fb_free(c->ax_started);
 	nng_close(c->sched);

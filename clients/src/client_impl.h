@@ -4,8 +4,11 @@
 // part of the public API (ferry/ferry.h); the unit tests in tests/clients
 // include it to test the pieces without a cluster.
 //
-// DESIGN. Dependencies point one way: ops.c → exchange.c → request.c,
-// reply.c, sched.c, probe.c → client.c (errors, options). A ferry_client
+// DESIGN. Dependencies point one way, and no two files call each other's
+// ferry__ functions: client.c → heartbeat.c, exchange.c, conn.c; ops.c →
+// pull.c → exchange.c → request.c, reply.c, sched.c → conn.c; declare.c →
+// sched.c, conn.c, probe.c, codec_auto.c, heartbeat.c; and every file →
+// errors.c, which calls none of them. A ferry_client
 // is used by one thread at a time, so nothing here takes a lock; the
 // heartbeat thread (heartbeat.c) shares nothing with it but its own
 // struct, started and stopped from the caller's thread.
@@ -16,6 +19,8 @@
 #include <stdint.h>
 #include <string.h>
 #include <nng/nng.h>
+// after <nng/nng.h>, which defines what it needs (nng_mtx, nng_cv)
+#include <nng/supplemental/util/platform.h>
 
 #include "comp/comp.h"
 #include "fb/fb.h"
@@ -30,11 +35,19 @@
 // reply travels while the client still sends.
 #define FERRY_PIPE_SLOTS 8
 
+// The client's completion lock (conn.c): every slot's callback flips its
+// state under mu and wakes cv, so the caller waits for whichever ends
+// first (exchange.c).
+struct ferry__pipe {
+	nng_mtx *mu;
+	nng_cv  *cv;
+};
+
 // The states of a slot (under the pipe's lock while an operation runs).
 enum { SLOT_IDLE = 0, SLOT_SEND, SLOT_RECV, SLOT_DONE };
 
 // One request in flight to a server: its own REQ context (nng matches the
-// reply to it) and aio, whose callback (exchange.c) turns a finished send
+// reply to it) and aio, whose callback (conn.c) turns a finished send
 // into the receive, so a request proceeds while the caller computes. The
 // slots of a connection are one allocation of fixed address: callbacks
 // hold pointers to them while c->conns grows.
@@ -106,9 +119,9 @@ struct ferry_client {
 	Pswire__Placement  *pl;
 	struct conn        *conns;
 	size_t              n_conns;
-	struct ferry__pipe *pipe;    // completions of every slot (exchange.c)
-	uint64_t            version; // of the weights held (min over shards)
-	uint64_t            want;    // version the next pull asks for
+	struct ferry__pipe *pipe;      // completions of every slot (conn.c)
+	uint64_t            version;   // of the weights held (min over shards)
+	uint64_t            want;      // version the next pull asks for
 	uint64_t           *shard_ver; // per global shard: version held
 	uint8_t            *need;      // per global shard: NEED_* this op
 	uint8_t            *need_full; // per global shard: resync in full
@@ -170,16 +183,22 @@ enum op { OP_INIT, OP_PULL, OP_PULL_FULL, OP_PUSH, OP_PUSH_PULL };
 enum { NEED_NONE = 0, NEED_MAIN, NEED_PULL, NEED_SENT = 0x10 };
 
 // One operation in flight: the caller's buffers and what the requests of
-// every round carry.
+// every round carry. A pull (pull.c) fills in only op and its pull part;
+// the push staging stays zero (no codec, nothing staged or clipped), and a
+// pull's path never stages, encodes or clips.
 struct xfer {
 	enum op                  op;
-	const float *const      *g;
+	// The pull part: where pulled shards go (or the pull sink) and the
+	// version a (re-)pull waits for.
 	float *const            *w;
+	uint64_t                 pull_want;
+	// The push staging: the caller's gradients or codes, and how they
+	// are encoded (request.c).
+	const float *const      *g;
 	uint32_t                 n_samples;
-	uint64_t                 pull_want; // version a (re-)pull waits for
-	const struct comp_codec *codec;     // push codec of this operation
-	int                      staged;    // codes are in c->codes
-	const uint8_t *const    *codes; // caller's codes per shard, or NULL
+	const struct comp_codec *codec;  // push codec of this operation
+	int                      staged; // codes are in c->codes
+	const uint8_t *const    *codes;  // caller's codes per shard, or NULL
 	float    clip_scale; // opts.clip_norm: factor on g (0: unclipped)
 	// The exchange's clock and what it must do once nothing is in flight.
 	uint32_t tmo;      // the deadline, ms
@@ -204,13 +223,7 @@ struct xfer {
 // ferry__requeue_ms is REQUEUE_MS (exchange.c) unless a test lowered it.
 extern unsigned ferry__requeue_ms;
 
-// ---- client.c: errors and options ------------------------------------------
-
-// ferry__clip_prepare sets x->clip_scale for a push of the caller's fp32
-// gradients x->g over x->n_samples samples: with opts.clip_norm > 0 and a
-// per-sample global L2 norm above it, clip_norm / norm; else 0 (no
-// scaling). One read of the gradient; no allocation. (ops.c)
-void ferry__clip_prepare(ferry_client *c, struct xfer *x);
+// ---- errors.c: the error toolbox ------------------------------------------
 
 // ferry__fail formats the message ferry_client_last_error returns into
 // c->err and returns err (so `return ferry__fail(c, FERRY_E..., ...)`).
@@ -225,8 +238,13 @@ int ferry__fail(ferry_client *c, int err, const char *fmt, ...)
 int ferry__map_err(int rv);
 
 // ferry__timeout returns the deadline of one call in ms: opts.timeout_ms,
-// or 60 s when it is 0.
-uint32_t ferry__timeout(const ferry_client *c);
+// or 60 s when it is 0. Inline: every file reads it, and it is only the
+// client's option.
+static inline uint32_t
+ferry__timeout(const ferry_client *c)
+{
+	return c->opts.timeout_ms ? c->opts.timeout_ms : 60000;
+}
 
 // ---- sched.c: scheduler calls and the placement map ------------------------
 
@@ -270,6 +288,14 @@ int ferry__placement_check(ferry_client *c, const Pswire__Placement *pl);
 // frees it). Errors: those of ferry__sched_call, FERRY_EPROTO (no map).
 int ferry__map_fetch(ferry_client *c, uint64_t min_epoch, Pswire__Header **rh);
 
+// ferry__map_refetch replaces c->pl with the scheduler's next epoch (a
+// shard moved), dials any new server and re-assigns the shards. Errors:
+// those of ferry__map_fetch, FERRY_EPROTO (the new map does not match the
+// job), and those of ferry__conns_open and ferry__conns_assign.
+int ferry__map_refetch(ferry_client *c);
+
+// ---- conn.c: connections to the servers -----------------------------------
+
 // ferry__conns_open dials every server of map p that has no connection
 // yet (a later map may list more: a server joined). Errors: FERRY_EPROTO
 // (p lists fewer servers than known), FERRY_ENOMEM, FERRY_ECONNECT.
@@ -280,11 +306,10 @@ int ferry__conns_open(ferry_client *c, const Pswire__Placement *p);
 // FERRY_ENOMEM.
 int ferry__conns_assign(ferry_client *c);
 
-// ferry__map_refetch replaces c->pl with the scheduler's next epoch (a
-// shard moved), dials any new server and re-assigns the shards. Errors:
-// those of ferry__map_fetch, FERRY_EPROTO (the new map does not match the
-// job), and those of ferry__conns_open and ferry__conns_assign.
-int ferry__map_refetch(ferry_client *c);
+// ferry__conns_close stops and frees every connection's slots, closes its
+// socket and frees the connections and the completion lock (a closing
+// client; nothing in flight: ferry__xfer_abort first).
+void ferry__conns_close(ferry_client *c);
 
 // ---- probe.c: link measurement ---------------------------------------------
 
@@ -354,12 +379,11 @@ struct ferry__auto_link {
 	uint64_t pull_bytes[FERRY_AUTO_PULL_RUNGS];
 };
 
-// ferry__auto_push_codec and ferry__auto_pull_name return rung r's codec
-// (push, parsed with bucket) and name (pull: "none" or COMP_AUTO_REF).
-// ferry__auto_push_codec returns FB_EINVAL for r out of range.
+// ferry__auto_push_codec and ferry__auto_push_name return push rung r's
+// codec (parsed with bucket) and name. ferry__auto_push_codec returns
+// FB_EINVAL for r out of range.
 int ferry__auto_push_codec(int r, uint32_t bucket, struct comp_codec *out);
 const char *ferry__auto_push_name(int r);
-const char *ferry__auto_pull_name(int r);
 
 // ferry__auto_costs fills l's bytes per rung for n shards of lens[i]
 // values (exact: comp_bound per shard) with the job's bucket; bw and rtt
@@ -410,11 +434,6 @@ const struct comp_codec *ferry__auto_codec(const ferry_client *c,
 
 // ---- exchange.c: running operations ----------------------------------------
 
-// ferry__slots_open gives the client its completion lock (once) and
-// connection cn (server m, socket open) its FERRY_PIPE_SLOTS slots, each
-// with its own context and aio. Errors: FERRY_ENOMEM, FERRY_ECONNECT.
-int ferry__slots_open(ferry_client *c, struct conn *cn, size_t m);
-
 // ferry__req_bytes is the fp32 bytes a request to a server aims at (it
 // carries whole shards until it reaches them): for a connection of
 // conn_bytes over a window of w requests, on a link measured at bw_bps
@@ -426,18 +445,9 @@ int ferry__slots_open(ferry_client *c, struct conn *cn, size_t m);
 uint64_t ferry__req_bytes(uint64_t conn_bytes, size_t w, double bw_bps,
     double rtt_s);
 
-// ferry__slots_size gives each slot of cn a request list of cn->n shards
-// (after ferry__conns_assign; no request in flight). Errors: FERRY_ENOMEM.
-int ferry__slots_size(struct conn *cn);
-
-// ferry__slots_close stops and frees cn's slots (after its socket is
-// closed); ferry__pipe_close frees the client's lock after every slot.
-void ferry__slots_close(struct conn *cn);
-void ferry__pipe_close(ferry_client *c);
-
-// ferry__op_run picks the push codec of x (none during warm-up and for
-// init), marks every shard (OP_PULL_FULL: those flagged in need_full),
-// stages the codes when a push needs them, and exchanges with every
+// ferry__op_run runs push x (OP_INIT, OP_PUSH, OP_PUSH_PULL): it picks
+// the push codec (none during warm-up and for init), marks every shard,
+// stages the codes when the push needs them, and exchanges with every
 // server until each shard is done or the deadline passes. Errors: any
 // ferry_err, with the message in c->err.
 int ferry__op_run(ferry_client *c, struct xfer *x);
@@ -453,17 +463,21 @@ void ferry__xfer_begin(ferry_client *c, struct xfer *x);
 int  ferry__xfer_pump(ferry_client *c, struct xfer *x);
 int  ferry__xfer_until(ferry_client *c, struct xfer *x, size_t t0, size_t t1);
 
-// ferry__xfer_idle reports whether every shard is done and nothing is in
-// flight.
-int ferry__xfer_idle(const ferry_client *c);
-
 // ferry__xfer_abort cancels every request in flight and waits for them
 // (an abandoned layer-wise push-pull, a closing client).
 void ferry__xfer_abort(ferry_client *c);
 
-// ferry__pull_resync pulls in full the shards a pull flagged (CRC mismatch
-// or a gap in the delta chain). Errors: those of ferry__op_run,
-// FERRY_ECORRUPT (still mismatched after the resync).
+// ---- pull.c: a pull's own path ---------------------------------------------
+
+// ferry__pull_run runs pull x (OP_PULL: every shard; OP_PULL_FULL: those
+// flagged in need_full, whose flags it clears) until each shard is done or
+// the deadline passes. It reads x's pull part only. Errors: any
+// ferry_err, with the message in c->err.
+int ferry__pull_run(ferry_client *c, struct xfer *x);
+
+// ferry__pull_resync pulls in full, into x->w, the shards a pull flagged
+// (CRC mismatch or a gap in the delta chain). Errors: those of
+// ferry__pull_run, FERRY_ECORRUPT (still mismatched after the resync).
 int ferry__pull_resync(ferry_client *c, struct xfer *x);
 
 // ferry__pull_finish runs ferry__pull_resync, then records the version

@@ -66,8 +66,9 @@ ferry__auto_push_name(int r)
 	return r >= 0 && r < FERRY_AUTO_PUSH_RUNGS ? push_ladder[r] : "?";
 }
 
-const char *
-ferry__auto_pull_name(int r)
+// auto_pull_name is pull rung r's name: "none" or COMP_AUTO_REF.
+static const char *
+auto_pull_name(int r)
 {
 	return r >= 0 && r < FERRY_AUTO_PULL_RUNGS ? pull_ladder[r] : "?";
 }
@@ -246,9 +247,8 @@ rechoose(ferry_client *c)
 			    c->pl->servers[m],
 			    ferry__auto_push_name(cn->push_rung),
 			    ferry__auto_push_name(p),
-			    ferry__auto_pull_name(cn->pull_rung),
-			    ferry__auto_pull_name(q), cn->bw_bps / 1e6,
-			    cn->rtt_s * 1e3, budget * 1e3);
+			    auto_pull_name(cn->pull_rung), auto_pull_name(q),
+			    cn->bw_bps / 1e6, cn->rtt_s * 1e3, budget * 1e3);
 			c->opts.log(c->opts.log_arg, FERRY_LOG_NOTICE, msg);
 		}
 		cn->push_rung       = (uint8_t) p;
@@ -324,7 +324,7 @@ ferry_client_link(const ferry_client *c, size_t m, struct ferry_link *out)
 	out->server     = c->pl->servers[m];
 	out->codec_push = c->auto_push ? ferry__auto_push_name(cn->push_rung)
 	                               : c->codec_push;
-	out->codec_pull = c->auto_pull ? ferry__auto_pull_name(cn->pull_rung)
+	out->codec_pull = c->auto_pull ? auto_pull_name(cn->pull_rung)
 	                               : c->codec_pull;
 	out->bw_bps     = cn->bw_bps;
 	out->rtt_s      = cn->rtt_s;

@@ -1,6 +1,7 @@
 // exchange.c — running one operation (init, pull, push, push-pull) over
 // every server as pipelined requests, with the retries a moving job
-// needs, and the bookkeeping after a pull (resync, the version held).
+// needs; ferry__op_run sets up a push (its codec, the staged codes), and a
+// pull comes in through pull.c. The slots themselves are conn.c's.
 //
 // DESIGN. Full duplex: each server's shards are cut into about
 // FERRY_PIPE_SLOTS requests (whole shards, at least PIPE_MIN_BYTES each)
@@ -51,8 +52,6 @@
 
 #include "client_impl.h"
 #include "shard/shard.h"
-// after <nng/nng.h> (client_impl.h), which defines what it needs
-#include <nng/supplemental/util/platform.h>
 
 // WARN_PCT is the share of a call's deadline after which it warns.
 #define WARN_PCT 80
@@ -73,119 +72,6 @@
 
 // PIPE_CTX_BUDGET: the server contexts all trainers' slots may hold.
 #define PIPE_CTX_BUDGET 128u
-
-// The client's completion lock: every slot's callback flips its state
-// under mu and wakes cv, so the caller waits for whichever ends first.
-struct ferry__pipe {
-	nng_mtx *mu;
-	nng_cv  *cv;
-};
-
-// slot_cb is every slot's aio callback (an nng thread): a send that
-// worked becomes the receive of its reply; anything else ends the slot.
-static void
-slot_cb(void *arg)
-{
-	struct slot        *s = arg;
-	struct ferry__pipe *p = s->pipe;
-	int                 r = nng_aio_result(s->aio);
-	nng_mtx_lock(p->mu);
-	if (s->state == SLOT_SEND && r == 0) {
-		nng_duration left = (nng_duration) (s->expire - nng_clock());
-		s->state          = SLOT_RECV;
-		nng_mtx_unlock(p->mu);
-		nng_aio_set_timeout(s->aio, left > 0 ? left : 1);
-		nng_ctx_recv(s->ctx, s->aio);
-		return;
-	}
-	s->in_send = s->state == SLOT_SEND;
-	s->res     = r;
-	s->state   = SLOT_DONE;
-	nng_cv_wake(p->cv);
-	nng_mtx_unlock(p->mu);
-}
-
-int
-ferry__slots_open(ferry_client *c, struct conn *cn, size_t m)
-{
-	if (c->pipe == NULL) {
-		struct ferry__pipe *p = fb_zalloc(sizeof(*p));
-		if (p == NULL || nng_mtx_alloc(&p->mu) != 0) {
-			fb_free(p);
-			return FERRY_ENOMEM;
-		}
-		if (nng_cv_alloc(&p->cv, p->mu) != 0) {
-			nng_mtx_free(p->mu);
-			fb_free(p);
-			return FERRY_ENOMEM;
-		}
-		c->pipe = p;
-	}
-	cn->slots = fb_zalloc(FERRY_PIPE_SLOTS * sizeof(*cn->slots));
-	if (cn->slots == NULL) {
-		return FERRY_ENOMEM;
-	}
-	for (size_t k = 0; k < FERRY_PIPE_SLOTS; k++) {
-		struct slot *s = &cn->slots[k];
-		s->pipe        = c->pipe;
-		s->m           = m;
-		if (nng_ctx_open(&s->ctx, cn->sock) != 0) {
-			return FERRY_ECONNECT;
-		}
-		if (nng_aio_alloc(&s->aio, slot_cb, s) != 0) {
-			return FERRY_ENOMEM;
-		}
-	}
-	return FERRY_OK;
-}
-
-int
-ferry__slots_size(struct conn *cn)
-{
-	for (size_t k = 0; cn->slots != NULL && k < FERRY_PIPE_SLOTS; k++) {
-		struct slot *s = &cn->slots[k];
-		fb_free(s->req);
-		s->req   = fb_alloc((cn->n ? cn->n : 1) * sizeof(uint32_t));
-		s->req_n = 0;
-		if (s->req == NULL) {
-			return FERRY_ENOMEM;
-		}
-	}
-	return FERRY_OK;
-}
-
-void
-ferry__slots_close(struct conn *cn)
-{
-	for (size_t k = 0; cn->slots != NULL && k < FERRY_PIPE_SLOTS; k++) {
-		struct slot *s = &cn->slots[k];
-		if (s->aio != NULL) {
-			nng_aio_stop(s->aio); // waits for its callback
-			if (s->state == SLOT_DONE && s->in_send &&
-			    nng_aio_get_msg(s->aio) != NULL) {
-				nng_msg_free(nng_aio_get_msg(s->aio));
-			}
-			nng_aio_free(s->aio);
-		}
-		if (s->spare != NULL) {
-			nng_msg_free(s->spare);
-		}
-		fb_free(s->req);
-	}
-	fb_free(cn->slots);
-	cn->slots = NULL;
-}
-
-void
-ferry__pipe_close(ferry_client *c)
-{
-	if (c->pipe != NULL) {
-		nng_cv_free(c->pipe->cv);
-		nng_mtx_free(c->pipe->mu);
-		fb_free(c->pipe);
-		c->pipe = NULL;
-	}
-}
 
 // window is how many requests the client keeps in flight per server.
 static size_t
@@ -382,6 +268,13 @@ wire_ratio(const ferry_client *c, const struct xfer *x, const struct conn *cn)
 	const size_t             n    = 1u << 16;
 	const struct comp_codec *push = x->codec;
 	double                   up = 4.0 * n, down = 4.0 * n;
+	if (push == NULL) {
+		// A pull chose no push codec (pull.c). Its requests are cut
+		// to the grain of this version's push-pulls, as they always
+		// were: the push codec a push now would use.
+		push = c->version < c->opts.warmup_steps ? &c->cnone
+		                                         : &c->cpush;
+	}
 	if (c->auto_push && push != &c->cnone) {
 		push = &c->auto_codec[cn->push_rung];
 	}
@@ -725,12 +618,6 @@ range_done(const ferry_client *c, size_t t0, size_t t1)
 }
 
 int
-ferry__xfer_idle(const ferry_client *c)
-{
-	return range_done(c, 0, 0);
-}
-
-int
 ferry__xfer_until(ferry_client *c, struct xfer *x, size_t t0, size_t t1)
 {
 	int rv;
@@ -785,8 +672,9 @@ ferry__xfer_until(ferry_client *c, struct xfer *x, size_t t0, size_t t1)
 	return rv;
 }
 
-// ferry__op_run marks every shard (or only those flagged for a full
-// resync) and runs the exchange.
+// ferry__op_run picks the push codec, marks every shard, stages the codes
+// when the push needs them and runs the exchange. Pushes only: a pull
+// takes its own path (pull.c).
 int
 ferry__op_run(ferry_client *c, struct xfer *x)
 {
@@ -796,12 +684,7 @@ ferry__op_run(ferry_client *c, struct xfer *x)
 	    : &c->cpush;
 	ferry__xfer_begin(c, x);
 	for (size_t i = 0; i < c->pl->n_shards; i++) {
-		c->need[i] = x->op != OP_PULL_FULL || c->need_full[i]
-		    ? NEED_MAIN
-		    : NEED_NONE;
-		if (x->op == OP_PULL_FULL) {
-			c->need_full[i] = 0;
-		}
+		c->need[i] = NEED_MAIN;
 	}
 	if ((x->op == OP_PUSH || x->op == OP_PUSH_PULL) && x->codes == NULL &&
 	    x->codec->id != COMP_NONE &&
@@ -809,62 +692,4 @@ ferry__op_run(ferry_client *c, struct xfer *x)
 		return rv;
 	}
 	return ferry__xfer_until(c, x, 0, 0);
-}
-
-// ferry__pull_resync pulls in full the shards whose reference drifted (CRC
-// mismatch or a gap).
-int
-ferry__pull_resync(ferry_client *c, struct xfer *x)
-{
-	int need = 0, rv;
-	for (size_t i = 0; i < c->pl->n_shards; i++) {
-		need |= c->need_full[i];
-	}
-	if (!need) {
-		return FERRY_OK;
-	}
-	struct xfer full = {
-		.op        = OP_PULL_FULL,
-		.w         = x->w,
-		.pull_want = 0,
-	};
-	c->stats.resyncs++;
-	if ((rv = ferry__op_run(c, &full)) != FERRY_OK) {
-		return rv;
-	}
-	for (size_t i = 0; i < c->pl->n_shards; i++) {
-		if (c->need_full[i]) {
-			return ferry__fail(c, FERRY_ECORRUPT,
-			    "shard %zu: reference CRC mismatch after a full "
-			    "resync",
-			    i);
-		}
-	}
-	return FERRY_OK;
-}
-
-// ferry__pull_finish resyncs shards whose reference drifted, then records
-// the version now held.
-int
-ferry__pull_finish(ferry_client *c, struct xfer *x)
-{
-	int rv;
-	if ((rv = ferry__pull_resync(c, x)) != FERRY_OK) {
-		return rv;
-	}
-	uint64_t v = UINT64_MAX;
-	for (size_t i = 0; i < c->pl->n_shards; i++) {
-		v = c->shard_ver[i] < v ? c->shard_ver[i] : v;
-	}
-	c->version = v;
-	c->stats.pulls++;
-	c->stats.staleness_last = c->pull_stale;
-	c->stats.staleness_sum += c->pull_stale;
-	if (c->pull_stale > c->stats.staleness_max) {
-		c->stats.staleness_max = c->pull_stale;
-	}
-	c->pull_stale    = 0;
-	c->want          = c->lockstep ? c->version : 0;
-	c->stats.version = c->version;
-	return FERRY_OK;
 }

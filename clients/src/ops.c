@@ -77,6 +77,7 @@ ferry_client_init_weights(ferry_client *c, const float *const *w)
 FERRY_API int
 ferry_client_pull(ferry_client *c, float *const *w)
 {
+	// A pull's own path (pull.c): no push codec, no staging.
 	struct xfer x = { .op = OP_PULL, .w = w };
 	int         rv;
 	if ((rv = check_declared(c)) != FERRY_OK ||
@@ -84,7 +85,7 @@ ferry_client_pull(ferry_client *c, float *const *w)
 		return rv;
 	}
 	x.pull_want = c->want;
-	if ((rv = ferry__op_run(c, &x)) != FERRY_OK ||
+	if ((rv = ferry__pull_run(c, &x)) != FERRY_OK ||
 	    (rv = ferry__pull_finish(c, &x)) != FERRY_OK) {
 		return rv;
 	}
@@ -94,8 +95,12 @@ ferry_client_pull(ferry_client *c, float *const *w)
 	return FERRY_OK;
 }
 
-void
-ferry__clip_prepare(ferry_client *c, struct xfer *x)
+// clip_prepare sets x->clip_scale for a push of the caller's fp32
+// gradients x->g over x->n_samples samples: with opts.clip_norm > 0 and a
+// per-sample global L2 norm above it, clip_norm / norm; else 0 (no
+// scaling). One read of the gradient; no allocation.
+static void
+clip_prepare(ferry_client *c, struct xfer *x)
 {
 	double ss     = 0, norm;
 	x->clip_scale = 0;
@@ -125,7 +130,7 @@ ferry_client_push(ferry_client *c, const float *const *g, uint32_t n_samples)
 	    (rv = check_samples(c, n_samples)) != FERRY_OK) {
 		return rv;
 	}
-	ferry__clip_prepare(c, &x);
+	clip_prepare(c, &x);
 	if ((rv = ferry__op_run(c, &x)) != FERRY_OK) {
 		return rv;
 	}
@@ -161,7 +166,7 @@ push_pull_run(ferry_client *c, struct xfer *x, const void *in)
 		return rv;
 	}
 	ferry__auto_step(c);
-	ferry__clip_prepare(c, x);
+	clip_prepare(c, x);
 	x->pull_want = c->lockstep ? c->version + 1 : 0;
 	if ((rv = ferry__op_run(c, x)) != FERRY_OK ||
 	    (rv = ferry__pull_finish(c, x)) != FERRY_OK) {

@@ -29,20 +29,6 @@ sink_rv(ferry_client *c, uint32_t id, const char *cb, int rv)
 	    id, ferry_strerror(rv));
 }
 
-// all_finite reports whether n floats at x hold no NaN or Inf, testing
-// the exponent bits so that the loop vectorises.
-static int
-all_finite(const float *x, size_t n)
-{
-	uint32_t bad = 0;
-	for (size_t i = 0; i < n; i++) {
-		uint32_t u;
-		memcpy(&u, &x[i], 4);
-		bad |= (u & 0x7f800000u) == 0x7f800000u;
-	}
-	return !bad;
-}
-
 // take_shard applies the reply refs of one shard (r[0..k)): to the
 // client's reference and the caller's tensor, or through the pull sink
 // when one is set. Returns FERRY_OK, or FERRY_ECORRUPT when the reference
@@ -165,7 +151,7 @@ take_shard(ferry_client *c, size_t m, int weights, uint32_t id,
 			return FERRY_ECORRUPT;
 		}
 	}
-	if (!sink && !all_finite(dst, si->len)) {
+	if (!sink && !fb_all_finite(dst, si->len)) {
 		// A server bug or a hostile server: never hand the caller
 		// weights that would poison every later step.
 		return ferry__fail(c, FERRY_EPROTO,

@@ -2,7 +2,7 @@
 // or the push body with each shard's bytes (fp32 straight from the
 // caller's tensor, or codes staged once per operation with error
 // feedback, or the caller's own codes), scaled first when clip_norm
-// clips the step (ferry__clip_prepare).
+// clips the step (clip_prepare, ops.c).
 //
 // DESIGN. fp32 gradients go straight from the caller's tensor into the
 // outgoing nng message, built in the last reply from that server when it
@@ -57,50 +57,54 @@ ferry__codes_stage(ferry_client *c, struct xfer *x, size_t t0, size_t t1)
 	return FERRY_OK;
 }
 
-// ferry__request_build creates the message for the shards in s->req
-// (method s->method).
-int
-ferry__request_build(ferry_client *c, struct slot *s, struct xfer *x,
+// pull_build finishes h as the header-only request of a pull for the
+// shards in s->req. It reads only the pull part of x (the version it
+// waits for, whether it is a full resync): never the push staging.
+static int
+pull_build(ferry_client *c, struct slot *s, const struct xfer *x,
+    Pswire__Header *h, nng_msg **out)
+{
+	Pswire__PullRequest pl = PSWIRE__PULL_REQUEST__INIT;
+	uint8_t            *payload;
+	size_t              hl;
+	uint64_t            have = UINT64_MAX;
+	for (size_t i = 0; i < s->req_n; i++) {
+		uint64_t v = c->shard_ver[s->req[i]];
+		have       = v < have ? v : have;
+	}
+	pl.n_shards     = s->req_n;
+	pl.shards       = s->req;
+	pl.version      = x->pull_want;
+	pl.have_version = have;
+	pl.full         = x->op == OP_PULL_FULL || c->cpull.id == COMP_NONE;
+	pl.weights = s->pull_weights = c->auto_pull &&
+	    c->conns[s->m].pull_rung == 0;
+	for (size_t i = 0; i < s->req_n && !pl.full; i++) {
+		// A shard never pulled has no reference to patch.
+		pl.full = c->ref_at[s->req[i]] == REF_NONE;
+	}
+	h->body_case = PSWIRE__HEADER__BODY_PULL_REQ;
+	h->pull_req  = &pl;
+	hl           = pswire__header__get_packed_size(h);
+	if (psw_msg_begin(out, hl, 0, &payload) != FB_OK) {
+		return FB_ENOMEM;
+	}
+	return psw_msg_finish(*out, s->method, 0, &h->base, hl, 0);
+}
+
+// push_build finishes h as the push (or push-pull) request for the
+// shards in s->req, with one ShardRef and the bytes per shard.
+static int
+push_build(ferry_client *c, struct slot *s, struct xfer *x, Pswire__Header *h,
     nng_msg **out)
 {
-	Pswire__Header      h  = PSWIRE__HEADER__INIT;
 	Pswire__PushRequest pr = PSWIRE__PUSH_REQUEST__INIT;
-	Pswire__PullRequest pl = PSWIRE__PULL_REQUEST__INIT;
 	Pswire__ShardRef    refs_stack[64], *refs = refs_stack;
 	Pswire__ShardRef   *ptr_stack[64], **ptrs = ptr_stack;
 	uint8_t            *payload;
 	size_t              hl, plen = 0;
 	int                 rv = FB_OK;
 
-	h.request_id = s->rid = c->next_rid++;
-	h.deadline_ms         = ferry__timeout(c);
-	h.epoch               = c->pl->epoch;
-	h.rank                = (uint32_t) c->opts.rank;
-	if (s->method == PSWIRE__METHOD__PULL) {
-		uint64_t have = UINT64_MAX;
-		for (size_t i = 0; i < s->req_n; i++) {
-			uint64_t v = c->shard_ver[s->req[i]];
-			have       = v < have ? v : have;
-		}
-		pl.n_shards     = s->req_n;
-		pl.shards       = s->req;
-		pl.version      = x->pull_want;
-		pl.have_version = have;
-		pl.full    = x->op == OP_PULL_FULL || c->cpull.id == COMP_NONE;
-		pl.weights = s->pull_weights = c->auto_pull &&
-		    c->conns[s->m].pull_rung == 0;
-		for (size_t i = 0; i < s->req_n && !pl.full; i++) {
-			// A shard never pulled has no reference to patch.
-			pl.full = c->ref_at[s->req[i]] == REF_NONE;
-		}
-		h.body_case = PSWIRE__HEADER__BODY_PULL_REQ;
-		h.pull_req  = &pl;
-		hl          = pswire__header__get_packed_size(&h);
-		if (psw_msg_begin(out, hl, 0, &payload) != FB_OK) {
-			return FB_ENOMEM;
-		}
-		return psw_msg_finish(*out, s->method, 0, &h.base, hl, 0);
-	}
 	if (s->req_n > 64) {
 		refs = fb_alloc(s->req_n * sizeof(*refs));
 		ptrs = fb_alloc(s->req_n * sizeof(*ptrs));
@@ -142,9 +146,9 @@ ferry__request_build(ferry_client *c, struct slot *s, struct xfer *x,
 	        PSWIRE__METHOD__PUSH_PULL &&
 	    c->auto_pull && c->conns[s->m].pull_rung == 0;
 	c->conns[s->m].link_push_bytes += plen;
-	h.body_case = PSWIRE__HEADER__BODY_PUSH_REQ;
-	h.push_req  = &pr;
-	hl          = pswire__header__get_packed_size(&h);
+	h->body_case = PSWIRE__HEADER__BODY_PUSH_REQ;
+	h->push_req  = &pr;
+	hl           = pswire__header__get_packed_size(h);
 	// A push body is about as large as the last reply from this server
 	// (same shards): build it there, with no allocation and no zeroing.
 	if (s->spare != NULL &&
@@ -177,7 +181,7 @@ ferry__request_build(ferry_client *c, struct slot *s, struct xfer *x,
 		}
 		memcpy(payload + refs[i].offset, src, refs[i].length);
 	}
-	rv = psw_msg_finish(*out, s->method, 0, &h.base, hl, plen);
+	rv = psw_msg_finish(*out, s->method, 0, &h->base, hl, plen);
 	if (rv != FB_OK) {
 		nng_msg_free(*out);
 	}
@@ -187,4 +191,23 @@ done:
 		fb_free(ptrs);
 	}
 	return rv;
+}
+
+// ferry__request_build creates the message for the shards in s->req
+// (method s->method): the header every request carries, then a pull's or a
+// push's body.
+int
+ferry__request_build(ferry_client *c, struct slot *s, struct xfer *x,
+    nng_msg **out)
+{
+	Pswire__Header h = PSWIRE__HEADER__INIT;
+
+	h.request_id = s->rid = c->next_rid++;
+	h.deadline_ms         = ferry__timeout(c);
+	h.epoch               = c->pl->epoch;
+	h.rank                = (uint32_t) c->opts.rank;
+	if (s->method == PSWIRE__METHOD__PULL) {
+		return pull_build(c, s, x, &h, out);
+	}
+	return push_build(c, s, x, &h, out);
 }

@@ -1,8 +1,8 @@
 // sched.c — the scheduler's side of a client: header-only calls to the
 // scheduler, fetching the placement map (the first one and, when a shard
 // moved, the next epoch), checking it against the declared tensor table,
-// and keeping one connection per server of the map with the list of
-// shards it holds.
+// and the reset after a rollback. The connections a map names are
+// conn.c's.
 #include "client_impl.h"
 
 // ferry__sched_call sends h (no payload) to the scheduler and returns the
@@ -90,77 +90,6 @@ ferry__map_fetch(ferry_client *c, uint64_t min_epoch, Pswire__Header **rh)
 		return ferry__fail(c, FERRY_EPROTO,
 		    "GetPlacement reply has no map");
 	}
-	return FERRY_OK;
-}
-
-// ferry__conns_open dials every server of map p that is not dialed yet (a
-// later map may list more servers: one joined the job).
-int
-ferry__conns_open(ferry_client *c, const Pswire__Placement *p)
-{
-	size_t had = c->n_conns;
-	int    rv;
-	if (p->n_servers < had) {
-		return ferry__fail(c, FERRY_EPROTO,
-		    "map lists %zu servers, fewer than the %zu known",
-		    p->n_servers, had);
-	}
-	if (p->n_servers > had) {
-		struct conn *cs = fb_realloc(c->conns,
-		    p->n_servers * sizeof(*c->conns));
-		if (cs == NULL) {
-			return ferry__fail(c, FERRY_ENOMEM, "out of memory");
-		}
-		memset(cs + had, 0, (p->n_servers - had) * sizeof(*cs));
-		c->conns   = cs;
-		c->n_conns = p->n_servers;
-	}
-	for (size_t m = had; m < c->n_conns; m++) {
-		struct conn *cn = &c->conns[m];
-		if (psw_req_open(c->tls, p->servers[m], 1u << 30, 20, 500,
-		        &cn->sock, &cn->ctx, &cn->aio) != FB_OK) {
-			c->n_conns = m; // close only what was opened
-			return ferry__fail(c, FERRY_ECONNECT,
-			    "cannot dial server %s", p->servers[m]);
-		}
-		if ((rv = ferry__slots_open(c, cn, m)) != FERRY_OK) {
-			c->n_conns = m + 1; // ferry_client_close frees it
-			return ferry__fail(c, rv,
-			    "cannot open the request contexts of server %s",
-			    p->servers[m]);
-		}
-	}
-	return FERRY_OK;
-}
-
-// ferry__conns_assign lists, per server, the shards the current map gives it.
-int
-ferry__conns_assign(ferry_client *c)
-{
-	for (size_t m = 0; m < c->n_conns; m++) {
-		fb_free(c->conns[m].shards);
-		c->conns[m].shards = NULL;
-		c->conns[m].n      = 0;
-		c->conns[m].bytes  = 0;
-	}
-	for (size_t i = 0; i < c->pl->n_shards; i++) {
-		c->conns[c->pl->shards[i]->server].n++;
-	}
-	for (size_t m = 0; m < c->n_conns; m++) {
-		struct conn *cn = &c->conns[m];
-		cn->shards = fb_alloc((cn->n ? cn->n : 1) * sizeof(uint32_t));
-		if (cn->shards == NULL || ferry__slots_size(cn) != FERRY_OK) {
-			return ferry__fail(c, FERRY_ENOMEM, "out of memory");
-		}
-		cn->n = 0;
-	}
-	for (size_t i = 0; i < c->pl->n_shards; i++) {
-		struct conn *cn     = &c->conns[c->pl->shards[i]->server];
-		cn->shards[cn->n++] = (uint32_t) i;
-		cn->bytes += c->pl->shards[i]->len * 4;
-		c->replicated |= c->pl->shards[i]->n_backups > 0;
-	}
-	c->recoverable = c->replicated || c->pl->snapshots;
 	return FERRY_OK;
 }
 

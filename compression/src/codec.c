@@ -32,36 +32,6 @@ static const char *const names[COMP_CODEC_COUNT] = {
 	[COMP_RANDK_Q4] = "randk+q4",
 };
 
-// ---- kernel selection ------------------------------------------------------
-
-static int simd_enabled = 1;
-
-void
-comp_simd_set(int enable)
-{
-	simd_enabled = enable != 0;
-}
-
-const struct comp__kern *
-comp__kern(void)
-{
-	const struct comp__kern *k = simd_enabled ? comp__kern_avx512() : NULL;
-	return k != NULL ? k : &comp__kern_portable;
-}
-
-const struct comp__f16 *
-comp__f16(void)
-{
-	const struct comp__f16 *k = simd_enabled ? comp__f16_f16c() : NULL;
-	return k != NULL ? k : &comp__f16_portable;
-}
-
-const char *
-comp_simd_name(void)
-{
-	return comp__kern()->name;
-}
-
 // ---- codec descriptions ----------------------------------------------------
 
 const char *

@@ -1,6 +1,7 @@
 // comp_impl.h — internal umbrella of the comp library: the per-codec entry
-// points that codec.c dispatches to, and the kernel table that lets the
-// bucketed quantizer run on portable C or AVX-512.
+// points that codec.c dispatches to, and the kernel tables (quant_kern.c,
+// float16_kern.c, picked in kern.c) that let the codecs run on portable C,
+// AVX-512 or F16C.
 #ifndef COMP_IMPL_H
 #define COMP_IMPL_H
 
@@ -86,11 +87,12 @@ struct comp__kern {
 	    uint8_t *codes);
 };
 
+// The portable table and its AVX-512 twin (quant_kern.c).
 extern const struct comp__kern comp__kern_portable;
 // comp__kern_avx512 returns the AVX-512 table, or NULL when the CPU (or the
 // compiler) lacks AVX-512F/BW/VL.
 const struct comp__kern       *comp__kern_avx512(void);
-// comp__kern returns the table in use (see comp_simd_set).
+// comp__kern returns the table in use (kern.c; see comp_simd_set).
 const struct comp__kern       *comp__kern(void);
 
 // Bucketed quantizer (quant.c). b is 8, 4 or 2; 1 means the scaled sign.
@@ -113,7 +115,7 @@ int comp__q_ref_encode(unsigned b, uint32_t bucket, const float *x, float *ref,
 void comp__q_decode(unsigned b, uint32_t bucket, const uint8_t *in, size_t n,
     float *out, int mode);
 
-// fp16 kernels: portable (float16.c) and F16C (float16_f16c.c), the same
+// fp16 kernels: portable and F16C (both float16_kern.c), the same
 // bytes and floats. enc writes n halves little-endian; dec stores per mode.
 // bf16_enc is the bf16 encoder (built for AVX2 in the fast table).
 struct comp__f16 {
@@ -143,10 +145,11 @@ extern const struct comp__f16 comp__f16_portable;
 // comp__f16_f16c returns the F16C kernels, or NULL when the CPU (or the
 // compiler) lacks F16C and AVX2.
 const struct comp__f16       *comp__f16_f16c(void);
-// comp__f16 returns the kernels in use (see comp_simd_set).
+// comp__f16 returns the kernels in use (kern.c; see comp_simd_set).
 const struct comp__f16       *comp__f16(void);
 
-// fp32 / fp16 / bf16 (float16.c).
+// fp16 <-> fp32 on bit patterns (float16_kern.c); bf16 and the
+// element-wise codecs (float16.c).
 uint16_t comp__f32_to_f16(float f);
 float    comp__f16_to_f32(uint16_t h);
 uint16_t comp__f32_to_bf16(float f);
@@ -156,22 +159,16 @@ void     comp__flt_decode(uint32_t id, const uint8_t *in, size_t n, float *out,
         int mode);
 
 // topk (topk.c). The size is 4 + 8 * comp_topk_k(ratio, n).
-// comp__topk_kth returns the bit pattern T of the k-th largest |x|
-// (1 <= k <= n, x finite) and in *ties how many values with |x| == T the
-// k kept take (the lowest-indexed ones): every |x| > T is kept too.
-uint32_t comp__topk_kth(const float *x, size_t n, size_t k, size_t *ties);
 // comp__topk_select finds the k largest |x| (1 <= k <= n; ties to the
 // lowest indices) and sets *list to their k indices, increasing, in the
 // thread's workspace (comp__work), and *spare to room there for k more
 // floats; both stay valid until the thread's next comp call. FB_EINVAL if
 // an x is not finite, FB_ENOMEM if the workspace cannot grow.
-int      comp__topk_select(const float *x, size_t n, size_t k, uint32_t **list,
-         float **spare);
-// comp__finite_all is 1 if every x[0..n) is finite.
-int      comp__finite_all(const float *x, size_t n);
-int      comp__topk_encode(size_t k, const float *x, size_t n, uint8_t *out);
-int      comp__topk_validate(const uint8_t *in, size_t len, size_t n);
-void     comp__topk_decode(const uint8_t *in, size_t n, float *out, int mode);
+int  comp__topk_select(const float *x, size_t n, size_t k, uint32_t **list,
+     float **spare);
+int  comp__topk_encode(size_t k, const float *x, size_t n, uint8_t *out);
+int  comp__topk_validate(const uint8_t *in, size_t len, size_t n);
+void comp__topk_decode(const uint8_t *in, size_t n, float *out, int mode);
 
 // Sparse composites and random-k (sparse.c): topk+q8/q4 (Elias-Fano
 // indices, quantized values), randk and randk+q8/q4 (seeded index set).

@@ -61,19 +61,6 @@ is_randk(uint32_t id)
 	return id == COMP_RANDK || id == COMP_RANDK_Q8 || id == COMP_RANDK_Q4;
 }
 
-static void
-put_u64(uint8_t *p, uint64_t v)
-{
-	fb_put_u32le(p, (uint32_t) v);
-	fb_put_u32le(p + 4, (uint32_t) (v >> 32));
-}
-
-static uint64_t
-get_u64(const uint8_t *p)
-{
-	return fb_get_u32le(p) | (uint64_t) fb_get_u32le(p + 4) << 32;
-}
-
 // ---- sizes -----------------------------------------------------------------
 
 // ef_low is l: the largest l with k * 2^l <= n (0 when k == 0).
@@ -327,14 +314,14 @@ comp__sparse_encode(const struct comp_codec *c, const float *x, size_t n,
 	fb_put_u32le(out, (uint32_t) k);
 	if (k == 0) { // n == 0
 		if (is_randk(c->id))
-			put_u64(out + 4, seed_of(x, n, rng));
+			fb_put_u64le(out + 4, seed_of(x, n, rng));
 		return FB_OK;
 	}
 	uint32_t *list;
 	float    *vals;
 	if (is_randk(c->id)) {
 		uint64_t seed = seed_of(x, n, rng);
-		put_u64(out + 4, seed);
+		fb_put_u64le(out + 4, seed);
 		if ((list = comp__work(8 * k)) == NULL)
 			return FB_ENOMEM;
 		vals = (float *) (void *) (list + k);
@@ -424,8 +411,8 @@ comp__sparse_decode(const struct comp_codec *c, const uint8_t *in, size_t n,
 	float          L      = (float) ((1u << (b < 32 ? b - 1 : 1)) - 1);
 	float          step   = 0.0f;
 	struct src     s;
-	src_init(&s, c->id, in + 4, is_randk(c->id) ? get_u64(in + 4) : 0, n,
-	    k);
+	src_init(&s, c->id, in + 4, is_randk(c->id) ? fb_get_u64le(in + 4) : 0,
+	    n, k);
 	if (mode == COMP__SET)
 		memset(out, 0, n * sizeof *out);
 	// Two chunks in flight: the next chunk's indices are produced and

@@ -69,8 +69,11 @@ kth_bits(const float *x, size_t n, size_t k, size_t *above)
 	return prefix;
 }
 
-uint32_t
-comp__topk_kth(const float *x, size_t n, size_t k, size_t *ties)
+// topk_kth returns the bit pattern T of the k-th largest |x| (1 <= k <=
+// n, x finite) and in *ties how many values with |x| == T the k kept take
+// (the lowest-indexed ones): every |x| > T is kept too.
+static uint32_t
+topk_kth(const float *x, size_t n, size_t k, size_t *ties)
 {
 	size_t   above;
 	uint32_t t = kth_bits(x, n, k, &above);
@@ -131,8 +134,11 @@ cand_threshold(const float *x, size_t n, size_t k, size_t cap)
 	return kth_count(samp, SAMPLES, (size_t) r, 0, mx + 1, NULL);
 }
 
-int
-comp__finite_all(const float *x, size_t n)
+// finite_all is 1 if every x[0..n) is finite: one pass of the kernel
+// table's absmax (AVX-512 where the CPU has it, faster there than
+// fb_all_finite's portable loop).
+static int
+finite_all(const float *x, size_t n)
 {
 	return n == 0 || comp__kern()->absmax_bits(x, n) < COMP__INF_BITS;
 }
@@ -205,9 +211,9 @@ comp__topk_select(const float *x, size_t n, size_t k, uint32_t **list,
 			return FB_OK;
 		}
 	}
-	if (!comp__finite_all(x, n))
+	if (!finite_all(x, n))
 		return FB_EINVAL;
-	uint32_t t = comp__topk_kth(x, n, k, &ties);
+	uint32_t t = topk_kth(x, n, k, &ties);
 	keep_all(x, n, k, t, ties, idx);
 	return FB_OK;
 }
@@ -216,7 +222,7 @@ int
 comp__topk_encode(size_t k, const float *x, size_t n, uint8_t *out)
 {
 	if (k == 0) {
-		if (!comp__finite_all(x, n))
+		if (!finite_all(x, n))
 			return FB_EINVAL;
 		fb_put_u32le(out, 0);
 		return FB_OK;

@@ -92,20 +92,6 @@ struct psw_auth {
 	uint64_t         tick;
 };
 
-static void
-put_u64(uint8_t *p, uint64_t v)
-{
-	fb_put_u32le(p, (uint32_t) v);
-	fb_put_u32le(p + 4, (uint32_t) (v >> 32));
-}
-
-static uint64_t
-get_u64(const uint8_t *p)
-{
-	return (uint64_t) fb_get_u32le(p) |
-	    (uint64_t) fb_get_u32le(p + 4) << 32;
-}
-
 // ---- the MAC --------------------------------------------------------------
 
 static pthread_once_t   gcry_once = PTHREAD_ONCE_INIT;
@@ -357,9 +343,9 @@ psw_auth_sign(struct psw_auth *a, nng_msg *m, uint64_t channel,
 	t[0] = (uint8_t) (self >> 32);
 	fb_put_u32le(t + T_ID, (uint32_t) self);
 	fb_put_u32le(t + T_NONCE, a->nonce);
-	put_u64(t + T_CHAN, channel);
-	put_u64(t + T_CTR, ctr);
-	put_u64(t + T_REPLY, reply_to);
+	fb_put_u64le(t + T_CHAN, channel);
+	fb_put_u64le(t + T_CTR, ctr);
+	fb_put_u64le(t + T_REPLY, reply_to);
 	body = nng_msg_body(m);
 	fb_put_u16le(body + 6, fb_get_u16le(body + 6) | PSW_FLAG_SIGNED);
 	// psw_msg_begin reserved the room: neither append reallocates.
@@ -501,9 +487,9 @@ psw_auth_check_request(struct psw_auth *a, const struct psw_frame *f,
 		return FB_EAUTH;
 	}
 	t   = f->trailer;
-	ch  = get_u64(t + T_CHAN);
-	ctr = get_u64(t + T_CTR);
-	if (get_u64(t + T_REPLY) != 0 || (f->flags & PSW_FLAG_REPLY)) {
+	ch  = fb_get_u64le(t + T_CHAN);
+	ctr = fb_get_u64le(t + T_CTR);
+	if (fb_get_u64le(t + T_REPLY) != 0 || (f->flags & PSW_FLAG_REPLY)) {
 		*why = "a signed reply was sent as a request";
 		atomic_fetch_add_explicit(&a->refused, 1,
 		    memory_order_relaxed);
@@ -555,7 +541,7 @@ psw_auth_check_reply(struct psw_auth *a, const struct psw_frame *f,
 		    memory_order_relaxed);
 		return FB_EAUTH;
 	}
-	if (get_u64(f->trailer + T_REPLY) != reply_to || reply_to == 0) {
+	if (fb_get_u64le(f->trailer + T_REPLY) != reply_to || reply_to == 0) {
 		*why = "reply does not answer this request (replayed)";
 	} else if (who.role != want_role &&
 	    !(f->method == PSWIRE__METHOD__SNAPSHOT &&

@@ -1,5 +1,6 @@
 // fb/fb.h — the ground floor every Ferry module stands on: error codes,
-// logging, allocation hooks, clocks, CRC32 and little-endian helpers.
+// logging, allocation hooks, clocks, CRC32, little-endian helpers and the
+// all-finite check of fp32 buffers.
 //
 // Nothing here touches the network. All functions are thread-safe unless a
 // comment says otherwise.
@@ -159,6 +160,20 @@ fb_get_u16le(const uint8_t *p)
 	return (uint16_t) (p[0] | (p[1] << 8));
 }
 
+static inline void
+fb_put_u64le(uint8_t *p, uint64_t v)
+{
+	fb_put_u32le(p, (uint32_t) v);
+	fb_put_u32le(p + 4, (uint32_t) (v >> 32));
+}
+
+static inline uint64_t
+fb_get_u64le(const uint8_t *p)
+{
+	return (uint64_t) fb_get_u32le(p) |
+	    ((uint64_t) fb_get_u32le(p + 4) << 32);
+}
+
 // float <-> little-endian bytes, bit-exact (no platform struct layout).
 static inline void
 fb_put_f32le(uint8_t *p, float f)
@@ -175,6 +190,24 @@ fb_get_f32le(const uint8_t *p)
 	float    f;
 	memcpy(&f, &u, 4);
 	return f;
+}
+
+// fb_all_finite reports whether the n fp32 values at p (any alignment: a
+// float array or payload bytes) hold no NaN and no Inf. It tests the
+// exponent bits rather than calling isfinite(), so the loop vectorises,
+// and it is inline so that it does so under the caller's flags in a hot
+// loop (a pull's check of every shard, a server's of every push).
+static inline int
+fb_all_finite(const void *p, size_t n)
+{
+	const uint8_t *b   = (const uint8_t *) p;
+	uint32_t       bad = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t u;
+		memcpy(&u, b + 4 * i, 4);
+		bad |= (u & 0x7f800000u) == 0x7f800000u;
+	}
+	return !bad;
 }
 
 // ---- small parsing helpers -------------------------------------------------

@@ -1,13 +1,232 @@
-// quant_avx512.c — AVX-512 (F, BW, VL) kernels for q8, q4, q2 and sign.
+// quant_kern.c — the kernels behind q8, q4, q2, sign, top-k's candidate
+// pass and randk's seed hash (struct comp__kern): the portable C ones and
+// their AVX-512 (F, BW, VL) twins, side by side.
 //
-// Compiled with per-function target attributes, so the library still runs
-// on any x86-64 (and builds on other architectures, where this table is just
-// absent); comp__kern() picks it at run time with __builtin_cpu_supports.
-// Each kernel computes exactly what its portable twin in quant.c computes:
-// rounding uses the explicit round-to-nearest-even conversion, and decoding
-// multiplies then adds in two instructions (no FMA), so the floats are the
-// same bits. tests/compression/test_quant_avx512.c compares the two.
+// The AVX-512 kernels are compiled with per-function target attributes, so
+// the library still runs on any x86-64 (and builds on other architectures,
+// where that table is just absent); comp__kern() (kern.c) picks it at run
+// time with __builtin_cpu_supports. Each computes exactly what its portable
+// twin here computes: rounding uses the explicit round-to-nearest-even
+// conversion, and decoding multiplies then adds in two instructions (no
+// FMA), so the floats are the same bits. The AVX-512 kernels hand their
+// tails to the portable ones. tests/compression/test_quant_avx512.c
+// compares the two.
+#include <math.h>
+#include <string.h>
+
 #include "comp_impl.h"
+
+// ---- portable kernels -----------------------------------------------------
+
+static uint32_t
+absmax_bits_c(const float *x, size_t m)
+{
+	uint32_t mx = 0;
+	for (size_t i = 0; i < m; i++) {
+		uint32_t u = comp__f2u(x[i]) & 0x7fffffffu;
+		mx         = u > mx ? u : mx;
+	}
+	return mx;
+}
+
+static void
+q8_enc_c(const float *x, size_t m, float inv, uint8_t *codes)
+{
+	for (size_t i = 0; i < m; i++)
+		codes[i] = (uint8_t) (int8_t) comp__qround(x[i] * inv, 127.0f);
+}
+
+static void
+q4_enc_c(const float *x, size_t m, float inv, uint8_t *codes)
+{
+	size_t i = 0;
+	for (; i + 2 <= m; i += 2) {
+		unsigned lo = (unsigned) comp__qround(x[i] * inv, 7.0f) & 0xfu;
+		unsigned hi = (unsigned) comp__qround(x[i + 1] * inv, 7.0f) &
+		    0xfu;
+		codes[i / 2] = (uint8_t) (lo | (hi << 4));
+	}
+	if (i < m)
+		codes[i / 2] = (uint8_t) ((unsigned) comp__qround(x[i] * inv,
+		                              7.0f) &
+		    0xfu);
+}
+
+static void
+q8_dec_c(const uint8_t *codes, size_t m, float step, float *out, int mode)
+{
+	// One loop per mode so that each one vectorises on its own.
+	if (mode == COMP__SET) {
+		for (size_t i = 0; i < m; i++)
+			out[i] = (float) (int8_t) codes[i] * step;
+	} else if (mode == COMP__ADD) {
+		for (size_t i = 0; i < m; i++)
+			out[i] = out[i] + (float) (int8_t) codes[i] * step;
+	} else {
+		for (size_t i = 0; i < m; i++)
+			out[i] = out[i] - (float) (int8_t) codes[i] * step;
+	}
+}
+
+static inline int
+nib(unsigned v)
+{
+	return (int) ((v & 0xfu) ^ 0x8u) - 8;
+}
+
+static void
+q4_dec_c(const uint8_t *codes, size_t m, float step, float *out, int mode)
+{
+	for (size_t i = 0; i < m; i++) {
+		int q = nib(codes[i / 2] >> ((i & 1) * 4));
+		comp__store(out, i, (float) q * step, mode);
+	}
+}
+
+static int
+q8_bad_c(const uint8_t *codes, size_t nbytes)
+{
+	unsigned bad = 0;
+	for (size_t i = 0; i < nbytes; i++)
+		bad |= codes[i] == 0x80;
+	return (int) bad;
+}
+
+// A nibble is 0b1000 when its top bit is set and its three low bits clear.
+static inline unsigned
+q4_bad_byte(unsigned c)
+{
+	return c & 0x88u & ~((c << 1) | (c << 2) | (c << 3));
+}
+
+static int
+q4_bad_c(const uint8_t *codes, size_t nbytes)
+{
+	unsigned bad = 0;
+	for (size_t i = 0; i < nbytes; i++)
+		bad |= q4_bad_byte(codes[i]);
+	return bad != 0;
+}
+
+static void
+q2_enc_c(const float *x, size_t m, float inv, uint8_t *codes)
+{
+	for (size_t i = 0; i < m; i += 4) {
+		unsigned byte = 0;
+		for (size_t r = 0; r < 4 && i + r < m; r++)
+			byte |= ((unsigned) comp__qround(x[i + r] * inv,
+			             1.0f) &
+			            3u)
+			    << (2 * r);
+		codes[i / 4] = (uint8_t) byte;
+	}
+}
+
+static void
+q2_dec_c(const uint8_t *codes, size_t m, float step, float *out, int mode)
+{
+	for (size_t i = 0; i < m; i++) {
+		int q = comp__sext(comp__get_code(2, codes, i), 2);
+		comp__store(out, i, (float) q * step, mode);
+	}
+}
+
+static void
+sign_enc_c(const float *x, size_t m, uint8_t *codes)
+{
+	for (size_t i = 0; i < m; i += 8) {
+		unsigned byte = 0;
+		for (size_t r = 0; r < 8 && i + r < m; r++)
+			byte |= (unsigned) (x[i + r] < 0.0f) << r;
+		codes[i / 8] = (uint8_t) byte;
+	}
+}
+
+static void
+sign_dec_c(const uint8_t *codes, size_t m, float s, float *out, int mode)
+{
+	for (size_t i = 0; i < m; i++)
+		comp__store(out, i, comp__get_code(1, codes, i) ? -s : s,
+		    mode);
+}
+
+static double
+abs_sum_c(const float *x, size_t m)
+{
+	double lane[8] = { 0 };
+	for (size_t i = 0; i < m; i++)
+		lane[i & 7] += fabs((double) x[i]);
+	double sum = lane[0];
+	for (int r = 1; r < 8; r++)
+		sum += lane[r];
+	return sum;
+}
+
+static size_t
+collect_ge_c(const float *x, size_t n, uint32_t t, uint32_t *idx,
+    uint32_t *bits, size_t cap, uint32_t *maxbits)
+{
+	size_t   c  = 0;
+	uint32_t mx = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t a = comp__f2u(x[i]) & 0x7fffffffu;
+		mx         = a > mx ? a : mx;
+		if (a >= t) {
+			if (c == cap)
+				return cap + 1;
+			idx[c]    = (uint32_t) i;
+			bits[c++] = a;
+		}
+	}
+	*maxbits = mx;
+	return c;
+}
+
+static size_t
+count_ge_c(const uint32_t *a, size_t m, uint32_t t)
+{
+	if (t > 0x7fffffffu)
+		return 0;
+	// signed compares (every pattern < 2^31) and a u32 count (m < 2^32)
+	// so that the loop vectorises on plain SSE2
+	int32_t  st = (int32_t) t;
+	uint32_t c  = 0;
+	for (size_t i = 0; i < m; i++)
+		c += (int32_t) a[i] >= st;
+	return c;
+}
+
+static void
+seed_sums_c(const float *x, size_t n, uint32_t *s1, uint32_t *s2)
+{
+	uint32_t a = 0, b = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t u = comp__f2u(x[i]);
+		a += u;
+		b += u ^ (uint32_t) i;
+	}
+	*s1 = a;
+	*s2 = b;
+}
+
+const struct comp__kern comp__kern_portable = {
+	.name        = "portable",
+	.absmax_bits = absmax_bits_c,
+	.q8_enc      = q8_enc_c,
+	.q4_enc      = q4_enc_c,
+	.q8_dec      = q8_dec_c,
+	.q4_dec      = q4_dec_c,
+	.q8_bad      = q8_bad_c,
+	.q4_bad      = q4_bad_c,
+	.q2_enc      = q2_enc_c,
+	.q2_dec      = q2_dec_c,
+	.sign_enc    = sign_enc_c,
+	.sign_dec    = sign_dec_c,
+	.abs_sum     = abs_sum_c,
+	.collect_ge  = collect_ge_c,
+	.count_ge    = count_ge_c,
+	.seed_sums   = seed_sums_c,
+};
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

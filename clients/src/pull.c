@@ -1,0 +1,85 @@
+// pull.c — a pull's own path through the exchange: marking the shards it
+// asks for (every one, or those a pull flagged for a full resync),
+// running it, resyncing what drifted, and recording the version held.
+//
+// DESIGN. A pull's struct xfer carries only its pull part (the caller's
+// weight buffers and the version it waits for): no push codec is chosen,
+// nothing is staged, no gradient is clipped, so the push-side error
+// feedback (request.c) never sees a pull. The replies land through
+// reply.c into x->w or the pull sink. A push-pull shares the resync and
+// the version bookkeeping here once its exchange has run (exchange.c,
+// ops.c).
+#include "client_impl.h"
+
+int
+ferry__pull_run(ferry_client *c, struct xfer *x)
+{
+	ferry__xfer_begin(c, x);
+	for (size_t i = 0; i < c->pl->n_shards; i++) {
+		c->need[i] = x->op != OP_PULL_FULL || c->need_full[i]
+		    ? NEED_MAIN
+		    : NEED_NONE;
+		if (x->op == OP_PULL_FULL) {
+			c->need_full[i] = 0;
+		}
+	}
+	return ferry__xfer_until(c, x, 0, 0);
+}
+
+// ferry__pull_resync pulls in full the shards whose reference drifted (CRC
+// mismatch or a gap).
+int
+ferry__pull_resync(ferry_client *c, struct xfer *x)
+{
+	int need = 0, rv;
+	for (size_t i = 0; i < c->pl->n_shards; i++) {
+		need |= c->need_full[i];
+	}
+	if (!need) {
+		return FERRY_OK;
+	}
+	struct xfer full = {
+		.op        = OP_PULL_FULL,
+		.w         = x->w,
+		.pull_want = 0,
+	};
+	c->stats.resyncs++;
+	if ((rv = ferry__pull_run(c, &full)) != FERRY_OK) {
+		return rv;
+	}
+	for (size_t i = 0; i < c->pl->n_shards; i++) {
+		if (c->need_full[i]) {
+			return ferry__fail(c, FERRY_ECORRUPT,
+			    "shard %zu: reference CRC mismatch after a full "
+			    "resync",
+			    i);
+		}
+	}
+	return FERRY_OK;
+}
+
+// ferry__pull_finish resyncs shards whose reference drifted, then records
+// the version now held.
+int
+ferry__pull_finish(ferry_client *c, struct xfer *x)
+{
+	int rv;
+	if ((rv = ferry__pull_resync(c, x)) != FERRY_OK) {
+		return rv;
+	}
+	uint64_t v = UINT64_MAX;
+	for (size_t i = 0; i < c->pl->n_shards; i++) {
+		v = c->shard_ver[i] < v ? c->shard_ver[i] : v;
+	}
+	c->version = v;
+	c->stats.pulls++;
+	c->stats.staleness_last = c->pull_stale;
+	c->stats.staleness_sum += c->pull_stale;
+	if (c->pull_stale > c->stats.staleness_max) {
+		c->stats.staleness_max = c->pull_stale;
+	}
+	c->pull_stale    = 0;
+	c->want          = c->lockstep ? c->version : 0;
+	c->stats.version = c->version;
+	return FERRY_OK;
+}
