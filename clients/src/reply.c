@@ -45,6 +45,9 @@ take_shard(ferry_client *c, size_t m, int weights, uint32_t id,
 	float                   *dst = NULL, *ref = NULL;
 	struct ferry_pull_piece  p = { 0 };
 	int                      rv;
+	// Whether dst is known to hold no NaN or Inf: 1 yes, 0 no, -1 not
+	// checked yet.
+	int                      finite = -1;
 
 	if (!sink) {
 		dst = w[si->tensor] + si->offset;
@@ -75,7 +78,14 @@ take_shard(ferry_client *c, size_t m, int weights, uint32_t id,
 			}
 			ver = e->version;
 			if (!sink) {
-				memcpy(ref, p.data, e->length);
+				// Into the caller's tensor: copy and check
+				// in one pass (the check below is skipped).
+				if (ref == dst) {
+					finite = fb_copy_finite(ref, p.data,
+					    si->len);
+				} else {
+					memcpy(ref, p.data, e->length);
+				}
 				c->ref_at[id] = weights ? REF_NONE : REF_HOST;
 				continue;
 			}
@@ -151,7 +161,10 @@ take_shard(ferry_client *c, size_t m, int weights, uint32_t id,
 			return FERRY_ECORRUPT;
 		}
 	}
-	if (!sink && !fb_all_finite(dst, si->len)) {
+	if (finite < 0 && !sink) {
+		finite = fb_all_finite(dst, si->len);
+	}
+	if (finite == 0) {
 		// A server bug or a hostile server: never hand the caller
 		// weights that would poison every later step.
 		return ferry__fail(c, FERRY_EPROTO,

@@ -120,7 +120,7 @@ on_init(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 		// after.
 		if (!sh->init) {
 			memcpy(sh->x, v, sh->len * 4);
-			if (!ps__all_finite(sh->x, sh->len)) {
+			if (!fb_all_finite(sh->x, sh->len)) {
 				memset(sh->x, 0, sh->len * 4);
 				ps__server_reply_err(s, c,
 				    PSWIRE__STATUS__INVALID_ARGUMENT,
@@ -266,11 +266,11 @@ push_async(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 		struct comp_codec tmp;
 		int               rv = FB_OK, ok;
 		if (r->codec == COMP_NONE) {
-			ok = ps__all_finite(b, sh->len);
+			ok = fb_all_finite(b, sh->len);
 		} else {
 			rv = comp_decode(push_codec(s, r, &tmp), b, r->length,
 			    sh->len, s->sum);
-			ok = rv == FB_OK && ps__all_finite(s->sum, sh->len);
+			ok = rv == FB_OK && fb_all_finite(s->sum, sh->len);
 			g  = s->sum;
 		}
 		if (!ok) {
@@ -348,8 +348,8 @@ push_stage(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 		float            *slot = sh->stage + (size_t) rank * sh->len;
 		struct comp_codec tmp;
 		if (r->codec == COMP_NONE) { // length checked in check_refs
-			if (!ps__copy_finite(slot,
-			        c->frame.payload + r->offset, sh->len)) {
+			if (!fb_copy_finite(slot, c->frame.payload + r->offset,
+			        sh->len)) {
 				bad = (int) i;
 			}
 		} else if (comp_decode(push_codec(s, r, &tmp),
@@ -357,7 +357,7 @@ push_stage(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 		               sh->len, slot) != FB_OK) {
 			bad       = (int) i;
 			*bad_code = 1;
-		} else if (!ps__all_finite(slot, sh->len)) {
+		} else if (!fb_all_finite(slot, sh->len)) {
 			bad = (int) i;
 		}
 	}

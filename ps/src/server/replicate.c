@@ -636,7 +636,7 @@ replicate_check(struct ps_server *s, struct srv_shard *sh,
 	*apply = 0;
 	if (q->init) {
 		if (!sh->init) {
-			if (!ps__copy_finite(sh->x, p, sh->len)) {
+			if (!fb_copy_finite(sh->x, p, sh->len)) {
 				memset(sh->x, 0, sh->len * 4);
 				snprintf(why, n,
 				    "initial weights hold NaN or Inf");
@@ -681,7 +681,7 @@ replicate_check(struct ps_server *s, struct srv_shard *sh,
 		    crc, q->crc);
 		return PSWIRE__STATUS__DATA_LOSS;
 	}
-	if (!ps__all_finite(p, sh->len)) {
+	if (!fb_all_finite(p, sh->len)) {
 		snprintf(why, n, "aggregate holds NaN or Inf");
 		return PSWIRE__STATUS__INVALID_ARGUMENT;
 	}

@@ -270,14 +270,6 @@ int ps__server_own_shard(struct ps_server *s, struct ps_call *c, uint32_t id,
 
 // ---- finite.c --------------------------------------------------------------
 
-// ps__all_finite reports whether n floats at p (any alignment: payload
-// bytes) hold no NaN or Inf. No lock needed.
-int ps__all_finite(const void *p, size_t n);
-
-// ps__copy_finite copies n floats from payload bytes p to dst and reports
-// whether they hold no NaN or Inf (one pass instead of two). No lock.
-int ps__copy_finite(float *dst, const void *p, size_t n);
-
 // ps__update_finite reports whether x - scale * g stays finite for every
 // one of n elements, g being the floats at a (any alignment: payload
 // bytes), or a + b when b is not NULL. Read-only: a check before an

@@ -144,9 +144,9 @@ snap_add(struct ps_server *s, const struct srv_shard *sh)
 	FB_ASSERT(hl <= SNAP_HMAX); // our own values, bounded by the format
 	fb_put_u32le(r, sh->tensor);
 	fb_put_u32le(r + 4, (uint32_t) hl);
-	snap_put_u64(r + 8, sh->offset);
-	snap_put_u64(r + 16, sh->len);
-	snap_put_u64(r + 24, plen);
+	fb_put_u64le(r + 8, sh->offset);
+	fb_put_u64le(r + 16, sh->len);
+	fb_put_u64le(r + 24, plen);
 	pswire__transfer_request__pack(&t, r + SNAP_REC);
 	d = r + SNAP_REC + hl;
 	memcpy(d, sh->x, sh->len * 4);
@@ -182,7 +182,7 @@ snap_maybe_full(struct ps_server *s)
 	memcpy(p->buf, SNAP_MAGIC, 8);
 	fb_put_u32le(p->buf + 8, SNAP_FORMAT);
 	fb_put_u32le(p->buf + 12, s->index);
-	snap_put_u64(p->buf + 16, p->n_rec ? p->low : p->version);
+	fb_put_u64le(p->buf + 16, p->n_rec ? p->low : p->version);
 	fb_put_u32le(p->buf + 24, p->n_rec);
 	fb_put_u32le(p->buf + 28, s->pull_none ? 0 : SNAP_FLAG_REF);
 	p->state = SNAP_FULL;
@@ -276,7 +276,7 @@ snap_writer(void *arg)
 		}
 		p->state         = SNAP_WRITING;
 		size_t   len     = p->len;
-		uint64_t version = snap_get_u64(p->buf + 16);
+		uint64_t version = fb_get_u64le(p->buf + 16);
 		uint64_t t0      = fb_clock_ns();
 		uint64_t cur     = p->held[0];
 		pthread_mutex_unlock(&s->mu);

@@ -65,18 +65,4 @@ struct ps_snap {
 	uint64_t        n_rollbacks;
 };
 
-static inline void
-snap_put_u64(uint8_t *p, uint64_t v)
-{
-	fb_put_u32le(p, (uint32_t) v);
-	fb_put_u32le(p + 4, (uint32_t) (v >> 32));
-}
-
-static inline uint64_t
-snap_get_u64(const uint8_t *p)
-{
-	return (uint64_t) fb_get_u32le(p) |
-	    ((uint64_t) fb_get_u32le(p + 4) << 32);
-}
-
 #endif // PS_SNAPSHOT_H

@@ -125,7 +125,7 @@ snap_file_read(const char *path, struct snap_file *f, char *msg, size_t n)
 		    want, got);
 	}
 	f->index   = fb_get_u32le(f->buf + 12);
-	f->version = snap_get_u64(f->buf + 16);
+	f->version = fb_get_u64le(f->buf + 16);
 	f->n_rec   = fb_get_u32le(f->buf + 24);
 	f->flags   = fb_get_u32le(f->buf + 28);
 	if (f->n_rec > (f->len - SNAP_HDR) / SNAP_REC ||
@@ -144,9 +144,9 @@ snap_file_read(const char *path, struct snap_file *f, char *msg, size_t n)
 		const uint8_t *p  = f->buf + off;
 		uint32_t       hl = fb_get_u32le(p + 4);
 		r->tensor         = fb_get_u32le(p);
-		r->offset         = snap_get_u64(p + 8);
-		r->len            = snap_get_u64(p + 16);
-		r->plen           = snap_get_u64(p + 24);
+		r->offset         = fb_get_u64le(p + 8);
+		r->len            = fb_get_u64le(p + 16);
+		r->plen           = fb_get_u64le(p + 24);
 		off += SNAP_REC;
 		if (hl > SNAP_HMAX || r->plen > end - off - hl ||
 		    hl > end - off) {
@@ -290,7 +290,7 @@ head_version(const char *path, uint32_t idx)
 	    fb_get_u32le(h + 12) != idx) {
 		return SNAP_NONE;
 	}
-	return snap_get_u64(h + 16);
+	return fb_get_u64le(h + 16);
 }
 
 void

@@ -202,11 +202,11 @@ transfer_values_check(struct ps_server *s, struct ps_call *c,
 			bad = "delta log entry past the version";
 		}
 	}
-	if (bad == NULL && !ps__all_finite(p, sh->len)) {
+	if (bad == NULL && !fb_all_finite(p, sh->len)) {
 		bad = "weights hold NaN or Inf";
 	}
 	if (bad == NULL && !s->pull_none) {
-		if (!ps__all_finite(p + len, sh->len)) {
+		if (!fb_all_finite(p + len, sh->len)) {
 			bad = "pull reference holds NaN or Inf";
 		}
 		p += len;
@@ -217,7 +217,7 @@ transfer_values_check(struct ps_server *s, struct ps_call *c,
 	p += len;
 	for (uint32_t r = 0; bad == NULL && r < s->trainers; r++) {
 		if (t->state.data[r] == PS_SLOT_PUSHED) {
-			if (!ps__all_finite(p, sh->len)) {
+			if (!fb_all_finite(p, sh->len)) {
 				bad = "a staged push holds NaN or Inf";
 			}
 			p += len;
