@@ -72,8 +72,13 @@ for d in $dirs; do
 						w = substr(s, RSTART, RLENGTH)
 						pre = RSTART > 1 ? \
 						    substr(s, RSTART - 1, 1) : ""
+						# A struct tag may share the name of a
+						# function (struct comp__kern, comp__kern):
+						# naming the type is not a call.
+						tag = substr(s, 1, RSTART - 1) ~ \
+						    /(struct|union|enum)[ \t]+$/
 						s = substr(s, RSTART + RLENGTH)
-						if (pre ~ /[A-Za-z0-9_]/)
+						if (pre ~ /[A-Za-z0-9_]/ || tag)
 							continue
 						if (!(w in def) || def[w] == f)
 							continue
