@@ -1,11 +1,9 @@
 // mapinstall.c — the first placement map: checking a map from the
 // scheduler (every later map is checked the same way, moves.c) and
-// setting up the job from the first one: its mode, optimizer and codecs,
-// the shard table and the buffers of the shards placed here, a snapshot
-// restore and the replicas' forwarding, before the server serves.
-#include <string.h>
-
-#include "jobconf.h"
+// setting up the job from the first one: s->job (ps__job_read: mode,
+// optimizer, codecs), the shard table and the buffers of the shards placed
+// here, a snapshot restore and the replicas' forwarding, before the server
+// serves.
 #include "server_impl.h"
 
 // placed_backup reports whether map shard si names server m as a backup.
