@@ -6,6 +6,40 @@
 // starts the heartbeat thread (heartbeat.c) and leave stops it.
 #include "client_impl.h"
 
+// job_from_opts fills job (and its optim and lr_schedule, oc and ls) with
+// c's job settings: the one place a ferry_opts job field becomes its
+// JobConfig field (the scheduler compares and copies the message whole).
+// Strings are c's checked, canonical copies (client.c); the tensors are
+// the caller's.
+static void
+job_from_opts(const ferry_client *c, Pswire__JobConfig *job,
+    Pswire__OptimConfig *oc, Pswire__LrSchedule *ls)
+{
+	job->mode         = c->opts.mode;
+	job->lr           = c->opts.lr;
+	job->codec_push   = (char *) c->codec_push;
+	job->codec_pull   = (char *) c->codec_pull;
+	job->bucket       = c->opts.bucket;
+	job->warmup_steps = c->opts.warmup_steps;
+	job->staleness    = c->opts.staleness;
+	job->sync_quorum  = c->opts.sync_quorum;
+	job->clip_norm    = c->opts.clip_norm;
+	oc->name          = (char *) c->optimizer;
+	oc->momentum      = c->opts.momentum;
+	oc->beta1         = c->opts.beta1;
+	oc->beta2         = c->opts.beta2;
+	oc->eps           = c->opts.eps;
+	oc->weight_decay  = c->opts.weight_decay;
+	ls->kind          = (char *) c->lr_schedule;
+	ls->lr_warmup     = c->opts.lr_warmup;
+	ls->step_every    = c->opts.lr_step_every;
+	ls->gamma         = c->opts.lr_gamma;
+	ls->lr_min        = c->opts.lr_min;
+	ls->total_steps   = c->opts.lr_total_steps;
+	job->optim        = oc;
+	job->lr_schedule  = ls;
+}
+
 FERRY_API int
 ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
     size_t n)
@@ -48,37 +82,15 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 		tdp[i]           = &tds[i];
 		c->tensor_len[i] = d[i].len;
 	}
-	c->n_tensors     = n;
-	job.n_tensors    = n;
-	job.tensors      = tdp;
-	job.mode         = c->opts.mode;
-	job.lr           = c->opts.lr;
-	job.codec_push   = c->codec_push;
-	job.codec_pull   = c->codec_pull;
-	job.bucket       = c->opts.bucket;
-	job.warmup_steps = c->opts.warmup_steps;
-	job.staleness    = c->opts.staleness;
-	job.sync_quorum  = c->opts.sync_quorum;
-	oc.name          = c->optimizer;
-	oc.momentum      = c->opts.momentum;
-	oc.beta1         = c->opts.beta1;
-	oc.beta2         = c->opts.beta2;
-	oc.eps           = c->opts.eps;
-	oc.weight_decay  = c->opts.weight_decay;
-	ls.kind          = c->lr_schedule;
-	ls.lr_warmup     = c->opts.lr_warmup;
-	ls.step_every    = c->opts.lr_step_every;
-	ls.gamma         = c->opts.lr_gamma;
-	ls.lr_min        = c->opts.lr_min;
-	ls.total_steps   = c->opts.lr_total_steps;
-	job.optim        = &oc;
-	job.lr_schedule  = &ls;
-	job.clip_norm    = c->opts.clip_norm;
-	rr.role          = PSWIRE__ROLE__ROLE_TRAINER;
-	rr.rank          = (uint32_t) c->opts.rank;
-	rr.job           = &job;
-	h.body_case      = PSWIRE__HEADER__BODY_REGISTER_REQ;
-	h.register_req   = &rr;
+	c->n_tensors  = n;
+	job.n_tensors = n;
+	job.tensors   = tdp;
+	job_from_opts(c, &job, &oc, &ls);
+	rr.role        = PSWIRE__ROLE__ROLE_TRAINER;
+	rr.rank        = (uint32_t) c->opts.rank;
+	rr.job         = &job;
+	h.body_case    = PSWIRE__HEADER__BODY_REGISTER_REQ;
+	h.register_req = &rr;
 	if ((rv = ferry__sched_call(c, &h, PSWIRE__METHOD__REGISTER,
 	         ferry__timeout(c), &rh)) != FERRY_OK) {
 		goto done;

@@ -15,13 +15,13 @@ START_TEST(test_config_defaults)
 	struct tr_config c;
 	tr_config_defaults(&c);
 	ck_assert_uint_eq(c.batch, 64);
-	ck_assert(c.lr == 0.1);
+	ck_assert(c.fo.lr == 0.1);
 	ck_assert_int_eq(c.arch.n_layers, 3);
 	ck_assert_uint_eq(c.arch.sizes[0], 784);
 	ck_assert_str_eq(c.device, "cpu");
-	ck_assert_int_eq(c.mode, TR_MODE_SYNC);
+	ck_assert_int_eq(c.fo.mode, TR_MODE_SYNC);
 	ck_assert_int_eq(c.blas_threads, 1);
-	ck_assert_ptr_null(c.scheduler);
+	ck_assert_ptr_null(c.fo.scheduler_url);
 	ck_assert_ptr_null(c.curve);
 }
 END_TEST
@@ -40,25 +40,25 @@ START_TEST(test_config_parse)
 	char             err[256] = "";
 	tr_config_defaults(&c);
 	PT_OK(tr_config_parse(&c, ARGC(argv), argv, err, sizeof(err)));
-	ck_assert_str_eq(c.scheduler, "tcp://127.0.0.1:9");
-	ck_assert_int_eq(c.rank, 3);
+	ck_assert_str_eq(c.fo.scheduler_url, "tcp://127.0.0.1:9");
+	ck_assert_int_eq(c.fo.rank, 3);
 	ck_assert_str_eq(c.data_dir, "/d");
 	ck_assert_int_eq(c.arch.n_layers, 2);
 	ck_assert_uint_eq(c.batch, 32);
-	ck_assert(c.lr == 0.05);
+	ck_assert(c.fo.lr == 0.05);
 	ck_assert_int_eq(c.epochs, 4);
-	ck_assert_uint_eq(c.seed, 99);
-	ck_assert_int_eq(c.mode, TR_MODE_ASYNC);
+	ck_assert_uint_eq(c.fo.seed, 99);
+	ck_assert_int_eq(c.fo.mode, TR_MODE_ASYNC);
 	ck_assert_int_eq(c.log_interval, 0);
-	ck_assert_str_eq(c.codec_push, "q8");
-	ck_assert_str_eq(c.codec_pull, "fp16");
-	ck_assert_uint_eq(c.bucket, 512);
-	ck_assert_uint_eq(c.warmup_steps, 10);
+	ck_assert_str_eq(c.fo.codec_push, "q8");
+	ck_assert_str_eq(c.fo.codec_pull, "fp16");
+	ck_assert_uint_eq(c.fo.bucket, 512);
+	ck_assert_uint_eq(c.fo.warmup_steps, 10);
 	ck_assert_uint_eq(c.max_steps, 20);
 	ck_assert_str_eq(c.device, "cuda:1");
 	ck_assert_int_eq(c.blas_threads, 2);
 	ck_assert_str_eq(c.curve, "c.csv");
-	ck_assert_uint_eq(c.timeout_ms, 1000);
+	ck_assert_uint_eq(c.fo.timeout_ms, 1000);
 	ck_assert_int_eq(c.help, 0);
 }
 END_TEST
@@ -92,13 +92,13 @@ START_TEST(test_config_parse_ssp)
 	struct tr_config c;
 	char             err[256] = "";
 	tr_config_defaults(&c);
-	ck_assert_uint_eq(c.staleness, 0);
-	ck_assert_uint_eq(c.sync_quorum, 0);
+	ck_assert_uint_eq(c.fo.staleness, 0);
+	ck_assert_uint_eq(c.fo.sync_quorum, 0);
 	ck_assert_uint_eq(c.slow_ms, 0);
 	PT_OK(tr_config_parse(&c, ARGC(argv), argv, err, sizeof(err)));
-	ck_assert_int_eq(c.mode, TR_MODE_SSP);
-	ck_assert_uint_eq(c.staleness, 4);
-	ck_assert_uint_eq(c.sync_quorum, 3);
+	ck_assert_int_eq(c.fo.mode, TR_MODE_SSP);
+	ck_assert_uint_eq(c.fo.staleness, 4);
+	ck_assert_uint_eq(c.fo.sync_quorum, 3);
 	ck_assert_uint_eq(c.slow_ms, 12);
 	tr_config_fini(&c);
 }
@@ -177,12 +177,12 @@ START_TEST(test_config_env)
 	setenv("FERRY_MODE", "async", 1);
 	tr_config_defaults(&c);
 	ck_assert_uint_eq(c.batch, 64);
-	ck_assert_str_eq(c.codec_push, "none");
+	ck_assert_str_eq(c.fo.codec_push, "none");
 	c.epochs = 7;
 	PT_OK(tr_config_parse(&c, ARGC(argv), argv, err, sizeof(err)));
 	ck_assert_uint_eq(c.batch, 16);
-	ck_assert_str_eq(c.codec_push, "q8");
-	ck_assert_int_eq(c.mode, TR_MODE_ASYNC);
+	ck_assert_str_eq(c.fo.codec_push, "q8");
+	ck_assert_int_eq(c.fo.mode, TR_MODE_ASYNC);
 	ck_assert_int_eq(c.epochs, 7);
 	setenv("FERRY_DEVICE", "gpu", 1);
 	PT_FAIL(tr_config_parse(&c, 1, argv, err, sizeof(err)), FB_EINVAL);

@@ -2,9 +2,11 @@
 // entries of the one config table (base/src/options.c, engine in
 // <fb/config.h>), which gives the names, defaults, bounds, FERRY_NAME
 // environment variables, the --config file, --help and --print-config. This
-// file only binds each option to its field of struct tr_config and checks what
-// the table cannot: the
-// --layers widths and the --device spelling.
+// file only binds each option to its field of struct tr_config (the job's
+// and the client's options straight into its struct ferry_opts fo, as
+// libferry takes them: --mode's choices are in enum ferry_mode's order,
+// strings borrow from the table's values) and checks what the table cannot:
+// the --layers widths and the --device spelling.
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -33,53 +35,53 @@ struct binding {
 
 #define OFF(f) offsetof(struct tr_config, f)
 static const struct binding bindings[] = {
-	{ FB_OPT_TR_SCHEDULER, K_TEXT, OFF(scheduler) },
-	{ FB_OPT_TR_RANK, K_INT, OFF(rank) },
+	{ FB_OPT_TR_SCHEDULER, K_TEXT, OFF(fo.scheduler_url) },
+	{ FB_OPT_TR_RANK, K_INT, OFF(fo.rank) },
 	{ FB_OPT_TR_DATA, K_TEXT, OFF(data_dir) },
 	{ FB_OPT_TR_LAYERS, K_LAYERS, OFF(arch) },
 	{ FB_OPT_TR_BATCH, K_SIZE, OFF(batch) },
-	{ FB_OPT_TR_LR, K_F64, OFF(lr) },
+	{ FB_OPT_TR_LR, K_F64, OFF(fo.lr) },
 	{ FB_OPT_TR_EPOCHS, K_INT, OFF(epochs) },
-	{ FB_OPT_TR_SEED, K_U64, OFF(seed) },
-	{ FB_OPT_TR_MODE, K_ENUM, OFF(mode) }, // sync|async|ssp: TR_MODE_*
+	{ FB_OPT_TR_SEED, K_U64, OFF(fo.seed) },
+	{ FB_OPT_TR_MODE, K_ENUM, OFF(fo.mode) }, // enum ferry_mode's order
 	{ FB_OPT_TR_LOG_INTERVAL, K_INT, OFF(log_interval) },
-	{ FB_OPT_TR_CODEC_PUSH, K_TEXT, OFF(codec_push) },
-	{ FB_OPT_TR_CODEC_PULL, K_TEXT, OFF(codec_pull) },
-	{ FB_OPT_TR_BUCKET, K_U32, OFF(bucket) },
-	{ FB_OPT_TR_WARMUP_STEPS, K_U32, OFF(warmup_steps) },
+	{ FB_OPT_TR_CODEC_PUSH, K_TEXT, OFF(fo.codec_push) },
+	{ FB_OPT_TR_CODEC_PULL, K_TEXT, OFF(fo.codec_pull) },
+	{ FB_OPT_TR_BUCKET, K_U32, OFF(fo.bucket) },
+	{ FB_OPT_TR_WARMUP_STEPS, K_U32, OFF(fo.warmup_steps) },
 	{ FB_OPT_TR_MAX_STEPS, K_U64, OFF(max_steps) },
 	{ FB_OPT_TR_DEVICE, K_DEVICE, OFF(device) },
 	{ FB_OPT_TR_BLAS_THREADS, K_INT, OFF(blas_threads) },
 	{ FB_OPT_TR_CURVE, K_TEXT, OFF(curve) },
 	{ FB_OPT_TR_STEP_TIMES, K_TEXT, OFF(step_times) },
 	{ FB_OPT_TR_WEIGHTS_OUT, K_TEXT, OFF(weights_out) },
-	{ FB_OPT_TR_TIMEOUT_MS, K_U32, OFF(timeout_ms) },
+	{ FB_OPT_TR_TIMEOUT_MS, K_U32, OFF(fo.timeout_ms) },
 	{ FB_OPT_TR_HTTP_LISTEN, K_TEXT, OFF(http_listen) },
 	{ FB_OPT_TR_HTTP_URL_FILE, K_TEXT, OFF(http_url_file) },
-	{ FB_OPT_TR_HEARTBEAT_MS, K_U32, OFF(heartbeat_ms) },
-	{ FB_OPT_TR_STALENESS, K_U32, OFF(staleness) },
-	{ FB_OPT_TR_SYNC_QUORUM, K_U32, OFF(sync_quorum) },
+	{ FB_OPT_TR_HEARTBEAT_MS, K_U32, OFF(fo.heartbeat_ms) },
+	{ FB_OPT_TR_STALENESS, K_U32, OFF(fo.staleness) },
+	{ FB_OPT_TR_SYNC_QUORUM, K_U32, OFF(fo.sync_quorum) },
 	{ FB_OPT_TR_SLOW_MS, K_U32, OFF(slow_ms) },
 	{ FB_OPT_TR_SECRET_FILE, K_TEXT, OFF(secret_file) },
-	{ FB_OPT_TR_OPTIMIZER, K_TEXT, OFF(optimizer) }, // checked choice
-	{ FB_OPT_TR_MOMENTUM, K_F64, OFF(momentum) },
-	{ FB_OPT_TR_BETA1, K_F64, OFF(beta1) },
-	{ FB_OPT_TR_BETA2, K_F64, OFF(beta2) },
-	{ FB_OPT_TR_EPS, K_F64, OFF(eps) },
-	{ FB_OPT_TR_WEIGHT_DECAY, K_F64, OFF(weight_decay) },
-	{ FB_OPT_TR_LR_SCHEDULE, K_TEXT, OFF(lr_schedule) },
-	{ FB_OPT_TR_LR_WARMUP, K_U64, OFF(lr_warmup) },
-	{ FB_OPT_TR_LR_STEP_EVERY, K_U64, OFF(lr_step_every) },
-	{ FB_OPT_TR_LR_GAMMA, K_F64, OFF(lr_gamma) },
-	{ FB_OPT_TR_LR_MIN, K_F64, OFF(lr_min) },
-	{ FB_OPT_TR_LR_TOTAL_STEPS, K_U64, OFF(lr_total_steps) },
-	{ FB_OPT_TR_CLIP_NORM, K_F64, OFF(clip_norm) },
-	{ FB_OPT_TR_LINK_BUDGET, K_F64, OFF(link_budget) },
+	{ FB_OPT_TR_OPTIMIZER, K_TEXT, OFF(fo.optimizer) }, // checked choice
+	{ FB_OPT_TR_MOMENTUM, K_F64, OFF(fo.momentum) },
+	{ FB_OPT_TR_BETA1, K_F64, OFF(fo.beta1) },
+	{ FB_OPT_TR_BETA2, K_F64, OFF(fo.beta2) },
+	{ FB_OPT_TR_EPS, K_F64, OFF(fo.eps) },
+	{ FB_OPT_TR_WEIGHT_DECAY, K_F64, OFF(fo.weight_decay) },
+	{ FB_OPT_TR_LR_SCHEDULE, K_TEXT, OFF(fo.lr_schedule) },
+	{ FB_OPT_TR_LR_WARMUP, K_U64, OFF(fo.lr_warmup) },
+	{ FB_OPT_TR_LR_STEP_EVERY, K_U64, OFF(fo.lr_step_every) },
+	{ FB_OPT_TR_LR_GAMMA, K_F64, OFF(fo.lr_gamma) },
+	{ FB_OPT_TR_LR_MIN, K_F64, OFF(fo.lr_min) },
+	{ FB_OPT_TR_LR_TOTAL_STEPS, K_U64, OFF(fo.lr_total_steps) },
+	{ FB_OPT_TR_CLIP_NORM, K_F64, OFF(fo.clip_norm) },
+	{ FB_OPT_TR_LINK_BUDGET, K_F64, OFF(fo.link_budget) },
 	{ FB_OPT_TR_OVERLAP_LAYERS, K_U32, OFF(overlap_layers) },
 	{ FB_OPT_TR_OVERLAP, K_INT, OFF(overlap) },
-	{ FB_OPT_TR_TLS_CERT, K_TEXT, OFF(tls_cert) },
-	{ FB_OPT_TR_TLS_KEY, K_TEXT, OFF(tls_key) },
-	{ FB_OPT_TR_TLS_CA, K_TEXT, OFF(tls_ca) },
+	{ FB_OPT_TR_TLS_CERT, K_TEXT, OFF(fo.tls_cert) },
+	{ FB_OPT_TR_TLS_KEY, K_TEXT, OFF(fo.tls_key) },
+	{ FB_OPT_TR_TLS_CA, K_TEXT, OFF(fo.tls_ca) },
 };
 #define N_BINDINGS (sizeof(bindings) / sizeof(bindings[0]))
 _Static_assert(N_BINDINGS == FB_OPT_TR_TLS_CA - FB_OPT_TR_SCHEDULER + 1,

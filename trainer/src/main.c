@@ -30,13 +30,13 @@ main(int argc, char **argv)
 		rv = 0;
 		goto out;
 	}
-	if (cfg.scheduler == NULL) {
+	if (cfg.fo.scheduler_url == NULL) {
 		fprintf(stderr,
 		    "trainer: --scheduler is required (see --help)\n");
 		rv = 2;
 		goto out;
 	}
-	snprintf(role, sizeof(role), "trainer-%d", cfg.rank);
+	snprintf(role, sizeof(role), "trainer-%d", cfg.fo.rank);
 	fb_log_set_role(role);
 	rv = tr_train_run(&cfg, stdout) == FB_OK ? 0 : 1;
 out:

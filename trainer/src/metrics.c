@@ -145,7 +145,7 @@ tr__metrics_open(struct tr__metrics *m, const struct tr_config *cfg,
 	if (cfg->http_listen == NULL || *cfg->http_listen == '\0') {
 		return FB_OK;
 	}
-	m->rank       = cfg->rank;
+	m->rank       = cfg->fo.rank;
 	m->fp32_bytes = (uint64_t) n_params * sizeof(float);
 	atomic_init(&m->phase, TR_PHASE_JOINING);
 	if ((rv = obs_registry_alloc(&m->reg)) != FB_OK ||

@@ -160,8 +160,8 @@ report_links(struct tr__report *rep, const struct tr_config *cfg,
 {
 	struct ferry_link l;
 	if (fc == NULL ||
-	    (strcmp(cfg->codec_push, "auto") != 0 &&
-	        strcmp(cfg->codec_pull, "auto") != 0)) {
+	    (strcmp(cfg->fo.codec_push, "auto") != 0 &&
+	        strcmp(cfg->fo.codec_pull, "auto") != 0)) {
 		return;
 	}
 	fprintf(rep->out, "links");
@@ -203,14 +203,14 @@ tr__report_summary(struct tr__report *rep, const struct tr_config *cfg,
 	    "\"staleness_mean\": %.3f, \"staleness_max\": %llu, "
 	    "\"dropped_pushes\": %llu, \"links\": [",
 	    (unsigned long long) st->bytes_pushed,
-	    (unsigned long long) st->bytes_pulled, cfg->rank, trainers,
+	    (unsigned long long) st->bytes_pulled, cfg->fo.rank, trainers,
 	    (double) rep->eval_ns * 1e-9, cfg->batch,
-	    cfg->mode == TR_MODE_SSP         ? "ssp"
-	        : cfg->mode == TR_MODE_ASYNC ? "async"
-	                                     : "sync",
+	    cfg->fo.mode == TR_MODE_SSP         ? "ssp"
+	        : cfg->fo.mode == TR_MODE_ASYNC ? "async"
+	                                        : "sync",
 	    cfg->device, (unsigned long long) rep->resumed_at,
 	    (unsigned long long) rep->steps_run,
-	    (unsigned long long) st->version, cfg->staleness,
+	    (unsigned long long) st->version, cfg->fo.staleness,
 	    st->pulls ? (double) st->staleness_sum / (double) st->pulls : 0.0,
 	    (unsigned long long) st->staleness_max,
 	    (unsigned long long) rep->dropped);

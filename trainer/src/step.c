@@ -15,8 +15,8 @@
 int
 tr__run_lockstep(const struct tr_config *cfg)
 {
-	return cfg->mode == TR_MODE_SYNC ||
-	    (cfg->mode == TR_MODE_SSP && cfg->staleness == 0);
+	return cfg->fo.mode == TR_MODE_SYNC ||
+	    (cfg->fo.mode == TR_MODE_SSP && cfg->fo.staleness == 0);
 }
 
 int
@@ -51,8 +51,8 @@ tr__run_open_device_push(struct tr__run *r)
 	// libferry does on the host path only; codec "auto" picks a codec
 	// per link there too; --overlap double-buffers the host weights and
 	// gradients.
-	if (r->dev == NULL || r->cfg->clip_norm > 0 || r->cfg->overlap ||
-	    strcmp(r->cfg->codec_push, "auto") == 0 ||
+	if (r->dev == NULL || r->cfg->fo.clip_norm > 0 || r->cfg->overlap ||
+	    strcmp(r->cfg->fo.codec_push, "auto") == 0 ||
 	    ferry_client_shards(r->fc, &sh, &ns, &cid, &bucket) != FERRY_OK ||
 	    !r->dev->push_supported(cid)) {
 		return FB_OK; // the host path
@@ -74,7 +74,7 @@ tr__run_report(struct tr__run *r)
 	double             loss, acc;
 	int                rv;
 
-	if (r->cfg->rank == 0) {
+	if (r->cfg->fo.rank == 0) {
 		uint64_t t = fb_clock_ns();
 		rv         = tr_backend_evaluate(r->be, &r->test, &loss, &acc);
 		if (rv != FB_OK) {
@@ -116,7 +116,7 @@ rolled_back(struct tr__run *r, struct tr_params *w)
 	struct ferry_stats st;
 	int                fe;
 
-	FB_LOG(FB_LOG_WARN, MOD, "rank %d: %s", r->cfg->rank,
+	FB_LOG(FB_LOG_WARN, MOD, "rank %d: %s", r->cfg->fo.rank,
 	    ferry_client_last_error(r->fc));
 	// A second rollback during the pull: pull again (bounded).
 	for (int k = 0; k < 4; k++) {
@@ -142,7 +142,7 @@ rolled_back(struct tr__run *r, struct tr_params *w)
 		}
 	}
 	FB_LOG(FB_LOG_NOTICE, MOD,
-	    "rank %d resumes at version %llu (step %llu)", r->cfg->rank,
+	    "rank %d resumes at version %llu (step %llu)", r->cfg->fo.rank,
 	    (unsigned long long) st.version, (unsigned long long) r->rep.step);
 	return tr__run_set_weights(r, w);
 }

@@ -68,7 +68,7 @@ open_local(struct tr__run *r, FILE *out)
 	struct tr_backend_opts  bo  = TR_BACKEND_OPTS_INIT;
 	int                     rv;
 
-	bo.rank         = cfg->rank;
+	bo.rank         = cfg->fo.rank;
 	bo.blas_threads = cfg->blas_threads;
 	bo.max_batch    = cfg->batch;
 	rv              = tr_backend_alloc(cfg->device, a, &bo, &r->be, r->err,
@@ -139,44 +139,14 @@ static int
 join_job(struct tr__run *r)
 {
 	const struct tr_config  *cfg = r->cfg;
-	struct ferry_opts        fo  = FERRY_OPTS_INIT;
+	struct ferry_opts        fo  = cfg->fo;
 	struct ferry_tensor_desc descs[TR_MAX_TENSORS];
 	char                     names[TR_MAX_TENSORS][32];
 	int                      rv, fe;
 
-	fo.scheduler_url  = cfg->scheduler;
-	fo.rank           = cfg->rank;
-	fo.timeout_ms     = cfg->timeout_ms;
-	fo.mode           = cfg->mode == TR_MODE_SSP ? FERRY_MODE_SSP
-	              : cfg->mode == TR_MODE_ASYNC   ? FERRY_MODE_ASYNC
-	                                             : FERRY_MODE_SYNC;
-	fo.staleness      = cfg->staleness;
-	fo.sync_quorum    = cfg->sync_quorum;
-	fo.lr             = cfg->lr;
-	fo.codec_push     = cfg->codec_push;
-	fo.codec_pull     = cfg->codec_pull;
-	fo.bucket         = cfg->bucket;
-	fo.warmup_steps   = cfg->warmup_steps;
-	fo.seed           = cfg->seed;
-	fo.log            = ferry_log;
-	fo.heartbeat_ms   = cfg->heartbeat_ms;
-	fo.optimizer      = cfg->optimizer;
-	fo.momentum       = cfg->momentum;
-	fo.beta1          = cfg->beta1;
-	fo.beta2          = cfg->beta2;
-	fo.eps            = cfg->eps;
-	fo.weight_decay   = cfg->weight_decay;
-	fo.lr_schedule    = cfg->lr_schedule;
-	fo.lr_warmup      = cfg->lr_warmup;
-	fo.lr_step_every  = cfg->lr_step_every;
-	fo.lr_gamma       = cfg->lr_gamma;
-	fo.lr_min         = cfg->lr_min;
-	fo.lr_total_steps = cfg->lr_total_steps;
-	fo.clip_norm      = cfg->clip_norm;
-	fo.link_budget    = cfg->link_budget;
-	fo.tls_cert       = cfg->tls_cert;
-	fo.tls_key        = cfg->tls_key;
-	fo.tls_ca         = cfg->tls_ca;
+	// The job's and the client's options were bound straight into
+	// cfg->fo (config.c); the log hook is this file's.
+	fo.log = ferry_log;
 	if (ferry_opts_check(&fo, r->err, sizeof(r->err)) != FERRY_OK) {
 		FB_LOG(FB_LOG_ERR, MOD, "bad options: %s", r->err);
 		return FB_EINVAL;
@@ -199,11 +169,11 @@ join_job(struct tr__run *r)
 		return tr__run_failed(r, "declare", fe);
 	}
 	r->trainers = ferry_client_trainers(r->fc);
-	rv = tr_partition_init(&r->part, r->train.n, cfg->rank, r->trainers,
-	    cfg->seed);
+	rv = tr_partition_init(&r->part, r->train.n, cfg->fo.rank, r->trainers,
+	    cfg->fo.seed);
 	if (rv != FB_OK) {
 		FB_LOG(FB_LOG_ERR, MOD,
-		    "partition: rank %d of %d trainers: %s", cfg->rank,
+		    "partition: rank %d of %d trainers: %s", cfg->fo.rank,
 		    r->trainers, fb_strerror(rv));
 		return rv;
 	}
@@ -238,7 +208,7 @@ open_device_pull(struct tr__run *r)
 
 	// Codec "auto" pulls the weights over fast links: the host path.
 	// --overlap's next pull must not overwrite the weights in use.
-	if (r->dev == NULL || strcmp(r->cfg->codec_pull, "auto") == 0 ||
+	if (r->dev == NULL || strcmp(r->cfg->fo.codec_pull, "auto") == 0 ||
 	    r->cfg->overlap ||
 	    ferry_client_pull_codec(r->fc, &pid, &pbucket) != FERRY_OK ||
 	    !r->dev->pull_supported(pid) ||
@@ -270,7 +240,7 @@ log_start(const struct tr__run *r, uint64_t version)
 		FB_LOG(FB_LOG_NOTICE, MOD,
 		    "rank %d: the job is at version %llu, its last step is "
 		    "%llu: nothing left to train",
-		    r->cfg->rank, (unsigned long long) version,
+		    r->cfg->fo.rank, (unsigned long long) version,
 		    (unsigned long long) r->total);
 	} else if (r->start > 0 &&
 	    tr_job_position(r->start, r->steps_per_epoch, r->total, &pos) ==
@@ -278,7 +248,7 @@ log_start(const struct tr__run *r, uint64_t version)
 		FB_LOG(FB_LOG_NOTICE, MOD,
 		    "rank %d resumes at version %llu: epoch %ld, minibatch "
 		    "%zu of %zu (%llu job steps in all)",
-		    r->cfg->rank, (unsigned long long) version, pos.epoch,
+		    r->cfg->fo.rank, (unsigned long long) version, pos.epoch,
 		    pos.k, r->steps_per_epoch, (unsigned long long) r->total);
 	}
 }
@@ -293,8 +263,8 @@ start_weights(struct tr__run *r)
 	struct ferry_stats      st;
 	int                     fe;
 
-	if (cfg->rank == 0) {
-		tr_params_randomize(&r->w, cfg->seed);
+	if (cfg->fo.rank == 0) {
+		tr_params_randomize(&r->w, cfg->fo.seed);
 		fe = ferry_client_init_weights(r->fc, tr_params_cptrs(&r->w));
 		if (fe != FERRY_OK) {
 			return tr__run_failed(r, "init_weights", fe);
@@ -306,7 +276,7 @@ start_weights(struct tr__run *r)
 	FB_LOG(FB_LOG_NOTICE, MOD,
 	    "rank %d of %d: %zu samples in partition, %zu steps per epoch, "
 	    "%zu parameters, device %s",
-	    cfg->rank, r->trainers, r->part.count, r->steps_per_epoch,
+	    cfg->fo.rank, r->trainers, r->part.count, r->steps_per_epoch,
 	    r->w.total, cfg->device);
 	ferry_client_stats(r->fc, &st);
 	r->total = tr_job_steps(r->steps_per_epoch, cfg->epochs,
@@ -439,7 +409,7 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 	int            rv;
 
 	r.cfg = cfg;
-	if (cfg->scheduler == NULL) {
+	if (cfg->fo.scheduler_url == NULL) {
 		FB_LOG(FB_LOG_ERR, MOD, "--scheduler is required");
 		return FB_EINVAL;
 	}

@@ -1,8 +1,11 @@
 // jobconf.c — reading a job's optimizer and lr schedule out of its
 // JobConfig, shared by the scheduler (which checks a job before it runs
 // it) and every server (which sets up the update from the first map), so
-// that both read the same fields the same way.
+// that both read the same fields the same way; and the job as a server
+// runs it (ps__job_read), so that a job option a server uses is read here
+// and used where it matters, with no copy in between.
 #include <stdio.h>
+#include <string.h>
 
 #include "fb/fb.h"
 #include "jobconf.h"
@@ -42,5 +45,41 @@ ps__job_optim(const Pswire__JobConfig *job, struct fb_optim *o,
 	}
 	*o  = ko;
 	*sc = ks;
+	return FB_OK;
+}
+
+int
+ps__job_read(const Pswire__JobConfig *job, struct ps_job *j, char *why,
+    size_t n)
+{
+	char owhy[128];
+	memset(j, 0, sizeof(*j));
+	j->ssp       = job->mode == PSWIRE__MODE__MODE_SSP;
+	j->staleness = job->staleness;
+	j->quorum    = job->sync_quorum;
+	j->mode      = job->mode == PSWIRE__MODE__MODE_SSP
+	         ? (job->staleness == 0 ? PSWIRE__MODE__MODE_SYNC
+	                                : PSWIRE__MODE__MODE_ASYNC)
+	         : job->mode;
+	j->lr        = job->lr;
+	j->warmup    = job->warmup_steps;
+	if (ps__job_optim(job, &j->optim, &j->lr_sched, owhy, sizeof(owhy)) !=
+	    FB_OK) {
+		snprintf(why, n, "the job's optimizer: %s", owhy);
+		return FB_EINVAL;
+	}
+	j->optim_bufs = fb_optim_state_bufs(j->optim.kind);
+	// The scheduler validated the codecs; a server still refuses a job
+	// it cannot serve rather than trusting it.
+	if (comp_codec_parse(job->codec_push, job->bucket, &j->cpush) !=
+	        FB_OK ||
+	    comp_codec_parse(job->codec_pull, job->bucket, &j->cpull) !=
+	        FB_OK) {
+		snprintf(why, n, "the job's codecs: push '%s', pull '%s'",
+		    job->codec_push, job->codec_pull);
+		return FB_EINVAL;
+	}
+	j->pull_none = j->cpull.id == COMP_NONE;
+	j->push_auto = strcmp(job->codec_push, COMP_AUTO_SPEC) == 0;
 	return FB_OK;
 }

@@ -2,12 +2,14 @@
 // and options, comparing it with the job's, and keeping a private copy.
 //
 // DESIGN. The first trainer's JobConfig becomes the job's; every later
-// declaration must match it (tensors, mode, learning rate, codecs, bucket,
-// warm-up, optimizer, lr schedule, clip norm), so that a trainer started with
-// other flags is refused at registration rather than training a different
-// model. The copy is deep (pack, then unpack), so the request message can be
-// freed. Nothing here touches the scheduler's state: these are pure
-// functions of the messages.
+// declaration must match it, every field of it but the ones the scheduler
+// fills in (sched_fields), so that a trainer started with other flags is
+// refused at registration rather than training a different model. Both the
+// comparison (by the message's field descriptors, naming the first field
+// that differs) and the copy (pack, then unpack: deep, so the request can
+// be freed) take the message whole: a new job option needs no line here.
+// Nothing here touches the scheduler's state: these are pure functions of
+// the messages.
 #include <stdio.h>
 #include <string.h>
 
@@ -15,25 +17,238 @@
 #include "jobconf.h"
 #include "scheduler_impl.h"
 
-// packed_equal reports whether two optional sub-messages pack to the same
-// bytes (both absent counts as equal): protobuf-c packs fields in number
-// order, so equal values give equal bytes.
-static int
-packed_equal(const ProtobufCMessage *a, const ProtobufCMessage *b)
+// Fields of a JobConfig that the scheduler fills in (from its own
+// options, after the first declaration), not a trainer: never compared.
+static const char *const sched_fields[] = { "shard_bytes" };
+
+// elem_size is the size of one element of a repeated field of type t.
+static size_t
+elem_size(ProtobufCType t)
 {
-	uint8_t ba[512], bb[512];
-	size_t  na, nb;
-	if (a == NULL || b == NULL) {
-		return a == b;
+	switch (t) {
+	case PROTOBUF_C_TYPE_INT64:
+	case PROTOBUF_C_TYPE_SINT64:
+	case PROTOBUF_C_TYPE_SFIXED64:
+	case PROTOBUF_C_TYPE_UINT64:
+	case PROTOBUF_C_TYPE_FIXED64:
+	case PROTOBUF_C_TYPE_DOUBLE:
+		return 8;
+	case PROTOBUF_C_TYPE_BOOL:
+		return sizeof(protobuf_c_boolean);
+	case PROTOBUF_C_TYPE_STRING:
+	case PROTOBUF_C_TYPE_MESSAGE:
+		return sizeof(void *);
+	case PROTOBUF_C_TYPE_BYTES:
+		return sizeof(ProtobufCBinaryData);
+	default: // the 32-bit integers, float and enum
+		return 4;
 	}
-	na = protobuf_c_message_get_packed_size(a);
-	nb = protobuf_c_message_get_packed_size(b);
-	if (na != nb || na > sizeof(ba)) {
-		return 0;
+}
+
+// scalar_text writes the scalar value of type f->type at p into buf, with
+// prec digits for floating point.
+static void
+scalar_text(const ProtobufCFieldDescriptor *f, const void *p, int prec,
+    char *buf, size_t n)
+{
+	const ProtobufCEnumValue *ev;
+	switch (f->type) {
+	case PROTOBUF_C_TYPE_INT32:
+	case PROTOBUF_C_TYPE_SINT32:
+	case PROTOBUF_C_TYPE_SFIXED32:
+		snprintf(buf, n, "%d", *(const int32_t *) p);
+		break;
+	case PROTOBUF_C_TYPE_INT64:
+	case PROTOBUF_C_TYPE_SINT64:
+	case PROTOBUF_C_TYPE_SFIXED64:
+		snprintf(buf, n, "%lld", (long long) *(const int64_t *) p);
+		break;
+	case PROTOBUF_C_TYPE_UINT32:
+	case PROTOBUF_C_TYPE_FIXED32:
+		snprintf(buf, n, "%u", *(const uint32_t *) p);
+		break;
+	case PROTOBUF_C_TYPE_UINT64:
+	case PROTOBUF_C_TYPE_FIXED64:
+		snprintf(buf, n, "%llu",
+		    (unsigned long long) *(const uint64_t *) p);
+		break;
+	case PROTOBUF_C_TYPE_FLOAT:
+		snprintf(buf, n, "%.*g", prec, (double) *(const float *) p);
+		break;
+	case PROTOBUF_C_TYPE_DOUBLE:
+		snprintf(buf, n, "%.*g", prec, *(const double *) p);
+		break;
+	case PROTOBUF_C_TYPE_BOOL:
+		snprintf(buf, n, "%s",
+		    *(const protobuf_c_boolean *) p ? "true" : "false");
+		break;
+	case PROTOBUF_C_TYPE_ENUM:
+		ev = protobuf_c_enum_descriptor_get_value(f->descriptor,
+		    *(const int *) p);
+		if (ev != NULL) {
+			snprintf(buf, n, "%s", ev->name);
+		} else {
+			snprintf(buf, n, "%d", *(const int *) p);
+		}
+		break;
+	case PROTOBUF_C_TYPE_STRING:
+		snprintf(buf, n, "'%s'",
+		    *(char *const *) p != NULL ? *(char *const *) p : "");
+		break;
+	default: // bytes (a message never gets here)
+		snprintf(buf, n, "%zu bytes",
+		    ((const ProtobufCBinaryData *) p)->len);
+		break;
 	}
-	protobuf_c_message_pack(a, ba);
-	protobuf_c_message_pack(b, bb);
-	return memcmp(ba, bb, na) == 0;
+}
+
+// scalar_equal reports whether the scalars of type f->type at pa and pb
+// are equal: floating point by value, strings by text (NULL as "").
+static int
+scalar_equal(const ProtobufCFieldDescriptor *f, const void *pa, const void *pb)
+{
+	const ProtobufCBinaryData *ba = pa, *bb = pb;
+	const char                *sa, *sb;
+	switch (f->type) {
+	case PROTOBUF_C_TYPE_FLOAT:
+		return *(const float *) pa == *(const float *) pb;
+	case PROTOBUF_C_TYPE_DOUBLE:
+		return *(const double *) pa == *(const double *) pb;
+	case PROTOBUF_C_TYPE_STRING:
+		sa = *(char *const *) pa;
+		sb = *(char *const *) pb;
+		return strcmp(sa != NULL ? sa : "", sb != NULL ? sb : "") == 0;
+	case PROTOBUF_C_TYPE_BYTES:
+		return ba->len == bb->len &&
+		    (ba->len == 0 || memcmp(ba->data, bb->data, ba->len) == 0);
+	default:
+		return memcmp(pa, pb, elem_size(f->type)) == 0;
+	}
+}
+
+// differs writes "PATH: job has A, this trainer B" into why and returns 1.
+// Values that print alike with %g are printed in full.
+static int
+differs(const char *path, const ProtobufCFieldDescriptor *f, const void *pa,
+    const void *pb, char *why, size_t n)
+{
+	char ta[160], tb[160];
+	scalar_text(f, pa, 6, ta, sizeof(ta));
+	scalar_text(f, pb, 6, tb, sizeof(tb));
+	if (strcmp(ta, tb) == 0) {
+		scalar_text(f, pa, 17, ta, sizeof(ta));
+		scalar_text(f, pb, 17, tb, sizeof(tb));
+	}
+	snprintf(why, n, "%s: job has %s, this trainer %s", path, ta, tb);
+	return 1;
+}
+
+// msg_diff compares messages a and b of one type field by field, in field
+// number order, by their descriptor (so a new field is compared without
+// a line here): 1 and the first difference in why (its path from the
+// JobConfig, e.g. "tensors[1].len" or "optim.name"), or 0.
+static int
+msg_diff(const ProtobufCMessage *a, const ProtobufCMessage *b,
+    const char *prefix, int top, char *why, size_t n)
+{
+	const ProtobufCMessageDescriptor *d = a->descriptor;
+	char                              path[128];
+	for (unsigned i = 0; i < d->n_fields; i++) {
+		const ProtobufCFieldDescriptor *f    = &d->fields[i];
+		const char                     *ca   = (const char *) a;
+		const char                     *cb   = (const char *) b;
+		int                             skip = 0;
+		for (size_t k = 0;
+		     top && k < sizeof(sched_fields) / sizeof(sched_fields[0]);
+		     k++) {
+			skip |= strcmp(f->name, sched_fields[k]) == 0;
+		}
+		if (skip) {
+			continue;
+		}
+		snprintf(path, sizeof(path), "%s%s", prefix, f->name);
+		if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+			size_t na = *(
+			    const size_t *) (ca + f->quantifier_offset);
+			size_t nb = *(
+			    const size_t *) (cb + f->quantifier_offset);
+			size_t es = elem_size(f->type);
+			if (na != nb) {
+				snprintf(why, n,
+				    "%s: job has %zu, this trainer %zu", path,
+				    na, nb);
+				return 1;
+			}
+			for (size_t k = 0; k < na; k++) {
+				const char *ea = *(char *const *) (ca +
+				                     f->offset) +
+				    k * es;
+				const char *eb = *(char *const *) (cb +
+				                     f->offset) +
+				    k * es;
+				char ep[160];
+				snprintf(ep, sizeof(ep), "%s[%zu]", path, k);
+				if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
+					strcat(ep, ".");
+					if (msg_diff(
+					        *(ProtobufCMessage *const *)
+					            ea,
+					        *(ProtobufCMessage *const *)
+					            eb,
+					        ep, 0, why, n)) {
+						return 1;
+					}
+				} else if (!scalar_equal(f, ea, eb)) {
+					return differs(ep, f, ea, eb, why, n);
+				}
+			}
+			continue;
+		}
+		if (f->label == PROTOBUF_C_LABEL_OPTIONAL &&
+		    f->quantifier_offset != 0 &&
+		    !(f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) &&
+		    f->type != PROTOBUF_C_TYPE_MESSAGE &&
+		    f->type != PROTOBUF_C_TYPE_STRING) {
+			protobuf_c_boolean ha, hb;
+			ha = *(const protobuf_c_boolean *) (ca +
+			    f->quantifier_offset);
+			hb = *(const protobuf_c_boolean *) (cb +
+			    f->quantifier_offset);
+			if (ha != hb) {
+				snprintf(why, n,
+				    "%s: job has %s, this trainer %s", path,
+				    ha ? "one" : "none", hb ? "one" : "none");
+				return 1;
+			}
+			if (!ha) {
+				continue;
+			}
+		}
+		if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
+			const ProtobufCMessage *ma, *mb;
+			char                    sub[160];
+			ma = *(ProtobufCMessage *const *) (ca + f->offset);
+			mb = *(ProtobufCMessage *const *) (cb + f->offset);
+			if (ma == NULL || mb == NULL) {
+				if (ma != mb) {
+					snprintf(why, n,
+					    "%s: job has %s, this trainer %s",
+					    path, ma != NULL ? "one" : "none",
+					    mb != NULL ? "one" : "none");
+					return 1;
+				}
+				continue;
+			}
+			snprintf(sub, sizeof(sub), "%s.", path);
+			if (msg_diff(ma, mb, sub, 0, why, n)) {
+				return 1;
+			}
+		} else if (!scalar_equal(f, ca + f->offset, cb + f->offset)) {
+			return differs(path, f, ca + f->offset, cb + f->offset,
+			    why, n);
+		}
+	}
+	return 0;
 }
 
 Pswire__JobConfig *
@@ -55,52 +270,25 @@ int
 ps__sched_job_diff(const Pswire__JobConfig *a, const Pswire__JobConfig *b,
     char *why, size_t n)
 {
-	if (a->n_tensors != b->n_tensors) {
-		snprintf(why, n, "job has %zu tensors, declaration has %zu",
-		    a->n_tensors, b->n_tensors);
-		return 1;
+	const ProtobufCEnumValue *mode;
+	char                      first[384];
+	if (!msg_diff(&a->base, &b->base, "", 1, first, sizeof(first))) {
+		return 0;
 	}
-	for (size_t i = 0; i < a->n_tensors; i++) {
-		if (strcmp(a->tensors[i]->name, b->tensors[i]->name) != 0 ||
-		    a->tensors[i]->len != b->tensors[i]->len) {
-			snprintf(why, n,
-			    "tensor %zu: job has '%s' (%llu floats), "
-			    "declaration has '%s' (%llu floats)",
-			    i, a->tensors[i]->name,
-			    (unsigned long long) a->tensors[i]->len,
-			    b->tensors[i]->name,
-			    (unsigned long long) b->tensors[i]->len);
-			return 1;
-		}
-	}
-	if (a->mode != b->mode || a->lr != b->lr ||
-	    strcmp(a->codec_push, b->codec_push) != 0 ||
-	    strcmp(a->codec_pull, b->codec_pull) != 0 ||
-	    a->bucket != b->bucket || a->warmup_steps != b->warmup_steps ||
-	    a->staleness != b->staleness || a->sync_quorum != b->sync_quorum) {
-		snprintf(why, n,
-		    "job options differ (mode/lr/codecs/bucket/warmup/"
-		    "staleness/quorum): job has mode %d lr %g push %s pull %s "
-		    "staleness %u quorum %u",
-		    a->mode, a->lr, a->codec_push, a->codec_pull, a->staleness,
-		    a->sync_quorum);
-		return 1;
-	}
-	if (!packed_equal((const ProtobufCMessage *) a->optim,
-	        (const ProtobufCMessage *) b->optim) ||
-	    !packed_equal((const ProtobufCMessage *) a->lr_schedule,
-	        (const ProtobufCMessage *) b->lr_schedule) ||
-	    a->clip_norm != b->clip_norm) {
-		snprintf(why, n,
-		    "job options differ (optimizer, lr schedule or clip "
-		    "norm): job has optimizer %s, lr schedule %s, clip norm "
-		    "%g",
-		    a->optim != NULL ? a->optim->name : "sgd",
-		    a->lr_schedule != NULL ? a->lr_schedule->kind : "constant",
-		    a->clip_norm);
-		return 1;
-	}
-	return 0;
+	// What the job runs, for the operator who restarts the trainer.
+	mode = protobuf_c_enum_descriptor_get_value(&pswire__mode__descriptor,
+	    a->mode);
+	snprintf(why, n,
+	    "%s (the job: mode %s, lr %g, optimizer %s, lr schedule %s, "
+	    "clip norm %g)",
+	    first, mode != NULL ? mode->name : "?", a->lr,
+	    a->optim != NULL && *a->optim->name != '\0' ? a->optim->name
+	                                                : "sgd",
+	    a->lr_schedule != NULL && *a->lr_schedule->kind != '\0'
+	        ? a->lr_schedule->kind
+	        : "constant",
+	    a->clip_norm);
+	return 1;
 }
 
 // job_size_check refuses a job whose tensors total more than the

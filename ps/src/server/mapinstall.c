@@ -1,11 +1,9 @@
 // mapinstall.c — the first placement map: checking a map from the
 // scheduler (every later map is checked the same way, moves.c) and
-// setting up the job from the first one: its mode, optimizer and codecs,
-// the shard table and the buffers of the shards placed here, a snapshot
-// restore and the replicas' forwarding, before the server serves.
-#include <string.h>
-
-#include "jobconf.h"
+// setting up the job from the first one: s->job (ps__job_read: mode,
+// optimizer, codecs), the shard table and the buffers of the shards placed
+// here, a snapshot restore and the replicas' forwarding, before the server
+// serves.
 #include "server_impl.h"
 
 // placed_backup reports whether map shard si names server m as a backup.
@@ -84,34 +82,14 @@ ps__map_install(struct ps_server *s, Pswire__Placement *pl)
 		}
 	}
 	s->trainers = pl->trainers;
-	// SSP with K = 0 is BSP: it runs the sync rounds (bit for bit).
-	s->ssp       = job->mode == PSWIRE__MODE__MODE_SSP;
-	s->staleness = job->staleness;
-	s->quorum    = job->sync_quorum;
-	s->mode      = job->mode == PSWIRE__MODE__MODE_SSP
-	         ? (job->staleness == 0 ? PSWIRE__MODE__MODE_SYNC
-	                                : PSWIRE__MODE__MODE_ASYNC)
-	         : job->mode;
-	s->lr        = job->lr;
-	s->warmup    = job->warmup_steps;
-	s->log_k     = PS_DELTA_LOG;
-	if (ps__job_optim(job, &s->optim, &s->lr_sched, why, sizeof(why)) !=
-	    FB_OK) {
-		FB_LOG(FB_LOG_ERR, "store", "the job's optimizer: %s", why);
+	s->log_k    = PS_DELTA_LOG;
+	if (ps__job_read(job, &s->job, why, sizeof(why)) != FB_OK) {
+		FB_LOG(FB_LOG_ERR, "store", "%s", why);
 		return FB_EPROTO;
 	}
-	s->optim_bufs = fb_optim_state_bufs(s->optim.kind);
-	// The scheduler validated the codecs; a server still refuses a map
-	// it cannot serve rather than trusting it.
-	if (comp_codec_parse(job->codec_push, job->bucket, &s->cpush) !=
-	        FB_OK ||
-	    comp_codec_parse(job->codec_pull, job->bucket, &s->cpull) !=
-	        FB_OK ||
-	    comp_codec_parse("none", 0, &s->cnone) != FB_OK) {
+	if (comp_codec_parse("none", 0, &s->cnone) != FB_OK) {
 		return FB_EPROTO;
 	}
-	s->pull_none = s->cpull.id == COMP_NONE;
-	s->push_auto = strcmp(job->codec_push, COMP_AUTO_SPEC) == 0;
 	s->n_global  = pl->n_shards;
 	s->local     = fb_alloc(pl->n_shards * sizeof(*s->local));
 	s->shards    = fb_zalloc(pl->n_shards * sizeof(*s->shards));
@@ -191,10 +169,11 @@ ps__map_install(struct ps_server *s, Pswire__Placement *pl)
 	    "optimizer %s, lr schedule %s",
 	    (unsigned long long) pl->epoch, s->n_shards, pl->n_shards,
 	    s->n_backup_shards, s->trainers,
-	    s->ssp        ? "ssp"
-	        : s->mode ? "async"
-	                  : "sync",
-	    s->staleness, s->quorum, s->lr, fb_optim_name(s->optim.kind),
-	    fb_lr_name(s->lr_sched.kind));
+	    s->job.ssp        ? "ssp"
+	        : s->job.mode ? "async"
+	                      : "sync",
+	    s->job.staleness, s->job.quorum, s->job.lr,
+	    fb_optim_name(s->job.optim.kind),
+	    fb_lr_name(s->job.lr_sched.kind));
 	return FB_OK;
 }

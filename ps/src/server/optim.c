@@ -143,8 +143,8 @@ void
 ps__optim_apply(const struct ps_server *s, struct srv_shard *sh,
     const float *g0, const float *g1, uint64_t samples)
 {
-	double lr = fb_lr_at(&s->lr_sched, sh->version);
-	apply_range(&s->optim, sh, g0, g1, lr, 1.0 / (double) samples, 0,
+	double lr = fb_lr_at(&s->job.lr_sched, sh->version);
+	apply_range(&s->job.optim, sh, g0, g1, lr, 1.0 / (double) samples, 0,
 	    sh->len);
 }
 
@@ -157,13 +157,13 @@ uint32_t
 ps__optim_apply_crc(const struct ps_server *s, struct srv_shard *sh,
     const float *g0, const float *g1, uint64_t samples)
 {
-	double   lr  = fb_lr_at(&s->lr_sched, sh->version);
+	double   lr  = fb_lr_at(&s->job.lr_sched, sh->version);
 	double   inv = 1.0 / (double) samples;
 	uint32_t crc = 0;
 	for (size_t lo = 0; lo < sh->len; lo += PS_CRC_BLOCK) {
 		size_t hi = sh->len - lo > PS_CRC_BLOCK ? lo + PS_CRC_BLOCK
 		                                        : sh->len;
-		apply_range(&s->optim, sh, g0, g1, lr, inv, lo, hi);
+		apply_range(&s->job.optim, sh, g0, g1, lr, inv, lo, hi);
 		crc = fb_crc32(crc, sh->x + lo, (hi - lo) * 4);
 	}
 	return crc;

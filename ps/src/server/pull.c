@@ -33,7 +33,7 @@ pull_staleness(const struct ps_server *s, const struct srv_shard *sh,
     uint32_t rank)
 {
 	uint64_t lo;
-	if (s->mode == PSWIRE__MODE__MODE_SYNC || rank >= s->trainers) {
+	if (s->job.mode == PSWIRE__MODE__MODE_SYNC || rank >= s->trainers) {
 		return 0;
 	}
 	lo = ps__shard_min_clock(s, sh);
@@ -52,8 +52,8 @@ shard_ready(struct ps_server *s, const struct ps_call *c, uint32_t id,
 	if (!sh->init || sh->version < want || sh->fwd_pending > 0) {
 		return 0;
 	}
-	return !s->ssp || s->mode == PSWIRE__MODE__MODE_SYNC ||
-	    pull_staleness(s, sh, c->hdr->rank) <= s->staleness;
+	return !s->job.ssp || s->job.mode == PSWIRE__MODE__MODE_SYNC ||
+	    pull_staleness(s, sh, c->hdr->rank) <= s->job.staleness;
 }
 
 uint32_t
@@ -159,12 +159,13 @@ answer_pull(struct ps_server *s, struct ps_call *c)
 				r->codec = COMP_NONE;
 				r->version = sh->version;
 				r->length  = sh->len * 4;
-				r->crc     = s->pull_none || weights ? 0
-				                                     : sh->ref_crc;
+				r->crc     = s->job.pull_none || weights
+				        ? 0
+				        : sh->ref_crc;
 			} else if (sh->version == have) {
 				r->kind = PSWIRE__SHARD_KIND__SHARD_KIND_DELTA;
-				r->codec        = s->cpull.id;
-				r->bucket       = s->cpull.bucket;
+				r->codec        = s->job.cpull.id;
+				r->bucket       = s->job.cpull.bucket;
 				r->base_version = have;
 				r->version      = have;
 				r->crc          = sh->ref_crc;
@@ -172,8 +173,8 @@ answer_pull(struct ps_server *s, struct ps_call *c)
 				uint64_t v    = have + j;
 				uint32_t slot = (uint32_t) (v % s->log_k);
 				r->kind = PSWIRE__SHARD_KIND__SHARD_KIND_DELTA;
-				r->codec        = s->cpull.id;
-				r->bucket       = s->cpull.bucket;
+				r->codec        = s->job.cpull.id;
+				r->bucket       = s->job.cpull.bucket;
 				r->base_version = v;
 				r->version      = v + 1;
 				r->length       = sh->log_len[slot];
@@ -209,7 +210,7 @@ answer_pull(struct ps_server *s, struct ps_call *c)
 		// payloads are the arrays' bytes.
 		if (r->kind == PSWIRE__SHARD_KIND__SHARD_KIND_FULL) {
 			memcpy(payload + r->offset,
-			    s->pull_none || weights ? sh->x : sh->ref,
+			    s->job.pull_none || weights ? sh->x : sh->ref,
 			    r->length);
 		} else if (r->length > 0) {
 			uint32_t slot = (uint32_t) (r->base_version %
@@ -303,7 +304,7 @@ ps__on_pull(struct ps_server *s, struct ps_call *c)
 		    s->n_global);
 		goto out;
 	}
-	if (s->ssp && c->hdr->rank >= s->trainers) {
+	if (s->job.ssp && c->hdr->rank >= s->trainers) {
 		// An SSP read is gated on the caller's own clock.
 		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "rank %u out of range: job has %u trainers", c->hdr->rank,
@@ -324,7 +325,7 @@ ps__on_pull(struct ps_server *s, struct ps_call *c)
 			goto out;
 		}
 		sh->seen = s->stamp;
-		if (s->mode == PSWIRE__MODE__MODE_SYNC &&
+		if (s->job.mode == PSWIRE__MODE__MODE_SYNC &&
 		    p->version > sh->version + 1) {
 			ps__server_reply_err(s, c,
 			    PSWIRE__STATUS__FAILED_PRECONDITION,
@@ -336,7 +337,7 @@ ps__on_pull(struct ps_server *s, struct ps_call *c)
 		}
 	}
 	ps__pull_or_park(s, c,
-	    s->mode == PSWIRE__MODE__MODE_SYNC ? p->version : 0);
+	    s->job.mode == PSWIRE__MODE__MODE_SYNC ? p->version : 0);
 out:
 	pthread_mutex_unlock(&s->mu);
 }
@@ -458,7 +459,7 @@ stall_scan(struct ps_server *s, uint64_t now, // fb_clock_ns
 {
 	uint64_t lim = s->opts.stall_warn_ms;
 	int      k   = 0;
-	if (lim == 0 || s->mode != PSWIRE__MODE__MODE_SYNC) {
+	if (lim == 0 || s->job.mode != PSWIRE__MODE__MODE_SYNC) {
 		return 0;
 	}
 	for (size_t i = 0; i < s->n_global && k < STALL_LINES; i++) {

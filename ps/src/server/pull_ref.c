@@ -19,16 +19,16 @@ ps__ref_log_reset(struct ps_server *s, struct srv_shard *sh)
 void
 ps__ref_publish(struct ps_server *s, struct srv_shard *sh)
 {
-	if (s->pull_none) {
+	if (s->job.pull_none) {
 		return;
 	}
-	if (sh->version > s->warmup) {
+	if (sh->version > s->job.warmup) {
 		uint64_t base = sh->version - 1;
 		uint32_t slot = (uint32_t) (base % s->log_k);
 		size_t   n;
-		int rv = comp_ref_encode(&s->cpull, sh->x, sh->ref, sh->len,
-		    s->scratch, sh->log + (size_t) slot * sh->log_cap,
-		    sh->log_cap, &n);
+		int      rv = comp_ref_encode(&s->job.cpull, sh->x, sh->ref,
+		         sh->len, s->scratch, sh->log + (size_t) slot * sh->log_cap,
+		         sh->log_cap, &n);
 		if (rv == FB_OK) {
 			sh->ref_crc        = fb_crc32(0, sh->ref, sh->len * 4);
 			sh->log_base[slot] = base;
@@ -52,7 +52,8 @@ ps__ref_plan(const struct ps_server *s, const struct srv_shard *sh,
     uint64_t have, int full, size_t *nrefs, size_t *bytes)
 {
 	uint64_t cur = sh->version;
-	if (!s->pull_none && !full && have <= cur && cur - have <= s->log_k) {
+	if (!s->job.pull_none && !full && have <= cur &&
+	    cur - have <= s->log_k) {
 		size_t b  = 0;
 		int    ok = 1;
 		for (uint64_t v = have; v < cur && ok; v++) {

@@ -26,8 +26,8 @@ push_codec(const struct ps_server *s, const Pswire__ShardRef *r,
 	if (r->codec == COMP_NONE) {
 		return &s->cnone;
 	}
-	if (!s->push_auto) {
-		return &s->cpush;
+	if (!s->job.push_auto) {
+		return &s->job.cpush;
 	}
 	tmp->id         = r->codec;
 	tmp->bucket     = r->bucket;
@@ -63,7 +63,7 @@ check_refs(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 		}
 		sh->seen = s->stamp;
 		struct comp_codec tmp;
-		if (r->codec != COMP_NONE && s->push_auto && !p->init &&
+		if (r->codec != COMP_NONE && s->job.push_auto && !p->init &&
 		    comp_codec_check(push_codec(s, r, &tmp)) != FB_OK) {
 			ps__server_reply_err(s, c,
 			    PSWIRE__STATUS__INVALID_ARGUMENT,
@@ -74,13 +74,14 @@ check_refs(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 			return -1;
 		}
 		if (r->codec != COMP_NONE &&
-		    (p->init || (!s->push_auto && r->codec != s->cpush.id))) {
+		    (p->init ||
+		        (!s->job.push_auto && r->codec != s->job.cpush.id))) {
 			ps__server_reply_err(s, c,
 			    PSWIRE__STATUS__INVALID_ARGUMENT,
 			    "shard %u: codec %u (%s) is not this job's push "
 			    "codec %s",
 			    r->shard, r->codec, comp_codec_name(r->codec),
-			    comp_codec_name(s->cpush.id));
+			    comp_codec_name(s->job.cpush.id));
 			return -1;
 		}
 		size_t want = comp_bound(push_codec(s, r, &tmp), sh->len);
@@ -203,14 +204,14 @@ push_admit(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 			    "shard %u has no initial weights yet", r->shard);
 			return -1;
 		}
-		if (s->mode == PSWIRE__MODE__MODE_SYNC &&
+		if (s->job.mode == PSWIRE__MODE__MODE_SYNC &&
 		    (s->replicated || p->resend) &&
 		    push_retried(s, sh, r, rank)) {
 			(*n_retried)++; // counted already: only the pull is
 			                // left
 			continue;
 		}
-		if (s->mode == PSWIRE__MODE__MODE_SYNC) {
+		if (s->job.mode == PSWIRE__MODE__MODE_SYNC) {
 			if (r->version != sh->version) {
 				// Behind (a rank that rejoined while a round
 				// finished without it): pull and recompute.
@@ -257,7 +258,7 @@ push_async(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 {
 	// The overflow check's step: plain SGD's at the base lr (no
 	// schedule raises it), a bound for the other optimizers.
-	float bound = (float) (s->lr / (double) p->n_samples);
+	float bound = (float) (s->job.lr / (double) p->n_samples);
 	for (size_t i = 0; i < p->n_shards; i++) {
 		Pswire__ShardRef *r  = p->shards[i];
 		struct srv_shard *sh = &s->shards[r->shard];
@@ -303,11 +304,11 @@ push_async(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 			comp_decode(push_codec(s, r, &tmp), b, r->length,
 			    sh->len, s->sum);
 			ps__optim_apply(s, sh, s->sum, NULL, p->n_samples);
-		} else if (s->optim.kind == FB_OPTIM_SGD &&
-		    s->optim.weight_decay == 0) {
+		} else if (s->job.optim.kind == FB_OPTIM_SGD &&
+		    s->job.optim.weight_decay == 0) {
 			// Plain SGD reads fp32 straight from the payload
 			// (no copy); the float math is ps__optim_apply's.
-			float scale = (float) (fb_lr_at(&s->lr_sched,
+			float scale = (float) (fb_lr_at(&s->job.lr_sched,
 			                           sh->version) /
 			    (double) p->n_samples);
 			for (size_t j = 0; j < sh->len; j++) {
@@ -471,7 +472,7 @@ ps__on_push(struct ps_server *s, struct ps_call *c)
 			                &s->shards[r->shard], r, rank);
 		}
 	}
-	if (s->mode == PSWIRE__MODE__MODE_ASYNC) {
+	if (s->job.mode == PSWIRE__MODE__MODE_ASYNC) {
 		if (push_async(s, c, p) != 0) {
 			goto out;
 		}

@@ -214,7 +214,7 @@ ps_server_stats(struct ps_server *s, char *buf, size_t n)
 	    s->index, s->url,
 	    (unsigned long long) (fb_clock_ms() - s->started_ms),
 	    atomic_load(&s->ready), s->n_shards, s->n_backup_shards,
-	    (unsigned long long) version, s->mode ? "async" : "sync",
+	    (unsigned long long) version, s->job.mode ? "async" : "sync",
 	    fb_used_memory(), (unsigned long long) atomic_load(&s->n_push),
 	    (unsigned long long) atomic_load(&s->n_pull),
 	    (unsigned long long) atomic_load(&s->n_err),

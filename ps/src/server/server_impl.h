@@ -73,6 +73,7 @@
 
 #include "comp/comp.h"
 #include "fb/optim.h"
+#include "jobconf.h"
 #include "ps/ps.h"
 #include "rpc.h"
 
@@ -110,7 +111,7 @@ struct srv_shard {
 	uint64_t  offset; // elements within the tensor
 	uint64_t  len;    // elements
 	float    *x;      // master weights
-	float    *opt;    // optimizer state: s->optim_bufs x len (optim.c)
+	float    *opt;    // optimizer state: s->job.optim_bufs x len (optim.c)
 	float    *stage;  // [trainers][len] sync staging slots
 	uint8_t  *state;  // per rank: an enum ps_slot_state
 	uint32_t  n_pushed;
@@ -179,18 +180,10 @@ struct ps_server {
 	uint32_t              index;
 	Pswire__Placement    *pl;
 	uint32_t              trainers;
-	int                   mode; // how pushes apply: MODE_SYNC or _ASYNC
-	double                lr;
-	// SSP (job mode MODE_SSP): pushes apply as in async mode (as in sync
-	// mode when staleness is 0) and pulls wait on the ranks' clocks.
-	int                   ssp;
-	uint32_t              staleness; // SSP: K
-	uint32_t              quorum;    // sync: ranks that close a round
-	// The job's optimizer and lr schedule (ps__job_optim), and the
-	// state buffers each shard keeps for it (fb_optim_state_bufs).
-	struct fb_optim       optim;
-	struct fb_lr_sched    lr_sched;
-	uint32_t              optim_bufs;
+	// The job as this server runs it (mode, staleness, quorum, lr,
+	// warm-up, optimizer, codecs), read once from the first map
+	// (ps__job_read, jobconf.c); the hot paths read s->job.x.
+	struct ps_job         job;
 	struct srv_shard     *shards; // mine
 	uint32_t              n_shards;
 	int32_t              *local; // global id -> index in shards, or -1
@@ -201,11 +194,7 @@ struct ps_server {
 	size_t                n_global;
 	float                *sum;     // scratch: largest shard
 	float                *scratch; // scratch: largest shard (ref encode)
-	struct comp_codec     cpush, cpull, cnone;
-	int                   pull_none; // no pull codec: send x in full
-	int                   push_auto; // codec_push "auto": each push's
-	                                 // refs name their codec
-	uint32_t              warmup;    // versions <= warmup are fp32
+	struct comp_codec     cnone;   // "none": the codec of fp32 pushes
 	uint32_t              log_k;
 	uint64_t              stamp;
 	struct ps_call       *parked;
@@ -423,7 +412,7 @@ int ps__transfer_encode(struct ps_server *s, struct srv_shard *sh, int backup,
     nng_msg **out);
 
 // ps__shard_load_state copies into sh (buffers allocated) the weights, the
-// optimizer state (s->optim_bufs buffers), and
+// optimizer state (s->job.optim_bufs buffers), and
 // with a pull codec the reference and delta log, from payload p laid out as
 // a Transfer's, with the log's bases, crcs and lengths and ref_crc from t;
 // the caller has checked every length. Returns the first byte after them.

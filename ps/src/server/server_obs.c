@@ -184,7 +184,7 @@ write_parked(const struct ps_server *s, const struct ps_call *c, uint64_t now,
 		uint32_t id = ps__call_shard(c, i, &have, &full);
 		const struct srv_shard *sh = &s->shards[id];
 		if (s->local[id] >= 0 && sh->version < c->park_version &&
-		    s->mode == PSWIRE__MODE__MODE_SYNC) {
+		    s->job.mode == PSWIRE__MODE__MODE_SYNC) {
 			write_ranks(s, sh, 0, w);
 			obs_writer_printf(w, ",\"waits_on_shard\":%u}", id);
 			return;
@@ -218,9 +218,9 @@ ps_server_state_json(struct ps_server *s, struct obs_writer *w)
 	obs_writer_printf(w,
 	    ",\"job\":{\"mode\":\"%s\",\"trainers\":%u,\"shards\":%zu,"
 	    "\"gone_ranks\":[",
-	    s->ssp                                    ? "ssp"
-	        : s->mode == PSWIRE__MODE__MODE_ASYNC ? "async"
-	                                              : "sync",
+	    s->job.ssp                                    ? "ssp"
+	        : s->job.mode == PSWIRE__MODE__MODE_ASYNC ? "async"
+	                                                  : "sync",
 	    s->trainers, s->n_global);
 	for (uint32_t r = 0; r < s->trainers; r++) {
 		if (s->gone[r]) {
@@ -246,7 +246,8 @@ ps_server_state_json(struct ps_server *s, struct obs_writer *w)
 			obs_writer_printf(w, ",\"version\":%llu",
 			    (unsigned long long) sh->version);
 		}
-		if (s->local[i] >= 0 && s->mode == PSWIRE__MODE__MODE_SYNC) {
+		if (s->local[i] >= 0 &&
+		    s->job.mode == PSWIRE__MODE__MODE_SYNC) {
 			obs_writer_printf(w, ",\"pushed\":");
 			write_ranks(s, sh, 1, w);
 			obs_writer_printf(w, ",\"waiting_for\":");

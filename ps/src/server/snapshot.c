@@ -67,8 +67,9 @@
 static size_t
 rec_bound(const struct ps_server *s, const struct srv_shard *sh)
 {
-	size_t b = SNAP_REC + SNAP_HMAX + sh->len * 4 * (1 + s->optim_bufs);
-	if (!s->pull_none) {
+	size_t b = SNAP_REC + SNAP_HMAX +
+	    sh->len * 4 * (1 + s->job.optim_bufs);
+	if (!s->job.pull_none) {
 		b += sh->len * 4 + (size_t) s->log_k * sh->log_cap;
 	}
 	return b;
@@ -122,10 +123,10 @@ snap_add(struct ps_server *s, const struct srv_shard *sh)
 	t.shard      = sh->id;
 	t.version    = sh->version;
 	t.init       = sh->init != 0;
-	t.optim_bufs = s->optim_bufs;
-	t.optim      = (char *) fb_optim_name(s->optim.kind);
-	plen += (uint64_t) s->optim_bufs * sh->len * 4;
-	if (!s->pull_none) {
+	t.optim_bufs = s->job.optim_bufs;
+	t.optim      = (char *) fb_optim_name(s->job.optim.kind);
+	plen += (uint64_t) s->job.optim_bufs * sh->len * 4;
+	if (!s->job.pull_none) {
 		for (uint32_t k = 0; k < s->log_k; k++) {
 			int empty = sh->log_base[k] == UINT64_MAX;
 			lb[k]     = sh->log_base[k];
@@ -151,11 +152,11 @@ snap_add(struct ps_server *s, const struct srv_shard *sh)
 	d = r + SNAP_REC + hl;
 	memcpy(d, sh->x, sh->len * 4);
 	d += sh->len * 4;
-	if (s->optim_bufs > 0) {
-		memcpy(d, sh->opt, (size_t) s->optim_bufs * sh->len * 4);
-		d += (size_t) s->optim_bufs * sh->len * 4;
+	if (s->job.optim_bufs > 0) {
+		memcpy(d, sh->opt, (size_t) s->job.optim_bufs * sh->len * 4);
+		d += (size_t) s->job.optim_bufs * sh->len * 4;
 	}
-	if (!s->pull_none) {
+	if (!s->job.pull_none) {
 		memcpy(d, sh->ref, sh->len * 4);
 		d += sh->len * 4;
 		for (uint32_t k = 0; k < s->log_k; k++) {
@@ -184,7 +185,7 @@ snap_maybe_full(struct ps_server *s)
 	fb_put_u32le(p->buf + 12, s->index);
 	fb_put_u64le(p->buf + 16, p->n_rec ? p->low : p->version);
 	fb_put_u32le(p->buf + 24, p->n_rec);
-	fb_put_u32le(p->buf + 28, s->pull_none ? 0 : SNAP_FLAG_REF);
+	fb_put_u32le(p->buf + 28, s->job.pull_none ? 0 : SNAP_FLAG_REF);
 	p->state = SNAP_FULL;
 	pthread_cond_signal(&p->wake);
 }
@@ -200,7 +201,7 @@ ps__snap_on_version(struct ps_server *s, struct srv_shard *sh)
 		snap_maybe_full(s);
 		return;
 	}
-	if (p->every == 0 || v % p->every != 0 || s->mode != 0) {
+	if (p->every == 0 || v % p->every != 0 || s->job.mode != 0) {
 		return;
 	}
 	if (p->state == SNAP_FULL || p->state == SNAP_WRITING) {

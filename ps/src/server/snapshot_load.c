@@ -215,11 +215,11 @@ snap_fit(const struct ps_server *s, const char *path, const struct snap_rec *r,
 		    (unsigned long long) sh->len);
 		return -1;
 	}
-	if (with_ref != !s->pull_none) {
+	if (with_ref != !s->job.pull_none) {
 		errmsg(msg, n, 0, path,
 		    "taken %s a pull codec, the job runs %s one",
 		    with_ref ? "with" : "without",
-		    s->pull_none ? "without" : "with");
+		    s->job.pull_none ? "without" : "with");
 		return -1;
 	}
 	if (ps__optim_state_fits(s, t, why, sizeof(why)) != 0) {
@@ -228,14 +228,14 @@ snap_fit(const struct ps_server *s, const char *path, const struct snap_rec *r,
 			    "format 1 (taken before optimizers) holds no "
 			    "optimizer state, but the job runs %s: restart "
 			    "with --optimizer sgd, or without --restore",
-			    fb_optim_name(s->optim.kind));
+			    fb_optim_name(s->job.optim.kind));
 		} else {
 			errmsg(msg, n, 0, path, "shard %u %s", t->shard, why);
 		}
 		return -1;
 	}
-	need = sh->len * 4 * (1 + (uint64_t) s->optim_bufs);
-	if (!s->pull_none) {
+	need = sh->len * 4 * (1 + (uint64_t) s->job.optim_bufs);
+	if (!s->job.pull_none) {
 		if (t->n_log_base != s->log_k || t->n_log_crc != s->log_k ||
 		    t->n_log_len != s->log_k) {
 			errmsg(msg, n, 0, path, "shard %u: delta log of %zu",
@@ -244,7 +244,8 @@ snap_fit(const struct ps_server *s, const char *path, const struct snap_rec *r,
 		}
 		need += sh->len * 4;
 		for (uint32_t k = 0; k < s->log_k; k++) {
-			if (t->log_len[k] > comp_bound(&s->cpull, sh->len)) {
+			if (t->log_len[k] >
+			    comp_bound(&s->job.cpull, sh->len)) {
 				errmsg(msg, n, 0, path,
 				    "shard %u: delta log entry too long",
 				    t->shard);

@@ -31,7 +31,7 @@ ps__shard_complete(const struct ps_server *s, const struct srv_shard *sh)
 	}
 	// With a quorum the round closes on its Q-th push; the ranks still
 	// missing then find the version passed (OUT_OF_RANGE: re-pull).
-	return missing == 0 || (s->quorum > 0 && pushed >= s->quorum);
+	return missing == 0 || (s->job.quorum > 0 && pushed >= s->job.quorum);
 }
 
 uint64_t
@@ -55,7 +55,7 @@ static void
 apply_sum(struct ps_server *s, struct srv_shard *sh)
 {
 	size_t       n     = sh->len;
-	float        scale = (float) (s->lr / (double) sh->samples);
+	float        scale = (float) (s->job.lr / (double) sh->samples);
 	const float *g[2]  = { NULL, NULL };
 	uint32_t     k     = 0;
 	// Rank order, over the ranks that pushed (all of them, unless a
@@ -157,13 +157,13 @@ ps__shard_alloc(struct ps_server *s, struct srv_shard *sh)
 	}
 	// The optimizer's state starts at zero (no velocity, no moments)
 	// and lives as long as the shard's weights.
-	if (s->optim_bufs > 0 &&
-	    (sh->opt = fb_zalloc(sh->len * sizeof(float) * s->optim_bufs)) ==
-	        NULL) {
+	if (s->job.optim_bufs > 0 &&
+	    (sh->opt = fb_zalloc(
+	         sh->len * sizeof(float) * s->job.optim_bufs)) == NULL) {
 		return FB_ENOMEM;
 	}
-	if (!s->pull_none) {
-		sh->log_cap  = comp_bound(&s->cpull, sh->len);
+	if (!s->job.pull_none) {
+		sh->log_cap  = comp_bound(&s->job.cpull, sh->len);
 		sh->ref      = fb_zalloc(sh->len * sizeof(float));
 		sh->log      = fb_alloc(sh->log_cap * s->log_k + 1);
 		sh->log_base = fb_alloc(s->log_k * sizeof(uint64_t));

@@ -37,10 +37,10 @@ ps__transfer_encode(struct ps_server *s, struct srv_shard *sh, int backup,
 	t.state.data = sh->state;
 	t.n_clocks   = s->trainers;
 	t.clocks     = sh->clock;
-	t.optim_bufs = s->optim_bufs;
-	t.optim      = (char *) fb_optim_name(s->optim.kind);
-	plen += (size_t) s->optim_bufs * sh->len * 4;
-	if (!s->pull_none) {
+	t.optim_bufs = s->job.optim_bufs;
+	t.optim      = (char *) fb_optim_name(s->job.optim.kind);
+	plen += (size_t) s->job.optim_bufs * sh->len * 4;
+	if (!s->job.pull_none) {
 		plen += sh->len * 4;
 		for (uint32_t k = 0; k < s->log_k; k++) {
 			lb[k] = sh->log_base[k];
@@ -68,12 +68,12 @@ ps__transfer_encode(struct ps_server *s, struct srv_shard *sh, int backup,
 	}
 	memcpy(payload, sh->x, sh->len * 4);
 	off = sh->len * 4;
-	if (s->optim_bufs > 0) {
+	if (s->job.optim_bufs > 0) {
 		memcpy(payload + off, sh->opt,
-		    (size_t) s->optim_bufs * sh->len * 4);
-		off += (size_t) s->optim_bufs * sh->len * 4;
+		    (size_t) s->job.optim_bufs * sh->len * 4);
+		off += (size_t) s->job.optim_bufs * sh->len * 4;
 	}
-	if (!s->pull_none) {
+	if (!s->job.pull_none) {
 		memcpy(payload + off, sh->ref, sh->len * 4);
 		off += sh->len * 4;
 		for (uint32_t k = 0; k < s->log_k; k++) {
@@ -100,11 +100,11 @@ ps__shard_load_state(struct ps_server *s, struct srv_shard *sh,
 	memcpy(sh->x, p, sh->len * 4);
 	p += sh->len * 4;
 	sh->crc_ok = 0; // the weights changed under the same version
-	if (s->optim_bufs > 0) {
-		memcpy(sh->opt, p, (size_t) s->optim_bufs * sh->len * 4);
-		p += (size_t) s->optim_bufs * sh->len * 4;
+	if (s->job.optim_bufs > 0) {
+		memcpy(sh->opt, p, (size_t) s->job.optim_bufs * sh->len * 4);
+		p += (size_t) s->job.optim_bufs * sh->len * 4;
 	}
-	if (!s->pull_none) {
+	if (!s->job.pull_none) {
 		memcpy(sh->ref, p, sh->len * 4);
 		p += sh->len * 4;
 		for (uint32_t k = 0; k < s->log_k; k++) {
@@ -127,13 +127,13 @@ ps__optim_state_fits(const struct ps_server *s,
 	const char *name = t->optim != NULL && *t->optim != '\0' ? t->optim
 	                                                         : "sgd";
 	int         kind;
-	if (fb_optim_parse(name, &kind) != FB_OK || kind != s->optim.kind ||
-	    t->optim_bufs != s->optim_bufs) {
+	if (fb_optim_parse(name, &kind) != FB_OK ||
+	    kind != s->job.optim.kind || t->optim_bufs != s->job.optim_bufs) {
 		snprintf(why, n,
 		    "carries %u optimizer state buffers of '%.32s', the job "
 		    "runs %s (%u)",
-		    t->optim_bufs, name, fb_optim_name(s->optim.kind),
-		    s->optim_bufs);
+		    t->optim_bufs, name, fb_optim_name(s->job.optim.kind),
+		    s->job.optim_bufs);
 		return -1;
 	}
 	return 0;
@@ -195,7 +195,7 @@ transfer_values_check(struct ps_server *s, struct ps_call *c,
 	        : t->samples != 0) {
 		bad = "samples do not match the staged pushes";
 	}
-	for (uint32_t k = 0; bad == NULL && !s->pull_none && k < s->log_k;
+	for (uint32_t k = 0; bad == NULL && !s->job.pull_none && k < s->log_k;
 	     k++) {
 		if (t->log_base[k] != UINT64_MAX &&
 		    t->log_base[k] >= t->version) {
@@ -205,7 +205,7 @@ transfer_values_check(struct ps_server *s, struct ps_call *c,
 	if (bad == NULL && !fb_all_finite(p, sh->len)) {
 		bad = "weights hold NaN or Inf";
 	}
-	if (bad == NULL && !s->pull_none) {
+	if (bad == NULL && !s->job.pull_none) {
 		if (!fb_all_finite(p + len, sh->len)) {
 			bad = "pull reference holds NaN or Inf";
 		}
@@ -246,10 +246,10 @@ transfer_decode(struct ps_server *s, struct ps_call *c,
 
 	if (t->state.len != s->trainers ||
 	    (t->n_clocks != 0 && t->n_clocks != s->trainers) ||
-	    (!s->pull_none &&
+	    (!s->job.pull_none &&
 	        (t->n_log_base != s->log_k || t->n_log_crc != s->log_k ||
 	            t->n_log_len != s->log_k)) ||
-	    (s->pull_none && t->n_log_len != 0)) {
+	    (s->job.pull_none && t->n_log_len != 0)) {
 		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "transfer of shard %u: state for %zu ranks, log of %zu",
 		    t->shard, t->state.len, t->n_log_len);
@@ -260,7 +260,7 @@ transfer_decode(struct ps_server *s, struct ps_call *c,
 		    "transfer of shard %u: %s", t->shard, why);
 		return -1;
 	}
-	need += (uint64_t) s->optim_bufs * sh->len * 4;
+	need += (uint64_t) s->job.optim_bufs * sh->len * 4;
 	for (uint32_t r = 0; r < s->trainers; r++) {
 		if (t->state.data[r] != PS_SLOT_FREE &&
 		    t->state.data[r] != PS_SLOT_PUSHED) {
@@ -272,10 +272,11 @@ transfer_decode(struct ps_server *s, struct ps_call *c,
 		pushed += t->state.data[r] == PS_SLOT_PUSHED;
 		need += t->state.data[r] == PS_SLOT_PUSHED ? sh->len * 4 : 0;
 	}
-	if (!s->pull_none) {
+	if (!s->job.pull_none) {
 		need += sh->len * 4;
 		for (uint32_t k = 0; k < s->log_k; k++) {
-			if (t->log_len[k] > comp_bound(&s->cpull, sh->len)) {
+			if (t->log_len[k] >
+			    comp_bound(&s->job.cpull, sh->len)) {
 				ps__server_reply_err(s, c,
 				    PSWIRE__STATUS__INVALID_ARGUMENT,
 				    "transfer of shard %u: log entry too long",

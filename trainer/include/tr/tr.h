@@ -38,6 +38,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <ferry/ferry.h>
+
 #include "fb/config.h"
 
 #ifdef __cplusplus
@@ -402,61 +404,46 @@ tr_backend_evaluate(struct tr_backend *b, const struct tr_dataset *ds,
 }
 
 // ---- configuration --------------------------------------------------------
-enum tr_mode { TR_MODE_SYNC = 0, TR_MODE_ASYNC = 1, TR_MODE_SSP = 2 };
+// --mode's values are libferry's (the table's ENUM("sync|async|ssp") is in
+// enum ferry_mode's order): the option binds straight into fo.mode.
+enum tr_mode {
+	TR_MODE_SYNC  = FERRY_MODE_SYNC,
+	TR_MODE_ASYNC = FERRY_MODE_ASYNC,
+	TR_MODE_SSP   = FERRY_MODE_SSP
+};
 
 struct tr_config {
-	const char      *scheduler;      // --scheduler URL (required to train)
-	int              rank;           // --rank
-	const char      *data_dir;       // --data
-	struct tr_arch   arch;           // --layers
-	size_t           batch;          // --batch (per trainer)
-	double           lr;             // --lr
-	int              epochs;         // --epochs
-	uint64_t         seed;           // --seed
-	int              mode;           // --mode sync|async|ssp
-	int              log_interval;   // --log-interval (0: epoch ends only)
-	const char      *codec_push;     // --codec-push
-	const char      *codec_pull;     // --codec-pull
-	uint32_t         bucket;         // --bucket
-	uint32_t         warmup_steps;   // --warmup-steps
-	uint64_t         max_steps;      // --max-steps (0: unlimited)
-	const char      *device;         // --device cpu|cuda|cuda:N
-	int              blas_threads;   // --blas-threads
-	const char      *curve;          // --curve FILE (NULL: none)
-	const char      *step_times;     // --step-times FILE (NULL: none)
-	uint32_t         timeout_ms;     // --timeout-ms (libferry deadline)
-	const char      *weights_out;    // --weights-out FILE (NULL: none)
-	const char      *http_listen;    // --http-listen host:port ("": off)
-	const char      *http_url_file;  // --http-url-file FILE ("": none)
-	uint32_t         heartbeat_ms;   // --heartbeat-ms (0: no heartbeats)
-	uint32_t         staleness;      // --staleness (--mode ssp)
-	uint32_t         sync_quorum;    // --sync-quorum (0: every trainer)
-	uint32_t         slow_ms;        // --slow-ms (0: no artificial delay)
-	const char      *secret_file;    // --secret-file FILE ("": off)
-	const char      *optimizer;      // --optimizer (a name of fb/optim.h)
-	double           momentum;       // --momentum
-	double           beta1, beta2;   // --beta1, --beta2
-	double           eps;            // --eps
-	double           weight_decay;   // --weight-decay
-	const char      *lr_schedule;    // --lr-schedule
-	uint64_t         lr_warmup;      // --lr-warmup (updates)
-	uint64_t         lr_step_every;  // --lr-step-every
-	double           lr_gamma;       // --lr-gamma
-	double           lr_min;         // --lr-min
-	uint64_t         lr_total_steps; // --lr-total-steps
-	double           clip_norm;      // --clip-norm (0: off)
-	double           link_budget;    // --link-budget (codec auto)
-	uint32_t         overlap_layers; // --overlap-layers (1: layer-wise)
-	int              overlap;        // --overlap (1: one-step delayed)
-	const char      *tls_cert;       // --tls-cert FILE ("": off)
-	const char      *tls_key;        // --tls-key FILE
-	const char      *tls_ca;         // --tls-ca FILE
-	int              help;           // --help was given
-	int              print_config;   // --print-config was given
+	// The job's and the client's settings, bound from the table as
+	// libferry takes them (ferry_client_open): --scheduler
+	// (fo.scheduler_url, required to train), --rank, --lr, --mode,
+	// --seed, --codec-push/--codec-pull, --bucket, --warmup-steps,
+	// --timeout-ms, --heartbeat-ms, --staleness, --sync-quorum, the
+	// optimizer and lr schedule flags, --clip-norm, --link-budget and
+	// --tls-*. Strings borrow like the others below; log is train.c's.
+	struct ferry_opts fo;
+	const char       *data_dir;       // --data
+	struct tr_arch    arch;           // --layers
+	size_t            batch;          // --batch (per trainer)
+	int               epochs;         // --epochs
+	int               log_interval;   // --log-interval (0: epoch ends)
+	uint64_t          max_steps;      // --max-steps (0: unlimited)
+	const char       *device;         // --device cpu|cuda|cuda:N
+	int               blas_threads;   // --blas-threads
+	const char       *curve;          // --curve FILE (NULL: none)
+	const char       *step_times;     // --step-times FILE (NULL: none)
+	const char       *weights_out;    // --weights-out FILE (NULL: none)
+	const char       *http_listen;    // --http-listen host:port ("": off)
+	const char       *http_url_file;  // --http-url-file FILE ("": none)
+	uint32_t          slow_ms;        // --slow-ms (0: no artificial delay)
+	const char       *secret_file;    // --secret-file FILE ("": off)
+	uint32_t          overlap_layers; // --overlap-layers (1: layer-wise)
+	int               overlap;        // --overlap (1: one-step delayed)
+	int               help;           // --help was given
+	int               print_config;   // --print-config was given
 	// Where each value came from (for --print-config), and the text of
 	// the --config file that string fields may borrow: released by
 	// tr_config_fini.
-	struct fb_config src;
+	struct fb_config  src;
 };
 
 // The options are the trainer's entries of the config table in base/
