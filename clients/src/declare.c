@@ -40,6 +40,77 @@ job_from_opts(const ferry_client *c, Pswire__JobConfig *job,
 	job->lr_schedule  = ls;
 }
 
+// state_alloc sizes what the client keeps per shard and per tensor once
+// the first map is known: versions, the shard layout, the push codes and
+// clip buffer, the error-feedback residuals and pull references. Returns
+// FERRY_OK or FERRY_ENOMEM (ferry_client_close frees what was made).
+static int
+state_alloc(ferry_client *c, const struct ferry_tensor_desc *d, size_t n)
+{
+	int rv;
+
+	c->shard_ver = fb_zalloc(c->pl->n_shards * sizeof(uint64_t));
+	c->need      = fb_zalloc(c->pl->n_shards);
+	c->need_full = fb_zalloc(c->pl->n_shards);
+	c->ref_at    = fb_zalloc(c->pl->n_shards);
+	c->code_off  = fb_zalloc(c->pl->n_shards * sizeof(size_t));
+	c->layout    = fb_zalloc(c->pl->n_shards * sizeof(*c->layout));
+	if (c->need == NULL || c->need_full == NULL || c->code_off == NULL ||
+	    c->layout == NULL || c->ref_at == NULL) {
+		return ferry__fail(c, FERRY_ENOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < c->pl->n_shards; i++) {
+		c->layout[i].tensor     = c->pl->shards[i]->tensor;
+		c->layout[i].offset     = c->pl->shards[i]->offset;
+		c->layout[i].len        = c->pl->shards[i]->len;
+		c->layout[i].code_bytes = comp_bound(&c->cpush,
+		    c->pl->shards[i]->len);
+	}
+	if ((rv = ferry__auto_init(c)) != FERRY_OK) {
+		return rv;
+	}
+	if (c->cpush.id != COMP_NONE) {
+		size_t total = 0;
+		for (size_t i = 0; i < c->pl->n_shards; i++) {
+			c->code_off[i] = total;
+			total += ferry__auto_bound(c, c->pl->shards[i]->len);
+		}
+		if ((c->codes = fb_alloc(total ? total : 1)) == NULL) {
+			return ferry__fail(c, FERRY_ENOMEM, "out of memory");
+		}
+	}
+	if (c->opts.clip_norm > 0 && c->cpush.id != COMP_NONE) {
+		// Clipped codes are encoded from one shard's scaled copy.
+		size_t maxlen = 1;
+		for (size_t i = 0; i < c->pl->n_shards; i++) {
+			if (c->pl->shards[i]->len > maxlen) {
+				maxlen = c->pl->shards[i]->len;
+			}
+		}
+		if ((c->clip = fb_alloc(maxlen * sizeof(float))) == NULL) {
+			return ferry__fail(c, FERRY_ENOMEM, "out of memory");
+		}
+	}
+	c->resid = fb_zalloc(n * sizeof(float *));
+	c->ref   = fb_zalloc(n * sizeof(float *));
+	if (c->shard_ver == NULL || c->resid == NULL || c->ref == NULL) {
+		return ferry__fail(c, FERRY_ENOMEM, "out of memory");
+	}
+	for (size_t t = 0; t < n; t++) {
+		if (c->cpush.id != COMP_NONE &&
+		    (c->resid[t] = fb_zalloc(d[t].len * sizeof(float))) ==
+		        NULL) {
+			return ferry__fail(c, FERRY_ENOMEM, "out of memory");
+		}
+		if (c->cpull.id != COMP_NONE &&
+		    (c->ref[t] = fb_zalloc(d[t].len * sizeof(float))) ==
+		        NULL) {
+			return ferry__fail(c, FERRY_ENOMEM, "out of memory");
+		}
+	}
+	return FERRY_OK;
+}
+
 FERRY_API int
 ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
     size_t n)
@@ -128,70 +199,8 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 	    (rv = ferry__conns_assign(c)) != FERRY_OK) {
 		goto done;
 	}
-	c->shard_ver = fb_zalloc(c->pl->n_shards * sizeof(uint64_t));
-	c->need      = fb_zalloc(c->pl->n_shards);
-	c->need_full = fb_zalloc(c->pl->n_shards);
-	c->ref_at    = fb_zalloc(c->pl->n_shards);
-	c->code_off  = fb_zalloc(c->pl->n_shards * sizeof(size_t));
-	c->layout    = fb_zalloc(c->pl->n_shards * sizeof(*c->layout));
-	if (c->need == NULL || c->need_full == NULL || c->code_off == NULL ||
-	    c->layout == NULL || c->ref_at == NULL) {
-		rv = ferry__fail(c, FERRY_ENOMEM, "out of memory");
+	if ((rv = state_alloc(c, d, n)) != FERRY_OK) {
 		goto done;
-	}
-	for (size_t i = 0; i < c->pl->n_shards; i++) {
-		c->layout[i].tensor     = c->pl->shards[i]->tensor;
-		c->layout[i].offset     = c->pl->shards[i]->offset;
-		c->layout[i].len        = c->pl->shards[i]->len;
-		c->layout[i].code_bytes = comp_bound(&c->cpush,
-		    c->pl->shards[i]->len);
-	}
-	if ((rv = ferry__auto_init(c)) != FERRY_OK) {
-		goto done;
-	}
-	if (c->cpush.id != COMP_NONE) {
-		size_t total = 0;
-		for (size_t i = 0; i < c->pl->n_shards; i++) {
-			c->code_off[i] = total;
-			total += ferry__auto_bound(c, c->pl->shards[i]->len);
-		}
-		if ((c->codes = fb_alloc(total ? total : 1)) == NULL) {
-			rv = ferry__fail(c, FERRY_ENOMEM, "out of memory");
-			goto done;
-		}
-	}
-	if (c->opts.clip_norm > 0 && c->cpush.id != COMP_NONE) {
-		// Clipped codes are encoded from one shard's scaled copy.
-		size_t maxlen = 1;
-		for (size_t i = 0; i < c->pl->n_shards; i++) {
-			if (c->pl->shards[i]->len > maxlen) {
-				maxlen = c->pl->shards[i]->len;
-			}
-		}
-		if ((c->clip = fb_alloc(maxlen * sizeof(float))) == NULL) {
-			rv = ferry__fail(c, FERRY_ENOMEM, "out of memory");
-			goto done;
-		}
-	}
-	c->resid = fb_zalloc(n * sizeof(float *));
-	c->ref   = fb_zalloc(n * sizeof(float *));
-	if (c->shard_ver == NULL || c->resid == NULL || c->ref == NULL) {
-		rv = ferry__fail(c, FERRY_ENOMEM, "out of memory");
-		goto done;
-	}
-	for (size_t t = 0; t < n; t++) {
-		if (c->cpush.id != COMP_NONE &&
-		    (c->resid[t] = fb_zalloc(d[t].len * sizeof(float))) ==
-		        NULL) {
-			rv = ferry__fail(c, FERRY_ENOMEM, "out of memory");
-			goto done;
-		}
-		if (c->cpull.id != COMP_NONE &&
-		    (c->ref[t] = fb_zalloc(d[t].len * sizeof(float))) ==
-		        NULL) {
-			rv = ferry__fail(c, FERRY_ENOMEM, "out of memory");
-			goto done;
-		}
 	}
 	// "auto" chooses codecs by the links: measure them here when the
 	// scheduler did not ask for probes (kept, not reported).
