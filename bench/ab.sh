@@ -14,10 +14,22 @@
 # trainer/trainer (e.g. `cmake -S . -B /tmp/a -DFERRY_TESTS=OFF` at one
 # commit, `cmake -S . -B /tmp/b ...` at another). Set FERRY_AB_EPOCHS
 # (default 1) for longer jobs.
+#
+#   bench/ab.sh --smoke     # seconds (ctest -L bench-smoke): the build in
+#                           # FERRY_BUILD_DIR against itself, 1 rep of 20
+#                           # steps, nothing built or installed
 set -euo pipefail
 cd "$(dirname "$0")/.."
+smoke=0
+if [ "${1:-}" = --smoke ]; then
+	smoke=1 b=${FERRY_BUILD_DIR:-build}
+	[ -d /usr/share/datasets/fashion-mnist ] ||
+		{ echo "ab.sh: SKIP: no data set"; exit 77; }
+	export FERRY_MAX_STEPS=20 # every trainer's --max-steps (env)
+	set -- "$b" "$b" 1
+fi
 if (($# == 1)) || [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then
-	sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 fi
 if (($# == 0)); then
@@ -39,7 +51,7 @@ for b in "$A" "$B"; do
 		[ -x "$b/$x" ] || { echo "ab.sh: missing $b/$x" >&2; exit 1; }
 	done
 done
-[ -d /usr/share/datasets/fashion-mnist ] || scripts/setup.sh
+((smoke)) || [ -d /usr/share/datasets/fashion-mnist ] || scripts/setup.sh
 RAW=$(mktemp -d /tmp/ferry-ab.XXXXXX)
 : >"$RAW/runs.tsv"
 

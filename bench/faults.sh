@@ -22,23 +22,42 @@
 # Builds with scripts/setup.sh (FERRY_BUILD_DIR picks the build
 # directory); FERRY_DATA_DIR picks the data set (default
 # /usr/share/datasets/fashion-mnist). Logs of every run stay in a temp
-# directory printed at the end.
+# directory printed at the end; FERRY_RESULTS_DIR picks where the JSON
+# goes (default bench/results).
+#
+#   bench/faults.sh --smoke       # seconds (ctest -L bench-smoke): 1 run,
+#                                 # 8 MB, the others' --smoke, what is
+#                                 # built, the JSON in the temp directory
 set -euo pipefail
 cd "$(dirname "$0")/.."
+smoke=0
+if [ "${1:-}" = --smoke ]; then
+	smoke=1
+	set -- 1 8
+fi
 RUNS=${1:-5} MB=${2:-256}
 [[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || { echo "faults.sh: RUNS must be a positive integer" >&2; exit 2; }
 [[ "$MB" =~ ^[1-9][0-9]*$ ]] || { echo "faults.sh: SNAPSHOT_MB must be a positive integer" >&2; exit 2; }
-scripts/setup.sh
+((smoke)) || scripts/setup.sh
 BUILD=${FERRY_BUILD_DIR:-build}
-cmake --build "$BUILD" -j2 --target ps-server trainer snapshot_bench >/dev/null
+((smoke)) || cmake --build "$BUILD" -j2 --target ps-server trainer snapshot_bench >/dev/null
 PS="$BUILD/ps/ps-server" TR="$BUILD/trainer/trainer"
 DATA=${FERRY_DATA_DIR:-/usr/share/datasets/fashion-mnist}
-[ -d "$DATA" ] || { echo "faults.sh: no data set at $DATA (set FERRY_DATA_DIR)" >&2; exit 1; }
+if [ ! -d "$DATA" ]; then
+	((!smoke)) || { echo "faults.sh: SKIP: no data set"; exit 77; }
+	echo "faults.sh: no data set at $DATA (set FERRY_DATA_DIR)" >&2
+	exit 1
+fi
 LOGS=$(mktemp -d /tmp/ferry-faults.XXXXXX)
+export FERRY_RESULTS_DIR=${FERRY_RESULTS_DIR:-bench/results}
+((!smoke)) || FERRY_RESULTS_DIR=$LOGS
+# The sizes of the scripts this one runs (with --smoke, their own).
+snap_args=("$MB" "$RUNS") rep_args=("$RUNS")
+((!smoke)) || snap_args=(--smoke) rep_args=(--smoke)
 
 # Snapshots first: a quiet machine for the disk.
 echo "faults.sh: snapshots (bench/snapshot.sh $MB $RUNS)" >&2
-FERRY_BUILD_DIR="$BUILD" bench/snapshot.sh "$MB" "$RUNS" >"$LOGS/snapshot.txt"
+FERRY_BUILD_DIR="$BUILD" bench/snapshot.sh "${snap_args[@]}" >"$LOGS/snapshot.txt"
 cat "$LOGS/snapshot.txt" >&2
 
 # What replicas cost: bench/replicas.sh, the one place it is measured.
@@ -47,15 +66,16 @@ if "$PS" --help 2>&1 | grep -q -- '--replicas'; then
 	REPLICAS=1
 	echo "faults.sh: replicas (bench/replicas.sh $RUNS)" >&2
 	FERRY_BUILD_DIR="$BUILD" FERRY_DATA_DIR="$DATA" bench/replicas.sh \
-		"$RUNS" "$LOGS/replicas.json" >&2
+		"${rep_args[@]}" "$LOGS/replicas.json" >&2
 fi
 
-python3 - "$PS" "$TR" "$DATA" "$LOGS" "$RUNS" "$REPLICAS" <<'PY'
+python3 - "$PS" "$TR" "$DATA" "$LOGS" "$RUNS" "$REPLICAS" "$FERRY_RESULTS_DIR" <<'PY'
 import datetime, json, os, random, re, signal, statistics, subprocess, sys
 import threading, time
 
 PS, TR, DATA, LOGS = sys.argv[1:5]
 RUNS, REPLICAS = int(sys.argv[5]), int(sys.argv[6])
+RESULTS = sys.argv[7]
 rng = random.Random(11)
 
 
@@ -179,7 +199,7 @@ else:
     out["replicas_overhead"] = None
     out["replicas_note"] = ("ps-server has no --replicas option in this "
                             "build: not measured")
-snap = json.load(open("bench/results/snapshot.json"))
+snap = json.load(open(f"{RESULTS}/snapshot.json"))
 for k in ("snapshot_write_gbps", "snapshot_restore_gbps", "dd_write_gbps",
           "write_vs_dd"):
     out[k] = snap[k]
@@ -193,7 +213,7 @@ out["targets_met"] = {
     "replicas_overhead<=0.15": None if ro is None else ro <= 0.15,
     "snapshot_write>=0.5*dd": out["write_vs_dd"] >= 0.5,
 }
-json.dump(out, open("bench/results/faults.json", "w"), indent=1)
+json.dump(out, open(f"{RESULTS}/faults.json", "w"), indent=1)
 print(json.dumps(out, indent=1))
 PY
 echo "faults.sh: logs in $LOGS" >&2

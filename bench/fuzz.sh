@@ -13,10 +13,19 @@
 # a scratch copy; a crash, leak, timeout or sanitizer report fails the
 # script and leaves the reproducer under the scratch directory (printed).
 # Writes bench/results/fuzz.json.
+#
+#   bench/fuzz.sh --smoke          # ctest -L bench-smoke: fuzz_frame (or
+#                                  # FERRY_FUZZ_TARGETS) for 500 runs, the
+#                                  # JSON in the scratch directory; skipped
+#                                  # (exit 77) without clang
 set -euo pipefail
 cd "$(dirname "$0")/.."
-RUNS=1000000 TIME=0
-if [[ "${1:-}" == "--time" ]]; then
+RUNS=1000000 TIME=0 SMOKE=0
+if [[ "${1:-}" == "--smoke" ]]; then
+	command -v clang >/dev/null || { echo "fuzz.sh: SKIP: no clang"; exit 77; }
+	SMOKE=1 RUNS=500
+	export FERRY_FUZZ_TARGETS=${FERRY_FUZZ_TARGETS:-fuzz_frame}
+elif [[ "${1:-}" == "--time" ]]; then
 	TIME=${2:?"fuzz.sh: --time needs SECONDS"}
 	[[ "$TIME" =~ ^[1-9][0-9]*$ ]] || { echo "fuzz.sh: SECONDS must be a positive integer" >&2; exit 2; }
 elif [[ -n "${1:-}" ]]; then
@@ -75,7 +84,8 @@ for t in $TARGETS; do
 done
 out=bench/results/fuzz.json
 [[ -n "${FERRY_FUZZ_TARGETS:-}" ]] && out=bench/results/fuzz-${FERRY_FUZZ_TARGETS// /-}.json
+((!SMOKE)) || out=$WORK/fuzz.json
 echo "$json}" >"$out"
 echo "wrote $out"
-[[ $failed -eq 0 ]] && rm -rf "$WORK"
+[[ $failed -eq 0 ]] && ((!SMOKE)) && rm -rf "$WORK"
 exit $failed

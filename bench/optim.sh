@@ -17,14 +17,27 @@
 # Builds with scripts/setup.sh first (FERRY_SKIP_SETUP=1 uses what is
 # built); FERRY_BUILD_DIR picks the build directory. Needs python3-torch
 # for the PyTorch half (without it those rows say so).
+#
+#   bench/optim.sh --smoke     # seconds (ctest -L bench-smoke): 20 steps
+#                              # per configuration and system, what is
+#                              # built, the JSON in the temp directory
 set -euo pipefail
 cd "$(dirname "$0")/.."
+smoke=0 steps=()
+if [ "${1:-}" = --smoke ]; then
+	smoke=1 steps=(--max-steps 20)
+	[ -d /usr/share/datasets/fashion-mnist ] ||
+		{ echo "optim.sh: SKIP: no data set"; exit 77; }
+	export FERRY_SKIP_SETUP=1
+	set -- 1
+fi
 REPS=${1:-1}
 [[ "$REPS" =~ ^[1-9][0-9]*$ ]] || { echo "optim.sh: REPS must be a positive integer" >&2; exit 2; }
 [ "${FERRY_SKIP_SETUP:-0}" = 1 ] || scripts/setup.sh
 PY=/usr/bin/python3
 RAW=$(mktemp -d /tmp/ferry-optim.XXXXXX)
 OUT=bench/results/optim.json
+((!smoke)) || OUT=$RAW/optim.json
 mkdir -p bench/results
 : >"$RAW/runs.jsonl"
 configs=("adam|--optimizer adam --lr 0.001|--optimizer adam --lr 0.001"
@@ -48,17 +61,18 @@ for ((rep = 1; rep <= REPS; rep++)); do
 		echo "optim.sh: $name, rep $rep: ferry" >&2
 		# shellcheck disable=SC2086 # the flags are words
 		if FERRY_SKIP_SETUP=1 FERRY_RUN_DIR="$RAW/ferry-$name-$rep" \
-			scripts/run-local.sh --epochs 3 $fflags --log-interval 200 \
+			scripts/run-local.sh --epochs 3 $fflags --log-interval 200 "${steps[@]}" \
 			>"$RAW/ferry-$name-$rep.out" 2>&1; then
 			record "$name" ferry "$rep" "$RAW/ferry-$name-$rep.out"
 		else
 			echo "optim.sh: ferry $name failed: see $RAW/ferry-$name-$rep.out" >&2
+			((!smoke)) || exit 1
 		fi
 		echo "optim.sh: $name, rep $rep: torch" >&2
 		# shellcheck disable=SC2086
 		if $PY -c 'import torch' 2>/dev/null &&
 			timeout 1800 $PY bench/peers/torch_mlp.py --mode ddp --world 2 \
-				--epochs 3 --port $((29500 + RANDOM % 2000)) $tflags \
+				--epochs 3 --port $((29500 + RANDOM % 2000)) $tflags "${steps[@]}" \
 				--log-interval 200 >"$RAW/torch-$name-$rep.out" 2>&1; then
 			record "$name" torch "$rep" "$RAW/torch-$name-$rep.out"
 		else

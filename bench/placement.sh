@@ -20,12 +20,20 @@
 #                      [--scenarios "base a b c"]
 # Builds DIR (default build-place/) with scripts/setup.sh first, so a fresh
 # clone needs nothing else. Exit 77 when network namespaces are unavailable.
+#
+#   bench/placement.sh --smoke    # seconds (ctest -L bench-smoke): base and
+#                                 # a, 12 steps, 1 rep, what FERRY_BUILD_DIR
+#                                 # holds, the JSON in the run directory
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
-BUILD="$ROOT/build-place" STEPS=60 REPS=5 KEEP="" SCEN="base a b c"
+BUILD="$ROOT/build-place" STEPS=60 REPS=5 KEEP="" SCEN="base a b c" SMOKE=0
 while (($#)); do
 	case "$1" in
+	--smoke)
+		SMOKE=1 STEPS=12 REPS=1 SCEN="base a"
+		BUILD=${FERRY_BUILD_DIR:-$ROOT/build}
+		shift ;;
 	--build) BUILD=$2; shift 2 ;;
 	--steps) STEPS=$2; shift 2 ;;
 	--reps) REPS=$2; shift 2 ;;
@@ -39,7 +47,7 @@ NETSIM="$ROOT/bench/links/netsim.sh" NET="plb$$"
 "$NETSIM" check || exit 77
 # setup.sh installs what is missing and builds (incrementally) into $BUILD:
 # ps-server, trainer and the static libraries evalplace links.
-FERRY_BUILD_DIR="$BUILD" "$ROOT/scripts/setup.sh"
+((SMOKE)) || FERRY_BUILD_DIR="$BUILD" "$ROOT/scripts/setup.sh"
 . "$HERE/placement/lib.sh"
 RUN=${KEEP:-$(mktemp -d /tmp/placement-bench.XXXXXX)}
 mkdir -p "$RUN"
@@ -78,6 +86,7 @@ for sc in $SCEN; do
 	*) echo "placement.sh: unknown scenario $sc" >&2; exit 2 ;;
 	esac
 done
-python3 "$HERE/placement/analyze.py" "$RUN" "$EVAL" \
-	"$ROOT/bench/results/placement.json" "$RUN/table.md"
+OUT="$ROOT/bench/results/placement.json"
+((!SMOKE)) || OUT="$RUN/placement.json"
+python3 "$HERE/placement/analyze.py" "$RUN" "$EVAL" "$OUT" "$RUN/table.md"
 echo "runs kept in $RUN" >&2

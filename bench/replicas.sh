@@ -14,8 +14,17 @@
 # scripts/setup.sh unless it already holds ps-server and trainer, so a
 # copied build runs on a machine without apt); FERRY_DATA_DIR the data set
 # (default /usr/share/datasets/fashion-mnist).
+#
+#   bench/replicas.sh --smoke [JSON]     # seconds (ctest -L bench-smoke):
+#                                        # 1 pair of 100-step jobs
 set -euo pipefail
 cd "$(dirname "$0")/.."
+STEPS=1500 smoke=0
+if [ "${1:-}" = --smoke ]; then
+	smoke=1 STEPS=100
+	shift
+	set -- 1 "$@"
+fi
 REPS=${1:-5}
 [[ "$REPS" =~ ^[1-9][0-9]*$ ]] || { echo "replicas.sh: REPS must be a positive integer" >&2; exit 2; }
 JSON=${2:-}
@@ -25,8 +34,9 @@ if [ -n "$JSON" ] && ! { : >"$JSON"; } 2>/dev/null; then
 fi
 BUILD=${FERRY_BUILD_DIR:-build}
 PS="$BUILD/ps/ps-server" TR="$BUILD/trainer/trainer"
-[ -x "$PS" ] && [ -x "$TR" ] || FERRY_BUILD_DIR="$BUILD" scripts/setup.sh
+[ -x "$PS" ] && [ -x "$TR" ] || ((smoke)) || FERRY_BUILD_DIR="$BUILD" scripts/setup.sh
 DATA=${FERRY_DATA_DIR:-/usr/share/datasets/fashion-mnist}
+((!smoke)) || [ -d "$DATA" ] || { echo "replicas.sh: SKIP: no data set"; exit 77; }
 [ -d "$DATA" ] || { echo "replicas.sh: no data set at $DATA (set FERRY_DATA_DIR)" >&2; exit 1; }
 LOGS=$(mktemp -d /tmp/ferry-replicas.XXXXXX)
 
@@ -43,7 +53,7 @@ run() {
 	done
 	for r in 0 1; do
 		timeout 300 "$TR" --scheduler="$url" --rank=$r --data="$DATA" \
-			--layers=784,256,128,10 --batch=64 --max-steps=1500 \
+			--layers=784,256,128,10 --batch=64 --max-steps="$STEPS" \
 			--log-interval=0 --seed=1 --timeout-ms=30000 \
 			>"$d/trainer-$r.out" 2>"$d/trainer-$r.log" & tp+=($!)
 	done

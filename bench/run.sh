@@ -6,25 +6,37 @@
 # plus a perf profile of the sync job and the SSP sweep (bench/ssp.sh). Writes docs/benchmarks.md,
 # docs/plots/*.png and bench/results/latest.json.
 #
-#   bench/run.sh [--quick] [--skip-build]
+#   bench/run.sh [--quick] [--skip-build] [--smoke]
 #
 # --quick: fewer payload sizes and repeats, a few steps per slow-link run
 #          (epoch time projected from the mean step time); under 5 minutes.
+# --smoke: every stage once at its smallest (20 steps a job, one payload,
+#          the other scripts' --smoke; the slow links and the profile are
+#          left to their own smoke tests), with what FERRY_BUILD_DIR
+#          (default build/) holds, the report in the raw directory instead
+#          of docs/: ctest -L bench-smoke; fails when a Ferry run fails.
 # Raw logs go to $FERRY_BENCH_DIR (default a temp dir; printed at the end).
 # Builds into build-bench/ (override with FERRY_BUILD_DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
-quick=0 skip_build=0
+quick=0 skip_build=0 smoke=0 failed=0
 for a in "$@"; do
 	case "$a" in
 	--quick) quick=1 ;;
 	--skip-build) skip_build=1 ;;
-	-h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	--smoke) smoke=1 quick=1 skip_build=1 ;;
+	-h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "run.sh: unknown flag $a" >&2; exit 2 ;;
 	esac
 done
 BUILD=${FERRY_BUILD_DIR:-build-bench}
+if ((smoke)); then
+	BUILD=${FERRY_BUILD_DIR:-build}
+	[ -d /usr/share/datasets/fashion-mnist ] ||
+		{ echo "run.sh: SKIP: no data set"; exit 77; }
+	export FERRY_MAX_STEPS=20 # every trainer's --max-steps (env)
+fi
 RAW=${FERRY_BENCH_DIR:-$(mktemp -d /tmp/ferry-bench.XXXXXX)}
 mkdir -p "$RAW" "$RAW/curves" bench/results docs/plots
 PY=/usr/bin/python3
@@ -64,7 +76,9 @@ pkgver() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null || echo "?"; }
 } >"$RAW/machine.env"
 
 # --- 1. transport -------------------------------------------------------
-if ((quick)); then
+if ((smoke)); then
+	tflags=(--payloads 4k --repeats 1 --min-time 0.05)
+elif ((quick)); then
 	tflags=(--payloads 4k,64k,1M,16M --repeats 3 --min-time 0.15)
 else
 	tflags=(--payloads 4k,16k,64k,256k,1M,4M,16M,64M --repeats 5 --min-time 0.3)
@@ -74,12 +88,15 @@ log "transport: ${tflags[*]}"
 	log "transport: some points failed (see above)"
 
 # --- 2. scale -----------------------------------------------------------
-log "scale: 1,4,16,64 clients"
-"$TB" --ps "$PS" --scale 1,4,16,64 --duration $((quick ? 1 : 3)) \
+scale=1,4,16,64
+((!smoke)) || scale=1,4
+log "scale: $scale clients"
+"$TB" --ps "$PS" --scale "$scale" --duration $((quick ? 1 : 3)) \
 	--json "$RAW/scale.json" | tee "$RAW/scale.txt" >&2 || log "scale failed"
 
 # --- 3. end to end ------------------------------------------------------
 EPOCHS=3 LOGI=100
+((!smoke)) || EPOCHS=1 LOGI=10
 : >"$RAW/e2e.jsonl"
 # local_job DIR SERVERS TRAINERS [trainer flags...]: scheduler + servers +
 # trainers on loopback from $BUILD (no rebuild mid-run, unlike
@@ -125,6 +142,7 @@ ferry_run() {
 		local why
 		why=$(grep -h -m1 -E ' E ' "$dir"/trainer-*.log 2>/dev/null | head -1 | cut -c1-200)
 		log "e2e: ferry $name failed: $why"
+		failed=1
 		$PY -c 'import sys,json; print(json.dumps({"name": sys.argv[1], "system": "ferry", "mode": sys.argv[2], "trainers": int(sys.argv[3]), "codec": sys.argv[4], "status": "pending", "why": sys.argv[5], "summaries": []}))' \
 			"$name" "$mode" "$t" "$cp/$cl" "$why" >>"$RAW/e2e.jsonl"
 	fi
@@ -192,12 +210,19 @@ done
 # torch.optim under DDP, same job; writes bench/results/optim.json, which
 # the report renders.
 log "optim: ferry --optimizer adam|momentum vs torch.optim"
-FERRY_SKIP_SETUP=1 FERRY_BUILD_DIR="$BUILD" bench/optim.sh $((quick ? 1 : 3)) \
-	>"$RAW/optim.txt" 2>"$RAW/optim.log" || log "optim: failed; see $RAW/optim.log"
+optim_args=($((quick ? 1 : 3)))
+((!smoke)) || optim_args=(--smoke)
+FERRY_SKIP_SETUP=1 FERRY_BUILD_DIR="$BUILD" bench/optim.sh "${optim_args[@]}" \
+	>"$RAW/optim.txt" 2>"$RAW/optim.log" || {
+	log "optim: failed; see $RAW/optim.log"
+	failed=1
+}
 
 # --- 4. slow links ------------------------------------------------------
 : >"$RAW/links.jsonl"
-if bench/links/netsim.sh check 2>"$RAW/links-skip.txt"; then
+if ((smoke)); then
+	log "links: not in --smoke (bench/links/ferry_job.sh --smoke is its own test)"
+elif bench/links/netsim.sh check 2>"$RAW/links-skip.txt"; then
 	for rate in none 1gbit 100mbit 10mbit; do
 		for codec in none/none q8/q8 q4/q8 q4/q4; do
 			if ((quick)); then
@@ -226,13 +251,17 @@ fi
 # --- 4b. time to 84% over slow links (issue 14) -------------------------
 # Writes bench/results/time_to_acc.json, which the report renders; --quick:
 # unshaped and 100mbit only, 180 s per run.
-log "time to 84%: bench/links/time_to_acc.sh"
-bench/links/time_to_acc.sh --build "$BUILD" --raw "$RAW/ttacc" \
-	$( ((quick)) && echo --quick) >"$RAW/ttacc.txt" 2>"$RAW/ttacc.log" ||
-	log "time to 84%: skipped or failed; see $RAW/ttacc.log"
+if ((smoke)); then
+	log "time to 84%: not in --smoke (bench/links/time_to_acc.sh --smoke)"
+else
+	log "time to 84%: bench/links/time_to_acc.sh"
+	bench/links/time_to_acc.sh --build "$BUILD" --raw "$RAW/ttacc" \
+		$( ((quick)) && echo --quick) >"$RAW/ttacc.txt" 2>"$RAW/ttacc.log" ||
+		log "time to 84%: skipped or failed; see $RAW/ttacc.log"
+fi
 
 # --- 5. profile of the sync job (where the time goes) -------------------
-if command -v perf >/dev/null; then
+if ((!smoke)) && command -v perf >/dev/null; then
 	log "profile: perf record of ferry sync, 2 trainers, 3 epochs"
 	perf record -F 499 -g -o "$RAW/perf.data" -- bash -c "$(declare -f local_job); \
 		PS=$PS TR=$TR local_job $RAW/perf-run 1 2 --epochs 3 --log-interval 0" \
@@ -247,17 +276,31 @@ fi
 CB="$BUILD/bench/codec/codec_bench"
 if [ -x "$CB" ]; then
 	log "codec: $CB"
-	timeout 300 "$CB" --reps $((quick ? 5 : 15)) --json "$RAW/codec.json" \
+	timeout 300 "$CB" --reps $((smoke ? 1 : quick ? 5 : 15)) --json "$RAW/codec.json" \
 		>"$RAW/codec.txt" 2>&1 || log "codec bench failed"
 fi
 
 # --- 7. SSP sweep: one trainer at half speed (bench/ssp.sh) --------------
 log "ssp: sync vs SSP K = 0, 1, 4, inf with a straggler"
+ssp_flag=()
+((!quick)) || ssp_flag=(--quick)
+((!smoke)) || ssp_flag=(--smoke)
 FERRY_BUILD_DIR=$BUILD FERRY_BENCH_DIR=$RAW/ssp bash bench/ssp.sh \
-	$( ((quick)) && echo --quick) >"$RAW/ssp.txt" 2>&1 || log "ssp sweep failed; see $RAW/ssp.txt"
+	"${ssp_flag[@]}" >"$RAW/ssp.txt" 2>&1 || {
+	log "ssp sweep failed; see $RAW/ssp.txt"
+	failed=1
+}
 
 # --- report -------------------------------------------------------------
 log "report"
+if ((smoke)); then
+	# The report of a smoke run is not a result: it stays in $RAW.
+	mkdir -p "$RAW/plots"
+	$PY bench/results/make_report.py "$RAW" "$RAW/benchmarks.md" \
+		"$RAW/latest.json" "$RAW/plots"
+	log "done in $(($(date +%s) - T0)) s; raw logs and report in $RAW"
+	exit $failed
+fi
 mkdir -p bench/results/curves
 # (the head-to-head repeats stay in $RAW: only medians are reported)
 find "$RAW/curves" -name "*.csv" ! -name "h2h-*" -exec cp {} bench/results/curves/ \;

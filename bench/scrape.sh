@@ -11,12 +11,24 @@
 # FERRY_SCRAPE_EPOCHS (default 3) sets the job's length: the longer, the
 # more scrapes land inside it. Builds with scripts/setup.sh first (a fresh
 # clone needs nothing else); FERRY_BUILD_DIR picks the build directory.
+#
+#   bench/scrape.sh --smoke       # seconds (ctest -L bench-smoke): 1 run
+#                                 # per variant of 20 steps, what is built
 set -euo pipefail
 cd "$(dirname "$0")/.."
+smoke=0
+if [ "${1:-}" = --smoke ]; then
+	smoke=1
+	command -v curl >/dev/null || { echo "scrape.sh: SKIP: no curl"; exit 77; }
+	[ -d /usr/share/datasets/fashion-mnist ] ||
+		{ echo "scrape.sh: SKIP: no data set"; exit 77; }
+	export FERRY_MAX_STEPS=20 # every trainer's --max-steps (env)
+	set -- 1
+fi
 command -v curl >/dev/null || { echo "scrape.sh: needs curl (apt-get install curl)" >&2; exit 1; }
 REPS=${1:-5} EPOCHS=${FERRY_SCRAPE_EPOCHS:-3}
 [[ "$REPS" =~ ^[1-9][0-9]*$ ]] || { echo "scrape.sh: REPS must be a positive integer" >&2; exit 2; }
-scripts/setup.sh
+((smoke)) || scripts/setup.sh
 RAW=$(mktemp -d /tmp/ferry-scrape.XXXXXX)
 : >"$RAW/runs.tsv"
 
@@ -65,6 +77,7 @@ one() {
 	else
 		[ -n "$spid" ] && { kill "$spid"; wait "$spid" 2>/dev/null || true; }
 		echo "scrape.sh: run failed: $out.log" >&2
+		((!smoke)) || exit 1
 	fi
 }
 for ((r = 1; r <= REPS; r++)); do

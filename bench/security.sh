@@ -11,11 +11,21 @@
 #   bench/security.sh [REPS]     # REPS per mode (default 5)
 #   FERRY_SEC_EPOCHS=E           # epochs per job (default 1)
 #   FERRY_SEC_MODES="plain tls"  # the modes to run (default all three)
+#   bench/security.sh --smoke    # seconds (ctest -L bench-smoke): 1 run
+#                                # per mode of 20 steps, what is built
 set -euo pipefail
 cd "$(dirname "$0")/.."
+smoke=0
+if [ "${1:-}" = --smoke ]; then
+	smoke=1
+	[ -d /usr/share/datasets/fashion-mnist ] ||
+		{ echo "security.sh: SKIP: no data set"; exit 77; }
+	export FERRY_MAX_STEPS=20 # every trainer's --max-steps (env)
+	set -- 1
+fi
 REPS=${1:-5} EPOCHS=${FERRY_SEC_EPOCHS:-1}
 read -r -a MODES <<<"${FERRY_SEC_MODES:-plain signed tls}"
-scripts/setup.sh >/dev/null
+((smoke)) || scripts/setup.sh >/dev/null
 RAW=$(mktemp -d /tmp/ferry-sec.XXXXXX)
 : >"$RAW/runs.tsv"
 for ((r = 1; r <= REPS; r++)); do
@@ -32,6 +42,7 @@ for ((r = 1; r <= REPS; r++)); do
 				awk -v m="$mode" '{print m "\t" $2}' >>"$RAW/runs.tsv"
 		else
 			echo "security.sh: run failed: $out.log" >&2
+			((!smoke)) || exit 1
 		fi
 	done
 done

@@ -18,15 +18,28 @@
 #
 # FERRY_SNAPSHOT_DIR picks the directory (default: a new one under
 # /var/tmp, on the disk rather than a tmpfs). Builds with scripts/setup.sh
-# first; FERRY_BUILD_DIR picks the build directory.
+# first; FERRY_BUILD_DIR picks the build directory, FERRY_RESULTS_DIR
+# where snapshot.json goes (default bench/results).
+#
+#   bench/snapshot.sh --smoke     # seconds (ctest -L bench-smoke): 8 MB
+#                                 # once, what is built, JSON in a temp dir
 set -euo pipefail
 cd "$(dirname "$0")/.."
+smoke=0
+if [ "${1:-}" = --smoke ]; then
+	smoke=1
+	export FERRY_RESULTS_DIR=${FERRY_RESULTS_DIR:-$(mktemp -d /tmp/ferry-snapshot-smoke.XXXXXX)}
+	set -- 8 1
+fi
 MB=${1:-256} REPS=${2:-5}
 [[ "$MB" =~ ^[1-9][0-9]*$ ]] || { echo "snapshot.sh: MB must be a positive integer" >&2; exit 2; }
 [[ "$REPS" =~ ^[1-9][0-9]*$ ]] || { echo "snapshot.sh: REPS must be a positive integer" >&2; exit 2; }
-scripts/setup.sh
+((smoke)) || scripts/setup.sh
 BUILD=${FERRY_BUILD_DIR:-build}
-cmake --build "$BUILD" --target snapshot_bench >/dev/null
+RESULTS=${FERRY_RESULTS_DIR:-bench/results}
+((smoke)) || cmake --build "$BUILD" --target snapshot_bench >/dev/null
+[ -x "$BUILD/bench/snapshot/snapshot_bench" ] ||
+	{ echo "snapshot.sh: no $BUILD/bench/snapshot/snapshot_bench" >&2; exit 1; }
 DIR=${FERRY_SNAPSHOT_DIR:-$(mktemp -d /var/tmp/ferry-snapbench.XXXXXX)}
 mkdir -p "$DIR"
 RAW=$(mktemp /tmp/ferry-snapshot-runs.XXXXXX)
@@ -45,10 +58,11 @@ for ((r = 1; r <= REPS; r++)); do
 	"$BUILD/bench/snapshot/snapshot_bench" "$DIR" "$MB" 1 2>/dev/null >>"$RAW"
 	if ! ((r % 2)); then dd_once; fi
 done
-mkdir -p bench/results
-python3 - "$RAW" "$MB" "$REPS" "$DIR" <<'PY'
+mkdir -p "$RESULTS"
+python3 - "$RAW" "$MB" "$REPS" "$DIR" "$RESULTS" <<'PY'
 import json, statistics, sys
 raw, mb, reps, d = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+results = sys.argv[5]
 rows = [json.loads(l) for l in open(raw) if l.strip()]
 snap = [r for r in rows if "write_s" in r]
 dd = [r["dd_s"] for r in rows if "dd_s" in r]
@@ -67,7 +81,7 @@ out = {"snapshot_write_gbps": round(w, 3), "snapshot_file_gbps": round(f, 3),
        "snapshot_first_write_gbps": round(first, 3),
        "snapshot_restore_gbps": round(rs, 3), "dd_write_gbps": round(ddg, 3),
        "write_vs_dd": round(ratio, 3), "mb": mb, "reps": reps, "dir": d}
-json.dump(out, open("bench/results/snapshot.json", "w"), indent=1)
+json.dump(out, open(f"{results}/snapshot.json", "w"), indent=1)
 print(f"snapshot of {mb} MB, {reps} runs (medians, GB/s): write {w:.3f} "
       f"(file part {f:.3f}; a server's first {first:.3f}), restore "
       f"{rs:.3f}; dd {ddg:.3f}")

@@ -19,12 +19,22 @@
 # Builds DIR (default build/) with scripts/setup.sh when its binaries are
 # missing. Exit 77 (skip) when network namespaces are not available (not
 # root).
+#
+#   ferry_job.sh --smoke     # ctest -L bench-smoke: 2 trainers at 100mbit
+#                            # for 20 steps with what FERRY_BUILD_DIR holds
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 NETSIM="$HERE/netsim.sh"
 rate=none delay=0 trainers=2 build="$ROOT/build" name="fj$$" curve="" cap=0
 declare -A rate_of=()
+if [ "${1:-}" = --smoke ]; then
+	build=${FERRY_BUILD_DIR:-$build}
+	[ -x "$build/ps/ps-server" ] && [ -x "$build/trainer/trainer" ] ||
+		{ echo "ferry_job: no ps-server or trainer in $build" >&2; exit 1; }
+	set -- --rate 100mbit --build "$build" -- --epochs=1 --max-steps=20 \
+		--log-interval=5
+fi
 while (($#)); do
 	case "$1" in
 	--rate) rate=$2; shift 2 ;;

@@ -19,6 +19,8 @@
 #   netsim.sh down NAME                remove every namespace of NAME
 #   netsim.sh list                     list netsim namespaces
 #   netsim.sh check                    exit 0 if namespaces can be made here
+#   netsim.sh --smoke                  up, shape, exec, ip, relay and down a
+#                                      two-host network (ctest -L bench-smoke)
 #
 # Example (2 trainers, 1 server host at 100 Mbit/s, 5 ms added one way):
 #   netsim.sh up lab srv:100mbit t0:100mbit t1:100mbit
@@ -168,6 +170,20 @@ ip)
 relay) shift; (($# == 5)) || die "usage: relay NAME HOST PORT TO_IP:PORT DELAY_MS"; cmd_relay "$@" ;;
 list) ls /run/netsim/*.hosts 2>/dev/null | sed 's#.*/##; s#\.hosts$##' || true ;;
 check) can_netns || exit $SKIP ;;
+smoke | --smoke)
+	can_netns || exit $SKIP
+	n="nsm$$"
+	trap 'cmd_down "$n" >/dev/null 2>&1 || true' EXIT
+	cmd_up "$n" a:100mbit b
+	cmd_shape "$n" b 1gbit
+	ipb="10.$SUBNET.0.$(($(host_index "$n" b) + 1))"
+	ip netns exec "$n-b" ip -4 addr | grep -q "inet $ipb/" ||
+		die "smoke: host b does not hold $ipb"
+	rp=$(cmd_relay "$n" a 7999 "$ipb:7998" 1)
+	kill "$rp"
+	cmd_down "$n"
+	trap - EXIT
+	echo "netsim: smoke ok" ;;
 -h | --help | help | "") sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
 *) die "unknown command '$1' (see --help)" ;;
 esac

@@ -10,7 +10,11 @@
 #       [--codecs "none/none q4/q4 topk:0.01+q8/topk:0.02+q8
 #                  randk:0.02+q8/topk:0.02+q8 auto/auto"]
 #       [--overlap "0 1"] [--epochs 3] [--cap-s 900] [--log-interval 50]
-#       [--no-ddp] [--quick] [--build DIR] [--raw DIR]
+#       [--no-ddp] [--quick] [--smoke] [--build DIR] [--raw DIR]
+#
+# --smoke (ctest -L bench-smoke): one unshaped fp32 run of 30 steps, no
+# DDP, nothing installed or built (FERRY_BUILD_DIR as it is), the results
+# in the raw directory instead of bench/results.
 #
 # Links: none (unshaped namespaces), 1gbit, 100mbit, 10mbit (every link,
 # both directions, tc tbf), mixed (trainer 0 at 1gbit, trainer 1 at
@@ -31,7 +35,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 links="none 1gbit 100mbit 10mbit mixed"
 codecs="none/none q4/q4 topk:0.01+q8/topk:0.02+q8 randk:0.02+q8/topk:0.02+q8 auto/auto"
-overlaps="0 1" epochs=3 cap=900 logi=50 ddp=1 quick=0
+overlaps="0 1" epochs=3 cap=900 logi=50 ddp=1 quick=0 smoke=0
 build=${FERRY_BUILD_DIR:-$ROOT/build-bench}
 raw=${FERRY_BENCH_DIR:-}
 cmdline="bench/links/time_to_acc.sh $*"
@@ -45,6 +49,12 @@ while (($#)); do
 	--log-interval) logi=$2; shift 2 ;;
 	--no-ddp) ddp=0; shift ;;
 	--quick) quick=1; links="none 100mbit"; cap=180; shift ;;
+	--smoke)
+		smoke=1 links=none codecs=none/none overlaps=0 epochs=1 cap=60
+		ddp=0 logi=10
+		build=${FERRY_BUILD_DIR:-$ROOT/build}
+		export FERRY_MAX_STEPS=30 # every trainer's --max-steps (env)
+		shift ;;
 	--build) build=$2; shift 2 ;;
 	--raw) raw=$2; shift 2 ;;
 	-h | --help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -55,12 +65,12 @@ NETSIM="$HERE/netsim.sh"
 "$NETSIM" check || exit 77
 PY=/usr/bin/python3
 DATA=${FERRY_DATA_DIR:-/usr/share/datasets/fashion-mnist}
-if [ ! -x "$build/ps/ps-server" ] || [ ! -x "$build/trainer/trainer" ]; then
+if ((!smoke)) && { [ ! -x "$build/ps/ps-server" ] || [ ! -x "$build/trainer/trainer" ]; }; then
 	FERRY_BUILD_DIR="$build" "$ROOT/scripts/setup.sh" >&2
 fi
 # The accuracy-vs-time plots need matplotlib: install Debian's when it is
 # missing (this script runs as root); without it the curves stay CSV.
-if ! "$PY" -c 'import matplotlib' 2>/dev/null; then
+if ((!smoke)) && ! "$PY" -c 'import matplotlib' 2>/dev/null; then
 	apt_mpl() {
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 			--no-install-recommends python3-matplotlib >/dev/null 2>&1
@@ -92,6 +102,7 @@ ferry_run() {
 		--codec-push="$push" --codec-pull="$pull" --overlap="$ov" \
 		>"$d/rank0.out" 2>"$d/job.err"; then
 		log "  failed: $(grep -v '^ *$' "$d/job.err" | tail -n 1 | cut -c1-200)"
+		((!smoke)) || exit 1
 	fi
 }
 
@@ -126,5 +137,7 @@ for link in $links; do
 	((ddp)) && ddp_run "$link"
 done
 log "report"
-"$PY" "$HERE/time_to_acc.py" "$raw" "$ROOT/bench/results" "$cmdline"
+results="$ROOT/bench/results"
+((!smoke)) || { results="$raw/results" && mkdir -p "$results"; }
+"$PY" "$HERE/time_to_acc.py" "$raw" "$results" "$cmdline"
 log "done; raw runs in $raw"

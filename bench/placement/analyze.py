@@ -36,6 +36,12 @@ def parse_log(d):
         if re.match(r"\s+m0\s+m1", l):
             continue
         mode = None
+        # The scheduler cuts link-sized shards below --shard-bytes when a
+        # link is slow ("slowest link ...: shards of N bytes"): evalplace
+        # must cut the same way, or its shard count differs from the map's.
+        m = re.search(r"shards of (\d+) bytes \(--shard-bytes", l)
+        if m:
+            info["shard_bytes"] = int(m.group(1))
         m = re.match(r"placement: .* model (\w), rho ([\d.]+), k (\d+)", l)
         if m:
             info["rho"], info["k"] = float(m.group(2)), int(m.group(3))
@@ -57,7 +63,8 @@ def parse_log(d):
 
 def evaluate(info):
     T, M = len(info["L"]), len(info["L"][0])
-    inp = [T, M, info["rho"], info["k"], 65536, len(TENSORS), *TENSORS]
+    sb = info.get("shard_bytes", 65536)  # placement.sh's --shard-bytes
+    inp = [T, M, info["rho"], info["k"], sb, len(TENSORS), *TENSORS]
     inp += [v for row in info["L"] for v in row] + [v for row in info["B"] for v in row]
     inp += [len(info["assign"]), *info["assign"]]
     out = subprocess.run([evalplace], input=" ".join(map(str, inp)),
@@ -66,7 +73,14 @@ def evaluate(info):
 
 
 def med(xs):
+    xs = [x for x in xs if x is not None]
     return round(statistics.median(xs), 3) if xs else None
+
+
+def r3(f, *xs):
+    """f(*xs) rounded to 3 places, or None when an input is missing (a
+    scenario whose runs all failed, or no optimum: see evaluate)."""
+    return None if any(x is None for x in xs) else round(f(*xs), 3)
 
 
 runs = {}
@@ -79,8 +93,13 @@ for scen in sorted(os.listdir(rundir)):
         try:
             info = parse_log(d)
             rec = {"step_ms": step_ms(d), **info, **evaluate(info)}
+            # evalplace enumerates the optimum only for few shards (the
+            # link-sized cut of a slow link makes ~100): -1 then.
+            if rec["opt_ms"] < 0:
+                rec["opt_ms"] = rec["solver_over_opt"] = None
         except Exception as e:  # a failed run is reported, not hidden
             rec = {"error": repr(e)}
+            print(f"analyze.py: {d}: {e!r}", file=sys.stderr)
         runs.setdefault(scen, {}).setdefault(r.rsplit("-", 1)[0], []).append(rec)
 
 ok = lambda rs: [x for x in rs if "error" not in x]
@@ -94,25 +113,27 @@ for scen in [s for s in DESC if s in runs]:
     opt = med([x["opt_ms"] for x in l])
     # without a base run (placement.sh --scenarios): no compute estimate
     cpt = compute if compute is not None else float("nan")
-    pred = round(lf + cpt, 3)
-    upred = round(uf + cpt, 3)
+    pred = r3(lambda a, b: a + b, lf, cpt)
+    upred = r3(lambda a, b: a + b, uf, cpt)
+    over = [x["solver_over_opt"] for x in l if x["solver_over_opt"] is not None]
+    f_opt = [x["F"] / x["opt_ms"] for x in l if x["opt_ms"]]
     results.append({
         "scenario": scen,
         "description": DESC[scen],
         "uniform_step_ms": us,
         "latency_step_ms": ls,
         "predicted_step_ms": pred,
-        "optimum_step_ms": round(opt + cpt, 3),
+        "optimum_step_ms": r3(lambda a, b: a + b, opt, cpt),
         "uniform_predicted_step_ms": upred,
-        "speedup_latency_vs_uniform": round(us / ls, 3),
-        "latency_pred_error": round(ls / pred - 1, 3),
-        "uniform_pred_error": round(us / upred - 1, 3),
+        "speedup_latency_vs_uniform": r3(lambda a, b: a / b, us, ls),
+        "latency_pred_error": r3(lambda a, b: a / b - 1, ls, pred),
+        "uniform_pred_error": r3(lambda a, b: a / b - 1, us, upred),
         "compute_ms": compute,
         "latency_F_ms": lf, "uniform_F_ms": uf,
         "optimum_comm_ms": opt,
         "lb_ms": med([x["LB"] for x in l]),
-        "solver_over_opt_max": max(x["solver_over_opt"] for x in l),
-        "logged_F_over_opt_max": round(max(x["F"] / x["opt_ms"] for x in l), 4),
+        "solver_over_opt_max": max(over) if over else None,
+        "logged_F_over_opt_max": round(max(f_opt), 4) if f_opt else None,
         "uniform_step_ms_runs": [round(x["step_ms"], 3) for x in u],
         "latency_step_ms_runs": [round(x["step_ms"], 3) for x in l],
         # the latency runs that chose uniform's very assignment (the
@@ -139,6 +160,7 @@ if os.path.exists(out_json):
         pass
     results.sort(key=lambda r: r["scenario"])
 json.dump(results, open(out_json, "w"), indent=1)
+pct = lambda x: "n/a" if x is None else f"{x:+.0%}"
 with open(out_md, "w") as f:
     f.write(f"compute per step (unshaped, median of {len(base)} runs of step - F): {compute} ms\n\n")
     f.write("| scenario | uniform step ms | latency step ms | speedup | predicted ms (F+compute) | latency err | uniform predicted | uniform err | optimum ms | solver F / opt |\n")
@@ -146,6 +168,11 @@ with open(out_md, "w") as f:
     for r in results:
         f.write(f"| {r['scenario']} | {r['uniform_step_ms']} | {r['latency_step_ms']} | "
                 f"{r['speedup_latency_vs_uniform']}x | {r['predicted_step_ms']} | "
-                f"{r['latency_pred_error']:+.0%} | {r['uniform_predicted_step_ms']} | "
-                f"{r['uniform_pred_error']:+.0%} | {r['optimum_step_ms']} | {r['solver_over_opt_max']} |\n")
+                f"{pct(r['latency_pred_error'])} | {r['uniform_predicted_step_ms']} | "
+                f"{pct(r['uniform_pred_error'])} | {r['optimum_step_ms']} | {r['solver_over_opt_max']} |\n")
 print(open(out_md).read())
+# A scenario none of whose runs could be read is a broken bench, not a
+# result: say so in the exit status (the table above still shows the rest).
+broken = [s for s in runs if not any(ok(v) for v in runs[s].values())]
+if broken:
+    sys.exit(f"analyze.py: no usable run in scenario(s) {' '.join(broken)}")

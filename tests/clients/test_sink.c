@@ -12,6 +12,7 @@
 #include "cluster.h"
 #include "comp/comp.h"
 #include "ferry/ferry.h"
+#include "harness.h"
 #include "ps/ps.h"
 #include "pt.h"
 
@@ -28,8 +29,9 @@ struct tr_arg {
 	float       w[NT][40], ref[NT][40];
 	int         fulls, deltas, checks, mismatches;
 	uint64_t    resyncs;
-	int         rv;
-	char        err[256];
+	struct ferry_pull_sink sink; // set by tr_main
+	int                    rv;
+	char                   err[256];
 };
 
 static int
@@ -83,83 +85,75 @@ sink_check(void *arg, uint32_t shard, uint64_t version, uint32_t crc)
 	return FERRY_OK;
 }
 
+// sink_declared is a tr_arg's declared hook (harness.h): it stores the
+// layout sink_check reads.
+static int
+sink_declared(struct pt_rank *r, ferry_client *c)
+{
+	struct tr_arg            *a = r->ctx;
+	const struct ferry_shard *sh;
+	size_t                    ns;
+	uint32_t                  cid, bucket;
+	int                       rv;
+
+	if ((rv = ferry_client_shards(c, &sh, &ns, &cid, &bucket)) == 0) {
+		layout_of[a->rank] = sh;
+	}
+	return rv;
+}
+
+// sink_step is a tr_arg's step: the sink set before step sink_at, and from
+// then on pulls that go to it alone.
+static int
+sink_step(struct pt_rank *r, ferry_client *c, int k, float *const *g,
+    float *const *w)
+{
+	struct tr_arg *a = r->ctx;
+	int            rv;
+
+	if (a->use_sink && k + 1 == a->sink_at &&
+	    (rv = ferry_client_set_pull_sink(c, &a->sink)) != 0) {
+		return rv;
+	}
+	float *const *dst = a->use_sink && k + 1 >= a->sink_at ? NULL : w;
+	if (k < 0) {
+		return ferry_client_pull(c, dst);
+	}
+	for (int t = 0; t < NT; t++) {
+		for (size_t i = 0; i < lens[t]; i++) {
+			g[t][i] = grad_for(a->rank, k, t, i);
+		}
+	}
+	return ferry_client_push_pull(c, (const float *const *) g, 10, dst);
+}
+
+// tr_main trains one tr_arg on the shared trainer thread (harness.h);
+// stopping early, it leaves, as ferry_client_close's comment asks, so
+// that the other rank does not wait for this one's pushes until its
+// deadline.
 static void *
 tr_main(void *arg)
 {
-	struct tr_arg           *a     = arg;
-	struct ferry_opts        o     = FERRY_OPTS_INIT;
-	struct ferry_tensor_desc d[NT] = { { "a", 40 }, { "b", 7 },
-		{ "c", 1 } };
-	struct ferry_pull_sink   sk = { sink_full, sink_delta, sink_check, a };
-	const struct ferry_shard *sh;
-	ferry_client             *c = NULL;
-	float                     g[NT][40];
-	float                    *wp[NT], *gp[NT];
-	size_t                    ns;
-	uint32_t                  cid, bucket;
-
-	o.scheduler_url = a->url;
-	o.rank          = a->rank;
-	o.lr            = 0.5;
-	o.timeout_ms    = 20000;
-	o.codec_push    = a->push;
-	o.codec_pull    = a->pull;
-	o.warmup_steps  = a->warmup;
-	for (int t = 0; t < NT; t++) {
-		wp[t] = a->w[t];
-		gp[t] = g[t];
-		for (size_t i = 0; i < lens[t]; i++) {
-			a->w[t][i] = (float) i;
-		}
-	}
-	if ((a->rv = ferry_client_open(&o, &c)) != 0 ||
-	    (a->rv = ferry_client_declare(c, d, NT)) != 0 ||
-	    (a->rv = ferry_client_shards(c, &sh, &ns, &cid, &bucket)) != 0) {
-		goto out;
-	}
-	layout_of[a->rank] = sh;
-	if (a->rank == 0 &&
-	    (a->rv = ferry_client_init_weights(c,
-	         (const float *const *) wp))) {
-		goto out;
-	}
-	for (int k = -1; k < a->steps; k++) {
-		if (a->use_sink && k + 1 == a->sink_at &&
-		    (a->rv = ferry_client_set_pull_sink(c, &sk)) != 0) {
-			goto out;
-		}
-		float *const *dst = a->use_sink && k + 1 >= a->sink_at ? NULL
-		                                                       : wp;
-		if (k < 0) {
-			a->rv = ferry_client_pull(c, dst);
-		} else {
-			for (int t = 0; t < NT; t++) {
-				for (size_t i = 0; i < lens[t]; i++) {
-					g[t][i] = grad_for(a->rank, k, t, i);
-				}
-			}
-			a->rv = ferry_client_push_pull(c,
-			    (const float *const *) gp, 10, dst);
-		}
-		if (a->rv != 0) {
-			goto out;
-		}
-	}
-out:
-	if (c != NULL) {
-		struct ferry_stats st;
-		ferry_client_stats(c, &st);
-		a->resyncs = st.resyncs;
-		snprintf(a->err, sizeof(a->err), "%s",
-		    ferry_client_last_error(c));
-	}
-	if (c != NULL && a->rv != 0) {
-		// Stopping early: leave, as ferry_client_close's comment
-		// asks, so that the other rank does not wait for this one's
-		// pushes until its deadline.
-		(void) ferry_client_leave(c);
-	}
-	ferry_client_close(c);
+	struct tr_arg *a = arg;
+	struct pt_rank r = {
+		.url            = a->url,
+		.rank           = a->rank,
+		.steps          = a->steps,
+		.codec_push     = a->push,
+		.codec_pull     = a->pull,
+		.warmup         = a->warmup,
+		.leave_on_error = 1,
+		.declared       = sink_declared,
+		.step           = sink_step,
+		.ctx            = a,
+	};
+	a->sink = (struct ferry_pull_sink) { sink_full, sink_delta, sink_check,
+		a };
+	pt_rank_main(&r);
+	memcpy(a->w, r.w, sizeof(a->w));
+	a->resyncs = r.stats.resyncs;
+	a->rv      = r.rv;
+	snprintf(a->err, sizeof(a->err), "%s", r.err);
 	return NULL;
 }
 

@@ -8,16 +8,16 @@
 // flags. Both trainers exit 0; the restarted one's summary says it resumed
 // at the version it found (no earlier than the step it was killed after)
 // and ran only the steps left; both end at job step and version STEPS
-// with the same weights. Without liveness tracking nobody notices the
-// death: the survivor waits in its push-pull for the round the dead rank
-// never pushed to, and the restarted trainer pulls that round's version
-// and pushes for it, which completes it. Its gradient is then the one the
-// dead process would have pushed (same weights, same minibatch), so the
-// weights equal a fault-free run bit for bit — unless the kill split a
-// push across servers (the restarted trainer then logs "behind the job")
-// or a round finished without rank 1 (it resumed past the step after the
-// last one it finished): in those cases the test says so and checks the
-// rest. Every wait has a deadline.
+// with the same weights. The trainers do not heartbeat, so without
+// liveness tracking nobody notices the death: the survivor waits in its
+// push-pull for the round the dead rank never pushed to, and the restarted
+// trainer pulls that round's version and pushes for it, which completes it.
+// Its gradient is then the one the dead process would have pushed (same
+// weights, same minibatch), so the weights equal a fault-free run bit for bit
+// — unless the kill split a push across servers (the restarted trainer then
+// logs "behind the job") or a round finished without rank 1 (it resumed past
+// the step after the last one it finished): in those cases the test says so
+// and checks the rest. Every wait has a deadline.
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,7 +50,13 @@ flags_for(const struct lc *c, int rank, const char *tag, char wo[320],
 	flags[n++] = "--max-steps=" STEPS_S;
 	flags[n++] = "--batch=64";
 	flags[n++] = "--lr=0.1";
-	flags[n++] = "--timeout-ms=30000";
+	// No heartbeats: the scheduler then never declares rank 1 dead, so
+	// the survivor waits in its push-pull for the restarted trainer (an
+	// event) instead of going on alone once the killed one's connection
+	// closed, which on a busy machine let it finish the whole job before
+	// the restart registered. The deadline only bounds a hung run.
+	flags[n++] = "--heartbeat-ms=0";
+	flags[n++] = "--timeout-ms=120000";
 	// A flushed progress line per step: the test watches rank 1's.
 	flags[n++] = rank == 1 ? "--log-interval=1" : "--log-interval=0";
 	flags[n++] = wo;

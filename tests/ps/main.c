@@ -8,7 +8,12 @@
 int
 main(void)
 {
-	SRunner *sr = srunner_create(suite_cluster());
+	SRunner *sr = srunner_create(suite_training());
+	srunner_add_suite(sr, suite_rejoin());
+	srunner_add_suite(sr, suite_bad_input());
+	srunner_add_suite(sr, suite_codecs());
+	srunner_add_suite(sr, suite_placement());
+	srunner_add_suite(sr, suite_moves());
 	srunner_add_suite(sr, suite_stall());
 	srunner_add_suite(sr, suite_live());
 	srunner_add_suite(sr, suite_snapshot());

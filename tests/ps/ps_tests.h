@@ -1,7 +1,13 @@
 #ifndef PS_TESTS_H
 #define PS_TESTS_H
 #include <check.h>
-Suite *suite_cluster(void);
+// The cluster suites: test cases tagged "cluster" (ctest's ps entry).
+Suite *suite_training(void);
+Suite *suite_rejoin(void);
+Suite *suite_bad_input(void);
+Suite *suite_codecs(void);
+Suite *suite_placement(void);
+Suite *suite_moves(void);
 Suite *suite_stall(void);
 Suite *suite_live(void);
 Suite *suite_snapshot(void);

@@ -23,6 +23,7 @@
 
 #include "ferry.pb-c.h"
 #include "ferry/ferry.h"
+#include "harness.h"
 #include "ps/ps.h"
 #include "ps_tests.h"
 #include "psw/psw.h"
@@ -439,35 +440,6 @@ START_TEST(test_limits_flt_max_pushes_leave_weights_finite)
 }
 END_TEST
 
-// raw_header_call sends header h for method on a fresh connection and
-// returns the reply header (NULL when none came).
-static Pswire__Header *
-raw_header_call(const char *url, uint8_t method, Pswire__Header *h)
-{
-	nng_socket       s;
-	nng_msg         *m;
-	uint8_t         *payload;
-	struct psw_frame f;
-	const char      *why;
-	Pswire__Header  *rh = NULL;
-	size_t           hl = pswire__header__get_packed_size(h);
-
-	ck_assert_int_eq(nng_req0_open(&s), 0);
-	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 10000);
-	ck_assert_int_eq(nng_dial(s, url, NULL, 0), 0);
-	PT_OK(psw_msg_begin(&m, hl, 0, &payload));
-	PT_OK(psw_msg_finish(m, method, 0, &h->base, hl, 0));
-	ck_assert_int_eq(nng_sendmsg(s, m, 0), 0);
-	if (nng_recvmsg(s, &m, 0) == 0) {
-		if (psw_msg_parse(m, &f, &why) == FB_OK) {
-			rh = pswire__header__unpack(NULL, f.hdr_len, f.hdr);
-		}
-		nng_msg_free(m);
-	}
-	nng_close(s);
-	return rh;
-}
-
 // register_huge registers trainer 0 of a job of nt tensors of len floats
 // each and returns the reply (the caller frees it).
 static Pswire__Header *
@@ -496,8 +468,7 @@ register_huge(const char *url, size_t nt, uint64_t len)
 	rr.job             = &jc;
 	h.body_case        = PSWIRE__HEADER__BODY_REGISTER_REQ;
 	h.register_req     = &rr;
-	Pswire__Header *rh = raw_header_call(url, PSWIRE__METHOD__REGISTER,
-	    &h);
+	Pswire__Header *rh = pt_call(url, PSWIRE__METHOD__REGISTER, &h);
 	free(td);
 	free(tp);
 	free(names);
@@ -648,35 +619,6 @@ START_TEST(test_limits_fake_scheduler_bad_map_refused)
 }
 END_TEST
 
-// send_msg sends m on a fresh connection to url and returns the reply's
-// status, its error text in err (n bytes).
-static int
-send_msg(const char *url, nng_msg *m, char *err, size_t n)
-{
-	nng_socket s;
-	int        status = -1;
-	ck_assert_int_eq(nng_req0_open(&s), 0);
-	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 5000);
-	ck_assert_int_eq(nng_dial(s, url, NULL, 0), 0);
-	ck_assert_int_eq(nng_sendmsg(s, m, 0), 0);
-	if (nng_recvmsg(s, &m, 0) == 0) {
-		struct psw_frame f;
-		const char      *why;
-		if (psw_msg_parse(m, &f, &why) == FB_OK) {
-			Pswire__Header *h = pswire__header__unpack(NULL,
-			    f.hdr_len, f.hdr);
-			if (h != NULL) {
-				status = h->status;
-				snprintf(err, n, "%s", h->error);
-				pswire__header__free_unpacked(h, NULL);
-			}
-		}
-		nng_msg_free(m);
-	}
-	nng_close(s);
-	return status;
-}
-
 // A Pull carrying a payload (which a parked Pull would hold, up to the
 // receive cap, for nothing) is refused, naming it; without one the same
 // Pull is answered.
@@ -689,12 +631,12 @@ START_TEST(test_limits_pull_with_payload_refused)
 	memset(&t, 0, sizeof(t));
 	t.url = ps_scheduler_url(j.sched);
 	PT_OK(trainer_open(&t));
-	ck_assert_int_eq(send_msg(ps_server_url(j.srv), pull_msg(1, 0, 4096),
-	                     err, sizeof(err)),
+	ck_assert_int_eq(pt_send_msg(ps_server_url(j.srv),
+	                     pull_msg(1, 0, 4096), err, sizeof(err)),
 	    PSWIRE__STATUS__INVALID_ARGUMENT);
 	ck_assert_msg(strstr(err, "no payload") != NULL, "%s", err);
-	ck_assert_int_eq(send_msg(ps_server_url(j.srv), pull_msg(2, 0, 0), err,
-	                     sizeof(err)),
+	ck_assert_int_eq(pt_send_msg(ps_server_url(j.srv), pull_msg(2, 0, 0),
+	                     err, sizeof(err)),
 	    PSWIRE__STATUS__OK);
 	ferry_client_close(t.c);
 	job_close(&j);
@@ -762,7 +704,7 @@ START_TEST(test_limits_probe_bounded)
 		pr.reply_bytes          = 64u << 20;
 		h.body_case             = PSWIRE__HEADER__BODY_PROBE_REQ;
 		h.probe_req             = &pr;
-		Pswire__Header *rh      = raw_header_call(ps_server_url(j.srv),
+		Pswire__Header *rh      = pt_call(ps_server_url(j.srv),
 		         PSWIRE__METHOD__PROBE, &h);
 		ck_assert_ptr_nonnull(rh);
 		ck_assert_int_eq(rh->status, PSWIRE__STATUS__INVALID_ARGUMENT);

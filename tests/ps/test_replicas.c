@@ -163,8 +163,8 @@ START_TEST(test_replicas_server_death_same_weights)
 		rep_run(still, 3, 1, codecs[k], 14, 0);
 		rep_run(died, 3, 2, codecs[k], 14, 6);
 		rep_same(still, died);
-		ck_assert_msg(died[0].base.map_changes > 0 ||
-		        died[1].base.map_changes > 0,
+		ck_assert_msg(died[0].base.stats.map_changes > 0 ||
+		        died[1].base.stats.map_changes > 0,
 		    "nobody saw the promotion map");
 	}
 }

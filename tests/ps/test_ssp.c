@@ -12,6 +12,7 @@
 #include "cluster.h"
 #include "fb/fb.h"
 #include "ferry/ferry.h"
+#include "harness.h"
 #include "ps_tests.h"
 #include "pt.h"
 
@@ -30,6 +31,7 @@ struct ssp_arg {
 	// r applied: a pull shows exactly which pushes it holds.
 	int         one_hot;
 	unsigned    seed;     // random delays (0: none)
+	unsigned    rng;      // rand_r's state, from seed
 	int         delay_us; // the longest delay before a push
 	int         leave;    // leave the job after the last step
 	uint64_t    stop_at;  // > 0: stop once holding this version
@@ -46,16 +48,16 @@ struct ssp_arg {
 	char        err[256];
 };
 
-// one_hot_check compares the weights a trainer at clock c just pulled with
-// what SSP promises: its own c pushes, and at least c - K of every other
-// rank's (every push up to clock c-K-1).
+// one_hot_check compares the weights w0 (tensor 0) a trainer at clock c
+// just pulled with what SSP promises: its own c pushes, and at least c - K
+// of every other rank's (every push up to clock c-K-1).
 static void
-one_hot_check(struct ssp_arg *a, int trainers, uint64_t c)
+one_hot_check(struct ssp_arg *a, const float *w0, int trainers, uint64_t c)
 {
 	for (int r = 0; r < trainers; r++) {
 		// w[0][r] starts at r (initial weights w[t][i] = i) and loses
 		// 1 per applied push of rank r: exact in float.
-		uint64_t applied = (uint64_t) ((float) r - a->w[0][r]);
+		uint64_t applied = (uint64_t) ((float) r - w0[r]);
 		if (r == a->rank && applied != c) {
 			a->bound_broken++;
 		}
@@ -68,96 +70,80 @@ one_hot_check(struct ssp_arg *a, int trainers, uint64_t c)
 	}
 }
 
+// ssp_step is an ssp_arg's step (harness.h): the gradient of the version
+// held (or one-hot), after a random delay; a push the quorum refused is
+// counted and followed by a pull.
+static int
+ssp_step(struct pt_rank *base, ferry_client *c, int k, float *const *g,
+    float *const *w)
+{
+	struct ssp_arg    *a = base->ctx;
+	struct ferry_stats st;
+	int                rv;
+
+	if (k < 0) {
+		return ferry_client_pull(c, w);
+	}
+	ferry_client_stats(c, &st);
+	if (a->stop_at > 0 && st.version >= a->stop_at) {
+		return PT_STOP;
+	}
+	for (int t = 0; t < NT; t++) {
+		for (size_t i = 0; i < lens[t]; i++) {
+			g[t][i] = a->one_hot
+			    ? (t == 0 && i == (size_t) a->rank)
+			    : grad_for(a->rank, (int) st.version, t, i);
+		}
+	}
+	if (a->delay_us > 0) {
+		fb_sleep_us(rand_r(&a->rng) % (unsigned) a->delay_us);
+	}
+	a->pushed_v[a->n_push] = st.version;
+	rv = ferry_client_push_pull(c, (const float *const *) g,
+	    a->one_hot ? 1 : 10, w);
+	if (rv == FERRY_EBEHIND) {
+		// The quorum closed the round first: re-pull.
+		a->dropped++;
+		a->kept[a->n_push++] = 0;
+		return ferry_client_pull(c, w);
+	}
+	if (rv != 0) {
+		return rv;
+	}
+	a->kept[a->n_push++] = 1;
+	if (a->one_hot) {
+		one_hot_check(a, w[0], ferry_client_trainers(c),
+		    (uint64_t) k + 1);
+	}
+	return 0;
+}
+
+// ssp_main trains one ssp_arg on the shared trainer thread (harness.h).
 static void *
 ssp_main(void *arg)
 {
-	struct ssp_arg          *a     = arg;
-	struct ferry_opts        o     = FERRY_OPTS_INIT;
-	struct ferry_tensor_desc d[NT] = { { "a", 40 }, { "b", 7 },
-		{ "c", 1 } };
-	ferry_client            *c     = NULL;
-	struct ferry_stats       st;
-	float                    g[NT][40];
-	float                   *wp[NT], *gp[NT];
-	unsigned                 seed = a->seed;
-
-	o.scheduler_url = a->url;
-	o.rank          = a->rank;
-	o.lr            = a->one_hot ? 1.0 : 0.5;
-	o.mode          = a->mode;
-	o.staleness     = a->staleness;
-	o.sync_quorum   = a->quorum;
-	o.timeout_ms    = 20000;
-	o.codec_push    = a->codec_push;
-	o.codec_pull    = a->codec_pull;
-	for (int t = 0; t < NT; t++) {
-		wp[t] = a->w[t];
-		gp[t] = g[t];
-		for (size_t i = 0; i < lens[t]; i++) {
-			a->w[t][i] = (float) i;
-		}
-	}
-	if ((a->rv = ferry_client_open(&o, &c)) != 0 ||
-	    (a->rv = ferry_client_declare(c, d, NT)) != 0) {
-		goto out;
-	}
-	if (a->rank == 0 &&
-	    (a->rv = ferry_client_init_weights(c,
-	         (const float *const *) wp))) {
-		goto out;
-	}
-	if ((a->rv = ferry_client_pull(c, wp)) != 0) {
-		goto out;
-	}
-	for (int k = 0; k < a->steps; k++) {
-		ferry_client_stats(c, &st);
-		if (a->stop_at > 0 && st.version >= a->stop_at) {
-			break;
-		}
-		for (int t = 0; t < NT; t++) {
-			for (size_t i = 0; i < lens[t]; i++) {
-				g[t][i] = a->one_hot
-				    ? (t == 0 && i == (size_t) a->rank)
-				    : grad_for(a->rank, (int) st.version, t,
-				          i);
-			}
-		}
-		if (a->delay_us > 0) {
-			fb_sleep_us(rand_r(&seed) % (unsigned) a->delay_us);
-		}
-		a->pushed_v[a->n_push] = st.version;
-		a->rv = ferry_client_push_pull(c, (const float *const *) gp,
-		    a->one_hot ? 1 : 10, wp);
-		if (a->rv == FERRY_EBEHIND) {
-			// The quorum closed the round first: re-pull.
-			a->dropped++;
-			a->kept[a->n_push++] = 0;
-			if ((a->rv = ferry_client_pull(c, wp)) != 0) {
-				goto out;
-			}
-			continue;
-		}
-		if (a->rv != 0) {
-			goto out;
-		}
-		a->kept[a->n_push++] = 1;
-		if (a->one_hot) {
-			one_hot_check(a, ferry_client_trainers(c),
-			    (uint64_t) k + 1);
-		}
-	}
-	if (a->leave) {
-		a->rv = ferry_client_leave(c);
-	}
-out:
-	if (c != NULL) {
-		ferry_client_stats(c, &st);
-		a->reported_max = st.staleness_max;
-		a->version      = st.version;
-		snprintf(a->err, sizeof(a->err), "%s",
-		    ferry_client_last_error(c));
-	}
-	ferry_client_close(c);
+	struct ssp_arg *a = arg;
+	struct pt_rank  r = {
+		 .url          = a->url,
+		 .rank         = a->rank,
+		 .steps        = a->steps,
+		 .mode         = a->mode,
+		 .lr           = a->one_hot ? 1.0 : 0.5,
+		 .codec_push   = a->codec_push,
+		 .codec_pull   = a->codec_pull,
+		 .staleness    = a->staleness,
+		 .quorum       = a->quorum,
+		 .leave_at_end = a->leave,
+		 .step         = ssp_step,
+		 .ctx          = a,
+	};
+	a->rng = a->seed;
+	pt_rank_main(&r);
+	memcpy(a->w, r.w, sizeof(a->w));
+	a->reported_max = r.stats.staleness_max;
+	a->version      = r.stats.version;
+	a->rv           = r.rv;
+	snprintf(a->err, sizeof(a->err), "%s", r.err);
 	return NULL;
 }
 

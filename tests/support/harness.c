@@ -1,5 +1,6 @@
-// harness.c — the ps suites' shared trainer thread, raw rpc and metric
-// read (harness.h).
+// harness.c — the shared trainer thread, raw rpc, raw frame and metric
+// read of the suites that drive an in-process job (harness.h).
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,10 +9,72 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 
+#include "comp/comp.h"
 #include "ferry/ferry.h"
 #include "harness.h"
 #include "pt.h"
 #include "scrape.h"
+
+// push_encoded encodes each shard with error feedback here, the way a GPU
+// trainer would on the device, and pushes the codes.
+static int
+push_encoded(ferry_client *c, const float *const *g, float *const *w,
+    float resid[NT][40])
+{
+	const struct ferry_shard *sh;
+	size_t                    n;
+	uint32_t                  id, bucket;
+	struct comp_codec         cc = COMP_CODEC_INIT;
+	uint8_t                   buf[16][256];
+	const uint8_t            *codes[16];
+	int                       rv;
+
+	if ((rv = ferry_client_shards(c, &sh, &n, &id, &bucket)) != 0) {
+		return rv;
+	}
+	cc.id     = id;
+	cc.bucket = bucket;
+	ck_assert_uint_le(n, 16);
+	for (size_t i = 0; i < n; i++) {
+		size_t out;
+		ck_assert_uint_le(sh[i].code_bytes, sizeof(buf[i]));
+		PT_OK(comp_ef_encode(&cc, g[sh[i].tensor] + sh[i].offset,
+		    resid[sh[i].tensor] + sh[i].offset, sh[i].len, NULL,
+		    buf[i], sizeof(buf[i]), &out));
+		ck_assert_uint_eq(out, sh[i].code_bytes);
+		codes[i] = buf[i];
+	}
+	return ferry_client_push_pull_encoded(c, codes, 10, w);
+}
+
+int
+pt_rank_step(struct pt_rank *a, ferry_client *c, int k, float *const *g,
+    float *const *w)
+{
+	if (k < 0) {
+		return ferry_client_pull(c, w);
+	}
+	for (int t = 0; t < NT; t++) {
+		for (size_t i = 0; i < lens[t]; i++) {
+			g[t][i] = grad_for(a->rank, k, t, i);
+		}
+	}
+	if (a->nan_at > 0 && k == a->nan_at) {
+		// A non-finite gradient is refused and changes nothing: the
+		// same step then pushes its real gradient.
+		float keep = g[0][3];
+		g[0][3]    = (a->rank & 1) ? INFINITY : NAN;
+		int rv = ferry_client_push_pull(c, (const float *const *) g,
+		    10, w);
+		a->nan_refused = rv == FERRY_EREMOTE &&
+		    strstr(ferry_client_last_error(c), "NaN or Inf");
+		g[0][3] = keep;
+	}
+	if (a->encoded && !ferry_client_in_warmup(c)) {
+		return push_encoded(c, (const float *const *) g, w, a->resid);
+	}
+	return ferry_client_push_pull(c, (const float *const *) g, 10, w);
+}
 
 void *
 pt_rank_main(void *arg)
@@ -24,15 +87,19 @@ pt_rank_main(void *arg)
 	float                    g[NT][40];
 	float                   *wp[NT], *gp[NT];
 	char                     cert[160], key[160], ca[160];
+	int                      steps = a->rejoin ? 0 : a->steps;
 
 	o.scheduler_url = a->url;
 	o.rank          = a->rank;
-	o.lr            = 0.5;
+	o.lr            = a->lr != 0 ? a->lr : 0.5;
+	o.mode          = a->mode;
 	o.timeout_ms    = 20000;
-	if (a->codec != NULL) {
-		o.codec_push = a->codec;
-		o.codec_pull = a->codec;
-	}
+	o.codec_push    = a->codec != NULL ? a->codec : a->codec_push;
+	o.codec_pull    = a->codec != NULL ? a->codec : a->codec_pull;
+	o.warmup_steps  = a->warmup;
+	o.staleness     = a->staleness;
+	o.sync_quorum   = a->quorum;
+	o.link_budget   = a->link_budget;
 	if (a->tls_dir != NULL) {
 		snprintf(cert, sizeof(cert), "%s/trainer-%d.pem", a->tls_dir,
 		    a->rank);
@@ -54,32 +121,40 @@ pt_rank_main(void *arg)
 	    (a->key != NULL &&
 	        (a->rv = ferry_client_set_secret_file(c, a->key)) != 0) ||
 	    (a->rv = ferry_client_declare(c, d, NT)) != 0 ||
+	    (a->declared != NULL && (a->rv = a->declared(a, c)) != 0) ||
 	    (a->rank == 0 && !a->rejoin &&
 	        (a->rv = ferry_client_init_weights(c,
-	             (const float *const *) wp)) != 0) ||
-	    (a->rv = ferry_client_pull(c, wp)) != 0) {
+	             (const float *const *) wp)) != 0)) {
 		goto out;
 	}
-	for (int k = 0; k < a->steps && !a->rejoin && a->rv == 0; k++) {
-		if (a->before_step != NULL) {
+	// Step -1 is the first pull.
+	for (int k = -1; k < steps && a->rv == 0; k++) {
+		if (k >= 0 && a->leave_at > 0 && k == a->leave_at) {
+			a->rv = ferry_client_leave(c);
+			goto out;
+		}
+		if (k >= 0 && a->before_step != NULL) {
 			a->before_step(a, k);
 		}
-		for (int t = 0; t < NT; t++) {
-			for (size_t i = 0; i < lens[t]; i++) {
-				g[t][i] = grad_for(a->rank, k, t, i);
-			}
+		int rv = a->step != NULL ? a->step(a, c, k, gp, wp)
+		                         : pt_rank_step(a, c, k, gp, wp);
+		if (rv == PT_STOP) {
+			break;
 		}
-		a->rv = ferry_client_push_pull(c, (const float *const *) gp,
-		    10, wp);
+		a->rv = rv;
+	}
+	if (a->rv == 0 && a->leave_at_end) {
+		a->rv = ferry_client_leave(c);
 	}
 out:
 	if (c != NULL) {
-		struct ferry_stats st;
-		ferry_client_stats(c, &st);
-		a->map_changes = st.map_changes;
+		ferry_client_stats(c, &a->stats);
 	}
 	snprintf(a->err, sizeof(a->err), "%s",
 	    c ? ferry_client_last_error(c) : "open failed");
+	if (c != NULL && a->rv != 0 && a->leave_on_error) {
+		(void) ferry_client_leave(c);
+	}
 	ferry_client_close(c);
 	return NULL;
 }
@@ -169,6 +244,56 @@ pt_rpc(const struct pt_peer *as, const char *url, uint8_t method,
 	psw_tls_close(t);
 	psw_auth_close(a);
 	return status;
+}
+
+Pswire__Header *
+pt_call(const char *url, uint8_t method, Pswire__Header *h)
+{
+	Pswire__Header *rh = NULL;
+	(void) pt_rpc(NULL, url, method, h, NULL, 0, &rh);
+	return rh;
+}
+
+int
+pt_send_msg(const char *url, nng_msg *m, char *err, size_t n)
+{
+	nng_socket s;
+	int        status = -1;
+
+	ck_assert_int_eq(nng_req0_open(&s), 0);
+	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 5000);
+	nng_socket_set_ms(s, NNG_OPT_SENDTIMEO, 5000);
+	// No automatic re-send: a dropped oversize request must not loop.
+	nng_socket_set_ms(s, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+	ck_assert_int_eq(nng_dial(s, url, NULL, 0), 0);
+	ck_assert_int_eq(nng_sendmsg(s, m, 0), 0);
+	if (nng_recvmsg(s, &m, 0) == 0) {
+		struct psw_frame f;
+		const char      *why;
+		if (psw_msg_parse(m, &f, &why) == FB_OK) {
+			Pswire__Header *h = pswire__header__unpack(NULL,
+			    f.hdr_len, f.hdr);
+			if (h != NULL) {
+				status = h->status;
+				snprintf(err, n, "%s", h->error);
+				pswire__header__free_unpacked(h, NULL);
+			}
+		}
+		nng_msg_free(m);
+	}
+	nng_close(s);
+	return status;
+}
+
+int
+pt_send_raw(const char *url, const void *buf, size_t len, char *err, size_t n)
+{
+	nng_msg *m;
+	ck_assert_int_eq(nng_msg_alloc(&m, len), 0);
+	if (len > 0) {
+		memcpy(nng_msg_body(m), buf, len);
+	}
+	return pt_send_msg(url, m, err, n);
 }
 
 double
