@@ -31,8 +31,16 @@ int
 psw_msg_reuse(nng_msg *m, size_t hdr_max, size_t payload_cap,
     uint8_t **payload)
 {
-	size_t need = PSW_FRAME_HDR + hdr_max + payload_cap + PSW_AUTH_TRAILER;
-	// Within the capacity nng_msg_realloc only moves the length.
+	size_t need = PSW_FRAME_HDR + hdr_max + payload_cap;
+	// Within the capacity nng_msg_realloc only moves the length. The
+	// trailer's room is taken when it is there; when it is not (nng sized
+	// the request to its bytes), the message is still reused: an unsigned
+	// reply needs none, and signing appends it (nng then grows the
+	// message once). Refusing it cost every sync step a zeroed reply as
+	// large as the model.
+	if (nng_msg_capacity(m) >= need + PSW_AUTH_TRAILER) {
+		need += PSW_AUTH_TRAILER;
+	}
 	if (nng_msg_capacity(m) < need || nng_msg_realloc(m, need) != 0) {
 		return FB_ENOSPC;
 	}

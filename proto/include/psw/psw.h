@@ -82,8 +82,9 @@ int psw_msg_begin(nng_msg **out, size_t hdr_max, size_t payload_cap,
 // psw_msg_reuse is psw_msg_begin on a message the caller already owns (a
 // request being answered), so that a reply as large as its request costs
 // no allocation and no zeroing: m is resized within its capacity and its
-// old bytes are garbage. Errors: FB_ENOSPC when m's capacity is too
-// small (m is unchanged; use psw_msg_begin).
+// old bytes are garbage. The signing trailer's room is reserved only when
+// the capacity has it (signing appends it otherwise). Errors: FB_ENOSPC
+// when m's capacity is too small (m is unchanged; use psw_msg_begin).
 int psw_msg_reuse(nng_msg *m, size_t hdr_max, size_t payload_cap,
     uint8_t **payload);
 
