@@ -16,6 +16,7 @@
 #include "harness.h"
 #include "ps/ps.h"
 #include "ps_tests.h"
+#include "test_hooks.h"
 #include "pt.h"
 
 // A trainer that leaves stops the sync rounds from waiting for it: the

@@ -14,6 +14,7 @@
 #include "cluster.h"
 #include "harness.h"
 #include "ps_tests.h"
+#include "test_hooks.h"
 #include "pt.h"
 
 // One trainer of a replicated run: a pt_rank whose before_step injects

@@ -214,19 +214,6 @@ int ps_server_open(const struct ps_server_opts *opts, struct ps_server **out);
 // ps_server_url returns the URL it listens on (bound port filled in).
 const char *ps_server_url(const struct ps_server *s);
 
-// ps_server_test_stage_hook installs fn, which every sync push calls with
-// its rank after reserving its staging slots and before decoding into them
-// (outside the lock); NULL removes it. For tests that need a push to be
-// mid-decode while something else happens. Call before the job trains.
-void ps_server_test_stage_hook(struct ps_server *s,
-    void (*fn)(void *arg, uint32_t rank), void *arg);
-
-// ps_server_test_corrupt_backups flips one bit of the weights of every
-// backup shard held here, as an apply that diverged from its primary's
-// would, and returns how many it changed. For tests of the resync: the
-// next update's CRC check finds it and the primary sends its whole state.
-int ps_server_test_corrupt_backups(struct ps_server *s);
-
 // ps_server_stats writes the INFO-style stats text into buf (size n,
 // NUL-terminated, truncated if needed).
 void ps_server_stats(struct ps_server *s, char *buf, size_t n);

@@ -41,6 +41,7 @@
 #include <string.h>
 
 #include "server_impl.h"
+#include "test_hooks.h"
 
 #define PS_FWD_RETRY_MS 20
 #define PS_FWD_TIMEOUT_MS 2000

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "server_impl.h"
+#include "test_hooks.h"
 
 static void
 on_stats(struct ps_server *s, struct ps_call *c)

@@ -52,7 +52,7 @@
 //
 // Files: server.c (open/close, dispatch, probe, stats), errors.c (the
 // error reply), owner.c (shard admission), finite.c (finite checks on
-// gradient bytes), store.c (a round's completion and sum, clocks, shard
+// a round's update), store.c (a round's completion and sum, clocks, shard
 // buffers), mapinstall.c (map checks, the first placement), optim.c (the
 // optimizers and their state), pull_ref.c (pull reference and delta log),
 // pull.c (pulls, parking, the deadline sweeper), push.c (pushes: async,
@@ -60,7 +60,8 @@
 // (re-placement and leave), replicate.c (--replicas: forwards and the
 // backup's apply), boot.c (the scheduler watch), server_obs.c (metrics),
 // snapshot.c (snapshots on disk; its writer thread waits on its own
-// condition variables, on mu), snapshot_load.c (checking and restoring).
+// condition variables, on mu), snapshot_load.c (checking and restoring);
+// test_hooks.h declares the two entry points only tests call.
 // What the scheduler shares with the server (rpc.h, durable.h,
 // jobconf.h) is in ../common/.
 #ifndef PS_SERVER_IMPL_H

@@ -1,0 +1,26 @@
+// test_hooks.h — the server's entry points for tests only: ways to put a
+// running server in a state a test cannot reach through the wire (a push
+// held mid-decode, a backup that diverged). They are not part of
+// <ps/ps.h>: a program has no use for them, and tests add ps/src/server
+// to their include path for this header alone.
+#ifndef PS_TEST_HOOKS_H
+#define PS_TEST_HOOKS_H
+
+#include <stdint.h>
+
+struct ps_server;
+
+// ps_server_test_stage_hook installs fn, which every sync push calls with
+// its rank after reserving its staging slots and before decoding into them
+// (outside the lock); NULL removes it. For tests that need a push to be
+// mid-decode while something else happens. Call before the job trains.
+void ps_server_test_stage_hook(struct ps_server *s,
+    void (*fn)(void *arg, uint32_t rank), void *arg);
+
+// ps_server_test_corrupt_backups flips one bit of the weights of every
+// backup shard held here, as an apply that diverged from its primary's
+// would, and returns how many it changed. For tests of the resync: the
+// next update's CRC check finds it and the primary sends its whole state.
+int ps_server_test_corrupt_backups(struct ps_server *s);
+
+#endif // PS_TEST_HOOKS_H
