@@ -6,4 +6,5 @@ Suite *suite_config(void);
 Suite *suite_ranges(void);
 Suite *suite_optim(void);
 Suite *suite_exit(void);
+Suite *suite_bytes(void);
 #endif
