@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "cluster.h"
@@ -20,32 +21,36 @@
 #define MAX_STEPS 64
 
 struct ssp_arg {
-	const char *url;
-	int         rank;
-	int         steps;
-	int         mode;
-	uint32_t    staleness, quorum;
-	const char *codec_push, *codec_pull;
+	const char           *url;
+	int                   rank;
+	int                   steps;
+	int                   mode;
+	uint32_t              staleness, quorum;
+	const char           *codec_push, *codec_pull;
 	// one_hot: rank r's gradient is 1 at element r of tensor 0 and 0
 	// elsewhere, with lr 1 and one sample, so w[0][r] = -pushes of rank
 	// r applied: a pull shows exactly which pushes it holds.
-	int         one_hot;
-	unsigned    seed;     // random delays (0: none)
-	unsigned    rng;      // rand_r's state, from seed
-	int         delay_us; // the longest delay before a push
-	int         leave;    // leave the job after the last step
-	uint64_t    stop_at;  // > 0: stop once holding this version
+	int                   one_hot;
+	unsigned              seed;     // random delays (0: none)
+	unsigned              rng;      // rand_r's state, from seed
+	int                   delay_us; // the longest delay before a push
+	int                   leave;    // leave the job after the last step
+	uint64_t              stop_at;  // > 0: stop once holding this version
+	// Before its first push, wait until this rank has ended a step: with
+	// a quorum of the others, the round it pushes into is closed then.
+	const struct ssp_arg *after;
+	atomic_int            steps_done; // push-pulls ended (kept or not)
 	// Results.
-	float       w[NT][40];
-	uint64_t    worst;        // most clocks behind seen in the weights
-	uint64_t    reported_max; // stats.staleness_max
-	uint64_t    bound_broken; // reads that missed a push they needed
-	uint64_t    version;      // held at the end
-	uint64_t    pushed_v[MAX_STEPS]; // sync: version of each push
-	int         kept[MAX_STEPS];     // ... and whether it was kept
-	int         n_push, dropped;
-	int         rv;
-	char        err[256];
+	float                 w[NT][40];
+	uint64_t              worst; // most clocks behind seen in the weights
+	uint64_t              reported_max; // stats.staleness_max
+	uint64_t bound_broken;        // reads that missed a push they needed
+	uint64_t version;             // held at the end
+	uint64_t pushed_v[MAX_STEPS]; // sync: version of each push
+	int      kept[MAX_STEPS];     // ... and whether it was kept
+	int      n_push, dropped;
+	int      rv;
+	char     err[256];
 };
 
 // one_hot_check compares the weights w0 (tensor 0) a trainer at clock c
@@ -98,9 +103,14 @@ ssp_step(struct pt_rank *base, ferry_client *c, int k, float *const *g,
 	if (a->delay_us > 0) {
 		fb_sleep_us(rand_r(&a->rng) % (unsigned) a->delay_us);
 	}
+	while (a->after != NULL && a->n_push == 0 &&
+	    atomic_load(&a->after->steps_done) == 0) {
+		fb_sleep_us(1000); // an event, whatever the machine's speed
+	}
 	a->pushed_v[a->n_push] = st.version;
 	rv = ferry_client_push_pull(c, (const float *const *) g,
 	    a->one_hot ? 1 : 10, w);
+	atomic_fetch_add(&a->steps_done, 1);
 	if (rv == FERRY_EBEHIND) {
 		// The quorum closed the round first: re-pull.
 		a->dropped++;
@@ -308,6 +318,9 @@ START_TEST(test_ssp_quorum_exact_over_kept)
 		a[r].seed     = 11u + (unsigned) r;
 		a[r].delay_us = r == 2 ? 8000 : 0;
 	}
+	// The slow rank misses round 0 for certain (it pushes once rank 0's
+	// round closed), and later ones as its delays fall.
+	a[2].after = &a[0];
 	// One server: a push is kept or refused whole.
 	run_job(a, 3, 1);
 	for (int r = 0; r < 3; r++) {
