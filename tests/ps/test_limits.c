@@ -79,7 +79,8 @@ stat_of(struct ps_server *s, const char *key)
 struct trainer {
 	const char   *url;
 	int           rank, mode, steps;
-	float         grad; // every element of every push
+	float         grad;      // every element of every push
+	float         grad_last; // nonzero: the last element's instead
 	float         w[LEN];
 	int           rv, n_refused;
 	char          err[256];
@@ -127,6 +128,9 @@ trainer_steps(void *arg)
 	float          *wp[1] = { t->w };
 	for (int i = 0; i < LEN; i++) {
 		g[i] = t->grad;
+	}
+	if (t->grad_last != 0) {
+		g[LEN - 1] = t->grad_last;
 	}
 	for (int k = 0; k < t->steps; k++) {
 		int rv = ferry_client_push_pull(t->c, gp, 1, wp);
@@ -436,6 +440,56 @@ START_TEST(test_limits_flt_max_pushes_leave_weights_finite)
 	}
 	ck_assert_msg(all_finite(t[0].w, LEN), "w[0] = %g", t[0].w[0]);
 	ferry_client_close(t[0].c);
+	job_close(&j);
+}
+END_TEST
+
+// Two ranks push 1 everywhere but in the last element, FLT_MAX: only
+// that element's sum overflows, after the server has stepped every other
+// one. The round is still refused whole: every weight is as it was
+// (a failure: the elements before the overflow keep their step).
+START_TEST(test_limits_overflow_in_last_element_changes_nothing)
+{
+	struct job     j;
+	struct trainer t[2];
+	pthread_t      th[2];
+
+	job_open(&j, 2, 64);
+	for (int r = 0; r < 2; r++) {
+		memset(&t[r], 0, sizeof(t[r]));
+		t[r].url       = ps_scheduler_url(j.sched);
+		t[r].rank      = r;
+		t[r].steps     = 1;
+		t[r].grad      = 1.0f;
+		t[r].grad_last = FLT_MAX;
+		pthread_create(&th[r], NULL, trainer_open_main, &t[r]);
+	}
+	for (int r = 0; r < 2; r++) {
+		pthread_join(th[r], NULL);
+		ck_assert_msg(t[r].rv == 0, "rank %d: %s", r, t[r].err);
+		pthread_create(&th[r], NULL, trainer_steps, &t[r]);
+	}
+	for (int r = 0; r < 2; r++) {
+		pthread_join(th[r], NULL);
+		ck_assert_msg(t[r].rv == 0, "rank %d: %s", r, t[r].err);
+		for (int i = 0; i < LEN; i++) {
+			ck_assert_msg(t[r].w[i] == (float) i,
+			    "rank %d: w[%d] = %g, not %d", r, i, t[r].w[i], i);
+		}
+	}
+	ck_assert_uint_eq(stat_of(j.srv, "updates_refused"), 1);
+	// The next round, finite everywhere, applies to every element.
+	for (int r = 0; r < 2; r++) {
+		t[r].grad_last = 0;
+		pthread_create(&th[r], NULL, trainer_steps, &t[r]);
+	}
+	for (int r = 0; r < 2; r++) {
+		pthread_join(th[r], NULL);
+		ck_assert_msg(t[r].rv == 0, "rank %d: %s", r, t[r].err);
+		ck_assert_float_eq(t[r].w[0], 0.0f - 0.5f);
+		ck_assert_float_eq(t[r].w[LEN - 1], (float) (LEN - 1) - 0.5f);
+		ferry_client_close(t[r].c);
+	}
 	job_close(&j);
 }
 END_TEST
@@ -864,6 +918,8 @@ suite_limits(void)
 	tcase_add_test(tc, test_limits_parked_pulls_from_one_peer);
 	tcase_add_test(tc, test_limits_parked_pulls_from_one_host);
 	tcase_add_test(tc, test_limits_flt_max_pushes_leave_weights_finite);
+	tcase_add_test(tc,
+	    test_limits_overflow_in_last_element_changes_nothing);
 	tcase_add_test(tc, test_limits_huge_declaration_refused);
 	tcase_add_test(tc, test_limits_fake_scheduler_bad_map_refused);
 	tcase_add_test(tc, test_limits_pull_with_payload_refused);

@@ -24,6 +24,7 @@
 //   decays the weights directly (x -= lr wd x), as PyTorch's optimizers.
 // This file is a hot loop: ps/CMakeLists.txt compiles it with -O3.
 #include <math.h>
+#include <string.h>
 
 #include "server_impl.h"
 
@@ -146,6 +147,58 @@ ps__optim_apply(const struct ps_server *s, struct srv_shard *sh,
 	double lr = fb_lr_at(&s->job.lr_sched, sh->version);
 	apply_range(&s->job.optim, sh, g0, g1, lr, 1.0 / (double) samples, 0,
 	    sh->len);
+}
+
+// sgd_checked is apply_sgd without decay, fused with the overflow check
+// of the round (ps__update_finite): each weight's old value goes into g0's
+// slot as that slot is read, so a refused update is put back from there
+// instead of being checked in a pass of its own first. Returns 1 if every
+// new weight is finite, else 0 with x as it was; g0 holds the old weights
+// either way.
+static int
+sgd_checked(float *restrict x, float *restrict g0, const float *restrict g1,
+    float scale, size_t n)
+{
+	uint32_t bad = 0;
+	if (g1 == NULL) {
+		for (size_t i = 0; i < n; i++) {
+			float    old = x[i], v = old - scale * g0[i];
+			uint32_t u;
+			memcpy(&u, &v, 4);
+			bad |= (u & 0x7f800000u) == 0x7f800000u;
+			g0[i] = old;
+			x[i]  = v;
+		}
+	} else {
+		for (size_t i = 0; i < n; i++) {
+			float    old = x[i], v = old - scale * (g0[i] + g1[i]);
+			uint32_t u;
+			memcpy(&u, &v, 4);
+			bad |= (u & 0x7f800000u) == 0x7f800000u;
+			g0[i] = old;
+			x[i]  = v;
+		}
+	}
+	if (bad) {
+		memcpy(x, g0, n * sizeof(float));
+	}
+	return !bad;
+}
+
+int
+ps__optim_apply_checked(const struct ps_server *s, struct srv_shard *sh,
+    float check_scale, float *g0, const float *g1, uint64_t samples)
+{
+	const struct fb_optim *o  = &s->job.optim;
+	double                 lr = fb_lr_at(&s->job.lr_sched, sh->version);
+	// apply_sgd's step, computed as it computes it: when it is the step
+	// the check would test, the one fused pass decides and applies alike.
+	float                  scale = (float) (lr * (1.0 / (double) samples));
+	if (o->kind != FB_OPTIM_SGD || o->weight_decay != 0 ||
+	    scale != check_scale) {
+		return -1;
+	}
+	return sgd_checked(sh->x, g0, g1, scale, sh->len);
 }
 
 // The block ps__optim_apply_crc checksums right after updating it: small

@@ -321,6 +321,17 @@ int ps__map_install(struct ps_server *s, Pswire__Placement *pl);
 void ps__optim_apply(const struct ps_server *s, struct srv_shard *sh,
     const float *g0, const float *g1, uint64_t samples);
 
+// ps__optim_apply_checked is a sync round's overflow check
+// (ps__update_finite at check_scale) and its apply in one pass, for the
+// job whose optimizer is plain SGD without decay at that very step (the
+// default): it returns 1 when it applied the update (ps__optim_apply's
+// bits), 0 when the update would overflow (sh->x unchanged: the check's
+// verdict), and -1 without touching anything for any other job (check,
+// then apply). g0 must be writable and is consumed: it ends holding the
+// old weights. mu held.
+int ps__optim_apply_checked(const struct ps_server *s, struct srv_shard *sh,
+    float check_scale, float *g0, const float *g1, uint64_t samples);
+
 // ps__optim_apply_crc is ps__optim_apply (the same bits) that also
 // returns the CRC-32 of the new weights, each block checksummed while it
 // is still in cache instead of in a second pass over the shard (a

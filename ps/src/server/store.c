@@ -95,9 +95,23 @@ apply_sum(struct ps_server *s, struct srv_shard *sh)
 	// as they were and the version still advances, so that no trainer
 	// waits for a round that cannot close. The step checked is plain
 	// SGD's at the base lr (no schedule raises it): exact for sgd, a
-	// bound on the gradient for the other optimizers.
-	if (!ps__update_finite(sh->x, scale, k > 2 ? s->sum : g[0],
-	        k == 2 ? g[1] : NULL, n)) {
+	// bound on the gradient for the other optimizers. For plain SGD
+	// without replicas the check and the apply are one pass; the round's
+	// staged pushes are consumed by it (the slots are free once the round
+	// closes).
+	float          *g0 = (float *) (k > 2 ? s->sum : g[0]);
+	const float    *g1 = k == 2 ? g[1] : NULL;
+	const uint32_t *backups;
+	int             nb = ps__shard_backups(s, sh->id, &backups);
+	// ok: 1 applied (the fused pass), 2 checked and still to apply, 0
+	// refused.
+	int             ok = nb > 0
+	                ? -1
+	                : ps__optim_apply_checked(s, sh, scale, g0, g1, sh->samples);
+	if (ok < 0) {
+		ok = ps__update_finite(sh->x, scale, g0, g1, n) ? 2 : 0;
+	}
+	if (ok == 0) {
 		atomic_fetch_add_explicit(&s->n_overflow, 1,
 		    memory_order_relaxed);
 		FB_LOG(FB_LOG_ERR, "store",
@@ -108,19 +122,14 @@ apply_sum(struct ps_server *s, struct srv_shard *sh)
 		ps__ref_publish(s, sh);
 		return;
 	}
-	const uint32_t *backups;
-	if (ps__shard_backups(s, sh->id, &backups) > 0) {
+	if (nb > 0) {
 		// Replicas: the backups get the aggregate as one array and
 		// apply it; g0 + g1 here are the same floats.
-		ps__repl_apply(s, sh, k > 2 ? s->sum : g[0],
-		    k == 2 ? g[1] : NULL, sh->samples);
+		ps__repl_apply(s, sh, g0, g1, sh->samples);
 		return;
 	}
-	if (k > 2) {
-		ps__optim_apply(s, sh, s->sum, NULL, sh->samples);
-	} else {
-		ps__optim_apply(s, sh, g[0], k == 2 ? g[1] : NULL,
-		    sh->samples);
+	if (ok == 2) {
+		ps__optim_apply(s, sh, g0, g1, sh->samples);
 	}
 	sh->version++;
 	ps__ref_publish(s, sh);
