@@ -374,6 +374,43 @@ START_TEST(test_limits_parked_pulls_from_one_host)
 }
 END_TEST
 
+// two_ranks_open opens ranks 0 and 1 of job j into t[0..2), each pushing
+// grad in every element (grad_last in the last one when nonzero), each
+// from its own thread as the job's start barrier needs.
+static void
+two_ranks_open(struct job *j, struct trainer t[2], float grad, float grad_last)
+{
+	pthread_t th[2];
+	for (int r = 0; r < 2; r++) {
+		memset(&t[r], 0, sizeof(t[r]));
+		t[r].url       = ps_scheduler_url(j->sched);
+		t[r].rank      = r;
+		t[r].steps     = 1;
+		t[r].grad      = grad;
+		t[r].grad_last = grad_last;
+		pthread_create(&th[r], NULL, trainer_open_main, &t[r]);
+	}
+	for (int r = 0; r < 2; r++) {
+		pthread_join(th[r], NULL);
+		ck_assert_msg(t[r].rv == 0, "rank %d: %s", r, t[r].err);
+	}
+}
+
+// two_ranks_step runs t[0..2)'s next steps at once (sync rounds) and
+// checks that neither failed locally.
+static void
+two_ranks_step(struct trainer t[2])
+{
+	pthread_t th[2];
+	for (int r = 0; r < 2; r++) {
+		pthread_create(&th[r], NULL, trainer_steps, &t[r]);
+	}
+	for (int r = 0; r < 2; r++) {
+		pthread_join(th[r], NULL);
+		ck_assert_msg(t[r].rv == 0, "rank %d: %s", r, t[r].err);
+	}
+}
+
 // Two ranks push FLT_MAX everywhere: each push is finite, their sum is
 // not. The round is refused whole: the weights stay finite (and as they
 // were), and the job goes on. In async mode a push whose step would
@@ -382,25 +419,11 @@ START_TEST(test_limits_flt_max_pushes_leave_weights_finite)
 {
 	struct job     j;
 	struct trainer t[2];
-	pthread_t      th[2];
 
 	job_open(&j, 2, 64);
+	two_ranks_open(&j, t, FLT_MAX, 0);
+	two_ranks_step(t);
 	for (int r = 0; r < 2; r++) {
-		memset(&t[r], 0, sizeof(t[r]));
-		t[r].url   = ps_scheduler_url(j.sched);
-		t[r].rank  = r;
-		t[r].steps = 1;
-		t[r].grad  = FLT_MAX;
-		pthread_create(&th[r], NULL, trainer_open_main, &t[r]);
-	}
-	for (int r = 0; r < 2; r++) {
-		pthread_join(th[r], NULL);
-		ck_assert_msg(t[r].rv == 0, "rank %d: %s", r, t[r].err);
-		pthread_create(&th[r], NULL, trainer_steps, &t[r]);
-	}
-	for (int r = 0; r < 2; r++) {
-		pthread_join(th[r], NULL);
-		ck_assert_msg(t[r].rv == 0, "rank %d: %s", r, t[r].err);
 		ck_assert_msg(all_finite(t[r].w, LEN), "rank %d: w[0] = %g", r,
 		    t[r].w[0]);
 		for (int i = 0; i < LEN; i++) {
@@ -409,13 +432,9 @@ START_TEST(test_limits_flt_max_pushes_leave_weights_finite)
 	}
 	ck_assert_uint_eq(stat_of(j.srv, "updates_refused"), 1);
 	// A normal round still applies: x -= 0.5 / 2 * (1 + 1).
+	t[0].grad = t[1].grad = 1.0f;
+	two_ranks_step(t);
 	for (int r = 0; r < 2; r++) {
-		t[r].grad = 1.0f;
-		pthread_create(&th[r], NULL, trainer_steps, &t[r]);
-	}
-	for (int r = 0; r < 2; r++) {
-		pthread_join(th[r], NULL);
-		ck_assert_msg(t[r].rv == 0, "rank %d: %s", r, t[r].err);
 		ck_assert_float_eq(t[r].w[3], 3.0f - 0.5f);
 		ferry_client_close(t[r].c);
 	}
@@ -452,26 +471,11 @@ START_TEST(test_limits_overflow_in_last_element_changes_nothing)
 {
 	struct job     j;
 	struct trainer t[2];
-	pthread_t      th[2];
 
 	job_open(&j, 2, 64);
+	two_ranks_open(&j, t, 1.0f, FLT_MAX);
+	two_ranks_step(t);
 	for (int r = 0; r < 2; r++) {
-		memset(&t[r], 0, sizeof(t[r]));
-		t[r].url       = ps_scheduler_url(j.sched);
-		t[r].rank      = r;
-		t[r].steps     = 1;
-		t[r].grad      = 1.0f;
-		t[r].grad_last = FLT_MAX;
-		pthread_create(&th[r], NULL, trainer_open_main, &t[r]);
-	}
-	for (int r = 0; r < 2; r++) {
-		pthread_join(th[r], NULL);
-		ck_assert_msg(t[r].rv == 0, "rank %d: %s", r, t[r].err);
-		pthread_create(&th[r], NULL, trainer_steps, &t[r]);
-	}
-	for (int r = 0; r < 2; r++) {
-		pthread_join(th[r], NULL);
-		ck_assert_msg(t[r].rv == 0, "rank %d: %s", r, t[r].err);
 		for (int i = 0; i < LEN; i++) {
 			ck_assert_msg(t[r].w[i] == (float) i,
 			    "rank %d: w[%d] = %g, not %d", r, i, t[r].w[i], i);
@@ -479,13 +483,9 @@ START_TEST(test_limits_overflow_in_last_element_changes_nothing)
 	}
 	ck_assert_uint_eq(stat_of(j.srv, "updates_refused"), 1);
 	// The next round, finite everywhere, applies to every element.
+	t[0].grad_last = t[1].grad_last = 0;
+	two_ranks_step(t);
 	for (int r = 0; r < 2; r++) {
-		t[r].grad_last = 0;
-		pthread_create(&th[r], NULL, trainer_steps, &t[r]);
-	}
-	for (int r = 0; r < 2; r++) {
-		pthread_join(th[r], NULL);
-		ck_assert_msg(t[r].rv == 0, "rank %d: %s", r, t[r].err);
 		ck_assert_float_eq(t[r].w[0], 0.0f - 0.5f);
 		ck_assert_float_eq(t[r].w[LEN - 1], (float) (LEN - 1) - 0.5f);
 		ferry_client_close(t[r].c);
