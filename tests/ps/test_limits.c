@@ -494,42 +494,6 @@ START_TEST(test_limits_overflow_in_last_element_changes_nothing)
 }
 END_TEST
 
-// register_huge registers trainer 0 of a job of nt tensors of len floats
-// each and returns the reply (the caller frees it).
-static Pswire__Header *
-register_huge(const char *url, size_t nt, uint64_t len)
-{
-	Pswire__Header          h  = PSWIRE__HEADER__INIT;
-	Pswire__RegisterRequest rr = PSWIRE__REGISTER_REQUEST__INIT;
-	Pswire__JobConfig       jc = PSWIRE__JOB_CONFIG__INIT;
-	Pswire__TensorDesc     *td = calloc(nt, sizeof(*td));
-	Pswire__TensorDesc    **tp = calloc(nt, sizeof(*tp));
-	char(*names)[24]           = calloc(nt, sizeof(*names));
-	ck_assert(td != NULL && tp != NULL && names != NULL);
-	for (size_t i = 0; i < nt; i++) {
-		pswire__tensor_desc__init(&td[i]);
-		snprintf(names[i], sizeof(names[i]), "t%zu", i);
-		td[i].name = names[i];
-		td[i].len  = len;
-		tp[i]      = &td[i];
-	}
-	jc.n_tensors       = nt;
-	jc.tensors         = tp;
-	jc.lr              = 0.1;
-	jc.codec_push      = "none";
-	jc.codec_pull      = "none";
-	rr.role            = PSWIRE__ROLE__ROLE_TRAINER;
-	rr.job             = &jc;
-	h.body_case        = PSWIRE__HEADER__BODY_REGISTER_REQ;
-	h.register_req     = &rr;
-	Pswire__Header *rh = pt_call(url, PSWIRE__METHOD__REGISTER, &h);
-	free(td);
-	free(tp);
-	free(names);
-	ck_assert_ptr_nonnull(rh);
-	return rh;
-}
-
 // A declaration of 4096 tensors of 2^34 floats (256 TiB) passed every
 // check and made the scheduler build 2^28 shard descriptors when the job
 // started. It is refused at Register, naming --max-job-mb, and so is one
@@ -544,7 +508,7 @@ START_TEST(test_limits_huge_declaration_refused)
 	so.probe_bytes = 0;
 	PT_OK(ps_scheduler_open(&so, &s));
 	size_t used0 = fb_used_memory();
-	rh           = register_huge(ps_scheduler_url(s), 4096, 1ull << 34);
+	rh = pt_register_trainer(ps_scheduler_url(s), 0, 4096, 1ull << 34);
 	ck_assert_int_eq(rh->status, PSWIRE__STATUS__INVALID_ARGUMENT);
 	ck_assert_msg(strstr(rh->error, "--max-job-mb") != NULL, "%s",
 	    rh->error);
@@ -554,7 +518,7 @@ START_TEST(test_limits_huge_declaration_refused)
 
 	so.shard_bytes = 4; // 1 float per shard: 2^21 shards for 8 MiB
 	PT_OK(ps_scheduler_open(&so, &s));
-	rh = register_huge(ps_scheduler_url(s), 2, 1ull << 20);
+	rh = pt_register_trainer(ps_scheduler_url(s), 0, 2, 1ull << 20);
 	ck_assert_int_eq(rh->status, PSWIRE__STATUS__INVALID_ARGUMENT);
 	ck_assert_msg(strstr(rh->error, "shards") != NULL, "%s", rh->error);
 	pswire__header__free_unpacked(rh, NULL);

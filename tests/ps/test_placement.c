@@ -32,30 +32,7 @@ raw_register_trainer(const char *url, uint32_t rank, size_t nt)
 static void
 raw_register_job(const char *url, uint32_t rank, size_t nt, uint64_t len)
 {
-	Pswire__Header          h  = PSWIRE__HEADER__INIT;
-	Pswire__RegisterRequest rr = PSWIRE__REGISTER_REQUEST__INIT;
-	Pswire__JobConfig       j  = PSWIRE__JOB_CONFIG__INIT;
-	Pswire__TensorDesc      td[16], *tp[16];
-	char                    names[16][24];
-	for (size_t i = 0; i < nt; i++) {
-		pswire__tensor_desc__init(&td[i]);
-		snprintf(names[i], sizeof(names[i]), "t%zu", i);
-		td[i].name = names[i];
-		td[i].len  = len;
-		tp[i]      = &td[i];
-	}
-	j.n_tensors        = nt;
-	j.tensors          = tp;
-	j.lr               = 0.1;
-	j.codec_push       = "none";
-	j.codec_pull       = "none";
-	rr.role            = PSWIRE__ROLE__ROLE_TRAINER;
-	rr.rank            = rank;
-	rr.job             = &j;
-	h.body_case        = PSWIRE__HEADER__BODY_REGISTER_REQ;
-	h.register_req     = &rr;
-	Pswire__Header *rh = pt_call(url, PSWIRE__METHOD__REGISTER, &h);
-	ck_assert_ptr_nonnull(rh);
+	Pswire__Header *rh = pt_register_trainer(url, rank, nt, len);
 	ck_assert_int_eq(rh->status, PSWIRE__STATUS__OK);
 	ck_assert(rh->register_rep->probe);
 	pswire__header__free_unpacked(rh, NULL);

@@ -254,6 +254,41 @@ pt_call(const char *url, uint8_t method, Pswire__Header *h)
 	return rh;
 }
 
+Pswire__Header *
+pt_register_trainer(const char *url, uint32_t rank, size_t nt, uint64_t len)
+{
+	Pswire__Header          h  = PSWIRE__HEADER__INIT;
+	Pswire__RegisterRequest rr = PSWIRE__REGISTER_REQUEST__INIT;
+	Pswire__JobConfig       jc = PSWIRE__JOB_CONFIG__INIT;
+	Pswire__TensorDesc     *td = calloc(nt, sizeof(*td));
+	Pswire__TensorDesc    **tp = calloc(nt, sizeof(*tp));
+	char(*names)[24]           = calloc(nt, sizeof(*names));
+	ck_assert(td != NULL && tp != NULL && names != NULL);
+	for (size_t i = 0; i < nt; i++) {
+		pswire__tensor_desc__init(&td[i]);
+		snprintf(names[i], sizeof(names[i]), "t%zu", i);
+		td[i].name = names[i];
+		td[i].len  = len;
+		tp[i]      = &td[i];
+	}
+	jc.n_tensors       = nt;
+	jc.tensors         = tp;
+	jc.lr              = 0.1;
+	jc.codec_push      = "none";
+	jc.codec_pull      = "none";
+	rr.role            = PSWIRE__ROLE__ROLE_TRAINER;
+	rr.rank            = rank;
+	rr.job             = &jc;
+	h.body_case        = PSWIRE__HEADER__BODY_REGISTER_REQ;
+	h.register_req     = &rr;
+	Pswire__Header *rh = pt_call(url, PSWIRE__METHOD__REGISTER, &h);
+	free(td);
+	free(tp);
+	free(names);
+	ck_assert_ptr_nonnull(rh);
+	return rh;
+}
+
 int
 pt_send_msg(const char *url, nng_msg *m, char *err, size_t n)
 {

@@ -108,6 +108,14 @@ int pt_rpc(const struct pt_peer *as, const char *url, uint8_t method,
 // pswire__header__free_unpacked), or NULL when none came.
 Pswire__Header *pt_call(const char *url, uint8_t method, Pswire__Header *h);
 
+// pt_register_trainer registers trainer `rank` of a job of nt tensors
+// ("t0", "t1", ...) of len floats each, sync, lr 0.1, no codecs, as a raw
+// Register, and returns the reply (free with pswire__header__free_unpacked;
+// fails the test when none came). For tests that declare jobs no
+// ferry_client would (huge ones) or need no trainer behind the rank.
+Pswire__Header *pt_register_trainer(const char *url, uint32_t rank, size_t nt,
+    uint64_t len);
+
 // pt_send_msg sends message m, whatever it holds, to url on a fresh
 // connection (no re-send: a dropped oversize request must not loop) and
 // returns the reply's status and, in err (n bytes), its error text; -1
