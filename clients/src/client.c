@@ -310,6 +310,12 @@ ferry_client_stats(const ferry_client *c, struct ferry_stats *st)
 	}
 }
 
+FERRY_API uint64_t
+ferry_client_pushes_skipped(const ferry_client *c)
+{
+	return c != NULL ? c->pushes_skipped : 0;
+}
+
 FERRY_API const char *
 ferry_client_last_error(const ferry_client *c)
 {

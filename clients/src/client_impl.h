@@ -123,6 +123,7 @@ struct ferry_client {
 	uint64_t            version;   // of the weights held (min over shards)
 	uint64_t            want;      // version the next pull asks for
 	uint64_t           *shard_ver; // per global shard: version held
+	uint64_t            pushes_skipped; // ferry__push_need left out
 	uint8_t            *need;      // per global shard: NEED_* this op
 	uint8_t            *need_full; // per global shard: resync in full
 	uint8_t            *codes;     // staged push codes (EF codecs)
@@ -444,6 +445,28 @@ const struct comp_codec *ferry__auto_codec(const ferry_client *c,
 // a slow link is fed many small pipelined requests (exchange.c, DESIGN).
 uint64_t ferry__req_bytes(uint64_t conn_bytes, size_t w, double bw_bps,
     double rtt_s);
+
+// ferry__push_need is what shard i needs in a push of x's op: NEED_MAIN,
+// except in lockstep when the shard is already past the version c holds
+// (c->version, the minimum over its shards). That shard closed round
+// c->version without this push: a rejoined rank's dead predecessor pushed
+// it there before it died (a push split across requests), or a
+// --sync-quorum closed it. A push for a closed round is refused
+// OUT_OF_RANGE, and one such shard in a request would fail the whole
+// request, leaving the request's other shards, still at c->version,
+// waiting for this rank forever. So the shard is left out of the push and
+// only pulled (NEED_PULL; nothing for a plain push), the caller's buffers
+// getting its newer weights. Counted in c->pushes_skipped.
+static inline uint8_t
+ferry__push_need(ferry_client *c, const struct xfer *x, size_t i)
+{
+	if (c->lockstep && x->op != OP_INIT &&
+	    c->shard_ver[i] > c->version) {
+		c->pushes_skipped++;
+		return x->op == OP_PUSH ? NEED_NONE : NEED_PULL;
+	}
+	return NEED_MAIN;
+}
 
 // ferry__op_run runs push x (OP_INIT, OP_PUSH, OP_PUSH_PULL): it picks
 // the push codec (none during warm-up and for init), marks every shard,

@@ -684,7 +684,7 @@ ferry__op_run(ferry_client *c, struct xfer *x)
 	    : &c->cpush;
 	ferry__xfer_begin(c, x);
 	for (size_t i = 0; i < c->pl->n_shards; i++) {
-		c->need[i] = NEED_MAIN;
+		c->need[i] = ferry__push_need(c, x, i);
 	}
 	if ((x->op == OP_PUSH || x->op == OP_PUSH_PULL) && x->codes == NULL &&
 	    x->codec->id != COMP_NONE &&

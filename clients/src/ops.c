@@ -301,7 +301,7 @@ ferry_client_push_pull_start(ferry_client *c, const float *const *g,
 	for (size_t i = 0; i < c->pl->n_shards; i++) {
 		uint32_t t = c->pl->shards[i]->tensor;
 		if (t >= first && t < first + count) {
-			c->need[i] = NEED_MAIN;
+			c->need[i] = ferry__push_need(c, x, i);
 		}
 	}
 	if (x->codec->id != COMP_NONE &&

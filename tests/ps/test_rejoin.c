@@ -254,6 +254,102 @@ START_TEST(test_cluster_leave_while_decoding)
 }
 END_TEST
 
+struct split {
+	int      second;  // rank 1's second life
+	uint64_t skipped; // its ferry_client_pushes_skipped after the push
+};
+
+// split_step is the split-push test's rank 1: its first life pulls and
+// pushes step 0's gradient for tensor 0 only (its shards' round closes,
+// rank 0 having pushed everything), then dies without leaving; its second
+// life pulls (versions 1 and 0: held version 0) and pushes step 0's
+// gradient whole, failing on FERRY_EBEHIND.
+static int
+split_step(struct pt_rank *a, ferry_client *c, int k, float *const *g,
+    float *const *w)
+{
+	struct split *sp = a->ctx;
+	if (k < 0) {
+		return ferry_client_pull(c, w);
+	}
+	for (int t = 0; t < NT; t++) {
+		for (size_t i = 0; i < lens[t]; i++) {
+			g[t][i] = grad_for(a->rank, 0, t, i);
+		}
+	}
+	if (!sp->second) {
+		int rv = ferry_client_push_pull_start(c,
+		    (const float *const *) g, 10, w, 0, 1);
+		if (rv == FERRY_OK) {
+			rv = ferry_client_wait(c, 0, 1);
+		}
+		return rv == FERRY_OK ? PT_STOP : rv;
+	}
+	int rv = ferry_client_push_pull(c, (const float *const *) g, 10, w);
+	sp->skipped = ferry_client_pushes_skipped(c);
+	return rv;
+}
+
+// A rank killed while its push had reached only some shards of a server
+// (here: tensor 0's three, which closed their round) comes back and pulls
+// shards at two versions. Its push for the older one goes to the shards
+// still waiting for it, and the others, which would refuse it, are only
+// pulled: the round closes everywhere, nobody waits for ever, and the
+// weights are step 0's SGD on both ranks' gradients. (The whole request
+// used to be refused, "behind the job", again after every pull.)
+START_TEST(test_cluster_rejoin_after_split_push)
+{
+	struct cluster cl;
+	struct pt_rank a0, a1;
+	pthread_t      th0;
+	struct split   sp = { 0 };
+	cluster_open(&cl, 2, 1, PS_PLACEMENT_UNIFORM);
+	a0 = (struct pt_rank) {
+		.url   = ps_scheduler_url(cl.sched),
+		.rank  = 0,
+		.steps = 1,
+	};
+	a1 = (struct pt_rank) {
+		.url   = a0.url,
+		.rank  = 1,
+		.steps = 1,
+		.step  = split_step,
+		.ctx   = &sp,
+	};
+	pthread_create(&th0, NULL, pt_rank_main, &a0);
+	pt_rank_main(&a1); // the first life: tensor 0 only, then gone
+	ck_assert_msg(a1.rv == 0, "rank 1's first life: %s: %s",
+	    ferry_strerror(a1.rv), a1.err);
+	ck_assert_uint_eq(a1.stats.version, 0); // tensors 1 and 2 at 0
+	sp.second         = 1;
+	a1.leave_on_error = 1; // so that rank 0 is not left waiting
+	pt_rank_main(&a1);
+	pthread_join(th0, NULL);
+	ck_assert_msg(a1.rv == 0, "rank 1 after the rejoin: %s: %s",
+	    ferry_strerror(a1.rv), a1.err);
+	ck_assert_msg(a0.rv == 0, "rank 0: %s: %s", ferry_strerror(a0.rv),
+	    a0.err);
+	ck_assert_uint_eq(a1.stats.version, 1);
+	ck_assert_uint_eq(a0.stats.version, 1);
+	ck_assert_uint_eq(sp.skipped, 3); // tensor 0's shards
+	for (int t = 0; t < NT; t++) {
+		for (size_t i = 0; i < lens[t]; i++) {
+			float x = (float) i -
+			    (float) (0.5 / 20.0) *
+			        (grad_for(0, 0, t, i) + grad_for(1, 0, t, i));
+			ck_assert_msg(fabsf(a0.w[t][i] - x) <=
+			        1e-5f * (1 + fabsf(x)),
+			    "rank 0: tensor %d[%zu] = %g, expected %g", t, i,
+			    a0.w[t][i], x);
+			ck_assert_msg(a1.w[t][i] == a0.w[t][i],
+			    "rank 1: tensor %d[%zu] = %g, rank 0 %g", t, i,
+			    a1.w[t][i], a0.w[t][i]);
+		}
+	}
+	cluster_stop(&cl);
+}
+END_TEST
+
 // One test case, tagged "cluster" as every test case of the cluster
 // suites is (ctest's ps entry runs them), so that CK_RUN_CASE=<name> runs
 // one theme. Each test starts its own scheduler and servers; 60 s is ample
@@ -270,6 +366,7 @@ suite_rejoin(void)
 	tcase_add_test(tc, test_cluster_trainer_leave);
 	tcase_add_test(tc, test_cluster_trainer_rejoin);
 	tcase_add_test(tc, test_cluster_leave_while_decoding);
+	tcase_add_test(tc, test_cluster_rejoin_after_split_push);
 	suite_add_tcase(s, tc);
 	return s;
 }

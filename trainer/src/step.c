@@ -147,6 +147,24 @@ rolled_back(struct tr__run *r, struct tr_params *w)
 	return tr__run_set_weights(r, w);
 }
 
+// log_skipped says when libferry left shards out of this step's push
+// because they had closed its round already (ferry.h,
+// ferry_client_pushes_skipped): after a rejoin, the round the dead
+// process's last push reached only in part.
+static void
+log_skipped(struct tr__run *r)
+{
+	uint64_t n = ferry_client_pushes_skipped(r->fc);
+	if (n != r->skipped) {
+		FB_LOG(FB_LOG_NOTICE, MOD,
+		    "step %llu: %llu shard(s) had already closed this "
+		    "round; pushed to the others, pulled those",
+		    (unsigned long long) r->rep.step,
+		    (unsigned long long) (n - r->skipped));
+		r->skipped = n;
+	}
+}
+
 int
 tr__step_end(struct tr__run *r, int fe, struct tr_params *w, long e,
     double loss, const struct tr__step_times *t)
@@ -173,6 +191,7 @@ tr__step_end(struct tr__run *r, int fe, struct tr_params *w, long e,
 		if (fe != FERRY_OK) {
 			return tr__run_failed(r, "push_pull", fe);
 		}
+		log_skipped(r);
 		if ((rv = tr__run_set_weights(r, w)) != FB_OK) {
 			return rv;
 		}

@@ -473,6 +473,16 @@ FERRY_API int ferry_client_leave(ferry_client *c);
 FERRY_API void ferry_client_stats(const ferry_client *c,
     struct ferry_stats                               *st);
 
+// ferry_client_pushes_skipped counts the shard pushes that sync mode
+// (and SSP with staleness 0) left out since ferry_client_open because the
+// shard had already closed the round they were for, holding a newer
+// version than the rest of the weights c pulled: a rank that rejoined
+// after its dead process's last push reached only some shards, or a
+// --sync-quorum round closed without it. Those shards are pulled instead
+// (the caller's buffers get their newer weights) and the other shards'
+// round gets the push, so the job goes on in step. 0 for a NULL c.
+FERRY_API uint64_t ferry_client_pushes_skipped(const ferry_client *c);
+
 // ferry_client_last_error returns the message of the last failed call
 // (empty string if none). Borrowed: valid until the next call on c.
 FERRY_API const char *ferry_client_last_error(const ferry_client *c);
