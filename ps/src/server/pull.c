@@ -539,6 +539,7 @@ ps__sweep_main(void *arg)
 				pp = &c->next;
 			}
 		}
+		ps__seed_sweep(s, now);
 		int n = stall_scan(s, fb_clock_ns(), lines);
 		pthread_mutex_unlock(&s->mu);
 		for (int i = 0; i < n; i++) {
