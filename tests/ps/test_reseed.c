@@ -35,10 +35,11 @@ struct rs_job {
 };
 
 // rs_open starts the scheduler (servers servers, dead after 300 ms) and
-// the servers (--reseed-wait-ms wait_ms), registers trainers 0 and 1 and
-// waits for the first map.
+// the servers (--reseed-wait-ms wait_ms; heartbeats every 60 ms when hb,
+// else none: never declared dead), registers trainers 0 and 1 and waits
+// for the first map.
 static void
-rs_open(struct rs_job *j, int servers, uint32_t wait_ms)
+rs_open(struct rs_job *j, int servers, uint32_t wait_ms, int hb)
 {
 	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
 	char                     url[64];
@@ -56,7 +57,7 @@ rs_open(struct rs_job *j, int servers, uint32_t wait_ms)
 		char                  surl[64];
 		o.url            = pt_addr(surl, sizeof(surl), "tcp");
 		o.scheduler_url  = j->url;
-		o.heartbeat_ms   = 60;
+		o.heartbeat_ms   = hb ? 60 : 0;
 		o.reseed_wait_ms = wait_ms;
 		PT_OK(ps_server_open(&o, &j->srv[m]));
 	}
@@ -243,7 +244,7 @@ START_TEST(test_reseed_newest_offer_opens)
 	uint64_t          ver = 0;
 	struct ps_server *live;
 
-	rs_open(&j, 2, 60000);
+	rs_open(&j, 2, 60000, 1);
 	live           = rs_kill(&j, &m2, &x);
 	const char *u  = ps_server_url(live);
 	uint64_t    ep = m2->placement->epoch;
@@ -325,7 +326,7 @@ START_TEST(test_reseed_wait_opens_with_some_offers)
 	uint64_t          ver = 0;
 	struct ps_server *live;
 
-	rs_open(&j, 2, 800);
+	rs_open(&j, 2, 800, 1);
 	live           = rs_kill(&j, &m2, &x);
 	const char *u  = ps_server_url(live);
 	uint64_t    ep = m2->placement->epoch;
@@ -351,6 +352,56 @@ START_TEST(test_reseed_wait_opens_with_some_offers)
 	    PSWIRE__STATUS__OK);
 	ck_assert_uint_eq(ver, 3);
 	ck_assert_mem_eq(got, b, sizeof(b));
+	pswire__header__free_unpacked(m2, NULL);
+	rs_close(&j);
+}
+END_TEST
+
+// A server restarted empty on the same URL (no snapshots, never declared
+// dead: it does not heartbeat) takes its slot back at once and creates
+// its shards itself, re-seeded from the trainers' offers.
+START_TEST(test_reseed_restart_same_url)
+{
+	struct rs_job   j;
+	char            err[256], surl[64];
+	float           b[RS_LEN], got[RS_LEN];
+	uint64_t        ver = 0;
+	Pswire__Header *m1;
+
+	rs_open(&j, 2, 60000, 0);
+	m1    = map_at_least(j.url, 1, 5000);
+	int k = strcmp(m1->placement->servers[1], ps_server_url(j.srv[0])) == 0
+	    ? 0
+	    : 1;
+	uint32_t x = UINT32_MAX;
+	for (size_t i = 0; i < m1->placement->n_shards && x == UINT32_MAX;
+	     i++) {
+		x = m1->placement->shards[i]->server == 1 ? (uint32_t) i : x;
+	}
+	snprintf(surl, sizeof(surl), "%s", ps_server_url(j.srv[k]));
+	ps_server_close(j.srv[k]);
+	struct ps_server_opts o = PS_SERVER_OPTS_INIT;
+	o.url                   = surl;
+	o.scheduler_url         = j.url;
+	o.heartbeat_ms          = 0; // as before: never declared dead
+	PT_OK(ps_server_open(&o, &j.srv[k]));
+	Pswire__Header *m2 = map_at_least(j.url, 2, 5000);
+	uint64_t        ep = m2->placement->epoch;
+	ck_assert_uint_eq(m2->placement->shards[x]->server, 1);
+	ck_assert_uint_eq(m2->placement->shards[x]->seed_gen, 1);
+	wait_seeding(j.srv[k], 1);
+	for (int i = 0; i < RS_LEN; i++) {
+		b[i] = (float) i * 3.0f;
+	}
+	ck_assert_int_eq(push_one(surl, 1, ep, x, 5, b, RS_LEN, 1, err),
+	    PSWIRE__STATUS__OK);
+	ck_assert_int_eq(push_one(surl, 0, ep, x, 5, b, RS_LEN, 1, err),
+	    PSWIRE__STATUS__OK);
+	ck_assert_int_eq(pull_one(surl, ep, x, 5, got, &ver, err),
+	    PSWIRE__STATUS__OK);
+	ck_assert_uint_eq(ver, 5);
+	ck_assert_mem_eq(got, b, sizeof(b));
+	pswire__header__free_unpacked(m1, NULL);
 	pswire__header__free_unpacked(m2, NULL);
 	rs_close(&j);
 }
@@ -530,6 +581,7 @@ suite_reseed(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_reseed_newest_offer_opens);
 	tcase_add_test(tc, test_reseed_wait_opens_with_some_offers);
+	tcase_add_test(tc, test_reseed_restart_same_url);
 	tcase_add_test(tc, test_reseed_sched_dead_server_moves_shards);
 	tcase_add_test(tc, test_reseed_sched_same_url_takes_slot);
 	tcase_add_test(tc, test_reseed_sched_server_index);

@@ -152,7 +152,7 @@ ps__map_install(struct ps_server *s, Pswire__Placement *pl)
 			// Restarted empty into its slot (not late): the
 			// shard's only copy was here, so the trainers re-seed
 			// it. With snapshots the job rolls back instead.
-			ps__seed_begin(s, sh, si->seed_gen);
+			ps__seed_begin(s, sh, si->seed_gen, pl->epoch);
 		}
 	}
 	// A snapshot is loaded (or refused whole) before the map is kept.

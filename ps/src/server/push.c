@@ -441,6 +441,7 @@ ps__on_push(struct ps_server *s, struct ps_call *c)
 	if (p->seed) {
 		// A trainer's copy of shards being re-seeded (seed.c).
 		ps__seed_on_offer(s, c, p);
+		ps__pull_wake(s); // a shard it completed may have opened
 		goto out;
 	}
 	if (check_refs(s, c, p) != 0) {

@@ -31,7 +31,8 @@
 #include "server_impl.h"
 
 void
-ps__seed_begin(struct ps_server *s, struct srv_shard *sh, uint64_t gen)
+ps__seed_begin(struct ps_server *s, struct srv_shard *sh, uint64_t gen,
+    uint64_t epoch)
 {
 	sh->seeding      = 1;
 	sh->seed_have    = 0;
@@ -49,12 +50,12 @@ ps__seed_begin(struct ps_server *s, struct srv_shard *sh, uint64_t gen)
 	FB_LOG(FB_LOG_NOTICE, "seed",
 	    "shard %u: its only copy was lost; re-seeding it from the "
 	    "trainers' copies (seed_gen %llu, map epoch %llu)",
-	    sh->id, (unsigned long long) gen,
-	    (unsigned long long) (s->pl != NULL ? s->pl->epoch : 0));
+	    sh->id, (unsigned long long) gen, (unsigned long long) epoch);
 }
 
 // seed_open opens seeding shard sh with the newest offer (see DESIGN);
-// `why` says what decided it, for the log. mu held.
+// `why` says what decided it, for the log. The caller wakes the parked
+// calls (ps__pull_wake) afterwards. mu held.
 static void
 seed_open(struct ps_server *s, struct srv_shard *sh, const char *why)
 {
@@ -81,7 +82,6 @@ seed_open(struct ps_server *s, struct srv_shard *sh, const char *why)
 	    "shard %u re-seeded at version %llu from the newest of %u "
 	    "trainer offer(s) (%s); its optimizer state restarts from zero",
 	    sh->id, (unsigned long long) sh->version, offers, why);
-	ps__pull_wake(s);
 }
 
 // seed_all_offered says whether every rank still in the job offered
@@ -237,10 +237,11 @@ ps__seed_on_offer(struct ps_server *s, struct ps_call *c,
 	ps__call_reply(c, &h);
 }
 
-void
+uint32_t
 ps__seed_sweep(struct ps_server *s, uint64_t now)
 {
-	uint64_t wait = s->opts.reseed_wait_ms;
+	uint64_t wait   = s->opts.reseed_wait_ms;
+	uint32_t opened = 0;
 	for (size_t i = 0; s->pl != NULL && i < s->n_global; i++) {
 		struct srv_shard *sh = &s->shards[i];
 		if (!seeding(s, (uint32_t) i) || now < sh->seed_t0 + wait) {
@@ -248,6 +249,7 @@ ps__seed_sweep(struct ps_server *s, uint64_t now)
 		}
 		if (sh->seed_have) {
 			seed_open(s, sh, "--reseed-wait-ms passed");
+			opened++;
 		} else if (now >= sh->seed_told + (wait > 0 ? wait : 1000)) {
 			sh->seed_told = now;
 			FB_LOG(FB_LOG_WARN, "seed",
@@ -257,6 +259,7 @@ ps__seed_sweep(struct ps_server *s, uint64_t now)
 			    sh->id, (double) (now - sh->seed_t0) / 1e3);
 		}
 	}
+	return opened;
 }
 
 void
@@ -284,7 +287,7 @@ ps__seed_map(struct ps_server *s, const Pswire__Placement *old,
 			s->local[i] = (int32_t) i;
 			s->n_shards++;
 		}
-		ps__seed_begin(s, sh, si->seed_gen);
+		ps__seed_begin(s, sh, si->seed_gen, pl->epoch);
 	}
 }
 

@@ -426,9 +426,11 @@ void ps__on_push(struct ps_server *s, struct ps_call *c);
 // ---- seed.c ----------------------------------------------------------------
 
 // ps__seed_begin puts held shard sh (buffers allocated) in the SEEDING
-// state for re-seed generation gen: pushes and pulls of it get UNAVAILABLE
-// until the trainers' offers open it (seed.c's DESIGN). mu held.
-void ps__seed_begin(struct ps_server *s, struct srv_shard *sh, uint64_t gen);
+// state for re-seed generation gen, ordered by map `epoch`: pushes and
+// pulls of it get UNAVAILABLE until the trainers' offers open it (seed.c's
+// DESIGN). mu held.
+void ps__seed_begin(struct ps_server *s, struct srv_shard *sh, uint64_t gen,
+    uint64_t epoch);
 
 // ps__seed_map starts seeding every shard that later map pl (installed:
 // s->pl == pl) places here with a seed_gen higher than old's, creating
@@ -440,14 +442,16 @@ void ps__seed_map(struct ps_server *s, const Pswire__Placement *old,
 // ps__seed_on_offer serves an offer (PushRequest.seed): checked like a
 // push (an error reply changes nothing); the newest offer of each seeding
 // shard is kept, the others are counted and ignored, and a shard every
-// rank offered opens. Replies. mu held.
+// rank offered opens (the caller then wakes parked calls). Replies. mu
+// held.
 void ps__seed_on_offer(struct ps_server *s, struct ps_call *c,
     const Pswire__PushRequest *p);
 
 // ps__seed_sweep opens the seeding shards whose --reseed-wait-ms passed
-// with an offer, and logs once per interval those that have none. From
-// the sweeper thread (now: fb_clock_ms). mu held.
-void ps__seed_sweep(struct ps_server *s, uint64_t now);
+// with an offer, and logs once per interval those that have none; returns
+// how many opened (the caller then wakes parked calls). From the sweeper
+// thread (now: fb_clock_ms). mu held.
+uint32_t ps__seed_sweep(struct ps_server *s, uint64_t now);
 
 // ps__seed_count returns how many held shards are seeding. mu held.
 uint32_t ps__seed_count(const struct ps_server *s);
