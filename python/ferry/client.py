@@ -123,6 +123,10 @@ class Client:
         self._lens = ()
         self._names = ()
         self._in = self._out = None  # pointer tables, sized by declare
+        # the arrays the last pull wrote: libferry keeps pointers to them
+        # (the copy it offers when a lost shard is re-seeded), so they
+        # must outlive the next pull even when the caller drops them
+        self._held = None
         if isinstance(mode, str):
             if mode not in _MODES:
                 raise InvalidArgument("open", f"mode must be 'sync', 'async' or 'ssp', got {mode!r}")
@@ -289,6 +293,7 @@ class Client:
         weights = self._outputs(weights, "pull")
         self._fill(self._out, weights, True, "pull")
         rv = LIB.ferry_client_pull(c, self._out)
+        self._held = weights  # libferry offers them to a re-seed
         if rv != 0:
             raise self._fail(rv, "pull")
         return weights
@@ -312,6 +317,7 @@ class Client:
         self._fill(self._in, grads, False, "push_pull")
         self._fill(self._out, weights, True, "push_pull")
         rv = LIB.ferry_client_push_pull(c, self._in, _samples(n_samples, "push_pull"), self._out)
+        self._held = weights  # libferry offers them to a re-seed
         if rv != 0:
             raise self._fail(rv, "push_pull")
         return weights

@@ -37,7 +37,7 @@ struct tr__run {
 	struct tr__metrics met;      // the HTTP endpoints (--http-listen)
 	char               err[512]; // the reason of a failed set-up call
 	int                layer_fe; // --overlap-layers: a start's error
-	uint64_t           skipped;  // ferry_client_pushes_skipped logged
+	struct ferry_recovery recovery; // libferry's, as last logged
 };
 
 // tr__run_lockstep reports whether versions are job steps: sync mode, and
