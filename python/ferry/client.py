@@ -286,7 +286,7 @@ class Client:
         if rv != 0:
             raise self._fail(rv, "init_weights")
 
-    def _keep(self, weights, rv):
+    def _hold(self, weights, rv):
         """Keeps the arrays a pull wrote alive (see self._held): a call
         that succeeded wrote every shard, so only its arrays are left."""
         self._held = [weights] if rv == 0 else self._held + [weights]
@@ -299,7 +299,7 @@ class Client:
         weights = self._outputs(weights, "pull")
         self._fill(self._out, weights, True, "pull")
         rv = LIB.ferry_client_pull(c, self._out)
-        self._keep(weights, rv)
+        self._hold(weights, rv)
         if rv != 0:
             raise self._fail(rv, "pull")
         return weights
@@ -323,7 +323,7 @@ class Client:
         self._fill(self._in, grads, False, "push_pull")
         self._fill(self._out, weights, True, "push_pull")
         rv = LIB.ferry_client_push_pull(c, self._in, _samples(n_samples, "push_pull"), self._out)
-        self._keep(weights, rv)
+        self._hold(weights, rv)
         if rv != 0:
             raise self._fail(rv, "push_pull")
         return weights
