@@ -189,6 +189,7 @@ ferry__conns_assign(ferry_client *c)
 		struct conn *cn     = &c->conns[c->pl->shards[i]->server];
 		cn->shards[cn->n++] = (uint32_t) i;
 		cn->bytes += c->pl->shards[i]->len * 4;
+		c->replicated |= c->pl->shards[i]->n_backups > 0;
 	}
 	return FERRY_OK;
 }

@@ -492,10 +492,11 @@ take_reply(ferry_client *c, struct xfer *x, struct slot *s)
 	return rv;
 }
 
-// reap waits until a request ends (warning at 80% of the deadline, and
-// asking for a newer map every REROUTE_POLL_MS, which cancels everything
-// in flight: a server that stopped answering may have been declared dead
-// and its shards given a new home), then takes every ended one.
+// reap waits until a request ends (warning at 80% of the deadline, and in
+// sync rounds or a replicated job asking for a newer map every
+// REROUTE_POLL_MS, which cancels everything in flight: a server that
+// stopped answering may have been declared dead and its shards given a
+// new home), then takes every ended one.
 static int
 reap(ferry_client *c, struct xfer *x)
 {
@@ -503,8 +504,15 @@ reap(ferry_client *c, struct xfer *x)
 	nng_time            poll = nng_clock() + REROUTE_POLL_MS;
 	int                 rv = FERRY_OK, done = 0;
 	for (;;) {
-		int      warn  = c->opts.log != NULL && !x->warned;
-		nng_time until = warn && x->warn_at < poll ? x->warn_at : poll;
+		int      warn = c->opts.log != NULL && !x->warned;
+		// Only where a re-sent push counts once (sync rounds, or a
+		// replicated job's servers): elsewhere a push cancelled after
+		// it was applied would be applied twice.
+		int      polls = c->lockstep || c->replicated;
+		nng_time until = warn && (!polls || x->warn_at < poll)
+		    ? x->warn_at
+		    : polls ? poll
+		            : 0;
 		// A re-fetch or back-off waits for these requests: after
 		// REQUEUE_MS, cancel them (xfer's comment at the top).
 		nng_time requeue_at = 0;
@@ -513,7 +521,8 @@ reap(ferry_client *c, struct xfer *x)
 				x->stuck_since = nng_clock();
 			}
 			requeue_at = x->stuck_since + ferry__requeue_ms;
-			until      = requeue_at < until ? requeue_at : until;
+			until = until == 0 || requeue_at < until ? requeue_at
+			                                         : until;
 		}
 		nng_mtx_lock(p->mu);
 		for (size_t m = 0; m < c->n_conns && !done; m++) {
@@ -523,7 +532,11 @@ reap(ferry_client *c, struct xfer *x)
 			}
 		}
 		if (!done) {
-			(void) nng_cv_until(p->cv, until);
+			if (until == 0) {
+				nng_cv_wait(p->cv);
+			} else {
+				(void) nng_cv_until(p->cv, until);
+			}
 		}
 		nng_mtx_unlock(p->mu);
 		if (done) {
@@ -553,7 +566,7 @@ reap(ferry_client *c, struct xfer *x)
 				    msg);
 			}
 		}
-		if (now >= poll) {
+		if (polls && now >= poll) {
 			poll = now + REROUTE_POLL_MS;
 			if (!x->rerouted && map_newer(c)) {
 				// Sent or cancelled, each is sent again after

@@ -32,8 +32,8 @@ offer(ferry_client *c, size_t m, const uint32_t *ids, size_t k)
 	nng_msg            *req, *rep = NULL;
 	uint8_t            *payload;
 	struct psw_frame    f;
-	ProtobufCMessage   *ph  = NULL;
-	const char         *why = "";
+	ProtobufCMessage   *ph   = NULL;
+	const char         *why  = "";
 	uint64_t            plen = 0;
 	size_t              hl;
 	int                 rv;
@@ -56,10 +56,10 @@ offer(ferry_client *c, size_t m, const uint32_t *ids, size_t k)
 		plen += refs[j].length;
 		ptrs[j] = &refs[j];
 	}
-	pr.n_shards  = k;
-	pr.shards    = ptrs;
-	pr.seed      = 1;
-	h.request_id = c->next_rid++;
+	pr.n_shards   = k;
+	pr.shards     = ptrs;
+	pr.seed       = 1;
+	h.request_id  = c->next_rid++;
 	h.deadline_ms = ferry__timeout(c);
 	h.epoch       = c->pl->epoch;
 	h.rank        = (uint32_t) c->opts.rank;

@@ -506,7 +506,7 @@ struct ferry_recovery {
 // ferry_client_recovery copies the client's fault counters into *st
 // (zeroes for a NULL c).
 FERRY_API void ferry_client_recovery(const ferry_client *c,
-    struct ferry_recovery                                *st);
+    struct ferry_recovery                               *st);
 
 // ferry_client_last_error returns the message of the last failed call
 // (empty string if none). Borrowed: valid until the next call on c.
