@@ -34,12 +34,13 @@ struct rs_job {
 	const char          *url; // the scheduler's
 };
 
-// rs_open starts the scheduler (servers servers, dead after 300 ms) and
-// the servers (--reseed-wait-ms wait_ms; heartbeats every 60 ms when hb,
-// else none: never declared dead), registers trainers 0 and 1 and waits
-// for the first map.
+// rs_open starts the scheduler (servers servers, dead after dead_ms, a
+// closed heartbeat connection after 2 x hb_ms) and the servers
+// (--reseed-wait-ms wait_ms, heartbeats every 60 ms), registers trainers
+// 0 and 1 and waits for the first map.
 static void
-rs_open(struct rs_job *j, int servers, uint32_t wait_ms, int hb)
+rs_open(struct rs_job *j, int servers, uint32_t wait_ms, uint32_t dead_ms,
+    uint32_t hb_ms)
 {
 	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
 	char                     url[64];
@@ -48,8 +49,8 @@ rs_open(struct rs_job *j, int servers, uint32_t wait_ms, int hb)
 	so.servers       = servers;
 	so.shard_bytes   = RS_LEN * 4;
 	so.probe_bytes   = 0;
-	so.dead_after_ms = 300;
-	so.heartbeat_ms  = 60;
+	so.dead_after_ms = dead_ms;
+	so.heartbeat_ms  = hb_ms;
 	PT_OK(ps_scheduler_open(&so, &j->sched));
 	j->url = ps_scheduler_url(j->sched);
 	for (int m = 0; m < servers; m++) {
@@ -57,7 +58,7 @@ rs_open(struct rs_job *j, int servers, uint32_t wait_ms, int hb)
 		char                  surl[64];
 		o.url            = pt_addr(surl, sizeof(surl), "tcp");
 		o.scheduler_url  = j->url;
-		o.heartbeat_ms   = hb ? 60 : 0;
+		o.heartbeat_ms   = 60;
 		o.reseed_wait_ms = wait_ms;
 		PT_OK(ps_server_open(&o, &j->srv[m]));
 	}
@@ -244,7 +245,7 @@ START_TEST(test_reseed_newest_offer_opens)
 	uint64_t          ver = 0;
 	struct ps_server *live;
 
-	rs_open(&j, 2, 60000, 1);
+	rs_open(&j, 2, 60000, 300, 60);
 	live           = rs_kill(&j, &m2, &x);
 	const char *u  = ps_server_url(live);
 	uint64_t    ep = m2->placement->epoch;
@@ -326,7 +327,7 @@ START_TEST(test_reseed_wait_opens_with_some_offers)
 	uint64_t          ver = 0;
 	struct ps_server *live;
 
-	rs_open(&j, 2, 800, 1);
+	rs_open(&j, 2, 800, 300, 60);
 	live           = rs_kill(&j, &m2, &x);
 	const char *u  = ps_server_url(live);
 	uint64_t    ep = m2->placement->epoch;
@@ -357,9 +358,10 @@ START_TEST(test_reseed_wait_opens_with_some_offers)
 }
 END_TEST
 
-// A server restarted empty on the same URL (no snapshots, never declared
-// dead: it does not heartbeat) takes its slot back at once and creates
-// its shards itself, re-seeded from the trainers' offers.
+// A server restarted empty on the same URL (no snapshots; its old
+// process's heartbeat connection closed, but it is far from being
+// declared dead) takes its slot back at once and creates its shards
+// itself, re-seeded from the trainers' offers.
 START_TEST(test_reseed_restart_same_url)
 {
 	struct rs_job   j;
@@ -368,7 +370,7 @@ START_TEST(test_reseed_restart_same_url)
 	uint64_t        ver = 0;
 	Pswire__Header *m1;
 
-	rs_open(&j, 2, 60000, 0);
+	rs_open(&j, 2, 60000, 60000, 30000);
 	m1    = map_at_least(j.url, 1, 5000);
 	int k = strcmp(m1->placement->servers[1], ps_server_url(j.srv[0])) == 0
 	    ? 0
@@ -383,7 +385,7 @@ START_TEST(test_reseed_restart_same_url)
 	struct ps_server_opts o = PS_SERVER_OPTS_INIT;
 	o.url                   = surl;
 	o.scheduler_url         = j.url;
-	o.heartbeat_ms          = 0; // as before: never declared dead
+	o.heartbeat_ms          = 60;
 	PT_OK(ps_server_open(&o, &j.srv[k]));
 	Pswire__Header *m2 = map_at_least(j.url, 2, 5000);
 	uint64_t        ep = m2->placement->epoch;
@@ -410,10 +412,11 @@ END_TEST
 // ---- the scheduler alone ------------------------------------------------
 
 // sched_open starts a scheduler for one trainer and `servers` fake
-// servers (URLs tcp://127.0.0.1:1..), dead after dead_ms, and starts the
-// job: 6 shards of 16 floats.
+// servers (URLs tcp://127.0.0.1:1..), dead after dead_ms (a closed
+// heartbeat connection after 2 x hb_ms), and starts the job: 6 shards of
+// 16 floats.
 static struct ps_scheduler *
-sched_open(int servers, uint32_t dead_ms)
+sched_open(int servers, uint32_t dead_ms, uint32_t hb_ms)
 {
 	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
 	struct ps_scheduler     *s;
@@ -424,7 +427,7 @@ sched_open(int servers, uint32_t dead_ms)
 	so.shard_bytes   = RS_LEN * 4;
 	so.probe_bytes   = 0;
 	so.dead_after_ms = dead_ms;
-	so.heartbeat_ms  = 60;
+	so.heartbeat_ms  = hb_ms;
 	PT_OK(ps_scheduler_open(&so, &s));
 	for (int m = 0; m < servers; m++) {
 		snprintf(surl, sizeof(surl), "tcp://127.0.0.1:%d", m + 1);
@@ -475,7 +478,7 @@ register_slot(const char *url, const char *srv_url, int slot)
 // with their seed_gen raised; the others stay as they were.
 START_TEST(test_reseed_sched_dead_server_moves_shards)
 {
-	struct ps_scheduler *s   = sched_open(3, 300);
+	struct ps_scheduler *s   = sched_open(3, 300, 60);
 	const char          *url = ps_scheduler_url(s);
 	Pswire__Header      *m1  = map_at_least(url, 1, 5000);
 	Pswire__Placement   *p1  = m1->placement;
@@ -503,16 +506,27 @@ START_TEST(test_reseed_sched_dead_server_moves_shards)
 }
 END_TEST
 
-// A server that registers again at its URL while it holds shards is a
-// restarted, empty process: the next map, published at once (far within
-// --dead-after-ms), keeps its shards on it with their seed_gen raised,
-// and it is told it is not late (it creates them itself).
+// A server that registers again at its URL while it holds shards, after
+// its heartbeat connection closed, is a restarted, empty process: the next
+// map, published at once (far within --dead-after-ms), keeps its shards on
+// it with their seed_gen raised, and it is told it is not late (it creates
+// them itself). Server 0, never tracked, registering again changes
+// nothing.
 START_TEST(test_reseed_sched_same_url_takes_slot)
 {
-	struct ps_scheduler *s   = sched_open(2, 60000);
+	struct ps_scheduler *s   = sched_open(2, 60000, 30000);
 	const char          *url = ps_scheduler_url(s);
 	Pswire__Header      *m1  = map_at_least(url, 1, 5000);
-	Pswire__Header      *rh  = register_slot(url, "tcp://127.0.0.1:2", -1);
+	// Server 1 heartbeats on a connection that then closes (its process
+	// was killed); a Register from a server still heartbeating, or never
+	// tracked, would change nothing.
+	ck_assert_int_eq(heartbeat(url, PSWIRE__ROLE__ROLE_SERVER, 1),
+	    PSWIRE__STATUS__OK);
+	Pswire__Header *r0 = register_slot(url, "tcp://127.0.0.1:1", -1);
+	ck_assert_int_eq(r0->status, PSWIRE__STATUS__OK);
+	ck_assert(r0->register_rep->late);
+	pswire__header__free_unpacked(r0, NULL);
+	Pswire__Header *rh = register_slot(url, "tcp://127.0.0.1:2", -1);
 	ck_assert_int_eq(rh->status, PSWIRE__STATUS__OK);
 	ck_assert_uint_eq(rh->register_rep->id, 1);
 	ck_assert(!rh->register_rep->late);
@@ -539,7 +553,7 @@ END_TEST
 // one takes its slot and URL, and its shards, re-seeded.
 START_TEST(test_reseed_sched_server_index)
 {
-	struct ps_scheduler *s   = sched_open(1, 300);
+	struct ps_scheduler *s   = sched_open(1, 300, 60);
 	const char          *url = ps_scheduler_url(s);
 	Pswire__Header      *m1  = map_at_least(url, 1, 5000);
 	Pswire__Header      *rh  = register_slot(url, "tcp://127.0.0.1:9", 0);

@@ -159,15 +159,22 @@ holds_shards(const struct ps_scheduler *s, uint32_t m)
 	return 0;
 }
 
-// same_process says whether a Register for slot m came on the connection
-// its server heartbeats on: the same process asking again (its answer
-// was lost), not a restart. mu held.
+// replaced says whether a Register into slot m, which came on connection
+// pipe, comes from a new process: the slot's server was declared dead, or
+// it heartbeats and the Register came on another connection than its
+// heartbeats (a server registers and heartbeats on one connection, so
+// only its Register re-sent after a lost answer comes on that one) or
+// that connection closed (a killed process closes it at once). A server
+// not tracked (it never heartbeated, or the scheduler restarted since) is
+// taken to be the same process asking again: its shards are not touched.
+// mu held.
 static int
-same_process(const struct ps_scheduler *s, uint32_t m, uint32_t pipe)
+replaced(const struct ps_scheduler *s, uint32_t m, uint32_t pipe)
 {
 	size_t i = (size_t) s->opts.trainers + m;
-	return pipe != 0 && i < s->n_hb_conn && s->hb_conn[i].pipe == pipe &&
-	    s->hb_conn[i].closed_ms == 0;
+	return s->server_dead[m] ||
+	    (s->hb_server[m] != 0 && i < s->n_hb_conn &&
+	        (s->hb_conn[i].closed_ms != 0 || s->hb_conn[i].pipe != pipe));
 }
 
 // slot_for finds the slot the server at r->url registers into: the one
@@ -221,10 +228,10 @@ slot_for(struct ps_scheduler *s, const Pswire__RegisterRequest *r, int *idx,
 	return 0;
 }
 
-// slot_back takes back slot m for a server process that registers into it
-// while the job runs, without snapshots: its old process is gone (a live
-// one never registers again), so whatever the slot held is lost now, with
-// no --dead-after-ms wait. Its shards are promoted to their backups or
+// slot_back takes back slot m for a new server process that registers
+// into it while the job runs, without snapshots (replaced): its old
+// process is gone, so whatever the slot held is lost now, with no
+// --dead-after-ms wait. Its shards are promoted to their backups or
 // re-seeded onto it (it then starts them empty: not late); a slot that
 // holds nothing any more (declared dead before, its shards re-placed)
 // joins again as a new server would. mu held; the job has started.
@@ -289,7 +296,7 @@ register_server(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
 		rep->id   = (uint32_t) idx;
 		ps__sched_touch(s, PSWIRE__ROLE__ROLE_SERVER, (uint32_t) idx);
 		if (s->placement != NULL && !r->has_snapshots &&
-		    !same_process(s, (uint32_t) idx, pipe)) {
+		    replaced(s, (uint32_t) idx, pipe)) {
 			slot_back(s, (uint32_t) idx, rep);
 		} else if (s->placement != NULL && s->n_backups == 0 &&
 		    r->restarted && holds_shards(s, (uint32_t) idx)) {
