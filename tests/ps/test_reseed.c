@@ -409,6 +409,60 @@ START_TEST(test_reseed_restart_same_url)
 }
 END_TEST
 
+// e2e_kill is rank 0's before_step: close server 1 before step 6.
+static void
+e2e_kill(struct pt_rank *a, int k)
+{
+	struct cluster *cl = a->ctx;
+	if (k == 6) {
+		ps_server_close(cl->srv[1]);
+		cl->srv[1] = NULL;
+	}
+}
+
+// e2e_run trains 2 ranks of the 3-tensor job for 14 steps on 2 servers
+// without replicas (fp32), server 1 killed before step 6 when kill; the
+// ranks' final weights are left in a.
+static void
+e2e_run(struct pt_rank a[2], int kill)
+{
+	struct cluster cl;
+	cluster_open_replicas(&cl, 2, 2, PS_PLACEMENT_UNIFORM, 1,
+	    kill ? 500 : 0);
+	memset(a, 0, 2 * sizeof(*a));
+	for (int r = 0; r < 2; r++) {
+		a[r].url   = ps_scheduler_url(cl.sched);
+		a[r].steps = 14;
+		a[r].codec = "none";
+	}
+	if (kill) {
+		a[0].before_step = e2e_kill;
+		a[0].ctx         = &cl;
+	}
+	pt_ranks_train(a, 2);
+	cluster_stop(&cl);
+}
+
+// The scenario on libferry clients: a server of a sync job
+// without replicas or snapshots dies mid-training; its shards are
+// re-seeded from the trainers' copies on the live server and the job ends
+// with weights bit-identical to a run without the fault (SGD, lossless
+// pull).
+START_TEST(test_reseed_job_survives_server_death)
+{
+	struct pt_rank still[2], died[2];
+	e2e_run(still, 0);
+	e2e_run(died, 1);
+	for (int r = 0; r < 2; r++) {
+		for (int t = 0; t < NT; t++) {
+			ck_assert_msg(memcmp(still[r].w[t], died[r].w[t],
+			                  lens[t] * sizeof(float)) == 0,
+			    "rank %d tensor %d differs", r, t);
+		}
+	}
+}
+END_TEST
+
 // ---- the scheduler alone ------------------------------------------------
 
 // sched_open starts a scheduler for one trainer and `servers` fake
@@ -596,6 +650,7 @@ suite_reseed(void)
 	tcase_add_test(tc, test_reseed_newest_offer_opens);
 	tcase_add_test(tc, test_reseed_wait_opens_with_some_offers);
 	tcase_add_test(tc, test_reseed_restart_same_url);
+	tcase_add_test(tc, test_reseed_job_survives_server_death);
 	tcase_add_test(tc, test_reseed_sched_dead_server_moves_shards);
 	tcase_add_test(tc, test_reseed_sched_same_url_takes_slot);
 	tcase_add_test(tc, test_reseed_sched_server_index);
