@@ -177,6 +177,10 @@ struct ps_server {
 	pthread_mutex_t       boot_mu;
 	nng_aio              *boot_aio;
 	atomic_int            boot_done;
+	// The heartbeat thread (heartbeat.c) and the index it reports, -1
+	// until Register answered (set by the boot thread).
+	pthread_t             hb_thread;
+	atomic_int            hb_index;
 	atomic_int            ready;
 	uint32_t              index;
 	Pswire__Placement    *pl;
@@ -569,6 +573,15 @@ void ps__snap_stats(struct ps_server *s, char *buf, size_t n);
 // and its scrape-time collector (shards, versions, parked calls, rounds by
 // last rank). Errors: FB_ENOMEM. Before the server serves.
 int ps__server_metrics_open(struct ps_server *s);
+
+// ---- heartbeat.c -----------------------------------------------------------
+
+// ps__heartbeat_main is the heartbeat thread (arg: the server): once
+// s->hb_index is set it sends a Heartbeat every opts.heartbeat_ms (none
+// when 0) on its own connection to the scheduler, until s->closing; each
+// call ends within PS_BOOT_PARK_MS + PSW_ANSWER_MARGIN_MS. Never waits for
+// mu (reads it with trylock).
+void *ps__heartbeat_main(void *arg);
 
 // ---- boot.c ----------------------------------------------------------------
 
