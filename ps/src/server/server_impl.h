@@ -237,12 +237,13 @@ struct ps_server {
 // One REQ context per peer server, opened on first use, for Transfers.
 // Owned by the boot thread; zero-initialise, release with ps__peers_close.
 struct ps_peers {
-	size_t      n;
-	nng_socket *sock;
-	nng_ctx    *ctx;
-	nng_aio   **aio;
-	uint8_t    *open;
-	uint64_t    rid;
+	size_t                 n;
+	nng_socket            *sock;
+	nng_ctx               *ctx;
+	nng_aio              **aio;
+	struct ps_peer_watch **watch; // transfer.c: its connections
+	uint8_t               *open;
+	uint64_t               rid;
 };
 
 // ---- errors.c --------------------------------------------------------------
@@ -449,6 +450,21 @@ int ps__transfer_restamp(nng_msg *m0, uint64_t epoch, nng_msg **out);
 // ps__on_transfer installs a shard moved here by a new map (the decoding
 // half of ps__transfer_encode). Called on an nng callback thread; takes mu.
 void ps__on_transfer(struct ps_server *s, struct ps_call *c);
+
+// ps__peer_watch_open watches the connections of peer socket sock, whose
+// calls use aio: a connection that closes cancels the call in flight (it
+// fails FB_ETRANSPORT at once), and ps__peer_connected says whether one
+// is up. Close sock before freeing aio and then the watch
+// (ps__peer_watch_free). FB_ENOMEM, FB_ETRANSPORT. Boot thread.
+struct ps_peer_watch;
+int  ps__peer_watch_open(nng_socket sock, nng_aio *aio,
+     struct ps_peer_watch **out);
+void ps__peer_watch_free(struct ps_peer_watch *w);
+
+// ps__peer_connected waits up to ms for watched peer w to have a
+// connection: 1 when it has one, 0 when none came (its process is gone,
+// or its address refuses) or s is closing. Boot thread.
+int ps__peer_connected(struct ps_server *s, struct ps_peer_watch *w, int ms);
 
 // ---- moves.c ---------------------------------------------------------------
 
