@@ -218,8 +218,18 @@ int ps__sched_republish(struct ps_scheduler *s, const uint32_t *assign);
 // not suspect (its heartbeat connection closed, or it missed 2 heartbeat
 // periods, and it has not heartbeated since). Move planning places
 // shards only on usable servers and leaves those of an unusable one
-// where they are. mu held.
-int ps__sched_server_usable(const struct ps_scheduler *s, uint32_t m);
+// where they are. Inline here, beside the state it reads, so that the
+// placement need not call into scheduler_live.c. mu held.
+static inline int
+ps__sched_server_usable(const struct ps_scheduler *s, uint32_t m)
+{
+	size_t i = (size_t) s->opts.trainers + m;
+	if (m >= (uint32_t) s->n_servers_seen || s->gone[m] ||
+	    s->server_dead[m]) {
+		return 0;
+	}
+	return i >= s->n_hb_conn || !s->hb_conn[i].suspect;
+}
 
 // ps__sched_moves_unwind re-plans the moves in flight through server m,
 // which is being declared dead: a shard moving to m whose sender has not

@@ -127,17 +127,6 @@ ps__sched_live_pipe_closed(void *arg, uint32_t pipe_id)
 	pthread_mutex_unlock(&s->mu);
 }
 
-int
-ps__sched_server_usable(const struct ps_scheduler *s, uint32_t m)
-{
-	size_t i = (size_t) s->opts.trainers + m;
-	if (m >= (uint32_t) s->n_servers_seen || s->gone[m] ||
-	    s->server_dead[m]) {
-		return 0;
-	}
-	return i >= s->n_hb_conn || !s->hb_conn[i].suspect;
-}
-
 void
 ps__sched_touch(struct ps_scheduler *s, int role, uint32_t id)
 {
