@@ -257,6 +257,8 @@ ferry_client_close(ferry_client *c)
 	fb_free(c->need);
 	fb_free(c->need_full);
 	fb_free(c->ref_at);
+	fb_free(c->held);
+	fb_free(c->seed_seen);
 	fb_free(c->codes);
 	fb_free(c->code_off);
 	fb_free(c->staged_rung);
@@ -310,10 +312,12 @@ ferry_client_stats(const ferry_client *c, struct ferry_stats *st)
 	}
 }
 
-FERRY_API uint64_t
-ferry_client_pushes_skipped(const ferry_client *c)
+FERRY_API void
+ferry_client_recovery(const ferry_client *c, struct ferry_recovery *st)
 {
-	return c != NULL ? c->pushes_skipped : 0;
+	if (st != NULL) {
+		*st = c != NULL ? c->recovery : (struct ferry_recovery) { 0 };
+	}
 }
 
 FERRY_API const char *

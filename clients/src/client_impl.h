@@ -123,7 +123,6 @@ struct ferry_client {
 	uint64_t            version;   // of the weights held (min over shards)
 	uint64_t            want;      // version the next pull asks for
 	uint64_t           *shard_ver; // per global shard: version held
-	uint64_t            pushes_skipped; // ferry__push_need left out
 	uint8_t            *need;      // per global shard: NEED_* this op
 	uint8_t            *need_full; // per global shard: resync in full
 	uint8_t            *codes;     // staged push codes (EF codecs)
@@ -134,45 +133,47 @@ struct ferry_client {
 	float             **ref;   // per tensor: pull reference (or NULL)
 	struct ferry_pull_sink sink; // pulls go here when has_sink
 	int                    has_sink;
-	uint8_t           *ref_at; // per global shard: REF_* (who holds it)
-	uint64_t           rng;    // stochastic rounding state
-	uint32_t           probe_count, reprobe_s;
-	uint64_t           probe_bytes, last_probe_ms;
-	int                declared;
-	uint64_t           next_rid;
-	struct ferry__hb  *hb; // heartbeat thread (heartbeat.c), or NULL
-	// The map names backups (--replicas): a wait on a server that may
-	// have died checks for a newer map (exchange.c); such a job's
-	// servers count a re-sent push once.
-	int                replicated;
-	// A dead server's shards can come back in a later map (replicas, or
-	// a restart from snapshots with a rollback): a failed connection
-	// waits for that map, until the call's deadline (exchange.c).
-	int                recoverable;
-	struct ferry_stats stats;
+	uint8_t              *ref_at; // per global shard: REF_* (who holds it)
+	uint64_t              rng;    // stochastic rounding state
+	uint32_t              probe_count, reprobe_s;
+	uint64_t              probe_bytes, last_probe_ms;
+	int                   declared;
+	uint64_t              next_rid;
+	struct ferry__hb     *hb; // heartbeat thread (heartbeat.c), or NULL
+	// The map names backups (--replicas): its servers count a re-sent
+	// push once, so a wait may cancel and re-send (exchange.c).
+	int                   replicated;
+	struct ferry_stats    stats;
+	struct ferry_recovery recovery; // ferry_client_recovery
+	// Per global shard: where the values of the version held are, to
+	// offer when the shard is re-seeded (seed.c): the pull reference with
+	// a pull codec, else the caller's buffer its last pull wrote (NULL:
+	// none); and the shard's ShardInfo.seed_gen last seen.
+	const float         **held;
+	uint64_t             *seed_seen;
 	// Sync rounds (FERRY_MODE_SYNC, or SSP with staleness 0): pushes name
 	// the version held and pulls wait for the next one.
-	int                lockstep;
+	int                   lockstep;
 	// This pull's staleness so far (the most over its shards).
-	uint64_t           pull_stale;
+	uint64_t              pull_stale;
 	// codec_push / codec_pull "auto" (codec_auto.c): the rung each
 	// shard's staged codes use, the compute time per step (an average of
 	// the gaps between push-pulls), the one the last choice used, and
 	// whether links were re-probed since.
-	int                auto_push, auto_pull;
-	uint8_t           *staged_rung;
-	struct comp_codec  auto_codec[FERRY_AUTO_PUSH_RUNGS]; // parsed rungs
-	double             compute_s, chosen_compute_s;
-	uint64_t           steps_since_choice;
-	uint64_t           op_end_ns;
-	int                links_new;
+	int                   auto_push, auto_pull;
+	uint8_t              *staged_rung;
+	struct comp_codec auto_codec[FERRY_AUTO_PUSH_RUNGS]; // parsed rungs
+	double            compute_s, chosen_compute_s;
+	uint64_t          steps_since_choice;
+	uint64_t          op_end_ns;
+	int               links_new;
 	// A layer-wise push-pull in progress (ferry_client_push_pull_start):
 	// its operation, and per tensor 0 (not started), 1 (started) or 2
 	// (waited for); the step ends when every tensor was waited for.
-	struct xfer       *ax;
-	uint8_t           *ax_started;
-	size_t             ax_n_started, ax_n_waited;
-	char               err[512];
+	struct xfer      *ax;
+	uint8_t          *ax_started;
+	size_t            ax_n_started, ax_n_waited;
+	char              err[512];
 };
 
 // The operations a public call runs (OP_PULL_FULL: the resync of the
@@ -206,10 +207,11 @@ struct xfer {
 	uint64_t deadline; // fb_clock_ms
 	uint64_t warn_at;  // when a wait warns (nng_clock; opts.log)
 	int      warned;
-	int      refetch;  // a newer map: fetch it, then re-send
-	int      moved;    // a shard moved: re-fetch if a newer map exists
-	int      backoff;  // a server said UNAVAILABLE: sleep, then re-send
-	int      rerouted; // requests were cancelled for a newer map
+	int      refetch;     // a newer map: fetch it, then re-send
+	int      moved;       // a shard moved: re-fetch if a newer map exists
+	int      backoff;     // a server said UNAVAILABLE: sleep, then re-send
+	int      rerouted;    // requests were cancelled for a newer map
+	int      lost_logged; // a lost server's connection was logged
 	// A re-fetch or back-off waits for the requests in flight; those
 	// still parked after REQUEUE_MS are cancelled and re-sent with the
 	// rest (requeue), so two trainers never wait on each other's unsent
@@ -456,17 +458,34 @@ uint64_t ferry__req_bytes(uint64_t conn_bytes, size_t w, double bw_bps,
 // request, leaving the request's other shards, still at c->version,
 // waiting for this rank forever. So the shard is left out of the push and
 // only pulled (NEED_PULL; nothing for a plain push), the caller's buffers
-// getting its newer weights. Counted in c->pushes_skipped.
+// getting its newer weights. Counted in c->recovery.
 static inline uint8_t
 ferry__push_need(ferry_client *c, const struct xfer *x, size_t i)
 {
-	if (c->lockstep && x->op != OP_INIT &&
-	    c->shard_ver[i] > c->version) {
-		c->pushes_skipped++;
+	if (c->lockstep && x->op != OP_INIT && c->shard_ver[i] > c->version) {
+		c->recovery.pushes_skipped++;
 		return x->op == OP_PUSH ? NEED_NONE : NEED_PULL;
 	}
 	return NEED_MAIN;
 }
+
+// ---- seed.c: offering a lost shard's copy to its re-seed ------------------
+
+// ferry__seed_seen records every shard's seed_gen in the map held as seen
+// (a client that just joined has nothing to offer for earlier re-seeds).
+void ferry__seed_seen(ferry_client *c);
+
+// ferry__seed_offers offers, to each shard's server, the values c holds
+// for every shard whose seed_gen the map held raised since it was last
+// seen, at the version held; shards held nowhere are counted. Failures
+// are logged (the server opens the shard with the other trainers'
+// offers). Call with nothing in flight, after installing a map.
+void ferry__seed_offers(ferry_client *c);
+
+// ferry__seed_forget_aliases forgets the held copy of every shard whose
+// values are in a gradient buffer of g (the caller computes gradients into
+// the buffers the last pull wrote): they are no longer weights.
+void ferry__seed_forget_aliases(ferry_client *c, const float *const *g);
 
 // ferry__op_run runs push x (OP_INIT, OP_PUSH, OP_PUSH_PULL): it picks
 // the push codec (none during warm-up and for init), marks every shard,

@@ -191,7 +191,6 @@ ferry__conns_assign(ferry_client *c)
 		cn->bytes += c->pl->shards[i]->len * 4;
 		c->replicated |= c->pl->shards[i]->n_backups > 0;
 	}
-	c->recoverable = c->replicated || c->pl->snapshots;
 	return FERRY_OK;
 }
 

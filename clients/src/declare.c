@@ -53,10 +53,13 @@ state_alloc(ferry_client *c, const struct ferry_tensor_desc *d, size_t n)
 	c->need      = fb_zalloc(c->pl->n_shards);
 	c->need_full = fb_zalloc(c->pl->n_shards);
 	c->ref_at    = fb_zalloc(c->pl->n_shards);
+	c->held      = fb_zalloc(c->pl->n_shards * sizeof(*c->held));
+	c->seed_seen = fb_zalloc(c->pl->n_shards * sizeof(uint64_t));
 	c->code_off  = fb_zalloc(c->pl->n_shards * sizeof(size_t));
 	c->layout    = fb_zalloc(c->pl->n_shards * sizeof(*c->layout));
 	if (c->need == NULL || c->need_full == NULL || c->code_off == NULL ||
-	    c->layout == NULL || c->ref_at == NULL) {
+	    c->layout == NULL || c->ref_at == NULL || c->held == NULL ||
+	    c->seed_seen == NULL) {
 		return ferry__fail(c, FERRY_ENOMEM, "out of memory");
 	}
 	for (size_t i = 0; i < c->pl->n_shards; i++) {
@@ -202,6 +205,7 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 	if ((rv = state_alloc(c, d, n)) != FERRY_OK) {
 		goto done;
 	}
+	ferry__seed_seen(c);
 	// "auto" chooses codecs by the links: measure them here when the
 	// scheduler did not ask for probes (kept, not reported).
 	if ((c->auto_push || c->auto_pull) && c->last_probe_ms == 0 &&

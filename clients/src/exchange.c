@@ -114,9 +114,9 @@ warn_waiting(ferry_client *c, uint32_t tmo)
 	}
 }
 
-// REROUTE_POLL_MS is how long a replicated job's wait for one server lets
-// pass before (and between) asking the scheduler whether a newer map
-// exists: a dead primary's backup may have been promoted.
+// REROUTE_POLL_MS is how long a wait for servers lets pass before (and
+// between) asking the scheduler whether a newer map exists: a dead
+// primary's backup may have been promoted, or a lost shard re-seeded.
 #define REROUTE_POLL_MS 500
 
 // REQUEUE_MS: how long a re-fetch or back-off waits for the requests in
@@ -155,11 +155,12 @@ map_newer(ferry_client *c)
 	return newer;
 }
 
-// await_newer_map is what a replicated job does when a server's
-// connection fails (reset, refused: it may have died): it asks the
-// scheduler every 100 ms, until the call's deadline, for a map later
-// than the one held (the dead server's backups promoted). Returns 1 when
-// one exists (the caller re-fetches and re-sends), 0 at the deadline.
+// await_newer_map is what a call does when a server's connection fails
+// (reset, refused: it may have died): it asks the scheduler every 100 ms,
+// until the call's deadline, for a map later than the one held, which
+// gives the server's shards a home again (a restart in its slot, a backup
+// promoted, a re-seed from the trainers). Returns 1 when one exists (the
+// caller re-fetches and re-sends), 0 at the deadline.
 static int
 await_newer_map(ferry_client *c, uint64_t deadline)
 {
@@ -377,9 +378,31 @@ ferry__xfer_pump(ferry_client *c, struct xfer *x)
 
 // take_failed handles slot s whose send or receive failed (nng result
 // r): a request cancelled for a newer map, or lost with a server that
-// may have died in a recoverable job (replicas, or every server keeps
-// snapshots: a restart rolls the job back), is sent again after the
-// re-fetch; anything else fails the call.
+// may have died, is sent again after the re-fetch (a dead server's
+// shards come back in a later map: docs/operations.md §12); its own
+// deadline fails the call. The first loss of a call is logged; each is
+// counted (ferry_recovery.server_losses).
+static void
+lost_server(ferry_client *c, struct xfer *x, const struct slot *s, int r)
+{
+	c->recovery.server_losses++;
+	// The server may have taken the push before the connection failed
+	// (a reset, not a death): the re-send says it may be a repeat.
+	x->requeued = 1;
+	if (c->opts.log != NULL && !x->lost_logged) {
+		char msg[400];
+		x->lost_logged = 1;
+		snprintf(msg, sizeof(msg),
+		    "server %s: %s: waiting up to %llu ms for a map that "
+		    "gives its shards a home again, then sending again",
+		    c->pl->servers[s->m], nng_strerror(r),
+		    (unsigned long long) (x->deadline > fb_clock_ms()
+		            ? x->deadline - fb_clock_ms()
+		            : 0));
+		c->opts.log(c->opts.log_arg, FERRY_LOG_WARN, msg);
+	}
+}
+
 static int
 take_failed(ferry_client *c, struct xfer *x, struct slot *s, int r)
 {
@@ -391,9 +414,11 @@ take_failed(ferry_client *c, struct xfer *x, struct slot *s, int r)
 		unsend(c, s); // cancelled to be sent again (reap)
 		return FERRY_OK;
 	}
+	if (!x->rerouted && r != NNG_ETIMEDOUT) {
+		lost_server(c, x, s, r);
+	}
 	if (x->rerouted ||
-	    (r != NNG_ETIMEDOUT && c->recoverable &&
-	        await_newer_map(c, x->deadline))) {
+	    (r != NNG_ETIMEDOUT && await_newer_map(c, x->deadline))) {
 		unsend(c, s); // its backups took over: re-send
 		x->refetch = 1;
 		return FERRY_OK;
@@ -468,8 +493,10 @@ take_reply(ferry_client *c, struct xfer *x, struct slot *s)
 }
 
 // reap waits until a request ends (warning at 80% of the deadline, and in
-// a replicated job asking for a newer map every REROUTE_POLL_MS, which
-// cancels everything in flight), then takes every ended one.
+// sync rounds or a replicated job asking for a newer map every
+// REROUTE_POLL_MS, which cancels everything in flight: a server that
+// stopped answering may have been declared dead and its shards given a
+// new home), then takes every ended one.
 static int
 reap(ferry_client *c, struct xfer *x)
 {
@@ -477,12 +504,15 @@ reap(ferry_client *c, struct xfer *x)
 	nng_time            poll = nng_clock() + REROUTE_POLL_MS;
 	int                 rv = FERRY_OK, done = 0;
 	for (;;) {
-		int      warn  = c->opts.log != NULL && !x->warned;
-		nng_time until = warn && c->replicated
-		    ? (x->warn_at < poll ? x->warn_at : poll)
-		    : warn          ? x->warn_at
-		    : c->replicated ? poll
-		                    : 0;
+		int      warn = c->opts.log != NULL && !x->warned;
+		// Only where a re-sent push counts once (sync rounds, or a
+		// replicated job's servers): elsewhere a push cancelled after
+		// it was applied would be applied twice.
+		int      polls = c->lockstep || c->replicated;
+		nng_time until = warn && (!polls || x->warn_at < poll)
+		    ? x->warn_at
+		    : polls ? poll
+		            : 0;
 		// A re-fetch or back-off waits for these requests: after
 		// REQUEUE_MS, cancel them (xfer's comment at the top).
 		nng_time requeue_at = 0;
@@ -536,7 +566,7 @@ reap(ferry_client *c, struct xfer *x)
 				    msg);
 			}
 		}
-		if (c->replicated && now >= poll) {
+		if (polls && now >= poll) {
 			poll = now + REROUTE_POLL_MS;
 			if (!x->rerouted && map_newer(c)) {
 				// Sent or cancelled, each is sent again after
@@ -683,6 +713,7 @@ ferry__op_run(ferry_client *c, struct xfer *x)
 	    ? &c->cnone
 	    : &c->cpush;
 	ferry__xfer_begin(c, x);
+	ferry__seed_forget_aliases(c, x->g);
 	for (size_t i = 0; i < c->pl->n_shards; i++) {
 		c->need[i] = ferry__push_need(c, x, i);
 	}

@@ -253,6 +253,7 @@ ax_begin(ferry_client *c, const float *const *g, uint32_t n_samples,
 	memset(c->ax_started, 0, c->n_tensors);
 	c->ax_n_waited = 0;
 	ferry__xfer_begin(c, x);
+	ferry__seed_forget_aliases(c, g);
 	return FERRY_OK;
 }
 

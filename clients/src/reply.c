@@ -101,6 +101,7 @@ take_shard(ferry_client *c, size_t m, int weights, uint32_t id,
 			}
 			c->ref_at[id]    = weights ? REF_NONE : REF_SINK;
 			c->shard_ver[id] = ver;
+			c->held[id]      = NULL; // on the sink's side
 			return FERRY_OK; // a FULL is alone and carries no
 			                 // check
 		} else if (c->cpull.id == COMP_NONE ||
@@ -172,6 +173,9 @@ take_shard(ferry_client *c, size_t m, int weights, uint32_t id,
 		    c->pl->servers[m], id);
 	}
 	c->shard_ver[id] = ver;
+	// What a re-seed of this shard would be offered (seed.c): libferry's
+	// own reference when there is one, else the caller's buffer.
+	c->held[id] = sink ? NULL : ref;
 	return FERRY_OK;
 }
 

@@ -110,6 +110,7 @@ rollback(ferry_client *c)
 		c->shard_ver[i] = v;
 		c->ref_at[i]    = REF_NONE;
 		c->need_full[i] = 0;
+		c->held[i]      = NULL;
 	}
 	for (size_t t = 0; t < c->n_tensors; t++) {
 		if (c->resid[t] != NULL) {
@@ -153,5 +154,9 @@ ferry__map_refetch(ferry_client *c)
 	    (rv = ferry__conns_assign(c)) != FERRY_OK) {
 		return rv;
 	}
-	return rolled ? rollback(c) : FERRY_OK;
+	if (rolled) {
+		return rollback(c);
+	}
+	ferry__seed_offers(c);
+	return FERRY_OK;
 }

@@ -123,6 +123,11 @@ class Client:
         self._lens = ()
         self._names = ()
         self._in = self._out = None  # pointer tables, sized by declare
+        # the arrays pulls wrote since the last one that succeeded:
+        # libferry keeps pointers to them (the copy it offers when a lost
+        # shard is re-seeded), so they must live on when the caller drops
+        # them
+        self._held = []
         if isinstance(mode, str):
             if mode not in _MODES:
                 raise InvalidArgument("open", f"mode must be 'sync', 'async' or 'ssp', got {mode!r}")
@@ -281,6 +286,11 @@ class Client:
         if rv != 0:
             raise self._fail(rv, "init_weights")
 
+    def _hold(self, weights, rv):
+        """Keeps the arrays a pull wrote alive (see self._held): a call
+        that succeeded wrote every shard, so only its arrays are left."""
+        self._held = [weights] if rv == 0 else self._held + [weights]
+
     def pull(self, weights=None):
         """Fill weights (one writable array per tensor) with the version
         this client is due, waiting until it exists; returns weights.
@@ -289,6 +299,7 @@ class Client:
         weights = self._outputs(weights, "pull")
         self._fill(self._out, weights, True, "pull")
         rv = LIB.ferry_client_pull(c, self._out)
+        self._hold(weights, rv)
         if rv != 0:
             raise self._fail(rv, "pull")
         return weights
@@ -312,6 +323,7 @@ class Client:
         self._fill(self._in, grads, False, "push_pull")
         self._fill(self._out, weights, True, "push_pull")
         rv = LIB.ferry_client_push_pull(c, self._in, _samples(n_samples, "push_pull"), self._out)
+        self._hold(weights, rv)
         if rv != 0:
             raise self._fail(rv, "push_pull")
         return weights

@@ -81,11 +81,13 @@ fake_client(const char *push, const char *pull, const uint64_t *tensor_len,
 	c->need      = fb_zalloc(n_shards + 1);
 	c->need_full = fb_zalloc(n_shards + 1);
 	c->ref_at    = fb_zalloc(n_shards + 1);
+	c->held      = fb_zalloc(n_shards * sizeof(*c->held) + 1);
+	c->seed_seen = fb_zalloc(n_shards * sizeof(uint64_t) + 1);
 	c->code_off  = fb_zalloc(n_shards * sizeof(size_t) + 1);
 	c->resid     = fb_zalloc(n_tensors * sizeof(float *));
 	c->ref       = fb_zalloc(n_tensors * sizeof(float *));
 	ck_assert(c->shard_ver && c->need && c->need_full && c->ref_at &&
-	    c->code_off && c->resid && c->ref);
+	    c->held && c->seed_seen && c->code_off && c->resid && c->ref);
 	for (size_t t = 0; t < n_tensors && c->cpull.id != COMP_NONE; t++) {
 		c->ref[t] = fb_zalloc(tensor_len[t] * sizeof(float));
 		ck_assert_ptr_nonnull(c->ref[t]);

@@ -86,6 +86,13 @@ START_TEST(test_full_shards)
 	ck_assert_uint_eq(c->shard_ver[1], 6);
 	ck_assert_int_eq(c->ref_at[0], REF_HOST);
 	ck_assert_int_eq(c->need_full[0] | c->need_full[1], 0);
+	// Without a pull codec, a re-seed is offered the caller's buffer the
+	// pull wrote, until a push computes its gradient there.
+	ck_assert_ptr_eq(c->held[0], w);
+	ck_assert_ptr_eq(c->held[1], w + 4);
+	ferry__seed_forget_aliases(c, (const float *const *) wp);
+	ck_assert_ptr_null(c->held[0]);
+	ck_assert_ptr_null(c->held[1]);
 
 	// A push has no pull body to take.
 	c->conns[0].slots[0].method = PSWIRE__METHOD__PUSH;
@@ -171,6 +178,9 @@ START_TEST(test_delta_chains)
 	ck_assert_int_eq(take(c, &r, wp), FERRY_OK);
 	ck_assert_mem_eq(c->ref[0], vals, sizeof(vals));
 	ck_assert_int_eq(c->ref_at[1], REF_HOST);
+	// With one, the reference both sides keep (libferry's own copy).
+	ck_assert_ptr_eq(c->held[0], c->ref[0]);
+	ck_assert_ptr_null(c->held[1]); // its CRC was wrong
 	ck_assert_uint_eq(c->shard_ver[0], 3);
 	ck_assert_uint_eq(c->shard_ver[1], 0);
 	ck_assert_int_eq(c->need_full[1], 1);

@@ -256,7 +256,7 @@ END_TEST
 
 struct split {
 	int      second;  // rank 1's second life
-	uint64_t skipped; // its ferry_client_pushes_skipped after the push
+	uint64_t skipped; // its ferry_recovery.pushes_skipped after the push
 };
 
 // split_step is the split-push test's rank 1: its first life pulls and
@@ -286,7 +286,9 @@ split_step(struct pt_rank *a, ferry_client *c, int k, float *const *g,
 		return rv == FERRY_OK ? PT_STOP : rv;
 	}
 	int rv = ferry_client_push_pull(c, (const float *const *) g, 10, w);
-	sp->skipped = ferry_client_pushes_skipped(c);
+	struct ferry_recovery rc;
+	ferry_client_recovery(c, &rc);
+	sp->skipped = rc.pushes_skipped;
 	return rv;
 }
 

@@ -201,7 +201,7 @@ tr__report_summary(struct tr__report *rep, const struct tr_config *cfg,
 	    "\"%s\", \"device\": \"%s\", \"resumed_at\": %llu, "
 	    "\"steps_run\": %llu, \"version\": %llu, \"staleness\": %u, "
 	    "\"staleness_mean\": %.3f, \"staleness_max\": %llu, "
-	    "\"dropped_pushes\": %llu, \"links\": [",
+	    "\"dropped_pushes\": %llu, ",
 	    (unsigned long long) st->bytes_pushed,
 	    (unsigned long long) st->bytes_pulled, cfg->fo.rank, trainers,
 	    (double) rep->eval_ns * 1e-9, cfg->batch,
@@ -214,6 +214,14 @@ tr__report_summary(struct tr__report *rep, const struct tr_config *cfg,
 	    st->pulls ? (double) st->staleness_sum / (double) st->pulls : 0.0,
 	    (unsigned long long) st->staleness_max,
 	    (unsigned long long) rep->dropped);
+	struct ferry_recovery rc;
+	ferry_client_recovery(fc, &rc);
+	fprintf(rep->out,
+	    "\"server_losses\": %llu, \"pushes_skipped\": %llu, "
+	    "\"seeds_offered\": %llu, \"links\": [",
+	    (unsigned long long) rc.server_losses,
+	    (unsigned long long) rc.pushes_skipped,
+	    (unsigned long long) rc.seeds_offered);
 	for (size_t m = 0;
 	     fc != NULL && ferry_client_link(fc, m, &l) == FERRY_OK; m++) {
 		fprintf(rep->out,

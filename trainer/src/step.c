@@ -147,22 +147,34 @@ rolled_back(struct tr__run *r, struct tr_params *w)
 	return tr__run_set_weights(r, w);
 }
 
-// log_skipped says when libferry left shards out of this step's push
-// because they had closed its round already (ferry.h,
-// ferry_client_pushes_skipped): after a rejoin, the round the dead
-// process's last push reached only in part.
+// log_recovery says when libferry rode out a fault during this step
+// (ferry.h, struct ferry_recovery): shards left out of the push because
+// they had closed its round already (after a rejoin, the round the dead
+// process's last push reached only in part), shards offered to a
+// re-seed after a server's loss.
 static void
-log_skipped(struct tr__run *r)
+log_recovery(struct tr__run *r)
 {
-	uint64_t n = ferry_client_pushes_skipped(r->fc);
-	if (n != r->skipped) {
+	struct ferry_recovery n, *o = &r->recovery;
+	ferry_client_recovery(r->fc, &n);
+	if (n.pushes_skipped != o->pushes_skipped) {
 		FB_LOG(FB_LOG_NOTICE, MOD,
 		    "step %llu: %llu shard(s) had already closed this "
 		    "round; pushed to the others, pulled those",
 		    (unsigned long long) r->rep.step,
-		    (unsigned long long) (n - r->skipped));
-		r->skipped = n;
+		    (unsigned long long) (n.pushes_skipped -
+		        o->pushes_skipped));
 	}
+	if (n.seeds_offered != o->seeds_offered ||
+	    n.seeds_unheld != o->seeds_unheld) {
+		FB_LOG(FB_LOG_NOTICE, MOD,
+		    "step %llu: offered %llu shard(s) to a re-seed after a "
+		    "server's loss (%llu not held here)",
+		    (unsigned long long) r->rep.step,
+		    (unsigned long long) (n.seeds_offered - o->seeds_offered),
+		    (unsigned long long) (n.seeds_unheld - o->seeds_unheld));
+	}
+	*o = n;
 }
 
 int
@@ -191,7 +203,7 @@ tr__step_end(struct tr__run *r, int fe, struct tr_params *w, long e,
 		if (fe != FERRY_OK) {
 			return tr__run_failed(r, "push_pull", fe);
 		}
-		log_skipped(r);
+		log_recovery(r);
 		if ((rv = tr__run_set_weights(r, w)) != FB_OK) {
 			return rv;
 		}

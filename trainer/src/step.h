@@ -33,11 +33,11 @@ struct tr__run {
 	void       *dev_push; // on-device gradient encoder, or NULL
 	void       *dev_pull; // on-device pull sink (weights on the device)
 	const char *sink_err; // the device pull's reason, or NULL
-	struct tr__report  rep;
-	struct tr__metrics met;      // the HTTP endpoints (--http-listen)
-	char               err[512]; // the reason of a failed set-up call
-	int                layer_fe; // --overlap-layers: a start's error
-	uint64_t           skipped;  // ferry_client_pushes_skipped logged
+	struct tr__report     rep;
+	struct tr__metrics    met;      // the HTTP endpoints (--http-listen)
+	char                  err[512]; // the reason of a failed set-up call
+	int                   layer_fe; // --overlap-layers: a start's error
+	struct ferry_recovery recovery; // libferry's, as last logged
 };
 
 // tr__run_lockstep reports whether versions are job steps: sync mode, and

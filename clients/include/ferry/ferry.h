@@ -272,6 +272,14 @@ FERRY_API int ferry_client_init_weights(ferry_client *c,
 // it exists. Updates the client's version. With a pull sink set
 // (ferry_client_set_pull_sink) the weights go to the sink and w may be
 // NULL.
+// Keep the buffers a pull (or push-pull) wrote unchanged until the next
+// one returns: without a pull codec they are the copy libferry offers when
+// a server dies with the only copy of a shard and the shard is re-seeded
+// from the trainers (docs/operations.md §12). Computing a gradient into
+// them is fine (the next push forgets them as a copy); changing the
+// weights in place offers the changed values. A pull codec keeps its own
+// reference, which is what it offers; a pull sink without one offers
+// nothing (ferry_recovery.seeds_unheld).
 FERRY_API int ferry_client_pull(ferry_client *c, float *const *w);
 
 // ferry_client_push sends gradients for the client's current version:
@@ -473,15 +481,32 @@ FERRY_API int ferry_client_leave(ferry_client *c);
 FERRY_API void ferry_client_stats(const ferry_client *c,
     struct ferry_stats                               *st);
 
-// ferry_client_pushes_skipped counts the shard pushes that sync mode
-// (and SSP with staleness 0) left out since ferry_client_open because the
-// shard had already closed the round they were for, holding a newer
-// version than the rest of the weights c pulled: a rank that rejoined
-// after its dead process's last push reached only some shards, or a
-// --sync-quorum round closed without it. Those shards are pulled instead
-// (the caller's buffers get their newer weights) and the other shards'
-// round gets the push, so the job goes on in step. 0 for a NULL c.
-FERRY_API uint64_t ferry_client_pushes_skipped(const ferry_client *c);
+// What a client did to ride out faults (ferry_client_recovery): counters
+// since ferry_client_open.
+struct ferry_recovery {
+	// A server's connection failed during a call (reset, refused: it died
+	// or restarted): the call waited for a map that gives the server's
+	// shards a home again (a restart in its slot, a replica promoted, a
+	// re-seed from the trainers) and re-sent, within its deadline.
+	uint64_t server_losses;
+	// Shard pushes that sync mode (and SSP with staleness 0) left out
+	// because the shard had already closed the round they were for: a
+	// rank that rejoined after its dead process's last push reached only
+	// some shards, or a --sync-quorum round closed without it. Those
+	// shards were pulled instead and the others' round got the push.
+	uint64_t pushes_skipped;
+	// Shards this client offered its copy of to a re-seed (their only
+	// copy was lost with a server; docs/operations.md §12).
+	uint64_t seeds_offered;
+	// Shards being re-seeded that this client held no copy of to offer
+	// (never pulled, or pulled through a pull sink without a pull codec).
+	uint64_t seeds_unheld;
+};
+
+// ferry_client_recovery copies the client's fault counters into *st
+// (zeroes for a NULL c).
+FERRY_API void ferry_client_recovery(const ferry_client *c,
+    struct ferry_recovery                               *st);
 
 // ferry_client_last_error returns the message of the last failed call
 // (empty string if none). Borrowed: valid until the next call on c.
