@@ -34,10 +34,27 @@ struct rs_job {
 	const char          *url; // the scheduler's
 };
 
+// server_tracked says whether the scheduler tracks server m's heartbeats
+// (it heartbeated and was not declared dead since).
+static int
+server_tracked(struct ps_scheduler *s, int m)
+{
+	struct obs_writer w = OBS_WRITER_INIT;
+	char              want[128];
+	PT_OK(obs_registry_write(ps_scheduler_metrics(s), &w));
+	snprintf(want, sizeof(want),
+	    "ferry_member_heartbeat_age_seconds{role=\"server\",id=\"%d\"} ",
+	    m);
+	int found = strstr(w.buf, want) != NULL;
+	obs_writer_fini(&w);
+	return found;
+}
+
 // rs_open starts the scheduler (servers servers, dead after dead_ms, a
 // closed heartbeat connection after 2 x hb_ms) and the servers
 // (--reseed-wait-ms wait_ms, heartbeats every 60 ms), registers trainers
-// 0 and 1 and waits for the first map.
+// 0 and 1 and waits for the first map and the servers' first
+// heartbeats.
 static void
 rs_open(struct rs_job *j, int servers, uint32_t wait_ms, uint32_t dead_ms,
     uint32_t hb_ms)
@@ -67,6 +84,13 @@ rs_open(struct rs_job *j, int servers, uint32_t wait_ms, uint32_t dead_ms,
 		    pt_register_trainer(j->url, r, 1, 3 * RS_LEN), NULL);
 	}
 	pswire__header__free_unpacked(map_at_least(j->url, 1, 5000), NULL);
+	// Both servers heartbeat (tracked) before a test kills one.
+	for (int k = 0;
+	     !server_tracked(j->sched, 0) || !server_tracked(j->sched, 1);
+	     k++) {
+		ck_assert_msg(k < 500, "servers not tracked after 5 s");
+		fb_sleep_us(10000);
+	}
 }
 
 static void
@@ -493,22 +517,6 @@ sched_open(int servers, uint32_t dead_ms, uint32_t hb_ms)
 	return s;
 }
 
-// server_tracked says whether the scheduler tracks server m's heartbeats
-// (it heartbeated and was not declared dead since).
-static int
-server_tracked(struct ps_scheduler *s, int m)
-{
-	struct obs_writer w = OBS_WRITER_INIT;
-	char              want[128];
-	PT_OK(obs_registry_write(ps_scheduler_metrics(s), &w));
-	snprintf(want, sizeof(want),
-	    "ferry_member_heartbeat_age_seconds{role=\"server\",id=\"%d\"} ",
-	    m);
-	int found = strstr(w.buf, want) != NULL;
-	obs_writer_fini(&w);
-	return found;
-}
-
 // register_slot registers a server at srv_url asking for slot (-1: any)
 // and returns the reply (free with pswire__header__free_unpacked).
 static Pswire__Header *
@@ -561,19 +569,18 @@ START_TEST(test_reseed_sched_dead_server_moves_shards)
 END_TEST
 
 // A server that registers again at its URL while it holds shards, after
-// its heartbeat connection closed, is a restarted, empty process: the next
-// map, published at once (far within --dead-after-ms), keeps its shards on
-// it with their seed_gen raised, and it is told it is not late (it creates
-// them itself). Server 0, never tracked, registering again changes
-// nothing.
+// it heartbeated, is a restarted, empty process: the next map, published
+// at once (far within --dead-after-ms), keeps its shards on it with their
+// seed_gen raised, and it is told it is not late (it creates them
+// itself); the same Register re-sent changes nothing more. Server 0,
+// never tracked, registering again changes nothing.
 START_TEST(test_reseed_sched_same_url_takes_slot)
 {
 	struct ps_scheduler *s   = sched_open(2, 60000, 30000);
 	const char          *url = ps_scheduler_url(s);
 	Pswire__Header      *m1  = map_at_least(url, 1, 5000);
-	// Server 1 heartbeats on a connection that then closes (its process
-	// was killed); a Register from a server still heartbeating, or never
-	// tracked, would change nothing.
+	// Server 1 heartbeats (tracked: it ran); server 0 never did, and its
+	// Register again changes nothing.
 	ck_assert_int_eq(heartbeat(url, PSWIRE__ROLE__ROLE_SERVER, 1),
 	    PSWIRE__STATUS__OK);
 	Pswire__Header *r0 = register_slot(url, "tcp://127.0.0.1:1", -1);
@@ -595,6 +602,13 @@ START_TEST(test_reseed_sched_same_url_takes_slot)
 		ck_assert_uint_eq(p2->shards[i]->seed_gen,
 		    p2->shards[i]->server == 1);
 	}
+	// The same Register re-sent (its answer lost): nothing more.
+	rh = register_slot(url, "tcp://127.0.0.1:2", -1);
+	ck_assert_int_eq(rh->status, PSWIRE__STATUS__OK);
+	pswire__header__free_unpacked(rh, NULL);
+	char text[8192];
+	ps_scheduler_stats(s, text, sizeof(text));
+	ck_assert_msg(strstr(text, "epoch:2\r\n") != NULL, "%s", text);
 	pswire__header__free_unpacked(m1, NULL);
 	pswire__header__free_unpacked(m2, NULL);
 	ps_scheduler_close(s);

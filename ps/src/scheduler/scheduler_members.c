@@ -159,22 +159,18 @@ holds_shards(const struct ps_scheduler *s, uint32_t m)
 	return 0;
 }
 
-// replaced says whether a Register into slot m, which came on connection
-// pipe, comes from a new process: the slot's server was declared dead, or
-// it heartbeats and the Register came on another connection than its
-// heartbeats (a server registers and heartbeats on one connection, so
-// only its Register re-sent after a lost answer comes on that one) or
-// that connection closed (a killed process closes it at once). A server
-// not tracked (it never heartbeated, or the scheduler restarted since) is
-// taken to be the same process asking again: its shards are not touched.
-// mu held.
+// replaced says whether a Register into slot m comes from a new process:
+// the slot's server was declared dead, or it heartbeats (is tracked). A
+// running server registers once (a server with snapshots twice, and that
+// path is the rollback's), so a Register into a tracked slot is a restart
+// (slot_back stops tracking the slot, so that the same Register re-sent
+// after a lost answer is not one more). A server not tracked (it never
+// heartbeated, or the scheduler restarted since) is taken to be the same
+// process asking again: its shards are not touched. mu held.
 static int
-replaced(const struct ps_scheduler *s, uint32_t m, uint32_t pipe)
+replaced(const struct ps_scheduler *s, uint32_t m)
 {
-	size_t i = (size_t) s->opts.trainers + m;
-	return s->server_dead[m] ||
-	    (s->hb_server[m] != 0 && i < s->n_hb_conn &&
-	        (s->hb_conn[i].closed_ms != 0 || s->hb_conn[i].pipe != pipe));
+	return s->server_dead[m] || s->hb_server[m] != 0;
 }
 
 // slot_for finds the slot the server at r->url registers into: the one
@@ -260,12 +256,10 @@ slot_back(struct ps_scheduler *s, uint32_t m, Pswire__RegisterReply *rep)
 // re-registration (or the one --server-index names), a new one otherwise
 // (joining a running job re-places the shards). A sender signed as server
 // k (claimed, else PSW_ID_UNASSIGNED) may only take slot k. Fills rep's id
-// and late flag; returns 0 or a refusal. pipe: the connection it came on.
-// mu held.
+// and late flag; returns 0 or a refusal. mu held.
 static int
 register_server(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
-    uint32_t claimed, uint32_t pipe, Pswire__RegisterReply *rep,
-    struct refusal *no)
+    uint32_t claimed, Pswire__RegisterReply *rep, struct refusal *no)
 {
 	int idx = -1;
 	if (strlen(r->url) == 0 || strlen(r->url) > 255) {
@@ -296,7 +290,7 @@ register_server(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
 		rep->id   = (uint32_t) idx;
 		ps__sched_touch(s, PSWIRE__ROLE__ROLE_SERVER, (uint32_t) idx);
 		if (s->placement != NULL && !r->has_snapshots &&
-		    replaced(s, (uint32_t) idx, pipe)) {
+		    replaced(s, (uint32_t) idx)) {
 			slot_back(s, (uint32_t) idx, rep);
 		} else if (s->placement != NULL && s->n_backups == 0 &&
 		    r->restarted && holds_shards(s, (uint32_t) idx)) {
@@ -430,8 +424,7 @@ ps__sched_on_register(struct ps_scheduler *s, struct ps_call *c)
 	}
 	pthread_mutex_lock(&s->mu);
 	if (r->role == PSWIRE__ROLE__ROLE_SERVER) {
-		status = register_server(s, r, claimed, ps__call_pipe(c), &rep,
-		    &no);
+		status = register_server(s, r, claimed, &rep, &no);
 	} else if (r->role == PSWIRE__ROLE__ROLE_TRAINER) {
 		status = register_trainer(s, r, &rep, &no);
 	} else {

@@ -7,11 +7,11 @@
 //
 // DESIGN. A shard with a usable backup (--replicas) is promoted to it, as
 // before; only the others are re-seeded. A dead server's shards go to the
-// usable servers holding the fewest bytes (ties: the lowest index), one
-// shard at a time, so that several shards spread; a server that came
-// back empty takes its own shards again (its slot, its URL), at once,
-// without waiting for --dead-after-ms. A dead server that registered with
-// a --snapshot-dir in a job without replicas is left alone: its restart
+// usable servers (not left, dead or suspect) holding the fewest bytes (ties:
+// the lowest index), one shard at a time, so that several shards spread; a
+// server that came back empty takes its own shards again (its slot, its URL),
+// at once, without waiting for --dead-after-ms. A dead server that registered
+// with a --snapshot-dir in a job without replicas is left alone: its restart
 // rolls the job back to a snapshot (scheduler_snapshot.c), which keeps
 // the optimizer state that a re-seed would lose. seed_gen lives in the
 // map, so --state-dir saves it with the map. Every function here runs
@@ -22,11 +22,12 @@
 #include "scheduler_impl.h"
 
 // usable_server says whether server m may be given a shard: it has not
-// left the job and is not dead.
+// left the job, is not dead and is not suspect (ps__sched_server_usable,
+// the rule every move follows).
 static int
 usable_server(const struct ps_scheduler *s, uint32_t m)
 {
-	return !s->gone[m] && !s->server_dead[m];
+	return ps__sched_server_usable(s, m);
 }
 
 // first_backup returns shard i's first usable backup other than m, or
