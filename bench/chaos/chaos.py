@@ -152,7 +152,7 @@ class Chaos:
     # --- one fault ---------------------------------------------------------
     def pick(self):
         if not self.kinds:
-            self.kinds = list(KINDS)
+            self.kinds = list(self.a.kinds)
             self.rng.shuffle(self.kinds)
         sig, role = self.kinds.pop()
         j = self.job
@@ -358,8 +358,16 @@ def main():
     p.add_argument("--recover-deadline-s", type=float, default=60)
     p.add_argument("--seed", type=int, default=24)
     p.add_argument("--no-acc-check", action="store_true")
+    p.add_argument("--kinds", default=",".join(f"{s}-{r}" for s, r in KINDS),
+                   help="the fault kinds, comma-separated: kill-scheduler, "
+                   "stop-server, ... (default: all six)")
     p.add_argument("--verbose", action="store_true")
     a = p.parse_args()
+    names = {f"{s}-{r}": (s, r) for s, r in KINDS}
+    try:
+        a.kinds = [names[k] for k in a.kinds.split(",")]
+    except KeyError as e:
+        p.error(f"--kinds: unknown kind {e} (known: {', '.join(names)})")
     c = Chaos(a)
     jobmod.install_exit_handlers(lambda: c.job and c.job.close())
     try:
@@ -438,6 +446,7 @@ def report(c, a, chaos_s, ref, acc, acc_ff):
         "undetected": len(f) - len(det),
         "minutes": a.minutes, "chaos_s": round(chaos_s, 1),
         "replicas": a.replicas, "seed": a.seed,
+        "kinds": [f"{s}-{r}" for s, r in a.kinds],
         "steps_per_s_calibrated": round(c.rate, 1),
         "faults_by_kind": by_kind,
         "jobs": c.jobs,

@@ -34,19 +34,22 @@ import time
 STEP_RE = re.compile(r"^step (\d+) \|")
 
 # The log lines in which a member notices that another one failed (the
-# definition of "detection", docs/benchmarks.md "Chaos"): the scheduler's
+# definition of "detection", docs/benchmarks.md "Chaos"): any warning or
+# error (levels W and E), and notices that name a fault: the scheduler's
 # liveness verdicts (dead, suspect, lost shards), libferry's retries and
 # waits in a trainer (a transport error, a re-fetched map, a re-send, a
-# back-off, a deadline warning), a server's failed transfer or lost peer,
-# anyone's lost scheduler. Matched case-insensitively on the message of a
-# line of any level, in the log of a member other than the failed one.
+# back-off), a re-seed, a promotion, a lost scheduler. NOTICE_RE is
+# matched case-insensitively on the message of a notice, in the log of a
+# member other than the failed one.
 NOTICE_RE = re.compile(
     r"\bdead\b|suspect|\blost\b|re-?fetch|re-?send|re-?sent|retr(y|ies|ying)|"
     r"re-?connect|re-?seed|unavailable|cannot connect|connection "
     r"(reset|refused|closed)|timed out|still waiting|back(ing)? off|"
-    r"not answer|unreachable|re-?rout|promoted|stale", re.I)
-# Lines that match NOTICE_RE but say nothing about a fault.
-NOTICE_IGNORE_RE = re.compile(r"no --secret-file|^config: ")
+    r"not answer|unreachable|re-?rout|promoted|stale|refused", re.I)
+# Warnings and notices that say nothing about a fault.
+NOTICE_IGNORE_RE = re.compile(r"no --secret-file|config: ")
+# A server's log line naming its slot.
+REGISTERED_RE = re.compile(r"registered as server (\d+)")
 # A log line: "2026-11-22T17:29:49.123Z W scheduler members: ...".
 LOG_RE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+)Z (\S) (\S+) (.*)$")
 
@@ -84,6 +87,7 @@ class Member:
         self.killed = False       # the bench killed this incarnation
         self.steps = []           # (arrival, step) over all incarnations
         self.summary = None       # the last incarnation's summary, if any
+        self.exit_t = None        # when rc() first saw it exited
         self.lock = threading.Lock()
 
     def start(self):
@@ -94,7 +98,7 @@ class Member:
         out = subprocess.PIPE if self.progress else open(
             f"{d}/{self.name}.{self.inc}.out", "w")
         self.killed = self.stopped = False
-        self.summary = None
+        self.summary = self.exit_t = None
         self.proc = subprocess.Popen(self.argv, stdout=out, stderr=err,
                                      text=True, preexec_fn=_die_with_parent)
         err.close()
@@ -144,8 +148,12 @@ class Member:
                 pass
 
     def rc(self):
-        """The exit status of the running incarnation, None while it runs."""
-        return None if self.proc is None else self.proc.poll()
+        """The exit status of the running incarnation, None while it runs
+        (the first call that sees it exited stamps exit_t)."""
+        rc = None if self.proc is None else self.proc.poll()
+        if rc is not None and self.exit_t is None:
+            self.exit_t = time.time()
+        return rc
 
     def last_step(self):
         with self.lock:
@@ -155,6 +163,20 @@ class Member:
         """The (arrival, step) lines stamped after t."""
         with self.lock:
             return [s for s in self.steps if s[0] > t]
+
+    def indices(self):
+        """The server indices this member registered as, over all its
+        incarnations (a restarted server may get a new slot)."""
+        out = set()
+        for inc in range(self.inc + 1):
+            try:
+                with open(f"{self.job.dir}/{self.name}.{inc}.log",
+                          errors="replace") as f:
+                    out.update(int(x) for x in REGISTERED_RE.findall(
+                        f.read()))
+            except OSError:
+                pass
+        return out
 
     def tail(self, n=4):
         """The last n lines of the running incarnation's log."""
@@ -203,8 +225,10 @@ class Job:
         return m
 
     def start(self, deadline_s=30):
-        """Starts the scheduler, waits for its URL, starts the rest.
-        False when the scheduler did not come up within deadline_s."""
+        """Starts the scheduler, waits for its URL, starts the servers one
+        by one, each once the one before registered (so that server-M is
+        the scheduler's server M), then the trainers. False when the
+        scheduler did not come up within deadline_s."""
         sch = self.members["scheduler"]
         sch.start()
         end = time.time() + deadline_s
@@ -213,7 +237,12 @@ class Job:
             if time.time() > end or sch.rc() is not None:
                 return False
             time.sleep(0.02)
-        for m in self.servers + self.trainers:
+        for m in self.servers:
+            m.start()
+            while not m.indices() and m.rc() is None and time.time() < end:
+                time.sleep(0.02)
+        self.t_trainers = time.time()
+        for m in self.trainers:
             m.start()
         return True
 
@@ -268,7 +297,9 @@ def _first_notice_in(path, t0, t1):
             if t > t1:
                 return None
             msg = m.group(4)
-            if NOTICE_RE.search(msg) and not NOTICE_IGNORE_RE.search(msg):
+            if NOTICE_IGNORE_RE.search(msg):
+                continue
+            if m.group(2) in "WE" or NOTICE_RE.search(msg):
                 return (t, line.rstrip("\n"))
     return None
 
