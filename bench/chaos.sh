@@ -20,14 +20,18 @@
 # job's logs.
 #
 #   bench/chaos.sh [--minutes M] [--replicas R] [--steps N] [--seed S]
-#                  [--fault-free-acc A] [--recover-deadline-s S] [JSON]
+#                  [--fault-free-acc A] [--recover-deadline-s S]
+#                  [--kinds kill-scheduler,stop-server,...] [JSON]
+#
+# --kinds limits the faults to some of the six kinds (kill-scheduler,
+# kill-server, kill-trainer, stop-scheduler, stop-server, stop-trainer).
 #
 # Exit 0 when there was no hang and no job lost, every step was done and
 # the accuracy is within 1 point; 1 otherwise (the JSON is written either
 # way); 2 on a bad flag. FERRY_BUILD_DIR picks the build directory
 # (default build; built with scripts/setup.sh unless it already holds
-# ps-server and trainer); FERRY_DATA_DIR the data set (default
-# /usr/share/datasets/fashion-mnist).
+# ps-server and trainer or FERRY_SKIP_SETUP=1); FERRY_DATA_DIR the data
+# set (default /usr/share/datasets/fashion-mnist).
 #
 #   bench/chaos.sh --smoke [JSON]   # ctest -L bench-smoke: 15 s of faults
 #                                   # on a 1500-step job, then its
@@ -38,7 +42,7 @@ cd "$(dirname "$0")/.."
 smoke=0 MIN=10 REPL=1 JSON="" extra=()
 usage() {
 	echo "usage: bench/chaos.sh [--smoke] [--minutes M] [--replicas R] [--steps N] [--seed S]" \
-		"[--fault-free-acc A] [--recover-deadline-s S] [--verbose] [JSON]" >&2
+		"[--fault-free-acc A] [--recover-deadline-s S] [--kinds K,...] [--verbose] [JSON]" >&2
 	exit 2
 }
 num() { [[ "$2" =~ ^[0-9]+([.][0-9]+)?$ ]] || { echo "chaos.sh: $1 needs a number, not '$2'" >&2; exit 2; }; }
@@ -47,6 +51,7 @@ while (($#)); do
 	--smoke) smoke=1; shift ;;
 	--minutes) num "$1" "${2:-}"; MIN=$2; shift 2 ;;
 	--replicas) [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || usage; REPL=$2; shift 2 ;;
+	--kinds) [ -n "${2:-}" ] || usage; extra+=("$1" "$2"); shift 2 ;;
 	--steps | --seed | --fault-free-acc | --recover-deadline-s)
 		num "$1" "${2:-}"; extra+=("$1" "$2"); shift 2 ;;
 	--verbose) extra+=("$1"); shift ;;
@@ -58,7 +63,9 @@ done
 BUILD=${FERRY_BUILD_DIR:-build}
 PS="$BUILD/ps/ps-server" TR="$BUILD/trainer/trainer"
 built() { [ -x "$PS" ] && [ -x "$TR" ]; }
-built || ((smoke)) || FERRY_BUILD_DIR="$BUILD" scripts/setup.sh
+# A fresh clone builds (--smoke too: there is nothing else to run), unless
+# FERRY_SKIP_SETUP=1 (ctest's bench-smoke sets it, with its build tree).
+built || [ "${FERRY_SKIP_SETUP:-0}" = 1 ] || FERRY_BUILD_DIR="$BUILD" scripts/setup.sh
 built || { echo "chaos.sh: no ps-server/trainer in $BUILD" >&2; exit 1; }
 DATA=${FERRY_DATA_DIR:-/usr/share/datasets/fashion-mnist}
 ((!smoke)) || [ -d "$DATA" ] || { echo "chaos.sh: SKIP: no data set"; exit 77; }

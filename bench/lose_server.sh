@@ -20,8 +20,8 @@
 # Exit 0 when every run finished with the fault-free weights and no healthy
 # member declared dead; 1 otherwise; 2 on a bad flag. FERRY_BUILD_DIR
 # picks the build directory (default build; built with scripts/setup.sh
-# unless it already holds ps-server and trainer); FERRY_DATA_DIR the data
-# set (default /usr/share/datasets/fashion-mnist).
+# unless it already holds ps-server and trainer or FERRY_SKIP_SETUP=1);
+# FERRY_DATA_DIR the data set (default /usr/share/datasets/fashion-mnist).
 #
 #   bench/lose_server.sh --smoke    # ctest -L bench-smoke: 1 kill run
 #                                   # of a 300-step job, JSON in the run
@@ -49,7 +49,9 @@ done
 BUILD=${FERRY_BUILD_DIR:-build}
 PS="$BUILD/ps/ps-server" TR="$BUILD/trainer/trainer"
 built() { [ -x "$PS" ] && [ -x "$TR" ]; }
-built || ((smoke)) || FERRY_BUILD_DIR="$BUILD" scripts/setup.sh
+# A fresh clone builds (--smoke too: there is nothing else to run), unless
+# FERRY_SKIP_SETUP=1 (ctest's bench-smoke sets it, with its build tree).
+built || [ "${FERRY_SKIP_SETUP:-0}" = 1 ] || FERRY_BUILD_DIR="$BUILD" scripts/setup.sh
 built || { echo "lose_server.sh: no ps-server/trainer in $BUILD" >&2; exit 1; }
 DATA=${FERRY_DATA_DIR:-/usr/share/datasets/fashion-mnist}
 ((!smoke)) || [ -d "$DATA" ] || { echo "lose_server.sh: SKIP: no data set"; exit 77; }
