@@ -65,7 +65,7 @@ import job as jobmod  # noqa: E402
 
 TRAINERS, SERVERS = 3, 2
 RANK0_INTERVAL = 20
-GAP_S = (0.5, 3.0)        # pause before a fault
+GAP_S = (0.5, 2.0)        # pause before a fault
 STOP_S = (1.0, 4.0)       # SIGSTOP length (--dead-after-ms is 5 s)
 RESTART_S = 1.0           # kill -> restart
 END_MARGIN = 60           # no fault this close to the last step

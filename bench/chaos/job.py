@@ -179,12 +179,21 @@ class Member:
         return out
 
     def tail(self, n=4):
-        """The last n lines of the running incarnation's log."""
+        """The last n warnings and errors of the running incarnation's log
+        (its last n lines when it has none)."""
         try:
-            with open(f"{self.job.dir}/{self.name}.{self.inc}.log") as f:
-                return [ln.rstrip("\n") for ln in f.readlines()[-n:]]
+            with open(f"{self.job.dir}/{self.name}.{self.inc}.log",
+                      errors="replace") as f:
+                lines = [ln.rstrip("\n") for ln in f]
         except OSError:
             return []
+        bad = []
+        for ln in lines:
+            m = LOG_RE.match(ln)
+            if m and m.group(2) in "WE" and \
+                    not NOTICE_IGNORE_RE.search(m.group(4)):
+                bad.append(ln)
+        return (bad or lines)[-n:]
 
 
 class Job:
