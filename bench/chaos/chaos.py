@@ -37,7 +37,7 @@ trainer that is not back within --recover-deadline-s is a hang.
 The job is lost when a member exits by itself (a trainer with a non-zero
 status, a server or the scheduler at all) or hangs; it is killed, the
 loss logged, and a new job (fresh state, sized for the time left) takes
-its place while at least 30 s are left. A job that finishes early is
+its place while at least 15 s are left. A job that finishes early is
 followed by another the same way. Faults stop at --minutes (or when the
 job is within a few steps of its end); the job then finishes alone (a
 deadline counts a hang). acc is rank 0's final test_acc of the first job
@@ -393,7 +393,7 @@ def run(c, a):
     idx = 0
     while True:
         left = fault_end - time.time()
-        if idx > 0 and left < 30:
+        if idx > 0 and left < 15:
             break
         idx += 1
         steps = a.steps if a.steps > 0 and idx == 1 else max(
