@@ -13,8 +13,9 @@
 # run's logs.
 #
 #   bench/lose_server.sh [--runs N] [--signal kill|stop] [--replicas R]
-#                        [--stop-s S] [--epochs E] [--max-steps N] [--shard-bytes B]
-#                        [--deadline-s S] [--seed S] [--json FILE]
+#                        [--stop-s S] [--epochs E] [--max-steps N]
+#                        [--shard-bytes B] [--deadline-s S] [--seed S]
+#                        [--json FILE]
 #
 # Defaults: 20 runs, kill, 1 replica, 10 s stops, a 240 s deadline per run.
 # Exit 0 when every run finished with the fault-free weights and no healthy

@@ -255,8 +255,9 @@ class Chaos:
                     break
             if back is not None:
                 rec["recover_ms"] = round((max(back) - t_f) * 1e3, 1)
+                now = [m.last_step() for m in j.trainers]
                 self.log(f"fault {n}: recovered +{rec['recover_ms']:.0f} "
-                         f"ms (steps now {[m.last_step() for m in j.trainers]})")
+                         f"ms (steps now {now})")
                 return None
             if time.time() > end:
                 late = [m.name for m in j.trainers

@@ -51,7 +51,8 @@ NOTICE_IGNORE_RE = re.compile(r"no --secret-file|config: ")
 # A server's log line naming its slot.
 REGISTERED_RE = re.compile(r"registered as server (\d+)")
 # A log line: "2026-11-22T17:29:49.123Z W scheduler members: ...".
-LOG_RE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+)Z (\S) (\S+) (.*)$")
+LOG_RE = re.compile(
+    r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+)Z (\S) (\S+) (.*)$")
 
 
 def log_time(ts):

@@ -13,16 +13,17 @@ of its lines). A fault-free run first gives the reference weights (each
 trainer's --weights-out) and the job's step count. Each run then kills -9
 one server (at random) at a random moment of the job (once a step drawn
 from the middle 90% of its steps is printed) and restarts it 1 s later
-with the same flags (--signal kill), or SIGSTOPs it for --stop-s (default 10 s, past --dead-after-ms)
-and continues it (--signal stop). Per run it prints and records: whether
-the job finished (every trainer exit 0 within --deadline-s; else the
-job is killed and the run counts as not finished), whether each
-trainer's final weights equal the fault-free run's byte for byte, the
-detection time (fault -> the first line of another member's log that
-notices it, job.NOTICE_RE) and the recovery time (fault -> every trainer
-has printed a step past M + 1, M the highest step printed at the fault),
-and the healthy members the scheduler declared dead (any "member X N
-dead" line but the lost server's, or a trainer's after it had exited).
+with the same flags (--signal kill), or SIGSTOPs it for --stop-s
+(default 10 s, past --dead-after-ms) and continues it (--signal stop).
+Per run it prints and records: whether the job finished (every trainer
+exit 0 within --deadline-s; else the job is killed and the run counts as
+not finished), whether each trainer's final weights equal the fault-free
+run's byte for byte, the detection time (fault -> the first warning,
+error or fault-naming notice in another member's log, job.first_notice)
+and the recovery time (fault -> every trainer has printed a step past
+M + 1, M the highest step printed at the fault), and the healthy members
+the scheduler declared dead (any "member X N dead" line but the lost
+server's, or a trainer's after it had exited).
 
 Exit 0 when every run finished with equal weights and no healthy member
 declared dead; 1 otherwise.
