@@ -24,15 +24,19 @@ not a death; bench/lose_server.sh --signal stop covers the long stop).
 Then the harness waits for recovery before the next pause.
 
 Detection (detect_ms): from the fault to the first line of any other
-member's log that notices it (job.NOTICE_RE: the scheduler's dead or
+member's log that notices it (job.first_notice: a warning or an error,
+or a notice naming a fault, job.NOTICE_RE: the scheduler's dead or
 suspect verdicts and lost shards, libferry's retries, re-fetches,
-re-sends, back-offs and deadline warnings, a server's failed transfer),
-before recovery. A fault nobody logs (a short stop, a scheduler kill that
-training does not need) is "undetected" and left out of the median.
-Recovery (recover_ms): from the fault to the moment every trainer has
-printed a progress line for a step past M + 1, M being the highest step
-any trainer had printed at the fault (one step may be in flight). A
-trainer that is not back within --recover-deadline-s is a hang.
+re-sends and back-offs, a re-seed, a promotion), before recovery. A fault
+nobody logs (a short stop, a scheduler kill that training does not
+need) is "undetected" and left out of the median. Recovery
+(recover_ms): from the fault to the moment every trainer has printed a
+progress line for a step past M + 1, M being the highest step any
+trainer had printed at the fault (one step may be in flight). A trainer
+that is not back within --recover-deadline-s is a hang. A healthy member
+declared dead: a "member ROLE N dead" verdict of the scheduler between a
+fault and its recovery that names a member other than the failed one,
+still running (counted, not a failure: the issue's "no cascade").
 
 The job is lost when a member exits by itself (a trainer with a non-zero
 status, a server or the scheduler at all) or hangs; it is killed, the
@@ -228,6 +232,10 @@ class Chaos:
         else:
             rec["detect_ms"] = None
             self.log(f"fault {n}: no member logged it")
+        dead = j.healthy_dead(t_f, t1, m)
+        if dead:
+            rec["healthy_declared_dead"] = dead
+            self.log(f"fault {n}: a healthy member declared dead: {dead}")
         if why is not None:
             rec["outcome"] = "hang" if why.startswith("hang") else "lost"
             rec["why"] = why[:600]
@@ -445,6 +453,8 @@ def report(c, a, chaos_s, ref, acc, acc_ff):
         "recover_ms_max": max(rec) if rec else None,
         "detect_ms_max": max(det) if det else None,
         "undetected": len(f) - len(det),
+        "healthy_declared_dead": sum(len(x.get("healthy_declared_dead", []))
+                                     for x in f),
         "minutes": a.minutes, "chaos_s": round(chaos_s, 1),
         "replicas": a.replicas, "seed": a.seed,
         "kinds": [f"{s}-{r}" for s, r in a.kinds],
@@ -477,6 +487,8 @@ def report(c, a, chaos_s, ref, acc, acc_ff):
           f"{out['detect_ms_max']} ms ({out['undetected']} undetected); "
           f"recover median {out['recover_ms_median']} ms, max "
           f"{out['recover_ms_max']} ms")
+    print(f"chaos: healthy members declared dead: "
+          f"{out['healthy_declared_dead']}")
     print(f"chaos: acc {acc} vs fault-free {acc_ff}; "
           f"{'PASS' if ok else 'FAIL'}; fault log {a.run}/faults.log")
     for jb in c.jobs:

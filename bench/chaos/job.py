@@ -48,6 +48,8 @@ NOTICE_RE = re.compile(
     r"not answer|unreachable|re-?rout|promoted|stale|refused", re.I)
 # Warnings and notices that say nothing about a fault.
 NOTICE_IGNORE_RE = re.compile(r"no --secret-file|config: ")
+# The scheduler's verdict on a member.
+DEAD_RE = re.compile(r"member (server|trainer) (\d+) dead")
 # A server's log line naming its slot.
 REGISTERED_RE = re.compile(r"registered as server (\d+)")
 # A log line: "2026-11-22T17:29:49.123Z W scheduler members: ...".
@@ -260,6 +262,41 @@ class Job:
         """The highest step any trainer has printed (-1: none yet)."""
         s = [m.last_step() for m in self.trainers]
         return max([x for x in s if x is not None], default=-1)
+
+    def healthy_dead(self, t0, t1, victim):
+        """The scheduler's "member ROLE N dead" lines stamped in [t0, t1]
+        that name a member other than victim (a Member, or None) which
+        was still running: a trainer whose process had exited is dead
+        indeed. victim stands for every server slot it registered as."""
+        mine = set()
+        if victim in self.servers:
+            mine = {f"server {x}" for x in victim.indices()}
+        elif victim in self.trainers:
+            mine = {f"trainer {self.trainers.index(victim)}"}
+        out = []
+        sch = self.members["scheduler"]
+        for inc in range(sch.inc + 1):
+            try:
+                f = open(f"{self.dir}/scheduler.{inc}.log", errors="replace")
+            except OSError:
+                continue
+            with f:
+                for line in f:
+                    m = DEAD_RE.search(line)
+                    lt = LOG_RE.match(line)
+                    if m is None or lt is None:
+                        continue
+                    t = log_time(lt.group(1))
+                    who = f"{m.group(1)} {m.group(2)}"
+                    if t < t0 - 0.001 or t > t1 or who in mine:
+                        continue
+                    if m.group(1) == "trainer" and \
+                            int(m.group(2)) < len(self.trainers):
+                        tm = self.trainers[int(m.group(2))]
+                        if tm.exit_t is not None and t > tm.exit_t:
+                            continue
+                    out.append(line.rstrip("\n")[:240])
+        return out
 
     def first_notice(self, t0, t1, skip):
         """The first log line stamped in [t0, t1] (epoch seconds) of any

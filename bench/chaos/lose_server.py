@@ -33,16 +33,12 @@ import filecmp
 import json
 import os
 import random
-import re
 import signal
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import job as jobmod  # noqa: E402
-
-DEAD_RE = re.compile(r"member (\w+) (\d+) dead")
-
 
 class Bench:
     def __init__(self, a):
@@ -150,24 +146,8 @@ class Bench:
             w, wr = f"{j.dir}/w{k}.bin", f"{ref_dir}/w{k}.bin"
             eq.append(os.path.exists(w) and filecmp.cmp(w, wr, shallow=False))
         r["weights_equal"] = all(eq) if r["finished"] else None
-        dead = []
-        mine = {f"server {x}" for x in victim.indices()}
         r["server_index"] = sorted(victim.indices())
-        sch = j.members["scheduler"]
-        for inc in range(sch.inc + 1):
-            with open(f"{j.dir}/scheduler.{inc}.log", errors="replace") as f:
-                for line in f:
-                    m = DEAD_RE.search(line)
-                    if m is None or f"{m.group(1)} {m.group(2)}" in mine:
-                        continue
-                    if m.group(1) == "trainer":
-                        # A trainer that had exited is dead indeed.
-                        tm = j.trainers[int(m.group(2))]
-                        lt = jobmod.LOG_RE.match(line)
-                        if tm.exit_t is not None and lt and \
-                                jobmod.log_time(lt.group(1)) > tm.exit_t:
-                            continue
-                    dead.append(line.rstrip("\n")[:200])
+        dead = j.healthy_dead(0, time.time(), victim)
         r["healthy_declared_dead"] = dead
 
 
