@@ -31,7 +31,7 @@ re-sends and back-offs, a re-seed, a promotion), before recovery. A fault
 nobody logs (a short stop, a scheduler kill that training does not
 need) is "undetected" and left out of the median. Recovery
 (recover_ms): from the fault to the moment every trainer has printed a
-progress line for a step past M + 1, M being the highest step any
+progress line for a step past S + 1, S being the highest step any
 trainer had printed at the fault (one step may be in flight). A trainer
 that is not back within --recover-deadline-s is a hang. A healthy member
 declared dead: a "member ROLE N dead" verdict of the scheduler between a

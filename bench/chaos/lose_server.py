@@ -21,7 +21,7 @@ not finished), whether each trainer's final weights equal the fault-free
 run's byte for byte, the detection time (fault -> the first warning,
 error or fault-naming notice in another member's log, job.first_notice)
 and the recovery time (fault -> every trainer has printed a step past
-M + 1, M the highest step printed at the fault), and the healthy members
+S + 1, S the highest step printed at the fault), and the healthy members
 the scheduler declared dead (any "member X N dead" line but the lost
 server's, or a trainer's after it had exited).
 
