@@ -23,8 +23,10 @@ struct rep_trainer {
 	struct pt_rank  base;
 	struct cluster *cl;      // rank 0: the cluster, for the fault
 	int             kill_at; // rank 0: close server 1 before this step
-	int corrupt_at; // rank 0: corrupt the other servers' backups then
-	int corrupted;  // backup shards corrupted
+	int             restart; // rank 0: then open a new one on its URL
+	int      corrupt_at; // rank 0: corrupt the other servers' backups then
+	int      corrupted;  // backup shards corrupted
+	unsigned backups1;   // rank 0: backups server 1 held at the end
 };
 
 // rep_fault is rank 0's before_step: the fault its rep_trainer names.
@@ -36,8 +38,20 @@ rep_fault(struct pt_rank *base, int k)
 	if (k == a->kill_at) {
 		// Server 1 dies: no Leave, its heartbeats stop, its socket
 		// closes with whatever was parked on it.
+		char url[64];
+		snprintf(url, sizeof(url), "%s", ps_server_url(a->cl->srv[1]));
 		ps_server_close(a->cl->srv[1]);
 		a->cl->srv[1] = NULL;
+		if (a->restart) {
+			// A new, empty server on the same URL: it takes the
+			// dead one's slot back.
+			struct ps_server_opts o = PS_SERVER_OPTS_INIT;
+			o.url                   = url;
+			o.scheduler_url = ps_scheduler_url(a->cl->sched);
+			o.max_msg       = 1u << 20;
+			o.heartbeat_ms  = 100;
+			PT_OK(ps_server_open(&o, &a->cl->srv[1]));
+		}
 	}
 	if (k == a->corrupt_at) {
 		for (int m = 0; m < a->cl->n_srv; m++) {
@@ -49,13 +63,25 @@ rep_fault(struct pt_rank *base, int k)
 	}
 }
 
-// rep_run_corrupt trains 2 ranks for `steps` on `servers` servers with
-// `replicas` copies; kill_at > 0 closes server 1 before that step, and
-// corrupt_at > 0 corrupts the backups on the other servers before that
-// step.
+// server_backups returns the backups server srv holds (its stats page).
+static unsigned
+server_backups(struct ps_server *srv)
+{
+	char text[2048];
+	ps_server_stats(srv, text, sizeof(text));
+	const char *q = strstr(text, "\r\nbackups:");
+	ck_assert_ptr_nonnull(q);
+	return (unsigned) strtoul(q + 10, NULL, 10);
+}
+
+// rep_run_full trains 2 ranks for `steps` on `servers` servers with
+// `replicas` copies; kill_at > 0 closes server 1 before that step (and
+// with restart opens a new, empty one on its URL), and corrupt_at > 0
+// corrupts the backups on the other servers before that step. a[0]
+// records the backups server 1 holds at the end.
 static void
-rep_run_corrupt(struct rep_trainer a[2], int servers, uint32_t replicas,
-    const char *codec, int steps, int kill_at, int corrupt_at)
+rep_run_full(struct rep_trainer a[2], int servers, uint32_t replicas,
+    const char *codec, int steps, int kill_at, int corrupt_at, int restart)
 {
 	struct cluster cl;
 	struct pt_rank ranks[2];
@@ -72,6 +98,7 @@ rep_run_corrupt(struct rep_trainer a[2], int servers, uint32_t replicas,
 		a[0].cl              = &cl;
 		a[0].kill_at         = kill_at > 0 ? kill_at : -1;
 		a[0].corrupt_at      = corrupt_at > 0 ? corrupt_at : -1;
+		a[0].restart         = restart;
 		ranks[0].before_step = rep_fault;
 		ranks[0].ctx         = &a[0];
 	}
@@ -80,10 +107,21 @@ rep_run_corrupt(struct rep_trainer a[2], int servers, uint32_t replicas,
 	    "R=%u, %s: rank 0: %s: %s; rank 1: %s: %s", replicas, codec,
 	    ferry_strerror(ranks[0].rv), ranks[0].err,
 	    ferry_strerror(ranks[1].rv), ranks[1].err);
+	unsigned backups1 = cl.srv[1] != NULL ? server_backups(cl.srv[1]) : 0;
 	for (int r = 0; r < 2; r++) {
 		a[r].base = ranks[r];
 	}
+	a[0].backups1 = backups1;
 	cluster_stop(&cl);
+}
+
+// rep_run_corrupt is rep_run_full without a restart.
+static void
+rep_run_corrupt(struct rep_trainer a[2], int servers, uint32_t replicas,
+    const char *codec, int steps, int kill_at, int corrupt_at)
+{
+	rep_run_full(a, servers, replicas, codec, steps, kill_at, corrupt_at,
+	    0);
 }
 
 // rep_run is rep_run_corrupt without corruption.
@@ -190,6 +228,22 @@ START_TEST(test_replicas_diverged_backup_resynced)
 }
 END_TEST
 
+// Server 1 of a 2-server R=2 job is killed mid-training and a new, empty
+// server starts on its URL (it takes its slot back): the survivor is
+// promoted for every shard and the new server becomes their backup again,
+// rebuilt from the primary, so the job keeps 2 copies; the weights equal
+// a fault-free run's. Before, the survivor kept waiting for the restarted
+// server to acknowledge updates it refused, and the job hung.
+START_TEST(test_replicas_server_restarted_on_its_url)
+{
+	struct rep_trainer still[2], back[2];
+	rep_run(still, 2, 1, "none", 16, 0);
+	rep_run_full(back, 2, 2, "none", 16, 6, 0, 1);
+	rep_same(still, back);
+	ck_assert_uint_gt(back[0].backups1, 0);
+}
+END_TEST
+
 // A job that applies pushes asynchronously (async, SSP with K > 0) is
 // refused at its declaration when the scheduler keeps replicas: backups
 // follow sync rounds only, so a promoted one would hold stale weights.
@@ -239,6 +293,7 @@ suite_replicas(void)
 	tcase_add_test(tc, test_replicas_servers_hold_backups);
 	tcase_add_test(tc, test_replicas_server_death_same_weights);
 	tcase_add_test(tc, test_replicas_diverged_backup_resynced);
+	tcase_add_test(tc, test_replicas_server_restarted_on_its_url);
 	tcase_add_test(tc, test_replicas_refuse_async_job);
 	suite_add_tcase(s, tc);
 	return s;

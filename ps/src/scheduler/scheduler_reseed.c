@@ -10,7 +10,11 @@
 // usable servers (not left, dead or suspect) holding the fewest bytes (ties:
 // the lowest index), one shard at a time, so that several shards spread; a
 // server that came back empty takes its own shards again (its slot, its URL),
-// at once, without waiting for --dead-after-ms. A dead server that registered
+// at once, without waiting for --dead-after-ms; it is taken out of every
+// backup list (it holds none now), and the same map's backups_repair
+// (ps__sched_republish) fills the lists up again with the live servers,
+// itself included, as after a death: its primaries rebuild those copies
+// with a resync (ps/src/server/replicate.c). A dead server that registered
 // with a --snapshot-dir in a job without replicas is left alone: its restart
 // rolls the job back to a snapshot (scheduler_snapshot.c), which keeps
 // the optimizer state that a re-seed would lose. seed_gen lives in the
@@ -160,6 +164,13 @@ ps__sched_reseed(struct ps_scheduler *s, uint32_t m, int self)
 		if (to[k]) {
 			fb_ranges_add(&r, k);
 		}
+	}
+	if (n_promoted > 0) {
+		// Promoted here, not by the republish (whose log counts only
+		// its own promotions).
+		FB_LOG(FB_LOG_NOTICE, "members",
+		    "server %u: %zu shard(s) promoted to their backups", m,
+		    n_promoted);
 	}
 	if (n_seeded > 0) {
 		FB_LOG(FB_LOG_NOTICE, "members",

@@ -135,6 +135,13 @@ ps__map_install(struct ps_server *s, Pswire__Placement *pl)
 			continue;
 		}
 		if (si->server != s->index) {
+			if (s->late && placed_backup(si, s->index)) {
+				// A backup of a running job (a server
+				// restarted empty into its slot is named again
+				// at once): its primary's resync brings the
+				// copy.
+				s->local[i] = PS_SHARD_ARRIVING;
+			}
 			continue;
 		}
 		if (s->late) {

@@ -518,6 +518,7 @@ ps__map_apply(struct ps_server *s, Pswire__Placement *pl,
 	}
 	pthread_mutex_lock(&s->mu);
 	map_mark(s, pl);
+	ps__repl_map(s);          // forwards to dropped backups end
 	ps__seed_map(s, old, pl); // lost shards placed here: re-seeded
 	// Pushes still decoding into a leaving shard finish first.
 	while (leaving_busy(s)) {

@@ -37,6 +37,12 @@
 // a backup Transfer (transfer.c replaces the copy held there), asked again
 // every PS_FWD_RETRY_MS for as long as the map still names the backup.
 // The version-0 weights (the init offer) are forwarded the same way.
+//
+// A map that takes a backup out of a shard's copies (it died, or came back
+// empty) ends the forwards to it at once (ps__repl_map closes their
+// contexts: nothing in flight waits for a timeout, and a send started
+// after the close fails at once), so no version waits for a server that
+// no longer holds the shard.
 #include <stdio.h>
 #include <string.h>
 
@@ -71,6 +77,7 @@ struct ps_fwd {
 	uint8_t           method;   // REPLICATE, or TRANSFER for a resync
 	int               stage;    // an enum ps_fwd_stage
 	int               stale;    // a later version came while this one flew
+	int               cut;      // ctx closed: a map dropped the backup
 	uint32_t          refusals; // resyncs refused (logged 1 in 16)
 };
 
@@ -222,6 +229,20 @@ fwd_done(struct ps_fwd *f, int acked)
 	pthread_mutex_unlock(&s->mu);
 }
 
+// fwd_ctx_ready reopens f's context after ps__repl_map closed it (a later
+// map names the backup again). 0, or -1 when it cannot. mu held.
+static int
+fwd_ctx_ready(struct ps_server *s, struct ps_fwd *f)
+{
+	if (f->cut) {
+		if (nng_ctx_open(&f->ctx, s->repl->sock[f->to]) != 0) {
+			return -1;
+		}
+		f->cut = 0;
+	}
+	return 0;
+}
+
 // fwd_resync sends f's backup the shard's whole state (a backup Transfer,
 // as a new backup's rebuild): after a forward the backup did not
 // acknowledge (no answer, behind, diverged), a resend of the aggregate
@@ -236,7 +257,10 @@ fwd_resync(struct ps_fwd *f)
 	int               rv;
 	pthread_mutex_lock(&s->mu);
 	int go = !atomic_load(&s->closing) && still_backup(s, f);
-	rv     = go ? ps__transfer_encode(s, &s->shards[f->id], 1, &m) : 0;
+	rv     = !go ? 0
+	        : fwd_ctx_ready(s, f) != 0
+	        ? FB_ENOMEM
+	        : ps__transfer_encode(s, &s->shards[f->id], 1, &m);
 	pthread_mutex_unlock(&s->mu);
 	if (!go) {
 		fwd_done(f, 0);
@@ -404,9 +428,16 @@ fwd_get(struct ps_server *s, uint32_t id, int k, uint32_t to)
 			return f;
 		}
 		// The k-th backup changed: a new context on its socket.
-		nng_ctx_close(f->ctx);
+		if (!f->cut) {
+			nng_ctx_close(f->ctx);
+		}
+		f->cut = 0;
 		nng_aio_free(f->aio);
 		f->aio = NULL;
+	}
+	if (f->aio != NULL && f->stage == PS_FWD_IDLE &&
+	    fwd_ctx_ready(s, f) != 0) {
+		return NULL;
 	}
 	if (f->aio == NULL) {
 		if (nng_aio_alloc(&f->aio, fwd_cb, f) != 0) {
@@ -417,11 +448,52 @@ fwd_get(struct ps_server *s, uint32_t id, int k, uint32_t to)
 			f->aio = NULL;
 			return NULL;
 		}
+		f->cut = 0;
 	}
 	f->s  = s;
 	f->id = id;
 	f->to = to;
 	return f;
+}
+
+// placed_copy reports whether map shard si places server m, as its
+// primary or a backup.
+static int
+placed_copy(const Pswire__ShardInfo *si, uint32_t m)
+{
+	for (size_t k = 0; k < si->n_backups; k++) {
+		if (si->backups[k] == m) {
+			return 1;
+		}
+	}
+	return si->server == m;
+}
+
+void
+ps__repl_map(struct ps_server *s)
+{
+	struct ps_repl *r = s->repl;
+	for (size_t i = 0; r != NULL && i < s->n_global; i++) {
+		const Pswire__ShardInfo *si = s->pl->shards[i];
+		for (int k = 0; r->fwd[i] != NULL && k < PS_MAX_BACKUPS; k++) {
+			struct ps_fwd *f = &r->fwd[i][k];
+			if (f->aio == NULL || f->cut ||
+			    f->stage == PS_FWD_IDLE ||
+			    placed_copy(si, f->to)) {
+				continue;
+			}
+			// Whatever it waits on fails now, and so does any
+			// send it starts next: it sleeps once, finds the
+			// backup gone (fwd_resync) and ends. The context is
+			// opened again only if a later map names the backup.
+			nng_ctx_close(f->ctx);
+			f->cut = 1;
+			FB_LOG(FB_LOG_INFO, "replica",
+			    "shard %zu: server %u is no longer a backup (epoch "
+			    "%llu): its forward ends",
+			    i, f->to, (unsigned long long) s->pl->epoch);
+		}
+	}
 }
 
 // shard_crc returns the CRC-32 of sh's weights at its version, computed

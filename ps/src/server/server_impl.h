@@ -540,6 +540,11 @@ void ps__repl_close(struct ps_server *s);
 int ps__shard_backups(const struct ps_server *s, uint32_t id,
     const uint32_t **list);
 
+// ps__repl_map ends at once every forward to a server that map s->pl,
+// just installed, no longer places shard's copy on (a backup it dropped):
+// versions then stop waiting for it. mu held.
+void ps__repl_map(struct ps_server *s);
+
 // ps__repl_forward sends shard sh's version to each of its backups. With
 // init: the version-0 weights src (sh->len floats). Otherwise src is the
 // aggregate (`samples` samples) of the update that makes version
