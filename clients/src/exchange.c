@@ -570,9 +570,9 @@ reap(ferry_client *c, struct xfer *x)
 			poll = now + REROUTE_POLL_MS;
 			if (!x->rerouted && map_newer(c)) {
 				// Sent or cancelled, each is sent again after
-				// the re-fetch (a server counts a re-sent push
-				// once).
-				x->rerouted = x->refetch = 1;
+				// the re-fetch, marked as a re-send: a server
+				// that took it already counts it once.
+				x->rerouted = x->refetch = x->requeued = 1;
 				for (size_t m = 0; m < c->n_conns; m++) {
 					for (size_t k = 0;
 					     k < FERRY_PIPE_SLOTS; k++) {
