@@ -286,10 +286,10 @@ START_TEST(test_live_dead_trainer_leaves_the_map)
 }
 END_TEST
 
-// A server that heartbeats and stops is declared dead, but its shards
-// are not re-placed (they are lost: re-creating them would hand trainers
-// zeros), so no new map is published; when it heartbeats again it is
-// back.
+// A server that heartbeats and stops is declared dead; holding no shard
+// (the job's one shard is on server 0), it changes nothing in the map, so
+// no new map is published; when it heartbeats again it is back.
+// (test_reseed.c: a dead server's shards are re-seeded in a new map.)
 START_TEST(test_live_dead_server_keeps_the_map)
 {
 	struct ps_scheduler_opts o = PS_SCHEDULER_OPTS_INIT;

@@ -9,13 +9,14 @@
 // them, are never declared dead. A dead trainer is treated as a Leave: the
 // next map lists it as gone, so sync rounds stop waiting for it, and a
 // round it already pushed to keeps its push (the servers' gone_trainers
-// handling). A dead server is NOT taken out of the map: without replicas
-// or snapshots its shards are lost, and re-placing them would hand the
-// trainers freshly created (zero) shards while the job carries on as if
-// nothing happened. The scheduler logs which shards are lost and leaves
-// the map as it is, so clients keep failing on those shards (UNAVAILABLE,
-// then their deadline) instead of training on wrong weights; a server
-// that was only stalled (SIGSTOP) and heartbeats again is simply back.
+// handling). A dead server's shards get a home again in a new map: each
+// is promoted to a live backup (--replicas), or the job rolls back to
+// snapshots when the server restarts from them (--snapshot-dir), or it is
+// re-seeded from the trainers' copies onto a live server
+// (scheduler_reseed.c): the trainers wait for that map instead of
+// failing, and never train on freshly created (zero) shards. A server
+// that was only stalled (SIGSTOP) and heartbeats again is back, holding
+// what the map in force gives it.
 // A member declared dead that registers again rejoins as after a Leave.
 //
 // SUSPECT. A member whose heartbeat connection closed, or that missed 2
@@ -224,7 +225,8 @@ ps__sched_on_heartbeat(struct ps_scheduler *s, struct ps_call *c)
 			s->server_dead[l->id] = 0;
 			FB_LOG(FB_LOG_NOTICE, "members",
 			    "server %u heartbeats again after it was declared "
-			    "dead; its shards were never re-placed",
+			    "dead: it is back, holding what the map in force "
+			    "gives it",
 			    l->id);
 		}
 	}
