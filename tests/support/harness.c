@@ -223,7 +223,12 @@ pt_rpc(const struct pt_peer *as, const char *url, uint8_t method,
 		memcpy(p, payload, len);
 	}
 	PT_OK(psw_msg_finish(m, method, 0, &h->base, hl, len));
-	PT_OK(psw_auth_sign(a, m, 1, 0, NULL));
+	psw_auth_set_run(a, as->run);
+	if (as->to.role != PSW_ROLE_NONE) {
+		PT_OK(psw_auth_sign_to(a, m, 1, as->to, 0, NULL));
+	} else {
+		PT_OK(psw_auth_sign(a, m, 1, 0, NULL));
+	}
 	ck_assert_int_eq(nng_sendmsg(s, m, 0), 0);
 	if (nng_recvmsg(s, &m, 0) == 0) {
 		// A refusal's reply may not be signed in a way the sender can

@@ -417,6 +417,14 @@ fwd_get(struct ps_server *s, uint32_t id, int k, uint32_t to)
 			f->aio = NULL;
 			return NULL;
 		}
+		// Its forwards are signed for server `to` alone (auth.c).
+		if (psw_auth_set_peer(s->auth, f->ctx, PSW_ROLE_SERVER,
+		        (uint32_t) to) != FB_OK) {
+			nng_ctx_close(f->ctx);
+			nng_aio_free(f->aio);
+			f->aio = NULL;
+			return NULL;
+		}
 	}
 	f->s  = s;
 	f->id = id;
