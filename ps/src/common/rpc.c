@@ -661,7 +661,7 @@ ps__rpc_open(struct psw_tls *tls, const char *url, int ncontexts,
 
 int
 ps__open_auth(const char *secret_file, int role, uint32_t id,
-    struct psw_auth **out)
+    uint32_t window_ms, struct psw_auth **out)
 {
 	char why[256];
 	int  rv;
@@ -673,6 +673,8 @@ ps__open_auth(const char *secret_file, int role, uint32_t id,
 	if ((rv = psw_auth_open(secret_file, role, id, out, why,
 	         sizeof(why))) != FB_OK) {
 		FB_LOG(FB_LOG_ERR, "rpc", "%s", why);
+	} else {
+		psw_auth_set_window(*out, window_ms);
 	}
 	return rv;
 }

@@ -93,10 +93,11 @@ int ps__rpc_open(struct psw_tls *tls, const char *url, int ncontexts,
     struct obs_registry *reg, struct ps_rpc **out);
 
 // ps__open_auth opens the signing state of a role from secret_file
-// (NULL: *out = NULL, authentication off), logging why it cannot.
+// (NULL: *out = NULL, authentication off) with the freshness window
+// window_ms (psw_auth_set_window; 0: no bound), logging why it cannot.
 // Errors: FB_EINVAL, FB_ENOMEM.
 int ps__open_auth(const char *secret_file, int role, uint32_t id,
-    struct psw_auth **out);
+    uint32_t window_ms, struct psw_auth **out);
 
 // ps__open_tls opens the mutual TLS state from the three PEM files (all
 // NULL or empty: *out = NULL, plain tcp), logging why it cannot.

@@ -121,7 +121,7 @@ ps_scheduler_open(const struct ps_scheduler_opts *o, struct ps_scheduler **out)
 		return FB_ENOMEM;
 	}
 	if ((rv = ps__open_auth(o->secret_file, PSW_ROLE_SCHEDULER, 0,
-	         &s->auth)) != FB_OK ||
+	         o->auth_window_ms, &s->auth)) != FB_OK ||
 	    (rv = ps__open_tls(o->tls_cert, o->tls_key, o->tls_ca, &s->tls)) !=
 	        FB_OK ||
 	    (rv = ps__sched_state_open(s)) != FB_OK ||

@@ -396,7 +396,7 @@ ps_job_snapshot(const char            *scheduler_url,
 	o.to.role    = PSW_ROLE_SCHEDULER;
 	o.version    = version;
 	o.timeout_ms = timeout_ms;
-	if ((rv = ps__open_auth(auth->secret_file, PSW_ROLE_OPERATOR, 0,
+	if ((rv = ps__open_auth(auth->secret_file, PSW_ROLE_OPERATOR, 0, 0,
 	         &o.auth)) != FB_OK) {
 		snprintf(err, n, "cannot read the job's key %s",
 		    auth->secret_file);
