@@ -39,8 +39,10 @@
 // - The job run: a 64-bit id the scheduler draws when a job starts (kept
 //   in its --state-dir across restarts). A member learns it from the
 //   first scheduler reply it accepts (replies carry the signer's run) and
-//   signs with it from then on; a request with run 0 (nothing learned
-//   yet: a first Register, an operator) is taken by the scheduler only.
+//   signs with it from then on. The one request taken without a run is a
+//   Stats to the scheduler: it changes nothing, and psw_call sends one
+//   first when it does not know the run yet, so even a member's first
+//   Register carries the run, and none recorded in an earlier job passes.
 // - Its time: counters come from one per-process atomic that is the wall
 //   clock in nanoseconds, or one above the last counter when the clock
 //   has not moved (or went back), so counters are unique and a member
@@ -421,6 +423,17 @@ receiver(struct psw_auth *a, uint64_t channel, int method, int self_role)
 	return to;
 }
 
+struct psw_ident
+psw_auth_receiver(struct psw_auth *a, nng_ctx ctx, int method)
+{
+	struct psw_ident none = { PSW_ROLE_NONE, 0 };
+	if (a == NULL) {
+		return none;
+	}
+	return receiver(a, psw_auth_channel(a, ctx), method,
+	    (int) (atomic_load(&a->self) >> 32));
+}
+
 int
 psw_auth_set_floor(struct psw_auth *a, struct psw_ident who, uint64_t counter)
 {
@@ -707,7 +720,9 @@ bound(struct psw_auth *a, const struct psw_frame *f, const uint8_t *t)
 	if (role == PSW_ROLE_SERVER && (uint32_t) self == PSW_ID_UNASSIGNED) {
 		return W_NOSLOT;
 	}
-	if (trun != run && !(trun == 0 && role == PSW_ROLE_SCHEDULER)) {
+	if (trun != run &&
+	    !(trun == 0 && role == PSW_ROLE_SCHEDULER &&
+	        f->method == PSWIRE__METHOD__STATS)) {
 		return W_RUN;
 	}
 	if (w != 0) {
@@ -805,9 +820,11 @@ psw_auth_check_reply(struct psw_auth *a, const struct psw_frame *f,
 	if (fb_get_u64le(f->trailer + T_REPLY) != reply_to || reply_to == 0) {
 		*why = "reply does not answer this request (replayed)";
 	} else if (who.role != want_role &&
-	    !(f->method == PSWIRE__METHOD__SNAPSHOT &&
+	    !((f->method == PSWIRE__METHOD__SNAPSHOT ||
+	          f->method == PSWIRE__METHOD__STATS) &&
 	        who.role == PSW_ROLE_SCHEDULER)) {
-		// (The scheduler answers an operator's Snapshot of the job.)
+		// (The scheduler answers an operator's Snapshot of the job,
+		// and Stats: psw_call's way to learn the run.)
 		*why = "reply signed by a member of the wrong role";
 	} else {
 		uint64_t run = fb_get_u64le(f->trailer + T_RUN);

@@ -199,18 +199,23 @@ START_TEST(test_replay_other_run)
 
 	psw_auth_set_run(sch, 0x1111);
 	psw_auth_set_run(s0, 0x1111);
-	// Run 0 (a first Register): the scheduler's, no server's.
+	// Run 0 (nothing learned yet): a Stats to the scheduler only, not
+	// a Register (a recorded first Register never joins a later job).
 	m = request(PSWIRE__METHOD__REGISTER);
+	PT_OK(psw_auth_sign_to(a, m, 9, to, 0, NULL));
+	ck_assert_str_eq(check(sch, m), "wrong_run");
+	nng_msg_free(m);
+	m = request(PSWIRE__METHOD__STATS);
 	PT_OK(psw_auth_sign_to(a, m, 9, to, 0, &ctr));
 	ck_assert_str_eq(check(sch, m), "ok");
 	nng_msg_free(m);
-	m = request(PSWIRE__METHOD__PULL);
+	m = request(PSWIRE__METHOD__STATS);
 	PT_OK(psw_auth_sign_to(a, m, 9, srv, 0, NULL));
 	ck_assert_str_eq(check(s0, m), "wrong_run");
 	nng_msg_free(m);
 
 	// The scheduler's reply to it carries the run: a signs with it.
-	m = request(PSWIRE__METHOD__REGISTER);
+	m = request(PSWIRE__METHOD__STATS);
 	((uint8_t *) nng_msg_body(m))[6] |= PSW_FLAG_REPLY;
 	PT_OK(psw_auth_sign(sch, m, 9, ctr, NULL));
 	PT_OK(psw_msg_parse(m, &f, &why));
@@ -256,7 +261,7 @@ START_TEST(test_replay_window)
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct fields fl = { TRAINER0, to, cases[i].counter, 0 };
-		nng_msg      *m  = request(PSWIRE__METHOD__HEARTBEAT);
+		nng_msg      *m  = request(PSWIRE__METHOD__STATS);
 		forge(m, &fl);
 		ck_assert_msg(strcmp(check(sch, m), cases[i].want) == 0,
 		    "case %zu: want %s", i, cases[i].want);
@@ -267,7 +272,7 @@ START_TEST(test_replay_window)
 	// Signed, then a receiver starts with a 1 ms window; once 2 ms
 	// passed on the clock, the request is older than start - window.
 	struct psw_auth *a = open_as(PSW_ROLE_TRAINER, 0);
-	nng_msg         *m = request(PSWIRE__METHOD__HEARTBEAT);
+	nng_msg         *m = request(PSWIRE__METHOD__STATS);
 	PT_OK(psw_auth_sign_to(a, m, 9, to, 0, NULL));
 	uint64_t signed_at = now_ns();
 	sch                = open_as(PSW_ROLE_SCHEDULER, 0);
@@ -301,11 +306,11 @@ START_TEST(test_replay_floor_and_hook)
 	struct psw_auth *sch = open_as(PSW_ROLE_SCHEDULER, 0);
 	struct psw_auth *a   = open_as(PSW_ROLE_TRAINER, 0);
 	struct psw_ident to  = { PSW_ROLE_SCHEDULER, 0 };
-	nng_msg         *m1  = request(PSWIRE__METHOD__HEARTBEAT), *m2;
+	nng_msg         *m1  = request(PSWIRE__METHOD__STATS), *m2;
 	uint64_t         c1, c2;
 
 	PT_OK(psw_auth_sign_to(a, m1, 9, to, 0, &c1));
-	m2 = request(PSWIRE__METHOD__HEARTBEAT);
+	m2 = request(PSWIRE__METHOD__STATS);
 	PT_OK(psw_auth_sign_to(a, m2, 10, to, 0, &c2));
 	PT_OK(psw_auth_set_floor(sch, TRAINER0, c1));
 	ck_assert_str_eq(check(sch, m1), "replay");
@@ -332,7 +337,7 @@ START_TEST(test_replay_counter_is_clock)
 	struct psw_ident to   = { PSW_ROLE_SCHEDULER, 0 };
 	uint64_t         last = 0, c;
 	for (int i = 0; i < 1000; i++) {
-		nng_msg *m = request(PSWIRE__METHOD__HEARTBEAT);
+		nng_msg *m = request(PSWIRE__METHOD__STATS);
 		PT_OK(psw_auth_sign_to(a, m, 9, to, 0, &c));
 		ck_assert_uint_gt(c, last);
 		last = c;

@@ -334,6 +334,7 @@ START_TEST(test_auth_forgeries_refused)
 		PT_OK(psw_msg_begin(&m, hl, 0, &p));
 		PT_OK(psw_msg_finish(m, PSWIRE__METHOD__HEARTBEAT, 0, &h.base,
 		    hl, 0));
+		psw_auth_set_run(au, j.run);
 		PT_OK(psw_auth_sign(au, m, 42, 0, NULL));
 		ck_assert_int_eq(nng_msg_dup(&again, m), 0);
 		ck_assert_int_eq(nng_req0_open(&s), 0);

@@ -116,7 +116,10 @@ int psw_reply_open(struct psw_auth *auth, nng_msg *rep, uint8_t method,
     ProtobufCMessage **hdr, const char **why);
 
 // psw_call signs req with auth (may be NULL), sends it on ctx (taking
-// ownership of req, also on failure),
+// ownership of req, also on failure); when req goes to the scheduler and
+// auth does not know the job run yet, a Stats call on ctx learns it first
+// (a refusal that names another run makes auth forget it, so the next
+// call learns the new one);
 // waits up to timeout_ms for the reply, and opens it with psw_reply_open.
 // On FB_OK/FB_EREMOTE *rep is the reply (free with nng_msg_free after the
 // Header). Errors: FB_ETIMEDOUT, FB_ETRANSPORT, FB_EPROTO, FB_EREMOTE.
@@ -279,6 +282,12 @@ uint64_t psw_auth_channel(const struct psw_auth *a, nng_ctx ctx);
 // No-op with a NULL a. Errors: FB_EINVAL (ctx not open), FB_ENOMEM.
 int psw_auth_set_peer(struct psw_auth *a, nng_ctx ctx, int role, uint32_t id);
 
+// psw_auth_receiver returns whom a request of method sent on ctx is
+// signed for (psw_auth_set_peer, else the default above); (0, 0) with a
+// NULL a.
+struct psw_ident psw_auth_receiver(struct psw_auth *a, nng_ctx ctx,
+    int method);
+
 // psw_auth_set_run sets the job run a signs with and accepts (the
 // scheduler draws it; a member learns it from the first scheduler reply
 // it accepts, psw_auth_check_reply). Thread-safe; no-op with a NULL a.
@@ -320,9 +329,9 @@ int psw_auth_sign_to(struct psw_auth *a, nng_msg *m, uint64_t channel,
 
 // psw_auth_check_request checks the request frame f (parsed from its
 // message): signed, MAC right, a request (not a reply), for this
-// receiver (its role and slot, psw_auth_set_self) and this run (run 0
-// too at the scheduler), its counter within the window of our clock, and
-// its (sender, channel) counter above the last accepted one and the
+// receiver (its role and slot, psw_auth_set_self) and this run (a Stats
+// with run 0 too at the scheduler), its counter within the window of our
+// clock, and its (sender, channel) counter above the last accepted one and the
 // sender's floor, which it then becomes (after the accept hook took it).
 // *who, *channel and *counter receive the trailer's fields. With a NULL
 // a: FB_OK, *who is PSW_ROLE_NONE. Errors: FB_EAUTH with *why set
@@ -340,7 +349,7 @@ const char *psw_auth_reason(const char *why);
 
 // psw_auth_check_reply checks the reply frame f: signed, MAC right, an
 // answer to the request whose counter was reply_to, from a sender of role
-// want_role (a Snapshot reply also from the scheduler: it answers an
+// want_role (a Snapshot or Stats reply also from the scheduler: it answers an
 // operator's Snapshot of the job). A scheduler's reply that passes sets
 // a's run to the one it was signed with. Errors: FB_EAUTH with *why set.
 int psw_auth_check_reply(struct psw_auth *a, const struct psw_frame *f,
