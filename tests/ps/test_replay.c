@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
 
 #include "cluster.h"
 #include "ferry.pb-c.h"
@@ -24,6 +25,7 @@
 #include "ps_tests.h"
 #include "psw/psw.h"
 #include "pt.h"
+#include "scrape.h"
 #include "tap.h"
 
 #define KEY "the replay test's job key, 16+ bytes"
@@ -304,6 +306,112 @@ START_TEST(test_replay_recorded_traffic)
 }
 END_TEST
 
+// A peer without the key sends FLOOD bad requests (signed with another
+// key) as fast as it gets answers: every one is refused and counted,
+// exactly, per reason and per peer, while the log gets at most one line
+// per second for the peer.
+#define FLOOD 100000
+START_TEST(test_replay_flood_log_bounded)
+{
+	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
+	struct ps_scheduler     *sched;
+	char                     url[64], key[64] = "/tmp/ferry-replay-XXXXXX";
+	char                     log[64]   = "/tmp/ferry-replay-log-XXXXXX";
+	char                     other[64] = "/tmp/ferry-replay-other-XXXXXX";
+	int                      fd;
+
+	fd = mkstemp(key);
+	ck_assert_int_eq(write(fd, KEY, strlen(KEY)), (ssize_t) strlen(KEY));
+	close(fd);
+	fd = mkstemp(other);
+	ck_assert_int_eq(write(fd, "not the job's key, 16+", 22), 22);
+	close(fd);
+	so.url         = pt_addr(url, sizeof(url), "tcp");
+	so.secret_file = key;
+	PT_OK(ps_scheduler_open(&so, &sched));
+	struct obs_registry *reg = ps_scheduler_metrics(sched);
+
+	// The flood's request: a Heartbeat signed with the wrong key.
+	Pswire__Header       h = PSWIRE__HEADER__INIT;
+	Pswire__LeaveRequest l = PSWIRE__LEAVE_REQUEST__INIT;
+	struct psw_auth     *au;
+	nng_msg             *m, *copy, *rep;
+	nng_socket           s;
+	uint8_t             *p;
+	char                 err[256];
+	h.body_case = PSWIRE__HEADER__BODY_LEAVE_REQ;
+	h.leave_req = &l;
+	size_t hl   = pswire__header__get_packed_size(&h);
+	PT_OK(
+	    psw_auth_open(other, PSW_ROLE_TRAINER, 0, &au, err, sizeof(err)));
+	PT_OK(psw_msg_begin(&m, hl, 0, &p));
+	PT_OK(psw_msg_finish(m, PSWIRE__METHOD__HEARTBEAT, 0, &h.base, hl, 0));
+	PT_OK(psw_auth_sign(au, m, 1, 0, NULL));
+
+	// Its lines go to a file: stderr is the log.
+	int logfd = mkstemp(log), saved = dup(2);
+	ck_assert_int_ge(logfd, 0);
+	fflush(stderr);
+	ck_assert_int_ge(dup2(logfd, 2), 0);
+	ck_assert_int_eq(nng_req0_open(&s), 0);
+	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 5000);
+	ck_assert_int_eq(nng_dial(s, url, NULL, 0), 0);
+	uint64_t t0 = fb_clock_ms();
+	for (int i = 0; i < FLOOD; i++) {
+		ck_assert_int_eq(nng_msg_dup(&copy, m), 0);
+		ck_assert_int_eq(nng_sendmsg(s, copy, 0), 0);
+		ck_assert_int_eq(nng_recvmsg(s, &rep, 0), 0);
+		nng_msg_free(rep);
+	}
+	uint64_t secs = (fb_clock_ms() - t0) / 1000 + 1;
+	nng_close(s);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+
+	// Exact counters.
+	struct obs_writer w = OBS_WRITER_INIT;
+	double            v;
+	PT_OK(obs_registry_write(reg, &w));
+	ck_assert_int_eq(pt_prom_value(w.buf, "ferry_rpc_refused_total",
+	                     "reason=\"bad_signature\"", &v),
+	    0);
+	ck_assert_double_eq(v, FLOOD);
+	ck_assert_int_eq(pt_prom_value(w.buf, "ferry_rpc_refused_peer_total",
+	                     "peer=\"127.0.0.1\"", &v),
+	    0);
+	ck_assert_double_eq(v, FLOOD);
+	obs_writer_fini(&w);
+	ck_assert_double_eq(pt_metric(reg, "ferry_rpc_unauthenticated_total"),
+	    FLOOD);
+
+	// At most one line a second, each saying how many it left out.
+	FILE  *f = fdopen(logfd, "r");
+	char   line[1024];
+	size_t lines = 0, left_out = 0;
+	ck_assert_ptr_nonnull(f);
+	rewind(f);
+	while (fgets(line, sizeof(line), f) != NULL) {
+		const char *q = strstr(line,
+		    "Heartbeat from 127.0.0.1 refused");
+		const char *k = q != NULL ? strstr(q, "(and ") : NULL;
+		lines += q != NULL;
+		left_out += k != NULL ? strtoull(k + 5, NULL, 10) : 0;
+	}
+	fclose(f);
+	unlink(log);
+	ck_assert_uint_ge(lines, 1);
+	ck_assert_msg(lines <= secs, "%zu lines in %llu s", lines,
+	    (unsigned long long) secs);
+	ck_assert_uint_le(lines + left_out, FLOOD);
+	nng_msg_free(m);
+	psw_auth_close(au);
+	ps_scheduler_close(sched);
+	unlink(key);
+	unlink(other);
+}
+END_TEST
+
 Suite *
 suite_replay(void)
 {
@@ -311,6 +419,7 @@ suite_replay(void)
 	TCase *tc = tcase_create("core");
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_replay_recorded_traffic);
+	tcase_add_test(tc, test_replay_flood_log_bounded);
 	suite_add_tcase(s, tc);
 	return s;
 }

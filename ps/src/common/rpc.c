@@ -6,6 +6,7 @@
 #include <nng/protocol/reqrep0/rep.h>
 
 #include "fb/fb.h"
+#include "refusals.h"
 #include "rpc.h"
 
 enum { ST_INIT, ST_RECV, ST_WAIT, ST_SEND };
@@ -42,12 +43,13 @@ method_ix(int method)
 }
 
 struct rpc_metrics {
-	struct obs_metric *requests[N_METHODS];
-	struct obs_metric *errors[N_METHODS][N_STATUSES];
-	struct obs_metric *seconds[N_METHODS];
-	struct obs_metric *bytes_in, *bytes_out;
-	struct obs_metric *unauthenticated;
-	struct obs_metric *denied;
+	struct obs_metric  *requests[N_METHODS];
+	struct obs_metric  *errors[N_METHODS][N_STATUSES];
+	struct obs_metric  *seconds[N_METHODS];
+	struct obs_metric  *bytes_in, *bytes_out;
+	struct obs_metric  *unauthenticated;
+	struct obs_metric  *denied;
+	struct ps_refusals *refusals; // per reason and peer; throttled log
 };
 
 struct ps_rpc {
@@ -86,11 +88,8 @@ call_unhold(struct ps_call *c)
 	atomic_store_explicit(&c->host, 0, memory_order_relaxed);
 }
 
-// host_key names the host at the other end of pipe: its IPv4 or IPv6
-// address folded into 64 bits (never 0), or 0 when the pipe has no IP
-// peer (ipc, inproc). With text, also writes the address there.
-static uint64_t
-host_key(nng_pipe pipe, char *text, size_t n)
+uint64_t
+ps__host_key(nng_pipe pipe, char *text, size_t n)
 {
 	nng_sockaddr sa;
 	uint64_t     k = 0;
@@ -393,7 +392,7 @@ over_limits(struct ps_call *c)
 	char           why[200], addr[64];
 
 	if (c->host_pipe != pipe) {
-		c->host_key  = host_key(np, NULL, 0);
+		c->host_key  = ps__host_key(np, NULL, 0);
 		c->host_pipe = pipe;
 	}
 	uint64_t host   = c->host_key;
@@ -404,7 +403,7 @@ over_limits(struct ps_call *c)
 		    "this connection already has %d calls in progress (cap %d)",
 		    calls, max_cls);
 	} else if (host != 0 && hcalls >= max_hst) {
-		host_key(np, addr, sizeof(addr));
+		ps__host_key(np, addr, sizeof(addr));
 		snprintf(why, sizeof(why),
 		    "this host (%s) already has %d calls in progress over its "
 		    "connections (cap %d)",
@@ -456,8 +455,8 @@ handle(struct ps_call *c)
 	    (c->rpc->tls != NULL && c->rpc->auth != NULL &&
 	        ps__call_cert_check(c, &why) != FB_OK)) {
 		obs_counter_add(c->rpc->m.unauthenticated, 1);
-		FB_LOG(FB_LOG_NOTICE, "rpc", "%s refused: %s",
-		    psw_method_name(c->frame.method), why);
+		ps__refusals_note(c->rpc->m.refusals, nng_msg_get_pipe(c->req),
+		    c->frame.method, c->peer, why);
 		reply_status(c, 0, PSWIRE__STATUS__UNAUTHENTICATED, why);
 		return;
 	}
@@ -603,6 +602,9 @@ metrics_register(struct rpc_metrics *m, struct obs_registry *reg)
 		    "not act for the member they name (PERMISSION_DENIED).",
 		    NULL, 0, &m->denied);
 	}
+	if (rv == FB_OK) {
+		rv = ps__refusals_open(reg, &m->refusals);
+	}
 	return rv;
 }
 
@@ -629,10 +631,12 @@ ps__rpc_open(struct psw_tls *tls, const char *url, int ncontexts,
 	r->conn_bytes = 2 * max_msg + (1u << 20);
 	if ((r->calls = fb_zalloc(sizeof(*r->calls) * (size_t) ncontexts)) ==
 	    NULL) {
+		ps__refusals_close(r->m.refusals);
 		fb_free(r);
 		return FB_ENOMEM;
 	}
 	if ((rv = nng_rep0_open(&r->sock)) != 0) {
+		ps__refusals_close(r->m.refusals);
 		fb_free(r->calls);
 		fb_free(r);
 		return FB_ETRANSPORT;
@@ -796,5 +800,6 @@ ps__rpc_close(struct ps_rpc *r)
 		}
 	}
 	fb_free(r->calls);
+	ps__refusals_close(r->m.refusals);
 	fb_free(r);
 }
