@@ -86,6 +86,7 @@ call_unhold(struct ps_call *c)
 	atomic_store_explicit(&c->pipe, 0, memory_order_relaxed);
 	atomic_store_explicit(&c->held, 0, memory_order_relaxed);
 	atomic_store_explicit(&c->host, 0, memory_order_relaxed);
+	atomic_store_explicit(&c->member, 0, memory_order_relaxed);
 }
 
 uint64_t
@@ -119,18 +120,47 @@ ps__host_key(nng_pipe pipe, char *text, size_t n)
 	return k;
 }
 
-// host_usage counts the calls other than c held for host (0: none).
+// host_usage counts the calls other than c held for host (0: none), and
+// into *mcalls those held for member (0: none).
 static int
-host_usage(const struct ps_rpc *r, const struct ps_call *c, uint64_t host)
+host_usage(const struct ps_rpc *r, const struct ps_call *c, uint64_t host,
+    uint64_t member, int *mcalls)
 {
 	int calls = 0;
-	for (int i = 0; host != 0 && i < r->n; i++) {
+	*mcalls   = 0;
+	for (int i = 0; i < r->n; i++) {
 		const struct ps_call *o = &r->calls[i];
-		calls += o != c &&
+		if (o == c) {
+			continue;
+		}
+		calls += host != 0 &&
 		    atomic_load_explicit(&o->host, memory_order_relaxed) ==
 		        host;
+		*mcalls += member != 0 &&
+		    atomic_load_explicit(&o->member, memory_order_relaxed) ==
+		        member;
 	}
 	return calls;
+}
+
+// member_key names the member whose certificate is on pipe: role and
+// index folded into 64 bits (never 0), or 0 without TLS, with a
+// certificate that names no member or one several share ("ferry-server").
+static uint64_t
+member_key(const struct ps_rpc *r, nng_pipe pipe, char *name, size_t n)
+{
+	struct psw_ident who;
+	char             cn[PSW_TLS_NAME_MAX];
+
+	if (r->tls == NULL ||
+	    psw_tls_peer(pipe, &who, cn, sizeof(cn)) != FB_OK ||
+	    (who.role == PSW_ROLE_SERVER && who.id == PSW_ID_UNASSIGNED)) {
+		return 0;
+	}
+	if (name != NULL) {
+		psw_ident_format(who, name, n);
+	}
+	return 1ull << 63 | (uint64_t) (uint32_t) who.role << 32 | who.id;
 }
 
 // pipe_usage counts the calls other than c that hold bytes for connection
@@ -375,8 +405,12 @@ ps__call_reply_stats(struct ps_call *c, const char *text)
 }
 
 // over_limits starts c's LIMITS accounting and answers it
-// RESOURCE_EXHAUSTED (returning -1) when its connection or the whole rpc
-// would hold more than the limits allow.
+// RESOURCE_EXHAUSTED (returning -1) when its connection, its member or
+// host, or the whole rpc would hold more than the limits allow. A member
+// its certificate names may park a quarter of the contexts over all its
+// connections, wherever it is, and is then not held to its host's three
+// quarters: one member cannot take what another on its host needs. A
+// peer with no such certificate is held to its host's.
 static int
 over_limits(struct ps_call *c)
 {
@@ -392,17 +426,26 @@ over_limits(struct ps_call *c)
 	char           why[200], addr[64];
 
 	if (c->host_pipe != pipe) {
-		c->host_key  = ps__host_key(np, NULL, 0);
-		c->host_pipe = pipe;
+		c->host_key   = ps__host_key(np, NULL, 0);
+		c->member_key = member_key(r, np, NULL, 0);
+		c->host_pipe  = pipe;
 	}
-	uint64_t host   = c->host_key;
-	int      hcalls = host_usage(r, c, host);
+	uint64_t host = c->host_key, member = c->member_key;
+	int      mcalls = 0;
+	int      hcalls = host_usage(r, c, host, member, &mcalls);
 	pipe_usage(r, c, pipe, &calls, &bytes, &total);
 	if (calls >= max_cls) {
 		snprintf(why, sizeof(why),
 		    "this connection already has %d calls in progress (cap %d)",
 		    calls, max_cls);
-	} else if (host != 0 && hcalls >= max_hst) {
+	} else if (member != 0 && mcalls >= max_cls) {
+		char name[48];
+		member_key(r, np, name, sizeof(name));
+		snprintf(why, sizeof(why),
+		    "member %s (its certificate) already has %d calls in "
+		    "progress over its connections (cap %d)",
+		    name, mcalls, max_cls);
+	} else if (member == 0 && host != 0 && hcalls >= max_hst) {
 		ps__host_key(np, addr, sizeof(addr));
 		snprintf(why, sizeof(why),
 		    "this host (%s) already has %d calls in progress over its "
@@ -422,6 +465,8 @@ over_limits(struct ps_call *c)
 		atomic_store_explicit(&c->held, mine, memory_order_relaxed);
 		atomic_store_explicit(&c->pipe, pipe, memory_order_relaxed);
 		atomic_store_explicit(&c->host, host, memory_order_relaxed);
+		atomic_store_explicit(&c->member, member,
+		    memory_order_relaxed);
 		return 0;
 	}
 	reply_status(c, c->hdr->request_id, PSWIRE__STATUS__RESOURCE_EXHAUSTED,

@@ -64,15 +64,18 @@ struct ps_call {
 	struct psw_ident peer;
 	uint64_t         chan, ctr;
 	// LIMITS accounting, read by other contexts' threads: the id of the
-	// connection this call holds bytes for (0: none), how many, and the
-	// host it came from (0: none, or not a network peer).
+	// connection this call holds bytes for (0: none), how many, the host
+	// it came from (0: none, or not a network peer) and, under TLS, the
+	// member its certificate names (0: none, or a shared certificate).
 	_Atomic uint32_t pipe;
 	_Atomic size_t   held;
 	_Atomic uint64_t host;
-	// The host of the connection this context last heard from (a cache:
-	// the peer's address is a system call away).
+	_Atomic uint64_t member;
+	// The host and member of the connection this context last heard
+	// from (a cache: the peer's address and certificate are system calls
+	// away).
 	uint32_t         host_pipe;
-	uint64_t         host_key;
+	uint64_t         host_key, member_key;
 };
 
 typedef void (*ps_rpc_handler)(void *arg, struct ps_call *call);
