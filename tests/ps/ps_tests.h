@@ -45,4 +45,5 @@ Pswire__Header *map_at_least(const char *url, uint64_t min_epoch,
     uint32_t timeout_ms);
 Suite          *suite_limits(void);
 Suite          *suite_tls(void);
+Suite          *suite_cascade(void);
 #endif

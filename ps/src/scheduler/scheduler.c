@@ -190,6 +190,8 @@ ps_scheduler_close(struct ps_scheduler *s)
 	fb_free(s->hb_conn);
 	fb_free(s->backups);
 	fb_free(s->assign);
+	fb_free(s->move_from);
+	fb_free(s->move_epoch);
 	fb_free(s->shard_size);
 	obs_registry_free(s->reg);
 	pthread_mutex_destroy(&s->mu);

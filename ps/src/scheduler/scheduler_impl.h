@@ -53,6 +53,14 @@
 struct ps_sched_conn {
 	uint32_t pipe;      // nng pipe id of its last heartbeat, 0 = none
 	uint64_t closed_ms; // fb_clock_ms() when that pipe closed, 0 = open
+	// Suspect: the connection closed, or no heartbeat for 2 periods;
+	// cleared by its next heartbeat. No shard moves to or from a
+	// suspect server (ps__sched_server_usable).
+	uint8_t  suspect;
+	// A server's last heartbeat's Header.epoch: the newest map whose
+	// Transfers out of it were all delivered (0: none known). Kept
+	// when the member is declared dead: ps__sched_moves_unwind reads it.
+	uint64_t sent_epoch;
 };
 
 struct ps_scheduler {
@@ -79,6 +87,12 @@ struct ps_scheduler {
 	uint32_t                *assign; // [n_assign] shard -> server
 	size_t                   n_assign;
 	uint64_t                *shard_size; // [n_assign] bytes
+	// The last move of each shard (scheduler_place.c): the server it
+	// left (SHARD_NO_SERVER: never moved) and the epoch of the map that
+	// moved it; NULL until the first move (or out of memory: then
+	// moves in flight are not unwound).
+	uint32_t                *move_from;  // [n_assign]
+	uint64_t                *move_epoch; // [n_assign]
 	// --replicas: each shard's backups, n_backups per shard in promotion
 	// order (SHARD_NO_SERVER: empty), kept valid by
 	// shard_replicas_repair; n_backups is replicas - 1, capped.
@@ -199,6 +213,33 @@ void ps__sched_replan(struct ps_scheduler *s, const char *why, int force);
 // answers the parked calls it satisfies. Returns FB_OK or FB_ENOMEM (the
 // map in force stays). mu held; the job has started.
 int ps__sched_republish(struct ps_scheduler *s, const uint32_t *assign);
+
+// ps__sched_server_usable says whether server m may send or receive a
+// shard: it is a known server, has not left, was not declared dead and is
+// not suspect (its heartbeat connection closed, or it missed 2 heartbeat
+// periods, and it has not heartbeated since). Move planning places
+// shards only on usable servers and leaves those of an unusable one
+// where they are. Inline here, beside the state it reads, so that the
+// placement need not call into scheduler_live.c. mu held.
+static inline int
+ps__sched_server_usable(const struct ps_scheduler *s, uint32_t m)
+{
+	size_t i = (size_t) s->opts.trainers + m;
+	if (m >= (uint32_t) s->n_servers_seen || s->gone[m] ||
+	    s->server_dead[m]) {
+		return 0;
+	}
+	return i >= s->n_hb_conn || !s->hb_conn[i].suspect;
+}
+
+// ps__sched_moves_unwind re-plans the moves in flight through server m,
+// which is being declared dead: a shard moving to m whose sender has not
+// reported it delivered (its heartbeats' sent epoch) goes back to its
+// sender, which still holds it, when that sender is usable; a shard
+// moving away from m that m had not reported sent is m's again (lost
+// with it). Publishes a new map when anything changed. mu held; a no-op
+// before the job starts.
+void ps__sched_moves_unwind(struct ps_scheduler *s, uint32_t m);
 
 // ---- scheduler_snapshot.c: rollbacks ----------------------------------
 

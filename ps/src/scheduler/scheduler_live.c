@@ -18,6 +18,15 @@
 // that was only stalled (SIGSTOP) and heartbeats again is simply back.
 // A member declared dead that registers again rejoins as after a Leave.
 //
+// SUSPECT. A member whose heartbeat connection closed, or that missed 2
+// heartbeat periods, is suspect at once, until its next heartbeat: no
+// shard is moved to or from a suspect (or dead) server
+// (ps__sched_server_usable, which move planning asks), so a re-placement
+// made while a server is being lost never sends shards to it, nor waits
+// on one that cannot send. When a server is declared dead, the moves in
+// flight through it are re-planned (ps__sched_moves_unwind): a shard its
+// sender had not delivered goes back to the sender.
+//
 // A killed process closes its TCP connections at once, so the scheduler
 // also watches the connection each member heartbeats on (nng's pipe
 // events): when it closes and no heartbeat comes on a new connection
@@ -73,7 +82,8 @@ conn_of(struct ps_scheduler *s, int role, uint32_t id, int grow)
 	return i < s->n_hb_conn ? &s->hb_conn[i] : NULL;
 }
 
-// forget_conn stops watching a member's connection. mu held.
+// forget_conn stops watching a member's connection (its sent epoch
+// stays: a dead server's moves are unwound with it). mu held.
 static void
 forget_conn(struct ps_scheduler *s, int role, uint32_t id)
 {
@@ -81,7 +91,21 @@ forget_conn(struct ps_scheduler *s, int role, uint32_t id)
 	if (c != NULL) {
 		c->pipe      = 0;
 		c->closed_ms = 0;
+		c->suspect   = 0;
 	}
+}
+
+// suspect_log logs that member slot i of hb_conn (trainers first) became
+// suspect, and why. mu held.
+static void
+suspect_log(const struct ps_scheduler *s, size_t i, const char *why)
+{
+	int srv = i >= (size_t) s->opts.trainers;
+	FB_LOG(FB_LOG_WARN, "members",
+	    "%s %zu suspect: %s; no shard moves to or from it until it "
+	    "heartbeats again",
+	    srv ? "server" : "trainer",
+	    srv ? i - (size_t) s->opts.trainers : i, why);
 }
 
 void
@@ -93,6 +117,11 @@ ps__sched_live_pipe_closed(void *arg, uint32_t pipe_id)
 		if (s->hb_conn[i].pipe == pipe_id) {
 			s->hb_conn[i].pipe      = 0;
 			s->hb_conn[i].closed_ms = fb_clock_ms();
+			if (!s->hb_conn[i].suspect) {
+				s->hb_conn[i].suspect = 1;
+				suspect_log(s, i,
+				    "its heartbeat connection closed");
+			}
 		}
 	}
 	pthread_mutex_unlock(&s->mu);
@@ -176,6 +205,19 @@ ps__sched_on_heartbeat(struct ps_scheduler *s, struct ps_call *c)
 		if (conn != NULL) {
 			conn->pipe      = ps__call_pipe(c);
 			conn->closed_ms = 0;
+			if (conn->suspect) {
+				FB_LOG(FB_LOG_NOTICE, "members",
+				    "%s %u heartbeats again: no longer "
+				    "suspect",
+				    l->role == PSWIRE__ROLE__ROLE_SERVER
+				        ? "server"
+				        : "trainer",
+				    l->id);
+			}
+			conn->suspect = 0;
+			if (l->role == PSWIRE__ROLE__ROLE_SERVER) {
+				conn->sent_epoch = c->hdr->epoch;
+			}
 		}
 		if (l->role == PSWIRE__ROLE__ROLE_SERVER &&
 		    s->server_dead[l->id]) {
@@ -275,6 +317,14 @@ sweep_members(struct ps_scheduler *s, uint64_t now)
 				forget_conn(s, role, (uint32_t) i);
 				continue;
 			}
+			if (last[i] != 0 && c != NULL && !c->suspect &&
+			    elapsed(now, last[i]) > grace) {
+				// Stalled (SIGSTOP, a long pause): suspect
+				// long before it is dead.
+				c->suspect = 1;
+				suspect_log(s, (size_t) (c - s->hb_conn),
+				    "no heartbeat for 2 periods");
+			}
 			if (last[i] == 0 ||
 			    (elapsed(now, last[i]) <= after && !dropped)) {
 				continue;
@@ -296,6 +346,7 @@ sweep_members(struct ps_scheduler *s, uint64_t now)
 			last[i] = 0;
 			forget_conn(s, role, (uint32_t) i);
 			if (r) {
+				ps__sched_moves_unwind(s, (uint32_t) i);
 				sched_server_dead(s, (uint32_t) i);
 			} else {
 				ps__sched_drop_trainer(s, (uint32_t) i);

@@ -68,16 +68,16 @@ server_copies(const struct ps_scheduler *s)
 
 // inst_build describes the placement problem for sharding/: shard sizes,
 // the servers' capacities (shard_policy_caps: memory over server_copies;
-// 1 byte for a server that left, so it gets nothing), the link matrices and
+// 1 byte for a server in skip, so it gets nothing), the link matrices and
 // the wire factor. cap has one entry per server; in borrows it and the
 // scheduler's arrays. Errors: FB_EINVAL (no server). mu held.
 static int
 inst_build(struct ps_scheduler *s, size_t ns, struct shard_inst *in,
-    uint64_t *cap)
+    uint64_t *cap, const uint8_t *skip)
 {
 	uint32_t M = (uint32_t) s->n_servers_seen;
 	int      bounded, rv;
-	if ((rv = shard_policy_caps(M, s->capacity, s->gone, server_copies(s),
+	if ((rv = shard_policy_caps(M, s->capacity, skip, server_copies(s),
 	         cap, &bounded)) != FB_OK) {
 		return rv;
 	}
@@ -95,29 +95,35 @@ inst_build(struct ps_scheduler *s, size_t ns, struct shard_inst *in,
 }
 
 // choose fills assign[0..ns) for the shards (sizes in s->shard_size) by
-// the configured policy (shard_policy_place), skipping servers that left,
-// and records the model's figures in s->report when links were measured.
-// Sets s->start_error when the shards do not fit. mu held.
+// the configured policy (shard_policy_place), placing none on a server
+// that is not usable (left, dead or suspect), and records the model's
+// figures in s->report when links were measured. Sets s->start_error
+// when the shards do not fit. mu held.
 static int
 choose(struct ps_scheduler *s, size_t ns, uint32_t *assign)
 {
 	struct shard_inst        in;
 	struct shard_policy      pol;
 	struct shard_policy_note note;
-	uint32_t                 M   = (uint32_t) s->n_servers_seen;
-	uint64_t                *cap = fb_alloc(M * sizeof(uint64_t));
+	uint32_t                 M    = (uint32_t) s->n_servers_seen;
+	uint64_t                *cap  = fb_alloc(M * sizeof(uint64_t));
+	uint8_t                 *skip = fb_alloc(M);
 	int                      rv;
 
-	if (cap == NULL) {
-		return FB_ENOMEM;
+	if (cap == NULL || skip == NULL) {
+		rv = FB_ENOMEM;
+		goto done;
 	}
-	if ((rv = inst_build(s, ns, &in, cap)) != FB_OK) {
+	for (uint32_t m = 0; m < M; m++) {
+		skip[m] = !ps__sched_server_usable(s, m);
+	}
+	if ((rv = inst_build(s, ns, &in, cap, skip)) != FB_OK) {
 		goto done;
 	}
 	pol.solve    = s->opts.placement == PS_PLACEMENT_LATENCY;
 	pol.measured = ps__sched_probing(s);
 	pol.seed     = s->opts.seed;
-	rv = shard_policy_place(&in, s->gone, &pol, assign, &s->report, &note);
+	rv = shard_policy_place(&in, skip, &pol, assign, &s->report, &note);
 	if (rv == FB_ENOSPC) {
 		snprintf(s->start_error, sizeof(s->start_error), "%s",
 		    pol.solve
@@ -153,6 +159,7 @@ choose(struct ps_scheduler *s, size_t ns, uint32_t *assign)
 	rv = FB_OK;
 done:
 	fb_free(cap);
+	fb_free(skip);
 	return rv;
 }
 
@@ -166,7 +173,8 @@ current_cost(struct ps_scheduler *s)
 	uint64_t         *cap = fb_alloc(
 	            (size_t) s->n_servers_seen * sizeof(uint64_t));
 	double f = HUGE_VAL;
-	if (cap != NULL && inst_build(s, s->n_assign, &in, cap) == FB_OK) {
+	if (cap != NULL &&
+	    inst_build(s, s->n_assign, &in, cap, s->gone) == FB_OK) {
 		in.cap = NULL;
 		if (shard_cost(&in, s->assign, &f, NULL, NULL) != FB_OK) {
 			f = HUGE_VAL;
@@ -417,6 +425,85 @@ done:
 	return rv;
 }
 
+// moves_note records the shards that map p places elsewhere than na (the
+// map of epoch `epoch` about to be published): where each came from and
+// when, for ps__sched_moves_unwind. Out of memory: not recorded (logged).
+// mu held.
+static void
+moves_note(struct ps_scheduler *s, const Pswire__Placement *p,
+    const uint32_t *na, uint64_t epoch)
+{
+	size_t n = p->n_shards;
+	if (s->move_from == NULL) {
+		s->move_from  = fb_alloc(n * sizeof(*s->move_from));
+		s->move_epoch = fb_zalloc(n * sizeof(*s->move_epoch));
+		if (s->move_from == NULL || s->move_epoch == NULL) {
+			FB_LOG(FB_LOG_ERR, "placement",
+			    "out of memory tracking moves: a move in flight "
+			    "to a server that dies is not re-planned");
+			fb_free(s->move_from);
+			fb_free(s->move_epoch);
+			s->move_from  = NULL;
+			s->move_epoch = NULL;
+			return;
+		}
+		memset(s->move_from, 0xff, n * sizeof(*s->move_from));
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (p->shards[i]->server != na[i]) {
+			s->move_from[i]  = p->shards[i]->server;
+			s->move_epoch[i] = epoch;
+		}
+	}
+}
+
+void
+ps__sched_moves_unwind(struct ps_scheduler *s, uint32_t m)
+{
+	size_t    n = s->n_assign, back = 0, kept = 0;
+	uint32_t *na;
+	if (s->placement == NULL || s->move_from == NULL ||
+	    (na = fb_alloc(n * sizeof(*na))) == NULL) {
+		return;
+	}
+	memcpy(na, s->assign, n * sizeof(*na));
+	for (size_t i = 0; i < n; i++) {
+		uint32_t from = s->move_from[i];
+		uint64_t e    = s->move_epoch[i];
+		size_t   k    = (size_t) s->opts.trainers + from;
+		if (from == SHARD_NO_SERVER) {
+			continue;
+		}
+		// Never heartbeated an epoch: nothing known to be sent.
+		uint64_t sent = k < s->n_hb_conn ? s->hb_conn[k].sent_epoch
+		                                 : 0;
+		if (sent >= e) {
+			continue; // delivered: it lives where the map says
+		}
+		if (na[i] == m && from != m &&
+		    ps__sched_server_usable(s, from)) {
+			na[i] = from; // still in its sender's hands
+			back++;
+		} else if (from == m && na[i] != m) {
+			na[i] = m; // never left m: lost with it
+			kept++;
+		}
+	}
+	if (back + kept > 0) {
+		FB_LOG(FB_LOG_WARN, "placement",
+		    "server %u is dead with moves in flight: %zu shard(s) go "
+		    "back to their sender, %zu it had not sent stay its own",
+		    m, back, kept);
+		for (size_t i = 0; i < n; i++) {
+			if (na[i] != s->assign[i]) {
+				s->move_from[i] = SHARD_NO_SERVER;
+			}
+		}
+		ps__sched_republish(s, na);
+	}
+	fb_free(na);
+}
+
 int
 ps__sched_republish(struct ps_scheduler *s, const uint32_t *assign)
 {
@@ -478,6 +565,7 @@ ps__sched_republish(struct ps_scheduler *s, const uint32_t *assign)
 		rv = FB_ENOMEM;
 		goto done;
 	}
+	moves_note(s, p, na, q.epoch);
 	pswire__placement__free_unpacked(s->placement, NULL);
 	fb_free(s->placement_buf);
 	s->placement     = np;
@@ -520,7 +608,25 @@ ps__sched_replan(struct ps_scheduler *s, const char *why, int force)
 		FB_LOG(FB_LOG_ERR, "placement", "replan (%s): %s", why,
 		    s->start_error[0] ? s->start_error : fb_strerror(rv));
 		s->start_error[0] = '\0'; // the running job goes on
-	} else if (force || shard_policy_gains(s->report.f, now)) {
+		goto out;
+	}
+	size_t held = 0;
+	for (size_t i = 0; i < s->n_assign; i++) {
+		// A suspect or dead server can send nothing: its shards stay
+		// (a dead one's are handled when it is declared dead).
+		if (!s->gone[s->assign[i]] &&
+		    !ps__sched_server_usable(s, s->assign[i])) {
+			held += na[i] != s->assign[i];
+			na[i] = s->assign[i];
+		}
+	}
+	if (held > 0) {
+		FB_LOG(FB_LOG_NOTICE, "placement",
+		    "replan (%s): %zu shard(s) stay on suspect or dead "
+		    "servers",
+		    why, held);
+	}
+	if (force || shard_policy_gains(s->report.f, now)) {
 		FB_LOG(FB_LOG_NOTICE, "placement",
 		    "replan (%s): predicted %.3f ms -> %.3f ms", why,
 		    now * 1e3, s->report.f * 1e3);
@@ -532,6 +638,7 @@ ps__sched_replan(struct ps_scheduler *s, const char *why, int force)
 		s->report   = old; // Stats describe the map in force
 		s->report.f = now;
 	}
+out:
 	fb_free(na);
 }
 

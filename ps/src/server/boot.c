@@ -11,13 +11,13 @@
 // heartbeat period when shorter), and the watch re-sends it; and
 // ps_server_close lets the call in flight end before the socket closes
 // (it stops the call only when the scheduler has not answered by then).
-// Between two calls the thread sends a Heartbeat when one is due
-// (opts.heartbeat_ms): one socket, one request at a time, and the map
-// watch stays as responsive as the heartbeat period. It owns the peer
+// Heartbeats are not sent from here: applying a map can block on Transfers
+// for seconds, so they have their own thread (heartbeat.c), which starts
+// once Register gave this server its index. This thread owns the peer
 // connections that moves use, and closes them when it exits.
 #include "server_impl.h"
 
-// The most snapshot versions a server reports (snapshot.h keeps 2).
+// The most snapshot versions a restart reports (snapshot.h keeps 2).
 #define SNAP_KEEP_MAX 4
 
 // nap waits ms milliseconds before a retry, in 10 ms slices so that a
@@ -27,39 +27,6 @@ nap(struct ps_server *s, int ms)
 {
 	for (int t = 0; t < ms && !atomic_load(&s->closing); t += 10) {
 		fb_sleep_us(10000);
-	}
-}
-
-// heartbeat tells the scheduler that server s->index is alive (its
-// deadline wait_ms, answered within answer_ms). A lost or refused
-// heartbeat is only logged at debug level: the scheduler judges.
-static void
-heartbeat(struct ps_server *s, nng_ctx ctx, nng_aio *aio, uint64_t rid,
-    int wait_ms, int answer_ms)
-{
-	Pswire__Header       h   = PSWIRE__HEADER__INIT;
-	Pswire__LeaveRequest l   = PSWIRE__LEAVE_REQUEST__INIT;
-	ProtobufCMessage    *ph  = NULL;
-	const char          *why = "";
-	int                  rv;
-
-	uint64_t held[SNAP_KEEP_MAX];
-	l.role                = PSWIRE__ROLE__ROLE_SERVER;
-	l.id                  = s->index;
-	l.snapshot_versions   = held;
-	l.n_snapshot_versions = ps__snap_held(s, held, &l.has_snapshots);
-	h.request_id          = rid;
-	h.deadline_ms         = (uint32_t) wait_ms;
-	h.body_case           = PSWIRE__HEADER__BODY_LEAVE_REQ;
-	h.leave_req           = &l;
-	rv                    = psw_call_header(s->auth, ctx, aio, &h.base,
-	                       PSWIRE__METHOD__HEARTBEAT, rid, answer_ms, &ph, &why);
-	if (rv != FB_OK) {
-		FB_LOG(FB_LOG_DEBUG, "boot", "heartbeat: %s",
-		    why && *why ? why : fb_strerror(rv));
-	}
-	if (ph != NULL) {
-		pswire__header__free_unpacked((Pswire__Header *) ph, NULL);
 	}
 }
 
@@ -181,6 +148,7 @@ on_registered(struct ps_server *s, struct boot *b, const Pswire__Header *rh)
 	b->first_gen   = rh->register_rep->rollback_gen;
 	pthread_mutex_unlock(&s->mu);
 	psw_auth_set_self(s->auth, PSW_ROLE_SERVER, rh->register_rep->id);
+	atomic_store(&s->hb_index, (int) rh->register_rep->id); // heartbeat.c
 	b->registered = 1;
 	FB_LOG(FB_LOG_NOTICE, "boot", "registered as server %u%s", s->index,
 	    s->late ? " (the job is running)" : "");
@@ -246,10 +214,9 @@ ps__boot_main(void *arg)
 	uint32_t          hb_ms = s->opts.heartbeat_ms;
 	// wait: the scheduler's deadline for a call; the thread waits
 	// PSW_ANSWER_MARGIN_MS longer for its answer.
-	int      wait      = hb_ms > 0 && hb_ms < PS_BOOT_PARK_MS ? (int) hb_ms
-	                                                          : PS_BOOT_PARK_MS;
-	int      answer_ms = wait + PSW_ANSWER_MARGIN_MS;
-	uint64_t next_hb   = 0;
+	int wait      = hb_ms > 0 && hb_ms < PS_BOOT_PARK_MS ? (int) hb_ms
+	                                                     : PS_BOOT_PARK_MS;
+	int answer_ms = wait + PSW_ANSWER_MARGIN_MS;
 
 	if (psw_req_open(s->tls, s->opts.scheduler_url, s->opts.max_msg, 50,
 	        1000, &sock, &ctx, &aio) != FB_OK) {
@@ -266,10 +233,6 @@ ps__boot_main(void *arg)
 		ProtobufCMessage *ph  = NULL;
 		const char       *why = "";
 
-		if (b.registered && hb_ms > 0 && fb_clock_ms() >= next_hb) {
-			next_hb = fb_clock_ms() + hb_ms;
-			heartbeat(s, ctx, aio, rid++, wait, answer_ms);
-		}
 		rv = call_next(s, &b, ctx, aio, rid++, wait, answer_ms, &ph,
 		    &why);
 		if (rv == FB_ENOMEM) {

@@ -35,10 +35,13 @@ ps__peers_close(struct ps_peers *p)
 {
 	for (size_t i = 0; i < p->n; i++) {
 		if (p->open[i]) {
-			nng_aio_free(p->aio[i]);
+			// The socket first: its pipe events use the aio.
 			nng_close(p->sock[i]);
+			nng_aio_free(p->aio[i]);
+			ps__peer_watch_free(p->watch[i]);
 		}
 	}
+	fb_free(p->watch);
 	fb_free(p->sock);
 	fb_free(p->ctx);
 	fb_free(p->aio);
@@ -67,11 +70,17 @@ peer_get(struct ps_server *s, struct ps_peers *p, const Pswire__Placement *pl,
 		if (ai != NULL) {
 			p->aio = ai;
 		}
+		struct ps_peer_watch **wa = fb_realloc(p->watch,
+		    n * sizeof(*wa));
+		if (wa != NULL) {
+			p->watch = wa;
+		}
 		uint8_t *op = fb_realloc(p->open, n);
 		if (op != NULL) {
 			p->open = op;
 		}
-		if (so == NULL || cx == NULL || ai == NULL || op == NULL) {
+		if (so == NULL || cx == NULL || ai == NULL || wa == NULL ||
+		    op == NULL) {
 			return FB_ENOMEM;
 		}
 		memset(p->open + p->n, 0, n - p->n);
@@ -80,6 +89,12 @@ peer_get(struct ps_server *s, struct ps_peers *p, const Pswire__Placement *pl,
 	if (!p->open[m]) {
 		if (psw_req_open(s->tls, pl->servers[m], s->opts.max_msg, 20,
 		        500, &p->sock[m], &p->ctx[m], &p->aio[m]) != FB_OK) {
+			return FB_ETRANSPORT;
+		}
+		if (ps__peer_watch_open(p->sock[m], p->aio[m], &p->watch[m]) !=
+		    FB_OK) {
+			nng_close(p->sock[m]);
+			nng_aio_free(p->aio[m]);
 			return FB_ETRANSPORT;
 		}
 		p->open[m] = 1;
@@ -390,9 +405,11 @@ transfer_reroute(struct ps_server *s, uint32_t id,
 
 // transfer_send delivers packed Transfer m0 of shard id to server `to`,
 // retrying (for up to a minute, until closing) while the receiver cannot
-// be reached, and following the shard to its newest owner when a later
-// map moved it on (STALE_EPOCH). Returns FB_OK, or the last error (logged
-// by the caller). Boot thread; mu not held.
+// be reached (each try bounded: 1 s without a connection, at once when
+// it closes; then a later map is looked for, where the scheduler may have
+// sent the shard back here or elsewhere), and following the shard to its
+// newest owner when a later map moved it on (STALE_EPOCH). Returns FB_OK, or
+// the last error (logged by the caller). Boot thread; mu not held.
 static int
 transfer_send(struct ps_server *s, struct ps_peers *peers,
     const Pswire__Placement *pl, uint32_t id, uint32_t to, nng_msg *m0)
@@ -402,6 +419,7 @@ transfer_send(struct ps_server *s, struct ps_peers *peers,
 	const Pswire__Placement *route   = pl;
 	Pswire__Placement       *newer   = NULL; // a later map, fetched
 	nng_msg                 *mine    = NULL; // m0 re-stamped for it
+	int                      warned  = 0;
 	while (!atomic_load(&s->closing) && fb_clock_ms() < give_up) {
 		struct psw_frame  f;
 		ProtobufCMessage *ph  = NULL;
@@ -413,9 +431,31 @@ transfer_send(struct ps_server *s, struct ps_peers *peers,
 			continue;
 		}
 		// The request id sits in the packed header; the receiver
-		// echoes it, so keep the one packed (1).
-		rv = psw_call(s->auth, peers->ctx[to], peers->aio[to], m,
-		    PSWIRE__METHOD__TRANSFER, 1, 5000, &rep, &f, &ph, &why);
+		// echoes it, so keep the one packed (1). A peer with no
+		// connection within 1 s (gone: its address refuses) is not
+		// waited on for the call's 5 s; a connection that closes
+		// during the call ends it at once (transfer.c's watch).
+		if (!ps__peer_connected(s, peers->watch[to], 1000)) {
+			nng_msg_free(m);
+			rv  = FB_ETRANSPORT;
+			why = "no connection";
+		} else {
+			rv = psw_call(s->auth, peers->ctx[to], peers->aio[to],
+			    m, PSWIRE__METHOD__TRANSFER, 1, 5000, &rep, &f,
+			    &ph, &why);
+		}
+		if (rv == FB_ETRANSPORT || rv == FB_ETIMEDOUT) {
+			// Gone or stopped: the scheduler re-plans the move
+			// when it declares the peer dead; follow its map.
+			if (!warned++) {
+				FB_LOG(FB_LOG_WARN, "move",
+				    "shard %u: server %u unreachable (%s); "
+				    "following later maps",
+				    id, to, why ? why : fb_strerror(rv));
+			}
+			(void) transfer_reroute(s, id, &route, &newer, &to, m0,
+			    &mine);
+		}
 		Pswire__Header *rh          = (Pswire__Header *) ph;
 		int             unavailable = rv == FB_EREMOTE &&
 		    rh->status == PSWIRE__STATUS__UNAVAILABLE;

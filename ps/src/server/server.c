@@ -177,7 +177,9 @@ ps_server_open(const struct ps_server_opts *o, struct ps_server **out)
 	    o->advertise_url ? o->advertise_url : ps__rpc_url(s->rpc));
 	FB_LOG(FB_LOG_NOTICE, "server", "listening on %s (advertised %s)",
 	    ps__rpc_url(s->rpc), s->url);
+	atomic_store(&s->hb_index, -1);
 	pthread_create(&s->boot_thread, NULL, ps__boot_main, s);
+	pthread_create(&s->hb_thread, NULL, ps__heartbeat_main, s);
 	pthread_create(&s->sweep_thread, NULL, ps__sweep_main, s);
 	*out = s;
 	return FB_OK;
@@ -261,6 +263,7 @@ ps_server_close(struct ps_server *s)
 	}
 	pthread_mutex_unlock(&s->boot_mu);
 	pthread_join(s->boot_thread, NULL);
+	pthread_join(s->hb_thread, NULL); // its call ends on its own
 	pthread_join(s->sweep_thread, NULL);
 	ps__repl_close(s);
 	ps__snap_close(s); // answers a Snapshot call still waiting

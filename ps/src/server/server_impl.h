@@ -177,6 +177,10 @@ struct ps_server {
 	pthread_mutex_t       boot_mu;
 	nng_aio              *boot_aio;
 	atomic_int            boot_done;
+	// The heartbeat thread (heartbeat.c) and the index it reports, -1
+	// until Register answered (set by the boot thread).
+	pthread_t             hb_thread;
+	atomic_int            hb_index;
 	atomic_int            ready;
 	uint32_t              index;
 	Pswire__Placement    *pl;
@@ -233,12 +237,13 @@ struct ps_server {
 // One REQ context per peer server, opened on first use, for Transfers.
 // Owned by the boot thread; zero-initialise, release with ps__peers_close.
 struct ps_peers {
-	size_t      n;
-	nng_socket *sock;
-	nng_ctx    *ctx;
-	nng_aio   **aio;
-	uint8_t    *open;
-	uint64_t    rid;
+	size_t                 n;
+	nng_socket            *sock;
+	nng_ctx               *ctx;
+	nng_aio              **aio;
+	struct ps_peer_watch **watch; // transfer.c: its connections
+	uint8_t               *open;
+	uint64_t               rid;
 };
 
 // ---- errors.c --------------------------------------------------------------
@@ -446,6 +451,21 @@ int ps__transfer_restamp(nng_msg *m0, uint64_t epoch, nng_msg **out);
 // half of ps__transfer_encode). Called on an nng callback thread; takes mu.
 void ps__on_transfer(struct ps_server *s, struct ps_call *c);
 
+// ps__peer_watch_open watches the connections of peer socket sock, whose
+// calls use aio: a connection that closes cancels the call in flight (it
+// fails FB_ETRANSPORT at once), and ps__peer_connected says whether one
+// is up. Close sock before freeing aio and then the watch
+// (ps__peer_watch_free). FB_ENOMEM, FB_ETRANSPORT. Boot thread.
+struct ps_peer_watch;
+int  ps__peer_watch_open(nng_socket sock, nng_aio *aio,
+     struct ps_peer_watch **out);
+void ps__peer_watch_free(struct ps_peer_watch *w);
+
+// ps__peer_connected waits up to ms for watched peer w to have a
+// connection: 1 when it has one, 0 when none came (its process is gone,
+// or its address refuses) or s is closing. Boot thread.
+int ps__peer_connected(struct ps_server *s, struct ps_peer_watch *w, int ms);
+
 // ---- moves.c ---------------------------------------------------------------
 
 // ps__map_apply switches to the later map pl (taking ownership of it on
@@ -569,6 +589,15 @@ void ps__snap_stats(struct ps_server *s, char *buf, size_t n);
 // and its scrape-time collector (shards, versions, parked calls, rounds by
 // last rank). Errors: FB_ENOMEM. Before the server serves.
 int ps__server_metrics_open(struct ps_server *s);
+
+// ---- heartbeat.c -----------------------------------------------------------
+
+// ps__heartbeat_main is the heartbeat thread (arg: the server): once
+// s->hb_index is set it sends a Heartbeat every opts.heartbeat_ms (none
+// when 0) on its own connection to the scheduler, until s->closing; each
+// call ends within PS_BOOT_PARK_MS + PSW_ANSWER_MARGIN_MS. Never waits for
+// mu (reads it with trylock).
+void *ps__heartbeat_main(void *arg);
 
 // ---- boot.c ----------------------------------------------------------------
 

@@ -443,3 +443,64 @@ ps__on_transfer(struct ps_server *s, struct ps_call *c)
 out:
 	pthread_mutex_unlock(&s->mu);
 }
+
+// ---- the connection a Transfer travels on --------------------------------
+
+// ps_peer_watch counts one peer socket's live connections (nng pipe
+// events) and stops the call in flight on it when one closes.
+struct ps_peer_watch {
+	nng_aio   *aio;   // the peer's call aio, outlives the socket
+	atomic_int pipes; // connections up now
+};
+
+// peer_event is nng's pipe callback (on an nng thread): a closed
+// connection cancels the call waiting on it, so that a Transfer to a
+// killed peer fails at once instead of at its timeout.
+static void
+peer_event(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	struct ps_peer_watch *w = arg;
+	(void) p;
+	if (ev == NNG_PIPE_EV_ADD_POST) {
+		atomic_fetch_add(&w->pipes, 1);
+	} else if (ev == NNG_PIPE_EV_REM_POST) {
+		atomic_fetch_sub(&w->pipes, 1);
+		nng_aio_cancel(w->aio);
+	}
+}
+
+int
+ps__peer_watch_open(nng_socket sock, nng_aio *aio, struct ps_peer_watch **out)
+{
+	struct ps_peer_watch *w = fb_zalloc(sizeof(*w));
+	if (w == NULL) {
+		return FB_ENOMEM;
+	}
+	w->aio = aio;
+	atomic_init(&w->pipes, 0);
+	if (nng_pipe_notify(sock, NNG_PIPE_EV_ADD_POST, peer_event, w) != 0 ||
+	    nng_pipe_notify(sock, NNG_PIPE_EV_REM_POST, peer_event, w) != 0) {
+		fb_free(w);
+		return FB_ETRANSPORT;
+	}
+	*out = w;
+	return FB_OK;
+}
+
+void
+ps__peer_watch_free(struct ps_peer_watch *w)
+{
+	fb_free(w);
+}
+
+int
+ps__peer_connected(struct ps_server *s, struct ps_peer_watch *w, int ms)
+{
+	for (int t = 0; atomic_load(&w->pipes) <= 0; t += 10) {
+		if (t >= ms || atomic_load(&s->closing)) {
+			return 0;
+		}
+		fb_sleep_us(10000);
+	}
+	return 1;
+}
