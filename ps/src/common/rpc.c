@@ -1,5 +1,4 @@
 // rpc.c — REP contexts with aio state machines (see rpc.h DESIGN).
-#include <arpa/inet.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <nng/nng.h>
@@ -87,37 +86,6 @@ call_unhold(struct ps_call *c)
 	atomic_store_explicit(&c->held, 0, memory_order_relaxed);
 	atomic_store_explicit(&c->host, 0, memory_order_relaxed);
 	atomic_store_explicit(&c->member, 0, memory_order_relaxed);
-}
-
-uint64_t
-ps__host_key(nng_pipe pipe, char *text, size_t n)
-{
-	nng_sockaddr sa;
-	uint64_t     k = 0;
-	if (text != NULL && n > 0) {
-		snprintf(text, n, "?");
-	}
-	if (nng_pipe_get_addr(pipe, NNG_OPT_REMADDR, &sa) != 0) {
-		return 0;
-	}
-	if (sa.s_family == NNG_AF_INET) {
-		k = (1ull << 32) | sa.s_in.sa_addr;
-		if (text != NULL) {
-			inet_ntop(AF_INET, &sa.s_in.sa_addr, text,
-			    (socklen_t) n);
-		}
-	} else if (sa.s_family == NNG_AF_INET6) {
-		k = 1469598103934665603ull; // FNV-1a over the 16 bytes
-		for (int i = 0; i < 16; i++) {
-			k = (k ^ sa.s_in6.sa_addr[i]) * 1099511628211ull;
-		}
-		k |= 1ull << 63; // never 0, never an IPv4 key
-		if (text != NULL) {
-			inet_ntop(AF_INET6, sa.s_in6.sa_addr, text,
-			    (socklen_t) n);
-		}
-	}
-	return k;
 }
 
 // host_usage counts the calls other than c held for host (0: none), and

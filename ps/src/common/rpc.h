@@ -95,8 +95,8 @@ int ps__rpc_open(struct psw_tls *tls, const char *url, int ncontexts,
     size_t max_msg, struct psw_auth *auth, ps_rpc_handler handler, void *arg,
     struct obs_registry *reg, struct ps_rpc **out);
 
-// ps__host_key names the host at the other end of pipe: its IPv4 or IPv6
-// address folded into 64 bits (never 0), or 0 when the pipe has no IP
+// ps__host_key (identity.c) names the host at the other end of pipe: its IPv4
+// or IPv6 address folded into 64 bits (never 0), or 0 when the pipe has no IP
 // peer (ipc, inproc). With text, also writes the address there ("?"
 // when it has none).
 uint64_t ps__host_key(nng_pipe pipe, char *text, size_t n);
