@@ -187,6 +187,25 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	                          "first map places here: `auto` when it exists, "
 	                          "`yes` refuses to serve without it, `no` ignores "
 	                          "it (a fresh job)" },
+	[FB_OPT_PS_SERVER_INDEX]   = { "server-index", SRV, INT(-1, 65535),
+	      .def  = "-1",
+	      .help = "server: register into this slot (-1: any; a restart "
+	                "under a new URL takes its old slot back)",
+	      .doc  = "register into server slot I (-1: any). A server "
+	                "restarted under the same advertised URL gets its slot "
+	                "back without it; under a new URL it needs this, and is "
+	                "refused (`FAILED_PRECONDITION`) while slot I's server "
+	                "is alive at another URL; see §12" },
+	[FB_OPT_PS_RESEED_WAIT_MS] = { "reseed-wait-ms", SRV, INT(0, 86400000),
+	    .def = "5000",
+	    .help =
+	        "server: a shard being re-seeded opens this long after its "
+	        "map with the newest offer so far, when not every trainer "
+	        "offered",
+	    .doc = "a lost shard re-seeded here from the trainers' copies "
+	           "opens once every trainer in the job offered its copy, or "
+	           "this long after the map that placed it here if at least "
+	           "one did (the newest offer wins); see §12" },
 	[FB_OPT_PS_SECRET_FILE]    = { "secret-file", PS, STR, .def = "",
 	       .unset = "off",
 	       .help  = "the job's key: sign every request and reply, refuse "

@@ -74,6 +74,8 @@ static const struct binding srv_bindings[] = {
 	{ FB_OPT_PS_SNAPSHOT_DIR, K_PATH, SRV(snapshot_dir) },
 	{ FB_OPT_PS_SNAPSHOT_EVERY, K_U64, SRV(snapshot_every) },
 	{ FB_OPT_PS_RESTORE, K_RESTORE, SRV(restore) },
+	{ FB_OPT_PS_SERVER_INDEX, K_INT, SRV(server_index) },
+	{ FB_OPT_PS_RESEED_WAIT_MS, K_U32, SRV(reseed_wait_ms) },
 	{ FB_OPT_PS_SECRET_FILE, K_PATH, SRV(secret_file) },
 	{ FB_OPT_PS_AUTH_WINDOW_MS, K_U32, SRV(auth_window_ms) },
 	{ FB_OPT_PS_MAX_INFLIGHT_MB, K_MB_SIZE, SRV(max_inflight) },

@@ -46,4 +46,5 @@ Pswire__Header *map_at_least(const char *url, uint64_t min_epoch,
 Suite          *suite_limits(void);
 Suite          *suite_tls(void);
 Suite          *suite_cascade(void);
+Suite          *suite_reseed(void);
 #endif

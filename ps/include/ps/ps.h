@@ -193,6 +193,13 @@ struct ps_server_opts {
 	uint32_t    max_samples;
 	// Mutual TLS, as for the scheduler (all NULL: off).
 	const char *tls_cert, *tls_key, *tls_ca;
+	// The slot to register into (--server-index; -1: any): a server
+	// restarted under a new URL takes its dead predecessor's slot.
+	int         server_index;
+	// A lost shard re-seeded here from the trainers' offers opens this
+	// long (ms) after the map that placed it here, with the newest offer,
+	// when some trainers did not offer (docs/operations.md §12).
+	uint32_t    reseed_wait_ms;
 	// The freshness window, as for the scheduler (0: no bound).
 	uint32_t    auth_window_ms;
 };
@@ -200,7 +207,7 @@ struct ps_server_opts {
 	{                                                                     \
 		NULL, NULL, NULL, 256, 256u << 20, 10000, 0, 10000, 1000,     \
 		    NULL, 0, PS_RESTORE_AUTO, NULL, 4ull << 30, 300000,       \
-		    65536, NULL, NULL, NULL, 120000                           \
+		    65536, NULL, NULL, NULL, -1, 5000, 120000                 \
 	}
 
 // When a server with a snapshot_dir loads its snapshot file.

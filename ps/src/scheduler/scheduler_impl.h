@@ -15,8 +15,9 @@
 //                       /debug/state JSON
 //   scheduler_state.c   the job, members and map on disk (--state-dir)
 //   scheduler_snapshot.c the Snapshot rpc forwarded to every server
+//   scheduler_reseed.c  lost shards re-seeded from the trainers' copies
 // dispatch -> members -> place -> reply; members -> job; live -> members,
-// place, reply. The placement
+// place, reply; members, live -> reseed -> place. The placement
 // policy itself (the 10% rule, capacities, round-robin over live servers)
 // is pure code in sharding/ (shard_policy_*).
 //
@@ -267,6 +268,23 @@ void ps__sched_rollback_begin(struct ps_scheduler *s, uint32_t m,
 // versions, and nothing is published (the trainers fail at their
 // deadline). mu held.
 void ps__sched_rollback_check(struct ps_scheduler *s, int expired);
+
+// ---- scheduler_reseed.c: lost shards re-seeded from the trainers -------
+
+// ps__sched_reseed re-places server m's shards, whose only copy is gone:
+// each is promoted to a usable backup when it has one, else re-seeded
+// (seed_gen raised) onto m itself when `self` (m came back empty into its
+// slot; the caller has made it usable), or onto the usable server other
+// than m that holds the fewest bytes; then publishes the next map. Logs
+// what it did. Returns how many shards were re-seeded (0 also when
+// nothing changed or on FB_ENOMEM, logged; the map in force stays). mu
+// held; the job has started.
+size_t ps__sched_reseed(struct ps_scheduler *s, uint32_t m, int self);
+
+// ps__sched_reseed_dead handles the shards of server m, just declared
+// dead in a job without replicas: re-seeded (ps__sched_reseed) unless m
+// keeps snapshots, whose restart rolls the job back instead. mu held.
+void ps__sched_reseed_dead(struct ps_scheduler *s, uint32_t m);
 
 // ---- scheduler_live.c: liveness ---------------------------------------
 

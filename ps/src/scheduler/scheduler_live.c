@@ -238,8 +238,8 @@ ps__sched_on_heartbeat(struct ps_scheduler *s, struct ps_call *c)
 
 // sched_server_dead takes dead server m out of the map: with replicas, its
 // shards are promoted to their first live backup and every list it was in
-// is filled up again, in a new map; without, its shards are logged as lost
-// and the map stays. mu held.
+// is filled up again, in a new map; without, its shards are re-seeded from
+// the trainers' copies onto live servers (scheduler_reseed.c). mu held.
 static void
 sched_server_dead(struct ps_scheduler *s, uint32_t m)
 {
@@ -270,12 +270,11 @@ sched_server_dead(struct ps_scheduler *s, uint32_t m)
 		return;
 	}
 	if (lost > 0) {
-		FB_LOG(FB_LOG_ERR, "members",
+		FB_LOG(FB_LOG_WARN, "members",
 		    "server %u's %zu shard(s) (%llu bytes, the first is shard "
-		    "%zu) are lost: no replica or snapshot holds them; the map "
-		    "is left as it is, so trainers fail on them until the "
-		    "server is back",
+		    "%zu) lost their only copy",
 		    m, lost, (unsigned long long) bytes, first);
+		ps__sched_reseed_dead(s, m); // from the trainers' copies
 	}
 }
 

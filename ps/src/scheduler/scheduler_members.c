@@ -1,6 +1,9 @@
 // scheduler_members.c — who is in the job: Register (servers by URL,
 // trainers by rank with the job's tensor table), Leave, ReportLinks, and
 // the start barrier that publishes the first map once everyone is in.
+// A server that registers again into its slot while the job runs (its URL,
+// or --server-index) is a restarted process: without snapshots what it
+// held is re-placed at once (slot_back); with them the job rolls back.
 //
 // DESIGN. A handler decides under s->mu and replies with an error only
 // after releasing it: a refusal is recorded (struct refusal) and sent on
@@ -156,11 +159,104 @@ holds_shards(const struct ps_scheduler *s, uint32_t m)
 	return 0;
 }
 
+// replaced says whether a Register into slot m comes from a new process:
+// the slot's server was declared dead, or it heartbeats (is tracked). A
+// running server registers once (a server with snapshots twice, and that
+// path is the rollback's), so a Register into a tracked slot is a restart
+// (slot_back stops tracking the slot, so that the same Register re-sent
+// after a lost answer is not one more). A server not tracked (it never
+// heartbeated, or the scheduler restarted since) is taken to be the same
+// process asking again: its shards are not touched. mu held.
+static int
+replaced(const struct ps_scheduler *s, uint32_t m)
+{
+	return s->server_dead[m] || s->hb_server[m] != 0;
+}
+
+// slot_for finds the slot the server at r->url registers into: the one
+// its URL holds, else the one r->slot asks for (--server-index), which it
+// may take over under its new URL only once that slot's server is dead;
+// -1 for a new slot. Returns 0 with *idx, or a refusal. mu held.
+static int
+slot_for(struct ps_scheduler *s, const Pswire__RegisterRequest *r, int *idx,
+    struct refusal *no)
+{
+	int want = r->slot > 0 ? (int) (r->slot - 1) : -1;
+	*idx     = -1;
+	for (int i = 0; i < s->n_servers_seen; i++) {
+		if (strcmp(s->server_urls[i], r->url) == 0) {
+			*idx = i; // re-registration: same slot
+		}
+	}
+	if (want < 0 || want == *idx ||
+	    (*idx < 0 && want == s->n_servers_seen)) {
+		return 0; // any slot, its own, or the next new one
+	}
+	if (*idx >= 0) {
+		return refuse(no, PSWIRE__STATUS__FAILED_PRECONDITION,
+		    "server %s holds slot %d, not %d (--server-index)", r->url,
+		    *idx, want);
+	}
+	if (want > s->n_servers_seen) {
+		return refuse(no, PSWIRE__STATUS__FAILED_PRECONDITION,
+		    "no server slot %d: %d server(s) registered so far "
+		    "(--server-index)",
+		    want, s->n_servers_seen);
+	}
+	if (!s->server_dead[want]) {
+		return refuse(no, PSWIRE__STATUS__FAILED_PRECONDITION,
+		    "server slot %d is held by the live server at %s: "
+		    "--server-index takes it over only once that server is "
+		    "declared dead",
+		    want, s->server_urls[want]);
+	}
+	char *url = fb_strdup(r->url);
+	if (url == NULL) {
+		return refuse(no, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+		    "out of memory");
+	}
+	FB_LOG(FB_LOG_NOTICE, "members",
+	    "server slot %d: %s takes over from %s (--server-index)", want,
+	    r->url, s->server_urls[want]);
+	fb_free(s->server_urls[want]);
+	s->server_urls[want] = url;
+	*idx                 = want;
+	return 0;
+}
+
+// slot_back takes back slot m for a new server process that registers
+// into it while the job runs, without snapshots (replaced): its old
+// process is gone, so whatever the slot held is lost now, with no
+// --dead-after-ms wait. Its shards are promoted to their backups or
+// re-seeded onto it (it then starts them empty: not late); a slot that
+// holds nothing any more (declared dead before, its shards re-placed)
+// joins again as a new server would. mu held; the job has started.
+static void
+slot_back(struct ps_scheduler *s, uint32_t m, Pswire__RegisterReply *rep)
+{
+	int was_dead      = s->server_dead[m];
+	s->server_dead[m] = 0;
+	ps__sched_live_untrack(s, PSWIRE__ROLE__ROLE_SERVER, m);
+	if (holds_shards(s, m)) {
+		FB_LOG(FB_LOG_NOTICE, "members",
+		    "server %u registers again at %s: its old process is gone "
+		    "and with it the shards it held",
+		    m, s->server_urls[m]);
+		rep->late = ps__sched_reseed(s, m, 1) == 0;
+	} else if (was_dead && !s->gone[m]) {
+		FB_LOG(FB_LOG_NOTICE, "members",
+		    "server %u is back at %s after it was declared dead", m,
+		    s->server_urls[m]);
+		ps__sched_replan(s, "a server is back",
+		    s->opts.placement == PS_PLACEMENT_UNIFORM);
+	}
+}
+
 // register_server gives the server at r->url its slot: the same one on a
-// re-registration, a new one otherwise (joining a running job re-places
-// the shards). A sender signed as server k (claimed, else
-// PSW_ID_UNASSIGNED) may only take slot k. Fills rep's id and late flag;
-// returns 0 or a refusal. mu held.
+// re-registration (or the one --server-index names), a new one otherwise
+// (joining a running job re-places the shards). A sender signed as server
+// k (claimed, else PSW_ID_UNASSIGNED) may only take slot k. Fills rep's id
+// and late flag; returns 0 or a refusal. mu held.
 static int
 register_server(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
     uint32_t claimed, Pswire__RegisterReply *rep, struct refusal *no)
@@ -170,10 +266,14 @@ register_server(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
 		return refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "server registration needs a url of 1..255 bytes");
 	}
-	for (int i = 0; i < s->n_servers_seen; i++) {
-		if (strcmp(s->server_urls[i], r->url) == 0) {
-			idx = i; // re-registration: same slot
-		}
+	if (claimed != PSW_ID_UNASSIGNED && r->slot > 0 &&
+	    claimed != r->slot - 1) {
+		return refuse(no, PSWIRE__STATUS__PERMISSION_DENIED,
+		    "server-%u may not register %s into slot %u", claimed,
+		    r->url, r->slot - 1);
+	}
+	if (slot_for(s, r, &idx, no) != 0) {
+		return no->status;
 	}
 	if (claimed != PSW_ID_UNASSIGNED &&
 	    claimed != (uint32_t) (idx >= 0 ? idx : s->n_servers_seen)) {
@@ -189,7 +289,10 @@ register_server(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
 		rep->late = s->placement != NULL;
 		rep->id   = (uint32_t) idx;
 		ps__sched_touch(s, PSWIRE__ROLE__ROLE_SERVER, (uint32_t) idx);
-		if (s->placement != NULL && s->n_backups == 0 &&
+		if (s->placement != NULL && !r->has_snapshots &&
+		    replaced(s, (uint32_t) idx)) {
+			slot_back(s, (uint32_t) idx, rep);
+		} else if (s->placement != NULL && s->n_backups == 0 &&
 		    r->restarted && holds_shards(s, (uint32_t) idx)) {
 			// Restarted from its snapshots: the job rolls back
 			// and it restores its own shards (not late).

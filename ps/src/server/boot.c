@@ -108,6 +108,9 @@ call_next(struct ps_server *s, const struct boot *b, nng_ctx ctx, nng_aio *aio,
 		rr.capacity_bytes      = s->opts.capacity;
 		rr.has_snapshots       = s->snap != NULL;
 		rr.restarted           = b->restarted;
+		rr.slot                = s->opts.server_index >= 0
+		                   ? (uint32_t) s->opts.server_index + 1
+		                   : 0;
 		rr.snapshot_versions   = (uint64_t *) b->held;
 		rr.n_snapshot_versions = b->n_held;
 		h.body_case            = PSWIRE__HEADER__BODY_REGISTER_REQ;

@@ -148,6 +148,12 @@ ps__map_install(struct ps_server *s, Pswire__Placement *pl)
 		}
 		s->local[i] = (int32_t) i;
 		s->n_shards++;
+		if (si->seed_gen > 0 && s->snap == NULL) {
+			// Restarted empty into its slot (not late): the
+			// shard's only copy was here, so the trainers re-seed
+			// it. With snapshots the job rolls back instead.
+			ps__seed_begin(s, sh, si->seed_gen, pl->epoch);
+		}
 	}
 	// A snapshot is loaded (or refused whole) before the map is kept.
 	// A first map that orders a rollback (this server restarted from its

@@ -189,8 +189,11 @@ map_rebuilds(struct ps_server *s, const Pswire__Placement *old,
 	for (size_t i = 0; i < s->n_global; i++) {
 		const Pswire__ShardInfo *si = pl->shards[i];
 		const Pswire__ShardInfo *so = old->shards[i];
+		// A shard being re-seeded has no values to copy yet: its
+		// new backups are rebuilt by the resync after it opens (their
+		// first Replicate finds them behind).
 		if (s->local[i] < 0 || s->shards[i].backup ||
-		    si->server != s->index) {
+		    s->shards[i].seeding || si->server != s->index) {
 			continue;
 		}
 		for (size_t k = 0; k < si->n_backups && n_out < cap; k++) {
@@ -520,6 +523,7 @@ ps__map_apply(struct ps_server *s, Pswire__Placement *pl,
 	}
 	pthread_mutex_lock(&s->mu);
 	map_mark(s, pl);
+	ps__seed_map(s, old, pl); // lost shards placed here: re-seeded
 	// Pushes still decoding into a leaving shard finish first.
 	while (leaving_busy(s)) {
 		pthread_cond_wait(&s->decoded, &s->mu);

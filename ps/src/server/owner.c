@@ -26,6 +26,13 @@ ps__server_own_shard(struct ps_server *s, struct ps_call *c, uint32_t id,
 		    (unsigned long long) mine, (unsigned long long) epoch);
 		return -1;
 	}
+	if (s->local[id] >= 0 && s->shards[id].seeding) {
+		// Its only copy was lost: it waits for the trainers' offers
+		// of theirs (seed.c).
+		ps__server_reply_err(s, c, PSWIRE__STATUS__UNAVAILABLE,
+		    "shard %u is being re-seeded; retry", id);
+		return -1;
+	}
 	if (s->local[id] >= 0 && epoch < s->rollback_epoch) {
 		// Made before the job rolled back: its versions are undone.
 		ps__server_reply_err(s, c, PSWIRE__STATUS__STALE_EPOCH,

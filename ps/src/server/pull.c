@@ -539,6 +539,9 @@ ps__sweep_main(void *arg)
 				pp = &c->next;
 			}
 		}
+		if (ps__seed_sweep(s, now) > 0) {
+			ps__pull_wake(s); // re-seeded shards opened
+		}
 		int n = stall_scan(s, fb_clock_ns(), lines);
 		pthread_mutex_unlock(&s->mu);
 		for (int i = 0; i < n; i++) {

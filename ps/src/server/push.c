@@ -438,6 +438,12 @@ ps__on_push(struct ps_server *s, struct ps_call *c)
 	atomic_fetch_add_explicit(&s->bytes_in, nng_msg_len(c->req),
 	    memory_order_relaxed);
 	pthread_mutex_lock(&s->mu);
+	if (p->seed) {
+		// A trainer's copy of shards being re-seeded (seed.c).
+		ps__seed_on_offer(s, c, p);
+		ps__pull_wake(s); // a shard it completed may have opened
+		goto out;
+	}
 	if (check_refs(s, c, p) != 0) {
 		goto out;
 	}

@@ -209,7 +209,7 @@ ps_server_stats(struct ps_server *s, char *buf, size_t n)
 	snprintf(buf, n,
 	    "# Server\r\nrole:server\r\nindex:%u\r\nurl:%s\r\nuptime_ms:%llu\r\n"
 	    "ready:%d\r\n# Store\r\nshards:%u\r\nbackups:%u\r\n"
-	    "version:%llu\r\nmode:%s\r\n"
+	    "shards_seeding:%u\r\nversion:%llu\r\nmode:%s\r\n"
 	    "used_memory:%zu\r\n# Net\r\npushes:%llu\r\npulls:%llu\r\n"
 	    "errors:%llu\r\nbytes_in:%llu\r\nbytes_out:%llu\r\n"
 	    "updates_applied:%llu\r\nupdates_refused:%llu\r\nparked:%d\r\n"
@@ -217,8 +217,9 @@ ps_server_stats(struct ps_server *s, char *buf, size_t n)
 	    s->index, s->url,
 	    (unsigned long long) (fb_clock_ms() - s->started_ms),
 	    atomic_load(&s->ready), s->n_shards, s->n_backup_shards,
-	    (unsigned long long) version, s->job.mode ? "async" : "sync",
-	    fb_used_memory(), (unsigned long long) atomic_load(&s->n_push),
+	    ps__seed_count(s), (unsigned long long) version,
+	    s->job.mode ? "async" : "sync", fb_used_memory(),
+	    (unsigned long long) atomic_load(&s->n_push),
 	    (unsigned long long) atomic_load(&s->n_pull),
 	    (unsigned long long) atomic_load(&s->n_err),
 	    (unsigned long long) atomic_load(&s->bytes_in),

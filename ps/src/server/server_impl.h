@@ -56,7 +56,8 @@
 // buffers), mapinstall.c (map checks, the first placement), optim.c (the
 // optimizers and their state), pull_ref.c (pull reference and delta log),
 // pull.c (pulls, parking, the deadline sweeper), push.c (pushes: async,
-// stage, commit), transfer.c (a shard's state on the wire), moves.c
+// stage, commit), seed.c (re-seeding a lost shard from the trainers'
+// offers), transfer.c (a shard's state on the wire), moves.c
 // (re-placement and leave), replicate.c (--replicas: forwards and the
 // backup's apply), boot.c (the scheduler watch), server_obs.c (metrics),
 // snapshot.c (snapshots on disk; its writer thread waits on its own
@@ -152,6 +153,13 @@ struct srv_shard {
 	uint32_t  crc;
 	int       crc_ok;
 	uint64_t  crc_at;
+	// Re-seeding (seed.c): the shard's only copy was lost and it waits
+	// for the trainers' offers of theirs since seed_t0 (fb_clock_ms);
+	// seed_have: an offer was taken (its values in x, its version in
+	// seed_version); seed_told: when the wait was last logged. While
+	// seeding, state[r] != PS_SLOT_FREE marks the ranks that offered.
+	int       seeding, seed_have;
+	uint64_t  seed_version, seed_t0, seed_told;
 };
 
 struct ps_server {
@@ -218,9 +226,10 @@ struct ps_server {
 	// update; last_rank[r] counts sync rounds rank r completed (under mu)
 	struct obs_registry  *reg;
 	struct obs_metric    *round_wait, *moves_out, *moves_in;
-	uint64_t             *last_rank; // [trainers]
-	atomic_int            leaving;   // ps_server_leave was called
-	struct ps_snap       *snap;      // snapshot.c; NULL: no --snapshot-dir
+	struct obs_metric    *reseeded, *offers_ignored; // seed.c
+	uint64_t             *last_rank;                 // [trainers]
+	atomic_int            leaving; // ps_server_leave was called
+	struct ps_snap       *snap;    // snapshot.c; NULL: no --snapshot-dir
 	// The last rollback this server applied (snapshot_load.c): its map
 	// generation (Placement.rollback_gen) and placement epoch; a request
 	// made under an older map is refused STALE_EPOCH.
@@ -418,6 +427,39 @@ void *ps__sweep_main(void *arg);
 // version-0 weights). Called on an nng callback thread; takes mu, and
 // releases it while a sync push decodes into its reserved slots.
 void ps__on_push(struct ps_server *s, struct ps_call *c);
+
+// ---- seed.c ----------------------------------------------------------------
+
+// ps__seed_begin puts held shard sh (buffers allocated) in the SEEDING
+// state for re-seed generation gen, ordered by map `epoch`: pushes and
+// pulls of it get UNAVAILABLE until the trainers' offers open it (seed.c's
+// DESIGN). mu held.
+void ps__seed_begin(struct ps_server *s, struct srv_shard *sh, uint64_t gen,
+    uint64_t epoch);
+
+// ps__seed_map starts seeding every shard that later map pl (installed:
+// s->pl == pl) places here with a seed_gen higher than old's, creating
+// the ones not held here (their old server is gone: no Transfer comes).
+// mu held.
+void ps__seed_map(struct ps_server *s, const Pswire__Placement *old,
+    const Pswire__Placement *pl);
+
+// ps__seed_on_offer serves an offer (PushRequest.seed): checked like a
+// push (an error reply changes nothing); the newest offer of each seeding
+// shard is kept, the others are counted and ignored, and a shard every
+// rank offered opens (the caller then wakes parked calls). Replies. mu
+// held.
+void ps__seed_on_offer(struct ps_server *s, struct ps_call *c,
+    const Pswire__PushRequest *p);
+
+// ps__seed_sweep opens the seeding shards whose --reseed-wait-ms passed
+// with an offer, and logs once per interval those that have none; returns
+// how many opened (the caller then wakes parked calls). From the sweeper
+// thread (now: fb_clock_ms). mu held.
+uint32_t ps__seed_sweep(struct ps_server *s, uint64_t now);
+
+// ps__seed_count returns how many held shards are seeding. mu held.
+uint32_t ps__seed_count(const struct ps_server *s);
 
 // ---- transfer.c ------------------------------------------------------------
 

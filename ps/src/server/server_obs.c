@@ -34,7 +34,17 @@ ps__server_metrics_open(struct ps_server *s)
 	         "direction=\"out\"", NULL, 0, 0, &s->moves_out)) != FB_OK ||
 	    (rv = obs_metric_add(s->reg, OBS_COUNTER,
 	         "ferry_server_shard_moves_total", NULL, "direction=\"in\"",
-	         NULL, 0, 0, &s->moves_in)) != FB_OK) {
+	         NULL, 0, 0, &s->moves_in)) != FB_OK ||
+	    (rv = obs_metric_add(s->reg, OBS_COUNTER,
+	         "ferry_shards_reseeded_total",
+	         "Lost shards re-seeded here from the trainers' copies "
+	         "(their optimizer state restarted from zero).",
+	         NULL, NULL, 0, 0, &s->reseeded)) != FB_OK ||
+	    (rv = obs_metric_add(s->reg, OBS_COUNTER,
+	         "ferry_seed_offers_ignored_total",
+	         "Shards offered by trainers that were not being re-seeded "
+	         "here (answered OK, ignored).",
+	         NULL, NULL, 0, 0, &s->offers_ignored)) != FB_OK) {
 		return rv;
 	}
 	return obs_collector_add(s->reg, collect, s);
