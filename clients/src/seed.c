@@ -20,9 +20,11 @@
 
 // offer sends server m an offer of the k shards in ids (each held) and
 // returns FERRY_OK or the failure (logged by the caller, never fatal: the
-// server opens the shard with the other trainers' offers).
+// server opens the shard with the other trainers' offers); *unavailable
+// says whether the server answered UNAVAILABLE.
 static int
-offer(ferry_client *c, size_t m, const uint32_t *ids, size_t k)
+offer(ferry_client *c, size_t m, const uint32_t *ids, size_t k,
+    int *unavailable)
 {
 	struct conn        *cn = &c->conns[m];
 	Pswire__Header      h  = PSWIRE__HEADER__INIT;
@@ -83,8 +85,10 @@ offer(ferry_client *c, size_t m, const uint32_t *ids, size_t k)
 	c->stats.requests++;
 	rv = psw_call(c->auth, cn->ctx, cn->aio, req, PSWIRE__METHOD__PUSH,
 	    h.request_id, (int) h.deadline_ms, &rep, &f, &ph, &why);
+	*unavailable = 0;
 	if (rv == FB_EREMOTE) {
 		Pswire__Header *r = (Pswire__Header *) ph;
+		*unavailable      = r->status == PSWIRE__STATUS__UNAVAILABLE;
 		rv = ferry__fail(c, FERRY_EREMOTE, "server %s: %s: %s",
 		    c->pl->servers[m], psw_status_name((int) r->status),
 		    r->error);
@@ -101,6 +105,24 @@ offer(ferry_client *c, size_t m, const uint32_t *ids, size_t k)
 done:
 	fb_free(refs);
 	fb_free(ptrs);
+	return rv;
+}
+
+// offer_until_taken offers until server m takes the offer or a call's
+// deadline passes: a server that has not applied the map re-seeding the
+// shards yet answers UNAVAILABLE (it has no shard to put the values in),
+// and a server restarting in its slot may not listen yet. A repeat is
+// harmless: an offer for a shard that is no longer seeding is ignored.
+static int
+offer_until_taken(ferry_client *c, size_t m, const uint32_t *ids, size_t k)
+{
+	uint64_t deadline = fb_clock_ms() + ferry__timeout(c);
+	int      rv, unavailable = 0;
+	while ((rv = offer(c, m, ids, k, &unavailable)) != FERRY_OK &&
+	    (rv == FERRY_ECONNECT || rv == FERRY_ETIMEDOUT || unavailable) &&
+	    fb_clock_ms() < deadline) {
+		fb_sleep_us(20000);
+	}
 	return rv;
 }
 
@@ -136,7 +158,7 @@ ferry__seed_offers(ferry_client *c)
 		if (k == 0) {
 			continue;
 		}
-		int  rv = offer(c, m, ids, k);
+		int  rv = offer_until_taken(c, m, ids, k);
 		char msg[700];
 		if (rv == FERRY_OK) {
 			c->recovery.seeds_offered += k;

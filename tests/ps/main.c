@@ -10,6 +10,7 @@ main(void)
 {
 	SRunner *sr = srunner_create(suite_training());
 	srunner_add_suite(sr, suite_rejoin());
+	srunner_add_suite(sr, suite_lose());
 	srunner_add_suite(sr, suite_bad_input());
 	srunner_add_suite(sr, suite_codecs());
 	srunner_add_suite(sr, suite_placement());

@@ -149,6 +149,7 @@ pt_rank_main(void *arg)
 out:
 	if (c != NULL) {
 		ferry_client_stats(c, &a->stats);
+		ferry_client_recovery(c, &a->recovery);
 	}
 	snprintf(a->err, sizeof(a->err), "%s",
 	    c ? ferry_client_last_error(c) : "open failed");

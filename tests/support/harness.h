@@ -56,16 +56,18 @@ struct pt_rank {
 	// FERRY_* code, or PT_STOP to end the steps there.
 	int (*step)(struct pt_rank *a, ferry_client *c, int k, float *const *g,
 	    float *const *w);
-	void              *ctx; // for the hooks
+	void                 *ctx; // for the hooks
 	// Out: the weights it ends with, the error-feedback residual, the
-	// client's stats at the end, whether the non-finite push was refused
-	// with a message, the first error and libferry's last error text.
-	float              w[NT][40];
-	float              resid[NT][40];
-	struct ferry_stats stats;
-	int                nan_refused;
-	int                rv;
-	char               err[256];
+	// client's stats and fault counters at the end, whether the non-finite
+	// push was refused with a message, the first error and libferry's last
+	// error text.
+	float                 w[NT][40];
+	float                 resid[NT][40];
+	struct ferry_stats    stats;
+	struct ferry_recovery recovery;
+	int                   nan_refused;
+	int                   rv;
+	char                  err[256];
 };
 
 // pt_rank_main runs one rank (arg: struct pt_rank *) on the calling
