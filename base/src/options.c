@@ -215,6 +215,17 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	                   "(GMAC-AES256) and checked; unsigned, altered or "
 	                   "replayed requests get `UNAUTHENTICATED` "
 	                   "([security.md](security.md))" },
+	[FB_OPT_PS_AUTH_WINDOW_MS] = { "auth-window-ms", PS, INT(0, 86400000),
+	    .def  = "120000",
+	    .help = "with --secret-file: refuse a request signed longer "
+	            "ago, or further ahead, than this by our clock (0: no "
+	            "bound)",
+	    .doc  = "with `--secret-file`, a request whose signing time (the "
+	            "sender's wall clock) is further than this from ours, "
+	            "either way, is refused `UNAUTHENTICATED`: a replay "
+	            "recorded earlier, or a member whose clock is off by more "
+	            "(keep members' clocks synchronised, e.g. NTP; "
+	            "[security.md](security.md)). 0: no bound" },
 	[FB_OPT_PS_REPLICAS]       = { "replicas", SCH, INT(1, 16), .def = "1",
 	          .help = "scheduler: copies of each shard: a primary and R-1 "
 	                        "backups on other servers (1: none)",

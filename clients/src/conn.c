@@ -65,6 +65,11 @@ slots_open(ferry_client *c, struct conn *cn, size_t m)
 		if (nng_ctx_open(&s->ctx, cn->sock) != 0) {
 			return FERRY_ECONNECT;
 		}
+		// Its requests are signed for server m alone (auth.c).
+		if (psw_auth_set_peer(c->auth, s->ctx, PSW_ROLE_SERVER,
+		        (uint32_t) m) != FB_OK) {
+			return FERRY_ENOMEM;
+		}
 		if (nng_aio_alloc(&s->aio, slot_cb, s) != 0) {
 			return FERRY_ENOMEM;
 		}
@@ -153,6 +158,11 @@ ferry__conns_open(ferry_client *c, const Pswire__Placement *p)
 			c->n_conns = m; // close only what was opened
 			return ferry__fail(c, FERRY_ECONNECT,
 			    "cannot dial server %s", p->servers[m]);
+		}
+		if (psw_auth_set_peer(c->auth, cn->ctx, PSW_ROLE_SERVER,
+		        (uint32_t) m) != FB_OK) {
+			c->n_conns = m + 1;
+			return ferry__fail(c, FERRY_ENOMEM, "out of memory");
 		}
 		if ((rv = slots_open(c, cn, m)) != FERRY_OK) {
 			c->n_conns = m + 1; // ferry_client_close frees it

@@ -3,8 +3,8 @@
 // request seen before or out of order.
 //
 // DESIGN. The trailer (PSW_AUTH_TRAILER = 64 bytes, little-endian) is
-//   role u8 | 0 u8[3] | id u32 | nonce u32 | 0 u32 | channel u64 |
-//   counter u64 | reply_to u64 | 0 u64 | tag[16]
+//   role u8 | to_role u8 | 0 u8[2] | id u32 | nonce u32 | to_id u32 |
+//   channel u64 | counter u64 | reply_to u64 | run u64 | tag[16]
 // and the tag is GMAC (AES-256-GCM's authenticator) under SHA-256 of the
 // key file, over every byte of the message before the tag: the frame
 // header (with the SIGNED flag), the protobuf Header, the payload and the
@@ -17,24 +17,52 @@
 // run) with AES from libgcrypt: the same tags, so peers with and without
 // it interoperate.
 //
-// GMAC must never see one IV twice under the key: the IV is (role, id,
-// nonce, counter), nonce random per process and the counter unique within
-// it, so two messages share one only if two processes of one member drew
-// the same 32-bit nonce and reached the same counter. One key per job, so
-// any key holder can sign as any member: the identity is a claim that the
-// role checks rely on against members' mistakes, and against outsiders
-// (who have no key) the MAC refuses everything. Mutual TLS is the mode
-// where identities cannot be forged.
+// GMAC must never see one IV twice under the key: the IV is the trailer's
+// first 16 bytes (role, receiver, id, nonce) and the counter, nonce random
+// per process and the counter unique within it, so two messages share one
+// only if two processes of one member drew the same 32-bit nonce and
+// reached the same counter. One key per job, so any key holder can sign
+// as any member: the identity is a claim that the role checks rely on
+// against members' mistakes, and against outsiders (who have no key) the
+// MAC refuses everything. Mutual TLS is the mode where identities cannot
+// be forged.
 //
-// Counters come from one per-process atomic that starts at the wall clock
-// in nanoseconds, so a member that restarts continues above its old
-// counters. A receiver keeps, per (sender identity, channel), the last
-// counter it accepted and refuses anything not above it: a replay or a
-// reordering. Channels name a sender's sockets (psw_auth_channel), since
-// requests on two sockets may overtake each other. The table keeps at most
+// What a request binds besides its bytes (docs/security.md):
+// - Its receiver, (to_role, to_id): the role and slot the sender meant
+//   (the scheduler is (scheduler, 0), a server (server, index)). A
+//   receiver compares them with its own identity (psw_auth_set_self), so
+//   it needs no view of how the sender reached it: a URL would differ
+//   between a pod's address, a Service name and 0.0.0.0. Senders name
+//   the receiver per context (psw_auth_set_peer); a context nobody named
+//   sends to the scheduler when the method is the scheduler's (1..15) or
+//   the sender is an operator, else to no server at all (refused).
+// - The job run: a 64-bit id the scheduler draws when a job starts (kept
+//   in its --state-dir across restarts). A member learns it from the
+//   first scheduler reply it accepts (replies carry the signer's run) and
+//   signs with it from then on. The one request taken without a run is a
+//   Stats to the scheduler: it changes nothing, and psw_call sends one
+//   first when it does not know the run yet, so even a member's first
+//   Register carries the run, and none recorded in an earlier job passes.
+// - Its time: counters come from one per-process atomic that is the wall
+//   clock in nanoseconds, or one above the last counter when the clock
+//   has not moved (or went back), so counters are unique and a member
+//   that restarts continues above its old ones. A receiver refuses a
+//   counter more than the window (default 2 min) from its own clock,
+//   either way; since a process only accepts counters above its clock
+//   less the window, it refuses everything signed before its own start
+//   less the window.
+//
+// A receiver keeps, per (sender identity, channel), the last counter it
+// accepted and refuses anything not above it: a replay or a reordering.
+// Channels name a sender's sockets (psw_auth_channel), since requests on
+// two sockets may overtake each other. The table keeps at most
 // CHANNELS_PER_SENDER channels per identity; evicting one raises that
 // identity's floor to its last counter, under which every counter of an
 // unknown channel is refused, so an evicted channel cannot be replayed.
+// A process that keeps state (the scheduler's --state-dir) loads each
+// sender's floor at start (psw_auth_set_floor) and is told of every
+// counter it accepts before it acts on it (psw_auth_on_accept), so a
+// restart refuses all it accepted before.
 // Replies are bound to their request instead: reply_to must be the
 // counter the caller just signed its request with.
 #include <errno.h>
@@ -49,22 +77,28 @@
 #include "ferry.pb-c.h"
 #include "fb/fb.h"
 #include "ghash.h"
+#include "peers.h"
 #include "psw/psw.h"
 
 #define MAC_LEN 16u
 #define KEY_BYTES 32u
 // Trailer field offsets.
+#define T_TO_ROLE 1u
 #define T_ID 4u
 #define T_NONCE 8u
+#define T_TO_ID 12u
 #define T_CHAN 16u
 #define T_CTR 24u
 #define T_REPLY 32u
+#define T_RUN 40u
 #define T_TAG 48u
 #define IV_LEN 24u
 _Static_assert(T_TAG + MAC_LEN == PSW_AUTH_TRAILER, "trailer layout");
 #define KEY_MIN 16u
 #define KEY_MAX 4096u
 #define CHANNELS_PER_SENDER 16u
+#define NS_PER_MS 1000000ull
+#define WINDOW_DEFAULT_MS 120000u
 
 // One (sender, channel) the receiver has accepted from; channel 0 with
 // is_floor holds the sender's floor.
@@ -84,13 +118,47 @@ struct psw_auth {
 	uint64_t              gen;  // tells thread-cached MAC handles apart
 	_Atomic uint64_t      self; // role << 32 | id
 	_Atomic uint64_t      counter;
-	uint32_t         nonce; // per process: channels of a restart differ
-	_Atomic uint64_t refused;
-	pthread_mutex_t  mu; // guards seen, n_seen, cap_seen, tick
-	struct seen     *seen;
-	size_t           n_seen, cap_seen;
-	uint64_t         tick;
+	uint32_t           nonce; // per process: channels of a restart differ
+	_Atomic uint64_t   refused;
+	_Atomic uint64_t   run;       // the job run (0: not known yet)
+	_Atomic uint64_t   window_ns; // freshness window (0: off)
+	pthread_mutex_t    mu; // guards seen, n_seen, cap_seen, tick, hook
+	struct seen       *seen;
+	size_t             n_seen, cap_seen;
+	uint64_t           tick;
+	psw_auth_accept_fn hook; // told of each accepted counter
+	void              *hook_arg;
+	struct psw__peers  peers; // whom each context's requests go to
 };
+
+// The reasons a message is refused: static texts, so that
+// psw_auth_reason can name them for metrics.
+static const char W_UNSIGNED[] =
+    "message is not signed (this job requires --secret-file)";
+static const char W_MAC[]  = "bad signature (wrong --secret-file, or altered)";
+static const char W_ROLE[] = "signed with an unknown role";
+static const char W_NOMEM[]    = "out of memory checking the signature";
+static const char W_REPLY[]    = "a signed reply was sent as a request";
+static const char W_RECEIVER[] = "signed for another receiver (role or slot)";
+static const char W_NOSLOT[] =
+    "this server has no slot yet: it takes no signed request";
+static const char W_RUN[] = "signed for another job run (a replay from an "
+                            "earlier job, or a stale member)";
+static const char W_STALE[] =
+    "signed longer ago than the freshness window (a replay, or the "
+    "sender's clock is behind)";
+static const char W_FUTURE[] = "signed in the future beyond the freshness "
+                               "window (the sender's clock is ahead)";
+static const char W_FLOOR[] =
+    "replayed request (counter below the sender's floor)";
+static const char W_REPLAY[] = "replayed or reordered request (counter not "
+                               "above the last one accepted)";
+static const char W_RECORD[] = "cannot record the sender's counter";
+
+static struct seen *find(struct psw_auth *a, struct psw_ident who,
+    uint64_t channel, int floor);
+static struct seen *add_entry(struct psw_auth *a, struct psw_ident who,
+    uint64_t channel, int floor);
 
 // ---- the MAC --------------------------------------------------------------
 
@@ -185,6 +253,15 @@ mac(const struct psw_auth *a, const uint8_t *p, size_t len,
 	return FB_OK;
 }
 
+// wall_ns reads the wall clock in nanoseconds since the epoch.
+static uint64_t
+wall_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
+}
+
 // ---- the key and the identity ----------------------------------------------
 
 int
@@ -194,7 +271,6 @@ psw_auth_open(const char *secret_file, int role, uint32_t id,
 	struct psw_auth *a;
 	FILE            *fp;
 	size_t           len;
-	struct timespec  ts;
 
 	(void) pthread_once(&gcry_once, gcry_setup);
 	if ((a = fb_zalloc(sizeof(*a))) == NULL) {
@@ -248,12 +324,12 @@ psw_auth_open(const char *secret_file, int role, uint32_t id,
 			gcry_cipher_close(aes);
 		}
 	}
-	clock_gettime(CLOCK_REALTIME, &ts);
-	atomic_init(&a->counter,
-	    (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec);
+	atomic_init(&a->counter, wall_ns());
+	atomic_init(&a->window_ns, WINDOW_DEFAULT_MS * NS_PER_MS);
 	gcry_create_nonce(&a->nonce, sizeof(a->nonce));
 	psw_auth_set_self(a, role, id);
 	pthread_mutex_init(&a->mu, NULL);
+	psw__peers_init(&a->peers);
 	*out = a;
 	return FB_OK;
 }
@@ -265,6 +341,7 @@ psw_auth_close(struct psw_auth *a)
 		return;
 	}
 	pthread_mutex_destroy(&a->mu);
+	psw__peers_free(&a->peers);
 	memset(a->key, 0, sizeof(a->key));
 	memset(&a->gk, 0, sizeof(a->gk));
 	fb_free(a->seen);
@@ -292,6 +369,130 @@ psw_auth_refused(const struct psw_auth *a)
 	return a != NULL
 	    ? atomic_load_explicit(&a->refused, memory_order_relaxed)
 	    : 0;
+}
+
+void
+psw_auth_set_run(struct psw_auth *a, uint64_t run)
+{
+	if (a != NULL) {
+		atomic_store(&a->run, run);
+	}
+}
+
+uint64_t
+psw_auth_run(const struct psw_auth *a)
+{
+	return a != NULL ? atomic_load(&a->run) : 0;
+}
+
+void
+psw_auth_set_window(struct psw_auth *a, uint32_t window_ms)
+{
+	if (a != NULL) {
+		atomic_store(&a->window_ns, (uint64_t) window_ms * NS_PER_MS);
+	}
+}
+
+int
+psw_auth_set_peer(struct psw_auth *a, nng_ctx ctx, int role, uint32_t id)
+{
+	struct psw_ident to  = { role, id };
+	int              cid = nng_ctx_id(ctx);
+
+	if (a == NULL) {
+		return FB_OK;
+	}
+	return cid > 0 ? psw__peers_set(&a->peers, (uint32_t) cid, to)
+	               : FB_EINVAL;
+}
+
+// receiver finds whom a request (frame method `method`) sent on channel
+// goes to: the peer named for its context, else the scheduler for the
+// scheduler's methods and an operator's calls, else no server.
+static struct psw_ident
+receiver(struct psw_auth *a, uint64_t channel, int method, int self_role)
+{
+	struct psw_ident to = { PSW_ROLE_SERVER, PSW_ID_UNASSIGNED };
+
+	if (psw__peers_get(&a->peers, (uint32_t) channel, &to) != FB_OK &&
+	    (method < PSWIRE__METHOD__PULL ||
+	        self_role == PSW_ROLE_OPERATOR)) {
+		to.role = PSW_ROLE_SCHEDULER;
+		to.id   = 0;
+	}
+	return to;
+}
+
+struct psw_ident
+psw_auth_receiver(struct psw_auth *a, nng_ctx ctx, int method)
+{
+	struct psw_ident none = { PSW_ROLE_NONE, 0 };
+	if (a == NULL) {
+		return none;
+	}
+	return receiver(a, psw_auth_channel(a, ctx), method,
+	    (int) (atomic_load(&a->self) >> 32));
+}
+
+int
+psw_auth_set_floor(struct psw_auth *a, struct psw_ident who, uint64_t counter)
+{
+	int rv = FB_OK;
+
+	if (a == NULL) {
+		return FB_OK;
+	}
+	pthread_mutex_lock(&a->mu);
+	struct seen *fl = find(a, who, 0, 1);
+	if (fl == NULL) {
+		fl = add_entry(a, who, 0, 1);
+	}
+	if (fl == NULL) {
+		rv = FB_ENOMEM;
+	} else if (counter > fl->last) {
+		fl->last = counter;
+	}
+	pthread_mutex_unlock(&a->mu);
+	return rv;
+}
+
+void
+psw_auth_on_accept(struct psw_auth *a, psw_auth_accept_fn fn, void *arg)
+{
+	if (a != NULL) {
+		pthread_mutex_lock(&a->mu);
+		a->hook     = fn;
+		a->hook_arg = arg;
+		pthread_mutex_unlock(&a->mu);
+	}
+}
+
+const char *
+psw_auth_reason(const char *why)
+{
+	static const struct {
+		const char *why, *name;
+	} names[] = {
+		{ W_UNSIGNED, "unsigned" },
+		{ W_MAC, "bad_signature" },
+		{ W_ROLE, "bad_signature" },
+		{ W_NOMEM, "internal" },
+		{ W_REPLY, "reply_as_request" },
+		{ W_RECEIVER, "wrong_receiver" },
+		{ W_NOSLOT, "wrong_receiver" },
+		{ W_RUN, "wrong_run" },
+		{ W_STALE, "stale" },
+		{ W_FUTURE, "future" },
+		{ W_FLOOR, "replay" },
+		{ W_REPLAY, "replay" },
+		{ W_RECORD, "internal" },
+	};
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		if (why == names[i].why) {
+			return names[i].name;
+		}
+	}
+	return "identity";
 }
 
 const char *
@@ -323,9 +524,23 @@ psw_ident_format(struct psw_ident who, char *buf, size_t n)
 
 // ---- signing and checking ---------------------------------------------------
 
+// next_counter returns a fresh counter: the wall clock in nanoseconds, or
+// one above the last one when the clock has not moved past it.
+static uint64_t
+next_counter(struct psw_auth *a)
+{
+	uint64_t now = wall_ns();
+	uint64_t old = atomic_load_explicit(&a->counter, memory_order_relaxed);
+	uint64_t next;
+	do {
+		next = old + 1 > now ? old + 1 : now;
+	} while (!atomic_compare_exchange_weak(&a->counter, &old, next));
+	return next;
+}
+
 int
-psw_auth_sign(struct psw_auth *a, nng_msg *m, uint64_t channel,
-    uint64_t reply_to, uint64_t *counter)
+psw_auth_sign_to(struct psw_auth *a, nng_msg *m, uint64_t channel,
+    struct psw_ident to, uint64_t reply_to, uint64_t *counter)
 {
 	uint8_t  t[T_TAG], tag[MAC_LEN];
 	uint64_t self, ctr;
@@ -338,14 +553,17 @@ psw_auth_sign(struct psw_auth *a, nng_msg *m, uint64_t channel,
 		return FB_OK;
 	}
 	self = atomic_load(&a->self);
-	ctr  = atomic_fetch_add(&a->counter, 1);
+	ctr  = next_counter(a);
 	memset(t, 0, sizeof(t));
-	t[0] = (uint8_t) (self >> 32);
+	t[0]         = (uint8_t) (self >> 32);
+	t[T_TO_ROLE] = (uint8_t) to.role;
 	fb_put_u32le(t + T_ID, (uint32_t) self);
 	fb_put_u32le(t + T_NONCE, a->nonce);
+	fb_put_u32le(t + T_TO_ID, to.id);
 	fb_put_u64le(t + T_CHAN, channel);
 	fb_put_u64le(t + T_CTR, ctr);
 	fb_put_u64le(t + T_REPLY, reply_to);
+	fb_put_u64le(t + T_RUN, atomic_load(&a->run));
 	body = nng_msg_body(m);
 	fb_put_u16le(body + 6, fb_get_u16le(body + 6) | PSW_FLAG_SIGNED);
 	// psw_msg_begin reserved the room: neither append reallocates.
@@ -362,6 +580,22 @@ psw_auth_sign(struct psw_auth *a, nng_msg *m, uint64_t channel,
 	return FB_OK;
 }
 
+int
+psw_auth_sign(struct psw_auth *a, nng_msg *m, uint64_t channel,
+    uint64_t reply_to, uint64_t *counter)
+{
+	struct psw_ident to = { PSW_ROLE_NONE, 0 };
+
+	if (a != NULL && reply_to == 0 && nng_msg_len(m) >= PSW_FRAME_HDR) {
+		// A request: to whom its context was named for. (A reply is
+		// bound to its request by reply_to instead.)
+		const uint8_t *body = nng_msg_body(m);
+		to                  = receiver(a, channel, body[5],
+		                     (int) (atomic_load(&a->self) >> 32));
+	}
+	return psw_auth_sign_to(a, m, channel, to, reply_to, counter);
+}
+
 // verify checks f's MAC and fills *who; FB_OK or FB_EAUTH with *why.
 static int
 verify(struct psw_auth *a, const struct psw_frame *f, struct psw_ident *who,
@@ -373,23 +607,22 @@ verify(struct psw_auth *a, const struct psw_frame *f, struct psw_ident *who,
 	uint8_t        diff  = 0;
 
 	if (t == NULL) {
-		*why =
-		    "message is not signed (this job requires --secret-file)";
+		*why = W_UNSIGNED;
 		return FB_EAUTH;
 	}
 	if (mac(a, start, (size_t) (t - start) + T_TAG, tag) != FB_OK) {
-		*why = "out of memory checking the signature";
+		*why = W_NOMEM;
 		return FB_EAUTH;
 	}
 	for (size_t i = 0; i < MAC_LEN; i++) {
 		diff |= tag[i] ^ t[T_TAG + i];
 	}
 	if (diff != 0) {
-		*why = "bad signature (wrong --secret-file, or altered)";
+		*why = W_MAC;
 		return FB_EAUTH;
 	}
 	if (t[0] < PSW_ROLE_TRAINER || t[0] > PSW_ROLE_OPERATOR) {
-		*why = "signed with an unknown role";
+		*why = W_ROLE;
 		return FB_EAUTH;
 	}
 	who->role = t[0];
@@ -464,6 +697,46 @@ add_entry(struct psw_auth *a, struct psw_ident who, uint64_t channel,
 	return s;
 }
 
+// bound checks what trailer t binds besides its bytes: a request (not a
+// reply), to this receiver, in this run, signed within the window of our
+// clock. Returns NULL or the reason to refuse it.
+static const char *
+bound(struct psw_auth *a, const struct psw_frame *f, const uint8_t *t)
+{
+	uint64_t self = atomic_load(&a->self);
+	uint64_t run  = atomic_load(&a->run);
+	uint64_t trun = fb_get_u64le(t + T_RUN);
+	uint64_t ctr  = fb_get_u64le(t + T_CTR);
+	uint64_t w = atomic_load_explicit(&a->window_ns, memory_order_relaxed);
+	int      role = (int) (self >> 32);
+
+	if (fb_get_u64le(t + T_REPLY) != 0 || (f->flags & PSW_FLAG_REPLY)) {
+		return W_REPLY;
+	}
+	if (t[T_TO_ROLE] != role ||
+	    fb_get_u32le(t + T_TO_ID) != (uint32_t) self) {
+		return W_RECEIVER;
+	}
+	if (role == PSW_ROLE_SERVER && (uint32_t) self == PSW_ID_UNASSIGNED) {
+		return W_NOSLOT;
+	}
+	if (trun != run &&
+	    !(trun == 0 && role == PSW_ROLE_SCHEDULER &&
+	        f->method == PSWIRE__METHOD__STATS)) {
+		return W_RUN;
+	}
+	if (w != 0) {
+		uint64_t now = wall_ns();
+		if (ctr < now && now - ctr > w) {
+			return W_STALE;
+		}
+		if (ctr > now && ctr - now > w) {
+			return W_FUTURE;
+		}
+	}
+	return NULL;
+}
+
 int
 psw_auth_check_request(struct psw_auth *a, const struct psw_frame *f,
     struct psw_ident *who, uint64_t *channel, uint64_t *counter,
@@ -489,8 +762,7 @@ psw_auth_check_request(struct psw_auth *a, const struct psw_frame *f,
 	t   = f->trailer;
 	ch  = fb_get_u64le(t + T_CHAN);
 	ctr = fb_get_u64le(t + T_CTR);
-	if (fb_get_u64le(t + T_REPLY) != 0 || (f->flags & PSW_FLAG_REPLY)) {
-		*why = "a signed reply was sent as a request";
+	if ((*why = bound(a, f, t)) != NULL) {
 		atomic_fetch_add_explicit(&a->refused, 1,
 		    memory_order_relaxed);
 		return FB_EAUTH;
@@ -500,16 +772,20 @@ psw_auth_check_request(struct psw_auth *a, const struct psw_frame *f,
 	if ((s = find(a, *who, ch, 0)) == NULL) {
 		struct seen *fl = find(a, *who, 0, 1);
 		if (fl != NULL && ctr <= fl->last) {
-			*why = "replayed request (counter below the sender's "
-			       "floor)";
+			*why = W_FLOOR;
 			rv   = FB_EAUTH;
 		} else if ((s = add_entry(a, *who, ch, 0)) == NULL) {
-			*why = "out of memory recording the sender";
+			*why = W_NOMEM;
 			rv   = FB_EAUTH;
 		}
 	} else if (ctr <= s->last) {
-		*why = "replayed or reordered request (counter not above the "
-		       "last one accepted)";
+		*why = W_REPLAY;
+		rv   = FB_EAUTH;
+	}
+	if (rv == FB_OK && a->hook != NULL &&
+	    a->hook(a->hook_arg, *who, ctr) != 0) {
+		// Not on disk: taking it would let a restart take it again.
+		*why = W_RECORD;
 		rv   = FB_EAUTH;
 	}
 	if (rv == FB_OK) {
@@ -544,11 +820,19 @@ psw_auth_check_reply(struct psw_auth *a, const struct psw_frame *f,
 	if (fb_get_u64le(f->trailer + T_REPLY) != reply_to || reply_to == 0) {
 		*why = "reply does not answer this request (replayed)";
 	} else if (who.role != want_role &&
-	    !(f->method == PSWIRE__METHOD__SNAPSHOT &&
+	    !((f->method == PSWIRE__METHOD__SNAPSHOT ||
+	          f->method == PSWIRE__METHOD__STATS) &&
 	        who.role == PSW_ROLE_SCHEDULER)) {
-		// (The scheduler answers an operator's Snapshot of the job.)
+		// (The scheduler answers an operator's Snapshot of the job,
+		// and Stats: psw_call's way to learn the run.)
 		*why = "reply signed by a member of the wrong role";
 	} else {
+		uint64_t run = fb_get_u64le(f->trailer + T_RUN);
+		if (who.role == PSW_ROLE_SCHEDULER && run != 0) {
+			// The job run, from the scheduler's answer to the
+			// request we just signed: sign with it from now on.
+			atomic_store(&a->run, run);
+		}
 		return FB_OK;
 	}
 	atomic_fetch_add_explicit(&a->refused, 1, memory_order_relaxed);

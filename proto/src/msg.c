@@ -6,6 +6,8 @@
 // front, the caller encodes the payload in place, and psw_msg_finish packs
 // the header right in front of the payload and trims the unused front bytes
 // (nng_msg_trim only moves a pointer). The payload is never copied.
+#include <string.h>
+
 #include "ferry.pb-c.h"
 #include "fb/fb.h"
 #include "psw/psw.h"
@@ -100,7 +102,9 @@ psw_reply_open(struct psw_auth *auth, nng_msg *rep, uint8_t method,
 		// ferry-scheduler's). A Snapshot is answered by a server, or
 		// by the scheduler when an operator asks it for the job's.
 		arv = psw_tls_check_sender(rep, want, why);
-		if (arv != FB_OK && method == PSWIRE__METHOD__SNAPSHOT) {
+		if (arv != FB_OK &&
+		    (method == PSWIRE__METHOD__SNAPSHOT ||
+		        method == PSWIRE__METHOD__STATS)) {
 			arv = psw_tls_check_sender(rep, PSW_ROLE_SCHEDULER,
 			    why);
 		}
@@ -138,6 +142,47 @@ psw_reply_open(struct psw_auth *auth, nng_msg *rep, uint8_t method,
 	return h->status == PSWIRE__STATUS__OK ? FB_OK : FB_EREMOTE;
 }
 
+// learn_run asks the scheduler on ctx for the job run before a request
+// that needs it (auth.c DESIGN): a Stats call, the one request the
+// scheduler takes without a run (it changes nothing, so a replay of it
+// does nothing), whose signed answer names the run. Errors as psw_call.
+static int
+learn_run(struct psw_auth *auth, nng_ctx ctx, nng_aio *aio,
+    uint64_t request_id, int timeout_ms, const char **why)
+{
+	Pswire__Header    h  = PSWIRE__HEADER__INIT;
+	ProtobufCMessage *ph = NULL;
+
+	// The context goes to the scheduler (its method said so): name it,
+	// or the Stats, a method servers answer too, would go to no one.
+	if (psw_auth_set_peer(auth, ctx, PSW_ROLE_SCHEDULER, 0) != FB_OK) {
+		*why = "out of memory";
+		return FB_ENOMEM;
+	}
+	h.request_id = request_id;
+	int rv       = psw_call_header(auth, ctx, aio, &h.base,
+	          PSWIRE__METHOD__STATS, request_id, timeout_ms, &ph, why);
+	if (ph != NULL) {
+		pswire__header__free_unpacked((Pswire__Header *) ph, NULL);
+	}
+	return rv;
+}
+
+// forget_stale_run clears auth's run when the scheduler refused a request
+// for carrying another one (it restarted as a new job): the next call
+// learns the new run. A forged refusal costs one more Stats call.
+static void
+forget_stale_run(struct psw_auth *auth, int to_scheduler, int rv,
+    ProtobufCMessage *hdr)
+{
+	const Pswire__Header *h = (const Pswire__Header *) hdr;
+	if (to_scheduler && rv == FB_EREMOTE && h != NULL &&
+	    h->status == PSWIRE__STATUS__UNAUTHENTICATED && h->error != NULL &&
+	    strstr(h->error, "another job run") != NULL) {
+		psw_auth_set_run(auth, 0);
+	}
+}
+
 int
 psw_call(struct psw_auth *auth, nng_ctx ctx, nng_aio *aio, nng_msg *req,
     uint8_t method, uint64_t request_id, int timeout_ms, nng_msg **rep,
@@ -146,7 +191,19 @@ psw_call(struct psw_auth *auth, nng_ctx ctx, nng_aio *aio, nng_msg *req,
 	int      rv;
 	nng_msg *m;
 	uint64_t ctr;
+	int      to_sched = auth != NULL &&
+	    psw_auth_receiver(auth, ctx, method).role == PSW_ROLE_SCHEDULER;
 
+	if (to_sched && method != PSWIRE__METHOD__STATS &&
+	    psw_auth_run(auth) == 0) {
+		// Refused (FB_EREMOTE: another key, say): send the request
+		// anyway, so that its own refusal reaches the caller.
+		rv = learn_run(auth, ctx, aio, request_id, timeout_ms, why);
+		if (rv != FB_OK && rv != FB_EREMOTE) {
+			nng_msg_free(req);
+			return rv;
+		}
+	}
 	if (psw_auth_sign(auth, req, psw_auth_channel(auth, ctx), 0, &ctr) !=
 	    FB_OK) {
 		nng_msg_free(req);
@@ -171,6 +228,7 @@ psw_call(struct psw_auth *auth, nng_ctx ctx, nng_aio *aio, nng_msg *req,
 	}
 	m  = nng_aio_get_msg(aio);
 	rv = psw_reply_open(auth, m, method, request_id, ctr, f, hdr, why);
+	forget_stale_run(auth, to_sched, rv, rv == FB_EREMOTE ? *hdr : NULL);
 	if (rv != FB_OK && rv != FB_EREMOTE) {
 		nng_msg_free(m);
 		return rv;

@@ -3,4 +3,5 @@
 #include <check.h>
 Suite *suite_frame(void);
 Suite *suite_auth(void);
+Suite *suite_replay(void);
 #endif

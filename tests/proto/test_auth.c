@@ -42,6 +42,10 @@ open_auth(const char *text, int role, uint32_t id)
 	return a;
 }
 
+// The receivers the tests sign for.
+static const struct psw_ident S0    = { PSW_ROLE_SERVER, 0 };
+static const struct psw_ident SCHED = { PSW_ROLE_SCHEDULER, 0 };
+
 // message builds a request (or reply) with a 64-byte payload of x.
 static nng_msg *
 message(uint16_t flags, uint8_t x)
@@ -80,7 +84,7 @@ START_TEST(test_auth_sign_check)
 	nng_msg         *m     = message(0, 1);
 	size_t           plain = nng_msg_len(m);
 
-	PT_OK(psw_auth_sign(a, m, 5, 0, NULL));
+	PT_OK(psw_auth_sign_to(a, m, 5, S0, 0, NULL));
 	ck_assert_uint_eq(nng_msg_len(m), plain + PSW_AUTH_TRAILER);
 	PT_OK(check(b, m, &who));
 	ck_assert_int_eq(who.role, PSW_ROLE_TRAINER);
@@ -92,7 +96,7 @@ START_TEST(test_auth_sign_check)
 
 	// One payload byte changed after signing.
 	m = message(0, 1);
-	PT_OK(psw_auth_sign(a, m, 5, 0, NULL));
+	PT_OK(psw_auth_sign_to(a, m, 5, S0, 0, NULL));
 	((uint8_t *) nng_msg_body(
 	    m))[nng_msg_len(m) - PSW_AUTH_TRAILER - 1] ^= 1;
 	PT_FAIL(check(b, m, &who), FB_EAUTH);
@@ -107,7 +111,7 @@ START_TEST(test_auth_sign_check)
 	struct psw_auth *z = open_auth("another key, 16+ bytes",
 	    PSW_ROLE_TRAINER, 3);
 	m                  = message(0, 1);
-	PT_OK(psw_auth_sign(z, m, 5, 0, NULL));
+	PT_OK(psw_auth_sign_to(z, m, 5, S0, 0, NULL));
 	PT_FAIL(check(b, m, &who), FB_EAUTH);
 	nng_msg_free(m);
 	psw_auth_close(z);
@@ -128,10 +132,10 @@ START_TEST(test_auth_order_per_channel)
 	nng_msg         *m1 = message(0, 1), *m2 = message(0, 2);
 	nng_msg         *m3 = message(0, 3), *m4 = message(0, 4);
 
-	PT_OK(psw_auth_sign(a, m1, 7, 0, NULL));
-	PT_OK(psw_auth_sign(a, m2, 7, 0, NULL));
-	PT_OK(psw_auth_sign(a, m3, 8, 0, NULL));
-	PT_OK(psw_auth_sign(a, m4, 8, 0, NULL));
+	PT_OK(psw_auth_sign_to(a, m1, 7, SCHED, 0, NULL));
+	PT_OK(psw_auth_sign_to(a, m2, 7, SCHED, 0, NULL));
+	PT_OK(psw_auth_sign_to(a, m3, 8, SCHED, 0, NULL));
+	PT_OK(psw_auth_sign_to(a, m4, 8, SCHED, 0, NULL));
 	PT_OK(check(b, m2, &who));
 	PT_FAIL(check(b, m1, &who), FB_EAUTH); // reordered on channel 7
 	PT_OK(check(b, m4, &who));             // channel 8: its own order
@@ -155,13 +159,13 @@ START_TEST(test_auth_evicted_channel_replay)
 	    PSW_ROLE_SCHEDULER, 0);
 	struct psw_ident who;
 	nng_msg         *old = message(0, 1);
-	PT_OK(psw_auth_sign(a, old, 1, 0, NULL));
+	PT_OK(psw_auth_sign_to(a, old, 1, SCHED, 0, NULL));
 	nng_msg *keep;
 	ck_assert_int_eq(nng_msg_dup(&keep, old), 0);
 	PT_OK(check(b, old, &who));
 	for (uint64_t ch = 2; ch < 100; ch++) {
 		nng_msg *m = message(0, 1);
-		PT_OK(psw_auth_sign(a, m, ch, 0, NULL));
+		PT_OK(psw_auth_sign_to(a, m, ch, SCHED, 0, NULL));
 		PT_OK(check(b, m, &who));
 		nng_msg_free(m);
 	}
@@ -236,7 +240,7 @@ START_TEST(test_auth_tag_is_gmac)
 		const uint8_t *b   = nng_msg_body(m);
 		size_t         len = nng_msg_len(m);
 		const uint8_t *t   = b + len - PSW_AUTH_TRAILER;
-		memcpy(iv, t, 16);          // role, id, nonce, 0
+		memcpy(iv, t, 16);          // role, to_role, id, nonce, to_id
 		memcpy(iv + 16, t + 24, 8); // counter
 		gcry_mac_reset(h);
 		ck_assert_int_eq(gcry_mac_setiv(h, iv, sizeof(iv)), 0);

@@ -20,6 +20,8 @@ main(void)
 	srunner_add_suite(sr, suite_snapshot());
 	srunner_add_suite(sr, suite_ssp());
 	srunner_add_suite(sr, suite_auth());
+	srunner_add_suite(sr, suite_replay());
+	srunner_add_suite(sr, suite_member_cap());
 	srunner_add_suite(sr, suite_optim());
 	srunner_add_suite(sr, suite_replicas());
 	srunner_add_suite(sr, suite_scheduler_state());

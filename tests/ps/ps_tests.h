@@ -14,6 +14,8 @@ Suite *suite_live(void);
 Suite *suite_snapshot(void);
 Suite *suite_ssp(void);
 Suite *suite_auth(void);
+Suite *suite_replay(void);
+Suite *suite_member_cap(void);
 Suite *suite_optim(void);
 Suite *suite_replicas(void);
 Suite *suite_scheduler_state(void);

@@ -30,6 +30,8 @@ struct job {
 	char                 key[64], other_key[64];
 	struct ps_scheduler *sched;
 	struct ps_server    *srv[3];
+	uint64_t             run;         // the job run (placement learns it)
+	char                 urls[3][64]; // server i's URL in the map
 };
 
 // write_key writes text to a fresh temporary file named into path.
@@ -81,18 +83,37 @@ job_close(struct job *j)
 	unlink(j->other_key);
 }
 
-// call sends header h with payload (len bytes) for method to url, signed
-// as who with key_file (NULL: unsigned), and returns the reply's status.
-static int
-call(const char *url, const char *key_file, struct psw_ident who,
-    uint8_t method, Pswire__Header *h, const void *payload, size_t len)
+// receiver_of names whom a request sent to url is for: the server whose
+// slot the map gives url, else the scheduler.
+static struct psw_ident
+receiver_of(const struct job *j, const char *url)
 {
-	struct pt_peer as = { key_file, who, NULL, NULL };
+	struct psw_ident to = { PSW_ROLE_SCHEDULER, 0 };
+	for (uint32_t i = 0; i < 3; i++) {
+		if (strcmp(j->urls[i], url) == 0) {
+			to.role = PSW_ROLE_SERVER;
+			to.id   = i;
+		}
+	}
+	return to;
+}
+
+// call sends header h with payload (len bytes) for method to url, signed
+// as who with key_file (NULL: unsigned) for url's member in the job's
+// run, and returns the reply's status.
+static int
+call(const struct job *j, const char *url, const char *key_file,
+    struct psw_ident who, uint8_t method, Pswire__Header *h,
+    const void *payload, size_t len)
+{
+	struct pt_peer as = { key_file, who, NULL, NULL, receiver_of(j, url),
+		j->run };
 	return pt_rpc(&as, url, method, h, payload, len, NULL);
 }
 
 // placement fetches the current map from the scheduler, signed as
-// trainer-0 (free with pswire__placement__free_unpacked).
+// trainer-0 (free with pswire__placement__free_unpacked), and notes the
+// job run and the servers' slots in j.
 static Pswire__Placement *
 placement(struct job *j)
 {
@@ -124,6 +145,11 @@ placement(struct job *j)
 	pswire__header__free_unpacked(rh, NULL);
 	nng_aio_free(aio);
 	nng_close(sock);
+	j->run = psw_auth_run(a);
+	ck_assert_uint_ne(j->run, 0);
+	for (size_t i = 0; i < pl->n_servers && i < 3; i++) {
+		snprintf(j->urls[i], sizeof(j->urls[i]), "%s", pl->servers[i]);
+	}
 	psw_auth_close(a);
 	return pl;
 }
@@ -138,7 +164,7 @@ leave(struct job *j, const char *key, struct psw_ident who, int role,
 	l.id                   = id;
 	h.body_case            = PSWIRE__HEADER__BODY_LEAVE_REQ;
 	h.leave_req            = &l;
-	return call(ps_scheduler_url(j->sched), key, who,
+	return call(j, ps_scheduler_url(j->sched), key, who,
 	    PSWIRE__METHOD__LEAVE, &h, NULL, 0);
 }
 
@@ -152,15 +178,15 @@ signed_register_server(struct job *j, const char *key, struct psw_ident who,
 	r.url                     = (char *) url;
 	h.body_case               = PSWIRE__HEADER__BODY_REGISTER_REQ;
 	h.register_req            = &r;
-	return call(ps_scheduler_url(j->sched), key, who,
+	return call(j, ps_scheduler_url(j->sched), key, who,
 	    PSWIRE__METHOD__REGISTER, &h, NULL, 0);
 }
 
 // transfer sends a forged Transfer of shard id (len floats, all 7.0) to
 // url, stamped with epoch, signed as who.
 static int
-transfer(const char *url, const char *key, struct psw_ident who, uint32_t id,
-    uint64_t len, uint64_t epoch)
+transfer(const struct job *j, const char *url, const char *key,
+    struct psw_ident who, uint32_t id, uint64_t len, uint64_t epoch)
 {
 	Pswire__Header          h        = PSWIRE__HEADER__INIT;
 	Pswire__TransferRequest t        = PSWIRE__TRANSFER_REQUEST__INIT;
@@ -177,7 +203,8 @@ transfer(const char *url, const char *key, struct psw_ident who, uint32_t id,
 	h.epoch        = epoch;
 	h.body_case    = PSWIRE__HEADER__BODY_TRANSFER_REQ;
 	h.transfer_req = &t;
-	return call(url, key, who, PSWIRE__METHOD__TRANSFER, &h, x, len * 4);
+	return call(j, url, key, who, PSWIRE__METHOD__TRANSFER, &h, x,
+	    len * 4);
 }
 
 START_TEST(test_auth_forgeries_refused)
@@ -235,7 +262,7 @@ START_TEST(test_auth_forgeries_refused)
 		h.epoch               = epoch;
 		h.body_case           = PSWIRE__HEADER__BODY_PUSH_REQ;
 		h.push_req            = &p;
-		ck_assert_int_eq(call(ps_server_url(j.srv[i]), j.key, t0,
+		ck_assert_int_eq(call(&j, ps_server_url(j.srv[i]), j.key, t0,
 		                     PSWIRE__METHOD__PUSH, &h, NULL, 0),
 		    PSWIRE__STATUS__PERMISSION_DENIED);
 	}
@@ -248,16 +275,16 @@ START_TEST(test_auth_forgeries_refused)
 		struct psw_ident        op = { PSW_ROLE_OPERATOR, 0 };
 		h.body_case                = PSWIRE__HEADER__BODY_SNAPSHOT_REQ;
 		h.snapshot_req             = &r;
-		ck_assert_int_eq(call(sched, j.key, t0,
+		ck_assert_int_eq(call(&j, sched, j.key, t0,
 		                     PSWIRE__METHOD__SNAPSHOT, &h, NULL, 0),
 		    PSWIRE__STATUS__PERMISSION_DENIED);
-		ck_assert_int_eq(call(ps_server_url(j.srv[0]), j.key, t0,
+		ck_assert_int_eq(call(&j, ps_server_url(j.srv[0]), j.key, t0,
 		                     PSWIRE__METHOD__SNAPSHOT, &h, NULL, 0),
 		    PSWIRE__STATUS__PERMISSION_DENIED);
 		// An operator gets past the role check (the servers have no
 		// --snapshot-dir, so the snapshot itself fails).
-		int st = call(sched, j.key, op, PSWIRE__METHOD__SNAPSHOT, &h,
-		    NULL, 0);
+		int st = call(&j, sched, j.key, op, PSWIRE__METHOD__SNAPSHOT,
+		    &h, NULL, 0);
 		ck_assert_int_ne(st, PSWIRE__STATUS__PERMISSION_DENIED);
 		ck_assert_int_ne(st, PSWIRE__STATUS__UNAUTHENTICATED);
 	}
@@ -277,13 +304,13 @@ START_TEST(test_auth_forgeries_refused)
 		h.replicate_req = &rq;
 		rq.shard        = 0;
 		const char *url = ps_server_url(j.srv[i]);
-		ck_assert_int_eq(call(url, j.key, not_primary,
+		ck_assert_int_eq(call(&j, url, j.key, not_primary,
 		                     PSWIRE__METHOD__REPLICATE, &h, NULL, 0),
 		    PSWIRE__STATUS__PERMISSION_DENIED);
-		ck_assert_int_eq(call(url, j.key, t0,
+		ck_assert_int_eq(call(&j, url, j.key, t0,
 		                     PSWIRE__METHOD__REPLICATE, &h, NULL, 0),
 		    PSWIRE__STATUS__PERMISSION_DENIED);
-		ck_assert_int_ne(call(url, j.key, is_primary,
+		ck_assert_int_ne(call(&j, url, j.key, is_primary,
 		                     PSWIRE__METHOD__REPLICATE, &h, NULL, 0),
 		    PSWIRE__STATUS__PERMISSION_DENIED);
 	}
@@ -307,6 +334,7 @@ START_TEST(test_auth_forgeries_refused)
 		PT_OK(psw_msg_begin(&m, hl, 0, &p));
 		PT_OK(psw_msg_finish(m, PSWIRE__METHOD__HEARTBEAT, 0, &h.base,
 		    hl, 0));
+		psw_auth_set_run(au, j.run);
 		PT_OK(psw_auth_sign(au, m, 42, 0, NULL));
 		ck_assert_int_eq(nng_msg_dup(&again, m), 0);
 		ck_assert_int_eq(nng_req0_open(&s), 0);
@@ -350,11 +378,11 @@ START_TEST(test_auth_forgeries_refused)
 	}
 	ck_assert_ptr_nonnull(to_url);
 	struct psw_ident so = { PSW_ROLE_SERVER, other };
-	ck_assert_int_eq(transfer(to_url, j.key, t0, 0, len, epoch + 1),
+	ck_assert_int_eq(transfer(&j, to_url, j.key, t0, 0, len, epoch + 1),
 	    PSWIRE__STATUS__PERMISSION_DENIED);
-	ck_assert_int_eq(transfer(to_url, j.key, so, 0, len, epoch + 1),
+	ck_assert_int_eq(transfer(&j, to_url, j.key, so, 0, len, epoch + 1),
 	    PSWIRE__STATUS__PERMISSION_DENIED);
-	ck_assert_int_eq(transfer(to_url, NULL, so, 0, len, epoch + 1),
+	ck_assert_int_eq(transfer(&j, to_url, NULL, so, 0, len, epoch + 1),
 	    PSWIRE__STATUS__UNAUTHENTICATED);
 
 	// The real move: every shard to the next server. Then rank 0 comes

@@ -337,7 +337,10 @@ tls_call(struct tls_job *j, const char *cert_name, const char *url,
     struct psw_ident who, uint8_t method, Pswire__Header *h,
     const void *payload, size_t len, Pswire__Header **rep)
 {
-	struct pt_peer as = { j->key, who, j->dir, cert_name };
+	struct pt_peer as = { .key = j->key,
+		.who               = who,
+		.tls_dir           = j->dir,
+		.cert              = cert_name };
 	return pt_rpc(&as, url, method, h, payload, len, rep);
 }
 

@@ -186,6 +186,30 @@ pt_ranks_train(struct pt_rank *a, int n)
 	}
 }
 
+// learn_run asks the scheduler at url for the job run, as psw_call does
+// (a signed Stats), so that a's requests carry it.
+static void
+learn_run(struct psw_auth *a, struct psw_tls *t, const char *url)
+{
+	Pswire__Header    h  = PSWIRE__HEADER__INIT;
+	ProtobufCMessage *ph = NULL;
+	const char       *why;
+	nng_socket        s;
+	nng_ctx           ctx;
+	nng_aio          *aio;
+
+	h.request_id = 1;
+	PT_OK(psw_req_open(t, url, 0, 20, 200, &s, &ctx, &aio));
+	PT_OK(psw_auth_set_peer(a, ctx, PSW_ROLE_SCHEDULER, 0));
+	(void) psw_call_header(a, ctx, aio, &h.base, PSWIRE__METHOD__STATS, 1,
+	    10000, &ph, &why);
+	if (ph != NULL) {
+		pswire__header__free_unpacked((Pswire__Header *) ph, NULL);
+	}
+	nng_aio_free(aio);
+	nng_close(s);
+}
+
 int
 pt_rpc(const struct pt_peer *as, const char *url, uint8_t method,
     Pswire__Header *h, const void *payload, size_t len, Pswire__Header **rep)
@@ -224,7 +248,18 @@ pt_rpc(const struct pt_peer *as, const char *url, uint8_t method,
 		memcpy(p, payload, len);
 	}
 	PT_OK(psw_msg_finish(m, method, 0, &h->base, hl, len));
-	PT_OK(psw_auth_sign(a, m, 1, 0, NULL));
+	psw_auth_set_run(a, as->run);
+	if (a != NULL && as->run == 0 && method != PSWIRE__METHOD__STATS &&
+	    (as->to.role == PSW_ROLE_SCHEDULER ||
+	        (as->to.role == PSW_ROLE_NONE &&
+	            method < PSWIRE__METHOD__PULL))) {
+		learn_run(a, t, url);
+	}
+	if (as->to.role != PSW_ROLE_NONE) {
+		PT_OK(psw_auth_sign_to(a, m, 1, as->to, 0, NULL));
+	} else {
+		PT_OK(psw_auth_sign(a, m, 1, 0, NULL));
+	}
 	ck_assert_int_eq(nng_sendmsg(s, m, 0), 0);
 	if (nng_recvmsg(s, &m, 0) == 0) {
 		// A refusal's reply may not be signed in a way the sender can

@@ -96,6 +96,12 @@ struct pt_peer {
 	const char      *key;
 	struct psw_ident who;
 	const char      *tls_dir, *cert;
+	// Whom a signed request is for ((0, 0): the scheduler for its
+	// methods, else no server) and the job run it carries (0: none,
+	// taken by the scheduler only; a signed scheduler reply names it:
+	// psw_auth_run after psw_call).
+	struct psw_ident to;
+	uint64_t         run;
 };
 
 // pt_rpc sends header h and len bytes of payload for method to url as

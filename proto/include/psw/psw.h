@@ -116,7 +116,10 @@ int psw_reply_open(struct psw_auth *auth, nng_msg *rep, uint8_t method,
     ProtobufCMessage **hdr, const char **why);
 
 // psw_call signs req with auth (may be NULL), sends it on ctx (taking
-// ownership of req, also on failure),
+// ownership of req, also on failure); when req goes to the scheduler and
+// auth does not know the job run yet, a Stats call on ctx learns it first
+// (a refusal that names another run makes auth forget it, so the next
+// call learns the new one);
 // waits up to timeout_ms for the reply, and opens it with psw_reply_open.
 // On FB_OK/FB_EREMOTE *rep is the reply (free with nng_msg_free after the
 // Header). Errors: FB_ETIMEDOUT, FB_ETRANSPORT, FB_EPROTO, FB_EREMOTE.
@@ -226,8 +229,9 @@ int psw_call_header(struct psw_auth *auth, nng_ctx ctx, nng_aio *aio,
 //
 // With a per-job secret (--secret-file), every request and reply carries a
 // PSW_AUTH_TRAILER-byte trailer after its payload and the SIGNED frame
-// flag: the sender's identity, a channel, a counter, the counter of the
-// request a reply answers, and a GMAC-AES256 tag over the frame header, the
+// flag: the sender's identity, the receiver's (a request's), a channel, a
+// counter (wall-clock nanoseconds), the counter of the request a reply
+// answers, the job run, and a GMAC-AES256 tag over the frame header, the
 // protobuf Header, the payload and those fields (docs/protocol.md,
 // docs/security.md). Without a secret, psw_auth is NULL everywhere and
 // every function below is a no-op that accepts.
@@ -270,26 +274,84 @@ void psw_auth_set_self(struct psw_auth *a, int role, uint32_t id);
 // arrive in any order while each socket's stay strictly ordered.
 uint64_t psw_auth_channel(const struct psw_auth *a, nng_ctx ctx);
 
+// psw_auth_set_peer names the receiver of the requests a signs for
+// context ctx: (PSW_ROLE_SERVER, index) for a server's slot. Call it when
+// the context is opened, before its first request; a context never named
+// sends to the scheduler for methods below PSWIRE__METHOD__PULL (and for
+// an operator's calls), else to no server (every server refuses it).
+// No-op with a NULL a. Errors: FB_EINVAL (ctx not open), FB_ENOMEM.
+int psw_auth_set_peer(struct psw_auth *a, nng_ctx ctx, int role, uint32_t id);
+
+// psw_auth_receiver returns whom a request of method sent on ctx is
+// signed for (psw_auth_set_peer, else the default above); (0, 0) with a
+// NULL a.
+struct psw_ident psw_auth_receiver(struct psw_auth *a, nng_ctx ctx,
+    int method);
+
+// psw_auth_set_run sets the job run a signs with and accepts (the
+// scheduler draws it; a member learns it from the first scheduler reply
+// it accepts, psw_auth_check_reply). Thread-safe; no-op with a NULL a.
+void psw_auth_set_run(struct psw_auth *a, uint64_t run);
+
+// psw_auth_run returns the job run a signs with (0: not known yet).
+uint64_t psw_auth_run(const struct psw_auth *a);
+
+// psw_auth_set_window sets how far a request's counter may be from the
+// receiver's wall clock, either way (default 120000 ms; 0: no bound).
+void psw_auth_set_window(struct psw_auth *a, uint32_t window_ms);
+
+// psw_auth_set_floor refuses every request of who whose counter is not
+// above counter (a floor loaded from disk at start). Errors: FB_ENOMEM.
+int psw_auth_set_floor(struct psw_auth *a, struct psw_ident who,
+    uint64_t counter);
+
+// A hook told of each request counter a accepts, before the caller acts
+// on it, with a's table lock held (keep it short). Non-zero refuses the
+// request ("cannot record the sender's counter").
+typedef int (
+    *psw_auth_accept_fn)(void *arg, struct psw_ident who, uint64_t counter);
+
+// psw_auth_on_accept sets a's hook (fn NULL: none).
+void psw_auth_on_accept(struct psw_auth *a, psw_auth_accept_fn fn, void *arg);
+
 // psw_auth_sign appends the trailer to m (a finished message, see
 // psw_msg_finish) and sets the SIGNED flag. reply_to is 0 for a request,
 // else the counter of the request answered; *counter (may be NULL)
-// receives the counter used. No-op with a NULL a. Errors: FB_ENOMEM.
+// receives the counter used. A request is signed for the receiver named
+// for the context whose psw_auth_channel is channel (psw_auth_set_peer).
+// No-op with a NULL a. Errors: FB_ENOMEM.
 int psw_auth_sign(struct psw_auth *a, nng_msg *m, uint64_t channel,
     uint64_t reply_to, uint64_t *counter);
 
+// psw_auth_sign_to is psw_auth_sign for the receiver to, named here.
+int psw_auth_sign_to(struct psw_auth *a, nng_msg *m, uint64_t channel,
+    struct psw_ident to, uint64_t reply_to, uint64_t *counter);
+
 // psw_auth_check_request checks the request frame f (parsed from its
-// message): signed, MAC right, and its (sender, channel) counter above the
-// last accepted one, which it then becomes. *who, *channel and *counter
-// receive the trailer's fields. With a NULL a: FB_OK, *who is
-// PSW_ROLE_NONE. Errors: FB_EAUTH with *why set (nothing is recorded).
+// message): signed, MAC right, a request (not a reply), for this
+// receiver (its role and slot, psw_auth_set_self) and this run (a Stats
+// with run 0 too at the scheduler), its counter within the window of our
+// clock, and its (sender, channel) counter above the last accepted one and the
+// sender's floor, which it then becomes (after the accept hook took it).
+// *who, *channel and *counter receive the trailer's fields. With a NULL
+// a: FB_OK, *who is PSW_ROLE_NONE. Errors: FB_EAUTH with *why set
+// (nothing is recorded).
 int psw_auth_check_request(struct psw_auth *a, const struct psw_frame *f,
     struct psw_ident *who, uint64_t *channel, uint64_t *counter,
     const char **why);
 
+// psw_auth_reason names the reason *why of a refusal by
+// psw_auth_check_request, for a metric's label: "unsigned",
+// "bad_signature", "reply_as_request", "wrong_receiver", "wrong_run",
+// "stale", "future", "replay", "internal"; any other text (the caller's
+// own checks): "identity".
+const char *psw_auth_reason(const char *why);
+
 // psw_auth_check_reply checks the reply frame f: signed, MAC right, an
 // answer to the request whose counter was reply_to, from a sender of role
-// want_role (a Snapshot reply also from the scheduler: it answers an
-// operator's Snapshot of the job). Errors: FB_EAUTH with *why set.
+// want_role (a Snapshot or Stats reply also from the scheduler: it answers an
+// operator's Snapshot of the job). A scheduler's reply that passes sets
+// a's run to the one it was signed with. Errors: FB_EAUTH with *why set.
 int psw_auth_check_reply(struct psw_auth *a, const struct psw_frame *f,
     uint64_t reply_to, int want_role, const char **why);
 

@@ -71,12 +71,16 @@ struct ps_scheduler_opts {
 	// plain tcp; all set: every connection is tls+tcp:// and the peer
 	// must present a certificate signed by the CA.
 	const char *tls_cert, *tls_key, *tls_ca;
+	// With a secret: how far (ms) a request's signing time may be from
+	// our clock, either way (--auth-window-ms; 0: no bound).
+	uint32_t    auth_window_ms;
 };
 #define PS_SCHEDULER_OPTS_INIT                                                \
 	{                                                                     \
 		NULL, 1, 1, 1u << 20, 64, 64u << 20, PS_PLACEMENT_UNIFORM, 7, \
 		    1u << 20, 1, 0, 50, 5000, NULL, 1000, 1, NULL,            \
-		    16ull << 30, 1u << 20, 1ull << 30, 10.0, NULL, NULL, NULL \
+		    16ull << 30, 1u << 20, 1ull << 30, 10.0, NULL, NULL,      \
+		    NULL, 120000                                              \
 	}
 
 // ps_scheduler_open starts a scheduler listening on opts->url. With
@@ -196,12 +200,14 @@ struct ps_server_opts {
 	// long (ms) after the map that placed it here, with the newest offer,
 	// when some trainers did not offer (docs/operations.md §12).
 	uint32_t    reseed_wait_ms;
+	// The freshness window, as for the scheduler (0: no bound).
+	uint32_t    auth_window_ms;
 };
 #define PS_SERVER_OPTS_INIT                                                   \
 	{                                                                     \
 		NULL, NULL, NULL, 256, 256u << 20, 10000, 0, 10000, 1000,     \
 		    NULL, 0, PS_RESTORE_AUTO, NULL, 4ull << 30, 300000,       \
-		    65536, NULL, NULL, NULL, -1, 5000                         \
+		    65536, NULL, NULL, NULL, -1, 5000, 120000                 \
 	}
 
 // When a server with a snapshot_dir loads its snapshot file.

@@ -21,6 +21,10 @@
 // "ferry-member") proves membership only: without a secret the request
 // has no identity and the role checks pass, as without TLS; with one its
 // trailer is taken as is (docs/security.md says what that trusts).
+//
+// Without a certificate, a peer is its host: ps__host_key names it, for
+// the per-host limits (rpc.c) and the refusal counts (refusals.c).
+#include <arpa/inet.h>
 #include <stdio.h>
 
 #include <nng/nng.h>
@@ -69,4 +73,35 @@ ps__call_cert_ident(struct ps_call *c)
 		c->peer.role = PSW_ROLE_NONE; // a shared certificate
 		c->peer.id   = 0;
 	}
+}
+
+uint64_t
+ps__host_key(nng_pipe pipe, char *text, size_t n)
+{
+	nng_sockaddr sa;
+	uint64_t     k = 0;
+	if (text != NULL && n > 0) {
+		snprintf(text, n, "?");
+	}
+	if (nng_pipe_get_addr(pipe, NNG_OPT_REMADDR, &sa) != 0) {
+		return 0;
+	}
+	if (sa.s_family == NNG_AF_INET) {
+		k = (1ull << 32) | sa.s_in.sa_addr;
+		if (text != NULL) {
+			inet_ntop(AF_INET, &sa.s_in.sa_addr, text,
+			    (socklen_t) n);
+		}
+	} else if (sa.s_family == NNG_AF_INET6) {
+		k = 1469598103934665603ull; // FNV-1a over the 16 bytes
+		for (int i = 0; i < 16; i++) {
+			k = (k ^ sa.s_in6.sa_addr[i]) * 1099511628211ull;
+		}
+		k |= 1ull << 63; // never 0, never an IPv4 key
+		if (text != NULL) {
+			inet_ntop(AF_INET6, sa.s_in6.sa_addr, text,
+			    (socklen_t) n);
+		}
+	}
+	return k;
 }

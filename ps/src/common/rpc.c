@@ -1,11 +1,11 @@
 // rpc.c — REP contexts with aio state machines (see rpc.h DESIGN).
-#include <arpa/inet.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
 
 #include "fb/fb.h"
+#include "refusals.h"
 #include "rpc.h"
 
 enum { ST_INIT, ST_RECV, ST_WAIT, ST_SEND };
@@ -42,12 +42,13 @@ method_ix(int method)
 }
 
 struct rpc_metrics {
-	struct obs_metric *requests[N_METHODS];
-	struct obs_metric *errors[N_METHODS][N_STATUSES];
-	struct obs_metric *seconds[N_METHODS];
-	struct obs_metric *bytes_in, *bytes_out;
-	struct obs_metric *unauthenticated;
-	struct obs_metric *denied;
+	struct obs_metric  *requests[N_METHODS];
+	struct obs_metric  *errors[N_METHODS][N_STATUSES];
+	struct obs_metric  *seconds[N_METHODS];
+	struct obs_metric  *bytes_in, *bytes_out;
+	struct obs_metric  *unauthenticated;
+	struct obs_metric  *denied;
+	struct ps_refusals *refusals; // per reason and peer; throttled log
 };
 
 struct ps_rpc {
@@ -84,54 +85,50 @@ call_unhold(struct ps_call *c)
 	atomic_store_explicit(&c->pipe, 0, memory_order_relaxed);
 	atomic_store_explicit(&c->held, 0, memory_order_relaxed);
 	atomic_store_explicit(&c->host, 0, memory_order_relaxed);
+	atomic_store_explicit(&c->member, 0, memory_order_relaxed);
 }
 
-// host_key names the host at the other end of pipe: its IPv4 or IPv6
-// address folded into 64 bits (never 0), or 0 when the pipe has no IP
-// peer (ipc, inproc). With text, also writes the address there.
-static uint64_t
-host_key(nng_pipe pipe, char *text, size_t n)
-{
-	nng_sockaddr sa;
-	uint64_t     k = 0;
-	if (text != NULL && n > 0) {
-		snprintf(text, n, "?");
-	}
-	if (nng_pipe_get_addr(pipe, NNG_OPT_REMADDR, &sa) != 0) {
-		return 0;
-	}
-	if (sa.s_family == NNG_AF_INET) {
-		k = (1ull << 32) | sa.s_in.sa_addr;
-		if (text != NULL) {
-			inet_ntop(AF_INET, &sa.s_in.sa_addr, text,
-			    (socklen_t) n);
-		}
-	} else if (sa.s_family == NNG_AF_INET6) {
-		k = 1469598103934665603ull; // FNV-1a over the 16 bytes
-		for (int i = 0; i < 16; i++) {
-			k = (k ^ sa.s_in6.sa_addr[i]) * 1099511628211ull;
-		}
-		k |= 1ull << 63; // never 0, never an IPv4 key
-		if (text != NULL) {
-			inet_ntop(AF_INET6, sa.s_in6.sa_addr, text,
-			    (socklen_t) n);
-		}
-	}
-	return k;
-}
-
-// host_usage counts the calls other than c held for host (0: none).
+// host_usage counts the calls other than c held for host (0: none), and
+// into *mcalls those held for member (0: none).
 static int
-host_usage(const struct ps_rpc *r, const struct ps_call *c, uint64_t host)
+host_usage(const struct ps_rpc *r, const struct ps_call *c, uint64_t host,
+    uint64_t member, int *mcalls)
 {
 	int calls = 0;
-	for (int i = 0; host != 0 && i < r->n; i++) {
+	*mcalls   = 0;
+	for (int i = 0; i < r->n; i++) {
 		const struct ps_call *o = &r->calls[i];
-		calls += o != c &&
+		if (o == c) {
+			continue;
+		}
+		calls += host != 0 &&
 		    atomic_load_explicit(&o->host, memory_order_relaxed) ==
 		        host;
+		*mcalls += member != 0 &&
+		    atomic_load_explicit(&o->member, memory_order_relaxed) ==
+		        member;
 	}
 	return calls;
+}
+
+// member_key names the member whose certificate is on pipe: role and
+// index folded into 64 bits (never 0), or 0 without TLS, with a
+// certificate that names no member or one several share ("ferry-server").
+static uint64_t
+member_key(const struct ps_rpc *r, nng_pipe pipe, char *name, size_t n)
+{
+	struct psw_ident who;
+	char             cn[PSW_TLS_NAME_MAX];
+
+	if (r->tls == NULL ||
+	    psw_tls_peer(pipe, &who, cn, sizeof(cn)) != FB_OK ||
+	    (who.role == PSW_ROLE_SERVER && who.id == PSW_ID_UNASSIGNED)) {
+		return 0;
+	}
+	if (name != NULL) {
+		psw_ident_format(who, name, n);
+	}
+	return 1ull << 63 | (uint64_t) (uint32_t) who.role << 32 | who.id;
 }
 
 // pipe_usage counts the calls other than c that hold bytes for connection
@@ -376,8 +373,12 @@ ps__call_reply_stats(struct ps_call *c, const char *text)
 }
 
 // over_limits starts c's LIMITS accounting and answers it
-// RESOURCE_EXHAUSTED (returning -1) when its connection or the whole rpc
-// would hold more than the limits allow.
+// RESOURCE_EXHAUSTED (returning -1) when its connection, its member or
+// host, or the whole rpc would hold more than the limits allow. A member
+// its certificate names may park a quarter of the contexts over all its
+// connections, wherever it is, and is then not held to its host's three
+// quarters: one member cannot take what another on its host needs. A
+// peer with no such certificate is held to its host's.
 static int
 over_limits(struct ps_call *c)
 {
@@ -393,18 +394,27 @@ over_limits(struct ps_call *c)
 	char           why[200], addr[64];
 
 	if (c->host_pipe != pipe) {
-		c->host_key  = host_key(np, NULL, 0);
-		c->host_pipe = pipe;
+		c->host_key   = ps__host_key(np, NULL, 0);
+		c->member_key = member_key(r, np, NULL, 0);
+		c->host_pipe  = pipe;
 	}
-	uint64_t host   = c->host_key;
-	int      hcalls = host_usage(r, c, host);
+	uint64_t host = c->host_key, member = c->member_key;
+	int      mcalls = 0;
+	int      hcalls = host_usage(r, c, host, member, &mcalls);
 	pipe_usage(r, c, pipe, &calls, &bytes, &total);
 	if (calls >= max_cls) {
 		snprintf(why, sizeof(why),
 		    "this connection already has %d calls in progress (cap %d)",
 		    calls, max_cls);
-	} else if (host != 0 && hcalls >= max_hst) {
-		host_key(np, addr, sizeof(addr));
+	} else if (member != 0 && mcalls >= max_cls) {
+		char name[48];
+		member_key(r, np, name, sizeof(name));
+		snprintf(why, sizeof(why),
+		    "member %s (its certificate) already has %d calls in "
+		    "progress over its connections (cap %d)",
+		    name, mcalls, max_cls);
+	} else if (member == 0 && host != 0 && hcalls >= max_hst) {
+		ps__host_key(np, addr, sizeof(addr));
 		snprintf(why, sizeof(why),
 		    "this host (%s) already has %d calls in progress over its "
 		    "connections (cap %d)",
@@ -423,6 +433,8 @@ over_limits(struct ps_call *c)
 		atomic_store_explicit(&c->held, mine, memory_order_relaxed);
 		atomic_store_explicit(&c->pipe, pipe, memory_order_relaxed);
 		atomic_store_explicit(&c->host, host, memory_order_relaxed);
+		atomic_store_explicit(&c->member, member,
+		    memory_order_relaxed);
 		return 0;
 	}
 	reply_status(c, c->hdr->request_id, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
@@ -456,8 +468,8 @@ handle(struct ps_call *c)
 	    (c->rpc->tls != NULL && c->rpc->auth != NULL &&
 	        ps__call_cert_check(c, &why) != FB_OK)) {
 		obs_counter_add(c->rpc->m.unauthenticated, 1);
-		FB_LOG(FB_LOG_NOTICE, "rpc", "%s refused: %s",
-		    psw_method_name(c->frame.method), why);
+		ps__refusals_note(c->rpc->m.refusals, nng_msg_get_pipe(c->req),
+		    c->frame.method, c->peer, why);
 		reply_status(c, 0, PSWIRE__STATUS__UNAUTHENTICATED, why);
 		return;
 	}
@@ -603,6 +615,9 @@ metrics_register(struct rpc_metrics *m, struct obs_registry *reg)
 		    "not act for the member they name (PERMISSION_DENIED).",
 		    NULL, 0, &m->denied);
 	}
+	if (rv == FB_OK) {
+		rv = ps__refusals_open(reg, &m->refusals);
+	}
 	return rv;
 }
 
@@ -629,10 +644,12 @@ ps__rpc_open(struct psw_tls *tls, const char *url, int ncontexts,
 	r->conn_bytes = 2 * max_msg + (1u << 20);
 	if ((r->calls = fb_zalloc(sizeof(*r->calls) * (size_t) ncontexts)) ==
 	    NULL) {
+		ps__refusals_close(r->m.refusals);
 		fb_free(r);
 		return FB_ENOMEM;
 	}
 	if ((rv = nng_rep0_open(&r->sock)) != 0) {
+		ps__refusals_close(r->m.refusals);
 		fb_free(r->calls);
 		fb_free(r);
 		return FB_ETRANSPORT;
@@ -661,7 +678,7 @@ ps__rpc_open(struct psw_tls *tls, const char *url, int ncontexts,
 
 int
 ps__open_auth(const char *secret_file, int role, uint32_t id,
-    struct psw_auth **out)
+    uint32_t window_ms, struct psw_auth **out)
 {
 	char why[256];
 	int  rv;
@@ -673,6 +690,8 @@ ps__open_auth(const char *secret_file, int role, uint32_t id,
 	if ((rv = psw_auth_open(secret_file, role, id, out, why,
 	         sizeof(why))) != FB_OK) {
 		FB_LOG(FB_LOG_ERR, "rpc", "%s", why);
+	} else {
+		psw_auth_set_window(*out, window_ms);
 	}
 	return rv;
 }
@@ -794,5 +813,6 @@ ps__rpc_close(struct ps_rpc *r)
 		}
 	}
 	fb_free(r->calls);
+	ps__refusals_close(r->m.refusals);
 	fb_free(r);
 }

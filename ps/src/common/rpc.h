@@ -64,15 +64,18 @@ struct ps_call {
 	struct psw_ident peer;
 	uint64_t         chan, ctr;
 	// LIMITS accounting, read by other contexts' threads: the id of the
-	// connection this call holds bytes for (0: none), how many, and the
-	// host it came from (0: none, or not a network peer).
+	// connection this call holds bytes for (0: none), how many, the host
+	// it came from (0: none, or not a network peer) and, under TLS, the
+	// member its certificate names (0: none, or a shared certificate).
 	_Atomic uint32_t pipe;
 	_Atomic size_t   held;
 	_Atomic uint64_t host;
-	// The host of the connection this context last heard from (a cache:
-	// the peer's address is a system call away).
+	_Atomic uint64_t member;
+	// The host and member of the connection this context last heard
+	// from (a cache: the peer's address and certificate are system calls
+	// away).
 	uint32_t         host_pipe;
-	uint64_t         host_key;
+	uint64_t         host_key, member_key;
 };
 
 typedef void (*ps_rpc_handler)(void *arg, struct ps_call *call);
@@ -92,11 +95,18 @@ int ps__rpc_open(struct psw_tls *tls, const char *url, int ncontexts,
     size_t max_msg, struct psw_auth *auth, ps_rpc_handler handler, void *arg,
     struct obs_registry *reg, struct ps_rpc **out);
 
+// ps__host_key (identity.c) names the host at the other end of pipe: its IPv4
+// or IPv6 address folded into 64 bits (never 0), or 0 when the pipe has no IP
+// peer (ipc, inproc). With text, also writes the address there ("?"
+// when it has none).
+uint64_t ps__host_key(nng_pipe pipe, char *text, size_t n);
+
 // ps__open_auth opens the signing state of a role from secret_file
-// (NULL: *out = NULL, authentication off), logging why it cannot.
+// (NULL: *out = NULL, authentication off) with the freshness window
+// window_ms (psw_auth_set_window; 0: no bound), logging why it cannot.
 // Errors: FB_EINVAL, FB_ENOMEM.
 int ps__open_auth(const char *secret_file, int role, uint32_t id,
-    struct psw_auth **out);
+    uint32_t window_ms, struct psw_auth **out);
 
 // ps__open_tls opens the mutual TLS state from the three PEM files (all
 // NULL or empty: *out = NULL, plain tcp), logging why it cannot.

@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stdio.h>
 
+#include "authstate.h"
 #include "scheduler_impl.h"
 
 // on_stats serves Stats with the text of ps_scheduler_stats.
@@ -120,10 +121,12 @@ ps_scheduler_open(const struct ps_scheduler_opts *o, struct ps_scheduler **out)
 		return FB_ENOMEM;
 	}
 	if ((rv = ps__open_auth(o->secret_file, PSW_ROLE_SCHEDULER, 0,
-	         &s->auth)) != FB_OK ||
+	         o->auth_window_ms, &s->auth)) != FB_OK ||
 	    (rv = ps__open_tls(o->tls_cert, o->tls_key, o->tls_ca, &s->tls)) !=
 	        FB_OK ||
 	    (rv = ps__sched_state_open(s)) != FB_OK ||
+	    (rv = ps__auth_state_open(s->auth, o->state_dir,
+	         &s->auth_state)) != FB_OK ||
 	    (rv = ps__sched_metrics_open(s)) != FB_OK ||
 	    (rv = ps__rpc_open(s->tls, o->url, o->contexts, sched_max_msg(o),
 	         s->auth, dispatch, s, s->reg, &s->rpc)) != FB_OK) {
@@ -160,6 +163,7 @@ ps_scheduler_close(struct ps_scheduler *s)
 	ps__sched_live_stop(s);     // it answers parked calls: stop it first
 	ps__sched_snapshot_stop(s); // it answers a Snapshot call
 	ps__rpc_close(s->rpc);      // parked calls die with their contexts
+	ps__auth_state_close(s->auth, s->auth_state);
 	psw_auth_close(s->auth);
 	psw_tls_close(s->tls);
 	if (s->job != NULL) {

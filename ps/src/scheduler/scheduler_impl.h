@@ -68,7 +68,8 @@ struct ps_scheduler {
 	struct ps_scheduler_opts opts; // immutable after open
 	struct ps_rpc           *rpc;  // immutable after open
 	struct psw_auth         *auth; // --secret-file signing (NULL: off)
-	struct psw_tls          *tls;  // --tls-* (NULL: plain tcp)
+	struct ps_auth_state    *auth_state; // its run and floors on disk
+	struct psw_tls          *tls;        // --tls-* (NULL: plain tcp)
 	pthread_mutex_t          mu;
 	uint8_t                 *trainer_seen; // [trainers]
 	int                      n_trainers_seen;

@@ -48,6 +48,7 @@ struct fwd_one {
 	const char      *url;
 	struct psw_auth *auth;    // signs the call (NULL: off)
 	struct psw_tls  *tls;     // dials with TLS (NULL: plain tcp)
+	struct psw_ident to;      // whom the call is signed for (auth.c)
 	uint64_t         version; // asked for; then the snapshot's
 	int              query;   // a query, not a snapshot
 	uint32_t         timeout_ms;
@@ -89,6 +90,12 @@ one_call(struct fwd_one *o)
 	if (psw_req_open(o->tls, o->url, 0, 50, 1000, &sock, &ctx, &aio) !=
 	    FB_OK) {
 		snprintf(o->err, sizeof(o->err), "cannot dial %s", o->url);
+		return;
+	}
+	if (psw_auth_set_peer(o->auth, ctx, o->to.role, o->to.id) != FB_OK) {
+		snprintf(o->err, sizeof(o->err), "out of memory");
+		nng_aio_free(aio);
+		nng_close(sock);
 		return;
 	}
 	r.version          = o->version;
@@ -309,6 +316,8 @@ fwd_alloc(struct ps_scheduler *s, struct ps_call *c)
 		f->one[k].url        = f->urls[k];
 		f->one[k].timeout_ms = f->timeout_ms;
 		f->one[k].auth       = f->s->auth;
+		f->one[k].to.role    = PSW_ROLE_SERVER;
+		f->one[k].to.id      = m;
 		f->one[k].tls        = f->s->tls;
 		k++;
 	}
@@ -384,9 +393,10 @@ ps_job_snapshot(const char            *scheduler_url,
 	auth = auth != NULL ? auth : &none;
 	memset(&o, 0, sizeof(o));
 	o.url        = scheduler_url;
+	o.to.role    = PSW_ROLE_SCHEDULER;
 	o.version    = version;
 	o.timeout_ms = timeout_ms;
-	if ((rv = ps__open_auth(auth->secret_file, PSW_ROLE_OPERATOR, 0,
+	if ((rv = ps__open_auth(auth->secret_file, PSW_ROLE_OPERATOR, 0, 0,
 	         &o.auth)) != FB_OK) {
 		snprintf(err, n, "cannot read the job's key %s",
 		    auth->secret_file);

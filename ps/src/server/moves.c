@@ -98,6 +98,11 @@ peer_get(struct ps_server *s, struct ps_peers *p, const Pswire__Placement *pl,
 			return FB_ETRANSPORT;
 		}
 		p->open[m] = 1;
+		// Signed for server m alone (auth.c).
+		if (psw_auth_set_peer(s->auth, p->ctx[m], PSW_ROLE_SERVER,
+		        (uint32_t) m) != FB_OK) {
+			return FB_ENOMEM;
+		}
 	}
 	return FB_OK;
 }

@@ -239,6 +239,13 @@ fwd_ctx_ready(struct ps_server *s, struct ps_fwd *f)
 			return -1;
 		}
 		f->cut = 0;
+		// Signed for server `to` alone, as a new context (auth.c).
+		if (psw_auth_set_peer(s->auth, f->ctx, PSW_ROLE_SERVER,
+		        f->to) != FB_OK) {
+			nng_ctx_close(f->ctx);
+			f->cut = 1;
+			return -1;
+		}
 	}
 	return 0;
 }
@@ -449,6 +456,14 @@ fwd_get(struct ps_server *s, uint32_t id, int k, uint32_t to)
 			return NULL;
 		}
 		f->cut = 0;
+		// Its forwards are signed for server `to` alone (auth.c).
+		if (psw_auth_set_peer(s->auth, f->ctx, PSW_ROLE_SERVER,
+		        (uint32_t) to) != FB_OK) {
+			nng_ctx_close(f->ctx);
+			nng_aio_free(f->aio);
+			f->aio = NULL;
+			return NULL;
+		}
 	}
 	f->s  = s;
 	f->id = id;

@@ -154,7 +154,7 @@ ps_server_open(const struct ps_server_opts *o, struct ps_server **out)
 	pthread_cond_init(&s->delivered, &ca);
 	pthread_condattr_destroy(&ca);
 	if ((rv = ps__open_auth(o->secret_file, PSW_ROLE_SERVER,
-	         PSW_ID_UNASSIGNED, &s->auth)) != FB_OK ||
+	         PSW_ID_UNASSIGNED, o->auth_window_ms, &s->auth)) != FB_OK ||
 	    (rv = ps__open_tls(o->tls_cert, o->tls_key, o->tls_ca, &s->tls)) !=
 	        FB_OK ||
 	    (rv = ps__server_metrics_open(s)) != FB_OK ||
