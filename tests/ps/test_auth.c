@@ -117,40 +117,12 @@ call(const struct job *j, const char *url, const char *key_file,
 static Pswire__Placement *
 placement(struct job *j)
 {
-	Pswire__Header              h = PSWIRE__HEADER__INIT;
-	Pswire__GetPlacementRequest g = PSWIRE__GET_PLACEMENT_REQUEST__INIT;
-	struct psw_auth            *a;
-	nng_socket                  sock;
-	nng_ctx                     ctx;
-	nng_aio                    *aio;
-	ProtobufCMessage           *ph  = NULL;
-	const char                 *why = "";
-	char                        err[256];
-
-	PT_OK(
-	    psw_auth_open(j->key, PSW_ROLE_TRAINER, 0, &a, err, sizeof(err)));
-	PT_OK(psw_req_open(NULL, ps_scheduler_url(j->sched), 0, 20, 200, &sock,
-	    &ctx, &aio));
-	g.min_epoch     = 1;
-	h.request_id    = 1;
-	h.body_case     = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
-	h.placement_req = &g;
-	int rv          = psw_call_header(a, ctx, aio, &h.base,
-	             PSWIRE__METHOD__GET_PLACEMENT, 1, 5000, &ph, &why);
-	ck_assert_msg(rv == FB_OK, "GetPlacement: %s", why);
-	Pswire__Header    *rh = (Pswire__Header *) ph;
-	Pswire__Placement *pl = rh->placement;
-	rh->placement         = NULL;
-	rh->body_case         = PSWIRE__HEADER__BODY__NOT_SET;
-	pswire__header__free_unpacked(rh, NULL);
-	nng_aio_free(aio);
-	nng_close(sock);
-	j->run = psw_auth_run(a);
+	Pswire__Placement *pl = pt_signed_map(ps_scheduler_url(j->sched),
+	    j->key, &j->run);
 	ck_assert_uint_ne(j->run, 0);
 	for (size_t i = 0; i < pl->n_servers && i < 3; i++) {
 		snprintf(j->urls[i], sizeof(j->urls[i]), "%s", pl->servers[i]);
 	}
-	psw_auth_close(a);
 	return pl;
 }
 

@@ -114,42 +114,6 @@ members_and_map(struct ps_scheduler *s, char *out, size_t n)
 	snprintf(out, n, "%s %s %s", e, sv, tr);
 }
 
-// get_map fetches the map from the scheduler at url as trainer-0 with a
-// fresh signing state (a new process's), and its run into *run.
-static Pswire__Placement *
-get_map(const char *url, const char *key, uint64_t *run)
-{
-	Pswire__Header              h = PSWIRE__HEADER__INIT;
-	Pswire__GetPlacementRequest g = PSWIRE__GET_PLACEMENT_REQUEST__INIT;
-	struct psw_auth            *a;
-	nng_socket                  sock;
-	nng_ctx                     ctx;
-	nng_aio                    *aio;
-	ProtobufCMessage           *ph  = NULL;
-	const char                 *why = "";
-	char                        err[256];
-
-	PT_OK(psw_auth_open(key, PSW_ROLE_TRAINER, 0, &a, err, sizeof(err)));
-	PT_OK(psw_req_open(NULL, url, 0, 20, 200, &sock, &ctx, &aio));
-	g.min_epoch     = 1;
-	h.request_id    = 7;
-	h.body_case     = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
-	h.placement_req = &g;
-	int rv          = psw_call_header(a, ctx, aio, &h.base,
-	             PSWIRE__METHOD__GET_PLACEMENT, 7, 5000, &ph, &why);
-	ck_assert_msg(rv == FB_OK, "GetPlacement: %s", why);
-	Pswire__Header    *rh = (Pswire__Header *) ph;
-	Pswire__Placement *pl = rh->placement;
-	rh->placement         = NULL;
-	rh->body_case         = PSWIRE__HEADER__BODY__NOT_SET;
-	pswire__header__free_unpacked(rh, NULL);
-	nng_aio_free(aio);
-	nng_close(sock);
-	*run = psw_auth_run(a);
-	psw_auth_close(a);
-	return pl;
-}
-
 // replay_all sends every request tap t recorded (method 0: any) to url
 // and checks each answer: want, or OK for a Stats when stats_ok. Returns
 // how many it sent.
@@ -187,7 +151,7 @@ START_TEST(test_replay_recorded_traffic)
 		a[r].steps = STEPS;
 	}
 	pt_ranks_train(a, 2);
-	Pswire__Placement *pl = get_map(j.surl, j.key, &run);
+	Pswire__Placement *pl = pt_signed_map(j.surl, j.key, &run);
 	ck_assert_uint_ne(run, 0);
 	for (int i = 0; i < 3; i++) {
 		j.index[i] = -1;
@@ -277,7 +241,7 @@ START_TEST(test_replay_recorded_traffic)
 	replay_all(j.stap, 0, j.surl, UNAUTH, 0);
 	members_and_map(j.sched, after, sizeof(after));
 	ck_assert_str_eq(after, before);
-	pl = get_map(j.surl, j.key, &run2);
+	pl = pt_signed_map(j.surl, j.key, &run2);
 	ck_assert_uint_eq(run2, run);
 	pswire__placement__free_unpacked(pl, NULL);
 

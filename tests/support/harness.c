@@ -392,3 +392,37 @@ pt_stat(const char *text, const char *key)
 	ck_abort_msg("no stats line %s", key);
 	return 0;
 }
+
+Pswire__Placement *
+pt_signed_map(const char *url, const char *key, uint64_t *run)
+{
+	Pswire__Header              h = PSWIRE__HEADER__INIT;
+	Pswire__GetPlacementRequest g = PSWIRE__GET_PLACEMENT_REQUEST__INIT;
+	struct psw_auth            *a;
+	nng_socket                  sock;
+	nng_ctx                     ctx;
+	nng_aio                    *aio;
+	ProtobufCMessage           *ph  = NULL;
+	const char                 *why = "";
+	char                        err[256];
+
+	PT_OK(psw_auth_open(key, PSW_ROLE_TRAINER, 0, &a, err, sizeof(err)));
+	PT_OK(psw_req_open(NULL, url, 0, 20, 200, &sock, &ctx, &aio));
+	g.min_epoch     = 1;
+	h.request_id    = 7;
+	h.body_case     = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
+	h.placement_req = &g;
+	int rv          = psw_call_header(a, ctx, aio, &h.base,
+	             PSWIRE__METHOD__GET_PLACEMENT, 7, 5000, &ph, &why);
+	ck_assert_msg(rv == FB_OK, "GetPlacement: %s", why);
+	Pswire__Header    *rh = (Pswire__Header *) ph;
+	Pswire__Placement *pl = rh->placement;
+	rh->placement         = NULL;
+	rh->body_case         = PSWIRE__HEADER__BODY__NOT_SET;
+	pswire__header__free_unpacked(rh, NULL);
+	nng_aio_free(aio);
+	nng_close(sock);
+	*run = psw_auth_run(a);
+	psw_auth_close(a);
+	return pl;
+}

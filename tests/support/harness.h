@@ -124,6 +124,13 @@ Pswire__Header *pt_call(const char *url, uint8_t method, Pswire__Header *h);
 Pswire__Header *pt_register_trainer(const char *url, uint32_t rank, size_t nt,
     uint64_t len);
 
+// pt_signed_map fetches the map of epoch >= 1 from the scheduler at url,
+// signed with the key file `key` as trainer-0 with a fresh signing state
+// (a new process's), and the job run it learned into *run (free the map
+// with pswire__placement__free_unpacked). Fails the test when no map comes.
+Pswire__Placement *pt_signed_map(const char *url, const char *key,
+    uint64_t *run);
+
 // pt_send_msg sends message m, whatever it holds, to url on a fresh
 // connection (no re-send: a dropped oversize request must not loop) and
 // returns the reply's status and, in err (n bytes), its error text; -1
