@@ -169,31 +169,6 @@ all_finite(const float *x, size_t n)
 	return 1;
 }
 
-// pull_msg builds a Pull for shard 0 at version `version` (sync: parks
-// until it exists), with `payload` junk bytes after the header.
-static nng_msg *
-pull_msg(uint64_t rid, uint64_t version, size_t payload)
-{
-	Pswire__Header      h  = PSWIRE__HEADER__INIT;
-	Pswire__PullRequest pr = PSWIRE__PULL_REQUEST__INIT;
-	uint32_t            id = 0;
-	nng_msg            *m;
-	uint8_t            *p;
-	h.request_id = rid;
-	h.epoch      = 1;
-	h.body_case  = PSWIRE__HEADER__BODY_PULL_REQ;
-	h.pull_req   = &pr;
-	pr.n_shards  = 1;
-	pr.shards    = &id;
-	pr.version   = version;
-	size_t hl    = pswire__header__get_packed_size(&h);
-	PT_OK(psw_msg_begin(&m, hl, payload, &p));
-	memset(p, 0x5a, payload);
-	PT_OK(
-	    psw_msg_finish(m, PSWIRE__METHOD__PULL, 0, &h.base, hl, payload));
-	return m;
-}
-
 // one_trainer_job opens a one-trainer job whose server has `contexts`
 // contexts, and trainer t (rank 0, three steps of gradient 1), declared
 // and pulled.
@@ -267,7 +242,7 @@ START_TEST(test_limits_parked_pulls_from_one_peer)
 	for (int i = 0; i < CONTEXTS; i++) {
 		ck_assert_int_eq(nng_ctx_open(&ctx[i], sock), 0);
 		ck_assert_int_eq(nng_aio_alloc(&aio[i], NULL, NULL), 0);
-		nng_aio_set_msg(aio[i], pull_msg((uint64_t) i + 1, 1, 0));
+		nng_aio_set_msg(aio[i], pt_pull_msg((uint64_t) i + 1, 1, 0));
 		nng_ctx_send(ctx[i], aio[i]);
 		nng_aio_wait(aio[i]);
 		ck_assert_int_eq(nng_aio_result(aio[i]), 0);
@@ -286,7 +261,7 @@ START_TEST(test_limits_parked_pulls_from_one_peer)
 	// answered then. Park two more, then close: they are answered
 	// (CANCELLED) and the contexts serve again.
 	for (int i = 0; i < 2; i++) {
-		nng_aio_set_msg(aio[i], pull_msg(100 + (uint64_t) i, 4, 0));
+		nng_aio_set_msg(aio[i], pt_pull_msg(100 + (uint64_t) i, 4, 0));
 		nng_ctx_send(ctx[i], aio[i]);
 		nng_aio_wait(aio[i]);
 		ck_assert_int_eq(nng_aio_result(aio[i]), 0);
@@ -337,7 +312,7 @@ START_TEST(test_limits_parked_pulls_from_one_host)
 			ck_assert_int_eq(nng_aio_alloc(&aio[k][i], NULL, NULL),
 			    0);
 			nng_aio_set_msg(aio[k][i],
-			    pull_msg((uint64_t) (k * PER + i) + 1, 1, 0));
+			    pt_pull_msg((uint64_t) (k * PER + i) + 1, 1, 0));
 			nng_ctx_send(ctx[k][i], aio[k][i]);
 			nng_aio_wait(aio[k][i]);
 			ck_assert_int_eq(nng_aio_result(aio[k][i]), 0);
@@ -650,11 +625,11 @@ START_TEST(test_limits_pull_with_payload_refused)
 	t.url = ps_scheduler_url(j.sched);
 	PT_OK(trainer_open(&t));
 	ck_assert_int_eq(pt_send_msg(ps_server_url(j.srv),
-	                     pull_msg(1, 0, 4096), err, sizeof(err)),
+	                     pt_pull_msg(1, 0, 4096), err, sizeof(err)),
 	    PSWIRE__STATUS__INVALID_ARGUMENT);
 	ck_assert_msg(strstr(err, "no payload") != NULL, "%s", err);
-	ck_assert_int_eq(pt_send_msg(ps_server_url(j.srv), pull_msg(2, 0, 0),
-	                     err, sizeof(err)),
+	ck_assert_int_eq(pt_send_msg(ps_server_url(j.srv),
+	                     pt_pull_msg(2, 0, 0), err, sizeof(err)),
 	    PSWIRE__STATUS__OK);
 	ferry_client_close(t.c);
 	job_close(&j);

@@ -25,22 +25,7 @@ enum { CONTEXTS = 16, PER = CONTEXTS / 4, CONNS = 4 };
 static void
 pull(nng_ctx ctx, nng_aio *aio, uint64_t rid, uint64_t version)
 {
-	Pswire__Header      h  = PSWIRE__HEADER__INIT;
-	Pswire__PullRequest pr = PSWIRE__PULL_REQUEST__INIT;
-	uint32_t            id = 0;
-	nng_msg            *m;
-	uint8_t            *p;
-	h.request_id = rid;
-	h.epoch      = 1;
-	h.body_case  = PSWIRE__HEADER__BODY_PULL_REQ;
-	h.pull_req   = &pr;
-	pr.n_shards  = 1;
-	pr.shards    = &id;
-	pr.version   = version;
-	size_t hl    = pswire__header__get_packed_size(&h);
-	PT_OK(psw_msg_begin(&m, hl, 0, &p));
-	PT_OK(psw_msg_finish(m, PSWIRE__METHOD__PULL, 0, &h.base, hl, 0));
-	nng_aio_set_msg(aio, m);
+	nng_aio_set_msg(aio, pt_pull_msg(rid, version, 0));
 	nng_ctx_send(ctx, aio);
 	nng_aio_wait(aio);
 	ck_assert_int_eq(nng_aio_result(aio), 0);

@@ -426,3 +426,26 @@ pt_signed_map(const char *url, const char *key, uint64_t *run)
 	psw_auth_close(a);
 	return pl;
 }
+
+nng_msg *
+pt_pull_msg(uint64_t rid, uint64_t version, size_t payload)
+{
+	Pswire__Header      h  = PSWIRE__HEADER__INIT;
+	Pswire__PullRequest pr = PSWIRE__PULL_REQUEST__INIT;
+	uint32_t            id = 0;
+	nng_msg            *m;
+	uint8_t            *p;
+	h.request_id = rid;
+	h.epoch      = 1;
+	h.body_case  = PSWIRE__HEADER__BODY_PULL_REQ;
+	h.pull_req   = &pr;
+	pr.n_shards  = 1;
+	pr.shards    = &id;
+	pr.version   = version;
+	size_t hl    = pswire__header__get_packed_size(&h);
+	PT_OK(psw_msg_begin(&m, hl, payload, &p));
+	memset(p, 0x5a, payload);
+	PT_OK(
+	    psw_msg_finish(m, PSWIRE__METHOD__PULL, 0, &h.base, hl, payload));
+	return m;
+}

@@ -131,6 +131,11 @@ Pswire__Header *pt_register_trainer(const char *url, uint32_t rank, size_t nt,
 Pswire__Placement *pt_signed_map(const char *url, const char *key,
     uint64_t *run);
 
+// pt_pull_msg builds a Pull of shard 0 at version `version` under map
+// epoch 1 (sync: it parks until the version exists), with `payload` junk
+// bytes after the header; request id rid.
+nng_msg *pt_pull_msg(uint64_t rid, uint64_t version, size_t payload);
+
 // pt_send_msg sends message m, whatever it holds, to url on a fresh
 // connection (no re-send: a dropped oversize request must not loop) and
 // returns the reply's status and, in err (n bytes), its error text; -1
