@@ -16,6 +16,15 @@ psw_req_open(const struct psw_tls *tls, const char *url, size_t max_msg,
     int reconn_min_ms, int reconn_max_ms, nng_socket *sock, nng_ctx *ctx,
     nng_aio **aio)
 {
+	return psw_req_open_watched(tls, url, max_msg, reconn_min_ms,
+	    reconn_max_ms, NULL, NULL, sock, ctx, aio);
+}
+
+int
+psw_req_open_watched(const struct psw_tls *tls, const char *url,
+    size_t max_msg, int reconn_min_ms, int reconn_max_ms, nng_pipe_cb cb,
+    void *arg, nng_socket *sock, nng_ctx *ctx, nng_aio **aio)
+{
 	nng_socket s;
 	nng_ctx    cx;
 	nng_aio   *a = NULL;
@@ -33,6 +42,12 @@ psw_req_open(const struct psw_tls *tls, const char *url, size_t max_msg,
 	}
 	if (max_msg > 0) {
 		nng_socket_set_size(s, NNG_OPT_RECVMAXSZ, max_msg);
+	}
+	if (cb != NULL &&
+	    (nng_pipe_notify(s, NNG_PIPE_EV_ADD_POST, cb, arg) != 0 ||
+	        nng_pipe_notify(s, NNG_PIPE_EV_REM_POST, cb, arg) != 0)) {
+		nng_close(s);
+		return FB_ETRANSPORT;
 	}
 	int rv = psw_tls_dial(tls, s, url);
 	if (rv != FB_OK || nng_ctx_open(&cx, s) != 0 ||

@@ -144,6 +144,14 @@ int psw_req_open(const struct psw_tls *tls, const char *url, size_t max_msg,
     int reconn_min_ms, int reconn_max_ms, nng_socket *sock, nng_ctx *ctx,
     nng_aio **aio);
 
+// psw_req_open_watched is psw_req_open with cb(pipe, event, arg)
+// registered for NNG_PIPE_EV_ADD_POST and NNG_PIPE_EV_REM_POST before the
+// socket dials, so that no connection goes unseen (one registered after
+// the dial can miss a connection that came up in between).
+int psw_req_open_watched(const struct psw_tls *tls, const char *url,
+    size_t max_msg, int reconn_min_ms, int reconn_max_ms, nng_pipe_cb cb,
+    void *arg, nng_socket *sock, nng_ctx *ctx, nng_aio **aio);
+
 // ---- mutual TLS (tls.c) ---------------------------------------------------
 //
 // With --tls-cert, --tls-key and --tls-ca every connection a process dials

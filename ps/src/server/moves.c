@@ -87,14 +87,8 @@ peer_get(struct ps_server *s, struct ps_peers *p, const Pswire__Placement *pl,
 		p->n = n;
 	}
 	if (!p->open[m]) {
-		if (psw_req_open(s->tls, pl->servers[m], s->opts.max_msg, 20,
-		        500, &p->sock[m], &p->ctx[m], &p->aio[m]) != FB_OK) {
-			return FB_ETRANSPORT;
-		}
-		if (ps__peer_watch_open(p->sock[m], p->aio[m], &p->watch[m]) !=
-		    FB_OK) {
-			nng_close(p->sock[m]);
-			nng_aio_free(p->aio[m]);
+		if (ps__peer_watch_open(s, pl->servers[m], &p->sock[m],
+		        &p->ctx[m], &p->aio[m], &p->watch[m]) != FB_OK) {
 			return FB_ETRANSPORT;
 		}
 		p->open[m] = 1;

@@ -493,14 +493,16 @@ int ps__transfer_restamp(nng_msg *m0, uint64_t epoch, nng_msg **out);
 // half of ps__transfer_encode). Called on an nng callback thread; takes mu.
 void ps__on_transfer(struct ps_server *s, struct ps_call *c);
 
-// ps__peer_watch_open watches the connections of peer socket sock, whose
-// calls use aio: a connection that closes cancels the call in flight (it
-// fails FB_ETRANSPORT at once), and ps__peer_connected says whether one
-// is up. Close sock before freeing aio and then the watch
-// (ps__peer_watch_free). FB_ENOMEM, FB_ETRANSPORT. Boot thread.
+// ps__peer_watch_open opens the socket to peer url (psw_req_open's
+// *sock, *ctx, *aio, with s's TLS and max_msg) and watches its
+// connections from before it dials: a connection that closes cancels the
+// call in flight on *aio (it fails FB_ETRANSPORT at once), and
+// ps__peer_connected says whether one is up. Close *sock before freeing
+// *aio and then the watch (ps__peer_watch_free). FB_ENOMEM,
+// FB_ETRANSPORT, FB_EINVAL. Boot thread.
 struct ps_peer_watch;
-int  ps__peer_watch_open(nng_socket sock, nng_aio *aio,
-     struct ps_peer_watch **out);
+int ps__peer_watch_open(struct ps_server *s, const char *url, nng_socket *sock,
+    nng_ctx *ctx, nng_aio **aio, struct ps_peer_watch **out);
 void ps__peer_watch_free(struct ps_peer_watch *w);
 
 // ps__peer_connected waits up to ms for watched peer w to have a

@@ -449,8 +449,10 @@ out:
 // ps_peer_watch counts one peer socket's live connections (nng pipe
 // events) and stops the call in flight on it when one closes.
 struct ps_peer_watch {
-	nng_aio   *aio;   // the peer's call aio, outlives the socket
-	atomic_int pipes; // connections up now
+	// the peer's call aio, outlives the socket; set once it exists
+	// (events may come first: nothing to cancel then)
+	_Atomic(nng_aio *) aio;
+	atomic_int         pipes; // connections up now
 };
 
 // peer_event is nng's pipe callback (on an nng thread): a closed
@@ -465,24 +467,30 @@ peer_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 		atomic_fetch_add(&w->pipes, 1);
 	} else if (ev == NNG_PIPE_EV_REM_POST) {
 		atomic_fetch_sub(&w->pipes, 1);
-		nng_aio_cancel(w->aio);
+		nng_aio *aio = atomic_load(&w->aio);
+		if (aio != NULL) {
+			nng_aio_cancel(aio);
+		}
 	}
 }
 
 int
-ps__peer_watch_open(nng_socket sock, nng_aio *aio, struct ps_peer_watch **out)
+ps__peer_watch_open(struct ps_server *s, const char *url, nng_socket *sock,
+    nng_ctx *ctx, nng_aio **aio, struct ps_peer_watch **out)
 {
 	struct ps_peer_watch *w = fb_zalloc(sizeof(*w));
+	int                   rv;
 	if (w == NULL) {
 		return FB_ENOMEM;
 	}
-	w->aio = aio;
+	atomic_init(&w->aio, NULL);
 	atomic_init(&w->pipes, 0);
-	if (nng_pipe_notify(sock, NNG_PIPE_EV_ADD_POST, peer_event, w) != 0 ||
-	    nng_pipe_notify(sock, NNG_PIPE_EV_REM_POST, peer_event, w) != 0) {
+	if ((rv = psw_req_open_watched(s->tls, url, s->opts.max_msg, 20, 500,
+	         peer_event, w, sock, ctx, aio)) != FB_OK) {
 		fb_free(w);
-		return FB_ETRANSPORT;
+		return rv;
 	}
+	atomic_store(&w->aio, *aio);
 	*out = w;
 	return FB_OK;
 }
