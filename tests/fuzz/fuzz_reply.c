@@ -30,6 +30,7 @@ static Pswire__ShardInfo   si[2], *sip[2] = { &si[0], &si[1] };
 static char               *urls[1] = { "inproc://fuzz-reply" };
 static uint64_t            shard_ver[2];
 static uint8_t             need_full[2], ref_at[2];
+static const float        *held[2];
 static uint32_t            req[2] = { 0, 1 };
 static struct slot         sl; // the request the reply answers
 static float               ref0[LEN], w0[LEN];
@@ -53,6 +54,7 @@ setup(void)
 	c.shard_ver  = shard_ver;
 	c.need_full  = need_full;
 	c.ref_at     = ref_at;
+	c.held       = held;
 	c.ref        = refs;
 	c.conns      = &cn;
 	c.n_conns    = 1;
