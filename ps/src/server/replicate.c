@@ -351,6 +351,12 @@ fwd_cb(void *arg)
 		nng_ctx_recv(f->ctx, f->aio);
 		return;
 	case PS_FWD_RECV:
+		if (r == 0 && nng_aio_get_msg(f->aio) == NULL) {
+			// nng ended the receive without a reply (seen after
+			// a backup stopped past the forward's timeout, then
+			// resumed): no answer, so resync as after a timeout.
+			break;
+		}
 		if (r == 0) {
 			nng_msg *rep = nng_aio_get_msg(f->aio);
 			nng_aio_set_msg(f->aio, NULL);
