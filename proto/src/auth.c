@@ -141,7 +141,7 @@ static const char W_NOMEM[]    = "out of memory checking the signature";
 static const char W_REPLY[]    = "a signed reply was sent as a request";
 static const char W_RECEIVER[] = "signed for another receiver (role or slot)";
 static const char W_NOSLOT[] =
-    "this server has no slot yet: it takes no signed request";
+    "this server has no slot yet (it is registering): retry";
 static const char W_RUN[] = "signed for another job run (a replay from an "
                             "earlier job, or a stale member)";
 static const char W_STALE[] =
@@ -479,7 +479,7 @@ psw_auth_reason(const char *why)
 		{ W_NOMEM, "internal" },
 		{ W_REPLY, "reply_as_request" },
 		{ W_RECEIVER, "wrong_receiver" },
-		{ W_NOSLOT, "wrong_receiver" },
+		{ W_NOSLOT, "no_slot_yet" },
 		{ W_RUN, "wrong_run" },
 		{ W_STALE, "stale" },
 		{ W_FUTURE, "future" },
@@ -713,12 +713,15 @@ bound(struct psw_auth *a, const struct psw_frame *f, const uint8_t *t)
 	if (fb_get_u64le(t + T_REPLY) != 0 || (f->flags & PSW_FLAG_REPLY)) {
 		return W_REPLY;
 	}
+	if (role == PSW_ROLE_SERVER && (uint32_t) self == PSW_ID_UNASSIGNED) {
+		// Registering: the scheduler may have published the map
+		// (and a trainer sent this) before this server read its
+		// slot from the Register reply. Not handled; retried.
+		return W_NOSLOT;
+	}
 	if (t[T_TO_ROLE] != role ||
 	    fb_get_u32le(t + T_TO_ID) != (uint32_t) self) {
 		return W_RECEIVER;
-	}
-	if (role == PSW_ROLE_SERVER && (uint32_t) self == PSW_ID_UNASSIGNED) {
-		return W_NOSLOT;
 	}
 	if (trun != run &&
 	    !(trun == 0 && role == PSW_ROLE_SCHEDULER &&

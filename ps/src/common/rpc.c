@@ -467,10 +467,16 @@ handle(struct ps_call *c)
 	        &c->ctr, &why) != FB_OK ||
 	    (c->rpc->tls != NULL && c->rpc->auth != NULL &&
 	        ps__call_cert_check(c, &why) != FB_OK)) {
+		// A server still registering has no slot to check the
+		// receiver against: the sender retries (UNAVAILABLE).
+		int not_yet = strcmp(psw_auth_reason(why), "no_slot_yet") == 0;
 		obs_counter_add(c->rpc->m.unauthenticated, 1);
 		ps__refusals_note(c->rpc->m.refusals, nng_msg_get_pipe(c->req),
 		    c->frame.method, c->peer, why);
-		reply_status(c, 0, PSWIRE__STATUS__UNAUTHENTICATED, why);
+		reply_status(c, 0,
+		    not_yet ? PSWIRE__STATUS__UNAVAILABLE
+		            : PSWIRE__STATUS__UNAUTHENTICATED,
+		    why);
 		return;
 	}
 	if (c->rpc->tls != NULL && c->rpc->auth == NULL) {
