@@ -149,6 +149,13 @@ ferry__seed_offers(ferry_client *c)
 				continue;
 			}
 			c->seed_seen[i] = c->pl->shards[i]->seed_gen;
+			// A push its old server took ("applied", ABORTED: only
+			// the pull left) died with that server: the re-seeded
+			// shard holds only the offers, so push again (marked a
+			// re-send: a shard already past counts it once).
+			if (c->need[i] == NEED_PULL) {
+				c->need[i] = NEED_MAIN;
+			}
 			if (c->held[i] == NULL) {
 				c->recovery.seeds_unheld++;
 			} else {
