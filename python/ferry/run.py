@@ -85,10 +85,11 @@ def env():
         except ValueError:
             raise RuntimeError(f"ferry.run.env: ${name} must be an integer, got {v!r}") from None
 
+    url = need("FERRY_SCHEDULER")
     rank, trainers = number("FERRY_RANK"), number("FERRY_TRAINERS")
     if not 0 <= rank < trainers:
         raise RuntimeError(f"ferry.run.env: $FERRY_RANK {rank} is not in 0..{trainers - 1}")
-    return JobEnv(need("FERRY_SCHEDULER"), rank, trainers, os.environ.get("FERRY_LOG_DIR"))
+    return JobEnv(url, rank, trainers, os.environ.get("FERRY_LOG_DIR"))
 
 
 def _package_dirs():
