@@ -19,8 +19,9 @@ ps-server on loopback (free ports: the scheduler writes the URL it bound to
 
 Every log goes to one folder (--log-dir, default a new temporary one, named
 on stderr): scheduler.log, server-<i>.log, trainer-<r>.log (stdout and
-stderr). Rank 0's stdout is also copied to the launcher's stdout, so the
-launcher's last line is rank 0's last line. The first trainer that fails
+stderr). Rank 0's stdout (with --rank-base, that of the first rank started
+here) is also copied to the launcher's stdout, so the launcher's last line
+is rank 0's last line. The first trainer that fails
 stops the job: the others are stopped, and the launcher exits with that
 trainer's exit code (128 + the signal for a killed one); else 0. SIGINT and
 SIGTERM are passed on to the trainers, then the servers are stopped.
@@ -392,12 +393,13 @@ def _stop_all(procs, sig):
 
 def _tee(pipe, fd):
     """Copy rank 0's stdout to its log and to our stdout, line by line."""
-    out = sys.stdout.buffer
+    out = getattr(sys.stdout, "buffer", None)  # None: a caller's stand-in stdout
     for line in iter(pipe.readline, b""):
         os.write(fd, line)
         try:
-            out.write(line)
-            out.flush()
+            if out:
+                out.write(line)
+                out.flush()
         except (OSError, ValueError):
             pass  # our stdout went away: the log still gets everything
     pipe.close()

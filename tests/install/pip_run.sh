@@ -6,9 +6,10 @@
 # copy of python/, with pip's index pointed at a dead port: nothing may be
 # downloaded), then, from a folder outside the checkout, `python3 -m
 # ferry.run --trainers 2` of examples/torch_cnn.py (tiny: 5 steps of 32)
-# when the tree has it and torch imports, else of run_trainer.py. The
-# launcher must exit 0 with rank 0's JSON summary as its last line, having
-# found libferry through pkg-config and ps-server beside it. Also checks
+# when the tree has it (and torch and Fashion-MNIST are there), else of
+# run_trainer.py. The launcher must exit 0 with rank 0's JSON summary as
+# its last line, having found libferry through pkg-config and ps-server
+# beside it. Also checks
 # the package `cmake --install` put in the prefix finds its libferry alone.
 # Exits 77 (skipped) without venv/ensurepip or NumPy.
 set -euo pipefail
@@ -31,7 +32,8 @@ unset PYTHONPATH FERRY_LIB FERRY_PS_SERVER FERRY_SCHEDULER FERRY_RANK \
 P=$WORK/prefix
 cmake --install "$BUILD" --prefix "$P" >"$WORK/install.log" 2>&1 ||
 	fail "cmake --install"
-pc=$(find "$P" -name ferry.pc) && [ -n "$pc" ] || fail "no ferry.pc"
+pc=$(find "$P" -name ferry.pc)
+[ -n "$pc" ] || fail "no ferry.pc"
 
 # The package cmake --install wrote finds its own libferry (_prefix.py),
 # with no pkg-config and no loader path.
@@ -52,7 +54,8 @@ find "$WORK/src/python" -name __pycache__ -prune -exec rm -rf {} +
 	PIP_DISABLE_PIP_VERSION_CHECK=1 "$WORK/venv/bin/pip" install ./python) \
 	>"$WORK/pip.log" 2>&1 || fail "pip install ./python"
 VPY=$WORK/venv/bin/python3
-export PKG_CONFIG_PATH=$(dirname "$pc")
+PKG_CONFIG_PATH=$(dirname "$pc")
+export PKG_CONFIG_PATH
 (cd "$WORK/run" && "$VPY" -c \
 	'import ferry; print(ferry.__file__); print(ferry.library_path())') \
 	>"$WORK/where.out" 2>&1 || fail "import ferry from the venv"
@@ -62,7 +65,8 @@ grep -q "^$P/" "$WORK/where.out" || fail "libferry not from the prefix"
 # The job: ferry.run finds ps-server beside the libferry it loaded.
 # The script runs from a copy, so that nothing it finds beside itself (a
 # checkout's python/ on sys.path) can stand in for the installed package.
-if [ -e "$SRC/examples/torch_cnn.py" ] && "$PY" -c "import torch" 2>/dev/null; then
+if [ -e "$SRC/examples/torch_cnn.py" ] && [ -d /usr/share/datasets/fashion-mnist ] &&
+	"$PY" -c "import torch" 2>/dev/null; then
 	cp -r "$SRC/examples" "$WORK/run/examples"
 	script=examples/torch_cnn.py args=(--max-steps 5 --batch 32)
 else

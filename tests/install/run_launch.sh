@@ -7,15 +7,21 @@
 #     (waiting for it) and exits with rank 1's code, 7; the servers and the
 #     scheduler log their shutdown;
 #  3. SIGTERM to the launcher: passed on to the trainers, exit 143;
-#  4. ferry.run.env() outside a launcher and a missing ps-server are clear
+#  4. --scheduler URL: two launchers (--rank-base, --world) share the
+#     ranks of a job started by hand, and start no scheduler or server;
+#  5. ferry.run.env() outside a launcher and a missing ps-server are clear
 #     errors.
 # Exits 77 (skipped) when PYTHON has no NumPy (the trainer uses it).
 set -euo pipefail
 PS=$1 LIB=$2 SRC=$3 PY=$4
 "$PY" -c "import numpy" 2>/dev/null || { echo "SKIP: $PY has no numpy"; exit 77; }
 WORK=$(mktemp -d /tmp/ferry-launch.XXXXXX)
-bg=""
-trap '[ -n "$bg" ] && kill "$bg" 2>/dev/null; rm -rf "$WORK"' EXIT
+bg="" jobs_pids=()
+cleanup() {
+	for p in $bg "${jobs_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	rm -rf "$WORK"
+}
+trap cleanup EXIT
 fail() {
 	echo "FAIL: $*" >&2
 	for f in "$WORK"/*.out "$WORK"/*.err "$WORK"/*/*.log; do
@@ -86,14 +92,46 @@ for r in 0 1; do
 done
 grep -q "shutting down" "$WORK/term/scheduler.log" || fail "job 3: scheduler"
 
-# 4. Clear errors.
+# 4. --scheduler: a job started by hand, its two ranks split between two
+# launchers as two machines would.
+"$PS" --role=scheduler --trainers=2 --servers=1 --url-file="$WORK/sched.url" \
+	2>"$WORK/sched.err" &
+jobs_pids=($!)
+until [ -s "$WORK/sched.url" ]; do
+	kill -0 "${jobs_pids[0]}" 2>/dev/null || fail "job 4: no scheduler"
+	sleep 0.05
+done
+url=$(cat "$WORK/sched.url")
+"$PS" --role=server --scheduler="$url" 2>"$WORK/server.err" &
+jobs_pids+=($!)
+run --scheduler "$url" --trainers 1 --rank-base 1 --world 2 \
+	--log-dir "$WORK/b" "$T" >"$WORK/b.out" 2>"$WORK/b.err" &
+b=$!
+rc=0
+run --scheduler "$url" --trainers 1 --world 2 --log-dir "$WORK/a" "$T" \
+	>"$WORK/a.out" 2>"$WORK/a.err" || rc=$?
+rcb=0
+wait "$b" || rcb=$?
+kill "${jobs_pids[@]}" 2>/dev/null || true
+jobs_pids=()
+if [ "$rc" != 0 ] || [ "$rcb" != 0 ]; then
+	fail "job 4: launchers exited $rc, $rcb"
+fi
+grep -q summary "$WORK/a.out" || fail "job 4: no summary from rank 0"
+grep -q "rank 1: joined a job of 2" "$WORK/b.out" || fail "job 4: rank 1"
+[ ! -e "$WORK/a/scheduler.log" ] || fail "job 4: started a scheduler"
+
+# 5. Clear errors.
 rc=0
 (cd "$WORK" && "$PY" -c "import ferry.run; ferry.run.env()") \
 	>"$WORK/env.out" 2>&1 || rc=$?
-[ "$rc" != 0 ] && grep -q 'FERRY_SCHEDULER is not set' "$WORK/env.out" ||
+if [ "$rc" = 0 ] || ! grep -q 'FERRY_SCHEDULER is not set' "$WORK/env.out"; then
 	fail "env() outside ferry.run: $(cat "$WORK/env.out")"
+fi
 rc=0
 run --trainers 1 --ps-server "$WORK/none" "$T" >"$WORK/nops.out" 2>&1 || rc=$?
-[ "$rc" = 1 ] && grep -q "ps-server $WORK/none is not an executable" \
-	"$WORK/nops.out" || fail "missing ps-server: rc $rc, $(cat "$WORK/nops.out")"
-echo "ferry.run: success, failure, SIGTERM and errors ok"
+if [ "$rc" != 1 ] ||
+	! grep -q "ps-server $WORK/none is not an executable" "$WORK/nops.out"; then
+	fail "missing ps-server: rc $rc, $(cat "$WORK/nops.out")"
+fi
+echo "ferry.run: success, failure, SIGTERM, --scheduler and errors ok"
