@@ -4,6 +4,7 @@
 #   include/ferry/ferry.h
 #   lib/pkgconfig/ferry.pc            pkg-config ferry
 #   lib/cmake/Ferry/                  find_package(Ferry) -> Ferry::ferry
+#   lib/python3/dist-packages/ferry/  the Python package (FERRY_INSTALL_PYTHON)
 # (ps-server and trainer install themselves from ps/ and trainer/.)
 # Included by the top level after clients/ is added.
 include(CMakePackageConfigHelpers)
@@ -49,3 +50,32 @@ install(CODE "
   file(INSTALL \"${PROJECT_BINARY_DIR}/ferry.pc\"
     DESTINATION \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_LIBDIR}/pkgconfig\")
 ")
+
+# The Python package (python/ferry: ctypes over libferry, no compiled code)
+# under <prefix>/${FERRY_INSTALL_PYTHONDIR}, with a generated ferry/_prefix.py
+# naming the prefix, so that the installed package loads this libferry and
+# `python3 -m ferry.run` finds this ps-server wherever the prefix is.
+# `pip install ./python` is the other way in (python/README.md).
+option(FERRY_INSTALL_PYTHON "cmake --install also installs the Python package" ON)
+set(FERRY_INSTALL_PYTHONDIR "lib/python3/dist-packages" CACHE STRING
+  "Where the Python package goes, relative to the prefix (Debian's layout)")
+if(FERRY_INSTALL_PYTHON)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/ferry/
+    DESTINATION ${FERRY_INSTALL_PYTHONDIR}/ferry
+    FILES_MATCHING PATTERN "*.py"
+    PATTERN "__pycache__" EXCLUDE PATTERN "_prefix.py" EXCLUDE)
+  # Like ferry.pc, the prefix is known only when installing.
+  file(WRITE ${PROJECT_BINARY_DIR}/ferry_prefix.py.stage
+    "\"\"\"Written by cmake --install: the prefix this copy of the ferry\n"
+    "package was installed into (its libferry and ps-server).\"\"\"\n"
+    "PREFIX = \"@FERRY_PY_PREFIX@\"\n"
+    "LIBDIR = \"${CMAKE_INSTALL_LIBDIR}\"\n"
+    "BINDIR = \"${CMAKE_INSTALL_BINDIR}\"\n")
+  install(CODE "
+    set(FERRY_PY_PREFIX \"\${CMAKE_INSTALL_PREFIX}\")
+    configure_file(\"${PROJECT_BINARY_DIR}/ferry_prefix.py.stage\"
+      \"${PROJECT_BINARY_DIR}/_prefix.py\" @ONLY)
+    file(INSTALL \"${PROJECT_BINARY_DIR}/_prefix.py\"
+      DESTINATION \"\${CMAKE_INSTALL_PREFIX}/${FERRY_INSTALL_PYTHONDIR}/ferry\")
+  ")
+endif()

@@ -11,7 +11,8 @@ cd "$(dirname "$0")/.."
 PKGS=(build-essential cmake pkg-config libnng-dev libprotobuf-c-dev
       protobuf-c-compiler libopenblas-dev check zlib1g-dev libgcrypt20-dev
       libssl-dev
-      dataset-fashion-mnist yamllint python3-numpy)
+      dataset-fashion-mnist yamllint python3-numpy python3-torch
+      python3-venv python3-pip python3-setuptools)
 
 missing=()
 for p in "${PKGS[@]}"; do

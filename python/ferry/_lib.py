@@ -11,7 +11,13 @@ The library is looked up, in this order:
   2. the build tree this package sits in: <repo>/build/clients/libferry.so,
      so that `PYTHONPATH=python python3 -c "import ferry"` works from a
      checkout after `scripts/setup.sh` (or any build into build/);
-  3. the system loader (libferry.so.0, then libferry.so), for an installed
+  3. the prefix `cmake --install` put this package in (ferry/_prefix.py,
+     written at install time: <prefix>/<libdir>/libferry.so.0);
+  4. pkg-config's libdir of ferry (`pkg-config --variable=libdir ferry`:
+     PKG_CONFIG_PATH names a prefix installed elsewhere), which is how a
+     package installed with `pip install ./python` finds a libferry that
+     `cmake --install` put in a prefix the loader does not search;
+  5. the system loader (libferry.so.0, then libferry.so), for an installed
      libferry (LD_LIBRARY_PATH, ld.so.conf).
 """
 import ctypes
@@ -124,15 +130,43 @@ _PROTOS = {
 
 
 def _candidates():
-    """The (path, why) pairs tried, in order; path None = system loader."""
+    """Yields the (path, why) pairs to try, in order: a generator, so that
+    pkg-config runs only when the places before it did not load."""
     env = os.environ.get("FERRY_LIB")
     if env:
-        return [(env, "$FERRY_LIB")]
+        yield env, "$FERRY_LIB"
+        return
     here = os.path.dirname(os.path.abspath(__file__))
     repo = os.path.dirname(os.path.dirname(here))
-    return [(os.path.join(repo, "build", "clients", "libferry.so"), "build tree"),
-            ("libferry.so.%d" % ABI_MAJOR, "system loader"),
-            ("libferry.so", "system loader")]
+    soname = "libferry.so.%d" % ABI_MAJOR
+    yield os.path.join(repo, "build", "clients", "libferry.so"), "build tree"
+    try:
+        from . import _prefix  # only in a copy `cmake --install` wrote
+    except ImportError:
+        _prefix = None
+    if _prefix:
+        yield os.path.join(_prefix.PREFIX, _prefix.LIBDIR, soname), "cmake --install prefix"
+    libdir = _pkg_config_libdir()
+    if libdir:
+        yield os.path.join(libdir, soname), "pkg-config ferry"
+    yield soname, "system loader"
+    yield "libferry.so", "system loader"
+
+
+def _pkg_config_libdir():
+    """`pkg-config --variable=libdir ferry`, or None (no pkg-config, no
+    ferry.pc)."""
+    import shutil
+    import subprocess
+    exe = shutil.which("pkg-config")
+    if not exe:
+        return None
+    try:
+        r = subprocess.run([exe, "--variable=libdir", "ferry"], capture_output=True, text=True,
+                           timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout.strip() if r.returncode == 0 and r.stdout.strip() else None
 
 
 def load():
