@@ -134,6 +134,9 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 		return ferry__fail(c, FERRY_ESTATE,
 		    "tensors already declared");
 	}
+	// A declare that failed before may have left them.
+	fb_free(c->tensor_len);
+	fb_free(c->tensor_avg);
 	c->tensor_len = fb_alloc(n * sizeof(*c->tensor_len));
 	c->tensor_avg = fb_zalloc(n);
 	tds           = fb_alloc(n * sizeof(*tds));
