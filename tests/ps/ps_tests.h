@@ -48,4 +48,5 @@ Suite          *suite_limits(void);
 Suite          *suite_tls(void);
 Suite          *suite_cascade(void);
 Suite          *suite_reseed(void);
+Suite          *suite_average(void);
 #endif
