@@ -317,14 +317,12 @@ class _Device(_Flat):
 
 
 def _device_cuda():
-    """ferry.cuda when libferry_cuda loads and sees a device, else None."""
+    """ferry.cuda when libferry_cuda loads and sees a device, else None
+    (then device parameters go through host staging)."""
     try:
         from . import cuda
-    except ImportError:
-        return None
-    try:
         return cuda if cuda.available() else None
-    except (OSError, AttributeError):
+    except (ImportError, OSError, AttributeError):
         return None
 
 
@@ -590,6 +588,12 @@ class Optimizer(torch.optim.Optimizer):
         elif overlap:
             self._overlap = _Overlap(self._eng, int(bucket_mb * (1 << 20)),
                                      lambda: self.n_samples)
+
+    @property
+    def exchange(self):
+        """How a step moves the tensors: "host" (CPU tensors in place),
+        "device" (libferry_cuda) or "staged" (page-locked host staging)."""
+        return {_Device: "device", _Staged: "staged"}.get(type(self._eng), "host")
 
     @property
     def names(self):

@@ -137,6 +137,116 @@ class OptimizerTrains(unittest.TestCase):
         for r in range(2):
             self.assert_same(staged[r][0], plain[r][0], f"rank {r}: staged vs in place")
 
+    def test_staged_layout(self):
+        # parameters are views of flat_w; backward accumulates straight
+        # into flat_g through the .grad views opt.zero_grad() leaves
+        def body(url, rank):
+            model = Net()
+            with ferry.Client(url, rank, lr=LR, timeout_ms=20000) as c:
+                opt = Optimizer(model.parameters(), c, n_samples=BATCH, exchange="staged")
+                self.assertEqual(opt.exchange, "staged")
+                eng = opt._eng
+                base = eng.flat_w.data_ptr()
+                for i, p in enumerate(model.parameters()):
+                    self.assertEqual(p.data_ptr(), eng.w_views[i].data_ptr())
+                self.assertEqual(eng.w_views[0].data_ptr(), base)
+                x, y = batches(rank)[0]
+                opt.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                for i, p in enumerate(model.parameters()):
+                    self.assertEqual(p.grad.data_ptr(), eng.g_views[i].data_ptr())
+                opt.step()
+                return float(eng.flat_w[-1])
+        run_job(body)
+
+
+def has_average():
+    import inspect
+    return "average" in inspect.signature(ferry.Client.declare).parameters
+
+
+class OptimizerBuffers(unittest.TestCase):
+    """BatchNorm's running stats: the samples-weighted mean of the ranks'."""
+
+    def setUp(self):
+        torch.set_num_threads(1)
+
+    def trainer(self, url, rank, **kw):
+        """Trains; returns the declared names, each step's buffers before
+        and after opt.step(), the model and n_samples."""
+        model = Net(bn=True)
+        n = BATCH if rank == 0 else BATCH // 2  # the mean is weighted
+        before, after = [], []
+
+        def bufs():
+            return {k: b.clone() for k, b in model.named_buffers()}
+
+        with ferry.Client(url, rank, lr=LR, timeout_ms=20000) as c:
+            opt = Optimizer(model.parameters(), c, n_samples=n, module=model, **kw)
+            for x, y in batches(rank):
+                opt.zero_grad()
+                F.cross_entropy(model(x[:n]), y[:n]).backward()
+                before.append(bufs())
+                opt.step()
+                after.append(bufs())
+            return opt.names, before, after, model, n
+
+    def assert_mean(self, out, step):
+        (_, b0, a0, _, n0), (_, b1, a1, _, n1) = out
+        for k in ("bn.running_mean", "bn.running_var"):
+            self.assertFalse(torch.equal(b0[step][k], b1[step][k]), "the ranks differed")
+            want = (b0[step][k] * n0 + b1[step][k] * n1) / (n0 + n1)
+            for a in (a0, a1):
+                np.testing.assert_allclose(a[step][k].numpy(), want.numpy(), rtol=1e-6,
+                                           atol=1e-7, err_msg=f"{k} after step {step}")
+
+    def test_mean_every_step(self):
+        if not has_average():
+            self.skipTest("Client.declare has no average= (AVERAGE tensors)")
+        out = run_job(lambda u, r: self.trainer(u, r))
+        names = out[0][0]
+        self.assertIn("bn.running_mean", names)
+        self.assertIn("bn.running_var", names)
+        self.assertNotIn("bn.num_batches_tracked", names)
+        for step in range(STEPS):
+            self.assert_mean(out, step)
+        # integer buffers stay local (each rank counted its own batches)
+        self.assertEqual(int(out[0][3].bn.num_batches_tracked), STEPS)
+
+    def test_every_n_steps(self):
+        if not has_average():
+            self.skipTest("Client.declare has no average= (AVERAGE tensors)")
+        out = run_job(lambda u, r: self.trainer(u, r, buffers_every=3))
+        for r in range(2):
+            _, before, after, _, _ = out[r]
+            for step in (0, 1, 3, 4):  # no copy: the rank's own stats
+                self.assertTrue(torch.equal(before[step]["bn.running_mean"],
+                                            after[step]["bn.running_mean"]))
+        for step in (2, 5):
+            self.assert_mean(out, step)
+
+    def test_overlap_and_staged_move_buffers_alike(self):
+        if not has_average():
+            self.skipTest("Client.declare has no average= (AVERAGE tensors)")
+        ref = run_job(lambda u, r: self.trainer(u, r))
+        for kw in ({"overlap": True, "bucket_mb": 1e-4}, {"exchange": "staged"}):
+            out = run_job(lambda u, r: self.trainer(u, r, **kw))
+            for r in range(2):
+                for k, b in ref[r][2][-1].items():
+                    self.assertTrue(torch.equal(out[r][2][-1][k], b), f"{kw}: {k}")
+                for p, q in zip(out[r][3].parameters(), ref[r][3].parameters()):
+                    self.assertTrue(torch.equal(p, q), f"{kw}: parameters")
+
+    def test_local_buffers_not_shared(self):
+        out = run_job(lambda u, r: self.trainer(u, r, buffers="local"))
+        self.assertNotIn("bn.running_mean", out[0][0])
+        self.assertFalse(torch.equal(out[0][3].bn.running_mean, out[1][3].bn.running_mean))
+        self.assert_params_equal(out[0][3], out[1][3])
+
+    def assert_params_equal(self, a, b):
+        for p, q in zip(a.parameters(), b.parameters()):
+            self.assertTrue(torch.equal(p, q))
+
 
 class OptimizerRefuses(unittest.TestCase):
     def setUp(self):
