@@ -98,9 +98,11 @@ def main():
         for exchange in ("auto", "staged"):
             gpu, gpu_same, used, gpu_sps = job("cuda", codec, exchange)
             d = (gpu - cpu).abs().max().item()
-            figs[f"{codec}.{exchange}"] = {"exchange": used, "max_abs_dw": d, "bound": BOUND[codec], "ranks_equal_cuda": gpu_same,
-                         "ranks_equal_cpu": cpu_same, "steps_per_s_cuda": round(gpu_sps, 1),
-                         "steps_per_s_cpu": round(cpu_sps, 1)}
+            figs[f"{codec}.{exchange}"] = {"exchange": used, "max_abs_dw": d,
+                                           "bound": BOUND[codec], "ranks_equal_cuda": gpu_same,
+                                           "ranks_equal_cpu": cpu_same,
+                                           "steps_per_s_cuda": round(gpu_sps, 1),
+                                           "steps_per_s_cpu": round(cpu_sps, 1)}
             ok = ok and gpu_same and cpu_same and d <= BOUND[codec]
     figs["ok"] = ok
     print(json.dumps({"gpu_torch_check": figs}))

@@ -110,7 +110,7 @@ class OptimizerTrains(unittest.TestCase):
         ref = run_job(self.with_parameter_server)
         out = run_job(lambda u, r: self.with_optimizer(u, r))
         for r in range(2):
-            ps, (opt, losses, version, _, names, _) = ref[r], out[r]
+            ps, (opt, _, version, _, names, _) = ref[r], out[r]
             self.assertEqual(version, STEPS)
             self.assert_same(opt, ps, f"rank {r}: Optimizer vs FerryParameterServer")
             self.assertEqual(names[:2], ["unused", "fc1.weight"])
