@@ -78,9 +78,12 @@ class Opts(ctypes.Structure):
 
 
 class TensorDesc(ctypes.Structure):
-    """struct ferry_tensor_desc."""
+    """struct ferry_tensor_desc; kind is WEIGHTS or AVERAGE (enum ferry_tensor_kind)."""
 
-    _fields_ = [("name", ctypes.c_char_p), ("len", ctypes.c_size_t)]
+    WEIGHTS = 0  # FERRY_TENSOR_WEIGHTS: the servers' optimizer applies the pushes
+    AVERAGE = 1  # FERRY_TENSOR_AVERAGE: updates set the pushes' samples-weighted mean
+
+    _fields_ = [("name", ctypes.c_char_p), ("len", ctypes.c_size_t), ("kind", ctypes.c_uint32)]
 
 
 class CStats(ctypes.Structure):

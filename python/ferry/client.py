@@ -223,13 +223,18 @@ class Client:
         return make_error(rv, op, msg.decode(errors="replace"))
 
     # ---- the job -----------------------------------------------------------
-    def declare(self, tensors):
+    def declare(self, tensors, average=()):
         """Register this trainer with its tensor table and wait for the job.
 
         tensors: a dict name -> length or array (its number of elements),
         or a sequence of (name, length-or-array) pairs. Ids follow this
-        order, which later calls' sequences use. Every rank declares the
-        same table (else MismatchError). Blocks until every trainer and
+        order, which later calls' sequences use. average: names of the
+        table's tensors the servers average rather than train (module
+        buffers such as BatchNorm's running statistics,
+        FERRY_TENSOR_AVERAGE): push value * n_samples for them and pull
+        the samples-weighted mean of the trainers' values; no optimizer,
+        lr or clipping applies. Every rank declares the same table, kinds
+        included (else MismatchError). Blocks until every trainer and
         server has joined and the placement is published.
         """
         c = self._handle("declare")
@@ -238,6 +243,7 @@ class Client:
         items = list(tensors.items()) if isinstance(tensors, dict) else list(tensors)
         if not items:
             raise InvalidArgument("declare", "no tensors")
+        avg = {average} if isinstance(average, str) else {str(a) for a in average}
         descs = (_lib.TensorDesc * len(items))()
         names, lens = [], []
         for i, it in enumerate(items):
@@ -251,6 +257,10 @@ class Client:
             names.append(str(name))
             lens.append(n)
             descs[i].len = n
+            descs[i].kind = _lib.TensorDesc.AVERAGE if str(name) in avg else _lib.TensorDesc.WEIGHTS
+        unknown = sorted(avg.difference(names))
+        if unknown:
+            raise InvalidArgument("declare", f"average: {unknown[0]!r} is not a declared tensor")
         enc = [s.encode() for s in names]
         for i, b in enumerate(enc):
             descs[i].name = b
