@@ -5,6 +5,7 @@ with CPU tensors) give the same weights bit for bit; module buffers are
 averaged; tensors Ferry cannot hold are refused naming the parameter. Two
 ranks run as threads. Run by tests/python/run.py (ctest python_torch_optim).
 """
+import ctypes
 import threading
 import unittest
 
@@ -14,6 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import ferry
+import ferry.torch
 from ferry.torch import FerryParameterServer, Optimizer
 from job import LocalJob, run_ranks
 
@@ -70,6 +72,47 @@ def params(model):
 def run_job(fn, trainers=2):
     with LocalJob(trainers=trainers) as job:
         return run_ranks(lambda r: fn(job.url, r), trainers)
+
+
+class FakeCuda:
+    """ferry.cuda's interface over CPU memory: DeviceExchange(client, w_ptr,
+    g_ptr, stream) sees every declared tensor packed back to back."""
+
+    calls = {}
+    lock = threading.Lock()
+
+    @staticmethod
+    def available():
+        return True
+
+    class DeviceExchange:
+        def __init__(self, client, w_ptr, g_ptr, stream_ptr=0):
+            self.c = client
+            n = sum(client.lengths)
+            w = np.ctypeslib.as_array((ctypes.c_float * n).from_address(w_ptr))
+            g = np.ctypeslib.as_array((ctypes.c_float * n).from_address(g_ptr))
+            offs = np.cumsum((0,) + client.lengths)
+            self.w = [w[a:b] for a, b in zip(offs, offs[1:])]
+            self.g = [g[a:b] for a, b in zip(offs, offs[1:])]
+
+        def count(self, what):
+            with FakeCuda.lock:
+                FakeCuda.calls[what] = FakeCuda.calls.get(what, 0) + 1
+
+        def init_weights(self):
+            self.count("init_weights")
+            self.c.init_weights(self.w)
+
+        def pull(self):
+            self.count("pull")
+            self.c.pull(self.w)
+
+        def push_pull(self, n_samples):
+            self.count("push_pull")
+            self.c.push_pull(self.g, n_samples, self.w)
+
+        def close(self):
+            self.count("close")
 
 
 class OptimizerTrains(unittest.TestCase):
@@ -136,6 +179,21 @@ class OptimizerTrains(unittest.TestCase):
         staged = run_job(lambda u, r: self.with_optimizer(u, r, exchange="staged"))
         for r in range(2):
             self.assert_same(staged[r][0], plain[r][0], f"rank {r}: staged vs in place")
+
+    def test_device_exchange_glue(self):
+        # the libferry_cuda engine's calls, with a stand-in DeviceExchange
+        # that moves the flat buffers by address as libferry_cuda would
+        plain = run_job(lambda u, r: self.with_optimizer(u, r, exchange="staged"))
+        real = ferry.torch._engine
+        ferry.torch._engine = lambda c, p, b, gim, _ex: ferry.torch._Device(c, p, b, gim, FakeCuda)
+        try:
+            dev = run_job(lambda u, r: self.with_optimizer(u, r))
+        finally:
+            ferry.torch._engine = real
+        for r in range(2):
+            self.assert_same(dev[r][0], plain[r][0], f"rank {r}: device vs staged")
+        self.assertEqual(FakeCuda.calls, {"init_weights": 1, "pull": 2, "push_pull": 2 * STEPS,
+                                          "close": 2})
 
     def test_staged_layout(self):
         # parameters are views of flat_w; backward accumulates straight
