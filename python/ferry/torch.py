@@ -62,16 +62,19 @@ from .errors import InvalidArgument, StateError
 _WHAT = "Ferry holds contiguous float32 tensors, all on one device"
 
 
-def _check(named, kind, device=None):
+def _check(named, kind, device=None, only=None):
     """The device of the (name, tensor) pairs, or InvalidArgument naming the
     first one Ferry cannot hold: not float32, not dense and contiguous, or
-    on another device than the others (device: the one they must be on)."""
+    on another device than the others (device: the one they must be on;
+    only: the one device this caller takes)."""
     for name, t in named:
         why = None
         if t.layout != torch.strided:
-            why = f"layout {t.layout} (sparse)"
+            why = f"layout {t.layout} (sparse?), want torch.strided"
         elif t.dtype != torch.float32:
             why = f"dtype {t.dtype}"
+        elif only is not None and t.device != only:
+            why = f"on {t.device}, want {only} (ferry.torch.Optimizer takes GPU parameters)"
         elif device is not None and t.device != device:
             why = f"on {t.device}, the others on {device} (mixed devices)"
         elif t.device.type not in ("cpu", "cuda"):
@@ -470,7 +473,7 @@ class FerryParameterServer:
         named = list(model.named_parameters())
         if not named:
             raise InvalidArgument("declare", "the model has no parameters")
-        _check(named, "parameter", torch.device("cpu"))
+        _check(named, "parameter", only=torch.device("cpu"))
         self._eng = _Tensors(client, named, (), grad_is_mean)
         self.names = self._eng.names
         self.params = self._eng.params

@@ -327,11 +327,15 @@ class OptimizerRefuses(unittest.TestCase):
         self.refused(m, r"parameter 'fc3.bias': on meta, the others on cpu \(mixed devices\)")
         m = Net()
         m.unused = nn.Parameter(torch.sparse_coo_tensor([[0]], [1.0], (4,)))
-        self.refused(m, r"parameter 'unused': layout torch.sparse_coo \(sparse\)")
+        self.refused(m, r"parameter 'unused': layout torch.sparse_coo")
         with self.assertRaisesRegex(ferry.InvalidArgument, r"parameter 'param1': dtype"):
             Optimizer([torch.zeros(2), torch.zeros(2, dtype=torch.float64)], self.c)
         with self.assertRaisesRegex(TypeError, "ferry.Client"):
             Optimizer(Net().parameters(), object())
+        m = Net()
+        m.fc1.bias = nn.Parameter(torch.zeros(8, device="meta"))
+        with self.assertRaisesRegex(ferry.InvalidArgument, r"'fc1.bias': on meta, want cpu"):
+            FerryParameterServer(m, self.c)
 
 
 if __name__ == "__main__":
