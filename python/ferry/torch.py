@@ -417,7 +417,12 @@ class _Overlap:
         for i in range(first, first + count):
             eng.grad_list[i] = eng.grad(i, self.n_samples)
         self.started[b] = True
-        eng.client.push_pull_start(eng.grad_list, self.n_samples, eng.weights, first, count)
+        try:
+            eng.client.push_pull_start(eng.grad_list, self.n_samples, eng.weights, first, count)
+        except BaseException:
+            # libferry abandoned the step: the next one starts afresh
+            self.reset()
+            raise
 
     def finish(self, n_samples):
         """Start what backward did not, then the buffers, and wait for
