@@ -218,11 +218,6 @@ class OptimizerTrains(unittest.TestCase):
         run_job(body)
 
 
-def has_average():
-    import inspect
-    return "average" in inspect.signature(ferry.Client.declare).parameters
-
-
 class OptimizerBuffers(unittest.TestCase):
     """BatchNorm's running stats: the samples-weighted mean of the ranks'."""
 
@@ -259,8 +254,6 @@ class OptimizerBuffers(unittest.TestCase):
                                            atol=1e-7, err_msg=f"{k} after step {step}")
 
     def test_mean_every_step(self):
-        if not has_average():
-            self.skipTest("Client.declare has no average= (AVERAGE tensors)")
         out = run_job(lambda u, r: self.trainer(u, r))
         names = out[0][0]
         self.assertIn("bn.running_mean", names)
@@ -272,8 +265,6 @@ class OptimizerBuffers(unittest.TestCase):
         self.assertEqual(int(out[0][3].bn.num_batches_tracked), STEPS)
 
     def test_every_n_steps(self):
-        if not has_average():
-            self.skipTest("Client.declare has no average= (AVERAGE tensors)")
         out = run_job(lambda u, r: self.trainer(u, r, buffers_every=3))
         for r in range(2):
             _, before, after, _, _ = out[r]
@@ -284,8 +275,6 @@ class OptimizerBuffers(unittest.TestCase):
             self.assert_mean(out, step)
 
     def test_overlap_and_staged_move_buffers_alike(self):
-        if not has_average():
-            self.skipTest("Client.declare has no average= (AVERAGE tensors)")
         ref = run_job(lambda u, r: self.trainer(u, r))
         for kw in ({"overlap": True, "bucket_mb": 1e-4}, {"exchange": "staged"}):
             out = run_job(lambda u, r: self.trainer(u, r, **kw))
