@@ -129,6 +129,10 @@ _PROTOS = {
     "ferry_client_trainers": (ctypes.c_int, [_vp]),
     "ferry_client_set_secret_file": (ctypes.c_int, [_vp, ctypes.c_char_p]),
     "ferry_client_lr": (ctypes.c_double, [_vp]),
+    # layer-wise push-pull (overlap with backward)
+    "ferry_client_push_pull_start": (ctypes.c_int, [_vp, _ptrs, ctypes.c_uint32, _ptrs,
+                                                    ctypes.c_size_t, ctypes.c_size_t]),
+    "ferry_client_wait": (ctypes.c_int, [_vp, ctypes.c_size_t, ctypes.c_size_t]),
 }
 
 

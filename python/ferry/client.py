@@ -123,6 +123,11 @@ class Client:
         self._lens = ()
         self._names = ()
         self._in = self._out = None  # pointer tables, sized by declare
+        # the layer-wise push-pull's tables (one step passes the same
+        # ones to every start), the weights list _ax_w was filled from,
+        # and the grads the started tensors read
+        self._ax_g = self._ax_w = self._ax_wobj = None
+        self._ax_keep = None
         # the arrays pulls wrote since the last one that succeeded:
         # libferry keeps pointers to them (the copy it offers when a lost
         # shard is re-seeded), so they must live on when the caller drops
@@ -337,6 +342,82 @@ class Client:
         if rv != 0:
             raise self._fail(rv, "push_pull")
         return weights
+
+    # ---- layer-wise push-pull (overlap with backward) ----------------------
+    def push_pull_start(self, grads, n_samples, weights, first, count):
+        """Start the push-pull of tensors [first, first + count) and return
+        without waiting (ferry_client_push_pull_start): a trainer pushes
+        each layer's gradient as soon as backward produced it.
+
+        grads: one array per declared tensor (or a dict name -> array);
+        only the entries of the range are read, the others may be None.
+        weights: one writable array per declared tensor, the same ones for
+        every start of a step, as is n_samples. Each tensor of a step is
+        started once; the grads of the range must stay unchanged until the
+        step ends. The step ends with the wait() after which every tensor
+        has been waited for; the weights are those push_pull gives, bit for
+        bit. Any error abandons the step: pull() before going on.
+        """
+        c = self._handle("push_pull_start")
+        first, count = self._range(first, count, "push_pull_start")
+        if self._ax_g is None:
+            self._ax_g = (ctypes.c_void_p * self._n)()
+            self._ax_w = (ctypes.c_void_p * self._n)()
+            self._ax_keep = [None] * self._n
+        if weights is not self._ax_wobj:
+            # a new weights list: check it (the same list is checked once)
+            self._fill(self._ax_w, weights, True, "push_pull_start")
+            self._ax_wobj = weights
+        self._fill_range(self._ax_g, grads, first, count, "push_pull_start")
+        rv = LIB.ferry_client_push_pull_start(c, self._ax_g, _samples(n_samples, "push_pull_start"),
+                                              self._ax_w, first, count)
+        if rv != 0:
+            self._ax_wobj = None
+            raise self._fail(rv, "push_pull_start")
+        if not self._held or self._held[-1] is not weights:
+            self._held = self._held + [weights]
+
+    def wait(self, first, count):
+        """Block until the new weights of tensors [first, first + count),
+        all started in this step, are in the weights push_pull_start was
+        given (ferry_client_wait); the other tensors' requests keep
+        travelling meanwhile."""
+        c = self._handle("wait")
+        first, count = self._range(first, count, "wait")
+        rv = LIB.ferry_client_wait(c, first, count)
+        if rv != 0:
+            self._ax_wobj = None
+            raise self._fail(rv, "wait")
+
+    def _range(self, first, count, op):
+        if not self._n:
+            raise StateError(op, "declare first")
+        if (not isinstance(first, numbers.Integral) or not isinstance(count, numbers.Integral)
+                or first < 0 or count <= 0 or first + count > self._n):
+            raise InvalidArgument(op, f"tensors [{first!r}, +{count!r}) are not within the "
+                                  f"{self._n} declared")
+        return int(first), int(count)
+
+    def _fill_range(self, table, arrays, first, count, op):
+        """_fill for the entries [first, first + count) only; arrays holds
+        one entry per declared tensor (or is a dict name -> array)."""
+        if isinstance(arrays, dict):
+            try:
+                arrays = [arrays[k] if first <= i < first + count else None
+                          for i, k in enumerate(self._names)]
+            except KeyError as e:
+                raise InvalidArgument(op, f"no array for tensor {e.args[0]!r}") from None
+        elif self._n == 1 and _is_array(arrays):
+            arrays = (arrays,)
+        if not hasattr(arrays, "__len__") or not hasattr(arrays, "__getitem__"):
+            raise InvalidArgument(op, f"want a list of {self._n} arrays or a dict name -> array, "
+                                  f"got a {type(arrays).__name__}")
+        if len(arrays) != self._n:
+            raise InvalidArgument(op, f"{len(arrays)} arrays for {self._n} declared tensors")
+        tt = _torch_tensor_type()
+        for i in range(first, first + count):
+            table[i] = _data_ptr(arrays[i], self._lens[i], False, tt, op, self._names[i])
+            self._ax_keep[i] = arrays[i]  # read until the step ends
 
     def leave(self):
         """Tell the job this trainer leaves: sync rounds stop waiting for
