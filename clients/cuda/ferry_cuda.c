@@ -82,14 +82,18 @@ cuda_fail(ferry_cuda *x, const char *what, cudaError_t e)
 	    cudaGetErrorString(e));
 }
 
-// client_fail copies the client's reason for its failed call.
+// client_fail records the client's failed call `what` with its reason
+// (the sink's, for FERRY_ESINK from the device pull sink).
 static int
 client_fail(ferry_cuda *x, const char *what, int fe)
 {
-	return set_err(x, fe, "%s: %s (%s)", what, ferry_strerror(fe),
-	    x->pull != NULL && fe == FERRY_ESINK
-	        ? tr__devpull_error(x->pull)
-	        : ferry_client_last_error(x->c));
+	const char *why = x->pull != NULL && fe == FERRY_ESINK
+	    ? tr__devpull_error(x->pull)
+	    : ferry_client_last_error(x->c);
+	if (why == NULL || why[0] == '\0') {
+		return set_err(x, fe, "%s", what);
+	}
+	return set_err(x, fe, "%s: %s", what, why);
 }
 
 FERRY_API int
@@ -197,7 +201,8 @@ ferry_cuda_open(ferry_client *c, float *d_w, float *d_g, void *stream,
 	x->s   = (cudaStream_t) stream;
 	if ((rv = ferry_client_shards(c, &sh, &ns, &x->push_codec,
 	         &x->push_bucket)) != FERRY_OK) {
-		rv = client_fail(x, "ferry_cuda_open: declare first", rv);
+		rv = client_fail(x,
+		    "declare the tensors before ferry_cuda_open", rv);
 	} else if (!ferry_cuda_available() ||
 	    cudaGetDevice(&x->device) != cudaSuccess) {
 		rv = set_err(x, FERRY_EUNSUPP, "no usable CUDA device");
