@@ -13,7 +13,7 @@
 //   rank R: max |w - w_true| = E
 // The sink takes full fp32 pulls only: the job it declares has no pull
 // codec, so a delta never arrives (the trainer in trainer/ shows a sink
-// that decodes deltas on the device, trainer/src/devpull.cu).
+// that decodes deltas on the device, clients/cuda/devpull.cu).
 #include <ferry/ferry.h>
 
 #include <cuda_runtime.h>

@@ -17,8 +17,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-roots=(ps/src clients/src compression/src trainer/src base/src proto/src
-	obs/src sharding/src)
+roots=(ps/src clients/src clients/cuda compression/src trainer/src base/src
+	proto/src obs/src sharding/src)
 if [ $# -gt 0 ]; then roots=("$@"); fi
 
 # Every folder under the roots that holds a source file.

@@ -39,8 +39,8 @@ push_open(struct tr_backend *b, const struct ferry_shard *sh, size_t n,
 		return FB_ENOMEM;
 	}
 	p->b = b;
-	if ((rv = tr__devpush_open(b, sh, n, codec_id, bucket, tensor_base,
-	         &p->dp, err, errlen)) != FB_OK) {
+	if ((rv = tr__devpush_open(tr__cuda_stream(b), sh, n, codec_id, bucket,
+	         tensor_base, &p->dp, err, errlen)) != FB_OK) {
 		push_close(p);
 		return rv;
 	}

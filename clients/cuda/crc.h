@@ -1,5 +1,6 @@
 // crc.h — CRC-32 of fp32 buffers in fixed-size chunks, so that a GPU can
-// checksum a reference it keeps without copying it back (private to tr).
+// checksum a reference it keeps without copying it back (private to
+// libferry_cuda and tr).
 //
 // The value is zlib's crc32 (the IEEE polynomial, reflected, init and final
 // xor 0xffffffff), the CRC the server sends with each pull delta

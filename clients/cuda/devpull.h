@@ -1,9 +1,10 @@
 // devpull.h — pulled deltas decoded on the GPU, so only codes cross PCIe
-// (private to tr; built only with the CUDA backend).
+// (private to libferry_cuda and tr; built only with CUDA).
 //
 // A libferry pull sink (ferry_client_set_pull_sink) whose reference is the
-// backend's device weight block itself (the trainer computes its gradient
-// at the reference, docs/algorithms.md §2.4, so the two are one buffer):
+// caller's device weight block itself (the trainer's backend, libferry_cuda's
+// d_w: a trainer computes its gradient at the reference, docs/algorithms.md
+// §2.4, so the two are one buffer):
 // - full: the fp32 values go H2D through a pinned staging buffer;
 // - delta: the codes are copied into the same pinned staging buffer (one,
 //   allocated at open, sized for a chain of TR_DEVPULL_CHAIN deltas of the
@@ -14,7 +15,7 @@
 //   folds them with crc32_combine and compares with the server's CRC. A
 //   mismatch answers FERRY_ECORRUPT and libferry re-pulls the shard in
 //   full.
-// Everything runs on the backend's compute stream, so decoding is ordered
+// Everything runs on the caller's compute stream, so decoding is ordered
 // after the gradient that read the old weights and before the next one.
 // The host copy of the weights is refreshed only on demand
 // (tr__devpull_fetch: --weights-out).

@@ -1,4 +1,5 @@
-// codec_cuda.h — gradient and weight codecs on the GPU (private to tr).
+// codec_cuda.h — gradient and weight codecs on the GPU (private to
+// libferry_cuda and tr).
 //
 // The device twin of compression/'s CPU codecs: the bytes an encoder writes
 // into device memory are identical to comp_encode / comp_ef_encode for the
@@ -8,10 +9,11 @@
 // to cross PCIe. Supported: none (fp32), fp16, bf16, q8, q4, q2 with round
 // to nearest; sign, topk and stochastic rounding are not (FB_EUNSUPP).
 //
-// Codec ids equal compression's `enum comp_codec_id` values (tr does not
-// link comp: trainer uses libferry only), and the layout is the one in
-// compression/FORMAT.md: for q8/q4/q2 ceil(n/bucket) fp32 LE scales, then
-// the n codes packed by global index, b bits each, LSB first, zero padded.
+// Codec ids equal compression's `enum comp_codec_id` values (neither tr
+// nor libferry_cuda links comp: both use libferry only), and the layout
+// is the one in compression/FORMAT.md: for q8/q4/q2 ceil(n/bucket) fp32 LE
+// scales, then the n codes packed by global index, b bits each, LSB first,
+// zero padded.
 //
 // Asynchrony and errors: every call only enqueues kernels on the context's
 // stream and returns FB_OK when its host-side arguments are valid. Errors

@@ -1,7 +1,8 @@
 // codec_cuda_impl.h — what the two files of the device codecs share
-// (private to tr, CUDA only): codec_cuda.cu has the contexts, the
-// element-wise codecs (none, fp16, bf16) and codec_cuda.h's entry points,
-// which hand the bucketed quantizers (q8, q4, q2) to codec_cuda_q.cu.
+// (private to libferry_cuda and tr, CUDA only): codec_cuda.cu has the
+// contexts, the element-wise codecs (none, fp16, bf16) and codec_cuda.h's
+// entry points, which hand the bucketed quantizers (q8, q4, q2) to
+// codec_cuda_q.cu.
 #ifndef TR_CODEC_CUDA_IMPL_H
 #define TR_CODEC_CUDA_IMPL_H
 

@@ -2,7 +2,6 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 
-#include "backend_cuda.h"
 #include "codec_cuda.h"
 #include "devpush.h"
 #include "fb/fb.h"
@@ -48,7 +47,7 @@ tr__devpush_close(struct tr__devpush *d)
 }
 
 extern "C" int
-tr__devpush_open(struct tr_backend *b, const struct ferry_shard *sh, size_t n,
+tr__devpush_open(void *stream, const struct ferry_shard *sh, size_t n,
     uint32_t codec_id, uint32_t bucket, const size_t *tensor_base,
     struct tr__devpush **out, char *err, size_t errlen)
 {
@@ -100,7 +99,7 @@ tr__devpush_open(struct tr_backend *b, const struct ferry_shard *sh, size_t n,
 		codes += (d->code_len[i] + 3) & ~(size_t) 3; // keep 4-aligned
 	}
 	d->total_codes = codes;
-	if ((rv = tr__dctx_init(&d->ctx, tr__cuda_stream(b))) != FB_OK ||
+	if ((rv = tr__dctx_init(&d->ctx, stream)) != FB_OK ||
 	    cudaMalloc((void **) &d->d_resid, elems * sizeof(float) + 4) !=
 	        cudaSuccess ||
 	    cudaMemset(d->d_resid, 0, elems * sizeof(float) + 4) !=
@@ -123,7 +122,7 @@ tr__devpush_encode(struct tr__devpush *d, const float *d_grad,
     const uint8_t **codes)
 {
 	int rv;
-	// Everything is enqueued on the backend's stream, after the gradient:
+	// Everything is enqueued on the caller's stream, after the gradient:
 	// one encode per shard, then a single copy of all the codes.
 	for (size_t i = 0; i < d->n; i++) {
 		rv = tr__dcodec_ef_encode(&d->ctx, &d->codec,

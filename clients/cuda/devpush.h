@@ -1,13 +1,13 @@
 // devpush.h — gradients quantized on the GPU, so only codes cross PCIe
-// (private to tr; built only with the CUDA backend).
+// (private to libferry_cuda and tr; built only with CUDA).
 //
 // For each shard of the job (ferry_client_shards) the device keeps the
 // error-feedback residual; every step it encodes p = g + e in the job's
-// push codec straight from the backend's device gradient
-// (tr__cuda_grad_device), copies all the codes to one pinned host buffer
-// in a single transfer, and hands libferry the host pointers
-// (ferry_client_push_pull_encoded). The bytes equal compression/'s CPU
-// encoder for the same input (codec_cuda.h), so a server cannot tell.
+// push codec straight from a device gradient block (the trainer's
+// tr__cuda_grad_device, libferry_cuda's d_g), copies all the codes to one
+// pinned host buffer in a single transfer, and hands libferry the host
+// pointers (ferry_client_push_pull_encoded). The bytes equal compression/'s
+// CPU encoder for the same input (codec_cuda.h), so a server cannot tell.
 #ifndef TR_DEVPUSH_H
 #define TR_DEVPUSH_H
 
@@ -15,7 +15,6 @@
 #include <stdint.h>
 
 #include "ferry/ferry.h"
-#include "tr/tr.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -29,11 +28,13 @@ int tr__devpush_supported(uint32_t codec_id);
 
 // tr__devpush_open prepares device encoding for the n shards sh of a job
 // whose gradient block on the device holds tensor t at tensor_base[t]
-// floats. b must be a "cuda" backend (its stream orders the encoding after
-// the gradient). Errors: FB_EUNSUPP (codec), FB_ENOMEM, FB_ETRANSPORT
-// (CUDA), with a reason in err. Release with tr__devpush_close.
-int tr__devpush_open(struct tr_backend *b, const struct ferry_shard *sh,
-    size_t n, uint32_t codec_id, uint32_t bucket, const size_t *tensor_base,
+// floats, encoding on `stream` (a cudaStream_t, NULL: the legacy default
+// stream; the one that computes the gradient, so that the encoding is
+// ordered after it) on the current CUDA device. Errors: FB_EUNSUPP
+// (codec), FB_ENOMEM, FB_ETRANSPORT (CUDA), with a reason in err. Release
+// with tr__devpush_close.
+int tr__devpush_open(void *stream, const struct ferry_shard *sh, size_t n,
+    uint32_t codec_id, uint32_t bucket, const size_t *tensor_base,
     struct tr__devpush **out, char *err, size_t errlen);
 
 // tr__devpush_encode encodes every shard of the device gradient d_grad
