@@ -69,14 +69,17 @@ START_TEST(test_declare_arguments)
 {
 	struct ferry_opts        o = FERRY_OPTS_INIT;
 	ferry_client            *c;
-	struct ferry_tensor_desc d[2] = { { "a", 8, FERRY_TENSOR_WEIGHTS },
-		{ "b", 0, FERRY_TENSOR_WEIGHTS } };
+	struct ferry_tensor_desc d[2] = { { "a", 8 }, { "b", 0 } };
+	struct ferry_tensor_spec s[1] = { { "a", 8, FERRY_TENSOR_AVERAGE } };
 
 	o.scheduler_url = FAKE_URL;
 	ck_assert_int_eq(ferry_client_open(&o, &c), FERRY_OK);
 	ck_assert_int_eq(ferry_client_declare(NULL, d, 1), FERRY_EINVAL);
 	ck_assert_int_eq(ferry_client_declare(c, NULL, 1), FERRY_EINVAL);
 	ck_assert_int_eq(ferry_client_declare(c, d, 0), FERRY_EINVAL);
+	ck_assert_int_eq(ferry_client_declare_specs(NULL, s, 1), FERRY_EINVAL);
+	ck_assert_int_eq(ferry_client_declare_specs(c, NULL, 1), FERRY_EINVAL);
+	ck_assert_int_eq(ferry_client_declare_specs(c, s, 0), FERRY_EINVAL);
 	// Checked before the scheduler is asked: a zero length ...
 	ck_assert_int_eq(ferry_client_declare(c, d, 2), FERRY_EINVAL);
 	has(c, "tensor 1");
