@@ -1,4 +1,5 @@
-// declare.c — joining and leaving a job: ferry_client_declare registers
+// declare.c — joining and leaving a job: ferry_client_declare_specs
+// (and ferry_client_declare, its all-weights form) registers
 // the tensor table with the scheduler, probes the links when the
 // scheduler asks for it, waits for the first placement map and allocates
 // the per-shard and per-tensor state every later operation uses;
@@ -45,7 +46,7 @@ job_from_opts(const ferry_client *c, Pswire__JobConfig *job,
 // clip buffer, the error-feedback residuals and pull references. Returns
 // FERRY_OK or FERRY_ENOMEM (ferry_client_close frees what was made).
 static int
-state_alloc(ferry_client *c, const struct ferry_tensor_desc *d, size_t n)
+state_alloc(ferry_client *c, const struct ferry_tensor_spec *d, size_t n)
 {
 	int rv;
 
@@ -115,7 +116,7 @@ state_alloc(ferry_client *c, const struct ferry_tensor_desc *d, size_t n)
 }
 
 FERRY_API int
-ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
+ferry_client_declare_specs(ferry_client *c, const struct ferry_tensor_spec *d,
     size_t n)
 {
 	Pswire__Header          h   = PSWIRE__HEADER__INIT;
@@ -239,6 +240,32 @@ done:
 	}
 	fb_free(tds);
 	fb_free(tdp);
+	return rv;
+}
+
+// The 0.1 call: its struct has no kind (docs/libferry.md §3 keeps its
+// size), so every tensor is WEIGHTS. One declare path: the descs become
+// specs here and ferry_client_declare_specs checks them.
+FERRY_API int
+ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
+    size_t n)
+{
+	struct ferry_tensor_spec *s;
+	int                       rv;
+
+	if (c == NULL || d == NULL || n == 0) {
+		return FERRY_EINVAL;
+	}
+	if ((s = fb_alloc(n * sizeof(*s))) == NULL) {
+		return ferry__fail(c, FERRY_ENOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < n; i++) {
+		s[i].name = d[i].name;
+		s[i].len  = d[i].len;
+		s[i].kind = FERRY_TENSOR_WEIGHTS;
+	}
+	rv = ferry_client_declare_specs(c, s, n);
+	fb_free(s);
 	return rv;
 }
 

@@ -84,7 +84,14 @@ class Opts(ctypes.Structure):
 
 
 class TensorDesc(ctypes.Structure):
-    """struct ferry_tensor_desc; kind is WEIGHTS or AVERAGE (enum ferry_tensor_kind)."""
+    """struct ferry_tensor_desc (ferry_client_declare: every tensor WEIGHTS)."""
+
+    _fields_ = [("name", ctypes.c_char_p), ("len", ctypes.c_size_t)]
+
+
+class TensorSpec(ctypes.Structure):
+    """struct ferry_tensor_spec (libferry 0.2); kind is WEIGHTS or AVERAGE
+    (enum ferry_tensor_kind)."""
 
     WEIGHTS = 0  # FERRY_TENSOR_WEIGHTS: the servers' optimizer applies the pushes
     AVERAGE = 1  # FERRY_TENSOR_AVERAGE: updates set the pushes' samples-weighted mean
@@ -119,6 +126,8 @@ _PROTOS = {
     "ferry_client_open": (ctypes.c_int, [ctypes.POINTER(Opts), ctypes.POINTER(_vp)]),
     "ferry_client_close": (None, [_vp]),
     "ferry_client_declare": (ctypes.c_int, [_vp, ctypes.POINTER(TensorDesc), ctypes.c_size_t]),
+    "ferry_client_declare_specs": (ctypes.c_int, [_vp, ctypes.POINTER(TensorSpec),
+                                                  ctypes.c_size_t]),
     "ferry_client_init_weights": (ctypes.c_int, [_vp, _ptrs]),
     "ferry_client_pull": (ctypes.c_int, [_vp, _ptrs]),
     "ferry_client_push": (ctypes.c_int, [_vp, _ptrs, ctypes.c_uint32]),

@@ -244,7 +244,7 @@ class Client:
         if not items:
             raise InvalidArgument("declare", "no tensors")
         avg = {average} if isinstance(average, str) else {str(a) for a in average}
-        descs = (_lib.TensorDesc * len(items))()
+        specs = (_lib.TensorSpec * len(items))()
         names, lens = [], []
         for i, it in enumerate(items):
             try:
@@ -256,15 +256,15 @@ class Client:
                 raise InvalidArgument("declare", f"tensor {name!r}: length must be a positive int or an array, got {spec!r}")
             names.append(str(name))
             lens.append(n)
-            descs[i].len = n
-            descs[i].kind = _lib.TensorDesc.AVERAGE if str(name) in avg else _lib.TensorDesc.WEIGHTS
+            specs[i].len = n
+            specs[i].kind = _lib.TensorSpec.AVERAGE if str(name) in avg else _lib.TensorSpec.WEIGHTS
         unknown = sorted(avg.difference(names))
         if unknown:
             raise InvalidArgument("declare", f"average: {unknown[0]!r} is not a declared tensor")
         enc = [s.encode() for s in names]
         for i, b in enumerate(enc):
-            descs[i].name = b
-        rv = LIB.ferry_client_declare(c, descs, len(items))
+            specs[i].name = b
+        rv = LIB.ferry_client_declare_specs(c, specs, len(items))
         if rv != 0:
             raise self._fail(rv, "declare")
         self._names, self._lens, self._n = tuple(names), tuple(lens), len(items)

@@ -1,6 +1,7 @@
 // test_ops.c — ops.c's argument and state checks, which every public step
 // call runs before it talks to a server: each case here is refused before
 // any request is sent (the fake client has no servers to answer).
+#include <stddef.h>
 #include <string.h>
 
 #include "clients_tests.h"
@@ -69,14 +70,17 @@ START_TEST(test_declare_arguments)
 {
 	struct ferry_opts        o = FERRY_OPTS_INIT;
 	ferry_client            *c;
-	struct ferry_tensor_desc d[2] = { { "a", 8, FERRY_TENSOR_WEIGHTS },
-		{ "b", 0, FERRY_TENSOR_WEIGHTS } };
+	struct ferry_tensor_desc d[2] = { { "a", 8 }, { "b", 0 } };
+	struct ferry_tensor_spec s[1] = { { "a", 8, FERRY_TENSOR_AVERAGE } };
 
 	o.scheduler_url = FAKE_URL;
 	ck_assert_int_eq(ferry_client_open(&o, &c), FERRY_OK);
 	ck_assert_int_eq(ferry_client_declare(NULL, d, 1), FERRY_EINVAL);
 	ck_assert_int_eq(ferry_client_declare(c, NULL, 1), FERRY_EINVAL);
 	ck_assert_int_eq(ferry_client_declare(c, d, 0), FERRY_EINVAL);
+	ck_assert_int_eq(ferry_client_declare_specs(NULL, s, 1), FERRY_EINVAL);
+	ck_assert_int_eq(ferry_client_declare_specs(c, NULL, 1), FERRY_EINVAL);
+	ck_assert_int_eq(ferry_client_declare_specs(c, s, 0), FERRY_EINVAL);
 	// Checked before the scheduler is asked: a zero length ...
 	ck_assert_int_eq(ferry_client_declare(c, d, 2), FERRY_EINVAL);
 	has(c, "tensor 1");
@@ -93,6 +97,23 @@ START_TEST(test_declare_arguments)
 	ck_assert_int_eq(ferry_client_declare(c, d, 1), FERRY_ESTATE);
 	has(c, "already declared");
 	ferry_client_close(c);
+}
+END_TEST
+
+// The ABI promise (docs/libferry.md §3): a struct the caller allocates
+// keeps its size and layout within a MAJOR version. A field added to
+// ferry_tensor_desc (as 0313ba8 once did) would make a 0.1 program's
+// array of descs unreadable to the newer library.
+START_TEST(test_abi_tensor_structs)
+{
+	ck_assert_uint_eq(offsetof(struct ferry_tensor_desc, len),
+	    sizeof(const char *));
+	ck_assert_uint_eq(sizeof(struct ferry_tensor_desc),
+	    sizeof(const char *) + sizeof(size_t));
+	ck_assert_uint_eq(offsetof(struct ferry_tensor_spec, len),
+	    offsetof(struct ferry_tensor_desc, len));
+	ck_assert_uint_eq(offsetof(struct ferry_tensor_spec, kind),
+	    sizeof(struct ferry_tensor_desc));
 }
 END_TEST
 
@@ -222,6 +243,7 @@ suite_ops(void)
 	TCase *tc = tcase_create("state");
 	tcase_add_test(tc, test_before_declare);
 	tcase_add_test(tc, test_declare_arguments);
+	tcase_add_test(tc, test_abi_tensor_structs);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("arguments");
 	tcase_add_test(tc, test_buffers_and_samples);

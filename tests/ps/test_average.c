@@ -26,7 +26,7 @@
 static const size_t alen[NT] = { 40, 40, 1 };
 
 static void
-table(struct ferry_tensor_desc d[NT])
+table(struct ferry_tensor_spec d[NT])
 {
 	static const char *const names[NT] = { "a", "bn", "c" };
 	for (int t = 0; t < NT; t++) {
@@ -103,7 +103,7 @@ atrainer_main(void *arg)
 {
 	struct atrainer         *a = arg;
 	struct ferry_opts        o = a->o;
-	struct ferry_tensor_desc d[NT];
+	struct ferry_tensor_spec d[NT];
 	ferry_client            *c = NULL;
 	float                    g[NT][40];
 	float                   *wp[NT], *gp[NT];
@@ -122,7 +122,7 @@ atrainer_main(void *arg)
 		}
 	}
 	if ((a->rv = ferry_client_open(&o, &c)) != 0 ||
-	    (a->rv = ferry_client_declare(c, d, NT)) != 0 ||
+	    (a->rv = ferry_client_declare_specs(c, d, NT)) != 0 ||
 	    (a->rank == 0 &&
 	        (a->rv = ferry_client_init_weights(c,
 	             (const float *const *) wp)) != 0) ||
@@ -275,28 +275,33 @@ START_TEST(test_average_async_each_push)
 END_TEST
 
 // The kind is part of the job's table: a second trainer declaring "bn"
-// as weights is refused like one with another length.
+// as weights is refused like one with another length. It declares with
+// the 0.1 call, ferry_client_declare, whose tensors are all weights.
 START_TEST(test_average_kind_mismatch)
 {
 	struct cluster           cl;
 	struct ferry_opts        o = FERRY_OPTS_INIT;
-	struct ferry_tensor_desc d[NT];
+	struct ferry_tensor_spec d[NT];
+	struct ferry_tensor_desc w[NT];
 	ferry_client            *c0, *c1;
 	int                      rv;
 
 	table(d);
+	for (int t = 0; t < NT; t++) {
+		w[t].name = d[t].name;
+		w[t].len  = d[t].len;
+	}
 	cluster_open(&cl, 2, 1, PS_PLACEMENT_UNIFORM);
 	o.scheduler_url = ps_scheduler_url(cl.sched);
 	o.timeout_ms    = 300; // c0's declare waits for members: times out
 	ck_assert_int_eq(ferry_client_open(&o, &c0), FERRY_OK);
-	rv = ferry_client_declare(c0, d, NT);
+	rv = ferry_client_declare_specs(c0, d, NT);
 	ck_assert_msg(rv == FERRY_ETIMEDOUT || rv == FERRY_EREMOTE,
 	    "declare: %s: %s", ferry_strerror(rv),
 	    ferry_client_last_error(c0));
-	o.rank      = 1;
-	d[AVG].kind = FERRY_TENSOR_WEIGHTS;
+	o.rank = 1;
 	ck_assert_int_eq(ferry_client_open(&o, &c1), FERRY_OK);
-	ck_assert_int_eq(ferry_client_declare(c1, d, NT), FERRY_EMISMATCH);
+	ck_assert_int_eq(ferry_client_declare(c1, w, NT), FERRY_EMISMATCH);
 	ck_assert_msg(strstr(ferry_client_last_error(c1), "tensors[1].kind"),
 	    "%s", ferry_client_last_error(c1));
 	ferry_client_close(c0);
@@ -311,7 +316,7 @@ START_TEST(test_average_bad_kind)
 {
 	struct cluster           cl;
 	struct ferry_opts        o = FERRY_OPTS_INIT;
-	struct ferry_tensor_desc d[NT];
+	struct ferry_tensor_spec d[NT];
 	ferry_client            *c;
 
 	table(d);
@@ -319,7 +324,7 @@ START_TEST(test_average_bad_kind)
 	cluster_open(&cl, 1, 1, PS_PLACEMENT_UNIFORM);
 	o.scheduler_url = ps_scheduler_url(cl.sched);
 	ck_assert_int_eq(ferry_client_open(&o, &c), FERRY_OK);
-	ck_assert_int_eq(ferry_client_declare(c, d, NT), FERRY_EINVAL);
+	ck_assert_int_eq(ferry_client_declare_specs(c, d, NT), FERRY_EINVAL);
 	ck_assert_msg(strstr(ferry_client_last_error(c), "'c'") &&
 	        strstr(ferry_client_last_error(c), "kind 7"),
 	    "%s", ferry_client_last_error(c));

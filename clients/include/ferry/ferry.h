@@ -40,7 +40,7 @@ extern "C" {
 // (the SONAME, libferry.so.MAJOR) a program built against an older MINOR
 // runs unchanged against a newer one.
 #define FERRY_VERSION_MAJOR 0
-#define FERRY_VERSION_MINOR 1
+#define FERRY_VERSION_MINOR 2
 #define FERRY_VERSION_PATCH 0
 // The three as one comparable number, e.g. 0.1.0 -> 100.
 #define FERRY_VERSION_NUMBER                                                  \
@@ -193,7 +193,8 @@ struct ferry_opts {
 	}
 
 // What the servers do with a tensor's pushes (docs/libferry.md, "Tensor
-// kinds"). A zero-initialised desc is WEIGHTS.
+// kinds"). A zero-initialised spec is WEIGHTS; every tensor that
+// ferry_client_declare declares is.
 enum ferry_tensor_kind {
 	// Trained: the job's optimizer (lr, schedule, decay, clipping)
 	// applies the pushed gradients.
@@ -206,8 +207,17 @@ enum ferry_tensor_kind {
 	FERRY_TENSOR_AVERAGE = 1,
 };
 
-// One tensor of the job's table.
+// One tensor of the job's table (for ferry_client_declare: a tensor of
+// kind FERRY_TENSOR_WEIGHTS).
 struct ferry_tensor_desc {
+	const char *name; // unique name, at most 127 bytes
+	size_t      len;  // number of float32 elements (> 0)
+};
+
+// One tensor of the job's table with its kind (for
+// ferry_client_declare_specs; since 0.2). A new struct rather than a
+// grown ferry_tensor_desc, whose size callers built against 0.1 rely on.
+struct ferry_tensor_spec {
 	const char *name; // unique name, at most 127 bytes
 	size_t      len;  // number of float32 elements (> 0)
 	uint32_t    kind; // an enum ferry_tensor_kind (0: weights)
@@ -270,9 +280,21 @@ FERRY_API void ferry_client_close(ferry_client *c);
 // member has registered and the placement map is published, and fetches
 // it. The first trainer's table (and job options) is the job's; a later
 // one that differs gets FERRY_EMISMATCH; a rank out of range gets
-// FERRY_EREMOTE. Call once, before anything else.
+// FERRY_EREMOTE. Call once, before anything else. Every tensor is of
+// kind FERRY_TENSOR_WEIGHTS (ferry_client_declare_specs for others).
 FERRY_API int ferry_client_declare(ferry_client *c,
     const struct ferry_tensor_desc *descs, size_t n);
+
+// ferry_client_declare_specs is ferry_client_declare with a kind per
+// tensor (enum ferry_tensor_kind): FERRY_TENSOR_AVERAGE tensors are
+// averaged by the servers instead of trained. The kind is part of the
+// job's table: a later trainer declaring another kind for a tensor gets
+// FERRY_EMISMATCH. An unknown kind gets FERRY_EINVAL naming the tensor.
+// Everything else is as for ferry_client_declare; where the calls below
+// say descs[i].len, read specs[i].len. Since 0.2 (FERRY_VERSION_NUMBER
+// >= 200).
+FERRY_API int ferry_client_declare_specs(ferry_client *c,
+    const struct ferry_tensor_spec *specs, size_t n);
 
 // ferry_client_init_weights offers the initial values of every tensor
 // (w[i] holds descs[i].len floats). The first offer to reach each server
