@@ -7,7 +7,8 @@ int
 main(int argc, char **argv)
 {
 	struct ferry_opts        o = FERRY_OPTS_INIT;
-	struct ferry_tensor_desc t = { "w", 1 }; // one tensor of 1 float
+	// One tensor of 1 float, trained by the servers' optimizer.
+	struct ferry_tensor_desc t = { "w", 1, FERRY_TENSOR_WEIGHTS };
 	ferry_client            *c = NULL;
 	float                    w = 0, g, *wp = &w;
 	const float             *gp = &g, *w0 = &w;

@@ -118,7 +118,7 @@ int
 main(int argc, char **argv)
 {
 	struct ferry_opts        o = FERRY_OPTS_INIT;
-	struct ferry_tensor_desc t = { "w", DIM };
+	struct ferry_tensor_desc t = { "w", DIM, FERRY_TENSOR_WEIGHTS };
 	struct ferry_pull_sink   sink;
 	struct gpu_weights       gw = { NULL, cudaSuccess };
 	ferry_client            *c  = NULL;

@@ -244,7 +244,9 @@ train_rank(const char *url, int rank, const struct set *train,
 	float                    b       = 0, gb;
 	float *const             wts[2]  = { w, &b };
 	const float *const       grad[2] = { gw, &gb };
-	struct ferry_tensor_desc t[2]    = { { "w", PIXELS }, { "b", 1 } };
+	struct ferry_tensor_desc t[2]    = { { "w", PIXELS,
+		                                 FERRY_TENSOR_WEIGHTS },
+		   { "b", 1, FERRY_TENSOR_WEIGHTS } };
 	struct ferry_opts        o       = FERRY_OPTS_INIT;
 	ferry_client            *c       = NULL;
 	size_t                   idx[BATCH], trainers, steps;

@@ -70,6 +70,7 @@ job_open(struct job *j, const char *dir, int restore, float **w, size_t *lens,
 		snprintf(names[t], sizeof(names[t]), "t%d", t);
 		d[t].name = names[t];
 		d[t].len  = lens[t];
+		d[t].kind = FERRY_TENSOR_WEIGHTS;
 	}
 	if (ferry_client_open(&fo, &j->c) != 0 ||
 	    ferry_client_declare(j->c, d, (size_t) nt) != 0 ||

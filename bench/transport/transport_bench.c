@@ -540,7 +540,7 @@ client_main(void *arg)
 	uint8_t                 *src   = calloc(sh->payload + 8, 1);
 	const float *const       gp[1] = { g };
 	float *const             wp[1] = { w };
-	struct ferry_tensor_desc d     = { "t", len };
+	struct ferry_tensor_desc d     = { "t", len, FERRY_TENSOR_WEIGHTS };
 	int                      rv;
 
 	if (join_job(sh->sched_url, cl->rank, &d, wp, &fc,
@@ -770,7 +770,8 @@ sc_main(void *arg)
 	float                   *w     = calloc(sh->len, 4);
 	const float *const       gp[1] = { g };
 	float *const             wp[1] = { w };
-	struct ferry_tensor_desc d     = { "model", sh->len };
+	struct ferry_tensor_desc d     = { "model", sh->len,
+		    FERRY_TENSOR_WEIGHTS };
 	if (join_job(sh->sched_url, cl->rank, &d, wp, &fc, "scale") != 0) {
 		sh->fail = 1;
 	}

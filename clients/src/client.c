@@ -265,6 +265,7 @@ ferry_client_close(ferry_client *c)
 	fb_free(c->layout);
 	fb_free(c->clip);
 	fb_free(c->tensor_len);
+	fb_free(c->tensor_avg);
 	fb_free(c);
 }
 

@@ -116,6 +116,8 @@ struct ferry_client {
 	nng_aio            *sched_aio;
 	size_t              n_tensors;
 	uint64_t           *tensor_len;
+	uint8_t            *tensor_avg; // per tensor: FERRY_TENSOR_AVERAGE
+	                                // (never clipped)
 	Pswire__Placement  *pl;
 	struct conn        *conns;
 	size_t              n_conns;

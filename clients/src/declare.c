@@ -135,9 +135,11 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 		    "tensors already declared");
 	}
 	c->tensor_len = fb_alloc(n * sizeof(*c->tensor_len));
+	c->tensor_avg = fb_zalloc(n);
 	tds           = fb_alloc(n * sizeof(*tds));
 	tdp           = fb_alloc(n * sizeof(*tdp));
-	if (c->tensor_len == NULL || tds == NULL || tdp == NULL) {
+	if (c->tensor_len == NULL || c->tensor_avg == NULL || tds == NULL ||
+	    tdp == NULL) {
 		rv = ferry__fail(c, FERRY_ENOMEM, "out of memory");
 		goto done;
 	}
@@ -150,11 +152,23 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 			    i);
 			goto done;
 		}
+		if (d[i].kind != FERRY_TENSOR_WEIGHTS &&
+		    d[i].kind != FERRY_TENSOR_AVERAGE) {
+			rv = ferry__fail(c, FERRY_EINVAL,
+			    "tensor %zu ('%s'): unknown kind %u (0: weights, "
+			    "1: average)",
+			    i, d[i].name, d[i].kind);
+			goto done;
+		}
 		pswire__tensor_desc__init(&tds[i]);
 		tds[i].name      = (char *) d[i].name;
 		tds[i].len       = d[i].len;
+		tds[i].kind      = d[i].kind == FERRY_TENSOR_AVERAGE
+		         ? PSWIRE__TENSOR_KIND__TENSOR_AVERAGE
+		         : PSWIRE__TENSOR_KIND__TENSOR_WEIGHTS;
 		tdp[i]           = &tds[i];
 		c->tensor_len[i] = d[i].len;
+		c->tensor_avg[i] = d[i].kind == FERRY_TENSOR_AVERAGE;
 	}
 	c->n_tensors  = n;
 	job.n_tensors = n;

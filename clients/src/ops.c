@@ -109,8 +109,13 @@ clip_prepare(ferry_client *c, struct xfer *x)
 	}
 	// The global norm over every tensor (this trainer holds them all),
 	// in double so that a large model's sum of squares loses nothing.
+	// Averaged tensors are values, not gradients: neither counted nor
+	// scaled (request.c).
 	for (size_t t = 0; t < c->n_tensors; t++) {
 		const float *g = x->g[t];
+		if (c->tensor_avg[t]) {
+			continue;
+		}
 		for (uint64_t i = 0; i < c->tensor_len[t]; i++) {
 			ss += (double) g[i] * g[i];
 		}

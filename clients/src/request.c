@@ -37,7 +37,7 @@ ferry__codes_stage(ferry_client *c, struct xfer *x, size_t t0, size_t t1)
 
 		const float *g = x->g[si->tensor] + si->offset;
 
-		if (x->clip_scale != 0) {
+		if (x->clip_scale != 0 && !c->tensor_avg[si->tensor]) {
 			for (size_t k = 0; k < si->len; k++) {
 				c->clip[k] = g[k] * x->clip_scale;
 			}
@@ -167,7 +167,7 @@ push_build(ferry_client *c, struct slot *s, struct xfer *x, Pswire__Header *h,
 			src = x->codes[s->req[i]];
 		} else if (x->staged) {
 			src = c->codes + c->code_off[s->req[i]];
-		} else if (x->clip_scale != 0) {
+		} else if (x->clip_scale != 0 && !c->tensor_avg[si->tensor]) {
 			// Clipped fp32: scaled in the copy into the message.
 			const float *g = x->g[si->tensor] + si->offset;
 			uint8_t     *d = payload + refs[i].offset;

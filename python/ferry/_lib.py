@@ -78,9 +78,12 @@ class Opts(ctypes.Structure):
 
 
 class TensorDesc(ctypes.Structure):
-    """struct ferry_tensor_desc."""
+    """struct ferry_tensor_desc; kind is WEIGHTS or AVERAGE (enum ferry_tensor_kind)."""
 
-    _fields_ = [("name", ctypes.c_char_p), ("len", ctypes.c_size_t)]
+    WEIGHTS = 0  # FERRY_TENSOR_WEIGHTS: the servers' optimizer applies the pushes
+    AVERAGE = 1  # FERRY_TENSOR_AVERAGE: updates set the pushes' samples-weighted mean
+
+    _fields_ = [("name", ctypes.c_char_p), ("len", ctypes.c_size_t), ("kind", ctypes.c_uint32)]
 
 
 class CStats(ctypes.Structure):
@@ -120,6 +123,10 @@ _PROTOS = {
     "ferry_client_trainers": (ctypes.c_int, [_vp]),
     "ferry_client_set_secret_file": (ctypes.c_int, [_vp, ctypes.c_char_p]),
     "ferry_client_lr": (ctypes.c_double, [_vp]),
+    # layer-wise push-pull (overlap with backward)
+    "ferry_client_push_pull_start": (ctypes.c_int, [_vp, _ptrs, ctypes.c_uint32, _ptrs,
+                                                    ctypes.c_size_t, ctypes.c_size_t]),
+    "ferry_client_wait": (ctypes.c_int, [_vp, ctypes.c_size_t, ctypes.c_size_t]),
 }
 
 

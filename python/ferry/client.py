@@ -123,6 +123,11 @@ class Client:
         self._lens = ()
         self._names = ()
         self._in = self._out = None  # pointer tables, sized by declare
+        # the layer-wise push-pull's tables (one step passes the same
+        # ones to every start), the weights list _ax_w was filled from,
+        # and the grads the started tensors read
+        self._ax_g = self._ax_w = self._ax_wobj = None
+        self._ax_keep = None
         # the arrays pulls wrote since the last one that succeeded:
         # libferry keeps pointers to them (the copy it offers when a lost
         # shard is re-seeded), so they must live on when the caller drops
@@ -218,13 +223,18 @@ class Client:
         return make_error(rv, op, msg.decode(errors="replace"))
 
     # ---- the job -----------------------------------------------------------
-    def declare(self, tensors):
+    def declare(self, tensors, average=()):
         """Register this trainer with its tensor table and wait for the job.
 
         tensors: a dict name -> length or array (its number of elements),
         or a sequence of (name, length-or-array) pairs. Ids follow this
-        order, which later calls' sequences use. Every rank declares the
-        same table (else MismatchError). Blocks until every trainer and
+        order, which later calls' sequences use. average: names of the
+        table's tensors the servers average rather than train (module
+        buffers such as BatchNorm's running statistics,
+        FERRY_TENSOR_AVERAGE): push value * n_samples for them and pull
+        the samples-weighted mean of the trainers' values; no optimizer,
+        lr or clipping applies. Every rank declares the same table, kinds
+        included (else MismatchError). Blocks until every trainer and
         server has joined and the placement is published.
         """
         c = self._handle("declare")
@@ -233,6 +243,7 @@ class Client:
         items = list(tensors.items()) if isinstance(tensors, dict) else list(tensors)
         if not items:
             raise InvalidArgument("declare", "no tensors")
+        avg = {average} if isinstance(average, str) else {str(a) for a in average}
         descs = (_lib.TensorDesc * len(items))()
         names, lens = [], []
         for i, it in enumerate(items):
@@ -246,6 +257,10 @@ class Client:
             names.append(str(name))
             lens.append(n)
             descs[i].len = n
+            descs[i].kind = _lib.TensorDesc.AVERAGE if str(name) in avg else _lib.TensorDesc.WEIGHTS
+        unknown = sorted(avg.difference(names))
+        if unknown:
+            raise InvalidArgument("declare", f"average: {unknown[0]!r} is not a declared tensor")
         enc = [s.encode() for s in names]
         for i, b in enumerate(enc):
             descs[i].name = b
@@ -327,6 +342,82 @@ class Client:
         if rv != 0:
             raise self._fail(rv, "push_pull")
         return weights
+
+    # ---- layer-wise push-pull (overlap with backward) ----------------------
+    def push_pull_start(self, grads, n_samples, weights, first, count):
+        """Start the push-pull of tensors [first, first + count) and return
+        without waiting (ferry_client_push_pull_start): a trainer pushes
+        each layer's gradient as soon as backward produced it.
+
+        grads: one array per declared tensor (or a dict name -> array);
+        only the entries of the range are read, the others may be None.
+        weights: one writable array per declared tensor, the same ones for
+        every start of a step, as is n_samples. Each tensor of a step is
+        started once; the grads of the range must stay unchanged until the
+        step ends. The step ends with the wait() after which every tensor
+        has been waited for; the weights are those push_pull gives, bit for
+        bit. Any error abandons the step: pull() before going on.
+        """
+        c = self._handle("push_pull_start")
+        first, count = self._range(first, count, "push_pull_start")
+        if self._ax_g is None:
+            self._ax_g = (ctypes.c_void_p * self._n)()
+            self._ax_w = (ctypes.c_void_p * self._n)()
+            self._ax_keep = [None] * self._n
+        if weights is not self._ax_wobj:
+            # a new weights list: check it (the same list is checked once)
+            self._fill(self._ax_w, weights, True, "push_pull_start")
+            self._ax_wobj = weights
+        self._fill_range(self._ax_g, grads, first, count, "push_pull_start")
+        rv = LIB.ferry_client_push_pull_start(c, self._ax_g, _samples(n_samples, "push_pull_start"),
+                                              self._ax_w, first, count)
+        if rv != 0:
+            self._ax_wobj = None
+            raise self._fail(rv, "push_pull_start")
+        if not self._held or self._held[-1] is not weights:
+            self._held = self._held + [weights]
+
+    def wait(self, first, count):
+        """Block until the new weights of tensors [first, first + count),
+        all started in this step, are in the weights push_pull_start was
+        given (ferry_client_wait); the other tensors' requests keep
+        travelling meanwhile."""
+        c = self._handle("wait")
+        first, count = self._range(first, count, "wait")
+        rv = LIB.ferry_client_wait(c, first, count)
+        if rv != 0:
+            self._ax_wobj = None
+            raise self._fail(rv, "wait")
+
+    def _range(self, first, count, op):
+        if not self._n:
+            raise StateError(op, "declare first")
+        if (not isinstance(first, numbers.Integral) or not isinstance(count, numbers.Integral)
+                or first < 0 or count <= 0 or first + count > self._n):
+            raise InvalidArgument(op, f"tensors [{first!r}, +{count!r}) are not within the "
+                                  f"{self._n} declared")
+        return int(first), int(count)
+
+    def _fill_range(self, table, arrays, first, count, op):
+        """_fill for the entries [first, first + count) only; arrays holds
+        one entry per declared tensor (or is a dict name -> array)."""
+        if isinstance(arrays, dict):
+            try:
+                arrays = [arrays[k] if first <= i < first + count else None
+                          for i, k in enumerate(self._names)]
+            except KeyError as e:
+                raise InvalidArgument(op, f"no array for tensor {e.args[0]!r}") from None
+        elif self._n == 1 and _is_array(arrays):
+            arrays = (arrays,)
+        if not hasattr(arrays, "__len__") or not hasattr(arrays, "__getitem__"):
+            raise InvalidArgument(op, f"want a list of {self._n} arrays or a dict name -> array, "
+                                  f"got a {type(arrays).__name__}")
+        if len(arrays) != self._n:
+            raise InvalidArgument(op, f"{len(arrays)} arrays for {self._n} declared tensors")
+        tt = _torch_tensor_type()
+        for i in range(first, first + count):
+            table[i] = _data_ptr(arrays[i], self._lens[i], False, tt, op, self._names[i])
+            self._ax_keep[i] = arrays[i]  # read until the step ends
 
     def leave(self):
         """Tell the job this trainer leaves: sync rounds stop waiting for

@@ -69,7 +69,8 @@ START_TEST(test_declare_arguments)
 {
 	struct ferry_opts        o = FERRY_OPTS_INIT;
 	ferry_client            *c;
-	struct ferry_tensor_desc d[2] = { { "a", 8 }, { "b", 0 } };
+	struct ferry_tensor_desc d[2] = { { "a", 8, FERRY_TENSOR_WEIGHTS },
+		{ "b", 0, FERRY_TENSOR_WEIGHTS } };
 
 	o.scheduler_url = FAKE_URL;
 	ck_assert_int_eq(ferry_client_open(&o, &c), FERRY_OK);

@@ -49,7 +49,8 @@ start(void)
 	struct ps_scheduler_opts so   = PS_SCHEDULER_OPTS_INIT;
 	struct ps_server_opts    o    = PS_SERVER_OPTS_INIT;
 	struct ferry_opts        fo   = FERRY_OPTS_INIT;
-	struct ferry_tensor_desc d[2] = { { "w", 40 }, { "b", 7 } };
+	struct ferry_tensor_desc d[2] = { { "w", 40, FERRY_TENSOR_WEIGHTS },
+		{ "b", 7, FERRY_TENSOR_WEIGHTS } };
 	static float             w0[40], w1[7];
 	float                   *wp[2] = { w0, w1 };
 	fb_log_set_level(FB_LOG_ERR - 1); // silent: errors are expected here

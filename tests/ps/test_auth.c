@@ -384,8 +384,9 @@ START_TEST(test_auth_wrong_key_trainer)
 	struct job               j;
 	struct ferry_opts        o     = FERRY_OPTS_INIT;
 	ferry_client            *c     = NULL;
-	struct ferry_tensor_desc d[NT] = { { "a", 40 }, { "b", 7 },
-		{ "c", 1 } };
+	struct ferry_tensor_desc d[NT] = { { "a", 40, FERRY_TENSOR_WEIGHTS },
+		{ "b", 7, FERRY_TENSOR_WEIGHTS },
+		{ "c", 1, FERRY_TENSOR_WEIGHTS } };
 
 	job_open(&j);
 	o.scheduler_url = ps_scheduler_url(j.sched);

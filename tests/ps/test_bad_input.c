@@ -26,8 +26,8 @@ START_TEST(test_cluster_declare_mismatch_bogus)
 {
 	struct cluster           cl;
 	struct ferry_opts        o     = FERRY_OPTS_INIT;
-	struct ferry_tensor_desc d1[1] = { { "w", 10 } };
-	struct ferry_tensor_desc d2[1] = { { "w", 11 } };
+	struct ferry_tensor_desc d1[1] = { { "w", 10, FERRY_TENSOR_WEIGHTS } };
+	struct ferry_tensor_desc d2[1] = { { "w", 11, FERRY_TENSOR_WEIGHTS } };
 	ferry_client            *c0, *c1, *c2;
 
 	cluster_open(&cl, 2, 1, PS_PLACEMENT_UNIFORM);

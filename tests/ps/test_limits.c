@@ -93,7 +93,7 @@ static int
 trainer_open(struct trainer *t)
 {
 	struct ferry_opts        o = FERRY_OPTS_INIT;
-	struct ferry_tensor_desc d = { "a", LEN };
+	struct ferry_tensor_desc d = { "a", LEN, FERRY_TENSOR_WEIGHTS };
 	float                   *wp[1];
 	int                      rv;
 	o.scheduler_url = t->url;
@@ -733,7 +733,7 @@ START_TEST(test_limits_lr_and_samples_bounded)
 	struct ps_scheduler     *sch;
 	struct ps_server        *srv;
 	struct ferry_opts        fo = FERRY_OPTS_INIT;
-	struct ferry_tensor_desc d  = { "a", LEN };
+	struct ferry_tensor_desc d  = { "a", LEN, FERRY_TENSOR_WEIGHTS };
 	ferry_client            *c;
 	char                     url[64], surl[64];
 	float                    w[LEN], g[LEN], before[LEN];
@@ -798,7 +798,7 @@ START_TEST(test_limits_capacity_zero_is_unbounded)
 	struct ps_scheduler     *sch;
 	struct ps_server        *srv[2];
 	struct ferry_opts        fo = FERRY_OPTS_INIT;
-	struct ferry_tensor_desc d  = { "a", N };
+	struct ferry_tensor_desc d  = { "a", N, FERRY_TENSOR_WEIGHTS };
 	ferry_client            *c;
 	char                     url[64], surl[2][64];
 	float                    w[N], g[N];

@@ -512,6 +512,7 @@ START_TEST(test_live_members_heartbeat)
 	for (int t = 0; t < NT; t++) {
 		d[t].name = t == 0 ? "a" : t == 1 ? "b" : "c";
 		d[t].len  = lens[t];
+		d[t].kind = FERRY_TENSOR_WEIGHTS;
 	}
 	o.scheduler_url = ps_scheduler_url(cl.sched);
 	o.timeout_ms    = 10000;

@@ -53,8 +53,9 @@ otrainer_main(void *arg)
 {
 	struct otrainer         *a     = arg;
 	struct ferry_opts        o     = a->o;
-	struct ferry_tensor_desc d[NT] = { { "a", 40 }, { "b", 7 },
-		{ "c", 1 } };
+	struct ferry_tensor_desc d[NT] = { { "a", 40, FERRY_TENSOR_WEIGHTS },
+		{ "b", 7, FERRY_TENSOR_WEIGHTS },
+		{ "c", 1, FERRY_TENSOR_WEIGHTS } };
 	ferry_client            *c     = NULL;
 	float                    g[NT][40];
 	float                   *wp[NT], *gp[NT];
@@ -489,8 +490,9 @@ START_TEST(test_optim_declare_mismatch_bogus)
 {
 	struct cluster           cl;
 	struct ferry_opts        o     = FERRY_OPTS_INIT;
-	struct ferry_tensor_desc d[NT] = { { "a", 40 }, { "b", 7 },
-		{ "c", 1 } };
+	struct ferry_tensor_desc d[NT] = { { "a", 40, FERRY_TENSOR_WEIGHTS },
+		{ "b", 7, FERRY_TENSOR_WEIGHTS },
+		{ "c", 1, FERRY_TENSOR_WEIGHTS } };
 	ferry_client            *c0, *c1;
 	int                      rv;
 

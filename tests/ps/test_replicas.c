@@ -251,7 +251,7 @@ END_TEST
 // rounds, bit for bit) declares with them.
 START_TEST(test_replicas_refuse_async_job)
 {
-	struct ferry_tensor_desc d[1] = { { "a", 40 } };
+	struct ferry_tensor_desc d[1] = { { "a", 40, FERRY_TENSOR_WEIGHTS } };
 	const int mode[] = { FERRY_MODE_ASYNC, FERRY_MODE_SSP, FERRY_MODE_SSP,
 		FERRY_MODE_ASYNC };
 	const uint32_t k[]    = { 0, 2, 0, 0 };

@@ -48,8 +48,10 @@ job_open(struct snapjob *j, const char *dir, uint64_t every, int restore,
 	struct ps_scheduler_opts so    = PS_SCHEDULER_OPTS_INIT;
 	struct ps_server_opts    o     = PS_SERVER_OPTS_INIT;
 	struct ferry_opts        fo    = FERRY_OPTS_INIT;
-	struct ferry_tensor_desc d[NT] = { { "a", lens[0] }, { "b", lens[1] },
-		{ "c", last_len } };
+	struct ferry_tensor_desc d[NT] = { { "a", lens[0],
+		                               FERRY_TENSOR_WEIGHTS },
+		{ "b", lens[1], FERRY_TENSOR_WEIGHTS },
+		{ "c", last_len, FERRY_TENSOR_WEIGHTS } };
 	char                     url[64], surl[64];
 	int                      rv;
 
@@ -559,8 +561,10 @@ START_TEST(test_snapshot_scheduler_consistent_cut)
 	struct ps_scheduler     *sched;
 	struct snapjob           j;
 	struct ferry_opts        fo    = FERRY_OPTS_INIT;
-	struct ferry_tensor_desc d[NT] = { { "a", lens[0] }, { "b", lens[1] },
-		{ "c", lens[2] } };
+	struct ferry_tensor_desc d[NT] = { { "a", lens[0],
+		                               FERRY_TENSOR_WEIGHTS },
+		{ "b", lens[1], FERRY_TENSOR_WEIGHTS },
+		{ "c", lens[2], FERRY_TENSOR_WEIGHTS } };
 	char                     dir[64], url[64], surl[2][64], msg[512];
 	pthread_t                th;
 	struct snap_ask          ask = { 0 };
@@ -866,7 +870,7 @@ START_TEST(test_snapshot_cut_ignores_links)
 	struct ps_server        *srv;
 	ferry_client            *c;
 	enum { N = 4u << 20 }; // 16 MiB: one shard of --shard-bytes
-	struct ferry_tensor_desc d[1] = { { "big", N } };
+	struct ferry_tensor_desc d[1] = { { "big", N, FERRY_TENSOR_WEIGHTS } };
 	char                     dir[64], url[64], surl[64], text[4096];
 	float                   *w = calloc(N, sizeof(float));
 	ck_assert_ptr_nonnull(w);

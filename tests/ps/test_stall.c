@@ -48,12 +48,13 @@ struct stall_rank {
 static void *
 stall_trainer(void *arg)
 {
-	struct stall_rank       *a         = arg;
-	struct stall_job        *j         = a->job;
-	struct ferry_opts        o         = FERRY_OPTS_INIT;
-	struct ferry_tensor_desc d[NT]     = { { "a", 40 }, { "b", 7 },
-		    { "c", 1 } };
-	ferry_client            *c         = NULL;
+	struct stall_rank       *a     = arg;
+	struct stall_job        *j     = a->job;
+	struct ferry_opts        o     = FERRY_OPTS_INIT;
+	struct ferry_tensor_desc d[NT] = { { "a", 40, FERRY_TENSOR_WEIGHTS },
+		{ "b", 7, FERRY_TENSOR_WEIGHTS },
+		{ "c", 1, FERRY_TENSOR_WEIGHTS } };
+	ferry_client            *c     = NULL;
 	float                    w[NT][40] = { { 0 } }, g[NT][40] = { { 0 } };
 	float                   *wp[NT], *gp[NT];
 	int                      rv;

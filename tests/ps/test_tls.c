@@ -709,7 +709,8 @@ START_TEST(test_tls_maps_only_from_scheduler_certificate)
 		char                     kf[64] = "/tmp/ferry-tls-key-XXXXXX";
 		char                     cert[160], key[160], ca[160];
 		struct ferry_opts        o    = FERRY_OPTS_INIT;
-		struct ferry_tensor_desc d[1] = { { "a", 40 } };
+		struct ferry_tensor_desc d[1] = { { "a", 40,
+		    FERRY_TENSOR_WEIGHTS } };
 		ferry_client            *c    = NULL;
 
 		if (!make_certs(j.dir, sizeof(j.dir), MEMBERS " server")) {

@@ -81,8 +81,9 @@ pt_rank_main(void *arg)
 {
 	struct pt_rank          *a     = arg;
 	struct ferry_opts        o     = FERRY_OPTS_INIT;
-	struct ferry_tensor_desc d[NT] = { { "a", 40 }, { "b", 7 },
-		{ "c", 1 } };
+	struct ferry_tensor_desc d[NT] = { { "a", 40, FERRY_TENSOR_WEIGHTS },
+		{ "b", 7, FERRY_TENSOR_WEIGHTS },
+		{ "c", 1, FERRY_TENSOR_WEIGHTS } };
 	ferry_client            *c     = NULL;
 	float                    g[NT][40];
 	float                   *wp[NT], *gp[NT];

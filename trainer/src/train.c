@@ -163,6 +163,7 @@ join_job(struct tr__run *r)
 		tr_arch_tensor_name(&cfg->arch, i, names[i], sizeof(names[i]));
 		descs[i].name = names[i];
 		descs[i].len  = r->w.len[i];
+		descs[i].kind = FERRY_TENSOR_WEIGHTS;
 	}
 	if ((fe = ferry_client_declare(r->fc, descs, r->w.n_tensors)) !=
 	    FERRY_OK) {

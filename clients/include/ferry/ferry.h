@@ -192,10 +192,25 @@ struct ferry_opts {
 		    1000, 0.1, 0.0, 0, 0.0, 0.0, NULL, NULL, NULL             \
 	}
 
+// What the servers do with a tensor's pushes (docs/libferry.md, "Tensor
+// kinds"). A zero-initialised desc is WEIGHTS.
+enum ferry_tensor_kind {
+	// Trained: the job's optimizer (lr, schedule, decay, clipping)
+	// applies the pushed gradients.
+	FERRY_TENSOR_WEIGHTS = 0,
+	// Averaged (e.g. BatchNorm running statistics): each update sets the
+	// values to the sum of the pushed values over the sum of the pushes'
+	// n_samples, so a trainer pushes value * n_samples and pulls the
+	// samples-weighted mean (sync: of the round's pushes; async and SSP:
+	// of each push alone). No optimizer, lr, clipping or decay applies.
+	FERRY_TENSOR_AVERAGE = 1,
+};
+
 // One tensor of the job's table.
 struct ferry_tensor_desc {
 	const char *name; // unique name, at most 127 bytes
 	size_t      len;  // number of float32 elements (> 0)
+	uint32_t    kind; // an enum ferry_tensor_kind (0: weights)
 };
 
 // Counters of one client. Bytes are as on the wire (frame headers

@@ -3,7 +3,8 @@
 // it) and every server (which sets up the update from the first map), so
 // that both read the same fields the same way; and the job as a server
 // runs it (ps__job_read), so that a job option a server uses is read here
-// and used where it matters, with no copy in between.
+// and used where it matters, with no copy in between; and the check of the
+// tensors' kinds both refuse an unknown one with.
 #include <stdio.h>
 #include <string.h>
 
@@ -49,10 +50,27 @@ ps__job_optim(const Pswire__JobConfig *job, struct fb_optim *o,
 }
 
 int
+ps__job_kinds(const Pswire__JobConfig *job, char *why, size_t n)
+{
+	for (size_t i = 0; i < job->n_tensors; i++) {
+		const Pswire__TensorDesc *t = job->tensors[i];
+		if (t->kind != PSWIRE__TENSOR_KIND__TENSOR_WEIGHTS &&
+		    t->kind != PSWIRE__TENSOR_KIND__TENSOR_AVERAGE) {
+			snprintf(why, n,
+			    "tensor %zu ('%.127s'): unknown kind %d (0: "
+			    "weights, 1: average)",
+			    i, t->name, (int) t->kind);
+			return FB_EINVAL;
+		}
+	}
+	return FB_OK;
+}
+
+int
 ps__job_read(const Pswire__JobConfig *job, struct ps_job *j, char *why,
     size_t n)
 {
-	char owhy[128];
+	char owhy[128], kwhy[224];
 	memset(j, 0, sizeof(*j));
 	j->ssp       = job->mode == PSWIRE__MODE__MODE_SSP;
 	j->staleness = job->staleness;
@@ -69,6 +87,10 @@ ps__job_read(const Pswire__JobConfig *job, struct ps_job *j, char *why,
 		return FB_EINVAL;
 	}
 	j->optim_bufs = fb_optim_state_bufs(j->optim.kind);
+	if (ps__job_kinds(job, kwhy, sizeof(kwhy)) != FB_OK) {
+		snprintf(why, n, "the job's table: %s", kwhy);
+		return FB_EINVAL;
+	}
 	// The scheduler validated the codecs; a server still refuses a job
 	// it cannot serve rather than trusting it.
 	if (comp_codec_parse(job->codec_push, job->bucket, &j->cpush) !=

@@ -19,6 +19,11 @@
 int ps__job_optim(const Pswire__JobConfig *job, struct fb_optim *o,
     struct fb_lr_sched *sc, char *why, size_t n);
 
+// ps__job_kinds checks that every tensor of job has a known kind
+// (TENSOR_WEIGHTS or TENSOR_AVERAGE): FB_OK, or FB_EINVAL with the first
+// tensor that has not, named, in why (n bytes). Pure.
+int ps__job_kinds(const Pswire__JobConfig *job, char *why, size_t n);
+
 // The job as a server runs it: the JobConfig's fields, and what follows
 // from them, read once from the first map (ps__job_read).
 struct ps_job {

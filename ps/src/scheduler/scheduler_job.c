@@ -351,6 +351,9 @@ ps__sched_job_check(const Pswire__JobConfig *j,
 			return FB_EINVAL;
 		}
 	}
+	if (ps__job_kinds(j, why, n) != FB_OK) {
+		return FB_EINVAL;
+	}
 	if (job_size_check(j, o, why, n) != FB_OK) {
 		return FB_EINVAL;
 	}

@@ -1,6 +1,7 @@
 // finite.c — whether a sync round's update would overflow the float range
-// (store.c). The checks of pushed bytes themselves, alone or fused with
-// the copy into a staging slot, are fb_all_finite and fb_copy_finite.
+// (store.c), a weights shard's or an average one's. The checks of pushed bytes
+// themselves, alone or fused with the copy into a staging slot, are
+// fb_all_finite and fb_copy_finite.
 //
 // DESIGN. This loop runs over every weight of every round: it tests the
 // bits (not isfinite()) so that GCC vectorises it, and
@@ -44,6 +45,26 @@ ps__update_finite(const float *x, float scale, const void *a, const void *b,
 			memcpy(&u, &v, 4);
 			bad |= nonfinite(u);
 		}
+	}
+	return !bad;
+}
+
+int
+ps__average_finite(const void *a, const void *b, size_t n)
+{
+	const uint8_t *pa = a, *pb = b;
+	uint32_t       bad = 0;
+	if (pb == NULL) {
+		return fb_all_finite(a, n);
+	}
+	for (size_t i = 0; i < n; i++) {
+		float    g, h, v;
+		uint32_t u;
+		memcpy(&g, pa + 4 * i, 4);
+		memcpy(&h, pb + 4 * i, 4);
+		v = g + h;
+		memcpy(&u, &v, 4);
+		bad |= nonfinite(u);
 	}
 	return !bad;
 }

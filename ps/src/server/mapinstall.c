@@ -120,7 +120,9 @@ ps__map_install(struct ps_server *s, Pswire__Placement *pl)
 		sh->tensor            = si->tensor;
 		sh->offset            = si->offset;
 		sh->len               = si->len;
-		s->local[i]           = PS_SHARD_ABSENT;
+		sh->average           = job->tensors[si->tensor]->kind ==
+		    PSWIRE__TENSOR_KIND__TENSOR_AVERAGE;
+		s->local[i] = PS_SHARD_ABSENT;
 		s->replicated |= si->n_backups > 0;
 		if (si->server != s->index && !s->late &&
 		    placed_backup(si, s->index)) {

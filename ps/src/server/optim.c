@@ -22,6 +22,10 @@
 //   step counter is kept.
 // - Weight decay is L2 on the gradient (g += wd x) except for AdamW, which
 //   decays the weights directly (x -= lr wd x), as PyTorch's optimizers.
+// - An average shard (its tensor is TENSOR_AVERAGE: BatchNorm running
+//   statistics and the like) runs no optimizer: every entry point sets x
+//   to the pushed sum over the samples (apply_average), with no lr,
+//   schedule or decay, and it has no state (ps__shard_opt_bufs).
 // This file is a hot loop: ps/CMakeLists.txt compiles it with -O3.
 #include <math.h>
 #include <string.h>
@@ -113,13 +117,30 @@ apply_adagrad(const struct fb_optim *o, struct srv_shard *sh, const float *g0,
 	}
 }
 
+// apply_average sets x to the mean the pushes carry: their sum (each is
+// a trainer's value times its samples) divided by the samples, rounded to
+// float once.
+static void
+apply_average(struct srv_shard *sh, const float *g0, const float *g1,
+    double samples, size_t lo, size_t n)
+{
+	for (size_t i = lo; i < n; i++) {
+		sh->x[i] = (float) ((double) grad_at(g0, g1, i) / samples);
+	}
+}
+
 // apply_range applies the update to elements [lo, hi) of sh: each
 // element's arithmetic depends on that element alone, so any split of the
 // shard into ranges gives the same bits as one pass.
 static void
 apply_range(const struct fb_optim *o, struct srv_shard *sh, const float *g0,
-    const float *g1, double lr, double inv, size_t lo, size_t hi)
+    const float *g1, double lr, uint64_t samples, size_t lo, size_t hi)
 {
+	double inv = 1.0 / (double) samples;
+	if (sh->average) {
+		apply_average(sh, g0, g1, (double) samples, lo, hi);
+		return;
+	}
 	switch (o->kind) {
 	case FB_OPTIM_MOMENTUM:
 	case FB_OPTIM_NESTEROV:
@@ -145,8 +166,7 @@ ps__optim_apply(const struct ps_server *s, struct srv_shard *sh,
     const float *g0, const float *g1, uint64_t samples)
 {
 	double lr = fb_lr_at(&s->job.lr_sched, sh->version);
-	apply_range(&s->job.optim, sh, g0, g1, lr, 1.0 / (double) samples, 0,
-	    sh->len);
+	apply_range(&s->job.optim, sh, g0, g1, lr, samples, 0, sh->len);
 }
 
 // sgd_checked is apply_sgd without decay, fused with the overflow check
@@ -194,7 +214,7 @@ ps__optim_apply_checked(const struct ps_server *s, struct srv_shard *sh,
 	// apply_sgd's step, computed as it computes it: when it is the step
 	// the check would test, the one fused pass decides and applies alike.
 	float                  scale = (float) (lr * (1.0 / (double) samples));
-	if (o->kind != FB_OPTIM_SGD || o->weight_decay != 0 ||
+	if (sh->average || o->kind != FB_OPTIM_SGD || o->weight_decay != 0 ||
 	    scale != check_scale) {
 		return -1;
 	}
@@ -211,12 +231,11 @@ ps__optim_apply_crc(const struct ps_server *s, struct srv_shard *sh,
     const float *g0, const float *g1, uint64_t samples)
 {
 	double   lr  = fb_lr_at(&s->job.lr_sched, sh->version);
-	double   inv = 1.0 / (double) samples;
 	uint32_t crc = 0;
 	for (size_t lo = 0; lo < sh->len; lo += PS_CRC_BLOCK) {
 		size_t hi = sh->len - lo > PS_CRC_BLOCK ? lo + PS_CRC_BLOCK
 		                                        : sh->len;
-		apply_range(&s->job.optim, sh, g0, g1, lr, inv, lo, hi);
+		apply_range(&s->job.optim, sh, g0, g1, lr, samples, lo, hi);
 		crc = fb_crc32(crc, sh->x + lo, (hi - lo) * 4);
 	}
 	return crc;

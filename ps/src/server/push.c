@@ -248,11 +248,11 @@ push_admit(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 
 // push_async validates every shard's values before changing any, then
 // applies each through the job's optimizer (ps__optim_apply), so an async
-// job gets the optimizer per push. fp32 under plain SGD is applied
-// straight from the payload (no copy);
-// codes are decoded again to apply (cheaper than a buffer per shard; async
-// pushes are applied under the lock anyway). mu held. Returns 0 or
-// replies an error and returns -1.
+// job gets the optimizer per push (an average shard: the push's mean). fp32
+// under plain SGD is applied straight from the payload (no copy); codes are
+// decoded again to apply (cheaper than a buffer per shard; async pushes are
+// applied under the lock anyway). mu held. Returns 0 or replies an error and
+// returns -1.
 static int
 push_async(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 {
@@ -283,8 +283,10 @@ push_async(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 			return -1;
 		}
 		// Finite values can still overflow the weights: refused
-		// before any shard changes.
-		if (!ps__update_finite(sh->x, bound, g, NULL, sh->len)) {
+		// before any shard changes. An average shard's mean of finite
+		// values cannot.
+		if (!sh->average &&
+		    !ps__update_finite(sh->x, bound, g, NULL, sh->len)) {
 			atomic_fetch_add_explicit(&s->n_overflow, 1,
 			    memory_order_relaxed);
 			ps__server_reply_err(s, c,
@@ -304,7 +306,7 @@ push_async(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 			comp_decode(push_codec(s, r, &tmp), b, r->length,
 			    sh->len, s->sum);
 			ps__optim_apply(s, sh, s->sum, NULL, p->n_samples);
-		} else if (s->job.optim.kind == FB_OPTIM_SGD &&
+		} else if (!sh->average && s->job.optim.kind == FB_OPTIM_SGD &&
 		    s->job.optim.weight_decay == 0) {
 			// Plain SGD reads fp32 straight from the payload
 			// (no copy); the float math is ps__optim_apply's.

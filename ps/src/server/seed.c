@@ -67,7 +67,7 @@ seed_open(struct ps_server *s, struct srv_shard *sh, const char *why)
 	memset(sh->clock, 0, s->trainers * sizeof(*sh->clock));
 	if (sh->opt != NULL) {
 		memset(sh->opt, 0,
-		    sh->len * sizeof(float) * s->job.optim_bufs);
+		    sh->len * sizeof(float) * ps__shard_opt_bufs(s, sh));
 	}
 	if (sh->ref != NULL) {
 		memcpy(sh->ref, sh->x, sh->len * 4);

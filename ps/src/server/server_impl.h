@@ -113,9 +113,11 @@ struct srv_shard {
 	uint64_t  offset; // elements within the tensor
 	uint64_t  len;    // elements
 	float    *x;      // master weights
-	float    *opt;    // optimizer state: s->job.optim_bufs x len (optim.c)
-	float    *stage;  // [trainers][len] sync staging slots
-	uint8_t  *state;  // per rank: an enum ps_slot_state
+	float    *opt; // optimizer state: ps__shard_opt_bufs x len (optim.c)
+	int       average; // its tensor is TENSOR_AVERAGE: updates set x to
+	                   // the pushes' mean, no optimizer (optim.c)
+	float    *stage;   // [trainers][len] sync staging slots
+	uint8_t  *state;   // per rank: an enum ps_slot_state
 	uint32_t  n_pushed;
 	uint64_t  samples;
 	uint64_t  version;
@@ -255,6 +257,15 @@ struct ps_peers {
 	uint64_t               rid;
 };
 
+// ps__shard_opt_bufs is the number of optimizer state buffers shard sh
+// keeps (sh->opt, each sh->len floats): the job's, or none for an average
+// shard, whose updates use no optimizer.
+static inline uint32_t
+ps__shard_opt_bufs(const struct ps_server *s, const struct srv_shard *sh)
+{
+	return sh->average ? 0 : s->job.optim_bufs;
+}
+
 // ---- errors.c --------------------------------------------------------------
 
 // ps__server_reply_err answers c with status and a printf-style message
@@ -280,6 +291,12 @@ int ps__server_own_shard(struct ps_server *s, struct ps_call *c, uint32_t id,
 // update that must change nothing when refused. No lock needed.
 int ps__update_finite(const float *x, float scale, const void *a,
     const void *b, size_t n);
+
+// ps__average_finite reports whether an average shard's update from a
+// (+ b element-wise when b is not NULL; floats, any alignment) stays
+// finite: whether the sum does (dividing by the samples cannot overflow).
+// Read-only. No lock needed.
+int ps__average_finite(const void *a, const void *b, size_t n);
 
 // ---- store.c ---------------------------------------------------------------
 
@@ -471,7 +488,7 @@ int ps__transfer_encode(struct ps_server *s, struct srv_shard *sh, int backup,
     nng_msg **out);
 
 // ps__shard_load_state copies into sh (buffers allocated) the weights, the
-// optimizer state (s->job.optim_bufs buffers), and
+// optimizer state (ps__shard_opt_bufs buffers), and
 // with a pull codec the reference and delta log, from payload p laid out as
 // a Transfer's, with the log's bases, crcs and lengths and ref_crc from t;
 // the caller has checked every length. Returns the first byte after them.
@@ -479,10 +496,11 @@ int ps__transfer_encode(struct ps_server *s, struct srv_shard *sh, int backup,
 const uint8_t *ps__shard_load_state(struct ps_server *s, struct srv_shard *sh,
     const Pswire__TransferRequest *t, const uint8_t *p);
 // ps__optim_state_fits checks that Transfer or snapshot record t carries
-// the state of this job's optimizer (the same kind, as many buffers):
-// 0, or -1 with a reason in why (n bytes). mu held.
-int            ps__optim_state_fits(const struct ps_server *s,
-               const Pswire__TransferRequest *t, char *why, size_t n);
+// the state of this job's optimizer for shard sh (the same kind, as many
+// buffers; none for an average shard): 0, or -1 with a reason in why (n
+// bytes). mu held.
+int ps__optim_state_fits(const struct ps_server *s, const struct srv_shard *sh,
+    const Pswire__TransferRequest *t, char *why, size_t n);
 
 // ps__transfer_restamp copies packed Transfer m0 into *out with its
 // header's placement epoch set to epoch (a shard re-routed under a later

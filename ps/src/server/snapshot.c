@@ -68,7 +68,7 @@ static size_t
 rec_bound(const struct ps_server *s, const struct srv_shard *sh)
 {
 	size_t b = SNAP_REC + SNAP_HMAX +
-	    sh->len * 4 * (1 + s->job.optim_bufs);
+	    sh->len * 4 * (1 + ps__shard_opt_bufs(s, sh));
 	if (!s->job.pull_none) {
 		b += sh->len * 4 + (size_t) s->log_k * sh->log_cap;
 	}
@@ -123,9 +123,9 @@ snap_add(struct ps_server *s, const struct srv_shard *sh)
 	t.shard      = sh->id;
 	t.version    = sh->version;
 	t.init       = sh->init != 0;
-	t.optim_bufs = s->job.optim_bufs;
+	t.optim_bufs = ps__shard_opt_bufs(s, sh);
 	t.optim      = (char *) fb_optim_name(s->job.optim.kind);
-	plen += (uint64_t) s->job.optim_bufs * sh->len * 4;
+	plen += (uint64_t) t.optim_bufs * sh->len * 4;
 	if (!s->job.pull_none) {
 		for (uint32_t k = 0; k < s->log_k; k++) {
 			int empty = sh->log_base[k] == UINT64_MAX;
@@ -152,9 +152,9 @@ snap_add(struct ps_server *s, const struct srv_shard *sh)
 	d = r + SNAP_REC + hl;
 	memcpy(d, sh->x, sh->len * 4);
 	d += sh->len * 4;
-	if (s->job.optim_bufs > 0) {
-		memcpy(d, sh->opt, (size_t) s->job.optim_bufs * sh->len * 4);
-		d += (size_t) s->job.optim_bufs * sh->len * 4;
+	if (t.optim_bufs > 0) {
+		memcpy(d, sh->opt, (size_t) t.optim_bufs * sh->len * 4);
+		d += (size_t) t.optim_bufs * sh->len * 4;
 	}
 	if (!s->job.pull_none) {
 		memcpy(d, sh->ref, sh->len * 4);

@@ -222,7 +222,7 @@ snap_fit(const struct ps_server *s, const char *path, const struct snap_rec *r,
 		    s->job.pull_none ? "without" : "with");
 		return -1;
 	}
-	if (ps__optim_state_fits(s, t, why, sizeof(why)) != 0) {
+	if (ps__optim_state_fits(s, sh, t, why, sizeof(why)) != 0) {
 		if (fmt == SNAP_FORMAT_V1) {
 			errmsg(msg, n, 0, path,
 			    "format 1 (taken before optimizers) holds no "
@@ -234,7 +234,7 @@ snap_fit(const struct ps_server *s, const char *path, const struct snap_rec *r,
 		}
 		return -1;
 	}
-	need = sh->len * 4 * (1 + (uint64_t) s->job.optim_bufs);
+	need = sh->len * 4 * (1 + (uint64_t) ps__shard_opt_bufs(s, sh));
 	if (!s->job.pull_none) {
 		if (t->n_log_base != s->log_k || t->n_log_crc != s->log_k ||
 		    t->n_log_len != s->log_k) {

@@ -108,7 +108,11 @@ apply_sum(struct ps_server *s, struct srv_shard *sh)
 	int             ok = nb > 0
 	                ? -1
 	                : ps__optim_apply_checked(s, sh, scale, g0, g1, sh->samples);
-	if (ok < 0) {
+	if (ok < 0 && sh->average) {
+		// The mean of finite values overflows only where their sum
+		// does.
+		ok = ps__average_finite(g0, g1, n) ? 2 : 0;
+	} else if (ok < 0) {
 		ok = ps__update_finite(sh->x, scale, g0, g1, n) ? 2 : 0;
 	}
 	if (ok == 0) {
@@ -165,10 +169,11 @@ ps__shard_alloc(struct ps_server *s, struct srv_shard *sh)
 		return FB_ENOMEM;
 	}
 	// The optimizer's state starts at zero (no velocity, no moments)
-	// and lives as long as the shard's weights.
-	if (s->job.optim_bufs > 0 &&
-	    (sh->opt = fb_zalloc(
-	         sh->len * sizeof(float) * s->job.optim_bufs)) == NULL) {
+	// and lives as long as the shard's weights; an average shard has
+	// none.
+	if (ps__shard_opt_bufs(s, sh) > 0 &&
+	    (sh->opt = fb_zalloc(sh->len * sizeof(float) *
+	         ps__shard_opt_bufs(s, sh))) == NULL) {
 		return FB_ENOMEM;
 	}
 	if (!s->job.pull_none) {
@@ -202,10 +207,11 @@ ps__shard_release(struct srv_shard *sh)
 	fb_free(sh->log_crc);
 	fb_free(sh->log_len);
 	struct srv_shard keep = {
-		.id     = sh->id,
-		.tensor = sh->tensor,
-		.offset = sh->offset,
-		.len    = sh->len,
+		.id      = sh->id,
+		.tensor  = sh->tensor,
+		.offset  = sh->offset,
+		.len     = sh->len,
+		.average = sh->average,
 	};
 	*sh = keep;
 }

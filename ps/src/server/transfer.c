@@ -7,11 +7,11 @@
 //
 // DESIGN. The payload is laid out in a fixed order, both halves reading
 // the same fields: x [len floats], the optimizer state [optim_bufs x len
-// floats: velocity, or Adam's m then v], then with a pull codec ref [len
-// floats] and the log_k delta-log entries (log_len[k] bytes each, 0 for an
-// empty entry), then one staged slot [len floats] per rank in state
-// PS_SLOT_PUSHED, in rank order. The receiver checks every count and
-// length against its own job before it allocates or copies.
+// floats: velocity, or Adam's m then v; none for an average shard], then with
+// a pull codec ref [len floats] and the log_k delta-log entries (log_len[k]
+// bytes each, 0 for an empty entry), then one staged slot [len floats] per
+// rank in state PS_SLOT_PUSHED, in rank order. The receiver checks every count
+// and length against its own job before it allocates or copies.
 #include <stdio.h>
 #include <string.h>
 
@@ -37,9 +37,9 @@ ps__transfer_encode(struct ps_server *s, struct srv_shard *sh, int backup,
 	t.state.data = sh->state;
 	t.n_clocks   = s->trainers;
 	t.clocks     = sh->clock;
-	t.optim_bufs = s->job.optim_bufs;
+	t.optim_bufs = ps__shard_opt_bufs(s, sh);
 	t.optim      = (char *) fb_optim_name(s->job.optim.kind);
-	plen += (size_t) s->job.optim_bufs * sh->len * 4;
+	plen += (size_t) t.optim_bufs * sh->len * 4;
 	if (!s->job.pull_none) {
 		plen += sh->len * 4;
 		for (uint32_t k = 0; k < s->log_k; k++) {
@@ -68,10 +68,10 @@ ps__transfer_encode(struct ps_server *s, struct srv_shard *sh, int backup,
 	}
 	memcpy(payload, sh->x, sh->len * 4);
 	off = sh->len * 4;
-	if (s->job.optim_bufs > 0) {
+	if (t.optim_bufs > 0) {
 		memcpy(payload + off, sh->opt,
-		    (size_t) s->job.optim_bufs * sh->len * 4);
-		off += (size_t) s->job.optim_bufs * sh->len * 4;
+		    (size_t) t.optim_bufs * sh->len * 4);
+		off += (size_t) t.optim_bufs * sh->len * 4;
 	}
 	if (!s->job.pull_none) {
 		memcpy(payload + off, sh->ref, sh->len * 4);
@@ -100,9 +100,10 @@ ps__shard_load_state(struct ps_server *s, struct srv_shard *sh,
 	memcpy(sh->x, p, sh->len * 4);
 	p += sh->len * 4;
 	sh->crc_ok = 0; // the weights changed under the same version
-	if (s->job.optim_bufs > 0) {
-		memcpy(sh->opt, p, (size_t) s->job.optim_bufs * sh->len * 4);
-		p += (size_t) s->job.optim_bufs * sh->len * 4;
+	if (ps__shard_opt_bufs(s, sh) > 0) {
+		size_t ob = (size_t) ps__shard_opt_bufs(s, sh) * sh->len * 4;
+		memcpy(sh->opt, p, ob);
+		p += ob;
 	}
 	if (!s->job.pull_none) {
 		memcpy(sh->ref, p, sh->len * 4);
@@ -121,12 +122,24 @@ ps__shard_load_state(struct ps_server *s, struct srv_shard *sh,
 }
 
 int
-ps__optim_state_fits(const struct ps_server *s,
+ps__optim_state_fits(const struct ps_server *s, const struct srv_shard *sh,
     const Pswire__TransferRequest *t, char *why, size_t n)
 {
 	const char *name = t->optim != NULL && *t->optim != '\0' ? t->optim
 	                                                         : "sgd";
 	int         kind;
+	if (sh->average) {
+		// No optimizer runs on an average shard: no state, whatever
+		// the job's optimizer is.
+		if (t->optim_bufs == 0) {
+			return 0;
+		}
+		snprintf(why, n,
+		    "carries %u optimizer state buffers; the shard's tensor "
+		    "is averaged (none)",
+		    t->optim_bufs);
+		return -1;
+	}
 	if (fb_optim_parse(name, &kind) != FB_OK ||
 	    kind != s->job.optim.kind || t->optim_bufs != s->job.optim_bufs) {
 		snprintf(why, n,
@@ -255,12 +268,12 @@ transfer_decode(struct ps_server *s, struct ps_call *c,
 		    t->shard, t->state.len, t->n_log_len);
 		return -1;
 	}
-	if (ps__optim_state_fits(s, t, why, sizeof(why)) != 0) {
+	if (ps__optim_state_fits(s, sh, t, why, sizeof(why)) != 0) {
 		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "transfer of shard %u: %s", t->shard, why);
 		return -1;
 	}
-	need += (uint64_t) s->job.optim_bufs * sh->len * 4;
+	need += (uint64_t) ps__shard_opt_bufs(s, sh) * sh->len * 4;
 	for (uint32_t r = 0; r < s->trainers; r++) {
 		if (t->state.data[r] != PS_SLOT_FREE &&
 		    t->state.data[r] != PS_SLOT_PUSHED) {
