@@ -153,13 +153,14 @@ def run_ferry(args):
     import ferry.torch
 
     env = ferry.run.env()  # FERRY_SCHEDULER, FERRY_RANK, FERRY_TRAINERS
+    bucket = {} if args.bucket_mb is None else {"bucket_mb": args.bucket_mb}
     with ferry.Client(env.scheduler, env.rank, lr=args.lr, codec_push=args.codec_push,
                       codec_pull=args.codec_pull) as client:
         def make(net, device):
             # The one line a DDP loop changes: the servers apply SGD.
             opt = ferry.torch.Optimizer(net.parameters(), client, n_samples=args.batch,
-                                        overlap=args.overlap)
-            return net, opt, {"overlap": args.overlap,
+                                        overlap=args.overlap, **bucket)
+            return net, opt, {"overlap": args.overlap, "bucket_mb": args.bucket_mb,
                               "codec": f"{args.codec_push}/{args.codec_pull}"}
 
         train(args, env.rank, env.trainers, make)
@@ -205,6 +206,8 @@ def main():
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--overlap", action="store_true",
                     help="ferry: push each gradient from backward's hooks")
+    ap.add_argument("--bucket-mb", type=float, default=None,
+                    help="ferry --overlap: MiB of gradients per push (default the Optimizer's)")
     ap.add_argument("--codec-push", default="none", help="ferry: gradient codec")
     ap.add_argument("--codec-pull", default="none", help="ferry: weight-delta codec")
     ap.add_argument("--ddp-world", type=int, default=2,

@@ -10,8 +10,8 @@ per-trainer batch, lr and steps, 2 trainers each:
   ferry          python3 -m ferry.run --trainers 2 --servers 1: the servers
                  apply SGD (ferry.torch.Optimizer), gradients pushed at
                  opt.step(), after backward
-  ferry-overlap  the same with --overlap: each gradient pushed from
-                 autograd's hooks as backward produces it
+  ferry-overlap  the same with --overlap: gradients pushed from autograd's
+                 hooks as backward produces them, in buckets of --bucket-mb
 
 --reps runs of each, interleaved (ddp, ferry, ferry-overlap, ddp, ...: the
 machine's speed drifts between minutes), and takes the medians of
@@ -54,6 +54,13 @@ MODELS = {
                     "/usr/share/common-licenses/GPL-3"),
 }
 
+# ferry-overlap's buckets: a few per model, so that the pushes of the last
+# layers go out while backward computes the first layers' gradients (the
+# Optimizer's default, 1 MiB, holds either model whole: one push, at the
+# end of backward). CNN: fc | conv2.weight | conv1 (20, 51, 2 KB);
+# transformer (456 KB): about 4.
+OVERLAP_BUCKET_MB = {"cnn": 0.025, "transformer": 0.125}
+
 
 def binaries(build, may_build):
     """(ps-server, libferry.so) of build, running scripts/setup.sh first
@@ -81,8 +88,9 @@ def command(model, cfg, args, log_dir):
         return [PY, script, "--backend", "ddp", "--ddp-world", "2"] + flags
     run = [PY, "-m", "ferry.run", "--trainers", "2", "--servers", "1",
            "--log-dir", log_dir, "--ps-server", args.ps_server]
-    return run + [script, "--backend", "ferry"] + flags + (
-        ["--overlap"] if cfg == "ferry-overlap" else [])
+    if cfg == "ferry-overlap":
+        flags += ["--overlap", "--bucket-mb", str(args.bucket_mb or OVERLAP_BUCKET_MB[model])]
+    return run + [script, "--backend", "ferry"] + flags
 
 
 def run_one(model, cfg, rep, args):
@@ -173,6 +181,9 @@ def main():
     ap.add_argument("--raw", default=None, help="folder for the runs' logs")
     ap.add_argument("--out", default=None, help="JSON results (default "
                     "bench/results/torch_peers.json; --smoke: in --raw)")
+    ap.add_argument("--bucket-mb", type=float, default=None,
+                    help="ferry-overlap's --bucket-mb (default per model: cnn 0.025, "
+                    "transformer 0.125)")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per run")
     args = ap.parse_args()
     models = [m for m in args.models.split(",") if m]
