@@ -35,6 +35,7 @@ Usage: /usr/bin/python3 bench/peers/torch_examples.py [--quick] [--device cuda]
 """
 import argparse
 import datetime
+import importlib.util
 import json
 import os
 import statistics
@@ -201,9 +202,7 @@ def main():
         if not os.path.exists(MODELS[m][3]):
             print(f"torch_examples: SKIP: no {MODELS[m][3]}")
             return 77
-    try:
-        import torch  # noqa: F401  (the examples need it; skip without)
-    except ImportError:
+    if importlib.util.find_spec("torch") is None:  # the examples need it
         print("torch_examples: SKIP: no torch")
         return 77
     args.build = os.path.abspath(args.build)

@@ -706,6 +706,8 @@ if torch_peers:
     for m, r in tp["models"].items():
         for t in r["targets"]:
             met = {True: "met", False: "**not met**", None: "n/a"}[t["met"]]
+            if t["goal"].startswith("("):
+                met = "not a target"
             w(f"- {m}: {t['target']}: {t['value']} (goal {t['goal']}): {met}")
     w("")
 # GPU: bench/results/gpu.json, written from a run of bench/gpu/gpu_bench
