@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # run.sh — Ferry's benchmark suite (issue 5): transport vs raw nng, end to
-# end vs PyTorch (single, DDP/gloo, RPC PS, PyTorch on Ferry), the servers'
+# end vs PyTorch (single, DDP/gloo, RPC PS, PyTorch on Ferry), the PyTorch
+# examples on Ferry vs DDP (bench/peers/torch_examples.py), the servers'
 # optimizers vs torch.optim (bench/optim.sh), slow links, time to 84% over
 # slow links (bench/links/time_to_acc.sh), scale,
 # plus a perf profile of the sync job and the SSP sweep (bench/ssp.sh). Writes docs/benchmarks.md,
@@ -26,7 +27,7 @@ for a in "$@"; do
 	--quick) quick=1 ;;
 	--skip-build) skip_build=1 ;;
 	--smoke) smoke=1 quick=1 skip_build=1 ;;
-	-h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "run.sh: unknown flag $a" >&2; exit 2 ;;
 	esac
 done
@@ -217,6 +218,28 @@ FERRY_SKIP_SETUP=1 FERRY_BUILD_DIR="$BUILD" bench/optim.sh "${optim_args[@]}" \
 	log "optim: failed; see $RAW/optim.log"
 	failed=1
 }
+
+# --- 3c. the PyTorch examples: Ferry vs DDP (issue 29) -----------------
+# examples/torch_cnn.py and torch_transformer.py through ferry.run (with and
+# without --overlap) and through DDP, 3 interleaved runs each (--quick: a few
+# hundred steps); writes bench/results/torch_peers.json, which the report
+# renders (--smoke: its JSON stays in the raw directory).
+log "torch examples: ferry vs ddp (cnn, transformer)"
+tex_args=()
+((!quick)) || tex_args=(--quick)
+((!smoke)) || tex_args=(--smoke)
+rc=0
+FERRY_SKIP_SETUP=1 $PY bench/peers/torch_examples.py --build "$BUILD" \
+	--raw "$RAW/torch-peers" "${tex_args[@]}" >"$RAW/torch-peers.txt" \
+	2>"$RAW/torch-peers.log" || rc=$?
+case $rc in
+0) cat "$RAW/torch-peers.txt" >&2 ;;
+77) log "torch examples: skipped: $(tail -n 1 "$RAW/torch-peers.txt")" ;;
+*)
+	log "torch examples: failed; see $RAW/torch-peers.log"
+	failed=1
+	;;
+esac
 
 # --- 4. slow links ------------------------------------------------------
 : >"$RAW/links.jsonl"

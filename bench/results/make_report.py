@@ -263,6 +263,18 @@ if q100 and u_none:
 else:
     target("100 Mbit/s q4 epoch / unshaped epoch", None, "<= 1.3", None)
 
+# The PyTorch examples on Ferry vs DDP (issue 29): measured by
+# bench/peers/torch_examples.py (run.sh's stage 3c), which writes
+# bench/results/torch_peers.json with its own targets; they join the table.
+tp_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_peers.json")
+torch_peers = json.load(open(tp_path)) if os.path.exists(tp_path) else None
+for m, r in (torch_peers or {}).get("models", {}).items():
+    for t in r["targets"]:
+        if t["goal"].startswith("("):
+            continue  # reported, not a target
+        target(f"PyTorch {m} example: {t['target']}", t["value"], t["goal"], t["met"],
+               f"medians of {torch_peers['reps']}, bench/peers/torch_examples.py")
+
 # ---- plots ----------------------------------------------------------------
 os.makedirs(PLOTS, exist_ok=True)
 plots = []
@@ -661,6 +673,42 @@ if os.path.exists(optim_path):
         w(f"| {cfg} | {f_.get('test_acc', 'n/a')} | {t_.get('test_acc', 'n/a')} | "
           f"{'n/a' if d is None else f'{d:+.2f}'} | {goal} | "
           f"{f_.get('samples_per_s', 0):.0f} | {t_.get('samples_per_s', 0):.0f} |")
+    w("")
+if torch_peers:
+    tp = torch_peers
+    w("## PyTorch on Ferry vs DDP (bench/peers/torch_examples.py)")
+    w("")
+    w(f"`{tp['command']}` ({tp['mode']}, {tp['device']}, {tp['cores']} cores, load "
+      f"average {tp['loadavg_before'][0]:.1f} before / {tp['loadavg_after'][0]:.1f} after, "
+      f"{tp['date']}, commit {tp['commit']}): `examples/torch_cnn.py` (Fashion-MNIST, "
+      "conv 16-conv 32-linear, batch 64 per trainer, SGD lr 0.1) and "
+      "`examples/torch_transformer.py` (character LM on GPL-3, 2 pre-norm blocks of "
+      "width 64, 32 windows of 64 characters per trainer, SGD lr 1.0), 2 trainers, "
+      "one thread each. *ddp*: DistributedDataParallel + torch.optim.SGD (gloo); "
+      "*ferry*: `python3 -m ferry.run --trainers 2 --servers 1`, the same loop with "
+      "`ferry.torch.Optimizer`, gradients pushed at `opt.step()`; *ferry-overlap*: "
+      "`--overlap`, pushed from autograd hooks during backward. Same seed, initial "
+      "weights, data and steps; samples/s is the job's over the training time "
+      f"(evaluation excluded); medians of {tp['reps']} interleaved runs.")
+    w("")
+    w("| model | system | steps | quality (median) | samples/s (median) | / ddp | "
+      "samples/s of each run |")
+    w("|---|---|---:|---:|---:|---:|---|")
+    for m, r in tp["models"].items():
+        d = r["medians"].get("ddp", {}).get("samples_per_s")
+        for cfg, v in r["medians"].items():
+            each = ", ".join(f"{x['samples_per_s']:.0f}" if x else "failed"
+                             for x in r["runs"][cfg])
+            ratio = f"{v['samples_per_s'] / d:.2f}" if d else ""
+            w(f"| {m} | {cfg} | {v['steps']} | {r['quality']} {v[r['quality']]:.4f} | "
+              f"{v['samples_per_s']:.0f} | {ratio} | {each} |")
+    w("")
+    for m, r in tp["models"].items():
+        for t in r["targets"]:
+            met = {True: "met", False: "**not met**", None: "n/a"}[t["met"]]
+            if t["goal"].startswith("("):
+                met = "not a target"
+            w(f"- {m}: {t['target']}: {t['value']} (goal {t['goal']}): {met}")
     w("")
 # GPU: bench/results/gpu.json, written from a run of bench/gpu/gpu_bench
 # and CPU-vs-CUDA jobs on a lent GPU machine (run.sh has no GPU to run it).
