@@ -171,7 +171,10 @@ def run_ddp(rank, world, args):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    backend = "nccl" if args.device == "cuda" else "gloo"
+    # NCCL wants a GPU per rank; ranks sharing one GPU go through gloo,
+    # which reduces CUDA tensors too.
+    gpus = torch.cuda.device_count() if args.device == "cuda" else 0
+    backend = "nccl" if gpus >= world else "gloo"
     dist.init_process_group(backend, rank=rank, world_size=world)
 
     def make(net, device):
