@@ -62,16 +62,19 @@ from .errors import InvalidArgument, StateError
 _WHAT = "Ferry holds contiguous float32 tensors, all on one device"
 
 
-def _check(named, kind, device=None):
+def _check(named, kind, device=None, only=None):
     """The device of the (name, tensor) pairs, or InvalidArgument naming the
     first one Ferry cannot hold: not float32, not dense and contiguous, or
-    on another device than the others (device: the one they must be on)."""
+    on another device than the others (device: the one they must be on;
+    only: the one device this caller takes)."""
     for name, t in named:
         why = None
         if t.layout != torch.strided:
-            why = f"layout {t.layout} (sparse)"
+            why = f"layout {t.layout} (sparse?), want torch.strided"
         elif t.dtype != torch.float32:
             why = f"dtype {t.dtype}"
+        elif only is not None and t.device != only:
+            why = f"on {t.device}, want {only} (ferry.torch.Optimizer takes GPU parameters)"
         elif device is not None and t.device != device:
             why = f"on {t.device}, the others on {device} (mixed devices)"
         elif t.device.type not in ("cpu", "cuda"):
@@ -115,14 +118,15 @@ class _Tensors:
                       for b in self.buffers]
         self.weights = self.params + self.buf_w
 
+    def open(self):
+        """Ready the exchange once the table is declared (the device
+        engine opens libferry_cuda here)."""
+
     def declare(self):
         """client.declare: the parameters, then the buffers as AVERAGE."""
         table = [(n, p.numel()) for n, p in zip(self.names, self.params)]
         table += [(n, b.numel()) for n, b in zip(self.buf_names, self.buffers)]
-        if self.buffers:
-            self.client.declare(table, average=self.buf_names)
-        else:
-            self.client.declare(table)
+        self.client.declare(table, average=self.buf_names)
 
     # ---- the exchange (CPU tensors in place) ------------------------------
     def init_weights(self):
@@ -294,9 +298,9 @@ class _Device(_Flat):
         self.dx = None
         super().__init__(client, params, buffers, grad_is_mean)
 
-    def declare(self):
-        super().declare()
-        stream = torch.cuda.current_stream(self.flat_w.device).cuda_stream
+    def open(self):
+        dev = self.flat_w.device
+        stream = torch.cuda.current_stream(dev).cuda_stream if dev.type == "cuda" else 0
         self.dx = self._cuda.DeviceExchange(self.client, self.flat_w.data_ptr(),
                                             self.flat_g.data_ptr(), stream)
 
@@ -339,7 +343,9 @@ def _engine(client, params, buffers, grad_is_mean, exchange):
     if exchange == "staged":
         return _Staged(client, params, buffers, grad_is_mean)
     if exchange == "device":
-        cuda = _device_cuda() if dev.type == "cuda" else None
+        if dev.type != "cuda":
+            raise InvalidArgument("declare", f"exchange='device' needs CUDA parameters, not {dev}")
+        cuda = _device_cuda()
         if cuda is None:
             return _Staged(client, params, buffers, grad_is_mean)
         return _Device(client, params, buffers, grad_is_mean, cuda)
@@ -377,7 +383,8 @@ class _Overlap:
         self.started = [False] * len(self.buckets)
         self.handles = []
         for i, p in enumerate(eng.params):
-            self.handles.append(self._hook(p, i))
+            if p.requires_grad:  # a frozen one's bucket waits for step()
+                self.handles.append(self._hook(p, i))
 
     def _hook(self, p, i):
         if hasattr(p, "register_post_accumulate_grad_hook"):  # torch >= 2.1
@@ -410,7 +417,12 @@ class _Overlap:
         for i in range(first, first + count):
             eng.grad_list[i] = eng.grad(i, self.n_samples)
         self.started[b] = True
-        eng.client.push_pull_start(eng.grad_list, self.n_samples, eng.weights, first, count)
+        try:
+            eng.client.push_pull_start(eng.grad_list, self.n_samples, eng.weights, first, count)
+        except BaseException:
+            # libferry abandoned the step: the next one starts afresh
+            self.reset()
+            raise
 
     def finish(self, n_samples):
         """Start what backward did not, then the buffers, and wait for
@@ -466,7 +478,7 @@ class FerryParameterServer:
         named = list(model.named_parameters())
         if not named:
             raise InvalidArgument("declare", "the model has no parameters")
-        _check(named, "parameter", torch.device("cpu"))
+        _check(named, "parameter", only=torch.device("cpu"))
         self._eng = _Tensors(client, named, (), grad_is_mean)
         self.names = self._eng.names
         self.params = self._eng.params
@@ -577,6 +589,7 @@ class Optimizer(torch.optim.Optimizer):
         self._overlap = None
         if declare:
             self._eng.declare()
+        self._eng.open()
         if client.rank == 0:
             self._eng.init_weights()
         self._eng.pull()
@@ -588,6 +601,13 @@ class Optimizer(torch.optim.Optimizer):
         elif overlap:
             self._overlap = _Overlap(self._eng, int(bucket_mb * (1 << 20)),
                                      lambda: self.n_samples)
+
+    def add_param_group(self, param_group):
+        """Only while constructing: the job's table is fixed once declared."""
+        if hasattr(self, "_eng"):
+            raise StateError("add_param_group", "the job's tensor table is fixed once "
+                             "declared: pass every parameter to the constructor")
+        super().add_param_group(param_group)
 
     @property
     def exchange(self):

@@ -5,6 +5,7 @@ with CPU tensors) give the same weights bit for bit; module buffers are
 averaged; tensors Ferry cannot hold are refused naming the parameter. Two
 ranks run as threads. Run by tests/python/run.py (ctest python_torch_optim).
 """
+import ctypes
 import threading
 import unittest
 
@@ -14,6 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import ferry
+import ferry.torch
 from ferry.torch import FerryParameterServer, Optimizer
 from job import LocalJob, run_ranks
 
@@ -70,6 +72,47 @@ def params(model):
 def run_job(fn, trainers=2):
     with LocalJob(trainers=trainers) as job:
         return run_ranks(lambda r: fn(job.url, r), trainers)
+
+
+class FakeCuda:
+    """ferry.cuda's interface over CPU memory: DeviceExchange(client, w_ptr,
+    g_ptr, stream) sees every declared tensor packed back to back."""
+
+    calls = {}
+    lock = threading.Lock()
+
+    @staticmethod
+    def available():
+        return True
+
+    class DeviceExchange:
+        def __init__(self, client, w_ptr, g_ptr, stream_ptr=0):
+            self.c = client
+            n = sum(client.lengths)
+            w = np.ctypeslib.as_array((ctypes.c_float * n).from_address(w_ptr))
+            g = np.ctypeslib.as_array((ctypes.c_float * n).from_address(g_ptr))
+            offs = np.cumsum((0,) + client.lengths)
+            self.w = [w[a:b] for a, b in zip(offs, offs[1:])]
+            self.g = [g[a:b] for a, b in zip(offs, offs[1:])]
+
+        def count(self, what):
+            with FakeCuda.lock:
+                FakeCuda.calls[what] = FakeCuda.calls.get(what, 0) + 1
+
+        def init_weights(self):
+            self.count("init_weights")
+            self.c.init_weights(self.w)
+
+        def pull(self):
+            self.count("pull")
+            self.c.pull(self.w)
+
+        def push_pull(self, n_samples):
+            self.count("push_pull")
+            self.c.push_pull(self.g, n_samples, self.w)
+
+        def close(self):
+            self.count("close")
 
 
 class OptimizerTrains(unittest.TestCase):
@@ -137,6 +180,21 @@ class OptimizerTrains(unittest.TestCase):
         for r in range(2):
             self.assert_same(staged[r][0], plain[r][0], f"rank {r}: staged vs in place")
 
+    def test_device_exchange_glue(self):
+        # the libferry_cuda engine's calls, with a stand-in DeviceExchange
+        # that moves the flat buffers by address as libferry_cuda would
+        plain = run_job(lambda u, r: self.with_optimizer(u, r, exchange="staged"))
+        real = ferry.torch._engine
+        ferry.torch._engine = lambda c, p, b, gim, _ex: ferry.torch._Device(c, p, b, gim, FakeCuda)
+        try:
+            dev = run_job(lambda u, r: self.with_optimizer(u, r))
+        finally:
+            ferry.torch._engine = real
+        for r in range(2):
+            self.assert_same(dev[r][0], plain[r][0], f"rank {r}: device vs staged")
+        self.assertEqual(FakeCuda.calls, {"init_weights": 1, "pull": 2, "push_pull": 2 * STEPS,
+                                          "close": 2})
+
     def test_staged_layout(self):
         # parameters are views of flat_w; backward accumulates straight
         # into flat_g through the .grad views opt.zero_grad() leaves
@@ -158,11 +216,6 @@ class OptimizerTrains(unittest.TestCase):
                 opt.step()
                 return float(eng.flat_w[-1])
         run_job(body)
-
-
-def has_average():
-    import inspect
-    return "average" in inspect.signature(ferry.Client.declare).parameters
 
 
 class OptimizerBuffers(unittest.TestCase):
@@ -201,8 +254,6 @@ class OptimizerBuffers(unittest.TestCase):
                                            atol=1e-7, err_msg=f"{k} after step {step}")
 
     def test_mean_every_step(self):
-        if not has_average():
-            self.skipTest("Client.declare has no average= (AVERAGE tensors)")
         out = run_job(lambda u, r: self.trainer(u, r))
         names = out[0][0]
         self.assertIn("bn.running_mean", names)
@@ -214,8 +265,6 @@ class OptimizerBuffers(unittest.TestCase):
         self.assertEqual(int(out[0][3].bn.num_batches_tracked), STEPS)
 
     def test_every_n_steps(self):
-        if not has_average():
-            self.skipTest("Client.declare has no average= (AVERAGE tensors)")
         out = run_job(lambda u, r: self.trainer(u, r, buffers_every=3))
         for r in range(2):
             _, before, after, _, _ = out[r]
@@ -226,8 +275,6 @@ class OptimizerBuffers(unittest.TestCase):
             self.assert_mean(out, step)
 
     def test_overlap_and_staged_move_buffers_alike(self):
-        if not has_average():
-            self.skipTest("Client.declare has no average= (AVERAGE tensors)")
         ref = run_job(lambda u, r: self.trainer(u, r))
         for kw in ({"overlap": True, "bucket_mb": 1e-4}, {"exchange": "staged"}):
             out = run_job(lambda u, r: self.trainer(u, r, **kw))
@@ -269,11 +316,15 @@ class OptimizerRefuses(unittest.TestCase):
         self.refused(m, r"parameter 'fc3.bias': on meta, the others on cpu \(mixed devices\)")
         m = Net()
         m.unused = nn.Parameter(torch.sparse_coo_tensor([[0]], [1.0], (4,)))
-        self.refused(m, r"parameter 'unused': layout torch.sparse_coo \(sparse\)")
+        self.refused(m, r"parameter 'unused': layout torch.sparse_coo")
         with self.assertRaisesRegex(ferry.InvalidArgument, r"parameter 'param1': dtype"):
             Optimizer([torch.zeros(2), torch.zeros(2, dtype=torch.float64)], self.c)
         with self.assertRaisesRegex(TypeError, "ferry.Client"):
             Optimizer(Net().parameters(), object())
+        m = Net()
+        m.fc1.bias = nn.Parameter(torch.zeros(8, device="meta"))
+        with self.assertRaisesRegex(ferry.InvalidArgument, r"'fc1.bias': on meta, want cpu"):
+            FerryParameterServer(m, self.c)
 
 
 if __name__ == "__main__":
