@@ -38,6 +38,7 @@ import datetime
 import importlib.util
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -94,6 +95,26 @@ def command(model, cfg, args, log_dir):
     return run + [script, "--backend", "ferry"] + flags
 
 
+def stop_group(proc):
+    """SIGTERM to proc's process group (ferry.run then stops its job in
+    order), SIGKILL to what is left after 10 s."""
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+        # the leader is gone; its group may not be
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return
+
+
 def run_one(model, cfg, rep, args):
     """One run: its summary dict, or None (the reason logged)."""
     name = f"{model}-{cfg}-r{rep}"
@@ -103,11 +124,14 @@ def run_one(model, cfg, rep, args):
     t = time.perf_counter()
     with open(os.path.join(log_dir, "run.out"), "w") as out, \
             open(os.path.join(log_dir, "run.err"), "w") as err:
+        # Its own process group: on a timeout the whole run goes (the DDP
+        # ranks, or ferry.run's scheduler, servers and trainers).
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=ROOT, start_new_session=True)
         try:
-            rc = subprocess.run(cmd, stdout=out, stderr=err, cwd=ROOT,
-                                timeout=args.timeout).returncode
+            rc = proc.wait(timeout=args.timeout)
         except subprocess.TimeoutExpired:
             rc = "timeout"
+            stop_group(proc)
     wall = time.perf_counter() - t
     with open(os.path.join(log_dir, "run.out")) as f:
         lines = [ln for ln in f.read().splitlines() if ln.startswith('{"summary"')]
