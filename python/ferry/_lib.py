@@ -185,15 +185,13 @@ def _pkg_config_libdir():
     return r.stdout.strip() if r.returncode == 0 and r.stdout.strip() else None
 
 
-def load():
-    """Load libferry and declare its prototypes; returns (CDLL, path).
-
-    Raises ImportError naming every place tried when none loads. ctypes.CDLL
-    releases the GIL around each call, so clients in different threads
-    block independently.
-    """
+def open_first(candidates, protos):
+    """The first of candidates ((path, why) pairs) that loads and has every
+    function of protos (name -> (restype, argtypes)), with those types set:
+    (CDLL, path, tried), or (None, None, tried); tried says why each other
+    candidate was passed over. libferry and libferry_cuda load through it."""
     tried = []
-    for path, why in _candidates():
+    for path, why in candidates:
         if os.sep in path and not os.path.exists(path):
             tried.append(f"{path} ({why}: no such file)")
             continue
@@ -202,14 +200,27 @@ def load():
         except OSError as e:
             tried.append(f"{path} ({why}: {e})")
             continue
-        missing = [n for n in _PROTOS if not hasattr(lib, n)]
+        missing = [n for n in protos if not hasattr(lib, n)]
         if missing:
             tried.append(f"{path} ({why}: lacks {', '.join(missing)})")
             continue
-        for name, (res, args) in _PROTOS.items():
+        for name, (res, args) in protos.items():
             fn = getattr(lib, name)
             fn.restype = res
             fn.argtypes = args
+        return lib, path, tried
+    return None, None, tried
+
+
+def load():
+    """Load libferry and declare its prototypes; returns (CDLL, path).
+
+    Raises ImportError naming every place tried when none loads. ctypes.CDLL
+    releases the GIL around each call, so clients in different threads
+    block independently.
+    """
+    lib, path, tried = open_first(_candidates(), _PROTOS)
+    if lib is not None:
         return lib, path
     raise ImportError("ferry: cannot load libferry.so; tried " + "; ".join(tried)
                       + ". Build it (scripts/setup.sh) or set FERRY_LIB=/path/to/libferry.so")

@@ -30,6 +30,7 @@ import ctypes
 import os
 
 from . import errors
+from . import _lib as _lib_mod
 from .client import LIB_PATH
 
 _vp = ctypes.c_void_p
@@ -86,24 +87,8 @@ def _load():
     global _lib, _path, _tried
     if _lib is not None or _tried is not None:
         return _lib
-    tried = []
-    for path, why in _candidates():
-        if os.sep in path and not os.path.exists(path):
-            tried.append(f"{path} ({why}: no such file)")
-            continue
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError as e:
-            tried.append(f"{path} ({why}: {e})")
-            continue
-        missing = [n for n in _PROTOS if not hasattr(lib, n)]
-        if missing:
-            tried.append(f"{path} ({why}: lacks {', '.join(missing)})")
-            continue
-        for name, (res, args) in _PROTOS.items():
-            fn = getattr(lib, name)
-            fn.restype = res
-            fn.argtypes = args
+    lib, path, tried = _lib_mod.open_first(_candidates(), _PROTOS)
+    if lib is not None:
         _lib, _path = lib, path
         return lib
     _tried = tried
