@@ -268,6 +268,170 @@ else:
 # bench/results/torch_peers.json with its own targets; they join the table.
 tp_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_peers.json")
 torch_peers = json.load(open(tp_path)) if os.path.exists(tp_path) else None
+
+# The same examples on a lent GPU machine (bench/results/torch_gpu.json,
+# written by hand from one run of each: run.sh has no GPU). Rendered as a
+# subsection of the PyTorch section; its gpu_bench --quick figures and test
+# results go in the GPU section.
+tg_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_gpu.json")
+torch_gpu = json.load(open(tg_path)) if os.path.exists(tg_path) else None
+
+
+def torch_gpu_lines(tg):
+    """Markdown lines of the PyTorch examples on a GPU, from torch_gpu.json."""
+    ex = tg["examples"]
+
+    def run(m, dev, sy):
+        return next((e["summary"] for e in ex
+                     if (e["model"], e["device"], e["system"]) == (m, dev, sy)), None)
+
+    def ms(s):
+        return 1e3 * s["train_s"] / s["steps"]
+
+    qual = {"cnn": "test_acc", "transformer": "val_loss"}
+    out = [f"### On a GPU: {tg['device']} (one run each)", "",
+           f"Measured by hand on a lent machine, not by run.sh (which has no GPU): "
+           f"an **{tg['device']}** (driver {tg['driver']}, {tg['cores']} CPU cores), "
+           f"torch {tg['torch']}, {tg['date']}, commit {tg['commit']} with "
+           f"{tg['patch']} ({tg['patch_note']}), {tg['build']}. The examples and "
+           "defaults above (CNN 1 epoch, transformer 300 steps), 2 trainers of one "
+           "thread each, **both ranks on the one GPU**: *ferry* through `ferry.run` "
+           "with the parameters on the GPU (`ferry.torch.Optimizer`'s exchange "
+           "'auto': libferry_cuda's device exchange where it loads, as in the check "
+           "below, else page-locked staging; the summary line does not record "
+           "which); *ferry q8/q8*: the gradient quantized and the pulled delta "
+           "decoded on the GPU; *ddp*: DistributedDataParallel over gloo (NCCL "
+           "refuses two ranks on one device). The cpu rows ran the CNN on the same "
+           "machine's CPUs. **One run of each**, not medians; samples/s and ms/step "
+           "over each run's training time (evaluation excluded), from its summary "
+           "line.", "",
+           "| model | device | system | steps | quality | samples/s | ms/step | / ddp |",
+           "|---|---|---|---:|---:|---:|---:|---:|"]
+    for e in ex:
+        s, q = e["summary"], qual[e["model"]]
+        d = run(e["model"], e["device"], "ddp")
+        out.append(f"| {e['model']} | {e['device']} | {e['system']} | {s['steps']} | "
+                   f"{q} {s[q]:.4f} | {s['samples_per_s']:.0f} | {ms(s):.2f} | "
+                   f"{s['samples_per_s'] / d['samples_per_s']:.2f} |")
+    out += ["", "```sh"] + [e["command"] for e in ex] + ["```", ""]
+    for e in ex:
+        d = run(e["model"], e["device"], "ddp")
+        if e["system"] == "ddp" or d is None:
+            continue
+        s = e["summary"]
+        if e["model"] == "cnn":
+            v, goal = (s["test_acc"] - d["test_acc"]) * 100, 0.5
+            what = f"test_acc - ddp: {v:+.2f} points ({s['test_acc']:.4f} vs {d['test_acc']:.4f})"
+        else:
+            v, goal = (s["val_loss"] - d["val_loss"]) / d["val_loss"] * 100, 2.0
+            what = f"val_loss vs ddp: {v:+.1f}% ({s['val_loss']:.4f} vs {d['val_loss']:.4f})"
+        met = "met" if abs(v) <= goal else "**not met**"
+        out.append(f"- {e['model']} {e['device']} {e['system']}: {what} "
+                   f"(goal within +-{goal:g}{' point' if goal == 0.5 else '%'}): {met}")
+    out.append("")
+    fc, dc = run("cnn", "cuda", "ferry"), run("cnn", "cuda", "ddp")
+    qc = run("cnn", "cuda", "ferry q8/q8")
+    ft, dt = run("transformer", "cuda", "ferry"), run("transformer", "cuda", "ddp")
+    fp, dp = run("cnn", "cpu", "ferry"), run("cnn", "cpu", "ddp")
+    lo, hi = min(ms(e["summary"]) for e in ex if e["device"] == "cuda"), \
+        max(ms(e["summary"]) for e in ex if e["device"] == "cuda")
+    out += [f"What they show: trained on the GPU through `ferry.torch`, both examples "
+            "reach DDP's quality (the goal above). Ferry is the slower of the two "
+            f"there: {fc['samples_per_s'] / dc['samples_per_s']:.2f}x DDP's samples/s "
+            f"on the CNN and {ft['samples_per_s'] / dt['samples_per_s']:.2f}x on the "
+            f"transformer, {ms(fc) - ms(dc):.1f} and {ms(ft) - ms(dt):.1f} ms more a "
+            "step. The gradients travel differently: Ferry's go through the server "
+            "process and back (push, the server's apply once both are in, pull), "
+            "DDP's through gloo's allreduce between the two ranks; these runs do not "
+            "break the step down further. q8/q8 through the device codecs "
+            f"keeps the accuracy ({qc['test_acc']:.4f}) at "
+            f"{qc['samples_per_s'] / fc['samples_per_s']:.2f}x the uncompressed Ferry "
+            "speed: on loopback with 2 trainers the bytes are not what a step waits "
+            "for, and the encode and decode add launches. On the CPUs of the same "
+            f"machine Ferry's CNN ran at {fp['samples_per_s'] / dp['samples_per_s']:.2f}x "
+            f"DDP ({fp['samples_per_s']:.1f} vs {dp['samples_per_s']:.1f} samples/s, "
+            f"test_acc {fp['test_acc']:.4f} vs {dp['test_acc']:.4f}); compare the "
+            "2-core machine's medians above.", "",
+            "What they do not show: one run each, so no spread is known (a gap of a "
+            "few percent, like the CPU one, is within what repetitions vary above); "
+            "one GPU shared by both ranks, so neither multi-GPU data parallelism nor "
+            "NCCL; small models (the transformer has "
+            f"{dt.get('params', 0):,} parameters) where a GPU step takes {lo:.0f}-{hi:.0f} "
+            "ms, mostly kernel launches and per-step fixed costs, not GPU arithmetic "
+            "or PCIe bandwidth; no `--overlap` run on the GPU.", ""]
+    ck = tg.get("gpu_torch_check")
+    if ck:
+        out += [f"`{ck['command']}` ({ck['what']}): "
+                f"{'every bound held' if ck['ok'] else '**a bound failed**'}.", "",
+                "| case | exchange | max abs(cuda - cpu) | bound | ranks bit-equal |",
+                "|---|---|---:|---:|---|"]
+        for c, r in ck["cases"].items():
+            eq = "yes" if r["ranks_equal_cuda"] and r["ranks_equal_cpu"] else "**no**"
+            out.append(f"| {c} | {r['exchange']} | {r['max_abs_dw']:.3g} | {r['bound']:g} | {eq} |")
+        sps = {c: r["steps_per_s_cuda"] for c, r in ck["cases"].items()}
+        out += ["", "It also prints steps/s: 5-step runs that include first-use costs "
+                f"(none.auto, the first cuda case, pays CUDA initialisation: {sps['none.auto']} "
+                f"steps/s against {sps['none.staged']} for none.staged after it), so they "
+                "time start-up, not throughput; they are kept in "
+                "bench/results/torch_gpu.json only.", ""]
+    py = [t for t in tg.get("tests", []) if t["name"].startswith("test_") and "tests" in t]
+    if py:
+        out += [f"Python tests on torch {tg['torch']} there: "
+                + ", ".join(f"{t['name']} {t['tests']} {'OK' if t['ok'] else 'FAILED'}" for t in py)
+                + ".", ""]
+    return out
+
+
+def gpu_h100_lines(tg, h200):
+    """Markdown lines of torch_gpu.json's gpu_bench --quick run and device
+    tests, beside the figures of gpu.json (h200, or None)."""
+    gb = tg["gpu_bench_quick"]
+    out = [f"**{gb['device']}, `{gb['command']}`** (commit {gb['commit']}, "
+           f"{gb['note']}; one run, medians of its {gb['repeats']} repeats). The quick sweep "
+           "stops at hidden 1024, below the cells of the step/GEMM target; its codec "
+           "buffer is a quarter of the full sweep's, so compare ratios to memcpy, "
+           "not GB/s. *H200*: the full sweep above, same cell.", "",
+           "| hidden | batch | step ms | GEMM ms | step/GEMM | to-host pinned ms | "
+           "set_w pinned ms | H200 step ms |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    ref = {(r["hidden"], r["batch"]): r for r in (h200 or {}).get("records", [])
+           if r["kind"] == "mlp_step"}
+    for r in (r for r in gb["records"] if r["kind"] == "mlp_step"):
+        h = ref.get((r["hidden"], r["batch"]))
+        h = "" if h is None else f"{h['step_ms']:.3f}"
+        out.append(f"| {r['hidden']} | {r['batch']} | {r['step_ms']:.3f} | {r['gemm_ms']:.3f} | "
+                   f"{r['ratio'] * 100:.0f}% | {r['grad_to_host_pinned_ms']:.3f} | "
+                   f"{r['set_weights_pinned_ms']:.3f} | {h} |")
+    mc = next(r for r in gb["records"] if r["kind"] == "memcpy_d2d")
+    cod = [r for r in gb["records"] if r["kind"] == "codec"]
+    ref = {(r["codec"], r["op"]): r for r in (h200 or {}).get("records", [])
+           if r["kind"] == "codec"}
+    out += ["", f"Device codecs ({cod[0]['n']} floats, bucket {cod[0]['bucket']}; memcpy "
+            f"{mc['gbs']:.0f} GB/s), % of memcpy, H100 / H200:", "",
+            "| codec | encode | ef_encode | decode_add |", "|---|---:|---:|---:|"]
+    for c in dict.fromkeys(r["codec"] for r in cod):
+        cells = []
+        for op in ("encode", "ef_encode", "decode_add"):
+            r = next(x for x in cod if (x["codec"], x["op"]) == (c, op))
+            h = ref.get((c, op))
+            h = "" if h is None else f" / {h['vs_memcpy'] * 100:.0f}%"
+            cells.append(f"{r['vs_memcpy'] * 100:.0f}%{h}")
+        out.append(f"| {c} | " + " | ".join(cells) + " |")
+    out.append("")
+    t = {x["name"]: x for x in tg.get("tests", [])}
+    tt, gv, tc, lr = (t.get(n) for n in ("test_trainer", "tests/trainer/gpu_vs_cpu.sh",
+                                         "test_cuda", "gpu_linreg"))
+    if tt and gv and tc:
+        s = (f"On the H100 of the PyTorch section, after the device code moved to "
+             f"clients/cuda (commit {tt['commit']}): test_trainer {tt['checks'] - tt['failures']}/{tt['checks']} "
+             f"({tt['note']}), gpu_vs_cpu {'ok' if gv['ok'] else '**failed**'} "
+             f"(fp32 {gv['fp32_max_abs']:g}, q8 {gv['q8_max_abs']:g}, bounds 1e-5 and "
+             f"1e-3), libferry_cuda's test_cuda {tc['checks'] - tc['failures']}/{tc['checks']} "
+             f"({tc['note']})")
+        if lr:
+            s += (f"; gpu_linreg {'passed' if lr['ok'] else '**failed**'} at "
+                  f"{lr['commit']} ({lr['note']})")
+        out += [s + ".", ""]
+    return out
 for m, r in (torch_peers or {}).get("models", {}).items():
     for t in r["targets"]:
         if t["goal"].startswith("("):
@@ -674,10 +838,11 @@ if os.path.exists(optim_path):
           f"{'n/a' if d is None else f'{d:+.2f}'} | {goal} | "
           f"{f_.get('samples_per_s', 0):.0f} | {t_.get('samples_per_s', 0):.0f} |")
     w("")
-if torch_peers:
-    tp = torch_peers
+if torch_peers or torch_gpu:
     w("## PyTorch on Ferry vs DDP (bench/peers/torch_examples.py)")
     w("")
+if torch_peers:
+    tp = torch_peers
     w(f"`{tp['command']}` ({tp['mode']}, {tp['device']}, {tp['cores']} cores, load "
       f"average {tp['loadavg_before'][0]:.1f} before / {tp['loadavg_after'][0]:.1f} after, "
       f"{tp['date']}, commit {tp['commit']}): `examples/torch_cnn.py` (Fashion-MNIST, "
@@ -710,6 +875,8 @@ if torch_peers:
                 met = "not a target"
             w(f"- {m}: {t['target']}: {t['value']} (goal {t['goal']}): {met}")
     w("")
+for line in torch_gpu_lines(torch_gpu) if torch_gpu else []:
+    w(line)
 # GPU: bench/results/gpu.json, written from a run of bench/gpu/gpu_bench
 # and CPU-vs-CUDA jobs on a lent GPU machine (run.sh has no GPU to run it).
 gpu_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu.json")
@@ -817,6 +984,11 @@ else:
           f"{ws['q8_max_abs']:g} (q8 both ways, the on-device codec path), "
           f"checked by `{ws['source']}` (bounds 1e-5 and 1e-3; skipped without a GPU).")
         w("")
+# The H100's gpu_bench --quick run and device tests, beside gpu.json's.
+if torch_gpu and "gpu_bench_quick" in torch_gpu:
+    h200 = json.load(open(gpu_path)) if os.path.exists(gpu_path) else None
+    for line in gpu_h100_lines(torch_gpu, h200):
+        w(line)
 w("## Where the time goes")
 w("")
 w("`perf record -F 499 -g` over a local job (scheduler, 1 server, 2 trainers, sync, 3 epochs, "
