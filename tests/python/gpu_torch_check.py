@@ -23,7 +23,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import torch  # noqa: E402
+try:
+    import torch  # noqa: E402
+except ImportError:
+    print("gpu_torch_check: SKIP: no torch", file=sys.stderr)
+    sys.exit(77)
 
 if not torch.cuda.is_available():
     print("gpu_torch_check: SKIP: torch sees no CUDA device", file=sys.stderr)
