@@ -12,7 +12,8 @@ parameters (ferry.torch.FerryParameterServer: pointers, no tensor copies).
 
 By default it starts the whole job itself: a scheduler and --servers
 ps-server processes from --build (default $FERRY_BUILD_DIR, else build/;
-built by scripts/setup.sh when missing), then --world trainer processes.
+built by scripts/setup.sh when missing) as a ferry.run.LocalJob, then
+--world trainer processes.
 With --scheduler URL --rank R it is one trainer of a job started elsewhere.
 
 Output is torch_mlp.py's: progress lines from rank 0, then one
@@ -26,8 +27,6 @@ import argparse
 import os
 import subprocess
 import sys
-import tempfile
-import time
 
 import torch
 
@@ -73,38 +72,6 @@ def ps_server(build):
     return path
 
 
-def start_job(args, run_dir):
-    """Scheduler + servers on loopback; returns (scheduler URL, processes)."""
-    bin_ = ps_server(args.build)
-    url_file = os.path.join(run_dir, "scheduler.url")
-    common = ["--log-level=warn"]
-
-    def spawn(name, flags):
-        with open(os.path.join(run_dir, name + ".log"), "w") as log:
-            return subprocess.Popen([bin_] + flags + common, stdout=subprocess.DEVNULL,
-                                    stderr=log)
-
-    procs = [spawn("scheduler", ["--role=scheduler", f"--trainers={args.world}",
-                                 f"--servers={args.servers}", f"--url-file={url_file}",
-                                 f"--shard-bytes={args.shard_bytes}"])]
-    for _ in range(400):
-        if os.path.exists(url_file) and os.path.getsize(url_file):
-            break
-        if procs[0].poll() is not None:
-            break
-        time.sleep(0.025)
-    else:
-        procs[0].kill()
-    if procs[0].poll() is not None:
-        with open(os.path.join(run_dir, "scheduler.log")) as f:
-            sys.exit("torch_ferry: the scheduler did not start: " + f.read()[-500:])
-    with open(url_file) as f:
-        url = f.read().strip()
-    for i in range(args.servers):
-        procs.append(spawn(f"server-{i}", ["--role=server", f"--scheduler={url}"]))
-    return url, procs
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     torch_mlp.add_job_args(ap)
@@ -131,15 +98,11 @@ def main():
     if not os.path.exists(os.environ["FERRY_LIB"]):
         ps_server(args.build)
     import torch.multiprocessing as mp
-    with tempfile.TemporaryDirectory(prefix="torch-ferry.") as run_dir:
-        args.scheduler, procs = start_job(args, run_dir)
-        try:
-            mp.spawn(trainer, args=(args,), nprocs=args.world, join=True)
-        finally:
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                p.wait()
+    from ferry.run import LocalJob
+    with LocalJob(args.world, args.servers, shard_bytes=args.shard_bytes,
+                  member_flags=["--log-level=warn"], ps_server=ps_server(args.build)) as job:
+        args.scheduler = job.url
+        mp.spawn(trainer, args=(args,), nprocs=args.world, join=True)
     return 0
 
 

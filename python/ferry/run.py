@@ -29,6 +29,9 @@ SIGTERM are passed on to the trainers, then the servers are stopped.
 With --scheduler URL only the trainers start, joining a job started
 elsewhere; --rank-base K and --world W let two machines split the ranks
 (this one runs ranks K..K+N-1 of W).
+
+LocalJob is the job part alone (scheduler and servers, no trainers), for
+code that runs its own trainers: the tests, the benchmarks.
 """
 import argparse
 import collections
@@ -174,6 +177,113 @@ def _pkg_config(var):
     return r.stdout.strip() if r.returncode == 0 and r.stdout.strip() else None
 
 
+def _tail(path, n=2000):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()[-n:]
+    except OSError:
+        return ""
+
+
+class LocalJob:
+    """A Ferry job on loopback: a ps-server scheduler for `trainers` trainers
+    and `servers` servers; .url is the scheduler's URL. Use it as a context
+    manager, or call stop().
+
+    The scheduler binds a free port and writes its URL to --url-file;
+    LocalJob waits for that file (while the scheduler still runs, at most
+    START_TIMEOUT_S), not for a fixed time. Each process leads its own
+    process group and writes its stderr to log(name), name "scheduler" or
+    "server-<i>", in log_dir (default a new temporary folder that stop()
+    removes). The processes get this environment less the variables of
+    ferry.run's trainers (ps-server reads $FERRY_<OPTION> as its options).
+
+    shard_bytes and secret_file are the ps-server options of those names
+    (secret_file for every process); member_flags go to every process,
+    scheduler_flags and server_flags to one kind; ps_server is the binary
+    (default find_ps_server()). Raises RuntimeError, having stopped what it
+    started, when the scheduler exits or writes no URL in time."""
+
+    def __init__(self, trainers, servers=1, *, shard_bytes=None, secret_file=None,
+                 member_flags=(), scheduler_flags=(), server_flags=(), log_dir=None,
+                 ps_server=None):
+        self._tmp = None if log_dir else tempfile.TemporaryDirectory(prefix="ferry-job.")
+        self.log_dir = os.path.abspath(log_dir) if log_dir else self._tmp.name
+        os.makedirs(self.log_dir, exist_ok=True)
+        self.procs = []  # (name, Popen): the scheduler first
+        common = list(member_flags) + ([f"--secret-file={secret_file}"] if secret_file else [])
+        try:
+            bin_ = find_ps_server(ps_server)
+            url_file = os.path.join(self.log_dir, "scheduler.url")
+            if os.path.exists(url_file):
+                os.unlink(url_file)
+            flags = ["--role=scheduler", f"--trainers={trainers}", f"--servers={servers}",
+                     f"--url-file={url_file}"]
+            if shard_bytes:
+                flags.append(f"--shard-bytes={shard_bytes}")
+            self.scheduler = self._spawn(bin_, "scheduler",
+                                         flags + common + list(scheduler_flags))
+            self.url = self._wait_url(url_file)
+            for i in range(servers):
+                self._spawn(bin_, f"server-{i}", ["--role=server", f"--scheduler={self.url}"]
+                            + common + list(server_flags))
+        except BaseException:
+            self.stop()
+            raise
+
+    def log(self, name):
+        """The path of process name's log."""
+        return os.path.join(self.log_dir, name + ".log")
+
+    def tail(self, name, n=2000):
+        """The last n characters of process name's log ("" when none)."""
+        return _tail(self.log(name), n)
+
+    def _spawn(self, bin_, name, flags):
+        env = {k: v for k, v in os.environ.items() if k not in _JOB_VARS}
+        with open(self.log(name), "wb") as log:
+            p = subprocess.Popen([bin_] + flags, stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=log, env=env,
+                                 start_new_session=True)
+        self.procs.append((name, p))
+        return p
+
+    def _wait_url(self, url_file):
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not (os.path.exists(url_file) and os.path.getsize(url_file) > 0):
+            if self.scheduler.poll() is not None:
+                raise RuntimeError(f"ferry.run: the scheduler exited "
+                                   f"({self.scheduler.returncode}): " + self.tail("scheduler", 800))
+            if time.monotonic() > deadline:
+                raise RuntimeError("ferry.run: the scheduler wrote no URL in "
+                                   f"{START_TIMEOUT_S:.0f} s: " + self.tail("scheduler", 800))
+            time.sleep(0.01)
+        with open(url_file) as f:
+            return f.read().strip()
+
+    def kill_scheduler(self):
+        """SIGKILL the scheduler and reap it (a failure test's lost
+        scheduler)."""
+        _killpg(self.scheduler, signal.SIGKILL)
+        self.scheduler.wait()
+
+    def stop(self):
+        """Stop the servers, then the scheduler (SIGTERM, SIGKILL after
+        STOP_GRACE_S); remove log_dir when LocalJob made it."""
+        _stop_all([p for _, p in reversed(self.procs)], signal.SIGTERM)
+        self.procs = []
+        if self._tmp:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+
 def parse_args(argv):
     ap = argparse.ArgumentParser(
         prog="python3 -m ferry.run",
@@ -218,12 +328,12 @@ def parse_args(argv):
 
 
 class Launcher:
-    """The processes of one ferry.run: servers, then trainers; stop() ends
-    whatever is still running."""
+    """The processes of one ferry.run: a LocalJob, then trainers; stop()
+    ends whatever is still running."""
 
     def __init__(self, args):
         self.a = args
-        self.servers = []  # (name, Popen): the scheduler first
+        self.job = None  # the LocalJob, unless --scheduler
         self.trainers = []  # (rank, Popen)
         self.tees = []
         self.done = queue.Queue()  # (rank, exit code) as trainers exit
@@ -236,54 +346,13 @@ class Launcher:
     def log(self, name):
         return os.path.join(self.log_dir, name + ".log")
 
-    def tail(self, name, n=2000):
-        try:
-            with open(self.log(name), errors="replace") as f:
-                return f.read()[-n:]
-        except OSError:
-            return ""
-
-    def _server_env(self):
-        e = {k: v for k, v in os.environ.items() if k not in _JOB_VARS}
-        return e
-
-    def _spawn_member(self, name, flags, bin_):
-        with open(self.log(name), "wb") as log:
-            p = subprocess.Popen([bin_] + flags, stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.DEVNULL, stderr=log, env=self._server_env(),
-                                 start_new_session=True)
-        self.servers.append((name, p))
-        return p
-
     def start_job(self):
-        """Scheduler and servers; returns the scheduler's URL."""
+        """Scheduler and servers (a LocalJob); returns the scheduler's URL."""
         a = self.a
-        bin_ = find_ps_server(a.ps_server)
-        url_file = os.path.join(self.log_dir, "scheduler.url")
-        if os.path.exists(url_file):
-            os.unlink(url_file)
-        flags = ["--role=scheduler", f"--trainers={a.world}", f"--servers={a.servers}",
-                 f"--url-file={url_file}"]
-        if a.shard_bytes:
-            flags.append(f"--shard-bytes={a.shard_bytes}")
-        sched = self._spawn_member("scheduler", flags + a.scheduler_flag, bin_)
-        # The scheduler writes the URL it bound once it listens: wait for
-        # that file (or the scheduler's exit), not for a fixed time.
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not (os.path.exists(url_file) and os.path.getsize(url_file) > 0):
-            if sched.poll() is not None:
-                raise RuntimeError(f"ferry.run: the scheduler exited ({sched.returncode}): "
-                                   + self.tail("scheduler", 800))
-            if time.monotonic() > deadline:
-                raise RuntimeError("ferry.run: the scheduler wrote no URL in "
-                                   f"{START_TIMEOUT_S:.0f} s: " + self.tail("scheduler", 800))
-            time.sleep(0.01)
-        with open(url_file) as f:
-            url = f.read().strip()
-        for i in range(a.servers):
-            self._spawn_member(f"server-{i}", ["--role=server", f"--scheduler={url}"]
-                               + a.server_flag, bin_)
-        return url
+        self.job = LocalJob(a.world, a.servers, shard_bytes=a.shard_bytes,
+                            scheduler_flags=a.scheduler_flag, server_flags=a.server_flag,
+                            log_dir=self.log_dir, ps_server=a.ps_server)
+        return self.job.url
 
     def _trainer_env(self, url, rank):
         e = dict(os.environ)
@@ -342,7 +411,7 @@ class Launcher:
                 code = 128 - rc if rc < 0 else rc
                 print(f"ferry.run: trainer {rank} exited with {_describe(rc)}; stopping the "
                       f"job. Its log ({self.log(f'trainer-{rank}')}) ends:\n"
-                      + self.tail(f"trainer-{rank}"), file=sys.stderr)
+                      + _tail(self.log(f"trainer-{rank}")), file=sys.stderr)
                 return code
         return 0
 
@@ -356,7 +425,8 @@ class Launcher:
         _stop_all([p for _, p in self.trainers], sig)
         for t in self.tees:
             t.join(timeout=STOP_GRACE_S)
-        _stop_all([p for _, p in reversed(self.servers)], signal.SIGTERM)
+        if self.job:
+            self.job.stop()
 
 
 def _describe(rc):
