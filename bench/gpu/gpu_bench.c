@@ -258,14 +258,14 @@ bench_codecs(size_t n)
 	static const struct {
 		const char *name;
 		uint32_t    id;
-	} cs[] = { { "none", TR_DC_NONE }, { "fp16", TR_DC_FP16 },
-		{ "bf16", TR_DC_BF16 }, { "q8", TR_DC_Q8 }, { "q4", TR_DC_Q4 },
-		{ "q2", TR_DC_Q2 } };
-	struct tr__dctx ctx;
-	cudaStream_t    s;
-	cudaEvent_t     e0, e1;
-	float          *x, *y, *e, t[MAXREP], *hx;
-	uint8_t        *out;
+	} cs[] = { { "none", FCUDA_DC_NONE }, { "fp16", FCUDA_DC_FP16 },
+		{ "bf16", FCUDA_DC_BF16 }, { "q8", FCUDA_DC_Q8 },
+		{ "q4", FCUDA_DC_Q4 }, { "q2", FCUDA_DC_Q2 } };
+	struct fcuda__dctx ctx;
+	cudaStream_t       s;
+	cudaEvent_t        e0, e1;
+	float             *x, *y, *e, t[MAXREP], *hx;
+	uint8_t           *out;
 	CK(cudaStreamCreate(&s));
 	CK(cudaEventCreate(&e0));
 	CK(cudaEventCreate(&e1));
@@ -282,7 +282,7 @@ bench_codecs(size_t n)
 	CK(cudaMemcpy(x, hx, n * 4, cudaMemcpyHostToDevice));
 	CK(cudaMemset(e, 0, n * 4));
 	CK(cudaMemset(y, 0, n * 4));
-	CK(tr__dctx_init(&ctx, s));
+	CK(fcuda__dctx_init(&ctx, s));
 	for (int k = 0; k <= repeats; k++) {
 		CK(cudaEventRecord(e0, s));
 		CK(cudaMemcpyAsync(y, x, n * 4, cudaMemcpyDeviceToDevice, s));
@@ -303,29 +303,29 @@ bench_codecs(size_t n)
 	         "\"gbs\": %.2f}",
 	    n, mc, copy_gbs);
 	for (size_t ci = 0; ci < sizeof(cs) / sizeof(cs[0]); ci++) {
-		struct tr__dcodec  c     = { cs[ci].id, 512 };
-		size_t             len   = tr__dcodec_bound(&c, n);
-		static const char *ops[] = { "encode", "ef_encode",
-			"decode_add" };
+		struct fcuda__dcodec c     = { cs[ci].id, 512 };
+		size_t               len   = fcuda__dcodec_bound(&c, n);
+		static const char   *ops[] = { "encode", "ef_encode",
+			  "decode_add" };
 		for (int op = 0; op < 3; op++) {
 			for (int k = 0; k <= repeats; k++) {
 				CK(cudaEventRecord(e0, s));
 				if (op == 0) {
-					CK(tr__dcodec_encode(&ctx, &c, x, n,
+					CK(fcuda__dcodec_encode(&ctx, &c, x, n,
 					    out));
 				} else if (op == 1) {
-					CK(tr__dcodec_ef_encode(&ctx, &c, x, e,
-					    n, out));
+					CK(fcuda__dcodec_ef_encode(&ctx, &c, x,
+					    e, n, out));
 				} else {
-					CK(tr__dcodec_decode_add(&ctx, &c, out,
-					    len, n, y));
+					CK(fcuda__dcodec_decode_add(&ctx, &c,
+					    out, len, n, y));
 				}
 				CK(cudaEventRecord(e1, s));
 				CK(cudaEventSynchronize(e1));
 				CK(cudaEventElapsedTime(&t[k > 0 ? k - 1 : 0],
 				    e0, e1));
 			}
-			CK(tr__dctx_check(&ctx));
+			CK(fcuda__dctx_check(&ctx));
 			float  m   = median(t, repeats);
 			double gbs = (double) n * 4 / (m * 1e-3) / 1e9;
 			printf("| %s | %s | %.3f | %.1f | %.0f%% |\n",
@@ -338,7 +338,7 @@ bench_codecs(size_t n)
 			    cs[ci].name, ops[op], n, m, gbs, gbs / copy_gbs);
 		}
 	}
-	tr__dctx_fini(&ctx);
+	fcuda__dctx_fini(&ctx);
 	free(hx);
 	cudaFree(x);
 	cudaFree(y);

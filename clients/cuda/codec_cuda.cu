@@ -11,7 +11,7 @@
 // on the CPU.
 //
 // Error flag. Kernels that write anything first read the context's flag
-// and return when it is set; the flag is cleared only by tr__dctx_check.
+// and return when it is set; the flag is cleared only by fcuda__dctx_check.
 // This is how "e / acc untouched on error" is kept without a host round
 // trip between the check and the write.
 #include <stdint.h>
@@ -94,11 +94,11 @@ bf16_to_f32(uint16_t h)
 __device__ static inline float
 flt_code(uint32_t id, float v, uint32_t *code)
 {
-	if (id == TR_DC_NONE) {
+	if (id == FCUDA_DC_NONE) {
 		*code = __float_as_uint(v);
 		return v;
 	}
-	if (id == TR_DC_FP16) {
+	if (id == FCUDA_DC_FP16) {
 		uint16_t h = f32_to_f16(v);
 		*code      = h;
 		return f16_to_f32(h);
@@ -126,7 +126,7 @@ k_flt_encode(uint32_t id, const float *x, float *e, size_t n, size_t i0,
 		float    p = ef ? x[i] + e[i] : x[i];
 		uint32_t code;
 		float    back = flt_code(id, p, &code);
-		if (id == TR_DC_NONE) {
+		if (id == FCUDA_DC_NONE) {
 			((uint32_t *) out)[i] = code;
 		} else {
 			((uint16_t *) out)[i] = (uint16_t) code;
@@ -150,9 +150,9 @@ k_flt_decode_add(uint32_t id, const uint8_t *in, size_t n, size_t i0,
 	for (size_t i = i0 + (size_t) blockIdx.x * blockDim.x + threadIdx.x;
 	     i < n; i += stride) {
 		float v;
-		if (id == TR_DC_NONE) {
+		if (id == FCUDA_DC_NONE) {
 			v = __uint_as_float(((const uint32_t *) in)[i]);
-		} else if (id == TR_DC_FP16) {
+		} else if (id == FCUDA_DC_FP16) {
 			v = f16_to_f32(((const uint16_t *) in)[i]);
 		} else {
 			v = bf16_to_f32(((const uint16_t *) in)[i]);
@@ -161,7 +161,7 @@ k_flt_decode_add(uint32_t id, const uint8_t *in, size_t n, size_t i0,
 	}
 }
 
-// k_finite raises TR_DC_FLAG_EINVAL when some g[i] (+ e[i]) is Inf or NaN.
+// k_finite raises FCUDA_DC_FLAG_EINVAL when some g[i] (+ e[i]) is Inf or NaN.
 __global__ static void
 k_finite(const float *g, const float *e, size_t n, int *flag)
 {
@@ -170,10 +170,10 @@ k_finite(const float *g, const float *e, size_t n, int *flag)
 	for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += stride) {
 		float p = e != NULL ? g[i] + e[i] : g[i];
-		bad |= (__float_as_uint(p) & 0x7fffffffu) >= TR_DC_INF_BITS;
+		bad |= (__float_as_uint(p) & 0x7fffffffu) >= FCUDA_DC_INF_BITS;
 	}
 	if (__syncthreads_or(bad) && threadIdx.x == 0) {
-		atomicOr(flag, TR_DC_FLAG_EINVAL);
+		atomicOr(flag, FCUDA_DC_FLAG_EINVAL);
 	}
 }
 
@@ -185,7 +185,7 @@ k_finite(const float *g, const float *e, size_t n, int *flag)
 // bytes are the same.
 
 // flt_out4 stores the codes of p (4 floats) at group g of out: 16 bytes
-// for TR_DC_NONE, 8 for the 16-bit formats; returns the decoded values.
+// for FCUDA_DC_NONE, 8 for the 16-bit formats; returns the decoded values.
 template <uint32_t ID>
 __device__ static inline float4
 flt_out4(float4 p, uint8_t *out, size_t g)
@@ -196,7 +196,7 @@ flt_out4(float4 p, uint8_t *out, size_t g)
 	back.y = flt_code(ID, p.y, &c1);
 	back.z = flt_code(ID, p.z, &c2);
 	back.w = flt_code(ID, p.w, &c3);
-	if (ID == TR_DC_NONE) {
+	if (ID == FCUDA_DC_NONE) {
 		((uint4 *) out)[g] = make_uint4(c0, c1, c2, c3);
 	} else {
 		((uint2 *) out)[g] = make_uint2(c0 | (c1 << 16),
@@ -242,10 +242,10 @@ template <uint32_t ID>
 __device__ static inline float
 flt_in(uint32_t c)
 {
-	if (ID == TR_DC_NONE) {
+	if (ID == FCUDA_DC_NONE) {
 		return __uint_as_float(c);
 	}
-	if (ID == TR_DC_FP16) {
+	if (ID == FCUDA_DC_FP16) {
 		return f16_to_f32((uint16_t) c);
 	}
 	return bf16_to_f32((uint16_t) c);
@@ -264,7 +264,7 @@ k_flt_decode_add_vec(const uint8_t *in, size_t n4, float *acc, const int *flag)
 	for (size_t g = (size_t) blockIdx.x * blockDim.x + threadIdx.x; g < n4;
 	     g += stride) {
 		uint32_t c0, c1, c2, c3;
-		if (ID == TR_DC_NONE) {
+		if (ID == FCUDA_DC_NONE) {
 			uint4 w = ((const uint4 *) in)[g];
 			c0 = w.x, c1 = w.y, c2 = w.z, c3 = w.w;
 		} else {
@@ -284,7 +284,7 @@ k_flt_decode_add_vec(const uint8_t *in, size_t n4, float *acc, const int *flag)
 // ---- host side -------------------------------------------------------------
 
 extern "C" int
-tr__dctx_init(struct tr__dctx *x, void *stream)
+fcuda__dctx_init(struct fcuda__dctx *x, void *stream)
 {
 	int dev = 0;
 	if (x == NULL) {
@@ -311,14 +311,14 @@ tr__dctx_init(struct tr__dctx *x, void *stream)
 	*x->h_flag = 0;
 	if (cudaMemset(x->d_flag, 0, sizeof(int)) != cudaSuccess) {
 		cudaGetLastError();
-		tr__dctx_fini(x);
+		fcuda__dctx_fini(x);
 		return FB_ENOMEM;
 	}
 	return FB_OK;
 }
 
 extern "C" void
-tr__dctx_fini(struct tr__dctx *x)
+fcuda__dctx_fini(struct fcuda__dctx *x)
 {
 	if (x == NULL) {
 		return;
@@ -333,7 +333,7 @@ tr__dctx_fini(struct tr__dctx *x)
 }
 
 extern "C" int
-tr__dctx_check(struct tr__dctx *x)
+fcuda__dctx_check(struct fcuda__dctx *x)
 {
 	cudaStream_t s = (cudaStream_t) x->stream;
 	int          f;
@@ -348,14 +348,14 @@ tr__dctx_check(struct tr__dctx *x)
 	    cudaMemsetAsync(x->d_flag, 0, sizeof(int), s) != cudaSuccess) {
 		return FB_ETRANSPORT;
 	}
-	if (f & TR_DC_FLAG_EPROTO) {
+	if (f & FCUDA_DC_FLAG_EPROTO) {
 		return FB_EPROTO;
 	}
-	return (f & TR_DC_FLAG_EINVAL) ? FB_EINVAL : FB_OK;
+	return (f & FCUDA_DC_FLAG_EINVAL) ? FB_EINVAL : FB_OK;
 }
 
 extern "C" int
-tr__dcodec_valid(const struct tr__dcodec *c)
+fcuda__dcodec_valid(const struct fcuda__dcodec *c)
 {
 	if (c == NULL) {
 		return FB_EINVAL;
@@ -363,40 +363,40 @@ tr__dcodec_valid(const struct tr__dcodec *c)
 	if (c->id == 6 || c->id == 7) { // comp's sign, topk
 		return FB_EUNSUPP;
 	}
-	if (c->id > TR_DC_Q2) {
+	if (c->id > FCUDA_DC_Q2) {
 		return FB_EINVAL;
 	}
-	if (tr__dc_qbits(c->id) != 0 &&
-	    (c->bucket < 1 || c->bucket > TR_DC_BUCKET_MAX)) {
+	if (fcuda__dc_qbits(c->id) != 0 &&
+	    (c->bucket < 1 || c->bucket > FCUDA_DC_BUCKET_MAX)) {
 		return FB_EINVAL;
 	}
 	return FB_OK;
 }
 
 extern "C" size_t
-tr__dcodec_bound(const struct tr__dcodec *c, size_t n)
+fcuda__dcodec_bound(const struct fcuda__dcodec *c, size_t n)
 {
 	unsigned b;
-	if (tr__dcodec_valid(c) != FB_OK || n > (size_t) UINT32_MAX) {
+	if (fcuda__dcodec_valid(c) != FB_OK || n > (size_t) UINT32_MAX) {
 		return 0;
 	}
-	if (c->id == TR_DC_NONE) {
+	if (c->id == FCUDA_DC_NONE) {
 		return 4 * n;
 	}
-	if ((b = tr__dc_qbits(c->id)) == 0) {
+	if ((b = fcuda__dc_qbits(c->id)) == 0) {
 		return 2 * n;
 	}
 	return 4 * (n / c->bucket + (n % c->bucket != 0)) + (n * b + 7) / 8;
 }
 
 static int
-encode(struct tr__dctx *x, const struct tr__dcodec *c, const float *d_x,
+encode(struct fcuda__dctx *x, const struct fcuda__dcodec *c, const float *d_x,
     float *d_e, size_t n, uint8_t *d_out)
 {
 	cudaStream_t s = (cudaStream_t) x->stream;
 	unsigned     b;
 	int          rv;
-	if ((rv = tr__dcodec_valid(c)) != FB_OK) {
+	if ((rv = fcuda__dcodec_valid(c)) != FB_OK) {
 		return rv;
 	}
 	if (x->d_flag == NULL || n > (size_t) UINT32_MAX) {
@@ -408,46 +408,46 @@ encode(struct tr__dctx *x, const struct tr__dcodec *c, const float *d_x,
 	if (d_x == NULL || d_out == NULL || ((uintptr_t) d_out & 3) != 0) {
 		return FB_EINVAL;
 	}
-	if ((b = tr__dc_qbits(c->id)) == 0) {
+	if ((b = fcuda__dc_qbits(c->id)) == 0) {
 		if (d_e != NULL) {
-			k_finite<<<tr__dc_grid(n), TR_DC_THREADS, 0, s>>>(d_x,
-			    d_e, n, x->d_flag);
+			k_finite<<<fcuda__dc_grid(n), FCUDA_DC_THREADS, 0,
+			    s>>>(d_x, d_e, n, x->d_flag);
 		}
 		size_t n4 = 0;
-		if (tr__dc_aligned16(d_x) &&
-		    (d_e == NULL || tr__dc_aligned16(d_e)) &&
-		    ((uintptr_t) d_out & (c->id == TR_DC_NONE ? 15 : 7)) ==
+		if (fcuda__dc_aligned16(d_x) &&
+		    (d_e == NULL || fcuda__dc_aligned16(d_e)) &&
+		    ((uintptr_t) d_out & (c->id == FCUDA_DC_NONE ? 15 : 7)) ==
 		        0) {
 			n4 = n / 4;
 		}
 		if (n4 > 0) {
-			unsigned g = tr__dc_grid(n4);
-			if (c->id == TR_DC_NONE) {
-				k_flt_encode_vec<TR_DC_NONE>
-				    <<<g, TR_DC_THREADS, 0, s>>>(d_x, d_e, n4,
-				        d_out, x->d_flag);
-			} else if (c->id == TR_DC_FP16) {
-				k_flt_encode_vec<TR_DC_FP16>
-				    <<<g, TR_DC_THREADS, 0, s>>>(d_x, d_e, n4,
-				        d_out, x->d_flag);
+			unsigned g = fcuda__dc_grid(n4);
+			if (c->id == FCUDA_DC_NONE) {
+				k_flt_encode_vec<FCUDA_DC_NONE>
+				    <<<g, FCUDA_DC_THREADS, 0, s>>>(d_x, d_e,
+				        n4, d_out, x->d_flag);
+			} else if (c->id == FCUDA_DC_FP16) {
+				k_flt_encode_vec<FCUDA_DC_FP16>
+				    <<<g, FCUDA_DC_THREADS, 0, s>>>(d_x, d_e,
+				        n4, d_out, x->d_flag);
 			} else {
-				k_flt_encode_vec<TR_DC_BF16>
-				    <<<g, TR_DC_THREADS, 0, s>>>(d_x, d_e, n4,
-				        d_out, x->d_flag);
+				k_flt_encode_vec<FCUDA_DC_BF16>
+				    <<<g, FCUDA_DC_THREADS, 0, s>>>(d_x, d_e,
+				        n4, d_out, x->d_flag);
 			}
 		}
 		if (4 * n4 < n) {
-			k_flt_encode<<<tr__dc_grid(n - 4 * n4), TR_DC_THREADS,
-			    0, s>>>(c->id, d_x, d_e, n, 4 * n4, d_out,
-			    x->d_flag, d_e != NULL);
+			k_flt_encode<<<fcuda__dc_grid(n - 4 * n4),
+			    FCUDA_DC_THREADS, 0, s>>>(c->id, d_x, d_e, n,
+			    4 * n4, d_out, x->d_flag, d_e != NULL);
 		}
-		return tr__dc_launched();
+		return fcuda__dc_launched();
 	}
-	return tr__dq_encode(x, c, b, d_x, d_e, n, d_out);
+	return fcuda__dq_encode(x, c, b, d_x, d_e, n, d_out);
 }
 
 extern "C" int
-tr__dcodec_encode(struct tr__dctx *x, const struct tr__dcodec *c,
+fcuda__dcodec_encode(struct fcuda__dctx *x, const struct fcuda__dcodec *c,
     const float *d_x, size_t n, uint8_t *d_out)
 {
 	if (x == NULL) {
@@ -457,7 +457,7 @@ tr__dcodec_encode(struct tr__dctx *x, const struct tr__dcodec *c,
 }
 
 extern "C" int
-tr__dcodec_ef_encode(struct tr__dctx *x, const struct tr__dcodec *c,
+fcuda__dcodec_ef_encode(struct fcuda__dctx *x, const struct fcuda__dcodec *c,
     const float *d_g, float *d_e, size_t n, uint8_t *d_out)
 {
 	if (x == NULL || (n > 0 && d_e == NULL)) {
@@ -467,7 +467,7 @@ tr__dcodec_ef_encode(struct tr__dctx *x, const struct tr__dcodec *c,
 }
 
 extern "C" int
-tr__dcodec_decode_add(struct tr__dctx *x, const struct tr__dcodec *c,
+fcuda__dcodec_decode_add(struct fcuda__dctx *x, const struct fcuda__dcodec *c,
     const uint8_t *d_in, size_t len, size_t n, float *d_acc)
 {
 	cudaStream_t s = (cudaStream_t) x->stream;
@@ -476,13 +476,13 @@ tr__dcodec_decode_add(struct tr__dctx *x, const struct tr__dcodec *c,
 	if (x == NULL || x->d_flag == NULL) {
 		return FB_EINVAL;
 	}
-	if ((rv = tr__dcodec_valid(c)) != FB_OK) {
+	if ((rv = fcuda__dcodec_valid(c)) != FB_OK) {
 		return rv;
 	}
 	if (n > (size_t) UINT32_MAX) {
 		return FB_EINVAL;
 	}
-	if (len != tr__dcodec_bound(c, n)) {
+	if (len != fcuda__dcodec_bound(c, n)) {
 		return FB_EPROTO;
 	}
 	if (n == 0) {
@@ -491,34 +491,35 @@ tr__dcodec_decode_add(struct tr__dctx *x, const struct tr__dcodec *c,
 	if (d_in == NULL || d_acc == NULL || ((uintptr_t) d_in & 3) != 0) {
 		return FB_EINVAL;
 	}
-	if ((b = tr__dc_qbits(c->id)) == 0) {
+	if ((b = fcuda__dc_qbits(c->id)) == 0) {
 		size_t n4 = 0;
-		if (tr__dc_aligned16(d_acc) &&
-		    ((uintptr_t) d_in & (c->id == TR_DC_NONE ? 15 : 7)) == 0) {
+		if (fcuda__dc_aligned16(d_acc) &&
+		    ((uintptr_t) d_in & (c->id == FCUDA_DC_NONE ? 15 : 7)) ==
+		        0) {
 			n4 = n / 4;
 		}
 		if (n4 > 0) {
-			unsigned g = tr__dc_grid(n4);
-			if (c->id == TR_DC_NONE) {
-				k_flt_decode_add_vec<TR_DC_NONE>
-				    <<<g, TR_DC_THREADS, 0, s>>>(d_in, n4,
+			unsigned g = fcuda__dc_grid(n4);
+			if (c->id == FCUDA_DC_NONE) {
+				k_flt_decode_add_vec<FCUDA_DC_NONE>
+				    <<<g, FCUDA_DC_THREADS, 0, s>>>(d_in, n4,
 				        d_acc, x->d_flag);
-			} else if (c->id == TR_DC_FP16) {
-				k_flt_decode_add_vec<TR_DC_FP16>
-				    <<<g, TR_DC_THREADS, 0, s>>>(d_in, n4,
+			} else if (c->id == FCUDA_DC_FP16) {
+				k_flt_decode_add_vec<FCUDA_DC_FP16>
+				    <<<g, FCUDA_DC_THREADS, 0, s>>>(d_in, n4,
 				        d_acc, x->d_flag);
 			} else {
-				k_flt_decode_add_vec<TR_DC_BF16>
-				    <<<g, TR_DC_THREADS, 0, s>>>(d_in, n4,
+				k_flt_decode_add_vec<FCUDA_DC_BF16>
+				    <<<g, FCUDA_DC_THREADS, 0, s>>>(d_in, n4,
 				        d_acc, x->d_flag);
 			}
 		}
 		if (4 * n4 < n) {
-			k_flt_decode_add<<<tr__dc_grid(n - 4 * n4),
-			    TR_DC_THREADS, 0, s>>>(c->id, d_in, n, 4 * n4,
+			k_flt_decode_add<<<fcuda__dc_grid(n - 4 * n4),
+			    FCUDA_DC_THREADS, 0, s>>>(c->id, d_in, n, 4 * n4,
 			    d_acc, x->d_flag);
 		}
-		return tr__dc_launched();
+		return fcuda__dc_launched();
 	}
-	return tr__dq_decode_add(x, c, b, d_in, n, d_acc);
+	return fcuda__dq_decode_add(x, c, b, d_in, n, d_acc);
 }

@@ -21,14 +21,14 @@
 // it, a malformed delta given to decode-add) set a sticky flag in the
 // context: every later kernel of that context sees the flag and does
 // nothing, so a failed ef_encode leaves e untouched and a failed
-// decode-add leaves acc untouched, exactly as on the CPU. tr__dctx_check
+// decode-add leaves acc untouched, exactly as on the CPU. fcuda__dctx_check
 // waits for the stream, reports and clears the flag.
 //
 // Pointers named d_* are device pointers on the context's device. d_out
 // and d_in must be 4-byte aligned (cudaMalloc memory plus multiples of 4).
 // Threading: a context is used by one host thread at a time.
-#ifndef TR_CODEC_CUDA_H
-#define TR_CODEC_CUDA_H
+#ifndef FCUDA_CODEC_CUDA_H
+#define FCUDA_CODEC_CUDA_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -38,79 +38,81 @@ extern "C" {
 #endif
 
 // Codec ids (same numbers as enum comp_codec_id in comp/comp.h).
-enum tr__dc_id {
-	TR_DC_NONE = 0,
-	TR_DC_FP16 = 1,
-	TR_DC_BF16 = 2,
-	TR_DC_Q8   = 3,
-	TR_DC_Q4   = 4,
-	TR_DC_Q2   = 5,
+enum fcuda__dc_id {
+	FCUDA_DC_NONE = 0,
+	FCUDA_DC_FP16 = 1,
+	FCUDA_DC_BF16 = 2,
+	FCUDA_DC_Q8   = 3,
+	FCUDA_DC_Q4   = 4,
+	FCUDA_DC_Q2   = 5,
 };
-#define TR_DC_BUCKET_MAX (1u << 20) // == COMP_BUCKET_MAX
+#define FCUDA_DC_BUCKET_MAX (1u << 20) // == COMP_BUCKET_MAX
 
 // A device codec: id and, for q8/q4/q2, the bucket size (1..2^20).
-struct tr__dcodec {
+struct fcuda__dcodec {
 	uint32_t id;
 	uint32_t bucket;
 };
 
 // A codec context: the stream the kernels run on and the error flag.
 // Caller storage; init/fini.
-struct tr__dctx {
+struct fcuda__dctx {
 	void *stream; // cudaStream_t; NULL: the legacy default stream
 	int   device; // CUDA ordinal the context belongs to
 	int  *d_flag; // device: error bits since the last check
 	int  *h_flag; // pinned host mirror of d_flag
 };
 
-// tr__dctx_init makes x use `stream` (a cudaStream_t or NULL) on the
+// fcuda__dctx_init makes x use `stream` (a cudaStream_t or NULL) on the
 // current CUDA device and allocates its flag (device + pinned host).
 // Errors: FB_EUNSUPP (no CUDA device), FB_ENOMEM. Release with
-// tr__dctx_fini, which is safe on a zeroed x. Blocks (allocation).
-int  tr__dctx_init(struct tr__dctx *x, void *stream);
-void tr__dctx_fini(struct tr__dctx *x);
+// fcuda__dctx_fini, which is safe on a zeroed x. Blocks (allocation).
+int  fcuda__dctx_init(struct fcuda__dctx *x, void *stream);
+void fcuda__dctx_fini(struct fcuda__dctx *x);
 
-// tr__dctx_check waits until every kernel enqueued on x has finished and
+// fcuda__dctx_check waits until every kernel enqueued on x has finished and
 // returns FB_OK, FB_EINVAL (an encoder met a non-finite value it refuses),
 // FB_EPROTO (decode-add met a malformed delta: bad scale, forbidden code,
 // non-zero padding) or FB_ETRANSPORT (a CUDA error; not recoverable). The
 // flag is cleared. Blocks.
-int tr__dctx_check(struct tr__dctx *x);
+int fcuda__dctx_check(struct fcuda__dctx *x);
 
-// tr__dcodec_valid returns FB_OK if c is supported (see above), FB_EUNSUPP
+// fcuda__dcodec_valid returns FB_OK if c is supported (see above), FB_EUNSUPP
 // for sign/topk, FB_EINVAL for an unknown id or a bad bucket.
-int tr__dcodec_valid(const struct tr__dcodec *c);
+int fcuda__dcodec_valid(const struct fcuda__dcodec *c);
 
-// tr__dcodec_bound returns the exact number of bytes an encoder writes for
+// fcuda__dcodec_bound returns the exact number of bytes an encoder writes for
 // n values (== comp_bound for the same codec), or 0 for an invalid codec.
-size_t tr__dcodec_bound(const struct tr__dcodec *c, size_t n);
+size_t fcuda__dcodec_bound(const struct fcuda__dcodec *c, size_t n);
 
-// tr__dcodec_encode encodes d_x[0..n) into d_out (tr__dcodec_bound bytes),
-// as comp_encode: for q8/q4/q2 a non-finite value sets the FB_EINVAL flag
-// (the output is then unspecified); none/fp16/bf16 encode any value.
+// fcuda__dcodec_encode encodes d_x[0..n) into d_out (fcuda__dcodec_bound
+// bytes), as comp_encode: for q8/q4/q2 a non-finite value sets the FB_EINVAL
+// flag (the output is then unspecified); none/fp16/bf16 encode any value.
 // Errors (immediate): FB_EINVAL (NULL pointers, misaligned d_out),
 // FB_EUNSUPP (codec). Does not block or allocate.
-int tr__dcodec_encode(struct tr__dctx *x, const struct tr__dcodec *c,
+int fcuda__dcodec_encode(struct fcuda__dctx *x, const struct fcuda__dcodec *c,
     const float *d_x, size_t n, uint8_t *d_out);
 
-// tr__dcodec_ef_encode is comp_ef_encode on the device: p = g + e,
+// fcuda__dcodec_ef_encode is comp_ef_encode on the device: p = g + e,
 // d_out = Q(p), e = p - deq(d_out), e updated in place. A non-finite p
 // (any codec) sets the FB_EINVAL flag and leaves d_e unchanged.
-// d_g and d_e hold n floats. Immediate errors as tr__dcodec_encode.
-int tr__dcodec_ef_encode(struct tr__dctx *x, const struct tr__dcodec *c,
-    const float *d_g, float *d_e, size_t n, uint8_t *d_out);
+// d_g and d_e hold n floats. Immediate errors as fcuda__dcodec_encode.
+int fcuda__dcodec_ef_encode(struct fcuda__dctx *x,
+    const struct fcuda__dcodec *c, const float *d_g, float *d_e, size_t n,
+    uint8_t *d_out);
 
-// tr__dcodec_decode_add is comp_decode_add on the device:
+// fcuda__dcodec_decode_add is comp_decode_add on the device:
 // acc[i] = acc[i] + deq[i], for q8/q4/q2 acc[i] + (float) q * (s / L)
 // with s / L computed once per bucket, bit-identical to the CPU. d_in
-// holds len bytes; len != tr__dcodec_bound(c, n) is an immediate
+// holds len bytes; len != fcuda__dcodec_bound(c, n) is an immediate
 // FB_EPROTO. A malformed delta (checked on the device before any float is
 // written) sets the FB_EPROTO flag and leaves d_acc unchanged. Does not
 // block or allocate.
-int tr__dcodec_decode_add(struct tr__dctx *x, const struct tr__dcodec *c,
-    const uint8_t *d_in, size_t len, size_t n, float *d_acc);
+int fcuda__dcodec_decode_add(struct fcuda__dctx *x,
+    const struct fcuda__dcodec *c, const uint8_t *d_in, size_t len, size_t n,
+    float *d_acc);
 
 #ifdef __cplusplus
 }
 #endif
-#endif // TR_CODEC_CUDA_H
+#endif // FCUDA_CODEC_CUDA_H

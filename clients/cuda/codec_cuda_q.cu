@@ -62,7 +62,7 @@ __global__ static void
 k_absmax_block(const float *x, const float *e, size_t n, uint32_t bucket,
     size_t nb, uint32_t *scales, int *flag)
 {
-	__shared__ uint32_t red[TR_DC_THREADS / 32];
+	__shared__ uint32_t red[FCUDA_DC_THREADS / 32];
 	for (size_t j = blockIdx.x; j < nb; j += gridDim.x) {
 		size_t   i0 = j * bucket;
 		size_t   m  = n - i0 < bucket ? n - i0 : bucket;
@@ -77,12 +77,12 @@ k_absmax_block(const float *x, const float *e, size_t n, uint32_t bucket,
 		}
 		__syncthreads();
 		if (threadIdx.x == 0) {
-			for (int w = 1; w < TR_DC_THREADS / 32; w++) {
+			for (int w = 1; w < FCUDA_DC_THREADS / 32; w++) {
 				mx = red[w] > mx ? red[w] : mx;
 			}
 			scales[j] = mx;
-			if (mx >= TR_DC_INF_BITS) {
-				atomicOr(flag, TR_DC_FLAG_EINVAL);
+			if (mx >= FCUDA_DC_INF_BITS) {
+				atomicOr(flag, FCUDA_DC_FLAG_EINVAL);
 			}
 		}
 		__syncthreads();
@@ -105,8 +105,8 @@ k_absmax_thread(const float *x, const float *e, size_t n, uint32_t bucket,
 			mx         = u > mx ? u : mx;
 		}
 		scales[j] = mx;
-		if (mx >= TR_DC_INF_BITS) {
-			atomicOr(flag, TR_DC_FLAG_EINVAL);
+		if (mx >= FCUDA_DC_INF_BITS) {
+			atomicOr(flag, FCUDA_DC_FLAG_EINVAL);
 		}
 	}
 }
@@ -218,7 +218,7 @@ k_q_encode(unsigned b, const float *x, float *e, size_t n, uint32_t bucket,
 	}
 }
 
-// k_q_validate raises TR_DC_FLAG_EPROTO for a scale that is not a finite
+// k_q_validate raises FCUDA_DC_FLAG_EPROTO for a scale that is not a finite
 // number
 // >= 0, a forbidden code (-2^(b-1)) or non-zero padding bits. The codes
 // are read a 32-bit word a thread (the checks below hold for every code in
@@ -266,7 +266,7 @@ k_q_validate(unsigned b, const uint8_t *in, size_t n, size_t nb, int *flag)
 		bad |= (codes[nbytes - 1] >> tail) != 0;
 	}
 	if (__syncthreads_or(bad) && threadIdx.x == 0) {
-		atomicOr(flag, TR_DC_FLAG_EPROTO);
+		atomicOr(flag, FCUDA_DC_FLAG_EPROTO);
 	}
 }
 
@@ -362,8 +362,8 @@ k_absmax_warp(const float *x, const float *e, size_t n, uint32_t bucket,
 		mx = warp_max(mx);
 		if (lane == 0) {
 			scales[j] = mx;
-			if (mx >= TR_DC_INF_BITS) {
-				atomicOr(flag, TR_DC_FLAG_EINVAL);
+			if (mx >= FCUDA_DC_INF_BITS) {
+				atomicOr(flag, FCUDA_DC_FLAG_EINVAL);
 			}
 		}
 	}
@@ -454,92 +454,99 @@ k_q_decode_add_vec(const uint8_t *in, size_t ng, uint32_t bucket, size_t nb,
 // ---- launches --------------------------------------------------------------
 
 int
-tr__dq_encode(struct tr__dctx *x, const struct tr__dcodec *c, unsigned b,
-    const float *d_x, float *d_e, size_t n, uint8_t *d_out)
+fcuda__dq_encode(struct fcuda__dctx *x, const struct fcuda__dcodec *c,
+    unsigned b, const float *d_x, float *d_e, size_t n, uint8_t *d_out)
 {
 	cudaStream_t s      = (cudaStream_t) x->stream;
 	size_t       nb     = n / c->bucket + (n % c->bucket != 0);
 	size_t       nbytes = (n * b + 7) / 8;
 	size_t       nwords = (nbytes + 3) / 4, nvec = 0;
-	int          al = tr__dc_aligned16(d_x) &&
-	    (d_e == NULL || tr__dc_aligned16(d_e));
+	int          al = fcuda__dc_aligned16(d_x) &&
+	    (d_e == NULL || fcuda__dc_aligned16(d_e));
 	if (al && c->bucket >= 32 && c->bucket % 4 == 0) {
-		k_absmax_warp<<<tr__dc_grid(32 * nb), TR_DC_THREADS, 0, s>>>(
-		    d_x, d_e, n, c->bucket, nb, (uint32_t *) d_out, x->d_flag);
+		k_absmax_warp<<<fcuda__dc_grid(32 * nb), FCUDA_DC_THREADS, 0,
+		    s>>>(d_x, d_e, n, c->bucket, nb, (uint32_t *) d_out,
+		    x->d_flag);
 	} else if (c->bucket >= 64) {
 		unsigned g = nb > 65535u * 8u ? 65535u * 8u : (unsigned) nb;
-		k_absmax_block<<<g, TR_DC_THREADS, 0, s>>>(d_x, d_e, n,
+		k_absmax_block<<<g, FCUDA_DC_THREADS, 0, s>>>(d_x, d_e, n,
 		    c->bucket, nb, (uint32_t *) d_out, x->d_flag);
 	} else {
-		k_absmax_thread<<<tr__dc_grid(nb), TR_DC_THREADS, 0, s>>>(d_x,
-		    d_e, n, c->bucket, nb, (uint32_t *) d_out, x->d_flag);
+		k_absmax_thread<<<fcuda__dc_grid(nb), FCUDA_DC_THREADS, 0,
+		    s>>>(d_x, d_e, n, c->bucket, nb, (uint32_t *) d_out,
+		    x->d_flag);
 	}
 	if (al && c->bucket % (32 / b) == 0) {
 		uint32_t *codes = (uint32_t *) (d_out + 4 * nb);
 		nvec            = n / (32 / b); // words with all their floats
 		if (nvec > 0) {
-			unsigned g = tr__dc_grid(nvec);
+			unsigned g = fcuda__dc_grid(nvec);
 			if (b == 8) {
-				k_q_encode_vec<8><<<g, TR_DC_THREADS, 0, s>>>(
-				    d_x, d_e, nvec, c->bucket,
-				    (const uint32_t *) d_out, codes,
-				    x->d_flag);
+				k_q_encode_vec<8>
+				    <<<g, FCUDA_DC_THREADS, 0, s>>>(d_x, d_e,
+				        nvec, c->bucket,
+				        (const uint32_t *) d_out, codes,
+				        x->d_flag);
 			} else if (b == 4) {
-				k_q_encode_vec<4><<<g, TR_DC_THREADS, 0, s>>>(
-				    d_x, d_e, nvec, c->bucket,
-				    (const uint32_t *) d_out, codes,
-				    x->d_flag);
+				k_q_encode_vec<4>
+				    <<<g, FCUDA_DC_THREADS, 0, s>>>(d_x, d_e,
+				        nvec, c->bucket,
+				        (const uint32_t *) d_out, codes,
+				        x->d_flag);
 			} else {
-				k_q_encode_vec<2><<<g, TR_DC_THREADS, 0, s>>>(
-				    d_x, d_e, nvec, c->bucket,
-				    (const uint32_t *) d_out, codes,
-				    x->d_flag);
+				k_q_encode_vec<2>
+				    <<<g, FCUDA_DC_THREADS, 0, s>>>(d_x, d_e,
+				        nvec, c->bucket,
+				        (const uint32_t *) d_out, codes,
+				        x->d_flag);
 			}
 		}
 	}
 	if (nvec < nwords) {
-		k_q_encode<<<tr__dc_grid(nwords - nvec), TR_DC_THREADS, 0,
-		    s>>>(b, d_x, d_e, n, c->bucket, (const uint32_t *) d_out,
-		    d_out + 4 * nb, nbytes, nvec, x->d_flag);
+		k_q_encode<<<fcuda__dc_grid(nwords - nvec), FCUDA_DC_THREADS,
+		    0, s>>>(b, d_x, d_e, n, c->bucket,
+		    (const uint32_t *) d_out, d_out + 4 * nb, nbytes, nvec,
+		    x->d_flag);
 	}
-	return tr__dc_launched();
+	return fcuda__dc_launched();
 }
 
 int
-tr__dq_decode_add(struct tr__dctx *x, const struct tr__dcodec *c, unsigned b,
-    const uint8_t *d_in, size_t n, float *d_acc)
+fcuda__dq_decode_add(struct fcuda__dctx *x, const struct fcuda__dcodec *c,
+    unsigned b, const uint8_t *d_in, size_t n, float *d_acc)
 {
 	cudaStream_t s      = (cudaStream_t) x->stream;
 	size_t       nb     = n / c->bucket + (n % c->bucket != 0);
 	size_t       nbytes = (n * b + 7) / 8;
-	k_q_validate<<<tr__dc_grid(nb > nbytes / 4 ? nb : nbytes / 4 + 3),
-	    TR_DC_THREADS, 0, s>>>(b, d_in, n, nb, x->d_flag);
+	k_q_validate<<<fcuda__dc_grid(nb > nbytes / 4 ? nb : nbytes / 4 + 3),
+	    FCUDA_DC_THREADS, 0, s>>>(b, d_in, n, nb, x->d_flag);
 	size_t   nwords = (nbytes + 3) / 4, nvec = 0;
 	unsigned grp = b == 4 ? 8 : 4; // k_q_decode_add_vec's G
-	if (tr__dc_aligned16(d_acc) && c->bucket % grp == 0) {
+	if (fcuda__dc_aligned16(d_acc) && c->bucket % grp == 0) {
 		// whole words of codes here, the last partial one below
 		nvec      = n / (32 / b);
 		size_t ng = nvec * (32 / b) / grp;
 		if (ng > 0) {
-			unsigned g = tr__dc_grid(ng);
+			unsigned g = fcuda__dc_grid(ng);
 			if (b == 8) {
 				k_q_decode_add_vec<8, 4>
-				    <<<g, TR_DC_THREADS, 0, s>>>(d_in, ng,
+				    <<<g, FCUDA_DC_THREADS, 0, s>>>(d_in, ng,
 				        c->bucket, nb, d_acc, x->d_flag);
 			} else if (b == 4) {
 				k_q_decode_add_vec<4, 8>
-				    <<<g, TR_DC_THREADS, 0, s>>>(d_in, ng,
+				    <<<g, FCUDA_DC_THREADS, 0, s>>>(d_in, ng,
 				        c->bucket, nb, d_acc, x->d_flag);
 			} else {
 				k_q_decode_add_vec<2, 4>
-				    <<<g, TR_DC_THREADS, 0, s>>>(d_in, ng,
+				    <<<g, FCUDA_DC_THREADS, 0, s>>>(d_in, ng,
 				        c->bucket, nb, d_acc, x->d_flag);
 			}
 		}
 	}
 	if (nvec < nwords) {
-		k_q_decode_add<<<tr__dc_grid(nwords - nvec), TR_DC_THREADS, 0,
-		    s>>>(b, d_in, n, c->bucket, nb, d_acc, nvec, x->d_flag);
+		k_q_decode_add<<<fcuda__dc_grid(nwords - nvec),
+		    FCUDA_DC_THREADS, 0, s>>>(b, d_in, n, c->bucket, nb, d_acc,
+		    nvec, x->d_flag);
 	}
-	return tr__dc_launched();
+	return fcuda__dc_launched();
 }

@@ -5,7 +5,7 @@
 #include "crc.h"
 
 void
-tr__crc_tables(uint32_t t[1024])
+fcuda__crc_tables(uint32_t t[1024])
 {
 	for (uint32_t i = 0; i < 256; i++) {
 		uint32_t c = i;
@@ -20,26 +20,26 @@ tr__crc_tables(uint32_t t[1024])
 }
 
 uint32_t
-tr__crc32_fold(const uint32_t *chunk_crc, size_t bytes)
+fcuda__crc32_fold(const uint32_t *chunk_crc, size_t bytes)
 {
 	size_t   n, last;
 	uint32_t crc;
 	if (bytes == 0) {
 		return 0;
 	}
-	n    = (bytes + TR_CRC_CHUNK - 1) / TR_CRC_CHUNK;
-	last = bytes - (n - 1) * TR_CRC_CHUNK;
+	n    = (bytes + FCUDA_CRC_CHUNK - 1) / FCUDA_CRC_CHUNK;
+	last = bytes - (n - 1) * FCUDA_CRC_CHUNK;
 	crc  = chunk_crc[0];
 #if ZLIB_VERNUM >= 0x12c0
 	// One precomputed operator for the full chunks (zlib >= 1.2.12).
-	uLong op = crc32_combine_gen(TR_CRC_CHUNK);
+	uLong op = crc32_combine_gen(FCUDA_CRC_CHUNK);
 	for (size_t i = 1; i + 1 < n; i++) {
 		crc = (uint32_t) crc32_combine_op(crc, chunk_crc[i], op);
 	}
 #else
 	for (size_t i = 1; i + 1 < n; i++) {
 		crc = (uint32_t) crc32_combine(crc, chunk_crc[i],
-		    TR_CRC_CHUNK);
+		    FCUDA_CRC_CHUNK);
 	}
 #endif
 	if (n > 1) {

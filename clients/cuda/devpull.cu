@@ -12,28 +12,28 @@
 
 #define CRC_THREADS 128
 
-struct tr__devpull {
-	struct tr__dctx   ctx;
-	struct tr__dcodec codec;
-	cudaStream_t      s;
-	float            *d_w; // the reference: the backend's weights
-	size_t            n;
-	size_t           *base;     // [n] shard's offset in d_w (floats)
-	size_t           *len;      // [n] elements
-	uint32_t         *tensor;   // [n]
-	uint64_t         *offset;   // [n] first element within the tensor
-	size_t            max_len;  // largest shard
-	size_t            code_len; // bytes of a delta of the largest shard
-	uint8_t          *h_stage;  // pinned staging for codes and fulls
-	uint8_t          *d_stage;  // its device twin
-	size_t            stage_cap, stage_off;
-	uint32_t         *d_tab; // crc.h slice-by-4 tables (1024)
-	uint32_t         *d_crc; // per-chunk CRCs of one shard
-	uint32_t         *h_crc; // pinned
-	char              err[256];
+struct fcuda__devpull {
+	struct fcuda__dctx   ctx;
+	struct fcuda__dcodec codec;
+	cudaStream_t         s;
+	float               *d_w; // the reference: the backend's weights
+	size_t               n;
+	size_t              *base;     // [n] shard's offset in d_w (floats)
+	size_t              *len;      // [n] elements
+	uint32_t            *tensor;   // [n]
+	uint64_t            *offset;   // [n] first element within the tensor
+	size_t               max_len;  // largest shard
+	size_t               code_len; // bytes of a delta of the largest shard
+	uint8_t             *h_stage;  // pinned staging for codes and fulls
+	uint8_t             *d_stage;  // its device twin
+	size_t               stage_cap, stage_off;
+	uint32_t            *d_tab; // crc.h slice-by-4 tables (1024)
+	uint32_t            *d_crc; // per-chunk CRCs of one shard
+	uint32_t            *h_crc; // pinned
+	char                 err[256];
 };
 
-// k_crc_chunks: out[c] = CRC-32 of chunk c (TR_CRC_CHUNK bytes, the last
+// k_crc_chunks: out[c] = CRC-32 of chunk c (FCUDA_CRC_CHUNK bytes, the last
 // one shorter) of the n_words words at w; one thread per chunk, the
 // tables in shared memory.
 __global__ static void
@@ -49,16 +49,16 @@ k_crc_chunks(const uint32_t *tab, const uint32_t *w, size_t n_words,
 	if (c >= n_chunks) {
 		return;
 	}
-	size_t per = TR_CRC_CHUNK / 4, first = c * per;
+	size_t per = FCUDA_CRC_CHUNK / 4, first = c * per;
 	size_t m = n_words - first < per ? n_words - first : per;
-	out[c]   = tr__crc_words(t, w + first, m);
+	out[c]   = fcuda__crc_words(t, w + first, m);
 }
 
-static int set_err(struct tr__devpull *d, int rv, const char *fmt, ...)
+static int set_err(struct fcuda__devpull *d, int rv, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 static int
-set_err(struct tr__devpull *d, int rv, const char *fmt, ...)
+set_err(struct fcuda__devpull *d, int rv, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -68,14 +68,14 @@ set_err(struct tr__devpull *d, int rv, const char *fmt, ...)
 }
 
 extern "C" int
-tr__devpull_supported(uint32_t codec_id)
+fcuda__devpull_supported(uint32_t codec_id)
 {
-	struct tr__dcodec c = { codec_id, 512 };
-	return tr__dcodec_valid(&c) == FB_OK;
+	struct fcuda__dcodec c = { codec_id, 512 };
+	return fcuda__dcodec_valid(&c) == FB_OK;
 }
 
 extern "C" void
-tr__devpull_close(struct tr__devpull *d)
+fcuda__devpull_close(struct fcuda__devpull *d)
 {
 	if (d == NULL) {
 		return;
@@ -83,7 +83,7 @@ tr__devpull_close(struct tr__devpull *d)
 	if (d->ctx.d_flag != NULL) {
 		cudaStreamSynchronize(d->s); // nothing may still read buffers
 	}
-	tr__dctx_fini(&d->ctx);
+	fcuda__dctx_fini(&d->ctx);
 	cudaFreeHost(d->h_stage);
 	cudaFree(d->d_stage);
 	cudaFree(d->d_tab);
@@ -98,21 +98,21 @@ tr__devpull_close(struct tr__devpull *d)
 }
 
 extern "C" int
-tr__devpull_open(float *d_w, void *stream, const struct ferry_shard *sh,
+fcuda__devpull_open(float *d_w, void *stream, const struct ferry_shard *sh,
     size_t n, uint32_t codec_id, uint32_t bucket, const size_t *tensor_base,
-    struct tr__devpull **out, char *err, size_t errlen)
+    struct fcuda__devpull **out, char *err, size_t errlen)
 {
-	struct tr__devpull *d;
-	uint32_t            tab[1024];
-	size_t              chunks;
-	int                 rv;
+	struct fcuda__devpull *d;
+	uint32_t               tab[1024];
+	size_t                 chunks;
+	int                    rv;
 
 	if (d_w == NULL || sh == NULL || n == 0 || tensor_base == NULL ||
 	    out == NULL) {
 		snprintf(err, errlen, "device pull: bad arguments");
 		return FB_EINVAL;
 	}
-	if ((d = (struct tr__devpull *) fb_zalloc(sizeof(*d))) == NULL) {
+	if ((d = (struct fcuda__devpull *) fb_zalloc(sizeof(*d))) == NULL) {
 		return FB_ENOMEM;
 	}
 	d->codec.id     = codec_id;
@@ -120,8 +120,8 @@ tr__devpull_open(float *d_w, void *stream, const struct ferry_shard *sh,
 	d->s            = (cudaStream_t) stream;
 	d->d_w          = d_w;
 	d->n            = n;
-	if (!tr__devpull_supported(codec_id) ||
-	    tr__dcodec_valid(&d->codec) != FB_OK) {
+	if (!fcuda__devpull_supported(codec_id) ||
+	    fcuda__dcodec_valid(&d->codec) != FB_OK) {
 		snprintf(err, errlen,
 		    "pull codec %u cannot be decoded on the "
 		    "device (use none, fp16, bf16, q8, q4 or q2)",
@@ -135,7 +135,7 @@ tr__devpull_open(float *d_w, void *stream, const struct ferry_shard *sh,
 	d->offset = (uint64_t *) fb_alloc(n * sizeof(uint64_t));
 	if (d->base == NULL || d->len == NULL || d->tensor == NULL ||
 	    d->offset == NULL) {
-		tr__devpull_close(d);
+		fcuda__devpull_close(d);
 		return FB_ENOMEM;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -145,22 +145,22 @@ tr__devpull_open(float *d_w, void *stream, const struct ferry_shard *sh,
 		d->offset[i] = sh[i].offset;
 		d->max_len   = sh[i].len > d->max_len ? sh[i].len : d->max_len;
 	}
-	// Deltas: a chain of TR_DEVPULL_CHAIN of the largest shard, each
+	// Deltas: a chain of FCUDA_DEVPULL_CHAIN of the largest shard, each
 	// 4-aligned (decode_add wants aligned input). Fulls go through the
 	// same buffer in slices, so without a pull codec (fulls only) a
 	// smaller one does.
-	d->code_len = tr__dcodec_bound(&d->codec, d->max_len);
-	if (codec_id == TR_DC_NONE) {
+	d->code_len = fcuda__dcodec_bound(&d->codec, d->max_len);
+	if (codec_id == FCUDA_DC_NONE) {
 		d->stage_cap = d->code_len < (4u << 20) ? d->code_len
 		                                        : (4u << 20);
 	} else {
-		d->stage_cap = TR_DEVPULL_CHAIN *
+		d->stage_cap = FCUDA_DEVPULL_CHAIN *
 		    ((d->code_len + 3) & ~(size_t) 3);
 	}
 	d->stage_cap = (d->stage_cap + 3) & ~(size_t) 3;
-	chunks       = (d->max_len * 4 + TR_CRC_CHUNK - 1) / TR_CRC_CHUNK;
-	tr__crc_tables(tab);
-	if ((rv = tr__dctx_init(&d->ctx, stream)) != FB_OK ||
+	chunks = (d->max_len * 4 + FCUDA_CRC_CHUNK - 1) / FCUDA_CRC_CHUNK;
+	fcuda__crc_tables(tab);
+	if ((rv = fcuda__dctx_init(&d->ctx, stream)) != FB_OK ||
 	    cudaMallocHost((void **) &d->h_stage, d->stage_cap) !=
 	        cudaSuccess ||
 	    cudaMalloc((void **) &d->d_stage, d->stage_cap) != cudaSuccess ||
@@ -173,7 +173,7 @@ tr__devpull_open(float *d_w, void *stream, const struct ferry_shard *sh,
 		    "cannot allocate device pull buffers "
 		    "(%zu staging bytes, %zu chunk CRCs)",
 		    d->stage_cap, chunks);
-		tr__devpull_close(d);
+		fcuda__devpull_close(d);
 		return rv != FB_OK ? rv : FB_ENOMEM;
 	}
 	*out = d;
@@ -185,10 +185,10 @@ tr__devpull_open(float *d_w, void *stream, const struct ferry_shard *sh,
 // covers every decode enqueued before: the codec context's flag is
 // checked (and cleared) at the same time, into *dec.
 static int
-chunk_crc(struct tr__devpull *d, const float *d_x, size_t n, uint32_t *crc,
+chunk_crc(struct fcuda__devpull *d, const float *d_x, size_t n, uint32_t *crc,
     int *dec)
 {
-	size_t chunks = (n * 4 + TR_CRC_CHUNK - 1) / TR_CRC_CHUNK;
+	size_t chunks = (n * 4 + FCUDA_CRC_CHUNK - 1) / FCUDA_CRC_CHUNK;
 	if (chunks > 0) {
 		unsigned blocks = (unsigned) ((chunks + CRC_THREADS - 1) /
 		    CRC_THREADS);
@@ -200,17 +200,17 @@ chunk_crc(struct tr__devpull *d, const float *d_x, size_t n, uint32_t *crc,
 			return FB_ETRANSPORT;
 		}
 	}
-	*dec         = tr__dctx_check(&d->ctx); // waits for the stream
+	*dec         = fcuda__dctx_check(&d->ctx); // waits for the stream
 	d->stage_off = 0;
 	if (*dec == FB_ETRANSPORT) {
 		return FB_ETRANSPORT;
 	}
-	*crc = tr__crc32_fold(d->h_crc, n * 4);
+	*crc = fcuda__crc32_fold(d->h_crc, n * 4);
 	return FB_OK;
 }
 
 extern "C" int
-tr__devpull_crc(struct tr__devpull *d, const float *d_x, size_t n,
+fcuda__devpull_crc(struct fcuda__devpull *d, const float *d_x, size_t n,
     uint32_t *crc)
 {
 	int dec, rv;
@@ -225,7 +225,7 @@ tr__devpull_crc(struct tr__devpull *d, const float *d_x, size_t n,
 
 // shard_ok checks a piece against the layout given to open.
 static int
-shard_ok(struct tr__devpull *d, const struct ferry_pull_piece *p)
+shard_ok(struct fcuda__devpull *d, const struct ferry_pull_piece *p)
 {
 	if (p->shard >= d->n || p->len != d->len[p->shard] ||
 	    p->tensor != d->tensor[p->shard] ||
@@ -241,8 +241,8 @@ shard_ok(struct tr__devpull *d, const struct ferry_pull_piece *p)
 static int
 sink_full(void *arg, const struct ferry_pull_piece *p)
 {
-	struct tr__devpull *d = (struct tr__devpull *) arg;
-	uint8_t            *dst;
+	struct fcuda__devpull *d = (struct fcuda__devpull *) arg;
+	uint8_t               *dst;
 	if (!shard_ok(d, p)) {
 		return FERRY_ESINK;
 	}
@@ -252,7 +252,7 @@ sink_full(void *arg, const struct ferry_pull_piece *p)
 	}
 	// A chain abandoned mid-way (this is its resync) may have left
 	// decodes and a flag behind: wait, and forget them.
-	if (tr__dctx_check(&d->ctx) == FB_ETRANSPORT) {
+	if (fcuda__dctx_check(&d->ctx) == FB_ETRANSPORT) {
 		return set_err(d, FERRY_ESINK,
 		    "CUDA error before the full copy of shard %u: %s",
 		    p->shard, cudaGetErrorString(cudaGetLastError()));
@@ -278,13 +278,13 @@ sink_full(void *arg, const struct ferry_pull_piece *p)
 static int
 sink_delta(void *arg, const struct ferry_pull_piece *p)
 {
-	struct tr__devpull *d = (struct tr__devpull *) arg;
-	size_t              need;
+	struct fcuda__devpull *d = (struct fcuda__devpull *) arg;
+	size_t                 need;
 	if (!shard_ok(d, p)) {
 		return FERRY_ESINK;
 	}
 	if (p->codec != d->codec.id || p->bucket != d->codec.bucket ||
-	    p->bytes != tr__dcodec_bound(&d->codec, p->len)) {
+	    p->bytes != fcuda__dcodec_bound(&d->codec, p->len)) {
 		return set_err(d, FERRY_EPROTO,
 		    "delta for shard %u: codec %u "
 		    "bucket %u, %llu bytes; expected codec %u bucket %u",
@@ -306,7 +306,7 @@ sink_delta(void *arg, const struct ferry_pull_piece *p)
 	if (cudaMemcpyAsync(d->d_stage + d->stage_off,
 	        d->h_stage + d->stage_off, p->bytes, cudaMemcpyHostToDevice,
 	        d->s) != cudaSuccess ||
-	    tr__dcodec_decode_add(&d->ctx, &d->codec,
+	    fcuda__dcodec_decode_add(&d->ctx, &d->codec,
 	        d->d_stage + d->stage_off, p->bytes, p->len,
 	        d->d_w + d->base[p->shard]) != FB_OK) {
 		return set_err(d, FERRY_ESINK,
@@ -320,9 +320,9 @@ sink_delta(void *arg, const struct ferry_pull_piece *p)
 static int
 sink_check(void *arg, uint32_t shard, uint64_t version, uint32_t crc)
 {
-	struct tr__devpull *d   = (struct tr__devpull *) arg;
-	uint32_t            got = 0;
-	int                 dec;
+	struct fcuda__devpull *d   = (struct fcuda__devpull *) arg;
+	uint32_t               got = 0;
+	int                    dec;
 	if (shard >= d->n) {
 		return set_err(d, FERRY_ESINK, "check of unknown shard %u",
 		    shard);
@@ -349,7 +349,7 @@ sink_check(void *arg, uint32_t shard, uint64_t version, uint32_t crc)
 }
 
 extern "C" void
-tr__devpull_sink(struct tr__devpull *d, struct ferry_pull_sink *sink)
+fcuda__devpull_sink(struct fcuda__devpull *d, struct ferry_pull_sink *sink)
 {
 	sink->full  = sink_full;
 	sink->delta = sink_delta;
@@ -358,13 +358,13 @@ tr__devpull_sink(struct tr__devpull *d, struct ferry_pull_sink *sink)
 }
 
 extern "C" const char *
-tr__devpull_error(const struct tr__devpull *d)
+fcuda__devpull_error(const struct fcuda__devpull *d)
 {
 	return d != NULL ? d->err : "";
 }
 
 extern "C" int
-tr__devpull_fetch(struct tr__devpull *d, float *const *w)
+fcuda__devpull_fetch(struct fcuda__devpull *d, float *const *w)
 {
 	if (cudaStreamSynchronize(d->s) != cudaSuccess) {
 		return FB_ETRANSPORT;

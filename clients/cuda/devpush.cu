@@ -6,13 +6,13 @@
 #include "devpush.h"
 #include "fb/fb.h"
 
-struct tr__devpush {
-	struct tr__dctx   ctx;
-	struct tr__dcodec codec;
-	size_t            n;
-	float            *d_resid; // one residual per shard element
-	size_t           *res_off; // [n] offset in d_resid
-	size_t           *src_off; // [n] offset in the gradient block
+struct fcuda__devpush {
+	struct fcuda__dctx   ctx;
+	struct fcuda__dcodec codec;
+	size_t               n;
+	float               *d_resid; // one residual per shard element
+	size_t              *res_off; // [n] offset in d_resid
+	size_t              *src_off; // [n] offset in the gradient block
 	size_t  *code_off; // [n] offset in the code buffers (4-aligned)
 	size_t  *code_len; // [n]
 	size_t  *len;      // [n] elements
@@ -22,19 +22,19 @@ struct tr__devpush {
 };
 
 extern "C" int
-tr__devpush_supported(uint32_t codec_id)
+fcuda__devpush_supported(uint32_t codec_id)
 {
-	struct tr__dcodec c = { codec_id, 512 };
-	return codec_id != TR_DC_NONE && tr__dcodec_valid(&c) == FB_OK;
+	struct fcuda__dcodec c = { codec_id, 512 };
+	return codec_id != FCUDA_DC_NONE && fcuda__dcodec_valid(&c) == FB_OK;
 }
 
 extern "C" void
-tr__devpush_close(struct tr__devpush *d)
+fcuda__devpush_close(struct fcuda__devpush *d)
 {
 	if (d == NULL) {
 		return;
 	}
-	tr__dctx_fini(&d->ctx);
+	fcuda__dctx_fini(&d->ctx);
 	cudaFree(d->d_resid);
 	cudaFree(d->d_codes);
 	cudaFreeHost(d->h_codes);
@@ -47,22 +47,22 @@ tr__devpush_close(struct tr__devpush *d)
 }
 
 extern "C" int
-tr__devpush_open(void *stream, const struct ferry_shard *sh, size_t n,
+fcuda__devpush_open(void *stream, const struct ferry_shard *sh, size_t n,
     uint32_t codec_id, uint32_t bucket, const size_t *tensor_base,
-    struct tr__devpush **out, char *err, size_t errlen)
+    struct fcuda__devpush **out, char *err, size_t errlen)
 {
-	struct tr__devpush *d;
-	size_t              elems = 0, codes = 0;
-	int                 rv;
+	struct fcuda__devpush *d;
+	size_t                 elems = 0, codes = 0;
+	int                    rv;
 
-	if ((d = (struct tr__devpush *) fb_zalloc(sizeof(*d))) == NULL) {
+	if ((d = (struct fcuda__devpush *) fb_zalloc(sizeof(*d))) == NULL) {
 		return FB_ENOMEM;
 	}
 	d->codec.id     = codec_id;
 	d->codec.bucket = bucket;
 	d->n            = n;
-	if (!tr__devpush_supported(codec_id) ||
-	    tr__dcodec_valid(&d->codec) != FB_OK) {
+	if (!fcuda__devpush_supported(codec_id) ||
+	    fcuda__dcodec_valid(&d->codec) != FB_OK) {
 		snprintf(err, errlen,
 		    "push codec %u cannot be encoded on the "
 		    "device (use fp16, bf16, q8, q4 or q2)",
@@ -77,14 +77,14 @@ tr__devpush_open(void *stream, const struct ferry_shard *sh, size_t n,
 	d->len      = (size_t *) fb_alloc(n * sizeof(size_t));
 	if (d->res_off == NULL || d->src_off == NULL || d->code_off == NULL ||
 	    d->code_len == NULL || d->len == NULL) {
-		tr__devpush_close(d);
+		fcuda__devpush_close(d);
 		return FB_ENOMEM;
 	}
 	for (size_t i = 0; i < n; i++) {
 		d->res_off[i]  = elems;
 		d->src_off[i]  = tensor_base[sh[i].tensor] + sh[i].offset;
 		d->code_off[i] = codes;
-		d->code_len[i] = tr__dcodec_bound(&d->codec, sh[i].len);
+		d->code_len[i] = fcuda__dcodec_bound(&d->codec, sh[i].len);
 		d->len[i]      = sh[i].len;
 		if (d->code_len[i] != sh[i].code_bytes) {
 			snprintf(err, errlen,
@@ -92,14 +92,14 @@ tr__devpush_open(void *stream, const struct ferry_shard *sh, size_t n,
 			    "differs from libferry's %llu",
 			    i, d->code_len[i],
 			    (unsigned long long) sh[i].code_bytes);
-			tr__devpush_close(d);
+			fcuda__devpush_close(d);
 			return FB_EINVAL;
 		}
 		elems += sh[i].len;
 		codes += (d->code_len[i] + 3) & ~(size_t) 3; // keep 4-aligned
 	}
 	d->total_codes = codes;
-	if ((rv = tr__dctx_init(&d->ctx, stream)) != FB_OK ||
+	if ((rv = fcuda__dctx_init(&d->ctx, stream)) != FB_OK ||
 	    cudaMalloc((void **) &d->d_resid, elems * sizeof(float) + 4) !=
 	        cudaSuccess ||
 	    cudaMemset(d->d_resid, 0, elems * sizeof(float) + 4) !=
@@ -110,7 +110,7 @@ tr__devpush_open(void *stream, const struct ferry_shard *sh, size_t n,
 		    "cannot allocate device push buffers "
 		    "(%zu floats, %zu code bytes)",
 		    elems, codes);
-		tr__devpush_close(d);
+		fcuda__devpush_close(d);
 		return rv != FB_OK ? rv : FB_ENOMEM;
 	}
 	*out = d;
@@ -118,14 +118,14 @@ tr__devpush_open(void *stream, const struct ferry_shard *sh, size_t n,
 }
 
 extern "C" int
-tr__devpush_encode(struct tr__devpush *d, const float *d_grad,
+fcuda__devpush_encode(struct fcuda__devpush *d, const float *d_grad,
     const uint8_t **codes)
 {
 	int rv;
 	// Everything is enqueued on the caller's stream, after the gradient:
 	// one encode per shard, then a single copy of all the codes.
 	for (size_t i = 0; i < d->n; i++) {
-		rv = tr__dcodec_ef_encode(&d->ctx, &d->codec,
+		rv = fcuda__dcodec_ef_encode(&d->ctx, &d->codec,
 		    d_grad + d->src_off[i], d->d_resid + d->res_off[i],
 		    d->len[i], d->d_codes + d->code_off[i]);
 		if (rv != FB_OK) {
@@ -140,7 +140,7 @@ tr__devpush_encode(struct tr__devpush *d, const float *d_grad,
 	// Waits for the copy and reports a non-finite gradient (then the
 	// step must be abandoned: shards before the bad one have moved their
 	// residuals).
-	if ((rv = tr__dctx_check(&d->ctx)) != FB_OK) {
+	if ((rv = fcuda__dctx_check(&d->ctx)) != FB_OK) {
 		return rv;
 	}
 	for (size_t i = 0; i < d->n; i++) {

@@ -15,23 +15,23 @@
 #include "ferry/ferry_cuda.h"
 
 struct ferry_cuda {
-	ferry_client       *c;
-	float              *d_w, *d_g;
-	cudaStream_t        s;
-	int                 device;
-	size_t              n_tensors;
-	size_t             *base; // [n_tensors] offset of tensor t in d_w, d_g
-	size_t              total; // floats in d_w (and d_g)
+	ferry_client *c;
+	float        *d_w, *d_g;
+	cudaStream_t  s;
+	int           device;
+	size_t        n_tensors;
+	size_t       *base;  // [n_tensors] offset of tensor t in d_w, d_g
+	size_t        total; // floats in d_w (and d_g)
 	// One page-locked buffer stages both directions on the host path:
 	// the gradient goes out of it and the weights come back into it
 	// (ferry_client_push_pull accepts g == w).
-	float              *h_stage;
-	float             **h_t; // [n_tensors] tensor t in h_stage
-	struct tr__devpush *push;
-	const uint8_t     **codes; // [n shards] from tr__devpush_encode
-	struct tr__devpull *pull;  // NULL: pulls go through h_stage
-	uint32_t            push_codec, push_bucket;
-	char                err[256];
+	float        *h_stage;
+	float       **h_t; // [n_tensors] tensor t in h_stage
+	struct fcuda__devpush *push;
+	const uint8_t        **codes; // [n shards] from fcuda__devpush_encode
+	struct fcuda__devpull *pull;  // NULL: pulls go through h_stage
+	uint32_t               push_codec, push_bucket;
+	char                   err[256];
 };
 
 // The reason of the calling thread's last failed ferry_cuda_open, which
@@ -88,7 +88,7 @@ static int
 client_fail(ferry_cuda *x, const char *what, int fe)
 {
 	const char *why = x->pull != NULL && fe == FERRY_ESINK
-	    ? tr__devpull_error(x->pull)
+	    ? fcuda__devpull_error(x->pull)
 	    : ferry_client_last_error(x->c);
 	if (why == NULL || why[0] == '\0') {
 		return set_err(x, fe, "%s", what);
@@ -149,8 +149,8 @@ open_device_halves(ferry_cuda *x, const struct ferry_shard *sh, size_t ns)
 	uint32_t               pid, pbucket;
 	int                    rv, fe;
 
-	if (tr__devpush_supported(x->push_codec)) {
-		if ((rv = tr__devpush_open(x->s, sh, ns, x->push_codec,
+	if (fcuda__devpush_supported(x->push_codec)) {
+		if ((rv = fcuda__devpush_open(x->s, sh, ns, x->push_codec,
 		         x->push_bucket, x->base, &x->push, x->err,
 		         sizeof(x->err))) != FB_OK) {
 			return from_fb(rv);
@@ -162,14 +162,14 @@ open_device_halves(ferry_cuda *x, const struct ferry_shard *sh, size_t ns)
 	if ((fe = ferry_client_pull_codec(x->c, &pid, &pbucket)) != FERRY_OK) {
 		return client_fail(x, "pull codec", fe);
 	}
-	if (!tr__devpull_supported(pid)) {
+	if (!fcuda__devpull_supported(pid)) {
 		return FERRY_OK;
 	}
-	if ((rv = tr__devpull_open(x->d_w, x->s, sh, ns, pid, pbucket, x->base,
-	         &x->pull, x->err, sizeof(x->err))) != FB_OK) {
+	if ((rv = fcuda__devpull_open(x->d_w, x->s, sh, ns, pid, pbucket,
+	         x->base, &x->pull, x->err, sizeof(x->err))) != FB_OK) {
 		return from_fb(rv);
 	}
-	tr__devpull_sink(x->pull, &sink);
+	fcuda__devpull_sink(x->pull, &sink);
 	if ((fe = ferry_client_set_pull_sink(x->c, &sink)) != FERRY_OK) {
 		return client_fail(x, "set_pull_sink", fe);
 	}
@@ -325,13 +325,13 @@ reopen_push(ferry_cuda *x)
 	const struct ferry_shard *sh;
 	size_t                    ns;
 	int                       rv;
-	tr__devpush_close(x->push);
+	fcuda__devpush_close(x->push);
 	x->push = NULL;
 	if ((rv = ferry_client_shards(x->c, &sh, &ns, &x->push_codec,
 	         &x->push_bucket)) != FERRY_OK) {
 		return client_fail(x, "shards", rv);
 	}
-	rv = tr__devpush_open(x->s, sh, ns, x->push_codec, x->push_bucket,
+	rv = fcuda__devpush_open(x->s, sh, ns, x->push_codec, x->push_bucket,
 	    x->base, &x->push, x->err, sizeof(x->err));
 	return from_fb(rv);
 }
@@ -342,7 +342,7 @@ static int
 push_pull_device(ferry_cuda *x, uint32_t n_samples)
 {
 	int rv, fe;
-	if ((rv = tr__devpush_encode(x->push, x->d_g, x->codes)) != FB_OK) {
+	if ((rv = fcuda__devpush_encode(x->push, x->d_g, x->codes)) != FB_OK) {
 		return set_err(x, from_fb(rv), "%s",
 		    rv == FB_EINVAL
 		        ? "a non-finite gradient (step abandoned)"
@@ -405,8 +405,8 @@ ferry_cuda_close(ferry_cuda *x)
 	if (x->h_stage != NULL) {
 		cudaStreamSynchronize(x->s);
 	}
-	tr__devpull_close(x->pull);
-	tr__devpush_close(x->push);
+	fcuda__devpull_close(x->pull);
+	fcuda__devpush_close(x->push);
 	cudaFreeHost(x->h_stage);
 	cudaGetLastError();
 	free(x->codes);

@@ -68,9 +68,9 @@ fill(float *x, size_t n, uint64_t seed)
 }
 
 struct dev {
-	struct tr__dctx ctx;
-	float          *x, *e, *acc;
-	uint8_t        *out;
+	struct fcuda__dctx ctx;
+	float             *x, *e, *acc;
+	uint8_t           *out;
 };
 
 static void
@@ -86,7 +86,7 @@ dev_open(struct dev *d)
 	ck_assert_int_eq(cudaMalloc((void **) &d->acc, MAXN * 4 + 4),
 	    cudaSuccess);
 	ck_assert_int_eq(cudaMalloc((void **) &d->out, cap), cudaSuccess);
-	PT_OK(tr__dctx_init(&d->ctx, NULL));
+	PT_OK(fcuda__dctx_init(&d->ctx, NULL));
 }
 
 static void
@@ -96,7 +96,7 @@ dev_close(struct dev *d)
 	cudaFree(d->e);
 	cudaFree(d->acc);
 	cudaFree(d->out);
-	tr__dctx_fini(&d->ctx);
+	fcuda__dctx_fini(&d->ctx);
 }
 
 static void
@@ -129,10 +129,10 @@ START_TEST(test_dcodec_matches_cpu)
 	for (size_t ci = 0; ci < sizeof(ids) / sizeof(ids[0]); ci++) {
 		for (size_t bi = 0; bi < sizeof(buckets) / sizeof(buckets[0]);
 		     bi++) {
-			struct comp_codec cc = COMP_CODEC_INIT;
-			cc.id                = ids[ci];
-			cc.bucket            = buckets[bi];
-			struct tr__dcodec dc = { ids[ci], buckets[bi] };
+			struct comp_codec cc    = COMP_CODEC_INIT;
+			cc.id                   = ids[ci];
+			cc.bucket               = buckets[bi];
+			struct fcuda__dcodec dc = { ids[ci], buckets[bi] };
 			if (ids[ci] <= COMP_BF16 && bi > 0) {
 				continue; // the bucket does not matter there
 			}
@@ -149,7 +149,7 @@ START_TEST(test_dcodec_matches_cpu)
 				snprintf(what, sizeof(what),
 				    "%s bucket %u n %zu off %zu",
 				    comp_codec_name(cc.id), cc.bucket, n, off);
-				ck_assert_uint_eq(tr__dcodec_bound(&dc, n),
+				ck_assert_uint_eq(fcuda__dcodec_bound(&dc, n),
 				    need);
 				fill(x, n, 1000 * ci + 10 * bi + li);
 				// the formats that refuse nothing see a NaN
@@ -161,9 +161,9 @@ START_TEST(test_dcodec_matches_cpu)
 				PT_OK(comp_encode(&cc, x, n, NULL, bc,
 				    sizeof(bc), &len));
 				up(dx, x, n * 4);
-				PT_OK(tr__dcodec_encode(&d.ctx, &dc, dx, n,
+				PT_OK(fcuda__dcodec_encode(&d.ctx, &dc, dx, n,
 				    d.out));
-				PT_OK(tr__dctx_check(&d.ctx));
+				PT_OK(fcuda__dctx_check(&d.ctx));
 				down(bg, d.out, need);
 				ck_assert_msg(memcmp(bc, bg, need) == 0,
 				    "encode differs: %s", what);
@@ -184,9 +184,9 @@ START_TEST(test_dcodec_matches_cpu)
 				PT_OK(comp_decode_add(&cc, bc, need, n, accc));
 				up(dacc, acc, n * 4);
 				up(d.out, bc, need);
-				PT_OK(tr__dcodec_decode_add(&d.ctx, &dc, d.out,
-				    need, n, dacc));
-				PT_OK(tr__dctx_check(&d.ctx));
+				PT_OK(fcuda__dcodec_decode_add(&d.ctx, &dc,
+				    d.out, need, n, dacc));
+				PT_OK(fcuda__dctx_check(&d.ctx));
 				down(accg, dacc, n * 4);
 				ck_assert_msg(memcmp(accc, accg, n * 4) == 0,
 				    "decode_add differs: %s", what);
@@ -204,9 +204,9 @@ START_TEST(test_dcodec_matches_cpu)
 				    sizeof(bc), &len));
 				up(dx, x, n * 4);
 				up(de, e, n * 4);
-				PT_OK(tr__dcodec_ef_encode(&d.ctx, &dc, dx, de,
-				    n, d.out));
-				PT_OK(tr__dctx_check(&d.ctx));
+				PT_OK(fcuda__dcodec_ef_encode(&d.ctx, &dc, dx,
+				    de, n, d.out));
+				PT_OK(fcuda__dctx_check(&d.ctx));
 				down(bg, d.out, need);
 				down(eg, de, n * 4);
 				ck_assert_msg(memcmp(bc, bg, need) == 0,
@@ -236,11 +236,11 @@ START_TEST(test_dcodec_bogus)
 	fill(x, 13, 3);
 	fill(acc, 13, 4);
 	for (uint32_t id = COMP_Q8; id <= COMP_Q2; id++) {
-		struct comp_codec cc = COMP_CODEC_INIT;
-		struct tr__dcodec dc = { id, 5 };
-		cc.id                = id;
-		cc.bucket            = 5;
-		size_t need          = comp_bound(&cc, 13);
+		struct comp_codec    cc = COMP_CODEC_INIT;
+		struct fcuda__dcodec dc = { id, 5 };
+		cc.id                   = id;
+		cc.bucket               = 5;
+		size_t need             = comp_bound(&cc, 13);
 		// q8's 13 codes fill whole bytes: no padding to corrupt
 		for (int kind = 0; kind < (id == COMP_Q8 ? 2 : 3); kind++) {
 			PT_OK(
@@ -259,48 +259,52 @@ START_TEST(test_dcodec_bogus)
 			    FB_EPROTO);
 			up(d.acc, acc, 13 * 4);
 			up(d.out, b, need);
-			PT_OK(tr__dcodec_decode_add(&d.ctx, &dc, d.out, need,
-			    13, d.acc));
-			PT_FAIL(tr__dctx_check(&d.ctx), FB_EPROTO);
+			PT_OK(fcuda__dcodec_decode_add(&d.ctx, &dc, d.out,
+			    need, 13, d.acc));
+			PT_FAIL(fcuda__dctx_check(&d.ctx), FB_EPROTO);
 			down(got, d.acc, 13 * 4);
 			ck_assert_int_eq(memcmp(got, acc, 13 * 4), 0);
 		}
-		PT_FAIL(tr__dcodec_decode_add(&d.ctx, &dc, d.out, need - 1, 13,
-		            d.acc),
+		PT_FAIL(fcuda__dcodec_decode_add(&d.ctx, &dc, d.out, need - 1,
+		            13, d.acc),
 		    FB_EPROTO);
 		// non-finite: encode refuses, ef_encode leaves e alone
 		x[7] = INFINITY;
 		up(d.x, x, 13 * 4);
-		PT_OK(tr__dcodec_encode(&d.ctx, &dc, d.x, 13, d.out));
-		PT_FAIL(tr__dctx_check(&d.ctx), FB_EINVAL);
+		PT_OK(fcuda__dcodec_encode(&d.ctx, &dc, d.x, 13, d.out));
+		PT_FAIL(fcuda__dctx_check(&d.ctx), FB_EINVAL);
 		x[7] = 1.0f;
-		PT_OK(tr__dctx_check(&d.ctx)); // the flag was cleared
+		PT_OK(fcuda__dctx_check(&d.ctx)); // the flag was cleared
 	}
 	for (uint32_t id = COMP_NONE; id <= COMP_Q2; id++) {
-		struct tr__dcodec dc = { id, 4 };
+		struct fcuda__dcodec dc = { id, 4 };
 		fill(e, 13, 9);
 		x[2] = NAN;
 		up(d.x, x, 13 * 4);
 		up(d.e, e, 13 * 4);
-		PT_OK(tr__dcodec_ef_encode(&d.ctx, &dc, d.x, d.e, 13, d.out));
-		PT_FAIL(tr__dctx_check(&d.ctx), FB_EINVAL);
+		PT_OK(
+		    fcuda__dcodec_ef_encode(&d.ctx, &dc, d.x, d.e, 13, d.out));
+		PT_FAIL(fcuda__dctx_check(&d.ctx), FB_EINVAL);
 		down(got, d.e, 13 * 4);
 		ck_assert_int_eq(memcmp(got, e, 13 * 4), 0);
 		x[2] = 0.5f;
 	}
-	struct tr__dcodec sign = { COMP_SIGN, 4 }, bad = { 99, 4 },
-	                  q0 = { COMP_Q8, 0 };
-	PT_FAIL(tr__dcodec_encode(&d.ctx, &sign, d.x, 13, d.out), FB_EUNSUPP);
-	PT_FAIL(tr__dcodec_encode(&d.ctx, &bad, d.x, 13, d.out), FB_EINVAL);
-	PT_FAIL(tr__dcodec_encode(&d.ctx, &q0, d.x, 13, d.out), FB_EINVAL);
-	PT_FAIL(tr__dcodec_encode(&d.ctx, &sign, NULL, 13, d.out), FB_EUNSUPP);
-	struct tr__dcodec q8 = { COMP_Q8, 4 };
-	PT_FAIL(tr__dcodec_encode(&d.ctx, &q8, d.x, 13, d.out + 1), FB_EINVAL);
-	PT_FAIL(tr__dcodec_encode(&d.ctx, &q8, NULL, 13, d.out), FB_EINVAL);
-	PT_FAIL(tr__dcodec_ef_encode(&d.ctx, &q8, d.x, NULL, 13, d.out),
+	struct fcuda__dcodec sign = { COMP_SIGN, 4 }, bad = { 99, 4 },
+	                     q0 = { COMP_Q8, 0 };
+	PT_FAIL(fcuda__dcodec_encode(&d.ctx, &sign, d.x, 13, d.out),
+	    FB_EUNSUPP);
+	PT_FAIL(fcuda__dcodec_encode(&d.ctx, &bad, d.x, 13, d.out), FB_EINVAL);
+	PT_FAIL(fcuda__dcodec_encode(&d.ctx, &q0, d.x, 13, d.out), FB_EINVAL);
+	PT_FAIL(fcuda__dcodec_encode(&d.ctx, &sign, NULL, 13, d.out),
+	    FB_EUNSUPP);
+	struct fcuda__dcodec q8 = { COMP_Q8, 4 };
+	PT_FAIL(fcuda__dcodec_encode(&d.ctx, &q8, d.x, 13, d.out + 1),
 	    FB_EINVAL);
-	ck_assert_uint_eq(tr__dcodec_bound(&bad, 13), 0);
-	PT_OK(tr__dctx_check(&d.ctx));
+	PT_FAIL(fcuda__dcodec_encode(&d.ctx, &q8, NULL, 13, d.out), FB_EINVAL);
+	PT_FAIL(fcuda__dcodec_ef_encode(&d.ctx, &q8, d.x, NULL, 13, d.out),
+	    FB_EINVAL);
+	ck_assert_uint_eq(fcuda__dcodec_bound(&bad, 13), 0);
+	PT_OK(fcuda__dctx_check(&d.ctx));
 	dev_close(&d);
 }
 END_TEST
@@ -320,8 +324,8 @@ START_TEST(test_dcodec_forbidden_anywhere)
 	fill(x, n, 5);
 	fill(acc, n, 6);
 	for (uint32_t id = COMP_Q8; id <= COMP_Q2; id++) {
-		struct comp_codec cc = COMP_CODEC_INIT;
-		struct tr__dcodec dc = { id, 8 };
+		struct comp_codec    cc = COMP_CODEC_INIT;
+		struct fcuda__dcodec dc = { id, 8 };
 		unsigned bits = id == COMP_Q8 ? 8 : id == COMP_Q4 ? 4 : 2;
 		cc.id         = id;
 		cc.bucket     = 8;
@@ -339,9 +343,9 @@ START_TEST(test_dcodec_forbidden_anywhere)
 			    FB_EPROTO);
 			up(d.acc, acc, n * 4);
 			up(d.out, b, need);
-			PT_OK(tr__dcodec_decode_add(&d.ctx, &dc, d.out, need,
-			    n, d.acc));
-			ck_assert_msg(tr__dctx_check(&d.ctx) == FB_EPROTO,
+			PT_OK(fcuda__dcodec_decode_add(&d.ctx, &dc, d.out,
+			    need, n, d.acc));
+			ck_assert_msg(fcuda__dctx_check(&d.ctx) == FB_EPROTO,
 			    "q%u: forbidden code %zu not refused", bits, i);
 			down(got, d.acc, n * 4);
 			ck_assert_int_eq(memcmp(got, acc, n * 4), 0);
@@ -355,18 +359,18 @@ END_TEST
 // bad codecs are refused (no device needed: runs on every machine).
 START_TEST(test_dcodec_bound)
 {
-	struct tr__dcodec q4 = { COMP_Q4, 3 }, f16 = { COMP_FP16, 0 };
-	struct comp_codec cc = COMP_CODEC_INIT;
-	cc.id                = COMP_Q4;
-	cc.bucket            = 3;
+	struct fcuda__dcodec q4 = { COMP_Q4, 3 }, f16 = { COMP_FP16, 0 };
+	struct comp_codec    cc = COMP_CODEC_INIT;
+	cc.id                   = COMP_Q4;
+	cc.bucket               = 3;
 	for (size_t n = 0; n < 40; n++) {
-		ck_assert_uint_eq(tr__dcodec_bound(&q4, n),
+		ck_assert_uint_eq(fcuda__dcodec_bound(&q4, n),
 		    comp_bound(&cc, n));
 	}
-	ck_assert_uint_eq(tr__dcodec_bound(&f16, 7), 14);
-	PT_FAIL(tr__dcodec_valid(NULL), FB_EINVAL);
-	PT_OK(tr__dcodec_valid(&f16));
-	tr__dctx_fini(NULL);
+	ck_assert_uint_eq(fcuda__dcodec_bound(&f16, 7), 14);
+	PT_FAIL(fcuda__dcodec_valid(NULL), FB_EINVAL);
+	PT_OK(fcuda__dcodec_valid(&f16));
+	fcuda__dctx_fini(NULL);
 }
 END_TEST
 

@@ -10,7 +10,7 @@
 #include "tr_impl.h"
 #include "trainer_tests.h"
 
-#define MAXF (3 * TR_CRC_CHUNK / 4 + 7)
+#define MAXF (3 * FCUDA_CRC_CHUNK / 4 + 7)
 
 // chunked computes the CRC of n floats the way devpull does.
 static uint32_t
@@ -19,12 +19,12 @@ chunked(const uint32_t *t, const float *x, size_t n)
 	static uint32_t cc[8];
 	size_t          bytes = n * 4;
 	const uint32_t *w     = (const uint32_t *) (const void *) x;
-	for (size_t o = 0, i = 0; o < bytes; o += TR_CRC_CHUNK, i++) {
-		size_t len = bytes - o < TR_CRC_CHUNK ? bytes - o
-		                                      : TR_CRC_CHUNK;
-		cc[i]      = tr__crc_words(t, w + o / 4, len / 4);
+	for (size_t o = 0, i = 0; o < bytes; o += FCUDA_CRC_CHUNK, i++) {
+		size_t len = bytes - o < FCUDA_CRC_CHUNK ? bytes - o
+		                                         : FCUDA_CRC_CHUNK;
+		cc[i]      = fcuda__crc_words(t, w + o / 4, len / 4);
 	}
-	return tr__crc32_fold(cc, bytes);
+	return fcuda__crc32_fold(cc, bytes);
 }
 
 // The table is zlib's (first entries known), and chunked CRCs equal
@@ -36,14 +36,14 @@ START_TEST(test_crc_chunked_equals_zlib)
 	static const size_t ns[] = { 1, 2, 3, 7, 1023, 1024, 1025, 2047, 2048,
 		2049, 3079, MAXF };
 	struct tr_rng       r;
-	tr__crc_tables(t);
+	fcuda__crc_tables(t);
 	ck_assert_uint_eq(t[1], 0x77073096u);
 	ck_assert_uint_eq(t[255], 0x2d02ef8du);
 	tr_rng_seed(&r, 7);
 	for (size_t i = 0; i < MAXF; i++) {
 		x[i] = tr_rng_normal(&r);
 	}
-	ck_assert_uint_eq(tr__crc32_fold(NULL, 0), 0);
+	ck_assert_uint_eq(fcuda__crc32_fold(NULL, 0), 0);
 	for (size_t k = 0; k < sizeof(ns) / sizeof(ns[0]); k++) {
 		uint32_t want = (uint32_t) crc32(0, (const Bytef *) x,
 		    (uInt) (ns[k] * 4));

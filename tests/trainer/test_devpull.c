@@ -52,11 +52,11 @@ fill(float *x, size_t n, uint64_t seed, float scale)
 // 4 KiB chunk, and a single float.
 START_TEST(test_devpull_crc_matches_host)
 {
-	static float        x[T0 + T1];
-	static const size_t ns[] = { 1, 3, 1023, 1024, 1025, 2049, 3001 };
-	struct tr__devpull *d    = NULL;
-	float              *d_w;
-	char                err[256] = "";
+	static float           x[T0 + T1];
+	static const size_t    ns[] = { 1, 3, 1023, 1024, 1025, 2049, 3001 };
+	struct fcuda__devpull *d    = NULL;
+	float                 *d_w;
+	char                   err[256] = "";
 	if (!gpu_or_skip("test_devpull_crc_matches_host")) {
 		return;
 	}
@@ -64,19 +64,19 @@ START_TEST(test_devpull_crc_matches_host)
 	ck_assert_int_eq(cudaMalloc((void **) &d_w, sizeof(x)), cudaSuccess);
 	ck_assert_int_eq(cudaMemcpy(d_w, x, sizeof(x), cudaMemcpyHostToDevice),
 	    cudaSuccess);
-	ck_assert_msg(tr__devpull_open(d_w, NULL, shards, NSH, COMP_Q8, 512,
+	ck_assert_msg(fcuda__devpull_open(d_w, NULL, shards, NSH, COMP_Q8, 512,
 	                  tbase, &d, err, sizeof(err)) == FB_OK,
 	    "%s", err);
 	for (size_t k = 0; k < sizeof(ns) / sizeof(ns[0]); k++) {
 		uint32_t got = 0;
-		PT_OK(tr__devpull_crc(d, d_w + 7, ns[k], &got));
+		PT_OK(fcuda__devpull_crc(d, d_w + 7, ns[k], &got));
 		ck_assert_msg(got == fb_crc32(0, x + 7, ns[k] * 4),
 		    "n %zu: device %08x host %08x", ns[k], got,
 		    fb_crc32(0, x + 7, ns[k] * 4));
 	}
 	uint32_t c;
-	PT_FAIL(tr__devpull_crc(d, d_w, 3002, &c), FB_EINVAL); // > a shard
-	tr__devpull_close(d);
+	PT_FAIL(fcuda__devpull_crc(d, d_w, 3002, &c), FB_EINVAL); // > a shard
+	fcuda__devpull_close(d);
 	cudaFree(d_w);
 }
 END_TEST
@@ -108,7 +108,7 @@ START_TEST(test_devpull_chain_matches_host)
 	}
 	for (size_t ci = 0; ci < sizeof(ids) / sizeof(ids[0]); ci++) {
 		struct comp_codec      cc = COMP_CODEC_INIT;
-		struct tr__devpull    *d  = NULL;
+		struct fcuda__devpull *d  = NULL;
 		struct ferry_pull_sink sk;
 		float                 *d_w;
 		char                   err[256] = "";
@@ -120,11 +120,11 @@ START_TEST(test_devpull_chain_matches_host)
 		ck_assert_int_eq(cudaMalloc((void **) &d_w, sizeof(x)),
 		    cudaSuccess);
 		ck_assert_int_eq(cudaMemset(d_w, 0, sizeof(x)), cudaSuccess);
-		ck_assert_msg(tr__devpull_open(d_w, NULL, shards, NSH, cc.id,
-		                  cc.bucket, tbase, &d, err,
+		ck_assert_msg(fcuda__devpull_open(d_w, NULL, shards, NSH,
+		                  cc.id, cc.bucket, tbase, &d, err,
 		                  sizeof(err)) == FB_OK,
 		    "%s", err);
-		tr__devpull_sink(d, &sk);
+		fcuda__devpull_sink(d, &sk);
 		// version 0 in full
 		for (uint32_t s = 0; s < NSH; s++) {
 			struct ferry_pull_piece p = piece(s, 0, 0,
@@ -166,10 +166,10 @@ START_TEST(test_devpull_chain_matches_host)
 				        crcs[to[c] - 1][s]) == FERRY_OK,
 				    "%s shard %u chain %d: %s",
 				    comp_codec_name(cc.id), s, c,
-				    tr__devpull_error(d));
+				    fcuda__devpull_error(d));
 			}
 		}
-		PT_OK(tr__devpull_fetch(d, gw));
+		PT_OK(fcuda__devpull_fetch(d, gw));
 		ck_assert_msg(memcmp(got, ref, sizeof(ref)) == 0,
 		    "%s: device reference differs from the host's",
 		    comp_codec_name(cc.id));
@@ -200,7 +200,7 @@ START_TEST(test_devpull_chain_matches_host)
 			ck_assert_int_eq(sk.check(sk.arg, 2, 6, crcs[5][2]),
 			    FERRY_OK);
 		}
-		tr__devpull_close(d);
+		fcuda__devpull_close(d);
 		cudaFree(d_w);
 	}
 }

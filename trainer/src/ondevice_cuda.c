@@ -11,9 +11,9 @@
 // The encoder: devpush's state, the backend whose device gradient it
 // encodes, and the array of code pointers it hands out.
 struct push {
-	struct tr_backend  *b;
-	struct tr__devpush *dp;
-	const uint8_t     **codes; // [n shards]
+	struct tr_backend     *b;
+	struct fcuda__devpush *dp;
+	const uint8_t        **codes; // [n shards]
 };
 
 static void
@@ -23,7 +23,7 @@ push_close(void *arg)
 	if (p == NULL) {
 		return;
 	}
-	tr__devpush_close(p->dp);
+	fcuda__devpush_close(p->dp);
 	fb_free(p->codes);
 	fb_free(p);
 }
@@ -39,8 +39,8 @@ push_open(struct tr_backend *b, const struct ferry_shard *sh, size_t n,
 		return FB_ENOMEM;
 	}
 	p->b = b;
-	if ((rv = tr__devpush_open(tr__cuda_stream(b), sh, n, codec_id, bucket,
-	         tensor_base, &p->dp, err, errlen)) != FB_OK) {
+	if ((rv = fcuda__devpush_open(tr__cuda_stream(b), sh, n, codec_id,
+	         bucket, tensor_base, &p->dp, err, errlen)) != FB_OK) {
 		push_close(p);
 		return rv;
 	}
@@ -61,7 +61,7 @@ push_grad(void *arg, const struct tr_dataset *ds, const uint32_t *idx,
 	int          rv;
 	if ((rv = tr__cuda_grad_device(p->b, ds, idx, n, &d_grad, loss_sum)) !=
 	        FB_OK ||
-	    (rv = tr__devpush_encode(p->dp, d_grad, p->codes)) != FB_OK) {
+	    (rv = fcuda__devpush_encode(p->dp, d_grad, p->codes)) != FB_OK) {
 		return rv;
 	}
 	*codes = p->codes;
@@ -73,15 +73,15 @@ pull_open(struct tr_backend *b, const struct ferry_shard *sh, size_t n,
     uint32_t codec_id, uint32_t bucket, const size_t *tensor_base, void **out,
     struct ferry_pull_sink *sink, char *err, size_t errlen)
 {
-	struct tr__devpull *d;
-	float              *d_w;
-	int                 rv;
+	struct fcuda__devpull *d;
+	float                 *d_w;
+	int                    rv;
 	if ((rv = tr__cuda_weights_device(b, &d_w)) != FB_OK ||
-	    (rv = tr__devpull_open(d_w, tr__cuda_stream(b), sh, n, codec_id,
+	    (rv = fcuda__devpull_open(d_w, tr__cuda_stream(b), sh, n, codec_id,
 	         bucket, tensor_base, &d, err, errlen)) != FB_OK) {
 		return rv;
 	}
-	tr__devpull_sink(d, sink);
+	fcuda__devpull_sink(d, sink);
 	*out = d;
 	return FB_OK;
 }
@@ -89,27 +89,27 @@ pull_open(struct tr_backend *b, const struct ferry_shard *sh, size_t n,
 static const char *
 pull_error(const void *pull)
 {
-	return tr__devpull_error(pull);
+	return fcuda__devpull_error(pull);
 }
 
 static int
 pull_fetch(void *pull, float *const *w)
 {
-	return tr__devpull_fetch(pull, w);
+	return fcuda__devpull_fetch(pull, w);
 }
 
 static void
 pull_close(void *pull)
 {
-	tr__devpull_close(pull);
+	fcuda__devpull_close(pull);
 }
 
 const struct tr__ondevice_ops tr__cuda_ondevice_ops = {
-	.push_supported = tr__devpush_supported,
+	.push_supported = fcuda__devpush_supported,
 	.push_open      = push_open,
 	.push_grad      = push_grad,
 	.push_close     = push_close,
-	.pull_supported = tr__devpull_supported,
+	.pull_supported = fcuda__devpull_supported,
 	.pull_open      = pull_open,
 	.pull_error     = pull_error,
 	.pull_fetch     = pull_fetch,
