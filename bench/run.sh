@@ -12,7 +12,8 @@
 # --quick: fewer payload sizes and repeats, a few steps per slow-link run
 #          (epoch time projected from the mean step time); under 5 minutes.
 # --smoke: every stage once at its smallest (20 steps a job, one payload,
-#          the other scripts' --smoke; the slow links and the profile are
+#          the other scripts' --smoke; the slow links, the profile, the
+#          PyTorch examples and the repeats of the torch peers are
 #          left to their own smoke tests), with what FERRY_BUILD_DIR
 #          (default build/) holds, the report in the raw directory instead
 #          of docs/: ctest -L bench-smoke; fails when a Ferry run fails.
@@ -27,7 +28,7 @@ for a in "$@"; do
 	--quick) quick=1 ;;
 	--skip-build) skip_build=1 ;;
 	--smoke) smoke=1 quick=1 skip_build=1 ;;
-	-h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "run.sh: unknown flag $a" >&2; exit 2 ;;
 	esac
 done
@@ -203,7 +204,10 @@ for ((rep = 1; rep <= (quick ? 1 : 3); rep++)); do
 		read -r m sb c <<<"$cfg"
 		SERVERS=$m SHARD_BYTES=$sb ferry_run "h2h-ferry-m$m-$c-r$rep" sync 2 "$c" "$c"
 	done
-	for m in single ddp rpc ferry; do torch_run $m "h2h-torch-$m-r$rep"; done
+	# --smoke: the e2e torch runs above are these same four commands.
+	((smoke)) || for m in single ddp rpc ferry; do
+		torch_run $m "h2h-torch-$m-r$rep"
+	done
 done
 
 # --- 3b. optimizers vs torch.optim (issue 13) ----------------------------
@@ -224,22 +228,25 @@ FERRY_SKIP_SETUP=1 FERRY_BUILD_DIR="$BUILD" bench/optim.sh "${optim_args[@]}" \
 # without --overlap) and through DDP, 3 interleaved runs each (--quick: a few
 # hundred steps); writes bench/results/torch_peers.json, which the report
 # renders (--smoke: its JSON stays in the raw directory).
-log "torch examples: ferry vs ddp (cnn, transformer)"
-tex_args=()
-((!quick)) || tex_args=(--quick)
-((!smoke)) || tex_args=(--smoke)
-rc=0
-FERRY_SKIP_SETUP=1 $PY bench/peers/torch_examples.py --build "$BUILD" \
-	--raw "$RAW/torch-peers" "${tex_args[@]}" >"$RAW/torch-peers.txt" \
-	2>"$RAW/torch-peers.log" || rc=$?
-case $rc in
-0) cat "$RAW/torch-peers.txt" >&2 ;;
-77) log "torch examples: skipped: $(tail -n 1 "$RAW/torch-peers.txt")" ;;
-*)
-	log "torch examples: failed; see $RAW/torch-peers.log"
-	failed=1
-	;;
-esac
+if ((smoke)); then
+	log "torch examples: not in --smoke (bench/peers/torch_examples.py --smoke is its own test)"
+else
+	log "torch examples: ferry vs ddp (cnn, transformer)"
+	tex_args=()
+	((!quick)) || tex_args=(--quick)
+	rc=0
+	FERRY_SKIP_SETUP=1 $PY bench/peers/torch_examples.py --build "$BUILD" \
+		--raw "$RAW/torch-peers" "${tex_args[@]}" >"$RAW/torch-peers.txt" \
+		2>"$RAW/torch-peers.log" || rc=$?
+	case $rc in
+	0) cat "$RAW/torch-peers.txt" >&2 ;;
+	77) log "torch examples: skipped: $(tail -n 1 "$RAW/torch-peers.txt")" ;;
+	*)
+		log "torch examples: failed; see $RAW/torch-peers.log"
+		failed=1
+		;;
+	esac
+fi
 
 # --- 4. slow links ------------------------------------------------------
 : >"$RAW/links.jsonl"
