@@ -184,7 +184,8 @@ class _Flat(_Tensors):
     the buffers' scratch at the end of both: tensor t at the sum of the
     lengths before it, as libferry_cuda wants. A step gathers the
     gradients into flat_g (nothing to copy for a .grad that is still the
-    view zero_grad() left) and scales them there, so .grad is not scaled.
+    view zero_grad() left) and scales them there: such a .grad is scaled
+    in place, as on the CPU, so zero_grad() before each backward.
     Subclasses move flat_g out and flat_w in."""
 
     def _setup(self):
@@ -268,7 +269,8 @@ class _Staged(_Flat):
             self.hg_views.append(self.host_g[off:off + n])
             off += n
         if pin:
-            self._sync = torch.cuda.current_stream(dev).synchronize
+            # the stream the step's gather ran on, whichever is current
+            self._sync = lambda: torch.cuda.current_stream(dev).synchronize()
         else:
             self._sync = lambda: None
 
@@ -300,7 +302,8 @@ class _Device(_Flat):
 
     def open(self):
         dev = self.flat_w.device
-        stream = torch.cuda.current_stream(dev).cuda_stream if dev.type == "cuda" else 0
+        self._stream = torch.cuda.current_stream(dev) if dev.type == "cuda" else None
+        stream = self._stream.cuda_stream if self._stream is not None else 0
         self.dx = self._cuda.DeviceExchange(self.client, self.flat_w.data_ptr(),
                                             self.flat_g.data_ptr(), stream)
 
@@ -312,6 +315,12 @@ class _Device(_Flat):
 
     def push_pull(self, n_samples):
         self.gather(n_samples)
+        if self._stream is not None:
+            # libferry_cuda works on the stream of open(); a loop under
+            # another stream gathered on that one: order the two.
+            cur = torch.cuda.current_stream(self._stream.device)
+            if cur != self._stream:
+                self._stream.wait_stream(cur)
         self.dx.push_pull(n_samples)
 
     def close(self):
@@ -429,9 +438,12 @@ class _Overlap:
         the step's weights."""
         eng = self.eng
         if self.n_samples is not None and n_samples != self.n_samples:
-            raise InvalidArgument("step", f"n_samples={n_samples}, but backward's pushes "
-                                  f"went with n_samples={self.n_samples}: with "
-                                  "overlap=True set opt.n_samples before backward")
+            # Buckets already left with backward's n_samples and libferry
+            # takes one per step: the step ends with that one, whole.
+            warnings.warn(f"ferry.torch: step(n_samples={n_samples}) ignored: backward's "
+                          f"pushes went with n_samples={self.n_samples}; with overlap=True "
+                          "set opt.n_samples before backward", stacklevel=3)
+            n_samples = self.n_samples
         self.n_samples = n_samples
         try:
             for b in range(len(self.buckets)):
@@ -552,7 +564,13 @@ class Optimizer(torch.optim.Optimizer):
     backward has produced its gradients; step() pushes what is left
     (zeros for parameters that got no gradient) and waits. The pushes
     leave during backward, so they use opt.n_samples: set it before
-    backward when the batch size changes. One backward per step.
+    backward when the batch size changes (a step(n_samples=) naming
+    another count is warned about and ignored). One backward per step.
+    Gradients are gone before backward returns, so nothing may change them
+    between backward and step(): no torch.cuda.amp.GradScaler unscaling,
+    no clip_grad_norm_ (the servers clip: Client(clip_norm=)); use
+    overlap=False for those. After a failed step (ferry.Behind, a
+    rollback, a timeout) call opt.pull() before computing it again.
     On a GPU overlap is not available (one device exchange per step) and
     is ignored with a warning.
 
@@ -638,6 +656,15 @@ class Optimizer(torch.optim.Optimizer):
         if self._eng.buffers and self.steps % self.buffers_every == 0:
             self._eng.copy_buffers()
         return loss
+
+    def pull(self):
+        """Pull the version this client is due into the parameters (and
+        the averaged buffers into the module's): after a step failed
+        (ferry.Behind, a rollback, a timeout) libferry has abandoned it,
+        and the loop pulls before it computes the step again."""
+        self._eng.pull()
+        if self._eng.buffers:
+            self._eng.copy_buffers()
 
     def zero_grad(self, set_to_none=True):
         """Clear the gradients (None, or zeros with set_to_none=False). For

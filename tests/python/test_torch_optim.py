@@ -8,6 +8,7 @@ ranks run as threads. Run by tests/python/run.py (ctest python_torch_optim).
 import ctypes
 import threading
 import unittest
+import warnings
 
 import numpy as np
 import torch
@@ -172,6 +173,36 @@ class OptimizerTrains(unittest.TestCase):
             nb = over[r][5]
             self.assertGreater(nb, 3)
             self.assertEqual(over[r][3], [nb - 1] * STEPS)
+
+    def test_overlap_step_with_other_n_samples_ends_the_step(self):
+        # buckets left with opt.n_samples during backward: a step() naming
+        # another count is warned about and ends the step with the pushes'
+        # one, so the next backward starts a fresh step
+        def trainer(url, rank):
+            model = Net()
+            with ferry.Client(url, rank, lr=LR, timeout_ms=20000) as c:
+                opt = Optimizer(model.parameters(), c, n_samples=BATCH, overlap=True,
+                                bucket_mb=1e-4)
+                caught = []
+                for k, (x, y) in enumerate(batches(rank)):
+                    opt.zero_grad()
+                    F.cross_entropy(model(x), y).backward()
+                    with warnings.catch_warnings(record=True) as w:
+                        warnings.simplefilter("always")
+                        opt.step(n_samples=BATCH + 1 if k == 1 else None)
+                    caught += [str(m.message) for m in w]
+                opt.pull()  # the due version again, in place: a no-op here
+                opt.close()
+                return params(model), caught, c.stats().version
+
+        out = run_job(trainer)
+        plain = run_job(lambda u, r: self.with_optimizer(u, r))
+        for r in range(2):
+            got, caught, version = out[r]
+            self.assertEqual(version, STEPS)
+            self.assertEqual(len(caught), 1, caught)
+            self.assertIn(f"n_samples={BATCH + 1}", caught[0])
+            self.assert_same(got, plain[r][0], f"rank {r}: the step kept n_samples={BATCH}")
 
     def test_staged_exchange_equals_in_place(self):
         # the GPU path's flat buffers and host staging, on CPU tensors
