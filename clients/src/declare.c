@@ -128,7 +128,10 @@ ferry_client_declare_specs(ferry_client *c, const struct ferry_tensor_spec *d,
 	Pswire__Header         *rh = NULL;
 	int                     rv;
 
-	if (c == NULL || d == NULL || n == 0) {
+	// n structs exist at d, so n * sizeof(Pswire__TensorDesc) (the
+	// largest per-tensor table below) cannot wrap; the check says so.
+	if (c == NULL || d == NULL || n == 0 ||
+	    n > SIZE_MAX / sizeof(Pswire__TensorDesc)) {
 		return FERRY_EINVAL;
 	}
 	if (c->declared) {
@@ -253,7 +256,7 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 	struct ferry_tensor_spec *s;
 	int                       rv;
 
-	if (c == NULL || d == NULL || n == 0) {
+	if (c == NULL || d == NULL || n == 0 || n > SIZE_MAX / sizeof(*s)) {
 		return FERRY_EINVAL;
 	}
 	if ((s = fb_alloc(n * sizeof(*s))) == NULL) {

@@ -81,6 +81,10 @@ START_TEST(test_declare_arguments)
 	ck_assert_int_eq(ferry_client_declare_specs(NULL, s, 1), FERRY_EINVAL);
 	ck_assert_int_eq(ferry_client_declare_specs(c, NULL, 1), FERRY_EINVAL);
 	ck_assert_int_eq(ferry_client_declare_specs(c, s, 0), FERRY_EINVAL);
+	// A count no array can hold is refused before any table is sized.
+	ck_assert_int_eq(ferry_client_declare(c, d, SIZE_MAX), FERRY_EINVAL);
+	ck_assert_int_eq(ferry_client_declare_specs(c, s, SIZE_MAX),
+	    FERRY_EINVAL);
 	// Checked before the scheduler is asked: a zero length ...
 	ck_assert_int_eq(ferry_client_declare(c, d, 2), FERRY_EINVAL);
 	has(c, "tensor 1");
