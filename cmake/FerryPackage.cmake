@@ -41,15 +41,22 @@ foreach(dir LIBDIR INCLUDEDIR)
     set(FERRY_PC_${dir} "\${prefix}/${CMAKE_INSTALL_${dir}}")
   endif()
 endforeach()
+# ferry_install_with_prefix(STAGE OUT VAR DEST): at install time, when the
+# prefix is known (DESTDIR and --prefix included), configure STAGE into OUT
+# with @VAR@ = that prefix and install OUT into <prefix>/DEST.
+function(ferry_install_with_prefix stage out var dest)
+  install(CODE "
+    set(${var} \"\${CMAKE_INSTALL_PREFIX}\")
+    configure_file(\"${stage}\" \"${out}\" @ONLY)
+    file(INSTALL \"${out}\" DESTINATION \"\${CMAKE_INSTALL_PREFIX}/${dest}\")
+  ")
+endfunction()
+
 configure_file(${CMAKE_CURRENT_LIST_DIR}/ferry.pc.in
   ${PROJECT_BINARY_DIR}/ferry.pc.stage @ONLY)
-install(CODE "
-  set(FERRY_PC_PREFIX \"\${CMAKE_INSTALL_PREFIX}\")
-  configure_file(\"${PROJECT_BINARY_DIR}/ferry.pc.stage\"
-    \"${PROJECT_BINARY_DIR}/ferry.pc\" @ONLY)
-  file(INSTALL \"${PROJECT_BINARY_DIR}/ferry.pc\"
-    DESTINATION \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_LIBDIR}/pkgconfig\")
-")
+ferry_install_with_prefix(${PROJECT_BINARY_DIR}/ferry.pc.stage
+  ${PROJECT_BINARY_DIR}/ferry.pc FERRY_PC_PREFIX
+  ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
 # The Python package (python/ferry: ctypes over libferry, no compiled code)
 # under <prefix>/${FERRY_INSTALL_PYTHONDIR}, with a generated ferry/_prefix.py
@@ -71,11 +78,7 @@ if(FERRY_INSTALL_PYTHON)
     "PREFIX = \"@FERRY_PY_PREFIX@\"\n"
     "LIBDIR = \"${CMAKE_INSTALL_LIBDIR}\"\n"
     "BINDIR = \"${CMAKE_INSTALL_BINDIR}\"\n")
-  install(CODE "
-    set(FERRY_PY_PREFIX \"\${CMAKE_INSTALL_PREFIX}\")
-    configure_file(\"${PROJECT_BINARY_DIR}/ferry_prefix.py.stage\"
-      \"${PROJECT_BINARY_DIR}/_prefix.py\" @ONLY)
-    file(INSTALL \"${PROJECT_BINARY_DIR}/_prefix.py\"
-      DESTINATION \"\${CMAKE_INSTALL_PREFIX}/${FERRY_INSTALL_PYTHONDIR}/ferry\")
-  ")
+  ferry_install_with_prefix(${PROJECT_BINARY_DIR}/ferry_prefix.py.stage
+    ${PROJECT_BINARY_DIR}/_prefix.py FERRY_PY_PREFIX
+    ${FERRY_INSTALL_PYTHONDIR}/ferry)
 endif()
