@@ -132,6 +132,8 @@ psw_method_name(int method)
 		return "Transfer";
 	case PSWIRE__METHOD__REPLICATE:
 		return "Replicate";
+	case PSWIRE__METHOD__ROWS:
+		return "Rows";
 	default:
 		return "?";
 	}

@@ -569,6 +569,113 @@ FERRY_API double ferry_client_ef_residual_norm(const ferry_client *c);
 // step calls.
 FERRY_API double ferry_client_lr(const ferry_client *c);
 
+// ---- sparse embedding tables (since 0.3) -----------------------------------
+//
+// A sparse table holds rows of `dim` floats keyed by uint64, created on
+// first (admitted) update with values that depend only on (opts.seed,
+// table, key), its keys hashed into hash-range shards placed on the
+// servers like dense shards (docs/libferry.md, "Sparse tables"). A step
+// pulls the rows of its batch's keys and pushes their gradients; the
+// servers apply the table's row optimizer to the rows present.
+
+// A row's initial values.
+enum ferry_row_init {
+	FERRY_ROW_ZEROS   = 0,
+	FERRY_ROW_UNIFORM = 1, // uniform in [-init_scale, init_scale)
+	FERRY_ROW_NORMAL  = 2, // normal, mean 0, stddev init_scale
+};
+
+// One sparse table of the job (ferry_client_declare_tables). Zero fields
+// take the defaults named; the whole spec is part of the job (a later
+// trainer that differs gets FERRY_EMISMATCH).
+struct ferry_table_spec {
+	const char *name;       // unique among tables, at most 127 bytes
+	uint32_t    dim;        // floats per row, 1..4096
+	uint32_t    init;       // enum ferry_row_init
+	float       init_scale; // FERRY_ROW_UNIFORM / _NORMAL
+	// The row optimizer: "sgd" (NULL), "adagrad" (one accumulator per
+	// row), "adam" (lazy: only rows in a step, per-row step counts) or
+	// "ftrl" (FTRL-Proximal; lr is its alpha).
+	const char *optimizer;
+	double      lr;           // 0: the job's lr (and schedule)
+	double      beta1, beta2; // adam (0.9, 0.999)
+	double      eps;          // adam, adagrad (1e-8)
+	double      adagrad_init; // adagrad's first accumulator (0)
+	double      ftrl_beta, ftrl_l1, ftrl_l2; // ftrl (1, 0, 0)
+	uint32_t    shards;        // hash ranges (0: one per server)
+	uint64_t    expected_rows; // placement weight (0: 1,000,000)
+	// Admission: a row is created once its key was pushed admit_count
+	// times (0, 1: at once), or with probability admit_prob per push
+	// (0: off); until then a pull returns the initial row and a push of
+	// the key is dropped (counted).
+	uint32_t    admit_count;
+	double      admit_prob;
+	uint64_t    evict_after; // evict rows untouched this many versions
+	                         // (0: never)
+	// Row codecs: "none" (NULL), "fp16", "bf16" or "q8" (a scale per
+	// row), for pushed gradients and pulled rows.
+	const char *codec_push;
+	const char *codec_pull;
+};
+
+// ferry_client_declare_tables is ferry_client_declare_specs with sparse
+// tables (ids 0..n_tables-1 in this order) beside the dense tensors.
+// Errors as ferry_client_declare_specs; a bad table spec gets FERRY_EINVAL
+// naming the table and the field.
+FERRY_API int ferry_client_declare_tables(ferry_client *c,
+    const struct ferry_tensor_spec *specs, size_t n,
+    const struct ferry_table_spec *tables, size_t n_tables);
+
+// One table's keys in a step. Keys may repeat and come in any order.
+struct ferry_rows {
+	uint32_t        table; // declared table id
+	const uint64_t *keys;
+	size_t          n;
+	// pull: n * dim floats written, row i for keys[i] (repeated keys get
+	// the same row); push: NULL.
+	float          *rows;
+	// push: n * dim floats, the gradient for keys[i] (a key's
+	// occurrences are summed); pull: NULL.
+	const float    *grads;
+};
+
+// ferry_client_rows_pull fetches the rows of every block's keys at the
+// version this client holds (sync: the round its last push closed).
+// Absent rows come back as their initial values.
+FERRY_API int ferry_client_rows_pull(ferry_client *c, struct ferry_rows *r,
+    size_t n_blocks);
+
+// ferry_client_rows_push_pull pushes row gradients (push: n_push blocks,
+// n_samples samples) and then fetches the rows of the pull blocks as the
+// push left them (sync: after the round closes, which needs every trainer's
+// push of every table: a trainer with no keys for a table still calls this
+// each step, with n_push 0 or empty blocks). push or pull may be NULL
+// with a zero count.
+FERRY_API int ferry_client_rows_push_pull(ferry_client *c,
+    const struct ferry_rows *push, size_t n_push, uint32_t n_samples,
+    struct ferry_rows *pull, size_t n_pull);
+
+// ferry_client_step is one step of a model with dense tensors and sparse
+// tables in one round: ferry_client_push_pull(g, n_samples, w) and
+// ferry_client_rows_push_pull(push, n_push, n_samples, pull, n_pull), the
+// requests of both in flight together.
+FERRY_API int ferry_client_step(ferry_client *c, const float *const *g,
+    uint32_t n_samples, float *const *w, const struct ferry_rows *push,
+    size_t n_push, struct ferry_rows *pull, size_t n_pull);
+
+// Counters of one sparse table as this client saw them.
+struct ferry_table_stats {
+	uint64_t keys_pulled;   // keys asked for, before de-duplication
+	uint64_t rows_pulled;   // distinct rows received
+	uint64_t keys_pushed;   // keys pushed, before de-duplication
+	uint64_t rows_pushed;   // distinct row gradients sent
+};
+
+// ferry_client_table_stats fills *st for table id `table` (FERRY_EINVAL
+// for an unknown id).
+FERRY_API int ferry_client_table_stats(const ferry_client *c,
+    uint32_t table, struct ferry_table_stats *st);
+
 #ifdef __cplusplus
 }
 #endif
