@@ -276,15 +276,49 @@ tbl__rebuild_index(struct tbl *t, size_t n_slots)
 	return 0;
 }
 
+void
+tbl__reindex(struct tbl *t)
+{
+	if (tbl__rebuild_index(t, tbl__slots_for(t->rows, t->n_slots)) == 0)
+		return;
+	// No memory for a new index: the one there is holds them all.
+	memset(t->slots, 0, t->n_slots * 4);
+	for (size_t r = 0; r < t->rows; r++) {
+		uint64_t k = tbl__rec_key(tbl__rec(t, r));
+		slot_put(t, tbl_key_hash(k), (uint32_t) r);
+	}
+}
+
+// grow_index makes room in the index for one more row. -1 without memory.
+static int
+grow_index(struct tbl *t)
+{
+	if ((t->rows + 1) * 20 <= t->n_slots * 17)
+		return 0;
+	return tbl__rebuild_index(t, t->n_slots + t->n_slots / 4);
+}
+
+int
+tbl__load_rec(struct tbl *t, const uint8_t *rec)
+{
+	uint64_t key = tbl__rec_key(rec);
+	uint64_t h   = tbl_key_hash(key);
+	if (tbl__find(t, key, h) != TBL_NONE)
+		return 1;
+	if (t->rows >= TBL_MAX_ROWS || grow_index(t) != 0 || room(t) != 0)
+		return -1;
+	memcpy(tbl__rec(t, t->rows), rec, t->rec);
+	slot_put(t, h, (uint32_t) t->rows);
+	t->rows++;
+	return 0;
+}
+
 uint32_t
 tbl__insert(struct tbl *t, uint64_t key, uint64_t h, uint32_t touch)
 {
 	if (t->rows >= TBL_MAX_ROWS)
 		return TBL_NONE;
-	if ((t->rows + 1) * 20 > t->n_slots * 17 &&
-	    tbl__rebuild_index(t, t->n_slots + t->n_slots / 4) != 0)
-		return TBL_NONE;
-	if (room(t) != 0)
+	if (grow_index(t) != 0 || room(t) != 0)
 		return TBL_NONE;
 	uint32_t r   = (uint32_t) t->rows;
 	uint8_t *rec = tbl__rec(t, r);

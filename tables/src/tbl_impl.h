@@ -150,6 +150,8 @@ size_t   tbl__page_up(size_t bytes);
 uint32_t tbl__insert(struct tbl *t, uint64_t key, uint64_t h, uint32_t touch);
 void     tbl__remove(struct tbl *t, uint32_t r);
 int      tbl__rebuild_index(struct tbl *t, size_t n_slots);
+void     tbl__reindex(struct tbl *t);
+int      tbl__load_rec(struct tbl *t, const uint8_t *rec);
 void     tbl__shrink(struct tbl *t);
 size_t   tbl__bytes_at(const struct tbl *t, size_t rows);
 size_t   tbl__slots_for(size_t rows, size_t n_slots);
