@@ -231,6 +231,11 @@ ps__rows_install(struct ps_server *s, const Pswire__Placement *pl)
 		if ((rv = tshard_add(s, pl, (uint32_t) i)) != FB_OK) {
 			return rv;
 		}
+		// A first map of a running job (a server that joined late
+		// or restarted into its slot): the shard's rows, if any,
+		// were lost, and its round goes on at the trainers' version.
+		s->tshards[s->tlocal[i]].adopt = pl->epoch > 1 || s->late ||
+		    pl->table_shards[i]->seed_gen > 0;
 		n_here++;
 	}
 	if (n_here > 0 && (s->replicated || s->snap != NULL)) {
@@ -770,16 +775,18 @@ rows_commit(struct ps_server *s, struct ps_call *c,
 		const Pswire__RowBlock *b  = p->push[i];
 		struct srv_tshard      *ts = &s->tshards[s->tlocal[b->shard]];
 		struct srv_rstage      *st = &ts->stage[rank];
+		if (ts->adopt) {
+			// Re-placed empty: it goes on at the trainers'
+			// version.
+			ts->adopt   = 0;
+			ts->version = b->version;
+		}
 		if (s->job.mode != PSWIRE__MODE__MODE_SYNC) {
 			apply(s, ts, st->keys, st->n, st->grads, st->counts,
 			    (float) (1.0 / (double) p->n_samples));
 			st->n = 0;
 			ts->clock[rank]++;
 			continue;
-		}
-		if (ts->adopt) {
-			ts->adopt   = 0;
-			ts->version = b->version;
 		}
 		ts->pushed[rank] = 1;
 		ts->n_pushed++;
