@@ -443,16 +443,18 @@ sync_rounds(const char *optim, enum tbl_optim ro)
 					(uint64_t) k + 1, b[r].n, b[r].keys,
 					NULL, NULL, 0, 0 };
 			}
-			// Rank 0's pull of version k + 1 parks until rank 1
-			// closes the round.
-			uint64_t p0 = parked_on(jb.srv[sv]);
-			pthread_create(&th, NULL, rcall_main, &c[0]);
+			// The first rank's pull of version k + 1 parks until
+			// the other one closes the round (rank 0 first at
+			// step 0, rank 1 first at step 1).
+			int      first = k % 2;
+			uint64_t p0    = parked_on(jb.srv[sv]);
+			pthread_create(&th, NULL, rcall_main, &c[first]);
 			for (int t = 0;
 			     t < 1000 && parked_on(jb.srv[sv]) == p0; t++) {
 				fb_sleep_us(5000);
 			}
 			ck_assert_uint_eq(parked_on(jb.srv[sv]), p0 + 1);
-			rcall_main(&c[1]);
+			rcall_main(&c[1 - first]);
 			pthread_join(th, NULL);
 			ref_round(ref, &b[0], &b[1], 3 + 5, (uint64_t) k);
 			for (int r = 0; r < 2; r++) {
