@@ -125,6 +125,7 @@ tbl_load(struct tbl *t, const uint8_t *in, size_t len)
 			n->sketch[i] = fb_get_u16le(p);
 	}
 	n->sketch_adds = fb_get_u64le(in + 32);
+	n->min_touch   = 0; // unknown: the next idle sweep finds it
 	n->admitted    = fb_get_u64le(in + 40);
 	n->rejected    = fb_get_u64le(in + 48);
 	n->evicted     = fb_get_u64le(in + 56);

@@ -163,6 +163,7 @@ tbl_open(const struct tbl_conf *conf)
 	if (t == NULL)
 		return NULL;
 	t->conf       = *conf;
+	t->min_touch  = UINT32_MAX;
 	t->dim        = conf->dim;
 	t->state      = (uint32_t) tbl_state_floats(conf->optim, conf->dim);
 	t->rec        = TBL_HDR + 4 * ((size_t) t->dim + t->state);

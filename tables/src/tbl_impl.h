@@ -55,6 +55,7 @@ struct tbl {
 	uint16_t       *sketch;   // the count-min sketch
 	uint32_t        sk_width; // its counters per row
 	uint64_t        sketch_adds;
+	uint32_t        min_touch; // no row's touch is below it
 	uint64_t        admitted, rejected, evicted, lookups, hits;
 };
 

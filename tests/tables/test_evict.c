@@ -12,7 +12,7 @@ static void
 fill(struct tbl *t, const uint64_t *keys, const uint64_t *vers,
     const uint32_t *counts, size_t n)
 {
-	float g[4] = { 0.5f, 0.25f, -1, 2 };
+	static const float g[16] = { 0.5f, 0.25f, -1, 2 }; // dim <= 16
 	for (size_t i = 0; i < n; i++)
 		ck_assert_int_eq(tbl_apply(t, keys + i, 1, g,
 		                     counts ? counts + i : NULL, 1, 0.1f,
@@ -25,7 +25,7 @@ static bool
 present(struct tbl *t, uint64_t key)
 {
 	struct tbl_stats a, b;
-	float            out[4];
+	float            out[16]; // dim <= 16
 	tbl_get_stats(t, &a);
 	tbl_lookup(t, &key, 1, out);
 	tbl_get_stats(t, &b);
@@ -50,11 +50,16 @@ START_TEST(test_evict_idle_counts)
 	ck_assert_uint_eq(tbl_evict_idle(t, 9), 0);
 	ck_assert_uint_eq(tbl_evict_idle(t, 10), 10); // at 4
 	ck_assert_uint_eq(tbl_rows(t), 60);
+	// A late update stamped with an old version is still found.
+	uint64_t late = 77777, v2 = 2;
+	fill(t, &late, &v2, NULL, 1);
+	ck_assert_uint_eq(tbl_evict_idle(t, 10), 1);
+	ck_assert(!present(t, late));
 	for (int i = 0; i < 100; i++)
 		ck_assert(present(t, keys[i]) == (vers[i] >= 5));
 	struct tbl_stats st;
 	tbl_get_stats(t, &st);
-	ck_assert_uint_eq(st.evicted, 40);
+	ck_assert_uint_eq(st.evicted, 41);
 	tbl_close(t);
 	c.evict_after = 0;
 	t             = tt_open(&c);
