@@ -3,13 +3,16 @@
 // measures lookups/s and updates/s on random batches of distinct keys
 // drawn uniformly from the filled ones, and the whole process's resident
 // memory after the fill (as a server's would be) over the rows' raw bytes
-// (rows and optimizer state). One JSON line on stdout:
+// (rows and optimizer state). Rates are per core: keys over the thread's
+// CPU time, so that other processes sharing the machine do not count
+// (the run lasts --seconds of wall time). One JSON line on stdout:
 //   {"rows":..,"dim":..,"optim":..,"raw_bytes":..,"rss_bytes":..,
 //    "rss_over_raw":..,"lookups_per_s_core":..,"updates_per_s_core":..}
 //
 //   sparse-store-bench [--rows N] [--dim D] [--optim sgd|adagrad|adam|ftrl]
 //       [--batch B] [--seconds S] [--smoke]
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -115,6 +118,14 @@ parse(int argc, char **argv, struct opts *o)
 	return 0;
 }
 
+static double
+cpu_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
+}
+
 // rate runs batches of lookups (update 0) or updates for o->seconds and
 // returns keys per second.
 static double
@@ -124,6 +135,7 @@ rate(struct tbl *t, const struct opts *o, int update, uint64_t *keys,
 	uint64_t n = 0, t0 = fb_clock_ns(),
 	         end = t0 + (uint64_t) (o->seconds * 1e9);
 	uint64_t now = t0, version = 2;
+	double   c0 = cpu_s();
 	while (now < end) {
 		for (int i = 0; i < 8; i++) {
 			draw(keys, o->batch, o->rows);
@@ -136,7 +148,7 @@ rate(struct tbl *t, const struct opts *o, int update, uint64_t *keys,
 		}
 		now = fb_clock_ns();
 	}
-	return (double) n / ((double) (now - t0) / 1e9);
+	return (double) n / (cpu_s() - c0);
 }
 
 int
