@@ -1,12 +1,13 @@
 // apply.c — the two hot paths of a shard, tbl_lookup and tbl_apply, and
-// admission with its count-min sketch.
+// admission with the count-min sketch, which counts every update's key
+// (admitted, refused or present) so that LFU eviction has the counts too.
 //
 // Both walk the keys in groups of GROUP: hash the group and prefetch each
 // key's home slot, then prefetch the row the home slot names, then probe
 // and copy or update. A group's cache misses overlap instead of following
 // one another, which is most of a large shard's cost per key. Neither
-// allocates, except tbl_apply mapping a new chunk (or a larger index)
-// when admitted rows need one.
+// allocates, except tbl_apply mapping a new chunk (or a larger index or
+// sketch) when admitted rows need one.
 #include "tbl_impl.h"
 
 #define GROUP 16
@@ -21,7 +22,7 @@ sk_hash(uint64_t key)
 static void
 sk_age(struct tbl *t)
 {
-	size_t n = (size_t) TBL_SK_DEPTH * TBL_SK_WIDTH;
+	size_t n = (size_t) TBL_SK_DEPTH * t->sk_width;
 	for (size_t i = 0; i < n; i++)
 		t->sketch[i] >>= 1;
 	t->sketch_adds = 0;
@@ -31,14 +32,14 @@ void
 tbl__sketch_add(struct tbl *t, uint64_t key, uint32_t c)
 {
 	uint64_t h = sk_hash(key);
+	uint32_t w = t->sk_width;
 	for (uint32_t d = 0; d < TBL_SK_DEPTH; d++) {
-		uint16_t *p = &t->sketch[d * TBL_SK_WIDTH +
-		    ((h >> (16 * d)) & (TBL_SK_WIDTH - 1))];
+		uint16_t *p = &t->sketch[d * w + ((h >> (16 * d)) & (w - 1))];
 		uint32_t  v = (uint32_t) *p + c;
 		*p          = v > UINT16_MAX ? UINT16_MAX : (uint16_t) v;
 	}
 	t->sketch_adds += c;
-	if (t->sketch_adds >= TBL_SK_AGE)
+	if (t->sketch_adds >= 8 * (uint64_t) t->sk_width)
 		sk_age(t);
 }
 
@@ -46,10 +47,10 @@ uint32_t
 tbl__sketch_est(const struct tbl *t, uint64_t key)
 {
 	uint64_t h   = sk_hash(key);
+	uint32_t w   = t->sk_width;
 	uint32_t est = UINT16_MAX;
 	for (uint32_t d = 0; d < TBL_SK_DEPTH; d++) {
-		uint16_t v = t->sketch[d * TBL_SK_WIDTH +
-		    ((h >> (16 * d)) & (TBL_SK_WIDTH - 1))];
+		uint16_t v = t->sketch[d * w + ((h >> (16 * d)) & (w - 1))];
 		est        = v < est ? v : est;
 	}
 	return est;
@@ -60,11 +61,12 @@ tbl__sketch_est(const struct tbl *t, uint64_t key)
 static bool
 admit(struct tbl *t, uint64_t key, uint32_t c, uint64_t version)
 {
-	if (t->conf.admit_count > 1) {
+	if (t->sketch != NULL)
 		tbl__sketch_add(t, key, c);
-		if (tbl__sketch_est(t, key) < t->conf.admit_count)
-			return false;
-	}
+	if (t->conf.admit_count > 1 &&
+	    (t->sketch == NULL ||
+	        tbl__sketch_est(t, key) < t->conf.admit_count))
+		return false;
 	float p = t->conf.admit_prob;
 	if (p > 0 && p < 1) {
 		uint64_t h = tbl_key_hash(tbl__row_seed(&t->conf, key) ^
@@ -80,7 +82,7 @@ prefetch_group(const struct tbl *t, const uint64_t *h, size_t m,
     size_t row_bytes)
 {
 	for (size_t i = 0; i < m; i++)
-		__builtin_prefetch(&t->slots[tbl__home(t, h[i])]);
+		tbl__prefetch(&t->slots[tbl__home(t, h[i])]);
 	for (size_t i = 0; i < m; i++) {
 		uint32_t s = t->slots[tbl__home(t, h[i])];
 		if (s != 0 && (s & ~t->row_mask) == tbl__tag(t, h[i]))
@@ -120,6 +122,8 @@ tbl_apply(struct tbl *t, const uint64_t *keys, size_t n, const float *grads,
 	int      rv    = 0;
 	size_t   dim   = t->dim;
 	uint32_t touch = tbl__touch32(version);
+	if (n > 0 && touch < t->min_touch)
+		t->min_touch = touch;
 	uint64_t h[GROUP];
 	for (size_t b = 0; b < n; b += GROUP) {
 		size_t m = n - b < GROUP ? n - b : GROUP;

@@ -80,9 +80,17 @@ tbl_evict_idle(struct tbl *t, uint64_t version)
 	if (after == 0 || version <= after || t->rows == 0)
 		return 0;
 	struct sel s = { .freq = false, .thr = tbl__touch32(version - after) };
-	size_t     n = 0;
-	for (size_t r = 0; r < t->rows; r++)
-		n += tbl__rec_touch(tbl__rec(t, r)) < s.thr;
+	if (s.thr <= t->min_touch)
+		return 0; // the common case: nothing old enough, no pass
+	size_t   n   = 0;
+	uint32_t min = UINT32_MAX; // of the rows that stay
+	for (size_t r = 0; r < t->rows; r++) {
+		uint32_t v = tbl__rec_touch(tbl__rec(t, r));
+		n += v < s.thr;
+		if (v >= s.thr && v < min)
+			min = v;
+	}
+	t->min_touch = min;
 	return remove_selected(t, &s, n);
 }
 

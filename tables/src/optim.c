@@ -137,12 +137,17 @@ static void
 adagrad(const struct tbl *t, float *w, float *s, const float *g, float scale,
     float lr)
 {
-	uint32_t dim = t->dim;
-	float    sum = 0;
+	// The squares summed in 8 lanes (lane j % 8), then the lanes
+	// pairwise: a fixed order (the same sum on every server) that the
+	// compiler can keep in one vector register.
+	uint32_t dim    = t->dim;
+	float    acc[8] = { 0 };
 	for (uint32_t j = 0; j < dim; j++) {
 		float gj = g[j] * scale;
-		sum += gj * gj;
+		acc[j & 7] += gj * gj;
 	}
+	float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+	    ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 	float a = s[0] + sum / (float) dim;
 	s[0]    = a;
 	float k = lr / (sqrtf(a) + t->conf.eps);

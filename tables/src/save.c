@@ -8,8 +8,9 @@
 //   12 optimizer          16  record bytes     20  flags (1: sketch)
 //   24 rows u64           32  sketch additions u64
 //   40 admitted, rejected, evicted, lookups, hits (u64 each)
-//   80 rows x record bytes (key u64, touch u32, row and state floats)
-//   .. the sketch (depth x width u16), if flagged
+//   80 sketch width u32    84 reserved (0)
+//   88 rows x record bytes (key u64, touch u32, row and state floats)
+//   .. the sketch (4 x width u16), if flagged
 //   .. CRC-32 u32
 // tbl_load checks all of it and builds the new contents aside before
 // taking them, so a bad image (or no memory) leaves the shard as it was.
@@ -17,13 +18,13 @@
 
 #define MAGIC 0x4c425446u // "FTBL"
 #define FORMAT 1u
-#define HEAD 80u
-#define SK_BYTES ((size_t) TBL_SK_DEPTH * TBL_SK_WIDTH * 2)
+#define HEAD 88u
 
 size_t
 tbl_save_size(const struct tbl *t)
 {
-	return HEAD + t->rows * t->rec + (t->sketch ? SK_BYTES : 0) + 4;
+	size_t sk = t->sketch ? tbl__sketch_bytes(t->sk_width) : 0;
+	return HEAD + t->rows * t->rec + sk + 4;
 }
 
 void
@@ -41,13 +42,16 @@ tbl_save(const struct tbl *t, uint8_t *out)
 		t->lookups, t->hits };
 	for (int i = 0; i < 5; i++)
 		fb_put_u64le(out + 40 + 8 * i, cnt[i]);
+	fb_put_u32le(out + 80, t->sketch != NULL ? t->sk_width : 0);
+	fb_put_u32le(out + 84, 0);
 	uint8_t *p = out + HEAD;
 	// Records as they are in memory: the hosts Ferry runs on are
 	// little-endian, as the image is.
 	for (size_t r = 0; r < t->rows; r++, p += t->rec)
 		memcpy(p, tbl__rec(t, r), t->rec);
 	if (t->sketch != NULL) {
-		for (size_t i = 0; i < SK_BYTES / 2; i++, p += 2)
+		size_t n = (size_t) TBL_SK_DEPTH * t->sk_width;
+		for (size_t i = 0; i < n; i++, p += 2)
 			fb_put_u16le(p, t->sketch[i]);
 	}
 	fb_put_u32le(p, fb_crc32(0, out, (size_t) (p - out)));
@@ -72,10 +76,17 @@ check_head(const struct tbl *t, const uint8_t *in, size_t len)
 	uint32_t flags = fb_get_u32le(in + 20);
 	if (flags > 1)
 		return "table image: unknown flags";
+	uint32_t width = fb_get_u32le(in + 80);
+	if (flags ? (width < TBL_SK_MIN || width > TBL_SK_MAX ||
+	                (width & (width - 1)) != 0)
+	          : width != 0)
+		return "table image: bad sketch width";
+	if (fb_get_u32le(in + 84) != 0)
+		return "table image: reserved field set";
 	uint64_t rows = fb_get_u64le(in + 24);
-	size_t   room = len - HEAD - 4 - (flags ? SK_BYTES : 0);
-	if (len < HEAD + 4 + (flags ? SK_BYTES : 0) || rows > TBL_MAX_ROWS ||
-	    rows * t->rec != room)
+	size_t   sk   = flags ? tbl__sketch_bytes(width) : 0;
+	if (len < HEAD + 4 + sk || rows > TBL_MAX_ROWS ||
+	    rows * t->rec != len - HEAD - 4 - sk)
 		return "table image: length does not match its row count";
 	if (fb_crc32(0, in, len - 4) != fb_get_u32le(in + len - 4))
 		return "table image: checksum mismatch";
@@ -106,12 +117,15 @@ tbl_load(struct tbl *t, const uint8_t *in, size_t len)
 		}
 	}
 	if (fb_get_u32le(in + 20) != 0) {
-		if (tbl__sketch_open(n) != 0)
+		uint32_t width = fb_get_u32le(in + 80);
+		if (width != n->sk_width && tbl__sketch_resize(n, width) != 0)
 			goto fail;
-		for (size_t i = 0; i < SK_BYTES / 2; i++, p += 2)
+		size_t k = (size_t) TBL_SK_DEPTH * width;
+		for (size_t i = 0; i < k; i++, p += 2)
 			n->sketch[i] = fb_get_u16le(p);
 	}
 	n->sketch_adds = fb_get_u64le(in + 32);
+	n->min_touch   = 0; // unknown: the next idle sweep finds it
 	n->admitted    = fb_get_u64le(in + 40);
 	n->rejected    = fb_get_u64le(in + 48);
 	n->evicted     = fb_get_u64le(in + 56);

@@ -87,8 +87,7 @@ tbl__bytes_at(const struct tbl *t, size_t rows)
 	size_t b        = sizeof(*t) + t->cap_chunks * sizeof(t->chunks[0]);
 	b += chunk_mem(t, rows, n_chunks);
 	b += tbl__page_up(tbl__slots_for(rows, t->n_slots) * 4);
-	if (t->sketch != NULL)
-		b += tbl__page_up(TBL_SK_DEPTH * TBL_SK_WIDTH * 2);
+	b += tbl__page_up(tbl__sketch_bytes(t->sk_width));
 	return b;
 }
 
@@ -101,8 +100,7 @@ tbl_bytes(const struct tbl *t)
 	else
 		b += t->n_chunks * tbl__page_up(t->chunk_rows * t->rec);
 	b += tbl__page_up(t->n_slots * 4);
-	if (t->sketch != NULL)
-		b += tbl__page_up(TBL_SK_DEPTH * TBL_SK_WIDTH * 2);
+	b += tbl__page_up(tbl__sketch_bytes(t->sk_width));
 	return b;
 }
 
@@ -124,13 +122,36 @@ tbl_get_stats(const struct tbl *t, struct tbl_stats *st)
 	st->hits     = t->hits;
 }
 
+size_t
+tbl__sketch_bytes(uint32_t width)
+{
+	return (size_t) TBL_SK_DEPTH * width * 2;
+}
+
 int
 tbl__sketch_open(struct tbl *t)
 {
-	if (t->sketch != NULL)
-		return 0;
-	t->sketch = tbl__map(TBL_SK_DEPTH * TBL_SK_WIDTH * 2);
-	return t->sketch != NULL ? 0 : -1;
+	return t->sketch != NULL ? 0 : tbl__sketch_resize(t, TBL_SK_MIN);
+}
+
+int
+tbl__sketch_resize(struct tbl *t, uint32_t width)
+{
+	uint16_t *s = tbl__map(tbl__sketch_bytes(width));
+	if (s == NULL)
+		return -1;
+	// A wider sketch starts as copies of the narrower one: counter i
+	// of the new row holds what counter i mod old width held, which is
+	// where the key's hash pointed before, so every estimate stays an
+	// upper bound of the key's count.
+	for (uint32_t d = 0; t->sketch != NULL && d < TBL_SK_DEPTH; d++)
+		for (uint32_t i = 0; i < width && width > t->sk_width; i++)
+			s[d * width + i] = t->sketch[d * t->sk_width +
+			    (i & (t->sk_width - 1))];
+	tbl__unmap(t->sketch, tbl__sketch_bytes(t->sk_width));
+	t->sketch   = s;
+	t->sk_width = width;
+	return 0;
 }
 
 struct tbl *
@@ -142,6 +163,7 @@ tbl_open(const struct tbl_conf *conf)
 	if (t == NULL)
 		return NULL;
 	t->conf       = *conf;
+	t->min_touch  = UINT32_MAX;
 	t->dim        = conf->dim;
 	t->state      = (uint32_t) tbl_state_floats(conf->optim, conf->dim);
 	t->rec        = TBL_HDR + 4 * ((size_t) t->dim + t->state);
@@ -155,7 +177,7 @@ tbl_open(const struct tbl_conf *conf)
 	if (slots == NULL)
 		goto fail;
 	set_slots(t, slots, TBL_MIN_SLOTS);
-	if (conf->admit_count > 1 && tbl__sketch_open(t) != 0)
+	if (tbl__sketch_open(t) != 0)
 		goto fail;
 	return t;
 fail:
@@ -186,7 +208,7 @@ tbl_close(struct tbl *t)
 	free_chunks(t, 0);
 	fb_free(t->chunks);
 	tbl__unmap(t->slots, t->n_slots * 4);
-	tbl__unmap(t->sketch, TBL_SK_DEPTH * TBL_SK_WIDTH * 2);
+	tbl__unmap(t->sketch, tbl__sketch_bytes(t->sk_width));
 	fb_free(t);
 }
 
@@ -329,6 +351,8 @@ tbl__insert(struct tbl *t, uint64_t key, uint64_t h, uint32_t touch)
 	tbl__state_init(t, row + t->dim);
 	slot_put(t, h, r);
 	t->rows++;
+	if (t->rows > t->sk_width && t->sk_width < TBL_SK_MAX)
+		(void) tbl__sketch_resize(t, t->sk_width * 2); // else stays
 	return r;
 }
 

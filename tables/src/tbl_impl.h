@@ -26,12 +26,15 @@
 #define TBL_PAGE 4096u
 #define TBL_NONE UINT32_MAX
 
-// The count-min sketch: depth rows of width u16 counters, each row indexed
-// by 16 bits of one hash of the key; halved every TBL_SK_AGE additions so
-// that old counts fade.
+// The count-min sketch of every update's keys (admission, LFU): depth rows
+// of sk_width u16 counters, each row indexed by 16 bits of one hash of the
+// key, halved every 8 sk_width additions so that old counts fade. Its
+// width follows the rows (a power of two at least as large, from
+// TBL_SK_MIN to TBL_SK_MAX counters), so a small shard keeps a small one
+// and few keys share a counter.
 #define TBL_SK_DEPTH 4u
-#define TBL_SK_WIDTH 65536u
-#define TBL_SK_AGE (8u * TBL_SK_WIDTH)
+#define TBL_SK_MIN 1024u
+#define TBL_SK_MAX 65536u
 
 struct tbl {
 	struct tbl_conf conf;
@@ -49,8 +52,10 @@ struct tbl {
 	uint32_t        rb;       // the low rb bits of a slot: row + 1
 	uint32_t        row_mask; // (1 << rb) - 1
 	uint32_t        tag_mask; // the tag's 32 - rb bits, before the shift
-	uint16_t       *sketch;   // NULL until admission or LFU needs it
+	uint16_t       *sketch;   // the count-min sketch
+	uint32_t        sk_width; // its counters per row
 	uint64_t        sketch_adds;
+	uint32_t        min_touch; // no row's touch is below it
 	uint64_t        admitted, rejected, evicted, lookups, hits;
 };
 
@@ -131,6 +136,19 @@ tbl__find(const struct tbl *t, uint64_t key, uint64_t h)
 	}
 }
 
+// tbl__prefetch: a hint to load p's cache line. GCC 12's tree DCE drops
+// __builtin_prefetch in tbl_lookup's and tbl_apply's loops (no prefetch
+// reached the object code), so on x86-64 it is the instruction itself.
+static inline void
+tbl__prefetch(const void *p)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	__asm__ volatile("prefetcht0 %0" : : "m"(*(const char *) p));
+#else
+	__builtin_prefetch(p);
+#endif
+}
+
 // tbl__prefetch_rec: the first lines of row r's record (`bytes` of it).
 static inline void
 tbl__prefetch_rec(const struct tbl *t, uint32_t r, size_t bytes)
@@ -139,8 +157,8 @@ tbl__prefetch_rec(const struct tbl *t, uint32_t r, size_t bytes)
 	if (bytes > 512)
 		bytes = 512;
 	for (size_t o = 0; o < bytes; o += 64)
-		__builtin_prefetch(p + o);
-	__builtin_prefetch(p + bytes - 1);
+		tbl__prefetch(p + o);
+	tbl__prefetch(p + bytes - 1);
 }
 
 // store.c
@@ -156,6 +174,8 @@ void     tbl__shrink(struct tbl *t);
 size_t   tbl__bytes_at(const struct tbl *t, size_t rows);
 size_t   tbl__slots_for(size_t rows, size_t n_slots);
 int      tbl__sketch_open(struct tbl *t);
+int      tbl__sketch_resize(struct tbl *t, uint32_t width);
+size_t   tbl__sketch_bytes(uint32_t width);
 
 // optim.c
 void tbl__state_init(const struct tbl *t, float *state);

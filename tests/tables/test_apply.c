@@ -72,6 +72,37 @@ START_TEST(test_admit_count_exact)
 }
 END_TEST
 
+// Counts survive the sketch widening as the shard grows: a key seen twice
+// before is admitted at its third update after. Failure: widening lost
+// counts (admission would restart for every key).
+START_TEST(test_admit_across_sketch_growth)
+{
+	struct tbl_conf c       = tt_conf(2, TBL_OPT_SGD);
+	c.admit_count           = 3;
+	struct tbl *t           = tt_open(&c);
+	size_t      small       = tbl_bytes(t);
+	uint64_t    k           = 5;
+	float       g[2 * 1000] = { 0 };
+	uint32_t    three[1000];
+	uint64_t    keys[1000];
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(tbl_apply(t, &k, 1, g, NULL, 1, 1, 1), 0);
+	for (int b = 0; b < 10; b++) {
+		for (int i = 0; i < 1000; i++) {
+			keys[i]  = 1000000 + (uint64_t) (b * 1000 + i);
+			three[i] = 3;
+		}
+		ck_assert_int_eq(tbl_apply(t, keys, 1000, g, three, 1, 1, 2),
+		    0);
+	}
+	ck_assert_uint_eq(tbl_rows(t), 10000);
+	ck_assert_uint_gt(tbl_bytes(t), small);
+	ck_assert_int_eq(tbl_apply(t, &k, 1, g, NULL, 1, 1, 3), 0);
+	ck_assert_uint_eq(tbl_rows(t), 10001);
+	tbl_close(t);
+}
+END_TEST
+
 // Probabilistic admission decides the same on two shards (a hash of seed,
 // table, key and version) and admits about p of the keys. Failure:
 // replicas would hold different key sets.
@@ -113,6 +144,7 @@ suite_apply(void)
 	tcase_add_test(tc, test_lookup_absent_creates_nothing);
 	tcase_add_test(tc, test_admit_count_exact);
 	tcase_add_test(tc, test_admit_prob_deterministic);
+	tcase_add_test(tc, test_admit_across_sketch_growth);
 	suite_add_tcase(s, tc);
 	return s;
 }

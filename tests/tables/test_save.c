@@ -119,7 +119,7 @@ START_TEST(test_load_bogus)
 	// A duplicated key behind a valid checksum.
 	memcpy(bad, img, len);
 	size_t rec = 12 + 4 * (5 + 11);
-	memcpy(bad + 80 + rec, bad + 80, 8);
+	memcpy(bad + 88 + rec, bad + 88, 8);
 	fb_put_u32le(bad + len - 4, fb_crc32(0, bad, len - 4));
 	ck_assert_str_eq(tbl_load(a, bad, len),
 	    "table image: a key appears twice");

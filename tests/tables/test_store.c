@@ -54,10 +54,6 @@ START_TEST(test_open_close)
 	ck_assert_uint_eq(st.bytes, tbl_bytes(t));
 	tbl_close(t);
 	tbl_close(NULL);
-	c.admit_count = 3; // the sketch is held and counted
-	t             = tt_open(&c);
-	ck_assert_uint_ge(tbl_bytes(t), TBL_SK_DEPTH * TBL_SK_WIDTH * 2);
-	tbl_close(t);
 }
 END_TEST
 
@@ -95,7 +91,6 @@ START_TEST(test_insert_many)
 		    tbl_apply(t, keys + b, 1000, g + b * 3, NULL, 1, 1, 1), 0);
 	ck_assert_uint_eq(tbl_rows(t), n);
 	tbl_lookup(t, keys, n, out);
-	ck_assert(memcmp(out, g, n * 3 * 4) != 0 || 1);
 	for (size_t i = 0; i < n * 3; i++)
 		ck_assert(out[i] == -g[i]);
 	uint64_t acc[2] = { 0, 0 };
