@@ -45,9 +45,9 @@ enum tbl_optim {
 	TBL_OPT_SGD     = 0, // w -= lr g
 	TBL_OPT_ADAGRAD = 1, // one accumulator per row: a += mean(g^2);
 	                     // w -= lr g / (sqrt(a) + eps)
-	TBL_OPT_ADAM    = 2, // lazy: only rows in the update; per-row step
+	TBL_OPT_ADAM = 2,    // lazy: only rows in the update; per-row step
 	                     // count for the bias correction
-	TBL_OPT_FTRL    = 3, // FTRL-Proximal (McMahan et al. 2013), per
+	TBL_OPT_FTRL = 3,    // FTRL-Proximal (McMahan et al. 2013), per
 	                     // coordinate z and n; lr is alpha
 };
 
@@ -63,12 +63,12 @@ struct tbl_conf {
 	enum tbl_init  init;
 	float          init_scale;
 	enum tbl_optim optim;
-	float          beta1, beta2, eps; // adam (0.9, 0.999, 1e-8); adagrad eps
-	float          adagrad_init;      // adagrad's first accumulator (0)
-	float          ftrl_beta, ftrl_l1, ftrl_l2; // ftrl (1, 0, 0)
-	uint32_t       admit_count; // 0 or 1: every update admits
-	float          admit_prob;  // 0: off (every update admits)
-	uint64_t       evict_after; // versions untouched (0: never)
+	float    beta1, beta2, eps; // adam (0.9, 0.999, 1e-8); adagrad eps
+	float    adagrad_init;      // adagrad's first accumulator (0)
+	float    ftrl_beta, ftrl_l1, ftrl_l2; // ftrl (1, 0, 0)
+	uint32_t admit_count;                 // 0 or 1: every update admits
+	float    admit_prob;                  // 0: off (every update admits)
+	uint64_t evict_after;                 // versions untouched (0: never)
 };
 
 // What a shard has done, for metrics (counts since tbl_open or the
@@ -105,7 +105,8 @@ tbl_key_hash(uint64_t key)
 static inline uint32_t
 tbl_key_shard(uint64_t key, uint32_t shards)
 {
-	return (uint32_t)(((tbl_key_hash(key) >> 32) * (uint64_t)shards) >> 32);
+	uint64_t top = tbl_key_hash(key) >> 32;
+	return (uint32_t) ((top * shards) >> 32);
 }
 
 // tbl_range_start: the first top-hash value of range i of `shards`
@@ -113,7 +114,7 @@ tbl_key_shard(uint64_t key, uint32_t shards)
 static inline uint64_t
 tbl_range_start(uint32_t i, uint32_t shards)
 {
-	return (((uint64_t)i << 32) + shards - 1) / shards;
+	return (((uint64_t) i << 32) + shards - 1) / shards;
 }
 
 // tbl_conf_check: NULL when conf is usable, else what is wrong with it
