@@ -1,0 +1,353 @@
+// store.c — the row store of one table shard: opening and closing it, the
+// chunks its records live in, the open-addressing index of row numbers
+// (linear probing, backward-shift deletion), inserting and removing rows,
+// and what it all costs in bytes.
+//
+// Removing a row fills its place with the last row, so rows 0..rows-1 are
+// always dense and the chunks in use are exactly ceil(rows / chunk_rows);
+// the first chunk starts at a page and doubles until it is full-sized, so
+// a small shard holds little. tbl_bytes is what is mapped, page-rounded.
+#define _GNU_SOURCE // MAP_ANONYMOUS, MADV_HUGEPAGE
+#include <sys/mman.h>
+
+#include <stdlib.h>
+
+#include "tbl_impl.h"
+
+size_t
+tbl__page_up(size_t bytes)
+{
+	return (bytes + TBL_PAGE - 1) / TBL_PAGE * TBL_PAGE;
+}
+
+void *
+tbl__map(size_t bytes)
+{
+	bytes   = tbl__page_up(bytes);
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+	    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+#ifdef MADV_HUGEPAGE
+	// The index is read at random and the chunks in long runs: large
+	// pages save most of the TLB misses of a multi-GiB shard.
+	if (bytes >= (2u << 20))
+		(void) madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+	return p;
+}
+
+void
+tbl__unmap(void *p, size_t bytes)
+{
+	if (p != NULL)
+		(void) munmap(p, tbl__page_up(bytes));
+}
+
+// cap0_for: the rows chunk 0 holds while it is the only chunk and the
+// shard has `rows` rows: the smallest power of two that fits them, at
+// least a page's worth, at most a full chunk.
+static size_t
+cap0_for(const struct tbl *t, size_t rows)
+{
+	size_t cap = 1;
+	while (cap * 2 * t->rec <= TBL_PAGE && cap < t->chunk_rows)
+		cap *= 2;
+	while (cap < rows && cap < t->chunk_rows)
+		cap *= 2;
+	return cap;
+}
+
+size_t
+tbl__slots_for(size_t rows, size_t n_slots)
+{
+	if (n_slots <= TBL_MIN_SLOTS || rows * 5 >= n_slots)
+		return n_slots;
+	size_t n = TBL_MIN_SLOTS;
+	while (n < rows * 2)
+		n *= 2;
+	return n;
+}
+
+static size_t
+chunk_mem(const struct tbl *t, size_t rows, size_t n_chunks)
+{
+	if (n_chunks == 0)
+		return 0;
+	if (n_chunks == 1)
+		return tbl__page_up(cap0_for(t, rows) * t->rec);
+	return n_chunks * tbl__page_up(t->chunk_rows * t->rec);
+}
+
+size_t
+tbl__bytes_at(const struct tbl *t, size_t rows)
+{
+	size_t n_chunks = rows == 0 ? 0 : ((rows - 1) >> t->shift) + 1;
+	size_t b        = sizeof(*t) + t->cap_chunks * sizeof(t->chunks[0]);
+	b += chunk_mem(t, rows, n_chunks);
+	b += tbl__page_up(tbl__slots_for(rows, t->n_slots) * 4);
+	if (t->sketch != NULL)
+		b += tbl__page_up(TBL_SK_DEPTH * TBL_SK_WIDTH * 2);
+	return b;
+}
+
+size_t
+tbl_bytes(const struct tbl *t)
+{
+	size_t b = sizeof(*t) + t->cap_chunks * sizeof(t->chunks[0]);
+	if (t->n_chunks == 1)
+		b += tbl__page_up(t->chunk0_rows * t->rec);
+	else
+		b += t->n_chunks * tbl__page_up(t->chunk_rows * t->rec);
+	b += tbl__page_up(t->n_slots * 4);
+	if (t->sketch != NULL)
+		b += tbl__page_up(TBL_SK_DEPTH * TBL_SK_WIDTH * 2);
+	return b;
+}
+
+size_t
+tbl_rows(const struct tbl *t)
+{
+	return t->rows;
+}
+
+void
+tbl_get_stats(const struct tbl *t, struct tbl_stats *st)
+{
+	st->rows     = t->rows;
+	st->bytes    = tbl_bytes(t);
+	st->admitted = t->admitted;
+	st->rejected = t->rejected;
+	st->evicted  = t->evicted;
+	st->lookups  = t->lookups;
+	st->hits     = t->hits;
+}
+
+int
+tbl__sketch_open(struct tbl *t)
+{
+	if (t->sketch != NULL)
+		return 0;
+	t->sketch = tbl__map(TBL_SK_DEPTH * TBL_SK_WIDTH * 2);
+	return t->sketch != NULL ? 0 : -1;
+}
+
+struct tbl *
+tbl_open(const struct tbl_conf *conf)
+{
+	if (tbl_conf_check(conf) != NULL)
+		return NULL;
+	struct tbl *t = fb_zalloc(sizeof(*t));
+	if (t == NULL)
+		return NULL;
+	t->conf       = *conf;
+	t->dim        = conf->dim;
+	t->state      = (uint32_t) tbl_state_floats(conf->optim, conf->dim);
+	t->rec        = TBL_HDR + 4 * ((size_t) t->dim + t->state);
+	t->shift      = 0;
+	t->chunk_rows = 1;
+	while (t->chunk_rows * 2 * t->rec <= TBL_CHUNK_BYTES) {
+		t->chunk_rows *= 2;
+		t->shift++;
+	}
+	t->n_slots = TBL_MIN_SLOTS;
+	t->slots   = tbl__map(t->n_slots * 4);
+	if (t->slots == NULL)
+		goto fail;
+	if (conf->admit_count > 1 && tbl__sketch_open(t) != 0)
+		goto fail;
+	return t;
+fail:
+	tbl_close(t);
+	return NULL;
+}
+
+// free_chunks unmaps chunks from..n_chunks-1.
+static void
+free_chunks(struct tbl *t, size_t from)
+{
+	for (size_t i = t->n_chunks; i-- > from;) {
+		size_t rows = i == 0 ? t->chunk0_rows : t->chunk_rows;
+		tbl__unmap(t->chunks[i], rows * t->rec);
+		t->chunks[i] = NULL;
+	}
+	if (from < t->n_chunks)
+		t->n_chunks = from;
+	if (t->n_chunks == 0)
+		t->chunk0_rows = 0;
+}
+
+void
+tbl_close(struct tbl *t)
+{
+	if (t == NULL)
+		return;
+	free_chunks(t, 0);
+	fb_free(t->chunks);
+	tbl__unmap(t->slots, t->n_slots * 4);
+	tbl__unmap(t->sketch, TBL_SK_DEPTH * TBL_SK_WIDTH * 2);
+	fb_free(t);
+}
+
+// resize_chunk0 moves chunk 0 to a mapping of `rows` rows (its rows that
+// fit are kept). -1 when memory ran out (nothing changed).
+static int
+resize_chunk0(struct tbl *t, size_t rows)
+{
+	uint8_t *p = tbl__map(rows * t->rec);
+	if (p == NULL)
+		return -1;
+	if (t->n_chunks > 0) {
+		size_t keep = t->rows < rows ? t->rows : rows;
+		memcpy(p, t->chunks[0], keep * t->rec);
+		tbl__unmap(t->chunks[0], t->chunk0_rows * t->rec);
+	}
+	t->chunks[0]   = p;
+	t->chunk0_rows = rows;
+	t->n_chunks    = t->n_chunks > 0 ? t->n_chunks : 1;
+	return 0;
+}
+
+// room makes row number t->rows addressable. -1 when memory ran out.
+static int
+room(struct tbl *t)
+{
+	size_t r  = t->rows;
+	size_t ci = r >> t->shift;
+	if (ci >= t->cap_chunks) {
+		size_t    cap = t->cap_chunks ? t->cap_chunks * 2 : 4;
+		uint8_t **c   = fb_realloc(t->chunks, cap * sizeof(*c));
+		if (c == NULL)
+			return -1;
+		t->chunks     = c;
+		t->cap_chunks = cap;
+	}
+	if (ci == 0) {
+		if (t->n_chunks > 0 && r < t->chunk0_rows)
+			return 0;
+		return resize_chunk0(t, cap0_for(t, r + 1));
+	}
+	if (ci < t->n_chunks)
+		return 0;
+	uint8_t *p = tbl__map(t->chunk_rows * t->rec);
+	if (p == NULL)
+		return -1;
+	t->chunks[ci] = p;
+	t->n_chunks   = ci + 1;
+	return 0;
+}
+
+static void
+slot_put(struct tbl *t, uint64_t h, uint32_t r)
+{
+	size_t mask = t->n_slots - 1;
+	size_t i    = (size_t) h & mask;
+	while (t->slots[i] != 0)
+		i = (i + 1) & mask;
+	t->slots[i] = r + 1;
+}
+
+int
+tbl__rebuild_index(struct tbl *t, size_t n_slots)
+{
+	uint32_t *s = tbl__map(n_slots * 4);
+	if (s == NULL)
+		return -1;
+	tbl__unmap(t->slots, t->n_slots * 4);
+	t->slots   = s;
+	t->n_slots = n_slots;
+	for (size_t r = 0; r < t->rows; r++) {
+		uint64_t k = tbl__rec_key(tbl__rec(t, r));
+		slot_put(t, tbl_key_hash(k), (uint32_t) r);
+	}
+	return 0;
+}
+
+uint32_t
+tbl__insert(struct tbl *t, uint64_t key, uint64_t h, uint32_t touch)
+{
+	if (t->rows >= TBL_MAX_ROWS)
+		return TBL_NONE;
+	if ((t->rows + 1) * 5 > t->n_slots * 4 &&
+	    tbl__rebuild_index(t, t->n_slots * 2) != 0)
+		return TBL_NONE;
+	if (room(t) != 0)
+		return TBL_NONE;
+	uint32_t r   = (uint32_t) t->rows;
+	uint8_t *rec = tbl__rec(t, r);
+	memcpy(rec, &key, 8);
+	memcpy(rec + 8, &touch, 4);
+	float *row = tbl__rec_row(rec);
+	tbl_row_init(&t->conf, key, row);
+	tbl__state_init(t, row + t->dim);
+	slot_put(t, h, r);
+	t->rows++;
+	return r;
+}
+
+// slot_of: the slot holding row r (it is in the index).
+static size_t
+slot_of(const struct tbl *t, uint32_t r)
+{
+	size_t   mask = t->n_slots - 1;
+	uint64_t k    = tbl__rec_key(tbl__rec(t, r));
+	size_t   i    = (size_t) tbl_key_hash(k) & mask;
+	while (t->slots[i] != r + 1)
+		i = (i + 1) & mask;
+	return i;
+}
+
+void
+tbl__remove(struct tbl *t, uint32_t r)
+{
+	size_t mask = t->n_slots - 1;
+	size_t i    = slot_of(t, r);
+	// Backward shift: pull each later entry of the probe run into the
+	// hole unless its home lies cyclically in (hole, its slot].
+	for (size_t j = (i + 1) & mask; t->slots[j] != 0; j = (j + 1) & mask) {
+		uint32_t s = t->slots[j];
+		size_t   k = (size_t) tbl_key_hash(
+		                 tbl__rec_key(tbl__rec(t, s - 1))) &
+		    mask;
+		bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+		if (!stays) {
+			t->slots[i] = s;
+			i           = j;
+		}
+	}
+	t->slots[i]   = 0;
+	uint32_t last = (uint32_t) (t->rows - 1);
+	if (r != last) {
+		t->slots[slot_of(t, last)] = r + 1;
+		memcpy(tbl__rec(t, r), tbl__rec(t, last), t->rec);
+	}
+	t->rows--;
+}
+
+void
+tbl__shrink(struct tbl *t)
+{
+	size_t need = t->rows == 0 ? 0 : ((t->rows - 1) >> t->shift) + 1;
+	if (need < t->n_chunks)
+		free_chunks(t, need == 0 ? 0 : need);
+	if (t->n_chunks == 1) {
+		size_t cap = cap0_for(t, t->rows);
+		if (cap < t->chunk0_rows)
+			(void) resize_chunk0(t, cap);
+	}
+	size_t n = tbl__slots_for(t->rows, t->n_slots);
+	if (n != t->n_slots)
+		(void) tbl__rebuild_index(t, n);
+}
+
+void
+tbl_each(const struct tbl *t,
+    void (*fn)(void *arg, uint64_t key, const float *row, const float *state),
+    void *arg)
+{
+	for (size_t r = 0; r < t->rows; r++) {
+		uint8_t *rec = tbl__rec(t, r);
+		float   *row = tbl__rec_row(rec);
+		fn(arg, tbl__rec_key(rec), row, row + t->dim);
+	}
+}

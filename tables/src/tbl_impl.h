@@ -1,0 +1,138 @@
+// tbl_impl.h — the shard store's private umbrella: struct tbl, the record
+// layout and the functions its files share.
+//
+// A row's record, rec bytes, packed in chunks of 2^shift rows:
+//   [key u64][touch u32][dim floats][state floats]
+// rec is a multiple of 4, so the floats stay 4-aligned; the key may be
+// only 4-aligned and is read and written with memcpy. Chunks, the index
+// and the sketch come straight from mmap (tbl__map): freeing them hands
+// the pages back to the kernel whatever malloc's thresholds are (ps-server
+// keeps freed heap blocks for its messages), so a shard evicted to a
+// budget really shrinks the process.
+#ifndef TBL_IMPL_H
+#define TBL_IMPL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <fb/fb.h>
+#include <tbl/tbl.h>
+
+#define TBL_HDR 12u                      // key + touch
+#define TBL_CHUNK_BYTES (8u << 20)       // a full chunk holds at most this
+#define TBL_MIN_SLOTS 16u                // the smallest index
+#define TBL_MAX_ROWS (UINT32_C(1) << 31) // row numbers + 1 fit a slot
+#define TBL_PAGE 4096u
+#define TBL_NONE UINT32_MAX
+
+// The count-min sketch: depth rows of width u16 counters, each row indexed
+// by 16 bits of one hash of the key; halved every TBL_SK_AGE additions so
+// that old counts fade.
+#define TBL_SK_DEPTH 4u
+#define TBL_SK_WIDTH 65536u
+#define TBL_SK_AGE (8u * TBL_SK_WIDTH)
+
+struct tbl {
+	struct tbl_conf conf;
+	uint32_t        dim;
+	uint32_t        state;      // state floats per row
+	size_t          rec;        // record bytes
+	uint32_t        shift;      // log2 rows per full chunk
+	size_t          chunk_rows; // 1 << shift
+	uint8_t       **chunks;     // n_chunks of them
+	size_t          n_chunks, cap_chunks;
+	size_t          chunk0_rows; // rows chunks[0] holds (grows to full)
+	size_t          rows;
+	uint32_t       *slots; // row + 1 per slot, 0: empty
+	size_t          n_slots;
+	uint16_t       *sketch; // NULL until admission or LFU needs it
+	uint64_t        sketch_adds;
+	uint64_t        admitted, rejected, evicted, lookups, hits;
+};
+
+// tbl__rec: row r's record.
+static inline uint8_t *
+tbl__rec(const struct tbl *t, size_t r)
+{
+	return t->chunks[r >> t->shift] + (r & (t->chunk_rows - 1)) * t->rec;
+}
+
+static inline uint64_t
+tbl__rec_key(const uint8_t *rec)
+{
+	uint64_t k;
+	memcpy(&k, rec, sizeof(k));
+	return k;
+}
+
+static inline uint32_t
+tbl__rec_touch(const uint8_t *rec)
+{
+	uint32_t v;
+	memcpy(&v, rec + 8, sizeof(v));
+	return v;
+}
+
+static inline float *
+tbl__rec_row(uint8_t *rec)
+{
+	return (float *) (void *) (rec + TBL_HDR);
+}
+
+// tbl__touch32: a version as the 32 bits a record keeps (saturating).
+static inline uint32_t
+tbl__touch32(uint64_t version)
+{
+	return version > UINT32_MAX ? UINT32_MAX : (uint32_t) version;
+}
+
+// tbl__find: key's row, or TBL_NONE. h is tbl_key_hash(key).
+static inline uint32_t
+tbl__find(const struct tbl *t, uint64_t key, uint64_t h)
+{
+	size_t mask = t->n_slots - 1;
+	for (size_t i = (size_t) h & mask;; i = (i + 1) & mask) {
+		uint32_t s = t->slots[i];
+		if (s == 0)
+			return TBL_NONE;
+		if (tbl__rec_key(tbl__rec(t, s - 1)) == key)
+			return s - 1;
+	}
+}
+
+// tbl__prefetch_rec: the first lines of row r's record (`bytes` of it).
+static inline void
+tbl__prefetch_rec(const struct tbl *t, uint32_t r, size_t bytes)
+{
+	const uint8_t *p = tbl__rec(t, r);
+	if (bytes > 512)
+		bytes = 512;
+	for (size_t o = 0; o < bytes; o += 64)
+		__builtin_prefetch(p + o);
+	__builtin_prefetch(p + bytes - 1);
+}
+
+// store.c
+void    *tbl__map(size_t bytes);
+void     tbl__unmap(void *p, size_t bytes);
+size_t   tbl__page_up(size_t bytes);
+uint32_t tbl__insert(struct tbl *t, uint64_t key, uint64_t h, uint32_t touch);
+void     tbl__remove(struct tbl *t, uint32_t r);
+int      tbl__rebuild_index(struct tbl *t, size_t n_slots);
+void     tbl__shrink(struct tbl *t);
+size_t   tbl__bytes_at(const struct tbl *t, size_t rows);
+size_t   tbl__slots_for(size_t rows, size_t n_slots);
+int      tbl__sketch_open(struct tbl *t);
+
+// optim.c
+void tbl__state_init(const struct tbl *t, float *state);
+void tbl__optim_row(const struct tbl *t, float *w, float *s, const float *g,
+    float scale, float lr);
+uint64_t tbl__row_seed(const struct tbl_conf *conf, uint64_t key);
+
+// apply.c
+void     tbl__sketch_add(struct tbl *t, uint64_t key, uint32_t c);
+uint32_t tbl__sketch_est(const struct tbl *t, uint64_t key);
+
+#endif // TBL_IMPL_H
