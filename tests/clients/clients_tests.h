@@ -13,5 +13,6 @@ Suite *suite_reply(void);      // reply.c: taking replies, the pull sink
 Suite *suite_sink(void);       // the pull sink against a cluster
 Suite *suite_codec_auto(void); // codec_auto.c: link-aware codec choice
 Suite *suite_exchange(void);   // exchange.c: request sizing per link
+Suite *suite_rows(void);       // tables.c, rows_dedup.c, rows.c: sparse
 
 #endif // CLIENTS_TESTS_H
