@@ -272,15 +272,30 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	            "push and outweighs the others): more gets "
 	            "`INVALID_ARGUMENT` naming this flag "
 	            "(docs/operations.md §13)" },
-	[FB_OPT_PS_TLS_CERT]             = { "tls-cert", PS, STR, .def = "",
-	                .unset = "off",
-	                .help  = "this member's TLS certificate (PEM): mutual TLS with "
-	                                     "--tls-key and --tls-ca (docs/security.md)",
-	                .doc   = "this member's certificate (PEM, chain allowed). With "
-	                                     "`--tls-key` and `--tls-ca` every connection is "
-	                                     "`tls+tcp://` (`tcp://` URLs are mapped) and both ends "
-	                                     "must present a certificate signed by the job's CA "
-	                                     "([security.md](security.md))" },
+	[FB_OPT_PS_SPARSE_CAPACITY_MB]   = { "sparse-capacity-mb", SRV,
+	      INT(0, 1LL << 24), .def = "0",
+	      .help = "server: hold the sparse tables' rows here under this "
+	                "many MiB, evicting rows past it (0: unbounded)",
+	      .doc  = "the memory the sparse tables' shards on this server may "
+	                "hold, MiB: after an update that goes past it, rows are "
+	                "evicted (by `--sparse-evict`) until they hold about 95% "
+	                "of it (0: unbounded)" },
+	[FB_OPT_PS_SPARSE_EVICT] = { "sparse-evict", SRV, ENUM("lru|lfu"),
+	    .def  = "lru",
+	    .help = "server: lru | lfu, which rows --sparse-capacity-mb "
+	            "evicts first",
+	    .doc  = "which rows `--sparse-capacity-mb` evicts first: the "
+	            "least recently (`lru`) or least frequently (`lfu`) "
+	            "updated" },
+	[FB_OPT_PS_TLS_CERT]     = { "tls-cert", PS, STR, .def = "",
+	        .unset = "off",
+	        .help  = "this member's TLS certificate (PEM): mutual TLS with "
+	                     "--tls-key and --tls-ca (docs/security.md)",
+	        .doc   = "this member's certificate (PEM, chain allowed). With "
+	                     "`--tls-key` and `--tls-ca` every connection is "
+	                     "`tls+tcp://` (`tcp://` URLs are mapped) and both ends "
+	                     "must present a certificate signed by the job's CA "
+	                     "([security.md](security.md))" },
 	[FB_OPT_PS_TLS_KEY] = { "tls-key", PS, STR, .def = "", .unset = "off",
 	    .help = "the private key of --tls-cert (PEM, unencrypted)",
 	    .doc  = "the unencrypted private key of `--tls-cert` (PEM)" },

@@ -25,6 +25,7 @@ enum kind {
 	K_MB_SIZE,   // size_t bytes from MiB
 	K_PLACEMENT, // int: enum ps_placement
 	K_RESTORE,   // int: PS_RESTORE_*
+	K_EVICT,     // int: 0 lru, 1 lfu
 };
 
 struct binding {
@@ -80,6 +81,8 @@ static const struct binding srv_bindings[] = {
 	{ FB_OPT_PS_AUTH_WINDOW_MS, K_U32, SRV(auth_window_ms) },
 	{ FB_OPT_PS_MAX_INFLIGHT_MB, K_MB_SIZE, SRV(max_inflight) },
 	{ FB_OPT_PS_MAX_SAMPLES_PER_PUSH, K_U32, SRV(max_samples) },
+	{ FB_OPT_PS_SPARSE_CAPACITY_MB, K_MB_U64, SRV(sparse_capacity) },
+	{ FB_OPT_PS_SPARSE_EVICT, K_EVICT, SRV(sparse_evict) },
 	{ FB_OPT_PS_TLS_CERT, K_PATH, SRV(tls_cert) },
 	{ FB_OPT_PS_TLS_KEY, K_PATH, SRV(tls_key) },
 	{ FB_OPT_PS_TLS_CA, K_PATH, SRV(tls_ca) },
@@ -126,6 +129,9 @@ store(void *base, const struct binding *b, const struct fb_config *cfg)
 		*(int *) p = strcmp(v, "yes") == 0 ? PS_RESTORE_YES
 		    : strcmp(v, "no") == 0         ? PS_RESTORE_NO
 		                                   : PS_RESTORE_AUTO;
+		break;
+	case K_EVICT:
+		*(int *) p = strcmp(v, "lfu") == 0;
 		break;
 	}
 }

@@ -202,12 +202,18 @@ struct ps_server_opts {
 	uint32_t    reseed_wait_ms;
 	// The freshness window, as for the scheduler (0: no bound).
 	uint32_t    auth_window_ms;
+	// Sparse tables (--sparse-capacity-mb, --sparse-evict): the bytes
+	// the table shards held here may take (0: unbounded; past it the
+	// least recently, or with sparse_evict 1 least frequently, used rows
+	// are evicted after an update).
+	uint64_t    sparse_capacity;
+	int         sparse_evict; // 0: lru, 1: lfu
 };
 #define PS_SERVER_OPTS_INIT                                                   \
 	{                                                                     \
 		NULL, NULL, NULL, 256, 256u << 20, 10000, 0, 10000, 1000,     \
 		    NULL, 0, PS_RESTORE_AUTO, NULL, 4ull << 30, 300000,       \
-		    65536, NULL, NULL, NULL, -1, 5000, 120000                 \
+		    65536, NULL, NULL, NULL, -1, 5000, 120000, 0, 0           \
 	}
 
 // When a server with a snapshot_dir loads its snapshot file.

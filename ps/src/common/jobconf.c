@@ -105,3 +105,147 @@ ps__job_read(const Pswire__JobConfig *job, struct ps_job *j, char *why,
 	j->push_auto = strcmp(job->codec_push, COMP_AUTO_SPEC) == 0;
 	return FB_OK;
 }
+
+// row_codec parses a table's row codec spec ("" is "none") with one scale
+// per row: FB_OK, or FB_EINVAL for anything but none/fp16/bf16/q8.
+static int
+row_codec(const char *spec, uint32_t dim, struct comp_codec *out)
+{
+	if (*spec == '\0') {
+		spec = "none";
+	}
+	if (comp_codec_parse(spec, dim, out) != FB_OK || out->stochastic ||
+	    (out->id != COMP_NONE && out->id != COMP_FP16 &&
+	        out->id != COMP_BF16 && out->id != COMP_Q8)) {
+		return FB_EINVAL;
+	}
+	return FB_OK;
+}
+
+// dflt returns v, or d when v is 0 (TableDesc's "zero takes the
+// default").
+static float
+dflt(double v, double d)
+{
+	return (float) (v != 0 ? v : d);
+}
+
+int
+ps__table_read(const Pswire__JobConfig *job, size_t t, struct ps_table *out,
+    char *why, size_t n)
+{
+	const Pswire__TableDesc *d    = job->tables[t];
+	struct tbl_conf         *c    = &out->conf;
+	const char              *name = d->name != NULL ? d->name : "";
+	const char              *bad;
+	static const char *const optims[] = { "sgd", "adagrad", "adam",
+		"ftrl" };
+
+	memset(out, 0, sizeof(*out));
+	if (*name == '\0' || strlen(name) > 127) {
+		snprintf(why, n, "table %zu: name must be 1..127 bytes", t);
+		return FB_EINVAL;
+	}
+	if (d->dim == 0 || d->dim > 4096) {
+		snprintf(why, n, "table %zu ('%s'): dim %u not in 1..4096", t,
+		    name, d->dim);
+		return FB_EINVAL;
+	}
+	c->optim = (enum tbl_optim) 4;
+	for (int k = 0; k < 4; k++) {
+		if (strcmp(d->optim, optims[k]) == 0 ||
+		    (k == 0 && *d->optim == '\0')) {
+			c->optim = (enum tbl_optim) k;
+		}
+	}
+	if ((int) c->optim == 4) {
+		snprintf(why, n,
+		    "table %zu ('%s'): optim '%.32s' is not sgd, adagrad, "
+		    "adam or ftrl",
+		    t, name, d->optim);
+		return FB_EINVAL;
+	}
+	if (d->init < 0 || d->init > 2) {
+		snprintf(why, n,
+		    "table %zu ('%s'): init %d not in 0..2 (zeros, uniform, "
+		    "normal)",
+		    t, name, (int) d->init);
+		return FB_EINVAL;
+	}
+	if (row_codec(d->codec_push, d->dim, &out->cpush) != FB_OK ||
+	    row_codec(d->codec_pull, d->dim, &out->cpull) != FB_OK) {
+		snprintf(why, n,
+		    "table %zu ('%s'): codec_push '%.32s' / codec_pull "
+		    "'%.32s': a row codec is none, fp16, bf16 or q8",
+		    t, name, d->codec_push, d->codec_pull);
+		return FB_EINVAL;
+	}
+	if (!(d->admit_prob >= 0 && d->admit_prob <= 1)) {
+		snprintf(why, n,
+		    "table %zu ('%s'): admit_prob %g not in [0, 1]", t, name,
+		    (double) d->admit_prob);
+		return FB_EINVAL;
+	}
+	if (d->shards > PS_TABLE_MAX_SHARDS) {
+		snprintf(why, n, "table %zu ('%s'): shards %u over %u", t,
+		    name, d->shards, PS_TABLE_MAX_SHARDS);
+		return FB_EINVAL;
+	}
+	if (!(d->lr >= 0 && d->lr < 1e6)) {
+		snprintf(why, n, "table %zu ('%s'): lr %g not in [0, 1e6)", t,
+		    name, d->lr);
+		return FB_EINVAL;
+	}
+	c->dim          = d->dim;
+	c->table        = (uint32_t) t;
+	c->seed         = job->seed;
+	c->init         = (enum tbl_init) d->init;
+	c->init_scale   = d->init_scale;
+	c->beta1        = dflt(d->beta1, 0.9);
+	c->beta2        = dflt(d->beta2, 0.999);
+	c->eps          = dflt(d->eps, 1e-8);
+	c->adagrad_init = (float) d->adagrad_init;
+	c->ftrl_beta    = dflt(d->ftrl_beta, 1.0);
+	c->ftrl_l1      = (float) d->ftrl_l1;
+	c->ftrl_l2      = (float) d->ftrl_l2;
+	c->admit_count  = d->admit_count;
+	c->admit_prob   = d->admit_prob;
+	c->evict_after  = d->evict_after;
+	if ((bad = tbl_conf_check(c)) != NULL) {
+		snprintf(why, n, "table %zu ('%s'): %s", t, name, bad);
+		return FB_EINVAL;
+	}
+	out->lr            = d->lr;
+	out->shards        = d->shards;
+	out->expected_rows = d->expected_rows != 0 ? d->expected_rows
+	                                           : 1000000u;
+	return FB_OK;
+}
+
+int
+ps__job_tables(const Pswire__JobConfig *job, char *why, size_t n)
+{
+	struct ps_table tb;
+	if (job->n_tables > PS_MAX_TABLES) {
+		snprintf(why, n, "%zu tables; the cap is %u", job->n_tables,
+		    PS_MAX_TABLES);
+		return FB_EINVAL;
+	}
+	for (size_t t = 0; t < job->n_tables; t++) {
+		if (ps__table_read(job, t, &tb, why, n) != FB_OK) {
+			return FB_EINVAL;
+		}
+		// Quadratic, but only at declaration, over at most
+		// PS_MAX_TABLES tables.
+		for (size_t u = 0; u < t; u++) {
+			if (strcmp(job->tables[u]->name,
+			        job->tables[t]->name) == 0) {
+				snprintf(why, n,
+				    "table %zu: name '%s' is also table %zu's",
+				    t, job->tables[t]->name, u);
+				return FB_EINVAL;
+			}
+		}
+	}
+	return FB_OK;
+}

@@ -12,6 +12,7 @@
 #include "comp/comp.h"
 #include "fb/optim.h"
 #include "ferry.pb-c.h"
+#include "tbl/tbl.h"
 
 // ps__job_optim reads job's optimizer, lr schedule and clip norm into *o
 // and *sc (absent messages: SGD, constant lr) and checks them. Errors:
@@ -52,5 +53,33 @@ struct ps_job {
 // when the optimizer or a codec cannot be run; *j partly written then.
 int ps__job_read(const Pswire__JobConfig *job, struct ps_job *j, char *why,
     size_t n);
+
+// A sparse table as a server runs it (JobConfig.tables[t]), read by
+// ps__table_read: the store's conf, the lr, the placement inputs and the
+// row codecs (bucket = dim: one scale per row).
+struct ps_table {
+	struct tbl_conf   conf;
+	double            lr;     // TableDesc.lr (0: the job's lr schedule)
+	uint32_t          shards; // TableDesc.shards (0: one per server)
+	uint64_t          expected_rows; // 0 read as 1,000,000
+	struct comp_codec cpush, cpull;
+};
+
+// The most hash ranges a table may be cut into, and the most tables.
+#define PS_TABLE_MAX_SHARDS 65536u
+#define PS_MAX_TABLES 4096u
+
+// ps__table_read derives table t of job (t < job->n_tables) into *out:
+// the one place a TableDesc becomes a tbl_conf (zero fields take the
+// defaults TableDesc names; the row seed is JobConfig.seed, the table its
+// index). Errors: FB_EINVAL with a reason naming the table and the field
+// in why (n bytes); *out partly written then. Pure.
+int ps__table_read(const Pswire__JobConfig *job, size_t t,
+    struct ps_table *out, char *why, size_t n);
+
+// ps__job_tables checks every table of job (ps__table_read) and that their
+// names are distinct: FB_OK, or FB_EINVAL with the first problem in why.
+// Pure.
+int ps__job_tables(const Pswire__JobConfig *job, char *why, size_t n);
 
 #endif // PS_JOBCONF_H

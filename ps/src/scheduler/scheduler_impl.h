@@ -242,6 +242,36 @@ ps__sched_server_usable(const struct ps_scheduler *s, uint32_t m)
 // before the job starts.
 void ps__sched_moves_unwind(struct ps_scheduler *s, uint32_t m);
 
+// ---- scheduler_tables.c: the sparse tables' ranges ---------------------
+
+// The table shards of a map being built: infos[n] and ptrs[n] (ptrs[i] =
+// &infos[i]), for Placement.table_shards. Release with
+// ps__sched_tables_free.
+struct ps_sched_tables {
+	Pswire__ShardInfo  *infos;
+	Pswire__ShardInfo **ptrs;
+	size_t              n;
+};
+
+// ps__sched_tables_place cuts every table of s->job into its ranges
+// (TableDesc.shards, 0: one per server) and places each on the usable
+// server holding the fewest expected bytes, counting the dense shards
+// that assign (ns entries, sizes s->shard_size) places. Errors: FB_ENOMEM
+// (*out empty). mu held; for the first map.
+int ps__sched_tables_place(struct ps_scheduler *s, const uint32_t *assign,
+    size_t ns, struct ps_sched_tables *out);
+
+// ps__sched_tables_keep copies the map in force's table shards into *out,
+// each on its server, except those whose server left or was declared
+// dead: re-placed on the usable server holding the fewest bytes with
+// seed_gen raised (logged as an error: their rows are lost). assign: the
+// next map's dense shards. Errors: FB_ENOMEM. mu held.
+int ps__sched_tables_keep(struct ps_scheduler *s, const uint32_t *assign,
+    struct ps_sched_tables *out);
+
+// ps__sched_tables_free releases t's arrays (zeroed memory: no-op).
+void ps__sched_tables_free(struct ps_sched_tables *t);
+
 // ---- scheduler_snapshot.c: rollbacks ----------------------------------
 
 // ps__sched_snap_held records the snapshot versions server m reported

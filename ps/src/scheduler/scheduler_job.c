@@ -309,6 +309,11 @@ job_size_check(const Pswire__JobConfig *j, const struct ps_scheduler_opts *o,
 		bytes += len * 4; // <= 65536 * 2^36: no overflow
 		shards += len / per + (len % per != 0);
 	}
+	for (size_t i = 0; i < j->n_tables; i++) {
+		// A table's ranges are shards too (0: one per server).
+		uint32_t ts = j->tables[i]->shards;
+		shards += ts != 0 ? ts : (uint64_t) o->servers;
+	}
 	if (o->max_job_bytes != 0 && bytes > o->max_job_bytes) {
 		snprintf(why, n,
 		    "the tensors total %llu bytes; the job cap (--max-job-mb) "
@@ -351,7 +356,8 @@ ps__sched_job_check(const Pswire__JobConfig *j,
 			return FB_EINVAL;
 		}
 	}
-	if (ps__job_kinds(j, why, n) != FB_OK) {
+	if (ps__job_kinds(j, why, n) != FB_OK ||
+	    ps__job_tables(j, why, n) != FB_OK) {
 		return FB_EINVAL;
 	}
 	if (job_size_check(j, o, why, n) != FB_OK) {

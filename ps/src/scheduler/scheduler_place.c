@@ -317,13 +317,14 @@ snapshots_all(const struct ps_scheduler *s)
 int
 ps__sched_publish(struct ps_scheduler *s)
 {
-	size_t             nt = s->job->n_tensors, ns = 0;
-	uint64_t          *lens;
-	struct shard_desc *sd     = NULL;
-	uint32_t          *assign = NULL;
-	int                rv;
-	Pswire__Placement  p     = PSWIRE__PLACEMENT__INIT;
-	Pswire__ShardInfo *infos = NULL, **ptrs = NULL;
+	size_t                 nt = s->job->n_tensors, ns = 0;
+	uint64_t              *lens;
+	struct shard_desc     *sd     = NULL;
+	uint32_t              *assign = NULL;
+	int                    rv;
+	Pswire__Placement      p     = PSWIRE__PLACEMENT__INIT;
+	Pswire__ShardInfo     *infos = NULL, **ptrs = NULL;
+	struct ps_sched_tables tabs = { 0 };
 
 	if ((lens = fb_alloc(nt * sizeof(*lens))) == NULL) {
 		return FB_ENOMEM;
@@ -376,14 +377,19 @@ ps__sched_publish(struct ps_scheduler *s)
 		info_fill(s, i, assign[i], &infos[i]);
 		ptrs[i] = &infos[i];
 	}
-	p.epoch     = ++s->epoch;
-	p.n_servers = (size_t) s->n_servers_seen;
-	p.servers   = s->server_urls;
-	p.n_shards  = ns;
-	p.shards    = ptrs;
-	p.job       = s->job;
-	p.trainers  = (uint32_t) s->opts.trainers;
-	p.snapshots = snapshots_all(s);
+	if ((rv = ps__sched_tables_place(s, assign, ns, &tabs)) != FB_OK) {
+		goto done;
+	}
+	p.n_table_shards = tabs.n;
+	p.table_shards   = tabs.ptrs;
+	p.epoch          = ++s->epoch;
+	p.n_servers      = (size_t) s->n_servers_seen;
+	p.servers        = s->server_urls;
+	p.n_shards       = ns;
+	p.shards         = ptrs;
+	p.job            = s->job;
+	p.trainers       = (uint32_t) s->opts.trainers;
+	p.snapshots      = snapshots_all(s);
 	// Keep a private deep copy (pack + unpack) to answer fetches from.
 	s->placement_len = pswire__placement__get_packed_size(&p);
 	if ((s->placement_buf = fb_alloc(s->placement_len)) == NULL) {
@@ -422,6 +428,7 @@ done:
 	}
 	fb_free(infos);
 	fb_free(ptrs);
+	ps__sched_tables_free(&tabs);
 	return rv;
 }
 
@@ -507,14 +514,15 @@ ps__sched_moves_unwind(struct ps_scheduler *s, uint32_t m)
 int
 ps__sched_republish(struct ps_scheduler *s, const uint32_t *assign)
 {
-	Pswire__Placement  *p = s->placement, *np;
-	Pswire__Placement   q = PSWIRE__PLACEMENT__INIT;
-	uint8_t            *buf;
-	size_t              len, n = p->n_shards, lost;
-	int                 moved = 0, promoted = 0, rv;
-	uint32_t           *na    = fb_alloc(n * sizeof(*na));
-	Pswire__ShardInfo  *infos = fb_alloc(n * sizeof(*infos));
-	Pswire__ShardInfo **ptrs  = fb_alloc(n * sizeof(*ptrs));
+	Pswire__Placement     *p = s->placement, *np;
+	Pswire__Placement      q = PSWIRE__PLACEMENT__INIT;
+	uint8_t               *buf;
+	size_t                 len, n = p->n_shards, lost;
+	int                    moved = 0, promoted = 0, rv;
+	uint32_t              *na    = fb_alloc(n * sizeof(*na));
+	Pswire__ShardInfo     *infos = fb_alloc(n * sizeof(*infos));
+	Pswire__ShardInfo    **ptrs  = fb_alloc(n * sizeof(*ptrs));
+	struct ps_sched_tables tabs  = { 0 };
 
 	if (na == NULL || infos == NULL || ptrs == NULL) {
 		rv = FB_ENOMEM;
@@ -523,6 +531,10 @@ ps__sched_republish(struct ps_scheduler *s, const uint32_t *assign)
 	memcpy(na, assign, n * sizeof(*na));
 	// A primary that is gone is replaced by its first live backup.
 	if ((rv = backups_repair(s, n, na, &lost)) != FB_OK) {
+		goto done;
+	}
+	// Table shards stay on their servers (scheduler_tables.c).
+	if ((rv = ps__sched_tables_keep(s, na, &tabs)) != FB_OK) {
 		goto done;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -536,13 +548,15 @@ ps__sched_republish(struct ps_scheduler *s, const uint32_t *assign)
 	s->n_promoted += (uint64_t) promoted;
 	// The next map: the same shards and job, the current members (a
 	// server may have joined).
-	q.epoch     = ++s->epoch;
-	q.n_servers = (size_t) s->n_servers_seen;
-	q.servers   = s->server_urls;
-	q.n_shards  = n;
-	q.shards    = ptrs;
-	q.job       = p->job;
-	q.trainers  = p->trainers;
+	q.epoch          = ++s->epoch;
+	q.n_servers      = (size_t) s->n_servers_seen;
+	q.servers        = s->server_urls;
+	q.n_shards       = n;
+	q.shards         = ptrs;
+	q.n_table_shards = tabs.n;
+	q.table_shards   = tabs.ptrs;
+	q.job            = p->job;
+	q.trainers       = p->trainers;
 	uint32_t gone_t[PS_MAX_MEMBERS]; // opts.trainers <= PS_MAX_MEMBERS
 	for (int t = 0;
 	     t < s->opts.trainers && q.n_gone_trainers < PS_MAX_MEMBERS; t++) {
@@ -588,6 +602,7 @@ done:
 	fb_free(na);
 	fb_free(infos);
 	fb_free(ptrs);
+	ps__sched_tables_free(&tabs);
 	return rv;
 }
 

@@ -262,6 +262,15 @@ placement_check(const Pswire__SchedulerState *st, const char *path, char *msg,
 			    (unsigned long long) sh->len, sh->server);
 		}
 	}
+	for (size_t i = 0; i < p->n_table_shards; i++) {
+		const Pswire__ShardInfo *sh = p->table_shards[i];
+		if (sh->server >= st->n_servers || sh->tensor >= j->n_tables) {
+			return why(msg, n, FB_EPROTO, path,
+			    "table shard %zu (table %u on server %u) is out of "
+			    "range",
+			    i, sh->tensor, sh->server);
+		}
+	}
 	for (size_t i = 0; i < p->n_gone_trainers; i++) {
 		if (p->gone_trainers[i] >= st->trainers) {
 			return why(msg, n, FB_EPROTO, path,

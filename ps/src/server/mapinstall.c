@@ -42,6 +42,18 @@ ps__map_check(const Pswire__Placement *pl)
 			return FB_EPROTO;
 		}
 	}
+	// Sparse tables: each range in its table, on a server (rows.c).
+	if (job->n_tables > PS_MAX_TABLES || pl->n_table_shards > (1u << 24)) {
+		return FB_EPROTO;
+	}
+	for (size_t i = 0; i < pl->n_table_shards; i++) {
+		Pswire__ShardInfo *si = pl->table_shards[i];
+		if (si->tensor >= job->n_tables ||
+		    si->server >= pl->n_servers ||
+		    si->offset + si->len > (1ull << 32)) {
+			return FB_EPROTO;
+		}
+	}
 	for (size_t i = 0; i < pl->n_shards; i++) {
 		Pswire__ShardInfo *si = pl->shards[i];
 		// len <= 2^34 and trainers <= 2^16: len * 4 * trainers (the
@@ -175,6 +187,9 @@ ps__map_install(struct ps_server *s, Pswire__Placement *pl)
 		return rv;
 	}
 	if ((rv = ps__repl_open(s)) != FB_OK) {
+		return rv;
+	}
+	if ((rv = ps__rows_install(s, pl)) != FB_OK) {
 		return rv;
 	}
 	s->pl = pl;

@@ -108,7 +108,7 @@ static int
 map_same_cut(const struct ps_server *s, const Pswire__Placement *pl)
 {
 	if (ps__map_check(pl) != FB_OK || pl->n_shards != s->n_global ||
-	    pl->epoch <= s->pl->epoch) {
+	    pl->n_table_shards != s->n_tglobal || pl->epoch <= s->pl->epoch) {
 		return FB_EPROTO;
 	}
 	for (size_t i = 0; i < pl->n_shards; i++) {
@@ -519,6 +519,7 @@ ps__map_apply(struct ps_server *s, Pswire__Placement *pl,
 	map_mark(s, pl);
 	ps__repl_map(s);          // forwards to dropped backups end
 	ps__seed_map(s, old, pl); // lost shards placed here: re-seeded
+	ps__rows_map(s, pl);      // table shards: rounds, re-placed ones
 	// Pushes still decoding into a leaving shard finish first.
 	while (leaving_busy(s)) {
 		pthread_cond_wait(&s->decoded, &s->mu);

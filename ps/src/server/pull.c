@@ -347,7 +347,8 @@ ps__pull_pipe_gone(void *arg, uint32_t pipe)
 {
 	struct ps_server *s = arg;
 	pthread_mutex_lock(&s->mu);
-	int n = ps__call_list_drop_pipe(&s->parked, pipe);
+	int n = ps__call_list_drop_pipe(&s->parked, pipe) +
+	    ps__call_list_drop_pipe(&s->rows_parked, pipe);
 	atomic_fetch_add_explicit(&s->n_err, (uint64_t) n,
 	    memory_order_relaxed);
 	pthread_mutex_unlock(&s->mu);
@@ -356,9 +357,11 @@ ps__pull_pipe_gone(void *arg, uint32_t pipe)
 void
 ps__pull_abort_all(struct ps_server *s, uint64_t epoch)
 {
-	while (s->parked != NULL) {
-		struct ps_call *c = s->parked;
-		s->parked         = c->next;
+	while (s->parked != NULL || s->rows_parked != NULL) {
+		struct ps_call **pp = s->parked != NULL ? &s->parked
+		                                        : &s->rows_parked;
+		struct ps_call  *c  = *pp;
+		*pp                 = c->next;
 		ps__server_reply_err(s, c, PSWIRE__STATUS__STALE_EPOCH,
 		    "the job rolled back to a snapshot (epoch %llu): fetch "
 		    "the new map",
@@ -539,6 +542,7 @@ ps__sweep_main(void *arg)
 				pp = &c->next;
 			}
 		}
+		ps__rows_sweep(s, now); // parked Rows calls (rows_park.c)
 		if (ps__seed_sweep(s, now) > 0) {
 			ps__pull_wake(s); // re-seeded shards opened
 		}

@@ -14,7 +14,7 @@
 static void
 on_stats(struct ps_server *s, struct ps_call *c)
 {
-	char text[2048];
+	char text[8192];
 	ps_server_stats(s, text, sizeof(text));
 	ps__call_reply_stats(c, text);
 }
@@ -96,7 +96,8 @@ dispatch(void *arg, struct ps_call *c)
 	if (method != PSWIRE__METHOD__PUSH && method != PSWIRE__METHOD__PULL &&
 	    method != PSWIRE__METHOD__PUSH_PULL &&
 	    method != PSWIRE__METHOD__TRANSFER &&
-	    method != PSWIRE__METHOD__REPLICATE) {
+	    method != PSWIRE__METHOD__REPLICATE &&
+	    method != PSWIRE__METHOD__ROWS) {
 		ps__server_reply_err(s, c, PSWIRE__STATUS__UNIMPLEMENTED,
 		    "method %d (%s) is not served by a parameter server",
 		    method, psw_method_name(method));
@@ -110,6 +111,8 @@ dispatch(void *arg, struct ps_call *c)
 	}
 	if (method == PSWIRE__METHOD__PULL) {
 		ps__on_pull(s, c);
+	} else if (method == PSWIRE__METHOD__ROWS) {
+		ps__on_rows(s, c);
 	} else if (method == PSWIRE__METHOD__TRANSFER) {
 		ps__on_transfer(s, c);
 	} else if (method == PSWIRE__METHOD__REPLICATE) {
@@ -200,6 +203,9 @@ ps_server_stats(struct ps_server *s, char *buf, size_t n)
 	for (struct ps_call *c = s->parked; c != NULL; c = c->next) {
 		parked++;
 	}
+	for (struct ps_call *c = s->rows_parked; c != NULL; c = c->next) {
+		parked++;
+	}
 	for (size_t i = 0; i < s->n_global; i++) {
 		if (s->local[i] >= 0) {
 			version = s->shards[i].version;
@@ -230,6 +236,10 @@ ps_server_stats(struct ps_server *s, char *buf, size_t n)
 	size_t used = n > 0 ? strlen(buf) : 0;
 	if (used + 1 < n) {
 		ps__snap_stats(s, buf + used, n - used);
+	}
+	used = n > 0 ? strlen(buf) : 0;
+	if (used + 1 < n && s->n_tglobal > 0) {
+		ps__rows_stats(s, buf + used, n - used);
 	}
 	pthread_mutex_unlock(&s->mu);
 }
@@ -274,6 +284,7 @@ ps_server_close(struct ps_server *s)
 	for (size_t i = 0; s->shards != NULL && i < s->n_global; i++) {
 		ps__shard_release(&s->shards[i]);
 	}
+	ps__rows_release(s);
 	fb_free(s->scratch);
 	fb_free(s->gone);
 	fb_free(s->last_rank);

@@ -78,6 +78,7 @@
 #include "jobconf.h"
 #include "ps/ps.h"
 #include "rpc.h"
+#include "tbl/tbl.h"
 
 // s->local[id]: the shard's index in s->shards (== id) when held here,
 // else one of these.
@@ -164,6 +165,38 @@ struct srv_shard {
 	uint64_t  seed_version, seed_t0, seed_told;
 };
 
+// One rank's push to a table shard, decoded (rows.c): keys, counts and
+// fp32 gradients of n rows. The buffers grow only (cap rows), so a step
+// in steady state allocates nothing. In a sync job it holds the rank's
+// push of the current round until the round closes.
+struct srv_rstage {
+	uint64_t *keys;
+	uint32_t *counts;
+	float    *grads; // n * dim
+	size_t    n, cap;
+};
+
+// A sparse table's hash range held here (rows.c): its store, version,
+// per-rank staging and clocks. Table shards do not move, replicate or
+// snapshot in this wave (issue 25).
+struct srv_tshard {
+	uint32_t           id;     // index in Placement.table_shards
+	uint32_t           table;  // JobConfig.tables index
+	uint64_t           lo, hi; // top-32-bit hash range [lo, hi)
+	struct ps_table    tb;     // conf, lr, row codecs (jobconf.c)
+	struct tbl        *t;
+	uint64_t           version;
+	int                adopt;  // re-placed empty: takes the version of
+	                           // the first sync push (rows.c)
+	uint8_t           *pushed; // [trainers]: in this sync round
+	struct srv_rstage *stage;  // [trainers]
+	uint32_t           n_pushed;
+	uint64_t           samples;
+	uint64_t          *clock;   // [trainers]: pushes applied (SSP)
+	uint64_t           idle_at; // version of the last idle sweep
+	uint64_t           seen_push, seen_pull; // listed-twice stamps
+};
+
 struct ps_server {
 	struct ps_server_opts opts;
 	struct ps_rpc        *rpc;
@@ -213,6 +246,27 @@ struct ps_server {
 	uint32_t              log_k;
 	uint64_t              stamp;
 	struct ps_call       *parked;
+	// Sparse tables (rows.c): the table shards held here (tlocal[id]:
+	// index in tshards, or -1), parked Rows calls, and the scratch a
+	// round's rank-order sum and a reply use (grow-only: merge keys,
+	// open-addressing slots -> row + 1, accumulators, counts; lookup
+	// rows; reply keys).
+	struct srv_tshard    *tshards;
+	uint32_t              n_tshards;
+	int32_t              *tlocal;
+	size_t                n_tglobal;
+	struct ps_call       *rows_parked;
+	uint64_t             *mkeys;
+	uint32_t             *mslot;
+	float                *macc;
+	uint32_t             *mcnt;
+	size_t                mcap, mslots, mdim_cap;
+	float                *rscratch;
+	size_t                rscratch_cap;
+	uint64_t             *kscratch;
+	size_t                kscratch_cap;
+	atomic_uint_fast64_t  n_rows_push, n_rows_pull;
+	uint64_t              cap_evicted; // rows evicted for the budget
 	// stats (relaxed atomics)
 	atomic_uint_fast64_t  n_push, n_pull, n_err, bytes_in, bytes_out;
 	atomic_uint_fast64_t  n_applied;
@@ -437,6 +491,63 @@ void ps__pull_abort_leaving(struct ps_server *s, uint64_t epoch);
 // shards at the same version waiting for the same ranks), until
 // s->closing. Takes mu (and logs after releasing it).
 void *ps__sweep_main(void *arg);
+
+// ---- rows.c, rows_park.c ---------------------------------------------------
+
+// ps__rows_install builds a store for every table shard first map pl
+// places here (tbl conf from its TableDesc, the job's seed, the table
+// index) with its staging and clocks. Errors: FB_EPROTO (a table the
+// server cannot run), FB_ENOMEM. mu held, before s->pl is set.
+int ps__rows_install(struct ps_server *s, const Pswire__Placement *pl);
+
+// ps__rows_map applies later map pl (s->pl == pl) to the tables: table
+// shards it places here that were not get a fresh store (their rows start
+// over; rows.c), held ones it places elsewhere are dropped, and the sync
+// rounds the trainers that left complete are closed. Wakes parked Rows
+// calls. mu held.
+void ps__rows_map(struct ps_server *s, const Pswire__Placement *pl);
+
+// ps__rows_release frees every table shard and the tables' scratch. At
+// close, no lock.
+void ps__rows_release(struct ps_server *s);
+
+// ps__on_rows serves a Rows call: checks every block, then stages (sync)
+// or applies (async, SSP) the pushes, then answers or parks the pulls.
+// Called on an nng callback thread; takes mu.
+void ps__on_rows(struct ps_server *s, struct ps_call *c);
+
+// ps__rows_ready reports whether every pull block of Rows call c can be
+// answered now (versions reached; SSP: clocks). mu held.
+int ps__rows_ready(struct ps_server *s, struct ps_call *c);
+
+// ps__rows_answer replies to Rows call c with the rows of its pull
+// blocks (ready). mu held.
+void ps__rows_answer(struct ps_server *s, struct ps_call *c);
+
+// ps__rows_park parks c until ps__rows_ready (expiry as pulls: its
+// deadline or park_max_ms), or answers it at once. mu held.
+void ps__rows_park(struct ps_server *s, struct ps_call *c);
+
+// ps__rows_wake answers every parked Rows call that became ready. mu
+// held.
+void ps__rows_wake(struct ps_server *s);
+
+// ps__rows_drop_parked answers STALE_EPOCH (naming map epoch `epoch`) to
+// every parked Rows call with a block of table shard id, which leaves
+// this server. mu held.
+void ps__rows_drop_parked(struct ps_server *s, uint32_t id, uint64_t epoch);
+
+// ps__rows_sweep answers DEADLINE_EXCEEDED to parked Rows calls whose
+// deadline (fb_clock_ms) passed. mu held (the sweeper).
+void ps__rows_sweep(struct ps_server *s, uint64_t now);
+
+// ps__rows_stats writes the "# Tables" stats section into buf (n
+// bytes). mu held.
+void ps__rows_stats(struct ps_server *s, char *buf, size_t n);
+
+// ps__rows_metrics writes the per-table series (ferry_table_*). mu held.
+struct obs_writer;
+void ps__rows_metrics(struct ps_server *s, struct obs_writer *w);
 
 // ---- push.c ----------------------------------------------------------------
 

@@ -91,6 +91,12 @@ collect(void *arg, struct obs_writer *w)
 	    parked_pull);
 	obs_write_sample(w, "ferry_server_parked_calls", "method=\"PushPull\"",
 	    parked_pp);
+	uint32_t parked_rows = 0;
+	for (struct ps_call *c = s->rows_parked; c != NULL; c = c->next) {
+		parked_rows++;
+	}
+	obs_write_sample(w, "ferry_server_parked_calls", "method=\"Rows\"",
+	    parked_rows);
 	obs_write_family(w, "ferry_server_map_epoch",
 	    "Placement map epoch this server works with (0: none yet).",
 	    OBS_GAUGE);
@@ -120,6 +126,7 @@ collect(void *arg, struct obs_writer *w)
 		obs_write_sample(w, "ferry_server_sync_rounds_last_rank_total",
 		    lab, (double) s->last_rank[r]);
 	}
+	ps__rows_metrics(s, w); // ferry_table_* (rows_park.c)
 	pthread_mutex_unlock(&s->mu);
 	obs_write_family(w, "ferry_server_updates_applied_total",
 	    "Shard updates applied (sync rounds completed, async pushes).",

@@ -1,0 +1,194 @@
+// scheduler_tables.c — placing the sparse tables' hash ranges
+// (Placement.table_shards): cut each table into its ranges at the first
+// map, give them to servers by expected bytes, and keep them where they
+// are in every later map.
+//
+// DESIGN. A table shard's weight is its expected bytes:
+// expected_rows * (dim + tbl_state_floats) * 4 / S. The dense shards are
+// placed first (the latency-aware solver's items are dense byte ranges
+// with per-shard link costs the tables do not have yet); then each table
+// shard goes, in order, to the usable server holding the fewest bytes so
+// far, dense shards included (fewest-bytes-first, ties to the lower
+// index), which spreads a table's ranges over the servers. Table shards
+// do not move live, have no replicas and are not snapshotted in this
+// wave: a later map keeps each on its server, and one whose server left
+// or was declared dead is re-placed on the usable server with the fewest
+// bytes with its seed_gen raised (its rows start over; logged as an
+// error). Every function here runs with s->mu held.
+#include <stdio.h>
+#include <string.h>
+
+#include "jobconf.h"
+#include "scheduler_impl.h"
+
+// shard_weight is the expected bytes of one of table t's `S` ranges.
+static uint64_t
+shard_weight(const struct ps_table *tb, uint32_t S)
+{
+	uint64_t row = (uint64_t) tbl_row_bytes(&tb->conf);
+	return tb->expected_rows * row / (S != 0 ? S : 1);
+}
+
+// load_dense fills load[m] with the bytes of the dense shards that
+// assign (n entries) places on server m. mu held.
+static void
+load_dense(const struct ps_scheduler *s, const uint32_t *assign, size_t n,
+    uint64_t *load, uint32_t M)
+{
+	memset(load, 0, M * sizeof(*load));
+	for (size_t i = 0; i < n && s->shard_size != NULL; i++) {
+		if (assign[i] < M) {
+			load[assign[i]] += s->shard_size[i];
+		}
+	}
+}
+
+// fewest returns the usable server holding the fewest bytes (M when none
+// is usable). mu held.
+static uint32_t
+fewest(const struct ps_scheduler *s, const uint64_t *load, uint32_t M)
+{
+	uint32_t best = M;
+	for (uint32_t m = 0; m < M; m++) {
+		if (ps__sched_server_usable(s, m) &&
+		    (best == M || load[m] < load[best])) {
+			best = m;
+		}
+	}
+	return best;
+}
+
+int
+ps__sched_tables_place(struct ps_scheduler *s, const uint32_t *assign,
+    size_t ns, struct ps_sched_tables *out)
+{
+	const Pswire__JobConfig *j = s->job;
+	uint32_t                 M = (uint32_t) s->n_servers_seen;
+	size_t                   n = 0, k = 0;
+	uint64_t                *load;
+	struct ps_table          tb;
+	char                     why[256];
+
+	memset(out, 0, sizeof(*out));
+	if (j->n_tables == 0) {
+		return FB_OK;
+	}
+	for (size_t t = 0; t < j->n_tables; t++) {
+		uint32_t S = j->tables[t]->shards;
+		n += S != 0 ? S : M;
+	}
+	load       = fb_alloc(M * sizeof(*load));
+	out->infos = fb_alloc(n * sizeof(*out->infos));
+	out->ptrs  = fb_alloc(n * sizeof(*out->ptrs));
+	if (load == NULL || out->infos == NULL || out->ptrs == NULL) {
+		fb_free(load);
+		ps__sched_tables_free(out);
+		return FB_ENOMEM;
+	}
+	load_dense(s, assign, ns, load, M);
+	for (size_t t = 0; t < j->n_tables; t++) {
+		uint32_t S = j->tables[t]->shards != 0 ? j->tables[t]->shards
+		                                       : M;
+		// Checked at declaration (ps__sched_job_check).
+		if (ps__table_read(j, t, &tb, why, sizeof(why)) != FB_OK) {
+			FB_LOG(FB_LOG_ERR, "placement", "%s", why);
+		}
+		uint64_t w = shard_weight(&tb, S);
+		for (uint32_t i = 0; i < S; i++, k++) {
+			Pswire__ShardInfo *si = &out->infos[k];
+			uint32_t           m  = fewest(s, load, M);
+			pswire__shard_info__init(si);
+			si->tensor   = (uint32_t) t;
+			si->index    = i;
+			si->offset   = tbl_range_start(i, S);
+			si->len      = tbl_range_start(i + 1, S) - si->offset;
+			si->server   = m < M ? m : 0;
+			out->ptrs[k] = si;
+			load[si->server] += w;
+			FB_LOG(FB_LOG_INFO, "placement",
+			    "table shard %zu = table %zu '%s' range %u/%u "
+			    "(~%llu bytes) -> server %u",
+			    k, t, j->tables[t]->name, i, S,
+			    (unsigned long long) w, si->server);
+		}
+	}
+	out->n = n;
+	fb_free(load);
+	return FB_OK;
+}
+
+int
+ps__sched_tables_keep(struct ps_scheduler *s, const uint32_t *assign,
+    struct ps_sched_tables *out)
+{
+	const Pswire__Placement *p = s->placement;
+	uint32_t                 M = (uint32_t) s->n_servers_seen;
+	size_t                   n = p->n_table_shards;
+	uint64_t                *load;
+	struct ps_table          tb;
+	char                     why[256];
+
+	memset(out, 0, sizeof(*out));
+	if (n == 0) {
+		return FB_OK;
+	}
+	load       = fb_alloc(M * sizeof(*load));
+	out->infos = fb_alloc(n * sizeof(*out->infos));
+	out->ptrs  = fb_alloc(n * sizeof(*out->ptrs));
+	if (load == NULL || out->infos == NULL || out->ptrs == NULL) {
+		fb_free(load);
+		ps__sched_tables_free(out);
+		return FB_ENOMEM;
+	}
+	load_dense(s, assign, p->n_shards, load, M);
+	uint32_t S = 0;
+	for (size_t k = 0; k < n; k++) {
+		const Pswire__ShardInfo *si = p->table_shards[k];
+		out->infos[k]               = *si;
+		out->ptrs[k]                = &out->infos[k];
+		// A table's ranges are listed together: S is their count.
+		if (k == 0 || si->tensor != p->table_shards[k - 1]->tensor) {
+			for (S = 0; k + S < n &&
+			     p->table_shards[k + S]->tensor == si->tensor;
+			     S++) {
+			}
+		}
+		if (si->server < M && si->tensor < p->job->n_tables &&
+		    ps__table_read(p->job, si->tensor, &tb, why,
+		        sizeof(why)) == FB_OK) {
+			load[si->server] += shard_weight(&tb, S);
+		}
+	}
+	for (size_t k = 0; k < n; k++) {
+		Pswire__ShardInfo *si = &out->infos[k];
+		uint32_t           m;
+		if (si->server < M && !s->gone[si->server] &&
+		    !s->server_dead[si->server]) {
+			continue; // kept where it is
+		}
+		if ((m = fewest(s, load, M)) == M) {
+			continue; // nowhere to go: stays, as dense ones do
+		}
+		FB_LOG(FB_LOG_ERR, "placement",
+		    "table '%s' range %u [%llu, +%llu): server %u is gone; "
+		    "re-placed on server %u, its rows are lost (table shards "
+		    "have no replicas or moves yet)",
+		    p->job->tables[si->tensor]->name, si->index,
+		    (unsigned long long) si->offset,
+		    (unsigned long long) si->len, si->server, m);
+		si->server = m;
+		si->seed_gen++;
+		load[m] += 1; // ties: the next lost range goes elsewhere
+	}
+	out->n = n;
+	fb_free(load);
+	return FB_OK;
+}
+
+void
+ps__sched_tables_free(struct ps_sched_tables *t)
+{
+	fb_free(t->infos);
+	fb_free(t->ptrs);
+	memset(t, 0, sizeof(*t));
+}
