@@ -22,6 +22,7 @@
 // did not answer OK are asked again, so a push is never applied twice.
 // Nothing here allocates in a steady state: the de-dup buffers, the block
 // arrays and the request message (the last reply, reused) all persist.
+#include <math.h>
 #include <stdio.h>
 
 #include "client_impl.h"
@@ -146,6 +147,30 @@ shard_on(const ferry_client *c, size_t id)
 	return c->pl->table_shards[id]->server;
 }
 
+// check_finite refuses a push whose summed row gradients hold a NaN or
+// Inf before anything is sent: the servers refuse one too, but only for
+// their own part of the call, and the others would apply theirs.
+static int
+check_finite(ferry_client *c)
+{
+	const struct ferry__dedup *d = &c->dd_push;
+	for (size_t u = 0; u < d->n; u++) {
+		const struct ferry__table *t = &c->tables[d->table[u]];
+		const float               *r = d->rows + d->pos[u];
+		for (uint32_t k = 0; k < t->dim; k++) {
+			if (!isfinite(r[k])) {
+				return ferry__fail(c, FERRY_EINVAL,
+				    "push: table '%s', key %llu: the row "
+				    "gradient (summed over %u occurrences) "
+				    "holds a NaN or Inf; nothing was sent",
+				    t->name, (unsigned long long) d->key[u],
+				    d->count[u]);
+			}
+		}
+	}
+	return FERRY_OK;
+}
+
 // prepare checks and de-duplicates x's blocks, marks what each table
 // shard needs, and refuses a request over the servers' key limit before
 // anything is sent.
@@ -166,6 +191,9 @@ prepare(ferry_client *c, struct rowsx *x)
 		    "cannot de-duplicate the keys: %s", fb_strerror(rv));
 	}
 	ferry__dedup_sum(&c->dd_push, c->tables, x->push, x->n_push);
+	if ((rv = check_finite(c)) != FERRY_OK) {
+		return rv;
+	}
 	// Every table shard takes part in a sync round (and advances its
 	// clock under SSP); async pushes go only where there are keys.
 	int all = c->lockstep || c->opts.mode == FERRY_MODE_SSP;
