@@ -482,9 +482,25 @@ take_rows(ferry_client *c, size_t m, const Pswire__Header *rh,
 	return FERRY_OK;
 }
 
+// await_newer_map is what a lost connection (reset, refused: the server
+// may have died) waits for: a map later than the one held, which gives
+// the server's table shards a new home (re-placed, their rows starting
+// over). It asks every 100 ms until x's deadline: 1 once one exists.
+static int
+await_newer_map(ferry_client *c, const struct rowsx *x)
+{
+	while (fb_clock_ms() < x->deadline) {
+		if (ferry__map_newer(c)) {
+			return 1;
+		}
+		fb_sleep_us(100000);
+	}
+	return 0;
+}
+
 // take_reply handles server m's ended rows slot: its shards are done,
-// sent again (UNAVAILABLE: after a back-off; STALE_EPOCH: after a new
-// map), or the call fails.
+// sent again (UNAVAILABLE: after a back-off; STALE_EPOCH, or a lost
+// connection once a newer map exists: after that map), or the call fails.
 static int
 take_reply(ferry_client *c, struct rowsx *x, size_t m)
 {
@@ -498,6 +514,11 @@ take_reply(ferry_client *c, struct rowsx *x, size_t m)
 		if (s->in_send && nng_aio_get_msg(s->aio) != NULL) {
 			nng_msg_free(nng_aio_get_msg(s->aio));
 			nng_aio_set_msg(s->aio, NULL);
+		}
+		if (s->res != NNG_ETIMEDOUT && await_newer_map(c, x)) {
+			unsend(c, m); // its table shards have a new home
+			x->refetch = 1;
+			return FERRY_OK;
 		}
 		return ferry__fail(c,
 		    s->res == NNG_ETIMEDOUT ? FERRY_ETIMEDOUT : FERRY_ECONNECT,
