@@ -79,13 +79,12 @@ static void
 prefetch_group(const struct tbl *t, const uint64_t *h, size_t m,
     size_t row_bytes)
 {
-	size_t mask = t->n_slots - 1;
 	for (size_t i = 0; i < m; i++)
-		__builtin_prefetch(&t->slots[h[i] & mask]);
+		__builtin_prefetch(&t->slots[tbl__home(t, h[i])]);
 	for (size_t i = 0; i < m; i++) {
-		uint32_t s = t->slots[h[i] & mask];
-		if (s != 0)
-			tbl__prefetch_rec(t, s - 1, row_bytes);
+		uint32_t s = t->slots[tbl__home(t, h[i])];
+		if (s != 0 && (s & ~t->row_mask) == tbl__tag(t, h[i]))
+			tbl__prefetch_rec(t, (s & t->row_mask) - 1, row_bytes);
 	}
 }
 

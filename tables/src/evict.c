@@ -1,20 +1,159 @@
-// evict.c — removing rows: idle rows (tbl_evict_idle) and rows past a
-// byte budget (tbl_evict_to). First version: whole eviction to follow.
+// evict.c — removing rows: rows idle for evict_after versions
+// (tbl_evict_idle) and, to hold a shard under a byte budget, the least
+// recently or least frequently touched rows (tbl_evict_to).
+//
+// No sort: the rows to remove are those whose value (last touch, or the
+// sketch's estimate of the key's updates) is below a threshold, plus the
+// first `quota` rows at it, and the threshold comes from histograms of
+// the values (65536 buckets; a second pass inside the bucket that holds
+// it when the values span more). Then one removal pass: few rows go one
+// at a time (backward shift in the index, the last row into the hole);
+// many go by compacting the rows in order and rebuilding the index.
 #include "tbl_impl.h"
+
+#define NB 65536u
+
+struct sel {
+	bool     freq;  // the value is the sketch's estimate, else the touch
+	uint32_t thr;   // rows below it go
+	size_t   quota; // and this many at it
+};
+
+static uint32_t
+value(const struct tbl *t, const uint8_t *rec, bool freq)
+{
+	return freq ? tbl__sketch_est(t, tbl__rec_key(rec))
+	            : tbl__rec_touch(rec);
+}
+
+static bool
+selected(const struct tbl *t, const uint8_t *rec, struct sel *s)
+{
+	uint32_t v = value(t, rec, s->freq);
+	if (v < s->thr)
+		return true;
+	if (v == s->thr && s->quota > 0) {
+		s->quota--;
+		return true;
+	}
+	return false;
+}
+
+// remove_selected removes the `count` rows s selects (each row is judged
+// once) and returns count.
+static size_t
+remove_selected(struct tbl *t, struct sel *s, size_t count)
+{
+	if (count == 0)
+		return 0;
+	if (count * 4 > t->rows) {
+		size_t w = 0;
+		for (size_t r = 0; r < t->rows; r++) {
+			uint8_t *rec = tbl__rec(t, r);
+			if (selected(t, rec, s))
+				continue;
+			if (w != r)
+				memcpy(tbl__rec(t, w), rec, t->rec);
+			w++;
+		}
+		t->rows = w;
+		tbl__reindex(t);
+	} else {
+		// The last row fills a removed row's place and is judged
+		// there: every row is still judged exactly once.
+		for (size_t r = 0; r < t->rows;) {
+			if (selected(t, tbl__rec(t, r), s))
+				tbl__remove(t, (uint32_t) r);
+			else
+				r++;
+		}
+	}
+	t->evicted += count;
+	tbl__shrink(t);
+	return count;
+}
 
 size_t
 tbl_evict_idle(struct tbl *t, uint64_t version)
 {
-	(void) t;
-	(void) version;
+	uint64_t after = t->conf.evict_after;
+	if (after == 0 || version <= after || t->rows == 0)
+		return 0;
+	struct sel s = { .freq = false, .thr = tbl__touch32(version - after) };
+	size_t     n = 0;
+	for (size_t r = 0; r < t->rows; r++)
+		n += tbl__rec_touch(tbl__rec(t, r)) < s.thr;
+	return remove_selected(t, &s, n);
+}
+
+// threshold finds s->thr and s->quota such that exactly `need` rows
+// (need < rows) are selected, the lowest values first. -1 without memory
+// for the histogram.
+static int
+threshold(const struct tbl *t, size_t need, struct sel *s)
+{
+	uint32_t lo = UINT32_MAX, hi = 0;
+	for (size_t r = 0; r < t->rows; r++) {
+		uint32_t v = value(t, tbl__rec(t, r), s->freq);
+		lo         = v < lo ? v : lo;
+		hi         = v > hi ? v : hi;
+	}
+	size_t *hist = fb_alloc(NB * sizeof(*hist));
+	if (hist == NULL)
+		return -1;
+	size_t below = 0; // rows whose value is under lo
+	for (;;) {
+		uint64_t width = (uint64_t) hi - lo + 1;
+		uint64_t nb    = width < NB ? width : NB;
+		memset(hist, 0, nb * sizeof(*hist));
+		for (size_t r = 0; r < t->rows; r++) {
+			uint32_t v = value(t, tbl__rec(t, r), s->freq);
+			if (v >= lo && v <= hi)
+				hist[((uint64_t) (v - lo) * nb) / width]++;
+		}
+		uint64_t b = 0;
+		while (below + hist[b] <= need)
+			below += hist[b++];
+		if (width <= NB) {
+			s->thr   = lo + (uint32_t) b;
+			s->quota = need - below;
+			break;
+		}
+		// Bucket b holds the values v with floor((v-lo) nb / width)
+		// == b: from ceil(b width / nb) on.
+		uint64_t first = (b * width + nb - 1) / nb;
+		uint64_t end   = ((b + 1) * width + nb - 1) / nb;
+		hi             = lo + (uint32_t) (end - 1);
+		lo             = lo + (uint32_t) first;
+	}
+	fb_free(hist);
 	return 0;
 }
 
 size_t
 tbl_evict_to(struct tbl *t, size_t budget, enum tbl_evict policy)
 {
-	(void) t;
-	(void) budget;
-	(void) policy;
-	return 0;
+	if (tbl_bytes(t) <= budget || t->rows == 0)
+		return 0;
+	struct sel s = { .freq = policy == TBL_EVICT_LFU };
+	if (s.freq && tbl__sketch_open(t) != 0)
+		s.freq = false; // no memory for the sketch: least recent
+	// The most rows that fit (bytes_at grows with the rows).
+	size_t lo = 0, hi = t->rows;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo + 1) / 2;
+		if (tbl__bytes_at(t, mid) <= budget)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	size_t need = t->rows - lo;
+	if (need == t->rows) {
+		s.thr   = UINT32_MAX;
+		s.quota = SIZE_MAX; // every row
+		return remove_selected(t, &s, need);
+	}
+	if (threshold(t, need, &s) != 0)
+		return 0;
+	return remove_selected(t, &s, need);
 }

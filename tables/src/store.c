@@ -14,6 +14,8 @@
 
 #include "tbl_impl.h"
 
+static void set_slots(struct tbl *t, uint32_t *s, size_t n);
+
 size_t
 tbl__page_up(size_t bytes)
 {
@@ -61,12 +63,11 @@ cap0_for(const struct tbl *t, size_t rows)
 size_t
 tbl__slots_for(size_t rows, size_t n_slots)
 {
-	if (n_slots <= TBL_MIN_SLOTS || rows * 5 >= n_slots)
+	// Shrink below a quarter full, to 70% full.
+	if (n_slots <= TBL_MIN_SLOTS || rows * 4 >= n_slots)
 		return n_slots;
-	size_t n = TBL_MIN_SLOTS;
-	while (n < rows * 2)
-		n *= 2;
-	return n;
+	size_t n = rows * 10 / 7 + 1;
+	return n < TBL_MIN_SLOTS ? TBL_MIN_SLOTS : n;
 }
 
 static size_t
@@ -150,10 +151,10 @@ tbl_open(const struct tbl_conf *conf)
 		t->chunk_rows *= 2;
 		t->shift++;
 	}
-	t->n_slots = TBL_MIN_SLOTS;
-	t->slots   = tbl__map(t->n_slots * 4);
-	if (t->slots == NULL)
+	uint32_t *slots = tbl__map(TBL_MIN_SLOTS * 4);
+	if (slots == NULL)
 		goto fail;
+	set_slots(t, slots, TBL_MIN_SLOTS);
 	if (conf->admit_count > 1 && tbl__sketch_open(t) != 0)
 		goto fail;
 	return t;
@@ -237,14 +238,27 @@ room(struct tbl *t)
 	return 0;
 }
 
+// set_slots installs an index of n slots (zeroed) and its bit layout.
+static void
+set_slots(struct tbl *t, uint32_t *s, size_t n)
+{
+	t->slots   = s;
+	t->n_slots = n;
+	t->rb      = 1;
+	while (t->rb < 32 && ((size_t) 1 << t->rb) <= n)
+		t->rb++;
+	t->row_mask = t->rb >= 32 ? UINT32_MAX : (UINT32_C(1) << t->rb) - 1;
+	t->tag_mask = t->rb >= 32 ? 0 : UINT32_MAX >> t->rb;
+}
+
 static void
 slot_put(struct tbl *t, uint64_t h, uint32_t r)
 {
-	size_t mask = t->n_slots - 1;
-	size_t i    = (size_t) h & mask;
+	size_t i = tbl__home(t, h);
 	while (t->slots[i] != 0)
-		i = (i + 1) & mask;
-	t->slots[i] = r + 1;
+		if (++i == t->n_slots)
+			i = 0;
+	t->slots[i] = tbl__tag(t, h) | (r + 1);
 }
 
 int
@@ -254,12 +268,48 @@ tbl__rebuild_index(struct tbl *t, size_t n_slots)
 	if (s == NULL)
 		return -1;
 	tbl__unmap(t->slots, t->n_slots * 4);
-	t->slots   = s;
-	t->n_slots = n_slots;
+	set_slots(t, s, n_slots);
 	for (size_t r = 0; r < t->rows; r++) {
 		uint64_t k = tbl__rec_key(tbl__rec(t, r));
 		slot_put(t, tbl_key_hash(k), (uint32_t) r);
 	}
+	return 0;
+}
+
+void
+tbl__reindex(struct tbl *t)
+{
+	if (tbl__rebuild_index(t, tbl__slots_for(t->rows, t->n_slots)) == 0)
+		return;
+	// No memory for a new index: the one there is holds them all.
+	memset(t->slots, 0, t->n_slots * 4);
+	for (size_t r = 0; r < t->rows; r++) {
+		uint64_t k = tbl__rec_key(tbl__rec(t, r));
+		slot_put(t, tbl_key_hash(k), (uint32_t) r);
+	}
+}
+
+// grow_index makes room in the index for one more row. -1 without memory.
+static int
+grow_index(struct tbl *t)
+{
+	if ((t->rows + 1) * 20 <= t->n_slots * 17)
+		return 0;
+	return tbl__rebuild_index(t, t->n_slots + t->n_slots / 4);
+}
+
+int
+tbl__load_rec(struct tbl *t, const uint8_t *rec)
+{
+	uint64_t key = tbl__rec_key(rec);
+	uint64_t h   = tbl_key_hash(key);
+	if (tbl__find(t, key, h) != TBL_NONE)
+		return 1;
+	if (t->rows >= TBL_MAX_ROWS || grow_index(t) != 0 || room(t) != 0)
+		return -1;
+	memcpy(tbl__rec(t, t->rows), rec, t->rec);
+	slot_put(t, h, (uint32_t) t->rows);
+	t->rows++;
 	return 0;
 }
 
@@ -268,10 +318,7 @@ tbl__insert(struct tbl *t, uint64_t key, uint64_t h, uint32_t touch)
 {
 	if (t->rows >= TBL_MAX_ROWS)
 		return TBL_NONE;
-	if ((t->rows + 1) * 5 > t->n_slots * 4 &&
-	    tbl__rebuild_index(t, t->n_slots * 2) != 0)
-		return TBL_NONE;
-	if (room(t) != 0)
+	if (grow_index(t) != 0 || room(t) != 0)
 		return TBL_NONE;
 	uint32_t r   = (uint32_t) t->rows;
 	uint8_t *rec = tbl__rec(t, r);
@@ -289,27 +336,27 @@ tbl__insert(struct tbl *t, uint64_t key, uint64_t h, uint32_t touch)
 static size_t
 slot_of(const struct tbl *t, uint32_t r)
 {
-	size_t   mask = t->n_slots - 1;
-	uint64_t k    = tbl__rec_key(tbl__rec(t, r));
-	size_t   i    = (size_t) tbl_key_hash(k) & mask;
-	while (t->slots[i] != r + 1)
-		i = (i + 1) & mask;
+	uint64_t k = tbl__rec_key(tbl__rec(t, r));
+	size_t   i = tbl__home(t, tbl_key_hash(k));
+	while ((t->slots[i] & t->row_mask) != r + 1)
+		if (++i == t->n_slots)
+			i = 0;
 	return i;
 }
 
 void
 tbl__remove(struct tbl *t, uint32_t r)
 {
-	size_t mask = t->n_slots - 1;
-	size_t i    = slot_of(t, r);
+	size_t n = t->n_slots;
+	size_t i = slot_of(t, r);
 	// Backward shift: pull each later entry of the probe run into the
 	// hole unless its home lies cyclically in (hole, its slot].
-	for (size_t j = (i + 1) & mask; t->slots[j] != 0; j = (j + 1) & mask) {
-		uint32_t s = t->slots[j];
-		size_t   k = (size_t) tbl_key_hash(
-		                 tbl__rec_key(tbl__rec(t, s - 1))) &
-		    mask;
-		bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+	for (size_t j = i + 1 == n ? 0 : i + 1; t->slots[j] != 0;
+	     j        = j + 1 == n ? 0 : j + 1) {
+		uint32_t s  = t->slots[j];
+		uint8_t *rc = tbl__rec(t, (s & t->row_mask) - 1);
+		size_t   k  = tbl__home(t, tbl_key_hash(tbl__rec_key(rc)));
+		bool stays  = i <= j ? (i < k && k <= j) : (i < k || k <= j);
 		if (!stays) {
 			t->slots[i] = s;
 			i           = j;
@@ -318,7 +365,8 @@ tbl__remove(struct tbl *t, uint32_t r)
 	t->slots[i]   = 0;
 	uint32_t last = (uint32_t) (t->rows - 1);
 	if (r != last) {
-		t->slots[slot_of(t, last)] = r + 1;
+		size_t sl    = slot_of(t, last);
+		t->slots[sl] = (t->slots[sl] & ~t->row_mask) | (r + 1);
 		memcpy(tbl__rec(t, r), tbl__rec(t, last), t->rec);
 	}
 	t->rows--;

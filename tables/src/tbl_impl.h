@@ -20,7 +20,7 @@
 #include <tbl/tbl.h>
 
 #define TBL_HDR 12u                      // key + touch
-#define TBL_CHUNK_BYTES (8u << 20)       // a full chunk holds at most this
+#define TBL_CHUNK_BYTES (1u << 20)       // a full chunk holds at most this
 #define TBL_MIN_SLOTS 16u                // the smallest index
 #define TBL_MAX_ROWS (UINT32_C(1) << 31) // row numbers + 1 fit a slot
 #define TBL_PAGE 4096u
@@ -44,9 +44,12 @@ struct tbl {
 	size_t          n_chunks, cap_chunks;
 	size_t          chunk0_rows; // rows chunks[0] holds (grows to full)
 	size_t          rows;
-	uint32_t       *slots; // row + 1 per slot, 0: empty
+	uint32_t       *slots; // tag and row + 1 per slot, 0: empty
 	size_t          n_slots;
-	uint16_t       *sketch; // NULL until admission or LFU needs it
+	uint32_t        rb;       // the low rb bits of a slot: row + 1
+	uint32_t        row_mask; // (1 << rb) - 1
+	uint32_t        tag_mask; // the tag's 32 - rb bits, before the shift
+	uint16_t       *sketch;   // NULL until admission or LFU needs it
 	uint64_t        sketch_adds;
 	uint64_t        admitted, rejected, evicted, lookups, hits;
 };
@@ -87,17 +90,44 @@ tbl__touch32(uint64_t version)
 	return version > UINT32_MAX ? UINT32_MAX : (uint32_t) version;
 }
 
+// The index. A key's home slot is the low 32 bits of its hash scaled to
+// n_slots (any size, so it can grow by a quarter at a time and stay
+// between 68% and 85% full); probing is linear, wrapping at n_slots. A
+// slot keeps a row number + 1 in its low rb bits (rows < n_slots) and, in
+// the bits above, a tag: bits 32.. of the hash (the top bits route keys
+// to shards and are nearly constant within one; the low bits of the top
+// half are not). A probe reads a row only when the tags agree.
+
+// tbl__home: key's home slot (h = tbl_key_hash(key)).
+static inline size_t
+tbl__home(const struct tbl *t, uint64_t h)
+{
+	return (size_t) (((h & UINT32_MAX) * (uint64_t) t->n_slots) >> 32);
+}
+
+// tbl__tag: the tag bits of h, in place above the row bits.
+static inline uint32_t
+tbl__tag(const struct tbl *t, uint64_t h)
+{
+	return t->rb >= 32 ? 0 : ((uint32_t) (h >> 32) & t->tag_mask) << t->rb;
+}
+
 // tbl__find: key's row, or TBL_NONE. h is tbl_key_hash(key).
 static inline uint32_t
 tbl__find(const struct tbl *t, uint64_t key, uint64_t h)
 {
-	size_t mask = t->n_slots - 1;
-	for (size_t i = (size_t) h & mask;; i = (i + 1) & mask) {
+	uint32_t tag = tbl__tag(t, h);
+	for (size_t i = tbl__home(t, h);;) {
 		uint32_t s = t->slots[i];
 		if (s == 0)
 			return TBL_NONE;
-		if (tbl__rec_key(tbl__rec(t, s - 1)) == key)
-			return s - 1;
+		if ((s & ~t->row_mask) == tag) {
+			uint32_t r = (s & t->row_mask) - 1;
+			if (tbl__rec_key(tbl__rec(t, r)) == key)
+				return r;
+		}
+		if (++i == t->n_slots)
+			i = 0;
 	}
 }
 
@@ -120,6 +150,8 @@ size_t   tbl__page_up(size_t bytes);
 uint32_t tbl__insert(struct tbl *t, uint64_t key, uint64_t h, uint32_t touch);
 void     tbl__remove(struct tbl *t, uint32_t r);
 int      tbl__rebuild_index(struct tbl *t, size_t n_slots);
+void     tbl__reindex(struct tbl *t);
+int      tbl__load_rec(struct tbl *t, const uint8_t *rec);
 void     tbl__shrink(struct tbl *t);
 size_t   tbl__bytes_at(const struct tbl *t, size_t rows);
 size_t   tbl__slots_for(size_t rows, size_t n_slots);

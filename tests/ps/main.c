@@ -30,6 +30,7 @@ main(void)
 	srunner_add_suite(sr, suite_cascade());
 	srunner_add_suite(sr, suite_reseed());
 	srunner_add_suite(sr, suite_average());
+	srunner_add_suite(sr, suite_rows());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

@@ -49,4 +49,5 @@ Suite          *suite_tls(void);
 Suite          *suite_cascade(void);
 Suite          *suite_reseed(void);
 Suite          *suite_average(void);
+Suite          *suite_rows(void);
 #endif
