@@ -80,7 +80,7 @@ prefetch_group(const struct tbl *t, const uint64_t *h, size_t m,
     size_t row_bytes)
 {
 	for (size_t i = 0; i < m; i++)
-		__builtin_prefetch(&t->slots[tbl__home(t, h[i])]);
+		tbl__prefetch(&t->slots[tbl__home(t, h[i])]);
 	for (size_t i = 0; i < m; i++) {
 		uint32_t s = t->slots[tbl__home(t, h[i])];
 		if (s != 0 && (s & ~t->row_mask) == tbl__tag(t, h[i]))
