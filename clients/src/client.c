@@ -233,6 +233,7 @@ ferry_client_close(ferry_client *c)
 	if (c->ax != NULL) {
 		ferry__xfer_abort(c); // a layer-wise push-pull left running
 	}
+	ferry__rows_close(c);  // before the slots it may use
 	ferry__conns_close(c); // slots, sockets, the completion lock
 	fb_free(c->ax);
 	fb_free(c->ax_started);

@@ -35,6 +35,13 @@
 // reply travels while the client still sends.
 #define FERRY_PIPE_SLOTS 8
 
+// FERRY_ROWS_SLOT: one more slot per connection, after the pipe's, for
+// the sparse tables' Rows request (rows.c): one per server per exchange,
+// in flight beside the dense exchange's slots (ferry_client_step), which
+// never look past FERRY_PIPE_SLOTS. FERRY_SLOTS_ALL counts both.
+#define FERRY_ROWS_SLOT FERRY_PIPE_SLOTS
+#define FERRY_SLOTS_ALL (FERRY_PIPE_SLOTS + 1)
+
 // The client's completion lock (conn.c): every slot's callback flips its
 // state under mu and wakes cv, so the caller waits for whichever ends
 // first (exchange.c).
@@ -94,6 +101,36 @@ struct conn {
 #define FERRY_AUTO_PULL_RUNGS 2
 
 struct xfer;
+struct ferry__table;
+
+// One side (push or pull) of a rows exchange, de-duplicated
+// (rows_dedup.c): the distinct (table, key) pairs of the caller's blocks
+// in order of first occurrence, grouped by table shard. Grow-only: a
+// steady state of equal batches allocates nothing.
+struct ferry__dedup {
+	// The open-addressing map (table, key) -> 1 + distinct index (0:
+	// empty slot); mask + 1 slots, a power of two.
+	uint32_t *map;
+	size_t    mask;
+	// Per distinct pair: key, table, occurrences, global table shard id,
+	// and the offset (floats) of its row in `rows`.
+	uint64_t *key;
+	uint32_t *table, *count, *shard;
+	size_t   *pos;
+	size_t    n, cap;
+	// Per occurrence (the caller's blocks in order): its distinct index.
+	uint32_t *occ;
+	size_t    n_occ, cap_occ;
+	// Per table shard: its distinct pairs (in `order`, from sh_first),
+	// and where its rows start in `rows` (floats).
+	uint32_t *order;
+	size_t   *sh_first, *sh_n, *sh_rows;
+	size_t    sh_cap;
+	// The rows, grouped by table shard (push: summed gradients; pull: the
+	// rows received), `floats` of them.
+	float    *rows;
+	size_t    floats, cap_floats;
+};
 
 // Where a shard's pull reference lives: nowhere yet (its first pull asks
 // for FULL), in the client (c->ref, or the caller's buffers without a pull
@@ -164,18 +201,36 @@ struct ferry_client {
 	// whether links were re-probed since.
 	int                   auto_push, auto_pull;
 	uint8_t              *staged_rung;
-	struct comp_codec auto_codec[FERRY_AUTO_PUSH_RUNGS]; // parsed rungs
-	double            compute_s, chosen_compute_s;
-	uint64_t          steps_since_choice;
-	uint64_t          op_end_ns;
-	int               links_new;
+	struct comp_codec    auto_codec[FERRY_AUTO_PUSH_RUNGS]; // parsed rungs
+	double               compute_s, chosen_compute_s;
+	uint64_t             steps_since_choice;
+	uint64_t             op_end_ns;
+	int                  links_new;
 	// A layer-wise push-pull in progress (ferry_client_push_pull_start):
 	// its operation, and per tensor 0 (not started), 1 (started) or 2
 	// (waited for); the step ends when every tensor was waited for.
-	struct xfer      *ax;
-	uint8_t          *ax_started;
-	size_t            ax_n_started, ax_n_waited;
-	char              err[512];
+	struct xfer         *ax;
+	uint8_t             *ax_started;
+	size_t               ax_n_started, ax_n_waited;
+	// Sparse tables (tables.c, rows.c): the declared tables, the
+	// table-shard routing of the map held (rebuilt when its epoch
+	// changes), the version held (sync: all table shards move together),
+	// per table shard what a rows exchange still needs (RNEED_*) and the
+	// server its request went to (1 + index, 0: none in flight), the
+	// last version each table shard answered (async pushes carry it),
+	// and the two de-duplicated sides of an exchange.
+	struct ferry__table *tables;
+	size_t               n_tables;
+	size_t               n_tshards;
+	uint64_t             route_epoch;
+	uint64_t             rows_version;
+	uint8_t             *rneed;
+	uint32_t            *rsent;
+	uint64_t            *rver;
+	struct ferry__dedup  dd_push, dd_pull;
+	Pswire__RowBlock    *rblk;  // 2 * n_tshards: one request's blocks
+	Pswire__RowBlock   **rblkp; // pointers to them (push, then pull)
+	char                 err[512];
 };
 
 // The operations a public call runs (OP_PULL_FULL: the resync of the
@@ -507,6 +562,11 @@ void ferry__xfer_begin(ferry_client *c, struct xfer *x);
 int  ferry__xfer_pump(ferry_client *c, struct xfer *x);
 int  ferry__xfer_until(ferry_client *c, struct xfer *x, size_t t0, size_t t1);
 
+// ferry__map_newer asks the scheduler, briefly (50 ms parked), whether a
+// map later than the one held exists: 1 if so. It leaves the client's
+// last error alone: a "no" here is no failure.
+int ferry__map_newer(ferry_client *c);
+
 // ferry__xfer_abort cancels every request in flight and waits for them
 // (an abandoned layer-wise push-pull, a closing client).
 void ferry__xfer_abort(ferry_client *c);
@@ -528,5 +588,70 @@ int ferry__pull_resync(ferry_client *c, struct xfer *x);
 // held (c->version, c->want, stats.version). Errors: those of
 // ferry__pull_resync.
 int ferry__pull_finish(ferry_client *c, struct xfer *x);
+
+// ---- tables.c: sparse tables and their routing -----------------------------
+
+// One declared sparse table as the client routes it: its width and row
+// codecs (bucket = dim: one q8 scale per row), and from the map held the
+// number of its hash ranges (S) and the table shard id of range 0.
+struct ferry__table {
+	char                     name[128];
+	uint32_t                 dim;
+	struct comp_codec        cpush, cpull;
+	uint32_t                 shards;
+	uint32_t                 first;
+	struct ferry_table_stats stats;
+};
+
+// RNEED_* (c->rneed): what a table shard still needs in a rows exchange.
+enum { RNEED_PUSH = 1, RNEED_PULL = 2 };
+
+// ferry__tables_take checks the n table specs t (FERRY_EINVAL naming the
+// table and field), fills td[0..n) (their JobConfig.tables entries, whose
+// strings point into t) and keeps the tables in c->tables. Errors:
+// FERRY_EINVAL, FERRY_ENOMEM.
+int ferry__tables_take(ferry_client *c, const struct ferry_table_spec *t,
+    size_t n, Pswire__TableDesc *td);
+
+// ferry__tables_route reads the map held's table_shards into each table's
+// range count and first id (when its epoch differs from the last read),
+// sizing the per-table-shard state on first use. Every table's ranges
+// must be listed in order (table, then range 0..S-1) on listed servers.
+// Errors: FERRY_EPROTO (with the reason), FERRY_ENOMEM.
+int ferry__tables_route(ferry_client *c);
+
+// ferry__tables_free frees the tables and their exchange state (a closing
+// client, nothing in flight).
+void ferry__tables_free(ferry_client *c);
+
+// ---- rows_dedup.c: a rows exchange's keys, de-duplicated -------------------
+
+// ferry__dedup_build fills d from the caller's nb blocks b (checked: known
+// tables, keys present): the distinct (table, key) pairs in order of first
+// occurrence with their counts, each routed to its table shard
+// (tabs[t].first + tbl_key_shard(key, tabs[t].shards)), grouped by table
+// shard in that order (n_shards of them), with room for their rows.
+// Errors: FB_ENOMEM, FB_EINVAL (over UINT32_MAX distinct keys).
+int ferry__dedup_build(struct ferry__dedup *d, const struct ferry__table *tabs,
+    size_t n_shards, const struct ferry_rows *b, size_t nb);
+
+// ferry__dedup_sum writes into d->rows each distinct pair's gradient: the
+// sum of its occurrences' b[].grads, added in occurrence order.
+void ferry__dedup_sum(struct ferry__dedup *d, const struct ferry__table *tabs,
+    const struct ferry_rows *b, size_t nb);
+
+// ferry__dedup_scatter copies each occurrence's row from d->rows into its
+// place in b[].rows (repeated keys get the same row).
+void ferry__dedup_scatter(const struct ferry__dedup *d,
+    const struct ferry__table *tabs, struct ferry_rows *b, size_t nb);
+
+// ferry__dedup_free frees d's buffers (d is left empty).
+void ferry__dedup_free(struct ferry__dedup *d);
+
+// ---- rows.c: the rows exchange ----------------------------------------------
+
+// ferry__rows_close cancels a rows exchange in flight and frees the
+// tables' state (a closing client, before ferry__conns_close).
+void ferry__rows_close(ferry_client *c);
 
 #endif // FERRY_CLIENT_IMPL_H

@@ -1,8 +1,9 @@
 // conn.c — the client's connections to the servers of the map: dialing
 // each server (one REQ socket, one probe context), the shards the map
-// gives it, its FERRY_PIPE_SLOTS request slots (each a REQ context and an
-// aio whose callback moves a request from its send to its receive), the
-// client's completion lock those callbacks wake, and closing it all.
+// gives it, its request slots (FERRY_PIPE_SLOTS and the rows slot, each a
+// REQ context and an aio whose callback moves a request from its send to
+// its receive), the client's completion lock those callbacks wake, and
+// closing it all.
 //
 // DESIGN. The slots of a connection are one allocation of fixed address
 // (callbacks hold pointers to them while c->conns grows); what runs over
@@ -36,8 +37,9 @@ slot_cb(void *arg)
 }
 
 // slots_open gives the client its completion lock (once) and connection
-// cn (server m, socket open) its FERRY_PIPE_SLOTS slots, each with its own
-// context and aio. Errors: FERRY_ENOMEM, FERRY_ECONNECT.
+// cn (server m, socket open) its FERRY_SLOTS_ALL slots (the pipe's and the
+// rows slot), each with its own context and aio. Errors: FERRY_ENOMEM,
+// FERRY_ECONNECT.
 static int
 slots_open(ferry_client *c, struct conn *cn, size_t m)
 {
@@ -54,11 +56,11 @@ slots_open(ferry_client *c, struct conn *cn, size_t m)
 		}
 		c->pipe = p;
 	}
-	cn->slots = fb_zalloc(FERRY_PIPE_SLOTS * sizeof(*cn->slots));
+	cn->slots = fb_zalloc(FERRY_SLOTS_ALL * sizeof(*cn->slots));
 	if (cn->slots == NULL) {
 		return FERRY_ENOMEM;
 	}
-	for (size_t k = 0; k < FERRY_PIPE_SLOTS; k++) {
+	for (size_t k = 0; k < FERRY_SLOTS_ALL; k++) {
 		struct slot *s = &cn->slots[k];
 		s->pipe        = c->pipe;
 		s->m           = m;
@@ -98,7 +100,7 @@ slots_size(struct conn *cn)
 static void
 slots_close(struct conn *cn)
 {
-	for (size_t k = 0; cn->slots != NULL && k < FERRY_PIPE_SLOTS; k++) {
+	for (size_t k = 0; cn->slots != NULL && k < FERRY_SLOTS_ALL; k++) {
 		struct slot *s = &cn->slots[k];
 		if (s->aio != NULL) {
 			nng_aio_stop(s->aio); // waits for its callback

@@ -1,8 +1,10 @@
-// declare.c — joining and leaving a job: ferry_client_declare_specs
-// (and ferry_client_declare, its all-weights form) registers
-// the tensor table with the scheduler, probes the links when the
-// scheduler asks for it, waits for the first placement map and allocates
-// the per-shard and per-tensor state every later operation uses;
+// declare.c — joining and leaving a job: ferry_client_declare_tables
+// (and ferry_client_declare_specs, the same with no sparse tables, and
+// ferry_client_declare, its all-weights form) registers the tensor table
+// and the sparse tables (tables.c checks them) with the scheduler, probes
+// the links when the scheduler asks for it, waits for the first placement
+// map and allocates the per-shard and per-tensor state every later
+// operation uses;
 // ferry_client_leave tells the scheduler this trainer is gone. Declare
 // starts the heartbeat thread (heartbeat.c) and leave stops it.
 #include "client_impl.h"
@@ -39,6 +41,10 @@ job_from_opts(const ferry_client *c, Pswire__JobConfig *job,
 	ls->total_steps   = c->opts.lr_total_steps;
 	job->optim        = oc;
 	job->lr_schedule  = ls;
+	// The rows' initial values hang on the seed. A job without tables
+	// leaves it out: trainers of a dense job may seed their stochastic
+	// codecs differently, and the scheduler compares the JobConfig whole.
+	job->seed = c->n_tables > 0 ? c->opts.seed : 0;
 }
 
 // state_alloc sizes what the client keeps per shard and per tensor once
@@ -115,9 +121,11 @@ state_alloc(ferry_client *c, const struct ferry_tensor_spec *d, size_t n)
 	return FERRY_OK;
 }
 
-FERRY_API int
-ferry_client_declare_specs(ferry_client *c, const struct ferry_tensor_spec *d,
-    size_t n)
+// declare_run is ferry_client_declare_tables and, with no tables,
+// ferry_client_declare_specs: the one declare path.
+static int
+declare_run(ferry_client *c, const struct ferry_tensor_spec *d, size_t n,
+    const struct ferry_table_spec *tables, size_t n_tables)
 {
 	Pswire__Header          h   = PSWIRE__HEADER__INIT;
 	Pswire__RegisterRequest rr  = PSWIRE__REGISTER_REQUEST__INIT;
@@ -125,18 +133,34 @@ ferry_client_declare_specs(ferry_client *c, const struct ferry_tensor_spec *d,
 	Pswire__OptimConfig     oc  = PSWIRE__OPTIM_CONFIG__INIT;
 	Pswire__LrSchedule      ls  = PSWIRE__LR_SCHEDULE__INIT;
 	Pswire__TensorDesc     *tds = NULL, **tdp = NULL;
+	Pswire__TableDesc      *tbd = NULL, **tbp = NULL;
 	Pswire__Header         *rh = NULL;
 	int                     rv;
 
 	// n structs exist at d, so n * sizeof(Pswire__TensorDesc) (the
 	// largest per-tensor table below) cannot wrap; the check says so.
+	// The same for the tables.
 	if (c == NULL || d == NULL || n == 0 ||
-	    n > SIZE_MAX / sizeof(Pswire__TensorDesc)) {
+	    n > SIZE_MAX / sizeof(Pswire__TensorDesc) ||
+	    (tables == NULL && n_tables > 0) ||
+	    n_tables > SIZE_MAX / sizeof(Pswire__TableDesc)) {
 		return FERRY_EINVAL;
 	}
 	if (c->declared) {
 		return ferry__fail(c, FERRY_ESTATE,
 		    "tensors already declared");
+	}
+	tbd = fb_alloc((n_tables ? n_tables : 1) * sizeof(*tbd));
+	tbp = fb_alloc((n_tables ? n_tables : 1) * sizeof(*tbp));
+	if (tbd == NULL || tbp == NULL) {
+		rv = ferry__fail(c, FERRY_ENOMEM, "out of memory");
+		goto done;
+	}
+	if ((rv = ferry__tables_take(c, tables, n_tables, tbd)) != FERRY_OK) {
+		goto done;
+	}
+	for (size_t i = 0; i < n_tables; i++) {
+		tbp[i] = &tbd[i];
 	}
 	// A declare that failed before may have left them.
 	fb_free(c->tensor_len);
@@ -180,6 +204,8 @@ ferry_client_declare_specs(ferry_client *c, const struct ferry_tensor_spec *d,
 	c->n_tensors  = n;
 	job.n_tensors = n;
 	job.tensors   = tdp;
+	job.n_tables  = n_tables;
+	job.tables    = tbp;
 	job_from_opts(c, &job, &oc, &ls);
 	rr.role        = PSWIRE__ROLE__ROLE_TRAINER;
 	rr.rank        = (uint32_t) c->opts.rank;
@@ -223,7 +249,8 @@ ferry_client_declare_specs(ferry_client *c, const struct ferry_tensor_spec *d,
 	    (rv = ferry__conns_assign(c)) != FERRY_OK) {
 		goto done;
 	}
-	if ((rv = state_alloc(c, d, n)) != FERRY_OK) {
+	if ((rv = state_alloc(c, d, n)) != FERRY_OK ||
+	    (rv = ferry__tables_route(c)) != FERRY_OK) {
 		goto done;
 	}
 	ferry__seed_seen(c);
@@ -243,7 +270,24 @@ done:
 	}
 	fb_free(tds);
 	fb_free(tdp);
+	fb_free(tbd);
+	fb_free(tbp);
 	return rv;
+}
+
+FERRY_API int
+ferry_client_declare_specs(ferry_client *c, const struct ferry_tensor_spec *d,
+    size_t n)
+{
+	return declare_run(c, d, n, NULL, 0);
+}
+
+FERRY_API int
+ferry_client_declare_tables(ferry_client *c,
+    const struct ferry_tensor_spec *specs, size_t n,
+    const struct ferry_table_spec *tables, size_t n_tables)
+{
+	return declare_run(c, specs, n, tables, n_tables);
 }
 
 // The 0.1 call: its struct has no kind (docs/libferry.md §3 keeps its

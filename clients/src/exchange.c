@@ -127,11 +127,10 @@ warn_waiting(ferry_client *c, uint32_t tmo)
 // The value in force: a test lowers it to make every such wait requeue.
 unsigned ferry__requeue_ms = REQUEUE_MS;
 
-// map_newer asks the scheduler, briefly, whether a map later than the one
-// held exists. It leaves the client's last error alone: a "no" here is
-// no failure.
-static int
-map_newer(ferry_client *c)
+// ferry__map_newer asks the scheduler, briefly, whether a map later than
+// the one held exists.
+int
+ferry__map_newer(ferry_client *c)
 {
 	Pswire__Header              g  = PSWIRE__HEADER__INIT;
 	Pswire__GetPlacementRequest gp = PSWIRE__GET_PLACEMENT_REQUEST__INIT;
@@ -165,7 +164,7 @@ static int
 await_newer_map(ferry_client *c, uint64_t deadline)
 {
 	while (fb_clock_ms() < deadline) {
-		if (map_newer(c)) {
+		if (ferry__map_newer(c)) {
 			return 1;
 		}
 		fb_sleep_us(100000);
@@ -568,7 +567,7 @@ reap(ferry_client *c, struct xfer *x)
 		}
 		if (polls && now >= poll) {
 			poll = now + REROUTE_POLL_MS;
-			if (!x->rerouted && map_newer(c)) {
+			if (!x->rerouted && ferry__map_newer(c)) {
 				// Sent or cancelled, each is sent again after
 				// the re-fetch, marked as a re-send: a server
 				// that took it already counts it once.
@@ -666,7 +665,7 @@ ferry__xfer_until(ferry_client *c, struct xfer *x, size_t t0, size_t t1)
 			// epoch would wait for a map nobody publishes: re-send
 			// unless a later one exists.
 			x->moved = 0;
-			if (x->refetch || map_newer(c)) {
+			if (x->refetch || ferry__map_newer(c)) {
 				x->refetch = 1;
 			} else {
 				x->backoff = 1;

@@ -24,13 +24,14 @@ library through $FERRY_LIB, else the build tree it sits in
 """
 from ._lib import MODE_ASYNC, MODE_SSP, MODE_SYNC
 from .client import LIB_PATH, Client, Stats, strerror
+from .tables import Table
 from .errors import (Behind, ClosedError, ConnectError, CorruptError, Error, InvalidArgument,
                      MismatchError, OutOfMemory, ProtocolError, RemoteError, SinkError, StateError,
                      TimedOut, UnsupportedError, error_class)
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
-__all__ = ["Client", "Stats", "strerror", "library_path", "error_class", "MODE_SYNC",
+__all__ = ["Client", "Stats", "Table", "strerror", "library_path", "error_class", "MODE_SYNC",
            "MODE_ASYNC", "MODE_SSP", "Error", "InvalidArgument", "OutOfMemory", "ConnectError", "TimedOut",
            "RemoteError", "ProtocolError", "MismatchError", "StateError", "CorruptError",
            "ClosedError", "UnsupportedError", "Behind", "SinkError"]

@@ -2,9 +2,10 @@
 
 This module owns the one place where the Python binding meets the C ABI of
 <ferry/ferry.h>: where the shared library is found, the ctypes mirrors of
-its structs (struct ferry_opts, struct ferry_stats) and the argument and
-return types of every function the binding calls. Nothing here knows about
-NumPy or PyTorch; client.py turns arrays into the pointers declared here.
+its structs (struct ferry_opts, struct ferry_stats, the sparse tables')
+and the argument and return types of every function the binding calls.
+Nothing here knows about NumPy or PyTorch; client.py (and tables.py) turn
+arrays into the pointers declared here.
 
 The library is looked up, in this order:
   1. $FERRY_LIB, the path of a libferry.so (an error if it does not load);
@@ -117,6 +118,56 @@ class CStats(ctypes.Structure):
     ]
 
 
+class TableSpec(ctypes.Structure):
+    """struct ferry_table_spec (libferry 0.3): one sparse table."""
+
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("dim", ctypes.c_uint32),
+        ("init", ctypes.c_uint32),
+        ("init_scale", ctypes.c_float),
+        ("optimizer", ctypes.c_char_p),
+        ("lr", ctypes.c_double),
+        ("beta1", ctypes.c_double),
+        ("beta2", ctypes.c_double),
+        ("eps", ctypes.c_double),
+        ("adagrad_init", ctypes.c_double),
+        ("ftrl_beta", ctypes.c_double),
+        ("ftrl_l1", ctypes.c_double),
+        ("ftrl_l2", ctypes.c_double),
+        ("shards", ctypes.c_uint32),
+        ("expected_rows", ctypes.c_uint64),
+        ("admit_count", ctypes.c_uint32),
+        ("admit_prob", ctypes.c_double),
+        ("evict_after", ctypes.c_uint64),
+        ("codec_push", ctypes.c_char_p),
+        ("codec_pull", ctypes.c_char_p),
+    ]
+
+
+class Rows(ctypes.Structure):
+    """struct ferry_rows: one table's keys of a rows call."""
+
+    _fields_ = [
+        ("table", ctypes.c_uint32),
+        ("keys", ctypes.c_void_p),
+        ("n", ctypes.c_size_t),
+        ("rows", ctypes.c_void_p),
+        ("grads", ctypes.c_void_p),
+    ]
+
+
+class TableStats(ctypes.Structure):
+    """struct ferry_table_stats."""
+
+    _fields_ = [
+        ("keys_pulled", ctypes.c_uint64),
+        ("rows_pulled", ctypes.c_uint64),
+        ("keys_pushed", ctypes.c_uint64),
+        ("rows_pushed", ctypes.c_uint64),
+    ]
+
+
 _vp = ctypes.c_void_p
 _ptrs = ctypes.POINTER(ctypes.c_void_p)  # float *const * and const float *const *
 # name: (restype, argtypes)
@@ -143,6 +194,34 @@ _PROTOS = {
                                                     ctypes.c_size_t, ctypes.c_size_t]),
     "ferry_client_wait": (ctypes.c_int, [_vp, ctypes.c_size_t, ctypes.c_size_t]),
 }
+
+_rows = ctypes.POINTER(Rows)
+# The sparse tables (libferry 0.3). Not required to load: a 0.2 library
+# still serves dense jobs, and the table calls then say what is missing.
+TABLE_PROTOS = {
+    "ferry_client_declare_tables": (ctypes.c_int, [_vp, ctypes.POINTER(TensorSpec),
+                                                   ctypes.c_size_t, ctypes.POINTER(TableSpec),
+                                                   ctypes.c_size_t]),
+    "ferry_client_rows_pull": (ctypes.c_int, [_vp, _rows, ctypes.c_size_t]),
+    "ferry_client_rows_push_pull": (ctypes.c_int, [_vp, _rows, ctypes.c_size_t, ctypes.c_uint32,
+                                                   _rows, ctypes.c_size_t]),
+    "ferry_client_step": (ctypes.c_int, [_vp, _ptrs, ctypes.c_uint32, _ptrs, _rows,
+                                         ctypes.c_size_t, _rows, ctypes.c_size_t]),
+    "ferry_client_table_stats": (ctypes.c_int, [_vp, ctypes.c_uint32,
+                                                ctypes.POINTER(TableStats)]),
+}
+
+
+def set_optional(lib, protos):
+    """Declares the prototypes of protos that lib has; returns whether it
+    has them all."""
+    have = all(hasattr(lib, n) for n in protos)
+    for name, (res, args) in protos.items():
+        if hasattr(lib, name):
+            fn = getattr(lib, name)
+            fn.restype = res
+            fn.argtypes = args
+    return have
 
 
 def _candidates():

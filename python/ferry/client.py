@@ -24,10 +24,12 @@ import dataclasses
 import numbers
 import sys
 
-from . import _lib
+from . import _lib, tables as _tables
 from .errors import ClosedError, Error, InvalidArgument, StateError, make_error, _STRERROR
 
 LIB, LIB_PATH = _lib.load()
+# libferry 0.3's sparse tables (a 0.2 library serves dense jobs only)
+HAS_TABLES = _lib.set_optional(LIB, _lib.TABLE_PROTOS)
 for _code in range(1, 64):
     _s = LIB.ferry_strerror(_code).decode()
     if _s == "unknown error":
@@ -123,6 +125,7 @@ class Client:
         self._lens = ()
         self._names = ()
         self._in = self._out = None  # pointer tables, sized by declare
+        self._tables, self._dims = (), ()  # sparse tables: names, dims
         # the layer-wise push-pull's tables (one step passes the same
         # ones to every start), the weights list _ax_w was filled from,
         # and the grads the started tensors read
@@ -223,7 +226,7 @@ class Client:
         return make_error(rv, op, msg.decode(errors="replace"))
 
     # ---- the job -----------------------------------------------------------
-    def declare(self, tensors, average=()):
+    def declare(self, tensors, average=(), tables=()):
         """Register this trainer with its tensor table and wait for the job.
 
         tensors: a dict name -> length or array (its number of elements),
@@ -236,6 +239,11 @@ class Client:
         lr or clipping applies. Every rank declares the same table, kinds
         included (else MismatchError). Blocks until every trainer and
         server has joined and the placement is published.
+
+        tables: the job's sparse tables (ids in this order), each a
+        ferry.Table or a dict of its fields, e.g. {"name": "user",
+        "dim": 16, "init": "normal", "init_scale": 0.01, "optimizer":
+        "adagrad", "lr": 0.05}; see rows_pull, rows_push_pull and step.
         """
         c = self._handle("declare")
         if self._n:
@@ -264,9 +272,20 @@ class Client:
         enc = [s.encode() for s in names]
         for i, b in enumerate(enc):
             specs[i].name = b
-        rv = LIB.ferry_client_declare_specs(c, specs, len(items))
+        tables = list(tables)
+        if tables:
+            if not HAS_TABLES:
+                raise StateError("declare", f"{LIB_PATH} has no sparse tables (libferry 0.3 "
+                                 "or later needed)")
+            keep = []
+            tspecs, tnames, tdims = _tables.table_specs(tables, keep)
+            rv = LIB.ferry_client_declare_tables(c, specs, len(items), tspecs, len(tables))
+        else:
+            tnames, tdims = (), ()
+            rv = LIB.ferry_client_declare_specs(c, specs, len(items))
         if rv != 0:
             raise self._fail(rv, "declare")
+        self._tables, self._dims = tnames, tdims
         self._names, self._lens, self._n = tuple(names), tuple(lens), len(items)
         self._in = (ctypes.c_void_p * self._n)()
         self._out = (ctypes.c_void_p * self._n)()
@@ -418,6 +437,106 @@ class Client:
         for i in range(first, first + count):
             table[i] = _data_ptr(arrays[i], self._lens[i], False, tt, op, self._names[i])
             self._ax_keep[i] = arrays[i]  # read until the step ends
+
+    # ---- sparse tables -------------------------------------------------
+    @property
+    def tables(self):
+        """The declared sparse tables' names, in id order."""
+        return self._tables
+
+    def _table(self, t, op):
+        if isinstance(t, str):
+            if t in self._tables:
+                return self._tables.index(t)
+        elif isinstance(t, numbers.Integral) and 0 <= t < len(self._tables):
+            return int(t)
+        raise InvalidArgument(op, f"unknown table {t!r} (declared: {list(self._tables)})")
+
+    def _blocks(self, items, pull, op):
+        """The struct ferry_rows array of items ((table, keys, rows or
+        grads) triples) and the arrays written or read (pull: None makes
+        an (n, dim) float32 NumPy array)."""
+        if not self._n:
+            raise StateError(op, "declare first")
+        items = list(items)
+        arr = (_lib.Rows * max(len(items), 1))()
+        arrays = []
+        what = "out" if pull else "grads"
+        for j, it in enumerate(items):
+            try:
+                t, keys, a = it
+            except (TypeError, ValueError):
+                raise InvalidArgument(op, f"block {j}: want (table, keys, {what}), "
+                                      f"got {it!r}") from None
+            ti = self._table(t, op)
+            name, dim = self._tables[ti], self._dims[ti]
+            kp, n = _tables.keys_ptr(keys, op, name)
+            if a is None and pull:
+                a = _tables.new_rows(n, dim, op)
+            p = _tables.rows_ptr(a, n, dim, pull, op, name, what)
+            arr[j].table, arr[j].keys, arr[j].n = ti, kp, n
+            if pull:
+                arr[j].rows = p
+            else:
+                arr[j].grads = p
+            arrays.append(a)
+        return arr, len(items), arrays
+
+    def rows_pull(self, table, keys, out=None):
+        """The rows of keys (repeats and any order) of table (id or name)
+        at the version this client holds, written into out (float32,
+        n * dim values, e.g. shape (n, dim); None: a new NumPy array);
+        returns out. Absent rows come back as their initial values."""
+        c = self._handle("rows_pull")
+        arr, n, outs = self._blocks([(table, keys, out)], True, "rows_pull")
+        rv = LIB.ferry_client_rows_pull(c, arr, n)
+        if rv != 0:
+            raise self._fail(rv, "rows_pull")
+        return outs[0]
+
+    def rows_push_pull(self, push, n_samples, pull=()):
+        """Push row gradients (push: (table, keys, grads) triples; grads
+        n * dim float32, a key's occurrences summed) for n_samples samples,
+        then pull the rows of the pull triples ((table, keys, out); out
+        None: a new array) as the push left them; returns the outs. In a
+        sync job every trainer calls this each step, with no push triples
+        when it has no keys."""
+        c = self._handle("rows_push_pull")
+        parr, np_, _ = self._blocks(push, False, "rows_push_pull")
+        qarr, nq, outs = self._blocks(pull, True, "rows_push_pull")
+        rv = LIB.ferry_client_rows_push_pull(c, parr, np_, _samples(n_samples, "rows_push_pull"),
+                                             qarr, nq)
+        if rv != 0:
+            raise self._fail(rv, "rows_push_pull")
+        return outs
+
+    def step(self, grads, n_samples, weights=None, push=(), pull=()):
+        """One step of dense tensors and sparse tables in one round
+        (ferry_client_step): push_pull(grads, n_samples, weights) and
+        rows_push_pull(push, n_samples, pull), the requests of both in
+        flight together. Returns (weights, outs)."""
+        c = self._handle("step")
+        weights = self._outputs(weights, "step")
+        self._fill(self._in, grads, False, "step")
+        self._fill(self._out, weights, True, "step")
+        parr, np_, _ = self._blocks(push, False, "step")
+        qarr, nq, outs = self._blocks(pull, True, "step")
+        rv = LIB.ferry_client_step(c, self._in, _samples(n_samples, "step"), self._out,
+                                   parr, np_, qarr, nq)
+        self._hold(weights, rv)
+        if rv != 0:
+            raise self._fail(rv, "step")
+        return weights, outs
+
+    def table_stats(self, table):
+        """This client's counters of table (id or name): keys_pulled,
+        rows_pulled (distinct), keys_pushed, rows_pushed (distinct)."""
+        c = self._handle("table_stats")
+        st = _lib.TableStats()
+        rv = LIB.ferry_client_table_stats(c, self._table(table, "table_stats"), ctypes.byref(st))
+        if rv != 0:
+            raise self._fail(rv, "table_stats")
+        return {f: getattr(st, f) for f, _ in _lib.TableStats._fields_}
 
     def leave(self):
         """Tell the job this trainer leaves: sync rounds stop waiting for

@@ -5,13 +5,15 @@
 
 #include <check.h>
 
-Suite *suite_client(void);     // client.c: options, errors, accessors
-Suite *suite_ops(void);        // ops.c: argument and state checks
-Suite *suite_sched(void);      // sched.c: the placement map, connections
-Suite *suite_request(void);    // request.c: building requests
-Suite *suite_reply(void);      // reply.c: taking replies, the pull sink
-Suite *suite_sink(void);       // the pull sink against a cluster
-Suite *suite_codec_auto(void); // codec_auto.c: link-aware codec choice
-Suite *suite_exchange(void);   // exchange.c: request sizing per link
+Suite *suite_client(void);       // client.c: options, errors, accessors
+Suite *suite_ops(void);          // ops.c: argument and state checks
+Suite *suite_sched(void);        // sched.c: the placement map, connections
+Suite *suite_request(void);      // request.c: building requests
+Suite *suite_reply(void);        // reply.c: taking replies, the pull sink
+Suite *suite_sink(void);         // the pull sink against a cluster
+Suite *suite_codec_auto(void);   // codec_auto.c: link-aware codec choice
+Suite *suite_exchange(void);     // exchange.c: request sizing per link
+Suite *suite_rows(void);         // tables.c, rows_dedup.c, rows.c: sparse
+Suite *suite_rows_cluster(void); // the sparse tables against a cluster
 
 #endif // CLIENTS_TESTS_H

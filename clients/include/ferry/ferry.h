@@ -40,7 +40,7 @@ extern "C" {
 // (the SONAME, libferry.so.MAJOR) a program built against an older MINOR
 // runs unchanged against a newer one.
 #define FERRY_VERSION_MAJOR 0
-#define FERRY_VERSION_MINOR 2
+#define FERRY_VERSION_MINOR 3
 #define FERRY_VERSION_PATCH 0
 // The three as one comparable number, e.g. 0.1.0 -> 100.
 #define FERRY_VERSION_NUMBER                                                  \
@@ -665,16 +665,16 @@ FERRY_API int ferry_client_step(ferry_client *c, const float *const *g,
 
 // Counters of one sparse table as this client saw them.
 struct ferry_table_stats {
-	uint64_t keys_pulled;   // keys asked for, before de-duplication
-	uint64_t rows_pulled;   // distinct rows received
-	uint64_t keys_pushed;   // keys pushed, before de-duplication
-	uint64_t rows_pushed;   // distinct row gradients sent
+	uint64_t keys_pulled; // keys asked for, before de-duplication
+	uint64_t rows_pulled; // distinct rows received
+	uint64_t keys_pushed; // keys pushed, before de-duplication
+	uint64_t rows_pushed; // distinct row gradients sent
 };
 
 // ferry_client_table_stats fills *st for table id `table` (FERRY_EINVAL
 // for an unknown id).
-FERRY_API int ferry_client_table_stats(const ferry_client *c,
-    uint32_t table, struct ferry_table_stats *st);
+FERRY_API int ferry_client_table_stats(const ferry_client *c, uint32_t table,
+    struct ferry_table_stats *st);
 
 #ifdef __cplusplus
 }

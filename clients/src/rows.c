@@ -1,0 +1,817 @@
+// rows.c — the sparse tables' exchange: ferry_client_rows_pull,
+// ferry_client_rows_push_pull and ferry_client_step. A call's key blocks
+// are de-duplicated and routed (rows_dedup.c), one Rows request per server
+// carries every table shard of that server it concerns, the requests go
+// to every server at once on each connection's rows slot, and the replies'
+// rows are decoded and scattered back to the caller's key order.
+//
+// DESIGN. One request per server per call: a server holds a table shard's
+// whole push (its distinct keys, their counts and summed gradients) and
+// the pull of its wanted keys in one message, so a sync round's push and
+// its pull travel together and the server answers once the round closes.
+// In sync mode (and SSP with staleness 0) every table shard of the job
+// gets a push block each step, empty or not, so every round closes; the
+// push names the version held (c->rows_version, one for every table shard)
+// and the pull waits for the next. A request goes out on the
+// connection's rows slot (FERRY_ROWS_SLOT), which the dense exchange never
+// touches: ferry_client_step sends the rows requests, runs the dense
+// push-pull while they are in flight, then takes the rows replies. A
+// server that answers UNAVAILABLE gets its request again after a
+// back-off; STALE_EPOCH (a table shard moved) re-fetches the map first and
+// sends the shards still owed to their new servers; only the servers that
+// did not answer OK are asked again, so a push is never applied twice.
+// Nothing here allocates in a steady state: the de-dup buffers, the block
+// arrays and the request message (the last reply, reused) all persist.
+#include <math.h>
+#include <stdio.h>
+
+#include "client_impl.h"
+
+// ROWS_KEYS_MAX: the keys one Rows request may carry (the servers' limit).
+#define ROWS_KEYS_MAX (1u << 22)
+
+// One rows exchange: the caller's blocks and what the requests carry.
+struct rowsx {
+	const struct ferry_rows *push;
+	size_t                   n_push;
+	uint32_t                 n_samples;
+	int                      pushing;
+	struct ferry_rows       *pull;
+	size_t                   n_pull;
+	uint64_t                 deadline; // fb_clock_ms
+	int                      refetch;  // a shard moved: new map first
+	int                      backoff;  // UNAVAILABLE: wait, then re-send
+};
+
+// rslot is server m's rows slot.
+static struct slot *
+rslot(ferry_client *c, size_t m)
+{
+	return &c->conns[m].slots[FERRY_ROWS_SLOT];
+}
+
+static int
+rslot_state(ferry_client *c, struct slot *s)
+{
+	int st;
+	nng_mtx_lock(c->pipe->mu);
+	st = s->state;
+	nng_mtx_unlock(c->pipe->mu);
+	return st;
+}
+
+static void
+rslot_set(ferry_client *c, struct slot *s, int st)
+{
+	nng_mtx_lock(c->pipe->mu);
+	s->state = st;
+	nng_mtx_unlock(c->pipe->mu);
+}
+
+// rows_busy counts the rows requests in flight.
+static size_t
+rows_busy(ferry_client *c)
+{
+	size_t n = 0;
+	for (size_t m = 0; m < c->n_conns; m++) {
+		n += rslot_state(c, rslot(c, m)) != SLOT_IDLE;
+	}
+	return n;
+}
+
+// rows_abort cancels every rows request in flight and waits for them.
+static void
+rows_abort(ferry_client *c)
+{
+	while (c->pipe != NULL && rows_busy(c) > 0) {
+		for (size_t m = 0; m < c->n_conns; m++) {
+			struct slot *s  = rslot(c, m);
+			int          st = rslot_state(c, s);
+			if (st == SLOT_SEND || st == SLOT_RECV) {
+				nng_aio_cancel(s->aio);
+			} else if (st == SLOT_DONE) {
+				nng_msg *q = nng_aio_get_msg(s->aio);
+				if (q != NULL) {
+					nng_msg_free(q);
+					nng_aio_set_msg(s->aio, NULL);
+				}
+				rslot_set(c, s, SLOT_IDLE);
+			}
+		}
+		nng_mtx_lock(c->pipe->mu);
+		(void) nng_cv_until(c->pipe->cv, nng_clock() + 10);
+		nng_mtx_unlock(c->pipe->mu);
+	}
+	for (size_t i = 0; c->rsent != NULL && i < c->n_tshards; i++) {
+		c->rsent[i] = 0;
+	}
+}
+
+// check_blocks checks the caller's blocks b[0..n) (pull: rows wanted,
+// else gradients).
+static int
+check_blocks(ferry_client *c, const struct ferry_rows *b, size_t n, int pull)
+{
+	const char *what = pull ? "pull" : "push";
+	if (b == NULL && n > 0) {
+		return ferry__fail(c, FERRY_EINVAL, "%s blocks: NULL", what);
+	}
+	for (size_t j = 0; j < n; j++) {
+		if (b[j].table >= c->n_tables) {
+			return ferry__fail(c, FERRY_EINVAL,
+			    "%s block %zu: unknown table %u (%zu declared)",
+			    what, j, b[j].table, c->n_tables);
+		}
+		if (b[j].n == 0) {
+			continue;
+		}
+		if (b[j].keys == NULL || (pull && b[j].rows == NULL) ||
+		    (!pull && b[j].grads == NULL)) {
+			return ferry__fail(c, FERRY_EINVAL,
+			    "%s block %zu (table '%s'): %s is NULL with %zu "
+			    "keys",
+			    what, j, c->tables[b[j].table].name,
+			    b[j].keys == NULL ? "keys"
+			        : pull        ? "rows"
+			                      : "grads",
+			    b[j].n);
+		}
+	}
+	return FERRY_OK;
+}
+
+// shard_on is the server table shard id lives on in the map held.
+static uint32_t
+shard_on(const ferry_client *c, size_t id)
+{
+	return c->pl->table_shards[id]->server;
+}
+
+// check_finite refuses a push whose summed row gradients hold a NaN or
+// Inf before anything is sent: the servers refuse one too, but only for
+// their own part of the call, and the others would apply theirs.
+static int
+check_finite(ferry_client *c)
+{
+	const struct ferry__dedup *d = &c->dd_push;
+	for (size_t u = 0; u < d->n; u++) {
+		const struct ferry__table *t = &c->tables[d->table[u]];
+		const float               *r = d->rows + d->pos[u];
+		for (uint32_t k = 0; k < t->dim; k++) {
+			if (!isfinite(r[k])) {
+				return ferry__fail(c, FERRY_EINVAL,
+				    "push: table '%s', key %llu: the row "
+				    "gradient (summed over %u occurrences) "
+				    "holds a NaN or Inf; nothing was sent",
+				    t->name, (unsigned long long) d->key[u],
+				    d->count[u]);
+			}
+		}
+	}
+	return FERRY_OK;
+}
+
+// prepare checks and de-duplicates x's blocks, marks what each table
+// shard needs, and refuses a request over the servers' key limit before
+// anything is sent.
+static int
+prepare(ferry_client *c, struct rowsx *x)
+{
+	int rv;
+	if ((rv = check_blocks(c, x->push, x->n_push, 0)) != FERRY_OK ||
+	    (rv = check_blocks(c, x->pull, x->n_pull, 1)) != FERRY_OK ||
+	    (rv = ferry__tables_route(c)) != FERRY_OK) {
+		return rv;
+	}
+	if ((rv = ferry__dedup_build(&c->dd_push, c->tables, c->n_tshards,
+	         x->push, x->n_push)) != FB_OK ||
+	    (rv = ferry__dedup_build(&c->dd_pull, c->tables, c->n_tshards,
+	         x->pull, x->n_pull)) != FB_OK) {
+		return ferry__fail(c, ferry__map_err(rv),
+		    "cannot de-duplicate the keys: %s", fb_strerror(rv));
+	}
+	ferry__dedup_sum(&c->dd_push, c->tables, x->push, x->n_push);
+	if ((rv = check_finite(c)) != FERRY_OK) {
+		return rv;
+	}
+	// Every table shard takes part in a sync round (and advances its
+	// clock under SSP); async pushes go only where there are keys.
+	int all = c->lockstep || c->opts.mode == FERRY_MODE_SSP;
+	for (size_t i = 0; i < c->n_tshards; i++) {
+		c->rsent[i] = 0;
+		c->rneed[i] = 0;
+		if (x->pushing && (all || c->dd_push.sh_n[i] > 0)) {
+			c->rneed[i] |= RNEED_PUSH;
+		}
+		if (c->dd_pull.sh_n[i] > 0) {
+			c->rneed[i] |= RNEED_PULL;
+		}
+	}
+	for (size_t m = 0; m < c->pl->n_servers; m++) {
+		size_t keys = 0;
+		for (size_t i = 0; i < c->n_tshards; i++) {
+			if (shard_on(c, i) == m) {
+				keys += c->dd_push.sh_n[i] +
+				    c->dd_pull.sh_n[i];
+			}
+		}
+		if (keys > ROWS_KEYS_MAX) {
+			return ferry__fail(c, FERRY_EINVAL,
+			    "%zu distinct keys for server %s, over the %u of "
+			    "one Rows request: split the batch",
+			    keys, c->pl->servers[m], ROWS_KEYS_MAX);
+		}
+	}
+	return FERRY_OK;
+}
+
+// table_of is the table of table shard id.
+static const struct ferry__table *
+table_of(const ferry_client *c, size_t id)
+{
+	return &c->tables[c->pl->table_shards[id]->tensor];
+}
+
+// blocks_plan fills c->rblk with server m's blocks still owed and not in
+// flight (push blocks first, then pull blocks at c->rblk + n_tshards) and
+// returns the payload bytes they take; *np and *nq count them.
+static size_t
+blocks_plan(ferry_client *c, const struct rowsx *x, size_t m, size_t *np,
+    size_t *nq)
+{
+	size_t plen = 0, nts = c->n_tshards;
+	*np = *nq = 0;
+	for (int pull = 0; pull < 2; pull++) {
+		const struct ferry__dedup *d = pull ? &c->dd_pull
+		                                    : &c->dd_push;
+		for (size_t i = 0; i < nts; i++) {
+			const struct ferry__table *t = table_of(c, i);
+			uint8_t bit = pull ? RNEED_PULL : RNEED_PUSH;
+			if (shard_on(c, i) != m || !(c->rneed[i] & bit) ||
+			    c->rsent[i] != 0) {
+				continue;
+			}
+			size_t            k = pull ? nts + (*nq)++ : (*np)++;
+			Pswire__RowBlock *b = &c->rblk[k];
+			size_t            n = d->sh_n[i];
+			pswire__row_block__init(b);
+			c->rblkp[k]    = b;
+			b->shard       = (uint32_t) i;
+			b->n           = (uint32_t) n;
+			b->keys_offset = plen;
+			plen += 8 * n;
+			if (c->lockstep) {
+				b->version = c->rows_version +
+				    (pull && x->pushing ? 1 : 0);
+			} else {
+				b->version = pull ? 0 : c->rver[i];
+			}
+			if (pull) {
+				continue;
+			}
+			b->counts_offset = plen;
+			plen += 4 * n;
+			b->rows_offset = plen;
+			b->rows_length = n ? comp_bound(&t->cpush, n * t->dim)
+			                   : 0;
+			b->codec       = t->cpush.id;
+			plen += b->rows_length;
+		}
+	}
+	return plen;
+}
+
+// blocks_write writes the planned blocks' bytes into payload: keys (and,
+// on a push, counts and the encoded gradients) in each shard's order.
+static int
+blocks_write(ferry_client *c, size_t np, size_t nq, uint8_t *payload)
+{
+	for (size_t k = 0; k < np + nq; k++) {
+		int                     pull = k >= np;
+		const Pswire__RowBlock *b =
+		    c->rblkp[pull ? c->n_tshards + k - np : k];
+		const struct ferry__dedup *d = pull ? &c->dd_pull
+		                                    : &c->dd_push;
+		const struct ferry__table *t = table_of(c, b->shard);
+		const uint32_t *o = d->order + d->sh_first[b->shard];
+		size_t          len;
+		for (size_t i = 0; i < b->n; i++) {
+			memcpy(payload + b->keys_offset + 8 * i, &d->key[o[i]],
+			    8);
+		}
+		if (pull || b->n == 0) {
+			continue;
+		}
+		for (size_t i = 0; i < b->n; i++) {
+			memcpy(payload + b->counts_offset + 4 * i,
+			    &d->count[o[i]], 4);
+		}
+		const float *g = d->rows + d->sh_rows[b->shard];
+		if (comp_encode(&t->cpush, g, (size_t) b->n * t->dim, NULL,
+		        payload + b->rows_offset, b->rows_length,
+		        &len) != FB_OK) {
+			return ferry__fail(c, FERRY_EINVAL,
+			    "table '%s': a pushed row gradient is NaN or Inf "
+			    "(codec %s)",
+			    t->name, comp_codec_name(t->cpush.id));
+		}
+	}
+	return FERRY_OK;
+}
+
+// rows_build makes in *out server m's request for what it still owes;
+// *out stays NULL when it owes nothing.
+static int
+rows_build(ferry_client *c, const struct rowsx *x, size_t m, nng_msg **out)
+{
+	Pswire__Header      h  = PSWIRE__HEADER__INIT;
+	Pswire__RowsRequest rr = PSWIRE__ROWS_REQUEST__INIT;
+	struct slot        *s  = rslot(c, m);
+	size_t              np, nq, hl, plen;
+	uint8_t            *payload;
+	int                 rv;
+	*out = NULL;
+	plen = blocks_plan(c, x, m, &np, &nq);
+	if (np + nq == 0) {
+		return FERRY_OK;
+	}
+	rr.n_push    = np;
+	rr.push      = c->rblkp;
+	rr.n_pull    = nq;
+	rr.pull      = c->rblkp + c->n_tshards;
+	rr.n_samples = x->pushing ? x->n_samples : 0;
+	h.request_id = s->rid = c->next_rid++;
+	h.deadline_ms         = ferry__timeout(c);
+	h.epoch               = c->pl->epoch;
+	h.rank                = (uint32_t) c->opts.rank;
+	h.body_case           = PSWIRE__HEADER__BODY_ROWS_REQ;
+	h.rows_req            = &rr;
+	hl                    = pswire__header__get_packed_size(&h);
+	// The last reply from this server is about this big: built there.
+	if (s->spare != NULL &&
+	    psw_msg_reuse(s->spare, hl, plen, &payload) == FB_OK) {
+		*out     = s->spare;
+		s->spare = NULL;
+	} else if ((rv = psw_msg_begin(out, hl, plen, &payload)) != FB_OK) {
+		*out = NULL;
+		return ferry__fail(c, FERRY_ENOMEM, "out of memory");
+	}
+	if ((rv = blocks_write(c, np, nq, payload)) != FERRY_OK ||
+	    (rv = psw_msg_finish(*out, PSWIRE__METHOD__ROWS, 0, &h.base, hl,
+	         plen)) != FB_OK) {
+		nng_msg_free(*out);
+		*out = NULL;
+		return rv == FERRY_EINVAL ? rv
+		                          : ferry__fail(c, ferry__map_err(rv),
+		                                "cannot build a Rows request");
+	}
+	for (size_t k = 0; k < np; k++) {
+		c->rsent[c->rblkp[k]->shard] = (uint32_t) m + 1;
+	}
+	for (size_t k = 0; k < nq; k++) {
+		c->rsent[c->rblkp[c->n_tshards + k]->shard] = (uint32_t) m + 1;
+	}
+	return FERRY_OK;
+}
+
+// rows_send sends every idle server its request for what it still owes.
+static int
+rows_send(ferry_client *c, struct rowsx *x)
+{
+	for (size_t m = 0; m < c->n_conns; m++) {
+		struct slot *s = rslot(c, m);
+		nng_msg     *req;
+		uint64_t     now = fb_clock_ms();
+		int          rv;
+		if (rslot_state(c, s) != SLOT_IDLE) {
+			continue;
+		}
+		if ((rv = rows_build(c, x, m, &req)) != FERRY_OK) {
+			return rv;
+		}
+		if (req == NULL) {
+			continue;
+		}
+		if (now >= x->deadline) {
+			nng_msg_free(req);
+			return ferry__fail(c, FERRY_ETIMEDOUT,
+			    "Rows: deadline passed waiting for server %s",
+			    c->pl->servers[m]);
+		}
+		if (psw_auth_sign(c->auth, req,
+		        psw_auth_channel(c->auth, s->ctx), 0,
+		        &s->ctr) != FB_OK) {
+			nng_msg_free(req);
+			return ferry__fail(c, FERRY_ENOMEM,
+			    "cannot sign a request");
+		}
+		c->stats.bytes_pushed += nng_msg_len(req);
+		c->stats.requests++;
+		s->method = PSWIRE__METHOD__ROWS;
+		s->expire = nng_clock() + (nng_time) (x->deadline - now);
+		nng_aio_set_timeout(s->aio,
+		    (nng_duration) (x->deadline - now));
+		nng_aio_set_msg(s->aio, req);
+		rslot_set(c, s, SLOT_SEND);
+		nng_ctx_send(s->ctx, s->aio);
+	}
+	return FERRY_OK;
+}
+
+// unsend forgets which of server m's table shards were in flight (their
+// needs stay: a retry sends them again).
+static void
+unsend(ferry_client *c, size_t m)
+{
+	for (size_t i = 0; i < c->n_tshards; i++) {
+		if (c->rsent[i] == m + 1) {
+			c->rsent[i] = 0;
+		}
+	}
+}
+
+// take_rows checks server m's reply body (one block per pull block sent,
+// in their order) and decodes its rows into the pull side's rows.
+static int
+take_rows(ferry_client *c, size_t m, const Pswire__Header *rh,
+    const struct psw_frame *f)
+{
+	const char *srv = c->pl->servers[m];
+	size_t      j   = 0;
+	if (rh->body_case != PSWIRE__HEADER__BODY_ROWS_REP) {
+		return ferry__fail(c, FERRY_EPROTO,
+		    "server %s: Rows reply without rows", srv);
+	}
+	const Pswire__RowsReply *rp = rh->rows_rep;
+	for (size_t i = 0; i < c->n_tshards; i++) {
+		if (c->rsent[i] != m + 1 || !(c->rneed[i] & RNEED_PULL)) {
+			continue;
+		}
+		const struct ferry__table *t = table_of(c, i);
+		const Pswire__RowBlock    *b = j < rp->n_rows ? rp->rows[j]
+		                                              : NULL;
+		size_t                     n = c->dd_pull.sh_n[i];
+		j++;
+		if (b == NULL || b->n != n || b->codec != t->cpull.id ||
+		    b->rows_offset > f->payload_len ||
+		    b->rows_length > f->payload_len - b->rows_offset ||
+		    b->rows_length != comp_bound(&t->cpull, n * t->dim) ||
+		    comp_decode(&t->cpull, f->payload + b->rows_offset,
+		        b->rows_length, n * t->dim,
+		        c->dd_pull.rows + c->dd_pull.sh_rows[i]) != FB_OK) {
+			return ferry__fail(c, FERRY_EPROTO,
+			    "server %s: Rows reply block %zu (table '%s') "
+			    "is malformed",
+			    srv, j - 1, t->name);
+		}
+		if (b->version > c->rver[i]) {
+			c->rver[i] = b->version;
+		}
+	}
+	if (j != rp->n_rows) {
+		return ferry__fail(c, FERRY_EPROTO,
+		    "server %s: Rows reply has %zu blocks, %zu asked for", srv,
+		    rp->n_rows, j);
+	}
+	for (size_t i = 0; i < c->n_tshards; i++) {
+		if (c->rsent[i] == m + 1) {
+			c->rsent[i] = 0;
+			c->rneed[i] = 0;
+		}
+	}
+	return FERRY_OK;
+}
+
+// await_newer_map is what a lost connection (reset, refused: the server
+// may have died) waits for: a map later than the one held, which gives
+// the server's table shards a new home (re-placed, their rows starting
+// over). It asks every 100 ms until x's deadline: 1 once one exists.
+static int
+await_newer_map(ferry_client *c, const struct rowsx *x)
+{
+	while (fb_clock_ms() < x->deadline) {
+		if (ferry__map_newer(c)) {
+			return 1;
+		}
+		fb_sleep_us(100000);
+	}
+	return 0;
+}
+
+// take_reply handles server m's ended rows slot: its shards are done,
+// sent again (UNAVAILABLE: after a back-off; STALE_EPOCH, or a lost
+// connection once a newer map exists: after that map), or the call fails.
+static int
+take_reply(ferry_client *c, struct rowsx *x, size_t m)
+{
+	struct slot      *s   = rslot(c, m);
+	const char       *srv = c->pl->servers[m];
+	const char       *why = "";
+	ProtobufCMessage *ph  = NULL;
+	struct psw_frame  f;
+	int               r, rv = FERRY_OK;
+	if (s->res != 0) {
+		if (s->in_send && nng_aio_get_msg(s->aio) != NULL) {
+			nng_msg_free(nng_aio_get_msg(s->aio));
+			nng_aio_set_msg(s->aio, NULL);
+		}
+		if (s->res != NNG_ETIMEDOUT && await_newer_map(c, x)) {
+			unsend(c, m); // its table shards have a new home
+			x->refetch = 1;
+			return FERRY_OK;
+		}
+		return ferry__fail(c,
+		    s->res == NNG_ETIMEDOUT ? FERRY_ETIMEDOUT : FERRY_ECONNECT,
+		    "Rows: server %s: %s", srv, nng_strerror(s->res));
+	}
+	nng_msg *rep = nng_aio_get_msg(s->aio);
+	nng_aio_set_msg(s->aio, NULL);
+	c->stats.bytes_pulled += nng_msg_len(rep);
+	r = psw_reply_open(c->auth, rep, PSWIRE__METHOD__ROWS, s->rid, s->ctr,
+	    &f, &ph, &why);
+	Pswire__Header *rh = (Pswire__Header *) ph;
+	int             st = rh ? (int) rh->status : -1;
+	if (rh != NULL && rh->epoch > c->pl->epoch) {
+		x->refetch = 1; // a newer map exists
+	}
+	if (r == FB_EREMOTE && st == PSWIRE__STATUS__UNAVAILABLE) {
+		unsend(c, m);
+		x->backoff = 1;
+	} else if (r == FB_EREMOTE && st == PSWIRE__STATUS__STALE_EPOCH) {
+		unsend(c, m);
+		x->refetch = 1;
+	} else if (r == FB_EREMOTE && st == PSWIRE__STATUS__OUT_OF_RANGE) {
+		rv = ferry__fail(c, FERRY_EBEHIND, "Rows: server %s: %s", srv,
+		    rh->error);
+	} else if (r == FB_EREMOTE) {
+		rv = ferry__fail(c, FERRY_EREMOTE, "Rows: server %s: %s: %s",
+		    srv, psw_status_name(st), rh->error);
+	} else if (r != FB_OK) {
+		rv = ferry__fail(c, FERRY_EPROTO, "Rows: server %s: %s", srv,
+		    why);
+	} else {
+		rv = take_rows(c, m, rh, &f);
+	}
+	if (rh != NULL) {
+		pswire__header__free_unpacked(rh, NULL);
+	}
+	if (s->spare != NULL) {
+		nng_msg_free(s->spare);
+	}
+	s->spare = rep;
+	return rv;
+}
+
+// reap waits until a rows request ends, then takes every ended one.
+static int
+reap(ferry_client *c, struct rowsx *x)
+{
+	int done = 0, rv = FERRY_OK;
+	nng_mtx_lock(c->pipe->mu);
+	while (!done) {
+		for (size_t m = 0; m < c->n_conns; m++) {
+			done |= rslot(c, m)->state == SLOT_DONE;
+		}
+		// The slots' own timeouts end them at the deadline; this
+		// wait's bound is only a guard.
+		if (!done &&
+		    nng_cv_until(c->pipe->cv, nng_clock() + 1000) ==
+		        NNG_ETIMEDOUT &&
+		    fb_clock_ms() > x->deadline + 5000) {
+			break;
+		}
+	}
+	nng_mtx_unlock(c->pipe->mu);
+	if (!done) {
+		return ferry__fail(c, FERRY_ETIMEDOUT,
+		    "Rows: no reply by the deadline");
+	}
+	for (size_t m = 0; m < c->n_conns; m++) {
+		if (rslot_state(c, rslot(c, m)) == SLOT_DONE) {
+			int r = take_reply(c, x, m);
+			rslot_set(c, rslot(c, m), SLOT_IDLE);
+			rv = rv != FERRY_OK ? rv : r;
+		}
+	}
+	return rv;
+}
+
+// owed reports whether some table shard still needs a request.
+static int
+owed(const ferry_client *c)
+{
+	for (size_t i = 0; i < c->n_tshards; i++) {
+		if (c->rneed[i] != 0) {
+			return 1;
+		}
+	}
+	return 0;
+}
+
+// rows_run drives x until every table shard is done: sending, taking
+// replies, re-fetching the map, backing off. On an error every rows
+// request in flight is cancelled and waited for.
+static int
+rows_run(ferry_client *c, struct rowsx *x)
+{
+	int rv = FERRY_OK;
+	for (;;) {
+		if (!x->refetch && !x->backoff &&
+		    (rv = rows_send(c, x)) != FERRY_OK) {
+			break;
+		}
+		if (rows_busy(c) == 0) {
+			if (!owed(c)) {
+				return FERRY_OK; // a newer map: the next call
+			}
+			if (x->refetch) {
+				// The server may only be catching up with the
+				// map held: re-send unless a later one exists.
+				x->refetch = 0;
+				if (ferry__map_newer(c) &&
+				    ((rv = ferry__map_refetch(c)) !=
+				            FERRY_OK ||
+				        (rv = ferry__tables_route(c)) !=
+				            FERRY_OK)) {
+					break;
+				}
+				x->backoff = 1;
+			}
+			if (x->backoff) {
+				x->backoff = 0;
+				if (fb_clock_ms() >= x->deadline) {
+					rv = ferry__fail(c, FERRY_ETIMEDOUT,
+					    "Rows: deadline passed retrying");
+					break;
+				}
+				fb_sleep_us(5000);
+				continue;
+			}
+			rv = ferry__fail(c, FERRY_EPROTO,
+			    "internal: table shards owed with no request");
+			break;
+		}
+		if ((rv = reap(c, x)) != FERRY_OK) {
+			break;
+		}
+	}
+	rows_abort(c);
+	return rv;
+}
+
+// count_stats adds a finished exchange's keys and rows to the tables'
+// counters.
+static void
+count_stats(ferry_client *c, const struct rowsx *x)
+{
+	for (size_t j = 0; j < x->n_push; j++) {
+		c->tables[x->push[j].table].stats.keys_pushed += x->push[j].n;
+	}
+	for (size_t j = 0; j < x->n_pull; j++) {
+		c->tables[x->pull[j].table].stats.keys_pulled += x->pull[j].n;
+	}
+	for (size_t u = 0; u < c->dd_push.n; u++) {
+		c->tables[c->dd_push.table[u]].stats.rows_pushed++;
+	}
+	for (size_t u = 0; u < c->dd_pull.n; u++) {
+		c->tables[c->dd_pull.table[u]].stats.rows_pulled++;
+	}
+}
+
+// rows_finish runs x to its end and hands the rows to the caller.
+static int
+rows_finish(ferry_client *c, struct rowsx *x)
+{
+	int rv;
+	// A dense exchange in between may have installed a newer map.
+	if ((rv = ferry__tables_route(c)) != FERRY_OK ||
+	    (rv = rows_run(c, x)) != FERRY_OK) {
+		rows_abort(c);
+		return rv;
+	}
+	ferry__dedup_scatter(&c->dd_pull, c->tables, x->pull, x->n_pull);
+	count_stats(c, x);
+	if (c->lockstep && x->pushing) {
+		c->rows_version++;
+	}
+	return FERRY_OK;
+}
+
+// check_client accepts a declared client with no layer-wise push-pull in
+// progress.
+static int
+check_client(ferry_client *c)
+{
+	if (c == NULL) {
+		return FERRY_EINVAL;
+	}
+	if (!c->declared) {
+		return ferry__fail(c, FERRY_ESTATE,
+		    "declare the tensors first");
+	}
+	if (c->ax_n_started > 0) {
+		return ferry__fail(c, FERRY_ESTATE,
+		    "a layer-wise push-pull is in progress: wait for every "
+		    "started tensor first (ferry_client_wait)");
+	}
+	return FERRY_OK;
+}
+
+// rows_begin checks and prepares x and sends its first requests.
+static int
+rows_begin(ferry_client *c, struct rowsx *x)
+{
+	int rv;
+	if (x->pushing && x->n_samples == 0) {
+		return ferry__fail(c, FERRY_EINVAL, "n_samples must be > 0");
+	}
+	if ((rv = prepare(c, x)) != FERRY_OK) {
+		return rv;
+	}
+	x->deadline = fb_clock_ms() + ferry__timeout(c);
+	x->refetch = x->backoff = 0;
+	if ((rv = rows_send(c, x)) != FERRY_OK) {
+		rows_abort(c);
+	}
+	return rv;
+}
+
+FERRY_API int
+ferry_client_rows_pull(ferry_client *c, struct ferry_rows *r, size_t n_blocks)
+{
+	struct rowsx x = { .pull = r, .n_pull = n_blocks };
+	int          rv;
+	if ((rv = check_client(c)) != FERRY_OK ||
+	    (rv = rows_begin(c, &x)) != FERRY_OK) {
+		return rv;
+	}
+	return rows_finish(c, &x);
+}
+
+FERRY_API int
+ferry_client_rows_push_pull(ferry_client *c, const struct ferry_rows *push,
+    size_t n_push, uint32_t n_samples, struct ferry_rows *pull, size_t n_pull)
+{
+	struct rowsx x = {
+		.push      = push,
+		.n_push    = n_push,
+		.n_samples = n_samples,
+		.pushing   = 1,
+		.pull      = pull,
+		.n_pull    = n_pull,
+	};
+	int rv;
+	if ((rv = check_client(c)) != FERRY_OK ||
+	    (rv = rows_begin(c, &x)) != FERRY_OK) {
+		return rv;
+	}
+	return rows_finish(c, &x);
+}
+
+// ferry_client_step checks the dense arguments before anything is sent (a
+// refusal after the rows went out would leave a sync round half pushed),
+// sends the rows requests, runs the dense push-pull while they are in
+// flight, then takes the rows replies. A dense failure cancels the rows
+// requests still in flight.
+FERRY_API int
+ferry_client_step(ferry_client *c, const float *const *g, uint32_t n_samples,
+    float *const *w, const struct ferry_rows *push, size_t n_push,
+    struct ferry_rows *pull, size_t n_pull)
+{
+	struct rowsx x = {
+		.push      = push,
+		.n_push    = n_push,
+		.n_samples = n_samples,
+		.pushing   = 1,
+		.pull      = pull,
+		.n_pull    = n_pull,
+	};
+	int rv;
+	if ((rv = check_client(c)) != FERRY_OK) {
+		return rv;
+	}
+	if (g == NULL || (w == NULL && !c->has_sink)) {
+		return ferry__fail(c, FERRY_EINVAL, "step: %s is NULL",
+		    g == NULL ? "the gradient array" : "the weight array");
+	}
+	if ((rv = rows_begin(c, &x)) != FERRY_OK) {
+		return rv;
+	}
+	if ((rv = ferry_client_push_pull(c, g, n_samples, w)) != FERRY_OK) {
+		char msg[sizeof(c->err)];
+		snprintf(msg, sizeof(msg), "%s", c->err);
+		rows_abort(c);
+		(void) ferry__fail(c, rv, "%s", msg);
+		return rv;
+	}
+	return rows_finish(c, &x);
+}
+
+void
+ferry__rows_close(ferry_client *c)
+{
+	if (c->conns != NULL) {
+		rows_abort(c);
+	}
+	ferry__tables_free(c);
+}
