@@ -22,18 +22,31 @@ tbl__page_up(size_t bytes)
 	return (bytes + TBL_PAGE - 1) / TBL_PAGE * TBL_PAGE;
 }
 
+#define HUGE (2u << 20)
+
 void *
 tbl__map(size_t bytes)
 {
-	bytes   = tbl__page_up(bytes);
-	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
-	    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	bytes = tbl__page_up(bytes);
+	// From 2 MiB on, the mapping starts on a 2 MiB boundary (mapped
+	// 2 MiB larger, the ends trimmed) so its huge pages are whole.
+	size_t   extra = bytes >= HUGE ? HUGE : 0;
+	uint8_t *p     = mmap(NULL, bytes + extra, PROT_READ | PROT_WRITE,
+	        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED)
 		return NULL;
+	if (extra != 0) {
+		size_t head = (HUGE - (uintptr_t) p % HUGE) % HUGE;
+		if (head != 0)
+			(void) munmap(p, head);
+		if (extra - head != 0)
+			(void) munmap(p + head + bytes, extra - head);
+		p += head;
+	}
 #ifdef MADV_HUGEPAGE
 	// The index is read at random and the chunks in long runs: large
 	// pages save most of the TLB misses of a multi-GiB shard.
-	if (bytes >= (2u << 20))
+	if (bytes >= HUGE)
 		(void) madvise(p, bytes, MADV_HUGEPAGE);
 #endif
 	return p;
@@ -57,7 +70,7 @@ cap0_for(const struct tbl *t, size_t rows)
 		cap *= 2;
 	while (cap < rows && cap < t->chunk_rows)
 		cap *= 2;
-	return cap;
+	return cap < t->chunk_rows ? cap : t->chunk_rows;
 }
 
 size_t
@@ -83,7 +96,7 @@ chunk_mem(const struct tbl *t, size_t rows, size_t n_chunks)
 size_t
 tbl__bytes_at(const struct tbl *t, size_t rows)
 {
-	size_t n_chunks = rows == 0 ? 0 : ((rows - 1) >> t->shift) + 1;
+	size_t n_chunks = rows == 0 ? 0 : tbl__chunk_of(t, rows - 1) + 1;
 	size_t b        = sizeof(*t) + t->cap_chunks * sizeof(t->chunks[0]);
 	b += chunk_mem(t, rows, n_chunks);
 	b += tbl__page_up(tbl__slots_for(rows, t->n_slots) * 4);
@@ -167,12 +180,15 @@ tbl_open(const struct tbl_conf *conf)
 	t->dim        = conf->dim;
 	t->state      = (uint32_t) tbl_state_floats(conf->optim, conf->dim);
 	t->rec        = TBL_HDR + 4 * ((size_t) t->dim + t->state);
-	t->shift      = 0;
-	t->chunk_rows = 1;
-	while (t->chunk_rows * 2 * t->rec <= TBL_CHUNK_BYTES) {
-		t->chunk_rows *= 2;
-		t->shift++;
-	}
+	t->chunk_rows = TBL_CHUNK_BYTES / t->rec;
+	// div_s = 31 + ceil(log2 chunk_rows), div_m = ceil(2^div_s /
+	// chunk_rows): r div_m < 2^63 and the quotient exact for r < 2^31.
+	uint32_t l = 0;
+	while (((size_t) 1 << l) < t->chunk_rows)
+		l++;
+	t->div_s = 31 + l;
+	t->div_m = ((UINT64_C(1) << t->div_s) + t->chunk_rows - 1) /
+	    t->chunk_rows;
 	uint32_t *slots = tbl__map(TBL_MIN_SLOTS * 4);
 	if (slots == NULL)
 		goto fail;
@@ -236,7 +252,7 @@ static int
 room(struct tbl *t)
 {
 	size_t r  = t->rows;
-	size_t ci = r >> t->shift;
+	size_t ci = tbl__chunk_of(t, r);
 	if (ci >= t->cap_chunks) {
 		size_t    cap = t->cap_chunks ? t->cap_chunks * 2 : 4;
 		uint8_t **c   = fb_realloc(t->chunks, cap * sizeof(*c));
@@ -399,7 +415,7 @@ tbl__remove(struct tbl *t, uint32_t r)
 void
 tbl__shrink(struct tbl *t)
 {
-	size_t need = t->rows == 0 ? 0 : ((t->rows - 1) >> t->shift) + 1;
+	size_t need = t->rows == 0 ? 0 : tbl__chunk_of(t, t->rows - 1) + 1;
 	if (need < t->n_chunks)
 		free_chunks(t, need == 0 ? 0 : need);
 	if (t->n_chunks == 1) {
