@@ -299,6 +299,32 @@ slot_put(struct tbl *t, uint64_t h, uint32_t r)
 	t->slots[i] = tbl__tag(t, h) | (r + 1);
 }
 
+// index_all puts rows 0..rows-1 into the index (empty, large enough),
+// sixteen at a time: their home slots are prefetched first, so the
+// misses of a rebuild overlap. With check, a key found twice stops it
+// (1); else 0.
+static int
+index_all(struct tbl *t, bool check)
+{
+	enum { G = 16 };
+	uint64_t h[G];
+	for (size_t b = 0; b < t->rows; b += G) {
+		size_t m = t->rows - b < G ? t->rows - b : G;
+		for (size_t i = 0; i < m; i++) {
+			h[i] = tbl_key_hash(tbl__rec_key(tbl__rec(t, b + i)));
+			tbl__prefetch(&t->slots[tbl__home(t, h[i])]);
+		}
+		for (size_t i = 0; i < m; i++) {
+			if (check &&
+			    tbl__find(t, tbl__rec_key(tbl__rec(t, b + i)),
+			        h[i]) != TBL_NONE)
+				return 1;
+			slot_put(t, h[i], (uint32_t) (b + i));
+		}
+	}
+	return 0;
+}
+
 int
 tbl__rebuild_index(struct tbl *t, size_t n_slots)
 {
@@ -307,10 +333,7 @@ tbl__rebuild_index(struct tbl *t, size_t n_slots)
 		return -1;
 	tbl__unmap(t->slots, t->n_slots * 4);
 	set_slots(t, s, n_slots);
-	for (size_t r = 0; r < t->rows; r++) {
-		uint64_t k = tbl__rec_key(tbl__rec(t, r));
-		slot_put(t, tbl_key_hash(k), (uint32_t) r);
-	}
+	(void) index_all(t, false);
 	return 0;
 }
 
@@ -321,10 +344,7 @@ tbl__reindex(struct tbl *t)
 		return;
 	// No memory for a new index: the one there is holds them all.
 	memset(t->slots, 0, t->n_slots * 4);
-	for (size_t r = 0; r < t->rows; r++) {
-		uint64_t k = tbl__rec_key(tbl__rec(t, r));
-		slot_put(t, tbl_key_hash(k), (uint32_t) r);
-	}
+	(void) index_all(t, false);
 }
 
 // grow_index makes room in the index for one more row. -1 without memory.
@@ -337,18 +357,25 @@ grow_index(struct tbl *t)
 }
 
 int
-tbl__load_rec(struct tbl *t, const uint8_t *rec)
+tbl__load_recs(struct tbl *t, const uint8_t *recs, size_t n)
 {
-	uint64_t key = tbl__rec_key(rec);
-	uint64_t h   = tbl_key_hash(key);
-	if (tbl__find(t, key, h) != TBL_NONE)
-		return 1;
-	if (t->rows >= TBL_MAX_ROWS || grow_index(t) != 0 || room(t) != 0)
+	if (n > TBL_MAX_ROWS)
 		return -1;
-	memcpy(tbl__rec(t, t->rows), rec, t->rec);
-	slot_put(t, h, (uint32_t) t->rows);
-	t->rows++;
-	return 0;
+	for (size_t r = 0; r < n; r++, recs += t->rec) {
+		if (room(t) != 0)
+			return -1;
+		memcpy(tbl__rec(t, t->rows), recs, t->rec);
+		t->rows++;
+	}
+	size_t slots = n * 10 / 7 + 1; // 70% full
+	if (slots < TBL_MIN_SLOTS)
+		slots = TBL_MIN_SLOTS;
+	uint32_t *s = tbl__map(slots * 4);
+	if (s == NULL)
+		return -1;
+	tbl__unmap(t->slots, t->n_slots * 4);
+	set_slots(t, s, slots);
+	return index_all(t, true);
 }
 
 uint32_t

@@ -59,6 +59,7 @@ struct tbl {
 	uint32_t        sk_width; // its counters per row
 	uint64_t        sketch_adds;
 	uint32_t        min_touch; // no row's touch is below it
+	uint32_t        max_touch; // nor above this
 	uint64_t        admitted, rejected, evicted, lookups, hits;
 };
 
@@ -181,7 +182,9 @@ uint32_t tbl__insert(struct tbl *t, uint64_t key, uint64_t h, uint32_t touch);
 void     tbl__remove(struct tbl *t, uint32_t r);
 int      tbl__rebuild_index(struct tbl *t, size_t n_slots);
 void     tbl__reindex(struct tbl *t);
-int      tbl__load_rec(struct tbl *t, const uint8_t *rec);
+// tbl__load_recs appends n records (an empty shard) and indexes them:
+// 0, -1 without memory, 1 when a key appears twice.
+int      tbl__load_recs(struct tbl *t, const uint8_t *recs, size_t n);
 void     tbl__shrink(struct tbl *t);
 size_t   tbl__bytes_at(const struct tbl *t, size_t rows);
 size_t   tbl__slots_for(size_t rows, size_t n_slots);
