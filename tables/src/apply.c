@@ -124,6 +124,8 @@ tbl_apply(struct tbl *t, const uint64_t *keys, size_t n, const float *grads,
 	uint32_t touch = tbl__touch32(version);
 	if (n > 0 && touch < t->min_touch)
 		t->min_touch = touch;
+	if (n > 0 && touch > t->max_touch)
+		t->max_touch = touch;
 	uint64_t h[GROUP];
 	for (size_t b = 0; b < n; b += GROUP) {
 		size_t m = n - b < GROUP ? n - b : GROUP;

@@ -112,16 +112,21 @@ tbl_row_init(const struct tbl_conf *conf, uint64_t key, float *out)
 		}
 		return;
 	}
-	// Normal: Box-Muller on pairs of uniforms, u1 in (0, 1].
-	for (uint32_t j = 0; j < dim; j += 2) {
-		float u1 = unit(tbl_key_hash(base + GOLDEN * (j + 1))) +
-		    0x1p-24f;
-		float u2 = unit(tbl_key_hash(base + GOLDEN * (j + 2)));
-		float r  = sqrtf(-2.0f * logf(u1));
-		float a  = 6.2831853f * u2;
-		out[j]   = r * cosf(a) * sc;
-		if (j + 1 < dim)
-			out[j + 1] = r * sinf(a) * sc;
+	// Normal: the sum of 12 uniforms minus 6 (mean 0, variance 1, tails
+	// cut at 6), in integers: twelve 16-bit draws b_k, each uniform on
+	// (b_k + 1/2) / 2^16, sum to (S + 6) / 2^16, so the value is
+	// (S - 393210) / 2^16, exact in a float. No libm call: glibc picks
+	// logf/cosf variants by CPU, and rows must match bit for bit on
+	// every server.
+	for (uint32_t j = 0; j < dim; j++) {
+		int32_t sum = 0;
+		for (uint32_t k = 0; k < 3; k++) {
+			uint64_t h = tbl_key_hash(
+			    base + GOLDEN * (3 * j + k + 1));
+			for (int q = 0; q < 4; q++, h >>= 16)
+				sum += (int32_t) (h & 0xffff);
+		}
+		out[j] = (float) (sum - 393210) * 0x1p-16f * sc;
 	}
 }
 
@@ -155,6 +160,18 @@ adagrad(const struct tbl *t, float *w, float *s, const float *g, float scale,
 		w[j] -= k * (g[j] * scale);
 }
 
+// powi: b^n by squaring, IEEE multiplications only (glibc's powf has
+// per-CPU variants; a backup must compute the same bias correction).
+static float
+powi(float b, uint32_t n)
+{
+	float r = 1.0f;
+	for (; n != 0; n >>= 1, b *= b)
+		if (n & 1)
+			r *= b;
+	return r;
+}
+
 static void
 adam(const struct tbl *t, float *w, float *s, const float *g, float scale,
     float lr)
@@ -164,8 +181,10 @@ adam(const struct tbl *t, float *w, float *s, const float *g, float scale,
 	float   *m = s, *v = s + dim;
 	float    step = s[2 * dim] + 1.0f;
 	s[2 * dim]    = step;
-	float c1      = 1.0f - powf(b1, step);
-	float c2      = 1.0f - powf(b2, step);
+	// The count as an integer (a state from a bad image: no correction).
+	uint32_t n  = step >= 1 && step < 4e9f ? (uint32_t) step : UINT32_MAX;
+	float    c1 = 1.0f - powi(b1, n);
+	float    c2 = 1.0f - powi(b2, n);
 	for (uint32_t j = 0; j < dim; j++) {
 		float gj = g[j] * scale;
 		m[j]     = b1 * m[j] + (1.0f - b1) * gj;

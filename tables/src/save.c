@@ -103,19 +103,12 @@ tbl_load(struct tbl *t, const uint8_t *in, size_t len)
 	struct tbl *n    = tbl_open(&t->conf);
 	if (n == NULL)
 		return "table image: out of memory";
-	err          = "table image: out of memory";
-	size_t slots = (size_t) rows * 10 / 7 + 1; // 70% full
-	if (slots > TBL_MIN_SLOTS && tbl__rebuild_index(n, slots) != 0)
+	int rv = tbl__load_recs(n, in + HEAD, (size_t) rows);
+	err    = rv > 0 ? "table image: a key appears twice"
+	                : "table image: out of memory";
+	if (rv != 0)
 		goto fail;
-	const uint8_t *p = in + HEAD;
-	for (uint64_t r = 0; r < rows; r++, p += t->rec) {
-		int rv = tbl__load_rec(n, p);
-		if (rv != 0) {
-			if (rv > 0)
-				err = "table image: a key appears twice";
-			goto fail;
-		}
-	}
+	const uint8_t *p = in + HEAD + (size_t) rows * t->rec;
 	if (fb_get_u32le(in + 20) != 0) {
 		uint32_t width = fb_get_u32le(in + 80);
 		if (width != n->sk_width && tbl__sketch_resize(n, width) != 0)
@@ -125,7 +118,8 @@ tbl_load(struct tbl *t, const uint8_t *in, size_t len)
 			n->sketch[i] = fb_get_u16le(p);
 	}
 	n->sketch_adds = fb_get_u64le(in + 32);
-	n->min_touch   = 0; // unknown: the next idle sweep finds it
+	n->min_touch   = 0;          // unknown: the first sweep or eviction
+	n->max_touch   = UINT32_MAX; // finds them
 	n->admitted    = fb_get_u64le(in + 40);
 	n->rejected    = fb_get_u64le(in + 48);
 	n->evicted     = fb_get_u64le(in + 56);

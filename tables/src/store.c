@@ -22,18 +22,31 @@ tbl__page_up(size_t bytes)
 	return (bytes + TBL_PAGE - 1) / TBL_PAGE * TBL_PAGE;
 }
 
+#define HUGE (2u << 20)
+
 void *
 tbl__map(size_t bytes)
 {
-	bytes   = tbl__page_up(bytes);
-	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
-	    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	bytes = tbl__page_up(bytes);
+	// From 2 MiB on, the mapping starts on a 2 MiB boundary (mapped
+	// 2 MiB larger, the ends trimmed) so its huge pages are whole.
+	size_t   extra = bytes >= HUGE ? HUGE : 0;
+	uint8_t *p     = mmap(NULL, bytes + extra, PROT_READ | PROT_WRITE,
+	        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED)
 		return NULL;
+	if (extra != 0) {
+		size_t head = (HUGE - (uintptr_t) p % HUGE) % HUGE;
+		if (head != 0)
+			(void) munmap(p, head);
+		if (extra - head != 0)
+			(void) munmap(p + head + bytes, extra - head);
+		p += head;
+	}
 #ifdef MADV_HUGEPAGE
 	// The index is read at random and the chunks in long runs: large
 	// pages save most of the TLB misses of a multi-GiB shard.
-	if (bytes >= (2u << 20))
+	if (bytes >= HUGE)
 		(void) madvise(p, bytes, MADV_HUGEPAGE);
 #endif
 	return p;
@@ -57,7 +70,7 @@ cap0_for(const struct tbl *t, size_t rows)
 		cap *= 2;
 	while (cap < rows && cap < t->chunk_rows)
 		cap *= 2;
-	return cap;
+	return cap < t->chunk_rows ? cap : t->chunk_rows;
 }
 
 size_t
@@ -83,7 +96,7 @@ chunk_mem(const struct tbl *t, size_t rows, size_t n_chunks)
 size_t
 tbl__bytes_at(const struct tbl *t, size_t rows)
 {
-	size_t n_chunks = rows == 0 ? 0 : ((rows - 1) >> t->shift) + 1;
+	size_t n_chunks = rows == 0 ? 0 : tbl__chunk_of(t, rows - 1) + 1;
 	size_t b        = sizeof(*t) + t->cap_chunks * sizeof(t->chunks[0]);
 	b += chunk_mem(t, rows, n_chunks);
 	b += tbl__page_up(tbl__slots_for(rows, t->n_slots) * 4);
@@ -167,12 +180,15 @@ tbl_open(const struct tbl_conf *conf)
 	t->dim        = conf->dim;
 	t->state      = (uint32_t) tbl_state_floats(conf->optim, conf->dim);
 	t->rec        = TBL_HDR + 4 * ((size_t) t->dim + t->state);
-	t->shift      = 0;
-	t->chunk_rows = 1;
-	while (t->chunk_rows * 2 * t->rec <= TBL_CHUNK_BYTES) {
-		t->chunk_rows *= 2;
-		t->shift++;
-	}
+	t->chunk_rows = TBL_CHUNK_BYTES / t->rec;
+	// div_s = 31 + ceil(log2 chunk_rows), div_m = ceil(2^div_s /
+	// chunk_rows): r div_m < 2^63 and the quotient exact for r < 2^31.
+	uint32_t l = 0;
+	while (((size_t) 1 << l) < t->chunk_rows)
+		l++;
+	t->div_s = 31 + l;
+	t->div_m = ((UINT64_C(1) << t->div_s) + t->chunk_rows - 1) /
+	    t->chunk_rows;
 	uint32_t *slots = tbl__map(TBL_MIN_SLOTS * 4);
 	if (slots == NULL)
 		goto fail;
@@ -236,7 +252,7 @@ static int
 room(struct tbl *t)
 {
 	size_t r  = t->rows;
-	size_t ci = r >> t->shift;
+	size_t ci = tbl__chunk_of(t, r);
 	if (ci >= t->cap_chunks) {
 		size_t    cap = t->cap_chunks ? t->cap_chunks * 2 : 4;
 		uint8_t **c   = fb_realloc(t->chunks, cap * sizeof(*c));
@@ -283,6 +299,32 @@ slot_put(struct tbl *t, uint64_t h, uint32_t r)
 	t->slots[i] = tbl__tag(t, h) | (r + 1);
 }
 
+// index_all puts rows 0..rows-1 into the index (empty, large enough),
+// sixteen at a time: their home slots are prefetched first, so the
+// misses of a rebuild overlap. With check, a key found twice stops it
+// (1); else 0.
+static int
+index_all(struct tbl *t, bool check)
+{
+	enum { G = 16 };
+	uint64_t h[G];
+	for (size_t b = 0; b < t->rows; b += G) {
+		size_t m = t->rows - b < G ? t->rows - b : G;
+		for (size_t i = 0; i < m; i++) {
+			h[i] = tbl_key_hash(tbl__rec_key(tbl__rec(t, b + i)));
+			tbl__prefetch(&t->slots[tbl__home(t, h[i])]);
+		}
+		for (size_t i = 0; i < m; i++) {
+			if (check &&
+			    tbl__find(t, tbl__rec_key(tbl__rec(t, b + i)),
+			        h[i]) != TBL_NONE)
+				return 1;
+			slot_put(t, h[i], (uint32_t) (b + i));
+		}
+	}
+	return 0;
+}
+
 int
 tbl__rebuild_index(struct tbl *t, size_t n_slots)
 {
@@ -291,10 +333,7 @@ tbl__rebuild_index(struct tbl *t, size_t n_slots)
 		return -1;
 	tbl__unmap(t->slots, t->n_slots * 4);
 	set_slots(t, s, n_slots);
-	for (size_t r = 0; r < t->rows; r++) {
-		uint64_t k = tbl__rec_key(tbl__rec(t, r));
-		slot_put(t, tbl_key_hash(k), (uint32_t) r);
-	}
+	(void) index_all(t, false);
 	return 0;
 }
 
@@ -305,10 +344,7 @@ tbl__reindex(struct tbl *t)
 		return;
 	// No memory for a new index: the one there is holds them all.
 	memset(t->slots, 0, t->n_slots * 4);
-	for (size_t r = 0; r < t->rows; r++) {
-		uint64_t k = tbl__rec_key(tbl__rec(t, r));
-		slot_put(t, tbl_key_hash(k), (uint32_t) r);
-	}
+	(void) index_all(t, false);
 }
 
 // grow_index makes room in the index for one more row. -1 without memory.
@@ -321,18 +357,25 @@ grow_index(struct tbl *t)
 }
 
 int
-tbl__load_rec(struct tbl *t, const uint8_t *rec)
+tbl__load_recs(struct tbl *t, const uint8_t *recs, size_t n)
 {
-	uint64_t key = tbl__rec_key(rec);
-	uint64_t h   = tbl_key_hash(key);
-	if (tbl__find(t, key, h) != TBL_NONE)
-		return 1;
-	if (t->rows >= TBL_MAX_ROWS || grow_index(t) != 0 || room(t) != 0)
+	if (n > TBL_MAX_ROWS)
 		return -1;
-	memcpy(tbl__rec(t, t->rows), rec, t->rec);
-	slot_put(t, h, (uint32_t) t->rows);
-	t->rows++;
-	return 0;
+	for (size_t r = 0; r < n; r++, recs += t->rec) {
+		if (room(t) != 0)
+			return -1;
+		memcpy(tbl__rec(t, t->rows), recs, t->rec);
+		t->rows++;
+	}
+	size_t slots = n * 10 / 7 + 1; // 70% full
+	if (slots < TBL_MIN_SLOTS)
+		slots = TBL_MIN_SLOTS;
+	uint32_t *s = tbl__map(slots * 4);
+	if (s == NULL)
+		return -1;
+	tbl__unmap(t->slots, t->n_slots * 4);
+	set_slots(t, s, slots);
+	return index_all(t, true);
 }
 
 uint32_t
@@ -399,7 +442,7 @@ tbl__remove(struct tbl *t, uint32_t r)
 void
 tbl__shrink(struct tbl *t)
 {
-	size_t need = t->rows == 0 ? 0 : ((t->rows - 1) >> t->shift) + 1;
+	size_t need = t->rows == 0 ? 0 : tbl__chunk_of(t, t->rows - 1) + 1;
 	if (need < t->n_chunks)
 		free_chunks(t, need == 0 ? 0 : need);
 	if (t->n_chunks == 1) {

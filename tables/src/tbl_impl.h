@@ -1,7 +1,9 @@
 // tbl_impl.h — the shard store's private umbrella: struct tbl, the record
 // layout and the functions its files share.
 //
-// A row's record, rec bytes, packed in chunks of 2^shift rows:
+// A row's record, rec bytes, packed in chunks of chunk_rows rows (as many
+// as fit one 2 MiB huge page, mapped on a 2 MiB boundary: the rows are
+// read at random, and a 4 KiB page per row read is a TLB miss each):
 //   [key u64][touch u32][dim floats][state floats]
 // rec is a multiple of 4, so the floats stay 4-aligned; the key may be
 // only 4-aligned and is read and written with memcpy. Chunks, the index
@@ -20,7 +22,7 @@
 #include <tbl/tbl.h>
 
 #define TBL_HDR 12u                      // key + touch
-#define TBL_CHUNK_BYTES (1u << 20)       // a full chunk holds at most this
+#define TBL_CHUNK_BYTES (2u << 20)       // a full chunk: one huge page
 #define TBL_MIN_SLOTS 16u                // the smallest index
 #define TBL_MAX_ROWS (UINT32_C(1) << 31) // row numbers + 1 fit a slot
 #define TBL_PAGE 4096u
@@ -41,9 +43,10 @@ struct tbl {
 	uint32_t        dim;
 	uint32_t        state;      // state floats per row
 	size_t          rec;        // record bytes
-	uint32_t        shift;      // log2 rows per full chunk
-	size_t          chunk_rows; // 1 << shift
-	uint8_t       **chunks;     // n_chunks of them
+	size_t          chunk_rows; // rows per full chunk
+	uint64_t        div_m;      // r / chunk_rows == (r div_m) >> div_s
+	uint32_t        div_s;
+	uint8_t       **chunks; // n_chunks of them
 	size_t          n_chunks, cap_chunks;
 	size_t          chunk0_rows; // rows chunks[0] holds (grows to full)
 	size_t          rows;
@@ -56,14 +59,24 @@ struct tbl {
 	uint32_t        sk_width; // its counters per row
 	uint64_t        sketch_adds;
 	uint32_t        min_touch; // no row's touch is below it
+	uint32_t        max_touch; // nor above this
 	uint64_t        admitted, rejected, evicted, lookups, hits;
 };
+
+// tbl__chunk_of: r / chunk_rows without a division (r < 2^31: the
+// multiply-and-shift of Granlund and Montgomery, exact in that range).
+static inline size_t
+tbl__chunk_of(const struct tbl *t, size_t r)
+{
+	return (size_t) (((uint64_t) r * t->div_m) >> t->div_s);
+}
 
 // tbl__rec: row r's record.
 static inline uint8_t *
 tbl__rec(const struct tbl *t, size_t r)
 {
-	return t->chunks[r >> t->shift] + (r & (t->chunk_rows - 1)) * t->rec;
+	size_t c = tbl__chunk_of(t, r);
+	return t->chunks[c] + (r - c * t->chunk_rows) * t->rec;
 }
 
 static inline uint64_t
@@ -169,7 +182,9 @@ uint32_t tbl__insert(struct tbl *t, uint64_t key, uint64_t h, uint32_t touch);
 void     tbl__remove(struct tbl *t, uint32_t r);
 int      tbl__rebuild_index(struct tbl *t, size_t n_slots);
 void     tbl__reindex(struct tbl *t);
-int      tbl__load_rec(struct tbl *t, const uint8_t *rec);
+// tbl__load_recs appends n records (an empty shard) and indexes them:
+// 0, -1 without memory, 1 when a key appears twice.
+int      tbl__load_recs(struct tbl *t, const uint8_t *recs, size_t n);
 void     tbl__shrink(struct tbl *t);
 size_t   tbl__bytes_at(const struct tbl *t, size_t rows);
 size_t   tbl__slots_for(size_t rows, size_t n_slots);

@@ -163,26 +163,27 @@ START_TEST(test_remove_keeps_index)
 	float      *out = malloc(n * 2 * 4), *ref = malloc(n * 2 * 4);
 	for (size_t i = 0; i < n; i++) {
 		keys[i] = tbl_key_hash(i ^ 0xabcdef) >> (i % 7);
-		vers[i] = 1 + (tbl_key_hash(i) % 10);
+		vers[i] = 1 + (tbl_key_hash(i) % 100);
 	}
 	fill(t, keys, vers, NULL, n);
 	tbl_lookup(t, keys, n, ref);
-	for (uint64_t v = 3; v <= 6; v++) // a tenth each: one at a time
+	// A hundredth each (versions 1..50): removed one at a time.
+	for (uint64_t v = 3; v <= 52; v++)
 		tbl_evict_idle(t, v);
 	for (int pass = 0; pass < 2; pass++) {
 		size_t kept = 0;
 		for (size_t i = 0; i < n; i++) {
-			bool want = vers[i] >= (pass == 0 ? 5 : 8);
+			bool want = vers[i] >= (pass == 0 ? 51 : 76);
 			ck_assert(present(t, keys[i]) == want);
 			kept += want;
 		}
 		ck_assert_uint_eq(tbl_rows(t), kept);
 		tbl_lookup(t, keys, n, out);
 		for (size_t i = 0; i < n; i++)
-			if (vers[i] >= (pass == 0 ? 5u : 8u))
+			if (vers[i] >= (pass == 0 ? 51u : 76u))
 				ck_assert(
 				    memcmp(out + 2 * i, ref + 2 * i, 8) == 0);
-		tbl_evict_idle(t, 9); // half of the rest at once: compaction
+		tbl_evict_idle(t, 77); // half the rest at once: compaction
 	}
 	free(keys);
 	free(vers);

@@ -10,6 +10,17 @@
 #define DIM 4
 #define AD 19 // adagrad: two rounds of its 8 lanes and a tail
 
+// powi: b^n by squaring, the order optim.c uses.
+static float
+powi(float b, uint32_t n)
+{
+	float r = 1.0f;
+	for (; n != 0; n >>= 1, b *= b)
+		if (n & 1)
+			r *= b;
+	return r;
+}
+
 // step applies one update of key with gradient g (scale, lr, version v)
 // and reads its row back into w.
 static void
@@ -168,8 +179,8 @@ START_TEST(test_adam_reference)
 		for (int s = 0; s < 3 + kk; s++) {
 			tt_grads(g, DIM, (uint32_t) (s + 7 * kk));
 			float n  = (float) (s + 1);
-			float c1 = 1.0f - powf(0.9f, n);
-			float c2 = 1.0f - powf(0.999f, n);
+			float c1 = 1.0f - powi(0.9f, (uint32_t) n);
+			float c2 = 1.0f - powi(0.999f, (uint32_t) n);
 			for (int j = 0; j < DIM; j++) {
 				float gj = g[j] * 1.0f;
 				m[j]     = 0.9f * m[j] + (1.0f - 0.9f) * gj;

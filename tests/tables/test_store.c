@@ -40,6 +40,38 @@ START_TEST(test_key_shard_ranges)
 }
 END_TEST
 
+// Row r's chunk is r / chunk_rows, computed without dividing, for every
+// record size and rows up to 2^31. Failure: rows would overlap or land
+// outside their chunk.
+START_TEST(test_chunk_of_exact)
+{
+	for (uint32_t dim = 1; dim <= 4096; dim = dim * 3 + 1) {
+		for (int o = TBL_OPT_SGD; o <= TBL_OPT_FTRL; o++) {
+			struct tbl_conf c  = tt_conf(dim, (enum tbl_optim) o);
+			struct tbl     *t  = tt_open(&c);
+			size_t          cr = t->chunk_rows;
+			ck_assert_uint_ge(cr, 1);
+			ck_assert_uint_le(cr * t->rec, TBL_CHUNK_BYTES);
+			uint64_t x = dim * 31 + (uint64_t) o;
+			for (int i = 0; i < 20000; i++) {
+				x          = tbl_key_hash(x + 1);
+				size_t r   = (size_t) (x >> 33); // < 2^31
+				size_t k   = r / cr;
+				size_t e[] = { r, k * cr, k * cr + cr - 1 };
+				for (int j = 0; j < 3; j++)
+					if (e[j] < TBL_MAX_ROWS)
+						ck_assert_uint_eq(
+						    tbl__chunk_of(t, e[j]),
+						    e[j] / cr);
+			}
+			ck_assert_uint_eq(tbl__chunk_of(t, TBL_MAX_ROWS - 1),
+			    (TBL_MAX_ROWS - 1) / cr);
+			tbl_close(t);
+		}
+	}
+}
+END_TEST
+
 // An empty shard: no rows, a little memory; NULL closes. Failure: open
 // or close broke.
 START_TEST(test_open_close)
@@ -140,6 +172,7 @@ suite_store(void)
 	TCase *tc = tcase_create("store");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_key_shard_ranges);
+	tcase_add_test(tc, test_chunk_of_exact);
 	tcase_add_test(tc, test_open_close);
 	tcase_add_test(tc, test_insert_many);
 	tcase_add_test(tc, test_bytes_per_row);

@@ -16,12 +16,12 @@
 //   from (seed, table, key) (tbl_row_init): any server, backup or
 //   restarted server makes the same row bit for bit. A lookup of an absent
 //   key returns that initial row and creates nothing.
-// - Admission: with admit_count > 1 a key's updates are counted in a
-//   count-min sketch and its row is created only once it has been seen
-//   admit_count times; with admit_prob in (0, 1) an update of an absent
-//   key creates the row with that probability (a hash of seed, table, key
-//   and version, so every replica decides the same). A refused update is
-//   dropped and counted (rejected).
+// - Admission: every update's key is counted in a count-min sketch (for
+//   LFU eviction too); with admit_count > 1 a key's row is created only
+//   once it has been seen admit_count times; with admit_prob in (0, 1) an
+//   update of an absent key creates the row with that probability (a hash of
+//   seed, table, key and version, so every replica decides the same). A
+//   refused update is dropped and counted (rejected).
 // - Eviction: rows not touched for evict_after versions (tbl_evict_idle),
 //   and, to hold the shard under a byte budget, the least recently
 //   (TBL_EVICT_LRU) or least frequently (TBL_EVICT_LFU: the sketch's
@@ -36,7 +36,8 @@
 enum tbl_init {
 	TBL_INIT_ZEROS   = 0,
 	TBL_INIT_UNIFORM = 1, // uniform in [-init_scale, init_scale)
-	TBL_INIT_NORMAL  = 2, // normal, mean 0, stddev init_scale
+	TBL_INIT_NORMAL  = 2, // normal, mean 0, stddev init_scale (the sum
+	                      // of 12 uniforms: tails cut at 6 stddev)
 };
 
 // The row optimizers (docs/algorithms.md §7.2). Each row's state sits
