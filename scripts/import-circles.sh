@@ -18,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 roots=(ps/src clients/src clients/cuda compression/src trainer/src base/src
-	proto/src obs/src sharding/src)
+	proto/src obs/src sharding/src tables/src)
 if [ $# -gt 0 ]; then roots=("$@"); fi
 
 # Every folder under the roots that holds a source file.

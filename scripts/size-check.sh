@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MAX_FILE=900 MAX_FN=150
-dirs=(base clients compression ps proto obs sharding trainer)
+dirs=(base clients compression ps proto obs sharding tables trainer)
 if [ $# -gt 0 ]; then dirs=("$@"); fi
 files=$(find "${dirs[@]}" -type f \( -name '*.c' -o -name '*.h' \
 	-o -name '*.cu' \) | sort)

@@ -33,7 +33,7 @@ now_s(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+	return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
 }
 
 // A 64-bit mix: batch starts spread over the key space.
@@ -49,7 +49,7 @@ mix(uint64_t x)
 static int
 parse(int argc, char **argv, struct args *a)
 {
-	*a = (struct args){ NULL, "rate", "adagrad", 1000000, 16, 65536, 0,
+	*a = (struct args) { NULL, "rate", "adagrad", 1000000, 16, 65536, 0,
 		10 };
 	for (int i = 1; i + 1 < argc; i += 2) {
 		const char *k = argv[i], *v = argv[i + 1];
@@ -63,11 +63,11 @@ parse(int argc, char **argv, struct args *a)
 		else if (!strcmp(k, "--keys"))
 			a->keys = strtoull(v, NULL, 10);
 		else if (!strcmp(k, "--dim"))
-			a->dim = (uint32_t)strtoul(v, NULL, 10);
+			a->dim = (uint32_t) strtoul(v, NULL, 10);
 		else if (!strcmp(k, "--batch"))
-			a->batch = (uint32_t)strtoul(v, NULL, 10);
+			a->batch = (uint32_t) strtoul(v, NULL, 10);
 		else if (!strcmp(k, "--shards"))
-			a->shards = (uint32_t)strtoul(v, NULL, 10);
+			a->shards = (uint32_t) strtoul(v, NULL, 10);
 		else if (!strcmp(k, "--seconds"))
 			a->seconds = strtod(v, NULL);
 		else {
@@ -76,10 +76,11 @@ parse(int argc, char **argv, struct args *a)
 		}
 	}
 	if (!a->url || !a->keys || !a->dim || !a->batch ||
-	    a->batch > a->keys || strspn(a->mode, "loadratestrm,") !=
-	    strlen(a->mode)) {
-		fprintf(stderr, "sparse-loop: need --scheduler, modes among "
-				"load,rate,stream, and 0 < --batch <= --keys\n");
+	    a->batch > a->keys ||
+	    strspn(a->mode, "loadratestrm,") != strlen(a->mode)) {
+		fprintf(stderr,
+		    "sparse-loop: need --scheduler, modes among "
+		    "load,rate,stream, and 0 < --batch <= --keys\n");
 		return -1;
 	}
 	return 0;
@@ -118,8 +119,8 @@ run(ferry_client *c, const struct args *a)
 		fprintf(stderr, "sparse-loop: out of memory\n");
 		return FERRY_ENOMEM;
 	}
-	for (size_t i = 0; i < (size_t)a->batch * a->dim; i++)
-		grads[i] = 0.001f * (float)(int)(i % 7 - 3);
+	for (size_t i = 0; i < (size_t) a->batch * a->dim; i++)
+		grads[i] = 0.001f * (float) (int) (i % 7 - 3);
 	fill(a, 0, keys[0]);
 	t0 = now_s();
 	for (;; b++) {
@@ -144,12 +145,13 @@ run(ferry_client *c, const struct args *a)
 	}
 	t = now_s() - t0;
 	if (rc == FERRY_OK)
-		printf("{\"mode\": \"%s\", \"calls\": %llu, \"seconds\": %.3f, "
-		       "\"rows_pushed\": %llu, \"rows_pulled\": %llu, "
-		       "\"pushed_per_s\": %.0f, \"pulled_per_s\": %.0f}\n",
-		    a->mode, (unsigned long long)calls, t,
-		    (unsigned long long)pushed, (unsigned long long)pulled,
-		    (double)pushed / t, (double)pulled / t);
+		printf(
+		    "{\"mode\": \"%s\", \"calls\": %llu, \"seconds\": %.3f, "
+		    "\"rows_pushed\": %llu, \"rows_pulled\": %llu, "
+		    "\"pushed_per_s\": %.0f, \"pulled_per_s\": %.0f}\n",
+		    a->mode, (unsigned long long) calls, t,
+		    (unsigned long long) pushed, (unsigned long long) pulled,
+		    (double) pushed / t, (double) pulled / t);
 	free(keys[0]);
 	free(keys[1]);
 	free(rows);
@@ -160,24 +162,24 @@ run(ferry_client *c, const struct args *a)
 int
 main(int argc, char **argv)
 {
-	struct args             a;
-	struct ferry_opts       o  = FERRY_OPTS_INIT;
+	struct args              a;
+	struct ferry_opts        o = FERRY_OPTS_INIT;
 	struct ferry_tensor_spec t = { "bias", 1, FERRY_TENSOR_WEIGHTS };
-	struct ferry_table_spec tb;
-	ferry_client           *c = NULL;
-	float                   w = 0;
-	const float            *w0 = &w;
-	int                     rc;
-	char                    modes[64];
+	struct ferry_table_spec  tb;
+	ferry_client            *c  = NULL;
+	float                    w  = 0;
+	const float             *w0 = &w;
+	int                      rc;
+	char                     modes[64];
 
 	if (parse(argc, argv, &a) != 0)
 		return 2;
 	snprintf(modes, sizeof(modes), "%s", a.mode);
 	memset(&tb, 0, sizeof(tb));
-	tb.name      = "emb";
-	tb.dim       = a.dim;
-	tb.optimizer = a.optim;
-	tb.shards    = a.shards;
+	tb.name          = "emb";
+	tb.dim           = a.dim;
+	tb.optimizer     = a.optim;
+	tb.shards        = a.shards;
 	tb.expected_rows = a.keys;
 	o.scheduler_url  = a.url;
 	o.timeout_ms     = 120000;
