@@ -122,7 +122,7 @@ keys=$((CAP * 1048576 * 10 / 68))
 : >"$RAW/cap-rss.txt"
 # The server's RSS before any row: once it has registered.
 for ((i = 0; i < 600; i++)); do
-	grep -q "registered as server" "$RAW/cap-server-0.log" && break
+	grep -qs "registered as server" "$RAW/cap-server-0.log" && break
 	sleep 0.1
 done
 base_cap=$(rss_kb "${SPIDS[0]}")
