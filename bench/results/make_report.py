@@ -767,6 +767,35 @@ if os.path.exists(snap_path):
       f"{sn['dd_write_gbps']:.3f} | {sn['write_vs_dd']:.2f} "
       f"({'met' if sn['write_vs_dd'] >= 0.5 else '**not met**'}) |")
     w("")
+# Sparse tables: measured by bench/sparse.sh (its own run).
+sparse_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sparse.json")
+if os.path.exists(sparse_path):
+    sq = json.load(open(sparse_path))
+    ok = lambda c: "met" if c else "**not met**"
+    w("## Sparse tables (bench/sparse.sh)")
+    w("")
+    w(f"`bench/sparse.sh` ({sq['size']} run, {sq['rows']:,} rows): the shard "
+      "store in process on one thread (bench/sparse_store: random batches of "
+      "distinct keys of a filled dim-16 Adagrad table; rates over the "
+      "thread's CPU time), then a loopback job whose one trainer "
+      "(bench/sparse_loop, libferry's public API) pushes a batch's row "
+      "gradients and pulls the next batch's rows in one call (16,384 keys a "
+      "batch), then a server under `--sparse-capacity-mb` while new keys "
+      f"covering 10x its cap stream for {sq['cap_stream_s']} s (RSS sampled "
+      "every 0.5 s, less the server's RSS before any row). Targets from "
+      "issue 25.")
+    w("")
+    w("| figure | value | target |")
+    w("|---|---|---|")
+    w(f"| lookups/s per core (dim 16) | {sq['lookups_per_s_core'] / 1e6:.2f} M | >= 5 M ({ok(sq['lookups_per_s_core'] >= 5e6)}) |")
+    w(f"| updates/s per core (dim 16, Adagrad) | {sq['updates_per_s_core'] / 1e6:.2f} M | >= 3 M ({ok(sq['updates_per_s_core'] >= 3e6)}) |")
+    w(f"| lookups/s, updates/s per core (dim 64) | {sq['lookups_per_s_core_dim64'] / 1e6:.2f} M, {sq['updates_per_s_core_dim64'] / 1e6:.2f} M | |")
+    w(f"| server RSS / raw bytes (rows + Adagrad state) | {sq['rss_over_raw']:.3f} | <= 1.3 ({ok(sq['rss_over_raw'] <= 1.3)}) |")
+    w(f"| the same in process (the bench program's RSS) | {sq['store_rss_over_raw']:.3f} | |")
+    w(f"| loopback rows/s per server, pulled and pushed (1 server) | {sq['loopback_rows_per_s'] / 1e6:.2f} M | >= 1 M ({ok(sq['loopback_rows_per_s'] >= 1e6)}) |")
+    w(f"| the same, per server of 2 | {sq['loopback_rows_per_s_2servers'] / 1e6:.2f} M | |")
+    w(f"| RSS / cap under a {sq['cap_mb']} MB cap, largest ({sq['cap_rows_streamed']:,} rows streamed) | {sq['cap_rss_ratio_max']:.3f} ({sq['cap_rss_ratio_max_total']:.3f} with the whole RSS) | <= 1.1 ({ok(sq['cap_rss_ratio_max'] <= 1.1)}) |")
+    w("")
 # SSP sweep: measured by bench/ssp.sh (run.sh step 7, or its own run).
 ssp_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ssp.json")
 if os.path.exists(ssp_path):
