@@ -30,9 +30,16 @@
 //   all table shards held here (tbl_evict_to, each shard down to its
 //   share of 95% of the budget). Everything under mu, so an eviction
 //   never races an update.
-// - Table shards do not move, replicate or snapshot yet: one the
-//   scheduler re-places here after its server was lost starts empty and
-//   adopts the version of the first sync push it gets (`adopt`).
+// - Resends (RowsRequest.resend, sync): a push block for a round that
+//   already counted the rank's push (staged at the shard's version, or
+//   applied: the shard one version past it and the rank's slot free) is
+//   skipped and its pull served, so a client that lost a reply re-sends
+//   without applying anything twice.
+// - Moves: a table shard re-placed on a live server travels whole in a
+//   Transfer (rows_move.c) and is ARRIVING (UNAVAILABLE) on its new
+//   server until then. One the scheduler re-places here after its server
+//   was lost starts empty and adopts the version of the first sync push
+//   it gets (`adopt`); table shards do not replicate yet.
 #include <stdio.h>
 #include <string.h>
 
@@ -188,10 +195,8 @@ tshard_close(struct ps_server *s, struct srv_tshard *ts)
 	memset(ts, 0, sizeof(*ts));
 }
 
-// tshard_add opens table shard id of pl here (appended to s->tshards).
-// mu held.
-static int
-tshard_add(struct ps_server *s, const Pswire__Placement *pl, uint32_t id)
+int
+ps__tshard_add(struct ps_server *s, const Pswire__Placement *pl, uint32_t id)
 {
 	struct srv_tshard *a;
 	int                rv;
@@ -228,7 +233,7 @@ ps__rows_install(struct ps_server *s, const Pswire__Placement *pl)
 		if (pl->table_shards[i]->server != s->index) {
 			continue;
 		}
-		if ((rv = tshard_add(s, pl, (uint32_t) i)) != FB_OK) {
+		if ((rv = ps__tshard_add(s, pl, (uint32_t) i)) != FB_OK) {
 			return rv;
 		}
 		// A first map of a running job (a server that joined late
@@ -269,55 +274,86 @@ round_complete(const struct ps_server *s, const struct srv_tshard *ts)
 static void round_close(struct ps_server *s, struct srv_tshard *ts);
 
 void
-ps__rows_map(struct ps_server *s, const Pswire__Placement *pl)
+ps__tshard_drop(struct ps_server *s, uint32_t k)
+{
+	struct srv_tshard *ts = &s->tshards[k];
+	s->tlocal[ts->id]     = PS_SHARD_ABSENT;
+	tshard_close(s, ts);
+	if (k + 1 < s->n_tshards) {
+		*ts               = s->tshards[s->n_tshards - 1];
+		s->tlocal[ts->id] = (int32_t) k;
+	}
+	s->n_tshards--;
+}
+
+void
+ps__rows_round_try(struct ps_server *s, struct srv_tshard *ts)
+{
+	if (s->job.mode == PSWIRE__MODE__MODE_SYNC && round_complete(s, ts)) {
+		round_close(s, ts);
+	}
+}
+
+// map_arrive gives table shard i, which map pl places here and is not
+// held, its state: ARRIVING when it moves here live, else a fresh store
+// (its server was lost: its rows start over). mu held.
+static void
+map_arrive(struct ps_server *s, const Pswire__Placement *old,
+    const Pswire__Placement *pl, size_t i)
+{
+	if (ps__rows_moves_here(s, old, pl, i)) {
+		s->tlocal[i] = PS_SHARD_ARRIVING;
+		return;
+	}
+	if (ps__tshard_add(s, pl, (uint32_t) i) != FB_OK) {
+		FB_LOG(FB_LOG_ERR, "tables",
+		    "out of memory opening table shard %zu", i);
+		return;
+	}
+	s->tshards[s->tlocal[i]].adopt = 1;
+	FB_LOG(FB_LOG_ERR, "tables",
+	    "table shard %zu (table '%s' range %u) placed here by epoch %llu "
+	    "after its server was lost: its rows start over",
+	    i, pl->job->tables[pl->table_shards[i]->tensor]->name,
+	    pl->table_shards[i]->index, (unsigned long long) pl->epoch);
+}
+
+void
+ps__rows_map(struct ps_server *s, const Pswire__Placement *old,
+    const Pswire__Placement *pl)
 {
 	if (pl->n_table_shards != s->n_tglobal) {
 		return; // checked by map_same_cut
 	}
 	for (uint32_t k = 0; k < s->n_tshards;) {
-		struct srv_tshard *ts = &s->tshards[k];
-		if (pl->table_shards[ts->id]->server == s->index) {
-			k++;
+		struct srv_tshard       *ts = &s->tshards[k];
+		const Pswire__ShardInfo *si = pl->table_shards[ts->id];
+		if (si->server == s->index ||
+		    si->seed_gen == old->table_shards[ts->id]->seed_gen) {
+			k++; // kept, or moved live by ps__rows_pack
 			continue;
 		}
-		// Placed elsewhere: this server was taken for lost.
+		// Re-placed with seed_gen raised: this server was taken for
+		// lost.
 		FB_LOG(FB_LOG_ERR, "tables",
 		    "table shard %u was re-placed on server %u: dropping it "
 		    "here (%zu rows)",
-		    ts->id, pl->table_shards[ts->id]->server, tbl_rows(ts->t));
+		    ts->id, si->server, tbl_rows(ts->t));
 		ps__rows_drop_parked(s, ts->id, pl->epoch);
-		s->tlocal[ts->id] = -1;
-		tshard_close(s, ts);
-		if (k + 1 < s->n_tshards) {
-			*ts               = s->tshards[s->n_tshards - 1];
-			s->tlocal[ts->id] = (int32_t) k;
-		}
-		s->n_tshards--;
+		ps__tshard_drop(s, k);
 	}
 	for (size_t i = 0; i < pl->n_table_shards; i++) {
-		if (pl->table_shards[i]->server != s->index ||
-		    s->tlocal[i] >= 0) {
-			continue;
+		int here = pl->table_shards[i]->server == s->index;
+		if (here && s->tlocal[i] == PS_SHARD_ABSENT) {
+			map_arrive(s, old, pl, i);
+		} else if (!here && s->tlocal[i] == PS_SHARD_ARRIVING) {
+			// Moved on while in flight: its Transfer is refused
+			// STALE_EPOCH and its sender follows it.
+			s->tlocal[i] = PS_SHARD_ABSENT;
 		}
-		if (tshard_add(s, pl, (uint32_t) i) != FB_OK) {
-			FB_LOG(FB_LOG_ERR, "tables",
-			    "out of memory opening table shard %zu", i);
-			continue;
-		}
-		s->tshards[s->tlocal[i]].adopt = 1;
-		FB_LOG(FB_LOG_ERR, "tables",
-		    "table shard %zu (table '%s' range %u) placed here by "
-		    "epoch %llu after its server was lost: its rows start over",
-		    i, pl->job->tables[pl->table_shards[i]->tensor]->name,
-		    pl->table_shards[i]->index,
-		    (unsigned long long) pl->epoch);
 	}
-	if (s->job.mode == PSWIRE__MODE__MODE_SYNC) {
-		for (uint32_t k = 0; k < s->n_tshards; k++) {
-			if (round_complete(s, &s->tshards[k])) {
-				round_close(s, &s->tshards[k]);
-			}
-		}
+	for (uint32_t k = 0; k < s->n_tshards; k++) {
+		ps__rows_round_try(s, &s->tshards[k]);
 	}
 	ps__rows_wake(s);
 }
@@ -468,7 +504,11 @@ block_owner(struct ps_server *s, struct ps_call *c, uint32_t id,
 		*ts = &s->tshards[s->tlocal[id]];
 		return 0;
 	}
-	if (epoch > mine) {
+	if (s->tlocal[id] == PS_SHARD_ARRIVING) {
+		ps__server_reply_err(s, c, PSWIRE__STATUS__UNAVAILABLE,
+		    "table shard %u is arriving here (epoch %llu); retry", id,
+		    (unsigned long long) mine);
+	} else if (epoch > mine) {
 		ps__server_reply_err(s, c, PSWIRE__STATUS__UNAVAILABLE,
 		    "table shard %u: placement epoch %llu is not applied here "
 		    "yet (have %llu); retry",
@@ -545,13 +585,22 @@ block_keys(struct ps_server *s, struct ps_call *c, const Pswire__RowBlock *b,
 // sync, at most the next version). mu held. 0, or replies and -1.
 static int
 block_version(struct ps_server *s, struct ps_call *c,
-    const Pswire__RowBlock *b, const struct srv_tshard *ts, int push)
+    const Pswire__RowBlock *b, struct srv_tshard *ts, int push)
 {
-	int sync = s->job.mode == PSWIRE__MODE__MODE_SYNC;
-	if (push && sync && ts->pushed[c->hdr->rank]) {
+	int      sync = s->job.mode == PSWIRE__MODE__MODE_SYNC;
+	uint32_t rank = c->hdr->rank;
+	if (push && sync && c->hdr->rows_req->resend && !ts->adopt &&
+	    ((b->version == ts->version && ts->pushed[rank]) ||
+	        (b->version + 1 == ts->version && !ts->pushed[rank]))) {
+		// A resend this round counted already (staged, or applied):
+		// skipped, only its pull is left.
+		ts->retried = s->stamp;
+		return 0;
+	}
+	if (push && sync && ts->pushed[rank]) {
 		ps__server_reply_err(s, c, PSWIRE__STATUS__ALREADY_EXISTS,
 		    "table shard %u: rank %u already pushed version %llu",
-		    ts->id, c->hdr->rank, (unsigned long long) ts->version);
+		    ts->id, rank, (unsigned long long) ts->version);
 		return -1;
 	}
 	if (ts->adopt) {
@@ -722,6 +771,9 @@ stage_block(struct ps_server *s, struct ps_call *c, const Pswire__RowBlock *b,
 	uint32_t           dim = ts->tb.conf.dim;
 	size_t             n = b->n, vals = n * dim;
 	const uint8_t     *pl = c->frame.payload;
+	if (ts->retried == s->stamp) {
+		return 0; // a resend counted already: nothing to stage
+	}
 	if (n > st->cap) {
 		uint64_t *k = fb_realloc(st->keys, n * sizeof(*k));
 		uint32_t *u = k != NULL ? fb_realloc(st->counts, n * 4) : NULL;
@@ -775,6 +827,9 @@ rows_commit(struct ps_server *s, struct ps_call *c,
 		const Pswire__RowBlock *b  = p->push[i];
 		struct srv_tshard      *ts = &s->tshards[s->tlocal[b->shard]];
 		struct srv_rstage      *st = &ts->stage[rank];
+		if (ts->retried == s->stamp) {
+			continue; // counted already
+		}
 		if (ts->adopt) {
 			// Re-placed empty: it goes on at the trainers'
 			// version.
