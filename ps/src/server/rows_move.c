@@ -34,16 +34,6 @@
 // limit).
 #define MOVE_MAX_KEYS (1u << 22)
 
-int
-ps__rows_moves_here(const struct ps_server *s, const Pswire__Placement *old,
-    const Pswire__Placement *pl, size_t id)
-{
-	const Pswire__ShardInfo *so = old->table_shards[id];
-	const Pswire__ShardInfo *si = pl->table_shards[id];
-	return si->server == s->index && so->server != s->index &&
-	    so->seed_gen == si->seed_gen;
-}
-
 // staged_bytes is the payload bytes of ts's staged pushes. mu held.
 static size_t
 staged_bytes(const struct ps_server *s, const struct srv_tshard *ts)

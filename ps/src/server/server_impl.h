@@ -62,6 +62,9 @@
 // backup's apply), boot.c (the scheduler watch), server_obs.c (metrics),
 // snapshot.c (snapshots on disk; its writer thread waits on its own
 // condition variables, on mu), snapshot_load.c (checking and restoring);
+// rows.c (sparse tables: Rows calls, rounds), rows_map.c (the table shards
+// held as maps change), rows_park.c (parked Rows calls, stats, metrics),
+// rows_move.c (table shards moving between servers);
 // test_hooks.h declares the two entry points only tests call.
 // What the scheduler shares with the server (rpc.h, durable.h,
 // jobconf.h) is in ../common/.
@@ -499,7 +502,7 @@ void ps__pull_abort_leaving(struct ps_server *s, uint64_t epoch);
 // s->closing. Takes mu (and logs after releasing it).
 void *ps__sweep_main(void *arg);
 
-// ---- rows.c, rows_park.c ---------------------------------------------------
+// ---- rows.c, rows_map.c, rows_park.c --------------------------------------
 
 // ps__rows_install builds a store for every table shard first map pl
 // places here (tbl conf from its TableDesc, the job's seed, the table
@@ -532,12 +535,6 @@ void ps__tshard_drop(struct ps_server *s, uint32_t k);
 void ps__rows_round_try(struct ps_server *s, struct srv_tshard *ts);
 
 // ---- rows_move.c ---------------------------------------------------------
-
-// ps__rows_moves_here reports whether later map pl moves table shard id
-// here live from another server of old (same seed_gen: its Transfer
-// comes). mu held.
-int ps__rows_moves_here(const struct ps_server *s,
-    const Pswire__Placement *old, const Pswire__Placement *pl, size_t id);
 
 // ps__rows_pack packs every held table shard that map s->pl moves away
 // live (its rows, optimizer state, version, clocks and staged sync
