@@ -2,8 +2,9 @@
 // that leaves under async load (a pushing thread) hands its table shards
 // over whole, and afterwards every row, the key set and the optimizer
 // state (row-wise Adagrad: later pushes read it) equal a reference table
-// in this process that applied the same pushes; a re-sent sync push (the
-// round staged it, or applied it) is answered OK and counted once.
+// in this process that applied the same pushes; under two sync trainers
+// the rows equal a run where nobody left; a re-sent sync push (the round
+// staged it, or applied it) is answered OK and counted once.
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -211,6 +212,125 @@ START_TEST(test_rows_leave_async_keeps_rows)
 }
 END_TEST
 
+// A sync trainer of the leave test: STEPS push-pulls of its batches
+// (overlapping keys between the ranks), then every row.
+#define STEPS 30
+struct strainer {
+	const char *url;
+	int         rank;
+	atomic_int *gate; // rank 1 waits for it before step 10
+	atomic_int  steps;
+	float       rows[NK * DIM];
+	int         rv;
+	char        err[256];
+};
+
+static void *
+strainer_main(void *arg)
+{
+	struct strainer  *a = arg;
+	ferry_client     *c = open_client(a->url, a->rank, FERRY_MODE_SYNC,
+	        &spec_ada);
+	uint64_t          keys[NK];
+	float             g[BATCH * DIM], out[BATCH * DIM];
+	struct ferry_rows push = { .table = 0, .n = BATCH, .grads = g };
+	struct ferry_rows pull = { .table = 0, .n = BATCH, .rows = out };
+	push.keys = pull.keys = keys;
+	for (int k = 0; k < STEPS && a->rv == FERRY_OK; k++) {
+		while (k == 10 && a->rank == 1 && !atomic_load(a->gate)) {
+			fb_sleep_us(1000);
+		}
+		step_batch(2 * k + a->rank, keys, g);
+		a->rv = ferry_client_rows_push_pull(c, &push, 1, 4, &pull, 1);
+		atomic_fetch_add(&a->steps, 1);
+	}
+	for (int i = 0; a->rv == FERRY_OK && i < NK; i++) {
+		keys[i] = (uint64_t) i + 1;
+	}
+	pull.n    = NK;
+	pull.rows = a->rows;
+	if (a->rv == FERRY_OK) {
+		a->rv = ferry_client_rows_pull(c, &pull, 1);
+	}
+	snprintf(a->err, sizeof(a->err), "%s", ferry_client_last_error(c));
+	if (a->rv != FERRY_OK) {
+		(void) ferry_client_leave(c); // the other rank stops waiting
+	}
+	ferry_client_close(c);
+	return NULL;
+}
+
+// parked_on returns server s's parked calls (Stats "parked:").
+static uint64_t
+parked_on(struct ps_server *s)
+{
+	char st[8192];
+	ps_server_stats(s, st, sizeof(st));
+	return pt_stat(st, "parked:");
+}
+
+// sync_run trains two sync ranks on a 2-server cluster into a[2]. With
+// leave, server 1 leaves while rank 0's step-10 push is staged there (its
+// pull parked) and rank 1 holds back its own until the leave is done.
+static void
+sync_run(struct strainer *a, int leave)
+{
+	struct cluster    cl;
+	pthread_t         th[2];
+	uint64_t          sh;
+	static atomic_int gate;
+	atomic_store(&gate, !leave);
+	cluster_open(&cl, 2, 2, PS_PLACEMENT_UNIFORM);
+	for (int r = 0; r < 2; r++) {
+		memset(&a[r], 0, sizeof(a[r]));
+		a[r].url  = ps_scheduler_url(cl.sched);
+		a[r].rank = r;
+		a[r].gate = &gate;
+		pthread_create(&th[r], NULL, strainer_main, &a[r]);
+	}
+	if (leave) {
+		for (int t = 0; t < 60000 &&
+		     (atomic_load(&a[0].steps) < 10 ||
+		         parked_on(cl.srv[1]) == 0) &&
+		     a[0].rv == FERRY_OK;
+		     t++) {
+			fb_sleep_us(1000);
+		}
+		ck_assert_uint_gt(parked_on(cl.srv[1]), 0);
+		ck_assert_int_eq(ps_server_leave(cl.srv[1], 20000), FB_OK);
+		ck_assert_uint_eq(table_rows(cl.srv[1], &sh), 0);
+		ck_assert_uint_eq(sh, 0);
+		atomic_store(&gate, 1);
+	}
+	for (int r = 0; r < 2; r++) {
+		pthread_join(th[r], NULL);
+		ck_assert_msg(a[r].rv == FERRY_OK, "rank %d: %s", r, a[r].err);
+	}
+	cluster_stop(&cl);
+}
+
+// A server leaves while two sync trainers step, in the middle of a round
+// (one rank's push staged, its pull parked): its table shards move with
+// the staged pushes, the parked pulls are answered ABORTED and asked
+// again of the new server, and the rows equal a run where nobody left bit
+// for bit.
+START_TEST(test_rows_leave_sync_same_rows)
+{
+	static struct strainer still[2], left[2];
+	sync_run(still, 0);
+	sync_run(left, 1);
+	ck_assert_mem_eq(still[0].rows, still[1].rows, sizeof(still[0].rows));
+	ck_assert_mem_eq(left[0].rows, left[1].rows, sizeof(left[0].rows));
+	for (int i = 0; i < NK * DIM; i++) {
+		ck_assert_msg(memcmp(&still[0].rows[i], &left[0].rows[i], 4) ==
+		        0,
+		    "key %d dim %d: %.9g after the leave, %.9g without",
+		    i / DIM + 1, i % DIM, (double) left[0].rows[i],
+		    (double) still[0].rows[i]);
+	}
+}
+END_TEST
+
 // One declared trainer of a 2-trainer sync job, on its own thread
 // (declaring waits for every rank).
 struct decl {
@@ -339,6 +459,7 @@ suite_rows_move(void)
 	tcase_set_tags(tc, "cluster"); // see tests/ps/CMakeLists.txt
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_rows_leave_async_keeps_rows);
+	tcase_add_test(tc, test_rows_leave_sync_same_rows);
 	tcase_add_test(tc, test_rows_resend_counted_once);
 	suite_add_tcase(s, tc);
 	return s;

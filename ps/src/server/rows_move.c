@@ -159,6 +159,15 @@ ps__rows_pack(struct ps_server *s, const Pswire__Placement *old, nng_msg **out,
 		    "server %u",
 		    ts->id, tbl_rows(ts->t), (unsigned long long) ts->version,
 		    si->server);
+		if (s->opts.max_msg != 0 &&
+		    nng_msg_len(out[n_out]) > s->opts.max_msg) {
+			// Sent whole or not at all: a receiver with the same
+			// cap refuses it, and its rows stay lost there.
+			FB_LOG(FB_LOG_ERR, "move",
+			    "table shard %u: its %zu-byte Transfer is over "
+			    "--max-msg-mb (%zu bytes); raise it on the servers",
+			    ts->id, nng_msg_len(out[n_out]), s->opts.max_msg);
+		}
 		ids[n_out]    = ts->id | PS_TABLE_ID;
 		dest[n_out++] = si->server;
 		atomic_fetch_add(&s->transfers, 1);
