@@ -89,11 +89,13 @@ ps__rows_install(struct ps_server *s, const Pswire__Placement *pl)
 	}
 	s->n_tglobal = pl->n_table_shards;
 	s->tlocal    = fb_alloc(pl->n_table_shards * sizeof(*s->tlocal));
-	if (s->tlocal == NULL) {
+	s->tfrom     = fb_alloc(pl->n_table_shards * sizeof(*s->tfrom));
+	if (s->tlocal == NULL || s->tfrom == NULL) {
 		return FB_ENOMEM;
 	}
 	for (size_t i = 0; i < pl->n_table_shards; i++) {
 		s->tlocal[i] = -1;
+		s->tfrom[i]  = PSW_ID_UNASSIGNED;
 	}
 	for (size_t i = 0; i < pl->n_table_shards; i++) {
 		if (pl->table_shards[i]->server != s->index) {
@@ -155,6 +157,7 @@ map_arrive(struct ps_server *s, const Pswire__Placement *old,
 {
 	if (moves_here(s, old, pl, i)) {
 		s->tlocal[i] = PS_SHARD_ARRIVING;
+		s->tfrom[i]  = old->table_shards[i]->server; // its sender
 		return;
 	}
 	if (ps__tshard_add(s, pl, (uint32_t) i) != FB_OK) {
@@ -218,6 +221,7 @@ ps__rows_release(struct ps_server *s)
 	}
 	fb_free(s->tshards);
 	fb_free(s->tlocal);
+	fb_free(s->tfrom);
 	fb_free(s->mkeys);
 	fb_free(s->mslot);
 	fb_free(s->macc);

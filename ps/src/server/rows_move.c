@@ -282,15 +282,23 @@ transfer_expected(struct ps_server *s, struct ps_call *c,
 		    s->n_tglobal);
 		return -1;
 	}
-	if (ps__rpc_auth_on(s->rpc) &&
-	    !(c->peer.role == PSW_ROLE_SERVER && c->peer.id != s->index)) {
-		ps__server_reply_err(s, c, PSWIRE__STATUS__PERMISSION_DENIED,
-		    "transfer of table shard %u: only another server may "
-		    "send one",
-		    t->shard);
+	int32_t l = s->tlocal[t->shard];
+	// From the server the map moved it from (docs/security.md); one sent
+	// under a map this server has not seen yet, from any other server.
+	if (l == PS_SHARD_ARRIVING
+	        ? !ps__call_acts_as(c, PSW_ROLE_SERVER, s->tfrom[t->shard], 0)
+	        : ps__rpc_auth_on(s->rpc) &&
+	            !(c->peer.role == PSW_ROLE_SERVER &&
+	                c->peer.id != s->index)) {
+		if (l != PS_SHARD_ARRIVING) {
+			ps__server_reply_err(s, c,
+			    PSWIRE__STATUS__PERMISSION_DENIED,
+			    "transfer of table shard %u: only another server "
+			    "may send one",
+			    t->shard);
+		}
 		return -1;
 	}
-	int32_t l = s->tlocal[t->shard];
 	if (l == PS_SHARD_ABSENT && c->hdr->epoch <= s->pl->epoch) {
 		ps__server_reply_err(s, c, PSWIRE__STATUS__STALE_EPOCH,
 		    "table shard %u is not placed here in epoch %llu "

@@ -264,6 +264,7 @@ struct ps_server {
 	struct srv_tshard    *tshards;
 	uint32_t              n_tshards;
 	int32_t              *tlocal;
+	uint32_t             *tfrom; // ARRIVING: the server moving it here
 	size_t                n_tglobal;
 	struct ps_call       *rows_parked;
 	uint64_t             *mkeys;
