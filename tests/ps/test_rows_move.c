@@ -4,7 +4,8 @@
 // state (row-wise Adagrad: later pushes read it) equal a reference table
 // in this process that applied the same pushes; under two sync trainers
 // the rows equal a run where nobody left; a re-sent sync push (the round
-// staged it, or applied it) is answered OK and counted once.
+// staged it, or applied it) is answered OK and counted once; a table
+// shard Transfer that does not fit is refused with nothing installed.
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -24,6 +25,7 @@
 #define NK 64   // keys 1..NK
 #define BATCH 8 // keys per push
 #define SEED 99
+#define SLOT_PUSHED 2 // a rank's push staged (TransferRequest.state)
 
 static const struct ferry_table_spec spec_ada = {
 	.name       = "emb",
@@ -451,6 +453,107 @@ START_TEST(test_rows_resend_counted_once)
 }
 END_TEST
 
+// transfer_raw sends a table shard Transfer of shard id (n_state ranks,
+// rank 0's state st0, samples) with payload p (len bytes) to url under epoch;
+// returns the status, and fails the test unless the error names `want`.
+static int
+transfer_raw(const char *url, uint64_t epoch, uint32_t id, uint8_t st0,
+    size_t n_state, uint64_t samples, const void *p, size_t len,
+    const char *want)
+{
+	uint8_t                 st[3] = { st0, 0, 0 };
+	Pswire__Header          h     = PSWIRE__HEADER__INIT;
+	Pswire__TransferRequest t     = PSWIRE__TRANSFER_REQUEST__INIT;
+	t.shard                       = id;
+	t.version                     = 3;
+	t.init                        = 1;
+	t.table                       = 1;
+	t.samples                     = samples;
+	t.state.len                   = n_state;
+	t.state.data                  = st;
+	h.request_id                  = 9;
+	h.epoch                       = epoch;
+	h.body_case                   = PSWIRE__HEADER__BODY_TRANSFER_REQ;
+	h.transfer_req                = &t;
+	Pswire__Header *rh            = NULL;
+	int st_rep = pt_rpc(NULL, url, PSWIRE__METHOD__TRANSFER, &h, p, len,
+	    &rh);
+	ck_assert_ptr_nonnull(rh);
+	ck_assert_msg(strstr(rh->error, want) != NULL, "'%s' lacks '%s'",
+	    rh->error, want);
+	pswire__header__free_unpacked(rh, NULL);
+	return st_rep;
+}
+
+// A table shard Transfer that does not fit the job (rank states, a staged
+// push cut short or holding a key of another range, a corrupt image) is
+// refused INVALID_ARGUMENT with nothing installed; one for a shard not
+// expected here is refused as a dense one is.
+START_TEST(test_rows_transfer_bad)
+{
+	static const struct ferry_table_spec two = { .name = "emb",
+		.dim                                       = DIM,
+		.shards                                    = 2 };
+	struct cluster                       cl;
+	uint64_t                             sh;
+	uint8_t                              pay[8 + 12 + DIM * 4 + 64];
+	uint64_t                             n = 1, key = 0;
+	uint32_t                             one    = 1;
+	float                                g[DIM] = { 0 };
+	struct decl                          d[2];
+	pthread_t                            th[2];
+	cluster_open(&cl, 2, 2, PS_PLACEMENT_UNIFORM);
+	for (int r = 0; r < 2; r++) {
+		d[r] = (struct decl) { ps_scheduler_url(cl.sched), r, &two,
+			NULL };
+		pthread_create(&th[r], NULL, decl_main, &d[r]);
+	}
+	for (int r = 0; r < 2; r++) {
+		pthread_join(th[r], NULL);
+	}
+	Pswire__Header *mh = map_at_least(ps_scheduler_url(cl.sched), 1,
+	    10000);
+	const Pswire__Placement *pl = mh->placement;
+	// Shard 1's range is on server b; send it to server a.
+	uint32_t                 b   = pl->table_shards[1]->server;
+	const char              *url = pl->servers[1 - b];
+	// Not placed here under the sender's (current) map: STALE_EPOCH.
+	ck_assert_int_eq(transfer_raw(url, pl->epoch, 1, 0, 2, 0, NULL, 0,
+	                     "not placed here"),
+	    PSWIRE__STATUS__STALE_EPOCH);
+	// Under a later map: checked whole.
+	ck_assert_int_eq(transfer_raw(url, pl->epoch + 1, 1, 0, 3, 0, NULL, 0,
+	                     "state for 3 ranks"),
+	    PSWIRE__STATUS__INVALID_ARGUMENT);
+	ck_assert_int_eq(transfer_raw(url, pl->epoch + 1, 1, SLOT_PUSHED, 2, 1,
+	                     pay, 4, "cut short"),
+	    PSWIRE__STATUS__INVALID_ARGUMENT);
+	while (tbl_key_shard(key, 2) != 0) {
+		key++; // a key of range 0, not 1
+	}
+	memcpy(pay, &n, 8);
+	memcpy(pay + 8, &key, 8);
+	memcpy(pay + 16, &one, 4);
+	memcpy(pay + 20, g, sizeof(g));
+	ck_assert_int_eq(transfer_raw(url, pl->epoch + 1, 1, SLOT_PUSHED, 2, 1,
+	                     pay, sizeof(pay), "outside the range"),
+	    PSWIRE__STATUS__INVALID_ARGUMENT);
+	memset(pay, 0x5a, sizeof(pay));
+	ck_assert_int_eq(transfer_raw(url, pl->epoch + 1, 1, 0, 2, 0, pay,
+	                     sizeof(pay), "transfer of table shard 1: "),
+	    PSWIRE__STATUS__INVALID_ARGUMENT); // not a tbl_save image
+	// Nothing installed: each server still holds its one range.
+	for (int i = 0; i < 2; i++) {
+		(void) table_rows(cl.srv[i], &sh);
+		ck_assert_uint_eq(sh, 1);
+	}
+	pswire__header__free_unpacked(mh, NULL);
+	ferry_client_close(d[0].c);
+	ferry_client_close(d[1].c);
+	cluster_stop(&cl);
+}
+END_TEST
+
 Suite *
 suite_rows_move(void)
 {
@@ -461,6 +564,7 @@ suite_rows_move(void)
 	tcase_add_test(tc, test_rows_leave_async_keeps_rows);
 	tcase_add_test(tc, test_rows_leave_sync_same_rows);
 	tcase_add_test(tc, test_rows_resend_counted_once);
+	tcase_add_test(tc, test_rows_transfer_bad);
 	suite_add_tcase(s, tc);
 	return s;
 }
