@@ -19,7 +19,10 @@
 // server that answers UNAVAILABLE gets its request again after a
 // back-off; STALE_EPOCH (a table shard moved) re-fetches the map first and
 // sends the shards still owed to their new servers; only the servers that
-// did not answer OK are asked again, so a push is never applied twice.
+// did not answer OK are asked again, so a push is never applied twice:
+// ABORTED (a shard moved after the request was applied) re-sends only the
+// pulls, and a request re-sent after a lost reply or a move is marked
+// `resend` (a sync server then skips pushes it counted already).
 // Nothing here allocates in a steady state: the de-dup buffers, the block
 // arrays and the request message (the last reply, reused) all persist.
 #include <math.h>
@@ -41,6 +44,8 @@ struct rowsx {
 	uint64_t                 deadline; // fb_clock_ms
 	int                      refetch;  // a shard moved: new map first
 	int                      backoff;  // UNAVAILABLE: wait, then re-send
+	int                      resend;   // a push may have been counted:
+	                                   // RowsRequest.resend from now on
 };
 
 // rslot is server m's rows slot.
@@ -340,6 +345,7 @@ rows_build(ferry_client *c, const struct rowsx *x, size_t m, nng_msg **out)
 	rr.n_pull    = nq;
 	rr.pull      = c->rblkp + c->n_tshards;
 	rr.n_samples = x->pushing ? x->n_samples : 0;
+	rr.resend    = x->resend != 0;
 	h.request_id = s->rid = c->next_rid++;
 	h.deadline_ms         = ferry__timeout(c);
 	h.epoch               = c->pl->epoch;
@@ -430,6 +436,21 @@ unsend(ferry_client *c, size_t m)
 	}
 }
 
+// pushed_only marks server m's table shards of the request just answered
+// ABORTED as pushed (the server applied the whole request, then a shard
+// moved before its pull could be answered): only their pulls are sent
+// again, to the shards' new servers.
+static void
+pushed_only(ferry_client *c, size_t m)
+{
+	for (size_t i = 0; i < c->n_tshards; i++) {
+		if (c->rsent[i] == m + 1) {
+			c->rneed[i] &= (uint8_t) ~RNEED_PUSH;
+		}
+	}
+	unsend(c, m);
+}
+
 // take_rows checks server m's reply body (one block per pull block sent,
 // in their order) and decodes its rows into the pull side's rows.
 static int
@@ -518,6 +539,7 @@ take_reply(ferry_client *c, struct rowsx *x, size_t m)
 		if (s->res != NNG_ETIMEDOUT && await_newer_map(c, x)) {
 			unsend(c, m); // its table shards have a new home
 			x->refetch = 1;
+			x->resend  = 1; // the push may have been counted
 			return FERRY_OK;
 		}
 		return ferry__fail(c,
@@ -539,6 +561,10 @@ take_reply(ferry_client *c, struct rowsx *x, size_t m)
 		x->backoff = 1;
 	} else if (r == FB_EREMOTE && st == PSWIRE__STATUS__STALE_EPOCH) {
 		unsend(c, m);
+		x->refetch = 1;
+		x->resend  = 1;
+	} else if (r == FB_EREMOTE && st == PSWIRE__STATUS__ABORTED) {
+		pushed_only(c, m); // a table shard moved after the push
 		x->refetch = 1;
 	} else if (r == FB_EREMOTE && st == PSWIRE__STATUS__OUT_OF_RANGE) {
 		rv = ferry__fail(c, FERRY_EBEHIND, "Rows: server %s: %s", srv,

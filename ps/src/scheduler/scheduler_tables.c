@@ -9,12 +9,13 @@
 // with per-shard link costs the tables do not have yet); then each table
 // shard goes, in order, to the usable server holding the fewest bytes so
 // far, dense shards included (fewest-bytes-first, ties to the lower
-// index), which spreads a table's ranges over the servers. Table shards
-// do not move live, have no replicas and are not snapshotted in this
-// wave: a later map keeps each on its server, and one whose server left
-// or was declared dead is re-placed on the usable server with the fewest
-// bytes with its seed_gen raised (its rows start over; logged as an
-// error). Every function here runs with s->mu held.
+// index), which spreads a table's ranges over the servers. A later map
+// keeps each on its server; one whose server left (alive: it sends the
+// shard whole, server/rows_move.c) moves to the usable server with the
+// fewest bytes with the same seed_gen, and one whose server was declared
+// dead is re-placed there with its seed_gen raised (no replicas yet: its
+// rows start over; logged as an error). Every function here runs with
+// s->mu held.
 #include <stdio.h>
 #include <string.h>
 
@@ -162,23 +163,33 @@ ps__sched_tables_keep(struct ps_scheduler *s, const uint32_t *assign,
 	for (size_t k = 0; k < n; k++) {
 		Pswire__ShardInfo *si = &out->infos[k];
 		uint32_t           m;
-		if (si->server < M && !s->gone[si->server] &&
-		    !s->server_dead[si->server]) {
+		int lost = si->server >= M || s->server_dead[si->server];
+		if (!lost && !s->gone[si->server]) {
 			continue; // kept where it is
 		}
 		if ((m = fewest(s, load, M)) == M) {
 			continue; // nowhere to go: stays, as dense ones do
 		}
-		FB_LOG(FB_LOG_ERR, "placement",
-		    "table '%s' range %u [%llu, +%llu): server %u is gone; "
-		    "re-placed on server %u, its rows are lost (table shards "
-		    "have no replicas or moves yet)",
-		    p->job->tables[si->tensor]->name, si->index,
-		    (unsigned long long) si->offset,
-		    (unsigned long long) si->len, si->server, m);
+		if (lost) {
+			FB_LOG(FB_LOG_ERR, "placement",
+			    "table '%s' range %u [%llu, +%llu): server %u is "
+			    "lost; re-placed on server %u, its rows are lost "
+			    "(table shards have no replicas yet)",
+			    p->job->tables[si->tensor]->name, si->index,
+			    (unsigned long long) si->offset,
+			    (unsigned long long) si->len, si->server, m);
+			si->seed_gen++;
+		} else {
+			// Its server left and is alive: it sends the shard
+			// whole to m (the same seed_gen says so).
+			FB_LOG(FB_LOG_NOTICE, "placement",
+			    "table '%s' range %u: server %u left; moving it "
+			    "to server %u",
+			    p->job->tables[si->tensor]->name, si->index,
+			    si->server, m);
+		}
 		si->server = m;
-		si->seed_gen++;
-		load[m] += 1; // ties: the next lost range goes elsewhere
+		load[m] += 1; // ties: the next range goes elsewhere
 	}
 	out->n = n;
 	fb_free(load);

@@ -22,9 +22,10 @@
 // re-sends, stamped with that map's epoch, to the shard's owner there; a
 // receiver accepts a Transfer stamped with a later map than its own.
 // Every push is thus applied exactly once: a refused request changed
-// nothing, and the staged pushes travel with the shard. Each delivered
-// (or abandoned) Transfer signals s->delivered, on which a leaving server
-// waits.
+// nothing, and the staged pushes travel with the shard. Table shards move
+// the same way (rows_move.c packs them; their ids carry PS_TABLE_ID). Each
+// delivered (or abandoned) Transfer signals s->delivered, on which a leaving
+// server waits.
 #include <string.h>
 #include <time.h>
 
@@ -346,7 +347,9 @@ map_fetch(struct ps_server *s, uint64_t min_epoch, Pswire__Placement **out)
 		rv                    = FB_EPROTO;
 		if (rh->body_case == PSWIRE__HEADER__BODY_PLACEMENT &&
 		    ps__map_check(pl) == FB_OK &&
-		    pl->n_shards == s->n_global && pl->epoch >= min_epoch) {
+		    pl->n_shards == s->n_global &&
+		    pl->n_table_shards == s->n_tglobal &&
+		    pl->epoch >= min_epoch) {
 			rh->placement = NULL; // keep it
 			rh->body_case = PSWIRE__HEADER__BODY__NOT_SET;
 			*out          = pl;
@@ -392,7 +395,9 @@ transfer_reroute(struct ps_server *s, uint32_t id,
 	*newer = np;
 	*mine  = m;
 	*route = np;
-	*to    = np->shards[id]->server;
+	*to    = (id & PS_TABLE_ID) != 0
+	       ? np->table_shards[id & ~PS_TABLE_ID]->server
+	       : np->shards[id]->server;
 	FB_LOG(FB_LOG_NOTICE, "move",
 	    "shard %u moved on while in flight: forwarding it to server %u "
 	    "(epoch %llu)",
@@ -505,10 +510,11 @@ ps__map_apply(struct ps_server *s, Pswire__Placement *pl,
 		return FB_EPROTO;
 	}
 	// Leaving shards, then rebuild copies for new backups.
-	size_t cap = s->n_global * (s->replicated ? 1 + PS_MAX_BACKUPS : 1);
-	out        = fb_zalloc(cap * sizeof(*out));
-	dest       = fb_zalloc(cap * sizeof(*dest));
-	ids        = fb_zalloc(cap * sizeof(*ids));
+	size_t cap = s->n_global * (s->replicated ? 1 + PS_MAX_BACKUPS : 1) +
+	    s->n_tglobal;
+	out  = fb_zalloc(cap * sizeof(*out));
+	dest = fb_zalloc(cap * sizeof(*dest));
+	ids  = fb_zalloc(cap * sizeof(*ids));
 	if (out == NULL || dest == NULL || ids == NULL) {
 		fb_free(out);
 		fb_free(dest);
@@ -519,7 +525,7 @@ ps__map_apply(struct ps_server *s, Pswire__Placement *pl,
 	map_mark(s, pl);
 	ps__repl_map(s);          // forwards to dropped backups end
 	ps__seed_map(s, old, pl); // lost shards placed here: re-seeded
-	ps__rows_map(s, pl);      // table shards: rounds, re-placed ones
+	ps__rows_map(s, old, pl); // table shards: rounds, re-placed ones
 	// Pushes still decoding into a leaving shard finish first.
 	while (leaving_busy(s)) {
 		pthread_cond_wait(&s->decoded, &s->mu);
@@ -529,11 +535,13 @@ ps__map_apply(struct ps_server *s, Pswire__Placement *pl,
 	n_out        = map_pack(s, pl, out, dest, ids);
 	size_t n_mov = n_out;
 	n_out        = map_rebuilds(s, old, pl, out, dest, ids, n_out, cap);
+	size_t n_reb = n_out - n_mov;
+	n_out        = ps__rows_pack(s, old, out, dest, ids, n_out, cap);
 	FB_LOG(FB_LOG_NOTICE, "move",
-	    "placement epoch %llu: %zu shard(s) leave, %zu backup(s) to "
-	    "rebuild, holding %u (and %u backups)",
-	    (unsigned long long) pl->epoch, n_mov, n_out - n_mov, s->n_shards,
-	    s->n_backup_shards);
+	    "placement epoch %llu: %zu shard(s) and %zu table shard(s) "
+	    "leave, %zu backup(s) to rebuild, holding %u (and %u backups)",
+	    (unsigned long long) pl->epoch, n_mov, n_out - n_mov - n_reb,
+	    n_reb, s->n_shards, s->n_backup_shards);
 	pthread_mutex_unlock(&s->mu);
 	// The old map may still be referenced by nothing now: requests read
 	// s->pl under the lock only.
@@ -575,7 +583,8 @@ wait_delivered(struct ps_server *s, uint64_t end, uint32_t *left)
 	for (;;) {
 		// Done when nothing is held and every packed shard has been
 		// delivered (closing earlier would cut the transfers short).
-		*left = s->n_shards + (uint32_t) atomic_load(&s->transfers);
+		*left = s->n_shards + s->n_tshards +
+		    (uint32_t) atomic_load(&s->transfers);
 		if (*left == 0) {
 			rv = FB_OK;
 			break;

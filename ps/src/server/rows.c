@@ -1,8 +1,8 @@
-// rows.c — sparse tables on a server: the table shards the map places
-// here (a tbl store each), the Rows call's checks, its pushes (staged for
-// a sync round or applied at once) and the round's rank-order sum, and
-// eviction after each update. Answering and parking the pulls is
-// rows_park.c's.
+// rows.c — sparse tables on a server: the Rows call's checks, its pushes
+// (staged for a sync round or applied at once) and the round's rank-order
+// sum, and eviction after each update. Which table shards are held is
+// rows_map.c's, moving them rows_move.c's, answering and parking the
+// pulls rows_park.c's.
 //
 // DESIGN.
 // - Every block of a Rows call is checked before anything changes
@@ -30,9 +30,13 @@
 //   all table shards held here (tbl_evict_to, each shard down to its
 //   share of 95% of the budget). Everything under mu, so an eviction
 //   never races an update.
-// - Table shards do not move, replicate or snapshot yet: one the
-//   scheduler re-places here after its server was lost starts empty and
-//   adopts the version of the first sync push it gets (`adopt`).
+// - Resends (RowsRequest.resend, sync): a push block of a round that
+//   counted the rank's push (staged, or applied: the shard one version
+//   past it, the rank's slot free) is skipped and its pull served.
+// - Moves: a shard re-placed on a live server travels whole in a Transfer
+//   (rows_move.c), ARRIVING (UNAVAILABLE) on its new server until then.
+//   One re-placed here after its server was lost starts empty and adopts
+//   the first sync push's version (`adopt`). No replicas yet.
 #include <stdio.h>
 #include <string.h>
 
@@ -141,114 +145,7 @@ merge_clear(struct ps_server *s, uint32_t m)
 	}
 }
 
-// ---- table shards: install, map changes, release -------------------------
-
-// tshard_open sets up held table shard ts for map entry si (id).
-// Errors: FB_EPROTO (the table cannot be run), FB_ENOMEM. mu held.
-static int
-tshard_open(struct ps_server *s, const Pswire__Placement *pl, uint32_t id,
-    struct srv_tshard *ts)
-{
-	const Pswire__ShardInfo *si = pl->table_shards[id];
-	char                     why[256];
-	memset(ts, 0, sizeof(*ts));
-	ts->id    = id;
-	ts->table = si->tensor;
-	ts->lo    = si->offset;
-	ts->hi    = si->offset + si->len;
-	if (ps__table_read(pl->job, si->tensor, &ts->tb, why, sizeof(why)) !=
-	    FB_OK) {
-		FB_LOG(FB_LOG_ERR, "tables", "%s", why);
-		return FB_EPROTO;
-	}
-	ts->t      = tbl_open(&ts->tb.conf);
-	ts->pushed = fb_zalloc(s->trainers);
-	ts->stage  = fb_zalloc(s->trainers * sizeof(*ts->stage));
-	ts->clock  = fb_zalloc(s->trainers * sizeof(*ts->clock));
-	if (ts->t == NULL || ts->pushed == NULL || ts->stage == NULL ||
-	    ts->clock == NULL) {
-		return FB_ENOMEM;
-	}
-	return FB_OK;
-}
-
-// tshard_close frees ts's store and buffers.
-static void
-tshard_close(struct ps_server *s, struct srv_tshard *ts)
-{
-	for (uint32_t r = 0; ts->stage != NULL && r < s->trainers; r++) {
-		fb_free(ts->stage[r].keys);
-		fb_free(ts->stage[r].counts);
-		fb_free(ts->stage[r].grads);
-	}
-	tbl_close(ts->t);
-	fb_free(ts->pushed);
-	fb_free(ts->stage);
-	fb_free(ts->clock);
-	memset(ts, 0, sizeof(*ts));
-}
-
-// tshard_add opens table shard id of pl here (appended to s->tshards).
-// mu held.
-static int
-tshard_add(struct ps_server *s, const Pswire__Placement *pl, uint32_t id)
-{
-	struct srv_tshard *a;
-	int                rv;
-	a = fb_realloc(s->tshards, (s->n_tshards + 1) * sizeof(*a));
-	if (a == NULL) {
-		return FB_ENOMEM;
-	}
-	s->tshards = a;
-	if ((rv = tshard_open(s, pl, id, &a[s->n_tshards])) != FB_OK) {
-		tshard_close(s, &a[s->n_tshards]);
-		return rv;
-	}
-	s->tlocal[id] = (int32_t) s->n_tshards++;
-	return FB_OK;
-}
-
-int
-ps__rows_install(struct ps_server *s, const Pswire__Placement *pl)
-{
-	uint32_t n_here = 0;
-	int      rv;
-	if (pl->n_table_shards == 0) {
-		return FB_OK;
-	}
-	s->n_tglobal = pl->n_table_shards;
-	s->tlocal    = fb_alloc(pl->n_table_shards * sizeof(*s->tlocal));
-	if (s->tlocal == NULL) {
-		return FB_ENOMEM;
-	}
-	for (size_t i = 0; i < pl->n_table_shards; i++) {
-		s->tlocal[i] = -1;
-	}
-	for (size_t i = 0; i < pl->n_table_shards; i++) {
-		if (pl->table_shards[i]->server != s->index) {
-			continue;
-		}
-		if ((rv = tshard_add(s, pl, (uint32_t) i)) != FB_OK) {
-			return rv;
-		}
-		// A first map of a running job (a server that joined late
-		// or restarted into its slot): the shard's rows, if any,
-		// were lost, and its round goes on at the trainers' version.
-		s->tshards[s->tlocal[i]].adopt = pl->epoch > 1 || s->late ||
-		    pl->table_shards[i]->seed_gen > 0;
-		n_here++;
-	}
-	if (n_here > 0 && (s->replicated || s->snap != NULL)) {
-		FB_LOG(FB_LOG_WARN, "tables",
-		    "table shards are not replicated or snapshotted yet: the "
-		    "%u held here are lost with this server",
-		    n_here);
-	}
-	FB_LOG(FB_LOG_NOTICE, "tables",
-	    "holding %u of %zu table shard(s) of %zu table(s)", n_here,
-	    pl->n_table_shards, pl->job->n_tables);
-	return FB_OK;
-}
+// ---- sync rounds ---------------------------------------------------------
 
 // round_complete reports whether ts's sync round can close: a push is
 // staged and every rank still in the job pushed. mu held.
@@ -269,73 +166,11 @@ round_complete(const struct ps_server *s, const struct srv_tshard *ts)
 static void round_close(struct ps_server *s, struct srv_tshard *ts);
 
 void
-ps__rows_map(struct ps_server *s, const Pswire__Placement *pl)
+ps__rows_round_try(struct ps_server *s, struct srv_tshard *ts)
 {
-	if (pl->n_table_shards != s->n_tglobal) {
-		return; // checked by map_same_cut
+	if (s->job.mode == PSWIRE__MODE__MODE_SYNC && round_complete(s, ts)) {
+		round_close(s, ts);
 	}
-	for (uint32_t k = 0; k < s->n_tshards;) {
-		struct srv_tshard *ts = &s->tshards[k];
-		if (pl->table_shards[ts->id]->server == s->index) {
-			k++;
-			continue;
-		}
-		// Placed elsewhere: this server was taken for lost.
-		FB_LOG(FB_LOG_ERR, "tables",
-		    "table shard %u was re-placed on server %u: dropping it "
-		    "here (%zu rows)",
-		    ts->id, pl->table_shards[ts->id]->server, tbl_rows(ts->t));
-		ps__rows_drop_parked(s, ts->id, pl->epoch);
-		s->tlocal[ts->id] = -1;
-		tshard_close(s, ts);
-		if (k + 1 < s->n_tshards) {
-			*ts               = s->tshards[s->n_tshards - 1];
-			s->tlocal[ts->id] = (int32_t) k;
-		}
-		s->n_tshards--;
-	}
-	for (size_t i = 0; i < pl->n_table_shards; i++) {
-		if (pl->table_shards[i]->server != s->index ||
-		    s->tlocal[i] >= 0) {
-			continue;
-		}
-		if (tshard_add(s, pl, (uint32_t) i) != FB_OK) {
-			FB_LOG(FB_LOG_ERR, "tables",
-			    "out of memory opening table shard %zu", i);
-			continue;
-		}
-		s->tshards[s->tlocal[i]].adopt = 1;
-		FB_LOG(FB_LOG_ERR, "tables",
-		    "table shard %zu (table '%s' range %u) placed here by "
-		    "epoch %llu after its server was lost: its rows start over",
-		    i, pl->job->tables[pl->table_shards[i]->tensor]->name,
-		    pl->table_shards[i]->index,
-		    (unsigned long long) pl->epoch);
-	}
-	if (s->job.mode == PSWIRE__MODE__MODE_SYNC) {
-		for (uint32_t k = 0; k < s->n_tshards; k++) {
-			if (round_complete(s, &s->tshards[k])) {
-				round_close(s, &s->tshards[k]);
-			}
-		}
-	}
-	ps__rows_wake(s);
-}
-
-void
-ps__rows_release(struct ps_server *s)
-{
-	for (uint32_t k = 0; k < s->n_tshards; k++) {
-		tshard_close(s, &s->tshards[k]);
-	}
-	fb_free(s->tshards);
-	fb_free(s->tlocal);
-	fb_free(s->mkeys);
-	fb_free(s->mslot);
-	fb_free(s->macc);
-	fb_free(s->mcnt);
-	fb_free(s->rscratch);
-	fb_free(s->kscratch);
 }
 
 // ---- after an update: eviction -------------------------------------------
@@ -468,7 +303,11 @@ block_owner(struct ps_server *s, struct ps_call *c, uint32_t id,
 		*ts = &s->tshards[s->tlocal[id]];
 		return 0;
 	}
-	if (epoch > mine) {
+	if (s->tlocal[id] == PS_SHARD_ARRIVING) {
+		ps__server_reply_err(s, c, PSWIRE__STATUS__UNAVAILABLE,
+		    "table shard %u is arriving here (epoch %llu); retry", id,
+		    (unsigned long long) mine);
+	} else if (epoch > mine) {
 		ps__server_reply_err(s, c, PSWIRE__STATUS__UNAVAILABLE,
 		    "table shard %u: placement epoch %llu is not applied here "
 		    "yet (have %llu); retry",
@@ -545,13 +384,22 @@ block_keys(struct ps_server *s, struct ps_call *c, const Pswire__RowBlock *b,
 // sync, at most the next version). mu held. 0, or replies and -1.
 static int
 block_version(struct ps_server *s, struct ps_call *c,
-    const Pswire__RowBlock *b, const struct srv_tshard *ts, int push)
+    const Pswire__RowBlock *b, struct srv_tshard *ts, int push)
 {
-	int sync = s->job.mode == PSWIRE__MODE__MODE_SYNC;
-	if (push && sync && ts->pushed[c->hdr->rank]) {
+	int      sync = s->job.mode == PSWIRE__MODE__MODE_SYNC;
+	uint32_t rank = c->hdr->rank;
+	if (push && sync && c->hdr->rows_req->resend && !ts->adopt &&
+	    ((b->version == ts->version && ts->pushed[rank]) ||
+	        (b->version + 1 == ts->version && !ts->pushed[rank]))) {
+		// A resend this round counted already (staged, or applied):
+		// skipped, only its pull is left.
+		ts->retried = s->stamp;
+		return 0;
+	}
+	if (push && sync && ts->pushed[rank]) {
 		ps__server_reply_err(s, c, PSWIRE__STATUS__ALREADY_EXISTS,
 		    "table shard %u: rank %u already pushed version %llu",
-		    ts->id, c->hdr->rank, (unsigned long long) ts->version);
+		    ts->id, rank, (unsigned long long) ts->version);
 		return -1;
 	}
 	if (ts->adopt) {
@@ -722,6 +570,9 @@ stage_block(struct ps_server *s, struct ps_call *c, const Pswire__RowBlock *b,
 	uint32_t           dim = ts->tb.conf.dim;
 	size_t             n = b->n, vals = n * dim;
 	const uint8_t     *pl = c->frame.payload;
+	if (ts->retried == s->stamp) {
+		return 0; // a resend counted already: nothing to stage
+	}
 	if (n > st->cap) {
 		uint64_t *k = fb_realloc(st->keys, n * sizeof(*k));
 		uint32_t *u = k != NULL ? fb_realloc(st->counts, n * 4) : NULL;
@@ -775,6 +626,9 @@ rows_commit(struct ps_server *s, struct ps_call *c,
 		const Pswire__RowBlock *b  = p->push[i];
 		struct srv_tshard      *ts = &s->tshards[s->tlocal[b->shard]];
 		struct srv_rstage      *st = &ts->stage[rank];
+		if (ts->retried == s->stamp) {
+			continue; // counted already
+		}
 		if (ts->adopt) {
 			// Re-placed empty: it goes on at the trainers'
 			// version.

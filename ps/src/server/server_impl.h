@@ -62,6 +62,9 @@
 // backup's apply), boot.c (the scheduler watch), server_obs.c (metrics),
 // snapshot.c (snapshots on disk; its writer thread waits on its own
 // condition variables, on mu), snapshot_load.c (checking and restoring);
+// rows.c (sparse tables: Rows calls, rounds), rows_map.c (the table shards
+// held as maps change), rows_park.c (parked Rows calls, stats, metrics),
+// rows_move.c (table shards moving between servers);
 // test_hooks.h declares the two entry points only tests call.
 // What the scheduler shares with the server (rpc.h, durable.h,
 // jobconf.h) is in ../common/.
@@ -177,8 +180,9 @@ struct srv_rstage {
 };
 
 // A sparse table's hash range held here (rows.c): its store, version,
-// per-rank staging and clocks. Table shards do not move, replicate or
-// snapshot in this wave (issue 25).
+// per-rank staging and clocks. A shard re-placed on a live server moves
+// there whole in a Transfer (rows_move.c); s->tlocal[id] is then
+// PS_SHARD_ARRIVING on the receiver until it comes.
 struct srv_tshard {
 	uint32_t           id;     // index in Placement.table_shards
 	uint32_t           table;  // JobConfig.tables index
@@ -195,7 +199,13 @@ struct srv_tshard {
 	uint64_t          *clock;   // [trainers]: pushes applied (SSP)
 	uint64_t           idle_at; // version of the last idle sweep
 	uint64_t           seen_push, seen_pull; // listed-twice stamps
+	uint64_t           retried; // stamp: this call's push block is a
+	                            // resend already counted (rows.c)
 };
+
+// A table shard id in a move's list of Transfers (moves.c), beside dense
+// shard ids.
+#define PS_TABLE_ID 0x80000000u
 
 struct ps_server {
 	struct ps_server_opts opts;
@@ -254,6 +264,7 @@ struct ps_server {
 	struct srv_tshard    *tshards;
 	uint32_t              n_tshards;
 	int32_t              *tlocal;
+	uint32_t             *tfrom; // ARRIVING: the server moving it here
 	size_t                n_tglobal;
 	struct ps_call       *rows_parked;
 	uint64_t             *mkeys;
@@ -492,7 +503,7 @@ void ps__pull_abort_leaving(struct ps_server *s, uint64_t epoch);
 // s->closing. Takes mu (and logs after releasing it).
 void *ps__sweep_main(void *arg);
 
-// ---- rows.c, rows_park.c ---------------------------------------------------
+// ---- rows.c, rows_map.c, rows_park.c --------------------------------------
 
 // ps__rows_install builds a store for every table shard first map pl
 // places here (tbl conf from its TableDesc, the job's seed, the table
@@ -500,12 +511,46 @@ void *ps__sweep_main(void *arg);
 // server cannot run), FB_ENOMEM. mu held, before s->pl is set.
 int ps__rows_install(struct ps_server *s, const Pswire__Placement *pl);
 
-// ps__rows_map applies later map pl (s->pl == pl) to the tables: table
-// shards it places here that were not get a fresh store (their rows start
-// over; rows.c), held ones it places elsewhere are dropped, and the sync
-// rounds the trainers that left complete are closed. Wakes parked Rows
-// calls. mu held.
-void ps__rows_map(struct ps_server *s, const Pswire__Placement *pl);
+// ps__rows_map applies later map pl (s->pl == pl; old: the map it
+// replaces) to the tables: a table shard it places here that was on a live
+// server (same seed_gen) is ARRIVING until its Transfer comes
+// (rows_move.c), one re-placed after its server was lost gets a fresh
+// store (its rows start over), held ones it re-places after this server
+// was taken for lost (seed_gen raised) are dropped, held ones it moves
+// stay until ps__rows_pack, and the sync rounds the trainers that left
+// complete are closed. Wakes parked Rows calls. mu held.
+void ps__rows_map(struct ps_server *s, const Pswire__Placement *old,
+    const Pswire__Placement *pl);
+
+// ps__tshard_add opens table shard id of pl here, empty (appended to
+// s->tshards; s->tlocal[id] set). FB_EPROTO, FB_ENOMEM. mu held.
+int ps__tshard_add(struct ps_server *s, const Pswire__Placement *pl,
+    uint32_t id);
+
+// ps__tshard_drop frees held table shard s->tshards[k] (s->tlocal of its
+// id set to PS_SHARD_ABSENT; the last one takes its place). mu held.
+void ps__tshard_drop(struct ps_server *s, uint32_t k);
+
+// ps__rows_round_try closes ts's sync round when every rank still in the
+// job has pushed (a Transfer may bring a complete one). mu held.
+void ps__rows_round_try(struct ps_server *s, struct srv_tshard *ts);
+
+// ---- rows_move.c ---------------------------------------------------------
+
+// ps__rows_pack packs every held table shard that map s->pl moves away
+// live (its rows, optimizer state, version, clocks and staged sync
+// pushes) into out[] from n_out on (its new server in dest[], its id |
+// PS_TABLE_ID in ids[]), answers the Rows calls parked on it ABORTED
+// (their pushes were applied: pull again from the new server), frees it,
+// and returns the new count. A shard that cannot be packed stays here,
+// logged. mu held.
+size_t ps__rows_pack(struct ps_server *s, const Pswire__Placement *old,
+    nng_msg **out, uint32_t *dest, uint32_t *ids, size_t n_out, size_t cap);
+
+// ps__rows_on_transfer installs the table shard Transfer t carries
+// (t->table), after checking all of it; replies. mu held.
+void ps__rows_on_transfer(struct ps_server *s, struct ps_call *c,
+    const Pswire__TransferRequest *t);
 
 // ps__rows_release frees every table shard and the tables' scratch. At
 // close, no lock.

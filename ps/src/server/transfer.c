@@ -379,6 +379,10 @@ ps__on_transfer(struct ps_server *s, struct ps_call *c)
 	}
 	t = c->hdr->transfer_req;
 	pthread_mutex_lock(&s->mu);
+	if (t->table) {
+		ps__rows_on_transfer(s, c, t); // a table shard (rows_move.c)
+		goto out;
+	}
 	if (t->shard >= s->n_global) {
 		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "transfer of shard %u: the job has %zu", t->shard,
