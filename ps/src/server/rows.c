@@ -347,7 +347,7 @@ block_keys(struct ps_server *s, struct ps_call *c, const Pswire__RowBlock *b,
 		    "out of memory checking %u keys", b->n);
 		return -1;
 	}
-	for (uint32_t j = 0; j < b->n && rv == 0; j++) {
+	for (uint32_t j = 0; rv == 0 && j < b->n; j++) {
 		uint64_t key = get_u64(kp + 8 * (size_t) j);
 		uint64_t top = tbl_key_hash(key) >> 32;
 		if (top < ts->lo || top >= ts->hi) {
