@@ -108,7 +108,7 @@ table_rows(struct ps_server *s, uint64_t *shards)
 struct pusher {
 	ferry_client *c;
 	atomic_int    steps, stop;
-	int           rv;
+	atomic_int    rv; // stored after err is written
 	char          err[256];
 };
 
@@ -124,11 +124,12 @@ pusher_main(void *arg)
 			.n                        = BATCH,
 			.grads                    = g };
 		step_batch(k, keys, g);
-		p->rv = ferry_client_rows_push_pull(p->c, &push, 1, 1, NULL,
+		int rv = ferry_client_rows_push_pull(p->c, &push, 1, 1, NULL,
 		    0);
-		if (p->rv != FERRY_OK) {
+		if (rv != FERRY_OK) {
 			snprintf(p->err, sizeof(p->err), "push %d: %s", k,
 			    ferry_client_last_error(p->c));
+			atomic_store(&p->rv, rv);
 			break;
 		}
 		atomic_fetch_add(&p->steps, 1);
@@ -140,12 +141,12 @@ pusher_main(void *arg)
 static void
 wait_steps(struct pusher *p, int n)
 {
-	for (int t = 0;
-	     t < 60000 && atomic_load(&p->steps) < n && p->rv == FERRY_OK;
+	for (int t = 0; t < 60000 && atomic_load(&p->steps) < n &&
+	     atomic_load(&p->rv) == FERRY_OK;
 	     t++) {
 		fb_sleep_us(1000);
 	}
-	ck_assert_msg(p->rv == FERRY_OK, "%s", p->err);
+	ck_assert_msg(atomic_load(&p->rv) == FERRY_OK, "%s", p->err);
 	ck_assert_int_ge(atomic_load(&p->steps), n);
 }
 
@@ -223,7 +224,7 @@ struct strainer {
 	atomic_int *gate; // rank 1 waits for it before step 10
 	atomic_int  steps;
 	float       rows[NK * DIM];
-	int         rv;
+	atomic_int  rv; // read by the main thread while it runs
 	char        err[256];
 };
 
