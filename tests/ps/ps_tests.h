@@ -50,4 +50,5 @@ Suite          *suite_cascade(void);
 Suite          *suite_reseed(void);
 Suite          *suite_average(void);
 Suite          *suite_rows(void);
+Suite          *suite_rows_snapshot(void);
 #endif
