@@ -130,9 +130,11 @@ tjob_close(struct tjob *j)
 	ps_scheduler_close(j->sched);
 }
 
-// push_one pushes batch i (sync: with a dense step) and pulls its rows.
+// push_one pushes batch i and pulls its rows; with dense, a dense
+// push-pull first (sync: the dense shard reaches each version before the
+// table shards do).
 static int
-push_one(struct tjob *j, int i, int step)
+push_one(struct tjob *j, int i, int dense)
 {
 	uint64_t     keys[2 * HALF];
 	float        g[2 * HALF * DIM], out[2 * HALF * DIM], gd[8] = { 0 };
@@ -146,10 +148,12 @@ push_one(struct tjob *j, int i, int step)
 		.keys                     = keys,
 		.n                        = 2 * HALF,
 		.rows                     = out };
+	int               rv;
 	batch(i, keys, g);
-	return step
-	    ? ferry_client_step(j->c, gp, NS, wp, &push, 1, &pull, 1)
-	    : ferry_client_rows_push_pull(j->c, &push, 1, NS, &pull, 1);
+	if (dense && (rv = ferry_client_push_pull(j->c, gp, NS, wp)) != 0) {
+		return rv;
+	}
+	return ferry_client_rows_push_pull(j->c, &push, 1, NS, &pull, 1);
 }
 
 static uint64_t
@@ -360,11 +364,12 @@ END_TEST
 
 // ---- sync: a periodic snapshot at V ---------------------------------------------
 
-// test_rows_snapshot_sync_version: a sync job (dense tensor and table in
-// each ferry_client_step) with --snapshot-every 3 runs 5 steps; the
-// snapshot of version 3 restores both table shards at version 3 with the
-// rows and state of a reference at 3. Fails if the table records are
-// taken at another version than the dense shards', or not at all.
+// test_rows_snapshot_sync_version: a sync job with --snapshot-every 3
+// runs 5 steps, each a dense push-pull and then a rows push-pull (so the
+// dense shard reaches 3 while the table shards are at 2); the snapshot of
+// version 3 restores both table shards at version 3 with the rows and
+// state of a reference at 3. Fails if the table records are taken at
+// another version than the dense shards', or never (no file written).
 START_TEST(test_rows_snapshot_sync_version)
 {
 	struct tjob a, b;
@@ -379,9 +384,12 @@ START_TEST(test_rows_snapshot_sync_version)
 		ck_assert_msg(push_one(&a, k, 1) == 0, "step %d: %s", k,
 		    ferry_client_last_error(a.c));
 	}
-	while (stat_u64(a.srv, "snapshots_written") < 1) {
+	for (int k = 0; k < 5000 && stat_u64(a.srv, "snapshots_written") < 1;
+	     k++) {
 		fb_sleep_us(2000); // waits for the writer
 	}
+	ck_assert_msg(stat_u64(a.srv, "snapshots_written") == 1,
+	    "the snapshot of version 3 was not written");
 	ck_assert_uint_eq(stat_u64(a.srv, "snapshot_version"), 3);
 	tjob_close(&a);
 
