@@ -4,9 +4,11 @@
 // restores into a new job with the same keys, rows and optimizer state as
 // a reference that applied exactly the pushes before the snapshot's
 // version, both table shards at that one version; a sync job's periodic
-// snapshot at V restores rows equal to a reference at V; a corrupted
-// rows image and a table of another dim are refused with nothing loaded;
-// a file without table records (format 2) still restores.
+// snapshot at V restores rows equal to a reference at V; a running
+// server's rollback (two servers, one restarted from its snapshots) puts
+// its table shards back at the job's version; a corrupted rows image and
+// a table of another dim are refused with nothing loaded; a file without
+// table records (format 2) still restores.
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -405,6 +407,110 @@ START_TEST(test_rows_snapshot_sync_version)
 }
 END_TEST
 
+// ---- rollback of a running server ------------------------------------------------
+
+// test_rows_snapshot_rollback: two servers (--snapshot-every 2) and a
+// sync trainer run 5 steps; a server that holds no table shard 0 is
+// closed and restarted on its URL from its snapshots, so the job rolls
+// back to version 4: the running server's table shards go back to their
+// rows and state at 4 (a reference at 4), and so do the restarted one's.
+// Fails if a rollback leaves the table shards at 5.
+START_TEST(test_rows_snapshot_rollback)
+{
+	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
+	struct ps_server_opts    o  = PS_SERVER_OPTS_INIT;
+	struct ferry_opts        fo = FERRY_OPTS_INIT;
+	struct ferry_tensor_spec d  = { "w", 8, 0 };
+	struct ferry_table_spec  tb = { .name = "emb",
+		 .dim                         = DIM,
+		 .init                        = FERRY_ROW_UNIFORM,
+		 .init_scale                  = 0.1f,
+		 .optimizer                   = "adagrad",
+		 .lr                          = 0.1,
+		 .shards                      = 2 };
+	struct tjob              j;
+	struct ps_server        *srv[2];
+	char                     url[64], surl[2][64], dir[64], why[128];
+	float                   *wp[1] = { j.w };
+
+	pool_fill();
+	tmpdir(dir, sizeof(dir));
+	memset(&j, 0, sizeof(j));
+	so.url         = pt_addr(url, sizeof(url), "tcp");
+	so.trainers    = 1;
+	so.servers     = 2;
+	so.shard_bytes = 64;
+	so.probe_bytes = 0;
+	PT_OK(ps_scheduler_open(&so, &j.sched));
+	o.scheduler_url  = ps_scheduler_url(j.sched);
+	o.snapshot_dir   = dir;
+	o.snapshot_every = 2;
+	o.heartbeat_ms   = 60;
+	for (int m = 0; m < 2; m++) {
+		o.url = pt_addr(surl[m], sizeof(surl[m]), "tcp");
+		PT_OK(ps_server_open(&o, &srv[m]));
+	}
+	fo.scheduler_url = ps_scheduler_url(j.sched);
+	fo.lr            = 0.1;
+	fo.timeout_ms    = 20000;
+	ck_assert_int_eq(ferry_client_open(&fo, &j.c), 0);
+	ck_assert_int_eq(ferry_client_declare_tables(j.c, &d, 1, &tb, 1), 0);
+	ck_assert_int_eq(
+	    ferry_client_init_weights(j.c, (const float *const *) wp), 0);
+	ck_assert_int_eq(ferry_client_pull(j.c, wp), 0);
+	// Each snapshot is on disk before the steps go on: a version reached
+	// while the previous file is written is skipped.
+	for (int k = 0; k < 5; k++) {
+		ck_assert_msg(push_one(&j, k, 1) == 0, "step %d: %s", k,
+		    ferry_client_last_error(j.c));
+		for (int m = 0; m < 2 && (k == 1 || k == 3); m++) {
+			uint64_t v = (uint64_t) k + 1;
+			for (int t = 0; t < 5000 &&
+			     stat_u64(srv[m], "snapshot_version") < v;
+			     t++) {
+				fb_sleep_us(2000); // waits for the writers
+			}
+			ck_assert_uint_eq(stat_u64(srv[m], "snapshot_version"),
+			    v);
+		}
+	}
+	// The victim: a server not holding table shard 0.
+	int keep   = ps_server_test_table_each(srv[0], 0, NULL, NULL, NULL) !=
+                UINT64_MAX
+	      ? 0
+	      : 1;
+	int victim = 1 - keep;
+	ck_assert_uint_eq(
+	    ps_server_test_table_each(srv[keep], 0, NULL, NULL, NULL), 5);
+	ps_server_close(srv[victim]);
+	o.url = surl[victim];
+	PT_OK(ps_server_open(&o, &srv[victim]));
+	for (int k = 0; k < 5000 && stat_u64(srv[keep], "rollbacks") < 1;
+	     k++) {
+		fb_sleep_us(2000); // waits for the rollback's map
+	}
+	ck_assert_uint_eq(stat_u64(srv[keep], "rollbacks"), 1);
+	ck_assert_uint_eq(check_shard(srv[keep], 0), 4);
+	for (uint32_t id = 1; id < 2; id++) {
+		int m = ps_server_test_table_each(srv[keep], id, NULL, NULL,
+		            NULL) != UINT64_MAX
+		    ? keep
+		    : victim;
+		for (int k = 0;
+		     k < 5000 && !ps_server_ready(srv[m], why, sizeof(why));
+		     k++) {
+			fb_sleep_us(2000); // waits for the restart's map
+		}
+		ck_assert_uint_eq(check_shard(srv[m], id), 4);
+	}
+	ferry_client_close(j.c);
+	ps_server_close(srv[0]);
+	ps_server_close(srv[1]);
+	ps_scheduler_close(j.sched);
+	rmdir_all(dir);
+}
+END_TEST
+
 // ---- bad and old files -----------------------------------------------------------
 
 static uint8_t *
@@ -573,6 +679,7 @@ suite_rows_snapshot(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_rows_snapshot_async_load);
 	tcase_add_test(tc, test_rows_snapshot_sync_version);
+	tcase_add_test(tc, test_rows_snapshot_rollback);
 	tcase_add_test(tc, test_rows_snapshot_bogus);
 	tcase_add_test(tc, test_rows_snapshot_format2);
 	suite_add_tcase(s, tc);

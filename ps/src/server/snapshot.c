@@ -301,6 +301,22 @@ snap_maybe_full(struct ps_server *s)
 	pthread_cond_signal(&p->wake);
 }
 
+// snap_skip counts and logs (once) periodic version v, which a shard
+// reached while the previous snapshot was still being written.
+static void
+snap_skip(struct ps_server *s, uint64_t v)
+{
+	struct ps_snap *p = s->snap;
+	if (p->skip_logged != v) {
+		p->skip_logged = v;
+		p->n_skipped++;
+		FB_LOG(FB_LOG_WARN, "snapshot",
+		    "version %llu not snapshotted: the previous snapshot is "
+		    "still being written (raise --snapshot-every)",
+		    (unsigned long long) v);
+	}
+}
+
 void
 ps__snap_on_version(struct ps_server *s, struct srv_shard *sh)
 {
@@ -316,15 +332,7 @@ ps__snap_on_version(struct ps_server *s, struct srv_shard *sh)
 		return;
 	}
 	if (p->state == SNAP_FULL || p->state == SNAP_WRITING) {
-		if (p->skip_logged != v) {
-			p->skip_logged = v;
-			p->n_skipped++;
-			FB_LOG(FB_LOG_WARN, "snapshot",
-			    "version %llu not snapshotted: the previous "
-			    "snapshot is still being written (raise "
-			    "--snapshot-every)",
-			    (unsigned long long) v);
-		}
+		snap_skip(s, v);
 		return;
 	}
 	if (p->state == SNAP_CAPTURING && (p->requested || p->version > v)) {
@@ -353,10 +361,15 @@ ps__snap_on_tversion(struct ps_server *s, struct srv_tshard *ts)
 		return;
 	}
 	// A periodic snapshot begins with whichever shard, dense or table,
-	// reaches its version first (skips are logged by the dense side).
-	if (p->every == 0 || v % p->every != 0 || s->job.mode != 0 ||
-	    p->state == SNAP_FULL || p->state == SNAP_WRITING ||
-	    (p->state == SNAP_CAPTURING && (p->requested || p->version > v))) {
+	// reaches its version first.
+	if (p->every == 0 || v % p->every != 0 || s->job.mode != 0) {
+		return;
+	}
+	if (p->state == SNAP_FULL || p->state == SNAP_WRITING) {
+		snap_skip(s, v);
+		return;
+	}
+	if (p->state == SNAP_CAPTURING && (p->requested || p->version > v)) {
 		return;
 	}
 	if (snap_begin(s, v, 0) == 0 && snap_add_at(s, v) == 0) {
