@@ -409,12 +409,15 @@ END_TEST
 
 // ---- rollback of a running server ------------------------------------------------
 
-// test_rows_snapshot_rollback: two servers (--snapshot-every 2) and a
-// sync trainer run 5 steps; a server that holds no table shard 0 is
-// closed and restarted on its URL from its snapshots, so the job rolls
-// back to version 4: the running server's table shards go back to their
-// rows and state at 4 (a reference at 4), and so do the restarted one's.
-// Fails if a rollback leaves the table shards at 5.
+// test_rows_snapshot_rollback: two servers and a sync trainer run 5
+// steps, with a job snapshot (the scheduler picks the version; one server
+// holds only a table shard) after steps 2 and 4; a server that holds no
+// table shard 0 is closed and restarted on its URL from its snapshots, so
+// the job rolls back to version 4: the running server's table shards go
+// back to their rows and state at 4 (a reference at 4), and so do the
+// restarted one's. Fails if a rollback leaves the table shards at 5, or
+// if the table-only server does not report its version to the scheduler
+// (the job snapshot then waits for a version no step makes).
 START_TEST(test_rows_snapshot_rollback)
 {
 	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
@@ -442,10 +445,9 @@ START_TEST(test_rows_snapshot_rollback)
 	so.shard_bytes = 64;
 	so.probe_bytes = 0;
 	PT_OK(ps_scheduler_open(&so, &j.sched));
-	o.scheduler_url  = ps_scheduler_url(j.sched);
-	o.snapshot_dir   = dir;
-	o.snapshot_every = 2;
-	o.heartbeat_ms   = 60;
+	o.scheduler_url = ps_scheduler_url(j.sched);
+	o.snapshot_dir  = dir;
+	o.heartbeat_ms  = 60;
 	for (int m = 0; m < 2; m++) {
 		o.url = pt_addr(surl[m], sizeof(surl[m]), "tcp");
 		PT_OK(ps_server_open(&o, &srv[m]));
@@ -458,20 +460,19 @@ START_TEST(test_rows_snapshot_rollback)
 	ck_assert_int_eq(
 	    ferry_client_init_weights(j.c, (const float *const *) wp), 0);
 	ck_assert_int_eq(ferry_client_pull(j.c, wp), 0);
-	// Each snapshot is on disk before the steps go on: a version reached
-	// while the previous file is written is skipped.
+	// Job snapshots (the scheduler picks the version both servers hold,
+	// one of them holding only a table shard) after steps 2 and 4.
 	for (int k = 0; k < 5; k++) {
+		struct ps_job_snapshot js;
+		char                   err[256];
 		ck_assert_msg(push_one(&j, k, 1) == 0, "step %d: %s", k,
 		    ferry_client_last_error(j.c));
-		for (int m = 0; m < 2 && (k == 1 || k == 3); m++) {
-			uint64_t v = (uint64_t) k + 1;
-			for (int t = 0; t < 5000 &&
-			     stat_u64(srv[m], "snapshot_version") < v;
-			     t++) {
-				fb_sleep_us(2000); // waits for the writers
-			}
-			ck_assert_uint_eq(stat_u64(srv[m], "snapshot_version"),
-			    v);
+		if (k == 1 || k == 3) {
+			ck_assert_msg(
+			    ps_job_snapshot(ps_scheduler_url(j.sched), NULL, 0,
+			        5000, &js, err, sizeof(err)) == FB_OK,
+			    "job snapshot after step %d: %s", k + 1, err);
+			ck_assert_uint_eq(js.version, (uint64_t) k + 1);
 		}
 	}
 	// The victim: a server not holding table shard 0.

@@ -563,8 +563,9 @@ ps__snap_close(struct ps_server *s)
 }
 
 // snap_query answers a Snapshot query: the highest and lowest versions
-// of the shards held here (the scheduler picks one version for every
-// server from these), and how many shards. Writes nothing. mu held.
+// of the shards and table shards held here (the scheduler picks one
+// version for every server from these), and how many shards. Writes
+// nothing. mu held.
 static void
 snap_query(struct ps_server *s, struct ps_call *c)
 {
@@ -582,6 +583,13 @@ snap_query(struct ps_server *s, struct ps_call *c)
 			r.version  = v > r.version ? v : r.version;
 			r.low      = v < r.low ? v : r.low;
 		}
+	}
+	// Table shards count too: a sync snapshot of V waits for them (a
+	// server holding only table shards reports theirs).
+	for (uint32_t k = 0; k < s->n_tshards; k++) {
+		uint64_t v = s->tshards[k].version;
+		r.version  = v > r.version ? v : r.version;
+		r.low      = v < r.low ? v : r.low;
 	}
 	r.low          = r.low == UINT64_MAX ? r.version : r.low;
 	r.shards       = s->n_shards;
