@@ -201,6 +201,21 @@ snap_add(struct ps_server *s, const struct srv_shard *sh)
 	}
 }
 
+// snap_shrink gives back the room the table shards' images took: they
+// are not kept between snapshots (a second copy of the rows held for
+// nothing). mu held; the buffer not in use.
+static void
+snap_shrink(struct ps_snap *p)
+{
+	if (p->dense_cap > 0 && p->cap > p->dense_cap) {
+		uint8_t *nb = fb_realloc(p->buf, p->dense_cap);
+		if (nb != NULL) {
+			p->buf = nb;
+			p->cap = p->dense_cap;
+		}
+	}
+}
+
 // snap_abandon gives up the capture in progress (out of memory): a
 // Snapshot call and ps_server_snapshot waiting for it are told.
 static void
@@ -208,6 +223,7 @@ snap_abandon(struct ps_server *s)
 {
 	struct ps_snap *p = s->snap;
 	p->state          = SNAP_IDLE;
+	snap_shrink(p);
 	p->n_failed++;
 	p->done_seq = p->seq;
 	p->done_rv  = FB_ENOMEM;
@@ -444,16 +460,7 @@ snap_writer(void *arg)
 		}
 
 		pthread_mutex_lock(&s->mu);
-		if (p->cap > p->dense_cap && p->n_trec > 0) {
-			// The table shards' images are not kept between
-			// snapshots: a second copy of the rows held for
-			// nothing.
-			uint8_t *nb = fb_realloc(p->buf, p->dense_cap);
-			if (nb != NULL) {
-				p->buf = nb;
-				p->cap = p->dense_cap;
-			}
-		}
+		snap_shrink(p);
 		if (rotated) {
 			p->held[1] = cur;
 		}
