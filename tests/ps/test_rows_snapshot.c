@@ -574,8 +574,8 @@ snap_small(const char *dir)
 // test_rows_snapshot_bogus: a file whose table record's rows image has
 // one bit flipped (the file's CRC made good again, so only the image's
 // own check finds it) is refused whole: the server does not serve; so is
-// a sound file restored into a job whose table has another dim. Fails if
-// either is loaded.
+// a sound file restored into a job whose table has another dim, and one
+// holding a table shard's record twice. Fails if any is loaded.
 START_TEST(test_rows_snapshot_bogus)
 {
 	struct tjob b;
@@ -612,6 +612,35 @@ START_TEST(test_rows_snapshot_bogus)
 	snap_small(dir);
 	ck_assert_int_ne(tjob_open(&b, dir, FERRY_MODE_ASYNC, 0,
 	                     PS_RESTORE_YES, 2 * DIM, 1500),
+	    0);
+	ck_assert_int_eq(ps_server_ready(b.srv, msg, sizeof(msg)), 0);
+	tjob_close(&b);
+
+	// A table shard's record twice (the second appended).
+	snprintf(path, sizeof(path), "%s/server-0.snap", dir);
+	bytes = read_all(path, &n);
+	off   = 32;
+	found = 0;
+	for (uint32_t r = 0; r < fb_get_u32le(bytes + 24) && !found; r++) {
+		size_t len = rec_len(bytes + off, &table, &image, &ilen);
+		if (table) {
+			uint8_t *dup = malloc(n + len);
+			found        = 1;
+			memcpy(dup, bytes, n - 4);
+			memcpy(dup + n - 4, bytes + off, len);
+			fb_put_u32le(dup + 24, fb_get_u32le(bytes + 24) + 1);
+			fb_put_u32le(dup + n - 4 + len,
+			    fb_crc32(0, dup, n - 4 + len));
+			write_all(path, dup, n + len);
+			free(dup);
+		}
+		off += len;
+	}
+	free(bytes);
+	ck_assert(found);
+	PT_OK(ps_snapshot_check(path, msg, sizeof(msg)));
+	ck_assert_int_ne(
+	    tjob_open(&b, dir, FERRY_MODE_ASYNC, 0, PS_RESTORE_YES, DIM, 1500),
 	    0);
 	ck_assert_int_eq(ps_server_ready(b.srv, msg, sizeof(msg)), 0);
 	tjob_close(&b);

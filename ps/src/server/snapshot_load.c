@@ -386,12 +386,24 @@ snap_check_all(struct ps_server *s, const Pswire__Placement *pl,
 		    "written by server %u, this is server %u", f->index,
 		    s->index);
 	}
+	// Table shards named once each (a second record of one would hide
+	// a missing one from the rollback's count).
+	uint8_t *seen = fb_zalloc(pl->n_table_shards + 1);
+	if (seen == NULL) {
+		return errmsg(msg, n, FB_ENOMEM, path, "out of memory");
+	}
 	for (uint32_t i = 0; rv == FB_OK && i < f->n_rec; i++) {
 		char why[384];
 		int  fit;
 		if (f->rec[i].table) {
 			fit = ps__tsnap_fit(s, pl, &f->rec[i].tr, why,
 			    sizeof(why));
+			if (fit >= 0 && seen[f->rec[i].tr.id]++ != 0) {
+				snprintf(why, sizeof(why),
+				    "table shard %u has two records",
+				    f->rec[i].tr.id);
+				fit = -1;
+			}
 			if (fit < 0) {
 				errmsg(msg, n, 0, path, "%s", why);
 				rv = FB_EPROTO;
@@ -406,6 +418,7 @@ snap_check_all(struct ps_server *s, const Pswire__Placement *pl,
 		}
 		*mine += fit > 0;
 	}
+	fb_free(seen);
 	return rv;
 }
 
@@ -435,9 +448,9 @@ snap_load_all(struct ps_server *s, struct snap_file *f)
 	}
 }
 
-// snap_loaded loads f's records placed here (mine and tmine of them; the load
-// began at t0) and records the restore in the stats. mu held (or the
-// server not serving yet).
+// snap_loaded loads f's records placed here (mine and tmine of them;
+// the load began at t0) and records the restore in the stats. mu held
+// (or the server not serving yet).
 static void
 snap_loaded(struct ps_server *s, struct snap_file *f, uint32_t mine,
     uint32_t tmine, uint64_t t0)
