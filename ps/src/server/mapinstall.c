@@ -176,20 +176,21 @@ ps__map_install(struct ps_server *s, Pswire__Placement *pl)
 			ps__seed_begin(s, sh, si->seed_gen, pl->epoch);
 		}
 	}
+	// The table shards' stores exist before a snapshot fills them.
+	if ((rv = ps__rows_install(s, pl)) != FB_OK) {
+		return rv;
+	}
 	// A snapshot is loaded (or refused whole) before the map is kept.
 	// A first map that orders a rollback (this server restarted from its
 	// snapshot) names the version every server returns to.
 	s->rollback_gen   = pl->rollback_gen;
 	s->rollback_epoch = pl->rollback_gen != 0 ? pl->epoch : 0;
-	if ((rv = ps__snap_restore(s,
+	if ((rv = ps__snap_restore(s, pl,
 	         pl->rollback_gen != 0 && !s->late ? pl->rollback_version
 	                                           : UINT64_MAX)) != FB_OK) {
 		return rv;
 	}
 	if ((rv = ps__repl_open(s)) != FB_OK) {
-		return rv;
-	}
-	if ((rv = ps__rows_install(s, pl)) != FB_OK) {
 		return rv;
 	}
 	s->pl = pl;

@@ -233,6 +233,7 @@ apply(struct ps_server *s, struct srv_tshard *ts, const uint64_t *keys,
 	ts->version++;
 	atomic_fetch_add_explicit(&s->n_applied, 1, memory_order_relaxed);
 	evict_after_update(s, ts);
+	ps__snap_on_tversion(s, ts); // snapshots (rows_snap.c)
 }
 
 // round_close sums ts's staged pushes per key in rank order, applies the

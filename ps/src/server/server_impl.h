@@ -763,19 +763,26 @@ void ps__snap_close(struct ps_server *s);
 // (the buffer is reused). s->snap non-NULL; mu held.
 void ps__snap_on_version(struct ps_server *s, struct srv_shard *sh);
 
+// ps__snap_on_tversion is told that table shard ts reached a new version
+// (rows.c, after each update): as ps__snap_on_version, for its record.
+// No-op without a snapshot dir. mu held.
+void ps__snap_on_tversion(struct ps_server *s, struct srv_tshard *ts);
+
 // ps__on_snapshot serves a Snapshot rpc: the writer thread answers once
 // the file is on disk. Called on an nng callback thread; takes mu.
 void ps__on_snapshot(struct ps_server *s, struct ps_call *c);
 
 // ps__snap_restore names this server's snapshot file (s->index known) and,
-// unless opts.restore says no, loads it into the shards the first map
-// places here, after checking all of it: the newest file (want UINT64_MAX)
+// unless opts.restore says no, loads it into the shards and table shards
+// (ps__rows_install done) first map pl places here, after checking all of
+// it: the newest file (want UINT64_MAX)
 // or, when the first map orders a rollback, the one of version want
 // (whatever opts.restore says). Errors: FB_ENOTFOUND (no file with
 // PS_RESTORE_YES, or none of version want), FB_EPROTO, FB_ECORRUPT,
 // FB_ENOMEM, FB_ESYSERR; nothing is loaded then. mu held, from
 // ps__map_install.
-int ps__snap_restore(struct ps_server *s, uint64_t want);
+int ps__snap_restore(struct ps_server *s, const Pswire__Placement *pl,
+    uint64_t want);
 
 // ps__snap_scan names this server's snapshot files (s->index known) and
 // reads the versions in their headers into held[0] (the newest file) and
@@ -793,7 +800,8 @@ size_t ps__snap_held(struct ps_server *s, uint64_t *held,
 // map of placement epoch `epoch` orders it): the file is read and checked as a
 // file (format, checksums) without mu, the server still serving; then, under
 // mu, its records are checked against the shards placed here and, once no push
-// is decoding, every held shard gets the snapshot's state, its round in
+// is decoding, every held shard and table shard gets the snapshot's state
+// (table shards: their records' versions and clocks), its round in
 // progress and clocks are forgotten, a snapshot being taken is abandoned (its
 // Snapshot call answered ABORTED), every parked call is answered STALE_EPOCH,
 // and requests made under an older map are refused from then on

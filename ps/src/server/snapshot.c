@@ -4,16 +4,17 @@
 // disk, and restoring the file into the shards the first map gives this
 // server (--restore).
 //
-// FORMAT (little-endian; format version 2). One file per server,
+// FORMAT (little-endian; format version 3). One file per server,
 // DIR/server-<index>.snap (the newest; the one before it is kept as
 // DIR/server-<index>.prev.snap for a rollback), where <index> is the server
 // index the scheduler gives at registration (the same index for the same
 // advertised URL, so a server restarted with the same --advertise/--listen and
 // --snapshot-dir finds its file):
 //   header  32 bytes: "FERRYSNP", u32 format version, u32 server index,
-//           u64 snapshot version (the lowest of its shards'), u32 records,
-//           u32 flags (bit 0: the records carry a pull reference and
-//           delta log)
+//           u64 snapshot version (the lowest of its dense shards', else
+//           of its table shards'), u32 records (dense and table), u32
+//           flags (bit 0: the records carry a pull reference and delta
+//           log)
 //   record  per shard: u32 tensor, u32 hlen, u64 offset, u64 len (elements),
 //           u64 plen, then hlen bytes of a packed TransferRequest (shard id,
 //           version, init, ref_crc and the delta log's bases, crcs and
@@ -22,10 +23,26 @@
 //           progress), then plen payload bytes laid out as a Transfer's
 //           (transfer.c): x, the optimizer state (optim_bufs x len
 //           floats), then ref and the log entries.
+//   or, per table shard (format 3), a record opening with u32
+//           0xffffffff: its id, range, version, clocks and tbl_save
+//           image of rows, optimizer and admission/eviction state
+//           (rows_snap.c), in any order among the dense records.
 //   trailer u32 CRC-32 (fb_crc32) of every byte before it.
-// Format 1 (before optimizers) is format 2 without optimizer state: it
-// still loads into a job whose optimizer keeps none (sgd) and is refused,
-// naming the optimizer, otherwise.
+// Format 2 is format 3 without table records, format 1 (before
+// optimizers) format 2 without optimizer state: both still load (a job's
+// table shards then start empty, taking the trainers' version); format 1
+// is refused, naming the optimizer, by a job whose optimizer keeps state.
+//
+// TABLE SHARDS' VERSIONS. A table record holds the shard as it was at
+// one hold of mu, at the version it records. A snapshot "now" (async,
+// SSP, or version 0 asked) takes every table shard at the request, each
+// at its own version (its count of updates). A sync snapshot of version
+// V (asked, or every --snapshot-every) takes each table shard when it
+// reaches V, like a dense shard, so that rows, optimizer state and dense
+// weights are all of step V when the trainers push every table every
+// step (ferry_client_step); a table shard already past V when the
+// capture begins is taken at once at its own version. A restore and a
+// rollback put each table shard back at its record's version.
 //
 // DESIGN.
 // - Taking: under mu each shard's state is copied into one reused buffer
@@ -48,6 +65,11 @@
 //   record's bounds, protobuf and its fit to the map) before one shard is
 //   touched, so a bad file is refused, naming the file, and nothing is
 //   half-loaded.
+// - Table shards: their images (tbl_save) are copied into the same
+//   buffer under mu and written by the writer like the dense records;
+//   the buffer grows for them at the capture and shrinks back to the
+//   dense records' size after the write, so a second copy of the rows
+//   lives only while a snapshot is taken and written.
 // O_DIRECT is a Linux extension (see "writing" below for why it is used).
 #define _GNU_SOURCE
 #include <errno.h>
@@ -76,18 +98,24 @@ rec_bound(const struct ps_server *s, const struct srv_shard *sh)
 }
 
 // snap_begin starts capturing version v (0: every shard now) into the
-// buffer, growing it if this server's shards outgrew it. Returns -1 when
-// out of memory (nothing captured).
+// buffer, growing it if this server's shards outgrew it (table shards:
+// their images now, and an eighth more for rows admitted before they
+// reach v). Returns -1 when out of memory (nothing captured).
 static int
 snap_begin(struct ps_server *s, uint64_t v, int requested)
 {
 	struct ps_snap *p    = s->snap;
-	size_t          need = SNAP_HDR + SNAP_TRAILER;
+	size_t          need = SNAP_HDR + SNAP_TRAILER, tneed = 0;
 	for (size_t i = 0; i < s->n_global; i++) {
 		if (s->local[i] >= 0) {
 			need += rec_bound(s, &s->shards[i]);
 		}
 	}
+	p->dense_cap = need;
+	for (uint32_t k = 0; k < s->n_tshards; k++) {
+		tneed += ps__tsnap_size(s, &s->tshards[k]);
+	}
+	need += tneed + tneed / 8;
 	if (need > p->cap) {
 		uint8_t *nb = fb_realloc(p->buf, need);
 		if (nb == NULL) {
@@ -102,7 +130,9 @@ snap_begin(struct ps_server *s, uint64_t v, int requested)
 	p->requested = requested;
 	p->version   = v;
 	p->low       = UINT64_MAX;
+	p->tlow      = UINT64_MAX;
 	p->n_rec     = 0;
+	p->n_trec    = 0;
 	p->len       = SNAP_HDR;
 	p->seq++;
 	return 0;
@@ -171,23 +201,136 @@ snap_add(struct ps_server *s, const struct srv_shard *sh)
 	}
 }
 
+// snap_shrink gives back the room the table shards' images took: they
+// are not kept between snapshots (a second copy of the rows held for
+// nothing). mu held; the buffer not in use.
+static void
+snap_shrink(struct ps_snap *p)
+{
+	if (p->dense_cap > 0 && p->cap > p->dense_cap) {
+		uint8_t *nb = fb_realloc(p->buf, p->dense_cap);
+		if (nb != NULL) {
+			p->buf = nb;
+			p->cap = p->dense_cap;
+		}
+	}
+}
+
+// snap_abandon gives up the capture in progress (out of memory): a
+// Snapshot call and ps_server_snapshot waiting for it are told.
+static void
+snap_abandon(struct ps_server *s)
+{
+	struct ps_snap *p = s->snap;
+	p->state          = SNAP_IDLE;
+	snap_shrink(p);
+	p->n_failed++;
+	p->done_seq = p->seq;
+	p->done_rv  = FB_ENOMEM;
+	if (p->call != NULL) {
+		ps__server_reply_err(s, p->call, PSWIRE__STATUS__INTERNAL,
+		    "snapshot: out of memory for the table shards' rows");
+		p->call = NULL;
+	}
+	pthread_cond_broadcast(&p->done);
+}
+
+// snap_tadd copies table shard ts's record (its rows image) into the
+// buffer, growing it when the rows outgrew the room snap_begin left.
+// Returns -1 when out of memory (the capture is abandoned).
+static int
+snap_tadd(struct ps_server *s, const struct srv_tshard *ts)
+{
+	struct ps_snap *p    = s->snap;
+	size_t          need = ps__tsnap_size(s, ts);
+	if (p->cap - p->len < need + SNAP_TRAILER) {
+		size_t   cap = p->len + need + SNAP_TRAILER;
+		uint8_t *nb  = fb_realloc(p->buf, cap + cap / 8);
+		if (nb == NULL) {
+			FB_LOG(FB_LOG_ERR, "snapshot",
+			    "out of memory for table shard %u's %zu bytes: "
+			    "snapshot abandoned",
+			    ts->id, need);
+			snap_abandon(s);
+			return -1;
+		}
+		p->buf = nb;
+		p->cap = cap + cap / 8;
+	}
+	ps__tsnap_write(s, ts, p->buf + p->len);
+	p->len += need;
+	p->n_rec++;
+	p->n_trec++;
+	if (ts->version < p->tlow) {
+		p->tlow = ts->version;
+	}
+	return 0;
+}
+
+// snap_add_at adds every held shard at version v and every table shard
+// at v or past it (0: all of them, now). A table shard past v is taken
+// at its own version (a table the trainers do not push in step with the
+// dense tensors): the capture never waits for a version it passed.
+// Returns -1 when the capture was abandoned.
+static int
+snap_add_at(struct ps_server *s, uint64_t v)
+{
+	for (size_t i = 0; i < s->n_global; i++) {
+		if (s->local[i] >= 0 &&
+		    (v == 0 || s->shards[i].version == v)) {
+			snap_add(s, &s->shards[i]);
+		}
+	}
+	for (uint32_t k = 0; k < s->n_tshards; k++) {
+		if (v == 0 || s->tshards[k].version >= v) {
+			if (snap_tadd(s, &s->tshards[k]) != 0) {
+				return -1;
+			}
+		}
+	}
+	return 0;
+}
+
 // snap_maybe_full hands the buffer to the writer once every held shard is
 // in it.
 static void
 snap_maybe_full(struct ps_server *s)
 {
-	struct ps_snap *p = s->snap;
-	if (p->state != SNAP_CAPTURING || p->n_rec < s->n_shards) {
+	struct ps_snap *p     = s->snap;
+	uint32_t        dense = p->n_rec - p->n_trec;
+	if (p->state != SNAP_CAPTURING || dense < s->n_shards ||
+	    p->n_trec < s->n_tshards) {
 		return;
 	}
+	// The file's version is its dense shards' lowest (what the
+	// scheduler's rollback matches), else its table shards'.
 	memcpy(p->buf, SNAP_MAGIC, 8);
 	fb_put_u32le(p->buf + 8, SNAP_FORMAT);
 	fb_put_u32le(p->buf + 12, s->index);
-	fb_put_u64le(p->buf + 16, p->n_rec ? p->low : p->version);
+	fb_put_u64le(p->buf + 16,
+	    dense           ? p->low
+	        : p->n_trec ? p->tlow
+	                    : p->version);
 	fb_put_u32le(p->buf + 24, p->n_rec);
 	fb_put_u32le(p->buf + 28, s->job.pull_none ? 0 : SNAP_FLAG_REF);
 	p->state = SNAP_FULL;
 	pthread_cond_signal(&p->wake);
+}
+
+// snap_skip counts and logs (once) periodic version v, which a shard
+// reached while the previous snapshot was still being written.
+static void
+snap_skip(struct ps_server *s, uint64_t v)
+{
+	struct ps_snap *p = s->snap;
+	if (p->skip_logged != v) {
+		p->skip_logged = v;
+		p->n_skipped++;
+		FB_LOG(FB_LOG_WARN, "snapshot",
+		    "version %llu not snapshotted: the previous snapshot is "
+		    "still being written (raise --snapshot-every)",
+		    (unsigned long long) v);
+	}
 }
 
 void
@@ -205,15 +348,7 @@ ps__snap_on_version(struct ps_server *s, struct srv_shard *sh)
 		return;
 	}
 	if (p->state == SNAP_FULL || p->state == SNAP_WRITING) {
-		if (p->skip_logged != v) {
-			p->skip_logged = v;
-			p->n_skipped++;
-			FB_LOG(FB_LOG_WARN, "snapshot",
-			    "version %llu not snapshotted: the previous "
-			    "snapshot is still being written (raise "
-			    "--snapshot-every)",
-			    (unsigned long long) v);
-		}
+		snap_skip(s, v);
 		return;
 	}
 	if (p->state == SNAP_CAPTURING && (p->requested || p->version > v)) {
@@ -221,8 +356,39 @@ ps__snap_on_version(struct ps_server *s, struct srv_shard *sh)
 	}
 	// IDLE, or a periodic capture some shard never reached (it moved
 	// away): start this version's.
-	if (snap_begin(s, v, 0) == 0) {
-		snap_add(s, sh);
+	if (snap_begin(s, v, 0) == 0 && snap_add_at(s, v) == 0) {
+		snap_maybe_full(s);
+	}
+}
+
+void
+ps__snap_on_tversion(struct ps_server *s, struct srv_tshard *ts)
+{
+	struct ps_snap *p = s->snap;
+	uint64_t        v = ts->version;
+
+	if (p == NULL) {
+		return;
+	}
+	if (p->state == SNAP_CAPTURING && p->version == v) {
+		if (snap_tadd(s, ts) == 0) {
+			snap_maybe_full(s);
+		}
+		return;
+	}
+	// A periodic snapshot begins with whichever shard, dense or table,
+	// reaches its version first.
+	if (p->every == 0 || v % p->every != 0 || s->job.mode != 0) {
+		return;
+	}
+	if (p->state == SNAP_FULL || p->state == SNAP_WRITING) {
+		snap_skip(s, v);
+		return;
+	}
+	if (p->state == SNAP_CAPTURING && (p->requested || p->version > v)) {
+		return;
+	}
+	if (snap_begin(s, v, 0) == 0 && snap_add_at(s, v) == 0) {
 		snap_maybe_full(s);
 	}
 }
@@ -245,14 +411,8 @@ snap_request(struct ps_server *s, uint64_t v, uint64_t *seq)
 			return FB_ESTATE;
 		}
 	}
-	if (snap_begin(s, v, 1) != 0) {
+	if (snap_begin(s, v, 1) != 0 || snap_add_at(s, v) != 0) {
 		return FB_ENOMEM;
-	}
-	for (size_t i = 0; i < s->n_global; i++) {
-		if (s->local[i] >= 0 &&
-		    (v == 0 || s->shards[i].version == v)) {
-			snap_add(s, &s->shards[i]);
-		}
 	}
 	*seq = p->seq;
 	snap_maybe_full(s);
@@ -300,6 +460,7 @@ snap_writer(void *arg)
 		}
 
 		pthread_mutex_lock(&s->mu);
+		snap_shrink(p);
 		if (rotated) {
 			p->held[1] = cur;
 		}
@@ -316,9 +477,10 @@ snap_writer(void *arg)
 			p->last_write_ns = fb_clock_ns() - t0;
 			p->last_version  = version;
 			FB_LOG(FB_LOG_INFO, "snapshot",
-			    "version %llu: %u shards, %zu bytes to %s",
-			    (unsigned long long) version, p->n_rec,
-			    len + SNAP_TRAILER, p->path);
+			    "version %llu: %u shards and %u table shards, "
+			    "%zu bytes to %s",
+			    (unsigned long long) version, p->n_rec - p->n_trec,
+			    p->n_trec, len + SNAP_TRAILER, p->path);
 		} else {
 			p->n_failed++;
 		}
@@ -331,7 +493,7 @@ snap_writer(void *arg)
 				    "snapshot %s: %s", p->path, strerror(e));
 			} else {
 				r.version    = version;
-				r.shards     = p->n_rec;
+				r.shards     = p->n_rec - p->n_trec;
 				r.bytes      = len + SNAP_TRAILER;
 				h.request_id = p->call->hdr->request_id;
 				h.body_case =
@@ -408,8 +570,9 @@ ps__snap_close(struct ps_server *s)
 }
 
 // snap_query answers a Snapshot query: the highest and lowest versions
-// of the shards held here (the scheduler picks one version for every
-// server from these), and how many shards. Writes nothing. mu held.
+// of the shards and table shards held here (the scheduler picks one
+// version for every server from these), and how many shards. Writes
+// nothing. mu held.
 static void
 snap_query(struct ps_server *s, struct ps_call *c)
 {
@@ -427,6 +590,13 @@ snap_query(struct ps_server *s, struct ps_call *c)
 			r.version  = v > r.version ? v : r.version;
 			r.low      = v < r.low ? v : r.low;
 		}
+	}
+	// Table shards count too: a sync snapshot of V waits for them (a
+	// server holding only table shards reports theirs).
+	for (uint32_t k = 0; k < s->n_tshards; k++) {
+		uint64_t v = s->tshards[k].version;
+		r.version  = v > r.version ? v : r.version;
+		r.low      = v < r.low ? v : r.low;
 	}
 	r.low          = r.low == UINT64_MAX ? r.version : r.low;
 	r.shards       = s->n_shards;
@@ -540,7 +710,8 @@ ps__snap_stats(struct ps_server *s, char *buf, size_t n)
 	    "snapshots_failed:%llu\r\nsnapshots_skipped:%llu\r\n"
 	    "snapshot_version:%llu\r\nsnapshot_bytes:%llu\r\n"
 	    "snapshot_write_us:%llu\r\nrestore_version:%llu\r\n"
-	    "restore_shards:%u\r\nrestore_bytes:%llu\r\nrestore_us:%llu\r\n"
+	    "restore_shards:%u\r\nrestore_table_shards:%u\r\n"
+	    "restore_bytes:%llu\r\nrestore_us:%llu\r\n"
 	    "rollbacks:%llu\r\n",
 	    p->dir, (unsigned long long) p->n_written,
 	    (unsigned long long) p->n_failed,
@@ -549,7 +720,7 @@ ps__snap_stats(struct ps_server *s, char *buf, size_t n)
 	    (unsigned long long) p->last_bytes,
 	    (unsigned long long) (p->last_write_ns / 1000),
 	    (unsigned long long) p->restore_version, p->restore_shards,
-	    (unsigned long long) p->restore_bytes,
+	    p->restore_tshards, (unsigned long long) p->restore_bytes,
 	    (unsigned long long) (p->restore_ns / 1000),
 	    (unsigned long long) p->n_rollbacks);
 }

@@ -1,8 +1,10 @@
 // snapshot_load.c — reading a server's snapshot file back: checking all
 // of it (magic, format version, CRC, every record's bounds and its fit to
-// the job) before one shard is touched, then copying it into the shards
-// the first map places here (ps__snap_restore), and the stand-alone check
-// (ps_snapshot_check). The format and the writing side are in snapshot.c.
+// the job, the table shards' rows images) before one shard is touched,
+// then copying it into the shards and table shards the first map places
+// here (ps__snap_restore) or a running server holds (ps__snap_rollback),
+// and the stand-alone check (ps_snapshot_check). The format and the
+// writing side are in snapshot.c, table records in rows_snap.c.
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -13,8 +15,11 @@
 
 #include "snapshot.h"
 
-// A record checked against the file's bounds.
+// A record checked against the file's bounds: a dense shard's, or with
+// table set a table shard's (tr).
 struct snap_rec {
+	int                      table;
+	struct snap_trec         tr;
 	uint32_t                 tensor;
 	uint64_t                 offset, len, plen;
 	Pswire__TransferRequest *t;
@@ -26,7 +31,7 @@ struct snap_rec {
 struct snap_file {
 	uint8_t         *buf;
 	size_t           len;
-	uint32_t         format, index, n_rec, flags;
+	uint32_t         format, index, n_rec, flags, n_trec;
 	uint64_t         version;
 	struct snap_rec *rec;
 };
@@ -39,6 +44,7 @@ snap_file_free(struct snap_file *f)
 			pswire__transfer_request__free_unpacked(f->rec[i].t,
 			    NULL);
 		}
+		tbl_close(f->rec[i].tr.staged);
 	}
 	fb_free(f->rec);
 	fb_free(f->buf);
@@ -111,9 +117,9 @@ snap_file_read(const char *path, struct snap_file *f, char *msg, size_t n)
 		    "not a Ferry snapshot (bad magic)");
 	}
 	f->format = fb_get_u32le(f->buf + 8);
-	if (f->format != SNAP_FORMAT && f->format != SNAP_FORMAT_V1) {
+	if (f->format < SNAP_FORMAT_V1 || f->format > SNAP_FORMAT) {
 		return errmsg(msg, n, FB_EPROTO, path,
-		    "format version %u; this build reads %u and %u", f->format,
+		    "format version %u; this build reads %u to %u", f->format,
 		    SNAP_FORMAT_V1, SNAP_FORMAT);
 	}
 	uint32_t want = fb_get_u32le(f->buf + f->len - SNAP_TRAILER);
@@ -143,10 +149,23 @@ snap_file_read(const char *path, struct snap_file *f, char *msg, size_t n)
 		}
 		const uint8_t *p  = f->buf + off;
 		uint32_t       hl = fb_get_u32le(p + 4);
-		r->tensor         = fb_get_u32le(p);
-		r->offset         = fb_get_u64le(p + 8);
-		r->len            = fb_get_u64le(p + 16);
-		r->plen           = fb_get_u64le(p + 24);
+		if (f->format >= 3 && fb_get_u32le(p) == SNAP_TTAG) {
+			char   why[256];
+			size_t used;
+			if (ps__tsnap_parse(p, end - off, &r->tr, &used, why,
+			        sizeof(why)) != 0) {
+				return errmsg(msg, n, FB_EPROTO, path,
+				    "record %u: %s", i, why);
+			}
+			r->table = 1;
+			f->n_trec++;
+			off += used;
+			continue;
+		}
+		r->tensor = fb_get_u32le(p);
+		r->offset = fb_get_u64le(p + 8);
+		r->len    = fb_get_u64le(p + 16);
+		r->plen   = fb_get_u64le(p + 24);
 		off += SNAP_REC;
 		if (hl > SNAP_HMAX || r->plen > end - off - hl ||
 		    hl > end - off) {
@@ -177,8 +196,10 @@ ps_snapshot_check(const char *path, char *msg, size_t n)
 	struct snap_file f;
 	int              rv = snap_file_read(path, &f, msg, n);
 	if (rv == FB_OK) {
-		snprintf(msg, n, "snapshot %s: version %llu, %u shards", path,
-		    (unsigned long long) f.version, f.n_rec);
+		snprintf(msg, n,
+		    "snapshot %s: version %llu, %u shards, %u table shards",
+		    path, (unsigned long long) f.version, f.n_rec - f.n_trec,
+		    f.n_trec);
 	}
 	snap_file_free(&f);
 	return rv;
@@ -348,37 +369,75 @@ snap_read_version(struct ps_server *s, uint64_t want, struct snap_file *f,
 	return rv;
 }
 
-// snap_check_all checks every record of f against the job before one
-// shard is touched; *mine counts those placed here. FB_OK or FB_EPROTO
-// (msg filled). mu held.
+// snap_check_all checks every record of f against the job of map pl
+// before one shard is touched (the table shards' images placed here are
+// loaded into new stores); *mine and *tmine count the shards and table
+// shards placed here. FB_OK or FB_EPROTO (msg filled). mu held.
 static int
-snap_check_all(struct ps_server *s, const char *path,
-    const struct snap_file *f, uint32_t *mine, char *msg, size_t n)
+snap_check_all(struct ps_server *s, const Pswire__Placement *pl,
+    const char *path, struct snap_file *f, uint32_t *mine, uint32_t *tmine,
+    char *msg, size_t n)
 {
 	int rv = FB_OK;
 	*mine  = 0;
+	*tmine = 0;
 	if (f->index != s->index) {
 		return errmsg(msg, n, FB_EPROTO, path,
 		    "written by server %u, this is server %u", f->index,
 		    s->index);
 	}
+	// Table shards named once each (a second record of one would hide
+	// a missing one from the rollback's count).
+	uint8_t *seen = fb_zalloc(pl->n_table_shards + 1);
+	if (seen == NULL) {
+		return errmsg(msg, n, FB_ENOMEM, path, "out of memory");
+	}
 	for (uint32_t i = 0; rv == FB_OK && i < f->n_rec; i++) {
-		int fit = snap_fit(s, path, &f->rec[i], f->format,
+		char why[384];
+		int  fit;
+		if (f->rec[i].table) {
+			fit = ps__tsnap_fit(s, pl, &f->rec[i].tr, why,
+			    sizeof(why));
+			if (fit >= 0 && seen[f->rec[i].tr.id]++ != 0) {
+				snprintf(why, sizeof(why),
+				    "table shard %u has two records",
+				    f->rec[i].tr.id);
+				fit = -1;
+			}
+			if (fit < 0) {
+				errmsg(msg, n, 0, path, "%s", why);
+				rv = FB_EPROTO;
+			}
+			*tmine += fit > 0;
+			continue;
+		}
+		fit = snap_fit(s, path, &f->rec[i], f->format,
 		    (f->flags & SNAP_FLAG_REF) != 0, msg, n);
 		if (fit < 0) {
 			rv = FB_EPROTO;
 		}
 		*mine += fit > 0;
 	}
+	fb_free(seen);
 	return rv;
 }
 
-// snap_load_all copies every record of f placed here into its shard. mu
-// held (or the server not serving yet).
+// snap_load_all copies every record of f placed here into its shard;
+// the table shards it holds no record of start empty at the trainers'
+// version (adopt). mu held (or the server not serving yet).
 static void
-snap_load_all(struct ps_server *s, const struct snap_file *f)
+snap_load_all(struct ps_server *s, struct snap_file *f)
 {
+	for (uint32_t k = 0; k < s->n_tshards; k++) {
+		s->tshards[k].adopt = 1;
+	}
 	for (uint32_t i = 0; i < f->n_rec; i++) {
+		if (f->rec[i].table) {
+			if (f->rec[i].tr.staged != NULL) {
+				ps__tsnap_install(s, &f->rec[i].tr);
+			}
+			continue;
+		}
 		if (s->local[f->rec[i].t->shard] >= 0) {
 			struct srv_shard *sh = &s->shards[f->rec[i].t->shard];
 			ps__shard_load_state(s, sh, f->rec[i].t,
@@ -389,31 +448,33 @@ snap_load_all(struct ps_server *s, const struct snap_file *f)
 	}
 }
 
-// snap_loaded loads f's records placed here (mine of them; the load
-// began at t0) and records the restore in the stats. mu held (or the
-// server not serving yet).
+// snap_loaded loads f's records placed here (mine and tmine of them;
+// the load began at t0) and records the restore in the stats. mu held
+// (or the server not serving yet).
 static void
-snap_loaded(struct ps_server *s, const struct snap_file *f, uint32_t mine,
-    uint64_t t0)
+snap_loaded(struct ps_server *s, struct snap_file *f, uint32_t mine,
+    uint32_t tmine, uint64_t t0)
 {
 	struct ps_snap *p = s->snap;
 	snap_load_all(s, f);
 	p->restore_version = f->version;
 	p->restore_shards  = mine;
+	p->restore_tshards = tmine;
 	p->restore_bytes   = f->len;
 	p->restore_ns      = fb_clock_ns() - t0;
 }
 
 int
-ps__snap_restore(struct ps_server *s, uint64_t want)
+ps__snap_restore(struct ps_server *s, const Pswire__Placement *pl,
+    uint64_t want)
 {
 	struct ps_snap  *p = s->snap;
 	struct snap_file f;
 	char             msg[512];
 	const char      *path;
 	uint64_t         t0   = fb_clock_ns();
-	uint32_t         mine = 0;
-	int              rv, restore = s->opts.restore;
+	uint32_t         mine = 0, tmine = 0;
+	int              rv, restore     = s->opts.restore;
 
 	if (p == NULL) {
 		return FB_OK;
@@ -433,7 +494,8 @@ ps__snap_restore(struct ps_server *s, uint64_t want)
 	}
 	// Check every record before touching a shard.
 	if (rv == FB_OK) {
-		rv = snap_check_all(s, path, &f, &mine, msg, sizeof(msg));
+		rv = snap_check_all(s, pl, path, &f, &mine, &tmine, msg,
+		    sizeof(msg));
 	}
 	if (rv != FB_OK) {
 		FB_LOG(FB_LOG_ERR, "snapshot", "refused, nothing loaded: %s",
@@ -441,16 +503,24 @@ ps__snap_restore(struct ps_server *s, uint64_t want)
 		snap_file_free(&f);
 		return rv;
 	}
-	snap_loaded(s, &f, mine, t0);
+	snap_loaded(s, &f, mine, tmine, t0);
 	FB_LOG(FB_LOG_NOTICE, "snapshot",
-	    "restored %u of %u held shards from %s: the job rolls back to "
-	    "version %llu (the trainers resume from there)",
-	    mine, s->n_shards, path, (unsigned long long) f.version);
+	    "restored %u of %u held shards and %u of %u table shards from "
+	    "%s: the job rolls back to version %llu (the trainers resume "
+	    "from there)",
+	    mine, s->n_shards, tmine, s->n_tshards, path,
+	    (unsigned long long) f.version);
 	if (mine < s->n_shards) {
 		FB_LOG(FB_LOG_WARN, "snapshot",
 		    "%u shards placed here are not in %s: they start from "
 		    "the trainers' initial weights",
 		    s->n_shards - mine, path);
+	}
+	if (tmine < s->n_tshards) {
+		FB_LOG(FB_LOG_WARN, "snapshot",
+		    "%u table shards placed here are not in %s: their rows "
+		    "start empty",
+		    s->n_tshards - tmine, path);
 	}
 	snap_file_free(&f);
 	return FB_OK;
@@ -495,7 +565,7 @@ ps__snap_rollback(struct ps_server *s, uint64_t version, uint64_t epoch)
 	char             msg[512];
 	const char      *path;
 	uint64_t         t0   = fb_clock_ns();
-	uint32_t         mine = 0;
+	uint32_t         mine = 0, tmine = 0;
 	int              rv;
 
 	if (p == NULL) {
@@ -513,12 +583,14 @@ ps__snap_rollback(struct ps_server *s, uint64_t version, uint64_t epoch)
 	rv = snap_read_version(s, version, &f, &path, msg, sizeof(msg));
 	pthread_mutex_lock(&s->mu);
 	if (rv == FB_OK) {
-		rv = snap_check_all(s, path, &f, &mine, msg, sizeof(msg));
+		rv = snap_check_all(s, s->pl, path, &f, &mine, &tmine, msg,
+		    sizeof(msg));
 	}
-	if (rv == FB_OK && mine < s->n_shards) {
+	if (rv == FB_OK && (mine < s->n_shards || tmine < s->n_tshards)) {
 		rv = errmsg(msg, sizeof(msg), FB_EPROTO, path,
-		    "holds %u of the %u shards placed here", mine,
-		    s->n_shards);
+		    "holds %u of the %u shards and %u of the %u table shards "
+		    "placed here",
+		    mine, s->n_shards, tmine, s->n_tshards);
 	}
 	if (rv != FB_OK) {
 		pthread_mutex_unlock(&s->mu);
@@ -531,7 +603,7 @@ ps__snap_rollback(struct ps_server *s, uint64_t version, uint64_t epoch)
 	while (decoding(s)) {
 		pthread_cond_wait(&s->decoded, &s->mu);
 	}
-	snap_loaded(s, &f, mine, t0);
+	snap_loaded(s, &f, mine, tmine, t0);
 	for (size_t i = 0; i < s->n_global; i++) {
 		if (s->local[i] >= 0 && !s->shards[i].backup) {
 			round_reset(s, &s->shards[i]);
@@ -555,9 +627,9 @@ ps__snap_rollback(struct ps_server *s, uint64_t version, uint64_t epoch)
 	p->n_rollbacks++;
 	pthread_mutex_unlock(&s->mu);
 	FB_LOG(FB_LOG_NOTICE, "snapshot",
-	    "rolled back to version %llu: %u shards restored from %s "
-	    "(placement epoch %llu)",
-	    (unsigned long long) version, mine, path,
+	    "rolled back to version %llu: %u shards and %u table shards "
+	    "restored from %s (placement epoch %llu)",
+	    (unsigned long long) version, mine, tmine, path,
 	    (unsigned long long) epoch);
 	snap_file_free(&f);
 	return FB_OK;

@@ -23,4 +23,14 @@ void ps_server_test_stage_hook(struct ps_server *s,
 // next update's CRC check finds it and the primary sends its whole state.
 int ps_server_test_corrupt_backups(struct ps_server *s);
 
+// ps_server_test_table_each calls fn(arg, key, row, state) for every row
+// of table shard id held here (fn NULL: none), under the server's lock,
+// copies the shard's store conf into *conf (NULL: not) and returns the
+// shard's version, or UINT64_MAX when it is not held here. For tests that
+// compare a restored table with a reference (rows_snap.c).
+struct tbl_conf;
+uint64_t ps_server_test_table_each(struct ps_server *s, uint32_t id,
+    void (*fn)(void *arg, uint64_t key, const float *row, const float *state),
+    void *arg, struct tbl_conf *conf);
+
 #endif // PS_TEST_HOOKS_H
