@@ -224,6 +224,10 @@ struct ferry_client {
 	size_t               n_tshards;
 	uint64_t             route_epoch;
 	uint64_t             rows_version;
+	// Lockstep: rows_version is not known to match the servers' (after
+	// declare, a rollback, or a push they found behind): the next rows
+	// call asks every table shard its version first (rows.c).
+	int                  rows_probe;
 	uint8_t             *rneed;
 	uint32_t            *rsent;
 	uint64_t            *rver;

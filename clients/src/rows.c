@@ -46,6 +46,8 @@ struct rowsx {
 	int                      backoff;  // UNAVAILABLE: wait, then re-send
 	int                      resend;   // a push may have been counted:
 	                                   // RowsRequest.resend from now on
+	int                      probe;    // no keys: every table shard's
+	                                   // version (learn_version)
 };
 
 // rslot is server m's rows slot.
@@ -208,8 +210,12 @@ prepare(ferry_client *c, struct rowsx *x)
 		if (x->pushing && (all || c->dd_push.sh_n[i] > 0)) {
 			c->rneed[i] |= RNEED_PUSH;
 		}
-		if (c->dd_pull.sh_n[i] > 0) {
+		if (c->dd_pull.sh_n[i] > 0 || x->probe) {
 			c->rneed[i] |= RNEED_PULL;
+		}
+		if (x->probe) {
+			c->rver[i] =
+			    0; // the versions it answers, not the highest
 		}
 	}
 	for (size_t m = 0; m < c->pl->n_servers; m++) {
@@ -265,7 +271,7 @@ blocks_plan(ferry_client *c, const struct rowsx *x, size_t m, size_t *np,
 			b->n           = (uint32_t) n;
 			b->keys_offset = plen;
 			plen += 8 * n;
-			if (c->lockstep) {
+			if (c->lockstep && !x->probe) {
 				b->version = c->rows_version +
 				    (pull && x->pushing ? 1 : 0);
 			} else {
@@ -567,6 +573,7 @@ take_reply(ferry_client *c, struct rowsx *x, size_t m)
 		pushed_only(c, m); // a table shard moved after the push
 		x->refetch = 1;
 	} else if (r == FB_EREMOTE && st == PSWIRE__STATUS__OUT_OF_RANGE) {
+		c->rows_probe = 1; // the job went on without this push
 		rv = ferry__fail(c, FERRY_EBEHIND, "Rows: server %s: %s", srv,
 		    rh->error);
 	} else if (r == FB_EREMOTE) {
@@ -743,6 +750,36 @@ check_client(ferry_client *c)
 	return FERRY_OK;
 }
 
+// learn_version (lockstep) asks every table shard its version, with a
+// pull block of no key and version 0 (answered at once), and holds the
+// highest: a rank that joined a running or restored job, one whose push
+// the servers found behind, or one after a rollback then pushes the round
+// the servers are in. (Every rank pushes every table shard each round, so
+// they share one version; a shard re-placed empty answers 0 and takes the
+// version of its first push.)
+static int
+learn_version(ferry_client *c)
+{
+	struct rowsx x = { .probe = 1 };
+	uint64_t     v = 0;
+	int          rv;
+	if ((rv = prepare(c, &x)) != FERRY_OK) {
+		return rv;
+	}
+	x.deadline = fb_clock_ms() + ferry__timeout(c);
+	if ((rv = rows_send(c, &x)) != FERRY_OK ||
+	    (rv = rows_run(c, &x)) != FERRY_OK) {
+		rows_abort(c);
+		return rv;
+	}
+	for (size_t i = 0; i < c->n_tshards; i++) {
+		v = c->rver[i] > v ? c->rver[i] : v;
+	}
+	c->rows_version = v;
+	c->rows_probe   = 0;
+	return FERRY_OK;
+}
+
 // rows_begin checks and prepares x and sends its first requests.
 static int
 rows_begin(ferry_client *c, struct rowsx *x)
@@ -750,6 +787,10 @@ rows_begin(ferry_client *c, struct rowsx *x)
 	int rv;
 	if (x->pushing && x->n_samples == 0) {
 		return ferry__fail(c, FERRY_EINVAL, "n_samples must be > 0");
+	}
+	if (c->lockstep && c->rows_probe &&
+	    (rv = learn_version(c)) != FERRY_OK) {
+		return rv;
 	}
 	if ((rv = prepare(c, x)) != FERRY_OK) {
 		return rv;

@@ -121,6 +121,7 @@ rollback(ferry_client *c)
 	c->version       = v;
 	c->want          = c->lockstep ? v : 0;
 	c->stats.version = v;
+	c->rows_probe    = 1; // the tables rolled back too (rows.c)
 	return ferry__fail(c, FERRY_EROLLBACK,
 	    "the job rolled back to version %llu (placement epoch %llu): a "
 	    "server restarted from its snapshot; pull and go on from there",

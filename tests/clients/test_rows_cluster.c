@@ -316,6 +316,53 @@ START_TEST(test_rows_bad)
 }
 END_TEST
 
+// A trainer that joins a sync job whose tables are past version 0 (here
+// the same rank after the first left; likewise after a restore) learns
+// their version before its first push, so that push is the round the
+// servers are in: it is applied (not refused as behind), on top of the
+// first trainer's steps.
+START_TEST(test_rows_rejoin_learns_version)
+{
+	struct cluster                       cl;
+	static const struct ferry_table_spec t[1] = {
+		{ .name = "plain", .dim = DIM, .lr = 1 },
+	};
+	cluster_open(&cl, 1, 2, PS_PLACEMENT_UNIFORM);
+	uint64_t          keys[2] = { 3, 9 };
+	float             g[2 * DIM], rows[2 * DIM];
+	struct ferry_rows push = { .table = 0,
+		.keys                     = keys,
+		.n                        = 2,
+		.grads                    = g };
+	struct ferry_rows pull = { .table = 0,
+		.keys                     = keys,
+		.n                        = 2,
+		.rows                     = rows };
+	for (int i = 0; i < 2 * DIM; i++) {
+		g[i] = 0.25f;
+	}
+	ferry_client *c = one_client(ps_scheduler_url(cl.sched), t, 1);
+	for (int k = 0; k < 3; k++) {
+		ck_assert_msg(ferry_client_rows_push_pull(c, &push, 1, 1, NULL,
+		                  0) == FERRY_OK,
+		    "%s", ferry_client_last_error(c));
+	}
+	ck_assert_int_eq(ferry_client_leave(c), FERRY_OK);
+	ferry_client_close(c);
+
+	c = one_client(ps_scheduler_url(cl.sched), t, 1);
+	ck_assert_msg(ferry_client_rows_push_pull(c, &push, 1, 1, &pull, 1) ==
+	        FERRY_OK,
+	    "%s", ferry_client_last_error(c));
+	// Four steps of -0.25 (lr 1, 1 sample) from the zeros.
+	for (int i = 0; i < 2 * DIM; i++) {
+		ck_assert_float_eq(rows[i], -1.0f);
+	}
+	ferry_client_close(c);
+	cluster_stop(&cl);
+}
+END_TEST
+
 Suite *
 suite_rows_cluster(void)
 {
@@ -325,6 +372,7 @@ suite_rows_cluster(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_rows_sync_union);
 	tcase_add_test(tc, test_rows_bad);
+	tcase_add_test(tc, test_rows_rejoin_learns_version);
 	suite_add_tcase(s, tc);
 	return s;
 }
