@@ -588,11 +588,32 @@ take_reply(ferry_client *c, struct rowsx *x, size_t m)
 	return rv;
 }
 
-// reap waits until a rows request ends, then takes every ended one.
+// rows_cancel cancels every rows request in flight: each ends
+// (cancelled) and take_reply sends it again under the newer map.
+static void
+rows_cancel(ferry_client *c)
+{
+	for (size_t m = 0; m < c->n_conns; m++) {
+		struct slot *s  = rslot(c, m);
+		int          st = rslot_state(c, s);
+		if (st == SLOT_SEND || st == SLOT_RECV) {
+			nng_aio_cancel(s->aio);
+		}
+	}
+}
+
+// reap waits until a rows request ends, then takes every ended one. In
+// sync rounds and replicated jobs it asks for a newer map every
+// ROWS_REROUTE_MS of waiting and, when there is one, cancels the requests
+// in flight to send them again (resend: counted once): a server that died
+// with a request parked never answers it, and its table shards were
+// promoted elsewhere (exchange.c's reap does the same for dense shards).
+#define ROWS_REROUTE_MS 500
 static int
 reap(ferry_client *c, struct rowsx *x)
 {
-	int done = 0, rv = FERRY_OK;
+	int      done = 0, rv = FERRY_OK, polls = c->lockstep || c->replicated;
+	uint64_t poll = fb_clock_ms() + ROWS_REROUTE_MS;
 	nng_mtx_lock(c->pipe->mu);
 	while (!done) {
 		for (size_t m = 0; m < c->n_conns; m++) {
@@ -600,11 +621,21 @@ reap(ferry_client *c, struct rowsx *x)
 		}
 		// The slots' own timeouts end them at the deadline; this
 		// wait's bound is only a guard.
-		if (!done &&
-		    nng_cv_until(c->pipe->cv, nng_clock() + 1000) ==
-		        NNG_ETIMEDOUT &&
-		    fb_clock_ms() > x->deadline + 5000) {
+		if (done ||
+		    nng_cv_until(c->pipe->cv,
+		        nng_clock() + (polls ? 100 : 1000)) != NNG_ETIMEDOUT) {
+			continue;
+		}
+		if (fb_clock_ms() > x->deadline + 5000) {
 			break;
+		}
+		if (polls && fb_clock_ms() >= poll) {
+			nng_mtx_unlock(c->pipe->mu);
+			if (ferry__map_newer(c)) {
+				rows_cancel(c);
+			}
+			poll = fb_clock_ms() + ROWS_REROUTE_MS;
+			nng_mtx_lock(c->pipe->mu);
 		}
 	}
 	nng_mtx_unlock(c->pipe->mu);

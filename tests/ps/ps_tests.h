@@ -51,4 +51,5 @@ Suite          *suite_reseed(void);
 Suite          *suite_average(void);
 Suite          *suite_rows(void);
 Suite          *suite_rows_move(void);
+Suite          *suite_rows_repl(void);
 #endif

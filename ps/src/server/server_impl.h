@@ -201,6 +201,11 @@ struct srv_tshard {
 	uint64_t           seen_push, seen_pull; // listed-twice stamps
 	uint64_t           retried; // stamp: this call's push block is a
 	                            // resend already counted (rows.c)
+	// --replicas (rows_repl.c): held as a backup (never served to
+	// trainers; synced: holds its primary's state, else awaits a
+	// resync), and forwards not yet acknowledged (pulls park).
+	int                backup, synced;
+	uint32_t           fwd_pending;
 };
 
 // A table shard id in a move's list of Transfers (moves.c), beside dense
@@ -278,6 +283,8 @@ struct ps_server {
 	size_t                kscratch_cap;
 	atomic_uint_fast64_t  n_rows_push, n_rows_pull;
 	uint64_t              cap_evicted; // rows evicted for the budget
+	uint8_t              *trepl;       // a table Replicate's rows
+	size_t                trepl_cap;   // (rows_repl.c, grow-only)
 	// stats (relaxed atomics)
 	atomic_uint_fast64_t  n_push, n_pull, n_err, bytes_in, bytes_out;
 	atomic_uint_fast64_t  n_applied;
@@ -535,7 +542,50 @@ void ps__tshard_drop(struct ps_server *s, uint32_t k);
 // job has pushed (a Transfer may bring a complete one). mu held.
 void ps__rows_round_try(struct ps_server *s, struct srv_tshard *ts);
 
+// ---- rows_repl.c ---------------------------------------------------------
+
+// ps__rows_apply applies n rows (keys, grads, counts) to ts at scale and
+// lr as the update that makes version ts->version + 1 (forwarded first to
+// its backups, rows_repl.c), advances the version and runs eviction. mu
+// held.
+void ps__rows_apply(struct ps_server *s, struct srv_tshard *ts,
+    const uint64_t *keys, size_t n, const float *grads, const uint32_t *counts,
+    float scale, float lr);
+
+// ps__rows_forward sends the update ps__rows_apply is about to apply to
+// ts (n rows; scale, lr) to each backup the map names, raising
+// ts->fwd_pending until each answers. No blocking. mu held.
+void ps__rows_forward(struct ps_server *s, struct srv_tshard *ts,
+    const uint64_t *keys, size_t n, const float *grads, const uint32_t *counts,
+    float scale, float lr);
+
+// ps__rows_on_replicate serves a table shard's Replicate (q->table) on a
+// backup: checks it is the next version and sound, acknowledges, applies
+// it as the primary did. mu held; replies.
+void ps__rows_on_replicate(struct ps_server *s, struct ps_call *c,
+    const Pswire__ReplicateRequest *q);
+
+// ps__tshard_backups (rows_map.c) returns how many backups the map in
+// force names for table shard id and the list in *list (borrowed from
+// s->pl). mu held.
+int ps__tshard_backups(const struct ps_server *s, uint32_t id,
+    const uint32_t **list);
+
+// ps__repl_tsend hands Replicate m (request id rid) of table shard ts to
+// its k-th backup `to` (replicate.c's forwards): 0, ts->fwd_pending
+// raised; 1 when the last one is still in flight (marked stale: the
+// backup is resynced when it ends; m freed); -1 when it cannot be sent
+// (m freed). mu held.
+int ps__repl_tsend(struct ps_server *s, struct srv_tshard *ts, int k,
+    uint32_t to, nng_msg *m, uint64_t rid);
+
 // ---- rows_move.c ---------------------------------------------------------
+
+// ps__rows_encode packs table shard ts whole (its tbl_save image,
+// version, clocks, staged pushes) into a Transfer in *out; with backup,
+// a copy that rebuilds a backup. FB_ENOMEM. mu held.
+int ps__rows_encode(struct ps_server *s, const struct srv_tshard *ts,
+    int backup, nng_msg **out);
 
 // ps__rows_pack packs every held table shard that map s->pl moves away
 // live (its rows, optimizer state, version, clocks and staged sync
@@ -740,10 +790,21 @@ void ps__repl_forward(struct ps_server *s, struct srv_shard *sh,
 void ps__repl_apply(struct ps_server *s, struct srv_shard *sh, const float *g0,
     const float *g1, uint64_t samples);
 
-// ps__on_replicate serves Replicate on a backup: checks that its weights
-// are the update's base (CRC), acknowledges, then applies the update as
-// its primary did (the same optimizer pass on the same floats). Called on
-// an nng callback thread; takes mu.
+// ps__shard_crc returns the CRC-32 of sh's weights at its version,
+// computed once per version. mu held.
+uint32_t ps__shard_crc(struct srv_shard *sh);
+
+// ps__repl_apply_agg applies one sync update (aggregate g0, + g1 when not
+// NULL; `samples` samples) through the job's optimizer, advances the
+// version, publishes the pull reference and leaves the new weights' CRC:
+// what a primary and each of its backups run alike. mu held.
+void ps__repl_apply_agg(struct ps_server *s, struct srv_shard *sh,
+    const float *g0, const float *g1, uint64_t samples);
+
+// ps__on_replicate serves Replicate on a backup (replicate_backup.c): checks
+// that its weights are the update's base (CRC), acknowledges, then applies the
+// update as its primary did (the same optimizer pass on the same floats).
+// Called on an nng callback thread; takes mu.
 void ps__on_replicate(struct ps_server *s, struct ps_call *c);
 
 // ---- snapshot.c, snapshot_load.c ----------------------------------------

@@ -23,4 +23,11 @@ void ps_server_test_stage_hook(struct ps_server *s,
 // next update's CRC check finds it and the primary sends its whole state.
 int ps_server_test_corrupt_backups(struct ps_server *s);
 
+// ps_server_test_table_backups_behind makes every table shard backup
+// held here miss its last update, as one that lost a forward would: its
+// rows are dropped and its version steps back by one. Returns how many it
+// changed. For tests of the resync: the next forward finds it behind and
+// the primary sends the whole shard (rows_repl.c).
+int ps_server_test_table_backups_behind(struct ps_server *s);
+
 #endif // PS_TEST_HOOKS_H
