@@ -149,6 +149,12 @@ ps__rows_install(struct ps_server *s, const Pswire__Placement *pl)
 		    pl->table_shards[i]->seed_gen > 0;
 		n_here++;
 	}
+	if (n_here > 0 && s->snap != NULL) {
+		FB_LOG(FB_LOG_WARN, "tables",
+		    "table shards are not snapshotted yet: the %u held here "
+		    "are lost with this server unless replicated",
+		    n_here);
+	}
 	for (size_t i = 0; i < pl->n_table_shards; i++) {
 		if (named_backup(pl->table_shards[i], s->index) &&
 		    ps__tshard_add(s, pl, (uint32_t) i) == FB_OK) {

@@ -513,7 +513,8 @@ void *ps__sweep_main(void *arg);
 // ---- rows.c, rows_map.c, rows_park.c --------------------------------------
 
 // ps__rows_install builds a store for every table shard first map pl
-// places here (tbl conf from its TableDesc, the job's seed, the table
+// places here (and, held as a backup, every one it names this server a
+// backup of) (tbl conf from its TableDesc, the job's seed, the table
 // index) with its staging and clocks. Errors: FB_EPROTO (a table the
 // server cannot run), FB_ENOMEM. mu held, before s->pl is set.
 int ps__rows_install(struct ps_server *s, const Pswire__Placement *pl);
@@ -524,8 +525,9 @@ int ps__rows_install(struct ps_server *s, const Pswire__Placement *pl);
 // (rows_move.c), one re-placed after its server was lost gets a fresh
 // store (its rows start over), held ones it re-places after this server
 // was taken for lost (seed_gen raised) are dropped, held ones it moves
-// stay until ps__rows_pack, and the sync rounds the trainers that left
-// complete are closed. Wakes parked Rows calls. mu held.
+// stay until ps__rows_pack, backups are opened (awaiting a resync),
+// promoted or dropped (rows_map.c's REPLICAS), and the sync rounds the
+// trainers that left complete are closed. Wakes parked Rows calls. mu held.
 void ps__rows_map(struct ps_server *s, const Pswire__Placement *old,
     const Pswire__Placement *pl);
 
@@ -571,11 +573,10 @@ void ps__rows_on_replicate(struct ps_server *s, struct ps_call *c,
 int ps__tshard_backups(const struct ps_server *s, uint32_t id,
     const uint32_t **list);
 
-// ps__repl_tsend hands Replicate m (request id rid) of table shard ts to
-// its k-th backup `to` (replicate.c's forwards): 0, ts->fwd_pending
-// raised; 1 when the last one is still in flight (marked stale: the
-// backup is resynced when it ends; m freed); -1 when it cannot be sent
-// (m freed). mu held.
+// ps__repl_tsend (replicate.c) hands table shard ts's Replicate m (id
+// rid) to its k-th backup `to`: 0 sent (fwd_pending raised); 1 the last
+// one still flies (marked stale: a resync follows), -1 failed (m freed).
+// mu held.
 int ps__repl_tsend(struct ps_server *s, struct srv_tshard *ts, int k,
     uint32_t to, nng_msg *m, uint64_t rid);
 
