@@ -6,7 +6,9 @@
 // through the later Adagrad steps, the optimizer state) equals a run
 // where no server died, bit for bit. A backup that missed an update is
 // resynced whole by its primary (a backup Transfer) and, promoted later,
-// holds the same rows.
+// holds the same rows; so does a backup a later map adds (empty: its
+// primary resyncs it) when it is promoted in turn. A server that leaves
+// hands its table shards to their backups the same way.
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -67,6 +69,8 @@ struct rtrainer {
 	int             rank;
 	struct cluster *cl;
 	int             kill_at;   // rank 0: close server 1 before this step
+	int             kill2_at;  // rank 0: close server 2 before this one
+	int             leave_at;  // rank 0: server 1 leaves before this one
 	int             behind_at; // rank 0: server 0's backups miss one
 	int             behind;    // backups made to miss an update
 	float           rows[NK * DIM];
@@ -84,9 +88,13 @@ fault(struct rtrainer *a, int k)
 	if (k == a->behind_at) {
 		a->behind = ps_server_test_table_backups_behind(a->cl->srv[0]);
 	}
-	if (k == a->kill_at) {
-		ps_server_close(a->cl->srv[1]);
-		a->cl->srv[1] = NULL;
+	if (k == a->kill_at || k == a->kill2_at) {
+		int m = k == a->kill_at ? 1 : 2;
+		ps_server_close(a->cl->srv[m]);
+		a->cl->srv[m] = NULL;
+	}
+	if (k == a->leave_at) {
+		ck_assert_int_eq(ps_server_leave(a->cl->srv[1], 20000), FB_OK);
 	}
 }
 
@@ -133,29 +141,38 @@ rtrainer_main(void *arg)
 	return NULL;
 }
 
-// run trains two sync ranks on 2 servers with `replicas` copies into
-// a[2], with rank 0's faults (kill_at, behind_at; -1: none).
+// The faults of a run, by the step before which rank 0 injects them
+// (-1: none).
+struct faults {
+	int kill_at, kill2_at, leave_at, behind_at;
+};
+static const struct faults none = { -1, -1, -1, -1 };
+
+// run_n trains two sync ranks on n servers with `replicas` copies into
+// a[2], with rank 0's faults f.
 static void
-run(struct rtrainer *a, uint32_t replicas, int kill_at, int behind_at)
+run_n(struct rtrainer *a, int n, uint32_t replicas, struct faults f)
 {
 	struct cluster cl;
 	pthread_t      th[2];
-	cluster_open_replicas(&cl, 2, 2, PS_PLACEMENT_UNIFORM, replicas,
-	    kill_at >= 0 ? 500 : 0);
+	cluster_open_replicas(&cl, 2, n, PS_PLACEMENT_UNIFORM, replicas,
+	    f.kill_at >= 0 ? 500 : 0);
 	for (int r = 0; r < 2; r++) {
 		memset(&a[r], 0, sizeof(a[r]));
 		a[r].url       = ps_scheduler_url(cl.sched);
 		a[r].rank      = r;
 		a[r].cl        = &cl;
-		a[r].kill_at   = kill_at;
-		a[r].behind_at = behind_at;
+		a[r].kill_at   = f.kill_at;
+		a[r].kill2_at  = f.kill2_at;
+		a[r].leave_at  = f.leave_at;
+		a[r].behind_at = f.behind_at;
 		pthread_create(&th[r], NULL, rtrainer_main, &a[r]);
 	}
 	for (int r = 0; r < 2; r++) {
 		pthread_join(th[r], NULL);
 		ck_assert_msg(a[r].rv == FERRY_OK, "rank %d: %s", r, a[r].err);
 	}
-	if (replicas > 1) {
+	if (replicas > 1 && n == 2 && f.leave_at < 0) {
 		// Every table shard has its backup on the other server
 		// (server 0 alone after the death: no backups).
 		uint64_t p0 = table_stat(cl.srv[0], "table_shards:");
@@ -172,6 +189,16 @@ run(struct rtrainer *a, uint32_t replicas, int kill_at, int behind_at)
 		}
 	}
 	cluster_stop(&cl);
+}
+
+// run is run_n on 2 servers with a kill and a behind backup.
+static void
+run(struct rtrainer *a, uint32_t replicas, int kill_at, int behind_at)
+{
+	struct faults f = none;
+	f.kill_at       = kill_at;
+	f.behind_at     = behind_at;
+	run_n(a, 2, replicas, f);
 }
 
 // same checks that the runs x and y ended with the same rows, bit for bit.
@@ -213,6 +240,36 @@ START_TEST(test_rows_repl_behind_backup_resynced)
 }
 END_TEST
 
+// On 3 servers, server 1 dies: its table shards are promoted and every
+// shard gets a new backup (an empty one, resynced whole by its primary);
+// then server 2 dies too, promoting those: the rows still equal a run
+// without faults.
+START_TEST(test_rows_repl_new_backup_then_death)
+{
+	static struct rtrainer still[2], died[2];
+	struct faults          f = none;
+	f.kill_at                = 8;
+	f.kill2_at               = 20;
+	run(still, 1, -1, -1);
+	run_n(died, 3, 2, f);
+	same(still, died, "after two deaths");
+}
+END_TEST
+
+// A server leaves mid-training: its table shards are promoted to their
+// backups (not moved), its parked calls answered STALE_EPOCH, the open
+// round pushed again: the rows equal a run without faults.
+START_TEST(test_rows_repl_leave_same_rows)
+{
+	static struct rtrainer still[2], left[2];
+	struct faults          f = none;
+	f.leave_at               = 12;
+	run(still, 1, -1, -1);
+	run_n(left, 2, 2, f);
+	same(still, left, "after the leave");
+}
+END_TEST
+
 Suite *
 suite_rows_repl(void)
 {
@@ -222,6 +279,8 @@ suite_rows_repl(void)
 	tcase_set_tags(tc, "cluster");
 	tcase_add_test(tc, test_rows_repl_death_same_rows);
 	tcase_add_test(tc, test_rows_repl_behind_backup_resynced);
+	tcase_add_test(tc, test_rows_repl_new_backup_then_death);
+	tcase_add_test(tc, test_rows_repl_leave_same_rows);
 	suite_add_tcase(s, tc);
 	return s;
 }
