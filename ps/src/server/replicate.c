@@ -232,7 +232,7 @@ fwd_done(struct ps_fwd *f, int acked)
 {
 	struct ps_server *s = f->s;
 	pthread_mutex_lock(&s->mu);
-	struct srv_shard *sh = &s->shards[f->id];
+	struct srv_shard *sh = f->table ? NULL : &s->shards[f->id];
 	if (acked) {
 		obs_counter_add(s->repl->forwards, 1);
 	}
