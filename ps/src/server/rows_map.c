@@ -271,6 +271,8 @@ ps__rows_map(struct ps_server *s, const Pswire__Placement *old,
 		if (r < 0) {
 			ps__rows_drop_parked(s, ts->id, pl->epoch);
 			ps__tshard_drop(s, k);
+			// A leaving server waits for it to hold nothing.
+			pthread_cond_broadcast(&s->delivered);
 			continue;
 		}
 		if (si->server == s->index ||
