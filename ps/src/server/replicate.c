@@ -195,9 +195,8 @@ ps__repl_close(struct ps_server *s)
 	s->repl = NULL;
 }
 
-// still_backup reports whether the map in force still makes this
-// server the primary of f's shard and server f->to one of its backups.
-// mu held.
+// still_backup reports whether the map in force still makes this server
+// the primary of f's shard and server f->to one of its backups. mu held.
 static int
 still_backup(const struct ps_server *s, const struct ps_fwd *f)
 {
@@ -224,9 +223,9 @@ still_backup(const struct ps_server *s, const struct ps_fwd *f)
 }
 
 // fwd_done ends f's forward (acknowledged or given up): the shard's
-// version becomes visible once no forward is pending. A forward that
-// went stale (a later version was not sent to its backup while it
-// flew) resyncs the backup instead. Takes mu.
+// version becomes visible once no forward is pending. A forward that went
+// stale (a later version was not sent to its backup while it flew) resyncs
+// the backup instead. Takes mu.
 static void
 fwd_done(struct ps_fwd *f, int acked)
 {
@@ -259,8 +258,8 @@ fwd_done(struct ps_fwd *f, int acked)
 	pthread_mutex_unlock(&s->mu);
 }
 
-// fwd_ctx_ready reopens f's context after ps__repl_map closed it (a
-// later map names the backup again). 0, or -1 when it cannot. mu held.
+// fwd_ctx_ready reopens f's context after ps__repl_map closed it (a later
+// map names the backup again). 0, or -1 when it cannot. mu held.
 static int
 fwd_ctx_ready(struct ps_server *s, struct ps_fwd *f)
 {
@@ -269,8 +268,7 @@ fwd_ctx_ready(struct ps_server *s, struct ps_fwd *f)
 			return -1;
 		}
 		f->cut = 0;
-		// Signed for server `to` alone, as a new context
-		// (auth.c).
+		// Signed for server `to` alone, as a new context (auth.c).
 		if (psw_auth_set_peer(s->auth, f->ctx, PSW_ROLE_SERVER,
 		        f->to) != FB_OK) {
 			nng_ctx_close(f->ctx);
@@ -281,12 +279,12 @@ fwd_ctx_ready(struct ps_server *s, struct ps_fwd *f)
 	return 0;
 }
 
-// fwd_resync sends f's backup the shard's whole state (a backup
-// Transfer, as a new backup's rebuild): after a forward the backup did
-// not acknowledge (no answer, behind, diverged), a resend of the
-// aggregate would not be enough or is gone (nng owned the sent
-// message). Ends the forward when the map no longer names the backup
-// or the server closes. Takes mu.
+// fwd_resync sends f's backup the shard's whole state (a backup Transfer,
+// as a new backup's rebuild): after a forward the backup did not
+// acknowledge (no answer, behind, diverged), a resend of the aggregate
+// would not be enough or is gone (nng owned the sent message). Ends the
+// forward when the map no longer names the backup or the server closes.
+// Takes mu.
 static void
 fwd_resync(struct ps_fwd *f)
 {
@@ -316,9 +314,8 @@ fwd_resync(struct ps_fwd *f)
 }
 
 // fwd_reply reads a backup's answer: 1 acknowledged, 0 not (a resync
-// follows), -1 a resync refused (logged; it is tried again, more
-// slowly: giving up would let trainers see a version the backup
-// lacks).
+// follows), -1 a resync refused (logged; it is tried again, more slowly:
+// giving up would let trainers see a version the backup lacks).
 static int
 fwd_reply(struct ps_fwd *f, nng_msg *rep)
 {
@@ -385,10 +382,9 @@ fwd_cb(void *arg)
 		return;
 	case PS_FWD_RECV:
 		if (r == 0 && nng_aio_get_msg(f->aio) == NULL) {
-			// nng ended the receive without a reply (seen
-			// after a backup stopped past the forward's
-			// timeout, then resumed): no answer, so resync
-			// as after a timeout.
+			// nng ended the receive without a reply (seen after
+			// a backup stopped past the forward's timeout, then
+			// resumed): no answer, so resync as after a timeout.
 			break;
 		}
 		if (r == 0) {
@@ -400,10 +396,9 @@ fwd_cb(void *arg)
 				return;
 			}
 			if (got < 0) {
-				// Refused: the version stays hidden
-				// while the map names this backup
-				// (fwd_resync ends the forward when it
-				// no longer does).
+				// Refused: the version stays hidden while the
+				// map names this backup (fwd_resync ends the
+				// forward when it no longer does).
 				f->stage = PS_FWD_SLEEP;
 				nng_sleep_aio(PS_FWD_REFUSED_MS, f->aio);
 				return;
@@ -426,9 +421,9 @@ fwd_cb(void *arg)
 	nng_sleep_aio(PS_FWD_RETRY_MS, f->aio);
 }
 
-// fwd_get returns shard id's forward to its k-th backup `to`, opening
-// the peer socket and the context on first use. NULL: out of memory or
-// the peer cannot be dialed (logged by the caller). mu held.
+// fwd_get returns shard id's forward to its k-th backup `to`, opening the
+// peer socket and the context on first use. NULL: out of memory or the
+// peer cannot be dialed (logged by the caller). mu held.
 static struct ps_fwd *
 fwd_get(struct ps_server *s, uint32_t id, int k, uint32_t to, int table)
 {
@@ -472,17 +467,15 @@ fwd_get(struct ps_server *s, uint32_t id, int k, uint32_t to, int table)
 	struct ps_fwd *f = &fw[id][k];
 	if (f->aio != NULL && f->to != to) {
 		if (f->stage != PS_FWD_IDLE) {
-			// Still busy with the old backup: it ends on
-			// its own (still_backup fails) and the caller
-			// skips this version for slot k (a busy
-			// forward). Freeing the aio now would abort it
-			// without fwd_done (fwd_pending never drops,
-			// the stage never returns to idle) and wait,
-			// with mu held, for a callback that takes mu.
+			// Still busy with the old backup: it ends on its own
+			// (still_backup fails) and the caller skips this
+			// version for slot k (a busy forward). Freeing the aio
+			// now would abort it without fwd_done (fwd_pending
+			// never drops, the stage never returns to idle) and
+			// wait, with mu held, for a callback that takes mu.
 			return f;
 		}
-		// The k-th backup changed: a new context on its
-		// socket.
+		// The k-th backup changed: a new context on its socket.
 		if (!f->cut) {
 			nng_ctx_close(f->ctx);
 		}
@@ -504,8 +497,7 @@ fwd_get(struct ps_server *s, uint32_t id, int k, uint32_t to, int table)
 			return NULL;
 		}
 		f->cut = 0;
-		// Its forwards are signed for server `to` alone
-		// (auth.c).
+		// Its forwards are signed for server `to` alone (auth.c).
 		if (psw_auth_set_peer(s->auth, f->ctx, PSW_ROLE_SERVER,
 		        (uint32_t) to) != FB_OK) {
 			nng_ctx_close(f->ctx);
@@ -534,7 +526,7 @@ placed_copy(const Pswire__ShardInfo *si, uint32_t m)
 	return si->server == m;
 }
 
-// fwds_cut closes the forwards of fw (n shards, map entries si) to
+// fwds_cut closes the forwards of fw (n shards, map entries sis) to
 // servers the map no longer places a copy on. mu held.
 static void
 fwds_cut(struct ps_server *s, struct ps_fwd **fw, size_t n,
@@ -549,11 +541,10 @@ fwds_cut(struct ps_server *s, struct ps_fwd **fw, size_t n,
 			    placed_copy(si, f->to)) {
 				continue;
 			}
-			// Whatever it waits on fails now, and so does
-			// any send it starts next: it sleeps once,
-			// finds the backup gone (fwd_resync) and ends.
-			// The context is opened again only if a later
-			// map names the backup.
+			// Whatever it waits on fails now, and so does any
+			// send it starts next: it sleeps once, finds the
+			// backup gone (fwd_resync) and ends. The context is
+			// opened again only if a later map names the backup.
 			nng_ctx_close(f->ctx);
 			f->cut = 1;
 			FB_LOG(FB_LOG_INFO, "replica",
@@ -600,8 +591,8 @@ ps__repl_tsend(struct ps_server *s, struct srv_tshard *ts, int k, uint32_t to,
 	return 0;
 }
 
-// ps__shard_crc returns the CRC-32 of sh's weights at its version,
-// computed once per version. mu held.
+// ps__shard_crc returns the CRC-32 of sh's weights at its version, computed
+// once per version. mu held.
 uint32_t
 ps__shard_crc(struct srv_shard *sh)
 {
@@ -613,9 +604,8 @@ ps__shard_crc(struct srv_shard *sh)
 	return sh->crc;
 }
 
-// fwd_payload writes the aggregate g0 (+ g1 element-wise when not
-// NULL) of n floats to payload bytes p, the sum computed as the
-// optimizer does.
+// fwd_payload writes the aggregate g0 (+ g1 element-wise when not NULL)
+// of n floats to payload bytes p, the sum computed as the optimizer does.
 static void
 fwd_payload(uint8_t *p, const float *g0, const float *g1, size_t n)
 {
@@ -637,9 +627,9 @@ fwd_payload(uint8_t *p, const float *g0, const float *g1, size_t n)
 }
 
 // fwd_build packs the Replicate request of shard sh: the update making
-// `version` (payload: g0 + g1, n floats, left at *pay: packing the
-// header in front does not move it) applied to weights of CRC base. mu
-// held. FB_ENOMEM.
+// `version` (payload: g0 + g1, n floats, left at *pay: packing the header
+// in front does not move it) applied to weights of CRC base. mu held.
+// FB_ENOMEM.
 static int
 fwd_build(struct ps_server *s, struct srv_shard *sh, const float *g0,
     const float *g1, uint64_t samples, int init, uint32_t base, uint64_t rid,
@@ -658,9 +648,9 @@ fwd_build(struct ps_server *s, struct srv_shard *sh, const float *g0,
 	h.epoch                       = s->pl->epoch;
 	h.body_case                   = PSWIRE__HEADER__BODY_REPLICATE_REQ;
 	h.replicate_req               = &q;
-	// Room rounded up to whole floats: the header is packed right
-	// in front of the payload, which then starts float-aligned
-	// (nng's message bodies are).
+	// Room rounded up to whole floats: the header is packed right in
+	// front of the payload, which then starts float-aligned (nng's
+	// message bodies are).
 	hl = (pswire__header__get_packed_size(&h) + 3) & ~(size_t) 3;
 	if (psw_msg_begin(out, hl, plen, &payload) != FB_OK) {
 		return FB_ENOMEM;
@@ -675,14 +665,13 @@ fwd_build(struct ps_server *s, struct srv_shard *sh, const float *g0,
 	return FB_OK;
 }
 
-// forward_build packs shard sh's update (the aggregate g0 + g1, or
-// with init the weights) into one Replicate per backup and leaves each
-// in its forward's req, stage KICK, counted in fwd_pending, to be sent
-// by forward_kick; returns the set of backups it built for (bit k: the
-// k-th). *agg gets the first message's payload as floats (the
-// aggregate, summed once) when it is float-aligned, else NULL; it may
-// be read only until forward_kick. mu held, and kept until
-// forward_kick.
+// forward_build packs shard sh's update (the aggregate g0 + g1, or with
+// init the weights) into one Replicate per backup and leaves each in its
+// forward's req, stage KICK, counted in fwd_pending, to be sent by
+// forward_kick; returns the set of backups it built for (bit k: the k-th).
+// *agg gets the first message's payload as floats (the aggregate, summed
+// once) when it is float-aligned, else NULL; it may be read only until
+// forward_kick. mu held, and kept until forward_kick.
 static unsigned
 forward_build(struct ps_server *s, struct srv_shard *sh, const float *g0,
     const float *g1, uint64_t samples, int init, const float **agg)
@@ -692,8 +681,7 @@ forward_build(struct ps_server *s, struct srv_shard *sh, const float *g0,
 	unsigned        built = 0;
 	*agg                  = NULL;
 	// The base: the weights the update applies to (with init, the
-	// weights themselves), its CRC known from the last update's
-	// apply.
+	// weights themselves), its CRC known from the last update's apply.
 	uint32_t base = n > 0 ? ps__shard_crc(sh) : 0;
 	for (int k = 0; k < n; k++) {
 		struct ps_fwd *f   = fwd_get(s, sh->id, k, b[k], 0);
@@ -701,8 +689,8 @@ forward_build(struct ps_server *s, struct srv_shard *sh, const float *g0,
 		const uint8_t *p   = NULL;
 		uint64_t       rid = ++s->repl->rid;
 		if (f != NULL && f->stage != PS_FWD_IDLE) {
-			// Still busy with the last version (a retry):
-			// it resyncs the backup when it ends.
+			// Still busy with the last version (a retry): it
+			// resyncs the backup when it ends.
 			f->stale = 1;
 			continue;
 		}
@@ -712,9 +700,8 @@ forward_build(struct ps_server *s, struct srv_shard *sh, const float *g0,
 		    fwd_build(s, sh, *agg != NULL ? *agg : g0,
 		        *agg != NULL ? NULL : g1, samples, init, base, rid, &m,
 		        &p) != FB_OK) {
-			// Cannot forward: the backup misses this
-			// version and refuses the next (UNAVAILABLE),
-			// which resyncs it.
+			// Cannot forward: the backup misses this version and
+			// refuses the next (UNAVAILABLE), which resyncs it.
 			FB_LOG(FB_LOG_ERR, "replica",
 			    "shard %u: cannot forward version %llu to server "
 			    "%u (%s)",
@@ -739,8 +726,8 @@ forward_build(struct ps_server *s, struct srv_shard *sh, const float *g0,
 
 // forward_kick hands the forwards forward_build built (set `built`) to
 // an nng thread, which sends each (a write of the whole aggregate on
-// loopback) while this thread goes on. From here nng owns the
-// messages: nothing may read them. mu held.
+// loopback) while this thread goes on. From here nng owns the messages:
+// nothing may read them. mu held.
 static void
 forward_kick(struct ps_server *s, struct srv_shard *sh, unsigned built)
 {
@@ -764,14 +751,14 @@ forward_kick(struct ps_server *s, struct srv_shard *sh, unsigned built)
 	}
 }
 
-// ps__repl_apply_agg applies one sync update from aggregate g0 (the
-// round's pushes summed in rank order, `samples` samples; + g1
-// element-wise when g1 is not NULL: a two-push round, the same floats
-// as their sum) through the job's optimizer, then advances the version
-// and publishes the pull reference. A primary with backups and each
-// backup run exactly this, so their weights, optimizer state and
-// references stay bit-identical; it leaves the new weights' CRC-32 in
-// sh->crc (crc_at, crc_ok), computed in the optimizer's pass. mu held.
+// ps__repl_apply_agg applies one sync update from aggregate g0 (the round's
+// pushes summed in rank order, `samples` samples; + g1 element-wise when g1 is
+// not NULL: a two-push round, the same floats as their sum) through the
+// job's optimizer, then advances the version and publishes the pull
+// reference. A primary with backups and each backup run exactly this, so
+// their weights, optimizer state and references stay bit-identical; it
+// leaves the new weights' CRC-32 in sh->crc (crc_at, crc_ok), computed in
+// the optimizer's pass. mu held.
 void
 ps__repl_apply_agg(struct ps_server *s, struct srv_shard *sh, const float *g0,
     const float *g1, uint64_t samples)
@@ -798,7 +785,7 @@ ps__repl_apply(struct ps_server *s, struct srv_shard *sh, const float *g0,
 {
 	const float *agg;
 	forward_kick(s, sh, forward_build(s, sh, g0, g1, samples, 0, &agg));
-	// The forwards travel while the primary applies; from the kick
-	// nng owns their bytes, so the apply reads the staged pushes.
+	// The forwards travel while the primary applies; from the kick nng
+	// owns their bytes, so the apply reads the staged pushes.
 	ps__repl_apply_agg(s, sh, g0, g1, samples);
 }
