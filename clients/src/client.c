@@ -150,6 +150,9 @@ ferry_client_open(const struct ferry_opts *o, ferry_client **out)
 	// SSP with staleness 0 runs the sync protocol (the servers do too).
 	c->lockstep = o->mode == FERRY_MODE_SYNC ||
 	    (o->mode == FERRY_MODE_SSP && o->staleness == 0);
+	// The tables may be past version 0 (a running or restored job): the
+	// first rows call learns their version (rows.c).
+	c->rows_probe = 1;
 	snprintf(c->url, sizeof(c->url), "%s", o->scheduler_url);
 	snprintf(c->codec_push, sizeof(c->codec_push), "%s",
 	    o->codec_push ? o->codec_push : "none");

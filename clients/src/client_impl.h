@@ -658,4 +658,24 @@ void ferry__dedup_free(struct ferry__dedup *d);
 // tables' state (a closing client, before ferry__conns_close).
 void ferry__rows_close(ferry_client *c);
 
+// ---- rows_build.c: one server's Rows request -------------------------------
+
+// What a rows exchange's requests carry besides the blocks.
+struct ferry__rows_kind {
+	int      pushing;   // push blocks (every table shard owed one)
+	uint32_t n_samples; // of the push
+	int      probe;     // no keys: every table shard's version (version 0)
+	int      resend;    // RowsRequest.resend: a push may have been counted
+};
+
+// ferry__rows_table is the table of table shard id in the map held.
+const struct ferry__table *ferry__rows_table(const ferry_client *c, size_t id);
+
+// ferry__rows_build makes in *out server m's Rows request for the blocks
+// it is still owed (c->rneed, not in flight: c->rsent) and marks them in
+// flight; *out stays NULL when it is owed nothing. Errors: FERRY_EINVAL (a
+// gradient the push codec refuses), FERRY_ENOMEM, and psw's, mapped.
+int ferry__rows_build(ferry_client *c, const struct ferry__rows_kind *k,
+    size_t m, nng_msg **out);
+
 #endif // FERRY_CLIENT_IMPL_H

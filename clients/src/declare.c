@@ -253,9 +253,6 @@ declare_run(ferry_client *c, const struct ferry_tensor_spec *d, size_t n,
 	    (rv = ferry__tables_route(c)) != FERRY_OK) {
 		goto done;
 	}
-	// The tables may be past version 0 (a running or restored job): the
-	// first rows call learns their version (rows.c).
-	c->rows_probe = c->n_tshards > 0;
 	ferry__seed_seen(c);
 	// "auto" chooses codecs by the links: measure them here when the
 	// scheduler did not ask for probes (kept, not reported).

@@ -236,156 +236,6 @@ prepare(ferry_client *c, struct rowsx *x)
 	return FERRY_OK;
 }
 
-// table_of is the table of table shard id.
-static const struct ferry__table *
-table_of(const ferry_client *c, size_t id)
-{
-	return &c->tables[c->pl->table_shards[id]->tensor];
-}
-
-// blocks_plan fills c->rblk with server m's blocks still owed and not in
-// flight (push blocks first, then pull blocks at c->rblk + n_tshards) and
-// returns the payload bytes they take; *np and *nq count them.
-static size_t
-blocks_plan(ferry_client *c, const struct rowsx *x, size_t m, size_t *np,
-    size_t *nq)
-{
-	size_t plen = 0, nts = c->n_tshards;
-	*np = *nq = 0;
-	for (int pull = 0; pull < 2; pull++) {
-		const struct ferry__dedup *d = pull ? &c->dd_pull
-		                                    : &c->dd_push;
-		for (size_t i = 0; i < nts; i++) {
-			const struct ferry__table *t = table_of(c, i);
-			uint8_t bit = pull ? RNEED_PULL : RNEED_PUSH;
-			if (shard_on(c, i) != m || !(c->rneed[i] & bit) ||
-			    c->rsent[i] != 0) {
-				continue;
-			}
-			size_t            k = pull ? nts + (*nq)++ : (*np)++;
-			Pswire__RowBlock *b = &c->rblk[k];
-			size_t            n = d->sh_n[i];
-			pswire__row_block__init(b);
-			c->rblkp[k]    = b;
-			b->shard       = (uint32_t) i;
-			b->n           = (uint32_t) n;
-			b->keys_offset = plen;
-			plen += 8 * n;
-			if (c->lockstep && !x->probe) {
-				b->version = c->rows_version +
-				    (pull && x->pushing ? 1 : 0);
-			} else {
-				b->version = pull ? 0 : c->rver[i];
-			}
-			if (pull) {
-				continue;
-			}
-			b->counts_offset = plen;
-			plen += 4 * n;
-			b->rows_offset = plen;
-			b->rows_length = n ? comp_bound(&t->cpush, n * t->dim)
-			                   : 0;
-			b->codec       = t->cpush.id;
-			plen += b->rows_length;
-		}
-	}
-	return plen;
-}
-
-// blocks_write writes the planned blocks' bytes into payload: keys (and,
-// on a push, counts and the encoded gradients) in each shard's order.
-static int
-blocks_write(ferry_client *c, size_t np, size_t nq, uint8_t *payload)
-{
-	for (size_t k = 0; k < np + nq; k++) {
-		int                     pull = k >= np;
-		const Pswire__RowBlock *b =
-		    c->rblkp[pull ? c->n_tshards + k - np : k];
-		const struct ferry__dedup *d = pull ? &c->dd_pull
-		                                    : &c->dd_push;
-		const struct ferry__table *t = table_of(c, b->shard);
-		const uint32_t *o = d->order + d->sh_first[b->shard];
-		size_t          len;
-		for (size_t i = 0; i < b->n; i++) {
-			memcpy(payload + b->keys_offset + 8 * i, &d->key[o[i]],
-			    8);
-		}
-		if (pull || b->n == 0) {
-			continue;
-		}
-		for (size_t i = 0; i < b->n; i++) {
-			memcpy(payload + b->counts_offset + 4 * i,
-			    &d->count[o[i]], 4);
-		}
-		const float *g = d->rows + d->sh_rows[b->shard];
-		if (comp_encode(&t->cpush, g, (size_t) b->n * t->dim, NULL,
-		        payload + b->rows_offset, b->rows_length,
-		        &len) != FB_OK) {
-			return ferry__fail(c, FERRY_EINVAL,
-			    "table '%s': a pushed row gradient is NaN or Inf "
-			    "(codec %s)",
-			    t->name, comp_codec_name(t->cpush.id));
-		}
-	}
-	return FERRY_OK;
-}
-
-// rows_build makes in *out server m's request for what it still owes;
-// *out stays NULL when it owes nothing.
-static int
-rows_build(ferry_client *c, const struct rowsx *x, size_t m, nng_msg **out)
-{
-	Pswire__Header      h  = PSWIRE__HEADER__INIT;
-	Pswire__RowsRequest rr = PSWIRE__ROWS_REQUEST__INIT;
-	struct slot        *s  = rslot(c, m);
-	size_t              np, nq, hl, plen;
-	uint8_t            *payload;
-	int                 rv;
-	*out = NULL;
-	plen = blocks_plan(c, x, m, &np, &nq);
-	if (np + nq == 0) {
-		return FERRY_OK;
-	}
-	rr.n_push    = np;
-	rr.push      = c->rblkp;
-	rr.n_pull    = nq;
-	rr.pull      = c->rblkp + c->n_tshards;
-	rr.n_samples = x->pushing ? x->n_samples : 0;
-	rr.resend    = x->resend != 0;
-	h.request_id = s->rid = c->next_rid++;
-	h.deadline_ms         = ferry__timeout(c);
-	h.epoch               = c->pl->epoch;
-	h.rank                = (uint32_t) c->opts.rank;
-	h.body_case           = PSWIRE__HEADER__BODY_ROWS_REQ;
-	h.rows_req            = &rr;
-	hl                    = pswire__header__get_packed_size(&h);
-	// The last reply from this server is about this big: built there.
-	if (s->spare != NULL &&
-	    psw_msg_reuse(s->spare, hl, plen, &payload) == FB_OK) {
-		*out     = s->spare;
-		s->spare = NULL;
-	} else if ((rv = psw_msg_begin(out, hl, plen, &payload)) != FB_OK) {
-		*out = NULL;
-		return ferry__fail(c, FERRY_ENOMEM, "out of memory");
-	}
-	if ((rv = blocks_write(c, np, nq, payload)) != FERRY_OK ||
-	    (rv = psw_msg_finish(*out, PSWIRE__METHOD__ROWS, 0, &h.base, hl,
-	         plen)) != FB_OK) {
-		nng_msg_free(*out);
-		*out = NULL;
-		return rv == FERRY_EINVAL ? rv
-		                          : ferry__fail(c, ferry__map_err(rv),
-		                                "cannot build a Rows request");
-	}
-	for (size_t k = 0; k < np; k++) {
-		c->rsent[c->rblkp[k]->shard] = (uint32_t) m + 1;
-	}
-	for (size_t k = 0; k < nq; k++) {
-		c->rsent[c->rblkp[c->n_tshards + k]->shard] = (uint32_t) m + 1;
-	}
-	return FERRY_OK;
-}
-
 // rows_send sends every idle server its request for what it still owes.
 static int
 rows_send(ferry_client *c, struct rowsx *x)
@@ -398,7 +248,9 @@ rows_send(ferry_client *c, struct rowsx *x)
 		if (rslot_state(c, s) != SLOT_IDLE) {
 			continue;
 		}
-		if ((rv = rows_build(c, x, m, &req)) != FERRY_OK) {
+		struct ferry__rows_kind k = { x->pushing, x->n_samples,
+			x->probe, x->resend };
+		if ((rv = ferry__rows_build(c, &k, m, &req)) != FERRY_OK) {
 			return rv;
 		}
 		if (req == NULL) {
@@ -474,7 +326,7 @@ take_rows(ferry_client *c, size_t m, const Pswire__Header *rh,
 		if (c->rsent[i] != m + 1 || !(c->rneed[i] & RNEED_PULL)) {
 			continue;
 		}
-		const struct ferry__table *t = table_of(c, i);
+		const struct ferry__table *t = ferry__rows_table(c, i);
 		const Pswire__RowBlock    *b = j < rp->n_rows ? rp->rows[j]
 		                                              : NULL;
 		size_t                     n = c->dd_pull.sh_n[i];
@@ -595,11 +447,32 @@ take_reply(ferry_client *c, struct rowsx *x, size_t m)
 	return rv;
 }
 
-// reap waits until a rows request ends, then takes every ended one.
+// rows_cancel cancels every rows request in flight: each ends
+// (cancelled) and take_reply sends it again under the newer map.
+static void
+rows_cancel(ferry_client *c)
+{
+	for (size_t m = 0; m < c->n_conns; m++) {
+		struct slot *s  = rslot(c, m);
+		int          st = rslot_state(c, s);
+		if (st == SLOT_SEND || st == SLOT_RECV) {
+			nng_aio_cancel(s->aio);
+		}
+	}
+}
+
+// reap waits until a rows request ends, then takes every ended one. In
+// sync rounds and replicated jobs it asks for a newer map every
+// ROWS_REROUTE_MS of waiting and, when there is one, cancels the requests
+// in flight to send them again (resend: counted once): a server that died
+// with a request parked never answers it, and its table shards were
+// promoted elsewhere (exchange.c's reap does the same for dense shards).
+#define ROWS_REROUTE_MS 500
 static int
 reap(ferry_client *c, struct rowsx *x)
 {
-	int done = 0, rv = FERRY_OK;
+	int      done = 0, rv = FERRY_OK, polls = c->lockstep || c->replicated;
+	uint64_t poll = fb_clock_ms() + ROWS_REROUTE_MS;
 	nng_mtx_lock(c->pipe->mu);
 	while (!done) {
 		for (size_t m = 0; m < c->n_conns; m++) {
@@ -607,11 +480,21 @@ reap(ferry_client *c, struct rowsx *x)
 		}
 		// The slots' own timeouts end them at the deadline; this
 		// wait's bound is only a guard.
-		if (!done &&
-		    nng_cv_until(c->pipe->cv, nng_clock() + 1000) ==
-		        NNG_ETIMEDOUT &&
-		    fb_clock_ms() > x->deadline + 5000) {
+		if (done ||
+		    nng_cv_until(c->pipe->cv,
+		        nng_clock() + (polls ? 100 : 1000)) != NNG_ETIMEDOUT) {
+			continue;
+		}
+		if (fb_clock_ms() > x->deadline + 5000) {
 			break;
+		}
+		if (polls && fb_clock_ms() >= poll) {
+			nng_mtx_unlock(c->pipe->mu);
+			if (ferry__map_newer(c)) {
+				rows_cancel(c);
+			}
+			poll = fb_clock_ms() + ROWS_REROUTE_MS;
+			nng_mtx_lock(c->pipe->mu);
 		}
 	}
 	nng_mtx_unlock(c->pipe->mu);
@@ -787,6 +670,12 @@ rows_begin(ferry_client *c, struct rowsx *x)
 	int rv;
 	if (x->pushing && x->n_samples == 0) {
 		return ferry__fail(c, FERRY_EINVAL, "n_samples must be > 0");
+	}
+	// The caller's blocks are checked before the version is learnt: a
+	// bad argument is refused without a word to the servers.
+	if ((rv = check_blocks(c, x->push, x->n_push, 0)) != FERRY_OK ||
+	    (rv = check_blocks(c, x->pull, x->n_pull, 1)) != FERRY_OK) {
+		return rv;
 	}
 	if (c->lockstep && c->rows_probe &&
 	    (rv = learn_version(c)) != FERRY_OK) {

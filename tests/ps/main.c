@@ -33,6 +33,7 @@ main(void)
 	srunner_add_suite(sr, suite_rows());
 	srunner_add_suite(sr, suite_rows_move());
 	srunner_add_suite(sr, suite_rows_snapshot());
+	srunner_add_suite(sr, suite_rows_repl());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

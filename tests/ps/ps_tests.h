@@ -52,4 +52,5 @@ Suite          *suite_average(void);
 Suite          *suite_rows(void);
 Suite          *suite_rows_move(void);
 Suite          *suite_rows_snapshot(void);
+Suite          *suite_rows_repl(void);
 #endif

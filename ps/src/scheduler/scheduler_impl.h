@@ -250,6 +250,8 @@ void ps__sched_moves_unwind(struct ps_scheduler *s, uint32_t m);
 struct ps_sched_tables {
 	Pswire__ShardInfo  *infos;
 	Pswire__ShardInfo **ptrs;
+	uint32_t           *bk; // --replicas: n_backups per shard (the
+	                        // infos' backups point into it)
 	size_t              n;
 };
 
@@ -263,9 +265,11 @@ int ps__sched_tables_place(struct ps_scheduler *s, const uint32_t *assign,
 
 // ps__sched_tables_keep copies the map in force's table shards into *out,
 // each on its server, except those whose server left or was declared
-// dead: re-placed on the usable server holding the fewest bytes with
-// seed_gen raised (logged as an error: their rows are lost). assign: the
-// next map's dense shards. Errors: FB_ENOMEM. mu held.
+// dead: promoted to their first live backup (--replicas), else moved
+// (left) or re-placed with seed_gen raised (dead: logged as an error,
+// their rows are lost) on the usable server holding the fewest bytes;
+// then their backups are repaired. assign: the next map's dense shards.
+// Errors: FB_ENOMEM. mu held.
 int ps__sched_tables_keep(struct ps_scheduler *s, const uint32_t *assign,
     struct ps_sched_tables *out);
 

@@ -59,6 +59,71 @@ fewest(const struct ps_scheduler *s, const uint64_t *load, uint32_t M)
 	return best;
 }
 
+// backups_fix makes out's backup lists (n_backups per shard in out->bk,
+// allocated on first use) valid for the servers live now, promoting the
+// first live backup of a shard whose primary is gone, and points each
+// ShardInfo at its list. No-op without replicas. FB_ENOMEM. mu held.
+static int
+backups_fix(struct ps_scheduler *s, struct ps_sched_tables *out)
+{
+	uint32_t  M  = (uint32_t) s->n_servers_seen;
+	uint32_t  nb = s->n_backups;
+	size_t    n  = out->n, lost;
+	uint8_t  *dead;
+	uint32_t *as;
+	int       rv;
+	if (nb == 0 || n == 0) {
+		return FB_OK;
+	}
+	dead = fb_alloc(M);
+	as   = fb_alloc(n * sizeof(*as));
+	if (out->bk == NULL) {
+		out->bk = fb_alloc(n * nb * sizeof(*out->bk));
+		if (out->bk != NULL) {
+			memset(out->bk, 0xff, n * nb * sizeof(*out->bk));
+			for (size_t k = 0; k < n; k++) {
+				const Pswire__ShardInfo *si = &out->infos[k];
+				for (size_t j = 0; j < si->n_backups && j < nb;
+				     j++) {
+					out->bk[k * nb + j] = si->backups[j];
+				}
+			}
+		}
+	}
+	if (dead == NULL || as == NULL || out->bk == NULL) {
+		fb_free(dead);
+		fb_free(as);
+		return FB_ENOMEM;
+	}
+	for (uint32_t m = 0; m < M; m++) {
+		dead[m] = s->gone[m] || s->server_dead[m];
+	}
+	for (size_t k = 0; k < n; k++) {
+		as[k] = out->infos[k].server;
+	}
+	rv = shard_replicas_repair(n, M, dead, nb, as, out->bk, &lost);
+	for (size_t k = 0; rv == FB_OK && k < n; k++) {
+		Pswire__ShardInfo *si = &out->infos[k];
+		uint32_t          *b  = &out->bk[k * nb];
+		if (as[k] != si->server) {
+			FB_LOG(FB_LOG_NOTICE, "placement",
+			    "table shard %zu (range %u): server %u is gone; "
+			    "promoted to its backup on server %u",
+			    k, si->index, si->server, as[k]);
+			si->server = as[k];
+		}
+		si->n_backups = 0;
+		while (si->n_backups < nb &&
+		    b[si->n_backups] != SHARD_NO_SERVER) {
+			si->n_backups++;
+		}
+		si->backups = b;
+	}
+	fb_free(dead);
+	fb_free(as);
+	return rv;
+}
+
 int
 ps__sched_tables_place(struct ps_scheduler *s, const uint32_t *assign,
     size_t ns, struct ps_sched_tables *out)
@@ -115,7 +180,7 @@ ps__sched_tables_place(struct ps_scheduler *s, const uint32_t *assign,
 	}
 	out->n = n;
 	fb_free(load);
-	return FB_OK;
+	return backups_fix(s, out);
 }
 
 int
@@ -160,6 +225,14 @@ ps__sched_tables_keep(struct ps_scheduler *s, const uint32_t *assign,
 			load[si->server] += shard_weight(&tb, S);
 		}
 	}
+	out->n = n;
+	// With replicas: promotions first (the infos still borrow the map
+	// in force's backup lists; backups_fix copies them).
+	if (backups_fix(s, out) != FB_OK) {
+		fb_free(load);
+		ps__sched_tables_free(out);
+		return FB_ENOMEM;
+	}
 	for (size_t k = 0; k < n; k++) {
 		Pswire__ShardInfo *si = &out->infos[k];
 		uint32_t           m;
@@ -174,7 +247,7 @@ ps__sched_tables_keep(struct ps_scheduler *s, const uint32_t *assign,
 			FB_LOG(FB_LOG_ERR, "placement",
 			    "table '%s' range %u [%llu, +%llu): server %u is "
 			    "lost; re-placed on server %u, its rows are lost "
-			    "(table shards have no replicas yet)",
+			    "(no live copy)",
 			    p->job->tables[si->tensor]->name, si->index,
 			    (unsigned long long) si->offset,
 			    (unsigned long long) si->len, si->server, m);
@@ -191,8 +264,12 @@ ps__sched_tables_keep(struct ps_scheduler *s, const uint32_t *assign,
 		si->server = m;
 		load[m] += 1; // ties: the next range goes elsewhere
 	}
-	out->n = n;
 	fb_free(load);
+	// The re-placed ones' backups, and the lists filled up.
+	if (backups_fix(s, out) != FB_OK) {
+		ps__sched_tables_free(out);
+		return FB_ENOMEM;
+	}
 	return FB_OK;
 }
 
@@ -201,5 +278,6 @@ ps__sched_tables_free(struct ps_sched_tables *t)
 {
 	fb_free(t->infos);
 	fb_free(t->ptrs);
+	fb_free(t->bk);
 	memset(t, 0, sizeof(*t));
 }

@@ -38,6 +38,8 @@
 // every PS_FWD_RETRY_MS for as long as the map still names the backup.
 // The version-0 weights (the init offer) are forwarded the same way.
 //
+// The backup's side (the checks and the apply) is replicate_backup.c's.
+//
 // A map that takes a backup out of a shard's copies (it died, or came back
 // empty) ends the forwards to it at once (ps__repl_map closes their
 // contexts: nothing in flight waits for a timeout, and a send started
@@ -75,6 +77,7 @@ struct ps_fwd {
 	uint64_t          rid;      // of the request in flight
 	uint64_t          counter;  // the signed send's counter (auth on)
 	uint8_t           method;   // REPLICATE, or TRANSFER for a resync
+	int               table;    // id is a table shard (rows_repl.c)
 	int               stage;    // an enum ps_fwd_stage
 	int               stale;    // a later version came while this one flew
 	int               cut;      // ctx closed: a map dropped the backup
@@ -107,6 +110,7 @@ struct ps_repl {
 	nng_socket        *sock; // [n_peers]
 	uint8_t           *open; // [n_peers]
 	struct ps_fwd    **fwd;  // [n_global] NULL or PS_MAX_BACKUPS each
+	struct ps_fwd    **tfwd; // [n_tglobal] the same, table shards
 	uint64_t           rid;
 	struct obs_metric *forwards, *resyncs;
 };
@@ -146,6 +150,27 @@ ps__repl_open(struct ps_server *s)
 	return FB_OK;
 }
 
+// fwds_end stops (free: then frees) the n shards' forwards of fw.
+static void
+fwds_end(struct ps_fwd **fw, size_t n, int free)
+{
+	for (size_t i = 0; fw != NULL && i < n; i++) {
+		for (int k = 0; fw[i] != NULL && k < PS_MAX_BACKUPS; k++) {
+			if (!free && fw[i][k].aio != NULL) {
+				nng_aio_stop(fw[i][k].aio);
+			} else if (free) {
+				nng_aio_free(fw[i][k].aio);
+				if (fw[i][k].req != NULL) {
+					nng_msg_free(fw[i][k].req);
+				}
+			}
+		}
+		if (free) {
+			fb_free(fw[i]);
+		}
+	}
+}
+
 void
 ps__repl_close(struct ps_server *s)
 {
@@ -153,22 +178,11 @@ ps__repl_close(struct ps_server *s)
 	if (r == NULL) {
 		return;
 	}
-	for (size_t i = 0; i < s->n_global; i++) {
-		for (int k = 0; r->fwd[i] != NULL && k < PS_MAX_BACKUPS; k++) {
-			if (r->fwd[i][k].aio != NULL) {
-				nng_aio_stop(r->fwd[i][k].aio);
-			}
-		}
-	}
-	for (size_t i = 0; i < s->n_global; i++) {
-		for (int k = 0; r->fwd[i] != NULL && k < PS_MAX_BACKUPS; k++) {
-			nng_aio_free(r->fwd[i][k].aio);
-			if (r->fwd[i][k].req != NULL) {
-				nng_msg_free(r->fwd[i][k].req);
-			}
-		}
-		fb_free(r->fwd[i]);
-	}
+	fwds_end(r->fwd, s->n_global, 0);
+	fwds_end(r->tfwd, s->n_tglobal, 0);
+	fwds_end(r->fwd, s->n_global, 1);
+	fwds_end(r->tfwd, s->n_tglobal, 1);
+	fb_free(r->tfwd);
 	for (size_t m = 0; m < r->n_peers; m++) {
 		if (r->open[m]) {
 			nng_close(r->sock[m]);
@@ -187,8 +201,17 @@ static int
 still_backup(const struct ps_server *s, const struct ps_fwd *f)
 {
 	const uint32_t *b;
-	int             n = ps__shard_backups(s, f->id, &b);
-	if (s->pl->shards[f->id]->server != s->index || s->local[f->id] < 0) {
+	int             n;
+	if (f->table) {
+		int32_t l = s->tlocal[f->id];
+		n         = ps__tshard_backups(s, f->id, &b);
+		if (s->pl->table_shards[f->id]->server != s->index || l < 0 ||
+		    s->tshards[l].backup) {
+			return 0;
+		}
+	} else if ((n = ps__shard_backups(s, f->id, &b)) >= 0 &&
+	    (s->pl->shards[f->id]->server != s->index ||
+	        s->local[f->id] < 0)) {
 		return 0;
 	}
 	for (int k = 0; k < n; k++) {
@@ -208,7 +231,7 @@ fwd_done(struct ps_fwd *f, int acked)
 {
 	struct ps_server *s = f->s;
 	pthread_mutex_lock(&s->mu);
-	struct srv_shard *sh = &s->shards[f->id];
+	struct srv_shard *sh = f->table ? NULL : &s->shards[f->id];
 	if (acked) {
 		obs_counter_add(s->repl->forwards, 1);
 	}
@@ -222,7 +245,13 @@ fwd_done(struct ps_fwd *f, int acked)
 	f->stale    = 0;
 	f->refusals = 0;
 	f->stage    = PS_FWD_IDLE;
-	if (sh->fwd_pending > 0 && --sh->fwd_pending == 0) {
+	if (f->table) {
+		int32_t l = s->tlocal[f->id];
+		if (l >= 0 && s->tshards[l].fwd_pending > 0 &&
+		    --s->tshards[l].fwd_pending == 0) {
+			ps__rows_wake(s);
+		}
+	} else if (sh->fwd_pending > 0 && --sh->fwd_pending == 0) {
 		ps__pull_wake(s);
 		pthread_cond_broadcast(&s->decoded);
 	}
@@ -264,9 +293,10 @@ fwd_resync(struct ps_fwd *f)
 	int               rv;
 	pthread_mutex_lock(&s->mu);
 	int go = !atomic_load(&s->closing) && still_backup(s, f);
-	rv     = !go ? 0
-	        : fwd_ctx_ready(s, f) != 0
-	        ? FB_ENOMEM
+	rv     = !go                       ? 0
+	        : fwd_ctx_ready(s, f) != 0 ? FB_ENOMEM
+	        : f->table
+	        ? ps__rows_encode(s, &s->tshards[s->tlocal[f->id]], 1, &m)
 	        : ps__transfer_encode(s, &s->shards[f->id], 1, &m);
 	pthread_mutex_unlock(&s->mu);
 	if (!go) {
@@ -395,9 +425,14 @@ fwd_cb(void *arg)
 // peer socket and the context on first use. NULL: out of memory or the
 // peer cannot be dialed (logged by the caller). mu held.
 static struct ps_fwd *
-fwd_get(struct ps_server *s, uint32_t id, int k, uint32_t to)
+fwd_get(struct ps_server *s, uint32_t id, int k, uint32_t to, int table)
 {
-	struct ps_repl *r = s->repl;
+	struct ps_repl *r  = s->repl;
+	struct ps_fwd **fw = table ? r->tfwd : r->fwd;
+	if (fw == NULL &&
+	    (fw = r->tfwd = fb_zalloc(s->n_tglobal * sizeof(*fw))) == NULL) {
+		return NULL;
+	}
 	if (to >= r->n_peers) {
 		size_t      n  = s->pl->n_servers;
 		nng_socket *so = fb_realloc(r->sock, n * sizeof(*so));
@@ -424,12 +459,12 @@ fwd_get(struct ps_server *s, uint32_t id, int k, uint32_t to)
 		nng_ctx_close(cx);
 		r->open[to] = 1;
 	}
-	if (r->fwd[id] == NULL &&
-	    (r->fwd[id] = fb_zalloc(PS_MAX_BACKUPS * sizeof(struct ps_fwd))) ==
+	if (fw[id] == NULL &&
+	    (fw[id] = fb_zalloc(PS_MAX_BACKUPS * sizeof(struct ps_fwd))) ==
 	        NULL) {
 		return NULL;
 	}
-	struct ps_fwd *f = &r->fwd[id][k];
+	struct ps_fwd *f = &fw[id][k];
 	if (f->aio != NULL && f->to != to) {
 		if (f->stage != PS_FWD_IDLE) {
 			// Still busy with the old backup: it ends on its own
@@ -471,9 +506,10 @@ fwd_get(struct ps_server *s, uint32_t id, int k, uint32_t to)
 			return NULL;
 		}
 	}
-	f->s  = s;
-	f->id = id;
-	f->to = to;
+	f->s     = s;
+	f->id    = id;
+	f->to    = to;
+	f->table = table;
 	return f;
 }
 
@@ -490,14 +526,16 @@ placed_copy(const Pswire__ShardInfo *si, uint32_t m)
 	return si->server == m;
 }
 
-void
-ps__repl_map(struct ps_server *s)
+// fwds_cut closes the forwards of fw (n shards, map entries sis) to
+// servers the map no longer places a copy on. mu held.
+static void
+fwds_cut(struct ps_server *s, struct ps_fwd **fw, size_t n,
+    Pswire__ShardInfo **sis)
 {
-	struct ps_repl *r = s->repl;
-	for (size_t i = 0; r != NULL && i < s->n_global; i++) {
-		const Pswire__ShardInfo *si = s->pl->shards[i];
-		for (int k = 0; r->fwd[i] != NULL && k < PS_MAX_BACKUPS; k++) {
-			struct ps_fwd *f = &r->fwd[i][k];
+	for (size_t i = 0; fw != NULL && i < n; i++) {
+		const Pswire__ShardInfo *si = sis[i];
+		for (int k = 0; fw[i] != NULL && k < PS_MAX_BACKUPS; k++) {
+			struct ps_fwd *f = &fw[i][k];
 			if (f->aio == NULL || f->cut ||
 			    f->stage == PS_FWD_IDLE ||
 			    placed_copy(si, f->to)) {
@@ -510,17 +548,53 @@ ps__repl_map(struct ps_server *s)
 			nng_ctx_close(f->ctx);
 			f->cut = 1;
 			FB_LOG(FB_LOG_INFO, "replica",
-			    "shard %zu: server %u is no longer a backup (epoch "
-			    "%llu): its forward ends",
-			    i, f->to, (unsigned long long) s->pl->epoch);
+			    "%sshard %zu: server %u is no longer a backup "
+			    "(epoch %llu): its forward ends",
+			    f->table ? "table " : "", i, f->to,
+			    (unsigned long long) s->pl->epoch);
 		}
 	}
 }
 
-// shard_crc returns the CRC-32 of sh's weights at its version, computed
+void
+ps__repl_map(struct ps_server *s)
+{
+	if (s->repl != NULL) {
+		fwds_cut(s, s->repl->fwd, s->n_global, s->pl->shards);
+		fwds_cut(s, s->repl->tfwd, s->n_tglobal, s->pl->table_shards);
+	}
+}
+
+int
+ps__repl_tsend(struct ps_server *s, struct srv_tshard *ts, int k, uint32_t to,
+    nng_msg *m, uint64_t rid)
+{
+	struct ps_fwd *f = fwd_get(s, ts->id, k, to, 1);
+	if (f == NULL || f->stage != PS_FWD_IDLE) {
+		nng_msg_free(m);
+		if (f != NULL) {
+			f->stale = 1; // resynced when the last one ends
+		}
+		return f == NULL ? -1 : 1;
+	}
+	if (!nng_aio_begin(f->aio)) {
+		nng_msg_free(m); // stopped: the server is closing
+		return -1;
+	}
+	f->req    = m;
+	f->rid    = rid;
+	f->method = PSWIRE__METHOD__REPLICATE;
+	f->stage  = PS_FWD_KICK;
+	f->stale  = 0;
+	ts->fwd_pending++;
+	nng_aio_finish(f->aio, 0);
+	return 0;
+}
+
+// ps__shard_crc returns the CRC-32 of sh's weights at its version, computed
 // once per version. mu held.
-static uint32_t
-shard_crc(struct srv_shard *sh)
+uint32_t
+ps__shard_crc(struct srv_shard *sh)
 {
 	if (!sh->crc_ok || sh->crc_at != sh->version) {
 		sh->crc    = fb_crc32(0, sh->x, sh->len * 4);
@@ -608,9 +682,9 @@ forward_build(struct ps_server *s, struct srv_shard *sh, const float *g0,
 	*agg                  = NULL;
 	// The base: the weights the update applies to (with init, the
 	// weights themselves), its CRC known from the last update's apply.
-	uint32_t base = n > 0 ? shard_crc(sh) : 0;
+	uint32_t base = n > 0 ? ps__shard_crc(sh) : 0;
 	for (int k = 0; k < n; k++) {
-		struct ps_fwd *f   = fwd_get(s, sh->id, k, b[k]);
+		struct ps_fwd *f   = fwd_get(s, sh->id, k, b[k], 0);
 		nng_msg       *m   = NULL;
 		const uint8_t *p   = NULL;
 		uint64_t       rid = ++s->repl->rid;
@@ -677,16 +751,16 @@ forward_kick(struct ps_server *s, struct srv_shard *sh, unsigned built)
 	}
 }
 
-// apply_agg applies one sync update from aggregate g0 (the round's pushes
-// summed in rank order, `samples` samples; + g1 element-wise when g1 is
+// ps__repl_apply_agg applies one sync update from aggregate g0 (the round's
+// pushes summed in rank order, `samples` samples; + g1 element-wise when g1 is
 // not NULL: a two-push round, the same floats as their sum) through the
 // job's optimizer, then advances the version and publishes the pull
 // reference. A primary with backups and each backup run exactly this, so
 // their weights, optimizer state and references stay bit-identical; it
 // leaves the new weights' CRC-32 in sh->crc (crc_at, crc_ok), computed in
 // the optimizer's pass. mu held.
-static void
-apply_agg(struct ps_server *s, struct srv_shard *sh, const float *g0,
+void
+ps__repl_apply_agg(struct ps_server *s, struct srv_shard *sh, const float *g0,
     const float *g1, uint64_t samples)
 {
 	sh->crc = ps__optim_apply_crc(s, sh, g0, g1, samples);
@@ -713,173 +787,5 @@ ps__repl_apply(struct ps_server *s, struct srv_shard *sh, const float *g0,
 	forward_kick(s, sh, forward_build(s, sh, g0, g1, samples, 0, &agg));
 	// The forwards travel while the primary applies; from the kick nng
 	// owns their bytes, so the apply reads the staged pushes.
-	apply_agg(s, sh, g0, g1, samples);
-}
-
-// replicate_check checks Replicate q (payload p, checked length) against
-// backup shard sh: with init it installs the version-0 weights; an update
-// whose base and floats check is to be applied after the acknowledgement
-// (*apply set; ps__on_replicate applies it from the request's own bytes,
-// nothing copied). Returns the status to answer (OK: applied, to apply,
-// or already there) with a message in why. mu held.
-static int
-replicate_check(struct ps_server *s, struct srv_shard *sh,
-    const Pswire__ReplicateRequest *q, const uint8_t *p, int *apply, char *why,
-    size_t n)
-{
-	*apply = 0;
-	if (q->init) {
-		if (!sh->init) {
-			if (!fb_copy_finite(sh->x, p, sh->len)) {
-				memset(sh->x, 0, sh->len * 4);
-				snprintf(why, n,
-				    "initial weights hold NaN or Inf");
-				return PSWIRE__STATUS__INVALID_ARGUMENT;
-			}
-			sh->crc_ok = 0;
-			if (shard_crc(sh) != q->crc) {
-				memset(sh->x, 0, sh->len * 4);
-				sh->crc_ok = 0;
-				snprintf(why, n,
-				    "initial weights' crc %08x, primary %08x",
-				    sh->crc, q->crc);
-				return PSWIRE__STATUS__DATA_LOSS;
-			}
-			sh->init = 1;
-			ps__ref_publish(s, sh);
-		}
-		return PSWIRE__STATUS__OK;
-	}
-	if (!sh->init || q->version > sh->version + 1) {
-		snprintf(why, n, "backup at version %llu, update makes %llu",
-		    (unsigned long long) sh->version,
-		    (unsigned long long) q->version);
-		return PSWIRE__STATUS__UNAVAILABLE;
-	}
-	if (q->version <= sh->version) {
-		return PSWIRE__STATUS__OK; // a retry of one applied
-	}
-	if (q->samples == 0 || q->samples > (1ull << 40)) {
-		snprintf(why, n, "samples %llu out of range",
-		    (unsigned long long) q->samples);
-		return PSWIRE__STATUS__INVALID_ARGUMENT;
-	}
-	uint32_t crc = shard_crc(sh);
-	if (crc != q->crc) {
-		FB_LOG(FB_LOG_ERR, "replica",
-		    "shard %u diverged from its primary at version %llu "
-		    "(crc %08x, primary %08x); awaiting a resync",
-		    sh->id, (unsigned long long) sh->version, crc, q->crc);
-		sh->init = 0; // refuse later updates until resynced
-		snprintf(why, n, "backup's weights differ (crc %08x vs %08x)",
-		    crc, q->crc);
-		return PSWIRE__STATUS__DATA_LOSS;
-	}
-	if (!fb_all_finite(p, sh->len)) {
-		snprintf(why, n, "aggregate holds NaN or Inf");
-		return PSWIRE__STATUS__INVALID_ARGUMENT;
-	}
-	*apply = 1;
-	return PSWIRE__STATUS__OK;
-}
-
-void
-ps__on_replicate(struct ps_server *s, struct ps_call *c)
-{
-	Pswire__ReplicateRequest *q;
-	Pswire__Header            h = PSWIRE__HEADER__INIT;
-	char                      why[160];
-	int                       st;
-
-	if (c->hdr->body_case != PSWIRE__HEADER__BODY_REPLICATE_REQ) {
-		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
-		    "Replicate needs a replicate_req body");
-		return;
-	}
-	q = c->hdr->replicate_req;
-	pthread_mutex_lock(&s->mu);
-	if (s->pl == NULL || q->shard >= s->n_global) {
-		ps__server_reply_err(s, c,
-		    s->pl == NULL ? PSWIRE__STATUS__UNAVAILABLE
-		                  : PSWIRE__STATUS__INVALID_ARGUMENT,
-		    "replicate shard %u: not started or no such shard",
-		    q->shard);
-		goto out;
-	}
-	// Only the shard's primary in this server's map updates its backups
-	// (with authentication on; PERMISSION_DENIED names the primary).
-	if (!ps__call_acts_as(c, PSW_ROLE_SERVER,
-	        s->pl->shards[q->shard]->server, 0)) {
-		goto out;
-	}
-	struct srv_shard *sh = &s->shards[q->shard];
-	if (s->local[q->shard] < 0 || !sh->backup) {
-		// Not a backup here (yet): the rebuild or the map that makes
-		// it one may be on its way.
-		ps__server_reply_err(s, c, PSWIRE__STATUS__UNAVAILABLE,
-		    "shard %u is not held here as a backup (epoch %llu)",
-		    q->shard, (unsigned long long) s->pl->epoch);
-		goto out;
-	}
-	if (c->frame.payload_len != sh->len * 4) {
-		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
-		    "shard %u: %llu payload bytes, expected %llu", q->shard,
-		    (unsigned long long) c->frame.payload_len,
-		    (unsigned long long) sh->len * 4);
-		goto out;
-	}
-	why[0]           = '\0';
-	int      apply   = 0;
-	uint64_t samples = q->samples;
-	st = replicate_check(s, sh, q, c->frame.payload, &apply, why,
-	    sizeof(why));
-	if (st != PSWIRE__STATUS__OK) {
-		ps__server_reply_err(s, c, st, "shard %u: %s", q->shard, why);
-		goto out;
-	}
-	// Acknowledged first: the aggregate is held here (the request's
-	// bytes, kept past the reply, under mu) and applied before anything
-	// else sees the shard, so the primary's wait ends one apply sooner.
-	// The payload is read in place when it is float-aligned (fwd_build
-	// pads the header so that it is); else it is copied to s->sum.
-	const float *agg = NULL;
-	nng_msg     *req = NULL;
-	if (apply &&
-	    ((uintptr_t) c->frame.payload & (_Alignof(float) - 1)) == 0) {
-		agg = (const float *) (const void *) c->frame.payload;
-		req = ps__call_take_req(c);
-	} else if (apply) {
-		memcpy(s->sum, c->frame.payload, sh->len * 4);
-		agg = s->sum;
-	}
-	h.request_id = c->hdr->request_id;
-	ps__call_reply(c, &h); // releases c (q with it)
-	if (apply) {
-		apply_agg(s, sh, agg, NULL, samples);
-	}
-	if (req != NULL) {
-		nng_msg_free(req);
-	}
-out:
-	pthread_mutex_unlock(&s->mu);
-}
-
-int
-ps_server_test_corrupt_backups(struct ps_server *s)
-{
-	int n = 0;
-	pthread_mutex_lock(&s->mu);
-	for (size_t i = 0; s->pl != NULL && i < s->n_global; i++) {
-		struct srv_shard *sh = &s->shards[i];
-		if (s->local[i] >= 0 && sh->backup && sh->init) {
-			uint32_t bits;
-			memcpy(&bits, &sh->x[0], 4);
-			bits ^= 1u;
-			memcpy(&sh->x[0], &bits, 4);
-			sh->crc_ok = 0;
-			n++;
-		}
-	}
-	pthread_mutex_unlock(&s->mu);
-	return n;
+	ps__repl_apply_agg(s, sh, g0, g1, samples);
 }

@@ -25,7 +25,8 @@
 // - Async and SSP (K > 0): each push applies on arrival (scale
 //   1 / n_samples) and advances the shard's version and the rank's clock.
 // - lr: TableDesc.lr when > 0, else the job's schedule at the version.
-// - After each update: the idle sweep (tbl_evict_idle, at most every
+// - After each update (rows_repl.c's ps__rows_apply): the idle sweep
+// (tbl_evict_idle, at most every
 //   evict_after / 4 versions) and the --sparse-capacity-mb budget over
 //   all table shards held here (tbl_evict_to, each shard down to its
 //   share of 95% of the budget). Everything under mu, so an eviction
@@ -36,7 +37,13 @@
 // - Moves: a shard re-placed on a live server travels whole in a Transfer
 //   (rows_move.c), ARRIVING (UNAVAILABLE) on its new server until then.
 //   One re-placed here after its server was lost starts empty and adopts
-//   the first sync push's version (`adopt`). No replicas yet.
+//   the first sync push's version (`adopt`).
+// - Replicas: every update is forwarded to the shard's backups before it
+//   applies (rows_repl.c). So that a backup's store stays
+//   bit-identical, the idle sweep runs at the versions that are
+//   multiples of its period (on every copy alike), and the capacity
+//   budget does not evict replicated shards (an eviction depends on the
+//   server's other shards: a copy would diverge).
 #include <stdio.h>
 #include <string.h>
 
@@ -173,41 +180,6 @@ ps__rows_round_try(struct ps_server *s, struct srv_tshard *ts)
 	}
 }
 
-// ---- after an update: eviction -------------------------------------------
-
-// evict_after_update runs ts's idle sweep when due and holds the table
-// shards under --sparse-capacity-mb. mu held.
-static void
-evict_after_update(struct ps_server *s, struct srv_tshard *ts)
-{
-	uint64_t every = ts->tb.conf.evict_after / 4;
-	if (ts->tb.conf.evict_after > 0 &&
-	    ts->version - ts->idle_at >= (every > 0 ? every : 1)) {
-		tbl_evict_idle(ts->t, ts->version);
-		ts->idle_at = ts->version;
-	}
-	if (s->opts.sparse_capacity == 0) {
-		return;
-	}
-	size_t total = 0;
-	for (uint32_t k = 0; k < s->n_tshards; k++) {
-		total += tbl_bytes(s->tshards[k].t);
-	}
-	if (total <= s->opts.sparse_capacity) {
-		return;
-	}
-	// Each shard down to its share of 95% of the budget, so that the
-	// next updates do not evict again at once.
-	double target = 0.95 * (double) s->opts.sparse_capacity;
-	for (uint32_t k = 0; k < s->n_tshards; k++) {
-		struct tbl *t   = s->tshards[k].t;
-		double      b   = (double) tbl_bytes(t);
-		size_t      cap = (size_t) (b * target / (double) total);
-		s->cap_evicted += tbl_evict_to(t, cap,
-		    s->opts.sparse_evict == 1 ? TBL_EVICT_LFU : TBL_EVICT_LRU);
-	}
-}
-
 // table_lr is the lr of ts's update that makes version v + 1.
 static float
 table_lr(const struct ps_server *s, const struct srv_tshard *ts)
@@ -215,25 +187,6 @@ table_lr(const struct ps_server *s, const struct srv_tshard *ts)
 	return (float) (ts->tb.lr > 0
 	        ? ts->tb.lr
 	        : fb_lr_at(&s->job.lr_sched, ts->version));
-}
-
-// apply applies n rows (keys, grads, counts) to ts at scale as the update
-// that makes the next version, and runs eviction. mu held.
-static void
-apply(struct ps_server *s, struct srv_tshard *ts, const uint64_t *keys,
-    size_t n, const float *grads, const uint32_t *counts, float scale)
-{
-	if (tbl_apply(ts->t, keys, n, grads, counts, scale, table_lr(s, ts),
-	        ts->version + 1) != 0) {
-		FB_LOG(FB_LOG_ERR, "tables",
-		    "table shard %u: out of memory for new rows at version "
-		    "%llu (the rows that fit were applied)",
-		    ts->id, (unsigned long long) ts->version + 1);
-	}
-	ts->version++;
-	atomic_fetch_add_explicit(&s->n_applied, 1, memory_order_relaxed);
-	evict_after_update(s, ts);
-	ps__snap_on_tversion(s, ts); // snapshots (rows_snap.c)
 }
 
 // round_close sums ts's staged pushes per key in rank order, applies the
@@ -275,7 +228,8 @@ round_close(struct ps_server *s, struct srv_tshard *ts)
 		}
 	}
 	float scale = (float) (1.0 / (double) ts->samples);
-	apply(s, ts, s->mkeys, m, s->macc, s->mcnt, scale);
+	ps__rows_apply(s, ts, s->mkeys, m, s->macc, s->mcnt, scale,
+	    table_lr(s, ts));
 	merge_clear(s, m);
 	for (uint32_t r = 0; r < s->trainers; r++) {
 		ts->pushed[r]  = 0;
@@ -300,11 +254,19 @@ block_owner(struct ps_server *s, struct ps_call *c, uint32_t id,
 		    s->n_tglobal);
 		return -1;
 	}
-	if (s->tlocal[id] >= 0) {
+	if (s->tlocal[id] >= 0 && !s->tshards[s->tlocal[id]].backup) {
 		*ts = &s->tshards[s->tlocal[id]];
 		return 0;
 	}
-	if (s->tlocal[id] == PS_SHARD_ARRIVING) {
+	if (s->tlocal[id] >= 0) {
+		// A backup here (rows_repl.c): the map making it the primary
+		// may be on its way.
+		ps__server_reply_err(s, c,
+		    epoch > mine ? PSWIRE__STATUS__UNAVAILABLE
+		                 : PSWIRE__STATUS__STALE_EPOCH,
+		    "table shard %u is held here as a backup (epoch %llu)", id,
+		    (unsigned long long) mine);
+	} else if (s->tlocal[id] == PS_SHARD_ARRIVING) {
 		ps__server_reply_err(s, c, PSWIRE__STATUS__UNAVAILABLE,
 		    "table shard %u is arriving here (epoch %llu); retry", id,
 		    (unsigned long long) mine);
@@ -637,8 +599,9 @@ rows_commit(struct ps_server *s, struct ps_call *c,
 			ts->version = b->version;
 		}
 		if (s->job.mode != PSWIRE__MODE__MODE_SYNC) {
-			apply(s, ts, st->keys, st->n, st->grads, st->counts,
-			    (float) (1.0 / (double) p->n_samples));
+			ps__rows_apply(s, ts, st->keys, st->n, st->grads,
+			    st->counts, (float) (1.0 / (double) p->n_samples),
+			    table_lr(s, ts));
 			st->n = 0;
 			ts->clock[rank]++;
 			continue;

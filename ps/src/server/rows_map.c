@@ -11,7 +11,18 @@
 // meanwhile travel with it; one re-placed with seed_gen raised was taken
 // for lost and is dropped. A shard re-placed here after its server was
 // lost starts empty and adopts the version of the first sync push it gets
-// (rows.c). Everything here runs under mu.
+// (rows.c).
+//
+// REPLICAS. A table shard's backups (ShardInfo.backups) are held here as
+// well (ts->backup: never served, updated by its primary, rows_repl.c):
+// from the first map empty and in step (every copy starts empty at
+// version 0), from a later one empty and awaiting its primary's resync.
+// A map that makes a backup the primary promotes it (its rows, state and
+// version stay); one that no longer names it drops it. A primary held
+// here that a map promotes a backup of in its place (this server left)
+// is dropped, not moved: its parked calls get STALE_EPOCH and the
+// trainers push the open round again to the new primary. Everything here
+// runs under mu.
 #include <string.h>
 
 #include "server_impl.h"
@@ -62,6 +73,21 @@ tshard_close(struct ps_server *s, struct srv_tshard *ts)
 }
 
 int
+ps__tshard_backups(const struct ps_server *s, uint32_t id,
+    const uint32_t **list)
+{
+	const Pswire__ShardInfo *si;
+	if (s->pl == NULL || id >= s->pl->n_table_shards) {
+		*list = NULL;
+		return 0;
+	}
+	si    = s->pl->table_shards[id];
+	*list = si->backups;
+	return (int) (si->n_backups > PS_MAX_BACKUPS ? PS_MAX_BACKUPS
+	                                             : si->n_backups);
+}
+
+int
 ps__tshard_add(struct ps_server *s, const Pswire__Placement *pl, uint32_t id)
 {
 	struct srv_tshard *a;
@@ -79,11 +105,22 @@ ps__tshard_add(struct ps_server *s, const Pswire__Placement *pl, uint32_t id)
 	return FB_OK;
 }
 
+// named_backup reports whether map entry si names server m a backup.
+static int
+named_backup(const Pswire__ShardInfo *si, uint32_t m)
+{
+	for (size_t k = 0; k < si->n_backups; k++) {
+		if (si->backups[k] == m) {
+			return 1;
+		}
+	}
+	return 0;
+}
+
 int
 ps__rows_install(struct ps_server *s, const Pswire__Placement *pl)
 {
-	uint32_t n_here = 0;
-	int      rv;
+	int rv;
 	if (pl->n_table_shards == 0) {
 		return FB_OK;
 	}
@@ -109,13 +146,14 @@ ps__rows_install(struct ps_server *s, const Pswire__Placement *pl)
 		// were lost, and its round goes on at the trainers' version.
 		s->tshards[s->tlocal[i]].adopt = pl->epoch > 1 || s->late ||
 		    pl->table_shards[i]->seed_gen > 0;
-		n_here++;
 	}
-	if (n_here > 0 && (s->replicated || s->snap != NULL)) {
-		FB_LOG(FB_LOG_WARN, "tables",
-		    "table shards are not replicated or snapshotted yet: the "
-		    "%u held here are lost with this server",
-		    n_here);
+	for (size_t i = 0; i < pl->n_table_shards; i++) {
+		if (named_backup(pl->table_shards[i], s->index) &&
+		    ps__tshard_add(s, pl, (uint32_t) i) == FB_OK) {
+			struct srv_tshard *ts = &s->tshards[s->tlocal[i]];
+			ts->backup            = 1;
+			ts->synced            = pl->epoch == 1 && !s->late;
+		}
 	}
 	FB_LOG(FB_LOG_NOTICE, "tables",
 	    "holding %u of %zu table shard(s) of %zu table(s)", n_here,
@@ -173,6 +211,40 @@ map_arrive(struct ps_server *s, const Pswire__Placement *old,
 	    pl->table_shards[i]->index, (unsigned long long) pl->epoch);
 }
 
+// map_replica applies map pl to held table shard ts as a replica: 1 kept
+// (a backup still named, or promoted), -1 to drop (a backup no longer
+// named, or a primary here whose backup pl promotes: this server left),
+// 0 not a replica matter. mu held.
+static int
+map_replica(struct ps_server *s, const Pswire__Placement *old,
+    const Pswire__Placement *pl, struct srv_tshard *ts)
+{
+	const Pswire__ShardInfo *si   = pl->table_shards[ts->id];
+	const Pswire__ShardInfo *so   = old->table_shards[ts->id];
+	int                      same = si->seed_gen == so->seed_gen;
+	if (!ts->backup) {
+		return si->server != s->index && named_backup(so, si->server)
+		    ? -1
+		    : 0;
+	}
+	if (same && named_backup(si, s->index)) {
+		return 1;
+	}
+	if (!same || si->server != s->index) {
+		return -1;
+	}
+	ts->backup = 0;
+	ts->adopt  = !ts->synced; // never resynced: its rows start over
+	FB_LOG(ts->synced ? FB_LOG_NOTICE : FB_LOG_ERR, "replica",
+	    "table shard %u (table '%s' range %u): promoted to primary by "
+	    "epoch %llu, %zu rows at version %llu%s",
+	    ts->id, pl->job->tables[si->tensor]->name, si->index,
+	    (unsigned long long) pl->epoch, tbl_rows(ts->t),
+	    (unsigned long long) ts->version,
+	    ts->synced ? "" : " (never synced: its rows start over)");
+	return 1;
+}
+
 void
 ps__rows_map(struct ps_server *s, const Pswire__Placement *old,
     const Pswire__Placement *pl)
@@ -183,6 +255,18 @@ ps__rows_map(struct ps_server *s, const Pswire__Placement *old,
 	for (uint32_t k = 0; k < s->n_tshards;) {
 		struct srv_tshard       *ts = &s->tshards[k];
 		const Pswire__ShardInfo *si = pl->table_shards[ts->id];
+		int                      r  = map_replica(s, old, pl, ts);
+		if (r > 0) {
+			k++;
+			continue;
+		}
+		if (r < 0) {
+			ps__rows_drop_parked(s, ts->id, pl->epoch, 0);
+			ps__tshard_drop(s, k);
+			// A leaving server waits for it to hold nothing.
+			pthread_cond_broadcast(&s->delivered);
+			continue;
+		}
 		if (si->server == s->index ||
 		    si->seed_gen == old->table_shards[ts->id]->seed_gen) {
 			k++; // kept, or moved live by ps__rows_pack
@@ -194,13 +278,18 @@ ps__rows_map(struct ps_server *s, const Pswire__Placement *old,
 		    "table shard %u was re-placed on server %u: dropping it "
 		    "here (%zu rows)",
 		    ts->id, si->server, tbl_rows(ts->t));
-		ps__rows_drop_parked(s, ts->id, pl->epoch);
+		ps__rows_drop_parked(s, ts->id, pl->epoch, 0);
 		ps__tshard_drop(s, k);
 	}
 	for (size_t i = 0; i < pl->n_table_shards; i++) {
 		int here = pl->table_shards[i]->server == s->index;
 		if (here && s->tlocal[i] == PS_SHARD_ABSENT) {
 			map_arrive(s, old, pl, i);
+		} else if (s->tlocal[i] == PS_SHARD_ABSENT &&
+		    named_backup(pl->table_shards[i], s->index) &&
+		    ps__tshard_add(s, pl, (uint32_t) i) == FB_OK) {
+			// A new backup: its primary resyncs it (rows_repl.c).
+			s->tshards[s->tlocal[i]].backup = 1;
 		} else if (!here && s->tlocal[i] == PS_SHARD_ARRIVING) {
 			// Moved on while in flight: its Transfer is refused
 			// STALE_EPOCH and its sender follows it.

@@ -45,10 +45,9 @@ staged_bytes(const struct ps_server *s, const struct srv_tshard *ts)
 	return b;
 }
 
-// tshard_encode packs table shard ts into a Transfer in *out. FB_ENOMEM.
-// mu held.
-static int
-tshard_encode(struct ps_server *s, const struct srv_tshard *ts, nng_msg **out)
+int
+ps__rows_encode(struct ps_server *s, const struct srv_tshard *ts, int backup,
+    nng_msg **out)
 {
 	Pswire__Header          h = PSWIRE__HEADER__INIT;
 	Pswire__TransferRequest t = PSWIRE__TRANSFER_REQUEST__INIT;
@@ -67,6 +66,7 @@ tshard_encode(struct ps_server *s, const struct srv_tshard *ts, nng_msg **out)
 	t.init         = !ts->adopt;
 	t.samples      = ts->samples;
 	t.table        = 1;
+	t.backup       = backup != 0;
 	t.state.len    = s->trainers;
 	t.state.data   = state;
 	t.n_clocks     = s->trainers;
@@ -106,32 +106,6 @@ tshard_encode(struct ps_server *s, const struct srv_tshard *ts, nng_msg **out)
 	return rv;
 }
 
-// abort_parked answers ABORTED to every parked Rows call with a pull of
-// table shard id, which leaves this server: its pushes were applied, its
-// pulls go to the new server. mu held.
-static void
-abort_parked(struct ps_server *s, uint32_t id, uint64_t epoch)
-{
-	struct ps_call **pp = &s->rows_parked;
-	while (*pp != NULL) {
-		struct ps_call            *c   = *pp;
-		const Pswire__RowsRequest *p   = c->hdr->rows_req;
-		int                        hit = 0;
-		for (size_t i = 0; i < p->n_pull && !hit; i++) {
-			hit = p->pull[i]->shard == id;
-		}
-		if (!hit) {
-			pp = &c->next;
-			continue;
-		}
-		*pp = c->next;
-		ps__server_reply_err(s, c, PSWIRE__STATUS__ABORTED,
-		    "table shard %u moved (epoch %llu): the push was applied; "
-		    "pull again from its new server",
-		    id, (unsigned long long) epoch);
-	}
-}
-
 size_t
 ps__rows_pack(struct ps_server *s, const Pswire__Placement *old, nng_msg **out,
     uint32_t *dest, uint32_t *ids, size_t n_out, size_t cap)
@@ -145,7 +119,11 @@ ps__rows_pack(struct ps_server *s, const Pswire__Placement *old, nng_msg **out,
 			k++;
 			continue;
 		}
-		if (tshard_encode(s, ts, &out[n_out]) != FB_OK) {
+		if (ts->backup) {
+			k++; // a backup copy: nothing to move (rows_map.c)
+			continue;
+		}
+		if (ps__rows_encode(s, ts, 0, &out[n_out]) != FB_OK) {
 			// Kept rather than lost; its new server waits.
 			FB_LOG(FB_LOG_ERR, "move",
 			    "table shard %u: out of memory packing its %zu "
@@ -172,7 +150,7 @@ ps__rows_pack(struct ps_server *s, const Pswire__Placement *old, nng_msg **out,
 		dest[n_out++] = si->server;
 		atomic_fetch_add(&s->transfers, 1);
 		obs_counter_add(s->moves_out, 1);
-		abort_parked(s, ts->id, pl->epoch);
+		ps__rows_drop_parked(s, ts->id, pl->epoch, 1);
 		ps__tshard_drop(s, k);
 	}
 	return n_out;
@@ -336,12 +314,55 @@ transfer_expected(struct ps_server *s, struct ps_call *c,
 	return 0;
 }
 
+// backup_expected checks that backup Transfer t (a primary's resync,
+// rows_repl.c) may replace the copy of its shard held here: from the
+// shard's primary, this server one of its backups in the map in force,
+// the shard not held here as a primary. Drops the old copy. mu held. 0,
+// or replies and -1.
+static int
+backup_expected(struct ps_server *s, struct ps_call *c,
+    const Pswire__TransferRequest *t)
+{
+	const uint32_t *b;
+	int             n, named = 0;
+	if (t->shard >= s->n_tglobal) {
+		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "transfer of table shard %u: the job has %zu", t->shard,
+		    s->n_tglobal);
+		return -1;
+	}
+	if (!ps__call_acts_as(c, PSW_ROLE_SERVER,
+	        s->pl->table_shards[t->shard]->server, 0)) {
+		return -1;
+	}
+	n = ps__tshard_backups(s, t->shard, &b);
+	for (int k = 0; k < n; k++) {
+		named |= b[k] == s->index;
+	}
+	int32_t l = s->tlocal[t->shard];
+	if (!named || (l >= 0 && !s->tshards[l].backup) || l < -1 ||
+	    t->state.len != s->trainers || t->version > (UINT64_C(1) << 62)) {
+		ps__server_reply_err(s, c,
+		    c->hdr->epoch > s->pl->epoch
+		        ? PSWIRE__STATUS__UNAVAILABLE
+		        : PSWIRE__STATUS__FAILED_PRECONDITION,
+		    "table shard %u: no backup expected here (epoch %llu)",
+		    t->shard, (unsigned long long) s->pl->epoch);
+		return -1;
+	}
+	if (l >= 0) {
+		ps__tshard_drop(s, (uint32_t) l); // replaced whole
+	}
+	return 0;
+}
+
 void
 ps__rows_on_transfer(struct ps_server *s, struct ps_call *c,
     const Pswire__TransferRequest *t)
 {
 	Pswire__Header h = PSWIRE__HEADER__INIT;
-	if (transfer_expected(s, c, t) != 0) {
+	if (t->backup ? backup_expected(s, c, t) != 0
+	              : transfer_expected(s, c, t) != 0) {
 		return;
 	}
 	const Pswire__ShardInfo *si  = s->pl->table_shards[t->shard];
@@ -368,6 +389,20 @@ ps__rows_on_transfer(struct ps_server *s, struct ps_call *c,
 	struct srv_tshard *ts = &s->tshards[k];
 	bad                   = tbl_load(ts->t, c->frame.payload + img,
 	                      c->frame.payload_len - (size_t) img);
+	if (bad == NULL && t->backup) {
+		// A backup applies its primary's rounds, never its own
+		// staged pushes.
+		ts->backup   = 1;
+		ts->synced   = 1;
+		ts->version  = t->version;
+		h.request_id = c->hdr->request_id;
+		ps__call_reply(c, &h);
+		FB_LOG(FB_LOG_NOTICE, "replica",
+		    "table shard %u: backup resynced, %zu rows at version %llu",
+		    t->shard, tbl_rows(ts->t),
+		    (unsigned long long) t->version);
+		return;
+	}
 	if (bad != NULL || staged_load(s, c, t, ts) != FB_OK) {
 		ps__tshard_drop(s, k);
 		s->tlocal[t->shard] = was;

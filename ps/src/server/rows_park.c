@@ -49,7 +49,16 @@ ps__rows_ready(struct ps_server *s, struct ps_call *c)
 		const struct srv_tshard *ts = &s->tshards[k];
 		if ((s->job.mode == PSWIRE__MODE__MODE_SYNC &&
 		        ts->version < p->pull[i]->version) ||
-		    !ssp_ok(s, ts, c->hdr->rank)) {
+		    !ssp_ok(s, ts, c->hdr->rank) || ts->fwd_pending > 0) {
+			return 0; // (a version every backup holds:
+			          // rows_repl.c)
+		}
+	}
+	// An applied push is acknowledged once every backup holds it.
+	for (size_t i = 0;
+	     s->job.mode != PSWIRE__MODE__MODE_SYNC && i < p->n_push; i++) {
+		int32_t k = s->tlocal[p->push[i]->shard];
+		if (k >= 0 && s->tshards[k].fwd_pending > 0) {
 			return 0;
 		}
 	}
@@ -247,7 +256,8 @@ ps__rows_sweep(struct ps_server *s, uint64_t now)
 }
 
 void
-ps__rows_drop_parked(struct ps_server *s, uint32_t id, uint64_t epoch)
+ps__rows_drop_parked(struct ps_server *s, uint32_t id, uint64_t epoch,
+    int moved_applied)
 {
 	struct ps_call **pp = &s->rows_parked;
 	while (*pp != NULL) {
@@ -262,9 +272,17 @@ ps__rows_drop_parked(struct ps_server *s, uint32_t id, uint64_t epoch)
 			continue;
 		}
 		*pp = c->next;
-		ps__server_reply_err(s, c, PSWIRE__STATUS__STALE_EPOCH,
-		    "table shard %u moved (epoch %llu): fetch the new map", id,
-		    (unsigned long long) epoch);
+		if (moved_applied) {
+			ps__server_reply_err(s, c, PSWIRE__STATUS__ABORTED,
+			    "table shard %u moved (epoch %llu): the push was "
+			    "applied; pull again from its new server",
+			    id, (unsigned long long) epoch);
+		} else {
+			ps__server_reply_err(s, c, PSWIRE__STATUS__STALE_EPOCH,
+			    "table shard %u moved (epoch %llu): fetch the new "
+			    "map",
+			    id, (unsigned long long) epoch);
+		}
 	}
 }
 
@@ -276,7 +294,7 @@ table_sum(const struct ps_server *s, uint32_t t, struct tbl_stats *st)
 	memset(st, 0, sizeof(*st));
 	for (uint32_t k = 0; k < s->n_tshards; k++) {
 		struct tbl_stats one;
-		if (s->tshards[k].table != t) {
+		if (s->tshards[k].table != t || s->tshards[k].backup) {
 			continue;
 		}
 		tbl_get_stats(s->tshards[k].t, &one);
@@ -316,15 +334,19 @@ ps__rows_stats(struct ps_server *s, char *buf, size_t n)
 	size_t           o   = 0;
 	size_t           nt  = s->pl != NULL ? s->pl->job->n_tables : 0;
 	uint64_t         tot = 0;
+	uint32_t         nb  = 0;
 	struct tbl_stats st;
 	for (uint32_t k = 0; k < s->n_tshards; k++) {
 		tot += tbl_bytes(s->tshards[k].t);
+		nb += s->tshards[k].backup != 0;
 	}
+	// Shards and rows count the primaries; bytes, the memory held.
 	o += (size_t) snprintf(buf, n,
-	    "# Tables\r\ntable_shards:%u\r\ntable_bytes:%llu\r\n"
+	    "# Tables\r\ntable_shards:%u\r\ntable_backups:%u\r\n"
+	    "table_bytes:%llu\r\n"
 	    "sparse_capacity:%llu\r\ncapacity_evicted:%llu\r\n"
 	    "rows_pushes:%llu\r\nrows_pulls:%llu\r\n",
-	    s->n_tshards, (unsigned long long) tot,
+	    s->n_tshards - nb, nb, (unsigned long long) tot,
 	    (unsigned long long) s->opts.sparse_capacity,
 	    (unsigned long long) s->cap_evicted,
 	    (unsigned long long) atomic_load(&s->n_rows_push),

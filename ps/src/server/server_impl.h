@@ -64,8 +64,10 @@
 // condition variables, on mu), snapshot_load.c (checking and restoring);
 // rows.c (sparse tables: Rows calls, rounds), rows_map.c (the table shards
 // held as maps change), rows_park.c (parked Rows calls, stats, metrics),
-// rows_move.c (table shards moving between servers);
-// test_hooks.h declares the two entry points only tests call.
+// rows_move.c (table shards moving between servers), rows_repl.c (their
+// replicas), rows_snap.c (their snapshot records): their struct and
+// functions are in rows_impl.h; test_hooks.h declares the entry points
+// only tests call.
 // What the scheduler shares with the server (rpc.h, durable.h,
 // jobconf.h) is in ../common/.
 #ifndef PS_SERVER_IMPL_H
@@ -81,6 +83,7 @@
 #include "jobconf.h"
 #include "ps/ps.h"
 #include "rpc.h"
+#include "rows_impl.h"
 #include "tbl/tbl.h"
 
 // s->local[id]: the shard's index in s->shards (== id) when held here,
@@ -168,41 +171,6 @@ struct srv_shard {
 	uint64_t  seed_version, seed_t0, seed_told;
 };
 
-// One rank's push to a table shard, decoded (rows.c): keys, counts and
-// fp32 gradients of n rows. The buffers grow only (cap rows), so a step
-// in steady state allocates nothing. In a sync job it holds the rank's
-// push of the current round until the round closes.
-struct srv_rstage {
-	uint64_t *keys;
-	uint32_t *counts;
-	float    *grads; // n * dim
-	size_t    n, cap;
-};
-
-// A sparse table's hash range held here (rows.c): its store, version,
-// per-rank staging and clocks. A shard re-placed on a live server moves
-// there whole in a Transfer (rows_move.c); s->tlocal[id] is then
-// PS_SHARD_ARRIVING on the receiver until it comes.
-struct srv_tshard {
-	uint32_t           id;     // index in Placement.table_shards
-	uint32_t           table;  // JobConfig.tables index
-	uint64_t           lo, hi; // top-32-bit hash range [lo, hi)
-	struct ps_table    tb;     // conf, lr, row codecs (jobconf.c)
-	struct tbl        *t;
-	uint64_t           version;
-	int                adopt;  // re-placed empty: takes the version of
-	                           // the first sync push (rows.c)
-	uint8_t           *pushed; // [trainers]: in this sync round
-	struct srv_rstage *stage;  // [trainers]
-	uint32_t           n_pushed;
-	uint64_t           samples;
-	uint64_t          *clock;   // [trainers]: pushes applied (SSP)
-	uint64_t           idle_at; // version of the last idle sweep
-	uint64_t           seen_push, seen_pull; // listed-twice stamps
-	uint64_t           retried; // stamp: this call's push block is a
-	                            // resend already counted (rows.c)
-};
-
 // A table shard id in a move's list of Transfers (moves.c), beside dense
 // shard ids.
 #define PS_TABLE_ID 0x80000000u
@@ -278,6 +246,8 @@ struct ps_server {
 	size_t                kscratch_cap;
 	atomic_uint_fast64_t  n_rows_push, n_rows_pull;
 	uint64_t              cap_evicted; // rows evicted for the budget
+	uint8_t              *trepl;       // a table Replicate's rows
+	size_t                trepl_cap;   // (rows_repl.c, grow-only)
 	// stats (relaxed atomics)
 	atomic_uint_fast64_t  n_push, n_pull, n_err, bytes_in, bytes_out;
 	atomic_uint_fast64_t  n_applied;
@@ -503,97 +473,6 @@ void ps__pull_abort_leaving(struct ps_server *s, uint64_t epoch);
 // s->closing. Takes mu (and logs after releasing it).
 void *ps__sweep_main(void *arg);
 
-// ---- rows.c, rows_map.c, rows_park.c --------------------------------------
-
-// ps__rows_install builds a store for every table shard first map pl
-// places here (tbl conf from its TableDesc, the job's seed, the table
-// index) with its staging and clocks. Errors: FB_EPROTO (a table the
-// server cannot run), FB_ENOMEM. mu held, before s->pl is set.
-int ps__rows_install(struct ps_server *s, const Pswire__Placement *pl);
-
-// ps__rows_map applies later map pl (s->pl == pl; old: the map it
-// replaces) to the tables: a table shard it places here that was on a live
-// server (same seed_gen) is ARRIVING until its Transfer comes
-// (rows_move.c), one re-placed after its server was lost gets a fresh
-// store (its rows start over), held ones it re-places after this server
-// was taken for lost (seed_gen raised) are dropped, held ones it moves
-// stay until ps__rows_pack, and the sync rounds the trainers that left
-// complete are closed. Wakes parked Rows calls. mu held.
-void ps__rows_map(struct ps_server *s, const Pswire__Placement *old,
-    const Pswire__Placement *pl);
-
-// ps__tshard_add opens table shard id of pl here, empty (appended to
-// s->tshards; s->tlocal[id] set). FB_EPROTO, FB_ENOMEM. mu held.
-int ps__tshard_add(struct ps_server *s, const Pswire__Placement *pl,
-    uint32_t id);
-
-// ps__tshard_drop frees held table shard s->tshards[k] (s->tlocal of its
-// id set to PS_SHARD_ABSENT; the last one takes its place). mu held.
-void ps__tshard_drop(struct ps_server *s, uint32_t k);
-
-// ps__rows_round_try closes ts's sync round when every rank still in the
-// job has pushed (a Transfer may bring a complete one). mu held.
-void ps__rows_round_try(struct ps_server *s, struct srv_tshard *ts);
-
-// ---- rows_move.c ---------------------------------------------------------
-
-// ps__rows_pack packs every held table shard that map s->pl moves away
-// live (its rows, optimizer state, version, clocks and staged sync
-// pushes) into out[] from n_out on (its new server in dest[], its id |
-// PS_TABLE_ID in ids[]), answers the Rows calls parked on it ABORTED
-// (their pushes were applied: pull again from the new server), frees it,
-// and returns the new count. A shard that cannot be packed stays here,
-// logged. mu held.
-size_t ps__rows_pack(struct ps_server *s, const Pswire__Placement *old,
-    nng_msg **out, uint32_t *dest, uint32_t *ids, size_t n_out, size_t cap);
-
-// ps__rows_on_transfer installs the table shard Transfer t carries
-// (t->table), after checking all of it; replies. mu held.
-void ps__rows_on_transfer(struct ps_server *s, struct ps_call *c,
-    const Pswire__TransferRequest *t);
-
-// ps__rows_release frees every table shard and the tables' scratch. At
-// close, no lock.
-void ps__rows_release(struct ps_server *s);
-
-// ps__on_rows serves a Rows call: checks every block, then stages (sync)
-// or applies (async, SSP) the pushes, then answers or parks the pulls.
-// Called on an nng callback thread; takes mu.
-void ps__on_rows(struct ps_server *s, struct ps_call *c);
-
-// ps__rows_ready reports whether every pull block of Rows call c can be
-// answered now (versions reached; SSP: clocks). mu held.
-int ps__rows_ready(struct ps_server *s, struct ps_call *c);
-
-// ps__rows_answer replies to Rows call c with the rows of its pull
-// blocks (ready). mu held.
-void ps__rows_answer(struct ps_server *s, struct ps_call *c);
-
-// ps__rows_park parks c until ps__rows_ready (expiry as pulls: its
-// deadline or park_max_ms), or answers it at once. mu held.
-void ps__rows_park(struct ps_server *s, struct ps_call *c);
-
-// ps__rows_wake answers every parked Rows call that became ready. mu
-// held.
-void ps__rows_wake(struct ps_server *s);
-
-// ps__rows_drop_parked answers STALE_EPOCH (naming map epoch `epoch`) to
-// every parked Rows call with a block of table shard id, which leaves
-// this server. mu held.
-void ps__rows_drop_parked(struct ps_server *s, uint32_t id, uint64_t epoch);
-
-// ps__rows_sweep answers DEADLINE_EXCEEDED to parked Rows calls whose
-// deadline (fb_clock_ms) passed. mu held (the sweeper).
-void ps__rows_sweep(struct ps_server *s, uint64_t now);
-
-// ps__rows_stats writes the "# Tables" stats section into buf (n
-// bytes). mu held.
-void ps__rows_stats(struct ps_server *s, char *buf, size_t n);
-
-// ps__rows_metrics writes the per-table series (ferry_table_*). mu held.
-struct obs_writer;
-void ps__rows_metrics(struct ps_server *s, struct obs_writer *w);
-
 // ---- push.c ----------------------------------------------------------------
 
 // ps__on_push serves a Push or PushPull (including the init offer of
@@ -740,10 +619,21 @@ void ps__repl_forward(struct ps_server *s, struct srv_shard *sh,
 void ps__repl_apply(struct ps_server *s, struct srv_shard *sh, const float *g0,
     const float *g1, uint64_t samples);
 
-// ps__on_replicate serves Replicate on a backup: checks that its weights
-// are the update's base (CRC), acknowledges, then applies the update as
-// its primary did (the same optimizer pass on the same floats). Called on
-// an nng callback thread; takes mu.
+// ps__shard_crc returns the CRC-32 of sh's weights at its version,
+// computed once per version. mu held.
+uint32_t ps__shard_crc(struct srv_shard *sh);
+
+// ps__repl_apply_agg applies one sync update (aggregate g0, + g1 when not
+// NULL; `samples` samples) through the job's optimizer, advances the
+// version, publishes the pull reference and leaves the new weights' CRC:
+// what a primary and each of its backups run alike. mu held.
+void ps__repl_apply_agg(struct ps_server *s, struct srv_shard *sh,
+    const float *g0, const float *g1, uint64_t samples);
+
+// ps__on_replicate serves Replicate on a backup (replicate_backup.c): checks
+// that its weights are the update's base (CRC), acknowledges, then applies the
+// update as its primary did (the same optimizer pass on the same floats).
+// Called on an nng callback thread; takes mu.
 void ps__on_replicate(struct ps_server *s, struct ps_call *c);
 
 // ---- snapshot.c, snapshot_load.c ----------------------------------------

@@ -33,4 +33,11 @@ uint64_t ps_server_test_table_each(struct ps_server *s, uint32_t id,
     void (*fn)(void *arg, uint64_t key, const float *row, const float *state),
     void *arg, struct tbl_conf *conf);
 
+// ps_server_test_table_backups_behind makes every table shard backup
+// held here miss its last update, as one that lost a forward would: its
+// rows are dropped and its version steps back by one. Returns how many it
+// changed. For tests of the resync: the next forward finds it behind and
+// the primary sends the whole shard (rows_repl.c).
+int ps_server_test_table_backups_behind(struct ps_server *s);
+
 #endif // PS_TEST_HOOKS_H
