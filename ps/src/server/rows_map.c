@@ -120,7 +120,8 @@ named_backup(const Pswire__ShardInfo *si, uint32_t m)
 int
 ps__rows_install(struct ps_server *s, const Pswire__Placement *pl)
 {
-	int rv;
+	uint32_t n_here = 0;
+	int      rv;
 	if (pl->n_table_shards == 0) {
 		return FB_OK;
 	}
@@ -146,6 +147,7 @@ ps__rows_install(struct ps_server *s, const Pswire__Placement *pl)
 		// were lost, and its round goes on at the trainers' version.
 		s->tshards[s->tlocal[i]].adopt = pl->epoch > 1 || s->late ||
 		    pl->table_shards[i]->seed_gen > 0;
+		n_here++;
 	}
 	for (size_t i = 0; i < pl->n_table_shards; i++) {
 		if (named_backup(pl->table_shards[i], s->index) &&
