@@ -392,7 +392,9 @@ ps__rows_metrics(struct ps_server *s, struct obs_writer *w)
 	size_t           nt = s->pl != NULL ? s->pl->job->n_tables : 0;
 	char             lab[300];
 	struct tbl_stats st;
-	for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]) && nt > 0; f++) {
+	// Declared in every job (no series without tables), as every
+	// documented family is (docs/operations.md §11.2).
+	for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
 		obs_write_family(w, fam[f].name, fam[f].help, fam[f].type);
 		for (uint32_t t = 0; t < nt; t++) {
 			uint64_t v[7];

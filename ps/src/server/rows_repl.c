@@ -288,6 +288,16 @@ ps__rows_on_replicate(struct ps_server *s, struct ps_call *c,
 	ps__rows_apply(s, ts, (const uint64_t *) (const void *) s->trepl, n,
 	    (const float *) (const void *) (s->trepl + 12 * n),
 	    (const uint32_t *) (const void *) (s->trepl + 8 * n), scale, lr);
+	// The round it closed is over here too: pushes staged for it (a
+	// resync's Transfer carries the primary's) must not count in the
+	// next one, or, promoted, this copy would refuse a rank's first push
+	// of the new round as already made (ALREADY_EXISTS).
+	for (uint32_t r = 0; r < s->trainers; r++) {
+		ts->pushed[r]  = 0;
+		ts->stage[r].n = 0;
+	}
+	ts->n_pushed = 0;
+	ts->samples  = 0;
 }
 
 int
