@@ -333,17 +333,13 @@ snap_skip(struct ps_server *s, uint64_t v)
 	}
 }
 
-void
-ps__snap_on_version(struct ps_server *s, struct srv_shard *sh)
+// snap_periodic starts --snapshot-every's capture of version v, which a
+// shard (dense or table: whichever reaches v first) has just reached,
+// unless one is in the way. mu held.
+static void
+snap_periodic(struct ps_server *s, uint64_t v)
 {
 	struct ps_snap *p = s->snap;
-	uint64_t        v = sh->version;
-
-	if (p->state == SNAP_CAPTURING && p->version == v) {
-		snap_add(s, sh);
-		snap_maybe_full(s);
-		return;
-	}
 	if (p->every == 0 || v % p->every != 0 || s->job.mode != 0) {
 		return;
 	}
@@ -362,6 +358,20 @@ ps__snap_on_version(struct ps_server *s, struct srv_shard *sh)
 }
 
 void
+ps__snap_on_version(struct ps_server *s, struct srv_shard *sh)
+{
+	struct ps_snap *p = s->snap;
+	uint64_t        v = sh->version;
+
+	if (p->state == SNAP_CAPTURING && p->version == v) {
+		snap_add(s, sh);
+		snap_maybe_full(s);
+		return;
+	}
+	snap_periodic(s, v);
+}
+
+void
 ps__snap_on_tversion(struct ps_server *s, struct srv_tshard *ts)
 {
 	struct ps_snap *p = s->snap;
@@ -376,21 +386,7 @@ ps__snap_on_tversion(struct ps_server *s, struct srv_tshard *ts)
 		}
 		return;
 	}
-	// A periodic snapshot begins with whichever shard, dense or table,
-	// reaches its version first.
-	if (p->every == 0 || v % p->every != 0 || s->job.mode != 0) {
-		return;
-	}
-	if (p->state == SNAP_FULL || p->state == SNAP_WRITING) {
-		snap_skip(s, v);
-		return;
-	}
-	if (p->state == SNAP_CAPTURING && (p->requested || p->version > v)) {
-		return;
-	}
-	if (snap_begin(s, v, 0) == 0 && snap_add_at(s, v) == 0) {
-		snap_maybe_full(s);
-	}
+	snap_periodic(s, v);
 }
 
 // snap_request starts a requested capture of version v (0: now). mu held.
