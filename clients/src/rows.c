@@ -335,9 +335,11 @@ take_rows(ferry_client *c, size_t m, const Pswire__Header *rh,
 		    b->rows_offset > f->payload_len ||
 		    b->rows_length > f->payload_len - b->rows_offset ||
 		    b->rows_length != comp_bound(&t->cpull, n * t->dim) ||
-		    comp_decode(&t->cpull, f->payload + b->rows_offset,
-		        b->rows_length, n * t->dim,
-		        c->dd_pull.rows + c->dd_pull.sh_rows[i]) != FB_OK) {
+		    (n > 0 && // no key (a version probe): nothing to decode
+		        comp_decode(&t->cpull, f->payload + b->rows_offset,
+		            b->rows_length, n * t->dim,
+		            c->dd_pull.rows + c->dd_pull.sh_rows[i]) !=
+		            FB_OK)) {
 			return ferry__fail(c, FERRY_EPROTO,
 			    "server %s: Rows reply block %zu (table '%s') "
 			    "is malformed",

@@ -396,11 +396,11 @@ ps__rows_on_transfer(struct ps_server *s, struct ps_call *c,
 		ts->synced   = 1;
 		ts->version  = t->version;
 		h.request_id = c->hdr->request_id;
-		ps__call_reply(c, &h);
 		FB_LOG(FB_LOG_NOTICE, "replica",
 		    "table shard %u: backup resynced, %zu rows at version %llu",
 		    t->shard, tbl_rows(ts->t),
 		    (unsigned long long) t->version);
+		ps__call_reply(c, &h); // releases c, and t with it
 		return;
 	}
 	if (bad != NULL || staged_load(s, c, t, ts) != FB_OK) {

@@ -120,6 +120,9 @@ rows_fill(struct ps_server *s, const Pswire__RowsRequest *p,
 		struct srv_tshard *ts = &s->tshards[s->tlocal[blk[i].shard]];
 		size_t             v  = (size_t) blk[i].n * ts->tb.conf.dim, w;
 		uint8_t           *o  = payload + blk[i].rows_offset;
+		if (v == 0) {
+			continue; // no key (a version probe): no bytes
+		}
 		tbl_lookup(ts->t, keys, blk[i].n, s->rscratch);
 		keys += blk[i].n;
 		if (ts->tb.cpull.id == COMP_NONE) {
@@ -160,11 +163,14 @@ ps__rows_answer(struct ps_server *s, struct ps_call *c)
 	}
 	// The keys, out of the request before its buffer holds the reply.
 	for (size_t i = 0; i < p->n_pull; i++) {
+		ptrs[i] = &blk[i];
+		if (p->pull[i]->n == 0) {
+			continue; // (the scratch and payload may be NULL)
+		}
 		memcpy(s->kscratch + k,
 		    c->frame.payload + p->pull[i]->keys_offset,
 		    (size_t) p->pull[i]->n * 8);
 		k += p->pull[i]->n;
-		ptrs[i] = &blk[i];
 	}
 	rep.n_rows   = p->n_pull;
 	rep.rows     = ptrs;
