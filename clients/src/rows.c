@@ -426,6 +426,13 @@ take_reply(ferry_client *c, struct rowsx *x, size_t m)
 	} else if (r == FB_EREMOTE && st == PSWIRE__STATUS__ABORTED) {
 		pushed_only(c, m); // a table shard moved after the push
 		x->refetch = 1;
+	} else if (r == FB_EREMOTE && st == PSWIRE__STATUS__ALREADY_EXISTS &&
+	    !x->resend) {
+		// This rank's push of the round is in already (an earlier
+		// attempt whose answer was lost): send again as a re-send,
+		// which the server counts once and answers.
+		unsend(c, m);
+		x->resend = 1;
 	} else if (r == FB_EREMOTE && st == PSWIRE__STATUS__OUT_OF_RANGE) {
 		c->rows_probe = 1; // the job went on without this push
 		rv = ferry__fail(c, FERRY_EBEHIND, "Rows: server %s: %s", srv,
