@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # ferry_job.sh — run one Ferry training job over emulated links: a host
-# "srv" (scheduler + 1 server) and T trainer hosts t0..t{T-1}, every link
+# "srv" (scheduler + 1 server; with --servers N, N-1 more server hosts
+# srv1..srv{N-1}) and T trainer hosts t0..t{T-1}, every link
 # shaped to RATE (both directions) by netsim.sh, optionally with DELAY_MS of
 # added one-way latency on the trainers' path to the server (delay relay).
 # Prints rank 0's output (progress lines and the summary JSON) on stdout.
 #
 #   ferry_job.sh [--rate 100mbit|none] [--delay-ms D] [--trainers T]
+#                [--servers N]
 #                [--rate-of R=RATE]... [--curve FILE] [--time-cap S]
 #                [--build DIR] [--name NET] -- [trainer flags...]
 #
@@ -26,7 +28,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 NETSIM="$HERE/netsim.sh"
-rate=none delay=0 trainers=2 build="$ROOT/build" name="fj$$" curve="" cap=0
+rate=none delay=0 trainers=2 servers=1 build="$ROOT/build" name="fj$$" curve="" cap=0
 declare -A rate_of=()
 if [ "${1:-}" = --smoke ]; then
 	build=${FERRY_BUILD_DIR:-$build}
@@ -40,6 +42,7 @@ while (($#)); do
 	--rate) rate=$2; shift 2 ;;
 	--delay-ms) delay=$2; shift 2 ;;
 	--trainers) trainers=$2; shift 2 ;;
+	--servers) servers=$2; shift 2 ;;
 	--rate-of) rate_of[${2%%=*}]=${2#*=}; shift 2 ;;
 	--curve) curve=$2; shift 2 ;;
 	--time-cap) cap=$2; shift 2 ;;
@@ -58,6 +61,7 @@ fi
 # FERRY_JOB_RUN_DIR keeps the logs and the other ranks' output there.
 RUN=${FERRY_JOB_RUN_DIR:-$(mktemp -d /tmp/ferry-links.XXXXXX)}
 hosts=("srv:$rate")
+for ((i = 1; i < servers; i++)); do hosts+=("srv$i:$rate"); done
 for ((r = 0; r < trainers; r++)); do hosts+=("t$r:${rate_of[$r]:-$rate}"); done
 relay_pid="" cap_pid=""
 cleanup() {
@@ -70,7 +74,7 @@ trap cleanup EXIT
 SIP=$("$NETSIM" ip "$name" srv)
 
 "$NETSIM" exec "$name" srv "$PS" --role=scheduler --trainers="$trainers" \
-	--servers=1 --listen="tcp://$SIP:7000" --log-level=warn \
+	--servers="$servers" --listen="tcp://$SIP:7000" --log-level=warn \
 	2>"$RUN/scheduler.log" &
 srv_args=(--role=server --scheduler="tcp://$SIP:7000" --log-level=warn)
 if [ "$delay" != 0 ]; then
@@ -82,6 +86,13 @@ else
 fi
 sleep 0.2
 "$NETSIM" exec "$name" srv "$PS" "${srv_args[@]}" 2>"$RUN/server.log" &
+# The other servers (no delay relay in front of them).
+for ((i = 1; i < servers; i++)); do
+	ip_i=$("$NETSIM" ip "$name" "srv$i")
+	"$NETSIM" exec "$name" "srv$i" "$PS" --role=server \
+		--scheduler="tcp://$SIP:7000" --log-level=warn \
+		--listen="tcp://$ip_i:7001" 2>"$RUN/server-$i.log" &
+done
 tp=()
 for ((r = 0; r < trainers; r++)); do
 	if ((r == 0)); then
