@@ -124,12 +124,12 @@ double tr_logloss(const float *p, const float *label, size_t n);
 enum tr_dlrm_interaction { TR_DLRM_DOT = 0, TR_DLRM_CAT = 1 };
 
 struct tr_dlrm_arch {
-	uint32_t emb_dim;     // 1..1024
-	int      interaction; // enum tr_dlrm_interaction
-	int      n_bottom;    // bottom layers (>= 1)
+	uint32_t emb_dim;                   // 1..1024
+	int      interaction;               // enum tr_dlrm_interaction
+	int      n_bottom;                  // bottom layers (>= 1)
 	size_t   bottom[TR_MAX_LAYERS + 1]; // [0] = TR_CTR_DENSE, then widths
 	int      n_top;                     // top layers (>= 1)
-	size_t   top[TR_MAX_LAYERS + 1]; // [0] = interaction width, ..., 1
+	size_t   top[TR_MAX_LAYERS + 1];    // [0] = interaction width, ..., 1
 };
 
 // tr_dlrm_arch_parse builds an arch from --bottom ("64,16": widths after
@@ -137,8 +137,7 @@ struct tr_dlrm_arch {
 // 1), --emb-dim and --interaction ("dot" or "cat"). n_bottom + n_top <=
 // TR_MAX_LAYERS. Errors: FB_EINVAL naming the flag and what is wrong.
 int tr_dlrm_arch_parse(const char *bottom, const char *top, uint32_t emb_dim,
-    const char *interaction, struct tr_dlrm_arch *a, char *err,
-    size_t errlen);
+    const char *interaction, struct tr_dlrm_arch *a, char *err, size_t errlen);
 
 // The dense tensors: count, floats of tensor i, name of tensor i (as
 // above; 32 bytes always enough).
@@ -153,7 +152,7 @@ void   tr_dlrm_tensor_name(const struct tr_dlrm_arch *a, size_t i, char *buf,
 // with seed, tensor by tensor in order, and every bias to 0.
 int  tr_dlrm_params_init(struct tr_params *p, const struct tr_dlrm_arch *a);
 void tr_dlrm_params_randomize(struct tr_params *p,
-     const struct tr_dlrm_arch *a, uint64_t seed);
+    const struct tr_dlrm_arch *a, uint64_t seed);
 
 // The model's workspace for batches of up to max_batch samples (and its
 // BLAS thread count, process wide, as the CPU backend's).
