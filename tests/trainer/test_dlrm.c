@@ -10,10 +10,10 @@
 #include "ctr_tests.h"
 
 #define FX_N 5 // samples in the gradient checks' batch
-#define FX_D 4 // their emb_dim (and bottom's last width)
+#define FX_D 3 // their emb_dim (odd: gram_back's tail runs)
 #define FX_EMB (TR_CTR_CAT * FX_N * FX_D)
 
-// A small model (emb 4, bottom 8,4, top 8,1) with random weights, NONZERO
+// A small model (emb 3, bottom 8,3, top 8,1) with random weights, NONZERO
 // biases (Xavier leaves them 0, which would hide a bias bug) and a random
 // batch of FX_N samples.
 struct fx {
@@ -31,7 +31,7 @@ fx_init(struct fx *f, int interaction)
 	struct tr_rng r;
 	char          err[256] = "";
 	memset(f, 0, sizeof(*f));
-	PT_OK(tr_dlrm_arch_parse("8,4", "8,1", FX_D,
+	PT_OK(tr_dlrm_arch_parse("8,3", "8,1", FX_D,
 	    interaction == TR_DLRM_DOT ? "dot" : "cat", &f->a, err,
 	    sizeof(err)));
 	PT_OK(tr_dlrm_params_init(&f->w, &f->a));
@@ -75,13 +75,22 @@ fx_loss(struct fx *f)
 	return loss;
 }
 
+// The tally of a finite-difference check: the loss at the unperturbed
+// point, derivatives off, and those skipped at a ReLU kink.
+struct fd_tally {
+	double l0;
+	int    bad, kinks;
+};
+
 // fd_check compares the analytic derivative an of the loss by *x with a
-// central difference, counting misses in *bad. The model runs in float:
-// rounding of about 1e-6 in a logit over a step of 2e-3 leaves ~1e-4 of
-// noise in the difference, hence 3e-4 absolute or 1% relative.
+// central difference. The model runs in float: rounding of about 1e-6 in
+// a logit over a step of 2e-3 leaves ~1e-4 of noise in the difference,
+// hence 3e-4 absolute or 1% relative. Where the two one-sided differences
+// disagree, a ReLU switched inside +-eps and the loss has no derivative
+// to compare there: counted as a kink, not checked.
 static void
 fd_check(struct fx *f, float *x, float an, const char *what, size_t j,
-    int *bad)
+    struct fd_tally *t)
 {
 	const float eps  = 1e-3f;
 	float       keep = *x, hi = keep + eps, lo = keep - eps;
@@ -91,14 +100,20 @@ fd_check(struct fx *f, float *x, float an, const char *what, size_t j,
 	double lm    = fx_loss(f);
 	*x           = keep;
 	double fd    = (lp - lm) / ((double) hi - (double) lo);
+	double up    = (lp - t->l0) / ((double) hi - (double) keep);
+	double down  = (t->l0 - lm) / ((double) keep - (double) lo);
 	double diff  = fabs(fd - (double) an);
 	double scale = fmax(fabs(fd), fabs((double) an));
+	if (fabs(up - down) > 2e-4 + 1e-2 * scale) {
+		t->kinks++;
+		return;
+	}
 	if (diff > 3e-4 && diff > 1e-2 * scale) {
-		if (*bad < 5) {
+		if (t->bad < 5) {
 			fprintf(stderr, "dlrm fd: %s[%zu] analytic %g fd %g\n",
 			    what, j, (double) an, fd);
 		}
-		(*bad)++;
+		t->bad++;
 	}
 }
 
@@ -106,27 +121,28 @@ fd_check(struct fx *f, float *x, float an, const char *what, size_t j,
 // matches central differences of the summed loss (both interactions).
 START_TEST(test_grad_finite_difference)
 {
-	struct fx f;
-	double    loss;
-	int       bad     = 0;
-	size_t    checked = 0;
+	struct fx       f;
+	struct fd_tally t       = { 0 };
+	size_t          checked = 0;
 	fx_init(&f, _i);
 	PT_OK(tr_dlrm_grad(f.m, tr_params_cptrs(&f.w), f.dense, f.emb, f.label,
-	    FX_N, f.g.t, f.eg, &loss));
-	ck_assert(isfinite(loss) && loss > 0.0);
-	for (size_t t = 0; t < f.w.n_tensors; t++) {
+	    FX_N, f.g.t, f.eg, &t.l0));
+	ck_assert(isfinite(t.l0) && t.l0 > 0.0);
+	for (size_t i = 0; i < f.w.n_tensors; i++) {
 		char name[32];
-		tr_dlrm_tensor_name(&f.a, t, name, sizeof(name));
-		for (size_t j = 0; j < f.w.len[t]; j++, checked++) {
-			fd_check(&f, &f.w.t[t][j], f.g.t[t][j], name, j, &bad);
+		tr_dlrm_tensor_name(&f.a, i, name, sizeof(name));
+		for (size_t j = 0; j < f.w.len[i]; j++, checked++) {
+			fd_check(&f, &f.w.t[i][j], f.g.t[i][j], name, j, &t);
 		}
 	}
 	for (size_t j = 0; j < FX_EMB; j++, checked++) {
-		fd_check(&f, &f.emb[j], f.eg[j], "emb", j, &bad);
+		fd_check(&f, &f.emb[j], f.eg[j], "emb", j, &t);
 	}
-	// A ReLU kink inside +-eps can spoil an odd difference; no more.
-	ck_assert_msg(bad <= 2, "%d of %zu derivatives off (%s)", bad, checked,
-	    _i == TR_DLRM_DOT ? "dot" : "cat");
+	ck_assert_msg(t.bad == 0, "%d of %zu derivatives off (%s)", t.bad,
+	    checked, _i == TR_DLRM_DOT ? "dot" : "cat");
+	// kinks are rare: the check must not skip its way to a pass
+	ck_assert_msg((size_t) t.kinks * 50 <= checked,
+	    "%d of %zu derivatives at a kink", t.kinks, checked);
 	fx_fini(&f);
 }
 END_TEST
