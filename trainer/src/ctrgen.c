@@ -37,7 +37,8 @@ static const double dense_missing[TR_CTR_DENSE] = { 0.45, 0, 0.21, 0.22, 0.03,
 #define BIAS_SD 0.35   // per-key bias scale
 #define LATENT_SD 0.25 // per-key latent scale (per component)
 #define DENSE_SD 0.5   // dense part's scale
-#define BIAS0 -1.55    // the logit's intercept
+#define RATE 0.25      // the positive rate the intercept is calibrated to
+#define CALIB 4096     // samples of the calibration stream
 
 static uint64_t
 mix64(uint64_t z)
@@ -103,43 +104,6 @@ frac_f(int f, double off)
 	return x - floor(x);
 }
 
-int
-tr_ctrgen_init(struct tr_ctrgen *g, uint64_t seed, double vocab_scale,
-    char *err, size_t errlen)
-{
-	struct tr_rng r;
-	int           f;
-	int           j;
-	memset(g, 0, sizeof *g);
-	if (!(vocab_scale > 0.0) || vocab_scale > 400.0) {
-		return tr__errf(FB_EINVAL, err, errlen,
-		    "--vocab-scale %g: must be in (0, 400]", vocab_scale);
-	}
-	g->seed  = seed;
-	g->bias0 = BIAS0;
-	for (f = 0; f < TR_CTR_CAT; f++) {
-		double v = floor((double) base_vocab[f] * vocab_scale + 0.5);
-		double a = 1.05 + 0.25 * frac_f(f, 0.0);
-		g->vocab[f]  = v < 2.0 ? 2 : (uint64_t) v;
-		g->zipf_a[f] = a;
-		g->zipf_c[f] = pow((double) g->vocab[f] + 1.0, 1.0 - a) - 1.0;
-		g->cat_missing[f] = cat_missing[f];
-		g->cat_scale[f]   = 0.4 + 0.6 * frac_f(f, 0.3);
-		// The head shrinks with small vocabularies, so a scaled-down
-		// set keeps a learnable head and a noisy tail.
-		g->head[f] = fmin(HEAD_IDS, 0.2 * (double) g->vocab[f] + 1.0);
-	}
-	// The dense columns' log-normal counts and weights: from the seed.
-	tr_rng_seed(&r, hash2(seed, 0xd0d0));
-	for (j = 0; j < TR_CTR_DENSE; j++) {
-		g->dense_mu[j]      = 0.5 + 3.5 * unit(&r);
-		g->dense_sigma[j]   = 0.6 + 1.2 * unit(&r);
-		g->dense_missing[j] = dense_missing[j];
-		g->dense_w[j]       = DENSE_SD * sym(&r) / sqrt(TR_CTR_DENSE);
-	}
-	return FB_OK;
-}
-
 // key_params derives (field, id)'s bias and latent vector.
 static double
 key_params(const struct tr_ctrgen *g, int f, uint64_t id,
@@ -158,13 +122,16 @@ key_params(const struct tr_ctrgen *g, int f, uint64_t id,
 	return b;
 }
 
-void
-tr_ctrgen_sample(const struct tr_ctrgen *g, int split, uint64_t i,
-    struct tr_ctrgen_sample *s)
+// draw_r generates sample i of split (all of s but its label and prob)
+// and returns its logit without the intercept, leaving in *rr the
+// stream, whose next draw decides the label.
+static double
+draw_r(const struct tr_ctrgen *g, int split, uint64_t i,
+    struct tr_ctrgen_sample *s, struct tr_rng *rr)
 {
 	struct tr_rng r;
 	double        sum[TR_CTRGEN_K] = { 0 };
-	double        sq = 0.0, z = g->bias0;
+	double        sq = 0.0, z = 0.0;
 	int           f, j, k;
 	tr_rng_seed(&r, hash2(hash2(g->seed, 0x5a17 + (uint64_t) split), i));
 	s->dense_missing = 0;
@@ -214,8 +181,93 @@ tr_ctrgen_sample(const struct tr_ctrgen *g, int split, uint64_t i,
 		z += 0.5 * sum[k] * sum[k];
 	}
 	z -= 0.5 * sq;
-	s->prob  = 1.0 / (1.0 + exp(-z));
-	s->label = unit(&r) < s->prob;
+	*rr = r;
+	return z;
+}
+
+static double
+draw(const struct tr_ctrgen *g, int split, uint64_t i,
+    struct tr_ctrgen_sample *s)
+{
+	struct tr_rng r;
+	return draw_r(g, split, i, s, &r);
+}
+
+void
+tr_ctrgen_sample(const struct tr_ctrgen *g, int split, uint64_t i,
+    struct tr_ctrgen_sample *s)
+{
+	struct tr_rng r;
+	double        z = g->bias0 + draw_r(g, split, i, s, &r);
+	s->prob         = 1.0 / (1.0 + exp(-z));
+	s->label        = unit(&r) < s->prob;
+}
+
+// calibrate sets the intercept so that the positive rate is about RATE
+// whatever the seed: the few ids of small fields are in most samples, so
+// their biases and pairwise terms shift every logit by a seed-dependent
+// offset (a standard deviation near 2). CALIB samples of a stream no
+// split uses give their logits without an intercept, and bisection finds
+// the intercept at which their mean probability is RATE.
+static void
+calibrate(struct tr_ctrgen *g)
+{
+	double                  z[CALIB];
+	struct tr_ctrgen_sample s;
+	double                  lo = -40.0, hi = 40.0;
+	int                     i, it;
+	for (i = 0; i < CALIB; i++) {
+		z[i] = draw(g, 2, (uint64_t) i, &s);
+	}
+	for (it = 0; it < 50; it++) {
+		double mid = 0.5 * (lo + hi), sum = 0.0;
+		for (i = 0; i < CALIB; i++) {
+			sum += 1.0 / (1.0 + exp(-(z[i] + mid)));
+		}
+		if (sum / CALIB < RATE) {
+			lo = mid;
+		} else {
+			hi = mid;
+		}
+	}
+	g->bias0 = 0.5 * (lo + hi);
+}
+
+int
+tr_ctrgen_init(struct tr_ctrgen *g, uint64_t seed, double vocab_scale,
+    char *err, size_t errlen)
+{
+	struct tr_rng r;
+	int           f;
+	int           j;
+	memset(g, 0, sizeof *g);
+	if (!(vocab_scale > 0.0) || vocab_scale > 400.0) {
+		return tr__errf(FB_EINVAL, err, errlen,
+		    "--vocab-scale %g: must be in (0, 400]", vocab_scale);
+	}
+	g->seed = seed;
+	for (f = 0; f < TR_CTR_CAT; f++) {
+		double v = floor((double) base_vocab[f] * vocab_scale + 0.5);
+		double a = 1.05 + 0.25 * frac_f(f, 0.0);
+		g->vocab[f]  = v < 2.0 ? 2 : (uint64_t) v;
+		g->zipf_a[f] = a;
+		g->zipf_c[f] = pow((double) g->vocab[f] + 1.0, 1.0 - a) - 1.0;
+		g->cat_missing[f] = cat_missing[f];
+		g->cat_scale[f]   = 0.4 + 0.6 * frac_f(f, 0.3);
+		// The head shrinks with small vocabularies, so a scaled-down
+		// set keeps a learnable head and a noisy tail.
+		g->head[f] = fmin(HEAD_IDS, 0.2 * (double) g->vocab[f] + 1.0);
+	}
+	// The dense columns' log-normal counts and weights: from the seed.
+	tr_rng_seed(&r, hash2(seed, 0xd0d0));
+	for (j = 0; j < TR_CTR_DENSE; j++) {
+		g->dense_mu[j]      = 0.5 + 3.5 * unit(&r);
+		g->dense_sigma[j]   = 0.6 + 1.2 * unit(&r);
+		g->dense_missing[j] = dense_missing[j];
+		g->dense_w[j]       = DENSE_SD * sym(&r) / sqrt(TR_CTR_DENSE);
+	}
+	calibrate(g);
+	return FB_OK;
 }
 
 static char *

@@ -132,7 +132,7 @@ struct tr_ctrgen {
 	double   head[TR_CTR_CAT];      // ids past ~head carry little signal
 	double   dense_mu[TR_CTR_DENSE], dense_sigma[TR_CTR_DENSE];
 	double   dense_missing[TR_CTR_DENSE], dense_w[TR_CTR_DENSE];
-	double   bias0; // the logit's intercept
+	double   bias0; // the logit's intercept, calibrated to a 0.25 rate
 };
 
 // One generated sample: raw values as written to the text file.
