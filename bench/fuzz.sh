@@ -34,7 +34,7 @@ elif [[ -n "${1:-}" ]]; then
 fi
 command -v clang >/dev/null || { echo "fuzz.sh: clang not found (apt-get install clang)" >&2; exit 2; }
 BUILD=${FERRY_FUZZ_BUILD_DIR:-build-fuzz}
-TARGETS=${FERRY_FUZZ_TARGETS:-"fuzz_frame fuzz_codec fuzz_map fuzz_idx fuzz_rpc fuzz_reply"}
+TARGETS=${FERRY_FUZZ_TARGETS:-"fuzz_frame fuzz_codec fuzz_map fuzz_idx fuzz_rpc fuzz_reply fuzz_ctr"}
 CC=clang cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Debug -DFERRY_FUZZ=ON \
 	-DFERRY_TESTS=OFF -DFERRY_WITH_CUDA=OFF \
 	-DFERRY_SANITIZER=address,undefined >/dev/null
