@@ -96,10 +96,9 @@ def read_text(path, opener):
             labels.append(float(cols[0]))
             row = []
             for j, c in enumerate(cols[1:1 + N_DENSE]):
-                try:
-                    row.append(math.log1p(max(int(c), 0)) if c else 0.0)
-                except ValueError:
+                if c and not (c.isascii() and c.removeprefix("-").isdigit()):
                     sys.exit(f"{path}:{ln}: column {j + 2} (I{j + 1}) is {c!r}, not an integer")
+                row.append(math.log1p(max(int(c), 0)) if c else 0.0)
             dense.append(row)
             keys.append([ctr_key(c) for c in cols[1 + N_DENSE:]])
     return (np.array(labels, np.float32), np.array(dense, np.float32),

@@ -6,6 +6,12 @@ the servers, row-wise Adagrad tables, prefetched rows) on 2 ranks equal 1
 rank on the union of their batches and a hand-computed update; bad inputs
 refused with errors naming what was wrong. Run by tests/python/run.py
 (ctest python_torch_embedding)."""
+import contextlib
+import importlib.util
+import io
+import json
+import os
+import tempfile
 import unittest
 
 import numpy as np
@@ -280,6 +286,96 @@ class Steps(unittest.TestCase):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
         for a, b in zip(rows, ref_rows):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def example():
+    """examples/torch_dlrm.py as a module."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples",
+                        "torch_dlrm.py")
+    spec = importlib.util.spec_from_file_location("torch_dlrm", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class Example(unittest.TestCase):
+    """examples/torch_dlrm.py end to end on a tiny set: the readers, the
+    AUC, and a few steps of single and of ferry with the summary line."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.ex = example()
+        cls.tmp = tempfile.TemporaryDirectory(prefix="torch-dlrm.")
+        with contextlib.redirect_stdout(io.StringIO()):
+            cls.ex.make_data(cls.tmp.name, 3000, 1000, 1)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_text_equals_binary(self):
+        ex = self.ex
+        cat = ["a1", "", "foobar", "FFFFFFFFFFFFFFFF", "12345678901234567"] + ["0"] * 21
+        lines = ["\t".join(["1", "5", "", "-3"] + ["0"] * 10 + cat),
+                 "\t".join(["0"] + ["1"] * 13 + ["b"] * 26)]
+        tsv = os.path.join(self.tmp.name, "t.tsv")
+        with open(tsv, "w") as f:
+            f.write("\r\n".join(lines) + "\n")
+        label, dense, keys = ex.load(tsv)
+        np.testing.assert_array_equal(label, [1, 0])
+        self.assertEqual(dense[0, 0], np.float32(np.log1p(5.0)))
+        self.assertEqual(list(dense[0, 1:3]), [0, 0])  # missing, negative
+        self.assertEqual(keys.shape, (26, 2))  # field-major
+        self.assertEqual(keys[:5, 0].tolist(), [0xa1, 2 ** 64 - 1, 0x85944171f73967e8,
+                                                2 ** 64 - 1, ex._fnv("12345678901234567")])
+        self.assertGreaterEqual(int(keys[4, 0]), 2 ** 63)
+        binp = os.path.join(self.tmp.name, "t.bin")
+        ex.write_bin(binp, label, dense, keys.T)
+        for a, b in zip(ex.load(binp), (label, dense, keys)):
+            np.testing.assert_array_equal(a, b)
+        with open(tsv, "a") as f:
+            f.write("\t".join(["1", "x"] + ["0"] * 38) + "\n")
+        with self.assertRaises(SystemExit) as cm:
+            ex.load(tsv)
+        self.assertIn(":3: column 2 (I1)", str(cm.exception.code))
+
+    def test_auc(self):
+        score = np.array([0.1, 0.4, 0.35, 0.8, 0.4, 0.4], np.float32)
+        label = np.array([0, 0, 1, 1, 1, 0], np.float32)
+        pos, neg = score[label == 1], score[label == 0]
+        want = np.mean([(p > q) + 0.5 * (p == q) for p in pos for q in neg])
+        self.assertAlmostEqual(self.ex.auc(score, label), want, places=12)
+
+    def run_main(self, argv):
+        out = io.StringIO()
+        d = self.tmp.name
+        with contextlib.redirect_stdout(out):
+            self.ex.main(argv + ["--data", os.path.join(d, "train.bin"), "--test-data",
+                                 os.path.join(d, "test.bin"), "--max-steps", "20",
+                                 "--batch", "32", "--log-interval", "10",
+                                 "--eval-rows", "200"])
+        lines = out.getvalue().splitlines()
+        s = json.loads(lines[-1])
+        for k in ("system", "samples_per_s", "auc", "logloss", "wall_s", "samples"):
+            self.assertIn(k, s)
+        self.assertEqual(s["samples"], 20 * 32 * s["trainers"])
+        self.assertTrue(0.5 < s["auc"] <= 1, s)
+        self.assertTrue(lines[0].startswith("step 10 |"), lines[0])
+        return s
+
+    def test_single(self):
+        self.assertEqual(self.run_main(["--system", "single"])["system"], "torch-single")
+
+    def test_ferry(self):
+        curve = os.path.join(self.tmp.name, "curve.csv")
+        with LocalJob(trainers=1, servers=2) as job:
+            s = self.run_main(["--system", "ferry", "--scheduler", job.url, "--rank", "0",
+                               "--trainers", "1", "--curve", curve])
+        self.assertEqual(s["system"], "ferry-torch")
+        with open(curve) as f:
+            rows = f.read().splitlines()
+        self.assertEqual(rows[0], "step,wall_s,samples,auc,logloss")
+        self.assertEqual([r.split(",")[0] for r in rows[1:]], ["10", "20"])
 
 
 if __name__ == "__main__":
