@@ -60,12 +60,24 @@ def _spec(table, dim, op):
     return table
 
 
-class _Rows(torch.nn.Module):
-    """What Embedding and EmbeddingBag share: the table, the client it is
-    attached to, this step's (keys, leaf) pairs and the prefetched batch.
+class _State:
+    """A module's mutable per-step state, outside nn.Module's __setattr__
+    (which costs a few microseconds a write, 26 tables a step)."""
 
-    _want: (input, keys, inverse, rows) named by prefetch(), pulled by the
-    next step; _next: the same once that step wrote its rows (the version
+    __slots__ = ("client", "tid", "pending", "want", "next")
+
+    def __init__(self):
+        self.client = self.tid = self.want = self.next = None
+        self.pending = []
+
+
+class _Rows(torch.nn.Module):
+    """What Embedding and EmbeddingBag share: the table, and in _st the
+    client it is attached to (and the table's id), this step's (keys,
+    leaf) pairs (pending) and the prefetched batch:
+
+    want: (input, keys, inverse, rows) named by prefetch(), pulled by the
+    next step; next: the same once that step wrote its rows (the version
     the client then holds), used by a forward over an equal input before
     another step."""
 
@@ -73,32 +85,28 @@ class _Rows(torch.nn.Module):
         super().__init__()
         self.embedding_dim = embedding_dim
         self.table = _spec(table, embedding_dim, type(self).__name__)
-        self._client = None
-        self._tid = None
-        self._pending = []
-        self._want = None
-        self._next = None
+        self._st = _State()
 
     def extra_repr(self):
         return f"{self.embedding_dim}, table={self.table.name!r}"
 
     # ---- FerryParameterServer's side ------------------------------------
     def _attach(self, client, tid):
-        self._client, self._tid = client, tid
+        self._st.client, self._st.tid = client, tid
         self._reset()
 
     def _reset(self):
         """Forget this step's pushes and every prefetch (a failed step, a
         pull: the rows no longer match the version held)."""
-        self._pending = []
-        self._want = self._next = None
+        self._st.pending = []
+        self._st.want = self._st.next = None
 
     def _push_blocks(self, n_samples, grad_is_mean):
         """This step's (table, keys, row grads) blocks; the grads scaled in
         place by n_samples when grad_is_mean. A leaf backward did not reach
         pushes nothing."""
         out = []
-        for keys, leaf in self._pending:
+        for keys, leaf in self._st.pending:
             g = leaf.grad
             if g is None or keys.numel() == 0:
                 continue
@@ -106,22 +114,22 @@ class _Rows(torch.nn.Module):
                 g = g.to_dense().contiguous()
             if grad_is_mean:
                 g.mul_(n_samples)
-            out.append((self._tid, keys, g))
+            out.append((self._st.tid, keys, g))
         return out
 
     def _pull_blocks(self):
         """The prefetched keys' (table, keys, rows) block, if any."""
-        self._next = None  # rows of a version before this step's
-        if self._want is None:
+        self._st.next = None  # rows of a version before this step's
+        if self._st.want is None:
             return []
-        _, keys, _, rows = self._want
-        return [(self._tid, keys, rows)]
+        _, keys, _, rows = self._st.want
+        return [(self._st.tid, keys, rows)]
 
     def _stepped(self):
         """The step went through: its pushes are done, the prefetched rows
         are at the new version."""
-        self._pending = []
-        self._next, self._want = self._want, None
+        self._st.pending = []
+        self._st.next, self._st.want = self._st.want, None
 
     # ---- the user's side -------------------------------------------------
     def _keys(self, input, op):
@@ -134,7 +142,7 @@ class _Rows(torch.nn.Module):
         if input.device.type != "cpu":
             raise InvalidArgument(op, f"table {self.table.name!r}: input on {input.device}, "
                                   "want a CPU tensor (the keys go to libferry in place)")
-        if self._client is None:
+        if self._st.client is None:
             raise StateError(op, f"table {self.table.name!r}: not attached to a job: build "
                              "ferry.torch.FerryParameterServer over the model first")
 
@@ -147,24 +155,26 @@ class _Rows(torch.nn.Module):
         self._keys(input, "prefetch")
         keys, inv = torch.unique(input, return_inverse=True)
         rows = torch.empty(keys.numel(), self.embedding_dim)
-        self._want = (input, keys, inv, rows)
+        self._st.want = (input, keys, inv, rows)
 
-    def _lookup(self, input):
-        """(inverse indices, rows leaf) for the keys in input."""
-        self._keys(input, "forward")
-        nx = self._next
+    def _lookup(self, input, checked=False):
+        """(inverse indices, rows leaf) for the keys in input (checked:
+        the caller ran _keys on it)."""
+        if not checked:
+            self._keys(input, "forward")
+        nx = self._st.next
         if nx is not None and (nx[0] is input or (nx[0].shape == input.shape
                                                   and torch.equal(nx[0], input))):
             _, keys, inv, rows = nx
-            self._next = None
+            self._st.next = None
         else:
             keys, inv = torch.unique(input, return_inverse=True)
             rows = torch.empty(keys.numel(), self.embedding_dim)
             if keys.numel():
-                self._client.rows_pull(self._tid, keys, rows)
+                self._st.client.rows_pull(self._st.tid, keys, rows)
         if self.training and torch.is_grad_enabled():
             rows.requires_grad_(True)
-            self._pending.append((keys, rows))
+            self._st.pending.append((keys, rows))
         return inv, rows
 
 
@@ -222,7 +232,7 @@ class EmbeddingBag(_Rows):
         if per_sample_weights is not None and self.mode != "sum":
             raise InvalidArgument("forward", f"table {self.table.name!r}: per_sample_weights "
                                   "need mode='sum'")
-        inv, rows = self._lookup(input)
+        inv, rows = self._lookup(input, True)
         return F.embedding_bag(inv, rows, offsets, mode=self.mode,
                                per_sample_weights=per_sample_weights,
                                include_last_offset=self.include_last_offset)

@@ -79,9 +79,9 @@ def train(url, rank, world, steps, b):
         for k in range(steps):
             keys, offsets, single, y = data[k]
             ps.zero_grad()
-            assert (m.bag._next is not None) == (k > 0)  # the step pulled its rows
+            assert (m.bag._st.next is not None) == (k > 0)  # the step pulled its rows
             F.binary_cross_entropy_with_logits(m(keys, offsets, single), y).backward()
-            assert m.bag._next is None and m.one._next is None  # used, not pulled again
+            assert m.bag._st.next is None and m.one._st.next is None  # used, not pulled again
             nk = data[k + 1]
             m.bag.prefetch(nk[0])
             m.one.prefetch(nk[2])
@@ -154,8 +154,8 @@ class Grads(unittest.TestCase):
         mod.train()
         out = call(mod, lambda t: t)
         (out * torch.arange(1, out.numel() + 1).view_as(out)).sum().backward()
-        keys, leaf = mod._pending[-1]
-        mod._pending.clear()
+        keys, leaf = mod._st.pending[-1]
+        mod._st.pending.clear()
         if isinstance(mod, ft.Embedding):
             ref = nn.Embedding(len(KEYS), DIM)
         else:
@@ -203,13 +203,13 @@ class Grads(unittest.TestCase):
         mod = self.model["sum"]
         with torch.no_grad():
             out = mod(KEYS[[0, 1]].view(1, 2))
-        self.assertEqual(mod._pending, [])
+        self.assertEqual(mod._st.pending, [])
         mod.eval()
         try:
             mod(KEYS[[0, 1]].view(1, 2))
         finally:
             mod.train()
-        self.assertEqual(mod._pending, [])
+        self.assertEqual(mod._st.pending, [])
         rows = self.client.rows_pull("s", KEYS[[0, 1]])
         torch.testing.assert_close(out[0], torch.from_numpy(rows).sum(0))
 
@@ -242,7 +242,7 @@ class Grads(unittest.TestCase):
         with self.assertRaises(ferry.StateError) as cm:
             ft.Embedding(DIM, "loose")(keys)
         self.assertIn("FerryParameterServer", str(cm.exception))
-        self.assertEqual(bag._pending, [])
+        self.assertEqual(bag._st.pending, [])
 
     def test_unknown_table(self):
         model = nn.Sequential(ft.Embedding(DIM, "nowhere"), nn.Linear(DIM, 1))
