@@ -480,6 +480,34 @@ class _Overlap:
         self.handles = []
 
 
+def _attach(embeddings, client):
+    """Bind each embedding module to its table's id in client."""
+    for m in embeddings:
+        if m.table.name not in client.tables:
+            raise InvalidArgument("declare", f"unknown table {m.table.name!r}: the "
+                                  f"client declared {list(client.tables)}")
+        m._attach(client, client.tables.index(m.table.name))
+
+
+def _step_tables(eng, embeddings, n_samples):
+    """One client.step: eng's dense gradients (scaled as eng.grads does),
+    each embedding's row gradients and prefetched rows. A failure drops
+    the embeddings' step state (pull before going on)."""
+    grads = eng.grads(n_samples)
+    push, pull = [], []
+    for m in embeddings:
+        push += m._push_blocks(n_samples, eng.grad_is_mean)
+        pull += m._pull_blocks()
+    try:
+        eng.client.step(grads, n_samples, eng.weights, push, pull)
+    except BaseException:
+        for m in embeddings:
+            m._reset()
+        raise
+    for m in embeddings:
+        m._stepped()
+
+
 class FerryParameterServer:
     """Drive model's parameters from a Ferry job through client.
 
@@ -513,11 +541,7 @@ class FerryParameterServer:
         self.params = self._eng.params
         if declare:
             self._eng.declare(tables)
-        for m in self.embeddings:
-            if m.table.name not in client.tables:
-                raise InvalidArgument("declare", f"unknown table {m.table.name!r}: the "
-                                      f"client declared {list(client.tables)}")
-            m._attach(client, client.tables.index(m.table.name))
+        _attach(self.embeddings, client)
 
     def init_weights(self):
         """Offer the model's current parameters as the job's version 0
@@ -562,22 +586,10 @@ class FerryParameterServer:
         distinct key, scaled as the dense ones) and the rows of the keys
         each embedding's prefetch() named, at the new version. After a
         failure (ferry.Behind, a timeout) call pull() before going on."""
-        if not self.embeddings:
+        if self.embeddings:
+            _step_tables(self._eng, self.embeddings, n_samples)
+        else:
             self._eng.push_pull(n_samples)
-            return
-        grads = self._eng.grads(n_samples)
-        push, pull = [], []
-        for m in self.embeddings:
-            push += m._push_blocks(n_samples, self.grad_is_mean)
-            pull += m._pull_blocks()
-        try:
-            self.client.step(grads, n_samples, self._eng.weights, push, pull)
-        except BaseException:
-            for m in self.embeddings:
-                m._reset()
-            raise
-        for m in self.embeddings:
-            m._stepped()
 
     def zero_grad(self, set_to_none=True):
         """model.zero_grad(set_to_none): for loops written around an
@@ -623,6 +635,11 @@ class Optimizer(torch.optim.Optimizer):
     On a GPU overlap is not available (one device exchange per step) and
     is ignored with a warning.
 
+    module's ferry.torch.Embedding / EmbeddingBag modules (module= given)
+    have their tables declared beside the parameters and step in the same
+    client.step (CPU parameters, overlap=False only; InvalidArgument
+    otherwise), as with FerryParameterServer.
+
     buffers: "mean" (the samples-weighted mean over the trainers, copied
     into the module's buffers every buffers_every steps) or "local" (not
     shared). exchange: "auto", or "staged" to force page-locked host
@@ -652,10 +669,16 @@ class Optimizer(torch.optim.Optimizer):
         self.n_samples = n_samples
         self.buffers_every = buffers_every
         self.steps = 0
+        self._embeddings, tables = _find_embeddings(module) if module is not None else ([], [])
         self._eng = _engine(client, named, bufs, grad_is_mean, exchange)
         self._overlap = None
+        if self._embeddings and (overlap or isinstance(self._eng, _Flat)):
+            raise InvalidArgument("declare", "Ferry embeddings step with CPU parameters and "
+                                  "overlap=False (one client.step of dense and row "
+                                  "gradients); use FerryParameterServer's form")
         if declare:
-            self._eng.declare()
+            self._eng.declare(tables)
+        _attach(self._embeddings, client)
         self._eng.open()
         if client.rank == 0:
             self._eng.init_weights()
@@ -699,6 +722,8 @@ class Optimizer(torch.optim.Optimizer):
         n = self.n_samples if n_samples is None else n_samples
         if self._overlap is not None:
             self._overlap.finish(n)
+        elif self._embeddings:
+            _step_tables(self._eng, self._embeddings, n)
         else:
             self._eng.push_pull(n)
         self.steps += 1
@@ -712,6 +737,8 @@ class Optimizer(torch.optim.Optimizer):
         (ferry.Behind, a rollback, a timeout) libferry has abandoned it,
         and the loop pulls before it computes the step again."""
         self._eng.pull()
+        for m in self._embeddings:
+            m._reset()
         if self._eng.buffers:
             self._eng.copy_buffers()
 

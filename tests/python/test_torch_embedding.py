@@ -62,16 +62,20 @@ def union(parts):
     return (keys, offsets, torch.cat([p[2] for p in parts]), torch.cat([p[3] for p in parts]))
 
 
-def train(url, rank, world, steps, b):
+def train(url, rank, world, steps, b, via="ps"):
     """steps sync steps of Tiny with batch b per rank, each step's next
-    batch prefetched; returns (dense weights, table a's rows, table b's
-    rows) of KEYS, and the rows before the first step."""
+    batch prefetched, through FerryParameterServer (via "ps") or
+    ferry.torch.Optimizer ("opt"); returns (dense weights, table a's rows,
+    table b's rows) of KEYS, and the rows before the first step."""
     torch.manual_seed(7)
     m = Tiny()
     with ferry.Client(url, rank, lr=0.1, optimizer="adagrad", seed=5,
                       timeout_ms=30000) as c:
-        ps = ft.FerryParameterServer(m, c)
-        ps.start()
+        if via == "ps":
+            ps = ft.FerryParameterServer(m, c)
+            ps.start()
+        else:
+            ps = ft.Optimizer(m.parameters(), c, module=m)
         rows0 = [c.rows_pull(t, KEYS) for t in ("a", "b")]
         data = [[batch(k, r, b) for r in range(2 // world * rank, 2 // world * (rank + 1))]
                 for k in range(steps + 1)]
@@ -85,7 +89,7 @@ def train(url, rank, world, steps, b):
             nk = data[k + 1]
             m.bag.prefetch(nk[0])
             m.one.prefetch(nk[2])
-            ps.step(len(y))
+            ps.step(n_samples=len(y))
         w = [p.detach().clone() for p in m.parameters()]
         rows = [c.rows_pull(t, KEYS) for t in ("a", "b")]
     return w, rows, rows0
@@ -122,7 +126,8 @@ def reference(steps, b, rows0, lr=0.1, table_lr=(0.3, 0.1), eps=1e-8):
                 for i, gi in zip(g.indices()[0].tolist(), g.values()):
                     acc[j][i] += (gi * gi).mean()
                     e.weight[i] -= table_lr[j] * gi / (acc[j][i].sqrt() + eps)
-    return [p.detach() for p in m.lin.parameters()], [bag.weight.detach().numpy(), one.weight.detach().numpy()]
+    rows = [bag.weight.detach().numpy(), one.weight.detach().numpy()]
+    return [p.detach() for p in m.lin.parameters()], rows
 
 
 class Grads(unittest.TestCase):
@@ -244,6 +249,13 @@ class Grads(unittest.TestCase):
         self.assertIn("FerryParameterServer", str(cm.exception))
         self.assertEqual(bag._st.pending, [])
 
+    def test_optimizer_refuses_overlap(self):
+        model = nn.Sequential(ft.Embedding(DIM, "e"), nn.Linear(DIM, 1))
+        with self.assertRaises(ferry.InvalidArgument) as cm:
+            ft.Optimizer(model.parameters(), self.client, module=model, overlap=True,
+                         declare=False)
+        self.assertIn("overlap=False", str(cm.exception))
+
     def test_unknown_table(self):
         model = nn.Sequential(ft.Embedding(DIM, "nowhere"), nn.Linear(DIM, 1))
         with self.assertRaises(ferry.InvalidArgument) as cm:
@@ -268,6 +280,10 @@ class Steps(unittest.TestCase):
             two = run_ranks(lambda r: train(job.url, r, 2, self.STEPS, self.B), 2)
         with LocalJob(trainers=1, servers=1) as job:
             one = train(job.url, 0, 1, self.STEPS, self.B)
+        with LocalJob(trainers=1, servers=1) as job:
+            opt = train(job.url, 0, 1, self.STEPS, self.B, via="opt")
+        for a, b in zip(one[0] + one[1], opt[0] + opt[1]):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # the same step
         (w0, r0, i0), (w1, r1, _) = two
         for a, b in zip(w0, w1):
             torch.testing.assert_close(a, b, rtol=0, atol=0)  # ranks agree exactly
