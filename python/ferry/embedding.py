@@ -76,10 +76,11 @@ class _Rows(torch.nn.Module):
     client it is attached to (and the table's id), this step's (keys,
     leaf) pairs (pending) and the prefetched batch:
 
-    want: (input, keys, inverse, rows) named by prefetch(), pulled by the
-    next step; next: the same once that step wrote its rows (the version
-    the client then holds), used by a forward over an equal input before
-    another step."""
+    want: (keys, inverse, rows) of the input prefetch() named, pulled by
+    the next step; next: the same once that step wrote its rows (the
+    version the client then holds), used by a forward before another step
+    whose input is keys[inverse] (checked by value: a loader may have
+    reused the prefetched tensor's storage)."""
 
     def __init__(self, embedding_dim, table):
         super().__init__()
@@ -122,7 +123,7 @@ class _Rows(torch.nn.Module):
         self._st.next = None  # rows of a version before this step's
         if self._st.want is None:
             return []
-        _, keys, _, rows = self._st.want
+        keys, _, rows = self._st.want
         return [(self._st.tid, keys, rows)]
 
     def _stepped(self):
@@ -155,7 +156,7 @@ class _Rows(torch.nn.Module):
         self._keys(input, "prefetch")
         keys, inv = torch.unique(input, return_inverse=True)
         rows = torch.empty(keys.numel(), self.embedding_dim)
-        self._st.want = (input, keys, inv, rows)
+        self._st.want = (keys, inv, rows)
 
     def _lookup(self, input, checked=False):
         """(inverse indices, rows leaf) for the keys in input (checked:
@@ -163,9 +164,8 @@ class _Rows(torch.nn.Module):
         if not checked:
             self._keys(input, "forward")
         nx = self._st.next
-        if nx is not None and (nx[0] is input or (nx[0].shape == input.shape
-                                                  and torch.equal(nx[0], input))):
-            _, keys, inv, rows = nx
+        if nx is not None and nx[1].shape == input.shape and torch.equal(nx[0][nx[1]], input):
+            keys, inv, rows = nx
             self._st.next = None
         else:
             keys, inv = torch.unique(input, return_inverse=True)

@@ -12,6 +12,7 @@ import io
 import json
 import os
 import tempfile
+import threading
 import unittest
 
 import numpy as np
@@ -26,6 +27,7 @@ from job import LocalJob, run_ranks
 DIM = 4
 KEYS = torch.tensor([-1, 0, 3, 5, 7, 11, 12, 2 ** 40])  # every key the tests use
 TABLES = dict(init="uniform", init_scale=0.1, optimizer="adagrad")
+SEEDED = threading.Lock()  # ranks are threads: torch's global RNG is shared
 
 
 class Tiny(nn.Module):
@@ -67,8 +69,9 @@ def train(url, rank, world, steps, b, via="ps"):
     batch prefetched, through FerryParameterServer (via "ps") or
     ferry.torch.Optimizer ("opt"); returns (dense weights, table a's rows,
     table b's rows) of KEYS, and the rows before the first step."""
-    torch.manual_seed(7)
-    m = Tiny()
+    with SEEDED:
+        torch.manual_seed(7)
+        m = Tiny()
     with ferry.Client(url, rank, lr=0.1, optimizer="adagrad", seed=5,
                       timeout_ms=30000) as c:
         if via == "ps":
