@@ -15,7 +15,9 @@ A PyTorch or NumPy training loop uses a Ferry job as its parameter server:
 Arrays (NumPy float32 or PyTorch CPU float32 tensors, C-contiguous) are
 passed to libferry by address, never copied. Errors are ferry.Error
 subclasses carrying the ferry_err code and the server's message.
-ferry.torch.FerryParameterServer drives a torch.nn.Module's parameters.
+ferry.torch.FerryParameterServer drives a torch.nn.Module's parameters, and
+ferry.torch.Embedding / EmbeddingBag keep embedding rows in the job's sparse
+tables (ferry.Table) in the same step.
 
 The package is ctypes over libferry.so: no compiled extension. It finds the
 library through $FERRY_LIB, else the build tree it sits in

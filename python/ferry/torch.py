@@ -46,6 +46,11 @@ How a step moves the tensors depends on where the parameters are:
   another. ferry.cuda.DeviceExchange moves them when libferry_cuda loads
   (with a codec, quantized on the device: only codes cross PCIe); else
   page-locked host staging buffers do (one copy each way per step).
+Embedding tables: ferry.torch.Embedding and EmbeddingBag (ferry/embedding.py)
+keep their rows in a Ferry sparse table (ferry.Table); FerryParameterServer
+finds them in the model, declares their tables beside the parameters and
+sends their row gradients (and the prefetched next batch's rows) in the
+same client.step as the dense tensors.
 Module buffers (module=, buffers="mean") are declared after the
 parameters as AVERAGE tensors: each step pushes them (value * n_samples)
 and the servers keep the samples-weighted mean of what the trainers
@@ -57,7 +62,10 @@ import warnings
 import torch
 
 from .client import Client
+from .embedding import Embedding, EmbeddingBag, find as _find_embeddings
 from .errors import InvalidArgument, StateError
+
+__all__ = ["FerryParameterServer", "Optimizer", "Embedding", "EmbeddingBag"]
 
 _WHAT = "Ferry holds contiguous float32 tensors, all on one device"
 
@@ -122,11 +130,12 @@ class _Tensors:
         """Ready the exchange once the table is declared (the device
         engine opens libferry_cuda here)."""
 
-    def declare(self):
-        """client.declare: the parameters, then the buffers as AVERAGE."""
+    def declare(self, tables=()):
+        """client.declare: the parameters, then the buffers as AVERAGE,
+        and the sparse tables (ferry.Table specs) beside them."""
         table = [(n, p.numel()) for n, p in zip(self.names, self.params)]
         table += [(n, b.numel()) for n, b in zip(self.buf_names, self.buffers)]
-        self.client.declare(table, average=self.buf_names)
+        self.client.declare(table, average=self.buf_names, tables=tables)
 
     # ---- the exchange (CPU tensors in place) ------------------------------
     def init_weights(self):
@@ -471,6 +480,34 @@ class _Overlap:
         self.handles = []
 
 
+def _attach(embeddings, client):
+    """Bind each embedding module to its table's id in client."""
+    for m in embeddings:
+        if m.table.name not in client.tables:
+            raise InvalidArgument("declare", f"unknown table {m.table.name!r}: the "
+                                  f"client declared {list(client.tables)}")
+        m._attach(client, client.tables.index(m.table.name))
+
+
+def _step_tables(eng, embeddings, n_samples):
+    """One client.step: eng's dense gradients (scaled as eng.grads does),
+    each embedding's row gradients and prefetched rows. A failure drops
+    the embeddings' step state (pull before going on)."""
+    grads = eng.grads(n_samples)
+    push, pull = [], []
+    for m in embeddings:
+        push += m._push_blocks(n_samples, eng.grad_is_mean)
+        pull += m._pull_blocks()
+    try:
+        eng.client.step(grads, n_samples, eng.weights, push, pull)
+    except BaseException:
+        for m in embeddings:
+            m._reset()
+        raise
+    for m in embeddings:
+        m._stepped()
+
+
 class FerryParameterServer:
     """Drive model's parameters from a Ferry job through client.
 
@@ -479,6 +516,13 @@ class FerryParameterServer:
     caller declared the same table). Every parameter must be a contiguous
     float32 CPU tensor (InvalidArgument naming it otherwise). Parameters
     without a .grad at push time (unused in this step) push zeros.
+
+    The model's ferry.torch.Embedding / EmbeddingBag modules (which hold no
+    parameters) are found and their tables declared beside the parameters
+    (declare=False: client must have declared them, InvalidArgument naming
+    one it did not); step() then pushes their rows' gradients, and pulls
+    the rows they prefetch(), in the same client.step as the dense
+    tensors.
     """
 
     def __init__(self, model, client, *, grad_is_mean=True, declare=True):
@@ -491,11 +535,13 @@ class FerryParameterServer:
         if not named:
             raise InvalidArgument("declare", "the model has no parameters")
         _check(named, "parameter", only=torch.device("cpu"))
+        self.embeddings, tables = _find_embeddings(model)
         self._eng = _Tensors(client, named, (), grad_is_mean)
         self.names = self._eng.names
         self.params = self._eng.params
         if declare:
-            self._eng.declare()
+            self._eng.declare(tables)
+        _attach(self.embeddings, client)
 
     def init_weights(self):
         """Offer the model's current parameters as the job's version 0
@@ -504,8 +550,11 @@ class FerryParameterServer:
 
     def pull(self):
         """Pull the version this client is due into the parameters, in
-        place (their storage; no autograd record)."""
+        place (their storage; no autograd record). The embeddings'
+        prefetched rows are dropped (forwards pull theirs)."""
         self._eng.pull()
+        for m in self.embeddings:
+            m._reset()
 
     def start(self):
         """The opening of a loop: rank 0 offers the model's weights, then
@@ -521,14 +570,26 @@ class FerryParameterServer:
 
     def push(self, n_samples):
         """Push the gradients of a step over n_samples samples (client.push).
-        With grad_is_mean, .grad is left multiplied by n_samples."""
+        With grad_is_mean, .grad is left multiplied by n_samples. Dense
+        only: a model with embeddings steps with step()."""
+        if self.embeddings:
+            raise StateError("push", "the model has Ferry embeddings: use step()")
         self._eng.push(n_samples)
 
     def step(self, n_samples):
         """Push the gradients and pull the next version into the
         parameters in one round trip (client.push_pull). With
-        grad_is_mean, .grad is left multiplied by n_samples."""
-        self._eng.push_pull(n_samples)
+        grad_is_mean, .grad is left multiplied by n_samples.
+
+        With embeddings it is one client.step: the dense tensors, each
+        embedding's row gradients of this step's forwards (one per
+        distinct key, scaled as the dense ones) and the rows of the keys
+        each embedding's prefetch() named, at the new version. After a
+        failure (ferry.Behind, a timeout) call pull() before going on."""
+        if self.embeddings:
+            _step_tables(self._eng, self.embeddings, n_samples)
+        else:
+            self._eng.push_pull(n_samples)
 
     def zero_grad(self, set_to_none=True):
         """model.zero_grad(set_to_none): for loops written around an
@@ -574,6 +635,11 @@ class Optimizer(torch.optim.Optimizer):
     On a GPU overlap is not available (one device exchange per step) and
     is ignored with a warning.
 
+    module's ferry.torch.Embedding / EmbeddingBag modules (module= given)
+    have their tables declared beside the parameters and step in the same
+    client.step (CPU parameters, overlap=False only; InvalidArgument
+    otherwise), as with FerryParameterServer.
+
     buffers: "mean" (the samples-weighted mean over the trainers, copied
     into the module's buffers every buffers_every steps) or "local" (not
     shared). exchange: "auto", or "staged" to force page-locked host
@@ -603,10 +669,16 @@ class Optimizer(torch.optim.Optimizer):
         self.n_samples = n_samples
         self.buffers_every = buffers_every
         self.steps = 0
+        self._embeddings, tables = _find_embeddings(module) if module is not None else ([], [])
         self._eng = _engine(client, named, bufs, grad_is_mean, exchange)
         self._overlap = None
+        if self._embeddings and (overlap or isinstance(self._eng, _Flat)):
+            raise InvalidArgument("declare", "Ferry embeddings step with CPU parameters and "
+                                  "overlap=False (one client.step of dense and row "
+                                  "gradients); use FerryParameterServer's form")
         if declare:
-            self._eng.declare()
+            self._eng.declare(tables)
+        _attach(self._embeddings, client)
         self._eng.open()
         if client.rank == 0:
             self._eng.init_weights()
@@ -650,6 +722,8 @@ class Optimizer(torch.optim.Optimizer):
         n = self.n_samples if n_samples is None else n_samples
         if self._overlap is not None:
             self._overlap.finish(n)
+        elif self._embeddings:
+            _step_tables(self._eng, self._embeddings, n)
         else:
             self._eng.push_pull(n)
         self.steps += 1
@@ -663,6 +737,8 @@ class Optimizer(torch.optim.Optimizer):
         (ferry.Behind, a rollback, a timeout) libferry has abandoned it,
         and the loop pulls before it computes the step again."""
         self._eng.pull()
+        for m in self._embeddings:
+            m._reset()
         if self._eng.buffers:
             self._eng.copy_buffers()
 
