@@ -2,6 +2,8 @@
 // --weights-out, teardown. A step and the step end both loops take are
 // step.c's, the loop with one-step delayed weights (--overlap 1) is
 // overlap.c's, and what the loop prints and writes is report.c's.
+// --model dlrm runs dlrm_train.c's loop instead, which shares this file's
+// client opening, signals and leaving (step.h).
 //
 // DESIGN
 // Start-up does everything that can fail locally first (the backend, so a
@@ -133,16 +135,12 @@ ferry_log(void *arg, int level, const char *msg)
 	}
 }
 
-// join_job opens the libferry client, declares the tensors and cuts this
-// rank's partition of the training set.
-static int
-join_job(struct tr__run *r)
+int
+tr__run_open_client(struct tr__run *r)
 {
-	const struct tr_config  *cfg = r->cfg;
-	struct ferry_opts        fo  = cfg->fo;
-	struct ferry_tensor_desc descs[TR_MAX_TENSORS];
-	char                     names[TR_MAX_TENSORS][32];
-	int                      rv, fe;
+	const struct tr_config *cfg = r->cfg;
+	struct ferry_opts       fo  = cfg->fo;
+	int                     fe;
 
 	// The job's and the client's options were bound straight into
 	// cfg->fo (config.c); the log hook is this file's.
@@ -158,6 +156,22 @@ join_job(struct tr__run *r)
 	    (fe = ferry_client_set_secret_file(r->fc, cfg->secret_file)) !=
 	        FERRY_OK) {
 		return tr__run_failed(r, "--secret-file", fe);
+	}
+	return FB_OK;
+}
+
+// join_job opens the libferry client, declares the tensors and cuts this
+// rank's partition of the training set.
+static int
+join_job(struct tr__run *r)
+{
+	const struct tr_config  *cfg = r->cfg;
+	struct ferry_tensor_desc descs[TR_MAX_TENSORS];
+	char                     names[TR_MAX_TENSORS][32];
+	int                      rv, fe;
+
+	if ((rv = tr__run_open_client(r)) != FB_OK) {
+		return rv;
 	}
 	for (size_t i = 0; i < r->w.n_tensors; i++) {
 		tr_arch_tensor_name(&cfg->arch, i, names[i], sizeof(names[i]));
@@ -297,6 +311,15 @@ on_stop_signal(int sig)
 	stop_requested = 1;
 }
 
+volatile sig_atomic_t *
+tr__run_catch_signals(void)
+{
+	stop_requested = 0;
+	signal(SIGINT, on_stop_signal);
+	signal(SIGTERM, on_stop_signal);
+	return &stop_requested;
+}
+
 // train runs job steps from r->start, reporting every --log-interval
 // steps and at the end of each epoch, until the job's last step
 // (--epochs, --max-steps) or a signal.
@@ -307,9 +330,7 @@ train(struct tr__run *r)
 	struct tr_position      pos;
 	int                     rv;
 
-	stop_requested = 0;
-	signal(SIGINT, on_stop_signal);
-	signal(SIGTERM, on_stop_signal);
+	tr__run_catch_signals();
 	tr__report_start(&r->rep, r->start);
 	// The overlapped loop runs to the job's end or a signal, so the
 	// loop below then has nothing left to do.
@@ -360,7 +381,7 @@ finish(struct tr__run *r)
 // other ranks must not wait for this one). A failed leave is logged: the
 // scheduler also notices a silent trainer by its heartbeats.
 static void
-leave_job(struct tr__run *r)
+leave_job(const struct tr__run *r)
 {
 	int fe;
 	if (stop_requested) {
@@ -381,6 +402,17 @@ leave_job(struct tr__run *r)
 // the run has ended (its outputs are written by then; fb_exit_watchdog
 // says why a teardown needs a guard).
 #define EXIT_GRACE_S 20
+
+void
+tr__run_end(struct tr__run *r, int rv, int trained)
+{
+	// Exit status as main.c maps it: 0 done, 1 failed.
+	fb_exit_watchdog(EXIT_GRACE_S, rv == FB_OK ? 0 : 1,
+	    "exit: leaving and closing the connections");
+	if (trained) {
+		leave_job(r);
+	}
+}
 
 // close_run releases everything open_* made; safe on a partial set-up.
 static void
@@ -413,6 +445,9 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 		FB_LOG(FB_LOG_ERR, MOD, "--scheduler is required");
 		return FB_EINVAL;
 	}
+	if (cfg->model == TR_MODEL_DLRM) {
+		return tr__dlrm_train_run(cfg, out); // dlrm_train.c
+	}
 	if ((rv = open_local(&r, out)) == FB_OK &&
 	    (rv = join_job(&r)) == FB_OK &&
 	    (rv = open_device_pull(&r)) == FB_OK &&
@@ -425,12 +460,7 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 		if (trained) {
 			rv = finish(&r);
 		}
-		// Exit status as main.c maps it: 0 done, 1 failed.
-		fb_exit_watchdog(EXIT_GRACE_S, rv == FB_OK ? 0 : 1,
-		    "exit: leaving and closing the connections");
-		if (trained) {
-			leave_job(&r);
-		}
+		tr__run_end(&r, rv, trained);
 	}
 	close_run(&r);
 	return rv;
