@@ -101,9 +101,101 @@ int tr_auc(const float *score, const float *label, size_t n, double *auc);
 double tr_logloss(const float *p, const float *label, size_t n);
 
 // ---- the generator (ferry-ctrgen) -------------------------------------------
-// Declared by trainer/src/ctrgen.c's owner below this line: sample i of a
-// split is a pure function of (seed, split, i), so files are reproducible
-// and tests can regenerate any sample.
+// Sample i of a split is a pure function of (seed, split, i), so files are
+// reproducible and tests can regenerate any sample. docs/ctr-data.md
+// describes the model.
+
+// The binary form's pieces (ctr_data.c): tr_ctr_bin_header writes the
+// 32-byte header for n samples; tr_ctr_bin_record one 264-byte record of
+// already transformed values; tr_ctr_bin_write a whole data set to path.
+// Errors (tr_ctr_bin_write): FB_ESYSERR | errno, naming the path.
+void tr_ctr_bin_header(uint8_t out[TR_CTR_BIN_HEADER], uint64_t n);
+void tr_ctr_bin_record(uint8_t out[TR_CTR_BIN_RECORD], float label,
+    const float dense[TR_CTR_DENSE], const uint64_t keys[TR_CTR_CAT]);
+int  tr_ctr_bin_write(const char *path, const struct tr_ctr_data *d, char *err,
+     size_t errlen);
+
+#define TR_CTRGEN_TRAIN 0 // the splits: separate streams of one seed
+#define TR_CTRGEN_TEST 1
+#define TR_CTRGEN_K 6 // latent width of the ground-truth model
+
+// The generator's parameters, all derived from (seed, vocab_scale) by
+// tr_ctrgen_init: per field its vocabulary, Zipf exponent, missing rate
+// and signal strength; per dense column its distribution and weight.
+struct tr_ctrgen {
+	uint64_t seed;
+	uint64_t vocab[TR_CTR_CAT];
+	double   zipf_a[TR_CTR_CAT]; // density of id x ~ (x+1)^-a
+	double   zipf_c[TR_CTR_CAT]; // (vocab+1)^(1-a) - 1
+	double   cat_missing[TR_CTR_CAT];
+	double   cat_scale[TR_CTR_CAT]; // field's share of the signal
+	double   head[TR_CTR_CAT];      // ids past ~head carry little signal
+	double   dense_mu[TR_CTR_DENSE], dense_sigma[TR_CTR_DENSE];
+	double   dense_missing[TR_CTR_DENSE], dense_w[TR_CTR_DENSE];
+	double   bias0; // the logit's intercept
+};
+
+// One generated sample: raw values as written to the text file.
+struct tr_ctrgen_sample {
+	int      label;               // 0 or 1, drawn from prob
+	double   prob;                // the ground truth's click probability
+	int64_t  dense[TR_CTR_DENSE]; // integer columns
+	uint32_t dense_missing;       // bit j: column I(j+1) is empty
+	uint64_t id[TR_CTR_CAT];      // each field's id (0 most frequent)
+	uint32_t cat[TR_CTR_CAT];     // its written value: hash of (f, id)
+	uint32_t cat_missing;         // bit f: field C(f+1) is empty
+};
+
+// tr_ctrgen_init derives g from seed and vocab_scale (> 0; 1.0: the full
+// vocabularies, 10 to 10^7, 33.6M in all; each vocabulary is scaled and
+// at least 2). Errors: FB_EINVAL (vocab_scale not positive or too big).
+int tr_ctrgen_init(struct tr_ctrgen *g, uint64_t seed, double vocab_scale,
+    char *err, size_t errlen);
+
+// tr_ctrgen_sample generates sample i of split (TR_CTRGEN_TRAIN or
+// TR_CTRGEN_TEST) into s. No allocation, no state: thread safe.
+void tr_ctrgen_sample(const struct tr_ctrgen *g, int split, uint64_t i,
+    struct tr_ctrgen_sample *s);
+
+// tr_ctrgen_format writes s as one Criteo text line ending in "\n" into
+// buf (TR_CTRGEN_LINE_MAX bytes suffice) and returns its length.
+#define TR_CTRGEN_LINE_MAX 512
+size_t tr_ctrgen_format(const struct tr_ctrgen_sample *s, char *buf);
+
+// tr_ctrgen_record gives s as the model sees it (what tr_ctr_load makes
+// of the line tr_ctrgen_format writes): label, transformed dense values,
+// keys.
+void tr_ctrgen_record(const struct tr_ctrgen_sample *s, float *label,
+    float dense[TR_CTR_DENSE], uint64_t keys[TR_CTR_CAT]);
+
+// What ferry-ctrgen writes (tr_ctrgen_run): DIR/{train,test}.tsv and/or
+// .bin as formats says, and DIR/meta.json.
+#define TR_CTRGEN_TSV 1
+#define TR_CTRGEN_BIN 2
+struct tr_ctrgen_opts {
+	const char *out; // the directory (created if missing)
+	uint64_t    rows;
+	uint64_t    test_rows;
+	uint64_t    seed;
+	int         formats; // TR_CTRGEN_TSV | TR_CTRGEN_BIN
+	double      vocab_scale;
+};
+
+// The run's figures: the ground truth's own AUC and log loss on the test
+// split (the ceiling a model can reach), the train split's positive rate.
+struct tr_ctrgen_result {
+	double   auc_ceiling;
+	double   logloss_ceiling;
+	double   positive_rate;
+	uint64_t total_vocab;
+};
+
+// tr_ctrgen_run generates both splits, streaming (it holds only the test
+// split's probabilities and labels, 8 bytes a row, for the ceiling).
+// Errors: FB_EINVAL (bad options), FB_ESYSERR | errno (a file cannot be
+// written, named), FB_ENOMEM.
+int tr_ctrgen_run(const struct tr_ctrgen_opts *o, struct tr_ctrgen_result *r,
+    char *err, size_t errlen);
 
 // ---- DLRM-style model -----------------------------------------------------
 // bottom MLP: TR_CTR_DENSE inputs -> bottom widths, ReLU after EVERY layer;
@@ -124,12 +216,12 @@ double tr_logloss(const float *p, const float *label, size_t n);
 enum tr_dlrm_interaction { TR_DLRM_DOT = 0, TR_DLRM_CAT = 1 };
 
 struct tr_dlrm_arch {
-	uint32_t emb_dim;     // 1..1024
-	int      interaction; // enum tr_dlrm_interaction
-	int      n_bottom;    // bottom layers (>= 1)
+	uint32_t emb_dim;                   // 1..1024
+	int      interaction;               // enum tr_dlrm_interaction
+	int      n_bottom;                  // bottom layers (>= 1)
 	size_t   bottom[TR_MAX_LAYERS + 1]; // [0] = TR_CTR_DENSE, then widths
 	int      n_top;                     // top layers (>= 1)
-	size_t   top[TR_MAX_LAYERS + 1]; // [0] = interaction width, ..., 1
+	size_t   top[TR_MAX_LAYERS + 1];    // [0] = interaction width, ..., 1
 };
 
 // tr_dlrm_arch_parse builds an arch from --bottom ("64,16": widths after
@@ -137,8 +229,7 @@ struct tr_dlrm_arch {
 // 1), --emb-dim and --interaction ("dot" or "cat"). n_bottom + n_top <=
 // TR_MAX_LAYERS. Errors: FB_EINVAL naming the flag and what is wrong.
 int tr_dlrm_arch_parse(const char *bottom, const char *top, uint32_t emb_dim,
-    const char *interaction, struct tr_dlrm_arch *a, char *err,
-    size_t errlen);
+    const char *interaction, struct tr_dlrm_arch *a, char *err, size_t errlen);
 
 // The dense tensors: count, floats of tensor i, name of tensor i (as
 // above; 32 bytes always enough).
@@ -153,7 +244,7 @@ void   tr_dlrm_tensor_name(const struct tr_dlrm_arch *a, size_t i, char *buf,
 // with seed, tensor by tensor in order, and every bias to 0.
 int  tr_dlrm_params_init(struct tr_params *p, const struct tr_dlrm_arch *a);
 void tr_dlrm_params_randomize(struct tr_params *p,
-     const struct tr_dlrm_arch *a, uint64_t seed);
+    const struct tr_dlrm_arch *a, uint64_t seed);
 
 // The model's workspace for batches of up to max_batch samples (and its
 // BLAS thread count, process wide, as the CPU backend's).
