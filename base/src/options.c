@@ -548,7 +548,9 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	             "or not, or ferry-ctrgen's binary form); rank 0 "
 	             "evaluates AUC and log loss on it (required)" },
 	[FB_OPT_TR_EMB_DIM]   = { "emb-dim", TR, INT(1, 1024), .def = "16",
-	      .help = "--model dlrm: floats per embedding row" },
+	      .help = "--model dlrm: floats per embedding row",
+	      .doc =
+	          "`--model dlrm`: floats per embedding row (one table per categorical field)" },
 	[FB_OPT_TR_BOTTOM]    = { "bottom", TR, STR_NONEMPTY, .def = "64,16",
 	       .help = "--model dlrm: bottom MLP widths after the 13 dense "
 	                  "inputs",
@@ -576,11 +578,15 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	            "`adam` (lazy) or `ftrl` (docs/algorithms.md §7.2)" },
 	[FB_OPT_TR_TABLE_LR] = { "table-lr", TR, F64(0, 1e6), .def = "0",
 	    .help = "--model dlrm: the embedding tables' lr (0: --lr and "
-	            "its schedule)" },
+	            "its schedule)",
+	    .doc =
+	        "`--model dlrm`: the embedding tables' learning rate (0: `--lr` and its schedule)" },
 	[FB_OPT_TR_TABLE_INIT_SCALE] = { "table-init-scale", TR, F64(0, 1e6),
 	    .def  = "0.05",
 	    .help = "--model dlrm: new embedding rows are uniform in "
-	            "[-scale, scale)" },
+	            "[-scale, scale)",
+	    .doc =
+	        "`--model dlrm`: a new embedding row is uniform in [-scale, scale)" },
 	[FB_OPT_TR_TABLE_CODEC_PUSH] = { "table-codec-push", TR,
 	    ENUM("none|fp16|bf16|q8"), .def = "none",
 	    .help = "--model dlrm: codec of the pushed row gradients",
@@ -602,5 +608,7 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	[FB_OPT_TR_EVAL_ROWS]        = { "eval-rows", TR, INT(0, 1LL << 40),
 	           .def  = "0",
 	           .help = "--model dlrm: test rows of each progress evaluation "
-	                          "(0: all; the final one uses all)" },
+	                          "(0: all; the final one uses all)",
+	           .doc =
+	               "`--model dlrm`: the test rows (the first N) rank 0 evaluates at each progress line; 0: all. The final evaluation always uses the whole test set" },
 };
