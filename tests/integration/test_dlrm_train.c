@@ -15,21 +15,20 @@
 #include "integration_tests.h"
 #include "pt.h"
 
-#define ROWS "6000"
 #define TEST_ROWS "2000"
 
 // gen_data runs ferry-ctrgen into a new temp dir (binary files, a small
 // vocabulary), waits for it to exit and writes the dir's path into dir.
 static void
-gen_data(char dir[64], const char *seed)
+gen_data(char dir[64], const char *rows, const char *seed)
 {
 	char cmd[1024];
 	snprintf(dir, 64, "/tmp/ferry-dlrm.XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(dir));
 	snprintf(cmd, sizeof(cmd),
-	    "'%s' --out '%s' --rows " ROWS " --test-rows " TEST_ROWS
+	    "'%s' --out '%s' --rows %s --test-rows " TEST_ROWS
 	    " --seed %s --format bin --vocab-scale 0.0005 >'%s.out' 2>&1",
-	    CTRGEN_BIN, dir, seed, dir);
+	    CTRGEN_BIN, dir, rows, seed, dir);
 	int st = system(cmd);
 	ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
 	    "ferry-ctrgen failed: see %s.out", dir);
@@ -129,7 +128,7 @@ START_TEST(test_dlrm_sync_equals_single_process)
 		"--table-optimizer=sgd", "--table-lr=20", "--log-interval=0",
 		"--max-steps=40", NULL };
 
-	gen_data(dir, "11");
+	gen_data(dir, "6000", "11");
 	run_dlrm(&c2, dir, 2, 64, flags);
 	run_dlrm(&one, dir, 1, 128, flags);
 
@@ -177,11 +176,11 @@ START_TEST(test_dlrm_learns)
 	struct lc   c;
 	char        dir[64], path[320], line[256];
 	const char *flags[] = { "--optimizer=adagrad", "--lr=0.02",
-		"--table-lr=0.05", "--log-interval=10", "--eval-rows=500",
-		"--epochs=2", NULL };
+		"--table-lr=0.05", "--log-interval=25", "--eval-rows=500",
+		"--epochs=2", "--max-steps=75", NULL };
 	int         rows    = 0;
 
-	gen_data(dir, "12");
+	gen_data(dir, "12000", "12");
 	run_dlrm(&c, dir, 2, 100, flags);
 	lc_path(&c, "trainer-0.out", path, sizeof(path));
 	double auc = summary_value(path, "auc");
@@ -189,9 +188,9 @@ START_TEST(test_dlrm_learns)
 	ck_assert_msg(auc > 0.6, "auc %.4f: not learning (logs in %s)", auc,
 	    c.dir);
 	ck_assert_msg(ll > 0 && ll < 0.69, "logloss %.4f", ll);
-	// 2 epochs of floor(6000 / 200) steps, 200 samples each.
-	ck_assert_double_eq(summary_value(path, "steps"), 60);
-	ck_assert_double_eq(summary_value(path, "samples"), 60 * 200);
+	// 75 steps (60 an epoch: floor(12000 / 200)), 200 samples each.
+	ck_assert_double_eq(summary_value(path, "steps"), 75);
+	ck_assert_double_eq(summary_value(path, "samples"), 75 * 200);
 	ck_assert(summary_value(path, "samples_per_s") > 0);
 
 	lc_path(&c, "curve-0.csv", path, sizeof(path));
@@ -210,9 +209,10 @@ START_TEST(test_dlrm_learns)
 		rows++;
 	}
 	fclose(f);
-	// Every 10 steps (30 ends epoch 0) and the end: 6 rows.
-	ck_assert_int_eq(rows, 6);
-	ck_assert_uint_eq(last, 60);
+	// Every 25 steps, at 60 (epoch 0's end) and at the end (a second
+	// epoch over so few samples would only overfit): 25, 50, 60, 75.
+	ck_assert_int_eq(rows, 4);
+	ck_assert_uint_eq(last, 75);
 }
 END_TEST
 
