@@ -1,5 +1,6 @@
 // step.h — one training run and its steps (private to tr). train.c sets
-// a run up, drives the plain loop and tears it down; step.c has the plain
+// a run up, drives the plain loop and tears it down (run.c has what the
+// CTR loop, dlrm_train.c, shares with it); step.c has the plain
 // loop's step and the step end both loops take (rollback, behind, new
 // weights, report); overlap.c has the loop with one-step delayed weights.
 #ifndef TR_STEP_H
@@ -52,6 +53,8 @@ int tr__run_lockstep(const struct tr_config *cfg);
 // FB_EREMOTE: the trainer reports libferry's failures, it does not
 // translate them.
 int tr__run_failed(struct tr__run *r, const char *op, int fe);
+
+// run.c: what both loops (train.c's, dlrm_train.c's) do around steps.
 
 // tr__run_open_client checks the job's and the client's options
 // (cfg->fo), opens the libferry client into r->fc with the trainer's log
