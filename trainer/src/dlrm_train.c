@@ -356,9 +356,9 @@ static int
 step(struct dlrm_run *d)
 {
 	struct tr__report *rep = &d->r.rep;
-	size_t             s   = batch_start(d, rep->step);
+	uint64_t           at  = rep->step, t0, tx, te, next;
+	size_t             s   = batch_start(d, at);
 	size_t             dim = d->r.cfg->emb_dim, n_pull = 0;
-	uint64_t           t0, tx, te, next;
 	struct ferry_stats st;
 	double             loss;
 	int                rv, fe;
@@ -373,9 +373,9 @@ step(struct dlrm_run *d)
 	}
 	tx = fb_clock_ns();
 	blocks(d->push, &d->train, s, d->batch, dim, NULL, d->emb_grad);
-	if (rep->step + 1 < d->r.total) {
-		blocks(d->pull, &d->train, batch_start(d, rep->step + 1),
-		    d->batch, dim, d->emb, NULL);
+	if (at + 1 < d->r.total) {
+		blocks(d->pull, &d->train, batch_start(d, at + 1), d->batch,
+		    dim, d->emb, NULL);
 		n_pull = TR_CTR_CAT;
 	}
 	fe = ferry_client_step(d->r.fc, tr_params_cptrs(&d->g),
@@ -388,7 +388,7 @@ step(struct dlrm_run *d)
 	if (fe != FERRY_OK) {
 		return tr__run_failed(&d->r, "step", fe);
 	}
-	next = rep->step + 1;
+	next = at + 1;
 	if (tr__run_lockstep(d->r.cfg)) {
 		ferry_client_stats(d->r.fc, &st);
 		next = st.version;
@@ -398,7 +398,7 @@ step(struct dlrm_run *d)
 	    rep->dropped);
 	// A round closed without this trainer moved the job further than
 	// the rows it pulled.
-	if (next != rep->step && next < d->r.total) {
+	if (next != at + 1 && next < d->r.total) {
 		return pull_rows(d, next);
 	}
 	return FB_OK;
