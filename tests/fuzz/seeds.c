@@ -228,6 +228,26 @@ main(int argc, char **argv)
 		}
 		put("fuzz_idx", "four_images", idx, sizeof(idx));
 	}
+	{ // fuzz_ctr: a Criteo text line (missing columns, a non-hex value),
+	  // and a binary file of one record (label 1, dense 0, keys i+1)
+		static const char line[] =
+		    "1\t\t-1\t9\t5\t30\t21\t17\t15\t108\t\t44\t1\t4"
+		    "\te32f7d73\t41362dd8\ta046ba34\te905383c\t953f55e6"
+		    "\t7232e185\tb3e81c89\t003eaa28\t6571d9e1\t84d11c6e"
+		    "\te818fda9\t88e56329\tffc6ccf6\tzz\t7a5d6aa5\tcff4b3cd"
+		    "\t2380294c\t8d7dd968\t7b72cda6\t2fe943b7\t9d2cfe56"
+		    "\t34ca055d\t\t8a72d81e\tb3b08499\t71237057\n";
+		static uint8_t bin[32 + 264] = { 'F', 'E', 'R', 'R', 'Y', 'C',
+			'T', 'R', 1, 0, 0, 0, 13, 0, 0, 0, 26, 0, 0, 0, 0, 0,
+			0, 0, 1 };
+		bin[32 + 2]                  = 0x80; // f32 1.0, little-endian
+		bin[32 + 3]                  = 0x3f;
+		for (int i = 0; i < 26; i++) {
+			bin[32 + 56 + 8 * i] = (uint8_t) (i + 1);
+		}
+		put("fuzz_ctr", "line", line, sizeof(line) - 1);
+		put("fuzz_ctr", "one_record", bin, sizeof(bin));
+	}
 	{ // fuzz_reply: a pull reply of a 40-float tensor in two shards of
 	  // 20, for each pull codec index (fuzz_reply's list): shard 0 full,
 	  // shard 1 a chain of two deltas from the version held (1); and one

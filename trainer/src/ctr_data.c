@@ -150,8 +150,10 @@ tr_ctr_parse_line(const char *line, size_t len, float *label,
 			return col_err(err, errlen, col + 1, msg);
 		}
 		if (tab != NULL && col == COLUMNS - 1) {
-			return col_err(err, errlen, COLUMNS,
-			    "too many columns (a Criteo line has 40)");
+			return tr__errf(FB_EPROTO, err, errlen,
+			    "column %d: too many columns (a Criteo line has "
+			    "%d)",
+			    COLUMNS + 1, COLUMNS);
 		}
 		if (col == 0) {
 			if (n != 1 || (p[0] != '0' && p[0] != '1')) {
@@ -451,8 +453,8 @@ static int
 load_bin(struct loader *ld, size_t have, char *err, size_t errlen)
 {
 	const size_t recs = READ_BUF / TR_CTR_BIN_RECORD;
-	uint64_t     n = 0;
-	uint64_t     i = 0;
+	uint64_t     n    = 0;
+	uint64_t     i    = 0;
 	size_t       start;
 	int          rv;
 	if (have < TR_CTR_BIN_HEADER) {
@@ -512,7 +514,7 @@ int
 tr_ctr_load(const char *path, size_t max_rows, struct tr_ctr_data *d,
     char *err, size_t errlen)
 {
-	struct loader ld = { .path = path, .d = d, .max_rows = max_rows };
+	struct loader ld   = { .path = path, .d = d, .max_rows = max_rows };
 	size_t        have = 0;
 	int           rv;
 	memset(d, 0, sizeof *d);

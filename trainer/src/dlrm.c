@@ -376,27 +376,48 @@ gather_zt(struct tr_dlrm *m, const float *z0, const float *emb, size_t n,
 	}
 }
 
-// gram writes the lower triangle <z_a, z_b> (a = 1..26, b < a, a outer)
-// of m->zt's vectors into r.
-VEC_CLONES static void
-gram(const float *restrict zt, size_t d, float *restrict r)
+// gram_rows writes rows a0 <= a < a1 of the lower triangle <z_a, z_b>
+// (b < a) of zt's vectors into r, two rows at a time so each load of zt
+// feeds two products. w, a multiple of 8 >= a1 - 1, is a constant once
+// inlined, so the accumulators stay in registers.
+static inline __attribute__((always_inline)) float *
+gram_rows(const float *restrict zt, size_t d, size_t a0, size_t a1, size_t w,
+    float *restrict r)
 {
-	for (size_t a = 1; a < NZ; a++) {
-		float  acc[ZPAD];
-		size_t w = (a + 7) & ~(size_t) 7; // columns b < a, whole rows
-		for (size_t j = 0; j < ZPAD; j++) {
-			acc[j] = 0.0f;
+	for (size_t a = a0; a < a1; a += 2) {
+		float acc0[ZPAD], acc1[ZPAD];
+		int   two = a + 1 < a1;
+		for (size_t j = 0; j < w; j++) {
+			acc0[j] = 0.0f;
+			acc1[j] = 0.0f;
 		}
 		for (size_t k = 0; k < d; k++) {
 			const float *row = zt + k * ZPAD;
-			float        s   = row[a];
+			float        s0 = row[a], s1 = two ? row[a + 1] : 0.0f;
 			for (size_t j = 0; j < w; j++) {
-				acc[j] += s * row[j];
+				acc0[j] += s0 * row[j];
+				acc1[j] += s1 * row[j];
 			}
 		}
-		memcpy(r, acc, a * sizeof(float));
+		memcpy(r, acc0, a * sizeof(float));
 		r += a;
+		if (two) {
+			memcpy(r, acc1, (a + 1) * sizeof(float));
+			r += a + 1;
+		}
 	}
+	return r;
+}
+
+// gram writes the lower triangle <z_a, z_b> (a = 1..26, b < a, a outer)
+// of zt's vectors into r.
+VEC_CLONES static void
+gram(const float *restrict zt, size_t d, float *restrict r)
+{
+	r = gram_rows(zt, d, 1, 9, 8, r);
+	r = gram_rows(zt, d, 9, 17, 16, r);
+	r = gram_rows(zt, d, 17, 25, 24, r);
+	gram_rows(zt, d, 25, NZ, 32, r);
 }
 
 // interact builds the top MLP's input rows (m->top[0]) from the bottom
@@ -476,26 +497,33 @@ back_layer(const float *dz, const float *in, size_t n, size_t ni, size_t no,
 	}
 }
 
-// gram_back sets dzt[k][a] = sum_b S[a][b] z_b[k] from m->s and m->zt.
+// gram_back sets dzt[k][a] = sum_b S[a][b] z_b[k] from s and zt, two
+// rows k at a time so each load of S feeds two products.
 VEC_CLONES static void
 gram_back(const float *restrict zt, const float *restrict s, size_t d,
     float *restrict dzt)
 {
-	for (size_t k = 0; k < d; k++) {
-		const float *row = zt + k * ZPAD;
-		float        acc[ZPAD];
+	for (size_t k = 0; k < d; k += 2) {
+		const float *r0 = zt + k * ZPAD;
+		const float *r1 = k + 1 < d ? r0 + ZPAD : r0; // odd d: again
+		float        acc0[ZPAD], acc1[ZPAD];
 		for (size_t j = 0; j < ZPAD; j++) {
-			acc[j] = 0.0f;
+			acc0[j] = 0.0f;
+			acc1[j] = 0.0f;
 		}
 		for (size_t b = 0; b < NZ; b++) {
-			float        v  = row[b];
+			float        v0 = r0[b], v1 = r1[b];
 			const float *sb = s +
 			    b * ZPAD; // S symmetric: column b
 			for (size_t j = 0; j < ZPAD; j++) {
-				acc[j] += v * sb[j];
+				acc0[j] += v0 * sb[j];
+				acc1[j] += v1 * sb[j];
 			}
 		}
-		memcpy(dzt + k * ZPAD, acc, sizeof(acc));
+		memcpy(dzt + k * ZPAD, acc0, sizeof(acc0));
+		if (k + 1 < d) {
+			memcpy(dzt + (k + 1) * ZPAD, acc1, sizeof(acc1));
+		}
 	}
 }
 
