@@ -6,6 +6,15 @@
 #
 #   scripts/run-local.sh [--servers M] [--trainers T] [--epochs E] [--http]
 #                        [--slow-rank R] [--secret] [--tls] [flags]
+#   scripts/run-local.sh --model dlrm [--ctr-rows N] [...] [flags]
+#
+# --model dlrm trains the DLRM-style CTR model instead (docs/operations.md,
+# "CTR jobs"), one epoch unless --epochs says otherwise: without --data it
+# first makes a small synthetic set with ferry-ctrgen (--ctr-rows N rows,
+# default 200000, vocabularies at 1% of full size) in the run dir's ctr/,
+# kept for the next run with the same FERRY_RUN_DIR, and trains on it with
+# row-wise Adagrad tables; the last line names the AUC and the data's
+# ceiling (the generator's own model's AUC).
 #
 # --slow-rank R gives the trainers' --slow-ms to rank R only (one
 # straggler, for benchmarks); without it every trainer gets it.
@@ -31,12 +40,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-servers=2 trainers=2 epochs=3 http=0 slow_rank= secret=0 tls=0
+servers=2 trainers=2 epochs= http=0 slow_rank= secret=0 tls=0
+model=mlp ctr_rows=200000 have_data=0
 server_flags=() trainer_flags=()
 # FERRY_SKIP_SETUP=1 runs what is built (benchmarks that call this often).
 [ "${FERRY_SKIP_SETUP:-0}" = 1 ] || scripts/setup.sh
 BUILD=${FERRY_BUILD_DIR:-build}
 PS="$BUILD/ps/ps-server" TR="$BUILD/trainer/trainer"
+CTRGEN="$BUILD/trainer/ferry-ctrgen"
 ps_opts=$("$PS" --help | sed -n 's/^  --\([a-z-]*\).*/\1/p')
 
 while (($#)); do
@@ -54,6 +65,8 @@ while (($#)); do
 	--tls) tls=1; shift ;;
 	--secret-file) secret_file=$2; shift 2 ;;
 	--secret-file=*) secret_file=${1#*=}; shift ;;
+	--ctr-rows) ctr_rows=$2; shift 2 ;;
+	--ctr-rows=*) ctr_rows=${1#*=}; shift ;;
 	--*)
 		name=${1#--}; name=${name%%=*}
 		# Normalise to --name=value so values can be rewritten per rank.
@@ -64,11 +77,17 @@ while (($#)); do
 			server_flags+=("${arg[@]}")
 		else
 			trainer_flags+=("${arg[@]}")
-		fi ;;
+		fi
+		case "${arg[0]}" in
+		--model=*) model=${arg[0]#*=} ;;
+		--data=*) have_data=1 ;;
+		esac ;;
 	*) echo "run-local: unexpected argument '$1'" >&2; exit 2 ;;
 	esac
 done
-for v in servers trainers epochs; do
+# The MLP trains 3 epochs by default, a CTR job reads its data once.
+[ -n "$epochs" ] || { [ "$model" = dlrm ] && epochs=1 || epochs=3; }
+for v in servers trainers epochs ctr_rows; do
 	[[ "${!v}" =~ ^[1-9][0-9]*$ ]] || {
 		echo "run-local: --$v must be a positive integer, got '${!v}'" >&2
 		exit 2
@@ -79,6 +98,19 @@ RUN=${FERRY_RUN_DIR:-$(mktemp -d /tmp/ferry-run.XXXXXX)}
 mkdir -p "$RUN"
 # A reused run dir must not hand out an old URL.
 rm -f "$RUN/scheduler.url" "$RUN"/*.http
+if [ "$model" = dlrm ] && ((!have_data)); then
+	# A small synthetic CTR set, made once per run dir (and size).
+	CTR=$RUN/ctr
+	if ! grep -qs "\"rows\":$ctr_rows," "$CTR/meta.json"; then
+		echo "ferry: making $ctr_rows CTR samples in $CTR"
+		"$CTRGEN" --out "$CTR" --rows "$ctr_rows" --vocab-scale 0.01 \
+			--format bin
+	fi
+	# Defaults first: the command line's flags come after and win.
+	trainer_flags=("--data=$CTR/train.bin" "--test-data=$CTR/test.bin"
+		--batch=256 --optimizer=adagrad --lr=0.02 --table-lr=0.05
+		--log-interval=50 --eval-rows=5000 "${trainer_flags[@]}")
+fi
 if ((secret)) && [ -z "${secret_file:-}" ]; then
 	secret_file=$RUN/job.key
 	(umask 077 && head -c 32 /dev/urandom | base64 >"$secret_file")
@@ -220,3 +252,12 @@ echo "ferry: summaries"
 for ((r = 1; r < trainers; r++)); do
 	grep '"summary"' "$RUN/trainer-$r.out" || true
 done
+if [ "$model" = dlrm ]; then
+	auc=$(grep -o '"auc": [0-9.]*' "$RUN/trainer-0.out" | tail -1)
+	ceiling=
+	if [ -n "${CTR:-}" ]; then
+		ceiling=$(grep -o '"auc_ceiling":[0-9.]*' "$CTR/meta.json")
+		ceiling=" (data ceiling ${ceiling#*:})"
+	fi
+	echo "ferry: dlrm auc ${auc#*: }$ceiling"
+fi

@@ -315,10 +315,13 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	         .doc  = "this trainer's rank, 0..trainers−1" },
 	[FB_OPT_TR_DATA]      = { "data", TR, STR_NONEMPTY,
 	         .def  = "/usr/share/datasets/fashion-mnist",
-	         .help = "directory of IDX files",
+	         .help = "directory of IDX files (--model dlrm: the training "
+	                      "file)",
 	         .doc  = "directory of IDX files (`train-images-idx3-ubyte`, "
 	                      "`train-labels-idx1-ubyte`, `t10k-images-idx3-ubyte`, "
-	                      "`t10k-labels-idx1-ubyte`, each `.gz` or plain)" },
+	                      "`t10k-labels-idx1-ubyte`, each `.gz` or plain); with "
+	                      "`--model dlrm`, the training file (Criteo text, "
+	                      "gzipped or not, or ferry-ctrgen's binary form)" },
 	[FB_OPT_TR_LAYERS]    = { "layers", TR, STR_NONEMPTY,
 	       .def  = "784,256,128,10",
 	       .help = "MLP widths: input,hidden...,classes",
@@ -526,4 +529,86 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	     .help = "the job's CA certificate(s) (PEM)",
 	     .doc  = "the job's CA certificate(s) (PEM), as `ps-server "
 	              "--tls-ca`" },
+
+	// ---- trainer: CTR jobs (--model dlrm) -------------------------------
+	[FB_OPT_TR_MODEL]     = { "model", TR, ENUM("mlp|dlrm"), .def = "mlp",
+	        .help = "mlp (Fashion-MNIST, --layers) or dlrm (CTR: --data and "
+	                    "--test-data Criteo files)",
+	        .doc  = "`mlp`: the MLP of `--layers` on the IDX files of "
+	                    "`--data`; `dlrm`: the DLRM-style CTR model "
+	                    "(`--bottom`, `--top`, `--emb-dim`, `--interaction`) "
+	                    "on Criteo-format files, `--data FILE` and "
+	                    "`--test-data FILE`, its 26 embedding tables on the "
+	                    "servers' sparse tables (see \"CTR jobs\")" },
+	[FB_OPT_TR_TEST_DATA] = { "test-data", TR, STR, .def = "",
+	    .unset = "none",
+	    .help  = "--model dlrm: the test file (Criteo text or "
+	             "ferry-ctrgen binary), evaluated by rank 0",
+	    .doc   = "`--model dlrm`: the test file (Criteo text, gzipped "
+	             "or not, or ferry-ctrgen's binary form); rank 0 "
+	             "evaluates AUC and log loss on it (required)" },
+	[FB_OPT_TR_EMB_DIM]   = { "emb-dim", TR, INT(1, 1024), .def = "16",
+	      .help = "--model dlrm: floats per embedding row",
+	      .doc =
+	          "`--model dlrm`: floats per embedding row (one table per categorical field)" },
+	[FB_OPT_TR_BOTTOM]    = { "bottom", TR, STR_NONEMPTY, .def = "64,16",
+	       .help = "--model dlrm: bottom MLP widths after the 13 dense "
+	                  "inputs",
+	       .doc  = "`--model dlrm`: the bottom MLP's widths after the 13 "
+	                  "dense inputs (ReLU after each; with `--interaction "
+	                  "dot` the last equals `--emb-dim`)" },
+	[FB_OPT_TR_TOP]       = { "top", TR, STR_NONEMPTY, .def = "64,1",
+	          .help = "--model dlrm: top MLP widths after the interaction, "
+	                        "the last 1",
+	          .doc  = "`--model dlrm`: the top MLP's widths after the "
+	                        "interaction, the last 1 (the logit)" },
+	[FB_OPT_TR_INTERACTION]     = { "interaction", TR, ENUM("dot|cat"),
+	        .def  = "dot",
+	        .help = "--model dlrm: dot (pairwise dot products) or cat "
+	                    "(concatenation)",
+	        .doc  = "`--model dlrm`: the feature interaction, `dot` "
+	                    "(DLRM's pairwise dot products) or `cat` "
+	                    "(concatenation)" },
+	[FB_OPT_TR_TABLE_OPTIMIZER] = { "table-optimizer", TR,
+	    ENUM("sgd|adagrad|adam|ftrl"), .def = "adagrad",
+	    .help = "--model dlrm: the embedding rows' optimizer (adagrad: "
+	            "row-wise)",
+	    .doc  = "`--model dlrm`: the row optimizer the servers run on "
+	            "the embedding tables: `sgd`, `adagrad` (row-wise), "
+	            "`adam` (lazy) or `ftrl` (docs/algorithms.md §7.2)" },
+	[FB_OPT_TR_TABLE_LR] = { "table-lr", TR, F64(0, 1e6), .def = "0",
+	    .help = "--model dlrm: the embedding tables' lr (0: --lr and "
+	            "its schedule)",
+	    .doc =
+	        "`--model dlrm`: the embedding tables' learning rate (0: `--lr` and its schedule)" },
+	[FB_OPT_TR_TABLE_INIT_SCALE] = { "table-init-scale", TR, F64(0, 1e6),
+	    .def  = "0.05",
+	    .help = "--model dlrm: new embedding rows are uniform in "
+	            "[-scale, scale)",
+	    .doc =
+	        "`--model dlrm`: a new embedding row is uniform in [-scale, scale)" },
+	[FB_OPT_TR_TABLE_CODEC_PUSH] = { "table-codec-push", TR,
+	    ENUM("none|fp16|bf16|q8"), .def = "none",
+	    .help = "--model dlrm: codec of the pushed row gradients",
+	    .doc  = "`--model dlrm`: codec of the pushed row gradients: "
+	            "`none`, `fp16`, `bf16` or `q8` (a scale per row)" },
+	[FB_OPT_TR_TABLE_CODEC_PULL] = { "table-codec-pull", TR,
+	    ENUM("none|fp16|bf16|q8"), .def = "none",
+	    .help = "--model dlrm: codec of the pulled rows",
+	    .doc  = "`--model dlrm`: codec of the pulled rows (values as "
+	            "`--table-codec-push`)" },
+	[FB_OPT_TR_ADMIT_COUNT]      = { "admit-count", TR, INT(0, 1 << 30),
+	         .def  = "0",
+	         .help = "--model dlrm: create a row once its key was pushed "
+	                      "this often (0: at once)",
+	         .doc  = "`--model dlrm`: admission, a row is created once its "
+	                      "key was pushed this many times (0, 1: at once); until "
+	                      "then it reads as its initial values and its gradients "
+	                      "are dropped" },
+	[FB_OPT_TR_EVAL_ROWS]        = { "eval-rows", TR, INT(0, 1LL << 40),
+	           .def  = "0",
+	           .help = "--model dlrm: test rows of each progress evaluation "
+	                          "(0: all; the final one uses all)",
+	           .doc =
+	               "`--model dlrm`: the test rows (the first N) rank 0 evaluates at each progress line; 0: all. The final evaluation always uses the whole test set" },
 };

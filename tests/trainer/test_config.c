@@ -165,6 +165,103 @@ START_TEST(test_config_overlap_exclusive_bogus)
 }
 END_TEST
 
+// The CTR flags (--model dlrm) land in their fields; their defaults are
+// the documented ones and leave the MLP as the model.
+START_TEST(test_config_dlrm)
+{
+	char            *argv[] = { "trainer", "--model", "dlrm", "--data",
+		           "/nonexistent/train.tsv", "--test-data=/nonexistent/test.bin",
+		           "--emb-dim", "8", "--bottom", "32,8", "--top=16,1",
+		           "--interaction", "cat", "--table-optimizer", "ftrl",
+		           "--table-lr", "0.02", "--table-init-scale=0.01",
+		           "--table-codec-push", "fp16", "--table-codec-pull=q8",
+		           "--admit-count", "2", "--eval-rows", "5000" };
+	struct tr_config c;
+	char             err[256] = "";
+	tr_config_defaults(&c);
+	ck_assert_int_eq(c.model, TR_MODEL_MLP);
+	ck_assert_str_eq(c.test_data, "");
+	ck_assert_uint_eq(c.emb_dim, 16);
+	ck_assert_str_eq(c.bottom, "64,16");
+	ck_assert_str_eq(c.top, "64,1");
+	ck_assert_str_eq(c.interaction, "dot");
+	ck_assert_str_eq(c.table_optimizer, "adagrad");
+	ck_assert(c.table_lr == 0 && c.table_init_scale == 0.05);
+	ck_assert_str_eq(c.table_codec_push, "none");
+	ck_assert_str_eq(c.table_codec_pull, "none");
+	ck_assert_uint_eq(c.admit_count, 0);
+	ck_assert_uint_eq(c.eval_rows, 0);
+	ck_assert_int_eq(c.epochs, 1);
+	PT_OK(tr_config_parse(&c, ARGC(argv), argv, err, sizeof(err)));
+	ck_assert_int_eq(c.model, TR_MODEL_DLRM);
+	ck_assert_str_eq(c.data_dir, "/nonexistent/train.tsv");
+	ck_assert_str_eq(c.test_data, "/nonexistent/test.bin");
+	ck_assert_uint_eq(c.emb_dim, 8);
+	ck_assert_str_eq(c.bottom, "32,8");
+	ck_assert_str_eq(c.top, "16,1");
+	ck_assert_str_eq(c.interaction, "cat");
+	ck_assert_str_eq(c.table_optimizer, "ftrl");
+	ck_assert(c.table_lr == 0.02 && c.table_init_scale == 0.01);
+	ck_assert_str_eq(c.table_codec_push, "fp16");
+	ck_assert_str_eq(c.table_codec_pull, "q8");
+	ck_assert_uint_eq(c.admit_count, 2);
+	ck_assert_uint_eq(c.eval_rows, 5000);
+	tr_config_fini(&c);
+}
+END_TEST
+
+// --model dlrm refuses what it cannot train, naming the flag: no test
+// file, a directory (the MLP's --data default) for the training file,
+// widths that make no model, the MLP loop's overlap and a GPU; a bad
+// choice of a CTR flag is refused whatever the model.
+START_TEST(test_config_dlrm_bogus)
+{
+	static const char *cases[][4] = {
+		{ "--data=/nonexistent/t.tsv", "--emb-dim=16", "--eval-rows=0",
+		    "--test-data" },
+		{ "--data=/tmp", "--test-data=/x", "--eval-rows=0",
+		    "directory" },
+		{ "--data=/nonexistent/t.tsv", "--test-data=/x", "--emb-dim=8",
+		    "--bottom" },
+		{ "--data=/nonexistent/t.tsv", "--test-data=/x", "--top=8,2",
+		    "--top" },
+		{ "--data=/nonexistent/t.tsv", "--test-data=/x", "--overlap=1",
+		    "--overlap" },
+		{ "--data=/nonexistent/t.tsv", "--test-data=/x",
+		    "--device=cuda", "--device" },
+		{ "--data=/nonexistent/t.tsv", "--test-data=/x",
+		    "--interaction=sum", "--interaction" },
+		{ "--data=/nonexistent/t.tsv", "--test-data=/x",
+		    "--table-optimizer=momentum", "--table-optimizer" },
+		{ "--data=/nonexistent/t.tsv", "--test-data=/x",
+		    "--table-codec-pull=q4", "--table-codec-pull" },
+		{ "--data=/nonexistent/t.tsv", "--test-data=/x", "--emb-dim=0",
+		    "--emb-dim" },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char            *argv[] = { "trainer", "--model=dlrm",
+			           (char *) cases[i][0], (char *) cases[i][1],
+			           (char *) cases[i][2] };
+		struct tr_config c;
+		char             err[256] = "";
+		tr_config_defaults(&c);
+		ck_assert_msg(tr_config_parse(&c, ARGC(argv), argv, err,
+		                  sizeof(err)) != FB_OK,
+		    "case %zu (%s) accepted", i, cases[i][2]);
+		ck_assert_msg(strstr(err, cases[i][3]) != NULL,
+		    "case %zu: '%s' does not name %s", i, err, cases[i][3]);
+		tr_config_fini(&c);
+	}
+	// The MLP ignores the CTR model's widths.
+	char            *mlp[] = { "trainer", "--emb-dim=8", "--top=8,2" };
+	struct tr_config c;
+	char             err[256] = "";
+	tr_config_defaults(&c);
+	PT_OK(tr_config_parse(&c, ARGC(mlp), mlp, err, sizeof(err)));
+	tr_config_fini(&c);
+}
+END_TEST
+
 // FERRY_<NAME> variables set options under the flags; tr_config_defaults
 // ignores them, and options set by neither keep the caller's values.
 START_TEST(test_config_env)
@@ -210,6 +307,8 @@ suite_config(void)
 	tcase_add_test(tc, test_config_parse_bogus);
 	tcase_add_test(tc, test_config_env);
 	tcase_add_test(tc, test_config_overlap_exclusive_bogus);
+	tcase_add_test(tc, test_config_dlrm);
+	tcase_add_test(tc, test_config_dlrm_bogus);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -6,12 +6,15 @@
 // and the client's options straight into its struct ferry_opts fo, as
 // libferry takes them: --mode's choices are in enum ferry_mode's order,
 // strings borrow from the table's values) and checks what the table cannot:
-// the --layers widths and the --device spelling.
+// the --layers widths, the --device spelling and what --model dlrm needs
+// (check_dlrm).
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "fb/config.h"
+#include "tr/ctr.h"
 #include "tr_impl.h"
 
 // How a value is stored in struct tr_config.
@@ -82,9 +85,22 @@ static const struct binding bindings[] = {
 	{ FB_OPT_TR_TLS_CERT, K_TEXT, OFF(fo.tls_cert) },
 	{ FB_OPT_TR_TLS_KEY, K_TEXT, OFF(fo.tls_key) },
 	{ FB_OPT_TR_TLS_CA, K_TEXT, OFF(fo.tls_ca) },
+	{ FB_OPT_TR_MODEL, K_ENUM, OFF(model) }, // enum tr_model's order
+	{ FB_OPT_TR_TEST_DATA, K_TEXT, OFF(test_data) },
+	{ FB_OPT_TR_EMB_DIM, K_U32, OFF(emb_dim) },
+	{ FB_OPT_TR_BOTTOM, K_TEXT, OFF(bottom) },
+	{ FB_OPT_TR_TOP, K_TEXT, OFF(top) },
+	{ FB_OPT_TR_INTERACTION, K_TEXT, OFF(interaction) }, // checked choice
+	{ FB_OPT_TR_TABLE_OPTIMIZER, K_TEXT, OFF(table_optimizer) },
+	{ FB_OPT_TR_TABLE_LR, K_F64, OFF(table_lr) },
+	{ FB_OPT_TR_TABLE_INIT_SCALE, K_F64, OFF(table_init_scale) },
+	{ FB_OPT_TR_TABLE_CODEC_PUSH, K_TEXT, OFF(table_codec_push) },
+	{ FB_OPT_TR_TABLE_CODEC_PULL, K_TEXT, OFF(table_codec_pull) },
+	{ FB_OPT_TR_ADMIT_COUNT, K_U32, OFF(admit_count) },
+	{ FB_OPT_TR_EVAL_ROWS, K_U64, OFF(eval_rows) },
 };
 #define N_BINDINGS (sizeof(bindings) / sizeof(bindings[0]))
-_Static_assert(N_BINDINGS == FB_OPT_TR_TLS_CA - FB_OPT_TR_SCHEDULER + 1,
+_Static_assert(N_BINDINGS == FB_OPT_TR_EVAL_ROWS - FB_OPT_TR_SCHEDULER + 1,
     "every trainer option of base/src/options.c needs a binding");
 
 // store copies the checked value of b from fc into c.
@@ -151,6 +167,40 @@ tr_config_usage(FILE *f)
 	    "usage: trainer --scheduler URL --rank R [flags]");
 }
 
+// check_dlrm checks what --model dlrm needs: a training FILE (not the
+// MLP's IDX directory, the --data default), a test file, widths that
+// make a model, and none of the MLP loop's own machinery.
+static int
+check_dlrm(const struct tr_config *c, char *err, size_t errlen)
+{
+	struct tr_dlrm_arch a;
+	struct stat         st;
+	if (stat(c->data_dir, &st) == 0 && S_ISDIR(st.st_mode)) {
+		return tr__errf(FB_EINVAL, err, errlen,
+		    "--model dlrm: --data %s is a directory; give the "
+		    "training FILE (Criteo text or ferry-ctrgen binary)",
+		    c->data_dir);
+	}
+	if (c->test_data == NULL || *c->test_data == '\0') {
+		return tr__errf(FB_EINVAL, err, errlen,
+		    "--model dlrm needs --test-data FILE (the test set its "
+		    "AUC is measured on)");
+	}
+	if (c->overlap || c->overlap_layers) {
+		return tr__errf(FB_EINVAL, err, errlen,
+		    "--model dlrm: --overlap and --overlap-layers are the "
+		    "MLP loop's; leave them 0");
+	}
+	if (strcmp(c->device, "cpu") != 0) {
+		return tr__errf(FB_EINVAL, err, errlen,
+		    "--model dlrm runs on the CPU: --device %s is not "
+		    "supported",
+		    c->device);
+	}
+	return tr_dlrm_arch_parse(c->bottom, c->top, c->emb_dim,
+	    c->interaction, &a, err, errlen);
+}
+
 int
 tr_config_parse(struct tr_config *c, int argc, char **argv, char *err,
     size_t errlen)
@@ -186,6 +236,10 @@ tr_config_parse(struct tr_config *c, int argc, char **argv, char *err,
 			}
 			return rv;
 		}
+	}
+	if (c->model == TR_MODEL_DLRM &&
+	    (rv = check_dlrm(c, err, errlen)) != FB_OK) {
+		return rv;
 	}
 	if (c->overlap && c->overlap_layers) {
 		// Two different exchanges: delayed weights for the whole

@@ -30,6 +30,10 @@ struct tr__report {
 	uint64_t last_report; // step of the last progress line
 	double   test_loss, test_acc;
 	int      have_test; // test_loss and test_acc hold a result
+	// --model dlrm: samples of one job step (batch x trainers), and the
+	// last evaluation's AUC and log loss (have_test set)
+	uint64_t job_batch;
+	double   auc, logloss;
 };
 
 // tr__report_open zeroes rep, points it at out, and creates the CSV files
@@ -63,6 +67,19 @@ void tr__report_step(struct tr__report *rep, uint64_t step, size_t n,
 void tr__report_test(struct tr__report *rep, double loss, double acc,
     uint64_t eval_ns);
 
+// tr__report_ctr_test records an evaluation of the CTR model (--model
+// dlrm) that took eval_ns nanoseconds: its AUC and log loss, shown by the
+// next progress line, --curve row and the summary.
+void tr__report_ctr_test(struct tr__report *rep, double auc, double logloss,
+    uint64_t eval_ns);
+
+// tr__report_ctr_progress is tr__report_progress for --model dlrm: one
+// line with the interval's train loss, the last evaluation and the job's
+// samples/s, and a --curve row `step,wall_s,samples,auc,logloss` (wall
+// time and samples/s without evaluations; samples: the job's, every
+// rank's).
+void tr__report_ctr_progress(struct tr__report *rep);
+
 // tr__report_progress prints one progress line and a --curve row, with
 // bytes_pushed so far and lr, the learning rate of the next update
 // (ferry_client_lr), and starts a new interval.
@@ -70,7 +87,9 @@ void tr__report_progress(struct tr__report *rep, uint64_t bytes_pushed,
     double lr);
 
 // tr__report_summary prints the final JSON summary line for a run of
-// cfg among `trainers` trainers, steps_per_epoch steps an epoch, with
+// cfg among `trainers` trainers, steps_per_epoch steps an epoch (--model
+// dlrm: "model", "auc", "logloss", and samples, wall_s and samples_per_s
+// are the job's without evaluations), with
 // libferry's byte counts st and, from fc (NULL: none), each server
 // link's codecs and payload bytes per step ("links"; with codec "auto"
 // also a "links |" line before it, for people).

@@ -1,12 +1,15 @@
 // step.h — one training run and its steps (private to tr). train.c sets
-// a run up, drives the plain loop and tears it down; step.c has the plain
+// a run up, drives the plain loop and tears it down (run.c has what the
+// CTR loop, dlrm_train.c, shares with it); step.c has the plain
 // loop's step and the step end both loops take (rollback, behind, new
 // weights, report); overlap.c has the loop with one-step delayed weights.
 #ifndef TR_STEP_H
 #define TR_STEP_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "ferry/ferry.h"
 #include "metrics.h"
@@ -50,6 +53,28 @@ int tr__run_lockstep(const struct tr_config *cfg);
 // FB_EREMOTE: the trainer reports libferry's failures, it does not
 // translate them.
 int tr__run_failed(struct tr__run *r, const char *op, int fe);
+
+// run.c: what both loops (train.c's, dlrm_train.c's) do around steps.
+
+// tr__run_open_client checks the job's and the client's options
+// (cfg->fo), opens the libferry client into r->fc with the trainer's log
+// hook and reads --secret-file. Errors: FB_EINVAL (bad options, logged),
+// FB_EREMOTE (a failed libferry call, logged).
+int tr__run_open_client(struct tr__run *r);
+
+// tr__run_catch_signals makes SIGINT and SIGTERM set the flag it returns
+// (cleared here) instead of killing the process: the loop stops between
+// steps and the trainer leaves the job (tr__run_end).
+volatile sig_atomic_t *tr__run_catch_signals(void);
+
+// tr__run_end ends a run whose loop returned rv: it arms the exit
+// watchdog (leaving and teardown may hang on a dead peer) and, when the
+// run trained (its outputs are written), leaves the job so that the other
+// ranks' sync rounds do not wait for this one.
+void tr__run_end(struct tr__run *r, int rv, int trained);
+
+// tr__dlrm_train_run is tr_train_run for --model dlrm (dlrm_train.c).
+int tr__dlrm_train_run(const struct tr_config *cfg, FILE *out);
 
 // tr__run_set_weights hands the pulled host weights w to the backend,
 // unless they were pulled straight into it (r->dev_pull).

@@ -2,6 +2,8 @@
 // --weights-out, teardown. A step and the step end both loops take are
 // step.c's, the loop with one-step delayed weights (--overlap 1) is
 // overlap.c's, and what the loop prints and writes is report.c's.
+// --model dlrm runs dlrm_train.c's loop instead; what both loops do alike
+// (the client's opening, signals, leaving) is run.c's.
 //
 // DESIGN
 // Start-up does everything that can fail locally first (the backend, so a
@@ -109,55 +111,18 @@ open_local(struct tr__run *r, FILE *out)
 	return tr__report_open(&r->rep, cfg, out);
 }
 
-// ferry_log prints what libferry reports through ferry_opts.log (it
-// never prints itself), e.g. a call near its deadline naming the server
-// and shards it waits for, as the trainer's own log lines (module
-// "ferry").
-static void
-ferry_log(void *arg, int level, const char *msg)
-{
-	(void) arg;
-	switch (level) {
-	case FERRY_LOG_ERR:
-		FB_LOG(FB_LOG_ERR, "ferry", "%s", msg);
-		break;
-	case FERRY_LOG_WARN:
-		FB_LOG(FB_LOG_WARN, "ferry", "%s", msg);
-		break;
-	case FERRY_LOG_NOTICE:
-		FB_LOG(FB_LOG_NOTICE, "ferry", "%s", msg);
-		break;
-	default:
-		FB_LOG(FB_LOG_INFO, "ferry", "%s", msg);
-		break;
-	}
-}
-
 // join_job opens the libferry client, declares the tensors and cuts this
 // rank's partition of the training set.
 static int
 join_job(struct tr__run *r)
 {
 	const struct tr_config  *cfg = r->cfg;
-	struct ferry_opts        fo  = cfg->fo;
 	struct ferry_tensor_desc descs[TR_MAX_TENSORS];
 	char                     names[TR_MAX_TENSORS][32];
 	int                      rv, fe;
 
-	// The job's and the client's options were bound straight into
-	// cfg->fo (config.c); the log hook is this file's.
-	fo.log = ferry_log;
-	if (ferry_opts_check(&fo, r->err, sizeof(r->err)) != FERRY_OK) {
-		FB_LOG(FB_LOG_ERR, MOD, "bad options: %s", r->err);
-		return FB_EINVAL;
-	}
-	if ((fe = ferry_client_open(&fo, &r->fc)) != FERRY_OK) {
-		return tr__run_failed(r, "open", fe);
-	}
-	if (cfg->secret_file != NULL && *cfg->secret_file != '\0' &&
-	    (fe = ferry_client_set_secret_file(r->fc, cfg->secret_file)) !=
-	        FERRY_OK) {
-		return tr__run_failed(r, "--secret-file", fe);
+	if ((rv = tr__run_open_client(r)) != FB_OK) {
+		return rv;
 	}
 	for (size_t i = 0; i < r->w.n_tensors; i++) {
 		tr_arch_tensor_name(&cfg->arch, i, names[i], sizeof(names[i]));
@@ -286,17 +251,6 @@ start_weights(struct tr__run *r)
 	return tr__run_set_weights(r, &r->w);
 }
 
-// A signal stops the loop between steps; the trainer then leaves the job
-// so that the other trainers' sync rounds do not wait for it.
-static volatile sig_atomic_t stop_requested;
-
-static void
-on_stop_signal(int sig)
-{
-	(void) sig;
-	stop_requested = 1;
-}
-
 // train runs job steps from r->start, reporting every --log-interval
 // steps and at the end of each epoch, until the job's last step
 // (--epochs, --max-steps) or a signal.
@@ -307,17 +261,14 @@ train(struct tr__run *r)
 	struct tr_position      pos;
 	int                     rv;
 
-	stop_requested = 0;
-	signal(SIGINT, on_stop_signal);
-	signal(SIGTERM, on_stop_signal);
+	volatile sig_atomic_t *stop = tr__run_catch_signals();
 	tr__report_start(&r->rep, r->start);
 	// The overlapped loop runs to the job's end or a signal, so the
 	// loop below then has nothing left to do.
-	if (cfg->overlap &&
-	    (rv = tr__train_overlapped(r, &stop_requested)) != FB_OK) {
+	if (cfg->overlap && (rv = tr__train_overlapped(r, stop)) != FB_OK) {
 		return rv;
 	}
-	while (!stop_requested &&
+	while (!*stop &&
 	    tr_job_position(r->rep.step, r->steps_per_epoch, r->total, &pos) ==
 	        FB_OK) {
 		if ((rv = tr__step(r, pos.epoch, pos.k)) != FB_OK) {
@@ -331,7 +282,7 @@ train(struct tr__run *r)
 }
 
 // finish prints the summary and writes --weights-out: everything the run
-// produced is saved before the trainer leaves (leave_job).
+// produced is saved before the trainer leaves (tr__run_end).
 static int
 finish(struct tr__run *r)
 {
@@ -355,32 +306,6 @@ finish(struct tr__run *r)
 	}
 	return tr__report_weights(cfg->weights_out, &r->w);
 }
-
-// leave_job leaves the job (done or stopped by a signal: either way the
-// other ranks must not wait for this one). A failed leave is logged: the
-// scheduler also notices a silent trainer by its heartbeats.
-static void
-leave_job(struct tr__run *r)
-{
-	int fe;
-	if (stop_requested) {
-		FB_LOG(FB_LOG_NOTICE, MOD,
-		    "stopped by a signal; leaving the job");
-	} else {
-		FB_LOG(FB_LOG_INFO, MOD,
-		    "done at job step %llu; leaving the job",
-		    (unsigned long long) r->rep.step);
-	}
-	if ((fe = ferry_client_leave(r->fc)) != FERRY_OK) {
-		FB_LOG(FB_LOG_WARN, MOD, "leave: %s: %s", ferry_strerror(fe),
-		    ferry_client_last_error(r->fc));
-	}
-}
-
-// EXIT_GRACE_S: how long leaving the job and tearing down may take once
-// the run has ended (its outputs are written by then; fb_exit_watchdog
-// says why a teardown needs a guard).
-#define EXIT_GRACE_S 20
 
 // close_run releases everything open_* made; safe on a partial set-up.
 static void
@@ -413,6 +338,9 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 		FB_LOG(FB_LOG_ERR, MOD, "--scheduler is required");
 		return FB_EINVAL;
 	}
+	if (cfg->model == TR_MODEL_DLRM) {
+		return tr__dlrm_train_run(cfg, out); // dlrm_train.c
+	}
 	if ((rv = open_local(&r, out)) == FB_OK &&
 	    (rv = join_job(&r)) == FB_OK &&
 	    (rv = open_device_pull(&r)) == FB_OK &&
@@ -425,12 +353,7 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 		if (trained) {
 			rv = finish(&r);
 		}
-		// Exit status as main.c maps it: 0 done, 1 failed.
-		fb_exit_watchdog(EXIT_GRACE_S, rv == FB_OK ? 0 : 1,
-		    "exit: leaving and closing the connections");
-		if (trained) {
-			leave_job(&r);
-		}
+		tr__run_end(&r, rv, trained);
 	}
 	close_run(&r);
 	return rv;

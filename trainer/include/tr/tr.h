@@ -412,6 +412,10 @@ enum tr_mode {
 	TR_MODE_SSP   = FERRY_MODE_SSP
 };
 
+// --model: the MLP on IDX images, or the DLRM-style CTR model (tr/ctr.h,
+// trained by dlrm_train.c).
+enum tr_model { TR_MODEL_MLP = 0, TR_MODEL_DLRM = 1 };
+
 struct tr_config {
 	// The job's and the client's settings, bound from the table as
 	// libferry takes them (ferry_client_open): --scheduler
@@ -421,7 +425,7 @@ struct tr_config {
 	// optimizer and lr schedule flags, --clip-norm, --link-budget and
 	// --tls-*. Strings borrow like the others below; log is train.c's.
 	struct ferry_opts fo;
-	const char       *data_dir;       // --data
+	const char       *data_dir;       // --data (dlrm: the training file)
 	struct tr_arch    arch;           // --layers
 	size_t            batch;          // --batch (per trainer)
 	int               epochs;         // --epochs
@@ -440,6 +444,21 @@ struct tr_config {
 	int               overlap;        // --overlap (1: one-step delayed)
 	int               help;           // --help was given
 	int               print_config;   // --print-config was given
+	// --model dlrm (tr/ctr.h): the model, its tables and evaluation.
+	// tr_config_parse checks the widths with tr_dlrm_arch_parse.
+	int               model;            // --model (enum tr_model)
+	const char       *test_data;        // --test-data ("": none)
+	uint32_t          emb_dim;          // --emb-dim
+	const char       *bottom;           // --bottom widths
+	const char       *top;              // --top widths
+	const char       *interaction;      // --interaction dot|cat
+	const char       *table_optimizer;  // --table-optimizer
+	double            table_lr;         // --table-lr (0: the job's)
+	double            table_init_scale; // --table-init-scale
+	const char       *table_codec_push; // --table-codec-push
+	const char       *table_codec_pull; // --table-codec-pull
+	uint32_t          admit_count;      // --admit-count
+	uint64_t          eval_rows;        // --eval-rows (0: all)
 	// Where each value came from (for --print-config), and the text of
 	// the --config file that string fields may borrow: released by
 	// tr_config_fini.
