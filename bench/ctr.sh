@@ -31,8 +31,8 @@
 #                            # temp dir, one repeat, no links
 #   options: --rows N --test-rows M --repeats R --no-links --no-torch
 #
-# bytes_per_step: loopback bytes (all processes, both directions, from
-# /proc/net/dev) over the run's global steps; over emulated links the
+# bytes_per_step: loopback bytes sent (all processes, from /proc/net/dev)
+# over the run's global steps; over emulated links the
 # trainers' own counters (bytes_pushed + bytes_pulled, all ranks).
 # Builds with scripts/setup.sh first (not --smoke); FERRY_BUILD_DIR picks
 # the build directory, FERRY_RESULTS_DIR where ctr.json goes,
@@ -76,6 +76,7 @@ else
 	cmake --build "$BUILD" -j2 --target ps-server trainer ferry-ctrgen \
 		ferry >/dev/null
 fi
+BUILD=$(cd "$BUILD" && pwd)
 PS=$BUILD/ps/ps-server TR=$BUILD/trainer/trainer
 GEN=$BUILD/trainer/ferry-ctrgen
 for b in "$PS" "$TR" "$GEN"; do
@@ -85,8 +86,8 @@ if ((torch)) && ! $PY -c 'import torch, numpy' 2>/dev/null; then
 	echo "ctr.sh: no torch or numpy for $PY: the PyTorch runs are skipped" >&2
 	torch=0
 fi
-export FERRY_LIB=$ROOT/$BUILD/clients/libferry.so
-export FERRY_PS_SERVER=$ROOT/$PS
+export FERRY_LIB=$BUILD/clients/libferry.so
+export FERRY_PS_SERVER=$PS
 export PYTHONPATH=$ROOT/python${PYTHONPATH:+:$PYTHONPATH}
 RAW=${FERRY_BENCH_DIR:-$(mktemp -d /tmp/ferry-ctr.XXXXXX)}
 mkdir -p "$RAW/curves" "$RESULTS"
@@ -115,13 +116,14 @@ EVALR=$((TEST < 20000 ? TEST : 20000))
 COMMON=(--data "$TRAIN" --test-data "$TESTF" "${MODEL[@]}" --epochs 1
 	--lr "$LR" --table-lr "$TABLE_LR" --seed "$SEED"
 	--log-interval "$LOGI" --eval-rows "$EVALR")
-CTRAIN=(--optimizer adagrad --table-optimizer adagrad
+CTRAIN=(--model dlrm --optimizer adagrad --table-optimizer adagrad
 	--table-init-scale 0.05 --batch "$BATCH" --blas-threads 1)
 
 free_port() {
 	$PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
-lo_bytes() { awk '/^ *lo:/ {print $2 + $10}' /proc/net/dev; }
+# Loopback's transmitted bytes (each byte sent once is counted once).
+lo_bytes() { awk '/^ *lo:/ {printf "%.0f\n", $10}' /proc/net/dev; }
 peak_kb() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 wait_for() { # FILE PATTERN: until FILE holds PATTERN (a process's log)
 	for ((i = 0; i < 3000; i++)); do
