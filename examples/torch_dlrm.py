@@ -8,6 +8,9 @@ tables emb0..emb25, rows uniform(-0.05, 0.05)), the interaction (dot: the
 bottom output then <z_i, z_j> for i = 1..26, j = 0..i-1; cat: all 27
 vectors side by side), a top MLP (ReLU after every layer but the last, of
 width 1) and the logistic loss. Dense weights Xavier-uniform, biases 0.
+With --init ferry (the default) every system starts from the very weights
+and rows the C trainer and a Ferry job start from (the same splitmix64
+stream and row hashes), so runs differ only in arithmetic order.
 
   --system single  one process, nn.EmbeddingBag(sparse=True) tables with a
                    row per distinct key of train and test (np.unique per
@@ -211,11 +214,64 @@ class DLRM(nn.Module):
         return x.squeeze(1)
 
 
-def init_dense(model, seed):
-    torch.manual_seed(seed)
-    for n, p in model.named_parameters():
-        if n.startswith(("bot", "top")):
-            nn.init.xavier_uniform_(p) if n.endswith("weight") else nn.init.zeros_(p)
+GOLDEN = 0x9E3779B97F4A7C15
+M64 = (1 << 64) - 1
+
+
+def mix64(x):
+    """splitmix64's finalizer on a uint64 array (tr_rng_next's and
+    tbl_key_hash's), wrapping like C's uint64_t."""
+    x = x.astype(np.uint64, copy=True)
+    with np.errstate(over="ignore"):
+        x ^= x >> np.uint64(30)
+        x *= np.uint64(0xBF58476D1CE4E5B9)
+        x ^= x >> np.uint64(27)
+        x *= np.uint64(0x94D049BB133111EB)
+        x ^= x >> np.uint64(31)
+    return x
+
+
+def unit24(h):
+    """24 random bits of h as a float32 in [0, 1) (tr_rng_uniform's)."""
+    return (h >> np.uint64(40)).astype(np.float32) * np.float32(2.0 ** -24)
+
+
+def init_dense(model, seed, how):
+    """--init ferry: the C trainer's weights bit for bit
+    (tr_dlrm_params_randomize: one splitmix64 stream seeded with seed,
+    weight tensors in order, Xavier-uniform, biases 0); --init torch:
+    torch's generator."""
+    if how == "torch":
+        torch.manual_seed(seed)
+    drawn = 0
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if not n.startswith(("bot", "top")):
+                continue
+            if n.endswith("bias"):
+                nn.init.zeros_(p)
+            elif how == "torch":
+                nn.init.xavier_uniform_(p)
+            else:
+                out, inp = p.shape
+                k = np.arange(drawn + 1, drawn + p.numel() + 1, dtype=np.uint64)
+                with np.errstate(over="ignore"):
+                    h = mix64(np.uint64(seed & M64) + k * np.uint64(GOLDEN))
+                bound = np.float32(math.sqrt(6.0 / (inp + out)))
+                w = (np.float32(2) * unit24(h) - np.float32(1)) * bound
+                p.copy_(torch.from_numpy(w.reshape(out, inp)))
+                drawn += p.numel()
+
+
+def ferry_rows(keys, seed, table, dim, scale):
+    """The rows a Ferry table of uniform init makes for keys (uint64):
+    tbl_row_init's values from (seed, table, key), bit for bit."""
+    with np.errstate(over="ignore"):
+        s = mix64(np.array([(seed + GOLDEN * (table + 1)) & M64], np.uint64))[0]
+        base = mix64(keys.astype(np.uint64) ^ s)
+        j = np.arange(1, dim + 1, dtype=np.uint64) * np.uint64(GOLDEN)
+        u = unit24(mix64(base[:, None] + j[None, :]))
+    return (np.float32(2) * u - np.float32(1)) * np.float32(scale)
 
 
 # ---- quality ------------------------------------------------------------------
@@ -324,17 +380,17 @@ def make_model(args, emb):
 # ---- single and ddp -----------------------------------------------------------
 def dense_ids(train_keys, test_keys):
     """Each field's keys as row ids over the union of train and test keys
-    (np.unique + searchsorted); returns (train ids, test ids, rows per
-    field), ids int64 field-major."""
+    (np.unique + searchsorted); returns (train ids, test ids, each field's
+    distinct keys in row order), ids int64 field-major."""
     tr = np.empty(train_keys.shape, np.int64)
     te = np.empty(test_keys.shape, np.int64)
-    n = []
+    uniq = []
     for f in range(N_CAT):
         u = np.unique(np.concatenate([train_keys[f], test_keys[f]]))
         tr[f] = np.searchsorted(u, train_keys[f])
         te[f] = np.searchsorted(u, test_keys[f])
-        n.append(len(u))
-    return tr, te, n
+        uniq.append(u)
+    return tr, te, uniq
 
 
 def local_ids(keys, s, e):
@@ -349,14 +405,18 @@ def run_local(rank, world, args):
         dist.init_process_group("gloo", rank=rank, world_size=world)
     label, dense, keys = load(args.data)
     tlabel, tdense, tkeys = load(args.test_data)
-    keys, tkeys, rows = dense_ids(keys, tkeys)
-    net = make_model(args, lambda f: nn.EmbeddingBag(rows[f], args.emb_dim, mode="sum",
+    keys, tkeys, uniq = dense_ids(keys, tkeys)
+    net = make_model(args, lambda f: nn.EmbeddingBag(len(uniq[f]), args.emb_dim, mode="sum",
                                                      sparse=True))
-    init_dense(net, args.seed)
+    init_dense(net, args.seed, args.init)
     with torch.no_grad():
         for f in range(N_CAT):
-            getattr(net, f"emb{f}").weight.uniform_(-args.table_init_scale,
-                                                    args.table_init_scale)
+            w = getattr(net, f"emb{f}").weight
+            if args.init == "torch":
+                w.uniform_(-args.table_init_scale, args.table_init_scale)
+            else:  # the rows a Ferry job starts from (table f = field f)
+                w.copy_(torch.from_numpy(ferry_rows(uniq[f], args.seed, f, args.emb_dim,
+                                                    args.table_init_scale)))
     tables = [getattr(net, f"emb{f}").weight for f in range(N_CAT)]
     acc = [torch.zeros(w.shape[0]) for w in tables]
     dense_params = [p for n, p in net.named_parameters() if not n.startswith("emb")]
@@ -413,7 +473,7 @@ def run_ferry(args):
                            lr=args.table_lr, eps=EPS)
 
     net = make_model(args, lambda f: ft.EmbeddingBag(args.emb_dim, mode="sum", table=table(f)))
-    init_dense(net, args.seed)
+    init_dense(net, args.seed, args.init)
     embs = [getattr(net, f"emb{f}") for f in range(N_CAT)]
     with ferry.Client(url, rank, lr=args.lr, optimizer="adagrad", eps=EPS, seed=args.seed,
                       timeout_ms=args.timeout_ms) as c:
@@ -452,6 +512,9 @@ def main(argv=None):
     ap.add_argument("--log-interval", type=int, default=0, help="evaluate every N steps")
     ap.add_argument("--curve", help="CSV step,wall_s,samples,auc,logloss (rank 0)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--init", choices=["ferry", "torch"], default="ferry",
+                    help="initial weights: the C trainer's and a Ferry job's rows, bit for "
+                    "bit (ferry), or torch's generator (torch)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
     ap.add_argument("--ranks", type=int, default=2, help="ddp: gloo ranks to spawn")
     ap.add_argument("--scheduler", help="ferry: the job's URL (default: ferry.run's)")
