@@ -796,6 +796,12 @@ if os.path.exists(sparse_path):
     w(f"| the same, per server of 2 | {sq['loopback_rows_per_s_2servers'] / 1e6:.2f} M | |")
     w(f"| RSS / cap under a {sq['cap_mb']} MB cap, largest ({sq['cap_rows_streamed']:,} rows streamed) | {sq['cap_rss_ratio_max']:.3f} ({sq['cap_rss_ratio_max_total']:.3f} with the whole RSS) | <= 1.1 ({ok(sq['cap_rss_ratio_max'] <= 1.1)}) |")
     w("")
+# The CTR side by side: bench/ctr.sh (run.sh's stage, or its own run).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ctr_report  # noqa: E402 (beside this file)
+for line in ctr_report.section(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                            "ctr.json"), PLOTS):
+    w(line)
 # SSP sweep: measured by bench/ssp.sh (run.sh step 7, or its own run).
 ssp_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ssp.json")
 if os.path.exists(ssp_path):
