@@ -4,7 +4,8 @@
 # examples on Ferry vs DDP (bench/peers/torch_examples.py), the servers'
 # optimizers vs torch.optim (bench/optim.sh), slow links, time to 84% over
 # slow links (bench/links/time_to_acc.sh), scale,
-# plus a perf profile of the sync job and the SSP sweep (bench/ssp.sh). Writes docs/benchmarks.md,
+# plus a perf profile of the sync job, the SSP sweep (bench/ssp.sh) and a
+# recommendation model side by side (bench/ctr.sh). Writes docs/benchmarks.md,
 # docs/plots/*.png and bench/results/latest.json.
 #
 #   bench/run.sh [--quick] [--skip-build] [--smoke]
@@ -320,6 +321,20 @@ FERRY_BUILD_DIR=$BUILD FERRY_BENCH_DIR=$RAW/ssp bash bench/ssp.sh \
 	log "ssp sweep failed; see $RAW/ssp.txt"
 	failed=1
 }
+
+# --- 8. a recommendation model side by side (bench/ctr.sh) ---------------
+# Not in --smoke (bench/ctr.sh --smoke is its own test): its data set and
+# PyTorch runs take minutes even at the quick size.
+if ((!smoke)); then
+	log "ctr: DLRM on Ferry, PyTorch on Ferry, PyTorch single and DDP"
+	ctr_flag=()
+	((!quick)) || ctr_flag=(--quick)
+	FERRY_SKIP_SETUP=1 FERRY_BUILD_DIR=$BUILD FERRY_BENCH_DIR=$RAW/ctr \
+		bash bench/ctr.sh "${ctr_flag[@]}" >"$RAW/ctr.txt" 2>&1 || {
+		log "ctr failed; see $RAW/ctr.txt"
+		failed=1
+	}
+fi
 
 # --- report -------------------------------------------------------------
 log "report"
