@@ -209,9 +209,15 @@ size_t
 tbl_evict_hist(struct tbl *t, enum tbl_evict policy, uint64_t newest,
     uint64_t *hist)
 {
+	if (t->rows == 0)
+		return 0;
+	// Each row's share of the memory the rows hold (chunks and index,
+	// page and chunk rounding included): at least its record.
 	struct sel s = bucket_sel(t, policy, newest);
+	uint64_t   w = (tbl_bytes(t) - tbl__bytes_at(t, 0)) / t->rows;
+	w            = w > t->rec ? w : t->rec;
 	for (size_t r = 0; r < t->rows; r++)
-		hist[value(t, tbl__rec(t, r), &s)] += t->rec;
+		hist[value(t, tbl__rec(t, r), &s)] += w;
 	return t->rows;
 }
 

@@ -52,38 +52,19 @@ evictable(struct ps_server *s, uint32_t k)
 	    ps__tshard_backups(s, s->tshards[k].id, &bl) == 0;
 }
 
-// evict_to_capacity holds the table shards under --sparse-capacity-mb as
-// one budget: past it, the least valuable rows of all the evictable
-// shards go (by --sparse-evict: last touch or the sketch's count, which
-// compare across shards) until their record bytes cover the excess over
-// 90% of the budget, so that the next updates do not evict again at
-// once. Not a share per shard: a shard's memory is page and chunk
-// granular, and a small shard (a small vocabulary: the hottest rows) held
-// to a share of it lost every row at every update. The freed bytes are
-// estimated from the records; the next update checks again. mu held.
-static void
-evict_to_capacity(struct ps_server *s)
+// capacity_pass removes the least valuable rows of all the evictable
+// shards (by --sparse-evict: last touch or the sketch's count, which
+// compare across shards) whose bytes (tbl_evict_hist's estimate) cover
+// `need`, hist's buckets zeroed first. Returns the rows removed. mu held.
+static size_t
+capacity_pass(struct ps_server *s, uint64_t *hist, uint64_t need,
+    uint64_t newest)
 {
-	enum tbl_evict pol   = s->opts.sparse_evict == 1 ? TBL_EVICT_LFU
-	                                                 : TBL_EVICT_LRU;
-	uint64_t       total = 0, newest = 0, need, acc = 0;
-	for (uint32_t k = 0; k < s->n_tshards; k++) {
-		total += tbl_bytes(s->tshards[k].t);
-		if (s->tshards[k].version > newest) {
-			newest = s->tshards[k].version;
-		}
-	}
-	if (total <= s->opts.sparse_capacity) {
-		return;
-	}
-	need           = total - s->opts.sparse_capacity / 10 * 9;
-	uint64_t *hist = fb_zalloc(TBL_EVICT_BUCKETS * sizeof(*hist));
-	if (hist == NULL) {
-		FB_LOG(FB_LOG_ERR, "tables",
-		    "out of memory for the eviction histogram: the tables "
-		    "stay over --sparse-capacity-mb until the next update");
-		return;
-	}
+	enum tbl_evict pol = s->opts.sparse_evict == 1 ? TBL_EVICT_LFU
+	                                               : TBL_EVICT_LRU;
+	uint64_t       acc = 0;
+	size_t         n   = 0;
+	memset(hist, 0, TBL_EVICT_BUCKETS * sizeof(*hist));
 	for (uint32_t k = 0; k < s->n_tshards; k++) {
 		if (evictable(s, k)) {
 			tbl_evict_hist(s->tshards[k].t, pol, newest, hist);
@@ -98,13 +79,56 @@ evict_to_capacity(struct ps_server *s)
 	double frac = b < TBL_EVICT_BUCKETS
 	    ? (double) (need - acc) / (double) hist[b]
 	    : 1.0;
-	fb_free(hist);
 	for (uint32_t k = 0; k < s->n_tshards; k++) {
 		if (evictable(s, k)) {
-			s->cap_evicted += tbl_evict_below(s->tshards[k].t, pol,
-			    newest, b, frac);
+			n += tbl_evict_below(s->tshards[k].t, pol, newest, b,
+			    frac);
 		}
 	}
+	return n;
+}
+
+// evict_to_capacity holds the table shards under --sparse-capacity-mb as
+// one budget: past it, the least valuable rows of all the evictable
+// shards go until the tables hold at most 90% of it (so that the next
+// updates do not evict again at once). Not a share per shard: a shard's
+// memory is page and chunk granular, and a small shard (a small
+// vocabulary: the hottest rows) held to a share of it lost every row at
+// every update. The bytes a removal frees are estimated (rows free
+// memory in steps): passes repeat while the tables are over the budget
+// and rows go, a few at most; the next update checks again. mu held.
+static void
+evict_to_capacity(struct ps_server *s)
+{
+	uint64_t *hist = NULL;
+	for (int pass = 0; pass < 8; pass++) {
+		uint64_t total = 0, newest = 0;
+		for (uint32_t k = 0; k < s->n_tshards; k++) {
+			total += tbl_bytes(s->tshards[k].t);
+			if (s->tshards[k].version > newest) {
+				newest = s->tshards[k].version;
+			}
+		}
+		if (total <= s->opts.sparse_capacity) {
+			break;
+		}
+		if (hist == NULL &&
+		    (hist = fb_alloc(TBL_EVICT_BUCKETS * sizeof(*hist))) ==
+		        NULL) {
+			FB_LOG(FB_LOG_ERR, "tables",
+			    "out of memory for the eviction histogram: the "
+			    "tables stay over --sparse-capacity-mb until the "
+			    "next update");
+			break;
+		}
+		size_t n = capacity_pass(s, hist,
+		    total - s->opts.sparse_capacity / 10 * 9, newest);
+		s->cap_evicted += n;
+		if (n == 0) {
+			break; // what is left is not evictable
+		}
+	}
+	fb_free(hist);
 }
 
 // evict_after_update runs ts's idle sweep when due and holds the table
