@@ -211,11 +211,16 @@ tbl_evict_hist(struct tbl *t, enum tbl_evict policy, uint64_t newest,
 {
 	if (t->rows == 0)
 		return 0;
-	// Each row's share of the memory the rows hold (chunks and index,
-	// page and chunk rounding included): at least its record.
+	// Each row's share of its chunks' memory (page and chunk rounding
+	// included; not the index, which shrinks only below a quarter
+	// full): at least its record.
 	struct sel s = bucket_sel(t, policy, newest);
-	uint64_t   w = (tbl_bytes(t) - tbl__bytes_at(t, 0)) / t->rows;
-	w            = w > t->rec ? w : t->rec;
+	uint64_t   w = (tbl__bytes_at(t, t->rows) - tbl__bytes_at(t, 0) -
+                         tbl__page_up(
+	                       tbl__slots_for(t->rows, t->n_slots) * 4) +
+                         tbl__page_up(tbl__slots_for(0, t->n_slots) * 4)) /
+	    t->rows;
+	w = w > t->rec ? w : t->rec;
 	for (size_t r = 0; r < t->rows; r++)
 		hist[value(t, tbl__rec(t, r), &s)] += w;
 	return t->rows;

@@ -102,15 +102,17 @@ evict_to_capacity(struct ps_server *s)
 {
 	uint64_t *hist = NULL;
 	for (int pass = 0; pass < 8; pass++) {
-		uint64_t total = 0, newest = 0;
+		uint64_t total = 0, newest = 0, rows = 0;
 		for (uint32_t k = 0; k < s->n_tshards; k++) {
 			total += tbl_bytes(s->tshards[k].t);
+			rows += evictable(s, k) ? tbl_rows(s->tshards[k].t)
+			                        : 0;
 			if (s->tshards[k].version > newest) {
 				newest = s->tshards[k].version;
 			}
 		}
-		if (total <= s->opts.sparse_capacity) {
-			break;
+		if (total <= s->opts.sparse_capacity || rows == 0) {
+			break; // under the budget, or nothing to evict
 		}
 		if (hist == NULL &&
 		    (hist = fb_alloc(TBL_EVICT_BUCKETS * sizeof(*hist))) ==
@@ -124,9 +126,6 @@ evict_to_capacity(struct ps_server *s)
 		size_t n = capacity_pass(s, hist,
 		    total - s->opts.sparse_capacity / 10 * 9, newest);
 		s->cap_evicted += n;
-		if (n == 0) {
-			break; // what is left is not evictable
-		}
 	}
 	fb_free(hist);
 }
