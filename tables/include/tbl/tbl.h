@@ -181,12 +181,12 @@ size_t tbl_evict_to(struct tbl *t, size_t budget, enum tbl_evict policy);
 // job's shards move their versions together, and estimates are counts.
 #define TBL_EVICT_BUCKETS 65536u
 
-// tbl_evict_hist adds, for each row, its share of the memory the rows
-// hold (tbl_bytes less an empty shard's, over the rows, at least the
-// row's record: what removing rows frees on average, the page and chunk
-// rounding included) to hist[the row's bucket] (hist: TBL_EVICT_BUCKETS
-// counters the caller zeroed; many shards may add into one). Returns the
-// rows counted.
+// tbl_evict_hist adds, for each row, its share of the memory of the
+// shard's chunks (the page and chunk rounding included, at least the
+// row's record: what removing rows frees on average; not the index, which
+// shrinks only below a quarter full) to hist[the row's bucket] (hist:
+// TBL_EVICT_BUCKETS counters the caller zeroed; many shards may add into
+// one). Returns the rows counted.
 size_t tbl_evict_hist(struct tbl *t, enum tbl_evict policy, uint64_t newest,
     uint64_t *hist);
 
