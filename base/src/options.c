@@ -278,7 +278,7 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	                "many MiB, evicting rows past it (0: unbounded)",
 	      .doc  = "the memory the sparse tables' shards on this server may "
 	                "hold, MiB: after an update that goes past it, rows are "
-	                "evicted (by `--sparse-evict`) until they hold about 95% "
+	                "evicted (by `--sparse-evict`) until they hold about 90% "
 	                "of it (0: unbounded)" },
 	[FB_OPT_PS_SPARSE_EVICT] = { "sparse-evict", SRV, ENUM("lru|lfu"),
 	    .def  = "lru",

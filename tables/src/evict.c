@@ -1,6 +1,9 @@
 // evict.c — removing rows: rows idle for evict_after versions
-// (tbl_evict_idle) and, to hold a shard under a byte budget, the least
-// recently or least frequently touched rows (tbl_evict_to).
+// (tbl_evict_idle), to hold one shard under a byte budget the least
+// recently or least frequently touched rows (tbl_evict_to), and, for a
+// budget over many shards (a server's --sparse-capacity-mb), a histogram
+// of the rows' value (tbl_evict_hist) and the removal of the rows below a
+// threshold the caller picked over all of them (tbl_evict_below).
 //
 // No sort: the rows to remove are those whose value (last touch, or the
 // sketch's estimate of the key's updates) is below a threshold, plus the
@@ -9,27 +12,40 @@
 // it when the values span more). Then one removal pass: few rows go one
 // at a time (backward shift in the index, the last row into the hole);
 // many go by compacting the rows in order and rebuilding the index.
+//
+// Across shards the values must compare: the sketch's estimates do (u16
+// counts of the updates), touches do as ages behind the newest version
+// the caller names (the shards of a job move their versions together),
+// so the many-shard functions bucket a touch by its age (NB - 1 - age;
+// NB - 1 versions old or more: bucket 0).
 #include "tbl_impl.h"
 
-#define NB 65536u
+#define NB TBL_EVICT_BUCKETS
 
 struct sel {
-	bool     freq;  // the value is the sketch's estimate, else the touch
-	uint32_t thr;   // rows below it go
-	size_t   quota; // and this many at it
+	bool     freq;   // the value is the sketch's estimate, else the touch
+	bool     age;    // touches as buckets by their age behind newest
+	uint32_t newest; // (age)
+	uint32_t thr;    // rows below it go
+	size_t   quota;  // and this many at it
 };
 
 static uint32_t
-value(const struct tbl *t, const uint8_t *rec, bool freq)
+value(const struct tbl *t, const uint8_t *rec, const struct sel *s)
 {
-	return freq ? tbl__sketch_est(t, tbl__rec_key(rec))
-	            : tbl__rec_touch(rec);
+	if (s->freq)
+		return tbl__sketch_est(t, tbl__rec_key(rec)); // < NB
+	uint32_t v = tbl__rec_touch(rec);
+	if (!s->age)
+		return v;
+	uint32_t age = v >= s->newest ? 0 : s->newest - v;
+	return age >= NB - 1 ? 0 : NB - 1 - age;
 }
 
 static bool
 selected(const struct tbl *t, const uint8_t *rec, struct sel *s)
 {
-	uint32_t v = value(t, rec, s->freq);
+	uint32_t v = value(t, rec, s);
 	if (v < s->thr)
 		return true;
 	if (v == s->thr && s->quota > 0) {
@@ -118,7 +134,7 @@ threshold(const struct tbl *t, size_t need, struct sel *s)
 		size_t   out   = 0;
 		memset(hist, 0, nb * sizeof(*hist));
 		for (size_t r = 0; r < t->rows; r++) {
-			uint32_t v = value(t, tbl__rec(t, r), s->freq);
+			uint32_t v = value(t, tbl__rec(t, r), s);
 			if (v >= lo && v <= hi)
 				hist[((uint64_t) (v - lo) * nb) / width]++;
 			else
@@ -174,4 +190,58 @@ tbl_evict_to(struct tbl *t, size_t budget, enum tbl_evict policy)
 	if (threshold(t, need, &s) != 0)
 		return 0;
 	return remove_selected(t, &s, need);
+}
+
+// bucket_sel: the selection of buckets for policy, touches aged behind
+// newest.
+static struct sel
+bucket_sel(struct tbl *t, enum tbl_evict policy, uint64_t newest)
+{
+	struct sel s = { .freq = policy == TBL_EVICT_LFU,
+		.age           = true,
+		.newest        = tbl__touch32(newest) };
+	if (s.freq && tbl__sketch_open(t) != 0)
+		s.freq = false; // no memory for the sketch: least recent
+	return s;
+}
+
+size_t
+tbl_evict_hist(struct tbl *t, enum tbl_evict policy, uint64_t newest,
+    uint64_t *hist)
+{
+	if (t->rows == 0)
+		return 0;
+	// Each row's share of its chunks' memory (page and chunk rounding
+	// included; not the index, which shrinks only below a quarter
+	// full): at least its record.
+	struct sel s = bucket_sel(t, policy, newest);
+	uint64_t   w = (tbl__bytes_at(t, t->rows) - tbl__bytes_at(t, 0) -
+                         tbl__page_up(
+	                       tbl__slots_for(t->rows, t->n_slots) * 4) +
+                         tbl__page_up(tbl__slots_for(0, t->n_slots) * 4)) /
+	    t->rows;
+	w = w > t->rec ? w : t->rec;
+	for (size_t r = 0; r < t->rows; r++)
+		hist[value(t, tbl__rec(t, r), &s)] += w;
+	return t->rows;
+}
+
+size_t
+tbl_evict_below(struct tbl *t, enum tbl_evict policy, uint64_t newest,
+    uint32_t bucket, double frac)
+{
+	struct sel s     = bucket_sel(t, policy, newest);
+	size_t     below = 0, at = 0;
+	for (size_t r = 0; r < t->rows; r++) {
+		uint32_t v = value(t, tbl__rec(t, r), &s);
+		below += v < bucket;
+		at += v == bucket;
+	}
+	double q = frac <= 0 ? 0
+	    : frac >= 1      ? (double) at
+	                     : frac * (double) at;
+	s.thr    = bucket;
+	s.quota  = (size_t) q;
+	s.quota += (double) s.quota < q; // rounded up
+	return remove_selected(t, &s, below + s.quota);
 }

@@ -4,9 +4,10 @@
 // bit for bit, and a pull for the round's version parks until it closes;
 // async pushes apply at once; every bad input of the contract is refused
 // naming it with nothing applied; --sparse-capacity-mb holds the tables
-// under budget and counts evictions; the scheduler refuses a bad
-// TableDesc naming the field; table shards stay on their servers when a
-// trainer leaves (and the round no longer waits for it).
+// under one budget (LRU and LFU): a small hot table keeps every row while
+// a streaming one is evicted, and evictions are counted; the scheduler
+// refuses a bad TableDesc naming the field; table shards stay on their
+// servers when a trainer leaves (and the round no longer waits for it).
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -88,15 +89,16 @@ reg(const char *url, uint32_t rank, Pswire__JobConfig *j, char *err, size_t n)
 }
 
 // job_open starts a scheduler and two servers (capacity MiB of tables
-// each), registers two trainers and waits for the servers to serve.
+// each, evicted by policy evict; with a capacity, a second table "hot"
+// like "emb"), registers two trainers and waits for the servers to serve.
 static void
 job_open(struct rjob *jb, int mode, const char *optim, uint32_t shards,
-    uint64_t capacity_mb)
+    uint64_t capacity_mb, int evict)
 {
 	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
 	Pswire__JobConfig        j;
 	Pswire__TensorDesc       td, *tp;
-	Pswire__TableDesc        tb, *tbp;
+	Pswire__TableDesc        tb[2], *tbp[2];
 	char                     url[64], err[256];
 	memset(jb, 0, sizeof(*jb));
 	so.url         = pt_addr(url, sizeof(url), "tcp");
@@ -112,9 +114,15 @@ job_open(struct rjob *jb, int mode, const char *optim, uint32_t shards,
 		o.url             = pt_addr(surl, sizeof(surl), "tcp");
 		o.scheduler_url   = ps_scheduler_url(jb->sched);
 		o.sparse_capacity = capacity_mb << 20;
+		o.sparse_evict    = evict;
 		PT_OK(ps_server_open(&o, &jb->srv[i]));
 	}
-	job_desc(&j, &td, &tp, &tb, &tbp, mode, optim, shards);
+	job_desc(&j, &td, &tp, &tb[0], &tbp[0], mode, optim, shards);
+	tb[1]      = tb[0];
+	tb[1].name = "hot";
+	tbp[1]     = &tb[1];
+	j.n_tables = capacity_mb > 0 ? 2 : 1;
+	j.tables   = tbp;
 	for (uint32_t r = 0; r < 2; r++) {
 		ck_assert_int_eq(
 		    reg(ps_scheduler_url(jb->sched), r, &j, err, sizeof(err)),
@@ -123,7 +131,7 @@ job_open(struct rjob *jb, int mode, const char *optim, uint32_t shards,
 	jb->map = map_at_least(ps_scheduler_url(jb->sched), 1, 10000);
 	const Pswire__Placement *pl = jb->map->placement;
 	jb->S                       = shards != 0 ? shards : 2;
-	ck_assert_uint_eq(pl->n_table_shards, jb->S);
+	ck_assert_uint_eq(pl->n_table_shards, jb->S * j.n_tables);
 	for (int i = 0; i < 2; i++) {
 		for (int k = 0; k < 1000 &&
 		     !ps_server_ready(jb->srv[i], err, sizeof(err));
@@ -423,7 +431,7 @@ sync_rounds(const char *optim, enum tbl_optim ro)
 	struct tbl     *ref = tbl_open(&rc);
 	float           got[MAXK * DIM], want[MAXK * DIM];
 	ck_assert_ptr_nonnull(ref);
-	job_open(&jb, PSWIRE__MODE__MODE_SYNC, optim, 0, 0);
+	job_open(&jb, PSWIRE__MODE__MODE_SYNC, optim, 0, 0, 0);
 	uint64_t epoch = jb.map->placement->epoch;
 	for (int k = 0; k < 2; k++) {
 		for (uint32_t id = 0; id < jb.S; id++) {
@@ -502,7 +510,7 @@ START_TEST(test_rows_async_applies_at_once)
 	struct tbl     *ref = tbl_open(&rc);
 	float           got[MAXK * DIM], want[MAXK * DIM];
 	struct rres     res;
-	job_open(&jb, PSWIRE__MODE__MODE_ASYNC, "", 0, 0);
+	job_open(&jb, PSWIRE__MODE__MODE_ASYNC, "", 0, 0, 0);
 	make_batch(&b, 0, jb.S, 0, 0);
 	struct blk push = { 0, 0, b.n, b.keys, b.counts, b.grads, COMP_NONE,
 		0 };
@@ -537,7 +545,7 @@ START_TEST(test_rows_bad_input_refused)
 	struct rres  res;
 	// Four table shards: each server holds two, so a request carries a
 	// good block beside the bad one.
-	job_open(&jb, PSWIRE__MODE__MODE_ASYNC, "sgd", 4, 0);
+	job_open(&jb, PSWIRE__MODE__MODE_ASYNC, "sgd", 4, 0, 0);
 	const Pswire__Placement *pl = jb.map->placement;
 	uint64_t                 ep = pl->epoch;
 	uint32_t                 a = 0, c = 1, far = 0;
@@ -664,37 +672,71 @@ START_TEST(test_rows_bad_input_refused)
 }
 END_TEST
 
-// --sparse-capacity-mb 1: streaming many more rows than fit keeps the
-// tables under the budget, and the evictions are counted.
+// tstat: field f of table name's stats line (st: ps_server_stats).
+static uint64_t
+tstat(const char *st, const char *name, const char *f)
+{
+	char        key[64];
+	const char *p, *q;
+	snprintf(key, sizeof(key), "\ntable_%s:", name);
+	p = strstr(st, key);
+	ck_assert_msg(p != NULL, "%s", st);
+	snprintf(key, sizeof(key), ",%s=", f);
+	q = strstr(p, key);
+	ck_assert_msg(q != NULL && q < strchr(p + 1, '\n'), "%s", st);
+	return strtoull(q + strlen(key), NULL, 10);
+}
+
+// --sparse-capacity-mb 1 (LRU, then LFU): streaming many more rows than
+// fit through table "emb" while the 20 rows of table "hot" (2 shards each)
+// are updated at every push keeps the server's tables under the budget by
+// evicting old emb rows only: hot keeps every row. Failure: a budget split
+// into shares per shard (hot's pages cannot shrink to its share, so it
+// lost every row at every update), or the budget missed.
 START_TEST(test_rows_capacity_evicts)
 {
 	struct rjob jb;
 	struct rres res;
-	enum { N = 4000 };
-	uint64_t *keys   = malloc(N * 8);
-	uint32_t *counts = malloc(N * 4);
-	float    *grads  = calloc((size_t) N * DIM, 4);
-	job_open(&jb, PSWIRE__MODE__MODE_ASYNC, "adagrad", 1, 1);
-	const char *url = jb.surl[srv_of(&jb, 0)];
-	for (int round = 0; round < 40; round++) {
-		for (uint32_t i = 0; i < N; i++) {
-			keys[i]   = (uint64_t) round * N + i;
-			counts[i] = 1;
+	enum { N = 4000, NH = 20 };
+	uint64_t *keys   = malloc(N * 8), hkeys[NH];
+	uint32_t *counts = malloc(N * 4), h = 2;
+	float    *grads = calloc((size_t) N * DIM, 4);
+	job_open(&jb, PSWIRE__MODE__MODE_ASYNC, "adagrad", 2, 1, _i);
+	int         x   = srv_of(&jb, 0); // emb's range 0 and a hot range
+	const char *url = jb.surl[x];
+	while (h < 4 && srv_of(&jb, h) != x) {
+		h++;
+	}
+	ck_assert_msg(h < 4, "no range of hot with emb's range 0");
+	for (uint64_t k = 0, n = 0; n < NH; k++) {
+		if (tbl_key_shard(k, 2) == h - 2) {
+			hkeys[n++] = k;
 		}
-		struct blk p = { 0, (uint64_t) round, N, keys, counts, grads,
-			COMP_NONE, 0 };
-		rows_call(url, 0, jb.map->placement->epoch, &p, 1, NULL, 0, 1,
+	}
+	for (uint64_t round = 0, k = 0; round < 40; round++) {
+		for (uint32_t i = 0; i < N; k++) {
+			if (tbl_key_shard(k, 2) == 0) {
+				keys[i]     = k;
+				counts[i++] = 1;
+			}
+		}
+		struct blk p[2] = { { 0, round, N, keys, counts, grads,
+			                COMP_NONE, 0 },
+			{ h, round, NH, hkeys, counts, grads, COMP_NONE, 0 } };
+		rows_call(url, 0, jb.map->placement->epoch, p, 2, NULL, 0, 1,
 		    &res);
 		ck_assert_msg(res.status == PSWIRE__STATUS__OK, "%s", res.err);
 		rres_free(&res);
 	}
 	char st[8192];
-	ps_server_stats(jb.srv[srv_of(&jb, 0)], st, sizeof(st));
+	ps_server_stats(jb.srv[x], st, sizeof(st));
 	ck_assert_msg(pt_stat(st, "table_bytes:") <= 1u << 20, "%s", st);
 	ck_assert_uint_gt(pt_stat(st, "capacity_evicted:"), 0);
+	ck_assert_uint_gt(tstat(st, "emb", "evicted"), 40 * N / 2);
+	ck_assert_uint_eq(tstat(st, "hot", "evicted"), 0);
+	ck_assert_uint_eq(tstat(st, "hot", "admitted"), NH);
 	struct obs_writer w = OBS_WRITER_INIT;
-	PT_OK(
-	    obs_registry_write(ps_server_metrics(jb.srv[srv_of(&jb, 0)]), &w));
+	PT_OK(obs_registry_write(ps_server_metrics(jb.srv[x]), &w));
 	ck_assert_msg(
 	    strstr(w.buf, "ferry_table_evicted_total{table=\"emb\"} 0\n") ==
 	            NULL &&
@@ -777,7 +819,7 @@ START_TEST(test_rows_table_shards_stay)
 	struct rjob  jb;
 	struct batch b;
 	struct rres  res;
-	job_open(&jb, PSWIRE__MODE__MODE_SYNC, "sgd", 0, 0);
+	job_open(&jb, PSWIRE__MODE__MODE_SYNC, "sgd", 0, 0, 0);
 	const Pswire__Placement *p1   = jb.map->placement;
 	const char              *surl = ps_scheduler_url(jb.sched);
 	ck_assert_int_eq(member_call(surl, PSWIRE__METHOD__LEAVE,
@@ -828,7 +870,7 @@ suite_rows(void)
 	tcase_add_test(tc, test_rows_sync_adagrad_exact);
 	tcase_add_test(tc, test_rows_async_applies_at_once);
 	tcase_add_test(tc, test_rows_bad_input_refused);
-	tcase_add_test(tc, test_rows_capacity_evicts);
+	tcase_add_loop_test(tc, test_rows_capacity_evicts, 0, 2);
 	tcase_add_test(tc, test_rows_scheduler_refuses_bad_table);
 	tcase_add_test(tc, test_rows_table_shards_stay);
 	suite_add_tcase(s, tc);

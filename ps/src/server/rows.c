@@ -28,9 +28,10 @@
 // - After each update (rows_repl.c's ps__rows_apply): the idle sweep
 // (tbl_evict_idle, at most every
 //   evict_after / 4 versions) and the --sparse-capacity-mb budget over
-//   all table shards held here (tbl_evict_to, each shard down to its
-//   share of 95% of the budget). Everything under mu, so an eviction
-//   never races an update.
+//   all table shards held here, one pool (tbl_evict_hist, then
+//   tbl_evict_below in each shard: the least valuable rows of all of
+//   them go, down to 90% of the budget). Everything under mu, so an
+//   eviction never races an update.
 // - Resends (RowsRequest.resend, sync): a push block of a round that
 //   counted the rank's push (staged, or applied: the shard one version
 //   past it, the rank's slot free) is skipped and its pull served.

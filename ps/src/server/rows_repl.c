@@ -42,6 +42,94 @@
 
 // ---- after an update: eviction -------------------------------------------
 
+// evictable: whether table shard k may lose rows for the budget (not a
+// replicated one: its copies would diverge). mu held.
+static bool
+evictable(struct ps_server *s, uint32_t k)
+{
+	const uint32_t *bl;
+	return !s->tshards[k].backup &&
+	    ps__tshard_backups(s, s->tshards[k].id, &bl) == 0;
+}
+
+// capacity_pass removes the least valuable rows of all the evictable
+// shards (by --sparse-evict: last touch or the sketch's count, which
+// compare across shards) whose bytes (tbl_evict_hist's estimate) cover
+// `need`, hist's buckets zeroed first. Returns the rows removed. mu held.
+static size_t
+capacity_pass(struct ps_server *s, uint64_t *hist, uint64_t need,
+    uint64_t newest)
+{
+	enum tbl_evict pol = s->opts.sparse_evict == 1 ? TBL_EVICT_LFU
+	                                               : TBL_EVICT_LRU;
+	uint64_t       acc = 0;
+	size_t         n   = 0;
+	memset(hist, 0, TBL_EVICT_BUCKETS * sizeof(*hist));
+	for (uint32_t k = 0; k < s->n_tshards; k++) {
+		if (evictable(s, k)) {
+			tbl_evict_hist(s->tshards[k].t, pol, newest, hist);
+		}
+	}
+	// The least valuable buckets whose bytes cover need; of the last,
+	// the share still needed (every row when nothing covers it).
+	uint32_t b = 0;
+	while (b < TBL_EVICT_BUCKETS && acc + hist[b] < need) {
+		acc += hist[b++];
+	}
+	double frac = b < TBL_EVICT_BUCKETS
+	    ? (double) (need - acc) / (double) hist[b]
+	    : 1.0;
+	for (uint32_t k = 0; k < s->n_tshards; k++) {
+		if (evictable(s, k)) {
+			n += tbl_evict_below(s->tshards[k].t, pol, newest, b,
+			    frac);
+		}
+	}
+	return n;
+}
+
+// evict_to_capacity holds the table shards under --sparse-capacity-mb as
+// one budget: past it, the least valuable rows of all the evictable
+// shards go until the tables hold at most 90% of it (so that the next
+// updates do not evict again at once). Not a share per shard: a shard's
+// memory is page and chunk granular, and a small shard (a small
+// vocabulary: the hottest rows) held to a share of it lost every row at
+// every update. The bytes a removal frees are estimated (rows free
+// memory in steps): passes repeat while the tables are over the budget
+// and rows go, a few at most; the next update checks again. mu held.
+static void
+evict_to_capacity(struct ps_server *s)
+{
+	uint64_t *hist = NULL;
+	for (int pass = 0; pass < 8; pass++) {
+		uint64_t total = 0, newest = 0, rows = 0;
+		for (uint32_t k = 0; k < s->n_tshards; k++) {
+			total += tbl_bytes(s->tshards[k].t);
+			rows += evictable(s, k) ? tbl_rows(s->tshards[k].t)
+			                        : 0;
+			if (s->tshards[k].version > newest) {
+				newest = s->tshards[k].version;
+			}
+		}
+		if (total <= s->opts.sparse_capacity || rows == 0) {
+			break; // under the budget, or nothing to evict
+		}
+		if (hist == NULL &&
+		    (hist = fb_alloc(TBL_EVICT_BUCKETS * sizeof(*hist))) ==
+		        NULL) {
+			FB_LOG(FB_LOG_ERR, "tables",
+			    "out of memory for the eviction histogram: the "
+			    "tables stay over --sparse-capacity-mb until the "
+			    "next update");
+			break;
+		}
+		size_t n = capacity_pass(s, hist,
+		    total - s->opts.sparse_capacity / 10 * 9, newest);
+		s->cap_evicted += n;
+	}
+	fb_free(hist);
+}
+
 // evict_after_update runs ts's idle sweep when due and holds the table
 // shards under --sparse-capacity-mb. mu held.
 static void
@@ -53,30 +141,8 @@ evict_after_update(struct ps_server *s, struct srv_tshard *ts)
 		tbl_evict_idle(ts->t, ts->version);
 		ts->idle_at = ts->version;
 	}
-	if (s->opts.sparse_capacity == 0) {
-		return;
-	}
-	size_t total = 0;
-	for (uint32_t k = 0; k < s->n_tshards; k++) {
-		total += tbl_bytes(s->tshards[k].t);
-	}
-	const uint32_t *bl;
-	if (total <= s->opts.sparse_capacity) {
-		return;
-	}
-	// Each shard down to its share of 95% of the budget, so that the
-	// next updates do not evict again at once.
-	double target = 0.95 * (double) s->opts.sparse_capacity;
-	for (uint32_t k = 0; k < s->n_tshards; k++) {
-		struct tbl *t   = s->tshards[k].t;
-		double      b   = (double) tbl_bytes(t);
-		size_t      cap = (size_t) (b * target / (double) total);
-		if (s->tshards[k].backup ||
-		    ps__tshard_backups(s, s->tshards[k].id, &bl) > 0) {
-			continue; // replicated: not evicted for the budget
-		}
-		s->cap_evicted += tbl_evict_to(t, cap,
-		    s->opts.sparse_evict == 1 ? TBL_EVICT_LFU : TBL_EVICT_LRU);
+	if (s->opts.sparse_capacity != 0) {
+		evict_to_capacity(s);
 	}
 }
 

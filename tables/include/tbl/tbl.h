@@ -25,7 +25,11 @@
 // - Eviction: rows not touched for evict_after versions (tbl_evict_idle),
 //   and, to hold the shard under a byte budget, the least recently
 //   (TBL_EVICT_LRU) or least frequently (TBL_EVICT_LFU: the sketch's
-//   estimate) touched rows first (tbl_evict_to).
+//   estimate) touched rows first (tbl_evict_to); for a budget over many
+//   shards (a server's), a histogram of every shard's rows by value
+//   (tbl_evict_hist), one threshold picked over their sum, and the rows
+//   below it removed in each shard (tbl_evict_below): the least valuable
+//   rows of all the shards go, whatever the shard.
 #ifndef TBL_TBL_H
 #define TBL_TBL_H
 
@@ -168,6 +172,30 @@ size_t tbl_evict_idle(struct tbl *t, uint64_t version);
 // (LFU) touched first, until tbl_bytes(t) <= budget or no row is left.
 // Returns the rows removed.
 size_t tbl_evict_to(struct tbl *t, size_t budget, enum tbl_evict policy);
+
+// The buckets of a row's eviction value, the least valuable first:
+// TBL_EVICT_LRU: TBL_EVICT_BUCKETS - 1 - the row's age (the versions
+// between its last touch and `newest`; a touch after it is age 0), bucket
+// 0 for the older rows; TBL_EVICT_LFU: the sketch's estimate of the
+// key's updates (the counters are u16). Both compare across shards: a
+// job's shards move their versions together, and estimates are counts.
+#define TBL_EVICT_BUCKETS 65536u
+
+// tbl_evict_hist adds, for each row, its share of the memory of the
+// shard's chunks (the page and chunk rounding included, at least the
+// row's record: what removing rows frees on average; not the index, which
+// shrinks only below a quarter full) to hist[the row's bucket] (hist:
+// TBL_EVICT_BUCKETS counters the caller zeroed; many shards may add into
+// one). Returns the rows counted.
+size_t tbl_evict_hist(struct tbl *t, enum tbl_evict policy, uint64_t newest,
+    uint64_t *hist);
+
+// tbl_evict_below removes the rows whose bucket (as tbl_evict_hist's,
+// with the same policy and newest) is below `bucket`, and the share frac
+// (0..1, rounded up to a row) of those in it (bucket TBL_EVICT_BUCKETS:
+// every row). Returns the rows removed.
+size_t tbl_evict_below(struct tbl *t, enum tbl_evict policy, uint64_t newest,
+    uint32_t bucket, double frac);
 
 // tbl_bytes: the memory the shard holds now (what tbl_stats.bytes says).
 size_t tbl_bytes(const struct tbl *t);
