@@ -210,7 +210,6 @@ tr_dlrm_tensor_name(const struct tr_dlrm_arch *a, size_t i, char *buf,
 int
 tr_dlrm_params_init(struct tr_params *p, const struct tr_dlrm_arch *a)
 {
-	size_t off = 0;
 	if (p == NULL) {
 		return FB_EINVAL;
 	}
@@ -219,24 +218,10 @@ tr_dlrm_params_init(struct tr_params *p, const struct tr_dlrm_arch *a)
 		return FB_EINVAL;
 	}
 	p->n_tensors = tr_dlrm_n_tensors(a);
-	// 64-byte aligned tensors, as tr_params_init lays them out.
 	for (size_t i = 0; i < p->n_tensors; i++) {
 		p->len[i] = tr_dlrm_tensor_len(a, i);
-		p->total += p->len[i];
-		off += (p->len[i] + 15) & ~(size_t) 15;
 	}
-	p->data = fb_zalloc(off * sizeof(float) + 64);
-	if (p->data == NULL) {
-		memset(p, 0, sizeof(*p));
-		return FB_ENOMEM;
-	}
-	float *base = (float *) (((uintptr_t) p->data + 63) & ~(uintptr_t) 63);
-	off         = 0;
-	for (size_t i = 0; i < p->n_tensors; i++) {
-		p->t[i] = base + off;
-		off += (p->len[i] + 15) & ~(size_t) 15;
-	}
-	return FB_OK;
+	return tr__params_alloc(p); // laid out as tr_params_init's
 }
 
 void

@@ -95,7 +95,6 @@ tr_arch_tensor_name(const struct tr_arch *a, size_t i, char *buf, size_t n)
 int
 tr_params_init(struct tr_params *p, const struct tr_arch *a)
 {
-	size_t off = 0;
 	if (p == NULL) {
 		return FB_EINVAL;
 	}
@@ -104,10 +103,20 @@ tr_params_init(struct tr_params *p, const struct tr_arch *a)
 		return FB_EINVAL;
 	}
 	p->n_tensors = tr_arch_n_tensors(a);
-	p->total     = tr_arch_n_params(a);
-	// 64-byte aligned tensors help the BLAS kernels and memcpy.
 	for (size_t i = 0; i < p->n_tensors; i++) {
 		p->len[i] = tr_arch_tensor_len(a, i);
+	}
+	return tr__params_alloc(p);
+}
+
+int
+tr__params_alloc(struct tr_params *p)
+{
+	size_t off = 0;
+	p->total   = 0;
+	// 64-byte aligned tensors help the BLAS kernels and memcpy.
+	for (size_t i = 0; i < p->n_tensors; i++) {
+		p->total += p->len[i];
 		off += (p->len[i] + 15) & ~(size_t) 15;
 	}
 	p->data = fb_zalloc(off * sizeof(float) + 64);

@@ -16,6 +16,12 @@ extern "C" { // backend_cuda.cu defines tr__backend_cuda_ops with C linkage
 int tr__errf(int rv, char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+// tr__params_alloc lays out p's tensors (p->n_tensors and p->len[] set by
+// the caller) in one zeroed block, each 64-byte aligned, and sets p->t[]
+// and p->total: the one layout of the MLP's and the DLRM's parameters.
+// Errors: FB_ENOMEM (p zeroed).
+int tr__params_alloc(struct tr_params *p);
+
 // The CPU backend (backend_cpu.c) and, when built, the CUDA one.
 extern const struct tr_backend_ops tr__backend_cpu_ops;
 #ifdef TR_HAVE_CUDA
