@@ -192,9 +192,11 @@ class DLRM(nn.Module):
         self.nb, self.nt = len(bottom), len(top)
         for f in range(N_CAT):
             setattr(self, f"emb{f}", emb(f))
+        # The lower triangle's places in a flattened 27 x 27 Gram matrix:
+        # index_select's backward is an index_add, cheaper than advanced
+        # indexing's (about 2 ms a step of 1024 samples).
         li, lj = torch.tril_indices(N_CAT + 1, N_CAT + 1, offset=-1)
-        self.register_buffer("li", li, persistent=False)
-        self.register_buffer("lj", lj, persistent=False)
+        self.register_buffer("tril", li * (N_CAT + 1) + lj, persistent=False)
 
     def forward(self, dense, keys):
         """dense (B, 13); keys: 26 tensors (B, 1) of field f's ids."""
@@ -204,7 +206,8 @@ class DLRM(nn.Module):
         embs = [getattr(self, f"emb{f}")(keys[f]) for f in range(N_CAT)]
         if self.interaction == "dot":
             t = torch.stack([z] + embs, 1)
-            x = torch.cat([z, torch.bmm(t, t.transpose(1, 2))[:, self.li, self.lj]], 1)
+            gram = torch.bmm(t, t.transpose(1, 2)).flatten(1)
+            x = torch.cat([z, gram.index_select(1, self.tril)], 1)
         else:
             x = torch.cat([z] + embs, 1)
         for i in range(self.nt):
