@@ -77,4 +77,9 @@ void lc_stop(struct lc *c);
 
 // lc_path writes <dir>/<name> into buf.
 char *lc_path(const struct lc *c, const char *name, char *buf, size_t n);
+
+// lc_summary_value returns the number after "key": in the trainer's JSON
+// summary line in the output file at path (a Check failure when the file
+// or the key is missing).
+double lc_summary_value(const char *path, const char *key);
 #endif

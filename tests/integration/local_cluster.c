@@ -4,6 +4,7 @@
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -261,4 +262,24 @@ lc_scheduler_restart(struct lc *c, const char **flags, const char *log)
 	return spawn(c, argv,
 	    lc_path(c, "scheduler-again.out", out, sizeof(out)),
 	    lc_path(c, log, err, sizeof(err)));
+}
+
+double
+lc_summary_value(const char *path, const char *key)
+{
+	char  line[8192], pat[64];
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "cannot open %s", path);
+	snprintf(pat, sizeof(pat), "\"%s\": ", key);
+	while (fgets(line, sizeof(line), f) != NULL) {
+		char *s = strstr(line, "{\"summary\"");
+		char *v = s ? strstr(s, pat) : NULL;
+		if (v != NULL) {
+			fclose(f);
+			return strtod(v + strlen(pat), NULL);
+		}
+	}
+	fclose(f);
+	ck_abort_msg("no summary with %s in %s", key, path);
+	return 0;
 }

@@ -34,28 +34,6 @@ gen_data(char dir[64], const char *rows, const char *seed)
 	    "ferry-ctrgen failed: see %s.out", dir);
 }
 
-// summary_value finds "key": <number> in the summary line of the
-// trainer output at path.
-static double
-summary_value(const char *path, const char *key)
-{
-	char  line[8192], pat[64];
-	FILE *f = fopen(path, "r");
-	ck_assert_msg(f != NULL, "cannot open %s", path);
-	snprintf(pat, sizeof(pat), "\"%s\": ", key);
-	while (fgets(line, sizeof(line), f) != NULL) {
-		char *s = strstr(line, "{\"summary\"");
-		char *v = s ? strstr(s, pat) : NULL;
-		if (v != NULL) {
-			fclose(f);
-			return strtod(v + strlen(pat), NULL);
-		}
-	}
-	fclose(f);
-	ck_abort_msg("no summary with %s in %s", key, path);
-	return 0;
-}
-
 // run_dlrm trains on the data gen_data made in dir with
 // `trainers` sync trainers of batch `batch` and 2 servers, plus the
 // NULL-terminated extra flags, waits for them and leaves the cluster's
@@ -158,12 +136,13 @@ START_TEST(test_dlrm_sync_equals_single_process)
 	free(w1);
 	lc_path(&one, "trainer-0.out", p1, sizeof(p1));
 	lc_path(&c2, "trainer-0.out", p2, sizeof(p2));
-	double a1 = summary_value(p1, "auc"), a2 = summary_value(p2, "auc");
+	double a1 = lc_summary_value(p1, "auc"),
+	       a2 = lc_summary_value(p2, "auc");
 	ck_assert_msg(fabs(a1 - a2) <= 1e-3, "auc %.6f vs %.6f", a1, a2);
 	// Job samples: 40 steps of 128, counted alike by both.
-	ck_assert_double_eq(summary_value(p1, "samples"), 40 * 128);
-	ck_assert_double_eq(summary_value(p2, "samples"), 40 * 128);
-	ck_assert_double_eq(summary_value(p2, "steps"), 40);
+	ck_assert_double_eq(lc_summary_value(p1, "samples"), 40 * 128);
+	ck_assert_double_eq(lc_summary_value(p2, "samples"), 40 * 128);
+	ck_assert_double_eq(lc_summary_value(p2, "steps"), 40);
 }
 END_TEST
 
@@ -183,15 +162,15 @@ START_TEST(test_dlrm_learns)
 	gen_data(dir, "12000", "12");
 	run_dlrm(&c, dir, 2, 100, flags);
 	lc_path(&c, "trainer-0.out", path, sizeof(path));
-	double auc = summary_value(path, "auc");
-	double ll  = summary_value(path, "logloss");
+	double auc = lc_summary_value(path, "auc");
+	double ll  = lc_summary_value(path, "logloss");
 	ck_assert_msg(auc > 0.6, "auc %.4f: not learning (logs in %s)", auc,
 	    c.dir);
 	ck_assert_msg(ll > 0 && ll < 0.69, "logloss %.4f", ll);
 	// 75 steps (60 an epoch: floor(12000 / 200)), 200 samples each.
-	ck_assert_double_eq(summary_value(path, "steps"), 75);
-	ck_assert_double_eq(summary_value(path, "samples"), 75 * 200);
-	ck_assert(summary_value(path, "samples_per_s") > 0);
+	ck_assert_double_eq(lc_summary_value(path, "steps"), 75);
+	ck_assert_double_eq(lc_summary_value(path, "samples"), 75 * 200);
+	ck_assert(lc_summary_value(path, "samples_per_s") > 0);
 
 	lc_path(&c, "curve-0.csv", path, sizeof(path));
 	FILE *f = fopen(path, "r");

@@ -155,27 +155,6 @@ START_TEST(test_train_sync_equals_single_process)
 }
 END_TEST
 
-// summary_value finds "key": <number> in rank 0's summary line.
-static double
-summary_value(const char *path, const char *key)
-{
-	char  line[4096], pat[64];
-	FILE *f = fopen(path, "r");
-	ck_assert_msg(f != NULL, "cannot open %s", path);
-	snprintf(pat, sizeof(pat), "\"%s\": ", key);
-	while (fgets(line, sizeof(line), f) != NULL) {
-		char *s = strstr(line, "{\"summary\"");
-		char *v = s ? strstr(s, pat) : NULL;
-		if (v != NULL) {
-			fclose(f);
-			return strtod(v + strlen(pat), NULL);
-		}
-	}
-	fclose(f);
-	ck_abort_msg("no summary with %s in %s", key, path);
-	return 0;
-}
-
 // run_epoch trains 2 trainers x 2 servers for one epoch with extra flags
 // and returns rank 0's test accuracy.
 static double
@@ -202,7 +181,7 @@ it_run_epoch_with(const char *codec_push, const char *codec_pull,
 	int ok = lc_wait_trainers(&c, 240);
 	lc_stop(&c);
 	ck_assert_msg(ok == 2, "trainers failed; logs in %s", c.dir);
-	return summary_value(lc_path(&c, "trainer-0.out", out, sizeof(out)),
+	return lc_summary_value(lc_path(&c, "trainer-0.out", out, sizeof(out)),
 	    "test_acc");
 }
 
@@ -402,18 +381,18 @@ START_TEST(test_train_straggler_summaries)
 
 	run_straggler(&c, 3, quorum);
 	lc_path(&c, "trainer-2.out", out, sizeof(out));
-	ck_assert_msg(summary_value(out, "dropped_pushes") >= 1,
+	ck_assert_msg(lc_summary_value(out, "dropped_pushes") >= 1,
 	    "the slowed rank had no push dropped; logs in %s", c.dir);
-	ck_assert(summary_value(out, "staleness_max") == 0);
-	ck_assert(summary_value(out, "version") == 30);
+	ck_assert(lc_summary_value(out, "staleness_max") == 0);
+	ck_assert(lc_summary_value(out, "version") == 30);
 
 	run_straggler(&c, 2, ssp);
 	lc_path(&c, "trainer-0.out", out, sizeof(out));
-	double smax = summary_value(out, "staleness_max");
+	double smax = lc_summary_value(out, "staleness_max");
 	ck_assert_msg(smax >= 1 && smax <= 2, "staleness_max %g not in 1..2",
 	    smax);
-	ck_assert(summary_value(out, "staleness_mean") > 0);
-	ck_assert(summary_value(out, "dropped_pushes") == 0);
+	ck_assert(lc_summary_value(out, "staleness_mean") > 0);
+	ck_assert(lc_summary_value(out, "dropped_pushes") == 0);
 }
 END_TEST
 
@@ -441,7 +420,7 @@ START_TEST(test_train_one_epoch_adam_schedule)
 	lc_stop(&c);
 	ck_assert_msg(ok == 2, "trainers failed; logs in %s", c.dir);
 	lc_path(&c, "trainer-0.out", out, sizeof(out));
-	double acc = summary_value(out, "test_acc");
+	double acc = lc_summary_value(out, "test_acc");
 	ck_assert_msg(acc >= 0.80, "adam test accuracy %.4f < 0.80", acc);
 	ck_assert_ptr_nonnull(f = fopen(out, "r"));
 	while (fgets(line, sizeof(line), f) != NULL) {
@@ -500,7 +479,7 @@ run_auto(const char *budget, const char *push, const char *pull)
 		ck_assert_msg(links == 2, "rank %d: %d links in its summary",
 		    r, links);
 	}
-	return summary_value(lc_path(&c, "trainer-0.out", out, sizeof(out)),
+	return lc_summary_value(lc_path(&c, "trainer-0.out", out, sizeof(out)),
 	    "test_acc");
 }
 
