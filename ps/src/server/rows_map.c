@@ -320,4 +320,5 @@ ps__rows_release(struct ps_server *s)
 	fb_free(s->rscratch);
 	fb_free(s->kscratch);
 	fb_free(s->trepl);
+	fb_free(s->evict_hist);
 }

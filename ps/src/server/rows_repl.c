@@ -100,7 +100,7 @@ capacity_pass(struct ps_server *s, uint64_t *hist, uint64_t need,
 static void
 evict_to_capacity(struct ps_server *s)
 {
-	uint64_t *hist = NULL;
+	uint64_t *hist = s->evict_hist; // made at the first eviction, kept
 	for (int pass = 0; pass < 8; pass++) {
 		uint64_t total = 0, newest = 0, rows = 0;
 		for (uint32_t k = 0; k < s->n_tshards; k++) {
@@ -115,8 +115,8 @@ evict_to_capacity(struct ps_server *s)
 			break; // under the budget, or nothing to evict
 		}
 		if (hist == NULL &&
-		    (hist = fb_alloc(TBL_EVICT_BUCKETS * sizeof(*hist))) ==
-		        NULL) {
+		    (hist = s->evict_hist = fb_alloc(
+		         TBL_EVICT_BUCKETS * sizeof(*hist))) == NULL) {
 			FB_LOG(FB_LOG_ERR, "tables",
 			    "out of memory for the eviction histogram: the "
 			    "tables stay over --sparse-capacity-mb until the "
@@ -127,7 +127,6 @@ evict_to_capacity(struct ps_server *s)
 		    total - s->opts.sparse_capacity / 10 * 9, newest);
 		s->cap_evicted += n;
 	}
-	fb_free(hist);
 }
 
 // evict_after_update runs ts's idle sweep when due and holds the table

@@ -248,6 +248,8 @@ struct ps_server {
 	uint64_t              cap_evicted; // rows evicted for the budget
 	uint8_t              *trepl;       // a table Replicate's rows
 	size_t                trepl_cap;   // (rows_repl.c, grow-only)
+	uint64_t             *evict_hist;  // --sparse-capacity-mb's histogram
+	                                   // (rows_repl.c, made once)
 	// stats (relaxed atomics)
 	atomic_uint_fast64_t  n_push, n_pull, n_err, bytes_in, bytes_out;
 	atomic_uint_fast64_t  n_applied;
