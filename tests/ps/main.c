@@ -34,6 +34,9 @@ main(void)
 	srunner_add_suite(sr, suite_rows_move());
 	srunner_add_suite(sr, suite_rows_snapshot());
 	srunner_add_suite(sr, suite_rows_repl());
+	srunner_add_suite(sr, suite_elastic());
+	srunner_add_suite(sr, suite_leases());
+	srunner_add_suite(sr, suite_join());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

@@ -4,6 +4,9 @@
 // The cluster suites: test cases tagged "cluster" (ctest's ps entry).
 Suite *suite_training(void);
 Suite *suite_rejoin(void);
+Suite *suite_elastic(void);
+Suite *suite_leases(void);
+Suite *suite_join(void);
 Suite *suite_lose(void);
 Suite *suite_bad_input(void);
 Suite *suite_codecs(void);

@@ -676,6 +676,80 @@ struct ferry_table_stats {
 FERRY_API int ferry_client_table_stats(const ferry_client *c, uint32_t table,
     struct ferry_table_stats *st);
 
+// ---- Elastic jobs (since 0.4): ranks given by the scheduler, data leases
+
+// FERRY_RANK_ANY, as ferry_opts.rank, asks the scheduler for the lowest
+// free rank at ferry_client_declare (a job started with --trainers
+// MIN:MAX grows this way); ferry_client_rank tells which one it gave.
+#define FERRY_RANK_ANY (-1)
+
+// ferry_client_rank returns this client's rank: opts.rank, or the rank the
+// scheduler gave (FERRY_RANK_ANY) once ferry_client_declare returned; -1
+// before that.
+FERRY_API int ferry_client_rank(const ferry_client *c);
+
+// ferry_client_elastic returns 1 when the job's membership can change
+// (--trainers MIN:MAX with MIN < MAX): its trainers should take their data
+// from leases (ferry_client_lease_next) rather than from rank partitions.
+// 0 otherwise, and before ferry_client_declare.
+FERRY_API int ferry_client_elastic(const ferry_client *c);
+
+// ferry_client_rejoin registers again, under the same rank, a client that
+// called ferry_client_leave (an idle trainer that found work again), and
+// joins the job's sync rounds from the next one: its next pull or push
+// pull waits for that round. Errors: FERRY_ESTATE (not left),
+// FERRY_ECONNECT, FERRY_ETIMEDOUT, FERRY_EREMOTE (refused: the job is
+// full, or the rank flapped and must wait; see ferry_client_last_error).
+FERRY_API int ferry_client_rejoin(ferry_client *c);
+
+// A data lease: the positions [start, start+count) of epoch `epoch`'s
+// sample order (ferry_data_permutation(seed, epoch, ...)). id 0: none.
+struct ferry_lease {
+	uint64_t id;
+	uint32_t epoch;
+	uint64_t start;
+	uint64_t count;
+	uint64_t seed;
+	int      done;     // (id 0) every sample of every epoch is consumed
+	uint32_t retry_ms; // (id 0, not done) ask again after this long
+};
+
+// ferry_client_lease_next gives back the lease this client holds (its
+// positions before the last ferry_client_lease_mark were consumed, the
+// rest returns to the pool) and asks the scheduler for the next one of
+// up to `want` positions of a data set of dataset_size samples trained
+// for `epochs` epochs with data seed `seed` (the first trainer to ask
+// fixes the three; a later one that differs gets FERRY_EMISMATCH). Fills
+// *out; out->id 0 means nothing now: out->done (finished: leave) or
+// out->retry_ms (ask again; in sync mode an idle trainer should
+// ferry_client_leave first, so that rounds do not wait for it, and
+// ferry_client_rejoin when it gets a lease). Errors: FERRY_ESTATE before
+// declare, FERRY_EINVAL, FERRY_EMISMATCH, FERRY_ECONNECT,
+// FERRY_ETIMEDOUT, FERRY_EREMOTE.
+FERRY_API int ferry_client_lease_next(ferry_client *c, uint64_t dataset_size,
+    uint32_t epochs, uint64_t seed, uint64_t want, struct ferry_lease *out);
+
+// ferry_client_lease_mark says that the samples of this client's next
+// push (or push-pull, or step) end at position `end` of lease `id`: the
+// push carries it, and the servers that admit the push report it to the
+// scheduler, so that a trainer killed mid-lease returns exactly the
+// positions no admitted push held. Never fails (0 clears it).
+FERRY_API void ferry_client_lease_mark(ferry_client *c, uint64_t id,
+    uint64_t end);
+
+// ferry_client_lease_release gives back the lease this client holds (the
+// positions before its last mark consumed) without asking for another:
+// call it before ferry_client_leave when stopping early. A client
+// without a lease returns 0. Errors as ferry_client_lease_next.
+FERRY_API int ferry_client_lease_release(ferry_client *c);
+
+// ferry_data_permutation writes epoch `epoch`'s sample order for a data
+// set of n samples under data seed `seed` into out[0..n-1] (a
+// permutation of 0..n-1, the same on every machine and in the Python
+// binding). n 0 or a NULL out: no-op.
+FERRY_API void ferry_data_permutation(uint64_t seed, uint32_t epoch,
+    uint64_t n, uint32_t *out);
+
 #ifdef __cplusplus
 }
 #endif
