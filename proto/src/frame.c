@@ -116,6 +116,8 @@ psw_method_name(int method)
 		return "ReportLinks";
 	case PSWIRE__METHOD__LEAVE:
 		return "Leave";
+	case PSWIRE__METHOD__LEASE:
+		return "Lease";
 	case PSWIRE__METHOD__PULL:
 		return "Pull";
 	case PSWIRE__METHOD__PUSH:
