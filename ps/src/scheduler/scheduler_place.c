@@ -390,6 +390,14 @@ ps__sched_publish(struct ps_scheduler *s)
 	p.job            = s->job;
 	p.trainers       = (uint32_t) s->opts.trainers;
 	p.snapshots      = snapshots_all(s);
+	// An elastic job starts without the ranks nobody registered yet.
+	uint32_t gone_t[PS_MAX_MEMBERS]; // opts.trainers <= PS_MAX_MEMBERS
+	for (int t = 0; t < s->opts.trainers; t++) {
+		if (s->trainer_gone[t]) {
+			gone_t[p.n_gone_trainers++] = (uint32_t) t;
+		}
+	}
+	p.gone_trainers = gone_t;
 	// Keep a private deep copy (pack + unpack) to answer fetches from.
 	s->placement_len = pswire__placement__get_packed_size(&p);
 	if ((s->placement_buf = fb_alloc(s->placement_len)) == NULL) {
