@@ -142,6 +142,7 @@ struct ps_scheduler {
 	// while it works, joinable until joined.
 	pthread_t                snap_thread;
 	int                      snap_running, snap_joinable;
+	struct ps_sched_leases  *leases; // scheduler_leases.c (NULL: none)
 };
 
 // ps__sched_probing says whether trainers measure their links before the
