@@ -241,6 +241,19 @@ START_TEST(test_leases_exactly_once)
 	ck_assert_msg(has(s, "\"consumed\":2000,"), "%s", state_json(s));
 	ck_assert_msg(has(s, "\"doubled\":0,"), "%s", state_json(s));
 	ck_assert_msg(has(s, "\"leases\":[]"), "%s", state_json(s));
+	struct obs_writer m = OBS_WRITER_INIT;
+	PT_OK(obs_registry_write(ps_scheduler_metrics(s), &m));
+	ck_assert_ptr_nonnull(strstr(m.buf,
+	    "\nferry_scheduler_lease_positions_consumed_total 2000\n"));
+	ck_assert_ptr_nonnull(
+	    strstr(m.buf, "\nferry_scheduler_leases_outstanding 0\n"));
+	ck_assert_ptr_nonnull(
+	    strstr(m.buf, "\nferry_scheduler_data_epoch_progress 1\n"));
+	ck_assert_ptr_nonnull(
+	    strstr(m.buf, "\nferry_scheduler_data_epoch 1\n"));
+	ck_assert_ptr_nonnull(
+	    strstr(m.buf, "\nferry_scheduler_lease_doubled_total 0\n"));
+	obs_writer_fini(&m);
 	free(c.seen);
 	ps_scheduler_close(s);
 }
@@ -301,8 +314,17 @@ START_TEST(test_leases_reclaim_after_death)
 	// A late mark past 7 is evidence of doubling.
 	ck_assert_int_eq(server_hb(url, E, 1, g1.id, 9), 0);
 	ck_assert_msg(has(s, "\"doubled\":2"), "%s", state_json(s));
+	// Trainer 1 comes back: naming the lease it lost is no error, and
+	// gives nothing back twice.
+	ck_assert_int_eq(register_trainer(url, 1), 0);
+	struct grant b = lease(url, 1, 100, 1, 90, g1.id, 10, 0);
+	ck_assert_msg(b.status == 0, "%s", b.error);
+	ck_assert_uint_eq(b.id, 0);
+	ck_assert_uint_gt(b.retry_ms, 0);
 	w = lease(url, 0, 100, 1, 90, w.id, 10, 0);
 	ck_assert(w.done);
+	ck_assert_msg(has(s, "\"consumed\":100,\"returned\":3,"), "%s",
+	    state_json(s));
 	ps_scheduler_close(s);
 }
 END_TEST
