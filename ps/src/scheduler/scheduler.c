@@ -16,6 +16,7 @@
 
 #include "authstate.h"
 #include "scheduler_impl.h"
+#include "scheduler_leases.h"
 
 // on_stats serves Stats with the text of ps_scheduler_stats.
 static void
@@ -53,6 +54,9 @@ dispatch(void *arg, struct ps_call *c)
 		break;
 	case PSWIRE__METHOD__SNAPSHOT:
 		ps__sched_on_snapshot(s, c);
+		break;
+	case PSWIRE__METHOD__LEASE:
+		ps__sched_on_lease(s, c);
 		break;
 	default:
 		ps__call_reply_err(c, PSWIRE__STATUS__UNIMPLEMENTED,
@@ -200,6 +204,7 @@ ps_scheduler_close(struct ps_scheduler *s)
 	fb_free(s->move_epoch);
 	fb_free(s->shard_size);
 	ps__sched_elastic_close(s);
+	ps__sched_leases_free(s);
 	obs_registry_free(s->reg);
 	pthread_mutex_destroy(&s->mu);
 	fb_free(s);

@@ -164,7 +164,8 @@ struct ps_scheduler {
 	uint64_t                *trainer_host; // [trainers] ps__host_key
 	uint64_t                *join_rid;     // [trainers] 0: none
 	uint64_t                 n_joins, n_leaves, n_deaths, n_flap_refused;
-	struct ps_sched_flap    *flap; // [PS_FLAP_HOSTS]
+	struct ps_sched_flap    *flap;   // [PS_FLAP_HOSTS]
+	struct ps_sched_leases  *leases; // scheduler_leases.c (NULL: none)
 };
 
 // ps__sched_probing says whether trainers measure their links before the

@@ -42,6 +42,7 @@
 #include <string.h>
 
 #include "scheduler_impl.h"
+#include "scheduler_leases.h"
 
 // last_of returns the liveness slot of (role, id), or NULL when there is
 // no such member. mu held.
@@ -156,6 +157,7 @@ ps__sched_drop_trainer(struct ps_scheduler *s, uint32_t id)
 		if (s->placement != NULL) {
 			ps__sched_republish(s, s->assign);
 		}
+		ps__sched_leases_gone(s, id); // after the map marking it gone
 	}
 }
 
@@ -201,6 +203,9 @@ ps__sched_on_heartbeat(struct ps_scheduler *s, struct ps_call *c)
 		if (l->role == PSWIRE__ROLE__ROLE_SERVER && l->has_snapshots) {
 			ps__sched_snap_held(s, l->id, l->snapshot_versions,
 			    l->n_snapshot_versions);
+		}
+		if (l->role == PSWIRE__ROLE__ROLE_SERVER) {
+			ps__sched_leases_marks(s, l->id, l);
 		}
 		struct ps_sched_conn *conn = conn_of(s, l->role, l->id, 1);
 		if (conn != NULL) {

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "scheduler_impl.h"
+#include "scheduler_leases.h"
 
 // count_set counts the non-zero bytes of flags[0..n).
 static int
@@ -174,6 +175,7 @@ collect(void *arg, struct obs_writer *w)
 	    "Bandwidth of each trainer-server link as measured, bytes per "
 	    "second.",
 	    s->bw);
+	ps__sched_leases_metrics(s, w);
 	pthread_mutex_unlock(&s->mu);
 }
 
@@ -275,6 +277,8 @@ ps_scheduler_state_json(struct ps_scheduler *s, struct obs_writer *w)
 		    (unsigned long long) c->park_version);
 		sep = ",";
 	}
-	obs_writer_printf(w, "]}");
+	obs_writer_printf(w, "]");
+	ps__sched_leases_json(s, w);
+	obs_writer_printf(w, "}");
 	pthread_mutex_unlock(&s->mu);
 }

@@ -33,6 +33,7 @@
 
 #include "durable.h"
 #include "scheduler_impl.h"
+#include "scheduler_leases.h"
 
 #define STATE_MAGIC "FERRYSCH"
 #define STATE_FORMAT 1u
@@ -103,6 +104,7 @@ ps__sched_state_save(struct ps_scheduler *s)
 		st.n_rollback_held  = s->n_snap_held[m];
 		st.rollback_held    = s->snap_held[m];
 	}
+	ps__sched_leases_save(s, &st);
 	len = pswire__scheduler_state__get_packed_size(&st);
 	if ((buf = fb_alloc(STATE_HDR + len)) == NULL) {
 		rv = FB_ENOMEM;
@@ -350,6 +352,11 @@ state_apply(struct ps_scheduler *s, const Pswire__SchedulerState *st)
 	size_t M = st->n_servers, T = st->trainers;
 	size_t cap = M > (size_t) s->opts.servers ? M
 	                                          : (size_t) s->opts.servers;
+	int    rv;
+
+	if ((rv = ps__sched_leases_load(s, st)) != FB_OK) {
+		return rv;
+	}
 
 	// The per-server arrays were sized for opts.servers at open; servers
 	// that joined a running job need more.
