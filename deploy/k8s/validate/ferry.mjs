@@ -348,12 +348,32 @@ export function ferryRules(h, facts) {
   // counts agree with the workloads
   const sts = byKind("StatefulSet").find((o) => o.metadata?.name === "ferry-server");
   const job = byKind("Job").find((o) => o.metadata?.name === "ferry-trainer");
+  const dep = byKind("Deployment").find((o) => o.metadata?.name === "ferry-trainer");
   if (scheduler) {
     const sv = scheduler.get("servers"), tr = scheduler.get("trainers");
     if (sts && String(sts.spec.replicas ?? 1) !== String(sv?.value ?? 1))
       err(`${scheduler.cid}: servers (${sv?.value ?? "default 1"}, ${sv?.from ?? "unset"}) != ${id(sts)} replicas (${sts.spec.replicas ?? 1})`);
-    if (job && String(job.spec.completions) !== String(tr?.value ?? 1))
-      err(`${scheduler.cid}: trainers (${tr?.value ?? "default 1"}, ${tr?.from ?? "unset"}) != ${id(job)} completions (${job.spec.completions ?? "unset"})`);
+    // trainers: N (fixed ranks) or MIN:MAX (elastic), as ps-server reads it
+    const tv = String(tr?.value ?? "1"), tfrom = `trainers (${tv}, ${tr?.from ?? "default"})`;
+    const tm = /^([0-9]+)(?::([0-9]+))?$/.exec(tv);
+    const [lo, hi] = tm ? [Number(tm[1]), Number(tm[2] ?? tm[1])] : [NaN, NaN];
+    if (!tm || lo < 1 || hi < lo || hi > 4096)
+      err(`${scheduler.cid}: ${tfrom} is not N or MIN:MAX with 1 <= MIN <= MAX <= 4096`);
+    else {
+      if (job && (job.spec.completions !== hi || lo !== hi))
+        err(`${scheduler.cid}: ${tfrom} != ${id(job)} completions (${job.spec.completions ?? "unset"}); a Job of ranks needs fixed trainers = completions`);
+      const n = dep?.spec?.replicas ?? 1;
+      if (dep && (n < lo || n > hi))
+        err(`${scheduler.cid}: ${id(dep)} replicas (${n}) outside ${tfrom}: the job ${n < lo ? "never starts" : `refuses the trainers beyond ${hi}`}`);
+    }
+  }
+  // A trainer Deployment's pods are alike: a rank given to all of them
+  // would make every pod but one be refused. The scheduler assigns ranks.
+  for (const c of dep ? containersOf(dep) : []) {
+    const cfg = containerConfig(dep, c, podSpecOf(dep), configMaps, () => {});
+    const rank = cfg?.prog === "trainer" && cfg.get("rank");
+    if (rank && rank.value !== "any")
+      err(`${cfg.cid}: ${rank.from} = '${rank.value}': every replica would ask for that rank; leave it unset (the scheduler assigns one)`);
   }
 
   // servers: a PodDisruptionBudget covers them

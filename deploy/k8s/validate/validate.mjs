@@ -333,6 +333,11 @@ function rules(s) {
       else if (!matches(sel.matchLabels, labels))
         err(`${id(o)}: selector ${JSON.stringify(sel.matchLabels)} does not match template labels ${JSON.stringify(labels)}`);
     }
+    // Deployments, StatefulSets and DaemonSets restart their pods always
+    // (the API server refuses anything else there).
+    if (["Deployment", "StatefulSet", "DaemonSet"].includes(o.kind) &&
+        spec.restartPolicy !== undefined && spec.restartPolicy !== "Always")
+      err(`${id(o)}: restartPolicy must be Always (unset), not ${spec.restartPolicy}`);
     if (o.kind === "Job") {
       const rp = spec.restartPolicy;
       if (rp !== "Never" && rp !== "OnFailure")
