@@ -111,6 +111,12 @@ void ps__sched_leases_metrics(struct ps_scheduler *s, struct obs_writer *w);
 // /debug/state. mu held.
 void ps__sched_leases_json(struct ps_scheduler *s, struct obs_writer *w);
 
+// ps__sched_leases_track_holders times the silence of every trainer that
+// holds a lease from now, after a restart loaded the leases (a holder
+// that died while the scheduler was down is then declared dead and its
+// lease reclaimed). mu held, or before the scheduler serves.
+void ps__sched_leases_track_holders(struct ps_scheduler *s);
+
 // ps__sched_leases_free releases s's lease state (none: a no-op). At
 // close.
 void ps__sched_leases_free(struct ps_scheduler *s);

@@ -142,3 +142,26 @@ ps__sched_leases_load(struct ps_scheduler *s, const Pswire__SchedulerState *st)
 	    L->size, L->epochs, L->consumed, L->n_ls, L->n_pc);
 	return FB_OK;
 }
+
+void
+ps__sched_leases_track_holders(struct ps_scheduler *s)
+{
+	struct ps_sched_leases *L   = s->leases;
+	uint64_t                now = fb_clock_ms();
+	if (L == NULL) {
+		return;
+	}
+	// A holder that dies while the scheduler is down would never be
+	// declared dead (members are tracked from their next heartbeat),
+	// and its lease would stay held for ever: the job would never end.
+	// Holders are lease users, which heartbeat (the trainer's default),
+	// so their silence is timed from the restart.
+	for (size_t i = 0; i < L->n_ls; i++) {
+		uint32_t r = L->ls[i].rank;
+		if (L->ls[i].state == PS_LEASE_HELD &&
+		    r < (uint32_t) s->opts.trainers && !s->trainer_gone[r] &&
+		    s->hb_trainer[r] == 0) {
+			s->hb_trainer[r] = now;
+		}
+	}
+}

@@ -488,6 +488,7 @@ ps__sched_state_open(struct ps_scheduler *s)
 		FB_LOG(FB_LOG_ERR, "state", "refused, nothing loaded: %s",
 		    msg);
 	} else if ((rv = state_apply(s, st)) == FB_OK) {
+		ps__sched_leases_track_holders(s);
 		FB_LOG(FB_LOG_NOTICE, "state",
 		    "carrying on from %s: epoch %llu, %d servers, %d of %d "
 		    "trainers registered, %s%s",
