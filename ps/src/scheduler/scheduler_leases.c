@@ -655,29 +655,30 @@ ps__sched_leases_metrics(struct ps_scheduler *s, struct obs_writer *w)
 	for (size_t i = 0; i < L->n_ls; i++) {
 		held += L->ls[i].state != PS_LEASE_DONE;
 	}
+// Full names, so that a search of the sources (deploy/k8s/validate)
+// finds every family.
 #define FAMILY(name, type, help, v)                                           \
 	do {                                                                  \
-		obs_write_family(w, "ferry_scheduler_" name, help, type);     \
-		obs_write_sample(w, "ferry_scheduler_" name, NULL,            \
-		    (double) (v));                                            \
+		obs_write_family(w, name, help, type);                        \
+		obs_write_sample(w, name, NULL, (double) (v));                \
 	} while (0)
-	FAMILY("leases_outstanding", OBS_GAUGE,
+	FAMILY("ferry_scheduler_leases_outstanding", OBS_GAUGE,
 	    "Data leases held by trainers or being reclaimed from ones that "
 	    "went away.",
 	    held);
-	FAMILY("lease_positions_consumed_total", OBS_COUNTER,
+	FAMILY("ferry_scheduler_lease_positions_consumed_total", OBS_COUNTER,
 	    "Sample positions consumed through finished leases, all epochs.",
 	    L->consumed);
-	FAMILY("lease_positions_returned_total", OBS_COUNTER,
+	FAMILY("ferry_scheduler_lease_positions_returned_total", OBS_COUNTER,
 	    "Sample positions given back to the pool (unfinished leases).",
 	    L->returned);
-	FAMILY("lease_doubled_total", OBS_COUNTER,
+	FAMILY("ferry_scheduler_lease_doubled_total", OBS_COUNTER,
 	    "Positions a server admitted after they went back to the pool "
 	    "(must stay 0).",
 	    L->doubled);
-	FAMILY("data_epoch", OBS_GAUGE,
+	FAMILY("ferry_scheduler_data_epoch", OBS_GAUGE,
 	    "The lowest data epoch with free or held positions.", e);
-	FAMILY("data_epoch_progress", OBS_GAUGE,
+	FAMILY("ferry_scheduler_data_epoch_progress", OBS_GAUGE,
 	    "Fraction of the data epoch's positions consumed.",
 	    done          ? 1.0
 	        : L->size ? (double) (L->size - left) / (double) L->size
