@@ -198,6 +198,9 @@ class Client:
         try:
             if rank is None:
                 _need_elastic("open")
+            elif int(rank) < 0:  # None, not -1, asks for one
+                raise InvalidArgument("open", f"rank must be >= 0 (None: the scheduler gives "
+                                      f"one), got {rank!r}")
             o.rank = _lib.RANK_ANY if rank is None else int(rank)
             o.timeout_ms = _u32("timeout_ms", timeout_ms)
             o.mode = int(mode)
