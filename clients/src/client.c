@@ -15,6 +15,7 @@
 // file calls into its neighbours; none calls into it.
 #include <math.h>
 #include <stdio.h>
+#include <sys/random.h>
 
 #include "client_impl.h"
 
@@ -174,6 +175,15 @@ ferry_client_open(const struct ferry_opts *o, ferry_client **out)
 	// the seed are set again from it once declare learns it.
 	c->any_rank = o->rank == FERRY_RANK_ANY;
 	c->next_rid = ((uint64_t) (unsigned) o->rank << 48) | 1;
+	if (c->any_rank) {
+		// The scheduler knows a re-sent rankless Register by its
+		// request id: two rankless trainers must not share theirs.
+		uint64_t r = 0;
+		if (getrandom(&r, sizeof(r), 0) != sizeof(r)) {
+			r = fb_clock_ms() ^ (uint64_t) (uintptr_t) c;
+		}
+		c->next_rid |= (r & 0x7fffffffffffull) << 1;
+	}
 	c->rng = o->seed ^ (0x9e3779b97f4a7c15ull * (uint64_t) (o->rank + 1));
 	if (comp_codec_parse(c->codec_push, o->bucket, &c->cpush) != FB_OK ||
 	    comp_codec_parse(c->codec_pull, o->bucket, &c->cpull) != FB_OK ||

@@ -108,25 +108,37 @@ ferry__join_due(const ferry_client *c, uint64_t *j)
 // ferry__pull_join: the pull before it learned the versions; this one
 // tells every server that the rank joins at J. Its shards are at J
 // already, so with a pull codec it moves empty deltas, and the servers
-// answer at once unless a round closed in between.
+// answer at once. A round that closed in between (the others go on
+// while this rank is pending) makes a server refuse J as past
+// (FERRY_EBEHIND): pull the versions again and join at the newer one,
+// a few times; a server that took the older J waits for this rank's
+// push there, so the versions then differ and the push joins
+// (ferry__join_due).
 int
 ferry__pull_join(ferry_client *c, float *const *w)
 {
 	uint64_t j;
-	int      rv;
-	if (!ferry__join_due(c, &j)) {
-		return FERRY_OK;
+	int      rv = FERRY_OK;
+	for (int tries = 0; tries < 8 && ferry__join_due(c, &j); tries++) {
+		struct xfer x = {
+			.op        = OP_PULL,
+			.w         = w,
+			.pull_want = j,
+			.join      = 1,
+		};
+		rv = ferry__pull_run(c, &x);
+		if (rv == FERRY_OK) {
+			c->join_pending = 0;
+			return ferry__pull_finish(c, &x);
+		}
+		if (rv != FERRY_EBEHIND) {
+			return rv;
+		}
+		struct xfer again = { .op = OP_PULL, .w = w, .pull_want = 0 };
+		if ((rv = ferry__pull_run(c, &again)) != FERRY_OK ||
+		    (rv = ferry__pull_finish(c, &again)) != FERRY_OK) {
+			return rv;
+		}
 	}
-	struct xfer x = {
-		.op        = OP_PULL,
-		.w         = w,
-		.pull_want = j,
-		.join      = 1,
-	};
-	if ((rv = ferry__pull_run(c, &x)) != FERRY_OK ||
-	    (rv = ferry__pull_finish(c, &x)) != FERRY_OK) {
-		return rv;
-	}
-	c->join_pending = 0;
-	return FERRY_OK;
+	return rv;
 }

@@ -70,6 +70,13 @@ START_TEST(test_rank_any_opts)
 	    FERRY_ESTATE);
 	ck_assert_int_eq(ferry_client_lease_release(c), FERRY_OK);
 	ck_assert_int_eq(ferry_client_rejoin(c), FERRY_ESTATE);
+	// Rankless clients' Registers have request ids of their own (the
+	// scheduler takes one it saw as a re-sent Register).
+	ferry_client *d = NULL;
+	ck_assert_int_eq(ferry_client_open(&o, &d), FERRY_OK);
+	ck_assert_uint_ne(c->next_rid, d->next_rid);
+	ck_assert_uint_eq(c->next_rid >> 48, 0xffff);
+	ferry_client_close(d);
 	ferry_client_close(c);
 	ck_assert_int_eq(ferry_client_rank(NULL), -1);
 }
@@ -82,7 +89,9 @@ struct peer {
 	char            url[64];
 	pthread_t       th;
 	pthread_mutex_t mu;
-	uint64_t        version; // every shard's, in pull replies
+	uint64_t        version;      // every shard's, in pull replies
+	int             refuse_joins; // refuse these joins as past: a round
+	                              // closed (the version moves on)
 	uint64_t        next_lease;
 	// Seen:
 	int             registers, any_rank;
@@ -256,6 +265,20 @@ peer_main(void *arg)
 			peer_reply(p, fr.method, &h, 0);
 			break;
 		case PSWIRE__METHOD__PULL:
+			pthread_mutex_lock(&p->mu);
+			int refuse = q->pull_req->join && p->refuse_joins > 0;
+			if (refuse) {
+				p->refuse_joins--;
+				p->version++;
+			}
+			pthread_mutex_unlock(&p->mu);
+			if (refuse) {
+				h.status = PSWIRE__STATUS__OUT_OF_RANGE;
+				h.error =
+				    "join: shard 0 is past the join version";
+				peer_reply(p, fr.method, &h, 0);
+				break;
+			}
 			peer_pull(p, fr.method, &h, q->pull_req,
 			    q->pull_req->n_shards);
 			break;
@@ -377,8 +400,9 @@ START_TEST(test_rank_given_and_leases)
 END_TEST
 
 // A client that declares into a running sync job (its shards at version
-// 7) follows its first pull with a join pull at 7; a push clears it, and a
-// rejoin after a leave (same rank, no any_rank) joins again.
+// 7) follows its first pull with a join pull at 7; refused as past (a
+// round closed meanwhile), it pulls again and joins at 8. A push clears
+// it, and a rejoin after a leave (same rank, no any_rank) joins again.
 START_TEST(test_join_pull_and_rejoin)
 {
 	struct peer  p;
@@ -386,19 +410,25 @@ START_TEST(test_join_pull_and_rejoin)
 	const float *gp[1]  = { g };
 	float       *wp[1]  = { w };
 	peer_open(&p, 7);
+	pthread_mutex_lock(&p.mu);
+	p.refuse_joins = 1;
+	pthread_mutex_unlock(&p.mu);
 	ferry_client *c = declared(&p);
 
 	ck_assert_int_eq(ferry_client_pull(c, wp), FERRY_OK);
 	pthread_mutex_lock(&p.mu);
-	ck_assert_int_eq(p.pulls, 2);
-	ck_assert_int_eq(p.joins, 1);
-	ck_assert_uint_eq(p.join_version, 7);
-	ck_assert_uint_eq(p.join_want, 7);
+	ck_assert_int_eq(p.pulls, 4); // pull, join 7, pull, join 8
+	ck_assert_int_eq(p.joins, 2);
+	ck_assert_uint_eq(p.join_version, 8);
+	ck_assert_uint_eq(p.join_want, 8);
 	pthread_mutex_unlock(&p.mu);
+	struct ferry_stats st;
+	ferry_client_stats(c, &st);
+	ck_assert_uint_eq(st.version, 8);
 	// Joined: the next pull is a plain one.
 	ck_assert_int_eq(ferry_client_pull(c, wp), FERRY_OK);
 	pthread_mutex_lock(&p.mu);
-	ck_assert_int_eq(p.joins, 1);
+	ck_assert_int_eq(p.joins, 2);
 	pthread_mutex_unlock(&p.mu);
 	ck_assert_int_eq(ferry_client_push(c, gp, 1), FERRY_OK);
 
@@ -417,7 +447,7 @@ START_TEST(test_join_pull_and_rejoin)
 	pthread_mutex_unlock(&p.mu);
 	ck_assert_int_eq(ferry_client_pull(c, wp), FERRY_OK);
 	pthread_mutex_lock(&p.mu);
-	ck_assert_int_eq(p.joins, 2);
+	ck_assert_int_eq(p.joins, 3);
 	ck_assert_uint_eq(p.join_version, 9);
 	pthread_mutex_unlock(&p.mu);
 
