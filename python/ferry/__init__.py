@@ -25,15 +25,15 @@ library through $FERRY_LIB, else the build tree it sits in
 `PYTHONPATH=python python3 -c "import ferry"`. See python/README.md.
 """
 from ._lib import MODE_ASYNC, MODE_SSP, MODE_SYNC
-from .client import LIB_PATH, Client, Stats, strerror
+from .client import LIB_PATH, Client, Lease, Stats, data_permutation, strerror
 from .tables import Table
 from .errors import (Behind, ClosedError, ConnectError, CorruptError, Error, InvalidArgument,
                      MismatchError, OutOfMemory, ProtocolError, RemoteError, SinkError, StateError,
                      TimedOut, UnsupportedError, error_class)
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
-__all__ = ["Client", "Stats", "Table", "strerror", "library_path", "error_class", "MODE_SYNC",
+__all__ = ["Client", "Stats", "Table", "Lease", "data_permutation", "strerror", "library_path", "error_class", "MODE_SYNC",
            "MODE_ASYNC", "MODE_SSP", "Error", "InvalidArgument", "OutOfMemory", "ConnectError", "TimedOut",
            "RemoteError", "ProtocolError", "MismatchError", "StateError", "CorruptError",
            "ClosedError", "UnsupportedError", "Behind", "SinkError"]

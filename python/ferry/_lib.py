@@ -212,6 +212,39 @@ TABLE_PROTOS = {
 }
 
 
+class CLease(ctypes.Structure):
+    """struct ferry_lease (libferry 0.4): a data lease."""
+
+    _fields_ = [
+        ("id", ctypes.c_uint64),
+        ("epoch", ctypes.c_uint32),
+        ("start", ctypes.c_uint64),
+        ("count", ctypes.c_uint64),
+        ("seed", ctypes.c_uint64),
+        ("done", ctypes.c_int),
+        ("retry_ms", ctypes.c_uint32),
+    ]
+
+
+# FERRY_RANK_ANY: the scheduler gives the rank (elastic jobs).
+RANK_ANY = -1
+
+# Elastic jobs (libferry 0.4). Optional as the tables are: an older
+# library serves jobs of fixed ranks, and these calls then say so.
+ELASTIC_PROTOS = {
+    "ferry_client_rank": (ctypes.c_int, [_vp]),
+    "ferry_client_elastic": (ctypes.c_int, [_vp]),
+    "ferry_client_rejoin": (ctypes.c_int, [_vp]),
+    "ferry_client_lease_next": (ctypes.c_int, [_vp, ctypes.c_uint64, ctypes.c_uint32,
+                                               ctypes.c_uint64, ctypes.c_uint64,
+                                               ctypes.POINTER(CLease)]),
+    "ferry_client_lease_mark": (None, [_vp, ctypes.c_uint64, ctypes.c_uint64]),
+    "ferry_client_lease_release": (ctypes.c_int, [_vp]),
+    "ferry_data_permutation": (None, [ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint64,
+                                      ctypes.c_void_p]),
+}
+
+
 def set_optional(lib, protos):
     """Declares the prototypes of protos that lib has; returns whether it
     has them all."""

@@ -30,6 +30,8 @@ from .errors import ClosedError, Error, InvalidArgument, StateError, make_error,
 LIB, LIB_PATH = _lib.load()
 # libferry 0.3's sparse tables (a 0.2 library serves dense jobs only)
 HAS_TABLES = _lib.set_optional(LIB, _lib.TABLE_PROTOS)
+# libferry 0.4's elastic jobs: given ranks, rejoin, data leases
+HAS_ELASTIC = _lib.set_optional(LIB, _lib.ELASTIC_PROTOS)
 for _code in range(1, 64):
     _s = LIB.ferry_strerror(_code).decode()
     if _s == "unknown error":
@@ -66,6 +68,48 @@ class Stats:
         return dataclasses.asdict(self)
 
 
+@dataclasses.dataclass(frozen=True)
+class Lease:
+    """A data lease (struct ferry_lease): positions [start, start+count) of
+    epoch `epoch`'s sample order, data_permutation(seed, epoch, n). id 0:
+    none now, and then done (every sample of every epoch consumed: leave)
+    or retry_ms (ask again after that long). False when id is 0."""
+
+    id: int
+    epoch: int
+    start: int
+    count: int
+    seed: int
+    done: bool
+    retry_ms: int
+
+    def __bool__(self):
+        return self.id != 0
+
+
+def _need_elastic(op):
+    if not HAS_ELASTIC:
+        raise StateError(op, f"{LIB_PATH} has no elastic jobs (libferry 0.4 or later needed)")
+
+
+def data_permutation(seed, epoch, n):
+    """ferry_data_permutation: epoch `epoch`'s sample order of a data set of
+    n samples under data seed `seed`, as a NumPy uint32 array (a
+    permutation of 0..n-1, the same as every trainer's, C or Python)."""
+    _need_elastic("data_permutation")
+    import numpy
+    try:
+        seed, epoch, n = _u64("seed", seed), _u32("epoch", epoch), _u64("n", n)
+    except (TypeError, OverflowError) as e:
+        raise InvalidArgument("data_permutation", str(e)) from None
+    if n > 1 << 32:
+        raise InvalidArgument("data_permutation", f"n must be at most 2**32, got {n}")
+    out = numpy.empty(n, dtype=numpy.uint32)
+    if n:
+        LIB.ferry_data_permutation(seed, epoch, n, out.ctypes.data)
+    return out
+
+
 def _torch_tensor_type():
     mod = sys.modules.get("torch")
     return getattr(mod, "Tensor", None) if mod is not None else None
@@ -74,7 +118,7 @@ def _torch_tensor_type():
 class Client:
     """One trainer of a Ferry job (a ferry_client).
 
-    Client(scheduler, rank, mode="sync", lr=0.1, codec_push=None,
+    Client(scheduler, rank=None, mode="sync", lr=0.1, codec_push=None,
            codec_pull=None, bucket=0, warmup_steps=0, seed=0, timeout_ms=0,
            staleness=0, sync_quorum=0, secret_file=None,
            optimizer="sgd", momentum=0.9, beta1=0.9, beta2=0.999, eps=1e-8,
@@ -83,6 +127,9 @@ class Client:
            clip_norm=0.0, link_budget=0.0, tls_cert=None, tls_key=None,
            tls_ca=None)
 
+    rank None asks the scheduler for one (FERRY_RANK_ANY: the lowest free
+    rank of an elastic job, ps-server --trainers MIN:MAX); client.rank is
+    the rank given once declare() returned (None before).
     The keyword arguments are struct ferry_opts' fields with
     FERRY_OPTS_INIT's defaults: mode "sync", "async" or "ssp" (or 0/1/2;
     "ssp" reads at most `staleness` clocks stale, `sync_quorum` closes a
@@ -112,7 +159,7 @@ class Client:
     Raises InvalidArgument with the library's reason for bad options.
     """
 
-    def __init__(self, scheduler, rank, *, mode="sync", lr=0.1, codec_push=None,
+    def __init__(self, scheduler, rank=None, *, mode="sync", lr=0.1, codec_push=None,
                  codec_pull=None, bucket=0, warmup_steps=0, seed=0, timeout_ms=0,
                  staleness=0, sync_quorum=0, secret_file=None,
                  optimizer="sgd", momentum=0.9, beta1=0.9, beta2=0.999, eps=1e-8,
@@ -121,6 +168,7 @@ class Client:
                  clip_norm=0.0, link_budget=0.0, tls_cert=None, tls_key=None,
                  tls_ca=None):
         self._c = None
+        self._rank = -1
         self._n = 0
         self._lens = ()
         self._names = ()
@@ -148,7 +196,12 @@ class Client:
         (o.scheduler_url, o.codec_push, o.codec_pull, o.optimizer,
          o.lr_schedule, o.tls_cert, o.tls_key, o.tls_ca) = self._keep
         try:
-            o.rank = int(rank)
+            if rank is None:
+                _need_elastic("open")
+            elif int(rank) < 0:  # None, not -1, asks for one
+                raise InvalidArgument("open", f"rank must be >= 0 (None: the scheduler gives "
+                                      f"one), got {rank!r}")
+            o.rank = _lib.RANK_ANY if rank is None else int(rank)
             o.timeout_ms = _u32("timeout_ms", timeout_ms)
             o.mode = int(mode)
             o.lr = float(lr)
@@ -179,7 +232,7 @@ class Client:
         if rv != 0:
             raise make_error(rv, "open", f"scheduler {scheduler}")
         self._c = h
-        self.rank = o.rank
+        self._rank = o.rank
         self.scheduler = scheduler
         if secret_file is not None:
             path = secret_file.encode() if isinstance(secret_file, str) else secret_file
@@ -544,6 +597,67 @@ class Client:
         rv = LIB.ferry_client_leave(self._handle("leave"))
         if rv != 0:
             raise self._fail(rv, "leave")
+
+    # ---- elastic jobs ------------------------------------------------------
+    @property
+    def rank(self):
+        """This trainer's rank: the one passed, or the one the scheduler gave
+        (rank=None) once declare() returned; None before that."""
+        if self._c is not None and HAS_ELASTIC:
+            self._rank = LIB.ferry_client_rank(self._c)
+        return None if self._rank < 0 else self._rank
+
+    @property
+    def elastic(self):
+        """Whether the job's membership can change (--trainers MIN:MAX with
+        MIN < MAX): its trainers should take their data from lease_next()."""
+        return HAS_ELASTIC and bool(LIB.ferry_client_elastic(self._handle("elastic")))
+
+    def rejoin(self):
+        """Register again, under the same rank, after leave() (an idle trainer
+        that found work again); the next pull joins the sync rounds."""
+        _need_elastic("rejoin")
+        rv = LIB.ferry_client_rejoin(self._handle("rejoin"))
+        if rv != 0:
+            raise self._fail(rv, "rejoin")
+
+    def lease_next(self, dataset_size, epochs, seed, want):
+        """Give back the lease held (consumed up to the last lease_mark) and
+        ask for the next one of up to `want` positions of a data set of
+        dataset_size samples trained for `epochs` epochs under data seed
+        `seed` (the first trainer to ask fixes the three). Returns a Lease,
+        false (id 0) when none is free now: see its done and retry_ms."""
+        _need_elastic("lease_next")
+        try:
+            args = (_u64("dataset_size", dataset_size), _u32("epochs", epochs),
+                    _u64("seed", seed), _u64("want", want))
+        except (TypeError, OverflowError) as e:
+            raise InvalidArgument("lease_next", str(e)) from None
+        out = _lib.CLease()
+        rv = LIB.ferry_client_lease_next(self._handle("lease_next"), *args, ctypes.byref(out))
+        if rv != 0:
+            raise self._fail(rv, "lease_next")
+        return Lease(out.id, out.epoch, out.start, out.count, out.seed, bool(out.done),
+                     out.retry_ms)
+
+    def lease_mark(self, lease_id, end):
+        """Say that the samples of the next push (push, push_pull, step) end
+        at position `end` of lease `lease_id`: the pushes carry it, so a
+        trainer killed mid-lease gives back exactly what was not pushed."""
+        _need_elastic("lease_mark")
+        try:
+            args = (_u64("lease_id", lease_id), _u64("end", end))
+        except (TypeError, OverflowError) as e:
+            raise InvalidArgument("lease_mark", str(e)) from None
+        LIB.ferry_client_lease_mark(self._handle("lease_mark"), *args)
+
+    def lease_release(self):
+        """Give back the lease held (consumed up to the last lease_mark)
+        without asking for another: before leave() when stopping early."""
+        _need_elastic("lease_release")
+        rv = LIB.ferry_client_lease_release(self._handle("lease_release"))
+        if rv != 0:
+            raise self._fail(rv, "lease_release")
 
     def stats(self):
         """The client's counters, as a Stats."""

@@ -15,5 +15,6 @@ Suite *suite_codec_auto(void);   // codec_auto.c: link-aware codec choice
 Suite *suite_exchange(void);     // exchange.c: request sizing per link
 Suite *suite_rows(void);         // tables.c, rows_dedup.c, rows.c: sparse
 Suite *suite_rows_cluster(void); // the sparse tables against a cluster
+Suite *suite_lease(void);        // lease.c, given ranks, join pulls
 
 #endif // CLIENTS_TESTS_H

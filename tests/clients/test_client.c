@@ -72,7 +72,7 @@ START_TEST(test_opts_bogus)
 	longurl[255] = '\0'; // 255 bytes: the longest accepted
 	ck_assert_int_eq(ferry_opts_check(&o, NULL, 0), FERRY_OK);
 	o      = good_opts();
-	o.rank = -1;
+	o.rank = -2; // -1 is FERRY_RANK_ANY (test_lease.c)
 	check_bad(&o, "rank");
 	o    = good_opts();
 	o.lr = 0;
@@ -104,7 +104,7 @@ START_TEST(test_opts_bogus)
 	check_bad(&o, "stochastic");
 	// The reason is cut to the caller's buffer, and n == 0 writes nothing.
 	o      = good_opts();
-	o.rank = -1;
+	o.rank = -2;
 	ck_assert_int_eq(ferry_opts_check(&o, why, sizeof(why)), FERRY_EINVAL);
 	ck_assert_uint_eq(strlen(why), sizeof(why) - 1);
 	strcpy(why, "x");

@@ -40,7 +40,7 @@ extern "C" {
 // (the SONAME, libferry.so.MAJOR) a program built against an older MINOR
 // runs unchanged against a newer one.
 #define FERRY_VERSION_MAJOR 0
-#define FERRY_VERSION_MINOR 3
+#define FERRY_VERSION_MINOR 4
 #define FERRY_VERSION_PATCH 0
 // The three as one comparable number, e.g. 0.1.0 -> 100.
 #define FERRY_VERSION_NUMBER                                                  \
@@ -111,7 +111,8 @@ enum ferry_log_level {
 // them their "off" value.
 struct ferry_opts {
 	const char *scheduler_url; // e.g. "tcp://127.0.0.1:7000" (required)
-	int         rank;          // this trainer's rank, 0..trainers-1
+	int         rank;          // this trainer's rank, 0..trainers-1, or
+	                           // FERRY_RANK_ANY (the scheduler gives one)
 	uint32_t    timeout_ms;    // deadline for each call (0 = 60000)
 	int         mode;          // enum ferry_mode
 	double      lr;           // base learning rate (server-side optimizer)
@@ -696,10 +697,16 @@ FERRY_API int ferry_client_elastic(const ferry_client *c);
 
 // ferry_client_rejoin registers again, under the same rank, a client that
 // called ferry_client_leave (an idle trainer that found work again), and
-// joins the job's sync rounds from the next one: its next pull or push
-// pull waits for that round. Errors: FERRY_ESTATE (not left),
-// FERRY_ECONNECT, FERRY_ETIMEDOUT, FERRY_EREMOTE (refused: the job is
-// full, or the rank flapped and must wait; see ferry_client_last_error).
+// installs the map that lists it again. In a sync job its next
+// ferry_client_pull joins the rounds: it learns the shards' version J and
+// tells every server that this rank pushes from J on (PullRequest.join),
+// so pull before the next step (weights held from before the leave are
+// stale: a push for them fails with FERRY_EBEHIND). A client that
+// declared into a running sync job joins the same way at its first pull.
+// Errors: FERRY_ESTATE (not left), FERRY_ECONNECT, FERRY_ETIMEDOUT,
+// FERRY_EREMOTE (refused: the job is full, or the rank flapped and must
+// wait; see ferry_client_last_error), FERRY_EROLLBACK (back in the job,
+// which rolled back meanwhile: pull).
 FERRY_API int ferry_client_rejoin(ferry_client *c);
 
 // A data lease: the positions [start, start+count) of epoch `epoch`'s
@@ -730,10 +737,13 @@ FERRY_API int ferry_client_lease_next(ferry_client *c, uint64_t dataset_size,
     uint32_t epochs, uint64_t seed, uint64_t want, struct ferry_lease *out);
 
 // ferry_client_lease_mark says that the samples of this client's next
-// push (or push-pull, or step) end at position `end` of lease `id`: the
-// push carries it, and the servers that admit the push report it to the
-// scheduler, so that a trainer killed mid-lease returns exactly the
-// positions no admitted push held. Never fails (0 clears it).
+// push (or push-pull, or step) end at position `end` of lease `id`: every
+// PushRequest of that step carries it (and of later steps, until the next
+// mark), and the servers that admit the push report it to the scheduler,
+// so that a trainer killed mid-lease returns exactly the positions no
+// admitted push held. The sparse rows of a step (ferry_client_step,
+// ferry_client_rows_push_pull) carry no mark: a step's dense push does.
+// Never fails (id 0 clears it; NULL c: no-op).
 FERRY_API void ferry_client_lease_mark(ferry_client *c, uint64_t id,
     uint64_t end);
 
