@@ -24,6 +24,25 @@ ferry_client_elastic(const ferry_client *c)
 	return c != NULL && c->declared && c->elastic;
 }
 
+FERRY_API int
+ferry_client_members(const ferry_client *c)
+{
+	if (c == NULL || c->pl == NULL) {
+		return 0;
+	}
+	// A rank listed twice (never sent, but not trusted) counts once.
+	uint32_t n = c->pl->trainers, gone = 0;
+	for (size_t i = 0; i < c->pl->n_gone_trainers; i++) {
+		uint32_t r    = c->pl->gone_trainers[i];
+		int      seen = r >= n;
+		for (size_t j = 0; j < i && !seen; j++) {
+			seen = c->pl->gone_trainers[j] == r;
+		}
+		gone += !seen;
+	}
+	return (int) (n - gone);
+}
+
 // lease_call sends one LeaseRequest q (rank and the held lease's end
 // filled in here) and, on FERRY_OK, returns the reply's lease in *out
 // (may be NULL) and holds it.

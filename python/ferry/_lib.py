@@ -234,6 +234,7 @@ RANK_ANY = -1
 ELASTIC_PROTOS = {
     "ferry_client_rank": (ctypes.c_int, [_vp]),
     "ferry_client_elastic": (ctypes.c_int, [_vp]),
+    "ferry_client_members": (ctypes.c_int, [_vp]),
     "ferry_client_rejoin": (ctypes.c_int, [_vp]),
     "ferry_client_lease_next": (ctypes.c_int, [_vp, ctypes.c_uint64, ctypes.c_uint32,
                                                ctypes.c_uint64, ctypes.c_uint64,

@@ -613,6 +613,13 @@ class Client:
         MIN < MAX): its trainers should take their data from lease_next()."""
         return HAS_ELASTIC and bool(LIB.ferry_client_elastic(self._handle("elastic")))
 
+    @property
+    def members(self):
+        """Trainers live in the job by this client's map (0 before declare):
+        a hook for learning-rate rules that scale with the trainer count."""
+        _need_elastic("members")
+        return int(LIB.ferry_client_members(self._handle("members")))
+
     def rejoin(self):
         """Register again, under the same rank, after leave() (an idle trainer
         that found work again); the next pull joins the sync rounds."""

@@ -77,6 +77,38 @@ class GivenRank(unittest.TestCase):
                 c.leave()
             self.assertEqual(c.rank, 0)  # kept once closed
 
+    def test_elastic_job_members_and_leases(self):
+        # --trainers 1:3: the job starts with one trainer; a second, given
+        # rank 1, joins it; leases cover the data set exactly once.
+        with LocalJob(trainers="1:3") as job:
+            w = np.zeros(4, np.float32)
+            a = ferry.Client(job.url, timeout_ms=20000)
+            a.declare({"w": w})
+            self.assertEqual(a.rank, 0)
+            self.assertTrue(a.elastic)
+            self.assertEqual(a.members, 1)
+            a.init_weights([np.ones(4, np.float32)])
+            b = ferry.Client(job.url, timeout_ms=20000)
+            b.declare({"w": w})
+            self.assertEqual(b.rank, 1)
+            self.assertEqual(b.members, 2)  # its map lists both
+            la = a.lease_next(100, 1, 7, 60)
+            lb = b.lease_next(100, 1, 7, 60)
+            self.assertEqual((la.start, la.count), (0, 60))
+            self.assertEqual((lb.start, lb.count), (60, 40))
+            a.lease_mark(la.id, la.start + la.count)
+            b.lease_mark(lb.id, lb.start + lb.count)
+            # Both consumed all of theirs: nothing is left, and once
+            # neither holds a lease the data set is done.
+            self.assertFalse(a.lease_next(100, 1, 7, 60))
+            end = b.lease_next(100, 1, 7, 60)
+            self.assertFalse(end)
+            self.assertTrue(end.done)
+            b.leave()
+            a.leave()
+            b.close()
+            a.close()
+
     def test_rank_given_is_kept(self):
         c = ferry.Client("tcp://127.0.0.1:9", 3)
         self.assertEqual(c.rank, 3)

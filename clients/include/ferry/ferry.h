@@ -695,6 +695,13 @@ FERRY_API int ferry_client_rank(const ferry_client *c);
 // 0 otherwise, and before ferry_client_declare.
 FERRY_API int ferry_client_elastic(const ferry_client *c);
 
+// ferry_client_members returns the trainers live in the job by this
+// client's map (MAX minus the ranks the map lists gone): a hook for
+// learning-rate rules that scale with the trainer count (the servers
+// divide each round by its samples, so the lr per sample does not move
+// by itself; docs/algorithms.md §6.4). 0 before ferry_client_declare.
+FERRY_API int ferry_client_members(const ferry_client *c);
+
 // ferry_client_rejoin registers again, under the same rank, a client that
 // called ferry_client_leave (an idle trainer that found work again), and
 // installs the map that lists it again. In a sync job its next
