@@ -94,8 +94,9 @@ ferry_opts_check(const struct ferry_opts *o, char *why, size_t n)
 	} else if (o->scheduler_url == NULL || *o->scheduler_url == '\0' ||
 	    strlen(o->scheduler_url) >= 256) {
 		msg = "scheduler_url must be a URL of 1..255 bytes";
-	} else if (o->rank < 0) {
-		msg = "rank must be >= 0";
+	} else if (o->rank < 0 && o->rank != FERRY_RANK_ANY) {
+		msg = "rank must be >= 0, or FERRY_RANK_ANY (-1: the "
+		      "scheduler gives one)";
 	} else if (!(o->lr > 0 && o->lr < 1e6)) {
 		msg = "lr must be in (0, 1e6)";
 	} else if (o->mode != FERRY_MODE_SYNC && o->mode != FERRY_MODE_ASYNC &&
@@ -169,7 +170,10 @@ ferry_client_open(const struct ferry_opts *o, ferry_client **out)
 	    fb_lr_name(c->lr_sched.kind));
 	c->opts.optimizer   = c->optimizer;
 	c->opts.lr_schedule = c->lr_schedule;
-	c->next_rid         = ((uint64_t) (unsigned) o->rank << 48) | 1;
+	// A rank the scheduler will give (FERRY_RANK_ANY): the ids and
+	// the seed are set again from it once declare learns it.
+	c->any_rank = o->rank == FERRY_RANK_ANY;
+	c->next_rid = ((uint64_t) (unsigned) o->rank << 48) | 1;
 	c->rng = o->seed ^ (0x9e3779b97f4a7c15ull * (uint64_t) (o->rank + 1));
 	if (comp_codec_parse(c->codec_push, o->bucket, &c->cpush) != FB_OK ||
 	    comp_codec_parse(c->codec_pull, o->bucket, &c->cpull) != FB_OK ||
@@ -216,8 +220,13 @@ ferry_client_set_secret_file(ferry_client *c, const char *path)
 		return ferry__fail(c, FERRY_ESTATE,
 		    "set the secret file before declare");
 	}
-	if ((rv = psw_auth_open(path, PSW_ROLE_TRAINER,
-	         (uint32_t) c->opts.rank, &a, why, sizeof(why))) != FB_OK) {
+	// A trainer waiting for its rank signs as an unassigned one (the
+	// way a server does before it has an index) until declare learns
+	// the rank the scheduler gave.
+	uint32_t id = c->opts.rank >= 0 ? (uint32_t) c->opts.rank
+	                                : PSW_ID_UNASSIGNED;
+	if ((rv = psw_auth_open(path, PSW_ROLE_TRAINER, id, &a, why,
+	         sizeof(why))) != FB_OK) {
 		return ferry__fail(c,
 		    rv == FB_ENOMEM ? FERRY_ENOMEM : FERRY_EINVAL, "%s", why);
 	}
@@ -270,6 +279,7 @@ ferry_client_close(ferry_client *c)
 	fb_free(c->clip);
 	fb_free(c->tensor_len);
 	fb_free(c->tensor_avg);
+	fb_free(c->job_packed);
 	fb_free(c);
 }
 

@@ -7,10 +7,10 @@
 // DESIGN. Dependencies point one way, and no two files call each other's
 // ferry__ functions: client.c → heartbeat.c, exchange.c, conn.c; ops.c →
 // pull.c → exchange.c → request.c, reply.c, sched.c → conn.c; declare.c →
-// sched.c, conn.c, probe.c, codec_auto.c, heartbeat.c; and every file →
-// errors.c, which calls none of them. A ferry_client
-// is used by one thread at a time, so nothing here takes a lock; the
-// heartbeat thread (heartbeat.c) shares nothing with it but its own
+// sched.c, conn.c, probe.c, codec_auto.c, heartbeat.c; lease.c →
+// sched.c; and every file → errors.c, which calls none of them. A
+// ferry_client is used by one thread at a time, so nothing here takes a lock;
+// the heartbeat thread (heartbeat.c) shares nothing with it but its own
 // struct, started and stopped from the caller's thread.
 #ifndef FERRY_CLIENT_IMPL_H
 #define FERRY_CLIENT_IMPL_H
@@ -234,6 +234,21 @@ struct ferry_client {
 	struct ferry__dedup  dd_push, dd_pull;
 	Pswire__RowBlock    *rblk;  // 2 * n_tshards: one request's blocks
 	Pswire__RowBlock   **rblkp; // pointers to them (push, then pull)
+	// Elastic jobs (declare.c, lease.c). any_rank: opts.rank was
+	// FERRY_RANK_ANY (opts.rank holds the rank given once registered);
+	// elastic: RegisterReply.elastic; left: ferry_client_leave ran (a
+	// rejoin may follow); join_pending: a lockstep client that has not
+	// joined the rounds yet (after declare or a rejoin): its next pull
+	// sends the join pulls (pull.c), and a push that went through
+	// clears it. job_packed: the JobConfig declare registered, which a
+	// rejoin registers again.
+	int                  any_rank, elastic, left, join_pending;
+	uint8_t             *job_packed;
+	size_t               job_packed_len;
+	// Data leases (lease.c): the lease held (0: none) and the mark the
+	// pushes carry (lease_id/lease_end on every PushRequest).
+	uint64_t             lease_held;
+	uint64_t             mark_id, mark_end;
 	char                 err[512];
 };
 
@@ -251,10 +266,12 @@ enum { NEED_NONE = 0, NEED_MAIN, NEED_PULL, NEED_SENT = 0x10 };
 // pull's path never stages, encodes or clips.
 struct xfer {
 	enum op                  op;
-	// The pull part: where pulled shards go (or the pull sink) and the
-	// version a (re-)pull waits for.
+	// The pull part: where pulled shards go (or the pull sink), the
+	// version a (re-)pull waits for, and whether it is a join pull
+	// (PullRequest.join, join_version = pull_want; pull.c).
 	float *const            *w;
 	uint64_t                 pull_want;
+	int                      join;
 	// The push staging: the caller's gradients or codes, and how they
 	// are encoded (request.c).
 	const float *const      *g;
@@ -357,6 +374,12 @@ int ferry__map_fetch(ferry_client *c, uint64_t min_epoch, Pswire__Header **rh);
 // those of ferry__map_fetch, FERRY_EPROTO (the new map does not match the
 // job), and those of ferry__conns_open and ferry__conns_assign.
 int ferry__map_refetch(ferry_client *c);
+
+// ferry__map_catch_up installs the scheduler's map in force when it is
+// newer than the one held (a rejoin: the map that lists this rank again
+// may already be out), as ferry__map_refetch does, without waiting for a
+// later one. Errors: those of ferry__map_refetch.
+int ferry__map_catch_up(ferry_client *c);
 
 // ---- conn.c: connections to the servers -----------------------------------
 
@@ -592,6 +615,25 @@ int ferry__pull_resync(ferry_client *c, struct xfer *x);
 // held (c->version, c->want, stats.version). Errors: those of
 // ferry__pull_resync.
 int ferry__pull_finish(ferry_client *c, struct xfer *x);
+
+// ferry__join_due says whether the join pulls are due (contract: a
+// client that declared into a running job, or rejoined, joins the sync
+// rounds at J, the version its shards hold): 1 with *j = J when every
+// shard is at J > 0 after a pull. 0 when no join is pending, when the
+// job is at version 0 (a push for version 0 joins it), or when the
+// shards' versions differ (a round is partly closed: the push for the
+// oldest version joins at it, ferry__push_need leaving out the shards
+// past it; a join at the newest would wait for shards that may be
+// waiting for this rank's push, a rank restarted before it was found
+// dead). Pure.
+int ferry__join_due(const ferry_client *c, uint64_t *j);
+
+// ferry__pull_join runs the join pull after a pull into w when
+// ferry__join_due says so: a PullRequest{join, join_version J} to every
+// server, waiting (each server) for every shard to reach J, so that the
+// weights are one version's and the servers expect this rank's push for
+// J. Errors: those of ferry__pull_run and ferry__pull_finish.
+int ferry__pull_join(ferry_client *c, float *const *w);
 
 // ---- tables.c: sparse tables and their routing -----------------------------
 

@@ -5,9 +5,85 @@
 // the links when the scheduler asks for it, waits for the first placement
 // map and allocates the per-shard and per-tensor state every later
 // operation uses;
-// ferry_client_leave tells the scheduler this trainer is gone. Declare
-// starts the heartbeat thread (heartbeat.c) and leave stops it.
+// ferry_client_leave tells the scheduler this trainer is gone, and
+// ferry_client_rejoin registers it again under its rank. Declare and
+// rejoin start the heartbeat thread (heartbeat.c) and leave stops it.
+// A trainer opened with FERRY_RANK_ANY learns its rank from the
+// scheduler's Register reply here (register_run).
 #include "client_impl.h"
+
+// rank_take adopts rank r, which the scheduler gave a FERRY_RANK_ANY
+// client: opts.rank (every header, the heartbeat and the leave carry
+// it), the signing identity (trainer-<r> from now on), the request ids'
+// rank bits (the counter bits go on, so no id repeats) and the
+// stochastic rounding seed, as ferry_client_open sets them for a rank
+// given in opts.
+static void
+rank_take(ferry_client *c, uint32_t r)
+{
+	c->opts.rank = (int) r;
+	if (c->auth != NULL) {
+		psw_auth_set_self(c->auth, PSW_ROLE_TRAINER, r);
+	}
+	c->next_rid = ((uint64_t) r << 48) | (c->next_rid & 0xffffffffffffull);
+	c->rng = c->opts.seed ^ (0x9e3779b97f4a7c15ull * (uint64_t) (r + 1));
+}
+
+// register_run sends the trainer's Register for job (any_rank while the
+// client has no rank yet) and returns the reply header in *rh (the
+// caller frees it). A rank given is checked and taken; the reply's
+// elastic flag is kept. Errors: those of ferry__sched_call, FERRY_EPROTO
+// (a reply without a usable rank).
+static int
+register_run(ferry_client *c, Pswire__JobConfig *job, Pswire__Header **rh)
+{
+	Pswire__Header          h  = PSWIRE__HEADER__INIT;
+	Pswire__RegisterRequest rr = PSWIRE__REGISTER_REQUEST__INIT;
+	int                     rv;
+	int                     any = c->any_rank && c->opts.rank < 0;
+
+	rr.role        = PSWIRE__ROLE__ROLE_TRAINER;
+	rr.rank        = any ? 0 : (uint32_t) c->opts.rank;
+	rr.any_rank    = any;
+	rr.job         = job;
+	h.body_case    = PSWIRE__HEADER__BODY_REGISTER_REQ;
+	h.register_req = &rr;
+	if ((rv = ferry__sched_call(c, &h, PSWIRE__METHOD__REGISTER,
+	         ferry__timeout(c), rh)) != FERRY_OK) {
+		return rv;
+	}
+	const Pswire__RegisterReply *rep = (*rh)->body_case ==
+	        PSWIRE__HEADER__BODY_REGISTER_REP
+	    ? (*rh)->register_rep
+	    : NULL;
+	if (any) {
+		if (rep == NULL || rep->id >= INT32_MAX ||
+		    (rep->trainers > 0 && rep->id >= rep->trainers)) {
+			return ferry__fail(c, FERRY_EPROTO,
+			    "scheduler %s: Register reply gives no usable rank "
+			    "(a scheduler older than 0.4 cannot give ranks: "
+			    "pass one)",
+			    c->url);
+		}
+		rank_take(c, rep->id);
+	}
+	c->elastic = rep != NULL && rep->elastic;
+	return FERRY_OK;
+}
+
+// job_keep packs job into c->job_packed: a rejoin registers the same
+// JobConfig (the scheduler compares it whole).
+static int
+job_keep(ferry_client *c, const Pswire__JobConfig *job)
+{
+	size_t n = pswire__job_config__get_packed_size(job);
+	fb_free(c->job_packed);
+	if ((c->job_packed = fb_alloc(n ? n : 1)) == NULL) {
+		return ferry__fail(c, FERRY_ENOMEM, "out of memory");
+	}
+	c->job_packed_len = pswire__job_config__pack(job, c->job_packed);
+	return FERRY_OK;
+}
 
 // job_from_opts fills job (and its optim and lr_schedule, oc and ls) with
 // c's job settings: the one place a ferry_opts job field becomes its
@@ -127,15 +203,13 @@ static int
 declare_run(ferry_client *c, const struct ferry_tensor_spec *d, size_t n,
     const struct ferry_table_spec *tables, size_t n_tables)
 {
-	Pswire__Header          h   = PSWIRE__HEADER__INIT;
-	Pswire__RegisterRequest rr  = PSWIRE__REGISTER_REQUEST__INIT;
-	Pswire__JobConfig       job = PSWIRE__JOB_CONFIG__INIT;
-	Pswire__OptimConfig     oc  = PSWIRE__OPTIM_CONFIG__INIT;
-	Pswire__LrSchedule      ls  = PSWIRE__LR_SCHEDULE__INIT;
-	Pswire__TensorDesc     *tds = NULL, **tdp = NULL;
-	Pswire__TableDesc      *tbd = NULL, **tbp = NULL;
-	Pswire__Header         *rh = NULL;
-	int                     rv;
+	Pswire__JobConfig   job = PSWIRE__JOB_CONFIG__INIT;
+	Pswire__OptimConfig oc  = PSWIRE__OPTIM_CONFIG__INIT;
+	Pswire__LrSchedule  ls  = PSWIRE__LR_SCHEDULE__INIT;
+	Pswire__TensorDesc *tds = NULL, **tdp = NULL;
+	Pswire__TableDesc  *tbd = NULL, **tbp = NULL;
+	Pswire__Header     *rh = NULL;
+	int                 rv;
 
 	// n structs exist at d, so n * sizeof(Pswire__TensorDesc) (the
 	// largest per-tensor table below) cannot wrap; the check says so.
@@ -207,13 +281,8 @@ declare_run(ferry_client *c, const struct ferry_tensor_spec *d, size_t n,
 	job.n_tables  = n_tables;
 	job.tables    = tbp;
 	job_from_opts(c, &job, &oc, &ls);
-	rr.role        = PSWIRE__ROLE__ROLE_TRAINER;
-	rr.rank        = (uint32_t) c->opts.rank;
-	rr.job         = &job;
-	h.body_case    = PSWIRE__HEADER__BODY_REGISTER_REQ;
-	h.register_req = &rr;
-	if ((rv = ferry__sched_call(c, &h, PSWIRE__METHOD__REGISTER,
-	         ferry__timeout(c), &rh)) != FERRY_OK) {
+	if ((rv = job_keep(c, &job)) != FERRY_OK ||
+	    (rv = register_run(c, &job, &rh)) != FERRY_OK) {
 		goto done;
 	}
 
@@ -264,6 +333,9 @@ declare_run(ferry_client *c, const struct ferry_tensor_spec *d, size_t n,
 		goto done;
 	}
 	c->declared = 1;
+	// A sync job may be running already: the first pull joins its
+	// rounds (pull.c says when it must).
+	c->join_pending = c->lockstep;
 done:
 	if (rh != NULL) {
 		pswire__header__free_unpacked(rh, NULL);
@@ -344,5 +416,51 @@ ferry_client_leave(ferry_client *c)
 	if (rh != NULL) {
 		pswire__header__free_unpacked(rh, NULL);
 	}
+	// Gone from the job (or stopping with it gone): a rejoin may follow.
+	// The scheduler takes back a lease left held (the positions after
+	// its last mark return to the pool), so none is held any more.
+	c->left       = 1;
+	c->lease_held = 0;
+	return rv;
+}
+
+FERRY_API int
+ferry_client_rejoin(ferry_client *c)
+{
+	Pswire__JobConfig *job;
+	Pswire__Header    *rh = NULL;
+	int                rv;
+	if (c == NULL) {
+		return FERRY_EINVAL;
+	}
+	if (!c->declared || !c->left) {
+		return ferry__fail(c, FERRY_ESTATE,
+		    "rejoin follows ferry_client_leave");
+	}
+	job = pswire__job_config__unpack(NULL, c->job_packed_len,
+	    c->job_packed);
+	if (job == NULL) {
+		return ferry__fail(c, FERRY_ENOMEM, "out of memory");
+	}
+	rv = register_run(c, job, &rh);
+	pswire__job_config__free_unpacked(job, NULL);
+	if (rh != NULL) {
+		pswire__header__free_unpacked(rh, NULL);
+	}
+	// The links were measured at declare; the map that lists this rank
+	// again is out once the Register is answered.
+	if (rv != FERRY_OK) {
+		return rv;
+	}
+	// A rollback while away is the caller's to hear (pull, go on from
+	// the version in ferry_client_stats), once it is back in the job.
+	int hb = FERRY_OK;
+	rv     = ferry__map_catch_up(c);
+	if ((rv != FERRY_OK && rv != FERRY_EROLLBACK) ||
+	    (hb = ferry__hb_start(c)) != FERRY_OK) {
+		return rv != FERRY_OK && rv != FERRY_EROLLBACK ? rv : hb;
+	}
+	c->left         = 0;
+	c->join_pending = c->lockstep;
 	return rv;
 }

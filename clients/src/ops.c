@@ -86,7 +86,8 @@ ferry_client_pull(ferry_client *c, float *const *w)
 	}
 	x.pull_want = c->want;
 	if ((rv = ferry__pull_run(c, &x)) != FERRY_OK ||
-	    (rv = ferry__pull_finish(c, &x)) != FERRY_OK) {
+	    (rv = ferry__pull_finish(c, &x)) != FERRY_OK ||
+	    (rv = ferry__pull_join(c, w)) != FERRY_OK) {
 		return rv;
 	}
 	// "auto" times a step from the end of the exchange before it: a
@@ -139,6 +140,7 @@ ferry_client_push(ferry_client *c, const float *const *g, uint32_t n_samples)
 	if ((rv = ferry__op_run(c, &x)) != FERRY_OK) {
 		return rv;
 	}
+	c->join_pending = 0; // a push went in: this rank is in the rounds
 	if (c->lockstep) {
 		c->want = c->version + 1;
 	}
@@ -173,8 +175,11 @@ push_pull_run(ferry_client *c, struct xfer *x, const void *in)
 	ferry__auto_step(c);
 	clip_prepare(c, x);
 	x->pull_want = c->lockstep ? c->version + 1 : 0;
-	if ((rv = ferry__op_run(c, x)) != FERRY_OK ||
-	    (rv = ferry__pull_finish(c, x)) != FERRY_OK) {
+	if ((rv = ferry__op_run(c, x)) != FERRY_OK) {
+		return rv;
+	}
+	c->join_pending = 0; // a push went in: this rank is in the rounds
+	if ((rv = ferry__pull_finish(c, x)) != FERRY_OK) {
 		return rv;
 	}
 	ferry__auto_step_end(c);

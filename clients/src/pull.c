@@ -8,7 +8,8 @@
 // feedback (request.c) never sees a pull. The replies land through
 // reply.c into x->w or the pull sink. A push-pull shares the resync and
 // the version bookkeeping here once its exchange has run (exchange.c,
-// ops.c).
+// ops.c). A client joining a running sync job (declare, rejoin) ends
+// its first pull with the join pull (ferry__pull_join).
 #include "client_impl.h"
 
 int
@@ -81,5 +82,51 @@ ferry__pull_finish(ferry_client *c, struct xfer *x)
 	c->pull_stale    = 0;
 	c->want          = c->lockstep ? c->version : 0;
 	c->stats.version = c->version;
+	return FERRY_OK;
+}
+
+// ferry__join_due: join at J only when every shard holds J > 0.
+int
+ferry__join_due(const ferry_client *c, uint64_t *j)
+{
+	uint64_t lo = UINT64_MAX, hi = 0;
+	if (!c->join_pending || !c->lockstep || c->pl->n_shards == 0) {
+		return 0;
+	}
+	for (size_t i = 0; i < c->pl->n_shards; i++) {
+		uint64_t v = c->shard_ver[i];
+		lo         = v < lo ? v : lo;
+		hi         = v > hi ? v : hi;
+	}
+	if (hi == 0 || lo != hi) {
+		return 0;
+	}
+	*j = hi;
+	return 1;
+}
+
+// ferry__pull_join: the pull before it learned the versions; this one
+// tells every server that the rank joins at J. Its shards are at J
+// already, so with a pull codec it moves empty deltas, and the servers
+// answer at once unless a round closed in between.
+int
+ferry__pull_join(ferry_client *c, float *const *w)
+{
+	uint64_t j;
+	int      rv;
+	if (!ferry__join_due(c, &j)) {
+		return FERRY_OK;
+	}
+	struct xfer x = {
+		.op        = OP_PULL,
+		.w         = w,
+		.pull_want = j,
+		.join      = 1,
+	};
+	if ((rv = ferry__pull_run(c, &x)) != FERRY_OK ||
+	    (rv = ferry__pull_finish(c, &x)) != FERRY_OK) {
+		return rv;
+	}
+	c->join_pending = 0;
 	return FERRY_OK;
 }

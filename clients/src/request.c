@@ -77,6 +77,8 @@ pull_build(ferry_client *c, struct slot *s, const struct xfer *x,
 	pl.version      = x->pull_want;
 	pl.have_version = have;
 	pl.full         = x->op == OP_PULL_FULL || c->cpull.id == COMP_NONE;
+	pl.join         = x->join != 0;
+	pl.join_version = x->join ? x->pull_want : 0;
 	pl.weights = s->pull_weights = c->auto_pull &&
 	    c->conns[s->m].pull_rung == 0;
 	for (size_t i = 0; i < s->req_n && !pl.full; i++) {
@@ -137,11 +139,18 @@ push_build(ferry_client *c, struct slot *s, struct xfer *x, Pswire__Header *h,
 		plen += refs[i].length;
 		ptrs[i] = &refs[i];
 	}
-	pr.n_shards     = s->req_n;
-	pr.shards       = ptrs;
-	pr.n_samples    = x->n_samples;
-	pr.init         = x->op == OP_INIT;
-	pr.resend       = x->requeued != 0;
+	pr.n_shards  = s->req_n;
+	pr.shards    = ptrs;
+	pr.n_samples = x->n_samples;
+	pr.init      = x->op == OP_INIT;
+	pr.resend    = x->requeued != 0;
+	// The lease mark (ferry_client_lease_mark) rides on every push of
+	// a step, so each server that admits one can report it; an init
+	// offer carries no samples.
+	if (x->op != OP_INIT) {
+		pr.lease_id  = c->mark_id;
+		pr.lease_end = c->mark_end;
+	}
 	pr.pull_weights = s->pull_weights = s->method ==
 	        PSWIRE__METHOD__PUSH_PULL &&
 	    c->auto_pull && c->conns[s->m].pull_rung == 0;

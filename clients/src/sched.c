@@ -128,19 +128,13 @@ rollback(ferry_client *c)
 	    (unsigned long long) v, (unsigned long long) c->pl->epoch);
 }
 
-// ferry__map_refetch replaces the map with the scheduler's next epoch.
-int
-ferry__map_refetch(ferry_client *c)
+// map_install makes np (taken) the map held: it must match the job; new
+// servers are dialed, shards re-assigned, and a rollback or re-seed that
+// it announces is acted on.
+static int
+map_install(ferry_client *c, Pswire__Placement *np)
 {
-	Pswire__Header *rh = NULL;
-	int             rv;
-	if ((rv = ferry__map_fetch(c, c->pl->epoch + 1, &rh)) != FERRY_OK) {
-		return rv;
-	}
-	Pswire__Placement *np = rh->placement;
-	rh->placement         = NULL;
-	rh->body_case         = PSWIRE__HEADER__BODY__NOT_SET;
-	pswire__header__free_unpacked(rh, NULL);
+	int rv;
 	if (np->n_shards != c->pl->n_shards ||
 	    ferry__placement_check(c, np) != FERRY_OK) {
 		pswire__placement__free_unpacked(np, NULL);
@@ -160,4 +154,40 @@ ferry__map_refetch(ferry_client *c)
 	}
 	ferry__seed_offers(c);
 	return FERRY_OK;
+}
+
+// map_take fetches the map of epoch >= min_epoch and installs it when it
+// is newer than the one held.
+static int
+map_take(ferry_client *c, uint64_t min_epoch)
+{
+	Pswire__Header *rh = NULL;
+	int             rv;
+	if ((rv = ferry__map_fetch(c, min_epoch, &rh)) != FERRY_OK) {
+		return rv;
+	}
+	Pswire__Placement *np = rh->placement;
+	rh->placement         = NULL;
+	rh->body_case         = PSWIRE__HEADER__BODY__NOT_SET;
+	pswire__header__free_unpacked(rh, NULL);
+	if (np->epoch <= c->pl->epoch) {
+		pswire__placement__free_unpacked(np, NULL);
+		return FERRY_OK;
+	}
+	return map_install(c, np);
+}
+
+// ferry__map_refetch replaces the map with the scheduler's next epoch.
+int
+ferry__map_refetch(ferry_client *c)
+{
+	return map_take(c, c->pl->epoch + 1);
+}
+
+// ferry__map_catch_up asks for the map held's epoch or later: the
+// scheduler answers at once with the map in force.
+int
+ferry__map_catch_up(ferry_client *c)
+{
+	return map_take(c, c->pl->epoch > 0 ? c->pl->epoch : 1);
 }

@@ -40,7 +40,7 @@ extern "C" {
 // (the SONAME, libferry.so.MAJOR) a program built against an older MINOR
 // runs unchanged against a newer one.
 #define FERRY_VERSION_MAJOR 0
-#define FERRY_VERSION_MINOR 3
+#define FERRY_VERSION_MINOR 4
 #define FERRY_VERSION_PATCH 0
 // The three as one comparable number, e.g. 0.1.0 -> 100.
 #define FERRY_VERSION_NUMBER                                                  \
