@@ -19,6 +19,7 @@
 // user can fix it without the docs.
 #include <errno.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -139,6 +140,44 @@ describe(const struct fb_config *c, int id, int with_value, char *buf,
 	}
 }
 
+// check_range parses an FB_OPT_RANGE value `LO:HI` into v (lo, i); head
+// names the option and where its value came from, for the error.
+static int
+check_range(const struct fb_option *o, struct fb_config_value *v,
+    const char *head, char *err, size_t errlen)
+{
+	char        part[2][32];
+	const char *colon = strchr(v->text, ':');
+	size_t      n     = (size_t) (colon - v->text);
+	int64_t     x[2];
+	int         rv = FB_OK;
+
+	if (n >= sizeof(part[0]) || strlen(colon + 1) >= sizeof(part[1])) {
+		rv = FB_EINVAL;
+	} else {
+		memcpy(part[0], v->text, n);
+		part[0][n] = '\0';
+		snprintf(part[1], sizeof(part[1]), "%s", colon + 1);
+		for (int k = 0; k < 2 && rv == FB_OK; k++) {
+			rv = fb_parse_i64(part[k], o->min, o->max, &x[k]);
+		}
+	}
+	if (rv != FB_OK) {
+		return errf(rv, err, errlen,
+		    "%s: %s (allowed N or MIN:MAX, each %lld..%lld)", head,
+		    rv == FB_ERANGE ? "out of range" : "not an integer range",
+		    (long long) o->min, (long long) o->max);
+	}
+	if (x[0] > x[1]) {
+		return errf(FB_ERANGE, err, errlen,
+		    "%s: MIN %lld above MAX %lld (allowed N or MIN:MAX)", head,
+		    (long long) x[0], (long long) x[1]);
+	}
+	v->lo = x[0];
+	v->i  = x[1];
+	return FB_OK;
+}
+
 // check parses the merged value of option id into c->v[id].
 static int
 check(struct fb_config *c, int id, char *err, size_t errlen)
@@ -157,7 +196,12 @@ check(struct fb_config *c, int id, char *err, size_t errlen)
 	describe(c, id, 1, head, sizeof(head));
 	switch (o->type) {
 	case FB_OPT_INT:
-		rv = fb_parse_i64(v->text, o->min, o->max, &v->i);
+		if ((o->flags & FB_OPT_RANGE) &&
+		    strchr(v->text, ':') != NULL) {
+			return check_range(o, v, head, err, errlen);
+		}
+		rv    = fb_parse_i64(v->text, o->min, o->max, &v->i);
+		v->lo = v->i;
 		if (rv != FB_OK) {
 			return errf(rv, err, errlen,
 			    "%s: %s (allowed %lld..%lld)", head,
@@ -540,6 +584,16 @@ int64_t
 fb_config_int(const struct fb_config *c, enum fb_opt id)
 {
 	return value(c, id, FB_OPT_INT)->i;
+}
+
+void
+fb_config_range(const struct fb_config *c, enum fb_opt id, int64_t *lo,
+    int64_t *hi)
+{
+	const struct fb_config_value *v = value(c, id, FB_OPT_INT);
+	FB_ASSERT(fb_options[id].flags & FB_OPT_RANGE);
+	*lo = v->lo;
+	*hi = v->i;
 }
 
 double

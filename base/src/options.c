@@ -51,9 +51,13 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	      .unset = "none; a server needs it",
 	      .help  = "server: the scheduler's URL",
 	      .doc   = "the scheduler's URL" },
-	[FB_OPT_PS_TRAINERS]    = { "trainers", SCH, INT(1, 4096), .def = "1",
-	       .help = "scheduler: trainers expected before training starts",
-	       .doc  = "trainers expected before training starts" },
+	[FB_OPT_PS_TRAINERS]    = { "trainers", SCH, INT(1, 4096),
+	       .flags = FB_OPT_RANGE, .def = "1",
+	       .help = "scheduler: trainers expected before training starts "
+	                  "(MIN:MAX: an elastic job)",
+	       .doc  = "trainers expected before training starts; `MIN:MAX` "
+	                  "makes the job elastic: it starts once MIN have "
+	                  "registered and takes up to MAX (§2.2)" },
 	[FB_OPT_PS_SERVERS]     = { "servers", SCH, INT(1, 4096), .def = "1",
 	        .help = "scheduler: servers expected before training starts",
 	        .doc  = "servers expected before training starts; more can join "

@@ -26,6 +26,7 @@ enum kind {
 	K_PLACEMENT, // int: enum ps_placement
 	K_RESTORE,   // int: PS_RESTORE_*
 	K_EVICT,     // int: 0 lru, 1 lfu
+	K_TRAINERS,  // int trainers (MAX) and min_trainers (MIN): N or MIN:MAX
 };
 
 struct binding {
@@ -37,7 +38,7 @@ struct binding {
 #define SCHED(f) offsetof(struct ps_scheduler_opts, f)
 static const struct binding sched_bindings[] = {
 	{ FB_OPT_PS_LISTEN, K_TEXT, SCHED(url) },
-	{ FB_OPT_PS_TRAINERS, K_INT, SCHED(trainers) },
+	{ FB_OPT_PS_TRAINERS, K_TRAINERS, SCHED(trainers) },
 	{ FB_OPT_PS_SERVERS, K_INT, SCHED(servers) },
 	{ FB_OPT_PS_SHARD_BYTES, K_U64, SCHED(shard_bytes) },
 	{ FB_OPT_PS_CONTEXTS, K_INT, SCHED(contexts) },
@@ -133,6 +134,14 @@ store(void *base, const struct binding *b, const struct fb_config *cfg)
 	case K_EVICT:
 		*(int *) p = strcmp(v, "lfu") == 0;
 		break;
+	case K_TRAINERS: {
+		// The table checked both bounds and MIN <= MAX.
+		int64_t lo, hi;
+		fb_config_range(cfg, b->id, &lo, &hi);
+		*(int *) p                                        = (int) hi;
+		((struct ps_scheduler_opts *) base)->min_trainers = (int) lo;
+		break;
+	}
 	}
 }
 
@@ -177,6 +186,18 @@ ps__cfg_check(const struct fb_config *cfg)
 		fprintf(stderr,
 		    "ps-server: --placement=latency needs "
 		    "--probe-bytes > 0\n");
+		return 2;
+	}
+	int64_t lo, hi;
+	fb_config_range(cfg, FB_OPT_PS_TRAINERS, &lo, &hi);
+	if (lo < hi &&
+	    strcmp(fb_config_str(cfg, FB_OPT_PS_PLACEMENT), "latency") == 0) {
+		// The latency policy weighs every rank's links, and the ranks
+		// that have not joined have none.
+		fprintf(stderr,
+		    "ps-server: --placement=latency needs a fixed "
+		    "--trainers (N, not %s)\n",
+		    fb_config_str(cfg, FB_OPT_PS_TRAINERS));
 		return 2;
 	}
 	if (*listen != '\0' &&

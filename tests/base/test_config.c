@@ -149,6 +149,13 @@ START_TEST(test_config_bounds)
 	} cases[] = {
 		{ FB_ROLE_PS, "--trainers=1", NULL, FB_OK },
 		{ FB_ROLE_PS, "--trainers=4096", NULL, FB_OK },
+		{ FB_ROLE_PS, "--trainers=1:4096", NULL, FB_OK },
+		{ FB_ROLE_PS, "--trainers=0:2",
+		    "--trainers=0:2: out of range (allowed N or MIN:MAX, each "
+		    "1..4096)",
+		    FB_ERANGE },
+		{ FB_ROLE_PS, "--trainers=3:2",
+		    "--trainers=3:2: MIN 3 above MAX 2", FB_ERANGE },
 		{ FB_ROLE_PS, "--trainers=0",
 		    "--trainers=0: out of range (allowed 1..4096)",
 		    FB_ERANGE },
@@ -200,6 +207,14 @@ START_TEST(test_config_precedence)
 	ck_assert_int_eq(fb_config_int(&c, FB_OPT_PS_LEAVE_TIMEOUT_MS), 2500);
 	PT_OK(load(&c, FB_ROLE_PS, err, sizeof(err), "--trainers", "5", NULL));
 	ck_assert_int_eq(fb_config_int(&c, FB_OPT_PS_TRAINERS), 5);
+	int64_t lo, hi;
+	fb_config_range(&c, FB_OPT_PS_TRAINERS, &lo, &hi);
+	ck_assert(lo == 5 && hi == 5);
+	PT_OK(
+	    load(&c, FB_ROLE_PS, err, sizeof(err), "--trainers", "2:6", NULL));
+	fb_config_range(&c, FB_OPT_PS_TRAINERS, &lo, &hi);
+	ck_assert(lo == 2 && hi == 6);
+	ck_assert_int_eq(fb_config_int(&c, FB_OPT_PS_TRAINERS), 6);
 	ck_assert_int_eq(fb_config_source_of(&c, FB_OPT_PS_TRAINERS),
 	    FB_CFG_FLAG);
 	// The trainer reads its own options from the same environment.
@@ -230,6 +245,10 @@ START_TEST(test_config_bogus)
 		{ FB_ROLE_PS, "--trainers=", "--trainers=: not an integer" },
 		{ FB_ROLE_PS, "--trainers=3x",
 		    "--trainers=3x: not an integer" },
+		{ FB_ROLE_PS,
+		    "--trainers=2:", "--trainers=2:: not an integer range" },
+		{ FB_ROLE_PS, "--trainers=1:2:3",
+		    "--trainers=1:2:3: not an integer range" },
 		{ FB_ROLE_PS, "--role=x",
 		    "--role=x: expected scheduler, server or snapshot" },
 		{ FB_ROLE_PS, "--log-level=loud",

@@ -50,6 +50,9 @@ enum fb_opt_type {
 // Entry flags.
 enum fb_opt_flag {
 	FB_OPT_NONEMPTY = 1u << 0, // an empty value is an error
+	// An INT that also takes a range `LO:HI` (both within [min, max],
+	// LO <= HI): fb_config_int returns HI, fb_config_range both.
+	FB_OPT_RANGE = 1u << 1,
 };
 
 // Every option, ps-server's (FB_OPT_PS_*) then the trainer's (FB_OPT_TR_*),
@@ -214,7 +217,8 @@ struct fb_config {
 		enum fb_config_source source;
 		uint32_t              line; // FB_CFG_FILE: its line (from 1)
 		int64_t               i; // FB_OPT_INT value, FB_OPT_ENUM index
-		double                f; // FB_OPT_F64 value
+		int64_t lo;              // FB_OPT_RANGE: LO (i when one value)
+		double  f;               // FB_OPT_F64 value
 	} v[FB_OPT_COUNT];
 };
 
@@ -276,8 +280,12 @@ int fb_config_env_name(const char *name, char *buf, size_t len);
 // fb_config_enum the index of the choice.
 const char *fb_config_str(const struct fb_config *c, enum fb_opt id);
 int64_t     fb_config_int(const struct fb_config *c, enum fb_opt id);
-double      fb_config_f64(const struct fb_config *c, enum fb_opt id);
-int         fb_config_enum(const struct fb_config *c, enum fb_opt id);
+// fb_config_range gives an FB_OPT_RANGE option's LO and HI (both the value
+// when it is one number).
+void   fb_config_range(const struct fb_config *c, enum fb_opt id, int64_t *lo,
+      int64_t *hi);
+double fb_config_f64(const struct fb_config *c, enum fb_opt id);
+int    fb_config_enum(const struct fb_config *c, enum fb_opt id);
 enum fb_config_source fb_config_source_of(const struct fb_config *c,
     enum fb_opt                                                   id);
 

@@ -74,13 +74,22 @@ struct ps_scheduler_opts {
 	// With a secret: how far (ms) a request's signing time may be from
 	// our clock, either way (--auth-window-ms; 0: no bound).
 	uint32_t    auth_window_ms;
+	// Elastic jobs (--trainers MIN:MAX): trainers is MAX, the rank
+	// slots; the job starts once min_trainers have registered (0: as
+	// many as trainers, a fixed job).
+	int         min_trainers;
+	// Flapping (docs/operations.md): a host whose trainers died (not a
+	// Leave) flap_deaths times within flap_window_ms has its next
+	// registrations refused for flap_base_ms, doubled per further
+	// death up to flap_max_ms. 0: 3 deaths, 60000, 1000 and 10000 ms.
+	uint32_t    flap_deaths, flap_window_ms, flap_base_ms, flap_max_ms;
 };
 #define PS_SCHEDULER_OPTS_INIT                                                \
 	{                                                                     \
 		NULL, 1, 1, 1u << 20, 64, 64u << 20, PS_PLACEMENT_UNIFORM, 7, \
 		    1u << 20, 1, 0, 50, 5000, NULL, 1000, 1, NULL,            \
 		    16ull << 30, 1u << 20, 1ull << 30, 10.0, NULL, NULL,      \
-		    NULL, 120000                                              \
+		    NULL, 120000, 0, 0, 0, 0, 0                               \
 	}
 
 // ps_scheduler_open starts a scheduler listening on opts->url. With

@@ -14,7 +14,9 @@
 // here the two must agree (ps__call_cert_check): the trailer's role must
 // be the certificate's, and a trainer's rank, or a server's index when
 // the certificate names one, must be the certificate's (a server not yet
-// registered, signing without an index, takes the certificate's). A
+// registered, signing without an index, takes the certificate's; a
+// trainer not yet given a rank signs without one on its any_rank
+// Register, and gets the certificate's). A
 // request whose trailer claims anyone else is refused before any handler
 // reads it.
 // A certificate whose CN names no member (one shared by every pod, e.g.
@@ -44,8 +46,14 @@ ps__call_cert_check(struct ps_call *c, const char **why)
 	    FB_OK) {
 		return FB_OK; // a shared certificate: membership only
 	}
+	// A trainer not yet given a rank signs without one, on its
+	// Register (any_rank) only: the handler gives it the certificate's.
+	int joining = c->peer.role == PSW_ROLE_TRAINER &&
+	    c->peer.id == PSW_ID_UNASSIGNED &&
+	    c->frame.method == PSWIRE__METHOD__REGISTER;
 	int same = cert.role == c->peer.role &&
-	    (cert.role != PSW_ROLE_TRAINER || cert.id == c->peer.id) &&
+	    (cert.role != PSW_ROLE_TRAINER || cert.id == c->peer.id ||
+	        joining) &&
 	    (cert.role != PSW_ROLE_SERVER || cert.id == PSW_ID_UNASSIGNED ||
 	        c->peer.id == PSW_ID_UNASSIGNED || cert.id == c->peer.id);
 	if (!same) {
@@ -61,6 +69,21 @@ ps__call_cert_check(struct ps_call *c, const char **why)
 		c->peer.id = cert.id;
 	}
 	return FB_OK;
+}
+
+uint32_t
+ps__call_cert_rank(struct ps_call *c)
+{
+	struct psw_ident cert;
+	char             cn[PSW_TLS_NAME_MAX];
+
+	if (c->req == NULL ||
+	    psw_tls_peer(nng_msg_get_pipe(c->req), &cert, cn, sizeof(cn)) !=
+	        FB_OK ||
+	    cert.role != PSW_ROLE_TRAINER) {
+		return PSW_ID_UNASSIGNED;
+	}
+	return cert.id;
 }
 
 void

@@ -198,8 +198,11 @@ ps__call_acts_as(struct ps_call *c, int role, uint32_t id, int operator_ok)
 	// Without a secret the identity, if any, is the certificate's
 	// (identity.c): "ferry-server" names a server but no slot.
 	int cert_only = c->rpc->auth == NULL;
+	// A trainer without a rank (an any_rank Register's signer) acts for
+	// no rank: only ps__call_may_join admits it.
+	int rankless = role == PSW_ROLE_TRAINER && id == PSW_ID_UNASSIGNED;
 	if ((cert_only && c->peer.role == PSW_ROLE_NONE) ||
-	    (c->peer.role == role &&
+	    (c->peer.role == role && !rankless &&
 	        (c->peer.id == id ||
 	            (cert_only && role == PSW_ROLE_SERVER &&
 	                c->peer.id == PSW_ID_UNASSIGNED))) ||
@@ -211,6 +214,28 @@ ps__call_acts_as(struct ps_call *c, int role, uint32_t id, int operator_ok)
 	    psw_ident_format(c->peer, who, sizeof(who)),
 	    psw_method_name(c->frame.method),
 	    psw_ident_format(want, as, sizeof(as)));
+	return 0;
+}
+
+int
+ps__call_may_join(struct ps_call *c, uint32_t *rank)
+{
+	char who[48];
+
+	*rank = PSW_ID_UNASSIGNED;
+	if (c->rpc->auth == NULL && c->peer.role == PSW_ROLE_NONE) {
+		return 1; // no identity: authentication off, or a shared cert
+	}
+	if (c->peer.role == PSW_ROLE_TRAINER) {
+		// Signed as trainer-r, or over trainer-r's certificate: r.
+		*rank = c->peer.id != PSW_ID_UNASSIGNED
+		    ? c->peer.id
+		    : ps__call_cert_rank(c);
+		return 1;
+	}
+	ps__call_reply_err(c, PSWIRE__STATUS__PERMISSION_DENIED,
+	    "%s may not register as a trainer (any_rank)",
+	    psw_ident_format(c->peer, who, sizeof(who)));
 	return 0;
 }
 

@@ -160,11 +160,25 @@ void ps__rpc_close(struct ps_rpc *rpc);
 // enum psw_role and a rank or server index: always when the sender has no
 // identity (authentication off, or TLS alone with a certificate that
 // names no member); else when it is that member, or an operator and
-// operator_ok. Under TLS alone an unindexed server certificate
+// operator_ok. A trainer signed without a rank acts for no rank. Under TLS
+// alone an unindexed server certificate
 // ("ferry-server") acts as any server slot. When not, it answers c
 // PERMISSION_DENIED (naming both), counted, and returns 0.
 int ps__call_acts_as(struct ps_call *c, int role, uint32_t id,
     int operator_ok);
+
+// ps__call_may_join tells whether c's sender may register as a trainer
+// with any_rank (elastic jobs): a sender without identity (as above), or
+// a trainer, signed without a rank (PSW_ID_UNASSIGNED: the only request
+// such a signer may make) or with one. *rank is the rank its signature or
+// its connection's certificate names (PSW_ID_UNASSIGNED: none, any free
+// rank). When not, it answers c PERMISSION_DENIED and returns 0.
+int ps__call_may_join(struct ps_call *c, uint32_t *rank);
+
+// ps__call_cert_rank (identity.c) returns the rank the certificate of c's
+// connection names (ferry-trainer-<rank>), or PSW_ID_UNASSIGNED when it
+// names none (no TLS, or another member's).
+uint32_t ps__call_cert_rank(struct ps_call *c);
 
 // ps__role_of maps a wire Role (pswire ROLE_*) to an enum psw_role.
 int      ps__role_of(int wire_role);

@@ -84,7 +84,10 @@ ps_scheduler_open(const struct ps_scheduler_opts *o, struct ps_scheduler **out)
 	        o->placement != PS_PLACEMENT_LATENCY) ||
 	    (o->placement == PS_PLACEMENT_LATENCY && o->probe_bytes == 0) ||
 	    o->probe_count < 1 || o->probe_count > 1000 ||
-	    o->replicas > PS_MAX_MEMBERS) {
+	    o->replicas > PS_MAX_MEMBERS || o->min_trainers < 0 ||
+	    o->min_trainers > o->trainers ||
+	    (o->placement == PS_PLACEMENT_LATENCY && o->min_trainers != 0 &&
+	        o->min_trainers < o->trainers)) {
 		return FB_EINVAL;
 	}
 	if ((s = fb_zalloc(sizeof(*s))) == NULL) {
@@ -120,7 +123,8 @@ ps_scheduler_open(const struct ps_scheduler_opts *o, struct ps_scheduler **out)
 		ps_scheduler_close(s);
 		return FB_ENOMEM;
 	}
-	if ((rv = ps__open_auth(o->secret_file, PSW_ROLE_SCHEDULER, 0,
+	if ((rv = ps__sched_elastic_open(s)) != FB_OK ||
+	    (rv = ps__open_auth(o->secret_file, PSW_ROLE_SCHEDULER, 0,
 	         o->auth_window_ms, &s->auth)) != FB_OK ||
 	    (rv = ps__open_tls(o->tls_cert, o->tls_key, o->tls_ca, &s->tls)) !=
 	        FB_OK ||
@@ -141,9 +145,11 @@ ps_scheduler_open(const struct ps_scheduler_opts *o, struct ps_scheduler **out)
 	}
 	ps__rpc_on_pipe_closed(s->rpc, ps__sched_live_pipe_closed, s);
 	FB_LOG(FB_LOG_NOTICE, "scheduler",
-	    "listening on %s; expecting %d servers, %d trainers; a member "
-	    "that heartbeats is declared dead after %u ms of silence",
-	    ps__rpc_url(s->rpc), o->servers, o->trainers, o->dead_after_ms);
+	    "listening on %s; expecting %d servers, %d trainers (at most "
+	    "%d); a member that heartbeats is declared dead after %u ms of "
+	    "silence",
+	    ps__rpc_url(s->rpc), o->servers, s->opts.min_trainers, o->trainers,
+	    o->dead_after_ms);
 	*out = s;
 	return FB_OK;
 }
@@ -193,6 +199,7 @@ ps_scheduler_close(struct ps_scheduler *s)
 	fb_free(s->move_from);
 	fb_free(s->move_epoch);
 	fb_free(s->shard_size);
+	ps__sched_elastic_close(s);
 	obs_registry_free(s->reg);
 	pthread_mutex_destroy(&s->mu);
 	fb_free(s);

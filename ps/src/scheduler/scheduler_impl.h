@@ -4,6 +4,7 @@
 // The scheduler is split by concern, and calls run one way:
 //   scheduler.c         open/close, request dispatch, Stats
 //   scheduler_members.c Register, Leave, ReportLinks, the start barrier
+//   scheduler_elastic.c elastic membership: MIN:MAX, free ranks, flapping
 //   scheduler_job.c     the job declaration: checks, comparison, copy
 //   scheduler_place.c   the placement map: build, replan, publish
 //   scheduler_reply.c   GetPlacement (parked until a map exists), and the
@@ -16,7 +17,8 @@
 //   scheduler_state.c   the job, members and map on disk (--state-dir)
 //   scheduler_snapshot.c the Snapshot rpc forwarded to every server
 //   scheduler_reseed.c  lost shards re-seeded from the trainers' copies
-// dispatch -> members -> place -> reply; members -> job; live -> members,
+// dispatch -> members -> place -> reply; members -> job; members, live ->
+// elastic; live -> members,
 // place, reply; members, live -> reseed -> place. The placement
 // policy itself (the 10% rule, capacities, round-robin over live servers)
 // is pure code in sharding/ (shard_policy_*).
@@ -62,6 +64,19 @@ struct ps_sched_conn {
 	// Transfers out of it were all delivered (0: none known). Kept
 	// when the member is declared dead: ps__sched_moves_unwind reads it.
 	uint64_t sent_epoch;
+};
+
+// Rank slots whose deaths the scheduler remembers for flapping
+// (scheduler_elastic.c; the oldest is forgotten first), and the deaths
+// kept for each.
+#define PS_FLAP_HOSTS 64
+#define PS_FLAP_DEATHS 32
+
+// One rank slot's recent deaths (scheduler_elastic.c).
+struct ps_sched_flap {
+	uint64_t key;                  // flap_key(); 0: a free slot
+	uint64_t died[PS_FLAP_DEATHS]; // fb_clock_ms() of each, a ring
+	uint32_t n;                    // deaths recorded (ring head: n %)
 };
 
 struct ps_scheduler {
@@ -142,6 +157,14 @@ struct ps_scheduler {
 	// while it works, joinable until joined.
 	pthread_t                snap_thread;
 	int                      snap_running, snap_joinable;
+	// Elastic membership (scheduler_elastic.c): the host each rank
+	// registered from and the request id of its any_rank Register (a
+	// re-sent one gets the same rank), the membership counters, and
+	// the deaths of each recent rank slot (flapping).
+	uint64_t                *trainer_host; // [trainers] ps__host_key
+	uint64_t                *join_rid;     // [trainers] 0: none
+	uint64_t                 n_joins, n_leaves, n_deaths, n_flap_refused;
+	struct ps_sched_flap    *flap; // [PS_FLAP_HOSTS]
 };
 
 // ps__sched_probing says whether trainers measure their links before the
@@ -171,6 +194,43 @@ void ps__sched_on_leave(struct ps_scheduler *s, struct ps_call *c);
 // the job runs, a change above the threshold re-places (latency policy).
 // Takes mu.
 void ps__sched_on_report_links(struct ps_scheduler *s, struct ps_call *c);
+
+// ---- scheduler_elastic.c: elastic membership ----------------------------
+
+// ps__sched_elastic_open sets the membership defaults in s->opts
+// (min_trainers 0: trainers; the flapping thresholds) and allocates the
+// tables. Errors: FB_EINVAL (min_trainers out of 1..trainers), FB_ENOMEM.
+// At open.
+int ps__sched_elastic_open(struct ps_scheduler *s);
+
+// ps__sched_elastic_close frees what ps__sched_elastic_open allocated.
+void ps__sched_elastic_close(struct ps_scheduler *s);
+
+// ps__sched_is_live says whether rank r is a live member: registered and
+// not gone (left, declared dead, or never registered when the job
+// started). mu held.
+static inline int
+ps__sched_is_live(const struct ps_scheduler *s, uint32_t r)
+{
+	return s->trainer_seen[r] && !s->trainer_gone[r];
+}
+
+// ps__sched_live_trainers counts the live members. mu held.
+int ps__sched_live_trainers(const struct ps_scheduler *s);
+
+// ps__sched_free_rank returns the lowest rank no live member holds, or -1
+// when every slot is held. mu held.
+int ps__sched_free_rank(const struct ps_scheduler *s);
+
+// ps__sched_flap_wait says how long (ms) a registration of rank r must
+// still wait because the slot flaps (its members died flap_deaths times
+// within flap_window_ms): 0 when it may register now. mu held.
+uint64_t ps__sched_flap_wait(struct ps_scheduler *s, uint32_t r, uint64_t now);
+
+// ps__sched_trainer_dead records that trainer r was declared dead (after
+// ps__sched_drop_trainer): counted, logged, and a death of its slot for
+// flapping. mu held.
+void ps__sched_trainer_dead(struct ps_scheduler *s, uint32_t r);
 
 // ---- scheduler_job.c: the job declaration --------------------------------
 

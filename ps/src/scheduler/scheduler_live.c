@@ -351,6 +351,7 @@ sweep_members(struct ps_scheduler *s, uint64_t now)
 				sched_server_dead(s, (uint32_t) i);
 			} else {
 				ps__sched_drop_trainer(s, (uint32_t) i);
+				ps__sched_trainer_dead(s, (uint32_t) i);
 			}
 		}
 	}

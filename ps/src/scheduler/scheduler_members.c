@@ -47,6 +47,19 @@ refuse(struct refusal *no, int status, const char *fmt, ...)
 	return status;
 }
 
+// links_in says whether every registered trainer has reported its links
+// (always when not probing). mu held.
+static int
+links_in(const struct ps_scheduler *s)
+{
+	for (int t = 0; ps__sched_probing(s) && t < s->opts.trainers; t++) {
+		if (s->trainer_seen[t] && !s->links_seen[t]) {
+			return 0;
+		}
+	}
+	return 1;
+}
+
 // maybe_start publishes the first map once every member (and every link
 // report, when probing) is in, records why it cannot when it fails, and
 // answers the parked calls that can be. mu held.
@@ -55,9 +68,14 @@ maybe_start(struct ps_scheduler *s)
 {
 	int rv;
 	if (s->placement == NULL && s->start_error[0] == '\0' &&
-	    s->job != NULL && s->n_trainers_seen == s->opts.trainers &&
-	    s->n_servers_seen == s->opts.servers &&
-	    (!ps__sched_probing(s) || s->n_links_seen == s->opts.trainers)) {
+	    s->job != NULL && s->n_trainers_seen >= s->opts.min_trainers &&
+	    s->n_servers_seen == s->opts.servers && links_in(s)) {
+		// An elastic job starts with the ranks registered so far: the
+		// others are not members (the first map lists them gone) and
+		// join later.
+		for (int t = 0; t < s->opts.trainers; t++) {
+			s->trainer_gone[t] |= !s->trainer_seen[t];
+		}
 		if ((rv = ps__sched_publish(s)) != FB_OK) {
 			if (s->start_error[0] == '\0') {
 				snprintf(s->start_error,
@@ -329,19 +347,87 @@ register_server(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
 	return 0;
 }
 
-// register_trainer admits rank r->rank with its job declaration, which
-// must be valid and, after the first (which becomes the job's), match the
-// job. A rank that left comes back. Fills rep's id; returns 0 or a
-// refusal. mu held.
+// The rank a trainer's Register asks for, and who sends it.
+struct join {
+	uint32_t rank;    // out: the rank it gets
+	uint32_t bound;   // any_rank: the rank its identity names, else
+	                  // PSW_ID_UNASSIGNED
+	uint64_t host;    // ps__host_key of the sender (0: unknown)
+	uint64_t rid;     // its request id
+	int      resent;  // out: the same any_rank Register again
+	int      already; // out: the rank is a live member's
+};
+
+// pick_rank decides the rank of a trainer's Register: r->rank, or with
+// any_rank the rank its identity names, else the one a re-sent Register
+// got, else the lowest free one. Refuses a rank out of range, a full job,
+// a rank a live member holds (explicit ranks of a fixed job excepted: a
+// re-registration, as before elastic jobs) and a flapping slot. mu held.
+static int
+pick_rank(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
+    struct join *j, struct refusal *no)
+{
+	int      max   = s->opts.trainers;
+	int      fixed = s->opts.min_trainers == max && !r->any_rank;
+	uint64_t wait;
+
+	j->rank = r->any_rank ? j->bound : r->rank;
+	for (int t = 0; r->any_rank && j->rank == PSW_ID_UNASSIGNED &&
+	     j->rid != 0 && t < max;
+	     t++) {
+		if (ps__sched_is_live(s, (uint32_t) t) &&
+		    s->join_rid[t] == j->rid &&
+		    s->trainer_host[t] == j->host) {
+			j->rank   = (uint32_t) t; // its answer was lost
+			j->resent = 1;
+		}
+	}
+	if (j->rank == PSW_ID_UNASSIGNED) {
+		int f = ps__sched_free_rank(s);
+		if (f < 0) {
+			return refuse(no, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+			    "job full: %d trainers", max);
+		}
+		j->rank = (uint32_t) f;
+	}
+	if (j->rank >= (uint32_t) max) {
+		return refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "rank %u out of range: job has %d trainers (MAX %d)",
+		    j->rank, max, max);
+	}
+	j->already = ps__sched_is_live(s, j->rank);
+	if (j->already && !fixed && !j->resent) {
+		if (ps__sched_live_trainers(s) >= max) {
+			return refuse(no, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+			    "job full: %d trainers", max);
+		}
+		return refuse(no, PSWIRE__STATUS__ALREADY_EXISTS,
+		    "rank %u is held by a live trainer", j->rank);
+	}
+	if (!j->already &&
+	    (wait = ps__sched_flap_wait(s, j->rank, fb_clock_ms())) > 0) {
+		s->n_flap_refused++;
+		return refuse(no, PSWIRE__STATUS__UNAVAILABLE,
+		    "rank %u flapping (its members died %u times within %u "
+		    "ms): retry in %llu ms",
+		    j->rank, s->opts.flap_deaths, s->opts.flap_window_ms,
+		    (unsigned long long) wait);
+	}
+	return 0;
+}
+
+// register_trainer admits the trainer of j (pick_rank) with its job
+// declaration, which must be valid and, after the first (which becomes
+// the job's), match the job. A rank that is not a member (it left, was
+// declared dead, or never registered before the job started) joins.
+// Fills rep's id; returns 0 or a refusal. mu held.
 static int
 register_trainer(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
-    Pswire__RegisterReply *rep, struct refusal *no)
+    struct join *j, Pswire__RegisterReply *rep, struct refusal *no)
 {
 	char why[512];
-	if (r->rank >= (uint32_t) s->opts.trainers) {
-		return refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
-		    "rank %u out of range: job has %d trainers", r->rank,
-		    s->opts.trainers);
+	if (pick_rank(s, r, j, no) != 0) {
+		return no->status;
 	}
 	if (r->job == NULL) {
 		return refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
@@ -367,31 +453,43 @@ register_trainer(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
 		FB_LOG(FB_LOG_NOTICE, "members",
 		    "job declared by rank %u: %zu tensors, mode %s, lr %g, "
 		    "optimizer %s",
-		    r->rank, s->job->n_tensors,
+		    j->rank, s->job->n_tensors,
 		    s->job->mode ? "async" : "sync", s->job->lr,
 		    s->job->optim != NULL && *s->job->optim->name != '\0'
 		        ? s->job->optim->name
 		        : "sgd");
 	}
-	if (s->trainer_gone[r->rank]) {
-		// A rank that left comes back: rounds wait for it again from
+	uint32_t rank = j->rank;
+	if (!j->already) {
+		s->trainer_host[rank] = j->host;
+		s->join_rid[rank]     = r->any_rank ? j->rid : 0;
+	}
+	if (s->trainer_gone[rank]) {
+		// A rank that is not a member joins: rounds wait for it from
 		// the next map on.
-		s->trainer_gone[r->rank] = 0;
-		FB_LOG(FB_LOG_NOTICE, "members", "trainer %u rejoins",
-		    r->rank);
+		s->trainer_gone[rank] = 0;
+		FB_LOG(FB_LOG_NOTICE, "members", "trainer %u %s", rank,
+		    s->trainer_seen[rank] ? "rejoins"
+		                          : "joins the running job");
 		if (s->placement != NULL) {
 			ps__sched_republish(s, s->assign);
 		}
 	}
-	if (!s->trainer_seen[r->rank]) {
-		s->trainer_seen[r->rank] = 1;
+	if (!s->trainer_seen[rank]) {
+		s->trainer_seen[rank] = 1;
 		s->n_trainers_seen++;
 		FB_LOG(FB_LOG_NOTICE, "members",
-		    "trainer %u registered (%d/%d)", r->rank,
-		    s->n_trainers_seen, s->opts.trainers);
+		    "trainer %u registered (%d/%d)", rank, s->n_trainers_seen,
+		    s->opts.min_trainers);
 	}
-	ps__sched_touch(s, PSWIRE__ROLE__ROLE_TRAINER, r->rank);
-	rep->id = r->rank;
+	if (!j->already) {
+		s->n_joins++;
+		FB_LOG(FB_LOG_NOTICE, "members",
+		    "trainer %u joined (members %d)", rank,
+		    ps__sched_live_trainers(s));
+	}
+	ps__sched_touch(s, PSWIRE__ROLE__ROLE_TRAINER, rank);
+	rep->id = rank;
 	return 0;
 }
 
@@ -412,8 +510,13 @@ ps__sched_on_register(struct ps_scheduler *s, struct ps_call *c)
 	// Who may register what (docs/security.md): a trainer only its own
 	// rank; a server only as a server, and only its own slot once it has
 	// one.
+	struct join j = { .bound = PSW_ID_UNASSIGNED,
+		.host            = c->host_key,
+		.rid             = c->hdr->request_id };
 	if (r->role == PSWIRE__ROLE__ROLE_TRAINER &&
-	    !ps__call_acts_as(c, PSW_ROLE_TRAINER, r->rank, 0)) {
+	    (r->any_rank
+	            ? !ps__call_may_join(c, &j.bound)
+	            : !ps__call_acts_as(c, PSW_ROLE_TRAINER, r->rank, 0))) {
 		return;
 	}
 	uint32_t claimed = c->peer.role == PSW_ROLE_SERVER ? c->peer.id
@@ -426,7 +529,7 @@ ps__sched_on_register(struct ps_scheduler *s, struct ps_call *c)
 	if (r->role == PSWIRE__ROLE__ROLE_SERVER) {
 		status = register_server(s, r, claimed, &rep, &no);
 	} else if (r->role == PSWIRE__ROLE__ROLE_TRAINER) {
-		status = register_trainer(s, r, &rep, &no);
+		status = register_trainer(s, r, &j, &rep, &no);
 	} else {
 		status = refuse(&no, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "unknown role %d", r->role);
@@ -434,9 +537,11 @@ ps__sched_on_register(struct ps_scheduler *s, struct ps_call *c)
 	if (status == 0) {
 		// The welcome goes out before mu is released, as it always
 		// has; only refusals wait for the unlock.
-		rep.trainers = (uint32_t) s->opts.trainers;
-		rep.servers  = (uint32_t) s->n_servers_seen;
-		rep.probe    = ps__sched_probing(s) &&
+		rep.trainers     = (uint32_t) s->opts.trainers;
+		rep.min_trainers = (uint32_t) s->opts.min_trainers;
+		rep.elastic      = s->opts.min_trainers < s->opts.trainers;
+		rep.servers      = (uint32_t) s->n_servers_seen;
+		rep.probe        = ps__sched_probing(s) &&
 		    r->role == PSWIRE__ROLE__ROLE_TRAINER;
 		rep.probe_count = s->opts.probe_count;
 		rep.probe_bytes = s->opts.probe_bytes;
@@ -462,10 +567,14 @@ leave_trainer(struct ps_scheduler *s, uint32_t id, struct refusal *no)
 		return refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "no trainer %u", id);
 	}
-	if (!s->trainer_gone[id]) {
-		FB_LOG(FB_LOG_NOTICE, "members", "trainer %u leaves", id);
-	}
+	int was = ps__sched_is_live(s, id);
 	ps__sched_drop_trainer(s, id);
+	if (was) {
+		s->n_leaves++;
+		FB_LOG(FB_LOG_NOTICE, "members",
+		    "trainer %u left (members %d)", id,
+		    ps__sched_live_trainers(s));
+	}
 	return 0;
 }
 

@@ -6,6 +6,7 @@
 // DESIGN. All of it lives under s->mu and changes rarely, so nothing here
 // is a hot-path counter: the collector and the state writer take mu once
 // per scrape and read the fields directly.
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -74,6 +75,51 @@ write_heartbeats(struct ps_scheduler *s, struct obs_writer *w)
 	}
 }
 
+// write_elastic writes the trainer membership bounds (--trainers
+// MIN:MAX) and the membership changes since the scheduler started. mu
+// held.
+static void
+write_elastic(struct ps_scheduler *s, struct obs_writer *w)
+{
+	static const struct {
+		const char *name, *help;
+		size_t      off;
+	} counters[] = {
+		{ "ferry_scheduler_joins_total",
+		    "Trainers that joined the job (a first registration, or "
+		    "a rank that left or died registering again).",
+		    offsetof(struct ps_scheduler, n_joins) },
+		{ "ferry_scheduler_leaves_total",
+		    "Trainers that left the job (Leave).",
+		    offsetof(struct ps_scheduler, n_leaves) },
+		{ "ferry_scheduler_deaths_total",
+		    "Trainers declared dead (no heartbeat, or their heartbeat "
+		    "connection closed).",
+		    offsetof(struct ps_scheduler, n_deaths) },
+		{ "ferry_scheduler_flap_refusals_total",
+		    "Trainer registrations refused because their rank slot "
+		    "flaps (its members died repeatedly).",
+		    offsetof(struct ps_scheduler, n_flap_refused) },
+	};
+	obs_write_family(w, "ferry_scheduler_members_min",
+	    "Trainers the job starts with (--trainers MIN).", OBS_GAUGE);
+	obs_write_sample(w, "ferry_scheduler_members_min", NULL,
+	    s->opts.min_trainers);
+	obs_write_family(w, "ferry_scheduler_members_max",
+	    "Trainers the job takes at most (--trainers MAX: the rank "
+	    "slots).",
+	    OBS_GAUGE);
+	obs_write_sample(w, "ferry_scheduler_members_max", NULL,
+	    s->opts.trainers);
+	for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++) {
+		const uint64_t *v = (const uint64_t *) ((const char *) s +
+		    counters[i].off);
+		obs_write_family(w, counters[i].name, counters[i].help,
+		    OBS_COUNTER);
+		obs_write_sample(w, counters[i].name, NULL, (double) *v);
+	}
+}
+
 static void
 collect(void *arg, struct obs_writer *w)
 {
@@ -103,18 +149,18 @@ collect(void *arg, struct obs_writer *w)
 	    M - count_set(s->gone, M));
 	obs_write_sample(w, "ferry_scheduler_members",
 	    "role=\"server\",state=\"gone\"", count_set(s->gone, M));
+	int live = ps__sched_live_trainers(s);
 	obs_write_sample(w, "ferry_scheduler_members",
-	    "role=\"trainer\",state=\"live\"",
-	    s->n_trainers_seen - count_set(s->trainer_gone, s->opts.trainers));
+	    "role=\"trainer\",state=\"live\"", live);
 	obs_write_sample(w, "ferry_scheduler_members",
-	    "role=\"trainer\",state=\"gone\"",
-	    count_set(s->trainer_gone, s->opts.trainers));
+	    "role=\"trainer\",state=\"gone\"", s->n_trainers_seen - live);
+	write_elastic(s, w);
 	obs_write_family(w, "ferry_scheduler_members_expected",
 	    "Members the job waits for before it starts, by role.", OBS_GAUGE);
 	obs_write_sample(w, "ferry_scheduler_members_expected",
 	    "role=\"server\"", s->opts.servers);
 	obs_write_sample(w, "ferry_scheduler_members_expected",
-	    "role=\"trainer\"", s->opts.trainers);
+	    "role=\"trainer\"", s->opts.min_trainers);
 	obs_write_family(w, "ferry_scheduler_parked_calls",
 	    "GetPlacement calls parked until their map exists.", OBS_GAUGE);
 	obs_write_sample(w, "ferry_scheduler_parked_calls", NULL, parked);
@@ -160,7 +206,7 @@ ps_scheduler_ready(struct ps_scheduler *s, char *why, size_t n)
 		snprintf(why, n,
 		    "waiting for members: %d/%d servers, %d/%d trainers",
 		    s->n_servers_seen, s->opts.servers, s->n_trainers_seen,
-		    s->opts.trainers);
+		    s->opts.min_trainers);
 	}
 	pthread_mutex_unlock(&s->mu);
 	return ready;
@@ -207,13 +253,19 @@ ps_scheduler_state_json(struct ps_scheduler *s, struct obs_writer *w)
 		    s->gone[m] ? "true" : "false", held);
 		sep = ",";
 	}
-	obs_writer_printf(w, "],\"trainers\":[");
+	obs_writer_printf(w,
+	    "],\"members\":{\"min\":%d,\"max\":%d,\"live\":%d},"
+	    "\"trainers\":[",
+	    s->opts.min_trainers, s->opts.trainers,
+	    ps__sched_live_trainers(s));
 	sep = "";
 	for (int t = 0; t < s->opts.trainers; t++) {
 		obs_writer_printf(w,
-		    "%s{\"rank\":%d,\"registered\":%s,\"gone\":%s}", sep, t,
-		    s->trainer_seen[t] ? "true" : "false",
-		    s->trainer_gone[t] ? "true" : "false");
+		    "%s{\"rank\":%d,\"registered\":%s,\"gone\":%s,"
+		    "\"live\":%s}",
+		    sep, t, s->trainer_seen[t] ? "true" : "false",
+		    s->trainer_gone[t] ? "true" : "false",
+		    ps__sched_is_live(s, (uint32_t) t) ? "true" : "false");
 		sep = ",";
 	}
 	obs_writer_printf(w, "],\"parked_get_placement\":[");

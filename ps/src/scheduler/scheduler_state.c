@@ -80,6 +80,7 @@ ps__sched_state_save(struct ps_scheduler *s)
 		    (s->links_seen[t] ? STATE_TRAINER_LINKS : 0));
 	}
 	st.trainers           = (uint32_t) T;
+	st.min_trainers       = (uint32_t) s->opts.min_trainers;
 	st.job                = s->job;
 	st.epoch              = s->epoch;
 	st.placement          = s->placement;
@@ -290,10 +291,12 @@ state_check(const struct ps_scheduler *s, const Pswire__SchedulerState *st,
 	size_t M = st->n_servers, T = st->trainers;
 	char   jw[256];
 
-	if (st->trainers != (uint32_t) s->opts.trainers) {
+	uint32_t lo = st->min_trainers != 0 ? st->min_trainers : st->trainers;
+	if (st->trainers != (uint32_t) s->opts.trainers ||
+	    lo != (uint32_t) s->opts.min_trainers) {
 		return why(msg, n, FB_EPROTO, path,
-		    "written for a job of %u trainers, --trainers is %d",
-		    st->trainers, s->opts.trainers);
+		    "written for a job of %u:%u trainers, --trainers is %d:%d",
+		    lo, st->trainers, s->opts.min_trainers, s->opts.trainers);
 	}
 	if (M > PS_MAX_MEMBERS ||
 	    (st->placement == NULL && M > (size_t) s->opts.servers)) {

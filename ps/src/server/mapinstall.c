@@ -102,17 +102,15 @@ ps__map_install(struct ps_server *s, Pswire__Placement *pl)
 	if (comp_codec_parse("none", 0, &s->cnone) != FB_OK) {
 		return FB_EPROTO;
 	}
-	s->n_global  = pl->n_shards;
-	s->local     = fb_alloc(pl->n_shards * sizeof(*s->local));
-	s->shards    = fb_zalloc(pl->n_shards * sizeof(*s->shards));
-	s->sum       = fb_alloc(maxlen * sizeof(float));
-	s->scratch   = fb_alloc(maxlen * sizeof(float));
-	s->gone      = fb_zalloc(pl->trainers);
-	s->last_rank = fb_zalloc(pl->trainers * sizeof(*s->last_rank));
+	s->n_global = pl->n_shards;
+	s->local    = fb_alloc(pl->n_shards * sizeof(*s->local));
+	s->shards   = fb_zalloc(pl->n_shards * sizeof(*s->shards));
+	s->sum      = fb_alloc(maxlen * sizeof(float));
+	s->scratch  = fb_alloc(maxlen * sizeof(float));
 	s->owners = fb_alloc(pl->n_shards * PS_OWNERS_SEEN * sizeof(uint32_t));
 	if (s->local == NULL || s->shards == NULL || s->sum == NULL ||
-	    s->scratch == NULL || s->gone == NULL || s->last_rank == NULL ||
-	    s->owners == NULL) {
+	    s->scratch == NULL || s->owners == NULL ||
+	    ps__ranks_alloc(s) != FB_OK) {
 		return FB_ENOMEM;
 	}
 	for (size_t i = 0; i < pl->n_shards * PS_OWNERS_SEEN; i++) {
@@ -120,11 +118,7 @@ ps__map_install(struct ps_server *s, Pswire__Placement *pl)
 		    ? pl->shards[i / PS_OWNERS_SEEN]->server
 		    : PSW_ID_UNASSIGNED;
 	}
-	for (size_t k = 0; k < pl->n_gone_trainers; k++) {
-		if (pl->gone_trainers[k] < pl->trainers) {
-			s->gone[pl->gone_trainers[k]] = 1;
-		}
-	}
+	ps__ranks_map(s, pl, 1);
 	for (size_t i = 0; i < pl->n_shards; i++) {
 		Pswire__ShardInfo *si = pl->shards[i];
 		struct srv_shard  *sh = &s->shards[i];

@@ -224,13 +224,9 @@ static void
 map_mark(struct ps_server *s, Pswire__Placement *pl)
 {
 	s->pl = pl;
-	// Trainers that left (or came back): an absence may complete a round.
-	memset(s->gone, 0, s->trainers);
-	for (size_t k = 0; k < pl->n_gone_trainers; k++) {
-		if (pl->gone_trainers[k] < s->trainers) {
-			s->gone[pl->gone_trainers[k]] = 1;
-		}
-	}
+	// Trainers that left (or came back: pending in a sync job, their
+	// clocks raised in an SSP one): an absence may complete a round.
+	ps__ranks_map(s, pl, 0);
 	for (size_t i = 0; i < s->n_global; i++) {
 		if (s->local[i] >= 0 && ps__shard_complete(s, &s->shards[i])) {
 			ps__shard_apply_sync(s, &s->shards[i]);

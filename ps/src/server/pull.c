@@ -277,6 +277,63 @@ ps__pull_or_park(struct ps_server *s, struct ps_call *c, uint64_t want)
 	ps__pull_wake(s);
 }
 
+// pull_join joins the caller's rank to this server's sync rounds at
+// p->join_version J (store.c's JOINS) once every shard the pull lists
+// can take it there: none is past J (OUT_OF_RANGE: that round closed
+// without it; pull the versions again and join at the newest), none has
+// the rank's push for J in already (a previous process of the rank
+// pushed it: OUT_OF_RANGE, join at the next round) and J is at most the
+// next version (FAILED_PRECONDITION, as a pull's version). A refused join
+// changes nothing. mu held, the shards checked. Returns 0 or replies and
+// returns -1.
+static int
+pull_join(struct ps_server *s, struct ps_call *c, const Pswire__PullRequest *p)
+{
+	uint32_t rank = c->hdr->rank;
+	uint64_t J    = p->join_version;
+	if (rank >= s->trainers) {
+		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
+		    "join: rank %u out of range: job has %u trainers", rank,
+		    s->trainers);
+		return -1;
+	}
+	if (s->gone[rank]) {
+		// The map that adds it is not applied here yet.
+		ps__server_reply_err(s, c, PSWIRE__STATUS__UNAVAILABLE,
+		    "join: rank %u is not in the job under map epoch %llu "
+		    "here; retry",
+		    rank, (unsigned long long) s->pl->epoch);
+		return -1;
+	}
+	for (size_t i = 0; i < p->n_shards; i++) {
+		const struct srv_shard *sh = &s->shards[p->shards[i]];
+		if (J > sh->version + 1) {
+			ps__server_reply_err(s, c,
+			    PSWIRE__STATUS__FAILED_PRECONDITION,
+			    "join: shard %u is at version %llu; version %llu "
+			    "cannot exist before %llu is pushed",
+			    sh->id, (unsigned long long) sh->version,
+			    (unsigned long long) J,
+			    (unsigned long long) sh->version);
+			return -1;
+		}
+		if (J < sh->version ||
+		    (J == sh->version && sh->state[rank] != PS_SLOT_FREE)) {
+			ps__server_reply_err(s, c,
+			    PSWIRE__STATUS__OUT_OF_RANGE,
+			    "join: shard %u is at version %llu%s, past join "
+			    "version %llu: pull the versions and join at the "
+			    "newest",
+			    sh->id, (unsigned long long) sh->version,
+			    J < sh->version ? "" : " with this rank's push in",
+			    (unsigned long long) J);
+			return -1;
+		}
+	}
+	ps__rank_join(s, rank, J);
+	return 0;
+}
+
 void
 ps__on_pull(struct ps_server *s, struct ps_call *c)
 {
@@ -288,6 +345,11 @@ ps__on_pull(struct ps_server *s, struct ps_call *c)
 		return;
 	}
 	p = c->hdr->pull_req;
+	// Only trainer r joins rank r to the rounds.
+	if (p->join &&
+	    !ps__call_acts_as(c, PSW_ROLE_TRAINER, c->hdr->rank, 0)) {
+		return;
+	}
 	atomic_fetch_add_explicit(&s->bytes_in, nng_msg_len(c->req),
 	    memory_order_relaxed);
 	if (c->frame.payload_len != 0) {
@@ -336,8 +398,15 @@ ps__on_pull(struct ps_server *s, struct ps_call *c)
 			goto out;
 		}
 	}
-	ps__pull_or_park(s, c,
-	    s->job.mode == PSWIRE__MODE__MODE_SYNC ? p->version : 0);
+	uint64_t want = s->job.mode == PSWIRE__MODE__MODE_SYNC ? p->version
+	                                                       : 0;
+	if (p->join && s->job.mode == PSWIRE__MODE__MODE_SYNC) {
+		if (pull_join(s, c, p) != 0) {
+			goto out;
+		}
+		want = want > p->join_version ? want : p->join_version;
+	}
+	ps__pull_or_park(s, c, want);
 out:
 	pthread_mutex_unlock(&s->mu);
 }
@@ -484,11 +553,13 @@ stall_scan(struct ps_server *s, uint64_t now, // fb_clock_ns
 		fb_ranges_init(&waiting, b_wait, sizeof(b_wait));
 		fb_ranges_init(&pushed, b_push, sizeof(b_push));
 		for (uint32_t r = 0; r < s->trainers; r++) {
-			if (!s->gone[r]) {
-				fb_ranges_add(sh->state[r] == PS_SLOT_PUSHED
-				        ? &pushed
-				        : &waiting,
-				    r);
+			if (s->gone[r]) {
+				continue;
+			}
+			if (sh->state[r] == PS_SLOT_PUSHED) {
+				fb_ranges_add(&pushed, r);
+			} else if (ps__rank_waited(s, r, sh->version)) {
+				fb_ranges_add(&waiting, r);
 			}
 		}
 		wall_time((now - sh->round_t0) / 1000000u, t0, sizeof(t0));

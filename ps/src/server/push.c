@@ -401,6 +401,9 @@ push_commit(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 		}
 		struct srv_shard *sh = &s->shards[p->shards[i]->shard];
 		sh->state[rank]      = PS_SLOT_PUSHED;
+		// A pending rank's push joins it at this round (store.c's
+		// JOINS); a joined rank's changes nothing.
+		ps__rank_join(s, rank, sh->version);
 		if (sh->n_pushed++ == 0) {
 			sh->round_t0 = now; // the round's wait starts
 		}
@@ -508,6 +511,9 @@ ps__on_push(struct ps_server *s, struct ps_call *c)
 		goto out;
 	}
 reply:
+	// Admitted (staged, applied, or counted before): the samples up to
+	// lease_end of lease_id are consumed (heartbeat.c).
+	ps__lease_mark(s, rank, p->lease_id, p->lease_end);
 	if (is_pp) {
 		ps__pull_or_park(s, c, want);
 	} else {

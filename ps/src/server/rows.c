@@ -14,8 +14,9 @@
 //   decode outside it): a table push is a few rows per shard.
 // - Sync: a rank's push of a shard's version v stays in its staging
 //   buffer until every rank still in the job has pushed v (trainers that
-//   left, Placement.gone_trainers, do not hold a round; sync_quorum is
-//   not applied to tables). The round then sums the staged rows per key
+//   left, Placement.gone_trainers, and ranks a map added that have not
+//   joined yet, store.c's JOINS, do not hold a round; sync_quorum is not
+//   applied to tables). The round then sums the staged rows per key
 //   in rank order (rank 0's keys first, each key's first gradient copied,
 //   the next ones added), so the float sum is the same whatever the
 //   arrival order, scales by 1 / (the round's samples) and applies it
@@ -164,7 +165,7 @@ round_complete(const struct ps_server *s, const struct srv_tshard *ts)
 		return 0;
 	}
 	for (uint32_t r = 0; r < s->trainers; r++) {
-		if (!ts->pushed[r] && !s->gone[r]) {
+		if (!ts->pushed[r] && ps__rank_waited(s, r, ts->version)) {
 			return 0;
 		}
 	}
@@ -608,6 +609,7 @@ rows_commit(struct ps_server *s, struct ps_call *c,
 			continue;
 		}
 		ts->pushed[rank] = 1;
+		ps__rank_join(s, rank, ts->version); // store.c's JOINS
 		ts->n_pushed++;
 		ts->samples += p->n_samples;
 		if (round_complete(s, ts)) {

@@ -90,7 +90,9 @@ static int
 seed_all_offered(const struct ps_server *s, const struct srv_shard *sh)
 {
 	for (uint32_t r = 0; r < s->trainers; r++) {
-		if (!s->gone[r] && sh->state[r] == PS_SLOT_FREE) {
+		// A rank pending a join (store.c's JOINS) has no copy.
+		if (!s->gone[r] && s->join_at[r] != PS_JOIN_PENDING &&
+		    sh->state[r] == PS_SLOT_FREE) {
 			return 0;
 		}
 	}

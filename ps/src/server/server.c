@@ -287,6 +287,11 @@ ps_server_close(struct ps_server *s)
 	ps__rows_release(s);
 	fb_free(s->scratch);
 	fb_free(s->gone);
+	fb_free(s->added);
+	fb_free(s->join_at);
+	fb_free(s->marks);
+	fb_free(s->hb_marks);
+	fb_free(s->hb_mark_ptrs);
 	fb_free(s->last_rank);
 	obs_registry_free(s->reg);
 	fb_free(s->shards);

@@ -171,6 +171,16 @@ struct srv_shard {
 	uint64_t  seed_version, seed_t0, seed_told;
 };
 
+// The newest lease mark of a rank's admitted pushes (heartbeat.c): the
+// samples of lease `id` up to position `end` were in them (0, 0: none).
+struct ps_lease_mark {
+	uint64_t id, end;
+};
+
+// join_at of a rank that a map added and that has not joined yet: no sync
+// round of this server waits for it (store.c's JOINS).
+#define PS_JOIN_PENDING UINT64_MAX
+
 // A table shard id in a move's list of Transfers (moves.c), beside dense
 // shard ids.
 #define PS_TABLE_ID 0x80000000u
@@ -257,6 +267,18 @@ struct ps_server {
 	atomic_int            transfers;  // shards packed, not yet delivered
 	int                   late;       // joined a running job
 	uint8_t              *gone;       // [trainers] ranks that left
+	// Sync joins (store.c's JOINS): join_at[r], the version from which
+	// this server's rounds wait for rank r (0: from the start;
+	// PS_JOIN_PENDING: added by a map, not joined yet); added: scratch
+	// of ps__ranks_map.
+	uint64_t             *join_at; // [trainers]
+	uint8_t              *added;   // [trainers]
+	// Lease marks (heartbeat.c): each rank's newest (lease id, end) of an
+	// admitted push, and the heartbeat thread's copy of them (only it
+	// touches hb_marks after the first map made them).
+	struct ps_lease_mark *marks;        // [trainers]
+	Pswire__LeaseMark    *hb_marks;     // [trainers]
+	Pswire__LeaseMark   **hb_mark_ptrs; // [trainers]
 	uint64_t              started_ms;
 	// stuck rounds: warnings logged, and the last one's text (under mu)
 	atomic_uint_fast64_t  n_stalls;
@@ -360,6 +382,39 @@ int ps__shard_complete(const struct ps_server *s, const struct srv_shard *sh);
 // advances the version, publishes the pull reference, frees the slots and
 // tells the snapshot writer. mu held.
 void ps__shard_apply_sync(struct ps_server *s, struct srv_shard *sh);
+
+// ps__rank_waited reports whether a sync round of this server at version
+// `version` waits for rank r: it is in the job and joined at or before
+// that version (store.c's JOINS). mu held.
+static inline int
+ps__rank_waited(const struct ps_server *s, uint32_t r, uint64_t version)
+{
+	return !s->gone[r] && s->join_at[r] <= version;
+}
+
+// ps__rank_join makes rank r expected from version v on (joined at v), or
+// keeps an earlier join: a join pull, or a push staged at v. mu held.
+static inline void
+ps__rank_join(struct ps_server *s, uint32_t r, uint64_t v)
+{
+	if (s->join_at[r] > v) {
+		s->join_at[r] = v;
+	}
+}
+
+// ps__ranks_alloc allocates the per-rank arrays of the first map
+// (s->trainers known): gone, join_at, added, last_rank, the lease marks
+// and the heartbeat's copy. FB_ENOMEM. mu held, from ps__map_install.
+int ps__ranks_alloc(struct ps_server *s);
+
+// ps__ranks_map sets the departed trainers from map pl (the first one
+// when first) and treats the ranks it adds (gone before, not now; in the
+// first map, every rank it lists gone starts pending): in a sync job they
+// are pending until they join, in an async or SSP job each one's clock on
+// every held shard and table shard is raised to the slowest other rank's.
+// The caller then closes the rounds an absence completes. mu held.
+void ps__ranks_map(struct ps_server *s, const Pswire__Placement *pl,
+    int first);
 
 // ps__shard_min_clock returns the lowest clock (pushes applied) over the
 // ranks still in the job (UINT64_MAX when none is). mu held.
@@ -714,6 +769,12 @@ void ps__snap_stats(struct ps_server *s, char *buf, size_t n);
 int ps__server_metrics_open(struct ps_server *s);
 
 // ---- heartbeat.c -----------------------------------------------------------
+
+// ps__lease_mark records (id, end) as rank's lease mark when it is newer
+// than the one held (a higher id, or the same id and a higher end); id 0
+// is no mark. No allocation. mu held.
+void ps__lease_mark(struct ps_server *s, uint32_t rank, uint64_t id,
+    uint64_t end);
 
 // ps__heartbeat_main is the heartbeat thread (arg: the server): once
 // s->hb_index is set it sends a Heartbeat every opts.heartbeat_ms (none

@@ -163,8 +163,9 @@ ps_server_ready(struct ps_server *s, char *why, size_t n)
 	return 1;
 }
 
-// write_ranks writes the JSON array of the ranks, not gone, whose slot of
-// sh is (want_pushed ? pushed : not pushed). mu held.
+// write_ranks writes the JSON array of the ranks whose slot of sh is
+// (want_pushed ? pushed : not pushed, among the ranks its round waits
+// for). mu held.
 static void
 write_ranks(const struct ps_server *s, const struct srv_shard *sh,
     int want_pushed, struct obs_writer *w)
@@ -173,7 +174,9 @@ write_ranks(const struct ps_server *s, const struct srv_shard *sh,
 	obs_writer_printf(w, "[");
 	for (uint32_t r = 0; r < s->trainers; r++) {
 		int pushed = sh->state[r] == PS_SLOT_PUSHED;
-		if (!s->gone[r] && pushed == want_pushed) {
+		if (!s->gone[r] &&
+		    (pushed || ps__rank_waited(s, r, sh->version)) &&
+		    pushed == want_pushed) {
 			obs_writer_printf(w, "%s%u", sep, r);
 			sep = ",";
 		}

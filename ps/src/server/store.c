@@ -8,6 +8,31 @@
 // rank-order sum here; the update is optim.c's); ps/CMakeLists.txt
 // compiles them with -O3 so that GCC vectorises them (no fast-math: the
 // floats stay exact and runs reproducible).
+//
+// JOINS (issue 27, elastic jobs). A sync round closes over the ranks this
+// server expects at its version: ps__rank_waited, not gone and joined at
+// or before it (join_at). Ranks in the first map are expected from
+// version 0. A rank that a later map adds (gone, then not), and one the
+// first map lists gone, is pending (PS_JOIN_PENDING): no round waits for
+// it, so a joiner never stalls the others while it starts. It joins this
+// server at version J (ps__rank_join) by a Pull with join=true,
+// join_version=J (pull.c: refused while any of its listed shards is past
+// J, so that every shard takes it at the same round), or by a push
+// staged at a shard's current version v (push.c, rows.c: today's rejoin,
+// an implicit join at v). From then on every shard of this server whose
+// version is >= J waits for it; a shard already past J refuses its push
+// for J with OUT_OF_RANGE as before (the client pulls and goes on).
+// join_at is this server's: a shard moved in by a Transfer waits for the
+// ranks this server expects, and a rank pending here joins by its push.
+// A rank whose process died and whose slot a new process took between
+// two maps this server installed (the map that marked it gone skipped)
+// is never pending here: it is still expected (as before issue 27), and
+// the new process's join pull or push is what the round waits for; a
+// push the dead process had staged still counts in its round (the join
+// pull for that round is refused: join at the next one). Async and SSP
+// take joins at once: the added rank's clock is raised to the slowest
+// other rank's (never lowered), so a rank starting at clock 0 does not
+// hold SSP reads back.
 #include <string.h>
 
 #include "server_impl.h"
@@ -27,7 +52,8 @@ ps__shard_complete(const struct ps_server *s, const struct srv_shard *sh)
 			return 0;
 		}
 		pushed += sh->state[r] == PS_SLOT_PUSHED;
-		missing += !s->gone[r] && sh->state[r] != PS_SLOT_PUSHED;
+		missing += ps__rank_waited(s, r, sh->version) &&
+		    sh->state[r] != PS_SLOT_PUSHED;
 	}
 	// With a quorum the round closes on its Q-th push; the ranks still
 	// missing then find the version passed (OUT_OF_RANGE: re-pull).
@@ -44,6 +70,98 @@ ps__shard_min_clock(const struct ps_server *s, const struct srv_shard *sh)
 		}
 	}
 	return lo;
+}
+
+int
+ps__ranks_alloc(struct ps_server *s)
+{
+	uint32_t n      = s->trainers;
+	s->gone         = fb_zalloc(n);
+	s->added        = fb_zalloc(n);
+	s->join_at      = fb_zalloc(n * sizeof(*s->join_at));
+	s->last_rank    = fb_zalloc(n * sizeof(*s->last_rank));
+	s->marks        = fb_zalloc(n * sizeof(*s->marks));
+	s->hb_marks     = fb_alloc(n * sizeof(*s->hb_marks));
+	s->hb_mark_ptrs = fb_alloc(n * sizeof(*s->hb_mark_ptrs));
+	if (s->gone == NULL || s->added == NULL || s->join_at == NULL ||
+	    s->last_rank == NULL || s->marks == NULL || s->hb_marks == NULL ||
+	    s->hb_mark_ptrs == NULL) {
+		return FB_ENOMEM;
+	}
+	for (uint32_t r = 0; r < n; r++) {
+		pswire__lease_mark__init(&s->hb_marks[r]);
+		s->hb_mark_ptrs[r] = &s->hb_marks[r];
+	}
+	return FB_OK;
+}
+
+// raise_clocks raises the clock of each rank in s->added on the n clocks
+// of one shard to the slowest of the other ranks in the job (none: kept).
+// mu held.
+static void
+raise_clocks(const struct ps_server *s, uint64_t *clock)
+{
+	uint64_t lo = UINT64_MAX;
+	for (uint32_t r = 0; r < s->trainers; r++) {
+		if (!s->gone[r] && !s->added[r] && clock[r] < lo) {
+			lo = clock[r];
+		}
+	}
+	for (uint32_t r = 0; lo != UINT64_MAX && r < s->trainers; r++) {
+		if (s->added[r] && clock[r] < lo) {
+			clock[r] = lo;
+		}
+	}
+}
+
+void
+ps__ranks_map(struct ps_server *s, const Pswire__Placement *pl, int first)
+{
+	int      sync    = s->job.mode == PSWIRE__MODE__MODE_SYNC;
+	uint32_t n_added = 0;
+	// added: gone under the old map (every rank, for the first one).
+	for (uint32_t r = 0; r < s->trainers; r++) {
+		s->added[r] = first || s->gone[r];
+	}
+	memset(s->gone, 0, s->trainers);
+	for (size_t k = 0; k < pl->n_gone_trainers; k++) {
+		if (pl->gone_trainers[k] < s->trainers) {
+			s->gone[pl->gone_trainers[k]] = 1;
+		}
+	}
+	for (uint32_t r = 0; r < s->trainers; r++) {
+		if (first) {
+			// In the first map: expected from version 0; the
+			// others join when a map adds them.
+			s->join_at[r] = s->gone[r] && sync ? PS_JOIN_PENDING
+			                                   : 0;
+			s->added[r]   = 0;
+			continue;
+		}
+		s->added[r] = s->added[r] && !s->gone[r];
+		if (s->added[r]) {
+			n_added++;
+			s->join_at[r] = sync ? PS_JOIN_PENDING : 0;
+			FB_LOG(FB_LOG_INFO, "store",
+			    "trainer %u added by map epoch %llu: %s", r,
+			    (unsigned long long) pl->epoch,
+			    sync ? "pending until it joins a round"
+			         : "joins at once");
+		}
+	}
+	if (sync || n_added == 0) {
+		return;
+	}
+	for (size_t i = 0; i < s->n_global; i++) {
+		if (s->local[i] >= 0 && s->shards[i].clock != NULL) {
+			raise_clocks(s, s->shards[i].clock);
+		}
+	}
+	for (uint32_t k = 0; k < s->n_tshards; k++) {
+		if (s->tshards[k].clock != NULL) {
+			raise_clocks(s, s->tshards[k].clock);
+		}
+	}
 }
 
 // apply_sum applies the rank-order sum of the pushes staged in sh (the
