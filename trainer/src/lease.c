@@ -23,7 +23,10 @@
 // data) but the job is not done, a sync trainer leaves the job, so that
 // rounds do not wait for a rank with nothing to push, waits retry_ms and
 // asks again; with a lease it rejoins and pulls the job's weights (the
-// join pull: the round it joins at) before its next gradient.
+// join pull: the round it joins at) before its next gradient. A scheduler
+// that refuses lease requests from a rank out of the job is asked after a
+// rejoin (a rejoined rank holds no round until it pulls or pushes), and
+// the trainer steps out again when nothing came.
 //
 // The end. "done" comes only when no lease is held and none is free, and
 // every trainer asks for its next lease after its step's round closed, so
@@ -147,10 +150,13 @@ step_out(struct tr__run *r)
 		return tr__run_failed(r, "leave while idle", fe);
 	}
 	r->left = 1;
-	FB_LOG(FB_LOG_NOTICE, MOD,
-	    "rank %d: no data free (the others hold the rest); out of the "
-	    "rounds until a lease comes",
-	    r->rank);
+	if (!r->stale) {
+		FB_LOG(FB_LOG_NOTICE, MOD,
+		    "rank %d: no data free (the others hold the rest); out "
+		    "of the rounds until a lease comes",
+		    r->rank);
+	}
+	r->stale = 1; // the rounds go on without it
 	return FB_OK;
 }
 
@@ -160,13 +166,14 @@ static int
 step_in(struct tr__run *r)
 {
 	int fe;
-	if (!r->left) {
+	if (!r->left && !r->stale) {
 		return FB_OK;
 	}
-	if ((fe = ferry_client_rejoin(r->fc)) != FERRY_OK) {
+	if (r->left && (fe = ferry_client_rejoin(r->fc)) != FERRY_OK) {
 		return tr__run_failed(r, "rejoin", fe);
 	}
-	r->left = 0;
+	r->left  = 0;
+	r->stale = 0;
 	if ((fe = ferry_client_pull(r->fc, r->w.t)) != FERRY_OK) {
 		return tr__run_failed(r, "pull after rejoining", fe);
 	}
@@ -182,11 +189,27 @@ ask(struct tr__run *r, struct ferry_lease *l, volatile sig_atomic_t *stop)
 	const struct tr_config *cfg = r->cfg;
 	uint64_t want = (uint64_t) cfg->batch * cfg->lease_batches;
 	uint64_t t0   = fb_clock_ns();
-	int      fe;
+	int      fe, as_member = 0;
 
 	for (;;) {
 		fe = ferry_client_lease_next(r->fc, r->train.n,
 		    (uint32_t) cfg->epochs, cfg->fo.seed, want, l);
+		if (fe != FERRY_OK && fe != FERRY_ECONNECT &&
+		    fe != FERRY_ETIMEDOUT && r->left && !as_member) {
+			// A scheduler that takes lease requests from members
+			// only: ask as one. A rejoined rank is pending (no
+			// round waits for it before it pulls or pushes) and
+			// steps out again when nothing comes.
+			FB_LOG(FB_LOG_INFO, MOD,
+			    "lease: %s; asking as a member",
+			    ferry_client_last_error(r->fc));
+			if ((fe = ferry_client_rejoin(r->fc)) != FERRY_OK) {
+				return tr__run_failed(r, "rejoin", fe);
+			}
+			r->left   = 0;
+			as_member = 1;
+			continue;
+		}
 		if ((fe != FERRY_ECONNECT && fe != FERRY_ETIMEDOUT) || *stop ||
 		    fb_clock_ns() - t0 >
 		        (uint64_t) TRANSIENT_S * 1000000000u) {

@@ -46,6 +46,7 @@ struct tr__run {
 	// job is elastic; then part is unused and lc walks the held lease.
 	int                    leased;
 	int                    left;   // left the job while idle (no lease)
+	int                    stale;  // idle: pull before the next gradient
 	size_t                 step_n; // samples of this step (0: --batch)
 	struct tr_lease_cursor lc;
 	uint64_t               t_start_ns;   // the run's start
