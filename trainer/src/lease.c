@@ -377,7 +377,7 @@ final_eval(struct tr__run *r)
 	double             loss, acc;
 	int                rv, fe;
 
-	if (tr__run_lockstep(r->cfg) && r->left) {
+	if (tr__run_lockstep(r->cfg) && r->stale) {
 		FB_LOG(FB_LOG_NOTICE, MOD,
 		    "job done; rank %d was idle in its last rounds: no final "
 		    "evaluation here",
