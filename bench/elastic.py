@@ -275,7 +275,7 @@ def pct(xs, q):
 
 def analyse(job):
     joins, joins_start, waits, accs = [], [], [], []
-    failed, refused, no_step = [], 0, 0
+    failed, refused, no_step, early_term = [], 0, 0, 0
     first = re.compile(r"first step applied at version \d+: ([0-9.]+) ms "
                        r"after start, ([0-9.]+) ms after registering")
     slow = re.compile(r"slow exchange: ([0-9.]+) ms")
@@ -294,13 +294,18 @@ def analyse(job):
             waits.append(float(x))
         accs += [float(x) for x in acc.findall(lg)]
         rc = t["p"].returncode
-        if rc not in (0, None) and not t["killed"]:
+        if t["termed"] and rc == -signal.SIGTERM:
+            # SIGTERM before the trainer caught signals (loading its
+            # data): it held nothing yet.
+            early_term += 1
+        elif rc not in (0, None) and not t["killed"]:
             if "flapping" in lg or "job full" in lg:
                 refused += 1
             else:
                 failed.append(dict(trainer=k, rc=rc, log=lg[-600:]))
     return dict(joins=joins, joins_start=joins_start, waits=waits,
-                accs=accs, failed=failed, refused=refused, no_step=no_step)
+                accs=accs, failed=failed, refused=refused, no_step=no_step,
+                early_term=early_term)
 
 
 def fixed_run(a, epochs):
@@ -365,6 +370,7 @@ def main():
         "joins_measured": len(r["joins"]),
         "trainers_without_a_step": r["no_step"],
         "joins_refused": r["refused"],
+        "terminated_in_startup": r["early_term"],
         "trainer_failures": len(r["failed"]),
         "acc": acc,
         "acc_fixed": acc_fixed,
