@@ -24,8 +24,9 @@ Checks, written to elastic.json:
       included)
   acc  the job's final test accuracy ("job done: final test accuracy",
       printed by a trainer that was in the last rounds)
-  acc_fixed  the same epochs with 3 trainers of fixed ranks (--trainers 3,
-      --leases on: the same number of samples, exactly once)
+  acc_fixed  the same epochs with fixed ranks (--trainers N, --leases on:
+      the same samples, exactly once), N the soak's mean number of live
+      trainers (rounded), so that both make about as many updates
 """
 import argparse
 import json
@@ -212,8 +213,10 @@ def soak(a):
     restart_at = t_start + a.minutes * 30
     restarted = False
     end = t_start + a.minutes * 60
+    alive_samples = []
     while time.time() < end:
         time.sleep(rng.uniform(0.5, 1.5) * EVENT_S)
+        alive_samples.append(len(job.alive()))
         p = progress(job)
         if p is not None and p > 0.9:
             timeline.append((time.time() - t_start, "stop: 90% done"))
@@ -263,7 +266,9 @@ def soak(a):
     wall = time.time() - t_start
     return job, dict(epochs=epochs, ev=ev, timeline=timeline,
                      t_events=t_events, wall=wall, consumed=consumed,
-                     doubled=doubled, source=source, hung_at_end=hung_at_end)
+                     doubled=doubled, source=source, hung_at_end=hung_at_end,
+                     mean_alive=(sum(alive_samples) / len(alive_samples)
+                                 if alive_samples else 3.0))
 
 
 def pct(xs, q):
@@ -308,9 +313,9 @@ def analyse(job):
                 early_term=early_term)
 
 
-def fixed_run(a, epochs):
-    job = Job(a, "fixed", "3", epochs)
-    for r in range(3):
+def fixed_run(a, epochs, trainers):
+    job = Job(a, "fixed", str(trainers), epochs)
+    for r in range(trainers):
         job.trainer(slow=False, extra=["--rank=%d" % r, "--leases=on"])
     deadline = time.time() + a.finish_s
     while job.alive() and time.time() < deadline:
@@ -344,7 +349,10 @@ def main():
     consumed = s["consumed"]
     hang_bound = DEAD_AFTER_MS + 2000
     acc = r["accs"][-1] if r["accs"] else None
-    acc_fixed = None if a.no_fixed else fixed_run(a, s["epochs"])
+    # As many fixed ranks as the soak had alive on average: the same
+    # samples in about as many updates.
+    fixed_n = max(1, int(round(s["mean_alive"])))
+    acc_fixed = None if a.no_fixed else fixed_run(a, s["epochs"], fixed_n)
     res = {
         "minutes": a.minutes,
         "epochs": s["epochs"],
@@ -374,6 +382,8 @@ def main():
         "trainer_failures": len(r["failed"]),
         "acc": acc,
         "acc_fixed": acc_fixed,
+        "fixed_trainers": fixed_n,
+        "mean_alive": round(s["mean_alive"], 2),
         "acc_diff_points": (None if acc is None or acc_fixed is None
                             else round(100 * (acc - acc_fixed), 2)),
         "dead_after_ms": DEAD_AFTER_MS,

@@ -9,8 +9,9 @@
 # scheduler's lease records that every sample of every epoch was consumed
 # exactly once, that no exchange waited past the death-detection time
 # (+2 s), measures a join's time to its first applied step, and compares
-# the final test accuracy with a run of 3 fixed ranks over the same
-# samples (bench/elastic.py says how each figure is made).
+# the final test accuracy with a run of fixed ranks (as many as were alive
+# on average) over the same samples (bench/elastic.py says how each
+# figure is made).
 #
 # Writes bench/results/elastic.json: events, events_by_kind, hangs,
 # hang_bound_ms, max_wait_ms, samples_lost, samples_doubled,
