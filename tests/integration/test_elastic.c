@@ -91,7 +91,10 @@ START_TEST(test_elastic_join_kill_exactly_once)
 {
 	struct lc   c;
 	char        data[520];
-	const char *sflags[] = { "--heartbeat-ms=200", "--dead-after-ms=1500",
+	// The killed trainer's heartbeat connection closes: it is dead 2
+	// heartbeats later. --dead-after-ms only bounds silent members, and
+	// a long one keeps a busy machine's servers from being declared dead.
+	const char *sflags[] = { "--heartbeat-ms=200", "--dead-after-ms=10000",
 		"--log-level=info", NULL };
 	const char *tflags[16];
 	int         n = 0;
