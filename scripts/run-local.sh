@@ -4,7 +4,7 @@
 # time. Prints rank 0's progress and every trainer's summary, and stops
 # every process it started, also on Ctrl-C or failure.
 #
-#   scripts/run-local.sh [--servers M] [--trainers T] [--epochs E] [--http]
+#   scripts/run-local.sh [--servers M] [--trainers T|MIN:MAX] [--epochs E] [--http]
 #                        [--slow-rank R] [--secret] [--tls] [flags]
 #   scripts/run-local.sh --model dlrm [--ctr-rows N] [...] [flags]
 #
@@ -15,6 +15,12 @@
 # kept for the next run with the same FERRY_RUN_DIR, and trains on it with
 # row-wise Adagrad tables; the last line names the AUC and the data's
 # ceiling (the generator's own model's AUC).
+#
+# --trainers MIN:MAX makes the job elastic: the scheduler takes up to MAX
+# trainers, MIN are started here (their batches come from the scheduler's
+# data leases), and the script prints the command that adds one more
+# (a trainer without --rank: it is given the lowest free one) while the
+# job runs; Ctrl-C on such a trainer, or SIGTERM, is a graceful leave.
 #
 # --slow-rank R gives the trainers' --slow-ms to rank R only (one
 # straggler, for benchmarks); without it every trainer gets it.
@@ -119,11 +125,16 @@ if [ -n "${secret_file:-}" ]; then
 	server_flags+=("--secret-file=$secret_file")
 	trainer_flags+=("--secret-file=$secret_file")
 fi
+# --trainers MIN:MAX: the scheduler gets both, MIN trainers start here.
+tspec=$trainers tmax=$trainers
+if [[ $trainers == *:* ]]; then
+	trainers=${tspec%%:*} tmax=${tspec##*:}
+fi
 if ((tls)); then
 	# The servers share one certificate (CN=ferry-server): the
 	# scheduler assigns their indices in the order they register.
 	names=(scheduler server)
-	for ((r = 0; r < trainers; r++)); do names+=("trainer-$r"); done
+	for ((r = 0; r < tmax; r++)); do names+=("trainer-$r"); done
 	scripts/tls-certs.sh "$RUN/tls" "${names[@]}"
 fi
 # tls_flags NAME: the certificate flags of process NAME under --tls.
@@ -156,7 +167,7 @@ wait_file() { # wait_file PATH PID: until PATH exists or PID died
 	return 1
 }
 
-"$PS" --role=scheduler --trainers="$trainers" --servers="$servers" \
+"$PS" --role=scheduler --trainers="$tspec" --servers="$servers" \
 	--url-file="$RUN/scheduler.url" $(http_flags scheduler) \
 	$(tls_flags scheduler) \
 	"${server_flags[@]}" 2>"$RUN/scheduler.log" &
@@ -166,8 +177,12 @@ wait_file "$RUN/scheduler.url" $! || {
 	cat "$RUN/scheduler.log" >&2; exit 1
 }
 SCHED=$(cat "$RUN/scheduler.url")
-echo "ferry: scheduler at $SCHED; $servers servers, $trainers trainers," \
+echo "ferry: scheduler at $SCHED; $servers servers, $tspec trainers," \
 	"$epochs epochs; logs in $RUN"
+if [ "$tspec" != "$trainers" ]; then
+	echo "ferry: elastic job: add a trainer with" \
+		"$TR --scheduler=$SCHED --epochs=$epochs [the same flags]"
+fi
 for ((m = 0; m < servers; m++)); do
 	"$PS" --role=server --scheduler="$SCHED" $(http_flags "server-$m") \
 		$(tls_flags server) \

@@ -314,9 +314,12 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	    .unset = "required",
 	    .help  = "scheduler URL, e.g. tcp://127.0.0.1:7000",
 	    .doc   = "scheduler URL" },
-	[FB_OPT_TR_RANK]      = { "rank", TR, INT(0, 65535), .def = "0",
-	         .help = "this trainer's rank",
-	         .doc  = "this trainer's rank, 0..trainers−1" },
+	[FB_OPT_TR_RANK]      = { "rank", TR, STR_NONEMPTY, .def = "any",
+	         .help = "this trainer's rank, or any: the scheduler gives the "
+	                      "lowest free one",
+	         .doc  = "this trainer's rank, 0..trainers−1, or `any`: the "
+	                      "scheduler gives the lowest rank no live trainer holds "
+	                      "(how an elastic job grows, §4.2)" },
 	[FB_OPT_TR_DATA]      = { "data", TR, STR_NONEMPTY,
 	         .def  = "/usr/share/datasets/fashion-mnist",
 	         .help = "directory of IDX files (--model dlrm: the training "
@@ -615,4 +618,17 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	                          "(0: all; the final one uses all)",
 	           .doc =
 	               "`--model dlrm`: the test rows (the first N) rank 0 evaluates at each progress line; 0: all. The final evaluation always uses the whole test set" },
+	[FB_OPT_TR_LEASES]           = { "leases", TR, ENUM("auto|on|off"),
+	              .def  = "auto",
+	              .help = "take batches from the scheduler's data leases (auto: "
+	                                "when the job is elastic)",
+	              .doc  = "take each batch from the scheduler's data leases (every "
+	                                "sample of an epoch in exactly one applied update, "
+	                                "whoever joins or leaves) instead of a rank partition; "
+	                                "`auto`: when the job is elastic (`--trainers MIN:MAX`, "
+	                                "MIN < MAX)" },
+	[FB_OPT_TR_LEASE_BATCHES]    = { "lease-batches", TR, INT(1, 1 << 20),
+	       .def = "8", .help = "with leases: batches asked for per lease",
+	       .doc = "with leases: a lease asks for `--batch` × this many "
+	                 "positions" },
 };

@@ -45,6 +45,11 @@ void lc_start(struct lc *c, int trainers, int servers, const char **sflags);
 void lc_start_http(struct lc *c, int trainers, int servers,
     const char **sflags, int http);
 
+// lc_start_elastic is lc_start_http for a job of `trainers` given as the
+// scheduler's --trainers text ("1:3": an elastic job, MIN:MAX).
+void lc_start_elastic(struct lc *c, const char *trainers, int servers,
+    const char **sflags, int http);
+
 // lc_start_sched starts only the scheduler of a new cluster (for
 // `trainers` and `servers`, extra flags sflags); start the servers with
 // lc_server.
@@ -59,6 +64,11 @@ int lc_server(struct lc *c, int m, const char **flags, const char *log);
 // lc_trainer starts trainer `rank` with the given NULL-terminated flags
 // (the scheduler flag is added); stdout goes to <dir>/trainer-<rank>.out.
 void lc_trainer(struct lc *c, int rank, const char **flags);
+
+// lc_trainer_any starts a trainer without --rank (the scheduler gives
+// one) with the given NULL-terminated flags; its output goes to
+// <dir>/joiner-<k>.out and .log. Returns its pid (also in trainer_pids).
+int lc_trainer_any(struct lc *c, int k, const char **flags);
 
 // lc_wait_trainers waits for every trainer (up to timeout_s) and returns
 // how many exited with status 0.

@@ -57,8 +57,8 @@ lc_start(struct lc *c, int trainers, int servers, const char **sflags)
 // sched_start starts the scheduler of a new cluster in c (a new temp dir)
 // and reads its URL.
 static void
-sched_start(struct lc *c, int trainers, int servers, const char **sflags,
-    int http)
+sched_start(struct lc *c, const char *trainers, int servers,
+    const char **sflags, int http)
 {
 	char        urlfile[300], out[300], err[300], t[32], s[32], uf[320];
 	char        hf[340], hpath[300];
@@ -70,7 +70,7 @@ sched_start(struct lc *c, int trainers, int servers, const char **sflags,
 	snprintf(c->dir, sizeof(c->dir), "/tmp/ferry-it-XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(c->dir));
 	lc_path(c, "scheduler.url", urlfile, sizeof(urlfile));
-	snprintf(t, sizeof(t), "--trainers=%d", trainers);
+	snprintf(t, sizeof(t), "--trainers=%s", trainers);
 	snprintf(s, sizeof(s), "--servers=%d", servers);
 	snprintf(uf, sizeof(uf), "--url-file=%s", urlfile);
 	argv[n++] = PS_SERVER_BIN;
@@ -105,7 +105,9 @@ sched_start(struct lc *c, int trainers, int servers, const char **sflags,
 void
 lc_start_sched(struct lc *c, int trainers, int servers, const char **sflags)
 {
-	sched_start(c, trainers, servers, sflags, 0);
+	char t[16];
+	snprintf(t, sizeof(t), "%d", trainers);
+	sched_start(c, t, servers, sflags, 0);
 }
 
 int
@@ -131,6 +133,15 @@ lc_server(struct lc *c, int m, const char **flags, const char *log)
 void
 lc_start_http(struct lc *c, int trainers, int servers, const char **sflags,
     int http)
+{
+	char t[16];
+	snprintf(t, sizeof(t), "%d", trainers);
+	lc_start_elastic(c, t, servers, sflags, http);
+}
+
+void
+lc_start_elastic(struct lc *c, const char *trainers, int servers,
+    const char **sflags, int http)
 {
 	char        err[300], sch[300], hf[340], hpath[300];
 	const char *argv[32];
@@ -181,6 +192,28 @@ lc_trainer(struct lc *c, int rank, const char **flags)
 	snprintf(name, sizeof(name), "trainer-%d.log", rank);
 	c->trainer_pids[c->n_trainers++] = spawn(c, argv, out,
 	    lc_path(c, name, err, sizeof(err)));
+}
+
+int
+lc_trainer_any(struct lc *c, int k, const char **flags)
+{
+	char        sch[300], out[300], err[300], name[64];
+	const char *argv[48];
+	int         n = 0;
+	snprintf(sch, sizeof(sch), "--scheduler=%s", c->sched_url);
+	argv[n++] = TRAINER_BIN;
+	argv[n++] = sch;
+	for (int i = 0; flags && flags[i] && n < 46; i++) {
+		argv[n++] = flags[i];
+	}
+	argv[n] = NULL;
+	snprintf(name, sizeof(name), "joiner-%d.out", k);
+	lc_path(c, name, out, sizeof(out));
+	snprintf(name, sizeof(name), "joiner-%d.log", k);
+	ck_assert_int_lt(c->n_trainers, 16);
+	c->trainer_pids[c->n_trainers++] = spawn(c, argv, out,
+	    lc_path(c, name, err, sizeof(err)));
+	return c->trainer_pids[c->n_trainers - 1];
 }
 
 int

@@ -15,6 +15,9 @@ main(void)
 	srunner_add_suite(sr, suite_backend_cpu());
 	srunner_add_suite(sr, suite_config());
 	srunner_add_suite(sr, suite_crc());
+#ifdef TR_HAVE_LEASES
+	srunner_add_suite(sr, suite_lease());
+#endif
 #ifdef TR_HAVE_CUDA
 	srunner_add_suite(sr, suite_backend_cuda());
 	srunner_add_suite(sr, suite_codec_cuda());

@@ -119,6 +119,10 @@ START_TEST(test_config_parse_bogus)
 		{ "--device", "gpu", "--device" },
 		{ "--layers", "10", "--layers" },
 		{ "--rank", "-1", "--rank" },
+		{ "--rank", "anyone", "--rank" },
+		{ "--rank", "65536", "--rank" },
+		{ "--leases", "maybe", "--leases" },
+		{ "--lease-batches", "0", "--lease-batches" },
 		{ "--epochs", "0", "--epochs" },
 		{ "--blas-threads", "0", "--blas-threads" },
 		{ "--scheduler", "", "--scheduler" },
@@ -142,6 +146,30 @@ START_TEST(test_config_parse_bogus)
 	tr_config_defaults(&c);
 	PT_FAIL(tr_config_parse(&c, 2, argv, err, sizeof(err)), FB_EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "missing"));
+}
+END_TEST
+
+// Elastic jobs: no --rank (or --rank any) asks for the lowest free rank;
+// --leases and --lease-batches land in their fields.
+START_TEST(test_config_elastic)
+{
+	char *argv[] = { "trainer", "--rank", "any", "--leases", "on",
+		"--lease-batches=4" };
+	char *num[]  = { "trainer", "--rank=5", "--leases", "off" };
+	struct tr_config c;
+	char             err[256] = "";
+	tr_config_defaults(&c);
+	ck_assert_int_eq(c.fo.rank, FERRY_RANK_ANY);
+	ck_assert_int_eq(c.leases, TR_LEASES_AUTO);
+	ck_assert_uint_eq(c.lease_batches, 8);
+	PT_OK(tr_config_parse(&c, ARGC(argv), argv, err, sizeof(err)));
+	ck_assert_int_eq(c.fo.rank, FERRY_RANK_ANY);
+	ck_assert_int_eq(c.leases, TR_LEASES_ON);
+	ck_assert_uint_eq(c.lease_batches, 4);
+	PT_OK(tr_config_parse(&c, ARGC(num), num, err, sizeof(err)));
+	ck_assert_int_eq(c.fo.rank, 5);
+	ck_assert_int_eq(c.leases, TR_LEASES_OFF);
+	tr_config_fini(&c);
 }
 END_TEST
 
@@ -308,6 +336,7 @@ suite_config(void)
 	tcase_add_test(tc, test_config_env);
 	tcase_add_test(tc, test_config_overlap_exclusive_bogus);
 	tcase_add_test(tc, test_config_dlrm);
+	tcase_add_test(tc, test_config_elastic);
 	tcase_add_test(tc, test_config_dlrm_bogus);
 	suite_add_tcase(s, tc);
 	return s;

@@ -10,10 +10,12 @@
 // (check_dlrm).
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "fb/config.h"
+#include "ferry/ferry.h"
 #include "tr/ctr.h"
 #include "tr_impl.h"
 
@@ -27,7 +29,8 @@ enum kind {
 	K_F64,
 	K_ENUM,
 	K_LAYERS,
-	K_DEVICE
+	K_DEVICE,
+	K_RANK
 };
 
 struct binding {
@@ -39,7 +42,7 @@ struct binding {
 #define OFF(f) offsetof(struct tr_config, f)
 static const struct binding bindings[] = {
 	{ FB_OPT_TR_SCHEDULER, K_TEXT, OFF(fo.scheduler_url) },
-	{ FB_OPT_TR_RANK, K_INT, OFF(fo.rank) },
+	{ FB_OPT_TR_RANK, K_RANK, OFF(fo.rank) }, // "any": FERRY_RANK_ANY
 	{ FB_OPT_TR_DATA, K_TEXT, OFF(data_dir) },
 	{ FB_OPT_TR_LAYERS, K_LAYERS, OFF(arch) },
 	{ FB_OPT_TR_BATCH, K_SIZE, OFF(batch) },
@@ -98,10 +101,32 @@ static const struct binding bindings[] = {
 	{ FB_OPT_TR_TABLE_CODEC_PULL, K_TEXT, OFF(table_codec_pull) },
 	{ FB_OPT_TR_ADMIT_COUNT, K_U32, OFF(admit_count) },
 	{ FB_OPT_TR_EVAL_ROWS, K_U64, OFF(eval_rows) },
+	{ FB_OPT_TR_LEASES, K_ENUM, OFF(leases) }, // enum tr_leases' order
+	{ FB_OPT_TR_LEASE_BATCHES, K_U32, OFF(lease_batches) },
 };
 #define N_BINDINGS (sizeof(bindings) / sizeof(bindings[0]))
-_Static_assert(N_BINDINGS == FB_OPT_TR_EVAL_ROWS - FB_OPT_TR_SCHEDULER + 1,
+_Static_assert(N_BINDINGS == FB_OPT_TR_LEASE_BATCHES - FB_OPT_TR_SCHEDULER + 1,
     "every trainer option of base/src/options.c needs a binding");
+
+// parse_rank reads --rank: a number 0..65535, or "any" (FERRY_RANK_ANY:
+// the scheduler gives the lowest free rank).
+static int
+parse_rank(const char *v, int *rank, char *err, size_t errlen)
+{
+	char *end;
+	long  n;
+	if (strcmp(v, "any") == 0) {
+		*rank = FERRY_RANK_ANY;
+		return FB_OK;
+	}
+	n = strtol(v, &end, 10);
+	if (*v < '0' || *v > '9' || *end != '\0' || n < 0 || n > 65535) {
+		return tr__errf(FB_EINVAL, err, errlen,
+		    "--rank '%s': expected 0..65535 or any", v);
+	}
+	*rank = (int) n;
+	return FB_OK;
+}
 
 // store copies the checked value of b from fc into c.
 static int
@@ -125,6 +150,8 @@ store(struct tr_config *c, const struct binding *b, const struct fb_config *fc,
 		}
 		*(const char **) p = v;
 		break;
+	case K_RANK:
+		return parse_rank(v, p, err, errlen);
 	case K_ENUM:
 		*(int *) p = fb_config_enum(fc, b->id);
 		break;
@@ -164,7 +191,7 @@ void
 tr_config_usage(FILE *f)
 {
 	fb_config_usage(f, FB_ROLE_TRAINER,
-	    "usage: trainer --scheduler URL --rank R [flags]");
+	    "usage: trainer --scheduler URL [--rank R|any] [flags]");
 }
 
 // check_dlrm checks what --model dlrm needs: a training FILE (not the

@@ -87,6 +87,15 @@ alloc_floats(float **p, size_t n)
 	return *p != NULL ? FB_OK : FB_ENOMEM;
 }
 
+// may_evaluate says whether this trainer may be rank 0, the one that
+// evaluates: --rank 0, or --rank any (the rank is known only after
+// declare, so the test set is loaded in case).
+static int
+may_evaluate(const struct tr_config *cfg)
+{
+	return cfg->fo.rank == 0 || cfg->fo.rank == FERRY_RANK_ANY;
+}
+
 // open_local loads the data and makes the model, its buffers and the
 // report's files: everything that needs no network.
 static int
@@ -104,13 +113,13 @@ open_local(struct dlrm_run *d, FILE *out)
 	}
 	if ((rv = tr_ctr_load(cfg->data_dir, 0, &d->train, d->r.err,
 	         sizeof(d->r.err))) != FB_OK ||
-	    (cfg->fo.rank == 0 &&
+	    (may_evaluate(cfg) &&
 	        (rv = tr_ctr_load(cfg->test_data, 0, &d->test, d->r.err,
 	             sizeof(d->r.err))) != FB_OK)) {
 		FB_LOG(FB_LOG_ERR, MOD, "load data: %s", d->r.err);
 		return rv;
 	}
-	if (cfg->fo.rank == 0 && max_batch < EVAL_CHUNK) {
+	if (may_evaluate(cfg) && max_batch < EVAL_CHUNK) {
 		max_batch = EVAL_CHUNK;
 	}
 	if ((rv = tr_dlrm_alloc(&d->arch, max_batch, cfg->blas_threads, &d->m,
@@ -123,7 +132,7 @@ open_local(struct dlrm_run *d, FILE *out)
 	    (rv = tr_dlrm_params_init(&d->g, &d->arch)) != FB_OK ||
 	    (rv = alloc_floats(&d->emb, nt * d->batch)) != FB_OK ||
 	    (rv = alloc_floats(&d->emb_grad, nt * d->batch)) != FB_OK ||
-	    (cfg->fo.rank == 0 &&
+	    (may_evaluate(cfg) &&
 	        ((rv = alloc_floats(&d->eval_emb, nt * EVAL_CHUNK)) != FB_OK ||
 	            (rv = alloc_floats(&d->prob, d->test.n)) != FB_OK))) {
 		FB_LOG(FB_LOG_ERR, MOD, "buffers: %s", fb_strerror(rv));
@@ -172,7 +181,14 @@ declare_job(struct dlrm_run *d)
 	if (fe != FERRY_OK) {
 		return tr__run_failed(&d->r, "declare", fe);
 	}
-	d->r.trainers        = ferry_client_trainers(d->r.fc);
+	d->r.trainers = ferry_client_trainers(d->r.fc);
+	tr__run_given_rank(&d->r);
+	if (d->r.leased) {
+		FB_LOG(FB_LOG_ERR, MOD,
+		    "--model dlrm does not take data leases yet: run it with "
+		    "--leases off in a job of fixed ranks");
+		return FB_EINVAL;
+	}
 	d->r.steps_per_epoch = d->train.n /
 	    (d->batch * (size_t) d->r.trainers);
 	if (d->r.steps_per_epoch == 0) {
@@ -192,8 +208,7 @@ static size_t
 batch_start(const struct dlrm_run *d, uint64_t s)
 {
 	size_t k = (size_t) (s % d->r.steps_per_epoch);
-	return (k * (size_t) d->r.trainers + (size_t) d->r.cfg->fo.rank) *
-	    d->batch;
+	return (k * (size_t) d->r.trainers + (size_t) d->r.rank) * d->batch;
 }
 
 // blocks points b at the n keys of every field of data from sample s,
@@ -237,7 +252,7 @@ start_weights(struct dlrm_run *d)
 	struct ferry_stats      st;
 	int                     fe;
 
-	if (cfg->fo.rank == 0) {
+	if (d->r.rank == 0) {
 		tr_dlrm_params_randomize(&d->w, &d->arch, cfg->fo.seed);
 		fe = ferry_client_init_weights(d->r.fc,
 		    tr_params_cptrs(&d->w));
@@ -255,7 +270,7 @@ start_weights(struct dlrm_run *d)
 	FB_LOG(FB_LOG_NOTICE, MOD,
 	    "rank %d of %d: dlrm, %zu training samples, %zu steps per "
 	    "epoch, %llu job steps from %llu, %zu dense parameters",
-	    cfg->fo.rank, d->r.trainers, d->train.n, d->r.steps_per_epoch,
+	    d->r.rank, d->r.trainers, d->train.n, d->r.steps_per_epoch,
 	    (unsigned long long) d->r.total, (unsigned long long) d->r.start,
 	    d->w.total);
 	return d->r.start < d->r.total ? pull_rows(d, d->r.start) : FB_OK;
@@ -306,7 +321,7 @@ report(struct dlrm_run *d, size_t n)
 {
 	double auc = NAN, logloss = NAN;
 	int    rv;
-	if (d->r.cfg->fo.rank == 0) {
+	if (d->r.rank == 0) {
 		uint64_t t = fb_clock_ns();
 		if ((rv = evaluate(d, n, &auc, &logloss)) != FB_OK) {
 			return rv;
@@ -329,7 +344,7 @@ catch_up(struct dlrm_run *d, int fe)
 	struct ferry_stats st;
 
 	FB_LOG(FB_LOG_NOTICE, MOD, "rank %d: %s; pulling the job's weights",
-	    d->r.cfg->fo.rank, ferry_client_last_error(d->r.fc));
+	    d->r.rank, ferry_client_last_error(d->r.fc));
 	if (fe == FERRY_EBEHIND) {
 		rep->dropped++;
 	}
@@ -477,8 +492,10 @@ tr__dlrm_train_run(const struct tr_config *cfg, FILE *out)
 	if (d == NULL) {
 		return FB_ENOMEM;
 	}
-	d->r.cfg = cfg;
-	d->batch = cfg->batch;
+	d->r.cfg        = cfg;
+	d->r.rank       = cfg->fo.rank;
+	d->r.t_start_ns = fb_clock_ns();
+	d->batch        = cfg->batch;
 	if ((rv = open_local(d, out)) == FB_OK &&
 	    (rv = declare_job(d)) == FB_OK &&
 	    (rv = start_weights(d)) == FB_OK) {

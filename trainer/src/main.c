@@ -36,7 +36,12 @@ main(int argc, char **argv)
 		rv = 2;
 		goto out;
 	}
-	snprintf(role, sizeof(role), "trainer-%d", cfg.fo.rank);
+	if (cfg.fo.rank == FERRY_RANK_ANY) {
+		// The rank is the scheduler's to give; the log says which.
+		snprintf(role, sizeof(role), "trainer-any");
+	} else {
+		snprintf(role, sizeof(role), "trainer-%d", cfg.fo.rank);
+	}
 	fb_log_set_role(role);
 	rv = tr_train_run(&cfg, stdout) == FB_OK ? 0 : 1;
 out:

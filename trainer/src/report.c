@@ -278,7 +278,7 @@ tr__report_summary(struct tr__report *rep, const struct tr_config *cfg,
 	    "\"staleness_mean\": %.3f, \"staleness_max\": %llu, "
 	    "\"dropped_pushes\": %llu, ",
 	    (unsigned long long) st->bytes_pushed,
-	    (unsigned long long) st->bytes_pulled, cfg->fo.rank, trainers,
+	    (unsigned long long) st->bytes_pulled, rep->rank, trainers,
 	    (double) rep->eval_ns * 1e-9, cfg->batch,
 	    cfg->fo.mode == TR_MODE_SSP         ? "ssp"
 	        : cfg->fo.mode == TR_MODE_ASYNC ? "async"
@@ -289,6 +289,10 @@ tr__report_summary(struct tr__report *rep, const struct tr_config *cfg,
 	    st->pulls ? (double) st->staleness_sum / (double) st->pulls : 0.0,
 	    (unsigned long long) st->staleness_max,
 	    (unsigned long long) rep->dropped);
+	if (rep->xchg_max_ns != 0) {
+		fprintf(rep->out, "\"xchg_max_ms\": %.1f, ",
+		    (double) rep->xchg_max_ns * 1e-6);
+	}
 	struct ferry_recovery rc;
 	ferry_client_recovery(fc, &rc);
 	fprintf(rep->out,

@@ -34,6 +34,8 @@ struct tr__report {
 	// last evaluation's AUC and log loss (have_test set)
 	uint64_t job_batch;
 	double   auc, logloss;
+	int      rank;        // this trainer's rank (given, with --rank any)
+	uint64_t xchg_max_ns; // the longest exchange of a step (0: unknown)
 };
 
 // tr__report_open zeroes rep, points it at out, and creates the CSV files

@@ -59,6 +59,30 @@ tr__run_open_client(struct tr__run *r)
 	return FB_OK;
 }
 
+void
+tr__run_given_rank(struct tr__run *r)
+{
+	if (r->cfg->fo.rank != FERRY_RANK_ANY) {
+		r->rank = r->cfg->fo.rank;
+	} else {
+		r->rank = ferry_client_rank(r->fc);
+		FB_LOG(FB_LOG_NOTICE, MOD,
+		    "given rank %d of up to %d (%.1f ms after start)", r->rank,
+		    ferry_client_trainers(r->fc),
+		    (double) (fb_clock_ns() - r->t_start_ns) * 1e-6);
+		r->met.rank = r->rank; // /readyz: before the phase is running
+	}
+	r->rep.rank = r->rank;
+	r->leased   = r->cfg->leases == TR_LEASES_ON ||
+	    (r->cfg->leases == TR_LEASES_AUTO && ferry_client_elastic(r->fc));
+}
+
+int
+tr__run_leased(const struct tr__run *r)
+{
+	return r->leased;
+}
+
 // A signal stops the loop between steps; the trainer then leaves the job
 // so that the other trainers' sync rounds do not wait for it.
 static volatile sig_atomic_t stop_requested;
@@ -86,6 +110,9 @@ static void
 leave_job(const struct tr__run *r)
 {
 	int fe;
+	if (r->left) {
+		return; // an idle trainer with leases left already
+	}
 	if (stop_requested) {
 		FB_LOG(FB_LOG_NOTICE, MOD,
 		    "stopped by a signal; leaving the job");

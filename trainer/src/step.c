@@ -74,7 +74,7 @@ tr__run_report(struct tr__run *r)
 	double             loss, acc;
 	int                rv;
 
-	if (r->cfg->fo.rank == 0) {
+	if (r->rank == 0) {
 		uint64_t t = fb_clock_ns();
 		rv         = tr_backend_evaluate(r->be, &r->test, &loss, &acc);
 		if (rv != FB_OK) {
@@ -116,7 +116,7 @@ rolled_back(struct tr__run *r, struct tr_params *w)
 	struct ferry_stats st;
 	int                fe;
 
-	FB_LOG(FB_LOG_WARN, MOD, "rank %d: %s", r->cfg->fo.rank,
+	FB_LOG(FB_LOG_WARN, MOD, "rank %d: %s", r->rank,
 	    ferry_client_last_error(r->fc));
 	// A second rollback during the pull: pull again (bounded).
 	for (int k = 0; k < 4; k++) {
@@ -142,7 +142,7 @@ rolled_back(struct tr__run *r, struct tr_params *w)
 		}
 	}
 	FB_LOG(FB_LOG_NOTICE, MOD,
-	    "rank %d resumes at version %llu (step %llu)", r->cfg->fo.rank,
+	    "rank %d resumes at version %llu (step %llu)", r->rank,
 	    (unsigned long long) st.version, (unsigned long long) r->rep.step);
 	return tr__run_set_weights(r, w);
 }
@@ -208,11 +208,14 @@ tr__step_end(struct tr__run *r, int fe, struct tr_params *w, long e,
 			return rv;
 		}
 		uint64_t end = t->end_ns != 0 ? t->end_ns : fb_clock_ns();
-		tr__report_step(&r->rep, next_step(r), cfg->batch, loss,
+		size_t   n   = r->step_n != 0 ? r->step_n : cfg->batch;
+		if (end - t->xchg_ns > r->xchg_max_ns) {
+			r->xchg_max_ns = end - t->xchg_ns;
+		}
+		tr__report_step(&r->rep, next_step(r), n, loss,
 		    end - t->since_ns);
-		tr__metrics_step(&r->met, r->fc, cfg->batch,
-		    t->xchg_ns - t->start_ns, end - t->xchg_ns,
-		    r->rep.dropped);
+		tr__metrics_step(&r->met, r->fc, n, t->xchg_ns - t->start_ns,
+		    end - t->xchg_ns, r->rep.dropped);
 	}
 	int due = cfg->log_interval > 0 &&
 	    r->rep.step % (uint64_t) cfg->log_interval == 0;

@@ -28,19 +28,30 @@ struct tr__run {
 	struct tr_params               w, g;
 	struct tr_partition            part;
 	int                            trainers;
-	size_t                         steps_per_epoch;
-	uint64_t                       total; // job steps to run
-	uint64_t                       start; // job step to start at
+	int         rank; // cfg->fo.rank, or the rank the scheduler gave (any)
+	size_t      steps_per_epoch;
+	uint64_t    total; // job steps to run
+	uint64_t    start; // job step to start at
 	// tensor t starts tensor_base[t] floats into the parameter block
-	size_t                         tensor_base[TR_MAX_TENSORS];
+	size_t      tensor_base[TR_MAX_TENSORS];
 	void       *dev_push; // on-device gradient encoder, or NULL
 	void       *dev_pull; // on-device pull sink (weights on the device)
 	const char *sink_err; // the device pull's reason, or NULL
-	struct tr__report     rep;
-	struct tr__metrics    met;      // the HTTP endpoints (--http-listen)
-	char                  err[512]; // the reason of a failed set-up call
-	int                   layer_fe; // --overlap-layers: a start's error
-	struct ferry_recovery recovery; // libferry's, as last logged
+	struct tr__report      rep;
+	struct tr__metrics     met;      // the HTTP endpoints (--http-listen)
+	char                   err[512]; // the reason of a failed set-up call
+	int                    layer_fe; // --overlap-layers: a start's error
+	struct ferry_recovery  recovery; // libferry's, as last logged
+	// Data leases (lease.c): on when --leases says so, or auto and the
+	// job is elastic; then part is unused and lc walks the held lease.
+	int                    leased;
+	int                    left;   // left the job while idle (no lease)
+	int                    stale;  // idle: pull before the next gradient
+	size_t                 step_n; // samples of this step (0: --batch)
+	struct tr_lease_cursor lc;
+	uint64_t               t_start_ns;   // the run's start
+	uint64_t               t_declare_ns; // registration (declare) start
+	uint64_t               xchg_max_ns;  // longest exchange of a step
 };
 
 // tr__run_lockstep reports whether versions are job steps: sync mode, and
@@ -72,6 +83,23 @@ volatile sig_atomic_t *tr__run_catch_signals(void);
 // run trained (its outputs are written), leaves the job so that the other
 // ranks' sync rounds do not wait for this one.
 void tr__run_end(struct tr__run *r, int rv, int trained);
+
+// tr__run_given_rank sets r->rank once declare returned (the rank the
+// scheduler gave for --rank any, logged), and whether the run takes data
+// leases (r->leased).
+void tr__run_given_rank(struct tr__run *r);
+
+// tr__run_leased reports whether the run takes its batches from data
+// leases: --leases on, or auto in an elastic job (after declare).
+int tr__run_leased(const struct tr__run *r);
+
+// tr__train_leased is the loop of a run with leases (lease.c): each batch
+// the next positions of the held lease, marked before its step, until the
+// scheduler says every epoch is consumed (then, in sync mode, the weights
+// are evaluated when this trainer was in the last rounds) or a signal
+// (the step finishes and the lease goes back). An idle trainer leaves the
+// sync rounds until it gets a lease again.
+int tr__train_leased(struct tr__run *r, volatile sig_atomic_t *stop);
 
 // tr__dlrm_train_run is tr_train_run for --model dlrm (dlrm_train.c).
 int tr__dlrm_train_run(const struct tr_config *cfg, FILE *out);

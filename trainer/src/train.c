@@ -26,6 +26,12 @@
 // for --weights-out (evaluation runs on the device). The loop asks the
 // backend's table, never its name.
 //
+// With data leases (--leases, an elastic job: lease.c) there is no
+// partition and no job step: each batch is the next positions of the
+// lease the scheduler gave (a piece of the epoch's permutation of the
+// whole set), and the job ends when the scheduler says every epoch is
+// consumed. The rest of this comment is about runs without leases.
+//
 // Every trainer runs tr_partition_steps() steps per epoch, computed from
 // the smallest partition, because sync mode waits for every trainer.
 // Only rank 0 evaluates on the test set, before each progress line.
@@ -111,6 +117,35 @@ open_local(struct tr__run *r, FILE *out)
 	return tr__report_open(&r->rep, cfg, out);
 }
 
+// lease_data prepares a run with leases: the cursor over the whole data
+// set (no partition), and the loops' options it does not take.
+static int
+lease_data(struct tr__run *r)
+{
+	const struct tr_config *cfg = r->cfg;
+	int                     rv;
+
+	if (cfg->overlap || cfg->overlap_layers) {
+		FB_LOG(FB_LOG_ERR, MOD,
+		    "--overlap and --overlap-layers do not take data leases "
+		    "yet: run with --leases off (a job of fixed ranks)");
+		return FB_EINVAL;
+	}
+	if ((rv = tr_lease_cursor_init(&r->lc, r->train.n)) != FB_OK) {
+		FB_LOG(FB_LOG_ERR, MOD, "leases: %s", fb_strerror(rv));
+		return rv;
+	}
+	// Only the summary's "epochs" reads it: one batch per step.
+	r->steps_per_epoch = r->train.n / cfg->batch > 0
+	    ? r->train.n / cfg->batch
+	    : 1;
+	for (size_t t = 0, off = 0; t < r->w.n_tensors; t++) {
+		r->tensor_base[t] = off;
+		off += r->w.len[t];
+	}
+	return FB_OK;
+}
+
 // join_job opens the libferry client, declares the tensors and cuts this
 // rank's partition of the training set.
 static int
@@ -129,16 +164,21 @@ join_job(struct tr__run *r)
 		descs[i].name = names[i];
 		descs[i].len  = r->w.len[i];
 	}
+	r->t_declare_ns = fb_clock_ns();
 	if ((fe = ferry_client_declare(r->fc, descs, r->w.n_tensors)) !=
 	    FERRY_OK) {
 		return tr__run_failed(r, "declare", fe);
 	}
 	r->trainers = ferry_client_trainers(r->fc);
-	rv = tr_partition_init(&r->part, r->train.n, cfg->fo.rank, r->trainers,
+	tr__run_given_rank(r);
+	if (tr__run_leased(r)) {
+		return lease_data(r);
+	}
+	rv = tr_partition_init(&r->part, r->train.n, r->rank, r->trainers,
 	    cfg->fo.seed);
 	if (rv != FB_OK) {
 		FB_LOG(FB_LOG_ERR, MOD,
-		    "partition: rank %d of %d trainers: %s", cfg->fo.rank,
+		    "partition: rank %d of %d trainers: %s", r->rank,
 		    r->trainers, fb_strerror(rv));
 		return rv;
 	}
@@ -201,11 +241,14 @@ static void
 log_start(const struct tr__run *r, uint64_t version)
 {
 	struct tr_position pos;
+	if (r->leased) {
+		return; // the leases say where the job is
+	}
 	if (r->start >= r->total) {
 		FB_LOG(FB_LOG_NOTICE, MOD,
 		    "rank %d: the job is at version %llu, its last step is "
 		    "%llu: nothing left to train",
-		    r->cfg->fo.rank, (unsigned long long) version,
+		    r->rank, (unsigned long long) version,
 		    (unsigned long long) r->total);
 	} else if (r->start > 0 &&
 	    tr_job_position(r->start, r->steps_per_epoch, r->total, &pos) ==
@@ -213,8 +256,8 @@ log_start(const struct tr__run *r, uint64_t version)
 		FB_LOG(FB_LOG_NOTICE, MOD,
 		    "rank %d resumes at version %llu: epoch %ld, minibatch "
 		    "%zu of %zu (%llu job steps in all)",
-		    r->cfg->fo.rank, (unsigned long long) version, pos.epoch,
-		    pos.k, r->steps_per_epoch, (unsigned long long) r->total);
+		    r->rank, (unsigned long long) version, pos.epoch, pos.k,
+		    r->steps_per_epoch, (unsigned long long) r->total);
 	}
 }
 
@@ -228,7 +271,7 @@ start_weights(struct tr__run *r)
 	struct ferry_stats      st;
 	int                     fe;
 
-	if (cfg->fo.rank == 0) {
+	if (r->rank == 0) {
 		tr_params_randomize(&r->w, cfg->fo.seed);
 		fe = ferry_client_init_weights(r->fc, tr_params_cptrs(&r->w));
 		if (fe != FERRY_OK) {
@@ -238,11 +281,18 @@ start_weights(struct tr__run *r)
 	if ((fe = ferry_client_pull(r->fc, r->w.t)) != FERRY_OK) {
 		return tr__run_failed(r, "pull the first version", fe);
 	}
-	FB_LOG(FB_LOG_NOTICE, MOD,
-	    "rank %d of %d: %zu samples in partition, %zu steps per epoch, "
-	    "%zu parameters, device %s",
-	    cfg->fo.rank, r->trainers, r->part.count, r->steps_per_epoch,
-	    r->w.total, cfg->device);
+	if (r->leased) {
+		FB_LOG(FB_LOG_NOTICE, MOD,
+		    "rank %d of up to %d: data leases over %zu samples, "
+		    "%zu parameters, device %s",
+		    r->rank, r->trainers, r->train.n, r->w.total, cfg->device);
+	} else {
+		FB_LOG(FB_LOG_NOTICE, MOD,
+		    "rank %d of %d: %zu samples in partition, %zu steps per "
+		    "epoch, %zu parameters, device %s",
+		    r->rank, r->trainers, r->part.count, r->steps_per_epoch,
+		    r->w.total, cfg->device);
+	}
 	ferry_client_stats(r->fc, &st);
 	r->total = tr_job_steps(r->steps_per_epoch, cfg->epochs,
 	    cfg->max_steps);
@@ -268,7 +318,10 @@ train(struct tr__run *r)
 	if (cfg->overlap && (rv = tr__train_overlapped(r, stop)) != FB_OK) {
 		return rv;
 	}
-	while (!*stop &&
+	if (r->leased && (rv = tr__train_leased(r, stop)) != FB_OK) {
+		return rv; // lease.c
+	}
+	while (!r->leased && !*stop &&
 	    tr_job_position(r->rep.step, r->steps_per_epoch, r->total, &pos) ==
 	        FB_OK) {
 		if ((rv = tr__step(r, pos.epoch, pos.k)) != FB_OK) {
@@ -291,6 +344,7 @@ finish(struct tr__run *r)
 	int                     rv;
 
 	ferry_client_stats(r->fc, &st);
+	r->rep.xchg_max_ns = r->leased ? r->xchg_max_ns : 0;
 	tr__report_summary(&r->rep, cfg, r->trainers, r->steps_per_epoch, &st,
 	    r->fc);
 	if (cfg->weights_out == NULL) {
@@ -320,6 +374,7 @@ close_run(struct tr__run *r)
 	}
 	ferry_client_close(r->fc);
 	tr_partition_fini(&r->part);
+	tr_lease_cursor_fini(&r->lc);
 	tr_backend_free(r->be); // first: it may have pinned w and g
 	tr_params_fini(&r->w);
 	tr_params_fini(&r->g);
@@ -333,7 +388,9 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 	struct tr__run r = { 0 };
 	int            rv;
 
-	r.cfg = cfg;
+	r.cfg        = cfg;
+	r.rank       = cfg->fo.rank;
+	r.t_start_ns = fb_clock_ns();
 	if (cfg->fo.scheduler_url == NULL) {
 		FB_LOG(FB_LOG_ERR, MOD, "--scheduler is required");
 		return FB_EINVAL;

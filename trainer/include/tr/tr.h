@@ -175,6 +175,47 @@ size_t tr_partition_steps(size_t n, int trainers, size_t batch);
 int tr_partition_batch(struct tr_partition *p, long epoch, size_t k,
     size_t batch, const uint32_t **idx);
 
+// ---- data leases (elastic jobs) -----------------------------------------
+// With leases the scheduler hands out pieces [start, start+count) of epoch
+// e's sample order, ferry_data_permutation(seed, e, n), whatever the rank
+// count. A cursor walks the lease it holds in order, one batch at a time;
+// a batch never spans two leases, so the last one of a lease may be short.
+// The batch's indices are the permutation's own entries (no copy), and
+// its end is the lease position that ferry_client_lease_mark reports.
+struct tr_lease_cursor {
+	size_t    n;          // data set size
+	uint32_t *perm;       // n entries: perm_epoch's order under perm_seed
+	long      perm_epoch; // -1: none computed yet
+	uint64_t  perm_seed;
+	uint64_t  id; // the lease held (0: none)
+	uint32_t  epoch;
+	uint64_t  pos, end; // next position, and the lease's end
+};
+
+// tr_lease_cursor_init prepares c for a data set of n samples.
+// Errors: FB_EINVAL (n == 0 or > UINT32_MAX), FB_ENOMEM. Release with
+// tr_lease_cursor_fini (safe on a zeroed c).
+int  tr_lease_cursor_init(struct tr_lease_cursor *c, size_t n);
+void tr_lease_cursor_fini(struct tr_lease_cursor *c);
+
+// tr_lease_cursor_set makes l the lease c walks, from its start; the
+// epoch's order is computed when it is not the one c holds (allocation
+// free). Errors: FB_EINVAL (l->id == 0, or positions past n).
+int tr_lease_cursor_set(struct tr_lease_cursor *c,
+    const struct ferry_lease                   *l);
+
+// tr_lease_cursor_batch points *idx at the next batch of at most `batch`
+// positions of the held lease, sets *nb to its size and *mark to its end
+// (the position after its last sample). It does not advance:
+// tr_lease_cursor_advance does, once the step was applied, so a step
+// whose push was dropped redoes the same samples.
+// Errors: FB_EINVAL (batch 0), FB_ERANGE (no lease, or it is used up).
+int tr_lease_cursor_batch(const struct tr_lease_cursor *c, size_t batch,
+    const uint32_t **idx, size_t *nb, uint64_t *mark);
+
+// tr_lease_cursor_advance moves past nb positions (up to the lease's end).
+void tr_lease_cursor_advance(struct tr_lease_cursor *c, size_t nb);
+
 // ---- the job's position in the data -----------------------------------
 // Job step s (s steps done by every rank; in sync mode the weights'
 // version is s) is minibatch k = s mod steps_per_epoch of epoch
@@ -416,6 +457,10 @@ enum tr_mode {
 // trained by dlrm_train.c).
 enum tr_model { TR_MODEL_MLP = 0, TR_MODEL_DLRM = 1 };
 
+// --leases: batches from the scheduler's data leases (lease.c) or from a
+// rank partition; auto takes leases when the job is elastic.
+enum tr_leases { TR_LEASES_AUTO = 0, TR_LEASES_ON = 1, TR_LEASES_OFF = 2 };
+
 struct tr_config {
 	// The job's and the client's settings, bound from the table as
 	// libferry takes them (ferry_client_open): --scheduler
@@ -459,6 +504,8 @@ struct tr_config {
 	const char       *table_codec_pull; // --table-codec-pull
 	uint32_t          admit_count;      // --admit-count
 	uint64_t          eval_rows;        // --eval-rows (0: all)
+	int               leases;           // --leases (enum tr_leases)
+	uint32_t          lease_batches;    // --lease-batches (want = batch x)
 	// Where each value came from (for --print-config), and the text of
 	// the --config file that string fields may borrow: released by
 	// tr_config_fini.
