@@ -203,7 +203,22 @@ ask(struct tr__run *r, struct ferry_lease *l, volatile sig_atomic_t *stop)
 			FB_LOG(FB_LOG_INFO, MOD,
 			    "lease: %s; asking as a member",
 			    ferry_client_last_error(r->fc));
-			if ((fe = ferry_client_rejoin(r->fc)) != FERRY_OK) {
+			if ((fe = ferry_client_rejoin(r->fc)) ==
+			    FERRY_EREMOTE) {
+				// Refused (its rank went to a newcomer while
+				// it was out, the job is full, the slot
+				// flaps): the others hold the rest of the
+				// data, and this trainer holds none. It stops;
+				// nothing is lost.
+				FB_LOG(FB_LOG_NOTICE, MOD,
+				    "rank %d: cannot rejoin while idle (%s): "
+				    "stopping, holding no lease",
+				    r->rank, ferry_client_last_error(r->fc));
+				r->shut = 1;
+				*l      = (struct ferry_lease) { 0 };
+				return FB_OK;
+			}
+			if (fe != FERRY_OK) {
 				return tr__run_failed(r, "rejoin", fe);
 			}
 			r->left   = 0;
@@ -234,7 +249,7 @@ next_lease(struct tr__run *r, volatile sig_atomic_t *stop, int *done)
 	*done    = 0;
 	r->lc.id = 0;
 	for (;;) {
-		if ((rv = ask(r, &l, stop)) != FB_OK) {
+		if ((rv = ask(r, &l, stop)) != FB_OK || r->shut) {
 			return rv;
 		}
 		if (l.id != 0) {
@@ -341,6 +356,7 @@ leased_step(struct tr__run *r)
 		if (cfg->slow_ms > 0) {
 			fb_sleep_us((uint64_t) cfg->slow_ms * 1000u);
 		}
+		tr__scale_for_members(r, &r->g);
 		tx = fb_clock_ns();
 		fe = ferry_client_push_pull(r->fc, tr_params_cptrs(&r->g),
 		    (uint32_t) nb, r->w.t);
@@ -412,7 +428,7 @@ tr__train_leased(struct tr__run *r, volatile sig_atomic_t *stop)
 	const struct tr_config *cfg  = r->cfg;
 	int                     done = 0, rv = FB_OK, fe;
 
-	while (!*stop && !done) {
+	while (!*stop && !done && !r->shut) {
 		if (cfg->max_steps != 0 &&
 		    r->rep.steps_run >= cfg->max_steps) {
 			break; // --max-steps: this trainer's own steps
