@@ -588,47 +588,59 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	            "its schedule)",
 	    .doc =
 	        "`--model dlrm`: the embedding tables' learning rate (0: `--lr` and its schedule)" },
-	[FB_OPT_TR_TABLE_INIT_SCALE] = { "table-init-scale", TR, F64(0, 1e6),
-	    .def  = "0.05",
-	    .help = "--model dlrm: new embedding rows are uniform in "
-	            "[-scale, scale)",
-	    .doc =
-	        "`--model dlrm`: a new embedding row is uniform in [-scale, scale)" },
-	[FB_OPT_TR_TABLE_CODEC_PUSH] = { "table-codec-push", TR,
-	    ENUM("none|fp16|bf16|q8"), .def = "none",
-	    .help = "--model dlrm: codec of the pushed row gradients",
-	    .doc  = "`--model dlrm`: codec of the pushed row gradients: "
-	            "`none`, `fp16`, `bf16` or `q8` (a scale per row)" },
-	[FB_OPT_TR_TABLE_CODEC_PULL] = { "table-codec-pull", TR,
-	    ENUM("none|fp16|bf16|q8"), .def = "none",
-	    .help = "--model dlrm: codec of the pulled rows",
-	    .doc  = "`--model dlrm`: codec of the pulled rows (values as "
-	            "`--table-codec-push`)" },
-	[FB_OPT_TR_ADMIT_COUNT]      = { "admit-count", TR, INT(0, 1 << 30),
-	         .def  = "0",
-	         .help = "--model dlrm: create a row once its key was pushed "
-	                      "this often (0: at once)",
-	         .doc  = "`--model dlrm`: admission, a row is created once its "
-	                      "key was pushed this many times (0, 1: at once); until "
-	                      "then it reads as its initial values and its gradients "
-	                      "are dropped" },
-	[FB_OPT_TR_EVAL_ROWS]        = { "eval-rows", TR, INT(0, 1LL << 40),
-	           .def  = "0",
-	           .help = "--model dlrm: test rows of each progress evaluation "
-	                          "(0: all; the final one uses all)",
-	           .doc =
-	               "`--model dlrm`: the test rows (the first N) rank 0 evaluates at each progress line; 0: all. The final evaluation always uses the whole test set" },
-	[FB_OPT_TR_LEASES]           = { "leases", TR, ENUM("auto|on|off"),
-	              .def  = "auto",
-	              .help = "take batches from the scheduler's data leases (auto: "
-	                                "when the job is elastic)",
-	              .doc  = "take each batch from the scheduler's data leases (every "
-	                                "sample of an epoch in exactly one applied update, "
-	                                "whoever joins or leaves) instead of a rank partition; "
-	                                "`auto`: when the job is elastic (`--trainers MIN:MAX`, "
-	                                "MIN < MAX)" },
-	[FB_OPT_TR_LEASE_BATCHES]    = { "lease-batches", TR, INT(1, 1 << 20),
-	       .def = "8", .help = "with leases: batches asked for per lease",
-	       .doc = "with leases: a lease asks for `--batch` × this many "
-	                 "positions" },
+	[FB_OPT_TR_TABLE_INIT_SCALE]  = { "table-init-scale", TR, F64(0, 1e6),
+	     .def  = "0.05",
+	     .help = "--model dlrm: new embedding rows are uniform in "
+	              "[-scale, scale)",
+	     .doc =
+	         "`--model dlrm`: a new embedding row is uniform in [-scale, scale)" },
+	[FB_OPT_TR_TABLE_CODEC_PUSH]  = { "table-codec-push", TR,
+	     ENUM("none|fp16|bf16|q8"), .def = "none",
+	     .help = "--model dlrm: codec of the pushed row gradients",
+	     .doc  = "`--model dlrm`: codec of the pushed row gradients: "
+	              "`none`, `fp16`, `bf16` or `q8` (a scale per row)" },
+	[FB_OPT_TR_TABLE_CODEC_PULL]  = { "table-codec-pull", TR,
+	     ENUM("none|fp16|bf16|q8"), .def = "none",
+	     .help = "--model dlrm: codec of the pulled rows",
+	     .doc  = "`--model dlrm`: codec of the pulled rows (values as "
+	              "`--table-codec-push`)" },
+	[FB_OPT_TR_ADMIT_COUNT]       = { "admit-count", TR, INT(0, 1 << 30),
+	          .def  = "0",
+	          .help = "--model dlrm: create a row once its key was pushed "
+	                        "this often (0: at once)",
+	          .doc  = "`--model dlrm`: admission, a row is created once its "
+	                        "key was pushed this many times (0, 1: at once); until "
+	                        "then it reads as its initial values and its gradients "
+	                        "are dropped" },
+	[FB_OPT_TR_EVAL_ROWS]         = { "eval-rows", TR, INT(0, 1LL << 40),
+	            .def  = "0",
+	            .help = "--model dlrm: test rows of each progress evaluation "
+	                            "(0: all; the final one uses all)",
+	            .doc =
+	                "`--model dlrm`: the test rows (the first N) rank 0 evaluates at each progress line; 0: all. The final evaluation always uses the whole test set" },
+	[FB_OPT_TR_LEASES]            = { "leases", TR, ENUM("auto|on|off"),
+	               .def  = "auto",
+	               .help = "take batches from the scheduler's data leases (auto: "
+	                                  "when the job is elastic)",
+	               .doc  = "take each batch from the scheduler's data leases (every "
+	                                  "sample of an epoch in exactly one applied update, "
+	                                  "whoever joins or leaves) instead of a rank partition; "
+	                                  "`auto`: when the job is elastic (`--trainers MIN:MAX`, "
+	                                  "MIN < MAX)" },
+	[FB_OPT_TR_LEASE_BATCHES]     = { "lease-batches", TR, INT(1, 1 << 20),
+	        .def = "8", .help = "with leases: batches asked for per lease",
+	        .doc = "with leases: a lease asks for `--batch` × this many "
+	                   "positions" },
+	[FB_OPT_TR_LR_SCALE_TRAINERS] = { "lr-scale-trainers", TR,
+	    INT(0, 65536), .def = "0",
+	    .help = "scale each pushed gradient by live trainers / N (0: "
+	            "off)",
+	    .doc  = "the linear scaling rule for elastic jobs: each pushed "
+	            "gradient is scaled by the live trainers of the map "
+	            "(`ferry_client_members`) over N, the trainer count "
+	            "`--lr` was tuned for, so that the step grows with the "
+	            "global batch; 0 (default): the lr per sample stays "
+	            "`--lr` whatever the trainer count (docs/algorithms.md "
+	            "§6.4). The MLP loop's plain exchange only (not with "
+	            "`--overlap`, `--overlap-layers` or `--model dlrm`)" },
 };

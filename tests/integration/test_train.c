@@ -256,6 +256,24 @@ START_TEST(test_train_signed_equals_plain)
 }
 END_TEST
 
+// --lr-scale-trainers N scales each push by the live trainers over N:
+// two trainers at --lr 0.05 with N = 1 (each gradient doubled) train to
+// the same weights, bit for bit, as at --lr 0.1 unscaled (doubling is
+// exact in floats, and so is halving the step's lr / samples).
+START_TEST(test_train_lr_scale_trainers)
+{
+	static char plain[1 << 20], scaled[1 << 20];
+	const char *flags[] = { "--lr=0.05", "--lr-scale-trainers=1", NULL };
+	int         warned;
+	size_t      n = run_weights(NULL, NULL, plain, sizeof(plain), &warned);
+	size_t m = run_weights(NULL, flags, scaled, sizeof(scaled), &warned);
+	ck_assert_uint_gt(n, 0);
+	ck_assert_uint_eq(n, m);
+	ck_assert_msg(memcmp(plain, scaled, n) == 0,
+	    "--lr 0.05 scaled by 2/1 differs from --lr 0.1");
+}
+END_TEST
+
 // Layer-wise push-pulls (--overlap-layers 1: each layer pushed as
 // backward makes it, requests of several layers in flight at once) train
 // a sync job to the same weights, bit for bit, as whole-model push-pulls:
@@ -536,6 +554,7 @@ suite_train(void)
 	TCase *ts = tcase_create("signed");
 	tcase_set_timeout(ts, 300);
 	tcase_add_test(ts, test_train_signed_equals_plain);
+	tcase_add_test(ts, test_train_lr_scale_trainers);
 	tcase_add_test(ts, test_train_layerwise_equals_whole);
 	tcase_add_test(ts, test_train_tls_equals_plain);
 	suite_add_tcase(s, ts);

@@ -103,9 +103,11 @@ static const struct binding bindings[] = {
 	{ FB_OPT_TR_EVAL_ROWS, K_U64, OFF(eval_rows) },
 	{ FB_OPT_TR_LEASES, K_ENUM, OFF(leases) }, // enum tr_leases' order
 	{ FB_OPT_TR_LEASE_BATCHES, K_U32, OFF(lease_batches) },
+	{ FB_OPT_TR_LR_SCALE_TRAINERS, K_U32, OFF(lr_scale_trainers) },
 };
 #define N_BINDINGS (sizeof(bindings) / sizeof(bindings[0]))
-_Static_assert(N_BINDINGS == FB_OPT_TR_LEASE_BATCHES - FB_OPT_TR_SCHEDULER + 1,
+_Static_assert(N_BINDINGS ==
+        FB_OPT_TR_LR_SCALE_TRAINERS - FB_OPT_TR_SCHEDULER + 1,
     "every trainer option of base/src/options.c needs a binding");
 
 // parse_rank reads --rank: a number 0..65535, or "any" (FERRY_RANK_ANY:
@@ -267,6 +269,13 @@ tr_config_parse(struct tr_config *c, int argc, char **argv, char *err,
 	if (c->model == TR_MODEL_DLRM &&
 	    (rv = check_dlrm(c, err, errlen)) != FB_OK) {
 		return rv;
+	}
+	if (c->lr_scale_trainers != 0 &&
+	    (c->model == TR_MODEL_DLRM || c->overlap || c->overlap_layers)) {
+		return tr__errf(FB_EINVAL, err, errlen,
+		    "--lr-scale-trainers scales the MLP loop's plain "
+		    "exchange: not with --model dlrm, --overlap or "
+		    "--overlap-layers");
 	}
 	if (c->overlap && c->overlap_layers) {
 		// Two different exchanges: delayed weights for the whole

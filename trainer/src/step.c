@@ -19,6 +19,25 @@ tr__run_lockstep(const struct tr_config *cfg)
 	    (cfg->fo.mode == TR_MODE_SSP && cfg->fo.staleness == 0);
 }
 
+void
+tr__scale_for_members(struct tr__run *r, struct tr_params *g)
+{
+	uint32_t n = r->cfg->lr_scale_trainers;
+	if (n == 0) {
+		return;
+	}
+	int   m = ferry_client_members(r->fc);
+	float f = (float) ((double) (m > 0 ? m : 1) / (double) n);
+	if (f == 1.0f) {
+		return;
+	}
+	for (size_t k = 0; k < g->n_tensors; k++) {
+		for (size_t i = 0; i < g->len[k]; i++) {
+			g->t[k][i] *= f; // tensors are aligned apart in data
+		}
+	}
+}
+
 int
 tr__run_failed(struct tr__run *r, const char *op, int fe)
 {
@@ -50,8 +69,9 @@ tr__run_open_device_push(struct tr__run *r)
 	// --clip-norm scales the gradient before it is encoded, which
 	// libferry does on the host path only; codec "auto" picks a codec
 	// per link there too; --overlap double-buffers the host weights and
-	// gradients.
+	// gradients; --lr-scale-trainers scales the host gradient.
 	if (r->dev == NULL || r->cfg->fo.clip_norm > 0 || r->cfg->overlap ||
+	    r->cfg->lr_scale_trainers != 0 ||
 	    strcmp(r->cfg->fo.codec_push, "auto") == 0 ||
 	    ferry_client_shards(r->fc, &sh, &ns, &cid, &bucket) != FERRY_OK ||
 	    !r->dev->push_supported(cid)) {
@@ -328,6 +348,7 @@ tr__step(struct tr__run *r, long e, size_t k)
 			return step_failed(r, rv);
 		}
 		straggle(cfg);
+		tr__scale_for_members(r, &r->g);
 		tx = fb_clock_ns();
 		fe = ferry_client_push_pull(r->fc, tr_params_cptrs(&r->g),
 		    (uint32_t) cfg->batch, r->w.t);

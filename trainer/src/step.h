@@ -47,6 +47,7 @@ struct tr__run {
 	int                    leased;
 	int                    left;   // left the job while idle (no lease)
 	int                    stale;  // idle: pull before the next gradient
+	int                    shut;   // idle, and its rank could not rejoin
 	size_t                 step_n; // samples of this step (0: --batch)
 	struct tr_lease_cursor lc;
 	uint64_t               t_start_ns;   // the run's start
@@ -58,6 +59,12 @@ struct tr__run {
 // SSP with --staleness 0 (which runs the sync rounds). SSP with K > 0
 // counts each trainer's own steps, as async mode does.
 int tr__run_lockstep(const struct tr_config *cfg);
+
+// tr__scale_for_members applies --lr-scale-trainers N to the summed
+// gradient g: scaled by the live trainers of the client's map over N, so
+// that the step follows the linear scaling rule as the job grows and
+// shrinks (docs/algorithms.md §6.4). No-op when N is 0.
+void tr__scale_for_members(struct tr__run *r, struct tr_params *g);
 
 // tr__run_failed logs a failed libferry call op with libferry's code
 // name, its last message and the pull sink's reason, and returns

@@ -506,6 +506,7 @@ struct tr_config {
 	uint64_t          eval_rows;        // --eval-rows (0: all)
 	int               leases;           // --leases (enum tr_leases)
 	uint32_t          lease_batches;    // --lease-batches (want = batch x)
+	uint32_t          lr_scale_trainers; // --lr-scale-trainers N (0: off)
 	// Where each value came from (for --print-config), and the text of
 	// the --config file that string fields may borrow: released by
 	// tr_config_fini.
