@@ -282,6 +282,9 @@ def pct(xs, q):
 
 def analyse(job):
     joins, joins_start, waits, accs = [], [], [], []
+    # A trainer that finds its push late for its round pulls and redoes
+    # the step ("behind the job"): a join must never cause one.
+    repulls = 0
     failed, refused, no_step, early_term = [], 0, 0, 0
     first = re.compile(r"first step applied at version \d+: ([0-9.]+) ms "
                        r"after start, ([0-9.]+) ms after registering")
@@ -300,6 +303,7 @@ def analyse(job):
         for x in re.findall(r'"xchg_max_ms": ([0-9.]+)', out):
             waits.append(float(x))
         accs += [float(x) for x in acc.findall(lg)]
+        repulls += lg.count("behind the job")
         rc = t["p"].returncode
         if t["termed"] and rc == -signal.SIGTERM:
             # SIGTERM before the trainer caught signals (loading its
@@ -312,6 +316,7 @@ def analyse(job):
                 failed.append(dict(trainer=k, rc=rc, log=lg[-600:]))
     return dict(joins=joins, joins_start=joins_start, waits=waits,
                 accs=accs, failed=failed, refused=refused, no_step=no_step,
+                repulls=repulls,
                 early_term=early_term)
 
 
@@ -382,6 +387,7 @@ def main():
         "joins_refused": r["refused"],
         "terminated_in_startup": r["early_term"],
         "trainer_failures": len(r["failed"]),
+        "repulls": r["repulls"],
         "acc": acc,
         "acc_fixed": acc_fixed,
         "fixed_trainers": fixed_n,

@@ -802,6 +802,11 @@ import ctr_report  # noqa: E402 (beside this file)
 for line in ctr_report.section(os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                             "ctr.json"), PLOTS):
     w(line)
+# The elastic soak: bench/elastic.sh's own run (10 minutes of events).
+import elastic_report  # noqa: E402 (beside this file)
+for line in elastic_report.section(os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "elastic.json")):
+    w(line)
 # SSP sweep: measured by bench/ssp.sh (run.sh step 7, or its own run).
 ssp_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ssp.json")
 if os.path.exists(ssp_path):
