@@ -85,7 +85,14 @@ ferry__pull_finish(ferry_client *c, struct xfer *x)
 	return FERRY_OK;
 }
 
-// ferry__join_due: join at J only when every shard holds J > 0.
+// ferry__join_due: join at J, the newest version pulled, when the
+// versions are one round apart at most (a round closing while they were
+// pulled): shards behind J take the rank from J on and the pull waits
+// for them there, so that its first gradient is computed on one version.
+// A server whose open round already waits for this rank (a process
+// restarted under a rank never marked gone) answers at once instead
+// (ps/src/server/pull.c, join_want). Versions further apart: no join
+// pull, the push joins implicitly.
 int
 ferry__join_due(const ferry_client *c, uint64_t *j)
 {
@@ -98,7 +105,7 @@ ferry__join_due(const ferry_client *c, uint64_t *j)
 		lo         = v < lo ? v : lo;
 		hi         = v > hi ? v : hi;
 	}
-	if (hi == 0 || lo != hi) {
+	if (hi > lo + 1) {
 		return 0;
 	}
 	*j = hi;

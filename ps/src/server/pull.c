@@ -334,6 +334,29 @@ pull_join(struct ps_server *s, struct ps_call *c, const Pswire__PullRequest *p)
 	return 0;
 }
 
+// join_want is the version a join pull at J waits for: J, unless a listed
+// shard's open round already waits for the rank (it was expected there,
+// not pending: a process restarted under a rank that was never marked
+// gone, whose old process pushed some shards of a round and not others).
+// Waiting for J there would wait for the rank's own push: answer at the
+// shards' versions instead, and its next push joins them as before. mu
+// held.
+static uint64_t
+join_want(const struct ps_server *s, const Pswire__PullRequest *p,
+    uint32_t rank)
+{
+	uint64_t want = p->join_version;
+	for (size_t i = 0; i < p->n_shards; i++) {
+		const struct srv_shard *sh = &s->shards[p->shards[i]];
+		if (sh->version < want &&
+		    ps__rank_waited(s, rank, sh->version) &&
+		    sh->state[rank] == PS_SLOT_FREE) {
+			want = sh->version;
+		}
+	}
+	return want;
+}
+
 void
 ps__on_pull(struct ps_server *s, struct ps_call *c)
 {
@@ -404,7 +427,9 @@ ps__on_pull(struct ps_server *s, struct ps_call *c)
 		if (pull_join(s, c, p) != 0) {
 			goto out;
 		}
-		want = want > p->join_version ? want : p->join_version;
+		// The join's version replaces the pull's (libferry sends J as
+		// both).
+		want = join_want(s, p, c->hdr->rank);
 	}
 	ps__pull_or_park(s, c, want);
 out:
