@@ -182,11 +182,12 @@ def section(ctr_json, plots_dir, plots_rel="plots"):
     return w
 
 
-def splice(doc, lines):
-    """Replace the section in doc (up to the next '## '), or add it before
-    the '## SSP sweep' section (else at the end)."""
+def splice(doc, lines, title=TITLE):
+    """Replace the section titled title in doc (up to the next '## '), or
+    add it before the '## SSP sweep' section (else at the end). The other
+    report modules beside this one (elastic_report.py) use it too."""
     text = open(doc).read().split("\n")
-    start = next((i for i, l in enumerate(text) if l == TITLE), None)
+    start = next((i for i, l in enumerate(text) if l == title), None)
     if start is None:
         at = next((i for i, l in enumerate(text) if l.startswith("## SSP sweep")), len(text))
         text[at:at] = lines

@@ -14,6 +14,9 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ctr_report import splice  # noqa: E402 (beside this file)
+
 TITLE = "## Elastic soak: joins, leaves and kill -9s (bench/elastic.sh)"
 
 
@@ -88,23 +91,6 @@ def section(path):
     return w
 
 
-def splice(doc, lines):
-    """Replace the section in doc (up to the next '## '), or add it before
-    the '## SSP sweep' section (else at the end)."""
-    text = open(doc).read().split("\n")
-    start = next((i for i, l in enumerate(text) if l == TITLE), None)
-    if start is None:
-        at = next((i for i, l in enumerate(text)
-                   if l.startswith("## SSP sweep")), len(text))
-        text[at:at] = lines
-    else:
-        end = next((i for i in range(start + 1, len(text))
-                    if text[i].startswith("## ")), len(text))
-        text[start:end] = lines
-    with open(doc, "w") as f:
-        f.write("\n".join(text))
-
-
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.dirname(os.path.dirname(here))
@@ -116,7 +102,7 @@ def main():
     lines = section(a.json)
     if not lines:
         sys.exit(f"elastic_report: no {a.json} (run bench/elastic.sh)")
-    splice(a.doc, lines)
+    splice(a.doc, lines, TITLE)
     print(f"elastic_report: wrote its section into {a.doc}")
 
 

@@ -493,4 +493,17 @@ void ps__sched_reply_leave(struct ps_scheduler *s, struct ps_call *c);
 // change.
 void ps__sched_reply_links(struct ps_scheduler *s, struct ps_call *c);
 
+// A refusal: an error reply a handler decides with mu held and sends
+// after releasing it (scheduler_members.c's DESIGN). msg has the size of
+// the rpc layer's message, so a reason is cut where it always was.
+struct ps_sched_refusal {
+	int  status; // PSWIRE__STATUS__*, never OK
+	char msg[512];
+};
+
+// ps__sched_refuse records an error reply in no and returns its status
+// (non-zero), so that a handler can `return ps__sched_refuse(...)`.
+int ps__sched_refuse(struct ps_sched_refusal *no, int status, const char *fmt,
+    ...) __attribute__((format(printf, 3, 4)));
+
 #endif // PS_SCHEDULER_IMPL_H

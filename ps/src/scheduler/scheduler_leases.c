@@ -30,26 +30,6 @@
 
 #include "scheduler_leases.h"
 
-// A refusal: the status and its message.
-struct no {
-	int  status;
-	char msg[200];
-};
-
-static int refuse(struct no *no, int status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int
-refuse(struct no *no, int status, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(no->msg, sizeof(no->msg), fmt, ap);
-	va_end(ap);
-	no->status = status;
-	return status;
-}
-
 struct ps_sched_leases *
 ps__sched_leases_get(struct ps_scheduler *s)
 {
@@ -407,39 +387,42 @@ ps__sched_leases_marks(struct ps_scheduler *s, uint32_t m,
 // or a refusal.
 static int
 check_params(const struct ps_sched_leases *L, const Pswire__LeaseRequest *r,
-    struct no *no)
+    struct ps_sched_refusal *no)
 {
 	if (r->release && r->dataset_size == 0 && r->epochs == 0) {
 		return 0;
 	}
 	if (!r->release && r->want == 0) {
-		return refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
+		return ps__sched_refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "want 0: ask for at least one position");
 	}
 	if (r->dataset_size == 0 || r->dataset_size > UINT32_MAX) {
-		return refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
+		return ps__sched_refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "dataset_size %" PRIu64 ": need 1 to %" PRIu32
 		    " (positions are uint32)",
 		    r->dataset_size, UINT32_MAX);
 	}
 	if (r->epochs == 0) {
-		return refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
+		return ps__sched_refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "epochs 0: need at least 1");
 	}
 	if (L->size == 0) {
 		return 0; // this caller fixes them
 	}
 	if (r->dataset_size != L->size) {
-		return refuse(no, PSWIRE__STATUS__FAILED_PRECONDITION,
+		return ps__sched_refuse(no,
+		    PSWIRE__STATUS__FAILED_PRECONDITION,
 		    "dataset_size %" PRIu64 ", but the job's is %" PRIu64,
 		    r->dataset_size, L->size);
 	}
 	if (r->epochs != L->epochs) {
-		return refuse(no, PSWIRE__STATUS__FAILED_PRECONDITION,
+		return ps__sched_refuse(no,
+		    PSWIRE__STATUS__FAILED_PRECONDITION,
 		    "epochs %u, but the job's is %u", r->epochs, L->epochs);
 	}
 	if (r->seed != L->seed) {
-		return refuse(no, PSWIRE__STATUS__FAILED_PRECONDITION,
+		return ps__sched_refuse(no,
+		    PSWIRE__STATUS__FAILED_PRECONDITION,
 		    "seed %" PRIu64 ", but the job's is %" PRIu64, r->seed,
 		    L->seed);
 	}
@@ -451,7 +434,8 @@ check_params(const struct ps_sched_leases *L, const Pswire__LeaseRequest *r,
 // repeated request). Returns 0 or a refusal.
 static int
 check_done(struct ps_sched_leases *L, uint32_t rank,
-    const Pswire__LeaseRequest *r, struct ps_lease **out, struct no *no)
+    const Pswire__LeaseRequest *r, struct ps_lease **out,
+    struct ps_sched_refusal *no)
 {
 	struct ps_lease *l = find(L, r->done_id);
 	*out               = NULL;
@@ -462,14 +446,14 @@ check_done(struct ps_sched_leases *L, uint32_t rank,
 		if (r->done_id == L->prev[rank]) {
 			return 0;
 		}
-		return refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
+		return ps__sched_refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "done_id %" PRIu64 " is not a lease trainer %u holds",
 		    r->done_id, rank);
 	}
 	// done_end 0: nothing consumed (the trainer never marked it).
 	if (r->done_end != 0 &&
 	    (r->done_end < l->start || r->done_end > l->start + l->count)) {
-		return refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
+		return ps__sched_refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "done_end %" PRIu64 " is outside lease %" PRIu64
 		    " [%" PRIu64 ", %" PRIu64 ")",
 		    r->done_end, l->id, l->start, l->start + l->count);
@@ -494,7 +478,7 @@ held_positions(const struct ps_sched_leases *L)
 // Returns 0 or a refusal (nothing changed). mu held.
 static int
 lease_apply(struct ps_scheduler *s, const Pswire__LeaseRequest *r,
-    struct ps_lease **out, int *changed, struct no *no)
+    struct ps_lease **out, int *changed, struct ps_sched_refusal *no)
 {
 	struct ps_sched_leases *L = ps__sched_leases_get(s);
 	struct ps_lease        *done;
@@ -502,12 +486,13 @@ lease_apply(struct ps_scheduler *s, const Pswire__LeaseRequest *r,
 
 	*out = NULL;
 	if (L == NULL) {
-		return refuse(no, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+		return ps__sched_refuse(no, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
 		    "out of memory for the lease table");
 	}
 	if (rank >= (uint32_t) s->opts.trainers || !s->trainer_seen[rank] ||
 	    s->trainer_gone[rank]) {
-		return refuse(no, PSWIRE__STATUS__FAILED_PRECONDITION,
+		return ps__sched_refuse(no,
+		    PSWIRE__STATUS__FAILED_PRECONDITION,
 		    "trainer %u is not in the job: register first", rank);
 	}
 	if (check_params(L, r, no) != 0 ||
@@ -522,7 +507,7 @@ lease_apply(struct ps_scheduler *s, const Pswire__LeaseRequest *r,
 	if (L->n_pc + 1 > PS_LEASE_PIECES_MAX ||
 	    ps__sched_leases_reserve(L, L->n_pc + 1, L->n_ls) != FB_OK ||
 	    (!r->release && !can_slot(L))) {
-		return refuse(no, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+		return ps__sched_refuse(no, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
 		    "lease pool full: %zu free pieces (at most %u), %zu "
 		    "lease records (at most %u)",
 		    L->n_pc, PS_LEASE_PIECES_MAX, L->n_ls,
@@ -558,12 +543,12 @@ lease_apply(struct ps_scheduler *s, const Pswire__LeaseRequest *r,
 void
 ps__sched_on_lease(struct ps_scheduler *s, struct ps_call *c)
 {
-	Pswire__LeaseRequest *r       = c->hdr->lease_req;
-	Pswire__LeaseReply    rep     = PSWIRE__LEASE_REPLY__INIT;
-	Pswire__Header        h       = PSWIRE__HEADER__INIT;
-	struct ps_lease      *l       = NULL;
-	struct no             no      = { 0 };
-	int                   changed = 0;
+	Pswire__LeaseRequest   *r       = c->hdr->lease_req;
+	Pswire__LeaseReply      rep     = PSWIRE__LEASE_REPLY__INIT;
+	Pswire__Header          h       = PSWIRE__HEADER__INIT;
+	struct ps_lease        *l       = NULL;
+	struct ps_sched_refusal no      = { 0 };
+	int                     changed = 0;
 
 	if (c->hdr->body_case != PSWIRE__HEADER__BODY_LEASE_REQ) {
 		ps__call_reply_err(c, PSWIRE__STATUS__INVALID_ARGUMENT,

@@ -6,14 +6,13 @@
 // held is re-placed at once (slot_back); with them the job rolls back.
 //
 // DESIGN. A handler decides under s->mu and replies with an error only
-// after releasing it: a refusal is recorded (struct refusal) and sent on
-// the single exit path. A server that registers after the job started
-// joins it (the link matrices grow, and a new map gives it shards); one
-// that leaves gets no shard in the next map. A trainer that leaves stops
-// the sync rounds from waiting for it; one that comes back is waited for
-// again from the next map on. The job starts when every expected server
-// and trainer has registered and, when probing is on, every trainer has
-// reported its links.
+// after releasing it: a refusal is recorded (struct ps_sched_refusal) and sent
+// on the single exit path. A server that registers after the job started joins
+// it (the link matrices grow, and a new map gives it shards); one that leaves
+// gets no shard in the next map. A trainer that leaves stops the sync rounds
+// from waiting for it; one that comes back is waited for again from the next
+// map on. The job starts when every expected server and trainer has registered
+// and, when probing is on, every trainer has reported its links.
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -23,21 +22,8 @@
 
 #include "scheduler_impl.h"
 
-// refusal is an error reply decided with mu held and sent after it is
-// released. msg has the size of the rpc layer's message, so a reason is
-// cut where it always was.
-struct refusal {
-	int  status; // PSWIRE__STATUS__*, never OK
-	char msg[512];
-};
-
-// refuse records an error reply in no and returns its status (non-zero),
-// so that a handler can `return refuse(...)`.
-static int refuse(struct refusal *no, int status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int
-refuse(struct refusal *no, int status, const char *fmt, ...)
+int
+ps__sched_refuse(struct ps_sched_refusal *no, int status, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -197,7 +183,7 @@ replaced(const struct ps_scheduler *s, uint32_t m)
 // -1 for a new slot. Returns 0 with *idx, or a refusal. mu held.
 static int
 slot_for(struct ps_scheduler *s, const Pswire__RegisterRequest *r, int *idx,
-    struct refusal *no)
+    struct ps_sched_refusal *no)
 {
 	int want = r->slot > 0 ? (int) (r->slot - 1) : -1;
 	*idx     = -1;
@@ -211,18 +197,21 @@ slot_for(struct ps_scheduler *s, const Pswire__RegisterRequest *r, int *idx,
 		return 0; // any slot, its own, or the next new one
 	}
 	if (*idx >= 0) {
-		return refuse(no, PSWIRE__STATUS__FAILED_PRECONDITION,
+		return ps__sched_refuse(no,
+		    PSWIRE__STATUS__FAILED_PRECONDITION,
 		    "server %s holds slot %d, not %d (--server-index)", r->url,
 		    *idx, want);
 	}
 	if (want > s->n_servers_seen) {
-		return refuse(no, PSWIRE__STATUS__FAILED_PRECONDITION,
+		return ps__sched_refuse(no,
+		    PSWIRE__STATUS__FAILED_PRECONDITION,
 		    "no server slot %d: %d server(s) registered so far "
 		    "(--server-index)",
 		    want, s->n_servers_seen);
 	}
 	if (!s->server_dead[want]) {
-		return refuse(no, PSWIRE__STATUS__FAILED_PRECONDITION,
+		return ps__sched_refuse(no,
+		    PSWIRE__STATUS__FAILED_PRECONDITION,
 		    "server slot %d is held by the live server at %s: "
 		    "--server-index takes it over only once that server is "
 		    "declared dead",
@@ -230,7 +219,7 @@ slot_for(struct ps_scheduler *s, const Pswire__RegisterRequest *r, int *idx,
 	}
 	char *url = fb_strdup(r->url);
 	if (url == NULL) {
-		return refuse(no, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+		return ps__sched_refuse(no, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
 		    "out of memory");
 	}
 	FB_LOG(FB_LOG_NOTICE, "members",
@@ -277,16 +266,16 @@ slot_back(struct ps_scheduler *s, uint32_t m, Pswire__RegisterReply *rep)
 // and late flag; returns 0 or a refusal. mu held.
 static int
 register_server(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
-    uint32_t claimed, Pswire__RegisterReply *rep, struct refusal *no)
+    uint32_t claimed, Pswire__RegisterReply *rep, struct ps_sched_refusal *no)
 {
 	int idx = -1;
 	if (strlen(r->url) == 0 || strlen(r->url) > 255) {
-		return refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
+		return ps__sched_refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "server registration needs a url of 1..255 bytes");
 	}
 	if (claimed != PSW_ID_UNASSIGNED && r->slot > 0 &&
 	    claimed != r->slot - 1) {
-		return refuse(no, PSWIRE__STATUS__PERMISSION_DENIED,
+		return ps__sched_refuse(no, PSWIRE__STATUS__PERMISSION_DENIED,
 		    "server-%u may not register %s into slot %u", claimed,
 		    r->url, r->slot - 1);
 	}
@@ -295,7 +284,7 @@ register_server(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
 	}
 	if (claimed != PSW_ID_UNASSIGNED &&
 	    claimed != (uint32_t) (idx >= 0 ? idx : s->n_servers_seen)) {
-		return refuse(no, PSWIRE__STATUS__PERMISSION_DENIED,
+		return ps__sched_refuse(no, PSWIRE__STATUS__PERMISSION_DENIED,
 		    "server-%u may not register %s (slot %d)", claimed, r->url,
 		    idx >= 0 ? idx : s->n_servers_seen);
 	}
@@ -320,16 +309,16 @@ register_server(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
 		return 0;
 	}
 	if (s->n_servers_seen >= s->opts.servers && s->placement == NULL) {
-		return refuse(no, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+		return ps__sched_refuse(no, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
 		    "job expects %d servers; all registered", s->opts.servers);
 	}
 	if (s->n_servers_seen >= s->opts.servers && grow_servers(s) != FB_OK) {
-		return refuse(no, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+		return ps__sched_refuse(no, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
 		    "cannot add a server: out of memory");
 	}
 	idx = s->n_servers_seen;
 	if ((s->server_urls[idx] = fb_strdup(r->url)) == NULL) {
-		return refuse(no, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+		return ps__sched_refuse(no, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
 		    "out of memory");
 	}
 	s->capacity[idx] = r->capacity_bytes;
@@ -365,7 +354,7 @@ struct join {
 // re-registration, as before elastic jobs) and a flapping slot. mu held.
 static int
 pick_rank(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
-    struct join *j, struct refusal *no)
+    struct join *j, struct ps_sched_refusal *no)
 {
 	int      max   = s->opts.trainers;
 	int      fixed = s->opts.min_trainers == max && !r->any_rank;
@@ -385,29 +374,31 @@ pick_rank(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
 	if (j->rank == PSW_ID_UNASSIGNED) {
 		int f = ps__sched_free_rank(s);
 		if (f < 0) {
-			return refuse(no, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+			return ps__sched_refuse(no,
+			    PSWIRE__STATUS__RESOURCE_EXHAUSTED,
 			    "job full: %d trainers", max);
 		}
 		j->rank = (uint32_t) f;
 	}
 	if (j->rank >= (uint32_t) max) {
-		return refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
+		return ps__sched_refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "rank %u out of range: job has %d trainers (MAX %d)",
 		    j->rank, max, max);
 	}
 	j->already = ps__sched_is_live(s, j->rank);
 	if (j->already && !fixed && !j->resent) {
 		if (ps__sched_live_trainers(s) >= max) {
-			return refuse(no, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+			return ps__sched_refuse(no,
+			    PSWIRE__STATUS__RESOURCE_EXHAUSTED,
 			    "job full: %d trainers", max);
 		}
-		return refuse(no, PSWIRE__STATUS__ALREADY_EXISTS,
+		return ps__sched_refuse(no, PSWIRE__STATUS__ALREADY_EXISTS,
 		    "rank %u is held by a live trainer", j->rank);
 	}
 	if (!j->already &&
 	    (wait = ps__sched_flap_wait(s, j->rank, fb_clock_ms())) > 0) {
 		s->n_flap_refused++;
-		return refuse(no, PSWIRE__STATUS__UNAVAILABLE,
+		return ps__sched_refuse(no, PSWIRE__STATUS__UNAVAILABLE,
 		    "rank %u flapping (its members died %u times within %u "
 		    "ms): retry in %llu ms",
 		    j->rank, s->opts.flap_deaths, s->opts.flap_window_ms,
@@ -423,28 +414,30 @@ pick_rank(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
 // Fills rep's id; returns 0 or a refusal. mu held.
 static int
 register_trainer(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
-    struct join *j, Pswire__RegisterReply *rep, struct refusal *no)
+    struct join *j, Pswire__RegisterReply *rep, struct ps_sched_refusal *no)
 {
 	char why[512];
 	if (pick_rank(s, r, j, no) != 0) {
 		return no->status;
 	}
 	if (r->job == NULL) {
-		return refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
+		return ps__sched_refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "trainer registration needs the tensor table");
 	}
 	if (ps__sched_job_check(r->job, &s->opts, why, sizeof(why)) != FB_OK) {
-		return refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
+		return ps__sched_refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "bad job declaration: %s", why);
 	}
 	if (s->job != NULL &&
 	    ps__sched_job_diff(s->job, r->job, why, sizeof(why))) {
-		return refuse(no, PSWIRE__STATUS__FAILED_PRECONDITION,
+		return ps__sched_refuse(no,
+		    PSWIRE__STATUS__FAILED_PRECONDITION,
 		    "declaration does not match the job: %s", why);
 	}
 	if (s->job == NULL) {
 		if ((s->job = ps__sched_job_copy(r->job)) == NULL) {
-			return refuse(no, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+			return ps__sched_refuse(no,
+			    PSWIRE__STATUS__RESOURCE_EXHAUSTED,
 			    "out of memory");
 		}
 		if (s->job->shard_bytes == 0) {
@@ -499,7 +492,7 @@ ps__sched_on_register(struct ps_scheduler *s, struct ps_call *c)
 	Pswire__RegisterRequest *r   = c->hdr->register_req;
 	Pswire__Header           h   = PSWIRE__HEADER__INIT;
 	Pswire__RegisterReply    rep = PSWIRE__REGISTER_REPLY__INIT;
-	struct refusal           no;
+	struct ps_sched_refusal  no;
 	int                      status;
 
 	if (c->hdr->body_case != PSWIRE__HEADER__BODY_REGISTER_REQ) {
@@ -531,8 +524,9 @@ ps__sched_on_register(struct ps_scheduler *s, struct ps_call *c)
 	} else if (r->role == PSWIRE__ROLE__ROLE_TRAINER) {
 		status = register_trainer(s, r, &j, &rep, &no);
 	} else {
-		status = refuse(&no, PSWIRE__STATUS__INVALID_ARGUMENT,
-		    "unknown role %d", r->role);
+		status = ps__sched_refuse(&no,
+		    PSWIRE__STATUS__INVALID_ARGUMENT, "unknown role %d",
+		    r->role);
 	}
 	if (status == 0) {
 		// The welcome goes out before mu is released, as it always
@@ -561,10 +555,10 @@ ps__sched_on_register(struct ps_scheduler *s, struct ps_call *c)
 // it as gone and servers complete pending rounds without it. Returns 0 or
 // a refusal. mu held.
 static int
-leave_trainer(struct ps_scheduler *s, uint32_t id, struct refusal *no)
+leave_trainer(struct ps_scheduler *s, uint32_t id, struct ps_sched_refusal *no)
 {
 	if (id >= (uint32_t) s->opts.trainers) {
-		return refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
+		return ps__sched_refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "no trainer %u", id);
 	}
 	int was = ps__sched_is_live(s, id);
@@ -582,18 +576,19 @@ leave_trainer(struct ps_scheduler *s, uint32_t id, struct refusal *no)
 // move its shards away); the last live server may not leave. Returns 0 or
 // a refusal. mu held.
 static int
-leave_server(struct ps_scheduler *s, uint32_t id, struct refusal *no)
+leave_server(struct ps_scheduler *s, uint32_t id, struct ps_sched_refusal *no)
 {
 	int alive = 0;
 	for (int m = 0; m < s->n_servers_seen; m++) {
 		alive += !s->gone[m];
 	}
 	if (id >= (uint32_t) s->n_servers_seen) {
-		return refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
+		return ps__sched_refuse(no, PSWIRE__STATUS__INVALID_ARGUMENT,
 		    "no server %u", id);
 	}
 	if (!s->gone[id] && alive <= 1) {
-		return refuse(no, PSWIRE__STATUS__FAILED_PRECONDITION,
+		return ps__sched_refuse(no,
+		    PSWIRE__STATUS__FAILED_PRECONDITION,
 		    "server %u is the last one: its shards have nowhere to go",
 		    id);
 	}
@@ -611,9 +606,9 @@ leave_server(struct ps_scheduler *s, uint32_t id, struct refusal *no)
 void
 ps__sched_on_leave(struct ps_scheduler *s, struct ps_call *c)
 {
-	Pswire__LeaveRequest *l = c->hdr->leave_req;
-	struct refusal        no;
-	int                   status;
+	Pswire__LeaveRequest   *l = c->hdr->leave_req;
+	struct ps_sched_refusal no;
+	int                     status;
 
 	if (c->hdr->body_case != PSWIRE__HEADER__BODY_LEAVE_REQ) {
 		ps__call_reply_err(c, PSWIRE__STATUS__INVALID_ARGUMENT,
@@ -630,8 +625,9 @@ ps__sched_on_leave(struct ps_scheduler *s, struct ps_call *c)
 	} else if (l->role == PSWIRE__ROLE__ROLE_SERVER) {
 		status = leave_server(s, l->id, &no);
 	} else {
-		status = refuse(&no, PSWIRE__STATUS__INVALID_ARGUMENT,
-		    "unknown role %d", l->role);
+		status = ps__sched_refuse(&no,
+		    PSWIRE__STATUS__INVALID_ARGUMENT, "unknown role %d",
+		    l->role);
 	}
 	if (status == 0 && s->placement == NULL) {
 		ps__sched_state_save(s); // a running job saved with its map
