@@ -94,8 +94,11 @@ done
 # The MLP trains 3 epochs by default, a CTR job reads its data once.
 [ -n "$epochs" ] || { [ "$model" = dlrm ] && epochs=1 || epochs=3; }
 for v in servers trainers epochs ctr_rows; do
-	[[ "${!v}" =~ ^[1-9][0-9]*$ ]] || {
-		echo "run-local: --$v must be a positive integer, got '${!v}'" >&2
+	[[ "${!v}" =~ ^[1-9][0-9]*$ ]] ||
+		[[ $v == trainers && "${!v}" =~ ^[1-9][0-9]*:[1-9][0-9]*$ ]] || {
+		or=""
+		[[ $v != trainers ]] || or=" or MIN:MAX"
+		echo "run-local: --$v must be a positive integer$or, got '${!v}'" >&2
 		exit 2
 	}
 done
