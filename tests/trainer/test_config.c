@@ -173,6 +173,28 @@ START_TEST(test_config_elastic)
 }
 END_TEST
 
+// --lr-scale-trainers scales the plain exchange's gradient: with
+// --overlap-layers (or --overlap, or --model dlrm) it is refused, naming
+// the flag; alone it parses.
+START_TEST(test_config_lr_scale_trainers_bogus)
+{
+	char            *layered[] = { "trainer", "--lr-scale-trainers=4",
+		           "--overlap-layers=1" };
+	char            *alone[]   = { "trainer", "--lr-scale-trainers=4" };
+	struct tr_config c;
+	char             err[256] = "";
+	tr_config_defaults(&c);
+	PT_FAIL(tr_config_parse(&c, 3, layered, err, sizeof(err)), FB_EINVAL);
+	ck_assert_msg(strstr(err, "--lr-scale-trainers") &&
+	        strstr(err, "--overlap-layers"),
+	    "'%s' does not name the flags", err);
+	tr_config_defaults(&c);
+	PT_OK(tr_config_parse(&c, 2, alone, err, sizeof(err)));
+	ck_assert_uint_eq(c.lr_scale_trainers, 4);
+	tr_config_fini(&c);
+}
+END_TEST
+
 // --overlap 1 and --overlap-layers 1 are two exchanges for one step: the
 // pair is refused naming both flags; either alone parses.
 START_TEST(test_config_overlap_exclusive_bogus)
@@ -335,6 +357,7 @@ suite_config(void)
 	tcase_add_test(tc, test_config_parse_bogus);
 	tcase_add_test(tc, test_config_env);
 	tcase_add_test(tc, test_config_overlap_exclusive_bogus);
+	tcase_add_test(tc, test_config_lr_scale_trainers_bogus);
 	tcase_add_test(tc, test_config_dlrm);
 	tcase_add_test(tc, test_config_elastic);
 	tcase_add_test(tc, test_config_dlrm_bogus);
