@@ -92,7 +92,8 @@ ferry__pull_finish(ferry_client *c, struct xfer *x)
 // A server whose open round already waits for this rank (a process
 // restarted under a rank never marked gone) answers at once instead
 // (ps/src/server/pull.c, join_want). Versions further apart: no join
-// pull, the push joins implicitly.
+// pull, the push joins implicitly; so does every rank at version 0 (the
+// job's first members are expected from 0 and need no join).
 int
 ferry__join_due(const ferry_client *c, uint64_t *j)
 {
@@ -105,7 +106,7 @@ ferry__join_due(const ferry_client *c, uint64_t *j)
 		lo         = v < lo ? v : lo;
 		hi         = v > hi ? v : hi;
 	}
-	if (hi > lo + 1) {
+	if (hi == 0 || hi > lo + 1) {
 		return 0;
 	}
 	*j = hi;
