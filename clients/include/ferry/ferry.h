@@ -185,12 +185,22 @@ struct ferry_opts {
 	const char *tls_cert;
 	const char *tls_key;
 	const char *tls_ca;
+	// ---- added in 0.5 (issue 28): local steps (docs/algorithms.md §7),
+	// job fields. local_steps > 0: the job's optimizer and lr above are
+	// the OUTER ones, the pushes are pseudo-gradients in gradient units
+	// (each trainer's summed inner directions), and the servers multiply
+	// every update's lr by inner_lr. fragments > 1 (streaming): the
+	// shards are synced in that many fragments by
+	// ferry_client_fragment_start/_wait (sync mode only).
+	uint32_t    local_steps; // 0 = off
+	double      inner_lr;    // the trainers' base inner lr (0 = off)
+	uint32_t    fragments;   // 0, 1 = the whole model at once
 };
 #define FERRY_OPTS_INIT                                                       \
 	{                                                                     \
 		NULL, 0, 0, FERRY_MODE_SYNC, 0.1, NULL, NULL, 0, 0, 0, NULL,  \
 		    NULL, 0, 0, 0, NULL, 0.9, 0.9, 0.999, 1e-8, 0.0, NULL, 0, \
-		    1000, 0.1, 0.0, 0, 0.0, 0.0, NULL, NULL, NULL             \
+		    1000, 0.1, 0.0, 0, 0.0, 0.0, NULL, NULL, NULL, 0, 0.0, 0  \
 	}
 
 // What the servers do with a tensor's pushes (docs/libferry.md, "Tensor
@@ -369,6 +379,60 @@ FERRY_API int ferry_client_push_pull_start(ferry_client *c,
 // progress, or a tensor of the range not started), FERRY_EINVAL, and those
 // of ferry_client_push_pull.
 FERRY_API int ferry_client_wait(ferry_client *c, size_t first, size_t count);
+
+// ---- fragments (streaming local steps, issue 28) ----------------------------
+//
+// In a job with opts.fragments = F > 1 the declared shards are cut into F
+// fragments: global shard i (in the order the job's tensors are cut) is
+// in fragment i % F. Each fragment has its own sync rounds: a fragment's
+// push-pull pushes and pulls only its shards, which move one version per
+// fragment round, so fragments may be one version apart. The whole-model
+// step calls (push, pull, push_pull, the layer-wise calls) are refused in
+// such a job after the first pull (FERRY_ESTATE).
+
+// One contiguous run of a fragment's elements: floats [offset, offset +
+// len) of tensor `tensor`.
+struct ferry_span {
+	uint32_t tensor;
+	uint64_t offset;
+	uint64_t len;
+};
+
+// ferry_client_fragment_spans writes the spans of fragment f (0..F-1) of
+// the declared job into spans (at most cap), in tensor and offset order,
+// and their count into *n (the count needed when it exceeds cap: call
+// again with a larger array; FERRY_OK is returned only when every span
+// fit). Errors: FERRY_EINVAL (f >= F, NULL n, *n > cap), FERRY_ESTATE
+// (not declared, or the job has no fragments).
+FERRY_API int ferry_client_fragment_spans(ferry_client *c, uint32_t f,
+    struct ferry_span *spans, size_t cap, size_t *n);
+
+// ferry_client_fragment_start pushes fragment f's part of g (whole-model
+// buffers, as ferry_client_push_pull: the sum of per-sample values over
+// n_samples) and asks for that fragment's next version, without waiting:
+// requests travel while the caller computes. At most one fragment is in
+// flight; g must stay unchanged until ferry_client_fragment_wait. The
+// pulled weights go into w's fragment-f elements only (or the pull sink).
+// Errors: FERRY_EINVAL (f >= F, NULL buffers), FERRY_ESTATE (not
+// declared, fragments <= 1, a fragment or a layer-wise step in flight),
+// and those of ferry_client_push_pull.
+FERRY_API int ferry_client_fragment_start(ferry_client *c, uint32_t f,
+    const float *const *g, uint32_t n_samples, float *const *w);
+
+// ferry_client_fragment_wait blocks until the fragment in flight has its
+// new weights in w, as ferry_client_push_pull would have written them.
+// Any error abandons the fragment round: nothing stays in flight, and the
+// caller pulls that fragment again (ferry_client_fragment_pull).
+// Errors: FERRY_ESTATE (none in flight) and those of
+// ferry_client_push_pull (FERRY_EBEHIND: this rank's push came too late
+// for the round, FERRY_EROLLBACK, ...).
+FERRY_API int ferry_client_fragment_wait(ferry_client *c);
+
+// ferry_client_fragment_pull pulls fragment f's newest version into w's
+// fragment-f elements (after a failed fragment round, or to start).
+// Errors: as ferry_client_pull.
+FERRY_API int ferry_client_fragment_pull(ferry_client *c, uint32_t f,
+    float *const *w);
 
 // ---- encoded pushes (for trainers that quantize on a GPU) ------------------
 //
