@@ -445,12 +445,15 @@ register_trainer(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
 		}
 		FB_LOG(FB_LOG_NOTICE, "members",
 		    "job declared by rank %u: %zu tensors, mode %s, lr %g, "
-		    "optimizer %s",
+		    "optimizer %s, local steps %u (inner lr %g), fragments "
+		    "%u",
 		    j->rank, s->job->n_tensors,
 		    s->job->mode ? "async" : "sync", s->job->lr,
 		    s->job->optim != NULL && *s->job->optim->name != '\0'
 		        ? s->job->optim->name
-		        : "sgd");
+		        : "sgd",
+		    s->job->local_steps, s->job->inner_lr,
+		    s->job->fragments > 1 ? s->job->fragments : 1);
 	}
 	uint32_t rank = j->rank;
 	if (!j->already) {
