@@ -456,6 +456,11 @@ inner_step(struct tr__run *r, struct local *L, long e, size_t k)
 	} else if (s % L->h == 0 || s >= r->total) {
 		rv = outer_round(r, L);
 	}
+	// An exchange changed loc: a backend that copies the weights (the
+	// GPU's) must see them before the next gradient or evaluation.
+	if (rv == FB_OK && (L->synced || L->rolled)) {
+		rv = tr__run_set_weights(r, &L->loc);
+	}
 	if (rv != FB_OK) {
 		return rv;
 	}
