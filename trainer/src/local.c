@@ -368,12 +368,12 @@ fragments(struct tr__run *r, struct local *L, uint64_t s)
 		}
 	}
 	for (uint32_t f = 0; f < L->f && !L->rolled; f++) {
-		uint64_t at = ((uint64_t) (f + 1) * L->h / L->f) % L->h;
 		if (L->nspans[f] == 0) {
 			L->nf[f] = 0; // more fragments than shards: none here
 			continue;
 		}
-		if (last ? L->nf[f] > 0 : s % L->h == at) {
+		if (last ? L->nf[f] > 0
+		         : tr__inner_fragment_due(s, f, L->h, L->f)) {
 			rv = fragment_start(r, L, f, s, last || L->d == 0);
 			if (rv != FB_OK) {
 				return rv;
