@@ -23,6 +23,7 @@
 
 #include "integration_tests.h"
 #include "pt.h"
+#include "scrape.h"
 
 // The small MLP keeps every job to seconds on a busy machine.
 #define LAYERS "--layers=784,32,10"
@@ -125,13 +126,15 @@ same_weights(const struct lc *a, const struct lc *b, int rank)
 
 // A job: `trainers` trainers on `servers` servers, the scheduler and the
 // servers with sflags, every trainer with tflags and rank r also with
-// rflags[r] (NULL-terminated lists, NULL for none).
+// rflags[r] (NULL-terminated lists, NULL for none); rank `http` - 1 (0:
+// none) serves its metrics, its URL in <dir>/t<rank>.http.
 struct job {
 	int          trainers;
 	int          servers;
 	const char **sflags;
 	const char **tflags;
 	const char **rflags[4];
+	int          http;
 };
 
 // job_start starts j in c: every trainer on the data set with seed 3, the
@@ -141,7 +144,7 @@ struct job {
 static void
 job_start(struct lc *c, const struct job *j)
 {
-	char data[520], wo[4][340];
+	char data[520], wo[4][340], hf[340];
 	snprintf(data, sizeof(data), "--data=%s", it_data_dir());
 	lc_start(c, j->trainers, j->servers, j->sflags);
 	for (int r = 0; r < j->trainers; r++) {
@@ -159,6 +162,12 @@ job_start(struct lc *c, const struct job *j)
 		     j->rflags[r] && j->rflags[r][i] && n < MAX_FLAGS - 1;
 		     i++) {
 			f[n++] = j->rflags[r][i];
+		}
+		if (r == j->http - 1) {
+			snprintf(hf, sizeof(hf), "--http-url-file=%s/t%d.http",
+			    c->dir, r);
+			f[n++] = "--http-listen=127.0.0.1:0";
+			f[n++] = hf;
 		}
 		f[n] = NULL;
 		lc_trainer(c, r, f);
@@ -199,7 +208,7 @@ START_TEST(test_local_steps_h1_equals_sync)
 	const char *four[]  = { "--max-steps=120", "--local-steps=4",
 		 "--lr=0.1", NULL };
 	const char *r0[]    = { "--log-interval=4", NULL };
-	struct job  j       = { 2, 2, NULL, plain, { NULL } };
+	struct job  j       = { 2, 2, NULL, plain, { NULL }, 0 };
 
 	job_run(&sync, &j);
 	j.tflags = one;
@@ -231,16 +240,49 @@ START_TEST(test_local_steps_h1_equals_sync)
 }
 END_TEST
 
-// The trainer killed mid-phase: 3 trainers, H = 4, rank 2 slowed so that
-// its phases last seconds and printing every inner step. It is SIGKILLed
-// once it has taken an inner step of outer phase KILL_ROUND (steps 9..12)
-// and before it has taken the step before that phase's push (its output
-// then shows step 9 or 10, never 11). The scheduler declares it dead on
-// its closed connection, round KILL_ROUND closes over the 2 survivors'
-// pseudo-gradients, and the survivors end with the weights of the
-// reference job, where rank 2 stops at step 8 (--max-steps) and leaves.
+// trainer_metric reads metric name from trainer rank's HTTP endpoint,
+// whose URL it wrote to <dir>/t<rank>.http (--http-url-file); -1 while
+// there is no endpoint yet.
+static double
+trainer_metric(const struct lc *c, int rank, const char *name)
+{
+	char   path[320], file[32], url[256] = "", *body;
+	int    st;
+	FILE  *f;
+	double v = -1;
+	snprintf(file, sizeof(file), "t%d.http", rank);
+	if ((f = fopen(lc_path(c, file, path, sizeof(path)), "r")) == NULL) {
+		return -1;
+	}
+	if (fgets(url, sizeof(url), f) == NULL) {
+		url[0] = '\0';
+	}
+	fclose(f);
+	url[strcspn(url, "\n")] = '\0';
+	if (url[0] == '\0' || pt_http_get(url, "/metrics", &st, &body) != 0) {
+		return -1;
+	}
+	if (st != 200 || pt_prom_value(body, name, NULL, &v) != 0) {
+		v = -1;
+	}
+	free(body);
+	return v;
+}
+
+// The trainer killed mid-phase: 3 trainers, H = 4, rank 2 slowed (400 ms
+// in every inner step) and serving its metrics. It is SIGKILLed once its
+// ferry_trainer_steps_total shows an inner step of outer phase
+// KILL_ROUND taken (9 or 10 of 9..12): it has pulled round KILL_ROUND - 1
+// and is at least one slowed step (the one before the push) away from
+// pushing round KILL_ROUND, and the kill follows that read by less than a
+// step. The scheduler declares it dead on its closed connection, round
+// KILL_ROUND closes over the 2 survivors' pseudo-gradients, and the
+// survivors end with the weights of the reference job, where rank 2
+// stops at step 8 (--max-steps) and leaves.
 #define H 4
 #define KILL_ROUND 3
+#define SLOW_MS 400
+#define SLOW_FLAG "--slow-ms=400"
 
 START_TEST(test_local_steps_trainer_killed_mid_phase)
 {
@@ -248,27 +290,36 @@ START_TEST(test_local_steps_trainer_killed_mid_phase)
 		NULL };
 	const char *tflags[] = { "--max-steps=24", "--local-steps=4",
 		"--lr=0.1", NULL };
-	const char *slow[]   = { "--slow-ms=400", "--log-interval=1", NULL };
-	const char *leave[]  = { "--slow-ms=400", "--log-interval=1",
-		 "--max-steps=8", NULL };
-	struct job  j        = { 3, 1, sflags, tflags, { NULL } };
+	const char *slow[]   = { SLOW_FLAG, NULL };
+	const char *leave[]  = { SLOW_FLAG, "--max-steps=8", NULL };
+	struct job  j        = { 3, 1, sflags, tflags, { NULL }, 0 };
 	struct lc   ref, hurt;
 	char        path[300];
+	double      steps = -1;
 
 	j.rflags[2] = leave;
 	job_run(&ref, &j);
 	ck_assert(summary(&ref, 2, "steps") == (KILL_ROUND - 1) * H);
 
 	j.rflags[2] = slow;
+	j.http      = 3;
 	job_start(&hurt, &j);
-	wait_step(&hurt, 2, (KILL_ROUND - 1) * H + 1, 120);
+	uint64_t end = fb_clock_ms() + 120000, seen = 0;
+	while (steps < (KILL_ROUND - 1) * H + 1) {
+		ck_assert_msg(fb_clock_ms() < end,
+		    "rank 2 at %.0f inner steps after 120 s (logs: %s)", steps,
+		    hurt.dir);
+		fb_sleep_us(5000);
+		steps = trainer_metric(&hurt, 2, "ferry_trainer_steps_total");
+		seen  = fb_clock_ms();
+	}
 	ck_assert_int_eq(kill(hurt.trainer_pids[2], SIGKILL), 0);
-	unsigned long long at = last_step(
-	    out_path(&hurt, 2, path, sizeof(path)));
-	ck_assert_msg(at <= KILL_ROUND * H - 2,
-	    "rank 2 was killed at step %llu, too late to be sure it had not "
-	    "pushed round %d (a very loaded machine? logs: %s)",
-	    at, KILL_ROUND, hurt.dir);
+	uint64_t late = fb_clock_ms() - seen;
+	ck_assert_msg(steps <= KILL_ROUND * H - 2 && late < SLOW_MS,
+	    "rank 2 was killed %llu ms after it showed %.0f inner steps: "
+	    "too late to be sure it had not pushed round %d (a very "
+	    "loaded machine? logs: %s)",
+	    (unsigned long long) late, steps, KILL_ROUND, hurt.dir);
 	int ok = lc_wait_trainers(&hurt, 150);
 	lc_stop(&hurt);
 	ck_assert_msg(ok == 2, "%d trainer(s) exited 0, want 2 (logs: %s)", ok,
@@ -303,7 +354,7 @@ START_TEST(test_local_steps_server_killed_replicas)
 	const char *tflags[] = { "--max-steps=200", "--local-steps=4",
 		"--lr=0.1", NULL };
 	const char *r1[]     = { "--slow-ms=20", "--log-interval=4", NULL };
-	struct job  j        = { 2, 2, sflags, tflags, { NULL, r1 } };
+	struct job  j        = { 2, 2, sflags, tflags, { NULL, r1 }, 0 };
 	struct lc   clean, hurt;
 	char        path[300];
 
@@ -331,6 +382,86 @@ START_TEST(test_local_steps_server_killed_replicas)
 }
 END_TEST
 
+// first_acc returns the test accuracy of trainer rank's first progress
+// line ("step N | ... | test_acc A | ..."), failing the test without one.
+static double
+first_acc(const struct lc *c, int rank)
+{
+	char        path[300], line[4096];
+	double      acc = -1;
+	const char *p;
+	FILE       *f = fopen(out_path(c, rank, path, sizeof(path)), "r");
+	while (f != NULL && acc < 0 && fgets(line, sizeof(line), f) != NULL) {
+		if (strncmp(line, "step ", 5) == 0 &&
+		    (p = strstr(line, "test_acc ")) != NULL) {
+			acc = strtod(p + strlen("test_acc "), NULL);
+		}
+	}
+	if (f != NULL) {
+		fclose(f);
+	}
+	ck_assert_msg(acc >= 0, "no progress line with test_acc in %s", path);
+	return acc;
+}
+
+#define STREAM_STEPS "--max-steps=160"
+
+// Streaming, blocking: H = 8 in F = 2 and F = 4 fragments with
+// --fragment-delay 0 (each fragment synced once per 8 inner steps,
+// staggered by 8 / F). Each job equals its own replay bit for bit, and
+// its test accuracy at the end is above 0.6 and above its first progress
+// line's (after the first 8 inner steps).
+START_TEST(test_local_steps_fragments_replay)
+{
+	static const char *fr[] = { "--fragments=2", "--fragments=4" };
+	const char        *r0[] = { "--log-interval=8", NULL };
+	for (int k = 0; k < 2; k++) {
+		const char *tflags[] = { STREAM_STEPS, "--local-steps=8",
+			"--lr=0.1", fr[k], "--fragment-delay=0", NULL };
+		struct job  j        = { 2, 2, NULL, tflags, { r0 }, 0 };
+		struct lc   a, b;
+		job_run(&a, &j);
+		job_run(&b, &j);
+		ck_assert(summary(&a, 0, "fragments") == (k == 0 ? 2 : 4));
+		for (int r = 0; r < 2; r++) {
+			ck_assert_msg(same_weights(&a, &b, r),
+			    "%s: rank %d's weights differ from the replay's "
+			    "(%s vs %s)",
+			    fr[k], r, a.dir, b.dir);
+		}
+		double acc = summary(&a, 0, "test_acc"),
+		       at0 = first_acc(&a, 0);
+		ck_assert_msg(acc >= 0.6 && acc > at0 + 0.02,
+		    "%s: test accuracy %.4f at the end, %.4f at the first "
+		    "line (logs: %s)",
+		    fr[k], acc, at0, a.dir);
+	}
+}
+END_TEST
+
+// Streaming with the exchange overlapped (--fragment-delay 1: each
+// fragment's exchange runs while the next inner step computes) trains:
+// its test accuracy after 160 inner steps is within 0.1 of the plain sync
+// job's after the same steps.
+START_TEST(test_local_steps_fragments_delayed)
+{
+	const char *plain[]   = { STREAM_STEPS, "--lr=0.1", NULL };
+	const char *delayed[] = { STREAM_STEPS, "--local-steps=8", "--lr=0.1",
+		"--fragments=4", "--fragment-delay=1", NULL };
+	struct job  j         = { 2, 2, NULL, plain, { NULL }, 0 };
+	struct lc   p, d;
+	job_run(&p, &j);
+	j.tflags = delayed;
+	job_run(&d, &j);
+	double want = summary(&p, 0, "test_acc");
+	double acc  = summary(&d, 0, "test_acc");
+	ck_assert_msg(acc >= want - 0.1,
+	    "--fragment-delay 1: test accuracy %.4f, the sync job's %.4f "
+	    "(logs: %s, %s)",
+	    acc, want, d.dir, p.dir);
+}
+END_TEST
+
 Suite *
 suite_local_steps(void)
 {
@@ -344,5 +475,12 @@ suite_local_steps(void)
 	tcase_add_test(tc, test_local_steps_trainer_killed_mid_phase);
 	tcase_add_test(tc, test_local_steps_server_killed_replicas);
 	suite_add_tcase(s, tc);
+	// Streaming (--fragments): `CK_RUN_CASE=fragments` runs it alone.
+	TCase *tf = tcase_create("fragments");
+	tcase_set_tags(tf, "local_steps");
+	tcase_set_timeout(tf, 300);
+	tcase_add_test(tf, test_local_steps_fragments_replay);
+	tcase_add_test(tf, test_local_steps_fragments_delayed);
+	suite_add_tcase(s, tf);
 	return s;
 }
