@@ -320,6 +320,10 @@ START_TEST(test_local_steps_trainer_killed_mid_phase)
 	    "too late to be sure it had not pushed round %d (a very "
 	    "loaded machine? logs: %s)",
 	    (unsigned long long) late, steps, KILL_ROUND, hurt.dir);
+	fprintf(stderr,
+	    "local_steps: rank 2 killed after %.0f inner steps, %llu ms "
+	    "after the read\n",
+	    steps, (unsigned long long) late);
 	int ok = lc_wait_trainers(&hurt, 150);
 	lc_stop(&hurt);
 	ck_assert_msg(ok == 2, "%d trainer(s) exited 0, want 2 (logs: %s)", ok,
