@@ -93,15 +93,18 @@ out:
 	return NULL;
 }
 
-// run_job trains `trainers` ranks in options o (mode included) on a fresh
-// 2-server cluster and checks they succeeded (and, in sync mode, agree
-// bit for bit); a[0] holds the weights.
+// run_job_replicas trains `trainers` ranks in options o (mode included)
+// on a fresh 2-server cluster keeping `replicas` copies of each shard and
+// checks they succeeded (and, in sync mode, agree bit for bit); a[0]
+// holds the weights. run_job: one copy.
 static void
-run_job(struct ltrainer *a, int trainers, const struct ferry_opts *o)
+run_job_replicas(struct ltrainer *a, int trainers, const struct ferry_opts *o,
+    uint32_t replicas)
 {
 	struct cluster cl;
 	pthread_t      th[2];
-	cluster_open(&cl, trainers, 2, PS_PLACEMENT_UNIFORM);
+	cluster_open_replicas(&cl, trainers, 2, PS_PLACEMENT_UNIFORM, replicas,
+	    0);
 	for (int r = 0; r < trainers; r++) {
 		memset(&a[r], 0, sizeof(a[r]));
 		a[r].url  = ps_scheduler_url(cl.sched);
@@ -122,6 +125,12 @@ run_job(struct ltrainer *a, int trainers, const struct ferry_opts *o)
 			    "ranks disagree on tensor %d", t);
 		}
 	}
+}
+
+static void
+run_job(struct ltrainer *a, int trainers, const struct ferry_opts *o)
+{
+	run_job_replicas(a, trainers, o, 1);
 }
 
 // same_bits wants x's and y's weights equal bit for bit.
@@ -161,6 +170,25 @@ START_TEST(test_local_lr_outer_times_inner)
 			    mode[m] == FERRY_MODE_SYNC ? "sync" : "async");
 		}
 	}
+}
+END_TEST
+
+// With --replicas 2 the primaries apply through the checked CRC path and
+// the backups replay each aggregate at the same lr (a backup whose update
+// differed would answer another CRC): the local-steps job still gives
+// the plain job's bits.
+START_TEST(test_local_lr_replicas)
+{
+	struct ferry_opts o = FERRY_OPTS_INIT;
+	struct ltrainer   plain[2], local[2];
+	o.optimizer = "momentum";
+	o.lr        = 0.125;
+	run_job_replicas(plain, 2, &o, 2);
+	o.lr          = 0.5;
+	o.local_steps = 2;
+	o.inner_lr    = 0.25;
+	run_job_replicas(local, 2, &o, 2);
+	same_bits(&plain[0], &local[0], "replicas");
 }
 END_TEST
 
@@ -341,6 +369,7 @@ suite_local(void)
 	tcase_set_timeout(tc, 240);
 	tcase_add_test(tc, test_local_lr_outer_times_inner);
 	tcase_add_test(tc, test_local_outer_nesterov_reference);
+	tcase_add_test(tc, test_local_lr_replicas);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("bogus");
 	tcase_set_timeout(tc, 60);
