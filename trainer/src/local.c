@@ -51,13 +51,6 @@
 #define MOD "train"
 #define MAX_FRAGMENTS 64
 
-// TEMPORARY until libferry's fragment calls land (h/libferry stage 2):
-// weak, so that F = 1 links; local_open refuses F > 1 without them.
-#pragma weak ferry_client_fragment_spans
-#pragma weak ferry_client_fragment_start
-#pragma weak ferry_client_fragment_wait
-#pragma weak ferry_client_fragment_pull
-
 // The loop's state beside the run's: made by local_open, released by
 // local_close.
 struct local {
@@ -132,11 +125,6 @@ local_open(struct tr__run *r, struct local *L)
 	    (L->d > 0 && (rv = shaped(&L->start, &r->w)) != FB_OK)) {
 		FB_LOG(FB_LOG_ERR, MOD, "local steps: %s", fb_strerror(rv));
 		return rv;
-	}
-	if (L->f > 1 && ferry_client_fragment_start == NULL) {
-		FB_LOG(FB_LOG_ERR, MOD,
-		    "--fragments: this libferry has no fragment calls");
-		return FB_EUNSUPP;
 	}
 	if (L->f > 1 && (rv = open_spans(r, L)) != FB_OK) {
 		return rv;
@@ -376,6 +364,10 @@ fragments(struct tr__run *r, struct local *L, uint64_t s)
 	}
 	for (uint32_t f = 0; f < L->f && !L->rolled; f++) {
 		uint64_t at = ((uint64_t) (f + 1) * L->h / L->f) % L->h;
+		if (L->nspans[f] == 0) {
+			L->nf[f] = 0; // more fragments than shards: none here
+			continue;
+		}
 		if (last ? L->nf[f] > 0 : s % L->h == at) {
 			rv = fragment_start(r, L, f, s, last || L->d == 0);
 			if (rv != FB_OK) {
@@ -455,6 +447,11 @@ inner_step(struct tr__run *r, struct local *L, long e, size_t k)
 		rv = fragments(r, L, s);
 	} else if (s % L->h == 0 || s >= r->total) {
 		rv = outer_round(r, L);
+	}
+	// An exchange changed loc: a backend that copies the weights (the
+	// GPU's) must see them before the next gradient or evaluation.
+	if (rv == FB_OK && (L->synced || L->rolled)) {
+		rv = tr__run_set_weights(r, &L->loc);
 	}
 	if (rv != FB_OK) {
 		return rv;

@@ -160,6 +160,7 @@ tr__metrics_open(struct tr__metrics *m, const struct tr_config *cfg,
 	}
 	m->rank       = cfg->fo.rank;
 	m->fp32_bytes = (uint64_t) n_params * sizeof(float);
+	m->local      = cfg->local_steps > 0;
 	atomic_init(&m->phase, TR_PHASE_JOINING);
 	if ((rv = obs_registry_alloc(&m->reg)) != FB_OK ||
 	    (rv = series(m)) != FB_OK) {
@@ -234,6 +235,10 @@ tr__metrics_step(struct tr__metrics *m, ferry_client *fc, size_t n,
 	// rarely enough to cost nothing measurable per step.
 	if (((uint64_t) steps - 1) % TR_EF_NORM_EVERY == 0) {
 		obs_gauge_set(m->ef_norm, ferry_client_ef_residual_norm(fc));
+	}
+	if (m->local) {
+		// Local steps exchange the model once per outer round.
+		steps = obs_metric_value(m->outer_rounds);
 	}
 	if (st.bytes_pushed > m->base_out) {
 		obs_gauge_set(m->ratio_push,

@@ -33,6 +33,7 @@ struct tr__metrics {
 	// local steps: outer rounds, their bytes, the pseudo-gradient norm
 	struct obs_metric   *outer_rounds, *outer_bytes, *pg_norm;
 	uint64_t             outer_base; // bytes both ways at the last round
+	int                  local;      // --local-steps: ratios per round
 	atomic_int           phase;      // enum tr__phase
 	int                  rank, trainers;
 	uint64_t             fp32_bytes; // one full gradient, in bytes
