@@ -446,23 +446,38 @@ END_TEST
 // Streaming with the exchange overlapped (--fragment-delay 1: each
 // fragment's exchange runs while the next inner step computes) trains:
 // its test accuracy after 160 inner steps is within 0.1 of the plain sync
-// job's after the same steps.
+// job's after the same steps. The delay does change the run: its weights
+// differ from the same job's with --fragment-delay 0.
 START_TEST(test_local_steps_fragments_delayed)
 {
-	const char *plain[]   = { STREAM_STEPS, "--lr=0.1", NULL };
-	const char *delayed[] = { STREAM_STEPS, "--local-steps=8", "--lr=0.1",
-		"--fragments=4", "--fragment-delay=1", NULL };
-	struct job  j         = { 2, 2, NULL, plain, { NULL }, 0 };
-	struct lc   p, d;
+	const char *plain[]    = { STREAM_STEPS, "--lr=0.1", NULL };
+	const char *delayed[]  = { STREAM_STEPS, "--local-steps=8", "--lr=0.1",
+		 "--fragments=4", "--fragment-delay=1", NULL };
+	const char *blocking[] = { STREAM_STEPS, "--local-steps=8", "--lr=0.1",
+		"--fragments=4", "--fragment-delay=0", NULL };
+	struct job  j          = { 2, 2, NULL, plain, { NULL }, 0 };
+	struct lc   p, d, b;
 	job_run(&p, &j);
 	j.tflags = delayed;
 	job_run(&d, &j);
+	j.tflags = blocking;
+	job_run(&b, &j);
 	double want = summary(&p, 0, "test_acc");
 	double acc  = summary(&d, 0, "test_acc");
+	fprintf(stderr,
+	    "local_steps: test accuracy after 160 steps: sync %.4f, F = 4 "
+	    "D = 1 %.4f, F = 4 D = 0 %.4f\n",
+	    want, acc, summary(&b, 0, "test_acc"));
 	ck_assert_msg(acc >= want - 0.1,
 	    "--fragment-delay 1: test accuracy %.4f, the sync job's %.4f "
 	    "(logs: %s, %s)",
 	    acc, want, d.dir, p.dir);
+	for (int r = 0; r < 2; r++) {
+		ck_assert_msg(!same_weights(&d, &b, r),
+		    "rank %d: --fragment-delay 1 and 0 end with the same "
+		    "weights (%s)",
+		    r, d.dir);
+	}
 }
 END_TEST
 
