@@ -13,7 +13,8 @@
 //     changes no weight (the outer momentum is replicated server state);
 //   - streaming (--fragments 2 and 4, H = 8) equals its own replay and
 //     trains, and with --fragment-delay 1 still trains.
-// Every wait is on an event (a progress line, an exit) with a deadline.
+// Every wait is on an event (a progress line, a metric, an exit) with a
+// deadline.
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
