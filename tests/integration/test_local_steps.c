@@ -411,6 +411,14 @@ first_acc(const struct lc *c, int rank)
 
 #define STREAM_STEPS "--max-steps=160"
 
+// Fragment f holds the shards i with i % F == f, so a replay trains the
+// same only on the same cut: the scheduler cuts the model by its links'
+// measured speed unless probing is off (--probe-bytes 0), which leaves
+// --shard-bytes (here 4 fc1.weight rows: about 12 shards, 2 to 6 per
+// fragment).
+static const char *stream_sflags[] = { "--probe-bytes=0",
+	"--shard-bytes=12544", NULL };
+
 // Streaming, blocking: H = 8 in F = 2 and F = 4 fragments with
 // --fragment-delay 0 (each fragment synced once per 8 inner steps,
 // staggered by 8 / F). Each job equals its own replay bit for bit, and
@@ -423,7 +431,7 @@ START_TEST(test_local_steps_fragments_replay)
 	for (int k = 0; k < 2; k++) {
 		const char *tflags[] = { STREAM_STEPS, "--local-steps=8",
 			"--lr=0.1", fr[k], "--fragment-delay=0", NULL };
-		struct job  j        = { 2, 2, NULL, tflags, { r0 }, 0 };
+		struct job  j = { 2, 2, stream_sflags, tflags, { r0 }, 0 };
 		struct lc   a, b;
 		job_run(&a, &j);
 		job_run(&b, &j);
@@ -456,7 +464,7 @@ START_TEST(test_local_steps_fragments_delayed)
 		 "--fragments=4", "--fragment-delay=1", NULL };
 	const char *blocking[] = { STREAM_STEPS, "--local-steps=8", "--lr=0.1",
 		"--fragments=4", "--fragment-delay=0", NULL };
-	struct job  j          = { 2, 2, NULL, plain, { NULL }, 0 };
+	struct job  j          = { 2, 2, stream_sflags, plain, { NULL }, 0 };
 	struct lc   p, d, b;
 	job_run(&p, &j);
 	j.tflags = delayed;
