@@ -238,7 +238,7 @@ tr__metrics_step(struct tr__metrics *m, ferry_client *fc, size_t n,
 	}
 	if (m->local) {
 		// Local steps exchange the model once per outer round.
-		steps = obs_metric_value(m->outer_rounds);
+		steps = m->rounds;
 	}
 	if (st.bytes_pushed > m->base_out) {
 		obs_gauge_set(m->ratio_push,
@@ -253,7 +253,7 @@ tr__metrics_step(struct tr__metrics *m, ferry_client *fc, size_t n,
 }
 
 void
-tr__metrics_outer(struct tr__metrics *m, ferry_client *fc, uint64_t rounds,
+tr__metrics_outer(struct tr__metrics *m, ferry_client *fc, double rounds,
     double norm)
 {
 	struct ferry_stats st;
@@ -262,7 +262,8 @@ tr__metrics_outer(struct tr__metrics *m, ferry_client *fc, uint64_t rounds,
 	}
 	ferry_client_stats(fc, &st);
 	uint64_t both = st.bytes_pushed + st.bytes_pulled;
-	obs_counter_set(m->outer_rounds, rounds);
+	obs_counter_set(m->outer_rounds, (uint64_t) rounds);
+	m->rounds = rounds;
 	obs_gauge_set(m->outer_bytes, (double) (both - m->outer_base));
 	obs_gauge_set(m->pg_norm, norm);
 	m->outer_base = both;
