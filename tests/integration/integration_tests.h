@@ -15,6 +15,7 @@ Suite *suite_overlap(void);
 double it_run_epoch_with(const char *codec_push, const char *codec_pull,
     const char *extra);
 Suite *suite_rollback(void);
+Suite *suite_local_steps(void);
 
 // it_data_dir is the Fashion-MNIST directory the tests and their trainers
 // read: $FERRY_DATA_DIR when set and not empty, else FASHION_DIR.

@@ -21,6 +21,7 @@ main(void)
 	srunner_add_suite(sr, suite_faults());
 	srunner_add_suite(sr, suite_overlap());
 	srunner_add_suite(sr, suite_rollback());
+	srunner_add_suite(sr, suite_local_steps());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
