@@ -10,6 +10,11 @@ with two ways to run it on several processes:
              opt = ferry.torch.Optimizer(model.parameters(), client)
          Start it with the launcher (scheduler, servers and trainers):
              python3 -m ferry.run --trainers 2 examples/torch_cnn.py
+         With --local-steps H the job takes local steps (DiLoCo): each
+         trainer runs H steps of its own --inner optimizer at --lr, then
+         the servers apply the outer one (--outer-optimizer, --outer-lr,
+         default Nesterov at 0.7) to the averaged weight changes:
+             opt = ferry.torch.LocalSteps(net.parameters(), client, inner)
   ddp    torch.distributed + DistributedDataParallel + torch.optim.SGD
          (gloo on CPU, nccl on CUDA). It spawns its own --ddp-world ranks
          on loopback, or runs as one rank under torch.distributed.run:
@@ -130,6 +135,8 @@ def train(args, rank, world, make_optimizer):
                     print(f"step {step} | train_loss {iv_loss / args.log_interval:.4f}"
                           f" | {time.perf_counter() - t0:.1f} s", flush=True)
                     iv_loss = 0.0
+    if getattr(opt, "phase_steps", 0):
+        opt.round()  # local steps: end on the global weights, every rank alike
     if device.type == "cuda":
         torch.cuda.synchronize()
     train_s = time.perf_counter() - t0
@@ -142,7 +149,7 @@ def train(args, rank, world, make_optimizer):
          "train_s": round(train_s, 3), "trainers": world, "device": device.type,
          "epochs": round(steps / spe, 3), "steps": steps, "batch": args.batch,
          "lr": args.lr, "seed": args.seed, "threads": args.threads}
-    s.update(extra)
+    s.update({k: v() if callable(v) else v for k, v in extra.items()})
     print(json.dumps({"summary": s}), flush=True)
 
 
@@ -154,9 +161,21 @@ def run_ferry(args):
 
     env = ferry.run.env()  # FERRY_SCHEDULER, FERRY_RANK, FERRY_TRAINERS
     bucket = {} if args.bucket_mb is None else {"bucket_mb": args.bucket_mb}
-    with ferry.Client(env.scheduler, env.rank, lr=args.lr, codec_push=args.codec_push,
-                      codec_pull=args.codec_pull) as client:
+    job = {"lr": args.lr}
+    if args.local_steps:  # the Client's optimizer and lr are the outer ones
+        job = {"local_steps": args.local_steps, "inner_lr": args.lr,
+               "optimizer": args.outer_optimizer, "lr": args.outer_lr}
+    with ferry.Client(env.scheduler, env.rank, codec_push=args.codec_push,
+                      codec_pull=args.codec_pull, **job) as client:
         def make(net, device):
+            if args.local_steps:
+                inner = make_inner(args, net.parameters())
+                opt = ferry.torch.LocalSteps(net.parameters(), client, inner,
+                                             n_samples=args.batch)
+                return net, opt, {"local_steps": args.local_steps, "inner": args.inner,
+                                  "outer_optimizer": args.outer_optimizer,
+                                  "outer_lr": args.outer_lr,
+                                  "outer_rounds": lambda: opt.rounds}
             # The one line a DDP loop changes: the servers apply SGD.
             opt = ferry.torch.Optimizer(net.parameters(), client, n_samples=args.batch,
                                         overlap=args.overlap, **bucket)
@@ -164,6 +183,13 @@ def run_ferry(args):
                               "codec": f"{args.codec_push}/{args.codec_pull}"}
 
         train(args, env.rank, env.trainers, make)
+
+
+def make_inner(args, params):
+    """The inner optimizer of a local-steps job, at --lr."""
+    if args.inner == "adamw":
+        return torch.optim.AdamW(params, lr=args.lr)
+    return torch.optim.SGD(params, lr=args.lr, momentum=0.9 if args.inner == "momentum" else 0.0)
 
 
 def run_ddp(rank, world, args):
@@ -213,6 +239,14 @@ def main():
                     help="ferry --overlap: MiB of gradients per push (default the Optimizer's)")
     ap.add_argument("--codec-push", default="none", help="ferry: gradient codec")
     ap.add_argument("--codec-pull", default="none", help="ferry: weight-delta codec")
+    ap.add_argument("--local-steps", type=int, default=0,
+                    help="ferry: inner steps per outer round (0: a push per step)")
+    ap.add_argument("--inner", choices=["sgd", "momentum", "adamw"], default="sgd",
+                    help="ferry --local-steps: the trainers' optimizer, at --lr")
+    ap.add_argument("--outer-optimizer", choices=["sgd", "momentum", "nesterov"],
+                    default="nesterov", help="ferry --local-steps: the servers' optimizer")
+    ap.add_argument("--outer-lr", type=float, default=0.7,
+                    help="ferry --local-steps: the servers' lr")
     ap.add_argument("--ddp-world", type=int, default=2,
                     help="ddp: ranks to spawn (not under torch.distributed.run)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process")

@@ -25,7 +25,8 @@ import numbers
 import sys
 
 from . import _lib, tables as _tables
-from .errors import ClosedError, Error, InvalidArgument, StateError, make_error, _STRERROR
+from .errors import (ClosedError, Error, InvalidArgument, StateError, UnsupportedError, make_error,
+                     _STRERROR)
 
 LIB, LIB_PATH = _lib.load()
 # libferry 0.3's sparse tables (a 0.2 library serves dense jobs only)
@@ -118,14 +119,14 @@ def _torch_tensor_type():
 class Client:
     """One trainer of a Ferry job (a ferry_client).
 
-    Client(scheduler, rank=None, mode="sync", lr=0.1, codec_push=None,
+    Client(scheduler, rank=None, mode="sync", lr=None, codec_push=None,
            codec_pull=None, bucket=0, warmup_steps=0, seed=0, timeout_ms=0,
            staleness=0, sync_quorum=0, secret_file=None,
-           optimizer="sgd", momentum=0.9, beta1=0.9, beta2=0.999, eps=1e-8,
+           optimizer=None, momentum=0.9, beta1=0.9, beta2=0.999, eps=1e-8,
            weight_decay=0.0, lr_schedule="constant", lr_warmup=0,
            lr_step_every=1000, lr_gamma=0.1, lr_min=0.0, lr_total_steps=0,
            clip_norm=0.0, link_budget=0.0, tls_cert=None, tls_key=None,
-           tls_ca=None)
+           tls_ca=None, local_steps=0, inner_lr=0.0, fragments=0)
 
     rank None asks the scheduler for one (FERRY_RANK_ANY: the lowest free
     rank of an elastic job, ps-server --trainers MIN:MAX); client.rank is
@@ -147,6 +148,12 @@ class Client:
     With codec_push/codec_pull "auto", link_budget (0: 1.0) is the share
     of the compute time a step's exchange may take on each server link
     (docs/algorithms.md §2.8).
+    local_steps=H > 0 makes a local-steps job (DiLoCo, docs/algorithms.md
+    §7): each trainer takes H steps of its own inner optimizer, whose base
+    lr is inner_lr (> 0), and pushes a pseudo-gradient every H steps
+    (ferry.torch.LocalSteps drives it); optimizer and lr are then the
+    servers' OUTER ones, by default "nesterov" (momentum 0.9) at lr 0.7,
+    else "sgd" at lr 0.1. fragments > 1 (streaming) is the C trainer's.
     The job options (mode, lr, codecs, bucket, warmup_steps, staleness,
     sync_quorum and these) are fixed by the first trainer to declare;
     later ones must match.
@@ -159,14 +166,14 @@ class Client:
     Raises InvalidArgument with the library's reason for bad options.
     """
 
-    def __init__(self, scheduler, rank=None, *, mode="sync", lr=0.1, codec_push=None,
+    def __init__(self, scheduler, rank=None, *, mode="sync", lr=None, codec_push=None,
                  codec_pull=None, bucket=0, warmup_steps=0, seed=0, timeout_ms=0,
                  staleness=0, sync_quorum=0, secret_file=None,
-                 optimizer="sgd", momentum=0.9, beta1=0.9, beta2=0.999, eps=1e-8,
+                 optimizer=None, momentum=0.9, beta1=0.9, beta2=0.999, eps=1e-8,
                  weight_decay=0.0, lr_schedule="constant", lr_warmup=0,
                  lr_step_every=1000, lr_gamma=0.1, lr_min=0.0, lr_total_steps=0,
                  clip_norm=0.0, link_budget=0.0, tls_cert=None, tls_key=None,
-                 tls_ca=None):
+                 tls_ca=None, local_steps=0, inner_lr=0.0, fragments=0):
         self._c = None
         self._rank = -1
         self._n = 0
@@ -188,6 +195,12 @@ class Client:
             if mode not in _MODES:
                 raise InvalidArgument("open", f"mode must be 'sync', 'async' or 'ssp', got {mode!r}")
             mode = _MODES[mode]
+        local = _local_opts(local_steps, inner_lr, fragments)
+        if optimizer is None:  # a local-steps job's outer optimizer: DiLoCo's
+            optimizer = "nesterov" if local[0] else "sgd"
+        if lr is None:
+            lr = 0.7 if local[0] else 0.1
+        self.local_steps, self.inner_lr, self.fragments = local
         o = _lib.Opts.init()
         # The byte strings must outlive the call: keep them on self.
         self._keep = [s.encode() if isinstance(s, str) else s
@@ -222,6 +235,8 @@ class Client:
             o.lr_total_steps = _u64("lr_total_steps", lr_total_steps)
             o.clip_norm = float(clip_norm)
             o.link_budget = float(link_budget)
+            if any(local):
+                o.local_steps, o.inner_lr, o.fragments = local
         except (TypeError, OverflowError) as e:
             raise InvalidArgument("open", str(e)) from None
         why = ctypes.create_string_buffer(256)
@@ -710,6 +725,20 @@ class Client:
         tt = _torch_tensor_type()
         for i in range(n):
             table[i] = _data_ptr(arrays[i], self._lens[i], writable, tt, op, self._names[i])
+
+
+def _local_opts(local_steps, inner_lr, fragments):
+    """(local_steps, inner_lr, fragments) as ferry_opts holds them;
+    UnsupportedError when they are set and this binding's struct has no
+    such fields (so they are never dropped without a word)."""
+    try:
+        local = (_u32("local_steps", local_steps), float(inner_lr), _u32("fragments", fragments))
+    except (TypeError, ValueError, OverflowError) as e:
+        raise InvalidArgument("open", str(e)) from None
+    if any(local) and "local_steps" not in dict(_lib.Opts._fields_):
+        raise UnsupportedError("open", "local_steps, inner_lr, fragments: this libferry "
+                               "binding's ferry_opts has no local-steps fields")
+    return local
 
 
 def _u64(what, v):

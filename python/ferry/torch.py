@@ -64,8 +64,9 @@ import torch
 from .client import Client
 from .embedding import Embedding, EmbeddingBag, find as _find_embeddings
 from .errors import InvalidArgument, StateError
+from .local import LocalStepsBase
 
-__all__ = ["FerryParameterServer", "Optimizer", "Embedding", "EmbeddingBag"]
+__all__ = ["FerryParameterServer", "Optimizer", "LocalSteps", "Embedding", "EmbeddingBag"]
 
 _WHAT = "Ferry holds contiguous float32 tensors, all on one device"
 
@@ -184,7 +185,24 @@ class _Tensors:
         self.client.push(self.grads(n_samples), n_samples)
 
     def push_pull(self, n_samples):
-        self.client.push_pull(self.grads(n_samples), n_samples, self.weights)
+        self.grads(n_samples)
+        self.send(n_samples)
+
+    def send(self, n_samples):
+        """Push what grad_list holds and pull the next version into the
+        weights: push_pull without gathering the gradients."""
+        self.client.push_pull(self.grad_list, n_samples, self.weights)
+
+    def local_slots(self):
+        """(weights, pushed) tensor pairs for ferry.local's pseudo-
+        gradients: each parameter and a scratch tensor that grad_list now
+        sends in place of its gradient."""
+        slots = []
+        for i, p in enumerate(self.params):
+            g = torch.empty_like(p, memory_format=torch.contiguous_format)
+            self.grad_list[i] = g
+            slots.append((p, g))
+        return slots
 
 
 class _Flat(_Tensors):
@@ -257,6 +275,17 @@ class _Flat(_Tensors):
     def push(self, n_samples):
         raise StateError("push", "device parameters go through push_pull (step())")
 
+    def push_pull(self, n_samples):
+        self.gather(n_samples)
+        self.send(n_samples)
+
+    def local_slots(self):
+        """One (weights, pushed) pair: the parameters' part of flat_w and
+        of flat_g (so .grad must not be a view of flat_g: the local loop's
+        zero_grad is the inner optimizer's)."""
+        n = self.n_param_elems
+        return [(self.flat_w[:n], self.flat_g[:n])]
+
 
 class _Staged(_Flat):
     """Flat device buffers through page-locked host staging: flat_g is
@@ -291,8 +320,7 @@ class _Staged(_Flat):
         self.client.pull(self.hw_views)
         self.flat_w.copy_(self.host_w, non_blocking=True)
 
-    def push_pull(self, n_samples):
-        self.gather(n_samples)
+    def send(self, n_samples):
         self.host_g.copy_(self.flat_g, non_blocking=True)
         self._sync()  # the gradients are on the host
         self.client.push_pull(self.hg_views, n_samples, self.hw_views)
@@ -322,8 +350,7 @@ class _Device(_Flat):
     def pull(self):
         self.dx.pull()
 
-    def push_pull(self, n_samples):
-        self.gather(n_samples)
+    def send(self, n_samples):
         if self._stream is not None:
             # libferry_cuda works on the stream of open(); a loop under
             # another stream gathered on that one: order the two.
@@ -765,6 +792,44 @@ class Optimizer(torch.optim.Optimizer):
             self._overlap = None
         if isinstance(self._eng, _Device):
             self._eng.close()
+
+
+class LocalSteps(LocalStepsBase):
+    """A local-steps job's inner loop (DiLoCo; ferry/local.py has the
+    maths) as a torch.optim.Optimizer.
+
+    LocalSteps(params, client, inner, *, local_steps=None, n_samples=1,
+               module=None, buffers="mean", exchange="auto")
+
+    client: a ferry.Client opened with local_steps=H and inner_lr equal
+    to inner's lr (param_groups[0]['lr']); its optimizer and lr are the
+    servers' outer ones. inner: a torch.optim.Optimizer over the same
+    parameters. params, module, buffers and exchange are as for
+    Optimizer: the constructor declares the table, rank 0 offers version
+    0 and every rank pulls it. step(closure=None, n_samples=None) runs
+    inner.step; every H-th step pushes the phase's pseudo-gradient and
+    pulls the new global weights into the parameters (round()), keeping
+    inner's state. zero_grad() is inner's. local_steps, if given, must be
+    the client's H; a mismatch, an inner lr <= 0 or one that is not the
+    job's inner_lr raise InvalidArgument naming the field.
+    """
+
+    def _make_engine(self, params, client, module, buffers, exchange):
+        named = _named(params, module)
+        if not named:
+            raise InvalidArgument("declare", "no parameters")
+        device = _check(named, "parameter")
+        bufs = []
+        if module is not None and buffers == "mean":
+            bufs = [(n, b) for n, b in module.named_buffers() if b.is_floating_point()]
+            _check(bufs, "buffer", device)
+        tables = _find_embeddings(module)[1] if module is not None else []
+        return named, _engine(client, named, bufs, True, exchange), tables
+
+    @property
+    def exchange(self):
+        """As Optimizer.exchange: "host", "device" or "staged"."""
+        return {_Device: "device", _Staged: "staged"}.get(type(self._eng), "host")
 
 
 def _named(params, module):
