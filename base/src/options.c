@@ -644,12 +644,12 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	            "§6.4). The MLP loop's plain exchange only (not with "
 	            "`--overlap`, `--overlap-layers` or `--model dlrm`)" },
 
-	// ---- trainer: local steps (DiLoCo, docs/algorithms.md §7) ----------
+	// ---- trainer: local steps (DiLoCo, docs/algorithms.md §8) ----------
 	[FB_OPT_TR_LOCAL_STEPS]    = { "local-steps", TR, INT(0, 100000),
 	       .def  = "0",
 	       .help = "H > 0: H inner steps on a local copy, then push the "
 	                  "pseudo-gradient (0: every step)",
-	       .doc  = "local steps (DiLoCo, docs/algorithms.md §7): each "
+	       .doc  = "local steps (DiLoCo, docs/algorithms.md §8): each "
 	                  "trainer takes H inner steps on its own copy of the "
 	                  "weights with the inner optimizer (`--optimizer`, `--lr` "
 	                  "and the other optimizer and schedule flags, which then "

@@ -6,7 +6,7 @@ SGD, momentum, AdamW) on its own copy of the weights, then sends the
 servers its pseudo-gradient and pulls the new global weights; the servers
 average the pseudo-gradients and apply the job's OUTER optimizer (the
 Client's optimizer and lr: Nesterov, lr 0.7, momentum 0.9 by default in
-such a job). docs/algorithms.md §7 has the method.
+such a job). docs/algorithms.md §8 has the method.
 
     model = Net()
     with ferry.Client(url, rank, local_steps=8, inner_lr=1e-3) as c:

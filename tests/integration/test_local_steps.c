@@ -1,5 +1,5 @@
 // test_local_steps.c — local-steps jobs (--local-steps H: DiLoCo, docs/
-// algorithms.md §7) in real processes on loopback (ctest
+// algorithms.md §8) in real processes on loopback (ctest
 // integration_local_steps): each trainer takes H inner steps on its own
 // copy, pushes its pseudo-gradient, and the servers apply the outer
 // optimizer. What it checks, always on the trainers' --weights-out files

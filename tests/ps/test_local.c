@@ -1,5 +1,5 @@
 // test_local.c — the servers' side of a local-steps job (issue 28,
-// docs/algorithms.md §7): every dense update's lr is the job's (outer)
+// docs/algorithms.md §8): every dense update's lr is the job's (outer)
 // schedule times inner_lr, so a local-steps job with outer lr a and inner
 // lr b gives the very bits of a plain job at lr a * b when the product is
 // exact (sync rounds and async pushes); an outer Nesterov matches the

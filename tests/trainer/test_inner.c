@@ -1,7 +1,7 @@
 // test_inner.c — the inner optimizer of local steps (inner.c): SGD and
 // the accumulator exact (H = 1 pushes the plain loop's gradient bytes),
 // momentum, nesterov and adamw against a plain double reference of the
-// contract's maths (docs/algorithms.md §7), over steps whose lr and batch
+// contract's maths (docs/algorithms.md §8), over steps whose lr and batch
 // change (c_k != 1) and a pseudo-gradient of a partial phase.
 #include <math.h>
 #include <string.h>

@@ -2,7 +2,7 @@
 // step turns the summed gradient G into a direction d in summed units,
 // moves the trainer's own weights by (float) (eta_k / B_k) * d and adds
 // c_k d to the accumulator A, which the outer round pushes as P = (n/B) A
-// (docs/algorithms.md §7).
+// (docs/algorithms.md §8).
 //
 // DESIGN. The arithmetic is the contract's, written so that the common
 // case is exact: SGD moves the weights with the server's own float form

@@ -1,7 +1,7 @@
 // inner.h — the inner optimizer of local steps (private to tr): the
 // trainer-side update of its own copy of the weights between outer rounds,
 // and the accumulator of the phase's directions that becomes the pushed
-// pseudo-gradient (docs/algorithms.md §7). inner.c has the arithmetic;
+// pseudo-gradient (docs/algorithms.md §8). inner.c has the arithmetic;
 // local.c drives it.
 #ifndef TR_INNER_H
 #define TR_INNER_H

@@ -1,5 +1,5 @@
 // local.c — the local-steps loop (--local-steps H, DiLoCo;
-// docs/algorithms.md §7): each trainer takes H inner steps on its own copy
+// docs/algorithms.md §8): each trainer takes H inner steps on its own copy
 // of the weights with the inner optimizer (inner.c), then pushes its
 // pseudo-gradient and takes the job's new weights; with --fragments F the
 // model is synced in F staggered fragments instead.

@@ -185,7 +185,7 @@ struct ferry_opts {
 	const char *tls_cert;
 	const char *tls_key;
 	const char *tls_ca;
-	// ---- added in 0.5 (issue 28): local steps (docs/algorithms.md §7),
+	// ---- added in 0.5 (issue 28): local steps (docs/algorithms.md §8),
 	// job fields. local_steps > 0: the job's optimizer and lr above are
 	// the OUTER ones, the pushes are pseudo-gradients in gradient units
 	// (each trainer's summed inner directions), and the servers multiply

@@ -166,7 +166,7 @@ double
 ps__optim_lr(const struct ps_server *s, uint64_t version)
 {
 	// A local-steps job's pushes are pseudo-gradients in gradient units
-	// (docs/algorithms.md §7): the outer step is the schedule's lr times
+	// (docs/algorithms.md §8): the outer step is the schedule's lr times
 	// the inner lr. lr_mul is 1.0 otherwise, and x * 1.0 == x: a job
 	// without local steps gets the very bits it got before.
 	return fb_lr_at(&s->job.lr_sched, version) * s->job.lr_mul;

@@ -507,7 +507,7 @@ struct tr_config {
 	int               leases;           // --leases (enum tr_leases)
 	uint32_t          lease_batches;    // --lease-batches (want = batch x)
 	uint32_t          lr_scale_trainers; // --lr-scale-trainers N (0: off)
-	// Local steps (--local-steps H > 0, docs/algorithms.md §7): then
+	// Local steps (--local-steps H > 0, docs/algorithms.md §8): then
 	// tr_config_parse moves the optimizer and schedule flags as given
 	// (--optimizer, --lr, --momentum, ...) into `inner`, the trainer's
 	// own optimizer, and fills fo with the job's: --outer-optimizer at
