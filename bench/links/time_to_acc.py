@@ -45,6 +45,7 @@ row's (target >= 20); acc_3ep_delta = each best row's acc_3ep minus the
 baseline's (fractions: 0.005 is half a point; target |delta| <= 0.005).
 
 Usage: time_to_acc.py RAW RESULTS [COMMAND]
+       time_to_acc.py --splice RESULTS DOC   (DOC's section from RESULTS)
 """
 import csv
 import glob
@@ -460,7 +461,33 @@ def plot_all(results, runs):
     return plotted, plotted_local
 
 
+def splice(results, doc):
+    """Replace the time-to-84% section of DOC (docs/benchmarks.md: from
+    its heading to the next "## ") with RESULTS/time_to_acc.json's, so a
+    run of time_to_acc.sh alone updates the page as bench/run.sh's
+    make_report.py would."""
+    with open(os.path.join(results, "time_to_acc.json")) as f:
+        data = json.load(f)
+    with open(doc) as f:
+        lines = f.read().split("\n")
+    head = "## Time to 84% test accuracy"
+    starts = [i for i, l in enumerate(lines) if l.startswith(head)]
+    if not starts:
+        print(f"time_to_acc: no '{head}' section in {doc}; left alone")
+        return
+    a = starts[0]
+    b = next((i for i in range(a + 1, len(lines))
+              if lines[i].startswith("## ")), len(lines))
+    lines[a:b] = markdown(data)
+    with open(doc, "w") as f:
+        f.write("\n".join(lines))
+    print(f"time_to_acc: wrote its section of {doc}")
+
+
 def main():
+    if sys.argv[1] == "--splice":
+        splice(sys.argv[2], sys.argv[3])
+        return
     raw, results = sys.argv[1], sys.argv[2]
     command = sys.argv[3] if len(sys.argv) > 3 else ""
     notes, table, runs = [], [], []

@@ -53,7 +53,8 @@
 # curves bench/results/time_to_acc/<link>/*.csv (plus <link>.png and
 # <link>-local.png when matplotlib is installed), and the `time_to_acc`
 # list (and `time_to_acc_summary`) of bench/results/latest.json;
-# bench/results/make_report.py renders them into docs/benchmarks.md.
+# bench/results/make_report.py renders them into docs/benchmarks.md (and
+# this script replaces that section of docs/benchmarks.md itself).
 # Needs root for network namespaces (exit 77 otherwise). Builds DIR
 # (default build-bench/, or $FERRY_BUILD_DIR) with scripts/setup.sh when
 # its binaries are missing.
@@ -232,4 +233,6 @@ log "report"
 results="$ROOT/bench/results"
 ((!smoke)) || { results="$raw/results" && mkdir -p "$results"; }
 "$PY" "$HERE/time_to_acc.py" "$raw" "$results" "$cmdline"
+((smoke)) || "$PY" "$HERE/time_to_acc.py" --splice "$results" \
+	"$ROOT/docs/benchmarks.md"
 log "done; raw runs in $raw"
