@@ -21,6 +21,7 @@
 #       [--outer "nesterov:0.7:0.9"] [--ls-args "TRAINER FLAGS"]
 #       [--epochs 3] [--cap-s 900] [--log-interval 50]
 #       [--no-ddp] [--quick] [--smoke] [--build DIR] [--raw DIR]
+#       [--results DIR]
 #
 # Per-step rows (local steps 0): every link of --per-step-links (default:
 # all of --links) x --codecs x --overlap, when --local-steps holds 0; at
@@ -55,6 +56,8 @@
 # list (and `time_to_acc_summary`) of bench/results/latest.json;
 # bench/results/make_report.py renders them into docs/benchmarks.md (and
 # this script replaces that section of docs/benchmarks.md itself).
+# --results DIR writes the report files there instead and leaves
+# bench/results and docs/benchmarks.md alone (trial runs).
 # Needs root for network namespaces (exit 77 otherwise). Builds DIR
 # (default build-bench/, or $FERRY_BUILD_DIR) with scripts/setup.sh when
 # its binaries are missing.
@@ -69,6 +72,7 @@ hs="0 8 32 128" frags="1 4" fdelay=1 outers="nesterov:0.7:0.9" ls_args=""
 ps_links="" ps_caps="1mbit=60"
 build=${FERRY_BUILD_DIR:-$ROOT/build-bench}
 raw=${FERRY_BENCH_DIR:-}
+results=""
 cmdline="bench/links/time_to_acc.sh $*"
 while (($#)); do
 	case "$1" in
@@ -100,6 +104,7 @@ while (($#)); do
 		shift ;;
 	--build) build=$2; shift 2 ;;
 	--raw) raw=$2; shift 2 ;;
+	--results) results=$2; shift 2 ;;
 	-h | --help)
 		sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
 		exit 0 ;;
@@ -230,9 +235,15 @@ for link in $links; do
 	((ddp)) && [[ " $ps_links " == *" $link "* ]] && ddp_run "$link"
 done
 log "report"
-results="$ROOT/bench/results"
-((!smoke)) || { results="$raw/results" && mkdir -p "$results"; }
-"$PY" "$HERE/time_to_acc.py" "$raw" "$results" "$cmdline"
-((smoke)) || "$PY" "$HERE/time_to_acc.py" --splice "$results" \
-	"$ROOT/docs/benchmarks.md"
+if [ -n "$results" ]; then
+	mkdir -p "$results"
+	"$PY" "$HERE/time_to_acc.py" "$raw" "$results" "$cmdline"
+elif ((smoke)); then
+	mkdir -p "$raw/results"
+	"$PY" "$HERE/time_to_acc.py" "$raw" "$raw/results" "$cmdline"
+else
+	"$PY" "$HERE/time_to_acc.py" "$raw" "$ROOT/bench/results" "$cmdline"
+	"$PY" "$HERE/time_to_acc.py" --splice "$ROOT/bench/results" \
+		"$ROOT/docs/benchmarks.md"
+fi
 log "done; raw runs in $raw"
