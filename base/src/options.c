@@ -643,4 +643,53 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	            "`--lr` whatever the trainer count (docs/algorithms.md "
 	            "§6.4). The MLP loop's plain exchange only (not with "
 	            "`--overlap`, `--overlap-layers` or `--model dlrm`)" },
+
+	// ---- trainer: local steps (DiLoCo, docs/algorithms.md §7) ----------
+	[FB_OPT_TR_LOCAL_STEPS]    = { "local-steps", TR, INT(0, 100000),
+	       .def  = "0",
+	       .help = "H > 0: H inner steps on a local copy, then push the "
+	                  "pseudo-gradient (0: every step)",
+	       .doc  = "local steps (DiLoCo, docs/algorithms.md §7): each "
+	                  "trainer takes H inner steps on its own copy of the "
+	                  "weights with the inner optimizer (`--optimizer`, `--lr` "
+	                  "and the other optimizer and schedule flags, which then "
+	                  "run on the trainer: `sgd`, `momentum`, `nesterov` or "
+	                  "`adamw`), then pushes its pseudo-gradient; the servers "
+	                  "apply `--outer-optimizer` at `--outer-lr` times `--lr`. "
+	                  "Rank partitions only (not with `--leases on`), the host "
+	                  "path only; not with `--model dlrm`, `--overlap`, "
+	                  "`--overlap-layers`, `--lr-scale-trainers` or "
+	                  "`--clip-norm`. 0 (default): a push every step" },
+	[FB_OPT_TR_FRAGMENTS]      = { "fragments", TR, INT(1, 64), .def = "1",
+	         .help = "with --local-steps: sync the model in F staggered "
+	                      "fragments (sync mode)",
+	         .doc  = "streaming local steps: the shards are synced in F "
+	                      "fragments (shard i in fragment i mod F), fragment f "
+	                      "after inner steps s with s mod H = (f+1) H/F mod H, so "
+	                      "each exchange carries 1/F of the model; needs "
+	                      "`--local-steps` H with H mod F = 0 and `--mode sync`" },
+	[FB_OPT_TR_FRAGMENT_DELAY] = { "fragment-delay", TR, INT(0, 100000),
+	    .def  = "0",
+	    .help = "--fragments > 1: wait for a fragment's exchange this "
+	            "many inner steps after starting it (0: at once)",
+	    .doc  = "with `--fragments` F > 1: a fragment's exchange runs "
+	            "while the next D inner steps compute (D < H/F); the "
+	            "local progress made meanwhile is kept on top of the "
+	            "pulled weights. 0 (default): the exchange blocks" },
+	[FB_OPT_TR_OUTER_OPTIMIZER] = { "outer-optimizer", TR,
+	    ENUM("sgd|momentum|nesterov"), .def = "nesterov",
+	    .help = "with --local-steps: the servers' optimizer on the "
+	            "averaged pseudo-gradients",
+	    .doc  = "with `--local-steps`: the optimizer the servers apply "
+	            "to the averaged pseudo-gradients, `sgd`, `momentum` or "
+	            "`nesterov` (its momentum is server state: it moves and "
+	            "snapshots with the shards)" },
+	[FB_OPT_TR_OUTER_LR] = { "outer-lr", TR, F64(1e-9, 1e6), .def = "0.7",
+	    .help = "with --local-steps: the outer learning rate (constant)",
+	    .doc  = "with `--local-steps`: the outer learning rate, constant "
+	            "(1 with `sgd`: the plain average of the trainers' "
+	            "weights)" },
+	[FB_OPT_TR_OUTER_MOMENTUM] = { "outer-momentum", TR, F64(0, 0.999999),
+	    .def  = "0.9",
+	    .help = "with --local-steps: the outer optimizer's momentum" },
 };

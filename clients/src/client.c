@@ -80,6 +80,35 @@ opts_tls_check(const struct ferry_opts *o, char *buf, size_t n)
 	return NULL;
 }
 
+// opts_local_check checks the local-steps fields as the scheduler does
+// (ps__job_local): NULL when coherent, else the reason, written in buf.
+static const char *
+opts_local_check(const struct ferry_opts *o, char *buf, size_t n)
+{
+	if (o->local_steps > 0 && !(o->inner_lr > 0 && o->inner_lr < 1e6)) {
+		snprintf(buf, n, "local_steps %u needs inner_lr in (0, 1e6)",
+		    o->local_steps);
+	} else if (o->local_steps == 0 && o->inner_lr != 0) {
+		snprintf(buf, n, "inner_lr %g needs local_steps > 0",
+		    o->inner_lr);
+	} else if (o->fragments > FERRY_MAX_FRAGMENTS) {
+		snprintf(buf, n, "fragments %u over %u", o->fragments,
+		    FERRY_MAX_FRAGMENTS);
+	} else if (o->fragments > 1 && o->local_steps == 0) {
+		snprintf(buf, n, "fragments %u needs local_steps > 0",
+		    o->fragments);
+	} else if (o->fragments > 1 && o->mode != FERRY_MODE_SYNC) {
+		snprintf(buf, n, "fragments %u needs FERRY_MODE_SYNC",
+		    o->fragments);
+	} else if (o->fragments > 1 && o->local_steps % o->fragments != 0) {
+		snprintf(buf, n, "fragments %u must divide local_steps %u",
+		    o->fragments, o->local_steps);
+	} else {
+		return NULL;
+	}
+	return buf;
+}
+
 FERRY_API int
 ferry_opts_check(const struct ferry_opts *o, char *why, size_t n)
 {
@@ -128,6 +157,8 @@ ferry_opts_check(const struct ferry_opts *o, char *why, size_t n)
 		msg = "clip_norm must be in [0, 1e30) (0: off)";
 	} else if (!(o->link_budget >= 0 && o->link_budget <= 1e6)) {
 		msg = "link_budget must be in [0, 1e6] (0: 1.0)";
+	} else if ((msg = opts_local_check(o, buf, sizeof(buf))) != NULL) {
+		// msg says why
 	} else {
 		msg = opts_tls_check(o, buf, sizeof(buf));
 	}

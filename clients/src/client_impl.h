@@ -35,6 +35,9 @@
 // reply travels while the client still sends.
 #define FERRY_PIPE_SLOTS 8
 
+// The most fragments a job may have (the scheduler's PS_MAX_FRAGMENTS).
+#define FERRY_MAX_FRAGMENTS 4096u
+
 // FERRY_ROWS_SLOT: one more slot per connection, after the pipe's, for
 // the sparse tables' Rows request (rows.c): one per server per exchange,
 // in flight beside the dense exchange's slots (ferry_client_step), which

@@ -103,20 +103,25 @@ job_from_opts(const ferry_client *c, Pswire__JobConfig *job,
 	job->staleness    = c->opts.staleness;
 	job->sync_quorum  = c->opts.sync_quorum;
 	job->clip_norm    = c->opts.clip_norm;
-	oc->name          = (char *) c->optimizer;
-	oc->momentum      = c->opts.momentum;
-	oc->beta1         = c->opts.beta1;
-	oc->beta2         = c->opts.beta2;
-	oc->eps           = c->opts.eps;
-	oc->weight_decay  = c->opts.weight_decay;
-	ls->kind          = (char *) c->lr_schedule;
-	ls->lr_warmup     = c->opts.lr_warmup;
-	ls->step_every    = c->opts.lr_step_every;
-	ls->gamma         = c->opts.lr_gamma;
-	ls->lr_min        = c->opts.lr_min;
-	ls->total_steps   = c->opts.lr_total_steps;
-	job->optim        = oc;
-	job->lr_schedule  = ls;
+	job->local_steps  = c->opts.local_steps;
+	job->inner_lr     = c->opts.inner_lr;
+	// 0 and 1 both mean "the whole model at once": sent as 0 so that
+	// two trainers that spell it differently run one job.
+	job->fragments   = c->opts.fragments > 1 ? c->opts.fragments : 0;
+	oc->name         = (char *) c->optimizer;
+	oc->momentum     = c->opts.momentum;
+	oc->beta1        = c->opts.beta1;
+	oc->beta2        = c->opts.beta2;
+	oc->eps          = c->opts.eps;
+	oc->weight_decay = c->opts.weight_decay;
+	ls->kind         = (char *) c->lr_schedule;
+	ls->lr_warmup    = c->opts.lr_warmup;
+	ls->step_every   = c->opts.lr_step_every;
+	ls->gamma        = c->opts.lr_gamma;
+	ls->lr_min       = c->opts.lr_min;
+	ls->total_steps  = c->opts.lr_total_steps;
+	job->optim       = oc;
+	job->lr_schedule = ls;
 	// The rows' initial values hang on the seed. A job without tables
 	// leaves it out: trainers of a dense job may seed their stochastic
 	// codecs differently, and the scheduler compares the JobConfig whole.

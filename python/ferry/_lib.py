@@ -74,6 +74,11 @@ class Opts(ctypes.Structure):
         ("tls_cert", ctypes.c_char_p),
         ("tls_key", ctypes.c_char_p),
         ("tls_ca", ctypes.c_char_p),
+        # local steps (issue 28): the job's fields; the optimizer and lr
+        # above are then the servers' OUTER ones
+        ("local_steps", ctypes.c_uint32),  # 0 = off
+        ("inner_lr", ctypes.c_double),  # the trainers' base inner lr
+        ("fragments", ctypes.c_uint32),  # 0, 1 = the whole model at once
     ]
 
     @classmethod
@@ -81,7 +86,7 @@ class Opts(ctypes.Structure):
         """An Opts holding FERRY_OPTS_INIT's values."""
         return cls(None, 0, 0, MODE_SYNC, 0.1, None, None, 0, 0, 0, None, None,
                    0, 0, 0, None, 0.9, 0.9, 0.999, 1e-8, 0.0, None, 0, 1000,
-                   0.1, 0.0, 0, 0.0, 0.0, None, None, None)
+                   0.1, 0.0, 0, 0.0, 0.0, None, None, None, 0, 0.0, 0)
 
 
 class TensorDesc(ctypes.Structure):
@@ -224,6 +229,29 @@ class CLease(ctypes.Structure):
         ("done", ctypes.c_int),
         ("retry_ms", ctypes.c_uint32),
     ]
+
+
+class Span(ctypes.Structure):
+    """struct ferry_span (libferry 0.5): floats [offset, offset + len) of
+    tensor `tensor`, one run of a fragment's elements."""
+
+    _fields_ = [
+        ("tensor", ctypes.c_uint32),
+        ("offset", ctypes.c_uint64),
+        ("len", ctypes.c_uint64),
+    ]
+
+
+# Streaming local steps (libferry 0.5), optional as the tables are.
+FRAGMENT_PROTOS = {
+    "ferry_client_fragment_spans": (ctypes.c_int, [_vp, ctypes.c_uint32,
+                                                   ctypes.POINTER(Span), ctypes.c_size_t,
+                                                   ctypes.POINTER(ctypes.c_size_t)]),
+    "ferry_client_fragment_start": (ctypes.c_int, [_vp, ctypes.c_uint32, _ptrs,
+                                                   ctypes.c_uint32, _ptrs]),
+    "ferry_client_fragment_wait": (ctypes.c_int, [_vp]),
+    "ferry_client_fragment_pull": (ctypes.c_int, [_vp, ctypes.c_uint32, _ptrs]),
+}
 
 
 # FERRY_RANK_ANY: the scheduler gives the rank (elastic jobs).

@@ -20,6 +20,7 @@ Suite *suite_auth(void);
 Suite *suite_replay(void);
 Suite *suite_member_cap(void);
 Suite *suite_optim(void);
+Suite *suite_local(void);
 Suite *suite_replicas(void);
 Suite *suite_scheduler_state(void);
 

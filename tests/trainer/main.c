@@ -15,6 +15,7 @@ main(void)
 	srunner_add_suite(sr, suite_backend_cpu());
 	srunner_add_suite(sr, suite_config());
 	srunner_add_suite(sr, suite_crc());
+	srunner_add_suite(sr, suite_inner());
 #ifdef TR_HAVE_LEASES
 	srunner_add_suite(sr, suite_lease());
 #endif

@@ -195,6 +195,93 @@ START_TEST(test_config_lr_scale_trainers_bogus)
 }
 END_TEST
 
+// --local-steps: the optimizer flags become the inner optimizer and the
+// job's fields the outer one (constant, at --outer-lr), with inner_lr,
+// local_steps and fragments for the servers; defaults nesterov 0.7/0.9.
+START_TEST(test_config_local_steps)
+{
+	char *argv[]  = { "trainer", "--local-steps=8", "--optimizer=adamw",
+		 "--lr=0.01", "--weight-decay=0.1", "--lr-schedule=cosine",
+		 "--lr-total-steps=100", "--fragments=4",
+		 "--fragment-delay=1" };
+	char *outer[] = { "trainer", "--local-steps=1", "--outer-optimizer",
+		"sgd", "--outer-lr=1" };
+	char *plain[] = { "trainer", "--optimizer=adam", "--lr=0.2" };
+	struct tr_config c;
+	char             err[256] = "";
+	tr_config_defaults(&c);
+	PT_OK(tr_config_parse(&c, ARGC(argv), argv, err, sizeof(err)));
+	ck_assert_uint_eq(c.local_steps, 8);
+	ck_assert_uint_eq(c.fragments, 4);
+	ck_assert_uint_eq(c.fragment_delay, 1);
+	ck_assert_str_eq(c.inner.optimizer, "adamw");
+	ck_assert(c.inner.lr == 0.01 && c.inner.weight_decay == 0.1);
+	ck_assert_str_eq(c.inner.lr_schedule, "cosine");
+	ck_assert_str_eq(c.fo.optimizer, "nesterov");
+	ck_assert(c.fo.lr == 0.7 && c.fo.momentum == 0.9);
+	ck_assert(c.fo.weight_decay == 0 && c.fo.inner_lr == 0.01);
+	ck_assert_str_eq(c.fo.lr_schedule, "constant");
+	ck_assert_uint_eq(c.fo.local_steps, 8);
+	ck_assert_uint_eq(c.fo.fragments, 4);
+	tr_config_fini(&c);
+	tr_config_defaults(&c);
+	PT_OK(tr_config_parse(&c, ARGC(outer), outer, err, sizeof(err)));
+	ck_assert_str_eq(c.fo.optimizer, "sgd");
+	ck_assert(c.fo.lr == 1.0 && c.fo.inner_lr == 0.1);
+	ck_assert_str_eq(c.inner.optimizer, "sgd");
+	tr_config_fini(&c);
+	// Without --local-steps the flags stay the servers' optimizer.
+	tr_config_defaults(&c);
+	PT_OK(tr_config_parse(&c, ARGC(plain), plain, err, sizeof(err)));
+	ck_assert_str_eq(c.fo.optimizer, "adam");
+	ck_assert(c.fo.lr == 0.2 && c.fo.inner_lr == 0);
+	ck_assert_uint_eq(c.fo.local_steps, 0);
+	tr_config_fini(&c);
+}
+END_TEST
+
+// What local steps cannot run with is refused, naming the flag.
+START_TEST(test_config_local_steps_bogus)
+{
+	static const struct {
+		const char *a, *b, *c, *want;
+	} cases[] = {
+		{ "--local-steps=8", "--overlap=1", NULL, "--overlap 1" },
+		{ "--local-steps=8", "--overlap-layers=1", NULL,
+		    "--overlap-layers" },
+		{ "--local-steps=8", "--lr-scale-trainers=2", NULL,
+		    "--lr-scale-trainers" },
+		{ "--local-steps=8", "--clip-norm=1", NULL, "--clip-norm" },
+		{ "--local-steps=8", "--leases=on", NULL, "--leases on" },
+		{ "--local-steps=8", "--optimizer=adagrad", NULL, "adagrad" },
+		{ "--local-steps=8", "--optimizer=adam", NULL, "adam" },
+		{ "--local-steps=8", "--fragments=3", NULL, "divide" },
+		{ "--local-steps=8", "--fragments=2", "--mode=async",
+		    "--mode sync" },
+		{ "--local-steps=8", "--fragments=2", "--fragment-delay=4",
+		    "--fragment-delay 4" },
+		{ "--local-steps=8", "--fragment-delay=1", NULL,
+		    "--fragments > 1" },
+		{ "--fragments=2", NULL, NULL, "--local-steps" },
+		{ "--local-steps=100000", "--batch=65536", NULL, "samples" },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char            *argv[] = { "trainer", (char *) cases[i].a,
+			           (char *) cases[i].b, (char *) cases[i].c };
+		int              argc   = cases[i].c ? 4 : cases[i].b ? 3 : 2;
+		struct tr_config c;
+		char             err[256] = "";
+		tr_config_defaults(&c);
+		PT_FAIL(tr_config_parse(&c, argc, argv, err, sizeof(err)),
+		    FB_EINVAL);
+		ck_assert_msg(strstr(err, cases[i].want) != NULL,
+		    "case %zu: '%s' does not name '%s'", i, err,
+		    cases[i].want);
+		tr_config_fini(&c);
+	}
+}
+END_TEST
+
 // --overlap 1 and --overlap-layers 1 are two exchanges for one step: the
 // pair is refused naming both flags; either alone parses.
 START_TEST(test_config_overlap_exclusive_bogus)
@@ -358,6 +445,8 @@ suite_config(void)
 	tcase_add_test(tc, test_config_env);
 	tcase_add_test(tc, test_config_overlap_exclusive_bogus);
 	tcase_add_test(tc, test_config_lr_scale_trainers_bogus);
+	tcase_add_test(tc, test_config_local_steps);
+	tcase_add_test(tc, test_config_local_steps_bogus);
 	tcase_add_test(tc, test_config_dlrm);
 	tcase_add_test(tc, test_config_elastic);
 	tcase_add_test(tc, test_config_dlrm_bogus);

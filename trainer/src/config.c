@@ -6,8 +6,10 @@
 // and the client's options straight into its struct ferry_opts fo, as
 // libferry takes them: --mode's choices are in enum ferry_mode's order,
 // strings borrow from the table's values) and checks what the table cannot:
-// the --layers widths, the --device spelling and what --model dlrm needs
-// (check_dlrm).
+// the --layers widths, the --device spelling, what --model dlrm needs
+// (check_dlrm) and what local steps need (check_local, which also turns
+// the optimizer flags into the inner optimizer and the job's into the
+// outer one).
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +18,7 @@
 
 #include "fb/config.h"
 #include "ferry/ferry.h"
+#include "inner.h"
 #include "tr/ctr.h"
 #include "tr_impl.h"
 
@@ -104,10 +107,16 @@ static const struct binding bindings[] = {
 	{ FB_OPT_TR_LEASES, K_ENUM, OFF(leases) }, // enum tr_leases' order
 	{ FB_OPT_TR_LEASE_BATCHES, K_U32, OFF(lease_batches) },
 	{ FB_OPT_TR_LR_SCALE_TRAINERS, K_U32, OFF(lr_scale_trainers) },
+	{ FB_OPT_TR_LOCAL_STEPS, K_U32, OFF(local_steps) },
+	{ FB_OPT_TR_FRAGMENTS, K_U32, OFF(fragments) },
+	{ FB_OPT_TR_FRAGMENT_DELAY, K_U32, OFF(fragment_delay) },
+	{ FB_OPT_TR_OUTER_OPTIMIZER, K_TEXT, OFF(outer_optimizer) },
+	{ FB_OPT_TR_OUTER_LR, K_F64, OFF(outer_lr) },
+	{ FB_OPT_TR_OUTER_MOMENTUM, K_F64, OFF(outer_momentum) },
 };
 #define N_BINDINGS (sizeof(bindings) / sizeof(bindings[0]))
 _Static_assert(N_BINDINGS ==
-        FB_OPT_TR_LR_SCALE_TRAINERS - FB_OPT_TR_SCHEDULER + 1,
+        FB_OPT_TR_OUTER_MOMENTUM - FB_OPT_TR_SCHEDULER + 1,
     "every trainer option of base/src/options.c needs a binding");
 
 // parse_rank reads --rank: a number 0..65535, or "any" (FERRY_RANK_ANY:
@@ -187,6 +196,80 @@ tr_config_defaults(struct tr_config *c)
 		int rv = store(c, &bindings[i], &fc, NULL, 0);
 		FB_ASSERT(rv == FB_OK);
 	}
+}
+
+// local_refused names what a local-steps job cannot run with, or NULL.
+static const char *
+local_refused(const struct tr_config *c)
+{
+	return c->model == TR_MODEL_DLRM ? "--model dlrm"
+	    : c->overlap                 ? "--overlap 1"
+	    : c->overlap_layers          ? "--overlap-layers 1"
+	    : c->lr_scale_trainers != 0  ? "--lr-scale-trainers"
+	    : c->fo.clip_norm > 0        ? "--clip-norm"
+	    : c->leases == TR_LEASES_ON  ? "--leases on"
+	                                 : NULL;
+}
+
+// check_local checks --local-steps, --fragments and --fragment-delay
+// and, with local steps, moves the optimizer flags as given into
+// c->inner (the trainer's inner optimizer) and fills c->fo with the
+// job's: the outer optimizer at --outer-lr, constant, with inner_lr.
+static int
+check_local(struct tr_config *c, char *err, size_t errlen)
+{
+	struct fb_optim    o;
+	struct fb_lr_sched sc;
+	uint32_t           h = c->local_steps, f = c->fragments;
+	const char        *no;
+	if (h == 0) {
+		if (f > 1 || c->fragment_delay > 0) {
+			return tr__errf(FB_EINVAL, err, errlen,
+			    "--fragments and --fragment-delay stream local "
+			    "steps: they need --local-steps H > 0");
+		}
+		return FB_OK;
+	}
+	if ((no = local_refused(c)) != NULL) {
+		return tr__errf(FB_EINVAL, err, errlen,
+		    "--local-steps runs the MLP's plain exchange on rank "
+		    "partitions, on the host: not with %s",
+		    no);
+	}
+	if ((uint64_t) h * c->batch > UINT32_MAX) {
+		return tr__errf(FB_EINVAL, err, errlen,
+		    "--local-steps %u x --batch %zu: a phase's samples must "
+		    "fit a push's 32-bit count",
+		    h, c->batch);
+	}
+	if (f > 1 && h % f != 0) {
+		return tr__errf(FB_EINVAL, err, errlen,
+		    "--fragments %u must divide --local-steps %u", f, h);
+	}
+	if (f > 1 && c->fo.mode != TR_MODE_SYNC) {
+		return tr__errf(FB_EINVAL, err, errlen,
+		    "--fragments %u: streaming needs --mode sync", f);
+	}
+	if (c->fragment_delay > 0 && (f <= 1 || c->fragment_delay >= h / f)) {
+		return tr__errf(FB_EINVAL, err, errlen,
+		    "--fragment-delay %u: needs --fragments > 1 and must be "
+		    "below --local-steps / --fragments (%u)",
+		    c->fragment_delay, f > 1 ? h / f : 0);
+	}
+	if (tr__inner_opts(&c->fo, &o, &sc, err, errlen) != FB_OK) {
+		return FB_EINVAL;
+	}
+	c->inner           = c->fo;
+	c->fo.optimizer    = c->outer_optimizer;
+	c->fo.momentum     = c->outer_momentum;
+	c->fo.lr           = c->outer_lr;
+	c->fo.lr_schedule  = "constant";
+	c->fo.lr_warmup    = 0;
+	c->fo.weight_decay = 0;
+	c->fo.inner_lr     = c->inner.lr;
+	c->fo.local_steps  = h;
+	c->fo.fragments    = f;
+	return FB_OK;
 }
 
 void
@@ -284,7 +367,7 @@ tr_config_parse(struct tr_config *c, int argc, char **argv, char *err,
 		    "--overlap 1 and --overlap-layers 1 exclude each other: "
 		    "choose one");
 	}
-	return FB_OK;
+	return check_local(c, err, errlen);
 }
 
 void

@@ -109,6 +109,19 @@ series(struct tr__metrics *m)
 		    "Pushes refused as late for a closed round (sync quorum, "
 		    "rejoin): the trainer re-pulled.",
 		    NULL },
+		{ &m->outer_rounds, OBS_COUNTER,
+		    "ferry_trainer_outer_rounds_total",
+		    "Outer rounds of local steps (pseudo-gradient pushes) "
+		    "finished.",
+		    NULL },
+		{ &m->outer_bytes, OBS_GAUGE, "ferry_trainer_outer_bytes",
+		    "Bytes pushed and pulled by the last outer round of "
+		    "local steps.",
+		    NULL },
+		{ &m->pg_norm, OBS_GAUGE, "ferry_trainer_pseudo_grad_norm",
+		    "L2 norm of the last outer round's pseudo-gradient per "
+		    "sample (P / n).",
+		    NULL },
 	};
 	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
 		int hist = t[i].type == OBS_HISTOGRAM;
@@ -185,9 +198,10 @@ tr__metrics_phase(struct tr__metrics *m, int phase, ferry_client *fc)
 		// The ratio counts steps only: not the init offer and the
 		// version-0 pull that came before.
 		ferry_client_stats(fc, &st);
-		m->base_out = st.bytes_pushed;
-		m->base_in  = st.bytes_pulled;
-		m->trainers = ferry_client_trainers(fc);
+		m->base_out   = st.bytes_pushed;
+		m->base_in    = st.bytes_pulled;
+		m->outer_base = st.bytes_pushed + st.bytes_pulled;
+		m->trainers   = ferry_client_trainers(fc);
 	}
 	atomic_store(&m->phase, phase);
 }
@@ -231,6 +245,22 @@ tr__metrics_step(struct tr__metrics *m, ferry_client *fc, size_t n,
 		    steps * (double) m->fp32_bytes /
 		        (double) (st.bytes_pulled - m->base_in));
 	}
+}
+
+void
+tr__metrics_outer(struct tr__metrics *m, ferry_client *fc, uint64_t rounds,
+    double norm)
+{
+	struct ferry_stats st;
+	if (m->reg == NULL) {
+		return;
+	}
+	ferry_client_stats(fc, &st);
+	uint64_t both = st.bytes_pushed + st.bytes_pulled;
+	obs_counter_set(m->outer_rounds, rounds);
+	obs_gauge_set(m->outer_bytes, (double) (both - m->outer_base));
+	obs_gauge_set(m->pg_norm, norm);
+	m->outer_base = both;
 }
 
 void

@@ -30,7 +30,10 @@ struct tr__metrics {
 	struct obs_metric   *ratio_push, *ratio_pull;
 	struct obs_metric   *ef_norm; // every TR_EF_NORM_EVERY steps
 	struct obs_metric   *staleness, *dropped;
-	atomic_int           phase; // enum tr__phase
+	// local steps: outer rounds, their bytes, the pseudo-gradient norm
+	struct obs_metric   *outer_rounds, *outer_bytes, *pg_norm;
+	uint64_t             outer_base; // bytes both ways at the last round
+	atomic_int           phase;      // enum tr__phase
 	int                  rank, trainers;
 	uint64_t             fp32_bytes; // one full gradient, in bytes
 	// libferry's byte counts when training began (the init offer and
@@ -57,6 +60,13 @@ void tr__metrics_phase(struct tr__metrics *m, int phase, ferry_client *fc);
 // staleness among them). No allocation, no lock. Training thread only.
 void tr__metrics_step(struct tr__metrics *m, ferry_client *fc, size_t n,
     uint64_t compute_ns, uint64_t pp_ns, uint64_t dropped);
+
+// tr__metrics_outer records an outer round of local steps (rounds done
+// so far) whose pseudo-gradient P/n had L2 norm `norm`: the rounds, and
+// the bytes pushed and pulled since the previous round (or the start of
+// training). Training thread only.
+void tr__metrics_outer(struct tr__metrics *m, ferry_client *fc,
+    uint64_t rounds, double norm);
 
 // tr__metrics_close stops the endpoints and frees the registry.
 void tr__metrics_close(struct tr__metrics *m);

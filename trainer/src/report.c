@@ -32,7 +32,11 @@
 // (over this process's pulls: how many clocks the slowest trainer's
 // pushes in the weights it read lagged its own clock; 0 in sync mode) and
 // "dropped_pushes" (pushes refused as late for a round a --sync-quorum
-// closed).
+// closed). With --local-steps (local.c) steps are inner steps, test
+// figures are the global weights' at outer-round ends, and "local_steps",
+// "fragments" and "outer_rounds" say so (0, 1, 0 for a per-step run);
+// "bytes_sent" and "bytes_received" repeat libferry's byte counts under
+// the names the benchmarks read.
 #include <math.h>
 #include <string.h>
 
@@ -295,6 +299,13 @@ tr__report_summary(struct tr__report *rep, const struct tr_config *cfg,
 	}
 	struct ferry_recovery rc;
 	ferry_client_recovery(fc, &rc);
+	fprintf(rep->out,
+	    "\"local_steps\": %u, \"fragments\": %u, \"outer_rounds\": "
+	    "%llu, \"bytes_sent\": %llu, \"bytes_received\": %llu, ",
+	    cfg->local_steps, cfg->local_steps > 0 ? cfg->fragments : 1,
+	    (unsigned long long) rep->outer_rounds,
+	    (unsigned long long) st->bytes_pushed,
+	    (unsigned long long) st->bytes_pulled);
 	fprintf(rep->out,
 	    "\"server_losses\": %llu, \"pushes_skipped\": %llu, "
 	    "\"seeds_offered\": %llu, \"links\": [",

@@ -34,8 +34,9 @@ struct tr__report {
 	// last evaluation's AUC and log loss (have_test set)
 	uint64_t job_batch;
 	double   auc, logloss;
-	int      rank;        // this trainer's rank (given, with --rank any)
-	uint64_t xchg_max_ns; // the longest exchange of a step (0: unknown)
+	int      rank;         // this trainer's rank (given, with --rank any)
+	uint64_t xchg_max_ns;  // the longest exchange of a step (0: unknown)
+	uint64_t outer_rounds; // local steps: outer rounds done (local.c)
 };
 
 // tr__report_open zeroes rep, points it at out, and creates the CSV files

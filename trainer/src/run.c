@@ -75,6 +75,13 @@ tr__run_given_rank(struct tr__run *r)
 	r->rep.rank = r->rank;
 	r->leased   = r->cfg->leases == TR_LEASES_ON ||
 	    (r->cfg->leases == TR_LEASES_AUTO && ferry_client_elastic(r->fc));
+	if (r->leased && r->cfg->local_steps > 0) {
+		// config.c refuses --leases on beside --local-steps: auto.
+		FB_LOG(FB_LOG_NOTICE, MOD,
+		    "an elastic job, but --local-steps runs on rank "
+		    "partitions: no data leases");
+		r->leased = 0;
+	}
 }
 
 int

@@ -70,8 +70,9 @@ tr__run_open_device_push(struct tr__run *r)
 	// libferry does on the host path only; codec "auto" picks a codec
 	// per link there too; --overlap double-buffers the host weights and
 	// gradients; --lr-scale-trainers scales the host gradient.
+	// Local steps push pseudo-gradients from the host (local.c).
 	if (r->dev == NULL || r->cfg->fo.clip_norm > 0 || r->cfg->overlap ||
-	    r->cfg->lr_scale_trainers != 0 ||
+	    r->cfg->lr_scale_trainers != 0 || r->cfg->local_steps > 0 ||
 	    strcmp(r->cfg->fo.codec_push, "auto") == 0 ||
 	    ferry_client_shards(r->fc, &sh, &ns, &cid, &bucket) != FERRY_OK ||
 	    !r->dev->push_supported(cid)) {

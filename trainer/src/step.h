@@ -108,6 +108,18 @@ int tr__run_leased(const struct tr__run *r);
 // sync rounds until it gets a lease again.
 int tr__train_leased(struct tr__run *r, volatile sig_atomic_t *stop);
 
+// tr__train_local is the loop of a local-steps run (--local-steps H,
+// local.c): inner steps on the trainer's own weights from r->rep.step,
+// an outer round (or a fragment's) when due, until the job's last inner
+// step or a signal; r->w ends as the global weights.
+int tr__train_local(struct tr__run *r, volatile sig_atomic_t *stop);
+
+// tr__local_start returns the inner step a local-steps run starts at when
+// it holds the job's version `version` (r->total set): version H in
+// lockstep (a version is an outer round), capped at the last step; 0
+// otherwise.
+uint64_t tr__local_start(const struct tr__run *r, uint64_t version);
+
 // tr__dlrm_train_run is tr_train_run for --model dlrm (dlrm_train.c).
 int tr__dlrm_train_run(const struct tr_config *cfg, FILE *out);
 

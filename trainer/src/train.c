@@ -1,7 +1,8 @@
 // train.c — one training run over libferry: set-up, the plain loop,
 // --weights-out, teardown. A step and the step end both loops take are
 // step.c's, the loop with one-step delayed weights (--overlap 1) is
-// overlap.c's, and what the loop prints and writes is report.c's.
+// overlap.c's, the local-steps loop (--local-steps) local.c's, and what
+// the loop prints and writes is report.c's.
 // --model dlrm runs dlrm_train.c's loop instead; what both loops do alike
 // (the client's opening, signals, leaving) is run.c's.
 //
@@ -213,8 +214,9 @@ open_device_pull(struct tr__run *r)
 
 	// Codec "auto" pulls the weights over fast links: the host path.
 	// --overlap's next pull must not overwrite the weights in use.
+	// Local steps keep their own weights on the host (local.c).
 	if (r->dev == NULL || strcmp(r->cfg->fo.codec_pull, "auto") == 0 ||
-	    r->cfg->overlap ||
+	    r->cfg->overlap || r->cfg->local_steps > 0 ||
 	    ferry_client_pull_codec(r->fc, &pid, &pbucket) != FERRY_OK ||
 	    !r->dev->pull_supported(pid) ||
 	    ferry_client_shards(r->fc, &sh, &ns, &cid, &bucket) != FERRY_OK) {
@@ -296,7 +298,9 @@ start_weights(struct tr__run *r)
 	ferry_client_stats(r->fc, &st);
 	r->total = tr_job_steps(r->steps_per_epoch, cfg->epochs,
 	    cfg->max_steps);
-	r->start = tr__run_lockstep(cfg) ? st.version : 0;
+	r->start = cfg->local_steps > 0 ? tr__local_start(r, st.version)
+	    : tr__run_lockstep(cfg)     ? st.version
+	                                : 0;
 	log_start(r, st.version);
 	return tr__run_set_weights(r, &r->w);
 }
@@ -321,7 +325,10 @@ train(struct tr__run *r)
 	if (r->leased && (rv = tr__train_leased(r, stop)) != FB_OK) {
 		return rv; // lease.c
 	}
-	while (!r->leased && !*stop &&
+	if (cfg->local_steps > 0 && (rv = tr__train_local(r, stop)) != FB_OK) {
+		return rv; // local.c
+	}
+	while (!r->leased && cfg->local_steps == 0 && !*stop &&
 	    tr_job_position(r->rep.step, r->steps_per_epoch, r->total, &pos) ==
 	        FB_OK) {
 		if ((rv = tr__step(r, pos.epoch, pos.k)) != FB_OK) {

@@ -254,8 +254,11 @@ struct ferry_stats {
 };
 
 // ferry_opts_check validates opts without connecting: the URL, rank, lr,
-// mode and both codec specs. On failure it writes a one-line reason into
-// why (size n, NUL-terminated; why may be NULL) and returns FERRY_EINVAL.
+// mode, both codec specs and the local-steps fields (local_steps > 0 and
+// inner_lr > 0 go together; fragments > 1 needs local steps, sync mode
+// and local_steps % fragments == 0; fragments <= 4096). On failure it writes a
+// one-line reason into why (size n, NUL-terminated; why may be NULL) and
+// returns FERRY_EINVAL.
 FERRY_API int ferry_opts_check(const struct ferry_opts *opts, char *why,
     size_t n);
 

@@ -67,6 +67,51 @@ ps__job_kinds(const Pswire__JobConfig *job, char *why, size_t n)
 }
 
 int
+ps__job_local(const Pswire__JobConfig *job, char *why, size_t n)
+{
+	if (job->local_steps > 0 &&
+	    !(job->inner_lr > 0 && job->inner_lr < 1e6)) {
+		snprintf(why, n,
+		    "local_steps %u needs inner_lr in (0, 1e6), not %g",
+		    job->local_steps, job->inner_lr);
+		return FB_EINVAL;
+	}
+	if (job->local_steps == 0 && job->inner_lr != 0) {
+		snprintf(why, n, "inner_lr %g needs local_steps > 0",
+		    job->inner_lr);
+		return FB_EINVAL;
+	}
+	if (job->fragments > PS_MAX_FRAGMENTS) {
+		snprintf(why, n, "fragments %u over %u", job->fragments,
+		    PS_MAX_FRAGMENTS);
+		return FB_EINVAL;
+	}
+	if (job->fragments <= 1) {
+		return FB_OK;
+	}
+	if (job->local_steps == 0) {
+		snprintf(why, n, "fragments %u needs local_steps > 0",
+		    job->fragments);
+		return FB_EINVAL;
+	}
+	if (job->mode != PSWIRE__MODE__MODE_SYNC) {
+		snprintf(why, n,
+		    "fragments %u needs sync mode (fragment rounds are sync "
+		    "rounds)",
+		    job->fragments);
+		return FB_EINVAL;
+	}
+	if (job->local_steps % job->fragments != 0) {
+		snprintf(why, n,
+		    "fragments %u must divide local_steps %u (each fragment "
+		    "is synced once per local_steps, staggered)",
+		    job->fragments, job->local_steps);
+		return FB_EINVAL;
+	}
+	return FB_OK;
+}
+
+int
 ps__job_read(const Pswire__JobConfig *job, struct ps_job *j, char *why,
     size_t n)
 {
@@ -81,6 +126,13 @@ ps__job_read(const Pswire__JobConfig *job, struct ps_job *j, char *why,
 	         : job->mode;
 	j->lr        = job->lr;
 	j->warmup    = job->warmup_steps;
+	if (ps__job_local(job, why, n) != FB_OK) {
+		return FB_EINVAL;
+	}
+	j->local_steps = job->local_steps;
+	j->fragments   = job->fragments;
+	j->inner_lr    = job->inner_lr;
+	j->lr_mul      = job->local_steps > 0 ? job->inner_lr : 1.0;
 	if (ps__job_optim(job, &j->optim, &j->lr_sched, owhy, sizeof(owhy)) !=
 	    FB_OK) {
 		snprintf(why, n, "the job's optimizer: %s", owhy);

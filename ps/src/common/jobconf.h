@@ -25,6 +25,16 @@ int ps__job_optim(const Pswire__JobConfig *job, struct fb_optim *o,
 // tensor that has not, named, in why (n bytes). Pure.
 int ps__job_kinds(const Pswire__JobConfig *job, char *why, size_t n);
 
+// ps__job_local checks the job's local-steps fields (docs/algorithms.md
+// §7) for coherence: local_steps > 0 and inner_lr > 0 go together,
+// inner_lr < 1e6, fragments <= PS_MAX_FRAGMENTS, and fragments > 1 needs
+// local steps, sync mode and local_steps % fragments == 0. FB_OK, or
+// FB_EINVAL with a reason naming the field in why (n bytes). Pure.
+int ps__job_local(const Pswire__JobConfig *job, char *why, size_t n);
+
+// The most fragments a job's shards may be synced in.
+#define PS_MAX_FRAGMENTS 4096u
+
 // The job as a server runs it: the JobConfig's fields, and what follows
 // from them, read once from the first map (ps__job_read).
 struct ps_job {
@@ -37,6 +47,13 @@ struct ps_job {
 	uint32_t           quorum; // sync: ranks that close a round (0: all)
 	double             lr;
 	uint32_t           warmup; // versions <= warmup are fp32
+	// Local steps: the pushes are pseudo-gradients and each update's lr
+	// is the schedule's times lr_mul (inner_lr; 1.0 when local_steps is
+	// 0, which changes no bit: x * 1.0 == x).
+	uint32_t           local_steps;
+	uint32_t           fragments;
+	double             inner_lr;
+	double             lr_mul;
 	// The optimizer and lr schedule (ps__job_optim), and the state
 	// buffers each shard keeps for it (fb_optim_state_bufs).
 	struct fb_optim    optim;

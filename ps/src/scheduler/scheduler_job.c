@@ -420,5 +420,8 @@ ps__sched_job_check(const Pswire__JobConfig *j,
 		    j->sync_quorum);
 		return FB_EINVAL;
 	}
+	if (ps__job_local(j, why, n) != FB_OK) {
+		return FB_EINVAL;
+	}
 	return FB_OK;
 }

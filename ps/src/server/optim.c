@@ -1,7 +1,8 @@
 // optim.c — the server-side optimizers: the one function that applies a
 // gradient to a shard's weights and its optimizer state (SGD, momentum,
 // Nesterov, Adam, AdamW, Adagrad; docs/algorithms.md §5), at the learning
-// rate the job's schedule gives for the shard's version (fb_lr_at).
+// rate the job's schedule gives for the shard's version (fb_lr_at), times
+// the local-steps job's inner lr (ps__optim_lr).
 //
 // DESIGN.
 // - One entry point, ps__optim_apply, used by the sync round (store.c),
@@ -161,11 +162,21 @@ apply_range(const struct fb_optim *o, struct srv_shard *sh, const float *g0,
 	}
 }
 
+double
+ps__optim_lr(const struct ps_server *s, uint64_t version)
+{
+	// A local-steps job's pushes are pseudo-gradients in gradient units
+	// (docs/algorithms.md §7): the outer step is the schedule's lr times
+	// the inner lr. lr_mul is 1.0 otherwise, and x * 1.0 == x: a job
+	// without local steps gets the very bits it got before.
+	return fb_lr_at(&s->job.lr_sched, version) * s->job.lr_mul;
+}
+
 void
 ps__optim_apply(const struct ps_server *s, struct srv_shard *sh,
     const float *g0, const float *g1, uint64_t samples)
 {
-	double lr = fb_lr_at(&s->job.lr_sched, sh->version);
+	double lr = ps__optim_lr(s, sh->version);
 	apply_range(&s->job.optim, sh, g0, g1, lr, samples, 0, sh->len);
 }
 
@@ -210,7 +221,7 @@ ps__optim_apply_checked(const struct ps_server *s, struct srv_shard *sh,
     float check_scale, float *g0, const float *g1, uint64_t samples)
 {
 	const struct fb_optim *o  = &s->job.optim;
-	double                 lr = fb_lr_at(&s->job.lr_sched, sh->version);
+	double                 lr = ps__optim_lr(s, sh->version);
 	// apply_sgd's step, computed as it computes it: when it is the step
 	// the check would test, the one fused pass decides and applies alike.
 	float                  scale = (float) (lr * (1.0 / (double) samples));
@@ -230,7 +241,7 @@ uint32_t
 ps__optim_apply_crc(const struct ps_server *s, struct srv_shard *sh,
     const float *g0, const float *g1, uint64_t samples)
 {
-	double   lr  = fb_lr_at(&s->job.lr_sched, sh->version);
+	double   lr  = ps__optim_lr(s, sh->version);
 	uint32_t crc = 0;
 	for (size_t lo = 0; lo < sh->len; lo += PS_CRC_BLOCK) {
 		size_t hi = sh->len - lo > PS_CRC_BLOCK ? lo + PS_CRC_BLOCK

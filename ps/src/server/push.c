@@ -258,7 +258,8 @@ push_async(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 {
 	// The overflow check's step: plain SGD's at the base lr (no
 	// schedule raises it), a bound for the other optimizers.
-	float bound = (float) (s->job.lr / (double) p->n_samples);
+	float bound = (float) (s->job.lr * s->job.lr_mul /
+	    (double) p->n_samples);
 	for (size_t i = 0; i < p->n_shards; i++) {
 		Pswire__ShardRef *r  = p->shards[i];
 		struct srv_shard *sh = &s->shards[r->shard];
@@ -310,8 +311,7 @@ push_async(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 		    s->job.optim.weight_decay == 0) {
 			// Plain SGD reads fp32 straight from the payload
 			// (no copy); the float math is ps__optim_apply's.
-			float scale = (float) (fb_lr_at(&s->job.lr_sched,
-			                           sh->version) /
+			float scale = (float) (ps__optim_lr(s, sh->version) /
 			    (double) p->n_samples);
 			for (size_t j = 0; j < sh->len; j++) {
 				float g;

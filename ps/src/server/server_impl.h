@@ -434,10 +434,14 @@ int ps__map_install(struct ps_server *s, Pswire__Placement *pl);
 
 // ---- optim.c ---------------------------------------------------------------
 
+// ps__optim_lr is the lr of a dense update at version: the job's schedule
+// (fb_lr_at) times its lr_mul (a local-steps job's inner lr, else 1.0).
+double ps__optim_lr(const struct ps_server *s, uint64_t version);
+
 // ps__optim_apply applies one update to sh->x and its optimizer state
 // sh->opt from the gradient sum g0 (+ g1 element-wise when g1 is not NULL:
 // a two-push round, summed in float as the rank-order sum) over `samples`
-// samples, at lr = fb_lr_at(job schedule, sh->version). It does not advance
+// samples, at lr = ps__optim_lr(s, sh->version). It does not advance
 // the version. The single apply of every update (sync rounds, async
 // pushes, replays), so the same inputs give the same bits. No allocation.
 // mu held (or the shard otherwise private to the caller).

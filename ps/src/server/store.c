@@ -173,7 +173,8 @@ static void
 apply_sum(struct ps_server *s, struct srv_shard *sh)
 {
 	size_t       n     = sh->len;
-	float        scale = (float) (s->job.lr / (double) sh->samples);
+	float        scale = (float) (s->job.lr * s->job.lr_mul /
+            (double) sh->samples);
 	const float *g[2]  = { NULL, NULL };
 	uint32_t     k     = 0;
 	// Rank order, over the ranks that pushed (all of them, unless a

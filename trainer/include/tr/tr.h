@@ -507,6 +507,20 @@ struct tr_config {
 	int               leases;           // --leases (enum tr_leases)
 	uint32_t          lease_batches;    // --lease-batches (want = batch x)
 	uint32_t          lr_scale_trainers; // --lr-scale-trainers N (0: off)
+	// Local steps (--local-steps H > 0, docs/algorithms.md §7): then
+	// tr_config_parse moves the optimizer and schedule flags as given
+	// (--optimizer, --lr, --momentum, ...) into `inner`, the trainer's
+	// own optimizer, and fills fo with the job's: --outer-optimizer at
+	// --outer-lr (constant), fo.inner_lr = --lr, fo.local_steps = H,
+	// fo.fragments = F. Only inner's optimizer and schedule fields are
+	// meaningful.
+	uint32_t          local_steps;     // --local-steps H (0: off)
+	uint32_t          fragments;       // --fragments F (1: whole model)
+	uint32_t          fragment_delay;  // --fragment-delay D (0: blocking)
+	const char       *outer_optimizer; // --outer-optimizer
+	double            outer_lr;        // --outer-lr
+	double            outer_momentum;  // --outer-momentum
+	struct ferry_opts inner;           // the inner optimizer (H > 0)
 	// Where each value came from (for --print-config), and the text of
 	// the --config file that string fields may borrow: released by
 	// tr_config_fini.
