@@ -19,6 +19,7 @@
 #       [--fragment-delay 1] [--ls-codecs "none/none q8/q8
 #                  topk:0.05+q8/topk:0.05+q8"]
 #       [--outer "nesterov:0.7:0.9"] [--ls-args "TRAINER FLAGS"]
+#       [--ls-cells "LINK,H,F,PUSH/PULL,OUTER ..."]
 #       [--epochs 3] [--cap-s 900] [--log-interval 50]
 #       [--no-ddp] [--quick] [--smoke] [--build DIR] [--raw DIR]
 #       [--results DIR]
@@ -33,6 +34,9 @@
 # servers' outer optimizer; the trainer's --optimizer/--lr, default sgd
 # 0.1, is the inner one: pass others with --ls-args). Local-steps rows
 # have overlap 0 (the trainer refuses --overlap with --local-steps).
+# --ls-cells lists the local-steps runs one by one instead (a reduced
+# matrix: e.g. "10mbit,128,4,q8/q8,nesterov:0.7:0.9"; D as above); the
+# per-step rows stay as --local-steps 0 and --per-step-links say.
 #
 # --smoke (ctest -L bench-smoke): one unshaped fp32 per-step run and one
 # local-steps run (H = 4), 30 steps each, no DDP, nothing installed or
@@ -69,7 +73,7 @@ codecs="none/none q4/q4 topk:0.01+q8/topk:0.02+q8 randk:0.02+q8/topk:0.02+q8 aut
 ls_codecs="none/none q8/q8 topk:0.05+q8/topk:0.05+q8"
 overlaps="0 1" epochs=3 cap=900 logi=50 ddp=1 quick=0 smoke=0
 hs="0 8 32 128" frags="1 4" fdelay=1 outers="nesterov:0.7:0.9" ls_args=""
-ps_links="" ps_caps="1mbit=60"
+ps_links="" ps_caps="1mbit=60" ls_cells=""
 build=${FERRY_BUILD_DIR:-$ROOT/build-bench}
 raw=${FERRY_BENCH_DIR:-}
 results=""
@@ -87,6 +91,7 @@ while (($#)); do
 	--ls-codecs) ls_codecs=$2; shift 2 ;;
 	--outer) outers=$2; shift 2 ;;
 	--ls-args) ls_args=$2; shift 2 ;;
+	--ls-cells) ls_cells=$2; shift 2 ;;
 	--epochs) epochs=$2; shift 2 ;;
 	--cap-s) cap=$2; shift 2 ;;
 	--log-interval) logi=$2; shift 2 ;;
@@ -182,6 +187,14 @@ ferry_run() {
 	fi
 }
 
+# ls_run LINK H F PUSH/PULL OUTER: one local-steps run (D: --fragment-delay
+# where F > 1 and it is below H/F, else 0).
+ls_run() {
+	local fd=0
+	(($3 > 1 && fdelay < $2 / $3)) && fd=$fdelay
+	ferry_run "$1" "${4%/*}" "${4#*/}" 0 "$cap" "$2" "$3" "$fd" "$5"
+}
+
 # ddp_run LINK: PyTorch DDP, one rank per trainer namespace.
 ddp_run() {
 	local link=$1 d="$raw/torch-ddp-$link" name="ttd$$" ip0 r p=() trs
@@ -219,17 +232,19 @@ for link in $links; do
 			done
 			continue
 		fi
+		[ -z "$ls_cells" ] || continue
 		for f in $frags; do
 			((f == 1 || h % f == 0)) || continue
-			fd=0
-			((f > 1 && fdelay < h / f)) && fd=$fdelay
 			for codec in $ls_codecs; do
 				for outer in $outers; do
-					ferry_run "$link" "${codec%/*}" "${codec#*/}" 0 \
-						"$cap" "$h" "$f" "$fd" "$outer"
+					ls_run "$link" "$h" "$f" "$codec" "$outer"
 				done
 			done
 		done
+	done
+	for cell in $ls_cells; do
+		IFS=, read -r cl h f codec outer <<<"$cell"
+		[ "$cl" = "$link" ] && ls_run "$link" "$h" "$f" "$codec" "$outer"
 	done
 	# DDP is a per-step system: it runs where the per-step rows do
 	((ddp)) && [[ " $ps_links " == *" $link "* ]] && ddp_run "$link"
