@@ -283,13 +283,15 @@ ferry_client_close(ferry_client *c)
 		return;
 	}
 	ferry__hb_stop(c);
-	if (c->ax != NULL) {
-		ferry__xfer_abort(c); // a layer-wise push-pull left running
+	if (c->ax != NULL || c->fx_busy) {
+		// a layer-wise push-pull or a fragment round left running
+		ferry__xfer_abort(c);
 	}
 	ferry__rows_close(c);  // before the slots it may use
 	ferry__conns_close(c); // slots, sockets, the completion lock
 	fb_free(c->ax);
 	fb_free(c->ax_started);
+	fb_free(c->fx);
 	nng_close(c->sched);
 	nng_aio_free(c->sched_aio);
 	psw_auth_close(c->auth);

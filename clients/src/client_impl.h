@@ -8,10 +8,11 @@
 // ferry__ functions: client.c → heartbeat.c, exchange.c, conn.c; ops.c →
 // pull.c → exchange.c → request.c, reply.c, sched.c → conn.c; declare.c →
 // sched.c, conn.c, probe.c, codec_auto.c, heartbeat.c; lease.c →
-// sched.c; and every file → errors.c, which calls none of them. A
-// ferry_client is used by one thread at a time, so nothing here takes a lock;
-// the heartbeat thread (heartbeat.c) shares nothing with it but its own
-// struct, started and stopped from the caller's thread.
+// sched.c; fragment.c → pull.c, exchange.c, request.c; and every file →
+// errors.c, which calls none of them. A ferry_client is used by one thread at
+// a time, so nothing here takes a lock; the heartbeat thread (heartbeat.c)
+// shares nothing with it but its own struct, started and stopped from the
+// caller's thread.
 #ifndef FERRY_CLIENT_IMPL_H
 #define FERRY_CLIENT_IMPL_H
 
@@ -252,6 +253,14 @@ struct ferry_client {
 	// pushes carry (lease_id/lease_end on every PushRequest).
 	uint64_t             lease_held;
 	uint64_t             mark_id, mark_end;
+	// Fragments (opts.fragments > 1, fragment.c): the fragment round in
+	// flight (fx_busy: started, not yet waited for), and whether the
+	// first whole-model pull went (the whole-model step calls are
+	// refused from then on: a fragment's shards move one version ahead
+	// of the others', which c->version, their minimum, cannot say).
+	struct xfer         *fx;
+	int                  fx_busy;
+	int                  frag_pulled;
 	char                 err[512];
 };
 
@@ -302,6 +311,13 @@ struct xfer {
 	uint64_t stuck_since;
 	int      requeue;
 	int      requeued;
+	// A fragment round (fragment.c): frag_n > 1 limits the push staging
+	// to fragment frag_f's shards (global shard i % frag_n == frag_f),
+	// and the lockstep version its pushes name and ferry__push_need
+	// compares with is frag_ver, the fragment's (the minimum over its
+	// shards), not c->version. frag_n 0: a whole-model operation.
+	uint32_t frag_n, frag_f;
+	uint64_t frag_ver;
 };
 
 // ferry__requeue_ms is REQUEUE_MS (exchange.c) unless a test lowered it.
@@ -537,7 +553,8 @@ uint64_t ferry__req_bytes(uint64_t conn_bytes, size_t w, double bw_bps,
 
 // ferry__push_need is what shard i needs in a push of x's op: NEED_MAIN,
 // except in lockstep when the shard is already past the version c holds
-// (c->version, the minimum over its shards). That shard closed round
+// (c->version, the minimum over its shards; in a fragment round, the
+// fragment's). That shard closed round
 // c->version without this push: a rejoined rank's dead predecessor pushed
 // it there before it died (a push split across requests), or a
 // --sync-quorum closed it. A push for a closed round is refused
@@ -549,11 +566,22 @@ uint64_t ferry__req_bytes(uint64_t conn_bytes, size_t w, double bw_bps,
 static inline uint8_t
 ferry__push_need(ferry_client *c, const struct xfer *x, size_t i)
 {
-	if (c->lockstep && x->op != OP_INIT && c->shard_ver[i] > c->version) {
+	// A fragment round's shards move together: the round is the
+	// fragment's (xfer.frag_ver), which may be one past c->version.
+	uint64_t held = x->frag_n > 1 ? x->frag_ver : c->version;
+	if (c->lockstep && x->op != OP_INIT && c->shard_ver[i] > held) {
 		c->recovery.pushes_skipped++;
 		return x->op == OP_PUSH ? NEED_NONE : NEED_PULL;
 	}
 	return NEED_MAIN;
+}
+
+// ferry__frag_in reports whether global shard i is in x's fragment (every
+// shard when x is a whole-model operation).
+static inline int
+ferry__frag_in(const struct xfer *x, size_t i)
+{
+	return x->frag_n <= 1 || i % x->frag_n == x->frag_f;
 }
 
 // ---- seed.c: offering a lost shard's copy to its re-seed ------------------

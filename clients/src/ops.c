@@ -26,6 +26,27 @@ check_declared_ax(ferry_client *c, int allow_ax)
 	return FERRY_OK;
 }
 
+// check_whole accepts a whole-model step call: refused in a fragments job
+// once the first pull went (each fragment then has its own rounds:
+// ferry_client_fragment_start/_wait/_pull), and while a fragment round is
+// in flight.
+static int
+check_whole(ferry_client *c)
+{
+	if (c->fx_busy) {
+		return ferry__fail(c, FERRY_ESTATE,
+		    "a fragment round is in flight: "
+		    "ferry_client_fragment_wait first");
+	}
+	if (c->opts.fragments > 1 && c->frag_pulled) {
+		return ferry__fail(c, FERRY_ESTATE,
+		    "the job syncs its shards in %u fragments: after the "
+		    "first pull, use ferry_client_fragment_start/_wait/_pull",
+		    c->opts.fragments);
+	}
+	return FERRY_OK;
+}
+
 static int
 check_declared(ferry_client *c)
 {
@@ -81,6 +102,7 @@ ferry_client_pull(ferry_client *c, float *const *w)
 	struct xfer x = { .op = OP_PULL, .w = w };
 	int         rv;
 	if ((rv = check_declared(c)) != FERRY_OK ||
+	    (rv = check_whole(c)) != FERRY_OK ||
 	    (rv = check_pull_bufs(c, w)) != FERRY_OK) {
 		return rv;
 	}
@@ -90,6 +112,7 @@ ferry_client_pull(ferry_client *c, float *const *w)
 	    (rv = ferry__pull_join(c, w)) != FERRY_OK) {
 		return rv;
 	}
+	c->frag_pulled = 1;
 	// "auto" times a step from the end of the exchange before it: a
 	// trainer's first step follows a pull, so it gets a budget too.
 	ferry__auto_step_end(c);
@@ -133,6 +156,7 @@ ferry_client_push(ferry_client *c, const float *const *g, uint32_t n_samples)
 	struct xfer x = { .op = OP_PUSH, .g = g, .n_samples = n_samples };
 	int         rv;
 	if ((rv = check_ready(c, g)) != FERRY_OK ||
+	    (rv = check_whole(c)) != FERRY_OK ||
 	    (rv = check_samples(c, n_samples)) != FERRY_OK) {
 		return rv;
 	}
@@ -158,6 +182,7 @@ push_pull_run(ferry_client *c, struct xfer *x, const void *in)
 {
 	int rv;
 	if ((rv = check_ready(c, in)) != FERRY_OK ||
+	    (rv = check_whole(c)) != FERRY_OK ||
 	    (rv = check_pull_bufs(c, x->w)) != FERRY_OK ||
 	    (rv = check_samples(c, x->n_samples)) != FERRY_OK) {
 		return rv;
@@ -273,7 +298,8 @@ ferry_client_push_pull_start(ferry_client *c, const float *const *g,
 {
 	struct xfer *x;
 	int          rv;
-	if ((rv = check_declared_ax(c, 1)) != FERRY_OK) {
+	if ((rv = check_declared_ax(c, 1)) != FERRY_OK ||
+	    (rv = check_whole(c)) != FERRY_OK) {
 		return rv;
 	}
 	if (g == NULL) {

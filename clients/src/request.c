@@ -25,8 +25,10 @@ ferry__codes_stage(ferry_client *c, struct xfer *x, size_t t0, size_t t1)
 		size_t                   out;
 		int                      rv;
 
-		if (si->tensor < t0 || si->tensor >= t1) {
-			continue;
+		if (si->tensor < t0 || si->tensor >= t1 ||
+		    !ferry__frag_in(x, i)) {
+			continue; // (a fragment round: the others keep their
+			          // error feedback for their own rounds)
 		}
 		if (c->auto_push) {
 			// "auto": the rung of the link to the shard's server.
@@ -128,8 +130,10 @@ push_build(ferry_client *c, struct slot *s, struct xfer *x, Pswire__Header *h,
 		// older weights as its next round's (a trainer that rejoined
 		// while a push of its dead process had reached only some
 		// servers). Async: each shard's own version.
-		refs[i].version = c->lockstep ? c->version
-		                              : c->shard_ver[s->req[i]];
+		// A fragment round: the fragment's version (fragment.c).
+		refs[i].version = !c->lockstep ? c->shard_ver[s->req[i]]
+		    : x->frag_n > 1            ? x->frag_ver
+		                               : c->version;
 		refs[i].codec   = codec->id;
 		refs[i].bucket  = codec->bucket;
 		// "auto": the server decodes the codec each ref names.

@@ -16,5 +16,6 @@ Suite *suite_exchange(void);     // exchange.c: request sizing per link
 Suite *suite_rows(void);         // tables.c, rows_dedup.c, rows.c: sparse
 Suite *suite_rows_cluster(void); // the sparse tables against a cluster
 Suite *suite_lease(void);        // lease.c, given ranks, join pulls
+Suite *suite_fragment(void);     // fragment.c against a cluster
 
 #endif // CLIENTS_TESTS_H

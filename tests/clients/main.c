@@ -21,6 +21,7 @@ main(void)
 	srunner_add_suite(sr, suite_rows());
 	srunner_add_suite(sr, suite_rows_cluster());
 	srunner_add_suite(sr, suite_lease());
+	srunner_add_suite(sr, suite_fragment());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

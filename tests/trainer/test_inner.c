@@ -226,6 +226,25 @@ START_TEST(test_inner_spans)
 }
 END_TEST
 
+// The fragment schedule: H = 8, F = 4 syncs fragments 0, 1, 2, 3 after
+// steps 2, 4, 6, 8 (mod 8); F = 1 after every 8th step.
+START_TEST(test_inner_fragment_schedule)
+{
+	for (uint64_t s = 1; s <= 24; s++) {
+		int n = 0;
+		for (uint32_t f = 0; f < 4; f++) {
+			if (tr__inner_fragment_due(s, f, 8, 4)) {
+				ck_assert_uint_eq(s % 8, (2 * (f + 1)) % 8);
+				n++;
+			}
+		}
+		ck_assert_int_eq(n, s % 2 == 0);
+		ck_assert_int_eq(tr__inner_fragment_due(s, 0, 8, 1),
+		    s % 8 == 0);
+	}
+}
+END_TEST
+
 // adam and adagrad are the servers' only: refused for the inner loop.
 START_TEST(test_inner_refused)
 {
@@ -251,6 +270,7 @@ suite_inner(void)
 	tcase_add_test(tc, test_inner_stateful_vs_reference);
 	tcase_add_test(tc, test_inner_spans);
 	tcase_add_test(tc, test_inner_refused);
+	tcase_add_test(tc, test_inner_fragment_schedule);
 	suite_add_tcase(s, tc);
 	return s;
 }

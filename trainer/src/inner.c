@@ -221,3 +221,10 @@ tr__inner_reset_spans(struct tr__inner *in, const struct ferry_span *spans,
 		    spans[s].len * sizeof(float));
 	}
 }
+
+int
+tr__inner_fragment_due(uint64_t s, uint32_t f, uint32_t h, uint32_t nf)
+{
+	uint64_t at = ((uint64_t) (f + 1) * h / nf) % h;
+	return s % h == at;
+}

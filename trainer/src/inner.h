@@ -69,4 +69,10 @@ void tr__inner_reset(struct tr__inner *in);
 void tr__inner_reset_spans(struct tr__inner *in,
     const struct ferry_span *spans, size_t ns);
 
+// tr__inner_fragment_due reports whether fragment f of F is synced after
+// inner step s (1-based) of a job of h local steps: s % h == ((f + 1) h /
+// F) % h, so each fragment once per h steps, staggered by h/F (F = 1:
+// after every h-th step).
+int tr__inner_fragment_due(uint64_t s, uint32_t f, uint32_t h, uint32_t nf);
+
 #endif // TR_INNER_H

@@ -51,13 +51,6 @@
 #define MOD "train"
 #define MAX_FRAGMENTS 64
 
-// TEMPORARY until libferry's fragment calls land (h/libferry stage 2):
-// weak, so that F = 1 links; local_open refuses F > 1 without them.
-#pragma weak ferry_client_fragment_spans
-#pragma weak ferry_client_fragment_start
-#pragma weak ferry_client_fragment_wait
-#pragma weak ferry_client_fragment_pull
-
 // The loop's state beside the run's: made by local_open, released by
 // local_close.
 struct local {
@@ -73,6 +66,8 @@ struct local {
 	int                busy;      // a fragment's exchange is in flight
 	uint32_t           busy_f;    // which one
 	uint64_t           wait_at;   // the inner step to wait for it after
+	uint64_t           busy_n;    // its samples
+	double             busy_norm; // its |P/n|
 	uint64_t           exchanges; // completed (fragment) exchanges
 	int                synced;    // this step ended an exchange
 	int                rolled;    // this step met a rollback
@@ -132,11 +127,6 @@ local_open(struct tr__run *r, struct local *L)
 	    (L->d > 0 && (rv = shaped(&L->start, &r->w)) != FB_OK)) {
 		FB_LOG(FB_LOG_ERR, MOD, "local steps: %s", fb_strerror(rv));
 		return rv;
-	}
-	if (L->f > 1 && ferry_client_fragment_start == NULL) {
-		FB_LOG(FB_LOG_ERR, MOD,
-		    "--fragments: this libferry has no fragment calls");
-		return FB_EUNSUPP;
 	}
 	if (L->f > 1 && (rv = open_spans(r, L)) != FB_OK) {
 		return rv;
@@ -293,7 +283,7 @@ outer_round(struct tr__run *r, struct local *L)
 	}
 	adopt_all(r, L);
 	r->rep.outer_rounds = ++L->exchanges;
-	tr__metrics_outer(&r->met, r->fc, L->exchanges, norm);
+	tr__metrics_outer(&r->met, r->fc, (double) L->exchanges, norm);
 	FB_LOG(FB_LOG_DEBUG, MOD, "outer round %llu: %llu samples, |P/n| %.6g",
 	    (unsigned long long) L->exchanges, (unsigned long long) n, norm);
 	return FB_OK;
@@ -319,7 +309,8 @@ fragment_done(struct tr__run *r, struct local *L, uint32_t f, int fe,
 	adopt_fragment(r, L, f, merge);
 	L->exchanges++;
 	r->rep.outer_rounds = L->exchanges / L->f;
-	tr__metrics_outer(&r->met, r->fc, L->exchanges / L->f, norm);
+	tr__metrics_outer(&r->met, r->fc,
+	    (double) L->exchanges / (double) L->f, norm);
 	FB_LOG(FB_LOG_DEBUG, MOD,
 	    "fragment %u exchange %llu: %llu samples, |P/n| %.6g", f,
 	    (unsigned long long) L->exchanges, (unsigned long long) n, norm);
@@ -350,9 +341,11 @@ fragment_start(struct tr__run *r, struct local *L, uint32_t f, uint64_t s,
 	int fe = ferry_client_fragment_start(r->fc, f,
 	    tr_params_cptrs(&L->snap), (uint32_t) n, r->w.t);
 	if (fe == FERRY_OK && !blocking) {
-		L->busy    = 1;
-		L->busy_f  = f;
-		L->wait_at = s + L->d;
+		L->busy      = 1;
+		L->busy_f    = f;
+		L->wait_at   = s + L->d;
+		L->busy_n    = n;
+		L->busy_norm = norm;
 		return FB_OK;
 	}
 	if (fe == FERRY_OK) {
@@ -369,14 +362,18 @@ fragments(struct tr__run *r, struct local *L, uint64_t s)
 	int last = s >= r->total, rv;
 	if (L->busy && (s >= L->wait_at || last)) {
 		int fe = ferry_client_fragment_wait(r->fc);
-		if ((rv = fragment_done(r, L, L->busy_f, fe, 0.0, 0)) !=
-		    FB_OK) {
+		if ((rv = fragment_done(r, L, L->busy_f, fe, L->busy_norm,
+		         L->busy_n)) != FB_OK) {
 			return rv;
 		}
 	}
 	for (uint32_t f = 0; f < L->f && !L->rolled; f++) {
-		uint64_t at = ((uint64_t) (f + 1) * L->h / L->f) % L->h;
-		if (last ? L->nf[f] > 0 : s % L->h == at) {
+		if (L->nspans[f] == 0) {
+			L->nf[f] = 0; // more fragments than shards: none here
+			continue;
+		}
+		if (last ? L->nf[f] > 0
+		         : tr__inner_fragment_due(s, f, L->h, L->f)) {
 			rv = fragment_start(r, L, f, s, last || L->d == 0);
 			if (rv != FB_OK) {
 				return rv;
@@ -455,6 +452,11 @@ inner_step(struct tr__run *r, struct local *L, long e, size_t k)
 		rv = fragments(r, L, s);
 	} else if (s % L->h == 0 || s >= r->total) {
 		rv = outer_round(r, L);
+	}
+	// An exchange changed loc: a backend that copies the weights (the
+	// GPU's) must see them before the next gradient or evaluation.
+	if (rv == FB_OK && (L->synced || L->rolled)) {
+		rv = tr__run_set_weights(r, &L->loc);
 	}
 	if (rv != FB_OK) {
 		return rv;

@@ -160,6 +160,7 @@ tr__metrics_open(struct tr__metrics *m, const struct tr_config *cfg,
 	}
 	m->rank       = cfg->fo.rank;
 	m->fp32_bytes = (uint64_t) n_params * sizeof(float);
+	m->local      = cfg->local_steps > 0;
 	atomic_init(&m->phase, TR_PHASE_JOINING);
 	if ((rv = obs_registry_alloc(&m->reg)) != FB_OK ||
 	    (rv = series(m)) != FB_OK) {
@@ -235,6 +236,10 @@ tr__metrics_step(struct tr__metrics *m, ferry_client *fc, size_t n,
 	if (((uint64_t) steps - 1) % TR_EF_NORM_EVERY == 0) {
 		obs_gauge_set(m->ef_norm, ferry_client_ef_residual_norm(fc));
 	}
+	if (m->local) {
+		// Local steps exchange the model once per outer round.
+		steps = m->rounds;
+	}
 	if (st.bytes_pushed > m->base_out) {
 		obs_gauge_set(m->ratio_push,
 		    steps * (double) m->fp32_bytes /
@@ -248,7 +253,7 @@ tr__metrics_step(struct tr__metrics *m, ferry_client *fc, size_t n,
 }
 
 void
-tr__metrics_outer(struct tr__metrics *m, ferry_client *fc, uint64_t rounds,
+tr__metrics_outer(struct tr__metrics *m, ferry_client *fc, double rounds,
     double norm)
 {
 	struct ferry_stats st;
@@ -257,7 +262,8 @@ tr__metrics_outer(struct tr__metrics *m, ferry_client *fc, uint64_t rounds,
 	}
 	ferry_client_stats(fc, &st);
 	uint64_t both = st.bytes_pushed + st.bytes_pulled;
-	obs_counter_set(m->outer_rounds, rounds);
+	obs_counter_set(m->outer_rounds, (uint64_t) rounds);
+	m->rounds = rounds;
 	obs_gauge_set(m->outer_bytes, (double) (both - m->outer_base));
 	obs_gauge_set(m->pg_norm, norm);
 	m->outer_base = both;

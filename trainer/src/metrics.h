@@ -33,6 +33,8 @@ struct tr__metrics {
 	// local steps: outer rounds, their bytes, the pseudo-gradient norm
 	struct obs_metric   *outer_rounds, *outer_bytes, *pg_norm;
 	uint64_t             outer_base; // bytes both ways at the last round
+	int                  local;      // --local-steps: ratios per round
+	double               rounds;     // outer rounds so far (fractional)
 	atomic_int           phase;      // enum tr__phase
 	int                  rank, trainers;
 	uint64_t             fp32_bytes; // one full gradient, in bytes
@@ -62,11 +64,12 @@ void tr__metrics_step(struct tr__metrics *m, ferry_client *fc, size_t n,
     uint64_t compute_ns, uint64_t pp_ns, uint64_t dropped);
 
 // tr__metrics_outer records an outer round of local steps (rounds done
-// so far) whose pseudo-gradient P/n had L2 norm `norm`: the rounds, and
-// the bytes pushed and pulled since the previous round (or the start of
-// training). Training thread only.
-void tr__metrics_outer(struct tr__metrics *m, ferry_client *fc,
-    uint64_t rounds, double norm);
+// so far: fragment exchanges / F with fragments) whose pseudo-gradient
+// P/n had L2 norm `norm`: the whole rounds, and the bytes pushed and
+// pulled since the previous round (or the start of training); the
+// compression ratio counts the fractional rounds. Training thread only.
+void tr__metrics_outer(struct tr__metrics *m, ferry_client *fc, double rounds,
+    double norm);
 
 // tr__metrics_close stops the endpoints and frees the registry.
 void tr__metrics_close(struct tr__metrics *m);

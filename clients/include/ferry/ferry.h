@@ -391,7 +391,13 @@ FERRY_API int ferry_client_wait(ferry_client *c, size_t first, size_t count);
 // push-pull pushes and pulls only its shards, which move one version per
 // fragment round, so fragments may be one version apart. The whole-model
 // step calls (push, pull, push_pull, the layer-wise calls) are refused in
-// such a job after the first pull (FERRY_ESTATE).
+// such a job after the first pull (FERRY_ESTATE): declare, init_weights
+// and one ferry_client_pull bring every shard at version 0, then each
+// fragment moves by its own rounds. Every trainer must sync the fragments
+// in the same order (each round is a sync round of that fragment's
+// shards). With a push codec, each shard's error feedback and pull
+// reference move only in its fragment's rounds, as in whole-model steps.
+// ferry_stats.version stays the minimum over every shard.
 
 // One contiguous run of a fragment's elements: floats [offset, offset +
 // len) of tensor `tensor`.
