@@ -31,8 +31,8 @@
 #
 # Needs root (CAP_NET_ADMIN) and iproute2; when it cannot create a
 # namespace it says so and exits 77 (the "skip" code of automake/ctest).
-# Environment: NETSIM_SUBNET (default 77), NETSIM_BURST (tbf burst, bytes;
-# default max(128 KiB, rate/250)).
+# Environment: NETSIM_SUBNET (default 77), NETSIM_BURST (tbf burst, bytes,
+# as given; default max(128 KiB, rate/250)).
 set -euo pipefail
 
 SUBNET=${NETSIM_SUBNET:-77}
@@ -70,8 +70,15 @@ tbf_on() {
 	[ "$rate" = none ] && return 0
 	local bits burst
 	bits=$(rate_bits "$rate")
-	burst=${NETSIM_BURST:-$((bits / 8 / 250))}
-	((burst < 131072)) && burst=131072
+	# Default: 4 ms of line rate, at least 128 KiB (a GSO segment and
+	# then some); an explicit NETSIM_BURST is taken as it is (slow links
+	# whose idle time must not bank seconds of traffic).
+	if [ -n "${NETSIM_BURST:-}" ]; then
+		burst=$NETSIM_BURST
+	else
+		burst=$((bits / 8 / 250))
+		((burst < 131072)) && burst=131072
+	fi
 	ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "$rate" \
 		burst "$burst" latency 100ms
 }

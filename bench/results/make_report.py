@@ -523,6 +523,7 @@ latest = {"machine": machine, "transport": transport, "e2e": e2e, "head_to_head"
           "slow_links": links,
           "time_to_acc": tta.get("time_to_acc", []),
           "time_to_acc_notes": tta.get("notes", []),
+          "time_to_acc_summary": tta.get("summary"),
           "scale": scale, "targets": targets,
           "codec": codec.get("throughput") if isinstance(codec, dict) else None,
           "profile_top": read_text("perf-top.txt").splitlines()}
