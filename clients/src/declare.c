@@ -122,10 +122,11 @@ job_from_opts(const ferry_client *c, Pswire__JobConfig *job,
 	ls->total_steps  = c->opts.lr_total_steps;
 	job->optim       = oc;
 	job->lr_schedule = ls;
-	// The rows' initial values hang on the seed. A job without tables
-	// leaves it out: trainers of a dense job may seed their stochastic
-	// codecs differently, and the scheduler compares the JobConfig whole.
-	job->seed = c->n_tables > 0 ? c->opts.seed : 0;
+	// The rows' and seeded tensors' initial values hang on the seed. A
+	// job without either leaves it out: trainers of a dense job may seed
+	// their stochastic codecs differently, and the scheduler compares the
+	// JobConfig whole.
+	job->seed = c->n_tables > 0 || c->any_seeded ? c->opts.seed : 0;
 }
 
 // state_alloc sizes what the client keeps per shard and per tensor once
@@ -244,12 +245,17 @@ declare_run(ferry_client *c, const struct ferry_tensor_spec *d, size_t n,
 	// A declare that failed before may have left them.
 	fb_free(c->tensor_len);
 	fb_free(c->tensor_avg);
-	c->tensor_len = fb_alloc(n * sizeof(*c->tensor_len));
-	c->tensor_avg = fb_zalloc(n);
-	tds           = fb_alloc(n * sizeof(*tds));
-	tdp           = fb_alloc(n * sizeof(*tdp));
+	fb_free(c->tensor_init);
+	fb_free(c->tensor_scale);
+	c->tensor_len   = fb_alloc(n * sizeof(*c->tensor_len));
+	c->tensor_avg   = fb_zalloc(n);
+	c->tensor_init  = fb_zalloc(n);
+	c->tensor_scale = fb_zalloc(n * sizeof(*c->tensor_scale));
+	c->any_seeded   = 0;
+	tds             = fb_alloc(n * sizeof(*tds));
+	tdp             = fb_alloc(n * sizeof(*tdp));
 	if (c->tensor_len == NULL || c->tensor_avg == NULL || tds == NULL ||
-	    tdp == NULL) {
+	    c->tensor_init == NULL || c->tensor_scale == NULL || tdp == NULL) {
 		rv = ferry__fail(c, FERRY_ENOMEM, "out of memory");
 		goto done;
 	}
@@ -270,7 +276,19 @@ declare_run(ferry_client *c, const struct ferry_tensor_spec *d, size_t n,
 			    i, d[i].name, d[i].kind);
 			goto done;
 		}
+		char iwhy[96];
+		if (fb_init_check(d[i].init, d[i].init_scale, iwhy,
+		        sizeof(iwhy)) != FB_OK) {
+			rv = ferry__fail(c, FERRY_EINVAL, "tensor %zu ('%s'): %s",
+			    i, d[i].name, iwhy);
+			goto done;
+		}
 		pswire__tensor_desc__init(&tds[i]);
+		tds[i].init       = (Pswire__TensorInit) d[i].init;
+		tds[i].init_scale = d[i].init_scale;
+		c->tensor_init[i] = (uint8_t) d[i].init;
+		c->tensor_scale[i] = d[i].init_scale;
+		c->any_seeded |= fb_init_seeded(d[i].init);
 		tds[i].name      = (char *) d[i].name;
 		tds[i].len       = d[i].len;
 		tds[i].kind      = d[i].kind == FERRY_TENSOR_AVERAGE
@@ -386,7 +404,9 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 	for (size_t i = 0; i < n; i++) {
 		s[i].name = d[i].name;
 		s[i].len  = d[i].len;
-		s[i].kind = FERRY_TENSOR_WEIGHTS;
+		s[i].kind       = FERRY_TENSOR_WEIGHTS;
+		s[i].init       = FERRY_INIT_OFFER;
+		s[i].init_scale = 0;
 	}
 	rv = ferry_client_declare_specs(c, s, n);
 	fb_free(s);
