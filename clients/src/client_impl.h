@@ -143,31 +143,31 @@ struct ferry__dedup {
 enum { REF_NONE = 0, REF_HOST, REF_SINK };
 
 struct ferry_client {
-	struct ferry_opts   opts;
-	char                url[256];
-	char                codec_push[32], codec_pull[32];
-	struct psw_auth    *auth; // ferry_client_set_secret_file (NULL: off)
-	struct psw_tls     *tls;  // opts.tls_* (NULL: plain tcp)
-	char                optimizer[16], lr_schedule[16];
-	struct fb_optim     optim;    // opts' optimizer, parsed
-	struct fb_lr_sched  lr_sched; // opts' lr schedule, parsed
-	float              *clip;     // clip_norm with a push codec: one
-	                              // shard's scaled gradient (or NULL)
-	nng_socket          sched;
-	nng_ctx             sched_ctx;
-	nng_aio            *sched_aio;
-	size_t              n_tensors;
-	uint64_t           *tensor_len;
-	uint8_t            *tensor_avg; // per tensor: FERRY_TENSOR_AVERAGE
-	                                // (never clipped)
-	uint8_t *tensor_init;  // per tensor: enum ferry_tensor_init
-	float   *tensor_scale; // per tensor: its init_scale
-	int      any_seeded;   // a tensor's init is seeded (not OFFER)
+	struct ferry_opts  opts;
+	char               url[256];
+	char               codec_push[32], codec_pull[32];
+	struct psw_auth   *auth; // ferry_client_set_secret_file (NULL: off)
+	struct psw_tls    *tls;  // opts.tls_* (NULL: plain tcp)
+	char               optimizer[16], lr_schedule[16];
+	struct fb_optim    optim;    // opts' optimizer, parsed
+	struct fb_lr_sched lr_sched; // opts' lr schedule, parsed
+	float             *clip;     // clip_norm with a push codec: one
+	                             // shard's scaled gradient (or NULL)
+	nng_socket         sched;
+	nng_ctx            sched_ctx;
+	nng_aio           *sched_aio;
+	size_t             n_tensors;
+	uint64_t          *tensor_len;
+	uint8_t           *tensor_avg;   // per tensor: FERRY_TENSOR_AVERAGE
+	                                 // (never clipped)
+	uint8_t           *tensor_init;  // per tensor: enum ferry_tensor_init
+	float             *tensor_scale; // per tensor: its init_scale
+	int                any_seeded; // a tensor's init is seeded (not OFFER)
 	// The first pull filled the seeded shards locally (pull.c).
-	int      seeded_filled;
-	Pswire__Placement  *pl;
-	struct conn        *conns;
-	size_t              n_conns;
+	int                seeded_filled;
+	Pswire__Placement *pl;
+	struct conn       *conns;
+	size_t             n_conns;
 	struct ferry__pipe *pipe;      // completions of every slot (conn.c)
 	uint64_t            version;   // of the weights held (min over shards)
 	uint64_t            want;      // version the next pull asks for

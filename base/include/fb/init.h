@@ -46,8 +46,8 @@ fb_init_seeded(uint32_t kind)
 // fb_init_fill writes elements [first, first + n) of tensor `tensor`'s
 // version-0 values under job seed `seed` into out[0..n). kind is ZEROS or
 // UNIFORM and was checked (fb_init_check); any other kind writes zeros.
-void fb_init_fill(uint32_t kind, float scale, uint64_t seed,
-    uint32_t tensor, uint64_t first, float *out, size_t n);
+void fb_init_fill(uint32_t kind, float scale, uint64_t seed, uint32_t tensor,
+    uint64_t first, float *out, size_t n);
 
 #ifdef __cplusplus
 }

@@ -235,8 +235,8 @@ struct ferry_tensor_spec {
 	// Since 0.5: how version 0 is made (an enum ferry_tensor_init; 0:
 	// offered by ferry_client_init_weights, as before) and the bound of
 	// FERRY_INIT_UNIFORM (> 0; ignored by the others).
-	uint32_t init;
-	float    init_scale;
+	uint32_t    init;
+	float       init_scale;
 };
 
 // How a tensor's version-0 weights are made (ferry_tensor_spec.init).
