@@ -164,7 +164,7 @@ main(int argc, char **argv)
 {
 	struct args              a;
 	struct ferry_opts        o = FERRY_OPTS_INIT;
-	struct ferry_tensor_spec t = { "bias", 1, FERRY_TENSOR_WEIGHTS };
+	struct ferry_tensor_spec t = { .name = "bias", .len = 1 };
 	struct ferry_table_spec  tb;
 	ferry_client            *c  = NULL;
 	float                    w  = 0;

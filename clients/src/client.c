@@ -322,6 +322,8 @@ ferry_client_close(ferry_client *c)
 	fb_free(c->clip);
 	fb_free(c->tensor_len);
 	fb_free(c->tensor_avg);
+	fb_free(c->tensor_init);
+	fb_free(c->tensor_scale);
 	fb_free(c->job_packed);
 	fb_free(c);
 }

@@ -25,6 +25,7 @@
 
 #include "comp/comp.h"
 #include "fb/fb.h"
+#include "fb/init.h"
 #include "fb/optim.h"
 #include "ferry.pb-c.h"
 #include "ferry/ferry.h"
@@ -142,26 +143,31 @@ struct ferry__dedup {
 enum { REF_NONE = 0, REF_HOST, REF_SINK };
 
 struct ferry_client {
-	struct ferry_opts   opts;
-	char                url[256];
-	char                codec_push[32], codec_pull[32];
-	struct psw_auth    *auth; // ferry_client_set_secret_file (NULL: off)
-	struct psw_tls     *tls;  // opts.tls_* (NULL: plain tcp)
-	char                optimizer[16], lr_schedule[16];
-	struct fb_optim     optim;    // opts' optimizer, parsed
-	struct fb_lr_sched  lr_sched; // opts' lr schedule, parsed
-	float              *clip;     // clip_norm with a push codec: one
-	                              // shard's scaled gradient (or NULL)
-	nng_socket          sched;
-	nng_ctx             sched_ctx;
-	nng_aio            *sched_aio;
-	size_t              n_tensors;
-	uint64_t           *tensor_len;
-	uint8_t            *tensor_avg; // per tensor: FERRY_TENSOR_AVERAGE
-	                                // (never clipped)
-	Pswire__Placement  *pl;
-	struct conn        *conns;
-	size_t              n_conns;
+	struct ferry_opts  opts;
+	char               url[256];
+	char               codec_push[32], codec_pull[32];
+	struct psw_auth   *auth; // ferry_client_set_secret_file (NULL: off)
+	struct psw_tls    *tls;  // opts.tls_* (NULL: plain tcp)
+	char               optimizer[16], lr_schedule[16];
+	struct fb_optim    optim;    // opts' optimizer, parsed
+	struct fb_lr_sched lr_sched; // opts' lr schedule, parsed
+	float             *clip;     // clip_norm with a push codec: one
+	                             // shard's scaled gradient (or NULL)
+	nng_socket         sched;
+	nng_ctx            sched_ctx;
+	nng_aio           *sched_aio;
+	size_t             n_tensors;
+	uint64_t          *tensor_len;
+	uint8_t           *tensor_avg;   // per tensor: FERRY_TENSOR_AVERAGE
+	                                 // (never clipped)
+	uint8_t           *tensor_init;  // per tensor: enum ferry_tensor_init
+	float             *tensor_scale; // per tensor: its init_scale
+	int                any_seeded; // a tensor's init is seeded (not OFFER)
+	// The first pull filled the seeded shards locally (pull.c).
+	int                seeded_filled;
+	Pswire__Placement *pl;
+	struct conn       *conns;
+	size_t             n_conns;
 	struct ferry__pipe *pipe;      // completions of every slot (conn.c)
 	uint64_t            version;   // of the weights held (min over shards)
 	uint64_t            want;      // version the next pull asks for
@@ -569,6 +575,10 @@ ferry__push_need(ferry_client *c, const struct xfer *x, size_t i)
 	// A fragment round's shards move together: the round is the
 	// fragment's (xfer.frag_ver), which may be one past c->version.
 	uint64_t held = x->frag_n > 1 ? x->frag_ver : c->version;
+	if (x->op == OP_INIT &&
+	    fb_init_seeded(c->tensor_init[c->pl->shards[i]->tensor])) {
+		return NEED_NONE; // the servers fill it by the rule
+	}
 	if (c->lockstep && x->op != OP_INIT && c->shard_ver[i] > held) {
 		c->recovery.pushes_skipped++;
 		return x->op == OP_PUSH ? NEED_NONE : NEED_PULL;
@@ -630,6 +640,14 @@ int ferry__map_newer(ferry_client *c);
 void ferry__xfer_abort(ferry_client *c);
 
 // ---- pull.c: a pull's own path ---------------------------------------------
+
+// ferry__pull_seed fills, before the client's first pull, its pull
+// reference of every seeded tensor's shard (ferry_tensor_spec.init) with
+// the version-0 weights by the job's rule, marking it held at version 0,
+// so that the pull moves an empty delta for it (checked by the server's
+// reference CRC) instead of the weights. Only with a pull codec, no pull
+// sink and no "auto": otherwise the pull carries them as before.
+void ferry__pull_seed(ferry_client *c);
 
 // ferry__pull_run runs pull x (OP_PULL: every shard; OP_PULL_FULL: those
 // flagged in need_full, whose flags it clears) until each shard is done or

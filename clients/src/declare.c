@@ -122,10 +122,11 @@ job_from_opts(const ferry_client *c, Pswire__JobConfig *job,
 	ls->total_steps  = c->opts.lr_total_steps;
 	job->optim       = oc;
 	job->lr_schedule = ls;
-	// The rows' initial values hang on the seed. A job without tables
-	// leaves it out: trainers of a dense job may seed their stochastic
-	// codecs differently, and the scheduler compares the JobConfig whole.
-	job->seed = c->n_tables > 0 ? c->opts.seed : 0;
+	// The rows' and seeded tensors' initial values hang on the seed. A
+	// job without either leaves it out: trainers of a dense job may seed
+	// their stochastic codecs differently, and the scheduler compares the
+	// JobConfig whole.
+	job->seed = c->n_tables > 0 || c->any_seeded ? c->opts.seed : 0;
 }
 
 // state_alloc sizes what the client keeps per shard and per tensor once
@@ -202,6 +203,52 @@ state_alloc(ferry_client *c, const struct ferry_tensor_spec *d, size_t n)
 	return FERRY_OK;
 }
 
+// tensor_descs checks the caller's tensor specs d[0..n) and fills the
+// job's TensorDescs (tds, pointed to by tdp) and the client's per-tensor
+// arrays from them. Returns FERRY_OK or FERRY_EINVAL naming the tensor.
+static int
+tensor_descs(ferry_client *c, const struct ferry_tensor_spec *d, size_t n,
+    Pswire__TensorDesc *tds, Pswire__TensorDesc **tdp)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (d[i].name == NULL || strlen(d[i].name) > 127 ||
+		    d[i].len == 0) {
+			return ferry__fail(c, FERRY_EINVAL,
+			    "tensor %zu: needs a name of at most 127 bytes "
+			    "and a length > 0",
+			    i);
+		}
+		if (d[i].kind != FERRY_TENSOR_WEIGHTS &&
+		    d[i].kind != FERRY_TENSOR_AVERAGE) {
+			return ferry__fail(c, FERRY_EINVAL,
+			    "tensor %zu ('%s'): unknown kind %u (0: weights, "
+			    "1: average)",
+			    i, d[i].name, d[i].kind);
+		}
+		char iwhy[96];
+		if (fb_init_check(d[i].init, d[i].init_scale, iwhy,
+		        sizeof(iwhy)) != FB_OK) {
+			return ferry__fail(c, FERRY_EINVAL,
+			    "tensor %zu ('%s'): %s", i, d[i].name, iwhy);
+		}
+		pswire__tensor_desc__init(&tds[i]);
+		tds[i].init        = (Pswire__TensorInit) d[i].init;
+		tds[i].init_scale  = d[i].init_scale;
+		c->tensor_init[i]  = (uint8_t) d[i].init;
+		c->tensor_scale[i] = d[i].init_scale;
+		c->any_seeded |= fb_init_seeded(d[i].init);
+		tds[i].name      = (char *) d[i].name;
+		tds[i].len       = d[i].len;
+		tds[i].kind      = d[i].kind == FERRY_TENSOR_AVERAGE
+		         ? PSWIRE__TENSOR_KIND__TENSOR_AVERAGE
+		         : PSWIRE__TENSOR_KIND__TENSOR_WEIGHTS;
+		tdp[i]           = &tds[i];
+		c->tensor_len[i] = d[i].len;
+		c->tensor_avg[i] = d[i].kind == FERRY_TENSOR_AVERAGE;
+	}
+	return FERRY_OK;
+}
+
 // declare_run is ferry_client_declare_tables and, with no tables,
 // ferry_client_declare_specs: the one declare path.
 static int
@@ -244,41 +291,22 @@ declare_run(ferry_client *c, const struct ferry_tensor_spec *d, size_t n,
 	// A declare that failed before may have left them.
 	fb_free(c->tensor_len);
 	fb_free(c->tensor_avg);
-	c->tensor_len = fb_alloc(n * sizeof(*c->tensor_len));
-	c->tensor_avg = fb_zalloc(n);
-	tds           = fb_alloc(n * sizeof(*tds));
-	tdp           = fb_alloc(n * sizeof(*tdp));
+	fb_free(c->tensor_init);
+	fb_free(c->tensor_scale);
+	c->tensor_len   = fb_alloc(n * sizeof(*c->tensor_len));
+	c->tensor_avg   = fb_zalloc(n);
+	c->tensor_init  = fb_zalloc(n);
+	c->tensor_scale = fb_zalloc(n * sizeof(*c->tensor_scale));
+	c->any_seeded   = 0;
+	tds             = fb_alloc(n * sizeof(*tds));
+	tdp             = fb_alloc(n * sizeof(*tdp));
 	if (c->tensor_len == NULL || c->tensor_avg == NULL || tds == NULL ||
-	    tdp == NULL) {
+	    c->tensor_init == NULL || c->tensor_scale == NULL || tdp == NULL) {
 		rv = ferry__fail(c, FERRY_ENOMEM, "out of memory");
 		goto done;
 	}
-	for (size_t i = 0; i < n; i++) {
-		if (d[i].name == NULL || strlen(d[i].name) > 127 ||
-		    d[i].len == 0) {
-			rv = ferry__fail(c, FERRY_EINVAL,
-			    "tensor %zu: needs a name of at most 127 bytes "
-			    "and a length > 0",
-			    i);
-			goto done;
-		}
-		if (d[i].kind != FERRY_TENSOR_WEIGHTS &&
-		    d[i].kind != FERRY_TENSOR_AVERAGE) {
-			rv = ferry__fail(c, FERRY_EINVAL,
-			    "tensor %zu ('%s'): unknown kind %u (0: weights, "
-			    "1: average)",
-			    i, d[i].name, d[i].kind);
-			goto done;
-		}
-		pswire__tensor_desc__init(&tds[i]);
-		tds[i].name      = (char *) d[i].name;
-		tds[i].len       = d[i].len;
-		tds[i].kind      = d[i].kind == FERRY_TENSOR_AVERAGE
-		         ? PSWIRE__TENSOR_KIND__TENSOR_AVERAGE
-		         : PSWIRE__TENSOR_KIND__TENSOR_WEIGHTS;
-		tdp[i]           = &tds[i];
-		c->tensor_len[i] = d[i].len;
-		c->tensor_avg[i] = d[i].kind == FERRY_TENSOR_AVERAGE;
+	if ((rv = tensor_descs(c, d, n, tds, tdp)) != FERRY_OK) {
+		goto done;
 	}
 	c->n_tensors  = n;
 	job.n_tensors = n;
@@ -384,9 +412,11 @@ ferry_client_declare(ferry_client *c, const struct ferry_tensor_desc *d,
 		return ferry__fail(c, FERRY_ENOMEM, "out of memory");
 	}
 	for (size_t i = 0; i < n; i++) {
-		s[i].name = d[i].name;
-		s[i].len  = d[i].len;
-		s[i].kind = FERRY_TENSOR_WEIGHTS;
+		s[i].name       = d[i].name;
+		s[i].len        = d[i].len;
+		s[i].kind       = FERRY_TENSOR_WEIGHTS;
+		s[i].init       = FERRY_INIT_OFFER;
+		s[i].init_scale = 0;
 	}
 	rv = ferry_client_declare_specs(c, s, n);
 	fb_free(s);

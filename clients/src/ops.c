@@ -107,6 +107,7 @@ ferry_client_pull(ferry_client *c, float *const *w)
 		return rv;
 	}
 	x.pull_want = c->want;
+	ferry__pull_seed(c);
 	if ((rv = ferry__pull_run(c, &x)) != FERRY_OK ||
 	    (rv = ferry__pull_finish(c, &x)) != FERRY_OK ||
 	    (rv = ferry__pull_join(c, w)) != FERRY_OK) {

@@ -9,8 +9,40 @@
 // reply.c into x->w or the pull sink. A push-pull shares the resync and
 // the version bookkeeping here once its exchange has run (exchange.c,
 // ops.c). A client joining a running sync job (declare, rejoin) ends
-// its first pull with the join pull (ferry__pull_join).
+// its first pull with the join pull (ferry__pull_join). Before the first
+// pull, the seeded tensors' shards are filled locally (ferry__pull_seed).
 #include "client_impl.h"
+
+void
+ferry__pull_seed(ferry_client *c)
+{
+	if (!c->any_seeded || c->seeded_filled) {
+		return;
+	}
+	c->seeded_filled = 1; // the first pull only: later ones hold data
+	if (c->has_sink || c->auto_pull || c->cpull.id == COMP_NONE ||
+	    c->pl->job == NULL) {
+		return;
+	}
+	for (size_t i = 0; i < c->pl->n_shards; i++) {
+		const Pswire__ShardInfo *si = c->pl->shards[i];
+		uint32_t                 t  = si->tensor;
+		if (!fb_init_seeded(c->tensor_init[t]) || c->ref[t] == NULL ||
+		    c->shard_ver[i] != 0 || c->ref_at[i] != REF_NONE) {
+			continue;
+		}
+		// The server's version-0 reference of a seeded shard is its
+		// weights (pull_ref.c), these very bits: held at version 0,
+		// the pull asks for the deltas since, none while the job is
+		// still there (a joiner later gets the chain from 0, or the
+		// weights in full), and the reference CRC of the reply checks
+		// this copy before the caller's buffer gets it (reply.c).
+		fb_init_fill(c->tensor_init[t], c->tensor_scale[t],
+		    c->pl->job->seed, t, si->offset, c->ref[t] + si->offset,
+		    si->len);
+		c->ref_at[i] = REF_HOST;
+	}
+}
 
 int
 ferry__pull_run(ferry_client *c, struct xfer *x)

@@ -102,7 +102,10 @@ class TensorSpec(ctypes.Structure):
     WEIGHTS = 0  # FERRY_TENSOR_WEIGHTS: the servers' optimizer applies the pushes
     AVERAGE = 1  # FERRY_TENSOR_AVERAGE: updates set the pushes' samples-weighted mean
 
-    _fields_ = [("name", ctypes.c_char_p), ("len", ctypes.c_size_t), ("kind", ctypes.c_uint32)]
+    # init / init_scale (libferry 0.5: seeded version-0 weights) stay 0:
+    # the binding offers its tensors' values as before.
+    _fields_ = [("name", ctypes.c_char_p), ("len", ctypes.c_size_t), ("kind", ctypes.c_uint32),
+                ("init", ctypes.c_uint32), ("init_scale", ctypes.c_float)]
 
 
 class CStats(ctypes.Structure):

@@ -7,4 +7,5 @@ Suite *suite_ranges(void);
 Suite *suite_optim(void);
 Suite *suite_exit(void);
 Suite *suite_bytes(void);
+Suite *suite_init(void);
 #endif

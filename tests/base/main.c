@@ -13,6 +13,7 @@ main(void)
 	srunner_add_suite(sr, suite_optim());
 	srunner_add_suite(sr, suite_exit());
 	srunner_add_suite(sr, suite_bytes());
+	srunner_add_suite(sr, suite_init());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

@@ -316,7 +316,7 @@ static ferry_client *
 declared(struct peer *p)
 {
 	struct ferry_opts        o = FERRY_OPTS_INIT;
-	struct ferry_tensor_spec t = { "w", LEN, FERRY_TENSOR_WEIGHTS };
+	struct ferry_tensor_spec t = { .name = "w", .len = LEN };
 	ferry_client            *c = NULL;
 	o.scheduler_url            = p->url;
 	o.rank                     = FERRY_RANK_ANY;

@@ -71,7 +71,9 @@ START_TEST(test_declare_arguments)
 	struct ferry_opts        o = FERRY_OPTS_INIT;
 	ferry_client            *c;
 	struct ferry_tensor_desc d[2] = { { "a", 8 }, { "b", 0 } };
-	struct ferry_tensor_spec s[1] = { { "a", 8, FERRY_TENSOR_AVERAGE } };
+	struct ferry_tensor_spec s[1] = {
+		{ .name = "a", .len = 8, .kind = FERRY_TENSOR_AVERAGE }
+	};
 
 	o.scheduler_url = FAKE_URL;
 	ck_assert_int_eq(ferry_client_open(&o, &c), FERRY_OK);

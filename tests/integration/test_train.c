@@ -414,6 +414,42 @@ START_TEST(test_train_straggler_summaries)
 }
 END_TEST
 
+// Seeded version 0: the MLP declares its initial weights by a seeded
+// rule, so rank 0 offers nothing and no rank's first pull carries the
+// weights. Two steps with q8 both ways move about a quarter of the model
+// (235146 floats) per step each way; an offer, or a full pull of version
+// 0, alone would be the whole model.
+START_TEST(test_train_seeded_v0_bytes)
+{
+	struct lc    c;
+	char         data[520], out[300];
+	const double model = 235146.0 * 4;
+	snprintf(data, sizeof(data), "--data=%s", it_data_dir());
+	lc_start(&c, 2, 2, NULL);
+	for (int r = 0; r < 2; r++) {
+		const char *flags[] = { "--max-steps=2", "--log-interval=0",
+			"--seed=1", "--codec-push=q8", "--codec-pull=q8", data,
+			NULL };
+		lc_trainer(&c, r, flags);
+	}
+	int ok = lc_wait_trainers(&c, 120);
+	lc_stop(&c);
+	ck_assert_msg(ok == 2, "trainers failed; logs in %s", c.dir);
+	for (int r = 0; r < 2; r++) {
+		char name[32];
+		snprintf(name, sizeof(name), "trainer-%d.out", r);
+		lc_path(&c, name, out, sizeof(out));
+		double pushed = lc_summary_value(out, "bytes_pushed");
+		double pulled = lc_summary_value(out, "bytes_pulled");
+		ck_assert_msg(pushed > 0 && pushed < model && pulled > 0 &&
+		        pulled < model,
+		    "rank %d: pushed %.0f, pulled %.0f bytes; the model is "
+		    "%.0f (logs in %s)",
+		    r, pushed, pulled, model, c.dir);
+	}
+}
+END_TEST
+
 // The servers' optimizer in a real job: two trainer processes, two
 // servers, adam with a cosine schedule after warm-up, clipping and q8
 // pushes, one epoch. It trains (>= 80%), and rank 0's last progress line
@@ -541,6 +577,7 @@ suite_train(void)
 	tcase_add_test(tc, test_train_one_epoch_accuracy);
 	tcase_add_test(tc, test_train_one_epoch_q4_q8);
 	tcase_add_test(tc, test_train_straggler_summaries);
+	tcase_add_test(tc, test_train_seeded_v0_bytes);
 	tcase_add_test(tc, test_train_one_epoch_adam_schedule);
 	tcase_add_test(tc, test_train_one_epoch_topk_q8);
 	suite_add_tcase(s, tc);

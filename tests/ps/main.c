@@ -38,6 +38,7 @@ main(void)
 	srunner_add_suite(sr, suite_leases());
 	srunner_add_suite(sr, suite_join());
 	srunner_add_suite(sr, suite_local());
+	srunner_add_suite(sr, suite_seedinit());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

@@ -57,4 +57,5 @@ Suite          *suite_rows(void);
 Suite          *suite_rows_move(void);
 Suite          *suite_rows_snapshot(void);
 Suite          *suite_rows_repl(void);
+Suite          *suite_seedinit(void);
 #endif

@@ -30,6 +30,7 @@ table(struct ferry_tensor_spec d[NT])
 {
 	static const char *const names[NT] = { "a", "bn", "c" };
 	for (int t = 0; t < NT; t++) {
+		d[t]      = (struct ferry_tensor_spec) { 0 };
 		d[t].name = names[t];
 		d[t].len  = alen[t];
 		d[t].kind = t == AVG ? FERRY_TENSOR_AVERAGE

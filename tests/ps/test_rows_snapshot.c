@@ -83,7 +83,7 @@ tjob_open(struct tjob *j, const char *dir, int mode, uint64_t every,
 	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
 	struct ps_server_opts    o  = PS_SERVER_OPTS_INIT;
 	struct ferry_opts        fo = FERRY_OPTS_INIT;
-	struct ferry_tensor_spec d  = { "w", 8, 0 };
+	struct ferry_tensor_spec d  = { .name = "w", .len = 8 };
 	struct ferry_table_spec  tb = { .name = "emb",
 		 .dim                         = dim,
 		 .init                        = FERRY_ROW_UNIFORM,
@@ -423,7 +423,7 @@ START_TEST(test_rows_snapshot_rollback)
 	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
 	struct ps_server_opts    o  = PS_SERVER_OPTS_INIT;
 	struct ferry_opts        fo = FERRY_OPTS_INIT;
-	struct ferry_tensor_spec d  = { "w", 8, 0 };
+	struct ferry_tensor_spec d  = { .name = "w", .len = 8 };
 	struct ferry_table_spec  tb = { .name = "emb",
 		 .dim                         = DIM,
 		 .init                        = FERRY_ROW_UNIFORM,

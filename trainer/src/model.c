@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fb/init.h"
 #include "tr_impl.h"
 
 int
@@ -144,22 +145,31 @@ tr_params_fini(struct tr_params *p)
 }
 
 void
+tr_params_init_rule(const struct tr_params *p, size_t i, uint32_t *kind,
+    float *scale)
+{
+	if (i % 2 == 1) {
+		*kind  = FB_INIT_ZEROS;
+		*scale = 0;
+		return;
+	}
+	// W is [out x in]; out = len of the following bias.
+	size_t fan_in = p->len[i] / p->len[i + 1];
+	*kind         = FB_INIT_UNIFORM;
+	*scale        = (float) sqrt(6.0 / (double) fan_in);
+}
+
+void
 tr_params_randomize(struct tr_params *p, uint64_t seed)
 {
-	struct tr_rng r;
-	tr_rng_seed(&r, seed);
+	// The rule the trainer declares (train.c), so that the servers and
+	// every trainer compute these very bits without a transfer.
 	for (size_t i = 0; i < p->n_tensors; i++) {
-		if (i % 2 == 1) {
-			memset(p->t[i], 0, p->len[i] * sizeof(float));
-			continue;
-		}
-		// W is [out x in]; out = len of the following bias.
-		size_t fan_in = p->len[i] / p->len[i + 1];
-		float  bound  = (float) sqrt(6.0 / (double) fan_in);
-		for (size_t j = 0; j < p->len[i]; j++) {
-			p->t[i][j] = (2.0f * tr_rng_uniform(&r) - 1.0f) *
-			    bound;
-		}
+		uint32_t kind;
+		float    scale;
+		tr_params_init_rule(p, i, &kind, &scale);
+		fb_init_fill(kind, scale, seed, (uint32_t) i, 0, p->t[i],
+		    p->len[i]);
 	}
 }
 

@@ -9,8 +9,8 @@
 // DESIGN
 // Start-up does everything that can fail locally first (the backend, so a
 // CUDA request without a GPU fails at once; then the data), then talks to
-// the job: open, declare fc*.weight/fc*.bias, rank 0 offers the initial
-// weights (tr_params_randomize with --seed), everybody pulls version 0.
+// the job: open, declare fc*.weight/fc*.bias with their seeded init rule
+// (tr_params_init_rule with --seed), everybody pulls version 0.
 // Each step: next local minibatch (tr_partition_batch), summed gradient at
 // the current weights (backend), one push-pull that returns the next
 // version into the same weight buffers, then set_weights (a pointer swap on
@@ -153,7 +153,7 @@ static int
 join_job(struct tr__run *r)
 {
 	const struct tr_config  *cfg = r->cfg;
-	struct ferry_tensor_desc descs[TR_MAX_TENSORS];
+	struct ferry_tensor_spec descs[TR_MAX_TENSORS];
 	char                     names[TR_MAX_TENSORS][32];
 	int                      rv, fe;
 
@@ -162,11 +162,15 @@ join_job(struct tr__run *r)
 	}
 	for (size_t i = 0; i < r->w.n_tensors; i++) {
 		tr_arch_tensor_name(&cfg->arch, i, names[i], sizeof(names[i]));
-		descs[i].name = names[i];
-		descs[i].len  = r->w.len[i];
+		descs[i] = (struct ferry_tensor_spec) { .name = names[i],
+			.len                                  = r->w.len[i] };
+		// Seeded version 0 (tr_params_randomize's rule): no trainer
+		// offers the weights and no pull of version 0 carries them.
+		tr_params_init_rule(&r->w, i, &descs[i].init,
+		    &descs[i].init_scale);
 	}
 	r->t_declare_ns = fb_clock_ns();
-	if ((fe = ferry_client_declare(r->fc, descs, r->w.n_tensors)) !=
+	if ((fe = ferry_client_declare_specs(r->fc, descs, r->w.n_tensors)) !=
 	    FERRY_OK) {
 		return tr__run_failed(r, "declare", fe);
 	}
@@ -263,9 +267,11 @@ log_start(const struct tr__run *r, uint64_t version)
 	}
 }
 
-// start_weights has rank 0 offer the initial weights, then pulls the
-// job's current version (0 unless this rank rejoins a running job) into
-// the backend and finds the job step to start at.
+// start_weights pulls the job's current version (0 unless this rank
+// rejoins a running job) into the backend and finds the job step to start
+// at. Version 0 is seeded (join_job declares tr_params_init_rule with
+// --seed): the servers fill it and libferry's first pull fills this copy,
+// so nobody offers it.
 static int
 start_weights(struct tr__run *r)
 {
@@ -273,13 +279,6 @@ start_weights(struct tr__run *r)
 	struct ferry_stats      st;
 	int                     fe;
 
-	if (r->rank == 0) {
-		tr_params_randomize(&r->w, cfg->fo.seed);
-		fe = ferry_client_init_weights(r->fc, tr_params_cptrs(&r->w));
-		if (fe != FERRY_OK) {
-			return tr__run_failed(r, "init_weights", fe);
-		}
-	}
 	if ((fe = ferry_client_pull(r->fc, r->w.t)) != FERRY_OK) {
 		return tr__run_failed(r, "pull the first version", fe);
 	}

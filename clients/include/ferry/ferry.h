@@ -232,6 +232,23 @@ struct ferry_tensor_spec {
 	const char *name; // unique name, at most 127 bytes
 	size_t      len;  // number of float32 elements (> 0)
 	uint32_t    kind; // an enum ferry_tensor_kind (0: weights)
+	// Since 0.5: how version 0 is made (an enum ferry_tensor_init; 0:
+	// offered by ferry_client_init_weights, as before) and the bound of
+	// FERRY_INIT_UNIFORM (> 0; ignored by the others).
+	uint32_t    init;
+	float       init_scale;
+};
+
+// How a tensor's version-0 weights are made (ferry_tensor_spec.init).
+// Seeded ones (ZEROS, UNIFORM) cross no link: every server fills its
+// shards and every client its copy from (ferry_opts.seed, tensor id,
+// element index) alone, the same bits on every machine for any cut into
+// shards (docs/protocol.md, "Seeded initial weights"). Every trainer of
+// the job must then declare the same ferry_opts.seed.
+enum ferry_tensor_init {
+	FERRY_INIT_OFFER = 0, // ferry_client_init_weights offers the values
+	FERRY_INIT_ZEROS,     // every element 0
+	FERRY_INIT_UNIFORM,   // uniform in [-init_scale, init_scale), seeded
 };
 
 // Counters of one client. Bytes are as on the wire (frame headers
@@ -313,7 +330,9 @@ FERRY_API int ferry_client_declare_specs(ferry_client *c,
 // ferry_client_init_weights offers the initial values of every tensor
 // (w[i] holds descs[i].len floats). The first offer to reach each server
 // becomes version 0; later offers are ignored. Ranks that do not offer just
-// pull version 0. Blocks until the servers acknowledged.
+// pull version 0. Blocks until the servers acknowledged. Seeded tensors
+// (ferry_tensor_spec.init, since 0.5) are not offered: w[i] of one may be
+// NULL, and a job whose tensors are all seeded sends nothing.
 FERRY_API int ferry_client_init_weights(ferry_client *c,
     const float *const                               *w);
 

@@ -4,11 +4,12 @@
 // that both read the same fields the same way; and the job as a server
 // runs it (ps__job_read), so that a job option a server uses is read here
 // and used where it matters, with no copy in between; and the check of the
-// tensors' kinds both refuse an unknown one with.
+// tensors' kinds and init rules both refuse an unknown one with.
 #include <stdio.h>
 #include <string.h>
 
 #include "fb/fb.h"
+#include "fb/init.h"
 #include "jobconf.h"
 
 int
@@ -60,6 +61,16 @@ ps__job_kinds(const Pswire__JobConfig *job, char *why, size_t n)
 			    "tensor %zu ('%.127s'): unknown kind %d (0: "
 			    "weights, 1: average)",
 			    i, t->name, (int) t->kind);
+			return FB_EINVAL;
+		}
+		// Seeded init (<fb/init.h>): the servers fill version 0 by
+		// the rule, so a bad kind or scale is refused here, before
+		// any server builds a shard from it.
+		char iwhy[96];
+		if (fb_init_check((uint32_t) t->init, t->init_scale, iwhy,
+		        sizeof(iwhy)) != FB_OK) {
+			snprintf(why, n, "tensor %zu ('%.127s'): %s", i,
+			    t->name, iwhy);
 			return FB_EINVAL;
 		}
 	}

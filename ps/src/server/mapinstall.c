@@ -4,6 +4,7 @@
 // optimizer, codecs), the shard table and the buffers of the shards placed
 // here, a snapshot restore and the replicas' forwarding, before the server
 // serves.
+#include "fb/init.h"
 #include "server_impl.h"
 
 // placed_backup reports whether map shard si names server m as a backup.
@@ -77,6 +78,28 @@ ps__map_check(const Pswire__Placement *pl)
 	return FB_OK;
 }
 
+// seeded_v0 gives shard sh of a seeded tensor (TensorDesc.init ZEROS or
+// UNIFORM) its version-0 weights by the job's rule (<fb/init.h>), as if
+// they had been offered: the shard serves version 0 at once, its pull
+// reference is those weights (the same bits every trainer computes for
+// itself), and an init offer for it is then ignored (push.c). A primary
+// and its backups from the start each compute the copy: nothing is
+// forwarded. Offered tensors wait for the init offer as before.
+static void
+seeded_v0(struct ps_server *s, const Pswire__JobConfig *job,
+    struct srv_shard *sh)
+{
+	const Pswire__TensorDesc *t = job->tensors[sh->tensor];
+	if (!fb_init_seeded((uint32_t) t->init)) {
+		return;
+	}
+	fb_init_fill((uint32_t) t->init, t->init_scale, job->seed, sh->tensor,
+	    sh->offset, sh->x, sh->len);
+	sh->crc_ok = 0;
+	sh->init   = 1;
+	ps__ref_publish(s, sh);
+}
+
 int
 ps__map_install(struct ps_server *s, Pswire__Placement *pl)
 {
@@ -140,6 +163,9 @@ ps__map_install(struct ps_server *s, Pswire__Placement *pl)
 			sh->backup  = 1;
 			s->local[i] = (int32_t) i;
 			s->n_backup_shards++;
+			if (si->seed_gen == 0) {
+				seeded_v0(s, job, sh);
+			}
 			continue;
 		}
 		if (si->server != s->index) {
@@ -168,6 +194,8 @@ ps__map_install(struct ps_server *s, Pswire__Placement *pl)
 			// shard's only copy was here, so the trainers re-seed
 			// it. With snapshots the job rolls back instead.
 			ps__seed_begin(s, sh, si->seed_gen, pl->epoch);
+		} else {
+			seeded_v0(s, job, sh);
 		}
 	}
 	// The table shards' stores exist before a snapshot fills them.

@@ -118,7 +118,10 @@ on_init(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 		const float      *v  = (const float *) (c->frame.payload +
                     r->offset);
 		// Payload offsets need not be aligned: copy first, check
-		// after.
+		// after. A shard already at version 0 ignores the offer and
+		// still answers OK: a later offer, or one for a seeded
+		// tensor's shard, filled by its rule when the map made it
+		// (mapinstall.c), which an older libferry still offers.
 		if (!sh->init) {
 			memcpy(sh->x, v, sh->len * 4);
 			if (!fb_all_finite(sh->x, sh->len)) {

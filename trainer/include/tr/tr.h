@@ -296,9 +296,17 @@ tr_params_cptrs(const struct tr_params *p)
 	return (const float *const *) p->t;
 }
 
-// tr_params_randomize sets weights to Kaiming-uniform values,
-// U(-sqrt(6/fan_in), +sqrt(6/fan_in)), drawn from one stream seeded with
-// seed, tensor by tensor in order; biases are 0. Deterministic.
+// tr_params_init_rule gives tensor i's seeded init rule (<fb/init.h>
+// kinds, as libferry's enum ferry_tensor_init): weights Kaiming-uniform,
+// U(-sqrt(6/fan_in), +sqrt(6/fan_in)) (kind UNIFORM, scale the bound),
+// biases ZEROS.
+void tr_params_init_rule(const struct tr_params *p, size_t i, uint32_t *kind,
+    float *scale);
+
+// tr_params_randomize sets every tensor to its tr_params_init_rule values
+// under seed (fb_init_fill: the bits the servers and libferry compute for
+// a job declared with these rules and ferry_opts.seed = seed).
+// Deterministic.
 void tr_params_randomize(struct tr_params *p, uint64_t seed);
 
 // tr_params_copy copies src's values into dst (same shapes).
