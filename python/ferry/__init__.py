@@ -31,7 +31,7 @@ from .errors import (Behind, ClosedError, ConnectError, CorruptError, Error, Inv
                      MismatchError, OutOfMemory, ProtocolError, RemoteError, SinkError, StateError,
                      TimedOut, UnsupportedError, error_class)
 
-__version__ = "0.4.0"
+__version__ = "1.0.0"
 
 __all__ = ["Client", "Stats", "Table", "Lease", "data_permutation", "strerror", "library_path", "error_class", "MODE_SYNC",
            "MODE_ASYNC", "MODE_SSP", "Error", "InvalidArgument", "OutOfMemory", "ConnectError", "TimedOut",

@@ -13,20 +13,20 @@ The library is looked up, in this order:
      so that `PYTHONPATH=python python3 -c "import ferry"` works from a
      checkout after `scripts/setup.sh` (or any build into build/);
   3. the prefix `cmake --install` put this package in (ferry/_prefix.py,
-     written at install time: <prefix>/<libdir>/libferry.so.0);
+     written at install time: <prefix>/<libdir>/libferry.so.1);
   4. pkg-config's libdir of ferry (`pkg-config --variable=libdir ferry`:
      PKG_CONFIG_PATH names a prefix installed elsewhere), which is how a
      package installed with `pip install ./python` finds a libferry that
      `cmake --install` put in a prefix the loader does not search;
-  5. the system loader (libferry.so.0, then libferry.so), for an installed
+  5. the system loader (libferry.so.1, then libferry.so), for an installed
      libferry (LD_LIBRARY_PATH, ld.so.conf).
 """
 import ctypes
 import os
 
 # The SONAME's major version this binding speaks (clients/CMakeLists.txt
-# sets SOVERSION 0).
-ABI_MAJOR = 0
+# sets SOVERSION 1).
+ABI_MAJOR = 1
 
 # enum ferry_mode
 MODE_SYNC = 0
@@ -102,7 +102,7 @@ class TensorSpec(ctypes.Structure):
     WEIGHTS = 0  # FERRY_TENSOR_WEIGHTS: the servers' optimizer applies the pushes
     AVERAGE = 1  # FERRY_TENSOR_AVERAGE: updates set the pushes' samples-weighted mean
 
-    # init / init_scale (libferry 0.5: seeded version-0 weights) stay 0:
+    # init / init_scale (libferry 1.0: seeded version-0 weights) stay 0:
     # the binding offers its tensors' values as before.
     _fields_ = [("name", ctypes.c_char_p), ("len", ctypes.c_size_t), ("kind", ctypes.c_uint32),
                 ("init", ctypes.c_uint32), ("init_scale", ctypes.c_float)]
@@ -235,7 +235,7 @@ class CLease(ctypes.Structure):
 
 
 class Span(ctypes.Structure):
-    """struct ferry_span (libferry 0.5): floats [offset, offset + len) of
+    """struct ferry_span (libferry 1.0): floats [offset, offset + len) of
     tensor `tensor`, one run of a fragment's elements."""
 
     _fields_ = [
@@ -245,7 +245,7 @@ class Span(ctypes.Structure):
     ]
 
 
-# Streaming local steps (libferry 0.5), optional as the tables are.
+# Streaming local steps (libferry 1.0), optional as the tables are.
 FRAGMENT_PROTOS = {
     "ferry_client_fragment_spans": (ctypes.c_int, [_vp, ctypes.c_uint32,
                                                    ctypes.POINTER(Span), ctypes.c_size_t,

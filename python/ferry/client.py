@@ -33,7 +33,7 @@ LIB, LIB_PATH = _lib.load()
 HAS_TABLES = _lib.set_optional(LIB, _lib.TABLE_PROTOS)
 # libferry 0.4's elastic jobs: given ranks, rejoin, data leases
 HAS_ELASTIC = _lib.set_optional(LIB, _lib.ELASTIC_PROTOS)
-# libferry 0.5's fragment calls (streaming local steps): typed for callers
+# libferry 1.0's fragment calls (streaming local steps): typed for callers
 # of LIB; ferry.torch.LocalSteps syncs the whole model (fragments 1)
 HAS_FRAGMENTS = _lib.set_optional(LIB, _lib.FRAGMENT_PROTOS)
 for _code in range(1, 64):

@@ -78,7 +78,8 @@ def _candidates():
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out.append((os.path.join(repo, "build", "clients", "cuda", "libferry_cuda.so"),
                 "build tree"))
-    out += [("libferry_cuda.so.0", "system loader"), ("libferry_cuda.so", "system loader")]
+    out += [("libferry_cuda.so.%d" % _lib_mod.ABI_MAJOR, "system loader"),
+            ("libferry_cuda.so", "system loader")]
     return out
 
 

@@ -68,7 +68,7 @@ mkdir -p "$WORK/proj"
 cat >"$WORK/proj/CMakeLists.txt" <<'CM'
 cmake_minimum_required(VERSION 3.16)
 project(fit_user C)
-find_package(Ferry 0.1 REQUIRED)
+find_package(Ferry 1.0 REQUIRED)
 add_executable(fit-cmake ../fit.c)
 target_link_libraries(fit-cmake PRIVATE Ferry::ferry)
 add_executable(fit-static ../fit.c)

@@ -39,8 +39,8 @@ extern "C" {
 // drift. The ABI promise (docs/libferry.md): within one MAJOR version
 // (the SONAME, libferry.so.MAJOR) a program built against an older MINOR
 // runs unchanged against a newer one.
-#define FERRY_VERSION_MAJOR 0
-#define FERRY_VERSION_MINOR 4
+#define FERRY_VERSION_MAJOR 1
+#define FERRY_VERSION_MINOR 0
 #define FERRY_VERSION_PATCH 0
 // The three as one comparable number, e.g. 0.1.0 -> 100.
 #define FERRY_VERSION_NUMBER                                                  \
@@ -185,7 +185,7 @@ struct ferry_opts {
 	const char *tls_cert;
 	const char *tls_key;
 	const char *tls_ca;
-	// ---- added in 0.5 (issue 28): local steps (docs/algorithms.md §8),
+	// ---- added in 1.0 (issue 28): local steps (docs/algorithms.md §8),
 	// job fields. local_steps > 0: the job's optimizer and lr above are
 	// the OUTER ones, the pushes are pseudo-gradients in gradient units
 	// (each trainer's summed inner directions), and the servers multiply
@@ -232,7 +232,7 @@ struct ferry_tensor_spec {
 	const char *name; // unique name, at most 127 bytes
 	size_t      len;  // number of float32 elements (> 0)
 	uint32_t    kind; // an enum ferry_tensor_kind (0: weights)
-	// Since 0.5: how version 0 is made (an enum ferry_tensor_init; 0:
+	// Since 1.0: how version 0 is made (an enum ferry_tensor_init; 0:
 	// offered by ferry_client_init_weights, as before) and the bound of
 	// FERRY_INIT_UNIFORM (> 0; ignored by the others).
 	uint32_t    init;
@@ -331,7 +331,7 @@ FERRY_API int ferry_client_declare_specs(ferry_client *c,
 // (w[i] holds descs[i].len floats). The first offer to reach each server
 // becomes version 0; later offers are ignored. Ranks that do not offer just
 // pull version 0. Blocks until the servers acknowledged. Seeded tensors
-// (ferry_tensor_spec.init, since 0.5) are not offered: w[i] of one may be
+// (ferry_tensor_spec.init, since 1.0) are not offered: w[i] of one may be
 // NULL, and a job whose tensors are all seeded sends nothing.
 FERRY_API int ferry_client_init_weights(ferry_client *c,
     const float *const                               *w);
