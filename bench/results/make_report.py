@@ -14,9 +14,6 @@ import sys
 
 RAW, DOC, LATEST, PLOTS = sys.argv[1:5]
 TRAIN_N, BATCH = 60000, 64
-# fp32 bytes of the 784-256-128-10 MLP: rank 0 offers them once (initial
-# weights) and every trainer pulls them once (version 0), outside the steps.
-MODEL_BYTES = 4 * (784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10)
 
 
 def load_json(name, default):
@@ -153,8 +150,10 @@ for run in load_jsonl("links.jsonl"):
                     "epoch_s": round(step_s * spe, 2),
                     "epoch_measured": s["steps"] >= spe,
                     "test_acc": s.get("test_acc"),
-                    "bytes_pushed_per_step": round(max(s["bytes_pushed"] - MODEL_BYTES, 0) / max(s["steps"], 1)),
-                    "bytes_pulled_per_step": round(max(s["bytes_pulled"] - MODEL_BYTES, 0) / max(s["steps"], 1))})
+                    # the MLP's version 0 is seeded on both sides: every
+                    # byte counted belongs to the steps
+                    "bytes_pushed_per_step": round(s["bytes_pushed"] / max(s["steps"], 1)),
+                    "bytes_pulled_per_step": round(s["bytes_pulled"] / max(s["steps"], 1))})
         # The server's link carries every trainer's push in and pull out:
         # no schedule beats bytes / rate on its busier direction.
         rate = {"1gbit": 1e9, "100mbit": 1e8, "10mbit": 1e7}.get(run["rate"])
