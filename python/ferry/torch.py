@@ -683,14 +683,7 @@ class Optimizer(torch.optim.Optimizer):
         if not isinstance(buffers_every, int) or buffers_every < 1:
             raise InvalidArgument("declare", f"buffers_every must be an int >= 1, "
                                   f"got {buffers_every!r}")
-        named = _named(params, module)
-        if not named:
-            raise InvalidArgument("declare", "no parameters")
-        device = _check(named, "parameter")
-        bufs = []
-        if module is not None and buffers == "mean":
-            bufs = [(n, b) for n, b in module.named_buffers() if b.is_floating_point()]
-            _check(bufs, "buffer", device)
+        named, bufs, device = _tensors(params, module, buffers)
         super().__init__([p for _, p in named], {})
         self.client = client
         self.n_samples = n_samples
@@ -815,14 +808,7 @@ class LocalSteps(LocalStepsBase):
     """
 
     def _make_engine(self, params, client, module, buffers, exchange):
-        named = _named(params, module)
-        if not named:
-            raise InvalidArgument("declare", "no parameters")
-        device = _check(named, "parameter")
-        bufs = []
-        if module is not None and buffers == "mean":
-            bufs = [(n, b) for n, b in module.named_buffers() if b.is_floating_point()]
-            _check(bufs, "buffer", device)
+        named, bufs, _ = _tensors(params, module, buffers)
         tables = _find_embeddings(module)[1] if module is not None else []
         return named, _engine(client, named, bufs, True, exchange), tables
 
@@ -830,6 +816,21 @@ class LocalSteps(LocalStepsBase):
     def exchange(self):
         """As Optimizer.exchange: "host", "device" or "staged"."""
         return {_Device: "device", _Staged: "staged"}.get(type(self._eng), "host")
+
+
+def _tensors(params, module, buffers):
+    """(named parameters, named floating-point buffers shared as means,
+    their device) of an optimizer's arguments, checked: at least one
+    parameter, all on one device, buffers only with buffers="mean"."""
+    named = _named(params, module)
+    if not named:
+        raise InvalidArgument("declare", "no parameters")
+    device = _check(named, "parameter")
+    bufs = []
+    if module is not None and buffers == "mean":
+        bufs = [(n, b) for n, b in module.named_buffers() if b.is_floating_point()]
+        _check(bufs, "buffer", device)
+    return named, bufs, device
 
 
 def _named(params, module):

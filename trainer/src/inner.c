@@ -53,16 +53,6 @@ tr__inner_opts(const struct ferry_opts *fo, struct fb_optim *o,
 	return FB_OK;
 }
 
-// shaped allocates p zeroed with w's shapes.
-static int
-shaped(struct tr_params *p, const struct tr_params *w)
-{
-	memset(p, 0, sizeof(*p));
-	p->n_tensors = w->n_tensors;
-	memcpy(p->len, w->len, sizeof(p->len));
-	return tr__params_alloc(p);
-}
-
 int
 tr__inner_init(struct tr__inner *in, const struct ferry_opts *fo, size_t batch,
     const struct tr_params *w, char *why, size_t n)
@@ -75,10 +65,10 @@ tr__inner_init(struct tr__inner *in, const struct ferry_opts *fo, size_t batch,
 	in->batch     = (double) batch;
 	in->fresh     = 1;
 	uint32_t bufs = fb_optim_state_bufs(in->o.kind);
-	if ((rv = shaped(&in->acc, w)) != FB_OK ||
-	    (rv = shaped(&in->p, w)) != FB_OK ||
-	    (bufs > 0 && (rv = shaped(&in->s1, w)) != FB_OK) ||
-	    (bufs > 1 && (rv = shaped(&in->s2, w)) != FB_OK)) {
+	if ((rv = tr__params_shaped(&in->acc, w)) != FB_OK ||
+	    (rv = tr__params_shaped(&in->p, w)) != FB_OK ||
+	    (bufs > 0 && (rv = tr__params_shaped(&in->s1, w)) != FB_OK) ||
+	    (bufs > 1 && (rv = tr__params_shaped(&in->s2, w)) != FB_OK)) {
 		tr__inner_fini(in);
 		return tr__errf(rv, why, n, "inner optimizer: %s",
 		    fb_strerror(rv));

@@ -73,16 +73,6 @@ struct local {
 	int                rolled;    // this step met a rollback
 };
 
-// shaped allocates p zeroed with w's shapes.
-static int
-shaped(struct tr_params *p, const struct tr_params *w)
-{
-	memset(p, 0, sizeof(*p));
-	p->n_tensors = w->n_tensors;
-	memcpy(p->len, w->len, sizeof(p->len));
-	return tr__params_alloc(p);
-}
-
 // open_spans reads every fragment's spans from libferry.
 static int
 open_spans(struct tr__run *r, struct local *L)
@@ -122,9 +112,10 @@ local_open(struct tr__run *r, struct local *L)
 		FB_LOG(FB_LOG_ERR, MOD, "%s", r->err);
 		return rv;
 	}
-	if ((rv = shaped(&L->loc, &r->w)) != FB_OK ||
-	    (L->f > 1 && (rv = shaped(&L->snap, &r->w)) != FB_OK) ||
-	    (L->d > 0 && (rv = shaped(&L->start, &r->w)) != FB_OK)) {
+	if ((rv = tr__params_shaped(&L->loc, &r->w)) != FB_OK ||
+	    (L->f > 1 && (rv = tr__params_shaped(&L->snap, &r->w)) != FB_OK) ||
+	    (L->d > 0 &&
+	        (rv = tr__params_shaped(&L->start, &r->w)) != FB_OK)) {
 		FB_LOG(FB_LOG_ERR, MOD, "local steps: %s", fb_strerror(rv));
 		return rv;
 	}

@@ -111,6 +111,15 @@ tr_params_init(struct tr_params *p, const struct tr_arch *a)
 }
 
 int
+tr__params_shaped(struct tr_params *p, const struct tr_params *w)
+{
+	memset(p, 0, sizeof(*p));
+	p->n_tensors = w->n_tensors;
+	memcpy(p->len, w->len, sizeof(p->len));
+	return tr__params_alloc(p);
+}
+
+int
 tr__params_alloc(struct tr_params *p)
 {
 	size_t off = 0;

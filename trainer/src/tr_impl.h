@@ -22,6 +22,11 @@ int tr__errf(int rv, char *err, size_t errlen, const char *fmt, ...)
 // Errors: FB_ENOMEM (p zeroed).
 int tr__params_alloc(struct tr_params *p);
 
+// tr__params_shaped allocates p zeroed with w's tensors and lengths (a
+// working copy of w's shape: local steps' weights, accumulators, optimizer
+// state). Errors: FB_ENOMEM (p zeroed).
+int tr__params_shaped(struct tr_params *p, const struct tr_params *w);
+
 // The CPU backend (backend_cpu.c) and, when built, the CUDA one.
 extern const struct tr_backend_ops tr__backend_cpu_ops;
 #ifdef TR_HAVE_CUDA
