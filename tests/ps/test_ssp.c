@@ -39,7 +39,12 @@ struct ssp_arg {
 	// Before its first push, wait until this rank has ended a step: with
 	// a quorum of the others, the round it pushes into is closed then.
 	const struct ssp_arg *after;
+	// Before its first push, wait until this rank holds its first pull:
+	// the round that rank pushes into is then the first one, whatever
+	// the machine's load.
+	const struct ssp_arg *pulled_first;
 	atomic_int            steps_done; // push-pulls ended (kept or not)
+	atomic_int            pulled;     // the first pull ended
 	// Results.
 	float                 w[NT][40];
 	uint64_t              worst; // most clocks behind seen in the weights
@@ -87,7 +92,9 @@ ssp_step(struct pt_rank *base, ferry_client *c, int k, float *const *g,
 	int                rv;
 
 	if (k < 0) {
-		return ferry_client_pull(c, w);
+		rv = ferry_client_pull(c, w);
+		atomic_store(&a->pulled, 1);
+		return rv;
 	}
 	ferry_client_stats(c, &st);
 	if (a->stop_at > 0 && st.version >= a->stop_at) {
@@ -102,6 +109,10 @@ ssp_step(struct pt_rank *base, ferry_client *c, int k, float *const *g,
 	}
 	if (a->delay_us > 0) {
 		fb_sleep_us(rand_r(&a->rng) % (unsigned) a->delay_us);
+	}
+	while (a->pulled_first != NULL && a->n_push == 0 &&
+	    atomic_load(&a->pulled_first->pulled) == 0) {
+		fb_sleep_us(1000); // an event, whatever the machine's speed
 	}
 	while (a->after != NULL && a->n_push == 0 &&
 	    atomic_load(&a->after->steps_done) == 0) {
@@ -149,6 +160,7 @@ ssp_main(void *arg)
 	};
 	a->rng = a->seed;
 	pt_rank_main(&r);
+	atomic_store(&a->pulled, 1); // never leave a waiting rank hanging
 	memcpy(a->w, r.w, sizeof(a->w));
 	a->reported_max = r.stats.staleness_max;
 	a->version      = r.stats.version;
@@ -318,9 +330,13 @@ START_TEST(test_ssp_quorum_exact_over_kept)
 		a[r].seed     = 11u + (unsigned) r;
 		a[r].delay_us = r == 2 ? 8000 : 0;
 	}
-	// The slow rank misses round 0 for certain (it pushes once rank 0's
-	// round closed), and later ones as its delays fall.
-	a[2].after = &a[0];
+	// The slow rank misses round 0 for certain: it holds version 0 before
+	// the others push (else, on a loaded machine, they could end the job
+	// before it pulls) and pushes once rank 0's round closed; it misses
+	// later ones as its delays fall.
+	a[0].pulled_first = &a[2];
+	a[1].pulled_first = &a[2];
+	a[2].after        = &a[0];
 	// One server: a push is kept or refused whole.
 	run_job(a, 3, 1);
 	for (int r = 0; r < 3; r++) {
