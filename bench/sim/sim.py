@@ -1,0 +1,512 @@
+"""sim.py — a discrete-event model of Ferry's sync, SSP, async and
+local-step rounds (issue 30), fed by costs measured on this machine.
+
+The engine is a fluid discrete-event simulator: work (CPU seconds, bytes on
+a link) flows through resources (a machine's cores, a NIC) shared by
+max-min fairness (processor sharing with a per-job cap), and events are
+the instants a job finishes or a timer (latency, compute) fires. Between
+two events every rate is constant, so time jumps from one to the next.
+
+What a step is (docs/algorithms.md §3.3 model B, clients/src/exchange.c):
+
+  trainer: compute -> build each request (caller's thread) -> link
+  (trainer NIC and server NIC, capped by the pair's bandwidth) -> latency
+  -> server CPU (decode, accumulate) -> [sync: the round of the request's
+  shards closes when every trainer's copy is in] -> apply (optimizer) ->
+  encode the reply -> link back -> latency -> caller's thread takes the
+  reply apart. The step ends when every reply is in.
+
+Assumptions (and where this simplifies Ferry):
+
+* Shards: every tensor is cut into ceil(len / (shard_bytes/4)) pieces of
+  nearly equal length (sharding/src/split.c, shard_split), 1 MiB shards
+  (--shard-bytes default); placement is round-robin over the servers
+  (shard_place_live, the default --placement uniform), so a model with
+  fewer shards than servers leaves servers idle. Not modelled: the
+  link-aware cut (shard_link_bytes) and the latency solver of probed jobs.
+* Requests: per server a client cuts its shards into requests of whole
+  shards of at least max(1 MiB, server bytes / window) fp32 bytes, window
+  = clamp(128 / trainers, 1, 8) (exchange.c, ferry__req_bytes; fast
+  links). Requests are built request-major (request j for every server,
+  then j + 1) where the client goes server-major: the same work, a
+  slightly different order.
+* Identical members are simulated once: a class of n trainers (same
+  compute, link) acts in lock step and weighs n on every shared resource;
+  servers holding the same number of shards form one class. Exact for a
+  fluid model, where identical jobs started together end together.
+* Costs are linear: a server spends srv_msg per request and srv_byte per
+  byte each way (decode+accumulate a push, encode its reply) and
+  srv_apply per byte of each optimizer step (once per round in sync, per
+  push in async/SSP); a client's caller thread spends cli_msg per request
+  and cli_byte per byte each way; one-way latency per message. Per-byte
+  costs include the kernel's loopback copies (measured as process CPU).
+* CPU: a request's work runs on one thread (at most one core); a server's
+  requests run in parallel up to its cores; a client's work is serial on
+  its caller thread. On the measuring machine every process shares
+  `host_cores` cores (processor sharing: loadgen's ranks and the servers
+  compete); in a large job each machine has its own cores.
+* Links: loopback (the measured runs) has no bandwidth limit (its copy
+  cost is CPU, above); in a large job a message crosses the trainer's NIC
+  and the server's NIC, each shared max-min fairly, capped by the pair's
+  bandwidth. No TCP slow start, no loss, no shard-lock contention.
+* SSP(K): each push is applied on arrival; a reply waits until every
+  trainer class's clock is within K of the caller's (docs/algorithms.md
+  §6.1). Local steps H: H computes, then one sync exchange of the
+  model (the outer step), §8.
+* Scheduler: off the round's path in steady state; its load is members x
+  heartbeat rate x the measured CPU per heartbeat, and a new map reaches
+  all members in a time linear in members (bench/scale/sched.sh's
+  measurement scaled).
+"""
+
+import heapq
+import math
+from dataclasses import dataclass
+
+SHARD_BYTES = 1 << 20  # --shard-bytes default
+PIPE_MIN_BYTES = 1 << 20  # clients/src/exchange.c
+PIPE_SLOTS = 8  # FERRY_PIPE_SLOTS
+PIPE_CTX_BUDGET = 128
+EPS = 1e-12
+
+
+class Resource:
+    """A shared capacity (cores, bytes/s) of one instance of a class."""
+
+    def __init__(self, name, capacity, instances=1):
+        self.name = name
+        self.capacity = float(capacity)
+        self.instances = instances
+        self.used = 0.0  # integral of usage over time (one instance)
+
+    def __repr__(self):
+        return f"Resource({self.name}, {self.capacity})"
+
+
+class Job:
+    __slots__ = ("left", "cap", "uses", "done", "rate")
+
+    def __init__(self, work, cap, uses, done):
+        self.left = float(work)
+        self.cap = float(cap)
+        self.uses = uses  # [(Resource, coefficient per instance)]
+        self.done = done
+        self.rate = 0.0
+
+
+class Engine:
+    """Timers and fluid jobs; rates by progressive filling (max-min)."""
+
+    def __init__(self):
+        self.now = 0.0
+        self.timers = []
+        self.seq = 0
+        self.jobs = []
+        self.dirty = False
+
+    def after(self, dt, fn):
+        self.seq += 1
+        heapq.heappush(self.timers, (self.now + max(dt, 0.0), self.seq, fn))
+
+    def start(self, work, uses, cap, fn):
+        """Run `work` units through `uses` at most `cap` per member."""
+        uses = [(r, k) for r, k in uses if k > 0 and
+                math.isfinite(r.capacity)]
+        if work <= 0:
+            self.after(0.0, fn)
+        elif not uses:
+            self.after(work / cap if math.isfinite(cap) else 0.0, fn)
+        else:
+            self.jobs.append(Job(work, cap, uses, fn))
+            self.dirty = True
+
+    def _rates(self):
+        resid = {}
+        for j in self.jobs:
+            for r, _ in j.uses:
+                resid[r] = r.capacity
+        unf = list(self.jobs)
+        while unf:
+            load = {}
+            for j in unf:
+                for r, k in j.uses:
+                    load[r] = load.get(r, 0.0) + k
+            lev = min(max(resid[r], 0.0) / k for r, k in load.items())
+            capmin = min(j.cap for j in unf)
+            if capmin < lev:
+                keep = []
+                for j in unf:
+                    if j.cap <= capmin * (1 + 1e-9):
+                        j.rate = j.cap
+                        for r, k in j.uses:
+                            resid[r] -= k * j.cap
+                    else:
+                        keep.append(j)
+                unf = keep
+                continue
+            sat = {r for r, k in load.items()
+                   if max(resid[r], 0.0) / k <= lev * (1 + 1e-9)}
+            keep = []
+            for j in unf:
+                if any(r in sat for r, _ in j.uses):
+                    j.rate = lev
+                    for r, k in j.uses:
+                        resid[r] -= k * lev
+                else:
+                    keep.append(j)
+            unf = keep
+        self.dirty = False
+
+    def run(self, stop):
+        """Advance until stop() is true or nothing is left to do."""
+        while not stop():
+            if self.dirty:
+                self._rates()
+            t_job = math.inf
+            for j in self.jobs:
+                if j.rate > 0:
+                    j_end = self.now + j.left / j.rate
+                    t_job = min(t_job, j_end)
+            t_tim = self.timers[0][0] if self.timers else math.inf
+            t = min(t_job, t_tim)
+            if t == math.inf:
+                return
+            dt = t - self.now
+            if dt > 0:
+                for j in self.jobs:
+                    j.left -= j.rate * dt
+                    for r, k in j.uses:
+                        r.used += k * j.rate * dt
+            self.now = t
+            # the jobs due now (rounding may leave a hair of work)
+            fin = [j for j in self.jobs if j.rate > 0 and
+                   j.left <= j.rate * max(EPS, 1e-9 * dt)] \
+                if t_job <= t_tim else []
+            if fin:
+                self.jobs = [j for j in self.jobs if j not in fin]
+                self.dirty = True
+                for j in fin:
+                    j.done()
+            while self.timers and self.timers[0][0] <= self.now:
+                _, _, fn = heapq.heappop(self.timers)
+                fn()
+
+
+class Serial:
+    """One thread: CPU tasks one at a time, in order (a caller thread)."""
+
+    def __init__(self, eng, uses):
+        self.eng = eng
+        self.uses = uses
+        self.queue = []
+        self.busy = False
+
+    def submit(self, work, fn):
+        self.queue.append((work, fn))
+        if not self.busy:
+            self._next()
+
+    def _next(self):
+        if not self.queue:
+            self.busy = False
+            return
+        self.busy = True
+        work, fn = self.queue.pop(0)
+
+        def fin():
+            fn()
+            self._next()
+        self.eng.start(work, self.uses, 1.0, fin)
+
+
+@dataclass
+class Costs:
+    """Per-message and per-byte costs (seconds), see the module text."""
+    srv_msg: float = 20e-6
+    srv_byte: float = 0.3e-9
+    srv_apply: float = 0.3e-9
+    cli_msg: float = 20e-6
+    cli_byte: float = 0.3e-9
+    lat: float = 50e-6  # one way, per message (loopback + wake-up)
+    sched_hb: float = 20e-6  # scheduler CPU per heartbeat
+    sched_map_per_member: float = 1e-3  # map hand-out time per member
+
+    def as_dict(self):
+        return dict(self.__dict__)
+
+
+@dataclass
+class TrainerClass:
+    n: int
+    compute_s: float = 0.0
+    nic_bps: float = math.inf  # bytes/s each way
+    lat_s: float = 0.0  # one way, added to Costs.lat
+
+
+@dataclass
+class Job_:
+    """A job to simulate."""
+    trainers: list  # [TrainerClass]
+    servers: int
+    bytes: int  # fp32 model bytes
+    tensors: int = 1
+    mode: str = "sync"  # sync | async | ssp | local
+    staleness: int = 4
+    local_steps: int = 32
+    server_cores: float = 16
+    server_nic_bps: float = math.inf
+    trainer_cores: float = 1  # for Ferry's work on a trainer
+    host_cores: float = None  # all on one machine with this many cores
+    shard_bytes: int = SHARD_BYTES
+    overhead: int = 64  # header bytes per request
+
+
+def cut(job):
+    """Shard sizes (bytes) as shard_split cuts the model's tensors."""
+    per = job.shard_bytes // 4
+    floats = job.bytes // 4
+    sizes = []
+    base, extra = divmod(floats, job.tensors)
+    for t in range(job.tensors):
+        ln = base + (t < extra)
+        p = -(-ln // per)
+        b, e = divmod(ln, p)
+        sizes += [4 * (b + (j < e)) for j in range(p)]
+    return sizes
+
+
+def server_classes(job):
+    """[(n servers, [request fp32 bytes])] for round-robin placement."""
+    sizes = cut(job)
+    per_server = [[] for _ in range(job.servers)]
+    for i, s in enumerate(sizes):
+        per_server[i % job.servers].append(s)
+    ntr = sum(c.n for c in job.trainers)
+    w = max(1, min(PIPE_SLOTS, PIPE_CTX_BUDGET // max(ntr, 1)))
+    groups = {}
+    for shards in per_server:
+        if not shards:
+            continue
+        total = sum(shards)
+        target = max(PIPE_MIN_BYTES, -(-total // w))
+        reqs, acc = [], 0
+        for s in shards:
+            acc += s
+            if acc >= target:
+                reqs.append(acc)
+                acc = 0
+        if acc:
+            reqs.append(acc)
+        key = tuple(reqs)
+        groups[key] = groups.get(key, 0) + 1
+    return [(n, list(k)) for k, n in sorted(groups.items())]
+
+
+class Model:
+    """One job's rounds on the engine; run() returns its figures."""
+
+    def __init__(self, job, costs):
+        self.job, self.c = job, costs
+        self.eng = Engine()
+        self.sc = server_classes(job)
+        self.tc = job.trainers
+        shared = job.host_cores is not None
+        if shared:
+            host = Resource("host cpu", job.host_cores)
+        nsc = len(self.sc)
+        ntc = len(self.tc)
+        self.srv_cpu = []
+        self.srv_in, self.srv_out = [], []
+        for s, (n, _) in enumerate(self.sc):
+            if shared:
+                self.srv_cpu.append((host, n))
+            else:
+                self.srv_cpu.append((Resource(f"server{s} cpu",
+                                              job.server_cores, n), 1))
+            self.srv_in.append(Resource(f"server{s} nic in",
+                                        job.server_nic_bps, n))
+            self.srv_out.append(Resource(f"server{s} nic out",
+                                         job.server_nic_bps, n))
+        self.cli = []
+        self.tr_in, self.tr_out = [], []
+        for a, tc in enumerate(self.tc):
+            if shared:
+                uses = [(host, tc.n)]
+            else:
+                uses = [(Resource(f"trainer{a} cpu", job.trainer_cores,
+                                  tc.n), 1)]
+            self.cli.append(Serial(self.eng, uses))
+            self.tr_in.append(Resource(f"trainer{a} nic in", tc.nic_bps,
+                                       tc.n))
+            self.tr_out.append(Resource(f"trainer{a} nic out", tc.nic_bps,
+                                        tc.n))
+        self.resources = ([host] if shared else []) + [
+            r for r, _ in self.srv_cpu if not shared] + self.srv_in + \
+            self.srv_out + [r for s in self.cli for r, _ in s.uses
+                            if not shared] + self.tr_in + self.tr_out
+        self.step = [0] * ntc
+        self.step_t = [[] for _ in range(ntc)]
+        self.pending = [0] * ntc
+        # sync/local rounds: (s, j, round) -> trainer classes in
+        self.rounds = {}
+        # SSP: clock[s][j][a], parked replies
+        self.clock = [[[0] * ntc for _ in reqs] for _, reqs in self.sc]
+        self.parked = [[[] for _ in reqs] for _, reqs in self.sc]
+        self.srv_work = 0.0  # CPU seconds of all servers
+        self.nsc = nsc
+
+    # -- trainer side ---------------------------------------------------
+    def begin_step(self, a):
+        tc = self.tc[a]
+        mode = self.job.mode
+        comp = tc.compute_s * (self.job.local_steps if mode == "local"
+                               else 1)
+        self.step_t[a].append(self.eng.now)
+        self.eng.after(comp, lambda: self.send_all(a))
+
+    def send_all(self, a):
+        self.pending[a] = sum(len(r) for _, r in self.sc)
+        nmax = max(len(r) for _, r in self.sc)
+        for j in range(nmax):
+            for s, (n, reqs) in enumerate(self.sc):
+                if j < len(reqs):
+                    w = n * (self.c.cli_msg + self.c.cli_byte * reqs[j])
+                    self.cli[a].submit(
+                        w, lambda s=s, j=j: self.transfer_up(a, s, j))
+
+    def link_uses(self, a, s, up):
+        n_s = self.sc[s][0]
+        n_a = self.tc[a].n
+        if up:
+            return [(self.tr_out[a], n_s), (self.srv_in[s], n_a)]
+        return [(self.srv_out[s], n_a), (self.tr_in[a], n_s)]
+
+    def transfer(self, a, s, j, up, fn):
+        b = self.sc[s][1][j] + self.job.overhead
+        lat = self.c.lat + self.tc[a].lat_s
+        self.eng.start(b, self.link_uses(a, s, up), math.inf,
+                       lambda: self.eng.after(lat, fn))
+
+    def transfer_up(self, a, s, j):
+        self.transfer(a, s, j, True, lambda: self.srv_push(a, s, j))
+
+    def reply_in(self, a, s, j):
+        w = self.sc[s][0] * self.c.cli_byte * self.sc[s][1][j]
+        self.cli[a].submit(w, lambda: self.reply_done(a))
+
+    def reply_done(self, a):
+        self.pending[a] -= 1
+        if self.pending[a] == 0:
+            self.step[a] += 1
+            self.begin_step(a)
+
+    # -- server side ----------------------------------------------------
+    def srv_job(self, s, a, work, fn, coef_members=True):
+        res, k = self.srv_cpu[s]
+        n_a = self.tc[a].n if coef_members else 1
+        self.srv_work += work * n_a * self.sc[s][0]
+        self.eng.start(work, [(res, k * n_a)], 1.0, fn)
+
+    def srv_push(self, a, s, j):
+        b = self.sc[s][1][j]
+        w = self.c.srv_msg + self.c.srv_byte * b
+        self.srv_job(s, a, w, lambda: self.pushed(a, s, j))
+
+    def pushed(self, a, s, j):
+        b = self.sc[s][1][j]
+        mode = self.job.mode
+        if mode in ("sync", "local"):
+            key = (s, j, self.step[a])
+            got = self.rounds.get(key, 0) + 1
+            self.rounds[key] = got
+            if got < len(self.tc):
+                return
+            del self.rounds[key]
+
+            def applied():
+                for x in range(len(self.tc)):
+                    self.srv_reply(x, s, j)
+            # the apply is one job per server whatever the trainers
+            self.srv_job(s, 0, self.c.srv_apply * b, applied,
+                         coef_members=False)
+            return
+
+        def applied():
+            if mode == "ssp":
+                self.clock[s][j][a] += 1
+                self.parked[s][j].append(a)
+                self.release(s, j)
+            else:
+                self.srv_reply(a, s, j)
+        self.srv_job(s, a, self.c.srv_apply * b, applied)
+
+    def release(self, s, j):
+        ck = self.clock[s][j]
+        low = min(ck)
+        keep = []
+        for a in self.parked[s][j]:
+            # a's pull at clock ck[a] needs every clock >= ck[a]-1-K
+            if low >= ck[a] - 1 - self.job.staleness:
+                self.srv_reply(a, s, j)
+            else:
+                keep.append(a)
+        self.parked[s][j] = keep
+
+    def srv_reply(self, a, s, j):
+        w = self.c.srv_byte * self.sc[s][1][j]
+        self.srv_job(s, a, w, lambda: self.transfer(
+            a, s, j, False, lambda: self.reply_in(a, s, j)))
+
+    # -- running --------------------------------------------------------
+    def run(self, steps=6, warmup=2):
+        for a in range(len(self.tc)):
+            self.begin_step(a)
+        total = warmup + steps
+        self.eng.run(lambda: min(self.step) >= total)
+        per = []
+        for a, ts in enumerate(self.step_t):
+            d = [ts[i + 1] - ts[i] for i in range(warmup,
+                                                  min(total, len(ts) - 1))]
+            per.append(sum(d) / len(d) if d else math.nan)
+        t0 = max(ts[warmup] for ts in self.step_t)
+        t1 = min(ts[min(total, len(ts) - 1)] for ts in self.step_t)
+        util = {}
+        for r in self.resources:
+            if math.isfinite(r.capacity) and self.eng.now > 0:
+                util[r.name] = r.used / (r.capacity * self.eng.now)
+        ntr = sum(tc.n for tc in self.tc)
+        steps_done = sum(tc.n * self.step[a] for a, tc in
+                         enumerate(self.tc))
+        return {
+            "round_s_by_class": per,
+            "round_s": max(per) if self.job.mode in ("sync", "local")
+            else sum(p * tc.n for p, tc in zip(per, self.tc)) / ntr,
+            "util": util,
+            "srv_cpu_per_pp": self.srv_work / max(steps_done, 1),
+            "window_s": t1 - t0,
+            "server_classes": [(n, len(r), sum(r)) for n, r in self.sc],
+        }
+
+
+def simulate(job, costs, steps=6, warmup=2):
+    """Simulate `job` with `costs`; see Model.run for the figures."""
+    return Model(job, costs).run(steps, warmup)
+
+
+def bottleneck(job, res, costs):
+    """(name, utilisation) of the busiest resource class of a run."""
+    best = ("none", 0.0)
+    for name, u in res["util"].items():
+        if u > best[1]:
+            best = (name, u)
+    ntr = sum(tc.n for tc in job.trainers)
+    sched = sched_load(ntr + job.servers, costs)
+    if sched["cpu_frac"] > best[1]:
+        best = ("scheduler cpu", sched["cpu_frac"])
+    return best
+
+
+def sched_load(members, costs, hb_hz=1.0):
+    """The scheduler's CPU share and map hand-out time for members."""
+    return {"cpu_frac": members * hb_hz * costs.sched_hb,
+            "map_all_s": members * costs.sched_map_per_member}

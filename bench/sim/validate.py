@@ -1,0 +1,374 @@
+#!/usr/bin/env python3
+"""validate.py — calibrate bench/sim/sim.py on a named subset of this
+machine's measurements, check it against every other measured row, then
+predict large jobs (issue 30, part 4).
+
+  validate.py --raw DIR --prev FILE [--quick] [--smoke] --json FILE
+              [--transport-scale FILE]
+
+Reads DIR/trainers.json (trainer_sweep, server_sweep), DIR/model.json
+(model_sweep) and DIR/sched.json (sched_*), each falling back to the same
+keys in FILE (the previous bench/results/scale.json). --transport-scale
+adds transport_bench --scale rows (async, one server) for development
+before the sweeps exist. Writes one JSON object: sim_costs,
+sim_validation, sim_max_rel_error, sim_predictions, sim_bottleneck_1000.
+
+Calibration (named, small): the trainer-sweep rows with 1 or 2 trainers
+and one server (sync and async), and the model-sweep rows of two sizes
+(the smallest and the one nearest 64 MB). Server costs come from those
+rows' server CPU per push-pull (least squares: requests, bytes, bytes per
+round); the client's costs and the one-way latency from their round times
+(Nelder-Mead on the simulator's log error). Every other row is a
+validation row: predicted against measured round time (push_pull_ms for
+the model sweep). Exit 77 with --smoke when no measured row exists.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sim  # noqa: E402
+
+
+def load(raw, prev):
+    """The measured rows and scheduler figures, from DIR or FILE."""
+    doc = {}
+    try:
+        with open(prev) as f:
+            doc = json.load(f)
+    except (OSError, ValueError, TypeError):
+        pass
+    for part in ("trainers", "model", "sched"):
+        try:
+            with open(os.path.join(raw or "", part + ".json")) as f:
+                doc.update(json.load(f))
+        except (OSError, ValueError):
+            pass
+    return doc
+
+
+def rows_of(doc, transport):
+    """[(part, row)] with the fields validation needs."""
+    out = []
+    for part in ("trainer_sweep", "server_sweep"):
+        for r in doc.get(part) or []:
+            if r.get("round_ms") and r.get("trainers"):
+                out.append((part, r))
+    for r in doc.get("model_sweep") or []:
+        if r.get("push_pull_ms") and r.get("bytes"):
+            r = dict(r)
+            r.setdefault("mode", "sync")
+            r.setdefault("trainers", 2)
+            r.setdefault("servers", 1)
+            r["round_ms"] = r["push_pull_ms"]
+            out.append(("model_sweep", r))
+    if transport:
+        with open(transport) as f:
+            for r in json.load(f).get("scale", []):
+                out.append(("transport_scale", {
+                    "mode": r.get("mode", "async"), "servers": 1,
+                    "trainers": r["clients"], "bytes": r["model_bytes"],
+                    "round_ms": r["mean_latency_ms"]}))
+    return out
+
+
+def job_of(r, cores):
+    b = int(r["bytes"])
+    return sim.Job_(trainers=[sim.TrainerClass(int(r["trainers"]))],
+                    servers=int(r["servers"]), bytes=b - b % 4,
+                    tensors=int(r.get("tensors", 1)),
+                    mode="sync" if r["mode"] == "sync" else "async",
+                    host_cores=cores)
+
+
+def predict(r, costs, cores):
+    return sim.simulate(job_of(r, cores), costs, steps=4, warmup=2)
+
+
+def srv_cpu_per_pp(r):
+    cpu, agg, b = r.get("server_cpu_s"), r.get("agg_bytes"), r.get("bytes")
+    if not cpu or not agg or not b or agg < b:
+        return None
+    return cpu / (agg / b)
+
+
+def fit_server(cal, costs, cores):
+    """Least squares of server CPU per push-pull on the calibration rows:
+    srv_msg * requests + 2 * srv_byte * bytes + srv_apply * bytes/T."""
+    a, y = [], []
+    for _, r in cal:
+        v = srv_cpu_per_pp(r)
+        if v is None:
+            continue
+        sc = sim.server_classes(job_of(r, cores))
+        reqs = sum(n * len(q) for n, q in sc)
+        per_round = r["trainers"] if r["mode"] == "sync" else 1
+        b = float(r["bytes"])
+        a.append([reqs, 2 * b, b / per_round])
+        y.append(v)
+    if len(y) < 2:
+        return False
+    x, *_ = np.linalg.lstsq(np.array(a), np.array(y), rcond=None)
+    if len(y) < 3 or x[2] < 0:  # apply not separable: fold it in bytes
+        x2, *_ = np.linalg.lstsq(np.array(a)[:, :2], np.array(y),
+                                 rcond=None)
+        x = [x2[0], x2[1], 0.0]
+    costs.srv_msg = max(float(x[0]), 1e-7)
+    costs.srv_byte = max(float(x[1]), 1e-12)
+    costs.srv_apply = max(float(x[2]), 0.0)
+    return True
+
+
+def nelder_mead(f, x0, iters=160, step=0.7):
+    """Minimise f over R^n from x0 (plain Nelder-Mead, numpy only)."""
+    n = len(x0)
+    pts = [np.array(x0, float)]
+    for i in range(n):
+        p = np.array(x0, float)
+        p[i] += step
+        pts.append(p)
+    vals = [f(p) for p in pts]
+    for _ in range(iters):
+        order = np.argsort(vals)
+        pts = [pts[i] for i in order]
+        vals = [vals[i] for i in order]
+        c = np.mean(pts[:-1], axis=0)
+        xr = c + (c - pts[-1])
+        fr = f(xr)
+        if fr < vals[0]:
+            xe = c + 2 * (c - pts[-1])
+            fe = f(xe)
+            pts[-1], vals[-1] = (xe, fe) if fe < fr else (xr, fr)
+        elif fr < vals[-2]:
+            pts[-1], vals[-1] = xr, fr
+        else:
+            xc = c + 0.5 * (pts[-1] - c)
+            fc = f(xc)
+            if fc < vals[-1]:
+                pts[-1], vals[-1] = xc, fc
+            else:
+                for i in range(1, len(pts)):
+                    pts[i] = pts[0] + 0.5 * (pts[i] - pts[0])
+                    vals[i] = f(pts[i])
+        if max(vals) - min(vals) < 1e-6:
+            break
+    i = int(np.argmin(vals))
+    return pts[i], vals[i]
+
+
+def fit_round(cal, costs, cores, names, iters):
+    """Fit the named cost fields to the calibration rows' round times."""
+    def apply(x):
+        for k, v in zip(names, x):
+            setattr(costs, k, float(math.exp(v)))
+
+    def err(x):
+        apply(x)
+        e = 0.0
+        for _, r in cal:
+            p = predict(r, costs, cores)["round_s"] * 1e3
+            e += math.log(p / r["round_ms"]) ** 2
+        return e
+    x0 = [math.log(getattr(costs, k)) for k in names]
+    x, _ = nelder_mead(err, x0, iters=iters)
+    apply(x)
+
+
+def calibration_split(rows):
+    """(calibration, validation): the named subset and the rest."""
+    cal, val = [], []
+    msizes = sorted({r["bytes"] for p, r in rows if p == "model_sweep"})
+    pick = set()
+    if msizes:
+        pick.add(msizes[0])
+        pick.add(min(msizes, key=lambda b: abs(math.log(b / 64e6))))
+    tsizes = sorted({r["bytes"] for p, r in rows if p != "model_sweep"})
+    for p, r in rows:
+        small = r["trainers"] <= 2 and r["servers"] == 1
+        if p == "model_sweep":
+            c = r["bytes"] in pick
+        elif p == "transport_scale":
+            c = r["trainers"] == 1 and r["bytes"] in tsizes[:1] + \
+                tsizes[-1:]
+        else:
+            c = small
+        (cal if c else val).append((p, r))
+    return cal, val
+
+
+# The large jobs: a 100 MB dense model (25M floats in 1 MiB shards), 100
+# ms of compute per step, 10% of the trainers on 100 Mbit/s links 10 ms
+# away, the rest on 10 Gbit/s 0.25 ms away; servers with 16 cores and a
+# 25 Gbit/s NIC; Ferry's client work on one core of each trainer.
+PRED_BYTES = 100 << 20
+PRED_COMPUTE_S = 0.1
+SLOW = (12.5e6, 10e-3)  # 100 Mbit/s, one way
+FAST = (1.25e9, 0.25e-3)  # 10 Gbit/s
+SERVER_NIC = 3.125e9  # 25 Gbit/s
+SERVER_CORES = 16
+
+
+def big_job(trainers, servers, mode, slow_frac=0.1):
+    ns = int(round(trainers * slow_frac))
+    tcs = []
+    if ns:
+        tcs.append(sim.TrainerClass(ns, PRED_COMPUTE_S, *SLOW))
+    tcs.append(sim.TrainerClass(trainers - ns, PRED_COMPUTE_S, *FAST))
+    return sim.Job_(trainers=tcs, servers=servers, bytes=PRED_BYTES,
+                    mode=mode, staleness=4, local_steps=32,
+                    server_cores=SERVER_CORES, server_nic_bps=SERVER_NIC)
+
+
+def name_of(res):
+    """Turn a resource's name into what limits the job, in words."""
+    n = res
+    if n.startswith("trainer0 nic") or n.startswith("trainer1 nic"):
+        return "trainer links"
+    if "nic" in n:
+        return "server NIC"
+    if n.startswith("server"):
+        return "server CPU"
+    if n.startswith("trainer"):
+        return "trainer CPU (Ferry's thread)"
+    return n
+
+
+def run_big(trainers, servers, mode, costs, slow_frac=0.1):
+    job = big_job(trainers, servers, mode, slow_frac)
+    warm = 2 + (3 * job.staleness if mode == "ssp" else 0)
+    res = sim.simulate(job, costs, steps=4, warmup=warm)
+    worst, u = sim.bottleneck(job, res, costs)
+    return job, res, worst, u
+
+
+def predictions(costs, quick):
+    rows = []
+    sizes = (100, 1000) if quick else (100, 1000, 10000)
+    for t in sizes:
+        for m in (10, 100):
+            for mode in ("sync", "ssp", "local"):
+                job, res, worst, u = run_big(t, m, mode, costs)
+                steps = job.local_steps if mode == "local" else 1
+                rows.append({
+                    "trainers": t, "servers": m,
+                    "mode": mode if mode != "ssp" else "ssp(K=4)",
+                    "links": "10% 100 Mbit/s 10 ms, 90% 10 Gbit/s 0.25 ms",
+                    "bytes": PRED_BYTES,
+                    "round_ms": round(res["round_s"] * 1e3, 1),
+                    "step_ms": round(res["round_s"] * 1e3 / steps, 1),
+                    "servers_used": sum(n for n, _, _ in
+                                        res["server_classes"]),
+                    "bottleneck": f"{name_of(worst)} ({u:.0%} busy)"})
+    for m in (10, 100):
+        job, res, worst, u = run_big(1000, m, "sync", costs, 0.0)
+        rows.append({
+            "trainers": 1000, "servers": m, "mode": "sync",
+            "links": "all 10 Gbit/s 0.25 ms", "bytes": PRED_BYTES,
+            "round_ms": round(res["round_s"] * 1e3, 1),
+            "step_ms": round(res["round_s"] * 1e3, 1),
+            "servers_used": sum(n for n, _, _ in res["server_classes"]),
+            "bottleneck": f"{name_of(worst)} ({u:.0%} busy)"})
+    return rows
+
+
+def sentence_1000(costs, sched_measured):
+    _, mix, wm, um = run_big(1000, 100, "sync", costs)
+    _, fast, wf, uf = run_big(1000, 100, "sync", costs, 0.0)
+    srv = max((v, k) for k, v in fast["util"].items()
+              if k.startswith("server"))
+    cpu = max((v for k, v in mix["util"].items() if "cpu" in k),
+              default=0.0)
+    sch = sim.sched_load(1100, costs)
+    slow_s = 2 * PRED_BYTES / SLOW[0]
+    s_note = "" if sched_measured else " (scheduler cost not measured: " \
+        "the default per-heartbeat cost)"
+    return (f"A 1,000-trainer sync job (100 MB model, 100 servers, 10% "
+            f"of trainers at 100 Mbit/s) is limited by those trainer "
+            f"links: each moves 2 x 100 MB in {slow_s:.1f} s of a "
+            f"{mix['round_s']:.1f} s round, while server CPU is at most "
+            f"{cpu:.0%} busy and the scheduler needs "
+            f"{sch['cpu_frac']:.1%} of a core for 1,100 heartbeats/s"
+            f"{s_note}; with every link at 10 Gbit/s the round falls to "
+            f"{fast['round_s'] * 1e3:.0f} ms and the "
+            f"{name_of(srv[1])} limits it ({srv[0]:.0%} busy).")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--raw", default="")
+    ap.add_argument("--prev", default="bench/results/scale.json")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--json", required=True)
+    ap.add_argument("--transport-scale", default="")
+    a = ap.parse_args()
+
+    doc = load(a.raw, a.prev)
+    rows = rows_of(doc, a.transport_scale)
+    if not rows:
+        print("validate.py: no measured rows (trainers.json / model.json "
+              f"in {a.raw or '-'}, or {a.prev})", file=sys.stderr)
+        return 77 if a.smoke else 1
+    cores = doc.get("cores") or os.cpu_count()
+    costs = sim.Costs()
+    cal, val = calibration_split(rows)
+    have_cpu = fit_server(cal, costs, cores)
+    names = ["cli_msg", "cli_byte", "lat"]
+    if not have_cpu:
+        names += ["srv_msg", "srv_byte"]
+    iters = 40 if a.smoke else 100 if a.quick else 200
+    fit_round(cal, costs, cores, names, iters)
+    members = doc.get("sched_members")
+    sched_measured = bool(members and doc.get("sched_cpu_frac"))
+    if sched_measured:
+        costs.sched_hb = doc["sched_cpu_frac"] / members
+        if doc.get("sched_map_all_s"):
+            costs.sched_map_per_member = doc["sched_map_all_s"] / members
+
+    table = []
+    for p, r in cal + val:
+        pr = predict(r, costs, cores)["round_s"] * 1e3
+        table.append({
+            "part": p, "mode": r["mode"], "servers": r["servers"],
+            "trainers": r["trainers"], "bytes": r["bytes"],
+            "measured_ms": r["round_ms"], "predicted_ms": round(pr, 3),
+            "rel_error": round(pr / r["round_ms"] - 1, 4),
+            "calibration": (p, r) in cal})
+    checked = [abs(t["rel_error"]) for t in table if not t["calibration"]]
+    out = {
+        "sim_costs": dict(costs.as_dict(), host_cores=cores,
+                          calibrated_on=[
+                              f"{p}: {r['mode']} {r['trainers']} trainers "
+                              f"{r['servers']} servers {r['bytes']} B"
+                              for p, r in cal],
+                          how="srv_* by least squares of server CPU per "
+                          "push-pull (server_cpu_s, agg_bytes) on the "
+                          "calibration rows; cli_*, lat by Nelder-Mead "
+                          "on their round times; sched_* from sched.json" +
+                          ("" if have_cpu else " (no server CPU in the "
+                           "rows: srv_* fitted to round times too)")),
+        "sim_validation": table,
+        "sim_max_rel_error": round(max(checked), 4) if checked else None,
+        "sim_predictions": [] if a.smoke else predictions(costs, a.quick),
+        "sim_bottleneck_1000": sentence_1000(costs, sched_measured),
+    }
+    with open(a.json, "w") as f:
+        json.dump(out, f, indent=1)
+        f.write("\n")
+    for t in table:
+        print(f"{t['part']:16} {t['mode']:5} S={t['servers']:<2} "
+              f"T={t['trainers']:<3} {t['bytes']:>11} B "
+              f"meas {t['measured_ms']:9.3f} pred {t['predicted_ms']:9.3f}"
+              f" {t['rel_error']:+.1%}{' cal' if t['calibration'] else ''}")
+    print("max rel error (validation rows):", out["sim_max_rel_error"])
+    print(out["sim_bottleneck_1000"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
