@@ -40,6 +40,10 @@ Assumptions (and where this simplifies Ferry):
   push in async/SSP); a client's caller thread spends cli_msg per request
   and cli_byte per byte each way; one-way latency per message. Per-byte
   costs include the kernel's loopback copies (measured as process CPU).
+  A byte costs more once a machine's working set (a server: its shards x
+  (2 + trainers): weights, a staging slot per trainer, the message; a
+  client: 2 x the model; on the measuring machine, all of them together)
+  outgrows the last-level cache: + cold_byte x (1 - llc / working set).
 * CPU: a request's work runs on one thread (at most one core); a server's
   requests run in parallel up to its cores; a client's work is serial on
   its caller thread. On the measuring machine every process shares
@@ -227,9 +231,18 @@ class Costs:
     srv_apply: float = 0.3e-9
     cli_msg: float = 20e-6
     cli_byte: float = 0.3e-9
+    cold_byte: float = 0.0  # extra per byte far beyond the cache
+    llc: float = 32 << 20  # last-level cache, bytes
     lat: float = 50e-6  # one way, per message (loopback + wake-up)
     sched_hb: float = 20e-6  # scheduler CPU per heartbeat
     sched_map_per_member: float = 1e-3  # map hand-out time per member
+    # the measuring machine's cores as its runs had them: all of them on
+    # a quiet machine, fewer while other work ran beside the sweep
+    host_cores: float = 2.0
+
+    def byte(self, base, ws):
+        """Per-byte cost `base` for a machine whose working set is ws."""
+        return base + self.cold_byte * max(0.0, 1.0 - self.llc / max(ws, 1))
 
     def as_dict(self):
         return dict(self.__dict__)
@@ -354,6 +367,16 @@ class Model:
         self.parked = [[[] for _ in reqs] for _, reqs in self.sc]
         self.srv_work = 0.0  # CPU seconds of all servers
         self.nsc = nsc
+        # working sets and their per-byte costs (see Costs.byte)
+        ntr = sum(tc.n for tc in self.tc)
+        ws_srv = [sum(r) * (2 + ntr) for _, r in self.sc]
+        ws_cli = 2 * job.bytes
+        if shared:
+            ws_srv = [sum(n * w for (n, _), w in zip(self.sc, ws_srv)) +
+                      ntr * ws_cli] * nsc
+            ws_cli = ws_srv[0] if nsc else ws_cli
+        self.sb = [costs.byte(costs.srv_byte, w) for w in ws_srv]
+        self.cb = costs.byte(costs.cli_byte, ws_cli)
 
     # -- trainer side ---------------------------------------------------
     def begin_step(self, a):
@@ -370,7 +393,7 @@ class Model:
         for j in range(nmax):
             for s, (n, reqs) in enumerate(self.sc):
                 if j < len(reqs):
-                    w = n * (self.c.cli_msg + self.c.cli_byte * reqs[j])
+                    w = n * (self.c.cli_msg + self.cb * reqs[j])
                     self.cli[a].submit(
                         w, lambda s=s, j=j: self.transfer_up(a, s, j))
 
@@ -391,7 +414,7 @@ class Model:
         self.transfer(a, s, j, True, lambda: self.srv_push(a, s, j))
 
     def reply_in(self, a, s, j):
-        w = self.sc[s][0] * self.c.cli_byte * self.sc[s][1][j]
+        w = self.sc[s][0] * self.cb * self.sc[s][1][j]
         self.cli[a].submit(w, lambda: self.reply_done(a))
 
     def reply_done(self, a):
@@ -409,7 +432,7 @@ class Model:
 
     def srv_push(self, a, s, j):
         b = self.sc[s][1][j]
-        w = self.c.srv_msg + self.c.srv_byte * b
+        w = self.c.srv_msg + self.sb[s] * b
         self.srv_job(s, a, w, lambda: self.pushed(a, s, j))
 
     def pushed(self, a, s, j):
@@ -453,7 +476,7 @@ class Model:
         self.parked[s][j] = keep
 
     def srv_reply(self, a, s, j):
-        w = self.c.srv_byte * self.sc[s][1][j]
+        w = self.sb[s] * self.sc[s][1][j]
         self.srv_job(s, a, w, lambda: self.transfer(
             a, s, j, False, lambda: self.reply_in(a, s, j)))
 

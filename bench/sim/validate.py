@@ -17,10 +17,12 @@ Calibration (named, small): the trainer-sweep rows with 1 or 2 trainers
 and one server (sync and async), and the model-sweep rows of two sizes
 (the smallest and the one nearest 64 MB). Server costs come from those
 rows' server CPU per push-pull (least squares: requests, bytes, bytes per
-round); the client's costs and the one-way latency from their round times
-(Nelder-Mead on the simulator's log error). Every other row is a
-validation row: predicted against measured round time (push_pull_ms for
-the model sweep). Exit 77 with --smoke when no measured row exists.
+round); a client's costs mirror a server's (see mirror); the one-way
+latency and the cores the runs had from their round times (Nelder-Mead
+on the simulator's log error). Every other row is a validation row:
+predicted against measured mean round time (trainers / push_pulls_per_s;
+push_pull_ms for the model sweep). Exit 77 with --smoke when no measured
+row exists.
 """
 
 import argparse
@@ -57,7 +59,15 @@ def rows_of(doc, transport):
     out = []
     for part in ("trainer_sweep", "server_sweep"):
         for r in doc.get(part) or []:
-            if r.get("round_ms") and r.get("trainers"):
+            if not r.get("trainers") or not r.get("bytes"):
+                continue
+            r = dict(r)
+            # The mean step (the window's steps over its length): the
+            # simulator predicts rates, and a median step leaves out the
+            # stalls every rank's window pays for.
+            if r.get("push_pulls_per_s"):
+                r["round_ms"] = 1e3 * r["trainers"] / r["push_pulls_per_s"]
+            if r.get("round_ms"):
                 out.append((part, r))
     for r in doc.get("model_sweep") or []:
         if r.get("push_pull_ms") and r.get("bytes"):
@@ -86,8 +96,9 @@ def job_of(r, cores):
                     host_cores=cores)
 
 
-def predict(r, costs, cores):
-    return sim.simulate(job_of(r, cores), costs, steps=4, warmup=2)
+def predict(r, costs):
+    return sim.simulate(job_of(r, costs.host_cores), costs, steps=4,
+                        warmup=2)
 
 
 def srv_cpu_per_pp(r):
@@ -98,29 +109,23 @@ def srv_cpu_per_pp(r):
 
 
 def fit_server(cal, costs, cores):
-    """Least squares of server CPU per push-pull on the calibration rows:
-    srv_msg * requests + 2 * srv_byte * bytes + srv_apply * bytes/T."""
+    """Starting values: least squares of server CPU per push-pull on the
+    calibration rows, srv_msg * requests + 2 * srv_byte * bytes (the
+    optimizer's pass is folded into the per-byte cost: srv_apply = 0)."""
     a, y = [], []
     for _, r in cal:
         v = srv_cpu_per_pp(r)
         if v is None:
             continue
         sc = sim.server_classes(job_of(r, cores))
-        reqs = sum(n * len(q) for n, q in sc)
-        per_round = r["trainers"] if r["mode"] == "sync" else 1
-        b = float(r["bytes"])
-        a.append([reqs, 2 * b, b / per_round])
+        a.append([sum(n * len(q) for n, q in sc), 2.0 * r["bytes"]])
         y.append(v)
+    costs.srv_apply = 0.0
     if len(y) < 2:
-        return False
+        return len(y) > 0
     x, *_ = np.linalg.lstsq(np.array(a), np.array(y), rcond=None)
-    if len(y) < 3 or x[2] < 0:  # apply not separable: fold it in bytes
-        x2, *_ = np.linalg.lstsq(np.array(a)[:, :2], np.array(y),
-                                 rcond=None)
-        x = [x2[0], x2[1], 0.0]
-    costs.srv_msg = max(float(x[0]), 1e-7)
-    costs.srv_byte = max(float(x[1]), 1e-12)
-    costs.srv_apply = max(float(x[2]), 0.0)
+    costs.srv_msg = max(float(x[0]), 2e-6)
+    costs.srv_byte = max(float(x[1]), 1e-11)
     return True
 
 
@@ -161,20 +166,55 @@ def nelder_mead(f, x0, iters=160, step=0.7):
     return pts[i], vals[i]
 
 
+def llc_bytes():
+    """This machine's last-level cache (32 MiB when sysfs says nothing)."""
+    best = 0
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for d in os.listdir(base):
+            with open(os.path.join(base, d, "size")) as f:
+                t = f.read().strip()
+            mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1], 1)
+            best = max(best, int(t.rstrip("KMG")) * mult)
+    except (OSError, ValueError):
+        pass
+    return best or 32 << 20
+
+
+def mirror(costs):
+    """A client's work mirrors a server's: it encodes the push a server
+    decodes and decodes the reply a server encodes, through the same
+    kernel copies. Loadgen does not measure its own CPU, so its costs
+    are taken to be the servers' (measured) ones; the round times then
+    fit only the latency and the cores the runs had."""
+    costs.cli_msg = costs.srv_msg
+    costs.cli_byte = costs.srv_byte
+
+
 def fit_round(cal, costs, cores, names, iters):
-    """Fit the named cost fields to the calibration rows' round times."""
+    """Fit the named cost fields to the calibration rows' round times;
+    host_cores (the cores the runs had) stays within [0.5, cores]."""
     def apply(x):
         for k, v in zip(names, x):
-            setattr(costs, k, float(math.exp(v)))
+            if k == "host_cores":
+                v = 0.5 + (cores - 0.5) / (1 + math.exp(-v))
+            else:
+                v = math.exp(v)
+            setattr(costs, k, float(v))
+        mirror(costs)
 
     def err(x):
         apply(x)
         e = 0.0
         for _, r in cal:
-            p = predict(r, costs, cores)["round_s"] * 1e3
-            e += math.log(p / r["round_ms"]) ** 2
+            res = predict(r, costs)
+            e += math.log(res["round_s"] * 1e3 / r["round_ms"]) ** 2
+            v = srv_cpu_per_pp(r)
+            if v is not None:
+                e += math.log(res["srv_cpu_per_pp"] / v) ** 2
         return e
-    x0 = [math.log(getattr(costs, k)) for k in names]
+    x0 = [0.0 if k == "host_cores" else math.log(getattr(costs, k))
+          for k in names]
     x, _ = nelder_mead(err, x0, iters=iters)
     apply(x)
 
@@ -315,12 +355,13 @@ def main():
               f"in {a.raw or '-'}, or {a.prev})", file=sys.stderr)
         return 77 if a.smoke else 1
     cores = doc.get("cores") or os.cpu_count()
-    costs = sim.Costs()
+    costs = sim.Costs(host_cores=cores)
     cal, val = calibration_split(rows)
     have_cpu = fit_server(cal, costs, cores)
-    names = ["cli_msg", "cli_byte", "lat"]
-    if not have_cpu:
-        names += ["srv_msg", "srv_byte"]
+    costs.llc = llc_bytes()
+    costs.cold_byte = 0.5 * costs.srv_byte
+    names = ["srv_msg", "srv_byte", "cold_byte", "lat", "host_cores"]
+    mirror(costs)
     iters = 40 if a.smoke else 100 if a.quick else 200
     fit_round(cal, costs, cores, names, iters)
     members = doc.get("sched_members")
@@ -332,7 +373,7 @@ def main():
 
     table = []
     for p, r in cal + val:
-        pr = predict(r, costs, cores)["round_s"] * 1e3
+        pr = predict(r, costs)["round_s"] * 1e3
         table.append({
             "part": p, "mode": r["mode"], "servers": r["servers"],
             "trainers": r["trainers"], "bytes": r["bytes"],
@@ -341,17 +382,19 @@ def main():
             "calibration": (p, r) in cal})
     checked = [abs(t["rel_error"]) for t in table if not t["calibration"]]
     out = {
-        "sim_costs": dict(costs.as_dict(), host_cores=cores,
+        "sim_costs": dict(costs.as_dict(), machine_cores=cores,
                           calibrated_on=[
                               f"{p}: {r['mode']} {r['trainers']} trainers "
                               f"{r['servers']} servers {r['bytes']} B"
                               for p, r in cal],
-                          how="srv_* by least squares of server CPU per "
-                          "push-pull (server_cpu_s, agg_bytes) on the "
-                          "calibration rows; cli_*, lat by Nelder-Mead "
-                          "on their round times; sched_* from sched.json" +
+                          how="srv_msg, srv_byte, cold_byte, lat and "
+                          "host_cores by Nelder-Mead on the calibration "
+                          "rows' log errors of round time and of server "
+                          "CPU per push-pull (server_cpu_s / (agg_bytes / "
+                          "bytes)); cli_* = srv_* (mirror); llc from "
+                          "sysfs; sched_* from sched.json" +
                           ("" if have_cpu else " (no server CPU in the "
-                           "rows: srv_* fitted to round times too)")),
+                           "rows: round times only)")),
         "sim_validation": table,
         "sim_max_rel_error": round(max(checked), 4) if checked else None,
         "sim_predictions": [] if a.smoke else predictions(costs, a.quick),
