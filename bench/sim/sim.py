@@ -517,9 +517,15 @@ def simulate(job, costs, steps=6, warmup=2):
 
 
 def bottleneck(job, res, costs):
-    """(name, utilisation) of the busiest resource class of a run."""
-    best = ("none", 0.0)
+    """(name, share) of the busiest resource of a run: a NIC counts both
+    directions (a sync round uses them one after the other), a CPU its
+    cores; the share is of the run's time (1.0: never idle)."""
+    busy = {}
     for name, u in res["util"].items():
+        key = name.replace(" in", "").replace(" out", "")
+        busy[key] = busy.get(key, 0.0) + u
+    best = ("none", 0.0)
+    for name, u in busy.items():
         if u > best[1]:
             best = (name, u)
     ntr = sum(tc.n for tc in job.trainers)
@@ -527,6 +533,34 @@ def bottleneck(job, res, costs):
     if sched["cpu_frac"] > best[1]:
         best = ("scheduler cpu", sched["cpu_frac"])
     return best
+
+
+# Ferry's limits a large job can cross (their defaults)
+PS_MAX_MEMBERS = 4096  # ps/src/scheduler/scheduler_impl.h
+PS_CONTEXTS = 256  # ps-server --contexts
+PS_MAX_MSG = 256 << 20  # ps-server --max-msg-mb
+
+
+def limits(job):
+    """What in today's Ferry (default flags) refuses or stalls `job`; the
+    simulation itself assumes none of it binds."""
+    out = []
+    ntr = sum(tc.n for tc in job.trainers)
+    if ntr > PS_MAX_MEMBERS:
+        out.append(f"{ntr} trainers > {PS_MAX_MEMBERS} (--trainers' "
+                   f"range, PS_MAX_MEMBERS): the scheduler refuses the job")
+    w = max(1, min(PIPE_SLOTS, PIPE_CTX_BUDGET // max(ntr, 1)))
+    # sync parks every push-pull until its round closes; SSP parks the
+    # pulls of the trainers ahead (with stragglers: most of them)
+    if job.mode in ("sync", "local", "ssp") and ntr * w >= PS_CONTEXTS:
+        out.append(f"up to {ntr * w} parked requests per server >= "
+                   f"--contexts {PS_CONTEXTS}: the round stalls unless "
+                   f"--contexts is raised")
+    big = max((max(r) for _, r in server_classes(job)), default=0)
+    if big + job.overhead > PS_MAX_MSG:
+        out.append(f"a {big >> 20} MiB request > --max-msg-mb "
+                   f"{PS_MAX_MSG >> 20}")
+    return out
 
 
 def sched_load(members, costs, hb_hz=1.0):

@@ -303,7 +303,8 @@ def predictions(costs, quick):
                     "step_ms": round(res["round_s"] * 1e3 / steps, 1),
                     "servers_used": sum(n for n, _, _ in
                                         res["server_classes"]),
-                    "bottleneck": f"{name_of(worst)} ({u:.0%} busy)"})
+                    "bottleneck": f"{name_of(worst)} ({u:.0%} of the round)",
+                    "ferry_limits": sim.limits(job)})
     for m in (10, 100):
         job, res, worst, u = run_big(1000, m, "sync", costs, 0.0)
         rows.append({
@@ -312,30 +313,32 @@ def predictions(costs, quick):
             "round_ms": round(res["round_s"] * 1e3, 1),
             "step_ms": round(res["round_s"] * 1e3, 1),
             "servers_used": sum(n for n, _, _ in res["server_classes"]),
-            "bottleneck": f"{name_of(worst)} ({u:.0%} busy)"})
+            "bottleneck": f"{name_of(worst)} ({u:.0%} of the round)",
+            "ferry_limits": sim.limits(job)})
     return rows
 
 
 def sentence_1000(costs, sched_measured):
-    _, mix, wm, um = run_big(1000, 100, "sync", costs)
-    _, fast, wf, uf = run_big(1000, 100, "sync", costs, 0.0)
-    srv = max((v, k) for k, v in fast["util"].items()
-              if k.startswith("server"))
-    cpu = max((v for k, v in mix["util"].items() if "cpu" in k),
-              default=0.0)
+    job, mix, _, _ = run_big(1000, 100, "sync", costs)
+    fjob, fast, wf, uf = run_big(1000, 100, "sync", costs, 0.0)
+    cpu = max((v for k, v in mix["util"].items()
+               if k.startswith("server") and "cpu" in k), default=0.0)
+    nic = max((v for k, v in fast["util"].items()
+               if k.startswith("server") and "nic" in k), default=0.0)
     sch = sim.sched_load(1100, costs)
     slow_s = 2 * PRED_BYTES / SLOW[0]
-    s_note = "" if sched_measured else " (scheduler cost not measured: " \
-        "the default per-heartbeat cost)"
-    return (f"A 1,000-trainer sync job (100 MB model, 100 servers, 10% "
-            f"of trainers at 100 Mbit/s) is limited by those trainer "
-            f"links: each moves 2 x 100 MB in {slow_s:.1f} s of a "
-            f"{mix['round_s']:.1f} s round, while server CPU is at most "
-            f"{cpu:.0%} busy and the scheduler needs "
-            f"{sch['cpu_frac']:.1%} of a core for 1,100 heartbeats/s"
-            f"{s_note}; with every link at 10 Gbit/s the round falls to "
-            f"{fast['round_s'] * 1e3:.0f} ms and the "
-            f"{name_of(srv[1])} limits it ({srv[0]:.0%} busy).")
+    s_note = "" if sched_measured else " (not measured: a default cost)"
+    return (f"A 1,000-trainer sync job (100 MB model in 100 shards on 100 "
+            f"servers, 100 ms compute, 10% of trainers at 100 Mbit/s) is "
+            f"limited by those trainer links: each moves 2 x 100 MB in "
+            f"{slow_s:.1f} s of a {mix['round_s']:.1f} s round, while "
+            f"server CPU is {cpu:.1%} busy and the scheduler needs "
+            f"{sch['cpu_frac']:.1%} of a core for 1,100 heartbeats/s and "
+            f"{sch['map_all_s']:.2f} s to hand a map to all{s_note}; with "
+            f"every link at 10 Gbit/s the round falls to "
+            f"{fast['round_s'] * 1e3:.0f} ms and the {name_of(wf)} limits "
+            f"it ({uf:.0%} of the round on the wire, each direction "
+            f"{nic:.0%} busy at 25 Gbit/s).")
 
 
 def main():
