@@ -45,8 +45,14 @@ Assumptions (and where this simplifies Ferry):
   client: 2 x the model; on the measuring machine, all of them together)
   outgrows the last-level cache: + cold_byte x (1 - llc / working set).
 * CPU: a request's work runs on one thread (at most one core); a server's
-  requests run in parallel up to its cores; a client's work is serial on
-  its caller thread. On the measuring machine every process shares
+  requests run in parallel up to its cores, except what holds its mu
+  (one thread at a time, as ps/src/server/push.c and pull.c do today):
+  an async or SSP push (check and apply), a sync round's apply, and the
+  replies a closed round or an applied push wakes (built under mu by the
+  thread that woke them, first come first served); a sync push's
+  decode runs outside mu. A client's work is serial on its caller
+  thread. A class of identical trainers is cut into up to 8 sub-classes
+  so that the first served go on while mu serves the rest. On the measuring machine every process shares
   `host_cores` cores (processor sharing: loadgen's ranks and the servers
   compete); in a large job each machine has its own cores.
 * Links: loopback (the measured runs) has no bandwidth limit (its copy
@@ -205,8 +211,8 @@ class Serial:
         self.queue = []
         self.busy = False
 
-    def submit(self, work, fn):
-        self.queue.append((work, fn))
+    def submit(self, work, fn, uses=None):
+        self.queue.append((work, fn, uses or self.uses))
         if not self.busy:
             self._next()
 
@@ -215,12 +221,12 @@ class Serial:
             self.busy = False
             return
         self.busy = True
-        work, fn = self.queue.pop(0)
+        work, fn, uses = self.queue.pop(0)
 
         def fin():
             fn()
             self._next()
-        self.eng.start(work, self.uses, 1.0, fin)
+        self.eng.start(work, uses, 1.0, fin)
 
 
 @dataclass
@@ -269,9 +275,26 @@ class Job_:
     server_cores: float = 16
     server_nic_bps: float = math.inf
     trainer_cores: float = 1  # for Ferry's work on a trainer
+    lock: bool = True  # model the server's mu (see Model.srv_job)
+    split: int = 8  # sub-classes per trainer class (see split)
     host_cores: float = None  # all on one machine with this many cores
     shard_bytes: int = SHARD_BYTES
     overhead: int = 64  # header bytes per request
+
+
+def split(classes, k):
+    """Each class of n trainers as min(n, k) sub-classes of nearly equal
+    size: a server's mu serves calls one after another, so the first
+    trainers of a round get their replies (and go on) before the last;
+    sub-classes let the model see that overlap at 1/k's grain."""
+    out = []
+    for c in classes:
+        parts = max(1, min(c.n, k))
+        base, extra = divmod(c.n, parts)
+        for i in range(parts):
+            out.append(TrainerClass(base + (i < extra), c.compute_s,
+                                    c.nic_bps, c.lat_s))
+    return out
 
 
 def cut(job):
@@ -322,7 +345,7 @@ class Model:
         self.job, self.c = job, costs
         self.eng = Engine()
         self.sc = server_classes(job)
-        self.tc = job.trainers
+        self.tc = split(job.trainers, job.split)
         shared = job.host_cores is not None
         if shared:
             host = Resource("host cpu", job.host_cores)
@@ -340,6 +363,9 @@ class Model:
                                         job.server_nic_bps, n))
             self.srv_out.append(Resource(f"server{s} nic out",
                                          job.server_nic_bps, n))
+        # each server's mu: one thread at a time, first come first served
+        self.srv_lock = [Serial(self.eng, [self.srv_cpu[s]])
+                         for s in range(len(self.sc))]
         self.cli = []
         self.tr_in, self.tr_out = [], []
         for a, tc in enumerate(self.tc):
@@ -424,16 +450,31 @@ class Model:
             self.begin_step(a)
 
     # -- server side ----------------------------------------------------
-    def srv_job(self, s, a, work, fn, coef_members=True):
+    def srv_job(self, s, a, work, fn, coef_members=True, locked=False):
+        """Server work; `locked` runs it holding the server's mu, which
+        one thread at a time holds (a capacity of one core)."""
         res, k = self.srv_cpu[s]
         n_a = self.tc[a].n if coef_members else 1
         self.srv_work += work * n_a * self.sc[s][0]
-        self.eng.start(work, [(res, k * n_a)], 1.0, fn)
+        if locked and self.job.lock:
+            # the class's n_a calls one after another on the holder
+            self.srv_lock[s].submit(work * n_a, fn, [(res, k)])
+        else:
+            self.eng.start(work, [(res, k * n_a)], 1.0, fn)
 
     def srv_push(self, a, s, j):
+        # sync decodes into the rank's staging slot outside mu; an async
+        # push is checked, applied and answered in one hold of mu; an
+        # SSP one is applied there, its reply maybe parked (release)
         b = self.sc[s][1][j]
         w = self.c.srv_msg + self.sb[s] * b
-        self.srv_job(s, a, w, lambda: self.pushed(a, s, j))
+        if self.job.mode == "async":
+            w += (self.c.srv_apply + self.sb[s]) * b
+            self.srv_job(s, a, w, locked=True, fn=lambda: self.transfer(
+                a, s, j, False, lambda: self.reply_in(a, s, j)))
+            return
+        self.srv_job(s, a, w, lambda: self.pushed(a, s, j),
+                     locked=self.job.mode == "ssp")
 
     def pushed(self, a, s, j):
         b = self.sc[s][1][j]
@@ -451,17 +492,14 @@ class Model:
                     self.srv_reply(x, s, j)
             # the apply is one job per server whatever the trainers
             self.srv_job(s, 0, self.c.srv_apply * b, applied,
-                         coef_members=False)
+                         coef_members=False, locked=True)
             return
 
-        def applied():
-            if mode == "ssp":
-                self.clock[s][j][a] += 1
-                self.parked[s][j].append(a)
-                self.release(s, j)
-            else:
-                self.srv_reply(a, s, j)
-        self.srv_job(s, a, self.c.srv_apply * b, applied)
+        def applied():  # SSP
+            self.clock[s][j][a] += 1
+            self.parked[s][j].append(a)
+            self.release(s, j)
+        self.srv_job(s, a, self.c.srv_apply * b, applied, locked=True)
 
     def release(self, s, j):
         ck = self.clock[s][j]
@@ -477,7 +515,9 @@ class Model:
 
     def srv_reply(self, a, s, j):
         w = self.sb[s] * self.sc[s][1][j]
-        self.srv_job(s, a, w, lambda: self.transfer(
+        # the thread that closes a round (sync) or applies a push builds
+        # the replies it wakes under mu (ps/src/server/pull.c)
+        self.srv_job(s, a, w, locked=True, fn=lambda: self.transfer(
             a, s, j, False, lambda: self.reply_in(a, s, j)))
 
     # -- running --------------------------------------------------------

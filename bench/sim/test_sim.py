@@ -90,7 +90,7 @@ class Engine(unittest.TestCase):
         c = sim.Costs(srv_msg=1e-4, srv_byte=0, srv_apply=0, cli_msg=1e-4,
                       cli_byte=0, lat=0)
         r = sim.simulate(one([sim.TrainerClass(4)], servers=1, bytes=MB,
-                             host_cores=2, mode="async"), c)
+                             host_cores=2, mode="async", lock=False), c)
         self.assertAlmostEqual(r["round_s"], 4 * 2e-4 / 2, delta=1e-9)
         self.assertAlmostEqual(r["util"]["host cpu"], 1.0, delta=1e-6)
 
@@ -98,8 +98,27 @@ class Engine(unittest.TestCase):
         c = sim.Costs(srv_msg=1e-4, srv_byte=0, srv_apply=0, cli_msg=1e-4,
                       cli_byte=0, lat=0)
         r = sim.simulate(one([sim.TrainerClass(4)], servers=1, bytes=MB,
-                             server_cores=4, mode="async"), c)
+                             server_cores=4, mode="async", lock=False), c)
         self.assertAlmostEqual(r["round_s"], 2e-4, delta=1e-9)
+
+    def test_server_mu_serialises(self):
+        # the same job holding the server's mu: four 1e-4 s holds a step
+        c = sim.Costs(srv_msg=1e-4, srv_byte=0, srv_apply=0, cli_msg=1e-4,
+                      cli_byte=0, lat=0)
+        r = sim.Model(one([sim.TrainerClass(4)], servers=1, bytes=MB,
+                          server_cores=4, mode="async"), c).run(8, 8)
+        self.assertAlmostEqual(r["round_s"], 4e-4, delta=1e-9)
+        # sync: the closing thread answers the ranks in turn, so the
+        # first answered builds its next push while mu serves the rest
+        c = sim.Costs(srv_msg=0, srv_byte=1e-10, srv_apply=0, cli_msg=0,
+                      cli_byte=1e-10, lat=0)
+        r = sim.simulate(one([sim.TrainerClass(4)], servers=1, bytes=MB,
+                             server_cores=4, mode="sync"), c)
+        b = 1e-10 * MB
+        # build b, decode b (in parallel), 4 replies of b in turn, the
+        # last rank's take-apart b: the round waits for the last rank
+        self.assertAlmostEqual(r["round_s"], b + 4 * b + b + b,
+                               delta=1e-9)
 
 
 class Placement(unittest.TestCase):

@@ -271,6 +271,8 @@ def name_of(res):
         return "trainer links"
     if "nic" in n:
         return "server NIC"
+    if "lock" in n:
+        return "a server's mu (one thread)"
     if n.startswith("server"):
         return "server CPU"
     if n.startswith("trainer"):
