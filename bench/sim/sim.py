@@ -52,9 +52,11 @@ Assumptions (and where this simplifies Ferry):
   thread that woke them, first come first served); a sync push's
   decode runs outside mu. A client's work is serial on its caller
   thread. A class of identical trainers is cut into up to 8 sub-classes
-  so that the first served go on while mu serves the rest. On the measuring machine every process shares
-  `host_cores` cores (processor sharing: loadgen's ranks and the servers
-  compete); in a large job each machine has its own cores.
+  so that the first served go on while mu serves the rest. On the
+  measuring machine every process shares `host_cores` cores (processor
+  sharing: loadgen's ranks and the servers compete; host_cores is fitted,
+  at most the machine's, as other work may have run beside the sweep);
+  in a large job each machine has its own cores.
 * Links: loopback (the measured runs) has no bandwidth limit (its copy
   cost is CPU, above); in a large job a message crosses the trainer's NIC
   and the server's NIC, each shared max-min fairly, capped by the pair's
