@@ -227,6 +227,14 @@ def trainer_lines(d, plots):
               "reason alone).", ""]
         w += plot_trainers(ts, plots)
         w += table(sweep_rows(ts), SWEEP_COLS) + [""]
+    ctl = d.get("trainer_sweep_control")
+    if ctl:
+        w += ["Control: 2 sync trainers whose model is as large as the "
+              "largest count's trainers x bytes, so that a round holds the "
+              "same bytes in flight. Aggregation per core that bends as far "
+              "here as with many trainers is the round's bytes leaving the "
+              "caches, not a cost per trainer.", ""]
+        w += table(sweep_rows(ctl), SWEEP_COLS) + [""]
     if ss:
         w += ["### Servers (bench/scale/trainers.sh)", "",
               "Servers 1 to 8 with the same trainers, the model cut into "

@@ -19,12 +19,18 @@
 # binaries are not built). The model is cut into 16 equal shards
 # (--shard-bytes), so that 1 to 8 servers each hold a share.
 #
+# A control cell runs 2 sync trainers with a model as large as the
+# biggest count's trainers x bytes (the same bytes in flight per round):
+# when it bends as far as the many trainers do, the cost is the round's
+# bytes (their cache footprint), not the number of trainers.
+#
 # FILE gets one JSON object: trainer_sweep and server_sweep (rows {mode,
 # servers, trainers, floats, bytes, round_ms, push_pulls_per_s,
 # goodput_gbps, server_cpu_s, agg_bytes, agg_gb_per_core_s,
-# server_rss_mb, ...}), agg_per_core_ratio_64_vs_2 (sync, one server,
-# agg_gb_per_core_s at 64 trainers over that at 2) and
-# trainer_sweep_growth (the largest step-to-step growth of round time,
+# server_rss_mb, ...}), trainer_sweep_control (the control cell's row),
+# agg_per_core_ratio_64_vs_2 (sync, one server, agg_gb_per_core_s at 64
+# trainers over that at 2), trainer_sweep_growth and
+# trainer_sweep_worst_growth (the step-to-step growth of round time,
 # server CPU per GB and server RSS against trainers x bytes). Raw logs go
 # to $FERRY_SCALE_RAW/trainers (a temp dir without it); binaries come from
 # $FERRY_BUILD_DIR (default build).
@@ -37,7 +43,7 @@ while (($#)); do
 	--smoke) smoke=1 ;;
 	--json) json=${2:?--json needs a file}; shift ;;
 	--json=*) json=${1#*=} ;;
-	-h | --help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "trainers.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 	shift
@@ -56,8 +62,6 @@ mkdir -p "$RAW"
 log() { echo "[trainers.sh] $*" >&2; }
 
 FLOATS=235146
-# 16 equal shards of the model (a multiple of 4 bytes each).
-SHARD_BYTES=$(((FLOATS + 15) / 16 * 4))
 budget=4000 counts="1 2 4 8 16 32 64" modes="sync async" tservers="1 2"
 sservers="1 2 4 8" smodes="sync async" strainers=8 warmup=5
 if ((quick)); then
@@ -77,16 +81,19 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# cell NAME MODE SERVERS TRAINERS: one fresh job, loadgen's JSON in
-# $RAW/NAME/loadgen.json. Returns non-zero when the job failed (its logs
-# stay in $RAW/NAME).
+# cell NAME MODE SERVERS TRAINERS [FLOATS [STEPS]]: one fresh job (the
+# model cut into 16 equal shards, a multiple of 4 bytes each), loadgen's
+# JSON in $RAW/NAME/loadgen.json. Returns non-zero when the job failed
+# (its logs stay in $RAW/NAME).
 cell() {
-	local name=$1 mode=$2 m=$3 n=$4 d=$RAW/$1 steps sched srv=()
-	steps=$((budget / n))
+	local mode=$2 m=$3 n=$4 d=$RAW/$1 floats=${5:-$FLOATS} steps=${6:-}
+	local sched srv=()
+	[ -n "$steps" ] || steps=$((budget / n))
 	((steps >= 10)) || steps=10
 	mkdir -p "$d"
+	# shellcheck disable=SC2017 # whole floats per shard, then bytes
 	"$PS" --role=scheduler --trainers="$n" --servers="$m" \
-		--shard-bytes="$SHARD_BYTES" --probe-bytes=0 \
+		--shard-bytes="$(((floats + 15) / 16 * 4))" --probe-bytes=0 \
 		--url-file="$d/scheduler.url" 2>"$d/scheduler.log" &
 	pids+=($!)
 	for _ in $(seq 200); do
@@ -107,7 +114,7 @@ cell() {
 		echo "${srv[*]}"
 	)
 	timeout 300 "$LG" --scheduler "$sched" --trainers "$n" \
-		--floats "$FLOATS" --mode "$mode" --steps "$steps" \
+		--floats "$floats" --mode "$mode" --steps "$steps" \
 		--warmup "$warmup" --watch-pids "$watch" \
 		--json "$d/loadgen.json" >"$d/loadgen.out" 2>&1 || rc=$?
 	cleanup
@@ -125,6 +132,13 @@ for m in $tservers; do
 		done
 	done
 done
+# The control: 2 trainers, the largest count's bytes in flight.
+big=${counts##* }
+if ((big > 2)); then
+	log "control: sync, 1 server, 2 trainers of $((big / 2)) x the model"
+	cell "c-sync-s1-n2" sync 1 2 $((FLOATS * big / 2)) $((budget / big)) ||
+		{ log "cell failed: $RAW/c-sync-s1-n2"; fails=$((fails + 1)); }
+fi
 for mode in $smodes; do
 	for m in $sservers; do
 		log "server sweep: $mode, $m server(s), $strainers trainers"
@@ -133,9 +147,9 @@ for mode in $smodes; do
 	done
 done
 
-/usr/bin/python3 - "$RAW" "$json" "$SHARD_BYTES" <<'PY'
+/usr/bin/python3 - "$RAW" "$json" <<'PY'
 import glob, json, os, sys
-raw, out, shard_bytes = sys.argv[1], sys.argv[2], int(sys.argv[3])
+raw, out = sys.argv[1], sys.argv[2]
 
 def row(path):
     with open(path) as f:
@@ -148,7 +162,7 @@ def row(path):
     return name[0], {
         "mode": mode, "servers": servers, "trainers": j["trainers"],
         "floats": j["floats"], "bytes": int(j["bytes"]),
-        "shards": -(-int(j["bytes"]) // shard_bytes),
+        "shards": 16,
         "steps": j["steps"], "elapsed_s": round(j["elapsed_s"], 4),
         "round_ms": round(j["round_ms_median"], 4),
         "round_ms_p99": round(j["round_ms_p99"], 4),
@@ -162,7 +176,7 @@ def row(path):
         "ok": j["ok"],
     }
 
-rows = {"t": [], "s": []}
+rows = {"t": [], "s": [], "c": []}
 for p in glob.glob(os.path.join(raw, "*", "loadgen.json")):
     try:
         kind, r = row(p)
@@ -173,7 +187,8 @@ for p in glob.glob(os.path.join(raw, "*", "loadgen.json")):
 key = lambda r: (r["mode"] != "sync", r["servers"], r["trainers"])
 tsw = sorted(rows["t"], key=key)
 ssw = sorted(rows["s"], key=key)
-doc = {"trainer_sweep": tsw, "server_sweep": ssw}
+doc = {"trainer_sweep": tsw, "server_sweep": ssw,
+       "trainer_sweep_control": rows["c"]}
 
 def pick(mode, servers, trainers):
     for r in tsw:
