@@ -65,7 +65,7 @@ FLOATS=235146
 budget=4000 counts="1 2 4 8 16 32 64" modes="sync async" tservers="1 2"
 sservers="1 2 4 8" smodes="sync async" strainers=8 warmup=5
 if ((quick)); then
-	budget=1200 counts="1 2 8 32 64" smodes="sync"
+	budget=2400 counts="1 2 8 32 64" smodes="sync"
 fi
 if ((smoke)); then
 	budget=300 counts="1 2 4" modes="sync" tservers="1" sservers="1 2"
