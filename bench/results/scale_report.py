@@ -365,9 +365,12 @@ def section(path, plots=None):
     if not body and not tg:
         return []
     w = [TITLE, ""]
-    w.append(f"`{d.get('command') or 'bench/scale.sh'}` on "
-             f"{d.get('when', '?')} ({d.get('cores', '?')} cores, "
-             f"{d.get('machine', '?')}). How Ferry's cost grows with "
+    where = ""
+    if d.get("when"):
+        where = (f" on {d['when']} ({d.get('cores', '?')} cores, "
+                 f"{d.get('machine', '?')})")
+    w.append(f"`{d.get('command') or 'bench/scale.sh'}`{where}. "
+             "How Ferry's cost grows with "
              "trainers, servers, model size and members, and a simulator "
              "of much larger jobs fitted to these runs (issue 30). Raw "
              "numbers: [`bench/results/scale.json`]"
