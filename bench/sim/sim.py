@@ -41,16 +41,20 @@ Assumptions (and where this simplifies Ferry):
   and cli_byte per byte each way; one-way latency per message. Per-byte
   costs include the kernel's loopback copies (measured as process CPU).
   A byte costs more once a machine's working set (a server: its shards x
-  (2 + trainers): weights, a staging slot per trainer, the message; a
-  client: 2 x the model; on the measuring machine, all of them together)
-  outgrows the last-level cache: + cold_byte x (1 - llc / working set).
+  (1 + 2 x trainers) in sync: weights, per trainer a staging slot and the
+  held request the reply is built in; 1 + trainers in async; a client: 2
+  x the model; on the measuring machine, all of them together) outgrows
+  the cache: + cold_byte x (1 - llc / working set), llc fitted between
+  the L2 and the last level (the 1 MB sweep's bend is at 2 -> 4
+  trainers: 2 -> 4 MB in flight against a 2 MiB L2).
 * CPU: a request's work runs on one thread (at most one core); a server's
   requests run in parallel up to its cores, except what holds its mu
-  (one thread at a time, as ps/src/server/push.c and pull.c do today):
-  an async or SSP push (check and apply), a sync round's apply, and the
-  replies a closed round or an applied push wakes (built under mu by the
-  thread that woke them, first come first served); a sync push's
-  decode runs outside mu. A client's work is serial on its caller
+  (one thread at a time, first come first served, as ps/src/server/push.c
+  and pull.c do today): the LOCK_* shares below of an async or SSP push
+  (decode and apply), of a sync round (the closing thread sums every
+  rank's slot), and of each reply (the copy of the weights into it, by
+  the thread that woke it); the rest (kernel copies, a sync decode) runs
+  outside mu. A client's work is serial on its caller
   thread. A class of identical trainers is cut into up to 8 sub-classes
   so that the first served go on while mu serves the rest. On the
   measuring machine every process shares `host_cores` cores (processor
@@ -80,6 +84,16 @@ PIPE_MIN_BYTES = 1 << 20  # clients/src/exchange.c
 PIPE_SLOTS = 8  # FERRY_PIPE_SLOTS
 PIPE_CTX_BUDGET = 128
 EPS = 1e-12
+# The shares of a server's work done holding its mu, from H-load's perf
+# profile of the 64-trainer sync sweep (s per GB aggregated): of a push's
+# 0.27 the recv copy, the zero-fill and the decode into the staging slot
+# run outside mu in sync and the rank-order sum (0.07) inside; an async
+# push decodes and applies inside (0.16); of a reply's 0.21 the copy of
+# the weights into the held request (0.11) is inside, the kernel's send
+# copy outside.
+LOCK_PUSH_SYNC = 0.25
+LOCK_PUSH_ASYNC = 0.6
+LOCK_REPLY = 0.5
 
 
 class Resource:
@@ -397,7 +411,10 @@ class Model:
         self.nsc = nsc
         # working sets and their per-byte costs (see Costs.byte)
         ntr = sum(tc.n for tc in self.tc)
-        ws_srv = [sum(r) * (2 + ntr) for _, r in self.sc]
+        # a server: weights, and per trainer a held request (plus a
+        # staging slot in sync: H-load's perf of the 1 MB sweep)
+        per = 2 * ntr if job.mode in ("sync", "local") else ntr
+        ws_srv = [sum(r) * (1 + per) for _, r in self.sc]
         ws_cli = 2 * job.bytes
         if shared:
             ws_srv = [sum(n * w for (n, _), w in zip(self.sc, ws_srv)) +
@@ -465,20 +482,15 @@ class Model:
             self.eng.start(work, [(res, k * n_a)], 1.0, fn)
 
     def srv_push(self, a, s, j):
-        # sync decodes into the rank's staging slot outside mu; an async
-        # push is checked, applied and answered in one hold of mu; an
-        # SSP one is applied there, its reply maybe parked (release)
+        # the push's share outside mu now, its share under mu later
         b = self.sc[s][1][j]
-        w = self.c.srv_msg + self.sb[s] * b
-        if self.job.mode == "async":
-            w += (self.c.srv_apply + self.sb[s]) * b
-            self.srv_job(s, a, w, locked=True, fn=lambda: self.transfer(
-                a, s, j, False, lambda: self.reply_in(a, s, j)))
-            return
-        self.srv_job(s, a, w, lambda: self.pushed(a, s, j),
-                     locked=self.job.mode == "ssp")
+        work = self.c.srv_msg + self.sb[s] * b
+        lp = LOCK_PUSH_SYNC if self.job.mode in ("sync", "local") \
+            else LOCK_PUSH_ASYNC
+        self.srv_job(s, a, (1 - lp) * work,
+                     lambda: self.pushed(a, s, j, lp * work))
 
-    def pushed(self, a, s, j):
+    def pushed(self, a, s, j, held):
         b = self.sc[s][1][j]
         mode = self.job.mode
         if mode in ("sync", "local"):
@@ -492,16 +504,25 @@ class Model:
             def applied():
                 for x in range(len(self.tc)):
                     self.srv_reply(x, s, j)
-            # the apply is one job per server whatever the trainers
-            self.srv_job(s, 0, self.c.srv_apply * b, applied,
+            # the closing thread, in one hold: every rank's share (the
+            # rank-order sum of the slots), the optimizer, the replies
+            ntr = sum(tc.n for tc in self.tc)
+            self.srv_job(s, 0, ntr * held + self.c.srv_apply * b, applied,
                          coef_members=False, locked=True)
             return
+        if mode == "async":
+            # applied and answered in one hold, sent outside it
+            w = held + (self.c.srv_apply + LOCK_REPLY * self.sb[s]) * b
+            self.srv_job(s, a, w, lambda: self.srv_send(a, s, j),
+                         locked=True)
+            return
 
-        def applied():  # SSP
+        def applied():  # SSP: the reply may wait for the slowest clock
             self.clock[s][j][a] += 1
             self.parked[s][j].append(a)
             self.release(s, j)
-        self.srv_job(s, a, self.c.srv_apply * b, applied, locked=True)
+        self.srv_job(s, a, held + self.c.srv_apply * b, applied,
+                     locked=True)
 
     def release(self, s, j):
         ck = self.clock[s][j]
@@ -516,10 +537,15 @@ class Model:
         self.parked[s][j] = keep
 
     def srv_reply(self, a, s, j):
-        w = self.sb[s] * self.sc[s][1][j]
-        # the thread that closes a round (sync) or applies a push builds
-        # the replies it wakes under mu (ps/src/server/pull.c)
-        self.srv_job(s, a, w, locked=True, fn=lambda: self.transfer(
+        # the thread that closes a round or advances a clock copies the
+        # weights into each reply it wakes under mu (ps/src/server/pull.c)
+        w = LOCK_REPLY * self.sb[s] * self.sc[s][1][j]
+        self.srv_job(s, a, w, lambda: self.srv_send(a, s, j), locked=True)
+
+    def srv_send(self, a, s, j):
+        # the kernel's send copy, on nng's threads, outside mu
+        w = (1 - LOCK_REPLY) * self.sb[s] * self.sc[s][1][j]
+        self.srv_job(s, a, w, lambda: self.transfer(
             a, s, j, False, lambda: self.reply_in(a, s, j)))
 
     # -- running --------------------------------------------------------

@@ -102,12 +102,14 @@ class Engine(unittest.TestCase):
         self.assertAlmostEqual(r["round_s"], 2e-4, delta=1e-9)
 
     def test_server_mu_serialises(self):
-        # the same job holding the server's mu: four 1e-4 s holds a step
-        c = sim.Costs(srv_msg=1e-4, srv_byte=0, srv_apply=0, cli_msg=1e-4,
+        # the same job holding the server's mu for its LOCK_PUSH_ASYNC
+        # share: four holds a step once that exceeds a rank's own chain
+        c = sim.Costs(srv_msg=4e-4, srv_byte=0, srv_apply=0, cli_msg=1e-4,
                       cli_byte=0, lat=0)
         r = sim.Model(one([sim.TrainerClass(4)], servers=1, bytes=MB,
                           server_cores=4, mode="async"), c).run(8, 8)
-        self.assertAlmostEqual(r["round_s"], 4e-4, delta=1e-9)
+        self.assertAlmostEqual(r["round_s"], 4 * sim.LOCK_PUSH_ASYNC * 4e-4,
+                               delta=1e-9)
         # sync: the closing thread answers the ranks in turn, so the
         # first answered builds its next push while mu serves the rest
         c = sim.Costs(srv_msg=0, srv_byte=1e-10, srv_apply=0, cli_msg=0,
@@ -115,10 +117,13 @@ class Engine(unittest.TestCase):
         r = sim.simulate(one([sim.TrainerClass(4)], servers=1, bytes=MB,
                              server_cores=4, mode="sync"), c)
         b = 1e-10 * MB
-        # build b, decode b (in parallel), 4 replies of b in turn, the
-        # last rank's take-apart b: the round waits for the last rank
-        self.assertAlmostEqual(r["round_s"], b + 4 * b + b + b,
-                               delta=1e-9)
+        # build b and the unlocked 3/4 of the decode (in parallel); the
+        # closing thread's 4 x b/4 sum and 4 reply copies of b/2 in
+        # turn; the last send (b/2) and take-apart (b)
+        lp, lr = sim.LOCK_PUSH_SYNC, sim.LOCK_REPLY
+        want = b + (1 - lp) * b + 4 * lp * b + 4 * lr * b + \
+            (1 - lr) * b + b
+        self.assertAlmostEqual(r["round_s"], want, delta=1e-9)
 
 
 class Placement(unittest.TestCase):

@@ -15,7 +15,8 @@ sim_validation, sim_max_rel_error, sim_predictions, sim_bottleneck_1000.
 
 Calibration (named, small): the trainer-sweep rows with 1 or 2 trainers
 and one server (sync and async), and the model-sweep rows of two sizes
-(the smallest and the one nearest 64 MB). Server costs come from those
+(the smallest and the one nearest 64 MB; without a model sweep, the
+trainer sweep's control cell: 2 trainers, a 30 MB model). Server costs come from those
 rows' server CPU per push-pull (least squares: requests, bytes, bytes per
 round); a client's costs mirror a server's (see mirror); the one-way
 latency and the cores the runs had from their round times (Nelder-Mead
@@ -57,7 +58,7 @@ def load(raw, prev):
 def rows_of(doc, transport):
     """[(part, row)] with the fields validation needs."""
     out = []
-    for part in ("trainer_sweep", "server_sweep"):
+    for part in ("trainer_sweep", "server_sweep", "trainer_sweep_control"):
         for r in doc.get(part) or []:
             if not r.get("trainers") or not r.get("bytes"):
                 continue
@@ -89,9 +90,13 @@ def rows_of(doc, transport):
 
 def job_of(r, cores):
     b = int(r["bytes"])
+    floats = b // 4
+    shard = sim.SHARD_BYTES
+    if r.get("shards"):  # the sweep's --shard-bytes: that many shards
+        shard = -(-floats // int(r["shards"])) * 4
     return sim.Job_(trainers=[sim.TrainerClass(int(r["trainers"]))],
-                    servers=int(r["servers"]), bytes=b - b % 4,
-                    tensors=int(r.get("tensors", 1)),
+                    servers=int(r["servers"]), bytes=floats * 4,
+                    tensors=int(r.get("tensors", 1)), shard_bytes=shard,
                     mode="sync" if r["mode"] == "sync" else "async",
                     host_cores=cores)
 
@@ -166,29 +171,38 @@ def nelder_mead(f, x0, iters=160, step=0.7):
     return pts[i], vals[i]
 
 
-def llc_bytes():
-    """This machine's last-level cache (32 MiB when sysfs says nothing)."""
-    best = 0
+def caches():
+    """(L2, last level) of this machine's caches, bytes, from sysfs (2 and
+    32 MiB when it says nothing)."""
+    sizes = {}
     base = "/sys/devices/system/cpu/cpu0/cache"
     try:
         for d in os.listdir(base):
-            with open(os.path.join(base, d, "size")) as f:
+            p = os.path.join(base, d)
+            with open(os.path.join(p, "size")) as f:
                 t = f.read().strip()
+            with open(os.path.join(p, "level")) as f:
+                lv = int(f.read())
             mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1], 1)
-            best = max(best, int(t.rstrip("KMG")) * mult)
+            sizes[lv] = max(sizes.get(lv, 0), int(t.rstrip("KMG")) * mult)
     except (OSError, ValueError):
         pass
-    return best or 32 << 20
+    l2 = sizes.get(2, 2 << 20)
+    return l2, max(sizes.values(), default=32 << 20) or l2
+
+
+CLI_SCALE = [1.0]
 
 
 def mirror(costs):
     """A client's work mirrors a server's: it encodes the push a server
     decodes and decodes the reply a server encodes, through the same
     kernel copies. Loadgen does not measure its own CPU, so its costs
-    are taken to be the servers' (measured) ones; the round times then
-    fit only the latency and the cores the runs had."""
-    costs.cli_msg = costs.srv_msg
-    costs.cli_byte = costs.srv_byte
+    are the servers' (measured) ones times one factor, cli_scale, which
+    the one-trainer rows' round times pin down (round = client + server
+    work + 2 x latency)."""
+    costs.cli_msg = CLI_SCALE[0] * costs.srv_msg
+    costs.cli_byte = CLI_SCALE[0] * costs.srv_byte
 
 
 def fit_round(cal, costs, cores, names, iters):
@@ -198,6 +212,12 @@ def fit_round(cal, costs, cores, names, iters):
         for k, v in zip(names, x):
             if k == "host_cores":
                 v = 0.5 + (cores - 0.5) / (1 + math.exp(-v))
+            elif k == "cli_scale":
+                CLI_SCALE[0] = math.exp(v)
+                continue
+            elif k == "llc":  # between the L2 and the last level
+                lo, hi = caches()
+                v = lo * (hi / lo) ** (1 / (1 + math.exp(-v)))
             else:
                 v = math.exp(v)
             setattr(costs, k, float(v))
@@ -213,8 +233,8 @@ def fit_round(cal, costs, cores, names, iters):
             if v is not None:
                 e += math.log(res["srv_cpu_per_pp"] / v) ** 2
         return e
-    x0 = [0.0 if k == "host_cores" else math.log(getattr(costs, k))
-          for k in names]
+    x0 = [0.0 if k in ("host_cores", "llc", "cli_scale") else
+          math.log(getattr(costs, k)) for k in names]
     x, _ = nelder_mead(err, x0, iters=iters)
     apply(x)
 
@@ -232,6 +252,8 @@ def calibration_split(rows):
         small = r["trainers"] <= 2 and r["servers"] == 1
         if p == "model_sweep":
             c = r["bytes"] in pick
+        elif p == "trainer_sweep_control":
+            c = not msizes  # the second size until the model sweep's
         elif p == "transport_scale":
             c = r["trainers"] == 1 and r["bytes"] in tsizes[:1] + \
                 tsizes[-1:]
@@ -365,9 +387,9 @@ def main():
     if not cal:  # (a smoke run's few rows): fit on all, validate none
         cal, val = val, []
     have_cpu = fit_server(cal, costs, cores)
-    costs.llc = llc_bytes()
     costs.cold_byte = 0.5 * costs.srv_byte
-    names = ["srv_msg", "srv_byte", "cold_byte", "lat", "host_cores"]
+    names = ["srv_msg", "srv_byte", "cold_byte", "lat", "host_cores",
+             "llc", "cli_scale"]
     mirror(costs)
     iters = 40 if a.smoke else 100 if a.quick else 200
     fit_round(cal, costs, cores, names, iters)
@@ -390,6 +412,7 @@ def main():
     checked = [abs(t["rel_error"]) for t in table if not t["calibration"]]
     out = {
         "sim_costs": dict(costs.as_dict(), machine_cores=cores,
+                          cli_scale=CLI_SCALE[0],
                           calibrated_on=[
                               f"{p}: {r['mode']} {r['trainers']} trainers "
                               f"{r['servers']} servers {r['bytes']} B"
@@ -398,8 +421,9 @@ def main():
                           "host_cores by Nelder-Mead on the calibration "
                           "rows' log errors of round time and of server "
                           "CPU per push-pull (server_cpu_s / (agg_bytes / "
-                          "bytes)); cli_* = srv_* (mirror); llc from "
-                          "sysfs; sched_* from sched.json" +
+                          "bytes)); cli_* = cli_scale x srv_* (mirror); llc (the "
+                          "working set where a byte turns cold) between "
+                          "the L2 and L3 sizes; sched_* from sched.json" +
                           ("" if have_cpu else " (no server CPU in the "
                            "rows: round times only)")),
         "sim_validation": table,
