@@ -16,14 +16,16 @@ sim_validation, sim_max_rel_error, sim_predictions, sim_bottleneck_1000.
 Calibration (named, small): the trainer-sweep rows with 1 or 2 trainers
 and one server (sync and async), and the model-sweep rows of two sizes
 (the smallest and the one nearest 64 MB; without a model sweep, the
-trainer sweep's control cell: 2 trainers, a 30 MB model). Server costs come from those
-rows' server CPU per push-pull (least squares: requests, bytes, bytes per
-round); a client's costs mirror a server's (see mirror); the one-way
-latency and the cores the runs had from their round times (Nelder-Mead
-on the simulator's log error). Every other row is a validation row:
-predicted against measured mean round time (trainers / push_pulls_per_s;
-push_pull_ms for the model sweep). Exit 77 with --smoke when no measured
-row exists.
+trainer sweep's control cell: 2 trainers, a 30 MB model). One
+Nelder-Mead fit of the simulator to those rows' log errors of round time
+and of server CPU per push-pull sets the server's per-request and
+per-byte costs (a least-squares fit of the CPU alone starts it), the
+extra cost of a byte beyond the cache and that cache's size, the one-way
+latency, the cores the runs had, and the factor on the client's costs
+(which mirror a server's, see mirror). Every other row is a validation
+row: predicted against the measured mean round time (trainers /
+push_pulls_per_s; push_pull_ms for the model sweep). Exit 77 with
+--smoke when no measured row exists.
 """
 
 import argparse
@@ -417,12 +419,12 @@ def main():
                               f"{p}: {r['mode']} {r['trainers']} trainers "
                               f"{r['servers']} servers {r['bytes']} B"
                               for p, r in cal],
-                          how="srv_msg, srv_byte, cold_byte, lat and "
-                          "host_cores by Nelder-Mead on the calibration "
-                          "rows' log errors of round time and of server "
-                          "CPU per push-pull (server_cpu_s / (agg_bytes / "
-                          "bytes)); cli_* = cli_scale x srv_* (mirror); llc (the "
-                          "working set where a byte turns cold) between "
+                          how="srv_msg, srv_byte, cold_byte, llc, lat, "
+                          "host_cores and cli_scale by Nelder-Mead on the "
+                          "calibration rows' log errors of round time and "
+                          "of server CPU per push-pull (server_cpu_s / "
+                          "(agg_bytes / bytes)); cli_* = cli_scale x "
+                          "srv_*; llc (where a byte turns cold) between "
                           "the L2 and L3 sizes; sched_* from sched.json" +
                           ("" if have_cpu else " (no server CPU in the "
                            "rows: round times only)")),
