@@ -25,11 +25,13 @@ Assumptions (and where this simplifies Ferry):
   fewer shards than servers leaves servers idle. Not modelled: the
   link-aware cut (shard_link_bytes) and the latency solver of probed jobs.
 * Requests: per server a client cuts its shards into requests of whole
-  shards of at least max(1 MiB, server bytes / window) fp32 bytes, window
-  = clamp(128 / trainers, 1, 8) (exchange.c, ferry__req_bytes; fast
-  links). Requests are built request-major (request j for every server,
-  then j + 1) where the client goes server-major: the same work, a
-  slightly different order.
+  shards of at least clamp(server bytes / window, 1 MiB, PIPE_MAX_BYTES)
+  fp32 bytes and keeps `window` = clamp(128 / trainers, 1, 8) of them in
+  flight per server (exchange.c, ferry__req_bytes; fast links); a reply
+  taken apart frees its slot for the next request. The first window is
+  built request-major (request k for every server, then k + 1) where
+  the client goes server-major: the same work, a slightly different
+  order.
 * Identical members are simulated once: a class of n trainers (same
   compute, link) acts in lock step and weighs n on every shared resource;
   servers holding the same number of shards form one class. Exact for a
@@ -81,6 +83,7 @@ from dataclasses import dataclass
 
 SHARD_BYTES = 1 << 20  # --shard-bytes default
 PIPE_MIN_BYTES = 1 << 20  # clients/src/exchange.c
+PIPE_MAX_BYTES = 1 << 20  # (0: none) exchange.c since h/model's 22ed8e4
 PIPE_SLOTS = 8  # FERRY_PIPE_SLOTS
 PIPE_CTX_BUDGET = 128
 EPS = 1e-12
@@ -226,6 +229,8 @@ class Serial:
         self.uses = uses
         self.queue = []
         self.busy = False
+        self.since = 0.0
+        self.held = 0.0  # seconds busy, for utilisation
 
     def submit(self, work, fn, uses=None):
         self.queue.append((work, fn, uses or self.uses))
@@ -237,9 +242,11 @@ class Serial:
             self.busy = False
             return
         self.busy = True
+        self.since = self.eng.now
         work, fn, uses = self.queue.pop(0)
 
         def fin():
+            self.held += self.eng.now - self.since
             fn()
             self._next()
         self.eng.start(work, uses, 1.0, fin)
@@ -327,20 +334,27 @@ def cut(job):
     return sizes
 
 
+def window(job):
+    """Requests a client keeps in flight per server (exchange.c)."""
+    ntr = sum(c.n for c in job.trainers)
+    return max(1, min(PIPE_SLOTS, PIPE_CTX_BUDGET // max(ntr, 1)))
+
+
 def server_classes(job):
     """[(n servers, [request fp32 bytes])] for round-robin placement."""
     sizes = cut(job)
     per_server = [[] for _ in range(job.servers)]
     for i, s in enumerate(sizes):
         per_server[i % job.servers].append(s)
-    ntr = sum(c.n for c in job.trainers)
-    w = max(1, min(PIPE_SLOTS, PIPE_CTX_BUDGET // max(ntr, 1)))
+    w = window(job)
     groups = {}
     for shards in per_server:
         if not shards:
             continue
         total = sum(shards)
         target = max(PIPE_MIN_BYTES, -(-total // w))
+        if PIPE_MAX_BYTES:
+            target = min(target, PIPE_MAX_BYTES)
         reqs, acc = [], 0
         for s in shards:
             acc += s
@@ -391,15 +405,18 @@ class Model:
                 uses = [(Resource(f"trainer{a} cpu", job.trainer_cores,
                                   tc.n), 1)]
             self.cli.append(Serial(self.eng, uses))
-            self.tr_in.append(Resource(f"trainer{a} nic in", tc.nic_bps,
-                                       tc.n))
-            self.tr_out.append(Resource(f"trainer{a} nic out", tc.nic_bps,
-                                        tc.n))
+            speed = f"{tc.nic_bps * 8e-6:g} Mbit/s"
+            self.tr_in.append(Resource(f"trainer{a} nic in {speed}",
+                                       tc.nic_bps, tc.n))
+            self.tr_out.append(Resource(f"trainer{a} nic out {speed}",
+                                        tc.nic_bps, tc.n))
         self.resources = ([host] if shared else []) + [
             r for r, _ in self.srv_cpu if not shared] + self.srv_in + \
             self.srv_out + [r for s in self.cli for r, _ in s.uses
                             if not shared] + self.tr_in + self.tr_out
         self.step = [0] * ntc
+        self.win = window(job)
+        self.nxt = [[0] * len(self.sc) for _ in range(ntc)]
         self.step_t = [[] for _ in range(ntc)]
         self.pending = [0] * ntc
         # sync/local rounds: (s, j, round) -> trainer classes in
@@ -433,14 +450,21 @@ class Model:
         self.eng.after(comp, lambda: self.send_all(a))
 
     def send_all(self, a):
+        # fill each server's window, request k for every server, then
+        # k + 1; a reply taken apart frees a slot for the next (build)
         self.pending[a] = sum(len(r) for _, r in self.sc)
-        nmax = max(len(r) for _, r in self.sc)
-        for j in range(nmax):
-            for s, (n, reqs) in enumerate(self.sc):
-                if j < len(reqs):
-                    w = n * (self.c.cli_msg + self.cb * reqs[j])
-                    self.cli[a].submit(
-                        w, lambda s=s, j=j: self.transfer_up(a, s, j))
+        self.nxt[a] = [0] * len(self.sc)
+        for _ in range(self.win):
+            for s, (_, reqs) in enumerate(self.sc):
+                if self.nxt[a][s] < len(reqs):
+                    self.build(a, s)
+
+    def build(self, a, s):
+        j = self.nxt[a][s]
+        self.nxt[a][s] += 1
+        n, reqs = self.sc[s]
+        w = n * (self.c.cli_msg + self.cb * reqs[j])
+        self.cli[a].submit(w, lambda: self.transfer_up(a, s, j))
 
     def link_uses(self, a, s, up):
         n_s = self.sc[s][0]
@@ -460,10 +484,12 @@ class Model:
 
     def reply_in(self, a, s, j):
         w = self.sc[s][0] * self.cb * self.sc[s][1][j]
-        self.cli[a].submit(w, lambda: self.reply_done(a))
+        self.cli[a].submit(w, lambda: self.reply_done(a, s))
 
-    def reply_done(self, a):
+    def reply_done(self, a, s):
         self.pending[a] -= 1
+        if self.nxt[a][s] < len(self.sc[s][1]):
+            self.build(a, s)
         if self.pending[a] == 0:
             self.step[a] += 1
             self.begin_step(a)
@@ -565,6 +591,9 @@ class Model:
         for r in self.resources:
             if math.isfinite(r.capacity) and self.eng.now > 0:
                 util[r.name] = r.used / (r.capacity * self.eng.now)
+        for s, lk in enumerate(self.srv_lock):
+            if self.eng.now > 0:
+                util[f"server{s} mu"] = lk.held / self.eng.now
         ntr = sum(tc.n for tc in self.tc)
         steps_done = sum(tc.n * self.step[a] for a, tc in
                          enumerate(self.tc))
@@ -592,6 +621,8 @@ def bottleneck(job, res, costs):
     for name, u in res["util"].items():
         key = name.replace(" in", "").replace(" out", "")
         busy[key] = busy.get(key, 0.0) + u
+        if " in" in name or " out" in name:
+            busy[key] = min(busy[key], 1.0)  # full duplex, in parallel
     best = ("none", 0.0)
     for name, u in busy.items():
         if u > best[1]:

@@ -142,12 +142,23 @@ class Placement(unittest.TestCase):
                          [1, 1])
 
     def test_requests_follow_the_window(self):
-        # 16 MiB on one server: 8 requests of 2 MiB for 2 trainers, 2 of
-        # 8 MiB for 64 (window 128/64), 1 for 1000.
-        for t, n in ((2, 8), (64, 2), (1000, 1)):
+        # 16 MiB on one server: requests of 1 MiB (PIPE_MAX_BYTES), 8 in
+        # flight for 2 trainers, 2 for 64 (128/64), 1 for 1000
+        for t, w in ((2, 8), (64, 2), (1000, 1)):
             job = one([sim.TrainerClass(t)], servers=1, bytes=16 * MB)
             (cnt, reqs), = sim.server_classes(job)
-            self.assertEqual(len(reqs), n, msg=t)
+            self.assertEqual(len(reqs), 16, msg=t)
+            self.assertEqual(sim.window(job), w, msg=t)
+
+    def test_window_of_one_waits_for_each_reply(self):
+        # 4 requests, one in flight: 4 round trips, the bytes once
+        b, bw, lat = 4 * MB, 1e9, 1e-3
+        job = one([sim.TrainerClass(200, 0, float("inf"), lat)],
+                  servers=1, bytes=b, server_nic_bps=bw)
+        self.assertEqual(sim.window(job), 1)
+        r = sim.simulate(job, ZERO)
+        want = 4 * 2 * lat + 2 * 200 * b / bw
+        self.assertAlmostEqual(r["round_s"], want, delta=want * 1e-9)
 
 
 class Staleness(unittest.TestCase):

@@ -291,12 +291,12 @@ def big_job(trainers, servers, mode, slow_frac=0.1):
 def name_of(res):
     """Turn a resource's name into what limits the job, in words."""
     n = res
-    if n.startswith("trainer0 nic") or n.startswith("trainer1 nic"):
-        return "trainer links"
+    if n.startswith("trainer") and "nic" in n:
+        return "trainer links (" + n.split("nic ")[-1] + ")"
     if "nic" in n:
         return "server NIC"
-    if "lock" in n:
-        return "a server's mu (one thread)"
+    if n.endswith(" mu"):
+        return "a server's mu (one thread at a time)"
     if n.startswith("server"):
         return "server CPU"
     if n.startswith("trainer"):
@@ -329,7 +329,7 @@ def predictions(costs, quick):
                     "step_ms": round(res["round_s"] * 1e3 / steps, 1),
                     "servers_used": sum(n for n, _, _ in
                                         res["server_classes"]),
-                    "bottleneck": f"{name_of(worst)} ({u:.0%} of the round)",
+                    "bottleneck": f"{name_of(worst)} ({u:.0%} busy)",
                     "ferry_limits": sim.limits(job)})
     for m in (10, 100):
         job, res, worst, u = run_big(1000, m, "sync", costs, 0.0)
@@ -339,7 +339,7 @@ def predictions(costs, quick):
             "round_ms": round(res["round_s"] * 1e3, 1),
             "step_ms": round(res["round_s"] * 1e3, 1),
             "servers_used": sum(n for n, _, _ in res["server_classes"]),
-            "bottleneck": f"{name_of(worst)} ({u:.0%} of the round)",
+            "bottleneck": f"{name_of(worst)} ({u:.0%} busy)",
             "ferry_limits": sim.limits(job)})
     return rows
 
@@ -363,8 +363,8 @@ def sentence_1000(costs, sched_measured):
             f"{sch['map_all_s']:.2f} s to hand a map to all{s_note}; with "
             f"every link at 10 Gbit/s the round falls to "
             f"{fast['round_s'] * 1e3:.0f} ms and the {name_of(wf)} limits "
-            f"it ({uf:.0%} of the round on the wire, each direction "
-            f"{nic:.0%} busy at 25 Gbit/s).")
+            f"it ({uf:.0%} busy, each direction {nic:.0%} at 25 "
+            f"Gbit/s).")
 
 
 def main():
