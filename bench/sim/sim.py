@@ -28,7 +28,8 @@ Assumptions (and where this simplifies Ferry):
   shards of at least clamp(server bytes / window, 1 MiB, PIPE_MAX_BYTES)
   fp32 bytes and keeps `window` = clamp(128 / trainers, 1, 8) of them in
   flight per server (exchange.c, ferry__req_bytes; fast links); a reply
-  taken apart frees its slot for the next request. The first window is
+  taken apart frees its slot for the next request (validate.py reads
+  these constants from clients/src: read_constants). The first window is
   built request-major (request k for every server, then k + 1) where
   the client goes server-major: the same work, a slightly different
   order.
@@ -79,11 +80,12 @@ Assumptions (and where this simplifies Ferry):
 
 import heapq
 import math
+import os
 from dataclasses import dataclass
 
 SHARD_BYTES = 1 << 20  # --shard-bytes default
 PIPE_MIN_BYTES = 1 << 20  # clients/src/exchange.c
-PIPE_MAX_BYTES = 1 << 20  # (0: none) exchange.c since h/model's 22ed8e4
+PIPE_MAX_BYTES = 1 << 20  # exchange.c since h/model's 22ed8e4 (0: none)
 PIPE_SLOTS = 8  # FERRY_PIPE_SLOTS
 PIPE_CTX_BUDGET = 128
 EPS = 1e-12
@@ -97,6 +99,33 @@ EPS = 1e-12
 LOCK_PUSH_SYNC = 0.25
 LOCK_PUSH_ASYNC = 0.6
 LOCK_REPLY = 0.5
+
+
+def read_constants(root):
+    """Set the request constants above from the client's source under
+    root (clients/src), so the model follows the code it is checked
+    against; a constant not found keeps its value here (PIPE_MAX_BYTES
+    absent: no cap). Returns what it read."""
+    import re
+    names = {"PIPE_MIN_BYTES", "PIPE_MAX_BYTES", "FERRY_PIPE_SLOTS",
+             "PIPE_CTX_BUDGET"}
+    got = {}
+    for f in ("exchange.c", "client_impl.h"):
+        try:
+            with open(os.path.join(root, "clients", "src", f)) as fh:
+                text = fh.read()
+        except OSError:
+            continue
+        for m in re.finditer(r"^#define (\w+) \(?(\d+)u?(?: << (\d+))?\)?",
+                             text, re.M):
+            if m.group(1) in names:
+                got[m.group(1)] = int(m.group(2)) << int(m.group(3) or 0)
+    g = globals()
+    if got:
+        g["PIPE_MAX_BYTES"] = got.get("PIPE_MAX_BYTES", 0)
+    for k, v in got.items():
+        g["PIPE_SLOTS" if k == "FERRY_PIPE_SLOTS" else k] = v
+    return got
 
 
 class Resource:

@@ -144,6 +144,8 @@ class Placement(unittest.TestCase):
     def test_requests_follow_the_window(self):
         # 16 MiB on one server: requests of 1 MiB (PIPE_MAX_BYTES), 8 in
         # flight for 2 trainers, 2 for 64 (128/64), 1 for 1000
+        self.addCleanup(setattr, sim, "PIPE_MAX_BYTES", sim.PIPE_MAX_BYTES)
+        sim.PIPE_MAX_BYTES = MB
         for t, w in ((2, 8), (64, 2), (1000, 1)):
             job = one([sim.TrainerClass(t)], servers=1, bytes=16 * MB)
             (cnt, reqs), = sim.server_classes(job)
@@ -152,6 +154,8 @@ class Placement(unittest.TestCase):
 
     def test_window_of_one_waits_for_each_reply(self):
         # 4 requests, one in flight: 4 round trips, the bytes once
+        self.addCleanup(setattr, sim, "PIPE_MAX_BYTES", sim.PIPE_MAX_BYTES)
+        sim.PIPE_MAX_BYTES = MB
         b, bw, lat = 4 * MB, 1e9, 1e-3
         job = one([sim.TrainerClass(200, 0, float("inf"), lat)],
                   servers=1, bytes=b, server_nic_bps=bw)
@@ -159,6 +163,18 @@ class Placement(unittest.TestCase):
         r = sim.simulate(job, ZERO)
         want = 4 * 2 * lat + 2 * 200 * b / bw
         self.assertAlmostEqual(r["round_s"], want, delta=want * 1e-9)
+
+
+class Constants(unittest.TestCase):
+    def test_read_from_the_client(self):
+        keep = (sim.PIPE_MAX_BYTES, sim.PIPE_SLOTS)
+        self.addCleanup(setattr, sim, "PIPE_MAX_BYTES", keep[0])
+        self.addCleanup(setattr, sim, "PIPE_SLOTS", keep[1])
+        root = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                            "..", "..")
+        got = sim.read_constants(root)
+        self.assertEqual(got.get("FERRY_PIPE_SLOTS"), sim.PIPE_SLOTS)
+        self.assertEqual(sim.PIPE_MAX_BYTES, got.get("PIPE_MAX_BYTES", 0))
 
 
 class Staleness(unittest.TestCase):

@@ -386,6 +386,8 @@ def main():
         print("validate.py: no measured rows (trainers.json / model.json "
               f"in {a.raw or '-'}, or {a.prev})", file=sys.stderr)
         return 77 if a.smoke else 1
+    consts = sim.read_constants(os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", ".."))
     cores = doc.get("cores") or os.cpu_count()
     costs = sim.Costs(host_cores=cores)
     cal, val = calibration_split(rows)
@@ -418,6 +420,7 @@ def main():
     out = {
         "sim_costs": dict(costs.as_dict(), machine_cores=cores,
                           cli_scale=CLI_SCALE[0],
+                          client_constants=consts,
                           calibrated_on=[
                               f"{p}: {r['mode']} {r['trainers']} trainers "
                               f"{r['servers']} servers {r['bytes']} B"
