@@ -584,8 +584,9 @@ class Model:
         low = min(ck)
         keep = []
         for a in self.parked[s][j]:
-            # a's pull at clock ck[a] needs every clock >= ck[a]-1-K
-            if low >= ck[a] - 1 - self.job.staleness:
+            # after its push a's clock is ck[a]: its pull is answered once
+            # every clock >= ck[a] - K (docs/algorithms.md §6.1)
+            if low >= ck[a] - self.job.staleness:
                 self.srv_reply(a, s, j)
             else:
                 keep.append(a)

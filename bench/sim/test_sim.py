@@ -189,6 +189,18 @@ class Staleness(unittest.TestCase):
         r = sim.Model(asy, ZERO).run(steps=10, warmup=10)
         self.assertAlmostEqual(r["round_s_by_class"][0], 0.01, delta=1e-5)
 
+    def test_ssp_runs_k_steps_ahead(self):
+        # a pull is answered once every clock reaches the caller's - K:
+        # when the slow trainer ends a step, the fast one has ended
+        # exactly K more (K = 0: sync's pace)
+        for k in range(4):
+            fast = sim.TrainerClass(1, 0.01, 1e12, 0)
+            slow = sim.TrainerClass(1, 0.05, 1e12, 0)
+            m = sim.Model(one([fast, slow], servers=1, bytes=MB,
+                              mode="ssp", staleness=k), ZERO)
+            m.run(steps=5, warmup=2)
+            self.assertEqual(m.step[0] - m.step[1], k, msg=k)
+
     def test_local_steps_amortise(self):
         job = one([sim.TrainerClass(1, 0.01, 1e9, 1e-3)], servers=1,
                   bytes=MB, mode="local", local_steps=32)
