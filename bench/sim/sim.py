@@ -37,11 +37,15 @@ Assumptions (and where this simplifies Ferry):
   compute, link) acts in lock step and weighs n on every shared resource;
   servers holding the same number of shards form one class. Exact for a
   fluid model, where identical jobs started together end together.
-* Costs are linear: a server spends srv_msg per request and srv_byte per
-  byte each way (decode+accumulate a push, encode its reply) and
-  srv_apply per byte of each optimizer step (once per round in sync, per
-  push in async/SSP); a client's caller thread spends cli_msg per request
-  and cli_byte per byte each way; one-way latency per message. Per-byte
+* Costs are linear: a server spends srv_byte per byte each way (decode
+  and accumulate a push, encode its reply) and srv_apply per byte of each
+  optimizer step (once per round in sync, per push in async/SSP); a
+  client's caller thread spends cli_byte per byte each way; one-way
+  latency per message. The per-request costs srv_msg and cli_msg are a
+  wake-up: paid by a server only when a request finds it idle and by a
+  client only when a reply finds its caller thread waiting (H-load's
+  perf: context switches cost 0.094 s/GB at 2 trainers, 0.018 at 64,
+  where requests queue up behind each other). Per-byte
   costs include the kernel's loopback copies (measured as process CPU).
   A byte costs more once a machine's working set (a server: its shards x
   (1 + 2 x trainers) in sync: weights, per trainer a staging slot and the
@@ -454,6 +458,7 @@ class Model:
         self.clock = [[[0] * ntc for _ in reqs] for _, reqs in self.sc]
         self.parked = [[[] for _ in reqs] for _, reqs in self.sc]
         self.srv_work = 0.0  # CPU seconds of all servers
+        self.srv_active = [0] * nsc  # server jobs queued or running
         self.nsc = nsc
         # working sets and their per-byte costs (see Costs.byte)
         ntr = sum(tc.n for tc in self.tc)
@@ -492,7 +497,7 @@ class Model:
         j = self.nxt[a][s]
         self.nxt[a][s] += 1
         n, reqs = self.sc[s]
-        w = n * (self.c.cli_msg + self.cb * reqs[j])
+        w = n * self.cb * reqs[j]
         self.cli[a].submit(w, lambda: self.transfer_up(a, s, j))
 
     def link_uses(self, a, s, up):
@@ -512,7 +517,8 @@ class Model:
         self.transfer(a, s, j, True, lambda: self.srv_push(a, s, j))
 
     def reply_in(self, a, s, j):
-        w = self.sc[s][0] * self.cb * self.sc[s][1][j]
+        wake = self.c.cli_msg * (not self.cli[a].busy)
+        w = self.sc[s][0] * (wake + self.cb * self.sc[s][1][j])
         self.cli[a].submit(w, lambda: self.reply_done(a, s))
 
     def reply_done(self, a, s):
@@ -530,16 +536,22 @@ class Model:
         res, k = self.srv_cpu[s]
         n_a = self.tc[a].n if coef_members else 1
         self.srv_work += work * n_a * self.sc[s][0]
+        self.srv_active[s] += 1
+
+        def done():
+            self.srv_active[s] -= 1
+            fn()
         if locked and self.job.lock:
             # the class's n_a calls one after another on the holder
-            self.srv_lock[s].submit(work * n_a, fn, [(res, k)])
+            self.srv_lock[s].submit(work * n_a, done, [(res, k)])
         else:
-            self.eng.start(work, [(res, k * n_a)], 1.0, fn)
+            self.eng.start(work, [(res, k * n_a)], 1.0, done)
 
     def srv_push(self, a, s, j):
         # the push's share outside mu now, its share under mu later
         b = self.sc[s][1][j]
-        work = self.c.srv_msg + self.sb[s] * b
+        idle = self.srv_active[s] == 0 and not self.srv_lock[s].busy
+        work = self.c.srv_msg * idle + self.sb[s] * b
         lp = LOCK_PUSH_SYNC if self.job.mode in ("sync", "local") \
             else LOCK_PUSH_ASYNC
         self.srv_job(s, a, (1 - lp) * work,
@@ -609,7 +621,14 @@ class Model:
         for a in range(len(self.tc)):
             self.begin_step(a)
         total = warmup + steps
+
+        def done_steps():
+            return sum(tc.n * st for tc, st in zip(self.tc, self.step))
+        # the server CPU of the steps between the two marks
+        self.eng.run(lambda: min(self.step) >= warmup)
+        w0, d0 = self.srv_work, done_steps()
         self.eng.run(lambda: min(self.step) >= total)
+        cpu_pp = (self.srv_work - w0) / max(done_steps() - d0, 1)
         per = []
         for a, ts in enumerate(self.step_t):
             d = [ts[i + 1] - ts[i] for i in range(warmup,
@@ -625,14 +644,12 @@ class Model:
             if self.eng.now > 0:
                 util[f"server{s} mu"] = lk.held / self.eng.now
         ntr = sum(tc.n for tc in self.tc)
-        steps_done = sum(tc.n * self.step[a] for a, tc in
-                         enumerate(self.tc))
         return {
             "round_s_by_class": per,
             "round_s": max(per) if self.job.mode in ("sync", "local")
             else sum(p * tc.n for p, tc in zip(per, self.tc)) / ntr,
             "util": util,
-            "srv_cpu_per_pp": self.srv_work / max(steps_done, 1),
+            "srv_cpu_per_pp": cpu_pp,
             "window_s": t1 - t0,
             "server_classes": [(n, len(r), sum(r)) for n, r in self.sc],
         }

@@ -87,29 +87,29 @@ class Engine(unittest.TestCase):
     def test_processor_sharing_of_host(self):
         # 4 async trainers on 2 cores, no latency: the cores are never
         # idle, so a step costs 4 x (client + server work) / 2.
-        c = sim.Costs(srv_msg=1e-4, srv_byte=0, srv_apply=0, cli_msg=1e-4,
-                      cli_byte=0, lat=0)
+        c = sim.Costs(srv_msg=0, srv_byte=1e-4 / MB, srv_apply=0,
+                      cli_msg=0, cli_byte=1e-4 / MB, lat=0)
         r = sim.simulate(one([sim.TrainerClass(4)], servers=1, bytes=MB,
                              host_cores=2, mode="async", lock=False), c)
-        self.assertAlmostEqual(r["round_s"], 4 * 2e-4 / 2, delta=1e-9)
+        self.assertAlmostEqual(r["round_s"], 4 * 4e-4 / 2, delta=1e-9)
         self.assertAlmostEqual(r["util"]["host cpu"], 1.0, delta=1e-6)
 
     def test_one_core_each_without_host(self):
-        c = sim.Costs(srv_msg=1e-4, srv_byte=0, srv_apply=0, cli_msg=1e-4,
-                      cli_byte=0, lat=0)
+        c = sim.Costs(srv_msg=0, srv_byte=1e-4 / MB, srv_apply=0,
+                      cli_msg=0, cli_byte=1e-4 / MB, lat=0)
         r = sim.simulate(one([sim.TrainerClass(4)], servers=1, bytes=MB,
                              server_cores=4, mode="async", lock=False), c)
-        self.assertAlmostEqual(r["round_s"], 2e-4, delta=1e-9)
+        self.assertAlmostEqual(r["round_s"], 4e-4, delta=1e-9)
 
     def test_server_mu_serialises(self):
         # the same job holding the server's mu for its LOCK_PUSH_ASYNC
         # share: four holds a step once that exceeds a rank's own chain
-        c = sim.Costs(srv_msg=4e-4, srv_byte=0, srv_apply=0, cli_msg=1e-4,
-                      cli_byte=0, lat=0)
+        c = sim.Costs(srv_msg=0, srv_byte=2e-4 / MB, srv_apply=0,
+                      cli_msg=0, cli_byte=0.5e-4 / MB, lat=0)
         r = sim.Model(one([sim.TrainerClass(4)], servers=1, bytes=MB,
                           server_cores=4, mode="async"), c).run(8, 8)
-        self.assertAlmostEqual(r["round_s"], 4 * sim.LOCK_PUSH_ASYNC * 4e-4,
-                               delta=1e-9)
+        held = sim.LOCK_PUSH_ASYNC * 2e-4 + sim.LOCK_REPLY * 2e-4
+        self.assertAlmostEqual(r["round_s"], 4 * held, delta=1e-9)
         # sync: the closing thread answers the ranks in turn, so the
         # first answered builds its next push while mu serves the rest
         c = sim.Costs(srv_msg=0, srv_byte=1e-10, srv_apply=0, cli_msg=0,
@@ -163,6 +163,23 @@ class Placement(unittest.TestCase):
         r = sim.simulate(job, ZERO)
         want = 4 * 2 * lat + 2 * 200 * b / bw
         self.assertAlmostEqual(r["round_s"], want, delta=want * 1e-9)
+
+
+class Wakeups(unittest.TestCase):
+    def test_paid_only_when_idle(self):
+        # one trainer: every request finds the server idle and every
+        # reply a waiting client, so both wake-ups are in each step
+        c = sim.Costs(srv_msg=1e-3, srv_byte=0, srv_apply=0, cli_msg=2e-3,
+                      cli_byte=0, lat=0)
+        r = sim.simulate(one([sim.TrainerClass(1)], servers=1, bytes=MB,
+                             server_cores=1, mode="async"), c)
+        self.assertAlmostEqual(r["round_s"], 3e-3, delta=1e-9)
+        self.assertAlmostEqual(r["srv_cpu_per_pp"], 1e-3, delta=1e-9)
+        # eight trainers on one server core: the requests queue behind
+        # each other, so most find it busy and pay no wake-up
+        r = sim.simulate(one([sim.TrainerClass(8)], servers=1, bytes=MB,
+                             server_cores=1, mode="async"), c)
+        self.assertLess(r["srv_cpu_per_pp"], 0.5e-3)
 
 
 class Constants(unittest.TestCase):

@@ -14,7 +14,8 @@ before the sweeps exist. Writes one JSON object: sim_costs,
 sim_validation, sim_max_rel_error, sim_predictions, sim_bottleneck_1000.
 
 Calibration (named, small): the trainer-sweep rows with 1 or 2 trainers
-and one server (sync and async), and the model-sweep rows of two sizes
+and 1 or 2 servers (sync and async: the second server shows the cost
+of a request), and the model-sweep rows of two sizes
 (the smallest and the one nearest 64 MB; without a model sweep, the
 trainer sweep's control cell: 2 trainers, a 30 MB model). One
 Nelder-Mead fit of the simulator to those rows' log errors of round time
@@ -240,7 +241,10 @@ def fit_round(cal, costs, cores, names, iters):
         return e
     x0 = [0.0 if k in ("host_cores", "llc", "cli_scale") else
           math.log(getattr(costs, k)) for k in names]
+    # two starts (the second from the first's end) leave a local
+    # minimum of the first simplex behind
     x, _ = nelder_mead(err, x0, iters=iters)
+    x, _ = nelder_mead(err, x, iters=iters // 2)
     apply(x)
 
 
@@ -254,7 +258,7 @@ def calibration_split(rows):
         pick.add(min(msizes, key=lambda b: abs(math.log(b / 64e6))))
     tsizes = sorted({r["bytes"] for p, r in rows if p != "model_sweep"})
     for p, r in rows:
-        small = r["trainers"] <= 2 and r["servers"] == 1
+        small = r["trainers"] <= 2 and r["servers"] <= 2
         if p == "model_sweep":
             c = r["bytes"] in pick
         elif p == "trainer_sweep_control":
@@ -409,13 +413,20 @@ def main():
 
     table = []
     for p, r in cal + val:
-        pr = predict(r, costs)["round_s"] * 1e3
+        res = predict(r, costs)
+        pr = res["round_s"] * 1e3
+        cpu = srv_cpu_per_pp(r)
         table.append({
             "part": p, "mode": r["mode"], "servers": r["servers"],
             "trainers": r["trainers"], "bytes": r["bytes"],
-            "measured_ms": r["round_ms"], "predicted_ms": round(pr, 3),
+            "measured_ms": round(r["round_ms"], 4),
+            "predicted_ms": round(pr, 3),
             "rel_error": round(pr / r["round_ms"] - 1, 4),
-            "calibration": (p, r) in cal})
+            "calibration": (p, r) in cal,
+            # server CPU per push-pull (ms), where the row measured it
+            "server_cpu_ms_measured": round(cpu * 1e3, 4) if cpu else None,
+            "server_cpu_ms_predicted": round(res["srv_cpu_per_pp"] * 1e3,
+                                             4)})
     checked = [abs(t["rel_error"]) for t in table if not t["calibration"]]
     out = {
         "sim_costs": dict(costs.as_dict(), machine_cores=cores,
@@ -446,7 +457,9 @@ def main():
         print(f"{t['part']:16} {t['mode']:5} S={t['servers']:<2} "
               f"T={t['trainers']:<3} {t['bytes']:>11} B "
               f"meas {t['measured_ms']:9.3f} pred {t['predicted_ms']:9.3f}"
-              f" {t['rel_error']:+.1%}{' cal' if t['calibration'] else ''}")
+              f" {t['rel_error']:+.1%}{' cal' if t['calibration'] else ''}"
+              f"  server cpu/pp {t['server_cpu_ms_measured']} vs "
+              f"{t['server_cpu_ms_predicted']} ms")
     print("max rel error (validation rows):", out["sim_max_rel_error"])
     print(out["sim_bottleneck_1000"])
     return 0
