@@ -352,26 +352,29 @@ def predictions(costs, quick):
 
 
 def sentence_1000(costs, sched_measured):
-    job, mix, _, _ = run_big(1000, 100, "sync", costs)
-    fjob, fast, wf, uf = run_big(1000, 100, "sync", costs, 0.0)
-    cpu = max((v for k, v in mix["util"].items()
-               if k.startswith("server") and "cpu" in k), default=0.0)
-    nic = max((v for k, v in fast["util"].items()
-               if k.startswith("server") and "nic" in k), default=0.0)
+    _, mix, _, _ = run_big(1000, 100, "sync", costs)
+    _, fast, wf, uf = run_big(1000, 100, "sync", costs, 0.0)
+
+    def top(res, what):
+        return max((v for k, v in res["util"].items()
+                    if k.startswith("server") and k.endswith(what)),
+                   default=0.0)
     sch = sim.sched_load(1100, costs)
     slow_s = 2 * PRED_BYTES / SLOW[0]
     s_note = "" if sched_measured else " (not measured: a default cost)"
     return (f"A 1,000-trainer sync job (100 MB model in 100 shards on 100 "
             f"servers, 100 ms compute, 10% of trainers at 100 Mbit/s) is "
             f"limited by those trainer links: each moves 2 x 100 MB in "
-            f"{slow_s:.1f} s of a {mix['round_s']:.1f} s round, while "
-            f"server CPU is {cpu:.1%} busy and the scheduler needs "
+            f"{slow_s:.1f} s of a {mix['round_s']:.1f} s round, while a "
+            f"server's CPU is {top(mix, 'cpu'):.1%} busy (its mu "
+            f"{top(mix, ' mu'):.1%}) and the scheduler needs "
             f"{sch['cpu_frac']:.1%} of a core for 1,100 heartbeats/s and "
             f"{sch['map_all_s']:.2f} s to hand a map to all{s_note}; with "
             f"every link at 10 Gbit/s the round falls to "
             f"{fast['round_s'] * 1e3:.0f} ms and the {name_of(wf)} limits "
-            f"it ({uf:.0%} busy, each direction {nic:.0%} at 25 "
-            f"Gbit/s).")
+            f"it ({uf:.0%} busy, each direction {top(fast, 'in'):.0%} at "
+            f"25 Gbit/s; a server's mu {top(fast, ' mu'):.0%}, its CPU "
+            f"{top(fast, 'cpu'):.0%}).")
 
 
 def main():
