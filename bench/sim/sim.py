@@ -49,7 +49,8 @@ Assumptions (and where this simplifies Ferry):
   costs include the kernel's loopback copies (measured as process CPU).
   A byte costs more once a machine's working set (a server: its shards x
   (1 + 2 x trainers) in sync: weights, per trainer a staging slot and the
-  held request the reply is built in; 1 + trainers in async; a client: 2
+  held request the reply is built in (1 + trainers where the server sums
+  the requests in place, SYNC_SLOT_COPY false, and in async); a client: 2
   x the model; on the measuring machine, all of them together) outgrows
   the cache: + cold_byte x (1 - llc / working set), llc fitted between
   the L2 and the last level (the 1 MB sweep's bend is at 2 -> 4
@@ -92,6 +93,8 @@ PIPE_MIN_BYTES = 1 << 20  # clients/src/exchange.c
 PIPE_MAX_BYTES = 1 << 20  # exchange.c since h/model's 22ed8e4 (0: none)
 PIPE_SLOTS = 8  # FERRY_PIPE_SLOTS
 PIPE_CTX_BUDGET = 128
+CONTEXTS_GROW = False  # a server grows its contexts with the trainers
+SYNC_SLOT_COPY = True  # a sync push is copied into a staging slot
 EPS = 1e-12
 # The shares of a server's work done holding its mu, from H-load's perf
 # profile of the 64-trainer sync sweep (s per GB aggregated): of a push's
@@ -129,6 +132,21 @@ def read_constants(root):
         g["PIPE_MAX_BYTES"] = got.get("PIPE_MAX_BYTES", 0)
     for k, v in got.items():
         g["PIPE_SLOTS" if k == "FERRY_PIPE_SLOTS" else k] = v
+    # the server: contexts that grow with the trainers (h/agg 2b903b5),
+    # a sync push-pull's gradient summed in its request instead of a
+    # staging slot (h/agg ee56031)
+    for name, path, mark in (
+            ("CONTEXTS_GROW", ("ps", "src", "common", "rpc.c"),
+             "ps__rpc_grow"),
+            ("SYNC_SLOT_COPY", ("ps", "src", "server", "store.c"),
+             "ps__shard_unborrow")):
+        try:
+            with open(os.path.join(root, *path)) as fh:
+                found = mark in fh.read()
+        except OSError:
+            continue
+        g[name] = found if name == "CONTEXTS_GROW" else not found
+        got[name] = g[name]
     return got
 
 
@@ -464,7 +482,8 @@ class Model:
         ntr = sum(tc.n for tc in self.tc)
         # a server: weights, and per trainer a held request (plus a
         # staging slot in sync: H-load's perf of the 1 MB sweep)
-        per = 2 * ntr if job.mode in ("sync", "local") else ntr
+        per = 2 * ntr if SYNC_SLOT_COPY and job.mode in ("sync",
+                                                          "local") else ntr
         ws_srv = [sum(r) * (1 + per) for _, r in self.sc]
         ws_cli = 2 * job.bytes
         if shared:
@@ -698,7 +717,8 @@ def limits(job):
     w = max(1, min(PIPE_SLOTS, PIPE_CTX_BUDGET // max(ntr, 1)))
     # sync parks every push-pull until its round closes; SSP parks the
     # pulls of the trainers ahead (with stragglers: most of them)
-    if job.mode in ("sync", "local", "ssp") and ntr * w >= PS_CONTEXTS:
+    if job.mode in ("sync", "local", "ssp") and ntr * w >= PS_CONTEXTS \
+            and not CONTEXTS_GROW:
         out.append(f"up to {ntr * w} parked requests per server >= "
                    f"--contexts {PS_CONTEXTS}: the round stalls unless "
                    f"--contexts is raised")

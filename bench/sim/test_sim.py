@@ -184,9 +184,9 @@ class Wakeups(unittest.TestCase):
 
 class Constants(unittest.TestCase):
     def test_read_from_the_client(self):
-        keep = (sim.PIPE_MAX_BYTES, sim.PIPE_SLOTS)
-        self.addCleanup(setattr, sim, "PIPE_MAX_BYTES", keep[0])
-        self.addCleanup(setattr, sim, "PIPE_SLOTS", keep[1])
+        for name in ("PIPE_MIN_BYTES", "PIPE_MAX_BYTES", "PIPE_SLOTS",
+                     "PIPE_CTX_BUDGET", "CONTEXTS_GROW", "SYNC_SLOT_COPY"):
+            self.addCleanup(setattr, sim, name, getattr(sim, name))
         root = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                             "..", "..")
         got = sim.read_constants(root)
