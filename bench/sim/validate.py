@@ -411,9 +411,23 @@ def main():
     members = doc.get("sched_members")
     sched_measured = bool(members and doc.get("sched_cpu_frac"))
     if sched_measured:
-        costs.sched_hb = doc["sched_cpu_frac"] / members
-        if doc.get("sched_map_all_s"):
-            costs.sched_map_per_member = doc["sched_map_all_s"] / members
+        # per member: the slope through the origin of the sweep's rows
+        # (members heartbeating each second; a new map to all of them),
+        # or the one size measured
+        sw = [r for r in doc.get("sched_sweep") or []
+              if r.get("members") and r.get("cpu_frac") is not None]
+        if not sw:
+            sw = [{"members": members, "cpu_frac": doc["sched_cpu_frac"],
+                   "map_all_s": doc.get("sched_map_all_s")}]
+        m = np.array([r["members"] for r in sw], float)
+        costs.sched_hb = float(
+            np.dot(m, [r["cpu_frac"] for r in sw]) / np.dot(m, m))
+        mp = [(r["members"], r["map_all_s"]) for r in sw
+              if r.get("map_all_s")]
+        if mp:
+            x = np.array([a for a, _ in mp], float)
+            costs.sched_map_per_member = float(
+                np.dot(x, [b for _, b in mp]) / np.dot(x, x))
 
     table = []
     for p, r in cal + val:
