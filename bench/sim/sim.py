@@ -50,8 +50,9 @@ Assumptions (and where this simplifies Ferry):
   A byte costs more once a machine's working set (a server: its shards x
   (1 + 2 x trainers) in sync: weights, per trainer a staging slot and the
   held request the reply is built in (1 + trainers where the server sums
-  the requests in place, SYNC_SLOT_COPY false, and in async); a client: 2
-  x the model; on the measuring machine, all of them together) outgrows
+  the requests in place, SYNC_SLOT_COPY false, and in async), on the
+  measuring machine with all the clients' too; a client: 2 x the model,
+  its own buffers, wherever it runs) outgrows
   the cache: + cold_byte x (1 - llc / working set), llc fitted between
   the L2 and the last level (the 1 MB sweep's bend is at 2 -> 4
   trainers: 2 -> 4 MB in flight against a 2 MiB L2).
@@ -485,11 +486,12 @@ class Model:
         per = 2 * ntr if SYNC_SLOT_COPY and job.mode in ("sync",
                                                           "local") else ntr
         ws_srv = [sum(r) * (1 + per) for _, r in self.sc]
+        # a client: its own weights and the reply (the gradient it
+        # pushes is loadgen's one shared, hot copy), whatever runs beside
         ws_cli = 2 * job.bytes
-        if shared:
+        if shared:  # the servers share the machine's cache with all
             ws_srv = [sum(n * w for (n, _), w in zip(self.sc, ws_srv)) +
                       ntr * ws_cli] * nsc
-            ws_cli = ws_srv[0] if nsc else ws_cli
         self.sb = [costs.byte(costs.srv_byte, w) for w in ws_srv]
         self.cb = costs.byte(costs.cli_byte, ws_cli)
 
