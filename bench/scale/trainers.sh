@@ -123,9 +123,11 @@ cell() {
 }
 
 fails=0
+# The modes interleave cell by cell, so that a change of the machine's load
+# falls on both alike (the ratio of sync to async is part of what is read).
 for m in $tservers; do
-	for mode in $modes; do
-		for n in $counts; do
+	for n in $counts; do
+		for mode in $modes; do
 			log "trainer sweep: $mode, $m server(s), $n trainer(s)"
 			cell "t-$mode-s$m-n$n" "$mode" "$m" "$n" ||
 				{ log "cell failed: $RAW/t-$mode-s$m-n$n"; fails=$((fails + 1)); }
