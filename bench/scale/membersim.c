@@ -86,8 +86,8 @@ struct member {
 	atomic_int       busy; // the watch has a call in flight (stale mode)
 	_Atomic uint64_t held; // the newest epoch it holds
 	_Atomic uint64_t want; // stale mode: the epoch to fetch
-	_Atomic uint64_t held_us; // when it got that epoch (mono_us)
-	uint64_t         next_rid;
+	_Atomic uint64_t held_us;  // when it got that epoch (mono_us)
+	_Atomic uint64_t next_rid; // hb and watch draw from it
 };
 
 struct sim {
@@ -155,7 +155,7 @@ act_request(struct act *a, nng_msg **out)
 	Pswire__GetPlacementRequest gp = PSWIRE__GET_PLACEMENT_REQUEST__INIT;
 	uint8_t                    *payload;
 
-	a->rid       = m->next_rid++;
+	a->rid       = atomic_fetch_add(&m->next_rid, 1);
 	h.request_id = a->rid;
 	h.rank       = m->server ? 0 : m->id;
 	h.epoch      = atomic_load(&m->held);
@@ -317,7 +317,9 @@ act_cb(void *arg)
 		nng_ctx_recv(a->ctx, a->aio);
 		return;
 	case STEP_RECV:
-		if (rv != 0) {
+		// (nng 1.5.2's REQ context has been seen to end a receive
+		// with no error and no message under a park-refuse storm.)
+		if (rv != 0 || nng_aio_get_msg(a->aio) == NULL) {
 			atomic_fetch_add(&S.transport_err, 1);
 			next = a->is_watch ? RETRY_MS : (int) S.hb_ms;
 		} else {
@@ -392,7 +394,7 @@ sync_call(struct member *m, Pswire__Header *h, uint8_t method, int tmo)
 {
 	ProtobufCMessage *ph  = NULL;
 	const char       *why = "";
-	h->request_id         = m->next_rid++;
+	h->request_id         = atomic_fetch_add(&m->next_rid, 1);
 	h->deadline_ms        = (uint32_t) tmo;
 	int rv = psw_call_header(NULL, m->sync_ctx, m->sync_aio, &h->base,
 	    method, h->request_id, tmo + PSW_ANSWER_MARGIN_MS, &ph, &why);
