@@ -41,25 +41,37 @@ answer_membership(struct ps_scheduler *s, struct ps_call *c)
 	ps__call_reply(c, &h);
 }
 
+// answer_one answers c when it can be: with the start error, the map
+// (once its epoch reaches the call's min_epoch) or the membership map
+// (min_epoch 0, every server in). Returns 1 when it did, 0 when c must
+// stay parked. mu held.
+static int
+answer_one(struct ps_scheduler *s, struct ps_call *c)
+{
+	if (s->start_error[0] != '\0') {
+		ps__call_reply_err(c, PSWIRE__STATUS__FAILED_PRECONDITION,
+		    "job cannot start: %s", s->start_error);
+	} else if (s->placement != NULL &&
+	    s->placement->epoch >= c->park_version) {
+		answer_placement(s, c);
+	} else if (c->park_version == 0 &&
+	    s->n_servers_seen == s->opts.servers) {
+		answer_membership(s, c);
+	} else {
+		return 0;
+	}
+	return 1;
+}
+
 void
 ps__sched_answer_parked(struct ps_scheduler *s)
 {
 	struct ps_call **pp = &s->parked;
 	while (*pp != NULL) {
-		struct ps_call *c = *pp;
-		if (s->start_error[0] != '\0') {
-			*pp = c->next;
-			ps__call_reply_err(c,
-			    PSWIRE__STATUS__FAILED_PRECONDITION,
-			    "job cannot start: %s", s->start_error);
-		} else if (s->placement != NULL &&
-		    s->placement->epoch >= c->park_version) {
-			*pp = c->next;
-			answer_placement(s, c);
-		} else if (c->park_version == 0 &&
-		    s->n_servers_seen == s->opts.servers) {
-			*pp = c->next;
-			answer_membership(s, c);
+		struct ps_call *c    = *pp;
+		struct ps_call *next = c->next;
+		if (answer_one(s, c)) {
+			*pp = next; // c belongs to the rpc again
 		} else {
 			pp = &c->next;
 		}
@@ -81,9 +93,14 @@ ps__sched_on_get_placement(struct ps_scheduler *s, struct ps_call *c)
 		c->deadline = cap;
 	}
 	pthread_mutex_lock(&s->mu);
-	c->next   = s->parked;
-	s->parked = c;
-	ps__sched_answer_parked(s);
+	// Only this call can be answered now: the parked ones were
+	// answered when what they wait for changed (every such change calls
+	// ps__sched_answer_parked). Walking them all here cost O(parked)
+	// per fetch, O(members^2) a second with a watch per member.
+	if (!answer_one(s, c)) {
+		c->next   = s->parked;
+		s->parked = c;
+	}
 	pthread_mutex_unlock(&s->mu);
 }
 
