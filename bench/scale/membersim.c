@@ -34,7 +34,8 @@
 // cpu_frac; then --changes map changes, each a trainer's Leave: the time
 // from the Leave sent until every other member holds the new epoch
 // (map_all_s: the worst; map_all_ms: each). The JSON (one object) also
-// names the heartbeats and watches sent and every refusal, by status.
+// names the heartbeats and watches sent, the parked watches that expired
+// (no news: re-sent) and every refusal, by status.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <nng/nng.h>
@@ -102,6 +103,7 @@ struct sim {
 	int                 n;
 	_Atomic uint64_t    hb_sent, hb_ok, watch_sent, maps_got;
 	_Atomic uint64_t    refused[N_STATUS], transport_err;
+	_Atomic uint64_t    expired; // parked watches answered at deadline
 	Pswire__JobConfig   job;
 	Pswire__TensorDesc  td, *tdp;
 	Pswire__OptimConfig oc;
@@ -254,14 +256,13 @@ act_answer(struct act *a)
 	} else if (rv == FB_OK &&
 	    h->body_case == PSWIRE__HEADER__BODY_PLACEMENT) {
 		took_map(a->m, h->placement->epoch);
+	} else if (rv == FB_EREMOTE && a->is_watch &&
+	    h->status == PSWIRE__STATUS__DEADLINE_EXCEEDED) {
+		// An expired park: no news; re-sent at once (boot.c).
+		atomic_fetch_add(&S.expired, 1);
 	} else if (rv == FB_EREMOTE) {
-		count_status(h->status);
-		// An expired park is re-sent at once (the watch goes on);
-		// anything else after a pause.
-		if (a->is_watch &&
-		    h->status != PSWIRE__STATUS__DEADLINE_EXCEEDED) {
-			next = RETRY_MS;
-		}
+		count_status(h->status); // refused: re-sent after a pause
+		next = a->is_watch ? RETRY_MS : next;
 	} else {
 		if (atomic_fetch_add(&S.transport_err, 1) < 3) {
 			fprintf(stderr, "membersim: %s: %s\n",
@@ -771,10 +772,12 @@ write_json(const struct result *r)
 	fprintf(f,
 	    "], \"heartbeats_per_s\": %.1f, \"heartbeats_ok\": %llu, "
 	    "\"heartbeats_sent\": %llu, \"watches_sent\": %llu, "
-	    "\"transport_errors\": %llu, \"refused\": {",
+	    "\"watches_expired\": %llu, \"transport_errors\": %llu, "
+	    "\"refused\": {",
 	    r->wall_s > 0 ? (double) r->hb_ok / r->wall_s : 0,
 	    (unsigned long long) r->hb_ok, (unsigned long long) r->hb_sent,
 	    (unsigned long long) r->watch_sent,
+	    (unsigned long long) atomic_load(&S.expired),
 	    (unsigned long long) atomic_load(&S.transport_err));
 	int first = 1;
 	for (int st = 0; st < N_STATUS; st++) {
