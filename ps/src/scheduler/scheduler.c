@@ -208,6 +208,7 @@ ps_scheduler_close(struct ps_scheduler *s)
 		pswire__placement__free_unpacked(s->placement, NULL);
 	}
 	fb_free(s->placement_buf);
+	fb_free(s->map_reply);
 	for (int i = 0; s->server_urls && i < s->n_servers_seen; i++) {
 		fb_free(s->server_urls[i]);
 	}

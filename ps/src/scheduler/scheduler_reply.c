@@ -13,18 +13,67 @@
 // three acknowledgements carry the same body, the job's trainer and server
 // counts, but answer different rpcs, so each has its own function.
 #include <pthread.h>
+#include <string.h>
 
 #include "scheduler_impl.h"
 
-// answer_placement replies with the map in force. mu held.
+// map_reply_bytes returns the packed Header (epoch and map, no request
+// id) of the GetPlacement answer for the map in force, packing it once
+// per map; NULL when out of memory. mu held; s->placement != NULL.
+static const uint8_t *
+map_reply_bytes(struct ps_scheduler *s)
+{
+	if (s->map_reply == NULL ||
+	    s->map_reply_epoch != s->placement->epoch) {
+		Pswire__Header h = PSWIRE__HEADER__INIT;
+		h.epoch          = s->placement->epoch;
+		h.body_case      = PSWIRE__HEADER__BODY_PLACEMENT;
+		h.placement      = s->placement;
+		size_t   n       = pswire__header__get_packed_size(&h);
+		uint8_t *b       = fb_alloc(n > 0 ? n : 1);
+		if (b == NULL) {
+			return NULL;
+		}
+		fb_free(s->map_reply);
+		s->map_reply       = b;
+		s->map_reply_len   = pswire__header__pack(&h, b);
+		s->map_reply_epoch = s->placement->epoch;
+	}
+	return s->map_reply;
+}
+
+// answer_placement replies with the map in force. The Header is the
+// call's request id followed by the map's packed bytes (a protobuf
+// message's fields may come in any order): packing the map for every
+// member cost 1,000 packs of every shard's entry per new map. mu held.
 static void
 answer_placement(struct ps_scheduler *s, struct ps_call *c)
 {
-	Pswire__Header h = PSWIRE__HEADER__INIT;
-	h.epoch          = s->placement->epoch;
-	h.body_case      = PSWIRE__HEADER__BODY_PLACEMENT;
-	h.placement      = s->placement;
-	ps__call_reply(c, &h);
+	Pswire__Header id   = PSWIRE__HEADER__INIT;
+	const uint8_t *tail = map_reply_bytes(s);
+	nng_msg       *m;
+	uint8_t       *payload;
+	id.request_id = c->hdr->request_id;
+	size_t il     = pswire__header__get_packed_size(&id);
+	size_t hl     = il + s->map_reply_len;
+	if (tail == NULL || hl > PSW_MAX_HEADER ||
+	    psw_msg_begin(&m, hl, 0, &payload) != FB_OK) {
+		// Out of memory, or a map over the cap: the general path
+		// answers, or says why it cannot.
+		Pswire__Header h = PSWIRE__HEADER__INIT;
+		h.epoch          = s->placement->epoch;
+		h.body_case      = PSWIRE__HEADER__BODY_PLACEMENT;
+		h.placement      = s->placement;
+		ps__call_reply(c, &h);
+		return;
+	}
+	uint8_t *body = nng_msg_body(m);
+	pswire__header__pack(&id, body + PSW_FRAME_HDR);
+	memcpy(body + PSW_FRAME_HDR + il, tail, s->map_reply_len);
+	psw_frame_put(body, c->frame.method, PSW_FLAG_REPLY, (uint32_t) hl, 0);
+	// psw_msg_begin reserved the signing trailer's room: cut it.
+	nng_msg_chop(m, nng_msg_len(m) - (PSW_FRAME_HDR + hl));
+	ps__call_reply_msg(c, m);
 }
 
 // answer_membership replies with epoch 0: the server URLs, no shards.
