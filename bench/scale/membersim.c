@@ -33,7 +33,8 @@
 // scheduler's CPU (utime + stime of /proc/PID/stat) over wall time is
 // cpu_frac; then --changes map changes, each a trainer's Leave: the time
 // from the Leave sent until every other member holds the new epoch
-// (map_all_s: the worst; map_all_ms: each). The JSON (one object) also
+// (map_all_s: the worst; map_all_ms: each; map_change_cpu_ms: the
+// scheduler's CPU over one, heartbeats included). The JSON (one object) also
 // names the heartbeats and watches sent, the parked watches that expired
 // (no news: re-sent) and every refusal, by status.
 #define _GNU_SOURCE
@@ -92,18 +93,19 @@ struct member {
 };
 
 struct sim {
-	const char         *url;
-	int                 trainers, servers, floats, park;
-	unsigned            hb_ms, park_ms;
-	double              warm_s, steady_s;
-	int                 changes;
-	long                sched_pid;
-	const char         *json;
-	struct member      *mem; // [servers + trainers], servers first
-	int                 n;
-	_Atomic uint64_t    hb_sent, hb_ok, watch_sent, maps_got;
-	_Atomic uint64_t    refused[N_STATUS], transport_err;
-	_Atomic uint64_t    expired; // parked watches answered at deadline
+	const char      *url;
+	int              trainers, servers, floats, park;
+	unsigned         hb_ms, park_ms;
+	double           warm_s, steady_s;
+	int              changes;
+	long             sched_pid;
+	const char      *json;
+	struct member   *mem; // [servers + trainers], servers first
+	int              n;
+	_Atomic uint64_t hb_sent, hb_ok, watch_sent, maps_got;
+	_Atomic uint64_t refused[N_STATUS], transport_err;
+	_Atomic uint64_t expired; // parked watches answered at deadline
+	double change_cpu_s; // the scheduler's CPU from Leaves to all hold
 	Pswire__JobConfig   job;
 	Pswire__TensorDesc  td, *tdp;
 	Pswire__OptimConfig oc;
@@ -624,6 +626,7 @@ change_map(uint32_t rank)
 	h.body_case        = PSWIRE__HEADER__BODY_LEAVE_REQ;
 	h.leave_req        = &l;
 	h.rank             = rank;
+	double          c0 = S.sched_pid > 0 ? proc_cpu_s(S.sched_pid) : 0;
 	uint64_t        t0 = mono_us();
 	Pswire__Header *r  = sync_call(m, &h, PSWIRE__METHOD__LEAVE, 5000);
 	if (r == NULL) {
@@ -631,6 +634,9 @@ change_map(uint32_t rank)
 	}
 	pswire__header__free_unpacked(r, NULL);
 	uint64_t t1 = all_hold(e, 30);
+	if (S.sched_pid > 0) {
+		S.change_cpu_s += proc_cpu_s(S.sched_pid) - c0;
+	}
 	return t1 == 0 ? -1 : (double) (t1 > t0 ? t1 - t0 : 0) / 1e6;
 }
 
@@ -759,21 +765,25 @@ write_json(const struct result *r)
 	}
 	fprintf(f,
 	    "{\"members\": %d, \"trainers\": %d, \"servers\": %d, "
+	    "\"floats\": %d, "
 	    "\"watch\": \"%s\", \"heartbeat_ms\": %u, \"steady_s\": %.3f, "
 	    "\"sched_cpu_s\": %.3f, \"cpu_frac\": %.5f, \"rss_mb\": %.1f, "
 	    "\"hwm_mb\": %.1f, \"map_first_s\": %.4f, \"map_all_s\": %.4f, "
 	    "\"map_all_ms\": [",
-	    S.n, S.trainers, S.servers, S.park ? "park" : "stale", S.hb_ms,
-	    r->wall_s, r->cpu_s, r->wall_s > 0 ? r->cpu_s / r->wall_s : 0,
-	    r->rss_mb, r->hwm_mb, r->first_s, r->map_all_s);
+	    S.n, S.trainers, S.servers, S.floats, S.park ? "park" : "stale",
+	    S.hb_ms, r->wall_s, r->cpu_s,
+	    r->wall_s > 0 ? r->cpu_s / r->wall_s : 0, r->rss_mb, r->hwm_mb,
+	    r->first_s, r->map_all_s);
 	for (int i = 0; i < r->n_change; i++) {
 		fprintf(f, "%s%.1f", i ? ", " : "", r->change_s[i] * 1e3);
 	}
 	fprintf(f,
-	    "], \"heartbeats_per_s\": %.1f, \"heartbeats_ok\": %llu, "
+	    "], \"map_change_cpu_ms\": %.1f, "
+	    "\"heartbeats_per_s\": %.1f, \"heartbeats_ok\": %llu, "
 	    "\"heartbeats_sent\": %llu, \"watches_sent\": %llu, "
 	    "\"watches_expired\": %llu, \"transport_errors\": %llu, "
 	    "\"refused\": {",
+	    r->n_change > 0 ? 1e3 * S.change_cpu_s / r->n_change : 0,
 	    r->wall_s > 0 ? (double) r->hb_ok / r->wall_s : 0,
 	    (unsigned long long) r->hb_ok, (unsigned long long) r->hb_sent,
 	    (unsigned long long) r->watch_sent,

@@ -8,19 +8,20 @@
 # a steady window (utime + stime from /proc/PID/stat over wall time), its
 # RSS, the time from the first map's publication until every member holds
 # it, and from a trainer's Leave until every other member holds the new
-# map (the worst of --changes). One more run at the largest size has
-# every trainer park a GetPlacement watch (--watch park: the worst case
-# for the scheduler's contexts, one parked call per member).
+# map (the worst of --changes). Two more runs at the largest size: every
+# trainer parks a GetPlacement watch (--watch park: the worst case for the
+# scheduler's contexts, one parked call per member), and a 1 GiB model
+# (1,024 shards in every map handed out).
 #
 #   bench/scale/sched.sh [--quick] [--smoke] --json FILE
 #                        [--members "100 300 1000"] [--steady-s S]
 #
 # JSON (one object): sched_members (the largest size), sched_cpu_frac,
 # sched_map_all_s, sched_rss_mb (that size, --watch stale), sched_sweep:
-# rows {members, trainers, servers, watch, cpu_frac, map_all_s,
-# map_first_s, rss_mb, hwm_mb, heartbeats_per_s, refused (answers other
-# than OK, by status), watches_expired (parked watches answered at their
-# deadline: no news, re-sent), transport_errors, ok}.
+# rows {members, trainers, servers, watch, model_bytes, cpu_frac,
+# map_all_s, map_first_s, rss_mb, hwm_mb, heartbeats_per_s, refused
+# (answers other than OK, by status), watches_expired (parked watches
+# answered at their deadline: no news, re-sent), transport_errors, ok}.
 # --quick: 100 and 1,000, shorter windows; --smoke: 20 members, seconds.
 # Raw logs in $FERRY_SCALE_RAW (default: a temp dir). Figures taken while
 # other work shares the cores are provisional.
@@ -72,9 +73,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# run N WATCH: one scheduler, one membersim; its JSON in $RAW.
+# run N WATCH [FLOATS]: one scheduler, one membersim; its JSON in $RAW.
 run() {
-	local n=$1 watch=$2 tag="sched-$1-$2"
+	local n=$1 watch=$2 floats=${3:-65536} tag="sched-$1-$2-${3:-65536}"
 	rm -f "$RAW/$tag.url"
 	"$PS" --role=scheduler --trainers="$n" --servers=1 \
 		--url-file="$RAW/$tag.url" >"$RAW/$tag.log" 2>&1 &
@@ -87,9 +88,9 @@ run() {
 		echo "sched.sh: the scheduler did not start; see $RAW/$tag.log" >&2
 		return 1
 	fi
-	echo "[sched.sh] $n members, --watch $watch" >&2
+	echo "[sched.sh] $n members, --watch $watch, $floats floats" >&2
 	timeout 600 "$SIM" --scheduler "$(cat "$RAW/$tag.url")" --trainers "$n" \
-		--servers 1 --watch "$watch" --warm-s "$warm" \
+		--servers 1 --floats "$floats" --watch "$watch" --warm-s "$warm" \
 		--steady-s "$steady" --changes "$changes" \
 		--sched-pid "$sched_pid" --json "$RAW/$tag.json" \
 		2>"$RAW/$tag.sim.log" || {
@@ -103,12 +104,15 @@ run() {
 files=()
 for n in $members; do
 	run "$n" stale
-	files+=("$RAW/sched-$n-stale.json")
+	files+=("$RAW/sched-$n-stale-65536.json")
 done
 last=${members##* }
 if ((!smoke)); then
 	run "$last" park
-	files+=("$RAW/sched-$last-park.json")
+	files+=("$RAW/sched-$last-park-65536.json")
+	# A 1 GiB model: 1,024 shards in every map each member fetches.
+	run "$last" stale 268435456
+	files+=("$RAW/sched-$last-stale-268435456.json")
 fi
 
 /usr/bin/python3 - "$json" "$last" "${files[@]}" <<'PY'
@@ -125,6 +129,7 @@ for path in files:
     rows.append({
         "members": r["trainers"] + r["servers"], "trainers": r["trainers"],
         "servers": r["servers"], "watch": r["watch"],
+        "model_bytes": 4 * r["floats"],
         "cpu_frac": r["cpu_frac"], "map_all_s": r["map_all_s"],
         "map_all_ms": r["map_all_ms"], "map_first_s": r["map_first_s"],
         "rss_mb": r["rss_mb"], "hwm_mb": r["hwm_mb"],
@@ -132,7 +137,8 @@ for path in files:
         "refused": r["refused"], "watches_expired": r["watches_expired"],
         "transport_errors": r["transport_errors"], "ok": r["ok"]})
 doc = {"sched_sweep": rows}
-top = [r for r in rows if r["trainers"] == last and r["watch"] == "stale"]
+top = [r for r in rows if r["trainers"] == last and r["watch"] == "stale"
+       and r["model_bytes"] == 4 * 65536]
 if top:
     t = top[0]
     doc.update(sched_members=t["trainers"], sched_cpu_frac=t["cpu_frac"],
@@ -141,9 +147,9 @@ with open(out, "w") as f:
     json.dump(doc, f, indent=1)
     f.write("\n")
 for r in rows:
-    print("[sched.sh] %5d members (%s): cpu %.2f%% of a core, map to all "
-          "%.3f s, rss %.1f MB, refused %s" % (r["members"], r["watch"],
-          100 * r["cpu_frac"], r["map_all_s"], r["rss_mb"], r["refused"]),
-          file=sys.stderr)
+    print("[sched.sh] %5d members (%s, %d MB model): cpu %.2f%% of a core, "
+          "map to all %.3f s, rss %.1f MB, refused %s" % (r["members"],
+          r["watch"], r["model_bytes"] >> 20, 100 * r["cpu_frac"],
+          r["map_all_s"], r["rss_mb"], r["refused"]), file=sys.stderr)
 sys.exit(0 if top and all(r["ok"] for r in rows) else 1)
 PY
