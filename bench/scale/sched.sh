@@ -19,7 +19,8 @@
 # JSON (one object): sched_members (the largest size), sched_cpu_frac,
 # sched_map_all_s, sched_rss_mb (that size, --watch stale), sched_sweep:
 # rows {members, trainers, servers, watch, model_bytes, cpu_frac,
-# map_all_s, map_first_s, rss_mb, hwm_mb, heartbeats_per_s, refused
+# map_all_s, map_first_s, map_change_cpu_ms (the scheduler's CPU over one
+# map change), rss_mb, hwm_mb, heartbeats_per_s, refused
 # (answers other than OK, by status), watches_expired (parked watches
 # answered at their deadline: no news, re-sent), transport_errors, ok}.
 # --quick: 100 and 1,000, shorter windows; --smoke: 20 members, seconds.
@@ -132,6 +133,7 @@ for path in files:
         "model_bytes": 4 * r["floats"],
         "cpu_frac": r["cpu_frac"], "map_all_s": r["map_all_s"],
         "map_all_ms": r["map_all_ms"], "map_first_s": r["map_first_s"],
+        "map_change_cpu_ms": r["map_change_cpu_ms"],
         "rss_mb": r["rss_mb"], "hwm_mb": r["hwm_mb"],
         "heartbeats_per_s": r["heartbeats_per_s"],
         "refused": r["refused"], "watches_expired": r["watches_expired"],
