@@ -418,11 +418,12 @@ START_TEST(test_live_redial_and_stall_judged_apart)
 END_TEST
 
 // Many GetPlacements from one client, each abandoned after 100 ms and
-// re-sent (as a server's watch thread does), on a scheduler with 8
-// contexts: they expire at their deadline (and one connection may hold
-// only 2 at once), so Register and Heartbeat are still answered. Before parked
-// calls had an expiry, every context was parked for ever after 8 of them and
-// Register got no reply.
+// re-sent (as a server's watch thread does), on a scheduler asked for 8
+// contexts (it serves 72: what 1 trainer and 2 servers may have in
+// flight, plus 64): they expire at their deadline (and one connection may
+// hold only a quarter, 18, at once), so Register and Heartbeat are still
+// answered. Before parked calls had an expiry, every context was parked
+// for ever after 8 of them and Register got no reply.
 START_TEST(test_live_parked_calls_expire)
 {
 	struct ps_scheduler_opts o = PS_SCHEDULER_OPTS_INIT;
@@ -447,13 +448,15 @@ START_TEST(test_live_parked_calls_expire)
 		const char       *why = "";
 		g.min_epoch           = 1;
 		h.request_id          = rid;
-		h.deadline_ms         = 300;
-		h.body_case           = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
-		h.placement_req       = &g;
-		int rv = psw_call_header(NULL, ctx, aio, &h.base,
-		    PSWIRE__METHOD__GET_PLACEMENT, rid, 100, &ph, &why);
+		// Parked longer than 18 calls take to send: the
+		// connection's cap is reached before the first expires.
+		h.deadline_ms   = 3000;
+		h.body_case     = PSWIRE__HEADER__BODY_PLACEMENT_REQ;
+		h.placement_req = &g;
+		int rv          = psw_call_header(NULL, ctx, aio, &h.base,
+		             PSWIRE__METHOD__GET_PLACEMENT, rid, 100, &ph, &why);
 		// Abandoned calls stay parked until they expire; past a
-		// quarter of the contexts (2 here) one connection's further
+		// quarter of the contexts (18 here) one connection's further
 		// calls are refused at once (rpc.h LIMITS).
 		if (rv == FB_EREMOTE) {
 			ck_assert_int_eq(((Pswire__Header *) ph)->status,

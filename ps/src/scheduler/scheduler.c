@@ -74,6 +74,24 @@ sched_max_msg(const struct ps_scheduler_opts *o)
 	return o->max_msg < cap ? o->max_msg : cap;
 }
 
+// sched_contexts is how many REP contexts the scheduler serves with:
+// --contexts, raised to what its members can have in flight at once when
+// that is more. A trainer holds at most two calls (its client's, parked
+// or not, and a heartbeat), a server three (its map watch, parked; a
+// heartbeat; a move's map fetch); 64 more for operators, probes and
+// Stats. With fewer, 1,000 members fetching a new map at once, or
+// parking a watch each, overflow the contexts: the connections from one
+// host then share three quarters of them (rpc.h LIMITS), so on a shared
+// host the rest are refused RESOURCE_EXHAUSTED, heartbeats included, and
+// members are declared dead for the scheduler's own shortage.
+static int
+sched_contexts(const struct ps_scheduler_opts *o)
+{
+	long need = 2L * o->trainers + 3L * o->servers + 64;
+	need      = need > 65536 ? 65536 : need;
+	return o->contexts >= need ? o->contexts : (int) need;
+}
+
 int
 ps_scheduler_open(const struct ps_scheduler_opts *o, struct ps_scheduler **out)
 {
@@ -136,10 +154,17 @@ ps_scheduler_open(const struct ps_scheduler_opts *o, struct ps_scheduler **out)
 	    (rv = ps__auth_state_open(s->auth, o->state_dir,
 	         &s->auth_state)) != FB_OK ||
 	    (rv = ps__sched_metrics_open(s)) != FB_OK ||
-	    (rv = ps__rpc_open(s->tls, o->url, o->contexts, sched_max_msg(o),
-	         s->auth, dispatch, s, s->reg, &s->rpc)) != FB_OK) {
+	    (rv = ps__rpc_open(s->tls, o->url, sched_contexts(o),
+	         sched_max_msg(o), s->auth, dispatch, s, s->reg, &s->rpc)) !=
+	        FB_OK) {
 		ps_scheduler_close(s);
 		return rv;
+	}
+	if (sched_contexts(o) > o->contexts) {
+		FB_LOG(FB_LOG_NOTICE, "scheduler",
+		    "serving %d contexts, not --contexts %d: %d trainers and "
+		    "%d servers may have that many calls in flight",
+		    sched_contexts(o), o->contexts, o->trainers, o->servers);
 	}
 	ps__rpc_set_limits(s->rpc, 2 * sched_max_msg(o), o->max_inflight,
 	    ps__sched_pipe_gone);
@@ -183,6 +208,7 @@ ps_scheduler_close(struct ps_scheduler *s)
 		pswire__placement__free_unpacked(s->placement, NULL);
 	}
 	fb_free(s->placement_buf);
+	fb_free(s->map_reply);
 	for (int i = 0; s->server_urls && i < s->n_servers_seen; i++) {
 		fb_free(s->server_urls[i]);
 	}
@@ -233,6 +259,11 @@ ps_scheduler_stats(struct ps_scheduler *s, char *buf, size_t n)
 	    (unsigned long long) s->epoch,
 	    s->opts.placement == PS_PLACEMENT_LATENCY ? "latency" : "uniform",
 	    s->start_error);
+	size_t parked = 0;
+	for (const struct ps_call *c = s->parked; c != NULL; c = c->next) {
+		parked++;
+	}
+	OUT("parked:%zu\r\n", parked);
 	OUT("state_file:%s\r\nstate_saved:%llu\r\nstate_failed:%llu\r\n",
 	    s->state_path, (unsigned long long) s->state_saved,
 	    (unsigned long long) s->state_failed);

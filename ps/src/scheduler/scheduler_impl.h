@@ -95,7 +95,13 @@ struct ps_scheduler {
 	uint8_t                 *placement_buf;
 	size_t                   placement_len;
 	uint64_t                 epoch;
-	struct ps_call          *parked;     // GetPlacement waiters
+	struct ps_call          *parked; // GetPlacement waiters
+	// The GetPlacement answer's Header bytes (epoch and map, no request
+	// id) for the map of epoch map_reply_epoch (scheduler_reply.c):
+	// packed once per map, not once per member fetching it.
+	uint8_t                 *map_reply;
+	size_t                   map_reply_len;
+	uint64_t                 map_reply_epoch;
 	uint64_t                *capacity;   // [servers] bytes, 0 = unbounded
 	double                  *lat, *bw;   // [trainers * servers]
 	uint8_t                 *links_seen; // [trainers]

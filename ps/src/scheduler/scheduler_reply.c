@@ -13,18 +13,67 @@
 // three acknowledgements carry the same body, the job's trainer and server
 // counts, but answer different rpcs, so each has its own function.
 #include <pthread.h>
+#include <string.h>
 
 #include "scheduler_impl.h"
 
-// answer_placement replies with the map in force. mu held.
+// map_reply_bytes returns the packed Header (epoch and map, no request
+// id) of the GetPlacement answer for the map in force, packing it once
+// per map; NULL when out of memory. mu held; s->placement != NULL.
+static const uint8_t *
+map_reply_bytes(struct ps_scheduler *s)
+{
+	if (s->map_reply == NULL ||
+	    s->map_reply_epoch != s->placement->epoch) {
+		Pswire__Header h = PSWIRE__HEADER__INIT;
+		h.epoch          = s->placement->epoch;
+		h.body_case      = PSWIRE__HEADER__BODY_PLACEMENT;
+		h.placement      = s->placement;
+		size_t   n       = pswire__header__get_packed_size(&h);
+		uint8_t *b       = fb_alloc(n > 0 ? n : 1);
+		if (b == NULL) {
+			return NULL;
+		}
+		fb_free(s->map_reply);
+		s->map_reply       = b;
+		s->map_reply_len   = pswire__header__pack(&h, b);
+		s->map_reply_epoch = s->placement->epoch;
+	}
+	return s->map_reply;
+}
+
+// answer_placement replies with the map in force. The Header is the
+// call's request id followed by the map's packed bytes (a protobuf
+// message's fields may come in any order): packing the map for every
+// member cost 1,000 packs of every shard's entry per new map. mu held.
 static void
 answer_placement(struct ps_scheduler *s, struct ps_call *c)
 {
-	Pswire__Header h = PSWIRE__HEADER__INIT;
-	h.epoch          = s->placement->epoch;
-	h.body_case      = PSWIRE__HEADER__BODY_PLACEMENT;
-	h.placement      = s->placement;
-	ps__call_reply(c, &h);
+	Pswire__Header id   = PSWIRE__HEADER__INIT;
+	const uint8_t *tail = map_reply_bytes(s);
+	nng_msg       *m;
+	uint8_t       *payload;
+	id.request_id = c->hdr->request_id;
+	size_t il     = pswire__header__get_packed_size(&id);
+	size_t hl     = il + s->map_reply_len;
+	if (tail == NULL || hl > PSW_MAX_HEADER ||
+	    psw_msg_begin(&m, hl, 0, &payload) != FB_OK) {
+		// Out of memory, or a map over the cap: the general path
+		// answers, or says why it cannot.
+		Pswire__Header h = PSWIRE__HEADER__INIT;
+		h.epoch          = s->placement->epoch;
+		h.body_case      = PSWIRE__HEADER__BODY_PLACEMENT;
+		h.placement      = s->placement;
+		ps__call_reply(c, &h);
+		return;
+	}
+	uint8_t *body = nng_msg_body(m);
+	pswire__header__pack(&id, body + PSW_FRAME_HDR);
+	memcpy(body + PSW_FRAME_HDR + il, tail, s->map_reply_len);
+	psw_frame_put(body, c->frame.method, PSW_FLAG_REPLY, (uint32_t) hl, 0);
+	// psw_msg_begin reserved the signing trailer's room: cut it.
+	nng_msg_chop(m, nng_msg_len(m) - (PSW_FRAME_HDR + hl));
+	ps__call_reply_msg(c, m);
 }
 
 // answer_membership replies with epoch 0: the server URLs, no shards.
@@ -41,25 +90,37 @@ answer_membership(struct ps_scheduler *s, struct ps_call *c)
 	ps__call_reply(c, &h);
 }
 
+// answer_one answers c when it can be: with the start error, the map
+// (once its epoch reaches the call's min_epoch) or the membership map
+// (min_epoch 0, every server in). Returns 1 when it did, 0 when c must
+// stay parked. mu held.
+static int
+answer_one(struct ps_scheduler *s, struct ps_call *c)
+{
+	if (s->start_error[0] != '\0') {
+		ps__call_reply_err(c, PSWIRE__STATUS__FAILED_PRECONDITION,
+		    "job cannot start: %s", s->start_error);
+	} else if (s->placement != NULL &&
+	    s->placement->epoch >= c->park_version) {
+		answer_placement(s, c);
+	} else if (c->park_version == 0 &&
+	    s->n_servers_seen == s->opts.servers) {
+		answer_membership(s, c);
+	} else {
+		return 0;
+	}
+	return 1;
+}
+
 void
 ps__sched_answer_parked(struct ps_scheduler *s)
 {
 	struct ps_call **pp = &s->parked;
 	while (*pp != NULL) {
-		struct ps_call *c = *pp;
-		if (s->start_error[0] != '\0') {
-			*pp = c->next;
-			ps__call_reply_err(c,
-			    PSWIRE__STATUS__FAILED_PRECONDITION,
-			    "job cannot start: %s", s->start_error);
-		} else if (s->placement != NULL &&
-		    s->placement->epoch >= c->park_version) {
-			*pp = c->next;
-			answer_placement(s, c);
-		} else if (c->park_version == 0 &&
-		    s->n_servers_seen == s->opts.servers) {
-			*pp = c->next;
-			answer_membership(s, c);
+		struct ps_call *c    = *pp;
+		struct ps_call *next = c->next;
+		if (answer_one(s, c)) {
+			*pp = next; // c belongs to the rpc again
 		} else {
 			pp = &c->next;
 		}
@@ -81,9 +142,14 @@ ps__sched_on_get_placement(struct ps_scheduler *s, struct ps_call *c)
 		c->deadline = cap;
 	}
 	pthread_mutex_lock(&s->mu);
-	c->next   = s->parked;
-	s->parked = c;
-	ps__sched_answer_parked(s);
+	// Only this call can be answered now: the parked ones were
+	// answered when what they wait for changed (every such change calls
+	// ps__sched_answer_parked). Walking them all here cost O(parked)
+	// per fetch, O(members^2) a second with a watch per member.
+	if (!answer_one(s, c)) {
+		c->next   = s->parked;
+		s->parked = c;
+	}
 	pthread_mutex_unlock(&s->mu);
 }
 
