@@ -11,8 +11,8 @@
 #define MIB (UINT64_C(1) << 20)
 
 // A failure means a fast or unmeasured link no longer gets today's
-// requests (conn_bytes / w, at least 1 MiB and at most 1 MiB), or a slow one no longer what
-// it moves in 2 ms (or a round trip's worth over the window).
+// requests (conn_bytes / w, at least 1 MiB and at most 1 MiB), or a slow one
+// no longer what it moves in 2 ms (or a round trip's worth over the window).
 START_TEST(test_req_bytes)
 {
 	// unmeasured (0, NaN) or fast: conn_bytes / w, at least 1 MiB ...
