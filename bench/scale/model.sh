@@ -129,7 +129,7 @@ loadgen() {
 
 # Dense sweep: steps so that each point runs about a second or more.
 for mb in $MB_SIZES; do
-	floats=$((mb * 262144)) steps=$((400 / mb))
+	floats=$((mb * 262144)) steps=$((1000 / mb))
 	((steps < 5)) && steps=5
 	log "dense ${mb} MB: $steps push-pulls, $TRAINERS trainers, $SERVERS servers"
 	loadgen "dense-$mb" "$floats" "$steps"
