@@ -807,6 +807,12 @@ import elastic_report  # noqa: E402 (beside this file)
 for line in elastic_report.section(os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "elastic.json")):
     w(line)
+# Scale (issue 30): bench/scale.sh's own run (trainers, servers, model
+# size, members and the simulator), whichever parts it holds.
+import scale_report  # noqa: E402 (beside this file)
+for line in scale_report.section(os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "scale.json"), PLOTS):
+    w(line)
 # SSP sweep: measured by bench/ssp.sh (run.sh step 7, or its own run).
 ssp_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ssp.json")
 if os.path.exists(ssp_path):
