@@ -21,16 +21,18 @@
 #   rows_sweep   sparse tables of 1M, 10M and 100M rows (--quick 1M, 10M;
 #                --smoke 20k), dim 8, SGD, one table shard in process
 #                (bench/sparse_store: lookups and updates per core, RSS over
-#                the rows' raw bytes); up to 10M rows also through a
-#                loopback server (bench/sparse_loop: rows/s, server RSS)
+#                the rows' raw bytes), and through a loopback server
+#                (bench/sparse_loop: rows/s, server RSS; --quick up to 1M)
 #
 #   bench/scale/model.sh [--quick] [--smoke] --json FILE
 #
 # Run by bench/scale.sh (FERRY_BUILD_DIR: the build tree, FERRY_SCALE_RAW:
-# where the raw logs go). Memory: the 1 GB job holds about 8 GB (loadgen's
-# 2 ranks: weights and gradient each, and the target; 4 servers); the 100M
-# row table about 6 GB; never both at once. --smoke exits 77 (skipped)
-# without loadgen, ps-server or numpy.
+# where the raw logs go). Time on 2 loaded cores: --smoke 15 s, --quick
+# 1 min, default about 4 min plus 2-3 s per big-model step (200: 8-10
+# min more). Memory: the 1 GB job holds about 8.6 GB (loadgen's 2 ranks:
+# 5.4 GB, weights and gradient each and the target; 4 servers 3.2 GB);
+# the 100M-row table about 4.8 GB, in process or in the server; never two
+# at once. --smoke exits 77 (skipped) without loadgen, ps-server or numpy.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 quick=0 smoke=0 json=
@@ -61,7 +63,7 @@ elif ((quick)); then
 	LOOP_MAX=1000000 MINT=0.2
 else
 	MB_SIZES="1 16 128 1024" BIG_STEPS=200
-	ROWS="1000000 10000000 100000000" LOOP_MAX=10000000 MINT=0.3
+	ROWS="1000000 10000000 100000000" LOOP_MAX=100000000 MINT=0.3
 fi
 BIG_STEPS=${FERRY_MODEL_BIG_STEPS:-$BIG_STEPS}
 for b in "$PS" "$LG" "$TB" "$STORE" "$LOOP"; do
