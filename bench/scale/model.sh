@@ -41,7 +41,7 @@ while (($#)); do
 	--quick) quick=1 ;;
 	--smoke) smoke=1 ;;
 	--json) json=${2:?--json needs a file}; shift ;;
-	-h | --help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "model.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 	shift
