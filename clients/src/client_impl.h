@@ -551,7 +551,9 @@ const struct comp_codec *ferry__auto_codec(const ferry_client *c,
 // conn_bytes over a window of w requests, on a link measured at bw_bps
 // bytes/s with round trip rtt_s (0: not measured). A link that moves
 // PIPE_MIN_BYTES (1 MiB) in REQ_LINK_S (2 ms) or more, or one not
-// measured, gets conn_bytes / w but at least PIPE_MIN_BYTES; a slower one
+// measured, gets conn_bytes / w but at least PIPE_MIN_BYTES and at most
+// PIPE_MAX_BYTES (both 1 MiB: a big model's share is many requests, so
+// that the messages in flight stay small beside its state); a slower one
 // what it moves in REQ_LINK_S or in 2·rtt_s / w, whichever is longer, so
 // a slow link is fed many small pipelined requests (exchange.c, DESIGN).
 uint64_t ferry__req_bytes(uint64_t conn_bytes, size_t w, double bw_bps,

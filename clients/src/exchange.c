@@ -3,16 +3,16 @@
 // needs; ferry__op_run sets up a push (its codec, the staged codes), and a
 // pull comes in through pull.c. The slots themselves are conn.c's.
 //
-// DESIGN. Full duplex: each server's shards are cut into about
-// FERRY_PIPE_SLOTS requests (whole shards, at least PIPE_MIN_BYTES each)
-// and every free slot of every connection sends one at once; a slot's aio
-// callback turns its finished send into the receive, so while the client
-// still sends request k+1 the server already takes request k apart, and
-// in a sync job it answers request k as soon as the rounds of its shards
-// close, while the rest still arrive. The caller's thread builds requests
-// and takes replies apart (the client has no lock: one thread at a time);
-// nng's threads only move bytes and flip a slot's state under the pipe's
-// lock. Replies that say UNAVAILABLE (not started, shard arriving) are
+// DESIGN. Full duplex: each server's shards are cut into requests (whole
+// shards, PIPE_MIN_BYTES to PIPE_MAX_BYTES each on a fast link) and up to
+// FERRY_PIPE_SLOTS of them in flight: every free slot of every connection
+// sends one at once; a slot's aio callback turns its finished send into the
+// receive, so while the client still sends request k+1 the server already
+// takes request k apart, and in a sync job it answers request k as soon as the
+// rounds of its shards close, while the rest still arrive. The caller's thread
+// builds requests and takes replies apart (the client has no lock: one thread
+// at a time); nng's threads only move bytes and flip a slot's state under the
+// pipe's lock. Replies that say UNAVAILABLE (not started, shard arriving) are
 // retried; STALE_EPOCH (shard moved) re-fetches the map and re-sends (or,
 // when the scheduler has no later map than the one held, only re-sends:
 // the server has caught up with it);
@@ -26,9 +26,10 @@
 // REQUEUE_MS into such a wait are cancelled and re-sent after it; a
 // server counts a re-sent push once (push_retried) and serves its pull.
 //
-// How big a request: at least PIPE_MIN_BYTES (today's loopback optimum)
-// on a link that moves that much in REQ_LINK_S; on a slower one (probed
-// bandwidth, ferry__req_bytes) a request is what the link moves in
+// How big a request: PIPE_MIN_BYTES to PIPE_MAX_BYTES (today's loopback
+// optimum; a big model's share goes as many such requests, not as w huge
+// ones) on a link that moves that much in REQ_LINK_S; on a slower one
+// (probed bandwidth, ferry__req_bytes) a request is what the link moves in
 // REQ_LINK_S, or a round trip's worth over the window, so that many small
 // requests follow each other and the replies of the first ones travel
 // while the later ones are sent; the scheduler cuts the shards of such a
@@ -63,6 +64,19 @@
 // outweighs the overlap: on loopback, 128 KiB requests made the 0.9 MB
 // MLP's step ~20% slower; 64 MiB in 8 requests doubled push-pull goodput.
 #define PIPE_MIN_BYTES (1u << 20)
+
+// PIPE_MAX_BYTES: and at most this many on a fast link, however big the
+// model. A request of conn_bytes / w held a big model's share in w
+// messages: 32 MiB each for a 1 GB model on 4 servers, and every trainer's
+// requests in flight, their replies and the freed blocks malloc keeps for
+// the next ones live in the server's (and the client's) memory at once:
+// 2 trainers x 8 requests x 2 directions. With 1 MiB requests a 256 MB
+// model on 4 servers took the servers from 1543 to 922 MB of RSS (256 MB
+// of weights, 512 MB of sync staging) and its client from 1.8 to 0.9 GB,
+// at the same goodput; a 64 MiB push-pull to one server (transport_bench)
+// went from 3.5-9.5 to 12.8-13.6 Gbit/s (blocks over glibc's 32 MiB mmap
+// ceiling are faulted in afresh for every message).
+#define PIPE_MAX_BYTES (1u << 20)
 
 // REQ_LINK_S: the time on a slow link one request aims at (the same as the
 // scheduler's SHARD_LINK_S). At 100 Mbit/s shared by two trainers, 8-16
@@ -249,7 +263,9 @@ ferry__req_bytes(uint64_t conn_bytes, size_t w, double bw_bps, double rtt_s)
 	uint64_t fast = conn_bytes / ww + (conn_bytes % ww != 0);
 	double   t    = rtt_s > 0 ? 2.0 * rtt_s / (double) ww : 0;
 	double   link = bw_bps * (t > REQ_LINK_S ? t : REQ_LINK_S);
-	fast          = fast < PIPE_MIN_BYTES ? PIPE_MIN_BYTES : fast;
+	fast          = fast < PIPE_MIN_BYTES ? PIPE_MIN_BYTES
+	             : fast > PIPE_MAX_BYTES  ? PIPE_MAX_BYTES
+	                                      : fast;
 	// !(bw > 0) also catches NaN (not measured)
 	if (!(bw_bps > 0) || !(link < (double) PIPE_MIN_BYTES)) {
 		return fast;

@@ -18,6 +18,7 @@ main(void)
 	srunner_add_suite(sr, suite_sink());
 	srunner_add_suite(sr, suite_codec_auto());
 	srunner_add_suite(sr, suite_exchange());
+	srunner_add_suite(sr, suite_exchange_cluster());
 	srunner_add_suite(sr, suite_rows());
 	srunner_add_suite(sr, suite_rows_cluster());
 	srunner_add_suite(sr, suite_lease());

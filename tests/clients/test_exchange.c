@@ -7,21 +7,29 @@
 
 #include "clients_tests.h"
 #include "fake.h"
+#include "ferry/ferry.h"
+#include "ps/ps.h"
+#include "pt.h"
 
 #define MIB (UINT64_C(1) << 20)
 
 // A failure means a fast or unmeasured link no longer gets today's
-// requests (conn_bytes / w, at least 1 MiB), or a slow one no longer what
-// it moves in 2 ms (or a round trip's worth over the window).
+// requests (conn_bytes / w, at least 1 MiB and at most 1 MiB), or a slow one
+// no longer what it moves in 2 ms (or a round trip's worth over the window).
 START_TEST(test_req_bytes)
 {
-	// unmeasured (0, NaN) or fast: conn_bytes / w, at least 1 MiB
+	// unmeasured (0, NaN) or fast: conn_bytes / w, at least 1 MiB ...
 	ck_assert_uint_eq(ferry__req_bytes(900000, 8, 0, 0), MIB);
 	ck_assert_uint_eq(ferry__req_bytes(900000, 8, NAN, 0), MIB);
 	ck_assert_uint_eq(ferry__req_bytes(900000, 8, 2e9, 1e-4), MIB);
-	ck_assert_uint_eq(ferry__req_bytes(64 * MIB, 8, 2e9, 1e-4), 8 * MIB);
-	ck_assert_uint_eq(ferry__req_bytes(64 * MIB, 8, 0, 0), 8 * MIB);
-	ck_assert_uint_eq(ferry__req_bytes(64 * MIB, 0, 0, 0), 64 * MIB);
+	// ... and at most 1 MiB however big the server's share (issue 30:
+	// a 1 GB model on 4 servers is not 8 requests of 32 MiB each, whose
+	// messages in flight outweighed the servers' own state)
+	ck_assert_uint_eq(ferry__req_bytes(64 * MIB, 8, 2e9, 1e-4), MIB);
+	ck_assert_uint_eq(ferry__req_bytes(64 * MIB, 8, 0, 0), MIB);
+	ck_assert_uint_eq(ferry__req_bytes(64 * MIB, 0, 0, 0), MIB);
+	ck_assert_uint_eq(ferry__req_bytes(256 * MIB, 8, NAN, 0), MIB);
+	ck_assert_uint_eq(ferry__req_bytes(256 * MIB, 8, 1e10, 1e-4), MIB);
 	// slow: what the link moves in 2 ms (100 Mbit/s shared, 10 Mbit/s)
 	ck_assert_uint_eq(ferry__req_bytes(900000, 8, 6.5e6, 1e-4), 13000);
 	ck_assert_uint_eq(ferry__req_bytes(64 * MIB, 8, 6.5e6, 1e-4), 13000);
@@ -108,6 +116,81 @@ START_TEST(test_slow_link_more_requests)
 	ferry_client_close(c);
 }
 END_TEST
+
+// BIG: a 40 MiB tensor, one server whose message cap is 4 MiB (and so
+// whose connections may hold 9 MiB of calls in progress).
+#define BIG (10u << 20)
+#define BIG_MSG (4u << 20)
+
+static float big_w[BIG], big_g[BIG];
+
+// A server's share of a model many times its message cap still trains:
+// requests are cut to 1 MiB, not conn_bytes / w (40 MiB / 8 = 5 MiB, each
+// refused as oversized until the call's deadline). The same limits
+// refused any model over 8 x --max-msg-mb per server (2 GB at the default
+// 256), and one whose 8 requests in flight passed a connection's cap of
+// calls in progress, 2 x --max-msg-mb + 1 MiB (a 1 GB model on one
+// server: 8 x 128 MiB against 513 MiB).
+START_TEST(test_big_share_under_msg_cap)
+{
+	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
+	struct ps_server_opts    o  = PS_SERVER_OPTS_INIT;
+	struct ps_scheduler     *sched;
+	struct ps_server        *srv;
+	struct ferry_opts        fo   = FERRY_OPTS_INIT;
+	struct ferry_tensor_spec spec = { .name = "big",
+		.len                            = BIG,
+		.kind                           = FERRY_TENSOR_WEIGHTS,
+		.init                           = FERRY_INIT_ZEROS };
+	ferry_client            *c;
+	char                     url[64], surl[64];
+	float                   *w = big_w;
+	const float             *g = big_g;
+
+	so.url         = pt_addr(url, sizeof(url), "tcp");
+	so.trainers    = 1;
+	so.servers     = 1;
+	so.probe_bytes = 0;
+	PT_OK(ps_scheduler_open(&so, &sched));
+	o.url           = pt_addr(surl, sizeof(surl), "tcp");
+	o.scheduler_url = ps_scheduler_url(sched);
+	o.max_msg       = BIG_MSG;
+	PT_OK(ps_server_open(&o, &srv));
+	fo.scheduler_url = ps_scheduler_url(sched);
+	fo.mode          = FERRY_MODE_SYNC;
+	fo.lr            = 0.5;
+	fo.timeout_ms    = 5000;
+	ck_assert_int_eq(ferry_client_open(&fo, &c), FERRY_OK);
+	ck_assert_int_eq(ferry_client_declare_specs(c, &spec, 1), FERRY_OK);
+	ck_assert_int_eq(ferry_client_pull(c, &w), FERRY_OK);
+	for (size_t i = 0; i < BIG; i++) {
+		big_g[i] = 1.0f;
+	}
+	for (int k = 1; k <= 2; k++) {
+		int rv = ferry_client_push_pull(c, &g, 1, &w);
+		ck_assert_msg(rv == FERRY_OK, "step %d: %s: %s", k,
+		    ferry_strerror(rv), ferry_client_last_error(c));
+		ck_assert_float_eq(big_w[0], -0.5f * (float) k);
+		ck_assert_float_eq(big_w[BIG - 1], -0.5f * (float) k);
+	}
+	(void) ferry_client_leave(c);
+	ferry_client_close(c);
+	ps_server_close(srv);
+	ps_scheduler_close(sched);
+}
+END_TEST
+
+Suite *
+suite_exchange_cluster(void)
+{
+	Suite *s  = suite_create("exchange_cluster");
+	TCase *tc = tcase_create("cluster");
+	tcase_set_tags(tc, "cluster"); // see tests/clients/CMakeLists.txt
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_big_share_under_msg_cap);
+	suite_add_tcase(s, tc);
+	return s;
+}
 
 Suite *
 suite_exchange(void)
