@@ -239,20 +239,29 @@ done:
 	}
 }
 
+// call_ready reports whether every shard of call c reached the version it
+// waits for (c->park_version; shard_ready). mu held.
+static int
+call_ready(struct ps_server *s, const struct ps_call *c)
+{
+	size_t   n     = ps__call_n_shards(c);
+	int      ready = 1, full;
+	uint64_t have;
+	for (size_t i = 0; i < n && ready; i++) {
+		uint32_t id = ps__call_shard(c, i, &have, &full);
+		ready       = shard_ready(s, c, id, c->park_version);
+	}
+	return ready;
+}
+
 void
 ps__pull_wake(struct ps_server *s)
 {
 	struct ps_call **pp = &s->parked;
 	while (*pp != NULL) {
-		struct ps_call *c     = *pp;
-		size_t          n     = ps__call_n_shards(c);
-		int             ready = 1, full;
-		uint64_t        have;
-		for (size_t i = 0; i < n && ready; i++) {
-			uint32_t id = ps__call_shard(c, i, &have, &full);
-			ready       = shard_ready(s, c, id, c->park_version);
-		}
-		if (ready) {
+		struct ps_call *c = *pp;
+		s->park_checks++;
+		if (call_ready(s, c)) {
 			*pp = c->next;
 			answer_pull(s, c);
 		} else {
@@ -272,9 +281,15 @@ ps__pull_or_park(struct ps_server *s, struct ps_call *c, uint64_t want)
 		c->deadline = cap;
 	}
 	c->park_version = want;
-	c->next         = s->parked;
-	s->parked       = c;
-	ps__pull_wake(s);
+	// Only c is new here: the other parked calls wait for a version to
+	// move (the caller wakes them when one did), so c alone is checked.
+	s->park_checks++;
+	if (call_ready(s, c)) {
+		answer_pull(s, c);
+		return;
+	}
+	c->next   = s->parked;
+	s->parked = c;
 }
 
 // pull_join joins the caller's rank to this server's sync rounds at

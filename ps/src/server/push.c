@@ -373,12 +373,14 @@ push_stage(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 // push_commit ends a staged push: it frees rank's slots and replies the
 // error when shard `bad` (>= 0) was bad; else it marks them pushed and
 // applies every round that is now complete. *want receives the version a
-// push-pull waits for. Signals s->decoded either way. mu held. Returns 0
-// or -1 (error replied).
+// push-pull waits for, *closed how many rounds it closed. Signals
+// s->decoded either way. mu held. Returns 0 or -1 (error replied).
 static int
 push_commit(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
-    uint32_t rank, const uint8_t *skip, int bad, int bad_code, uint64_t *want)
+    uint32_t rank, const uint8_t *skip, int bad, int bad_code, uint64_t *want,
+    size_t *closed)
 {
+	*closed = 0;
 	pthread_cond_broadcast(&s->decoded);
 	if (bad >= 0) {
 		for (size_t i = 0; i < p->n_shards; i++) {
@@ -390,6 +392,7 @@ push_commit(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 			// A rank that left meanwhile held the round open.
 			if (ps__shard_complete(s, sh)) {
 				ps__shard_apply_sync(s, sh);
+				(*closed)++;
 			}
 		}
 		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
@@ -415,6 +418,7 @@ push_commit(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 		if (ps__shard_complete(s, sh)) {
 			ps__shard_apply_sync(s, sh);
 			s->last_rank[rank]++; // the round waited for this rank
+			(*closed)++;
 		}
 	}
 	atomic_fetch_add_explicit(&s->n_push, 1, memory_order_relaxed);
@@ -429,7 +433,8 @@ ps__on_push(struct ps_server *s, struct ps_call *c)
 	int      is_pp = c->frame.method == PSWIRE__METHOD__PUSH_PULL;
 	uint64_t want  = 0;
 	uint8_t *skip  = NULL; // shards this push already counted (retried)
-	size_t   n_retried;
+	size_t   n_retried, closed = 0;
+	int      changed = 0; // a version moved: parked calls may be ready
 	int      bad, bad_code;
 
 	if (c->hdr->body_case != PSWIRE__HEADER__BODY_PUSH_REQ) {
@@ -490,6 +495,7 @@ ps__on_push(struct ps_server *s, struct ps_call *c)
 		if (push_async(s, c, p) != 0) {
 			goto out;
 		}
+		changed = 1; // versions, and SSP's clocks
 		// Async push-pull returns the newest, whatever it is; an SSP
 		// one waits for the slowest rank's clock (pull.c).
 		want = 0;
@@ -510,9 +516,14 @@ ps__on_push(struct ps_server *s, struct ps_call *c)
 	}
 	bad = push_stage(s, c, p, rank, skip, &bad_code);
 	pthread_mutex_lock(&s->mu);
-	if (push_commit(s, c, p, rank, skip, bad, bad_code, &want) != 0) {
+	if (push_commit(s, c, p, rank, skip, bad, bad_code, &want, &closed) !=
+	    0) {
+		if (closed > 0) {
+			ps__pull_wake(s);
+		}
 		goto out;
 	}
+	changed = closed > 0;
 reply:
 	// Admitted (staged, applied, or counted before): the samples up to
 	// lease_end of lease_id are consumed (heartbeat.c).
@@ -523,7 +534,13 @@ reply:
 		Pswire__Header h = PSWIRE__HEADER__INIT;
 		ps__call_reply(c, &h);
 	}
-	ps__pull_wake(s);
+	// Only a push that moved a version can have readied a parked call:
+	// a sync push that closes no round leaves them be, so that a round
+	// of T pushes scans the parked calls once, not T times (O(T), not
+	// O(T^2): issue 30).
+	if (changed) {
+		ps__pull_wake(s);
+	}
 out:
 	pthread_mutex_unlock(&s->mu);
 	fb_free(skip);

@@ -263,6 +263,9 @@ struct ps_server {
 	// stats (relaxed atomics)
 	atomic_uint_fast64_t  n_push, n_pull, n_err, bytes_in, bytes_out;
 	atomic_uint_fast64_t  n_applied;
+	// parked calls examined for readiness (under mu): a sync round of T
+	// pushes examines O(T) of them (pull.c, push.c)
+	uint64_t              park_checks;
 	atomic_uint_fast64_t  n_overflow; // updates refused: would overflow
 	atomic_int            transfers;  // shards packed, not yet delivered
 	int                   late;       // joined a running job
@@ -505,11 +508,15 @@ size_t ps__call_n_shards(const struct ps_call *c);
 uint32_t ps__call_shard(const struct ps_call *c, size_t i, uint64_t *have,
     int *full);
 
-// ps__pull_wake answers every parked call whose shards are ready. mu held.
+// ps__pull_wake answers every parked call whose shards are ready: call it
+// after a change that can ready one (a version moved, a forward was
+// acknowledged, a shard arrived or opened), not after every request. mu
+// held.
 void ps__pull_wake(struct ps_server *s);
 
 // ps__pull_or_park answers c (a Pull or PushPull) now if its shards
-// reached version want, else parks it until they do. mu held.
+// reached version want, else parks it until they do; it examines c alone
+// (the caller wakes the others if it changed something). mu held.
 void ps__pull_or_park(struct ps_server *s, struct ps_call *c, uint64_t want);
 
 // ps__pull_pipe_gone answers CANCELLED to every parked call that came on
