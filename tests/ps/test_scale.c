@@ -1,6 +1,7 @@
 // test_scale.c — how a server's cost grows with its trainers (issue 30),
 // each against a live in-process sync job: a round of T push-pulls
-// examines O(T) parked calls, not O(T^2) (the server's park_checks stat).
+// examines O(T) parked calls, not O(T^2) (the server's park_checks stat),
+// and a server makes room for more trainers than its --contexts fit.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,6 +157,29 @@ START_TEST(test_scale_park_checks_linear_in_trainers)
 }
 END_TEST
 
+// A sync job with more trainers than half the server's --contexts: each
+// trainer's push-pull parks a context until its round closes, and all of
+// them on one host may hold three quarters of the contexts (12 of 16
+// here), so without room made for them the rounds of 16 trainers stall
+// or are refused. The server grows its contexts when the map tells it the
+// trainers.
+START_TEST(test_scale_contexts_grow_for_trainers)
+{
+	enum { T = 16, STEPS = 5 };
+	struct job     j;
+	struct trainer t[T];
+	job_open(&j, T, 16);
+	run_trainers(&j, t, T, STEPS);
+	ck_assert_uint_eq(stat_of(j.srv, "updates_applied"), STEPS);
+	ck_assert_uint_ge(stat_of(j.srv, "contexts"), T + 64);
+	for (int r = 0; r < T; r++) {
+		ferry_client_close(t[r].c);
+	}
+	ps_server_close(j.srv);
+	ps_scheduler_close(j.sched);
+}
+END_TEST
+
 Suite *
 suite_scale(void)
 {
@@ -163,6 +187,7 @@ suite_scale(void)
 	TCase *tc = tcase_create("scale");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_scale_park_checks_linear_in_trainers);
+	tcase_add_test(tc, test_scale_contexts_grow_for_trainers);
 	suite_add_tcase(s, tc);
 	return s;
 }
