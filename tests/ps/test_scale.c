@@ -1,7 +1,8 @@
 // test_scale.c — how a server's cost grows with its trainers (issue 30),
 // each against a live in-process sync job: a round of T push-pulls
 // examines O(T) parked calls, not O(T^2) (the server's park_checks stat),
-// and a server makes room for more trainers than its --contexts fit.
+// a server makes room for more trainers than its --contexts fit, and a
+// push-pull answered before its round closes still counts in it exactly.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,6 +181,124 @@ START_TEST(test_scale_contexts_grow_for_trainers)
 }
 END_TEST
 
+// A sync push-pull lends its fp32 gradient to its round from its own
+// request (push.c's BORROWING). When the call is answered before the
+// round closes (here its park expires: --park-max-ms 300 ms, while the
+// other rank has not pushed), the server first copies the gradient into
+// the rank's slot: the round, closed later by rank 1, still sums exactly
+// x - lr * (g0 + g1) / 2 (integers here, so every float is exact).
+enum { BIG = 1 << 16 };
+
+struct lender {
+	ferry_client *c;
+	float        *g, *w;
+	int           rv;
+};
+
+static void *
+lender_main(void *arg)
+{
+	struct lender *l     = arg;
+	const float   *gp[1] = { l->g };
+	float         *wp[1] = { l->w };
+	l->rv                = ferry_client_push_pull(l->c, gp, 1, wp);
+	return NULL;
+}
+
+// big_open opens rank a->rank's client of the job at a->url into
+// a->l->c (rank 0 offers a->l->w) and pulls into a->l->w; a->l->rv: 0 or
+// the error.
+struct big_arg {
+	const char    *url;
+	struct lender *l;
+	int            rank;
+};
+
+static void *
+big_open(void *arg)
+{
+	struct big_arg          *a     = arg;
+	struct ferry_opts        o     = FERRY_OPTS_INIT;
+	struct ferry_tensor_desc d     = { "big", BIG };
+	float                   *wp[1] = { a->l->w };
+	o.scheduler_url                = a->url;
+	o.rank                         = a->rank;
+	o.lr                           = 0.5;
+	o.mode                         = FERRY_MODE_SYNC;
+	o.timeout_ms                   = 20000;
+	if ((a->l->rv = ferry_client_open(&o, &a->l->c)) != 0 ||
+	    (a->l->rv = ferry_client_declare(a->l->c, &d, 1)) != 0 ||
+	    (a->rank == 0 &&
+	        (a->l->rv = ferry_client_init_weights(a->l->c,
+	             (const float *const *) wp)) != 0)) {
+		return NULL;
+	}
+	a->l->rv = ferry_client_pull(a->l->c, wp);
+	return NULL;
+}
+
+START_TEST(test_scale_expired_push_pull_still_counts)
+{
+	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
+	struct ps_server_opts    o  = PS_SERVER_OPTS_INIT;
+	struct ps_scheduler     *sched;
+	struct ps_server        *srv;
+	char                     url[64], surl[64];
+	float                   *w0 = malloc(BIG * 4), *w1 = malloc(BIG * 4);
+	float                   *g0 = malloc(BIG * 4), *g1 = malloc(BIG * 4);
+	ck_assert(w0 != NULL && w1 != NULL && g0 != NULL && g1 != NULL);
+	for (int i = 0; i < BIG; i++) {
+		w0[i] = (float) i;
+		g0[i] = 1.0f;
+		g1[i] = 3.0f;
+	}
+	so.url         = pt_addr(url, sizeof(url), "tcp");
+	so.trainers    = 2;
+	so.servers     = 1;
+	so.probe_bytes = 0;
+	PT_OK(ps_scheduler_open(&so, &sched));
+	o.url           = pt_addr(surl, sizeof(surl), "tcp");
+	o.scheduler_url = ps_scheduler_url(sched);
+	o.park_max_ms   = 300;
+	PT_OK(ps_server_open(&o, &srv));
+	struct lender  l = { NULL, g0, w0, 0 }, l1 = { NULL, g1, w1, 0 };
+	struct big_arg a0 = { ps_scheduler_url(sched), &l, 0 };
+	struct big_arg a1 = { ps_scheduler_url(sched), &l1, 1 };
+	pthread_t      th;
+	ck_assert_int_eq(pthread_create(&th, NULL, big_open, &a1), 0);
+	big_open(&a0);
+	pthread_join(th, NULL);
+	ck_assert_msg(l.rv == 0 && l1.rv == 0, "open: %d %d", l.rv, l1.rv);
+	ferry_client      *c0 = l.c, *c1 = l1.c;
+	unsigned long long errs = stat_of(srv, "errors");
+	ck_assert_int_eq(pthread_create(&th, NULL, lender_main, &l), 0);
+	// Rank 0's push is in and its call answered DEADLINE_EXCEEDED.
+	for (int i = 0; i < 1000 && stat_of(srv, "errors") == errs; i++) {
+		fb_sleep_us(10000);
+	}
+	ck_assert_uint_gt(stat_of(srv, "errors"), errs);
+	ck_assert_uint_eq(stat_of(srv, "updates_applied"), 0);
+	const float *gp[1] = { g1 };
+	float       *wp[1] = { w1 };
+	PT_OK(ferry_client_push_pull(c1, gp, 1, wp));
+	pthread_join(th, NULL);
+	ck_assert_uint_eq(stat_of(srv, "updates_applied"), 1);
+	for (int i = 0; i < BIG; i++) {
+		ck_assert_msg(w1[i] == (float) i - 1.0f,
+		    "element %d: %g, expected %g", i, (double) w1[i],
+		    (double) ((float) i - 1.0f));
+	}
+	ferry_client_close(c0);
+	ferry_client_close(c1);
+	ps_server_close(srv);
+	ps_scheduler_close(sched);
+	free(w0);
+	free(w1);
+	free(g0);
+	free(g1);
+}
+END_TEST
+
 Suite *
 suite_scale(void)
 {
@@ -188,6 +307,7 @@ suite_scale(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_scale_park_checks_linear_in_trainers);
 	tcase_add_test(tc, test_scale_contexts_grow_for_trainers);
+	tcase_add_test(tc, test_scale_expired_push_pull_still_counts);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -456,6 +456,12 @@ ps__pull_pipe_gone(void *arg, uint32_t pipe)
 {
 	struct ps_server *s = arg;
 	pthread_mutex_lock(&s->mu);
+	for (struct ps_call *c = s->parked; c != NULL; c = c->next) {
+		if (atomic_load_explicit(&c->pipe, memory_order_relaxed) ==
+		    pipe) {
+			ps__shard_unborrow(s, c); // its request goes
+		}
+	}
 	int n = ps__call_list_drop_pipe(&s->parked, pipe) +
 	    ps__call_list_drop_pipe(&s->rows_parked, pipe);
 	atomic_fetch_add_explicit(&s->n_err, (uint64_t) n,
@@ -471,6 +477,7 @@ ps__pull_abort_all(struct ps_server *s, uint64_t epoch)
 		                                        : &s->rows_parked;
 		struct ps_call  *c  = *pp;
 		*pp                 = c->next;
+		ps__shard_unborrow(s, c);
 		ps__server_reply_err(s, c, PSWIRE__STATUS__STALE_EPOCH,
 		    "the job rolled back to a snapshot (epoch %llu): fetch "
 		    "the new map",
@@ -494,6 +501,7 @@ ps__pull_abort_leaving(struct ps_server *s, uint64_t epoch)
 			continue;
 		}
 		*pp = c->next;
+		ps__shard_unborrow(s, c); // its push still counts (Transfer)
 		if (c->frame.method == PSWIRE__METHOD__PUSH_PULL) {
 			ps__server_reply_err(s, c, PSWIRE__STATUS__ABORTED,
 			    "push applied; its shards moved (epoch %llu): "
@@ -644,6 +652,7 @@ ps__sweep_main(void *arg)
 			struct ps_call *c = *pp;
 			if (c->deadline != 0 && c->deadline <= now) {
 				*pp = c->next;
+				ps__shard_unborrow(s, c);
 				ps__server_reply_err(s, c,
 				    PSWIRE__STATUS__DEADLINE_EXCEEDED,
 				    "version %llu not reached before the "
