@@ -59,4 +59,5 @@ Suite          *suite_rows_move(void);
 Suite          *suite_rows_snapshot(void);
 Suite          *suite_rows_repl(void);
 Suite          *suite_seedinit(void);
+Suite          *suite_scale(void);
 #endif

@@ -51,11 +51,16 @@ struct rpc_metrics {
 	struct ps_refusals *refusals; // per reason and peer; throttled log
 };
 
+// Calls live in chunks that never move: ps__rpc_grow adds contexts while
+// the LIMITS scans read n, then the calls below it. 65536 at most.
+#define RPC_CHUNK 256
+#define RPC_CHUNKS 256
+
 struct ps_rpc {
 	nng_socket         sock;
 	nng_listener       listener;
-	int                n;
-	struct ps_call    *calls;
+	_Atomic int        n; // contexts started (grow-only)
+	struct ps_call    *chunk[RPC_CHUNKS];
 	ps_rpc_handler     handler;
 	void              *arg;
 	struct psw_auth   *auth; // borrowed; NULL: requests are not signed
@@ -78,6 +83,13 @@ struct ps_rpc {
 
 static void call_cb(void *arg);
 
+// call_at returns call i (< r->n) of r.
+static inline struct ps_call *
+call_at(const struct ps_rpc *r, int i)
+{
+	return &r->chunk[i / RPC_CHUNK][i % RPC_CHUNK];
+}
+
 // call_unhold ends c's LIMITS accounting.
 static void
 call_unhold(struct ps_call *c)
@@ -94,10 +106,10 @@ static int
 host_usage(const struct ps_rpc *r, const struct ps_call *c, uint64_t host,
     uint64_t member, int *mcalls)
 {
-	int calls = 0;
-	*mcalls   = 0;
-	for (int i = 0; i < r->n; i++) {
-		const struct ps_call *o = &r->calls[i];
+	int calls = 0, n = atomic_load(&r->n);
+	*mcalls = 0;
+	for (int i = 0; i < n; i++) {
+		const struct ps_call *o = call_at(r, i);
 		if (o == c) {
 			continue;
 		}
@@ -137,11 +149,12 @@ static void
 pipe_usage(const struct ps_rpc *r, const struct ps_call *c, uint32_t pipe,
     int *calls, size_t *bytes, size_t *total)
 {
+	int n  = atomic_load(&r->n);
 	*calls = 0;
 	*bytes = 0;
 	*total = 0;
-	for (int i = 0; i < r->n; i++) {
-		const struct ps_call *o    = &r->calls[i];
+	for (int i = 0; i < n; i++) {
+		const struct ps_call *o    = call_at(r, i);
 		size_t                held = atomic_load_explicit(&o->held,
 		                   memory_order_relaxed);
 		*total += held;
@@ -414,8 +427,9 @@ over_limits(struct ps_call *c)
 	uint32_t       pipe    = nng_pipe_id(np);
 	size_t         mine    = nng_msg_len(c->req), bytes, total;
 	int            calls   = 0;
-	int            max_cls = r->n / 4 > 2 ? r->n / 4 : 2;
-	int            max_hst = r->n - r->n / 4 > 2 ? r->n - r->n / 4 : 2;
+	int            n       = atomic_load(&r->n);
+	int            max_cls = n / 4 > 2 ? n / 4 : 2;
+	int            max_hst = n - n / 4 > 2 ? n - n / 4 : 2;
 	char           why[200], addr[64];
 
 	if (c->host_pipe != pipe) {
@@ -652,6 +666,39 @@ metrics_register(struct rpc_metrics *m, struct obs_registry *reg)
 	return rv;
 }
 
+// rpc_add opens contexts r->n .. n-1, then starts them; FB_ENOMEM stops
+// at the first that cannot be opened (r->n counts those started).
+static int
+rpc_add(struct ps_rpc *r, int n)
+{
+	int old = atomic_load(&r->n), i, rv = FB_OK;
+	for (i = old; i < n; i++) {
+		struct ps_call **ch = &r->chunk[i / RPC_CHUNK];
+		if (*ch == NULL &&
+		    (*ch = fb_zalloc(sizeof(**ch) * RPC_CHUNK)) == NULL) {
+			rv = FB_ENOMEM;
+			break;
+		}
+		struct ps_call *c = call_at(r, i);
+		c->rpc            = r;
+		if (nng_aio_alloc(&c->aio, call_cb, c) != 0) {
+			rv = FB_ENOMEM;
+			break;
+		}
+		if (nng_ctx_open(&c->ctx, r->sock) != 0) {
+			nng_aio_free(c->aio);
+			c->aio = NULL;
+			rv     = FB_ENOMEM;
+			break;
+		}
+	}
+	atomic_store(&r->n, i); // (they hold nothing until they receive)
+	for (int k = old; k < i; k++) {
+		call_cb(call_at(r, k));
+	}
+	return rv;
+}
+
 int
 ps__rpc_open(struct psw_tls *tls, const char *url, int ncontexts,
     size_t max_msg, struct psw_auth *auth, ps_rpc_handler handler, void *arg,
@@ -660,6 +707,9 @@ ps__rpc_open(struct psw_tls *tls, const char *url, int ncontexts,
 	struct ps_rpc *r;
 	int            rv;
 
+	if (ncontexts < 1 || ncontexts > RPC_CHUNK * RPC_CHUNKS) {
+		return FB_EINVAL;
+	}
 	if ((r = fb_zalloc(sizeof(*r))) == NULL) {
 		return FB_ENOMEM;
 	}
@@ -671,40 +721,37 @@ ps__rpc_open(struct psw_tls *tls, const char *url, int ncontexts,
 	r->arg        = arg;
 	r->auth       = auth;
 	r->tls        = tls;
-	r->n          = ncontexts;
 	r->conn_bytes = 2 * max_msg + (1u << 20);
-	if ((r->calls = fb_zalloc(sizeof(*r->calls) * (size_t) ncontexts)) ==
-	    NULL) {
-		ps__refusals_close(r->m.refusals);
-		fb_free(r);
-		return FB_ENOMEM;
-	}
 	if ((rv = nng_rep0_open(&r->sock)) != 0) {
 		ps__refusals_close(r->m.refusals);
-		fb_free(r->calls);
 		fb_free(r);
 		return FB_ETRANSPORT;
 	}
 	nng_socket_set_size(r->sock, NNG_OPT_RECVMAXSZ, max_msg);
-	for (int i = 0; i < ncontexts; i++) {
-		struct ps_call *c = &r->calls[i];
-		c->rpc            = r;
-		if (nng_aio_alloc(&c->aio, call_cb, c) != 0 ||
-		    nng_ctx_open(&c->ctx, r->sock) != 0) {
-			ps__rpc_close(r);
-			return FB_ENOMEM;
-		}
-	}
 	if ((rv = psw_tls_listen(tls, r->sock, url, max_msg, &r->listener,
 	         r->url, sizeof(r->url))) != FB_OK) {
 		ps__rpc_close(r);
 		return rv;
 	}
-	for (int i = 0; i < ncontexts; i++) {
-		call_cb(&r->calls[i]);
+	if ((rv = rpc_add(r, ncontexts)) != FB_OK) {
+		ps__rpc_close(r);
+		return rv;
 	}
 	*out = r;
 	return FB_OK;
+}
+
+int
+ps__rpc_grow(struct ps_rpc *r, int want)
+{
+	int n = want < RPC_CHUNK * RPC_CHUNKS ? want : RPC_CHUNK * RPC_CHUNKS;
+	return n > atomic_load(&r->n) ? rpc_add(r, n) : FB_OK;
+}
+
+int
+ps__rpc_contexts(const struct ps_rpc *r)
+{
+	return atomic_load(&r->n);
 }
 
 int
@@ -829,21 +876,25 @@ ps__rpc_close(struct ps_rpc *r)
 	while (atomic_load(&r->in_gone) > 0) { // those the close ran
 		fb_sleep_us(1000);
 	}
-	for (int i = 0; i < r->n; i++) {
-		if (r->calls[i].aio != NULL) {
-			nng_aio_stop(r->calls[i].aio);
+	int n = atomic_load(&r->n);
+	for (int i = 0; i < n; i++) {
+		if (call_at(r, i)->aio != NULL) {
+			nng_aio_stop(call_at(r, i)->aio);
 		}
 	}
-	for (int i = 0; i < r->n; i++) {
+	for (int i = 0; i < n; i++) {
+		struct ps_call *c = call_at(r, i);
 		// nng_aio_stop waited for the last callback; this load is the
 		// edge ThreadSanitizer can see (the `state` comment in rpc.h).
-		(void) atomic_load(&r->calls[i].steps);
-		call_release(&r->calls[i]);
-		if (r->calls[i].aio != NULL) {
-			nng_aio_free(r->calls[i].aio);
+		(void) atomic_load(&c->steps);
+		call_release(c);
+		if (c->aio != NULL) {
+			nng_aio_free(c->aio);
 		}
 	}
-	fb_free(r->calls);
+	for (int k = 0; k < RPC_CHUNKS; k++) {
+		fb_free(r->chunk[k]);
+	}
 	ps__refusals_close(r->m.refusals);
 	fb_free(r);
 }

@@ -127,6 +127,16 @@ int ps__call_cert_check(struct ps_call *c, const char **why);
 // only).
 void ps__call_cert_ident(struct ps_call *c);
 
+// ps__rpc_grow raises the contexts to ncontexts (at most 65536; never
+// lowers them), opening and starting the new ones while the others serve:
+// a role that learns how many peers may park calls at once (a sync
+// server, its trainers) makes room for them. FB_ENOMEM leaves those that
+// could be opened. Not concurrently with itself or ps__rpc_close.
+int ps__rpc_grow(struct ps_rpc *rpc, int ncontexts);
+
+// ps__rpc_contexts returns how many contexts rpc serves with.
+int ps__rpc_contexts(const struct ps_rpc *rpc);
+
 // ps__rpc_auth_on tells whether requests are authenticated (a secret or
 // TLS): the handlers' role checks apply only then.
 int ps__rpc_auth_on(const struct ps_rpc *rpc);

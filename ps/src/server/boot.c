@@ -163,6 +163,37 @@ on_registered(struct ps_server *s, struct boot *b, const Pswire__Header *rh)
 	}
 }
 
+// Contexts kept beyond one per trainer: pulls, probes, stats, Transfers
+// and Replicates of the other servers.
+#define PS_CTX_SPARE 64
+
+// fit_contexts grows the rpc's contexts, once the first map told
+// s->trainers, when the trainers are more than half of --contexts: to one
+// per trainer and a spare, as the three quarters one host may hold. Before
+// the server serves the map; mu not held.
+static void
+fit_contexts(struct ps_server *s)
+{
+	// A sync push-pull holds its context until its round closes, so
+	// every trainer holds one at once (libferry keeps 128 / trainers
+	// requests in flight per server, at least one: exchange.c), and
+	// trainers that share a host may hold three quarters of the
+	// contexts (rpc.h LIMITS). --contexts 256 fits 128 trainers; past
+	// half the contexts the job would stall (or be refused) on its
+	// first round, so the server makes room for a context per trainer
+	// and the spare, as a host's three quarters.
+	int want = (int) (((uint64_t) s->trainers + PS_CTX_SPARE) * 4 / 3 + 1);
+	int have = ps__rpc_contexts(s->rpc);
+	if (s->trainers <= (uint32_t) s->opts.contexts / 2 || want <= have) {
+		return;
+	}
+	int rv = ps__rpc_grow(s->rpc, want);
+	FB_LOG(rv == FB_OK ? FB_LOG_INFO : FB_LOG_WARN, "server",
+	    "%d contexts for %u trainers (--contexts %d)%s",
+	    ps__rpc_contexts(s->rpc), s->trainers, s->opts.contexts,
+	    rv == FB_OK ? "" : ": out of memory for more");
+}
+
 // on_placement installs the map a GetPlacement answered with (rh keeps
 // it no longer): the first, or a later one. Returns 0, or -1 when the
 // first map cannot be installed: the watch stops.
@@ -186,10 +217,13 @@ on_placement(struct ps_server *s, struct boot *b, Pswire__Header *rh)
 	} else if (s->pl == NULL) {
 		pthread_mutex_lock(&s->mu);
 		rv = ps__map_install(s, pl);
+		pthread_mutex_unlock(&s->mu);
 		if (rv == FB_OK) {
+			// Room for the trainers' parked calls before they come
+			// (s->trainers is set once, by the install).
+			fit_contexts(s);
 			atomic_store(&s->ready, 1);
 		}
-		pthread_mutex_unlock(&s->mu);
 	} else {
 		rv = map_next(s, pl, &b->peers);
 	}

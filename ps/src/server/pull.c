@@ -239,20 +239,29 @@ done:
 	}
 }
 
+// call_ready reports whether every shard of call c reached the version it
+// waits for (c->park_version; shard_ready). mu held.
+static int
+call_ready(struct ps_server *s, const struct ps_call *c)
+{
+	size_t   n     = ps__call_n_shards(c);
+	int      ready = 1, full;
+	uint64_t have;
+	for (size_t i = 0; i < n && ready; i++) {
+		uint32_t id = ps__call_shard(c, i, &have, &full);
+		ready       = shard_ready(s, c, id, c->park_version);
+	}
+	return ready;
+}
+
 void
 ps__pull_wake(struct ps_server *s)
 {
 	struct ps_call **pp = &s->parked;
 	while (*pp != NULL) {
-		struct ps_call *c     = *pp;
-		size_t          n     = ps__call_n_shards(c);
-		int             ready = 1, full;
-		uint64_t        have;
-		for (size_t i = 0; i < n && ready; i++) {
-			uint32_t id = ps__call_shard(c, i, &have, &full);
-			ready       = shard_ready(s, c, id, c->park_version);
-		}
-		if (ready) {
+		struct ps_call *c = *pp;
+		s->park_checks++;
+		if (call_ready(s, c)) {
 			*pp = c->next;
 			answer_pull(s, c);
 		} else {
@@ -272,9 +281,15 @@ ps__pull_or_park(struct ps_server *s, struct ps_call *c, uint64_t want)
 		c->deadline = cap;
 	}
 	c->park_version = want;
-	c->next         = s->parked;
-	s->parked       = c;
-	ps__pull_wake(s);
+	// Only c is new here: the other parked calls wait for a version to
+	// move (the caller wakes them when one did), so c alone is checked.
+	s->park_checks++;
+	if (call_ready(s, c)) {
+		answer_pull(s, c);
+		return;
+	}
+	c->next   = s->parked;
+	s->parked = c;
 }
 
 // pull_join joins the caller's rank to this server's sync rounds at
@@ -441,6 +456,12 @@ ps__pull_pipe_gone(void *arg, uint32_t pipe)
 {
 	struct ps_server *s = arg;
 	pthread_mutex_lock(&s->mu);
+	for (struct ps_call *c = s->parked; c != NULL; c = c->next) {
+		if (atomic_load_explicit(&c->pipe, memory_order_relaxed) ==
+		    pipe) {
+			ps__shard_unborrow(s, c); // its request goes
+		}
+	}
 	int n = ps__call_list_drop_pipe(&s->parked, pipe) +
 	    ps__call_list_drop_pipe(&s->rows_parked, pipe);
 	atomic_fetch_add_explicit(&s->n_err, (uint64_t) n,
@@ -456,6 +477,7 @@ ps__pull_abort_all(struct ps_server *s, uint64_t epoch)
 		                                        : &s->rows_parked;
 		struct ps_call  *c  = *pp;
 		*pp                 = c->next;
+		ps__shard_unborrow(s, c);
 		ps__server_reply_err(s, c, PSWIRE__STATUS__STALE_EPOCH,
 		    "the job rolled back to a snapshot (epoch %llu): fetch "
 		    "the new map",
@@ -479,6 +501,7 @@ ps__pull_abort_leaving(struct ps_server *s, uint64_t epoch)
 			continue;
 		}
 		*pp = c->next;
+		ps__shard_unborrow(s, c); // its push still counts (Transfer)
 		if (c->frame.method == PSWIRE__METHOD__PUSH_PULL) {
 			ps__server_reply_err(s, c, PSWIRE__STATUS__ABORTED,
 			    "push applied; its shards moved (epoch %llu): "
@@ -629,6 +652,7 @@ ps__sweep_main(void *arg)
 			struct ps_call *c = *pp;
 			if (c->deadline != 0 && c->deadline <= now) {
 				*pp = c->next;
+				ps__shard_unborrow(s, c);
 				ps__server_reply_err(s, c,
 				    PSWIRE__STATUS__DEADLINE_EXCEEDED,
 				    "version %llu not reached before the "

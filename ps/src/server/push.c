@@ -12,6 +12,19 @@
 // signals s->decoded for a map change waiting on the slots. An async
 // push is checked and applied in one hold of mu. The staging and apply
 // loops are hot: ps/CMakeLists.txt compiles this file with -O3.
+//
+// BORROWING (issue 30). A sync PushPull parks until the rounds of its
+// shards close, holding its request: its fp32 gradients are only checked
+// (finite) and lent to the rounds (sh->src[rank] points into the
+// payload) instead of copied into the slots, so that a round of K
+// trainers does not write K slots and read them back cold (K x bytes past
+// the caches) nor keep them (K x bytes of memory). The round's sum reads
+// them where they are (store.c) before the call's reply, built in the
+// same buffer, overwrites them; a shard is lent only when the call waits
+// for its round to close (its version + 1 <= the call's). A call
+// answered any other way first (deadline, closed connection, abort)
+// gives them back into the slots (ps__shard_unborrow); a Transfer reads
+// them where they are. Codes and plain Pushes are copied as before.
 #include <string.h>
 
 #include "server_impl.h"
@@ -334,17 +347,42 @@ push_async(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p)
 	return 0;
 }
 
+// push_lends reports whether shard ref r of push-pull c is lent to its
+// round rather than copied (BORROWING): fp32, and the call waits for
+// version want, past the round's (r->version + 1 <= want).
+static int
+push_lends(const struct ps_call *c, const Pswire__ShardRef *r, uint64_t want)
+{
+	return c->frame.method == PSWIRE__METHOD__PUSH_PULL &&
+	    r->codec == COMP_NONE && r->version < want;
+}
+
+// push_want returns the version a sync push-pull of p waits for: one past
+// its last counted shard's (as push_commit sets it).
+static uint64_t
+push_want(const Pswire__PushRequest *p, const uint8_t *skip)
+{
+	for (size_t i = p->n_shards; i-- > 0;) {
+		if (skip == NULL || !skip[i]) {
+			return p->shards[i]->version + 1;
+		}
+	}
+	return 0;
+}
+
 // push_stage decodes each shard's gradient into rank's reserved staging
-// slot and checks it is finite. Runs WITHOUT mu: the slots are
-// PS_SLOT_DECODING, so only this call writes them. Returns the index of
-// the first bad shard (*bad_code: a corrupt code rather than NaN/Inf), or
-// -1 when all are good.
+// slot and checks it is finite, or only checks it when it is lent
+// (push_lends). Runs WITHOUT mu: the slots are PS_SLOT_DECODING, so only
+// this call writes them. Returns the index of the first bad shard
+// (*bad_code: a corrupt code rather than NaN/Inf), or -1 when all are
+// good.
 static int
 push_stage(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
     uint32_t rank, const uint8_t *skip, int *bad_code)
 {
-	int bad   = -1;
-	*bad_code = 0;
+	uint64_t want = push_want(p, skip);
+	int      bad  = -1;
+	*bad_code     = 0;
 	for (size_t i = 0; i < p->n_shards && bad < 0; i++) {
 		if (skip != NULL && skip[i]) {
 			continue;
@@ -353,7 +391,12 @@ push_stage(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 		struct srv_shard *sh   = &s->shards[r->shard];
 		float            *slot = sh->stage + (size_t) rank * sh->len;
 		struct comp_codec tmp;
-		if (r->codec == COMP_NONE) { // length checked in check_refs
+		if (push_lends(c, r, want)) {
+			if (!fb_all_finite(c->frame.payload + r->offset,
+			        sh->len)) {
+				bad = (int) i;
+			}
+		} else if (r->codec == COMP_NONE) { // length: check_refs
 			if (!fb_copy_finite(slot, c->frame.payload + r->offset,
 			        sh->len)) {
 				bad = (int) i;
@@ -373,12 +416,14 @@ push_stage(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 // push_commit ends a staged push: it frees rank's slots and replies the
 // error when shard `bad` (>= 0) was bad; else it marks them pushed and
 // applies every round that is now complete. *want receives the version a
-// push-pull waits for. Signals s->decoded either way. mu held. Returns 0
-// or -1 (error replied).
+// push-pull waits for, *closed how many rounds it closed. Signals
+// s->decoded either way. mu held. Returns 0 or -1 (error replied).
 static int
 push_commit(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
-    uint32_t rank, const uint8_t *skip, int bad, int bad_code, uint64_t *want)
+    uint32_t rank, const uint8_t *skip, int bad, int bad_code, uint64_t *want,
+    size_t *closed)
 {
+	*closed = 0;
 	pthread_cond_broadcast(&s->decoded);
 	if (bad >= 0) {
 		for (size_t i = 0; i < p->n_shards; i++) {
@@ -390,6 +435,7 @@ push_commit(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 			// A rank that left meanwhile held the round open.
 			if (ps__shard_complete(s, sh)) {
 				ps__shard_apply_sync(s, sh);
+				(*closed)++;
 			}
 		}
 		ps__server_reply_err(s, c, PSWIRE__STATUS__INVALID_ARGUMENT,
@@ -398,12 +444,17 @@ push_commit(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 		return -1;
 	}
 	uint64_t now = fb_clock_ns(); // a round's start: sweeper, metrics
+	uint64_t lend_want = push_want(p, skip);
 	for (size_t i = 0; i < p->n_shards; i++) {
 		if (skip != NULL && skip[i]) {
 			continue;
 		}
-		struct srv_shard *sh = &s->shards[p->shards[i]->shard];
+		Pswire__ShardRef *r  = p->shards[i];
+		struct srv_shard *sh = &s->shards[r->shard];
 		sh->state[rank]      = PS_SLOT_PUSHED;
+		sh->src[rank]        = push_lends(c, r, lend_want)
+		           ? c->frame.payload + r->offset
+		           : NULL;
 		// A pending rank's push joins it at this round (store.c's
 		// JOINS); a joined rank's changes nothing.
 		ps__rank_join(s, rank, sh->version);
@@ -415,6 +466,7 @@ push_commit(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 		if (ps__shard_complete(s, sh)) {
 			ps__shard_apply_sync(s, sh);
 			s->last_rank[rank]++; // the round waited for this rank
+			(*closed)++;
 		}
 	}
 	atomic_fetch_add_explicit(&s->n_push, 1, memory_order_relaxed);
@@ -429,7 +481,8 @@ ps__on_push(struct ps_server *s, struct ps_call *c)
 	int      is_pp = c->frame.method == PSWIRE__METHOD__PUSH_PULL;
 	uint64_t want  = 0;
 	uint8_t *skip  = NULL; // shards this push already counted (retried)
-	size_t   n_retried;
+	size_t   n_retried, closed = 0;
+	int      changed = 0; // a version moved: parked calls may be ready
 	int      bad, bad_code;
 
 	if (c->hdr->body_case != PSWIRE__HEADER__BODY_PUSH_REQ) {
@@ -490,6 +543,7 @@ ps__on_push(struct ps_server *s, struct ps_call *c)
 		if (push_async(s, c, p) != 0) {
 			goto out;
 		}
+		changed = 1; // versions, and SSP's clocks
 		// Async push-pull returns the newest, whatever it is; an SSP
 		// one waits for the slowest rank's clock (pull.c).
 		want = 0;
@@ -510,9 +564,14 @@ ps__on_push(struct ps_server *s, struct ps_call *c)
 	}
 	bad = push_stage(s, c, p, rank, skip, &bad_code);
 	pthread_mutex_lock(&s->mu);
-	if (push_commit(s, c, p, rank, skip, bad, bad_code, &want) != 0) {
+	if (push_commit(s, c, p, rank, skip, bad, bad_code, &want, &closed) !=
+	    0) {
+		if (closed > 0) {
+			ps__pull_wake(s);
+		}
 		goto out;
 	}
+	changed = closed > 0;
 reply:
 	// Admitted (staged, applied, or counted before): the samples up to
 	// lease_end of lease_id are consumed (heartbeat.c).
@@ -523,7 +582,13 @@ reply:
 		Pswire__Header h = PSWIRE__HEADER__INIT;
 		ps__call_reply(c, &h);
 	}
-	ps__pull_wake(s);
+	// Only a push that moved a version can have readied a parked call:
+	// a sync push that closes no round leaves them be, so that a round
+	// of T pushes scans the parked calls once, not T times (O(T), not
+	// O(T^2): issue 30).
+	if (changed) {
+		ps__pull_wake(s);
+	}
 out:
 	pthread_mutex_unlock(&s->mu);
 	fb_free(skip);

@@ -219,6 +219,7 @@ ps__seed_on_offer(struct ps_server *s, struct ps_call *c,
 			sh->seed_have    = 1;
 		}
 		sh->state[rank] = PS_SLOT_PUSHED;
+		sh->src[rank]   = NULL; // an offer, in x (never summed)
 		FB_LOG(FB_LOG_INFO, "seed",
 		    "shard %u: rank %u offers version %llu (newest so far "
 		    "%llu)",

@@ -219,7 +219,7 @@ ps_server_stats(struct ps_server *s, char *buf, size_t n)
 	    "used_memory:%zu\r\n# Net\r\npushes:%llu\r\npulls:%llu\r\n"
 	    "errors:%llu\r\nbytes_in:%llu\r\nbytes_out:%llu\r\n"
 	    "updates_applied:%llu\r\nupdates_refused:%llu\r\nparked:%d\r\n"
-	    "map_epoch:%llu\r\n",
+	    "park_checks:%llu\r\ncontexts:%d\r\nmap_epoch:%llu\r\n",
 	    s->index, s->url,
 	    (unsigned long long) (fb_clock_ms() - s->started_ms),
 	    atomic_load(&s->ready), s->n_shards, s->n_backup_shards,
@@ -232,6 +232,7 @@ ps_server_stats(struct ps_server *s, char *buf, size_t n)
 	    (unsigned long long) atomic_load(&s->bytes_out),
 	    (unsigned long long) atomic_load(&s->n_applied),
 	    (unsigned long long) atomic_load(&s->n_overflow), parked,
+	    (unsigned long long) s->park_checks, ps__rpc_contexts(s->rpc),
 	    (unsigned long long) (s->pl != NULL ? s->pl->epoch : 0));
 	size_t used = n > 0 ? strlen(buf) : 0;
 	if (used + 1 < n) {

@@ -115,36 +115,40 @@ enum ps_slot_state {
 };
 
 struct srv_shard {
-	uint32_t  id; // global shard id
-	uint32_t  tensor;
-	uint64_t  offset; // elements within the tensor
-	uint64_t  len;    // elements
-	float    *x;      // master weights
-	float    *opt; // optimizer state: ps__shard_opt_bufs x len (optim.c)
-	int       average; // its tensor is TENSOR_AVERAGE: updates set x to
-	                   // the pushes' mean, no optimizer (optim.c)
-	float    *stage;   // [trainers][len] sync staging slots
-	uint8_t  *state;   // per rank: an enum ps_slot_state
-	uint32_t  n_pushed;
-	uint64_t  samples;
-	uint64_t  version;
-	int       init; // version-0 weights have arrived
-	uint64_t  seen; // duplicate check stamp
+	uint32_t id; // global shard id
+	uint32_t tensor;
+	uint64_t offset; // elements within the tensor
+	uint64_t len;    // elements
+	float   *x;      // master weights
+	float   *opt;    // optimizer state: ps__shard_opt_bufs x len (optim.c)
+	int      average; // its tensor is TENSOR_AVERAGE: updates set x to
+	                  // the pushes' mean, no optimizer (optim.c)
+	float   *stage;   // [trainers][len] sync staging slots
+	// [trainers]: where a PS_SLOT_PUSHED rank's fp32 gradient is when it
+	// was not copied into its slot: borrowed from the request of its
+	// parked PushPull (any alignment; push.c's BORROWING), else NULL.
+	const uint8_t **src;
+	uint8_t        *state; // per rank: an enum ps_slot_state
+	uint32_t        n_pushed;
+	uint64_t        samples;
+	uint64_t        version;
+	int             init; // version-0 weights have arrived
+	uint64_t        seen; // duplicate check stamp
 	// Async and SSP: pushes applied per rank ([trainers]): a rank's
 	// clock. An SSP pull waits until the slowest rank still in the job
 	// is at most K clocks behind the puller (pull.c).
-	uint64_t *clock;
+	uint64_t       *clock;
 	// The current sync round's wait: when its first push was committed
 	// (fb_clock_ns; 0: none), for the round-wait histogram and the
 	// stuck-round sweeper, and the round already warned about, as
 	// version + 1 (0: none).
-	uint64_t  round_t0;
-	uint64_t  stall_warned;
+	uint64_t        round_t0;
+	uint64_t        stall_warned;
 	// pull reference and delta log (only with a pull codec)
-	float    *ref;
-	uint32_t  ref_crc;
-	uint8_t  *log; // log_k entries of log_cap bytes
-	size_t    log_cap;
+	float          *ref;
+	uint32_t        ref_crc;
+	uint8_t        *log; // log_k entries of log_cap bytes
+	size_t          log_cap;
 	uint64_t *log_base; // base version of each entry (UINT64_MAX: empty)
 	uint32_t *log_crc;  // crc of ref after the entry
 	size_t   *log_len;
@@ -263,6 +267,9 @@ struct ps_server {
 	// stats (relaxed atomics)
 	atomic_uint_fast64_t  n_push, n_pull, n_err, bytes_in, bytes_out;
 	atomic_uint_fast64_t  n_applied;
+	// parked calls examined for readiness (under mu): a sync round of T
+	// pushes examines O(T) of them (pull.c, push.c)
+	uint64_t              park_checks;
 	atomic_uint_fast64_t  n_overflow; // updates refused: would overflow
 	atomic_int            transfers;  // shards packed, not yet delivered
 	int                   late;       // joined a running job
@@ -382,6 +389,13 @@ int ps__shard_complete(const struct ps_server *s, const struct srv_shard *sh);
 // advances the version, publishes the pull reference, frees the slots and
 // tells the snapshot writer. mu held.
 void ps__shard_apply_sync(struct ps_server *s, struct srv_shard *sh);
+
+// ps__shard_unborrow copies into their staging slots the gradients that
+// parked call c (a PushPull) still lends its shards' rounds (push.c's
+// BORROWING): call it before answering c any other way than with the
+// version it waits for (a deadline, a closed connection, an abort). No-op
+// for any other call. mu held.
+void ps__shard_unborrow(struct ps_server *s, struct ps_call *c);
 
 // ps__rank_waited reports whether a sync round of this server at version
 // `version` waits for rank r: it is in the job and joined at or before
@@ -505,11 +519,15 @@ size_t ps__call_n_shards(const struct ps_call *c);
 uint32_t ps__call_shard(const struct ps_call *c, size_t i, uint64_t *have,
     int *full);
 
-// ps__pull_wake answers every parked call whose shards are ready. mu held.
+// ps__pull_wake answers every parked call whose shards are ready: call it
+// after a change that can ready one (a version moved, a forward was
+// acknowledged, a shard arrived or opened), not after every request. mu
+// held.
 void ps__pull_wake(struct ps_server *s);
 
 // ps__pull_or_park answers c (a Pull or PushPull) now if its shards
-// reached version want, else parks it until they do. mu held.
+// reached version want, else parks it until they do; it examines c alone
+// (the caller wakes the others if it changed something). mu held.
 void ps__pull_or_park(struct ps_server *s, struct ps_call *c, uint64_t want);
 
 // ps__pull_pipe_gone answers CANCELLED to every parked call that came on

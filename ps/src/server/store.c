@@ -164,6 +164,56 @@ ps__ranks_map(struct ps_server *s, const Pswire__Placement *pl, int first)
 	}
 }
 
+// sum_borrowed sums the pushes of sh's round in rank order into s->sum
+// when one of them is borrowed (sh->src: payload bytes of any alignment,
+// read with memcpy, which the compiler turns into unaligned loads):
+// s->sum = ((g0 + g1) + g2) + ..., the floats the slots' sum gives.
+// Returns the number of pushes summed. mu held.
+static uint32_t
+sum_borrowed(struct ps_server *s, struct srv_shard *sh)
+{
+	size_t   n = sh->len;
+	uint32_t k = 0;
+	for (uint32_t r = 0; r < s->trainers; r++) {
+		if (sh->state[r] != PS_SLOT_PUSHED) {
+			continue;
+		}
+		const uint8_t *b    = sh->src[r];
+		const float   *slot = sh->stage + (size_t) r * n;
+		float         *sum  = s->sum;
+		if (b == NULL && k == 0) {
+			memcpy(sum, slot, n * 4);
+		} else if (b == NULL) {
+			for (size_t i = 0; i < n; i++) {
+				sum[i] += slot[i];
+			}
+		} else if (k == 0) {
+			memcpy(sum, b, n * 4);
+		} else {
+			for (size_t i = 0; i < n; i++) {
+				float v;
+				memcpy(&v, b + 4 * i, 4);
+				sum[i] += v;
+			}
+		}
+		k++;
+	}
+	return k;
+}
+
+// borrows reports whether a push of sh's round is borrowed (sh->src).
+// mu held.
+static int
+borrows(const struct ps_server *s, const struct srv_shard *sh)
+{
+	for (uint32_t r = 0; r < s->trainers; r++) {
+		if (sh->state[r] == PS_SLOT_PUSHED && sh->src[r] != NULL) {
+			return 1;
+		}
+	}
+	return 0;
+}
+
 // apply_sum applies the rank-order sum of the pushes staged in sh (the
 // ranks in PS_SLOT_PUSHED) over sh->samples through the job's optimizer
 // (ps__optim_apply), advances the version and publishes the pull
@@ -179,10 +229,15 @@ apply_sum(struct ps_server *s, struct srv_shard *sh)
 	uint32_t     k     = 0;
 	// Rank order, over the ranks that pushed (all of them, unless a
 	// trainer left the job). One or two pushers (the common case here) go
-	// to the optimizer as they are (it adds two in its own pass); more
-	// are summed into s->sum first. Either way each element is
-	// ((g0 + g1) + g2) + ...: the same floats, so runs are reproducible.
-	for (uint32_t r = 0; r < s->trainers; r++) {
+	// to the optimizer as they are (it adds two in its own pass); more,
+	// or any borrowed, are summed into s->sum first. Either way each
+	// element is ((g0 + g1) + g2) + ...: the same floats, so runs are
+	// reproducible.
+	int          borrowed = borrows(s, sh);
+	if (borrowed) {
+		k = sum_borrowed(s, sh) > 0 ? 3 : 0; // g0: s->sum, as for 3+
+	}
+	for (uint32_t r = 0; !borrowed && r < s->trainers; r++) {
 		if (sh->state[r] != PS_SLOT_PUSHED) {
 			continue;
 		}
@@ -270,9 +325,37 @@ ps__shard_apply_sync(struct ps_server *s, struct srv_shard *sh)
 	sh->n_pushed = 0;
 	sh->samples  = 0;
 	memset(sh->state, PS_SLOT_FREE, s->trainers);
+	memset(sh->src, 0, s->trainers * sizeof(*sh->src));
 	atomic_fetch_add_explicit(&s->n_applied, 1, memory_order_relaxed);
 	if (s->snap != NULL) {
 		ps__snap_on_version(s, sh);
+	}
+}
+
+void
+ps__shard_unborrow(struct ps_server *s, struct ps_call *c)
+{
+	if (c->frame.method != PSWIRE__METHOD__PUSH_PULL || c->req == NULL ||
+	    c->hdr == NULL ||
+	    c->hdr->body_case != PSWIRE__HEADER__BODY_PUSH_REQ ||
+	    c->hdr->rank >= s->trainers) {
+		return;
+	}
+	const Pswire__PushRequest *p    = c->hdr->push_req;
+	uint32_t                   rank = c->hdr->rank;
+	for (size_t i = 0; i < p->n_shards; i++) {
+		const Pswire__ShardRef *r = p->shards[i];
+		if (r->shard >= s->n_global) {
+			continue;
+		}
+		struct srv_shard *sh = &s->shards[r->shard];
+		const uint8_t    *b  = c->frame.payload + r->offset;
+		if (sh->src != NULL && sh->state[rank] == PS_SLOT_PUSHED &&
+		    sh->src[rank] == b) {
+			memcpy(sh->stage + (size_t) rank * sh->len, b,
+			    sh->len * 4);
+			sh->src[rank] = NULL;
+		}
 	}
 }
 
@@ -281,10 +364,11 @@ ps__shard_alloc(struct ps_server *s, struct srv_shard *sh)
 {
 	sh->x     = fb_zalloc(sh->len * sizeof(float));
 	sh->stage = fb_alloc(sh->len * sizeof(float) * s->trainers);
+	sh->src   = fb_zalloc(s->trainers * sizeof(*sh->src));
 	sh->state = fb_zalloc(s->trainers);
 	sh->clock = fb_zalloc(s->trainers * sizeof(*sh->clock));
-	if (sh->x == NULL || sh->stage == NULL || sh->state == NULL ||
-	    sh->clock == NULL) {
+	if (sh->x == NULL || sh->stage == NULL || sh->src == NULL ||
+	    sh->state == NULL || sh->clock == NULL) {
 		return FB_ENOMEM;
 	}
 	// The optimizer's state starts at zero (no velocity, no moments)
@@ -318,6 +402,7 @@ ps__shard_release(struct srv_shard *sh)
 	fb_free(sh->x);
 	fb_free(sh->opt);
 	fb_free(sh->stage);
+	fb_free(sh->src);
 	fb_free(sh->state);
 	fb_free(sh->clock);
 	fb_free(sh->ref);

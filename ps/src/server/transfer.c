@@ -84,7 +84,12 @@ ps__transfer_encode(struct ps_server *s, struct srv_shard *sh, int backup,
 	}
 	for (uint32_t r = 0; r < s->trainers; r++) {
 		if (sh->state[r] == PS_SLOT_PUSHED) {
-			memcpy(payload + off, sh->stage + (size_t) r * sh->len,
+			// A push lent by its parked call (push.c's BORROWING)
+			// is read where it is.
+			memcpy(payload + off,
+			    sh->src[r] != NULL ? (const void *) sh->src[r]
+			                       : (const void *) (sh->stage +
+			                             (size_t) r * sh->len),
 			    sh->len * 4);
 			off += sh->len * 4;
 		}
@@ -320,6 +325,7 @@ transfer_decode(struct ps_server *s, struct ps_call *c,
 		// across a move (a sender without them: all zero).
 		sh->clock[r] = t->n_clocks != 0 ? t->clocks[r] : 0;
 		sh->state[r] = t->state.data[r];
+		sh->src[r]   = NULL;
 		if (sh->state[r] == PS_SLOT_PUSHED) {
 			memcpy(sh->stage + (size_t) r * sh->len, p,
 			    sh->len * 4);
