@@ -85,11 +85,16 @@ ps__transfer_encode(struct ps_server *s, struct srv_shard *sh, int backup,
 	for (uint32_t r = 0; r < s->trainers; r++) {
 		if (sh->state[r] == PS_SLOT_PUSHED) {
 			// A push lent by its parked call (push.c's BORROWING)
-			// is read where it is.
-			memcpy(payload + off,
-			    sh->src[r] != NULL ? (const void *) sh->src[r]
-			                       : (const void *) sh->slot[r],
-			    sh->len * 4);
+			// is read where it is; a seeding shard's offers (in
+			// x) hold no slot: zeros.
+			const void *g = sh->src[r] != NULL
+			    ? (const void *) sh->src[r]
+			    : (const void *) sh->slot[r];
+			if (g != NULL) {
+				memcpy(payload + off, g, sh->len * 4);
+			} else {
+				memset(payload + off, 0, sh->len * 4);
+			}
 			off += sh->len * 4;
 		}
 	}
