@@ -60,4 +60,5 @@ Suite          *suite_rows_snapshot(void);
 Suite          *suite_rows_repl(void);
 Suite          *suite_seedinit(void);
 Suite          *suite_scale(void);
+Suite          *suite_pool(void);
 #endif

@@ -117,19 +117,20 @@ ps__map_install(struct ps_server *s, Pswire__Placement *pl)
 		}
 	}
 	s->trainers = pl->trainers;
-	s->log_k    = PS_DELTA_LOG;
 	if (ps__job_read(job, &s->job, why, sizeof(why)) != FB_OK) {
 		FB_LOG(FB_LOG_ERR, "store", "%s", why);
 		return FB_EPROTO;
 	}
+	s->log_k = ps__delta_log_depth(&s->job.cpull, maxlen);
 	if (comp_codec_parse("none", 0, &s->cnone) != FB_OK) {
 		return FB_EPROTO;
 	}
-	s->n_global = pl->n_shards;
-	s->local    = fb_alloc(pl->n_shards * sizeof(*s->local));
-	s->shards   = fb_zalloc(pl->n_shards * sizeof(*s->shards));
-	s->sum      = fb_alloc(maxlen * sizeof(float));
-	s->scratch  = fb_alloc(maxlen * sizeof(float));
+	s->n_global  = pl->n_shards;
+	s->local     = fb_alloc(pl->n_shards * sizeof(*s->local));
+	s->shards    = fb_zalloc(pl->n_shards * sizeof(*s->shards));
+	s->sum       = fb_alloc(maxlen * sizeof(float));
+	s->stage_len = maxlen; // a stage chunk holds any shard (store.c)
+	s->scratch   = fb_alloc(maxlen * sizeof(float));
 	s->owners = fb_alloc(pl->n_shards * PS_OWNERS_SEEN * sizeof(uint32_t));
 	if (s->local == NULL || s->shards == NULL || s->sum == NULL ||
 	    s->scratch == NULL || s->owners == NULL ||

@@ -156,7 +156,7 @@ map_mark_backup(struct ps_server *s, const Pswire__Placement *pl, size_t i)
 			    i, (unsigned long long) sh->version,
 			    (unsigned long long) pl->epoch);
 		} else if (!mine_b) {
-			ps__shard_release(sh);
+			ps__shard_release(s, sh);
 			s->local[i] = PS_SHARD_ABSENT;
 			s->n_backup_shards--;
 		}
@@ -303,7 +303,7 @@ map_pack(struct ps_server *s, const Pswire__Placement *pl, nng_msg **out,
 		dest[n_out++] = pl->shards[i]->server;
 		atomic_fetch_add(&s->transfers, 1);
 		obs_counter_add(s->moves_out, 1);
-		ps__shard_release(sh);
+		ps__shard_release(s, sh);
 		s->local[i] = PS_SHARD_ABSENT;
 		s->n_shards--;
 	}

@@ -501,8 +501,11 @@ ps__pull_abort_leaving(struct ps_server *s, uint64_t epoch)
 			continue;
 		}
 		*pp = c->next;
-		ps__shard_unborrow(s, c); // its push still counts (Transfer)
-		if (c->frame.method == PSWIRE__METHOD__PUSH_PULL) {
+		// Its push still counts (Transfer), unless withdrawn.
+		if (ps__shard_unborrow(s, c) > 0) {
+			ps__server_reply_err(s, c, PSWIRE__STATUS__UNAVAILABLE,
+			    "out of memory: push withdrawn; send it again");
+		} else if (c->frame.method == PSWIRE__METHOD__PUSH_PULL) {
 			ps__server_reply_err(s, c, PSWIRE__STATUS__ABORTED,
 			    "push applied; its shards moved (epoch %llu): "
 			    "pull from the new server",
@@ -652,7 +655,13 @@ ps__sweep_main(void *arg)
 			struct ps_call *c = *pp;
 			if (c->deadline != 0 && c->deadline <= now) {
 				*pp = c->next;
-				ps__shard_unborrow(s, c);
+				if (ps__shard_unborrow(s, c) > 0) {
+					ps__server_reply_err(s, c,
+					    PSWIRE__STATUS__UNAVAILABLE,
+					    "out of memory: push withdrawn; "
+					    "send it again");
+					continue;
+				}
 				ps__server_reply_err(s, c,
 				    PSWIRE__STATUS__DEADLINE_EXCEEDED,
 				    "version %llu not reached before the "

@@ -71,3 +71,12 @@ ps__ref_plan(const struct ps_server *s, const struct srv_shard *sh,
 	*bytes = sh->len * 4;
 	return PS_PLAN_FULL;
 }
+
+uint32_t
+ps__delta_log_depth(const struct comp_codec *c, size_t maxlen)
+{
+	size_t entry  = comp_bound(c, maxlen);
+	size_t budget = (size_t) ((double) maxlen * 4 * PS_DELTA_LOG_BUDGET);
+	size_t k      = entry > 0 ? budget / entry : PS_DELTA_LOG;
+	return k < 1 ? 1 : k > PS_DELTA_LOG ? PS_DELTA_LOG : (uint32_t) k;
+}

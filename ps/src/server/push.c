@@ -24,7 +24,9 @@
 // for its round to close (its version + 1 <= the call's). A call
 // answered any other way first (deadline, closed connection, abort)
 // gives them back into the slots (ps__shard_unborrow); a Transfer reads
-// them where they are. Codes and plain Pushes are copied as before.
+// them where they are. Codes and plain Pushes are copied as before, into
+// a chunk of the stage pool (store.c's POOL) taken when the slot is
+// reserved; a lent shard takes none.
 #include <string.h>
 
 #include "server_impl.h"
@@ -389,7 +391,7 @@ push_stage(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 		}
 		Pswire__ShardRef *r    = p->shards[i];
 		struct srv_shard *sh   = &s->shards[r->shard];
-		float            *slot = sh->stage + (size_t) rank * sh->len;
+		float            *slot = sh->slot[rank]; // NULL if lent
 		struct comp_codec tmp;
 		if (push_lends(c, r, want)) {
 			if (!fb_all_finite(c->frame.payload + r->offset,
@@ -413,6 +415,41 @@ push_stage(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 	return bad;
 }
 
+// push_reserve reserves rank's slots of p's shards (not in skip) for
+// push_stage: PS_SLOT_DECODING, each with a stage chunk unless its shard
+// is lent (push_lends). mu held. Returns 0, or -1 with RESOURCE_EXHAUSTED
+// replied and nothing reserved.
+static int
+push_reserve(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
+    uint32_t rank, const uint8_t *skip)
+{
+	uint64_t want = push_want(p, skip);
+	for (size_t i = 0; i < p->n_shards; i++) {
+		Pswire__ShardRef *r  = p->shards[i];
+		struct srv_shard *sh = &s->shards[r->shard];
+		if ((skip != NULL && skip[i]) || push_lends(c, r, want) ||
+		    ps__stage_take(s, sh, rank) != NULL) {
+			continue;
+		}
+		for (size_t j = 0; j < i; j++) { // slots still FREE
+			if (skip == NULL || !skip[j]) {
+				ps__stage_put(s,
+				    &s->shards[p->shards[j]->shard], rank);
+			}
+		}
+		ps__server_reply_err(s, c, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+		    "out of memory staging a push of shard %u", r->shard);
+		return -1;
+	}
+	for (size_t i = 0; i < p->n_shards; i++) {
+		if (skip == NULL || !skip[i]) {
+			s->shards[p->shards[i]->shard].state[rank] =
+			    PS_SLOT_DECODING;
+		}
+	}
+	return 0;
+}
+
 // push_commit ends a staged push: it frees rank's slots and replies the
 // error when shard `bad` (>= 0) was bad; else it marks them pushed and
 // applies every round that is now complete. *want receives the version a
@@ -432,6 +469,7 @@ push_commit(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 			}
 			struct srv_shard *sh = &s->shards[p->shards[i]->shard];
 			sh->state[rank]      = PS_SLOT_FREE;
+			ps__stage_put(s, sh, rank);
 			// A rank that left meanwhile held the round open.
 			if (ps__shard_complete(s, sh)) {
 				ps__shard_apply_sync(s, sh);
@@ -550,11 +588,8 @@ ps__on_push(struct ps_server *s, struct ps_call *c)
 		goto reply;
 	}
 	// Sync: reserve this rank's slots, decode outside the lock.
-	for (size_t i = 0; i < p->n_shards; i++) {
-		if (skip == NULL || !skip[i]) {
-			s->shards[p->shards[i]->shard].state[rank] =
-			    PS_SLOT_DECODING;
-		}
+	if (push_reserve(s, c, p, rank, skip) != 0) {
+		goto out;
 	}
 	void (*hook)(void *, uint32_t) = s->stage_hook;
 	void *hook_arg                 = s->stage_hook_arg;

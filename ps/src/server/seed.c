@@ -47,6 +47,7 @@ ps__seed_begin(struct ps_server *s, struct srv_shard *sh, uint64_t gen,
 	sh->stall_warned = 0;
 	sh->crc_ok       = 0;
 	memset(sh->state, PS_SLOT_FREE, s->trainers);
+	ps__stage_drop(s, sh); // the round it had is gone
 	FB_LOG(FB_LOG_NOTICE, "seed",
 	    "shard %u: its only copy was lost; re-seeding it from the "
 	    "trainers' copies (seed_gen %llu, map epoch %llu)",
@@ -281,7 +282,7 @@ ps__seed_map(struct ps_server *s, const Pswire__Placement *old,
 			// arrives, so it is created empty.
 			int rv = ps__shard_alloc(s, sh);
 			if (rv != FB_OK) {
-				ps__shard_release(sh);
+				ps__shard_release(s, sh);
 				FB_LOG(FB_LOG_ERR, "seed",
 				    "shard %zu: cannot re-seed it here: %s", i,
 				    fb_strerror(rv));

@@ -219,7 +219,8 @@ ps_server_stats(struct ps_server *s, char *buf, size_t n)
 	    "used_memory:%zu\r\n# Net\r\npushes:%llu\r\npulls:%llu\r\n"
 	    "errors:%llu\r\nbytes_in:%llu\r\nbytes_out:%llu\r\n"
 	    "updates_applied:%llu\r\nupdates_refused:%llu\r\nparked:%d\r\n"
-	    "park_checks:%llu\r\ncontexts:%d\r\nmap_epoch:%llu\r\n",
+	    "park_checks:%llu\r\ncontexts:%d\r\nmap_epoch:%llu\r\n"
+	    "stage_chunks:%llu\r\nstage_held:%llu\r\ndelta_log:%u\r\n",
 	    s->index, s->url,
 	    (unsigned long long) (fb_clock_ms() - s->started_ms),
 	    atomic_load(&s->ready), s->n_shards, s->n_backup_shards,
@@ -233,7 +234,10 @@ ps_server_stats(struct ps_server *s, char *buf, size_t n)
 	    (unsigned long long) atomic_load(&s->n_applied),
 	    (unsigned long long) atomic_load(&s->n_overflow), parked,
 	    (unsigned long long) s->park_checks, ps__rpc_contexts(s->rpc),
-	    (unsigned long long) (s->pl != NULL ? s->pl->epoch : 0));
+	    (unsigned long long) (s->pl != NULL ? s->pl->epoch : 0),
+	    (unsigned long long) s->stage_chunks,
+	    (unsigned long long) (s->stage_chunks - s->stage_n_free),
+	    s->log_k);
 	size_t used = n > 0 ? strlen(buf) : 0;
 	if (used + 1 < n) {
 		ps__snap_stats(s, buf + used, n - used);
@@ -283,8 +287,9 @@ ps_server_close(struct ps_server *s)
 	psw_auth_close(s->auth);
 	psw_tls_close(s->tls);
 	for (size_t i = 0; s->shards != NULL && i < s->n_global; i++) {
-		ps__shard_release(&s->shards[i]);
+		ps__shard_release(s, &s->shards[i]);
 	}
+	ps__stage_pool_free(s);
 	ps__rows_release(s);
 	fb_free(s->scratch);
 	fb_free(s->gone);

@@ -99,8 +99,19 @@
 
 // Pull deltas kept per shard for trainers a few versions behind: past
 // this a full reference costs less than replaying (docs/algorithms.md
-// §2.4, LOG_K).
+// §2.4, LOG_K). The most: a job keeps fewer when their codes would not
+// fit in PS_DELTA_LOG_BUDGET of the shard's fp32 bytes, at least one
+// (ps__delta_log_depth): 4 deep fp16 deltas were 2 x the weights
+// (issue 30).
 #define PS_DELTA_LOG 4
+#define PS_DELTA_LOG_BUDGET 0.25
+
+// ps__delta_log_depth returns the delta log depth of a job whose pull
+// codec is c and whose largest shard has maxlen elements: the most
+// entries of comp_bound(c, maxlen) bytes that fit in PS_DELTA_LOG_BUDGET
+// x 4 x maxlen bytes, between 1 and PS_DELTA_LOG. Every server of a job
+// gets the same depth (Transfers carry the log as is).
+uint32_t ps__delta_log_depth(const struct comp_codec *c, size_t maxlen);
 
 // Backups per shard a server forwards to (--replicas caps at 16 copies).
 #define PS_MAX_BACKUPS 15
@@ -123,7 +134,9 @@ struct srv_shard {
 	float   *opt;    // optimizer state: ps__shard_opt_bufs x len (optim.c)
 	int      average; // its tensor is TENSOR_AVERAGE: updates set x to
 	                  // the pushes' mean, no optimizer (optim.c)
-	float   *stage;   // [trainers][len] sync staging slots
+	// [trainers] sync staging slots: a chunk of the server's stage pool
+	// (store.c's POOL) while the rank's push is staged there, else NULL
+	float  **slot;
 	// [trainers]: where a PS_SLOT_PUSHED rank's fp32 gradient is when it
 	// was not copied into its slot: borrowed from the request of its
 	// parked PushPull (any alignment; push.c's BORROWING), else NULL.
@@ -232,7 +245,13 @@ struct ps_server {
 	// Transfer must come from one of them (docs/security.md).
 	uint32_t             *owners;
 	size_t                n_global;
-	float                *sum;     // scratch: largest shard
+	float                *sum; // scratch: largest shard
+	// The stage pool (store.c's POOL): free chunks of stage_len floats
+	// (the largest shard), linked through their first bytes;
+	// stage_chunks: how many exist, held by slots or free (stage_n_free).
+	void                 *stage_free;
+	size_t                stage_len;
+	uint64_t              stage_chunks, stage_n_free;
 	float                *scratch; // scratch: largest shard (ref encode)
 	struct comp_codec     cnone;   // "none": the codec of fp32 pushes
 	uint32_t              log_k;
@@ -279,7 +298,12 @@ struct ps_server {
 	// PS_JOIN_PENDING: added by a map, not joined yet); added: scratch
 	// of ps__ranks_map.
 	uint64_t             *join_at; // [trainers]
-	uint8_t              *added;   // [trainers]
+	// The ranks neither gone nor pending, and the latest join_at among
+	// them: a round at version >= n_join_hi waits for n_joined ranks
+	// (ps__shard_complete's shortcut; ps__ranks_count keeps them).
+	uint32_t              n_joined;
+	uint64_t              n_join_hi;
+	uint8_t              *added; // [trainers]
 	// Lease marks (heartbeat.c): each rank's newest (lease id, end) of an
 	// admitted push, and the heartbeat thread's copy of them (only it
 	// touches hb_marks after the first map made them).
@@ -373,9 +397,26 @@ int ps__average_finite(const void *a, const void *b, size_t n);
 int ps__shard_alloc(struct ps_server *s, struct srv_shard *sh);
 
 // ps__shard_release frees sh's buffers and zeroes its state, keeping its
-// identity (id, tensor, offset, len). Safe on a shard without buffers.
-// mu held (or the server no longer serving).
-void ps__shard_release(struct srv_shard *sh);
+// identity (id, tensor, offset, len); the stage chunks its slots hold go
+// back to s's pool. Safe on a shard without buffers. mu held (or the
+// server no longer serving).
+void ps__shard_release(struct ps_server *s, struct srv_shard *sh);
+
+// ps__stage_take gives rank r's staging slot of sh a chunk of the stage
+// pool (store.c's POOL; allocated only while the pool grows) unless it
+// holds one. Returns it, or NULL (out of memory). mu held.
+float *ps__stage_take(struct ps_server *s, struct srv_shard *sh, uint32_t r);
+
+// ps__stage_put hands rank r's chunk of sh (if any) back to the pool.
+// mu held.
+void ps__stage_put(struct ps_server *s, struct srv_shard *sh, uint32_t r);
+
+// ps__stage_drop hands back the chunks of sh's ranks in PS_SLOT_FREE
+// (after a round, or wherever the states are reset). mu held.
+void ps__stage_drop(struct ps_server *s, struct srv_shard *sh);
+
+// ps__stage_pool_free frees the pool's free chunks (server close).
+void ps__stage_pool_free(struct ps_server *s);
 
 // ps__shard_complete reports whether every trainer still in the job (or,
 // with a sync quorum Q, Q of them) has pushed the shard's current version
@@ -393,9 +434,12 @@ void ps__shard_apply_sync(struct ps_server *s, struct srv_shard *sh);
 // ps__shard_unborrow copies into their staging slots the gradients that
 // parked call c (a PushPull) still lends its shards' rounds (push.c's
 // BORROWING): call it before answering c any other way than with the
-// version it waits for (a deadline, a closed connection, an abort). No-op
-// for any other call. mu held.
-void ps__shard_unborrow(struct ps_server *s, struct ps_call *c);
+// version it waits for (a deadline, a closed connection, an abort). A
+// slot that gets no chunk (out of memory) withdraws its push from the
+// round instead, as if never sent: returns how many were withdrawn (the
+// caller answers UNAVAILABLE, so the trainer sends it again; 0 for any
+// other call). mu held.
+size_t ps__shard_unborrow(struct ps_server *s, struct ps_call *c);
 
 // ps__rank_waited reports whether a sync round of this server at version
 // `version` waits for rank r: it is in the job and joined at or before
@@ -406,13 +450,19 @@ ps__rank_waited(const struct ps_server *s, uint32_t r, uint64_t version)
 	return !s->gone[r] && s->join_at[r] <= version;
 }
 
+// ps__ranks_count recounts s->n_joined and s->n_join_hi after gone or
+// join_at changed. O(trainers). mu held.
+void ps__ranks_count(struct ps_server *s);
+
 // ps__rank_join makes rank r expected from version v on (joined at v), or
 // keeps an earlier join: a join pull, or a push staged at v. mu held.
+
 static inline void
 ps__rank_join(struct ps_server *s, uint32_t r, uint64_t v)
 {
 	if (s->join_at[r] > v) {
 		s->join_at[r] = v;
+		ps__ranks_count(s);
 	}
 }
 

@@ -257,14 +257,18 @@ snap_fit(const struct ps_server *s, const char *path, const struct snap_rec *r,
 	}
 	need = sh->len * 4 * (1 + (uint64_t) ps__shard_opt_bufs(s, sh));
 	if (!s->job.pull_none) {
-		if (t->n_log_base != s->log_k || t->n_log_crc != s->log_k ||
-		    t->n_log_len != s->log_k) {
+		// A log of another depth (a snapshot taken before the
+		// depth was per job) is read and dropped:
+		// ps__shard_load_state.
+		if (t->n_log_base != t->n_log_len ||
+		    t->n_log_crc != t->n_log_len || t->n_log_len == 0 ||
+		    t->n_log_len > PS_DELTA_LOG) {
 			errmsg(msg, n, 0, path, "shard %u: delta log of %zu",
 			    t->shard, t->n_log_len);
 			return -1;
 		}
 		need += sh->len * 4;
-		for (uint32_t k = 0; k < s->log_k; k++) {
+		for (size_t k = 0; k < t->n_log_len; k++) {
 			if (t->log_len[k] >
 			    comp_bound(&s->job.cpull, sh->len)) {
 				errmsg(msg, n, 0, path,
@@ -548,6 +552,7 @@ static void
 round_reset(struct ps_server *s, struct srv_shard *sh)
 {
 	memset(sh->state, PS_SLOT_FREE, s->trainers);
+	ps__stage_drop(s, sh);
 	if (sh->clock != NULL) {
 		memset(sh->clock, 0, s->trainers * sizeof(*sh->clock));
 	}

@@ -33,6 +33,18 @@
 // take joins at once: the added rank's clock is raised to the slowest
 // other rank's (never lowered), so a rank starting at clock 0 does not
 // hold SSP reads back.
+//
+// POOL (issue 30). A rank's staging slot holds bytes only from its push
+// of a shard to the close of that shard's round, so slots are not kept
+// per shard (that was trainers x weights, resident for the shard's life)
+// but taken from one pool of chunks of the largest shard's size: a slot
+// gets a chunk when its push is reserved (push.c; a lent push needs
+// none) or given back by its parked call (ps__shard_unborrow) or by a
+// Transfer, and hands it back when the round closes, on a refused push
+// and when the shard leaves. The pool only grows (the first rounds, or a
+// trainer running ahead) and keeps its chunks on a free list, so steady
+// state allocates nothing; it holds at most the chunks of the rounds
+// open at once (stats: stage_chunks).
 #include <string.h>
 
 #include "server_impl.h"
@@ -41,7 +53,15 @@ int
 ps__shard_complete(const struct ps_server *s, const struct srv_shard *sh)
 {
 	uint32_t pushed = 0, missing = 0;
-	if (sh->n_pushed == 0) {
+	// Fewer pushes than the ranks every round at this version waits
+	// for (and than the quorum): incomplete without looking at each
+	// rank, so a round of T pushes costs O(T), not O(T^2). n_pushed
+	// counts the PUSHED slots.
+	uint32_t need = sh->version >= s->n_join_hi ? s->n_joined : 1;
+	if (s->job.quorum > 0 && s->job.quorum < need) {
+		need = s->job.quorum;
+	}
+	if (sh->n_pushed == 0 || sh->n_pushed < need) {
 		return 0;
 	}
 	for (uint32_t r = 0; r < s->trainers; r++) {
@@ -70,6 +90,21 @@ ps__shard_min_clock(const struct ps_server *s, const struct srv_shard *sh)
 		}
 	}
 	return lo;
+}
+
+void
+ps__ranks_count(struct ps_server *s)
+{
+	s->n_joined  = 0;
+	s->n_join_hi = 0;
+	for (uint32_t r = 0; r < s->trainers; r++) {
+		if (!s->gone[r] && s->join_at[r] != PS_JOIN_PENDING) {
+			s->n_joined++;
+			if (s->join_at[r] > s->n_join_hi) {
+				s->n_join_hi = s->join_at[r];
+			}
+		}
+	}
 }
 
 int
@@ -149,6 +184,7 @@ ps__ranks_map(struct ps_server *s, const Pswire__Placement *pl, int first)
 			         : "joins at once");
 		}
 	}
+	ps__ranks_count(s);
 	if (sync || n_added == 0) {
 		return;
 	}
@@ -179,7 +215,7 @@ sum_borrowed(struct ps_server *s, struct srv_shard *sh)
 			continue;
 		}
 		const uint8_t *b    = sh->src[r];
-		const float   *slot = sh->stage + (size_t) r * n;
+		const float   *slot = sh->slot[r];
 		float         *sum  = s->sum;
 		if (b == NULL && k == 0) {
 			memcpy(sum, slot, n * 4);
@@ -241,7 +277,7 @@ apply_sum(struct ps_server *s, struct srv_shard *sh)
 		if (sh->state[r] != PS_SLOT_PUSHED) {
 			continue;
 		}
-		const float *slot = sh->stage + (size_t) r * n;
+		const float *slot = sh->slot[r];
 		if (k < 2) {
 			g[k] = slot;
 		} else {
@@ -326,20 +362,47 @@ ps__shard_apply_sync(struct ps_server *s, struct srv_shard *sh)
 	sh->samples  = 0;
 	memset(sh->state, PS_SLOT_FREE, s->trainers);
 	memset(sh->src, 0, s->trainers * sizeof(*sh->src));
+	ps__stage_drop(s, sh); // the round consumed its slots
 	atomic_fetch_add_explicit(&s->n_applied, 1, memory_order_relaxed);
 	if (s->snap != NULL) {
 		ps__snap_on_version(s, sh);
 	}
 }
 
-void
+// withdraw takes rank's push (of call p) out of sh's round: it keeps no
+// copy of a lent gradient it cannot stage (ps__shard_unborrow). mu held.
+static void
+withdraw(struct ps_server *s, struct srv_shard *sh, uint32_t rank,
+    const Pswire__PushRequest *p)
+{
+	sh->state[rank] = PS_SLOT_FREE;
+	sh->src[rank]   = NULL;
+	sh->n_pushed--;
+	sh->samples -= p->n_samples <= sh->samples ? p->n_samples
+	                                           : sh->samples;
+	if (sh->n_pushed == 0) {
+		sh->round_t0 = 0;
+	}
+	FB_LOG(FB_LOG_ERR, "store",
+	    "shard %u round %llu: out of memory staging rank %u's push; "
+	    "withdrawn (the trainer sends it again)",
+	    sh->id, (unsigned long long) sh->version, rank);
+	// A rank gone meanwhile no longer holds the round open: it closes
+	// without it (its parked pulls are answered at the next wake).
+	if (ps__shard_complete(s, sh)) {
+		ps__shard_apply_sync(s, sh);
+	}
+}
+
+size_t
 ps__shard_unborrow(struct ps_server *s, struct ps_call *c)
 {
+	size_t n_out = 0;
 	if (c->frame.method != PSWIRE__METHOD__PUSH_PULL || c->req == NULL ||
 	    c->hdr == NULL ||
 	    c->hdr->body_case != PSWIRE__HEADER__BODY_PUSH_REQ ||
 	    c->hdr->rank >= s->trainers) {
-		return;
+		return 0;
 	}
 	const Pswire__PushRequest *p    = c->hdr->push_req;
 	uint32_t                   rank = c->hdr->rank;
@@ -350,12 +413,71 @@ ps__shard_unborrow(struct ps_server *s, struct ps_call *c)
 		}
 		struct srv_shard *sh = &s->shards[r->shard];
 		const uint8_t    *b  = c->frame.payload + r->offset;
-		if (sh->src != NULL && sh->state[rank] == PS_SLOT_PUSHED &&
-		    sh->src[rank] == b) {
-			memcpy(sh->stage + (size_t) rank * sh->len, b,
-			    sh->len * 4);
-			sh->src[rank] = NULL;
+		if (sh->src == NULL || sh->state[rank] != PS_SLOT_PUSHED ||
+		    sh->src[rank] != b) {
+			continue;
 		}
+		float *d = ps__stage_take(s, sh, rank);
+		if (d == NULL) {
+			// Never a round summed without it nor with stale
+			// bytes: out of its round, to be sent again.
+			withdraw(s, sh, rank, p);
+			n_out++;
+			continue;
+		}
+		memcpy(d, b, sh->len * 4);
+		sh->src[rank] = NULL;
+	}
+	return n_out;
+}
+
+float *
+ps__stage_take(struct ps_server *s, struct srv_shard *sh, uint32_t r)
+{
+	if (sh->slot[r] != NULL) {
+		return sh->slot[r];
+	}
+	void *c = s->stage_free;
+	if (c != NULL) {
+		memcpy(&s->stage_free, c, sizeof(void *));
+		s->stage_n_free--;
+	} else if ((c = fb_alloc(s->stage_len * sizeof(float))) != NULL) {
+		s->stage_chunks++;
+	}
+	sh->slot[r] = c;
+	return c;
+}
+
+void
+ps__stage_put(struct ps_server *s, struct srv_shard *sh, uint32_t r)
+{
+	if (sh->slot != NULL && sh->slot[r] != NULL) {
+		memcpy(sh->slot[r], &s->stage_free, sizeof(void *));
+		s->stage_free = sh->slot[r];
+		sh->slot[r]   = NULL;
+		s->stage_n_free++;
+	}
+}
+
+void
+ps__stage_drop(struct ps_server *s, struct srv_shard *sh)
+{
+	for (uint32_t r = 0; sh->slot != NULL && r < s->trainers; r++) {
+		if (sh->state[r] == PS_SLOT_FREE) {
+			ps__stage_put(s, sh, r);
+		}
+	}
+}
+
+void
+ps__stage_pool_free(struct ps_server *s)
+{
+	while (s->stage_free != NULL) {
+		void *c = s->stage_free;
+		memcpy(&s->stage_free, c, sizeof(void *));
+		fb_free(c);
+		s->stage_chunks--;
+		s->stage_n_free--;
 	}
 }
 
@@ -363,11 +485,11 @@ int
 ps__shard_alloc(struct ps_server *s, struct srv_shard *sh)
 {
 	sh->x     = fb_zalloc(sh->len * sizeof(float));
-	sh->stage = fb_alloc(sh->len * sizeof(float) * s->trainers);
+	sh->slot  = fb_zalloc(s->trainers * sizeof(*sh->slot));
 	sh->src   = fb_zalloc(s->trainers * sizeof(*sh->src));
 	sh->state = fb_zalloc(s->trainers);
 	sh->clock = fb_zalloc(s->trainers * sizeof(*sh->clock));
-	if (sh->x == NULL || sh->stage == NULL || sh->src == NULL ||
+	if (sh->x == NULL || sh->slot == NULL || sh->src == NULL ||
 	    sh->state == NULL || sh->clock == NULL) {
 		return FB_ENOMEM;
 	}
@@ -397,11 +519,14 @@ ps__shard_alloc(struct ps_server *s, struct srv_shard *sh)
 }
 
 void
-ps__shard_release(struct srv_shard *sh)
+ps__shard_release(struct ps_server *s, struct srv_shard *sh)
 {
 	fb_free(sh->x);
 	fb_free(sh->opt);
-	fb_free(sh->stage);
+	for (uint32_t r = 0; sh->slot != NULL && r < s->trainers; r++) {
+		ps__stage_put(s, sh, r);
+	}
+	fb_free(sh->slot);
 	fb_free(sh->src);
 	fb_free(sh->state);
 	fb_free(sh->clock);

@@ -85,12 +85,16 @@ ps__transfer_encode(struct ps_server *s, struct srv_shard *sh, int backup,
 	for (uint32_t r = 0; r < s->trainers; r++) {
 		if (sh->state[r] == PS_SLOT_PUSHED) {
 			// A push lent by its parked call (push.c's BORROWING)
-			// is read where it is.
-			memcpy(payload + off,
-			    sh->src[r] != NULL ? (const void *) sh->src[r]
-			                       : (const void *) (sh->stage +
-			                             (size_t) r * sh->len),
-			    sh->len * 4);
+			// is read where it is; a seeding shard's offers (in
+			// x) hold no slot: zeros.
+			const void *g = sh->src[r] != NULL
+			    ? (const void *) sh->src[r]
+			    : (const void *) sh->slot[r];
+			if (g != NULL) {
+				memcpy(payload + off, g, sh->len * 4);
+			} else {
+				memset(payload + off, 0, sh->len * 4);
+			}
 			off += sh->len * 4;
 		}
 	}
@@ -113,13 +117,21 @@ ps__shard_load_state(struct ps_server *s, struct srv_shard *sh,
 	if (!s->job.pull_none) {
 		memcpy(sh->ref, p, sh->len * 4);
 		p += sh->len * 4;
-		for (uint32_t k = 0; k < s->log_k; k++) {
-			sh->log_base[k] = t->log_base[k];
-			sh->log_crc[k]  = t->log_crc[k];
-			sh->log_len[k]  = t->log_len[k];
-			memcpy(sh->log + (size_t) k * sh->log_cap, p,
-			    t->log_len[k]);
+		// A snapshot's log of another depth than the job's is
+		// skipped (empty log: pulls behind get the full reference).
+		int same = t->n_log_len == s->log_k;
+		for (size_t k = 0; k < t->n_log_len; k++) {
+			if (same) {
+				sh->log_base[k] = t->log_base[k];
+				sh->log_crc[k]  = t->log_crc[k];
+				sh->log_len[k]  = t->log_len[k];
+				memcpy(sh->log + k * sh->log_cap, p,
+				    t->log_len[k]);
+			}
 			p += t->log_len[k];
+		}
+		if (!same) {
+			ps__ref_log_reset(s, sh);
 		}
 		sh->ref_crc = t->ref_crc;
 	}
@@ -314,7 +326,7 @@ transfer_decode(struct ps_server *s, struct ps_call *c,
 		return -1;
 	}
 	if (ps__shard_alloc(s, sh) != FB_OK) {
-		ps__shard_release(sh);
+		ps__shard_release(s, sh);
 		ps__server_reply_err(s, c, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
 		    "out of memory for shard %u", t->shard);
 		return -1;
@@ -326,11 +338,20 @@ transfer_decode(struct ps_server *s, struct ps_call *c,
 		sh->clock[r] = t->n_clocks != 0 ? t->clocks[r] : 0;
 		sh->state[r] = t->state.data[r];
 		sh->src[r]   = NULL;
-		if (sh->state[r] == PS_SLOT_PUSHED) {
-			memcpy(sh->stage + (size_t) r * sh->len, p,
-			    sh->len * 4);
-			p += sh->len * 4;
+		if (sh->state[r] != PS_SLOT_PUSHED) {
+			continue;
 		}
+		float *d = ps__stage_take(s, sh, r);
+		if (d == NULL) {
+			ps__shard_release(s, sh);
+			ps__server_reply_err(s, c,
+			    PSWIRE__STATUS__RESOURCE_EXHAUSTED,
+			    "out of memory for shard %u's staged pushes",
+			    t->shard);
+			return -1;
+		}
+		memcpy(d, p, sh->len * 4);
+		p += sh->len * 4;
 	}
 	sh->version  = t->version;
 	sh->init     = t->init;
@@ -409,7 +430,7 @@ ps__on_transfer(struct ps_server *s, struct ps_call *c)
 			ps__call_reply(c, &h);
 			goto out;
 		}
-		ps__shard_release(sh);
+		ps__shard_release(s, sh);
 		s->local[t->shard] = PS_SHARD_ARRIVING;
 		s->n_backup_shards--;
 	}
@@ -449,6 +470,7 @@ ps__on_transfer(struct ps_server *s, struct ps_call *c)
 		// A backup applies its primary's rounds, never its own.
 		struct srv_shard *sh = &s->shards[t->shard];
 		memset(sh->state, PS_SLOT_FREE, s->trainers);
+		ps__stage_drop(s, sh);
 		sh->n_pushed = 0;
 		sh->samples  = 0;
 		sh->round_t0 = 0;
