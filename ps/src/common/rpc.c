@@ -7,6 +7,7 @@
 #include "fb/fb.h"
 #include "refusals.h"
 #include "rpc.h"
+#include "rpclimits.h"
 
 enum { ST_INIT, ST_RECV, ST_WAIT, ST_SEND };
 
@@ -52,7 +53,7 @@ struct rpc_metrics {
 };
 
 // Calls live in chunks that never move: ps__rpc_grow adds contexts while
-// the LIMITS scans read n, then the calls below it. 65536 at most.
+// the others serve. 65536 at most.
 #define RPC_CHUNK 256
 #define RPC_CHUNKS 256
 
@@ -77,8 +78,9 @@ struct ps_rpc {
 	_Atomic size_t     conn_bytes, total_bytes;
 	void (*_Atomic pipe_gone)(void *arg, uint32_t pipe);
 	void (*_Atomic pipe_watch)(void *arg, uint32_t pipe);
-	void      *pipe_watch_arg;
-	atomic_int in_gone; // hook calls running (on_pipe_rem)
+	void          *pipe_watch_arg;
+	atomic_int     in_gone; // hook calls running (on_pipe_rem)
+	struct ps_lim *lim;     // LIMITS counts (rpclimits.c)
 };
 
 static void call_cb(void *arg);
@@ -94,33 +96,7 @@ call_at(const struct ps_rpc *r, int i)
 static void
 call_unhold(struct ps_call *c)
 {
-	atomic_store_explicit(&c->pipe, 0, memory_order_relaxed);
-	atomic_store_explicit(&c->held, 0, memory_order_relaxed);
-	atomic_store_explicit(&c->host, 0, memory_order_relaxed);
-	atomic_store_explicit(&c->member, 0, memory_order_relaxed);
-}
-
-// host_usage counts the calls other than c held for host (0: none), and
-// into *mcalls those held for member (0: none).
-static int
-host_usage(const struct ps_rpc *r, const struct ps_call *c, uint64_t host,
-    uint64_t member, int *mcalls)
-{
-	int calls = 0, n = atomic_load(&r->n);
-	*mcalls = 0;
-	for (int i = 0; i < n; i++) {
-		const struct ps_call *o = call_at(r, i);
-		if (o == c) {
-			continue;
-		}
-		calls += host != 0 &&
-		    atomic_load_explicit(&o->host, memory_order_relaxed) ==
-		        host;
-		*mcalls += member != 0 &&
-		    atomic_load_explicit(&o->member, memory_order_relaxed) ==
-		        member;
-	}
-	return calls;
+	ps__lim_release(c->rpc->lim, c);
 }
 
 // member_key names the member whose certificate is on pipe: role and
@@ -143,37 +119,13 @@ member_key(const struct ps_rpc *r, nng_pipe pipe, char *name, size_t n)
 	return 1ull << 63 | (uint64_t) (uint32_t) who.role << 32 | who.id;
 }
 
-// pipe_usage counts the calls other than c that hold bytes for connection
-// pipe (*calls, *bytes) and the bytes every call holds (*total).
-static void
-pipe_usage(const struct ps_rpc *r, const struct ps_call *c, uint32_t pipe,
-    int *calls, size_t *bytes, size_t *total)
-{
-	int n  = atomic_load(&r->n);
-	*calls = 0;
-	*bytes = 0;
-	*total = 0;
-	for (int i = 0; i < n; i++) {
-		const struct ps_call *o    = call_at(r, i);
-		size_t                held = atomic_load_explicit(&o->held,
-		                   memory_order_relaxed);
-		*total += held;
-		if (o != c &&
-		    atomic_load_explicit(&o->pipe, memory_order_relaxed) ==
-		        pipe) {
-			(*calls)++;
-			*bytes += held;
-		}
-	}
-}
-
 size_t
 ps__rpc_pipe_held(const struct ps_call *c)
 {
-	int    calls;
-	size_t bytes, total;
-	pipe_usage(c->rpc, c, atomic_load(&c->pipe), &calls, &bytes, &total);
-	return bytes;
+	uint32_t pipe = atomic_load_explicit(&c->pipe, memory_order_relaxed);
+	size_t   mine = atomic_load_explicit(&c->held, memory_order_relaxed);
+	size_t   all  = ps__lim_conn_bytes(c->rpc->lim, pipe);
+	return pipe != 0 && all >= mine ? all - mine : 0;
 }
 
 static void
@@ -310,7 +262,7 @@ send_reply(struct ps_call *c, nng_msg *m, int status)
 	(void) psw_auth_sign(c->rpc->auth, m, c->chan, c->ctr, NULL);
 	count(c, status, m);
 	call_release(c);
-	atomic_store_explicit(&c->held, nng_msg_len(m), memory_order_relaxed);
+	ps__lim_resize(c->rpc->lim, c, nng_msg_len(m));
 	c->state = ST_SEND;
 	nng_aio_set_msg(c->aio, m);
 	nng_ctx_send(c->ctx, c->aio);
@@ -420,61 +372,64 @@ ps__call_reply_stats(struct ps_call *c, const char *text)
 static int
 over_limits(struct ps_call *c)
 {
-	struct ps_rpc *r       = c->rpc;
-	size_t         conn    = atomic_load(&r->conn_bytes);
-	size_t         all     = atomic_load(&r->total_bytes);
-	nng_pipe       np      = nng_msg_get_pipe(c->req);
-	uint32_t       pipe    = nng_pipe_id(np);
-	size_t         mine    = nng_msg_len(c->req), bytes, total;
-	int            calls   = 0;
-	int            n       = atomic_load(&r->n);
-	int            max_cls = n / 4 > 2 ? n / 4 : 2;
-	int            max_hst = n - n / 4 > 2 ? n - n / 4 : 2;
-	char           why[200], addr[64];
+	struct ps_rpc     *r    = c->rpc;
+	nng_pipe           np   = nng_msg_get_pipe(c->req);
+	int                id   = nng_pipe_id(np);
+	uint32_t           pipe = id > 0 ? (uint32_t) id : 0;
+	size_t             mine = nng_msg_len(c->req);
+	int                n    = atomic_load(&r->n);
+	struct ps_lim_seen s;
+	struct ps_lim_caps caps = {
+		.conn_calls = n / 4 > 2 ? n / 4 : 2,
+		.host_calls = n - n / 4 > 2 ? n - n / 4 : 2,
+		.conn_bytes = atomic_load(&r->conn_bytes),
+		.all_bytes  = atomic_load(&r->total_bytes),
+	};
+	char why[200], addr[64], name[48];
 
-	if (c->host_pipe != pipe) {
+	if (!ps__lim_peer(r->lim, pipe, &c->host_key, &c->member_key)) {
 		c->host_key   = ps__host_key(np, NULL, 0);
 		c->member_key = member_key(r, np, NULL, 0);
-		c->host_pipe  = pipe;
+		if (pipe != 0) {
+			ps__lim_peer_put(r->lim, pipe, c->host_key,
+			    c->member_key);
+		}
 	}
-	uint64_t host = c->host_key, member = c->member_key;
-	int      mcalls = 0;
-	int      hcalls = host_usage(r, c, host, member, &mcalls);
-	pipe_usage(r, c, pipe, &calls, &bytes, &total);
-	if (calls >= max_cls) {
+	switch (ps__lim_take(r->lim, c, pipe, c->host_key, c->member_key, mine,
+	    &caps, &s)) {
+	case PS_LIM_OK:
+		return 0;
+	case PS_LIM_CONN_CALLS:
 		snprintf(why, sizeof(why),
 		    "this connection already has %d calls in progress (cap %d)",
-		    calls, max_cls);
-	} else if (member != 0 && mcalls >= max_cls) {
-		char name[48];
+		    s.calls, caps.conn_calls);
+		break;
+	case PS_LIM_MEMBER_CALLS:
 		member_key(r, np, name, sizeof(name));
 		snprintf(why, sizeof(why),
 		    "member %s (its certificate) already has %d calls in "
 		    "progress over its connections (cap %d)",
-		    name, mcalls, max_cls);
-	} else if (member == 0 && host != 0 && hcalls >= max_hst) {
+		    name, s.calls, caps.conn_calls);
+		break;
+	case PS_LIM_HOST_CALLS:
 		ps__host_key(np, addr, sizeof(addr));
 		snprintf(why, sizeof(why),
 		    "this host (%s) already has %d calls in progress over its "
 		    "connections (cap %d)",
-		    addr, hcalls, max_hst);
-	} else if (bytes + mine > conn) {
+		    addr, s.calls, caps.host_calls);
+		break;
+	case PS_LIM_CONN_BYTES:
 		snprintf(why, sizeof(why),
 		    "this connection holds %zu bytes in calls in progress; "
 		    "%zu more exceed its %zu-byte cap",
-		    bytes, mine, conn);
-	} else if (all != 0 && total + mine > all) {
+		    s.bytes, mine, caps.conn_bytes);
+		break;
+	default:
 		snprintf(why, sizeof(why),
 		    "calls in progress hold %zu bytes; %zu more exceed the "
 		    "%zu-byte cap",
-		    total, mine, all);
-	} else {
-		atomic_store_explicit(&c->held, mine, memory_order_relaxed);
-		atomic_store_explicit(&c->pipe, pipe, memory_order_relaxed);
-		atomic_store_explicit(&c->host, host, memory_order_relaxed);
-		atomic_store_explicit(&c->member, member,
-		    memory_order_relaxed);
-		return 0;
+		    s.total, mine, caps.all_bytes);
+		break;
 	}
 	reply_status(c, c->hdr->request_id, PSWIRE__STATUS__RESOURCE_EXHAUSTED,
 	    why);
@@ -722,7 +677,13 @@ ps__rpc_open(struct psw_tls *tls, const char *url, int ncontexts,
 	r->auth       = auth;
 	r->tls        = tls;
 	r->conn_bytes = 2 * max_msg + (1u << 20);
+	if ((rv = ps__lim_open(ncontexts, &r->lim)) != FB_OK) {
+		ps__refusals_close(r->m.refusals);
+		fb_free(r);
+		return rv;
+	}
 	if ((rv = nng_rep0_open(&r->sock)) != 0) {
+		ps__lim_close(r->lim);
 		ps__refusals_close(r->m.refusals);
 		fb_free(r);
 		return FB_ETRANSPORT;
@@ -745,7 +706,12 @@ int
 ps__rpc_grow(struct ps_rpc *r, int want)
 {
 	int n = want < RPC_CHUNK * RPC_CHUNKS ? want : RPC_CHUNK * RPC_CHUNKS;
-	return n > atomic_load(&r->n) ? rpc_add(r, n) : FB_OK;
+	if (n <= atomic_load(&r->n)) {
+		return FB_OK;
+	}
+	// The counts make room before the new contexts can take calls.
+	int rv = ps__lim_grow(r->lim, n);
+	return rv == FB_OK ? rpc_add(r, n) : rv;
 }
 
 int
@@ -895,6 +861,7 @@ ps__rpc_close(struct ps_rpc *r)
 	for (int k = 0; k < RPC_CHUNKS; k++) {
 		fb_free(r->chunk[k]);
 	}
+	ps__lim_close(r->lim);
 	ps__refusals_close(r->m.refusals);
 	fb_free(r);
 }

@@ -19,7 +19,9 @@
 // answered RESOURCE_EXHAUSTED before any handler sees it, so one peer that
 // parks calls or never reads its answers cannot take the contexts or the
 // memory the others need. When a connection closes, the role's pipe_gone
-// hook answers the calls it parked, which frees their contexts.
+// hook answers the calls it parked, which frees their contexts. The counts
+// are kept as calls are taken and released (rpclimits.h), so a check costs
+// the same however many contexts there are.
 //
 // METRICS. Every request is counted here, the one place all of them pass:
 // by method when answered (ferry_rpc_requests_total), by method and status
@@ -63,7 +65,8 @@ struct ps_call {
 	// channel and counter its signature carried (the reply echoes them).
 	struct psw_ident peer;
 	uint64_t         chan, ctr;
-	// LIMITS accounting, read by other contexts' threads: the id of the
+	// LIMITS accounting (rpclimits.c: written under its lock; the pipe is
+	// read by other threads, ps__call_list_drop_pipe): the id of the
 	// connection this call holds bytes for (0: none), how many, the host
 	// it came from (0: none, or not a network peer) and, under TLS, the
 	// member its certificate names (0: none, or a shared certificate).
@@ -71,10 +74,9 @@ struct ps_call {
 	_Atomic size_t   held;
 	_Atomic uint64_t host;
 	_Atomic uint64_t member;
-	// The host and member of the connection this context last heard
-	// from (a cache: the peer's address and certificate are system calls
-	// away).
-	uint32_t         host_pipe;
+	// The host and member of the connection this call came on (0: none),
+	// found once per connection (rpclimits.h) and set before the handler
+	// runs.
 	uint64_t         host_key, member_key;
 };
 
