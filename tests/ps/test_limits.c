@@ -32,49 +32,6 @@
 // A job of one 16-float tensor (one 64-byte shard) on one server.
 #define LEN 16
 
-struct job {
-	struct ps_scheduler *sched;
-	struct ps_server    *srv;
-};
-
-static void
-job_open(struct job *j, int trainers, int contexts)
-{
-	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
-	struct ps_server_opts    o  = PS_SERVER_OPTS_INIT;
-	char                     url[64], surl[64];
-	so.url         = pt_addr(url, sizeof(url), "tcp");
-	so.trainers    = trainers;
-	so.servers     = 1;
-	so.shard_bytes = 64;
-	so.probe_bytes = 0;
-	PT_OK(ps_scheduler_open(&so, &j->sched));
-	o.url           = pt_addr(surl, sizeof(surl), "tcp");
-	o.scheduler_url = ps_scheduler_url(j->sched);
-	o.contexts      = contexts;
-	PT_OK(ps_server_open(&o, &j->srv));
-}
-
-static void
-job_close(struct job *j)
-{
-	ps_server_close(j->srv);
-	ps_scheduler_close(j->sched);
-}
-
-// stat_of reads one "key:value" line of the server's stats text.
-static unsigned long long
-stat_of(struct ps_server *s, const char *key)
-{
-	char        text[4096], want[64];
-	const char *p;
-	ps_server_stats(s, text, sizeof(text));
-	snprintf(want, sizeof(want), "\n%s:", key);
-	p = strstr(text, want);
-	ck_assert_msg(p != NULL, "no %s in stats", key);
-	return strtoull(p + strlen(want), NULL, 10);
-}
-
 // One trainer of the test job, on libferry.
 struct trainer {
 	const char   *url;
@@ -173,9 +130,9 @@ all_finite(const float *x, size_t n)
 // contexts, and trainer t (rank 0, three steps of gradient 1), declared
 // and pulled.
 static void
-one_trainer_job(struct job *j, struct trainer *t, int contexts)
+one_trainer_job(struct one_server *j, struct trainer *t, int contexts)
 {
-	job_open(j, 1, contexts);
+	one_server_open(j, 1, 0, contexts);
 	memset(t, 0, sizeof(*t));
 	t->url   = ps_scheduler_url(j->sched);
 	t->steps = 3;
@@ -186,14 +143,14 @@ one_trainer_job(struct job *j, struct trainer *t, int contexts)
 // one_trainer_job_close checks that the server answers every call the
 // closed peer connections had parked (within 2 s), then closes t and j.
 static void
-one_trainer_job_close(struct job *j, struct trainer *t)
+one_trainer_job_close(struct one_server *j, struct trainer *t)
 {
-	for (int i = 0; i < 200 && stat_of(j->srv, "parked") > 0; i++) {
+	for (int i = 0; i < 200 && server_stat(j->srv, "parked") > 0; i++) {
 		fb_sleep_us(10000);
 	}
-	ck_assert_uint_eq(stat_of(j->srv, "parked"), 0);
+	ck_assert_uint_eq(server_stat(j->srv, "parked"), 0);
 	ferry_client_close(t->c);
-	job_close(j);
+	one_server_close(j);
 }
 
 // refusal waits for aio's reply: 0 when none came (a parked call, timed
@@ -229,7 +186,7 @@ refusal(nng_aio *aio, const char *names)
 START_TEST(test_limits_parked_pulls_from_one_peer)
 {
 	enum { CONTEXTS = 8 };
-	struct job     j;
+	struct one_server     j;
 	struct trainer t;
 	nng_socket     sock;
 	nng_ctx        ctx[CONTEXTS];
@@ -254,7 +211,7 @@ START_TEST(test_limits_parked_pulls_from_one_peer)
 		refused += refusal(aio[i], "connection");
 	}
 	ck_assert_int_eq(refused, CONTEXTS - 2);
-	ck_assert_uint_eq(stat_of(j.srv, "parked"), 2);
+	ck_assert_uint_eq(server_stat(j.srv, "parked"), 2);
 	trainer_steps(&t);
 	ck_assert_msg(t.rv == 0 && t.n_refused == 0, "trainer: %s", t.err);
 	// Its pushes reached version 1: the peer's parked Pulls were
@@ -266,10 +223,10 @@ START_TEST(test_limits_parked_pulls_from_one_peer)
 		nng_aio_wait(aio[i]);
 		ck_assert_int_eq(nng_aio_result(aio[i]), 0);
 	}
-	for (int i = 0; i < 50 && stat_of(j.srv, "parked") < 2; i++) {
+	for (int i = 0; i < 50 && server_stat(j.srv, "parked") < 2; i++) {
 		fb_sleep_us(10000);
 	}
-	ck_assert_uint_eq(stat_of(j.srv, "parked"), 2);
+	ck_assert_uint_eq(server_stat(j.srv, "parked"), 2);
 	for (int i = 0; i < CONTEXTS; i++) {
 		nng_aio_free(aio[i]);
 	}
@@ -287,7 +244,7 @@ END_TEST
 START_TEST(test_limits_parked_pulls_from_one_host)
 {
 	enum { CONTEXTS = 16, PER = CONTEXTS / 4, HOST_CONNS = 4 };
-	struct job     j;
+	struct one_server     j;
 	struct trainer t;
 	nng_socket     sock[HOST_CONNS];
 	nng_ctx        ctx[HOST_CONNS][PER];
@@ -322,7 +279,7 @@ START_TEST(test_limits_parked_pulls_from_one_host)
 		// One connection at a time, so that the refusals fall on the
 		// last one: wait until this one's calls are parked.
 		for (int i = 0; i < 200 &&
-		     stat_of(j.srv, "parked") <
+		     server_stat(j.srv, "parked") <
 		         (unsigned long long) ((k + 1) * PER > 3 * PER
 		                 ? 3 * PER
 		                 : (k + 1) * PER);
@@ -336,7 +293,7 @@ START_TEST(test_limits_parked_pulls_from_one_host)
 		}
 	}
 	ck_assert_int_eq(refused, PER);
-	ck_assert_uint_eq(stat_of(j.srv, "parked"), 3 * PER);
+	ck_assert_uint_eq(server_stat(j.srv, "parked"), 3 * PER);
 	trainer_steps(&t);
 	ck_assert_msg(t.rv == 0 && t.n_refused == 0, "trainer: %s", t.err);
 	for (int k = 0; k < HOST_CONNS; k++) {
@@ -353,7 +310,7 @@ END_TEST
 // grad in every element (grad_last in the last one when nonzero), each
 // from its own thread as the job's start barrier needs.
 static void
-two_ranks_open(struct job *j, struct trainer t[2], float grad, float grad_last)
+two_ranks_open(struct one_server *j, struct trainer t[2], float grad, float grad_last)
 {
 	pthread_t th[2];
 	for (int r = 0; r < 2; r++) {
@@ -392,10 +349,10 @@ two_ranks_step(struct trainer t[2])
 // overflow is refused with a message and changes nothing.
 START_TEST(test_limits_flt_max_pushes_leave_weights_finite)
 {
-	struct job     j;
+	struct one_server     j;
 	struct trainer t[2];
 
-	job_open(&j, 2, 64);
+	one_server_open(&j, 2, 0, 64);
 	two_ranks_open(&j, t, FLT_MAX, 0);
 	two_ranks_step(t);
 	for (int r = 0; r < 2; r++) {
@@ -405,7 +362,7 @@ START_TEST(test_limits_flt_max_pushes_leave_weights_finite)
 			ck_assert_float_eq(t[r].w[i], (float) i);
 		}
 	}
-	ck_assert_uint_eq(stat_of(j.srv, "updates_refused"), 1);
+	ck_assert_uint_eq(server_stat(j.srv, "updates_refused"), 1);
 	// A normal round still applies: x -= 0.5 / 2 * (1 + 1).
 	t[0].grad = t[1].grad = 1.0f;
 	two_ranks_step(t);
@@ -413,11 +370,11 @@ START_TEST(test_limits_flt_max_pushes_leave_weights_finite)
 		ck_assert_float_eq(t[r].w[3], 3.0f - 0.5f);
 		ferry_client_close(t[r].c);
 	}
-	job_close(&j);
+	one_server_close(&j);
 
 	// Async, one trainer: x - 0.5 * FLT_MAX is finite, the next
 	// -0.5 * FLT_MAX pushes overflow and are refused.
-	job_open(&j, 1, 64);
+	one_server_open(&j, 1, 0, 64);
 	memset(&t[0], 0, sizeof(t[0]));
 	t[0].url   = ps_scheduler_url(j.sched);
 	t[0].mode  = FERRY_MODE_ASYNC;
@@ -434,7 +391,7 @@ START_TEST(test_limits_flt_max_pushes_leave_weights_finite)
 	}
 	ck_assert_msg(all_finite(t[0].w, LEN), "w[0] = %g", t[0].w[0]);
 	ferry_client_close(t[0].c);
-	job_close(&j);
+	one_server_close(&j);
 }
 END_TEST
 
@@ -444,10 +401,10 @@ END_TEST
 // (a failure: the elements before the overflow keep their step).
 START_TEST(test_limits_overflow_in_last_element_changes_nothing)
 {
-	struct job     j;
+	struct one_server     j;
 	struct trainer t[2];
 
-	job_open(&j, 2, 64);
+	one_server_open(&j, 2, 0, 64);
 	two_ranks_open(&j, t, 1.0f, FLT_MAX);
 	two_ranks_step(t);
 	for (int r = 0; r < 2; r++) {
@@ -456,7 +413,7 @@ START_TEST(test_limits_overflow_in_last_element_changes_nothing)
 			    "rank %d: w[%d] = %g, not %d", r, i, t[r].w[i], i);
 		}
 	}
-	ck_assert_uint_eq(stat_of(j.srv, "updates_refused"), 1);
+	ck_assert_uint_eq(server_stat(j.srv, "updates_refused"), 1);
 	// The next round, finite everywhere, applies to every element.
 	t[0].grad_last = t[1].grad_last = 0;
 	two_ranks_step(t);
@@ -465,7 +422,7 @@ START_TEST(test_limits_overflow_in_last_element_changes_nothing)
 		ck_assert_float_eq(t[r].w[LEN - 1], (float) (LEN - 1) - 0.5f);
 		ferry_client_close(t[r].c);
 	}
-	job_close(&j);
+	one_server_close(&j);
 }
 END_TEST
 
@@ -605,7 +562,7 @@ START_TEST(test_limits_fake_scheduler_bad_map_refused)
 	ck_assert_int_eq(f.maps_sent, 1);
 	fb_sleep_us(300000); // time to install it, were it accepted
 	ck_assert_int_eq(ps_server_ready(srv, why, sizeof(why)), 0);
-	ck_assert_uint_eq(stat_of(srv, "shards"), 0);
+	ck_assert_uint_eq(server_stat(srv, "shards"), 0);
 	ps_server_close(srv);
 	nng_close(f.sock);
 	pthread_join(th, NULL);
@@ -617,10 +574,10 @@ END_TEST
 // Pull is answered.
 START_TEST(test_limits_pull_with_payload_refused)
 {
-	struct job     j;
+	struct one_server     j;
 	struct trainer t;
 	char           err[512];
-	job_open(&j, 1, 64);
+	one_server_open(&j, 1, 0, 64);
 	memset(&t, 0, sizeof(t));
 	t.url = ps_scheduler_url(j.sched);
 	PT_OK(trainer_open(&t));
@@ -632,7 +589,7 @@ START_TEST(test_limits_pull_with_payload_refused)
 	                     pt_pull_msg(2, 0, 0), err, sizeof(err)),
 	    PSWIRE__STATUS__OK);
 	ferry_client_close(t.c);
-	job_close(&j);
+	one_server_close(&j);
 }
 END_TEST
 
@@ -689,8 +646,8 @@ sp_send_probe(int fd, uint32_t rid, uint64_t bytes)
 // budget: 8 x 16 MiB, none refused).
 START_TEST(test_limits_probe_bounded)
 {
-	struct job j;
-	job_open(&j, 1, 64);
+	struct one_server j;
+	one_server_open(&j, 1, 0, 64);
 	{
 		Pswire__Header       h  = PSWIRE__HEADER__INIT;
 		Pswire__ProbeRequest pr = PSWIRE__PROBE_REQUEST__INIT;
@@ -703,21 +660,21 @@ START_TEST(test_limits_probe_bounded)
 		ck_assert_int_eq(rh->status, PSWIRE__STATUS__INVALID_ARGUMENT);
 		pswire__header__free_unpacked(rh, NULL);
 	}
-	unsigned long long e0 = stat_of(j.srv, "errors");
+	unsigned long long e0 = server_stat(j.srv, "errors");
 	int                fd = sp_connect(ps_server_url(j.srv));
 	for (uint32_t i = 1; i <= 8; i++) {
 		sp_send_probe(fd, i, 16u << 20);
 	}
-	for (int i = 0; i < 300 && stat_of(j.srv, "errors") < e0 + 5; i++) {
+	for (int i = 0; i < 300 && server_stat(j.srv, "errors") < e0 + 5; i++) {
 		fb_sleep_us(10000);
 	}
 	fb_sleep_us(200000);
-	unsigned long long refused = stat_of(j.srv, "errors") - e0;
+	unsigned long long refused = server_stat(j.srv, "errors") - e0;
 	// One reply in the connection, at most a second waiting for it
 	// (and a third that raced them in): the rest refused.
 	ck_assert_msg(refused >= 5, "%llu of 8 probes refused", refused);
 	close(fd);
-	job_close(&j);
+	one_server_close(&j);
 }
 END_TEST
 
@@ -839,7 +796,7 @@ START_TEST(test_limits_capacity_zero_is_unbounded)
 		ck_assert_float_eq(w[i], (float) i + 1.0f - 1.0f);
 	}
 	for (int i = 0; i < 2; i++) {
-		ck_assert_uint_ge(stat_of(srv[i], "shards"), 1);
+		ck_assert_uint_ge(server_stat(srv[i], "shards"), 1);
 	}
 	ferry_client_close(c);
 	ps_server_close(srv[0]);

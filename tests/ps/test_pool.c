@@ -22,48 +22,6 @@
 #define LEN (16 * SHARDS)
 #define MAX_T 8
 
-struct job {
-	struct ps_scheduler *sched;
-	struct ps_server    *srv;
-};
-
-static void
-job_open(struct job *j, int trainers, uint32_t shard_bytes)
-{
-	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
-	struct ps_server_opts    o  = PS_SERVER_OPTS_INIT;
-	char                     url[64], surl[64];
-	so.url         = pt_addr(url, sizeof(url), "tcp");
-	so.trainers    = trainers;
-	so.servers     = 1;
-	so.shard_bytes = shard_bytes;
-	so.probe_bytes = 0;
-	PT_OK(ps_scheduler_open(&so, &j->sched));
-	o.url           = pt_addr(surl, sizeof(surl), "tcp");
-	o.scheduler_url = ps_scheduler_url(j->sched);
-	PT_OK(ps_server_open(&o, &j->srv));
-}
-
-static void
-job_close(struct job *j)
-{
-	ps_server_close(j->srv);
-	ps_scheduler_close(j->sched);
-}
-
-// stat_of reads one "key:value" line of the server's stats text.
-static unsigned long long
-stat_of(struct ps_server *s, const char *key)
-{
-	char        text[4096], want[64];
-	const char *p;
-	ps_server_stats(s, text, sizeof(text));
-	snprintf(want, sizeof(want), "\n%s:", key);
-	p = strstr(text, want);
-	ck_assert_msg(p != NULL, "no %s in stats", key);
-	return strtoull(p + strlen(want), NULL, 10);
-}
-
 // One sync trainer: opens, declares, offers (rank 0), pulls, then
 // `steps` times pushes (push-pull, or Push then Pull when split) with
 // codec `push`.
@@ -122,7 +80,7 @@ out:
 // run_trainers runs n trainers of `steps` steps on job j and checks that
 // every one succeeded and all hold the same weights.
 static void
-run_trainers(struct job *j, struct trainer *t, int n, int steps,
+run_trainers(struct one_server *j, struct trainer *t, int n, int steps,
     const char *push, int split)
 {
 	pthread_t th[MAX_T];
@@ -159,18 +117,18 @@ START_TEST(test_pool_chunks_come_back)
 	enum { T = 4, STEPS = 40 };
 	static const char *push[] = { "q8", "none" };
 	for (int k = 0; k < 2; k++) {
-		struct job     j;
+		struct one_server     j;
 		struct trainer t[T];
-		job_open(&j, T, 64);
+		one_server_open(&j, T, 64, 0);
 		run_trainers(&j, t, T, STEPS, push[k], k == 1);
-		ck_assert_uint_eq(stat_of(j.srv, "updates_applied"),
+		ck_assert_uint_eq(server_stat(j.srv, "updates_applied"),
 		    STEPS * SHARDS);
-		unsigned long long chunks = stat_of(j.srv, "stage_chunks");
+		unsigned long long chunks = server_stat(j.srv, "stage_chunks");
 		ck_assert_msg(chunks >= 1 && chunks <= T * SHARDS,
 		    "%s: %llu stage chunks for %d trainers x %d shards",
 		    push[k], chunks, T, SHARDS);
-		ck_assert_uint_eq(stat_of(j.srv, "stage_held"), 0);
-		job_close(&j);
+		ck_assert_uint_eq(server_stat(j.srv, "stage_held"), 0);
+		one_server_close(&j);
 	}
 }
 END_TEST
@@ -180,13 +138,13 @@ END_TEST
 START_TEST(test_pool_lent_pushes_take_no_chunk)
 {
 	enum { T = 3, STEPS = 10 };
-	struct job     j;
+	struct one_server     j;
 	struct trainer t[T];
-	job_open(&j, T, 64);
+	one_server_open(&j, T, 64, 0);
 	run_trainers(&j, t, T, STEPS, "none", 0);
-	ck_assert_uint_eq(stat_of(j.srv, "updates_applied"), STEPS * SHARDS);
-	ck_assert_uint_eq(stat_of(j.srv, "stage_chunks"), 0);
-	job_close(&j);
+	ck_assert_uint_eq(server_stat(j.srv, "updates_applied"), STEPS * SHARDS);
+	ck_assert_uint_eq(server_stat(j.srv, "stage_chunks"), 0);
+	one_server_close(&j);
 }
 END_TEST
 
@@ -239,12 +197,12 @@ async_open(void *arg)
 
 // pull_bytes pulls a's weights and returns the bytes the server sent.
 static unsigned long long
-pull_bytes(struct job *j, struct async_trainer *a)
+pull_bytes(struct one_server *j, struct async_trainer *a)
 {
 	float             *wp[1] = { a->w };
-	unsigned long long b0    = stat_of(j->srv, "bytes_out");
+	unsigned long long b0    = server_stat(j->srv, "bytes_out");
 	PT_OK(ferry_client_pull(a->c, wp));
-	return stat_of(j->srv, "bytes_out") - b0;
+	return server_stat(j->srv, "bytes_out") - b0;
 }
 
 START_TEST(test_pool_delta_log_depth_from_budget)
@@ -259,10 +217,10 @@ START_TEST(test_pool_delta_log_depth_from_budget)
 		g[i] = (float) ((i % 7) - 3);
 	}
 	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
-		struct job            j;
+		struct one_server            j;
 		struct async_trainer *a = calloc(2, sizeof(*a));
 		ck_assert_ptr_nonnull(a);
-		job_open(&j, 2, DLEN * 4);
+		one_server_open(&j, 2, DLEN * 4, 0);
 		pthread_t th;
 		for (int r = 0; r < 2; r++) {
 			a[r].url  = ps_scheduler_url(j.sched);
@@ -277,7 +235,7 @@ START_TEST(test_pool_delta_log_depth_from_budget)
 			ck_assert_msg(a[r].rv == 0, "rank %d: %s", r,
 			    a[r].err);
 		}
-		ck_assert_uint_eq(stat_of(j.srv, "delta_log"), cases[k].depth);
+		ck_assert_uint_eq(server_stat(j.srv, "delta_log"), cases[k].depth);
 		// Rank 1 behind by `behind` versions, past the log and in it.
 		for (int behind = 5; behind >= 1; behind -= 4) {
 			float *wp[1] = { a[0].w };
@@ -304,7 +262,7 @@ START_TEST(test_pool_delta_log_depth_from_budget)
 		ferry_client_close(a[0].c);
 		ferry_client_close(a[1].c);
 		free(a);
-		job_close(&j);
+		one_server_close(&j);
 	}
 }
 END_TEST

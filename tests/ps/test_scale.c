@@ -19,44 +19,6 @@
 #define LEN 16
 #define MAX_T 32
 
-struct job {
-	struct ps_scheduler *sched;
-	struct ps_server    *srv;
-};
-
-static void
-job_open(struct job *j, int trainers, int contexts)
-{
-	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
-	struct ps_server_opts    o  = PS_SERVER_OPTS_INIT;
-	char                     url[64], surl[64];
-	so.url         = pt_addr(url, sizeof(url), "tcp");
-	so.trainers    = trainers;
-	so.servers     = 1;
-	so.shard_bytes = 64;
-	so.probe_bytes = 0;
-	PT_OK(ps_scheduler_open(&so, &j->sched));
-	o.url           = pt_addr(surl, sizeof(surl), "tcp");
-	o.scheduler_url = ps_scheduler_url(j->sched);
-	if (contexts > 0) {
-		o.contexts = contexts;
-	}
-	PT_OK(ps_server_open(&o, &j->srv));
-}
-
-// stat_of reads one "key:value" line of the server's stats text.
-static unsigned long long
-stat_of(struct ps_server *s, const char *key)
-{
-	char        text[4096], want[64];
-	const char *p;
-	ps_server_stats(s, text, sizeof(text));
-	snprintf(want, sizeof(want), "\n%s:", key);
-	p = strstr(text, want);
-	ck_assert_msg(p != NULL, "no %s in stats", key);
-	return strtoull(p + strlen(want), NULL, 10);
-}
-
 // One sync trainer of the job: opens, declares, offers (rank 0), pulls,
 // then push-pulls `steps` times.
 struct trainer {
@@ -109,7 +71,7 @@ out:
 // run_trainers runs n trainers of `steps` push-pulls each on job j and
 // checks that every one succeeded and all hold the same weights.
 static void
-run_trainers(struct job *j, struct trainer *t, int n, int steps)
+run_trainers(struct one_server *j, struct trainer *t, int n, int steps)
 {
 	pthread_t th[MAX_T];
 	for (int r = 0; r < n; r++) {
@@ -138,12 +100,12 @@ run_trainers(struct job *j, struct trainer *t, int n, int steps)
 START_TEST(test_scale_park_checks_linear_in_trainers)
 {
 	enum { T = 16, STEPS = 20 };
-	struct job     j;
+	struct one_server     j;
 	struct trainer t[T];
-	job_open(&j, T, 0);
+	one_server_open(&j, T, 0, 0);
 	run_trainers(&j, t, T, STEPS);
-	unsigned long long checks = stat_of(j.srv, "park_checks");
-	unsigned long long rounds = stat_of(j.srv, "updates_applied");
+	unsigned long long checks = server_stat(j.srv, "park_checks");
+	unsigned long long rounds = server_stat(j.srv, "updates_applied");
 	ck_assert_uint_eq(rounds, STEPS);
 	// 3T per round, and as much again for the first pulls.
 	ck_assert_msg(checks <= 3ull * T * (STEPS + 1),
@@ -153,8 +115,7 @@ START_TEST(test_scale_park_checks_linear_in_trainers)
 	for (int r = 0; r < T; r++) {
 		ferry_client_close(t[r].c);
 	}
-	ps_server_close(j.srv);
-	ps_scheduler_close(j.sched);
+	one_server_close(&j);
 }
 END_TEST
 
@@ -167,17 +128,16 @@ END_TEST
 START_TEST(test_scale_contexts_grow_for_trainers)
 {
 	enum { T = 16, STEPS = 5 };
-	struct job     j;
+	struct one_server     j;
 	struct trainer t[T];
-	job_open(&j, T, 16);
+	one_server_open(&j, T, 0, 16);
 	run_trainers(&j, t, T, STEPS);
-	ck_assert_uint_eq(stat_of(j.srv, "updates_applied"), STEPS);
-	ck_assert_uint_ge(stat_of(j.srv, "contexts"), T + 64);
+	ck_assert_uint_eq(server_stat(j.srv, "updates_applied"), STEPS);
+	ck_assert_uint_ge(server_stat(j.srv, "contexts"), T + 64);
 	for (int r = 0; r < T; r++) {
 		ferry_client_close(t[r].c);
 	}
-	ps_server_close(j.srv);
-	ps_scheduler_close(j.sched);
+	one_server_close(&j);
 }
 END_TEST
 
@@ -270,19 +230,19 @@ START_TEST(test_scale_expired_push_pull_still_counts)
 	pthread_join(th, NULL);
 	ck_assert_msg(l.rv == 0 && l1.rv == 0, "open: %d %d", l.rv, l1.rv);
 	ferry_client      *c0 = l.c, *c1 = l1.c;
-	unsigned long long errs = stat_of(srv, "errors");
+	unsigned long long errs = server_stat(srv, "errors");
 	ck_assert_int_eq(pthread_create(&th, NULL, lender_main, &l), 0);
 	// Rank 0's push is in and its call answered DEADLINE_EXCEEDED.
-	for (int i = 0; i < 1000 && stat_of(srv, "errors") == errs; i++) {
+	for (int i = 0; i < 1000 && server_stat(srv, "errors") == errs; i++) {
 		fb_sleep_us(10000);
 	}
-	ck_assert_uint_gt(stat_of(srv, "errors"), errs);
-	ck_assert_uint_eq(stat_of(srv, "updates_applied"), 0);
+	ck_assert_uint_gt(server_stat(srv, "errors"), errs);
+	ck_assert_uint_eq(server_stat(srv, "updates_applied"), 0);
 	const float *gp[1] = { g1 };
 	float       *wp[1] = { w1 };
 	PT_OK(ferry_client_push_pull(c1, gp, 1, wp));
 	pthread_join(th, NULL);
-	ck_assert_uint_eq(stat_of(srv, "updates_applied"), 1);
+	ck_assert_uint_eq(server_stat(srv, "updates_applied"), 1);
 	for (int i = 0; i < BIG; i++) {
 		ck_assert_msg(w1[i] == (float) i - 1.0f,
 		    "element %d: %g, expected %g", i, (double) w1[i],

@@ -1,4 +1,8 @@
 // cluster.c — see cluster.h.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cluster.h"
 #include "pt.h"
 
@@ -46,4 +50,44 @@ cluster_stop(struct cluster *cl)
 		ps_server_close(cl->srv[i]);
 	}
 	ps_scheduler_close(cl->sched);
+}
+
+void
+one_server_open(struct one_server *j, int trainers, uint32_t shard_bytes,
+    int contexts)
+{
+	struct ps_scheduler_opts so = PS_SCHEDULER_OPTS_INIT;
+	struct ps_server_opts    o  = PS_SERVER_OPTS_INIT;
+	char                     url[64], surl[64];
+	so.url         = pt_addr(url, sizeof(url), "tcp");
+	so.trainers    = trainers;
+	so.servers     = 1;
+	so.shard_bytes = shard_bytes > 0 ? shard_bytes : 64;
+	so.probe_bytes = 0;
+	PT_OK(ps_scheduler_open(&so, &j->sched));
+	o.url           = pt_addr(surl, sizeof(surl), "tcp");
+	o.scheduler_url = ps_scheduler_url(j->sched);
+	if (contexts > 0) {
+		o.contexts = contexts;
+	}
+	PT_OK(ps_server_open(&o, &j->srv));
+}
+
+void
+one_server_close(struct one_server *j)
+{
+	ps_server_close(j->srv);
+	ps_scheduler_close(j->sched);
+}
+
+unsigned long long
+server_stat(struct ps_server *s, const char *key)
+{
+	char        text[4096], want[64];
+	const char *p;
+	ps_server_stats(s, text, sizeof(text));
+	snprintf(want, sizeof(want), "\n%s:", key);
+	p = strstr(text, want);
+	ck_assert_msg(p != NULL, "no %s in stats", key);
+	return strtoull(p + strlen(want), NULL, 10);
 }

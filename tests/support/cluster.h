@@ -35,6 +35,26 @@ void cluster_open_replicas(struct cluster *cl, int trainers, int servers,
 // cluster_stop closes every server cl holds, then the scheduler.
 void cluster_stop(struct cluster *cl);
 
+// A job of one server and no probing, for the tests that read that
+// server's Stats (limits, scale, the stage pool).
+struct one_server {
+	struct ps_scheduler *sched;
+	struct ps_server    *srv;
+};
+
+// one_server_open starts a scheduler for `trainers` trainers and its one
+// server: shard_bytes cuts the tensors (0: 64 bytes), contexts > 0 is the
+// server's --contexts (0: the default).
+void one_server_open(struct one_server *j, int trainers, uint32_t shard_bytes,
+    int contexts);
+
+// one_server_close closes the server, then the scheduler.
+void one_server_close(struct one_server *j);
+
+// server_stat reads one "key:value" line of s's Stats text; the test
+// fails when s has no such key.
+unsigned long long server_stat(struct ps_server *s, const char *key);
+
 // grad_for gives rank r's gradient sum at step k: deterministic values.
 static inline float
 grad_for(int rank, int step, int t, size_t i)
