@@ -41,8 +41,12 @@ Assumptions (and where this simplifies Ferry):
   and accumulate a push, encode its reply) and srv_apply per byte of each
   optimizer step (once per round in sync, per push in async/SSP); a
   client's caller thread spends cli_byte per byte each way; one-way
-  latency per message. The per-request costs srv_msg and cli_msg are a
-  wake-up: paid by a server only when a request finds it idle and by a
+  latency per message. Every request costs srv_req on its server and
+  cli_req on its client (the dispatch: nng's send and receive, a context,
+  the header), so a push-pull to S servers pays S of each: the server
+  sweep's server CPU per push-pull grows with the servers (0.61 ms at 1
+  server, 1.29 at 8, 8 trainers, 16 shards). The costs srv_msg and cli_msg
+  are a wake-up: paid by a server only when a request finds it idle and by a
   client only when a reply finds its caller thread waiting (H-load's
   perf: context switches cost 0.094 s/GB at 2 trainers, 0.018 at 64,
   where requests queue up behind each other). Per-byte
@@ -308,9 +312,11 @@ class Serial:
 class Costs:
     """Per-message and per-byte costs (seconds), see the module text."""
     srv_msg: float = 20e-6
+    srv_req: float = 0.0  # per request, always (see Model.srv_push)
     srv_byte: float = 0.3e-9
     srv_apply: float = 0.3e-9
     cli_msg: float = 20e-6
+    cli_req: float = 0.0  # per request, always (see Model.build)
     cli_byte: float = 0.3e-9
     cold_byte: float = 0.0  # extra per byte far beyond the cache
     llc: float = 32 << 20  # last-level cache, bytes
@@ -518,7 +524,8 @@ class Model:
         j = self.nxt[a][s]
         self.nxt[a][s] += 1
         n, reqs = self.sc[s]
-        w = n * self.cb * reqs[j]
+        # a request's fixed cost (its header, nng's send) and its bytes
+        w = n * (self.c.cli_req + self.cb * reqs[j])
         self.cli[a].submit(w, lambda: self.transfer_up(a, s, j))
 
     def link_uses(self, a, s, up):
@@ -572,7 +579,10 @@ class Model:
         # the push's share outside mu now, its share under mu later
         b = self.sc[s][1][j]
         idle = self.srv_active[s] == 0 and not self.srv_lock[s].busy
-        work = self.c.srv_msg * idle + self.sb[s] * b
+        # every request: its dispatch (nng's receive, a context, the
+        # header) at srv_req; one that finds the server asleep: the
+        # wake-up srv_msg too; then its bytes
+        work = self.c.srv_req + self.c.srv_msg * idle + self.sb[s] * b
         lp = LOCK_PUSH_SYNC if self.job.mode in ("sync", "local") \
             else LOCK_PUSH_ASYNC
         self.srv_job(s, a, (1 - lp) * work,

@@ -182,6 +182,30 @@ class Wakeups(unittest.TestCase):
         self.assertLess(r["srv_cpu_per_pp"], 0.5e-3)
 
 
+class PerRequest(unittest.TestCase):
+    def test_paid_by_every_request(self):
+        # a 16-shard model on S servers: one request per server per step
+        # (each server's shards fit one request), each costing srv_req
+        # on its server and cli_req on the client, busy or not
+        c = sim.Costs(srv_msg=0, srv_req=1e-3, srv_byte=0, srv_apply=0,
+                      cli_msg=0, cli_req=2e-3, cli_byte=0, lat=0)
+        for servers in (1, 2, 4, 8):
+            for k, mode in ((1, "sync"), (8, "async"), (8, "sync")):
+                job = one([sim.TrainerClass(k)], servers=servers,
+                          bytes=MB, shard_bytes=MB // 16,
+                          server_cores=1, mode=mode)
+                r = sim.simulate(job, c)
+                # (eight trainers: the window's edges, a few %)
+                self.assertAlmostEqual(r["srv_cpu_per_pp"],
+                                       1e-3 * servers,
+                                       delta=1e-9 + 0.05e-3 * servers,
+                                       msg=(servers, k, mode))
+                if k == 1:  # serial: the client's, then the servers'
+                    want = 2e-3 * servers + 1e-3
+                    self.assertAlmostEqual(r["round_s"], want,
+                                           delta=1e-9, msg=servers)
+
+
 class Constants(unittest.TestCase):
     def test_read_from_the_client(self):
         for name in ("PIPE_MIN_BYTES", "PIPE_MAX_BYTES", "PIPE_SLOTS",

@@ -19,8 +19,9 @@ of a request), and the model-sweep rows of two sizes
 (the smallest and the one nearest 64 MB; without a model sweep, the
 trainer sweep's control cell: 2 trainers, a 30 MB model). One
 Nelder-Mead fit of the simulator to those rows' log errors of round time
-and of server CPU per push-pull sets the server's per-request and
-per-byte costs (a least-squares fit of the CPU alone starts it), the
+and of server CPU per push-pull sets the server's per-request costs
+(srv_req, paid by every request, and the wake-up srv_msg) and per-byte
+cost (a least-squares fit of the CPU alone starts them), the
 extra cost of a byte beyond the cache and that cache's size, the one-way
 latency, the cores the runs had, and the factor on the client's costs
 (which mirror a server's, see mirror). Every other row is a validation
@@ -122,7 +123,7 @@ def srv_cpu_per_pp(r):
 
 def fit_server(cal, costs, cores):
     """Starting values: least squares of server CPU per push-pull on the
-    calibration rows, srv_msg * requests + 2 * srv_byte * bytes (the
+    calibration rows, srv_req * requests + 2 * srv_byte * bytes (the
     optimizer's pass is folded into the per-byte cost: srv_apply = 0)."""
     a, y = [], []
     for _, r in cal:
@@ -133,10 +134,12 @@ def fit_server(cal, costs, cores):
         a.append([sum(n * len(q) for n, q in sc), 2.0 * r["bytes"]])
         y.append(v)
     costs.srv_apply = 0.0
+    costs.srv_req = 0.5 * costs.srv_msg
     if len(y) < 2:
         return len(y) > 0
     x, *_ = np.linalg.lstsq(np.array(a), np.array(y), rcond=None)
-    costs.srv_msg = max(float(x[0]), 2e-6)
+    costs.srv_req = max(float(x[0]), 2e-6)
+    costs.srv_msg = 0.5 * costs.srv_req  # the wake-up: the fit sets it
     costs.srv_byte = max(float(x[1]), 1e-11)
     return True
 
@@ -210,6 +213,7 @@ def mirror(costs):
     work + 2 x latency)."""
     costs.cli_msg = CLI_SCALE[0] * costs.srv_msg
     costs.cli_byte = CLI_SCALE[0] * costs.srv_byte
+    costs.cli_req = CLI_SCALE[0] * costs.srv_req
 
 
 def fit_round(cal, costs, cores, names, iters):
@@ -403,8 +407,8 @@ def main():
         cal, val = val, []
     have_cpu = fit_server(cal, costs, cores)
     costs.cold_byte = 0.5 * costs.srv_byte
-    names = ["srv_msg", "srv_byte", "cold_byte", "lat", "host_cores",
-             "llc", "cli_scale"]
+    names = ["srv_msg", "srv_req", "srv_byte", "cold_byte", "lat",
+             "host_cores", "llc", "cli_scale"]
     mirror(costs)
     iters = 40 if a.smoke else 100 if a.quick else 200
     fit_round(cal, costs, cores, names, iters)
@@ -455,9 +459,9 @@ def main():
                               f"{p}: {r['mode']} {r['trainers']} trainers "
                               f"{r['servers']} servers {r['bytes']} B"
                               for p, r in cal],
-                          how="srv_msg, srv_byte, cold_byte, llc, lat, "
-                          "host_cores and cli_scale by Nelder-Mead on the "
-                          "calibration rows' log errors of round time and "
+                          how="srv_msg, srv_req, srv_byte, cold_byte, llc, "
+                          "lat, host_cores and cli_scale by Nelder-Mead on "
+                          "the calibration rows' log errors of round time and "
                           "of server CPU per push-pull (server_cpu_s / "
                           "(agg_bytes / bytes)); cli_* = cli_scale x "
                           "srv_*; llc (where a byte turns cold) between "
