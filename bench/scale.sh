@@ -27,7 +27,7 @@
 # the build directory, FERRY_BENCH_DIR the raw logs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-quick=0 smoke=0 only="trainers,model,sched,sim"
+quick=0 smoke=0 only="trainers,model,sched,sim" args="$*"
 while (($#)); do
 	case "$1" in
 	--quick) quick=1 ;;
@@ -76,7 +76,7 @@ part sim /usr/bin/python3 bench/sim/validate.py --raw "$RAW" --prev "$OUT"
 
 # Merge: each part's keys into scale.json, over what an earlier run left
 # there (--only), with the run's command and machine.
-/usr/bin/python3 - "$RAW" "$OUT" "$only" "$*" <<'PY'
+/usr/bin/python3 - "$RAW" "$OUT" "$only" "$args" <<'PY'
 import json, os, platform, sys, time
 raw, out, only, args = sys.argv[1:5]
 try:
@@ -84,14 +84,19 @@ try:
         doc = json.load(f)
 except (OSError, ValueError):
     doc = {}
+command = ("bench/scale.sh " + args).strip()
+when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 for name in only.split(","):
     try:
         with open(os.path.join(raw, name + ".json")) as f:
             doc.update(json.load(f))
+        # Which run each part's keys come from (--only merges some).
+        doc.setdefault("parts", {})[name] = {"command": command,
+                                             "when": when}
     except (OSError, ValueError) as e:
         print(f"[scale.sh] part {name}: no result ({e})", file=sys.stderr)
-doc["command"] = ("bench/scale.sh " + args).strip()
-doc["when"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+doc["command"] = command
+doc["when"] = when
 doc["cores"] = os.cpu_count()
 doc["machine"] = platform.machine()
 with open(out, "w") as f:
