@@ -186,12 +186,12 @@ refusal(nng_aio *aio, const char *names)
 START_TEST(test_limits_parked_pulls_from_one_peer)
 {
 	enum { CONTEXTS = 8 };
-	struct one_server     j;
-	struct trainer t;
-	nng_socket     sock;
-	nng_ctx        ctx[CONTEXTS];
-	nng_aio       *aio[CONTEXTS];
-	int            refused = 0;
+	struct one_server j;
+	struct trainer    t;
+	nng_socket        sock;
+	nng_ctx           ctx[CONTEXTS];
+	nng_aio          *aio[CONTEXTS];
+	int               refused = 0;
 
 	one_trainer_job(&j, &t, CONTEXTS);
 	ck_assert_int_eq(nng_req0_open(&sock), 0);
@@ -244,12 +244,12 @@ END_TEST
 START_TEST(test_limits_parked_pulls_from_one_host)
 {
 	enum { CONTEXTS = 16, PER = CONTEXTS / 4, HOST_CONNS = 4 };
-	struct one_server     j;
-	struct trainer t;
-	nng_socket     sock[HOST_CONNS];
-	nng_ctx        ctx[HOST_CONNS][PER];
-	nng_aio       *aio[HOST_CONNS][PER];
-	int            refused = 0;
+	struct one_server j;
+	struct trainer    t;
+	nng_socket        sock[HOST_CONNS];
+	nng_ctx           ctx[HOST_CONNS][PER];
+	nng_aio          *aio[HOST_CONNS][PER];
+	int               refused = 0;
 
 	one_trainer_job(&j, &t, CONTEXTS);
 	for (int k = 0; k < HOST_CONNS; k++) {
@@ -310,7 +310,8 @@ END_TEST
 // grad in every element (grad_last in the last one when nonzero), each
 // from its own thread as the job's start barrier needs.
 static void
-two_ranks_open(struct one_server *j, struct trainer t[2], float grad, float grad_last)
+two_ranks_open(struct one_server *j, struct trainer t[2], float grad,
+    float grad_last)
 {
 	pthread_t th[2];
 	for (int r = 0; r < 2; r++) {
@@ -349,8 +350,8 @@ two_ranks_step(struct trainer t[2])
 // overflow is refused with a message and changes nothing.
 START_TEST(test_limits_flt_max_pushes_leave_weights_finite)
 {
-	struct one_server     j;
-	struct trainer t[2];
+	struct one_server j;
+	struct trainer    t[2];
 
 	one_server_open(&j, 2, 0, 64);
 	two_ranks_open(&j, t, FLT_MAX, 0);
@@ -401,8 +402,8 @@ END_TEST
 // (a failure: the elements before the overflow keep their step).
 START_TEST(test_limits_overflow_in_last_element_changes_nothing)
 {
-	struct one_server     j;
-	struct trainer t[2];
+	struct one_server j;
+	struct trainer    t[2];
 
 	one_server_open(&j, 2, 0, 64);
 	two_ranks_open(&j, t, 1.0f, FLT_MAX);
@@ -574,9 +575,9 @@ END_TEST
 // Pull is answered.
 START_TEST(test_limits_pull_with_payload_refused)
 {
-	struct one_server     j;
-	struct trainer t;
-	char           err[512];
+	struct one_server j;
+	struct trainer    t;
+	char              err[512];
 	one_server_open(&j, 1, 0, 64);
 	memset(&t, 0, sizeof(t));
 	t.url = ps_scheduler_url(j.sched);
@@ -665,7 +666,8 @@ START_TEST(test_limits_probe_bounded)
 	for (uint32_t i = 1; i <= 8; i++) {
 		sp_send_probe(fd, i, 16u << 20);
 	}
-	for (int i = 0; i < 300 && server_stat(j.srv, "errors") < e0 + 5; i++) {
+	for (int i = 0; i < 300 && server_stat(j.srv, "errors") < e0 + 5;
+	     i++) {
 		fb_sleep_us(10000);
 	}
 	fb_sleep_us(200000);

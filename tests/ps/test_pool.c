@@ -117,8 +117,8 @@ START_TEST(test_pool_chunks_come_back)
 	enum { T = 4, STEPS = 40 };
 	static const char *push[] = { "q8", "none" };
 	for (int k = 0; k < 2; k++) {
-		struct one_server     j;
-		struct trainer t[T];
+		struct one_server j;
+		struct trainer    t[T];
 		one_server_open(&j, T, 64, 0);
 		run_trainers(&j, t, T, STEPS, push[k], k == 1);
 		ck_assert_uint_eq(server_stat(j.srv, "updates_applied"),
@@ -138,11 +138,12 @@ END_TEST
 START_TEST(test_pool_lent_pushes_take_no_chunk)
 {
 	enum { T = 3, STEPS = 10 };
-	struct one_server     j;
-	struct trainer t[T];
+	struct one_server j;
+	struct trainer    t[T];
 	one_server_open(&j, T, 64, 0);
 	run_trainers(&j, t, T, STEPS, "none", 0);
-	ck_assert_uint_eq(server_stat(j.srv, "updates_applied"), STEPS * SHARDS);
+	ck_assert_uint_eq(server_stat(j.srv, "updates_applied"),
+	    STEPS * SHARDS);
 	ck_assert_uint_eq(server_stat(j.srv, "stage_chunks"), 0);
 	one_server_close(&j);
 }
@@ -217,7 +218,7 @@ START_TEST(test_pool_delta_log_depth_from_budget)
 		g[i] = (float) ((i % 7) - 3);
 	}
 	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
-		struct one_server            j;
+		struct one_server     j;
 		struct async_trainer *a = calloc(2, sizeof(*a));
 		ck_assert_ptr_nonnull(a);
 		one_server_open(&j, 2, DLEN * 4, 0);
@@ -235,7 +236,8 @@ START_TEST(test_pool_delta_log_depth_from_budget)
 			ck_assert_msg(a[r].rv == 0, "rank %d: %s", r,
 			    a[r].err);
 		}
-		ck_assert_uint_eq(server_stat(j.srv, "delta_log"), cases[k].depth);
+		ck_assert_uint_eq(server_stat(j.srv, "delta_log"),
+		    cases[k].depth);
 		// Rank 1 behind by `behind` versions, past the log and in it.
 		for (int behind = 5; behind >= 1; behind -= 4) {
 			float *wp[1] = { a[0].w };

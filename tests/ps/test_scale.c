@@ -100,8 +100,8 @@ run_trainers(struct one_server *j, struct trainer *t, int n, int steps)
 START_TEST(test_scale_park_checks_linear_in_trainers)
 {
 	enum { T = 16, STEPS = 20 };
-	struct one_server     j;
-	struct trainer t[T];
+	struct one_server j;
+	struct trainer    t[T];
 	one_server_open(&j, T, 0, 0);
 	run_trainers(&j, t, T, STEPS);
 	unsigned long long checks = server_stat(j.srv, "park_checks");
@@ -128,8 +128,8 @@ END_TEST
 START_TEST(test_scale_contexts_grow_for_trainers)
 {
 	enum { T = 16, STEPS = 5 };
-	struct one_server     j;
-	struct trainer t[T];
+	struct one_server j;
+	struct trainer    t[T];
 	one_server_open(&j, T, 0, 16);
 	run_trainers(&j, t, T, STEPS);
 	ck_assert_uint_eq(server_stat(j.srv, "updates_applied"), STEPS);
