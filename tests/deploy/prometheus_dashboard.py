@@ -88,6 +88,17 @@ def wait_for(what, cond, deadline_s=DEADLINE_S, procs=()):
         time.sleep(0.1)
 
 
+def ready(base):
+    """Whether the member at base answers /readyz with 200."""
+    if not base:
+        return False
+    try:
+        with urllib.request.urlopen(base + "/readyz", timeout=5) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
 def get_json(url):
     try:
         with urllib.request.urlopen(url, timeout=5) as r:
@@ -307,6 +318,10 @@ def exercise(job, prom):
         wait_for("the scheduler to log a join",
                  lambda: job.sched.log_count(joined) > n_joined,
                  procs=[job.sched])
+        # Running (its first version in hand): the leave under test is
+        # the graceful one of a training trainer.
+        wait_for("the joining trainer to be ready",
+                 lambda: ready(extra.http()), procs=[extra])
         extra.stop(signal.SIGTERM)
         extra.proc.wait(30)
         wait_for("the scheduler to log a leave",

@@ -91,13 +91,21 @@ tr__run_leased(const struct tr__run *r)
 }
 
 // A signal stops the loop between steps; the trainer then leaves the job
-// so that the other trainers' sync rounds do not wait for it.
+// so that the other trainers' sync rounds do not wait for it. The handler
+// is in place from start-up (main.c's tr_train_run), so a trainer stopped
+// while it joins still leaves once the join returns, instead of dying
+// unannounced (the scheduler tracks a member only once it heartbeats); a
+// second signal is not waited on: it ends the process at once.
 static volatile sig_atomic_t stop_requested;
 
 static void
 on_stop_signal(int sig)
 {
-	(void) sig;
+	if (stop_requested) {
+		signal(sig, SIG_DFL); // async-signal-safe, as is raise
+		raise(sig);
+		return;
+	}
 	stop_requested = 1;
 }
 

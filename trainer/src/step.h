@@ -45,7 +45,9 @@ struct tr__run {
 	// Data leases (lease.c): on when --leases says so, or auto and the
 	// job is elastic; then part is unused and lc walks the held lease.
 	int                    leased;
-	int                    left;   // left the job while idle (no lease)
+	int                    left; // left the job while idle (no lease)
+	// Set by SIGINT/SIGTERM from start-up on (tr__run_catch_signals).
+	volatile sig_atomic_t *stop;
 	int                    stale;  // idle: pull before the next gradient
 	int                    shut;   // idle, and its rank could not rejoin
 	size_t                 step_n; // samples of this step (0: --batch)

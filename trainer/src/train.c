@@ -314,7 +314,7 @@ train(struct tr__run *r)
 	struct tr_position      pos;
 	int                     rv;
 
-	volatile sig_atomic_t *stop = tr__run_catch_signals();
+	volatile sig_atomic_t *stop = r->stop;
 	tr__report_start(&r->rep, r->start);
 	// The overlapped loop runs to the job's end or a signal, so the
 	// loop below then has nothing left to do.
@@ -396,6 +396,7 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 
 	r.cfg        = cfg;
 	r.rank       = cfg->fo.rank;
+	r.stop       = tr__run_catch_signals(); // before joining: run.c
 	r.t_start_ns = fb_clock_ns();
 	if (cfg->fo.scheduler_url == NULL) {
 		FB_LOG(FB_LOG_ERR, MOD, "--scheduler is required");
