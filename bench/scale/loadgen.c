@@ -60,12 +60,12 @@ struct lg_args {
 struct lg_shared {
 	const struct lg_args    *a;
 	struct ferry_tensor_spec specs[LG_MAX_TENSORS];
-	char                     names[LG_MAX_TENSORS][16];
-	size_t                   off[LG_MAX_TENSORS];
-	float                   *grad;   // const mode: the gradient
-	float                   *target; // quadratic mode: t
-	pthread_barrier_t        bar;
-	int                      fail; // atomic
+	char              names[LG_MAX_TENSORS][24]; // "t" and any size_t
+	size_t            off[LG_MAX_TENSORS];
+	float            *grad;   // const mode: the gradient
+	float            *target; // quadratic mode: t
+	pthread_barrier_t bar;
+	int               fail; // atomic
 };
 
 struct lg_rank {
