@@ -284,22 +284,63 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	                "hold, MiB: after an update that goes past it, rows are "
 	                "evicted (by `--sparse-evict`) until they hold about 90% "
 	                "of it (0: unbounded)" },
-	[FB_OPT_PS_SPARSE_EVICT] = { "sparse-evict", SRV, ENUM("lru|lfu"),
-	    .def  = "lru",
-	    .help = "server: lru | lfu, which rows --sparse-capacity-mb "
-	            "evicts first",
-	    .doc  = "which rows `--sparse-capacity-mb` evicts first: the "
-	            "least recently (`lru`) or least frequently (`lfu`) "
-	            "updated" },
-	[FB_OPT_PS_TLS_CERT]     = { "tls-cert", PS, STR, .def = "",
-	        .unset = "off",
-	        .help  = "this member's TLS certificate (PEM): mutual TLS with "
-	                     "--tls-key and --tls-ca (docs/security.md)",
-	        .doc   = "this member's certificate (PEM, chain allowed). With "
-	                     "`--tls-key` and `--tls-ca` every connection is "
-	                     "`tls+tcp://` (`tcp://` URLs are mapped) and both ends "
-	                     "must present a certificate signed by the job's CA "
-	                     "([security.md](security.md))" },
+	[FB_OPT_PS_SPARSE_EVICT]  = { "sparse-evict", SRV, ENUM("lru|lfu"),
+	     .def  = "lru",
+	     .help = "server: lru | lfu, which rows --sparse-capacity-mb "
+	              "evicts first",
+	     .doc  = "which rows `--sparse-capacity-mb` evicts first: the "
+	              "least recently (`lru`) or least frequently (`lfu`) "
+	              "updated" },
+	[FB_OPT_PS_AGGREGATE]     = { "aggregate", SRV, STR_NONEMPTY,
+	        .def  = "mean",
+	        .help = "server: how a sync round combines its pushes: mean | "
+	                    "median | trimmed:B | cclip:TAU",
+	        .doc  = "how a sync round combines the trainers' pushes of a "
+	                    "shard before the optimizer: `mean` (the sum over the "
+	                    "samples), or robust to misbehaving trainers: `median` "
+	                    "(coordinate-wise), `trimmed:B` (coordinate-wise mean "
+	                    "without the B largest and B smallest), `cclip:TAU` "
+	                    "(centered clipping around the last aggregate, radius "
+	                    "TAU per shard); see [security.md](security.md)" },
+	[FB_OPT_PS_AUDIT_KEEP]    = { "audit-keep", SRV, INT(1, 65536),
+	       .def  = "64",
+	       .help = "server: pushes kept for spot checks until a verifier "
+	                  "collects them",
+	       .doc  = "how many pushes (one shard's each) this server keeps "
+	                  "for verification until a verifier collects them; past "
+	                  "it new ones are dropped and counted" },
+	[FB_OPT_PS_SPOT_CHECK]    = { "spot-check", SCH, F64(0, 1), .def = "0",
+	       .help = "scheduler: share of pushes kept for verification by "
+	                  "recomputation (0: off)",
+	       .doc  = "the share of each trainer's sync pushes the servers "
+	                  "keep, drawn by a key trainers do not know, for a "
+	                  "verifier (`trainer --verify`) to recompute; pushes "
+	                  "that a robust aggregate marks as outliers are kept "
+	                  "too (0: off); see [security.md](security.md)" },
+	[FB_OPT_PS_ALLOW_ATTACKS] = { "allow-attacks", SCH, INT(0, 1),
+	    .def  = "0",
+	    .help = "scheduler: 1 lets trainers with --attack join "
+	            "(benchmarks and tests only)",
+	    .doc  = "1 lets trainers that declare `--attack` register "
+	            "(benchmarks and tests of robust aggregation only); "
+	            "otherwise they are refused" },
+	[FB_OPT_PS_QUARANTINE_OUTLIERS] = { "quarantine-outliers", SCH,
+	    INT(0, 1000000000), .def = "0",
+	    .help = "scheduler: quarantine a trainer whose pushes were "
+	            "outliers this many sync rounds in a row (0: never)",
+	    .doc  = "a trainer whose pushes a server's robust aggregate "
+	            "marked as outliers in this many scored rounds in a "
+	            "row is quarantined (0: never; a verified mismatch "
+	            "always quarantines)" },
+	[FB_OPT_PS_TLS_CERT]            = { "tls-cert", PS, STR, .def = "",
+	               .unset = "off",
+	               .help  = "this member's TLS certificate (PEM): mutual TLS with "
+	                                   "--tls-key and --tls-ca (docs/security.md)",
+	               .doc   = "this member's certificate (PEM, chain allowed). With "
+	                                   "`--tls-key` and `--tls-ca` every connection is "
+	                                   "`tls+tcp://` (`tcp://` URLs are mapped) and both ends "
+	                                   "must present a certificate signed by the job's CA "
+	                                   "([security.md](security.md))" },
 	[FB_OPT_PS_TLS_KEY] = { "tls-key", PS, STR, .def = "", .unset = "off",
 	    .help = "the private key of --tls-cert (PEM, unencrypted)",
 	    .doc  = "the unencrypted private key of `--tls-cert` (PEM)" },
@@ -692,4 +733,27 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	[FB_OPT_TR_OUTER_MOMENTUM] = { "outer-momentum", TR, F64(0, 0.999999),
 	    .def  = "0.9",
 	    .help = "with --local-steps: the outer optimizer's momentum" },
+	[FB_OPT_TR_ATTACK]      = { "attack", TR, STR_NONEMPTY, .def = "none",
+	         .help = "benchmarks and tests only: misbehave (sign-flip, "
+	                      "scale:S, noise:SIGMA, alie:Z, ipm:EPS, label-flip, "
+	                      "lazy:L); refused unless the scheduler allows attacks",
+	         .doc  = "benchmarks and tests of robust aggregation only: push "
+	                      "wrong gradients (`sign-flip`, `scale:S`, `noise:SIGMA`, "
+	                      "`alie:Z`, `ipm:EPS`, `label-flip`, `lazy:L`); the "
+	                      "scheduler refuses such a trainer unless started with "
+	                      "`--allow-attacks 1`; see [security.md](security.md)" },
+	[FB_OPT_TR_ATTACK_RATE] = { "attack-rate", TR, F64(0, 1), .def = "1",
+	    .help = "with --attack: the share of pushes falsified (seeded)",
+	    .doc  = "with `--attack`: the share of this trainer's pushes "
+	            "that are falsified, drawn from `--seed` and the rank; "
+	            "the others are honest" },
+	[FB_OPT_TR_VERIFY]      = { "verify", TR, INT(0, 1), .def = "0",
+	         .help = "1: run as a verifier: recompute the pushes the servers "
+	                      "kept and report each verdict to the scheduler",
+	         .doc  = "1: this process trains nothing; it collects the pushes "
+	                      "the servers kept for spot checks (`--spot-check`), "
+	                      "recomputes each from the weights of its version and "
+	                      "its data step with the trainers' own options, and "
+	                      "reports every verdict (signed as an operator) to the "
+	                      "scheduler; see [security.md](security.md)" },
 };

@@ -194,6 +194,10 @@ ferry_client_open(const struct ferry_opts *o, ferry_client **out)
 	c->opts.scheduler_url = c->url;
 	c->opts.codec_push    = c->codec_push;
 	c->opts.codec_pull    = c->codec_pull;
+	snprintf(c->attack, sizeof(c->attack), "%s",
+	    o->attack != NULL && strcmp(o->attack, "none") != 0 ? o->attack
+	                                                        : "");
+	c->opts.attack = c->attack;
 	// Checked by ferry_opts_check above: these cannot fail now.
 	(void) opts_optim(o, &c->optim, &c->lr_sched, NULL, 0);
 	snprintf(c->optimizer, sizeof(c->optimizer), "%s",

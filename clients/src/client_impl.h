@@ -146,6 +146,7 @@ struct ferry_client {
 	struct ferry_opts  opts;
 	char               url[256];
 	char               codec_push[32], codec_pull[32];
+	char               attack[32]; // opts.attack ("": honest)
 	struct psw_auth   *auth; // ferry_client_set_secret_file (NULL: off)
 	struct psw_tls    *tls;  // opts.tls_* (NULL: plain tcp)
 	char               optimizer[16], lr_schedule[16];
@@ -259,6 +260,9 @@ struct ferry_client {
 	// pushes carry (lease_id/lease_end on every PushRequest).
 	uint64_t             lease_held;
 	uint64_t             mark_id, mark_end;
+	// ferry_client_data_step: 1 + the data step the pushes claim (0:
+	// none), written into every PushRequest (audit.c)
+	uint64_t             data_step;
 	// Fragments (opts.fragments > 1, fragment.c): the fragment round in
 	// flight (fx_busy: started, not yet waited for), and whether the
 	// first whole-model pull went (the whole-model step calls are

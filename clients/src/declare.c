@@ -45,6 +45,7 @@ register_run(ferry_client *c, Pswire__JobConfig *job, Pswire__Header **rh)
 	rr.role        = PSWIRE__ROLE__ROLE_TRAINER;
 	rr.rank        = any ? 0 : (uint32_t) c->opts.rank;
 	rr.any_rank    = any;
+	rr.attack      = c->attack; // "" when honest: not sent
 	rr.job         = job;
 	h.body_case    = PSWIRE__HEADER__BODY_REGISTER_REQ;
 	h.register_req = &rr;

@@ -154,6 +154,7 @@ push_build(ferry_client *c, struct slot *s, struct xfer *x, Pswire__Header *h,
 	if (x->op != OP_INIT) {
 		pr.lease_id  = c->mark_id;
 		pr.lease_end = c->mark_end;
+		pr.data_step = c->data_step;
 	}
 	pr.pull_weights = s->pull_weights = s->method ==
 	        PSWIRE__METHOD__PUSH_PULL &&

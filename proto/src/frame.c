@@ -136,6 +136,10 @@ psw_method_name(int method)
 		return "Replicate";
 	case PSWIRE__METHOD__ROWS:
 		return "Rows";
+	case PSWIRE__METHOD__AUDIT:
+		return "Audit";
+	case PSWIRE__METHOD__VERIFIED:
+		return "Verified";
 	default:
 		return "?";
 	}

@@ -61,6 +61,9 @@ static const struct binding sched_bindings[] = {
 	{ FB_OPT_PS_TLS_CERT, K_PATH, SCHED(tls_cert) },
 	{ FB_OPT_PS_TLS_KEY, K_PATH, SCHED(tls_key) },
 	{ FB_OPT_PS_TLS_CA, K_PATH, SCHED(tls_ca) },
+	{ FB_OPT_PS_SPOT_CHECK, K_F64, SCHED(spot_check) },
+	{ FB_OPT_PS_ALLOW_ATTACKS, K_INT, SCHED(allow_attacks) },
+	{ FB_OPT_PS_QUARANTINE_OUTLIERS, K_U32, SCHED(quarantine_outliers) },
 };
 
 #define SRV(f) offsetof(struct ps_server_opts, f)
@@ -87,6 +90,8 @@ static const struct binding srv_bindings[] = {
 	{ FB_OPT_PS_TLS_CERT, K_PATH, SRV(tls_cert) },
 	{ FB_OPT_PS_TLS_KEY, K_PATH, SRV(tls_key) },
 	{ FB_OPT_PS_TLS_CA, K_PATH, SRV(tls_ca) },
+	{ FB_OPT_PS_AGGREGATE, K_TEXT, SRV(aggregate) },
+	{ FB_OPT_PS_AUDIT_KEEP, K_U32, SRV(audit_keep) },
 };
 
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))

@@ -113,10 +113,12 @@ static const struct binding bindings[] = {
 	{ FB_OPT_TR_OUTER_OPTIMIZER, K_TEXT, OFF(outer_optimizer) },
 	{ FB_OPT_TR_OUTER_LR, K_F64, OFF(outer_lr) },
 	{ FB_OPT_TR_OUTER_MOMENTUM, K_F64, OFF(outer_momentum) },
+	{ FB_OPT_TR_ATTACK, K_TEXT, OFF(attack) },
+	{ FB_OPT_TR_ATTACK_RATE, K_F64, OFF(attack_rate) },
+	{ FB_OPT_TR_VERIFY, K_INT, OFF(verify) },
 };
 #define N_BINDINGS (sizeof(bindings) / sizeof(bindings[0]))
-_Static_assert(N_BINDINGS ==
-        FB_OPT_TR_OUTER_MOMENTUM - FB_OPT_TR_SCHEDULER + 1,
+_Static_assert(N_BINDINGS == FB_OPT_TR_VERIFY - FB_OPT_TR_SCHEDULER + 1,
     "every trainer option of base/src/options.c needs a binding");
 
 // parse_rank reads --rank: a number 0..65535, or "any" (FERRY_RANK_ANY:

@@ -195,12 +195,18 @@ struct ferry_opts {
 	uint32_t    local_steps; // 0 = off
 	double      inner_lr;    // the trainers' base inner lr (0 = off)
 	uint32_t    fragments;   // 0, 1 = the whole model at once
+	// ---- added in 1.1 (issue 31): untrusted trainers. The attack this
+	// trainer runs (benchmarks and tests of robust aggregation only;
+	// NULL or "": honest), sent on Register: the scheduler refuses it
+	// unless the job allows attacks (ps-server --allow-attacks 1).
+	const char *attack;
 };
 #define FERRY_OPTS_INIT                                                       \
 	{                                                                     \
 		NULL, 0, 0, FERRY_MODE_SYNC, 0.1, NULL, NULL, 0, 0, 0, NULL,  \
 		    NULL, 0, 0, 0, NULL, 0.9, 0.9, 0.999, 1e-8, 0.0, NULL, 0, \
-		    1000, 0.1, 0.0, 0, 0.0, 0.0, NULL, NULL, NULL, 0, 0.0, 0  \
+		    1000, 0.1, 0.0, 0, 0.0, 0.0, NULL, NULL, NULL, 0, 0.0, 0, \
+		    NULL                                                      \
 	}
 
 // What the servers do with a tensor's pushes (docs/libferry.md, "Tensor
@@ -845,6 +851,13 @@ FERRY_API int ferry_client_lease_next(ferry_client *c, uint64_t dataset_size,
 // Never fails (id 0 clears it; NULL c: no-op).
 FERRY_API void ferry_client_lease_mark(ferry_client *c, uint64_t id,
     uint64_t end);
+
+// ferry_client_data_step says which of this trainer's data steps its next
+// pushes' gradients were computed on (spot checks, docs/security.md): every
+// PushRequest carries it until the next call, and a verifier recomputes a
+// kept push from that step's batch and the weights of the push's version.
+// Never fails (NULL c: no-op).
+FERRY_API void ferry_client_data_step(ferry_client *c, uint64_t step);
 
 // ferry_client_lease_release gives back the lease this client holds (the
 // positions before its last mark consumed) without asking for another:

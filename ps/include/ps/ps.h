@@ -83,13 +83,22 @@ struct ps_scheduler_opts {
 	// registrations refused for flap_base_ms, doubled per further
 	// death up to flap_max_ms. 0: 3 deaths, 60000, 1000 and 10000 ms.
 	uint32_t    flap_deaths, flap_window_ms, flap_base_ms, flap_max_ms;
+	// Untrusted trainers (issue 31; docs/security.md): the share of
+	// sync pushes the servers keep for verification (--spot-check; 0:
+	// off), whether trainers declaring an attack may join
+	// (--allow-attacks, benchmarks only), and the rounds in a row a
+	// trainer's pushes may be outliers before it is quarantined
+	// (--quarantine-outliers; 0: never).
+	double      spot_check;
+	int         allow_attacks;
+	uint32_t    quarantine_outliers;
 };
 #define PS_SCHEDULER_OPTS_INIT                                                \
 	{                                                                     \
 		NULL, 1, 1, 1u << 20, 64, 64u << 20, PS_PLACEMENT_UNIFORM, 7, \
 		    1u << 20, 1, 0, 50, 5000, NULL, 1000, 1, NULL,            \
 		    16ull << 30, 1u << 20, 1ull << 30, 10.0, NULL, NULL,      \
-		    NULL, 120000, 0, 0, 0, 0, 0                               \
+		    NULL, 120000, 0, 0, 0, 0, 0, 0.0, 0, 0                    \
 	}
 
 // ps_scheduler_open starts a scheduler listening on opts->url. With
@@ -217,12 +226,18 @@ struct ps_server_opts {
 	// are evicted after an update).
 	uint64_t    sparse_capacity;
 	int         sparse_evict; // 0: lru, 1: lfu
+	// Untrusted trainers (issue 31): how a sync round combines its pushes
+	// (--aggregate: "mean", "median", "trimmed:B", "cclip:TAU"; NULL:
+	// mean) and how many pushes kept for spot checks wait for a verifier
+	// (--audit-keep; 0: 64).
+	const char *aggregate;
+	uint32_t    audit_keep;
 };
 #define PS_SERVER_OPTS_INIT                                                   \
 	{                                                                     \
 		NULL, NULL, NULL, 256, 256u << 20, 10000, 0, 10000, 1000,     \
 		    NULL, 0, PS_RESTORE_AUTO, NULL, 4ull << 30, 300000,       \
-		    65536, NULL, NULL, NULL, -1, 5000, 120000, 0, 0           \
+		    65536, NULL, NULL, NULL, -1, 5000, 120000, 0, 0, NULL, 0  \
 	}
 
 // When a server with a snapshot_dir loads its snapshot file.

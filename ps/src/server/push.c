@@ -500,7 +500,9 @@ push_commit(struct ps_server *s, struct ps_call *c, Pswire__PushRequest *p,
 			sh->round_t0 = now; // the round's wait starts
 		}
 		sh->samples += p->n_samples;
-		*want = sh->version + 1;
+		sh->n_samp[rank] = p->n_samples;
+		sh->claim[rank]  = p->data_step;
+		*want            = sh->version + 1;
 		if (ps__shard_complete(s, sh)) {
 			ps__shard_apply_sync(s, sh);
 			s->last_rank[rank]++; // the round waited for this rank

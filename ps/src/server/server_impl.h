@@ -142,6 +142,12 @@ struct srv_shard {
 	// parked PushPull (any alignment; push.c's BORROWING), else NULL.
 	const uint8_t **src;
 	uint8_t        *state; // per rank: an enum ps_slot_state
+	// [trainers], for a PS_SLOT_PUSHED rank: its push's n_samples (0:
+	// not known, a push that arrived staged in a Transfer) and its
+	// PushRequest.data_step (1 + the data step it claims; 0: none), for
+	// robust aggregation and spot checks (robust.c, audit.c)
+	uint32_t       *n_samp;
+	uint64_t       *claim;
 	uint32_t        n_pushed;
 	uint64_t        samples;
 	uint64_t        version;

@@ -484,13 +484,16 @@ ps__stage_pool_free(struct ps_server *s)
 int
 ps__shard_alloc(struct ps_server *s, struct srv_shard *sh)
 {
-	sh->x     = fb_zalloc(sh->len * sizeof(float));
-	sh->slot  = fb_zalloc(s->trainers * sizeof(*sh->slot));
-	sh->src   = fb_zalloc(s->trainers * sizeof(*sh->src));
-	sh->state = fb_zalloc(s->trainers);
-	sh->clock = fb_zalloc(s->trainers * sizeof(*sh->clock));
+	sh->x      = fb_zalloc(sh->len * sizeof(float));
+	sh->slot   = fb_zalloc(s->trainers * sizeof(*sh->slot));
+	sh->src    = fb_zalloc(s->trainers * sizeof(*sh->src));
+	sh->state  = fb_zalloc(s->trainers);
+	sh->clock  = fb_zalloc(s->trainers * sizeof(*sh->clock));
+	sh->n_samp = fb_zalloc(s->trainers * sizeof(*sh->n_samp));
+	sh->claim  = fb_zalloc(s->trainers * sizeof(*sh->claim));
 	if (sh->x == NULL || sh->slot == NULL || sh->src == NULL ||
-	    sh->state == NULL || sh->clock == NULL) {
+	    sh->state == NULL || sh->clock == NULL || sh->n_samp == NULL ||
+	    sh->claim == NULL) {
 		return FB_ENOMEM;
 	}
 	// The optimizer's state starts at zero (no velocity, no moments)
@@ -530,6 +533,8 @@ ps__shard_release(struct ps_server *s, struct srv_shard *sh)
 	fb_free(sh->src);
 	fb_free(sh->state);
 	fb_free(sh->clock);
+	fb_free(sh->n_samp);
+	fb_free(sh->claim);
 	fb_free(sh->ref);
 	fb_free(sh->log);
 	fb_free(sh->log_base);

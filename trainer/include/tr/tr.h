@@ -529,6 +529,13 @@ struct tr_config {
 	double            outer_lr;        // --outer-lr
 	double            outer_momentum;  // --outer-momentum
 	struct ferry_opts inner;           // the inner optimizer (H > 0)
+	// Untrusted trainers (issue 31): --attack (benchmarks and tests: the
+	// wrong gradients this trainer pushes; "none": honest, also sent in
+	// fo.attack), --attack-rate (the share of pushes falsified) and
+	// --verify (run as a verifier instead of training).
+	const char       *attack;
+	double            attack_rate;
+	int               verify;
 	// Where each value came from (for --print-config), and the text of
 	// the --config file that string fields may borrow: released by
 	// tr_config_fini.
