@@ -256,7 +256,9 @@ verify_group(struct verifier *v, struct tr__vgroup *g)
 		// A claim naming no batch of the rank's: nothing it pushed
 		// can be reproduced.
 		why = "its claim names no batch: ";
-		memset(v->g.data, 0, v->g.total * sizeof(float));
+		for (size_t t = 0; t < v->g.n_tensors; t++) {
+			memset(v->g.t[t], 0, v->g.len[t] * sizeof(float));
+		}
 	} else if (g->n_samples != v->cfg->batch) {
 		why = "it claims another sample count: ";
 	}
