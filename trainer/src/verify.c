@@ -49,13 +49,14 @@
 // wait for its next shard; MAP_EVERY_MS: how often the map is re-read;
 // IDLE_US: the nap when no server had anything; AUDIT_MAX: records per
 // Audit call; CALL_MS: a call's deadline at most (a dead server must not
-// hold the loop long).
+// hold the loop long); WARN_EVERY_MS: failed Audits logged once per.
 #define GROUPS 16
 #define GROUP_WAIT_MS 5000
 #define MAP_EVERY_MS 500
 #define IDLE_US 20000
 #define AUDIT_MAX 64
 #define CALL_MS 5000
+#define WARN_EVERY_MS 10000
 
 struct verifier {
 	const struct tr_config   *cfg;
@@ -70,6 +71,7 @@ struct verifier {
 	size_t                    steps_per_epoch;
 	uint64_t                  verified, mismatches, reports_failed;
 	uint64_t                  t0_ns;
+	uint64_t                  next_warn_ms; // a failed Audit's next log
 	volatile sig_atomic_t    *stop;
 	char                      err[512];
 };
@@ -293,9 +295,15 @@ poll_servers(struct verifier *v)
 	for (uint32_t m = 0; m < v->job.servers && !*v->stop; m++) {
 		if ((fe = ferry_verifier_audit(v->fv, m, AUDIT_MAX, &recs, &n,
 		         NULL)) != FERRY_OK) {
-			FB_LOG(FB_LOG_WARN, MOD, "Audit: %s: %s",
-			    ferry_strerror(fe),
-			    ferry_verifier_last_error(v->fv));
+			// Every poll would say it again: once in
+			// WARN_EVERY_MS.
+			if (fb_clock_ms() >= v->next_warn_ms) {
+				FB_LOG(FB_LOG_WARN, MOD, "Audit: %s: %s",
+				    ferry_strerror(fe),
+				    ferry_verifier_last_error(v->fv));
+				v->next_warn_ms = fb_clock_ms() +
+				    WARN_EVERY_MS;
+			}
 			continue;
 		}
 		for (size_t i = 0; i < n; i++) {
