@@ -12,6 +12,8 @@
 #include "tr_impl.h"
 #include "trainer_tests.h"
 
+#define ARGC(v) ((int) (sizeof(v) / sizeof((v)[0])))
+
 // make_grad lays out two tensors of 5 and 3 floats (aligned apart, as the
 // trainer's), each coordinate base + a small distinct value.
 static void
@@ -390,6 +392,54 @@ START_TEST(test_attack_label_flip)
 }
 END_TEST
 
+// --attack is checked at start, handed to libferry (declared on
+// Register), and refused beside the loops it cannot falsify.
+START_TEST(test_attack_config)
+{
+	struct tr_config c;
+	char             err[256] = "";
+	tr_config_defaults(&c);
+	ck_assert_str_eq(c.fo.attack, "none");
+	char *ok[] = { "trainer", "--attack", "alie:1", "--attack-rate",
+		"0.25", "--mode", "async" };
+	PT_OK(tr_config_parse(&c, ARGC(ok), ok, err, sizeof(err)));
+	ck_assert_str_eq(c.fo.attack, "alie:1");
+	ck_assert(c.attack_rate == 0.25);
+	tr_config_fini(&c);
+
+	static const char *bad[][4] = {
+		{ "--attack", "scale:x", "--mode", "sync" },
+		{ "--attack", "sign-flip", "--overlap", "1" },
+		{ "--attack", "sign-flip", "--overlap-layers", "1" },
+		{ "--attack", "sign-flip", "--local-steps", "4" },
+		{ "--attack", "sign-flip", "--leases", "on" },
+		{ "--attack", "sign-flip", "--verify", "1" },
+		{ "--attack", "sign-flip", "--attack-rate", "1.5" },
+	};
+	static const char *why[] = { "'x' is not a finite number",
+		"not with --overlap 1", "not with --overlap-layers 1",
+		"not with --local-steps", "not with --leases on",
+		"not with --verify 1", "attack-rate" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char *argv[] = { "trainer", (char *) bad[i][0],
+			(char *) bad[i][1], (char *) bad[i][2],
+			(char *) bad[i][3] };
+		tr_config_defaults(&c);
+		ck_assert_msg(tr_config_parse(&c, ARGC(argv), argv, err,
+		                  sizeof(err)) != FB_OK,
+		    "%s %s accepted", bad[i][1], bad[i][2]);
+		ck_assert_msg(strstr(err, why[i]) != NULL, "'%s' lacks '%s'",
+		    err, why[i]);
+		tr_config_fini(&c);
+	}
+	// None runs with anything.
+	char *none[] = { "trainer", "--attack", "none", "--overlap", "1" };
+	tr_config_defaults(&c);
+	PT_OK(tr_config_parse(&c, ARGC(none), none, err, sizeof(err)));
+	tr_config_fini(&c);
+}
+END_TEST
+
 Suite *
 suite_attack(void)
 {
@@ -403,6 +453,7 @@ suite_attack(void)
 	tcase_add_test(tc, test_attack_rate);
 	tcase_add_test(tc, test_attack_lazy);
 	tcase_add_test(tc, test_attack_label_flip);
+	tcase_add_test(tc, test_attack_config);
 	suite_add_tcase(s, tc);
 	return s;
 }
