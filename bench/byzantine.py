@@ -147,8 +147,17 @@ def aggregation_run(a, tag, rule, attack, f, steps):
     s = job.summary(0) if rc == 0 else None
     job.stop()
     if s is None:
-        print("byzantine: %s: rank 0 ended without a summary (rc %s); "
-              "logs in %s" % (tag, rc, job.dir), file=sys.stderr)
+        # A mean that lets attackers blow the weights up ends the job:
+        # the gradients turn NaN and the servers refuse them. That is
+        # the attack winning, recorded as such (acc None, diverged).
+        log = open(os.path.join(job.dir, "t0.log"), errors="replace").read()
+        diverged = rc is not None and ("NaN" in log or "Inf" in log or
+                                       "overflow" in log)
+        print("byzantine: %s: rank 0 ended without a summary (rc %s%s); "
+              "logs in %s" % (tag, rc, ", diverged" if diverged else "",
+                              job.dir), file=sys.stderr)
+        if diverged:
+            return {"acc": None, "round_ms": None, "diverged": True}
         return None
     steps_run = max(1, s.get("steps_run") or s.get("steps") or 1)
     round_ms = 1000.0 * (s["wall_s"] - s.get("eval_s", 0.0)) / steps_run
@@ -222,7 +231,7 @@ def main():
             for rule in rules:
                 x = aggregation_run(a, "clean-%s-%d" % (rule, i), rule,
                                     "none", 0, a.steps)
-                if x:
+                if x and x["acc"] is not None:
                     clean[rule].append(x)
                     print("byzantine: clean %-10s acc %.4f round %.2f ms"
                           % (rule, x["acc"], x["round_ms"]),
@@ -253,15 +262,17 @@ def main():
                     x = aggregation_run(a, tag, rule, attack, f, a.steps)
                     if not x:
                         continue
-                    print("byzantine: %-12s f=%d %-10s acc %.4f (clean "
+                    print("byzantine: %-12s f=%d %-10s acc %s (clean "
                           "%.4f)" % (attack, f, rule, x["acc"],
                                      acc_clean.get(rule, float("nan"))),
                           file=sys.stderr)
-                    res["runs"].append({
-                        "attack": attack, "aggregate": rule,
-                        "attackers": f, "trainers": TRAINERS,
-                        "acc": x["acc"], "acc_clean": acc_clean.get(rule),
-                        "round_ms": x["round_ms"]})
+                    row = {"attack": attack, "aggregate": rule,
+                           "attackers": f, "trainers": TRAINERS,
+                           "acc": x["acc"], "acc_clean": acc_clean.get(rule),
+                           "round_ms": x["round_ms"]}
+                    if x.get("diverged"):
+                        row["diverged"] = True
+                    res["runs"].append(row)
 
     if not a.skip_spot:
         runs = []

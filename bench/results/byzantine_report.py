@@ -58,6 +58,9 @@ def accuracy_table(d):
             for x in rules:
                 r = next((r for r in runs if r["attackers"] == f and
                           r["attack"] == at and r["aggregate"] == x), None)
+                if r is not None and r.get("diverged"):
+                    cells.append("**diverged**")
+                    continue
                 if r is None or r["acc"] is None:
                     cells.append("-")
                     continue
@@ -81,6 +84,8 @@ def targets(d):
         def drop(at, rule):
             r = next((r for r in two if r["attack"] == at and
                       r["aggregate"] == rule), None)
+            if r is not None and r.get("diverged"):
+                return 1.0  # the job ended with NaN weights: all lost
             if r is None or r["acc"] is None or r["acc_clean"] is None:
                 return None
             return r["acc_clean"] - r["acc"]
@@ -134,7 +139,9 @@ def section(path):
         "set, round time is rank 0's wall time less its evaluations over "
         "its steps (the clean runs repeated, medians). Raw numbers: "
         "[`bench/results/byzantine.json`](../bench/results/byzantine.json); "
-        "the rules and the threat model: [security.md](security.md).")
+        "the rules and the threat model: [security.md](security.md). "
+        "*diverged*: the attackers drove the weights to where the "
+        "gradients hold NaN and the servers refuse them, ending the job.")
     w.append("")
     w += targets(d) + accuracy_table(d)
     sc = d.get("spot_check")
