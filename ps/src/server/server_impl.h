@@ -59,15 +59,16 @@
 // stage, commit), seed.c (re-seeding a lost shard from the trainers'
 // offers), transfer.c (a shard's state on the wire), moves.c
 // (re-placement and leave), replicate.c (--replicas: forwards and the
-// backup's apply), boot.c (the scheduler watch), server_obs.c (metrics),
+// backup's apply), audit.c (spot checks: the pushes kept for a verifier
+// and the Audit rpc), boot.c (the scheduler watch), server_obs.c (metrics),
 // snapshot.c (snapshots on disk; its writer thread waits on its own
 // condition variables, on mu), snapshot_load.c (checking and restoring);
 // rows.c (sparse tables: Rows calls, rounds), rows_map.c (the table shards
 // held as maps change), rows_park.c (parked Rows calls, stats, metrics),
 // rows_move.c (table shards moving between servers), rows_repl.c (their
 // replicas), rows_snap.c (their snapshot records): their struct and
-// functions are in rows_impl.h; test_hooks.h declares the entry points
-// only tests call.
+// functions are in rows_impl.h, audit.c's in audit.h; test_hooks.h
+// declares the entry points only tests call.
 // What the scheduler shares with the server (rpc.h, durable.h,
 // jobconf.h) is in ../common/.
 #ifndef PS_SERVER_IMPL_H
@@ -83,6 +84,7 @@
 #include "jobconf.h"
 #include "ps/ps.h"
 #include "rpc.h"
+#include "audit.h"
 #include "rows_impl.h"
 #include "tbl/tbl.h"
 
@@ -338,7 +340,14 @@ struct ps_server {
 	// ps_server_test_stage_hook: called by a sync push between reserving
 	// its slots and decoding (tests widen the race window with it)
 	void (*stage_hook)(void *arg, uint32_t rank);
-	void *stage_hook_arg;
+	void              *stage_hook_arg;
+	// Spot checks (audit.h): the RegisterReply's draw (audit_set: a
+	// test hook's), the kept pushes (NULL: off) and their metrics.
+	double             audit_rate;
+	uint64_t           audit_key;
+	int                audit_set;
+	struct ps_audit   *audit;
+	struct obs_metric *audits_kept, *audits_dropped, *audits_served;
 };
 
 // One REQ context per peer server, opened on first use, for Transfers.

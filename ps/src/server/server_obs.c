@@ -47,6 +47,22 @@ ps__server_metrics_open(struct ps_server *s)
 	         NULL, NULL, 0, 0, &s->offers_ignored)) != FB_OK) {
 		return rv;
 	}
+	// Spot checks (audit.c).
+	if ((rv = obs_metric_add(s->reg, OBS_COUNTER,
+	         "ferry_audits_kept_total",
+	         "Sync pushes kept here for a verifier to recompute.", NULL,
+	         NULL, 0, 0, &s->audits_kept)) != FB_OK ||
+	    (rv = obs_metric_add(s->reg, OBS_COUNTER,
+	         "ferry_audits_dropped_total",
+	         "Pushes picked for a spot check but lost: the store of kept "
+	         "pushes (--audit-keep) was full.",
+	         NULL, NULL, 0, 0, &s->audits_dropped)) != FB_OK ||
+	    (rv = obs_metric_add(s->reg, OBS_COUNTER,
+	         "ferry_audits_served_total",
+	         "Kept pushes handed to a verifier (Audit).", NULL, NULL, 0, 0,
+	         &s->audits_served)) != FB_OK) {
+		return rv;
+	}
 	return obs_collector_add(s->reg, collect, s);
 }
 
