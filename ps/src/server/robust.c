@@ -8,13 +8,15 @@
 // the bytes a parked PushPull lends, any alignment: memcpy), never copied
 // whole. The coordinate-wise rules go through the shard in blocks of
 // PS_AGG_BLOCK coordinates: each push's block is copied (and divided by
-// its samples when they differ) into a k x PS_AGG_BLOCK scratch, then each
-// coordinate's k values are gathered and insertion-sorted (k is small: a
-// job's trainers; correct for any k). Centered clipping takes one pass per
-// push for its distance to the last aggregate, then one pass per push for
-// the clipped sum. Scoring outliers is one more pass per push. All the
-// scratch is made once, at the first map (the largest shard, the job's
-// trainers): a round allocates nothing.
+// its samples when they differ) into a k x PS_AGG_BLOCK scratch (a row
+// per push) whose columns an odd-even transposition network sorts: k
+// passes of branch-free compare-exchanges between rows, each a vector
+// loop over the block (correct for any k; O(k^2) per coordinate, cheap
+// for a job's handful of trainers, and no data-dependent branch). Centered
+// clipping takes one pass per push for its distance to the last aggregate,
+// then one pass per push for the clipped sum. Scoring outliers is one more
+// pass per push. All the scratch is made once, at the first map (the largest
+// shard, the job's trainers): a round allocates nothing.
 //
 // Units. Pushes are sums over their samples. When every push of the round
 // has the same n_samples n (the common case) the rules work on the sums
@@ -136,37 +138,50 @@ ps__agg_value(const struct ps_agg_in *in, uint32_t j, size_t i)
 	return val(in, j, i);
 }
 
-// sort_f sorts a[0..k) ascending (insertion sort: k is a job's trainers).
-static inline void
-sort_f(float *a, uint32_t k)
+// cmpex orders rows a and b of a block element-wise (a gets the smaller
+// value): branch-free, so GCC vectorises it (pushes are finite: checked
+// before staging).
+static void
+cmpex(float *restrict a, float *restrict b, size_t m)
 {
-	for (uint32_t i = 1; i < k; i++) {
-		float    x = a[i];
-		uint32_t j = i;
-		for (; j > 0 && a[j - 1] > x; j--) {
-			a[j] = a[j - 1];
-		}
-		a[j] = x;
+	for (size_t i = 0; i < m; i++) {
+		float x = a[i], y = b[i];
+		float lo = x < y ? x : y;
+		float hi = x < y ? y : x;
+		a[i]     = lo;
+		b[i]     = hi;
 	}
 }
 
-// pick is the median (b == UINT32_MAX) or the b-trimmed mean of the k
-// sorted values in a (ps__agg_coord's arithmetic).
-static inline float
-pick(const float *a, uint32_t k, uint32_t b)
+// block_pick writes the median (b == UINT32_MAX) or the b-trimmed mean of
+// each of the m columns of block t (k rows, sorted ascending) into o.
+static void
+block_pick(const float *t, uint32_t k, uint32_t b, size_t m, float *o)
 {
+	if (b == UINT32_MAX && k % 2 == 1) {
+		memcpy(o, t + (size_t) (k / 2) * PS_AGG_BLOCK, 4 * m);
+		return;
+	}
 	if (b == UINT32_MAX) {
-		if (k % 2 == 1) {
-			return a[k / 2];
+		const float *l = t + (size_t) (k / 2 - 1) * PS_AGG_BLOCK;
+		const float *h = l + PS_AGG_BLOCK;
+		for (size_t i = 0; i < m; i++) {
+			o[i] = l[i] + (h[i] - l[i]) / 2;
 		}
-		float lo = a[k / 2 - 1], hi = a[k / 2];
-		return lo + (hi - lo) / 2;
+		return;
 	}
-	float sum = 0;
+	// Ascending order: rows b .. k - b - 1, in float, from 0.
+	memset(o, 0, 4 * m);
 	for (uint32_t j = b; j < k - b; j++) {
-		sum += a[j];
+		const float *r = t + (size_t) j * PS_AGG_BLOCK;
+		for (size_t i = 0; i < m; i++) {
+			o[i] += r[i];
+		}
 	}
-	return sum / (float) (k - 2 * b);
+	float d = (float) (k - 2 * b);
+	for (size_t i = 0; i < m; i++) {
+		o[i] = o[i] / d;
+	}
 }
 
 int
@@ -175,7 +190,6 @@ ps__agg_coord(const struct ps_agg_rule *r, const struct ps_agg_in *in,
 {
 	uint32_t k = in->k, b = UINT32_MAX; // UINT32_MAX: the median
 	int      fallback = 0;
-	float   *col      = tmp + (size_t) k * PS_AGG_BLOCK;
 	if (r->kind == PS_AGG_TRIMMED && (uint64_t) k > 2ull * r->trim) {
 		b = r->trim;
 	} else if (r->kind == PS_AGG_TRIMMED) {
@@ -194,13 +208,16 @@ ps__agg_coord(const struct ps_agg_rule *r, const struct ps_agg_in *in,
 				}
 			}
 		}
-		for (size_t i = 0; i < m; i++) {
-			for (uint32_t j = 0; j < k; j++) {
-				col[j] = tmp[(size_t) j * PS_AGG_BLOCK + i];
+		// Odd-even transposition: k passes sort every column of the
+		// block (rows ascending), whatever k; each compare-exchange
+		// is one vector loop over the block's columns.
+		for (uint32_t p = 0; p < k; p++) {
+			for (uint32_t j = p % 2; j + 1 < k; j += 2) {
+				cmpex(tmp + (size_t) j * PS_AGG_BLOCK,
+				    tmp + (size_t) (j + 1) * PS_AGG_BLOCK, m);
 			}
-			sort_f(col, k);
-			out[lo + i] = pick(col, k, b);
 		}
+		block_pick(tmp, k, b, m, out + lo);
 	}
 	return fallback;
 }
