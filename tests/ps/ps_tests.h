@@ -63,4 +63,5 @@ Suite          *suite_seedinit(void);
 Suite          *suite_scale(void);
 Suite          *suite_pool(void);
 Suite          *suite_audit(void);
+Suite          *suite_robust(void);
 #endif

@@ -150,6 +150,8 @@ struct srv_shard {
 	// robust aggregation and spot checks (robust.c, audit.c)
 	uint32_t       *n_samp;
 	uint64_t       *claim;
+	// --aggregate cclip: the shard's last aggregate (robust.c)
+	float          *prev;
 	uint32_t        n_pushed;
 	uint64_t        samples;
 	uint64_t        version;
@@ -330,6 +332,7 @@ struct ps_server {
 	uint64_t             *last_rank;                 // [trainers]
 	atomic_int            leaving; // ps_server_leave was called
 	struct ps_snap       *snap;    // snapshot.c; NULL: no --snapshot-dir
+	struct ps_robust     *robust;  // robust.c: --aggregate (the first map)
 	// The last rollback this server applied (snapshot_load.c): its map
 	// generation (Placement.rollback_gen) and placement epoch; a request
 	// made under an older map is refused STALE_EPOCH.
@@ -430,7 +433,8 @@ void ps__stage_put(struct ps_server *s, struct srv_shard *sh, uint32_t r);
 // (after a round, or wherever the states are reset). mu held.
 void ps__stage_drop(struct ps_server *s, struct srv_shard *sh);
 
-// ps__stage_pool_free frees the pool's free chunks (server close).
+// ps__stage_pool_free frees the pool's free chunks and the robust
+// aggregation state (server close).
 void ps__stage_pool_free(struct ps_server *s);
 
 // ps__shard_complete reports whether every trainer still in the job (or,
@@ -483,7 +487,9 @@ ps__rank_join(struct ps_server *s, uint32_t r, uint64_t v)
 
 // ps__ranks_alloc allocates the per-rank arrays of the first map
 // (s->trainers known): gone, join_at, added, last_rank, the lease marks
-// and the heartbeat's copy. FB_ENOMEM. mu held, from ps__map_install.
+// and the heartbeat's copy, and the robust aggregation's state
+// (ps__robust_open). FB_ENOMEM; FB_EINVAL (logged: --aggregate refused).
+// mu held, from ps__map_install.
 int ps__ranks_alloc(struct ps_server *s);
 
 // ps__ranks_map sets the departed trainers from map pl (the first one

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "robust.h"
 #include "server_impl.h"
 
 static void collect(void *arg, struct obs_writer *w);
@@ -84,6 +85,49 @@ count_local(const struct ps_server *s, int32_t st)
 	return n;
 }
 
+// write_robust writes the robust aggregation's series (robust.c): sync
+// rounds by rule, pushes flagged as outliers. mu held.
+static void
+write_robust(const struct ps_server *s, struct obs_writer *w)
+{
+	const char *rule;
+	uint64_t    rounds, outliers, fallbacks;
+	char        lab[32];
+	ps__robust_totals(s, &rule, &rounds, &outliers, &fallbacks);
+	obs_write_family(w, "ferry_aggregate_rounds_total",
+	    "Sync rounds closed here, by the --aggregate rule that combined "
+	    "their pushes.",
+	    OBS_COUNTER);
+	snprintf(lab, sizeof(lab), "rule=\"%s\"", rule);
+	obs_write_sample(w, "ferry_aggregate_rounds_total", lab,
+	    (double) rounds);
+	obs_write_family(w, "ferry_push_outliers_total",
+	    "Pushes (one shard's each) a robust aggregate marked as "
+	    "outliers.",
+	    OBS_COUNTER);
+	obs_write_sample(w, "ferry_push_outliers_total", NULL,
+	    (double) outliers);
+	obs_write_family(w, "ferry_aggregate_fallbacks_total",
+	    "trimmed:B rounds with at most 2B pushes, which took the "
+	    "median.",
+	    OBS_COUNTER);
+	obs_write_sample(w, "ferry_aggregate_fallbacks_total", NULL,
+	    (double) fallbacks);
+}
+
+void
+ps__robust_stats(const struct ps_server *s, char *buf, size_t n)
+{
+	const char *rule;
+	uint64_t    rounds, outliers, fallbacks;
+	ps__robust_totals(s, &rule, &rounds, &outliers, &fallbacks);
+	snprintf(buf, n,
+	    "# Aggregate\r\naggregate:%s\r\naggregate_rounds:%llu\r\n"
+	    "push_outliers:%llu\r\naggregate_fallbacks:%llu\r\n",
+	    rule, (unsigned long long) rounds, (unsigned long long) outliers,
+	    (unsigned long long) fallbacks);
+}
+
 // collect writes the numbers kept under mu (see DESIGN).
 static void
 collect(void *arg, struct obs_writer *w)
@@ -143,6 +187,7 @@ collect(void *arg, struct obs_writer *w)
 		    lab, (double) s->last_rank[r]);
 	}
 	ps__rows_metrics(s, w); // ferry_table_* (rows_park.c)
+	write_robust(s, w);
 	pthread_mutex_unlock(&s->mu);
 	obs_write_family(w, "ferry_server_updates_applied_total",
 	    "Shard updates applied (sync rounds completed, async pushes).",
