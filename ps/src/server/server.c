@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "robust.h"
 #include "server_impl.h"
 #include "test_hooks.h"
 
@@ -253,6 +254,10 @@ ps_server_stats(struct ps_server *s, char *buf, size_t n)
 	if (used + 1 < n) {
 		ps__audit_stats(s, buf + used, n - used);
 	}
+	used = n > 0 ? strlen(buf) : 0;
+	if (used + 1 < n) {
+		ps__robust_stats(s, buf + used, n - used);
+	}
 	pthread_mutex_unlock(&s->mu);
 }
 
@@ -297,6 +302,7 @@ ps_server_close(struct ps_server *s)
 		ps__shard_release(s, &s->shards[i]);
 	}
 	ps__stage_pool_free(s);
+	ps__robust_free(s);
 	ps__rows_release(s);
 	ps__audit_close(s);
 	fb_free(s->scratch);

@@ -499,7 +499,6 @@ ps__stage_pool_free(struct ps_server *s)
 		s->stage_chunks--;
 		s->stage_n_free--;
 	}
-	ps__robust_free(s); // its scratch lives as long as the pool
 }
 
 int
