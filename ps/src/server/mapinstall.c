@@ -138,7 +138,7 @@ ps__map_install(struct ps_server *s, Pswire__Placement *pl)
 	}
 	// FB_EINVAL: a robust --aggregate in a job that has no rounds
 	// (logged by robust.c)
-	int rv = ps__ranks_alloc(s);
+	rv = ps__ranks_alloc(s);
 	if (rv != FB_OK) {
 		return rv;
 	}
