@@ -813,6 +813,11 @@ import scale_report  # noqa: E402 (beside this file)
 for line in scale_report.section(os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "scale.json"), PLOTS):
     w(line)
+# Untrusted trainers (issue 31): bench/byzantine.sh's own run.
+import byzantine_report  # noqa: E402 (beside this file)
+for line in byzantine_report.section(os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "byzantine.json")):
+    w(line)
 # SSP sweep: measured by bench/ssp.sh (run.sh step 7, or its own run).
 ssp_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ssp.json")
 if os.path.exists(ssp_path):

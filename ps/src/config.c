@@ -6,7 +6,9 @@
 // ps_scheduler_opts or struct ps_server_opts (a table, as the trainer's
 // trainer/src/config.c) and checks what the table cannot: the rules that
 // tie options together.
+#include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -180,6 +182,36 @@ ps__cfg_load(struct fb_config *cfg, int argc, char **argv)
 	return PS_CFG_RUN;
 }
 
+// aggregate_ok checks --aggregate's syntax (the server parses it again,
+// robust.c's ps__agg_parse, which a library user's opts also meet): 1, or
+// 0 with the reason in why (n bytes).
+static int
+aggregate_ok(const char *v, char *why, size_t n)
+{
+	int64_t b;
+	double  tau;
+	if (strcmp(v, "mean") == 0 || strcmp(v, "median") == 0) {
+		return 1;
+	}
+	if (strncmp(v, "trimmed:", 8) == 0) {
+		if (fb_parse_i64(v + 8, 1, UINT32_MAX / 2, &b) == FB_OK) {
+			return 1;
+		}
+		snprintf(why, n, "trimmed:B needs an integer B >= 1");
+		return 0;
+	}
+	if (strncmp(v, "cclip:", 6) == 0) {
+		if (fb_parse_f64(v + 6, 0, 3.4e38, &tau) == FB_OK &&
+		    isfinite(tau) && tau > 0 && (float) tau > 0) {
+			return 1;
+		}
+		snprintf(why, n, "cclip:TAU needs a finite TAU > 0");
+		return 0;
+	}
+	snprintf(why, n, "one of mean, median, trimmed:B, cclip:TAU");
+	return 0;
+}
+
 int
 ps__cfg_check(const struct fb_config *cfg)
 {
@@ -209,6 +241,12 @@ ps__cfg_check(const struct fb_config *cfg)
 	    obs_http_url_parse(listen, err, sizeof(err), why, sizeof(why)) !=
 	        FB_OK) {
 		fprintf(stderr, "ps-server: --http-listen: %s\n", why);
+		return 2;
+	}
+	if (!aggregate_ok(fb_config_str(cfg, FB_OPT_PS_AGGREGATE), why,
+	        sizeof(why))) {
+		fprintf(stderr, "ps-server: --aggregate=%s: %s\n",
+		    fb_config_str(cfg, FB_OPT_PS_AGGREGATE), why);
 		return 2;
 	}
 	if (fb_config_int(cfg, FB_OPT_PS_SHARD_BYTES) % 4 != 0) {

@@ -42,7 +42,9 @@ main(void)
 	srunner_add_suite(sr, suite_sched_scale());
 	srunner_add_suite(sr, suite_scale());
 	srunner_add_suite(sr, suite_pool());
+	srunner_add_suite(sr, suite_audit());
 	srunner_add_suite(sr, suite_rpclimits());
+	srunner_add_suite(sr, suite_robust());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

@@ -62,4 +62,6 @@ Suite          *suite_rows_repl(void);
 Suite          *suite_seedinit(void);
 Suite          *suite_scale(void);
 Suite          *suite_pool(void);
+Suite          *suite_audit(void);
+Suite          *suite_robust(void);
 #endif

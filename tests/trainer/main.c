@@ -16,6 +16,7 @@ main(void)
 	srunner_add_suite(sr, suite_config());
 	srunner_add_suite(sr, suite_crc());
 	srunner_add_suite(sr, suite_inner());
+	srunner_add_suite(sr, suite_attack());
 #ifdef TR_HAVE_LEASES
 	srunner_add_suite(sr, suite_lease());
 	srunner_add_suite(sr, suite_verify());

@@ -7,15 +7,16 @@
 // libferry takes them: --mode's choices are in enum ferry_mode's order,
 // strings borrow from the table's values) and checks what the table cannot:
 // the --layers widths, the --device spelling, what --model dlrm needs
-// (check_dlrm) and what local steps need (check_local, which also turns
+// (check_dlrm), what local steps need (check_local, which also turns
 // the optimizer flags into the inner optimizer and the job's into the
-// outer one).
+// outer one) and what --attack needs (check_attack).
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "attack.h"
 #include "fb/config.h"
 #include "ferry/ferry.h"
 #include "inner.h"
@@ -198,6 +199,7 @@ tr_config_defaults(struct tr_config *c)
 		int rv = store(c, &bindings[i], &fc, NULL, 0);
 		FB_ASSERT(rv == FB_OK);
 	}
+	c->fo.attack = c->attack; // "none": honest
 }
 
 // local_refused names what a local-steps job cannot run with, or NULL.
@@ -271,6 +273,42 @@ check_local(struct tr_config *c, char *err, size_t errlen)
 	c->fo.inner_lr     = c->inner.lr;
 	c->fo.local_steps  = h;
 	c->fo.fragments    = f;
+	return FB_OK;
+}
+
+// attack_refused names what an --attack run cannot run with, or NULL:
+// attacks falsify the plain loop's per-step gradient on the host.
+static const char *
+attack_refused(const struct tr_config *c)
+{
+	return c->model == TR_MODEL_DLRM ? "--model dlrm"
+	    : c->overlap                 ? "--overlap 1"
+	    : c->overlap_layers          ? "--overlap-layers 1"
+	    : c->local_steps > 0         ? "--local-steps"
+	    : c->leases == TR_LEASES_ON  ? "--leases on"
+	    : c->verify                  ? "--verify 1"
+	                                 : NULL;
+}
+
+// check_attack checks --attack's spec and what it cannot run with, and
+// hands it to libferry, which declares it on Register (the scheduler
+// refuses it unless the job allows attacks).
+static int
+check_attack(struct tr_config *c, char *err, size_t errlen)
+{
+	struct tr__attack_spec sp;
+	const char            *no;
+	int rv = tr__attack_parse(c->attack, &sp, err, errlen);
+	if (rv != FB_OK) {
+		return rv;
+	}
+	c->fo.attack = c->attack;
+	if (sp.kind != TR__ATTACK_NONE && (no = attack_refused(c)) != NULL) {
+		return tr__errf(FB_EINVAL, err, errlen,
+		    "--attack %s falsifies the plain loop's gradients "
+		    "(benchmarks and tests only): not with %s",
+		    c->attack, no);
+	}
 	return FB_OK;
 }
 
@@ -378,6 +416,9 @@ tr_config_parse(struct tr_config *c, int argc, char **argv, char *err,
 		    "--verify 1 recomputes the plain loop's MLP step on the "
 		    "CPU: not with --model dlrm, --device other than cpu, "
 		    "--lr-scale-trainers, --local-steps or --attack");
+	}
+	if ((rv = check_attack(c, err, errlen)) != FB_OK) {
+		return rv;
 	}
 	return check_local(c, err, errlen);
 }

@@ -36,7 +36,9 @@
 // figures are the global weights' at outer-round ends, and "local_steps",
 // "fragments" and "outer_rounds" say so (0, 1, 0 for a per-step run);
 // "bytes_sent" and "bytes_received" repeat libferry's byte counts under
-// the names the benchmarks read.
+// the names the benchmarks read. "attack" is --attack ("none" when honest)
+// and "attacked_steps" the pushes it falsified (benchmarks of robust
+// aggregation, attack.h).
 #include <math.h>
 #include <string.h>
 
@@ -306,6 +308,9 @@ tr__report_summary(struct tr__report *rep, const struct tr_config *cfg,
 	    (unsigned long long) rep->outer_rounds,
 	    (unsigned long long) st->bytes_pushed,
 	    (unsigned long long) st->bytes_pulled);
+	fprintf(rep->out, "\"attack\": \"%s\", \"attacked_steps\": %llu, ",
+	    cfg->attack != NULL ? cfg->attack : "none",
+	    (unsigned long long) rep->attacked);
 	fprintf(rep->out,
 	    "\"server_losses\": %llu, \"pushes_skipped\": %llu, "
 	    "\"seeds_offered\": %llu, \"links\": [",

@@ -37,6 +37,7 @@ struct tr__report {
 	int      rank;         // this trainer's rank (given, with --rank any)
 	uint64_t xchg_max_ns;  // the longest exchange of a step (0: unknown)
 	uint64_t outer_rounds; // local steps: outer rounds done (local.c)
+	uint64_t attacked;     // --attack: pushes falsified (attack.h)
 };
 
 // tr__report_open zeroes rep, points it at out, and creates the CSV files

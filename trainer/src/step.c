@@ -3,7 +3,9 @@
 // overlapped one in overlap.c: a rollback or a dropped push answered by a
 // pull, the new weights handed to the backend, the step counted and a
 // progress line when one is due. One step end, so that both loops resume,
-// count and report alike. train.c's DESIGN says what a step is.
+// count and report alike. train.c's DESIGN says what a step is. The plain
+// step claims its data step (spot checks) and, with --attack (benchmarks
+// and tests only), falsifies its gradient as attack.h says.
 #include "step.h"
 
 #include <string.h>
@@ -70,9 +72,11 @@ tr__run_open_device_push(struct tr__run *r)
 	// libferry does on the host path only; codec "auto" picks a codec
 	// per link there too; --overlap double-buffers the host weights and
 	// gradients; --lr-scale-trainers scales the host gradient.
-	// Local steps push pseudo-gradients from the host (local.c).
+	// Local steps push pseudo-gradients from the host (local.c), and
+	// --attack falsifies the host gradient.
 	if (r->dev == NULL || r->cfg->fo.clip_norm > 0 || r->cfg->overlap ||
-	    r->cfg->lr_scale_trainers != 0 || r->cfg->local_steps > 0 ||
+	    tr__attack_on(&r->atk) || r->cfg->lr_scale_trainers != 0 ||
+	    r->cfg->local_steps > 0 ||
 	    strcmp(r->cfg->fo.codec_push, "auto") == 0 ||
 	    ferry_client_shards(r->fc, &sh, &ns, &cid, &bucket) != FERRY_OK ||
 	    !r->dev->push_supported(cid)) {
@@ -315,6 +319,76 @@ grad_layered(struct tr__run *r, const uint32_t *idx, double *loss, int *rv,
 }
 
 int
+tr__run_open_attack(struct tr__run *r)
+{
+	const struct tr_config *cfg = r->cfg;
+	struct tr__attack_spec  sp;
+	int                     rv;
+
+	if ((rv = tr__attack_parse(cfg->attack != NULL ? cfg->attack : "none",
+	         &sp, r->err, sizeof(r->err))) != FB_OK) {
+		FB_LOG(FB_LOG_ERR, MOD, "%s", r->err);
+		return rv;
+	}
+	if (sp.kind == TR__ATTACK_NONE) {
+		return FB_OK;
+	}
+	if (r->leased) {
+		FB_LOG(FB_LOG_ERR, MOD,
+		    "--attack %s falsifies the plain loop's steps: this job "
+		    "is elastic and gives data leases; run with --leases off",
+		    cfg->attack);
+		return FB_EINVAL;
+	}
+	if ((rv = tr__attack_init(&r->atk, &sp, cfg->attack_rate, cfg->fo.seed,
+	         r->rank, cfg->batch, &r->g, &r->train, r->err,
+	         sizeof(r->err))) != FB_OK) {
+		FB_LOG(FB_LOG_ERR, MOD, "%s", r->err);
+		return rv;
+	}
+	FB_LOG(FB_LOG_WARN, MOD,
+	    "rank %d ATTACKS (benchmarks and tests only): --attack %s, "
+	    "falsifying %.3g of its pushes",
+	    r->rank, cfg->attack, cfg->attack_rate);
+	return FB_OK;
+}
+
+// grad computes the plain host path's gradient of minibatch k of epoch e
+// (indices idx) into r->g: honest, or as --attack falsifies it at the
+// job step `step` (label-flip's labels, alie's further batches, then the
+// transform). Returns an fb_ code.
+static int
+grad(struct tr__run *r, long e, size_t k, uint64_t step, const uint32_t *idx,
+    double *loss)
+{
+	const struct tr_config *cfg  = r->cfg;
+	int                     bad  = tr__attack_falsify(&r->atk, step);
+	size_t                  more = tr__attack_more(&r->atk, bad);
+	int                     rv;
+
+	if ((rv = tr_backend_grad(r->be,
+	         tr__attack_data(&r->atk, &r->train, bad), idx, cfg->batch,
+	         r->g.t, loss)) != FB_OK) {
+		return rv;
+	}
+	// alie's estimate: the next batches of the same epoch (wrapping),
+	// whose indices leave idx valid (same epoch: no reshuffle).
+	for (size_t j = 1; j <= more; j++) {
+		const uint32_t *ix;
+		double          l;
+		if ((rv = tr_partition_batch(&r->part, e,
+		         (k + j) % r->steps_per_epoch, cfg->batch, &ix)) !=
+		        FB_OK ||
+		    (rv = tr_backend_grad(r->be, &r->train, ix, cfg->batch,
+		         r->atk.more[j - 1].t, &l)) != FB_OK) {
+			return rv;
+		}
+	}
+	tr__attack_apply(&r->atk, step, bad, &r->g);
+	return FB_OK;
+}
+
+int
 tr__step(struct tr__run *r, long e, size_t k)
 {
 	const struct tr_config *cfg = r->cfg;
@@ -327,6 +401,10 @@ tr__step(struct tr__run *r, long e, size_t k)
 	    FB_OK) {
 		return step_failed(r, rv);
 	}
+	// What the pushes below were computed from (spot checks): the job
+	// step, whose minibatch a verifier draws again (attacks claim it too).
+	uint64_t step = (uint64_t) e * r->steps_per_epoch + k;
+	ferry_client_data_step(r->fc, step);
 	if (r->dev_push != NULL && !ferry_client_in_warmup(r->fc)) {
 		// Gradient and encoding on the device: only codes cross.
 		const uint8_t *const *codes;
@@ -344,8 +422,7 @@ tr__step(struct tr__run *r, long e, size_t k)
 			return step_failed(r, rv);
 		}
 	} else {
-		if ((rv = tr_backend_grad(r->be, &r->train, idx, cfg->batch,
-		         r->g.t, &loss)) != FB_OK) {
+		if ((rv = grad(r, e, k, step, idx, &loss)) != FB_OK) {
 			return step_failed(r, rv);
 		}
 		straggle(cfg);

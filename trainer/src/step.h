@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "attack.h"
 #include "ferry/ferry.h"
 #include "metrics.h"
 #include "ondevice.h"
@@ -55,6 +56,9 @@ struct tr__run {
 	uint64_t               t_start_ns;   // the run's start
 	uint64_t               t_declare_ns; // registration (declare) start
 	uint64_t               xchg_max_ns;  // longest exchange of a step
+	// --attack (benchmarks and tests only, attack.h): zeroed when
+	// honest; made after the partition (tr__run_open_attack)
+	struct tr__attack      atk;
 };
 
 // tr__run_lockstep reports whether versions are job steps: sync mode, and
@@ -158,7 +162,15 @@ struct tr__step_times {
 int tr__step_end(struct tr__run *r, int fe, struct tr_params *w, long e,
     double loss, const struct tr__step_times *t);
 
-// tr__step runs the plain loop's step: minibatch k of epoch e, gradient,
+// tr__run_open_attack prepares --attack's state in r->atk once the rank
+// and the partition are known (a no-op when honest). Errors: FB_EINVAL
+// (an attack in a run that takes data leases, which config.c cannot see
+// coming with --leases auto), FB_ENOMEM; logged.
+int tr__run_open_attack(struct tr__run *r);
+
+// tr__step runs the plain loop's step: minibatch k of epoch e, claimed as
+// data step e * steps_per_epoch + k (ferry_client_data_step, for spot
+// checks), gradient (--attack: falsified with --attack-rate's odds),
 // push-pull into r->w, then tr__step_end.
 int tr__step(struct tr__run *r, long e, size_t k);
 

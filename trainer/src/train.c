@@ -352,6 +352,7 @@ finish(struct tr__run *r)
 
 	ferry_client_stats(r->fc, &st);
 	r->rep.xchg_max_ns = r->leased ? r->xchg_max_ns : 0;
+	r->rep.attacked    = r->atk.attacked;
 	tr__report_summary(&r->rep, cfg, r->trainers, r->steps_per_epoch, &st,
 	    r->fc);
 	if (cfg->weights_out == NULL) {
@@ -385,6 +386,7 @@ close_run(struct tr__run *r)
 	tr_backend_free(r->be); // first: it may have pinned w and g
 	tr_params_fini(&r->w);
 	tr_params_fini(&r->g);
+	tr__attack_fini(&r->atk); // label-flip borrows train's x
 	tr_dataset_fini(&r->train);
 	tr_dataset_fini(&r->test);
 }
@@ -411,6 +413,7 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 	}
 	if ((rv = open_local(&r, out)) == FB_OK &&
 	    (rv = join_job(&r)) == FB_OK &&
+	    (rv = tr__run_open_attack(&r)) == FB_OK &&
 	    (rv = open_device_pull(&r)) == FB_OK &&
 	    (rv = start_weights(&r)) == FB_OK &&
 	    (rv = tr__run_open_device_push(&r)) == FB_OK) {

@@ -149,6 +149,11 @@ on_registered(struct ps_server *s, struct boot *b, const Pswire__Header *rh)
 	s->late        = rh->register_rep->late;
 	b->first_epoch = rh->register_rep->wait_epoch;
 	b->first_gen   = rh->register_rep->rollback_gen;
+	if (!s->audit_set) {
+		// Spot checks (audit.c): set up with the first map.
+		s->audit_rate = rh->register_rep->audit_rate;
+		s->audit_key  = rh->register_rep->audit_key;
+	}
 	pthread_mutex_unlock(&s->mu);
 	psw_auth_set_self(s->auth, PSW_ROLE_SERVER, rh->register_rep->id);
 	atomic_store(&s->hb_index, (int) rh->register_rep->id); // heartbeat.c
@@ -217,6 +222,13 @@ on_placement(struct ps_server *s, struct boot *b, Pswire__Header *rh)
 	} else if (s->pl == NULL) {
 		pthread_mutex_lock(&s->mu);
 		rv = ps__map_install(s, pl);
+		if (rv == FB_OK && ps__audit_open(s) != FB_OK) {
+			// The job runs; this server keeps nothing to verify.
+			FB_LOG(FB_LOG_ERR, "audit",
+			    "out of memory for --audit-keep %u kept pushes: "
+			    "spot checks off on this server",
+			    s->opts.audit_keep);
+		}
 		pthread_mutex_unlock(&s->mu);
 		if (rv == FB_OK) {
 			// Room for the trainers' parked calls before they come

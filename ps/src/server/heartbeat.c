@@ -26,6 +26,12 @@
 // with the same trylock: when mu is busy, the previous copy is sent again
 // (an older mark is never wrong, only late; the scheduler keeps the
 // newest it saw).
+//
+// Outliers (issue 31): with a robust --aggregate each heartbeat also
+// carries, per rank scored here, its outlier counts (robust.c's
+// RankOutliers, copied under the same trylock into an array made at the
+// first map), which the scheduler's quarantine reads.
+#include "robust.h"
 #include "server_impl.h"
 
 // The most snapshot versions a heartbeat reports (snapshot.h keeps 2).
@@ -34,9 +40,11 @@
 // What one heartbeat reports besides liveness, kept from one to the next
 // (sent again when mu is busy).
 struct hb_view {
-	uint64_t sent;      // the sent epoch (no Transfer pending)
-	uint64_t installed; // the newest map installed
-	size_t   n_marks;   // s->hb_marks[0..n_marks)
+	uint64_t               sent; // the sent epoch (no Transfer pending)
+	uint64_t               installed; // the newest map installed
+	size_t                 n_marks;   // s->hb_marks[0..n_marks)
+	size_t                 n_outl;    // robust.c's RankOutliers
+	Pswire__RankOutliers **outl;
 };
 
 void
@@ -80,12 +88,14 @@ hb_refresh(struct ps_server *s, struct hb_view *v)
 			m->lease_id                   = s->marks[r].id;
 			m->end                        = s->marks[r].end;
 		}
+		v->n_outl = ps__robust_outliers(s, &v->outl);
 	}
 	pthread_mutex_unlock(&s->mu);
 }
 
 // beat sends one Heartbeat (deadline wait_ms, answered within answer_ms)
-// with this server's view v (sent epoch, installed epoch, lease marks). A
+// with this server's view v (sent epoch, installed epoch, lease marks,
+// outlier counts). A
 // lost or refused heartbeat is only logged at debug level: the scheduler
 // judges.
 static void
@@ -105,6 +115,8 @@ beat(struct ps_server *s, nng_ctx ctx, nng_aio *aio, uint64_t rid,
 	l.installed_epoch     = v->installed;
 	l.n_lease_marks       = v->n_marks;
 	l.lease_marks         = v->n_marks > 0 ? s->hb_mark_ptrs : NULL;
+	l.n_outliers          = v->n_outl;
+	l.outliers            = v->outl;
 	h.request_id          = rid;
 	h.deadline_ms         = (uint32_t) wait_ms;
 	h.epoch               = v->sent;
@@ -130,7 +142,7 @@ ps__heartbeat_main(void *arg)
 	nng_ctx           ctx;
 	nng_aio          *aio = NULL;
 	uint64_t          rid = 1, next = 0;
-	struct hb_view    v = { 0, 0, 0 };
+	struct hb_view    v = { 0, 0, 0, 0, NULL };
 	// The scheduler answers within wait; we wait the margin longer.
 	int wait = hb_ms < PS_BOOT_PARK_MS ? (int) hb_ms : PS_BOOT_PARK_MS;
 	int answer_ms = wait + PSW_ANSWER_MARGIN_MS;

@@ -133,9 +133,14 @@ ps__map_install(struct ps_server *s, Pswire__Placement *pl)
 	s->scratch   = fb_alloc(maxlen * sizeof(float));
 	s->owners = fb_alloc(pl->n_shards * PS_OWNERS_SEEN * sizeof(uint32_t));
 	if (s->local == NULL || s->shards == NULL || s->sum == NULL ||
-	    s->scratch == NULL || s->owners == NULL ||
-	    ps__ranks_alloc(s) != FB_OK) {
+	    s->scratch == NULL || s->owners == NULL) {
 		return FB_ENOMEM;
+	}
+	// FB_EINVAL: a robust --aggregate in a job that has no rounds
+	// (logged by robust.c)
+	rv = ps__ranks_alloc(s);
+	if (rv != FB_OK) {
+		return rv;
 	}
 	for (size_t i = 0; i < pl->n_shards * PS_OWNERS_SEEN; i++) {
 		s->owners[i] = i % PS_OWNERS_SEEN == 0

@@ -1,13 +1,14 @@
 // server.c — the parameter-server role's front: ps_server_open and
 // ps_server_close (threads, condition variables, the rpc), the dispatch
-// of requests to their handlers, the Probe and Stats replies. The helpers
-// the handlers share live in files of their own (errors.c, owner.c), so
-// that no handler calls back into this file. The DESIGN of the role and
-// the map of its files are in server_impl.h.
+// of requests to their handlers (Audit's: audit.c), the Probe and Stats
+// replies. The helpers the handlers share live in files of their own
+// (errors.c, owner.c), so that no handler calls back into this file. The
+// DESIGN of the role and the map of its files are in server_impl.h.
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
+#include "robust.h"
 #include "server_impl.h"
 #include "test_hooks.h"
 
@@ -97,7 +98,8 @@ dispatch(void *arg, struct ps_call *c)
 	    method != PSWIRE__METHOD__PUSH_PULL &&
 	    method != PSWIRE__METHOD__TRANSFER &&
 	    method != PSWIRE__METHOD__REPLICATE &&
-	    method != PSWIRE__METHOD__ROWS) {
+	    method != PSWIRE__METHOD__ROWS &&
+	    method != PSWIRE__METHOD__AUDIT) {
 		ps__server_reply_err(s, c, PSWIRE__STATUS__UNIMPLEMENTED,
 		    "method %d (%s) is not served by a parameter server",
 		    method, psw_method_name(method));
@@ -117,6 +119,8 @@ dispatch(void *arg, struct ps_call *c)
 		ps__on_transfer(s, c);
 	} else if (method == PSWIRE__METHOD__REPLICATE) {
 		ps__on_replicate(s, c);
+	} else if (method == PSWIRE__METHOD__AUDIT) {
+		ps__on_audit(s, c);
 	} else {
 		ps__on_push(s, c);
 	}
@@ -246,6 +250,14 @@ ps_server_stats(struct ps_server *s, char *buf, size_t n)
 	if (used + 1 < n && s->n_tglobal > 0) {
 		ps__rows_stats(s, buf + used, n - used);
 	}
+	used = n > 0 ? strlen(buf) : 0;
+	if (used + 1 < n) {
+		ps__audit_stats(s, buf + used, n - used);
+	}
+	used = n > 0 ? strlen(buf) : 0;
+	if (used + 1 < n) {
+		ps__robust_stats(s, buf + used, n - used);
+	}
 	pthread_mutex_unlock(&s->mu);
 }
 
@@ -290,7 +302,9 @@ ps_server_close(struct ps_server *s)
 		ps__shard_release(s, &s->shards[i]);
 	}
 	ps__stage_pool_free(s);
+	ps__robust_free(s);
 	ps__rows_release(s);
+	ps__audit_close(s);
 	fb_free(s->scratch);
 	fb_free(s->gone);
 	fb_free(s->added);

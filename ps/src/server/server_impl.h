@@ -59,15 +59,16 @@
 // stage, commit), seed.c (re-seeding a lost shard from the trainers'
 // offers), transfer.c (a shard's state on the wire), moves.c
 // (re-placement and leave), replicate.c (--replicas: forwards and the
-// backup's apply), boot.c (the scheduler watch), server_obs.c (metrics),
+// backup's apply), audit.c (spot checks: the pushes kept for a verifier
+// and the Audit rpc), boot.c (the scheduler watch), server_obs.c (metrics),
 // snapshot.c (snapshots on disk; its writer thread waits on its own
 // condition variables, on mu), snapshot_load.c (checking and restoring);
 // rows.c (sparse tables: Rows calls, rounds), rows_map.c (the table shards
 // held as maps change), rows_park.c (parked Rows calls, stats, metrics),
 // rows_move.c (table shards moving between servers), rows_repl.c (their
 // replicas), rows_snap.c (their snapshot records): their struct and
-// functions are in rows_impl.h; test_hooks.h declares the entry points
-// only tests call.
+// functions are in rows_impl.h, audit.c's in audit.h; test_hooks.h
+// declares the entry points only tests call.
 // What the scheduler shares with the server (rpc.h, durable.h,
 // jobconf.h) is in ../common/.
 #ifndef PS_SERVER_IMPL_H
@@ -83,6 +84,7 @@
 #include "jobconf.h"
 #include "ps/ps.h"
 #include "rpc.h"
+#include "audit.h"
 #include "rows_impl.h"
 #include "tbl/tbl.h"
 
@@ -148,6 +150,8 @@ struct srv_shard {
 	// robust aggregation and spot checks (robust.c, audit.c)
 	uint32_t       *n_samp;
 	uint64_t       *claim;
+	// --aggregate cclip: the shard's last aggregate (robust.c)
+	float          *prev;
 	uint32_t        n_pushed;
 	uint64_t        samples;
 	uint64_t        version;
@@ -328,6 +332,7 @@ struct ps_server {
 	uint64_t             *last_rank;                 // [trainers]
 	atomic_int            leaving; // ps_server_leave was called
 	struct ps_snap       *snap;    // snapshot.c; NULL: no --snapshot-dir
+	struct ps_robust     *robust;  // robust.c: --aggregate (the first map)
 	// The last rollback this server applied (snapshot_load.c): its map
 	// generation (Placement.rollback_gen) and placement epoch; a request
 	// made under an older map is refused STALE_EPOCH.
@@ -338,7 +343,14 @@ struct ps_server {
 	// ps_server_test_stage_hook: called by a sync push between reserving
 	// its slots and decoding (tests widen the race window with it)
 	void (*stage_hook)(void *arg, uint32_t rank);
-	void *stage_hook_arg;
+	void              *stage_hook_arg;
+	// Spot checks (audit.h): the RegisterReply's draw (audit_set: a
+	// test hook's), the kept pushes (NULL: off) and their metrics.
+	double             audit_rate;
+	uint64_t           audit_key;
+	int                audit_set;
+	struct ps_audit   *audit;
+	struct obs_metric *audits_kept, *audits_dropped, *audits_served;
 };
 
 // One REQ context per peer server, opened on first use, for Transfers.
@@ -421,7 +433,8 @@ void ps__stage_put(struct ps_server *s, struct srv_shard *sh, uint32_t r);
 // (after a round, or wherever the states are reset). mu held.
 void ps__stage_drop(struct ps_server *s, struct srv_shard *sh);
 
-// ps__stage_pool_free frees the pool's free chunks (server close).
+// ps__stage_pool_free frees the pool's free chunks and the robust
+// aggregation state (server close).
 void ps__stage_pool_free(struct ps_server *s);
 
 // ps__shard_complete reports whether every trainer still in the job (or,
@@ -474,7 +487,9 @@ ps__rank_join(struct ps_server *s, uint32_t r, uint64_t v)
 
 // ps__ranks_alloc allocates the per-rank arrays of the first map
 // (s->trainers known): gone, join_at, added, last_rank, the lease marks
-// and the heartbeat's copy. FB_ENOMEM. mu held, from ps__map_install.
+// and the heartbeat's copy, and the robust aggregation's state
+// (ps__robust_open). FB_ENOMEM; FB_EINVAL (logged: --aggregate refused).
+// mu held, from ps__map_install.
 int ps__ranks_alloc(struct ps_server *s);
 
 // ps__ranks_map sets the departed trainers from map pl (the first one

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "robust.h"
 #include "server_impl.h"
 
 static void collect(void *arg, struct obs_writer *w);
@@ -47,6 +48,22 @@ ps__server_metrics_open(struct ps_server *s)
 	         NULL, NULL, 0, 0, &s->offers_ignored)) != FB_OK) {
 		return rv;
 	}
+	// Spot checks (audit.c).
+	if ((rv = obs_metric_add(s->reg, OBS_COUNTER,
+	         "ferry_audits_kept_total",
+	         "Sync pushes kept here for a verifier to recompute.", NULL,
+	         NULL, 0, 0, &s->audits_kept)) != FB_OK ||
+	    (rv = obs_metric_add(s->reg, OBS_COUNTER,
+	         "ferry_audits_dropped_total",
+	         "Pushes picked for a spot check but lost: the store of kept "
+	         "pushes (--audit-keep) was full.",
+	         NULL, NULL, 0, 0, &s->audits_dropped)) != FB_OK ||
+	    (rv = obs_metric_add(s->reg, OBS_COUNTER,
+	         "ferry_audits_served_total",
+	         "Kept pushes handed to a verifier (Audit).", NULL, NULL, 0, 0,
+	         &s->audits_served)) != FB_OK) {
+		return rv;
+	}
 	return obs_collector_add(s->reg, collect, s);
 }
 
@@ -66,6 +83,49 @@ count_local(const struct ps_server *s, int32_t st)
 		n += st >= 0 ? s->local[i] >= 0 : s->local[i] == st;
 	}
 	return n;
+}
+
+// write_robust writes the robust aggregation's series (robust.c): sync
+// rounds by rule, pushes flagged as outliers. mu held.
+static void
+write_robust(const struct ps_server *s, struct obs_writer *w)
+{
+	const char *rule;
+	uint64_t    rounds, outliers, fallbacks;
+	char        lab[32];
+	ps__robust_totals(s, &rule, &rounds, &outliers, &fallbacks);
+	obs_write_family(w, "ferry_aggregate_rounds_total",
+	    "Sync rounds closed here, by the --aggregate rule that combined "
+	    "their pushes.",
+	    OBS_COUNTER);
+	snprintf(lab, sizeof(lab), "rule=\"%s\"", rule);
+	obs_write_sample(w, "ferry_aggregate_rounds_total", lab,
+	    (double) rounds);
+	obs_write_family(w, "ferry_push_outliers_total",
+	    "Pushes (one shard's each) a robust aggregate marked as "
+	    "outliers.",
+	    OBS_COUNTER);
+	obs_write_sample(w, "ferry_push_outliers_total", NULL,
+	    (double) outliers);
+	obs_write_family(w, "ferry_aggregate_fallbacks_total",
+	    "trimmed:B rounds with at most 2B pushes, which took the "
+	    "median.",
+	    OBS_COUNTER);
+	obs_write_sample(w, "ferry_aggregate_fallbacks_total", NULL,
+	    (double) fallbacks);
+}
+
+void
+ps__robust_stats(const struct ps_server *s, char *buf, size_t n)
+{
+	const char *rule;
+	uint64_t    rounds, outliers, fallbacks;
+	ps__robust_totals(s, &rule, &rounds, &outliers, &fallbacks);
+	snprintf(buf, n,
+	    "# Aggregate\r\naggregate:%s\r\naggregate_rounds:%llu\r\n"
+	    "push_outliers:%llu\r\naggregate_fallbacks:%llu\r\n",
+	    rule, (unsigned long long) rounds, (unsigned long long) outliers,
+	    (unsigned long long) fallbacks);
 }
 
 // collect writes the numbers kept under mu (see DESIGN).
@@ -127,6 +187,7 @@ collect(void *arg, struct obs_writer *w)
 		    lab, (double) s->last_rank[r]);
 	}
 	ps__rows_metrics(s, w); // ferry_table_* (rows_park.c)
+	write_robust(s, w);
 	pthread_mutex_unlock(&s->mu);
 	obs_write_family(w, "ferry_server_updates_applied_total",
 	    "Shard updates applied (sync rounds completed, async pushes).",

@@ -47,6 +47,7 @@
 // open at once (stats: stage_chunks).
 #include <string.h>
 
+#include "robust.h"
 #include "server_impl.h"
 
 int
@@ -127,7 +128,7 @@ ps__ranks_alloc(struct ps_server *s)
 		pswire__lease_mark__init(&s->hb_marks[r]);
 		s->hb_mark_ptrs[r] = &s->hb_marks[r];
 	}
-	return FB_OK;
+	return ps__robust_open(s);
 }
 
 // raise_clocks raises the clock of each rank in s->added on the n clocks
@@ -250,26 +251,90 @@ borrows(const struct ps_server *s, const struct srv_shard *sh)
 	return 0;
 }
 
-// apply_sum applies the rank-order sum of the pushes staged in sh (the
-// ranks in PS_SLOT_PUSHED) over sh->samples through the job's optimizer
-// (ps__optim_apply), advances the version and publishes the pull
-// reference; a shard with backups forwards the aggregate to them and
-// applies it through ps__repl_apply. mu held.
+// apply_agg closes sh's round with aggregate g0 (+ g1 element-wise when
+// g1 is not NULL: a two-push round) over `samples` samples: the overflow
+// check and the optimizer's apply (ps__optim_apply; a shard with backups
+// forwards the aggregate to them and applies it through ps__repl_apply),
+// then the version and the pull reference. g0 is writable (consumed by
+// the fused SGD pass). mu held.
+static void
+apply_agg(struct ps_server *s, struct srv_shard *sh, float *g0,
+    const float *g1, uint64_t samples)
+{
+	size_t n     = sh->len;
+	float  scale = (float) (s->job.lr * s->job.lr_mul / (double) samples);
+	// An update that would overflow (finite pushes whose sum, or whose
+	// step, leaves the float range) is refused whole: the weights stay
+	// as they were and the version still advances, so that no trainer
+	// waits for a round that cannot close. The step checked is plain
+	// SGD's at the base lr (no schedule raises it): exact for sgd, a
+	// bound on the gradient for the other optimizers. For plain SGD
+	// without replicas the check and the apply are one pass; the round's
+	// staged pushes are consumed by it (the slots are free once the round
+	// closes).
+	const uint32_t *backups;
+	int             nb = ps__shard_backups(s, sh->id, &backups);
+	// ok: 1 applied (the fused pass), 2 checked and still to apply, 0
+	// refused.
+	int             ok = nb > 0
+	                ? -1
+	                : ps__optim_apply_checked(s, sh, scale, g0, g1, samples);
+	if (ok < 0 && sh->average) {
+		// The mean of finite values overflows only where their sum
+		// does.
+		ok = ps__average_finite(g0, g1, n) ? 2 : 0;
+	} else if (ok < 0) {
+		ok = ps__update_finite(sh->x, scale, g0, g1, n) ? 2 : 0;
+	}
+	if (ok == 0) {
+		atomic_fetch_add_explicit(&s->n_overflow, 1,
+		    memory_order_relaxed);
+		FB_LOG(FB_LOG_ERR, "store",
+		    "shard %u round %llu: the update would overflow to Inf or "
+		    "NaN; refused (weights unchanged)",
+		    sh->id, (unsigned long long) sh->version);
+		sh->version++;
+		ps__ref_publish(s, sh);
+		return;
+	}
+	if (nb > 0) {
+		// Replicas: the backups get the aggregate as one array and
+		// apply it; g0 + g1 here are the same floats.
+		ps__repl_apply(s, sh, g0, g1, samples);
+		return;
+	}
+	if (ok == 2) {
+		ps__optim_apply(s, sh, g0, g1, samples);
+	}
+	sh->version++;
+	ps__ref_publish(s, sh);
+}
+
+// apply_sum closes sh's round (the ranks in PS_SLOT_PUSHED): by the job's
+// robust rule (robust.c: its aggregate in s->sum, over the samples it
+// says) when --aggregate is not mean, else by the rank-order sum over
+// sh->samples; then apply_agg. mu held.
 static void
 apply_sum(struct ps_server *s, struct srv_shard *sh)
 {
-	size_t       n     = sh->len;
-	float        scale = (float) (s->job.lr * s->job.lr_mul /
-            (double) sh->samples);
-	const float *g[2]  = { NULL, NULL };
-	uint32_t     k     = 0;
+	size_t       n    = sh->len;
+	const float *g[2] = { NULL, NULL };
+	uint32_t     k    = 0;
+	if (sh->n_pushed > 0 && ps__robust_active(s)) {
+		uint64_t samples = ps__robust_round(s, sh);
+		apply_agg(s, sh, s->sum, NULL, samples);
+		return;
+	}
+	// The spot checks see the round before its update (audit.c).
+	ps__audit_round(s, sh, NULL);
+	ps__robust_mean_round(s);
 	// Rank order, over the ranks that pushed (all of them, unless a
 	// trainer left the job). One or two pushers (the common case here) go
 	// to the optimizer as they are (it adds two in its own pass); more,
 	// or any borrowed, are summed into s->sum first. Either way each
 	// element is ((g0 + g1) + g2) + ...: the same floats, so runs are
 	// reproducible.
-	int          borrowed = borrows(s, sh);
+	int borrowed = borrows(s, sh);
 	if (borrowed) {
 		k = sum_borrowed(s, sh) > 0 ? 3 : 0; // g0: s->sum, as for 3+
 	}
@@ -300,53 +365,8 @@ apply_sum(struct ps_server *s, struct srv_shard *sh)
 		ps__ref_publish(s, sh);
 		return;
 	}
-	// An update that would overflow (finite pushes whose sum, or whose
-	// step, leaves the float range) is refused whole: the weights stay
-	// as they were and the version still advances, so that no trainer
-	// waits for a round that cannot close. The step checked is plain
-	// SGD's at the base lr (no schedule raises it): exact for sgd, a
-	// bound on the gradient for the other optimizers. For plain SGD
-	// without replicas the check and the apply are one pass; the round's
-	// staged pushes are consumed by it (the slots are free once the round
-	// closes).
-	float          *g0 = (float *) (k > 2 ? s->sum : g[0]);
-	const float    *g1 = k == 2 ? g[1] : NULL;
-	const uint32_t *backups;
-	int             nb = ps__shard_backups(s, sh->id, &backups);
-	// ok: 1 applied (the fused pass), 2 checked and still to apply, 0
-	// refused.
-	int             ok = nb > 0
-	                ? -1
-	                : ps__optim_apply_checked(s, sh, scale, g0, g1, sh->samples);
-	if (ok < 0 && sh->average) {
-		// The mean of finite values overflows only where their sum
-		// does.
-		ok = ps__average_finite(g0, g1, n) ? 2 : 0;
-	} else if (ok < 0) {
-		ok = ps__update_finite(sh->x, scale, g0, g1, n) ? 2 : 0;
-	}
-	if (ok == 0) {
-		atomic_fetch_add_explicit(&s->n_overflow, 1,
-		    memory_order_relaxed);
-		FB_LOG(FB_LOG_ERR, "store",
-		    "shard %u round %llu: the update would overflow to Inf or "
-		    "NaN; refused (weights unchanged)",
-		    sh->id, (unsigned long long) sh->version);
-		sh->version++;
-		ps__ref_publish(s, sh);
-		return;
-	}
-	if (nb > 0) {
-		// Replicas: the backups get the aggregate as one array and
-		// apply it; g0 + g1 here are the same floats.
-		ps__repl_apply(s, sh, g0, g1, sh->samples);
-		return;
-	}
-	if (ok == 2) {
-		ps__optim_apply(s, sh, g0, g1, sh->samples);
-	}
-	sh->version++;
-	ps__ref_publish(s, sh);
+	apply_agg(s, sh, (float *) (k > 2 ? s->sum : g[0]),
+	    k == 2 ? g[1] : NULL, sh->samples);
 }
 
 void
@@ -493,7 +513,7 @@ ps__shard_alloc(struct ps_server *s, struct srv_shard *sh)
 	sh->claim  = fb_zalloc(s->trainers * sizeof(*sh->claim));
 	if (sh->x == NULL || sh->slot == NULL || sh->src == NULL ||
 	    sh->state == NULL || sh->clock == NULL || sh->n_samp == NULL ||
-	    sh->claim == NULL) {
+	    sh->claim == NULL || ps__robust_shard_alloc(s, sh) != FB_OK) {
 		return FB_ENOMEM;
 	}
 	// The optimizer's state starts at zero (no velocity, no moments)
@@ -535,6 +555,7 @@ ps__shard_release(struct ps_server *s, struct srv_shard *sh)
 	fb_free(sh->clock);
 	fb_free(sh->n_samp);
 	fb_free(sh->claim);
+	fb_free(sh->prev);
 	fb_free(sh->ref);
 	fb_free(sh->log);
 	fb_free(sh->log_base);

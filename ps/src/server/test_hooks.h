@@ -40,4 +40,17 @@ uint64_t ps_server_test_table_each(struct ps_server *s, uint32_t id,
 // the primary sends the whole shard (rows_repl.c).
 int ps_server_test_table_backups_behind(struct ps_server *s);
 
+// ps_server_test_audit turns spot checks on (rate > 0) or off with the
+// draw's rate and key, as the scheduler's RegisterReply would (which it
+// then overrides): before the first map, or later, when the store of kept
+// pushes is made again (emptied). For tests without a scheduler that
+// sets them (audit.c).
+void ps_server_test_audit(struct ps_server *s, double rate, uint64_t key);
+
+// ps_server_test_audit_draw is the spot checks' keyed draw for (rank,
+// version) under key: a number in [0, 1), the push kept when below the
+// rate (audit.c's ps__audit_draw).
+double ps_server_test_audit_draw(uint64_t key, uint32_t rank,
+    uint64_t version);
+
 #endif // PS_TEST_HOOKS_H
