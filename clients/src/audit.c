@@ -49,6 +49,7 @@ struct ferry_verifier {
 	// What ferry_verifier_map and ferry_verifier_audit lend out.
 	uint64_t                  *tensor_len;
 	struct ferry_shard        *shards;
+	uint32_t                  *shard_server;
 	struct ferry_audit_record *recs;
 	size_t                     cap_recs;
 	float                     *floats;
@@ -225,8 +226,12 @@ job_fill(ferry_verifier *v, struct ferry_verifier_job *job)
 	if (sh != NULL) {
 		v->shards = sh;
 	}
+	uint32_t *ss = fb_realloc(v->shard_server, p->n_shards * sizeof(*ss));
+	if (ss != NULL) {
+		v->shard_server = ss;
+	}
 	uint8_t *gone = fb_zalloc(p->trainers);
-	if (tl == NULL || sh == NULL || gone == NULL) {
+	if (tl == NULL || sh == NULL || ss == NULL || gone == NULL) {
 		fb_free(gone);
 		return vfail(v, FERRY_ENOMEM, "out of memory");
 	}
@@ -238,6 +243,7 @@ job_fill(ferry_verifier *v, struct ferry_verifier_job *job)
 			.offset                        = p->shards[i]->offset,
 			.len                           = p->shards[i]->len,
 			.code_bytes = p->shards[i]->len * 4 };
+		ss[i] = p->shards[i]->server;
 	}
 	size_t n_gone = 0;
 	for (size_t i = 0; i < p->n_gone_trainers; i++) {
@@ -250,15 +256,16 @@ job_fill(ferry_verifier *v, struct ferry_verifier_job *job)
 	fb_free(gone);
 	const char *cp = j->codec_push;
 	memset(job, 0, sizeof(*job));
-	job->epoch      = p->epoch;
-	job->trainers   = p->trainers;
-	job->servers    = (uint32_t) p->n_servers;
-	job->n_tensors  = j->n_tensors;
-	job->tensor_len = tl;
-	job->n_shards   = p->n_shards;
-	job->shards     = sh;
-	job->seed       = j->seed;
-	job->plain      = j->mode == PSWIRE__MODE__MODE_SYNC &&
+	job->epoch        = p->epoch;
+	job->trainers     = p->trainers;
+	job->servers      = (uint32_t) p->n_servers;
+	job->n_tensors    = j->n_tensors;
+	job->tensor_len   = tl;
+	job->n_shards     = p->n_shards;
+	job->shards       = sh;
+	job->shard_server = ss;
+	job->seed         = j->seed;
+	job->plain        = j->mode == PSWIRE__MODE__MODE_SYNC &&
 	    (cp == NULL || *cp == '\0' || strcmp(cp, "none") == 0) &&
 	    j->clip_norm == 0 && j->local_steps == 0;
 	job->ended         = n_gone == p->trainers;
@@ -500,6 +507,7 @@ ferry_verifier_close(ferry_verifier *v)
 	psw_tls_close(v->tls);
 	fb_free(v->tensor_len);
 	fb_free(v->shards);
+	fb_free(v->shard_server);
 	fb_free(v->recs);
 	fb_free(v->floats);
 	fb_free(v);

@@ -33,7 +33,10 @@
 //
 // It stops on SIGINT/SIGTERM, or when the map says every rank left or was
 // quarantined (then it drains what the servers still hold first), and
-// prints {"summary": {"verified", "mismatches", "skipped", ...}}.
+// prints {"summary": {"verified", "mismatches", "skipped",
+// "lost_by_servers", ...}}: verdicts sent (one per shard of a push),
+// mismatches among them, shard records dropped unverified (their push
+// never whole), and kept pushes the servers lost with their store full.
 #include <ferry/ferry.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -48,13 +51,15 @@
 // GROUPS: pushes assembled at once; GROUP_WAIT_MS: how long a group may
 // wait for its next shard; MAP_EVERY_MS: how often the map is re-read;
 // IDLE_US: the nap when no server had anything; AUDIT_MAX: records per
-// Audit call; CALL_MS: a call's deadline at most (a dead server must not
-// hold the loop long); WARN_EVERY_MS: failed Audits logged once per.
+// Audit call at most; PUSHES_PER_CALL: pushes' worth asked per call;
+// CALL_MS: a call's deadline at most (a dead server must not hold the
+// loop long); WARN_EVERY_MS: failed Audits are logged once per.
 #define GROUPS 16
 #define GROUP_WAIT_MS 5000
 #define MAP_EVERY_MS 500
 #define IDLE_US 20000
 #define AUDIT_MAX 64
+#define PUSHES_PER_CALL 4
 #define CALL_MS 5000
 #define WARN_EVERY_MS 10000
 
@@ -67,7 +72,9 @@ struct verifier {
 	struct ferry_verifier_job job;
 	struct tr__vgroups        groups;
 	struct ferry_shard       *shards; // the map's (the same in every map)
-	struct tr_partition      *part;   // per rank (count 0: not made yet)
+	uint32_t                 *audit_max; // per server: records a call
+	uint64_t                 *lost; // per server: its kept pushes lost
+	struct tr_partition      *part; // per rank (count 0: not made yet)
 	size_t                    steps_per_epoch;
 	uint64_t                  verified, mismatches, reports_failed;
 	uint64_t                  t0_ns;
@@ -159,6 +166,22 @@ job_check(struct verifier *v)
 		return FB_ENOMEM;
 	}
 	memcpy(v->shards, j->shards, j->n_shards * sizeof(*v->shards));
+	// Each server hands out its shards' records of the same pushes,
+	// oldest first: asked for PUSHES_PER_CALL pushes' worth each, they
+	// move through the pushes at one pace, and the groups waiting for a
+	// slower server's shards stay few.
+	v->audit_max = fb_zalloc(j->servers * sizeof(*v->audit_max));
+	v->lost      = fb_zalloc(j->servers * sizeof(*v->lost));
+	if (v->audit_max == NULL || v->lost == NULL) {
+		return FB_ENOMEM;
+	}
+	for (size_t i = 0; i < j->n_shards; i++) {
+		v->audit_max[j->shard_server[i]] += PUSHES_PER_CALL;
+	}
+	for (uint32_t m = 0; m < j->servers; m++) {
+		uint32_t *x = &v->audit_max[m];
+		*x          = *x == 0 ? 1 : *x > AUDIT_MAX ? AUDIT_MAX : *x;
+	}
 	return tr__vgroups_init(&v->groups, &v->cfg->arch, v->shards,
 	    j->n_shards, GROUPS);
 }
@@ -293,8 +316,8 @@ poll_servers(struct verifier *v)
 	size_t                           n, got = 0;
 	int                              fe;
 	for (uint32_t m = 0; m < v->job.servers && !*v->stop; m++) {
-		if ((fe = ferry_verifier_audit(v->fv, m, AUDIT_MAX, &recs, &n,
-		         NULL)) != FERRY_OK) {
+		if ((fe = ferry_verifier_audit(v->fv, m, v->audit_max[m],
+		         &recs, &n, &v->lost[m])) != FERRY_OK) {
 			// Every poll would say it again: once in
 			// WARN_EVERY_MS.
 			if (fb_clock_ms() >= v->next_warn_ms) {
@@ -360,12 +383,17 @@ tr__verify_run(const struct tr_config *cfg, FILE *out)
 	v.t0_ns = fb_clock_ns();
 	if ((rv = open_local(&v)) == FB_OK && (rv = join(&v)) == FB_OK) {
 		loop(&v);
+		uint64_t lost = 0;
+		for (uint32_t m = 0; m < v.job.servers; m++) {
+			lost += v.lost[m];
+		}
 		fprintf(out,
 		    "{\"summary\": {\"verify\": 1, \"verified\": %" PRIu64
 		    ", \"mismatches\": %" PRIu64 ", \"skipped\": %" PRIu64
+		    ", \"lost_by_servers\": %" PRIu64
 		    ", \"reports_failed\": %" PRIu64
 		    ", \"trainers\": %u, \"wall_s\": %.3f}}\n",
-		    v.verified, v.mismatches, v.groups.skipped,
+		    v.verified, v.mismatches, v.groups.skipped, lost,
 		    v.reports_failed, v.job.trainers,
 		    (double) (fb_clock_ns() - v.t0_ns) * 1e-9);
 		fflush(out);
@@ -378,6 +406,8 @@ tr__verify_run(const struct tr_config *cfg, FILE *out)
 	}
 	fb_free(v.part);
 	fb_free(v.shards);
+	fb_free(v.audit_max);
+	fb_free(v.lost);
 	tr__vgroups_fini(&v.groups);
 	ferry_verifier_close(v.fv);
 	tr_backend_free(v.be);

@@ -32,7 +32,8 @@ struct ferry_verifier_job {
 	size_t                    n_shards;
 	const struct ferry_shard *shards; // by global shard id (code_bytes:
 	                                  // the shard's fp32 bytes)
-	uint64_t                  seed;   // the job's declared seed
+	const uint32_t           *shard_server; // by global shard id
+	uint64_t                  seed;         // the job's declared seed
 	// 1: sync mode, fp32 pushes, no clipping, no local steps (pushes a
 	// verifier can recompute exactly); 0: spot checks cannot hold.
 	int                       plain;
