@@ -243,6 +243,36 @@ START_TEST(test_verify_compare_nan)
 }
 END_TEST
 
+// --verify 1 takes the trainers' options but refuses those whose step it
+// cannot recompute (and an attack of its own); alone it parses.
+START_TEST(test_verify_config)
+{
+	static const char *refused[] = { "--model=dlrm", "--device=cuda",
+		"--lr-scale-trainers=2", "--local-steps=4",
+		"--attack=sign-flip" };
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		struct tr_config c;
+		char             err[512] = "";
+		char *argv[] = { "trainer", "--verify=1", (char *) refused[i],
+			NULL };
+		tr_config_defaults(&c);
+		ck_assert_int_ne(
+		    tr_config_parse(&c, 3, argv, err, sizeof(err)), FB_OK);
+		ck_assert_msg(strstr(err, "--verify") != NULL ||
+		        strstr(err, "dlrm") != NULL,
+		    "%s: %s", refused[i], err);
+		tr_config_fini(&c);
+	}
+	struct tr_config c;
+	char             err[512] = "";
+	char *argv[] = { "trainer", "--verify=1", "--seed=3", NULL };
+	tr_config_defaults(&c);
+	PT_OK(tr_config_parse(&c, 3, argv, err, sizeof(err)));
+	ck_assert_int_eq(c.verify, 1);
+	tr_config_fini(&c);
+}
+END_TEST
+
 Suite *
 suite_verify(void)
 {
@@ -252,6 +282,7 @@ suite_verify(void)
 	tcase_add_test(tc, test_verify_batch_is_trainers);
 	tcase_add_test(tc, test_verify_recompute_matches);
 	tcase_add_test(tc, test_verify_compare_nan);
+	tcase_add_test(tc, test_verify_config);
 	suite_add_tcase(s, tc);
 	return s;
 }
