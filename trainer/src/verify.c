@@ -208,6 +208,9 @@ join(struct verifier *v)
 		if (*v->stop) {
 			return FB_ECLOSED;
 		}
+		if (fe == FERRY_ECONNECT) {
+			fb_sleep_us(10 * IDLE_US); // not there yet: no spin
+		}
 	}
 	if (fe != FERRY_OK) {
 		return failed(v, "the job's map", fe);
