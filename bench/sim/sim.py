@@ -49,7 +49,13 @@ Assumptions (and where this simplifies Ferry):
   are a wake-up: paid by a server only when a request finds it idle and by a
   client only when a reply finds its caller thread waiting (H-load's
   perf: context switches cost 0.094 s/GB at 2 trainers, 0.018 at 64,
-  where requests queue up behind each other). Per-byte
+  where requests queue up behind each other). A call that waits for a
+  round (sync, every push-pull of a round but the one that closes it) or
+  for a clock (SSP) costs srv_park more when it is answered: it sits on
+  the server's parked list and the thread that closes the round walks
+  that list and answers it under mu (ps/src/server/pull.c,
+  ps__pull_wake), where an async call is answered by the thread that
+  took it in. Per-byte
   costs include the kernel's loopback copies (measured as process CPU).
   A byte costs more once a machine's working set (a server: its shards x
   (1 + 2 x trainers) in sync: weights, per trainer a staging slot and the
@@ -72,7 +78,10 @@ Assumptions (and where this simplifies Ferry):
   so that the first served go on while mu serves the rest. On the
   measuring machine every process shares `host_cores` cores (processor
   sharing: loadgen's ranks and the servers compete; host_cores is fitted,
-  at most the machine's, as other work may have run beside the sweep);
+  at most the machine's, as other work may have run beside the sweep,
+  and host_bg threads of that other work always want a core: each takes
+  one thread's fair share, so the sweep's share of host_cores grows with
+  its own runnable threads, min(n, host_cores x n / (n + host_bg)));
   in a large job each machine has its own cores.
 * Links: loopback (the measured runs) has no bandwidth limit (its copy
   cost is CPU, above); in a large job a message crosses the trainer's NIC
@@ -187,7 +196,15 @@ class Engine:
         self.timers = []
         self.seq = 0
         self.jobs = []
+        self.bg = []  # background load: jobs that never end
         self.dirty = False
+
+    def background(self, resource, weight):
+        """`weight` threads of other work that always want `resource`,
+        at most one unit each: they take their fair share of it."""
+        if weight > 0 and math.isfinite(resource.capacity):
+            self.bg.append(Job(math.inf, 1.0, [(resource, weight)], None))
+            self.dirty = True
 
     def after(self, dt, fn):
         self.seq += 1
@@ -207,10 +224,10 @@ class Engine:
 
     def _rates(self):
         resid = {}
-        for j in self.jobs:
+        unf = self.jobs + self.bg
+        for j in unf:
             for r, _ in j.uses:
                 resid[r] = r.capacity
-        unf = list(self.jobs)
         while unf:
             load = {}
             for j in unf:
@@ -313,6 +330,7 @@ class Costs:
     """Per-message and per-byte costs (seconds), see the module text."""
     srv_msg: float = 20e-6
     srv_req: float = 0.0  # per request, always (see Model.srv_push)
+    srv_park: float = 0.0  # per parked request woken (see Model.srv_send)
     srv_byte: float = 0.3e-9
     srv_apply: float = 0.3e-9
     cli_msg: float = 20e-6
@@ -326,6 +344,10 @@ class Costs:
     # the measuring machine's cores as its runs had them: all of them on
     # a quiet machine, fewer while other work ran beside the sweep
     host_cores: float = 2.0
+    # other runnable threads on the measuring machine (other work beside
+    # the sweep): each takes a thread's fair share of host_cores, so the
+    # sweep's share grows with its own runnable threads
+    host_bg: float = 0.0
 
     def byte(self, base, ws):
         """Per-byte cost `base` for a machine whose working set is ws."""
@@ -359,6 +381,7 @@ class Job_:
     lock: bool = True  # model the server's mu (see Model.srv_job)
     split: int = 8  # sub-classes per trainer class (see split)
     host_cores: float = None  # all on one machine with this many cores
+    host_bg: float = 0.0  # other runnable threads sharing those cores
     shard_bytes: int = SHARD_BYTES
     overhead: int = 64  # header bytes per request
 
@@ -437,6 +460,7 @@ class Model:
         shared = job.host_cores is not None
         if shared:
             host = Resource("host cpu", job.host_cores)
+            self.eng.background(host, job.host_bg)
         nsc = len(self.sc)
         ntc = len(self.tc)
         self.srv_cpu = []
@@ -600,8 +624,10 @@ class Model:
             del self.rounds[key]
 
             def applied():
+                # every call but the one that closed the round was
+                # parked and is woken now
                 for x in range(len(self.tc)):
-                    self.srv_reply(x, s, j)
+                    self.srv_reply(x, s, j, self.tc[x].n - (x == a))
             # the closing thread, in one hold: every rank's share (the
             # rank-order sum of the slots), the optimizer, the replies
             ntr = sum(tc.n for tc in self.tc)
@@ -618,11 +644,11 @@ class Model:
         def applied():  # SSP: the reply may wait for the slowest clock
             self.clock[s][j][a] += 1
             self.parked[s][j].append(a)
-            self.release(s, j)
+            self.release(s, j, a)
         self.srv_job(s, a, held + self.c.srv_apply * b, applied,
                      locked=True)
 
-    def release(self, s, j):
+    def release(self, s, j, arrived):
         ck = self.clock[s][j]
         low = min(ck)
         keep = []
@@ -630,19 +656,26 @@ class Model:
             # after its push a's clock is ck[a]: its pull is answered once
             # every clock >= ck[a] - K (docs/algorithms.md §6.1)
             if low >= ck[a] - self.job.staleness:
-                self.srv_reply(a, s, j)
+                # a pull answered later than its push was parked
+                self.srv_reply(a, s, j,
+                               0 if a == arrived else self.tc[a].n)
             else:
                 keep.append(a)
         self.parked[s][j] = keep
 
-    def srv_reply(self, a, s, j):
+    def srv_reply(self, a, s, j, parked=0):
         # the thread that closes a round or advances a clock copies the
         # weights into each reply it wakes under mu (ps/src/server/pull.c)
-        w = LOCK_REPLY * self.sb[s] * self.sc[s][1][j]
-        self.srv_job(s, a, w, lambda: self.srv_send(a, s, j), locked=True)
+        w = LOCK_REPLY * self.sb[s] * self.sc[s][1][j] + \
+            self.c.srv_park * parked / self.tc[a].n
+        self.srv_job(s, a, w, lambda: self.srv_send(a, s, j),
+                     locked=True)
 
     def srv_send(self, a, s, j):
-        # the kernel's send copy, on nng's threads, outside mu
+        # the kernel's send copy, on nng's threads, outside mu; of the
+        # class's n calls `parked` waited for a round or a clock: each
+        # is woken (its context's callback, on another thread) and its
+        # reply sent from there, srv_park apiece
         w = (1 - LOCK_REPLY) * self.sb[s] * self.sc[s][1][j]
         self.srv_job(s, a, w, lambda: self.transfer(
             a, s, j, False, lambda: self.reply_in(a, s, j)))

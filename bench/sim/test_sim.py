@@ -182,6 +182,60 @@ class Wakeups(unittest.TestCase):
         self.assertLess(r["srv_cpu_per_pp"], 0.5e-3)
 
 
+class Parked(unittest.TestCase):
+    def test_sync_pays_for_each_parked_call(self):
+        # k ranks of one sync round: the closing push answers itself, the
+        # k - 1 parked calls are answered by its thread, under mu, one
+        # after another; async parks nothing (a latency keeps a step
+        # from taking no time, which the engine cannot end)
+        c = sim.Costs(srv_msg=0, srv_park=1e-3, srv_byte=0, srv_apply=0,
+                      cli_msg=0, cli_byte=0, lat=1e-4)
+        for k in (1, 2, 5):
+            for mode, park in (("sync", (k - 1) * 1e-3), ("async", 0.0)):
+                r = sim.simulate(one([sim.TrainerClass(k)], servers=1,
+                                     bytes=MB, mode=mode), c)
+                self.assertAlmostEqual(r["round_s"], 2e-4 + park,
+                                       delta=1e-9, msg=(k, mode))
+                self.assertAlmostEqual(r["srv_cpu_per_pp"], park / k,
+                                       delta=1e-9, msg=(k, mode))
+
+    def test_class_of_k_parks_k_minus_one(self):
+        # the members of one class are parked but for the closing one,
+        # whatever the split into sub-classes
+        c = sim.Costs(srv_msg=0, srv_park=1e-3, srv_byte=0, srv_apply=0,
+                      cli_msg=0, cli_byte=0, lat=0)
+        for parts in (1, 3, 8):
+            r = sim.simulate(one([sim.TrainerClass(8)], servers=1,
+                                 bytes=MB, split=parts), c)
+            self.assertAlmostEqual(r["srv_cpu_per_pp"], 7e-3 / 8,
+                                   delta=1e-9, msg=parts)
+
+
+class Background(unittest.TestCase):
+    def test_other_threads_take_their_share(self):
+        # one job on 2 cores beside w threads of other work: it gets
+        # min(1, 2 / (1 + w)) of a core
+        for w, want in ((0.0, 1.0), (0.5, 1.0), (1.0, 1.0), (3.0, 2.0),
+                        (7.0, 4.0)):
+            eng = sim.Engine()
+            cpu = sim.Resource("cpu", 2.0)
+            eng.background(cpu, w)
+            end = []
+            eng.start(1.0, [(cpu, 1)], 1.0, lambda: end.append(eng.now))
+            eng.run(lambda: end)
+            self.assertAlmostEqual(end[0], want, delta=1e-9, msg=w)
+
+    def test_share_grows_with_the_sweeps_threads(self):
+        # 4 async trainers beside 4 other threads on 2 cores: the sweep
+        # gets 2 x 4 / 8 of a core, half of test_processor_sharing's
+        c = sim.Costs(srv_msg=0, srv_byte=1e-4 / MB, srv_apply=0,
+                      cli_msg=0, cli_byte=1e-4 / MB, lat=0)
+        r = sim.simulate(one([sim.TrainerClass(4)], servers=1, bytes=MB,
+                             host_cores=2, host_bg=4, mode="async",
+                             lock=False), c)
+        self.assertAlmostEqual(r["round_s"], 4 * 4e-4, delta=1e-9)
+
+
 class PerRequest(unittest.TestCase):
     def test_paid_by_every_request(self):
         # a 16-shard model on S servers: one request per server per step

@@ -20,10 +20,13 @@ of a request), and the model-sweep rows of two sizes
 trainer sweep's control cell: 2 trainers, a 30 MB model). One
 Nelder-Mead fit of the simulator to those rows' log errors of round time
 and of server CPU per push-pull sets the server's per-request costs
-(srv_req, paid by every request, and the wake-up srv_msg) and per-byte
+(srv_req, paid by every request, the wake-up srv_msg, and srv_park, paid
+by a sync call parked until its round closes: none with one trainer,
+one of two with two) and per-byte
 cost (a least-squares fit of the CPU alone starts them), the
 extra cost of a byte beyond the cache and that cache's size, the one-way
-latency, the cores the runs had, and the factor on the client's costs
+latency, the cores the runs had and the other work's threads beside
+them (host_bg), and the factor on the client's costs
 (which mirror a server's, see mirror). Every other row is a validation
 row: predicted against the measured mean round time (trainers /
 push_pulls_per_s; push_pull_ms for the model sweep). Exit 77 with
@@ -96,7 +99,7 @@ def rows_of(doc, transport):
     return out
 
 
-def job_of(r, cores):
+def job_of(r, cores, bg=0.0):
     b = int(r["bytes"])
     floats = b // 4
     shard = sim.SHARD_BYTES
@@ -106,11 +109,12 @@ def job_of(r, cores):
                     servers=int(r["servers"]), bytes=floats * 4,
                     tensors=int(r.get("tensors", 1)), shard_bytes=shard,
                     mode="sync" if r["mode"] == "sync" else "async",
-                    host_cores=cores)
+                    host_cores=cores, host_bg=bg)
 
 
 def predict(r, costs):
-    return sim.simulate(job_of(r, costs.host_cores), costs, steps=4,
+    return sim.simulate(job_of(r, costs.host_cores, costs.host_bg), costs,
+                        steps=4,
                         warmup=2)
 
 
@@ -407,8 +411,12 @@ def main():
         cal, val = val, []
     have_cpu = fit_server(cal, costs, cores)
     costs.cold_byte = 0.5 * costs.srv_byte
-    names = ["srv_msg", "srv_req", "srv_byte", "cold_byte", "lat",
-             "host_cores", "llc", "cli_scale"]
+    # starts: a parked call's answer about a request's cost, one other
+    # thread beside the sweep; the fit sets both
+    costs.srv_park = costs.srv_req
+    costs.host_bg = 1.0
+    names = ["srv_msg", "srv_req", "srv_park", "srv_byte", "cold_byte",
+             "lat", "host_cores", "host_bg", "llc", "cli_scale"]
     mirror(costs)
     iters = 40 if a.smoke else 100 if a.quick else 200
     fit_round(cal, costs, cores, names, iters)
@@ -459,8 +467,9 @@ def main():
                               f"{p}: {r['mode']} {r['trainers']} trainers "
                               f"{r['servers']} servers {r['bytes']} B"
                               for p, r in cal],
-                          how="srv_msg, srv_req, srv_byte, cold_byte, llc, "
-                          "lat, host_cores and cli_scale by Nelder-Mead on "
+                          how="srv_msg, srv_req, srv_park, srv_byte, "
+                          "cold_byte, llc, lat, host_cores, host_bg and "
+                          "cli_scale by Nelder-Mead on "
                           "the calibration rows' log errors of round time and "
                           "of server CPU per push-pull (server_cpu_s / "
                           "(agg_bytes / bytes)); cli_* = cli_scale x "
