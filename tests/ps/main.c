@@ -43,6 +43,7 @@ main(void)
 	srunner_add_suite(sr, suite_scale());
 	srunner_add_suite(sr, suite_pool());
 	srunner_add_suite(sr, suite_rpclimits());
+	srunner_add_suite(sr, suite_quarantine());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

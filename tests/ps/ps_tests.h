@@ -62,4 +62,5 @@ Suite          *suite_rows_repl(void);
 Suite          *suite_seedinit(void);
 Suite          *suite_scale(void);
 Suite          *suite_pool(void);
+Suite          *suite_quarantine(void);
 #endif
