@@ -38,6 +38,9 @@ struct job {
 	double               epochs[3];   // the map's, then the servers'
 };
 
+static double prom(struct obs_registry *r, const char *name,
+    const char *labels);
+
 static void
 job_open(struct job *j)
 {
@@ -65,6 +68,31 @@ job_open(struct job *j)
 		o.secret_file   = j->key;
 		PT_OK(ps_server_open(&o, &j->srv[i]));
 	}
+}
+
+// servers_slotted waits (10 s at most) until the scheduler tracks both
+// servers' heartbeats, which they send once Register gave them a slot: a
+// trainer's first offer then never meets a server still registering
+// (refused "no slot yet", a retry this suite is not about).
+static void
+servers_slotted(struct job *j)
+{
+	struct obs_registry *reg = ps_scheduler_metrics(j->sched);
+	for (uint64_t t0 = fb_clock_ms(); fb_clock_ms() - t0 < 10000;) {
+		int n = 0;
+		for (int i = 0; i < 2; i++) {
+			char lab[48];
+			snprintf(lab, sizeof(lab), "role=\"server\",id=\"%d\"",
+			    i);
+			n += prom(reg, "ferry_member_heartbeat_age_seconds",
+			         lab) >= 0;
+		}
+		if (n == 2) {
+			return;
+		}
+		fb_sleep_us(2000);
+	}
+	ck_abort_msg("the servers never heartbeated");
 }
 
 static void
@@ -285,6 +313,7 @@ START_TEST(test_quarantine_verified_mismatch)
 		a[r].ctx   = &j;
 	}
 	a[1].before_step = quarantine_self;
+	servers_slotted(&j);
 	pt_ranks_run(a, 2);
 	ck_assert_int_eq(j.verdict, PSWIRE__STATUS__OK);
 	ck_assert_msg(j.installed,

@@ -155,20 +155,17 @@ outl_of(struct ps_scheduler *s, uint32_t r, uint32_t m)
 	return &q->srv[m];
 }
 
-// heartbeat_server says whether c is a Heartbeat of a known server, sent
-// by it (or by a sender without identity), carrying outlier counts; *m is
-// the server. mu held.
+// counts_from_server says whether c is a Heartbeat of server l->id, sent
+// by it (or by a sender without identity), carrying outlier counts. Reads
+// the request only: no lock.
 static int
-heartbeat_server(const struct ps_scheduler *s, const struct ps_call *c,
-    uint32_t *m)
+counts_from_server(const struct ps_call *c)
 {
 	const Pswire__LeaveRequest *l = c->hdr->leave_req;
 	if (c->hdr->body_case != PSWIRE__HEADER__BODY_LEAVE_REQ ||
-	    l->role != PSWIRE__ROLE__ROLE_SERVER || l->n_outliers == 0 ||
-	    l->id >= (uint32_t) s->n_servers_seen) {
+	    l->role != PSWIRE__ROLE__ROLE_SERVER || l->n_outliers == 0) {
 		return 0;
 	}
-	*m = l->id;
 	return c->peer.role == PSW_ROLE_NONE ||
 	    (c->peer.role == PSW_ROLE_SERVER &&
 	        (c->peer.id == l->id || c->peer.id == PSW_ID_UNASSIGNED));
@@ -177,14 +174,17 @@ heartbeat_server(const struct ps_scheduler *s, const struct ps_call *c,
 void
 ps__sched_quar_heartbeat(struct ps_scheduler *s, struct ps_call *c)
 {
-	uint32_t m;
-	pthread_mutex_lock(&s->mu);
-	if (!heartbeat_server(s, c, &m)) {
-		pthread_mutex_unlock(&s->mu);
-		return;
+	if (!counts_from_server(c)) {
+		return; // most heartbeats: no lock taken
 	}
 	const Pswire__LeaveRequest *l = c->hdr->leave_req;
 	uint64_t                    k = s->opts.quarantine_outliers;
+	uint32_t                    m = l->id;
+	pthread_mutex_lock(&s->mu);
+	if (m >= (uint32_t) s->n_servers_seen) {
+		pthread_mutex_unlock(&s->mu);
+		return; // on_heartbeat answers it
+	}
 	for (size_t i = 0; i < l->n_outliers; i++) {
 		const Pswire__RankOutliers *o = l->outliers[i];
 		struct ps_sched_outl       *e;
