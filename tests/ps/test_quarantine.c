@@ -533,6 +533,18 @@ START_TEST(test_quarantine_outlier_streak)
 	ck_assert_double_eq(prom(reg, "ferry_trainer_suspicion", "rank=\"2\""),
 	    1);
 	ck_assert_double_eq(prom(reg, "ferry_trainers_quarantined", NULL), 1);
+	{ // and /debug/state says so
+		struct obs_writer w = OBS_WRITER_INIT;
+		char              why[128];
+		ps_scheduler_state_json(s, &w);
+		ck_assert_msg(pt_json_check(w.buf, why, sizeof(why)) == 0,
+		    "%s: %s", why, w.buf);
+		ck_assert_msg(strstr(w.buf,
+		                  "{\"rank\":2,\"quarantined\":true,"
+		                  "\"suspicion\":1,\"outliers\":3,"),
+		    "%s", w.buf);
+		obs_writer_fini(&w);
+	}
 	// Without auth the rank a request claims is refused.
 	ck_assert_int_eq(register_trainer(url, 2),
 	    PSWIRE__STATUS__PERMISSION_DENIED);

@@ -266,15 +266,15 @@ ps_scheduler_state_json(struct ps_scheduler *s, struct obs_writer *w)
 	for (int t = 0; t < s->opts.trainers; t++) {
 		obs_writer_printf(w,
 		    "%s{\"rank\":%d,\"registered\":%s,\"gone\":%s,"
-		    "\"live\":%s",
+		    "\"live\":%s}",
 		    sep, t, s->trainer_seen[t] ? "true" : "false",
 		    s->trainer_gone[t] ? "true" : "false",
 		    ps__sched_is_live(s, (uint32_t) t) ? "true" : "false");
-		ps__sched_quar_json(s, w, (uint32_t) t);
-		obs_writer_printf(w, "}");
 		sep = ",";
 	}
-	obs_writer_printf(w, "],\"parked_get_placement\":[");
+	obs_writer_printf(w, "]");
+	ps__sched_quar_json(s, w);
+	obs_writer_printf(w, ",\"parked_get_placement\":[");
 	sep = "";
 	for (struct ps_call *c = s->parked; c != NULL; c = c->next) {
 		obs_writer_printf(w, "%s{\"min_epoch\":%llu}", sep,

@@ -351,16 +351,27 @@ ps__sched_quar_metrics(struct ps_scheduler *s, struct obs_writer *w)
 }
 
 void
-ps__sched_quar_json(struct ps_scheduler *s, struct obs_writer *w, uint32_t r)
+ps__sched_quar_json(struct ps_scheduler *s, struct obs_writer *w)
 {
-	const struct ps_sched_quar *q = &s->quar[r];
-	obs_writer_printf(w,
-	    ",\"quarantined\":%s,\"suspicion\":%.6g,\"outliers\":%llu,"
-	    "\"verified_ok\":%llu,\"verified_mismatch\":%llu",
-	    q->quarantined ? "true" : "false", ps__sched_quar_suspicion(s, r),
-	    (unsigned long long) outliers_of(s, r),
-	    (unsigned long long) q->verified_ok,
-	    (unsigned long long) q->verified_bad);
+	const char *sep = "";
+	obs_writer_printf(w, ",\"trainer_trust\":[");
+	for (uint32_t r = 0; r < (uint32_t) s->opts.trainers; r++) {
+		const struct ps_sched_quar *q = &s->quar[r];
+		if (!reported(s, r)) {
+			continue;
+		}
+		obs_writer_printf(w,
+		    "%s{\"rank\":%u,\"quarantined\":%s,\"suspicion\":%.6g,"
+		    "\"outliers\":%llu,\"verified_ok\":%llu,"
+		    "\"verified_mismatch\":%llu}",
+		    sep, r, q->quarantined ? "true" : "false",
+		    ps__sched_quar_suspicion(s, r),
+		    (unsigned long long) outliers_of(s, r),
+		    (unsigned long long) q->verified_ok,
+		    (unsigned long long) q->verified_bad);
+		sep = ",";
+	}
+	obs_writer_printf(w, "]");
 }
 
 size_t

@@ -118,11 +118,11 @@ double ps__sched_quar_suspicion(const struct ps_scheduler *s, uint32_t r);
 // ferry_trainers_quarantined. mu held.
 void ps__sched_quar_metrics(struct ps_scheduler *s, struct obs_writer *w);
 
-// ps__sched_quar_json writes rank r's `,"quarantined":..,"suspicion":..,
-// "outliers":..,"verified_ok":..,"verified_mismatch":..` fields for
-// /debug/state's trainers. mu held.
-void ps__sched_quar_json(struct ps_scheduler *s, struct obs_writer *w,
-    uint32_t r);
+// ps__sched_quar_json writes `,"trainer_trust":[{"rank":R,
+// "quarantined":..,"suspicion":..,"outliers":..,"verified_ok":..,
+// "verified_mismatch":..},...]` for /debug/state: the ranks that
+// registered or have evidence. mu held.
+void ps__sched_quar_json(struct ps_scheduler *s, struct obs_writer *w);
 
 // ps__sched_quar_stats writes the Stats lines (trainers_quarantined, and
 // one trainer_R line per rank with evidence) into buf (n bytes) and
