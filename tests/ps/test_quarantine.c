@@ -303,7 +303,6 @@ START_TEST(test_quarantine_verified_mismatch)
 	struct pt_rank   a[2] = { { 0 } };
 	struct psw_ident t0   = { PSW_ROLE_TRAINER, 0 };
 	struct psw_ident op   = { PSW_ROLE_OPERATOR, 0 };
-	char             err[512];
 
 	job_open(&j);
 	for (int r = 0; r < 2; r++) {
@@ -376,7 +375,6 @@ START_TEST(test_quarantine_verified_mismatch)
 	char text[8192];
 	ps_scheduler_stats(j.sched, text, sizeof(text));
 	ck_assert_uint_eq(pt_stat(text, "trainers_quarantined:"), 1);
-	(void) err;
 	job_close(&j);
 }
 END_TEST
