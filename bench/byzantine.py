@@ -91,7 +91,7 @@ class Job:
         self.spawn(srv, "server")
         common = ["--scheduler=" + url, "--data=" + a.data,
                   "--layers=" + LAYERS, "--batch=%d" % BATCH,
-                  "--lr=%g" % LR, "--seed=%d" % seed, "--epochs=1",
+                  "--lr=%g" % a.lr, "--seed=%d" % seed, "--epochs=100",
                   "--max-steps=%d" % steps, "--log-interval=0",
                   "--blas-threads=1", "--timeout-ms=120000"]
         for r in range(TRAINERS):
@@ -204,6 +204,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--command", default="")
     ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--lr", type=float, default=LR)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--attackers", default="1,2,3")
     ap.add_argument("--attacks", default="sign-flip,scale:-4,noise:1,"
@@ -226,7 +227,7 @@ def main():
     fs = [int(x) for x in a.attackers.split(",")]
     res = {"command": a.command, "when": time.strftime(
         "%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "trainers": TRAINERS,
-        "layers": LAYERS, "batch": BATCH, "lr": LR, "steps": a.steps,
+        "layers": LAYERS, "batch": BATCH, "lr": a.lr, "steps": a.steps,
         "runs": []}
 
     if not a.skip_aggregation:

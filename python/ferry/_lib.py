@@ -79,6 +79,9 @@ class Opts(ctypes.Structure):
         ("local_steps", ctypes.c_uint32),  # 0 = off
         ("inner_lr", ctypes.c_double),  # the trainers' base inner lr
         ("fragments", ctypes.c_uint32),  # 0, 1 = the whole model at once
+        # untrusted trainers (issue 31): the attack this trainer runs
+        # (benchmarks and tests only; None: honest)
+        ("attack", ctypes.c_char_p),
     ]
 
     @classmethod
@@ -86,7 +89,8 @@ class Opts(ctypes.Structure):
         """An Opts holding FERRY_OPTS_INIT's values."""
         return cls(None, 0, 0, MODE_SYNC, 0.1, None, None, 0, 0, 0, None, None,
                    0, 0, 0, None, 0.9, 0.9, 0.999, 1e-8, 0.0, None, 0, 1000,
-                   0.1, 0.0, 0, 0.0, 0.0, None, None, None, 0, 0.0, 0)
+                   0.1, 0.0, 0, 0.0, 0.0, None, None, None, 0, 0.0, 0,
+                   None)
 
 
 class TensorDesc(ctypes.Structure):

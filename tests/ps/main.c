@@ -45,6 +45,7 @@ main(void)
 	srunner_add_suite(sr, suite_audit());
 	srunner_add_suite(sr, suite_rpclimits());
 	srunner_add_suite(sr, suite_robust());
+	srunner_add_suite(sr, suite_quarantine());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

@@ -64,4 +64,5 @@ Suite          *suite_scale(void);
 Suite          *suite_pool(void);
 Suite          *suite_audit(void);
 Suite          *suite_robust(void);
+Suite          *suite_quarantine(void);
 #endif

@@ -12,7 +12,16 @@
 // Peers are kept in a table of PEERS hosts; when it is full, the host
 // refused least recently gives its slot up and its count goes to
 // peer="other", so many source addresses cannot grow it either.
+//
+// QUARANTINE (issue 31). The trainer ranks the scheduler quarantined, and
+// a server learned from a map, are bits of a fixed bitmap set with
+// atomics and never cleared: every request of such a rank's identity
+// (or, without identities, of its claim) is refused PERMISSION_DENIED
+// before any handler, whatever its method, and counted under
+// reason="quarantined" like the refusals above. A count of the ranks set
+// lets the check cost one relaxed load while there are none.
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -24,7 +33,7 @@
 
 static const char *const reasons[] = { "unsigned", "bad_signature",
 	"reply_as_request", "wrong_receiver", "wrong_run", "stale", "future",
-	"replay", "internal", "identity" };
+	"replay", "internal", "identity", "quarantined" };
 #define N_REASONS (sizeof(reasons) / sizeof(reasons[0]))
 
 struct peer {
@@ -44,6 +53,9 @@ struct ps_refusals {
 	uint64_t           window_ms; // start of the global interval
 	uint32_t           lines;     // lines logged in it
 	uint64_t           unlogged;  // refusals of no-line peers, all
+	// QUARANTINE: bit r of quar set for each quarantined rank r.
+	_Atomic uint32_t   n_quar;
+	_Atomic uint64_t   quar[PS_QUARANTINE_RANKS / 64];
 };
 
 // collect writes the per-peer counters.
@@ -86,8 +98,8 @@ ps__refusals_open(struct obs_registry *reg, struct ps_refusals **out)
 		snprintf(lab, sizeof(lab), "reason=\"%s\"", reasons[i]);
 		rv = obs_metric_add(reg, OBS_COUNTER,
 		    "ferry_rpc_refused_total",
-		    "Requests refused before any handler (UNAUTHENTICATED), "
-		    "by reason.",
+		    "Requests refused before any handler (UNAUTHENTICATED; "
+		    "quarantined: PERMISSION_DENIED), by reason.",
 		    lab, NULL, 0, OBS_HIDE_ZERO, &r->by_reason[i]);
 	}
 	if (rv == FB_OK) {
@@ -135,16 +147,16 @@ slot(struct ps_refusals *r, uint64_t host, nng_pipe pipe)
 	return stale;
 }
 
-void
-ps__refusals_note(struct ps_refusals *r, nng_pipe pipe, int method,
-    struct psw_ident claim, const char *why)
+// note counts and logs one refusal for reason (one of reasons[]).
+static void
+note(struct ps_refusals *r, nng_pipe pipe, int method, struct psw_ident claim,
+    const char *reason, const char *why)
 {
-	const char *reason = psw_auth_reason(why);
-	uint64_t    host   = ps__host_key(pipe, NULL, 0);
-	uint64_t    now    = fb_clock_ms();
-	uint64_t    skipped;
-	char        addr[48], as[48] = "";
-	int         log = 0;
+	uint64_t host = ps__host_key(pipe, NULL, 0);
+	uint64_t now  = fb_clock_ms();
+	uint64_t skipped;
+	char     addr[48], as[48] = "";
+	int      log = 0;
 
 	for (size_t i = 0; i < N_REASONS; i++) {
 		if (strcmp(reasons[i], reason) == 0) {
@@ -189,4 +201,101 @@ ps__refusals_note(struct ps_refusals *r, nng_pipe pipe, int method,
 	}
 	FB_LOG(FB_LOG_NOTICE, "rpc", "%s from %s%s refused: %s%s",
 	    psw_method_name(method), addr, as, why, more);
+}
+
+void
+ps__refusals_note(struct ps_refusals *r, nng_pipe pipe, int method,
+    struct psw_ident claim, const char *why)
+{
+	note(r, pipe, method, claim, psw_auth_reason(why), why);
+}
+
+void
+ps__refusals_quarantine(struct ps_refusals *r, const uint32_t *ranks, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint32_t k = ranks[i];
+		if (k >= PS_QUARANTINE_RANKS) {
+			continue;
+		}
+		uint64_t bit = 1ull << (k % 64);
+		if ((atomic_fetch_or(&r->quar[k / 64], bit) & bit) == 0) {
+			atomic_fetch_add(&r->n_quar, 1);
+		}
+	}
+}
+
+int
+ps__refusals_is_quarantined(const struct ps_refusals *r, uint32_t rank)
+{
+	return rank < PS_QUARANTINE_RANKS &&
+	    (atomic_load_explicit(&r->quar[rank / 64], memory_order_relaxed) >>
+	            (rank % 64) &
+	        1) != 0;
+}
+
+// claimed_rank is the trainer rank c speaks for without an identity (see
+// ps__refusals_quarantined), or PSW_ID_UNASSIGNED: requests servers and
+// operators send too (GetPlacement, Stats, Probe, ...) name no trainer.
+static uint32_t
+claimed_rank(const struct ps_call *c)
+{
+	const Pswire__Header *h = c->hdr;
+	if (h->body_case == PSWIRE__HEADER__BODY_REGISTER_REQ) {
+		const Pswire__RegisterRequest *q = h->register_req;
+		return q->role == PSWIRE__ROLE__ROLE_TRAINER && !q->any_rank
+		    ? q->rank
+		    : PSW_ID_UNASSIGNED;
+	}
+	if (h->body_case == PSWIRE__HEADER__BODY_LEAVE_REQ) {
+		return h->leave_req->role == PSWIRE__ROLE__ROLE_TRAINER
+		    ? h->leave_req->id
+		    : PSW_ID_UNASSIGNED;
+	}
+	switch (c->frame.method) {
+	case PSWIRE__METHOD__PULL:
+	case PSWIRE__METHOD__PUSH:
+	case PSWIRE__METHOD__PUSH_PULL:
+	case PSWIRE__METHOD__ROWS:
+	case PSWIRE__METHOD__LEASE:
+	case PSWIRE__METHOD__REPORT_LINKS:
+		return h->rank;
+	default:
+		return PSW_ID_UNASSIGNED;
+	}
+}
+
+int
+ps__refusals_quarantined(struct ps_refusals *r, struct ps_call *c, char *why,
+    size_t n)
+{
+	if (atomic_load_explicit(&r->n_quar, memory_order_relaxed) == 0) {
+		return 0;
+	}
+	uint32_t    rank;
+	const char *how;
+	if (c->peer.role == PSW_ROLE_TRAINER) {
+		// A trainer signed without a rank (an any_rank Register)
+		// is the one its certificate names, if any.
+		rank = c->peer.id != PSW_ID_UNASSIGNED ? c->peer.id
+		                                       : ps__call_cert_rank(c);
+		how  = "its identity";
+	} else if (c->peer.role == PSW_ROLE_NONE) {
+		rank = claimed_rank(c);
+		how  = "the rank it claims: without a secret or member "
+		       "certificates ranks are claims";
+	} else {
+		return 0; // a server, an operator, the scheduler
+	}
+	if (rank == PSW_ID_UNASSIGNED ||
+	    !ps__refusals_is_quarantined(r, rank)) {
+		return 0;
+	}
+	snprintf(why, n,
+	    "trainer rank %u is quarantined (refused by %s; "
+	    "docs/security.md)",
+	    rank, how);
+	note(r, nng_msg_get_pipe(c->req), c->frame.method, c->peer,
+	    "quarantined", why);
+	return 1;
 }

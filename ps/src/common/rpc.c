@@ -486,6 +486,13 @@ handle(struct ps_call *c)
 	}
 	c->deadline = c->hdr->deadline_ms ? fb_clock_ms() + c->hdr->deadline_ms
 	                                  : 0;
+	char qwhy[200]; // a quarantined trainer: refused whatever it asks
+	if (ps__refusals_quarantined(c->rpc->m.refusals, c, qwhy,
+	        sizeof(qwhy))) {
+		reply_status(c, c->hdr->request_id,
+		    PSWIRE__STATUS__PERMISSION_DENIED, qwhy);
+		return;
+	}
 	if (over_limits(c) != 0) {
 		return;
 	}
@@ -754,6 +761,12 @@ ps__open_tls(const char *cert, const char *key, const char *ca,
 		FB_LOG(FB_LOG_ERR, "tls", "%s", why);
 	}
 	return rv;
+}
+
+void
+ps__rpc_quarantine(struct ps_rpc *r, const uint32_t *ranks, size_t n)
+{
+	ps__refusals_quarantine(r->m.refusals, ranks, n);
 }
 
 int

@@ -143,6 +143,15 @@ int ps__rpc_contexts(const struct ps_rpc *rpc);
 // TLS): the handlers' role checks apply only then.
 int ps__rpc_auth_on(const struct ps_rpc *rpc);
 
+// ps__rpc_quarantine refuses, from now on and before any handler, every
+// request of the n trainer ranks of ranks (quarantined: issue 31,
+// docs/security.md): PERMISSION_DENIED "trainer rank R is quarantined",
+// counted as ferry_rpc_refused_total{reason="quarantined"}. A request is
+// a rank's by its identity (signed as, or over the certificate of,
+// trainer R); without identities by the rank it claims on the requests
+// only trainers send (refusals.h). Idempotent; never undone. Any thread.
+void ps__rpc_quarantine(struct ps_rpc *rpc, const uint32_t *ranks, size_t n);
+
 // ps__rpc_set_limits sets the LIMITS above: conn_bytes per connection and
 // total_bytes over all (0: no total cap), and pipe_gone(arg, pipe id),
 // called on an nng thread when a connection closes so that the role can

@@ -17,6 +17,7 @@
 #include "authstate.h"
 #include "scheduler_impl.h"
 #include "scheduler_leases.h"
+#include "scheduler_quarantine.h"
 
 // on_stats serves Stats with the text of ps_scheduler_stats.
 static void
@@ -41,6 +42,7 @@ dispatch(void *arg, struct ps_call *c)
 		ps__sched_on_get_placement(s, c);
 		break;
 	case PSWIRE__METHOD__HEARTBEAT:
+		ps__sched_quar_heartbeat(s, c); // a server's outlier counts
 		ps__sched_on_heartbeat(s, c);
 		break;
 	case PSWIRE__METHOD__LEAVE:
@@ -57,6 +59,9 @@ dispatch(void *arg, struct ps_call *c)
 		break;
 	case PSWIRE__METHOD__LEASE:
 		ps__sched_on_lease(s, c);
+		break;
+	case PSWIRE__METHOD__VERIFIED:
+		ps__sched_on_verified(s, c);
 		break;
 	default:
 		ps__call_reply_err(c, PSWIRE__STATUS__UNIMPLEMENTED,
@@ -146,6 +151,7 @@ ps_scheduler_open(const struct ps_scheduler_opts *o, struct ps_scheduler **out)
 		return FB_ENOMEM;
 	}
 	if ((rv = ps__sched_elastic_open(s)) != FB_OK ||
+	    (rv = ps__sched_quar_open(s)) != FB_OK ||
 	    (rv = ps__open_auth(o->secret_file, PSW_ROLE_SCHEDULER, 0,
 	         o->auth_window_ms, &s->auth)) != FB_OK ||
 	    (rv = ps__open_tls(o->tls_cert, o->tls_key, o->tls_ca, &s->tls)) !=
@@ -168,6 +174,7 @@ ps_scheduler_open(const struct ps_scheduler_opts *o, struct ps_scheduler **out)
 	}
 	ps__rpc_set_limits(s->rpc, 2 * sched_max_msg(o), o->max_inflight,
 	    ps__sched_pipe_gone);
+	ps__sched_quar_arm(s); // ranks a state file quarantined
 	if ((rv = ps__sched_live_start(s)) != FB_OK) {
 		ps_scheduler_close(s);
 		return rv;
@@ -230,6 +237,7 @@ ps_scheduler_close(struct ps_scheduler *s)
 	fb_free(s->move_epoch);
 	fb_free(s->shard_size);
 	ps__sched_elastic_close(s);
+	ps__sched_quar_close(s);
 	ps__sched_leases_free(s);
 	obs_registry_free(s->reg);
 	pthread_mutex_destroy(&s->mu);
@@ -267,6 +275,9 @@ ps_scheduler_stats(struct ps_scheduler *s, char *buf, size_t n)
 	OUT("state_file:%s\r\nstate_saved:%llu\r\nstate_failed:%llu\r\n",
 	    s->state_path, (unsigned long long) s->state_saved,
 	    (unsigned long long) s->state_failed);
+	if (off < n) { // before the shards' lines, which may fill buf
+		off += ps__sched_quar_stats(s, buf + off, n - off);
+	}
 	OUT("# Placement\r\n");
 	if (s->have_report) {
 		OUT("predicted_step_s:%.6f\r\nlower_bound_s:%.6f\r\n"

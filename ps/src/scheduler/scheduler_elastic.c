@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "scheduler_impl.h"
+#include "scheduler_quarantine.h"
 
 int
 ps__sched_elastic_open(struct ps_scheduler *s)
@@ -76,7 +77,7 @@ int
 ps__sched_free_rank(const struct ps_scheduler *s)
 {
 	for (uint32_t r = 0; r < (uint32_t) s->opts.trainers; r++) {
-		if (!ps__sched_is_live(s, r)) {
+		if (!ps__sched_is_live(s, r) && !ps__sched_quarantined(s, r)) {
 			return (int) r;
 		}
 	}

@@ -17,8 +17,11 @@
 //   scheduler_state.c   the job, members and map on disk (--state-dir)
 //   scheduler_snapshot.c the Snapshot rpc forwarded to every server
 //   scheduler_reseed.c  lost shards re-seeded from the trainers' copies
+//   scheduler_quarantine.c untrusted trainers: evidence, suspicion,
+//                       quarantine, allowed attacks, the audit key
 // dispatch -> members -> place -> reply; members -> job; members, live ->
-// elastic; live -> members,
+// elastic; dispatch, members, obs -> quarantine -> live, place, reply,
+// state; live -> members,
 // place, reply; members, live -> reseed -> place. The placement
 // policy itself (the 10% rule, capacities, round-robin over live servers)
 // is pure code in sharding/ (shard_policy_*).
@@ -172,6 +175,12 @@ struct ps_scheduler {
 	uint64_t                 n_joins, n_leaves, n_deaths, n_flap_refused;
 	struct ps_sched_flap    *flap;   // [PS_FLAP_HOSTS]
 	struct ps_sched_leases  *leases; // scheduler_leases.c (NULL: none)
+	// Untrusted trainers (scheduler_quarantine.h): per rank its
+	// quarantine and the evidence against it, how many are
+	// quarantined, and the spot checks' audit key handed to servers.
+	struct ps_sched_quar    *quar; // [trainers]
+	uint32_t                 n_quarantined;
+	uint64_t                 audit_key;
 };
 
 // ps__sched_probing says whether trainers measure their links before the
@@ -225,8 +234,8 @@ ps__sched_is_live(const struct ps_scheduler *s, uint32_t r)
 // ps__sched_live_trainers counts the live members. mu held.
 int ps__sched_live_trainers(const struct ps_scheduler *s);
 
-// ps__sched_free_rank returns the lowest rank no live member holds, or -1
-// when every slot is held. mu held.
+// ps__sched_free_rank returns the lowest rank no live member holds and
+// not quarantined, or -1 when there is none. mu held.
 int ps__sched_free_rank(const struct ps_scheduler *s);
 
 // ps__sched_flap_wait says how long (ms) a registration of rank r must

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "scheduler_impl.h"
+#include "scheduler_quarantine.h"
 
 int
 ps__sched_refuse(struct ps_sched_refusal *no, int status, const char *fmt, ...)
@@ -385,6 +386,13 @@ pick_rank(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
 		    "rank %u out of range: job has %d trainers (MAX %d)",
 		    j->rank, max, max);
 	}
+	if (ps__sched_quarantined(s, j->rank)) {
+		// The rpc refuses its identity before this; a join whose
+		// certificate names it, or a claim, ends here.
+		return ps__sched_refuse(no, PSWIRE__STATUS__PERMISSION_DENIED,
+		    "trainer rank %u is quarantined (docs/security.md)",
+		    j->rank);
+	}
 	j->already = ps__sched_is_live(s, j->rank);
 	if (j->already && !fixed && !j->resent) {
 		if (ps__sched_live_trainers(s) >= max) {
@@ -417,7 +425,8 @@ register_trainer(struct ps_scheduler *s, const Pswire__RegisterRequest *r,
     struct join *j, Pswire__RegisterReply *rep, struct ps_sched_refusal *no)
 {
 	char why[512];
-	if (pick_rank(s, r, j, no) != 0) {
+	if (pick_rank(s, r, j, no) != 0 ||
+	    ps__sched_quar_attack(s, j->rank, r, no) != 0) {
 		return no->status;
 	}
 	if (r->job == NULL) {
@@ -543,8 +552,11 @@ ps__sched_on_register(struct ps_scheduler *s, struct ps_call *c)
 		rep.probe_count = s->opts.probe_count;
 		rep.probe_bytes = s->opts.probe_bytes;
 		rep.reprobe_s   = s->opts.reprobe_s;
-		h.body_case     = PSWIRE__HEADER__BODY_REGISTER_REP;
-		h.register_rep  = &rep;
+		if (r->role == PSWIRE__ROLE__ROLE_SERVER) {
+			ps__sched_quar_server_reply(s, &rep); // spot checks
+		}
+		h.body_case    = PSWIRE__HEADER__BODY_REGISTER_REP;
+		h.register_rep = &rep;
 		maybe_start(s);
 		ps__call_reply(c, &h);
 	}

@@ -1,7 +1,7 @@
 // scheduler_obs.c — what an operator sees of the scheduler: the metrics
 // collector (members, the map epoch, the measured links, parked
-// GetPlacements), its readiness and /debug/state's JSON. Its requests are
-// counted by rpc.c like every role's.
+// GetPlacements, the trainers' suspicion and quarantine), its readiness and
+// /debug/state's JSON. Its requests are counted by rpc.c like every role's.
 //
 // DESIGN. All of it lives under s->mu and changes rarely, so nothing here
 // is a hot-path counter: the collector and the state writer take mu once
@@ -12,6 +12,7 @@
 
 #include "scheduler_impl.h"
 #include "scheduler_leases.h"
+#include "scheduler_quarantine.h"
 
 // count_set counts the non-zero bytes of flags[0..n).
 static int
@@ -176,6 +177,7 @@ collect(void *arg, struct obs_writer *w)
 	    "second.",
 	    s->bw);
 	ps__sched_leases_metrics(s, w);
+	ps__sched_quar_metrics(s, w);
 	pthread_mutex_unlock(&s->mu);
 }
 
@@ -270,7 +272,9 @@ ps_scheduler_state_json(struct ps_scheduler *s, struct obs_writer *w)
 		    ps__sched_is_live(s, (uint32_t) t) ? "true" : "false");
 		sep = ",";
 	}
-	obs_writer_printf(w, "],\"parked_get_placement\":[");
+	obs_writer_printf(w, "]");
+	ps__sched_quar_json(s, w);
+	obs_writer_printf(w, ",\"parked_get_placement\":[");
 	sep = "";
 	for (struct ps_call *c = s->parked; c != NULL; c = c->next) {
 		obs_writer_printf(w, "%s{\"min_epoch\":%llu}", sep,

@@ -18,6 +18,7 @@
 
 #include "comp/comp.h"
 #include "scheduler_impl.h"
+#include "scheduler_quarantine.h"
 
 // wire_factor is rho of docs/algorithms.md §3.3: bytes on the wire per fp32
 // byte of a shard, push plus pull, with the job's codecs.
@@ -398,6 +399,10 @@ ps__sched_publish(struct ps_scheduler *s)
 		}
 	}
 	p.gone_trainers = gone_t;
+	// Quarantined trainers (issue 31): every server refuses them.
+	uint32_t quar_t[PS_MAX_MEMBERS];
+	p.n_quarantined = ps__sched_quar_list(s, quar_t);
+	p.quarantined   = quar_t;
 	// Keep a private deep copy (pack + unpack) to answer fetches from.
 	s->placement_len = pswire__placement__get_packed_size(&p);
 	if ((s->placement_buf = fb_alloc(s->placement_len)) == NULL) {
@@ -572,7 +577,10 @@ ps__sched_republish(struct ps_scheduler *s, const uint32_t *assign)
 			gone_t[q.n_gone_trainers++] = (uint32_t) t;
 		}
 	}
-	q.gone_trainers    = gone_t;
+	q.gone_trainers = gone_t;
+	uint32_t quar_t[PS_MAX_MEMBERS];
+	q.n_quarantined    = ps__sched_quar_list(s, quar_t);
+	q.quarantined      = quar_t;
 	q.rollback_version = s->rollback_version;
 	q.rollback_gen     = s->rollback_gen;
 	q.snapshots        = snapshots_all(s);

@@ -20,11 +20,12 @@
 // reads and checks the whole file (magic, format, CRC, the protobuf, every
 // count and index against the options) before anything is applied, so a
 // damaged file is refused, naming it, and nothing is half-loaded.
-// Liveness is not persisted: after a restart, members are tracked again
-// from their next heartbeat. A rollback still waiting for the servers'
-// snapshot lists is (the restarted server and the versions it registered
-// with): the restarted scheduler waits for every other server's next
-// list, as the old one did, and decides it the same way.
+// Quarantined ranks are (a trainer flag); the spot checks' audit key is
+// not (scheduler_quarantine.c). Liveness is not persisted: after a restart,
+// members are tracked again from their next heartbeat. A rollback still
+// waiting for the servers' snapshot lists is (the restarted server and the
+// versions it registered with): the restarted scheduler waits for every other
+// server's next list, as the old one did, and decides it the same way.
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -34,6 +35,7 @@
 #include "durable.h"
 #include "scheduler_impl.h"
 #include "scheduler_leases.h"
+#include "scheduler_quarantine.h"
 
 #define STATE_MAGIC "FERRYSCH"
 #define STATE_FORMAT 1u
@@ -50,6 +52,9 @@ enum {
 	STATE_TRAINER_SEEN  = 1,
 	STATE_TRAINER_GONE  = 2,
 	STATE_TRAINER_LINKS = 4,
+	// Quarantined (issue 31): refused for good, after a restart too. A
+	// file from before it has the bit clear.
+	STATE_TRAINER_QUARANTINED = 8,
 };
 
 int
@@ -78,7 +83,10 @@ ps__sched_state_save(struct ps_scheduler *s)
 		tf[t] = (uint8_t) ((s->trainer_seen[t] ? STATE_TRAINER_SEEN
 		                                       : 0) |
 		    (s->trainer_gone[t] ? STATE_TRAINER_GONE : 0) |
-		    (s->links_seen[t] ? STATE_TRAINER_LINKS : 0));
+		    (s->links_seen[t] ? STATE_TRAINER_LINKS : 0) |
+		    (ps__sched_quarantined(s, (uint32_t) t)
+		            ? STATE_TRAINER_QUARANTINED
+		            : 0));
 	}
 	st.trainers           = (uint32_t) T;
 	st.min_trainers       = (uint32_t) s->opts.min_trainers;
@@ -401,6 +409,9 @@ state_apply(struct ps_scheduler *s, const Pswire__SchedulerState *st)
 		s->trainer_seen[t] = (f & STATE_TRAINER_SEEN) != 0;
 		s->trainer_gone[t] = (f & STATE_TRAINER_GONE) != 0;
 		s->links_seen[t]   = (f & STATE_TRAINER_LINKS) != 0;
+		if (f & STATE_TRAINER_QUARANTINED) {
+			ps__sched_quar_set(s, (uint32_t) t);
+		}
 		s->n_trainers_seen += s->trainer_seen[t];
 		s->n_links_seen += s->links_seen[t];
 	}

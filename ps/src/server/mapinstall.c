@@ -7,6 +7,11 @@
 #include "fb/init.h"
 #include "server_impl.h"
 
+// The trainer ranks a map quarantines (issue 31: Placement.quarantined,
+// checked here) are refused by this server's rpc from the map that lists
+// them on (ps__rpc_quarantine): the first map's are marked here, a later
+// map's where it is installed (moves.c's map_mark).
+
 // placed_backup reports whether map shard si names server m as a backup.
 static int
 placed_backup(const Pswire__ShardInfo *si, uint32_t m)
@@ -31,6 +36,14 @@ ps__map_check(const Pswire__Placement *pl)
 	    pl->n_shards > (1u << 24) || job->n_tensors == 0 ||
 	    job->n_tensors > 65536 || pl->n_gone_trainers > pl->trainers) {
 		return FB_EPROTO;
+	}
+	if (pl->n_quarantined > pl->trainers) {
+		return FB_EPROTO;
+	}
+	for (size_t i = 0; i < pl->n_quarantined; i++) {
+		if (pl->quarantined[i] >= pl->trainers) {
+			return FB_EPROTO;
+		}
 	}
 	for (size_t i = 0; i < pl->n_servers; i++) {
 		if (pl->servers[i] == NULL || pl->servers[i][0] == '\0') {
@@ -117,6 +130,7 @@ ps__map_install(struct ps_server *s, Pswire__Placement *pl)
 		}
 	}
 	s->trainers = pl->trainers;
+	ps__rpc_quarantine(s->rpc, pl->quarantined, pl->n_quarantined);
 	if (ps__job_read(job, &s->job, why, sizeof(why)) != FB_OK) {
 		FB_LOG(FB_LOG_ERR, "store", "%s", why);
 		return FB_EPROTO;

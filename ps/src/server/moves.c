@@ -217,13 +217,15 @@ map_rebuilds(struct ps_server *s, const Pswire__Placement *old,
 	return n_out;
 }
 
-// map_mark installs map pl and its set of departed trainers (an absence
-// may complete a round), then marks the shards that leave LEAVING and
-// those that arrive ARRIVING. mu held.
+// map_mark installs map pl, its quarantined trainers and its set of
+// departed trainers (an absence may complete a round), then marks the
+// shards that leave LEAVING and those that arrive ARRIVING. mu held.
 static void
 map_mark(struct ps_server *s, Pswire__Placement *pl)
 {
 	s->pl = pl;
+	// Quarantined trainers (issue 31) are refused from this map on.
+	ps__rpc_quarantine(s->rpc, pl->quarantined, pl->n_quarantined);
 	// Trainers that left (or came back: pending in a sync job, their
 	// clocks raised in an SSP one): an absence may complete a round.
 	ps__ranks_map(s, pl, 0);
