@@ -404,7 +404,7 @@ ferry_verifier_audit(ferry_verifier *v, uint32_t server, uint32_t max,
 		    server, v->pl->n_servers);
 	}
 	struct vconn *cn = &v->conns[server];
-	aq.max           = max;
+	aq.max           = max != 0 ? max : UINT32_MAX; // the server caps it
 	h.body_case      = PSWIRE__HEADER__BODY_AUDIT_REQ;
 	h.audit_req      = &aq;
 	h.request_id     = v->next_rid++;

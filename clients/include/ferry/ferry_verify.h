@@ -93,15 +93,15 @@ FERRY_API int ferry_verifier_open(const struct ferry_opts *o,
 FERRY_API int ferry_verifier_map(ferry_verifier *v,
     struct ferry_verifier_job                   *job);
 
-// ferry_verifier_audit collects up to max (0: the server's choice) pushes
-// that server `server` (an index of the map) kept for verification, each
-// handed out once, oldest first: *n records in *recs, and in *dropped
-// (may be NULL) how many kept pushes the server lost so far because its
-// store was full. Nothing is allocated once the buffers fit the largest
-// reply. Errors: FERRY_ESTATE (no map yet), FERRY_EINVAL,
-// FERRY_ECONNECT, FERRY_ETIMEDOUT, FERRY_EREMOTE (e.g. PERMISSION_DENIED:
-// not signed as the operator), FERRY_EPROTO (a record outside the map or
-// the payload).
+// ferry_verifier_audit collects up to max (0: as many as one reply
+// holds) pushes that server `server` (an index of the map) kept for
+// verification, each handed out once, oldest first: *n records in *recs,
+// and in *dropped (may be NULL) how many kept pushes the server lost so
+// far because its store was full. Nothing is allocated once the buffers
+// fit the largest reply. Errors: FERRY_ESTATE (no map yet), FERRY_EINVAL,
+// FERRY_ECONNECT, FERRY_ETIMEDOUT, FERRY_EREMOTE (PERMISSION_DENIED: not
+// signed as the operator; FAILED_PRECONDITION: spot checks are off),
+// FERRY_EPROTO (a record outside the map or the payload).
 FERRY_API int ferry_verifier_audit(ferry_verifier *v, uint32_t server,
     uint32_t max, const struct ferry_audit_record **recs, size_t *n,
     uint64_t *dropped);
