@@ -1,7 +1,7 @@
 # cmake/FerryPackage.cmake: what `cmake --install build --prefix P` puts
 # under P for users of libferry, and the two ways to find it:
 #   lib/libferry.so.MAJOR.MINOR.PATCH (+ SONAME and dev links), lib/libferry.a
-#   include/ferry/ferry.h
+#   include/ferry/ferry.h, ferry_verify.h (which ferry.h includes)
 #   lib/pkgconfig/ferry.pc            pkg-config ferry
 #   lib/cmake/Ferry/                  find_package(Ferry) -> Ferry::ferry
 #   lib/python3/dist-packages/ferry/  the Python package (FERRY_INSTALL_PYTHON)
@@ -13,6 +13,7 @@ install(TARGETS ferry EXPORT FerryTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(FILES ${FERRY_ARCHIVE} DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(FILES ${PROJECT_SOURCE_DIR}/clients/include/ferry/ferry.h
+  ${PROJECT_SOURCE_DIR}/clients/include/ferry/ferry_verify.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ferry)
 
 # CMake package: the exported shared target plus Ferry::ferry_static,

@@ -19,6 +19,7 @@ main(void)
 	srunner_add_suite(sr, suite_attack());
 #ifdef TR_HAVE_LEASES
 	srunner_add_suite(sr, suite_lease());
+	srunner_add_suite(sr, suite_verify());
 #endif
 #ifdef TR_HAVE_CUDA
 	srunner_add_suite(sr, suite_backend_cuda());

@@ -15,6 +15,7 @@ Suite *suite_crc(void);
 Suite *suite_inner(void);
 Suite *suite_attack(void);
 Suite *suite_lease(void);        // with libferry (lease.c)
+Suite *suite_verify(void);       // idem (verify_group.c)
 Suite *suite_backend_cuda(void); // built with the CUDA backend only
 Suite *suite_codec_cuda(void);   // idem
 Suite *suite_devpull(void);      // idem

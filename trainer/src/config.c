@@ -407,6 +407,16 @@ tr_config_parse(struct tr_config *c, int argc, char **argv, char *err,
 		    "--overlap 1 and --overlap-layers 1 exclude each other: "
 		    "choose one");
 	}
+	if (c->verify &&
+	    (c->model == TR_MODEL_DLRM || strcmp(c->device, "cpu") != 0 ||
+	        c->lr_scale_trainers != 0 || c->local_steps != 0)) {
+		// The verifier recomputes the MLP plain loop's CPU step
+		// (check_attack refuses an attack beside it).
+		return tr__errf(FB_EINVAL, err, errlen,
+		    "--verify 1 recomputes the plain loop's MLP step on the "
+		    "CPU: not with --model dlrm, --device other than cpu, "
+		    "--lr-scale-trainers or --local-steps");
+	}
 	if ((rv = check_attack(c, err, errlen)) != FB_OK) {
 		return rv;
 	}

@@ -36,7 +36,9 @@ main(int argc, char **argv)
 		rv = 2;
 		goto out;
 	}
-	if (cfg.fo.rank == FERRY_RANK_ANY) {
+	if (cfg.verify) {
+		snprintf(role, sizeof(role), "verifier");
+	} else if (cfg.fo.rank == FERRY_RANK_ANY) {
 		// The rank is the scheduler's to give; the log says which.
 		snprintf(role, sizeof(role), "trainer-any");
 	} else {

@@ -64,6 +64,7 @@
 #include "overlap.h"
 #include "step.h"
 #include "tr_impl.h"
+#include "verify.h"
 
 #define MOD "train"
 
@@ -403,6 +404,9 @@ tr_train_run(const struct tr_config *cfg, FILE *out)
 	if (cfg->fo.scheduler_url == NULL) {
 		FB_LOG(FB_LOG_ERR, MOD, "--scheduler is required");
 		return FB_EINVAL;
+	}
+	if (cfg->verify) {
+		return tr__verify_run(cfg, out); // verify.c: trains nothing
 	}
 	if (cfg->model == TR_MODEL_DLRM) {
 		return tr__dlrm_train_run(cfg, out); // dlrm_train.c

@@ -872,6 +872,9 @@ FERRY_API int ferry_client_lease_release(ferry_client *c);
 FERRY_API void ferry_data_permutation(uint64_t seed, uint32_t epoch,
     uint64_t n, uint32_t *out);
 
+// Spot checks' verifier (issue 31): ferry_verifier_*, in its own header.
+#include "ferry_verify.h"
+
 #ifdef __cplusplus
 }
 #endif
