@@ -247,7 +247,10 @@ ps__sched_on_verified(struct ps_scheduler *s, struct ps_call *c)
 		    "%u of server %u by %s: %llu elements differ, max |diff| "
 		    "%g (crc %08x pushed, %08x recomputed)",
 		    (unsigned long long) v->version,
-		    (unsigned long long) v->data_step, v->shard, v->server,
+		    // the wire carries 1 + the step (0: no claim)
+		    (unsigned long long) (v->data_step > 0 ? v->data_step - 1
+		                                           : 0),
+		    v->shard, v->server,
 		    psw_ident_format(c->peer, who, sizeof(who)),
 		    (unsigned long long) v->differing,
 		    (double) v->max_abs_diff, v->pushed_crc,
