@@ -22,7 +22,10 @@ MLP on Fashion-MNIST, small batches so that nine processes fit two cores):
    or after --catch-steps steps. caught_runs counts the runs where it was
    quarantined within --catch-steps versions (steps to catch: the version
    of the push whose verification caught it); false_positives counts the
-   honest ranks quarantined in all runs.
+   honest ranks quarantined in all runs. Then --lazy-runs more with a
+   falsifier that pushes stale gradients (lazy:20), which stay inside the
+   honest spread, so that only the random draw can find them
+   (spot_check_more).
 
 Writes --out: {"runs": [{attack, aggregate, attackers, trainers, acc,
 acc_clean, round_ms}, ...], "spot_check": {rate, falsify_rate,
@@ -168,8 +171,9 @@ def aggregation_run(a, tag, rule, attack, f, steps):
     return {"acc": s.get("test_acc"), "round_ms": round(round_ms, 3)}
 
 
-def spot_run(a, k, seed):
-    job = Job(a, "spot%03d" % k, a.spot_aggregate, "noise:%g" % a.noise, 1,
+def spot_run(a, k, seed, attack):
+    job = Job(a, "spot-%s-%03d" % (attack.replace(":", ""), k),
+              a.spot_aggregate, attack, 1,
               a.catch_steps, seed=seed, spot=a.rate,
               falsify=a.falsify_rate, verifier=True)
     caught, end = None, time.time() + a.timeout
@@ -216,6 +220,7 @@ def main():
     ap.add_argument("--falsify-rate", type=float, default=0.1)
     ap.add_argument("--noise", type=float, default=1.0)
     ap.add_argument("--catch-steps", type=int, default=500)
+    ap.add_argument("--lazy-runs", type=int, default=20)
     ap.add_argument("--spot-aggregate", default="cclip:0.5")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--skip-spot", action="store_true")
@@ -280,24 +285,35 @@ def main():
                     res["runs"].append(row)
 
     if not a.skip_spot:
-        runs = []
-        for k in range(a.runs):
-            x = spot_run(a, k, seed=1000 + k)
-            runs.append(x)
-            print("byzantine: spot check run %d: %s" % (k, x),
-                  file=sys.stderr)
-        caught = [x for x in runs if x["caught"] and
-                  x["steps_to_catch"] is not None and
-                  x["steps_to_catch"] < a.catch_steps]
-        res["spot_check"] = {
-            "rate": a.rate, "falsify_rate": a.falsify_rate,
-            "caught_runs": len(caught), "runs": len(runs),
-            "median_steps_to_catch": statistics.median(
-                x["steps_to_catch"] for x in caught) if caught else None,
-            "false_positives": sum(len(x["honest_quarantined"])
-                                   for x in runs),
-            "catch_steps": a.catch_steps, "attack": "noise:%g" % a.noise,
-            "aggregate": a.spot_aggregate, "per_run": runs}
+        attacks = [("noise:%g" % a.noise, a.runs)]
+        if a.lazy_runs > 0:
+            # a falsifier whose pushes stay inside the honest spread:
+            # only the random draw finds it
+            attacks.append(("lazy:20", a.lazy_runs))
+        for attack, n in attacks:
+            runs = []
+            for k in range(n):
+                x = spot_run(a, k, 1000 + k, attack)
+                runs.append(x)
+                print("byzantine: spot check %s run %d: %s"
+                      % (attack, k, x), file=sys.stderr)
+            caught = [x for x in runs if x["caught"] and
+                      x["steps_to_catch"] is not None and
+                      x["steps_to_catch"] < a.catch_steps]
+            sc = {
+                "rate": a.rate, "falsify_rate": a.falsify_rate,
+                "caught_runs": len(caught), "runs": len(runs),
+                "median_steps_to_catch": statistics.median(
+                    x["steps_to_catch"] for x in caught) if caught
+                else None,
+                "false_positives": sum(len(x["honest_quarantined"])
+                                       for x in runs),
+                "catch_steps": a.catch_steps, "attack": attack,
+                "aggregate": a.spot_aggregate, "per_run": runs}
+            if "spot_check" not in res:
+                res["spot_check"] = sc
+            else:
+                res.setdefault("spot_check_more", []).append(sc)
 
     with open(a.out, "w") as fh:
         json.dump(res, fh, indent=1)

@@ -32,7 +32,7 @@ while (($#)); do
 	--smoke)
 		smoke=1
 		extra+=(--steps 30 --repeat 1 --attackers 2 --attacks scale:-4
-			--aggregates mean,median --runs 1 --catch-steps 200
+			--aggregates mean,median --runs 1 --lazy-runs 0 --catch-steps 200
 			--rate 0.2 --falsify-rate 0.5 --timeout 240)
 		shift ;;
 	--quick) extra+=(--attackers 2 --runs 20); shift ;;

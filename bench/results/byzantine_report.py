@@ -116,9 +116,18 @@ def targets(d):
                  f"{sc['caught_runs']}/{sc['runs']} (median "
                  f"{sc['median_steps_to_catch']} steps) | >= 99% "
                  f"({ok(frac >= 0.99)}) |")
+        for mo in d.get("spot_check_more", []):
+            w.append(f"| the same with `{mo['attack']}` (inside the honest "
+                     f"spread: found by the random draw only) | "
+                     f"{mo['caught_runs']}/{mo['runs']} (median "
+                     f"{mo['median_steps_to_catch']} steps) | "
+                     f"(1 - (1 - {mo['rate']:g} x {mo['falsify_rate']:g})"
+                     f"^{mo.get('catch_steps', 500)} = "
+                     f"{100 * (1 - (1 - mo['rate'] * mo['falsify_rate']) ** mo.get('catch_steps', 500)):.0f}% expected) |")
+        fp = sc["false_positives"] + sum(
+            mo["false_positives"] for mo in d.get("spot_check_more", []))
         w.append(f"| honest trainers quarantined | "
-                 f"{sc['false_positives']} | 0 "
-                 f"({ok(sc['false_positives'] == 0)}) |")
+                 f"{fp} | 0 ({ok(fp == 0)}) |")
     if not w:
         return []
     return ["| target | measured | goal |", "|---|---|---|"] + w + [""]
