@@ -182,7 +182,7 @@ ps__cfg_load(struct fb_config *cfg, int argc, char **argv)
 	return PS_CFG_RUN;
 }
 
-// cclip_ok checks cclip's "TAU[:BETA]" (aggregate_ok).
+// cclip_ok checks cclip's "TAU[x][:BETA]" (aggregate_ok).
 static int
 cclip_ok(const char *v, char *why, size_t n)
 {
@@ -191,10 +191,14 @@ cclip_ok(const char *v, char *why, size_t n)
 	size_t      tl    = colon != NULL ? (size_t) (colon - v) : strlen(v);
 	double      tau, beta;
 	snprintf(t, sizeof(t), "%.*s", (int) (tl < 63 ? tl : 63), v);
+	if (tl > 0 && tl < 64 && t[tl - 1] == 'x') {
+		t[tl - 1] = '\0'; // TAUx: relative to the median distance
+	}
 	if (fb_parse_f64(t, 0, 3.4e38, &tau) != FB_OK || !isfinite(tau) ||
 	    tau <= 0 || !((float) tau > 0)) {
-		snprintf(why, n, "cclip:TAU needs a finite TAU > 0, not '%s'",
-		    t);
+		snprintf(why, n,
+		    "cclip:TAU[x] needs a finite TAU > 0, not '%.*s'",
+		    (int) (tl < 63 ? tl : 63), v);
 		return 0;
 	}
 	if (colon != NULL &&
@@ -228,7 +232,8 @@ aggregate_ok(const char *v, char *why, size_t n)
 	if (strncmp(v, "cclip:", 6) == 0) {
 		return cclip_ok(v + 6, why, n);
 	}
-	snprintf(why, n, "one of mean, median, trimmed:B, cclip:TAU[:BETA]");
+	snprintf(why, n,
+	    "one of mean, median, trimmed:B, cclip:TAU[x][:BETA]");
 	return 0;
 }
 

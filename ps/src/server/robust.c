@@ -73,7 +73,7 @@ struct ps_robust {
 	uint64_t               n_rounds, n_outliers, n_fallback;
 };
 
-// parse_cclip parses "cclip:TAU[:BETA]" (ps__agg_parse).
+// parse_cclip parses "cclip:TAU[x][:BETA]" (ps__agg_parse).
 static int
 parse_cclip(const char *text, struct ps_agg_rule *r, char *why, size_t n)
 {
@@ -87,12 +87,17 @@ parse_cclip(const char *text, struct ps_agg_rule *r, char *why, size_t n)
 	}
 	memcpy(tau, text + 6, tl);
 	tau[tl] = '\0';
+	// "TAUx": TAU times the round's median distance (ps__agg_cclip_rel).
+	r->rel = tl > 0 && tau[tl - 1] == 'x';
+	if (r->rel) {
+		tau[tl - 1] = '\0';
+	}
 	if (fb_parse_f64(tau, 0, 3.4e38, &v) != FB_OK || !isfinite(v) ||
 	    v <= 0 || !isfinite((float) v) || (float) v <= 0) {
 		snprintf(why, n,
-		    "--aggregate '%s': cclip:TAU[:BETA] needs a finite "
-		    "TAU > 0, not '%s'",
-		    text, tau);
+		    "--aggregate '%s': cclip:TAU[x][:BETA] needs a "
+		    "finite TAU > 0, not '%.*s'",
+		    text, (int) tl, text + 6);
 		return FB_EINVAL;
 	}
 	// BETA >= 1 would never forget a push; a float that rounds to 1
@@ -142,7 +147,7 @@ ps__agg_parse(const char *text, struct ps_agg_rule *r, char *why, size_t n)
 	}
 	snprintf(why, n,
 	    "--aggregate '%s': not mean, median, trimmed:B or "
-	    "cclip:TAU[:BETA]",
+	    "cclip:TAU[x][:BETA]",
 	    text);
 	return FB_EINVAL;
 }
@@ -261,20 +266,13 @@ ps__agg_coord(const struct ps_agg_rule *r, const struct ps_agg_in *in,
 	return fallback;
 }
 
-void
-ps__agg_cclip(float tau, const struct ps_agg_in *in, const float *prev,
-    float *out, float *c)
+// clip_sum writes prev + (sum_j (value_j - prev) * c[j]) / k into out
+// (ps__agg_cclip's second pass: float, in push order).
+static void
+clip_sum(const struct ps_agg_in *in, const float *prev, float *out,
+    const float *c)
 {
 	size_t n = in->n;
-	for (uint32_t j = 0; j < in->k; j++) {
-		double nn = 0;
-		for (size_t i = 0; i < n; i++) {
-			float d = val(in, j, i) - prev[i];
-			nn += (double) d * (double) d;
-		}
-		double f = nn > 0 ? (double) tau / sqrt(nn) : 1.0;
-		c[j]     = f < 1.0 ? (float) f : 1.0f;
-	}
 	memset(out, 0, n * sizeof(float));
 	for (uint32_t j = 0; j < in->k; j++) {
 		float cj = c[j];
@@ -286,6 +284,57 @@ ps__agg_cclip(float tau, const struct ps_agg_in *in, const float *prev,
 	for (size_t i = 0; i < n; i++) {
 		out[i] = prev[i] + out[i] / k;
 	}
+}
+
+// dist2 returns ||value_j - prev||^2, accumulated in double.
+static double
+dist2(const struct ps_agg_in *in, uint32_t j, const float *prev)
+{
+	double nn = 0;
+	for (size_t i = 0; i < in->n; i++) {
+		float d = val(in, j, i) - prev[i];
+		nn += (double) d * (double) d;
+	}
+	return nn;
+}
+
+void
+ps__agg_cclip(float tau, const struct ps_agg_in *in, const float *prev,
+    float *out, float *c)
+{
+	for (uint32_t j = 0; j < in->k; j++) {
+		double nn = dist2(in, j, prev);
+		double f  = nn > 0 ? (double) tau / sqrt(nn) : 1.0;
+		c[j]      = f < 1.0 ? (float) f : 1.0f;
+	}
+	clip_sum(in, prev, out, c);
+}
+
+void
+ps__agg_cclip_rel(float tau, const struct ps_agg_in *in, const float *prev,
+    float *out, float *c, double *nn)
+{
+	uint32_t k   = in->k;
+	double  *srt = nn + k;
+	for (uint32_t j = 0; j < k; j++) {
+		nn[j] = srt[j] = sqrt(dist2(in, j, prev));
+	}
+	for (uint32_t i = 1; i < k; i++) { // insertion sort: k is small
+		double   x = srt[i];
+		uint32_t j = i;
+		for (; j > 0 && srt[j - 1] > x; j--) {
+			srt[j] = srt[j - 1];
+		}
+		srt[j] = x;
+	}
+	double med = k % 2 == 1 ? srt[k / 2]
+	                        : (srt[k / 2 - 1] + srt[k / 2]) / 2;
+	double t   = (double) tau * med;
+	for (uint32_t j = 0; j < k; j++) {
+		double f = nn[j] > 0 ? t / nn[j] : 1.0;
+		c[j]     = f < 1.0 ? (float) f : 1.0f;
+	}
+	clip_sum(in, prev, out, c);
 }
 
 size_t
@@ -323,19 +372,22 @@ momentum_take(const struct ps_agg_cc *cc, const struct ps_agg_in *in,
 
 void
 ps__agg_cclip_round(const struct ps_agg_cc *cc, const struct ps_agg_in *in,
-    const uint32_t *rank, float *out, float *c, const void **mv)
+    const uint32_t *rank, float *out, float *c, const void **mv, double *nn)
 {
-	if (cc->beta == 0 || cc->m == NULL) {
-		ps__agg_cclip(cc->tau, in, cc->prev, out, c);
-	} else {
+	struct ps_agg_in        mi = { in->k, in->n, mv, NULL };
+	const struct ps_agg_in *x  = in;
+	if (cc->beta != 0 && cc->m != NULL) {
 		for (uint32_t j = 0; j < in->k; j++) {
 			float *m = cc->m + (size_t) rank[j] * cc->ld;
 			momentum_take(cc, in, j, rank[j], m);
 			mv[j] = m;
 		}
-		// The momenta are per-sample already: no division.
-		struct ps_agg_in mi = { in->k, in->n, mv, NULL };
-		ps__agg_cclip(cc->tau, &mi, cc->prev, out, c);
+		x = &mi; // the momenta are per-sample already: no division
+	}
+	if (cc->rel) {
+		ps__agg_cclip_rel(cc->tau, x, cc->prev, out, c, nn);
+	} else {
+		ps__agg_cclip(cc->tau, x, cc->prev, out, c);
 	}
 	// The next round clips around this one (applied or refused).
 	memcpy(cc->prev, out, in->n * sizeof(float));
@@ -548,12 +600,13 @@ ps__robust_round(struct ps_server *s, struct srv_shard *sh)
 
 	if (cclip) {
 		size_t           ld = ps__agg_cc_ld(sh->len);
-		struct ps_agg_cc cc = { rb->rule.tau, rb->rule.beta, sh->prev,
-			sh->mom, ld,
+		struct ps_agg_cc cc = { rb->rule.tau, rb->rule.beta,
+			rb->rule.rel, sh->prev, sh->mom, ld,
 			sh->mom != NULL
 			    ? (uint8_t *) (sh->mom + (size_t) s->trainers * ld)
 			    : NULL };
-		ps__agg_cclip_round(&cc, &in, rb->rank, s->sum, rb->c, rb->mv);
+		ps__agg_cclip_round(&cc, &in, rb->rank, s->sum, rb->c, rb->mv,
+		    rb->score);
 	} else {
 		rb->n_fallback += (uint64_t) ps__agg_coord(&rb->rule, &in,
 		    s->sum, rb->tmp);
