@@ -301,7 +301,7 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	                    "(coordinate-wise), `trimmed:B` (coordinate-wise mean "
 	                    "without the B largest and B smallest), "
 	                    "`cclip:TAU[x][:BETA]` (centered clipping of each "
-	                    "trainer's momentum, BETA in [0, 1), 0.9 when left "
+	                    "trainer's momentum, BETA in [0, 1), 0.95 when left "
 	                    "out, around the last aggregate, radius TAU per "
 	                    "shard, or with `x` TAU times the round's median "
 	                    "distance; BETA > 0 keeps trainers x the shard's "

@@ -396,7 +396,7 @@ START_TEST(test_robust_parse)
 	ck_assert_int_eq(ps__agg_parse("cclip:0.5", &r, why, sizeof(why)),
 	    FB_OK);
 	ck_assert(r.kind == PS_AGG_CCLIP && r.tau == 0.5f);
-	ck_assert(r.beta == (float) PS_AGG_BETA); // the default momentum
+	ck_assert(r.beta == 0.95f); // the default momentum
 	ck_assert_int_eq(ps__agg_parse("cclip:2:0", &r, why, sizeof(why)),
 	    FB_OK);
 	ck_assert(r.kind == PS_AGG_CCLIP && r.tau == 2 && r.beta == 0);
