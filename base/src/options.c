@@ -294,14 +294,20 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	[FB_OPT_PS_AGGREGATE]     = { "aggregate", SRV, STR_NONEMPTY,
 	        .def  = "mean",
 	        .help = "server: how a sync round combines its pushes: mean | "
-	                    "median | trimmed:B | cclip:TAU",
+	                    "median | trimmed:B | cclip:TAU[x][:BETA]",
 	        .doc  = "how a sync round combines the trainers' pushes of a "
 	                    "shard before the optimizer: `mean` (the sum over the "
 	                    "samples), or robust to misbehaving trainers: `median` "
 	                    "(coordinate-wise), `trimmed:B` (coordinate-wise mean "
-	                    "without the B largest and B smallest), `cclip:TAU` "
-	                    "(centered clipping around the last aggregate, radius "
-	                    "TAU per shard); see [security.md](security.md)" },
+	                    "without the B largest and B smallest), "
+	                    "`cclip:TAU[x][:BETA]` (centered clipping of each "
+	                    "trainer's momentum, BETA in [0, 1), 0.95 when left "
+	                    "out, around the last aggregate, radius TAU per "
+	                    "shard, or with `x` TAU times the round's median "
+	                    "distance; BETA > 0 keeps trainers x the shard's "
+	                    "floats per shard; 0: the pushes themselves); see "
+	                    "[security.md](security.md) and "
+	                    "[algorithms.md](algorithms.md) (robust aggregation)" },
 	[FB_OPT_PS_AUDIT_KEEP]    = { "audit-keep", SRV, INT(1, 65536),
 	       .def  = "64",
 	       .help = "server: pushes kept for spot checks until a verifier "

@@ -182,6 +182,36 @@ ps__cfg_load(struct fb_config *cfg, int argc, char **argv)
 	return PS_CFG_RUN;
 }
 
+// cclip_ok checks cclip's "TAU[x][:BETA]" (aggregate_ok).
+static int
+cclip_ok(const char *v, char *why, size_t n)
+{
+	char        t[64];
+	const char *colon = strchr(v, ':');
+	size_t      tl    = colon != NULL ? (size_t) (colon - v) : strlen(v);
+	double      tau, beta;
+	snprintf(t, sizeof(t), "%.*s", (int) (tl < 63 ? tl : 63), v);
+	if (tl > 0 && tl < 64 && t[tl - 1] == 'x') {
+		t[tl - 1] = '\0'; // TAUx: relative to the median distance
+	}
+	if (fb_parse_f64(t, 0, 3.4e38, &tau) != FB_OK || !isfinite(tau) ||
+	    tau <= 0 || !((float) tau > 0)) {
+		snprintf(why, n,
+		    "cclip:TAU[x] needs a finite TAU > 0, not '%.*s'",
+		    (int) (tl < 63 ? tl : 63), v);
+		return 0;
+	}
+	if (colon != NULL &&
+	    (fb_parse_f64(colon + 1, 0, 1, &beta) != FB_OK ||
+	        !((float) beta < 1))) {
+		snprintf(why, n,
+		    "cclip:TAU:BETA needs a BETA in [0, 1), not '%s'",
+		    colon + 1);
+		return 0;
+	}
+	return 1;
+}
+
 // aggregate_ok checks --aggregate's syntax (the server parses it again,
 // robust.c's ps__agg_parse, which a library user's opts also meet): 1, or
 // 0 with the reason in why (n bytes).
@@ -189,7 +219,6 @@ static int
 aggregate_ok(const char *v, char *why, size_t n)
 {
 	int64_t b;
-	double  tau;
 	if (strcmp(v, "mean") == 0 || strcmp(v, "median") == 0) {
 		return 1;
 	}
@@ -201,14 +230,10 @@ aggregate_ok(const char *v, char *why, size_t n)
 		return 0;
 	}
 	if (strncmp(v, "cclip:", 6) == 0) {
-		if (fb_parse_f64(v + 6, 0, 3.4e38, &tau) == FB_OK &&
-		    isfinite(tau) && tau > 0 && (float) tau > 0) {
-			return 1;
-		}
-		snprintf(why, n, "cclip:TAU needs a finite TAU > 0");
-		return 0;
+		return cclip_ok(v + 6, why, n);
 	}
-	snprintf(why, n, "one of mean, median, trimmed:B, cclip:TAU");
+	snprintf(why, n,
+	    "one of mean, median, trimmed:B, cclip:TAU[x][:BETA]");
 	return 0;
 }
 

@@ -2,8 +2,10 @@
 // each kernel of ps/src/server/robust.h against a plain reference on
 // random pushes (exact floats; k odd and even; pushes as aligned floats
 // and as unaligned payload bytes; raw sums and per-sample means), the
-// outlier rule on a planted outlier, and live in-process jobs: a median
-// job over identical pushes ends with a mean job's weights bit for bit,
+// outlier rule on a planted outlier, cclip's worker momentum over rounds
+// (BETA 0 is the single-iteration rule bit for bit; BETA 0.9 with a rank
+// absent from a round and a rank that joins late), and live in-process jobs: a
+// median job over identical pushes ends with a mean job's weights bit for bit,
 // and a median job with one trainer pushing huge values follows the
 // honest median, not the mean, and counts that trainer's outliers.
 #include <math.h>
@@ -120,7 +122,7 @@ START_TEST(test_robust_median_trimmed_exact)
 		for (int ps = 0; ps < 2; ps++) {
 			struct ps_agg_in   in  = { r.k, N, r.v,
                                 ps ? r.div : NULL };
-			struct ps_agg_rule med = { PS_AGG_MEDIAN, 0, 0 };
+			struct ps_agg_rule med = { .kind = PS_AGG_MEDIAN };
 			ck_assert_int_eq(ps__agg_coord(&med, &in, got, tmp),
 			    0);
 			ref_coord(&r, ps, 0, 0, want);
@@ -128,8 +130,10 @@ START_TEST(test_robust_median_trimmed_exact)
 			    ps);
 			same_bits(got, want, N, what);
 			for (uint32_t b = 1; b <= 2; b++) {
-				struct ps_agg_rule tr = { PS_AGG_TRIMMED, b,
-					0 };
+				struct ps_agg_rule tr = {
+					.kind = PS_AGG_TRIMMED,
+					.trim = b
+				};
 				int fb = ps__agg_coord(&tr, &in, got, tmp);
 				ck_assert_int_eq(fb, r.k <= 2 * b);
 				ref_coord(&r, ps, 1, b, want);
@@ -192,13 +196,168 @@ START_TEST(test_robust_cclip_exact)
 }
 END_TEST
 
+// ref_cclip is the reference of one centered-clipping iteration over the
+// k rows val[j] (n floats) around prev: clip each difference to the
+// radius (tau, or with rel tau x the median distance), average, add to
+// prev.
+static int
+cmp_d(const void *a, const void *b)
+{
+	double x = *(const double *) a, y = *(const double *) b;
+	return (x > y) - (x < y);
+}
+
+static void
+ref_cclip(float tau, int rel, uint32_t k, float (*val)[N], const float *prev,
+    float *out)
+{
+	float  cf[MAX_K];
+	double dist[MAX_K], srt[MAX_K], t = tau;
+	for (uint32_t j = 0; j < k; j++) {
+		double nn = 0;
+		for (size_t i = 0; i < N; i++) {
+			float d = val[j][i] - prev[i];
+			nn += (double) d * d;
+		}
+		dist[j] = srt[j] = sqrt(nn);
+	}
+	if (rel) { // TAU x the median distance
+		qsort(srt, k, sizeof(double), cmp_d);
+		t = tau *
+		    (k % 2 ? srt[k / 2] : (srt[k / 2 - 1] + srt[k / 2]) / 2);
+	}
+	for (uint32_t j = 0; j < k; j++) {
+		double f = dist[j] > 0 ? t / dist[j] : 1;
+		cf[j]    = f < 1 ? (float) f : 1.0f;
+	}
+	for (size_t i = 0; i < N; i++) {
+		float acc = 0;
+		for (uint32_t j = 0; j < k; j++) {
+			acc += (val[j][i] - prev[i]) * cf[j];
+		}
+		out[i] = prev[i] + acc / (float) k;
+	}
+}
+
+// The ranks that push in each of 3 rounds (of 5 trainers): rank 2 sits
+// out round 2 (its momentum stays), rank 4 first pushes in round 2 (its
+// momentum starts at its push).
+#define CC_T 5
+static const uint32_t cc_ranks[3][CC_T] = { { 0, 1, 2, 3 }, { 0, 1, 3, 4 },
+	{ 0, 1, 2, 3, 4 } };
+static const uint32_t cc_k[3]           = { 4, 4, 5 };
+
+// cc_push fills push j of round t from rank r (rank-dependent samples).
+static void
+cc_push(struct round *r, uint32_t j, uint32_t rank, uint32_t t)
+{
+	uint64_t seed = 1000 * (t + 1) + rank;
+	for (size_t i = 0; i < N; i++) {
+		r->f[j][i] = rnd(&seed) * 4 + (float) rank * 0.25f;
+	}
+	memcpy(r->bytes[j] + 1, r->f[j], 4 * N);
+	r->v[j]   = j % 2 == 0 ? (const void *) r->f[j]
+	                       : (const void *) (r->bytes[j] + 1);
+	r->div[j] = (float) (1 + (rank + t) % 3);
+}
+
+START_TEST(test_robust_cclip_beta0)
+{
+	static struct round r;
+	static float        val[MAX_K][N];
+	float               prev[N] = { 0 }, rprev[N] = { 0 }, got[N], want[N];
+	float               c[MAX_K];
+	double              nn[2 * MAX_K];
+	const void         *mv[MAX_K];
+	struct ps_agg_cc    cc = { 3.0f, 0.0f, 0, prev, NULL, 0, NULL };
+	for (uint32_t t = 0; t < 3; t++) {
+		for (uint32_t j = 0; j < cc_k[t]; j++) {
+			cc_push(&r, j, cc_ranks[t][j], t);
+			for (size_t i = 0; i < N; i++) {
+				val[j][i] = r.f[j][i] / r.div[j];
+			}
+		}
+		struct ps_agg_in in = { cc_k[t], N, r.v, r.div };
+		ps__agg_cclip_round(&cc, &in, cc_ranks[t], got, c, mv, nn);
+		ref_cclip(cc.tau, 0, cc_k[t], val, rprev, want);
+		same_bits(got, want, N, "cclip beta 0");
+		same_bits(prev, want, N, "cclip beta 0 prev");
+		memcpy(rprev, want, sizeof(want));
+	}
+}
+END_TEST
+
+START_TEST(test_robust_cclip_momentum)
+{
+	static struct round r;
+	static float        mom[CC_T][1008], rmom[CC_T][N], val[MAX_K][N];
+	float               prev[N], rprev[N], got[N], want[N];
+	float               c[MAX_K];
+	double              nn[2 * MAX_K];
+	const void         *mv[MAX_K];
+	uint8_t             init[CC_T], rinit[CC_T];
+	const float         beta = 0.9f;
+	ck_assert_uint_eq(ps__agg_cc_ld(N), 1008);
+	for (int rel = 0; rel < 2; rel++) { // radius 3, then 1 x the median
+		struct ps_agg_cc cc = { rel ? 1.0f : 3.0f, beta, rel, prev,
+			&mom[0][0], 1008, init };
+		memset(prev, 0, sizeof(prev));
+		memset(rprev, 0, sizeof(rprev));
+		memset(init, 0, sizeof(init));
+		memset(rinit, 0, sizeof(rinit));
+		for (uint32_t t = 0; t < 3; t++) {
+			for (uint32_t j = 0; j < cc_k[t]; j++) {
+				uint32_t rk = cc_ranks[t][j];
+				cc_push(&r, j, rk, t);
+				// Reference: the rank's momentum, as
+				// documented.
+				float w = (float) ((1.0 - (double) beta) /
+				    r.div[j]);
+				for (size_t i = 0; i < N; i++) {
+					rmom[rk][i] = rinit[rk]
+					    ? beta * rmom[rk][i] +
+					        w * r.f[j][i]
+					    : r.f[j][i] / r.div[j];
+				}
+				rinit[rk] = 1;
+				memcpy(val[j], rmom[rk], sizeof(rmom[rk]));
+			}
+			struct ps_agg_in in = { cc_k[t], N, r.v, r.div };
+			ps__agg_cclip_round(&cc, &in, cc_ranks[t], got, c, mv,
+			    nn);
+			ref_cclip(cc.tau, rel, cc_k[t], val, rprev, want);
+			same_bits(got, want, N, "cclip momentum");
+			same_bits(prev, want, N, "cclip momentum prev");
+			memcpy(rprev, want, sizeof(want));
+			for (uint32_t rk = 0; rk < CC_T; rk++) {
+				ck_assert_int_eq(init[rk], rinit[rk]);
+				if (rinit[rk]) {
+					same_bits(mom[rk], rmom[rk], N,
+					    "momentum");
+				}
+			}
+			// Clipped: radius 3 is well below the pushes'
+			// spread; at 1 x the median, the pushes above it.
+			int below = 0, above = 0;
+			for (uint32_t j = 0; j < cc_k[t]; j++) {
+				below += c[j] == 1.0f;
+				above += c[j] < 1.0f;
+			}
+			ck_assert(above > 0 && (rel ? below > 0 : 1));
+		}
+		// The momenta are not the pushes.
+		ck_assert(r.f[0][0] / r.div[0] != mom[0][0]);
+	}
+}
+END_TEST
+
 START_TEST(test_robust_outlier_planted)
 {
 	static struct round r;
 	float               agg[N], tmp[MAX_K * (PS_AGG_BLOCK + 1)];
 	double              score[2 * MAX_K];
 	uint8_t             flag[MAX_K];
-	struct ps_agg_rule  med = { PS_AGG_MEDIAN, 0, 0 };
+	struct ps_agg_rule  med = { .kind = PS_AGG_MEDIAN };
 	for (uint32_t k = 3; k <= MAX_K; k++) {
 		round_fill(&r, k, 1000 + k);
 		struct ps_agg_in in = { k, N, r.v, NULL };
@@ -237,12 +396,31 @@ START_TEST(test_robust_parse)
 	ck_assert_int_eq(ps__agg_parse("cclip:0.5", &r, why, sizeof(why)),
 	    FB_OK);
 	ck_assert(r.kind == PS_AGG_CCLIP && r.tau == 0.5f);
+	ck_assert(r.beta == 0.95f); // the default momentum
+	ck_assert_int_eq(ps__agg_parse("cclip:2:0", &r, why, sizeof(why)),
+	    FB_OK);
+	ck_assert(r.kind == PS_AGG_CCLIP && r.tau == 2 && r.beta == 0);
+	ck_assert_int_eq(ps__agg_parse("cclip:2:0.99", &r, why, sizeof(why)),
+	    FB_OK);
+	ck_assert(r.beta == 0.99f && !r.rel);
+	ck_assert_int_eq(
+	    ps__agg_parse("cclip:1.5x:0.95", &r, why, sizeof(why)), FB_OK);
+	ck_assert(r.tau == 1.5f && r.beta == 0.95f && r.rel);
 	static const char *bad[] = { "trimmed:0", "trimmed:x", "cclip:0",
-		"cclip:-1", "cclip:inf", "cclip:nan", "krum", "median:1" };
+		"cclip:-1", "cclip:inf", "cclip:nan", "krum", "median:1",
+		"cclip:1:1", "cclip:1:-0.1", "cclip:1:x",
+		"cclip:1:", "cclip:x:0.5", "cclip:1:0.99999999", "cclip:0x",
+		"cclip:x" };
+	// The value each names (BETA, or TAU when that is the bad one).
+	static const char *value[] = { "", "", "'0'", "'-1'", "'inf'", "'nan'",
+		"", "", "'1'", "'-0.1'", "'x'", "''", "'x'", "'0.99999999'",
+		"'0x'", "'x'" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		ck_assert_int_eq(ps__agg_parse(bad[i], &r, why, sizeof(why)),
 		    FB_EINVAL);
 		ck_assert_msg(strstr(why, bad[i]) != NULL, "%s", why);
+		ck_assert_msg(strstr(why, value[i]) != NULL, "%s: %s", why,
+		    value[i]);
 	}
 }
 END_TEST
@@ -469,6 +647,8 @@ suite_robust(void)
 	TCase *tc = tcase_create("kernels");
 	tcase_add_test(tc, test_robust_median_trimmed_exact);
 	tcase_add_test(tc, test_robust_cclip_exact);
+	tcase_add_test(tc, test_robust_cclip_beta0);
+	tcase_add_test(tc, test_robust_cclip_momentum);
 	tcase_add_test(tc, test_robust_outlier_planted);
 	tcase_add_test(tc, test_robust_parse);
 	suite_add_tcase(s, tc);

@@ -14,9 +14,16 @@
 // loop over the block (correct for any k; O(k^2) per coordinate, cheap
 // for a job's handful of trainers, and no data-dependent branch). Centered
 // clipping takes one pass per push for its distance to the last aggregate,
-// then one pass per push for the clipped sum. Scoring outliers is one more
-// pass per push. All the scratch is made once, at the first map (the largest
-// shard, the job's trainers): a round allocates nothing.
+// then one pass per push for the clipped sum. With worker momentum (cclip's
+// BETA > 0, Karimireddy et al. 2021) it clips the ranks' momenta instead of
+// their pushes: momentum is linear in the pushes, so the server keeps each
+// rank's (per shard: a row of the shard's floats per trainer, made with the
+// shard) and one more vector pass per push folds the push into it; the
+// average over ~1 / (1 - BETA) rounds shrinks the honest pushes' spread,
+// so a small steady shift ("a little is enough") stands out of it. Scoring
+// outliers is one more pass per push. All the scratch is made once, at the
+// first map (the largest shard, the job's trainers) or with the shard: a
+// round allocates nothing.
 //
 // Units. Pushes are sums over their samples. When every push of the round
 // has the same n_samples n (the common case) the rules work on the sums
@@ -26,7 +33,10 @@
 // means, so that its radius and its last aggregate keep their meaning when
 // batches change. Outlier scores compare each push to the aggregate in the
 // rule's units: a common n scales every score alike, so the flags do not
-// depend on it.
+// depend on it. cclip scores the pushes themselves, not the momenta: a
+// flag keeps THAT push for a spot check, and a momentum carries one
+// falsified push into ~1 / (1 - BETA) later rounds whose honest pushes it
+// would send to the verifiers instead.
 //
 // Outliers count per VERSION (issue31.md): rank r is an outlier at
 // version v on this server when any shard of it flagged r's push at v.
@@ -49,6 +59,7 @@ struct ps_robust {
 	uint32_t              *rank;  // [trainers] their ranks
 	float                 *tmp;   // trainers x (PS_AGG_BLOCK + 1)
 	float                 *c;     // [trainers] cclip factors
+	const void           **mv;    // [trainers] cclip's momentum rows
 	double                *score; // 2 x trainers
 	uint8_t               *fk;    // [trainers] flags by push
 	uint8_t               *flag;  // [trainers] flags by rank (audit hook)
@@ -62,10 +73,53 @@ struct ps_robust {
 	uint64_t               n_rounds, n_outliers, n_fallback;
 };
 
+// parse_cclip parses "cclip:TAU[x][:BETA]" (ps__agg_parse).
+static int
+parse_cclip(const char *text, struct ps_agg_rule *r, char *why, size_t n)
+{
+	char        tau[64];
+	const char *colon = strchr(text + 6, ':');
+	size_t      tl    = colon != NULL ? (size_t) (colon - text - 6)
+	                                  : strlen(text + 6);
+	double      v, b = PS_AGG_BETA;
+	if (tl >= sizeof(tau)) {
+		tl = sizeof(tau) - 1; // too long: not a number either way
+	}
+	memcpy(tau, text + 6, tl);
+	tau[tl] = '\0';
+	// "TAUx": TAU times the round's median distance (ps__agg_cclip_rel).
+	r->rel = tl > 0 && tau[tl - 1] == 'x';
+	if (r->rel) {
+		tau[tl - 1] = '\0';
+	}
+	if (fb_parse_f64(tau, 0, 3.4e38, &v) != FB_OK || !isfinite(v) ||
+	    v <= 0 || !isfinite((float) v) || (float) v <= 0) {
+		snprintf(why, n,
+		    "--aggregate '%s': cclip:TAU[x][:BETA] needs a "
+		    "finite TAU > 0, not '%.*s'",
+		    text, (int) tl, text + 6);
+		return FB_EINVAL;
+	}
+	// BETA >= 1 would never forget a push; a float that rounds to 1
+	// neither.
+	if (colon != NULL &&
+	    (fb_parse_f64(colon + 1, 0, 1, &b) != FB_OK || !(b >= 0) ||
+	        !((float) b < 1))) {
+		snprintf(why, n,
+		    "--aggregate '%s': cclip:TAU:BETA needs a BETA in "
+		    "[0, 1), not '%s'",
+		    text, colon + 1);
+		return FB_EINVAL;
+	}
+	r->kind = PS_AGG_CCLIP;
+	r->tau  = (float) v;
+	r->beta = (float) b;
+	return FB_OK;
+}
+
 int
 ps__agg_parse(const char *text, struct ps_agg_rule *r, char *why, size_t n)
 {
-	double v;
 	memset(r, 0, sizeof(*r));
 	if (text == NULL || *text == '\0' || strcmp(text, "mean") == 0) {
 		r->kind = PS_AGG_MEAN;
@@ -89,21 +143,11 @@ ps__agg_parse(const char *text, struct ps_agg_rule *r, char *why, size_t n)
 		return FB_OK;
 	}
 	if (strncmp(text, "cclip:", 6) == 0) {
-		if (fb_parse_f64(text + 6, 0, 3.4e38, &v) != FB_OK ||
-		    !isfinite(v) || v <= 0 || !isfinite((float) v) ||
-		    (float) v <= 0) {
-			snprintf(why, n,
-			    "--aggregate '%s': cclip:TAU needs a finite "
-			    "TAU > 0",
-			    text);
-			return FB_EINVAL;
-		}
-		r->kind = PS_AGG_CCLIP;
-		r->tau  = (float) v;
-		return FB_OK;
+		return parse_cclip(text, r, why, n);
 	}
 	snprintf(why, n,
-	    "--aggregate '%s': not mean, median, trimmed:B or cclip:TAU",
+	    "--aggregate '%s': not mean, median, trimmed:B or "
+	    "cclip:TAU[x][:BETA]",
 	    text);
 	return FB_EINVAL;
 }
@@ -222,20 +266,13 @@ ps__agg_coord(const struct ps_agg_rule *r, const struct ps_agg_in *in,
 	return fallback;
 }
 
-void
-ps__agg_cclip(float tau, const struct ps_agg_in *in, const float *prev,
-    float *out, float *c)
+// clip_sum writes prev + (sum_j (value_j - prev) * c[j]) / k into out
+// (ps__agg_cclip's second pass: float, in push order).
+static void
+clip_sum(const struct ps_agg_in *in, const float *prev, float *out,
+    const float *c)
 {
 	size_t n = in->n;
-	for (uint32_t j = 0; j < in->k; j++) {
-		double nn = 0;
-		for (size_t i = 0; i < n; i++) {
-			float d = val(in, j, i) - prev[i];
-			nn += (double) d * (double) d;
-		}
-		double f = nn > 0 ? (double) tau / sqrt(nn) : 1.0;
-		c[j]     = f < 1.0 ? (float) f : 1.0f;
-	}
 	memset(out, 0, n * sizeof(float));
 	for (uint32_t j = 0; j < in->k; j++) {
 		float cj = c[j];
@@ -247,6 +284,113 @@ ps__agg_cclip(float tau, const struct ps_agg_in *in, const float *prev,
 	for (size_t i = 0; i < n; i++) {
 		out[i] = prev[i] + out[i] / k;
 	}
+}
+
+// dist2 returns ||value_j - prev||^2, accumulated in double.
+static double
+dist2(const struct ps_agg_in *in, uint32_t j, const float *prev)
+{
+	double nn = 0;
+	for (size_t i = 0; i < in->n; i++) {
+		float d = val(in, j, i) - prev[i];
+		nn += (double) d * (double) d;
+	}
+	return nn;
+}
+
+void
+ps__agg_cclip(float tau, const struct ps_agg_in *in, const float *prev,
+    float *out, float *c)
+{
+	for (uint32_t j = 0; j < in->k; j++) {
+		double nn = dist2(in, j, prev);
+		double f  = nn > 0 ? (double) tau / sqrt(nn) : 1.0;
+		c[j]      = f < 1.0 ? (float) f : 1.0f;
+	}
+	clip_sum(in, prev, out, c);
+}
+
+void
+ps__agg_cclip_rel(float tau, const struct ps_agg_in *in, const float *prev,
+    float *out, float *c, double *nn)
+{
+	uint32_t k   = in->k;
+	double  *srt = nn + k;
+	for (uint32_t j = 0; j < k; j++) {
+		nn[j] = srt[j] = sqrt(dist2(in, j, prev));
+	}
+	for (uint32_t i = 1; i < k; i++) { // insertion sort: k is small
+		double   x = srt[i];
+		uint32_t j = i;
+		for (; j > 0 && srt[j - 1] > x; j--) {
+			srt[j] = srt[j - 1];
+		}
+		srt[j] = x;
+	}
+	double med = k % 2 == 1 ? srt[k / 2]
+	                        : (srt[k / 2 - 1] + srt[k / 2]) / 2;
+	double t   = (double) tau * med;
+	for (uint32_t j = 0; j < k; j++) {
+		double f = nn[j] > 0 ? t / nn[j] : 1.0;
+		c[j]     = f < 1.0 ? (float) f : 1.0f;
+	}
+	clip_sum(in, prev, out, c);
+}
+
+size_t
+ps__agg_cc_ld(size_t n)
+{
+	return (n + 15) & ~(size_t) 15;
+}
+
+// momentum_take folds push j (from rank r) into r's momentum row m (the
+// formula of ps__agg_cclip_round). The update is a plain vector loop: the
+// push's bytes are read with memcpy (any alignment), the row is aligned.
+static void
+momentum_take(const struct ps_agg_cc *cc, const struct ps_agg_in *in,
+    uint32_t j, uint32_t r, float *restrict m)
+{
+	const uint8_t *p = in->v[j];
+	size_t         n = in->n;
+	if (!cc->init[r]) {
+		// First push: the momentum starts at it, not shrunk by beta.
+		for (size_t i = 0; i < n; i++) {
+			m[i] = val(in, j, i);
+		}
+		cc->init[r] = 1;
+		return;
+	}
+	double d = in->div != NULL ? (double) in->div[j] : 1.0;
+	float  b = cc->beta;
+	float  w = (float) ((1.0 - (double) b) / d);
+	for (size_t i = 0; i < n; i++) {
+		float g;
+		memcpy(&g, p + 4 * i, 4);
+		m[i] = b * m[i] + w * g;
+	}
+}
+
+void
+ps__agg_cclip_round(const struct ps_agg_cc *cc, const struct ps_agg_in *in,
+    const uint32_t *rank, float *out, float *c, const void **mv, double *nn)
+{
+	struct ps_agg_in        mi = { in->k, in->n, mv, NULL };
+	const struct ps_agg_in *x  = in;
+	if (cc->beta != 0 && cc->m != NULL) {
+		for (uint32_t j = 0; j < in->k; j++) {
+			float *m = cc->m + (size_t) rank[j] * cc->ld;
+			momentum_take(cc, in, j, rank[j], m);
+			mv[j] = m;
+		}
+		x = &mi; // the momenta are per-sample already: no division
+	}
+	if (cc->rel) {
+		ps__agg_cclip_rel(cc->tau, x, cc->prev, out, c, nn);
+	} else {
+		ps__agg_cclip(cc->tau, x, cc->prev, out, c);
+	}
+	// The next round clips around this one (applied or refused).
+	memcpy(cc->prev, out, in->n * sizeof(float));
 }
 
 uint32_t
@@ -322,6 +466,7 @@ ps__robust_open(struct ps_server *s)
 	rb->rank     = fb_zalloc(t * sizeof(*rb->rank));
 	rb->tmp      = fb_zalloc(t * (PS_AGG_BLOCK + 1) * sizeof(float));
 	rb->c        = fb_zalloc(t * sizeof(*rb->c));
+	rb->mv       = fb_zalloc(t * sizeof(*rb->mv));
 	rb->score    = fb_zalloc(2 * t * sizeof(*rb->score));
 	rb->fk       = fb_zalloc(t);
 	rb->flag     = fb_zalloc(t);
@@ -333,10 +478,11 @@ ps__robust_open(struct ps_server *s)
 	rb->hb       = fb_zalloc(t * sizeof(*rb->hb));
 	rb->hb_ptrs  = fb_zalloc(t * sizeof(*rb->hb_ptrs));
 	if (rb->v == NULL || rb->div == NULL || rb->rank == NULL ||
-	    rb->tmp == NULL || rb->c == NULL || rb->score == NULL ||
-	    rb->fk == NULL || rb->flag == NULL || rb->last_v == NULL ||
-	    rb->cur == NULL || rb->rounds == NULL || rb->outliers == NULL ||
-	    rb->run == NULL || rb->hb == NULL || rb->hb_ptrs == NULL) {
+	    rb->tmp == NULL || rb->c == NULL || rb->mv == NULL ||
+	    rb->score == NULL || rb->fk == NULL || rb->flag == NULL ||
+	    rb->last_v == NULL || rb->cur == NULL || rb->rounds == NULL ||
+	    rb->outliers == NULL || rb->run == NULL || rb->hb == NULL ||
+	    rb->hb_ptrs == NULL) {
 		return FB_ENOMEM;
 	}
 	for (uint32_t r = 0; r < t; r++) {
@@ -359,6 +505,7 @@ ps__robust_free(struct ps_server *s)
 	fb_free(rb->rank);
 	fb_free(rb->tmp);
 	fb_free(rb->c);
+	fb_free(rb->mv);
 	fb_free(rb->score);
 	fb_free(rb->fk);
 	fb_free(rb->flag);
@@ -380,8 +527,16 @@ ps__robust_shard_alloc(struct ps_server *s, struct srv_shard *sh)
 	    sh->prev != NULL) {
 		return FB_OK;
 	}
-	sh->prev = fb_zalloc(sh->len * sizeof(float));
-	return sh->prev != NULL ? FB_OK : FB_ENOMEM;
+	if ((sh->prev = fb_zalloc(sh->len * sizeof(float))) == NULL) {
+		return FB_ENOMEM;
+	}
+	if (s->robust->rule.beta == 0) {
+		return FB_OK;
+	}
+	// trainers x len floats: the memory the option's doc states.
+	size_t rows = (size_t) s->trainers * ps__agg_cc_ld(sh->len);
+	sh->mom     = fb_zalloc(rows * sizeof(float) + s->trainers);
+	return sh->mom != NULL ? FB_OK : FB_ENOMEM;
 }
 
 // count records whether rank r's push at version v was flagged (the
@@ -444,9 +599,14 @@ ps__robust_round(struct ps_server *s, struct srv_shard *sh)
                 same && !cclip ? NULL : rb->div };
 
 	if (cclip) {
-		ps__agg_cclip(rb->rule.tau, &in, sh->prev, s->sum, rb->c);
-		// The next round clips around this one (applied or refused).
-		memcpy(sh->prev, s->sum, sh->len * sizeof(float));
+		size_t           ld = ps__agg_cc_ld(sh->len);
+		struct ps_agg_cc cc = { rb->rule.tau, rb->rule.beta,
+			rb->rule.rel, sh->prev, sh->mom, ld,
+			sh->mom != NULL
+			    ? (uint8_t *) (sh->mom + (size_t) s->trainers * ld)
+			    : NULL };
+		ps__agg_cclip_round(&cc, &in, rb->rank, s->sum, rb->c, rb->mv,
+		    rb->score);
 	} else {
 		rb->n_fallback += (uint64_t) ps__agg_coord(&rb->rule, &in,
 		    s->sum, rb->tmp);

@@ -30,11 +30,19 @@ struct ps_agg_rule {
 	enum ps_agg_kind kind;
 	uint32_t         trim; // trimmed:B
 	float            tau;  // cclip:TAU (per shard, per-sample units)
+	float            beta; // cclip's worker momentum, [0, 1) (0: none)
+	int              rel;  // cclip:TAUx: TAU times the median distance
 };
 
+// The default worker momentum of cclip:TAU (Karimireddy et al. 2021 use
+// 0.9; 0.95 held ALIE off on bench/byzantine.py where 0.9 did not).
+#define PS_AGG_BETA 0.95
+
 // ps__agg_parse parses text ("mean", "median", "trimmed:B" with integer
-// B >= 1, "cclip:TAU" with finite TAU > 0; NULL or "" is mean) into *r:
-// FB_OK, or FB_EINVAL with the reason in why (n bytes).
+// B >= 1, "cclip:TAU[x][:BETA]" with finite TAU > 0 (TAUx: a radius of
+// TAU times the round's median distance) and BETA in [0, 1), PS_AGG_BETA
+// when left out; NULL or "" is mean) into *r: FB_OK, or
+// FB_EINVAL with the reason, naming the text, in why (n bytes).
 int ps__agg_parse(const char *text, struct ps_agg_rule *r, char *why,
     size_t n);
 
@@ -76,6 +84,49 @@ int ps__agg_coord(const struct ps_agg_rule *r, const struct ps_agg_in *in,
 void ps__agg_cclip(float tau, const struct ps_agg_in *in, const float *prev,
     float *out, float *c);
 
+// The centered-clipping state of one shard (n floats): prev, the last
+// aggregate; with worker momentum (beta > 0) rank r's momentum, ld floats
+// at m + r * ld (ld >= n), and init[r], whether it is set (the rank has
+// pushed since the shard was made). With beta 0, m and init are NULL.
+struct ps_agg_cc {
+	float    tau, beta;
+	int      rel; // the radius is tau x the round's median distance
+	float   *prev;
+	float   *m;
+	size_t   ld;
+	uint8_t *init;
+};
+
+// ps__agg_cclip_round runs one round of centered clipping with worker
+// momentum over in's k pushes (push j from rank rank[j]) and writes the
+// aggregate into out and into cc->prev. With cc->beta 0 it is
+// ps__agg_cclip on the pushes (bit for bit). Otherwise each pushing rank's
+// momentum first takes its push: m = value (a float division by div[j],
+// as ps__agg_value) at the rank's first push, else m[i] = beta * m[i] +
+// w * push[i] with w = (1 - beta) / div[j] (in double, rounded to float;
+// 1 - beta without div); ranks that did not push keep theirs. Then
+// ps__agg_cclip (ps__agg_cclip_rel when cc->rel) clips the k momenta (in
+// push order) around prev. c: k floats, mv: k pointers, nn: 2k doubles of
+// scratch. k >= 1.
+void ps__agg_cclip_round(const struct ps_agg_cc *cc,
+    const struct ps_agg_in *in, const uint32_t *rank, float *out, float *c,
+    const void **mv, double *nn);
+
+// ps__agg_cc_ld returns the momentum row stride for a shard of n floats:
+// n rounded up to 16 floats (64 bytes), so every row keeps the alignment
+// of the block's start.
+size_t ps__agg_cc_ld(size_t n);
+
+// ps__agg_cclip_rel is ps__agg_cclip with the radius tau x the median of
+// the k distances ||d_j|| (in double; for even k the mean of the two
+// middle ones): each shard and round gets a radius in its own scale, and
+// with fewer than k / 2 attackers the median is an honest push's. A
+// distance of 0 keeps factor 1 (a median of 0 clips every other push to
+// prev). c: k floats, nn: 2k doubles of scratch (left holding the
+// distances, then them sorted).
+void ps__agg_cclip_rel(float tau, const struct ps_agg_in *in,
+    const float *prev, float *out, float *c, double *nn);
+
 // ps__agg_outliers scores each push against aggregate a (n floats, in the
 // same units as the values): score_j = sum_i (value_j[i] - a[i])^2 in
 // double, and flags push j (flag[j] = 1, else 0) when score_j > 9 x the
@@ -103,9 +154,11 @@ int ps__robust_open(struct ps_server *s);
 // ps__robust_free frees s->robust (NULL: no-op). Server close.
 void ps__robust_free(struct ps_server *s);
 
-// ps__robust_shard_alloc gives shard sh its cclip buffer (the last
-// aggregate, zero at first) when the rule is cclip: FB_OK or FB_ENOMEM.
-// mu held.
+// ps__robust_shard_alloc gives shard sh its cclip buffers when the rule
+// is cclip: sh->prev (the last aggregate, zero at first) and, with worker
+// momentum, sh->mom (s->trainers momentum rows of ps__agg_cc_ld(sh->len)
+// floats, then s->trainers "set" bytes; all zero): FB_OK or FB_ENOMEM.
+// Once, with the shard (store.c frees them with it). mu held.
 int ps__robust_shard_alloc(struct ps_server *s, struct srv_shard *sh);
 
 // ps__robust_round aggregates sh's round (the ranks in PS_SLOT_PUSHED, k

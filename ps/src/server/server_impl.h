@@ -150,8 +150,12 @@ struct srv_shard {
 	// robust aggregation and spot checks (robust.c, audit.c)
 	uint32_t       *n_samp;
 	uint64_t       *claim;
-	// --aggregate cclip: the shard's last aggregate (robust.c)
+	// --aggregate cclip: the shard's last aggregate, and with worker
+	// momentum (BETA > 0) one block of [trainers] momentum rows of
+	// ps__agg_cc_ld(len) floats followed by [trainers] bytes, 1 once the
+	// rank's row is set (robust.c)
 	float          *prev;
+	float          *mom;
 	uint32_t        n_pushed;
 	uint64_t        samples;
 	uint64_t        version;

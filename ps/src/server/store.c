@@ -556,6 +556,7 @@ ps__shard_release(struct ps_server *s, struct srv_shard *sh)
 	fb_free(sh->n_samp);
 	fb_free(sh->claim);
 	fb_free(sh->prev);
+	fb_free(sh->mom);
 	fb_free(sh->ref);
 	fb_free(sh->log);
 	fb_free(sh->log_base);
