@@ -46,7 +46,7 @@ import time
 TRAINERS = 8
 LAYERS = "784,64,10"
 BATCH = 16
-LR = 0.05
+LR = 0.1
 
 
 def free_port():
@@ -207,21 +207,21 @@ def main():
     ap.add_argument("--raw", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--command", default="")
-    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--lr", type=float, default=LR)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--attackers", default="1,2,3")
     ap.add_argument("--attacks", default="sign-flip,scale:-4,noise:1,"
                     "alie:1,ipm:4,label-flip,lazy:20")
     ap.add_argument("--aggregates", default="mean,median,trimmed:2,"
-                    "cclip:0.5")
+                    "cclip:1x")
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--rate", type=float, default=0.02)
     ap.add_argument("--falsify-rate", type=float, default=0.1)
     ap.add_argument("--noise", type=float, default=1.0)
     ap.add_argument("--catch-steps", type=int, default=500)
     ap.add_argument("--lazy-runs", type=int, default=20)
-    ap.add_argument("--spot-aggregate", default="cclip:0.5")
+    ap.add_argument("--spot-aggregate", default="cclip:1x")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--skip-spot", action="store_true")
     ap.add_argument("--skip-aggregation", action="store_true")

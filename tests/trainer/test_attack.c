@@ -120,8 +120,8 @@ START_TEST(test_attack_parse_bad)
 }
 END_TEST
 
-// sign-flip, scale:S and ipm:EPS are exact float products; an honest
-// step is left alone and not counted.
+// sign-flip and scale:S are exact float products; an honest step is left
+// alone and not counted.
 START_TEST(test_attack_linear)
 {
 	static const struct {
@@ -131,8 +131,6 @@ START_TEST(test_attack_linear)
 		{ "sign-flip", -1.0f },
 		{ "scale:-10", -10.0f },
 		{ "scale:3", 3.0f },
-		{ "ipm:0.5", -0.5f },
-		{ "ipm:4", -4.0f },
 	};
 	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
 		struct tr_params  g, h;
@@ -258,6 +256,52 @@ START_TEST(test_attack_alie)
 	}
 	// The outlying coordinate: mu 1.5, sigma 5 -> 1.5 - 1.5 * 5.
 	ck_assert(g.t[1][2] == -6.0f);
+	tr__attack_fini(&a);
+	tr_params_fini(&g);
+	for (size_t k = 0; k < 4; k++) {
+		tr_params_fini(&h[k]);
+	}
+}
+END_TEST
+
+// ipm:EPS pushes -EPS times the mean of the step's and the next batches'
+// gradients (its estimate of the honest mean), per coordinate in double:
+// exact, and not the step's own gradient scaled.
+START_TEST(test_attack_ipm)
+{
+	struct tr_params  g, h[4];
+	struct tr__attack a;
+	make_grad(&g, 0.0f);
+	setup(&a, "ipm:4", 1.0, &g);
+	ck_assert_uint_eq(tr__attack_more(&a, 1), 3);
+	ck_assert_uint_eq(tr__attack_more(&a, 0), 0);
+	for (size_t k = 0; k < 4; k++) {
+		make_grad(&h[k], (float) k * 0.5f - 0.3f);
+	}
+	for (size_t t = 0; t < 2; t++) {
+		memcpy(g.t[t], h[0].t[t], g.len[t] * sizeof(float));
+		for (size_t k = 1; k < 4; k++) {
+			memcpy(a.more[k - 1].t[t], h[k].t[t],
+			    g.len[t] * sizeof(float));
+		}
+	}
+	tr__attack_apply(&a, 0, 1, &g);
+	int differs = 0;
+	for (size_t t = 0; t < 2; t++) {
+		for (size_t i = 0; i < g.len[t]; i++) {
+			double mu = h[0].t[t][i];
+			for (size_t k = 1; k < 4; k++) {
+				mu += h[k].t[t][i];
+			}
+			float want = (float) (-4.0 * (mu / 4.0));
+			ck_assert_msg(g.t[t][i] == want,
+			    "[%zu][%zu] %.9g %.9g", t, i, (double) g.t[t][i],
+			    (double) want);
+			differs |= g.t[t][i] != -4.0f * h[0].t[t][i];
+		}
+	}
+	ck_assert_msg(differs, "ipm pushed the step's own gradient scaled");
+	ck_assert_uint_eq(a.attacked, 1);
 	tr__attack_fini(&a);
 	tr_params_fini(&g);
 	for (size_t k = 0; k < 4; k++) {
@@ -450,6 +494,7 @@ suite_attack(void)
 	tcase_add_test(tc, test_attack_linear);
 	tcase_add_test(tc, test_attack_noise);
 	tcase_add_test(tc, test_attack_alie);
+	tcase_add_test(tc, test_attack_ipm);
 	tcase_add_test(tc, test_attack_rate);
 	tcase_add_test(tc, test_attack_lazy);
 	tcase_add_test(tc, test_attack_label_flip);

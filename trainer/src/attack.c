@@ -155,6 +155,7 @@ tr__attack_init(struct tr__attack *a, const struct tr__attack_spec *spec,
 		}
 		break;
 	case TR__ATTACK_ALIE:
+	case TR__ATTACK_IPM:
 		for (size_t k = 0; k < TR__ATTACK_ALIE_M - 1; k++) {
 			if (tr__params_shaped(&a->more[k], g) != FB_OK) {
 				return tr__errf(FB_ENOMEM, err, errlen,
@@ -243,7 +244,9 @@ tr__attack_data(const struct tr__attack *a, const struct tr_dataset *honest,
 size_t
 tr__attack_more(const struct tr__attack *a, int falsified)
 {
-	return falsified && a->spec.kind == TR__ATTACK_ALIE
+	return falsified &&
+	        (a->spec.kind == TR__ATTACK_ALIE ||
+	            a->spec.kind == TR__ATTACK_IPM)
 	    ? TR__ATTACK_ALIE_M - 1
 	    : 0;
 }
@@ -302,6 +305,26 @@ alie(const struct tr__attack *a, struct tr_params *g)
 	}
 }
 
+// ipm writes -eps * mu per coordinate into g, mu the mean of g and the
+// other batches' gradients in a->more (in double, as alie's): the
+// attacker's estimate of the honest mean, steadier than its own batch's
+// gradient alone (with which ipm would be scale:-EPS).
+static void
+ipm(const struct tr__attack *a, struct tr_params *g)
+{
+	const size_t m   = TR__ATTACK_ALIE_M;
+	double       eps = a->spec.param;
+	for (size_t t = 0; t < g->n_tensors; t++) {
+		for (size_t i = 0; i < g->len[t]; i++) {
+			double mu = g->t[t][i];
+			for (size_t k = 1; k < m; k++) {
+				mu += a->more[k - 1].t[t][i];
+			}
+			g->t[t][i] = (float) (-eps * (mu / (double) m));
+		}
+	}
+}
+
 // lazy records g, the step's honest gradient, in the ring and, when
 // falsified, leaves in g the oldest gradient held: the one of L steps
 // before once the ring is full (g itself at the very first step).
@@ -355,7 +378,7 @@ tr__attack_apply(struct tr__attack *a, uint64_t step, int falsified,
 		scale(g, (float) a->spec.param);
 		break;
 	case TR__ATTACK_IPM:
-		scale(g, (float) -a->spec.param);
+		ipm(a, g);
 		break;
 	case TR__ATTACK_NOISE:
 		noise(a, step, g);

@@ -22,7 +22,9 @@
 //               sigma are in the push's sum units. Z >= 0.
 //   ipm:EPS     inner-product manipulation (Xie et al. 2020): -EPS * g_hat,
 //               where g_hat, the attacker's estimate of the honest mean,
-//               is its own honest gradient g. EPS > 0.
+//               is the mean of its honest gradients on alie's
+//               TR__ATTACK_ALIE_M batches (in the push's sum units).
+//               EPS > 0.
 //   label-flip  the gradient computed on the same batch with every label
 //               y replaced by classes - 1 - y (9 - y on Fashion-MNIST).
 //   lazy:L      the gradient this trainer computed L steps earlier (its
@@ -137,8 +139,8 @@ const struct tr_dataset *tr__attack_data(const struct tr__attack *a,
     const struct tr_dataset *honest, int falsified);
 
 // tr__attack_more reports how many more batches' gradients a falsified
-// step must compute into a->more[] before tr__attack_apply (alie: m - 1;
-// else 0).
+// step must compute into a->more[] before tr__attack_apply (alie and ipm:
+// m - 1; else 0).
 size_t tr__attack_more(const struct tr__attack *a, int falsified);
 
 // tr__attack_apply turns g, the step's gradient (honest, or label-flip's),
