@@ -23,7 +23,7 @@
 #include "robust.h"
 #include "scrape.h"
 
-#define MAX_K 8
+#define MAX_K 19
 #define N 1000 // not a multiple of PS_AGG_BLOCK
 
 // One round of k pushes: even pushes are aligned floats (staging slots),
@@ -110,9 +110,22 @@ same_bits(const float *a, const float *b, size_t n, const char *what)
 	}
 }
 
+// lanes_sum adds the PS_AGG_LANES float partial sums of a squared
+// distance in the order robust.h documents.
+static double
+lanes_sum(const float *acc)
+{
+	double sum = 0;
+	for (size_t l = 0; l < PS_AGG_LANES; l++) {
+		sum += (double) acc[l];
+	}
+	return sum;
+}
+
 START_TEST(test_robust_median_trimmed_exact)
 {
-	static const uint32_t ks[] = { 3, 4, 5, 8 };
+	static const uint32_t ks[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17,
+		19 };
 	static struct round   r;
 	float                 got[N], want[N];
 	float                 tmp[MAX_K * (PS_AGG_BLOCK + 1)];
@@ -169,15 +182,16 @@ START_TEST(test_robust_cclip_exact)
 			// radius, average, add to prev.
 			float cf[MAX_K];
 			for (uint32_t j = 0; j < r.k; j++) {
-				double nn = 0;
+				float acc[PS_AGG_LANES] = { 0 };
 				for (size_t i = 0; i < N; i++) {
 					float m = ps ? r.f[j][i] / r.div[j]
 					             : r.f[j][i];
 					float d = m - prev[i];
-					nn += (double) d * d;
+					acc[i % PS_AGG_LANES] += d * d;
 				}
-				double f = nn > 0 ? tau / sqrt(nn) : 1;
-				cf[j]    = f < 1 ? (float) f : 1.0f;
+				double nn = lanes_sum(acc);
+				double f  = nn > 0 ? tau / sqrt(nn) : 1;
+				cf[j]     = f < 1 ? (float) f : 1.0f;
 			}
 			for (size_t i = 0; i < N; i++) {
 				float acc = 0;
@@ -214,12 +228,12 @@ ref_cclip(float tau, int rel, uint32_t k, float (*val)[N], const float *prev,
 	float  cf[MAX_K];
 	double dist[MAX_K], srt[MAX_K], t = tau;
 	for (uint32_t j = 0; j < k; j++) {
-		double nn = 0;
+		float acc[PS_AGG_LANES] = { 0 };
 		for (size_t i = 0; i < N; i++) {
 			float d = val[j][i] - prev[i];
-			nn += (double) d * d;
+			acc[i % PS_AGG_LANES] += d * d;
 		}
-		dist[j] = srt[j] = sqrt(nn);
+		dist[j] = srt[j] = sqrt(lanes_sum(acc));
 	}
 	if (rel) { // TAU x the median distance
 		qsort(srt, k, sizeof(double), cmp_d);

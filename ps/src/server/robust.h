@@ -18,6 +18,11 @@
 // per-coordinate sorts (ps__agg_coord's scratch is k x PS_AGG_BLOCK).
 #define PS_AGG_BLOCK 256
 
+// Squared distances (cclip's norms, outlier scores) are summed in this
+// many float lanes, element i in lane i mod 16 (each d * d added in
+// float), and the lanes then added in double, lane 0 first.
+#define PS_AGG_LANES 16
+
 enum ps_agg_kind {
 	PS_AGG_MEAN = 0, // the rank-order sum (store.c's path)
 	PS_AGG_MEDIAN,   // coordinate-wise median
