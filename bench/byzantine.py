@@ -42,6 +42,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 
 TRAINERS = 8
 LAYERS = "784,64,10"
@@ -89,8 +90,10 @@ class Job:
                  "--probe-bytes=0",
                  "--log-level=notice"]
         self.sched = self.spawn(sched, "scheduler")
+        self.http = "127.0.0.1:%d" % free_port()
         srv = [a.ps, "--role=server", "--scheduler=" + url,
-               "--aggregate=" + aggregate, "--log-level=notice"]
+               "--aggregate=" + aggregate, "--log-level=notice",
+               "--http-listen=" + self.http]
         self.spawn(srv, "server")
         common = ["--scheduler=" + url, "--data=" + a.data,
                   "--layers=" + LAYERS, "--batch=%d" % BATCH,
@@ -127,6 +130,24 @@ class Job:
                 p.kill()
                 p.wait()
 
+    def round_close_ms(self):
+        """The server's time closing a sync round (aggregate, update,
+        publish), ms per round: ferry_round_close_seconds_total over
+        ferry_aggregate_rounds_total (None when not to be had)."""
+        try:
+            with urllib.request.urlopen("http://%s/metrics" % self.http,
+                                        timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            return None
+        close = re.search(r"^ferry_round_close_seconds_total ([0-9.eE+-]+)",
+                          text, re.M)
+        rounds = re.search(r"^ferry_aggregate_rounds_total\{[^}]*\} "
+                           r"([0-9.eE+-]+)", text, re.M)
+        if not close or not rounds or float(rounds.group(1)) == 0:
+            return None
+        return 1000.0 * float(close.group(1)) / float(rounds.group(1))
+
     def summary(self, rank=0):
         path = os.path.join(self.dir, "t%d.out" % rank)
         for line in reversed(open(path).read().splitlines()):
@@ -152,6 +173,7 @@ def aggregation_run(a, tag, rule, attack, f, steps):
     except subprocess.TimeoutExpired:
         rc = None
     s = job.summary(0) if rc == 0 else None
+    close_ms = job.round_close_ms()  # before the server stops
     job.stop()
     if s is None:
         # A mean that lets attackers blow the weights up ends the job:
@@ -168,7 +190,8 @@ def aggregation_run(a, tag, rule, attack, f, steps):
         return None
     steps_run = max(1, s.get("steps_run") or s.get("steps") or 1)
     round_ms = 1000.0 * (s["wall_s"] - s.get("eval_s", 0.0)) / steps_run
-    return {"acc": s.get("test_acc"), "round_ms": round(round_ms, 3)}
+    return {"acc": s.get("test_acc"), "round_ms": round(round_ms, 3),
+            "close_ms": None if close_ms is None else round(close_ms, 4)}
 
 
 def spot_run(a, k, seed, attack):
@@ -197,6 +220,40 @@ def spot_run(a, k, seed, attack):
     honest = sorted({r for r, _ in q if r != TRAINERS - 1})
     return {"seed": seed, "caught": step is not None,
             "steps_to_catch": step, "honest_quarantined": honest}
+
+
+def merge_previous(a, res, attacks):
+    """A partial run (--only, or --attacks none: the clean runs alone)
+    replaces its own part of an existing --out and keeps the rest, so
+    that the parts can be rerun apart (the clean runs' timings on a
+    quiet machine, say)."""
+    if not os.path.exists(a.out):
+        return res
+    try:
+        old = json.load(open(a.out))
+    except ValueError:
+        return res
+    if a.skip_spot:
+        for k in ("spot_check", "spot_check_more"):
+            if k in old:
+                res[k] = old[k]
+    if a.skip_aggregation:
+        for k, v in old.items():
+            if k not in ("spot_check", "spot_check_more", "command",
+                         "when"):
+                res[k] = v
+        res["runs"] = old.get("runs", [])
+    elif attacks == ["none"] or not attacks:
+        # the clean runs only: the attacked rows stay
+        res["runs"] += [r for r in old.get("runs", [])
+                        if r["attack"] != "none"]
+        res["steps"] = old.get("steps", res["steps"])
+    res["parts"] = dict(old.get("parts", {}))
+    part = "spot" if a.skip_aggregation else (
+        "clean" if attacks == ["none"] else
+        "aggregation" if a.skip_spot else "all")
+    res["parts"][part] = {"command": a.command, "when": res["when"]}
+    return res
 
 
 def main():
@@ -257,15 +314,32 @@ def main():
                 "acc_clean": acc_clean[rule],
                 "round_ms": statistics.median(
                     x["round_ms"] for x in clean[rule]),
-                "round_ms_all": [x["round_ms"] for x in clean[rule]]})
+                "round_ms_all": [x["round_ms"] for x in clean[rule]],
+                "close_ms": statistics.median(
+                    x["close_ms"] for x in clean[rule]
+                    if x["close_ms"] is not None)
+                if any(x["close_ms"] is not None for x in clean[rule])
+                else None})
         base = next((r for r in res["runs"] if r["aggregate"] == "mean"),
                     None)
         if base:
             res["robust_round_ratio"] = {
                 r["aggregate"]: round(r["round_ms"] / base["round_ms"], 4)
                 for r in res["runs"]}
+            # What each rule adds to closing a round (the server's own
+            # time, measured inside it: steadier than the round times of
+            # nine processes sharing the cores), as a share of mean's
+            # round time.
+            if base.get("close_ms") is not None:
+                res["robust_close_share"] = {
+                    r["aggregate"]: round((r["close_ms"] -
+                                           base["close_ms"]) /
+                                          base["round_ms"], 4)
+                    for r in res["runs"] if r.get("close_ms") is not None}
         for f in fs:
             for attack in attacks:
+                if attack == "none":
+                    continue  # the clean runs above
                 for rule in rules:
                     tag = "%s-%s-f%d" % (attack.replace(":", ""),
                                          rule.replace(":", ""), f)
@@ -315,6 +389,7 @@ def main():
             else:
                 res.setdefault("spot_check_more", []).append(sc)
 
+    res = merge_previous(a, res, attacks)
     with open(a.out, "w") as fh:
         json.dump(res, fh, indent=1)
         fh.write("\n")

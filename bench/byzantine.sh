@@ -19,7 +19,9 @@
 #   bench/byzantine.sh --quick    # 2 attackers only, 20 spot-check runs
 #   bench/byzantine.sh --smoke    # a few steps of 2 jobs and one spot
 #                                 # check, JSON in a temp dir (ctest)
-#   options: --steps N, --runs N, --only aggregation|spot
+#   options: --steps N, --runs N, --only aggregation|clean|spot (a part
+#   alone replaces its own part of an existing byzantine.json; clean: the
+#   clean runs' round times again, 5 interleaved repeats)
 # Builds with scripts/setup.sh first (not --smoke); FERRY_BUILD_DIR picks
 # the build directory, FERRY_RESULTS_DIR where byzantine.json goes,
 # FERRY_DATA_DIR the data set (/usr/share/datasets/fashion-mnist).
@@ -40,12 +42,13 @@ while (($#)); do
 	--only)
 		case "$2" in
 		aggregation) extra+=(--skip-spot) ;;
+		clean) extra+=(--skip-spot --attacks none --repeat 5) ;;
 		spot) extra+=(--skip-aggregation) ;;
-		*) echo "byzantine.sh: --only aggregation|spot, not $2" >&2
+		*) echo "byzantine.sh: --only aggregation|clean|spot, not $2" >&2
 			exit 2 ;;
 		esac
 		shift 2 ;;
-	-h | --help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "byzantine.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done

@@ -300,6 +300,9 @@ struct ps_server {
 	// stats (relaxed atomics)
 	atomic_uint_fast64_t  n_push, n_pull, n_err, bytes_in, bytes_out;
 	atomic_uint_fast64_t  n_applied;
+	// time spent closing sync rounds (aggregate, update, publish;
+	// store.c), ns, under mu: what a robust --aggregate adds is seen here
+	uint64_t              close_ns;
 	// parked calls examined for readiness (under mu): a sync round of T
 	// pushes examines O(T) of them (pull.c, push.c)
 	uint64_t              park_checks;

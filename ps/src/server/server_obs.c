@@ -113,6 +113,12 @@ write_robust(const struct ps_server *s, struct obs_writer *w)
 	    OBS_COUNTER);
 	obs_write_sample(w, "ferry_aggregate_fallbacks_total", NULL,
 	    (double) fallbacks);
+	obs_write_family(w, "ferry_round_close_seconds_total",
+	    "Time spent closing sync rounds: combining the pushes (--aggregate), "
+	    "the update, publishing the version.",
+	    OBS_COUNTER);
+	obs_write_sample(w, "ferry_round_close_seconds_total", NULL,
+	    (double) s->close_ns * 1e-9);
 }
 
 void
@@ -123,9 +129,10 @@ ps__robust_stats(const struct ps_server *s, char *buf, size_t n)
 	ps__robust_totals(s, &rule, &rounds, &outliers, &fallbacks);
 	snprintf(buf, n,
 	    "# Aggregate\r\naggregate:%s\r\naggregate_rounds:%llu\r\n"
-	    "push_outliers:%llu\r\naggregate_fallbacks:%llu\r\n",
+	    "push_outliers:%llu\r\naggregate_fallbacks:%llu\r\n"
+	    "round_close_s:%.6f\r\n",
 	    rule, (unsigned long long) rounds, (unsigned long long) outliers,
-	    (unsigned long long) fallbacks);
+	    (unsigned long long) fallbacks, (double) s->close_ns * 1e-9);
 }
 
 // collect writes the numbers kept under mu (see DESIGN).

@@ -372,7 +372,9 @@ apply_sum(struct ps_server *s, struct srv_shard *sh)
 void
 ps__shard_apply_sync(struct ps_server *s, struct srv_shard *sh)
 {
+	uint64_t t0 = fb_clock_ns();
 	apply_sum(s, sh);
+	s->close_ns += fb_clock_ns() - t0;
 	if (sh->round_t0 != 0) {
 		obs_histogram_observe(s->round_wait,
 		    (double) (fb_clock_ns() - sh->round_t0) * 1e-9);
