@@ -48,7 +48,7 @@ while (($#)); do
 			exit 2 ;;
 		esac
 		shift 2 ;;
-	-h | --help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "byzantine.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
