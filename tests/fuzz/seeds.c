@@ -163,6 +163,31 @@ requests(const char *target, int prefix)
 		n = frame(out, prefix, PSWIRE__METHOD__STATS, &s, 0);
 		put(target, "stats", out, n);
 	}
+	{ // Audit (a server's kept pushes) and Verified (a verdict): the
+	  // spot checks' requests (issue 31)
+		Pswire__Header       h = PSWIRE__HEADER__INIT;
+		Pswire__AuditRequest a = PSWIRE__AUDIT_REQUEST__INIT;
+		a.max                  = 4;
+		h.body_case            = PSWIRE__HEADER__BODY_AUDIT_REQ;
+		h.audit_req            = &a;
+		out[0]                 = 0;
+		n = frame(out, prefix, PSWIRE__METHOD__AUDIT, &h, 0);
+		put(target, "audit", out, n);
+
+		Pswire__Header          g = PSWIRE__HEADER__INIT;
+		Pswire__VerifiedRequest v = PSWIRE__VERIFIED_REQUEST__INIT;
+		v.rank                    = 1;
+		v.version                 = 3;
+		v.data_step               = 4;
+		v.mismatch                = 1;
+		v.differing               = 2;
+		v.max_abs_diff            = 0.5f;
+		g.body_case               = PSWIRE__HEADER__BODY_VERIFIED_REQ;
+		g.verified_req            = &v;
+		out[0]                    = 1;
+		n = frame(out, prefix, PSWIRE__METHOD__VERIFIED, &g, 0);
+		put(target, "verified", out, n);
+	}
 }
 
 int
