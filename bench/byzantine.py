@@ -166,8 +166,8 @@ class Job:
         return got
 
 
-def aggregation_run(a, tag, rule, attack, f, steps):
-    job = Job(a, tag, rule, attack, f, steps)
+def aggregation_run(a, tag, rule, attack, f, steps, seed=1):
+    job = Job(a, tag, rule, attack, f, steps, seed=seed)
     try:
         rc = job.trainers[0].wait(a.timeout)
     except subprocess.TimeoutExpired:
@@ -248,6 +248,18 @@ def merge_previous(a, res, attacks):
         res["runs"] += [r for r in old.get("runs", [])
                         if r["attack"] != "none"]
         res["steps"] = old.get("steps", res["steps"])
+    else:
+        # attacked rows of other attacker counts (or other attacks) than
+        # this run's stay; the clean rows are this run's
+        ran = {(r["attack"], r["attackers"], r["aggregate"])
+               for r in res["runs"]}
+        fs = {int(x) for x in a.attackers.split(",")}
+        res["runs"] += [r for r in old.get("runs", [])
+                        if r["attack"] != "none" and
+                        (r["attack"], r["attackers"], r["aggregate"])
+                        not in ran and
+                        (r["attackers"] not in fs or
+                         r["attack"] not in attacks)]
     res["parts"] = dict(old.get("parts", {}))
     part = "spot" if a.skip_aggregation else (
         "clean" if attacks == ["none"] else
@@ -267,8 +279,9 @@ def main():
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--lr", type=float, default=LR)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--attackers", default="1,2,3")
-    ap.add_argument("--attacks", default="sign-flip,scale:-4,noise:1,"
+    ap.add_argument("--attacks", default="sign-flip,scale:-10,noise:1,"
                     "alie:1,ipm:4,label-flip,lazy:20")
     ap.add_argument("--aggregates", default="mean,median,trimmed:2,"
                     "cclip:1x")
@@ -303,15 +316,28 @@ def main():
                     print("byzantine: clean %-10s acc %.4f round %.2f ms"
                           % (rule, x["acc"], x["round_ms"]),
                           file=sys.stderr)
+        # Accuracy over --seeds seeds (data order and initial weights;
+        # the repeats above are seed 1): one seed's accuracy moves by a
+        # point or two with any change to the run.
+        seeds = list(range(1, a.seeds + 1))
+        acc_seeds = {r: [clean[r][0]["acc"]] if clean[r] else []
+                     for r in rules}
+        for seed in seeds[1:]:
+            for rule in rules:
+                x = aggregation_run(a, "clean-%s-s%d" % (rule, seed), rule,
+                                    "none", 0, a.steps, seed)
+                if x and x["acc"] is not None:
+                    acc_seeds[rule].append(x["acc"])
         acc_clean = {}
         for rule in rules:
             if not clean[rule]:
                 continue
-            acc_clean[rule] = clean[rule][0]["acc"]
+            acc_clean[rule] = statistics.mean(acc_seeds[rule])
             res["runs"].append({
                 "attack": "none", "aggregate": rule, "attackers": 0,
                 "trainers": TRAINERS, "acc": acc_clean[rule],
-                "acc_clean": acc_clean[rule],
+                "acc_clean": acc_clean[rule], "seeds": seeds,
+                "acc_seeds": acc_seeds[rule],
                 "round_ms": statistics.median(
                     x["round_ms"] for x in clean[rule]),
                 "round_ms_all": [x["round_ms"] for x in clean[rule]],
@@ -343,9 +369,20 @@ def main():
                 for rule in rules:
                     tag = "%s-%s-f%d" % (attack.replace(":", ""),
                                          rule.replace(":", ""), f)
-                    x = aggregation_run(a, tag, rule, attack, f, a.steps)
-                    if not x:
+                    xs = [aggregation_run(a, tag + ("-s%d" % s if s > 1
+                                                    else ""), rule,
+                                          attack, f, a.steps, s)
+                          for s in range(1, a.seeds + 1)]
+                    if any(x is None for x in xs):
                         continue
+                    x = dict(xs[0])
+                    if any(y.get("diverged") for y in xs):
+                        # a seed whose job ended in NaN: the attack won
+                        x = {"acc": None, "round_ms": None,
+                             "diverged": True}
+                    else:
+                        x["acc"] = statistics.mean(y["acc"] for y in xs)
+                    x["acc_seeds"] = [y["acc"] for y in xs]
                     print("byzantine: %-12s f=%d %-10s acc %s (clean "
                           "%.4f)" % (attack, f, rule, x["acc"],
                                      acc_clean.get(rule, float("nan"))),
@@ -356,6 +393,8 @@ def main():
                            "round_ms": x["round_ms"]}
                     if x.get("diverged"):
                         row["diverged"] = True
+                    row["seeds"] = list(range(1, a.seeds + 1))
+                    row["acc_seeds"] = x["acc_seeds"]
                     res["runs"].append(row)
 
     if not a.skip_spot:
