@@ -119,10 +119,13 @@ class Job:
         self.procs.append(p)
         return p
 
-    def stop(self):
+    def stop(self, kill=False):
+        """SIGTERM (kill: SIGKILL, for a job cut short: trainers blocked
+        waiting for a map once the server is gone would sit out their
+        --timeout-ms) and wait for every process."""
         for p in self.procs:
             if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
+                p.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
         for p in self.procs:
             try:
                 p.wait(20)
@@ -214,7 +217,7 @@ def spot_run(a, k, seed, attack):
             time.sleep(0.5)
             caught = job.quarantined()
     finally:
-        job.stop()
+        job.stop(kill=True)
     q = job.quarantined()
     step = next((v for r, v in q if r == TRAINERS - 1), None)
     honest = sorted({r for r, _ in q if r != TRAINERS - 1})
