@@ -55,7 +55,10 @@
 // not depend on the CPU (-ffp-contract=off: no fused multiply-adds; the
 // squared distances' lanes fix their order). Their helpers are inlined
 // into each clone.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+// ThreadSanitizer's runtime is not up yet when an ifunc resolver runs (the
+// test binaries crash at start): no clones in a TSan build.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) &&        \
+    !defined(__SANITIZE_THREAD__)
 #define KERNEL_CLONES                                                         \
 	__attribute__((target_clones("avx512f", "avx2", "default")))
 #define KERNEL_INLINE inline __attribute__((always_inline))
