@@ -338,6 +338,17 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	            "marked as outliers in this many scored rounds in a "
 	            "row is quarantined (0: never; a verified mismatch "
 	            "always quarantines)" },
+	[FB_OPT_PS_CPUS] = { "cpus", PS, STR_NONEMPTY, .def = "auto",
+	    .help = "CPUs this process's threads run on: auto | all | a "
+	            "list such as 0-3,8",
+	    .doc  = "the CPUs this process's threads may run on: a list "
+	            "(`0-3,8`), `all` (wherever the kernel puts them), or "
+	            "`auto`: a scheduler keeps its threads on the one CPU "
+	            "it starts on (its work is many small messages, each "
+	            "handed between nng's threads, and a wake-up on another "
+	            "CPU costs more than the message: 1,000 members cost "
+	            "about two thirds of the CPU), a server takes them all. "
+	            "CPUs the process may not use are refused (§8)" },
 	[FB_OPT_PS_TLS_CERT]            = { "tls-cert", PS, STR, .def = "",
 	               .unset = "off",
 	               .help  = "this member's TLS certificate (PEM): mutual TLS with "

@@ -13,6 +13,7 @@
 // metrics, health, readiness and state over HTTP (obs/) from start to
 // exit, the leave included: /readyz says "leaving" while the shards move
 // away.
+#define _GNU_SOURCE // cpu_set_t (cpus.h)
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 #include <time.h>
 
 #include "config.h"
+#include "cpus.h"
 #include "fb/config.h"
 #include "ps/ps.h"
 #ifdef __GLIBC__
@@ -225,6 +227,13 @@ main(int argc, char **argv)
 	role = cfg_str(FB_OPT_PS_ROLE);
 	if (strcmp(role, "snapshot") == 0) {
 		return snapshot_job(cfg_str(FB_OPT_PS_SCHEDULER));
+	}
+	// Before nng starts its threads: they inherit this thread's CPUs.
+	char why[300];
+	if (ps__cpus_apply(cfg_str(FB_OPT_PS_CPUS),
+	        strcmp(role, "scheduler") == 0, why, sizeof(why)) != 0) {
+		fprintf(stderr, "ps-server: %s\n", why);
+		return 2;
 	}
 	if (ps__cfg_text(&cfg, FB_OPT_PS_SECRET_FILE) == NULL &&
 	    *cfg_str(FB_OPT_PS_TLS_CA) == '\0') {

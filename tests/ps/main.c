@@ -44,6 +44,7 @@ main(void)
 	srunner_add_suite(sr, suite_pool());
 	srunner_add_suite(sr, suite_audit());
 	srunner_add_suite(sr, suite_rpclimits());
+	srunner_add_suite(sr, suite_cpus());
 	srunner_add_suite(sr, suite_robust());
 	srunner_add_suite(sr, suite_quarantine());
 	srunner_run_all(sr, CK_NORMAL);

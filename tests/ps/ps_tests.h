@@ -25,6 +25,7 @@ Suite *suite_replicas(void);
 Suite *suite_scheduler_state(void);
 Suite *suite_sched_scale(void);
 Suite *suite_rpclimits(void);
+Suite *suite_cpus(void);
 
 // Wire helpers for tests that speak to an in-process scheduler, defined in
 // test_live.c. Each fails the test when no reply comes within its time.
