@@ -338,34 +338,34 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	            "marked as outliers in this many scored rounds in a "
 	            "row is quarantined (0: never; a verified mismatch "
 	            "always quarantines)" },
-	[FB_OPT_PS_CPUS] = { "cpus", PS, STR_NONEMPTY, .def = "auto",
-	    .help = "CPUs this process's threads run on: auto | all | a "
-	            "list such as 0-3,8",
-	    .doc  = "the CPUs this process's threads may run on: a list "
-	            "(`0-3,8`), `all` (wherever the kernel puts them), or "
-	            "`auto`: a scheduler keeps its threads on the one CPU "
-	            "it starts on (its work is many small messages, each "
-	            "handed between nng's threads, and a wake-up on another "
-	            "CPU costs more than the message: 1,000 members cost "
-	            "about two thirds of the CPU), a server takes them all. "
-	            "CPUs the process may not use are refused (§8)" },
-	[FB_OPT_PS_TLS_CERT]            = { "tls-cert", PS, STR, .def = "",
-	               .unset = "off",
-	               .help  = "this member's TLS certificate (PEM): mutual TLS with "
-	                                   "--tls-key and --tls-ca (docs/security.md)",
-	               .doc   = "this member's certificate (PEM, chain allowed). With "
-	                                   "`--tls-key` and `--tls-ca` every connection is "
-	                                   "`tls+tcp://` (`tcp://` URLs are mapped) and both ends "
-	                                   "must present a certificate signed by the job's CA "
-	                                   "([security.md](security.md))" },
-	[FB_OPT_PS_TLS_KEY] = { "tls-key", PS, STR, .def = "", .unset = "off",
-	    .help = "the private key of --tls-cert (PEM, unencrypted)",
-	    .doc  = "the unencrypted private key of `--tls-cert` (PEM)" },
-	[FB_OPT_PS_TLS_CA]  = { "tls-ca", PS, STR, .def = "", .unset = "off",
-	     .help = "the job's CA certificate(s) (PEM): peers must present a "
-	              "certificate it signed",
-	     .doc  = "the job's CA certificate(s) (PEM): every peer must "
-	              "present a certificate signed by it" },
+	[FB_OPT_PS_CPUS]     = { "cpus", PS, STR_NONEMPTY, .def = "auto",
+	        .help = "CPUs this process's threads run on: auto | all | a "
+	                    "list such as 0-3,8",
+	        .doc  = "the CPUs this process's threads may run on: a list "
+	                    "(`0-3,8`), `all` (wherever the kernel puts them), or "
+	                    "`auto`: a scheduler keeps its threads on the one CPU "
+	                    "it starts on (its work is many small messages, each "
+	                    "handed between nng's threads, and a wake-up on another "
+	                    "CPU costs more than the message: 1,000 members cost "
+	                    "about two thirds of the CPU), a server takes them all. "
+	                    "CPUs the process may not use are refused (§8)" },
+	[FB_OPT_PS_TLS_CERT] = { "tls-cert", PS, STR, .def = "",
+	    .unset = "off",
+	    .help  = "this member's TLS certificate (PEM): mutual TLS with "
+	             "--tls-key and --tls-ca (docs/security.md)",
+	    .doc   = "this member's certificate (PEM, chain allowed). With "
+	             "`--tls-key` and `--tls-ca` every connection is "
+	             "`tls+tcp://` (`tcp://` URLs are mapped) and both ends "
+	             "must present a certificate signed by the job's CA "
+	             "([security.md](security.md))" },
+	[FB_OPT_PS_TLS_KEY]  = { "tls-key", PS, STR, .def = "", .unset = "off",
+	     .help = "the private key of --tls-cert (PEM, unencrypted)",
+	     .doc  = "the unencrypted private key of `--tls-cert` (PEM)" },
+	[FB_OPT_PS_TLS_CA]   = { "tls-ca", PS, STR, .def = "", .unset = "off",
+	      .help = "the job's CA certificate(s) (PEM): peers must present a "
+	                "certificate it signed",
+	      .doc  = "the job's CA certificate(s) (PEM): every peer must "
+	                "present a certificate signed by it" },
 
 	// ---- trainer -----------------------------------------------------
 	[FB_OPT_TR_SCHEDULER] = { "scheduler", TR, STR_NONEMPTY,

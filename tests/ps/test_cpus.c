@@ -29,28 +29,24 @@ START_TEST(test_cpus_parse)
 	char      err[300], buf[64];
 
 	// all, and auto for a server: every allowed CPU.
-	ck_assert_int_eq(ps__cpus_parse("all", 1, &allowed, 3, &out, err,
-	                     sizeof(err)),
-	    0);
+	ck_assert_int_eq(
+	    ps__cpus_parse("all", 1, &allowed, 3, &out, err, sizeof(err)), 0);
 	ck_assert(CPU_EQUAL(&out, &allowed));
-	ck_assert_int_eq(ps__cpus_parse("auto", 0, &allowed, 3, &out, err,
-	                     sizeof(err)),
-	    0);
+	ck_assert_int_eq(
+	    ps__cpus_parse("auto", 0, &allowed, 3, &out, err, sizeof(err)), 0);
 	ck_assert(CPU_EQUAL(&out, &allowed));
 	// auto for a scheduler: the CPU it runs on, or the first allowed.
-	ck_assert_int_eq(ps__cpus_parse("auto", 1, &allowed, 3, &out, err,
-	                     sizeof(err)),
-	    0);
+	ck_assert_int_eq(
+	    ps__cpus_parse("auto", 1, &allowed, 3, &out, err, sizeof(err)), 0);
 	ck_assert_int_eq(CPU_COUNT(&out), 1);
 	ck_assert(CPU_ISSET(3, &out));
 	cpu_set_t high = set_of(4, 5);
-	ck_assert_int_eq(ps__cpus_parse("auto", 1, &high, 1, &out, err,
-	                     sizeof(err)),
-	    0);
+	ck_assert_int_eq(
+	    ps__cpus_parse("auto", 1, &high, 1, &out, err, sizeof(err)), 0);
 	ck_assert_str_eq(ps__cpus_format(&out, buf, sizeof(buf)), "4");
 	// A list, ranges and single CPUs, in any order.
-	ck_assert_int_eq(ps__cpus_parse("6,0-2,4", 1, &allowed, 3, &out, err,
-	                     sizeof(err)),
+	ck_assert_int_eq(
+	    ps__cpus_parse("6,0-2,4", 1, &allowed, 3, &out, err, sizeof(err)),
 	    0);
 	ck_assert_str_eq(ps__cpus_format(&out, buf, sizeof(buf)), "0-2,4,6");
 	// Refused, each with a message naming what was wrong.
@@ -62,14 +58,14 @@ START_TEST(test_cpus_parse)
 		                  sizeof(err)) == -1,
 		    "--cpus=%s was taken", bad[i]);
 		ck_assert_msg(strstr(err, "is not a CPU number or range") !=
-		                  NULL,
+		        NULL,
 		    "--cpus=%s: %s", bad[i], err);
 	}
-	ck_assert_int_eq(ps__cpus_parse("2,9", 1, &allowed, 3, &out, err,
-	                     sizeof(err)),
-	    -1);
-	ck_assert_msg(strstr(err, "CPU 9 is not one this process may run on "
-	                          "(allowed: 0-7)") != NULL,
+	ck_assert_int_eq(
+	    ps__cpus_parse("2,9", 1, &allowed, 3, &out, err, sizeof(err)), -1);
+	ck_assert_msg(strstr(err,
+	                  "CPU 9 is not one this process may run on "
+	                  "(allowed: 0-7)") != NULL,
 	    "%s", err);
 }
 END_TEST

@@ -67,7 +67,8 @@ ps__cpus_parse(const char *spec, int is_scheduler, const cpu_set_t *allowed,
 		return 0;
 	}
 	if (strcmp(spec, "auto") == 0) {
-		if (now < 0 || now >= CPU_SETSIZE || !CPU_ISSET(now, allowed)) {
+		if (now < 0 || now >= CPU_SETSIZE ||
+		    !CPU_ISSET(now, allowed)) {
 			for (now = 0; now < CPU_SETSIZE; now++) {
 				if (CPU_ISSET(now, allowed)) {
 					break;
@@ -103,7 +104,8 @@ ps__cpus_parse(const char *spec, int is_scheduler, const cpu_set_t *allowed,
 				    "--cpus=%s: CPU %d is not one this process "
 				    "may run on (allowed: %s)",
 				    spec, c,
-				    ps__cpus_format(allowed, have, sizeof(have)));
+				    ps__cpus_format(allowed, have,
+				        sizeof(have)));
 				return -1;
 			}
 			CPU_SET(c, out);
@@ -126,8 +128,8 @@ ps__cpus_apply(const char *spec, int is_scheduler, char *err, size_t n)
 		for (int c = 0; c < CPU_SETSIZE; c++) {
 			CPU_SET(c, &allowed);
 		}
-		if (ps__cpus_parse(spec, is_scheduler, &allowed, -1, &want, err,
-		        n) != 0) {
+		if (ps__cpus_parse(spec, is_scheduler, &allowed, -1, &want,
+		        err, n) != 0) {
 			return -1;
 		}
 		return 0;
