@@ -15,6 +15,7 @@
 #
 #   bench/scale/sched.sh [--quick] [--smoke] --json FILE
 #                        [--members "100 300 1000"] [--steady-s S]
+#                        [--repeats N]
 #
 # JSON (one object): sched_members (the largest size), sched_cpu_frac,
 # sched_map_all_s, sched_rss_mb (that size, --watch stale), sched_sweep:
@@ -23,6 +24,10 @@
 # map change), rss_mb, hwm_mb, heartbeats_per_s, refused
 # (answers other than OK, by status), watches_expired (parked watches
 # answered at their deadline: no news, re-sent), transport_errors, ok}.
+# The largest size with --watch stale (the headline figures) runs
+# --repeats times (3; 1 with --quick and --smoke), interleaved with the
+# other runs, and its row is the runs' medians (cpu_frac_runs lists each):
+# on two shared cores one window of 10 s is not a figure.
 # --quick: 100 and 1,000, shorter windows; --smoke: 20 members, seconds.
 # Raw logs in $FERRY_SCALE_RAW (default: a temp dir). Figures taken while
 # other work shares the cores are provisional.
@@ -31,7 +36,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${FERRY_BUILD_DIR:-$ROOT/build}
 [[ "$BUILD" = /* ]] || BUILD="$ROOT/$BUILD"
 PS="$BUILD/ps/ps-server" SIM="$BUILD/bench/scale/membersim"
-quick=0 smoke=0 json="" members="" steady=10 warm=3 changes=3
+quick=0 smoke=0 json="" members="" steady=10 warm=3 changes=3 reps=""
 while (($#)); do
 	case "$1" in
 	--quick) quick=1 ;;
@@ -39,19 +44,23 @@ while (($#)); do
 	--json) json=${2:?--json needs a file}; shift ;;
 	--members) members=$2; shift ;;
 	--steady-s) steady=$2; shift ;;
-	-h | --help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	--repeats) reps=${2:?--repeats needs a count}; shift ;;
+	-h | --help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "sched.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 	shift
 done
 [[ -n "$json" ]] || { echo "sched.sh: --json FILE is required" >&2; exit 2; }
 if ((smoke)); then
-	members=${members:-20} steady=2 warm=1 changes=2
+	members=${members:-20} steady=2 warm=1 changes=2 reps=${reps:-1}
 elif ((quick)); then
-	members=${members:-"100 1000"} steady=5 warm=2
+	members=${members:-"100 1000"} steady=5 warm=2 reps=${reps:-1}
 else
 	members=${members:-"100 300 1000"}
 fi
+reps=${reps:-3}
+[[ "$reps" =~ ^[1-9][0-9]*$ ]] ||
+	{ echo "sched.sh: --repeats must be a positive count" >&2; exit 2; }
 if [[ ! -x "$PS" || ! -x "$SIM" ]]; then
 	echo "sched.sh: $PS or $SIM is not built" >&2
 	((smoke)) && exit 77
@@ -74,9 +83,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# run N WATCH [FLOATS]: one scheduler, one membersim; its JSON in $RAW.
+# run N WATCH [FLOATS [RUN]]: one scheduler, one membersim; its JSON in
+# $RAW/sched-N-WATCH-FLOATS[-rRUN].json.
 run() {
-	local n=$1 watch=$2 floats=${3:-65536} tag="sched-$1-$2-${3:-65536}"
+	local n=$1 watch=$2 floats=${3:-65536}
+	local tag="sched-$1-$2-${3:-65536}${4:+-r$4}"
 	rm -f "$RAW/$tag.url"
 	"$PS" --role=scheduler --trainers="$n" --servers=1 \
 		--url-file="$RAW/$tag.url" >"$RAW/$tag.log" 2>&1 &
@@ -103,15 +114,32 @@ run() {
 }
 
 files=()
-for n in $members; do
-	run "$n" stale
-	files+=("$RAW/sched-$n-stale-65536.json")
-done
 last=${members##* }
-if ((!smoke)); then
+for n in $members; do
+	if [[ "$n" == "$last" ]]; then
+		run "$n" stale 65536 1
+		files+=("$RAW/sched-$n-stale-65536-r1.json")
+	else
+		run "$n" stale
+		files+=("$RAW/sched-$n-stale-65536.json")
+	fi
+done
+for ((r = 2; r <= reps; r++)); do
+	if ((!smoke && r == 2)); then
+		run "$last" park
+		files+=("$RAW/sched-$last-park-65536.json")
+	fi
+	run "$last" stale 65536 "$r"
+	files+=("$RAW/sched-$last-stale-65536-r$r.json")
+	if ((!smoke && r == 2)); then
+		# A 1 GiB model: 1,024 shards in every map each member fetches.
+		run "$last" stale 268435456
+		files+=("$RAW/sched-$last-stale-268435456.json")
+	fi
+done
+if ((!smoke && reps < 2)); then
 	run "$last" park
 	files+=("$RAW/sched-$last-park-65536.json")
-	# A 1 GiB model: 1,024 shards in every map each member fetches.
 	run "$last" stale 268435456
 	files+=("$RAW/sched-$last-stale-268435456.json")
 fi
@@ -119,7 +147,7 @@ fi
 /usr/bin/python3 - "$json" "$last" "${files[@]}" <<'PY'
 import json, sys
 out, last, files = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-rows = []
+runs = {}
 for path in files:
     try:
         with open(path) as f:
@@ -127,7 +155,7 @@ for path in files:
     except (OSError, ValueError) as e:
         print(f"sched.sh: {path}: {e}", file=sys.stderr)
         continue
-    rows.append({
+    runs.setdefault((r["trainers"], r["watch"], r["floats"]), []).append({
         "members": r["trainers"] + r["servers"], "trainers": r["trainers"],
         "servers": r["servers"], "watch": r["watch"],
         "model_bytes": 4 * r["floats"],
@@ -138,6 +166,28 @@ for path in files:
         "heartbeats_per_s": r["heartbeats_per_s"],
         "refused": r["refused"], "watches_expired": r["watches_expired"],
         "transport_errors": r["transport_errors"], "ok": r["ok"]})
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+# A size run several times is one row: each figure the runs' median.
+rows = []
+for rs in runs.values():
+    row = dict(rs[0])
+    if len(rs) > 1:
+        for k in ("cpu_frac", "map_all_s", "map_first_s",
+                  "map_change_cpu_ms", "rss_mb", "hwm_mb",
+                  "heartbeats_per_s"):
+            row[k] = round(median([q[k] for q in rs]), 5)
+        row["map_all_ms"] = [x for q in rs for x in q["map_all_ms"]]
+        row["watches_expired"] = sum(q["watches_expired"] for q in rs)
+        row["transport_errors"] = sum(q["transport_errors"] for q in rs)
+        row["ok"] = all(q["ok"] for q in rs)
+    row["repeats"] = len(rs)
+    row["cpu_frac_runs"] = [q["cpu_frac"] for q in rs]
+    rows.append(row)
 doc = {"sched_sweep": rows}
 top = [r for r in rows if r["trainers"] == last and r["watch"] == "stale"
        and r["model_bytes"] == 4 * 65536]

@@ -7,16 +7,22 @@
 # threads; loadgen samples the servers' CPU and memory over its timed
 # window (--watch-pids).
 #
-#   bench/scale/trainers.sh [--quick] [--smoke] --json FILE
+#   bench/scale/trainers.sh [--quick] [--smoke] [--repeats N] --json FILE
 #
 #   trainer sweep: trainers 1 2 4 8 16 32 64, sync and async, 1 and 2
 #                  servers
 #   server sweep:  servers 1 2 4 8 with 8 trainers, sync and async
 #
 # Each cell moves about the same number of push-pulls (steps = budget /
-# trainers), so each takes a few seconds. --quick: fewer cells and
-# steps (~2 min); --smoke: seconds, 1 to 4 trainers (exit 77 when the
-# binaries are not built). The model is cut into 16 equal shards
+# trainers), so each takes a few seconds, and runs --repeats times (3 by
+# default), the repeats in rounds over every cell so that a change of the
+# machine's load falls on all cells alike; a row is the medians of its
+# cell's runs (each figure's own median; round_ms_runs and
+# agg_gb_per_core_s_runs list every run). One run of a cell on two
+# shared cores is not a figure: the same 2-trainer cell gave 1.33 to 1.90
+# aggregated GB per core-second in seven runs. --quick: fewer cells and
+# steps, one run (~2 min); --smoke: seconds, 1 to 4 trainers, one run
+# (exit 77 when the binaries are not built). The model is cut into 16 equal shards
 # (--shard-bytes), so that 1 to 8 servers each hold a share.
 #
 # A control cell runs 2 sync trainers with a model as large as the
@@ -28,7 +34,7 @@
 # servers, trainers, floats, bytes, round_ms, push_pulls_per_s,
 # goodput_gbps, server_cpu_s, agg_bytes, agg_gb_per_core_s,
 # server_rss_mb, ...}), trainer_sweep_control (the control cell's row),
-# agg_per_core_ratio_64_vs_2 (sync, one server, agg_gb_per_core_s at 64
+# agg_per_core_ratio_64_vs_2 (sync, one server: the median agg_gb_per_core_s at 64
 # trainers over that at 2), trainer_sweep_growth and
 # trainer_sweep_worst_growth (the step-to-step growth of round time,
 # server CPU per GB and server RSS against trainers x bytes). Raw logs go
@@ -36,14 +42,15 @@
 # $FERRY_BUILD_DIR (default build).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-quick=0 smoke=0 json=
+quick=0 smoke=0 json= reps=
 while (($#)); do
 	case "$1" in
 	--quick) quick=1 ;;
 	--smoke) smoke=1 ;;
 	--json) json=${2:?--json needs a file}; shift ;;
 	--json=*) json=${1#*=} ;;
-	-h | --help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	--repeats) reps=${2:?--repeats needs a count}; shift ;;
+	-h | --help) sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "trainers.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 	shift
@@ -65,12 +72,15 @@ FLOATS=235146
 budget=4000 counts="1 2 4 8 16 32 64" modes="sync async" tservers="1 2"
 sservers="1 2 4 8" smodes="sync async" strainers=8 warmup=5
 if ((quick)); then
-	budget=2400 counts="1 2 8 32 64" smodes="sync"
+	budget=2400 counts="1 2 8 32 64" smodes="sync" reps=${reps:-1}
 fi
 if ((smoke)); then
 	budget=300 counts="1 2 4" modes="sync" tservers="1" sservers="1 2"
-	smodes="sync" strainers=2 warmup=2
+	smodes="sync" strainers=2 warmup=2 reps=${reps:-1}
 fi
+reps=${reps:-3}
+[[ "$reps" =~ ^[1-9][0-9]*$ ]] ||
+	{ echo "trainers.sh: --repeats must be a positive count" >&2; exit 2; }
 
 pids=()
 cleanup() {
@@ -124,28 +134,31 @@ cell() {
 
 fails=0
 # The modes interleave cell by cell, so that a change of the machine's load
-# falls on both alike (the ratio of sync to async is part of what is read).
-for m in $tservers; do
-	for n in $counts; do
-		for mode in $modes; do
-			log "trainer sweep: $mode, $m server(s), $n trainer(s)"
-			cell "t-$mode-s$m-n$n" "$mode" "$m" "$n" ||
-				{ log "cell failed: $RAW/t-$mode-s$m-n$n"; fails=$((fails + 1)); }
+# falls on both alike (the ratio of sync to async is part of what is read),
+# and the repeats go round every cell.
+for ((r = 1; r <= reps; r++)); do
+	for m in $tservers; do
+		for n in $counts; do
+			for mode in $modes; do
+				log "trainer sweep (run $r of $reps): $mode, $m server(s), $n trainer(s)"
+				cell "t-$mode-s$m-n$n-r$r" "$mode" "$m" "$n" ||
+					{ log "cell failed: $RAW/t-$mode-s$m-n$n-r$r"; fails=$((fails + 1)); }
+			done
 		done
 	done
-done
-# The control: 2 trainers, the largest count's bytes in flight.
-big=${counts##* }
-if ((big > 2)); then
-	log "control: sync, 1 server, 2 trainers of $((big / 2)) x the model"
-	cell "c-sync-s1-n2" sync 1 2 $((FLOATS * big / 2)) $((budget / big)) ||
-		{ log "cell failed: $RAW/c-sync-s1-n2"; fails=$((fails + 1)); }
-fi
-for mode in $smodes; do
-	for m in $sservers; do
-		log "server sweep: $mode, $m server(s), $strainers trainers"
-		cell "s-$mode-s$m-n$strainers" "$mode" "$m" "$strainers" ||
-			{ log "cell failed: $RAW/s-$mode-s$m-n$strainers"; fails=$((fails + 1)); }
+	# The control: 2 trainers, the largest count's bytes in flight.
+	big=${counts##* }
+	if ((big > 2)); then
+		log "control (run $r of $reps): sync, 1 server, 2 trainers of $((big / 2)) x the model"
+		cell "c-sync-s1-n2-r$r" sync 1 2 $((FLOATS * big / 2)) $((budget / big)) ||
+			{ log "cell failed: $RAW/c-sync-s1-n2-r$r"; fails=$((fails + 1)); }
+	fi
+	for mode in $smodes; do
+		for m in $sservers; do
+			log "server sweep (run $r of $reps): $mode, $m server(s), $strainers trainers"
+			cell "s-$mode-s$m-n$strainers-r$r" "$mode" "$m" "$strainers" ||
+				{ log "cell failed: $RAW/s-$mode-s$m-n$strainers-r$r"; fails=$((fails + 1)); }
+		done
 	done
 done
 
@@ -178,14 +191,39 @@ def row(path):
         "ok": j["ok"],
     }
 
-rows = {"t": [], "s": [], "c": []}
+runs = {}
 for p in glob.glob(os.path.join(raw, "*", "loadgen.json")):
     try:
         kind, r = row(p)
     except (OSError, ValueError, KeyError) as e:
         print(f"[trainers.sh] {p}: {e}", file=sys.stderr)
         continue
-    rows[kind].append(r)
+    cell = (kind, r["mode"], r["servers"], r["trainers"], r["floats"])
+    runs.setdefault(cell, []).append(r)
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+# A row is its cell's runs' medians, each figure its own; ok only when
+# every run was.
+rows = {"t": [], "s": [], "c": []}
+for (kind, *_), rs in sorted(runs.items()):
+    out_row = dict(rs[0])
+    for k, v in rs[0].items():
+        if k in ("mode", "servers", "trainers", "floats", "bytes",
+                 "shards", "ok") or not isinstance(v, (int, float)):
+            continue
+        vals = [q[k] for q in rs if isinstance(q.get(k), (int, float))]
+        if vals:
+            m = median(vals)
+            out_row[k] = round(m, 4) if isinstance(m, float) else m
+    out_row["ok"] = all(q["ok"] for q in rs)
+    out_row["repeats"] = len(rs)
+    out_row["round_ms_runs"] = [q["round_ms"] for q in rs]
+    out_row["agg_gb_per_core_s_runs"] = [q["agg_gb_per_core_s"] for q in rs]
+    rows[kind].append(out_row)
 key = lambda r: (r["mode"] != "sync", r["servers"], r["trainers"])
 tsw = sorted(rows["t"], key=key)
 ssw = sorted(rows["s"], key=key)
