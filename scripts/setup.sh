@@ -42,7 +42,10 @@ if ! command -v npm >/dev/null 2>&1; then
 fi
 
 BUILD=${FERRY_BUILD_DIR:-build}
-if [ ! -f "$BUILD/CMakeCache.txt" ]; then
+# A cache without a build system is a configure that failed (a library
+# that was missing then): configure again rather than build nothing.
+if [ ! -f "$BUILD/CMakeCache.txt" ] ||
+	{ [ ! -f "$BUILD/Makefile" ] && [ ! -f "$BUILD/build.ninja" ]; }; then
 	cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 		${FERRY_CMAKE_ARGS:-} >/dev/null
 elif [ -n "${FERRY_CMAKE_ARGS:-}" ]; then

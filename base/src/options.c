@@ -344,10 +344,10 @@ const struct fb_option fb_options[FB_OPT_COUNT] = {
 	        .doc  = "the CPUs this process's threads may run on: a list "
 	                    "(`0-3,8`), `all` (wherever the kernel puts them), or "
 	                    "`auto`: a scheduler keeps its threads on the one CPU "
-	                    "it starts on (its work is many small messages, each "
-	                    "handed between nng's threads, and a wake-up on another "
-	                    "CPU costs more than the message: 1,000 members cost "
-	                    "about two thirds of the CPU), a server takes them all. "
+	                    "it starts on, with batch scheduling (its work is many "
+	                    "small messages handed between nng's threads, and a "
+	                    "wake-up on another CPU, or one that preempts its waker, "
+	                    "costs more than the message), a server takes them all. "
 	                    "CPUs the process may not use are refused (§8)" },
 	[FB_OPT_PS_TLS_CERT] = { "tls-cert", PS, STR, .def = "",
 	    .unset = "off",

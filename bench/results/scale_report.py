@@ -94,9 +94,20 @@ SWEEP_COLS = [
 SWEEP_SKIP = ("floats", "agg_bytes", "steps", "elapsed_s", "shards")
 
 
+def runs_text(xs, d):
+    """Each run's figure, for a row that is the median of several."""
+    return ", ".join(num(x, d) for x in xs if x is not None)
+
+
 def sweep_rows(rows):
-    return [{k: v for k, v in r.items() if k not in SWEEP_SKIP}
-            for r in rows]
+    out = []
+    for r in rows:
+        o = {k: v for k, v in r.items() if k not in SWEEP_SKIP}
+        if len(r.get("agg_gb_per_core_s_runs") or []) > 1:
+            o["aggregated GB per core-s, each run"] = runs_text(
+                r["agg_gb_per_core_s_runs"], 3)
+        out.append(o)
+    return out
 
 
 def gnuplot(script):
@@ -217,7 +228,9 @@ def trainer_lines(d, plots):
               "Load-only trainers (`bench/scale/loadgen`: K ranks as "
               "threads of one process, each a libferry client pushing and "
               "pulling the model with no compute) against 1 and 2 servers "
-              "on loopback, a fresh job per row. Round time is the median "
+              "on loopback, a fresh job per run; a row is the median of "
+              "its cell's runs (`repeats`; the runs go round every cell in "
+              "turn), each figure its own median. Round time is the median "
               "push-pull (in sync mode, one round); server CPU is the "
               "servers' user + system time over the timed window "
               "(/proc), and aggregated GB per core-second is the gradient "
@@ -302,12 +315,22 @@ def sched_lines(d):
         return w
     w += ["### Scheduler (bench/scale/sched.sh)", "",
           "Simulated members (`bench/scale/membersim`) that register, "
-          "heartbeat every second and watch the map at the real rates.", ""]
+          "heartbeat every second and watch the map at the real rates. "
+          "The scheduler runs as deployed: `--cpus=auto`, its threads on "
+          "one CPU (docs/operations.md §8). The largest size with "
+          "`--watch stale` runs `repeats` times; its row is the runs' "
+          "medians.", ""]
     if have:
         w += ["| figure | value |", "|---|---|"]
         w += [f"| {h} | {num(d[k], p)} |" for k, h, p in have]
         w.append("")
-    w += table(d.get("sched_sweep") or [], [
+    srows = []
+    for r in d.get("sched_sweep") or []:
+        o = dict(r)
+        if len(r.get("cpu_frac_runs") or []) > 1:
+            o["CPU, each run"] = runs_text(r["cpu_frac_runs"], 4)
+        srows.append(o)
+    w += table(srows, [
         ("members", "members", 0), ("cpu_frac", "CPU (fraction of a core)", 4),
         ("map_all_s", "map to all (s)", 3), ("rss_mb", "RSS MB", 1)])
     return w + ([""] if d.get("sched_sweep") else [])

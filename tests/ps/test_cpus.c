@@ -4,6 +4,7 @@
 // on: they are started after main applies it).
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -70,44 +71,81 @@ START_TEST(test_cpus_parse)
 }
 END_TEST
 
+struct seen {
+	cpu_set_t cpus;
+	int       policy;
+};
+
 static void *
 own_cpus(void *arg)
 {
-	cpu_set_t *s = arg;
-	if (pthread_getaffinity_np(pthread_self(), sizeof(*s), s) != 0) {
-		CPU_ZERO(s);
+	struct seen       *s = arg;
+	struct sched_param p;
+	if (pthread_getaffinity_np(pthread_self(), sizeof(s->cpus),
+	        &s->cpus) != 0) {
+		CPU_ZERO(&s->cpus);
+	}
+	if (pthread_getschedparam(pthread_self(), &s->policy, &p) != 0) {
+		s->policy = -1;
 	}
 	return NULL;
+}
+
+// apply_in_child applies spec in a child process (this one keeps its CPUs
+// and policy), starts a thread there and exits 0 when that thread runs on
+// want_cpus CPUs (0: every allowed one) under policy want_policy.
+static int
+apply_in_child(const char *spec, int is_scheduler, int want_cpus,
+    int want_policy)
+{
+	cpu_set_t allowed;
+	if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) {
+		return -1;
+	}
+	pid_t pid = fork();
+	if (pid == 0) {
+		char        err[300];
+		struct seen seen;
+		pthread_t   t;
+		if (ps__cpus_apply(spec, is_scheduler, err, sizeof(err)) !=
+		        0 ||
+		    pthread_create(&t, NULL, own_cpus, &seen) != 0 ||
+		    pthread_join(t, NULL) != 0) {
+			_exit(2);
+		}
+		cpu_set_t both;
+		CPU_AND(&both, &seen.cpus, &allowed);
+		int n = want_cpus ? want_cpus : CPU_COUNT(&allowed);
+		_exit(CPU_COUNT(&seen.cpus) == n && CPU_COUNT(&both) == n &&
+		            seen.policy == want_policy
+		        ? 0
+		        : 1);
+	}
+	int st;
+	if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st)) {
+		return -1;
+	}
+	return WEXITSTATUS(st);
 }
 
 START_TEST(test_cpus_threads_inherit)
 {
 	cpu_set_t allowed;
 	ck_assert_int_eq(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
-	if (CPU_COUNT(&allowed) < 2) {
-		return; // one CPU: auto and all are the same
-	}
-	// In a child, so that this process keeps its CPUs.
-	pid_t pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		char      err[300];
-		cpu_set_t seen;
-		pthread_t t;
-		if (ps__cpus_apply("auto", 1, err, sizeof(err)) != 0 ||
-		    pthread_create(&t, NULL, own_cpus, &seen) != 0 ||
-		    pthread_join(t, NULL) != 0) {
-			_exit(2);
+	// A scheduler's auto: one allowed CPU, batch scheduling.
+	ck_assert_int_eq(apply_in_child("auto", 1, 1, SCHED_BATCH), 0);
+	// A server's auto, and all: every CPU, the default policy.
+	ck_assert_int_eq(apply_in_child("auto", 0, 0, SCHED_OTHER), 0);
+	ck_assert_int_eq(apply_in_child("all", 1, 0, SCHED_OTHER), 0);
+	// A list: those CPUs, the default policy.
+	char one[16];
+	for (int c = 0; c < CPU_SETSIZE; c++) {
+		if (CPU_ISSET(c, &allowed)) {
+			snprintf(one, sizeof(one), "%d", c);
+			break;
 		}
-		// One CPU, and one the process was allowed.
-		cpu_set_t both;
-		CPU_AND(&both, &seen, &allowed);
-		_exit(CPU_COUNT(&seen) == 1 && CPU_COUNT(&both) == 1 ? 0 : 1);
 	}
-	int st;
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	ck_assert(WIFEXITED(st));
-	ck_assert_int_eq(WEXITSTATUS(st), 0);
+	ck_assert_int_eq(apply_in_child(one, 1, 1, SCHED_OTHER), 0);
 }
 END_TEST
 

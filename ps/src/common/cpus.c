@@ -138,6 +138,14 @@ ps__cpus_apply(const char *spec, int is_scheduler, char *err, size_t n)
 	        err, n) != 0) {
 		return -1;
 	}
+	if (is_scheduler && strcmp(spec, "auto") == 0) {
+		// Batch scheduling: a thread nng wakes waits for the waker
+		// to block instead of preempting it half-way through its
+		// message (see cpus.h). Best effort: a kernel or a sandbox
+		// that refuses keeps the default policy.
+		struct sched_param none = { 0 };
+		(void) sched_setscheduler(0, SCHED_BATCH, &none);
+	}
 	if (CPU_EQUAL(&want, &allowed)) {
 		return 0;
 	}

@@ -6,10 +6,15 @@
 // other CPUs, and a cross-CPU wake-up (an interrupt between CPUs, an exit
 // to the hypervisor on a virtual machine) costs more than the message's
 // own work: keeping every thread on one CPU cut the scheduler's CPU for
-// 1,000 members from 7.8-9.0% of a core to 4.9-5.4% (bench/scale/sched.sh).
-// A server's messages are large and its work parallel: it keeps every CPU.
-// Threads inherit their creator's CPUs, so the choice is applied once,
-// before nng starts its threads.
+// 1,000 members from 7.1-9.0% of a core to 4.7-5.5% (bench/scale/sched.sh).
+// On that one CPU a woken thread still preempts its waker half-way through
+// a message; batch scheduling (SCHED_BATCH: no preemption on wake-up) lets
+// the waker finish first, which took it from a median 7.4% to 4.8% in
+// interleaved runs on a busier day. Both are what `auto` means for a
+// scheduler. A server's messages are large and its work parallel: it
+// keeps every CPU and the default policy. Threads inherit their creator's
+// CPUs and policy, so the choice is applied once, before nng starts its
+// threads.
 #ifndef PS_CPUS_H
 #define PS_CPUS_H
 
@@ -30,9 +35,10 @@ int ps__cpus_parse(const char *spec, int is_scheduler,
     const cpu_set_t *allowed, int now, cpu_set_t *out, char *err, size_t n);
 
 // ps__cpus_apply restricts the calling thread, and so every thread it
-// creates afterwards, to the CPUs spec names (ps__cpus_parse). Call it
-// before anything starts a thread. Returns 0 (also where the CPUs cannot
-// be read: nothing is changed), or -1 with a message in err.
+// creates afterwards, to the CPUs spec names (ps__cpus_parse); a
+// scheduler's "auto" also asks for batch scheduling (SCHED_BATCH, best
+// effort). Call it before anything starts a thread. Returns 0 (also where the
+// CPUs cannot be read: nothing is changed), or -1 with a message in err.
 int ps__cpus_apply(const char *spec, int is_scheduler, char *err, size_t n);
 
 // ps__cpus_format writes the CPUs of *set as a list ("0-3,8") into buf (n
