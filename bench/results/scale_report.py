@@ -317,7 +317,10 @@ def sched_lines(d):
           "Simulated members (`bench/scale/membersim`) that register, "
           "heartbeat every second and watch the map at the real rates. "
           "The scheduler runs as deployed: `--cpus=auto`, its threads on "
-          "one CPU (docs/operations.md §8). The largest size with "
+          "one CPU with batch scheduling (docs/operations.md §8); before "
+          "`--cpus` (the run of 2026-11-28T01:39Z) the 1,000-member row "
+          "measured 7.9% in a single run. "
+          "The largest size with "
           "`--watch stale` runs `repeats` times; its row is the runs' "
           "medians.", ""]
     if have:
@@ -356,12 +359,24 @@ def sim_lines(d):
         w += ["Validation against the measured runs" +
               (f" (largest error {100 * m:.1f}%):" if m is not None else ":"),
               ""]
+        n = d.get("sim_rows_checked")
+        if n:
+            w += [f"Of the {n} rows not calibrated on, "
+                  f"{d.get('sim_rows_within_15pct')} are predicted within "
+                  "15%, and "
+                  f"{d.get('sim_rows_within_15pct_or_run_spread')} within "
+                  "15% or within their own runs' spread (`run_spread`: "
+                  "how far the cell's slowest or fastest run strays from "
+                  "the median of its runs; the largest is "
+                  f"{100 * (d.get('sim_max_run_spread') or 0):.0f}%). A "
+                  "cell whose runs disagree by more than 15% cannot be "
+                  "predicted within 15% of every run of it.", ""]
         w += table(val, [
             ("part", "part", 0), ("mode", "mode", 0),
             ("servers", "servers", 0), ("trainers", "trainers", 0),
             ("bytes", "model", 0), ("measured_ms", "measured ms", 2),
             ("predicted_ms", "predicted ms", 2),
-            ("rel_error", "error", 3)]) + [""]
+            ("rel_error", "error", 3), ("run_spread", "run spread", 3)]) + [""]
     if pred:
         w += ["Predictions:", ""]
         w += table(pred, [
@@ -392,6 +407,15 @@ def section(path, plots=None):
     if d.get("when"):
         where = (f" on {d['when']} ({d.get('cores', '?')} cores, "
                  f"{d.get('machine', '?')})")
+    parts = d.get("parts") or {}
+    runs = {}
+    for name, pr in parts.items():
+        runs.setdefault((pr.get("command"), pr.get("when")), []).append(name)
+    if len(runs) > 1:  # parts from different runs (--only): say which
+        where = f" ({d.get('cores', '?')} cores, {d.get('machine', '?')}; " + \
+            "; ".join(f"{', '.join(names)}: `{cmd}` on {when}"
+                      for (cmd, when), names in runs.items()) + ")"
+        d = dict(d, command="bench/scale.sh")
     w.append(f"`{d.get('command') or 'bench/scale.sh'}`{where}. "
              "How Ferry's cost grows with "
              "trainers, servers, model size and members, and a simulator "
