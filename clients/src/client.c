@@ -14,6 +14,7 @@
 // error translation. The structs they share live in client_impl.h. This
 // file calls into its neighbours; none calls into it.
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <sys/random.h>
 
@@ -168,6 +169,13 @@ ferry_opts_check(const struct ferry_opts *o, char *why, size_t n)
 	return msg != NULL ? FERRY_EINVAL : FERRY_OK;
 }
 
+// tune_malloc runs fb_malloc_tune for pthread_once.
+static void
+tune_malloc(void)
+{
+	(void) fb_malloc_tune();
+}
+
 FERRY_API int
 ferry_client_open(const struct ferry_opts *o, ferry_client **out)
 {
@@ -176,6 +184,9 @@ ferry_client_open(const struct ferry_opts *o, ferry_client **out)
 	if (out == NULL || ferry_opts_check(o, NULL, 0) != FERRY_OK) {
 		return FERRY_EINVAL;
 	}
+	// Once per process (ferry.h says why); a second call changes nothing.
+	static pthread_once_t tuned = PTHREAD_ONCE_INIT;
+	(void) pthread_once(&tuned, tune_malloc);
 	if ((c = fb_zalloc(sizeof(*c))) == NULL) {
 		return FERRY_ENOMEM;
 	}

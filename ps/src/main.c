@@ -24,9 +24,6 @@
 #include "cpus.h"
 #include "fb/config.h"
 #include "ps/ps.h"
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 
 static struct fb_config cfg;
 
@@ -43,24 +40,6 @@ cfg_int(enum fb_opt id)
 }
 
 static volatile sig_atomic_t stop;
-
-// keep_buffers makes freed message buffers stay in the heap for the next
-// message. Every push, pull reply and replica forward is an nng message
-// of a shard's size (about 1 MiB for a 256k-float layer), allocated and
-// freed each step; by default glibc serves blocks of that size with mmap
-// and unmaps them on free (or trims the heap they came from), so each one
-// costs a page fault per 4 KiB and the kernel's zero-fill: about 100
-// faults per step per server in a 2-server job with replicas. Blocks up to
-// 32 MiB (glibc's ceiling for this threshold) now come from the heap, and
-// up to 128 MiB of free heap top is kept, not returned.
-static void
-keep_buffers(void)
-{
-#ifdef __GLIBC__
-	(void) mallopt(M_MMAP_THRESHOLD, 32 << 20);
-	(void) mallopt(M_TRIM_THRESHOLD, 128 << 20);
-#endif
-}
 
 // SHUTDOWN_GRACE_S: how long the shutdown may take after the leave
 // (fb_exit_watchdog says why it needs a guard).
@@ -216,7 +195,9 @@ main(int argc, char **argv)
 	if ((rv = ps__cfg_load(&cfg, argc, argv)) != PS_CFG_RUN) {
 		return rv;
 	}
-	keep_buffers();
+	// Message-sized blocks stay in the heap for the next message
+	// (fb_malloc_tune: a page fault per 4 KiB otherwise).
+	(void) fb_malloc_tune();
 	if ((rv = ps__cfg_check(&cfg)) != PS_CFG_RUN) {
 		return rv;
 	}

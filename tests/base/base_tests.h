@@ -8,4 +8,5 @@ Suite *suite_optim(void);
 Suite *suite_exit(void);
 Suite *suite_bytes(void);
 Suite *suite_init(void);
+Suite *suite_malloc(void);
 #endif

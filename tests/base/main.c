@@ -1,5 +1,5 @@
 // Check runner for fb (errors, clock, crc, parsing helpers, id ranges,
-// the exit watchdog).
+// the exit watchdog, the allocator's settings).
 #include <stdlib.h>
 
 #include "base_tests.h"
@@ -14,6 +14,7 @@ main(void)
 	srunner_add_suite(sr, suite_exit());
 	srunner_add_suite(sr, suite_bytes());
 	srunner_add_suite(sr, suite_init());
+	srunner_add_suite(sr, suite_malloc());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

@@ -104,6 +104,16 @@ size_t fb_used_memory(void);
 // after it) fail; n < 0 turns failure injection off. For tests only.
 void fb_alloc_fail_after(long n);
 
+// fb_malloc_tune sets the C library's allocator so that the large blocks
+// of messages received and freed at every round (about 1 MiB each) are
+// reused in place rather than mapped, faulted in and handed back to the
+// kernel each time (malloc_tune.c's DESIGN: 3x the client's CPU per
+// push-pull with 4 sync trainers). Call it once, first thing in main,
+// before any thread starts. Returns 1 when the settings were applied, 0
+// when nothing was changed: not glibc, a sanitizer's allocator, or malloc
+// settings already chosen in GLIBC_TUNABLES.
+int fb_malloc_tune(void);
+
 // ---- time -----------------------------------------------------------------
 // Monotonic clock in nanoseconds and milliseconds.
 uint64_t fb_clock_ns(void);

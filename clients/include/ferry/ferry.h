@@ -288,6 +288,11 @@ FERRY_API int ferry_opts_check(const struct ferry_opts *opts, char *why,
 // ferry_client_open checks opts (ferry_opts_check) and starts dialing the
 // scheduler in the background; it does not register yet (that is
 // ferry_client_declare) and does not block on the network.
+// The first call also sets glibc's allocator to keep large freed blocks
+// for reuse (every reply is a fresh ~1 MiB message: without it each one
+// is faulted in and handed back, 3x the client's CPU per push-pull with
+// 4 trainers in one process); malloc settings in GLIBC_TUNABLES win
+// (docs/operations.md, "Memory").
 // On success *out receives a client to release with ferry_client_close.
 // Errors: FERRY_EINVAL (bad opts: call ferry_opts_check for the reason),
 // FERRY_ENOMEM, FERRY_ECONNECT (the URL cannot be dialed).
