@@ -237,7 +237,13 @@ def trainer_lines(d, plots):
               "bytes the servers applied over that CPU time. Every process "
               "shares the machine's cores: the trainers' own CPU competes "
               "with the servers' (a 2-core machine bends early for that "
-              "reason alone).", ""]
+              "reason alone). Until libferry kept message-sized blocks in "
+              "its heap as ps-server does (docs/operations.md §8, "
+              "\"Memory\"), each reply was faulted in page by page and "
+              "unmapped after: 4 and 8 sync trainers on one server took "
+              "8.9 and 14.8 ms a round, 3x the push-pull cost of 2 "
+              "trainers (the 07:13Z run's rows: 7.3 and 13.4 ms); with it "
+              "2.5 and 4.9 ms.", ""]
         w += plot_trainers(ts, plots)
         w += table(sweep_rows(ts), SWEEP_COLS) + [""]
     ctl = d.get("trainer_sweep_control")
