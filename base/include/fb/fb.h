@@ -108,8 +108,11 @@ void fb_alloc_fail_after(long n);
 // of messages received and freed at every round (about 1 MiB each) are
 // reused in place rather than mapped, faulted in and handed back to the
 // kernel each time (malloc_tune.c's DESIGN: 3x the client's CPU per
-// push-pull with 4 sync trainers). Call it once, first thing in main,
-// before any thread starts. Returns 1 when the settings were applied, 0
+// push-pull with 4 sync trainers). Best called first thing in main, before
+// other threads allocate: glibc counts mallopt as not thread-safe (its
+// settings are plain words a concurrent malloc may read as old or new,
+// which only delays their effect); libferry calls it at the first
+// ferry_client_open. Returns 1 when the settings were applied, 0
 // when nothing was changed: not glibc, a sanitizer's allocator, or malloc
 // settings already chosen in GLIBC_TUNABLES.
 int fb_malloc_tune(void);
