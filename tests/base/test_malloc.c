@@ -4,7 +4,7 @@
 // it, glibc gives the blocks back and faults them in again every round
 // (shown in the message, not asserted: that is glibc's behaviour, not
 // ours). Each case runs in a child process, whose allocator settings die
-// with it. Fails if the tuned rounds fault more than a few pages.
+// with it. Fails if the tuned rounds fault 64 pages or more.
 #define _GNU_SOURCE // RUSAGE_THREAD
 #include <pthread.h>
 #include <stdlib.h>
@@ -89,8 +89,7 @@ START_TEST(test_malloc_tune_reuses_blocks)
 	int plain = child_faults(0);
 	ck_assert_int_ne(tuned, 255);
 	// ROUNDS - 1 rounds of BLOCKS x 257 pages: 12,593 faults or more
-	// untuned
-	// when glibc returns every round's blocks; a handful tuned.
+	// untuned, when glibc returns every round's blocks; under 64 tuned.
 	ck_assert_msg(tuned == 0,
 	    "tuned: about %d x 64 page faults in %d rounds (untuned: %d x 64)",
 	    tuned, ROUNDS - 1, plain);
